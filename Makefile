@@ -1,0 +1,101 @@
+# llmmini: one GNU Makefile. `make`, `make test`, `make demo`, `make install PREFIX=...`,
+# `make test SANITIZE=address,undefined`. See README.md.
+
+VERSION_MAJOR := 0
+VERSION_MINOR := 1
+VERSION_PATCH := 0
+VERSION := $(VERSION_MAJOR).$(VERSION_MINOR).$(VERSION_PATCH)
+
+CC ?= cc
+PREFIX ?= /usr/local
+LLMM_SHARED ?= ../shared
+export LLMM_SHARED
+
+ifneq ($(SANITIZE),)
+BUILD ?= build/sanitize
+SAN_FLAGS := -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
+else
+BUILD ?= build
+SAN_FLAGS :=
+endif
+
+WARN := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wvla
+CFLAGS ?= -O2 -g
+ALL_CFLAGS := -std=c11 -D_POSIX_C_SOURCE=200809L $(WARN) -fPIC -fvisibility=hidden -pthread \
+              -Iinclude -Ilib -Icpu -MMD -MP $(SAN_FLAGS) $(CFLAGS)
+ALL_LDFLAGS := -pthread $(SAN_FLAGS) $(LDFLAGS)
+LIBS := -lm
+
+LIB_SRC := $(wildcard lib/*.c) $(wildcard cpu/*.c)
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+STATIC := $(BUILD)/libllmmini.a
+SONAME := libllmmini.so.$(VERSION_MAJOR)
+SHARED := $(BUILD)/$(SONAME)
+
+EXAMPLES := $(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/llmmini-*.c))
+TEST_SRC := $(wildcard tests/test_*.c)
+TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+TEST_SUPPORT := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
+TEST_SUPPORT_OBJ := $(TEST_SUPPORT:%.c=$(BUILD)/obj/%.o)
+DEPS_OK := $(BUILD)/.deps-ok
+
+.PHONY: all lib examples test demo install clean deps
+all: lib examples
+
+deps: $(DEPS_OK)
+$(DEPS_OK): scripts/deps.sh
+	@sh scripts/deps.sh
+	@mkdir -p $(@D) && touch $@
+
+lib: $(STATIC) $(SHARED) $(BUILD)/libllmmini.so
+examples: $(EXAMPLES)
+
+$(BUILD)/obj/%.o: %.c | $(DEPS_OK)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+$(STATIC): $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(SHARED): $(LIB_OBJ) lib/llmmini.map
+	$(CC) -shared -Wl,-soname,$(SONAME) -Wl,--version-script=lib/llmmini.map $(ALL_LDFLAGS) \
+	    -o $@ $(LIB_OBJ) $(LIBS)
+
+$(BUILD)/libllmmini.so: $(SHARED)
+	ln -sf $(SONAME) $@
+
+$(BUILD)/llmmini-%: $(BUILD)/obj/examples/llmmini-%.o $(STATIC)
+	$(CC) $(ALL_LDFLAGS) -o $@ $< $(STATIC) $(LIBS)
+
+$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_SUPPORT_OBJ) $(STATIC)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_LDFLAGS) -o $@ $< $(TEST_SUPPORT_OBJ) $(STATIC) -lcmocka $(LIBS)
+
+test: all $(TEST_BIN)
+	@sh scripts/run-tests.sh $(TEST_BIN)
+
+DEMO_MODEL := $(LLMM_SHARED)/models/stories260K.gguf
+demo: all
+	@if [ ! -f "$(DEMO_MODEL)" ]; then \
+	    echo "demo: no model at $(DEMO_MODEL). Set LLMM_SHARED to the folder holding models/stories260K.gguf,"; \
+	    echo "      or run build/llmmini-tokenize -m YOUR_MODEL.gguf -p 'Hello' with any GGUF model."; exit 1; fi
+	$(BUILD)/llmmini-tokenize -m $(DEMO_MODEL) --info -p "Once upon a time" --pieces
+
+$(BUILD)/llmmini.pc: pkgconfig/llmmini.pc.in Makefile
+	@mkdir -p $(@D)
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' $< > $@
+
+install: all $(BUILD)/llmmini.pc
+	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	install -m 644 include/llmmini.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 $(STATIC) $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(SHARED) $(DESTDIR)$(PREFIX)/lib/
+	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libllmmini.so
+	install -m 644 $(BUILD)/llmmini.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
+
+clean:
+	rm -rf build
+
+-include $(LIB_OBJ:.o=.d) $(TEST_SUPPORT_OBJ:.o=.d) $(wildcard $(BUILD)/obj/examples/*.d) \
+         $(wildcard $(BUILD)/obj/tests/*.d)

@@ -1,0 +1,412 @@
+/*
+ * llmmini.h: the one public header of llmmini, an embeddable LLM inference library.
+ *
+ * THREAD CONTRACT
+ *   A model (llmm_model) is immutable once loaded: any number of contexts, on any
+ *   threads, may share it, and every llmm_model_* / llmm_token* call on it may run
+ *   concurrently. A context (llmm_context) and a sampler (llmm_sampler) are used by one
+ *   thread at a time; different contexts run in parallel freely. Nothing in the library
+ *   keeps global mutable state.
+ *
+ * ERRORS
+ *   Every call that can fail returns llmm_status: LLMM_OK (0) or a negative code.
+ *   llmm_status_str() names a code. The detailed message of the last failure is kept per
+ *   handle (llmm_context_last_error, llmm_sampler_last_error, llmm_model_last_error); a
+ *   failed llmm_model_load writes its message into the caller's params.error_buf and to
+ *   the log callback. The library never aborts and never prints: logs go to a callback.
+ *
+ * ABI
+ *   Parameter and result structs start with `uint32_t size` and are prepared by
+ *   llmm_*_params_default(&p, sizeof p) (or by setting .size = sizeof s for results):
+ *   the library only reads and writes the fields that the caller's struct size covers,
+ *   so a binary built against an older header keeps working. Enum values are explicit and
+ *   never reused. Before 1.0, breaking changes are listed in CHANGELOG.md.
+ */
+#ifndef LLMMINI_H
+#define LLMMINI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32) && defined(LLMM_BUILD_SHARED)
+#define LLMM_API __declspec(dllexport)
+#elif defined(__GNUC__)
+#define LLMM_API __attribute__((visibility("default")))
+#else
+#define LLMM_API
+#endif
+
+/* ---------------------------------------------------------------- version */
+
+#define LLMM_VERSION_MAJOR 0
+#define LLMM_VERSION_MINOR 1
+#define LLMM_VERSION_PATCH 0
+/* Bumped on every ABI-breaking change (before 1.0 too). */
+#define LLMM_ABI_VERSION 1
+
+/* The library's version as "MAJOR.MINOR.PATCH". Static storage; thread-safe. */
+LLMM_API const char *llmm_version(void);
+/* The ABI version the library was built with; compare with LLMM_ABI_VERSION. */
+LLMM_API uint32_t llmm_abi_version(void);
+
+/* ---------------------------------------------------------------- status */
+
+typedef enum llmm_status {
+    LLMM_OK = 0,
+    LLMM_ERR_INVALID_ARG = -1,      /* NULL pointer, out-of-range value, bad struct size */
+    LLMM_ERR_NO_MEMORY = -2,        /* an allocation failed */
+    LLMM_ERR_IO = -3,               /* a file could not be opened, mapped or read */
+    LLMM_ERR_BAD_FILE = -4,         /* the file is malformed or hostile; message says what */
+    LLMM_ERR_UNSUPPORTED = -5,      /* valid, but uses something this build does not know */
+    LLMM_ERR_BUFFER_TOO_SMALL = -6, /* the caller's buffer is too small; needed size returned */
+    LLMM_ERR_NOT_FOUND = -7,        /* no such key, token or sequence */
+    LLMM_ERR_WRONG_TYPE = -8,       /* metadata key exists with another type */
+    LLMM_ERR_CONTEXT_FULL = -9,     /* the sequence or the KV store has no room left */
+    LLMM_ERR_ABORTED = -10,         /* a callback asked to stop */
+    LLMM_ERR_BACKEND = -11,         /* the compute backend failed or is unavailable */
+    LLMM_ERR_VOCAB_ONLY = -12,      /* the model was loaded without weights */
+    LLMM_ERR_INTERNAL = -13         /* a bug in llmmini; please report it */
+} llmm_status;
+
+/* A short constant English name for a status ("invalid argument"); never NULL, also for
+ * unknown codes. Thread-safe. */
+LLMM_API const char *llmm_status_str(llmm_status status);
+
+/* ---------------------------------------------------------------- hooks */
+
+typedef enum llmm_log_level {
+    LLMM_LOG_ERROR = 0,
+    LLMM_LOG_WARN = 1,
+    LLMM_LOG_INFO = 2,
+    LLMM_LOG_DEBUG = 3
+} llmm_log_level;
+
+/* Receives one complete message (no trailing newline). May be called from any thread that
+ * uses the handle it was given to; must not call back into llmmini on that handle. */
+typedef void (*llmm_log_fn)(void *user, llmm_log_level level, const char *message);
+
+/* Optional allocator for every host allocation the library makes. alloc must return memory
+ * aligned to at least 64 bytes or NULL; free receives only pointers from alloc (never NULL).
+ * Must be thread-safe when a model is shared by threads. */
+typedef struct llmm_allocator {
+    void *(*alloc)(void *user, size_t size);
+    void (*free)(void *user, void *ptr);
+    void *user;
+} llmm_allocator;
+
+/* Progress of long work, fraction in [0, 1]. Return non-zero to cancel: the call then
+ * returns LLMM_ERR_ABORTED and releases what it took. */
+typedef int (*llmm_progress_fn)(void *user, float fraction);
+
+/* Polled between layers and between prefill chunks; non-zero cancels with LLMM_ERR_ABORTED.
+ * The sequence being computed is then left as it was before the call. */
+typedef int (*llmm_abort_fn)(void *user);
+
+/* ---------------------------------------------------------------- model */
+
+typedef struct llmm_model llmm_model;
+typedef int32_t llmm_token;
+
+typedef struct llmm_model_params {
+    uint32_t size;          /* sizeof(llmm_model_params), set by llmm_model_params_default */
+    int32_t vocab_only;     /* 1: load the tokenizer and metadata only (default 0) */
+    int32_t use_mmap;       /* 1: map the file (default); 0: read it into owned memory */
+    llmm_progress_fn progress; /* optional, called while loading */
+    void *progress_user;
+    llmm_log_fn log;        /* optional; no logging when NULL */
+    void *log_user;
+    llmm_log_level log_level; /* messages above this level are dropped (default WARN) */
+    const llmm_allocator *allocator; /* optional; must outlive the model */
+    char *error_buf;        /* optional: receives the message of a failed load, NUL-terminated */
+    size_t error_buf_size;
+} llmm_model_params;
+
+/* Fill *params with defaults. struct_size = sizeof(*params) as the caller compiled it.
+ * Returns LLMM_ERR_INVALID_ARG for NULL or a size smaller than the first version's. */
+LLMM_API llmm_status llmm_model_params_default(llmm_model_params *params, size_t struct_size);
+
+/* Load a GGUF model (v2 or v3). params may be NULL for defaults. On success *out owns the
+ * model until llmm_model_free. Every offset, size and count in the file is checked before
+ * use: a malformed file gives LLMM_ERR_BAD_FILE with a message naming the problem, an
+ * unknown architecture or tokenizer LLMM_ERR_UNSUPPORTED, a missing file LLMM_ERR_IO.
+ * *out is set to NULL on failure. Thread-safe (loads share nothing). */
+LLMM_API llmm_status llmm_model_load(const char *path, const llmm_model_params *params,
+                                     llmm_model **out);
+
+/* Release a model. NULL is ignored. No context created from it may be used afterwards. */
+LLMM_API void llmm_model_free(llmm_model *model);
+
+/* Copy the message of the last failed call on this model into buf (NUL-terminated, cut
+ * to size) and return its full length. With one model shared by threads, the message is
+ * that of the most recent failure from any thread. Returns 0 when nothing failed. */
+LLMM_API size_t llmm_model_last_error(const llmm_model *model, char *buf, size_t size);
+
+typedef enum llmm_tokenizer_kind {
+    LLMM_TOKENIZER_NONE = 0,
+    LLMM_TOKENIZER_SPM = 1,  /* SentencePiece-style ("llama") */
+    LLMM_TOKENIZER_BPE = 2   /* byte-level BPE ("gpt2"); later issue */
+} llmm_tokenizer_kind;
+
+/* Facts about a loaded model. Strings are owned by the model and live as long as it. */
+typedef struct llmm_model_info {
+    uint32_t size;            /* set to sizeof(llmm_model_info) before the call */
+    const char *architecture; /* general.architecture, e.g. "llama" */
+    const char *name;         /* general.name, or "" */
+    llmm_tokenizer_kind tokenizer;
+    int32_t vocab_only;
+    uint32_t n_vocab;
+    uint32_t n_ctx_train;     /* context length the model was trained with */
+    uint32_t n_embd;
+    uint32_t n_layer;
+    uint32_t n_head;
+    uint32_t n_head_kv;
+    uint32_t n_ff;
+    uint32_t head_dim;
+    uint64_t n_params;        /* elements in all tensors */
+    uint64_t file_bytes;      /* size of the GGUF file */
+    uint32_t gguf_version;
+    uint32_t n_tensors;
+    double load_ms;           /* wall time llmm_model_load took */
+} llmm_model_info;
+
+/* Fill *info (info->size must be set). Thread-safe. Errors: INVALID_ARG. */
+LLMM_API llmm_status llmm_model_get_info(const llmm_model *model, llmm_model_info *info);
+
+/* Typed metadata lookup by GGUF key. Strings point into the model (not copied, NUL-terminated
+ * copies kept by the model) and live as long as it. Integer lookup accepts every GGUF integer
+ * type and bool; float lookup accepts F32/F64. Errors: NOT_FOUND (no such key), WRONG_TYPE
+ * (key has another type, e.g. an array), INVALID_ARG. Thread-safe. */
+LLMM_API llmm_status llmm_model_meta_str(const llmm_model *model, const char *key,
+                                         const char **out);
+LLMM_API llmm_status llmm_model_meta_int(const llmm_model *model, const char *key,
+                                         int64_t *out);
+LLMM_API llmm_status llmm_model_meta_float(const llmm_model *model, const char *key,
+                                           double *out);
+/* Number of metadata keys, and the key at index i (0 <= i < count), to enumerate them. */
+LLMM_API llmm_status llmm_model_meta_count(const llmm_model *model, size_t *count);
+LLMM_API llmm_status llmm_model_meta_key(const llmm_model *model, size_t index,
+                                         const char **key);
+
+/* ---------------------------------------------------------------- tokens */
+
+/* Flags for llmm_tokenize. */
+#define LLMM_TOKENIZE_ADD_SPECIAL 1u   /* add BOS/EOS as the model's metadata asks */
+#define LLMM_TOKENIZE_PARSE_SPECIAL 2u /* text like "<s>" becomes the control token */
+
+/* Tokenize text_len bytes of text (need not be NUL-terminated; any bytes, invalid UTF-8
+ * included: bytes that form no token become byte tokens <0xNN>, or the unknown token when
+ * the vocabulary has no byte tokens). Writes up to capacity ids into out and the number of
+ * ids in *n_tokens. When capacity is too small, returns LLMM_ERR_BUFFER_TOO_SMALL with the
+ * needed count in *n_tokens (out may then be NULL with capacity 0 to ask for the size).
+ * Thread-safe. Errors: INVALID_ARG, BUFFER_TOO_SMALL, NO_MEMORY, UNSUPPORTED (no tokenizer). */
+LLMM_API llmm_status llmm_tokenize(const llmm_model *model, const char *text, size_t text_len,
+                                   uint32_t flags, llmm_token *out, size_t capacity,
+                                   size_t *n_tokens);
+
+/* Flags for llmm_token_to_piece and llmm_detokenize. */
+#define LLMM_PIECE_RENDER_SPECIAL 1u /* control tokens render as their text (default: empty) */
+#define LLMM_PIECE_STRIP_SPACE 2u    /* drop one leading space (the SPM space prefix) */
+
+/* The bytes a token stands for: SPM "▁" becomes a space, <0xNN> the byte NN. Not
+ * NUL-terminated; *n_bytes receives the length (the needed one with BUFFER_TOO_SMALL).
+ * Thread-safe. Errors: INVALID_ARG (token out of range), BUFFER_TOO_SMALL. */
+LLMM_API llmm_status llmm_token_to_piece(const llmm_model *model, llmm_token token,
+                                         uint32_t flags, char *buf, size_t capacity,
+                                         size_t *n_bytes);
+
+/* Concatenate the pieces of n tokens. LLMM_PIECE_STRIP_SPACE applies to the first piece
+ * only, so detokenize(tokenize(text)) == text for SPM models. Same buffer rules. */
+LLMM_API llmm_status llmm_detokenize(const llmm_model *model, const llmm_token *tokens,
+                                     size_t n, uint32_t flags, char *buf, size_t capacity,
+                                     size_t *n_bytes);
+
+/* Token attribute bits (a token may have several). */
+#define LLMM_TOKEN_ATTR_NORMAL 1u
+#define LLMM_TOKEN_ATTR_UNKNOWN 2u
+#define LLMM_TOKEN_ATTR_CONTROL 4u
+#define LLMM_TOKEN_ATTR_USER_DEFINED 8u
+#define LLMM_TOKEN_ATTR_UNUSED 16u
+#define LLMM_TOKEN_ATTR_BYTE 32u
+#define LLMM_TOKEN_ATTR_BOS 64u
+#define LLMM_TOKEN_ATTR_EOS 128u /* ends generation (EOS, EOT) */
+
+/* Attribute bits of a token. Errors: INVALID_ARG (NULL, token out of range). */
+LLMM_API llmm_status llmm_token_attrs(const llmm_model *model, llmm_token token,
+                                      uint32_t *attrs);
+
+typedef enum llmm_special_token {
+    LLMM_SPECIAL_BOS = 0,
+    LLMM_SPECIAL_EOS = 1,
+    LLMM_SPECIAL_UNK = 2,
+    LLMM_SPECIAL_PAD = 3,
+    LLMM_SPECIAL_SEP = 4,
+    LLMM_SPECIAL_EOT = 5
+} llmm_special_token;
+
+/* The id of a special token. Errors: NOT_FOUND when the model defines none (or an invalid
+ * one, which the loader drops with a warning), INVALID_ARG. */
+LLMM_API llmm_status llmm_model_special_token(const llmm_model *model, llmm_special_token which,
+                                              llmm_token *out);
+
+/* ---------------------------------------------------------------- context */
+
+typedef struct llmm_context llmm_context;
+typedef int32_t llmm_seq_id;
+
+typedef enum llmm_backend_kind {
+    LLMM_BACKEND_AUTO = 0, /* the best available: CUDA when built and a device is found */
+    LLMM_BACKEND_CPU = 1,
+    LLMM_BACKEND_CUDA = 2
+} llmm_backend_kind;
+
+typedef enum llmm_kv_type {
+    LLMM_KV_F32 = 0,
+    LLMM_KV_F16 = 1,
+    LLMM_KV_Q8 = 2
+} llmm_kv_type;
+
+typedef struct llmm_context_params {
+    uint32_t size;          /* sizeof(llmm_context_params) */
+    uint32_t n_ctx;         /* tokens per sequence; 0 = the model's training length, capped at 4096 */
+    uint32_t n_seq_max;     /* sequences that may hold KV at once (default 1) */
+    int32_t n_threads;      /* 0 = number of physical cores */
+    uint32_t n_batch;       /* prefill chunk in tokens (default 256) */
+    llmm_backend_kind backend;
+    llmm_kv_type kv_type;   /* default LLMM_KV_F32 */
+    llmm_abort_fn abort;    /* optional */
+    void *abort_user;
+    llmm_log_fn log;        /* optional */
+    void *log_user;
+    llmm_log_level log_level;
+} llmm_context_params;
+
+LLMM_API llmm_status llmm_context_params_default(llmm_context_params *params, size_t struct_size);
+
+/* Create a context over a model (which must outlive it). params NULL = defaults.
+ * Errors: INVALID_ARG, VOCAB_ONLY, NO_MEMORY, BACKEND, UNSUPPORTED (architecture or weight
+ * type the backend cannot run). Thread-safe with respect to the model. */
+LLMM_API llmm_status llmm_context_create(const llmm_model *model, const llmm_context_params *params,
+                                         llmm_context **out);
+/* Release a context. NULL is ignored. */
+LLMM_API void llmm_context_free(llmm_context *ctx);
+/* The message of the last failed call on ctx, "" if none. Valid until the next call on ctx. */
+LLMM_API const char *llmm_context_last_error(const llmm_context *ctx);
+
+/* Flags for llmm_prefill. */
+#define LLMM_PREFILL_ALL_LOGITS 1u /* keep logits of every position (default: the last) */
+
+/* Append n tokens to sequence seq (0 <= seq < n_seq_max) and run them through the model in
+ * chunks of n_batch, writing their K/V. Afterwards llmm_logits(ctx, i) gives the logits of the
+ * last position (i = 0) or, with LLMM_PREFILL_ALL_LOGITS, of position i of these n tokens.
+ * Errors: INVALID_ARG, CONTEXT_FULL (the sequence would exceed n_ctx; nothing is written),
+ * ABORTED (the sequence is restored to its previous length), NO_MEMORY. */
+LLMM_API llmm_status llmm_prefill(llmm_context *ctx, llmm_seq_id seq, const llmm_token *tokens,
+                                  size_t n, uint32_t flags);
+
+/* One new token for each of n sequences (seqs distinct): appends tokens[i] to seqs[i] and
+ * computes its logits, read with llmm_logits(ctx, i). Same errors as llmm_prefill; on any
+ * error no sequence changes. */
+LLMM_API llmm_status llmm_decode(llmm_context *ctx, const llmm_seq_id *seqs,
+                                 const llmm_token *tokens, size_t n);
+
+/* Logits row i of the last prefill/decode: *out points to n_vocab floats owned by ctx,
+ * valid until the next call that computes. Errors: INVALID_ARG, NOT_FOUND (no such row). */
+LLMM_API llmm_status llmm_logits(llmm_context *ctx, size_t i, const float **out, size_t *n_vocab);
+
+/* Forget all tokens of seq. */
+LLMM_API llmm_status llmm_seq_clear(llmm_context *ctx, llmm_seq_id seq);
+/* Keep the first n_keep tokens of seq (n_keep <= its length), dropping the rest. */
+LLMM_API llmm_status llmm_seq_truncate(llmm_context *ctx, llmm_seq_id seq, size_t n_keep);
+/* Number of tokens seq holds. */
+LLMM_API llmm_status llmm_seq_length(llmm_context *ctx, llmm_seq_id seq, size_t *n);
+
+/* ---------------------------------------------------------------- sampler */
+
+typedef struct llmm_sampler llmm_sampler;
+
+typedef struct llmm_sampler_params {
+    uint32_t size;           /* sizeof(llmm_sampler_params) */
+    float temperature;       /* 0 = greedy (argmax, lowest id on ties); default 0.8 */
+    int32_t top_k;           /* 0 = off; default 40 */
+    float top_p;             /* 1 = off; default 0.95 */
+    float min_p;             /* 0 = off; default 0.05 */
+    float repeat_penalty;    /* 1 = off (default) */
+    float frequency_penalty; /* 0 = off (default) */
+    float presence_penalty;  /* 0 = off (default) */
+    int32_t penalty_last_n;  /* window of accepted tokens the penalties see (default 64) */
+    uint64_t seed;           /* same seed, same draws on every platform (default 0) */
+} llmm_sampler_params;
+
+LLMM_API llmm_status llmm_sampler_params_default(llmm_sampler_params *params, size_t struct_size);
+/* Create a sampler (params NULL = defaults). Errors: INVALID_ARG, NO_MEMORY. */
+LLMM_API llmm_status llmm_sampler_create(const llmm_sampler_params *params, llmm_sampler **out);
+LLMM_API void llmm_sampler_free(llmm_sampler *sampler);
+LLMM_API const char *llmm_sampler_last_error(const llmm_sampler *sampler);
+/* Choose a token from n_vocab logits (not modified). Does not accept it: call
+ * llmm_sampler_accept with the token actually used, so the penalties see it. */
+LLMM_API llmm_status llmm_sample(llmm_sampler *sampler, const float *logits, size_t n_vocab,
+                                 llmm_token *out);
+LLMM_API llmm_status llmm_sampler_accept(llmm_sampler *sampler, llmm_token token);
+/* Forget accepted tokens and restart the RNG from the seed. */
+LLMM_API llmm_status llmm_sampler_reset(llmm_sampler *sampler);
+
+/* ---------------------------------------------------------------- generate */
+
+/* Receives output bytes as they are produced. complete_utf8 is 1 when the bytes end on a
+ * complete UTF-8 character (an incomplete tail is delivered again, completed, never split
+ * across calls unless the model emits invalid UTF-8). Return non-zero to stop. */
+typedef int (*llmm_stream_fn)(void *user, const char *bytes, size_t n, int complete_utf8);
+
+typedef enum llmm_stop_reason {
+    LLMM_STOP_NONE = 0,
+    LLMM_STOP_MAX_TOKENS = 1,
+    LLMM_STOP_EOS = 2,
+    LLMM_STOP_STRING = 3,
+    LLMM_STOP_CALLBACK = 4,
+    LLMM_STOP_CONTEXT_FULL = 5
+} llmm_stop_reason;
+
+typedef struct llmm_generate_params {
+    uint32_t size;                 /* sizeof(llmm_generate_params) */
+    llmm_seq_id seq;               /* sequence to use (default 0); cleared first */
+    int32_t max_tokens;            /* default 128 */
+    uint32_t tokenize_flags;       /* default LLMM_TOKENIZE_ADD_SPECIAL */
+    const llmm_sampler_params *sampling; /* NULL = llmm_sampler_params_default */
+    const char *const *stop_strings;     /* optional, n_stop NUL-terminated strings */
+    size_t n_stop;
+    llmm_stream_fn on_bytes;       /* optional */
+    void *user;
+    llmm_token *out_tokens;        /* optional: generated ids are written here */
+    size_t out_capacity;
+} llmm_generate_params;
+
+typedef struct llmm_generate_stats {
+    uint32_t size;            /* set to sizeof(llmm_generate_stats) before the call */
+    size_t n_prompt;
+    size_t n_generated;
+    double load_ms;           /* the model's load time */
+    double prompt_ms;         /* prefill time */
+    double first_token_ms;    /* from the call's start to the first generated token */
+    double generate_ms;       /* time of all decode steps */
+    double prompt_tokens_per_s;
+    double generate_tokens_per_s;
+    llmm_stop_reason stop_reason;
+} llmm_generate_stats;
+
+LLMM_API llmm_status llmm_generate_params_default(llmm_generate_params *params, size_t struct_size);
+
+/* Tokenize prompt, prefill it into params->seq, then sample and decode up to max_tokens,
+ * streaming text through on_bytes. Stops on EOS, a stop string (its text is not streamed),
+ * max_tokens, a non-zero callback return, or a full context. stats may be NULL.
+ * Errors: those of llmm_prefill/llmm_decode; a stop is not an error. */
+LLMM_API llmm_status llmm_generate(llmm_context *ctx, const char *prompt,
+                                   const llmm_generate_params *params, llmm_generate_stats *stats);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* LLMMINI_H */

@@ -1,0 +1,268 @@
+/* Model loading and the read-only queries on a loaded model. */
+#include "model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "weights.h"
+
+llmm_status model_fail(const llmm_model *m, llmm_status status, const char *fmt, ...) {
+    /* the message buffer is the one mutable part of a shared model: guard it */
+    llmm_model *mm = (llmm_model *)m;
+    pthread_mutex_lock(&mm->error_lock);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(mm->last_error, sizeof mm->last_error, fmt, ap);
+    va_end(ap);
+    pthread_mutex_unlock(&mm->error_lock);
+    return status;
+}
+
+LLMM_API size_t llmm_model_last_error(const llmm_model *model, char *buf, size_t size) {
+    if (!model) return 0;
+    llmm_model *mm = (llmm_model *)model;
+    pthread_mutex_lock(&mm->error_lock);
+    size_t n = strlen(mm->last_error);
+    if (buf && size) snprintf(buf, size, "%s", mm->last_error);
+    pthread_mutex_unlock(&mm->error_lock);
+    return n;
+}
+
+static int report_progress(const llmm_model_params *p, float fraction) {
+    return p->progress && p->progress(p->progress_user, fraction) != 0;
+}
+
+/* "{arch}.{suffix}" as an unsigned 32-bit value; absent leaves *out unchanged. */
+static llmm_status arch_u32(llmm_model *m, const char *suffix, uint32_t *out, llmm_diag *d) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", m->architecture, suffix);
+    const gguf_kv *kv = gguf_find_kv(m->gguf, key);
+    int64_t v;
+    if (!kv) return LLMM_OK;
+    if (!gguf_kv_as_int(kv, &v) || v < 0 || v > UINT32_MAX)
+        return diag_fail(d, LLMM_ERR_BAD_FILE, "%s must be a non-negative 32-bit integer", key);
+    *out = (uint32_t)v;
+    return LLMM_OK;
+}
+
+static llmm_status arch_f32(llmm_model *m, const char *suffix, float *out, llmm_diag *d) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", m->architecture, suffix);
+    const gguf_kv *kv = gguf_find_kv(m->gguf, key);
+    double v;
+    if (!kv) return LLMM_OK;
+    if (!gguf_kv_as_float(kv, &v)) return diag_fail(d, LLMM_ERR_BAD_FILE, "%s must be a float", key);
+    *out = (float)v;
+    return LLMM_OK;
+}
+
+static llmm_status read_hparams(llmm_model *m, llmm_diag *d) {
+    llmm_hparams *hp = &m->hp;
+    hp->rope_base = 10000.f;
+    hp->norm_eps = 1e-5f;
+    llmm_status st;
+    if ((st = arch_u32(m, "context_length", &hp->n_ctx_train, d)) ||
+        (st = arch_u32(m, "embedding_length", &hp->n_embd, d)) ||
+        (st = arch_u32(m, "block_count", &hp->n_layer, d)) ||
+        (st = arch_u32(m, "attention.head_count", &hp->n_head, d)) ||
+        (st = arch_u32(m, "feed_forward_length", &hp->n_ff, d)) ||
+        (st = arch_f32(m, "rope.freq_base", &hp->rope_base, d)) ||
+        (st = arch_f32(m, "attention.layer_norm_rms_epsilon", &hp->norm_eps, d)))
+        return st;
+    hp->n_head_kv = hp->n_head;
+    if ((st = arch_u32(m, "attention.head_count_kv", &hp->n_head_kv, d))) return st;
+    hp->head_dim = hp->n_head ? hp->n_embd / hp->n_head : 0;
+    if ((st = arch_u32(m, "attention.key_length", &hp->head_dim, d))) return st;
+    hp->n_rot = hp->head_dim;
+    return arch_u32(m, "rope.dimension_count", &hp->n_rot, d);
+}
+
+/* NUL-terminated copies of keys and string values, so lookups can hand out C strings. */
+static llmm_status copy_metadata(llmm_model *m, llmm_diag *d) {
+    const gguf_file *f = m->gguf;
+    m->meta_keys = mem_calloc(m->alloc, (size_t)f->n_kv + 1, sizeof *m->meta_keys);
+    m->meta_strs = mem_calloc(m->alloc, (size_t)f->n_kv + 1, sizeof *m->meta_strs);
+    if (!m->meta_keys || !m->meta_strs) return diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for metadata");
+    for (uint64_t i = 0; i < f->n_kv; i++) {
+        const gguf_kv *kv = &f->kv[i];
+        m->meta_keys[i] = mem_strndup(m->alloc, kv->key.ptr, (size_t)kv->key.len);
+        if (!m->meta_keys[i]) return diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for metadata");
+        if (kv->type == GGUF_TYPE_STRING) {
+            m->meta_strs[i] = mem_strndup(m->alloc, kv->v.str.ptr, (size_t)kv->v.str.len);
+            if (!m->meta_strs[i]) return diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for metadata");
+        }
+    }
+    return LLMM_OK;
+}
+
+static const char *meta_string_or(const llmm_model *m, const char *key, const char *fallback) {
+    for (uint64_t i = 0; i < m->gguf->n_kv; i++)
+        if (m->meta_strs[i] && strcmp(m->meta_keys[i], key) == 0) return m->meta_strs[i];
+    return fallback;
+}
+
+static llmm_status load_into(llmm_model *m, const char *path, const llmm_model_params *p, llmm_diag *d) {
+    llmm_status st = gguf_open_file(path, p->use_mmap, m->alloc, &m->gguf, d);
+    if (st) return st;
+    if (report_progress(p, 0.3f)) return diag_fail(d, LLMM_ERR_ABORTED, "load cancelled by the progress callback");
+    if ((st = copy_metadata(m, d))) return st;
+    const gguf_kv *arch = gguf_find_kv(m->gguf, "general.architecture");
+    if (arch && arch->type != GGUF_TYPE_STRING)
+        return diag_fail(d, LLMM_ERR_BAD_FILE, "general.architecture must be a string");
+    m->architecture = mem_strndup(m->alloc, arch ? arch->v.str.ptr : "", arch ? (size_t)arch->v.str.len : 0);
+    m->name = mem_strndup(m->alloc, meta_string_or(m, "general.name", ""), strlen(meta_string_or(m, "general.name", "")));
+    if (!m->architecture || !m->name) return diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory");
+    if ((st = read_hparams(m, d))) return st;
+    for (uint64_t i = 0; i < m->gguf->n_tensors; i++) m->n_params += m->gguf->tensors[i].n_elements;
+    if ((st = vocab_load(&m->vocab, m->gguf, m->alloc, &m->log, d))) return st;
+    if (report_progress(p, 0.6f)) return diag_fail(d, LLMM_ERR_ABORTED, "load cancelled by the progress callback");
+    if (!m->vocab_only && (st = weights_bind(m, d))) return st;
+    if (report_progress(p, 1.0f)) return diag_fail(d, LLMM_ERR_ABORTED, "load cancelled by the progress callback");
+    return LLMM_OK;
+}
+
+static void model_release(llmm_model *m) {
+    const llmm_allocator *a = m->alloc;
+    weights_free(m);
+    vocab_free(&m->vocab, a);
+    if (m->gguf) {
+        for (uint64_t i = 0; m->meta_keys && i < m->gguf->n_kv; i++) mem_free(a, m->meta_keys[i]);
+        for (uint64_t i = 0; m->meta_strs && i < m->gguf->n_kv; i++) mem_free(a, m->meta_strs[i]);
+    }
+    mem_free(a, m->meta_keys);
+    mem_free(a, m->meta_strs);
+    mem_free(a, m->architecture);
+    mem_free(a, m->name);
+    gguf_close(m->gguf);
+    pthread_mutex_destroy(&m->error_lock);
+    /* the struct itself came from the app's allocator, whose copy lives inside it */
+    llmm_allocator copy = m->alloc_copy;
+    mem_free(a ? &copy : NULL, m);
+}
+
+LLMM_API llmm_status llmm_model_load(const char *path, const llmm_model_params *params, llmm_model **out) {
+    llmm_model_params p;
+    llmm_model_params_default(&p, sizeof p);
+    if (params && !struct_import(&p, sizeof p, params, sizeof p)) return LLMM_ERR_INVALID_ARG;
+    if (!out) return LLMM_ERR_INVALID_ARG;
+    *out = NULL;
+    llmm_logger log = {p.log, p.log_user, p.log_level};
+    llmm_diag d = {{0}};
+    llmm_status st;
+    double t0 = time_now_ms();
+    llmm_model *m = NULL;
+    if (!path) {
+        st = diag_fail(&d, LLMM_ERR_INVALID_ARG, "llmm_model_load: path is NULL");
+    } else if (p.allocator && (!p.allocator->alloc || !p.allocator->free)) {
+        st = diag_fail(&d, LLMM_ERR_INVALID_ARG, "llmm_model_load: allocator needs both alloc and free");
+    } else if (!(m = mem_calloc(p.allocator, 1, sizeof *m))) {
+        st = diag_fail(&d, LLMM_ERR_NO_MEMORY, "out of memory");
+    } else {
+        if (p.allocator) {
+            m->alloc_copy = *p.allocator;
+            m->alloc = &m->alloc_copy;
+        }
+        m->log = log;
+        m->vocab_only = p.vocab_only != 0;
+        pthread_mutex_init(&m->error_lock, NULL);
+        st = load_into(m, path, &p, &d);
+    }
+    if (st) {
+        if (m) model_release(m);
+        if (p.error_buf && p.error_buf_size) snprintf(p.error_buf, p.error_buf_size, "%s", d.msg);
+        log_msg(&log, LLMM_LOG_ERROR, "loading '%s' failed: %s", path ? path : "(null)", d.msg);
+        return st;
+    }
+    m->load_ms = time_now_ms() - t0;
+    log_msg(&log, LLMM_LOG_INFO, "loaded '%s': %s, %u tensors, %.1f ms", path, m->architecture,
+            (unsigned)m->gguf->n_tensors, m->load_ms);
+    *out = m;
+    return LLMM_OK;
+}
+
+LLMM_API void llmm_model_free(llmm_model *model) {
+    if (model) model_release(model);
+}
+
+LLMM_API llmm_status llmm_model_get_info(const llmm_model *model, llmm_model_info *info) {
+    if (!model || !info) return LLMM_ERR_INVALID_ARG;
+    llmm_model_info i = {0};
+    i.size = sizeof i;
+    i.architecture = model->architecture;
+    i.name = model->name;
+    i.tokenizer = model->vocab.kind;
+    i.vocab_only = model->vocab_only;
+    i.n_vocab = model->vocab.n_tokens;
+    i.n_ctx_train = model->hp.n_ctx_train;
+    i.n_embd = model->hp.n_embd;
+    i.n_layer = model->hp.n_layer;
+    i.n_head = model->hp.n_head;
+    i.n_head_kv = model->hp.n_head_kv;
+    i.n_ff = model->hp.n_ff;
+    i.head_dim = model->hp.head_dim;
+    i.n_params = model->n_params;
+    i.file_bytes = model->gguf->size;
+    i.gguf_version = model->gguf->version;
+    i.n_tensors = (uint32_t)model->gguf->n_tensors;
+    i.load_ms = model->load_ms;
+    if (!struct_export(info, &i, sizeof i, sizeof i))
+        return model_fail(model, LLMM_ERR_INVALID_ARG, "llmm_model_get_info: info->size too small");
+    return LLMM_OK;
+}
+
+static llmm_status find_meta(const llmm_model *model, const char *key, const void *out, const gguf_kv **kv,
+                             uint64_t *index) {
+    if (!model) return LLMM_ERR_INVALID_ARG;
+    if (!key || !out) return model_fail(model, LLMM_ERR_INVALID_ARG, "metadata lookup: NULL key or out");
+    for (uint64_t i = 0; i < model->gguf->n_kv; i++)
+        if (strcmp(model->meta_keys[i], key) == 0) {
+            *kv = &model->gguf->kv[i];
+            *index = i;
+            return LLMM_OK;
+        }
+    return model_fail(model, LLMM_ERR_NOT_FOUND, "no metadata key '%s'", key);
+}
+
+LLMM_API llmm_status llmm_model_meta_str(const llmm_model *model, const char *key, const char **out) {
+    const gguf_kv *kv;
+    uint64_t i;
+    llmm_status st = find_meta(model, key, out, &kv, &i);
+    if (st) return st;
+    if (!model->meta_strs[i]) return model_fail(model, LLMM_ERR_WRONG_TYPE, "metadata '%s' is not a string", key);
+    *out = model->meta_strs[i];
+    return LLMM_OK;
+}
+
+LLMM_API llmm_status llmm_model_meta_int(const llmm_model *model, const char *key, int64_t *out) {
+    const gguf_kv *kv;
+    uint64_t i;
+    llmm_status st = find_meta(model, key, out, &kv, &i);
+    if (st) return st;
+    if (!gguf_kv_as_int(kv, out))
+        return model_fail(model, LLMM_ERR_WRONG_TYPE, "metadata '%s' is not an integer (or exceeds int64)", key);
+    return LLMM_OK;
+}
+
+LLMM_API llmm_status llmm_model_meta_float(const llmm_model *model, const char *key, double *out) {
+    const gguf_kv *kv;
+    uint64_t i;
+    llmm_status st = find_meta(model, key, out, &kv, &i);
+    if (st) return st;
+    if (!gguf_kv_as_float(kv, out)) return model_fail(model, LLMM_ERR_WRONG_TYPE, "metadata '%s' is not a float", key);
+    return LLMM_OK;
+}
+
+LLMM_API llmm_status llmm_model_meta_count(const llmm_model *model, size_t *count) {
+    if (!model || !count) return LLMM_ERR_INVALID_ARG;
+    *count = (size_t)model->gguf->n_kv;
+    return LLMM_OK;
+}
+
+LLMM_API llmm_status llmm_model_meta_key(const llmm_model *model, size_t index, const char **key) {
+    if (!model || !key) return LLMM_ERR_INVALID_ARG;
+    if (index >= model->gguf->n_kv)
+        return model_fail(model, LLMM_ERR_INVALID_ARG, "metadata index %zu out of range", index);
+    *key = model->meta_keys[index];
+    return LLMM_OK;
+}

@@ -1,0 +1,48 @@
+/* A loaded model: the GGUF file, its metadata, hyper-parameters and vocabulary. */
+#ifndef LLMM_MODEL_H
+#define LLMM_MODEL_H
+
+#include <pthread.h>
+
+#include "common.h"
+#include "gguf.h"
+#include "vocab.h"
+
+typedef struct llmm_hparams {
+    uint32_t n_ctx_train;
+    uint32_t n_embd;
+    uint32_t n_layer;
+    uint32_t n_head;
+    uint32_t n_head_kv;
+    uint32_t n_ff;
+    uint32_t head_dim;  /* n_embd / n_head unless the metadata says otherwise */
+    uint32_t n_rot;     /* rotated dimensions per head */
+    float rope_base;
+    float norm_eps;
+} llmm_hparams;
+
+struct llmm_model {
+    llmm_allocator alloc_copy;
+    const llmm_allocator *alloc; /* &alloc_copy, or NULL for the C library */
+    llmm_logger log;
+    gguf_file *gguf;
+    char *architecture;
+    char *name;
+    char **meta_keys;   /* (gguf->n_kv) NUL-terminated copies */
+    char **meta_strs;   /* (gguf->n_kv) copies of string values, NULL for other types */
+    llmm_vocab vocab;
+    llmm_hparams hp;
+    int vocab_only;
+    double load_ms;
+    uint64_t n_params;
+    struct llmm_weights *weights; /* bound tensors; NULL for vocab-only models */
+    /* last error, shared by the threads using the model */
+    pthread_mutex_t error_lock;
+    char last_error[512];
+};
+
+/* Record a failure on a model (thread-safe) and return status. */
+llmm_status model_fail(const llmm_model *m, llmm_status status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#endif

@@ -1,0 +1,225 @@
+#include "quant.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------- scalar conversions */
+
+static inline float f32_from_bits(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline uint32_t f32_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+float llmm_f16_to_f32(llmm_f16 h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu;
+    uint32_t man = h & 0x3ffu;
+    if (exp == 0x1f) return f32_from_bits(sign | 0x7f800000u | (man << 13));
+    if (exp == 0) {
+        /* subnormal: value = man * 2^-24 */
+        float v = (float)man * 5.9604644775390625e-8f;
+        return sign ? -v : v;
+    }
+    return f32_from_bits(sign | ((exp + 112) << 23) | (man << 13));
+}
+
+/* Round to nearest even, with overflow to infinity and gradual underflow, as the hardware
+ * conversion (and so the reference engine) does. */
+llmm_f16 llmm_f32_to_f16(float f) {
+    uint32_t x = f32_bits(f);
+    uint32_t sign = (x >> 16) & 0x8000u;
+    uint32_t abs = x & 0x7fffffffu;
+    if (abs >= 0x7f800000u) /* inf or nan */
+        return (llmm_f16)(sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0));
+    if (abs >= 0x477ff000u) return (llmm_f16)(sign | 0x7c00u); /* rounds past 65504 */
+    if (abs < 0x38800000u) {
+        /* result is subnormal or zero: add 0.5 as float magic to get RNE in the low bits */
+        float v = f32_from_bits(abs) + 0.5f;
+        return (llmm_f16)(sign | (f32_bits(v) - 0x3f000000u));
+    }
+    uint32_t mant_odd = (abs >> 13) & 1u;
+    abs += 0xc8000fffu + mant_odd; /* rebias exponent (-112 << 23) and round */
+    return (llmm_f16)(sign | (abs >> 13));
+}
+
+float llmm_bf16_to_f32(llmm_bf16 h) { return f32_from_bits((uint32_t)h << 16); }
+
+static llmm_bf16 bf16_from_f32(float f) {
+    uint32_t u = f32_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (llmm_bf16)((u >> 16) | 64u); /* quiet nan */
+    return (llmm_bf16)((u + (0x7fffu + ((u >> 16) & 1u))) >> 16);
+}
+
+/* ---------------------------------------------------------------- F32 / F16 / BF16 */
+
+static void dequant_f32(const void *src, float *dst, size_t n) { memcpy(dst, src, n * sizeof(float)); }
+
+static void dequant_f16(const void *src, float *dst, size_t n) {
+    const llmm_f16 *s = src;
+    for (size_t i = 0; i < n; i++) dst[i] = llmm_f16_to_f32(s[i]);
+}
+
+static void dequant_bf16(const void *src, float *dst, size_t n) {
+    const llmm_bf16 *s = src;
+    for (size_t i = 0; i < n; i++) dst[i] = llmm_bf16_to_f32(s[i]);
+}
+
+static void from_float_f32(const float *src, void *dst, size_t n) { memcpy(dst, src, n * sizeof(float)); }
+
+static void from_float_f16(const float *src, void *dst, size_t n) {
+    llmm_f16 *d = dst;
+    for (size_t i = 0; i < n; i++) d[i] = llmm_f32_to_f16(src[i]);
+}
+
+static void from_float_bf16(const float *src, void *dst, size_t n) {
+    llmm_bf16 *d = dst;
+    for (size_t i = 0; i < n; i++) d[i] = bf16_from_f32(src[i]);
+}
+
+/* Eight partial sums, as an 8-lane SIMD accumulator would keep, so the scalar reference and
+ * the vector kernels round alike. */
+static float dot_f32(const void *w, const void *x, size_t n) {
+    const float *a = w, *b = x;
+    float acc[8] = {0};
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++) acc[l] += a[i + l] * b[i + l];
+    float sum = 0;
+    for (; i < n; i++) sum += a[i] * b[i];
+    for (int l = 0; l < 8; l++) sum += acc[l];
+    return sum;
+}
+
+static float dot_f16(const void *w, const void *x, size_t n) {
+    const llmm_f16 *a = w, *b = x;
+    double sum = 0;
+    for (size_t i = 0; i < n; i++) sum += (double)llmm_f16_to_f32(a[i]) * llmm_f16_to_f32(b[i]);
+    return (float)sum;
+}
+
+static float dot_bf16(const void *w, const void *x, size_t n) {
+    const llmm_bf16 *a = w, *b = x;
+    double sum = 0;
+    for (size_t i = 0; i < n; i++) sum += (double)llmm_bf16_to_f32(a[i]) * llmm_bf16_to_f32(b[i]);
+    return (float)sum;
+}
+
+/* ---------------------------------------------------------------- Q8_0 / Q4_0 */
+
+void llmm_quantize_row_q8_0(const float *src, void *dst, size_t n) {
+    block_q8_0 *y = dst;
+    for (size_t b = 0; b < n / QK8_0; b++) {
+        const float *x = src + b * QK8_0;
+        float amax = 0;
+        for (int j = 0; j < QK8_0; j++) amax = fmaxf(amax, fabsf(x[j]));
+        const float d = amax / 127.f;
+        const float id = amax != 0.f ? 127.f / amax : 0.f;
+        y[b].d = llmm_f32_to_f16(d);
+        /* nearest-even, as the reference's SIMD quantizer rounds */
+        for (int j = 0; j < QK8_0; j++) y[b].qs[j] = (int8_t)nearbyintf(x[j] * id);
+    }
+}
+
+static void dequant_q8_0(const void *src, float *dst, size_t n) {
+    const block_q8_0 *x = src;
+    for (size_t b = 0; b < n / QK8_0; b++) {
+        const float d = llmm_f16_to_f32(x[b].d);
+        for (int j = 0; j < QK8_0; j++) dst[b * QK8_0 + j] = d * (float)x[b].qs[j];
+    }
+}
+
+static void dequant_q4_0(const void *src, float *dst, size_t n) {
+    const block_q4_0 *x = src;
+    for (size_t b = 0; b < n / QK4_0; b++) {
+        const float d = llmm_f16_to_f32(x[b].d);
+        for (int j = 0; j < QK4_0 / 2; j++) {
+            dst[b * QK4_0 + j] = d * (float)((x[b].qs[j] & 0x0f) - 8);
+            dst[b * QK4_0 + j + QK4_0 / 2] = d * (float)((x[b].qs[j] >> 4) - 8);
+        }
+    }
+}
+
+/* Integer dot per block, scaled by both block scales: the reference engine's formula. */
+static float dot_q8_0_q8_0(const void *w, const void *x, size_t n) {
+    const block_q8_0 *a = w, *b = x;
+    float sum = 0;
+    for (size_t i = 0; i < n / QK8_0; i++) {
+        int32_t s = 0;
+        for (int j = 0; j < QK8_0; j++) s += (int32_t)a[i].qs[j] * b[i].qs[j];
+        sum += (float)s * (llmm_f16_to_f32(a[i].d) * llmm_f16_to_f32(b[i].d));
+    }
+    return sum;
+}
+
+static float dot_q4_0_q8_0(const void *w, const void *x, size_t n) {
+    const block_q4_0 *a = w;
+    const block_q8_0 *b = x;
+    float sum = 0;
+    for (size_t i = 0; i < n / QK4_0; i++) {
+        int32_t s = 0;
+        for (int j = 0; j < QK4_0 / 2; j++) {
+            s += ((a[i].qs[j] & 0x0f) - 8) * b[i].qs[j];
+            s += ((a[i].qs[j] >> 4) - 8) * b[i].qs[j + QK4_0 / 2];
+        }
+        sum += (float)s * (llmm_f16_to_f32(a[i].d) * llmm_f16_to_f32(b[i].d));
+    }
+    return sum;
+}
+
+/* ---------------------------------------------------------------- the table */
+
+/* Block sizes and bytes of every ggml type id (from the published block structs), so a file
+ * of any type is size-checked even before its math exists here. */
+static const llmm_type_traits type_table[LLMM_TYPE_COUNT] = {
+    [LLMM_TYPE_F32] = {"f32", 1, 4, dequant_f32, dot_f32, LLMM_TYPE_F32, from_float_f32},
+    [LLMM_TYPE_F16] = {"f16", 1, 2, dequant_f16, dot_f16, LLMM_TYPE_F16, from_float_f16},
+    [LLMM_TYPE_Q4_0] = {"q4_0", 32, 18, dequant_q4_0, dot_q4_0_q8_0, LLMM_TYPE_Q8_0, NULL},
+    [LLMM_TYPE_Q4_1] = {"q4_1", 32, 20, NULL, NULL, 0, NULL},
+    [LLMM_TYPE_Q5_0] = {"q5_0", 32, 22, NULL, NULL, 0, NULL},
+    [LLMM_TYPE_Q5_1] = {"q5_1", 32, 24, NULL, NULL, 0, NULL},
+    [LLMM_TYPE_Q8_0] = {"q8_0", 32, 34, dequant_q8_0, dot_q8_0_q8_0, LLMM_TYPE_Q8_0,
+                        llmm_quantize_row_q8_0},
+    [LLMM_TYPE_Q8_1] = {"q8_1", 32, 36, NULL, NULL, 0, NULL},
+    [LLMM_TYPE_Q2_K] = {"q2_k", 256, 84, NULL, NULL, 0, NULL},
+    [LLMM_TYPE_Q3_K] = {"q3_k", 256, 110, NULL, NULL, 0, NULL},
+    [LLMM_TYPE_Q4_K] = {"q4_k", 256, 144, NULL, NULL, 0, NULL},
+    [LLMM_TYPE_Q5_K] = {"q5_k", 256, 176, NULL, NULL, 0, NULL},
+    [LLMM_TYPE_Q6_K] = {"q6_k", 256, 210, NULL, NULL, 0, NULL},
+    [LLMM_TYPE_Q8_K] = {"q8_k", 256, 292, NULL, NULL, 0, NULL},
+    [LLMM_TYPE_IQ2_XXS] = {"iq2_xxs", 256, 66, NULL, NULL, 0, NULL},
+    [LLMM_TYPE_IQ2_XS] = {"iq2_xs", 256, 74, NULL, NULL, 0, NULL},
+    [LLMM_TYPE_IQ3_XXS] = {"iq3_xxs", 256, 98, NULL, NULL, 0, NULL},
+    [LLMM_TYPE_IQ1_S] = {"iq1_s", 256, 50, NULL, NULL, 0, NULL},
+    [LLMM_TYPE_IQ4_NL] = {"iq4_nl", 32, 18, NULL, NULL, 0, NULL},
+    [LLMM_TYPE_IQ3_S] = {"iq3_s", 256, 110, NULL, NULL, 0, NULL},
+    [LLMM_TYPE_IQ2_S] = {"iq2_s", 256, 82, NULL, NULL, 0, NULL},
+    [LLMM_TYPE_IQ4_XS] = {"iq4_xs", 256, 136, NULL, NULL, 0, NULL},
+    [LLMM_TYPE_I8] = {"i8", 1, 1, NULL, NULL, 0, NULL},
+    [LLMM_TYPE_I16] = {"i16", 1, 2, NULL, NULL, 0, NULL},
+    [LLMM_TYPE_I32] = {"i32", 1, 4, NULL, NULL, 0, NULL},
+    [LLMM_TYPE_I64] = {"i64", 1, 8, NULL, NULL, 0, NULL},
+    [LLMM_TYPE_F64] = {"f64", 1, 8, NULL, NULL, 0, NULL},
+    [LLMM_TYPE_IQ1_M] = {"iq1_m", 256, 56, NULL, NULL, 0, NULL},
+    [LLMM_TYPE_BF16] = {"bf16", 1, 2, dequant_bf16, dot_bf16, LLMM_TYPE_BF16, from_float_bf16},
+    [LLMM_TYPE_TQ1_0] = {"tq1_0", 256, 54, NULL, NULL, 0, NULL},
+    [LLMM_TYPE_TQ2_0] = {"tq2_0", 256, 66, NULL, NULL, 0, NULL},
+    [LLMM_TYPE_MXFP4] = {"mxfp4", 32, 17, NULL, NULL, 0, NULL},
+};
+
+const llmm_type_traits *llmm_type_get(uint32_t type) {
+    if (type >= LLMM_TYPE_COUNT || type_table[type].block_size == 0) return NULL;
+    return &type_table[type];
+}
+
+size_t llmm_row_bytes(uint32_t type, uint64_t n) {
+    const llmm_type_traits *t = llmm_type_get(type);
+    if (!t || n % t->block_size != 0) return 0;
+    return (size_t)(n / t->block_size) * t->block_bytes;
+}

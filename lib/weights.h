@@ -1,0 +1,42 @@
+/* Weight tensors bound by name from the GGUF file, shapes checked against the
+ * hyper-parameters. Weights stay in the file mapping: nothing is copied or dequantized. */
+#ifndef LLMM_WEIGHTS_H
+#define LLMM_WEIGHTS_H
+
+#include "arch.h"
+#include "model.h"
+
+/* A 2-D view of a weight: ne0 values per row (the input dimension), ne1 rows. */
+typedef struct llmm_tensor {
+    const void *data;
+    uint32_t type;
+    int64_t ne0, ne1;
+    size_t row_bytes;
+} llmm_tensor;
+
+typedef struct llmm_layer_weights {
+    llmm_tensor attn_norm; /* (n_embd) */
+    llmm_tensor wq;        /* (n_embd -> n_head * head_dim) */
+    llmm_tensor wk;        /* (n_embd -> n_head_kv * head_dim) */
+    llmm_tensor wv;        /* (n_embd -> n_head_kv * head_dim) */
+    llmm_tensor wo;        /* (n_head * head_dim -> n_embd) */
+    llmm_tensor ffn_norm;  /* (n_embd) */
+    llmm_tensor w_gate;    /* (n_embd -> n_ff) */
+    llmm_tensor w_up;      /* (n_embd -> n_ff) */
+    llmm_tensor w_down;    /* (n_ff -> n_embd) */
+} llmm_layer_weights;
+
+typedef struct llmm_weights {
+    const llmm_arch *arch;
+    llmm_tensor tok_embd;    /* (n_vocab rows of n_embd) */
+    llmm_tensor output_norm; /* (n_embd) */
+    llmm_tensor output;      /* (n_embd -> n_vocab); tok_embd when the model ties them */
+    llmm_layer_weights *layers; /* (n_layer) */
+} llmm_weights;
+
+/* Find and check every tensor the architecture needs. UNSUPPORTED for an unknown
+ * architecture or a weight type without kernels; BAD_FILE for missing or misshapen tensors. */
+llmm_status weights_bind(llmm_model *m, llmm_diag *d);
+void weights_free(llmm_model *m);
+
+#endif

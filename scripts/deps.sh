@@ -1,0 +1,20 @@
+#!/bin/sh
+# Checks the build's Debian packages; installs the missing ones when root with apt-get,
+# otherwise prints the one command to run. Called once by make (stamp in build/).
+set -u
+missing=""
+have_header() { printf '#include <stddef.h>\n#include <stdint.h>\n#include <stdarg.h>\n#include <setjmp.h>\n#include <%s>\n' "$1" | ${CC:-cc} -E -x c - >/dev/null 2>&1; }
+have_header zstd.h || missing="$missing libzstd-dev"
+have_header cmocka.h || missing="$missing libcmocka-dev"
+command -v pkg-config >/dev/null 2>&1 || missing="$missing pkg-config"
+[ -z "$missing" ] && exit 0
+cmd="apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y$missing"
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "deps: installing$missing"
+    if sh -c "$cmd"; then exit 0; fi
+    echo "deps: installing failed; run: $cmd" >&2
+    exit 1
+fi
+echo "deps: missing packages:$missing" >&2
+echo "deps: run as root: $cmd" >&2
+exit 1

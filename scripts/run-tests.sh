@@ -1,0 +1,10 @@
+#!/bin/sh
+# Runs every test binary given, even after a failure; exits non-zero if any failed.
+failed=0
+passed=0
+for t in "$@"; do
+    echo "=== $t"
+    if "$t"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAILED: $t"; fi
+done
+echo "test suites: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]

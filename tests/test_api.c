@@ -1,0 +1,280 @@
+/* Public API contract: argument validation, params versioning, errors, hooks. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "llmmini.h"
+#include "shared_data.h"
+
+static const char *stories_path(char *buf, size_t n) { return shared_path(buf, n, "models/stories260K.gguf"); }
+
+static llmm_model *load_stories(int vocab_only) {
+    char path[1024];
+    llmm_model_params p;
+    llmm_model_params_default(&p, sizeof p);
+    p.vocab_only = vocab_only;
+    llmm_model *m = NULL;
+    assert_int_equal(llmm_model_load(stories_path(path, sizeof path), &p, &m), LLMM_OK);
+    return m;
+}
+
+static void test_version(void **state) {
+    (void)state;
+    char want[32];
+    snprintf(want, sizeof want, "%d.%d.%d", LLMM_VERSION_MAJOR, LLMM_VERSION_MINOR, LLMM_VERSION_PATCH);
+    assert_string_equal(llmm_version(), want);
+    assert_int_equal(llmm_abi_version(), LLMM_ABI_VERSION);
+}
+
+static void test_status_names(void **state) {
+    (void)state;
+    for (int s = 0; s >= LLMM_ERR_INTERNAL; s--) {
+        const char *name = llmm_status_str((llmm_status)s);
+        assert_non_null(name);
+        assert_string_not_equal(name, "unknown status");
+    }
+    assert_string_equal(llmm_status_str((llmm_status)-999), "unknown status");
+}
+
+static void test_params_default_versions(void **state) {
+    (void)state;
+    llmm_model_params p;
+    assert_int_equal(llmm_model_params_default(NULL, sizeof p), LLMM_ERR_INVALID_ARG);
+    assert_int_equal(llmm_model_params_default(&p, 4), LLMM_ERR_INVALID_ARG);
+    assert_int_equal(llmm_model_params_default(&p, sizeof p), LLMM_OK);
+    assert_int_equal(p.size, sizeof p);
+    assert_int_equal(p.use_mmap, 1);
+    /* a caller built against a newer, larger struct gets its unknown tail zeroed */
+    struct {
+        llmm_model_params p;
+        uint64_t future[4];
+    } bigger;
+    memset(&bigger, 0xab, sizeof bigger);
+    assert_int_equal(llmm_model_params_default(&bigger.p, sizeof bigger), LLMM_OK);
+    assert_int_equal(bigger.p.size, sizeof bigger);
+    assert_int_equal(bigger.future[3], 0);
+    llmm_context_params cp;
+    llmm_sampler_params sp;
+    llmm_generate_params gp;
+    assert_int_equal(llmm_context_params_default(&cp, sizeof cp), LLMM_OK);
+    assert_int_equal(llmm_sampler_params_default(&sp, sizeof sp), LLMM_OK);
+    assert_int_equal(llmm_generate_params_default(&gp, sizeof gp), LLMM_OK);
+    assert_int_equal(cp.n_seq_max, 1);
+    assert_int_equal(gp.max_tokens, 128);
+}
+
+static void test_load_bad_arguments(void **state) {
+    (void)state;
+    llmm_model *m = (llmm_model *)&m;
+    assert_int_equal(llmm_model_load(NULL, NULL, &m), LLMM_ERR_INVALID_ARG);
+    assert_null(m);
+    char path[1024];
+    assert_int_equal(llmm_model_load(stories_path(path, sizeof path), NULL, NULL), LLMM_ERR_INVALID_ARG);
+    llmm_model_params p;
+    llmm_model_params_default(&p, sizeof p);
+    char err[256] = "";
+    p.error_buf = err;
+    p.error_buf_size = sizeof err;
+    assert_int_equal(llmm_model_load("/nonexistent/model.gguf", &p, &m), LLMM_ERR_IO);
+    assert_null(m);
+    assert_non_null(strstr(err, "/nonexistent/model.gguf"));
+    assert_int_equal(llmm_model_load("/", &p, &m), LLMM_ERR_IO);
+    p.size = 3;
+    assert_int_equal(llmm_model_load(stories_path(path, sizeof path), &p, &m), LLMM_ERR_INVALID_ARG);
+    llmm_model_free(NULL);
+}
+
+static void test_null_model_calls(void **state) {
+    (void)state;
+    size_t n;
+    llmm_token t;
+    uint32_t a;
+    const char *s;
+    int64_t i;
+    double f;
+    llmm_model_info info = {.size = sizeof info};
+    assert_int_equal(llmm_tokenize(NULL, "x", 1, 0, &t, 1, &n), LLMM_ERR_INVALID_ARG);
+    assert_int_equal(llmm_token_to_piece(NULL, 0, 0, NULL, 0, &n), LLMM_ERR_INVALID_ARG);
+    assert_int_equal(llmm_detokenize(NULL, &t, 1, 0, NULL, 0, &n), LLMM_ERR_INVALID_ARG);
+    assert_int_equal(llmm_token_attrs(NULL, 0, &a), LLMM_ERR_INVALID_ARG);
+    assert_int_equal(llmm_model_special_token(NULL, LLMM_SPECIAL_BOS, &t), LLMM_ERR_INVALID_ARG);
+    assert_int_equal(llmm_model_get_info(NULL, &info), LLMM_ERR_INVALID_ARG);
+    assert_int_equal(llmm_model_meta_str(NULL, "k", &s), LLMM_ERR_INVALID_ARG);
+    assert_int_equal(llmm_model_meta_int(NULL, "k", &i), LLMM_ERR_INVALID_ARG);
+    assert_int_equal(llmm_model_meta_float(NULL, "k", &f), LLMM_ERR_INVALID_ARG);
+    assert_int_equal(llmm_model_meta_count(NULL, &n), LLMM_ERR_INVALID_ARG);
+    assert_int_equal(llmm_model_last_error(NULL, NULL, 0), 0);
+}
+
+static void test_invalid_arguments_on_model(void **state) {
+    (void)state;
+    llmm_model *m = load_stories(1);
+    size_t n;
+    llmm_token t;
+    assert_int_equal(llmm_tokenize(m, NULL, 1, 0, &t, 1, &n), LLMM_ERR_INVALID_ARG);
+    assert_int_equal(llmm_tokenize(m, "x", 1, 0, &t, 1, NULL), LLMM_ERR_INVALID_ARG);
+    assert_int_equal(llmm_tokenize(m, "x", 1, 0, NULL, 5, &n), LLMM_ERR_INVALID_ARG);
+    assert_int_equal(llmm_tokenize(m, "x", 1, 0x80, &t, 1, &n), LLMM_ERR_INVALID_ARG);
+    char err[256];
+    assert_true(llmm_model_last_error(m, err, sizeof err) > 0);
+    assert_non_null(strstr(err, "flags"));
+    assert_int_equal(llmm_token_to_piece(m, 99999, 0, err, sizeof err, &n), LLMM_ERR_INVALID_ARG);
+    assert_int_equal(llmm_model_special_token(m, (llmm_special_token)42, &t), LLMM_ERR_INVALID_ARG);
+    llmm_model_info small = {.size = 4};
+    assert_int_equal(llmm_model_get_info(m, &small), LLMM_ERR_INVALID_ARG);
+    const char *s;
+    assert_int_equal(llmm_model_meta_str(m, NULL, &s), LLMM_ERR_INVALID_ARG);
+    assert_int_equal(llmm_model_meta_str(m, "general.architecture", NULL), LLMM_ERR_INVALID_ARG);
+    assert_int_equal(llmm_model_meta_key(m, 1000, &s), LLMM_ERR_INVALID_ARG);
+    llmm_model_free(m);
+}
+
+static void test_info_and_metadata(void **state) {
+    (void)state;
+    llmm_model *m = load_stories(0);
+    llmm_model_info info = {.size = sizeof info};
+    assert_int_equal(llmm_model_get_info(m, &info), LLMM_OK);
+    assert_string_equal(info.architecture, "llama");
+    assert_int_equal(info.tokenizer, LLMM_TOKENIZER_SPM);
+    assert_int_equal(info.n_vocab, 512);
+    assert_int_equal(info.n_ctx_train, 2048);
+    assert_int_equal(info.n_embd, 64);
+    assert_int_equal(info.n_layer, 5);
+    assert_int_equal(info.n_head, 8);
+    assert_int_equal(info.n_head_kv, 4);
+    assert_int_equal(info.head_dim, 8);
+    assert_int_equal(info.n_ff, 172);
+    assert_int_equal(info.file_bytes, 1185376);
+    assert_int_equal(info.gguf_version, 3);
+    assert_int_equal(info.n_tensors, 48);
+    assert_true(info.n_params > 250000 && info.n_params < 300000);
+    const char *s;
+    int64_t i;
+    double f;
+    assert_int_equal(llmm_model_meta_str(m, "tokenizer.ggml.model", &s), LLMM_OK);
+    assert_string_equal(s, "llama");
+    assert_int_equal(llmm_model_meta_int(m, "llama.block_count", &i), LLMM_OK);
+    assert_int_equal(i, 5);
+    assert_int_equal(llmm_model_meta_float(m, "llama.attention.layer_norm_rms_epsilon", &f), LLMM_OK);
+    assert_true(f > 0.9e-5 && f < 1.1e-5);
+    assert_int_equal(llmm_model_meta_str(m, "llama.block_count", &s), LLMM_ERR_WRONG_TYPE);
+    assert_int_equal(llmm_model_meta_int(m, "general.architecture", &i), LLMM_ERR_WRONG_TYPE);
+    assert_int_equal(llmm_model_meta_int(m, "tokenizer.ggml.tokens", &i), LLMM_ERR_WRONG_TYPE);
+    assert_int_equal(llmm_model_meta_float(m, "llama.block_count", &f), LLMM_ERR_WRONG_TYPE);
+    assert_int_equal(llmm_model_meta_str(m, "no.such.key", &s), LLMM_ERR_NOT_FOUND);
+    size_t count;
+    assert_int_equal(llmm_model_meta_count(m, &count), LLMM_OK);
+    assert_int_equal(count, 19);
+    int found = 0;
+    for (size_t k = 0; k < count; k++) {
+        assert_int_equal(llmm_model_meta_key(m, k, &s), LLMM_OK);
+        found += strcmp(s, "general.architecture") == 0;
+    }
+    assert_int_equal(found, 1);
+    llmm_model_free(m);
+}
+
+typedef struct counting_alloc {
+    size_t allocs, frees;
+} counting_alloc;
+
+static void *count_alloc(void *user, size_t size) {
+    ((counting_alloc *)user)->allocs++;
+    void *p = NULL;
+    return posix_memalign(&p, 64, size) == 0 ? p : NULL;
+}
+
+static void count_free(void *user, void *p) {
+    ((counting_alloc *)user)->frees++;
+    free(p);
+}
+
+static void test_allocator_hook_sees_everything(void **state) {
+    (void)state;
+    counting_alloc c = {0};
+    llmm_allocator a = {count_alloc, count_free, &c};
+    llmm_model_params p;
+    llmm_model_params_default(&p, sizeof p);
+    p.allocator = &a;
+    p.use_mmap = 0;
+    char path[1024];
+    llmm_model *m = NULL;
+    assert_int_equal(llmm_model_load(stories_path(path, sizeof path), &p, &m), LLMM_OK);
+    llmm_token ids[8];
+    size_t n;
+    assert_int_equal(llmm_tokenize(m, "Once upon a time", 16, LLMM_TOKENIZE_ADD_SPECIAL, ids, 8, &n), LLMM_OK);
+    llmm_model_free(m);
+    assert_true(c.allocs > 5);
+    assert_int_equal(c.allocs, c.frees);
+}
+
+static int cancel_at_half(void *user, float fraction) {
+    *(int *)user += 1;
+    return fraction > 0.5f;
+}
+
+static void test_progress_cancel(void **state) {
+    (void)state;
+    int calls = 0;
+    llmm_model_params p;
+    llmm_model_params_default(&p, sizeof p);
+    p.progress = cancel_at_half;
+    p.progress_user = &calls;
+    char path[1024];
+    llmm_model *m = (llmm_model *)&m;
+    assert_int_equal(llmm_model_load(stories_path(path, sizeof path), &p, &m), LLMM_ERR_ABORTED);
+    assert_null(m);
+    assert_true(calls >= 2);
+}
+
+typedef struct log_capture {
+    int errors;
+    char last[512];
+} log_capture;
+
+static void capture_log(void *user, llmm_log_level level, const char *msg) {
+    log_capture *c = user;
+    if (level == LLMM_LOG_ERROR) c->errors++;
+    snprintf(c->last, sizeof c->last, "%s", msg);
+}
+
+static void test_log_callback(void **state) {
+    (void)state;
+    log_capture c = {0};
+    llmm_model_params p;
+    llmm_model_params_default(&p, sizeof p);
+    p.log = capture_log;
+    p.log_user = &c;
+    llmm_model *m;
+    assert_int_equal(llmm_model_load("/nonexistent.gguf", &p, &m), LLMM_ERR_IO);
+    assert_int_equal(c.errors, 1);
+    assert_non_null(strstr(c.last, "nonexistent"));
+    /* stories260K's invalid optional ids are warned about, not fatal */
+    c.last[0] = '\0';
+    char path[1024];
+    assert_int_equal(llmm_model_load(stories_path(path, sizeof path), &p, &m), LLMM_OK);
+    assert_non_null(strstr(c.last, "token_id"));
+    llmm_model_free(m);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_version),
+        cmocka_unit_test(test_status_names),
+        cmocka_unit_test(test_params_default_versions),
+        cmocka_unit_test(test_load_bad_arguments),
+        cmocka_unit_test(test_null_model_calls),
+        cmocka_unit_test(test_invalid_arguments_on_model),
+        cmocka_unit_test(test_info_and_metadata),
+        cmocka_unit_test(test_allocator_hook_sees_everything),
+        cmocka_unit_test(test_progress_cancel),
+        cmocka_unit_test(test_log_callback),
+    };
+    return cmocka_run_group_tests_name("api", tests, NULL, NULL);
+}

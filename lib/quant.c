@@ -85,7 +85,7 @@ static void from_float_bf16(const float *src, void *dst, size_t n) {
 
 /* Eight partial sums, as an 8-lane SIMD accumulator would keep, so the scalar reference and
  * the vector kernels round alike. */
-static float dot_f32(const void *w, const void *x, size_t n) {
+float llmm_dot_f32(const void *w, const void *x, size_t n) {
     const float *a = w, *b = x;
     float acc[8] = {0};
     size_t i = 0;
@@ -178,7 +178,7 @@ static float dot_q4_0_q8_0(const void *w, const void *x, size_t n) {
 /* Block sizes and bytes of every ggml type id (from the published block structs), so a file
  * of any type is size-checked even before its math exists here. */
 static const llmm_type_traits type_table[LLMM_TYPE_COUNT] = {
-    [LLMM_TYPE_F32] = {"f32", 1, 4, dequant_f32, dot_f32, LLMM_TYPE_F32, from_float_f32},
+    [LLMM_TYPE_F32] = {"f32", 1, 4, dequant_f32, llmm_dot_f32, LLMM_TYPE_F32, from_float_f32},
     [LLMM_TYPE_F16] = {"f16", 1, 2, dequant_f16, dot_f16, LLMM_TYPE_F16, from_float_f16},
     [LLMM_TYPE_Q4_0] = {"q4_0", 32, 18, dequant_q4_0, dot_q4_0_q8_0, LLMM_TYPE_Q8_0, NULL},
     [LLMM_TYPE_Q4_1] = {"q4_1", 32, 20, NULL, NULL, 0, NULL},

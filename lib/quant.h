@@ -97,6 +97,9 @@ float llmm_f16_to_f32(llmm_f16 h);
 llmm_f16 llmm_f32_to_f16(float f);
 float llmm_bf16_to_f32(llmm_bf16 h);
 
+/* Float dot product with eight partial sums (the reference kernels' rounding order). */
+float llmm_dot_f32(const void *a, const void *b, size_t n);
+
 /* Activations into Q8_0 blocks (n a multiple of 32), rounding as the reference engine. */
 void llmm_quantize_row_q8_0(const float *src, void *dst, size_t n);
 

@@ -1,0 +1,81 @@
+/* The CPU backend's table: host memory, the thread pool, and the op files' kernels. */
+#include "cpu_backend.h"
+
+#include <string.h>
+
+#include "quant.h"
+
+void *cpu_scratch(cpu_state *s, size_t bytes) {
+    if (bytes <= s->scratch_bytes) return s->scratch;
+    void *p = mem_alloc(s->alloc, bytes);
+    if (!p) return NULL;
+    mem_free(s->alloc, s->scratch);
+    s->scratch = p;
+    s->scratch_bytes = bytes;
+    return p;
+}
+
+static int cpu_available(void) { return 1; }
+
+static int cpu_supports_type(uint32_t type) {
+    const llmm_type_traits *t = llmm_type_get(type);
+    return t && t->vec_dot && t->dequant_row;
+}
+
+static llmm_status cpu_init(const llmm_backend_config *cfg, void **out) {
+    cpu_state *s = mem_calloc(cfg->alloc, 1, sizeof *s);
+    if (!s) return LLMM_ERR_NO_MEMORY;
+    s->alloc = cfg->alloc;
+    int n = cfg->n_threads > 0 ? cfg->n_threads : cpu_physical_cores();
+    llmm_status st = threadpool_create(n, cfg->alloc, &s->pool);
+    if (st) {
+        mem_free(cfg->alloc, s);
+        return st;
+    }
+    *out = s;
+    return LLMM_OK;
+}
+
+static void cpu_shutdown(void *state) {
+    cpu_state *s = state;
+    if (!s) return;
+    threadpool_free(s->pool);
+    mem_free(s->alloc, s->scratch);
+    mem_free(s->alloc, s);
+}
+
+static llmm_status cpu_buffer_alloc(void *state, size_t bytes, void **out) {
+    cpu_state *s = state;
+    *out = mem_alloc(s->alloc, bytes);
+    return *out ? LLMM_OK : LLMM_ERR_NO_MEMORY;
+}
+
+static void cpu_buffer_free(void *state, void *buffer) { mem_free(((cpu_state *)state)->alloc, buffer); }
+
+static llmm_status cpu_copy(void *state, void *dst, const void *src, size_t bytes) {
+    (void)state;
+    memcpy(dst, src, bytes);
+    return LLMM_OK;
+}
+
+const llmm_backend_ops llmm_cpu_backend = {
+    .api_version = LLMM_BACKEND_API_VERSION,
+    .name = "cpu",
+    .kind = LLMM_BACKEND_CPU,
+    .available = cpu_available,
+    .supports_type = cpu_supports_type,
+    .init = cpu_init,
+    .shutdown = cpu_shutdown,
+    .buffer_alloc = cpu_buffer_alloc,
+    .buffer_free = cpu_buffer_free,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .embed = cpu_embed,
+    .rms_norm = cpu_rms_norm,
+    .matmul = cpu_matmul,
+    .rope = cpu_rope,
+    .glu = cpu_glu,
+    .add = cpu_add,
+    .kv_write = cpu_kv_write,
+    .attention = cpu_attention,
+};

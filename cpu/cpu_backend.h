@@ -1,0 +1,37 @@
+/* CPU backend internals shared by its op files. */
+#ifndef LLMM_CPU_BACKEND_H
+#define LLMM_CPU_BACKEND_H
+
+#include "backend.h"
+#include "threadpool.h"
+
+typedef struct cpu_state {
+    llmm_threadpool *pool;
+    const llmm_allocator *alloc;
+    void *scratch; /* activations converted for vec_dot, attention scores */
+    size_t scratch_bytes;
+} cpu_state;
+
+/* Scratch of at least bytes, reused across calls. */
+void *cpu_scratch(cpu_state *s, size_t bytes);
+
+/* [start, end) of n items for thread ith of nth. */
+static inline void cpu_split(size_t n, int ith, int nth, size_t *start, size_t *end) {
+    size_t per = (n + (size_t)nth - 1) / (size_t)nth;
+    *start = LLMM_MIN(n, per * (size_t)ith);
+    *end = LLMM_MIN(n, *start + per);
+}
+
+llmm_status cpu_matmul(void *state, const llmm_tensor *w, const float *x, size_t n_rows, float *out);
+llmm_status cpu_attention(void *state, const llmm_attn_batch *b);
+llmm_status cpu_embed(void *state, const llmm_tensor *table, const llmm_token *ids, size_t n, float *out);
+llmm_status cpu_rms_norm(void *state, const float *x, const float *weight, float *out, size_t n_rows, size_t dim,
+                         float eps);
+llmm_status cpu_rope(void *state, float *x, size_t n_rows, size_t n_heads, size_t head_dim, size_t n_rot,
+                     const int32_t *pos, float base, llmm_rope_kind kind);
+llmm_status cpu_glu(void *state, float *gate, const float *up, size_t n, llmm_activation act);
+llmm_status cpu_add(void *state, float *dst, const float *src, size_t n);
+llmm_status cpu_kv_write(void *state, const llmm_kv_view *views, const int32_t *pos, size_t n_rows, const float *k,
+                         const float *v, size_t kv_dim);
+
+#endif

@@ -1,0 +1,90 @@
+/* The cheap ops: embedding rows, norms, rotary embedding, gated activations, residuals,
+ * K/V stores. Each follows the reference engine's float/double choices noted inline. */
+#include <math.h>
+#include <string.h>
+
+#include "cpu_backend.h"
+#include "quant.h"
+
+llmm_status cpu_embed(void *state, const llmm_tensor *table, const llmm_token *ids, size_t n, float *out) {
+    (void)state;
+    const llmm_type_traits *tt = llmm_type_get(table->type);
+    for (size_t i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= table->ne1) return LLMM_ERR_INVALID_ARG;
+        tt->dequant_row((const uint8_t *)table->data + (size_t)ids[i] * table->row_bytes, out + i * table->ne0,
+                        (size_t)table->ne0);
+    }
+    return LLMM_OK;
+}
+
+/* Sum of squares in double, scale in float: the reference's rms_norm, then the weight. */
+llmm_status cpu_rms_norm(void *state, const float *x, const float *weight, float *out, size_t n_rows, size_t dim,
+                         float eps) {
+    (void)state;
+    for (size_t r = 0; r < n_rows; r++) {
+        const float *xr = x + r * dim;
+        float *o = out + r * dim;
+        double sum = 0;
+        for (size_t i = 0; i < dim; i++) sum += (double)(xr[i] * xr[i]);
+        const float mean = (float)(sum / (double)dim);
+        const float scale = 1.0f / sqrtf(mean + eps);
+        for (size_t i = 0; i < dim; i++) o[i] = xr[i] * scale * weight[i];
+    }
+    return LLMM_OK;
+}
+
+/* theta for pair i is pos * base^(-2i/n_rot), built by repeated multiplication in float as
+ * the reference does, so angles round the same way. */
+llmm_status cpu_rope(void *state, float *x, size_t n_rows, size_t n_heads, size_t head_dim, size_t n_rot,
+                     const int32_t *pos, float base, llmm_rope_kind kind) {
+    (void)state;
+    const float theta_scale = powf(base, -2.0f / (float)n_rot);
+    for (size_t r = 0; r < n_rows; r++) {
+        for (size_t h = 0; h < n_heads; h++) {
+            float *v = x + (r * n_heads + h) * head_dim;
+            float theta = (float)pos[r];
+            for (size_t i = 0; i < n_rot / 2; i++) {
+                const float c = cosf(theta), s = sinf(theta);
+                const size_t a = kind == LLMM_ROPE_NEOX ? i : 2 * i;
+                const size_t b = kind == LLMM_ROPE_NEOX ? i + n_rot / 2 : 2 * i + 1;
+                const float x0 = v[a], x1 = v[b];
+                v[a] = x0 * c - x1 * s;
+                v[b] = x0 * s + x1 * c;
+                theta *= theta_scale;
+            }
+        }
+    }
+    return LLMM_OK;
+}
+
+static float gelu_tanh(float x) {
+    const float k = 0.79788456080286535587989211986876f; /* sqrt(2/pi) */
+    return 0.5f * x * (1.0f + tanhf(k * x * (1.0f + 0.044715f * x * x)));
+}
+
+llmm_status cpu_glu(void *state, float *gate, const float *up, size_t n, llmm_activation act) {
+    (void)state;
+    if (act == LLMM_ACT_SILU)
+        for (size_t i = 0; i < n; i++) gate[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+    else
+        for (size_t i = 0; i < n; i++) gate[i] = gelu_tanh(gate[i]) * up[i];
+    return LLMM_OK;
+}
+
+llmm_status cpu_add(void *state, float *dst, const float *src, size_t n) {
+    (void)state;
+    for (size_t i = 0; i < n; i++) dst[i] += src[i];
+    return LLMM_OK;
+}
+
+llmm_status cpu_kv_write(void *state, const llmm_kv_view *views, const int32_t *pos, size_t n_rows, const float *k,
+                         const float *v, size_t kv_dim) {
+    (void)state;
+    for (size_t r = 0; r < n_rows; r++) {
+        if (views[r].type != LLMM_TYPE_F32) return LLMM_ERR_UNSUPPORTED;
+        size_t off = (size_t)pos[r] * views[r].row_stride;
+        memcpy((float *)views[r].k + off, k + r * kv_dim, kv_dim * sizeof(float));
+        memcpy((float *)views[r].v + off, v + r * kv_dim, kv_dim * sizeof(float));
+    }
+    return LLMM_OK;
+}

@@ -1,0 +1,137 @@
+#include "threadpool.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+struct llmm_threadpool {
+    int n;
+    pthread_t *threads;
+    pthread_mutex_t lock;
+    pthread_cond_t work_ready;
+    pthread_cond_t work_done;
+    uint64_t generation; /* bumped per run; workers wait for a new one */
+    int pending;         /* workers still running the current task */
+    int quit;
+    llmm_task_fn fn;
+    void *arg;
+    const llmm_allocator *alloc;
+};
+
+typedef struct worker_arg {
+    llmm_threadpool *pool;
+    int ith;
+} worker_arg;
+
+static void *worker_main(void *p) {
+    llmm_threadpool *pool = ((worker_arg *)p)->pool;
+    int ith = ((worker_arg *)p)->ith;
+    uint64_t seen = 0;
+    for (;;) {
+        pthread_mutex_lock(&pool->lock);
+        while (!pool->quit && pool->generation == seen) pthread_cond_wait(&pool->work_ready, &pool->lock);
+        if (pool->quit) {
+            pthread_mutex_unlock(&pool->lock);
+            return NULL;
+        }
+        seen = pool->generation;
+        llmm_task_fn fn = pool->fn;
+        void *arg = pool->arg;
+        pthread_mutex_unlock(&pool->lock);
+        fn(arg, ith, pool->n);
+        pthread_mutex_lock(&pool->lock);
+        if (--pool->pending == 0) pthread_cond_signal(&pool->work_done);
+        pthread_mutex_unlock(&pool->lock);
+    }
+}
+
+/* Worker arguments live in one block after the thread handles. */
+llmm_status threadpool_create(int n_threads, const llmm_allocator *alloc, llmm_threadpool **out) {
+    if (n_threads < 1) n_threads = 1;
+    llmm_threadpool *pool = mem_calloc(alloc, 1, sizeof *pool);
+    if (!pool) return LLMM_ERR_NO_MEMORY;
+    pool->n = n_threads;
+    pool->alloc = alloc;
+    pool->threads = mem_calloc(alloc, (size_t)n_threads, sizeof(pthread_t) + sizeof(worker_arg));
+    if (!pool->threads) {
+        mem_free(alloc, pool);
+        return LLMM_ERR_NO_MEMORY;
+    }
+    worker_arg *args = (worker_arg *)(pool->threads + n_threads);
+    pthread_mutex_init(&pool->lock, NULL);
+    pthread_cond_init(&pool->work_ready, NULL);
+    pthread_cond_init(&pool->work_done, NULL);
+    for (int i = 1; i < n_threads; i++) {
+        args[i] = (worker_arg){pool, i};
+        if (pthread_create(&pool->threads[i], NULL, worker_main, &args[i]) != 0) {
+            pool->n = i; /* shut down the ones that started */
+            threadpool_free(pool);
+            return LLMM_ERR_BACKEND;
+        }
+    }
+    *out = pool;
+    return LLMM_OK;
+}
+
+void threadpool_free(llmm_threadpool *pool) {
+    if (!pool) return;
+    pthread_mutex_lock(&pool->lock);
+    pool->quit = 1;
+    pthread_cond_broadcast(&pool->work_ready);
+    pthread_mutex_unlock(&pool->lock);
+    for (int i = 1; i < pool->n; i++) pthread_join(pool->threads[i], NULL);
+    pthread_mutex_destroy(&pool->lock);
+    pthread_cond_destroy(&pool->work_ready);
+    pthread_cond_destroy(&pool->work_done);
+    mem_free(pool->alloc, pool->threads);
+    mem_free(pool->alloc, pool);
+}
+
+void threadpool_run(llmm_threadpool *pool, llmm_task_fn fn, void *arg) {
+    if (pool->n == 1) {
+        fn(arg, 0, 1);
+        return;
+    }
+    pthread_mutex_lock(&pool->lock);
+    pool->fn = fn;
+    pool->arg = arg;
+    pool->pending = pool->n - 1;
+    pool->generation++;
+    pthread_cond_broadcast(&pool->work_ready);
+    pthread_mutex_unlock(&pool->lock);
+    fn(arg, 0, pool->n);
+    pthread_mutex_lock(&pool->lock);
+    while (pool->pending > 0) pthread_cond_wait(&pool->work_done, &pool->lock);
+    pthread_mutex_unlock(&pool->lock);
+}
+
+int threadpool_size(const llmm_threadpool *pool) { return pool->n; }
+
+/* Distinct (package, core) pairs among online CPUs, from sysfs. */
+int cpu_physical_cores(void) {
+    long logical = sysconf(_SC_NPROCESSORS_ONLN);
+    if (logical < 1) logical = 1;
+    int seen_keys[1024];
+    int n_keys = 0;
+    for (long cpu = 0; cpu < logical && cpu < 1024; cpu++) {
+        char path[128];
+        int core = -1, pkg = 0;
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%ld/topology/core_id", cpu);
+        FILE *f = fopen(path, "r");
+        if (!f) return (int)logical;
+        if (fscanf(f, "%d", &core) != 1) core = -1;
+        fclose(f);
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%ld/topology/physical_package_id", cpu);
+        f = fopen(path, "r");
+        if (f) {
+            if (fscanf(f, "%d", &pkg) != 1) pkg = 0;
+            fclose(f);
+        }
+        if (core < 0) return (int)logical;
+        int key = pkg * 4096 + core, dup = 0;
+        for (int i = 0; i < n_keys; i++) dup |= seen_keys[i] == key;
+        if (!dup) seen_keys[n_keys++] = key;
+    }
+    return n_keys > 0 ? n_keys : (int)logical;
+}

@@ -1,0 +1,101 @@
+/* The backend table: the one internal seam between the forward pass and the hardware.
+ *
+ * The forward pass (forward.c) only ever calls these slots. Pointers named "buffer" below are
+ * backend memory (host memory on the CPU, device memory on a GPU) that the forward pass
+ * offsets but never dereferences; ids, positions and the attention row table are host memory.
+ * Optional slots may be NULL. Bump LLMM_BACKEND_API_VERSION when a slot changes. */
+#ifndef LLMM_BACKEND_H
+#define LLMM_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "arch.h"
+#include "common.h"
+#include "weights.h"
+
+#define LLMM_BACKEND_API_VERSION 1
+
+typedef struct llmm_backend_config {
+    int n_threads;              /* CPU worker threads; <= 0 means physical cores */
+    const llmm_allocator *alloc;
+    const llmm_logger *log;
+} llmm_backend_config;
+
+/* One layer's K or V rows of one sequence, as the KV store lays them out. The paged store
+ * (later) adds a block table here; the attention op is the only reader. */
+typedef struct llmm_kv_view {
+    void *k;           /* buffer: position p's K row starts at k + p * row_stride elements */
+    void *v;
+    size_t row_stride; /* elements between positions */
+    uint32_t type;     /* element type, enum llmm_type (F32 now) */
+} llmm_kv_view;
+
+/* Attention of n_rows query rows; row r sees positions [0, rows[r].n_kv) of its sequence. */
+typedef struct llmm_attn_row {
+    llmm_kv_view kv;
+    uint32_t n_kv;
+} llmm_attn_row;
+
+typedef struct llmm_attn_batch {
+    const float *q;  /* buffer (n_rows, n_head * head_dim) */
+    float *out;      /* buffer (n_rows, n_head * head_dim) */
+    size_t n_rows;
+    const llmm_attn_row *rows; /* host (n_rows) */
+    uint32_t n_head, n_head_kv, head_dim;
+    float scale;     /* applied to q.k before the softmax */
+} llmm_attn_batch;
+
+typedef struct llmm_backend_ops {
+    uint32_t api_version;
+    const char *name;
+    llmm_backend_kind kind;
+
+    /* 1 when this backend can run here (device present). */
+    int (*available)(void);
+    /* 1 when matmul handles weights of this llmm_type. */
+    int (*supports_type)(uint32_t type);
+    llmm_status (*init)(const llmm_backend_config *cfg, void **state);
+    void (*shutdown)(void *state);
+
+    /* backend memory */
+    llmm_status (*buffer_alloc)(void *state, size_t bytes, void **out);
+    void (*buffer_free)(void *state, void *buffer);
+    llmm_status (*upload)(void *state, void *dst_buffer, const void *src_host, size_t bytes);
+    llmm_status (*download)(void *state, void *dst_host, const void *src_buffer, size_t bytes);
+
+    /* optional: repack a weight into the backend's layout once (NULL: use the mapping). */
+    llmm_status (*prepare_weight)(void *state, const llmm_tensor *host, llmm_tensor *out);
+    void (*release_weight)(void *state, llmm_tensor *w);
+
+    /* out (n, ne0) = rows ids[i] of table, as floats */
+    llmm_status (*embed)(void *state, const llmm_tensor *table, const llmm_token *ids, size_t n, float *out);
+    /* out = x / rms(x) * weight, per row of dim values */
+    llmm_status (*rms_norm)(void *state, const float *x, const float *weight, float *out, size_t n_rows,
+                            size_t dim, float eps);
+    /* out (n_rows, w->ne1) = x (n_rows, w->ne0) times w transposed: y = W x per row */
+    llmm_status (*matmul)(void *state, const llmm_tensor *w, const float *x, size_t n_rows, float *out);
+    /* rotate the first n_rot values of each head of each row by its position */
+    llmm_status (*rope)(void *state, float *x, size_t n_rows, size_t n_heads, size_t head_dim, size_t n_rot,
+                        const int32_t *pos, float base, llmm_rope_kind kind);
+    /* gate = act(gate) * up, elementwise over n values */
+    llmm_status (*glu)(void *state, float *gate, const float *up, size_t n, llmm_activation act);
+    /* dst += src over n values */
+    llmm_status (*add)(void *state, float *dst, const float *src, size_t n);
+    /* store n_rows K and V rows (kv_dim values each) at positions pos[i] of their views */
+    llmm_status (*kv_write)(void *state, const llmm_kv_view *views, const int32_t *pos, size_t n_rows,
+                            const float *k, const float *v, size_t kv_dim);
+    llmm_status (*attention)(void *state, const llmm_attn_batch *batch);
+
+    /* optional: bracket one forward step (a GPU backend may capture it as a graph) */
+    llmm_status (*step_begin)(void *state);
+    llmm_status (*step_end)(void *state);
+} llmm_backend_ops;
+
+/* The CPU backend, always present. */
+extern const llmm_backend_ops llmm_cpu_backend;
+
+/* The backend for a requested kind: AUTO picks the best available. NULL if none fits. */
+const llmm_backend_ops *backend_select(llmm_backend_kind kind);
+
+#endif

@@ -1,0 +1,273 @@
+/* Contexts: creation, prefill and decode over the KV store, logits and sequence edits. */
+#include "context.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "forward.h"
+#include "weights.h"
+
+#define DEFAULT_CTX_CAP 4096
+
+llmm_status ctx_fail(llmm_context *ctx, llmm_status status, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ctx->last_error, sizeof ctx->last_error, fmt, ap);
+    va_end(ap);
+    log_msg(&ctx->log, LLMM_LOG_DEBUG, "%s", ctx->last_error);
+    return status;
+}
+
+LLMM_API const char *llmm_context_last_error(const llmm_context *ctx) { return ctx ? ctx->last_error : ""; }
+
+static llmm_status alloc_rows(llmm_context *ctx, float **buf, size_t width) {
+    return ctx->be->buffer_alloc(ctx->be_state, ctx->max_rows * width * sizeof(float), (void **)buf);
+}
+
+static llmm_status alloc_activations(llmm_context *ctx) {
+    const llmm_hparams *hp = &ctx->model->hp;
+    const size_t q_dim = (size_t)hp->n_head * hp->head_dim, kv_dim = (size_t)hp->n_head_kv * hp->head_dim;
+    llmm_activations *a = &ctx->act;
+    llmm_status st;
+    if ((st = alloc_rows(ctx, &a->x, hp->n_embd)) || (st = alloc_rows(ctx, &a->xb, LLMM_MAX(hp->n_embd, q_dim))) ||
+        (st = alloc_rows(ctx, &a->q, q_dim)) || (st = alloc_rows(ctx, &a->k, kv_dim)) ||
+        (st = alloc_rows(ctx, &a->v, kv_dim)) || (st = alloc_rows(ctx, &a->att, q_dim)) ||
+        (st = alloc_rows(ctx, &a->gate, hp->n_ff)) || (st = alloc_rows(ctx, &a->up, hp->n_ff)) ||
+        (st = alloc_rows(ctx, &a->logits, ctx->model->vocab.n_tokens)))
+        return st;
+    const llmm_allocator *al = ctx->model->alloc;
+    ctx->pos = mem_calloc(al, ctx->max_rows, sizeof *ctx->pos);
+    ctx->row_seq = mem_calloc(al, ctx->max_rows, sizeof *ctx->row_seq);
+    ctx->views = mem_calloc(al, ctx->max_rows, sizeof *ctx->views);
+    ctx->attn_rows = mem_calloc(al, ctx->max_rows, sizeof *ctx->attn_rows);
+    ctx->logits_cap = LLMM_MAX(ctx->params.n_seq_max, 1u);
+    ctx->logits = mem_calloc(al, ctx->logits_cap * ctx->model->vocab.n_tokens, sizeof *ctx->logits);
+    return ctx->pos && ctx->row_seq && ctx->views && ctx->attn_rows && ctx->logits ? LLMM_OK : LLMM_ERR_NO_MEMORY;
+}
+
+static void free_activations(llmm_context *ctx) {
+    float **bufs[] = {&ctx->act.x, &ctx->act.xb, &ctx->act.q, &ctx->act.k, &ctx->act.v,
+                      &ctx->act.att, &ctx->act.gate, &ctx->act.up, &ctx->act.logits};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        if (*bufs[i]) ctx->be->buffer_free(ctx->be_state, *bufs[i]);
+    const llmm_allocator *al = ctx->model->alloc;
+    mem_free(al, ctx->pos);
+    mem_free(al, ctx->row_seq);
+    mem_free(al, ctx->views);
+    mem_free(al, ctx->attn_rows);
+    mem_free(al, ctx->logits);
+}
+
+static llmm_status check_params(const llmm_model *m, llmm_context_params *p, llmm_diag *d) {
+    if (p->n_ctx == 0) p->n_ctx = m->hp.n_ctx_train ? LLMM_MIN(m->hp.n_ctx_train, DEFAULT_CTX_CAP) : DEFAULT_CTX_CAP;
+    if (p->n_seq_max == 0 || p->n_seq_max > 4096)
+        return diag_fail(d, LLMM_ERR_INVALID_ARG, "n_seq_max %u not in 1..4096", p->n_seq_max);
+    if (p->n_batch == 0 || p->n_batch > 65536)
+        return diag_fail(d, LLMM_ERR_INVALID_ARG, "n_batch %u not in 1..65536", p->n_batch);
+    if (p->n_threads < 0 || p->n_threads > 1024)
+        return diag_fail(d, LLMM_ERR_INVALID_ARG, "n_threads %d not in 0..1024", p->n_threads);
+    if (p->n_ctx > (1u << 24)) return diag_fail(d, LLMM_ERR_INVALID_ARG, "n_ctx %u is too large", p->n_ctx);
+    if (p->kv_type != LLMM_KV_F32)
+        return diag_fail(d, LLMM_ERR_UNSUPPORTED, "KV type %d is not available yet (only LLMM_KV_F32)", p->kv_type);
+    if ((int)p->backend < LLMM_BACKEND_AUTO || (int)p->backend > LLMM_BACKEND_CUDA)
+        return diag_fail(d, LLMM_ERR_INVALID_ARG, "unknown backend %d", p->backend);
+    return LLMM_OK;
+}
+
+static llmm_status context_init(llmm_context *ctx, llmm_diag *d) {
+    const llmm_model *m = ctx->model;
+    llmm_context_params *p = &ctx->params;
+    llmm_status st = check_params(m, p, d);
+    if (st) return st;
+    ctx->be = backend_select(p->backend);
+    if (!ctx->be)
+        return diag_fail(d, LLMM_ERR_BACKEND, "backend %d is not available in this build or on this machine", p->backend);
+    const llmm_weights *w = m->weights;
+    const llmm_tensor *all[] = {&w->tok_embd, &w->output};
+    for (size_t i = 0; i < 2; i++)
+        if (!ctx->be->supports_type(all[i]->type))
+            return diag_fail(d, LLMM_ERR_UNSUPPORTED, "the %s backend cannot compute this model's weights", ctx->be->name);
+    llmm_backend_config cfg = {p->n_threads, m->alloc, &ctx->log};
+    if ((st = ctx->be->init(&cfg, &ctx->be_state)))
+        return diag_fail(d, st, "the %s backend failed to start", ctx->be->name);
+    ctx->max_rows = LLMM_MAX(p->n_batch, p->n_seq_max);
+    if ((st = alloc_activations(ctx))) return diag_fail(d, st, "out of memory for activation buffers");
+    const uint32_t kv_dim = m->hp.n_head_kv * m->hp.head_dim;
+    if ((st = kv_init(&ctx->kv, ctx->be, ctx->be_state, m->alloc, m->hp.n_layer, p->n_seq_max, p->n_ctx, kv_dim, d)))
+        return st;
+    if (m->hp.n_ctx_train && p->n_ctx > m->hp.n_ctx_train)
+        log_msg(&ctx->log, LLMM_LOG_WARN, "n_ctx %u exceeds the training context %u", p->n_ctx, m->hp.n_ctx_train);
+    log_msg(&ctx->log, LLMM_LOG_INFO, "context: backend %s, n_ctx %u, %u sequences, KV %.1f MiB", ctx->be->name,
+            p->n_ctx, p->n_seq_max, (double)kv_bytes(&ctx->kv) / (1 << 20));
+    return LLMM_OK;
+}
+
+LLMM_API void llmm_context_free(llmm_context *ctx) {
+    if (!ctx) return;
+    if (ctx->be_state) {
+        free_activations(ctx);
+        kv_free(&ctx->kv);
+        ctx->be->shutdown(ctx->be_state);
+    }
+    mem_free(ctx->model->alloc, ctx);
+}
+
+LLMM_API llmm_status llmm_context_create(const llmm_model *model, const llmm_context_params *params,
+                                         llmm_context **out) {
+    if (!model || !out) return LLMM_ERR_INVALID_ARG;
+    *out = NULL;
+    if (model->vocab_only || !model->weights)
+        return model_fail(model, LLMM_ERR_VOCAB_ONLY, "the model was loaded without weights (vocab_only)");
+    llmm_context *ctx = mem_calloc(model->alloc, 1, sizeof *ctx);
+    if (!ctx) return model_fail(model, LLMM_ERR_NO_MEMORY, "out of memory");
+    ctx->model = model;
+    llmm_context_params_default(&ctx->params, sizeof ctx->params);
+    if (params && !struct_import(&ctx->params, sizeof ctx->params, params, sizeof ctx->params)) {
+        mem_free(model->alloc, ctx);
+        return model_fail(model, LLMM_ERR_INVALID_ARG, "llmm_context_create: params->size too small");
+    }
+    ctx->log = (llmm_logger){ctx->params.log, ctx->params.log_user, ctx->params.log_level};
+    llmm_diag d = {{0}};
+    llmm_status st = context_init(ctx, &d);
+    if (st) {
+        model_fail(model, st, "%s", d.msg);
+        log_msg(&ctx->log, LLMM_LOG_ERROR, "context creation failed: %s", d.msg);
+        llmm_context_free(ctx);
+        return st;
+    }
+    *out = ctx;
+    return LLMM_OK;
+}
+
+static llmm_status check_seq(llmm_context *ctx, llmm_seq_id seq) {
+    if (seq < 0 || (uint32_t)seq >= ctx->params.n_seq_max)
+        return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "sequence %d not in 0..%u", seq, ctx->params.n_seq_max - 1);
+    return LLMM_OK;
+}
+
+static llmm_status check_tokens(llmm_context *ctx, const llmm_token *tokens, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || (uint32_t)tokens[i] >= ctx->model->vocab.n_tokens)
+            return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "token %d at index %zu is out of range", tokens[i], i);
+    return LLMM_OK;
+}
+
+static llmm_status ensure_logit_rows(llmm_context *ctx, size_t rows) {
+    if (rows <= ctx->logits_cap) return LLMM_OK;
+    size_t bytes;
+    if (!size_mul_ok(rows, (size_t)ctx->model->vocab.n_tokens * sizeof(float), &bytes))
+        return ctx_fail(ctx, LLMM_ERR_NO_MEMORY, "logits for %zu rows overflow", rows);
+    float *p = mem_alloc(ctx->model->alloc, bytes);
+    if (!p) return ctx_fail(ctx, LLMM_ERR_NO_MEMORY, "out of memory for logits of %zu rows", rows);
+    mem_free(ctx->model->alloc, ctx->logits);
+    ctx->logits = p;
+    ctx->logits_cap = rows;
+    return LLMM_OK;
+}
+
+static llmm_status step_failed(llmm_context *ctx, llmm_status st) {
+    if (st == LLMM_ERR_ABORTED) return ctx_fail(ctx, st, "aborted by the abort callback");
+    return ctx_fail(ctx, st, "the %s backend failed: %s", ctx->be->name, llmm_status_str(st));
+}
+
+/* Copy logits rows [0, m) of the step to host rows starting at dst_row. */
+static llmm_status fetch_logits(llmm_context *ctx, size_t dst_row, size_t m) {
+    const size_t nv = ctx->model->vocab.n_tokens;
+    return ctx->be->download(ctx->be_state, ctx->logits + dst_row * nv, ctx->act.logits, m * nv * sizeof(float));
+}
+
+LLMM_API llmm_status llmm_prefill(llmm_context *ctx, llmm_seq_id seq, const llmm_token *tokens, size_t n,
+                                  uint32_t flags) {
+    if (!ctx) return LLMM_ERR_INVALID_ARG;
+    if (!tokens || n == 0) return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_prefill: no tokens");
+    if (flags & ~LLMM_PREFILL_ALL_LOGITS) return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_prefill: unknown flags");
+    llmm_status st;
+    if ((st = check_seq(ctx, seq)) || (st = check_tokens(ctx, tokens, n))) return st;
+    const uint32_t start = ctx->kv.seq_len[seq];
+    if (n > ctx->params.n_ctx - start)
+        return ctx_fail(ctx, LLMM_ERR_CONTEXT_FULL, "sequence %d holds %u tokens; %zu more exceed n_ctx %u", seq, start,
+                        n, ctx->params.n_ctx);
+    const int all = (flags & LLMM_PREFILL_ALL_LOGITS) != 0;
+    if ((st = ensure_logit_rows(ctx, all ? n : 1))) return st;
+    ctx->logits_rows = 0;
+    for (size_t done = 0; done < n;) {
+        if (done && ctx->params.abort && ctx->params.abort(ctx->params.abort_user)) {
+            st = LLMM_ERR_ABORTED;
+            break;
+        }
+        const size_t m = LLMM_MIN((size_t)ctx->params.n_batch, n - done);
+        const int last = done + m == n;
+        for (size_t i = 0; i < m; i++) ctx->pos[i] = (int32_t)(start + done + i);
+        for (size_t i = 0; i < m; i++) ctx->row_seq[i] = seq;
+        size_t first = all ? 0 : (last ? m - 1 : m);
+        st = forward_step(ctx, tokens + done, ctx->row_seq, ctx->pos, m, first);
+        if (!st && first < m) st = fetch_logits(ctx, all ? done : 0, m - first);
+        if (st) break;
+        done += m;
+        ctx->kv.seq_len[seq] = (uint32_t)(start + done);
+    }
+    if (st) {
+        ctx->kv.seq_len[seq] = start;
+        ctx->logits_rows = 0;
+        return step_failed(ctx, st);
+    }
+    ctx->logits_rows = all ? n : 1;
+    return LLMM_OK;
+}
+
+LLMM_API llmm_status llmm_decode(llmm_context *ctx, const llmm_seq_id *seqs, const llmm_token *tokens, size_t n) {
+    if (!ctx) return LLMM_ERR_INVALID_ARG;
+    if (!seqs || !tokens || n == 0) return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_decode: no tokens");
+    if (n > ctx->params.n_seq_max)
+        return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_decode: %zu rows but n_seq_max is %u", n, ctx->params.n_seq_max);
+    llmm_status st = check_tokens(ctx, tokens, n);
+    if (st) return st;
+    for (size_t i = 0; i < n; i++) {
+        if ((st = check_seq(ctx, seqs[i]))) return st;
+        for (size_t j = 0; j < i; j++)
+            if (seqs[j] == seqs[i]) return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "sequence %d appears twice", seqs[i]);
+        if (ctx->kv.seq_len[seqs[i]] >= ctx->params.n_ctx)
+            return ctx_fail(ctx, LLMM_ERR_CONTEXT_FULL, "sequence %d is full (n_ctx %u)", seqs[i], ctx->params.n_ctx);
+        ctx->pos[i] = (int32_t)ctx->kv.seq_len[seqs[i]];
+    }
+    ctx->logits_rows = 0;
+    st = forward_step(ctx, tokens, seqs, ctx->pos, n, 0);
+    if (!st) st = fetch_logits(ctx, 0, n);
+    if (st) return step_failed(ctx, st);
+    for (size_t i = 0; i < n; i++) ctx->kv.seq_len[seqs[i]]++;
+    ctx->logits_rows = n;
+    return LLMM_OK;
+}
+
+LLMM_API llmm_status llmm_logits(llmm_context *ctx, size_t i, const float **out, size_t *n_vocab) {
+    if (!ctx) return LLMM_ERR_INVALID_ARG;
+    if (!out) return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_logits: NULL out");
+    if (i >= ctx->logits_rows)
+        return ctx_fail(ctx, LLMM_ERR_NOT_FOUND, "no logits row %zu (the last step kept %zu)", i, ctx->logits_rows);
+    const size_t nv = ctx->model->vocab.n_tokens;
+    *out = ctx->logits + i * nv;
+    if (n_vocab) *n_vocab = nv;
+    return LLMM_OK;
+}
+
+LLMM_API llmm_status llmm_seq_clear(llmm_context *ctx, llmm_seq_id seq) { return llmm_seq_truncate(ctx, seq, 0); }
+
+LLMM_API llmm_status llmm_seq_truncate(llmm_context *ctx, llmm_seq_id seq, size_t n_keep) {
+    if (!ctx) return LLMM_ERR_INVALID_ARG;
+    llmm_status st = check_seq(ctx, seq);
+    if (st) return st;
+    if (n_keep > ctx->kv.seq_len[seq])
+        return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "sequence %d holds %u tokens, cannot keep %zu", seq,
+                        ctx->kv.seq_len[seq], n_keep);
+    ctx->kv.seq_len[seq] = (uint32_t)n_keep;
+    return LLMM_OK;
+}
+
+LLMM_API llmm_status llmm_seq_length(llmm_context *ctx, llmm_seq_id seq, size_t *n) {
+    if (!ctx) return LLMM_ERR_INVALID_ARG;
+    if (!n) return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_seq_length: NULL n");
+    llmm_status st = check_seq(ctx, seq);
+    if (st) return st;
+    *n = ctx->kv.seq_len[seq];
+    return LLMM_OK;
+}

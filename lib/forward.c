@@ -1,0 +1,89 @@
+/* The forward pass, top to bottom as in the paper: embed, then per layer attention and
+ * feed-forward blocks on the residual stream, then the final norm and the output head.
+ * Architecture differences come from ctx->model->weights->arch, never from copies of this. */
+#include "forward.h"
+
+#include <math.h>
+
+#include "weights.h"
+
+#define TRY(call)                                \
+    do {                                         \
+        llmm_status st_ = (call);                \
+        if (st_ != LLMM_OK) return st_;          \
+    } while (0)
+
+static int aborted(const llmm_context *ctx) {
+    return ctx->params.abort && ctx->params.abort(ctx->params.abort_user) != 0;
+}
+
+/* x += Wo · attention(rope(Wq·norm(x)), rope(Wk·norm(x)), Wv·norm(x)) for every row */
+static llmm_status attention_block(llmm_context *ctx, const llmm_layer_weights *l, uint32_t il,
+                                   const llmm_seq_id *seqs, const int32_t *pos, size_t n) {
+    const llmm_backend_ops *be = ctx->be;
+    void *s = ctx->be_state;
+    const llmm_hparams *hp = &ctx->model->hp;
+    const llmm_arch *arch = ctx->model->weights->arch;
+    const llmm_activations *a = &ctx->act;
+    const size_t kv_dim = (size_t)hp->n_head_kv * hp->head_dim;
+
+    TRY(be->rms_norm(s, a->x, l->attn_norm.data, a->xb, n, hp->n_embd, hp->norm_eps));
+    TRY(be->matmul(s, &l->wq, a->xb, n, a->q));       /* (n, n_head * head_dim) */
+    TRY(be->matmul(s, &l->wk, a->xb, n, a->k));       /* (n, kv_dim) */
+    TRY(be->matmul(s, &l->wv, a->xb, n, a->v));       /* (n, kv_dim) */
+    TRY(be->rope(s, a->q, n, hp->n_head, hp->head_dim, hp->n_rot, pos, hp->rope_base, arch->rope));
+    TRY(be->rope(s, a->k, n, hp->n_head_kv, hp->head_dim, hp->n_rot, pos, hp->rope_base, arch->rope));
+    for (size_t r = 0; r < n; r++) {
+        ctx->views[r] = kv_view(&ctx->kv, il, (uint32_t)seqs[r]);
+        ctx->attn_rows[r] = (llmm_attn_row){ctx->views[r], (uint32_t)pos[r] + 1};
+    }
+    TRY(be->kv_write(s, ctx->views, pos, n, a->k, a->v, kv_dim));
+    llmm_attn_batch batch = {
+        .q = a->q, .out = a->att, .n_rows = n, .rows = ctx->attn_rows,
+        .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim,
+        .scale = 1.0f / sqrtf((float)hp->head_dim),
+    };
+    TRY(be->attention(s, &batch));
+    TRY(be->matmul(s, &l->wo, a->att, n, a->xb));     /* (n, n_embd) */
+    return be->add(s, a->x, a->xb, n * hp->n_embd);
+}
+
+/* x += W_down · (act(W_gate·norm(x)) * W_up·norm(x)) */
+static llmm_status ffn_block(llmm_context *ctx, const llmm_layer_weights *l, size_t n) {
+    const llmm_backend_ops *be = ctx->be;
+    void *s = ctx->be_state;
+    const llmm_hparams *hp = &ctx->model->hp;
+    const llmm_activations *a = &ctx->act;
+
+    TRY(be->rms_norm(s, a->x, l->ffn_norm.data, a->xb, n, hp->n_embd, hp->norm_eps));
+    TRY(be->matmul(s, &l->w_gate, a->xb, n, a->gate)); /* (n, n_ff) */
+    TRY(be->matmul(s, &l->w_up, a->xb, n, a->up));     /* (n, n_ff) */
+    TRY(be->glu(s, a->gate, a->up, n * hp->n_ff, ctx->model->weights->arch->act));
+    TRY(be->matmul(s, &l->w_down, a->gate, n, a->xb)); /* (n, n_embd) */
+    return be->add(s, a->x, a->xb, n * hp->n_embd);
+}
+
+llmm_status forward_step(llmm_context *ctx, const llmm_token *tokens, const llmm_seq_id *seqs, const int32_t *pos,
+                         size_t n, size_t first_logit_row) {
+    const llmm_backend_ops *be = ctx->be;
+    void *s = ctx->be_state;
+    const llmm_weights *w = ctx->model->weights;
+    const llmm_hparams *hp = &ctx->model->hp;
+    const llmm_activations *a = &ctx->act;
+
+    if (be->step_begin) TRY(be->step_begin(s));
+    TRY(be->embed(s, &w->tok_embd, tokens, n, a->x)); /* (n, n_embd) */
+    for (uint32_t il = 0; il < hp->n_layer; il++) {
+        if (aborted(ctx)) return LLMM_ERR_ABORTED;
+        TRY(attention_block(ctx, &w->layers[il], il, seqs, pos, n));
+        TRY(ffn_block(ctx, &w->layers[il], n));
+    }
+    if (first_logit_row < n) {
+        const size_t m = n - first_logit_row;
+        TRY(be->rms_norm(s, a->x + first_logit_row * hp->n_embd, w->output_norm.data, a->xb, m, hp->n_embd,
+                         hp->norm_eps));
+        TRY(be->matmul(s, &w->output, a->xb, m, a->logits)); /* (m, n_vocab) */
+    }
+    if (be->step_end) TRY(be->step_end(s));
+    return LLMM_OK;
+}

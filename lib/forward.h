@@ -1,0 +1,13 @@
+/* One transformer step over a batch of rows, written once against the backend table. */
+#ifndef LLMM_FORWARD_H
+#define LLMM_FORWARD_H
+
+#include "context.h"
+
+/* Row i is tokens[i] at position pos[i] of sequence seqs[i] (n <= ctx->max_rows). Writes the
+ * rows' K/V and leaves the logits of rows [first_logit_row, n) in ctx->act.logits.
+ * Returns ABORTED when the abort callback fires between layers. */
+llmm_status forward_step(llmm_context *ctx, const llmm_token *tokens, const llmm_seq_id *seqs, const int32_t *pos,
+                         size_t n, size_t first_logit_row);
+
+#endif

@@ -1,0 +1,131 @@
+/* llmm_generate: the convenience loop over tokenize, prefill, sample, decode and streaming. */
+#include <string.h>
+
+#include "context.h"
+#include "text_stream.h"
+
+typedef struct gen_run {
+    llmm_context *ctx;
+    llmm_generate_params p;
+    llmm_generate_stats s;
+    llmm_sampler *sampler;
+    text_stream stream;
+    int stream_ready;
+    llmm_token *prompt;
+    char *piece;
+    size_t piece_cap;
+    double t_start;
+} gen_run;
+
+static llmm_status tokenize_prompt(gen_run *g, const char *text) {
+    const llmm_model *m = g->ctx->model;
+    size_t n = 0, len = strlen(text);
+    llmm_status st = llmm_tokenize(m, text, len, g->p.tokenize_flags, NULL, 0, &n);
+    if (st != LLMM_OK && st != LLMM_ERR_BUFFER_TOO_SMALL) return ctx_fail(g->ctx, st, "tokenizing the prompt failed");
+    if (n == 0) return ctx_fail(g->ctx, LLMM_ERR_INVALID_ARG, "the prompt gives no tokens (empty, without BOS)");
+    g->prompt = mem_calloc(m->alloc, n, sizeof *g->prompt);
+    if (!g->prompt) return ctx_fail(g->ctx, LLMM_ERR_NO_MEMORY, "out of memory for %zu prompt tokens", n);
+    g->s.n_prompt = n;
+    return llmm_tokenize(m, text, len, g->p.tokenize_flags, g->prompt, n, &n);
+}
+
+/* The token's bytes into g->piece; returns their count. */
+static llmm_status piece_of(gen_run *g, llmm_token t, size_t *n) {
+    llmm_status st = llmm_token_to_piece(g->ctx->model, t, 0, g->piece, g->piece_cap, n);
+    if (st != LLMM_ERR_BUFFER_TOO_SMALL) return st;
+    char *p = mem_grow(g->ctx->model->alloc, g->piece, 0, *n);
+    if (!p) return LLMM_ERR_NO_MEMORY;
+    g->piece = p;
+    g->piece_cap = *n;
+    return llmm_token_to_piece(g->ctx->model, t, 0, g->piece, g->piece_cap, n);
+}
+
+/* One step: sample from the current logits, stream the token, decode it unless this is the
+ * last. Sets stop_reason when generation ends. */
+static llmm_status step(gen_run *g, int is_last) {
+    const float *logits;
+    size_t n_vocab, n;
+    llmm_token tok;
+    llmm_status st = llmm_logits(g->ctx, 0, &logits, &n_vocab);
+    if (!st) st = llmm_sample(g->sampler, logits, n_vocab, &tok);
+    if (!st) st = llmm_sampler_accept(g->sampler, tok);
+    if (st) return ctx_fail(g->ctx, st, "sampling failed: %s", llmm_sampler_last_error(g->sampler));
+    if (g->s.n_generated == 0) g->s.first_token_ms = time_now_ms() - g->t_start;
+    if (g->ctx->model->vocab.attrs[tok] & LLMM_TOKEN_ATTR_EOS) {
+        g->s.stop_reason = LLMM_STOP_EOS;
+        return LLMM_OK;
+    }
+    if (g->p.out_tokens && g->s.n_generated < g->p.out_capacity) g->p.out_tokens[g->s.n_generated] = tok;
+    g->s.n_generated++;
+    if ((st = piece_of(g, tok, &n))) return ctx_fail(g->ctx, st, "converting token %d to text failed", tok);
+    int stop_index = -1, cancelled = 0;
+    st = text_stream_push(&g->stream, g->piece, n, g->p.on_bytes, g->p.user, &stop_index, &cancelled);
+    if (st) return ctx_fail(g->ctx, st, "out of memory streaming text");
+    if (stop_index >= 0) g->s.stop_reason = LLMM_STOP_STRING;
+    else if (cancelled) g->s.stop_reason = LLMM_STOP_CALLBACK;
+    else if (is_last) g->s.stop_reason = LLMM_STOP_MAX_TOKENS;
+    if (g->s.stop_reason != LLMM_STOP_NONE) return LLMM_OK;
+    llmm_seq_id seq = g->p.seq;
+    st = llmm_decode(g->ctx, &seq, &tok, 1);
+    if (st == LLMM_ERR_CONTEXT_FULL) {
+        g->s.stop_reason = LLMM_STOP_CONTEXT_FULL;
+        return LLMM_OK;
+    }
+    return st;
+}
+
+static llmm_status run(gen_run *g, const char *prompt) {
+    llmm_context *ctx = g->ctx;
+    llmm_status st = tokenize_prompt(g, prompt);
+    if (st) return st;
+    if ((st = llmm_seq_clear(ctx, g->p.seq))) return st;
+    double t0 = time_now_ms();
+    if ((st = llmm_prefill(ctx, g->p.seq, g->prompt, g->s.n_prompt, 0))) return st;
+    g->s.prompt_ms = time_now_ms() - t0;
+    if ((st = llmm_sampler_create(g->p.sampling, &g->sampler)))
+        return ctx_fail(ctx, st, "invalid sampling parameters");
+    if ((st = text_stream_init(&g->stream, g->p.stop_strings, g->p.n_stop, ctx->model->alloc)))
+        return ctx_fail(ctx, st, "out of memory for stop strings");
+    g->stream_ready = 1;
+    double t1 = time_now_ms();
+    for (int32_t i = 0; i < g->p.max_tokens && g->s.stop_reason == LLMM_STOP_NONE; i++)
+        if ((st = step(g, i + 1 == g->p.max_tokens))) return st;
+    if (g->s.stop_reason == LLMM_STOP_NONE) g->s.stop_reason = LLMM_STOP_MAX_TOKENS;
+    if (g->s.stop_reason != LLMM_STOP_STRING && g->s.stop_reason != LLMM_STOP_CALLBACK) {
+        int cancelled = 0;
+        if ((st = text_stream_finish(&g->stream, g->p.on_bytes, g->p.user, &cancelled)))
+            return ctx_fail(ctx, st, "out of memory streaming text");
+    }
+    g->s.generate_ms = time_now_ms() - t1;
+    return LLMM_OK;
+}
+
+static void fill_rates(llmm_generate_stats *s, const llmm_model *m) {
+    s->load_ms = m->load_ms;
+    s->prompt_tokens_per_s = s->prompt_ms > 0 ? (double)s->n_prompt * 1e3 / s->prompt_ms : 0;
+    s->generate_tokens_per_s = s->generate_ms > 0 ? (double)s->n_generated * 1e3 / s->generate_ms : 0;
+}
+
+LLMM_API llmm_status llmm_generate(llmm_context *ctx, const char *prompt, const llmm_generate_params *params,
+                                   llmm_generate_stats *stats) {
+    if (!ctx) return LLMM_ERR_INVALID_ARG;
+    gen_run g = {.ctx = ctx, .t_start = time_now_ms()};
+    llmm_generate_params_default(&g.p, sizeof g.p);
+    if (params && !struct_import(&g.p, sizeof g.p, params, sizeof g.p))
+        return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_generate: params->size too small");
+    if (!prompt) return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_generate: NULL prompt");
+    if (g.p.max_tokens < 0 || (g.p.n_stop && !g.p.stop_strings) || (g.p.out_capacity && !g.p.out_tokens))
+        return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_generate: invalid max_tokens, stop strings or out buffer");
+    if (stats && stats->size < sizeof(llmm_generate_stats))
+        return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_generate: stats->size too small");
+    llmm_status st = run(&g, prompt);
+    const llmm_allocator *a = ctx->model->alloc;
+    if (g.stream_ready) text_stream_free(&g.stream);
+    llmm_sampler_free(g.sampler);
+    mem_free(a, g.prompt);
+    mem_free(a, g.piece);
+    fill_rates(&g.s, ctx->model);
+    g.s.size = sizeof g.s;
+    if (stats) struct_export(stats, &g.s, sizeof g.s, sizeof g.s);
+    return st;
+}

@@ -1,0 +1,462 @@
+/* Generation against the reference engine's golden outputs, and the context contract:
+ * chunked prefill, multi-sequence decode, truncation, overflow, abort, streaming. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "llmmini.h"
+#include "shared_data.h"
+
+#define MAX_IDS 256
+
+typedef struct golden_case {
+    const char *model;  /* under models/ */
+    const char *golden; /* under golden/stories260K/, without extension */
+    const char *prompt;
+    size_t hard_steps;  /* leading greedy tokens that must match exactly (golden/README.md) */
+} golden_case;
+
+static const golden_case cases[] = {
+    {"stories260K.gguf", "stories260K.f32.once", "Once upon a time", 64},
+    {"stories260K.gguf", "stories260K.f32.dog", "The little dog", 64},
+    {"stories260K.gguf", "stories260K.f32.empty", "", 64},
+    {"stories260K-q8_0.gguf", "stories260K.q8_0.once", "Once upon a time", 64},
+    {"stories260K-q8_0.gguf", "stories260K.q8_0.dog", "The little dog", 64},
+    {"stories260K-q8_0.gguf", "stories260K.q8_0.empty", "", 64},
+    {"stories260K-q4_0.gguf", "stories260K.q4_0.once", "Once upon a time", 57},
+    {"llama-2-tiny-random.gguf", "llama-2-tiny-random.f16.once", "Once upon a time", 1},
+};
+
+typedef struct golden {
+    llmm_token prompt[MAX_IDS], generated[MAX_IDS];
+    size_t n_prompt, n_generated;
+    float *logits;
+    size_t n_logits;
+} golden;
+
+static size_t parse_ids(const char *line, llmm_token *out) {
+    size_t n = 0;
+    char *end;
+    for (const char *p = line; n < MAX_IDS; p = end) {
+        long v = strtol(p, &end, 10);
+        if (end == p) break;
+        out[n++] = (llmm_token)v;
+    }
+    return n;
+}
+
+static void load_golden(const char *name, golden *g) {
+    char rel[512], path[1024];
+    memset(g, 0, sizeof *g);
+    snprintf(rel, sizeof rel, "golden/stories260K/%s.ids", name);
+    char *ids = read_whole_file(shared_path(path, sizeof path, rel), NULL);
+    assert_non_null(ids);
+    char *p = strstr(ids, "prompt:"), *gen = strstr(ids, "generated:");
+    assert_non_null(p);
+    g->n_prompt = parse_ids(p + 7, g->prompt);
+    if (gen) g->n_generated = parse_ids(gen + 10, g->generated);
+    free(ids);
+    if (!gen) { /* only the JSON lists the continuation: take its ids */
+        snprintf(rel, sizeof rel, "golden/stories260K/%s.json", name);
+        char *json = read_whole_file(shared_path(path, sizeof path, rel), NULL);
+        assert_non_null(json);
+        char *list = strstr(json, "\"generated_tokens\"");
+        assert_non_null(list);
+        list = strchr(list, '[');
+        assert_non_null(list);
+        char *q = list + 1;
+        while (g->n_generated < MAX_IDS && *q && *q != ']') {
+            if (*q >= '0' && *q <= '9') g->generated[g->n_generated++] = (llmm_token)strtol(q, &q, 10);
+            else q++;
+        }
+        free(json);
+    }
+    snprintf(rel, sizeof rel, "golden/stories260K/%s.logits", name);
+    char *text = read_whole_file(shared_path(path, sizeof path, rel), NULL);
+    assert_non_null(text);
+    size_t cap = 1024;
+    g->logits = malloc(cap * sizeof *g->logits);
+    char *end;
+    for (char *q = text;; q = end) {
+        float v = strtof(q, &end);
+        if (end == q) break;
+        if (g->n_logits == cap) g->logits = realloc(g->logits, (cap *= 2) * sizeof *g->logits);
+        assert_non_null(g->logits);
+        g->logits[g->n_logits++] = v;
+    }
+    free(text);
+}
+
+static llmm_model *load_model(const char *name) {
+    char rel[512], path[1024];
+    snprintf(rel, sizeof rel, "models/%s", name);
+    llmm_model *m = NULL;
+    assert_int_equal(llmm_model_load(shared_path(path, sizeof path, rel), NULL, &m), LLMM_OK);
+    return m;
+}
+
+static llmm_context *make_context(llmm_model *m, uint32_t n_ctx, uint32_t n_seq, uint32_t n_batch, int threads) {
+    llmm_context_params p;
+    llmm_context_params_default(&p, sizeof p);
+    p.n_ctx = n_ctx;
+    p.n_seq_max = n_seq;
+    p.n_batch = n_batch;
+    p.n_threads = threads;
+    llmm_context *c = NULL;
+    assert_int_equal(llmm_context_create(m, &p, &c), LLMM_OK);
+    return c;
+}
+
+static size_t tokenize(const llmm_model *m, const char *text, llmm_token *ids) {
+    size_t n = 0;
+    assert_int_equal(llmm_tokenize(m, text, strlen(text), LLMM_TOKENIZE_ADD_SPECIAL, ids, MAX_IDS, &n), LLMM_OK);
+    return n;
+}
+
+static llmm_token argmax(const float *v, size_t n) {
+    size_t best = 0;
+    for (size_t i = 1; i < n; i++)
+        if (v[i] > v[best]) best = i;
+    return (llmm_token)best;
+}
+
+static void check_golden_case(const golden_case *gc) {
+    golden g;
+    load_golden(gc->golden, &g);
+    llmm_model *m = load_model(gc->model);
+    llmm_context *c = make_context(m, 256, 1, 256, 2);
+    llmm_token ids[MAX_IDS];
+    size_t n = tokenize(m, gc->prompt, ids);
+    assert_int_equal(n, g.n_prompt);
+    assert_memory_equal(ids, g.prompt, n * sizeof *ids);
+
+    assert_int_equal(llmm_prefill(c, 0, ids, n, 0), LLMM_OK);
+    const float *logits;
+    size_t n_vocab;
+    assert_int_equal(llmm_logits(c, 0, &logits, &n_vocab), LLMM_OK);
+    assert_int_equal(n_vocab, g.n_logits);
+    double max_diff = 0;
+    for (size_t i = 0; i < n_vocab; i++) max_diff = fmax(max_diff, fabs((double)logits[i] - g.logits[i]));
+
+    llmm_sampler_params sp;
+    llmm_sampler_params_default(&sp, sizeof sp);
+    sp.temperature = 0;
+    llmm_generate_params gp;
+    llmm_generate_params_default(&gp, sizeof gp);
+    gp.max_tokens = (int32_t)g.n_generated;
+    gp.sampling = &sp;
+    llmm_token out[MAX_IDS];
+    gp.out_tokens = out;
+    gp.out_capacity = MAX_IDS;
+    llmm_generate_stats stats = {.size = sizeof stats};
+    assert_int_equal(llmm_generate(c, gc->prompt, &gp, &stats), LLMM_OK);
+    size_t agree = 0;
+    while (agree < stats.n_generated && agree < g.n_generated && out[agree] == g.generated[agree]) agree++;
+    print_message("%-30s prompt ids equal, max |logit diff| %.2e, greedy agreement %zu/%zu (hard bar %zu)\n",
+                  gc->golden, max_diff, agree, g.n_generated, gc->hard_steps);
+    assert_true(max_diff < 1e-3);
+    assert_true(agree >= (gc->hard_steps < g.n_generated ? gc->hard_steps : g.n_generated));
+    assert_int_equal(stats.n_prompt, n);
+    free(g.logits);
+    llmm_context_free(c);
+    llmm_model_free(m);
+}
+
+static void test_golden_outputs(void **state) {
+    (void)state;
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) check_golden_case(&cases[i]);
+}
+
+/* Logits of position i of a prompt, computed in one batch, must not depend on how the prompt
+ * is split into chunks or on the thread count. */
+static void test_chunked_prefill_matches(void **state) {
+    (void)state;
+    llmm_model *m = load_model("stories260K.gguf");
+    llmm_token ids[MAX_IDS];
+    size_t n = tokenize(m, "Once upon a time there was a little dog who liked to run.", ids);
+    llmm_context *one = make_context(m, 128, 1, 256, 1);
+    llmm_context *chunked = make_context(m, 128, 1, 3, 2);
+    assert_int_equal(llmm_prefill(one, 0, ids, n, LLMM_PREFILL_ALL_LOGITS), LLMM_OK);
+    assert_int_equal(llmm_prefill(chunked, 0, ids, n, LLMM_PREFILL_ALL_LOGITS), LLMM_OK);
+    for (size_t i = 0; i < n; i++) {
+        const float *a, *b;
+        size_t nv;
+        assert_int_equal(llmm_logits(one, i, &a, &nv), LLMM_OK);
+        assert_int_equal(llmm_logits(chunked, i, &b, &nv), LLMM_OK);
+        for (size_t k = 0; k < nv; k++) assert_true(fabsf(a[k] - b[k]) < 1e-4f);
+    }
+    const float *x;
+    assert_int_equal(llmm_logits(one, n, &x, NULL), LLMM_ERR_NOT_FOUND);
+    llmm_context_free(one);
+    llmm_context_free(chunked);
+    llmm_model_free(m);
+}
+
+/* Two sequences decoded in one batch give what each gives alone. */
+static void test_multi_sequence_decode(void **state) {
+    (void)state;
+    llmm_model *m = load_model("stories260K-q8_0.gguf");
+    llmm_token a[MAX_IDS], b[MAX_IDS];
+    size_t na = tokenize(m, "Once upon a time", a), nb = tokenize(m, "The little dog", b);
+    llmm_context *both = make_context(m, 64, 2, 16, 2);
+    llmm_context *solo = make_context(m, 64, 1, 16, 2);
+    assert_int_equal(llmm_prefill(both, 0, a, na, 0), LLMM_OK);
+    assert_int_equal(llmm_prefill(both, 1, b, nb, 0), LLMM_OK);
+    llmm_seq_id seqs[2] = {0, 1};
+    llmm_token next[2] = {a[na - 1], b[nb - 1]};
+    for (int step = 0; step < 8; step++) {
+        assert_int_equal(llmm_decode(both, seqs, next, 2), LLMM_OK);
+        const float *la, *lb;
+        size_t nv;
+        assert_int_equal(llmm_logits(both, 0, &la, &nv), LLMM_OK);
+        assert_int_equal(llmm_logits(both, 1, &lb, &nv), LLMM_OK);
+        next[0] = argmax(la, nv);
+        next[1] = argmax(lb, nv);
+    }
+    size_t len;
+    assert_int_equal(llmm_seq_length(both, 1, &len), LLMM_OK);
+    assert_int_equal(len, nb + 8);
+    /* replay sequence 1 alone and compare its last logits */
+    llmm_token replay[MAX_IDS];
+    memcpy(replay, b, nb * sizeof *b);
+    assert_int_equal(llmm_prefill(solo, 0, replay, nb, 0), LLMM_OK);
+    const float *ls;
+    size_t nv;
+    llmm_token t = b[nb - 1];
+    for (int step = 0; step < 8; step++) {
+        llmm_seq_id s0 = 0;
+        assert_int_equal(llmm_decode(solo, &s0, &t, 1), LLMM_OK);
+        assert_int_equal(llmm_logits(solo, 0, &ls, &nv), LLMM_OK);
+        t = argmax(ls, nv);
+    }
+    assert_int_equal(t, next[1]);
+    /* a sequence may appear once per batch */
+    llmm_seq_id dup[2] = {0, 0};
+    assert_int_equal(llmm_decode(both, dup, next, 2), LLMM_ERR_INVALID_ARG);
+    llmm_context_free(both);
+    llmm_context_free(solo);
+    llmm_model_free(m);
+}
+
+static void test_context_full_and_truncate(void **state) {
+    (void)state;
+    llmm_model *m = load_model("stories260K.gguf");
+    llmm_context *c = make_context(m, 8, 1, 4, 1);
+    llmm_token ids[MAX_IDS];
+    size_t n = tokenize(m, "Once upon a time", ids); /* 5 tokens */
+    assert_int_equal(llmm_prefill(c, 0, ids, n, 0), LLMM_OK);
+    const float *l;
+    size_t nv;
+    assert_int_equal(llmm_logits(c, 0, &l, &nv), LLMM_OK);
+    float *before = malloc(nv * sizeof *before);
+    assert_non_null(before);
+    memcpy(before, l, nv * sizeof *before);
+    assert_int_equal(llmm_prefill(c, 0, ids, n, 0), LLMM_ERR_CONTEXT_FULL);
+    assert_non_null(strstr(llmm_context_last_error(c), "n_ctx"));
+    size_t len;
+    assert_int_equal(llmm_seq_length(c, 0, &len), LLMM_OK);
+    assert_int_equal(len, n);
+    llmm_seq_id s = 0;
+    for (int i = 0; i < 3; i++) assert_int_equal(llmm_decode(c, &s, &ids[1], 1), LLMM_OK);
+    assert_int_equal(llmm_decode(c, &s, &ids[1], 1), LLMM_ERR_CONTEXT_FULL);
+    /* truncating back and re-running the last prompt token reproduces the logits */
+    assert_int_equal(llmm_seq_truncate(c, 0, n - 1), LLMM_OK);
+    assert_int_equal(llmm_decode(c, &s, &ids[n - 1], 1), LLMM_OK);
+    assert_int_equal(llmm_logits(c, 0, &l, &nv), LLMM_OK);
+    for (size_t k = 0; k < nv; k++) assert_true(fabsf(l[k] - before[k]) < 1e-5f);
+    assert_int_equal(llmm_seq_truncate(c, 0, 100), LLMM_ERR_INVALID_ARG);
+    assert_int_equal(llmm_seq_clear(c, 0), LLMM_OK);
+    assert_int_equal(llmm_seq_length(c, 0, &len), LLMM_OK);
+    assert_int_equal(len, 0);
+    free(before);
+    llmm_context_free(c);
+    llmm_model_free(m);
+}
+
+static int abort_after(void *user) { return --*(int *)user < 0; }
+
+static void test_abort_restores_sequence(void **state) {
+    (void)state;
+    llmm_model *m = load_model("stories260K.gguf");
+    int budget = 2;
+    llmm_context_params p;
+    llmm_context_params_default(&p, sizeof p);
+    p.n_ctx = 64;
+    p.n_batch = 2;
+    p.abort = abort_after;
+    p.abort_user = &budget;
+    llmm_context *c = NULL;
+    assert_int_equal(llmm_context_create(m, &p, &c), LLMM_OK);
+    llmm_token ids[MAX_IDS];
+    size_t n = tokenize(m, "Once upon a time there was", ids);
+    assert_int_equal(llmm_prefill(c, 0, ids, n, 0), LLMM_ERR_ABORTED);
+    size_t len;
+    assert_int_equal(llmm_seq_length(c, 0, &len), LLMM_OK);
+    assert_int_equal(len, 0);
+    const float *l;
+    assert_int_equal(llmm_logits(c, 0, &l, NULL), LLMM_ERR_NOT_FOUND);
+    budget = 1000;
+    assert_int_equal(llmm_prefill(c, 0, ids, n, 0), LLMM_OK);
+    llmm_context_free(c);
+    llmm_model_free(m);
+}
+
+static void test_context_bad_arguments(void **state) {
+    (void)state;
+    llmm_model *m = load_model("stories260K.gguf");
+    llmm_context *c = NULL;
+    assert_int_equal(llmm_context_create(NULL, NULL, &c), LLMM_ERR_INVALID_ARG);
+    assert_int_equal(llmm_context_create(m, NULL, NULL), LLMM_ERR_INVALID_ARG);
+    llmm_context_params p;
+    llmm_context_params_default(&p, sizeof p);
+    p.n_seq_max = 0;
+    assert_int_equal(llmm_context_create(m, &p, &c), LLMM_ERR_INVALID_ARG);
+    assert_null(c);
+    llmm_context_params_default(&p, sizeof p);
+    p.kv_type = LLMM_KV_Q8;
+    assert_int_equal(llmm_context_create(m, &p, &c), LLMM_ERR_UNSUPPORTED);
+    c = make_context(m, 16, 2, 8, 1);
+    llmm_token t = 5, bad = 9999;
+    llmm_seq_id s = 0, s_bad = 2;
+    assert_int_equal(llmm_prefill(NULL, 0, &t, 1, 0), LLMM_ERR_INVALID_ARG);
+    assert_int_equal(llmm_prefill(c, 0, NULL, 1, 0), LLMM_ERR_INVALID_ARG);
+    assert_int_equal(llmm_prefill(c, 0, &t, 0, 0), LLMM_ERR_INVALID_ARG);
+    assert_int_equal(llmm_prefill(c, 2, &t, 1, 0), LLMM_ERR_INVALID_ARG);
+    assert_int_equal(llmm_prefill(c, -1, &t, 1, 0), LLMM_ERR_INVALID_ARG);
+    assert_int_equal(llmm_prefill(c, 0, &bad, 1, 0), LLMM_ERR_INVALID_ARG);
+    assert_int_equal(llmm_prefill(c, 0, &t, 1, 0x40), LLMM_ERR_INVALID_ARG);
+    assert_int_equal(llmm_decode(c, &s_bad, &t, 1), LLMM_ERR_INVALID_ARG);
+    assert_int_equal(llmm_decode(c, &s, &bad, 1), LLMM_ERR_INVALID_ARG);
+    assert_int_equal(llmm_decode(c, &s, &t, 3), LLMM_ERR_INVALID_ARG);
+    assert_int_equal(llmm_generate(c, NULL, NULL, NULL), LLMM_ERR_INVALID_ARG);
+    assert_string_not_equal(llmm_context_last_error(c), "");
+    assert_int_equal(llmm_seq_length(c, 0, NULL), LLMM_ERR_INVALID_ARG);
+    llmm_context_free(c);
+    llmm_context_free(NULL);
+    llmm_model_free(m);
+    /* a vocabulary-only model cannot compute */
+    char path[1024];
+    llmm_model_params mp;
+    llmm_model_params_default(&mp, sizeof mp);
+    mp.vocab_only = 1;
+    assert_int_equal(llmm_model_load(shared_path(path, sizeof path, "models/stories260K.gguf"), &mp, &m), LLMM_OK);
+    assert_int_equal(llmm_context_create(m, NULL, &c), LLMM_ERR_VOCAB_ONLY);
+    llmm_model_free(m);
+}
+
+typedef struct collected {
+    char text[4096];
+    size_t len;
+    int calls, incomplete, stop_after;
+} collected;
+
+static int collect(void *user, const char *bytes, size_t n, int complete_utf8) {
+    collected *c = user;
+    assert_true(c->len + n < sizeof c->text);
+    memcpy(c->text + c->len, bytes, n);
+    c->len += n;
+    c->calls++;
+    c->incomplete += !complete_utf8;
+    return c->stop_after && c->calls >= c->stop_after;
+}
+
+static void test_generate_streaming(void **state) {
+    (void)state;
+    llmm_model *m = load_model("stories260K.gguf");
+    llmm_context *c = make_context(m, 256, 1, 64, 2);
+    llmm_sampler_params sp;
+    llmm_sampler_params_default(&sp, sizeof sp);
+    sp.temperature = 0;
+    llmm_generate_params gp;
+    llmm_generate_params_default(&gp, sizeof gp);
+    gp.sampling = &sp;
+    gp.max_tokens = 40;
+    llmm_token out[64];
+    gp.out_tokens = out;
+    gp.out_capacity = 64;
+    collected col = {0};
+    gp.on_bytes = collect;
+    gp.user = &col;
+    llmm_generate_stats st = {.size = sizeof st};
+    assert_int_equal(llmm_generate(c, "Once upon a time", &gp, &st), LLMM_OK);
+    assert_int_equal(st.n_generated, 40);
+    assert_int_equal(st.stop_reason, LLMM_STOP_MAX_TOKENS);
+    assert_true(st.generate_tokens_per_s > 0 && st.prompt_ms >= 0 && st.first_token_ms > 0);
+    char text[4096];
+    size_t n;
+    assert_int_equal(llmm_detokenize(m, out, 40, 0, text, sizeof text, &n), LLMM_OK);
+    assert_int_equal(n, col.len);
+    assert_memory_equal(text, col.text, n);
+    assert_int_equal(col.incomplete, 0);
+
+    /* a stop string cuts the text before it */
+    const char *needle = "Lily";
+    assert_non_null(strstr(text, needle));
+    const char *stops[1] = {needle};
+    gp.stop_strings = stops;
+    gp.n_stop = 1;
+    collected cut = {0};
+    gp.user = &cut;
+    assert_int_equal(llmm_generate(c, "Once upon a time", &gp, &st), LLMM_OK);
+    assert_int_equal(st.stop_reason, LLMM_STOP_STRING);
+    assert_int_equal(cut.len, (size_t)(strstr(text, needle) - text));
+    assert_memory_equal(cut.text, text, cut.len);
+
+    /* the callback cancels */
+    gp.n_stop = 0;
+    collected cancel = {.stop_after = 3};
+    gp.user = &cancel;
+    assert_int_equal(llmm_generate(c, "Once upon a time", &gp, &st), LLMM_OK);
+    assert_int_equal(st.stop_reason, LLMM_STOP_CALLBACK);
+    assert_int_equal(cancel.calls, 3);
+
+    /* a full context ends generation without an error */
+    llmm_context *small = make_context(m, 10, 1, 64, 1);
+    gp.user = &(collected){0};
+    assert_int_equal(llmm_generate(small, "Once upon a time", &gp, &st), LLMM_OK);
+    assert_int_equal(st.stop_reason, LLMM_STOP_CONTEXT_FULL);
+    assert_int_equal(st.n_generated, 6);
+    llmm_context_free(small);
+    llmm_context_free(c);
+    llmm_model_free(m);
+}
+
+/* Same seed, same text; the sampler is driven through llmm_generate. */
+static void test_generate_seeded_sampling(void **state) {
+    (void)state;
+    llmm_model *m = load_model("stories260K.gguf");
+    llmm_context *c = make_context(m, 256, 1, 64, 1);
+    llmm_sampler_params sp;
+    llmm_sampler_params_default(&sp, sizeof sp);
+    sp.seed = 1234;
+    llmm_generate_params gp;
+    llmm_generate_params_default(&gp, sizeof gp);
+    gp.sampling = &sp;
+    gp.max_tokens = 30;
+    llmm_token a[32], b[32];
+    gp.out_tokens = a;
+    gp.out_capacity = 32;
+    assert_int_equal(llmm_generate(c, "The little dog", &gp, NULL), LLMM_OK);
+    gp.out_tokens = b;
+    assert_int_equal(llmm_generate(c, "The little dog", &gp, NULL), LLMM_OK);
+    assert_memory_equal(a, b, sizeof a[0] * 30);
+    llmm_context_free(c);
+    llmm_model_free(m);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_golden_outputs),          cmocka_unit_test(test_chunked_prefill_matches),
+        cmocka_unit_test(test_multi_sequence_decode),   cmocka_unit_test(test_context_full_and_truncate),
+        cmocka_unit_test(test_abort_restores_sequence), cmocka_unit_test(test_context_bad_arguments),
+        cmocka_unit_test(test_generate_streaming),      cmocka_unit_test(test_generate_seeded_sampling),
+    };
+    return cmocka_run_group_tests_name("generate", tests, NULL, NULL);
+}

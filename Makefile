@@ -79,8 +79,10 @@ DEMO_MODEL := $(LLMM_SHARED)/models/stories260K.gguf
 demo: all
 	@if [ ! -f "$(DEMO_MODEL)" ]; then \
 	    echo "demo: no model at $(DEMO_MODEL). Set LLMM_SHARED to the folder holding models/stories260K.gguf,"; \
-	    echo "      or run build/llmmini-tokenize -m YOUR_MODEL.gguf -p 'Hello' with any GGUF model."; exit 1; fi
-	$(BUILD)/llmmini-tokenize -m $(DEMO_MODEL) --info -p "Once upon a time" --pieces
+	    echo "      or run build/llmmini-run -m YOUR_MODEL.gguf -p 'Hello' with any llama-family GGUF model."; \
+	    echo "      (small GGUF models: the TinyStories stories260K/15M conversions, TinyLlama, SmolLM)."; exit 1; fi
+	$(BUILD)/llmmini-tokenize -m $(DEMO_MODEL) --info -p "Once upon a time"
+	$(BUILD)/llmmini-run -m $(DEMO_MODEL) -p "Once upon a time" -n 200 --seed 42
 
 $(BUILD)/llmmini.pc: pkgconfig/llmmini.pc.in Makefile
 	@mkdir -p $(@D)

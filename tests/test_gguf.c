@@ -477,17 +477,18 @@ static void test_alignment_64_honoured(void **state) {
     gb_free(&b);
 }
 
-/* With alignment 64 the data section must start at a multiple of 64 that is not one of 32
- * alone: pad the metadata so the two choices differ, and check the reader took 64. */
+/* With alignment 64 the data section starts at the next multiple of 64. Pick a key length
+ * where that differs from the next multiple of 32, so a reader that ignored the key (and
+ * used the default) would be caught. */
 static void test_alignment_64_differs_from_default(void **state) {
     (void)state;
     static const tensor_spec spec = {"w", 1, {8}, LLMM_TYPE_F32, 32};
-    for (size_t name_len = 1; name_len <= 64; name_len++) {
+    for (size_t key_len = 1; key_len <= 64; key_len++) {
         gguf_builder b;
         uint64_t offset;
         char key[80];
-        memset(key, 'k', name_len);
-        key[name_len] = '\0';
+        memset(key, 'k', key_len);
+        key[key_len] = '\0';
         gb_init(&b);
         gb_header(&b, 3, 1, 2);
         gb_kv_u32(&b, "general.alignment", 64);

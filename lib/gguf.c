@@ -268,8 +268,10 @@ static llmm_status read_tensor_info(cursor *c, gguf_tensor *t, uint64_t index) {
         return diag_fail(c->d, LLMM_ERR_BAD_FILE,
                          "tensor '%.*s': row length %lld is not a multiple of the %s block size %u", nl,
                          t->name.ptr, (long long)t->ne[0], tt->name, tt->block_size);
-    /* blocks * block_bytes cannot overflow: n_el < 2^63 and block_bytes / block_size <= 8 */
-    t->n_bytes = n_el / tt->block_size * tt->block_bytes;
+    const uint64_t blocks = n_el / tt->block_size;
+    if (blocks > UINT64_MAX / tt->block_bytes)
+        return diag_fail(c->d, LLMM_ERR_BAD_FILE, "tensor '%.*s': byte size overflows", nl, t->name.ptr);
+    t->n_bytes = blocks * tt->block_bytes;
     return read_u64(c, &t->offset, "tensor offset");
 }
 
@@ -289,9 +291,9 @@ static llmm_status check_tensor_placement(gguf_file *f, llmm_diag *d) {
                              nl, t->name.ptr, (unsigned long long)t->offset, f->alignment);
         if (t->offset > data_size || t->n_bytes > data_size - t->offset)
             return diag_fail(d, LLMM_ERR_BAD_FILE,
-                             "tensor '%.*s': bytes %llu..%llu lie past the end of the data section (%llu bytes)",
-                             nl, t->name.ptr, (unsigned long long)t->offset,
-                             (unsigned long long)(t->offset + t->n_bytes), (unsigned long long)data_size);
+                             "tensor '%.*s': %llu bytes at offset %llu run past the end of the data section (%llu bytes)",
+                             nl, t->name.ptr, (unsigned long long)t->n_bytes, (unsigned long long)t->offset,
+                             (unsigned long long)data_size);
         t->data = f->bytes + f->data_offset + t->offset;
     }
     if (f->n_tensors < 2) return LLMM_OK;
@@ -299,12 +301,16 @@ static llmm_status check_tensor_placement(gguf_file *f, llmm_diag *d) {
     if (!sorted) return diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory sorting tensors");
     for (uint64_t i = 0; i < f->n_tensors; i++) sorted[i] = &f->tensors[i];
     qsort(sorted, (size_t)f->n_tensors, sizeof *sorted, cmp_tensor_offset);
+    /* empty tensors occupy no bytes, so they overlap nothing wherever they sit */
     llmm_status st = LLMM_OK;
-    for (uint64_t i = 1; i < f->n_tensors && !st; i++) {
-        const gguf_tensor *a = sorted[i - 1], *b = sorted[i];
-        if (a->offset + a->n_bytes > b->offset)
-            st = diag_fail(d, LLMM_ERR_BAD_FILE, "tensors '%.*s' and '%.*s' overlap", (int)a->name.len,
-                           a->name.ptr, (int)b->name.len, b->name.ptr);
+    const gguf_tensor *prev = NULL;
+    for (uint64_t i = 0; i < f->n_tensors && !st; i++) {
+        const gguf_tensor *b = sorted[i];
+        if (b->n_bytes == 0) continue;
+        if (prev && prev->offset + prev->n_bytes > b->offset)
+            st = diag_fail(d, LLMM_ERR_BAD_FILE, "tensors '%.*s' and '%.*s' overlap", (int)prev->name.len,
+                           prev->name.ptr, (int)b->name.len, b->name.ptr);
+        prev = b;
     }
     mem_free(f->alloc, sorted);
     return st;

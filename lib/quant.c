@@ -3,6 +3,8 @@
 #include <math.h>
 #include <string.h>
 
+#define LLMM_Q4_CLAMP(v) ((v) < 0 ? 0 : (v) > 15 ? 15 : (v))
+
 /* ---------------------------------------------------------------- scalar conversions */
 
 static inline float f32_from_bits(uint32_t u) {
@@ -127,6 +129,28 @@ void llmm_quantize_row_q8_0(const float *src, void *dst, size_t n) {
     }
 }
 
+/* The reference quantizer's encoding: the signed value of largest magnitude maps to -8, so
+ * the range is used asymmetrically exactly as files from the reference tools are. */
+void llmm_quantize_row_q4_0(const float *src, void *dst, size_t n) {
+    block_q4_0 *y = dst;
+    for (size_t b = 0; b < n / QK4_0; b++) {
+        const float *x = src + b * QK4_0;
+        float amax = 0, max = 0;
+        for (int j = 0; j < QK4_0; j++)
+            if (fabsf(x[j]) > amax) {
+                amax = fabsf(x[j]);
+                max = x[j];
+            }
+        const float d = max / -8.f;
+        const float id = d != 0.f ? 1.0f / d : 0.f;
+        y[b].d = llmm_f32_to_f16(d);
+        for (int j = 0; j < QK4_0 / 2; j++) {
+            const int lo = (int)(x[j] * id + 8.5f), hi = (int)(x[j + QK4_0 / 2] * id + 8.5f);
+            y[b].qs[j] = (uint8_t)(LLMM_Q4_CLAMP(lo) | LLMM_Q4_CLAMP(hi) << 4);
+        }
+    }
+}
+
 static void dequant_q8_0(const void *src, float *dst, size_t n) {
     const block_q8_0 *x = src;
     for (size_t b = 0; b < n / QK8_0; b++) {
@@ -180,7 +204,7 @@ static float dot_q4_0_q8_0(const void *w, const void *x, size_t n) {
 static const llmm_type_traits type_table[LLMM_TYPE_COUNT] = {
     [LLMM_TYPE_F32] = {"f32", 1, 4, dequant_f32, llmm_dot_f32, LLMM_TYPE_F32, from_float_f32},
     [LLMM_TYPE_F16] = {"f16", 1, 2, dequant_f16, dot_f16, LLMM_TYPE_F16, from_float_f16},
-    [LLMM_TYPE_Q4_0] = {"q4_0", 32, 18, dequant_q4_0, dot_q4_0_q8_0, LLMM_TYPE_Q8_0, NULL},
+    [LLMM_TYPE_Q4_0] = {"q4_0", 32, 18, dequant_q4_0, dot_q4_0_q8_0, LLMM_TYPE_Q8_0, llmm_quantize_row_q4_0},
     [LLMM_TYPE_Q4_1] = {"q4_1", 32, 20, NULL, NULL, 0, NULL},
     [LLMM_TYPE_Q5_0] = {"q5_0", 32, 22, NULL, NULL, 0, NULL},
     [LLMM_TYPE_Q5_1] = {"q5_1", 32, 24, NULL, NULL, 0, NULL},

@@ -84,7 +84,7 @@ typedef struct llmm_type_traits {
     llmm_dequant_row_fn dequant_row;  /* NULL: no math yet for this type */
     llmm_vec_dot_fn vec_dot;
     uint32_t vec_dot_type;            /* operand format vec_dot expects: F32, F16, BF16, Q8_0 */
-    llmm_quantize_row_fn from_float;  /* float row -> this type (operand types only) */
+    llmm_quantize_row_fn from_float;  /* float row -> this type; NULL where not implemented */
 } llmm_type_traits;
 
 /* Traits of a type id; NULL for unknown or removed ids. */
@@ -102,5 +102,7 @@ float llmm_dot_f32(const void *a, const void *b, size_t n);
 
 /* Activations into Q8_0 blocks (n a multiple of 32), rounding as the reference engine. */
 void llmm_quantize_row_q8_0(const float *src, void *dst, size_t n);
+/* Weights into Q4_0 blocks (n a multiple of 32), with the reference quantizer's encoding. */
+void llmm_quantize_row_q4_0(const float *src, void *dst, size_t n);
 
 #endif

@@ -39,7 +39,7 @@ TEST_SUPPORT := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
 TEST_SUPPORT_OBJ := $(TEST_SUPPORT:%.c=$(BUILD)/obj/%.o)
 DEPS_OK := $(BUILD)/.deps-ok
 
-.PHONY: all lib examples test demo install clean deps
+.PHONY: all lib examples test demo bench install clean deps
 all: lib examples
 
 deps: $(DEPS_OK)
@@ -83,6 +83,18 @@ demo: all
 	    echo "      (small GGUF models: the TinyStories stories260K/15M conversions, TinyLlama, SmolLM)."; exit 1; fi
 	$(BUILD)/llmmini-tokenize -m $(DEMO_MODEL) --info -p "Once upon a time"
 	$(BUILD)/llmmini-run -m $(DEMO_MODEL) -p "Once upon a time" -n 200 --seed 42
+
+# Synthetic models at realistic shapes are generated once into build/bench/ (not shipped).
+BENCH_DIR := $(BUILD)/bench
+BENCH_MODELS := $(BENCH_DIR)/synth-0.5b-q4_0.gguf $(BENCH_DIR)/synth-0.5b-q8_0.gguf
+BENCH_ARGS ?= -p 64 -n 32 -r 3
+$(BENCH_DIR)/synth-%.gguf: $(BUILD)/llmmini-synth
+	@mkdir -p $(@D)
+	$(BUILD)/llmmini-synth -o $@ --preset $(word 1,$(subst -, ,$*)) --type $(word 2,$(subst -, ,$*))
+
+bench: all $(BENCH_MODELS)
+	$(BUILD)/llmmini-bench -m $(DEMO_MODEL) $(BENCH_ARGS)
+	@for m in $(BENCH_MODELS); do $(BUILD)/llmmini-bench -m $$m $(BENCH_ARGS) --no-bandwidth || exit 1; done
 
 $(BUILD)/llmmini.pc: pkgconfig/llmmini.pc.in Makefile
 	@mkdir -p $(@D)

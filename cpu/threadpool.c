@@ -10,7 +10,8 @@
 /* Workers spin briefly on the generation counter before sleeping: a decode step issues
  * dozens of small parallel ops, and a condition-variable wake-up per op costs more than the
  * op itself on small models (measured: 20x slower decode on stories260K with 2 threads). */
-#define SPIN_ROUNDS 200000
+#define SPIN_ROUNDS 20000
+#define CALLER_SPIN_ROUNDS 2000
 
 struct llmm_threadpool {
     int n;
@@ -130,8 +131,9 @@ void threadpool_run(llmm_threadpool *pool, llmm_task_fn fn, void *arg) {
     atomic_fetch_add(&pool->generation, 1);
     wake_sleepers(pool);
     fn(arg, 0, pool->n);
+    /* yield early: a worker that lost its CPU can only finish if we give ours up */
     for (unsigned spins = 0; atomic_load(&pool->pending) > 0; spins++) {
-        if (spins < SPIN_ROUNDS) cpu_relax();
+        if (spins < CALLER_SPIN_ROUNDS) cpu_relax();
         else sched_yield();
     }
 }

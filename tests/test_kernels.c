@@ -1,0 +1,1423 @@
+/* Kernel tests: the type table (lib/quant.c) and the CPU backend's ops (cpu/), each checked
+ * against a float64 reference computed here, on seeded random data (uniform in [-2, 2], never
+ * zero) and odd sizes.
+ *
+ * Tolerances (u = 2^-24, the float unit roundoff; every bound is stated where it is used):
+ *  - conversions, dequantization, embed, kv_write: exact (bit or value equality). The
+ *    dequantized value of every supported format (f16/bf16 widened, d_f16 * small int) is
+ *    exactly representable in float, so there is nothing to round.
+ *  - f32 dot: the kernel keeps 8 float partial sums, so each term passes through at most
+ *    n/8 + 10 float roundings: |err| <= (n/8 + 10) u sum|a_i b_i| (rigorous; dropping or
+ *    doubling a single term, about sum|a_i b_i| / n, is far larger for every n tested).
+ *  - f16/bf16 dots accumulate in double: one final rounding, |err| <= 2u sum|a_i b_i| against
+ *    the float64 dot of the same f16/bf16 values; against the original floats each operand
+ *    carries its format's rounding (2^-11 for f16, 2^-8 for bf16), bounded term by term.
+ *  - q8_0/q4_0 dots: the integer block sums are exact, each block adds a scale product and a
+ *    float sum: |err| <= (n/32 + 3) u sum|a_i b_i| against the float64 dot of exactly the
+ *    dequantized weights and the Q8_0-quantized activations. Against the original floats a
+ *    loose, statistical bound (see loose_tol_quant) that still fails for a nibble-swapped
+ *    Q4_0 layout; the test checks that it would.
+ *  - rms_norm, glu, rope, attention: a few float roundings per output, bounds derived at
+ *    each test, all proportional to the magnitudes involved.
+ * Threads: every backend op is run with n_threads 1, 2 and 3; matmul and attention outputs
+ * must be bitwise identical across thread counts (each output is computed by one thread). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "cpu_backend.h"
+#include "quant.h"
+
+#define U_F32 (1.0 / 16777216.0) /* 2^-24 */
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+static const int k_threads[] = {1, 2, 3};
+static const size_t k_float_sizes[] = {1, 7, 31, 33, 173, 1001};
+static const size_t k_block_sizes[] = {32, 96, 224, 736};
+
+/* ------------------------------------------------------------------ random numbers */
+
+static uint64_t rng_state;
+
+static void rng_seed(uint64_t s) { rng_state = s * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull; }
+
+/* splitmix64 */
+static uint64_t rng_u64(void) {
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint32_t rng_u32(void) { return (uint32_t)(rng_u64() >> 32); }
+
+/* uniform in [lo, hi), never exactly zero */
+static float rng_float(float lo, float hi) {
+    for (;;) {
+        double t = (double)(rng_u64() >> 11) * (1.0 / 9007199254740992.0);
+        float v = (float)(lo + (hi - lo) * t);
+        if (v != 0.0f) return v;
+    }
+}
+
+static float *rand_floats(size_t n, float lo, float hi) {
+    float *p = malloc((n ? n : 1) * sizeof *p);
+    assert_non_null(p);
+    for (size_t i = 0; i < n; i++) p[i] = rng_float(lo, hi);
+    return p;
+}
+
+static void *xmalloc(size_t bytes) {
+    void *p = malloc(bytes ? bytes : 1);
+    assert_non_null(p);
+    return p;
+}
+
+static float f32_of_bits(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static uint32_t bits_of_f32(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+/* Fill with a quiet NaN so any output a kernel forgets to write shows up. */
+static void fill_nan(float *p, size_t n) {
+    for (size_t i = 0; i < n; i++) p[i] = NAN;
+}
+
+/* Report one out-of-tolerance value and fail. */
+#define CHECK_CLOSE(got, ref, tol, ...)                                                                  \
+    do {                                                                                                 \
+        double g_ = (double)(got), r_ = (double)(ref), t_ = (double)(tol);                               \
+        if (!(fabs(g_ - r_) <= t_)) {                                                                    \
+            print_error(__VA_ARGS__);                                                                    \
+            print_error(": got %.9g ref %.9g |diff| %.3g tol %.3g\n", g_, r_, fabs(g_ - r_), t_);        \
+            fail();                                                                                      \
+        }                                                                                                \
+    } while (0)
+
+/* ------------------------------------------------------------------ float64 references */
+
+/* Value of an IEEE half, from the bit layout alone. */
+static double ref_half(uint16_t h) {
+    const int e = (h >> 10) & 31, m = h & 1023;
+    double v;
+    if (e == 31) v = m ? NAN : INFINITY;
+    else if (e == 0) v = ldexp((double)m, -24);
+    else v = ldexp(1024.0 + m, e - 25);
+    return (h & 0x8000) ? -v : v;
+}
+
+static int half_is_nan(uint16_t h) { return (h & 0x7c00) == 0x7c00 && (h & 0x3ff) != 0; }
+
+/* Nearest half to a (non-NaN) float, ties to even, overflow to infinity: the largest
+ * finite half is 65504 and the next step would be 65536, so values from the midpoint 65520
+ * up round to infinity (65504's mantissa is odd). Found by binary search over the ordered
+ * positive patterns, independent of the bit tricks in quant.c. */
+static uint16_t ref_f32_to_f16(float f) {
+    const uint16_t sign = signbit(f) ? 0x8000 : 0;
+    const double a = fabs((double)f);
+    if (a >= 65520.0) return sign | 0x7c00;
+    uint32_t lo = 0, hi = 0x7bff; /* largest h with ref_half(h) <= a */
+    while (lo < hi) {
+        uint32_t mid = (lo + hi + 1) / 2;
+        if (ref_half((uint16_t)mid) <= a) lo = mid;
+        else hi = mid - 1;
+    }
+    if (lo == 0x7bff) return sign | 0x7bff;
+    const double dl = a - ref_half((uint16_t)lo), dh = ref_half((uint16_t)(lo + 1)) - a;
+    uint32_t r = dl < dh ? lo : dh < dl ? lo + 1 : ((lo & 1) ? lo + 1 : lo);
+    return (uint16_t)(sign | r);
+}
+
+static double ref_bf16(uint16_t h) { return (double)f32_of_bits((uint32_t)h << 16); }
+
+/* Nearest bfloat16 to a float (non-NaN), ties to even, overflow to infinity (the step above
+ * the largest finite bf16 is 2^128). */
+static uint16_t ref_f32_to_bf16(float f) {
+    const uint32_t u = bits_of_f32(f);
+    const uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
+    const uint32_t au = u & 0x7fffffffu;
+    if (au == 0x7f800000u) return sign | 0x7f80;
+    const uint16_t lo = (uint16_t)(au >> 16);
+    const double a = fabs((double)f);
+    const double vlo = ref_bf16(lo), vhi = lo + 1 == 0x7f80 ? ldexp(1.0, 128) : ref_bf16((uint16_t)(lo + 1));
+    const double dl = a - vlo, dh = vhi - a;
+    uint16_t r = dl < dh ? lo : dh < dl ? (uint16_t)(lo + 1) : ((lo & 1) ? (uint16_t)(lo + 1) : lo);
+    return sign | r;
+}
+
+/* Q4_0 blocks built by hand per the block_q4_0 layout, with the reference engine's
+ * convention: d = (signed value of largest magnitude) / -8, q = clamp(round(x/d) + 8),
+ * element j in the low nibble of qs[j], element j+16 in its high nibble. */
+static void ref_quantize_q4_0(const float *x, void *dst, size_t n) {
+    block_q4_0 *y = dst;
+    for (size_t b = 0; b < n / QK4_0; b++) {
+        const float *xb = x + b * QK4_0;
+        float amax = 0, max = 0;
+        for (int j = 0; j < QK4_0; j++)
+            if (fabsf(xb[j]) > amax) {
+                amax = fabsf(xb[j]);
+                max = xb[j];
+            }
+        const float d = max / -8.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[b].d = ref_f32_to_f16(d);
+        for (int j = 0; j < QK4_0 / 2; j++) {
+            int q0 = (int)(xb[j] * id + 8.5f), q1 = (int)(xb[j + QK4_0 / 2] * id + 8.5f);
+            q0 = q0 > 15 ? 15 : q0 < 0 ? 0 : q0;
+            q1 = q1 > 15 ? 15 : q1 < 0 ? 0 : q1;
+            y[b].qs[j] = (uint8_t)(q0 | (q1 << 4));
+        }
+    }
+}
+
+/* Dequantize per the block layouts documented in quant.h. swap_nibbles reads Q4_0 with the
+ * nibble halves exchanged: a deliberately wrong layout the loose tolerance must reject. */
+static void ref_dequant_ex(uint32_t type, const void *src, double *out, size_t n, int swap_nibbles) {
+    switch (type) {
+    case LLMM_TYPE_F32: {
+        const float *s = src;
+        for (size_t i = 0; i < n; i++) out[i] = s[i];
+        break;
+    }
+    case LLMM_TYPE_F16: {
+        const uint16_t *s = src;
+        for (size_t i = 0; i < n; i++) out[i] = ref_half(s[i]);
+        break;
+    }
+    case LLMM_TYPE_BF16: {
+        const uint16_t *s = src;
+        for (size_t i = 0; i < n; i++) out[i] = ref_bf16(s[i]);
+        break;
+    }
+    case LLMM_TYPE_Q8_0: {
+        const block_q8_0 *s = src;
+        for (size_t b = 0; b < n / QK8_0; b++)
+            for (int j = 0; j < QK8_0; j++) out[b * QK8_0 + j] = ref_half(s[b].d) * s[b].qs[j];
+        break;
+    }
+    case LLMM_TYPE_Q4_0: {
+        const block_q4_0 *s = src;
+        for (size_t b = 0; b < n / QK4_0; b++) {
+            const double d = ref_half(s[b].d);
+            for (int j = 0; j < QK4_0 / 2; j++) {
+                const int lo = (s[b].qs[j] & 15) - 8, hi = (s[b].qs[j] >> 4) - 8;
+                out[b * QK4_0 + j] = d * (swap_nibbles ? hi : lo);
+                out[b * QK4_0 + j + QK4_0 / 2] = d * (swap_nibbles ? lo : hi);
+            }
+        }
+        break;
+    }
+    default:
+        fail_msg("no reference dequantization for type %u", type);
+    }
+}
+
+static void ref_dequant(uint32_t type, const void *src, double *out, size_t n) {
+    ref_dequant_ex(type, src, out, n, 0);
+}
+
+/* A float row in type's storage: the traits' from_float where the type has one (F32, F16,
+ * BF16, Q8_0), the hand-built encoder for Q4_0. */
+static void encode_row(uint32_t type, const float *x, void *dst, size_t n) {
+    if (type == LLMM_TYPE_Q4_0) {
+        ref_quantize_q4_0(x, dst, n);
+        return;
+    }
+    const llmm_type_traits *t = llmm_type_get(type);
+    assert_non_null(t);
+    assert_non_null(t->from_float);
+    t->from_float(x, dst, n);
+}
+
+/* The vec_dot operand of x, as cpu_matmul prepares it. */
+static void *make_operand(uint32_t wtype, const float *x, size_t n) {
+    const llmm_type_traits *t = llmm_type_get(wtype);
+    const llmm_type_traits *op = llmm_type_get(t->vec_dot_type);
+    assert_non_null(op);
+    assert_non_null(op->from_float);
+    size_t bytes = llmm_row_bytes(t->vec_dot_type, n);
+    assert_true(bytes > 0);
+    void *p = xmalloc(bytes);
+    op->from_float(x, p, n);
+    return p;
+}
+
+static void *cpu_start(int n_threads) {
+    llmm_backend_config cfg = {n_threads, NULL, NULL};
+    void *st = NULL;
+    assert_int_equal(llmm_cpu_backend.init(&cfg, &st), LLMM_OK);
+    assert_non_null(st);
+    return st;
+}
+
+/* ================================================================== 1. f16 / bf16 */
+
+static void test_f16_all_patterns_roundtrip(void **state) {
+    (void)state;
+    for (uint32_t h = 0; h < 65536; h++) {
+        const float f = llmm_f16_to_f32((llmm_f16)h);
+        const double want = ref_half((uint16_t)h);
+        if (half_is_nan((uint16_t)h)) {
+            assert_true(isnan(f));
+            const llmm_f16 back = llmm_f32_to_f16(f);
+            if (!half_is_nan(back)) fail_msg("NaN pattern 0x%04x came back as 0x%04x", h, back);
+            assert_int_equal(back & 0x8000, h & 0x8000); /* sign kept */
+            continue;
+        }
+        if (!((double)f == want) || !signbit(f) != !signbit(want))
+            fail_msg("f16 0x%04x decoded to %.9g, want %.9g", h, (double)f, want);
+        const llmm_f16 back = llmm_f32_to_f16(f);
+        if (back != h) fail_msg("f16 0x%04x -> %.9g -> 0x%04x", h, (double)f, back);
+    }
+}
+
+/* Every midpoint between adjacent halves (subnormal, normal, both signs) rounds to the
+ * even neighbour; the floats just either side of it round to the nearer one. A half has
+ * 11 significant bits, so the midpoint (12 bits) is an exact float. */
+static void test_f16_round_nearest_even(void **state) {
+    (void)state;
+    for (uint32_t h = 0; h < 0x7bff; h++) {
+        for (int neg = 0; neg < 2; neg++) {
+            const uint16_t sign = neg ? 0x8000 : 0;
+            const double lo = ref_half((uint16_t)h), hi = ref_half((uint16_t)(h + 1));
+            const float mid = (float)((lo + hi) / 2);
+            assert_true((double)mid == (lo + hi) / 2);
+            const float smid = neg ? -mid : mid;
+            const uint16_t even = (uint16_t)(sign | ((h & 1) ? h + 1 : h));
+            const llmm_f16 got = llmm_f32_to_f16(smid);
+            if (got != even) fail_msg("midpoint %.9g of 0x%04x/0x%04x -> 0x%04x", (double)smid, h, h + 1, got);
+            const float below = nextafterf(smid, 0.0f), above = nextafterf(smid, neg ? -INFINITY : INFINITY);
+            assert_int_equal(llmm_f32_to_f16(below), sign | h);
+            assert_int_equal(llmm_f32_to_f16(above), sign | (h + 1));
+        }
+    }
+    /* a few by value */
+    assert_int_equal(llmm_f32_to_f16(1.0f + 1.0f / 2048), 0x3c00);     /* 1 + half ulp: even is 1.0 */
+    assert_int_equal(llmm_f32_to_f16(1.0f + 3.0f / 2048), 0x3c02);     /* 1 + 1.5 ulp: even is 1+2ulp */
+    assert_int_equal(llmm_f32_to_f16(-(1.0f + 3.0f / 2048)), 0xbc02);
+    assert_int_equal(llmm_f32_to_f16(2049.0f), 0x6800);                /* 2048 */
+    assert_int_equal(llmm_f32_to_f16(2051.0f), 0x6802);                /* 2052 */
+}
+
+static void test_f16_overflow_and_specials(void **state) {
+    (void)state;
+    assert_int_equal(llmm_f32_to_f16(65504.0f), 0x7bff);
+    assert_int_equal(llmm_f32_to_f16(nextafterf(65520.0f, 0.0f)), 0x7bff);
+    assert_int_equal(llmm_f32_to_f16(65520.0f), 0x7c00); /* tie: 65504 is odd -> inf */
+    assert_int_equal(llmm_f32_to_f16(-65520.0f), 0xfc00);
+    assert_int_equal(llmm_f32_to_f16(65536.0f), 0x7c00);
+    assert_int_equal(llmm_f32_to_f16(1e5f), 0x7c00);
+    assert_int_equal(llmm_f32_to_f16(FLT_MAX), 0x7c00);
+    assert_int_equal(llmm_f32_to_f16(-FLT_MAX), 0xfc00);
+    assert_int_equal(llmm_f32_to_f16(INFINITY), 0x7c00);
+    assert_int_equal(llmm_f32_to_f16(-INFINITY), 0xfc00);
+    assert_true(half_is_nan(llmm_f32_to_f16(NAN)));
+    assert_true(half_is_nan(llmm_f32_to_f16(f32_of_bits(0x7f800001u)))); /* signalling-style payload */
+    assert_true(half_is_nan(llmm_f32_to_f16(f32_of_bits(0xffc00000u))));
+    assert_int_equal(llmm_f32_to_f16(0.0f), 0x0000);
+    assert_int_equal(llmm_f32_to_f16(-0.0f), 0x8000);
+    assert_true(isinf(llmm_f16_to_f32(0x7c00)) && llmm_f16_to_f32(0x7c00) > 0);
+    assert_true(isinf(llmm_f16_to_f32(0xfc00)) && llmm_f16_to_f32(0xfc00) < 0);
+}
+
+static void test_f16_subnormals(void **state) {
+    (void)state;
+    const float s = ldexpf(1.0f, -24); /* smallest subnormal half */
+    assert_int_equal(llmm_f32_to_f16(s), 0x0001);
+    assert_int_equal(llmm_f32_to_f16(-s), 0x8001);
+    assert_int_equal(llmm_f32_to_f16(s / 2), 0x0000);                 /* tie -> even 0 */
+    assert_int_equal(llmm_f32_to_f16(-s / 2), 0x8000);
+    assert_int_equal(llmm_f32_to_f16(nextafterf(s / 2, 1.0f)), 0x0001);
+    assert_int_equal(llmm_f32_to_f16(s * 1.5f), 0x0002);              /* tie between 1 and 2 -> 2 */
+    assert_int_equal(llmm_f32_to_f16(s * 2.5f), 0x0002);              /* tie between 2 and 3 -> 2 */
+    assert_int_equal(llmm_f32_to_f16(s * 1023.0f), 0x03ff);           /* largest subnormal */
+    assert_int_equal(llmm_f32_to_f16(s * 1023.5f), 0x0400);           /* tie -> smallest normal */
+    assert_int_equal(llmm_f32_to_f16(ldexpf(1.0f, -14)), 0x0400);
+    assert_int_equal(llmm_f32_to_f16(ldexpf(1.0f, -30)), 0x0000);
+    assert_int_equal(llmm_f32_to_f16(f32_of_bits(0x00000001u)), 0x0000); /* f32 subnormal */
+    assert_int_equal(llmm_f32_to_f16(f32_of_bits(0x80400000u)), 0x8000);
+    for (uint16_t m = 1; m < 1024; m++) assert_true((double)llmm_f16_to_f32(m) == ldexp(m, -24));
+}
+
+/* Random floats over the whole half range (and past it), against the search reference. */
+static void test_f16_random_vs_reference(void **state) {
+    (void)state;
+    rng_seed(101);
+    for (int i = 0; i < 300000; i++) {
+        const uint32_t r = rng_u32();
+        /* exponents 2^-30 .. 2^17, random mantissa and sign */
+        const int e = (int)(r % 48) - 30;
+        const float f = (float)ldexp(1.0 + (double)(rng_u32() & 0x7fffff) / 8388608.0, e) * ((r >> 8) & 1 ? -1.0f : 1.0f);
+        const llmm_f16 got = llmm_f32_to_f16(f), want = ref_f32_to_f16(f);
+        if (got != want) fail_msg("f32_to_f16(%.9g) = 0x%04x, want 0x%04x", (double)f, got, want);
+    }
+}
+
+static void test_bf16_to_f32_all_patterns(void **state) {
+    (void)state;
+    for (uint32_t h = 0; h < 65536; h++) {
+        const float f = llmm_bf16_to_f32((llmm_bf16)h);
+        const int is_nan = (h & 0x7f80) == 0x7f80 && (h & 0x7f) != 0;
+        if (is_nan) {
+            assert_true(isnan(f));
+            continue;
+        }
+        if (bits_of_f32(f) != h << 16) fail_msg("bf16 0x%04x -> bits 0x%08x", h, bits_of_f32(f));
+    }
+    assert_true(llmm_bf16_to_f32(0x3f80) == 1.0f);
+    assert_true(llmm_bf16_to_f32(0xc000) == -2.0f);
+    assert_true(isinf(llmm_bf16_to_f32(0x7f80)));
+}
+
+/* The BF16 traits' from_float: nearest even, overflow to inf, NaN stays NaN. */
+static void test_bf16_from_float(void **state) {
+    (void)state;
+    const llmm_type_traits *t = llmm_type_get(LLMM_TYPE_BF16);
+    assert_non_null(t);
+    assert_non_null(t->from_float);
+    rng_seed(102);
+    enum { N = 4096 };
+    float *x = xmalloc(N * sizeof *x);
+    uint16_t *y = xmalloc(N * sizeof *y);
+    for (int round = 0; round < 40; round++) {
+        for (int i = 0; i < N; i++) {
+            uint32_t u = rng_u32();
+            if (i % 3 == 0) u = (u & 0xffff0000u) | 0x8000u; /* exact midpoints */
+            if ((u & 0x7f800000u) == 0x7f800000u) u &= 0xbfffffffu; /* keep finite */
+            x[i] = f32_of_bits(u);
+        }
+        t->from_float(x, y, N);
+        for (int i = 0; i < N; i++)
+            if (y[i] != ref_f32_to_bf16(x[i]))
+                fail_msg("bf16(%.9g bits 0x%08x) = 0x%04x, want 0x%04x", (double)x[i], bits_of_f32(x[i]), y[i],
+                         ref_f32_to_bf16(x[i]));
+    }
+    const float sp[] = {f32_of_bits(0x7f7f8000u), f32_of_bits(0xff7f8000u), f32_of_bits(0x7f7f7fffu), INFINITY,
+                        NAN, f32_of_bits(0x7f800001u), 1.0f, f32_of_bits(0x3f808000u), f32_of_bits(0x3f818000u)};
+    const uint16_t want[] = {0x7f80, 0xff80, 0x7f7f, 0x7f80, 0, 0, 0x3f80, 0x3f80, 0x3f82};
+    t->from_float(sp, y, ARRAY_LEN(sp));
+    for (size_t i = 0; i < ARRAY_LEN(sp); i++) {
+        if (isnan(sp[i])) {
+            if (!((y[i] & 0x7f80) == 0x7f80 && (y[i] & 0x7f) != 0)) fail_msg("NaN -> bf16 0x%04x", y[i]);
+        } else {
+            assert_int_equal(y[i], want[i]);
+        }
+    }
+    free(x);
+    free(y);
+}
+
+/* ================================================================== 4. table and row sizes */
+
+typedef struct type_row {
+    uint32_t id, block_size, block_bytes;
+    int has_math;
+    uint32_t vec_dot_type;
+} type_row;
+
+/* ggml's published block structs. Ids 4, 5, 31-33 and 36-38 were removed from ggml. */
+static const type_row k_types[] = {
+    {LLMM_TYPE_F32, 1, 4, 1, LLMM_TYPE_F32},       {LLMM_TYPE_F16, 1, 2, 1, LLMM_TYPE_F16},
+    {LLMM_TYPE_Q4_0, 32, 18, 1, LLMM_TYPE_Q8_0},   {LLMM_TYPE_Q4_1, 32, 20, 0, 0},
+    {LLMM_TYPE_Q5_0, 32, 22, 0, 0},                {LLMM_TYPE_Q5_1, 32, 24, 0, 0},
+    {LLMM_TYPE_Q8_0, 32, 34, 1, LLMM_TYPE_Q8_0},   {LLMM_TYPE_Q8_1, 32, 36, 0, 0},
+    {LLMM_TYPE_Q2_K, 256, 84, 0, 0},               {LLMM_TYPE_Q3_K, 256, 110, 0, 0},
+    {LLMM_TYPE_Q4_K, 256, 144, 0, 0},              {LLMM_TYPE_Q5_K, 256, 176, 0, 0},
+    {LLMM_TYPE_Q6_K, 256, 210, 0, 0},              {LLMM_TYPE_Q8_K, 256, 292, 0, 0},
+    {LLMM_TYPE_IQ2_XXS, 256, 66, 0, 0},            {LLMM_TYPE_IQ2_XS, 256, 74, 0, 0},
+    {LLMM_TYPE_IQ3_XXS, 256, 98, 0, 0},            {LLMM_TYPE_IQ1_S, 256, 50, 0, 0},
+    {LLMM_TYPE_IQ4_NL, 32, 18, 0, 0},              {LLMM_TYPE_IQ3_S, 256, 110, 0, 0},
+    {LLMM_TYPE_IQ2_S, 256, 82, 0, 0},              {LLMM_TYPE_IQ4_XS, 256, 136, 0, 0},
+    {LLMM_TYPE_I8, 1, 1, 0, 0},                    {LLMM_TYPE_I16, 1, 2, 0, 0},
+    {LLMM_TYPE_I32, 1, 4, 0, 0},                   {LLMM_TYPE_I64, 1, 8, 0, 0},
+    {LLMM_TYPE_F64, 1, 8, 0, 0},                   {LLMM_TYPE_IQ1_M, 256, 56, 0, 0},
+    {LLMM_TYPE_BF16, 1, 2, 1, LLMM_TYPE_BF16},     {LLMM_TYPE_TQ1_0, 256, 54, 0, 0},
+    {LLMM_TYPE_TQ2_0, 256, 66, 0, 0},              {LLMM_TYPE_MXFP4, 32, 17, 0, 0},
+};
+
+static const type_row *find_type_row(uint32_t id) {
+    for (size_t i = 0; i < ARRAY_LEN(k_types); i++)
+        if (k_types[i].id == id) return &k_types[i];
+    return NULL;
+}
+
+static void test_type_table(void **state) {
+    (void)state;
+    for (uint32_t id = 0; id <= 40; id++) {
+        const type_row *want = find_type_row(id);
+        const llmm_type_traits *t = llmm_type_get(id);
+        if (!want) {
+            if (t) fail_msg("type id %u should be unknown", id);
+            continue;
+        }
+        if (!t) fail_msg("type id %u missing", id);
+        assert_non_null(t->name);
+        assert_true(strlen(t->name) > 0);
+        assert_int_equal(t->block_size, want->block_size);
+        assert_int_equal(t->block_bytes, want->block_bytes);
+        assert_int_equal(t->dequant_row != NULL, want->has_math);
+        assert_int_equal(t->vec_dot != NULL, want->has_math);
+        if (want->has_math) {
+            assert_int_equal(t->vec_dot_type, want->vec_dot_type);
+            const llmm_type_traits *op = llmm_type_get(t->vec_dot_type);
+            assert_non_null(op);
+            assert_non_null(op->from_float); /* every operand type can be produced */
+        }
+        assert_int_equal(llmm_cpu_backend.supports_type(id), want->has_math);
+    }
+    assert_null(llmm_type_get(41));
+    assert_null(llmm_type_get(1000));
+    assert_null(llmm_type_get(UINT32_MAX));
+    assert_int_equal(llmm_cpu_backend.supports_type(UINT32_MAX), 0);
+}
+
+static void test_row_bytes(void **state) {
+    (void)state;
+    for (uint32_t id = 0; id <= 40; id++) {
+        const type_row *want = find_type_row(id);
+        if (!want) {
+            assert_int_equal(llmm_row_bytes(id, 0), 0);
+            assert_int_equal(llmm_row_bytes(id, 32), 0);
+            assert_int_equal(llmm_row_bytes(id, 256), 0);
+            continue;
+        }
+        const uint64_t bs = want->block_size;
+        for (uint64_t k = 1; k <= 9; k += 2)
+            assert_int_equal(llmm_row_bytes(id, k * bs), (size_t)(k * want->block_bytes));
+        assert_int_equal(llmm_row_bytes(id, 4096), (size_t)(4096 / bs * want->block_bytes));
+        assert_int_equal(llmm_row_bytes(id, 0), 0);
+        if (bs > 1) {
+            assert_int_equal(llmm_row_bytes(id, 1), 0);
+            assert_int_equal(llmm_row_bytes(id, bs - 1), 0);
+            assert_int_equal(llmm_row_bytes(id, bs + 1), 0);
+            assert_int_equal(llmm_row_bytes(id, 3 * bs + bs / 2), 0);
+        } else {
+            assert_int_equal(llmm_row_bytes(id, 1001), (size_t)(1001 * want->block_bytes));
+        }
+    }
+    assert_int_equal(llmm_row_bytes(41, 32), 0);
+    assert_int_equal(llmm_row_bytes(UINT32_MAX, 32), 0);
+}
+
+/* ================================================================== 2. quantize / dequantize */
+
+static const size_t *sizes_for(uint32_t type, size_t *count) {
+    if (llmm_type_get(type)->block_size > 1) {
+        *count = ARRAY_LEN(k_block_sizes);
+        return k_block_sizes;
+    }
+    *count = ARRAY_LEN(k_float_sizes);
+    return k_float_sizes;
+}
+
+/* dequant_row against the float64 dequantization from the block layout: exact, since
+ * every dequantized value is a float exactly (see the header comment). */
+static void check_dequant(uint32_t type, uint64_t seed) {
+    const llmm_type_traits *t = llmm_type_get(type);
+    assert_non_null(t);
+    assert_non_null(t->dequant_row);
+    rng_seed(seed);
+    size_t n_sizes;
+    const size_t *sizes = sizes_for(type, &n_sizes);
+    for (size_t si = 0; si < n_sizes; si++) {
+        const size_t n = sizes[si];
+        for (int rep = 0; rep < 4; rep++) {
+            const float scale = rep == 3 ? 1e-3f : rep == 2 ? 300.0f : 1.0f; /* also tiny and large */
+            float *x = rand_floats(n, -2.0f * scale, 2.0f * scale);
+            const size_t bytes = llmm_row_bytes(type, n);
+            assert_true(bytes > 0);
+            void *enc = xmalloc(bytes);
+            encode_row(type, x, enc, n);
+            float *got = xmalloc(n * sizeof *got);
+            double *want = xmalloc(n * sizeof *want);
+            fill_nan(got, n);
+            t->dequant_row(enc, got, n);
+            ref_dequant(type, enc, want, n);
+            for (size_t i = 0; i < n; i++)
+                if (!((double)got[i] == want[i]))
+                    fail_msg("%s dequant n=%zu i=%zu: got %.9g want %.9g", t->name, n, i, (double)got[i], want[i]);
+            /* the encoding itself is sane: close to the input (format's own precision) */
+            for (size_t i = 0; i < n; i++) {
+                double tol;
+                if (type == LLMM_TYPE_F32) tol = 0;
+                else if (type == LLMM_TYPE_F16) tol = fmax(fabs(x[i]) * ldexp(1, -11), ldexp(1, -25));
+                else if (type == LLMM_TYPE_BF16) tol = fabs(x[i]) * ldexp(1, -8);
+                else {
+                    /* within one step of the block's scale (Q8_0: amax/127, Q4_0: amax/8,
+                     * the clamped extreme of Q4_0 may sit a full step away) */
+                    size_t b0 = i / 32 * 32;
+                    double amax = 0;
+                    for (size_t j = b0; j < b0 + 32; j++) amax = fmax(amax, fabs(x[j]));
+                    tol = amax / (type == LLMM_TYPE_Q8_0 ? 127.0 : 8.0) * 1.01;
+                }
+                CHECK_CLOSE(want[i], x[i], tol, "%s encode n=%zu i=%zu", t->name, n, i);
+            }
+            free(x);
+            free(enc);
+            free(got);
+            free(want);
+        }
+    }
+}
+
+static void test_dequant_f32(void **state) {
+    (void)state;
+    check_dequant(LLMM_TYPE_F32, 201);
+}
+static void test_dequant_f16(void **state) {
+    (void)state;
+    check_dequant(LLMM_TYPE_F16, 202);
+    /* the traits' from_float is the scalar conversion */
+    rng_seed(2020);
+    float *x = rand_floats(1001, -70000.0f, 70000.0f);
+    uint16_t *h = xmalloc(1001 * sizeof *h);
+    llmm_type_get(LLMM_TYPE_F16)->from_float(x, h, 1001);
+    for (size_t i = 0; i < 1001; i++) assert_int_equal(h[i], ref_f32_to_f16(x[i]));
+    free(x);
+    free(h);
+}
+static void test_dequant_bf16(void **state) {
+    (void)state;
+    check_dequant(LLMM_TYPE_BF16, 203);
+}
+static void test_dequant_q8_0(void **state) {
+    (void)state;
+    check_dequant(LLMM_TYPE_Q8_0, 204);
+}
+static void test_dequant_q4_0(void **state) {
+    (void)state;
+    check_dequant(LLMM_TYPE_Q4_0, 205);
+    /* a hand-made block with known nibbles: element j = d*(j%16 - 8) low, high = 7 - j%16 */
+    block_q4_0 b;
+    b.d = 0x3800; /* 0.5 */
+    for (int j = 0; j < 16; j++) b.qs[j] = (uint8_t)(j | ((15 - j) << 4));
+    float out[32];
+    llmm_type_get(LLMM_TYPE_Q4_0)->dequant_row(&b, out, 32);
+    for (int j = 0; j < 16; j++) {
+        assert_true(out[j] == 0.5f * (float)(j - 8));
+        assert_true(out[j + 16] == 0.5f * (float)(7 - j));
+    }
+}
+
+/* llmm_quantize_row_q8_0: d = f16(amax/127), |q| <= 127 and q = round(x / d) to within the
+ * float rounding of x * (127/amax); the largest magnitude maps to +-127; an all-zero block
+ * gives d = 0, q = 0 (no division by zero). */
+static void test_quantize_q8_0(void **state) {
+    (void)state;
+    rng_seed(206);
+    for (size_t si = 0; si < ARRAY_LEN(k_block_sizes); si++) {
+        const size_t n = k_block_sizes[si];
+        float *x = rand_floats(n, -2.0f, 2.0f);
+        block_q8_0 *y = xmalloc(llmm_row_bytes(LLMM_TYPE_Q8_0, n));
+        llmm_quantize_row_q8_0(x, y, n);
+        for (size_t b = 0; b < n / 32; b++) {
+            float amax = 0;
+            for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[b * 32 + j]));
+            assert_int_equal(y[b].d, ref_f32_to_f16(amax / 127.0f));
+            int saw_max = 0;
+            for (int j = 0; j < 32; j++) {
+                const double exact = (double)x[b * 32 + j] * 127.0 / amax;
+                assert_true(y[b].qs[j] >= -127 && y[b].qs[j] <= 127);
+                CHECK_CLOSE(y[b].qs[j], exact, 0.5 + 1e-5, "q8_0 n=%zu block %zu elem %d", n, b, j);
+                if (fabsf(x[b * 32 + j]) == amax) saw_max |= abs(y[b].qs[j]) == 127;
+            }
+            assert_true(saw_max);
+        }
+        free(x);
+        free(y);
+    }
+    float zero[64] = {0};
+    zero[40] = 1.0f; /* second block not zero */
+    block_q8_0 yz[2];
+    memset(yz, 0x55, sizeof yz);
+    llmm_quantize_row_q8_0(zero, yz, 64);
+    assert_int_equal(yz[0].d, 0);
+    for (int j = 0; j < 32; j++) assert_int_equal(yz[0].qs[j], 0);
+    assert_int_equal(yz[1].qs[8], 127);
+}
+
+/* ================================================================== 3. vec_dot */
+
+/* Tight tolerance of a kernel dot against the float64 dot of the exact operand values. */
+static double tight_tol(uint32_t type, size_t n, double sum_abs) {
+    switch (type) {
+    case LLMM_TYPE_F32: return ((double)(n / 8) + 10.0) * U_F32 * sum_abs;
+    case LLMM_TYPE_F16:
+    case LLMM_TYPE_BF16: return 2.0 * U_F32 * sum_abs;
+    default: return ((double)(n / 32) + 3.0) * U_F32 * sum_abs;
+    }
+}
+
+/* Loose tolerance of the quantized dot against the original floats w, x:
+ *   w~ = w + r_w + s_w, x~ = x + r_x + s_x, with rounding errors |r| <= h = step/2 per block
+ *   (Q8_0 step amax/127, Q4_0 step amax/8; independent, zero-mean, standard deviation
+ *   step/sqrt(12)) and scale errors |s| <= 2^-11 |w~| from storing d as f16. So
+ *   |sum w~x~ - sum wx| <= 2^-10 sum (|w|+h_w)(|x|+h_x)                 (scales, worst case)
+ *                        + 6 sqrt(sum w^2 sd_x^2 + x^2 sd_w^2)             (roundings: 6 sd)
+ *                        + sum 2 h_w h_x                                   (cross terms, worst
+ *                          case, doubled for the clamped Q4_0 extreme).
+ * Not a worst-case bound (that one, ~n h, could not tell a wrong layout from noise), but 6
+ * standard deviations: a nibble-swapped Q4_0 row misses by ~20 sd on average. */
+static double loose_tol_quant(uint32_t type, const float *w, const float *x, size_t n) {
+    double sys = 0, var = 0, cross = 0;
+    for (size_t b = 0; b < n / 32; b++) {
+        double aw = 0, ax = 0;
+        for (size_t j = b * 32; j < b * 32 + 32; j++) {
+            aw = fmax(aw, fabs(w[j]));
+            ax = fmax(ax, fabs(x[j]));
+        }
+        const double step_w = aw / (type == LLMM_TYPE_Q4_0 ? 8.0 : 127.0), step_x = ax / 127.0;
+        const double hw = step_w / 2, hx = step_x / 2;
+        const double vw = step_w * step_w / 12, vx = step_x * step_x / 12;
+        for (size_t j = b * 32; j < b * 32 + 32; j++) {
+            sys += (fabs(w[j]) + hw) * (fabs(x[j]) + hx);
+            var += (double)w[j] * w[j] * vx + (double)x[j] * x[j] * vw;
+            cross += 2 * hw * hx;
+        }
+    }
+    return ldexp(sys, -10) + 6.0 * sqrt(var) + cross;
+}
+
+/* Loose tolerance for f16/bf16 operands against the original floats, term by term. */
+static double loose_tol_float(uint32_t type, const float *w, const float *x, size_t n) {
+    double tol = 0;
+    for (size_t i = 0; i < n; i++) {
+        double ew, ex;
+        if (type == LLMM_TYPE_F16) {
+            ew = fmax(fabs(w[i]) * ldexp(1, -11), ldexp(1, -25));
+            ex = fmax(fabs(x[i]) * ldexp(1, -11), ldexp(1, -25));
+        } else if (type == LLMM_TYPE_BF16) {
+            ew = fabs(w[i]) * ldexp(1, -8);
+            ex = fabs(x[i]) * ldexp(1, -8);
+        } else {
+            ew = ex = 0;
+        }
+        tol += fabs(w[i]) * ex + fabs(x[i]) * ew + ew * ex;
+    }
+    return tol;
+}
+
+static void check_vec_dot(uint32_t type, uint64_t seed) {
+    const llmm_type_traits *t = llmm_type_get(type);
+    assert_non_null(t);
+    assert_non_null(t->vec_dot);
+    rng_seed(seed);
+    size_t n_sizes;
+    const size_t *sizes = sizes_for(type, &n_sizes);
+    int n_cases = 0, n_swap_caught = 0;
+    double worst_tight = 0, worst_loose = 0;
+    for (size_t si = 0; si < n_sizes; si++) {
+        const size_t n = sizes[si];
+        for (int rep = 0; rep < 8; rep++) {
+            float *w = rand_floats(n, -2.0f, 2.0f), *x = rand_floats(n, -2.0f, 2.0f);
+            void *wq = xmalloc(llmm_row_bytes(type, n));
+            encode_row(type, w, wq, n);
+            void *xq = make_operand(type, x, n);
+            double *wd = xmalloc(n * sizeof *wd), *xd = xmalloc(n * sizeof *xd);
+            ref_dequant(type, wq, wd, n);
+            ref_dequant(t->vec_dot_type, xq, xd, n);
+
+            const float got = t->vec_dot(wq, xq, n);
+            double exact = 0, sum_abs = 0, orig = 0;
+            for (size_t i = 0; i < n; i++) {
+                exact += wd[i] * xd[i];
+                sum_abs += fabs(wd[i] * xd[i]);
+                orig += (double)w[i] * x[i];
+            }
+            const double tt = tight_tol(type, n, sum_abs);
+            CHECK_CLOSE(got, exact, tt, "%s vec_dot n=%zu rep %d vs dequantized operands", t->name, n, rep);
+            if (tt > 0) worst_tight = fmax(worst_tight, fabs(got - exact) / tt);
+
+            const int quant = t->block_size > 1;
+            const double lt = tt + (quant ? loose_tol_quant(type, w, x, n) : loose_tol_float(type, w, x, n));
+            CHECK_CLOSE(got, orig, lt, "%s vec_dot n=%zu rep %d vs original floats", t->name, n, rep);
+            worst_loose = fmax(worst_loose, fabs(got - orig) / lt);
+
+            if (type == LLMM_TYPE_Q4_0) {
+                /* the loose bound must be able to see a swapped nibble layout */
+                ref_dequant_ex(type, wq, wd, n, 1);
+                double swapped = 0;
+                for (size_t i = 0; i < n; i++) swapped += wd[i] * xd[i];
+                n_swap_caught += fabs(swapped - orig) > lt;
+            }
+            n_cases++;
+            free(w);
+            free(x);
+            free(wq);
+            free(xq);
+            free(wd);
+            free(xd);
+        }
+    }
+    print_message("%s vec_dot: %d cases, worst |err|/tight_tol %.3f, worst |err|/loose_tol %.3f\n", t->name,
+                  n_cases, worst_tight, worst_loose);
+    if (type == LLMM_TYPE_Q4_0) {
+        /* a swapped layout would fail this test if it failed any one case; require that it
+         * would fail most, so the tolerance stays meaningful if someone loosens it */
+        print_message("q4_0: loose tolerance rejects a nibble-swapped layout in %d of %d cases\n", n_swap_caught,
+                      n_cases);
+        assert_true(n_swap_caught * 2 > n_cases);
+    }
+}
+
+static void test_vec_dot_f32(void **state) {
+    (void)state;
+    check_vec_dot(LLMM_TYPE_F32, 301);
+}
+static void test_vec_dot_f16(void **state) {
+    (void)state;
+    check_vec_dot(LLMM_TYPE_F16, 302);
+}
+static void test_vec_dot_bf16(void **state) {
+    (void)state;
+    check_vec_dot(LLMM_TYPE_BF16, 303);
+}
+static void test_vec_dot_q8_0(void **state) {
+    (void)state;
+    check_vec_dot(LLMM_TYPE_Q8_0, 304);
+}
+static void test_vec_dot_q4_0(void **state) {
+    (void)state;
+    check_vec_dot(LLMM_TYPE_Q4_0, 305);
+}
+
+/* llmm_dot_f32 with n not a multiple of 8 and exact small integers: the tail is summed once. */
+static void test_dot_f32_exact_integers(void **state) {
+    (void)state;
+    for (size_t n = 1; n <= 40; n++) {
+        float a[40], b[40];
+        double want = 0;
+        for (size_t i = 0; i < n; i++) {
+            a[i] = (float)((int)(i % 7) - 3 + (i % 7 == 3 ? 5 : 0));
+            b[i] = (float)((int)(i % 5) + 1);
+            want += (double)a[i] * b[i];
+        }
+        assert_true((double)llmm_dot_f32(a, b, n) == want);
+    }
+}
+
+/* ================================================================== 5. CPU backend: matmul */
+
+/* out (n_rows, ne1) = x (n_rows, ne0) . W^T, checked per output against the float64 dot of
+ * the dequantized weight row with the operand row (tight_tol), and bitwise against the
+ * type's vec_dot (the kernel must use it unchanged) and against the other thread counts. */
+static void check_matmul(uint32_t type, uint64_t seed) {
+    const llmm_type_traits *t = llmm_type_get(type);
+    assert_non_null(t);
+    rng_seed(seed);
+    const size_t ne0s_f[] = {1, 7, 33, 173}, ne0s_q[] = {32, 96, 224};
+    const size_t *ne0s = t->block_size > 1 ? ne0s_q : ne0s_f;
+    const size_t n_ne0 = t->block_size > 1 ? ARRAY_LEN(ne0s_q) : ARRAY_LEN(ne0s_f);
+    const size_t ne1s[] = {37, 1, 5};
+    const size_t nrows_list[] = {1, 3, 5};
+    for (size_t a = 0; a < n_ne0; a++) {
+        for (size_t c = 0; c < ARRAY_LEN(ne1s); c++) {
+            const size_t ne0 = ne0s[a], ne1 = ne1s[c];
+            const size_t rb = llmm_row_bytes(type, ne0);
+            float *wf = rand_floats(ne0 * ne1, -2.0f, 2.0f);
+            uint8_t *wdata = xmalloc(rb * ne1); /* exact size: over-reads trip ASan */
+            for (size_t j = 0; j < ne1; j++) encode_row(type, wf + j * ne0, wdata + j * rb, ne0);
+            llmm_tensor w = {.data = wdata, .type = type, .ne0 = (int64_t)ne0, .ne1 = (int64_t)ne1, .row_bytes = rb};
+            double *wd = xmalloc(ne0 * ne1 * sizeof *wd);
+            for (size_t j = 0; j < ne1; j++) ref_dequant(type, wdata + j * rb, wd + j * ne0, ne0);
+
+            for (size_t d = 0; d < ARRAY_LEN(nrows_list); d++) {
+                const size_t n_rows = nrows_list[d];
+                float *x = rand_floats(n_rows * ne0, -2.0f, 2.0f);
+                /* operand rows and their exact values, as the kernel prepares them */
+                void **xq = xmalloc(n_rows * sizeof *xq);
+                double *xd = xmalloc(n_rows * ne0 * sizeof *xd);
+                for (size_t r = 0; r < n_rows; r++) {
+                    xq[r] = make_operand(type, x + r * ne0, ne0);
+                    ref_dequant(t->vec_dot_type, xq[r], xd + r * ne0, ne0);
+                }
+                float *first = xmalloc(n_rows * ne1 * sizeof *first);
+                float *out = xmalloc(n_rows * ne1 * sizeof *out);
+                for (size_t ti = 0; ti < ARRAY_LEN(k_threads); ti++) {
+                    void *st = cpu_start(k_threads[ti]);
+                    fill_nan(out, n_rows * ne1);
+                    assert_int_equal(llmm_cpu_backend.matmul(st, &w, x, n_rows, out), LLMM_OK);
+                    for (size_t r = 0; r < n_rows; r++) {
+                        for (size_t j = 0; j < ne1; j++) {
+                            const float got = out[r * ne1 + j];
+                            double exact = 0, sum_abs = 0;
+                            for (size_t i = 0; i < ne0; i++) {
+                                exact += wd[j * ne0 + i] * xd[r * ne0 + i];
+                                sum_abs += fabs(wd[j * ne0 + i] * xd[r * ne0 + i]);
+                            }
+                            CHECK_CLOSE(got, exact, tight_tol(type, ne0, sum_abs),
+                                        "%s matmul ne0=%zu ne1=%zu n_rows=%zu threads=%d out[%zu][%zu]", t->name,
+                                        ne0, ne1, n_rows, k_threads[ti], r, j);
+                            const float direct = t->vec_dot(wdata + j * rb, xq[r], ne0);
+                            if (bits_of_f32(got) != bits_of_f32(direct))
+                                fail_msg("%s matmul out[%zu][%zu] %.9g != vec_dot %.9g", t->name, r, j,
+                                         (double)got, (double)direct);
+                        }
+                    }
+                    if (ti == 0) memcpy(first, out, n_rows * ne1 * sizeof *out);
+                    else if (memcmp(first, out, n_rows * ne1 * sizeof *out) != 0)
+                        fail_msg("%s matmul ne0=%zu ne1=%zu n_rows=%zu: threads=%d differs from threads=1", t->name,
+                                 ne0, ne1, n_rows, k_threads[ti]);
+                    llmm_cpu_backend.shutdown(st);
+                }
+                for (size_t r = 0; r < n_rows; r++) free(xq[r]);
+                free(xq);
+                free(xd);
+                free(x);
+                free(first);
+                free(out);
+            }
+            free(wf);
+            free(wdata);
+            free(wd);
+        }
+    }
+}
+
+static void test_matmul_f32(void **state) {
+    (void)state;
+    check_matmul(LLMM_TYPE_F32, 401);
+}
+static void test_matmul_f16(void **state) {
+    (void)state;
+    check_matmul(LLMM_TYPE_F16, 402);
+}
+static void test_matmul_bf16(void **state) {
+    (void)state;
+    check_matmul(LLMM_TYPE_BF16, 403);
+}
+static void test_matmul_q8_0(void **state) {
+    (void)state;
+    check_matmul(LLMM_TYPE_Q8_0, 404);
+}
+static void test_matmul_q4_0(void **state) {
+    (void)state;
+    check_matmul(LLMM_TYPE_Q4_0, 405);
+}
+
+/* A larger Q4_0 product whose operand scratch must grow between calls on one state. */
+static void test_matmul_scratch_reuse(void **state) {
+    (void)state;
+    rng_seed(406);
+    void *st = cpu_start(3);
+    const size_t dims[][3] = {{32, 7, 1}, {736, 37, 5}, {96, 3, 2}}; /* ne0, ne1, n_rows */
+    for (size_t c = 0; c < ARRAY_LEN(dims); c++) {
+        const size_t ne0 = dims[c][0], ne1 = dims[c][1], n_rows = dims[c][2];
+        const size_t rb = llmm_row_bytes(LLMM_TYPE_Q4_0, ne0);
+        float *wf = rand_floats(ne0 * ne1, -2.0f, 2.0f), *x = rand_floats(ne0 * n_rows, -2.0f, 2.0f);
+        uint8_t *wq = xmalloc(rb * ne1);
+        for (size_t j = 0; j < ne1; j++) encode_row(LLMM_TYPE_Q4_0, wf + j * ne0, wq + j * rb, ne0);
+        llmm_tensor w = {wq, LLMM_TYPE_Q4_0, (int64_t)ne0, (int64_t)ne1, rb};
+        float *out = xmalloc(n_rows * ne1 * sizeof *out);
+        fill_nan(out, n_rows * ne1);
+        assert_int_equal(llmm_cpu_backend.matmul(st, &w, x, n_rows, out), LLMM_OK);
+        for (size_t r = 0; r < n_rows; r++) {
+            void *xq = make_operand(LLMM_TYPE_Q4_0, x + r * ne0, ne0);
+            for (size_t j = 0; j < ne1; j++) {
+                const float want = llmm_type_get(LLMM_TYPE_Q4_0)->vec_dot(wq + j * rb, xq, ne0);
+                assert_true(bits_of_f32(out[r * ne1 + j]) == bits_of_f32(want));
+            }
+            free(xq);
+        }
+        free(wf);
+        free(x);
+        free(wq);
+        free(out);
+    }
+    llmm_cpu_backend.shutdown(st);
+}
+
+static void test_matmul_unsupported_type(void **state) {
+    (void)state;
+    void *st = cpu_start(1);
+    uint8_t data[20] = {0};
+    float x[32] = {0}, out[1] = {0};
+    llmm_tensor w = {data, LLMM_TYPE_Q4_1, 32, 1, 20};
+    assert_int_equal(llmm_cpu_backend.matmul(st, &w, x, 1, out), LLMM_ERR_UNSUPPORTED);
+    llmm_tensor w2 = {data, 4 /* removed id */, 32, 1, 20};
+    assert_int_equal(llmm_cpu_backend.matmul(st, &w2, x, 1, out), LLMM_ERR_UNSUPPORTED);
+    llmm_cpu_backend.shutdown(st);
+}
+
+/* ================================================================== 5. rms_norm, glu, add */
+
+/* out = x / sqrt(mean(x^2) + eps) * w. The kernel rounds x*x, the mean, mean+eps, sqrt, the
+ * reciprocal and two products in float: at most 7 roundings, tolerance 10u |ref|. */
+static void test_rms_norm(void **state) {
+    (void)state;
+    rng_seed(501);
+    const size_t nrows_list[] = {1, 3, 5};
+    const float eps_list[] = {1e-5f, 1e-6f};
+    for (size_t ti = 0; ti < ARRAY_LEN(k_threads); ti++) {
+        void *st = cpu_start(k_threads[ti]);
+        for (size_t si = 0; si < ARRAY_LEN(k_float_sizes); si++) {
+            for (size_t ri = 0; ri < ARRAY_LEN(nrows_list); ri++) {
+                const size_t dim = k_float_sizes[si], n_rows = nrows_list[ri];
+                const float eps = eps_list[(si + ri) % 2];
+                float *x = rand_floats(dim * n_rows, -2.0f, 2.0f), *wt = rand_floats(dim, -2.0f, 2.0f);
+                float *out = xmalloc(dim * n_rows * sizeof *out);
+                fill_nan(out, dim * n_rows);
+                assert_int_equal(llmm_cpu_backend.rms_norm(st, x, wt, out, n_rows, dim, eps), LLMM_OK);
+                for (size_t r = 0; r < n_rows; r++) {
+                    double ss = 0;
+                    for (size_t i = 0; i < dim; i++) ss += (double)x[r * dim + i] * x[r * dim + i];
+                    const double inv = 1.0 / sqrt(ss / (double)dim + (double)eps);
+                    for (size_t i = 0; i < dim; i++) {
+                        const double ref = (double)x[r * dim + i] * inv * wt[i];
+                        CHECK_CLOSE(out[r * dim + i], ref, 10 * U_F32 * fabs(ref),
+                                    "rms_norm dim=%zu row %zu i=%zu threads=%d", dim, r, i, k_threads[ti]);
+                    }
+                }
+                free(x);
+                free(wt);
+                free(out);
+            }
+        }
+        llmm_cpu_backend.shutdown(st);
+    }
+}
+
+/* silu(g) * up = g / (1 + e^-g) * up: expf, an add, a divide, a multiply, each within about
+ * one ulp: tolerance 8u |ref|.
+ * gelu_tanh(g) * up = 0.5 g (1 + tanh(z)) up, z = sqrt(2/pi) (g + 0.044715 g^3): z carries
+ * ~5 roundings (incl. the float constants), so |dz| <= 5u|z| and |d tanh| <= |dz| + u; for
+ * negative g, 1 + tanh(z) cancels, so the bound is absolute in that factor:
+ * |err| <= 0.5 |g up| (5u|z| + 4u) + 6u |ref|. */
+static void check_glu(llmm_activation act, uint64_t seed) {
+    rng_seed(seed);
+    for (size_t ti = 0; ti < ARRAY_LEN(k_threads); ti++) {
+        void *st = cpu_start(k_threads[ti]);
+        for (size_t si = 0; si < ARRAY_LEN(k_float_sizes); si++) {
+            const size_t n = k_float_sizes[si];
+            const float range = si % 2 ? 8.0f : 2.0f; /* [-2,2] and [-8,8] (saturation) */
+            float *g = rand_floats(n, -range, range), *up = rand_floats(n, -2.0f, 2.0f);
+            float *out = xmalloc(n * sizeof *out);
+            memcpy(out, g, n * sizeof *out);
+            assert_int_equal(llmm_cpu_backend.glu(st, out, up, n, act), LLMM_OK);
+            for (size_t i = 0; i < n; i++) {
+                const double gd = g[i], ud = up[i];
+                double ref, tol;
+                if (act == LLMM_ACT_SILU) {
+                    ref = gd / (1.0 + exp(-gd)) * ud;
+                    tol = 8 * U_F32 * fabs(ref);
+                } else {
+                    const double z = 0.79788456080286535588 * (gd + 0.044715 * gd * gd * gd);
+                    ref = 0.5 * gd * (1.0 + tanh(z)) * ud;
+                    tol = 0.5 * fabs(gd * ud) * (5 * U_F32 * fabs(z) + 4 * U_F32) + 6 * U_F32 * fabs(ref);
+                }
+                CHECK_CLOSE(out[i], ref, tol, "glu act=%d n=%zu i=%zu g=%.9g threads=%d", (int)act, n, i, gd,
+                            k_threads[ti]);
+            }
+            free(g);
+            free(up);
+            free(out);
+        }
+        llmm_cpu_backend.shutdown(st);
+    }
+}
+
+static void test_glu_silu(void **state) {
+    (void)state;
+    check_glu(LLMM_ACT_SILU, 502);
+}
+static void test_glu_gelu_tanh(void **state) {
+    (void)state;
+    check_glu(LLMM_ACT_GELU_TANH, 503);
+}
+
+/* dst += src: one float addition, exact against the float sum. */
+static void test_add(void **state) {
+    (void)state;
+    rng_seed(504);
+    void *st = cpu_start(2);
+    for (size_t si = 0; si < ARRAY_LEN(k_float_sizes); si++) {
+        const size_t n = k_float_sizes[si];
+        float *a = rand_floats(n, -2.0f, 2.0f), *b = rand_floats(n, -2.0f, 2.0f);
+        float *d = xmalloc(n * sizeof *d);
+        memcpy(d, a, n * sizeof *d);
+        assert_int_equal(llmm_cpu_backend.add(st, d, b, n), LLMM_OK);
+        for (size_t i = 0; i < n; i++) assert_true(d[i] == a[i] + b[i]);
+        free(a);
+        free(b);
+        free(d);
+    }
+    llmm_cpu_backend.shutdown(st);
+}
+
+/* ================================================================== 5. rope */
+
+/* Pair i of the first n_rot values of a head rotates by theta_i = pos * base^(-2i/n_rot):
+ * ADJACENT pairs (2i, 2i+1), NEOX pairs (i, i + n_rot/2); values past n_rot are untouched.
+ * The kernel builds theta_i by i float multiplications of pos by s = powf(base, -2/n_rot),
+ * where -2/n_rot is itself rounded (relative error of s about (1 + 2 ln(base)/n_rot) u plus
+ * powf's own), so |d theta_i| <= theta_i ((i) (3 + 2 ln(base)/n_rot) u + u); cos/sin and the
+ * rotation add a few u: |err| <= (|x0| + |x1|) (2 |d theta_i| + 6u). At pos 4000 this is
+ * still ~1e-3 relative at worst, far below any wrong pair, sign or angle. */
+static void check_rope(llmm_rope_kind kind, uint64_t seed) {
+    rng_seed(seed);
+    const size_t shapes[][2] = {{8, 8}, {64, 64}, {10, 6}, {64, 32}, {2, 2}, {128, 128}, {12, 4}};
+    const float bases[] = {10000.0f, 1000000.0f};
+    enum { N_ROWS = 7, N_HEADS = 3 };
+    for (size_t ti = 0; ti < ARRAY_LEN(k_threads); ti++) {
+        void *st = cpu_start(k_threads[ti]);
+        for (size_t sh = 0; sh < ARRAY_LEN(shapes); sh++) {
+            for (size_t bi = 0; bi < ARRAY_LEN(bases); bi++) {
+                const size_t hd = shapes[sh][0], n_rot = shapes[sh][1];
+                const double base = bases[bi];
+                const int32_t pos[N_ROWS] = {0, 1, 7, 100, 1023, 4000, (int32_t)(rng_u32() % 4001)};
+                const size_t n = (size_t)N_ROWS * N_HEADS * hd;
+                float *x = rand_floats(n, -2.0f, 2.0f), *y = xmalloc(n * sizeof *y);
+                memcpy(y, x, n * sizeof *y);
+                assert_int_equal(llmm_cpu_backend.rope(st, y, N_ROWS, N_HEADS, hd, n_rot, pos, bases[bi], kind),
+                                 LLMM_OK);
+                for (size_t r = 0; r < N_ROWS; r++) {
+                    for (size_t h = 0; h < N_HEADS; h++) {
+                        const float *xv = x + (r * N_HEADS + h) * hd;
+                        const float *yv = y + (r * N_HEADS + h) * hd;
+                        for (size_t i = 0; i < n_rot / 2; i++) {
+                            const size_t a = kind == LLMM_ROPE_NEOX ? i : 2 * i;
+                            const size_t b = kind == LLMM_ROPE_NEOX ? i + n_rot / 2 : 2 * i + 1;
+                            const double th = (double)pos[r] * pow(base, -2.0 * (double)i / (double)n_rot);
+                            const double c = cos(th), s = sin(th);
+                            const double r0 = xv[a] * c - xv[b] * s, r1 = xv[a] * s + xv[b] * c;
+                            const double dth =
+                                th * ((double)i * (3.0 + 2.0 * log(base) / (double)n_rot) * U_F32 + U_F32);
+                            const double tol = (fabs(xv[a]) + fabs(xv[b])) * (2 * dth + 6 * U_F32);
+                            CHECK_CLOSE(yv[a], r0, tol, "rope kind=%d hd=%zu n_rot=%zu base=%g pos=%d head %zu pair %zu",
+                                        (int)kind, hd, n_rot, base, pos[r], h, i);
+                            CHECK_CLOSE(yv[b], r1, tol, "rope kind=%d hd=%zu n_rot=%zu base=%g pos=%d head %zu pair %zu",
+                                        (int)kind, hd, n_rot, base, pos[r], h, i);
+                        }
+                        for (size_t i = n_rot; i < hd; i++)
+                            if (bits_of_f32(yv[i]) != bits_of_f32(xv[i]))
+                                fail_msg("rope kind=%d hd=%zu n_rot=%zu touched tail value %zu", (int)kind, hd, n_rot,
+                                         i);
+                    }
+                }
+                /* position 0 is the identity */
+                for (size_t i = 0; i < (size_t)N_HEADS * hd; i++) assert_true(y[i] == x[i]);
+                free(x);
+                free(y);
+            }
+        }
+        llmm_cpu_backend.shutdown(st);
+    }
+}
+
+static void test_rope_adjacent(void **state) {
+    (void)state;
+    check_rope(LLMM_ROPE_ADJACENT, 601);
+}
+static void test_rope_neox(void **state) {
+    (void)state;
+    check_rope(LLMM_ROPE_NEOX, 602);
+}
+
+/* ================================================================== 5. kv_write, attention */
+
+static void test_kv_write(void **state) {
+    (void)state;
+    rng_seed(701);
+    enum { KV_DIM = 12, STRIDE_A = 12, STRIDE_B = 17, CAP = 10, N_ROWS = 5 };
+    const float sentinel = -12345.0f;
+    for (size_t ti = 0; ti < ARRAY_LEN(k_threads); ti++) {
+        void *st = cpu_start(k_threads[ti]);
+        float *ka = xmalloc(CAP * STRIDE_A * sizeof(float)), *va = xmalloc(CAP * STRIDE_A * sizeof(float));
+        float *kb = xmalloc(CAP * STRIDE_B * sizeof(float)), *vb = xmalloc(CAP * STRIDE_B * sizeof(float));
+        for (size_t i = 0; i < CAP * STRIDE_A; i++) ka[i] = va[i] = sentinel;
+        for (size_t i = 0; i < CAP * STRIDE_B; i++) kb[i] = vb[i] = sentinel;
+        const llmm_kv_view a = {ka, va, STRIDE_A, LLMM_TYPE_F32}, b = {kb, vb, STRIDE_B, LLMM_TYPE_F32};
+        const llmm_kv_view views[N_ROWS] = {a, b, a, b, a};
+        const int32_t pos[N_ROWS] = {3, 0, 9, 9, 0};
+        float *k = rand_floats(N_ROWS * KV_DIM, -2.0f, 2.0f), *v = rand_floats(N_ROWS * KV_DIM, -2.0f, 2.0f);
+        assert_int_equal(llmm_cpu_backend.kv_write(st, views, pos, N_ROWS, k, v, KV_DIM), LLMM_OK);
+        for (int seq = 0; seq < 2; seq++) {
+            const float *kk = seq ? kb : ka, *vv = seq ? vb : va;
+            const size_t stride = seq ? STRIDE_B : STRIDE_A;
+            for (size_t p = 0; p < CAP; p++) {
+                int src = -1;
+                for (int r = 0; r < N_ROWS; r++)
+                    if ((r % 2 == seq) && (size_t)pos[r] == p) src = r;
+                for (size_t i = 0; i < stride; i++) {
+                    const float wk = src >= 0 && i < KV_DIM ? k[src * KV_DIM + i] : sentinel;
+                    const float wv = src >= 0 && i < KV_DIM ? v[src * KV_DIM + i] : sentinel;
+                    if (kk[p * stride + i] != wk || vv[p * stride + i] != wv)
+                        fail_msg("kv_write seq %d pos %zu elem %zu: k %g (want %g) v %g (want %g)", seq, p, i,
+                                 (double)kk[p * stride + i], (double)wk, (double)vv[p * stride + i], (double)wv);
+                }
+            }
+        }
+        const llmm_kv_view bad = {ka, va, STRIDE_A, LLMM_TYPE_F16};
+        assert_int_equal(llmm_cpu_backend.kv_write(st, &bad, pos, 1, k, v, KV_DIM), LLMM_ERR_UNSUPPORTED);
+        free(ka);
+        free(va);
+        free(kb);
+        free(vb);
+        free(k);
+        free(v);
+        llmm_cpu_backend.shutdown(st);
+    }
+}
+
+/* Check every output of an F32 attention batch against a float64 softmax attention.
+ * Tolerance: a score q.k * scale is off by at most ds = scale (hd/8 + 10) u sum|q k| + u|s|
+ * (8-lane float dot, then the scale); each softmax weight then by 2 ds + 4u relative (expf
+ * of a difference of two such scores, the reciprocal of the double sum, the product), and
+ * the float sum over n_kv positions adds (n_kv + 1) u: so
+ *   |err| <= sum_p w_p |v_p| (2 ds + (n_kv + 6) u). */
+static void check_attention(const llmm_attn_batch *b, int n_threads) {
+    const size_t hd = b->head_dim, qd = (size_t)b->n_head * hd;
+    for (size_t r = 0; r < b->n_rows; r++) {
+        const float *kk = b->rows[r].kv.k, *vv = b->rows[r].kv.v;
+        const size_t stride = b->rows[r].kv.row_stride;
+        const uint32_t n_kv = b->rows[r].n_kv;
+        double *s = xmalloc(n_kv * sizeof *s);
+        for (uint32_t h = 0; h < b->n_head; h++) {
+            const size_t kvh = h / (b->n_head / b->n_head_kv);
+            const float *qv = b->q + r * qd + h * hd;
+            double smax = -INFINITY, sum = 0, ds = 0;
+            for (uint32_t p = 0; p < n_kv; p++) {
+                double dot = 0, abs_dot = 0;
+                for (size_t d = 0; d < hd; d++) {
+                    const double t = (double)qv[d] * kk[p * stride + kvh * hd + d];
+                    dot += t;
+                    abs_dot += fabs(t);
+                }
+                s[p] = dot * b->scale;
+                smax = fmax(smax, s[p]);
+                ds = fmax(ds, b->scale * ((double)(hd / 8) + 10) * U_F32 * abs_dot + U_F32 * fabs(s[p]));
+            }
+            for (uint32_t p = 0; p < n_kv; p++) sum += (s[p] = exp(s[p] - smax));
+            for (size_t d = 0; d < hd; d++) {
+                double ref = 0, mag = 0;
+                for (uint32_t p = 0; p < n_kv; p++) {
+                    ref += s[p] / sum * vv[p * stride + kvh * hd + d];
+                    mag += s[p] / sum * fabs(vv[p * stride + kvh * hd + d]);
+                }
+                CHECK_CLOSE(b->out[r * qd + h * hd + d], ref, mag * (2 * ds + (n_kv + 6.0) * U_F32),
+                            "attention row %zu (n_kv %u) head %u dim %zu threads=%d", r, n_kv, h, d, n_threads);
+            }
+        }
+        free(s);
+    }
+}
+
+/* Grouped-query attention: n_head 4 over n_head_kv 2 (heads 0,1 read kv head 0; 2,3 read 1),
+ * head_dim 8, scale 1/sqrt(8). Two sequences with different row strides (padding and
+ * positions past n_kv hold NaN, so reading them shows); rows 0..8 see 1..9 positions of
+ * sequence A, rows 9..11 see 5, 2 and 3 of sequence B. Tolerance: see check_attention. */
+static void test_attention_gqa(void **state) {
+    (void)state;
+    rng_seed(801);
+    enum { NH = 4, NHKV = 2, HD = 8, KVD = NHKV * HD, CAP_A = 9, CAP_B = 7, STRIDE_A = KVD, STRIDE_B = KVD + 5 };
+    enum { N_ROWS = 12, QD = NH * HD };
+    float *ka = rand_floats(CAP_A * STRIDE_A, -2.0f, 2.0f), *va = rand_floats(CAP_A * STRIDE_A, -2.0f, 2.0f);
+    float *kb = rand_floats(CAP_B * STRIDE_B, -2.0f, 2.0f), *vb = rand_floats(CAP_B * STRIDE_B, -2.0f, 2.0f);
+    const uint32_t n_kv[N_ROWS] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 5, 2, 3};
+    for (size_t p = 0; p < CAP_B; p++)
+        for (size_t i = 0; i < STRIDE_B; i++)
+            if (i >= KVD || p >= 5) kb[p * STRIDE_B + i] = vb[p * STRIDE_B + i] = NAN;
+    const llmm_kv_view a = {ka, va, STRIDE_A, LLMM_TYPE_F32}, b = {kb, vb, STRIDE_B, LLMM_TYPE_F32};
+    llmm_attn_row rows[N_ROWS];
+    for (int r = 0; r < N_ROWS; r++) rows[r] = (llmm_attn_row){r < 9 ? a : b, n_kv[r]};
+    float *q = rand_floats(N_ROWS * QD, -2.0f, 2.0f);
+    float *out = xmalloc(N_ROWS * QD * sizeof *out), *first = xmalloc(N_ROWS * QD * sizeof *first);
+    llmm_attn_batch batch = {q, out, N_ROWS, rows, NH, NHKV, HD, 1.0f / sqrtf((float)HD)};
+    for (size_t ti = 0; ti < ARRAY_LEN(k_threads); ti++) {
+        void *st = cpu_start(k_threads[ti]);
+        fill_nan(out, N_ROWS * QD);
+        assert_int_equal(llmm_cpu_backend.attention(st, &batch), LLMM_OK);
+        check_attention(&batch, k_threads[ti]);
+        if (ti == 0) memcpy(first, out, N_ROWS * QD * sizeof *out);
+        else assert_memory_equal(first, out, N_ROWS * QD * sizeof *out);
+
+        /* a single position returns its V row exactly (weight 1) */
+        for (int h = 0; h < NH; h++)
+            for (int d = 0; d < HD; d++) assert_true(out[h * HD + d] == va[(h / 2) * HD + d]);
+
+        /* unsupported: an F16 view, an empty row */
+        llmm_attn_row bad_rows[1] = {{a, 0}};
+        llmm_attn_batch bad = {q, out, 1, bad_rows, NH, NHKV, HD, batch.scale};
+        assert_int_equal(llmm_cpu_backend.attention(st, &bad), LLMM_ERR_UNSUPPORTED);
+        bad_rows[0].n_kv = 1;
+        bad_rows[0].kv.type = LLMM_TYPE_F16;
+        assert_int_equal(llmm_cpu_backend.attention(st, &bad), LLMM_ERR_UNSUPPORTED);
+        llmm_cpu_backend.shutdown(st);
+    }
+    free(ka);
+    free(va);
+    free(kb);
+    free(vb);
+    free(q);
+    free(out);
+    free(first);
+}
+
+/* Long rows (n_kv 301..497) so the threads' score scratch is in use at the same time: a
+ * shared or undersized per-thread scratch corrupts results here. Run several times on one
+ * state so the scratch is also reused. n_head 8 over n_head_kv 2, head_dim 24 (a tail for
+ * the 8-lane dot), one sequence with padded rows. */
+static void test_attention_long(void **state) {
+    (void)state;
+    rng_seed(802);
+    enum { NH = 8, NHKV = 2, HD = 24, KVD = NHKV * HD, STRIDE = KVD + 3, CAP = 500, N_ROWS = 29, QD = NH * HD };
+    float *k = rand_floats(CAP * STRIDE, -2.0f, 2.0f), *v = rand_floats(CAP * STRIDE, -2.0f, 2.0f);
+    const llmm_kv_view view = {k, v, STRIDE, LLMM_TYPE_F32};
+    llmm_attn_row rows[N_ROWS];
+    for (int r = 0; r < N_ROWS; r++) rows[r] = (llmm_attn_row){view, (uint32_t)(301 + 7 * r)};
+    float *q = rand_floats(N_ROWS * QD, -2.0f, 2.0f);
+    float *out = xmalloc(N_ROWS * QD * sizeof *out), *first = xmalloc(N_ROWS * QD * sizeof *first);
+    const llmm_attn_batch batch = {q, out, N_ROWS, rows, NH, NHKV, HD, 1.0f / sqrtf((float)HD)};
+    for (size_t ti = 0; ti < ARRAY_LEN(k_threads); ti++) {
+        void *st = cpu_start(k_threads[ti]);
+        for (int rep = 0; rep < 8; rep++) {
+            fill_nan(out, N_ROWS * QD);
+            assert_int_equal(llmm_cpu_backend.attention(st, &batch), LLMM_OK);
+            if (rep == 0) check_attention(&batch, k_threads[ti]);
+            if (ti == 0 && rep == 0) memcpy(first, out, N_ROWS * QD * sizeof *out);
+            else assert_memory_equal(first, out, N_ROWS * QD * sizeof *out);
+        }
+        llmm_cpu_backend.shutdown(st);
+    }
+    free(k);
+    free(v);
+    free(q);
+    free(out);
+    free(first);
+}
+
+/* ================================================================== 5. embed */
+
+static void test_embed(void **state) {
+    (void)state;
+    rng_seed(901);
+    const uint32_t types[] = {LLMM_TYPE_F32, LLMM_TYPE_F16, LLMM_TYPE_BF16, LLMM_TYPE_Q8_0, LLMM_TYPE_Q4_0};
+    enum { NE1 = 11, N_IDS = 6 };
+    const llmm_token ids[N_IDS] = {0, 10, 5, 5, 3, 7};
+    for (size_t ti = 0; ti < ARRAY_LEN(k_threads); ti++) {
+        void *st = cpu_start(k_threads[ti]);
+        for (size_t tt = 0; tt < ARRAY_LEN(types); tt++) {
+            const uint32_t type = types[tt];
+            const size_t ne0 = llmm_type_get(type)->block_size > 1 ? 96 : 33;
+            const size_t rb = llmm_row_bytes(type, ne0);
+            float *tf = rand_floats(ne0 * NE1, -2.0f, 2.0f);
+            uint8_t *data = xmalloc(rb * NE1);
+            for (size_t j = 0; j < NE1; j++) encode_row(type, tf + j * ne0, data + j * rb, ne0);
+            llmm_tensor table = {data, type, (int64_t)ne0, NE1, rb};
+            float *out = xmalloc(N_IDS * ne0 * sizeof *out);
+            double *want = xmalloc(ne0 * sizeof *want);
+            fill_nan(out, N_IDS * ne0);
+            assert_int_equal(llmm_cpu_backend.embed(st, &table, ids, N_IDS, out), LLMM_OK);
+            for (size_t i = 0; i < N_IDS; i++) {
+                ref_dequant(type, data + (size_t)ids[i] * rb, want, ne0);
+                for (size_t e = 0; e < ne0; e++)
+                    if (!((double)out[i * ne0 + e] == want[e]))
+                        fail_msg("embed %s id %d elem %zu: %.9g want %.9g", llmm_type_get(type)->name, ids[i], e,
+                                 (double)out[i * ne0 + e], want[e]);
+            }
+            const llmm_token bad_ids[] = {-1, NE1, NE1 + 1, INT32_MIN, INT32_MAX};
+            for (size_t k = 0; k < ARRAY_LEN(bad_ids); k++) {
+                const llmm_token two[2] = {2, bad_ids[k]};
+                assert_int_equal(llmm_cpu_backend.embed(st, &table, two, 2, out), LLMM_ERR_INVALID_ARG);
+            }
+            assert_int_equal(llmm_cpu_backend.embed(st, &table, ids, 0, out), LLMM_OK);
+            free(tf);
+            free(data);
+            free(out);
+            free(want);
+        }
+        llmm_cpu_backend.shutdown(st);
+    }
+}
+
+/* Backend table shape: every mandatory slot is set. */
+static void test_cpu_backend_table(void **state) {
+    (void)state;
+    const llmm_backend_ops *b = &llmm_cpu_backend;
+    assert_int_equal(b->api_version, LLMM_BACKEND_API_VERSION);
+    assert_int_equal(b->kind, LLMM_BACKEND_CPU);
+    assert_non_null(b->name);
+    assert_int_equal(b->available(), 1);
+    assert_non_null(b->embed);
+    assert_non_null(b->rms_norm);
+    assert_non_null(b->matmul);
+    assert_non_null(b->rope);
+    assert_non_null(b->glu);
+    assert_non_null(b->add);
+    assert_non_null(b->kv_write);
+    assert_non_null(b->attention);
+    for (size_t ti = 0; ti < ARRAY_LEN(k_threads); ti++) {
+        void *st = cpu_start(k_threads[ti]);
+        void *buf = NULL;
+        assert_int_equal(b->buffer_alloc(st, 1000, &buf), LLMM_OK);
+        assert_non_null(buf);
+        const char msg[] = "upload-download";
+        char back[sizeof msg];
+        assert_int_equal(b->upload(st, buf, msg, sizeof msg), LLMM_OK);
+        assert_int_equal(b->download(st, back, buf, sizeof msg), LLMM_OK);
+        assert_memory_equal(back, msg, sizeof msg);
+        b->buffer_free(st, buf);
+        b->shutdown(st);
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_f16_all_patterns_roundtrip),
+        cmocka_unit_test(test_f16_round_nearest_even),
+        cmocka_unit_test(test_f16_overflow_and_specials),
+        cmocka_unit_test(test_f16_subnormals),
+        cmocka_unit_test(test_f16_random_vs_reference),
+        cmocka_unit_test(test_bf16_to_f32_all_patterns),
+        cmocka_unit_test(test_bf16_from_float),
+        cmocka_unit_test(test_type_table),
+        cmocka_unit_test(test_row_bytes),
+        cmocka_unit_test(test_dequant_f32),
+        cmocka_unit_test(test_dequant_f16),
+        cmocka_unit_test(test_dequant_bf16),
+        cmocka_unit_test(test_dequant_q8_0),
+        cmocka_unit_test(test_dequant_q4_0),
+        cmocka_unit_test(test_quantize_q8_0),
+        cmocka_unit_test(test_vec_dot_f32),
+        cmocka_unit_test(test_vec_dot_f16),
+        cmocka_unit_test(test_vec_dot_bf16),
+        cmocka_unit_test(test_vec_dot_q8_0),
+        cmocka_unit_test(test_vec_dot_q4_0),
+        cmocka_unit_test(test_dot_f32_exact_integers),
+        cmocka_unit_test(test_cpu_backend_table),
+        cmocka_unit_test(test_matmul_f32),
+        cmocka_unit_test(test_matmul_f16),
+        cmocka_unit_test(test_matmul_bf16),
+        cmocka_unit_test(test_matmul_q8_0),
+        cmocka_unit_test(test_matmul_q4_0),
+        cmocka_unit_test(test_matmul_scratch_reuse),
+        cmocka_unit_test(test_matmul_unsupported_type),
+        cmocka_unit_test(test_rms_norm),
+        cmocka_unit_test(test_glu_silu),
+        cmocka_unit_test(test_glu_gelu_tanh),
+        cmocka_unit_test(test_add),
+        cmocka_unit_test(test_rope_adjacent),
+        cmocka_unit_test(test_rope_neox),
+        cmocka_unit_test(test_kv_write),
+        cmocka_unit_test(test_attention_gqa),
+        cmocka_unit_test(test_attention_long),
+        cmocka_unit_test(test_embed),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

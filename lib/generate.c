@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "context.h"
+#include "sampler.h"
 #include "text_stream.h"
 
 typedef struct gen_run {
@@ -82,8 +83,9 @@ static llmm_status run(gen_run *g, const char *prompt) {
     double t0 = time_now_ms();
     if ((st = llmm_prefill(ctx, g->p.seq, g->prompt, g->s.n_prompt, 0))) return st;
     g->s.prompt_ms = time_now_ms() - t0;
-    if ((st = llmm_sampler_create(g->p.sampling, &g->sampler)))
-        return ctx_fail(ctx, st, "invalid sampling parameters");
+    llmm_diag d = {{0}};
+    if ((st = sampler_create(g->p.sampling, ctx->model->alloc, &g->sampler, &d)))
+        return ctx_fail(ctx, st, "sampling parameters: %s", d.msg);
     if ((st = text_stream_init(&g->stream, g->p.stop_strings, g->p.n_stop, ctx->model->alloc)))
         return ctx_fail(ctx, st, "out of memory for stop strings");
     g->stream_ready = 1;

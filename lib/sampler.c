@@ -70,7 +70,8 @@ static const char *params_problem(const llmm_sampler_params *p) {
     if (p->top_k < 0) return "top_k must be >= 0";
     if (!(p->top_p > 0 && p->top_p <= 1)) return "top_p must be in (0, 1]";
     if (!(p->min_p >= 0 && p->min_p <= 1)) return "min_p must be in [0, 1]";
-    if (!(p->repeat_penalty > 0 && isfinite(p->repeat_penalty))) return "repeat_penalty must be finite and > 0";
+    if (!(p->repeat_penalty > 0 && isfinite(p->repeat_penalty)))
+        return "repeat_penalty must be finite and > 0";
     if (!isfinite(p->frequency_penalty)) return "frequency_penalty must be finite";
     if (!isfinite(p->presence_penalty)) return "presence_penalty must be finite";
     if (p->penalty_last_n < 0 || p->penalty_last_n > PENALTY_WINDOW_MAX)
@@ -143,7 +144,9 @@ LLMM_API const char *llmm_sampler_last_error(const llmm_sampler *sampler) {
 
 LLMM_API llmm_status llmm_sampler_accept(llmm_sampler *sampler, llmm_token token) {
     if (!sampler) return LLMM_ERR_INVALID_ARG;
-    if (token < 0) return diag_fail(&sampler->error, LLMM_ERR_INVALID_ARG, "llmm_sampler_accept: token %d is negative", (int)token);
+    if (token < 0)
+        return diag_fail(&sampler->error, LLMM_ERR_INVALID_ARG, "llmm_sampler_accept: token %d is negative",
+                         (int)token);
     size_t cap = (size_t)sampler->params.penalty_last_n;
     if (cap == 0) return LLMM_OK;
     sampler->window[sampler->window_next] = token;
@@ -186,7 +189,8 @@ static llmm_status ensure_candidates(llmm_sampler *s, size_t n) {
         return diag_fail(&s->error, LLMM_ERR_NO_MEMORY, "llmm_sample: n_vocab %zu is too large", n);
     /* contents need not survive, so pass old size 0 to skip the copy */
     candidate *grown = mem_grow(s->alloc, s->cands, 0, bytes);
-    if (!grown) return diag_fail(&s->error, LLMM_ERR_NO_MEMORY, "llmm_sample: out of memory for %zu candidates", n);
+    if (!grown)
+        return diag_fail(&s->error, LLMM_ERR_NO_MEMORY, "llmm_sample: out of memory for %zu candidates", n);
     s->cands = grown;
     s->cands_cap = n;
     return LLMM_OK;
@@ -255,17 +259,21 @@ static void heap_sift_down(candidate *c, size_t k, size_t i) {
     }
 }
 
-/* Keep the k best of c[0..n) in c[0..k), sorted. O(n log k): a full sort of a 150k
- * vocabulary would cost more than the rest of the chain together. */
-static size_t keep_top_k(candidate *c, size_t n, size_t k) {
-    for (size_t i = k / 2; i-- > 0;) heap_sift_down(c, k, i);
-    for (size_t i = k; i < n; i++) {
-        if (!ranks_before(&c[i], &c[0])) continue;
-        c[0] = c[i];
-        heap_sift_down(c, k, 0);
+/* Move the k best of c[0..n) to c[0..k), sorted; the rest stay behind them in some order
+ * (swapped, not overwritten, so a larger k can be selected again). O(n log k): a full
+ * sort of a 150k vocabulary costs more than the rest of the chain together. */
+static void select_top_k(candidate *c, size_t n, size_t k) {
+    if (k < n) {
+        for (size_t i = k / 2; i-- > 0;) heap_sift_down(c, k, i);
+        for (size_t i = k; i < n; i++) {
+            if (!ranks_before(&c[i], &c[0])) continue;
+            candidate evicted = c[0];
+            c[0] = c[i];
+            c[i] = evicted;
+            heap_sift_down(c, k, 0);
+        }
     }
-    qsort(c, k, sizeof *c, cmp_candidates);
-    return k;
+    qsort(c, LLMM_MIN(k, n), sizeof *c, cmp_candidates);
 }
 
 /* Fill weights with exp((logit - max) / temperature) and return their sum. */
@@ -280,15 +288,20 @@ static double fill_weights(candidate *c, size_t n, double temperature) {
     return sum;
 }
 
-/* Smallest prefix of the sorted candidates holding top_p of the probability, at least 1. */
-static size_t keep_top_p(candidate *c, size_t n, double top_p) {
+/* Smallest prefix of the candidates, best first, holding top_p of the probability, at
+ * least 1. Unsorted input is sorted only as far as needed: the top 256 usually hold
+ * top_p of a model's distribution, else twice as many are selected, and so on. */
+static size_t keep_top_p(candidate *c, size_t n, double top_p, int sorted) {
     double sum = fill_weights(c, n, 1.0);
-    double cum = 0;
-    for (size_t i = 0; i < n; i++) {
-        cum += c[i].weight;
-        if (cum / sum >= top_p) return i + 1;
+    for (size_t k = sorted ? n : LLMM_MIN(n, (size_t)256);; k = LLMM_MIN(2 * k, n)) {
+        if (!sorted) select_top_k(c, n, k);
+        double cum = 0;
+        for (size_t i = 0; i < k; i++) {
+            cum += c[i].weight;
+            if (cum / sum >= top_p) return i + 1;
+        }
+        if (k == n) return n;
     }
-    return n;
 }
 
 /* Keep candidates with p >= min_p * p_max, i.e. logit >= max + log(min_p); order kept. */
@@ -305,13 +318,11 @@ static size_t keep_min_p(candidate *c, size_t n, double min_p) {
 static size_t truncate_candidates(candidate *c, size_t n, const llmm_sampler_params *p) {
     int sorted = 0;
     if (p->top_k > 0 && (size_t)p->top_k < n) {
-        n = keep_top_k(c, n, (size_t)p->top_k);
+        select_top_k(c, n, (size_t)p->top_k);
+        n = (size_t)p->top_k;
         sorted = 1;
     }
-    if (p->top_p < 1.0f) {
-        if (!sorted) qsort(c, n, sizeof *c, cmp_candidates);
-        n = keep_top_p(c, n, p->top_p);
-    }
+    if (p->top_p < 1.0f) n = keep_top_p(c, n, p->top_p, sorted);
     if (p->min_p > 0.0f) n = keep_min_p(c, n, p->min_p);
     return n;
 }
@@ -337,7 +348,8 @@ LLMM_API llmm_status llmm_sample(llmm_sampler *sampler, const float *logits, siz
                                  llmm_token *out) {
     if (!sampler) return LLMM_ERR_INVALID_ARG;
     llmm_diag *d = &sampler->error;
-    if (!logits || !out) return diag_fail(d, LLMM_ERR_INVALID_ARG, "llmm_sample: logits and out must not be NULL");
+    if (!logits || !out)
+        return diag_fail(d, LLMM_ERR_INVALID_ARG, "llmm_sample: logits and out must not be NULL");
     if (n_vocab == 0 || n_vocab > (size_t)INT32_MAX)
         return diag_fail(d, LLMM_ERR_INVALID_ARG, "llmm_sample: n_vocab %zu is out of range", n_vocab);
     llmm_status st = ensure_candidates(sampler, n_vocab);

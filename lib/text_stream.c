@@ -157,33 +157,35 @@ static void report(const text_stream *ts, int *stop_index, int *cancelled) {
 
 static int stream_over(const text_stream *ts) { return ts->stop_index >= 0 || ts->cancelled; }
 
-llmm_status text_stream_push(text_stream *ts, const char *bytes, size_t n, llmm_stream_fn fn,
-                             void *user, int *stop_index, int *cancelled) {
-    if (!ts || (!bytes && n)) return LLMM_ERR_INVALID_ARG;
-    if (stream_over(ts)) {
-        report(ts, stop_index, cancelled);
-        return LLMM_OK;
-    }
-    size_t searched = ts->held_len; /* held bytes never hold a whole stop string */
-    llmm_status st = hold_more(ts, bytes, n);
-    if (st) {
-        report(ts, stop_index, cancelled);
-        return st;
-    }
+/* Deliver what the held bytes make certain: up to a completed stop string, or up to the
+ * part that could still grow into one (less an unfinished character). */
+static void release_held(text_stream *ts, size_t searched, llmm_stream_fn fn, void *user) {
     size_t start;
     int match = find_stop(ts, ts->held, ts->held_len, searched, &start);
     if (match >= 0) {
         deliver(ts, ts->held, start, 1, fn, user);
         ts->stop_index = match;
-    } else {
-        size_t safe = stop_prefix_start(ts, ts->held, ts->held_len);
-        size_t used = deliver(ts, ts->held, safe, 0, fn, user);
-        memmove(ts->held, ts->held + used, ts->held_len - used);
-        ts->held_len -= used;
+        ts->held_len = 0;
+        return;
     }
-    if (stream_over(ts)) ts->held_len = 0;
+    size_t safe = stop_prefix_start(ts, ts->held, ts->held_len);
+    size_t used = deliver(ts, ts->held, safe, 0, fn, user);
+    if (used) memmove(ts->held, ts->held + used, ts->held_len - used);
+    ts->held_len -= used;
+    if (ts->cancelled) ts->held_len = 0;
+}
+
+llmm_status text_stream_push(text_stream *ts, const char *bytes, size_t n, llmm_stream_fn fn,
+                             void *user, int *stop_index, int *cancelled) {
+    if (!ts || (!bytes && n)) return LLMM_ERR_INVALID_ARG;
+    llmm_status st = LLMM_OK;
+    if (!stream_over(ts) && n) {
+        size_t searched = ts->held_len; /* held bytes never hold a whole stop string */
+        st = hold_more(ts, bytes, n);
+        if (!st) release_held(ts, searched, fn, user);
+    }
     report(ts, stop_index, cancelled);
-    return LLMM_OK;
+    return st;
 }
 
 llmm_status text_stream_finish(text_stream *ts, llmm_stream_fn fn, void *user, int *cancelled) {

@@ -234,6 +234,42 @@ static void test_top_k_large_vocab_matches_full_sort(void **state) {
     free(drawn);
 }
 
+/* Top-p over a big vocabulary without top-k: the selection widens past its first 256
+ * candidates here (about 540 are kept) and must keep exactly the sorted prefix. */
+static void test_top_p_large_vocab_matches_full_sort(void **state) {
+    (void)state;
+    enum { N = 100000, HOT = 600 };
+    float *logits = malloc(N * sizeof *logits);
+    int *order = malloc(N * sizeof *order);
+    char *drawn = calloc(N, 1);
+    assert_true(logits && order && drawn);
+    uint32_t x = 42;
+    for (int i = 0; i < N; i++) {
+        logits[i] = -10.0f;
+        order[i] = i;
+    }
+    for (int i = 0; i < HOT; i++) logits[lcg(&x) % N] = 10.0f + (float)(lcg(&x) % 100) / 100.0f;
+    sort_logits = logits;
+    qsort(order, N, sizeof *order, cmp_by_sort_logits);
+    double sum = 0, cum = 0;
+    for (int i = 0; i < N; i++) sum += exp((double)logits[i] - logits[order[0]]);
+    int kept = 0;
+    while (cum / sum < 0.9) cum += exp((double)logits[order[kept++]] - logits[order[0]]);
+    assert_true(kept > 256);
+    llmm_sampler_params p = plain_params(1e6f, 9); /* truncation uses T = 1, the draw is flat */
+    p.top_p = 0.9f;
+    llmm_sampler *s = make(&p);
+    for (int i = 0; i < 40000; i++) drawn[sample_one(s, logits, N)] = 1;
+    int n_drawn = 0;
+    for (int i = 0; i < N; i++) n_drawn += drawn[i];
+    for (int i = 0; i < kept; i++) assert_true(drawn[order[i]]);
+    assert_int_equal(n_drawn, kept);
+    llmm_sampler_free(s);
+    free(logits);
+    free(order);
+    free(drawn);
+}
+
 /* ---------------------------------------------------------------- penalties */
 
 static void test_repeat_penalty(void **state) {
@@ -533,6 +569,7 @@ int main(void) {
         cmocka_unit_test(test_min_p_excludes_unlikely),
         cmocka_unit_test(test_top_k_keeps_lowest_ids_on_ties),
         cmocka_unit_test(test_top_k_large_vocab_matches_full_sort),
+        cmocka_unit_test(test_top_p_large_vocab_matches_full_sort),
         cmocka_unit_test(test_repeat_penalty),
         cmocka_unit_test(test_frequency_and_presence_penalties),
         cmocka_unit_test(test_penalty_window_and_out_of_range),

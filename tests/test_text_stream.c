@@ -27,7 +27,11 @@ typedef struct collector {
 static int valid_utf8(const unsigned char *s, size_t n) {
     for (size_t i = 0; i < n;) {
         unsigned c = s[i];
-        size_t len = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+        size_t len = c < 0x80 ? 1
+                   : (c & 0xE0) == 0xC0 ? 2
+                   : (c & 0xF0) == 0xE0 ? 3
+                   : (c & 0xF8) == 0xF0 ? 4
+                                        : 0;
         if (len == 0 || i + len > n) return 0;
         uint32_t cp = len == 1 ? c : c & (0x7Fu >> len);
         for (size_t k = 1; k < len; k++) {
@@ -127,8 +131,10 @@ static void test_incomplete_char_is_held_then_completed(void **state) {
 
 static void test_invalid_bytes_delivered_incomplete(void **state) {
     (void)state;
-    /* stray continuation, invalid lead, cut sequence, overlong, surrogate, cut at end */
-    static const char text[] = "a\x80" "b\xFF" "c\xE2\x82" "d\xC0\xAF" "e\xED\xA0\x80" "f\xF0\x9F\x98";
+    /* stray continuation, invalid lead, cut sequence, overlong (2 and 3 bytes), surrogate,
+     * above U+10FFFF, cut at the end */
+    static const char text[] = "a\x80" "b\xFF" "c\xE2\x82" "d\xC0\xAF" "e\xED\xA0\x80"
+                               "g\xE0\x80\x80" "h\xF4\x90\x80\x80" "f\xF0\x9F\x98";
     size_t n = sizeof text - 1;
     text_stream ts;
     collector c = {0};
@@ -137,7 +143,7 @@ static void test_invalid_bytes_delivered_incomplete(void **state) {
     assert_delivered(&c, text, n - 3); /* the cut 4-byte tail might still complete */
     finish(&ts, &c);
     assert_delivered(&c, text, n);
-    assert_int_equal(c.n_incomplete, 6);
+    assert_int_equal(c.n_incomplete, 8);
     assert_int_equal(c.bad_complete, 0);
     text_stream_free(&ts);
 }
@@ -158,9 +164,9 @@ static void test_invalid_bytes_split_every_way(void **state) {
     }
 }
 
-static void test_four_held_bytes_never_wait(void **state) {
+static void test_stray_continuations_never_wait(void **state) {
     (void)state;
-    /* four continuation bytes can never be held as one character */
+    /* continuation bytes with no lead can never complete: no hold-back at all */
     text_stream ts;
     collector c = {0};
     init_stream(&ts, NULL, 0);
@@ -383,7 +389,7 @@ int main(void) {
         cmocka_unit_test(test_incomplete_char_is_held_then_completed),
         cmocka_unit_test(test_invalid_bytes_delivered_incomplete),
         cmocka_unit_test(test_invalid_bytes_split_every_way),
-        cmocka_unit_test(test_four_held_bytes_never_wait),
+        cmocka_unit_test(test_stray_continuations_never_wait),
         cmocka_unit_test(test_stop_string_across_pushes),
         cmocka_unit_test(test_stop_string_split_every_way),
         cmocka_unit_test(test_diverging_prefix_is_delivered),

@@ -57,6 +57,7 @@ llmm_status cpu_attention(void *state, const llmm_attn_batch *b) {
     attn_task t = {b, NULL, max_kv};
     t.scores = cpu_scratch(s, (size_t)threadpool_size(s->pool) * max_kv * sizeof(float));
     if (!t.scores) return LLMM_ERR_NO_MEMORY;
-    threadpool_run(s->pool, attn_worker, &t);
+    if (b->n_rows * b->n_head * max_kv * b->head_dim < CPU_PARALLEL_MIN_WORK) attn_worker(&t, 0, 1);
+    else threadpool_run(s->pool, attn_worker, &t);
     return LLMM_OK;
 }

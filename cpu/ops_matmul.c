@@ -43,6 +43,8 @@ llmm_status cpu_matmul(void *state, const llmm_tensor *w, const float *x, size_t
         for (size_t r = 0; r < n_rows; r++) op->from_float(x + r * ne0, (uint8_t *)xq + r * t.xq_row_bytes, ne0);
         t.xq = xq;
     }
-    threadpool_run(s->pool, matmul_worker, &t);
+    /* waking the pool costs more than a few thousand multiply-adds */
+    if ((size_t)w->ne0 * (size_t)w->ne1 * n_rows < CPU_PARALLEL_MIN_WORK) matmul_worker(&t, 0, 1);
+    else threadpool_run(s->pool, matmul_worker, &t);
     return LLMM_OK;
 }

@@ -42,6 +42,21 @@ void *mem_grow(const llmm_allocator *alloc, void *ptr, size_t old_size, size_t n
     return p;
 }
 
+llmm_status mem_reserve(const llmm_allocator *alloc, void **items, size_t *cap, size_t need, size_t elem_size) {
+    if (need <= *cap) return LLMM_OK;
+    size_t new_cap = *cap ? *cap : 16, bytes, old_bytes = *cap * elem_size;
+    while (new_cap < need) {
+        if (new_cap > SIZE_MAX / 2) return LLMM_ERR_NO_MEMORY;
+        new_cap *= 2;
+    }
+    if (!size_mul_ok(new_cap, elem_size, &bytes)) return LLMM_ERR_NO_MEMORY;
+    void *p = mem_grow(alloc, *items, old_bytes, bytes);
+    if (!p) return LLMM_ERR_NO_MEMORY;
+    *items = p;
+    *cap = new_cap;
+    return LLMM_OK;
+}
+
 char *mem_strndup(const llmm_allocator *alloc, const char *s, size_t len) {
     if (len == SIZE_MAX) return NULL;
     char *p = mem_alloc(alloc, len + 1);

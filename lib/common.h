@@ -21,6 +21,9 @@ void mem_free(const llmm_allocator *alloc, void *ptr);
 /* Grow a buffer from old_size to new_size bytes, keeping its contents. On failure the old
  * buffer is untouched and NULL is returned. */
 void *mem_grow(const llmm_allocator *alloc, void *ptr, size_t old_size, size_t new_size);
+/* Make room for need elements of elem_size in a growable array, doubling its capacity
+ * (at least 16). *items and *cap change only on success. */
+llmm_status mem_reserve(const llmm_allocator *alloc, void **items, size_t *cap, size_t need, size_t elem_size);
 /* NUL-terminated copy of len bytes. */
 char *mem_strndup(const llmm_allocator *alloc, const char *s, size_t len);
 

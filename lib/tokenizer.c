@@ -21,13 +21,10 @@ typedef struct fragment_list {
 
 static llmm_status frag_push(fragment_list *l, const llmm_allocator *a, fragment f) {
     if (f.token < 0 && f.len == 0) return LLMM_OK;
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 16;
-        fragment *p = mem_grow(a, l->items, l->cap * sizeof *p, cap * sizeof *p);
-        if (!p) return LLMM_ERR_NO_MEMORY;
-        l->items = p;
-        l->cap = cap;
-    }
+    void *items = l->items;
+    llmm_status st = mem_reserve(a, &items, &l->cap, l->n + 1, sizeof *l->items);
+    if (st) return st;
+    l->items = items;
     l->items[l->n++] = f;
     return LLMM_OK;
 }

@@ -36,13 +36,10 @@ static int bigram_before(const bigram *a, const bigram *b) {
 }
 
 static llmm_status heap_push(spm_state *s, bigram b) {
-    if (s->heap_n == s->heap_cap) {
-        size_t cap = s->heap_cap ? s->heap_cap * 2 : 64;
-        bigram *p = mem_grow(s->alloc, s->heap, s->heap_cap * sizeof *p, cap * sizeof *p);
-        if (!p) return LLMM_ERR_NO_MEMORY;
-        s->heap = p;
-        s->heap_cap = cap;
-    }
+    void *items = s->heap;
+    llmm_status st = mem_reserve(s->alloc, &items, &s->heap_cap, s->heap_n + 1, sizeof *s->heap);
+    if (st) return st;
+    s->heap = items;
     size_t i = s->heap_n++;
     while (i > 0) {
         size_t parent = (i - 1) / 2;

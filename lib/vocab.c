@@ -248,13 +248,10 @@ void vocab_free(llmm_vocab *v, const llmm_allocator *alloc) {
 }
 
 llmm_status token_list_push(token_list *l, llmm_token id) {
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 64;
-        llmm_token *p = mem_grow(l->alloc, l->ids, l->cap * sizeof *p, cap * sizeof *p);
-        if (!p) return LLMM_ERR_NO_MEMORY;
-        l->ids = p;
-        l->cap = cap;
-    }
+    void *items = l->ids;
+    llmm_status st = mem_reserve(l->alloc, &items, &l->cap, l->n + 1, sizeof *l->ids);
+    if (st) return st;
+    l->ids = items;
     l->ids[l->n++] = id;
     return LLMM_OK;
 }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "llmmini.h"
+#include "alloc_hooks.h"
 #include "shared_data.h"
 
 static const char *stories_path(char *buf, size_t n) { return shared_path(buf, n, "models/stories260K.gguf"); }
@@ -180,25 +181,11 @@ static void test_info_and_metadata(void **state) {
     llmm_model_free(m);
 }
 
-typedef struct counting_alloc {
-    size_t allocs, frees;
-} counting_alloc;
-
-static void *count_alloc(void *user, size_t size) {
-    ((counting_alloc *)user)->allocs++;
-    void *p = NULL;
-    return posix_memalign(&p, 64, size) == 0 ? p : NULL;
-}
-
-static void count_free(void *user, void *p) {
-    ((counting_alloc *)user)->frees++;
-    free(p);
-}
 
 static void test_allocator_hook_sees_everything(void **state) {
     (void)state;
     counting_alloc c = {0};
-    llmm_allocator a = {count_alloc, count_free, &c};
+    llmm_allocator a = counting_allocator(&c);
     llmm_model_params p;
     llmm_model_params_default(&p, sizeof p);
     p.allocator = &a;

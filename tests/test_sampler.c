@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "llmmini.h"
+#include "alloc_hooks.h"
 #include "sampler.h"
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
@@ -519,29 +520,13 @@ static void test_invalid_calls(void **state) {
 
 /* ---------------------------------------------------------------- allocation */
 
-typedef struct failing_alloc {
-    int allowed; /* allocations that succeed before every later one fails */
-} failing_alloc;
-
-static void *fail_alloc(void *user, size_t size) {
-    failing_alloc *f = user;
-    if (f->allowed <= 0) return NULL;
-    f->allowed--;
-    void *p = NULL;
-    return posix_memalign(&p, 64, size) == 0 ? p : NULL;
-}
-
-static void fail_free(void *user, void *ptr) {
-    (void)user;
-    free(ptr);
-}
 
 static void test_out_of_memory(void **state) {
     (void)state;
     llmm_sampler_params p = plain_params(1.0f, 1);
     for (int allowed = 0; allowed < 3; allowed++) { /* sampler, window, sorted window */
         failing_alloc f = {allowed};
-        llmm_allocator a = {fail_alloc, fail_free, &f};
+        llmm_allocator a = failing_allocator(&f);
         llmm_sampler *s = (llmm_sampler *)&f;
         llmm_diag d = {{0}};
         assert_int_equal(sampler_create(&p, &a, &s, &d), LLMM_ERR_NO_MEMORY);
@@ -549,7 +534,7 @@ static void test_out_of_memory(void **state) {
         assert_string_not_equal(d.msg, "");
     }
     failing_alloc f = {3}; /* created, but no room for the candidates */
-    llmm_allocator a = {fail_alloc, fail_free, &f};
+    llmm_allocator a = failing_allocator(&f);
     llmm_sampler *s = NULL;
     assert_int_equal(sampler_create(&p, &a, &s, NULL), LLMM_OK);
     llmm_token t;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc_hooks.h"
 #include "text_stream.h"
 
 /* ---------------------------------------------------------------- helpers */
@@ -347,28 +348,12 @@ static void test_invalid_arguments(void **state) {
     text_stream_free(NULL);
 }
 
-typedef struct failing_alloc {
-    int allowed;
-} failing_alloc;
-
-static void *fail_alloc(void *user, size_t size) {
-    failing_alloc *f = user;
-    if (f->allowed <= 0) return NULL;
-    f->allowed--;
-    void *p = NULL;
-    return posix_memalign(&p, 64, size) == 0 ? p : NULL;
-}
-
-static void fail_free(void *user, void *ptr) {
-    (void)user;
-    free(ptr);
-}
 
 static void test_out_of_memory(void **state) {
     (void)state;
     const char *stops[] = {"zz"};
     failing_alloc f = {0};
-    llmm_allocator a = {fail_alloc, fail_free, &f};
+    llmm_allocator a = failing_allocator(&f);
     text_stream ts;
     assert_int_equal(text_stream_init(&ts, stops, 1, &a), LLMM_ERR_NO_MEMORY);
     f.allowed = 1; /* the stop lengths, then no room to hold bytes */

@@ -1,21 +1,32 @@
-/* llmmini-run: generate text from a prompt, streaming it to stdout; stats go to stderr. */
+/* llmmini-run: generate text from a prompt, streaming it to stdout; stats go to stderr.
+ * With --chat: a multi-turn conversation on stdin/stdout in the model's chat format. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "llmmini.h"
 
 typedef struct options {
     const char *model, *prompt, *dump_logits;
     int n_predict, n_threads, no_bos, print_ids;
+    int chat, n_ctx;
+    const char *template_name, *system_prompt;
     llmm_sampler_params sampling;
 } options;
+
+static const char *chat_names(void) {
+    const char *names = "";
+    llmm_chat_template_names(&names);
+    return names;
+}
 
 static void usage(FILE *out) {
     fprintf(out,
             "usage: llmmini-run -m MODEL -p PROMPT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P]\n"
-            "                   [--seed S] [-t THREADS] [--no-bos] [--ids] [--dump-logits PATH]\n"
+            "                   [--seed S] [-t THREADS] [-c N_CTX] [--no-bos] [--ids] [--dump-logits PATH]\n"
+            "       llmmini-run -m MODEL --chat [--template NAME] [--system TEXT] [-n N] [sampling options]\n"
             "  -n N               tokens to generate (default 128)\n"
             "  --temp T           temperature; 0 is greedy (default 0.8)\n"
             "  --top-k K          keep the K most likely tokens, 0 = off (default 40)\n"
@@ -25,7 +36,14 @@ static void usage(FILE *out) {
             "  -t THREADS         CPU threads (default: physical cores)\n"
             "  --no-bos           do not add BOS to the prompt\n"
             "  --ids              print 'prompt: <ids>' and 'generated: <ids>' instead of text\n"
-            "  --dump-logits PATH write the last prompt position's logits, one per line, first\n");
+            "  --dump-logits PATH write the last prompt position's logits, one per line, first\n"
+            "  -c N_CTX           context size in tokens (default: the model's, at most 4096)\n"
+            "  --chat             chat on stdin/stdout: one user message per line, '/reset' starts\n"
+            "                     over, end of input quits; -n limits each reply\n"
+            "  --template NAME    chat format to use instead of the model's, one of:\n"
+            "                     %s\n"
+            "  --system TEXT      system message that opens (and survives resets of) the chat\n",
+            chat_names());
 }
 
 static int parse_number(const char *s, double *out) {
@@ -33,6 +51,23 @@ static int parse_number(const char *s, double *out) {
     errno = 0;
     *out = strtod(s, &end);
     return errno == 0 && end != s && *end == '\0';
+}
+
+/* Options that belong to one mode only. Returns 0 or 2 (message printed). */
+static int check_mode_options(const options *o) {
+    if (o->n_ctx < 0) {
+        fprintf(stderr, "llmmini-run: -c must be >= 0\n");
+        return 2;
+    }
+    if (o->chat && (o->prompt || o->print_ids || o->dump_logits)) {
+        fprintf(stderr, "llmmini-run: --chat reads its messages from stdin; -p, --ids and --dump-logits do not apply\n");
+        return 2;
+    }
+    if (!o->chat && (o->template_name || o->system_prompt)) {
+        fprintf(stderr, "llmmini-run: --template and --system need --chat\n");
+        return 2;
+    }
+    return 0;
 }
 
 /* Returns 0 on success, 2 on a usage error (message printed). */
@@ -44,7 +79,7 @@ static int parse_args(int argc, char **argv, options *o) {
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
         double num = 0;
         int takes_number = !strcmp(a, "-n") || !strcmp(a, "--temp") || !strcmp(a, "--top-k") || !strcmp(a, "--top-p") ||
-                           !strcmp(a, "--min-p") || !strcmp(a, "--seed") || !strcmp(a, "-t");
+                           !strcmp(a, "--min-p") || !strcmp(a, "--seed") || !strcmp(a, "-t") || !strcmp(a, "-c");
         if (takes_number && (!val || !parse_number(val, &num))) {
             fprintf(stderr, "llmmini-run: %s needs a number\n", a);
             return 2;
@@ -59,6 +94,10 @@ static int parse_args(int argc, char **argv, options *o) {
         else if (!strcmp(a, "--min-p")) o->sampling.min_p = (float)num, i++;
         else if (!strcmp(a, "--seed")) o->sampling.seed = (uint64_t)num, i++;
         else if (!strcmp(a, "-t")) o->n_threads = (int)num, i++;
+        else if (!strcmp(a, "-c")) o->n_ctx = (int)num, i++;
+        else if (!strcmp(a, "--chat")) o->chat = 1;
+        else if (!strcmp(a, "--template") && val) o->template_name = argv[++i];
+        else if (!strcmp(a, "--system") && val) o->system_prompt = argv[++i];
         else if (!strcmp(a, "--no-bos")) o->no_bos = 1;
         else if (!strcmp(a, "--ids")) o->print_ids = 1;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -69,7 +108,7 @@ static int parse_args(int argc, char **argv, options *o) {
             return 2;
         }
     }
-    if (!o->model || !o->prompt) {
+    if (!o->model || (!o->prompt && !o->chat)) {
         fprintf(stderr, "llmmini-run: need -m MODEL and -p PROMPT (see --help)\n");
         return 2;
     }
@@ -77,7 +116,7 @@ static int parse_args(int argc, char **argv, options *o) {
         fprintf(stderr, "llmmini-run: -n must be >= 0\n");
         return 2;
     }
-    return 0;
+    return check_mode_options(o);
 }
 
 static int stream_to_stdout(void *user, const char *bytes, size_t n, int complete_utf8) {
@@ -160,6 +199,314 @@ static int run(const options *o, llmm_model *m, llmm_context *ctx) {
     return rc;
 }
 
+/* ---------------------------------------------------------------- chat mode
+ *
+ * Every turn formats the WHOLE conversation with llmm_chat_format, tokenizes it, and compares
+ * the tokens with those already in sequence 0: the KV of the common prefix is kept and only
+ * the rest is prefilled. Formatting just the new turn would save a re-tokenization, but it is
+ * not right in general: formats are not append-only (gemma folds the system text into the
+ * first user turn, llama2 writes "[INST]" depending on the previous message, llama3 and
+ * mistral-v3 trim replies), and the sampled reply tokens need not be the tokens its text gives
+ * back. The common prefix is right by construction, and tokenizing costs far less than a
+ * prefill; a divergence only costs re-prefilling from where it starts. */
+
+typedef struct token_list {
+    llmm_token *ids;
+    size_t n, cap;
+} token_list;
+
+typedef struct chat_session {
+    const options *o;
+    const llmm_model *m;
+    llmm_context *ctx;
+    llmm_sampler *sampler;
+    llmm_chat_message *msgs; /* roles are literals, contents malloc'd copies */
+    size_t n_msgs, cap_msgs;
+    size_t n_keep;           /* messages a reset keeps: the --system message */
+    token_list in_kv;        /* exactly the tokens sequence 0 holds, in order */
+    token_list prompt;       /* this turn's conversation as tokens */
+    char *text;              /* this turn's conversation as text */
+    size_t text_cap;
+    char *reply;             /* the reply being generated (not NUL-terminated) */
+    size_t reply_len, reply_cap;
+    char *piece;
+    size_t piece_cap;
+    char err[512];           /* the message of the failure that ends the chat */
+} chat_session;
+
+/* items resized to hold need elements (capacity doubled); NULL when out of memory, in which
+ * case items and *cap are unchanged. */
+static void *grow(void *items, size_t *cap, size_t need, size_t elem_size) {
+    if (need <= *cap) return items;
+    size_t n = *cap ? *cap : 16;
+    while (n < need) {
+        if (n > SIZE_MAX / 2 / elem_size) return NULL;
+        n *= 2;
+    }
+    void *p = realloc(items, n * elem_size);
+    if (p) *cap = n;
+    return p;
+}
+
+/* Keep the detail of a failure for the final message: from the model, context or sampler. */
+static llmm_status model_error(chat_session *s, llmm_status st) {
+    if (st) llmm_model_last_error(s->m, s->err, sizeof s->err);
+    return st;
+}
+
+static llmm_status context_error(chat_session *s, llmm_status st) {
+    if (st) snprintf(s->err, sizeof s->err, "%s", llmm_context_last_error(s->ctx));
+    return st;
+}
+
+static llmm_status add_message(chat_session *s, const char *role, const char *text, size_t len) {
+    llmm_chat_message *msgs = grow(s->msgs, &s->cap_msgs, s->n_msgs + 1, sizeof *msgs);
+    if (msgs) s->msgs = msgs;
+    char *copy = msgs ? malloc(len + 1) : NULL;
+    if (!copy) return LLMM_ERR_NO_MEMORY;
+    memcpy(copy, text, len);
+    copy[len] = '\0';
+    s->msgs[s->n_msgs++] = (llmm_chat_message){role, copy};
+    return LLMM_OK;
+}
+
+static void drop_messages(chat_session *s, size_t from) {
+    for (size_t i = from; i < s->n_msgs; i++) free((char *)s->msgs[i].content);
+    s->n_msgs = from;
+}
+
+/* Forget all but the system message: messages, KV, and the sampler's penalty history. */
+static llmm_status reset_chat(chat_session *s) {
+    drop_messages(s, s->n_keep);
+    s->in_kv.n = 0;
+    llmm_sampler_reset(s->sampler);
+    return context_error(s, llmm_seq_clear(s->ctx, 0));
+}
+
+/* Reset, keeping the newest message (the user's, being answered) after the system one. */
+static llmm_status drop_history(chat_session *s) {
+    llmm_chat_message newest = s->msgs[--s->n_msgs];
+    llmm_status st = reset_chat(s);
+    s->msgs[s->n_msgs++] = newest;
+    return st;
+}
+
+static llmm_status format_conversation(chat_session *s, size_t *len) {
+    const char *name = s->o->template_name;
+    llmm_status st = llmm_chat_format(s->m, name, s->msgs, s->n_msgs, 1, s->text, s->text_cap, len);
+    if (st != LLMM_ERR_BUFFER_TOO_SMALL) return model_error(s, st);
+    char *text = grow(s->text, &s->text_cap, *len + 1, 1);
+    if (!text) return LLMM_ERR_NO_MEMORY;
+    s->text = text;
+    return model_error(s, llmm_chat_format(s->m, name, s->msgs, s->n_msgs, 1, s->text, s->text_cap, len));
+}
+
+/* The text holds special-token text ("<|im_start|>"), so it is parsed; BOS as for -p. */
+static llmm_status tokenize_conversation(chat_session *s, size_t len) {
+    uint32_t flags = LLMM_TOKENIZE_PARSE_SPECIAL | (s->o->no_bos ? 0 : LLMM_TOKENIZE_ADD_SPECIAL);
+    token_list *p = &s->prompt;
+    llmm_status st = llmm_tokenize(s->m, s->text, len, flags, p->ids, p->cap, &p->n);
+    if (st != LLMM_ERR_BUFFER_TOO_SMALL) return model_error(s, st);
+    llmm_token *ids = grow(p->ids, &p->cap, p->n, sizeof *ids);
+    if (!ids) return LLMM_ERR_NO_MEMORY;
+    p->ids = ids;
+    return model_error(s, llmm_tokenize(s->m, s->text, len, flags, p->ids, p->cap, &p->n));
+}
+
+/* Make sequence 0 hold the prompt: keep the KV of the common prefix and prefill the rest, at
+ * least one token, whose logits start the reply. *reused: tokens kept. */
+static llmm_status sync_kv(chat_session *s, size_t *reused) {
+    const token_list *p = &s->prompt;
+    size_t keep = 0;
+    while (keep < s->in_kv.n && keep < p->n && s->in_kv.ids[keep] == p->ids[keep]) keep++;
+    if (keep == p->n) keep--;
+    llmm_token *ids = grow(s->in_kv.ids, &s->in_kv.cap, p->n, sizeof *ids);
+    if (!ids) return LLMM_ERR_NO_MEMORY;
+    s->in_kv.ids = ids;
+    llmm_status st = context_error(s, llmm_seq_truncate(s->ctx, 0, keep));
+    if (st) return st;
+    s->in_kv.n = keep;
+    *reused = keep;
+    if ((st = context_error(s, llmm_prefill(s->ctx, 0, p->ids + keep, p->n - keep, 0)))) return st;
+    memcpy(ids + keep, p->ids + keep, (p->n - keep) * sizeof *ids);
+    s->in_kv.n = p->n;
+    return LLMM_OK;
+}
+
+static llmm_status prepare_prompt(chat_session *s, size_t *reused) {
+    size_t len = 0;
+    llmm_status st = format_conversation(s, &len);
+    if (!st) st = tokenize_conversation(s, len);
+    if (!st && s->prompt.n == 0) {
+        snprintf(s->err, sizeof s->err, "the conversation gives no tokens");
+        st = LLMM_ERR_INVALID_ARG;
+    }
+    return st ? st : sync_kv(s, reused);
+}
+
+/* Prefill the conversation up to the new user message. When the context is full, start over
+ * from the system message and this message; when even that does not fit, drop the message
+ * and return LLMM_ERR_CONTEXT_FULL (said on stderr, not an error of the chat). */
+static llmm_status begin_turn(chat_session *s, size_t *reused) {
+    llmm_status st = prepare_prompt(s, reused);
+    if (st != LLMM_ERR_CONTEXT_FULL) return st;
+    if (s->n_msgs > s->n_keep + 1) {
+        fprintf(stderr, "[context full: %zu tokens do not fit; conversation reset]\n", s->prompt.n);
+        if ((st = drop_history(s))) return st;
+        if ((st = prepare_prompt(s, reused)) != LLMM_ERR_CONTEXT_FULL) return st;
+    }
+    fprintf(stderr, "[message too long: %zu tokens do not fit in the context; dropped]\n", s->prompt.n);
+    drop_messages(s, s->n_msgs - 1);
+    return LLMM_ERR_CONTEXT_FULL;
+}
+
+static llmm_status sample_next(chat_session *s, llmm_token *tok) {
+    const float *logits;
+    size_t n_vocab;
+    llmm_status st = context_error(s, llmm_logits(s->ctx, 0, &logits, &n_vocab));
+    if (!st) st = llmm_sample(s->sampler, logits, n_vocab, tok);
+    if (!st) st = llmm_sampler_accept(s->sampler, *tok);
+    if (st) snprintf(s->err, sizeof s->err, "%s", llmm_sampler_last_error(s->sampler));
+    return st;
+}
+
+/* The token's bytes into s->piece, then onto the reply; *n gets their count. */
+static llmm_status add_piece(chat_session *s, llmm_token tok, size_t *n) {
+    llmm_status st = llmm_token_to_piece(s->m, tok, 0, s->piece, s->piece_cap, n);
+    if (st == LLMM_ERR_BUFFER_TOO_SMALL) {
+        char *piece = grow(s->piece, &s->piece_cap, *n, 1);
+        if (!piece) return LLMM_ERR_NO_MEMORY;
+        s->piece = piece;
+        st = llmm_token_to_piece(s->m, tok, 0, s->piece, s->piece_cap, n);
+    }
+    if (st) return model_error(s, st);
+    char *reply = grow(s->reply, &s->reply_cap, s->reply_len + *n, 1);
+    if (!reply) return LLMM_ERR_NO_MEMORY;
+    s->reply = reply;
+    memcpy(reply + s->reply_len, s->piece, *n);
+    s->reply_len += *n;
+    return LLMM_OK;
+}
+
+static llmm_status decode_one(chat_session *s, llmm_token tok) {
+    llmm_token *ids = grow(s->in_kv.ids, &s->in_kv.cap, s->in_kv.n + 1, sizeof *ids);
+    if (!ids) return LLMM_ERR_NO_MEMORY;
+    s->in_kv.ids = ids;
+    llmm_seq_id seq = 0;
+    llmm_status st = llmm_decode(s->ctx, &seq, &tok, 1);
+    if (st == LLMM_ERR_CONTEXT_FULL) return st;
+    if (st) return context_error(s, st);
+    ids[s->in_kv.n++] = tok;
+    return LLMM_OK;
+}
+
+/* Sample, stream and decode until an end-of-turn token (EOS/EOT attribute; its text is the
+ * format's business, so it is neither shown nor kept), -n tokens, or a full context. */
+static llmm_status generate_reply(chat_session *s, size_t *n_generated, int *context_full) {
+    s->reply_len = 0;
+    for (int i = 0; i < s->o->n_predict; i++) {
+        llmm_token tok;
+        uint32_t attrs = 0;
+        size_t n;
+        llmm_status st = sample_next(s, &tok);
+        if (!st) st = model_error(s, llmm_token_attrs(s->m, tok, &attrs));
+        if (st) return st;
+        if (attrs & LLMM_TOKEN_ATTR_EOS) break;
+        (*n_generated)++;
+        if ((st = add_piece(s, tok, &n))) return st;
+        fwrite(s->piece, 1, n, stdout);
+        fflush(stdout);
+        if (i + 1 == s->o->n_predict) break; /* no logits are needed after the last token */
+        st = decode_one(s, tok);
+        if (st == LLMM_ERR_CONTEXT_FULL) {
+            *context_full = 1;
+            break;
+        }
+        if (st) return st;
+    }
+    return LLMM_OK;
+}
+
+static llmm_status chat_turn(chat_session *s, const char *line) {
+    size_t reused = 0, n_generated = 0;
+    int context_full = 0;
+    llmm_status st = add_message(s, "user", line, strlen(line));
+    if (!st) st = begin_turn(s, &reused);
+    if (st == LLMM_ERR_CONTEXT_FULL) return LLMM_OK;
+    if (!st) st = generate_reply(s, &n_generated, &context_full);
+    if (st) return st;
+    printf("\n");
+    fflush(stdout);
+    fprintf(stderr, "[kv: %zu tokens reused, %zu prefilled, %zu generated]\n", reused, s->prompt.n - reused,
+            n_generated);
+    if ((st = add_message(s, "assistant", s->reply, s->reply_len))) return st;
+    if (!context_full) return LLMM_OK;
+    fprintf(stderr, "[context full: conversation reset]\n");
+    return reset_chat(s);
+}
+
+/* The sampler, the format (forced or the model's: fails early when there is none), and the
+ * system message. */
+static llmm_status chat_open(chat_session *s) {
+    const options *o = s->o;
+    llmm_status st = llmm_sampler_create(&o->sampling, &s->sampler);
+    if (st) return st;
+    const char *name = o->template_name;
+    size_t need;
+    if (name) st = llmm_chat_format(s->m, name, NULL, 0, 0, NULL, 0, &need);
+    else st = llmm_chat_template_detect(s->m, &name);
+    if (st && st != LLMM_ERR_BUFFER_TOO_SMALL) return model_error(s, st);
+    fprintf(stderr, "chat: template %s%s; one message per line, /reset starts over, end of input quits\n", name,
+            o->template_name ? "" : " (from the model)");
+    if (o->system_prompt && (st = add_message(s, "system", o->system_prompt, strlen(o->system_prompt)))) return st;
+    s->n_keep = s->n_msgs;
+    return LLMM_OK;
+}
+
+static void chat_close(chat_session *s) {
+    drop_messages(s, 0);
+    free(s->msgs);
+    free(s->in_kv.ids);
+    free(s->prompt.ids);
+    free(s->text);
+    free(s->reply);
+    free(s->piece);
+    llmm_sampler_free(s->sampler);
+}
+
+static void strip_line_end(char *line) {
+    size_t n = strlen(line);
+    while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = '\0';
+}
+
+static llmm_status chat_loop(chat_session *s) {
+    char *line = NULL;
+    size_t cap = 0;
+    llmm_status st = LLMM_OK;
+    int interactive = isatty(STDIN_FILENO);
+    while (!st) {
+        if (interactive) printf("> "), fflush(stdout);
+        if (getline(&line, &cap, stdin) < 0) break;
+        strip_line_end(line);
+        if (strcmp(line, "/reset") == 0) {
+            st = reset_chat(s);
+            fprintf(stderr, "[conversation reset]\n");
+        } else if (*line) {
+            st = chat_turn(s, line);
+        }
+    }
+    free(line);
+    return st;
+}
+
+static int chat(const options *o, llmm_model *m, llmm_context *ctx) {
+    chat_session s = {.o = o, .m = m, .ctx = ctx};
+    llmm_status st = chat_open(&s);
+    if (!st) st = chat_loop(&s);
+    chat_close(&s);
+    return st ? fail("chat failed", st, s.err) : 0;
+}
+
 int main(int argc, char **argv) {
     options o = {0};
     int rc = parse_args(argc, argv, &o);
@@ -175,6 +522,7 @@ int main(int argc, char **argv) {
     llmm_context_params cp;
     llmm_context_params_default(&cp, sizeof cp);
     cp.n_threads = o.n_threads;
+    if (o.n_ctx > 0) cp.n_ctx = (uint32_t)o.n_ctx;
     llmm_context *ctx = NULL;
     st = llmm_context_create(m, &cp, &ctx);
     if (st) {
@@ -182,7 +530,7 @@ int main(int argc, char **argv) {
         llmm_model_free(m);
         return fail("cannot create context", st, err);
     }
-    rc = run(&o, m, ctx);
+    rc = o.chat ? chat(&o, m, ctx) : run(&o, m, ctx);
     llmm_context_free(ctx);
     llmm_model_free(m);
     return rc;

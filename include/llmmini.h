@@ -406,6 +406,49 @@ LLMM_API llmm_status llmm_generate_params_default(llmm_generate_params *params, 
 LLMM_API llmm_status llmm_generate(llmm_context *ctx, const char *prompt,
                                    const llmm_generate_params *params, llmm_generate_stats *stats);
 
+/* ---------------------------------------------------------------- chat */
+
+/* One message of a conversation. role is "system", "user" or "assistant" (exactly, lower
+ * case); content is NUL-terminated UTF-8 and is copied verbatim (some formats trim ASCII
+ * whitespace from its ends, as the reference engine does). Both stay owned by the caller. */
+typedef struct llmm_chat_message {
+    const char *role;
+    const char *content;
+} llmm_chat_message;
+
+/* Render n messages as the prompt text a chat model expects, using a built-in format (no
+ * Jinja is evaluated; the bytes match the reference engine's llama_chat_apply_template).
+ * template_name forces a built-in format by name (see llmm_chat_template_names); NULL detects
+ * it from the model's tokenizer.chat_template. add_generation_prompt != 0 appends the header
+ * that opens the assistant's turn (formats whose prompt already ends where the model answers,
+ * such as llama2 and mistral "[/INST]", add nothing).
+ * The text holds special-token text ("<|im_start|>", "[INST]") but no leading BOS: tokenize it
+ * with LLMM_TOKENIZE_PARSE_SPECIAL, and with LLMM_TOKENIZE_ADD_SPECIAL to add BOS as the
+ * model's metadata asks. (llama2-sys-bos writes "<s>" between turns, as its template does.)
+ * Buffer: writes the text into buf and its length in bytes into *needed. The text is
+ * NUL-terminated only when capacity > *needed; capacity == *needed is enough for the bytes.
+ * When capacity is smaller, returns LLMM_ERR_BUFFER_TOO_SMALL with *needed set and buf's
+ * contents unspecified; buf may be NULL with capacity 0 to ask for the size. Allocates
+ * nothing. Thread-safe (the model is only read; a failure's message is kept on the model).
+ * Errors: INVALID_ARG (NULL model or needed, NULL messages with n > 0, a NULL role or content,
+ * a role other than the three), UNSUPPORTED (template_name is not built in; or, with NULL,
+ * the model has no chat template or one of no built-in family: the message names the
+ * formats the app may force), BUFFER_TOO_SMALL. */
+LLMM_API llmm_status llmm_chat_format(const llmm_model *model, const char *template_name,
+                                      const llmm_chat_message *messages, size_t n,
+                                      int add_generation_prompt, char *buf, size_t capacity,
+                                      size_t *needed);
+
+/* The name of the built-in format llmm_chat_format(model, NULL, ...) would use, from the
+ * model's tokenizer.chat_template. *name is static storage. Thread-safe.
+ * Errors: INVALID_ARG, UNSUPPORTED (no template, or none built in; see llmm_chat_format). */
+LLMM_API llmm_status llmm_chat_template_detect(const llmm_model *model, const char **name);
+
+/* The names of the built-in formats, comma-separated ("chatml,llama2,..."), static storage.
+ * New names may be added in later versions; none is removed. Thread-safe.
+ * Errors: INVALID_ARG (NULL). */
+LLMM_API llmm_status llmm_chat_template_names(const char **names_csv);
+
 #ifdef __cplusplus
 }
 #endif

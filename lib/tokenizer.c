@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "model.h"
+#include "tokenizer_bpe.h"
 #include "tokenizer_spm.h"
 
 #define SPM_SPACE "\xe2\x96\x81" /* U+2581, SentencePiece's visible space */
@@ -126,6 +127,19 @@ static llmm_status tokenize_spm(const llmm_vocab *v, const char *text, const fra
     return st;
 }
 
+/* BPE has no space prefix: fragments are tokenized as they are. */
+static llmm_status tokenize_bpe(const llmm_vocab *v, const char *text, const fragment_list *frags,
+                                int add_special, token_list *out) {
+    llmm_status st = LLMM_OK;
+    if (add_special && v->add_bos) st = token_list_push(out, v->special[LLMM_SPECIAL_BOS]);
+    for (size_t i = 0; i < frags->n && !st; i++) {
+        const fragment *f = &frags->items[i];
+        st = f->token >= 0 ? token_list_push(out, f->token) : bpe_tokenize(v, text + f->off, f->len, out);
+    }
+    if (!st && add_special && v->add_eos) st = token_list_push(out, v->special[LLMM_SPECIAL_EOS]);
+    return st;
+}
+
 LLMM_API llmm_status llmm_tokenize(const llmm_model *model, const char *text, size_t text_len,
                                    uint32_t flags, llmm_token *out, size_t capacity, size_t *n_tokens) {
     if (!model) return LLMM_ERR_INVALID_ARG;
@@ -142,7 +156,11 @@ LLMM_API llmm_status llmm_tokenize(const llmm_model *model, const char *text, si
     token_list ids = {.alloc = a};
     llmm_status st = LLMM_OK;
     if (text_len > 0) st = partition(v, text, text_len, (flags & LLMM_TOKENIZE_PARSE_SPECIAL) != 0, &frags, a);
-    if (!st) st = tokenize_spm(v, text, &frags, (flags & LLMM_TOKENIZE_ADD_SPECIAL) != 0, &ids);
+    if (!st) {
+        int add_special = (flags & LLMM_TOKENIZE_ADD_SPECIAL) != 0;
+        st = v->kind == LLMM_TOKENIZER_BPE ? tokenize_bpe(v, text, &frags, add_special, &ids)
+                                           : tokenize_spm(v, text, &frags, add_special, &ids);
+    }
     if (!st) {
         *n_tokens = ids.n;
         if (ids.n > capacity)
@@ -172,13 +190,18 @@ static size_t piece_of(const llmm_vocab *v, llmm_token t, uint32_t flags, char *
             b = b * 16 + (unsigned)(c >= 'a' ? c - 'a' + 10 : c >= 'A' ? c - 'A' + 10 : c - '0');
         }
         scratch[n++] = (char)b;
-    } else if (attr & LLMM_TOKEN_ATTR_UNKNOWN) {
+    } else if ((attr & LLMM_TOKEN_ATTR_UNKNOWN) && v->kind == LLMM_TOKENIZER_SPM) {
         memcpy(scratch, UNKNOWN_PIECE, 3);
         n = 3;
-    } else if (attr & (LLMM_TOKEN_ATTR_CONTROL | LLMM_TOKEN_ATTR_UNUSED)) {
+    } else if (attr & (LLMM_TOKEN_ATTR_CONTROL | LLMM_TOKEN_ATTR_UNUSED | LLMM_TOKEN_ATTR_UNKNOWN)) {
         if (!(flags & LLMM_PIECE_RENDER_SPECIAL)) return 0;
         n = (size_t)LLMM_MIN(s.len, scratch_cap);
         memcpy(scratch, s.ptr, n);
+    } else if (v->kind == LLMM_TOKENIZER_BPE && (attr & LLMM_TOKEN_ATTR_USER_DEFINED)) {
+        n = (size_t)LLMM_MIN(s.len, scratch_cap); /* added text such as "<think>" is stored as is */
+        memcpy(scratch, s.ptr, n);
+    } else if (v->kind == LLMM_TOKENIZER_BPE) {
+        n = bpe_decode_piece(s.ptr, (size_t)LLMM_MIN(s.len, scratch_cap), scratch);
     } else {
         for (size_t i = 0; i < s.len && n < scratch_cap; i++) {
             if (i + 3 <= s.len && memcmp(s.ptr + i, SPM_SPACE, 3) == 0) {

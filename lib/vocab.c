@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tokenizer_bpe.h"
+
 /* GGUF tokenizer.ggml.token_type values */
 enum { TOKTYPE_UNDEFINED, TOKTYPE_NORMAL, TOKTYPE_UNKNOWN, TOKTYPE_CONTROL, TOKTYPE_USER_DEFINED,
        TOKTYPE_UNUSED, TOKTYPE_BYTE };
@@ -34,6 +36,30 @@ typedef struct tokenizer_model {
 
 static const tokenizer_model tokenizer_models[] = {
     {"llama", LLMM_TOKENIZER_SPM, {1, 2, 0, -1, -1, -1}, 1, 0, 1},
+    /* the reference's BPE defaults (11 is Falcon's <|endoftext|>); add_bos comes from the
+     * pre-tokenizer family, then from the file */
+    {"gpt2", LLMM_TOKENIZER_BPE, {11, 11, -1, -1, -1, -1}, 0, 0, 0},
+};
+
+/* Tokens that end a turn in common chat formats. Converters rarely record them all, so the
+ * reference engine finds them by text: they stop generation (LLMM_TOKEN_ATTR_EOS) and, being
+ * markup, are control tokens even where a file typed them otherwise. The first one present
+ * that may be an EOT becomes the EOT id when the metadata names none. */
+static const struct {
+    const char *text;
+    int may_be_eot;
+} end_of_turn_tokens[] = {
+    {"<|eot_id|>", 1},
+    {"<|im_end|>", 1},
+    {"<|end|>", 1},
+    {"<end_of_turn>", 1},
+    {"<|endoftext|>", 1},
+    {"<|end_of_text|>", 1},
+    {"<EOT>", 1},
+    {"_<EOT>", 1},
+    {"<end_of_utterance>", 1},
+    {"<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>", 1}, /* DeepSeek's: U+FF5C, U+2581 */
+    {"<|eom_id|>", 0},
 };
 
 static uint32_t hash_bytes(const char *s, size_t n) {
@@ -136,6 +162,22 @@ static void load_flag(const gguf_file *f, const char *key, int *flag, const llmm
     *flag = kv->v.u64 != 0;
 }
 
+static void mark_end_of_turn_tokens(llmm_vocab *v) {
+    const uint32_t end_of_turn = LLMM_TOKEN_ATTR_CONTROL | LLMM_TOKEN_ATTR_EOS;
+    for (size_t k = 0; k < sizeof end_of_turn_tokens / sizeof *end_of_turn_tokens; k++) {
+        int32_t id = vocab_find(v, end_of_turn_tokens[k].text, strlen(end_of_turn_tokens[k].text));
+        if (id >= 0) v->attrs[id] = (v->attrs[id] & ~LLMM_TOKEN_ATTR_NORMAL) | end_of_turn;
+    }
+}
+
+static int32_t find_end_of_turn_token(const llmm_vocab *v) {
+    for (size_t k = 0; k < sizeof end_of_turn_tokens / sizeof *end_of_turn_tokens; k++) {
+        int32_t id = vocab_find(v, end_of_turn_tokens[k].text, strlen(end_of_turn_tokens[k].text));
+        if (id >= 0 && end_of_turn_tokens[k].may_be_eot) return id;
+    }
+    return -1;
+}
+
 static void load_special_ids(llmm_vocab *v, const gguf_file *f, const tokenizer_model *tm, const llmm_logger *log) {
     for (int s = 0; s < 6; s++) {
         v->special[s] = tm->default_special[s];
@@ -152,6 +194,7 @@ static void load_special_ids(llmm_vocab *v, const gguf_file *f, const tokenizer_
         }
         if (v->special[s] >= (int32_t)v->n_tokens) v->special[s] = -1;
     }
+    if (v->special[LLMM_SPECIAL_EOT] < 0) v->special[LLMM_SPECIAL_EOT] = find_end_of_turn_token(v);
     if (v->special[LLMM_SPECIAL_BOS] >= 0) v->attrs[v->special[LLMM_SPECIAL_BOS]] |= LLMM_TOKEN_ATTR_BOS;
     if (v->special[LLMM_SPECIAL_EOS] >= 0) v->attrs[v->special[LLMM_SPECIAL_EOS]] |= LLMM_TOKEN_ATTR_EOS;
     if (v->special[LLMM_SPECIAL_EOT] >= 0) v->attrs[v->special[LLMM_SPECIAL_EOT]] |= LLMM_TOKEN_ATTR_EOS;
@@ -215,7 +258,9 @@ llmm_status vocab_load(llmm_vocab *v, const gguf_file *f, const llmm_allocator *
     for (size_t i = 0; i < sizeof tokenizer_models / sizeof *tokenizer_models; i++)
         if (gguf_str_eq(kv->v.str, tokenizer_models[i].name)) tm = &tokenizer_models[i];
     if (!tm)
-        return diag_fail(d, LLMM_ERR_UNSUPPORTED, "tokenizer model '%.*s' is not supported (supported: llama)",
+        return diag_fail(d, LLMM_ERR_UNSUPPORTED,
+                         "tokenizer model '%.*s' is not supported (supported: llama = SentencePiece, gpt2 = "
+                         "byte-level BPE)",
                          (int)LLMM_MIN(kv->v.str.len, 64u), kv->v.str.ptr);
     v->kind = tm->kind;
     v->add_bos = tm->add_bos;
@@ -223,6 +268,8 @@ llmm_status vocab_load(llmm_vocab *v, const gguf_file *f, const llmm_allocator *
     v->add_space_prefix = tm->add_space_prefix;
     llmm_status st = load_tokens(v, f, alloc, d);
     if (!st) st = load_scores_and_types(v, f, d);
+    if (!st && v->kind == LLMM_TOKENIZER_BPE) st = bpe_load(v, f, alloc, log, d);
+    if (!st) mark_end_of_turn_tokens(v); /* before the index: it may make tokens control tokens */
     if (!st) st = index_specials(v, alloc, d);
     if (st) {
         vocab_free(v, alloc);
@@ -239,6 +286,7 @@ llmm_status vocab_load(llmm_vocab *v, const gguf_file *f, const llmm_allocator *
 }
 
 void vocab_free(llmm_vocab *v, const llmm_allocator *alloc) {
+    bpe_free(v, alloc);
     mem_free(alloc, v->text);
     mem_free(alloc, v->score);
     mem_free(alloc, v->attrs);

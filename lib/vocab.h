@@ -21,6 +21,7 @@ typedef struct llmm_vocab {
     uint32_t *special_by_len; /* ids parsed out of text before tokenizing, longest first */
     uint32_t n_special_by_len;
     int add_bos, add_eos, add_space_prefix;
+    struct bpe_model *bpe; /* merges and pre-tokenizer of a BPE vocab (lib/tokenizer_bpe.h), else NULL */
 } llmm_vocab;
 
 /* Read the tokenizer.ggml.* keys. Returns UNSUPPORTED for a tokenizer model this build does

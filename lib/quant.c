@@ -3,8 +3,6 @@
 #include <math.h>
 #include <string.h>
 
-#define LLMM_Q4_CLAMP(v) ((v) < 0 ? 0 : (v) > 15 ? 15 : (v))
-
 /* ---------------------------------------------------------------- scalar conversions */
 
 static inline float f32_from_bits(uint32_t u) {
@@ -125,7 +123,7 @@ void llmm_quantize_row_q8_0(const float *src, void *dst, size_t n) {
         const float id = amax != 0.f ? 127.f / amax : 0.f;
         y[b].d = llmm_f32_to_f16(d);
         /* nearest-even, as the reference's SIMD quantizer rounds */
-        for (int j = 0; j < QK8_0; j++) y[b].qs[j] = (int8_t)nearbyintf(x[j] * id);
+        for (int j = 0; j < QK8_0; j++) y[b].qs[j] = (int8_t)llmm_round_clamp(x[j] * id, -127, 127);
     }
 }
 
@@ -145,8 +143,9 @@ void llmm_quantize_row_q4_0(const float *src, void *dst, size_t n) {
         const float id = d != 0.f ? 1.0f / d : 0.f;
         y[b].d = llmm_f32_to_f16(d);
         for (int j = 0; j < QK4_0 / 2; j++) {
-            const int lo = (int)(x[j] * id + 8.5f), hi = (int)(x[j + QK4_0 / 2] * id + 8.5f);
-            y[b].qs[j] = (uint8_t)(LLMM_Q4_CLAMP(lo) | LLMM_Q4_CLAMP(hi) << 4);
+            const int lo = llmm_trunc_clamp(x[j] * id + 8.5f, 0, 15);
+            const int hi = llmm_trunc_clamp(x[j + QK4_0 / 2] * id + 8.5f, 0, 15);
+            y[b].qs[j] = (uint8_t)(lo | hi << 4);
         }
     }
 }
@@ -205,18 +204,26 @@ static const llmm_type_traits type_table[LLMM_TYPE_COUNT] = {
     [LLMM_TYPE_F32] = {"f32", 1, 4, dequant_f32, llmm_dot_f32, LLMM_TYPE_F32, from_float_f32},
     [LLMM_TYPE_F16] = {"f16", 1, 2, dequant_f16, dot_f16, LLMM_TYPE_F16, from_float_f16},
     [LLMM_TYPE_Q4_0] = {"q4_0", 32, 18, dequant_q4_0, dot_q4_0_q8_0, LLMM_TYPE_Q8_0, llmm_quantize_row_q4_0},
-    [LLMM_TYPE_Q4_1] = {"q4_1", 32, 20, NULL, NULL, 0, NULL},
-    [LLMM_TYPE_Q5_0] = {"q5_0", 32, 22, NULL, NULL, 0, NULL},
-    [LLMM_TYPE_Q5_1] = {"q5_1", 32, 24, NULL, NULL, 0, NULL},
+    [LLMM_TYPE_Q4_1] = {"q4_1", 32, 20, llmm_dequant_row_q4_1, llmm_vec_dot_q4_1_q8_1, LLMM_TYPE_Q8_1,
+                        llmm_quantize_row_q4_1},
+    [LLMM_TYPE_Q5_0] = {"q5_0", 32, 22, llmm_dequant_row_q5_0, llmm_vec_dot_q5_0_q8_0, LLMM_TYPE_Q8_0,
+                        llmm_quantize_row_q5_0},
+    [LLMM_TYPE_Q5_1] = {"q5_1", 32, 24, llmm_dequant_row_q5_1, llmm_vec_dot_q5_1_q8_1, LLMM_TYPE_Q8_1,
+                        llmm_quantize_row_q5_1},
     [LLMM_TYPE_Q8_0] = {"q8_0", 32, 34, dequant_q8_0, dot_q8_0_q8_0, LLMM_TYPE_Q8_0,
                         llmm_quantize_row_q8_0},
-    [LLMM_TYPE_Q8_1] = {"q8_1", 32, 36, NULL, NULL, 0, NULL},
-    [LLMM_TYPE_Q2_K] = {"q2_k", 256, 84, NULL, NULL, 0, NULL},
-    [LLMM_TYPE_Q3_K] = {"q3_k", 256, 110, NULL, NULL, 0, NULL},
-    [LLMM_TYPE_Q4_K] = {"q4_k", 256, 144, NULL, NULL, 0, NULL},
-    [LLMM_TYPE_Q5_K] = {"q5_k", 256, 176, NULL, NULL, 0, NULL},
-    [LLMM_TYPE_Q6_K] = {"q6_k", 256, 210, NULL, NULL, 0, NULL},
-    [LLMM_TYPE_Q8_K] = {"q8_k", 256, 292, NULL, NULL, 0, NULL},
+    [LLMM_TYPE_Q8_1] = {"q8_1", 32, 36, NULL, NULL, 0, llmm_quantize_row_q8_1}, /* activations only */
+    [LLMM_TYPE_Q2_K] = {"q2_k", 256, 84, llmm_dequant_row_q2_K, llmm_vec_dot_q2_K_q8_K, LLMM_TYPE_Q8_K,
+                        llmm_quantize_row_q2_K},
+    [LLMM_TYPE_Q3_K] = {"q3_k", 256, 110, llmm_dequant_row_q3_K, llmm_vec_dot_q3_K_q8_K, LLMM_TYPE_Q8_K,
+                        llmm_quantize_row_q3_K},
+    [LLMM_TYPE_Q4_K] = {"q4_k", 256, 144, llmm_dequant_row_q4_K, llmm_vec_dot_q4_K_q8_K, LLMM_TYPE_Q8_K,
+                        llmm_quantize_row_q4_K},
+    [LLMM_TYPE_Q5_K] = {"q5_k", 256, 176, llmm_dequant_row_q5_K, llmm_vec_dot_q5_K_q8_K, LLMM_TYPE_Q8_K,
+                        llmm_quantize_row_q5_K},
+    [LLMM_TYPE_Q6_K] = {"q6_k", 256, 210, llmm_dequant_row_q6_K, llmm_vec_dot_q6_K_q8_K, LLMM_TYPE_Q8_K,
+                        llmm_quantize_row_q6_K},
+    [LLMM_TYPE_Q8_K] = {"q8_k", 256, 292, NULL, NULL, 0, llmm_quantize_row_q8_K}, /* activations only */
     [LLMM_TYPE_IQ2_XXS] = {"iq2_xxs", 256, 66, NULL, NULL, 0, NULL},
     [LLMM_TYPE_IQ2_XS] = {"iq2_xs", 256, 74, NULL, NULL, 0, NULL},
     [LLMM_TYPE_IQ3_XXS] = {"iq3_xxs", 256, 98, NULL, NULL, 0, NULL},

@@ -1,12 +1,18 @@
 /* Weight types: the GGUF/ggml type ids, their block layouts and the per-type kernels.
  * One designated-initializer table (quant.c) indexed by type id holds everything the rest
- * of the code asks about a type; nothing else switches on type ids. */
+ * of the code asks about a type; nothing else switches on type ids. Kernels: quant.c (float
+ * types, Q8_0, Q4_0), quant_legacy.c (Q4_1, Q5_0, Q5_1, Q8_1), quant_k.c (K-quants, Q8_K);
+ * whole-model conversion: quant_file.c (declared at the end of this header). */
 #ifndef LLMM_QUANT_H
 #define LLMM_QUANT_H
 
 #include <assert.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+
+#include "gguf.h"
 
 /* ggml type ids as stored in GGUF tensor infos. Gaps are ids ggml removed; they stay
  * unknown here so a file using them is rejected. */
@@ -50,24 +56,138 @@ typedef uint16_t llmm_f16;  /* IEEE half, bit pattern */
 typedef uint16_t llmm_bf16; /* bfloat16, bit pattern */
 
 #define QK4_0 32
+#define QK4_1 32
+#define QK5_0 32
+#define QK5_1 32
 #define QK8_0 32
-#define QK_K 256
+#define QK8_1 32
+#define QK_K 256        /* weights per K-quant super-block */
+#define K_SCALE_SIZE 12 /* bytes of packed 6-bit scales and mins in Q4_K/Q5_K */
 
-/* Q4_0: 32 weights, 4.5 bits each: w = d * (q - 8), q in 0..15; low nibbles hold 0..15,
- * high nibbles 16..31. */
+/* Block layouts: byte-for-byte the reference engine's (ggml-common.h), so GGUF tensors are
+ * read in place. "bits" counts everything stored per weight, scales included. Within a
+ * 32-weight block of the legacy types, weight j < 16 sits in the low nibble of qs[j] and
+ * weight j + 16 in its high nibble; the 5th bit of weight j is bit j of qh (little-endian). */
+
+/* Q4_0: 32 weights, 4.5 bits each: w = d * (q - 8), q in 0..15. */
 typedef struct {
     llmm_f16 d;
     uint8_t qs[QK4_0 / 2];
 } block_q4_0;
 static_assert(sizeof(block_q4_0) == 18, "block_q4_0 layout");
 
+/* Q4_1: 32 weights, 5 bits each: w = d * q + m, q in 0..15. */
+typedef struct {
+    llmm_f16 d;
+    llmm_f16 m;
+    uint8_t qs[QK4_1 / 2];
+} block_q4_1;
+static_assert(sizeof(block_q4_1) == 20, "block_q4_1 layout");
+
+/* Q5_0: 32 weights, 5.5 bits each: w = d * (q - 16), q in 0..31. */
+typedef struct {
+    llmm_f16 d;
+    uint8_t qh[4];
+    uint8_t qs[QK5_0 / 2];
+} block_q5_0;
+static_assert(sizeof(block_q5_0) == 22, "block_q5_0 layout");
+
+/* Q5_1: 32 weights, 6 bits each: w = d * q + m, q in 0..31. */
+typedef struct {
+    llmm_f16 d;
+    llmm_f16 m;
+    uint8_t qh[4];
+    uint8_t qs[QK5_1 / 2];
+} block_q5_1;
+static_assert(sizeof(block_q5_1) == 24, "block_q5_1 layout");
+
 /* Q8_0: 32 weights, 8.5 bits each: w = d * q. Also the activation format the reference
- * engine quantizes to before Q4_0/Q8_0 dot products. */
+ * engine quantizes to before Q4_0/Q5_0/Q8_0 dot products. */
 typedef struct {
     llmm_f16 d;
     int8_t qs[QK8_0];
 } block_q8_0;
 static_assert(sizeof(block_q8_0) == 34, "block_q8_0 layout");
+
+/* Q8_1: 32 activations, 9 bits each: x = d * q; s = d * sum(q) rounded to f16, so a dot with
+ * an offset format (Q4_1, Q5_1) adds m * s instead of summing the activations again. */
+typedef struct {
+    llmm_f16 d;
+    llmm_f16 s;
+    int8_t qs[QK8_1];
+} block_q8_1;
+static_assert(sizeof(block_q8_1) == 36, "block_q8_1 layout");
+
+/* K-quants: a super-block of 256 weights in sub-blocks of 16 or 32, each sub-block with its
+ * own small integer scale (and min), those scaled again by the f16 d (and dmin).
+ * Weight i of a super-block: the 2-bit field of Q2_K/Q3_K is bits 2*(i%128/32) of
+ * qs[32*(i/128) + i%32]; the nibble of Q4_K/Q5_K is the low (i%64 < 32) or high nibble of
+ * qs[32*(i/64) + i%32]; the extra high bit of Q3_K/Q5_K is bit i/32 of hmask/qh[i%32]. */
+
+/* Q2_K: 16 sub-blocks of 16, 2.625 bits per weight: w = d * sc * q - dmin * m, q in 0..3;
+ * scales[j] holds sc (low nibble) and m (high nibble) of sub-block j. */
+typedef struct {
+    uint8_t scales[QK_K / 16];
+    uint8_t qs[QK_K / 4];
+    llmm_f16 d;
+    llmm_f16 dmin;
+} block_q2_K;
+static_assert(sizeof(block_q2_K) == 84, "block_q2_K layout");
+
+/* Q3_K: 16 sub-blocks of 16, 3.4375 bits per weight: w = d * (sc - 32) * (q - 4), q in 0..7
+ * (2 low bits in qs, the high bit in hmask); 6-bit sc: low nibbles of sub-blocks 0-7 in the
+ * low nibbles of scales[0..7], of 8-15 in their high nibbles, top 2 bits of sub-block j at
+ * bit 2*(j/4) of scales[8 + j%4]. */
+typedef struct {
+    uint8_t hmask[QK_K / 8];
+    uint8_t qs[QK_K / 4];
+    uint8_t scales[12];
+    llmm_f16 d;
+} block_q3_K;
+static_assert(sizeof(block_q3_K) == 110, "block_q3_K layout");
+
+/* Q4_K: 8 sub-blocks of 32, 4.5 bits per weight: w = d * sc * q - dmin * m, q in 0..15;
+ * 6-bit sc and m: sub-blocks 0-3 in the low 6 bits of scales[j] (sc) and scales[j+4] (m);
+ * 4-7 take low nibbles from scales[j+4] (sc low, m high) and their top 2 bits from the top
+ * bits of scales[j-4] (sc) and scales[j] (m). */
+typedef struct {
+    llmm_f16 d;
+    llmm_f16 dmin;
+    uint8_t scales[K_SCALE_SIZE];
+    uint8_t qs[QK_K / 2];
+} block_q4_K;
+static_assert(sizeof(block_q4_K) == 144, "block_q4_K layout");
+
+/* Q5_K: as Q4_K with a 5th bit per weight in qh, 5.5 bits per weight, q in 0..31. */
+typedef struct {
+    llmm_f16 d;
+    llmm_f16 dmin;
+    uint8_t scales[K_SCALE_SIZE];
+    uint8_t qh[QK_K / 8];
+    uint8_t qs[QK_K / 2];
+} block_q5_K;
+static_assert(sizeof(block_q5_K) == 176, "block_q5_K layout");
+
+/* Q6_K: 16 sub-blocks of 16, 6.5625 bits per weight: w = d * sc * (q - 32), q in 0..63,
+ * sc an int8. In each half (128 weights, h = i/128, r = i%128) the low 4 bits of q are the
+ * nibble (low for r < 64) of ql[64h + r%64], the top 2 bits are bits 2*(r/32) of
+ * qh[32h + r%32]. */
+typedef struct {
+    uint8_t ql[QK_K / 2];
+    uint8_t qh[QK_K / 4];
+    int8_t scales[QK_K / 16];
+    llmm_f16 d;
+} block_q6_K;
+static_assert(sizeof(block_q6_K) == 210, "block_q6_K layout");
+
+/* Q8_K: 256 activations, 9.125 bits each: x = d * q with a float d; bsums[j] is the sum of q
+ * over weights 16j..16j+15, so the K-quant dots subtract their mins without a second pass. */
+typedef struct {
+    float d;
+    int8_t qs[QK_K];
+    int16_t bsums[QK_K / 16];
+} block_q8_K;
+static_assert(sizeof(block_q8_K) == 292, "block_q8_K layout");
 
 /* Dequantize n (a multiple of the block size) weights of one row. */
 typedef void (*llmm_dequant_row_fn)(const void *src, float *dst, size_t n);
@@ -83,8 +203,9 @@ typedef struct llmm_type_traits {
     uint32_t block_bytes; /* bytes per block */
     llmm_dequant_row_fn dequant_row;  /* NULL: no math yet for this type */
     llmm_vec_dot_fn vec_dot;
-    uint32_t vec_dot_type;            /* operand format vec_dot expects: F32, F16, BF16, Q8_0 */
-    llmm_quantize_row_fn from_float;  /* float row -> this type; NULL where not implemented */
+    uint32_t vec_dot_type;            /* operand format vec_dot expects: F32, F16, BF16, Q8_0, Q8_1, Q8_K */
+    llmm_quantize_row_fn from_float;  /* float row -> this type (the reference encoding for
+                                       * weights); NULL where not implemented */
 } llmm_type_traits;
 
 /* Traits of a type id; NULL for unknown or removed ids. */
@@ -100,9 +221,111 @@ float llmm_bf16_to_f32(llmm_bf16 h);
 /* Float dot product with eight partial sums (the reference kernels' rounding order). */
 float llmm_dot_f32(const void *a, const void *b, size_t n);
 
+/* Float to a quant level in [lo, hi]: nearest with ties to even (the reference's
+ * nearest_int) or truncated (its (int) casts of x + 0.5). The clamp comes first, so a huge
+ * or NaN value (NaN gives lo) never reaches an undefined float-to-int conversion. */
+static inline int llmm_round_clamp(float v, int lo, int hi) {
+    if (!(v > (float)lo)) return lo;
+    if (v > (float)hi) return hi;
+    return (int)nearbyintf(v);
+}
+static inline int llmm_trunc_clamp(float v, int lo, int hi) {
+    if (!(v > (float)lo)) return lo;
+    if (v > (float)hi) return hi;
+    return (int)v;
+}
+
+/* ---------------------------------------------------------------- per-type kernels
+ * The table's entries, public only so the table (quant.c) can name them: callers go through
+ * llmm_type_get. n is the row length, a multiple of the type's block size. Quantizers follow
+ * the reference engine's quantize_row_*_ref algorithms, so a file written here holds the
+ * blocks the reference tools would write. Dots take the activation format in the name. */
+
 /* Activations into Q8_0 blocks (n a multiple of 32), rounding as the reference engine. */
 void llmm_quantize_row_q8_0(const float *src, void *dst, size_t n);
 /* Weights into Q4_0 blocks (n a multiple of 32), with the reference quantizer's encoding. */
 void llmm_quantize_row_q4_0(const float *src, void *dst, size_t n);
+
+/* quant_legacy.c: the 32-weight offset and 5-bit formats, and their Q8_1 operand */
+void llmm_quantize_row_q4_1(const float *src, void *dst, size_t n);
+void llmm_quantize_row_q5_0(const float *src, void *dst, size_t n);
+void llmm_quantize_row_q5_1(const float *src, void *dst, size_t n);
+void llmm_quantize_row_q8_1(const float *src, void *dst, size_t n);
+void llmm_dequant_row_q4_1(const void *src, float *dst, size_t n);
+void llmm_dequant_row_q5_0(const void *src, float *dst, size_t n);
+void llmm_dequant_row_q5_1(const void *src, float *dst, size_t n);
+float llmm_vec_dot_q4_1_q8_1(const void *w, const void *x, size_t n);
+float llmm_vec_dot_q5_0_q8_0(const void *w, const void *x, size_t n);
+float llmm_vec_dot_q5_1_q8_1(const void *w, const void *x, size_t n);
+
+/* quant_k.c: the K-quants (n a multiple of 256) and their Q8_K operand */
+void llmm_quantize_row_q2_K(const float *src, void *dst, size_t n);
+void llmm_quantize_row_q3_K(const float *src, void *dst, size_t n);
+void llmm_quantize_row_q4_K(const float *src, void *dst, size_t n);
+void llmm_quantize_row_q5_K(const float *src, void *dst, size_t n);
+void llmm_quantize_row_q6_K(const float *src, void *dst, size_t n);
+void llmm_quantize_row_q8_K(const float *src, void *dst, size_t n);
+void llmm_dequant_row_q2_K(const void *src, float *dst, size_t n);
+void llmm_dequant_row_q3_K(const void *src, float *dst, size_t n);
+void llmm_dequant_row_q4_K(const void *src, float *dst, size_t n);
+void llmm_dequant_row_q5_K(const void *src, float *dst, size_t n);
+void llmm_dequant_row_q6_K(const void *src, float *dst, size_t n);
+float llmm_vec_dot_q2_K_q8_K(const void *w, const void *x, size_t n);
+float llmm_vec_dot_q3_K_q8_K(const void *w, const void *x, size_t n);
+float llmm_vec_dot_q4_K_q8_K(const void *w, const void *x, size_t n);
+float llmm_vec_dot_q5_K_q8_K(const void *w, const void *x, size_t n);
+float llmm_vec_dot_q6_K_q8_K(const void *w, const void *x, size_t n);
+
+/* ---------------------------------------------------------------- whole-model conversion
+ * quant_file.c: rewrite a GGUF model with its weights in another type, as the reference
+ * engine's llama_model_quantize does (docs/quantization.md has the rules). Used by
+ * examples/llmmini-quantize and the tests; not part of the public ABI. */
+
+/* A named recipe: which type each tensor gets. */
+typedef struct llmm_quant_recipe {
+    const char *name;       /* command-line name: "q4_0", "q4_k_m", ... */
+    uint32_t type;          /* type of the ordinary 2-D weights */
+    uint32_t more_bits;     /* mixed recipes: type of output.weight and of attn_v/ffn_down in
+                             * the layers the reference gives more bits; 0 (F32) for a pure one */
+    uint32_t fused_qkv;     /* mixed recipes: type of a fused attn_qkv weight */
+    uint32_t file_type;     /* general.file_type written (the reference's llama_ftype) */
+} llmm_quant_recipe;
+
+/* The recipe called name, or NULL. */
+const llmm_quant_recipe *llmm_quant_recipe_find(const char *name);
+/* Recipe i (0 <= i < count), for listing them. */
+size_t llmm_quant_recipe_count(void);
+const llmm_quant_recipe *llmm_quant_recipe_at(size_t i);
+
+/* What the conversion decided for one tensor. */
+typedef struct llmm_quant_choice {
+    uint32_t wanted;     /* the type the recipe asks for */
+    uint32_t type;       /* the type written: wanted, or a fallback when rows do not fit it */
+    int fell_back;       /* 1 when type != wanted because of the row length */
+} llmm_quant_choice;
+
+/* The type recipe r gives tensor t of model f (a pure function of names and shapes). */
+llmm_quant_choice llmm_quant_choose(const llmm_quant_recipe *r, const gguf_file *f, const gguf_tensor *t);
+
+/* Progress of a conversion, once per tensor after it is written. */
+typedef struct llmm_quant_progress {
+    size_t index, count;           /* this is tensor index + 1 of count */
+    const gguf_tensor *tensor;     /* in the source file */
+    llmm_quant_choice choice;
+    uint64_t bytes_in, bytes_out;  /* this tensor's data */
+} llmm_quant_progress;
+typedef void (*llmm_quant_progress_fn)(void *user, const llmm_quant_progress *p);
+
+typedef struct llmm_quant_params {
+    const llmm_quant_recipe *recipe;
+    int n_threads;                 /* rows are converted by this many threads (>= 1) */
+    llmm_quant_progress_fn progress; /* optional */
+    void *user;
+} llmm_quant_params;
+
+/* Write `in` converted by params->recipe to out (a GGUF v3 file, alignment 32): metadata
+ * copied (general.file_type and general.quantization_version set), tensors in source order.
+ * Errors: UNSUPPORTED (a tensor type that cannot be read), IO (a failed write), NO_MEMORY. */
+llmm_status llmm_quantize_model(const gguf_file *in, const llmm_quant_params *params, FILE *out, llmm_diag *d);
 
 #endif

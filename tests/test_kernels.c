@@ -434,12 +434,12 @@ typedef struct type_row {
 /* ggml's published block structs. Ids 4, 5, 31-33 and 36-38 were removed from ggml. */
 static const type_row k_types[] = {
     {LLMM_TYPE_F32, 1, 4, 1, LLMM_TYPE_F32},       {LLMM_TYPE_F16, 1, 2, 1, LLMM_TYPE_F16},
-    {LLMM_TYPE_Q4_0, 32, 18, 1, LLMM_TYPE_Q8_0},   {LLMM_TYPE_Q4_1, 32, 20, 0, 0},
-    {LLMM_TYPE_Q5_0, 32, 22, 0, 0},                {LLMM_TYPE_Q5_1, 32, 24, 0, 0},
+    {LLMM_TYPE_Q4_0, 32, 18, 1, LLMM_TYPE_Q8_0},   {LLMM_TYPE_Q4_1, 32, 20, 1, LLMM_TYPE_Q8_1},
+    {LLMM_TYPE_Q5_0, 32, 22, 1, LLMM_TYPE_Q8_0},                {LLMM_TYPE_Q5_1, 32, 24, 1, LLMM_TYPE_Q8_1},
     {LLMM_TYPE_Q8_0, 32, 34, 1, LLMM_TYPE_Q8_0},   {LLMM_TYPE_Q8_1, 32, 36, 0, 0},
-    {LLMM_TYPE_Q2_K, 256, 84, 0, 0},               {LLMM_TYPE_Q3_K, 256, 110, 0, 0},
-    {LLMM_TYPE_Q4_K, 256, 144, 0, 0},              {LLMM_TYPE_Q5_K, 256, 176, 0, 0},
-    {LLMM_TYPE_Q6_K, 256, 210, 0, 0},              {LLMM_TYPE_Q8_K, 256, 292, 0, 0},
+    {LLMM_TYPE_Q2_K, 256, 84, 1, LLMM_TYPE_Q8_K},               {LLMM_TYPE_Q3_K, 256, 110, 1, LLMM_TYPE_Q8_K},
+    {LLMM_TYPE_Q4_K, 256, 144, 1, LLMM_TYPE_Q8_K},              {LLMM_TYPE_Q5_K, 256, 176, 1, LLMM_TYPE_Q8_K},
+    {LLMM_TYPE_Q6_K, 256, 210, 1, LLMM_TYPE_Q8_K},              {LLMM_TYPE_Q8_K, 256, 292, 0, 0},
     {LLMM_TYPE_IQ2_XXS, 256, 66, 0, 0},            {LLMM_TYPE_IQ2_XS, 256, 74, 0, 0},
     {LLMM_TYPE_IQ3_XXS, 256, 98, 0, 0},            {LLMM_TYPE_IQ1_S, 256, 50, 0, 0},
     {LLMM_TYPE_IQ4_NL, 32, 18, 0, 0},              {LLMM_TYPE_IQ3_S, 256, 110, 0, 0},
@@ -948,7 +948,7 @@ static void test_matmul_unsupported_type(void **state) {
     void *st = cpu_start(1);
     uint8_t data[20] = {0};
     float x[32] = {0}, out[1] = {0};
-    llmm_tensor w = {data, LLMM_TYPE_Q4_1, 32, 1, 20};
+    llmm_tensor w = {data, LLMM_TYPE_IQ4_NL, 32, 1, 18};
     assert_int_equal(llmm_cpu_backend.matmul(st, &w, x, 1, out), LLMM_ERR_UNSUPPORTED);
     llmm_tensor w2 = {data, 4 /* removed id */, 32, 1, 20};
     assert_int_equal(llmm_cpu_backend.matmul(st, &w2, x, 1, out), LLMM_ERR_UNSUPPORTED);

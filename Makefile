@@ -54,6 +54,16 @@ $(BUILD)/obj/%.o: %.c | $(DEPS_OK)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
 
+# x86 SIMD kernels: only these files get target flags, so the rest of the library stays baseline
+# x86-64 and the kernels run only after the cpuid check (cpu/cpu_kernels.c). On other targets
+# the files compile to nothing. -ffp-contract=off: no fused multiply-add unless written, since
+# the kernels must round exactly as the scalar reference does.
+ifneq ($(filter x86_64%,$(shell $(CC) -dumpmachine)),)
+SIMD_AVX2_FLAGS := -mavx2 -mfma -mf16c -ffp-contract=off
+$(BUILD)/obj/cpu/%_avx2.o: ALL_CFLAGS += $(SIMD_AVX2_FLAGS)
+$(BUILD)/obj/cpu/%_avx512.o: ALL_CFLAGS += $(SIMD_AVX2_FLAGS) -mavx512f -mavx512bw -mavx512vl -mavx512vnni
+endif
+
 $(STATIC): $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^

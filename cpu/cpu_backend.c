@@ -26,6 +26,8 @@ static llmm_status cpu_init(const llmm_backend_config *cfg, void **out) {
     cpu_state *s = mem_calloc(cfg->alloc, 1, sizeof *s);
     if (!s) return LLMM_ERR_NO_MEMORY;
     s->alloc = cfg->alloc;
+    s->k = cpu_kernels_select(cpu_kernels_env_cap());
+    log_msg(cfg->log, LLMM_LOG_DEBUG, "cpu backend: %s kernels", s->k->name);
     int n = cfg->n_threads > 0 ? cfg->n_threads : cpu_physical_cores();
     llmm_status st = threadpool_create(n, cfg->alloc, &s->pool);
     if (st) {

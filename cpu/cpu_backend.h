@@ -3,12 +3,14 @@
 #define LLMM_CPU_BACKEND_H
 
 #include "backend.h"
+#include "cpu_kernels.h"
 #include "threadpool.h"
 
 typedef struct cpu_state {
     llmm_threadpool *pool;
     const llmm_allocator *alloc;
-    void *scratch; /* activations converted for vec_dot, attention scores */
+    const cpu_kernels *k; /* chosen once at init from cpuid (and LLMM_CPU_KERNELS) */
+    void *scratch;        /* activations converted for the dots, attention scores */
     size_t scratch_bytes;
 } cpu_state;
 
@@ -16,14 +18,21 @@ typedef struct cpu_state {
  * stories260K, where 2 threads were slower than 1 before this cut-off. */
 #define CPU_PARALLEL_MIN_WORK 32768
 
+/* Chunks per thread when an op's rows are handed out dynamically: enough that a thread that
+ * lost its CPU leaves little behind, few enough that claiming them costs nothing measurable. */
+#define CPU_CHUNKS_PER_THREAD 4
+
 /* Scratch of at least bytes, reused across calls. */
 void *cpu_scratch(cpu_state *s, size_t bytes);
 
-/* [start, end) of n items for thread ith of nth. */
-static inline void cpu_split(size_t n, int ith, int nth, size_t *start, size_t *end) {
-    size_t per = (n + (size_t)nth - 1) / (size_t)nth;
-    *start = LLMM_MIN(n, per * (size_t)ith);
-    *end = LLMM_MIN(n, *start + per);
+/* Items per chunk for n items of work total multiply-adds: one chunk below the parallel
+ * cut-off, else about CPU_CHUNKS_PER_THREAD per thread, rounded up to a multiple of align. */
+static inline size_t cpu_chunk_items(const cpu_state *s, size_t n, size_t work, size_t align) {
+    const size_t nth = (size_t)threadpool_size(s->pool);
+    if (nth == 1 || work < CPU_PARALLEL_MIN_WORK || n <= align) return n > 0 ? n : 1;
+    size_t per = (n + nth * CPU_CHUNKS_PER_THREAD - 1) / (nth * CPU_CHUNKS_PER_THREAD);
+    per = (per + align - 1) / align * align;
+    return per;
 }
 
 llmm_status cpu_matmul(void *state, const llmm_tensor *w, const float *x, size_t n_rows, float *out);

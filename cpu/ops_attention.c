@@ -1,5 +1,7 @@
-/* Causal attention over the KV store, one (row, head) pair at a time per thread. Scores are
- * softmaxed with a double-precision sum, as the reference engine does. */
+/* Causal attention over the KV store, one (row, head) pair per work item, items handed out to
+ * the threads in chunks. Scores are softmaxed with a double-precision sum, as the reference
+ * engine does; the dot products, the exponentials and the V accumulation go through the
+ * kernel table. */
 #include <math.h>
 
 #include "cpu_backend.h"
@@ -7,11 +9,13 @@
 
 typedef struct attn_task {
     const llmm_attn_batch *b;
-    float *scores; /* nth * max_kv */
+    const cpu_kernels *k;
+    float *scores; /* (threads, max_kv): each thread's own row */
     size_t max_kv;
+    size_t items_per_chunk;
 } attn_task;
 
-static void attend_one(const llmm_attn_batch *b, size_t r, uint32_t h, float *scores) {
+static void attend_one(const cpu_kernels *kern, const llmm_attn_batch *b, size_t r, uint32_t h, float *scores) {
     const llmm_attn_row *row = &b->rows[r];
     const size_t hd = b->head_dim, q_dim = (size_t)b->n_head * hd;
     const uint32_t kvh = h / (b->n_head / b->n_head_kv);
@@ -21,30 +25,22 @@ static void attend_one(const llmm_attn_batch *b, size_t r, uint32_t h, float *sc
     const size_t stride = row->kv.row_stride;
     float max = -INFINITY;
     for (uint32_t p = 0; p < row->n_kv; p++) {
-        scores[p] = llmm_dot_f32(q, k + p * stride, hd) * b->scale;
+        scores[p] = kern->dot_f32(q, k + p * stride, hd) * b->scale;
         if (scores[p] > max) max = scores[p];
     }
-    double sum = 0;
-    for (uint32_t p = 0; p < row->n_kv; p++) {
-        scores[p] = expf(scores[p] - max);
-        sum += scores[p];
-    }
-    const float inv = (float)(1.0 / sum);
+    const float inv = (float)(1.0 / kern->exp_sub_sum(scores, row->n_kv, max));
     float *out = b->out + r * q_dim + h * hd;
     for (size_t d = 0; d < hd; d++) out[d] = 0;
-    for (uint32_t p = 0; p < row->n_kv; p++) {
-        const float wgt = scores[p] * inv;
-        const float *vp = v + p * stride;
-        for (size_t d = 0; d < hd; d++) out[d] += wgt * vp[d];
-    }
+    for (uint32_t p = 0; p < row->n_kv; p++) kern->axpy(out, scores[p] * inv, v + p * stride, hd);
 }
 
-static void attn_worker(void *arg, int ith, int nth) {
+static void attn_chunk(void *arg, size_t chunk, int ith) {
     const attn_task *t = arg;
     const llmm_attn_batch *b = t->b;
-    size_t i0, i1;
-    cpu_split(b->n_rows * b->n_head, ith, nth, &i0, &i1);
-    for (size_t i = i0; i < i1; i++) attend_one(b, i / b->n_head, (uint32_t)(i % b->n_head), t->scores + (size_t)ith * t->max_kv);
+    const size_t n_items = b->n_rows * b->n_head;
+    const size_t i0 = chunk * t->items_per_chunk, i1 = LLMM_MIN(n_items, i0 + t->items_per_chunk);
+    for (size_t i = i0; i < i1; i++)
+        attend_one(t->k, b, i / b->n_head, (uint32_t)(i % b->n_head), t->scores + (size_t)ith * t->max_kv);
 }
 
 llmm_status cpu_attention(void *state, const llmm_attn_batch *b) {
@@ -54,10 +50,11 @@ llmm_status cpu_attention(void *state, const llmm_attn_batch *b) {
         if (b->rows[r].kv.type != LLMM_TYPE_F32 || b->rows[r].n_kv == 0) return LLMM_ERR_UNSUPPORTED;
         if (b->rows[r].n_kv > max_kv) max_kv = b->rows[r].n_kv;
     }
-    attn_task t = {b, NULL, max_kv};
+    attn_task t = {.b = b, .k = s->k, .max_kv = max_kv};
     t.scores = cpu_scratch(s, (size_t)threadpool_size(s->pool) * max_kv * sizeof(float));
     if (!t.scores) return LLMM_ERR_NO_MEMORY;
-    if (b->n_rows * b->n_head * max_kv * b->head_dim < CPU_PARALLEL_MIN_WORK) attn_worker(&t, 0, 1);
-    else threadpool_run(s->pool, attn_worker, &t);
+    const size_t n_items = b->n_rows * b->n_head;
+    t.items_per_chunk = cpu_chunk_items(s, n_items, n_items * max_kv * b->head_dim, 1);
+    threadpool_run(s->pool, attn_chunk, &t, (n_items + t.items_per_chunk - 1) / t.items_per_chunk);
     return LLMM_OK;
 }

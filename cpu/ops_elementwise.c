@@ -20,38 +20,42 @@ llmm_status cpu_embed(void *state, const llmm_tensor *table, const llmm_token *i
 /* Sum of squares in double, scale in float: the reference's rms_norm, then the weight. */
 llmm_status cpu_rms_norm(void *state, const float *x, const float *weight, float *out, size_t n_rows, size_t dim,
                          float eps) {
-    (void)state;
-    for (size_t r = 0; r < n_rows; r++) {
-        const float *xr = x + r * dim;
-        float *o = out + r * dim;
-        double sum = 0;
-        for (size_t i = 0; i < dim; i++) sum += (double)(xr[i] * xr[i]);
-        const float mean = (float)(sum / (double)dim);
-        const float scale = 1.0f / sqrtf(mean + eps);
-        for (size_t i = 0; i < dim; i++) o[i] = xr[i] * scale * weight[i];
-    }
+    const cpu_kernels *k = ((cpu_state *)state)->k;
+    for (size_t r = 0; r < n_rows; r++) k->rms_norm_row(x + r * dim, weight, out + r * dim, dim, eps);
     return LLMM_OK;
 }
 
 /* theta for pair i is pos * base^(-2i/n_rot), built by repeated multiplication in float as
- * the reference does, so angles round the same way. */
+ * the reference does, so angles round the same way. The angles depend on the position only,
+ * so cos and sin are computed once per row (ROPE_PAIRS pairs at a time) for all its heads. */
+#define ROPE_PAIRS 64
+
+static void rope_pairs(float *v, size_t i0, size_t m, size_t n_rot, const float *c, const float *s,
+                       llmm_rope_kind kind) {
+    for (size_t i = 0; i < m; i++) {
+        const size_t a = kind == LLMM_ROPE_NEOX ? i0 + i : 2 * (i0 + i);
+        const size_t b = kind == LLMM_ROPE_NEOX ? i0 + i + n_rot / 2 : 2 * (i0 + i) + 1;
+        const float x0 = v[a], x1 = v[b];
+        v[a] = x0 * c[i] - x1 * s[i];
+        v[b] = x0 * s[i] + x1 * c[i];
+    }
+}
+
 llmm_status cpu_rope(void *state, float *x, size_t n_rows, size_t n_heads, size_t head_dim, size_t n_rot,
                      const int32_t *pos, float base, llmm_rope_kind kind) {
     (void)state;
     const float theta_scale = powf(base, -2.0f / (float)n_rot);
+    float c[ROPE_PAIRS], s[ROPE_PAIRS];
     for (size_t r = 0; r < n_rows; r++) {
-        for (size_t h = 0; h < n_heads; h++) {
-            float *v = x + (r * n_heads + h) * head_dim;
-            float theta = (float)pos[r];
-            for (size_t i = 0; i < n_rot / 2; i++) {
-                const float c = cosf(theta), s = sinf(theta);
-                const size_t a = kind == LLMM_ROPE_NEOX ? i : 2 * i;
-                const size_t b = kind == LLMM_ROPE_NEOX ? i + n_rot / 2 : 2 * i + 1;
-                const float x0 = v[a], x1 = v[b];
-                v[a] = x0 * c - x1 * s;
-                v[b] = x0 * s + x1 * c;
+        float theta = (float)pos[r];
+        for (size_t i0 = 0; i0 < n_rot / 2; i0 += ROPE_PAIRS) {
+            const size_t m = LLMM_MIN((size_t)ROPE_PAIRS, n_rot / 2 - i0);
+            for (size_t i = 0; i < m; i++) {
+                c[i] = cosf(theta);
+                s[i] = sinf(theta);
                 theta *= theta_scale;
             }
+            for (size_t h = 0; h < n_heads; h++) rope_pairs(x + (r * n_heads + h) * head_dim, i0, m, n_rot, c, s, kind);
         }
     }
     return LLMM_OK;
@@ -63,9 +67,7 @@ static float gelu_tanh(float x) {
 }
 
 llmm_status cpu_glu(void *state, float *gate, const float *up, size_t n, llmm_activation act) {
-    (void)state;
-    if (act == LLMM_ACT_SILU)
-        for (size_t i = 0; i < n; i++) gate[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+    if (act == LLMM_ACT_SILU) ((cpu_state *)state)->k->silu_mul(gate, up, n);
     else
         for (size_t i = 0; i < n; i++) gate[i] = gelu_tanh(gate[i]) * up[i];
     return LLMM_OK;

@@ -1,22 +1,45 @@
 /* y = W x for a batch of rows: the one op that reads the weights, so the one that sets decode
- * speed. Activations are converted once per row to the weight type's dot operand (Q8_0 for
- * the quantized types, as the reference engine does), then output rows are split by thread. */
+ * speed. Activations are converted once per call to the weight type's dot operand (Q8_0 for
+ * the quantized types, as the reference engine does); weight rows are then handed out to the
+ * threads in chunks, each chunk computing its rows for every activation row.
+ *
+ * Two paths: the kernel table's gemm for the types it has (SIMD tiles that load each weight
+ * block once per tile of activation rows), and the generic path through the type table's
+ * vec_dot for every other type and for the scalar table. Both give each output from its own
+ * weight row and activation row alone, so results do not depend on the thread count. */
 #include "cpu_backend.h"
 #include "quant.h"
 
 typedef struct matmul_task {
     const llmm_tensor *w;
-    const void *xq;       /* n_rows operand rows of xq_row_bytes */
-    size_t xq_row_bytes;
     size_t n_rows;
     float *out;
-    llmm_vec_dot_fn dot;
+    size_t rows_per_chunk;
+    cpu_gemm_fn gemm; /* kernel path */
+    cpu_operand x;
+    llmm_vec_dot_fn dot; /* generic path */
+    const void *xq;      /* n_rows operand rows of xq_row_bytes */
+    size_t xq_row_bytes;
 } matmul_task;
 
-static void matmul_worker(void *arg, int ith, int nth) {
+static void chunk_rows(const matmul_task *t, size_t chunk, size_t *j0, size_t *j1) {
+    *j0 = chunk * t->rows_per_chunk;
+    *j1 = LLMM_MIN((size_t)t->w->ne1, *j0 + t->rows_per_chunk);
+}
+
+static void kernel_chunk(void *arg, size_t chunk, int ith) {
+    (void)ith;
     const matmul_task *t = arg;
     size_t j0, j1;
-    cpu_split((size_t)t->w->ne1, ith, nth, &j0, &j1);
+    chunk_rows(t, chunk, &j0, &j1);
+    t->gemm(t->w, j0, j1, &t->x, t->n_rows, t->out, (size_t)t->w->ne1);
+}
+
+static void generic_chunk(void *arg, size_t chunk, int ith) {
+    (void)ith;
+    const matmul_task *t = arg;
+    size_t j0, j1;
+    chunk_rows(t, chunk, &j0, &j1);
     const uint8_t *wbase = t->w->data;
     const size_t ne1 = (size_t)t->w->ne1, ne0 = (size_t)t->w->ne0;
     for (size_t j = j0; j < j1; j++) {
@@ -26,25 +49,77 @@ static void matmul_worker(void *arg, int ith, int nth) {
     }
 }
 
+/* bf16 rounding has no vector kernel (a rare weight type): through the type table, widened. */
+static void round_bf16_f64(const float *x, double *out, size_t n) {
+    const llmm_type_traits *bf16 = llmm_type_get(LLMM_TYPE_BF16);
+    llmm_bf16 tmp[64];
+    for (size_t i = 0; i < n; i += 64) {
+        const size_t m = LLMM_MIN((size_t)64, n - i);
+        bf16->from_float(x + i, tmp, m);
+        for (size_t k = 0; k < m; k++) out[i + k] = llmm_bf16_to_f32(tmp[k]);
+    }
+}
+
+/* The operand rows the kernel asked for, in scratch (grown once, then reused). Q8 fields are
+ * carved with the 4-byte arrays first so every field stays aligned. */
+static llmm_status prepare_operand(cpu_state *s, cpu_operand_kind kind, const float *x, size_t n_rows, size_t n,
+                                   cpu_operand *op) {
+    *op = (cpu_operand){.n = n};
+    if (kind == CPU_OPERAND_F32) {
+        op->f32 = x;
+        return LLMM_OK;
+    }
+    if (kind == CPU_OPERAND_F64_F16 || kind == CPU_OPERAND_F64_BF16) {
+        double *f64 = cpu_scratch(s, n_rows * n * sizeof(double));
+        if (!f64) return LLMM_ERR_NO_MEMORY;
+        for (size_t r = 0; r < n_rows; r++) {
+            if (kind == CPU_OPERAND_F64_F16) s->k->round_f16_f64(x + r * n, f64 + r * n, n);
+            else round_bf16_f64(x + r * n, f64 + r * n, n);
+        }
+        op->f64 = f64;
+        return LLMM_OK;
+    }
+    const size_t nb = n / QK8_0;
+    uint8_t *p = cpu_scratch(s, n_rows * (nb * (sizeof(float) + sizeof(int32_t)) + n));
+    if (!p) return LLMM_ERR_NO_MEMORY;
+    float *d = (float *)(void *)p;
+    int32_t *sum = (int32_t *)(void *)(p + n_rows * nb * sizeof(float));
+    int8_t *qs = (int8_t *)(p + n_rows * nb * (sizeof(float) + sizeof(int32_t)));
+    for (size_t r = 0; r < n_rows; r++) s->k->quantize_q8(x + r * n, qs + r * n, d + r * nb, sum + r * nb, n);
+    *op = (cpu_operand){.n = n, .qs = qs, .d = d, .sum = sum};
+    return LLMM_OK;
+}
+
+static llmm_status prepare_generic(cpu_state *s, const llmm_type_traits *tt, const float *x, size_t n_rows,
+                                   size_t ne0, matmul_task *t) {
+    t->dot = tt->vec_dot;
+    if (tt->vec_dot_type == LLMM_TYPE_F32) {
+        t->xq = x;
+        t->xq_row_bytes = ne0 * sizeof(float);
+        return LLMM_OK;
+    }
+    const llmm_type_traits *op = llmm_type_get(tt->vec_dot_type);
+    t->xq_row_bytes = llmm_row_bytes(tt->vec_dot_type, ne0);
+    void *xq = cpu_scratch(s, t->xq_row_bytes * n_rows);
+    if (!xq) return LLMM_ERR_NO_MEMORY;
+    for (size_t r = 0; r < n_rows; r++) op->from_float(x + r * ne0, (uint8_t *)xq + r * t->xq_row_bytes, ne0);
+    t->xq = xq;
+    return LLMM_OK;
+}
+
 llmm_status cpu_matmul(void *state, const llmm_tensor *w, const float *x, size_t n_rows, float *out) {
     cpu_state *s = state;
     const llmm_type_traits *tt = llmm_type_get(w->type);
     if (!tt || !tt->vec_dot) return LLMM_ERR_UNSUPPORTED;
-    const llmm_type_traits *op = llmm_type_get(tt->vec_dot_type);
-    const size_t ne0 = (size_t)w->ne0;
-    matmul_task t = {.w = w, .n_rows = n_rows, .out = out, .dot = tt->vec_dot};
-    if (tt->vec_dot_type == LLMM_TYPE_F32) {
-        t.xq = x;
-        t.xq_row_bytes = ne0 * sizeof(float);
-    } else {
-        t.xq_row_bytes = llmm_row_bytes(tt->vec_dot_type, ne0);
-        void *xq = cpu_scratch(s, t.xq_row_bytes * n_rows);
-        if (!xq) return LLMM_ERR_NO_MEMORY;
-        for (size_t r = 0; r < n_rows; r++) op->from_float(x + r * ne0, (uint8_t *)xq + r * t.xq_row_bytes, ne0);
-        t.xq = xq;
-    }
-    /* waking the pool costs more than a few thousand multiply-adds */
-    if ((size_t)w->ne0 * (size_t)w->ne1 * n_rows < CPU_PARALLEL_MIN_WORK) matmul_worker(&t, 0, 1);
-    else threadpool_run(s->pool, matmul_worker, &t);
+    const size_t ne0 = (size_t)w->ne0, ne1 = (size_t)w->ne1;
+    const cpu_matmul_kernel *kern = &s->k->matmul[w->type];
+    matmul_task t = {.w = w, .n_rows = n_rows, .out = out, .gemm = kern->gemm};
+    llmm_status st = kern->gemm ? prepare_operand(s, kern->operand, x, n_rows, ne0, &t.x)
+                                : prepare_generic(s, tt, x, n_rows, ne0, &t);
+    if (st) return st;
+    /* chunks of whole 8-row tiles, so only the last chunk has a partial tile */
+    t.rows_per_chunk = cpu_chunk_items(s, ne1, ne0 * ne1 * n_rows, 8);
+    threadpool_run(s->pool, kern->gemm ? kernel_chunk : generic_chunk, &t,
+                   (ne1 + t.rows_per_chunk - 1) / t.rows_per_chunk);
     return LLMM_OK;
 }

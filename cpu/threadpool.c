@@ -3,27 +3,55 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
-/* Workers spin briefly on the generation counter before sleeping: a decode step issues
- * dozens of small parallel ops, and a condition-variable wake-up per op costs more than the
- * op itself on small models (measured: 20x slower decode on stories260K with 2 threads). */
+/* Workers spin briefly on the run ticket before sleeping: a decode step issues dozens of
+ * small parallel ops, and a condition-variable wake-up per op costs more than the op itself
+ * on small models (measured: 20x slower decode on stories260K with 2 threads). */
 #define SPIN_ROUNDS 20000
 #define CALLER_SPIN_ROUNDS 2000
+#ifndef YIELD_EVERY
+#define YIELD_EVERY 128
+#endif
 
+#define LINE_BYTES 64
+
+#define TICKET(gen, left) (((uint64_t)(gen) << 32) | (uint64_t)(left))
+#define TICKET_GEN(t) ((uint32_t)((t) >> 32))
+#define TICKET_LEFT(t) ((uint32_t)(t))
+
+/* The ticket packs (run generation, chunks not yet claimed) in one word, so claiming a chunk
+ * is one compare-and-swap that checks the run and the bound together: a worker that wakes
+ * late for run g can never take a chunk of run g+1 believing it is g's. (The bound must be in
+ * the word: with it in a separate field, a late worker could read run g+1's larger count
+ * while the ticket still said g and claim a chunk past g's end; tests/test_simd.c caught
+ * that.) Chunks go out in order: with `left` unclaimed of n, the next is n - left.
+ * fn, arg and n_chunks of run g are written before the release store of ticket (g, n); a
+ * worker reads them only after winning a chunk of g, when run g cannot have ended (its chunk
+ * is unfinished), so they are still g's. They are atomics (relaxed) because the next run's
+ * caller writes them while a late worker of this run may be about to lose its claim.
+ * The generation wraps after 2^32 runs: a worker would have to sleep through exactly that many
+ * runs to be fooled. Ticket and done counter sit a cache line apart (padding, not alignas: an
+ * app's allocator need not return 64-byte aligned memory): every claim writes the first,
+ * every finished chunk the second. */
 struct llmm_threadpool {
+    _Atomic uint64_t ticket;
+    char pad_ticket[LINE_BYTES];
+    atomic_size_t done; /* chunks finished in the current run */
+    char pad_done[LINE_BYTES];
+    _Atomic(llmm_chunk_fn) fn;
+    _Atomic(void *) arg;
+    atomic_size_t n_chunks;
+    atomic_int sleeping; /* workers blocked on work_ready */
+    atomic_int quit;
+    uint32_t gen; /* the caller's last generation; only the caller touches it */
     int n;
     pthread_t *threads;
     pthread_mutex_t lock;
     pthread_cond_t work_ready;
-    atomic_uint_fast64_t generation; /* bumped per run; workers wait for a new one */
-    atomic_int pending;              /* workers still running the current task */
-    atomic_int sleeping;             /* workers blocked on work_ready */
-    atomic_int quit;
-    llmm_task_fn fn;
-    void *arg;
     const llmm_allocator *alloc;
 };
 
@@ -40,34 +68,53 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-/* Wait until the generation moves past seen (or quit); returns the new generation. */
-static uint64_t wait_for_work(llmm_threadpool *pool, uint64_t seen) {
-    for (int i = 0; i < SPIN_ROUNDS; i++) {
-        uint64_t g = atomic_load(&pool->generation);
+/* Claim and run chunks of run gen until none are left or a newer run has begun. */
+static void run_chunks(llmm_threadpool *pool, uint32_t gen, int ith) {
+    uint64_t t = atomic_load_explicit(&pool->ticket, memory_order_acquire);
+    for (;;) {
+        if (TICKET_GEN(t) != gen || TICKET_LEFT(t) == 0) return;
+        if (!atomic_compare_exchange_weak_explicit(&pool->ticket, &t, t - 1, memory_order_acq_rel,
+                                                   memory_order_acquire))
+            continue; /* t now holds the current ticket */
+        const size_t n = atomic_load_explicit(&pool->n_chunks, memory_order_relaxed);
+        llmm_chunk_fn fn = atomic_load_explicit(&pool->fn, memory_order_relaxed);
+        void *arg = atomic_load_explicit(&pool->arg, memory_order_relaxed);
+        fn(arg, n - TICKET_LEFT(t), ith);
+        atomic_fetch_add_explicit(&pool->done, 1, memory_order_release);
+        t = atomic_load_explicit(&pool->ticket, memory_order_acquire);
+    }
+}
+
+/* Wait until a run newer than seen is published (or quit); returns its generation. */
+static uint32_t wait_for_run(llmm_threadpool *pool, uint32_t seen) {
+    for (int i = 1; i <= SPIN_ROUNDS; i++) {
+        uint32_t g = TICKET_GEN(atomic_load(&pool->ticket));
         if (g != seen || atomic_load(&pool->quit)) return g;
-        cpu_relax();
+        if (i % YIELD_EVERY == 0) sched_yield();
+        else cpu_relax();
     }
     pthread_mutex_lock(&pool->lock);
     atomic_fetch_add(&pool->sleeping, 1);
-    while (atomic_load(&pool->generation) == seen && !atomic_load(&pool->quit))
+    while (TICKET_GEN(atomic_load(&pool->ticket)) == seen && !atomic_load(&pool->quit))
         pthread_cond_wait(&pool->work_ready, &pool->lock);
     atomic_fetch_sub(&pool->sleeping, 1);
     pthread_mutex_unlock(&pool->lock);
-    return atomic_load(&pool->generation);
+    return TICKET_GEN(atomic_load(&pool->ticket));
 }
 
 static void *worker_main(void *p) {
     llmm_threadpool *pool = ((worker_arg *)p)->pool;
-    int ith = ((worker_arg *)p)->ith;
-    uint64_t seen = 0;
+    const int ith = ((worker_arg *)p)->ith;
+    uint32_t seen = 0;
     for (;;) {
-        seen = wait_for_work(pool, seen);
+        seen = wait_for_run(pool, seen);
         if (atomic_load(&pool->quit)) return NULL;
-        pool->fn(pool->arg, ith, pool->n);
-        atomic_fetch_sub(&pool->pending, 1);
+        run_chunks(pool, seen, ith);
     }
 }
 
+/* The seq_cst ticket store before this load pairs with the sleeper's seq_cst increment before
+ * its ticket check: either the sleeper sees the new run, or we see it sleeping. */
 static void wake_sleepers(llmm_threadpool *pool) {
     if (atomic_load(&pool->sleeping) == 0) return;
     pthread_mutex_lock(&pool->lock);
@@ -90,8 +137,11 @@ llmm_status threadpool_create(int n_threads, const llmm_allocator *alloc, llmm_t
     worker_arg *args = (worker_arg *)(pool->threads + n_threads);
     pthread_mutex_init(&pool->lock, NULL);
     pthread_cond_init(&pool->work_ready, NULL);
-    atomic_init(&pool->generation, 0);
-    atomic_init(&pool->pending, 0);
+    atomic_init(&pool->ticket, TICKET(0, 0));
+    atomic_init(&pool->done, 0);
+    atomic_init(&pool->fn, NULL);
+    atomic_init(&pool->arg, NULL);
+    atomic_init(&pool->n_chunks, 0);
     atomic_init(&pool->sleeping, 0);
     atomic_init(&pool->quit, 0);
     for (int i = 1; i < n_threads; i++) {
@@ -119,20 +169,23 @@ void threadpool_free(llmm_threadpool *pool) {
     mem_free(pool->alloc, pool);
 }
 
-/* fn and arg are published by the seq_cst generation bump that workers observe. */
-void threadpool_run(llmm_threadpool *pool, llmm_task_fn fn, void *arg) {
-    if (pool->n == 1) {
-        fn(arg, 0, 1);
+void threadpool_run(llmm_threadpool *pool, llmm_chunk_fn fn, void *arg, size_t n_chunks) {
+    if (pool->n == 1 || n_chunks <= 1) {
+        for (size_t c = 0; c < n_chunks; c++) fn(arg, c, 0);
         return;
     }
-    pool->fn = fn;
-    pool->arg = arg;
-    atomic_store(&pool->pending, pool->n - 1);
-    atomic_fetch_add(&pool->generation, 1);
+    if (n_chunks > UINT32_MAX) n_chunks = UINT32_MAX; /* callers size chunks far below this */
+    atomic_store_explicit(&pool->fn, fn, memory_order_relaxed);
+    atomic_store_explicit(&pool->arg, arg, memory_order_relaxed);
+    atomic_store_explicit(&pool->n_chunks, n_chunks, memory_order_relaxed);
+    atomic_store_explicit(&pool->done, 0, memory_order_relaxed);
+    pool->gen++;
+    atomic_store(&pool->ticket, TICKET(pool->gen, n_chunks)); /* publishes the run (seq_cst, see wake_sleepers) */
     wake_sleepers(pool);
-    fn(arg, 0, pool->n);
-    /* yield early: a worker that lost its CPU can only finish if we give ours up */
-    for (unsigned spins = 0; atomic_load(&pool->pending) > 0; spins++) {
+    run_chunks(pool, pool->gen, 0);
+    /* only chunks a worker is still running are left; yield early: a worker that lost its CPU
+     * can only finish if we give ours up */
+    for (unsigned spins = 0; atomic_load_explicit(&pool->done, memory_order_acquire) < n_chunks; spins++) {
         if (spins < CALLER_SPIN_ROUNDS) cpu_relax();
         else sched_yield();
     }

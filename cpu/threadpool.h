@@ -1,16 +1,25 @@
-/* A small fixed pool: run(fn) has every thread (the caller as thread 0) call fn once with
- * its index, and returns when all are done. */
+/* A small fixed pool that hands out numbered chunks of one task at a time.
+ *
+ * threadpool_run(pool, fn, arg, n_chunks) calls fn(arg, chunk, ith) exactly once for every
+ * chunk in [0, n_chunks), on the calling thread (ith 0) and the workers (ith 1..n-1), and
+ * returns when all chunks are done. Chunks are claimed one by one from a shared counter, so a
+ * worker that lost its CPU (an oversubscribed machine) costs at most the chunk it holds: the
+ * others take the rest. Which thread runs a chunk varies from run to run, so fn must compute
+ * each output from its chunk alone (then results do not depend on threads or timing); ith is
+ * only for per-thread scratch. Runs of one pool must not overlap (one caller at a time). */
 #ifndef LLMM_THREADPOOL_H
 #define LLMM_THREADPOOL_H
 
+#include <stddef.h>
+
 #include "common.h"
 
-typedef void (*llmm_task_fn)(void *arg, int ith, int nth);
+typedef void (*llmm_chunk_fn)(void *arg, size_t chunk, int ith);
 typedef struct llmm_threadpool llmm_threadpool;
 
 llmm_status threadpool_create(int n_threads, const llmm_allocator *alloc, llmm_threadpool **out);
 void threadpool_free(llmm_threadpool *pool);
-void threadpool_run(llmm_threadpool *pool, llmm_task_fn fn, void *arg);
+void threadpool_run(llmm_threadpool *pool, llmm_chunk_fn fn, void *arg, size_t n_chunks);
 int threadpool_size(const llmm_threadpool *pool);
 /* Physical cores of this machine (logical CPUs when unknown). */
 int cpu_physical_cores(void);

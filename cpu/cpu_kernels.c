@@ -1,0 +1,117 @@
+/* The scalar kernel table (the reference every SIMD table is tested against, and the
+ * fallback on any CPU) and the run-time choice among the tables. */
+#include "cpu_kernels.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Sum of squares in double, scale in float: the reference engine's rms_norm, then the weight. */
+static void rms_norm_row_scalar(const float *x, const float *w, float *out, size_t dim, float eps) {
+    double sum = 0;
+    for (size_t i = 0; i < dim; i++) sum += (double)(x[i] * x[i]);
+    const float mean = (float)(sum / (double)dim);
+    const float scale = 1.0f / sqrtf(mean + eps);
+    for (size_t i = 0; i < dim; i++) out[i] = x[i] * scale * w[i];
+}
+
+static void silu_mul_scalar(float *gate, const float *up, size_t n) {
+    for (size_t i = 0; i < n; i++) gate[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+}
+
+static float dot_f32_scalar(const float *a, const float *b, size_t n) { return llmm_dot_f32(a, b, n); }
+
+/* The softmax numerator with a double-precision sum, as the reference engine does. */
+static double exp_sub_sum_scalar(float *s, size_t n, float max) {
+    double sum = 0;
+    for (size_t i = 0; i < n; i++) {
+        s[i] = expf(s[i] - max);
+        sum += s[i];
+    }
+    return sum;
+}
+
+static void axpy_scalar(float *y, float a, const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+/* No matmul kernels: every type takes the generic path through the type table. */
+const cpu_kernels cpu_kernels_scalar = {
+    .name = "scalar",
+    .isa = CPU_ISA_SCALAR,
+    .rms_norm_row = rms_norm_row_scalar,
+    .silu_mul = silu_mul_scalar,
+    .dot_f32 = dot_f32_scalar,
+    .exp_sub_sum = exp_sub_sum_scalar,
+    .axpy = axpy_scalar,
+};
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+
+/* Which register state the OS saves on a context switch (XCR0); only valid when cpuid says
+ * OSXSAVE. */
+static uint64_t xgetbv0(void) {
+    uint32_t eax, edx;
+    __asm__ volatile("xgetbv" : "=a"(eax), "=d"(edx) : "c"(0));
+    return ((uint64_t)edx << 32) | eax;
+}
+
+/* From cpuid directly (the compilers' __builtin_cpu_supports do not all know f16c or
+ * avx512vnni): the instructions, and the OS saving the registers they use (XCR0: SSE and AVX
+ * state for AVX2; opmask and all 32 wide registers as well for AVX-512). */
+static int x86_has(cpu_isa isa) {
+    uint32_t a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
+    const int fma = (c >> 12) & 1, osxsave = (c >> 27) & 1, avx = (c >> 28) & 1, f16c = (c >> 29) & 1;
+    if (!(fma && osxsave && avx && f16c)) return 0;
+    const uint64_t xcr0 = xgetbv0();
+    if ((xcr0 & 0x6) != 0x6) return 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
+    const int avx2 = (b >> 5) & 1;
+    if (isa == CPU_ISA_AVX2) return avx2;
+    const int f = (b >> 16) & 1, bw = (b >> 30) & 1, vl = (b >> 31) & 1, vnni = (c >> 11) & 1;
+    return avx2 && f && bw && vl && vnni && (xcr0 & 0xe0) == 0xe0;
+}
+#endif
+
+static int cpu_has(cpu_isa isa) {
+    switch (isa) {
+    case CPU_ISA_SCALAR: return 1;
+#if defined(__x86_64__)
+    case CPU_ISA_AVX2:
+    case CPU_ISA_AVX512: return x86_has(isa);
+#endif
+    default: return 0;
+    }
+}
+
+const cpu_kernels *cpu_kernels_get(cpu_isa isa) {
+    if (!cpu_has(isa)) return NULL;
+    switch (isa) {
+    case CPU_ISA_SCALAR: return &cpu_kernels_scalar;
+#if defined(__x86_64__)
+    case CPU_ISA_AVX2: return &cpu_kernels_avx2;
+    case CPU_ISA_AVX512: return &cpu_kernels_avx512;
+#endif
+    default: return NULL;
+    }
+}
+
+const cpu_kernels *cpu_kernels_select(cpu_isa cap) {
+    for (int isa = (int)CPU_ISA_COUNT - 1; isa > (int)CPU_ISA_SCALAR; isa--) {
+        if (isa > (int)cap) continue;
+        const cpu_kernels *k = cpu_kernels_get((cpu_isa)isa);
+        if (k) return k;
+    }
+    return &cpu_kernels_scalar;
+}
+
+cpu_isa cpu_kernels_env_cap(void) {
+    static const char *const names[CPU_ISA_COUNT] = {"scalar", "avx2", "avx512"};
+    const char *v = getenv("LLMM_CPU_KERNELS");
+    if (v)
+        for (int i = 0; i < (int)CPU_ISA_COUNT; i++)
+            if (strcmp(v, names[i]) == 0) return (cpu_isa)i;
+    return CPU_ISA_COUNT;
+}

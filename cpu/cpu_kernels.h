@@ -1,0 +1,99 @@
+/* The CPU backend's kernel table: one per instruction set (scalar, AVX2, AVX-512), chosen once
+ * per backend init from cpuid and kept in the backend state, so one binary runs on any x86-64.
+ *
+ * Every SIMD kernel computes what the scalar reference computes:
+ *  - int8 dots (Q4_0, Q8_0 weights): bit for bit the type table's vec_dot. The per-block
+ *    integer sums are exact in any order; the float part, sum += (float)isum * (d_w * d_x),
+ *    runs in block order with one float lane per weight row (no FMA), as the scalar loop does.
+ *  - F32 weights: bit for bit llmm_dot_f32 (eight partial sums, no FMA, tail first).
+ *  - F16/BF16 weights: products are exact in double, summed in double in lane order instead
+ *    of element order; equal to the scalar whenever those double sums are exact (operands
+ *    within a 2^29 range of each other, which random tests and real weights satisfy) and
+ *    otherwise within one float rounding of it.
+ *  - norms, activations, softmax: within a few float roundings (a vectorized expf within
+ *    2 ulp), bounds stated in tests/test_simd.c.
+ * The table holds only const data and function pointers: there is no mutable global. */
+#ifndef LLMM_CPU_KERNELS_H
+#define LLMM_CPU_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "quant.h"
+#include "weights.h"
+
+typedef enum cpu_isa {
+    CPU_ISA_SCALAR = 0,
+    CPU_ISA_AVX2 = 1,   /* AVX2 + FMA + F16C */
+    CPU_ISA_AVX512 = 2, /* AVX-512 F/BW/VL + VNNI (and the AVX2 set) */
+    CPU_ISA_COUNT
+} cpu_isa;
+
+/* How a matmul kernel wants its activation rows; the matmul op prepares them once per call. */
+typedef enum cpu_operand_kind {
+    CPU_OPERAND_F32,       /* the activations as they are */
+    CPU_OPERAND_F64_F16,   /* rounded to f16 (the type table's operand), widened to double */
+    CPU_OPERAND_F64_BF16,  /* rounded to bf16, widened to double */
+    CPU_OPERAND_Q8,        /* Q8_0 quants, split by field (cpu_operand.qs/d/sum) */
+} cpu_operand_kind;
+
+/* n_rows activation rows of n values, prepared. The Q8 fields hold exactly the quants and
+ * scales llmm_quantize_row_q8_0 produces, but split so that the int8 kernels load a block's
+ * 32 quants as one aligned-size vector, plus each block's quant sum for the offset
+ * corrections of unsigned operands (Q4_0's nibble - 8, VNNI's w + 128). */
+typedef struct cpu_operand {
+    size_t n;             /* values per row (a multiple of 32 for Q8) */
+    const float *f32;     /* (n_rows, n) */
+    const double *f64;    /* (n_rows, n) */
+    const int8_t *qs;     /* (n_rows, n) */
+    const float *d;       /* (n_rows, n / 32) block scales, f16 values widened */
+    const int32_t *sum;   /* (n_rows, n / 32) */
+} cpu_operand;
+
+/* out[r * ldo + j] = weight row j . operand row r, for j in [j0, j1) and r in [0, n_rows).
+ * Each output is computed the same way whatever j0, j1 and n_rows are (tiles only group the
+ * loads), so results do not depend on how the rows were split among threads. */
+typedef void (*cpu_gemm_fn)(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows,
+                            float *out, size_t ldo);
+
+typedef struct cpu_matmul_kernel {
+    cpu_gemm_fn gemm; /* NULL: the generic path through the type table's vec_dot */
+    cpu_operand_kind operand;
+} cpu_matmul_kernel;
+
+typedef struct cpu_kernels {
+    const char *name;
+    cpu_isa isa;
+    cpu_matmul_kernel matmul[LLMM_TYPE_COUNT];
+    /* x (n values, n % 32 == 0) to Q8 operand fields; NULL in the scalar table */
+    void (*quantize_q8)(const float *x, int8_t *qs, float *d, int32_t *sum, size_t n);
+    /* out = x rounded to f16 (nearest even), widened; NULL in the scalar table */
+    void (*round_f16_f64)(const float *x, double *out, size_t n);
+    /* out = x / sqrt(mean(x^2) + eps) * w: squares in float, their sum in double */
+    void (*rms_norm_row)(const float *x, const float *w, float *out, size_t dim, float eps);
+    /* gate = gate / (1 + e^-gate) * up */
+    void (*silu_mul)(float *gate, const float *up, size_t n);
+    /* llmm_dot_f32's partial-sum order, bit for bit */
+    float (*dot_f32)(const float *a, const float *b, size_t n);
+    /* s = e^(s - max) in place; returns the sum in double */
+    double (*exp_sub_sum)(float *s, size_t n, float max);
+    /* y += a * x, a multiply then an add per value */
+    void (*axpy)(float *y, float a, const float *x, size_t n);
+} cpu_kernels;
+
+/* The best table this CPU and build support, no better than cap (a test or the
+ * LLMM_CPU_KERNELS environment variable may ask for less). */
+const cpu_kernels *cpu_kernels_select(cpu_isa cap);
+/* The table for exactly isa, or NULL when this CPU or build lacks it (tests iterate these). */
+const cpu_kernels *cpu_kernels_get(cpu_isa isa);
+/* The ISA named by LLMM_CPU_KERNELS ("scalar", "avx2", "avx512"); CPU_ISA_COUNT when unset
+ * or unknown, meaning "the best available". Read once per backend init. */
+cpu_isa cpu_kernels_env_cap(void);
+
+extern const cpu_kernels cpu_kernels_scalar;
+#if defined(__x86_64__)
+extern const cpu_kernels cpu_kernels_avx2;
+extern const cpu_kernels cpu_kernels_avx512;
+#endif
+
+#endif

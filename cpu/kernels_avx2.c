@@ -1,0 +1,292 @@
+/* AVX2 + FMA + F16C kernels. Compiled with those target flags (Makefile); called only after
+ * cpu_kernels_get(CPU_ISA_AVX2) checked the CPU. Empty on other architectures. */
+#include "cpu_kernels.h"
+
+#if defined(__x86_64__)
+
+#include <math.h>
+
+#include "kernels_x86.h"
+#include "simd_x86.h"
+
+/* ---------------------------------------------------------------- int8 dots */
+
+/* maddubs adds pairs of u8 x s8 products into int16 with saturation; no pair can saturate
+ * here: Q4_0 nibbles are <= 15 and |Q8_0 quant| <= 128, against |x quant| <= 127
+ * (2 * 128 * 127 = 32512 < 32767). */
+static inline __m256i dot_u8s8(__m256i u, __m256i s) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+
+/* Nibbles to bytes: the 16 quant bytes in both halves, the upper half shifted down by 4
+ * (within dwords: the mask keeps each byte's own high nibble). */
+static inline __m256i prep_q4_0(const uint8_t *qs) {
+    const __m256i q = _mm256_broadcastsi128_si256(load_128(qs));
+    const __m256i shifted = _mm256_srlv_epi32(q, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4));
+    return _mm256_and_si256(shifted, _mm256_set1_epi8(0x0f));
+}
+#define Q4_0_HI_X16 0
+
+/* Signed x signed through the unsigned-signed multiply: |w| times x with w's sign. */
+static inline __m256i prep_q8_0(__m256i w) { return w; }
+static inline __m256i dot_q8_0(__m256i w, __m256i x) {
+    return dot_u8s8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+}
+#define Q8_0_OFFSET 0
+/* 8 prepared weight blocks and their 8 products fill the 16 registers already */
+#define Q_TILE_X 2
+
+#include "gemm_int8_x86.h"
+
+/* ---------------------------------------------------------------- operands */
+
+/* llmm_quantize_row_q8_0 bit for bit: amax, d = amax / 127 stored as f16 (round to nearest
+ * even, the hardware conversion), quants round(x * 127 / amax) to nearest even
+ * (cvtps_epi32 under the default rounding mode, as nearbyintf). */
+void avx2_quantize_q8(const float *x, int8_t *qs, float *d, int32_t *sum, size_t n) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (size_t b = 0; b < n / QK8_0; b++) {
+        const float *xb = x + b * QK8_0;
+        __m256 v[4];
+        for (int k = 0; k < 4; k++) v[k] = _mm256_loadu_ps(xb + 8 * k);
+        const __m256 m01 = _mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1]));
+        const __m256 m23 = _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3]));
+        const float amax = hmax_ps(_mm256_max_ps(m01, m23));
+        const float id = amax != 0.f ? 127.f / amax : 0.f;
+        d[b] = _cvtsh_ss(_cvtss_sh(amax / 127.f, _MM_FROUND_TO_NEAREST_INT));
+        __m256i q[4];
+        for (int k = 0; k < 4; k++) q[k] = _mm256_cvtps_epi32(_mm256_mul_ps(v[k], _mm256_set1_ps(id)));
+        sum[b] = hsum_epi32(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
+        /* the packs interleave 4-value groups across the 128-bit halves; the permute restores order */
+        const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+        _mm256_storeu_si256((__m256i *)(void *)(qs + b * QK8_0), _mm256_permutevar8x32_epi32(p, order));
+    }
+}
+
+void avx2_round_f16_f64(const float *x, double *out, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 r = _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+        _mm256_storeu_pd(out + i, widen_lo(r));
+        _mm256_storeu_pd(out + i + 4, widen_hi(r));
+    }
+    for (; i < n; i++) out[i] = _cvtsh_ss(_cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT));
+}
+
+/* ---------------------------------------------------------------- F32 weights */
+
+#define F32_ROWS 4
+#define F32_TILE_X 2
+
+/* 4 weight rows x nx operand rows, one 8-lane sum per pair: llmm_dot_f32's partial sums.
+ * next: the next tile's first row (rows are contiguous), prefetched along; NULL for none. */
+SIMD_ALWAYS_INLINE void f32_tile(const float *const w[F32_ROWS], const float *next, size_t rb,
+                                 const float *const x[F32_TILE_X], size_t n8, size_t nx,
+                                 __m256 acc[F32_ROWS][F32_TILE_X]) {
+    for (int k = 0; k < F32_ROWS; k++)
+        for (size_t r = 0; r < nx; r++) acc[k][r] = _mm256_setzero_ps();
+    for (size_t i = 0; i < n8; i += 8) {
+        if (next) prefetch_span((uintptr_t)(next + i * F32_ROWS), 8 * F32_ROWS * sizeof(float), F32_ROWS * rb > PF_L1_MAX_TILE);
+        __m256 xv[F32_TILE_X];
+        for (size_t r = 0; r < nx; r++) xv[r] = _mm256_loadu_ps(x[r] + i);
+#pragma GCC unroll 4
+        for (int k = 0; k < F32_ROWS; k++) {
+            const __m256 wv = _mm256_loadu_ps(w[k] + i);
+            for (size_t r = 0; r < nx; r++) acc[k][r] = _mm256_add_ps(acc[k][r], _mm256_mul_ps(wv, xv[r]));
+        }
+    }
+}
+
+/* llmm_dot_f32's ending: the tail first, then the eight lanes in order. */
+static float f32_finish(__m256 acc, const float *w, const float *x, size_t n8, size_t n) {
+    float sum = 0, lanes[8];
+    for (size_t i = n8; i < n; i++) sum += w[i] * x[i];
+    _mm256_storeu_ps(lanes, acc);
+    for (int l = 0; l < 8; l++) sum += lanes[l];
+    return sum;
+}
+
+void avx2_gemm_f32(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows, float *out,
+                   size_t ldo) {
+    const size_t n = x->n, n8 = n / 8 * 8;
+    for (size_t j = j0; j < j1; j += F32_ROWS) {
+        const size_t nj = LLMM_MIN((size_t)F32_ROWS, j1 - j);
+        const float *rows[F32_ROWS];
+        for (size_t k = 0; k < F32_ROWS; k++)
+            rows[k] = (const float *)((const uint8_t *)w->data + (j + LLMM_MIN(k, nj - 1)) * w->row_bytes);
+        const float *next = j + F32_ROWS < j1 ? (const float *)((const uint8_t *)w->data + (j + F32_ROWS) * w->row_bytes) : NULL;
+        for (size_t r0 = 0; r0 < n_rows; r0 += F32_TILE_X) {
+            const size_t nx = LLMM_MIN((size_t)F32_TILE_X, n_rows - r0);
+            const float *xr[F32_TILE_X] = {x->f32 + r0 * n, x->f32 + (r0 + nx - 1) * n};
+            const float *pf = r0 == 0 ? next : NULL;
+            __m256 acc[F32_ROWS][F32_TILE_X];
+            if (nx == 1) f32_tile(rows, pf, w->row_bytes, xr, n8, 1, acc);
+            else f32_tile(rows, pf, w->row_bytes, xr, n8, F32_TILE_X, acc);
+            for (size_t k = 0; k < nj; k++)
+                for (size_t r = 0; r < nx; r++) out[(r0 + r) * ldo + j + k] = f32_finish(acc[k][r], rows[k], xr[r], n8, n);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- F16 / BF16 weights */
+
+#define HALF_ROWS 4
+
+SIMD_ALWAYS_INLINE __m256 load_f16x8(const uint16_t *p) { return _mm256_cvtph_ps(load_128(p)); }
+SIMD_ALWAYS_INLINE __m256 load_bf16x8(const uint16_t *p) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(load_128(p)), 16));
+}
+SIMD_ALWAYS_INLINE double half_to_double(uint16_t h, int bf16) {
+    if (!bf16) return _cvtsh_ss(h);
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* 4 weight rows x one operand row (doubles). A product of two f16 or two bf16 values is exact
+ * in double, so fma(w, x, acc) adds exactly what the scalar's `sum += (double)w * x` adds.
+ * next: the next tile's first row, prefetched along; NULL for none. */
+SIMD_ALWAYS_INLINE void half_tile(const uint16_t *const w[HALF_ROWS], const uint16_t *next, size_t rb, const double *x,
+                                  size_t n8, int bf16, __m256d acc[HALF_ROWS][2]) {
+    for (int k = 0; k < HALF_ROWS; k++) acc[k][0] = acc[k][1] = _mm256_setzero_pd();
+    for (size_t i = 0; i < n8; i += 8) {
+        if (next) prefetch_span((uintptr_t)(next + i * HALF_ROWS), 8 * HALF_ROWS * sizeof(uint16_t), HALF_ROWS * rb > PF_L1_MAX_TILE);
+        const __m256d xlo = _mm256_loadu_pd(x + i), xhi = _mm256_loadu_pd(x + i + 4);
+#pragma GCC unroll 4
+        for (int k = 0; k < HALF_ROWS; k++) {
+            const __m256 wv = bf16 ? load_bf16x8(w[k] + i) : load_f16x8(w[k] + i);
+            acc[k][0] = _mm256_fmadd_pd(widen_lo(wv), xlo, acc[k][0]);
+            acc[k][1] = _mm256_fmadd_pd(widen_hi(wv), xhi, acc[k][1]);
+        }
+    }
+}
+
+SIMD_ALWAYS_INLINE float half_finish(const __m256d acc[2], const uint16_t *w, const double *x, size_t n8, size_t n,
+                                     int bf16) {
+    double sum = hsum_pd(_mm256_add_pd(acc[0], acc[1]));
+    for (size_t i = n8; i < n; i++) sum += half_to_double(w[i], bf16) * x[i];
+    return (float)sum;
+}
+
+SIMD_ALWAYS_INLINE void gemm_half(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows,
+                                  float *out, size_t ldo, int bf16) {
+    const size_t n = x->n, n8 = n / 8 * 8;
+    for (size_t j = j0; j < j1; j += HALF_ROWS) {
+        const size_t nj = LLMM_MIN((size_t)HALF_ROWS, j1 - j);
+        const uint16_t *rows[HALF_ROWS];
+        for (size_t k = 0; k < HALF_ROWS; k++)
+            rows[k] = (const uint16_t *)((const uint8_t *)w->data + (j + LLMM_MIN(k, nj - 1)) * w->row_bytes);
+        const uint16_t *next =
+            j + HALF_ROWS < j1 ? (const uint16_t *)((const uint8_t *)w->data + (j + HALF_ROWS) * w->row_bytes) : NULL;
+        for (size_t r = 0; r < n_rows; r++) {
+            __m256d acc[HALF_ROWS][2];
+            half_tile(rows, r == 0 ? next : NULL, w->row_bytes, x->f64 + r * n, n8, bf16, acc);
+            for (size_t k = 0; k < nj; k++)
+                out[r * ldo + j + k] = half_finish(acc[k], rows[k], x->f64 + r * n, n8, n, bf16);
+        }
+    }
+}
+
+void avx2_gemm_f16(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows, float *out,
+                   size_t ldo) {
+    gemm_half(w, j0, j1, x, n_rows, out, ldo, 0);
+}
+
+void avx2_gemm_bf16(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows, float *out,
+                    size_t ldo) {
+    gemm_half(w, j0, j1, x, n_rows, out, ldo, 1);
+}
+
+/* ---------------------------------------------------------------- elementwise */
+
+/* Squares in float, their sum in double (four lanes at a time), then the scalar's float
+ * scale and left-to-right products x * scale * w. */
+void avx2_rms_norm_row(const float *x, const float *w, float *out, size_t dim, float eps) {
+    __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
+    size_t i = 0;
+    for (; i + 8 <= dim; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i), sq = _mm256_mul_ps(v, v);
+        s0 = _mm256_add_pd(s0, widen_lo(sq));
+        s1 = _mm256_add_pd(s1, widen_hi(sq));
+    }
+    double sum = hsum_pd(_mm256_add_pd(s0, s1));
+    for (size_t t = i; t < dim; t++) sum += (double)(x[t] * x[t]);
+    const float mean = (float)(sum / (double)dim);
+    const float scale = 1.0f / sqrtf(mean + eps);
+    const __m256 vs = _mm256_set1_ps(scale);
+    for (i = 0; i + 8 <= dim; i += 8)
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), vs), _mm256_loadu_ps(w + i)));
+    for (; i < dim; i++) out[i] = x[i] * scale * w[i];
+}
+
+/* gate / (1 + e^-gate) * up, in the scalar's operation order. */
+void avx2_silu_mul(float *gate, const float *up, size_t n) {
+    const __m256 one = _mm256_set1_ps(1.0f), sign = _mm256_set1_ps(-0.0f);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 g = _mm256_loadu_ps(gate + i);
+        const __m256 s = _mm256_div_ps(g, _mm256_add_ps(one, exp256_ps(_mm256_xor_ps(g, sign))));
+        _mm256_storeu_ps(gate + i, _mm256_mul_ps(s, _mm256_loadu_ps(up + i)));
+    }
+    for (; i < n; i++) gate[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+}
+
+float avx2_dot_f32(const float *a, const float *b, size_t n) {
+    __m256 acc = _mm256_setzero_ps();
+    const size_t n8 = n / 8 * 8;
+    for (size_t i = 0; i < n8; i += 8)
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+    return f32_finish(acc, a, b, n8, n);
+}
+
+double avx2_exp_sub_sum(float *s, size_t n, float max) {
+    const __m256 vmax = _mm256_set1_ps(max);
+    __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 e = exp256_ps(_mm256_sub_ps(_mm256_loadu_ps(s + i), vmax));
+        _mm256_storeu_ps(s + i, e);
+        s0 = _mm256_add_pd(s0, widen_lo(e));
+        s1 = _mm256_add_pd(s1, widen_hi(e));
+    }
+    double sum = hsum_pd(_mm256_add_pd(s0, s1));
+    for (; i < n; i++) {
+        s[i] = expf(s[i] - max);
+        sum += s[i];
+    }
+    return sum;
+}
+
+void avx2_axpy(float *y, float a, const float *x, size_t n) {
+    const __m256 va = _mm256_set1_ps(a);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i), _mm256_mul_ps(va, _mm256_loadu_ps(x + i))));
+    for (; i < n; i++) y[i] += a * x[i];
+}
+
+/* ---------------------------------------------------------------- the table */
+
+const cpu_kernels cpu_kernels_avx2 = {
+    .name = "avx2",
+    .isa = CPU_ISA_AVX2,
+    .matmul =
+        {
+            [LLMM_TYPE_F32] = {avx2_gemm_f32, CPU_OPERAND_F32},
+            [LLMM_TYPE_F16] = {avx2_gemm_f16, CPU_OPERAND_F64_F16},
+            [LLMM_TYPE_BF16] = {avx2_gemm_bf16, CPU_OPERAND_F64_BF16},
+            [LLMM_TYPE_Q4_0] = {gemm_q4_0, CPU_OPERAND_Q8},
+            [LLMM_TYPE_Q8_0] = {gemm_q8_0, CPU_OPERAND_Q8},
+        },
+    .quantize_q8 = avx2_quantize_q8,
+    .round_f16_f64 = avx2_round_f16_f64,
+    .rms_norm_row = avx2_rms_norm_row,
+    .silu_mul = avx2_silu_mul,
+    .dot_f32 = avx2_dot_f32,
+    .exp_sub_sum = avx2_exp_sub_sum,
+    .axpy = avx2_axpy,
+};
+
+#endif

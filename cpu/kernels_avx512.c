@@ -1,0 +1,59 @@
+/* AVX-512 kernels: the int8 dots through VNNI's vpdpbusd (four u8 x s8 products summed into
+ * each int32 lane in one instruction, no int16 saturation step), at 256-bit width so the tile
+ * code is shared with AVX2 (gemm_int8_x86.h); the 32 vector registers hold a 4-row operand
+ * tile. Everything else is the AVX2 code (see kernels_x86.h). Compiled with the AVX-512 target
+ * flags (Makefile); called only after cpu_kernels_get(CPU_ISA_AVX512) checked the CPU. */
+#include "cpu_kernels.h"
+
+#if defined(__x86_64__)
+
+#if !defined(__AVX512F__) || !defined(__AVX512BW__) || !defined(__AVX512VL__) || !defined(__AVX512VNNI__)
+#error "kernels_avx512.c needs -mavx512f -mavx512bw -mavx512vl -mavx512vnni (see the Makefile)"
+#endif
+
+#include "kernels_x86.h"
+#include "simd_x86.h"
+
+static inline __m256i dot_u8s8(__m256i u, __m256i s) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s); }
+
+/* Nibbles to bytes with one mask: the 16 quant bytes in both halves, low nibbles kept in the
+ * lower half, high nibbles kept in place (so times 16) in the upper half. vpdpbusd takes the
+ * upper products up to 240 x 127 without saturating (maddubs would not), and block_sums
+ * removes the factor after the sum. */
+static inline __m256i prep_q4_0(const uint8_t *qs) {
+    const __m256i q = _mm256_broadcastsi128_si256(load_128(qs));
+    return _mm256_and_si256(q, _mm256_setr_epi64x(0x0f0f0f0f0f0f0f0fll, 0x0f0f0f0f0f0f0f0fll,
+                                                  (long long)0xf0f0f0f0f0f0f0f0ull, (long long)0xf0f0f0f0f0f0f0f0ull));
+}
+#define Q4_0_HI_X16 1
+
+/* w + 128 as an unsigned byte (flipping the sign bit); the extra 128 * sum(x) is subtracted
+ * after the block sum (Q8_0_OFFSET). */
+static inline __m256i prep_q8_0(__m256i w) { return _mm256_xor_si256(w, _mm256_set1_epi8((char)0x80)); }
+static inline __m256i dot_q8_0(__m256i w_plus_128, __m256i x) { return dot_u8s8(w_plus_128, x); }
+#define Q8_0_OFFSET 128
+#define Q_TILE_X 4
+
+#include "gemm_int8_x86.h"
+
+const cpu_kernels cpu_kernels_avx512 = {
+    .name = "avx512",
+    .isa = CPU_ISA_AVX512,
+    .matmul =
+        {
+            [LLMM_TYPE_F32] = {avx2_gemm_f32, CPU_OPERAND_F32},
+            [LLMM_TYPE_F16] = {avx2_gemm_f16, CPU_OPERAND_F64_F16},
+            [LLMM_TYPE_BF16] = {avx2_gemm_bf16, CPU_OPERAND_F64_BF16},
+            [LLMM_TYPE_Q4_0] = {gemm_q4_0, CPU_OPERAND_Q8},
+            [LLMM_TYPE_Q8_0] = {gemm_q8_0, CPU_OPERAND_Q8},
+        },
+    .quantize_q8 = avx2_quantize_q8,
+    .round_f16_f64 = avx2_round_f16_f64,
+    .rms_norm_row = avx2_rms_norm_row,
+    .silu_mul = avx2_silu_mul,
+    .dot_f32 = avx2_dot_f32,
+    .exp_sub_sum = avx2_exp_sub_sum,
+    .axpy = avx2_axpy,
+};
+
+#endif

@@ -1,0 +1,26 @@
+/* The AVX2 kernels the AVX-512 table reuses (AVX-512 differs only in the int8 dots: on the
+ * measured Zen 4, 512-bit float and conversion work runs as two 256-bit halves, so wider
+ * versions of these would add code without speed). Declarations only: callers must have
+ * checked cpu_kernels_get(CPU_ISA_AVX2) first. */
+#ifndef LLMM_KERNELS_X86_H
+#define LLMM_KERNELS_X86_H
+
+#include "cpu_kernels.h"
+
+#if defined(__x86_64__)
+void avx2_gemm_f32(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows, float *out,
+                   size_t ldo);
+void avx2_gemm_f16(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows, float *out,
+                   size_t ldo);
+void avx2_gemm_bf16(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows, float *out,
+                    size_t ldo);
+void avx2_quantize_q8(const float *x, int8_t *qs, float *d, int32_t *sum, size_t n);
+void avx2_round_f16_f64(const float *x, double *out, size_t n);
+void avx2_rms_norm_row(const float *x, const float *w, float *out, size_t dim, float eps);
+void avx2_silu_mul(float *gate, const float *up, size_t n);
+float avx2_dot_f32(const float *a, const float *b, size_t n);
+double avx2_exp_sub_sum(float *s, size_t n, float max);
+void avx2_axpy(float *y, float a, const float *x, size_t n);
+#endif
+
+#endif

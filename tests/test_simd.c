@@ -1,0 +1,763 @@
+/* SIMD kernel tests: every kernel of every x86 table this CPU supports (AVX2, AVX-512), against
+ * the scalar reference (the type table's vec_dot, the scalar kernel table) on seeded random
+ * data (never zeros) and odd sizes; a table the CPU lacks is skipped with a printed reason.
+ * Then the CPU backend with each table forced (LLMM_CPU_KERNELS) at 1, 2 and 3 threads, and
+ * the thread pool's chunk hand-out.
+ *
+ * Tolerances (u = 2^-24):
+ *  - Q8 operand (activation quantization), f16 operand rounding: exact (quants, scales and
+ *    block sums equal to llmm_quantize_row_q8_0's; f16 values equal to the table's from_float).
+ *  - Q4_0 and Q8_0 matmul: the integer block sums are exact in any order and the kernels keep
+ *    the scalar's float order, so outputs must equal the table's vec_dot bit for bit. With all
+ *    scales 1.0 the output is the integer dot itself: checked equal to an int64 reference.
+ *  - F32 matmul, dot_f32, axpy: bit for bit the scalar (same partial sums, no FMA).
+ *  - F16 and BF16 matmul: products are exact in double, the double sum runs in another order:
+ *    |kernel - vec_dot| <= 3u sum|w x| (each rounds a double sum within n 2^-53 sum|w x| of
+ *    the exact one to float). The count of bit-identical outputs is printed.
+ *  - exp (through exp_sub_sum): within 2 ulp of the float64 e^x over [-103, 88.7], 0 below
+ *    the subnormal range, +inf above FLT_MAX's logarithm.
+ *  - silu_mul: 12u |ref| against float64 (the scalar's 8u plus 2 ulp = 4u for the vector exp).
+ *  - rms_norm_row: 10u |ref| against float64, as for the scalar kernel.
+ *  - exp_sub_sum's returned sum: (n + 4) 2u relative, against float64.
+ * Results must not depend on tiling: each matmul is also run as single-row calls over odd
+ * row ranges and must give the same bits. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <float.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "cpu_backend.h"
+#include "cpu_kernels.h"
+#include "quant.h"
+#include "threadpool.h"
+
+#define U_F32 (1.0 / 16777216.0)
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+static const cpu_isa k_simd_isas[] = {CPU_ISA_AVX2, CPU_ISA_AVX512};
+static const char *const k_isa_names[CPU_ISA_COUNT] = {"scalar", "avx2", "avx512"};
+
+/* ------------------------------------------------------------------ helpers */
+
+static uint64_t rng_state;
+
+static void rng_seed(uint64_t s) { rng_state = s * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull; }
+
+static uint64_t rng_u64(void) {
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* uniform in [lo, hi), never exactly zero */
+static float rng_float(float lo, float hi) {
+    for (;;) {
+        const double t = (double)(rng_u64() >> 11) * (1.0 / 9007199254740992.0);
+        const float v = (float)(lo + (hi - lo) * t);
+        if (v != 0.0f) return v;
+    }
+}
+
+static void *xmalloc(size_t bytes) {
+    void *p = malloc(bytes ? bytes : 1);
+    assert_non_null(p);
+    return p;
+}
+
+static float *rand_floats(size_t n, float lo, float hi) {
+    float *p = xmalloc(n * sizeof *p);
+    for (size_t i = 0; i < n; i++) p[i] = rng_float(lo, hi);
+    return p;
+}
+
+static uint32_t bits_of(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static void fill_nan(float *p, size_t n) {
+    for (size_t i = 0; i < n; i++) p[i] = NAN;
+}
+
+#define CHECK_CLOSE(got, ref, tol, ...)                                                                  \
+    do {                                                                                                 \
+        const double g_ = (double)(got), r_ = (double)(ref), t_ = (double)(tol);                         \
+        if (!(fabs(g_ - r_) <= t_)) {                                                                    \
+            print_error(__VA_ARGS__);                                                                    \
+            print_error(": got %.9g ref %.9g |diff| %.3g tol %.3g\n", g_, r_, fabs(g_ - r_), t_);        \
+            fail();                                                                                      \
+        }                                                                                                \
+    } while (0)
+
+/* The table for isa, or NULL after printing why it is skipped. */
+static const cpu_kernels *simd_table(cpu_isa isa) {
+    const cpu_kernels *k = cpu_kernels_get(isa);
+    if (!k) print_message("skipped %s: this CPU (or a non-x86 build) lacks it\n", k_isa_names[isa]);
+    return k;
+}
+
+/* Q4_0 rows with the reference encoding (llmm_quantize_row_q4_0), others through from_float. */
+static void encode_row(uint32_t type, const float *x, void *dst, size_t n) {
+    if (type == LLMM_TYPE_Q4_0) llmm_quantize_row_q4_0(x, dst, n);
+    else llmm_type_get(type)->from_float(x, dst, n);
+}
+
+/* ================================================================== operands */
+
+/* Blocks of several kinds: random over a few magnitudes, exact .5 ties of x * 127 / amax
+ * (amax 127, so the multiplier is exactly 1), a single non-zero value, all zeros. */
+static void fill_q8_cases(float *x, size_t n) {
+    for (size_t b = 0; b < n / 32; b++) {
+        float *xb = x + b * 32;
+        const int kind = (int)(b % 5);
+        const float scale = kind == 0 ? 1e-3f : kind == 1 ? 300.0f : 1.0f;
+        for (int j = 0; j < 32; j++) xb[j] = rng_float(-2.0f * scale, 2.0f * scale);
+        if (kind == 2)
+            for (int j = 0; j < 32; j++) xb[j] = j == 0 ? 127.0f : (float)(j % 2 ? 1 : -1) * ((float)(j % 40) + 0.5f);
+        if (kind == 3)
+            for (int j = 0; j < 32; j++) xb[j] = j == 7 ? -3.25f : 0.0f;
+        if (kind == 4 && b % 2)
+            for (int j = 0; j < 32; j++) xb[j] = 0.0f;
+    }
+}
+
+static void test_quantize_q8_exact(void **state) {
+    (void)state;
+    const size_t sizes[] = {32, 96, 224, 736, 4864};
+    for (size_t ii = 0; ii < ARRAY_LEN(k_simd_isas); ii++) {
+        const cpu_kernels *k = simd_table(k_simd_isas[ii]);
+        if (!k) continue;
+        rng_seed(1001);
+        for (size_t si = 0; si < ARRAY_LEN(sizes); si++) {
+            const size_t n = sizes[si], nb = n / 32;
+            float *x = xmalloc(n * sizeof *x);
+            fill_q8_cases(x, n);
+            block_q8_0 *ref = xmalloc(nb * sizeof *ref);
+            llmm_quantize_row_q8_0(x, ref, n);
+            int8_t *qs = xmalloc(n);
+            float *d = xmalloc(nb * sizeof *d);
+            int32_t *sum = xmalloc(nb * sizeof *sum);
+            k->quantize_q8(x, qs, d, sum, n);
+            for (size_t b = 0; b < nb; b++) {
+                int32_t want_sum = 0;
+                for (int j = 0; j < 32; j++) {
+                    if (qs[b * 32 + j] != ref[b].qs[j])
+                        fail_msg("%s q8 n=%zu block %zu elem %d: %d want %d (x %.9g)", k->name, n, b, j,
+                                 qs[b * 32 + j], ref[b].qs[j], (double)x[b * 32 + j]);
+                    want_sum += ref[b].qs[j];
+                }
+                if (bits_of(d[b]) != bits_of(llmm_f16_to_f32(ref[b].d)))
+                    fail_msg("%s q8 n=%zu block %zu scale %.9g want %.9g", k->name, n, b, (double)d[b],
+                             (double)llmm_f16_to_f32(ref[b].d));
+                assert_int_equal(sum[b], want_sum);
+            }
+            free(x);
+            free(ref);
+            free(qs);
+            free(d);
+            free(sum);
+        }
+    }
+}
+
+static void test_round_f16_exact(void **state) {
+    (void)state;
+    const size_t sizes[] = {1, 7, 33, 173, 1001};
+    for (size_t ii = 0; ii < ARRAY_LEN(k_simd_isas); ii++) {
+        const cpu_kernels *k = simd_table(k_simd_isas[ii]);
+        if (!k) continue;
+        rng_seed(1002);
+        for (size_t si = 0; si < ARRAY_LEN(sizes); si++) {
+            const size_t n = sizes[si];
+            float *x = rand_floats(n, -70000.0f, 70000.0f); /* past the f16 range: inf */
+            for (size_t i = 0; i < n; i += 3) x[i] *= 1e-6f;    /* and subnormal halves */
+            llmm_f16 *h = xmalloc(n * sizeof *h);
+            double *got = xmalloc(n * sizeof *got);
+            llmm_type_get(LLMM_TYPE_F16)->from_float(x, h, n);
+            k->round_f16_f64(x, got, n);
+            for (size_t i = 0; i < n; i++)
+                if (!(got[i] == (double)llmm_f16_to_f32(h[i])))
+                    fail_msg("%s f16 rounding of %.9g: %.9g want %.9g", k->name, (double)x[i], got[i],
+                             (double)llmm_f16_to_f32(h[i]));
+            free(x);
+            free(h);
+            free(got);
+        }
+    }
+}
+
+/* ================================================================== matmul kernels */
+
+/* The kernel's operand, built with the kernel table's own preparation (as cpu_matmul does). */
+typedef struct operand_buf {
+    cpu_operand op;
+    int8_t *qs;
+    float *d;
+    int32_t *sum;
+    double *f64;
+} operand_buf;
+
+static void operand_make(const cpu_kernels *k, cpu_operand_kind kind, const float *x, size_t n_rows, size_t n,
+                         operand_buf *o) {
+    memset(o, 0, sizeof *o);
+    o->op.n = n;
+    if (kind == CPU_OPERAND_F32) {
+        o->op.f32 = x;
+    } else if (kind == CPU_OPERAND_Q8) {
+        const size_t nb = n / 32;
+        o->qs = xmalloc(n_rows * n);
+        o->d = xmalloc(n_rows * nb * sizeof *o->d);
+        o->sum = xmalloc(n_rows * nb * sizeof *o->sum);
+        for (size_t r = 0; r < n_rows; r++)
+            k->quantize_q8(x + r * n, o->qs + r * n, o->d + r * nb, o->sum + r * nb, n);
+        o->op.qs = o->qs;
+        o->op.d = o->d;
+        o->op.sum = o->sum;
+    } else {
+        const uint32_t t = kind == CPU_OPERAND_F64_F16 ? LLMM_TYPE_F16 : LLMM_TYPE_BF16;
+        uint16_t *h = xmalloc(n * sizeof *h);
+        o->f64 = xmalloc(n_rows * n * sizeof *o->f64);
+        for (size_t r = 0; r < n_rows; r++) {
+            llmm_type_get(t)->from_float(x + r * n, h, n);
+            for (size_t i = 0; i < n; i++)
+                o->f64[r * n + i] = t == LLMM_TYPE_F16 ? llmm_f16_to_f32(h[i]) : llmm_bf16_to_f32(h[i]);
+        }
+        o->op.f64 = o->f64;
+        free(h);
+    }
+}
+
+static void operand_free(operand_buf *o) {
+    free(o->qs);
+    free(o->d);
+    free(o->sum);
+    free(o->f64);
+}
+
+/* The type table's operand row for vec_dot, and sum |w x| of the dequantized values. */
+static void *table_operand(uint32_t wtype, const float *x, size_t n) {
+    const llmm_type_traits *t = llmm_type_get(wtype);
+    void *p = xmalloc(llmm_row_bytes(t->vec_dot_type, n));
+    llmm_type_get(t->vec_dot_type)->from_float(x, p, n);
+    return p;
+}
+
+static double sum_abs_products(uint32_t wtype, const void *wrow, const void *xq, size_t n) {
+    const llmm_type_traits *t = llmm_type_get(wtype), *o = llmm_type_get(t->vec_dot_type);
+    float *wd = xmalloc(n * sizeof *wd), *xd = xmalloc(n * sizeof *xd);
+    t->dequant_row(wrow, wd, n);
+    o->dequant_row(xq, xd, n);
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += fabs((double)wd[i] * xd[i]);
+    free(wd);
+    free(xd);
+    return s;
+}
+
+typedef struct mm_case {
+    uint32_t type;
+    size_t ne0, ne1, n_rows;
+} mm_case;
+
+typedef struct mm_stats {
+    size_t outputs, bit_equal;
+    double worst; /* |err| / tol */
+} mm_stats;
+
+/* One case: the kernel over all rows at once against vec_dot per output, then the same
+ * product as single weight rows and odd row ranges, which must give identical bits. */
+static void check_gemm_case(const cpu_kernels *k, const mm_case *c, mm_stats *st) {
+    const cpu_matmul_kernel *mk = &k->matmul[c->type];
+    assert_non_null(mk->gemm);
+    const llmm_type_traits *t = llmm_type_get(c->type);
+    const size_t rb = llmm_row_bytes(c->type, c->ne0);
+    float *wf = rand_floats(c->ne0 * c->ne1, -2.0f, 2.0f), *x = rand_floats(c->ne0 * c->n_rows, -2.0f, 2.0f);
+    uint8_t *w = xmalloc(rb * c->ne1); /* exact size: over-reads trip ASan */
+    for (size_t j = 0; j < c->ne1; j++) encode_row(c->type, wf + j * c->ne0, w + j * rb, c->ne0);
+    const llmm_tensor wt = {.data = w, .type = c->type, .ne0 = (int64_t)c->ne0, .ne1 = (int64_t)c->ne1, .row_bytes = rb};
+    operand_buf ob;
+    operand_make(k, mk->operand, x, c->n_rows, c->ne0, &ob);
+    /* one guard value on each side of the output catches writes past it */
+    const size_t n_out = c->n_rows * c->ne1;
+    float *buf = xmalloc((n_out + 2) * sizeof *buf), *out = buf + 1, *again = xmalloc(n_out * sizeof *again);
+    fill_nan(buf, n_out + 2);
+    buf[0] = buf[n_out + 1] = -7.0f;
+    mk->gemm(&wt, 0, c->ne1, &ob.op, c->n_rows, out, c->ne1);
+    assert_true(buf[0] == -7.0f && buf[n_out + 1] == -7.0f);
+
+    const int exact = c->type != LLMM_TYPE_F16 && c->type != LLMM_TYPE_BF16;
+    for (size_t r = 0; r < c->n_rows; r++) {
+        void *xq = table_operand(c->type, x + r * c->ne0, c->ne0);
+        for (size_t j = 0; j < c->ne1; j++) {
+            const float got = out[r * c->ne1 + j], want = t->vec_dot(w + j * rb, xq, c->ne0);
+            st->outputs++;
+            st->bit_equal += bits_of(got) == bits_of(want);
+            if (exact) {
+                if (bits_of(got) != bits_of(want))
+                    fail_msg("%s %s ne0=%zu ne1=%zu rows=%zu out[%zu][%zu] = %.9g, vec_dot %.9g", k->name, t->name,
+                             c->ne0, c->ne1, c->n_rows, r, j, (double)got, (double)want);
+                continue;
+            }
+            const double tol = 3 * U_F32 * sum_abs_products(c->type, w + j * rb, xq, c->ne0);
+            CHECK_CLOSE(got, want, tol, "%s %s ne0=%zu ne1=%zu rows=%zu out[%zu][%zu]", k->name, t->name, c->ne0,
+                        c->ne1, c->n_rows, r, j);
+            if (tol > 0) st->worst = fmax(st->worst, fabs((double)got - want) / tol);
+        }
+        free(xq);
+    }
+
+    /* tiling independence: rows in ranges of 1, 3 and 11 (odd splits of the 8-row tiles),
+     * each operand row alone */
+    const size_t steps[] = {1, 3, 11};
+    for (size_t si = 0; si < ARRAY_LEN(steps); si++) {
+        fill_nan(again, n_out);
+        for (size_t r = 0; r < c->n_rows; r++) {
+            cpu_operand one = ob.op;
+            const size_t nb = c->ne0 / 32;
+            if (one.f32) one.f32 += r * c->ne0;
+            if (one.f64) one.f64 += r * c->ne0;
+            if (one.qs) {
+                one.qs += r * c->ne0;
+                one.d += r * nb;
+                one.sum += r * nb;
+            }
+            for (size_t j0 = 0; j0 < c->ne1; j0 += steps[si])
+                mk->gemm(&wt, j0, LLMM_MIN(c->ne1, j0 + steps[si]), &one, 1, again + r * c->ne1, c->ne1);
+        }
+        if (memcmp(out, again, n_out * sizeof *out) != 0)
+            fail_msg("%s %s ne0=%zu ne1=%zu rows=%zu: row ranges of %zu give other bits", k->name, t->name, c->ne0,
+                     c->ne1, c->n_rows, steps[si]);
+    }
+    operand_free(&ob);
+    free(wf);
+    free(x);
+    free(w);
+    free(buf);
+    free(again);
+}
+
+static void check_gemm_type(uint32_t type, uint64_t seed) {
+    const size_t ne0_float[] = {1, 7, 33, 173, 896}, ne0_block[] = {32, 96, 224, 736};
+    const int blocked = llmm_type_get(type)->block_size > 1;
+    const size_t *ne0s = blocked ? ne0_block : ne0_float;
+    const size_t n_ne0 = blocked ? ARRAY_LEN(ne0_block) : ARRAY_LEN(ne0_float);
+    const size_t ne1s[] = {1, 3, 5, 8, 37};
+    const size_t rows[] = {1, 3, 5, 37};
+    for (size_t ii = 0; ii < ARRAY_LEN(k_simd_isas); ii++) {
+        const cpu_kernels *k = simd_table(k_simd_isas[ii]);
+        if (!k) continue;
+        rng_seed(seed);
+        mm_stats st = {0, 0, 0};
+        for (size_t a = 0; a < n_ne0; a++)
+            for (size_t b = 0; b < ARRAY_LEN(ne1s); b++)
+                for (size_t c = 0; c < ARRAY_LEN(rows); c++) {
+                    if (ne0s[a] > 224 && rows[c] == 37 && ne1s[b] == 37) continue; /* time */
+                    const mm_case mc = {type, ne0s[a], ne1s[b], rows[c]};
+                    check_gemm_case(k, &mc, &st);
+                }
+        /* rows longer than one segment of gathered scales (256 blocks), odd block count */
+        const mm_case long_rows = {type, blocked ? 32 * 263 : 8419, 9, 5};
+        check_gemm_case(k, &long_rows, &st);
+        print_message("%s %s gemm: %zu outputs, %zu bit-identical to vec_dot, worst |err|/tol %.3f\n", k->name,
+                      llmm_type_get(type)->name, st.outputs, st.bit_equal, st.worst);
+    }
+}
+
+static void test_gemm_q4_0(void **state) {
+    (void)state;
+    check_gemm_type(LLMM_TYPE_Q4_0, 2001);
+}
+static void test_gemm_q8_0(void **state) {
+    (void)state;
+    check_gemm_type(LLMM_TYPE_Q8_0, 2002);
+}
+static void test_gemm_f32(void **state) {
+    (void)state;
+    check_gemm_type(LLMM_TYPE_F32, 2003);
+}
+static void test_gemm_f16(void **state) {
+    (void)state;
+    check_gemm_type(LLMM_TYPE_F16, 2004);
+}
+static void test_gemm_bf16(void **state) {
+    (void)state;
+    check_gemm_type(LLMM_TYPE_BF16, 2005);
+}
+
+/* With every scale 1.0 (f16 0x3c00) on both sides the output is the integer dot itself
+ * (|dot| < 2^24, exact in float): the kernels' integer block sums against an int64 reference,
+ * with extreme quants (Q8_0 weights -128 and 127, nibbles 0 and 15, activations +-127). */
+static void check_integer_sums(uint32_t type) {
+    enum { NE0 = 32 * 23, NE1 = 19, NB = NE0 / 32 };
+    for (size_t ii = 0; ii < ARRAY_LEN(k_simd_isas); ii++) {
+        const cpu_kernels *k = simd_table(k_simd_isas[ii]);
+        if (!k) continue;
+        rng_seed(2100 + type);
+        const size_t rb = llmm_row_bytes(type, NE0);
+        uint8_t *w = xmalloc(rb * NE1);
+        memset(w, 0, rb * NE1);
+        int8_t *xq = xmalloc(NE0);
+        float xd[NB];
+        int32_t xs[NB];
+        for (size_t i = 0; i < NE0; i++) xq[i] = (int8_t)(i % 17 == 0 ? 127 : i % 19 == 0 ? -127 : (int)(rng_u64() % 255) - 127);
+        for (size_t b = 0; b < NB; b++) {
+            xd[b] = 1.0f;
+            xs[b] = 0;
+            for (int j = 0; j < 32; j++) xs[b] += xq[b * 32 + j];
+        }
+        int64_t want[NE1];
+        for (size_t j = 0; j < NE1; j++) {
+            want[j] = 0;
+            for (size_t b = 0; b < NB; b++) {
+                uint8_t *blk = w + j * rb + b * (rb / NB);
+                blk[0] = 0x00;
+                blk[1] = 0x3c; /* d = 1.0 */
+                for (int e = 0; e < 32; e++) {
+                    int q;
+                    if (type == LLMM_TYPE_Q8_0) {
+                        q = e == 3 ? -128 : e == 4 ? 127 : (int)(rng_u64() % 256) - 128;
+                        blk[2 + e] = (uint8_t)(int8_t)q;
+                    } else {
+                        const int nib = e == 0 ? 0 : e == 1 ? 15 : (int)(rng_u64() % 16);
+                        const int at = e % 16;
+                        blk[2 + at] = (uint8_t)(e < 16 ? (blk[2 + at] & 0xf0) | nib : (blk[2 + at] & 0x0f) | nib << 4);
+                        q = nib - 8;
+                    }
+                    want[j] += (int64_t)q * xq[b * 32 + e];
+                }
+            }
+        }
+        const llmm_tensor wt = {.data = w, .type = type, .ne0 = NE0, .ne1 = NE1, .row_bytes = rb};
+        const cpu_operand op = {.n = NE0, .qs = xq, .d = xd, .sum = xs};
+        float out[NE1];
+        k->matmul[type].gemm(&wt, 0, NE1, &op, 1, out, NE1);
+        for (size_t j = 0; j < NE1; j++)
+            if (!((double)out[j] == (double)want[j]))
+                fail_msg("%s %s row %zu: integer dot %.1f want %lld", k->name, llmm_type_get(type)->name, j,
+                         (double)out[j], (long long)want[j]);
+        free(w);
+        free(xq);
+    }
+}
+
+static void test_integer_sums_q4_0(void **state) {
+    (void)state;
+    check_integer_sums(LLMM_TYPE_Q4_0);
+}
+static void test_integer_sums_q8_0(void **state) {
+    (void)state;
+    check_integer_sums(LLMM_TYPE_Q8_0);
+}
+
+/* ================================================================== elementwise kernels */
+
+static double ulp_of(double v) {
+    const float f = (float)fabs(v);
+    return (double)nextafterf(f, INFINITY) - (double)f;
+}
+
+/* e^x through exp_sub_sum (max 0) on a dense sweep, with tails (n % 8) as well. */
+static void test_exp_accuracy(void **state) {
+    (void)state;
+    enum { N = 200003 };
+    float *x = xmalloc(N * sizeof *x), *e = xmalloc(N * sizeof *e);
+    for (size_t i = 0; i < N; i++) x[i] = -103.0f + (float)((88.7 + 103.0) * (double)i / (N - 1));
+    for (size_t ii = 0; ii < ARRAY_LEN(k_simd_isas); ii++) {
+        const cpu_kernels *k = simd_table(k_simd_isas[ii]);
+        if (!k) continue;
+        memcpy(e, x, N * sizeof *e);
+        k->exp_sub_sum(e, N, 0.0f);
+        double worst = 0;
+        for (size_t i = 0; i < N; i++) {
+            const double want = exp((double)x[i]);
+            if (want < FLT_MIN) continue; /* subnormal results: checked below for range only */
+            const double err = fabs((double)e[i] - want) / ulp_of(want);
+            if (err > 2.0) fail_msg("%s exp(%.9g) = %.9g want %.9g (%.2f ulp)", k->name, (double)x[i], (double)e[i], want, err);
+            worst = fmax(worst, err);
+        }
+        float sp[9] = {-200.0f, -104.5f, 89.0f, 100.0f, 0.0f, -0.0f, 88.72f, -87.0f, 1.0f};
+        k->exp_sub_sum(sp, 9, 0.0f);
+        assert_true(sp[0] == 0.0f && sp[1] == 0.0f);
+        assert_true(isinf(sp[2]) && isinf(sp[3]));
+        assert_true(sp[4] == 1.0f && sp[5] == 1.0f);
+        assert_true(isfinite(sp[6]) && sp[6] > 3.3e38f);
+        CHECK_CLOSE(sp[7], exp(-87.0), 2 * ulp_of(exp(-87.0)), "%s exp(-87)", k->name);
+        CHECK_CLOSE(sp[8], exp(1.0), 2 * ulp_of(exp(1.0)), "%s exp(1)", k->name);
+        print_message("%s exp: worst %.3f ulp over [-87.3, 88.7]\n", k->name, worst);
+    }
+    free(x);
+    free(e);
+}
+
+static void test_exp_sub_sum(void **state) {
+    (void)state;
+    const size_t sizes[] = {1, 7, 9, 64, 301};
+    for (size_t ii = 0; ii < ARRAY_LEN(k_simd_isas); ii++) {
+        const cpu_kernels *k = simd_table(k_simd_isas[ii]);
+        if (!k) continue;
+        rng_seed(3001);
+        for (size_t si = 0; si < ARRAY_LEN(sizes); si++) {
+            const size_t n = sizes[si];
+            float *s = rand_floats(n, -20.0f, 5.0f), *orig = xmalloc(n * sizeof *orig);
+            memcpy(orig, s, n * sizeof *s);
+            float max = -INFINITY;
+            for (size_t i = 0; i < n; i++) max = fmaxf(max, s[i]);
+            const double got = k->exp_sub_sum(s, n, max);
+            double want = 0;
+            for (size_t i = 0; i < n; i++) want += exp((double)orig[i] - max);
+            CHECK_CLOSE(got, want, (n + 4.0) * 2 * U_F32 * want, "%s exp_sub_sum n=%zu", k->name, n);
+            free(s);
+            free(orig);
+        }
+    }
+}
+
+static void test_silu_mul(void **state) {
+    (void)state;
+    const size_t sizes[] = {1, 7, 31, 33, 173, 1001};
+    for (size_t ii = 0; ii < ARRAY_LEN(k_simd_isas); ii++) {
+        const cpu_kernels *k = simd_table(k_simd_isas[ii]);
+        if (!k) continue;
+        rng_seed(3002);
+        for (size_t si = 0; si < ARRAY_LEN(sizes); si++) {
+            const size_t n = sizes[si];
+            const float range = si % 2 ? 20.0f : 3.0f;
+            float *g = rand_floats(n, -range, range), *up = rand_floats(n, -2.0f, 2.0f), *out = xmalloc(n * sizeof *out);
+            memcpy(out, g, n * sizeof *out);
+            k->silu_mul(out, up, n);
+            for (size_t i = 0; i < n; i++) {
+                const double ref = (double)g[i] / (1.0 + exp(-(double)g[i])) * up[i];
+                CHECK_CLOSE(out[i], ref, 12 * U_F32 * fabs(ref), "%s silu n=%zu i=%zu g=%.9g", k->name, n, i, (double)g[i]);
+            }
+            free(g);
+            free(up);
+            free(out);
+        }
+        /* saturation: large negative gates give (minus) zero, large positive ones the gate */
+        float g[3] = {-200.0f, 200.0f, -90.0f}, up[3] = {1.5f, 1.5f, 2.0f};
+        k->silu_mul(g, up, 3);
+        assert_true(g[0] == 0.0f && g[1] == 300.0f && fabsf(g[2]) < 1e-30f);
+    }
+}
+
+static void test_rms_norm_row(void **state) {
+    (void)state;
+    const size_t sizes[] = {1, 7, 31, 33, 173, 1001};
+    for (size_t ii = 0; ii < ARRAY_LEN(k_simd_isas); ii++) {
+        const cpu_kernels *k = simd_table(k_simd_isas[ii]);
+        if (!k) continue;
+        rng_seed(3003);
+        for (size_t si = 0; si < ARRAY_LEN(sizes); si++) {
+            const size_t n = sizes[si];
+            float *x = rand_floats(n, -2.0f, 2.0f), *w = rand_floats(n, -2.0f, 2.0f), *out = xmalloc(n * sizeof *out);
+            k->rms_norm_row(x, w, out, n, 1e-5f);
+            double ss = 0;
+            for (size_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
+            const double inv = 1.0 / sqrt(ss / (double)n + 1e-5);
+            for (size_t i = 0; i < n; i++) {
+                const double ref = (double)x[i] * inv * w[i];
+                CHECK_CLOSE(out[i], ref, 10 * U_F32 * fabs(ref), "%s rms_norm n=%zu i=%zu", k->name, n, i);
+            }
+            free(x);
+            free(w);
+            free(out);
+        }
+    }
+}
+
+/* dot_f32 and axpy: bit for bit the scalar table's. */
+static void test_dot_axpy_exact(void **state) {
+    (void)state;
+    const size_t sizes[] = {1, 7, 8, 9, 33, 64, 173};
+    for (size_t ii = 0; ii < ARRAY_LEN(k_simd_isas); ii++) {
+        const cpu_kernels *k = simd_table(k_simd_isas[ii]);
+        if (!k) continue;
+        rng_seed(3004);
+        for (size_t si = 0; si < ARRAY_LEN(sizes); si++) {
+            const size_t n = sizes[si];
+            float *a = rand_floats(n, -2.0f, 2.0f), *b = rand_floats(n, -2.0f, 2.0f);
+            float *y1 = rand_floats(n, -2.0f, 2.0f), *y2 = xmalloc(n * sizeof *y2);
+            memcpy(y2, y1, n * sizeof *y1);
+            assert_true(bits_of(k->dot_f32(a, b, n)) == bits_of(cpu_kernels_scalar.dot_f32(a, b, n)));
+            k->axpy(y1, 0.375f, a, n);
+            cpu_kernels_scalar.axpy(y2, 0.375f, a, n);
+            assert_memory_equal(y1, y2, n * sizeof *y1);
+            free(a);
+            free(b);
+            free(y1);
+            free(y2);
+        }
+    }
+}
+
+/* ================================================================== the backend, per table */
+
+static void *cpu_start_isa(cpu_isa isa, int n_threads) {
+    setenv("LLMM_CPU_KERNELS", k_isa_names[isa], 1);
+    llmm_backend_config cfg = {n_threads, NULL, NULL};
+    void *st = NULL;
+    assert_int_equal(llmm_cpu_backend.init(&cfg, &st), LLMM_OK);
+    unsetenv("LLMM_CPU_KERNELS");
+    assert_int_equal((int)((cpu_state *)st)->k->isa, (int)isa);
+    return st;
+}
+
+/* The backend's matmul (operand preparation, chunks, threads) with each table forced: the
+ * int8 and F32 outputs equal the scalar table's bit for bit at every thread count; F16 and
+ * BF16 equal each other across thread counts. Sizes include a partial last tile and an
+ * output head-like row count. */
+static void test_backend_matmul_all_tables(void **state) {
+    (void)state;
+    const uint32_t types[] = {LLMM_TYPE_Q4_0, LLMM_TYPE_Q8_0, LLMM_TYPE_F32, LLMM_TYPE_F16, LLMM_TYPE_BF16};
+    const size_t dims[][3] = {{256, 1003, 1}, {96, 77, 5}, {416, 45, 37}}; /* ne0, ne1, n_rows */
+    const int threads[] = {1, 2, 3};
+    rng_seed(4001);
+    for (size_t ti = 0; ti < ARRAY_LEN(types); ti++) {
+        for (size_t di = 0; di < ARRAY_LEN(dims); di++) {
+            const size_t ne0 = dims[di][0], ne1 = dims[di][1], n_rows = dims[di][2];
+            const size_t rb = llmm_row_bytes(types[ti], ne0);
+            float *wf = rand_floats(ne0 * ne1, -2.0f, 2.0f), *x = rand_floats(ne0 * n_rows, -2.0f, 2.0f);
+            uint8_t *w = xmalloc(rb * ne1);
+            for (size_t j = 0; j < ne1; j++) encode_row(types[ti], wf + j * ne0, w + j * rb, ne0);
+            const llmm_tensor wt = {w, types[ti], (int64_t)ne0, (int64_t)ne1, rb};
+            float *ref = xmalloc(ne1 * n_rows * sizeof *ref), *out = xmalloc(ne1 * n_rows * sizeof *out);
+            void *st = cpu_start_isa(CPU_ISA_SCALAR, 1);
+            assert_int_equal(llmm_cpu_backend.matmul(st, &wt, x, n_rows, ref), LLMM_OK);
+            llmm_cpu_backend.shutdown(st);
+            const int exact = types[ti] != LLMM_TYPE_F16 && types[ti] != LLMM_TYPE_BF16;
+            for (size_t ii = 0; ii < ARRAY_LEN(k_simd_isas); ii++) {
+                if (!cpu_kernels_get(k_simd_isas[ii])) continue;
+                float *first = NULL;
+                for (size_t th = 0; th < ARRAY_LEN(threads); th++) {
+                    st = cpu_start_isa(k_simd_isas[ii], threads[th]);
+                    fill_nan(out, ne1 * n_rows);
+                    assert_int_equal(llmm_cpu_backend.matmul(st, &wt, x, n_rows, out), LLMM_OK);
+                    llmm_cpu_backend.shutdown(st);
+                    if (exact && memcmp(out, ref, ne1 * n_rows * sizeof *out) != 0)
+                        fail_msg("%s %s %zux%zu rows %zu threads %d: differs from the scalar table",
+                                 k_isa_names[k_simd_isas[ii]], llmm_type_get(types[ti])->name, ne0, ne1, n_rows,
+                                 threads[th]);
+                    for (size_t i = 0; i < ne1 * n_rows; i++) assert_false(isnan(out[i]));
+                    if (!first) {
+                        first = xmalloc(ne1 * n_rows * sizeof *first);
+                        memcpy(first, out, ne1 * n_rows * sizeof *out);
+                    } else if (memcmp(out, first, ne1 * n_rows * sizeof *out) != 0) {
+                        fail_msg("%s %s: threads %d differ from threads 1", k_isa_names[k_simd_isas[ii]],
+                                 llmm_type_get(types[ti])->name, threads[th]);
+                    }
+                }
+                free(first);
+            }
+            free(wf);
+            free(x);
+            free(w);
+            free(ref);
+            free(out);
+        }
+    }
+}
+
+/* Unknown LLMM_CPU_KERNELS values mean "best available"; a request above the CPU's is lowered. */
+static void test_kernel_selection(void **state) {
+    (void)state;
+    setenv("LLMM_CPU_KERNELS", "no-such-isa", 1);
+    assert_int_equal((int)cpu_kernels_env_cap(), (int)CPU_ISA_COUNT);
+    unsetenv("LLMM_CPU_KERNELS");
+    assert_int_equal((int)cpu_kernels_env_cap(), (int)CPU_ISA_COUNT);
+    const cpu_kernels *best = cpu_kernels_select(CPU_ISA_COUNT);
+    assert_non_null(best);
+    print_message("best kernels on this CPU: %s\n", best->name);
+    assert_ptr_equal(cpu_kernels_select(CPU_ISA_SCALAR), &cpu_kernels_scalar);
+    for (int isa = 0; isa < (int)CPU_ISA_COUNT; isa++) {
+        const cpu_kernels *k = cpu_kernels_select((cpu_isa)isa);
+        assert_true((int)k->isa <= isa);
+        assert_non_null(k->rms_norm_row);
+        if (cpu_kernels_get((cpu_isa)isa)) assert_int_equal((int)k->isa, isa);
+    }
+    assert_ptr_equal(cpu_kernels_get(CPU_ISA_SCALAR), &cpu_kernels_scalar);
+}
+
+/* ================================================================== thread pool */
+
+typedef struct pool_probe {
+    uint32_t run;            /* this run's id */
+    _Atomic uint32_t *seen;  /* per chunk: the run id that executed it */
+    atomic_int *count;       /* per chunk: executions in this run */
+    atomic_int bad_ith;
+    int n_threads;
+} pool_probe;
+
+static void probe_chunk(void *arg, size_t chunk, int ith) {
+    pool_probe *p = arg;
+    if (ith < 0 || ith >= p->n_threads) atomic_store(&p->bad_ith, 1);
+    atomic_fetch_add(&p->count[chunk], 1);
+    atomic_store(&p->seen[chunk], p->run);
+}
+
+/* Many short runs back to back, chunk counts from 0 to more than the threads, and more threads
+ * than CPUs: every chunk of every run runs exactly once, within its own run (a late worker
+ * must never take a chunk of the next run for its own). */
+static void test_threadpool_chunks(void **state) {
+    (void)state;
+    enum { MAX_CHUNKS = 67, RUNS = 1000 };
+    const int threads[] = {1, 2, 3, 5};
+    _Atomic uint32_t seen[MAX_CHUNKS];
+    atomic_int count[MAX_CHUNKS];
+    for (size_t ti = 0; ti < ARRAY_LEN(threads); ti++) {
+        llmm_threadpool *pool = NULL;
+        assert_int_equal(threadpool_create(threads[ti], NULL, &pool), LLMM_OK);
+        assert_int_equal(threadpool_size(pool), threads[ti]);
+        for (uint32_t run = 1; run <= RUNS; run++) {
+            const size_t n = run % 7 == 0 ? 0 : (size_t)(run * 13 % MAX_CHUNKS) + 1;
+            for (size_t c = 0; c < MAX_CHUNKS; c++) {
+                atomic_init(&seen[c], 0);
+                atomic_init(&count[c], 0);
+            }
+            pool_probe p = {.run = run, .seen = seen, .count = count, .n_threads = threads[ti]};
+            atomic_init(&p.bad_ith, 0);
+            threadpool_run(pool, probe_chunk, &p, n);
+            for (size_t c = 0; c < MAX_CHUNKS; c++) {
+                const int want = c < n ? 1 : 0;
+                if (atomic_load(&count[c]) != want || (want && atomic_load(&seen[c]) != run))
+                    fail_msg("threads %d run %u chunk %zu of %zu: ran %d times (run %u)", threads[ti], run, c, n,
+                             atomic_load(&count[c]), atomic_load(&seen[c]));
+            }
+            assert_int_equal(atomic_load(&p.bad_ith), 0);
+        }
+        threadpool_free(pool);
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_kernel_selection),
+        cmocka_unit_test(test_quantize_q8_exact),
+        cmocka_unit_test(test_round_f16_exact),
+        cmocka_unit_test(test_gemm_q4_0),
+        cmocka_unit_test(test_gemm_q8_0),
+        cmocka_unit_test(test_gemm_f32),
+        cmocka_unit_test(test_gemm_f16),
+        cmocka_unit_test(test_gemm_bf16),
+        cmocka_unit_test(test_integer_sums_q4_0),
+        cmocka_unit_test(test_integer_sums_q8_0),
+        cmocka_unit_test(test_exp_accuracy),
+        cmocka_unit_test(test_exp_sub_sum),
+        cmocka_unit_test(test_silu_mul),
+        cmocka_unit_test(test_rms_norm_row),
+        cmocka_unit_test(test_dot_axpy_exact),
+        cmocka_unit_test(test_backend_matmul_all_tables),
+        cmocka_unit_test(test_threadpool_chunks),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -76,6 +76,9 @@ const llmm_backend_ops llmm_cpu_backend = {
     .rope = cpu_rope,
     .glu = cpu_glu,
     .add = cpu_add,
+    .add_rows = cpu_add_rows,
+    .scale = cpu_scale,
+    .softcap = cpu_softcap,
     .kv_write = cpu_kv_write,
     .attention = cpu_attention,
 };

@@ -20,19 +20,22 @@ static void attend_one(const llmm_attn_batch *b, size_t r, uint32_t h, float *sc
     const float *v = (const float *)row->kv.v + kvh * hd;
     const size_t stride = row->kv.row_stride;
     float max = -INFINITY;
-    for (uint32_t p = 0; p < row->n_kv; p++) {
-        scores[p] = llmm_dot_f32(q, k + p * stride, hd) * b->scale;
-        if (scores[p] > max) max = scores[p];
+    const uint32_t p0 = row->kv_start;
+    for (uint32_t p = p0; p < row->n_kv; p++) {
+        float sc = llmm_dot_f32(q, k + p * stride, hd) * b->scale;
+        if (b->softcap > 0.f) sc = tanhf(sc * (1.0f / b->softcap)) * b->softcap;
+        scores[p] = sc;
+        if (sc > max) max = sc;
     }
     double sum = 0;
-    for (uint32_t p = 0; p < row->n_kv; p++) {
+    for (uint32_t p = p0; p < row->n_kv; p++) {
         scores[p] = expf(scores[p] - max);
         sum += scores[p];
     }
     const float inv = (float)(1.0 / sum);
     float *out = b->out + r * q_dim + h * hd;
     for (size_t d = 0; d < hd; d++) out[d] = 0;
-    for (uint32_t p = 0; p < row->n_kv; p++) {
+    for (uint32_t p = p0; p < row->n_kv; p++) {
         const float wgt = scores[p] * inv;
         const float *vp = v + p * stride;
         for (size_t d = 0; d < hd; d++) out[d] += wgt * vp[d];
@@ -51,7 +54,7 @@ llmm_status cpu_attention(void *state, const llmm_attn_batch *b) {
     cpu_state *s = state;
     size_t max_kv = 1;
     for (size_t r = 0; r < b->n_rows; r++) {
-        if (b->rows[r].kv.type != LLMM_TYPE_F32 || b->rows[r].n_kv == 0) return LLMM_ERR_UNSUPPORTED;
+        if (b->rows[r].kv.type != LLMM_TYPE_F32 || b->rows[r].kv_start >= b->rows[r].n_kv) return LLMM_ERR_UNSUPPORTED;
         if (b->rows[r].n_kv > max_kv) max_kv = b->rows[r].n_kv;
     }
     attn_task t = {b, NULL, max_kv};

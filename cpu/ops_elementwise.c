@@ -34,17 +34,20 @@ llmm_status cpu_rms_norm(void *state, const float *x, const float *weight, float
 }
 
 /* theta for pair i is pos * base^(-2i/n_rot), built by repeated multiplication in float as
- * the reference does, so angles round the same way. */
-llmm_status cpu_rope(void *state, float *x, size_t n_rows, size_t n_heads, size_t head_dim, size_t n_rot,
-                     const int32_t *pos, float base, llmm_rope_kind kind) {
+ * the reference does, so angles round the same way; then frequency scale and factors. */
+llmm_status cpu_rope(void *state, float *x, size_t n_rows, size_t n_heads, size_t head_dim, const int32_t *pos,
+                     const llmm_rope_params *rp) {
     (void)state;
-    const float theta_scale = powf(base, -2.0f / (float)n_rot);
+    const size_t n_rot = rp->n_rot;
+    const llmm_rope_kind kind = rp->kind;
+    const float theta_scale = powf(rp->base, -2.0f / (float)n_rot);
     for (size_t r = 0; r < n_rows; r++) {
         for (size_t h = 0; h < n_heads; h++) {
             float *v = x + (r * n_heads + h) * head_dim;
             float theta = (float)pos[r];
             for (size_t i = 0; i < n_rot / 2; i++) {
-                const float c = cosf(theta), s = sinf(theta);
+                const float t = rp->freq_scale * (rp->freq_factors ? theta / rp->freq_factors[i] : theta);
+                const float c = cosf(t) * rp->mscale, s = sinf(t) * rp->mscale;
                 const size_t a = kind == LLMM_ROPE_NEOX ? i : 2 * i;
                 const size_t b = kind == LLMM_ROPE_NEOX ? i + n_rot / 2 : 2 * i + 1;
                 const float x0 = v[a], x1 = v[b];

@@ -14,7 +14,7 @@
 #include "common.h"
 #include "weights.h"
 
-#define LLMM_BACKEND_API_VERSION 1
+#define LLMM_BACKEND_API_VERSION 2
 
 typedef struct llmm_backend_config {
     int n_threads;              /* CPU worker threads; <= 0 means physical cores */
@@ -31,10 +31,12 @@ typedef struct llmm_kv_view {
     uint32_t type;     /* element type, enum llmm_type (F32 now) */
 } llmm_kv_view;
 
-/* Attention of n_rows query rows; row r sees positions [0, rows[r].n_kv) of its sequence. */
+/* Attention of n_rows query rows; row r sees positions [kv_start, n_kv) of its sequence
+ * (kv_start > 0 for sliding-window layers). */
 typedef struct llmm_attn_row {
     llmm_kv_view kv;
     uint32_t n_kv;
+    uint32_t kv_start;
 } llmm_attn_row;
 
 typedef struct llmm_attn_batch {
@@ -44,7 +46,19 @@ typedef struct llmm_attn_batch {
     const llmm_attn_row *rows; /* host (n_rows) */
     uint32_t n_head, n_head_kv, head_dim;
     float scale;     /* applied to q.k before the softmax */
+    float softcap;   /* > 0: scores become softcap * tanh(score / softcap) before the softmax */
 } llmm_attn_batch;
+
+/* Rotary embedding of the first n_rot values of each head. Angle of pair i at position p:
+ * p * freq_scale * base^(-2i/n_rot) / freq_factors[i]; cos and sin are scaled by mscale. */
+typedef struct llmm_rope_params {
+    uint32_t n_rot;
+    float base;
+    float freq_scale;          /* 1, or 1/factor for linear scaling */
+    float mscale;              /* 1, or the LongRoPE/YaRN attention factor */
+    llmm_rope_kind kind;
+    const float *freq_factors; /* weight memory (n_rot / 2), or NULL */
+} llmm_rope_params;
 
 typedef struct llmm_backend_ops {
     uint32_t api_version;
@@ -75,13 +89,19 @@ typedef struct llmm_backend_ops {
                             size_t dim, float eps);
     /* out (n_rows, w->ne1) = x (n_rows, w->ne0) times w transposed: y = W x per row */
     llmm_status (*matmul)(void *state, const llmm_tensor *w, const float *x, size_t n_rows, float *out);
-    /* rotate the first n_rot values of each head of each row by its position */
-    llmm_status (*rope)(void *state, float *x, size_t n_rows, size_t n_heads, size_t head_dim, size_t n_rot,
-                        const int32_t *pos, float base, llmm_rope_kind kind);
+    /* rotate each head of each row by its position */
+    llmm_status (*rope)(void *state, float *x, size_t n_rows, size_t n_heads, size_t head_dim, const int32_t *pos,
+                        const llmm_rope_params *rp);
     /* gate = act(gate) * up, elementwise over n values */
     llmm_status (*glu)(void *state, float *gate, const float *up, size_t n, llmm_activation act);
     /* dst += src over n values */
     llmm_status (*add)(void *state, float *dst, const float *src, size_t n);
+    /* x (n_rows, dim) += bias (dim, weight memory) for every row */
+    llmm_status (*add_rows)(void *state, float *x, const float *bias, size_t n_rows, size_t dim);
+    /* x *= s over n values */
+    llmm_status (*scale)(void *state, float *x, size_t n, float s);
+    /* x = cap * tanh(x / cap) over n values (logit soft-capping) */
+    llmm_status (*softcap)(void *state, float *x, size_t n, float cap);
     /* store n_rows K and V rows (kv_dim values each) at positions pos[i] of their views */
     llmm_status (*kv_write)(void *state, const llmm_kv_view *views, const int32_t *pos, size_t n_rows,
                             const float *k, const float *v, size_t kv_dim);

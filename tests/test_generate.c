@@ -14,7 +14,7 @@
 #include "llmmini.h"
 #include "shared_data.h"
 
-#define MAX_IDS 256
+#define MAX_IDS GOLDEN_MAX_IDS
 
 typedef struct golden_case {
     const char *model;  /* under models/ */
@@ -33,66 +33,6 @@ static const golden_case cases[] = {
     {"stories260K-q4_0.gguf", "stories260K.q4_0.once", "Once upon a time", 57},
     {"llama-2-tiny-random.gguf", "llama-2-tiny-random.f16.once", "Once upon a time", 1},
 };
-
-typedef struct golden {
-    llmm_token prompt[MAX_IDS], generated[MAX_IDS];
-    size_t n_prompt, n_generated;
-    float *logits;
-    size_t n_logits;
-} golden;
-
-static size_t parse_ids(const char *line, llmm_token *out) {
-    size_t n = 0;
-    char *end;
-    for (const char *p = line; n < MAX_IDS; p = end) {
-        long v = strtol(p, &end, 10);
-        if (end == p) break;
-        out[n++] = (llmm_token)v;
-    }
-    return n;
-}
-
-static void load_golden(const char *name, golden *g) {
-    char rel[512], path[1024];
-    memset(g, 0, sizeof *g);
-    snprintf(rel, sizeof rel, "golden/stories260K/%s.ids", name);
-    char *ids = read_whole_file(shared_path(path, sizeof path, rel), NULL);
-    assert_non_null(ids);
-    char *p = strstr(ids, "prompt:"), *gen = strstr(ids, "generated:");
-    assert_non_null(p);
-    g->n_prompt = parse_ids(p + 7, g->prompt);
-    if (gen) g->n_generated = parse_ids(gen + 10, g->generated);
-    free(ids);
-    if (!gen) { /* only the JSON lists the continuation: take its ids */
-        snprintf(rel, sizeof rel, "golden/stories260K/%s.json", name);
-        char *json = read_whole_file(shared_path(path, sizeof path, rel), NULL);
-        assert_non_null(json);
-        char *list = strstr(json, "\"generated_tokens\"");
-        assert_non_null(list);
-        list = strchr(list, '[');
-        assert_non_null(list);
-        char *q = list + 1;
-        while (g->n_generated < MAX_IDS && *q && *q != ']') {
-            if (*q >= '0' && *q <= '9') g->generated[g->n_generated++] = (llmm_token)strtol(q, &q, 10);
-            else q++;
-        }
-        free(json);
-    }
-    snprintf(rel, sizeof rel, "golden/stories260K/%s.logits", name);
-    char *text = read_whole_file(shared_path(path, sizeof path, rel), NULL);
-    assert_non_null(text);
-    size_t cap = 1024;
-    g->logits = malloc(cap * sizeof *g->logits);
-    char *end;
-    for (char *q = text;; q = end) {
-        float v = strtof(q, &end);
-        if (end == q) break;
-        if (g->n_logits == cap) g->logits = realloc(g->logits, (cap *= 2) * sizeof *g->logits);
-        assert_non_null(g->logits);
-        g->logits[g->n_logits++] = v;
-    }
-    free(text);
-}
 
 static llmm_model *load_model(const char *name) {
     char rel[512], path[1024];
@@ -128,8 +68,8 @@ static llmm_token argmax(const float *v, size_t n) {
 }
 
 static void check_golden_case(const golden_case *gc) {
-    golden g;
-    load_golden(gc->golden, &g);
+    golden_run g;
+    assert_int_equal(golden_load("golden/stories260K", gc->golden, &g), 0);
     llmm_model *m = load_model(gc->model);
     llmm_context *c = make_context(m, 256, 1, 256, 2);
     llmm_token ids[MAX_IDS];
@@ -164,7 +104,7 @@ static void check_golden_case(const golden_case *gc) {
     assert_true(max_diff < 1e-3);
     assert_true(agree >= (gc->hard_steps < g.n_generated ? gc->hard_steps : g.n_generated));
     assert_int_equal(stats.n_prompt, n);
-    free(g.logits);
+    golden_free(&g);
     llmm_context_free(c);
     llmm_model_free(m);
 }

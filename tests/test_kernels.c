@@ -1084,8 +1084,8 @@ static void check_rope(llmm_rope_kind kind, uint64_t seed) {
                 const size_t n = (size_t)N_ROWS * N_HEADS * hd;
                 float *x = rand_floats(n, -2.0f, 2.0f), *y = xmalloc(n * sizeof *y);
                 memcpy(y, x, n * sizeof *y);
-                assert_int_equal(llmm_cpu_backend.rope(st, y, N_ROWS, N_HEADS, hd, n_rot, pos, bases[bi], kind),
-                                 LLMM_OK);
+                const llmm_rope_params rp = {(uint32_t)n_rot, bases[bi], 1.0f, 1.0f, kind, NULL};
+                assert_int_equal(llmm_cpu_backend.rope(st, y, N_ROWS, N_HEADS, hd, pos, &rp), LLMM_OK);
                 for (size_t r = 0; r < N_ROWS; r++) {
                     for (size_t h = 0; h < N_HEADS; h++) {
                         const float *xv = x + (r * N_HEADS + h) * hd;
@@ -1235,10 +1235,10 @@ static void test_attention_gqa(void **state) {
             if (i >= KVD || p >= 5) kb[p * STRIDE_B + i] = vb[p * STRIDE_B + i] = NAN;
     const llmm_kv_view a = {ka, va, STRIDE_A, LLMM_TYPE_F32}, b = {kb, vb, STRIDE_B, LLMM_TYPE_F32};
     llmm_attn_row rows[N_ROWS];
-    for (int r = 0; r < N_ROWS; r++) rows[r] = (llmm_attn_row){r < 9 ? a : b, n_kv[r]};
+    for (int r = 0; r < N_ROWS; r++) rows[r] = (llmm_attn_row){r < 9 ? a : b, n_kv[r], 0};
     float *q = rand_floats(N_ROWS * QD, -2.0f, 2.0f);
     float *out = xmalloc(N_ROWS * QD * sizeof *out), *first = xmalloc(N_ROWS * QD * sizeof *first);
-    llmm_attn_batch batch = {q, out, N_ROWS, rows, NH, NHKV, HD, 1.0f / sqrtf((float)HD)};
+    llmm_attn_batch batch = {q, out, N_ROWS, rows, NH, NHKV, HD, 1.0f / sqrtf((float)HD), 0.0f};
     for (size_t ti = 0; ti < ARRAY_LEN(k_threads); ti++) {
         void *st = cpu_start(k_threads[ti]);
         fill_nan(out, N_ROWS * QD);
@@ -1252,8 +1252,8 @@ static void test_attention_gqa(void **state) {
             for (int d = 0; d < HD; d++) assert_true(out[h * HD + d] == va[(h / 2) * HD + d]);
 
         /* unsupported: an F16 view, an empty row */
-        llmm_attn_row bad_rows[1] = {{a, 0}};
-        llmm_attn_batch bad = {q, out, 1, bad_rows, NH, NHKV, HD, batch.scale};
+        llmm_attn_row bad_rows[1] = {{a, 0, 0}};
+        llmm_attn_batch bad = {q, out, 1, bad_rows, NH, NHKV, HD, batch.scale, 0.0f};
         assert_int_equal(llmm_cpu_backend.attention(st, &bad), LLMM_ERR_UNSUPPORTED);
         bad_rows[0].n_kv = 1;
         bad_rows[0].kv.type = LLMM_TYPE_F16;
@@ -1280,10 +1280,10 @@ static void test_attention_long(void **state) {
     float *k = rand_floats(CAP * STRIDE, -2.0f, 2.0f), *v = rand_floats(CAP * STRIDE, -2.0f, 2.0f);
     const llmm_kv_view view = {k, v, STRIDE, LLMM_TYPE_F32};
     llmm_attn_row rows[N_ROWS];
-    for (int r = 0; r < N_ROWS; r++) rows[r] = (llmm_attn_row){view, (uint32_t)(301 + 7 * r)};
+    for (int r = 0; r < N_ROWS; r++) rows[r] = (llmm_attn_row){view, (uint32_t)(301 + 7 * r), 0};
     float *q = rand_floats(N_ROWS * QD, -2.0f, 2.0f);
     float *out = xmalloc(N_ROWS * QD * sizeof *out), *first = xmalloc(N_ROWS * QD * sizeof *first);
-    const llmm_attn_batch batch = {q, out, N_ROWS, rows, NH, NHKV, HD, 1.0f / sqrtf((float)HD)};
+    const llmm_attn_batch batch = {q, out, N_ROWS, rows, NH, NHKV, HD, 1.0f / sqrtf((float)HD), 0.0f};
     for (size_t ti = 0; ti < ARRAY_LEN(k_threads); ti++) {
         void *st = cpu_start(k_threads[ti]);
         for (int rep = 0; rep < 8; rep++) {

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cpu_backend.h"
+#include "kv_rows.h"
 #include "quant.h"
 
 llmm_status cpu_embed(void *state, const llmm_tensor *table, const llmm_token *ids, size_t n, float *out) {
@@ -83,11 +84,11 @@ llmm_status cpu_add(void *state, float *dst, const float *src, size_t n) {
 llmm_status cpu_kv_write(void *state, const llmm_kv_view *views, const int32_t *pos, size_t n_rows, const float *k,
                          const float *v, size_t kv_dim) {
     (void)state;
+    for (size_t r = 0; r < n_rows; r++)
+        if (!kv_type_known(views[r].type) || pos[r] < 0) return LLMM_ERR_UNSUPPORTED;
     for (size_t r = 0; r < n_rows; r++) {
-        if (views[r].type != LLMM_TYPE_F32) return LLMM_ERR_UNSUPPORTED;
-        size_t off = (size_t)pos[r] * views[r].row_stride;
-        memcpy((float *)views[r].k + off, k + r * kv_dim, kv_dim * sizeof(float));
-        memcpy((float *)views[r].v + off, v + r * kv_dim, kv_dim * sizeof(float));
+        kv_store(&views[r], views[r].k, (uint32_t)pos[r], k + r * kv_dim, kv_dim);
+        kv_store(&views[r], views[r].v, (uint32_t)pos[r], v + r * kv_dim, kv_dim);
     }
     return LLMM_OK;
 }

@@ -44,6 +44,7 @@ static void check_arch_prompt(const arch_case *ac, const char *prompt_name, cons
     llmm_context_params cp;
     llmm_context_params_default(&cp, sizeof cp);
     cp.n_ctx = 128;
+    cp.kv_type = LLMM_KV_F32; /* as the golden outputs were made */
     llmm_context *c = NULL;
     assert_int_equal(llmm_context_create(m, &cp, &c), LLMM_OK);
 
@@ -179,7 +180,9 @@ static void test_attention_window_and_softcap(void **state) {
     }
     for (int cap = 0; cap < 2; cap++) {
         const float softcap = cap ? 3.0f : 0.0f;
-        llmm_attn_row row = {{k, v, HD, 0 /* LLMM_TYPE_F32 */}, N_KV, 2};
+        static const uint32_t one_block[1] = {0}; /* all positions in block 0 */
+        const llmm_kv_view view = {k, v, one_block, 8, 3, 0, HD * sizeof(float), LLMM_KV_F32};
+        llmm_attn_row row = {view, N_KV, 2};
         llmm_attn_batch b = {q, out, 1, &row, 1, 1, HD, 0.5f, softcap};
         assert_int_equal(llmm_cpu_backend.attention(st, &b), LLMM_OK);
         double w[N_KV], sum = 0, maxs = -1e30;

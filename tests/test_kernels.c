@@ -35,6 +35,7 @@
 
 #include "backend.h"
 #include "cpu_backend.h"
+#include "kv_rows.h"
 #include "quant.h"
 
 #define U_F32 (1.0 / 16777216.0) /* 2^-24 */
@@ -1270,6 +1271,19 @@ static void test_kv_write_paged(void **state) {
     llmm_cpu_backend.shutdown(st);
 }
 
+/* The attention's inline half conversion agrees with the reference on all 65536 patterns
+ * (NaN stays NaN, with its sign). */
+static void test_kv_half_to_float_all_patterns(void **state) {
+    (void)state;
+    for (uint32_t h = 0; h < 65536; h++) {
+        const float got = kv_half_to_float((uint16_t)h);
+        const double want = ref_half((uint16_t)h);
+        if (half_is_nan((uint16_t)h)) assert_true(isnan(got) && !!signbit(got) == !!(h & 0x8000));
+        else if (!((double)got == want && !!signbit(got) == !!(h & 0x8000)))
+            fail_msg("half 0x%04x: %.9g want %.9g", h, (double)got, want);
+    }
+}
+
 static void check_attention(const llmm_attn_batch *b, int n_threads);
 
 /* Attention through a shuffled block table, for each KV type: rows see 1..37 positions of
@@ -1557,6 +1571,7 @@ int main(void) {
         cmocka_unit_test(test_kv_write),
         cmocka_unit_test(test_attention_gqa),
         cmocka_unit_test(test_attention_long),
+        cmocka_unit_test(test_kv_half_to_float_all_patterns),
         cmocka_unit_test(test_kv_write_paged),
         cmocka_unit_test(test_attention_paged),
         cmocka_unit_test(test_embed),

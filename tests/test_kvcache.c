@@ -715,6 +715,19 @@ static void test_sequence_arguments(void **state) {
     assert_int_equal(llmm_context_estimate(m, NULL, NULL), LLMM_ERR_INVALID_ARG);
     assert_int_equal(llmm_context_estimate(m, NULL, &est), LLMM_OK);
     llmm_context_free(c);
+    /* a caller built against 0.1 passes the struct without the KV fields: defaults apply */
+    llmm_context_params old = ctx_params(32, 2, LLMM_KV_Q8);
+    old.size = (uint32_t)offsetof(llmm_context_params, kv_block_size);
+    old.kv_block_size = 4; /* beyond the caller's size: must be ignored */
+    assert_int_equal(llmm_context_create(m, &old, &c), LLMM_OK);
+    llmm_context_stats st = {.size = sizeof st};
+    assert_int_equal(llmm_context_get_stats(c, &st), LLMM_OK);
+    assert_int_equal(st.block_size, 16);
+    assert_int_equal(st.kv_type, LLMM_KV_Q8);
+    assert_int_equal(st.blocks_total, 2 * 2);
+    llmm_context_free(c);
+    old.size = 8;
+    assert_int_equal(llmm_context_create(m, &old, &c), LLMM_ERR_INVALID_ARG);
     llmm_model_free(m);
 }
 

@@ -400,11 +400,12 @@ static llmm_status bench_context(llmm_context *ctx, const llmm_model *m, const o
 
 /* ---------------------------------------------------------------- saved states */
 
-/* Saves seq 0 (holding the prompt) into memory, then o->repeats times loads it back into an
+/* Saves seq 0 (cut back to the prompt) into memory, then o->repeats times loads it back into an
  * emptied sequence, and as often prefills the prompt from scratch for comparison. */
 static llmm_status bench_state(llmm_context *ctx, const llmm_model *m, const options *o, results *res) {
     size_t cap = 0;
-    llmm_status st = llmm_seq_save_buffer(ctx, 0, 0, NULL, 0, &cap);
+    llmm_status st = llmm_seq_truncate(ctx, 0, (size_t)o->n_prompt); /* drop the decoded tokens */
+    if (!st) st = llmm_seq_save_buffer(ctx, 0, 0, NULL, 0, &cap);
     void *buf = st == LLMM_ERR_BUFFER_TOO_SMALL ? malloc(cap) : NULL;
     llmm_token *prompt = malloc((size_t)o->n_prompt * sizeof *prompt);
     if (!buf || !prompt) st = LLMM_ERR_NO_MEMORY;

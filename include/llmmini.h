@@ -376,7 +376,7 @@ LLMM_API llmm_status llmm_seq_fork(llmm_context *ctx, llmm_seq_id src, llmm_seq_
  * A state from another model or KV type, or a truncated or corrupted one, is refused with
  * LLMM_ERR_BAD_FILE and a message saying which check failed; nothing is loaded then. */
 
-/* Write seq's state to the file at path (created or replaced). level: zstd level 1..19, 0 =
+/* Write seq's state to the file at path (created or replaced). level: zstd level 1..22, 0 =
  * the default (3). Errors: INVALID_ARG, IO, NO_MEMORY. */
 LLMM_API llmm_status llmm_seq_save(llmm_context *ctx, llmm_seq_id seq, const char *path, int32_t level);
 /* The same into buf (capacity bytes); *n_bytes receives the bytes written. When they do not
@@ -385,9 +385,10 @@ LLMM_API llmm_status llmm_seq_save(llmm_context *ctx, llmm_seq_id seq, const cha
  * capacity 0 to ask for it. */
 LLMM_API llmm_status llmm_seq_save_buffer(llmm_context *ctx, llmm_seq_id seq, int32_t level, void *buf,
                                           size_t capacity, size_t *n_bytes);
-/* Replace seq's content with the state in the file at path. On any error seq is unchanged.
+/* Replace seq's content with the state in the file at path. On any error seq is unchanged
+ * (except a backend failure while copying the rows in, after which it is empty).
  * Errors: INVALID_ARG, IO, BAD_FILE (see above), CONTEXT_FULL (more tokens than n_ctx, or
- * too few free blocks in the pool), NO_MEMORY. */
+ * too few free blocks in the pool), NO_MEMORY, BACKEND. */
 LLMM_API llmm_status llmm_seq_load(llmm_context *ctx, llmm_seq_id seq, const char *path);
 /* The same from n_bytes of memory (not retained). */
 LLMM_API llmm_status llmm_seq_load_buffer(llmm_context *ctx, llmm_seq_id seq, const void *buf, size_t n_bytes);

@@ -287,7 +287,9 @@ LLMM_API llmm_status llmm_logits(llmm_context *ctx, size_t i, const float **out,
 
 LLMM_API llmm_status llmm_context_get_stats(llmm_context *ctx, llmm_context_stats *stats) {
     if (!ctx) return LLMM_ERR_INVALID_ARG;
-    if (!stats || stats->size < sizeof(llmm_context_stats))
+    /* the first version ends with prefix_hits; later fields go after it */
+    const size_t v1_size = offsetof(llmm_context_stats, prefix_hits) + sizeof stats->prefix_hits;
+    if (!stats || stats->size < v1_size)
         return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_context_get_stats: NULL stats or stats->size too small");
     llmm_context_stats s = {.size = sizeof s};
     kv_stats(&ctx->kv, &s);
@@ -296,6 +298,6 @@ LLMM_API llmm_status llmm_context_get_stats(llmm_context *ctx, llmm_context_stat
     s.prefill_ms = ctx->prefill_ms;
     s.decode_ms = ctx->decode_ms;
     s.prefix_hits = ctx->prefix_hits;
-    struct_export(stats, &s, sizeof s, sizeof s);
+    struct_export(stats, &s, sizeof s, v1_size);
     return LLMM_OK;
 }

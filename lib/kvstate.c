@@ -21,8 +21,6 @@
 #include <zstd_errors.h>
 
 #include "context.h"
-#include "quant.h"
-#include "weights.h"
 
 #define STATE_MAGIC "LLMMSEQ"
 #define STATE_VERSION 1u

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cpu_backend.h"
+#include "kv_rows.h"
 #include "quant.h"
 
 llmm_status cpu_embed(void *state, const llmm_tensor *table, const llmm_token *ids, size_t n, float *out) {
@@ -34,17 +35,20 @@ llmm_status cpu_rms_norm(void *state, const float *x, const float *weight, float
 }
 
 /* theta for pair i is pos * base^(-2i/n_rot), built by repeated multiplication in float as
- * the reference does, so angles round the same way. */
-llmm_status cpu_rope(void *state, float *x, size_t n_rows, size_t n_heads, size_t head_dim, size_t n_rot,
-                     const int32_t *pos, float base, llmm_rope_kind kind) {
+ * the reference does, so angles round the same way; then frequency scale and factors. */
+llmm_status cpu_rope(void *state, float *x, size_t n_rows, size_t n_heads, size_t head_dim, const int32_t *pos,
+                     const llmm_rope_params *rp) {
     (void)state;
-    const float theta_scale = powf(base, -2.0f / (float)n_rot);
+    const size_t n_rot = rp->n_rot;
+    const llmm_rope_kind kind = rp->kind;
+    const float theta_scale = powf(rp->base, -2.0f / (float)n_rot);
     for (size_t r = 0; r < n_rows; r++) {
         for (size_t h = 0; h < n_heads; h++) {
             float *v = x + (r * n_heads + h) * head_dim;
             float theta = (float)pos[r];
             for (size_t i = 0; i < n_rot / 2; i++) {
-                const float c = cosf(theta), s = sinf(theta);
+                const float t = rp->freq_scale * (rp->freq_factors ? theta / rp->freq_factors[i] : theta);
+                const float c = cosf(t) * rp->mscale, s = sinf(t) * rp->mscale;
                 const size_t a = kind == LLMM_ROPE_NEOX ? i : 2 * i;
                 const size_t b = kind == LLMM_ROPE_NEOX ? i + n_rot / 2 : 2 * i + 1;
                 const float x0 = v[a], x1 = v[b];
@@ -80,11 +84,11 @@ llmm_status cpu_add(void *state, float *dst, const float *src, size_t n) {
 llmm_status cpu_kv_write(void *state, const llmm_kv_view *views, const int32_t *pos, size_t n_rows, const float *k,
                          const float *v, size_t kv_dim) {
     (void)state;
+    for (size_t r = 0; r < n_rows; r++)
+        if (!kv_type_known(views[r].type) || pos[r] < 0) return LLMM_ERR_UNSUPPORTED;
     for (size_t r = 0; r < n_rows; r++) {
-        if (views[r].type != LLMM_TYPE_F32) return LLMM_ERR_UNSUPPORTED;
-        size_t off = (size_t)pos[r] * views[r].row_stride;
-        memcpy((float *)views[r].k + off, k + r * kv_dim, kv_dim * sizeof(float));
-        memcpy((float *)views[r].v + off, v + r * kv_dim, kv_dim * sizeof(float));
+        kv_store(&views[r], views[r].k, (uint32_t)pos[r], k + r * kv_dim, kv_dim);
+        kv_store(&views[r], views[r].v, (uint32_t)pos[r], v + r * kv_dim, kv_dim);
     }
     return LLMM_OK;
 }

@@ -1,4 +1,5 @@
-/* llmmini-bench: prompt and decode speed of a model, set against the host's memory bandwidth.
+/* llmmini-bench: prompt and decode speed of a model, set against the host's memory bandwidth;
+ * with --parallel S, the aggregate decode speed of S sequences forked from one prompt.
  * Progress goes to stderr; the result (a table, or one JSON object with --json) to stdout. */
 #include <errno.h>
 #include <pthread.h>
@@ -16,6 +17,10 @@
 typedef struct options {
     const char *model;
     int n_prompt, n_gen, n_threads, repeats, no_bandwidth, json;
+    int parallel;          /* 0: the single-sequence benchmark; S: S sequences decoded together */
+    int save_load;         /* also time saving the prompt's state and loading it back */
+    int block_size;        /* KV block size (0: the library's default) */
+    llmm_kv_type kv_type;
 } options;
 
 /* Best and median of the repeats of one measurement. */
@@ -32,16 +37,50 @@ typedef struct results {
     double measured_gbs; /* 0 when skipped or unavailable */
     double bytes_per_token;
     int output_tied;
+    /* --parallel */
+    speed aggregate_tps;   /* tokens/s over all sequences */
+    double fork_us;        /* mean time of one fork of the prompt */
+    size_t fork_bytes;     /* bytes the library allocated during all the forks */
+    /* --save-load */
+    size_t state_bytes;
+    double save_ms, state_load_ms, prefill_ms; /* best of the repeats */
+    int prompt_tokens;
 } results;
+
+/* Counts the library's allocations, to show that a fork copies no K/V. */
+typedef struct alloc_counter {
+    size_t bytes, calls;
+} alloc_counter;
+
+static void *counted_alloc(void *user, size_t size) {
+    alloc_counter *c = user;
+    void *p = NULL;
+    if (posix_memalign(&p, 64, size ? size : 1) != 0) return NULL;
+    c->bytes += size;
+    c->calls++;
+    return p;
+}
+
+static void counted_free(void *user, void *p) {
+    (void)user;
+    free(p);
+}
 
 static void usage(FILE *out) {
     fprintf(out,
             "usage: llmmini-bench -m MODEL [-p PROMPT_TOKENS] [-n GEN_TOKENS] [-t THREADS] [-r REPEATS]\n"
+            "                     [--parallel S] [--save-load] [--kv-type f16|q8|f32] [--block-size N]\n"
             "                     [--no-bandwidth] [--json]\n"
             "  -p PROMPT_TOKENS   tokens in the synthetic prompt (default 128)\n"
             "  -n GEN_TOKENS      tokens decoded one at a time after it (default 64)\n"
             "  -t THREADS         CPU threads (default: physical cores)\n"
             "  -r REPEATS         runs of each measurement; best and median are reported (default 3)\n"
+            "  --parallel S       prefill the prompt once, fork it into S sequences, decode them together\n"
+            "                     (reports aggregate tokens/s and the cost of a fork)\n"
+            "  --save-load        also save the prompt's state (zstd level 3) and time loading it against\n"
+            "                     prefilling the prompt\n"
+            "  --kv-type T        KV cache element type (default f16)\n"
+            "  --block-size N     positions per KV block (default 16)\n"
             "  --no-bandwidth     skip the memory bandwidth measurement (and the efficiency figure)\n"
             "  --json             print one JSON object instead of the table\n");
 }
@@ -57,7 +96,7 @@ static int parse_count(const char *s, int *out) {
 
 /* Returns 0 on success, 2 on a usage error (message printed). */
 static int parse_args(int argc, char **argv, options *o) {
-    *o = (options){.n_prompt = 128, .n_gen = 64, .repeats = 3};
+    *o = (options){.n_prompt = 128, .n_gen = 64, .repeats = 3, .kv_type = LLMM_KV_F16};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -65,6 +104,8 @@ static int parse_args(int argc, char **argv, options *o) {
                      : !strcmp(a, "-n") ? &o->n_gen
                      : !strcmp(a, "-t") ? &o->n_threads
                      : !strcmp(a, "-r") ? &o->repeats
+                     : !strcmp(a, "--parallel") ? &o->parallel
+                     : !strcmp(a, "--block-size") ? &o->block_size
                                         : NULL;
         if (count) {
             if (!parse_count(val, count)) {
@@ -73,8 +114,19 @@ static int parse_args(int argc, char **argv, options *o) {
             }
             i++;
         } else if (!strcmp(a, "-m") && val) o->model = argv[++i];
+        else if (!strcmp(a, "--kv-type") && val) {
+            const char *t = argv[++i];
+            if (!strcmp(t, "f16")) o->kv_type = LLMM_KV_F16;
+            else if (!strcmp(t, "q8")) o->kv_type = LLMM_KV_Q8;
+            else if (!strcmp(t, "f32")) o->kv_type = LLMM_KV_F32;
+            else {
+                fprintf(stderr, "llmmini-bench: --kv-type takes f16, q8 or f32\n");
+                return 2;
+            }
+        }
         else if (!strcmp(a, "--no-bandwidth")) o->no_bandwidth = 1;
         else if (!strcmp(a, "--json")) o->json = 1;
+        else if (!strcmp(a, "--save-load")) o->save_load = 1;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             exit(0);
@@ -346,6 +398,126 @@ static llmm_status bench_context(llmm_context *ctx, const llmm_model *m, const o
     return st;
 }
 
+/* ---------------------------------------------------------------- saved states */
+
+/* Saves seq 0 (cut back to the prompt) into memory, then o->repeats times loads it back into an
+ * emptied sequence, and as often prefills the prompt from scratch for comparison. */
+static llmm_status bench_state(llmm_context *ctx, const llmm_model *m, const options *o, results *res) {
+    size_t cap = 0;
+    llmm_status st = llmm_seq_truncate(ctx, 0, (size_t)o->n_prompt); /* drop the decoded tokens */
+    if (!st) st = llmm_seq_save_buffer(ctx, 0, 0, NULL, 0, &cap);
+    void *buf = st == LLMM_ERR_BUFFER_TOO_SMALL ? malloc(cap) : NULL;
+    llmm_token *prompt = malloc((size_t)o->n_prompt * sizeof *prompt);
+    if (!buf || !prompt) st = LLMM_ERR_NO_MEMORY;
+    else {
+        build_prompt(m, res->info.n_vocab, prompt, o->n_prompt);
+        double t0 = now_ms();
+        st = llmm_seq_save_buffer(ctx, 0, 0, buf, cap, &res->state_bytes);
+        res->save_ms = now_ms() - t0;
+    }
+    for (int r = 0; !st && r < o->repeats; r++) {
+        double t0 = now_ms();
+        st = llmm_seq_load_buffer(ctx, 0, buf, res->state_bytes);
+        const double load = now_ms() - t0;
+        if (!st) st = llmm_seq_clear(ctx, 0);
+        t0 = now_ms();
+        if (!st) st = llmm_prefill(ctx, 0, prompt, (size_t)o->n_prompt, 0);
+        const double prefill = now_ms() - t0;
+        if (r == 0 || load < res->state_load_ms) res->state_load_ms = load;
+        if (r == 0 || prefill < res->prefill_ms) res->prefill_ms = prefill;
+        fprintf(stderr, "state %d/%d: load %.3f ms, prefill %.2f ms (%zu bytes, saved in %.3f ms)\n", r + 1,
+                o->repeats, load, prefill, res->state_bytes, res->save_ms);
+    }
+    free(buf);
+    free(prompt);
+    return st;
+}
+
+/* ---------------------------------------------------------------- parallel sequences */
+
+/* Forks seq 0 (holding the prompt) into S - 1 new sequences; times them and counts the bytes
+ * the library allocated meanwhile (a fork shares blocks: no K/V is copied). */
+static llmm_status fork_prompt(llmm_context *ctx, const options *o, const alloc_counter *counter, llmm_seq_id *seqs,
+                               results *res) {
+    seqs[0] = 0;
+    const size_t bytes0 = counter->bytes;
+    const double t0 = now_ms();
+    for (int s = 1; s < o->parallel; s++) {
+        llmm_status st = llmm_seq_fork(ctx, 0, &seqs[s]);
+        if (st) return st;
+    }
+    const double ms = now_ms() - t0;
+    res->fork_us = o->parallel > 1 ? ms * 1e3 / (o->parallel - 1) : 0;
+    res->fork_bytes = counter->bytes - bytes0;
+    fprintf(stderr, "forked a %d-token sequence %d times: %.2f us each, %zu bytes allocated\n", o->n_prompt,
+            o->parallel - 1, res->fork_us, res->fork_bytes);
+    return LLMM_OK;
+}
+
+/* Greedy next token of every row; row s starts from first + s so the sequences diverge. */
+static llmm_status next_tokens(llmm_context *ctx, int n, llmm_token *toks) {
+    for (int s = 0; s < n; s++) {
+        const float *logits;
+        size_t n_vocab;
+        llmm_status st = llmm_logits(ctx, (size_t)s, &logits, &n_vocab);
+        if (st) return st;
+        size_t best = 0;
+        for (size_t i = 1; i < n_vocab; i++)
+            if (logits[i] > logits[best]) best = i;
+        toks[s] = (llmm_token)best;
+    }
+    return LLMM_OK;
+}
+
+/* o->repeats runs of o->n_gen steps that decode all S sequences together, each run from the
+ * prompt (the forks keep sharing its blocks). */
+static llmm_status bench_parallel_decode(llmm_context *ctx, const llmm_model *m, llmm_token first, const options *o,
+                                         const llmm_seq_id *seqs, llmm_token *toks, double *tps) {
+    llmm_model_info info = {.size = sizeof info};
+    llmm_status st = llmm_model_get_info(m, &info);
+    const int S = o->parallel;
+    for (int r = 0; !st && r < o->repeats; r++) {
+        for (int s = 0; !st && s < S; s++) st = llmm_seq_truncate(ctx, seqs[s], (size_t)o->n_prompt);
+        for (int s = 0; s < S; s++) toks[s] = (llmm_token)(((uint32_t)first + (uint32_t)s) % info.n_vocab);
+        const double t0 = now_ms();
+        for (int k = 0; !st && k < o->n_gen; k++) {
+            st = llmm_decode(ctx, seqs, toks, (size_t)S);
+            if (!st) st = next_tokens(ctx, S, toks);
+        }
+        const double ms = now_ms() - t0;
+        if (st) break;
+        tps[r] = (double)S * o->n_gen / (ms * 1e-3);
+        fprintf(stderr, "parallel decode %d/%d: %d sequences x %d tokens in %.1f ms, %.1f tok/s aggregate\n", r + 1,
+                o->repeats, S, o->n_gen, ms, tps[r]);
+    }
+    return st;
+}
+
+static llmm_status bench_parallel(llmm_context *ctx, const llmm_model *m, const options *o,
+                                  const alloc_counter *counter, results *res) {
+    llmm_token *prompt = malloc((size_t)o->n_prompt * sizeof *prompt);
+    double *tps = malloc((size_t)o->repeats * sizeof *tps);
+    llmm_seq_id *seqs = malloc((size_t)o->parallel * sizeof *seqs);
+    llmm_token *toks = malloc((size_t)o->parallel * sizeof *toks);
+    llmm_status st = prompt && tps && seqs && toks ? LLMM_OK : LLMM_ERR_NO_MEMORY;
+    llmm_token next = 0;
+    if (!st) {
+        build_prompt(m, res->info.n_vocab, prompt, o->n_prompt);
+        st = bench_prefill(ctx, prompt, o, tps, &next);
+    }
+    if (!st) {
+        res->prompt_tps = best_and_median(tps, o->repeats);
+        st = fork_prompt(ctx, o, counter, seqs, res);
+    }
+    if (!st) st = bench_parallel_decode(ctx, m, next, o, seqs, toks, tps);
+    if (!st) res->aggregate_tps = best_and_median(tps, o->repeats);
+    free(prompt);
+    free(tps);
+    free(seqs);
+    free(toks);
+    return st;
+}
+
 /* ---------------------------------------------------------------- report */
 
 static const char *base_name(const char *path) {
@@ -412,6 +584,11 @@ static void print_table(const results *r) {
     printf("|\n");
     for (int c = 0; c < N_COLUMNS; c++) printf(c ? "| %*s " : "| %-*s ", width[c], cells[c]);
     printf("|\n");
+    if (r->state_bytes)
+        printf("\nsaved state of the %d-token prompt: %zu bytes, saved in %.3f ms; load %.3f ms vs prefill %.2f ms: "
+               "%.0fx faster\n",
+               r->prompt_tokens, r->state_bytes, r->save_ms, r->state_load_ms, r->prefill_ms,
+               r->prefill_ms / r->state_load_ms);
 }
 
 static void print_json_string(const char *s) {
@@ -453,14 +630,50 @@ static void print_json(const results *r, const options *o) {
     print_json_number("effective_gb_s", effective_gbs(r), 1);
     print_json_number("measured_gb_s", r->measured_gbs, measured);
     print_json_number("efficiency_pct", measured ? 100 * effective_gbs(r) / r->measured_gbs : 0, measured);
+    if (r->state_bytes) {
+        printf(",\"state_bytes\":%zu", r->state_bytes);
+        print_json_number("state_save_ms", r->save_ms, 1);
+        print_json_number("state_load_ms", r->state_load_ms, 1);
+        print_json_number("state_prefill_ms", r->prefill_ms, 1);
+        print_json_number("state_load_speedup", r->prefill_ms / r->state_load_ms, 1);
+    }
     printf("}\n");
+}
+
+static const char *kv_type_name(llmm_kv_type t) { return t == LLMM_KV_Q8 ? "q8" : t == LLMM_KV_F32 ? "f32" : "f16"; }
+
+static void print_parallel_table(const results *r, const options *o) {
+    printf("%d sequences forked from one %d-token prompt, decoded together (one forward step per token\n"
+           "for all of them); aggregate = sequences x tokens / time. KV %s, block size %d.\n\n",
+           o->parallel, o->n_prompt, kv_type_name(o->kv_type), o->block_size ? o->block_size : 16);
+    printf("| model | threads | S | prompt tok/s | aggregate tok/s best | aggregate tok/s med | per sequence tok/s |"
+           " fork us | fork bytes |\n|---|---|---|---|---|---|---|---|---|\n");
+    printf("| %s | %d | %d | %.1f | %.1f | %.1f | %.2f | %.2f | %zu |\n", base_name(r->model_file), r->n_threads,
+           o->parallel, r->prompt_tps.best, r->aggregate_tps.best, r->aggregate_tps.median,
+           r->aggregate_tps.best / o->parallel, r->fork_us, r->fork_bytes);
+}
+
+static void print_parallel_json(const results *r, const options *o) {
+    printf("{\"model\":");
+    print_json_string(base_name(r->model_file));
+    printf(",\"threads\":%d,\"parallel\":%d,\"prompt_tokens\":%d,\"gen_tokens\":%d,\"repeats\":%d", r->n_threads,
+           o->parallel, o->n_prompt, o->n_gen, o->repeats);
+    printf(",\"kv_type\":\"%s\",\"kv_block_size\":%d", kv_type_name(o->kv_type), o->block_size ? o->block_size : 16);
+    print_json_number("prompt_tok_s_best", r->prompt_tps.best, 1);
+    print_json_number("aggregate_tok_s", r->aggregate_tps.best, 1);
+    print_json_number("aggregate_tok_s_median", r->aggregate_tps.median, 1);
+    print_json_number("per_sequence_tok_s", r->aggregate_tps.best / o->parallel, 1);
+    print_json_number("fork_us", r->fork_us, 1);
+    printf(",\"fork_bytes\":%zu}\n", r->fork_bytes);
 }
 
 /* ---------------------------------------------------------------- main */
 
-static llmm_status load_model(const char *path, llmm_model **m, double *ms, char *err, size_t err_size) {
+static llmm_status load_model(const char *path, const llmm_allocator *alloc, llmm_model **m, double *ms, char *err,
+                              size_t err_size) {
     llmm_model_params mp;
     llmm_model_params_default(&mp, sizeof mp);
+    mp.allocator = alloc;
     mp.error_buf = err;
     mp.error_buf_size = err_size;
     fprintf(stderr, "loading %s\n", path);
@@ -478,10 +691,13 @@ static llmm_status create_context(const llmm_model *m, const options *o, int n_t
     cp.n_ctx = (uint32_t)(o->n_prompt + o->n_gen + 8);
     cp.n_batch = (uint32_t)(o->n_prompt < 512 ? o->n_prompt : 512);
     cp.n_threads = n_threads;
+    cp.kv_type = o->kv_type;
+    if (o->block_size) cp.kv_block_size = (uint32_t)o->block_size;
+    if (o->parallel) cp.n_seq_max = (uint32_t)o->parallel;
     return llmm_context_create(m, &cp, ctx);
 }
 
-static int run(const options *o, llmm_model *m, results *res) {
+static int run(const options *o, llmm_model *m, const alloc_counter *counter, results *res) {
     char err[512] = "";
     res->info.size = sizeof res->info;
     llmm_status st = llmm_model_get_info(m, &res->info);
@@ -500,7 +716,8 @@ static int run(const options *o, llmm_model *m, results *res) {
      * workers sleep after a short spin, so they do not compete with the probe. */
     if (!o->no_bandwidth) res->measured_gbs = measure_bandwidth(res->n_threads);
     if (res->measured_gbs > 0) fprintf(stderr, "memory read bandwidth: %.2f GB/s\n", res->measured_gbs);
-    st = bench_context(ctx, m, o, res);
+    st = o->parallel ? bench_parallel(ctx, m, o, counter, res) : bench_context(ctx, m, o, res);
+    if (!st && o->save_load) st = bench_state(ctx, m, o, res);
     int rc = st ? fail("benchmark failed", st, llmm_context_last_error(ctx)) : 0;
     llmm_context_free(ctx);
     return rc;
@@ -510,16 +727,21 @@ int main(int argc, char **argv) {
     options o;
     int rc = parse_args(argc, argv, &o);
     if (rc) return rc;
-    results res = {.model_file = o.model, .n_threads = o.n_threads ? o.n_threads : physical_cores()};
+    results res = {.model_file = o.model, .n_threads = o.n_threads ? o.n_threads : physical_cores(),
+                   .prompt_tokens = o.n_prompt};
     char err[512] = "";
     llmm_model *m = NULL;
-    llmm_status st = load_model(o.model, &m, &res.load_ms, err, sizeof err);
+    alloc_counter counter = {0};
+    const llmm_allocator alloc = {counted_alloc, counted_free, &counter};
+    llmm_status st = load_model(o.model, &alloc, &m, &res.load_ms, err, sizeof err);
     if (st) return fail("cannot load model", st, err);
     fprintf(stderr, "loaded in %.1f ms; threads: %d\n", res.load_ms, res.n_threads);
-    rc = run(&o, m, &res);
+    rc = run(&o, m, &counter, &res);
     llmm_model_free(m);
     if (rc) return rc;
-    if (o.json) print_json(&res, &o);
+    if (o.parallel && o.json) print_parallel_json(&res, &o);
+    else if (o.parallel) print_parallel_table(&res, &o);
+    else if (o.json) print_json(&res, &o);
     else print_table(&res);
     return 0;
 }

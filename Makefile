@@ -24,7 +24,7 @@ CFLAGS ?= -O2 -g
 ALL_CFLAGS := -std=c11 -D_POSIX_C_SOURCE=200809L $(WARN) -fPIC -fvisibility=hidden -pthread \
               -Iinclude -Ilib -Icpu -MMD -MP $(SAN_FLAGS) $(CFLAGS)
 ALL_LDFLAGS := -pthread $(SAN_FLAGS) $(LDFLAGS)
-LIBS := -lm
+LIBS := -lzstd -lm
 
 LIB_SRC := $(wildcard lib/*.c) $(wildcard cpu/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)

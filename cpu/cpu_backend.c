@@ -60,6 +60,21 @@ static llmm_status cpu_copy(void *state, void *dst, const void *src, size_t byte
     return LLMM_OK;
 }
 
+/* One scratch buffer serves both users, never at the same time: matmul's activation
+ * operands (at most 2 bytes per value: F16/BF16 operands; Q8_0/Q8_K are smaller) and the
+ * attention's per-thread scores plus one converted K/V head row. */
+static size_t cpu_scratch_bytes(const llmm_step_shape *shape, int n_threads) {
+    const size_t threads = (size_t)(n_threads > 0 ? n_threads : cpu_physical_cores());
+    const size_t matmul = shape->max_rows * shape->max_in * 2;
+    const size_t attention = threads * (shape->max_kv + shape->head_dim) * sizeof(float);
+    return LLMM_MAX(matmul, attention);
+}
+
+static llmm_status cpu_reserve(void *state, const llmm_step_shape *shape) {
+    cpu_state *s = state;
+    return cpu_scratch(s, cpu_scratch_bytes(shape, threadpool_size(s->pool))) ? LLMM_OK : LLMM_ERR_NO_MEMORY;
+}
+
 const llmm_backend_ops llmm_cpu_backend = {
     .api_version = LLMM_BACKEND_API_VERSION,
     .name = "cpu",
@@ -78,6 +93,12 @@ const llmm_backend_ops llmm_cpu_backend = {
     .rope = cpu_rope,
     .glu = cpu_glu,
     .add = cpu_add,
+    .add_rows = cpu_add_rows,
+    .scale = cpu_scale,
+    .softcap = cpu_softcap,
     .kv_write = cpu_kv_write,
     .attention = cpu_attention,
+    .copy = cpu_copy,
+    .scratch_bytes = cpu_scratch_bytes,
+    .reserve = cpu_reserve,
 };

@@ -40,8 +40,11 @@ llmm_status cpu_attention(void *state, const llmm_attn_batch *b);
 llmm_status cpu_embed(void *state, const llmm_tensor *table, const llmm_token *ids, size_t n, float *out);
 llmm_status cpu_rms_norm(void *state, const float *x, const float *weight, float *out, size_t n_rows, size_t dim,
                          float eps);
-llmm_status cpu_rope(void *state, float *x, size_t n_rows, size_t n_heads, size_t head_dim, size_t n_rot,
-                     const int32_t *pos, float base, llmm_rope_kind kind);
+llmm_status cpu_rope(void *state, float *x, size_t n_rows, size_t n_heads, size_t head_dim, const int32_t *pos,
+                     const llmm_rope_params *rp);
+llmm_status cpu_add_rows(void *state, float *x, const float *bias, size_t n_rows, size_t dim);
+llmm_status cpu_scale(void *state, float *x, size_t n, float s);
+llmm_status cpu_softcap(void *state, float *x, size_t n, float cap);
 llmm_status cpu_glu(void *state, float *gate, const float *up, size_t n, llmm_activation act);
 llmm_status cpu_add(void *state, float *dst, const float *src, size_t n);
 llmm_status cpu_kv_write(void *state, const llmm_kv_view *views, const int32_t *pos, size_t n_rows, const float *k,

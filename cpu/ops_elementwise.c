@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cpu_backend.h"
+#include "kv_rows.h"
 #include "quant.h"
 
 llmm_status cpu_embed(void *state, const llmm_tensor *table, const llmm_token *ids, size_t n, float *out) {
@@ -26,8 +27,9 @@ llmm_status cpu_rms_norm(void *state, const float *x, const float *weight, float
 }
 
 /* theta for pair i is pos * base^(-2i/n_rot), built by repeated multiplication in float as
- * the reference does, so angles round the same way. The angles depend on the position only,
- * so cos and sin are computed once per row (ROPE_PAIRS pairs at a time) for all its heads. */
+ * the reference does, so angles round the same way; then frequency scale and factors. The
+ * angles depend on the position only, so cos and sin are computed once per row (ROPE_PAIRS
+ * pairs at a time) for all its heads. */
 #define ROPE_PAIRS 64
 
 static void rope_pairs(float *v, size_t i0, size_t m, size_t n_rot, const float *c, const float *s,
@@ -41,21 +43,25 @@ static void rope_pairs(float *v, size_t i0, size_t m, size_t n_rot, const float 
     }
 }
 
-llmm_status cpu_rope(void *state, float *x, size_t n_rows, size_t n_heads, size_t head_dim, size_t n_rot,
-                     const int32_t *pos, float base, llmm_rope_kind kind) {
+llmm_status cpu_rope(void *state, float *x, size_t n_rows, size_t n_heads, size_t head_dim, const int32_t *pos,
+                     const llmm_rope_params *rp) {
     (void)state;
-    const float theta_scale = powf(base, -2.0f / (float)n_rot);
+    const size_t n_rot = rp->n_rot;
+    const float theta_scale = powf(rp->base, -2.0f / (float)n_rot);
     float c[ROPE_PAIRS], s[ROPE_PAIRS];
     for (size_t r = 0; r < n_rows; r++) {
         float theta = (float)pos[r];
         for (size_t i0 = 0; i0 < n_rot / 2; i0 += ROPE_PAIRS) {
             const size_t m = LLMM_MIN((size_t)ROPE_PAIRS, n_rot / 2 - i0);
             for (size_t i = 0; i < m; i++) {
-                c[i] = cosf(theta);
-                s[i] = sinf(theta);
+                const float ff = rp->freq_factors ? rp->freq_factors[i0 + i] : 1.0f;
+                const float t = rp->freq_scale * (rp->freq_factors ? theta / ff : theta);
+                c[i] = cosf(t) * rp->mscale;
+                s[i] = sinf(t) * rp->mscale;
                 theta *= theta_scale;
             }
-            for (size_t h = 0; h < n_heads; h++) rope_pairs(x + (r * n_heads + h) * head_dim, i0, m, n_rot, c, s, kind);
+            for (size_t h = 0; h < n_heads; h++)
+                rope_pairs(x + (r * n_heads + h) * head_dim, i0, m, n_rot, c, s, rp->kind);
         }
     }
     return LLMM_OK;
@@ -82,11 +88,11 @@ llmm_status cpu_add(void *state, float *dst, const float *src, size_t n) {
 llmm_status cpu_kv_write(void *state, const llmm_kv_view *views, const int32_t *pos, size_t n_rows, const float *k,
                          const float *v, size_t kv_dim) {
     (void)state;
+    for (size_t r = 0; r < n_rows; r++)
+        if (!kv_type_known(views[r].type) || pos[r] < 0) return LLMM_ERR_UNSUPPORTED;
     for (size_t r = 0; r < n_rows; r++) {
-        if (views[r].type != LLMM_TYPE_F32) return LLMM_ERR_UNSUPPORTED;
-        size_t off = (size_t)pos[r] * views[r].row_stride;
-        memcpy((float *)views[r].k + off, k + r * kv_dim, kv_dim * sizeof(float));
-        memcpy((float *)views[r].v + off, v + r * kv_dim, kv_dim * sizeof(float));
+        kv_store(&views[r], views[r].k, (uint32_t)pos[r], k + r * kv_dim, kv_dim);
+        kv_store(&views[r], views[r].v, (uint32_t)pos[r], v + r * kv_dim, kv_dim);
     }
     return LLMM_OK;
 }

@@ -1,49 +1,102 @@
-/* llmmini-bench: prompt and decode speed of a model, set against the host's memory bandwidth.
- * Progress goes to stderr; the result (a table, or one JSON object with --json) to stdout. */
+/* llmmini-bench: prompt and decode speed of a model, its latency (time to first token, per-token
+ * decode percentiles) and peak memory, set against the host's memory bandwidth; with
+ * --parallel S, also the aggregate decode speed of S sequences forked from one prompt.
+ * Progress goes to stderr; the result (tables, or one JSON object with --json) to stdout. */
 #include <errno.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "llmmini.h"
 
 #define BANDWIDTH_PASSES 5
+#define TRIAD_PASSES 5
+#define TRIAD_SCALAR 3.0     /* STREAM's */
+#define TRIAD_ARRAYS_COUNTED 3 /* bytes of a, b and c per pass; see measure_triad */
+#define PROBE_BYTES ((size_t)1 << 30)
+#define PROBE_FALLBACK_BYTES ((size_t)256 << 20)
 #define MIB (1024.0 * 1024.0)
 
 typedef struct options {
     const char *model;
     int n_prompt, n_gen, n_threads, repeats, no_bandwidth, json;
+    int parallel;          /* 0: the single-sequence benchmark only; S: then S sequences decoded together */
+    int save_load;         /* also time saving the prompt's state and loading it back */
+    int block_size;        /* KV block size (0: the library's default) */
+    llmm_kv_type kv_type;
 } options;
 
-/* Best and median of the repeats of one measurement. */
-typedef struct speed {
-    double best, median;
-} speed;
+/* Smallest, median and largest of the repeats of one measurement (for a speed, max is the best). */
+typedef struct spread {
+    double min, median, max;
+} spread;
 
 typedef struct results {
     const char *model_file;
     llmm_model_info info;
     int n_threads;
     double load_ms;
-    speed prompt_tps, decode_tps;
-    double measured_gbs; /* 0 when skipped or unavailable */
-    double bytes_per_token;
+    spread prompt_tps, decode_tps, ttft_ms;
+    double decode_ms_p50, decode_ms_p95, decode_ms_p99; /* over every decoded token of every repeat */
+    uint64_t peak_rss_bytes;
+    double measured_gbs; /* read probe; 0 when skipped or unavailable */
+    double triad_gbs;    /* STREAM triad probe; 0 when skipped or unavailable */
+    double bytes_per_token;    /* weights, estimated */
+    double kv_mean_position;   /* positions one decode step attends to, on average */
+    double kv_bytes_per_token; /* K/V one decode step reads at that position */
     int output_tied;
+    /* --parallel */
+    spread aggregate_tps;  /* tokens/s over all sequences */
+    double fork_us;        /* mean time of one fork of the prompt */
+    size_t fork_bytes;     /* bytes the library allocated during all the forks */
+    /* --save-load */
+    size_t state_bytes;
+    double save_ms, state_load_ms, prefill_ms; /* best of the repeats */
+    int prompt_tokens;
 } results;
+
+/* Counts the library's allocations, to show that a fork copies no K/V. */
+typedef struct alloc_counter {
+    size_t bytes, calls;
+} alloc_counter;
+
+static void *counted_alloc(void *user, size_t size) {
+    alloc_counter *c = user;
+    void *p = NULL;
+    if (posix_memalign(&p, 64, size ? size : 1) != 0) return NULL;
+    c->bytes += size;
+    c->calls++;
+    return p;
+}
+
+static void counted_free(void *user, void *p) {
+    (void)user;
+    free(p);
+}
 
 static void usage(FILE *out) {
     fprintf(out,
-            "usage: llmmini-bench -m MODEL [-p PROMPT_TOKENS] [-n GEN_TOKENS] [-t THREADS] [-r REPEATS]\n"
-            "                     [--no-bandwidth] [--json]\n"
-            "  -p PROMPT_TOKENS   tokens in the synthetic prompt (default 128)\n"
+            "usage: llmmini-bench -m MODEL [-p 512] [-n 64] [-r 3] [-t THREADS] [--parallel S] [--json]\n"
+            "                     [--save-load] [--kv-type f16|q8|f32] [--block-size N] [--no-bandwidth]\n"
+            "  -p PROMPT_TOKENS   tokens in the synthetic prompt (default 512)\n"
             "  -n GEN_TOKENS      tokens decoded one at a time after it (default 64)\n"
-            "  -t THREADS         CPU threads (default: physical cores)\n"
-            "  -r REPEATS         runs of each measurement; best and median are reported (default 3)\n"
-            "  --no-bandwidth     skip the memory bandwidth measurement (and the efficiency figure)\n"
-            "  --json             print one JSON object instead of the table\n");
+            "  -r REPEATS         runs of each measurement; median, min and max are reported (default 3)\n"
+            "  -t THREADS         CPU threads, for the model and the bandwidth probes (default: physical\n"
+            "                     cores)\n"
+            "  --parallel S       also fork the prompt into S sequences and decode them together\n"
+            "                     (reports aggregate tokens/s and the cost of a fork)\n"
+            "  --json             print one JSON object instead of the tables\n"
+            "  --save-load        also save the prompt's state (zstd level 3) and time loading it against\n"
+            "                     prefilling the prompt\n"
+            "  --kv-type T        KV cache element type (default f16)\n"
+            "  --block-size N     positions per KV block (default 16)\n"
+            "  --no-bandwidth     skip the memory bandwidth probes (read, STREAM triad) and the\n"
+            "                     figures made from them\n");
 }
 
 static int parse_count(const char *s, int *out) {
@@ -55,17 +108,32 @@ static int parse_count(const char *s, int *out) {
     return 1;
 }
 
+static int parse_kv_type(const char *s, llmm_kv_type *out) {
+    if (!strcmp(s, "f16")) *out = LLMM_KV_F16;
+    else if (!strcmp(s, "q8")) *out = LLMM_KV_Q8;
+    else if (!strcmp(s, "f32")) *out = LLMM_KV_F32;
+    else return 0;
+    return 1;
+}
+
+/* The option's count field, or NULL when a is not a counted option. */
+static int *count_option(options *o, const char *a) {
+    return !strcmp(a, "-p")             ? &o->n_prompt
+           : !strcmp(a, "-n")           ? &o->n_gen
+           : !strcmp(a, "-t")           ? &o->n_threads
+           : !strcmp(a, "-r")           ? &o->repeats
+           : !strcmp(a, "--parallel")   ? &o->parallel
+           : !strcmp(a, "--block-size") ? &o->block_size
+                                        : NULL;
+}
+
 /* Returns 0 on success, 2 on a usage error (message printed). */
 static int parse_args(int argc, char **argv, options *o) {
-    *o = (options){.n_prompt = 128, .n_gen = 64, .repeats = 3};
+    *o = (options){.n_prompt = 512, .n_gen = 64, .repeats = 3, .kv_type = LLMM_KV_F16};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
-        int *count = !strcmp(a, "-p") ? &o->n_prompt
-                     : !strcmp(a, "-n") ? &o->n_gen
-                     : !strcmp(a, "-t") ? &o->n_threads
-                     : !strcmp(a, "-r") ? &o->repeats
-                                        : NULL;
+        int *count = count_option(o, a);
         if (count) {
             if (!parse_count(val, count)) {
                 fprintf(stderr, "llmmini-bench: %s needs a whole number >= 1\n", a);
@@ -73,8 +141,14 @@ static int parse_args(int argc, char **argv, options *o) {
             }
             i++;
         } else if (!strcmp(a, "-m") && val) o->model = argv[++i];
-        else if (!strcmp(a, "--no-bandwidth")) o->no_bandwidth = 1;
+        else if (!strcmp(a, "--kv-type") && val) {
+            if (!parse_kv_type(argv[++i], &o->kv_type)) {
+                fprintf(stderr, "llmmini-bench: --kv-type takes f16, q8 or f32\n");
+                return 2;
+            }
+        } else if (!strcmp(a, "--no-bandwidth")) o->no_bandwidth = 1;
         else if (!strcmp(a, "--json")) o->json = 1;
+        else if (!strcmp(a, "--save-load")) o->save_load = 1;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             exit(0);
@@ -102,10 +176,18 @@ static int fail(const char *what, llmm_status st, const char *detail) {
     return 1;
 }
 
+/* Peak resident set of the process so far (ru_maxrss is in KiB on Linux; it is VmHWM of
+ * /proc/self/status). Touched pages of the mapped weights count: they are resident. */
+static uint64_t peak_rss_bytes(void) {
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
+    return (uint64_t)ru.ru_maxrss * 1024;
+}
+
 /* ---------------------------------------------------------------- threads */
 
 /* Physical cores, counted as distinct (package, core) pairs in sysfs: the library's own default
- * for n_threads = 0. Resolved here so that the bandwidth probe and the context use the same
+ * for n_threads = 0. Resolved here so that the bandwidth probes and the context use the same
  * count, and the table can say which. */
 static int physical_cores(void) {
     long logical = sysconf(_SC_NPROCESSORS_ONLN);
@@ -131,7 +213,7 @@ static int physical_cores(void) {
     return n_keys > 0 ? n_keys : (int)logical;
 }
 
-/* ---------------------------------------------------------------- memory bandwidth */
+/* ---------------------------------------------------------------- memory read bandwidth */
 
 typedef struct slice {
     uint64_t *words;
@@ -189,19 +271,25 @@ static uint64_t run_slices(uint64_t *words, size_t n_words, int n_threads, int f
     return sum;
 }
 
-/* Stores the read sums so the compiler must compute them. */
+/* Stores the read sums (and a triad result) so the compiler must compute them. */
 static volatile uint64_t bandwidth_sink;
+static volatile double triad_sink;
 
-/* Best read bandwidth in GB/s (1e9 bytes) over several passes of a buffer far larger than any
- * CPU cache; 0 when the buffer or the threads are unavailable (a warning is printed). */
+/* A buffer of about PROBE_BYTES, far larger than any CPU cache, or a smaller fallback. */
+static void *probe_buffer(size_t *bytes) {
+    *bytes = PROBE_BYTES;
+    void *buf = malloc(*bytes);
+    if (!buf) buf = malloc(*bytes = PROBE_FALLBACK_BYTES);
+    if (!buf) fprintf(stderr, "llmmini-bench: warning: no memory for the bandwidth buffer; skipping it\n");
+    return buf;
+}
+
+/* Best read bandwidth in GB/s (1e9 bytes) over several passes of the probe buffer; 0 when the
+ * buffer or the threads are unavailable (a warning is printed). */
 static double measure_bandwidth(int n_threads) {
-    size_t bytes = (size_t)1 << 30;
-    uint64_t *buf = malloc(bytes);
-    if (!buf) buf = malloc(bytes = (size_t)256 << 20);
-    if (!buf) {
-        fprintf(stderr, "llmmini-bench: warning: no memory for the bandwidth buffer; skipping it\n");
-        return 0;
-    }
+    size_t bytes;
+    uint64_t *buf = probe_buffer(&bytes);
+    if (!buf) return 0;
     fprintf(stderr, "measuring memory read bandwidth: %zu MiB, threads: %d, best of %d passes\n", bytes >> 20,
             n_threads, BANDWIDTH_PASSES);
     size_t n_words = bytes / sizeof *buf;
@@ -222,7 +310,107 @@ static double measure_bandwidth(int n_threads) {
     return (double)bytes / (best_ms * 1e-3) / 1e9;
 }
 
-/* ---------------------------------------------------------------- weights read per token */
+/* ---------------------------------------------------------------- STREAM triad */
+
+/* The threads of one triad measurement. They wait at the gate (held by the starter) until all
+ * have been created, so that a thread that fails to start cannot leave the others stuck in a
+ * barrier that counts it; then every pass runs between two barriers, timed by member 0. */
+typedef struct triad_team {
+    double *a, *b, *c;
+    size_t n; /* elements per array */
+    int n_threads;
+    pthread_mutex_t gate;
+    int abort; /* written under the gate: a thread could not start */
+    pthread_barrier_t barrier;
+    double best_ms;
+} triad_team;
+
+typedef struct triad_member {
+    triad_team *team;
+    int index;
+} triad_member;
+
+static void triad(double *restrict a, const double *restrict b, const double *restrict c, double s, size_t n) {
+    for (size_t i = 0; i < n; i++) a[i] = b[i] + s * c[i];
+}
+
+/* Member index's share of the three arrays: first touched by it (so that the pages sit near it,
+ * as in the read probe), then streamed TRIAD_PASSES times in step with the others. */
+static void triad_member_run(triad_team *tm, int index) {
+    size_t begin = tm->n * (size_t)index / (size_t)tm->n_threads;
+    size_t n = tm->n * (size_t)(index + 1) / (size_t)tm->n_threads - begin;
+    double *a = tm->a + begin, *b = tm->b + begin, *c = tm->c + begin;
+    for (size_t i = 0; i < n; i++) a[i] = 0, b[i] = 1, c[i] = 2;
+    for (int pass = 0; pass < TRIAD_PASSES; pass++) {
+        pthread_barrier_wait(&tm->barrier);
+        double t0 = now_ms();
+        triad(a, b, c, TRIAD_SCALAR, n);
+        pthread_barrier_wait(&tm->barrier);
+        double ms = now_ms() - t0;
+        if (index == 0 && (pass == 0 || ms < tm->best_ms)) tm->best_ms = ms;
+    }
+}
+
+static void *triad_thread(void *p) {
+    triad_member *m = p;
+    pthread_mutex_lock(&m->team->gate);
+    int abort = m->team->abort;
+    pthread_mutex_unlock(&m->team->gate);
+    if (!abort) triad_member_run(m->team, m->index);
+    return NULL;
+}
+
+/* Runs the team: the calling thread is member 0. Returns 0 when a thread could not start. */
+static int run_triad_team(triad_team *tm) {
+    triad_member *members = calloc((size_t)tm->n_threads, sizeof *members);
+    pthread_t *tid = calloc((size_t)tm->n_threads, sizeof *tid);
+    int started = 1;
+    pthread_mutex_init(&tm->gate, NULL);
+    pthread_mutex_lock(&tm->gate);
+    tm->abort = !members || !tid;
+    while (!tm->abort && started < tm->n_threads) {
+        members[started] = (triad_member){tm, started};
+        if (pthread_create(&tid[started], NULL, triad_thread, &members[started]) != 0) tm->abort = 1;
+        else started++;
+    }
+    if (!tm->abort) tm->abort = pthread_barrier_init(&tm->barrier, NULL, (unsigned)tm->n_threads) != 0;
+    const int ran = !tm->abort;
+    pthread_mutex_unlock(&tm->gate);
+    if (ran) triad_member_run(tm, 0);
+    for (int t = 1; t < started; t++) pthread_join(tid[t], NULL);
+    if (ran) pthread_barrier_destroy(&tm->barrier);
+    pthread_mutex_destroy(&tm->gate);
+    free(members);
+    free(tid);
+    return ran;
+}
+
+/* STREAM-style triad a[i] = b[i] + s * c[i] over three double arrays of about PROBE_BYTES in
+ * all, with n_threads threads; GB/s (1e9 bytes) of the best of TRIAD_PASSES passes, 0 when
+ * unavailable. Traffic is counted as STREAM counts it, TRIAD_ARRAYS_COUNTED = 3 arrays per pass
+ * (read b and c, write a), so that the figure compares with published STREAM results; a
+ * write-allocate cache also reads a before writing it, so the bus moves 4/3 of that. */
+static double measure_triad(int n_threads) {
+    size_t bytes;
+    double *buf = probe_buffer(&bytes);
+    if (!buf) return 0;
+    triad_team tm = {.n = bytes / (3 * sizeof *buf), .n_threads = n_threads};
+    tm.a = buf, tm.b = buf + tm.n, tm.c = buf + 2 * tm.n;
+    fprintf(stderr,
+            "measuring STREAM triad: 3 x %zu MiB, threads: %d, best of %d passes; traffic counted as %d arrays\n"
+            "  (STREAM's convention; with write-allocate the bus moves 4)\n",
+            (tm.n * sizeof *buf) >> 20, n_threads, TRIAD_PASSES, TRIAD_ARRAYS_COUNTED);
+    int ok = run_triad_team(&tm);
+    if (ok) triad_sink += tm.a[tm.n / 2];
+    free(buf);
+    if (!ok || tm.best_ms <= 0) {
+        fprintf(stderr, "llmmini-bench: warning: could not start the triad threads; skipping it\n");
+        return 0;
+    }
+    return TRIAD_ARRAYS_COUNTED * (double)(tm.n * sizeof *buf) / (tm.best_ms * 1e-3) / 1e9;
+}
+
+/* ---------------------------------------------------------------- bytes read per token */
 
 /* Elements of a llama model apart from its token embedding table and output head: per layer
  * wq, wo (n_embd x q_dim), wk, wv (n_embd x kv_dim), three FFN matrices and two norms; plus the
@@ -239,7 +427,7 @@ static double llama_params_besides_vocab(const llmm_model_info *i) {
  * table is read as the head). Its byte share is taken as its element share of n_params at the
  * file's average bytes per element, and weight bytes as file bytes (the GGUF header and
  * vocabulary are small next to the weights, except in toy models). Mixed quant types per
- * tensor, and the KV cache, which decode also reads, are not counted. */
+ * tensor are not seen; the KV cache is counted apart (kv_bytes_per_token). */
 static double weight_bytes_per_token(const llmm_model_info *i, int *output_tied) {
     double n_params = (double)i->n_params, table = (double)i->n_vocab * i->n_embd;
     double rest = llama_params_besides_vocab(i);
@@ -250,7 +438,29 @@ static double weight_bytes_per_token(const llmm_model_info *i, int *output_tied)
     return (double)i->file_bytes - skipped + i->n_embd * bytes_per_param;
 }
 
-/* ---------------------------------------------------------------- benchmarks */
+/* Bytes of one position's K (or V) row of one layer, laid out as the library stores it
+ * (lib/backend.h kv_row_bytes, which the public header does not expose): f32 4 and f16 2
+ * bytes per value; q8 one float scale, then one byte per value padded to 4 bytes. */
+static double kv_row_bytes(llmm_kv_type type, uint32_t kv_dim) {
+    switch (type) {
+    case LLMM_KV_F32: return 4.0 * kv_dim;
+    case LLMM_KV_F16: return 2.0 * kv_dim;
+    case LLMM_KV_Q8: return 4.0 + (kv_dim + 3) / 4 * 4;
+    }
+    return 0;
+}
+
+/* The step that decodes the k-th generated token (k = 1..n_gen) attends to n_prompt + k
+ * positions, its own included: n_prompt + (n_gen + 1) / 2 on average. */
+static double mean_decode_position(const options *o) { return o->n_prompt + (o->n_gen + 1) / 2.0; }
+
+/* K/V bytes one decode step reads at the mean position: every layer's K and V rows of every
+ * position attended to (n_layer x 2 x n_head_kv x head_dim x bytes per value x positions). */
+static double kv_bytes_per_token(const llmm_model_info *i, const options *o) {
+    return i->n_layer * 2.0 * kv_row_bytes(o->kv_type, i->n_head_kv * i->head_dim) * mean_decode_position(o);
+}
+
+/* ---------------------------------------------------------------- statistics */
 
 static int compare_doubles(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -258,10 +468,35 @@ static int compare_doubles(const void *a, const void *b) {
 }
 
 /* Sorts v in place. */
-static speed best_and_median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, compare_doubles);
+static spread spread_of(double *v, size_t n) {
+    qsort(v, n, sizeof *v, compare_doubles);
     double median = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-    return (speed){v[n - 1], median};
+    return (spread){v[0], median, v[n - 1]};
+}
+
+/* Percentile p (0..100) of n sorted values, interpolated linearly between the two nearest ranks
+ * (numpy's default), so that p50 is the median and a figure does not jump with n. */
+static double percentile(const double *sorted, size_t n, double p) {
+    double rank = p / 100 * (double)(n - 1);
+    size_t lo = (size_t)rank;
+    if (lo + 1 >= n) return sorted[n - 1];
+    return sorted[lo] + (rank - (double)lo) * (sorted[lo + 1] - sorted[lo]);
+}
+
+/* ---------------------------------------------------------------- single sequence */
+
+/* What the single-sequence benchmark records: one figure per repeat, and the time of every
+ * decode step of every repeat. */
+typedef struct samples {
+    double *prefill_tps, *ttft_ms, *decode_tps; /* o->repeats each */
+    double *token_ms;                            /* o->repeats x o->n_gen */
+} samples;
+
+static int samples_alloc(samples *s, const options *o) {
+    size_t n_rep = (size_t)o->repeats;
+    double *all = malloc((3 * n_rep + n_rep * (size_t)o->n_gen) * sizeof *all);
+    *s = (samples){all, all ? all + n_rep : NULL, all ? all + 2 * n_rep : NULL, all ? all + 3 * n_rep : NULL};
+    return all != NULL;
 }
 
 /* BOS (when the model has one), then ids stepping through [3, n_vocab) by a prime stride: real
@@ -274,10 +509,12 @@ static void build_prompt(const llmm_model *m, uint32_t n_vocab, llmm_token *ids,
     for (uint64_t k = 0; i < n; i++, k++) ids[i] = (llmm_token)(first + (k * 7919u) % range);
 }
 
-static llmm_status greedy_next(llmm_context *ctx, llmm_token *out) {
+/* Greedy next token of logits row `row`: argmax, the cheapest sampler, so that the timings are
+ * the model's. */
+static llmm_status greedy_next(llmm_context *ctx, size_t row, llmm_token *out) {
     const float *logits;
     size_t n_vocab;
-    llmm_status st = llmm_logits(ctx, 0, &logits, &n_vocab);
+    llmm_status st = llmm_logits(ctx, row, &logits, &n_vocab);
     if (st) return st;
     size_t best = 0;
     for (size_t i = 1; i < n_vocab; i++)
@@ -287,62 +524,183 @@ static llmm_status greedy_next(llmm_context *ctx, llmm_token *out) {
 }
 
 /* Runs the prompt o->repeats times from an empty sequence, after one untimed single-token pass
- * that faults in the mapped weights (otherwise the first repeat measures the disk). Leaves the
- * sequence holding the prompt and *next the greedy token after it. */
-static llmm_status bench_prefill(llmm_context *ctx, const llmm_token *prompt, const options *o, double *tps,
+ * that faults in the mapped weights (otherwise the first repeat measures the disk). Time to
+ * first token is prefill plus choosing the first token (the ids are given, so no tokenizing).
+ * Leaves the sequence holding the prompt and *next the greedy token after it. */
+static llmm_status bench_prefill(llmm_context *ctx, const llmm_token *prompt, const options *o, samples *s,
                                  llmm_token *next) {
     llmm_status st = llmm_prefill(ctx, 0, prompt, 1, 0);
     for (int r = 0; !st && r < o->repeats; r++) {
         st = llmm_seq_clear(ctx, 0);
-        double t0 = now_ms();
+        const double t0 = now_ms();
         if (!st) st = llmm_prefill(ctx, 0, prompt, (size_t)o->n_prompt, 0);
-        double ms = now_ms() - t0;
+        const double t1 = now_ms();
+        if (!st) st = greedy_next(ctx, 0, next);
         if (st) break;
-        tps[r] = o->n_prompt / (ms * 1e-3);
-        fprintf(stderr, "prefill %d/%d: %d tokens in %.2f ms, %.1f tok/s\n", r + 1, o->repeats, o->n_prompt, ms,
-                tps[r]);
-    }
-    return st ? st : greedy_next(ctx, next);
-}
-
-/* Decodes o->n_gen tokens after the prompt, feeding back the argmax, o->repeats times; every
- * repeat starts from the same state (prompt only, same first token), so all do the same work. */
-static llmm_status bench_decode(llmm_context *ctx, llmm_token first, const options *o, double *tps) {
-    const llmm_seq_id seq = 0;
-    llmm_status st = LLMM_OK;
-    for (int r = 0; !st && r < o->repeats; r++) {
-        llmm_token tok = first;
-        st = llmm_seq_truncate(ctx, seq, (size_t)o->n_prompt);
-        double t0 = now_ms();
-        for (int k = 0; !st && k < o->n_gen; k++) {
-            st = llmm_decode(ctx, &seq, &tok, 1);
-            if (!st) st = greedy_next(ctx, &tok);
-        }
-        double ms = now_ms() - t0;
-        if (st) break;
-        tps[r] = o->n_gen / (ms * 1e-3);
-        fprintf(stderr, "decode %d/%d: %d tokens in %.2f ms, %.1f tok/s, %.3f ms/token\n", r + 1, o->repeats,
-                o->n_gen, ms, tps[r], ms / o->n_gen);
+        s->prefill_tps[r] = o->n_prompt / ((t1 - t0) * 1e-3);
+        s->ttft_ms[r] = now_ms() - t0;
+        fprintf(stderr, "prefill %d/%d: %d tokens in %.2f ms, %.1f tok/s; first token at %.2f ms\n", r + 1,
+                o->repeats, o->n_prompt, t1 - t0, s->prefill_tps[r], s->ttft_ms[r]);
     }
     return st;
 }
 
-static llmm_status bench_context(llmm_context *ctx, const llmm_model *m, const options *o, results *res) {
+/* Decodes o->n_gen tokens after the prompt, feeding back the argmax, o->repeats times; every
+ * repeat starts from the same state (prompt only, same first token), so all do the same work.
+ * Each step (decode and argmax) is timed on its own for the latency percentiles. */
+static llmm_status bench_decode(llmm_context *ctx, llmm_token first, const options *o, samples *s) {
+    const llmm_seq_id seq = 0;
+    llmm_status st = LLMM_OK;
+    for (int r = 0; !st && r < o->repeats; r++) {
+        double *step_ms = s->token_ms + (size_t)r * (size_t)o->n_gen;
+        llmm_token tok = first;
+        st = llmm_seq_truncate(ctx, seq, (size_t)o->n_prompt);
+        const double t_run = now_ms();
+        for (int k = 0; !st && k < o->n_gen; k++) {
+            const double t0 = now_ms();
+            st = llmm_decode(ctx, &seq, &tok, 1);
+            if (!st) st = greedy_next(ctx, 0, &tok);
+            step_ms[k] = now_ms() - t0;
+        }
+        const double ms = now_ms() - t_run;
+        if (st) break;
+        s->decode_tps[r] = o->n_gen / (ms * 1e-3);
+        fprintf(stderr, "decode %d/%d: %d tokens in %.2f ms, %.1f tok/s, %.3f ms/token\n", r + 1, o->repeats,
+                o->n_gen, ms, s->decode_tps[r], ms / o->n_gen);
+    }
+    return st;
+}
+
+static void summarize(samples *s, const options *o, results *res) {
+    const size_t n_rep = (size_t)o->repeats, n_steps = n_rep * (size_t)o->n_gen;
+    res->prompt_tps = spread_of(s->prefill_tps, n_rep);
+    res->ttft_ms = spread_of(s->ttft_ms, n_rep);
+    res->decode_tps = spread_of(s->decode_tps, n_rep);
+    spread_of(s->token_ms, n_steps); /* sorts them */
+    res->decode_ms_p50 = percentile(s->token_ms, n_steps, 50);
+    res->decode_ms_p95 = percentile(s->token_ms, n_steps, 95);
+    res->decode_ms_p99 = percentile(s->token_ms, n_steps, 99);
+}
+
+/* The prompt and decode benchmark on sequence 0; *first receives the greedy token after the
+ * prompt (--parallel starts its sequences from it). */
+static llmm_status bench_single(llmm_context *ctx, const llmm_model *m, const options *o, results *res,
+                                llmm_token *first) {
     llmm_token *prompt = malloc((size_t)o->n_prompt * sizeof *prompt);
-    double *tps = malloc((size_t)o->repeats * sizeof *tps);
-    llmm_status st = prompt && tps ? LLMM_OK : LLMM_ERR_NO_MEMORY;
-    llmm_token next = 0;
+    samples s;
+    llmm_status st = samples_alloc(&s, o) && prompt ? LLMM_OK : LLMM_ERR_NO_MEMORY;
     if (!st) {
         build_prompt(m, res->info.n_vocab, prompt, o->n_prompt);
-        st = bench_prefill(ctx, prompt, o, tps, &next);
+        st = bench_prefill(ctx, prompt, o, &s, first);
     }
-    if (!st) {
-        res->prompt_tps = best_and_median(tps, o->repeats);
-        st = bench_decode(ctx, next, o, tps);
-    }
-    if (!st) res->decode_tps = best_and_median(tps, o->repeats);
+    if (!st) st = bench_decode(ctx, *first, o, &s);
+    if (!st) summarize(&s, o, res);
     free(prompt);
+    free(s.prefill_tps);
+    return st;
+}
+
+/* ---------------------------------------------------------------- saved states */
+
+/* Saves seq 0 (cut back to the prompt) into memory, then o->repeats times loads it back into an
+ * emptied sequence, and as often prefills the prompt from scratch for comparison. */
+static llmm_status bench_state(llmm_context *ctx, const llmm_model *m, const options *o, results *res) {
+    size_t cap = 0;
+    llmm_status st = llmm_seq_truncate(ctx, 0, (size_t)o->n_prompt); /* drop the decoded tokens */
+    if (!st) st = llmm_seq_save_buffer(ctx, 0, 0, NULL, 0, &cap);
+    void *buf = st == LLMM_ERR_BUFFER_TOO_SMALL ? malloc(cap) : NULL;
+    llmm_token *prompt = malloc((size_t)o->n_prompt * sizeof *prompt);
+    if (!buf || !prompt) st = LLMM_ERR_NO_MEMORY;
+    else {
+        build_prompt(m, res->info.n_vocab, prompt, o->n_prompt);
+        double t0 = now_ms();
+        st = llmm_seq_save_buffer(ctx, 0, 0, buf, cap, &res->state_bytes);
+        res->save_ms = now_ms() - t0;
+    }
+    for (int r = 0; !st && r < o->repeats; r++) {
+        double t0 = now_ms();
+        st = llmm_seq_load_buffer(ctx, 0, buf, res->state_bytes);
+        const double load = now_ms() - t0;
+        if (!st) st = llmm_seq_clear(ctx, 0);
+        t0 = now_ms();
+        if (!st) st = llmm_prefill(ctx, 0, prompt, (size_t)o->n_prompt, 0);
+        const double prefill = now_ms() - t0;
+        if (r == 0 || load < res->state_load_ms) res->state_load_ms = load;
+        if (r == 0 || prefill < res->prefill_ms) res->prefill_ms = prefill;
+        fprintf(stderr, "state %d/%d: load %.3f ms, prefill %.2f ms (%zu bytes, saved in %.3f ms)\n", r + 1,
+                o->repeats, load, prefill, res->state_bytes, res->save_ms);
+    }
+    free(buf);
+    free(prompt);
+    return st;
+}
+
+/* ---------------------------------------------------------------- parallel sequences */
+
+/* Forks seq 0 (holding the prompt) into S - 1 new sequences; times them and counts the bytes
+ * the library allocated meanwhile (a fork shares blocks: no K/V is copied). */
+static llmm_status fork_prompt(llmm_context *ctx, const options *o, const alloc_counter *counter, llmm_seq_id *seqs,
+                               results *res) {
+    seqs[0] = 0;
+    const size_t bytes0 = counter->bytes;
+    const double t0 = now_ms();
+    for (int s = 1; s < o->parallel; s++) {
+        llmm_status st = llmm_seq_fork(ctx, 0, &seqs[s]);
+        if (st) return st;
+    }
+    const double ms = now_ms() - t0;
+    res->fork_us = o->parallel > 1 ? ms * 1e3 / (o->parallel - 1) : 0;
+    res->fork_bytes = counter->bytes - bytes0;
+    fprintf(stderr, "forked a %d-token sequence %d times: %.2f us each, %zu bytes allocated\n", o->n_prompt,
+            o->parallel - 1, res->fork_us, res->fork_bytes);
+    return LLMM_OK;
+}
+
+/* Greedy next token of every row. */
+static llmm_status next_tokens(llmm_context *ctx, int n, llmm_token *toks) {
+    llmm_status st = LLMM_OK;
+    for (int s = 0; !st && s < n; s++) st = greedy_next(ctx, (size_t)s, &toks[s]);
+    return st;
+}
+
+/* o->repeats runs of o->n_gen steps that decode all S sequences together, each run from the
+ * prompt (the forks keep sharing its blocks); row s starts from first + s so that the
+ * sequences diverge. */
+static llmm_status bench_parallel_decode(llmm_context *ctx, uint32_t n_vocab, llmm_token first, const options *o,
+                                         const llmm_seq_id *seqs, llmm_token *toks, double *tps) {
+    const int S = o->parallel;
+    llmm_status st = LLMM_OK;
+    for (int r = 0; !st && r < o->repeats; r++) {
+        for (int s = 0; !st && s < S; s++) st = llmm_seq_truncate(ctx, seqs[s], (size_t)o->n_prompt);
+        for (int s = 0; s < S; s++) toks[s] = (llmm_token)(((uint32_t)first + (uint32_t)s) % n_vocab);
+        const double t0 = now_ms();
+        for (int k = 0; !st && k < o->n_gen; k++) {
+            st = llmm_decode(ctx, seqs, toks, (size_t)S);
+            if (!st) st = next_tokens(ctx, S, toks);
+        }
+        const double ms = now_ms() - t0;
+        if (st) break;
+        tps[r] = (double)S * o->n_gen / (ms * 1e-3);
+        fprintf(stderr, "parallel decode %d/%d: %d sequences x %d tokens in %.1f ms, %.1f tok/s aggregate\n", r + 1,
+                o->repeats, S, o->n_gen, ms, tps[r]);
+    }
+    return st;
+}
+
+/* After bench_single: cuts seq 0 back to the prompt, forks it and decodes the forks together. */
+static llmm_status bench_parallel(llmm_context *ctx, llmm_token first, const options *o,
+                                  const alloc_counter *counter, results *res) {
+    double *tps = malloc((size_t)o->repeats * sizeof *tps);
+    llmm_seq_id *seqs = malloc((size_t)o->parallel * sizeof *seqs);
+    llmm_token *toks = malloc((size_t)o->parallel * sizeof *toks);
+    llmm_status st = tps && seqs && toks ? LLMM_OK : LLMM_ERR_NO_MEMORY;
+    if (!st) st = llmm_seq_truncate(ctx, 0, (size_t)o->n_prompt);
+    if (!st) st = fork_prompt(ctx, o, counter, seqs, res);
+    if (!st) st = bench_parallel_decode(ctx, res->info.n_vocab, first, o, seqs, toks, tps);
+    if (!st) res->aggregate_tps = spread_of(tps, (size_t)o->repeats);
     free(tps);
+    free(seqs);
+    free(toks);
     return st;
 }
 
@@ -353,6 +711,10 @@ static const char *base_name(const char *path) {
     return slash ? slash + 1 : path;
 }
 
+static const char *kv_type_name(llmm_kv_type t) { return t == LLMM_KV_Q8 ? "q8" : t == LLMM_KV_F32 ? "f32" : "f16"; }
+
+static int kv_block_size(const options *o) { return o->block_size ? o->block_size : 16; }
+
 static void format_count(uint64_t n, char *buf, size_t size) {
     if (n >= 1000000000) snprintf(buf, size, "%.2fB", n / 1e9);
     else if (n >= 1000000) snprintf(buf, size, "%.2fM", n / 1e6);
@@ -360,58 +722,129 @@ static void format_count(uint64_t n, char *buf, size_t size) {
     else snprintf(buf, size, "%llu", (unsigned long long)n);
 }
 
-static double effective_gbs(const results *r) { return r->decode_tps.best * r->bytes_per_token / 1e9; }
+/* Weights only, at the best decode speed: the figure the tables have always shown. */
+static double effective_gbs(const results *r) { return r->decode_tps.max * r->bytes_per_token / 1e9; }
 
-#define N_COLUMNS 14
+static double decode_bytes_per_token(const results *r) { return r->bytes_per_token + r->kv_bytes_per_token; }
 
-/* Header and value cells of the table, in column order; values written into cells. */
-static void table_cells(const results *r, const char **head, char cells[N_COLUMNS][48]) {
-    static const char *const names[N_COLUMNS] = {
-        "model",          "params",           "file MiB",          "threads",          "prompt tok/s best",
-        "prompt tok/s med", "decode tok/s best", "decode tok/s med", "ms/token",        "bytes/token MiB (est.)",
-        "effective GB/s", "measured GB/s",    "efficiency %",      "load ms"};
-    for (int c = 0; c < N_COLUMNS; c++) head[c] = names[c];
-    int measured = r->measured_gbs > 0; /* else the last two columns say n/a */
-    snprintf(cells[0], 48, "%.47s", base_name(r->model_file));
-    format_count(r->info.n_params, cells[1], 48);
-    snprintf(cells[2], 48, "%.2f", r->info.file_bytes / MIB);
-    snprintf(cells[3], 48, "%d", r->n_threads);
-    snprintf(cells[4], 48, "%.1f", r->prompt_tps.best);
-    snprintf(cells[5], 48, "%.1f", r->prompt_tps.median);
-    snprintf(cells[6], 48, "%.1f", r->decode_tps.best);
-    snprintf(cells[7], 48, "%.1f", r->decode_tps.median);
-    snprintf(cells[8], 48, "%.3f", 1e3 / r->decode_tps.best);
-    snprintf(cells[9], 48, "%.3f", r->bytes_per_token / MIB);
-    snprintf(cells[10], 48, "%.2f", effective_gbs(r));
-    snprintf(cells[11], 48, "n/a");
-    snprintf(cells[12], 48, "n/a");
-    if (measured) snprintf(cells[11], 48, "%.2f", r->measured_gbs);
-    if (measured) snprintf(cells[12], 48, "%.1f", 100 * effective_gbs(r) / r->measured_gbs);
-    snprintf(cells[13], 48, "%.1f", r->load_ms);
+/* Weights and K/V, at the median decode speed. */
+static double decode_gbs(const results *r) { return decode_bytes_per_token(r) * r->decode_tps.median / 1e9; }
+
+#define MAX_COLUMNS 20
+#define CELL_CHARS 48
+
+/* One markdown table of a single row. */
+typedef struct table {
+    int n;
+    const char *head[MAX_COLUMNS];
+    char cell[MAX_COLUMNS][CELL_CHARS];
+} table;
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 3, 4)))
+#endif
+static void add_cell(table *t, const char *head, const char *fmt, ...) {
+    if (t->n == MAX_COLUMNS) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(t->cell[t->n], CELL_CHARS, fmt, ap);
+    va_end(ap);
+    t->head[t->n++] = head;
 }
 
-static void print_table(const results *r) {
-    const char *head[N_COLUMNS];
-    char cells[N_COLUMNS][48];
-    table_cells(r, head, cells);
-    int width[N_COLUMNS];
-    for (int c = 0; c < N_COLUMNS; c++) {
-        int h = (int)strlen(head[c]), v = (int)strlen(cells[c]);
+/* A figure from a bandwidth probe, or n/a when the probe did not run. */
+static void add_measured(table *t, const char *head, const char *fmt, double v, int measured) {
+    if (measured) add_cell(t, head, fmt, v);
+    else add_cell(t, head, "n/a");
+}
+
+static void print_table(const table *t) {
+    static const char dashes[] = "--------------------------------------------------";
+    int width[MAX_COLUMNS];
+    for (int c = 0; c < t->n; c++) {
+        int h = (int)strlen(t->head[c]), v = (int)strlen(t->cell[c]);
         width[c] = h > v ? h : v;
     }
-    printf("decode is memory-bound on CPU: every weight is read once per token, so efficiency =\n"
+    for (int c = 0; c < t->n; c++) printf("| %-*s ", width[c], t->head[c]);
+    printf("|\n");
+    for (int c = 0; c < t->n; c++) printf("|%.*s", width[c] + 2, dashes);
+    printf("|\n");
+    for (int c = 0; c < t->n; c++) printf(c ? "| %*s " : "| %-*s ", width[c], t->cell[c]);
+    printf("|\n");
+}
+
+static void print_speed_table(const results *r) {
+    table t = {0};
+    char params[CELL_CHARS];
+    format_count(r->info.n_params, params, sizeof params);
+    add_cell(&t, "model", "%.47s", base_name(r->model_file));
+    add_cell(&t, "params", "%s", params);
+    add_cell(&t, "file MiB", "%.2f", r->info.file_bytes / MIB);
+    add_cell(&t, "threads", "%d", r->n_threads);
+    add_cell(&t, "prompt tok/s best", "%.1f", r->prompt_tps.max);
+    add_cell(&t, "prompt tok/s med", "%.1f", r->prompt_tps.median);
+    add_cell(&t, "prompt tok/s min", "%.1f", r->prompt_tps.min);
+    add_cell(&t, "TTFT ms med", "%.2f", r->ttft_ms.median);
+    add_cell(&t, "decode tok/s best", "%.1f", r->decode_tps.max);
+    add_cell(&t, "decode tok/s med", "%.1f", r->decode_tps.median);
+    add_cell(&t, "decode tok/s min", "%.1f", r->decode_tps.min);
+    add_cell(&t, "ms/token", "%.3f", 1e3 / r->decode_tps.max);
+    add_cell(&t, "decode ms p50", "%.3f", r->decode_ms_p50);
+    add_cell(&t, "decode ms p95", "%.3f", r->decode_ms_p95);
+    add_cell(&t, "decode ms p99", "%.3f", r->decode_ms_p99);
+    add_cell(&t, "load ms", "%.1f", r->load_ms);
+    add_cell(&t, "peak RSS MiB", "%.1f", r->peak_rss_bytes / MIB);
+    print_table(&t);
+}
+
+static void print_bandwidth_table(const results *r) {
+    table t = {0};
+    const int read = r->measured_gbs > 0, triad = r->triad_gbs > 0;
+    add_cell(&t, "model", "%.47s", base_name(r->model_file));
+    add_cell(&t, "bytes/token MiB (est.)", "%.3f", r->bytes_per_token / MIB);
+    add_cell(&t, "KV bytes/token MiB", "%.3f", r->kv_bytes_per_token / MIB);
+    add_cell(&t, "effective GB/s", "%.2f", effective_gbs(r));
+    add_measured(&t, "measured GB/s", "%.2f", r->measured_gbs, read);
+    add_measured(&t, "efficiency %", "%.1f", read ? 100 * effective_gbs(r) / r->measured_gbs : 0, read);
+    add_cell(&t, "decode GB/s (w+KV)", "%.2f", decode_gbs(r));
+    add_measured(&t, "triad GB/s", "%.2f", r->triad_gbs, triad);
+    add_measured(&t, "of triad %", "%.1f", triad ? 100 * decode_gbs(r) / r->triad_gbs : 0, triad);
+    print_table(&t);
+}
+
+static void print_parallel_table(const results *r, const options *o) {
+    printf("\n%d sequences forked from one %d-token prompt, decoded together (one forward step per token\n"
+           "for all of them); aggregate = sequences x tokens / time. KV %s, block size %d.\n\n",
+           o->parallel, o->n_prompt, kv_type_name(o->kv_type), kv_block_size(o));
+    printf("| model | threads | S | prompt tok/s | aggregate tok/s best | aggregate tok/s med | aggregate tok/s min |"
+           " per sequence tok/s | fork us | fork bytes |\n|---|---|---|---|---|---|---|---|---|---|\n");
+    printf("| %s | %d | %d | %.1f | %.1f | %.1f | %.1f | %.2f | %.2f | %zu |\n", base_name(r->model_file),
+           r->n_threads, o->parallel, r->prompt_tps.max, r->aggregate_tps.max, r->aggregate_tps.median,
+           r->aggregate_tps.min, r->aggregate_tps.max / o->parallel, r->fork_us, r->fork_bytes);
+}
+
+static void print_tables(const results *r, const options *o) {
+    printf("%d-token prompt, then %d tokens decoded one at a time, %d repeats (best/median/min over them);\n"
+           "TTFT = prefill + choosing the first token; decode ms p50/p95/p99 over all %d decode steps.\n"
+           "KV %s, block size %d. Peak RSS is measured before the bandwidth probes.\n\n",
+           o->n_prompt, o->n_gen, o->repeats, o->repeats * o->n_gen, kv_type_name(o->kv_type), kv_block_size(o));
+    print_speed_table(r);
+    printf("\ndecode is memory-bound on CPU: every weight is read once per token, so efficiency =\n"
            "effective / measured bandwidth is the figure that matters. bytes/token is an ESTIMATE of the\n"
            "weights streamed per token (file bytes, less the token embedding table unless it is also the\n"
-           "output head (%s here), plus one row of it); effective GB/s = best decode tok/s x bytes/token.\n"
-           "Models smaller than the CPU caches can exceed 100%%. ms/token is from the best decode run.\n\n",
-           r->output_tied ? "tied" : "not tied");
-    for (int c = 0; c < N_COLUMNS; c++) printf("| %-*s ", width[c], head[c]);
-    printf("|\n");
-    static const char dashes[] = "--------------------------------------------------";
-    for (int c = 0; c < N_COLUMNS; c++) printf("|%.*s", width[c] + 2, dashes);
-    printf("|\n");
-    for (int c = 0; c < N_COLUMNS; c++) printf(c ? "| %*s " : "| %-*s ", width[c], cells[c]);
-    printf("|\n");
+           "output head (%s here), plus one row of it); effective GB/s = best decode tok/s x bytes/token;\n"
+           "measured = multi-threaded read of a 1 GiB buffer. decode GB/s adds the K/V read at the mean\n"
+           "position (%.1f) to bytes/token, at the median decode tok/s; triad = STREAM a = b + s*c,\n"
+           "traffic counted as 3 arrays (STREAM's convention; 4 with write-allocate). Models smaller\n"
+           "than the CPU caches can exceed 100%%. ms/token is from the best decode run.\n\n",
+           r->output_tied ? "tied" : "not tied", r->kv_mean_position);
+    print_bandwidth_table(r);
+    if (o->parallel) print_parallel_table(r, o);
+    if (r->state_bytes)
+        printf("\nsaved state of the %d-token prompt: %zu bytes, saved in %.3f ms; load %.3f ms vs prefill %.2f ms: "
+               "%.0fx faster\n",
+               r->prompt_tokens, r->state_bytes, r->save_ms, r->state_load_ms, r->prefill_ms,
+               r->prefill_ms / r->state_load_ms);
 }
 
 static void print_json_string(const char *s) {
@@ -432,8 +865,64 @@ static void print_json_number(const char *key, double v, int measured) {
     else printf("null");
 }
 
+/* Keys of the first versions, kept as they were (best = the fastest repeat). */
+static void print_json_speed(const results *r) {
+    print_json_number("load_ms", r->load_ms, 1);
+    print_json_number("prompt_tok_s_best", r->prompt_tps.max, 1);
+    print_json_number("prompt_tok_s_median", r->prompt_tps.median, 1);
+    print_json_number("decode_tok_s_best", r->decode_tps.max, 1);
+    print_json_number("decode_tok_s_median", r->decode_tps.median, 1);
+    print_json_number("ms_per_token", 1e3 / r->decode_tps.max, 1);
+    /* medians, their spread, and latency */
+    print_json_number("prefill_tok_s", r->prompt_tps.median, 1);
+    print_json_number("prefill_tok_s_min", r->prompt_tps.min, 1);
+    print_json_number("prefill_tok_s_max", r->prompt_tps.max, 1);
+    print_json_number("decode_tok_s", r->decode_tps.median, 1);
+    print_json_number("decode_tok_s_min", r->decode_tps.min, 1);
+    print_json_number("decode_tok_s_max", r->decode_tps.max, 1);
+    print_json_number("ttft_ms", r->ttft_ms.median, 1);
+    print_json_number("decode_ms_p50", r->decode_ms_p50, 1);
+    print_json_number("decode_ms_p95", r->decode_ms_p95, 1);
+    print_json_number("decode_ms_p99", r->decode_ms_p99, 1);
+    printf(",\"peak_rss_bytes\":%llu", (unsigned long long)r->peak_rss_bytes);
+}
+
+static void print_json_bandwidth(const results *r) {
+    const int read = r->measured_gbs > 0, triad = r->triad_gbs > 0;
+    print_json_number("bytes_per_token_estimate", r->bytes_per_token, 1);
+    print_json_number("bytes_per_token_mib_estimate", r->bytes_per_token / MIB, 1);
+    printf(",\"output_tied\":%s", r->output_tied ? "true" : "false");
+    print_json_number("effective_gb_s", effective_gbs(r), 1);
+    print_json_number("measured_gb_s", r->measured_gbs, read);
+    print_json_number("efficiency_pct", read ? 100 * effective_gbs(r) / r->measured_gbs : 0, read);
+    print_json_number("kv_mean_position", r->kv_mean_position, 1);
+    print_json_number("kv_bytes_per_token", r->kv_bytes_per_token, 1);
+    print_json_number("decode_bytes_per_token", decode_bytes_per_token(r), 1);
+    print_json_number("bandwidth_gb_s", decode_gbs(r), 1);
+    print_json_number("stream_triad_gb_s", r->triad_gbs, triad);
+    printf(",\"stream_triad_arrays_counted\":%d", TRIAD_ARRAYS_COUNTED);
+    print_json_number("bandwidth_fraction", triad ? decode_gbs(r) / r->triad_gbs : 0, triad);
+}
+
+static void print_json_parallel(const results *r, const options *o) {
+    printf(",\"parallel\":%d", o->parallel);
+    print_json_number("aggregate_tok_s", r->aggregate_tps.max, 1);
+    print_json_number("aggregate_tok_s_median", r->aggregate_tps.median, 1);
+    print_json_number("aggregate_tok_s_min", r->aggregate_tps.min, 1);
+    print_json_number("per_sequence_tok_s", r->aggregate_tps.max / o->parallel, 1);
+    print_json_number("fork_us", r->fork_us, 1);
+    printf(",\"fork_bytes\":%zu", r->fork_bytes);
+}
+
+static void print_json_state(const results *r) {
+    printf(",\"state_bytes\":%zu", r->state_bytes);
+    print_json_number("state_save_ms", r->save_ms, 1);
+    print_json_number("state_load_ms", r->state_load_ms, 1);
+    print_json_number("state_prefill_ms", r->prefill_ms, 1);
+    print_json_number("state_load_speedup", r->prefill_ms / r->state_load_ms, 1);
+}
+
 static void print_json(const results *r, const options *o) {
-    int measured = r->measured_gbs > 0;
     printf("{\"model\":");
     print_json_string(base_name(r->model_file));
     printf(",\"params\":%llu,\"file_bytes\":%llu", (unsigned long long)r->info.n_params,
@@ -441,26 +930,21 @@ static void print_json(const results *r, const options *o) {
     print_json_number("file_mib", r->info.file_bytes / MIB, 1);
     printf(",\"threads\":%d,\"prompt_tokens\":%d,\"gen_tokens\":%d,\"repeats\":%d", r->n_threads, o->n_prompt,
            o->n_gen, o->repeats);
-    print_json_number("load_ms", r->load_ms, 1);
-    print_json_number("prompt_tok_s_best", r->prompt_tps.best, 1);
-    print_json_number("prompt_tok_s_median", r->prompt_tps.median, 1);
-    print_json_number("decode_tok_s_best", r->decode_tps.best, 1);
-    print_json_number("decode_tok_s_median", r->decode_tps.median, 1);
-    print_json_number("ms_per_token", 1e3 / r->decode_tps.best, 1);
-    print_json_number("bytes_per_token_estimate", r->bytes_per_token, 1);
-    print_json_number("bytes_per_token_mib_estimate", r->bytes_per_token / MIB, 1);
-    printf(",\"output_tied\":%s", r->output_tied ? "true" : "false");
-    print_json_number("effective_gb_s", effective_gbs(r), 1);
-    print_json_number("measured_gb_s", r->measured_gbs, measured);
-    print_json_number("efficiency_pct", measured ? 100 * effective_gbs(r) / r->measured_gbs : 0, measured);
+    printf(",\"kv_type\":\"%s\",\"kv_block_size\":%d", kv_type_name(o->kv_type), kv_block_size(o));
+    print_json_speed(r);
+    print_json_bandwidth(r);
+    if (o->parallel) print_json_parallel(r, o);
+    if (r->state_bytes) print_json_state(r);
     printf("}\n");
 }
 
 /* ---------------------------------------------------------------- main */
 
-static llmm_status load_model(const char *path, llmm_model **m, double *ms, char *err, size_t err_size) {
+static llmm_status load_model(const char *path, const llmm_allocator *alloc, llmm_model **m, double *ms, char *err,
+                              size_t err_size) {
     llmm_model_params mp;
     llmm_model_params_default(&mp, sizeof mp);
+    mp.allocator = alloc;
     mp.error_buf = err;
     mp.error_buf_size = err_size;
     fprintf(stderr, "loading %s\n", path);
@@ -478,10 +962,32 @@ static llmm_status create_context(const llmm_model *m, const options *o, int n_t
     cp.n_ctx = (uint32_t)(o->n_prompt + o->n_gen + 8);
     cp.n_batch = (uint32_t)(o->n_prompt < 512 ? o->n_prompt : 512);
     cp.n_threads = n_threads;
+    cp.kv_type = o->kv_type;
+    if (o->block_size) cp.kv_block_size = (uint32_t)o->block_size;
+    if (o->parallel) cp.n_seq_max = (uint32_t)o->parallel;
     return llmm_context_create(m, &cp, ctx);
 }
 
-static int run(const options *o, llmm_model *m, results *res) {
+static llmm_status bench_all(llmm_context *ctx, const llmm_model *m, const options *o, const alloc_counter *counter,
+                             results *res) {
+    llmm_token first = 0;
+    llmm_status st = bench_single(ctx, m, o, res, &first);
+    if (!st && o->parallel) st = bench_parallel(ctx, first, o, counter, res);
+    if (!st && o->save_load) st = bench_state(ctx, m, o, res);
+    return st;
+}
+
+/* The bandwidth probes run last, after the context is freed: their 1 GiB buffers stay out of
+ * the peak RSS, and the context's threads out of their way. */
+static void measure_bandwidths(const options *o, results *res) {
+    if (o->no_bandwidth) return;
+    res->measured_gbs = measure_bandwidth(res->n_threads);
+    if (res->measured_gbs > 0) fprintf(stderr, "memory read bandwidth: %.2f GB/s\n", res->measured_gbs);
+    res->triad_gbs = measure_triad(res->n_threads);
+    if (res->triad_gbs > 0) fprintf(stderr, "STREAM triad bandwidth: %.2f GB/s\n", res->triad_gbs);
+}
+
+static int run(const options *o, llmm_model *m, const alloc_counter *counter, results *res) {
     char err[512] = "";
     res->info.size = sizeof res->info;
     llmm_status st = llmm_model_get_info(m, &res->info);
@@ -490,19 +996,19 @@ static int run(const options *o, llmm_model *m, results *res) {
         return fail("cannot read model info", st, err);
     }
     res->bytes_per_token = weight_bytes_per_token(&res->info, &res->output_tied);
+    res->kv_mean_position = mean_decode_position(o);
+    res->kv_bytes_per_token = kv_bytes_per_token(&res->info, o);
     llmm_context *ctx = NULL;
     st = create_context(m, o, res->n_threads, &ctx);
     if (st) {
         llmm_model_last_error(m, err, sizeof err);
         return fail("cannot create context", st, err);
     }
-    /* After the context, so that a bad setting fails before a second of probing; its idle
-     * workers sleep after a short spin, so they do not compete with the probe. */
-    if (!o->no_bandwidth) res->measured_gbs = measure_bandwidth(res->n_threads);
-    if (res->measured_gbs > 0) fprintf(stderr, "memory read bandwidth: %.2f GB/s\n", res->measured_gbs);
-    st = bench_context(ctx, m, o, res);
+    st = bench_all(ctx, m, o, counter, res);
+    res->peak_rss_bytes = peak_rss_bytes();
     int rc = st ? fail("benchmark failed", st, llmm_context_last_error(ctx)) : 0;
     llmm_context_free(ctx);
+    if (!rc) measure_bandwidths(o, res);
     return rc;
 }
 
@@ -510,16 +1016,19 @@ int main(int argc, char **argv) {
     options o;
     int rc = parse_args(argc, argv, &o);
     if (rc) return rc;
-    results res = {.model_file = o.model, .n_threads = o.n_threads ? o.n_threads : physical_cores()};
+    results res = {.model_file = o.model, .n_threads = o.n_threads ? o.n_threads : physical_cores(),
+                   .prompt_tokens = o.n_prompt};
     char err[512] = "";
     llmm_model *m = NULL;
-    llmm_status st = load_model(o.model, &m, &res.load_ms, err, sizeof err);
+    alloc_counter counter = {0};
+    const llmm_allocator alloc = {counted_alloc, counted_free, &counter};
+    llmm_status st = load_model(o.model, &alloc, &m, &res.load_ms, err, sizeof err);
     if (st) return fail("cannot load model", st, err);
     fprintf(stderr, "loaded in %.1f ms; threads: %d\n", res.load_ms, res.n_threads);
-    rc = run(&o, m, &res);
+    rc = run(&o, m, &counter, &res);
     llmm_model_free(m);
     if (rc) return rc;
     if (o.json) print_json(&res, &o);
-    else print_table(&res);
+    else print_tables(&res, &o);
     return 0;
 }

@@ -13,17 +13,44 @@
 
 typedef struct shape {
     const char *name;
+    const char *arch;   /* general.architecture */
     uint32_t n_embd, n_layer, n_head, n_head_kv, n_ff, n_vocab, n_ctx;
+    uint32_t head_dim;  /* 0: n_embd / n_head */
 } shape;
 
-/* Presets follow public model shapes (llama-style layers; vocab kept at 32000). */
+/* Presets follow public model shapes. The llama ones keep a 32000 vocab; the others use
+ * their model's vocabulary size (the pieces are synthetic either way). */
 static const shape presets[] = {
-    {"tiny", 64, 2, 4, 2, 160, 512, 2048},
-    {"0.5b", 896, 24, 14, 2, 4864, 32000, 4096},   /* Qwen2.5-0.5B widths */
-    {"1b", 2048, 22, 32, 4, 5632, 32000, 4096},    /* TinyLlama-1.1B */
-    {"3b", 3072, 28, 24, 8, 8192, 32000, 4096},    /* Llama-3.2-3B widths */
-    {"8b", 4096, 32, 32, 8, 14336, 32000, 8192},   /* Llama-3-8B widths */
+    {"tiny", "llama", 64, 2, 4, 2, 160, 512, 2048, 0},
+    {"0.5b", "llama", 896, 24, 14, 2, 4864, 32000, 4096, 0},      /* Qwen2.5-0.5B widths */
+    {"1b", "llama", 2048, 22, 32, 4, 5632, 32000, 4096, 0},       /* TinyLlama-1.1B */
+    {"3b", "llama", 3072, 28, 24, 8, 8192, 32000, 4096, 0},       /* Llama-3.2-3B widths */
+    {"8b", "llama", 4096, 32, 32, 8, 14336, 32000, 8192, 0},      /* Llama-3-8B widths */
+    {"qwen2.5-0.5b", "qwen2", 896, 24, 14, 2, 4864, 151936, 32768, 0},
+    {"qwen3-0.6b", "qwen3", 1024, 28, 16, 8, 3072, 151936, 40960, 128},
+    {"phi3-mini", "phi3", 3072, 32, 32, 32, 8192, 32064, 4096, 0},
+    {"gemma2-2b", "gemma2", 2304, 26, 8, 4, 9216, 256000, 8192, 256},
 };
+
+/* What each architecture adds to the llama layout (see lib/arch.c). */
+typedef struct arch_layout {
+    const char *arch;
+    int qkv_bias, qk_norm, fused_qkv, fused_gate_up, post_norms, tied_output, softcaps;
+} arch_layout;
+
+static const arch_layout layouts[] = {
+    {"llama", 0, 0, 0, 0, 0, 0, 0},
+    {"qwen2", 1, 0, 0, 0, 0, 0, 0},
+    {"qwen3", 0, 1, 0, 0, 0, 0, 0},
+    {"phi3", 0, 0, 1, 1, 0, 0, 0},
+    {"gemma2", 0, 0, 0, 0, 1, 1, 1},
+};
+
+static const arch_layout *layout_of(const char *arch) {
+    for (size_t i = 0; i < sizeof layouts / sizeof *layouts; i++)
+        if (!strcmp(layouts[i].arch, arch)) return &layouts[i];
+    return NULL;
+}
 
 typedef struct writer {
     FILE *f;
@@ -55,6 +82,16 @@ static void kv_f32(writer *w, const char *k, float v) {
     put_str(w, k);
     put_u32(w, 6);
     put(w, &v, 4);
+}
+static void arch_kv_u32(writer *w, const char *arch, const char *k, uint32_t v) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, k);
+    kv_u32(w, key, v);
+}
+static void arch_kv_f32(writer *w, const char *arch, const char *k, float v) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, k);
+    kv_f32(w, key, v);
 }
 static void pad(writer *w) {
     static const char zeros[ALIGNMENT] = {0};
@@ -121,21 +158,44 @@ typedef struct tensor_spec {
     uint64_t offset, bytes;
 } tensor_spec;
 
-static size_t build_tensor_list(const shape *s, uint32_t wtype, tensor_spec *t) {
+static uint32_t head_dim_of(const shape *s) { return s->head_dim ? s->head_dim : s->n_embd / s->n_head; }
+
+/* One layer's tensors in the architecture's layout: {suffix, ne0, ne1}; ne1 == 1 is a
+ * vector (f32). */
+static size_t layer_tensors(const shape *s, const arch_layout *a, const char *names[20], uint64_t dims[20][2]) {
+    const uint64_t E = s->n_embd, hd = head_dim_of(s), Q = hd * s->n_head, KV = hd * s->n_head_kv, F = s->n_ff;
     size_t n = 0;
-    const uint64_t E = s->n_embd, hd = s->n_embd / s->n_head;
-    const uint64_t Q = hd * s->n_head, KV = hd * s->n_head_kv;
-#define ADD(nm, a, b, ty) (snprintf(t[n].name, 64, "%s", nm), t[n].ne0 = a, t[n].ne1 = b, t[n].type = ty, n++)
+#define T(nm, a0, a1) (names[n] = nm, dims[n][0] = a0, dims[n][1] = a1, n++)
+    T("attn_norm.weight", E, 1);
+    if (a->fused_qkv) T("attn_qkv.weight", E, Q + 2 * KV);
+    else T("attn_q.weight", E, Q), T("attn_k.weight", E, KV), T("attn_v.weight", E, KV);
+    if (a->qkv_bias) T("attn_q.bias", Q, 1), T("attn_k.bias", KV, 1), T("attn_v.bias", KV, 1);
+    if (a->qk_norm) T("attn_q_norm.weight", hd, 1), T("attn_k_norm.weight", hd, 1);
+    T("attn_output.weight", Q, E);
+    if (a->post_norms) T("post_attention_norm.weight", E, 1);
+    T("ffn_norm.weight", E, 1);
+    if (a->fused_gate_up) T("ffn_up.weight", E, 2 * F);
+    else T("ffn_gate.weight", E, F), T("ffn_up.weight", E, F);
+    T("ffn_down.weight", F, E);
+    if (a->post_norms) T("post_ffw_norm.weight", E, 1);
+#undef T
+    return n;
+}
+
+static size_t build_tensor_list(const shape *s, const arch_layout *a, uint32_t wtype, tensor_spec *t) {
+    size_t n = 0;
+    const uint64_t E = s->n_embd;
+#define ADD(nm, a0, b0, ty) (snprintf(t[n].name, 64, "%s", nm), t[n].ne0 = a0, t[n].ne1 = b0, t[n].type = ty, n++)
     ADD("token_embd.weight", E, s->n_vocab, wtype);
     ADD("output_norm.weight", E, 1, LLMM_TYPE_F32);
-    ADD("output.weight", E, s->n_vocab, wtype);
+    if (!a->tied_output) ADD("output.weight", E, s->n_vocab, wtype);
     for (uint32_t l = 0; l < s->n_layer; l++) {
-        char nm[64];
-        static const char *const names[] = {"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
-                                            "ffn_norm", "ffn_gate", "ffn_up", "ffn_down"};
-        const uint64_t dims[][2] = {{E, 1}, {E, Q}, {E, KV}, {E, KV}, {Q, E}, {E, 1}, {E, s->n_ff}, {E, s->n_ff}, {s->n_ff, E}};
-        for (int k = 0; k < 9; k++) {
-            snprintf(nm, sizeof nm, "blk.%u.%s.weight", l, names[k]);
+        const char *names[20];
+        uint64_t dims[20][2];
+        size_t k_n = layer_tensors(s, a, names, dims);
+        for (size_t k = 0; k < k_n; k++) {
+            char nm[64];
+            snprintf(nm, sizeof nm, "blk.%u.%s", l, names[k]);
             ADD(nm, dims[k][0], dims[k][1], dims[k][1] == 1 ? LLMM_TYPE_F32 : wtype);
         }
     }
@@ -164,9 +224,10 @@ static void write_tensor_data(writer *w, const tensor_spec *t, uint64_t *rng, fl
 
 static int usage(int rc) {
     fprintf(rc ? stderr : stdout,
-            "usage: llmmini-synth -o OUT.gguf [--preset tiny|0.5b|1b|3b|8b] [--type f32|f16|q8_0|q4_0]\n"
+            "usage: llmmini-synth -o OUT.gguf [--preset NAME] [--type f32|f16|q8_0|q4_0]\n"
             "                     [--dim N] [--layers N] [--heads N] [--kv-heads N] [--ff N] [--vocab N] [--seed S]\n"
-            "Writes a llama-architecture GGUF with seeded random weights (default preset 0.5b, type q4_0).\n");
+            "Writes a GGUF with seeded random weights (default preset 0.5b, type q4_0). Presets:\n"
+            "  llama: tiny, 0.5b, 1b (TinyLlama), 3b, 8b; qwen2.5-0.5b, qwen3-0.6b, phi3-mini, gemma2-2b\n");
     return rc;
 }
 
@@ -206,37 +267,47 @@ int main(int argc, char **argv) {
         }
     }
     const llmm_type_traits *tt = llmm_type_get(wtype);
-    if (!out || !s.n_head || !s.n_head_kv || s.n_head % s.n_head_kv || s.n_embd % s.n_head || s.n_vocab < 300 ||
-        s.n_embd % tt->block_size || s.n_ff % tt->block_size || (s.n_embd / s.n_head) % 2) {
+    if (!out || !s.n_head || !s.n_head_kv || s.n_head % s.n_head_kv || (!s.head_dim && s.n_embd % s.n_head) ||
+        s.n_vocab < 300 || s.n_embd % tt->block_size || s.n_ff % tt->block_size ||
+        (head_dim_of(&s) * s.n_head) % tt->block_size || head_dim_of(&s) % 2) {
         fprintf(stderr, "llmmini-synth: need -o, heads dividing dim, kv-heads dividing heads, vocab >= 300, "
                         "dim and ff multiples of the type's block size\n");
         return 2;
     }
-    tensor_spec *t = calloc(3 + 9 * (size_t)s.n_layer, sizeof *t);
-    float *row = malloc(sizeof(float) * (s.n_ff > s.n_embd ? s.n_ff : s.n_embd));
-    void *qrow = malloc(sizeof(float) * (s.n_ff > s.n_embd ? s.n_ff : s.n_embd));
+    const arch_layout *layout = layout_of(s.arch);
+    tensor_spec *t = calloc(3 + 20 * (size_t)s.n_layer, sizeof *t);
+    size_t widest = s.n_ff > s.n_embd ? s.n_ff : s.n_embd;
+    if ((size_t)head_dim_of(&s) * s.n_head > widest) widest = (size_t)head_dim_of(&s) * s.n_head;
+    float *row = malloc(sizeof(float) * widest);
+    void *qrow = malloc(sizeof(float) * widest);
     writer w = {fopen(out, "wb"), 0, 0};
     if (!t || !row || !qrow || !w.f) {
         fprintf(stderr, "llmmini-synth: cannot write '%s': %s\n", out, strerror(errno));
         return 1;
     }
-    size_t n_t = build_tensor_list(&s, wtype, t);
+    size_t n_t = build_tensor_list(&s, layout, wtype, t);
     put(&w, "GGUF", 4);
     put_u32(&w, 3);
     put_u64(&w, n_t);
-    put_u64(&w, 17);
-    kv_str(&w, "general.architecture", "llama");
+    put_u64(&w, 18 + (layout->softcaps ? 3 : 0));
+    kv_str(&w, "general.architecture", s.arch);
     kv_str(&w, "general.name", "llmmini-synth");
     kv_u32(&w, "general.alignment", ALIGNMENT);
-    kv_u32(&w, "llama.context_length", s.n_ctx);
-    kv_u32(&w, "llama.embedding_length", s.n_embd);
-    kv_u32(&w, "llama.block_count", s.n_layer);
-    kv_u32(&w, "llama.feed_forward_length", s.n_ff);
-    kv_u32(&w, "llama.attention.head_count", s.n_head);
-    kv_u32(&w, "llama.attention.head_count_kv", s.n_head_kv);
-    kv_u32(&w, "llama.rope.dimension_count", s.n_embd / s.n_head);
-    kv_f32(&w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
-    kv_f32(&w, "llama.rope.freq_base", 10000.f);
+    arch_kv_u32(&w, s.arch, "context_length", s.n_ctx);
+    arch_kv_u32(&w, s.arch, "embedding_length", s.n_embd);
+    arch_kv_u32(&w, s.arch, "block_count", s.n_layer);
+    arch_kv_u32(&w, s.arch, "feed_forward_length", s.n_ff);
+    arch_kv_u32(&w, s.arch, "attention.head_count", s.n_head);
+    arch_kv_u32(&w, s.arch, "attention.head_count_kv", s.n_head_kv);
+    arch_kv_u32(&w, s.arch, "attention.key_length", head_dim_of(&s));
+    arch_kv_u32(&w, s.arch, "rope.dimension_count", head_dim_of(&s));
+    arch_kv_f32(&w, s.arch, "attention.layer_norm_rms_epsilon", 1e-5f);
+    arch_kv_f32(&w, s.arch, "rope.freq_base", 10000.f);
+    if (layout->softcaps) {
+        arch_kv_f32(&w, s.arch, "attn_logit_softcapping", 50.f);
+        arch_kv_f32(&w, s.arch, "final_logit_softcapping", 30.f);
+        arch_kv_u32(&w, s.arch, "attention.sliding_window", 4096);
+    }
     kv_str(&w, "tokenizer.ggml.model", "llama");
     write_vocab(&w, s.n_vocab);
     kv_u32(&w, "tokenizer.ggml.bos_token_id", 1);

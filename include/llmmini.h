@@ -263,31 +263,52 @@ typedef enum llmm_backend_kind {
     LLMM_BACKEND_CUDA = 2
 } llmm_backend_kind;
 
+/* How the KV cache stores each key and value. */
 typedef enum llmm_kv_type {
-    LLMM_KV_F32 = 0,
-    LLMM_KV_F16 = 1,
-    LLMM_KV_Q8 = 2
+    LLMM_KV_F32 = 0, /* 4 bytes per value: exact, for debugging and reference comparisons */
+    LLMM_KV_F16 = 1, /* 2 bytes per value (the default) */
+    LLMM_KV_Q8 = 2   /* 1 byte per value plus one float scale per position, layer and K/V */
 } llmm_kv_type;
 
 typedef struct llmm_context_params {
     uint32_t size;          /* sizeof(llmm_context_params) */
     uint32_t n_ctx;         /* tokens per sequence; 0 = the model's training length, capped at 4096 */
-    uint32_t n_seq_max;     /* sequences that may hold KV at once (default 1) */
+    uint32_t n_seq_max;     /* sequence ids 0..n_seq_max-1 (default 1, as before sequences could be
+                               created; up to 4096) */
     int32_t n_threads;      /* 0 = number of physical cores */
     uint32_t n_batch;       /* prefill chunk in tokens (default 256) */
     llmm_backend_kind backend;
-    llmm_kv_type kv_type;   /* default LLMM_KV_F32 */
+    llmm_kv_type kv_type;   /* default LLMM_KV_F16 (was F32 before 0.2) */
     llmm_abort_fn abort;    /* optional */
     void *abort_user;
     llmm_log_fn log;        /* optional */
     void *log_user;
     llmm_log_level log_level;
+    /* --- since the paged KV cache --- */
+    uint32_t kv_block_size; /* positions per KV block, a power of two in 1..1024 (default 16) */
+    uint32_t n_ctx_total;   /* tokens the KV pool holds over all sequences together; 0 = enough
+                               for every sequence to reach n_ctx (n_seq_max x n_ctx) */
+    uint64_t kv_budget_bytes; /* non-zero: the KV pool's size in bytes instead (wins over
+                               n_ctx_total); llmm_context_estimate tells what a budget buys */
+    int32_t prefix_cache;   /* 1: keep full blocks of prompts for reuse by later sequences that
+                               start with the same tokens (default 0) */
 } llmm_context_params;
 
 LLMM_API llmm_status llmm_context_params_default(llmm_context_params *params, size_t struct_size);
 
-/* Create a context over a model (which must outlive it). params NULL = defaults.
- * Errors: INVALID_ARG, VOCAB_ONLY, NO_MEMORY, BACKEND, UNSUPPORTED (architecture or weight
+/* Host bytes a context with these params would allocate: the KV pool, activation buffers,
+ * logits, the backend's working memory and the sequence tables. The model's weights are not
+ * included (they are the model's, shared by its contexts). params NULL = defaults. Computes
+ * only; thread-safe. Errors: INVALID_ARG (also for params that llmm_context_create refuses),
+ * VOCAB_ONLY. */
+LLMM_API llmm_status llmm_context_estimate(const llmm_model *model, const llmm_context_params *params,
+                                           size_t *bytes);
+
+/* Create a context over a model (which must outlive it). params NULL = defaults. The whole
+ * KV pool is allocated here; prefill and decode allocate nothing (except logits rows beyond
+ * n_seq_max for LLMM_PREFILL_ALL_LOGITS).
+ * Errors: INVALID_ARG, VOCAB_ONLY, NO_MEMORY (also when kv_budget_bytes cannot hold one KV
+ * block; the message gives the bytes needed), BACKEND, UNSUPPORTED (architecture or weight
  * type the backend cannot run). Thread-safe with respect to the model. */
 LLMM_API llmm_status llmm_context_create(const llmm_model *model, const llmm_context_params *params,
                                          llmm_context **out);
@@ -317,12 +338,86 @@ LLMM_API llmm_status llmm_decode(llmm_context *ctx, const llmm_seq_id *seqs,
  * valid until the next call that computes. Errors: INVALID_ARG, NOT_FOUND (no such row). */
 LLMM_API llmm_status llmm_logits(llmm_context *ctx, size_t i, const float **out, size_t *n_vocab);
 
-/* Forget all tokens of seq. */
+/* SEQUENCES
+ * A sequence is an id in 0..n_seq_max-1 of one context, with the tokens it holds and their
+ * K/V in blocks of the context's pool. Any id may be used directly (an id with no tokens is
+ * simply empty), or obtained from llmm_seq_create/llmm_seq_fork so that ids are handed out
+ * without collisions. Like every context call, these are for the thread using the context. */
+
+/* Forget all tokens of seq; its blocks go back to the pool (shared ones when their last
+ * holder lets go). The id stays in use when it came from llmm_seq_create. */
 LLMM_API llmm_status llmm_seq_clear(llmm_context *ctx, llmm_seq_id seq);
-/* Keep the first n_keep tokens of seq (n_keep <= its length), dropping the rest. */
+/* Keep the first n_keep tokens of seq (n_keep <= its length), dropping the rest and releasing
+ * blocks that no longer hold any of its positions. Errors: INVALID_ARG. */
 LLMM_API llmm_status llmm_seq_truncate(llmm_context *ctx, llmm_seq_id seq, size_t n_keep);
 /* Number of tokens seq holds. */
 LLMM_API llmm_status llmm_seq_length(llmm_context *ctx, llmm_seq_id seq, size_t *n);
+
+/* An unused sequence id (empty, not handed out before and not freed since) into *seq; it is
+ * in use until llmm_seq_free. Allocates nothing. Errors: INVALID_ARG, CONTEXT_FULL (all
+ * n_seq_max ids are in use). */
+LLMM_API llmm_status llmm_seq_create(llmm_context *ctx, llmm_seq_id *seq);
+/* Clear seq and make its id available to llmm_seq_create again. Freeing an id that was
+ * never created is allowed (it just clears it). Errors: INVALID_ARG. */
+LLMM_API llmm_status llmm_seq_free(llmm_context *ctx, llmm_seq_id seq);
+/* A new sequence *dst holding the same tokens as src, sharing all of src's KV blocks: no K/V
+ * is copied and nothing is allocated. When either side later writes into a block both hold
+ * (in practice only a partly filled last block), that block is copied first
+ * (copy-on-write), so each side sees only its own tokens. Errors: INVALID_ARG, CONTEXT_FULL
+ * (no unused id). */
+LLMM_API llmm_status llmm_seq_fork(llmm_context *ctx, llmm_seq_id src, llmm_seq_id *dst);
+
+/* SAVED STATES
+ * A sequence's tokens and K/V, in a small versioned container: a header (magic, version, a
+ * fingerprint of the model and the KV type, sizes, checksums) and a zstd-compressed payload
+ * laid out by position (independent of the block size). Loading it into a context of the
+ * same model and KV type restores the sequence exactly, skipping its prefill; generation can
+ * continue from it (the next logits equal those of the original sequence bit for bit).
+ * A state from another model or KV type, or a truncated or corrupted one, is refused with
+ * LLMM_ERR_BAD_FILE and a message saying which check failed; nothing is loaded then. */
+
+/* Write seq's state to the file at path (created or replaced). level: zstd level 1..22, 0 =
+ * the default (3). Errors: INVALID_ARG, IO, NO_MEMORY. */
+LLMM_API llmm_status llmm_seq_save(llmm_context *ctx, llmm_seq_id seq, const char *path, int32_t level);
+/* The same into buf (capacity bytes); *n_bytes receives the bytes written. When they do not
+ * fit: LLMM_ERR_BUFFER_TOO_SMALL and *n_bytes = a size that is sure to be enough (an upper
+ * bound, as the compressed size is known only after compressing); buf may be NULL with
+ * capacity 0 to ask for it. */
+LLMM_API llmm_status llmm_seq_save_buffer(llmm_context *ctx, llmm_seq_id seq, int32_t level, void *buf,
+                                          size_t capacity, size_t *n_bytes);
+/* Replace seq's content with the state in the file at path. On any error seq is unchanged
+ * (except a backend failure while copying the rows in, after which it is empty).
+ * Errors: INVALID_ARG, IO, BAD_FILE (see above), CONTEXT_FULL (more tokens than n_ctx, or
+ * too few free blocks in the pool), NO_MEMORY, BACKEND. */
+LLMM_API llmm_status llmm_seq_load(llmm_context *ctx, llmm_seq_id seq, const char *path);
+/* The same from n_bytes of memory (not retained). */
+LLMM_API llmm_status llmm_seq_load_buffer(llmm_context *ctx, llmm_seq_id seq, const void *buf, size_t n_bytes);
+
+/* ---------------------------------------------------------------- context stats */
+
+typedef struct llmm_context_stats {
+    uint32_t size;              /* set to sizeof(llmm_context_stats) before the call */
+    llmm_kv_type kv_type;
+    uint32_t block_size;        /* positions per block */
+    uint32_t n_seq_used;        /* sequence ids in use (created, or holding tokens) */
+    uint64_t blocks_total;
+    uint64_t blocks_used;       /* held by at least one sequence */
+    uint64_t blocks_free;       /* free, plus cached prefix blocks that may be evicted */
+    uint64_t blocks_shared;     /* held by more than one sequence */
+    uint64_t blocks_cached;     /* prefix-cache blocks held by no sequence (evictable) */
+    uint64_t kv_bytes;          /* bytes of the KV pool */
+    uint64_t block_bytes;       /* bytes of one block (all layers, K and V) */
+    double fragmentation;       /* unused slots in partly filled blocks / slots of used blocks */
+    uint64_t tokens_prefilled;  /* since the context was created */
+    uint64_t tokens_decoded;
+    double prefill_ms;          /* wall time spent in llmm_prefill */
+    double decode_ms;           /* wall time spent in llmm_decode */
+    uint64_t prefix_hits;       /* tokens whose prefill the prefix cache saved */
+} llmm_context_stats;
+
+/* Fill *stats (stats->size must be set) with the KV pool's occupancy and the work done so
+ * far. Errors: INVALID_ARG. */
+LLMM_API llmm_status llmm_context_get_stats(llmm_context *ctx, llmm_context_stats *stats);
 
 /* ---------------------------------------------------------------- sampler */
 

@@ -57,9 +57,12 @@ LLMM_API llmm_status llmm_context_params_default(llmm_context_params *params, si
     p.n_seq_max = 1;
     p.n_batch = 256;
     p.backend = LLMM_BACKEND_AUTO;
-    p.kv_type = LLMM_KV_F32;
+    p.kv_type = LLMM_KV_F16;
     p.log_level = LLMM_LOG_WARN;
-    return prepare(params, struct_size, sizeof p, &p, sizeof p) ? LLMM_OK : LLMM_ERR_INVALID_ARG;
+    p.kv_block_size = 16;
+    /* callers built against 0.1 know the fields up to log_level */
+    const size_t v1_size = offsetof(llmm_context_params, kv_block_size);
+    return prepare(params, struct_size, v1_size, &p, sizeof p) ? LLMM_OK : LLMM_ERR_INVALID_ARG;
 }
 
 LLMM_API llmm_status llmm_sampler_params_default(llmm_sampler_params *params, size_t struct_size) {

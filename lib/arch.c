@@ -4,6 +4,13 @@
 
 static const llmm_arch arch_table[] = {
     {.name = "llama", .rope = LLMM_ROPE_ADJACENT, .act = LLMM_ACT_SILU},
+    {.name = "qwen2", .rope = LLMM_ROPE_NEOX, .act = LLMM_ACT_SILU},
+    {.name = "qwen3", .rope = LLMM_ROPE_NEOX, .act = LLMM_ACT_SILU, .flags = LLMM_ARCH_QK_NORM},
+    {.name = "phi3", .rope = LLMM_ROPE_NEOX, .act = LLMM_ACT_SILU,
+     .flags = LLMM_ARCH_FUSED_QKV | LLMM_ARCH_FUSED_GATE_UP},
+    {.name = "gemma2", .rope = LLMM_ROPE_NEOX, .act = LLMM_ACT_GELU_TANH,
+     .flags = LLMM_ARCH_POST_NORMS | LLMM_ARCH_EMBED_SCALE, .swa_layer_period = 2,
+     .post_attn_norm = "post_attention_norm.weight", .post_ffn_norm = "post_ffw_norm.weight"},
 };
 
 const llmm_arch *arch_find(const char *name) {
@@ -12,4 +19,4 @@ const llmm_arch *arch_find(const char *name) {
     return NULL;
 }
 
-const char *arch_supported_list(void) { return "llama"; }
+const char *arch_supported_list(void) { return "llama, qwen2, qwen3, phi3, gemma2"; }

@@ -3,6 +3,8 @@
 #ifndef LLMM_ARCH_H
 #define LLMM_ARCH_H
 
+#include <stdint.h>
+
 typedef enum llmm_rope_kind {
     LLMM_ROPE_ADJACENT = 0, /* rotate pairs (x0,x1),(x2,x3)...: the reference's "normal" mode */
     LLMM_ROPE_NEOX = 1      /* rotate pairs (x_i, x_{i+d/2}) */
@@ -13,10 +15,26 @@ typedef enum llmm_activation {
     LLMM_ACT_GELU_TANH = 1  /* GeGLU with the tanh approximation */
 } llmm_activation;
 
+/* Layout and block features, as flags of a row. Optional tensors (biases, rope factors) are
+ * used whenever a file has them, for every architecture. */
+enum llmm_arch_flags {
+    LLMM_ARCH_FUSED_QKV = 1u << 0,     /* attn_qkv holds Q, K, V rows one after the other */
+    LLMM_ARCH_FUSED_GATE_UP = 1u << 1, /* ffn_up holds the gate rows, then the up rows */
+    LLMM_ARCH_QK_NORM = 1u << 2,       /* per-head RMSNorm of Q and K before RoPE */
+    LLMM_ARCH_POST_NORMS = 1u << 3,    /* RMSNorm on the attention and FFN outputs */
+    LLMM_ARCH_EMBED_SCALE = 1u << 4,   /* embeddings times sqrt(n_embd) */
+};
+
 typedef struct llmm_arch {
     const char *name;  /* general.architecture */
     llmm_rope_kind rope;
     llmm_activation act;
+    uint32_t flags;
+    /* Sliding-window attention (window from {arch}.attention.sliding_window): 0 = every layer
+     * when the key is present, 2 = layers 0, 2, 4, ... (alternating). */
+    uint32_t swa_layer_period;
+    const char *post_attn_norm; /* tensor suffixes for LLMM_ARCH_POST_NORMS */
+    const char *post_ffn_norm;
 } llmm_arch;
 
 /* The row for an architecture name, or NULL when this build does not implement it. */

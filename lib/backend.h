@@ -14,7 +14,7 @@
 #include "common.h"
 #include "weights.h"
 
-#define LLMM_BACKEND_API_VERSION 1
+#define LLMM_BACKEND_API_VERSION 3
 
 typedef struct llmm_backend_config {
     int n_threads;              /* CPU worker threads; <= 0 means physical cores */
@@ -22,19 +22,47 @@ typedef struct llmm_backend_config {
     const llmm_logger *log;
 } llmm_backend_config;
 
-/* One layer's K or V rows of one sequence, as the KV store lays them out. The paged store
- * (later) adds a block table here; the attention op is the only reader. */
+/* One layer's K and V rows of one sequence in the paged KV pool. Position p lives in block
+ * blocks[p / block_size], slot p % block_size; its K row starts at
+ *     k + blocks[p / block_size] * block_stride + (p % block_size) * row_bytes
+ * (bytes), its V row at the same offset from v. The attention op and kv_write are the only
+ * readers. Row formats by type (enum llmm_kv_type):
+ *   LLMM_KV_F32: kv_dim floats;  LLMM_KV_F16: kv_dim IEEE halves;
+ *   LLMM_KV_Q8:  one float scale, then kv_dim int8 (value = scale * q), padded to 4 bytes. */
 typedef struct llmm_kv_view {
-    void *k;           /* buffer: position p's K row starts at k + p * row_stride elements */
-    void *v;
-    size_t row_stride; /* elements between positions */
-    uint32_t type;     /* element type, enum llmm_type (F32 now) */
+    void *k;               /* buffer: the pool, offset to this layer's K rows in block 0 */
+    void *v;               /* buffer: the same for V */
+    const uint32_t *blocks; /* host: the sequence's block table */
+    uint32_t block_size;   /* positions per block, a power of two */
+    uint32_t block_shift;  /* log2(block_size) */
+    size_t block_stride;   /* bytes between consecutive blocks of the pool */
+    size_t row_bytes;      /* bytes between consecutive positions of a block */
+    uint32_t type;         /* enum llmm_kv_type */
 } llmm_kv_view;
 
-/* Attention of n_rows query rows; row r sees positions [0, rows[r].n_kv) of its sequence. */
+/* Bytes of one K (or V) row of kv_dim values stored as type (enum llmm_kv_type); 0 for an
+ * unknown type. */
+static inline size_t kv_row_bytes(uint32_t type, size_t kv_dim) {
+    switch (type) {
+    case LLMM_KV_F32: return kv_dim * 4;
+    case LLMM_KV_F16: return kv_dim * 2;
+    case LLMM_KV_Q8: return 4 + (kv_dim + 3) / 4 * 4;
+    }
+    return 0;
+}
+
+/* Byte offset of position p's row from the view's k (or v) pointer. */
+static inline size_t kv_row_offset(const llmm_kv_view *view, uint32_t p) {
+    return view->blocks[p >> view->block_shift] * view->block_stride +
+           (p & (view->block_size - 1)) * view->row_bytes;
+}
+
+/* Attention of n_rows query rows; row r sees positions [kv_start, n_kv) of its sequence
+ * (kv_start > 0 for sliding-window layers). */
 typedef struct llmm_attn_row {
     llmm_kv_view kv;
     uint32_t n_kv;
+    uint32_t kv_start;
 } llmm_attn_row;
 
 typedef struct llmm_attn_batch {
@@ -44,7 +72,27 @@ typedef struct llmm_attn_batch {
     const llmm_attn_row *rows; /* host (n_rows) */
     uint32_t n_head, n_head_kv, head_dim;
     float scale;     /* applied to q.k before the softmax */
+    float softcap;   /* > 0: scores become softcap * tanh(score / softcap) before the softmax */
 } llmm_attn_batch;
+
+/* Rotary embedding of the first n_rot values of each head. Angle of pair i at position p:
+ * p * freq_scale * base^(-2i/n_rot) / freq_factors[i]; cos and sin are scaled by mscale. */
+typedef struct llmm_rope_params {
+    uint32_t n_rot;
+    float base;
+    float freq_scale;          /* 1, or 1/factor for linear scaling */
+    float mscale;              /* 1, or the LongRoPE/YaRN attention factor */
+    llmm_rope_kind kind;
+    const float *freq_factors; /* weight memory (n_rot / 2), or NULL */
+} llmm_rope_params;
+
+/* The largest step a context will run, for scratch sizing. */
+typedef struct llmm_step_shape {
+    size_t max_rows;   /* rows of one forward step */
+    size_t max_in;     /* widest matmul input (max of n_embd, q_dim, n_ff) */
+    size_t max_kv;     /* positions one attention row may see (n_ctx) */
+    uint32_t head_dim;
+} llmm_step_shape;
 
 typedef struct llmm_backend_ops {
     uint32_t api_version;
@@ -75,17 +123,31 @@ typedef struct llmm_backend_ops {
                             size_t dim, float eps);
     /* out (n_rows, w->ne1) = x (n_rows, w->ne0) times w transposed: y = W x per row */
     llmm_status (*matmul)(void *state, const llmm_tensor *w, const float *x, size_t n_rows, float *out);
-    /* rotate the first n_rot values of each head of each row by its position */
-    llmm_status (*rope)(void *state, float *x, size_t n_rows, size_t n_heads, size_t head_dim, size_t n_rot,
-                        const int32_t *pos, float base, llmm_rope_kind kind);
+    /* rotate each head of each row by its position */
+    llmm_status (*rope)(void *state, float *x, size_t n_rows, size_t n_heads, size_t head_dim, const int32_t *pos,
+                        const llmm_rope_params *rp);
     /* gate = act(gate) * up, elementwise over n values */
     llmm_status (*glu)(void *state, float *gate, const float *up, size_t n, llmm_activation act);
     /* dst += src over n values */
     llmm_status (*add)(void *state, float *dst, const float *src, size_t n);
-    /* store n_rows K and V rows (kv_dim values each) at positions pos[i] of their views */
+    /* x (n_rows, dim) += bias (dim, weight memory) for every row */
+    llmm_status (*add_rows)(void *state, float *x, const float *bias, size_t n_rows, size_t dim);
+    /* x *= s over n values */
+    llmm_status (*scale)(void *state, float *x, size_t n, float s);
+    /* x = cap * tanh(x / cap) over n values (logit soft-capping) */
+    llmm_status (*softcap)(void *state, float *x, size_t n, float cap);
+    /* store n_rows K and V rows (kv_dim values each) at positions pos[i] of their views,
+     * converted to the views' element type */
     llmm_status (*kv_write)(void *state, const llmm_kv_view *views, const int32_t *pos, size_t n_rows,
                             const float *k, const float *v, size_t kv_dim);
     llmm_status (*attention)(void *state, const llmm_attn_batch *batch);
+
+    /* copy bytes between two buffers (a shared KV block being written: copy-on-write) */
+    llmm_status (*copy)(void *state, void *dst_buffer, const void *src_buffer, size_t bytes);
+    /* optional: working memory a step of this shape needs (n_threads <= 0: the default), and
+     * reserving it now so that no step allocates */
+    size_t (*scratch_bytes)(const llmm_step_shape *shape, int n_threads);
+    llmm_status (*reserve)(void *state, const llmm_step_shape *shape);
 
     /* optional: bracket one forward step (a GPU backend may capture it as a graph) */
     llmm_status (*step_begin)(void *state);

@@ -7,8 +7,6 @@
 #include "forward.h"
 #include "weights.h"
 
-#define DEFAULT_CTX_CAP 4096
-
 llmm_status ctx_fail(llmm_context *ctx, llmm_status status, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
@@ -58,30 +56,15 @@ static void free_activations(llmm_context *ctx) {
     mem_free(al, ctx->logits);
 }
 
-static llmm_status check_params(const llmm_model *m, llmm_context_params *p, llmm_diag *d) {
-    if (p->n_ctx == 0) p->n_ctx = m->hp.n_ctx_train ? LLMM_MIN(m->hp.n_ctx_train, DEFAULT_CTX_CAP) : DEFAULT_CTX_CAP;
-    if (p->n_seq_max == 0 || p->n_seq_max > 4096)
-        return diag_fail(d, LLMM_ERR_INVALID_ARG, "n_seq_max %u not in 1..4096", p->n_seq_max);
-    if (p->n_batch == 0 || p->n_batch > 65536)
-        return diag_fail(d, LLMM_ERR_INVALID_ARG, "n_batch %u not in 1..65536", p->n_batch);
-    if (p->n_threads < 0 || p->n_threads > 1024)
-        return diag_fail(d, LLMM_ERR_INVALID_ARG, "n_threads %d not in 0..1024", p->n_threads);
-    if (p->n_ctx > (1u << 24)) return diag_fail(d, LLMM_ERR_INVALID_ARG, "n_ctx %u is too large", p->n_ctx);
-    if (p->kv_type != LLMM_KV_F32)
-        return diag_fail(d, LLMM_ERR_UNSUPPORTED, "KV type %d is not available yet (only LLMM_KV_F32)", p->kv_type);
-    if ((int)p->backend < LLMM_BACKEND_AUTO || (int)p->backend > LLMM_BACKEND_CUDA)
-        return diag_fail(d, LLMM_ERR_INVALID_ARG, "unknown backend %d", p->backend);
-    return LLMM_OK;
-}
-
 static llmm_status context_init(llmm_context *ctx, llmm_diag *d) {
     const llmm_model *m = ctx->model;
     llmm_context_params *p = &ctx->params;
-    llmm_status st = check_params(m, p, d);
-    if (st) return st;
     ctx->be = backend_select(p->backend);
     if (!ctx->be)
         return diag_fail(d, LLMM_ERR_BACKEND, "backend %d is not available in this build or on this machine", p->backend);
+    ctx_plan plan;
+    llmm_status st = ctx_plan_for(m, p, ctx->be, &plan, d);
+    if (st) return st;
     const llmm_weights *w = m->weights;
     const llmm_tensor *all[] = {&w->tok_embd, &w->output};
     for (size_t i = 0; i < 2; i++)
@@ -90,15 +73,16 @@ static llmm_status context_init(llmm_context *ctx, llmm_diag *d) {
     llmm_backend_config cfg = {p->n_threads, m->alloc, &ctx->log};
     if ((st = ctx->be->init(&cfg, &ctx->be_state)))
         return diag_fail(d, st, "the %s backend failed to start", ctx->be->name);
-    ctx->max_rows = LLMM_MAX(p->n_batch, p->n_seq_max);
+    ctx->max_rows = plan.shape.max_rows;
     if ((st = alloc_activations(ctx))) return diag_fail(d, st, "out of memory for activation buffers");
-    const uint32_t kv_dim = m->hp.n_head_kv * m->hp.head_dim;
-    if ((st = kv_init(&ctx->kv, ctx->be, ctx->be_state, m->alloc, m->hp.n_layer, p->n_seq_max, p->n_ctx, kv_dim, d)))
-        return st;
+    if (ctx->be->reserve && (st = ctx->be->reserve(ctx->be_state, &plan.shape)))
+        return diag_fail(d, st, "out of memory for %zu bytes of backend scratch", plan.scratch);
+    if ((st = kv_init(&ctx->kv, ctx->be, ctx->be_state, m->alloc, &plan.kv, d))) return st;
     if (m->hp.n_ctx_train && p->n_ctx > m->hp.n_ctx_train)
         log_msg(&ctx->log, LLMM_LOG_WARN, "n_ctx %u exceeds the training context %u", p->n_ctx, m->hp.n_ctx_train);
-    log_msg(&ctx->log, LLMM_LOG_INFO, "context: backend %s, n_ctx %u, %u sequences, KV %.1f MiB", ctx->be->name,
-            p->n_ctx, p->n_seq_max, (double)kv_bytes(&ctx->kv) / (1 << 20));
+    log_msg(&ctx->log, LLMM_LOG_INFO, "context: backend %s, n_ctx %u, %u sequences, KV pool %u blocks of %u (%.1f MiB)",
+            ctx->be->name, p->n_ctx, p->n_seq_max, plan.kv.n_blocks, plan.kv.block_size,
+            (double)plan.kv_pool / (1 << 20));
     return LLMM_OK;
 }
 
@@ -122,7 +106,7 @@ LLMM_API llmm_status llmm_context_create(const llmm_model *model, const llmm_con
     if (!ctx) return model_fail(model, LLMM_ERR_NO_MEMORY, "out of memory");
     ctx->model = model;
     llmm_context_params_default(&ctx->params, sizeof ctx->params);
-    if (params && !struct_import(&ctx->params, sizeof ctx->params, params, sizeof ctx->params)) {
+    if (params && !struct_import(&ctx->params, sizeof ctx->params, params, CTX_PARAMS_V1_SIZE)) {
         mem_free(model->alloc, ctx);
         return model_fail(model, LLMM_ERR_INVALID_ARG, "llmm_context_create: params->size too small");
     }
@@ -139,7 +123,7 @@ LLMM_API llmm_status llmm_context_create(const llmm_model *model, const llmm_con
     return LLMM_OK;
 }
 
-static llmm_status check_seq(llmm_context *ctx, llmm_seq_id seq) {
+llmm_status ctx_check_seq(llmm_context *ctx, llmm_seq_id seq) {
     if (seq < 0 || (uint32_t)seq >= ctx->params.n_seq_max)
         return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "sequence %d not in 0..%u", seq, ctx->params.n_seq_max - 1);
     return LLMM_OK;
@@ -170,10 +154,40 @@ static llmm_status step_failed(llmm_context *ctx, llmm_status st) {
     return ctx_fail(ctx, st, "the %s backend failed: %s", ctx->be->name, llmm_status_str(st));
 }
 
+static llmm_status pool_full(llmm_context *ctx, llmm_seq_id seq, size_t n) {
+    return ctx_fail(ctx, LLMM_ERR_CONTEXT_FULL,
+                    "the KV pool has no room for %zu more tokens of sequence %d (%u of %u blocks free; raise "
+                    "n_ctx_total or kv_budget_bytes, or free sequences)",
+                    n, seq, kv_available(&ctx->kv), ctx->kv.cfg.n_blocks);
+}
+
 /* Copy logits rows [0, m) of the step to host rows starting at dst_row. */
 static llmm_status fetch_logits(llmm_context *ctx, size_t dst_row, size_t m) {
     const size_t nv = ctx->model->vocab.n_tokens;
     return ctx->be->download(ctx->be_state, ctx->logits + dst_row * nv, ctx->act.logits, m * nv * sizeof(float));
+}
+
+/* Run tokens [done, n) of a prefill into seq in chunks of n_batch, committing each chunk. */
+static llmm_status prefill_chunks(llmm_context *ctx, llmm_seq_id seq, const llmm_token *tokens, size_t done, size_t n,
+                                  int all) {
+    llmm_kv_store *kv = &ctx->kv;
+    const size_t first_done = done;
+    while (done < n) {
+        if (done > first_done && ctx->params.abort && ctx->params.abort(ctx->params.abort_user))
+            return LLMM_ERR_ABORTED;
+        const size_t m = LLMM_MIN((size_t)ctx->params.n_batch, n - done);
+        const int last = done + m == n;
+        const uint32_t start = kv->seqs[seq].len;
+        for (size_t i = 0; i < m; i++) ctx->pos[i] = (int32_t)(start + i);
+        for (size_t i = 0; i < m; i++) ctx->row_seq[i] = seq;
+        size_t first = all ? 0 : (last ? m - 1 : m);
+        llmm_status st = forward_step(ctx, tokens + done, ctx->row_seq, ctx->pos, m, first);
+        if (!st && first < m) st = fetch_logits(ctx, all ? done : 0, m - first);
+        if (st) return st;
+        kv_commit(kv, (uint32_t)seq, tokens + done, (uint32_t)m);
+        done += m;
+    }
+    return LLMM_OK;
 }
 
 LLMM_API llmm_status llmm_prefill(llmm_context *ctx, llmm_seq_id seq, const llmm_token *tokens, size_t n,
@@ -182,36 +196,57 @@ LLMM_API llmm_status llmm_prefill(llmm_context *ctx, llmm_seq_id seq, const llmm
     if (!tokens || n == 0) return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_prefill: no tokens");
     if (flags & ~LLMM_PREFILL_ALL_LOGITS) return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_prefill: unknown flags");
     llmm_status st;
-    if ((st = check_seq(ctx, seq)) || (st = check_tokens(ctx, tokens, n))) return st;
-    const uint32_t start = ctx->kv.seq_len[seq];
+    if ((st = ctx_check_seq(ctx, seq)) || (st = check_tokens(ctx, tokens, n))) return st;
+    llmm_kv_store *kv = &ctx->kv;
+    const uint32_t start = kv->seqs[seq].len;
     if (n > ctx->params.n_ctx - start)
         return ctx_fail(ctx, LLMM_ERR_CONTEXT_FULL, "sequence %d holds %u tokens; %zu more exceed n_ctx %u", seq, start,
                         n, ctx->params.n_ctx);
     const int all = (flags & LLMM_PREFILL_ALL_LOGITS) != 0;
     if ((st = ensure_logit_rows(ctx, all ? n : 1))) return st;
+    const double t0 = time_now_ms();
     ctx->logits_rows = 0;
-    for (size_t done = 0; done < n;) {
-        if (done && ctx->params.abort && ctx->params.abort(ctx->params.abort_user)) {
-            st = LLMM_ERR_ABORTED;
-            break;
-        }
-        const size_t m = LLMM_MIN((size_t)ctx->params.n_batch, n - done);
-        const int last = done + m == n;
-        for (size_t i = 0; i < m; i++) ctx->pos[i] = (int32_t)(start + done + i);
-        for (size_t i = 0; i < m; i++) ctx->row_seq[i] = seq;
-        size_t first = all ? 0 : (last ? m - 1 : m);
-        st = forward_step(ctx, tokens + done, ctx->row_seq, ctx->pos, m, first);
-        if (!st && first < m) st = fetch_logits(ctx, all ? done : 0, m - first);
-        if (st) break;
-        done += m;
-        ctx->kv.seq_len[seq] = (uint32_t)(start + done);
+    /* every position's logits need every position computed: no prefix reuse then */
+    const size_t reused = all ? 0 : kv_prefix_attach(kv, (uint32_t)seq, tokens, (uint32_t)n);
+    st = kv_reserve(kv, (uint32_t)seq, (uint32_t)(n - reused));
+    if (st == LLMM_ERR_CONTEXT_FULL) {
+        kv_truncate(kv, (uint32_t)seq, start);
+        return pool_full(ctx, seq, n);
     }
+    if (!st) st = prefill_chunks(ctx, seq, tokens, reused, n, all);
+    ctx->prefill_ms += time_now_ms() - t0;
     if (st) {
-        ctx->kv.seq_len[seq] = start;
-        ctx->logits_rows = 0;
+        kv_truncate(kv, (uint32_t)seq, start);
         return step_failed(ctx, st);
     }
+    ctx->tokens_prefilled += n - reused;
+    ctx->prefix_hits += reused;
     ctx->logits_rows = all ? n : 1;
+    return LLMM_OK;
+}
+
+static llmm_status check_decode_rows(llmm_context *ctx, const llmm_seq_id *seqs, size_t n) {
+    llmm_status st;
+    for (size_t i = 0; i < n; i++) {
+        if ((st = ctx_check_seq(ctx, seqs[i]))) return st;
+        for (size_t j = 0; j < i; j++)
+            if (seqs[j] == seqs[i]) return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "sequence %d appears twice", seqs[i]);
+        if (ctx->kv.seqs[seqs[i]].len >= ctx->params.n_ctx)
+            return ctx_fail(ctx, LLMM_ERR_CONTEXT_FULL, "sequence %d is full (n_ctx %u)", seqs[i], ctx->params.n_ctx);
+    }
+    return LLMM_OK;
+}
+
+/* Reserve one position in each sequence; on failure undo those reserved. */
+static llmm_status reserve_rows(llmm_context *ctx, const llmm_seq_id *seqs, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        ctx->pos[i] = (int32_t)ctx->kv.seqs[seqs[i]].len;
+        llmm_status st = kv_reserve(&ctx->kv, (uint32_t)seqs[i], 1);
+        if (st) {
+            for (size_t j = 0; j < i; j++) kv_truncate(&ctx->kv, (uint32_t)seqs[j], (uint32_t)ctx->pos[j]);
+            return st == LLMM_ERR_CONTEXT_FULL ? pool_full(ctx, seqs[i], 1) : step_failed(ctx, st);
+        }
+    }
     return LLMM_OK;
 }
 
@@ -220,22 +255,22 @@ LLMM_API llmm_status llmm_decode(llmm_context *ctx, const llmm_seq_id *seqs, con
     if (!seqs || !tokens || n == 0) return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_decode: no tokens");
     if (n > ctx->params.n_seq_max)
         return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_decode: %zu rows but n_seq_max is %u", n, ctx->params.n_seq_max);
-    llmm_status st = check_tokens(ctx, tokens, n);
-    if (st) return st;
-    for (size_t i = 0; i < n; i++) {
-        if ((st = check_seq(ctx, seqs[i]))) return st;
-        for (size_t j = 0; j < i; j++)
-            if (seqs[j] == seqs[i]) return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "sequence %d appears twice", seqs[i]);
-        if (ctx->kv.seq_len[seqs[i]] >= ctx->params.n_ctx)
-            return ctx_fail(ctx, LLMM_ERR_CONTEXT_FULL, "sequence %d is full (n_ctx %u)", seqs[i], ctx->params.n_ctx);
-        ctx->pos[i] = (int32_t)ctx->kv.seq_len[seqs[i]];
-    }
+    llmm_status st;
+    if ((st = check_tokens(ctx, tokens, n)) || (st = check_decode_rows(ctx, seqs, n))) return st;
+    const double t0 = time_now_ms();
     ctx->logits_rows = 0;
+    if ((st = reserve_rows(ctx, seqs, n))) return st;
     st = forward_step(ctx, tokens, seqs, ctx->pos, n, 0);
     if (!st) st = fetch_logits(ctx, 0, n);
-    if (st) return step_failed(ctx, st);
-    for (size_t i = 0; i < n; i++) ctx->kv.seq_len[seqs[i]]++;
+    if (st) {
+        for (size_t i = 0; i < n; i++) kv_truncate(&ctx->kv, (uint32_t)seqs[i], (uint32_t)ctx->pos[i]);
+        ctx->decode_ms += time_now_ms() - t0;
+        return step_failed(ctx, st);
+    }
+    for (size_t i = 0; i < n; i++) kv_commit(&ctx->kv, (uint32_t)seqs[i], &tokens[i], 1);
     ctx->logits_rows = n;
+    ctx->tokens_decoded += n;
+    ctx->decode_ms += time_now_ms() - t0;
     return LLMM_OK;
 }
 
@@ -250,24 +285,19 @@ LLMM_API llmm_status llmm_logits(llmm_context *ctx, size_t i, const float **out,
     return LLMM_OK;
 }
 
-LLMM_API llmm_status llmm_seq_clear(llmm_context *ctx, llmm_seq_id seq) { return llmm_seq_truncate(ctx, seq, 0); }
-
-LLMM_API llmm_status llmm_seq_truncate(llmm_context *ctx, llmm_seq_id seq, size_t n_keep) {
+LLMM_API llmm_status llmm_context_get_stats(llmm_context *ctx, llmm_context_stats *stats) {
     if (!ctx) return LLMM_ERR_INVALID_ARG;
-    llmm_status st = check_seq(ctx, seq);
-    if (st) return st;
-    if (n_keep > ctx->kv.seq_len[seq])
-        return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "sequence %d holds %u tokens, cannot keep %zu", seq,
-                        ctx->kv.seq_len[seq], n_keep);
-    ctx->kv.seq_len[seq] = (uint32_t)n_keep;
-    return LLMM_OK;
-}
-
-LLMM_API llmm_status llmm_seq_length(llmm_context *ctx, llmm_seq_id seq, size_t *n) {
-    if (!ctx) return LLMM_ERR_INVALID_ARG;
-    if (!n) return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_seq_length: NULL n");
-    llmm_status st = check_seq(ctx, seq);
-    if (st) return st;
-    *n = ctx->kv.seq_len[seq];
+    /* the first version ends with prefix_hits; later fields go after it */
+    const size_t v1_size = offsetof(llmm_context_stats, prefix_hits) + sizeof stats->prefix_hits;
+    if (!stats || stats->size < v1_size)
+        return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_context_get_stats: NULL stats or stats->size too small");
+    llmm_context_stats s = {.size = sizeof s};
+    kv_stats(&ctx->kv, &s);
+    s.tokens_prefilled = ctx->tokens_prefilled;
+    s.tokens_decoded = ctx->tokens_decoded;
+    s.prefill_ms = ctx->prefill_ms;
+    s.decode_ms = ctx->decode_ms;
+    s.prefix_hits = ctx->prefix_hits;
+    struct_export(stats, &s, sizeof s, v1_size);
     return LLMM_OK;
 }

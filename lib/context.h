@@ -1,4 +1,4 @@
-/* A context: one backend instance, the KV store, activation buffers and the last logits. */
+/* A context: one backend instance, the paged KV cache, activation buffers and the last logits. */
 #ifndef LLMM_CONTEXT_H
 #define LLMM_CONTEXT_H
 
@@ -33,11 +33,32 @@ struct llmm_context {
     llmm_attn_row *attn_rows; /* (max_rows) */
     float *logits;          /* (logits_cap rows, n_vocab) */
     size_t logits_rows, logits_cap;
+    /* work done, for llmm_context_get_stats */
+    uint64_t tokens_prefilled, tokens_decoded, prefix_hits;
+    double prefill_ms, decode_ms;
     char last_error[512];
 };
+
+/* Size of llmm_context_params in its first version (0.1): older callers pass this much. */
+#define CTX_PARAMS_V1_SIZE offsetof(llmm_context_params, kv_block_size)
+
+/* What a context with given params needs: the KV configuration and the bytes of each part
+ * (host bytes on the CPU backend). Shared by llmm_context_create and llmm_context_estimate. */
+typedef struct ctx_plan {
+    kv_config kv;
+    llmm_step_shape shape;
+    size_t kv_pool, kv_host, activations, step_host, logits, scratch, fixed;
+} ctx_plan;
+
+/* Check params (filling in defaults such as n_ctx) and plan the context's memory. */
+llmm_status ctx_plan_for(const llmm_model *m, llmm_context_params *p, const llmm_backend_ops *be, ctx_plan *plan,
+                         llmm_diag *d);
+size_t ctx_plan_total(const ctx_plan *plan);
 
 /* Record a failure on ctx and return status. */
 llmm_status ctx_fail(llmm_context *ctx, llmm_status status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* INVALID_ARG (recorded) unless 0 <= seq < n_seq_max. */
+llmm_status ctx_check_seq(llmm_context *ctx, llmm_seq_id seq);
 
 #endif

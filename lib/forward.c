@@ -17,34 +17,68 @@ static int aborted(const llmm_context *ctx) {
     return ctx->params.abort && ctx->params.abort(ctx->params.abort_user) != 0;
 }
 
+/* Rope settings for this context: LongRoPE files carry short and long factor sets, the long
+ * one for contexts beyond the original training length. */
+static llmm_rope_params rope_params(const llmm_context *ctx) {
+    const llmm_hparams *hp = &ctx->model->hp;
+    const llmm_weights *w = ctx->model->weights;
+    const float *factors = w->rope_freqs.data;
+    if (w->rope_factors_long.data || w->rope_factors_short.data) {
+        int use_long = hp->n_ctx_orig && ctx->params.n_ctx > hp->n_ctx_orig;
+        factors = use_long && w->rope_factors_long.data ? w->rope_factors_long.data : w->rope_factors_short.data;
+        if (!factors) factors = w->rope_factors_long.data;
+    }
+    return (llmm_rope_params){hp->n_rot, hp->rope_base, hp->rope_freq_scale, hp->rope_attn_factor, w->arch->rope,
+                              factors};
+}
+
+/* Q, K, V of every row: projections, optional biases and per-head norms, then RoPE. */
+static llmm_status qkv_projections(llmm_context *ctx, const llmm_layer_weights *l, const int32_t *pos, size_t n) {
+    const llmm_backend_ops *be = ctx->be;
+    void *s = ctx->be_state;
+    const llmm_hparams *hp = &ctx->model->hp;
+    const llmm_activations *a = &ctx->act;
+    const size_t q_dim = (size_t)hp->n_head * hp->head_dim, kv_dim = (size_t)hp->n_head_kv * hp->head_dim;
+
+    TRY(be->matmul(s, &l->wq, a->xb, n, a->q)); /* (n, n_head * head_dim) */
+    TRY(be->matmul(s, &l->wk, a->xb, n, a->k)); /* (n, kv_dim) */
+    TRY(be->matmul(s, &l->wv, a->xb, n, a->v)); /* (n, kv_dim) */
+    if (l->bq.data) TRY(be->add_rows(s, a->q, l->bq.data, n, q_dim));
+    if (l->bk.data) TRY(be->add_rows(s, a->k, l->bk.data, n, kv_dim));
+    if (l->bv.data) TRY(be->add_rows(s, a->v, l->bv.data, n, kv_dim));
+    if (l->q_norm.data) TRY(be->rms_norm(s, a->q, l->q_norm.data, a->q, n * hp->n_head, hp->head_dim, hp->norm_eps));
+    if (l->k_norm.data) TRY(be->rms_norm(s, a->k, l->k_norm.data, a->k, n * hp->n_head_kv, hp->head_dim, hp->norm_eps));
+    const llmm_rope_params rp = rope_params(ctx);
+    TRY(be->rope(s, a->q, n, hp->n_head, hp->head_dim, pos, &rp));
+    return be->rope(s, a->k, n, hp->n_head_kv, hp->head_dim, pos, &rp);
+}
+
 /* x += Wo · attention(rope(Wq·norm(x)), rope(Wk·norm(x)), Wv·norm(x)) for every row */
 static llmm_status attention_block(llmm_context *ctx, const llmm_layer_weights *l, uint32_t il,
                                    const llmm_seq_id *seqs, const int32_t *pos, size_t n) {
     const llmm_backend_ops *be = ctx->be;
     void *s = ctx->be_state;
     const llmm_hparams *hp = &ctx->model->hp;
-    const llmm_arch *arch = ctx->model->weights->arch;
     const llmm_activations *a = &ctx->act;
     const size_t kv_dim = (size_t)hp->n_head_kv * hp->head_dim;
 
     TRY(be->rms_norm(s, a->x, l->attn_norm.data, a->xb, n, hp->n_embd, hp->norm_eps));
-    TRY(be->matmul(s, &l->wq, a->xb, n, a->q));       /* (n, n_head * head_dim) */
-    TRY(be->matmul(s, &l->wk, a->xb, n, a->k));       /* (n, kv_dim) */
-    TRY(be->matmul(s, &l->wv, a->xb, n, a->v));       /* (n, kv_dim) */
-    TRY(be->rope(s, a->q, n, hp->n_head, hp->head_dim, hp->n_rot, pos, hp->rope_base, arch->rope));
-    TRY(be->rope(s, a->k, n, hp->n_head_kv, hp->head_dim, hp->n_rot, pos, hp->rope_base, arch->rope));
+    TRY(qkv_projections(ctx, l, pos, n));
     for (size_t r = 0; r < n; r++) {
+        const uint32_t n_kv = (uint32_t)pos[r] + 1, w = l->sliding_window;
         ctx->views[r] = kv_view(&ctx->kv, il, (uint32_t)seqs[r]);
-        ctx->attn_rows[r] = (llmm_attn_row){ctx->views[r], (uint32_t)pos[r] + 1};
+        ctx->attn_rows[r] = (llmm_attn_row){ctx->views[r], n_kv, w && n_kv > w ? n_kv - w : 0};
     }
     TRY(be->kv_write(s, ctx->views, pos, n, a->k, a->v, kv_dim));
     llmm_attn_batch batch = {
         .q = a->q, .out = a->att, .n_rows = n, .rows = ctx->attn_rows,
         .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim,
-        .scale = 1.0f / sqrtf((float)hp->head_dim),
+        .scale = 1.0f / sqrtf((float)hp->head_dim), .softcap = hp->attn_softcap,
     };
     TRY(be->attention(s, &batch));
     TRY(be->matmul(s, &l->wo, a->att, n, a->xb));     /* (n, n_embd) */
+    if (l->post_attn_norm.data)
+        TRY(be->rms_norm(s, a->xb, l->post_attn_norm.data, a->xb, n, hp->n_embd, hp->norm_eps));
     return be->add(s, a->x, a->xb, n * hp->n_embd);
 }
 
@@ -60,6 +94,8 @@ static llmm_status ffn_block(llmm_context *ctx, const llmm_layer_weights *l, siz
     TRY(be->matmul(s, &l->w_up, a->xb, n, a->up));     /* (n, n_ff) */
     TRY(be->glu(s, a->gate, a->up, n * hp->n_ff, ctx->model->weights->arch->act));
     TRY(be->matmul(s, &l->w_down, a->gate, n, a->xb)); /* (n, n_embd) */
+    if (l->post_ffn_norm.data)
+        TRY(be->rms_norm(s, a->xb, l->post_ffn_norm.data, a->xb, n, hp->n_embd, hp->norm_eps));
     return be->add(s, a->x, a->xb, n * hp->n_embd);
 }
 
@@ -73,6 +109,7 @@ llmm_status forward_step(llmm_context *ctx, const llmm_token *tokens, const llmm
 
     if (be->step_begin) TRY(be->step_begin(s));
     TRY(be->embed(s, &w->tok_embd, tokens, n, a->x)); /* (n, n_embd) */
+    if (w->arch->flags & LLMM_ARCH_EMBED_SCALE) TRY(be->scale(s, a->x, n * hp->n_embd, sqrtf((float)hp->n_embd)));
     for (uint32_t il = 0; il < hp->n_layer; il++) {
         if (aborted(ctx)) return LLMM_ERR_ABORTED;
         TRY(attention_block(ctx, &w->layers[il], il, seqs, pos, n));
@@ -83,6 +120,8 @@ llmm_status forward_step(llmm_context *ctx, const llmm_token *tokens, const llmm
         TRY(be->rms_norm(s, a->x + first_logit_row * hp->n_embd, w->output_norm.data, a->xb, m, hp->n_embd,
                          hp->norm_eps));
         TRY(be->matmul(s, &w->output, a->xb, m, a->logits)); /* (m, n_vocab) */
+        if (hp->final_softcap > 0.f)
+            TRY(be->softcap(s, a->logits, m * (size_t)ctx->model->vocab.n_tokens, hp->final_softcap));
     }
     if (be->step_end) TRY(be->step_end(s));
     return LLMM_OK;

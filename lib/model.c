@@ -57,6 +57,33 @@ static llmm_status arch_f32(llmm_model *m, const char *suffix, float *out, llmm_
     return LLMM_OK;
 }
 
+static const char *meta_string_or(const llmm_model *m, const char *key, const char *fallback) {
+    for (uint64_t i = 0; i < m->gguf->n_kv; i++)
+        if (m->meta_strs[i] && strcmp(m->meta_keys[i], key) == 0) return m->meta_strs[i];
+    return fallback;
+}
+
+/* Keys only some architectures or files have. */
+static llmm_status read_optional_hparams(llmm_model *m, llmm_diag *d) {
+    llmm_hparams *hp = &m->hp;
+    float scaling_factor = 0.f;
+    hp->rope_attn_factor = 1.f;
+    llmm_status st;
+    if ((st = arch_f32(m, "attn_logit_softcapping", &hp->attn_softcap, d)) ||
+        (st = arch_f32(m, "final_logit_softcapping", &hp->final_softcap, d)) ||
+        (st = arch_u32(m, "attention.sliding_window", &hp->sliding_window, d)) ||
+        (st = arch_f32(m, "rope.scaling.attn_factor", &hp->rope_attn_factor, d)) ||
+        (st = arch_u32(m, "rope.scaling.original_context_length", &hp->n_ctx_orig, d)) ||
+        (st = arch_f32(m, "rope.scaling.factor", &scaling_factor, d)))
+        return st;
+    hp->rope_freq_scale = 1.f;
+    char key[128];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", m->architecture);
+    const char *type = meta_string_or(m, key, "");
+    if (strcmp(type, "linear") == 0 && scaling_factor > 0.f) hp->rope_freq_scale = 1.f / scaling_factor;
+    return LLMM_OK;
+}
+
 static llmm_status read_hparams(llmm_model *m, llmm_diag *d) {
     llmm_hparams *hp = &m->hp;
     hp->rope_base = 10000.f;
@@ -75,7 +102,8 @@ static llmm_status read_hparams(llmm_model *m, llmm_diag *d) {
     hp->head_dim = hp->n_head ? hp->n_embd / hp->n_head : 0;
     if ((st = arch_u32(m, "attention.key_length", &hp->head_dim, d))) return st;
     hp->n_rot = hp->head_dim;
-    return arch_u32(m, "rope.dimension_count", &hp->n_rot, d);
+    if ((st = arch_u32(m, "rope.dimension_count", &hp->n_rot, d))) return st;
+    return read_optional_hparams(m, d);
 }
 
 /* NUL-terminated copies of keys and string values, so lookups can hand out C strings. */
@@ -96,11 +124,6 @@ static llmm_status copy_metadata(llmm_model *m, llmm_diag *d) {
     return LLMM_OK;
 }
 
-static const char *meta_string_or(const llmm_model *m, const char *key, const char *fallback) {
-    for (uint64_t i = 0; i < m->gguf->n_kv; i++)
-        if (m->meta_strs[i] && strcmp(m->meta_keys[i], key) == 0) return m->meta_strs[i];
-    return fallback;
-}
 
 static llmm_status load_into(llmm_model *m, const char *path, const llmm_model_params *p, llmm_diag *d) {
     llmm_status st = gguf_open_file(path, p->use_mmap, m->alloc, &m->gguf, d);

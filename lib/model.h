@@ -18,7 +18,13 @@ typedef struct llmm_hparams {
     uint32_t head_dim;  /* n_embd / n_head unless the metadata says otherwise */
     uint32_t n_rot;     /* rotated dimensions per head */
     float rope_base;
+    float rope_freq_scale;   /* 1 / rope.scaling.factor for linear scaling, else 1 */
+    float rope_attn_factor;  /* rope.scaling.attn_factor (LongRoPE), else 1 */
+    uint32_t n_ctx_orig;     /* rope.scaling.original_context_length, 0 if absent */
     float norm_eps;
+    float attn_softcap;      /* attn_logit_softcapping, 0 = off */
+    float final_softcap;     /* final_logit_softcapping, 0 = off */
+    uint32_t sliding_window; /* attention.sliding_window, 0 = none */
 } llmm_hparams;
 
 struct llmm_model {

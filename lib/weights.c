@@ -6,26 +6,50 @@
 
 #define MAX_LAYERS 4096
 
-static llmm_status bind(const llmm_model *m, const char *name, int64_t ne0, int64_t ne1, int need_dot,
-                        int optional, llmm_tensor *out, llmm_diag *d) {
-    const gguf_tensor *t = gguf_find_tensor(m->gguf, name);
-    out->data = NULL;
-    if (!t) {
-        if (optional) return LLMM_OK;
-        return diag_fail(d, LLMM_ERR_BAD_FILE, "tensor '%s' is missing", name);
-    }
-    if (t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != 1 || t->ne[3] != 1)
+typedef enum bind_kind {
+    BIND_MATRIX,   /* used by matmul: needs a dot kernel */
+    BIND_VECTOR,   /* norms, biases, rope factors: f32 */
+} bind_kind;
+
+typedef struct bind_spec {
+    const char *name;
+    int64_t ne0, ne1;
+    bind_kind kind;
+    int optional;
+    llmm_tensor *dst;
+} bind_spec;
+
+static llmm_status bind(const llmm_model *m, const bind_spec *s, llmm_diag *d) {
+    const gguf_tensor *t = gguf_find_tensor(m->gguf, s->name);
+    s->dst->data = NULL;
+    if (!t) return s->optional ? LLMM_OK : diag_fail(d, LLMM_ERR_BAD_FILE, "tensor '%s' is missing", s->name);
+    if (t->ne[0] != s->ne0 || t->ne[1] != s->ne1 || t->ne[2] != 1 || t->ne[3] != 1)
         return diag_fail(d, LLMM_ERR_BAD_FILE, "tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]",
-                         name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3],
-                         (long long)ne0, (long long)ne1);
+                         s->name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3],
+                         (long long)s->ne0, (long long)s->ne1);
     const llmm_type_traits *tt = llmm_type_get(t->type);
-    if (!tt->dequant_row || (need_dot && !tt->vec_dot))
+    if (s->kind == BIND_MATRIX && (!tt->dequant_row || !tt->vec_dot))
         return diag_fail(d, LLMM_ERR_UNSUPPORTED, "tensor '%s' has type %s, which this build cannot compute yet",
-                         name, tt->name);
-    if (!need_dot && t->type != LLMM_TYPE_F32)
-        return diag_fail(d, LLMM_ERR_UNSUPPORTED, "norm tensor '%s' has type %s, expected f32", name, tt->name);
-    *out = (llmm_tensor){t->data, t->type, ne0, ne1, llmm_row_bytes(t->type, (uint64_t)ne0)};
+                         s->name, tt->name);
+    if (s->kind == BIND_VECTOR && t->type != LLMM_TYPE_F32)
+        return diag_fail(d, LLMM_ERR_UNSUPPORTED, "tensor '%s' has type %s, expected f32", s->name, tt->name);
+    *s->dst = (llmm_tensor){t->data, t->type, s->ne0, s->ne1, llmm_row_bytes(t->type, (uint64_t)s->ne0)};
     return LLMM_OK;
+}
+
+static llmm_status bind_all(const llmm_model *m, const bind_spec *specs, size_t n, llmm_diag *d) {
+    for (size_t i = 0; i < n; i++) {
+        llmm_status st = bind(m, &specs[i], d);
+        if (st) return st;
+    }
+    return LLMM_OK;
+}
+
+llmm_tensor tensor_rows(const llmm_tensor *t, int64_t first, int64_t n) {
+    llmm_tensor v = *t;
+    v.data = (const uint8_t *)t->data + (size_t)first * t->row_bytes;
+    v.ne1 = n;
+    return v;
 }
 
 static llmm_status check_hparams(const llmm_model *m, llmm_diag *d) {
@@ -39,33 +63,80 @@ static llmm_status check_hparams(const llmm_model *m, llmm_diag *d) {
                          hp->n_head_kv);
     if (hp->n_rot > hp->head_dim || hp->n_rot % 2 != 0)
         return diag_fail(d, LLMM_ERR_BAD_FILE, "rope dimension %u does not fit head size %u", hp->n_rot, hp->head_dim);
-    if (!(hp->norm_eps > 0.f) || !(hp->rope_base > 0.f))
-        return diag_fail(d, LLMM_ERR_BAD_FILE, "norm epsilon and rope base must be positive");
+    if (!(hp->norm_eps > 0.f) || !(hp->rope_base > 0.f) || !(hp->attn_softcap >= 0.f) || !(hp->final_softcap >= 0.f))
+        return diag_fail(d, LLMM_ERR_BAD_FILE, "norm epsilon and rope base must be positive, soft-caps not negative");
     if (m->vocab.n_tokens == 0) return diag_fail(d, LLMM_ERR_BAD_FILE, "the model has no vocabulary");
+    return LLMM_OK;
+}
+
+/* Q, K, V (and gate, up) as views when the file fuses them into one tensor. */
+static llmm_status bind_fused(const llmm_model *m, uint32_t il, llmm_layer_weights *l, llmm_diag *d) {
+    const llmm_hparams *hp = &m->hp;
+    const uint32_t flags = m->weights->arch->flags;
+    const int64_t E = hp->n_embd, Q = (int64_t)hp->n_head * hp->head_dim, KV = (int64_t)hp->n_head_kv * hp->head_dim;
+    const int64_t F = hp->n_ff;
+    char name[GGUF_MAX_NAME];
+    llmm_status st;
+    if (flags & LLMM_ARCH_FUSED_QKV) {
+        llmm_tensor qkv;
+        snprintf(name, sizeof name, "blk.%u.attn_qkv.weight", il);
+        if ((st = bind(m, &(bind_spec){name, E, Q + 2 * KV, BIND_MATRIX, 0, &qkv}, d))) return st;
+        l->wq = tensor_rows(&qkv, 0, Q);
+        l->wk = tensor_rows(&qkv, Q, KV);
+        l->wv = tensor_rows(&qkv, Q + KV, KV);
+    }
+    if (flags & LLMM_ARCH_FUSED_GATE_UP) {
+        llmm_tensor gate_up;
+        snprintf(name, sizeof name, "blk.%u.ffn_up.weight", il);
+        if ((st = bind(m, &(bind_spec){name, E, 2 * F, BIND_MATRIX, 0, &gate_up}, d))) return st;
+        l->w_gate = tensor_rows(&gate_up, 0, F);
+        l->w_up = tensor_rows(&gate_up, F, F);
+    }
     return LLMM_OK;
 }
 
 static llmm_status bind_layer(const llmm_model *m, uint32_t il, llmm_layer_weights *l, llmm_diag *d) {
     const llmm_hparams *hp = &m->hp;
-    int64_t E = hp->n_embd, Q = (int64_t)hp->n_head * hp->head_dim, KV = (int64_t)hp->n_head_kv * hp->head_dim;
-    int64_t F = hp->n_ff;
+    const llmm_arch *a = m->weights->arch;
+    const int64_t E = hp->n_embd, Q = (int64_t)hp->n_head * hp->head_dim, KV = (int64_t)hp->n_head_kv * hp->head_dim;
+    const int64_t F = hp->n_ff, HD = hp->head_dim;
+    const int fused_qkv = (a->flags & LLMM_ARCH_FUSED_QKV) != 0, fused_ffn = (a->flags & LLMM_ARCH_FUSED_GATE_UP) != 0;
+    const int qk_norm = (a->flags & LLMM_ARCH_QK_NORM) != 0, post = (a->flags & LLMM_ARCH_POST_NORMS) != 0;
     struct {
         const char *suffix;
         int64_t ne0, ne1;
-        int need_dot;
+        bind_kind kind;
+        int wanted, optional;
         llmm_tensor *dst;
     } spec[] = {
-        {"attn_norm", E, 1, 0, &l->attn_norm}, {"attn_q", E, Q, 1, &l->wq},     {"attn_k", E, KV, 1, &l->wk},
-        {"attn_v", E, KV, 1, &l->wv},          {"attn_output", Q, E, 1, &l->wo}, {"ffn_norm", E, 1, 0, &l->ffn_norm},
-        {"ffn_gate", E, F, 1, &l->w_gate},     {"ffn_up", E, F, 1, &l->w_up},   {"ffn_down", F, E, 1, &l->w_down},
+        {"attn_norm.weight", E, 1, BIND_VECTOR, 1, 0, &l->attn_norm},
+        {"attn_q.weight", E, Q, BIND_MATRIX, !fused_qkv, 0, &l->wq},
+        {"attn_k.weight", E, KV, BIND_MATRIX, !fused_qkv, 0, &l->wk},
+        {"attn_v.weight", E, KV, BIND_MATRIX, !fused_qkv, 0, &l->wv},
+        {"attn_q.bias", Q, 1, BIND_VECTOR, 1, 1, &l->bq},
+        {"attn_k.bias", KV, 1, BIND_VECTOR, 1, 1, &l->bk},
+        {"attn_v.bias", KV, 1, BIND_VECTOR, 1, 1, &l->bv},
+        {"attn_q_norm.weight", HD, 1, BIND_VECTOR, qk_norm, 0, &l->q_norm},
+        {"attn_k_norm.weight", HD, 1, BIND_VECTOR, qk_norm, 0, &l->k_norm},
+        {"attn_output.weight", Q, E, BIND_MATRIX, 1, 0, &l->wo},
+        {a->post_attn_norm, E, 1, BIND_VECTOR, post, 0, &l->post_attn_norm},
+        {"ffn_norm.weight", E, 1, BIND_VECTOR, 1, 0, &l->ffn_norm},
+        {"ffn_gate.weight", E, F, BIND_MATRIX, !fused_ffn, 0, &l->w_gate},
+        {"ffn_up.weight", E, F, BIND_MATRIX, !fused_ffn, 0, &l->w_up},
+        {"ffn_down.weight", F, E, BIND_MATRIX, 1, 0, &l->w_down},
+        {a->post_ffn_norm, E, 1, BIND_VECTOR, post, 0, &l->post_ffn_norm},
     };
     for (size_t i = 0; i < sizeof spec / sizeof *spec; i++) {
+        if (!spec[i].wanted) continue;
         char name[GGUF_MAX_NAME];
-        snprintf(name, sizeof name, "blk.%u.%s.weight", il, spec[i].suffix);
-        llmm_status st = bind(m, name, spec[i].ne0, spec[i].ne1, spec[i].need_dot, 0, spec[i].dst, d);
+        snprintf(name, sizeof name, "blk.%u.%s", il, spec[i].suffix);
+        bind_spec s = {name, spec[i].ne0, spec[i].ne1, spec[i].kind, spec[i].optional, spec[i].dst};
+        llmm_status st = bind(m, &s, d);
         if (st) return st;
     }
-    return LLMM_OK;
+    const uint32_t period = a->swa_layer_period;
+    if (hp->sliding_window && (period == 0 || il % period == 0)) l->sliding_window = hp->sliding_window;
+    return bind_fused(m, il, l, d);
 }
 
 llmm_status weights_bind(llmm_model *m, llmm_diag *d) {
@@ -81,11 +152,16 @@ llmm_status weights_bind(llmm_model *m, llmm_diag *d) {
     w->arch = arch;
     w->layers = mem_calloc(m->alloc, m->hp.n_layer, sizeof *w->layers);
     if (!w->layers) return diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory");
-    int64_t E = m->hp.n_embd, V = m->vocab.n_tokens;
-    if ((st = bind(m, "token_embd.weight", E, V, 1, 0, &w->tok_embd, d)) ||
-        (st = bind(m, "output_norm.weight", E, 1, 0, 0, &w->output_norm, d)) ||
-        (st = bind(m, "output.weight", E, V, 1, 1, &w->output, d)))
-        return st;
+    const int64_t E = m->hp.n_embd, V = m->vocab.n_tokens, R = m->hp.n_rot / 2;
+    const bind_spec globals[] = {
+        {"token_embd.weight", E, V, BIND_MATRIX, 0, &w->tok_embd},
+        {"output_norm.weight", E, 1, BIND_VECTOR, 0, &w->output_norm},
+        {"output.weight", E, V, BIND_MATRIX, 1, &w->output},
+        {"rope_freqs.weight", R, 1, BIND_VECTOR, 1, &w->rope_freqs},
+        {"rope_factors_short.weight", R, 1, BIND_VECTOR, 1, &w->rope_factors_short},
+        {"rope_factors_long.weight", R, 1, BIND_VECTOR, 1, &w->rope_factors_long},
+    };
+    if ((st = bind_all(m, globals, sizeof globals / sizeof *globals, d))) return st;
     if (!w->output.data) w->output = w->tok_embd; /* tied embeddings */
     for (uint32_t il = 0; il < m->hp.n_layer; il++)
         if ((st = bind_layer(m, il, &w->layers[il], d))) return st;

@@ -21,6 +21,7 @@ static void plain_free(void *user, void *ptr) {
 
 static void *count_alloc(void *user, size_t size) {
     ((counting_alloc *)user)->allocs++;
+    ((counting_alloc *)user)->bytes += size;
     return aligned(size);
 }
 

@@ -12,6 +12,7 @@ typedef struct failing_alloc {
 
 typedef struct counting_alloc {
     size_t allocs, frees;
+    size_t bytes; /* total requested by alloc (never decreases) */
 } counting_alloc;
 
 /* An llmm_allocator over f or c (user points at it). */

@@ -3,6 +3,7 @@
 #define LLMM_TEST_SHARED_DATA_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* Path of rel inside the shared data folder, in a static-free caller buffer. */
 const char *shared_path(char *buf, size_t size, const char *rel);
@@ -17,6 +18,20 @@ typedef struct vocab_cases {
     char **expected; /* one line of space-separated ids per case */
     char *inp_buf, *out_buf;
 } vocab_cases;
+
+/* The reference engine's output for one case (golden/README.md): NAME.ids, NAME.logits and,
+ * from NAME.json, the continuation when .ids lacks it and reliable_steps when present. */
+#define GOLDEN_MAX_IDS 256
+typedef struct golden_run {
+    int32_t prompt[GOLDEN_MAX_IDS], generated[GOLDEN_MAX_IDS];
+    size_t n_prompt, n_generated;
+    float *logits;
+    size_t n_logits;
+    long reliable_steps; /* -1 when the file does not say */
+} golden_run;
+
+int golden_load(const char *dir_rel, const char *name, golden_run *g);
+void golden_free(golden_run *g);
 
 int vocab_cases_load(const char *inp_path, const char *out_path, vocab_cases *vc);
 void vocab_cases_free(vocab_cases *vc);

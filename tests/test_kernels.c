@@ -35,6 +35,7 @@
 
 #include "backend.h"
 #include "cpu_backend.h"
+#include "kv_rows.h"
 #include "quant.h"
 
 #define U_F32 (1.0 / 16777216.0) /* 2^-24 */
@@ -1084,8 +1085,8 @@ static void check_rope(llmm_rope_kind kind, uint64_t seed) {
                 const size_t n = (size_t)N_ROWS * N_HEADS * hd;
                 float *x = rand_floats(n, -2.0f, 2.0f), *y = xmalloc(n * sizeof *y);
                 memcpy(y, x, n * sizeof *y);
-                assert_int_equal(llmm_cpu_backend.rope(st, y, N_ROWS, N_HEADS, hd, n_rot, pos, bases[bi], kind),
-                                 LLMM_OK);
+                const llmm_rope_params rp = {(uint32_t)n_rot, bases[bi], 1.0f, 1.0f, kind, NULL};
+                assert_int_equal(llmm_cpu_backend.rope(st, y, N_ROWS, N_HEADS, hd, pos, &rp), LLMM_OK);
                 for (size_t r = 0; r < N_ROWS; r++) {
                     for (size_t h = 0; h < N_HEADS; h++) {
                         const float *xv = x + (r * N_HEADS + h) * hd;
@@ -1131,6 +1132,25 @@ static void test_rope_neox(void **state) {
 
 /* ================================================================== 5. kv_write, attention */
 
+/* One block holding every position (block table {0}, block_size 1024): the contiguous layout
+ * of F32 rows stride floats apart. */
+static const uint32_t k_one_block[1] = {0};
+static llmm_kv_view flat_view(void *k, void *v, size_t stride) {
+    return (llmm_kv_view){k, v, k_one_block, 1024, 10, 0, stride * sizeof(float), LLMM_KV_F32};
+}
+
+/* Value i of position p's row in a view, decoded here from the layout documented in
+ * backend.h (not through the kernels' kv_rows.h). */
+static double view_value(const llmm_kv_view *view, const void *base, uint32_t p, size_t i) {
+    const uint8_t *row = (const uint8_t *)base + (size_t)view->blocks[p / view->block_size] * view->block_stride +
+                         (size_t)(p % view->block_size) * view->row_bytes;
+    if (view->type == LLMM_KV_F32) return ((const float *)row)[i];
+    if (view->type == LLMM_KV_F16) return ref_half(((const uint16_t *)row)[i]);
+    float scale;
+    memcpy(&scale, row, sizeof scale);
+    return (double)scale * ((const int8_t *)(row + 4))[i];
+}
+
 static void test_kv_write(void **state) {
     (void)state;
     rng_seed(701);
@@ -1142,7 +1162,7 @@ static void test_kv_write(void **state) {
         float *kb = xmalloc(CAP * STRIDE_B * sizeof(float)), *vb = xmalloc(CAP * STRIDE_B * sizeof(float));
         for (size_t i = 0; i < CAP * STRIDE_A; i++) ka[i] = va[i] = sentinel;
         for (size_t i = 0; i < CAP * STRIDE_B; i++) kb[i] = vb[i] = sentinel;
-        const llmm_kv_view a = {ka, va, STRIDE_A, LLMM_TYPE_F32}, b = {kb, vb, STRIDE_B, LLMM_TYPE_F32};
+        const llmm_kv_view a = flat_view(ka, va, STRIDE_A), b = flat_view(kb, vb, STRIDE_B);
         const llmm_kv_view views[N_ROWS] = {a, b, a, b, a};
         const int32_t pos[N_ROWS] = {3, 0, 9, 9, 0};
         float *k = rand_floats(N_ROWS * KV_DIM, -2.0f, 2.0f), *v = rand_floats(N_ROWS * KV_DIM, -2.0f, 2.0f);
@@ -1163,7 +1183,8 @@ static void test_kv_write(void **state) {
                 }
             }
         }
-        const llmm_kv_view bad = {ka, va, STRIDE_A, LLMM_TYPE_F16};
+        llmm_kv_view bad = flat_view(ka, va, STRIDE_A);
+        bad.type = 7;
         assert_int_equal(llmm_cpu_backend.kv_write(st, &bad, pos, 1, k, v, KV_DIM), LLMM_ERR_UNSUPPORTED);
         free(ka);
         free(va);
@@ -1172,6 +1193,138 @@ static void test_kv_write(void **state) {
         free(k);
         free(v);
         llmm_cpu_backend.shutdown(st);
+    }
+}
+
+/* A paged pool of n_blocks blocks (layout of kvcache.h: per block K rows, then V rows, one
+ * layer) and a shuffled block table, so neighbouring positions live in distant blocks. */
+typedef struct paged_pool {
+    uint8_t *mem;
+    uint32_t *table;
+    llmm_kv_view view;
+} paged_pool;
+
+static paged_pool paged_pool_make(uint32_t type, size_t kv_dim, uint32_t block_size, uint32_t n_blocks) {
+    paged_pool pp;
+    const size_t row_bytes = kv_row_bytes(type, kv_dim), block_bytes = 2 * block_size * row_bytes;
+    pp.mem = xmalloc(block_bytes * n_blocks);
+    memset(pp.mem, 0x7f, block_bytes * n_blocks); /* unwritten F32/F16 rows read as NaN/huge */
+    pp.table = xmalloc(n_blocks * sizeof *pp.table);
+    for (uint32_t i = 0; i < n_blocks; i++) pp.table[i] = i;
+    for (uint32_t i = n_blocks - 1; i > 0; i--) {
+        uint32_t j = rng_u32() % (i + 1), t = pp.table[i];
+        pp.table[i] = pp.table[j];
+        pp.table[j] = t;
+    }
+    uint32_t shift = 0;
+    while ((1u << shift) < block_size) shift++;
+    pp.view = (llmm_kv_view){pp.mem, pp.mem + block_size * row_bytes, pp.table, block_size, shift, block_bytes,
+                             row_bytes, type};
+    return pp;
+}
+
+static void paged_pool_free(paged_pool *pp) {
+    free(pp->mem);
+    free(pp->table);
+}
+
+/* kv_write into a paged view of each KV type, positions in random order; every row must
+ * land in its block and slot, encoded as documented: F32 exact, F16 the nearest half (the
+ * reference conversion above), Q8 with scale = max|x| / 127 (so some |q| is 127) and
+ * |scale * q - x| <= scale / 2 (round to nearest). */
+static void test_kv_write_paged(void **state) {
+    (void)state;
+    rng_seed(703);
+    enum { KV_DIM = 22, BS = 4, N_BLOCKS = 6, N_POS = BS * N_BLOCKS };
+    const uint32_t types[] = {LLMM_KV_F32, LLMM_KV_F16, LLMM_KV_Q8};
+    void *st = cpu_start(1);
+    for (size_t ti = 0; ti < ARRAY_LEN(types); ti++) {
+        paged_pool pp = paged_pool_make(types[ti], KV_DIM, BS, N_BLOCKS);
+        float *k = rand_floats(N_POS * KV_DIM, -3.0f, 3.0f), *v = rand_floats(N_POS * KV_DIM, -3.0f, 3.0f);
+        int32_t pos[N_POS];
+        llmm_kv_view views[N_POS];
+        for (int i = 0; i < N_POS; i++) pos[i] = (int32_t)((i * 7) % N_POS), views[i] = pp.view;
+        assert_int_equal(llmm_cpu_backend.kv_write(st, views, pos, N_POS, k, v, KV_DIM), LLMM_OK);
+        for (int i = 0; i < N_POS; i++) {
+            for (int which = 0; which < 2; which++) {
+                const float *x = (which ? v : k) + (size_t)i * KV_DIM;
+                const void *base = which ? pp.view.v : pp.view.k;
+                double amax = 0, qmax = 0;
+                for (size_t e = 0; e < KV_DIM; e++) amax = fmax(amax, fabs(x[e]));
+                for (size_t e = 0; e < KV_DIM; e++) {
+                    const double got = view_value(&pp.view, base, (uint32_t)pos[i], e);
+                    if (types[ti] == LLMM_KV_F32) assert_true(got == x[e]);
+                    else if (types[ti] == LLMM_KV_F16) assert_true(got == ref_half(ref_f32_to_f16(x[e])));
+                    else {
+                        const double scale = (float)(amax / 127.0);
+                        CHECK_CLOSE(got, x[e], scale * (0.5 + 1e-5), "q8 pos %d elem %zu", pos[i], e);
+                        qmax = fmax(qmax, fabs(got) / scale);
+                    }
+                }
+                if (types[ti] == LLMM_KV_Q8) assert_true(fabs(qmax - 127.0) < 1e-3);
+            }
+        }
+        free(k);
+        free(v);
+        paged_pool_free(&pp);
+    }
+    llmm_cpu_backend.shutdown(st);
+}
+
+/* The attention's inline half conversion agrees with the reference on all 65536 patterns
+ * (NaN stays NaN, with its sign). */
+static void test_kv_half_to_float_all_patterns(void **state) {
+    (void)state;
+    for (uint32_t h = 0; h < 65536; h++) {
+        const float got = kv_half_to_float((uint16_t)h);
+        const double want = ref_half((uint16_t)h);
+        if (half_is_nan((uint16_t)h)) assert_true(isnan(got) && !!signbit(got) == !!(h & 0x8000));
+        else if (!((double)got == want && !!signbit(got) == !!(h & 0x8000)))
+            fail_msg("half 0x%04x: %.9g want %.9g", h, (double)got, want);
+    }
+}
+
+static void check_attention(const llmm_attn_batch *b, int n_threads);
+
+/* Attention through a shuffled block table, for each KV type: rows see 1..37 positions of
+ * one sequence (block size 4, so rows end inside and at the edges of blocks). The reference
+ * reads the stored (rounded) values; the kernels must agree with it within check_attention's
+ * bound and be bitwise identical across thread counts. */
+static void test_attention_paged(void **state) {
+    (void)state;
+    rng_seed(803);
+    enum { NH = 6, NHKV = 3, HD = 16, KVD = NHKV * HD, BS = 4, N_BLOCKS = 10, N_POS = 37, N_ROWS = 9, QD = NH * HD };
+    const uint32_t types[] = {LLMM_KV_F32, LLMM_KV_F16, LLMM_KV_Q8};
+    for (size_t ti = 0; ti < ARRAY_LEN(types); ti++) {
+        paged_pool pp = paged_pool_make(types[ti], KVD, BS, N_BLOCKS);
+        float *k = rand_floats(N_POS * KVD, -2.0f, 2.0f), *v = rand_floats(N_POS * KVD, -2.0f, 2.0f);
+        int32_t pos[N_POS];
+        llmm_kv_view views[N_POS];
+        for (int i = 0; i < N_POS; i++) pos[i] = i, views[i] = pp.view;
+        void *st0 = cpu_start(1);
+        assert_int_equal(llmm_cpu_backend.kv_write(st0, views, pos, N_POS, k, v, KVD), LLMM_OK);
+        llmm_cpu_backend.shutdown(st0);
+        const uint32_t n_kv[N_ROWS] = {1, 3, 4, 5, 8, 16, 17, 33, 37};
+        llmm_attn_row rows[N_ROWS];
+        for (int r = 0; r < N_ROWS; r++) rows[r] = (llmm_attn_row){pp.view, n_kv[r], 0};
+        float *q = rand_floats(N_ROWS * QD, -2.0f, 2.0f);
+        float *out = xmalloc(N_ROWS * QD * sizeof *out), *first = xmalloc(N_ROWS * QD * sizeof *first);
+        llmm_attn_batch batch = {q, out, N_ROWS, rows, NH, NHKV, HD, 1.0f / sqrtf((float)HD), 0.0f};
+        for (size_t th = 0; th < ARRAY_LEN(k_threads); th++) {
+            void *st = cpu_start(k_threads[th]);
+            fill_nan(out, N_ROWS * QD);
+            assert_int_equal(llmm_cpu_backend.attention(st, &batch), LLMM_OK);
+            check_attention(&batch, k_threads[th]);
+            if (th == 0) memcpy(first, out, N_ROWS * QD * sizeof *out);
+            else assert_memory_equal(first, out, N_ROWS * QD * sizeof *out);
+            llmm_cpu_backend.shutdown(st);
+        }
+        free(k);
+        free(v);
+        free(q);
+        free(out);
+        free(first);
+        paged_pool_free(&pp);
     }
 }
 
@@ -1184,9 +1337,9 @@ static void test_kv_write(void **state) {
 static void check_attention(const llmm_attn_batch *b, int n_threads) {
     const size_t hd = b->head_dim, qd = (size_t)b->n_head * hd;
     for (size_t r = 0; r < b->n_rows; r++) {
-        const float *kk = b->rows[r].kv.k, *vv = b->rows[r].kv.v;
-        const size_t stride = b->rows[r].kv.row_stride;
+        const llmm_kv_view *kv = &b->rows[r].kv;
         const uint32_t n_kv = b->rows[r].n_kv;
+        const double q8 = kv->type == LLMM_KV_Q8; /* the kernel's float scale * q rounds once */
         double *s = xmalloc(n_kv * sizeof *s);
         for (uint32_t h = 0; h < b->n_head; h++) {
             const size_t kvh = h / (b->n_head / b->n_head_kv);
@@ -1195,22 +1348,23 @@ static void check_attention(const llmm_attn_batch *b, int n_threads) {
             for (uint32_t p = 0; p < n_kv; p++) {
                 double dot = 0, abs_dot = 0;
                 for (size_t d = 0; d < hd; d++) {
-                    const double t = (double)qv[d] * kk[p * stride + kvh * hd + d];
+                    const double t = (double)qv[d] * view_value(kv, kv->k, p, kvh * hd + d);
                     dot += t;
                     abs_dot += fabs(t);
                 }
                 s[p] = dot * b->scale;
                 smax = fmax(smax, s[p]);
-                ds = fmax(ds, b->scale * ((double)(hd / 8) + 10) * U_F32 * abs_dot + U_F32 * fabs(s[p]));
+                ds = fmax(ds, b->scale * ((double)(hd / 8) + 10 + q8) * U_F32 * abs_dot + U_F32 * fabs(s[p]));
             }
             for (uint32_t p = 0; p < n_kv; p++) sum += (s[p] = exp(s[p] - smax));
             for (size_t d = 0; d < hd; d++) {
                 double ref = 0, mag = 0;
                 for (uint32_t p = 0; p < n_kv; p++) {
-                    ref += s[p] / sum * vv[p * stride + kvh * hd + d];
-                    mag += s[p] / sum * fabs(vv[p * stride + kvh * hd + d]);
+                    const double vpd = view_value(kv, kv->v, p, kvh * hd + d);
+                    ref += s[p] / sum * vpd;
+                    mag += s[p] / sum * fabs(vpd);
                 }
-                CHECK_CLOSE(b->out[r * qd + h * hd + d], ref, mag * (2 * ds + (n_kv + 6.0) * U_F32),
+                CHECK_CLOSE(b->out[r * qd + h * hd + d], ref, mag * (2 * ds + (n_kv + 6.0 + q8) * U_F32),
                             "attention row %zu (n_kv %u) head %u dim %zu threads=%d", r, n_kv, h, d, n_threads);
             }
         }
@@ -1233,12 +1387,12 @@ static void test_attention_gqa(void **state) {
     for (size_t p = 0; p < CAP_B; p++)
         for (size_t i = 0; i < STRIDE_B; i++)
             if (i >= KVD || p >= 5) kb[p * STRIDE_B + i] = vb[p * STRIDE_B + i] = NAN;
-    const llmm_kv_view a = {ka, va, STRIDE_A, LLMM_TYPE_F32}, b = {kb, vb, STRIDE_B, LLMM_TYPE_F32};
+    const llmm_kv_view a = flat_view(ka, va, STRIDE_A), b = flat_view(kb, vb, STRIDE_B);
     llmm_attn_row rows[N_ROWS];
-    for (int r = 0; r < N_ROWS; r++) rows[r] = (llmm_attn_row){r < 9 ? a : b, n_kv[r]};
+    for (int r = 0; r < N_ROWS; r++) rows[r] = (llmm_attn_row){r < 9 ? a : b, n_kv[r], 0};
     float *q = rand_floats(N_ROWS * QD, -2.0f, 2.0f);
     float *out = xmalloc(N_ROWS * QD * sizeof *out), *first = xmalloc(N_ROWS * QD * sizeof *first);
-    llmm_attn_batch batch = {q, out, N_ROWS, rows, NH, NHKV, HD, 1.0f / sqrtf((float)HD)};
+    llmm_attn_batch batch = {q, out, N_ROWS, rows, NH, NHKV, HD, 1.0f / sqrtf((float)HD), 0.0f};
     for (size_t ti = 0; ti < ARRAY_LEN(k_threads); ti++) {
         void *st = cpu_start(k_threads[ti]);
         fill_nan(out, N_ROWS * QD);
@@ -1251,12 +1405,12 @@ static void test_attention_gqa(void **state) {
         for (int h = 0; h < NH; h++)
             for (int d = 0; d < HD; d++) assert_true(out[h * HD + d] == va[(h / 2) * HD + d]);
 
-        /* unsupported: an F16 view, an empty row */
-        llmm_attn_row bad_rows[1] = {{a, 0}};
-        llmm_attn_batch bad = {q, out, 1, bad_rows, NH, NHKV, HD, batch.scale};
+        /* unsupported: an unknown KV type, an empty row */
+        llmm_attn_row bad_rows[1] = {{a, 0, 0}};
+        llmm_attn_batch bad = {q, out, 1, bad_rows, NH, NHKV, HD, batch.scale, 0.0f};
         assert_int_equal(llmm_cpu_backend.attention(st, &bad), LLMM_ERR_UNSUPPORTED);
         bad_rows[0].n_kv = 1;
-        bad_rows[0].kv.type = LLMM_TYPE_F16;
+        bad_rows[0].kv.type = 7;
         assert_int_equal(llmm_cpu_backend.attention(st, &bad), LLMM_ERR_UNSUPPORTED);
         llmm_cpu_backend.shutdown(st);
     }
@@ -1278,12 +1432,12 @@ static void test_attention_long(void **state) {
     rng_seed(802);
     enum { NH = 8, NHKV = 2, HD = 24, KVD = NHKV * HD, STRIDE = KVD + 3, CAP = 500, N_ROWS = 29, QD = NH * HD };
     float *k = rand_floats(CAP * STRIDE, -2.0f, 2.0f), *v = rand_floats(CAP * STRIDE, -2.0f, 2.0f);
-    const llmm_kv_view view = {k, v, STRIDE, LLMM_TYPE_F32};
+    const llmm_kv_view view = flat_view(k, v, STRIDE);
     llmm_attn_row rows[N_ROWS];
-    for (int r = 0; r < N_ROWS; r++) rows[r] = (llmm_attn_row){view, (uint32_t)(301 + 7 * r)};
+    for (int r = 0; r < N_ROWS; r++) rows[r] = (llmm_attn_row){view, (uint32_t)(301 + 7 * r), 0};
     float *q = rand_floats(N_ROWS * QD, -2.0f, 2.0f);
     float *out = xmalloc(N_ROWS * QD * sizeof *out), *first = xmalloc(N_ROWS * QD * sizeof *first);
-    const llmm_attn_batch batch = {q, out, N_ROWS, rows, NH, NHKV, HD, 1.0f / sqrtf((float)HD)};
+    const llmm_attn_batch batch = {q, out, N_ROWS, rows, NH, NHKV, HD, 1.0f / sqrtf((float)HD), 0.0f};
     for (size_t ti = 0; ti < ARRAY_LEN(k_threads); ti++) {
         void *st = cpu_start(k_threads[ti]);
         for (int rep = 0; rep < 8; rep++) {
@@ -1417,6 +1571,9 @@ int main(void) {
         cmocka_unit_test(test_kv_write),
         cmocka_unit_test(test_attention_gqa),
         cmocka_unit_test(test_attention_long),
+        cmocka_unit_test(test_kv_half_to_float_all_patterns),
+        cmocka_unit_test(test_kv_write_paged),
+        cmocka_unit_test(test_attention_paged),
         cmocka_unit_test(test_embed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,216 @@
+/* Every architecture row against the reference engine's tiny synthetic models
+ * (golden/arch), plus the ops those rows added to the backend table. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "llmmini.h"
+#include "shared_data.h"
+
+typedef struct arch_case {
+    const char *arch;
+    double logit_tolerance; /* golden/README.md: 1e-3, gemma2 1e-2 (the reference's f16 GELU table) */
+} arch_case;
+
+static const arch_case arch_cases[] = {
+    {"llama", 1e-3}, {"qwen2", 1e-3}, {"qwen3", 1e-3}, {"phi3", 1e-3}, {"gemma2", 1e-2},
+};
+
+static const struct {
+    const char *name, *text;
+} prompts[] = {{"once", "Once upon a time"}, {"dog", "The little dog"}};
+
+static void check_arch_prompt(const arch_case *ac, const char *prompt_name, const char *prompt) {
+    char name[64], rel[256], path[1024];
+    snprintf(name, sizeof name, "tiny-%s.%s", ac->arch, prompt_name);
+    golden_run g;
+    assert_int_equal(golden_load("golden/arch", name, &g), 0);
+    assert_true(g.reliable_steps >= 0);
+    snprintf(rel, sizeof rel, "golden/arch/tiny-%s.gguf", ac->arch);
+    llmm_model *m = NULL;
+    assert_int_equal(llmm_model_load(shared_path(path, sizeof path, rel), NULL, &m), LLMM_OK);
+    llmm_model_info info = {.size = sizeof info};
+    assert_int_equal(llmm_model_get_info(m, &info), LLMM_OK);
+    assert_string_equal(info.architecture, ac->arch);
+    llmm_context_params cp;
+    llmm_context_params_default(&cp, sizeof cp);
+    cp.n_ctx = 128;
+    cp.kv_type = LLMM_KV_F32; /* as the golden outputs were made */
+    llmm_context *c = NULL;
+    assert_int_equal(llmm_context_create(m, &cp, &c), LLMM_OK);
+
+    llmm_token ids[GOLDEN_MAX_IDS];
+    size_t n;
+    assert_int_equal(llmm_tokenize(m, prompt, strlen(prompt), LLMM_TOKENIZE_ADD_SPECIAL, ids, GOLDEN_MAX_IDS, &n),
+                     LLMM_OK);
+    assert_int_equal(n, g.n_prompt);
+    assert_memory_equal(ids, g.prompt, n * sizeof *ids);
+    assert_int_equal(llmm_prefill(c, 0, ids, n, 0), LLMM_OK);
+    const float *logits;
+    size_t n_vocab;
+    assert_int_equal(llmm_logits(c, 0, &logits, &n_vocab), LLMM_OK);
+    assert_int_equal(n_vocab, g.n_logits);
+    double max_diff = 0;
+    for (size_t i = 0; i < n_vocab; i++) max_diff = fmax(max_diff, fabs((double)logits[i] - g.logits[i]));
+
+    llmm_sampler_params sp;
+    llmm_sampler_params_default(&sp, sizeof sp);
+    sp.temperature = 0;
+    llmm_generate_params gp;
+    llmm_generate_params_default(&gp, sizeof gp);
+    gp.sampling = &sp;
+    gp.max_tokens = (int32_t)g.n_generated;
+    llmm_token out[GOLDEN_MAX_IDS];
+    gp.out_tokens = out;
+    gp.out_capacity = GOLDEN_MAX_IDS;
+    llmm_generate_stats st = {.size = sizeof st};
+    assert_int_equal(llmm_generate(c, prompt, &gp, &st), LLMM_OK);
+    size_t agree = 0;
+    while (agree < st.n_generated && agree < g.n_generated && out[agree] == g.generated[agree]) agree++;
+    print_message("%-18s max |logit diff| %.2e (tolerance %.0e), greedy agreement %zu/%zu (reliable %ld)\n", name,
+                  max_diff, ac->logit_tolerance, agree, g.n_generated, g.reliable_steps);
+    assert_true(max_diff < ac->logit_tolerance);
+    assert_true(agree >= (size_t)g.reliable_steps);
+    golden_free(&g);
+    llmm_context_free(c);
+    llmm_model_free(m);
+}
+
+static void test_architectures_match_reference(void **state) {
+    (void)state;
+    for (size_t a = 0; a < sizeof arch_cases / sizeof *arch_cases; a++)
+        for (size_t p = 0; p < sizeof prompts / sizeof *prompts; p++)
+            check_arch_prompt(&arch_cases[a], prompts[p].name, prompts[p].text);
+}
+
+/* A file of an architecture without a row fails at load and names it. */
+static void test_unknown_architecture_rejected(void **state) {
+    (void)state;
+    char path[1024];
+    size_t len;
+    char *bytes = read_whole_file(shared_path(path, sizeof path, "golden/arch/tiny-llama.gguf"), &len);
+    assert_non_null(bytes);
+    const char key[] = "general.architecture";
+    char *at = NULL;
+    for (size_t i = 0; !at && i + sizeof key <= len; i++)
+        if (memcmp(bytes + i, key, sizeof key - 1) == 0) at = bytes + i;
+    assert_non_null(at);
+    char *value = at + sizeof key - 1 + 4 + 8; /* type, then the string's length */
+    assert_memory_equal(value, "llama", 5);
+    memcpy(value, "mamba", 5);
+    char tmp[] = "/tmp/llmm-arch-XXXXXX";
+    int fd = mkstemp(tmp);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, bytes, len), (ssize_t)len);
+    close(fd);
+    char err[256] = "";
+    llmm_model_params p;
+    llmm_model_params_default(&p, sizeof p);
+    p.error_buf = err;
+    p.error_buf_size = sizeof err;
+    llmm_model *m = NULL;
+    assert_int_equal(llmm_model_load(tmp, &p, &m), LLMM_ERR_UNSUPPORTED);
+    assert_null(m);
+    assert_non_null(strstr(err, "'mamba'"));
+    p.vocab_only = 1; /* the tokenizer alone still loads */
+    assert_int_equal(llmm_model_load(tmp, &p, &m), LLMM_OK);
+    llmm_model_free(m);
+    unlink(tmp);
+    free(bytes);
+}
+
+static void *start_cpu(void) {
+    llmm_backend_config cfg = {1, NULL, NULL};
+    void *st = NULL;
+    assert_int_equal(llmm_cpu_backend.init(&cfg, &st), LLMM_OK);
+    return st;
+}
+
+static void test_rowwise_ops(void **state) {
+    (void)state;
+    void *st = start_cpu();
+    float x[6] = {1, -2, 3, -4, 50, -70};
+    const float bias[3] = {0.5f, 1.5f, -2.5f};
+    assert_int_equal(llmm_cpu_backend.add_rows(st, x, bias, 2, 3), LLMM_OK);
+    const float want_bias[6] = {1.5f, -0.5f, 0.5f, -3.5f, 51.5f, -72.5f};
+    assert_memory_equal(x, want_bias, sizeof x);
+    assert_int_equal(llmm_cpu_backend.scale(st, x, 6, 2.0f), LLMM_OK);
+    assert_true(x[4] == 103.0f);
+    assert_int_equal(llmm_cpu_backend.softcap(st, x, 6, 30.0f), LLMM_OK);
+    for (int i = 0; i < 6; i++) assert_true(fabsf(x[i]) < 30.0f);
+    assert_true(fabs(x[0] - 30.0 * tanh(3.0 / 30.0)) < 1e-5);
+    llmm_cpu_backend.shutdown(st);
+}
+
+/* Frequency factors divide the angle, freq_scale multiplies it, mscale scales cos and sin. */
+static void test_rope_scaling(void **state) {
+    (void)state;
+    void *st = start_cpu();
+    const float factors[2] = {2.0f, 4.0f};
+    float x[4] = {1, 0, 1, 0};
+    const int32_t pos[1] = {3};
+    const llmm_rope_params rp = {4, 10000.f, 0.5f, 1.25f, LLMM_ROPE_ADJACENT, factors};
+    assert_int_equal(llmm_cpu_backend.rope(st, x, 1, 1, 4, pos, &rp), LLMM_OK);
+    for (int i = 0; i < 2; i++) {
+        double theta = 3.0 * pow(10000.0, -2.0 * i / 4.0) / factors[i] * 0.5;
+        assert_true(fabs(x[2 * i] - 1.25 * cos(theta)) < 1e-6);
+        assert_true(fabs(x[2 * i + 1] - 1.25 * sin(theta)) < 1e-6);
+    }
+    llmm_cpu_backend.shutdown(st);
+}
+
+/* A sliding window hides old positions; soft-capping bounds the scores. */
+static void test_attention_window_and_softcap(void **state) {
+    (void)state;
+    void *st = start_cpu();
+    enum { HD = 4, N_KV = 6 };
+    float k[N_KV * HD], v[N_KV * HD], q[HD] = {1, 2, -1, 0.5f}, out[HD];
+    for (int i = 0; i < N_KV * HD; i++) {
+        k[i] = (float)((i * 7) % 11) - 5.0f;
+        v[i] = (float)((i * 5) % 13) - 6.0f;
+    }
+    for (int cap = 0; cap < 2; cap++) {
+        const float softcap = cap ? 3.0f : 0.0f;
+        static const uint32_t one_block[1] = {0}; /* all positions in block 0 */
+        const llmm_kv_view view = {k, v, one_block, 8, 3, 0, HD * sizeof(float), LLMM_KV_F32};
+        llmm_attn_row row = {view, N_KV, 2};
+        llmm_attn_batch b = {q, out, 1, &row, 1, 1, HD, 0.5f, softcap};
+        assert_int_equal(llmm_cpu_backend.attention(st, &b), LLMM_OK);
+        double w[N_KV], sum = 0, maxs = -1e30;
+        for (int p = 2; p < N_KV; p++) {
+            double s = 0;
+            for (int d = 0; d < HD; d++) s += (double)q[d] * k[p * HD + d];
+            s *= 0.5;
+            if (softcap > 0) s = softcap * tanh(s / softcap);
+            w[p] = s;
+            maxs = fmax(maxs, s);
+        }
+        for (int p = 2; p < N_KV; p++) sum += (w[p] = exp(w[p] - maxs));
+        for (int d = 0; d < HD; d++) {
+            double want = 0;
+            for (int p = 2; p < N_KV; p++) want += w[p] / sum * v[p * HD + d];
+            assert_true(fabs(out[d] - want) < 1e-5);
+        }
+    }
+    llmm_cpu_backend.shutdown(st);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_architectures_match_reference),
+        cmocka_unit_test(test_unknown_architecture_rejected),
+        cmocka_unit_test(test_rowwise_ops),
+        cmocka_unit_test(test_rope_scaling),
+        cmocka_unit_test(test_attention_window_and_softcap),
+    };
+    return cmocka_run_group_tests_name("arch", tests, NULL, NULL);
+}

@@ -11,6 +11,13 @@ PREFIX ?= /usr/local
 LLMM_SHARED ?= ../shared
 export LLMM_SHARED
 
+# A cross compiler builds into its own folder, so native and target objects never mix.
+TARGET_TRIPLE := $(shell $(CC) -dumpmachine 2>/dev/null)
+HOST_TRIPLE := $(shell cc -dumpmachine 2>/dev/null)
+ifneq ($(TARGET_TRIPLE),$(HOST_TRIPLE))
+BUILD ?= build/$(TARGET_TRIPLE)
+endif
+
 ifneq ($(SANITIZE),)
 BUILD ?= build/sanitize
 SAN_FLAGS := -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
@@ -39,7 +46,7 @@ TEST_SUPPORT := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
 TEST_SUPPORT_OBJ := $(TEST_SUPPORT:%.c=$(BUILD)/obj/%.o)
 DEPS_OK := $(BUILD)/.deps-ok
 
-.PHONY: all lib examples test demo bench install clean deps
+.PHONY: all lib examples test test-arm demo bench install clean deps
 all: lib examples
 
 deps: $(DEPS_OK)
@@ -83,7 +90,18 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_SUPPORT_OBJ) $(STATIC)
 	$(CC) $(ALL_LDFLAGS) -o $@ $< $(TEST_SUPPORT_OBJ) $(STATIC) -lcmocka $(LIBS)
 
 test: all $(TEST_BIN)
-	@sh scripts/run-tests.sh $(TEST_BIN)
+	@TEST_RUNNER="$(TEST_RUNNER)" sh scripts/run-tests.sh $(TEST_BIN)
+
+# The aarch64 build's tests under user-mode emulation (Jetson Orin, phones; scalar kernels until
+# NEON lands). Known problem: multi-threaded tests hang under qemu-user 7.2 (see the issue note).
+# Debian:
+# gcc-aarch64-linux-gnu, qemu-user and the arm64 cmocka/zstd packages, installed by
+# scripts/deps.sh when root.
+ARM_CC ?= aarch64-linux-gnu-gcc
+ARM_SYSROOT ?= /usr/aarch64-linux-gnu
+test-arm:
+	@DEPS_TARGET=aarch64 sh scripts/deps.sh
+	$(MAKE) CC=$(ARM_CC) TEST_RUNNER="qemu-aarch64 -L $(ARM_SYSROOT)" test
 
 DEMO_MODEL := $(LLMM_SHARED)/models/stories260K.gguf
 demo: all

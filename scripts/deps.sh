@@ -4,6 +4,24 @@
 set -u
 missing=""
 have_header() { printf '#include <stddef.h>\n#include <stdint.h>\n#include <stdarg.h>\n#include <setjmp.h>\n#include <%s>\n' "$1" | ${CC:-cc} -E -x c - >/dev/null 2>&1; }
+if [ "${DEPS_TARGET:-}" = aarch64 ]; then
+    # cross toolchain, emulator and the target's libraries (multiarch arm64 packages)
+    command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 || missing="$missing gcc-aarch64-linux-gnu"
+    command -v qemu-aarch64 >/dev/null 2>&1 || missing="$missing qemu-user"
+    [ -e /usr/lib/aarch64-linux-gnu/libcmocka.so ] || missing="$missing libcmocka-dev:arm64"
+    [ -e /usr/lib/aarch64-linux-gnu/libzstd.so ] || missing="$missing libzstd-dev:arm64"
+    [ -z "$missing" ] && exit 0
+    cmd="dpkg --add-architecture arm64 && apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y$missing"
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "deps: installing$missing"
+        sh -c "$cmd" && exit 0
+        echo "deps: installing failed; run: $cmd" >&2
+        exit 1
+    fi
+    echo "deps: missing packages:$missing" >&2
+    echo "deps: run as root: $cmd" >&2
+    exit 1
+fi
 have_header zstd.h || missing="$missing libzstd-dev"
 have_header cmocka.h || missing="$missing libcmocka-dev"
 command -v pkg-config >/dev/null 2>&1 || missing="$missing pkg-config"

@@ -7,9 +7,9 @@
  *    runs in block order with one float lane per weight row (no FMA), as the scalar loop does.
  *  - F32 weights: bit for bit llmm_dot_f32 (eight partial sums, no FMA, tail first).
  *  - F16/BF16 weights: products are exact in double, summed in double in lane order instead
- *    of element order; equal to the scalar whenever those double sums are exact (operands
- *    within a 2^29 range of each other, which random tests and real weights satisfy) and
- *    otherwise within one float rounding of it.
+ *    of element order: bit-identical to the scalar whenever both double sums are exact (an
+ *    f16 x f16 product has 22 significant bits, so a double holds the sum of products that
+ *    span up to ~2^30 in magnitude, as the tests' data do), otherwise within 3u sum|w x|.
  *  - norms, activations, softmax: within a few float roundings (a vectorized expf within
  *    2 ulp), bounds stated in tests/test_simd.c.
  * The table holds only const data and function pointers: there is no mutable global. */

@@ -1,10 +1,16 @@
 /* Q4_0 and Q8_0 weights times Q8 operand rows, for the x86 kernel files. The including file
  * defines its instruction set's pieces first:
- *   __m256i dot_u8s8(__m256i u, __m256i s)     int32 partial sums of 32 u8 x s8 products
+ *   void prep_q4_0_pair(const uint8_t *qa, const uint8_t *qb, __m256i *lo, __m256i *hi)
+ *                      the quants of two Q4_0 blocks (rows a and b), low nibbles [a | b] in
+ *                      lo, high nibbles in hi, as unsigned bytes
+ *   __m256i dot_q4_0_pair(__m256i lo, __m256i hi, __m256i x_lo, __m256i x_hi)
+ *                      int32 partial sums, lanes 0-3 row a's, 4-7 row b's; x_lo holds the
+ *                      operand block's quants 0-15 in both halves, x_hi 16-31
+ *   Q4_0_PAIR_X16      1 when those sums come out times 16 (divided out after the sum)
  *   __m256i prep_q8_0(__m256i w)               a Q8_0 weight block's quants, made ready for
  *   __m256i dot_q8_0(__m256i prepared, __m256i x)   this dot (whose result is off by
  *   Q8_0_OFFSET times the operand block's quant sum, subtracted afterwards)
- *   Q_TILE_X                                    operand rows per tile (registers permitting)
+ *   Q_TILE_X           operand rows per tile (registers permitting)
  * and gets gemm_q4_0 and gemm_q8_0 (cpu_gemm_fn).
  *
  * Layout of the work: a tile is 8 weight rows, one per float lane of an accumulator, times up
@@ -12,7 +18,10 @@
  * unpacked) once and dotted with every operand row of the tile; the eight integer sums of one
  * operand row are gathered into one vector (lane i = weight row i), scaled and added to that
  * row's accumulator. So each row's float sum runs over the blocks in order, exactly as the
- * scalar vec_dot's `sum += (float)isum * (d_w * d_x)`, without FMA: bit-identical results. */
+ * scalar vec_dot's `sum += (float)isum * (d_w * d_x)`, without FMA: bit-identical results.
+ * Q4_0 packs two rows per vector (rows k and k+4 in the two halves; a block's 16 quant bytes
+ * fill a half), so its eight sums take 3 horizontal adds instead of 6 plus 3 shuffles: the
+ * gathering of sums was the largest cost per block after the dots themselves. */
 #ifndef LLMM_GEMM_INT8_X86_H
 #define LLMM_GEMM_INT8_X86_H
 
@@ -27,10 +36,8 @@ SIMD_ALWAYS_INLINE void prefetch_next(const uint8_t *next, size_t rb, size_t b, 
     prefetch_span((uintptr_t)next + b * share, share, Q_ROWS * rb > PF_L1_MAX_TILE);
 }
 
-/* Lane i: weight row i's block sum, from the eight rows' partial sums v[i]. With hi_x16 the
- * upper four lanes of each v carry a factor 16 (see prep_q4_0): the sum is then
- * (16 lo + hi) / 16, exact since 16 lo + hi is a multiple of 16. */
-SIMD_ALWAYS_INLINE __m256i block_sums(const __m256i v[Q_ROWS], int hi_x16) {
+/* Lane i: weight row i's block sum, from the eight rows' partial sums v[i]. */
+SIMD_ALWAYS_INLINE __m256i block_sums(const __m256i v[Q_ROWS]) {
     const __m256i a01 = _mm256_hadd_epi32(v[0], v[1]), a23 = _mm256_hadd_epi32(v[2], v[3]);
     const __m256i a45 = _mm256_hadd_epi32(v[4], v[5]), a67 = _mm256_hadd_epi32(v[6], v[7]);
     /* hadd stays within 128-bit halves: b03's lower half holds rows 0-3's lane 0-3 sums, its
@@ -38,8 +45,13 @@ SIMD_ALWAYS_INLINE __m256i block_sums(const __m256i v[Q_ROWS], int hi_x16) {
     const __m256i b03 = _mm256_hadd_epi32(a01, a23), b47 = _mm256_hadd_epi32(a45, a67);
     const __m256i lo = _mm256_permute2x128_si256(b03, b47, 0x20);
     const __m256i hi = _mm256_permute2x128_si256(b03, b47, 0x31);
-    if (!hi_x16) return _mm256_add_epi32(lo, hi);
-    return _mm256_srai_epi32(_mm256_add_epi32(_mm256_slli_epi32(lo, 4), hi), 4);
+    return _mm256_add_epi32(lo, hi);
+}
+
+/* Lane i: weight row i's block sum, from v[k] = [row k partials | row k+4 partials]. */
+SIMD_ALWAYS_INLINE __m256i pair_sums(const __m256i v[4], int x16) {
+    const __m256i s = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+    return x16 ? _mm256_srai_epi32(s, 4) : s;
 }
 
 /* acc += float(isum - correction) * (d_w * d_x), lane by lane (the scalar's order). */
@@ -72,21 +84,34 @@ SIMD_ALWAYS_INLINE void q_tile_seg(const uint8_t *base, size_t rb, const uint8_t
     const size_t block_bytes = q4 ? sizeof(block_q4_0) : sizeof(block_q8_0);
     const int32_t offset = q4 ? 8 : Q8_0_OFFSET;
     for (size_t b = b0; b < b0 + n; b++) {
-        const size_t off = b * block_bytes;
+        const size_t off = b * block_bytes + 2; /* the quants, after the f16 scale */
         if (next && r0 == 0) prefetch_next(next, rb, b, block_bytes);
+        /* q4: lo[k], hi[k] for the row pair (k, k+4); q8: wq[i] per row */
         __m256i wq[Q_ROWS];
 #pragma GCC unroll 8
-        for (int i = 0; i < Q_ROWS; i++)
-            wq[i] = q4 ? prep_q4_0(base + i * rb + off + 2) : prep_q8_0(load_256(base + i * rb + off + 2));
+        for (int i = 0; i < Q_ROWS; i++) {
+            if (q4 && i < 4) prep_q4_0_pair(base + i * rb + off, base + (i + 4) * rb + off, &wq[i], &wq[i + 4]);
+            else if (!q4) wq[i] = prep_q8_0(load_256(base + i * rb + off));
+        }
         const __m256 d_w = _mm256_cvtph_ps(load_128(dws[b - b0]));
 #pragma GCC unroll 4
         for (size_t r = 0; r < nx; r++) {
             const size_t xb = (r0 + r) * nb + b;
-            const __m256i xq = load_256(x->qs + xb * QK8_0);
-            __m256i v[Q_ROWS];
+            const int8_t *xq = x->qs + xb * QK8_0;
+            __m256i v[Q_ROWS], sums;
+            if (q4) {
+                const __m256i x_lo = _mm256_broadcastsi128_si256(load_128(xq));
+                const __m256i x_hi = _mm256_broadcastsi128_si256(load_128(xq + 16));
+#pragma GCC unroll 4
+                for (int k = 0; k < 4; k++) v[k] = dot_q4_0_pair(wq[k], wq[k + 4], x_lo, x_hi);
+                sums = pair_sums(v, Q4_0_PAIR_X16);
+            } else {
+                const __m256i xv = load_256(xq);
 #pragma GCC unroll 8
-            for (int i = 0; i < Q_ROWS; i++) v[i] = q4 ? dot_u8s8(wq[i], xq) : dot_q8_0(wq[i], xq);
-            acc[r] = fold_block(acc[r], block_sums(v, q4 && Q4_0_HI_X16), offset * x->sum[xb], d_w, x->d[xb]);
+                for (int i = 0; i < Q_ROWS; i++) v[i] = dot_q8_0(wq[i], xv);
+                sums = block_sums(v);
+            }
+            acc[r] = fold_block(acc[r], sums, offset * x->sum[xb], d_w, x->d[xb]);
         }
     }
 }

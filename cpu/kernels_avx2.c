@@ -18,14 +18,19 @@ static inline __m256i dot_u8s8(__m256i u, __m256i s) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
 }
 
-/* Nibbles to bytes: the 16 quant bytes in both halves, the upper half shifted down by 4
- * (within dwords: the mask keeps each byte's own high nibble). */
-static inline __m256i prep_q4_0(const uint8_t *qs) {
-    const __m256i q = _mm256_broadcastsi128_si256(load_128(qs));
-    const __m256i shifted = _mm256_srlv_epi32(q, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4));
-    return _mm256_and_si256(shifted, _mm256_set1_epi8(0x0f));
+static inline void prep_q4_0_pair(const uint8_t *qa, const uint8_t *qb, __m256i *lo, __m256i *hi) {
+    const __m256i q = _mm256_loadu2_m128i((const __m128i *)(const void *)qb, (const __m128i *)(const void *)qa);
+    const __m256i mask = _mm256_set1_epi8(0x0f);
+    *lo = _mm256_and_si256(q, mask);
+    *hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), mask);
 }
-#define Q4_0_HI_X16 0
+
+/* Both halves' int16 pair sums are at most 2 * 2 * 15 * 127 = 7620: one madd for the two. */
+static inline __m256i dot_q4_0_pair(__m256i lo, __m256i hi, __m256i x_lo, __m256i x_hi) {
+    const __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, x_lo), _mm256_maddubs_epi16(hi, x_hi));
+    return _mm256_madd_epi16(s16, _mm256_set1_epi16(1));
+}
+#define Q4_0_PAIR_X16 0
 
 /* Signed x signed through the unsigned-signed multiply: |w| times x with w's sign. */
 static inline __m256i prep_q8_0(__m256i w) { return w; }

@@ -16,16 +16,20 @@
 
 static inline __m256i dot_u8s8(__m256i u, __m256i s) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s); }
 
-/* Nibbles to bytes with one mask: the 16 quant bytes in both halves, low nibbles kept in the
- * lower half, high nibbles kept in place (so times 16) in the upper half. vpdpbusd takes the
- * upper products up to 240 x 127 without saturating (maddubs would not), and block_sums
- * removes the factor after the sum. */
-static inline __m256i prep_q4_0(const uint8_t *qs) {
-    const __m256i q = _mm256_broadcastsi128_si256(load_128(qs));
-    return _mm256_and_si256(q, _mm256_setr_epi64x(0x0f0f0f0f0f0f0f0fll, 0x0f0f0f0f0f0f0f0fll,
-                                                  (long long)0xf0f0f0f0f0f0f0f0ull, (long long)0xf0f0f0f0f0f0f0f0ull));
+/* Nibbles kept in place by masks alone: the high nibble as it is (times 16), the low one
+ * shifted up 4 (times 16 too), so that both dot products can accumulate into one register;
+ * vpdpbusd takes products up to 240 x 127 without saturating (maddubs would not). */
+static inline void prep_q4_0_pair(const uint8_t *qa, const uint8_t *qb, __m256i *lo, __m256i *hi) {
+    const __m256i q = _mm256_loadu2_m128i((const __m128i *)(const void *)qb, (const __m128i *)(const void *)qa);
+    const __m256i mask = _mm256_set1_epi8((char)0xf0);
+    *lo = _mm256_and_si256(_mm256_slli_epi16(q, 4), mask);
+    *hi = _mm256_and_si256(q, mask);
 }
-#define Q4_0_HI_X16 1
+
+static inline __m256i dot_q4_0_pair(__m256i lo, __m256i hi, __m256i x_lo, __m256i x_hi) {
+    return _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), lo, x_lo), hi, x_hi);
+}
+#define Q4_0_PAIR_X16 1
 
 /* w + 128 as an unsigned byte (flipping the sign bit); the extra 128 * sum(x) is subtracted
  * after the block sum (Q8_0_OFFSET). */

@@ -10,6 +10,7 @@
 
 #include "gguf.h"
 #include "quant.h"
+#include "quant_file.h"
 
 typedef struct options {
     const char *in, *out;

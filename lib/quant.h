@@ -2,7 +2,7 @@
  * One designated-initializer table (quant.c) indexed by type id holds everything the rest
  * of the code asks about a type; nothing else switches on type ids. Kernels: quant.c (float
  * types, Q8_0, Q4_0), quant_legacy.c (Q4_1, Q5_0, Q5_1, Q8_1), quant_k.c (K-quants, Q8_K);
- * whole-model conversion: quant_file.c (declared at the end of this header). */
+ * whole-model conversion: quant_file.c (lib/quant_file.h). */
 #ifndef LLMM_QUANT_H
 #define LLMM_QUANT_H
 
@@ -12,7 +12,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "gguf.h"
+#include "common.h"
 
 /* ggml type ids as stored in GGUF tensor infos. Gaps are ids ggml removed; they stay
  * unknown here so a file using them is rejected. */
@@ -275,57 +275,5 @@ float llmm_vec_dot_q3_K_q8_K(const void *w, const void *x, size_t n);
 float llmm_vec_dot_q4_K_q8_K(const void *w, const void *x, size_t n);
 float llmm_vec_dot_q5_K_q8_K(const void *w, const void *x, size_t n);
 float llmm_vec_dot_q6_K_q8_K(const void *w, const void *x, size_t n);
-
-/* ---------------------------------------------------------------- whole-model conversion
- * quant_file.c: rewrite a GGUF model with its weights in another type, as the reference
- * engine's llama_model_quantize does (docs/quantization.md has the rules). Used by
- * examples/llmmini-quantize and the tests; not part of the public ABI. */
-
-/* A named recipe: which type each tensor gets. */
-typedef struct llmm_quant_recipe {
-    const char *name;       /* command-line name: "q4_0", "q4_k_m", ... */
-    uint32_t type;          /* type of the ordinary 2-D weights */
-    uint32_t more_bits;     /* mixed recipes: type of output.weight and of attn_v/ffn_down in
-                             * the layers the reference gives more bits; 0 (F32) for a pure one */
-    uint32_t fused_qkv;     /* mixed recipes: type of a fused attn_qkv weight */
-    uint32_t file_type;     /* general.file_type written (the reference's llama_ftype) */
-} llmm_quant_recipe;
-
-/* The recipe called name, or NULL. */
-const llmm_quant_recipe *llmm_quant_recipe_find(const char *name);
-/* Recipe i (0 <= i < count), for listing them. */
-size_t llmm_quant_recipe_count(void);
-const llmm_quant_recipe *llmm_quant_recipe_at(size_t i);
-
-/* What the conversion decided for one tensor. */
-typedef struct llmm_quant_choice {
-    uint32_t wanted;     /* the type the recipe asks for */
-    uint32_t type;       /* the type written: wanted, or a fallback when rows do not fit it */
-    int fell_back;       /* 1 when type != wanted because of the row length */
-} llmm_quant_choice;
-
-/* The type recipe r gives tensor t of model f (a pure function of names and shapes). */
-llmm_quant_choice llmm_quant_choose(const llmm_quant_recipe *r, const gguf_file *f, const gguf_tensor *t);
-
-/* Progress of a conversion, once per tensor after it is written. */
-typedef struct llmm_quant_progress {
-    size_t index, count;           /* this is tensor index + 1 of count */
-    const gguf_tensor *tensor;     /* in the source file */
-    llmm_quant_choice choice;
-    uint64_t bytes_in, bytes_out;  /* this tensor's data */
-} llmm_quant_progress;
-typedef void (*llmm_quant_progress_fn)(void *user, const llmm_quant_progress *p);
-
-typedef struct llmm_quant_params {
-    const llmm_quant_recipe *recipe;
-    int n_threads;                 /* rows are converted by this many threads (>= 1) */
-    llmm_quant_progress_fn progress; /* optional */
-    void *user;
-} llmm_quant_params;
-
-/* Write `in` converted by params->recipe to out (a GGUF v3 file, alignment 32): metadata
- * copied (general.file_type and general.quantization_version set), tensors in source order.
- * Errors: UNSUPPORTED (a tensor type that cannot be read), IO (a failed write), NO_MEMORY. */
-llmm_status llmm_quantize_model(const gguf_file *in, const llmm_quant_params *params, FILE *out, llmm_diag *d);
 
 #endif

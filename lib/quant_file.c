@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "quant.h"
+#include "quant_file.h"
 
 #define OUT_ALIGNMENT 32u
 #define QUANTIZATION_VERSION 2u           /* the reference's GGML_QNT_VERSION for these layouts */

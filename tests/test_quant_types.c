@@ -49,6 +49,7 @@
 #include "gguf_builder.h"
 #include "llmmini.h"
 #include "quant.h"
+#include "quant_file.h"
 #include "shared_data.h"
 
 #define U_F32 (1.0 / 16777216.0) /* 2^-24 */

@@ -14,6 +14,7 @@
 
 #include "backend.h"
 #include "llmmini.h"
+#include "golden_check.h"
 #include "shared_data.h"
 
 typedef struct arch_case {
@@ -48,34 +49,9 @@ static void check_arch_prompt(const arch_case *ac, const char *prompt_name, cons
     llmm_context *c = NULL;
     assert_int_equal(llmm_context_create(m, &cp, &c), LLMM_OK);
 
-    llmm_token ids[GOLDEN_MAX_IDS];
-    size_t n;
-    assert_int_equal(llmm_tokenize(m, prompt, strlen(prompt), LLMM_TOKENIZE_ADD_SPECIAL, ids, GOLDEN_MAX_IDS, &n),
-                     LLMM_OK);
-    assert_int_equal(n, g.n_prompt);
-    assert_memory_equal(ids, g.prompt, n * sizeof *ids);
-    assert_int_equal(llmm_prefill(c, 0, ids, n, 0), LLMM_OK);
-    const float *logits;
-    size_t n_vocab;
-    assert_int_equal(llmm_logits(c, 0, &logits, &n_vocab), LLMM_OK);
-    assert_int_equal(n_vocab, g.n_logits);
-    double max_diff = 0;
-    for (size_t i = 0; i < n_vocab; i++) max_diff = fmax(max_diff, fabs((double)logits[i] - g.logits[i]));
-
-    llmm_sampler_params sp;
-    llmm_sampler_params_default(&sp, sizeof sp);
-    sp.temperature = 0;
-    llmm_generate_params gp;
-    llmm_generate_params_default(&gp, sizeof gp);
-    gp.sampling = &sp;
-    gp.max_tokens = (int32_t)g.n_generated;
-    llmm_token out[GOLDEN_MAX_IDS];
-    gp.out_tokens = out;
-    gp.out_capacity = GOLDEN_MAX_IDS;
-    llmm_generate_stats st = {.size = sizeof st};
-    assert_int_equal(llmm_generate(c, prompt, &gp, &st), LLMM_OK);
-    size_t agree = 0;
-    while (agree < st.n_generated && agree < g.n_generated && out[agree] == g.generated[agree]) agree++;
+    const golden_result r = golden_compare(m, c, &g, prompt);
+    const double max_diff = r.max_logit_diff;
+    const size_t agree = r.agree;
     print_message("%-18s max |logit diff| %.2e (tolerance %.0e), greedy agreement %zu/%zu (reliable %ld)\n", name,
                   max_diff, ac->logit_tolerance, agree, g.n_generated, g.reliable_steps);
     assert_true(max_diff < ac->logit_tolerance);

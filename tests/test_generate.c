@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "llmmini.h"
+#include "golden_check.h"
 #include "shared_data.h"
 
 #define MAX_IDS GOLDEN_MAX_IDS
@@ -85,40 +86,15 @@ static void check_golden_case(const golden_case *gc, llmm_kv_type kv_type) {
     assert_int_equal(golden_load("golden/stories260K", gc->golden, &g), 0);
     llmm_model *m = load_model(gc->model);
     llmm_context *c = make_context_kv(m, 256, 1, 256, 2, kv_type);
-    llmm_token ids[MAX_IDS];
-    size_t n = tokenize(m, gc->prompt, ids);
-    assert_int_equal(n, g.n_prompt);
-    assert_memory_equal(ids, g.prompt, n * sizeof *ids);
-
-    assert_int_equal(llmm_prefill(c, 0, ids, n, 0), LLMM_OK);
-    const float *logits;
-    size_t n_vocab;
-    assert_int_equal(llmm_logits(c, 0, &logits, &n_vocab), LLMM_OK);
-    assert_int_equal(n_vocab, g.n_logits);
-    double max_diff = 0;
-    for (size_t i = 0; i < n_vocab; i++) max_diff = fmax(max_diff, fabs((double)logits[i] - g.logits[i]));
-
-    llmm_sampler_params sp;
-    llmm_sampler_params_default(&sp, sizeof sp);
-    sp.temperature = 0;
-    llmm_generate_params gp;
-    llmm_generate_params_default(&gp, sizeof gp);
-    gp.max_tokens = (int32_t)g.n_generated;
-    gp.sampling = &sp;
-    llmm_token out[MAX_IDS];
-    gp.out_tokens = out;
-    gp.out_capacity = MAX_IDS;
-    llmm_generate_stats stats = {.size = sizeof stats};
-    assert_int_equal(llmm_generate(c, gc->prompt, &gp, &stats), LLMM_OK);
-    size_t agree = 0;
-    while (agree < stats.n_generated && agree < g.n_generated && out[agree] == g.generated[agree]) agree++;
+    const golden_result r = golden_compare(m, c, &g, gc->prompt);
+    const double max_diff = r.max_logit_diff;
+    const size_t agree = r.agree;
     print_message("%-30s KV %s: max |logit diff| %.2e, greedy agreement %zu/%zu (hard bar %zu)\n", gc->golden,
                   kv_names[kv_type], max_diff, agree, g.n_generated, gc->hard_steps);
     size_t bar = gc->hard_steps < g.n_generated ? gc->hard_steps : g.n_generated;
     if (kv_type == LLMM_KV_F32) assert_true(max_diff < 1e-3);
     else bar = bar < 32 ? bar : 32;
     assert_true(agree >= bar);
-    assert_int_equal(stats.n_prompt, n);
     golden_free(&g);
     llmm_context_free(c);
     llmm_model_free(m);

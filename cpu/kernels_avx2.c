@@ -12,8 +12,8 @@
 /* ---------------------------------------------------------------- int8 dots */
 
 /* maddubs adds pairs of u8 x s8 products into int16 with saturation; no pair can saturate
- * here: Q4_0 nibbles are <= 15 and |Q8_0 quant| <= 128, against |x quant| <= 127
- * (2 * 128 * 127 = 32512 < 32767). */
+ * here: |Q8_0 weight quant| <= 128 (-128 from a file becomes 128 unsigned), |x quant| <= 127,
+ * 2 * 128 * 127 = 32512 < 32767. */
 static inline __m256i dot_u8s8(__m256i u, __m256i s) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
 }
@@ -25,7 +25,8 @@ static inline void prep_q4_0_pair(const uint8_t *qa, const uint8_t *qb, __m256i 
     *hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), mask);
 }
 
-/* Both halves' int16 pair sums are at most 2 * 2 * 15 * 127 = 7620: one madd for the two. */
+/* Each maddubs pair sum is at most 2 * 15 * 127 = 3810, the two added 7620 < 32767: one madd
+ * widens both. */
 static inline __m256i dot_q4_0_pair(__m256i lo, __m256i hi, __m256i x_lo, __m256i x_hi) {
     const __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, x_lo), _mm256_maddubs_epi16(hi, x_hi));
     return _mm256_madd_epi16(s16, _mm256_set1_epi16(1));
@@ -92,7 +93,9 @@ SIMD_ALWAYS_INLINE void f32_tile(const float *const w[F32_ROWS], const float *ne
     for (int k = 0; k < F32_ROWS; k++)
         for (size_t r = 0; r < nx; r++) acc[k][r] = _mm256_setzero_ps();
     for (size_t i = 0; i < n8; i += 8) {
-        if (next) prefetch_span((uintptr_t)(next + i * F32_ROWS), 8 * F32_ROWS * sizeof(float), F32_ROWS * rb > PF_L1_MAX_TILE);
+        if (next) /* the next tile's share: 8 values of 4 rows' worth */
+            prefetch_span((uintptr_t)next + i * F32_ROWS * sizeof(float), 8 * F32_ROWS * sizeof(float),
+                          F32_ROWS * rb > PF_L1_MAX_TILE);
         __m256 xv[F32_TILE_X];
         for (size_t r = 0; r < nx; r++) xv[r] = _mm256_loadu_ps(x[r] + i);
 #pragma GCC unroll 4
@@ -120,7 +123,8 @@ void avx2_gemm_f32(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand
         const float *rows[F32_ROWS];
         for (size_t k = 0; k < F32_ROWS; k++)
             rows[k] = (const float *)((const uint8_t *)w->data + (j + LLMM_MIN(k, nj - 1)) * w->row_bytes);
-        const float *next = j + F32_ROWS < j1 ? (const float *)((const uint8_t *)w->data + (j + F32_ROWS) * w->row_bytes) : NULL;
+        const float *next =
+            j + F32_ROWS < j1 ? (const float *)((const uint8_t *)w->data + (j + F32_ROWS) * w->row_bytes) : NULL;
         for (size_t r0 = 0; r0 < n_rows; r0 += F32_TILE_X) {
             const size_t nx = LLMM_MIN((size_t)F32_TILE_X, n_rows - r0);
             const float *xr[F32_TILE_X] = {x->f32 + r0 * n, x->f32 + (r0 + nx - 1) * n};
@@ -129,7 +133,8 @@ void avx2_gemm_f32(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand
             if (nx == 1) f32_tile(rows, pf, w->row_bytes, xr, n8, 1, acc);
             else f32_tile(rows, pf, w->row_bytes, xr, n8, F32_TILE_X, acc);
             for (size_t k = 0; k < nj; k++)
-                for (size_t r = 0; r < nx; r++) out[(r0 + r) * ldo + j + k] = f32_finish(acc[k][r], rows[k], xr[r], n8, n);
+                for (size_t r = 0; r < nx; r++)
+                    out[(r0 + r) * ldo + j + k] = f32_finish(acc[k][r], rows[k], xr[r], n8, n);
         }
     }
 }
@@ -157,7 +162,9 @@ SIMD_ALWAYS_INLINE void half_tile(const uint16_t *const w[HALF_ROWS], const uint
                                   size_t n8, int bf16, __m256d acc[HALF_ROWS][2]) {
     for (int k = 0; k < HALF_ROWS; k++) acc[k][0] = acc[k][1] = _mm256_setzero_pd();
     for (size_t i = 0; i < n8; i += 8) {
-        if (next) prefetch_span((uintptr_t)(next + i * HALF_ROWS), 8 * HALF_ROWS * sizeof(uint16_t), HALF_ROWS * rb > PF_L1_MAX_TILE);
+        if (next)
+            prefetch_span((uintptr_t)next + i * HALF_ROWS * sizeof(uint16_t), 8 * HALF_ROWS * sizeof(uint16_t),
+                          HALF_ROWS * rb > PF_L1_MAX_TILE);
         const __m256d xlo = _mm256_loadu_pd(x + i), xhi = _mm256_loadu_pd(x + i + 4);
 #pragma GCC unroll 4
         for (int k = 0; k < HALF_ROWS; k++) {

@@ -285,7 +285,8 @@ static void check_gemm_case(const cpu_kernels *k, const mm_case *c, mm_stats *st
     float *wf = rand_floats(c->ne0 * c->ne1, -2.0f, 2.0f), *x = rand_floats(c->ne0 * c->n_rows, -2.0f, 2.0f);
     uint8_t *w = xmalloc(rb * c->ne1); /* exact size: over-reads trip ASan */
     for (size_t j = 0; j < c->ne1; j++) encode_row(c->type, wf + j * c->ne0, w + j * rb, c->ne0);
-    const llmm_tensor wt = {.data = w, .type = c->type, .ne0 = (int64_t)c->ne0, .ne1 = (int64_t)c->ne1, .row_bytes = rb};
+    const llmm_tensor wt = {
+        .data = w, .type = c->type, .ne0 = (int64_t)c->ne0, .ne1 = (int64_t)c->ne1, .row_bytes = rb};
     operand_buf ob;
     operand_make(k, mk->operand, x, c->n_rows, c->ne0, &ob);
     /* one guard value on each side of the output catches writes past it */
@@ -410,7 +411,8 @@ static void check_integer_sums(uint32_t type) {
         int8_t *xq = xmalloc(NE0);
         float xd[NB];
         int32_t xs[NB];
-        for (size_t i = 0; i < NE0; i++) xq[i] = (int8_t)(i % 17 == 0 ? 127 : i % 19 == 0 ? -127 : (int)(rng_u64() % 255) - 127);
+        for (size_t i = 0; i < NE0; i++)
+            xq[i] = (int8_t)(i % 17 == 0 ? 127 : i % 19 == 0 ? -127 : (int)(rng_u64() % 255) - 127);
         for (size_t b = 0; b < NB; b++) {
             xd[b] = 1.0f;
             xs[b] = 0;
@@ -483,7 +485,8 @@ static void test_exp_accuracy(void **state) {
             const double want = exp((double)x[i]);
             if (want < FLT_MIN) continue; /* subnormal results: checked below for range only */
             const double err = fabs((double)e[i] - want) / ulp_of(want);
-            if (err > 2.0) fail_msg("%s exp(%.9g) = %.9g want %.9g (%.2f ulp)", k->name, (double)x[i], (double)e[i], want, err);
+            if (err > 2.0)
+                fail_msg("%s exp(%.9g) = %.9g want %.9g (%.2f ulp)", k->name, (double)x[i], (double)e[i], want, err);
             worst = fmax(worst, err);
         }
         float sp[9] = {-200.0f, -104.5f, 89.0f, 100.0f, 0.0f, -0.0f, 88.72f, -87.0f, 1.0f};
@@ -533,12 +536,14 @@ static void test_silu_mul(void **state) {
         for (size_t si = 0; si < ARRAY_LEN(sizes); si++) {
             const size_t n = sizes[si];
             const float range = si % 2 ? 20.0f : 3.0f;
-            float *g = rand_floats(n, -range, range), *up = rand_floats(n, -2.0f, 2.0f), *out = xmalloc(n * sizeof *out);
+            float *g = rand_floats(n, -range, range), *up = rand_floats(n, -2.0f, 2.0f);
+            float *out = xmalloc(n * sizeof *out);
             memcpy(out, g, n * sizeof *out);
             k->silu_mul(out, up, n);
             for (size_t i = 0; i < n; i++) {
                 const double ref = (double)g[i] / (1.0 + exp(-(double)g[i])) * up[i];
-                CHECK_CLOSE(out[i], ref, 12 * U_F32 * fabs(ref), "%s silu n=%zu i=%zu g=%.9g", k->name, n, i, (double)g[i]);
+                CHECK_CLOSE(out[i], ref, 12 * U_F32 * fabs(ref), "%s silu n=%zu i=%zu g=%.9g", k->name, n, i,
+                            (double)g[i]);
             }
             free(g);
             free(up);

@@ -10,8 +10,8 @@
  *    of element order: bit-identical to the scalar whenever both double sums are exact (an
  *    f16 x f16 product has 22 significant bits, so a double holds the sum of products that
  *    span up to ~2^30 in magnitude, as the tests' data do), otherwise within 3u sum|w x|.
- *  - norms, activations, softmax: within a few float roundings (a vectorized expf within
- *    2 ulp), bounds stated in tests/test_simd.c.
+ *  - norms, activations, softmax, attention's q.k: within a few float roundings (a
+ *    vectorized expf within 2 ulp), bounds stated in tests/test_simd.c.
  * The table holds only const data and function pointers: there is no mutable global. */
 #ifndef LLMM_CPU_KERNELS_H
 #define LLMM_CPU_KERNELS_H
@@ -73,7 +73,7 @@ typedef struct cpu_kernels {
     void (*rms_norm_row)(const float *x, const float *w, float *out, size_t dim, float eps);
     /* gate = gate / (1 + e^-gate) * up */
     void (*silu_mul)(float *gate, const float *up, size_t n);
-    /* llmm_dot_f32's partial-sum order, bit for bit */
+    /* a . b in float: within (n/8 + 4) u sum|a b| (the scalar table: llmm_dot_f32) */
     float (*dot_f32)(const float *a, const float *b, size_t n);
     /* s = e^(s - max) in place; returns the sum in double */
     double (*exp_sub_sum)(float *s, size_t n, float max);

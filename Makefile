@@ -92,13 +92,13 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_SUPPORT_OBJ) $(STATIC)
 test: all $(TEST_BIN)
 	@TEST_RUNNER="$(TEST_RUNNER)" sh scripts/run-tests.sh $(TEST_BIN)
 
-# The aarch64 build's tests under user-mode emulation (Jetson Orin, phones; scalar kernels until
-# NEON lands). Known problem: multi-threaded tests hang under qemu-user 7.2 (see the issue note).
-# Debian:
+# The aarch64 build's tests under user-mode emulation (Jetson Orin, phones). Debian:
 # gcc-aarch64-linux-gnu, qemu-user and the arm64 cmocka/zstd packages, installed by
-# scripts/deps.sh when root.
+# scripts/deps.sh when root. The guest's loader and libc come from the multiarch root (/):
+# the arm64 cmocka/zstd packages pull in libc6:arm64 there, and pairing its libc with the
+# cross toolchain's older ld.so (/usr/aarch64-linux-gnu) hangs every pthread_create.
 ARM_CC ?= aarch64-linux-gnu-gcc
-ARM_SYSROOT ?= /usr/aarch64-linux-gnu
+ARM_SYSROOT ?= /
 test-arm:
 	@DEPS_TARGET=aarch64 sh scripts/deps.sh
 	$(MAKE) CC=$(ARM_CC) TEST_RUNNER="qemu-aarch64 -L $(ARM_SYSROOT)" test

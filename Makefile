@@ -71,6 +71,15 @@ $(BUILD)/obj/cpu/%_avx2.o: ALL_CFLAGS += $(SIMD_AVX2_FLAGS)
 $(BUILD)/obj/cpu/%_avx512.o: ALL_CFLAGS += $(SIMD_AVX2_FLAGS) -mavx512f -mavx512bw -mavx512vl -mavx512vnni
 endif
 
+# aarch64 NEON kernels: Advanced SIMD is baseline, so kernels_neon.c needs no target flag; only
+# the dotprod file gets ARMv8.2's SDOT, and runs only after the hwcap check (cpu/cpu_kernels.c).
+# -ffp-contract=off as for x86 (already implied by -std=c11, said here because the bit-exact
+# F32 matmul and axpy depend on it).
+ifneq ($(filter aarch64%,$(shell $(CC) -dumpmachine)),)
+$(BUILD)/obj/cpu/kernels_neon.o: ALL_CFLAGS += -ffp-contract=off
+$(BUILD)/obj/cpu/%_dotprod.o: ALL_CFLAGS += -march=armv8.2-a+dotprod -ffp-contract=off
+endif
+
 $(STATIC): $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^

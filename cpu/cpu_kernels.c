@@ -1,5 +1,6 @@
 /* The scalar kernel table (the reference every SIMD table is tested against, and the
- * fallback on any CPU) and the run-time choice among the tables. */
+ * fallback on any CPU) and the run-time choice among the tables: cpuid on x86-64, the ELF
+ * hardware capabilities on aarch64 Linux. */
 #include "cpu_kernels.h"
 
 #include <math.h>
@@ -75,12 +76,34 @@ static int x86_has(cpu_isa isa) {
 }
 #endif
 
+#if defined(__aarch64__)
+#if defined(__linux__)
+#include <sys/auxv.h>
+
+/* The kernel's view of the CPU (ELF hardware capabilities): reading the ID registers directly
+ * would trap on kernels that do not emulate them. */
+static int arm_has(cpu_isa isa) {
+    const unsigned long hw = getauxval(AT_HWCAP);
+    if (!(hw & HWCAP_ASIMD)) return 0;
+    return isa == CPU_ISA_NEON || (hw & HWCAP_ASIMDDP) != 0;
+}
+#else
+/* Advanced SIMD is required by every AArch64 ABI in use; the dot product is not, and without
+ * a portable way to ask, it is left off. */
+static int arm_has(cpu_isa isa) { return isa == CPU_ISA_NEON; }
+#endif
+#endif
+
 static int cpu_has(cpu_isa isa) {
     switch (isa) {
     case CPU_ISA_SCALAR: return 1;
 #if defined(__x86_64__)
     case CPU_ISA_AVX2:
     case CPU_ISA_AVX512: return x86_has(isa);
+#endif
+#if defined(__aarch64__)
+    case CPU_ISA_NEON:
+    case CPU_ISA_NEON_DOTPROD: return arm_has(isa);
 #endif
     default: return 0;
     }
@@ -93,6 +116,10 @@ const cpu_kernels *cpu_kernels_get(cpu_isa isa) {
 #if defined(__x86_64__)
     case CPU_ISA_AVX2: return &cpu_kernels_avx2;
     case CPU_ISA_AVX512: return &cpu_kernels_avx512;
+#endif
+#if defined(__aarch64__)
+    case CPU_ISA_NEON: return &cpu_kernels_neon;
+    case CPU_ISA_NEON_DOTPROD: return &cpu_kernels_neon_dotprod;
 #endif
     default: return NULL;
     }
@@ -108,7 +135,7 @@ const cpu_kernels *cpu_kernels_select(cpu_isa cap) {
 }
 
 cpu_isa cpu_kernels_env_cap(void) {
-    static const char *const names[CPU_ISA_COUNT] = {"scalar", "avx2", "avx512"};
+    static const char *const names[CPU_ISA_COUNT] = {"scalar", "avx2", "avx512", "neon", "dotprod"};
     const char *v = getenv("LLMM_CPU_KERNELS");
     if (v)
         for (int i = 0; i < (int)CPU_ISA_COUNT; i++)

@@ -1,5 +1,7 @@
-/* The CPU backend's kernel table: one per instruction set (scalar, AVX2, AVX-512), chosen once
- * per backend init from cpuid and kept in the backend state, so one binary runs on any x86-64.
+/* The CPU backend's kernel table: one per instruction set (scalar; AVX2, AVX-512 on x86-64;
+ * NEON, NEON with dotprod on aarch64), chosen once per backend init from cpuid or the ELF
+ * hardware capabilities and kept in the backend state, so one binary runs on any x86-64 and
+ * any aarch64 CPU.
  *
  * Every SIMD kernel computes what the scalar reference computes:
  *  - int8 dots (Q4_0, Q8_0 weights): bit for bit the type table's vec_dot. The per-block
@@ -22,10 +24,14 @@
 #include "quant.h"
 #include "weights.h"
 
+/* Higher is better within an architecture (cpu_kernels_select walks down); the other
+ * architecture's values are never available, so they are simply passed over. */
 typedef enum cpu_isa {
     CPU_ISA_SCALAR = 0,
-    CPU_ISA_AVX2 = 1,   /* AVX2 + FMA + F16C */
-    CPU_ISA_AVX512 = 2, /* AVX-512 F/BW/VL + VNNI (and the AVX2 set) */
+    CPU_ISA_AVX2 = 1,         /* AVX2 + FMA + F16C */
+    CPU_ISA_AVX512 = 2,       /* AVX-512 F/BW/VL + VNNI (and the AVX2 set) */
+    CPU_ISA_NEON = 3,         /* AArch64 Advanced SIMD */
+    CPU_ISA_NEON_DOTPROD = 4, /* and the ARMv8.2 dot product (SDOT) */
     CPU_ISA_COUNT
 } cpu_isa;
 
@@ -86,14 +92,19 @@ typedef struct cpu_kernels {
 const cpu_kernels *cpu_kernels_select(cpu_isa cap);
 /* The table for exactly isa, or NULL when this CPU or build lacks it (tests iterate these). */
 const cpu_kernels *cpu_kernels_get(cpu_isa isa);
-/* The ISA named by LLMM_CPU_KERNELS ("scalar", "avx2", "avx512"); CPU_ISA_COUNT when unset
- * or unknown, meaning "the best available". Read once per backend init. */
+/* The ISA named by LLMM_CPU_KERNELS ("scalar", "avx2", "avx512", "neon", "dotprod");
+ * CPU_ISA_COUNT when unset or unknown, meaning "the best available". A name from the other
+ * architecture caps by its number: "avx2" on aarch64 means scalar. Read once per backend init. */
 cpu_isa cpu_kernels_env_cap(void);
 
 extern const cpu_kernels cpu_kernels_scalar;
 #if defined(__x86_64__)
 extern const cpu_kernels cpu_kernels_avx2;
 extern const cpu_kernels cpu_kernels_avx512;
+#endif
+#if defined(__aarch64__)
+extern const cpu_kernels cpu_kernels_neon;
+extern const cpu_kernels cpu_kernels_neon_dotprod;
 #endif
 
 #endif

@@ -1,6 +1,7 @@
-/* SIMD kernel tests: every kernel of every x86 table this CPU supports (AVX2, AVX-512), against
- * the scalar reference (the type table's vec_dot, the scalar kernel table) on seeded random
- * data (never zeros) and odd sizes; a table the CPU lacks is skipped with a printed reason.
+/* SIMD kernel tests: every kernel of every table this CPU supports (AVX2, AVX-512 on x86-64;
+ * NEON, NEON dotprod on aarch64), against the scalar reference (the type table's vec_dot, the
+ * scalar kernel table) on seeded random data (never zeros) and odd sizes; a table the CPU
+ * lacks is skipped with a printed reason.
  * Then the CPU backend with each table forced (LLMM_CPU_KERNELS) at 1, 2 and 3 threads, and
  * the thread pool's chunk hand-out.
  *
@@ -45,8 +46,13 @@
 #define U_F32 (1.0 / 16777216.0)
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
+/* The tables of this build's architecture (the others compile to nothing). */
+#if defined(__aarch64__)
+static const cpu_isa k_simd_isas[] = {CPU_ISA_NEON, CPU_ISA_NEON_DOTPROD};
+#else
 static const cpu_isa k_simd_isas[] = {CPU_ISA_AVX2, CPU_ISA_AVX512};
-static const char *const k_isa_names[CPU_ISA_COUNT] = {"scalar", "avx2", "avx512"};
+#endif
+static const char *const k_isa_names[CPU_ISA_COUNT] = {"scalar", "avx2", "avx512", "neon", "dotprod"};
 
 /* ------------------------------------------------------------------ helpers */
 
@@ -105,7 +111,7 @@ static void fill_nan(float *p, size_t n) {
 /* The table for isa, or NULL after printing why it is skipped. */
 static const cpu_kernels *simd_table(cpu_isa isa) {
     const cpu_kernels *k = cpu_kernels_get(isa);
-    if (!k) print_message("skipped %s: this CPU (or a non-x86 build) lacks it\n", k_isa_names[isa]);
+    if (!k) print_message("skipped %s: this CPU lacks it\n", k_isa_names[isa]);
     return k;
 }
 
@@ -464,6 +470,61 @@ static void test_integer_sums_q8_0(void **state) {
     check_integer_sums(LLMM_TYPE_Q8_0);
 }
 
+/* The largest products in every lane at once, which random quants almost never give: Q8_0
+ * weight quants of -128 (a file may hold them, the quantizer never makes them) times operand
+ * quants of -127 put 2 x 16256 = 32512 into each int16 lane of the base NEON dot (and of
+ * x86's maddubs), 255 short of overflow. Q4_0 nibbles 0 and 15 likewise. Rows: all minimum,
+ * all maximum, alternating, halves; scales 1.0, so the output is the integer dot. */
+static void check_int8_extremes(uint32_t type) {
+    enum { NE0 = 64, NE1 = 4, NB = NE0 / 32 };
+    const int q4 = type == LLMM_TYPE_Q4_0, lo = q4 ? 0 : -128, hi = q4 ? 15 : 127;
+    const size_t rb = llmm_row_bytes(type, NE0), bb = rb / NB;
+    uint8_t *w = xmalloc(rb * NE1);
+    memset(w, 0, rb * NE1);
+    int64_t wsum[NE1] = {0};
+    for (size_t j = 0; j < NE1; j++)
+        for (size_t b = 0; b < NB; b++) {
+            uint8_t *blk = w + j * rb + b * bb;
+            blk[1] = 0x3c; /* d = 1.0 */
+            for (int e = 0; e < 32; e++) {
+                const int v = j == 0 ? lo : j == 1 ? hi : j == 2 ? (e % 2 ? lo : hi) : (e < 16 ? lo : hi);
+                if (q4) blk[2 + e % 16] |= (uint8_t)(e < 16 ? v : v << 4);
+                else blk[2 + e] = (uint8_t)(int8_t)v;
+                wsum[j] += q4 ? v - 8 : v;
+            }
+        }
+    const llmm_tensor wt = {.data = w, .type = type, .ne0 = NE0, .ne1 = NE1, .row_bytes = rb};
+    const int xvals[] = {-127, 127};
+    for (size_t ii = 0; ii < ARRAY_LEN(k_simd_isas); ii++) {
+        const cpu_kernels *k = simd_table(k_simd_isas[ii]);
+        if (!k) continue;
+        for (size_t xi = 0; xi < ARRAY_LEN(xvals); xi++) {
+            int8_t xq[NE0];
+            float xd[NB];
+            int32_t xs[NB];
+            memset(xq, xvals[xi], sizeof xq);
+            for (size_t b = 0; b < NB; b++) {
+                xd[b] = 1.0f;
+                xs[b] = 32 * xvals[xi];
+            }
+            const cpu_operand op = {.n = NE0, .qs = xq, .d = xd, .sum = xs};
+            float out[NE1];
+            k->matmul[type].gemm(&wt, 0, NE1, &op, 1, out, NE1);
+            for (size_t j = 0; j < NE1; j++)
+                if (!((double)out[j] == (double)(wsum[j] * xvals[xi])))
+                    fail_msg("%s %s row %zu x %d: %.1f want %lld", k->name, llmm_type_get(type)->name, j,
+                             xvals[xi], (double)out[j], (long long)(wsum[j] * xvals[xi]));
+        }
+    }
+    free(w);
+}
+
+static void test_int8_extremes(void **state) {
+    (void)state;
+    check_int8_extremes(LLMM_TYPE_Q4_0);
+    check_int8_extremes(LLMM_TYPE_Q8_0);
+}
+
 /* ================================================================== elementwise kernels */
 
 static double ulp_of(double v) {
@@ -764,6 +825,7 @@ int main(void) {
         cmocka_unit_test(test_gemm_bf16),
         cmocka_unit_test(test_integer_sums_q4_0),
         cmocka_unit_test(test_integer_sums_q8_0),
+        cmocka_unit_test(test_int8_extremes),
         cmocka_unit_test(test_exp_accuracy),
         cmocka_unit_test(test_exp_sub_sum),
         cmocka_unit_test(test_silu_mul),

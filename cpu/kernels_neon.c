@@ -1,0 +1,301 @@
+/* Base NEON (Advanced SIMD) kernels, for every AArch64 CPU: called only after
+ * cpu_kernels_get(CPU_ISA_NEON) checked the CPU. The dotprod table reuses all but the int8
+ * dots (kernels_neon_dotprod.c). Empty on other architectures. */
+#include "cpu_kernels.h"
+
+#if defined(__aarch64__)
+
+#include <math.h>
+
+#include "kernels_neon.h"
+#include "simd_neon.h"
+
+/* ---------------------------------------------------------------- int8 dots */
+
+/* Without SDOT: widening multiplies into int16 lanes, each holding two products, then a
+ * pairwise widening add into int32. No int16 lane can overflow: |Q8_0 weight quant| <= 128,
+ * |operand quant| <= 127 (the quantizer never makes -128), 2 * 128 * 127 = 32512 < 32767. */
+static inline int32x4_t dot_block(int8x16_t w0, int8x16_t w1, int8x16_t x0, int8x16_t x1) {
+    const int16x8_t p0 = vmlal_high_s8(vmull_s8(vget_low_s8(w0), vget_low_s8(x0)), w0, x0);
+    const int16x8_t p1 = vmlal_high_s8(vmull_s8(vget_low_s8(w1), vget_low_s8(x1)), w1, x1);
+    return vpadalq_s16(vpaddlq_s16(p0), p1);
+}
+/* 4 weight blocks (8 registers), the operand block, its products and 4 accumulators fit the
+ * 32 registers with room to spare */
+#define Q_TILE_X 4
+
+#include "gemm_int8_neon.h"
+
+/* ---------------------------------------------------------------- operands */
+
+/* One float rounded to f16 (nearest even, FCVTN under the default FPCR) and back. */
+static inline float round_f16(float v) { return vgetq_lane_f32(vcvt_f32_f16(vcvt_f16_f32(vdupq_n_f32(v))), 0); }
+
+/* llmm_quantize_row_q8_0 bit for bit: amax, d = amax / 127 stored as f16 (round to nearest
+ * even), quants round(x * 127 / amax) to nearest even (FCVTNS, as nearbyintf under the default
+ * rounding mode). |x * id| <= 127 up to a rounding, so the saturating narrows never clip a
+ * value the scalar's clamp would not. */
+void neon_quantize_q8(const float *x, int8_t *qs, float *d, int32_t *sum, size_t n) {
+    for (size_t b = 0; b < n / QK8_0; b++) {
+        const float *xb = x + b * QK8_0;
+        float32x4_t v[8];
+        for (int k = 0; k < 8; k++) v[k] = vld1q_f32(xb + 4 * k);
+        float32x4_t m = vabsq_f32(v[0]);
+        for (int k = 1; k < 8; k++) m = vmaxq_f32(m, vabsq_f32(v[k]));
+        const float amax = vmaxvq_f32(m);
+        const float id = amax != 0.f ? 127.f / amax : 0.f;
+        d[b] = round_f16(amax / 127.f);
+        int32x4_t s = vdupq_n_s32(0);
+        int16x8_t h[4];
+        for (int k = 0; k < 4; k++) {
+            const int32x4_t q0 = vcvtnq_s32_f32(vmulq_n_f32(v[2 * k], id));
+            const int32x4_t q1 = vcvtnq_s32_f32(vmulq_n_f32(v[2 * k + 1], id));
+            s = vaddq_s32(s, vaddq_s32(q0, q1));
+            h[k] = vcombine_s16(vqmovn_s32(q0), vqmovn_s32(q1));
+        }
+        vst1q_s8(qs + b * QK8_0, vcombine_s8(vqmovn_s16(h[0]), vqmovn_s16(h[1])));
+        vst1q_s8(qs + b * QK8_0 + 16, vcombine_s8(vqmovn_s16(h[2]), vqmovn_s16(h[3])));
+        sum[b] = vaddvq_s32(s);
+    }
+}
+
+void neon_round_f16_f64(const float *x, double *out, size_t n) {
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        const float32x4_t r = vcvt_f32_f16(vcvt_f16_f32(vld1q_f32(x + i)));
+        vst1q_f64(out + i, vcvt_f64_f32(vget_low_f32(r)));
+        vst1q_f64(out + i + 2, vcvt_high_f64_f32(r));
+    }
+    for (; i < n; i++) out[i] = round_f16(x[i]);
+}
+
+/* ---------------------------------------------------------------- F32 weights */
+
+#define F32_ROWS 4
+#define F32_TILE_X 2
+
+/* 4 weight rows x nx operand rows, eight float lanes (two vectors) per pair: llmm_dot_f32's
+ * eight partial sums. 16 accumulators, 4 operand and 2 weight vectors: 22 of 32 registers. */
+SIMD_ALWAYS_INLINE void f32_tile(const float *const w[F32_ROWS], const float *const x[F32_TILE_X], size_t n8,
+                                 size_t nx, float32x4_t acc[F32_ROWS][F32_TILE_X][2]) {
+    for (int k = 0; k < F32_ROWS; k++)
+        for (size_t r = 0; r < nx; r++) acc[k][r][0] = acc[k][r][1] = vdupq_n_f32(0.0f);
+    for (size_t i = 0; i < n8; i += 8) {
+        float32x4_t xv[F32_TILE_X][2];
+        for (size_t r = 0; r < nx; r++) {
+            xv[r][0] = vld1q_f32(x[r] + i);
+            xv[r][1] = vld1q_f32(x[r] + i + 4);
+        }
+#pragma GCC unroll 4
+        for (int k = 0; k < F32_ROWS; k++) {
+            const float32x4_t w0 = vld1q_f32(w[k] + i), w1 = vld1q_f32(w[k] + i + 4);
+            for (size_t r = 0; r < nx; r++) {
+                acc[k][r][0] = vaddq_f32(acc[k][r][0], vmulq_f32(w0, xv[r][0]));
+                acc[k][r][1] = vaddq_f32(acc[k][r][1], vmulq_f32(w1, xv[r][1]));
+            }
+        }
+    }
+}
+
+/* llmm_dot_f32's ending: the tail first, then the eight lanes in order. */
+static float f32_finish(const float32x4_t acc[2], const float *w, const float *x, size_t n8, size_t n) {
+    float sum = 0, lanes[8];
+    for (size_t i = n8; i < n; i++) sum += w[i] * x[i];
+    vst1q_f32(lanes, acc[0]);
+    vst1q_f32(lanes + 4, acc[1]);
+    for (int l = 0; l < 8; l++) sum += lanes[l];
+    return sum;
+}
+
+void neon_gemm_f32(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows, float *out,
+                   size_t ldo) {
+    const size_t n = x->n, n8 = n / 8 * 8;
+    for (size_t j = j0; j < j1; j += F32_ROWS) {
+        const size_t nj = LLMM_MIN((size_t)F32_ROWS, j1 - j);
+        const float *rows[F32_ROWS];
+        for (size_t k = 0; k < F32_ROWS; k++)
+            rows[k] = (const float *)((const uint8_t *)w->data + (j + LLMM_MIN(k, nj - 1)) * w->row_bytes);
+        for (size_t r0 = 0; r0 < n_rows; r0 += F32_TILE_X) {
+            const size_t nx = LLMM_MIN((size_t)F32_TILE_X, n_rows - r0);
+            const float *xr[F32_TILE_X] = {x->f32 + r0 * n, x->f32 + (r0 + nx - 1) * n};
+            float32x4_t acc[F32_ROWS][F32_TILE_X][2];
+            if (nx == 1) f32_tile(rows, xr, n8, 1, acc);
+            else f32_tile(rows, xr, n8, F32_TILE_X, acc);
+            for (size_t k = 0; k < nj; k++)
+                for (size_t r = 0; r < nx; r++)
+                    out[(r0 + r) * ldo + j + k] = f32_finish(acc[k][r], rows[k], xr[r], n8, n);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- F16 / BF16 weights */
+
+#define HALF_ROWS 4
+
+/* Eight f16 or bf16 weights as floats (both exact), lanes 0-3 in lo, 4-7 in hi. */
+SIMD_ALWAYS_INLINE void load_half8(const uint16_t *p, int bf16, float32x4_t *lo, float32x4_t *hi) {
+    const uint16x8_t h = vld1q_u16(p);
+    if (bf16) {
+        *lo = vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(h), 16));
+        *hi = vreinterpretq_f32_u32(vshll_high_n_u16(h, 16));
+    } else {
+        const float16x8_t f = vreinterpretq_f16_u16(h);
+        *lo = vcvt_f32_f16(vget_low_f16(f));
+        *hi = vcvt_high_f32_f16(f);
+    }
+}
+
+SIMD_ALWAYS_INLINE double half_to_double(uint16_t h, int bf16) {
+    return bf16 ? (double)llmm_bf16_to_f32(h) : (double)llmm_f16_to_f32(h);
+}
+
+/* 4 weight rows x one operand row (doubles), eight double lanes per row. A product of two f16
+ * or two bf16 values is exact in double, so fma(w, x, acc) adds exactly what the scalar's
+ * `sum += (double)w * x` adds; only the order of the additions differs. */
+SIMD_ALWAYS_INLINE void half_tile(const uint16_t *const w[HALF_ROWS], const double *x, size_t n8, int bf16,
+                                  float64x2_t acc[HALF_ROWS][4]) {
+    for (int k = 0; k < HALF_ROWS; k++)
+        for (int l = 0; l < 4; l++) acc[k][l] = vdupq_n_f64(0.0);
+    for (size_t i = 0; i < n8; i += 8) {
+        float64x2_t xv[4];
+        for (int l = 0; l < 4; l++) xv[l] = vld1q_f64(x + i + 2 * l);
+#pragma GCC unroll 4
+        for (int k = 0; k < HALF_ROWS; k++) {
+            float32x4_t lo, hi;
+            load_half8(w[k] + i, bf16, &lo, &hi);
+            acc[k][0] = vfmaq_f64(acc[k][0], vcvt_f64_f32(vget_low_f32(lo)), xv[0]);
+            acc[k][1] = vfmaq_f64(acc[k][1], vcvt_high_f64_f32(lo), xv[1]);
+            acc[k][2] = vfmaq_f64(acc[k][2], vcvt_f64_f32(vget_low_f32(hi)), xv[2]);
+            acc[k][3] = vfmaq_f64(acc[k][3], vcvt_high_f64_f32(hi), xv[3]);
+        }
+    }
+}
+
+SIMD_ALWAYS_INLINE float half_finish(const float64x2_t acc[4], const uint16_t *w, const double *x, size_t n8,
+                                     size_t n, int bf16) {
+    double sum = vaddvq_f64(vaddq_f64(vaddq_f64(acc[0], acc[1]), vaddq_f64(acc[2], acc[3])));
+    for (size_t i = n8; i < n; i++) sum += half_to_double(w[i], bf16) * x[i];
+    return (float)sum;
+}
+
+SIMD_ALWAYS_INLINE void gemm_half(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows,
+                                  float *out, size_t ldo, int bf16) {
+    const size_t n = x->n, n8 = n / 8 * 8;
+    for (size_t j = j0; j < j1; j += HALF_ROWS) {
+        const size_t nj = LLMM_MIN((size_t)HALF_ROWS, j1 - j);
+        const uint16_t *rows[HALF_ROWS];
+        for (size_t k = 0; k < HALF_ROWS; k++)
+            rows[k] = (const uint16_t *)((const uint8_t *)w->data + (j + LLMM_MIN(k, nj - 1)) * w->row_bytes);
+        for (size_t r = 0; r < n_rows; r++) {
+            float64x2_t acc[HALF_ROWS][4];
+            half_tile(rows, x->f64 + r * n, n8, bf16, acc);
+            for (size_t k = 0; k < nj; k++)
+                out[r * ldo + j + k] = half_finish(acc[k], rows[k], x->f64 + r * n, n8, n, bf16);
+        }
+    }
+}
+
+void neon_gemm_f16(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows, float *out,
+                   size_t ldo) {
+    gemm_half(w, j0, j1, x, n_rows, out, ldo, 0);
+}
+
+void neon_gemm_bf16(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows, float *out,
+                    size_t ldo) {
+    gemm_half(w, j0, j1, x, n_rows, out, ldo, 1);
+}
+
+/* ---------------------------------------------------------------- elementwise */
+
+/* Squares in float, their sum in double (four lanes at a time), then the scalar's float
+ * scale and left-to-right products x * scale * w. */
+void neon_rms_norm_row(const float *x, const float *w, float *out, size_t dim, float eps) {
+    float64x2_t acc[2] = {vdupq_n_f64(0.0), vdupq_n_f64(0.0)};
+    size_t i = 0;
+    for (; i + 4 <= dim; i += 4) {
+        const float32x4_t v = vld1q_f32(x + i);
+        add_widened(acc, vmulq_f32(v, v));
+    }
+    double sum = hsum_f64x2x2(acc);
+    for (size_t t = i; t < dim; t++) sum += (double)(x[t] * x[t]);
+    const float mean = (float)(sum / (double)dim);
+    const float scale = 1.0f / sqrtf(mean + eps);
+    for (i = 0; i + 4 <= dim; i += 4)
+        vst1q_f32(out + i, vmulq_f32(vmulq_n_f32(vld1q_f32(x + i), scale), vld1q_f32(w + i)));
+    for (; i < dim; i++) out[i] = x[i] * scale * w[i];
+}
+
+/* gate / (1 + e^-gate) * up, in the scalar's operation order. */
+void neon_silu_mul(float *gate, const float *up, size_t n) {
+    const float32x4_t one = vdupq_n_f32(1.0f);
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        const float32x4_t g = vld1q_f32(gate + i);
+        const float32x4_t s = vdivq_f32(g, vaddq_f32(one, exp_f32x4(vnegq_f32(g))));
+        vst1q_f32(gate + i, vmulq_f32(s, vld1q_f32(up + i)));
+    }
+    for (; i < n; i++) gate[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+}
+
+/* Attention's q.k: two FMA accumulators (eight lanes, as the x86 kernels) and an add tree, not
+ * the scalar's eight sequential lane adds, whose dependency chain is as long as the products
+ * at small head sizes. */
+float neon_dot_f32(const float *a, const float *b, size_t n) {
+    float32x4_t acc0 = vdupq_n_f32(0.0f), acc1 = vdupq_n_f32(0.0f);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        acc0 = vfmaq_f32(acc0, vld1q_f32(a + i), vld1q_f32(b + i));
+        acc1 = vfmaq_f32(acc1, vld1q_f32(a + i + 4), vld1q_f32(b + i + 4));
+    }
+    float sum = vaddvq_f32(vaddq_f32(acc0, acc1));
+    for (; i < n; i++) sum += a[i] * b[i];
+    return sum;
+}
+
+double neon_exp_sub_sum(float *s, size_t n, float max) {
+    const float32x4_t vmax = vdupq_n_f32(max);
+    float64x2_t acc[2] = {vdupq_n_f64(0.0), vdupq_n_f64(0.0)};
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        const float32x4_t e = exp_f32x4(vsubq_f32(vld1q_f32(s + i), vmax));
+        vst1q_f32(s + i, e);
+        add_widened(acc, e);
+    }
+    double sum = hsum_f64x2x2(acc);
+    for (; i < n; i++) {
+        s[i] = expf(s[i] - max);
+        sum += s[i];
+    }
+    return sum;
+}
+
+/* A multiply then an add (the file is compiled without contraction): the scalar's bits. */
+void neon_axpy(float *y, float a, const float *x, size_t n) {
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) vst1q_f32(y + i, vaddq_f32(vld1q_f32(y + i), vmulq_n_f32(vld1q_f32(x + i), a)));
+    for (; i < n; i++) y[i] += a * x[i];
+}
+
+/* ---------------------------------------------------------------- the table */
+
+const cpu_kernels cpu_kernels_neon = {
+    .name = "neon",
+    .isa = CPU_ISA_NEON,
+    .matmul =
+        {
+            [LLMM_TYPE_F32] = {neon_gemm_f32, CPU_OPERAND_F32},
+            [LLMM_TYPE_F16] = {neon_gemm_f16, CPU_OPERAND_F64_F16},
+            [LLMM_TYPE_BF16] = {neon_gemm_bf16, CPU_OPERAND_F64_BF16},
+            [LLMM_TYPE_Q4_0] = {gemm_q4_0, CPU_OPERAND_Q8},
+            [LLMM_TYPE_Q8_0] = {gemm_q8_0, CPU_OPERAND_Q8},
+        },
+    .quantize_q8 = neon_quantize_q8,
+    .round_f16_f64 = neon_round_f16_f64,
+    .rms_norm_row = neon_rms_norm_row,
+    .silu_mul = neon_silu_mul,
+    .dot_f32 = neon_dot_f32,
+    .exp_sub_sum = neon_exp_sub_sum,
+    .axpy = neon_axpy,
+};
+
+#endif

@@ -1,0 +1,24 @@
+/* The base NEON kernels the dotprod table reuses: the dotprod table differs only in the int8
+ * dots (SDOT). Declarations only: callers must have checked cpu_kernels_get(CPU_ISA_NEON). */
+#ifndef LLMM_KERNELS_NEON_H
+#define LLMM_KERNELS_NEON_H
+
+#include "cpu_kernels.h"
+
+#if defined(__aarch64__)
+void neon_gemm_f32(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows, float *out,
+                   size_t ldo);
+void neon_gemm_f16(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows, float *out,
+                   size_t ldo);
+void neon_gemm_bf16(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows, float *out,
+                    size_t ldo);
+void neon_quantize_q8(const float *x, int8_t *qs, float *d, int32_t *sum, size_t n);
+void neon_round_f16_f64(const float *x, double *out, size_t n);
+void neon_rms_norm_row(const float *x, const float *w, float *out, size_t dim, float eps);
+void neon_silu_mul(float *gate, const float *up, size_t n);
+float neon_dot_f32(const float *a, const float *b, size_t n);
+double neon_exp_sub_sum(float *s, size_t n, float max);
+void neon_axpy(float *y, float a, const float *x, size_t n);
+#endif
+
+#endif

@@ -1,0 +1,46 @@
+/* NEON kernels with the dot product extension (ARMv8.2 SDOT: Cortex-A76/A78 and later, e.g.
+ * Jetson Orin): the int8 dots through vdotq_s32, four int8 products summed into each int32
+ * lane in one instruction, with no int16 step. Everything else is the base NEON code (see
+ * kernels_neon.h). Compiled with -march=armv8.2-a+dotprod (Makefile); called only after
+ * cpu_kernels_get(CPU_ISA_NEON_DOTPROD) checked the CPU. Empty on other architectures. */
+#include "cpu_kernels.h"
+
+#if defined(__aarch64__)
+
+#if !defined(__ARM_FEATURE_DOTPROD)
+#error "kernels_neon_dotprod.c needs -march=armv8.2-a+dotprod (see the Makefile)"
+#endif
+
+#include "kernels_neon.h"
+#include "simd_neon.h"
+
+static inline int32x4_t dot_block(int8x16_t w0, int8x16_t w1, int8x16_t x0, int8x16_t x1) {
+    return vdotq_s32(vdotq_s32(vdupq_n_s32(0), w0, x0), w1, x1);
+}
+/* As the base table: 4 operand rows. Larger tiles fit the 32 registers but could not be
+ * measured (no ARM hardware at hand; qemu timings say nothing about a real core). */
+#define Q_TILE_X 4
+
+#include "gemm_int8_neon.h"
+
+const cpu_kernels cpu_kernels_neon_dotprod = {
+    .name = "dotprod",
+    .isa = CPU_ISA_NEON_DOTPROD,
+    .matmul =
+        {
+            [LLMM_TYPE_F32] = {neon_gemm_f32, CPU_OPERAND_F32},
+            [LLMM_TYPE_F16] = {neon_gemm_f16, CPU_OPERAND_F64_F16},
+            [LLMM_TYPE_BF16] = {neon_gemm_bf16, CPU_OPERAND_F64_BF16},
+            [LLMM_TYPE_Q4_0] = {gemm_q4_0, CPU_OPERAND_Q8},
+            [LLMM_TYPE_Q8_0] = {gemm_q8_0, CPU_OPERAND_Q8},
+        },
+    .quantize_q8 = neon_quantize_q8,
+    .round_f16_f64 = neon_round_f16_f64,
+    .rms_norm_row = neon_rms_norm_row,
+    .silu_mul = neon_silu_mul,
+    .dot_f32 = neon_dot_f32,
+    .exp_sub_sum = neon_exp_sub_sum,
+    .axpy = neon_axpy,
+};
+
+#endif

@@ -44,6 +44,14 @@ static inline __m256i dot_q8_0(__m256i w, __m256i x) {
 
 #include "gemm_int8_x86.h"
 
+static inline __m256i kq_madd_acc(__m256i acc, __m256i p, __m256i s) {
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(p, s));
+}
+/* with one operand row the 8 rows' lane vectors and the unpacked quants fit; two spill some */
+#define KQ_TILE_X 2
+
+#include "gemm_kquant_x86.h"
+
 /* ---------------------------------------------------------------- operands */
 
 /* llmm_quantize_row_q8_0 bit for bit: amax, d = amax / 127 stored as f16 (round to nearest
@@ -295,6 +303,11 @@ const cpu_kernels cpu_kernels_avx2 = {
             [LLMM_TYPE_BF16] = {avx2_gemm_bf16, CPU_OPERAND_F64_BF16},
             [LLMM_TYPE_Q4_0] = {gemm_q4_0, CPU_OPERAND_Q8},
             [LLMM_TYPE_Q8_0] = {gemm_q8_0, CPU_OPERAND_Q8},
+            [LLMM_TYPE_Q2_K] = {gemm_q2_K, CPU_OPERAND_Q8K},
+            [LLMM_TYPE_Q3_K] = {gemm_q3_K, CPU_OPERAND_Q8K},
+            [LLMM_TYPE_Q4_K] = {gemm_q4_K, CPU_OPERAND_Q8K},
+            [LLMM_TYPE_Q5_K] = {gemm_q5_K, CPU_OPERAND_Q8K},
+            [LLMM_TYPE_Q6_K] = {gemm_q6_K, CPU_OPERAND_Q8K},
         },
     .quantize_q8 = avx2_quantize_q8,
     .round_f16_f64 = avx2_round_f16_f64,

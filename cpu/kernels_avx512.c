@@ -40,6 +40,12 @@ static inline __m256i dot_q8_0(__m256i w_plus_128, __m256i x) { return dot_u8s8(
 
 #include "gemm_int8_x86.h"
 
+/* vpdpwssd: the K-quants' scale multiply and the add in one instruction */
+static inline __m256i kq_madd_acc(__m256i acc, __m256i p, __m256i s) { return _mm256_dpwssd_epi32(acc, p, s); }
+#define KQ_TILE_X 4
+
+#include "gemm_kquant_x86.h"
+
 const cpu_kernels cpu_kernels_avx512 = {
     .name = "avx512",
     .isa = CPU_ISA_AVX512,
@@ -50,6 +56,11 @@ const cpu_kernels cpu_kernels_avx512 = {
             [LLMM_TYPE_BF16] = {avx2_gemm_bf16, CPU_OPERAND_F64_BF16},
             [LLMM_TYPE_Q4_0] = {gemm_q4_0, CPU_OPERAND_Q8},
             [LLMM_TYPE_Q8_0] = {gemm_q8_0, CPU_OPERAND_Q8},
+            [LLMM_TYPE_Q2_K] = {gemm_q2_K, CPU_OPERAND_Q8K},
+            [LLMM_TYPE_Q3_K] = {gemm_q3_K, CPU_OPERAND_Q8K},
+            [LLMM_TYPE_Q4_K] = {gemm_q4_K, CPU_OPERAND_Q8K},
+            [LLMM_TYPE_Q5_K] = {gemm_q5_K, CPU_OPERAND_Q8K},
+            [LLMM_TYPE_Q6_K] = {gemm_q6_K, CPU_OPERAND_Q8K},
         },
     .quantize_q8 = avx2_quantize_q8,
     .round_f16_f64 = avx2_round_f16_f64,

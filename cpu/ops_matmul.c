@@ -7,6 +7,8 @@
  * block once per tile of activation rows), and the generic path through the type table's
  * vec_dot for every other type and for the scalar table. Both give each output from its own
  * weight row and activation row alone, so results do not depend on the thread count. */
+#include <string.h>
+
 #include "cpu_backend.h"
 #include "quant.h"
 
@@ -60,6 +62,31 @@ static void round_bf16_f64(const float *x, double *out, size_t n) {
     }
 }
 
+/* One row as Q8_K through the type table's quantizer (so the quants are the scalar path's by
+ * construction), split by field. Its cost is per activation value, not per weight: a small
+ * share of any matmul but the smallest. */
+static void quantize_row_q8k(const float *x, int8_t *qs, float *d, int16_t *bsums, size_t n) {
+    block_q8_K blk;
+    for (size_t b = 0; b < n / QK_K; b++) {
+        llmm_quantize_row_q8_K(x + b * QK_K, &blk, QK_K);
+        d[b] = blk.d;
+        memcpy(qs + b * QK_K, blk.qs, sizeof blk.qs);
+        memcpy(bsums + b * (QK_K / 16), blk.bsums, sizeof blk.bsums);
+    }
+}
+
+static llmm_status prepare_q8k(cpu_state *s, const float *x, size_t n_rows, size_t n, cpu_operand *op) {
+    const size_t nb = n / QK_K, ng = n / 16;
+    uint8_t *p = cpu_scratch(s, n_rows * (nb * sizeof(float) + ng * sizeof(int16_t) + n));
+    if (!p) return LLMM_ERR_NO_MEMORY;
+    float *d = (float *)(void *)p;
+    int16_t *bsums = (int16_t *)(void *)(p + n_rows * nb * sizeof(float));
+    int8_t *qs = (int8_t *)(p + n_rows * (nb * sizeof(float) + ng * sizeof(int16_t)));
+    for (size_t r = 0; r < n_rows; r++) quantize_row_q8k(x + r * n, qs + r * n, d + r * nb, bsums + r * ng, n);
+    *op = (cpu_operand){.n = n, .qs = qs, .d = d, .bsums = bsums};
+    return LLMM_OK;
+}
+
 /* The operand rows the kernel asked for, in scratch (grown once, then reused). Q8 fields are
  * carved with the 4-byte arrays first so every field stays aligned. */
 static llmm_status prepare_operand(cpu_state *s, cpu_operand_kind kind, const float *x, size_t n_rows, size_t n,
@@ -79,6 +106,7 @@ static llmm_status prepare_operand(cpu_state *s, cpu_operand_kind kind, const fl
         op->f64 = f64;
         return LLMM_OK;
     }
+    if (kind == CPU_OPERAND_Q8K) return prepare_q8k(s, x, n_rows, n, op);
     const size_t nb = n / QK8_0;
     uint8_t *p = cpu_scratch(s, n_rows * (nb * (sizeof(float) + sizeof(int32_t)) + n));
     if (!p) return LLMM_ERR_NO_MEMORY;

@@ -207,6 +207,7 @@ typedef struct operand_buf {
     int8_t *qs;
     float *d;
     int32_t *sum;
+    int16_t *bsums;
     double *f64;
 } operand_buf;
 
@@ -226,6 +227,25 @@ static void operand_make(const cpu_kernels *k, cpu_operand_kind kind, const floa
         o->op.qs = o->qs;
         o->op.d = o->d;
         o->op.sum = o->sum;
+    } else if (kind == CPU_OPERAND_Q8K) {
+        /* the type table's Q8_K blocks, split by field */
+        const size_t nb = n / QK_K;
+        block_q8_K *blk = xmalloc(nb * sizeof *blk);
+        o->qs = xmalloc(n_rows * n);
+        o->d = xmalloc(n_rows * nb * sizeof *o->d);
+        o->bsums = xmalloc(n_rows * (n / 16) * sizeof *o->bsums);
+        for (size_t r = 0; r < n_rows; r++) {
+            llmm_quantize_row_q8_K(x + r * n, blk, n);
+            for (size_t b = 0; b < nb; b++) {
+                o->d[r * nb + b] = blk[b].d;
+                memcpy(o->qs + r * n + b * QK_K, blk[b].qs, QK_K);
+                memcpy(o->bsums + r * (n / 16) + b * 16, blk[b].bsums, sizeof blk[b].bsums);
+            }
+        }
+        free(blk);
+        o->op.qs = o->qs;
+        o->op.d = o->d;
+        o->op.bsums = o->bsums;
     } else {
         const uint32_t t = kind == CPU_OPERAND_F64_F16 ? LLMM_TYPE_F16 : LLMM_TYPE_BF16;
         uint16_t *h = xmalloc(n * sizeof *h);
@@ -244,6 +264,7 @@ static void operand_free(operand_buf *o) {
     free(o->qs);
     free(o->d);
     free(o->sum);
+    free(o->bsums);
     free(o->f64);
 }
 
@@ -330,7 +351,11 @@ static void check_gemm_case(const cpu_kernels *k, const mm_case *c, mm_stats *st
             const size_t nb = c->ne0 / 32;
             if (one.f32) one.f32 += r * c->ne0;
             if (one.f64) one.f64 += r * c->ne0;
-            if (one.qs) {
+            if (one.qs && one.bsums) {
+                one.qs += r * c->ne0;
+                one.d += r * (c->ne0 / QK_K);
+                one.bsums += r * (c->ne0 / 16);
+            } else if (one.qs) {
                 one.qs += r * c->ne0;
                 one.d += r * nb;
                 one.sum += r * nb;
@@ -375,6 +400,49 @@ static void check_gemm_type(uint32_t type, uint64_t seed) {
         print_message("%s %s gemm: %zu outputs, %zu bit-identical to vec_dot, worst |err|/tol %.3f\n", k->name,
                       llmm_type_get(type)->name, st.outputs, st.bit_equal, st.worst);
     }
+}
+
+/* K-quants: rows of 1-3 super-blocks, 1-37 weight rows (partial tiles, a moved-back last
+ * tile, tensors under 8 rows) and 1-17 operand rows (partial operand tiles of both tables). */
+static void check_gemm_kquant(uint32_t type, uint64_t seed) {
+    const size_t ne0s[] = {256, 512, 768}, ne1s[] = {1, 3, 5, 8, 17, 37}, rows[] = {1, 3, 5, 17};
+    for (size_t ii = 0; ii < ARRAY_LEN(k_simd_isas); ii++) {
+        const cpu_kernels *k = simd_table(k_simd_isas[ii]);
+        if (!k) continue;
+        rng_seed(seed);
+        mm_stats st = {0, 0, 0};
+        for (size_t a = 0; a < ARRAY_LEN(ne0s); a++)
+            for (size_t b = 0; b < ARRAY_LEN(ne1s); b++)
+                for (size_t c = 0; c < ARRAY_LEN(rows); c++) {
+                    const mm_case mc = {type, ne0s[a], ne1s[b], rows[c]};
+                    check_gemm_case(k, &mc, &st);
+                }
+        const mm_case ffn_down = {type, 4864, 11, 6}; /* the 0.5B model's ffn_down rows */
+        check_gemm_case(k, &ffn_down, &st);
+        print_message("%s %s gemm: %zu outputs, %zu bit-identical to vec_dot\n", k->name, llmm_type_get(type)->name,
+                      st.outputs, st.bit_equal);
+    }
+}
+
+static void test_gemm_q2_K(void **state) {
+    (void)state;
+    check_gemm_kquant(LLMM_TYPE_Q2_K, 2010);
+}
+static void test_gemm_q3_K(void **state) {
+    (void)state;
+    check_gemm_kquant(LLMM_TYPE_Q3_K, 2011);
+}
+static void test_gemm_q4_K(void **state) {
+    (void)state;
+    check_gemm_kquant(LLMM_TYPE_Q4_K, 2012);
+}
+static void test_gemm_q5_K(void **state) {
+    (void)state;
+    check_gemm_kquant(LLMM_TYPE_Q5_K, 2013);
+}
+static void test_gemm_q6_K(void **state) {
+    (void)state;
+    check_gemm_kquant(LLMM_TYPE_Q6_K, 2014);
 }
 
 static void test_gemm_q4_0(void **state) {
@@ -462,6 +530,86 @@ static void test_integer_sums_q4_0(void **state) {
 static void test_integer_sums_q8_0(void **state) {
     (void)state;
     check_integer_sums(LLMM_TYPE_Q8_0);
+}
+
+/* K-quants with random bytes everywhere (every bit pattern of quants, sub-block scales and
+ * mins) but d = dmin = 1.0 and operand scales 1.0: weight i dequantizes to the integer
+ * sc q - m (the type table's dequant_row, exact), so each output is the integer dot
+ * sum_i (sc q - m) x_i. The data keep every partial sum below 2^24, where the float steps are
+ * exact: the kernels' integer sums are checked against an int64 reference, and the scalar
+ * vec_dot with them. Operand quants are +-127 at the extremes. */
+static void check_integer_sums_kquant(uint32_t type, size_t d_off, size_t dmin_off, int has_min) {
+    enum { NE0 = QK_K * 3, NE1 = 19, NB = NE0 / QK_K, NG = NE0 / 16, ROWS = 3 };
+    const llmm_type_traits *t = llmm_type_get(type);
+    for (size_t ii = 0; ii < ARRAY_LEN(k_simd_isas); ii++) {
+        const cpu_kernels *k = simd_table(k_simd_isas[ii]);
+        if (!k) continue;
+        rng_seed(2200 + type);
+        const size_t rb = llmm_row_bytes(type, NE0);
+        uint8_t *w = xmalloc(rb * NE1);
+        for (size_t i = 0; i < rb * NE1; i++) w[i] = (uint8_t)rng_u64();
+        for (size_t j = 0; j < NE1; j++)
+            for (size_t b = 0; b < NB; b++) {
+                uint8_t *blk = w + j * rb + b * t->block_bytes;
+                blk[d_off] = 0x00;
+                blk[d_off + 1] = 0x3c; /* 1.0 */
+                if (has_min) {
+                    blk[dmin_off] = 0x00;
+                    blk[dmin_off + 1] = 0x3c;
+                }
+            }
+        int8_t *xq = xmalloc(ROWS * NE0);
+        float xd[ROWS * NB];
+        int16_t bs[ROWS * NG];
+        block_q8_K xblk[ROWS][NB];
+        for (size_t r = 0; r < ROWS; r++) {
+            for (size_t i = 0; i < NE0; i++) {
+                const int v = i % 17 == 0 ? 127 : i % 19 == 0 ? -127 : (int)(rng_u64() % 255) - 127;
+                xq[r * NE0 + i] = (int8_t)v;
+            }
+            for (size_t g = 0; g < NG; g++) {
+                int s = 0;
+                for (int e = 0; e < 16; e++) s += xq[r * NE0 + g * 16 + e];
+                bs[r * NG + g] = (int16_t)s;
+            }
+            for (size_t b = 0; b < NB; b++) {
+                xd[r * NB + b] = 1.0f;
+                xblk[r][b].d = 1.0f;
+                memcpy(xblk[r][b].qs, xq + r * NE0 + b * QK_K, QK_K);
+                memcpy(xblk[r][b].bsums, bs + r * NG + b * 16, sizeof xblk[r][b].bsums);
+            }
+        }
+        const llmm_tensor wt = {.data = w, .type = type, .ne0 = NE0, .ne1 = NE1, .row_bytes = rb};
+        const cpu_operand op = {.n = NE0, .qs = xq, .d = xd, .bsums = bs};
+        float out[ROWS * NE1], wd[NE0];
+        k->matmul[type].gemm(&wt, 0, NE1, &op, ROWS, out, NE1);
+        for (size_t j = 0; j < NE1; j++) {
+            t->dequant_row(w + j * rb, wd, NE0);
+            for (size_t r = 0; r < ROWS; r++) {
+                int64_t want = 0, partial = 0;
+                for (size_t i = 0; i < NE0; i++) {
+                    want += (int64_t)wd[i] * xq[r * NE0 + i];
+                    partial = (int64_t)fmax((double)partial, fabs((double)want));
+                }
+                assert_true(partial < (1 << 24)); /* the data's premise */
+                const float scalar = t->vec_dot(w + j * rb, xblk[r], NE0);
+                if (!((double)out[r * NE1 + j] == (double)want) || !((double)scalar == (double)want))
+                    fail_msg("%s %s row %zu operand row %zu: integer dot %.1f (scalar %.1f) want %lld", k->name,
+                             t->name, j, r, (double)out[r * NE1 + j], (double)scalar, (long long)want);
+            }
+        }
+        free(w);
+        free(xq);
+    }
+}
+
+static void test_integer_sums_kquant(void **state) {
+    (void)state;
+    check_integer_sums_kquant(LLMM_TYPE_Q2_K, offsetof(block_q2_K, d), offsetof(block_q2_K, dmin), 1);
+    check_integer_sums_kquant(LLMM_TYPE_Q3_K, offsetof(block_q3_K, d), 0, 0);
+    check_integer_sums_kquant(LLMM_TYPE_Q4_K, offsetof(block_q4_K, d), offsetof(block_q4_K, dmin), 1);
+    check_integer_sums_kquant(LLMM_TYPE_Q5_K, offsetof(block_q5_K, d), offsetof(block_q5_K, dmin), 1);
+    check_integer_sums_kquant(LLMM_TYPE_Q6_K, offsetof(block_q6_K, d), 0, 0);
 }
 
 /* ================================================================== elementwise kernels */
@@ -632,13 +780,17 @@ static void *cpu_start_isa(cpu_isa isa, int n_threads) {
  * output head-like row count. */
 static void test_backend_matmul_all_tables(void **state) {
     (void)state;
-    const uint32_t types[] = {LLMM_TYPE_Q4_0, LLMM_TYPE_Q8_0, LLMM_TYPE_F32, LLMM_TYPE_F16, LLMM_TYPE_BF16};
+    const uint32_t types[] = {LLMM_TYPE_Q4_0, LLMM_TYPE_Q8_0, LLMM_TYPE_F32,  LLMM_TYPE_F16,  LLMM_TYPE_BF16,
+                              LLMM_TYPE_Q2_K, LLMM_TYPE_Q3_K, LLMM_TYPE_Q4_K, LLMM_TYPE_Q5_K, LLMM_TYPE_Q6_K};
     const size_t dims[][3] = {{256, 1003, 1}, {96, 77, 5}, {416, 45, 37}}; /* ne0, ne1, n_rows */
+    const size_t kdims[][3] = {{256, 1003, 1}, {512, 77, 5}, {768, 45, 37}}; /* K-quants: 256 | ne0 */
     const int threads[] = {1, 2, 3};
     rng_seed(4001);
     for (size_t ti = 0; ti < ARRAY_LEN(types); ti++) {
         for (size_t di = 0; di < ARRAY_LEN(dims); di++) {
-            const size_t ne0 = dims[di][0], ne1 = dims[di][1], n_rows = dims[di][2];
+            const int kq = llmm_type_get(types[ti])->block_size == QK_K;
+            const size_t ne0 = kq ? kdims[di][0] : dims[di][0], ne1 = kq ? kdims[di][1] : dims[di][1];
+            const size_t n_rows = kq ? kdims[di][2] : dims[di][2];
             const size_t rb = llmm_row_bytes(types[ti], ne0);
             float *wf = rand_floats(ne0 * ne1, -2.0f, 2.0f), *x = rand_floats(ne0 * n_rows, -2.0f, 2.0f);
             uint8_t *w = xmalloc(rb * ne1);
@@ -764,6 +916,12 @@ int main(void) {
         cmocka_unit_test(test_gemm_bf16),
         cmocka_unit_test(test_integer_sums_q4_0),
         cmocka_unit_test(test_integer_sums_q8_0),
+        cmocka_unit_test(test_gemm_q2_K),
+        cmocka_unit_test(test_gemm_q3_K),
+        cmocka_unit_test(test_gemm_q4_K),
+        cmocka_unit_test(test_gemm_q5_K),
+        cmocka_unit_test(test_gemm_q6_K),
+        cmocka_unit_test(test_integer_sums_kquant),
         cmocka_unit_test(test_exp_accuracy),
         cmocka_unit_test(test_exp_sub_sum),
         cmocka_unit_test(test_silu_mul),

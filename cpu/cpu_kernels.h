@@ -8,6 +8,8 @@
  *  - K-quant dots (Q2_K..Q6_K weights, Q8_K operand): bit for bit the type table's vec_dot. The
  *    per-super-block integer sums are exact in any order; the float part,
  *    sum += x_d * (d * sum_q - dmin * sum_m), runs in block order, one lane per row, no FMA.
+ *  - Q5_0, Q4_1, Q5_1 weights: bit for bit the type table's vec_dot, as Q4_0 (the min's
+ *    m * s_x added to each block's product before the block is summed, as the scalar does).
  *  - F32 weights: bit for bit llmm_dot_f32 (eight partial sums, no FMA, tail first).
  *  - F16/BF16 weights: products are exact in double, summed in double in lane order instead
  *    of element order: bit-identical to the scalar whenever both double sums are exact (an
@@ -39,6 +41,7 @@ typedef enum cpu_operand_kind {
     CPU_OPERAND_F64_BF16,  /* rounded to bf16, widened to double */
     CPU_OPERAND_Q8,        /* Q8_0 quants, split by field (cpu_operand.qs/d/sum) */
     CPU_OPERAND_Q8K,       /* Q8_K quants, split by field (cpu_operand.qs/d/bsums) */
+    CPU_OPERAND_Q8_1,      /* Q8_1 quants, split by field (cpu_operand.qs/d/s) */
 } cpu_operand_kind;
 
 /* n_rows activation rows of n values, prepared. The Q8 fields hold exactly the quants and
@@ -46,7 +49,8 @@ typedef enum cpu_operand_kind {
  * 32 quants as one aligned-size vector, plus each block's quant sum for the offset
  * corrections of unsigned operands (Q4_0's nibble - 8, VNNI's w + 128). The Q8K fields hold
  * exactly llmm_quantize_row_q8_K's quants, scales and group sums, split the same way (the
- * K-quant kernels load a row's 16 group sums of a super-block as one vector). */
+ * K-quant kernels load a row's 16 group sums of a super-block as one vector). The Q8_1 fields
+ * hold exactly llmm_quantize_row_q8_1's quants and its f16 d and s, widened. */
 typedef struct cpu_operand {
     size_t n;             /* values per row (a multiple of 32 for Q8, of 256 for Q8K) */
     const float *f32;     /* (n_rows, n) */
@@ -56,6 +60,7 @@ typedef struct cpu_operand {
                            * Q8K: (n_rows, n / 256) super-block scales */
     const int32_t *sum;   /* Q8: (n_rows, n / 32) */
     const int16_t *bsums; /* Q8K: (n_rows, n / 16) quant sums of each group of 16 */
+    const float *s;       /* Q8_1: (n_rows, n / 32) d * sum(quants) as stored, f16 widened */
 } cpu_operand;
 
 /* out[r * ldo + j] = weight row j . operand row r, for j in [j0, j1) and r in [0, n_rows).

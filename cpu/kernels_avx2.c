@@ -52,6 +52,13 @@ static inline __m256i kq_madd_acc(__m256i acc, __m256i p, __m256i s) {
 
 #include "gemm_kquant_x86.h"
 
+/* each pair sum at most 2 x 31 x 127, the two added 15748 < 32767: one madd widens both */
+static inline __m256i dot_u5_pair(__m256i lo, __m256i hi, __m256i x_lo, __m256i x_hi) {
+    return dot_q4_0_pair(lo, hi, x_lo, x_hi);
+}
+
+#include "gemm_legacy_x86.h"
+
 /* ---------------------------------------------------------------- operands */
 
 /* llmm_quantize_row_q8_0 bit for bit: amax, d = amax / 127 stored as f16 (round to nearest
@@ -303,6 +310,9 @@ const cpu_kernels cpu_kernels_avx2 = {
             [LLMM_TYPE_BF16] = {avx2_gemm_bf16, CPU_OPERAND_F64_BF16},
             [LLMM_TYPE_Q4_0] = {gemm_q4_0, CPU_OPERAND_Q8},
             [LLMM_TYPE_Q8_0] = {gemm_q8_0, CPU_OPERAND_Q8},
+            [LLMM_TYPE_Q5_0] = {gemm_q5_0, CPU_OPERAND_Q8},
+            [LLMM_TYPE_Q4_1] = {gemm_q4_1, CPU_OPERAND_Q8_1},
+            [LLMM_TYPE_Q5_1] = {gemm_q5_1, CPU_OPERAND_Q8_1},
             [LLMM_TYPE_Q2_K] = {gemm_q2_K, CPU_OPERAND_Q8K},
             [LLMM_TYPE_Q3_K] = {gemm_q3_K, CPU_OPERAND_Q8K},
             [LLMM_TYPE_Q4_K] = {gemm_q4_K, CPU_OPERAND_Q8K},

@@ -46,6 +46,12 @@ static inline __m256i kq_madd_acc(__m256i acc, __m256i p, __m256i s) { return _m
 
 #include "gemm_kquant_x86.h"
 
+static inline __m256i dot_u5_pair(__m256i lo, __m256i hi, __m256i x_lo, __m256i x_hi) {
+    return _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), lo, x_lo), hi, x_hi);
+}
+
+#include "gemm_legacy_x86.h"
+
 const cpu_kernels cpu_kernels_avx512 = {
     .name = "avx512",
     .isa = CPU_ISA_AVX512,
@@ -56,6 +62,9 @@ const cpu_kernels cpu_kernels_avx512 = {
             [LLMM_TYPE_BF16] = {avx2_gemm_bf16, CPU_OPERAND_F64_BF16},
             [LLMM_TYPE_Q4_0] = {gemm_q4_0, CPU_OPERAND_Q8},
             [LLMM_TYPE_Q8_0] = {gemm_q8_0, CPU_OPERAND_Q8},
+            [LLMM_TYPE_Q5_0] = {gemm_q5_0, CPU_OPERAND_Q8},
+            [LLMM_TYPE_Q4_1] = {gemm_q4_1, CPU_OPERAND_Q8_1},
+            [LLMM_TYPE_Q5_1] = {gemm_q5_1, CPU_OPERAND_Q8_1},
             [LLMM_TYPE_Q2_K] = {gemm_q2_K, CPU_OPERAND_Q8K},
             [LLMM_TYPE_Q3_K] = {gemm_q3_K, CPU_OPERAND_Q8K},
             [LLMM_TYPE_Q4_K] = {gemm_q4_K, CPU_OPERAND_Q8K},

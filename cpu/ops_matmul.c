@@ -87,6 +87,25 @@ static llmm_status prepare_q8k(cpu_state *s, const float *x, size_t n_rows, size
     return LLMM_OK;
 }
 
+/* Q8_1 rows through the type table's quantizer, split by field (as Q8_K above). */
+static llmm_status prepare_q8_1(cpu_state *s, const float *x, size_t n_rows, size_t n, cpu_operand *op) {
+    const size_t nb = n / QK8_1;
+    uint8_t *p = cpu_scratch(s, n_rows * (2 * nb * sizeof(float) + n));
+    if (!p) return LLMM_ERR_NO_MEMORY;
+    float *d = (float *)(void *)p, *sd = d + n_rows * nb;
+    int8_t *qs = (int8_t *)(p + 2 * n_rows * nb * sizeof(float));
+    block_q8_1 blk;
+    for (size_t r = 0; r < n_rows; r++)
+        for (size_t b = 0; b < nb; b++) {
+            llmm_quantize_row_q8_1(x + r * n + b * QK8_1, &blk, QK8_1);
+            d[r * nb + b] = llmm_f16_to_f32(blk.d);
+            sd[r * nb + b] = llmm_f16_to_f32(blk.s);
+            memcpy(qs + r * n + b * QK8_1, blk.qs, sizeof blk.qs);
+        }
+    *op = (cpu_operand){.n = n, .qs = qs, .d = d, .s = sd};
+    return LLMM_OK;
+}
+
 /* The operand rows the kernel asked for, in scratch (grown once, then reused). Q8 fields are
  * carved with the 4-byte arrays first so every field stays aligned. */
 static llmm_status prepare_operand(cpu_state *s, cpu_operand_kind kind, const float *x, size_t n_rows, size_t n,
@@ -107,6 +126,7 @@ static llmm_status prepare_operand(cpu_state *s, cpu_operand_kind kind, const fl
         return LLMM_OK;
     }
     if (kind == CPU_OPERAND_Q8K) return prepare_q8k(s, x, n_rows, n, op);
+    if (kind == CPU_OPERAND_Q8_1) return prepare_q8_1(s, x, n_rows, n, op);
     const size_t nb = n / QK8_0;
     uint8_t *p = cpu_scratch(s, n_rows * (nb * (sizeof(float) + sizeof(int32_t)) + n));
     if (!p) return LLMM_ERR_NO_MEMORY;

@@ -35,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend.h"
 #include "cpu_backend.h"
@@ -208,6 +209,7 @@ typedef struct operand_buf {
     float *d;
     int32_t *sum;
     int16_t *bsums;
+    float *s;
     double *f64;
 } operand_buf;
 
@@ -227,6 +229,25 @@ static void operand_make(const cpu_kernels *k, cpu_operand_kind kind, const floa
         o->op.qs = o->qs;
         o->op.d = o->d;
         o->op.sum = o->sum;
+    } else if (kind == CPU_OPERAND_Q8_1) {
+        /* the type table's Q8_1 blocks, split by field */
+        const size_t nb = n / 32;
+        block_q8_1 *blk = xmalloc(nb * sizeof *blk);
+        o->qs = xmalloc(n_rows * n);
+        o->d = xmalloc(n_rows * nb * sizeof *o->d);
+        o->s = xmalloc(n_rows * nb * sizeof *o->s);
+        for (size_t r = 0; r < n_rows; r++) {
+            llmm_quantize_row_q8_1(x + r * n, blk, n);
+            for (size_t b = 0; b < nb; b++) {
+                o->d[r * nb + b] = llmm_f16_to_f32(blk[b].d);
+                o->s[r * nb + b] = llmm_f16_to_f32(blk[b].s);
+                memcpy(o->qs + r * n + b * 32, blk[b].qs, 32);
+            }
+        }
+        free(blk);
+        o->op.qs = o->qs;
+        o->op.d = o->d;
+        o->op.s = o->s;
     } else if (kind == CPU_OPERAND_Q8K) {
         /* the type table's Q8_K blocks, split by field */
         const size_t nb = n / QK_K;
@@ -265,6 +286,7 @@ static void operand_free(operand_buf *o) {
     free(o->d);
     free(o->sum);
     free(o->bsums);
+    free(o->s);
     free(o->f64);
 }
 
@@ -355,6 +377,10 @@ static void check_gemm_case(const cpu_kernels *k, const mm_case *c, mm_stats *st
                 one.qs += r * c->ne0;
                 one.d += r * (c->ne0 / QK_K);
                 one.bsums += r * (c->ne0 / 16);
+            } else if (one.qs && one.s) {
+                one.qs += r * c->ne0;
+                one.d += r * nb;
+                one.s += r * nb;
             } else if (one.qs) {
                 one.qs += r * c->ne0;
                 one.d += r * nb;
@@ -443,6 +469,19 @@ static void test_gemm_q5_K(void **state) {
 static void test_gemm_q6_K(void **state) {
     (void)state;
     check_gemm_kquant(LLMM_TYPE_Q6_K, 2014);
+}
+
+static void test_gemm_q5_0(void **state) {
+    (void)state;
+    check_gemm_type(LLMM_TYPE_Q5_0, 2020);
+}
+static void test_gemm_q4_1(void **state) {
+    (void)state;
+    check_gemm_type(LLMM_TYPE_Q4_1, 2021);
+}
+static void test_gemm_q5_1(void **state) {
+    (void)state;
+    check_gemm_type(LLMM_TYPE_Q5_1, 2022);
 }
 
 static void test_gemm_q4_0(void **state) {
@@ -601,6 +640,74 @@ static void check_integer_sums_kquant(uint32_t type, size_t d_off, size_t dmin_o
         free(w);
         free(xq);
     }
+}
+
+/* Q5_0, Q4_1, Q5_1 the same way: random quant bytes and 5th bits, d = 1.0 and m = 1.0
+ * (w = q - 16, or q + 1), operand scales 1.0 and s = sum(x) (exact): the output is the
+ * integer dot sum_i w_i x_i, well below 2^24. */
+static void check_integer_sums_legacy(uint32_t type) {
+    enum { NE0 = 32 * 23, NE1 = 19, NB = NE0 / 32, ROWS = 3 };
+    const llmm_type_traits *t = llmm_type_get(type);
+    const int offset_type = type != LLMM_TYPE_Q5_0;
+    for (size_t ii = 0; ii < ARRAY_LEN(k_simd_isas); ii++) {
+        const cpu_kernels *k = simd_table(k_simd_isas[ii]);
+        if (!k) continue;
+        rng_seed(2300 + type);
+        const size_t rb = llmm_row_bytes(type, NE0);
+        uint8_t *w = xmalloc(rb * NE1);
+        for (size_t i = 0; i < rb * NE1; i++) w[i] = (uint8_t)rng_u64();
+        for (size_t j = 0; j < NE1; j++)
+            for (size_t b = 0; b < NB; b++) {
+                uint8_t *blk = w + j * rb + b * t->block_bytes;
+                blk[0] = 0x00;
+                blk[1] = 0x3c; /* d = 1.0 */
+                if (offset_type) {
+                    blk[2] = 0x00;
+                    blk[3] = 0x3c; /* m = 1.0 */
+                }
+            }
+        int8_t *xq = xmalloc(ROWS * NE0);
+        float xd[ROWS * NB], xs[ROWS * NB];
+        int32_t xsum[ROWS * NB];
+        for (size_t r = 0; r < ROWS; r++)
+            for (size_t b = 0; b < NB; b++) {
+                int sum = 0;
+                for (size_t e = 0; e < 32; e++) {
+                    const size_t i = b * 32 + e;
+                    const int v = i % 17 == 0 ? 127 : i % 19 == 0 ? -127 : (int)(rng_u64() % 255) - 127;
+                    xq[r * NE0 + i] = (int8_t)v;
+                    sum += v;
+                }
+                xd[r * NB + b] = 1.0f;
+                xs[r * NB + b] = (float)sum;
+                xsum[r * NB + b] = sum;
+            }
+        const llmm_tensor wt = {.data = w, .type = type, .ne0 = NE0, .ne1 = NE1, .row_bytes = rb};
+        cpu_operand op = {.n = NE0, .qs = xq, .d = xd};
+        if (offset_type) op.s = xs;
+        else op.sum = xsum;
+        float out[ROWS * NE1], wd[NE0];
+        k->matmul[type].gemm(&wt, 0, NE1, &op, ROWS, out, NE1);
+        for (size_t j = 0; j < NE1; j++) {
+            t->dequant_row(w + j * rb, wd, NE0);
+            for (size_t r = 0; r < ROWS; r++) {
+                int64_t want = 0;
+                for (size_t i = 0; i < NE0; i++) want += (int64_t)wd[i] * xq[r * NE0 + i];
+                if (!((double)out[r * NE1 + j] == (double)want))
+                    fail_msg("%s %s row %zu operand row %zu: integer dot %.1f want %lld", k->name, t->name, j, r,
+                             (double)out[r * NE1 + j], (long long)want);
+            }
+        }
+        free(w);
+        free(xq);
+    }
+}
+
+static void test_integer_sums_legacy(void **state) {
+    (void)state;
+    check_integer_sums_legacy(LLMM_TYPE_Q5_0);
+    check_integer_sums_legacy(LLMM_TYPE_Q4_1);
+    check_integer_sums_legacy(LLMM_TYPE_Q5_1);
 }
 
 static void test_integer_sums_kquant(void **state) {
@@ -781,7 +888,8 @@ static void *cpu_start_isa(cpu_isa isa, int n_threads) {
 static void test_backend_matmul_all_tables(void **state) {
     (void)state;
     const uint32_t types[] = {LLMM_TYPE_Q4_0, LLMM_TYPE_Q8_0, LLMM_TYPE_F32,  LLMM_TYPE_F16,  LLMM_TYPE_BF16,
-                              LLMM_TYPE_Q2_K, LLMM_TYPE_Q3_K, LLMM_TYPE_Q4_K, LLMM_TYPE_Q5_K, LLMM_TYPE_Q6_K};
+                              LLMM_TYPE_Q2_K, LLMM_TYPE_Q3_K, LLMM_TYPE_Q4_K, LLMM_TYPE_Q5_K, LLMM_TYPE_Q6_K,
+                              LLMM_TYPE_Q5_0, LLMM_TYPE_Q4_1, LLMM_TYPE_Q5_1};
     const size_t dims[][3] = {{256, 1003, 1}, {96, 77, 5}, {416, 45, 37}}; /* ne0, ne1, n_rows */
     const size_t kdims[][3] = {{256, 1003, 1}, {512, 77, 5}, {768, 45, 37}}; /* K-quants: 256 | ne0 */
     const int threads[] = {1, 2, 3};
@@ -828,6 +936,72 @@ static void test_backend_matmul_all_tables(void **state) {
             free(x);
             free(w);
             free(ref);
+            free(out);
+        }
+    }
+}
+
+/* ns per weight (per weight and operand row for prefill) of the backend's matmul, one thread,
+ * every table: decode-shaped (1 operand row) and prefill-shaped (64 rows) products of the 0.5B
+ * model's FFN shapes, 896 x 4864 standing in as 1024 x 4864 for the K-quants (whose rows are
+ * multiples of 256). The weights (2-5 MB) stay in the L2/L3 caches between calls, so decode
+ * figures are the kernels' compute, not DRAM streaming. Timing is slow and noisy, so it runs
+ * only when LLMM_BENCH_KERNELS is set: `LLMM_BENCH_KERNELS=1 build/tests/test_simd`. */
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double matmul_seconds(void *st, const llmm_tensor *wt, const float *x, size_t n_rows, float *out) {
+    double t0 = now_s();
+    assert_int_equal(llmm_cpu_backend.matmul(st, wt, x, n_rows, out), LLMM_OK);
+    const double first = now_s() - t0;
+    const int reps = first > 0.05 ? 1 : (int)(0.05 / (first + 1e-9)) + 1;
+    double best = first;
+    for (int batch = 0; batch < 3 && reps > 1; batch++) {
+        t0 = now_s();
+        for (int i = 0; i < reps; i++) assert_int_equal(llmm_cpu_backend.matmul(st, wt, x, n_rows, out), LLMM_OK);
+        best = fmin(best, (now_s() - t0) / reps);
+    }
+    return best;
+}
+
+static void test_bench_kernels(void **state) {
+    (void)state;
+    if (!getenv("LLMM_BENCH_KERNELS")) {
+        print_message("skipped: set LLMM_BENCH_KERNELS=1 to time the matmul kernels\n");
+        return;
+    }
+    const uint32_t types[] = {LLMM_TYPE_Q4_0, LLMM_TYPE_Q4_K, LLMM_TYPE_Q6_K, LLMM_TYPE_Q5_K, LLMM_TYPE_Q3_K,
+                              LLMM_TYPE_Q2_K, LLMM_TYPE_Q5_0, LLMM_TYPE_Q4_1, LLMM_TYPE_Q5_1};
+    const size_t shapes[][3] = {{4864, 896, 1}, {0, 4864, 1}, {4864, 896, 64}, {0, 4864, 64}}; /* ne0 0: 896 */
+    rng_seed(5001);
+    print_message("type   ne0 x ne1 x rows     ns/weight: scalar   avx2     avx512   (scalar/avx2, scalar/avx512)\n");
+    for (size_t ti = 0; ti < ARRAY_LEN(types); ti++) {
+        const llmm_type_traits *t = llmm_type_get(types[ti]);
+        for (size_t si = 0; si < ARRAY_LEN(shapes); si++) {
+            const size_t ne0 = shapes[si][0] ? shapes[si][0] : t->block_size == QK_K ? 1024 : 896;
+            const size_t ne1 = shapes[si][1], n_rows = shapes[si][2], rb = llmm_row_bytes(types[ti], ne0);
+            /* one quantized row repeated: speed does not depend on the values */
+            float *wf = rand_floats(ne0, -2.0f, 2.0f), *x = rand_floats(ne0 * n_rows, -2.0f, 2.0f);
+            uint8_t *w = xmalloc(rb * ne1);
+            encode_row(types[ti], wf, w, ne0);
+            for (size_t j = 1; j < ne1; j++) memcpy(w + j * rb, w, rb);
+            const llmm_tensor wt = {w, types[ti], (int64_t)ne0, (int64_t)ne1, rb};
+            float *out = xmalloc(ne1 * n_rows * sizeof *out);
+            double ns[CPU_ISA_COUNT] = {0};
+            for (int isa = 0; isa < (int)CPU_ISA_COUNT; isa++) {
+                if (!cpu_kernels_get((cpu_isa)isa)) continue;
+                void *st = cpu_start_isa((cpu_isa)isa, 1);
+                ns[isa] = 1e9 * matmul_seconds(st, &wt, x, n_rows, out) / ((double)ne0 * ne1 * n_rows);
+                llmm_cpu_backend.shutdown(st);
+            }
+            print_message("%-5s %5zu x %4zu x %2zu     %8.4f %8.4f %8.4f   (%.1fx, %.1fx)\n", t->name, ne0, ne1, n_rows,
+                          ns[0], ns[1], ns[2], ns[1] > 0 ? ns[0] / ns[1] : 0.0, ns[2] > 0 ? ns[0] / ns[2] : 0.0);
+            free(wf);
+            free(x);
+            free(w);
             free(out);
         }
     }
@@ -922,6 +1096,10 @@ int main(void) {
         cmocka_unit_test(test_gemm_q5_K),
         cmocka_unit_test(test_gemm_q6_K),
         cmocka_unit_test(test_integer_sums_kquant),
+        cmocka_unit_test(test_gemm_q5_0),
+        cmocka_unit_test(test_gemm_q4_1),
+        cmocka_unit_test(test_gemm_q5_1),
+        cmocka_unit_test(test_integer_sums_legacy),
         cmocka_unit_test(test_exp_accuracy),
         cmocka_unit_test(test_exp_sub_sum),
         cmocka_unit_test(test_silu_mul),
@@ -929,6 +1107,7 @@ int main(void) {
         cmocka_unit_test(test_dot_axpy),
         cmocka_unit_test(test_backend_matmul_all_tables),
         cmocka_unit_test(test_threadpool_chunks),
+        cmocka_unit_test(test_bench_kernels),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

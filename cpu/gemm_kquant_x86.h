@@ -122,17 +122,18 @@ SIMD_ALWAYS_INLINE void kq_row_k4(const uint8_t *blk, const kq_x *x, size_t nx, 
  * and 32 bytes H holding the top 2 bits of weights l, l+32, l+64, l+96 in bit pairs 0..3 of
  * H[l]. Each 32-weight vector covers two sub-blocks of 16 (one per 128-bit half). */
 SIMD_ALWAYS_INLINE void kq_row_q6(const uint8_t *blk, const kq_x *x, size_t nx, __m256i vq[KQ_TILE_X]) {
-    const block_q6_K *b = (const block_q6_K *)(const void *)blk;
-    const __m128i sc = load_128(b->scales);
-    const __m256i sc16 = _mm256_cvtepi8_epi16(sc);
+    /* fields by offset: weight rows are packed blocks, so no block struct is dereferenced */
+    const uint8_t *ql = blk + offsetof(block_q6_K, ql), *qh = blk + offsetof(block_q6_K, qh);
+    const uint8_t *scales = blk + offsetof(block_q6_K, scales);
+    const __m256i sc16 = _mm256_cvtepi8_epi16(load_128(scales));
     for (size_t r = 0; r < nx; r++) /* the offset 32 of every quant */
         vq[r] = _mm256_sub_epi32(_mm256_setzero_si256(),
                                  _mm256_slli_epi32(_mm256_madd_epi16(sc16, load_256(x->bs + r * x->bss)), 5));
     const __m256i low4 = _mm256_set1_epi8(0x0f), top2 = _mm256_set1_epi8(0x30);
 #pragma GCC unroll 2
     for (int h = 0; h < 2; h++) {
-        const __m256i sch = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)(const void *)(b->scales + 8 * h))));
-        const __m256i A = load_256(b->ql + 64 * h), B = load_256(b->ql + 64 * h + 32), H = load_256(b->qh + 32 * h);
+        const __m256i sch = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)(const void *)(scales + 8 * h))));
+        const __m256i A = load_256(ql + 64 * h), B = load_256(ql + 64 * h + 32), H = load_256(qh + 32 * h);
         const __m256i q[4] = {
             _mm256_or_si256(_mm256_and_si256(A, low4), _mm256_and_si256(_mm256_slli_epi16(H, 4), top2)),
             _mm256_or_si256(_mm256_and_si256(B, low4), _mm256_and_si256(_mm256_slli_epi16(H, 2), top2)),
@@ -182,12 +183,11 @@ SIMD_ALWAYS_INLINE void kq_row_2bit(const uint8_t *qs, const uint8_t *hmask, __m
 
 SIMD_ALWAYS_INLINE void kq_row_q2(const uint8_t *blk, const kq_x *x, size_t nx, __m256i vq[KQ_TILE_X],
                                   __m256i vm[KQ_TILE_X]) {
-    const block_q2_K *b = (const block_q2_K *)(const void *)blk;
-    const __m128i s = load_128(b->scales); /* scale in the low nibble, min in the high */
+    const __m128i s = load_128(blk + offsetof(block_q2_K, scales)); /* scale: low nibble, min: high */
     const __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(s, _mm_set1_epi8(0x0f)));
     const __m256i m16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(s, 4), _mm_set1_epi8(0x0f)));
     for (size_t r = 0; r < nx; r++) vm[r] = _mm256_madd_epi16(m16, load_256(x->bs + r * x->bss));
-    kq_row_2bit(b->qs, NULL, sc16, 0, x, nx, vq);
+    kq_row_2bit(blk + offsetof(block_q2_K, qs), NULL, sc16, 0, x, nx, vq);
 }
 
 /* Q3_K's 6-bit scales (quant.h), read as words u0..u2: the low nibbles of scales 0-7 are the
@@ -205,8 +205,8 @@ SIMD_ALWAYS_INLINE __m256i q3_unpack_scales(const uint8_t *p) {
 }
 
 SIMD_ALWAYS_INLINE void kq_row_q3(const uint8_t *blk, const kq_x *x, size_t nx, __m256i vq[KQ_TILE_X]) {
-    const block_q3_K *b = (const block_q3_K *)(const void *)blk;
-    kq_row_2bit(b->qs, b->hmask, q3_unpack_scales(b->scales), 2, x, nx, vq);
+    kq_row_2bit(blk + offsetof(block_q3_K, qs), blk + offsetof(block_q3_K, hmask),
+                q3_unpack_scales(blk + offsetof(block_q3_K, scales)), 2, x, nx, vq);
 }
 
 SIMD_ALWAYS_INLINE void kq_row(kq_kind kind, const uint8_t *blk, const kq_x *x, size_t nx, __m256i vq[KQ_TILE_X],

@@ -4,6 +4,9 @@
  * (Q4_1, Q5_1). The including file defines first:
  *   __m256i dot_u5_pair(__m256i lo, __m256i hi, __m256i x_lo, __m256i x_hi)
  *                      as dot_q4_0_pair, for unsigned quants up to 31, sums not scaled
+ *   void add_bit4_pair(__m256i *lo, __m256i *hi, uint32_t ha, uint32_t hb)
+ *                      adds 16 to byte k of lo where bit k of [ha's low 16 | hb's low 16]
+ *                      is set, and to byte k of hi for [ha's high 16 | hb's high 16]
  * and gets gemm_q5_0, gemm_q4_1, gemm_q5_1 (cpu_gemm_fn).
  *
  * Numerics, as the scalar dots in lib/quant_legacy.c, lane i = weight row i, blocks in order,
@@ -31,7 +34,7 @@ SIMD_ALWAYS_INLINE size_t lq_qh_offset(lq_kind k) {
 
 /* The quants of one block of rows a and b as prep_q4_0_pair lays them out ([a | b], weights
  * 0-15 in lo, 16-31 in hi), with the 5th bits (bit j of the little-endian qh word, weight j)
- * set as 16: each byte picks the qh byte holding its bit, then tests its own bit. */
+ * added as 16. */
 SIMD_ALWAYS_INLINE void lq_prep_pair(lq_kind kind, const uint8_t *a, const uint8_t *b, __m256i *lo, __m256i *hi) {
     const size_t qs = lq_qs_offset(kind);
     const __m256i q =
@@ -43,15 +46,7 @@ SIMD_ALWAYS_INLINE void lq_prep_pair(lq_kind kind, const uint8_t *a, const uint8
     uint32_t ha, hb;
     memcpy(&ha, a + lq_qh_offset(kind), sizeof ha);
     memcpy(&hb, b + lq_qh_offset(kind), sizeof hb);
-    const __m256i h = _mm256_set_m128i(_mm_cvtsi32_si128((int)hb), _mm_cvtsi32_si128((int)ha));
-    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull), b16 = _mm256_set1_epi8(0x10);
-    const __m256i pick_lo = _mm256_set_epi64x(0x0101010101010101ll, 0, 0x0101010101010101ll, 0);
-    const __m256i pick_hi = _mm256_set_epi64x(0x0303030303030303ll, 0x0202020202020202ll, 0x0303030303030303ll,
-                                              0x0202020202020202ll);
-    const __m256i h_lo = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(h, pick_lo), bit), bit);
-    const __m256i h_hi = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(h, pick_hi), bit), bit);
-    *lo = _mm256_or_si256(*lo, _mm256_and_si256(h_lo, b16));
-    *hi = _mm256_or_si256(*hi, _mm256_and_si256(h_hi, b16));
+    add_bit4_pair(lo, hi, ha, hb);
 }
 
 /* Blocks [b0, b0 + n) of one tile (weight rows base + i * rb, operand rows r0 .. r0+nx-1);

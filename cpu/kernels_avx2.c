@@ -57,6 +57,19 @@ static inline __m256i dot_u5_pair(__m256i lo, __m256i hi, __m256i x_lo, __m256i 
     return dot_q4_0_pair(lo, hi, x_lo, x_hi);
 }
 
+/* Each byte picks the qh byte holding its bit, then tests its own bit. */
+static inline void add_bit4_pair(__m256i *lo, __m256i *hi, uint32_t ha, uint32_t hb) {
+    const __m256i h = _mm256_set_m128i(_mm_cvtsi32_si128((int)hb), _mm_cvtsi32_si128((int)ha));
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull), b16 = _mm256_set1_epi8(0x10);
+    const __m256i pick_lo = _mm256_set_epi64x(0x0101010101010101ll, 0, 0x0101010101010101ll, 0);
+    const __m256i pick_hi = _mm256_set_epi64x(0x0303030303030303ll, 0x0202020202020202ll, 0x0303030303030303ll,
+                                              0x0202020202020202ll);
+    const __m256i h_lo = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(h, pick_lo), bit), bit);
+    const __m256i h_hi = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(h, pick_hi), bit), bit);
+    *lo = _mm256_or_si256(*lo, _mm256_and_si256(h_lo, b16));
+    *hi = _mm256_or_si256(*hi, _mm256_and_si256(h_hi, b16));
+}
+
 #include "gemm_legacy_x86.h"
 
 /* ---------------------------------------------------------------- operands */

@@ -50,6 +50,14 @@ static inline __m256i dot_u5_pair(__m256i lo, __m256i hi, __m256i x_lo, __m256i 
     return _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), lo, x_lo), hi, x_hi);
 }
 
+/* The qh words are byte masks already: one masked add per vector, where AVX2 spends a
+ * shuffle, a compare and two logic operations. */
+static inline void add_bit4_pair(__m256i *lo, __m256i *hi, uint32_t ha, uint32_t hb) {
+    const __m256i b16 = _mm256_set1_epi8(0x10);
+    *lo = _mm256_mask_add_epi8(*lo, (__mmask32)((ha & 0xffffu) | hb << 16), *lo, b16);
+    *hi = _mm256_mask_add_epi8(*hi, (__mmask32)(ha >> 16 | (hb & 0xffff0000u)), *hi, b16);
+}
+
 #include "gemm_legacy_x86.h"
 
 const cpu_kernels cpu_kernels_avx512 = {

@@ -946,7 +946,7 @@ static void test_backend_matmul_all_tables(void **state) {
  * model's FFN shapes, 896 x 4864 standing in as 1024 x 4864 for the K-quants (whose rows are
  * multiples of 256). The weights (2-5 MB) stay in the L2/L3 caches between calls, so decode
  * figures are the kernels' compute, not DRAM streaming. Timing is slow and noisy, so it runs
- * only when LLMM_BENCH_KERNELS is set: `LLMM_BENCH_KERNELS=1 build/tests/test_simd`. */
+ * only when LLMM_BENCH_KERNELS is set: `LLMM_BENCH_KERNELS=1 build/tests/test_simd` (or =q4_k,q6_k for some types). */
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -973,6 +973,7 @@ static void test_bench_kernels(void **state) {
         print_message("skipped: set LLMM_BENCH_KERNELS=1 to time the matmul kernels\n");
         return;
     }
+    const char *only = getenv("LLMM_BENCH_KERNELS"); /* "1", or type names: "q5_0,q4_k" */
     const uint32_t types[] = {LLMM_TYPE_Q4_0, LLMM_TYPE_Q4_K, LLMM_TYPE_Q6_K, LLMM_TYPE_Q5_K, LLMM_TYPE_Q3_K,
                               LLMM_TYPE_Q2_K, LLMM_TYPE_Q5_0, LLMM_TYPE_Q4_1, LLMM_TYPE_Q5_1};
     const size_t shapes[][3] = {{4864, 896, 1}, {0, 4864, 1}, {4864, 896, 64}, {0, 4864, 64}}; /* ne0 0: 896 */
@@ -980,6 +981,7 @@ static void test_bench_kernels(void **state) {
     print_message("type   ne0 x ne1 x rows     ns/weight: scalar   avx2     avx512   (scalar/avx2, scalar/avx512)\n");
     for (size_t ti = 0; ti < ARRAY_LEN(types); ti++) {
         const llmm_type_traits *t = llmm_type_get(types[ti]);
+        if (strcmp(only, "1") != 0 && !strstr(only, t->name)) continue;
         for (size_t si = 0; si < ARRAY_LEN(shapes); si++) {
             const size_t ne0 = shapes[si][0] ? shapes[si][0] : t->block_size == QK_K ? 1024 : 896;
             const size_t ne1 = shapes[si][1], n_rows = shapes[si][2], rb = llmm_row_bytes(types[ti], ne0);

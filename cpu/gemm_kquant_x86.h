@@ -41,7 +41,10 @@ SIMD_ALWAYS_INLINE size_t kq_block_bytes(kq_kind k) {
                         : sizeof(block_q6_K);
 }
 SIMD_ALWAYS_INLINE size_t kq_d_offset(kq_kind k) {
-    return k == KQ_Q2 ? offsetof(block_q2_K, d) : k == KQ_Q3 ? offsetof(block_q3_K, d) : k == KQ_Q6 ? offsetof(block_q6_K, d) : 0;
+    return k == KQ_Q2   ? offsetof(block_q2_K, d)
+           : k == KQ_Q3 ? offsetof(block_q3_K, d)
+           : k == KQ_Q6 ? offsetof(block_q6_K, d)
+                        : 0;
 }
 SIMD_ALWAYS_INLINE int kq_has_min(kq_kind k) { return k == KQ_Q2 || k == KQ_Q4 || k == KQ_Q5; }
 SIMD_ALWAYS_INLINE size_t kq_dmin_offset(kq_kind k) {
@@ -60,7 +63,8 @@ typedef struct kq_x {
 SIMD_ALWAYS_INLINE __m256i spread16(int e) { return _mm256_set1_epi16((short)(0x0100 + 0x0202 * e)); }
 /* The same with element e_lo in the lower half and e_hi in the upper. */
 SIMD_ALWAYS_INLINE __m256i spread16_pair(int e_lo, int e_hi) {
-    return _mm256_set_m128i(_mm_set1_epi16((short)(0x0100 + 0x0202 * e_hi)), _mm_set1_epi16((short)(0x0100 + 0x0202 * e_lo)));
+    return _mm256_set_m128i(_mm_set1_epi16((short)(0x0100 + 0x0202 * e_hi)),
+                            _mm_set1_epi16((short)(0x0100 + 0x0202 * e_lo)));
 }
 
 /* acc += scales x (32 unsigned quants w . the operand's 32 quants at x) */
@@ -132,7 +136,8 @@ SIMD_ALWAYS_INLINE void kq_row_q6(const uint8_t *blk, const kq_x *x, size_t nx, 
     const __m256i low4 = _mm256_set1_epi8(0x0f), top2 = _mm256_set1_epi8(0x30);
 #pragma GCC unroll 2
     for (int h = 0; h < 2; h++) {
-        const __m256i sch = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)(const void *)(scales + 8 * h))));
+        const __m256i sch = _mm256_broadcastsi128_si256(
+            _mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)(const void *)(scales + 8 * h))));
         const __m256i A = load_256(ql + 64 * h), B = load_256(ql + 64 * h + 32), H = load_256(qh + 32 * h);
         const __m256i q[4] = {
             _mm256_or_si256(_mm256_and_si256(A, low4), _mm256_and_si256(_mm256_slli_epi16(H, 4), top2)),
@@ -288,7 +293,8 @@ SIMD_ALWAYS_INLINE void gemm_kq(kq_kind kind, const llmm_tensor *w, size_t j0, s
             const uint8_t *next = j + Q_ROWS < j1 ? data + LLMM_MIN(j + Q_ROWS, ne1 - Q_ROWS) * rb : NULL;
             kq_rows(kind, data + jt * rb, rb, next, j - jt, nj, j, x, n_rows, out, ldo);
         } else {
-            for (size_t k = 0; k < nj; k++) kq_rows(kind, data + (j + k) * rb, 0, NULL, 0, 1, j + k, x, n_rows, out, ldo);
+            for (size_t k = 0; k < nj; k++)
+                kq_rows(kind, data + (j + k) * rb, 0, NULL, 0, 1, j + k, x, n_rows, out, ldo);
         }
     }
 }

@@ -60,7 +60,8 @@ SIMD_ALWAYS_INLINE void lq_tile_seg(lq_kind kind, const uint8_t *base, size_t rb
         if (next && r0 == 0) prefetch_next(next, rb, b, bb);
         __m256i lo[4], hi[4];
 #pragma GCC unroll 4
-        for (int k = 0; k < 4; k++) lq_prep_pair(kind, base + k * rb + b * bb, base + (k + 4) * rb + b * bb, &lo[k], &hi[k]);
+        for (int k = 0; k < 4; k++)
+            lq_prep_pair(kind, base + k * rb + b * bb, base + (k + 4) * rb + b * bb, &lo[k], &hi[k]);
         const __m256 d_w = _mm256_cvtph_ps(load_128(dws[b - b0]));
         const __m256 m_w = kind == LQ_Q5_0 ? _mm256_setzero_ps() : _mm256_cvtph_ps(load_128(mws[b - b0]));
 #pragma GCC unroll 4
@@ -76,7 +77,8 @@ SIMD_ALWAYS_INLINE void lq_tile_seg(lq_kind kind, const uint8_t *base, size_t rb
             if (kind == LQ_Q5_0) {
                 acc[r] = fold_block(acc[r], sums, 16 * x->sum[xb], d_w, x->d[xb]);
             } else {
-                const __m256 dot = _mm256_mul_ps(_mm256_cvtepi32_ps(sums), _mm256_mul_ps(d_w, _mm256_set1_ps(x->d[xb])));
+                const __m256 dot =
+                    _mm256_mul_ps(_mm256_cvtepi32_ps(sums), _mm256_mul_ps(d_w, _mm256_set1_ps(x->d[xb])));
                 acc[r] = _mm256_add_ps(acc[r], _mm256_add_ps(dot, _mm256_mul_ps(m_w, _mm256_set1_ps(x->s[xb]))));
             }
         }
@@ -131,7 +133,8 @@ SIMD_ALWAYS_INLINE void gemm_lq(lq_kind kind, const llmm_tensor *w, size_t j0, s
             const uint8_t *next = j + Q_ROWS < j1 ? data + LLMM_MIN(j + Q_ROWS, ne1 - Q_ROWS) * rb : NULL;
             lq_rows(kind, data + jt * rb, rb, next, j - jt, nj, j, x, n_rows, out, ldo);
         } else {
-            for (size_t k = 0; k < nj; k++) lq_rows(kind, data + (j + k) * rb, 0, NULL, 0, 1, j + k, x, n_rows, out, ldo);
+            for (size_t k = 0; k < nj; k++)
+                lq_rows(kind, data + (j + k) * rb, 0, NULL, 0, 1, j + k, x, n_rows, out, ldo);
         }
     }
 }

@@ -10,6 +10,9 @@
  *  - Q4_0 and Q8_0 matmul: the integer block sums are exact in any order and the kernels keep
  *    the scalar's float order, so outputs must equal the table's vec_dot bit for bit. With all
  *    scales 1.0 the output is the integer dot itself: checked equal to an int64 reference.
+ *  - Q2_K..Q6_K (Q8_K operand) and Q5_0, Q4_1, Q5_1 matmul: bit for bit the table's vec_dot
+ *    likewise; with d (and dmin or m) 1.0 and random bytes elsewhere, the output is checked
+ *    equal to the int64 dot of the dequantized integers (the data keep every sum below 2^24).
  *  - F32 matmul, axpy: bit for bit the scalar (same partial sums, no FMA).
  *  - dot_f32 (attention's q.k): (n/8 + 4) u sum|a b| against float64 (FMA partial sums, a
  *    tree of 3 adds, then the tail: at most n/8 + 4 roundings per term).

@@ -7,6 +7,11 @@
  *  - int8 dots (Q4_0, Q8_0 weights): bit for bit the type table's vec_dot. The per-block
  *    integer sums are exact in any order; the float part, sum += (float)isum * (d_w * d_x),
  *    runs in block order with one float lane per weight row (no FMA), as the scalar loop does.
+ *  - K-quant dots (Q2_K..Q6_K weights, Q8_K operand): bit for bit the type table's vec_dot. The
+ *    per-super-block integer sums are exact in any order; the float part,
+ *    sum += x_d * (d * sum_q - dmin * sum_m), runs in block order, one lane per row, no FMA.
+ *  - Q5_0, Q4_1, Q5_1 weights: bit for bit the type table's vec_dot, as Q4_0 (the min's
+ *    m * s_x added to each block's product before the block is summed, as the scalar does).
  *  - F32 weights: bit for bit llmm_dot_f32 (eight partial sums, no FMA, tail first).
  *  - F16/BF16 weights: products are exact in double, summed in double in lane order instead
  *    of element order: bit-identical to the scalar whenever both double sums are exact (an
@@ -41,19 +46,27 @@ typedef enum cpu_operand_kind {
     CPU_OPERAND_F64_F16,   /* rounded to f16 (the type table's operand), widened to double */
     CPU_OPERAND_F64_BF16,  /* rounded to bf16, widened to double */
     CPU_OPERAND_Q8,        /* Q8_0 quants, split by field (cpu_operand.qs/d/sum) */
+    CPU_OPERAND_Q8K,       /* Q8_K quants, split by field (cpu_operand.qs/d/bsums) */
+    CPU_OPERAND_Q8_1,      /* Q8_1 quants, split by field (cpu_operand.qs/d/s) */
 } cpu_operand_kind;
 
 /* n_rows activation rows of n values, prepared. The Q8 fields hold exactly the quants and
  * scales llmm_quantize_row_q8_0 produces, but split so that the int8 kernels load a block's
  * 32 quants as one aligned-size vector, plus each block's quant sum for the offset
- * corrections of unsigned operands (Q4_0's nibble - 8, VNNI's w + 128). */
+ * corrections of unsigned operands (Q4_0's nibble - 8, VNNI's w + 128). The Q8K fields hold
+ * exactly llmm_quantize_row_q8_K's quants, scales and group sums, split the same way (the
+ * K-quant kernels load a row's 16 group sums of a super-block as one vector). The Q8_1 fields
+ * hold exactly llmm_quantize_row_q8_1's quants and its f16 d and s, widened. */
 typedef struct cpu_operand {
-    size_t n;             /* values per row (a multiple of 32 for Q8) */
+    size_t n;             /* values per row (a multiple of 32 for Q8, of 256 for Q8K) */
     const float *f32;     /* (n_rows, n) */
     const double *f64;    /* (n_rows, n) */
     const int8_t *qs;     /* (n_rows, n) */
-    const float *d;       /* (n_rows, n / 32) block scales, f16 values widened */
-    const int32_t *sum;   /* (n_rows, n / 32) */
+    const float *d;       /* Q8: (n_rows, n / 32) block scales, f16 values widened;
+                           * Q8K: (n_rows, n / 256) super-block scales */
+    const int32_t *sum;   /* Q8: (n_rows, n / 32) */
+    const int16_t *bsums; /* Q8K: (n_rows, n / 16) quant sums of each group of 16 */
+    const float *s;       /* Q8_1: (n_rows, n / 32) d * sum(quants) as stored, f16 widened */
 } cpu_operand;
 
 /* out[r * ldo + j] = weight row j . operand row r, for j in [j0, j1) and r in [0, n_rows).

@@ -44,6 +44,34 @@ static inline __m256i dot_q8_0(__m256i w, __m256i x) {
 
 #include "gemm_int8_x86.h"
 
+static inline __m256i kq_madd_acc(__m256i acc, __m256i p, __m256i s) {
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(p, s));
+}
+/* with one operand row the 8 rows' lane vectors and the unpacked quants fit; two spill some */
+#define KQ_TILE_X 2
+
+#include "gemm_kquant_x86.h"
+
+/* each pair sum at most 2 x 31 x 127, the two added 15748 < 32767: one madd widens both */
+static inline __m256i dot_u5_pair(__m256i lo, __m256i hi, __m256i x_lo, __m256i x_hi) {
+    return dot_q4_0_pair(lo, hi, x_lo, x_hi);
+}
+
+/* Each byte picks the qh byte holding its bit, then tests its own bit. */
+static inline void add_bit4_pair(__m256i *lo, __m256i *hi, uint32_t ha, uint32_t hb) {
+    const __m256i h = _mm256_set_m128i(_mm_cvtsi32_si128((int)hb), _mm_cvtsi32_si128((int)ha));
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull), b16 = _mm256_set1_epi8(0x10);
+    const __m256i pick_lo = _mm256_set_epi64x(0x0101010101010101ll, 0, 0x0101010101010101ll, 0);
+    const __m256i pick_hi = _mm256_set_epi64x(0x0303030303030303ll, 0x0202020202020202ll, 0x0303030303030303ll,
+                                              0x0202020202020202ll);
+    const __m256i h_lo = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(h, pick_lo), bit), bit);
+    const __m256i h_hi = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(h, pick_hi), bit), bit);
+    *lo = _mm256_or_si256(*lo, _mm256_and_si256(h_lo, b16));
+    *hi = _mm256_or_si256(*hi, _mm256_and_si256(h_hi, b16));
+}
+
+#include "gemm_legacy_x86.h"
+
 /* ---------------------------------------------------------------- operands */
 
 /* llmm_quantize_row_q8_0 bit for bit: amax, d = amax / 127 stored as f16 (round to nearest
@@ -295,6 +323,14 @@ const cpu_kernels cpu_kernels_avx2 = {
             [LLMM_TYPE_BF16] = {avx2_gemm_bf16, CPU_OPERAND_F64_BF16},
             [LLMM_TYPE_Q4_0] = {gemm_q4_0, CPU_OPERAND_Q8},
             [LLMM_TYPE_Q8_0] = {gemm_q8_0, CPU_OPERAND_Q8},
+            [LLMM_TYPE_Q5_0] = {gemm_q5_0, CPU_OPERAND_Q8},
+            [LLMM_TYPE_Q4_1] = {gemm_q4_1, CPU_OPERAND_Q8_1},
+            [LLMM_TYPE_Q5_1] = {gemm_q5_1, CPU_OPERAND_Q8_1},
+            [LLMM_TYPE_Q2_K] = {gemm_q2_K, CPU_OPERAND_Q8K},
+            [LLMM_TYPE_Q3_K] = {gemm_q3_K, CPU_OPERAND_Q8K},
+            [LLMM_TYPE_Q4_K] = {gemm_q4_K, CPU_OPERAND_Q8K},
+            [LLMM_TYPE_Q5_K] = {gemm_q5_K, CPU_OPERAND_Q8K},
+            [LLMM_TYPE_Q6_K] = {gemm_q6_K, CPU_OPERAND_Q8K},
         },
     .quantize_q8 = avx2_quantize_q8,
     .round_f16_f64 = avx2_round_f16_f64,

@@ -40,6 +40,26 @@ static inline __m256i dot_q8_0(__m256i w_plus_128, __m256i x) { return dot_u8s8(
 
 #include "gemm_int8_x86.h"
 
+/* vpdpwssd: the K-quants' scale multiply and the add in one instruction */
+static inline __m256i kq_madd_acc(__m256i acc, __m256i p, __m256i s) { return _mm256_dpwssd_epi32(acc, p, s); }
+#define KQ_TILE_X 4
+
+#include "gemm_kquant_x86.h"
+
+static inline __m256i dot_u5_pair(__m256i lo, __m256i hi, __m256i x_lo, __m256i x_hi) {
+    return _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), lo, x_lo), hi, x_hi);
+}
+
+/* The qh words are byte masks already: one masked add per vector, where AVX2 spends a
+ * shuffle, a compare and two logic operations. */
+static inline void add_bit4_pair(__m256i *lo, __m256i *hi, uint32_t ha, uint32_t hb) {
+    const __m256i b16 = _mm256_set1_epi8(0x10);
+    *lo = _mm256_mask_add_epi8(*lo, (__mmask32)((ha & 0xffffu) | hb << 16), *lo, b16);
+    *hi = _mm256_mask_add_epi8(*hi, (__mmask32)(ha >> 16 | (hb & 0xffff0000u)), *hi, b16);
+}
+
+#include "gemm_legacy_x86.h"
+
 const cpu_kernels cpu_kernels_avx512 = {
     .name = "avx512",
     .isa = CPU_ISA_AVX512,
@@ -50,6 +70,14 @@ const cpu_kernels cpu_kernels_avx512 = {
             [LLMM_TYPE_BF16] = {avx2_gemm_bf16, CPU_OPERAND_F64_BF16},
             [LLMM_TYPE_Q4_0] = {gemm_q4_0, CPU_OPERAND_Q8},
             [LLMM_TYPE_Q8_0] = {gemm_q8_0, CPU_OPERAND_Q8},
+            [LLMM_TYPE_Q5_0] = {gemm_q5_0, CPU_OPERAND_Q8},
+            [LLMM_TYPE_Q4_1] = {gemm_q4_1, CPU_OPERAND_Q8_1},
+            [LLMM_TYPE_Q5_1] = {gemm_q5_1, CPU_OPERAND_Q8_1},
+            [LLMM_TYPE_Q2_K] = {gemm_q2_K, CPU_OPERAND_Q8K},
+            [LLMM_TYPE_Q3_K] = {gemm_q3_K, CPU_OPERAND_Q8K},
+            [LLMM_TYPE_Q4_K] = {gemm_q4_K, CPU_OPERAND_Q8K},
+            [LLMM_TYPE_Q5_K] = {gemm_q5_K, CPU_OPERAND_Q8K},
+            [LLMM_TYPE_Q6_K] = {gemm_q6_K, CPU_OPERAND_Q8K},
         },
     .quantize_q8 = avx2_quantize_q8,
     .round_f16_f64 = avx2_round_f16_f64,

@@ -7,6 +7,8 @@
  * block once per tile of activation rows), and the generic path through the type table's
  * vec_dot for every other type and for the scalar table. Both give each output from its own
  * weight row and activation row alone, so results do not depend on the thread count. */
+#include <string.h>
+
 #include "cpu_backend.h"
 #include "quant.h"
 
@@ -60,6 +62,53 @@ static void round_bf16_f64(const float *x, double *out, size_t n) {
     }
 }
 
+/* One row as Q8_K through the type table's quantizer (so the quants are the scalar path's by
+ * construction), split by field. Not free: 4.2 ns per value on the dev VM, 20 us of a ~150 us
+ * one-thread decode matmul with a 4864 x 896 Q4_K weight (1.3 ms of ~7 ms for 64 rows); a
+ * vectorized quantizer needs a kernel-table slot. Spreading these rows over the threads
+ * (chunks of 1024 values) made no difference measurable on the busy VM (0.5B Q4_K_M, Q6_K,
+ * 2 threads, load 3.6-4.7), so they stay on the calling thread. */
+static void quantize_row_q8k(const float *x, int8_t *qs, float *d, int16_t *bsums, size_t n) {
+    block_q8_K blk;
+    for (size_t b = 0; b < n / QK_K; b++) {
+        llmm_quantize_row_q8_K(x + b * QK_K, &blk, QK_K);
+        d[b] = blk.d;
+        memcpy(qs + b * QK_K, blk.qs, sizeof blk.qs);
+        memcpy(bsums + b * (QK_K / 16), blk.bsums, sizeof blk.bsums);
+    }
+}
+
+static llmm_status prepare_q8k(cpu_state *s, const float *x, size_t n_rows, size_t n, cpu_operand *op) {
+    const size_t nb = n / QK_K, ng = n / 16;
+    uint8_t *p = cpu_scratch(s, n_rows * (nb * sizeof(float) + ng * sizeof(int16_t) + n));
+    if (!p) return LLMM_ERR_NO_MEMORY;
+    float *d = (float *)(void *)p;
+    int16_t *bsums = (int16_t *)(void *)(p + n_rows * nb * sizeof(float));
+    int8_t *qs = (int8_t *)(p + n_rows * (nb * sizeof(float) + ng * sizeof(int16_t)));
+    for (size_t r = 0; r < n_rows; r++) quantize_row_q8k(x + r * n, qs + r * n, d + r * nb, bsums + r * ng, n);
+    *op = (cpu_operand){.n = n, .qs = qs, .d = d, .bsums = bsums};
+    return LLMM_OK;
+}
+
+/* Q8_1 rows through the type table's quantizer, split by field (as Q8_K above). */
+static llmm_status prepare_q8_1(cpu_state *s, const float *x, size_t n_rows, size_t n, cpu_operand *op) {
+    const size_t nb = n / QK8_1;
+    uint8_t *p = cpu_scratch(s, n_rows * (2 * nb * sizeof(float) + n));
+    if (!p) return LLMM_ERR_NO_MEMORY;
+    float *d = (float *)(void *)p, *sd = d + n_rows * nb;
+    int8_t *qs = (int8_t *)(p + 2 * n_rows * nb * sizeof(float));
+    block_q8_1 blk;
+    for (size_t r = 0; r < n_rows; r++)
+        for (size_t b = 0; b < nb; b++) {
+            llmm_quantize_row_q8_1(x + r * n + b * QK8_1, &blk, QK8_1);
+            d[r * nb + b] = llmm_f16_to_f32(blk.d);
+            sd[r * nb + b] = llmm_f16_to_f32(blk.s);
+            memcpy(qs + r * n + b * QK8_1, blk.qs, sizeof blk.qs);
+        }
+    *op = (cpu_operand){.n = n, .qs = qs, .d = d, .s = sd};
+    return LLMM_OK;
+}
+
 /* The operand rows the kernel asked for, in scratch (grown once, then reused). Q8 fields are
  * carved with the 4-byte arrays first so every field stays aligned. */
 static llmm_status prepare_operand(cpu_state *s, cpu_operand_kind kind, const float *x, size_t n_rows, size_t n,
@@ -79,6 +128,8 @@ static llmm_status prepare_operand(cpu_state *s, cpu_operand_kind kind, const fl
         op->f64 = f64;
         return LLMM_OK;
     }
+    if (kind == CPU_OPERAND_Q8K) return prepare_q8k(s, x, n_rows, n, op);
+    if (kind == CPU_OPERAND_Q8_1) return prepare_q8_1(s, x, n_rows, n, op);
     const size_t nb = n / QK8_0;
     uint8_t *p = cpu_scratch(s, n_rows * (nb * (sizeof(float) + sizeof(int32_t)) + n));
     if (!p) return LLMM_ERR_NO_MEMORY;

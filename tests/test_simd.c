@@ -11,6 +11,9 @@
  *  - Q4_0 and Q8_0 matmul: the integer block sums are exact in any order and the kernels keep
  *    the scalar's float order, so outputs must equal the table's vec_dot bit for bit. With all
  *    scales 1.0 the output is the integer dot itself: checked equal to an int64 reference.
+ *  - Q2_K..Q6_K (Q8_K operand) and Q5_0, Q4_1, Q5_1 matmul: bit for bit the table's vec_dot
+ *    likewise; with d (and dmin or m) 1.0 and random bytes elsewhere, the output is checked
+ *    equal to the int64 dot of the dequantized integers (the data keep every sum below 2^24).
  *  - F32 matmul, axpy: bit for bit the scalar (same partial sums, no FMA).
  *  - dot_f32 (attention's q.k): (n/8 + 4) u sum|a b| against float64 (FMA partial sums, a
  *    tree of 3 adds, then the tail: at most n/8 + 4 roundings per term).
@@ -36,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend.h"
 #include "cpu_backend.h"
@@ -213,6 +217,8 @@ typedef struct operand_buf {
     int8_t *qs;
     float *d;
     int32_t *sum;
+    int16_t *bsums;
+    float *s;
     double *f64;
 } operand_buf;
 
@@ -232,6 +238,44 @@ static void operand_make(const cpu_kernels *k, cpu_operand_kind kind, const floa
         o->op.qs = o->qs;
         o->op.d = o->d;
         o->op.sum = o->sum;
+    } else if (kind == CPU_OPERAND_Q8_1) {
+        /* the type table's Q8_1 blocks, split by field */
+        const size_t nb = n / 32;
+        block_q8_1 *blk = xmalloc(nb * sizeof *blk);
+        o->qs = xmalloc(n_rows * n);
+        o->d = xmalloc(n_rows * nb * sizeof *o->d);
+        o->s = xmalloc(n_rows * nb * sizeof *o->s);
+        for (size_t r = 0; r < n_rows; r++) {
+            llmm_quantize_row_q8_1(x + r * n, blk, n);
+            for (size_t b = 0; b < nb; b++) {
+                o->d[r * nb + b] = llmm_f16_to_f32(blk[b].d);
+                o->s[r * nb + b] = llmm_f16_to_f32(blk[b].s);
+                memcpy(o->qs + r * n + b * 32, blk[b].qs, 32);
+            }
+        }
+        free(blk);
+        o->op.qs = o->qs;
+        o->op.d = o->d;
+        o->op.s = o->s;
+    } else if (kind == CPU_OPERAND_Q8K) {
+        /* the type table's Q8_K blocks, split by field */
+        const size_t nb = n / QK_K;
+        block_q8_K *blk = xmalloc(nb * sizeof *blk);
+        o->qs = xmalloc(n_rows * n);
+        o->d = xmalloc(n_rows * nb * sizeof *o->d);
+        o->bsums = xmalloc(n_rows * (n / 16) * sizeof *o->bsums);
+        for (size_t r = 0; r < n_rows; r++) {
+            llmm_quantize_row_q8_K(x + r * n, blk, n);
+            for (size_t b = 0; b < nb; b++) {
+                o->d[r * nb + b] = blk[b].d;
+                memcpy(o->qs + r * n + b * QK_K, blk[b].qs, QK_K);
+                memcpy(o->bsums + r * (n / 16) + b * 16, blk[b].bsums, sizeof blk[b].bsums);
+            }
+        }
+        free(blk);
+        o->op.qs = o->qs;
+        o->op.d = o->d;
+        o->op.bsums = o->bsums;
     } else {
         const uint32_t t = kind == CPU_OPERAND_F64_F16 ? LLMM_TYPE_F16 : LLMM_TYPE_BF16;
         uint16_t *h = xmalloc(n * sizeof *h);
@@ -250,6 +294,8 @@ static void operand_free(operand_buf *o) {
     free(o->qs);
     free(o->d);
     free(o->sum);
+    free(o->bsums);
+    free(o->s);
     free(o->f64);
 }
 
@@ -336,7 +382,15 @@ static void check_gemm_case(const cpu_kernels *k, const mm_case *c, mm_stats *st
             const size_t nb = c->ne0 / 32;
             if (one.f32) one.f32 += r * c->ne0;
             if (one.f64) one.f64 += r * c->ne0;
-            if (one.qs) {
+            if (one.qs && one.bsums) {
+                one.qs += r * c->ne0;
+                one.d += r * (c->ne0 / QK_K);
+                one.bsums += r * (c->ne0 / 16);
+            } else if (one.qs && one.s) {
+                one.qs += r * c->ne0;
+                one.d += r * nb;
+                one.s += r * nb;
+            } else if (one.qs) {
                 one.qs += r * c->ne0;
                 one.d += r * nb;
                 one.sum += r * nb;
@@ -381,6 +435,62 @@ static void check_gemm_type(uint32_t type, uint64_t seed) {
         print_message("%s %s gemm: %zu outputs, %zu bit-identical to vec_dot, worst |err|/tol %.3f\n", k->name,
                       llmm_type_get(type)->name, st.outputs, st.bit_equal, st.worst);
     }
+}
+
+/* K-quants: rows of 1-3 super-blocks, 1-37 weight rows (partial tiles, a moved-back last
+ * tile, tensors under 8 rows) and 1-17 operand rows (partial operand tiles of both tables). */
+static void check_gemm_kquant(uint32_t type, uint64_t seed) {
+    const size_t ne0s[] = {256, 512, 768}, ne1s[] = {1, 3, 5, 8, 17, 37}, rows[] = {1, 3, 5, 17};
+    for (size_t ii = 0; ii < ARRAY_LEN(k_simd_isas); ii++) {
+        const cpu_kernels *k = simd_table(k_simd_isas[ii]);
+        if (!k) continue;
+        rng_seed(seed);
+        mm_stats st = {0, 0, 0};
+        for (size_t a = 0; a < ARRAY_LEN(ne0s); a++)
+            for (size_t b = 0; b < ARRAY_LEN(ne1s); b++)
+                for (size_t c = 0; c < ARRAY_LEN(rows); c++) {
+                    const mm_case mc = {type, ne0s[a], ne1s[b], rows[c]};
+                    check_gemm_case(k, &mc, &st);
+                }
+        const mm_case ffn_down = {type, 4864, 11, 6}; /* the 0.5B model's ffn_down rows */
+        check_gemm_case(k, &ffn_down, &st);
+        print_message("%s %s gemm: %zu outputs, %zu bit-identical to vec_dot\n", k->name, llmm_type_get(type)->name,
+                      st.outputs, st.bit_equal);
+    }
+}
+
+static void test_gemm_q2_K(void **state) {
+    (void)state;
+    check_gemm_kquant(LLMM_TYPE_Q2_K, 2010);
+}
+static void test_gemm_q3_K(void **state) {
+    (void)state;
+    check_gemm_kquant(LLMM_TYPE_Q3_K, 2011);
+}
+static void test_gemm_q4_K(void **state) {
+    (void)state;
+    check_gemm_kquant(LLMM_TYPE_Q4_K, 2012);
+}
+static void test_gemm_q5_K(void **state) {
+    (void)state;
+    check_gemm_kquant(LLMM_TYPE_Q5_K, 2013);
+}
+static void test_gemm_q6_K(void **state) {
+    (void)state;
+    check_gemm_kquant(LLMM_TYPE_Q6_K, 2014);
+}
+
+static void test_gemm_q5_0(void **state) {
+    (void)state;
+    check_gemm_type(LLMM_TYPE_Q5_0, 2020);
+}
+static void test_gemm_q4_1(void **state) {
+    (void)state;
+    check_gemm_type(LLMM_TYPE_Q4_1, 2021);
+}
+static void test_gemm_q5_1(void **state) {
+    (void)state;
+    check_gemm_type(LLMM_TYPE_Q5_1, 2022);
 }
 
 static void test_gemm_q4_0(void **state) {
@@ -523,6 +633,154 @@ static void test_int8_extremes(void **state) {
     (void)state;
     check_int8_extremes(LLMM_TYPE_Q4_0);
     check_int8_extremes(LLMM_TYPE_Q8_0);
+}
+
+/* K-quants with random bytes everywhere (every bit pattern of quants, sub-block scales and
+ * mins) but d = dmin = 1.0 and operand scales 1.0: weight i dequantizes to the integer
+ * sc q - m (the type table's dequant_row, exact), so each output is the integer dot
+ * sum_i (sc q - m) x_i. The data keep every partial sum below 2^24, where the float steps are
+ * exact: the kernels' integer sums are checked against an int64 reference, and the scalar
+ * vec_dot with them. Operand quants are +-127 at the extremes. */
+static void check_integer_sums_kquant(uint32_t type, size_t d_off, size_t dmin_off, int has_min) {
+    enum { NE0 = QK_K * 3, NE1 = 19, NB = NE0 / QK_K, NG = NE0 / 16, ROWS = 3 };
+    const llmm_type_traits *t = llmm_type_get(type);
+    for (size_t ii = 0; ii < ARRAY_LEN(k_simd_isas); ii++) {
+        const cpu_kernels *k = simd_table(k_simd_isas[ii]);
+        if (!k) continue;
+        rng_seed(2200 + type);
+        const size_t rb = llmm_row_bytes(type, NE0);
+        uint8_t *w = xmalloc(rb * NE1);
+        for (size_t i = 0; i < rb * NE1; i++) w[i] = (uint8_t)rng_u64();
+        for (size_t j = 0; j < NE1; j++)
+            for (size_t b = 0; b < NB; b++) {
+                uint8_t *blk = w + j * rb + b * t->block_bytes;
+                blk[d_off] = 0x00;
+                blk[d_off + 1] = 0x3c; /* 1.0 */
+                if (has_min) {
+                    blk[dmin_off] = 0x00;
+                    blk[dmin_off + 1] = 0x3c;
+                }
+            }
+        int8_t *xq = xmalloc(ROWS * NE0);
+        float xd[ROWS * NB];
+        int16_t bs[ROWS * NG];
+        block_q8_K xblk[ROWS][NB];
+        for (size_t r = 0; r < ROWS; r++) {
+            for (size_t i = 0; i < NE0; i++) {
+                const int v = i % 17 == 0 ? 127 : i % 19 == 0 ? -127 : (int)(rng_u64() % 255) - 127;
+                xq[r * NE0 + i] = (int8_t)v;
+            }
+            for (size_t g = 0; g < NG; g++) {
+                int s = 0;
+                for (int e = 0; e < 16; e++) s += xq[r * NE0 + g * 16 + e];
+                bs[r * NG + g] = (int16_t)s;
+            }
+            for (size_t b = 0; b < NB; b++) {
+                xd[r * NB + b] = 1.0f;
+                xblk[r][b].d = 1.0f;
+                memcpy(xblk[r][b].qs, xq + r * NE0 + b * QK_K, QK_K);
+                memcpy(xblk[r][b].bsums, bs + r * NG + b * 16, sizeof xblk[r][b].bsums);
+            }
+        }
+        const llmm_tensor wt = {.data = w, .type = type, .ne0 = NE0, .ne1 = NE1, .row_bytes = rb};
+        const cpu_operand op = {.n = NE0, .qs = xq, .d = xd, .bsums = bs};
+        float out[ROWS * NE1], wd[NE0];
+        k->matmul[type].gemm(&wt, 0, NE1, &op, ROWS, out, NE1);
+        for (size_t j = 0; j < NE1; j++) {
+            t->dequant_row(w + j * rb, wd, NE0);
+            for (size_t r = 0; r < ROWS; r++) {
+                int64_t want = 0, partial = 0;
+                for (size_t i = 0; i < NE0; i++) {
+                    want += (int64_t)wd[i] * xq[r * NE0 + i];
+                    partial = (int64_t)fmax((double)partial, fabs((double)want));
+                }
+                assert_true(partial < (1 << 24)); /* the data's premise */
+                const float scalar = t->vec_dot(w + j * rb, xblk[r], NE0);
+                if (!((double)out[r * NE1 + j] == (double)want) || !((double)scalar == (double)want))
+                    fail_msg("%s %s row %zu operand row %zu: integer dot %.1f (scalar %.1f) want %lld", k->name,
+                             t->name, j, r, (double)out[r * NE1 + j], (double)scalar, (long long)want);
+            }
+        }
+        free(w);
+        free(xq);
+    }
+}
+
+/* Q5_0, Q4_1, Q5_1 the same way: random quant bytes and 5th bits, d = 1.0 and m = 1.0
+ * (w = q - 16, or q + 1), operand scales 1.0 and s = sum(x) (exact): the output is the
+ * integer dot sum_i w_i x_i, well below 2^24. */
+static void check_integer_sums_legacy(uint32_t type) {
+    enum { NE0 = 32 * 23, NE1 = 19, NB = NE0 / 32, ROWS = 3 };
+    const llmm_type_traits *t = llmm_type_get(type);
+    const int offset_type = type != LLMM_TYPE_Q5_0;
+    for (size_t ii = 0; ii < ARRAY_LEN(k_simd_isas); ii++) {
+        const cpu_kernels *k = simd_table(k_simd_isas[ii]);
+        if (!k) continue;
+        rng_seed(2300 + type);
+        const size_t rb = llmm_row_bytes(type, NE0);
+        uint8_t *w = xmalloc(rb * NE1);
+        for (size_t i = 0; i < rb * NE1; i++) w[i] = (uint8_t)rng_u64();
+        for (size_t j = 0; j < NE1; j++)
+            for (size_t b = 0; b < NB; b++) {
+                uint8_t *blk = w + j * rb + b * t->block_bytes;
+                blk[0] = 0x00;
+                blk[1] = 0x3c; /* d = 1.0 */
+                if (offset_type) {
+                    blk[2] = 0x00;
+                    blk[3] = 0x3c; /* m = 1.0 */
+                }
+            }
+        int8_t *xq = xmalloc(ROWS * NE0);
+        float xd[ROWS * NB], xs[ROWS * NB];
+        int32_t xsum[ROWS * NB];
+        for (size_t r = 0; r < ROWS; r++)
+            for (size_t b = 0; b < NB; b++) {
+                int sum = 0;
+                for (size_t e = 0; e < 32; e++) {
+                    const size_t i = b * 32 + e;
+                    const int v = i % 17 == 0 ? 127 : i % 19 == 0 ? -127 : (int)(rng_u64() % 255) - 127;
+                    xq[r * NE0 + i] = (int8_t)v;
+                    sum += v;
+                }
+                xd[r * NB + b] = 1.0f;
+                xs[r * NB + b] = (float)sum;
+                xsum[r * NB + b] = sum;
+            }
+        const llmm_tensor wt = {.data = w, .type = type, .ne0 = NE0, .ne1 = NE1, .row_bytes = rb};
+        cpu_operand op = {.n = NE0, .qs = xq, .d = xd};
+        if (offset_type) op.s = xs;
+        else op.sum = xsum;
+        float out[ROWS * NE1], wd[NE0];
+        k->matmul[type].gemm(&wt, 0, NE1, &op, ROWS, out, NE1);
+        for (size_t j = 0; j < NE1; j++) {
+            t->dequant_row(w + j * rb, wd, NE0);
+            for (size_t r = 0; r < ROWS; r++) {
+                int64_t want = 0;
+                for (size_t i = 0; i < NE0; i++) want += (int64_t)wd[i] * xq[r * NE0 + i];
+                if (!((double)out[r * NE1 + j] == (double)want))
+                    fail_msg("%s %s row %zu operand row %zu: integer dot %.1f want %lld", k->name, t->name, j, r,
+                             (double)out[r * NE1 + j], (long long)want);
+            }
+        }
+        free(w);
+        free(xq);
+    }
+}
+
+static void test_integer_sums_legacy(void **state) {
+    (void)state;
+    check_integer_sums_legacy(LLMM_TYPE_Q5_0);
+    check_integer_sums_legacy(LLMM_TYPE_Q4_1);
+    check_integer_sums_legacy(LLMM_TYPE_Q5_1);
+}
+
+static void test_integer_sums_kquant(void **state) {
+    (void)state;
+    check_integer_sums_kquant(LLMM_TYPE_Q2_K, offsetof(block_q2_K, d), offsetof(block_q2_K, dmin), 1);
+    check_integer_sums_kquant(LLMM_TYPE_Q3_K, offsetof(block_q3_K, d), 0, 0);
+    check_integer_sums_kquant(LLMM_TYPE_Q4_K, offsetof(block_q4_K, d), offsetof(block_q4_K, dmin), 1);
+    check_integer_sums_kquant(LLMM_TYPE_Q5_K, offsetof(block_q5_K, d), offsetof(block_q5_K, dmin), 1);
+    check_integer_sums_kquant(LLMM_TYPE_Q6_K, offsetof(block_q6_K, d), 0, 0);
 }
 
 /* ================================================================== elementwise kernels */
@@ -693,13 +951,18 @@ static void *cpu_start_isa(cpu_isa isa, int n_threads) {
  * output head-like row count. */
 static void test_backend_matmul_all_tables(void **state) {
     (void)state;
-    const uint32_t types[] = {LLMM_TYPE_Q4_0, LLMM_TYPE_Q8_0, LLMM_TYPE_F32, LLMM_TYPE_F16, LLMM_TYPE_BF16};
+    const uint32_t types[] = {LLMM_TYPE_Q4_0, LLMM_TYPE_Q8_0, LLMM_TYPE_F32,  LLMM_TYPE_F16,  LLMM_TYPE_BF16,
+                              LLMM_TYPE_Q2_K, LLMM_TYPE_Q3_K, LLMM_TYPE_Q4_K, LLMM_TYPE_Q5_K, LLMM_TYPE_Q6_K,
+                              LLMM_TYPE_Q5_0, LLMM_TYPE_Q4_1, LLMM_TYPE_Q5_1};
     const size_t dims[][3] = {{256, 1003, 1}, {96, 77, 5}, {416, 45, 37}}; /* ne0, ne1, n_rows */
+    const size_t kdims[][3] = {{256, 1003, 1}, {512, 77, 5}, {768, 45, 37}}; /* K-quants: 256 | ne0 */
     const int threads[] = {1, 2, 3};
     rng_seed(4001);
     for (size_t ti = 0; ti < ARRAY_LEN(types); ti++) {
         for (size_t di = 0; di < ARRAY_LEN(dims); di++) {
-            const size_t ne0 = dims[di][0], ne1 = dims[di][1], n_rows = dims[di][2];
+            const int kq = llmm_type_get(types[ti])->block_size == QK_K;
+            const size_t ne0 = kq ? kdims[di][0] : dims[di][0], ne1 = kq ? kdims[di][1] : dims[di][1];
+            const size_t n_rows = kq ? kdims[di][2] : dims[di][2];
             const size_t rb = llmm_row_bytes(types[ti], ne0);
             float *wf = rand_floats(ne0 * ne1, -2.0f, 2.0f), *x = rand_floats(ne0 * n_rows, -2.0f, 2.0f);
             uint8_t *w = xmalloc(rb * ne1);
@@ -737,6 +1000,74 @@ static void test_backend_matmul_all_tables(void **state) {
             free(x);
             free(w);
             free(ref);
+            free(out);
+        }
+    }
+}
+
+/* ns per weight (per weight and operand row for prefill) of the backend's matmul, one thread,
+ * every table: decode-shaped (1 operand row) and prefill-shaped (64 rows) products of the 0.5B
+ * model's FFN shapes, 896 x 4864 standing in as 1024 x 4864 for the K-quants (whose rows are
+ * multiples of 256). The weights (2-5 MB) stay in the L2/L3 caches between calls, so decode
+ * figures are the kernels' compute, not DRAM streaming. Timing is slow and noisy, so it runs
+ * only when LLMM_BENCH_KERNELS is set: `LLMM_BENCH_KERNELS=1 build/tests/test_simd` (or =q4_k,q6_k for some types). */
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double matmul_seconds(void *st, const llmm_tensor *wt, const float *x, size_t n_rows, float *out) {
+    double t0 = now_s();
+    assert_int_equal(llmm_cpu_backend.matmul(st, wt, x, n_rows, out), LLMM_OK);
+    const double first = now_s() - t0;
+    const int reps = first > 0.05 ? 1 : (int)(0.05 / (first + 1e-9)) + 1;
+    double best = first;
+    for (int batch = 0; batch < 3 && reps > 1; batch++) {
+        t0 = now_s();
+        for (int i = 0; i < reps; i++) assert_int_equal(llmm_cpu_backend.matmul(st, wt, x, n_rows, out), LLMM_OK);
+        best = fmin(best, (now_s() - t0) / reps);
+    }
+    return best;
+}
+
+static void test_bench_kernels(void **state) {
+    (void)state;
+    if (!getenv("LLMM_BENCH_KERNELS")) {
+        print_message("skipped: set LLMM_BENCH_KERNELS=1 to time the matmul kernels\n");
+        return;
+    }
+    const char *only = getenv("LLMM_BENCH_KERNELS"); /* "1", or type names: "q5_0,q4_k" */
+    const uint32_t types[] = {LLMM_TYPE_Q4_0, LLMM_TYPE_Q4_K, LLMM_TYPE_Q6_K, LLMM_TYPE_Q5_K, LLMM_TYPE_Q3_K,
+                              LLMM_TYPE_Q2_K, LLMM_TYPE_Q5_0, LLMM_TYPE_Q4_1, LLMM_TYPE_Q5_1};
+    const size_t shapes[][3] = {{4864, 896, 1}, {0, 4864, 1}, {4864, 896, 64}, {0, 4864, 64}}; /* ne0 0: 896 */
+    rng_seed(5001);
+    print_message("type   ne0 x ne1 x rows     ns/weight: scalar   avx2     avx512   (scalar/avx2, scalar/avx512)\n");
+    for (size_t ti = 0; ti < ARRAY_LEN(types); ti++) {
+        const llmm_type_traits *t = llmm_type_get(types[ti]);
+        if (strcmp(only, "1") != 0 && !strstr(only, t->name)) continue;
+        for (size_t si = 0; si < ARRAY_LEN(shapes); si++) {
+            const size_t ne0 = shapes[si][0] ? shapes[si][0] : t->block_size == QK_K ? 1024 : 896;
+            const size_t ne1 = shapes[si][1], n_rows = shapes[si][2], rb = llmm_row_bytes(types[ti], ne0);
+            /* one quantized row repeated: speed does not depend on the values */
+            float *wf = rand_floats(ne0, -2.0f, 2.0f), *x = rand_floats(ne0 * n_rows, -2.0f, 2.0f);
+            uint8_t *w = xmalloc(rb * ne1);
+            encode_row(types[ti], wf, w, ne0);
+            for (size_t j = 1; j < ne1; j++) memcpy(w + j * rb, w, rb);
+            const llmm_tensor wt = {w, types[ti], (int64_t)ne0, (int64_t)ne1, rb};
+            float *out = xmalloc(ne1 * n_rows * sizeof *out);
+            double ns[CPU_ISA_COUNT] = {0};
+            for (int isa = 0; isa < (int)CPU_ISA_COUNT; isa++) {
+                if (!cpu_kernels_get((cpu_isa)isa)) continue;
+                void *st = cpu_start_isa((cpu_isa)isa, 1);
+                ns[isa] = 1e9 * matmul_seconds(st, &wt, x, n_rows, out) / ((double)ne0 * ne1 * n_rows);
+                llmm_cpu_backend.shutdown(st);
+            }
+            print_message("%-5s %5zu x %4zu x %2zu     %8.4f %8.4f %8.4f   (%.1fx, %.1fx)\n", t->name, ne0, ne1, n_rows,
+                          ns[0], ns[1], ns[2], ns[1] > 0 ? ns[0] / ns[1] : 0.0, ns[2] > 0 ? ns[0] / ns[2] : 0.0);
+            free(wf);
+            free(x);
+            free(w);
             free(out);
         }
     }
@@ -826,6 +1157,16 @@ int main(void) {
         cmocka_unit_test(test_integer_sums_q4_0),
         cmocka_unit_test(test_integer_sums_q8_0),
         cmocka_unit_test(test_int8_extremes),
+        cmocka_unit_test(test_gemm_q2_K),
+        cmocka_unit_test(test_gemm_q3_K),
+        cmocka_unit_test(test_gemm_q4_K),
+        cmocka_unit_test(test_gemm_q5_K),
+        cmocka_unit_test(test_gemm_q6_K),
+        cmocka_unit_test(test_integer_sums_kquant),
+        cmocka_unit_test(test_gemm_q5_0),
+        cmocka_unit_test(test_gemm_q4_1),
+        cmocka_unit_test(test_gemm_q5_1),
+        cmocka_unit_test(test_integer_sums_legacy),
         cmocka_unit_test(test_exp_accuracy),
         cmocka_unit_test(test_exp_sub_sum),
         cmocka_unit_test(test_silu_mul),
@@ -833,6 +1174,7 @@ int main(void) {
         cmocka_unit_test(test_dot_axpy),
         cmocka_unit_test(test_backend_matmul_all_tables),
         cmocka_unit_test(test_threadpool_chunks),
+        cmocka_unit_test(test_bench_kernels),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,49 +1,69 @@
-/* llmmini-synth: write a llama-shaped GGUF with seeded random weights, for benchmarks at
- * realistic sizes (0.5-8 B parameters) without downloading anything. The vocabulary is a
- * synthetic SentencePiece one (byte tokens plus generated pieces), so the file tokenizes. */
+/* llmmini-synth: write a GGUF with a real model's shapes and seeded random weights, for
+ * benchmarks at realistic sizes (0.1-8 B parameters) without downloading any weights. The
+ * vocabulary is either a synthetic SentencePiece one (byte tokens plus generated pieces) or,
+ * with --vocab, the tokenizer of another GGUF copied key for key, so prompts tokenize as they
+ * would for the real model and the embedding and output matrices have its vocabulary's rows. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "gguf.h"
 #include "quant.h"
 
 #define ALIGNMENT 32
+
+/* Llama 3.1+ frequency scaling (rope_scaling.rope_type "llama3"); factor 0: none. */
+typedef struct llama3_rope {
+    float factor, low_freq_factor, high_freq_factor;
+    uint32_t orig_ctx; /* original_max_position_embeddings */
+} llama3_rope;
+#define NO_LLAMA3 {0, 0, 0, 0}
 
 typedef struct shape {
     const char *name;
     const char *arch;   /* general.architecture */
     uint32_t n_embd, n_layer, n_head, n_head_kv, n_ff, n_vocab, n_ctx;
     uint32_t head_dim;  /* 0: n_embd / n_head */
+    float rope_base, norm_eps;
+    int tied;           /* no output.weight: the output projection is token_embd */
+    llama3_rope llama3;
 } shape;
 
-/* Presets follow public model shapes. The llama ones keep a 32000 vocab; the others use
- * their model's vocabulary size (the pieces are synthetic either way). */
+/* The named-model presets copy their config.json (hidden_size, num_hidden_layers,
+ * num_attention_heads, num_key_value_heads, intermediate_size, vocab_size,
+ * max_position_embeddings, head_dim, rope_theta, rms_norm_eps, tie_word_embeddings,
+ * rope_scaling). The size presets (0.5b ... 8b) keep the shapes of earlier releases, so
+ * benchmark figures stay comparable: llama layout, 32000 vocabulary, untied. */
 static const shape presets[] = {
-    {"tiny", "llama", 64, 2, 4, 2, 160, 512, 2048, 0},
-    {"0.5b", "llama", 896, 24, 14, 2, 4864, 32000, 4096, 0},      /* Qwen2.5-0.5B widths */
-    {"1b", "llama", 2048, 22, 32, 4, 5632, 32000, 4096, 0},       /* TinyLlama-1.1B */
-    {"3b", "llama", 3072, 28, 24, 8, 8192, 32000, 4096, 0},       /* Llama-3.2-3B widths */
-    {"8b", "llama", 4096, 32, 32, 8, 14336, 32000, 8192, 0},      /* Llama-3-8B widths */
-    {"qwen2.5-0.5b", "qwen2", 896, 24, 14, 2, 4864, 151936, 32768, 0},
-    {"qwen3-0.6b", "qwen3", 1024, 28, 16, 8, 3072, 151936, 40960, 128},
-    {"phi3-mini", "phi3", 3072, 32, 32, 32, 8192, 32064, 4096, 0},
-    {"gemma2-2b", "gemma2", 2304, 26, 8, 4, 9216, 256000, 8192, 256},
+    /* name, arch, embd, layers, heads, kv heads, ff, vocab, ctx, head_dim, rope base, eps, tied */
+    {"tiny", "llama", 64, 2, 4, 2, 160, 512, 2048, 0, 10000.f, 1e-5f, 0, NO_LLAMA3},
+    {"0.5b", "llama", 896, 24, 14, 2, 4864, 32000, 4096, 0, 10000.f, 1e-5f, 0, NO_LLAMA3},   /* Qwen2.5-0.5B widths */
+    {"1b", "llama", 2048, 22, 32, 4, 5632, 32000, 4096, 0, 10000.f, 1e-5f, 0, NO_LLAMA3},    /* TinyLlama-1.1B */
+    {"3b", "llama", 3072, 28, 24, 8, 8192, 32000, 4096, 0, 10000.f, 1e-5f, 0, NO_LLAMA3},    /* Llama-3.2-3B widths */
+    {"8b", "llama", 4096, 32, 32, 8, 14336, 32000, 8192, 0, 10000.f, 1e-5f, 0, NO_LLAMA3},   /* Llama-3-8B widths */
+    {"tinyllama-1.1b", "llama", 2048, 22, 32, 4, 5632, 32000, 2048, 0, 10000.f, 1e-5f, 0, NO_LLAMA3},
+    {"llama-3.2-1b", "llama", 2048, 16, 32, 8, 8192, 128256, 131072, 64, 500000.f, 1e-5f, 1, {32.f, 1.f, 4.f, 8192}},
+    {"smollm2-135m", "llama", 576, 30, 9, 3, 1536, 49152, 8192, 64, 100000.f, 1e-5f, 1, NO_LLAMA3},
+    {"qwen2.5-0.5b", "qwen2", 896, 24, 14, 2, 4864, 151936, 32768, 0, 1000000.f, 1e-6f, 1, NO_LLAMA3},
+    {"qwen3-0.6b", "qwen3", 1024, 28, 16, 8, 3072, 151936, 40960, 128, 1000000.f, 1e-6f, 1, NO_LLAMA3},
+    {"phi3-mini", "phi3", 3072, 32, 32, 32, 8192, 32064, 4096, 0, 10000.f, 1e-5f, 0, NO_LLAMA3},
+    {"gemma2-2b", "gemma2", 2304, 26, 8, 4, 9216, 256000, 8192, 256, 10000.f, 1e-6f, 1, NO_LLAMA3},
 };
 
 /* What each architecture adds to the llama layout (see lib/arch.c). */
 typedef struct arch_layout {
     const char *arch;
-    int qkv_bias, qk_norm, fused_qkv, fused_gate_up, post_norms, tied_output, softcaps;
+    int qkv_bias, qk_norm, fused_qkv, fused_gate_up, post_norms, softcaps;
 } arch_layout;
 
 static const arch_layout layouts[] = {
-    {"llama", 0, 0, 0, 0, 0, 0, 0},
-    {"qwen2", 1, 0, 0, 0, 0, 0, 0},
-    {"qwen3", 0, 1, 0, 0, 0, 0, 0},
-    {"phi3", 0, 0, 1, 1, 0, 0, 0},
-    {"gemma2", 0, 0, 0, 0, 1, 1, 1},
+    {"llama", 0, 0, 0, 0, 0, 0},
+    {"qwen2", 1, 0, 0, 0, 0, 0},
+    {"qwen3", 0, 1, 0, 0, 0, 0},
+    {"phi3", 0, 0, 1, 1, 0, 0},
+    {"gemma2", 0, 0, 0, 0, 1, 1},
 };
 
 static const arch_layout *layout_of(const char *arch) {
@@ -52,35 +72,40 @@ static const arch_layout *layout_of(const char *arch) {
     return NULL;
 }
 
+/* With f == NULL the writer only counts (pos, n_kv): a dry pass over the metadata gives the
+ * header its key count without seeking back in the output. */
 typedef struct writer {
     FILE *f;
-    uint64_t pos;
+    uint64_t pos, n_kv;
     int failed;
 } writer;
 
 static void put(writer *w, const void *p, size_t n) {
-    if (w->failed || fwrite(p, 1, n, w->f) != n) w->failed = 1;
+    if (w->f && !w->failed && fwrite(p, 1, n, w->f) != n) w->failed = 1;
     w->pos += n;
 }
 static void put_u32(writer *w, uint32_t v) { put(w, &v, 4); } /* little-endian hosts only */
 static void put_u64(writer *w, uint64_t v) { put(w, &v, 8); }
-static void put_str(writer *w, const char *s) {
-    put_u64(w, strlen(s));
-    put(w, s, strlen(s));
+static void put_bytes_str(writer *w, const char *s, uint64_t n) {
+    put_u64(w, n);
+    put(w, s, (size_t)n);
+}
+static void put_str(writer *w, const char *s) { put_bytes_str(w, s, strlen(s)); }
+static void kv_head(writer *w, const char *k, uint32_t type) {
+    put_str(w, k);
+    put_u32(w, type);
+    w->n_kv++;
 }
 static void kv_str(writer *w, const char *k, const char *v) {
-    put_str(w, k);
-    put_u32(w, 8);
+    kv_head(w, k, GGUF_TYPE_STRING);
     put_str(w, v);
 }
 static void kv_u32(writer *w, const char *k, uint32_t v) {
-    put_str(w, k);
-    put_u32(w, 4);
+    kv_head(w, k, GGUF_TYPE_U32);
     put_u32(w, v);
 }
 static void kv_f32(writer *w, const char *k, float v) {
-    put_str(w, k);
-    put_u32(w, 6);
+    kv_head(w, k, GGUF_TYPE_F32);
     put(w, &v, 4);
 }
 static void arch_kv_u32(writer *w, const char *arch, const char *k, uint32_t v) {
@@ -96,6 +121,63 @@ static void arch_kv_f32(writer *w, const char *arch, const char *k, float v) {
 static void pad(writer *w) {
     static const char zeros[ALIGNMENT] = {0};
     put(w, zeros, (size_t)((ALIGNMENT - w->pos % ALIGNMENT) % ALIGNMENT));
+}
+
+/* One key exactly as the source file holds it. Arrays (of strings, or nested) are copied as
+ * their encoded bytes; scalars are re-encoded from the reader's widened value, which is exact:
+ * an integer's low bytes are the narrower type's encoding, and an F32 widened to double
+ * narrows back unchanged. */
+static void copy_kv(writer *w, const gguf_kv *kv) {
+    put_bytes_str(w, kv->key.ptr, kv->key.len);
+    put_u32(w, kv->type);
+    w->n_kv++;
+    if (kv->type == GGUF_TYPE_STRING) {
+        put_bytes_str(w, kv->v.str.ptr, kv->v.str.len);
+    } else if (kv->type == GGUF_TYPE_ARRAY) {
+        put_u32(w, kv->v.arr.elem_type);
+        put_u64(w, kv->v.arr.count);
+        put(w, kv->v.arr.data, (size_t)kv->v.arr.bytes);
+    } else if (kv->type == GGUF_TYPE_F32) {
+        const float f = (float)kv->v.f64;
+        put(w, &f, 4);
+    } else if (kv->type == GGUF_TYPE_F64) {
+        put(w, &kv->v.f64, 8);
+    } else {
+        put(w, &kv->v.u64, gguf_scalar_size(kv->type));
+    }
+}
+
+/* Another GGUF's tokenizer: every tokenizer.* key is copied, and its token count becomes the
+ * model's vocabulary size. */
+typedef struct vocab_source {
+    gguf_file *f;
+    uint32_t n_tokens;
+} vocab_source;
+
+static int open_vocab(const char *path, vocab_source *v) {
+    llmm_diag d = {{0}};
+    if (gguf_open_file(path, 1, NULL, &v->f, &d) != LLMM_OK) {
+        fprintf(stderr, "llmmini-synth: --vocab %s: %s\n", path, d.msg);
+        return -1;
+    }
+    const gguf_kv *tokens = gguf_find_kv(v->f, "tokenizer.ggml.tokens");
+    if (!tokens || tokens->type != GGUF_TYPE_ARRAY || tokens->v.arr.elem_type != GGUF_TYPE_STRING ||
+        tokens->v.arr.count == 0 || tokens->v.arr.count > UINT32_MAX) {
+        fprintf(stderr, "llmmini-synth: --vocab %s: no tokenizer.ggml.tokens string array "
+                        "(give a model or vocabulary-only GGUF)\n", path);
+        gguf_close(v->f);
+        v->f = NULL;
+        return -1;
+    }
+    v->n_tokens = (uint32_t)tokens->v.arr.count;
+    return 0;
+}
+
+static void copy_tokenizer(writer *w, const gguf_file *f) {
+    for (uint64_t i = 0; i < f->n_kv; i++) {
+        const gguf_str k = f->kv[i].key;
+        if (k.len > 10 && !memcmp(k.ptr, "tokenizer.", 10)) copy_kv(w, &f->kv[i]);
+    }
 }
 
 /* xorshift64*: a seeded stream of floats in [-1, 1). */
@@ -126,39 +208,67 @@ static void piece_text(uint32_t i, char *buf, size_t cap) {
     }
 }
 
-static void write_vocab(writer *w, uint32_t n_vocab) {
+static void write_synthetic_vocab(writer *w, uint32_t n_vocab) {
     char piece[32];
-    put_str(w, "tokenizer.ggml.tokens");
-    put_u32(w, 9);
-    put_u32(w, 8);
+    kv_str(w, "tokenizer.ggml.model", "llama");
+    kv_head(w, "tokenizer.ggml.tokens", GGUF_TYPE_ARRAY);
+    put_u32(w, GGUF_TYPE_STRING);
     put_u64(w, n_vocab);
     for (uint32_t i = 0; i < n_vocab; i++) {
         piece_text(i, piece, sizeof piece);
         put_str(w, piece);
     }
-    put_str(w, "tokenizer.ggml.scores");
-    put_u32(w, 9);
-    put_u32(w, 6);
+    kv_head(w, "tokenizer.ggml.scores", GGUF_TYPE_ARRAY);
+    put_u32(w, GGUF_TYPE_F32);
     put_u64(w, n_vocab);
     for (uint32_t i = 0; i < n_vocab; i++) {
         float score = i < 259 ? 0.f : -(float)i;
         put(w, &score, 4);
     }
-    put_str(w, "tokenizer.ggml.token_type");
-    put_u32(w, 9);
-    put_u32(w, 5);
+    kv_head(w, "tokenizer.ggml.token_type", GGUF_TYPE_ARRAY);
+    put_u32(w, GGUF_TYPE_I32);
     put_u64(w, n_vocab);
     for (uint32_t i = 0; i < n_vocab; i++) put_u32(w, i == 0 ? 2 : i < 3 ? 3 : i < 259 ? 6 : 1);
+    kv_u32(w, "tokenizer.ggml.bos_token_id", 1);
 }
+
+static uint32_t head_dim_of(const shape *s) { return s->head_dim ? s->head_dim : s->n_embd / s->n_head; }
+
+static void write_metadata(writer *w, const shape *s, const arch_layout *layout, const gguf_file *vocab) {
+    kv_str(w, "general.architecture", s->arch);
+    kv_str(w, "general.name", "llmmini-synth");
+    kv_u32(w, "general.alignment", ALIGNMENT);
+    arch_kv_u32(w, s->arch, "vocab_size", s->n_vocab);
+    arch_kv_u32(w, s->arch, "context_length", s->n_ctx);
+    arch_kv_u32(w, s->arch, "embedding_length", s->n_embd);
+    arch_kv_u32(w, s->arch, "block_count", s->n_layer);
+    arch_kv_u32(w, s->arch, "feed_forward_length", s->n_ff);
+    arch_kv_u32(w, s->arch, "attention.head_count", s->n_head);
+    arch_kv_u32(w, s->arch, "attention.head_count_kv", s->n_head_kv);
+    arch_kv_u32(w, s->arch, "attention.key_length", head_dim_of(s));
+    arch_kv_u32(w, s->arch, "rope.dimension_count", head_dim_of(s));
+    arch_kv_f32(w, s->arch, "attention.layer_norm_rms_epsilon", s->norm_eps);
+    arch_kv_f32(w, s->arch, "rope.freq_base", s->rope_base);
+    if (layout->softcaps) {
+        arch_kv_f32(w, s->arch, "attn_logit_softcapping", 50.f);
+        arch_kv_f32(w, s->arch, "final_logit_softcapping", 30.f);
+        arch_kv_u32(w, s->arch, "attention.sliding_window", 4096);
+    }
+    if (vocab) copy_tokenizer(w, vocab);
+    else write_synthetic_vocab(w, s->n_vocab);
+}
+
+/* What a tensor's rows hold: scaled noise (matrices), ones (norms, biases), or the Llama 3
+ * rope frequency factors the model's rope_scaling defines. */
+enum fill { FILL_NOISE, FILL_ONES, FILL_LLAMA3_ROPE };
 
 typedef struct tensor_spec {
     char name[64];
     uint64_t ne0, ne1;
     uint32_t type;
+    enum fill fill;
     uint64_t offset, bytes;
 } tensor_spec;
-
-static uint32_t head_dim_of(const shape *s) { return s->head_dim ? s->head_dim : s->n_embd / s->n_head; }
 
 /* One layer's tensors in the architecture's layout: {suffix, ne0, ne1}; ne1 == 1 is a
  * vector (f32). */
@@ -185,10 +295,12 @@ static size_t layer_tensors(const shape *s, const arch_layout *a, const char *na
 static size_t build_tensor_list(const shape *s, const arch_layout *a, uint32_t wtype, tensor_spec *t) {
     size_t n = 0;
     const uint64_t E = s->n_embd;
-#define ADD(nm, a0, b0, ty) (snprintf(t[n].name, 64, "%s", nm), t[n].ne0 = a0, t[n].ne1 = b0, t[n].type = ty, n++)
-    ADD("token_embd.weight", E, s->n_vocab, wtype);
-    ADD("output_norm.weight", E, 1, LLMM_TYPE_F32);
-    if (!a->tied_output) ADD("output.weight", E, s->n_vocab, wtype);
+#define ADD(nm, a0, b0, ty, fl) \
+    (snprintf(t[n].name, 64, "%s", nm), t[n].ne0 = a0, t[n].ne1 = b0, t[n].type = ty, t[n].fill = fl, n++)
+    ADD("token_embd.weight", E, s->n_vocab, wtype, FILL_NOISE);
+    ADD("output_norm.weight", E, 1, LLMM_TYPE_F32, FILL_ONES);
+    if (!s->tied) ADD("output.weight", E, s->n_vocab, wtype, FILL_NOISE);
+    if (s->llama3.factor > 0) ADD("rope_freqs.weight", head_dim_of(s) / 2, 1, LLMM_TYPE_F32, FILL_LLAMA3_ROPE);
     for (uint32_t l = 0; l < s->n_layer; l++) {
         const char *names[20];
         uint64_t dims[20][2];
@@ -196,7 +308,8 @@ static size_t build_tensor_list(const shape *s, const arch_layout *a, uint32_t w
         for (size_t k = 0; k < k_n; k++) {
             char nm[64];
             snprintf(nm, sizeof nm, "blk.%u.%s", l, names[k]);
-            ADD(nm, dims[k][0], dims[k][1], dims[k][1] == 1 ? LLMM_TYPE_F32 : wtype);
+            if (dims[k][1] == 1) ADD(nm, dims[k][0], 1, LLMM_TYPE_F32, FILL_ONES);
+            else ADD(nm, dims[k][0], dims[k][1], wtype, FILL_NOISE);
         }
     }
 #undef ADD
@@ -209,13 +322,37 @@ static size_t build_tensor_list(const shape *s, const arch_layout *a, uint32_t w
     return n;
 }
 
+/* Factor each rotated pair's angle is divided by, as the converter stores rope_freqs for
+ * rope_scaling "llama3": wavelengths longer than orig_ctx / low_freq_factor are slowed by the
+ * full factor, those shorter than orig_ctx / high_freq_factor kept, and the band between
+ * blended smoothly. */
+static void llama3_rope_factors(const shape *s, float *out, size_t n_pairs) {
+    const llama3_rope *r = &s->llama3;
+    const double two_pi = 6.283185307179586;
+    for (size_t i = 0; i < n_pairs; i++) {
+        const double freq = pow(s->rope_base, -(double)i / (double)n_pairs);
+        const double periods_in_ctx = r->orig_ctx / (two_pi / freq);
+        if (periods_in_ctx > r->high_freq_factor) {
+            out[i] = 1.0f;
+        } else if (periods_in_ctx < r->low_freq_factor) {
+            out[i] = r->factor;
+        } else {
+            const double smooth = (periods_in_ctx - r->low_freq_factor) / (r->high_freq_factor - r->low_freq_factor);
+            out[i] = (float)(1.0 / ((1.0 - smooth) / r->factor + smooth));
+        }
+    }
+}
+
 /* Rows of uniform noise scaled by 1/sqrt(fan_in), so activations stay O(1) through the
- * layers; norm weights are 1. */
-static void write_tensor_data(writer *w, const tensor_spec *t, uint64_t *rng, float *row, void *qrow) {
+ * layers. */
+static void write_tensor_data(writer *w, const shape *s, const tensor_spec *t, uint64_t *rng, float *row,
+                              void *qrow) {
     const llmm_type_traits *tt = llmm_type_get(t->type);
-    const float scale = t->ne1 == 1 ? 0.f : 1.0f / sqrtf((float)t->ne0);
+    const float scale = 1.0f / sqrtf((float)t->ne0);
     for (uint64_t r = 0; r < t->ne1 && !w->failed; r++) {
-        for (uint64_t i = 0; i < t->ne0; i++) row[i] = scale == 0.f ? 1.0f : next_float(rng) * scale;
+        if (t->fill == FILL_LLAMA3_ROPE) llama3_rope_factors(s, row, t->ne0);
+        else
+            for (uint64_t i = 0; i < t->ne0; i++) row[i] = t->fill == FILL_ONES ? 1.0f : next_float(rng) * scale;
         tt->from_float(row, qrow, t->ne0);
         put(w, qrow, llmm_row_bytes(t->type, t->ne0));
     }
@@ -224,93 +361,97 @@ static void write_tensor_data(writer *w, const tensor_spec *t, uint64_t *rng, fl
 
 static int usage(int rc) {
     fprintf(rc ? stderr : stdout,
-            "usage: llmmini-synth -o OUT.gguf [--preset NAME] [--type f32|f16|q8_0|q4_0]\n"
-            "                     [--dim N] [--layers N] [--heads N] [--kv-heads N] [--ff N] [--vocab N] [--seed S]\n"
+            "usage: llmmini-synth -o OUT.gguf [--preset NAME] [--type f32|f16|bf16|q8_0|q4_0] [--vocab FILE.gguf]\n"
+            "                     [--dim N] [--layers N] [--heads N] [--kv-heads N] [--ff N] [--n-vocab N] [--seed S]\n"
             "Writes a GGUF with seeded random weights (default preset 0.5b, type q4_0). Presets:\n"
-            "  llama: tiny, 0.5b, 1b (TinyLlama), 3b, 8b; qwen2.5-0.5b, qwen3-0.6b, phi3-mini, gemma2-2b\n");
+            "  real models: tinyllama-1.1b, llama-3.2-1b, smollm2-135m, qwen2.5-0.5b, qwen3-0.6b,\n"
+            "               phi3-mini, gemma2-2b\n"
+            "  sizes (llama, 32000 vocab): tiny, 0.5b, 1b, 3b, 8b\n"
+            "  --vocab FILE  copy every tokenizer.* key of FILE (a model or vocabulary-only GGUF); its token\n"
+            "                count sets the vocabulary size (--n-vocab is then ignored)\n"
+            "  --n-vocab N   size of the synthetic SentencePiece vocabulary (without --vocab)\n"
+            "Other quantizations: convert the f16 or f32 output with llmmini-quantize.\n");
     return rc;
 }
 
 static int parse_type(const char *s, uint32_t *out) {
     static const struct { const char *n; uint32_t t; } types[] = {
-        {"f32", LLMM_TYPE_F32}, {"f16", LLMM_TYPE_F16}, {"q8_0", LLMM_TYPE_Q8_0}, {"q4_0", LLMM_TYPE_Q4_0}};
-    for (size_t i = 0; i < 4; i++)
+        {"f32", LLMM_TYPE_F32}, {"f16", LLMM_TYPE_F16}, {"bf16", LLMM_TYPE_BF16},
+        {"q8_0", LLMM_TYPE_Q8_0}, {"q4_0", LLMM_TYPE_Q4_0}};
+    for (size_t i = 0; i < sizeof types / sizeof *types; i++)
         if (!strcmp(s, types[i].n)) return *out = types[i].t, 0;
     return -1;
 }
 
-int main(int argc, char **argv) {
-    shape s = presets[1];
-    uint32_t wtype = LLMM_TYPE_Q4_0;
-    uint64_t seed = 1;
-    const char *out = NULL;
+typedef struct options {
+    shape s;
+    uint32_t wtype;
+    uint64_t seed;
+    const char *out, *vocab;
+} options;
+
+/* 0: run; otherwise the exit status (0 after --help). */
+static int parse_args(int argc, char **argv, options *o, int *done) {
+    *o = (options){presets[1], LLMM_TYPE_Q4_0, 1, NULL, NULL};
+    *done = 0;
+    shape *s = &o->s;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        uint32_t *field = !strcmp(a, "--dim") ? &s.n_embd : !strcmp(a, "--layers") ? &s.n_layer
-                        : !strcmp(a, "--heads") ? &s.n_head : !strcmp(a, "--kv-heads") ? &s.n_head_kv
-                        : !strcmp(a, "--ff") ? &s.n_ff : !strcmp(a, "--vocab") ? &s.n_vocab : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) return usage(0);
-        if (!v) return usage(2);
+        uint32_t *field = !strcmp(a, "--dim") ? &s->n_embd : !strcmp(a, "--layers") ? &s->n_layer
+                        : !strcmp(a, "--heads") ? &s->n_head : !strcmp(a, "--kv-heads") ? &s->n_head_kv
+                        : !strcmp(a, "--ff") ? &s->n_ff : !strcmp(a, "--n-vocab") ? &s->n_vocab : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) return *done = 1, usage(0);
+        if (!v) return *done = 1, usage(2);
         i++;
         if (field) *field = (uint32_t)strtoul(v, NULL, 10);
-        else if (!strcmp(a, "-o")) out = v;
-        else if (!strcmp(a, "--seed")) seed = strtoull(v, NULL, 10) | 1;
+        else if (!strcmp(a, "-o")) o->out = v;
+        else if (!strcmp(a, "--vocab")) o->vocab = v;
+        else if (!strcmp(a, "--seed")) o->seed = strtoull(v, NULL, 10) | 1;
         else if (!strcmp(a, "--type")) {
-            if (parse_type(v, &wtype)) return usage(2);
+            if (parse_type(v, &o->wtype)) return *done = 1, usage(2);
         } else if (!strcmp(a, "--preset")) {
             size_t k = 0;
             while (k < sizeof presets / sizeof *presets && strcmp(presets[k].name, v)) k++;
-            if (k == sizeof presets / sizeof *presets) return usage(2);
-            s = presets[k];
+            if (k == sizeof presets / sizeof *presets) return *done = 1, usage(2);
+            *s = presets[k];
         } else {
-            return usage(2);
+            return *done = 1, usage(2);
         }
     }
-    const llmm_type_traits *tt = llmm_type_get(wtype);
-    if (!out || !s.n_head || !s.n_head_kv || s.n_head % s.n_head_kv || (!s.head_dim && s.n_embd % s.n_head) ||
-        s.n_vocab < 300 || s.n_embd % tt->block_size || s.n_ff % tt->block_size ||
-        (head_dim_of(&s) * s.n_head) % tt->block_size || head_dim_of(&s) % 2) {
-        fprintf(stderr, "llmmini-synth: need -o, heads dividing dim, kv-heads dividing heads, vocab >= 300, "
-                        "dim and ff multiples of the type's block size\n");
-        return 2;
-    }
-    const arch_layout *layout = layout_of(s.arch);
-    tensor_spec *t = calloc(3 + 20 * (size_t)s.n_layer, sizeof *t);
-    size_t widest = s.n_ff > s.n_embd ? s.n_ff : s.n_embd;
-    if ((size_t)head_dim_of(&s) * s.n_head > widest) widest = (size_t)head_dim_of(&s) * s.n_head;
+    return 0;
+}
+
+static int shape_ok(const shape *s, const llmm_type_traits *tt, int copied_vocab) {
+    return s->n_head && s->n_head_kv && s->n_head % s->n_head_kv == 0 && (s->head_dim || s->n_embd % s->n_head == 0) &&
+           (copied_vocab || s->n_vocab >= 300) && s->n_embd % tt->block_size == 0 && s->n_ff % tt->block_size == 0 &&
+           (head_dim_of(s) * s->n_head) % tt->block_size == 0 && head_dim_of(s) % 2 == 0;
+}
+
+static int write_model(const options *o, const arch_layout *layout, const gguf_file *vocab) {
+    const shape *s = &o->s;
+    const llmm_type_traits *tt = llmm_type_get(o->wtype);
+    tensor_spec *t = calloc(4 + 20 * (size_t)s->n_layer, sizeof *t);
+    size_t widest = s->n_ff > s->n_embd ? s->n_ff : s->n_embd;
+    if ((size_t)head_dim_of(s) * s->n_head > widest) widest = (size_t)head_dim_of(s) * s->n_head;
     float *row = malloc(sizeof(float) * widest);
     void *qrow = malloc(sizeof(float) * widest);
-    writer w = {fopen(out, "wb"), 0, 0};
+    writer w = {fopen(o->out, "wb"), 0, 0, 0};
     if (!t || !row || !qrow || !w.f) {
-        fprintf(stderr, "llmmini-synth: cannot write '%s': %s\n", out, strerror(errno));
+        fprintf(stderr, "llmmini-synth: cannot write '%s': %s\n", o->out, strerror(errno));
+        if (w.f) fclose(w.f);
+        free(t);
+        free(row);
+        free(qrow);
         return 1;
     }
-    size_t n_t = build_tensor_list(&s, layout, wtype, t);
+    size_t n_t = build_tensor_list(s, layout, o->wtype, t);
+    writer count = {NULL, 0, 0, 0};
+    write_metadata(&count, s, layout, vocab);
     put(&w, "GGUF", 4);
     put_u32(&w, 3);
     put_u64(&w, n_t);
-    put_u64(&w, 18 + (layout->softcaps ? 3 : 0));
-    kv_str(&w, "general.architecture", s.arch);
-    kv_str(&w, "general.name", "llmmini-synth");
-    kv_u32(&w, "general.alignment", ALIGNMENT);
-    arch_kv_u32(&w, s.arch, "context_length", s.n_ctx);
-    arch_kv_u32(&w, s.arch, "embedding_length", s.n_embd);
-    arch_kv_u32(&w, s.arch, "block_count", s.n_layer);
-    arch_kv_u32(&w, s.arch, "feed_forward_length", s.n_ff);
-    arch_kv_u32(&w, s.arch, "attention.head_count", s.n_head);
-    arch_kv_u32(&w, s.arch, "attention.head_count_kv", s.n_head_kv);
-    arch_kv_u32(&w, s.arch, "attention.key_length", head_dim_of(&s));
-    arch_kv_u32(&w, s.arch, "rope.dimension_count", head_dim_of(&s));
-    arch_kv_f32(&w, s.arch, "attention.layer_norm_rms_epsilon", 1e-5f);
-    arch_kv_f32(&w, s.arch, "rope.freq_base", 10000.f);
-    if (layout->softcaps) {
-        arch_kv_f32(&w, s.arch, "attn_logit_softcapping", 50.f);
-        arch_kv_f32(&w, s.arch, "final_logit_softcapping", 30.f);
-        arch_kv_u32(&w, s.arch, "attention.sliding_window", 4096);
-    }
-    kv_str(&w, "tokenizer.ggml.model", "llama");
-    write_vocab(&w, s.n_vocab);
-    kv_u32(&w, "tokenizer.ggml.bos_token_id", 1);
+    put_u64(&w, count.n_kv);
+    write_metadata(&w, s, layout, vocab);
     for (size_t i = 0; i < n_t; i++) {
         put_str(&w, t[i].name);
         put_u32(&w, t[i].ne1 == 1 ? 1 : 2);
@@ -320,16 +461,38 @@ int main(int argc, char **argv) {
         put_u64(&w, t[i].offset);
     }
     pad(&w);
-    uint64_t rng = seed * 0x9E3779B97F4A7C15ull | 1;
+    uint64_t rng = o->seed * 0x9E3779B97F4A7C15ull | 1;
     for (size_t i = 0; i < n_t && !w.failed; i++) {
-        write_tensor_data(&w, &t[i], &rng, row, qrow);
+        write_tensor_data(&w, s, &t[i], &rng, row, qrow);
         if (i % 16 == 15) fprintf(stderr, "\rllmmini-synth: %zu/%zu tensors", i + 1, n_t);
     }
-    int rc = w.failed || fclose(w.f) != 0;
-    fprintf(stderr, "\rllmmini-synth: %s %s, %zu tensors, %.1f MiB%s\n", out, tt->name, n_t,
-            (double)w.pos / (1 << 20), rc ? " (WRITE FAILED)" : "");
+    int rc = w.failed | (fclose(w.f) != 0);
+    fprintf(stderr, "\rllmmini-synth: %s %s, %zu tensors, vocab %u%s, %.1f MiB%s\n", o->out, tt->name, n_t,
+            s->n_vocab, vocab ? " (copied)" : "", (double)w.pos / (1 << 20), rc ? " (WRITE FAILED)" : "");
     free(t);
     free(row);
     free(qrow);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    options o;
+    int done;
+    int rc = parse_args(argc, argv, &o, &done);
+    if (done) return rc;
+    vocab_source vocab = {NULL, 0};
+    if (o.vocab) {
+        if (open_vocab(o.vocab, &vocab)) return 1;
+        o.s.n_vocab = vocab.n_tokens;
+    }
+    const llmm_type_traits *tt = llmm_type_get(o.wtype);
+    if (!o.out || !shape_ok(&o.s, tt, vocab.f != NULL)) {
+        fprintf(stderr, "llmmini-synth: need -o, heads dividing dim, kv-heads dividing heads, vocab >= 300, "
+                        "dim and ff multiples of the type's block size\n");
+        gguf_close(vocab.f);
+        return 2;
+    }
+    rc = write_model(&o, layout_of(o.s.arch), vocab.f);
+    gguf_close(vocab.f);
     return rc;
 }

@@ -1050,9 +1050,9 @@ static void test_bench_kernels(void **state) {
         return;
     }
     const char *only = getenv("LLMM_BENCH_KERNELS"); /* "1", or type names: "q5_0,q4_k" */
-    const uint32_t types[] = {LLMM_TYPE_Q4_0, LLMM_TYPE_Q4_K, LLMM_TYPE_Q6_K, LLMM_TYPE_Q5_K, LLMM_TYPE_Q3_K,
+    const uint32_t types[] = {LLMM_TYPE_Q4_0, LLMM_TYPE_Q8_0, LLMM_TYPE_Q4_K, LLMM_TYPE_Q6_K, LLMM_TYPE_Q5_K, LLMM_TYPE_Q3_K,
                               LLMM_TYPE_Q2_K, LLMM_TYPE_Q5_0, LLMM_TYPE_Q4_1, LLMM_TYPE_Q5_1};
-    const size_t shapes[][3] = {{4864, 896, 1}, {0, 4864, 1}, {4864, 896, 64}, {0, 4864, 64}}; /* ne0 0: 896 */
+    const size_t shapes[][3] = {{4864, 896, 1}, {0, 4864, 1}, {0, 151936, 1}, {4864, 896, 64}, {0, 4864, 64}}; /* ne0 0: 896 */
     rng_seed(5001);
     print_message("type   ne0 x ne1 x rows     ns/weight: scalar   avx2     avx512   (scalar/avx2, scalar/avx512)\n");
     for (size_t ti = 0; ti < ARRAY_LEN(types); ti++) {

@@ -85,6 +85,7 @@ llmm_status ctx_plan_for(const llmm_model *m, llmm_context_params *p, const llmm
         .max_in = LLMM_MAX(LLMM_MAX((size_t)hp->n_embd, (size_t)hp->n_head * hp->head_dim), (size_t)hp->n_ff),
         .max_kv = p->n_ctx,
         .head_dim = hp->head_dim,
+        .heads_per_kv = hp->n_head_kv ? hp->n_head / hp->n_head_kv : 1,
     };
     plan_sizes(m, p, be, pl);
     return LLMM_OK;

@@ -93,6 +93,7 @@ typedef struct llmm_step_shape {
     size_t max_kv;     /* positions one attention row may see (n_ctx) */
     uint32_t head_dim;
     uint32_t heads_per_kv; /* query heads sharing one K/V head (n_head / n_head_kv) */
+    uint64_t weight_types; /* bit t set when some matmul weight has llmm_type t */
 } llmm_step_shape;
 
 typedef struct llmm_backend_ops {

@@ -69,6 +69,18 @@ static void plan_sizes(const llmm_model *m, const llmm_context_params *p, const 
     pl->fixed = sizeof(llmm_context);
 }
 
+/* Set of the matmul weights' types: a backend sizes its operand scratch by the widest. */
+static uint64_t matmul_weight_types(const llmm_model *m) {
+    const llmm_weights *w = m->weights;
+    uint64_t set = 1ull << (w->output.type & 63);
+    for (uint32_t il = 0; il < m->hp.n_layer; il++) {
+        const llmm_layer_weights *l = &w->layers[il];
+        const llmm_tensor *mats[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down};
+        for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) set |= 1ull << (mats[i]->type & 63);
+    }
+    return set;
+}
+
 llmm_status ctx_plan_for(const llmm_model *m, llmm_context_params *p, const llmm_backend_ops *be, ctx_plan *pl,
                          llmm_diag *d) {
     llmm_status st = check_params(m, p, d);
@@ -86,6 +98,7 @@ llmm_status ctx_plan_for(const llmm_model *m, llmm_context_params *p, const llmm
         .max_kv = p->n_ctx,
         .head_dim = hp->head_dim,
         .heads_per_kv = hp->n_head_kv ? hp->n_head / hp->n_head_kv : 1,
+        .weight_types = matmul_weight_types(m),
     };
     plan_sizes(m, p, be, pl);
     return LLMM_OK;

@@ -35,6 +35,7 @@ static inline int32x4_t dot16_acc(int32x4_t acc, int8x16_t w, int8x16_t x) {
 #define KQ_TILE_X 4
 
 #include "gemm_kquant_neon.h"
+#include "gemm_legacy_neon.h"
 
 /* ---------------------------------------------------------------- operands */
 
@@ -298,6 +299,9 @@ const cpu_kernels cpu_kernels_neon = {
             [LLMM_TYPE_BF16] = {neon_gemm_bf16, CPU_OPERAND_F64_BF16},
             [LLMM_TYPE_Q4_0] = {gemm_q4_0, CPU_OPERAND_Q8},
             [LLMM_TYPE_Q8_0] = {gemm_q8_0, CPU_OPERAND_Q8},
+            [LLMM_TYPE_Q5_0] = {gemm_q5_0, CPU_OPERAND_Q8},
+            [LLMM_TYPE_Q4_1] = {gemm_q4_1, CPU_OPERAND_Q8_1},
+            [LLMM_TYPE_Q5_1] = {gemm_q5_1, CPU_OPERAND_Q8_1},
             [LLMM_TYPE_Q2_K] = {gemm_q2_K, CPU_OPERAND_Q8K},
             [LLMM_TYPE_Q3_K] = {gemm_q3_K, CPU_OPERAND_Q8K},
             [LLMM_TYPE_Q4_K] = {gemm_q4_K, CPU_OPERAND_Q8K},

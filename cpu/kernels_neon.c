@@ -26,6 +26,17 @@ static inline int32x4_t dot_block(int8x16_t w0, int8x16_t w1, int8x16_t x0, int8
 
 #include "gemm_int8_neon.h"
 
+/* As dot_block, 16 products into two per int16 lane: the K-quants' |q| <= 32 (and Q8_K's
+ * |x| <= 128) keep each lane within 2 x 32 x 128 = 8192. */
+static inline int32x4_t dot16_acc(int32x4_t acc, int8x16_t w, int8x16_t x) {
+    return vpadalq_s16(acc, vmlal_high_s8(vmull_s8(vget_low_s8(w), vget_low_s8(x)), w, x));
+}
+/* a decoded super-block row is 16 registers, so the operand tile stays at 4 rows */
+#define KQ_TILE_X 4
+
+#include "gemm_kquant_neon.h"
+#include "gemm_legacy_neon.h"
+
 /* ---------------------------------------------------------------- operands */
 
 /* One float rounded to f16 (nearest even, FCVTN under the default FPCR) and back. */
@@ -288,6 +299,14 @@ const cpu_kernels cpu_kernels_neon = {
             [LLMM_TYPE_BF16] = {neon_gemm_bf16, CPU_OPERAND_F64_BF16},
             [LLMM_TYPE_Q4_0] = {gemm_q4_0, CPU_OPERAND_Q8},
             [LLMM_TYPE_Q8_0] = {gemm_q8_0, CPU_OPERAND_Q8},
+            [LLMM_TYPE_Q5_0] = {gemm_q5_0, CPU_OPERAND_Q8},
+            [LLMM_TYPE_Q4_1] = {gemm_q4_1, CPU_OPERAND_Q8_1},
+            [LLMM_TYPE_Q5_1] = {gemm_q5_1, CPU_OPERAND_Q8_1},
+            [LLMM_TYPE_Q2_K] = {gemm_q2_K, CPU_OPERAND_Q8K},
+            [LLMM_TYPE_Q3_K] = {gemm_q3_K, CPU_OPERAND_Q8K},
+            [LLMM_TYPE_Q4_K] = {gemm_q4_K, CPU_OPERAND_Q8K},
+            [LLMM_TYPE_Q5_K] = {gemm_q5_K, CPU_OPERAND_Q8K},
+            [LLMM_TYPE_Q6_K] = {gemm_q6_K, CPU_OPERAND_Q8K},
         },
     .quantize_q8 = neon_quantize_q8,
     .round_f16_f64 = neon_round_f16_f64,

@@ -23,6 +23,12 @@ static inline int32x4_t dot_block(int8x16_t w0, int8x16_t w1, int8x16_t x0, int8
 
 #include "gemm_int8_neon.h"
 
+static inline int32x4_t dot16_acc(int32x4_t acc, int8x16_t w, int8x16_t x) { return vdotq_s32(acc, w, x); }
+#define KQ_TILE_X 4
+
+#include "gemm_kquant_neon.h"
+#include "gemm_legacy_neon.h"
+
 const cpu_kernels cpu_kernels_neon_dotprod = {
     .name = "dotprod",
     .isa = CPU_ISA_NEON_DOTPROD,
@@ -33,6 +39,14 @@ const cpu_kernels cpu_kernels_neon_dotprod = {
             [LLMM_TYPE_BF16] = {neon_gemm_bf16, CPU_OPERAND_F64_BF16},
             [LLMM_TYPE_Q4_0] = {gemm_q4_0, CPU_OPERAND_Q8},
             [LLMM_TYPE_Q8_0] = {gemm_q8_0, CPU_OPERAND_Q8},
+            [LLMM_TYPE_Q5_0] = {gemm_q5_0, CPU_OPERAND_Q8},
+            [LLMM_TYPE_Q4_1] = {gemm_q4_1, CPU_OPERAND_Q8_1},
+            [LLMM_TYPE_Q5_1] = {gemm_q5_1, CPU_OPERAND_Q8_1},
+            [LLMM_TYPE_Q2_K] = {gemm_q2_K, CPU_OPERAND_Q8K},
+            [LLMM_TYPE_Q3_K] = {gemm_q3_K, CPU_OPERAND_Q8K},
+            [LLMM_TYPE_Q4_K] = {gemm_q4_K, CPU_OPERAND_Q8K},
+            [LLMM_TYPE_Q5_K] = {gemm_q5_K, CPU_OPERAND_Q8K},
+            [LLMM_TYPE_Q6_K] = {gemm_q6_K, CPU_OPERAND_Q8K},
         },
     .quantize_q8 = neon_quantize_q8,
     .round_f16_f64 = neon_round_f16_f64,

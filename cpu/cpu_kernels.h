@@ -98,6 +98,8 @@ typedef struct cpu_kernels {
     double (*exp_sub_sum)(float *s, size_t n, float max);
     /* y += a * x, a multiply then an add per value */
     void (*axpy)(float *y, float a, const float *x, size_t n);
+    /* out = the halves widened (exact; attention's F16 K/V rows); NULL: kv_rows.h's converter */
+    void (*f16_to_f32)(const uint16_t *h, float *out, size_t n);
 } cpu_kernels;
 
 /* The best table this CPU and build support, no better than cap (a test or the

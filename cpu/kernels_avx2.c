@@ -303,6 +303,14 @@ double avx2_exp_sub_sum(float *s, size_t n, float max) {
     return sum;
 }
 
+/* F16C's vcvtph2ps: one instruction per 8 values, where the portable converter takes a
+ * dozen integer and float operations per vector. */
+void avx2_f16_to_f32(const uint16_t *h, float *out, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, _mm256_cvtph_ps(load_128((const uint8_t *)(h + i))));
+    for (; i < n; i++) out[i] = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h[i])));
+}
+
 void avx2_axpy(float *y, float a, const float *x, size_t n) {
     const __m256 va = _mm256_set1_ps(a);
     size_t i = 0;
@@ -339,6 +347,7 @@ const cpu_kernels cpu_kernels_avx2 = {
     .dot_f32 = avx2_dot_f32,
     .exp_sub_sum = avx2_exp_sub_sum,
     .axpy = avx2_axpy,
+    .f16_to_f32 = avx2_f16_to_f32,
 };
 
 #endif

@@ -86,6 +86,7 @@ const cpu_kernels cpu_kernels_avx512 = {
     .dot_f32 = avx2_dot_f32,
     .exp_sub_sum = avx2_exp_sub_sum,
     .axpy = avx2_axpy,
+    .f16_to_f32 = avx2_f16_to_f32,
 };
 
 #endif

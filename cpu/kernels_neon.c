@@ -287,6 +287,13 @@ void neon_axpy(float *y, float a, const float *x, size_t n) {
     for (; i < n; i++) y[i] += a * x[i];
 }
 
+/* fcvtl: every ARMv8 core widens halves in hardware. */
+void neon_f16_to_f32(const uint16_t *h, float *out, size_t n) {
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) vst1q_f32(out + i, vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(h + i))));
+    for (; i < n; i++) out[i] = vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h[i]))), 0);
+}
+
 /* ---------------------------------------------------------------- the table */
 
 const cpu_kernels cpu_kernels_neon = {
@@ -315,6 +322,7 @@ const cpu_kernels cpu_kernels_neon = {
     .dot_f32 = neon_dot_f32,
     .exp_sub_sum = neon_exp_sub_sum,
     .axpy = neon_axpy,
+    .f16_to_f32 = neon_f16_to_f32,
 };
 
 #endif

@@ -19,6 +19,7 @@ void neon_silu_mul(float *gate, const float *up, size_t n);
 float neon_dot_f32(const float *a, const float *b, size_t n);
 double neon_exp_sub_sum(float *s, size_t n, float max);
 void neon_axpy(float *y, float a, const float *x, size_t n);
+void neon_f16_to_f32(const uint16_t *h, float *out, size_t n);
 #endif
 
 #endif

@@ -55,6 +55,7 @@ const cpu_kernels cpu_kernels_neon_dotprod = {
     .dot_f32 = neon_dot_f32,
     .exp_sub_sum = neon_exp_sub_sum,
     .axpy = neon_axpy,
+    .f16_to_f32 = neon_f16_to_f32,
 };
 
 #endif

@@ -22,6 +22,7 @@ void avx2_silu_mul(float *gate, const float *up, size_t n);
 float avx2_dot_f32(const float *a, const float *b, size_t n);
 double avx2_exp_sub_sum(float *s, size_t n, float max);
 void avx2_axpy(float *y, float a, const float *x, size_t n);
+void avx2_f16_to_f32(const uint16_t *h, float *out, size_t n);
 #endif
 
 #endif

@@ -23,6 +23,15 @@ typedef struct attn_task {
     size_t items_per_chunk;
 } attn_task;
 
+/* kv_row, with F16 rows widened by the kernel table's converter where it has one (the same
+ * exact values, in a single instruction per vector). */
+static inline const float *kv_row_fast(const cpu_kernels *kern, const llmm_kv_view *view, const void *base,
+                                       uint32_t p, size_t first, size_t n, float *buf) {
+    if (view->type != LLMM_KV_F16 || !kern->f16_to_f32) return kv_row(view, base, p, first, n, buf);
+    kern->f16_to_f32((const uint16_t *)(const void *)((const uint8_t *)base + kv_row_offset(view, p)) + first, buf, n);
+    return buf;
+}
+
 /* Query heads [h0, h1), all in K/V head kvh's group, of row r. */
 static void attend_heads(const cpu_kernels *kern, const llmm_attn_batch *b, size_t r, uint32_t kvh, uint32_t h0,
                          uint32_t h1, float *scores, size_t max_kv, float *row_buf) {
@@ -34,7 +43,7 @@ static void attend_heads(const cpu_kernels *kern, const llmm_attn_batch *b, size
     float max[LLMM_MAX_HEADS_PER_ITEM], inv[LLMM_MAX_HEADS_PER_ITEM];
     for (uint32_t i = 0; i < nh; i++) max[i] = -INFINITY;
     for (uint32_t p = p0; p < row->n_kv; p++) {
-        const float *k = kv_row(kv, kv->k, p, kvh * hd, hd, row_buf);
+        const float *k = kv_row_fast(kern, kv, kv->k, p, kvh * hd, hd, row_buf);
         for (uint32_t i = 0; i < nh; i++) {
             float sc = kern->dot_f32(q + i * hd, k, hd) * b->scale;
             if (b->softcap > 0.f) sc = tanhf(sc * (1.0f / b->softcap)) * b->softcap;
@@ -48,7 +57,7 @@ static void attend_heads(const cpu_kernels *kern, const llmm_attn_batch *b, size
         for (size_t d = 0; d < hd; d++) out[i * hd + d] = 0;
     }
     for (uint32_t p = p0; p < row->n_kv; p++) {
-        const float *v = kv_row(kv, kv->v, p, kvh * hd, hd, row_buf);
+        const float *v = kv_row_fast(kern, kv, kv->v, p, kvh * hd, hd, row_buf);
         for (uint32_t i = 0; i < nh; i++) kern->axpy(out + i * hd, scores[i * max_kv + p] * inv[i], v, hd);
     }
 }

@@ -44,6 +44,7 @@
 #include "backend.h"
 #include "cpu_backend.h"
 #include "cpu_kernels.h"
+#include "kv_rows.h"
 #include "quant.h"
 #include "threadpool.h"
 
@@ -911,6 +912,39 @@ static void test_rms_norm_row(void **state) {
     }
 }
 
+/* f16_to_f32 (attention's F16 K/V rows): every one of the 65536 halves widens to the portable
+ * converter's float bit for bit (NaNs to a NaN of the same sign), at odd lengths and offsets
+ * so the vector body and the tail both run. */
+static void test_f16_to_f32(void **state) {
+    (void)state;
+    enum { N = 65536 };
+    uint16_t *h = xmalloc(N * sizeof *h);
+    float *out = xmalloc(N * sizeof *out);
+    for (size_t i = 0; i < N; i++) h[i] = (uint16_t)i;
+    for (size_t ii = 0; ii < ARRAY_LEN(k_simd_isas); ii++) {
+        const cpu_kernels *k = simd_table(k_simd_isas[ii]);
+        if (!k) continue;
+        assert_non_null(k->f16_to_f32);
+        const size_t spans[][2] = {{0, N}, {1, 7}, {3, 13}, {9, 8}, {100, 1001}};
+        for (size_t si = 0; si < ARRAY_LEN(spans); si++) {
+            const size_t first = spans[si][0], n = spans[si][1];
+            memset(out, 0xff, N * sizeof *out);
+            k->f16_to_f32(h + first, out + first, n);
+            for (size_t i = first; i < first + n; i++) {
+                const float want = kv_half_to_float(h[i]);
+                if (isnan(want)) {
+                    if (!isnan(out[i]) || signbit(out[i]) != signbit(want))
+                        fail_msg("%s f16 0x%04zx: not a NaN of the same sign", k->name, i);
+                } else if (bits_of(out[i]) != bits_of(want)) {
+                    fail_msg("%s f16 0x%04zx: %a, want %a", k->name, i, (double)out[i], (double)want);
+                }
+            }
+        }
+    }
+    free(h);
+    free(out);
+}
+
 /* dot_f32: within (n/8 + 4) u sum|a b| of the float64 dot (FMA partial sums and a tree);
  * axpy: bit for bit the scalar table's (a multiply and an add per value). */
 static void test_dot_axpy(void **state) {
@@ -1181,6 +1215,7 @@ int main(void) {
         cmocka_unit_test(test_silu_mul),
         cmocka_unit_test(test_rms_norm_row),
         cmocka_unit_test(test_dot_axpy),
+        cmocka_unit_test(test_f16_to_f32),
         cmocka_unit_test(test_backend_matmul_all_tables),
         cmocka_unit_test(test_threadpool_chunks),
         cmocka_unit_test(test_bench_kernels),

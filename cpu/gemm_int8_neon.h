@@ -22,6 +22,7 @@
 
 #include "cpu_kernels.h"
 #include "simd_neon.h"
+#include "gemm_tiles.h"
 
 #define Q_ROWS 4 /* weight rows per tile: one per float lane */
 
@@ -120,23 +121,12 @@ SIMD_ALWAYS_INLINE void q_rows(const uint8_t *base, size_t rb, size_t l0, size_t
     }
 }
 
-/* Tiles of 4 rows. A tile that would pass the tensor's last row is moved back to end there:
- * it recomputes rows that belong to other tiles (maybe another thread's), whose lanes are
- * dropped; each lane's result depends on its own row only, so nothing changes. A tensor of
- * fewer than 4 rows goes row by row with all lanes on the same row. */
+/* Tiles of 4 rows, walked as every kernel walks them (gemm_tiles.h). */
 SIMD_ALWAYS_INLINE void gemm_q(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows,
                                float *out, size_t ldo, int q4) {
-    const uint8_t *data = w->data;
-    const size_t rb = w->row_bytes, ne1 = (size_t)w->ne1;
-    for (size_t j = j0; j < j1; j += Q_ROWS) {
-        const size_t nj = LLMM_MIN((size_t)Q_ROWS, j1 - j);
-        if (ne1 >= Q_ROWS) {
-            const size_t jt = LLMM_MIN(j, ne1 - Q_ROWS);
-            q_rows(data + jt * rb, rb, j - jt, nj, j, x, n_rows, out, ldo, q4);
-        } else {
-            for (size_t k = 0; k < nj; k++) q_rows(data + (j + k) * rb, 0, 0, 1, j + k, x, n_rows, out, ldo, q4);
-        }
-    }
+#define Q_ROWS_CALL(base, rb, next, l0, nl, j) q_rows(base, rb, l0, nl, j, x, n_rows, out, ldo, q4)
+    GEMM_WALK_TILES(w, j0, j1, Q_ROWS, Q_ROWS_CALL);
+#undef Q_ROWS_CALL
 }
 
 static void gemm_q4_0(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows, float *out,

@@ -250,21 +250,12 @@ SIMD_ALWAYS_INLINE void kq_rows(kq_kind kind, const uint8_t *base, size_t rb, si
     }
 }
 
-/* Tiles of 4 rows, a last partial tile moved back to end at the tensor's last row, and
- * tensors of fewer than 4 rows row by row, all as gemm_q does (gemm_int8_neon.h). */
+/* Tiles of 4 rows (gemm_tiles.h). */
 SIMD_ALWAYS_INLINE void gemm_kq(kq_kind kind, const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x,
                                 size_t n_rows, float *out, size_t ldo) {
-    const uint8_t *data = w->data;
-    const size_t rb = w->row_bytes, ne1 = (size_t)w->ne1;
-    for (size_t j = j0; j < j1; j += Q_ROWS) {
-        const size_t nj = LLMM_MIN((size_t)Q_ROWS, j1 - j);
-        if (ne1 >= Q_ROWS) {
-            const size_t jt = LLMM_MIN(j, ne1 - Q_ROWS);
-            kq_rows(kind, data + jt * rb, rb, j - jt, nj, j, x, n_rows, out, ldo);
-        } else {
-            for (size_t k = 0; k < nj; k++) kq_rows(kind, data + (j + k) * rb, 0, 0, 1, j + k, x, n_rows, out, ldo);
-        }
-    }
+#define KQ_ROWS_CALL(base, rb, next, l0, nl, j) kq_rows(kind, base, rb, l0, nl, j, x, n_rows, out, ldo)
+    GEMM_WALK_TILES(w, j0, j1, Q_ROWS, KQ_ROWS_CALL);
+#undef KQ_ROWS_CALL
 }
 
 static void gemm_q2_K(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows, float *out,

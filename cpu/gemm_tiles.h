@@ -1,0 +1,42 @@
+/* How every tiled matmul kernel walks its weight rows, on every ISA: tiles of TILE rows; a
+ * tile that would pass the tensor's last row is moved back to end there (it recomputes rows
+ * that belong to other tiles, maybe another thread's, whose lanes are dropped: each lane's
+ * result depends on its own row only, so nothing changes); a tensor of fewer than TILE rows
+ * goes row by row with all lanes on the same row. A macro, not a function taking a callback,
+ * so that each kernel's tile code stays inlined with its constant arguments.
+ *
+ * ROWS(base, rb, next, l0, nl, j) computes output rows [j, j + nl) from the tile at base
+ * (rows base + i * rb), whose lane l0 is row j; next is the following tile of this call, for
+ * prefetching, or NULL. */
+#ifndef LLMM_CPU_GEMM_TILES_H
+#define LLMM_CPU_GEMM_TILES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common.h"
+
+#define GEMM_WALK_TILES(w, j0, j1, TILE, ROWS)                                                              \
+    do {                                                                                                    \
+        const uint8_t *walk_data_ = (const uint8_t *)(w)->data;                                             \
+        const size_t walk_rb_ = (w)->row_bytes, walk_ne1_ = (size_t)(w)->ne1, walk_end_ = (j1);             \
+        for (size_t walk_j_ = (j0); walk_j_ < walk_end_; walk_j_ += (TILE)) {                               \
+            const size_t walk_nj_ = LLMM_MIN((size_t)(TILE), walk_end_ - walk_j_);                          \
+            if (walk_ne1_ >= (TILE)) {                                                                      \
+                const size_t walk_jt_ = LLMM_MIN(walk_j_, walk_ne1_ - (TILE));                              \
+                const uint8_t *walk_next_ =                                                                 \
+                    walk_j_ + (TILE) < walk_end_                                                            \
+                        ? walk_data_ + LLMM_MIN(walk_j_ + (TILE), walk_ne1_ - (TILE)) * walk_rb_            \
+                        : NULL;                                                                             \
+                (void)walk_next_; /* kernels without software prefetch ignore it */                         \
+                ROWS(walk_data_ + walk_jt_ * walk_rb_, walk_rb_, walk_next_, walk_j_ - walk_jt_, walk_nj_,  \
+                     walk_j_);                                                                              \
+            } else {                                                                                        \
+                for (size_t walk_k_ = 0; walk_k_ < walk_nj_; walk_k_++)                                     \
+                    ROWS(walk_data_ + (walk_j_ + walk_k_) * walk_rb_, (size_t)0, (const uint8_t *)NULL,     \
+                         (size_t)0, (size_t)1, walk_j_ + walk_k_);                                          \
+            }                                                                                               \
+        }                                                                                                   \
+    } while (0)
+
+#endif

@@ -258,25 +258,10 @@ SIMD_ALWAYS_INLINE void gemm_kq(kq_kind kind, const llmm_tensor *w, size_t j0, s
 #undef KQ_ROWS_CALL
 }
 
-static void gemm_q2_K(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows, float *out,
-                      size_t ldo) {
-    gemm_kq(KQ_Q2, w, j0, j1, x, n_rows, out, ldo);
-}
-static void gemm_q3_K(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows, float *out,
-                      size_t ldo) {
-    gemm_kq(KQ_Q3, w, j0, j1, x, n_rows, out, ldo);
-}
-static void gemm_q4_K(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows, float *out,
-                      size_t ldo) {
-    gemm_kq(KQ_Q4, w, j0, j1, x, n_rows, out, ldo);
-}
-static void gemm_q5_K(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows, float *out,
-                      size_t ldo) {
-    gemm_kq(KQ_Q5, w, j0, j1, x, n_rows, out, ldo);
-}
-static void gemm_q6_K(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows, float *out,
-                      size_t ldo) {
-    gemm_kq(KQ_Q6, w, j0, j1, x, n_rows, out, ldo);
-}
+GEMM_FN_FOR_KIND(gemm_q2_K, gemm_kq, KQ_Q2)
+GEMM_FN_FOR_KIND(gemm_q3_K, gemm_kq, KQ_Q3)
+GEMM_FN_FOR_KIND(gemm_q4_K, gemm_kq, KQ_Q4)
+GEMM_FN_FOR_KIND(gemm_q5_K, gemm_kq, KQ_Q5)
+GEMM_FN_FOR_KIND(gemm_q6_K, gemm_kq, KQ_Q6)
 
 #endif

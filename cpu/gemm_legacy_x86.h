@@ -129,17 +129,8 @@ SIMD_ALWAYS_INLINE void gemm_lq(lq_kind kind, const llmm_tensor *w, size_t j0, s
 #undef LQ_ROWS_CALL
 }
 
-static void gemm_q5_0(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows, float *out,
-                      size_t ldo) {
-    gemm_lq(LQ_Q5_0, w, j0, j1, x, n_rows, out, ldo);
-}
-static void gemm_q4_1(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows, float *out,
-                      size_t ldo) {
-    gemm_lq(LQ_Q4_1, w, j0, j1, x, n_rows, out, ldo);
-}
-static void gemm_q5_1(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows, float *out,
-                      size_t ldo) {
-    gemm_lq(LQ_Q5_1, w, j0, j1, x, n_rows, out, ldo);
-}
+GEMM_FN_FOR_KIND(gemm_q5_0, gemm_lq, LQ_Q5_0)
+GEMM_FN_FOR_KIND(gemm_q4_1, gemm_lq, LQ_Q4_1)
+GEMM_FN_FOR_KIND(gemm_q5_1, gemm_lq, LQ_Q5_1)
 
 #endif

@@ -37,9 +37,14 @@ SIMD_ALWAYS_INLINE uint16_t load_u16(const uint8_t *p) {
 #define PF_L1_MAX_TILE 16384
 
 SIMD_ALWAYS_INLINE void prefetch_span(uintptr_t p, size_t n, int to_l2) {
-    for (size_t k = 0; k < n; k += 64) {
-        if (to_l2) _mm_prefetch((const char *)(p + k), _MM_HINT_T1);
-        else _mm_prefetch((const char *)(p + k), _MM_HINT_T0);
+    /* unrolled: a kernel's span is a few lines, a constant, and the loop's compare and branch
+     * cost more than the prefetches (Q4_0 decode: ~10 % of its samples, not unrolled) */
+    if (to_l2) {
+#pragma GCC unroll 8
+        for (size_t k = 0; k < n; k += 64) _mm_prefetch((const char *)(p + k), _MM_HINT_T1);
+    } else {
+#pragma GCC unroll 8
+        for (size_t k = 0; k < n; k += 64) _mm_prefetch((const char *)(p + k), _MM_HINT_T0);
     }
 }
 

@@ -29,28 +29,10 @@
 #error "include gemm_int8_neon.h before gemm_kquant_neon.h"
 #endif
 
-typedef enum kq_kind { KQ_Q2, KQ_Q3, KQ_Q4, KQ_Q5, KQ_Q6 } kq_kind;
+#include "gemm_block_kinds.h"
 
 #define KQ_VECS (QK_K / 16) /* 16-quant vectors per super-block */
 
-/* Block geometry; kind is a constant at every call site, so these fold. */
-SIMD_ALWAYS_INLINE size_t kq_block_bytes(kq_kind k) {
-    return k == KQ_Q2   ? sizeof(block_q2_K)
-           : k == KQ_Q3 ? sizeof(block_q3_K)
-           : k == KQ_Q4 ? sizeof(block_q4_K)
-           : k == KQ_Q5 ? sizeof(block_q5_K)
-                        : sizeof(block_q6_K);
-}
-SIMD_ALWAYS_INLINE size_t kq_d_offset(kq_kind k) {
-    return k == KQ_Q2   ? offsetof(block_q2_K, d)
-           : k == KQ_Q3 ? offsetof(block_q3_K, d)
-           : k == KQ_Q6 ? offsetof(block_q6_K, d)
-                        : 0;
-}
-SIMD_ALWAYS_INLINE int kq_has_min(kq_kind k) { return k == KQ_Q2 || k == KQ_Q4 || k == KQ_Q5; }
-SIMD_ALWAYS_INLINE size_t kq_dmin_offset(kq_kind k) {
-    return k == KQ_Q2 ? offsetof(block_q2_K, dmin) : offsetof(block_q4_K, dmin);
-}
 /* 16-quant vectors per sub-block: Q4_K and Q5_K have 8 sub-blocks of 32, the others 16 of 16 */
 SIMD_ALWAYS_INLINE int kq_sub_vecs(kq_kind k) { return k == KQ_Q4 || k == KQ_Q5 ? 2 : 1; }
 

@@ -15,17 +15,7 @@
 #error "include gemm_int8_neon.h before gemm_legacy_neon.h"
 #endif
 
-typedef enum lq_kind { LQ_Q5_0, LQ_Q4_1, LQ_Q5_1 } lq_kind;
-
-SIMD_ALWAYS_INLINE size_t lq_block_bytes(lq_kind k) {
-    return k == LQ_Q5_0 ? sizeof(block_q5_0) : k == LQ_Q4_1 ? sizeof(block_q4_1) : sizeof(block_q5_1);
-}
-SIMD_ALWAYS_INLINE size_t lq_qs_offset(lq_kind k) {
-    return k == LQ_Q5_0 ? offsetof(block_q5_0, qs) : k == LQ_Q4_1 ? offsetof(block_q4_1, qs) : offsetof(block_q5_1, qs);
-}
-SIMD_ALWAYS_INLINE size_t lq_qh_offset(lq_kind k) {
-    return k == LQ_Q5_0 ? offsetof(block_q5_0, qh) : offsetof(block_q5_1, qh);
-}
+#include "gemm_block_kinds.h"
 
 /* Bytes k of the result: 16 where bit k of the little-endian 16-bit h is set. */
 SIMD_ALWAYS_INLINE uint8x16_t lq_bit4(uint32_t h) {

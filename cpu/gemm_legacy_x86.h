@@ -20,17 +20,7 @@
 #error "include gemm_int8_x86.h before gemm_legacy_x86.h"
 #endif
 
-typedef enum lq_kind { LQ_Q5_0, LQ_Q4_1, LQ_Q5_1 } lq_kind;
-
-SIMD_ALWAYS_INLINE size_t lq_block_bytes(lq_kind k) {
-    return k == LQ_Q5_0 ? sizeof(block_q5_0) : k == LQ_Q4_1 ? sizeof(block_q4_1) : sizeof(block_q5_1);
-}
-SIMD_ALWAYS_INLINE size_t lq_qs_offset(lq_kind k) {
-    return k == LQ_Q5_0 ? offsetof(block_q5_0, qs) : k == LQ_Q4_1 ? offsetof(block_q4_1, qs) : offsetof(block_q5_1, qs);
-}
-SIMD_ALWAYS_INLINE size_t lq_qh_offset(lq_kind k) {
-    return k == LQ_Q5_0 ? offsetof(block_q5_0, qh) : offsetof(block_q5_1, qh);
-}
+#include "gemm_block_kinds.h"
 
 /* The quants of one block of rows a and b as prep_q4_0_pair lays them out ([a | b], weights
  * 0-15 in lo, 16-31 in hi), with the 5th bits (bit j of the little-endian qh word, weight j)

@@ -25,12 +25,15 @@ typedef struct cpu_state {
 /* Scratch of at least bytes, reused across calls. */
 void *cpu_scratch(cpu_state *s, size_t bytes);
 
-/* Items per chunk for n items of work total multiply-adds: one chunk below the parallel
- * cut-off, else about CPU_CHUNKS_PER_THREAD per thread, rounded up to a multiple of align. */
 /* Query heads one attention work item covers at most (a group of grouped-query attention is
  * split into runs of this many): bounds the per-thread score scratch. */
 #define LLMM_MAX_HEADS_PER_ITEM 16
+/* K/V positions attention converts and hands to the kernel table at a time: the per-thread
+ * row scratch holds this many head rows. */
+#define LLMM_ATTN_CHUNK 16
 
+/* Items per chunk for n items of work total multiply-adds: one chunk below the parallel
+ * cut-off, else about CPU_CHUNKS_PER_THREAD per thread, rounded up to a multiple of align. */
 static inline size_t cpu_chunk_items(const cpu_state *s, size_t n, size_t work, size_t align) {
     const size_t nth = (size_t)threadpool_size(s->pool);
     if (nth == 1 || work < CPU_PARALLEL_MIN_WORK || n <= align) return n > 0 ? n : 1;

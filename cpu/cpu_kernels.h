@@ -100,6 +100,15 @@ typedef struct cpu_kernels {
     void (*axpy)(float *y, float a, const float *x, size_t n);
     /* out = the halves widened (exact; attention's F16 K/V rows); NULL: kv_rows.h's converter */
     void (*f16_to_f32)(const uint16_t *h, float *out, size_t n);
+    /* Attention over a chunk of n K (or V) rows of hd values, for nh query heads at once:
+     * scores[i * ld + j] = q_i . rows[j], bit for bit this table's dot_f32(q_i, rows[j], hd)
+     * (q_i: hd values after q_(i-1)); NULL: ops_attention.c calls dot_f32 per pair. */
+    void (*attn_scores)(const float *q, size_t nh, size_t hd, const float *const *rows, size_t n, float *scores,
+                        size_t ld);
+    /* out_i (hd values after out_(i-1)) += w[i * ld + j] * rows[j] for j = 0 .. n-1 in order,
+     * bit for bit this table's axpy per pair; NULL: ops_attention.c calls axpy per pair. */
+    void (*attn_values)(float *out, size_t nh, size_t hd, const float *w, size_t ld, const float *const *rows,
+                        size_t n);
 } cpu_kernels;
 
 /* The best table this CPU and build support, no better than cap (a test or the

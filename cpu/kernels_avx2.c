@@ -319,6 +319,76 @@ void avx2_axpy(float *y, float a, const float *x, size_t n) {
     for (; i < n; i++) y[i] += a * x[i];
 }
 
+/* Four 8-lane dot accumulators to their four sums, each added in hsum_ps's order (halves,
+ * then lanes 0+2 and 1+3, then those two), so a score equals avx2_dot_f32's bit for bit. */
+SIMD_ALWAYS_INLINE __m128 hsum4_ps(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
+    const __m128 s0 = _mm_add_ps(_mm256_castps256_ps128(a0), _mm256_extractf128_ps(a0, 1));
+    const __m128 s1 = _mm_add_ps(_mm256_castps256_ps128(a1), _mm256_extractf128_ps(a1, 1));
+    const __m128 s2 = _mm_add_ps(_mm256_castps256_ps128(a2), _mm256_extractf128_ps(a2, 1));
+    const __m128 s3 = _mm_add_ps(_mm256_castps256_ps128(a3), _mm256_extractf128_ps(a3, 1));
+    const __m128 t01 = _mm_add_ps(_mm_unpacklo_ps(s0, s1), _mm_unpackhi_ps(s0, s1));
+    const __m128 t23 = _mm_add_ps(_mm_unpacklo_ps(s2, s3), _mm_unpackhi_ps(s2, s3));
+    return _mm_add_ps(_mm_movelh_ps(t01, t23), _mm_movehl_ps(t23, t01));
+}
+
+/* Attention scores four positions at a time: one shuffle tree for four sums instead of one
+ * per sum, and one call per chunk of positions instead of one per (head, position). */
+void avx2_attn_scores(const float *q, size_t nh, size_t hd, const float *const *rows, size_t n, float *scores,
+                      size_t ld) {
+    const size_t hd8 = hd & ~(size_t)7;
+    for (size_t i = 0; i < nh; i++, q += hd) {
+        float *out = scores + i * ld;
+        size_t j = 0;
+        for (; j + 4 <= n; j += 4) {
+            const float *r0 = rows[j], *r1 = rows[j + 1], *r2 = rows[j + 2], *r3 = rows[j + 3];
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (size_t d = 0; d < hd8; d += 8) {
+                const __m256 qv = _mm256_loadu_ps(q + d);
+                a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(r0 + d), a0);
+                a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(r1 + d), a1);
+                a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(r2 + d), a2);
+                a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(r3 + d), a3);
+            }
+            _mm_storeu_ps(out + j, hsum4_ps(a0, a1, a2, a3));
+            for (size_t k = 0; k < 4 && hd8 < hd; k++) {
+                float sum = out[j + k];
+                for (size_t d = hd8; d < hd; d++) sum += q[d] * rows[j + k][d];
+                out[j + k] = sum;
+            }
+        }
+        for (; j < n; j++) out[j] = avx2_dot_f32(q, rows[j], hd);
+    }
+}
+
+/* out_i += w_ij * rows[j] for j in order, a multiply then an add per value as avx2_axpy does,
+ * with 64 values of a head's output held in registers across the chunk of positions. */
+void avx2_attn_values(float *out, size_t nh, size_t hd, const float *w, size_t ld, const float *const *rows,
+                      size_t n) {
+    size_t d = 0;
+    for (; d + 64 <= hd; d += 64)
+        for (size_t i = 0; i < nh; i++) {
+            float *o = out + i * hd + d;
+            __m256 acc[8];
+            for (int c = 0; c < 8; c++) acc[c] = _mm256_loadu_ps(o + 8 * c);
+            for (size_t j = 0; j < n; j++) {
+                const __m256 wj = _mm256_set1_ps(w[i * ld + j]);
+                for (int c = 0; c < 8; c++)
+                    acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(wj, _mm256_loadu_ps(rows[j] + d + 8 * c)));
+            }
+            for (int c = 0; c < 8; c++) _mm256_storeu_ps(o + 8 * c, acc[c]);
+        }
+    for (; d + 8 <= hd; d += 8)
+        for (size_t i = 0; i < nh; i++) {
+            __m256 acc = _mm256_loadu_ps(out + i * hd + d);
+            for (size_t j = 0; j < n; j++)
+                acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(w[i * ld + j]), _mm256_loadu_ps(rows[j] + d)));
+            _mm256_storeu_ps(out + i * hd + d, acc);
+        }
+    for (; d < hd; d++)
+        for (size_t i = 0; i < nh; i++)
+            for (size_t j = 0; j < n; j++) out[i * hd + d] += w[i * ld + j] * rows[j][d];
+}
+
 /* ---------------------------------------------------------------- the table */
 
 const cpu_kernels cpu_kernels_avx2 = {
@@ -348,6 +418,8 @@ const cpu_kernels cpu_kernels_avx2 = {
     .exp_sub_sum = avx2_exp_sub_sum,
     .axpy = avx2_axpy,
     .f16_to_f32 = avx2_f16_to_f32,
+    .attn_scores = avx2_attn_scores,
+    .attn_values = avx2_attn_values,
 };
 
 #endif

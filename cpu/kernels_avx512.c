@@ -87,6 +87,8 @@ const cpu_kernels cpu_kernels_avx512 = {
     .exp_sub_sum = avx2_exp_sub_sum,
     .axpy = avx2_axpy,
     .f16_to_f32 = avx2_f16_to_f32,
+    .attn_scores = avx2_attn_scores,
+    .attn_values = avx2_attn_values,
 };
 
 #endif

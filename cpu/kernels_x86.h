@@ -23,6 +23,10 @@ float avx2_dot_f32(const float *a, const float *b, size_t n);
 double avx2_exp_sub_sum(float *s, size_t n, float max);
 void avx2_axpy(float *y, float a, const float *x, size_t n);
 void avx2_f16_to_f32(const uint16_t *h, float *out, size_t n);
+void avx2_attn_scores(const float *q, size_t nh, size_t hd, const float *const *rows, size_t n, float *scores,
+                      size_t ld);
+void avx2_attn_values(float *out, size_t nh, size_t hd, const float *w, size_t ld, const float *const *rows,
+                      size_t n);
 #endif
 
 #endif

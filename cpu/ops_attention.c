@@ -16,7 +16,7 @@
 typedef struct attn_task {
     const llmm_attn_batch *b;
     const cpu_kernels *k;
-    float *scratch;     /* per thread: heads_per_item x max_kv scores, then one K/V row as floats */
+    float *scratch;     /* per thread: heads_per_item x max_kv scores, then LLMM_ATTN_CHUNK K/V rows */
     size_t max_kv;
     uint32_t heads_per_item; /* query heads per item, at most a group (n_head / n_head_kv) */
     uint32_t items_per_group;
@@ -32,7 +32,37 @@ static inline const float *kv_row_fast(const cpu_kernels *kern, const llmm_kv_vi
     return buf;
 }
 
-/* Query heads [h0, h1), all in K/V head kvh's group, of row r. */
+/* Rows [p, p + n) of the view's K or V (base), values [first, first + hd), as float pointers:
+ * into the pool for F32 rows, else into buf (n x hd floats). */
+static void chunk_rows(const cpu_kernels *kern, const llmm_kv_view *kv, const void *base, uint32_t p, size_t n,
+                       size_t first, size_t hd, float *buf, const float **rows) {
+    for (size_t j = 0; j < n; j++) rows[j] = kv_row_fast(kern, kv, base, p + (uint32_t)j, first, hd, buf + j * hd);
+}
+
+static void scores_chunk(const cpu_kernels *kern, const float *q, uint32_t nh, size_t hd, const float *const *rows,
+                         size_t n, float *scores, size_t ld) {
+    if (kern->attn_scores) {
+        kern->attn_scores(q, nh, hd, rows, n, scores, ld);
+        return;
+    }
+    for (uint32_t i = 0; i < nh; i++)
+        for (size_t j = 0; j < n; j++) scores[i * ld + j] = kern->dot_f32(q + i * hd, rows[j], hd);
+}
+
+static void values_chunk(const cpu_kernels *kern, float *out, uint32_t nh, size_t hd, const float *w, size_t ld,
+                         const float *const *rows, size_t n) {
+    if (kern->attn_values) {
+        kern->attn_values(out, nh, hd, w, ld, rows, n);
+        return;
+    }
+    for (size_t j = 0; j < n; j++)
+        for (uint32_t i = 0; i < nh; i++) kern->axpy(out + i * hd, w[i * ld + j], rows[j], hd);
+}
+
+/* Query heads [h0, h1), all in K/V head kvh's group, of row r, over chunks of LLMM_ATTN_CHUNK
+ * positions: each chunk's rows are converted once and go to the kernel table once for all
+ * the heads (one call per head and position, with a shuffle tree per score, had cost as much
+ * as the arithmetic). */
 static void attend_heads(const cpu_kernels *kern, const llmm_attn_batch *b, size_t r, uint32_t kvh, uint32_t h0,
                          uint32_t h1, float *scores, size_t max_kv, float *row_buf) {
     const llmm_attn_row *row = &b->rows[r];
@@ -40,25 +70,29 @@ static void attend_heads(const cpu_kernels *kern, const llmm_attn_batch *b, size
     const llmm_kv_view *kv = &row->kv;
     const uint32_t p0 = row->kv_start, nh = h1 - h0;
     const float *q = b->q + r * q_dim + (size_t)h0 * hd;
-    float max[LLMM_MAX_HEADS_PER_ITEM], inv[LLMM_MAX_HEADS_PER_ITEM];
-    for (uint32_t i = 0; i < nh; i++) max[i] = -INFINITY;
-    for (uint32_t p = p0; p < row->n_kv; p++) {
-        const float *k = kv_row_fast(kern, kv, kv->k, p, kvh * hd, hd, row_buf);
-        for (uint32_t i = 0; i < nh; i++) {
-            float sc = kern->dot_f32(q + i * hd, k, hd) * b->scale;
-            if (b->softcap > 0.f) sc = tanhf(sc * (1.0f / b->softcap)) * b->softcap;
-            scores[i * max_kv + p] = sc;
-            if (sc > max[i]) max[i] = sc;
-        }
+    const float *rows[LLMM_ATTN_CHUNK];
+    for (uint32_t p = p0; p < row->n_kv; p += LLMM_ATTN_CHUNK) {
+        const size_t n = LLMM_MIN((size_t)LLMM_ATTN_CHUNK, (size_t)(row->n_kv - p));
+        chunk_rows(kern, kv, kv->k, p, n, kvh * hd, hd, row_buf, rows);
+        scores_chunk(kern, q, nh, hd, rows, n, scores + p, max_kv);
     }
     float *out = b->out + r * q_dim + (size_t)h0 * hd;
     for (uint32_t i = 0; i < nh; i++) {
-        inv[i] = (float)(1.0 / kern->exp_sub_sum(scores + i * max_kv + p0, row->n_kv - p0, max[i]));
+        float *s = scores + i * max_kv, max = -INFINITY;
+        for (uint32_t p = p0; p < row->n_kv; p++) {
+            float sc = s[p] * b->scale;
+            if (b->softcap > 0.f) sc = tanhf(sc * (1.0f / b->softcap)) * b->softcap;
+            s[p] = sc;
+            if (sc > max) max = sc;
+        }
+        const float inv = (float)(1.0 / kern->exp_sub_sum(s + p0, row->n_kv - p0, max));
+        for (uint32_t p = p0; p < row->n_kv; p++) s[p] *= inv;
         for (size_t d = 0; d < hd; d++) out[i * hd + d] = 0;
     }
-    for (uint32_t p = p0; p < row->n_kv; p++) {
-        const float *v = kv_row_fast(kern, kv, kv->v, p, kvh * hd, hd, row_buf);
-        for (uint32_t i = 0; i < nh; i++) kern->axpy(out + i * hd, scores[i * max_kv + p] * inv[i], v, hd);
+    for (uint32_t p = p0; p < row->n_kv; p += LLMM_ATTN_CHUNK) {
+        const size_t n = LLMM_MIN((size_t)LLMM_ATTN_CHUNK, (size_t)(row->n_kv - p));
+        chunk_rows(kern, kv, kv->v, p, n, kvh * hd, hd, row_buf, rows);
+        values_chunk(kern, out, nh, hd, scores + p, max_kv, rows, n);
     }
 }
 
@@ -69,7 +103,7 @@ static void attn_chunk(void *arg, size_t chunk, int ith) {
     const size_t items_per_row = (size_t)b->n_head_kv * t->items_per_group;
     const size_t n_items = b->n_rows * items_per_row;
     const size_t i0 = chunk * t->items_per_chunk, i1 = LLMM_MIN(n_items, i0 + t->items_per_chunk);
-    float *scores = t->scratch + (size_t)ith * (t->heads_per_item * t->max_kv + b->head_dim);
+    float *scores = t->scratch + (size_t)ith * (t->heads_per_item * t->max_kv + LLMM_ATTN_CHUNK * b->head_dim);
     float *row_buf = scores + t->heads_per_item * t->max_kv;
     for (size_t i = i0; i < i1; i++) {
         const size_t r = i / items_per_row, in_row = i % items_per_row;
@@ -95,7 +129,7 @@ llmm_status cpu_attention(void *state, const llmm_attn_batch *b) {
     while (hpi > 1 && b->n_rows * b->n_head_kv * ((group + hpi - 1) / hpi) < 2 * nth) hpi = (hpi + 1) / 2;
     attn_task t = {.b = b, .k = s->k, .max_kv = max_kv, .heads_per_item = hpi,
                    .items_per_group = (group + hpi - 1) / hpi};
-    t.scratch = cpu_scratch(s, nth * (hpi * max_kv + b->head_dim) * sizeof(float));
+    t.scratch = cpu_scratch(s, nth * (hpi * max_kv + LLMM_ATTN_CHUNK * b->head_dim) * sizeof(float));
     if (!t.scratch) return LLMM_ERR_NO_MEMORY;
     const size_t n_items = b->n_rows * b->n_head_kv * t.items_per_group;
     t.items_per_chunk = cpu_chunk_items(s, n_items, b->n_rows * b->n_head * max_kv * b->head_dim, 1);

@@ -26,17 +26,18 @@ typedef struct attn_task {
 /* kv_row, with F16 rows widened by the kernel table's converter where it has one (the same
  * exact values, in a single instruction per vector). */
 static inline const float *kv_row_fast(const cpu_kernels *kern, const llmm_kv_view *view, const void *base,
-                                       uint32_t p, size_t first, size_t n, float *buf) {
-    if (view->type != LLMM_KV_F16 || !kern->f16_to_f32) return kv_row(view, base, p, first, n, buf);
-    kern->f16_to_f32((const uint16_t *)(const void *)((const uint8_t *)base + kv_row_offset(view, p)) + first, buf, n);
+                                       uint32_t p, uint32_t h, float *buf) {
+    if (view->type != LLMM_KV_F16 || !kern->f16_to_f32) return kv_row(view, base, p, h, buf);
+    kern->f16_to_f32((const uint16_t *)(const void *)((const uint8_t *)base + kv_row_offset(view, p, h)), buf,
+                     view->head_dim);
     return buf;
 }
 
-/* Rows [p, p + n) of the view's K or V (base), values [first, first + hd), as float pointers:
- * into the pool for F32 rows, else into buf (n x hd floats). */
+/* Head h's rows at positions [p, p + n) of the view's K or V (base), as float pointers: into
+ * the pool for F32 rows, else into buf (n x head_dim floats). */
 static void chunk_rows(const cpu_kernels *kern, const llmm_kv_view *kv, const void *base, uint32_t p, size_t n,
-                       size_t first, size_t hd, float *buf, const float **rows) {
-    for (size_t j = 0; j < n; j++) rows[j] = kv_row_fast(kern, kv, base, p + (uint32_t)j, first, hd, buf + j * hd);
+                       uint32_t h, float *buf, const float **rows) {
+    for (size_t j = 0; j < n; j++) rows[j] = kv_row_fast(kern, kv, base, p + (uint32_t)j, h, buf + j * kv->head_dim);
 }
 
 static void scores_chunk(const cpu_kernels *kern, const float *q, uint32_t nh, size_t hd, const float *const *rows,
@@ -73,7 +74,7 @@ static void attend_heads(const cpu_kernels *kern, const llmm_attn_batch *b, size
     const float *rows[LLMM_ATTN_CHUNK];
     for (uint32_t p = p0; p < row->n_kv; p += LLMM_ATTN_CHUNK) {
         const size_t n = LLMM_MIN((size_t)LLMM_ATTN_CHUNK, (size_t)(row->n_kv - p));
-        chunk_rows(kern, kv, kv->k, p, n, kvh * hd, hd, row_buf, rows);
+        chunk_rows(kern, kv, kv->k, p, n, kvh, row_buf, rows);
         scores_chunk(kern, q, nh, hd, rows, n, scores + p, max_kv);
     }
     float *out = b->out + r * q_dim + (size_t)h0 * hd;
@@ -91,7 +92,7 @@ static void attend_heads(const cpu_kernels *kern, const llmm_attn_batch *b, size
     }
     for (uint32_t p = p0; p < row->n_kv; p += LLMM_ATTN_CHUNK) {
         const size_t n = LLMM_MIN((size_t)LLMM_ATTN_CHUNK, (size_t)(row->n_kv - p));
-        chunk_rows(kern, kv, kv->v, p, n, kvh * hd, hd, row_buf, rows);
+        chunk_rows(kern, kv, kv->v, p, n, kvh, row_buf, rows);
         values_chunk(kern, out, nh, hd, scores + p, max_kv, rows, n);
     }
 }
@@ -119,7 +120,10 @@ llmm_status cpu_attention(void *state, const llmm_attn_batch *b) {
     if (b->n_head_kv == 0 || b->n_head % b->n_head_kv != 0) return LLMM_ERR_UNSUPPORTED;
     size_t max_kv = 1;
     for (size_t r = 0; r < b->n_rows; r++) {
-        if (!kv_type_known(b->rows[r].kv.type) || b->rows[r].kv_start >= b->rows[r].n_kv) return LLMM_ERR_UNSUPPORTED;
+        const llmm_attn_row *row = &b->rows[r];
+        if (!kv_type_known(row->kv.type) || row->kv_start >= row->n_kv || row->kv.head_dim != b->head_dim ||
+            row->kv.n_head_kv != b->n_head_kv)
+            return LLMM_ERR_UNSUPPORTED;
         if (b->rows[r].n_kv > max_kv) max_kv = b->rows[r].n_kv;
     }
     const size_t nth = (size_t)threadpool_size(s->pool);

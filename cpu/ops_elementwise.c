@@ -89,10 +89,11 @@ llmm_status cpu_kv_write(void *state, const llmm_kv_view *views, const int32_t *
                          const float *v, size_t kv_dim) {
     (void)state;
     for (size_t r = 0; r < n_rows; r++)
-        if (!kv_type_known(views[r].type) || pos[r] < 0) return LLMM_ERR_UNSUPPORTED;
+        if (!kv_type_known(views[r].type) || pos[r] < 0 || (size_t)views[r].n_head_kv * views[r].head_dim != kv_dim)
+            return LLMM_ERR_UNSUPPORTED;
     for (size_t r = 0; r < n_rows; r++) {
-        kv_store(&views[r], views[r].k, (uint32_t)pos[r], k + r * kv_dim, kv_dim);
-        kv_store(&views[r], views[r].v, (uint32_t)pos[r], v + r * kv_dim, kv_dim);
+        kv_store(&views[r], views[r].k, (uint32_t)pos[r], k + r * kv_dim);
+        kv_store(&views[r], views[r].v, (uint32_t)pos[r], v + r * kv_dim);
     }
     return LLMM_OK;
 }

@@ -14,7 +14,7 @@
 #include "common.h"
 #include "weights.h"
 
-#define LLMM_BACKEND_API_VERSION 3
+#define LLMM_BACKEND_API_VERSION 4
 
 typedef struct llmm_backend_config {
     int n_threads;              /* CPU worker threads; <= 0 means physical cores */
@@ -23,37 +23,43 @@ typedef struct llmm_backend_config {
 } llmm_backend_config;
 
 /* One layer's K and V rows of one sequence in the paged KV pool. Position p lives in block
- * blocks[p / block_size], slot p % block_size; its K row starts at
- *     k + blocks[p / block_size] * block_stride + (p % block_size) * row_bytes
- * (bytes), its V row at the same offset from v. The attention op and kv_write are the only
- * readers. Row formats by type (enum llmm_kv_type):
- *   LLMM_KV_F32: kv_dim floats;  LLMM_KV_F16: kv_dim IEEE halves;
- *   LLMM_KV_Q8:  one float scale, then kv_dim int8 (value = scale * q), padded to 4 bytes. */
+ * blocks[p / block_size], slot p % block_size; the K row of K/V head h there starts at
+ *     k + h * head_stride + blocks[p / block_size] * block_stride + (p % block_size) * row_bytes
+ * (bytes), its V row at the same offset from v, and holds head_dim values. The attention op
+ * and kv_write are the only readers. Row formats by type (enum llmm_kv_type):
+ *   LLMM_KV_F32: head_dim floats;  LLMM_KV_F16: head_dim IEEE halves;
+ *   LLMM_KV_Q8:  one float scale, then head_dim int8 (value = scale * q), padded to 4 bytes.
+ * The KV store keeps each (layer, head)'s rows block after block (kvcache.h), so that
+ * attention over one head reads a dense stream; a view may equally describe heads side by
+ * side within a position (head_stride = one head row), as tests do. */
 typedef struct llmm_kv_view {
-    void *k;               /* buffer: the pool, offset to this layer's K rows in block 0 */
+    void *k;               /* buffer: the pool, offset to this layer's head-0 K rows in block 0 */
     void *v;               /* buffer: the same for V */
     const uint32_t *blocks; /* host: the sequence's block table */
     uint32_t block_size;   /* positions per block, a power of two */
     uint32_t block_shift;  /* log2(block_size) */
     size_t block_stride;   /* bytes between consecutive blocks of the pool */
+    size_t head_stride;    /* bytes between the rows of consecutive K/V heads */
     size_t row_bytes;      /* bytes between consecutive positions of a block */
+    uint32_t n_head_kv;    /* heads in a K (or V) vector of kv_write */
+    uint32_t head_dim;     /* values per head row */
     uint32_t type;         /* enum llmm_kv_type */
 } llmm_kv_view;
 
-/* Bytes of one K (or V) row of kv_dim values stored as type (enum llmm_kv_type); 0 for an
+/* Bytes of one K (or V) head row of n values stored as type (enum llmm_kv_type); 0 for an
  * unknown type. */
-static inline size_t kv_row_bytes(uint32_t type, size_t kv_dim) {
+static inline size_t kv_row_bytes(uint32_t type, size_t n) {
     switch (type) {
-    case LLMM_KV_F32: return kv_dim * 4;
-    case LLMM_KV_F16: return kv_dim * 2;
-    case LLMM_KV_Q8: return 4 + (kv_dim + 3) / 4 * 4;
+    case LLMM_KV_F32: return n * 4;
+    case LLMM_KV_F16: return n * 2;
+    case LLMM_KV_Q8: return 4 + (n + 3) / 4 * 4;
     }
     return 0;
 }
 
-/* Byte offset of position p's row from the view's k (or v) pointer. */
-static inline size_t kv_row_offset(const llmm_kv_view *view, uint32_t p) {
-    return view->blocks[p >> view->block_shift] * view->block_stride +
+/* Byte offset of head h's row at position p from the view's k (or v) pointer. */
+static inline size_t kv_row_offset(const llmm_kv_view *view, uint32_t p, uint32_t h) {
+    return h * view->head_stride + view->blocks[p >> view->block_shift] * view->block_stride +
            (p & (view->block_size - 1)) * view->row_bytes;
 }
 
@@ -138,8 +144,8 @@ typedef struct llmm_backend_ops {
     llmm_status (*scale)(void *state, float *x, size_t n, float s);
     /* x = cap * tanh(x / cap) over n values (logit soft-capping) */
     llmm_status (*softcap)(void *state, float *x, size_t n, float cap);
-    /* store n_rows K and V rows (kv_dim values each) at positions pos[i] of their views,
-     * converted to the views' element type */
+    /* store n_rows K and V vectors (kv_dim = n_head_kv * head_dim values each, head after
+     * head) at positions pos[i] of their views, converted to the views' element type */
     llmm_status (*kv_write)(void *state, const llmm_kv_view *views, const int32_t *pos, size_t n_rows,
                             const float *k, const float *v, size_t kv_dim);
     llmm_status (*attention)(void *state, const llmm_attn_batch *batch);

@@ -5,13 +5,14 @@
 #include <string.h>
 
 size_t kv_block_bytes(const kv_config *c) {
-    return 2 * (size_t)c->n_layer * c->block_size * kv_row_bytes(c->type, c->kv_dim);
+    return 2 * (size_t)c->n_layer * c->n_head_kv * c->block_size * kv_row_bytes(c->type, c->head_dim);
 }
 
 int kv_pool_bytes(const kv_config *c, size_t *out) {
-    const size_t per_layer_slot = kv_row_bytes(c->type, c->kv_dim);
-    size_t block;
-    if (!size_mul_ok(2 * (size_t)c->n_layer * c->block_size, per_layer_slot, &block)) return 0;
+    const size_t row = kv_row_bytes(c->type, c->head_dim);
+    size_t segments, block;
+    if (!size_mul_ok(2 * (size_t)c->n_layer, c->n_head_kv, &segments)) return 0;
+    if (!size_mul_ok(segments * c->block_size, row, &block)) return 0;
     return size_mul_ok(block, c->n_blocks, out);
 }
 
@@ -66,12 +67,14 @@ llmm_status kv_init(llmm_kv_store *kv, const llmm_backend_ops *be, void *be_stat
     *kv = (llmm_kv_store){.be = be, .be_state = be_state, .alloc = alloc, .cfg = *cfg};
     kv->block_shift = log2_u32(cfg->block_size);
     kv->max_blocks = blocks_per_seq(cfg);
-    kv->row_bytes = kv_row_bytes(cfg->type, cfg->kv_dim);
-    kv->layer_bytes = kv->row_bytes * cfg->block_size;
-    kv->block_bytes = kv_block_bytes(cfg);
+    kv->row_bytes = kv_row_bytes(cfg->type, cfg->head_dim);
     size_t pool_bytes;
-    if (!kv->row_bytes || cfg->n_blocks == 0 || cfg->n_blocks >= KV_NO_BLOCK || !kv_pool_bytes(cfg, &pool_bytes))
+    if (!kv->row_bytes || cfg->n_head_kv == 0 || cfg->n_blocks == 0 || cfg->n_blocks >= KV_NO_BLOCK ||
+        !kv_pool_bytes(cfg, &pool_bytes))
         return diag_fail(d, LLMM_ERR_INVALID_ARG, "KV pool of %u blocks is invalid or overflows", cfg->n_blocks);
+    kv->segment_bytes = kv->row_bytes * cfg->block_size;
+    kv->region_bytes = kv->segment_bytes * cfg->n_blocks;
+    kv->block_bytes = kv_block_bytes(cfg);
     if (alloc_tables(kv)) {
         kv_free(kv);
         return diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for the KV block tables");
@@ -100,16 +103,23 @@ void kv_free(llmm_kv_store *kv) {
     kv->token_mem = NULL;
 }
 
+uint8_t *kv_segment(const llmm_kv_store *kv, int which, uint32_t layer, uint32_t head, uint32_t block) {
+    const size_t region = ((size_t)which * kv->cfg.n_layer + layer) * kv->cfg.n_head_kv + head;
+    return (uint8_t *)kv->pool + region * kv->region_bytes + (size_t)block * kv->segment_bytes;
+}
+
 llmm_kv_view kv_view(const llmm_kv_store *kv, uint32_t layer, uint32_t seq) {
-    uint8_t *base = kv->pool;
     return (llmm_kv_view){
-        .k = base + (size_t)layer * kv->layer_bytes,
-        .v = base + ((size_t)kv->cfg.n_layer + layer) * kv->layer_bytes,
+        .k = kv_segment(kv, 0, layer, 0, 0),
+        .v = kv_segment(kv, 1, layer, 0, 0),
         .blocks = kv->seqs[seq].blocks,
         .block_size = kv->cfg.block_size,
         .block_shift = kv->block_shift,
-        .block_stride = kv->block_bytes,
+        .block_stride = kv->segment_bytes,
+        .head_stride = kv->region_bytes,
         .row_bytes = kv->row_bytes,
+        .n_head_kv = kv->cfg.n_head_kv,
+        .head_dim = kv->cfg.head_dim,
         .type = kv->cfg.type,
     };
 }
@@ -135,9 +145,12 @@ static void release_block(llmm_kv_store *kv, uint32_t b) {
 /* Replace seq's block-table entry i (shared) by a private copy. */
 static llmm_status copy_on_write(llmm_kv_store *kv, kv_seq *s, uint32_t i) {
     const uint32_t old = s->blocks[i], b = take_block(kv);
-    uint8_t *pool = kv->pool;
-    llmm_status st = kv->be->copy(kv->be_state, pool + b * kv->block_bytes, pool + old * kv->block_bytes,
-                                  kv->block_bytes);
+    llmm_status st = LLMM_OK;
+    for (int which = 0; which < 2 && !st; which++)
+        for (uint32_t l = 0; l < kv->cfg.n_layer && !st; l++)
+            for (uint32_t h = 0; h < kv->cfg.n_head_kv && !st; h++)
+                st = kv->be->copy(kv->be_state, kv_segment(kv, which, l, h, b), kv_segment(kv, which, l, h, old),
+                                  kv->segment_bytes);
     if (st) {
         release_block(kv, b);
         return st;

@@ -2,11 +2,16 @@
  * per-sequence block tables, reference counts for blocks that forked sequences share, and
  * copy-on-write when a shared block is about to be written.
  *
- * Pool layout (one backend buffer): block b occupies bytes [b * block_bytes, (b+1) *
- * block_bytes), holding its K rows layer by layer, then its V rows layer by layer:
- *     (n_blocks, {K, V}, n_layer, block_size, row_bytes)
- * so a block is one contiguous copy for copy-on-write and an attention row walks a layer's
- * slots in order.
+ * Pool layout (one backend buffer): one region per (K or V, layer, K/V head), each holding
+ * that head's rows of every block, block after block:
+ *     ({K, V}, n_layer, n_head_kv, n_blocks, block_size, row_bytes)
+ * with row_bytes one head row (kv_row_bytes of head_dim values). Attention over one head of a
+ * sequence whose blocks were handed out in order therefore reads one dense stream: with the
+ * earlier (n_blocks, {K, V}, n_layer, block_size, all heads) layout an item read half of
+ * every row and jumped to another page every 16 positions, and reached 3-4 GB/s where a
+ * dense stream reaches 20 (one Zen 4 core; docs/performance.md). A block is thus
+ * 2 * n_layer * n_head_kv segments of block_size rows, one per region: copy-on-write and
+ * saved states move those segments.
  *
  * Invariant between steps: a sequence of len tokens holds exactly ceil(len / block_size)
  * blocks; refcount[b] = number of block-table entries (over all sequences) naming b, plus 1
@@ -19,7 +24,7 @@
 #define KV_NO_BLOCK UINT32_MAX
 
 typedef struct kv_config {
-    uint32_t n_layer, kv_dim;
+    uint32_t n_layer, n_head_kv, head_dim;
     uint32_t n_seq, n_ctx;  /* sequence ids, positions per sequence */
     uint32_t block_size;    /* positions per block, a power of two */
     uint32_t type;          /* enum llmm_kv_type */
@@ -49,10 +54,11 @@ typedef struct llmm_kv_store {
     kv_config cfg;
     uint32_t block_shift;  /* log2(block_size) */
     uint32_t max_blocks;   /* per sequence: ceil(n_ctx / block_size) */
-    size_t row_bytes;      /* one position of one layer, K or V */
-    size_t layer_bytes;    /* block_size rows */
-    size_t block_bytes;    /* 2 * n_layer * layer_bytes */
-    void *pool;            /* buffer (n_blocks, block_bytes) */
+    size_t row_bytes;      /* one position of one head of one layer, K or V */
+    size_t segment_bytes;  /* block_size rows: one block's share of a region */
+    size_t region_bytes;   /* n_blocks segments: one (K or V, layer, head)'s rows */
+    size_t block_bytes;    /* 2 * n_layer * n_head_kv * segment_bytes, the memory of a block */
+    void *pool;            /* buffer ({K, V}, n_layer, n_head_kv) regions */
     uint32_t *refcount;    /* host (n_blocks) */
     uint32_t *free_ids;    /* host (n_blocks) stack of free block ids */
     uint32_t n_free;
@@ -81,6 +87,8 @@ void kv_free(llmm_kv_store *kv);
 
 /* The view of one layer of seq for the backend ops; valid until the block table changes. */
 llmm_kv_view kv_view(const llmm_kv_store *kv, uint32_t layer, uint32_t seq);
+/* Buffer: block's segment_bytes of K (which 0) or V (1) rows of one layer and K/V head. */
+uint8_t *kv_segment(const llmm_kv_store *kv, int which, uint32_t layer, uint32_t head, uint32_t block);
 
 /* Blocks a sequence could still obtain: free ones plus cached ones no sequence holds. */
 uint32_t kv_available(const llmm_kv_store *kv);

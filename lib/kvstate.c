@@ -8,9 +8,11 @@
  *     72 weights hash (u64)  80 payload bytes uncompressed (u64)  88 payload bytes stored (u64)
  *     96 payload checksum (u64, over the stored bytes)  104 header checksum (u64, bytes 0..103)
  *   payload: one zstd frame of
- *     tokens (n_tokens x i32), then per layer the K rows of positions 0..n-1, then the V rows,
- *     each row in the KV type's format (backend.h), so the layout does not depend on the
- *     block size or on where the blocks were in the pool.
+ *     tokens (n_tokens x i32), then for each layer and K/V head the K rows of positions
+ *     0..n-1, then the same for V; each row one head's head_dim values in the KV type's format
+ *     (backend.h), so the layout does not depend on the block size or on where the blocks
+ *     were in the pool. Version 1 (before the head-major pool) stored whole-position rows
+ *     with one Q8 scale per position; it is refused with a message.
  * Every field is checked before anything is loaded; the sequence changes only once the whole
  * state has been decompressed and validated. */
 #define ZSTD_STATIC_LINKING_ONLY /* ZSTD_createCCtx_advanced: zstd's memory via the app's allocator */
@@ -23,7 +25,7 @@
 #include "context.h"
 
 #define STATE_MAGIC "LLMMSEQ"
-#define STATE_VERSION 1u
+#define STATE_VERSION 2u
 #define STATE_HEADER_BYTES 112u
 #define STATE_ARCH_BYTES 32u
 #define STATE_DEFAULT_LEVEL 3
@@ -177,28 +179,25 @@ static llmm_status check_fingerprint(const llmm_context *ctx, const state_header
 /* ---------------------------------------------------------------- payload */
 
 static size_t raw_bytes_for(const llmm_kv_store *kv, uint32_t n_tokens) {
-    return (size_t)n_tokens * sizeof(int32_t) + 2 * (size_t)kv->cfg.n_layer * n_tokens * kv->row_bytes;
+    return (size_t)n_tokens * sizeof(int32_t) +
+           2 * (size_t)kv->cfg.n_layer * kv->cfg.n_head_kv * n_tokens * kv->row_bytes;
 }
 
-/* Offset in the pool of the first row of block-table entry i, layer l, K (which 0) or V. */
-static size_t block_rows_offset(const llmm_kv_store *kv, const kv_seq *s, uint32_t i, uint32_t l, int which) {
-    return (size_t)s->blocks[i] * kv->block_bytes + ((size_t)which * kv->cfg.n_layer + l) * kv->layer_bytes;
-}
-
-/* Copy rows between the pool and a position-ordered payload, one block's run at a time. */
+/* Copy rows between the pool and a payload ordered by (K/V, layer, head, position), one
+ * block's segment at a time. */
 static llmm_status move_rows(llmm_kv_store *kv, const kv_seq *s, uint8_t *rows, uint32_t n, int to_pool) {
     const uint32_t bs = kv->cfg.block_size;
-    uint8_t *pool = kv->pool;
     for (int which = 0; which < 2; which++)
         for (uint32_t l = 0; l < kv->cfg.n_layer; l++)
-            for (uint32_t i = 0; i * bs < n; i++) {
-                const size_t bytes = (size_t)LLMM_MIN(bs, n - i * bs) * kv->row_bytes;
-                uint8_t *pool_rows = pool + block_rows_offset(kv, s, i, l, which);
-                llmm_status st = to_pool ? kv->be->upload(kv->be_state, pool_rows, rows, bytes)
-                                         : kv->be->download(kv->be_state, rows, pool_rows, bytes);
-                if (st) return st;
-                rows += bytes;
-            }
+            for (uint32_t h = 0; h < kv->cfg.n_head_kv; h++)
+                for (uint32_t i = 0; i * bs < n; i++) {
+                    const size_t bytes = (size_t)LLMM_MIN(bs, n - i * bs) * kv->row_bytes;
+                    uint8_t *pool_rows = kv_segment(kv, which, l, h, s->blocks[i]);
+                    llmm_status st = to_pool ? kv->be->upload(kv->be_state, pool_rows, rows, bytes)
+                                             : kv->be->download(kv->be_state, rows, pool_rows, bytes);
+                    if (st) return st;
+                    rows += bytes;
+                }
     return LLMM_OK;
 }
 

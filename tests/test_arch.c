@@ -157,7 +157,9 @@ static void test_attention_window_and_softcap(void **state) {
     for (int cap = 0; cap < 2; cap++) {
         const float softcap = cap ? 3.0f : 0.0f;
         static const uint32_t one_block[1] = {0}; /* all positions in block 0 */
-        const llmm_kv_view view = {k, v, one_block, 8, 3, 0, HD * sizeof(float), LLMM_KV_F32};
+        const llmm_kv_view view = {.k = k, .v = v, .blocks = one_block, .block_size = 8, .block_shift = 3,
+                                   .head_stride = HD * sizeof(float), .row_bytes = HD * sizeof(float),
+                                   .n_head_kv = 1, .head_dim = HD, .type = LLMM_KV_F32};
         llmm_attn_row row = {view, N_KV, 2};
         llmm_attn_batch b = {q, out, 1, &row, 1, 1, HD, 0.5f, softcap};
         assert_int_equal(llmm_cpu_backend.attention(st, &b), LLMM_OK);

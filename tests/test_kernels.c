@@ -1132,29 +1132,35 @@ static void test_rope_neox(void **state) {
 
 /* ================================================================== 5. kv_write, attention */
 
-/* One block holding every position (block table {0}, block_size 1024): the contiguous layout
- * of F32 rows stride floats apart. */
+/* One block holding every position (block table {0}, block_size 1024), F32 rows stride
+ * floats apart with the n_head_kv heads side by side in each (the other layout backend.h
+ * allows; the KV store's own is the head-major one of paged_pool_make). */
 static const uint32_t k_one_block[1] = {0};
-static llmm_kv_view flat_view(void *k, void *v, size_t stride) {
-    return (llmm_kv_view){k, v, k_one_block, 1024, 10, 0, stride * sizeof(float), LLMM_KV_F32};
+static llmm_kv_view flat_view(void *k, void *v, size_t stride, uint32_t n_head_kv, uint32_t head_dim) {
+    return (llmm_kv_view){.k = k, .v = v, .blocks = k_one_block, .block_size = 1024, .block_shift = 10,
+                          .block_stride = 0, .head_stride = head_dim * sizeof(float),
+                          .row_bytes = stride * sizeof(float), .n_head_kv = n_head_kv, .head_dim = head_dim,
+                          .type = LLMM_KV_F32};
 }
 
-/* Value i of position p's row in a view, decoded here from the layout documented in
- * backend.h (not through the kernels' kv_rows.h). */
+/* Value i (head i / head_dim, element i % head_dim) of position p in a view, decoded here from
+ * the layout documented in backend.h (not through the kernels' kv_rows.h). */
 static double view_value(const llmm_kv_view *view, const void *base, uint32_t p, size_t i) {
-    const uint8_t *row = (const uint8_t *)base + (size_t)view->blocks[p / view->block_size] * view->block_stride +
+    const size_t h = i / view->head_dim, e = i % view->head_dim;
+    const uint8_t *row = (const uint8_t *)base + h * view->head_stride +
+                         (size_t)view->blocks[p / view->block_size] * view->block_stride +
                          (size_t)(p % view->block_size) * view->row_bytes;
-    if (view->type == LLMM_KV_F32) return ((const float *)row)[i];
-    if (view->type == LLMM_KV_F16) return ref_half(((const uint16_t *)row)[i]);
+    if (view->type == LLMM_KV_F32) return ((const float *)row)[e];
+    if (view->type == LLMM_KV_F16) return ref_half(((const uint16_t *)row)[e]);
     float scale;
     memcpy(&scale, row, sizeof scale);
-    return (double)scale * ((const int8_t *)(row + 4))[i];
+    return (double)scale * ((const int8_t *)(row + 4))[e];
 }
 
 static void test_kv_write(void **state) {
     (void)state;
     rng_seed(701);
-    enum { KV_DIM = 12, STRIDE_A = 12, STRIDE_B = 17, CAP = 10, N_ROWS = 5 };
+    enum { NHKV = 3, HD = 4, KV_DIM = NHKV * HD, STRIDE_A = 12, STRIDE_B = 17, CAP = 10, N_ROWS = 5 };
     const float sentinel = -12345.0f;
     for (size_t ti = 0; ti < ARRAY_LEN(k_threads); ti++) {
         void *st = cpu_start(k_threads[ti]);
@@ -1162,7 +1168,7 @@ static void test_kv_write(void **state) {
         float *kb = xmalloc(CAP * STRIDE_B * sizeof(float)), *vb = xmalloc(CAP * STRIDE_B * sizeof(float));
         for (size_t i = 0; i < CAP * STRIDE_A; i++) ka[i] = va[i] = sentinel;
         for (size_t i = 0; i < CAP * STRIDE_B; i++) kb[i] = vb[i] = sentinel;
-        const llmm_kv_view a = flat_view(ka, va, STRIDE_A), b = flat_view(kb, vb, STRIDE_B);
+        const llmm_kv_view a = flat_view(ka, va, STRIDE_A, NHKV, HD), b = flat_view(kb, vb, STRIDE_B, NHKV, HD);
         const llmm_kv_view views[N_ROWS] = {a, b, a, b, a};
         const int32_t pos[N_ROWS] = {3, 0, 9, 9, 0};
         float *k = rand_floats(N_ROWS * KV_DIM, -2.0f, 2.0f), *v = rand_floats(N_ROWS * KV_DIM, -2.0f, 2.0f);
@@ -1183,8 +1189,10 @@ static void test_kv_write(void **state) {
                 }
             }
         }
-        llmm_kv_view bad = flat_view(ka, va, STRIDE_A);
+        llmm_kv_view bad = flat_view(ka, va, STRIDE_A, NHKV, HD);
         bad.type = 7;
+        assert_int_equal(llmm_cpu_backend.kv_write(st, &bad, pos, 1, k, v, KV_DIM), LLMM_ERR_UNSUPPORTED);
+        bad = flat_view(ka, va, STRIDE_A, NHKV, HD + 1); /* heads x head_dim != kv_dim */
         assert_int_equal(llmm_cpu_backend.kv_write(st, &bad, pos, 1, k, v, KV_DIM), LLMM_ERR_UNSUPPORTED);
         free(ka);
         free(va);
@@ -1196,19 +1204,22 @@ static void test_kv_write(void **state) {
     }
 }
 
-/* A paged pool of n_blocks blocks (layout of kvcache.h: per block K rows, then V rows, one
- * layer) and a shuffled block table, so neighbouring positions live in distant blocks. */
+/* A paged pool of n_blocks blocks in the KV store's layout (kvcache.h: one region per K/V
+ * head of K, then of V, each holding that head's rows block after block; one layer) and a
+ * shuffled block table, so neighbouring positions live in distant blocks. */
 typedef struct paged_pool {
     uint8_t *mem;
     uint32_t *table;
     llmm_kv_view view;
 } paged_pool;
 
-static paged_pool paged_pool_make(uint32_t type, size_t kv_dim, uint32_t block_size, uint32_t n_blocks) {
+static paged_pool paged_pool_make(uint32_t type, uint32_t n_head_kv, uint32_t head_dim, uint32_t block_size,
+                                  uint32_t n_blocks) {
     paged_pool pp;
-    const size_t row_bytes = kv_row_bytes(type, kv_dim), block_bytes = 2 * block_size * row_bytes;
-    pp.mem = xmalloc(block_bytes * n_blocks);
-    memset(pp.mem, 0x7f, block_bytes * n_blocks); /* unwritten F32/F16 rows read as NaN/huge */
+    const size_t row_bytes = kv_row_bytes(type, head_dim), segment = block_size * row_bytes;
+    const size_t region = segment * n_blocks, total = 2 * n_head_kv * region;
+    pp.mem = xmalloc(total);
+    memset(pp.mem, 0x7f, total); /* unwritten F32/F16 rows read as NaN/huge */
     pp.table = xmalloc(n_blocks * sizeof *pp.table);
     for (uint32_t i = 0; i < n_blocks; i++) pp.table[i] = i;
     for (uint32_t i = n_blocks - 1; i > 0; i--) {
@@ -1218,8 +1229,10 @@ static paged_pool paged_pool_make(uint32_t type, size_t kv_dim, uint32_t block_s
     }
     uint32_t shift = 0;
     while ((1u << shift) < block_size) shift++;
-    pp.view = (llmm_kv_view){pp.mem, pp.mem + block_size * row_bytes, pp.table, block_size, shift, block_bytes,
-                             row_bytes, type};
+    pp.view = (llmm_kv_view){.k = pp.mem, .v = pp.mem + n_head_kv * region, .blocks = pp.table,
+                             .block_size = block_size, .block_shift = shift, .block_stride = segment,
+                             .head_stride = region, .row_bytes = row_bytes, .n_head_kv = n_head_kv,
+                             .head_dim = head_dim, .type = type};
     return pp;
 }
 
@@ -1230,16 +1243,17 @@ static void paged_pool_free(paged_pool *pp) {
 
 /* kv_write into a paged view of each KV type, positions in random order; every row must
  * land in its block and slot, encoded as documented: F32 exact, F16 the nearest half (the
- * reference conversion above), Q8 with scale = max|x| / 127 (so some |q| is 127) and
+ * reference conversion above), Q8 with scale = max|x| / 127 over the position's whole
+ * vector, stored in each head's row (so some |q| of some head is 127), and
  * |scale * q - x| <= scale / 2 (round to nearest). */
 static void test_kv_write_paged(void **state) {
     (void)state;
     rng_seed(703);
-    enum { KV_DIM = 22, BS = 4, N_BLOCKS = 6, N_POS = BS * N_BLOCKS };
+    enum { NHKV = 2, HD = 11, KV_DIM = NHKV * HD, BS = 4, N_BLOCKS = 6, N_POS = BS * N_BLOCKS };
     const uint32_t types[] = {LLMM_KV_F32, LLMM_KV_F16, LLMM_KV_Q8};
     void *st = cpu_start(1);
     for (size_t ti = 0; ti < ARRAY_LEN(types); ti++) {
-        paged_pool pp = paged_pool_make(types[ti], KV_DIM, BS, N_BLOCKS);
+        paged_pool pp = paged_pool_make(types[ti], NHKV, HD, BS, N_BLOCKS);
         float *k = rand_floats(N_POS * KV_DIM, -3.0f, 3.0f), *v = rand_floats(N_POS * KV_DIM, -3.0f, 3.0f);
         int32_t pos[N_POS];
         llmm_kv_view views[N_POS];
@@ -1249,16 +1263,18 @@ static void test_kv_write_paged(void **state) {
             for (int which = 0; which < 2; which++) {
                 const float *x = (which ? v : k) + (size_t)i * KV_DIM;
                 const void *base = which ? pp.view.v : pp.view.k;
-                double amax = 0, qmax = 0;
+                double amax = 0, qmax = 0; /* Q8: one scale per position, in every head's row */
                 for (size_t e = 0; e < KV_DIM; e++) amax = fmax(amax, fabs(x[e]));
-                for (size_t e = 0; e < KV_DIM; e++) {
-                    const double got = view_value(&pp.view, base, (uint32_t)pos[i], e);
-                    if (types[ti] == LLMM_KV_F32) assert_true(got == x[e]);
-                    else if (types[ti] == LLMM_KV_F16) assert_true(got == ref_half(ref_f32_to_f16(x[e])));
-                    else {
-                        const double scale = (float)(amax / 127.0);
-                        CHECK_CLOSE(got, x[e], scale * (0.5 + 1e-5), "q8 pos %d elem %zu", pos[i], e);
-                        qmax = fmax(qmax, fabs(got) / scale);
+                for (size_t h = 0; h < NHKV; h++) {
+                    for (size_t e = h * HD; e < (h + 1) * HD; e++) {
+                        const double got = view_value(&pp.view, base, (uint32_t)pos[i], e);
+                        if (types[ti] == LLMM_KV_F32) assert_true(got == x[e]);
+                        else if (types[ti] == LLMM_KV_F16) assert_true(got == ref_half(ref_f32_to_f16(x[e])));
+                        else {
+                            const double scale = (float)(amax / 127.0);
+                            CHECK_CLOSE(got, x[e], scale * (0.5 + 1e-5), "q8 pos %d elem %zu", pos[i], e);
+                            qmax = fmax(qmax, fabs(got) / scale);
+                        }
                     }
                 }
                 if (types[ti] == LLMM_KV_Q8) assert_true(fabs(qmax - 127.0) < 1e-3);
@@ -1296,7 +1312,7 @@ static void test_attention_paged(void **state) {
     enum { NH = 6, NHKV = 3, HD = 16, KVD = NHKV * HD, BS = 4, N_BLOCKS = 10, N_POS = 37, N_ROWS = 9, QD = NH * HD };
     const uint32_t types[] = {LLMM_KV_F32, LLMM_KV_F16, LLMM_KV_Q8};
     for (size_t ti = 0; ti < ARRAY_LEN(types); ti++) {
-        paged_pool pp = paged_pool_make(types[ti], KVD, BS, N_BLOCKS);
+        paged_pool pp = paged_pool_make(types[ti], NHKV, HD, BS, N_BLOCKS);
         float *k = rand_floats(N_POS * KVD, -2.0f, 2.0f), *v = rand_floats(N_POS * KVD, -2.0f, 2.0f);
         int32_t pos[N_POS];
         llmm_kv_view views[N_POS];
@@ -1387,7 +1403,7 @@ static void test_attention_gqa(void **state) {
     for (size_t p = 0; p < CAP_B; p++)
         for (size_t i = 0; i < STRIDE_B; i++)
             if (i >= KVD || p >= 5) kb[p * STRIDE_B + i] = vb[p * STRIDE_B + i] = NAN;
-    const llmm_kv_view a = flat_view(ka, va, STRIDE_A), b = flat_view(kb, vb, STRIDE_B);
+    const llmm_kv_view a = flat_view(ka, va, STRIDE_A, NHKV, HD), b = flat_view(kb, vb, STRIDE_B, NHKV, HD);
     llmm_attn_row rows[N_ROWS];
     for (int r = 0; r < N_ROWS; r++) rows[r] = (llmm_attn_row){r < 9 ? a : b, n_kv[r], 0};
     float *q = rand_floats(N_ROWS * QD, -2.0f, 2.0f);
@@ -1432,7 +1448,7 @@ static void test_attention_long(void **state) {
     rng_seed(802);
     enum { NH = 8, NHKV = 2, HD = 24, KVD = NHKV * HD, STRIDE = KVD + 3, CAP = 500, N_ROWS = 29, QD = NH * HD };
     float *k = rand_floats(CAP * STRIDE, -2.0f, 2.0f), *v = rand_floats(CAP * STRIDE, -2.0f, 2.0f);
-    const llmm_kv_view view = flat_view(k, v, STRIDE);
+    const llmm_kv_view view = flat_view(k, v, STRIDE, NHKV, HD);
     llmm_attn_row rows[N_ROWS];
     for (int r = 0; r < N_ROWS; r++) rows[r] = (llmm_attn_row){view, (uint32_t)(301 + 7 * r), 0};
     float *q = rand_floats(N_ROWS * QD, -2.0f, 2.0f);

@@ -22,7 +22,7 @@
 
 /* ================================================================== the allocator alone */
 
-enum { A_LAYERS = 2, A_KV_DIM = 4, A_BS = 4, A_SEQS = 8, A_CTX = 40, A_BLOCKS = 24 };
+enum { A_LAYERS = 2, A_HEADS = 2, A_HEAD_DIM = 2, A_KV_DIM = A_HEADS * A_HEAD_DIM, A_BS = 4, A_SEQS = 8, A_CTX = 40, A_BLOCKS = 24 };
 
 typedef struct model_seq {
     llmm_token tok[A_CTX];
@@ -41,11 +41,17 @@ typedef struct alloc_run {
 static float k_tag(llmm_token t, uint32_t layer) { return (float)t + 0.25f * (float)layer; }
 static float v_tag(llmm_token t, uint32_t layer) { return -(float)t - 0.25f * (float)layer; }
 
-/* First value of position p's K or V row in layer l of seq, read through the view. */
+/* The value of position p's K or V row in layer l of seq, read through the view: every
+ * element of every head holds the same tag, so a disagreement returns NaN. */
 static float row_value(const llmm_kv_store *kv, uint32_t seq, uint32_t l, uint32_t p, int which) {
     const llmm_kv_view view = kv_view(kv, l, seq);
-    const float *row = (const float *)((const uint8_t *)(which ? view.v : view.k) + kv_row_offset(&view, p));
-    return row[0];
+    const float first = *(const float *)((const uint8_t *)(which ? view.v : view.k) + kv_row_offset(&view, p, 0));
+    for (uint32_t h = 0; h < A_HEADS; h++) {
+        const float *row = (const float *)((const uint8_t *)(which ? view.v : view.k) + kv_row_offset(&view, p, h));
+        for (int e = 0; e < A_HEAD_DIM; e++)
+            if (row[e] != first) return NAN;
+    }
+    return first;
 }
 
 /* Rows tagged with their token for positions [from, from + n) of seq, every layer. */
@@ -162,7 +168,7 @@ static void run_allocator(int prefix_cache, unsigned seed) {
     assert_non_null(r);
     llmm_backend_config cfg = {1, NULL, NULL};
     assert_int_equal(llmm_cpu_backend.init(&cfg, &r->be), LLMM_OK);
-    const kv_config kc = {A_LAYERS, A_KV_DIM, A_SEQS, A_CTX, A_BS, LLMM_KV_F32, A_BLOCKS, prefix_cache};
+    const kv_config kc = {A_LAYERS, A_HEADS, A_HEAD_DIM, A_SEQS, A_CTX, A_BS, LLMM_KV_F32, A_BLOCKS, prefix_cache};
     llmm_diag d = {{0}};
     assert_int_equal(kv_init(&r->kv, &llmm_cpu_backend, r->be, NULL, &kc, &d), LLMM_OK);
     srand(seed);

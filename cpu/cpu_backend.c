@@ -94,6 +94,7 @@ const llmm_backend_ops llmm_cpu_backend = {
     .embed = cpu_embed,
     .rms_norm = cpu_rms_norm,
     .matmul = cpu_matmul,
+    .matmul_multi = cpu_matmul_multi,
     .rope = cpu_rope,
     .glu = cpu_glu,
     .add = cpu_add,

@@ -43,6 +43,8 @@ static inline size_t cpu_chunk_items(const cpu_state *s, size_t n, size_t work, 
 }
 
 llmm_status cpu_matmul(void *state, const llmm_tensor *w, const float *x, size_t n_rows, float *out);
+llmm_status cpu_matmul_multi(void *state, const llmm_tensor *const *w, size_t n_w, const float *x, size_t n_rows,
+                             float *const *out);
 llmm_status cpu_attention(void *state, const llmm_attn_batch *b);
 llmm_status cpu_embed(void *state, const llmm_tensor *table, const llmm_token *ids, size_t n, float *out);
 llmm_status cpu_rms_norm(void *state, const float *x, const float *weight, float *out, size_t n_rows, size_t dim,

@@ -158,6 +158,53 @@ static llmm_status prepare_generic(cpu_state *s, const llmm_type_traits *tt, con
     return LLMM_OK;
 }
 
+/* Several weights over one operand in one dispatch: chunk c belongs to the weight whose
+ * first chunk is the largest first[i] <= c. */
+enum { MULTI_MAX = 4 };
+typedef struct multi_task {
+    matmul_task part[MULTI_MAX];
+    size_t first[MULTI_MAX + 1];
+    size_t n_w;
+} multi_task;
+
+static void multi_chunk(void *arg, size_t chunk, int ith) {
+    const multi_task *m = arg;
+    size_t i = 0;
+    while (chunk >= m->first[i + 1]) i++;
+    kernel_chunk((void *)&m->part[i], chunk - m->first[i], ith);
+}
+
+llmm_status cpu_matmul_multi(void *state, const llmm_tensor *const *w, size_t n_w, const float *x, size_t n_rows,
+                             float *const *out) {
+    cpu_state *s = state;
+    int one_operand = n_w >= 1 && n_w <= MULTI_MAX;
+    for (size_t i = 0; i < n_w && one_operand; i++) {
+        const cpu_matmul_kernel *k = &s->k->matmul[w[i]->type];
+        one_operand = k->gemm && k->operand == s->k->matmul[w[0]->type].operand && w[i]->ne0 == w[0]->ne0;
+    }
+    if (!one_operand) { /* types without a kernel, or wanting different operands: one by one */
+        for (size_t i = 0; i < n_w; i++) {
+            llmm_status st = cpu_matmul(state, w[i], x, n_rows, out[i]);
+            if (st) return st;
+        }
+        return LLMM_OK;
+    }
+    multi_task m = {.n_w = n_w};
+    const size_t ne0 = (size_t)w[0]->ne0;
+    cpu_operand op;
+    llmm_status st = prepare_operand(s, s->k->matmul[w[0]->type].operand, x, n_rows, ne0, &op);
+    if (st) return st;
+    for (size_t i = 0; i < n_w; i++) {
+        const size_t ne1 = (size_t)w[i]->ne1;
+        m.part[i] = (matmul_task){.w = w[i], .n_rows = n_rows, .out = out[i], .gemm = s->k->matmul[w[i]->type].gemm,
+                                  .x = op};
+        m.part[i].rows_per_chunk = cpu_chunk_items(s, ne1, ne0 * ne1 * n_rows, 8);
+        m.first[i + 1] = m.first[i] + (ne1 + m.part[i].rows_per_chunk - 1) / m.part[i].rows_per_chunk;
+    }
+    threadpool_run(s->pool, multi_chunk, &m, m.first[n_w]);
+    return LLMM_OK;
+}
+
 llmm_status cpu_matmul(void *state, const llmm_tensor *w, const float *x, size_t n_rows, float *out) {
     cpu_state *s = state;
     const llmm_type_traits *tt = llmm_type_get(w->type);

@@ -131,6 +131,11 @@ typedef struct llmm_backend_ops {
                             size_t dim, float eps);
     /* out (n_rows, w->ne1) = x (n_rows, w->ne0) times w transposed: y = W x per row */
     llmm_status (*matmul)(void *state, const llmm_tensor *w, const float *x, size_t n_rows, float *out);
+    /* optional: matmul of n_w weights of the same input width over the same x, out[i] for
+     * w[i], each output exactly as matmul gives it (Q/K/V, gate/up: one dispatch, one operand
+     * conversion). NULL: the forward pass calls matmul per weight. */
+    llmm_status (*matmul_multi)(void *state, const llmm_tensor *const *w, size_t n_w, const float *x,
+                                size_t n_rows, float *const *out);
     /* rotate each head of each row by its position */
     llmm_status (*rope)(void *state, float *x, size_t n_rows, size_t n_heads, size_t head_dim, const int32_t *pos,
                         const llmm_rope_params *rp);

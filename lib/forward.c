@@ -32,6 +32,15 @@ static llmm_rope_params rope_params(const llmm_context *ctx) {
                               factors};
 }
 
+/* out[i] = w[i] x for weights sharing the input x: one backend call where it takes several. */
+static llmm_status matmuls(llmm_context *ctx, const llmm_tensor *const *w, size_t n_w, const float *x, size_t n,
+                           float *const *out) {
+    const llmm_backend_ops *be = ctx->be;
+    if (be->matmul_multi) return be->matmul_multi(ctx->be_state, w, n_w, x, n, out);
+    for (size_t i = 0; i < n_w; i++) TRY(be->matmul(ctx->be_state, w[i], x, n, out[i]));
+    return LLMM_OK;
+}
+
 /* Q, K, V of every row: projections, optional biases and per-head norms, then RoPE. */
 static llmm_status qkv_projections(llmm_context *ctx, const llmm_layer_weights *l, const int32_t *pos, size_t n) {
     const llmm_backend_ops *be = ctx->be;
@@ -40,9 +49,10 @@ static llmm_status qkv_projections(llmm_context *ctx, const llmm_layer_weights *
     const llmm_activations *a = &ctx->act;
     const size_t q_dim = (size_t)hp->n_head * hp->head_dim, kv_dim = (size_t)hp->n_head_kv * hp->head_dim;
 
-    TRY(be->matmul(s, &l->wq, a->xb, n, a->q)); /* (n, n_head * head_dim) */
-    TRY(be->matmul(s, &l->wk, a->xb, n, a->k)); /* (n, kv_dim) */
-    TRY(be->matmul(s, &l->wv, a->xb, n, a->v)); /* (n, kv_dim) */
+    /* q (n, n_head * head_dim), k and v (n, kv_dim) */
+    const llmm_tensor *const w_qkv[3] = {&l->wq, &l->wk, &l->wv};
+    float *const qkv[3] = {a->q, a->k, a->v};
+    TRY(matmuls(ctx, w_qkv, 3, a->xb, n, qkv));
     if (l->bq.data) TRY(be->add_rows(s, a->q, l->bq.data, n, q_dim));
     if (l->bk.data) TRY(be->add_rows(s, a->k, l->bk.data, n, kv_dim));
     if (l->bv.data) TRY(be->add_rows(s, a->v, l->bv.data, n, kv_dim));
@@ -90,8 +100,9 @@ static llmm_status ffn_block(llmm_context *ctx, const llmm_layer_weights *l, siz
     const llmm_activations *a = &ctx->act;
 
     TRY(be->rms_norm(s, a->x, l->ffn_norm.data, a->xb, n, hp->n_embd, hp->norm_eps));
-    TRY(be->matmul(s, &l->w_gate, a->xb, n, a->gate)); /* (n, n_ff) */
-    TRY(be->matmul(s, &l->w_up, a->xb, n, a->up));     /* (n, n_ff) */
+    const llmm_tensor *const w_gate_up[2] = {&l->w_gate, &l->w_up};
+    float *const gate_up[2] = {a->gate, a->up}; /* (n, n_ff) each */
+    TRY(matmuls(ctx, w_gate_up, 2, a->xb, n, gate_up));
     TRY(be->glu(s, a->gate, a->up, n * hp->n_ff, ctx->model->weights->arch->act));
     TRY(be->matmul(s, &l->w_down, a->gate, n, a->xb)); /* (n, n_embd) */
     if (l->post_ffn_norm.data)

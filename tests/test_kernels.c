@@ -956,6 +956,74 @@ static void test_matmul_unsupported_type(void **state) {
     llmm_cpu_backend.shutdown(st);
 }
 
+/* matmul_multi: each output bit for bit what matmul gives for its weight alone, at every
+ * thread count, for weights sharing one operand (one dispatch: Q4_0 x3, Q8_0 with Q4_0,
+ * Q4_K with Q6_K as in Q4_K_M files), wanting different operands (F16 with Q4_0: one by
+ * one), more weights than one dispatch takes, and an unsupported type among them. */
+static void test_matmul_multi(void **state) {
+    (void)state;
+    rng_seed(407);
+    enum { NE0 = 256, MAX_W = 5 };
+    const uint32_t sets[][MAX_W] = {
+        {LLMM_TYPE_Q4_0, LLMM_TYPE_Q4_0, LLMM_TYPE_Q4_0},
+        {LLMM_TYPE_Q8_0, LLMM_TYPE_Q4_0},
+        {LLMM_TYPE_Q4_K, LLMM_TYPE_Q4_K, LLMM_TYPE_Q6_K},
+        {LLMM_TYPE_F16, LLMM_TYPE_Q4_0, LLMM_TYPE_F32},
+        {LLMM_TYPE_Q8_0, LLMM_TYPE_Q8_0, LLMM_TYPE_Q8_0, LLMM_TYPE_Q8_0, LLMM_TYPE_Q8_0},
+    };
+    const size_t set_len[] = {3, 2, 3, 3, 5}, ne1s[MAX_W] = {37, 8, 5, 64, 1}, n_rows_list[] = {1, 3};
+    for (size_t si = 0; si < ARRAY_LEN(sets); si++) {
+        llmm_tensor w[MAX_W];
+        const llmm_tensor *wp[MAX_W];
+        uint8_t *data[MAX_W];
+        for (size_t i = 0; i < set_len[si]; i++) {
+            const size_t rb = llmm_row_bytes(sets[si][i], NE0);
+            float *wf = rand_floats(NE0 * ne1s[i], -2.0f, 2.0f);
+            data[i] = xmalloc(rb * ne1s[i]);
+            for (size_t j = 0; j < ne1s[i]; j++) encode_row(sets[si][i], wf + j * NE0, data[i] + j * rb, NE0);
+            w[i] = (llmm_tensor){data[i], sets[si][i], NE0, (int64_t)ne1s[i], rb};
+            wp[i] = &w[i];
+            free(wf);
+        }
+        for (size_t d = 0; d < ARRAY_LEN(n_rows_list); d++) {
+            const size_t n_rows = n_rows_list[d];
+            float *x = rand_floats(n_rows * NE0, -2.0f, 2.0f), *out[MAX_W], *want[MAX_W];
+            for (size_t i = 0; i < set_len[si]; i++) {
+                out[i] = xmalloc(n_rows * ne1s[i] * sizeof(float));
+                want[i] = xmalloc(n_rows * ne1s[i] * sizeof(float));
+            }
+            for (size_t ti = 0; ti < ARRAY_LEN(k_threads); ti++) {
+                void *st = cpu_start(k_threads[ti]);
+                for (size_t i = 0; i < set_len[si]; i++) {
+                    fill_nan(out[i], n_rows * ne1s[i]);
+                    assert_int_equal(llmm_cpu_backend.matmul(st, wp[i], x, n_rows, want[i]), LLMM_OK);
+                }
+                assert_int_equal(llmm_cpu_backend.matmul_multi(st, wp, set_len[si], x, n_rows, out), LLMM_OK);
+                for (size_t i = 0; i < set_len[si]; i++)
+                    if (memcmp(out[i], want[i], n_rows * ne1s[i] * sizeof(float)) != 0)
+                        fail_msg("matmul_multi set %zu weight %zu (%s) n_rows=%zu threads=%d differs from matmul", si,
+                                 i, llmm_type_get(sets[si][i])->name, n_rows, k_threads[ti]);
+                llmm_cpu_backend.shutdown(st);
+            }
+            for (size_t i = 0; i < set_len[si]; i++) {
+                free(out[i]);
+                free(want[i]);
+            }
+            free(x);
+        }
+        for (size_t i = 0; i < set_len[si]; i++) free(data[i]);
+    }
+    /* an unsupported type among the weights is refused, not skipped */
+    uint8_t good_data[34] = {0}, bad_data[20] = {0};
+    float bx[32] = {0}, bout[2][1];
+    const llmm_tensor good = {good_data, LLMM_TYPE_Q8_0, 32, 1, 34}, bad = {bad_data, LLMM_TYPE_IQ4_NL, 32, 1, 18};
+    const llmm_tensor *pair[2] = {&good, &bad};
+    float *pair_out[2] = {bout[0], bout[1]};
+    void *st = cpu_start(2);
+    assert_int_equal(llmm_cpu_backend.matmul_multi(st, pair, 2, bx, 1, pair_out), LLMM_ERR_UNSUPPORTED);
+    llmm_cpu_backend.shutdown(st);
+}
+
 /* ================================================================== 5. rms_norm, glu, add */
 
 /* out = x / sqrt(mean(x^2) + eps) * w. The kernel rounds x*x, the mean, mean+eps, sqrt, the
@@ -1578,6 +1646,7 @@ int main(void) {
         cmocka_unit_test(test_matmul_q4_0),
         cmocka_unit_test(test_matmul_scratch_reuse),
         cmocka_unit_test(test_matmul_unsupported_type),
+        cmocka_unit_test(test_matmul_multi),
         cmocka_unit_test(test_rms_norm),
         cmocka_unit_test(test_glu_silu),
         cmocka_unit_test(test_glu_gelu_tanh),

@@ -438,14 +438,14 @@ static double weight_bytes_per_token(const llmm_model_info *i, int *output_tied)
     return (double)i->file_bytes - skipped + i->n_embd * bytes_per_param;
 }
 
-/* Bytes of one position's K (or V) row of one layer, laid out as the library stores it
- * (lib/backend.h kv_row_bytes, which the public header does not expose): f32 4 and f16 2
+/* Bytes of one position's row of one K/V head of one layer, laid out as the library stores
+ * it (lib/backend.h kv_row_bytes, which the public header does not expose): f32 4 and f16 2
  * bytes per value; q8 one float scale, then one byte per value padded to 4 bytes. */
-static double kv_row_bytes(llmm_kv_type type, uint32_t kv_dim) {
+static double kv_row_bytes(llmm_kv_type type, uint32_t head_dim) {
     switch (type) {
-    case LLMM_KV_F32: return 4.0 * kv_dim;
-    case LLMM_KV_F16: return 2.0 * kv_dim;
-    case LLMM_KV_Q8: return 4.0 + (kv_dim + 3) / 4 * 4;
+    case LLMM_KV_F32: return 4.0 * head_dim;
+    case LLMM_KV_F16: return 2.0 * head_dim;
+    case LLMM_KV_Q8: return 4.0 + (head_dim + 3) / 4 * 4;
     }
     return 0;
 }
@@ -457,7 +457,7 @@ static double mean_decode_position(const options *o) { return o->n_prompt + (o->
 /* K/V bytes one decode step reads at the mean position: every layer's K and V rows of every
  * position attended to (n_layer x 2 x n_head_kv x head_dim x bytes per value x positions). */
 static double kv_bytes_per_token(const llmm_model_info *i, const options *o) {
-    return i->n_layer * 2.0 * kv_row_bytes(o->kv_type, i->n_head_kv * i->head_dim) * mean_decode_position(o);
+    return i->n_layer * 2.0 * i->n_head_kv * kv_row_bytes(o->kv_type, i->head_dim) * mean_decode_position(o);
 }
 
 /* ---------------------------------------------------------------- statistics */

@@ -20,6 +20,10 @@ float neon_dot_f32(const float *a, const float *b, size_t n);
 double neon_exp_sub_sum(float *s, size_t n, float max);
 void neon_axpy(float *y, float a, const float *x, size_t n);
 void neon_f16_to_f32(const uint16_t *h, float *out, size_t n);
+void neon_attn_scores(const float *q, size_t nh, size_t hd, const float *const *rows, size_t n, float *scores,
+                      size_t ld);
+void neon_attn_values(float *out, size_t nh, size_t hd, const float *w, size_t ld, const float *const *rows,
+                      size_t n);
 #endif
 
 #endif

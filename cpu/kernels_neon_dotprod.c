@@ -56,6 +56,8 @@ const cpu_kernels cpu_kernels_neon_dotprod = {
     .exp_sub_sum = neon_exp_sub_sum,
     .axpy = neon_axpy,
     .f16_to_f32 = neon_f16_to_f32,
+    .attn_scores = neon_attn_scores,
+    .attn_values = neon_attn_values,
 };
 
 #endif

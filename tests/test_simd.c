@@ -15,6 +15,9 @@
  *    likewise; with d (and dmin or m) 1.0 and random bytes elsewhere, the output is checked
  *    equal to the int64 dot of the dequantized integers (the data keep every sum below 2^24).
  *  - F32 matmul, axpy: bit for bit the scalar (same partial sums, no FMA).
+ *  - attn_scores, attn_values (attention over a chunk of positions, all heads at once): bit
+ *    for bit the same table's dot_f32 per (head, position) and axpy per position in order,
+ *    in every table that has them (every SIMD table must); score lanes past n untouched.
  *  - dot_f32 (attention's q.k): (n/8 + 4) u sum|a b| against float64 (FMA partial sums, a
  *    tree of 3 adds, then the tail: at most n/8 + 4 roundings per term).
  *  - F16 and BF16 matmul: products are exact in double, the double sum runs in another order:
@@ -976,6 +979,78 @@ static void test_dot_axpy(void **state) {
     }
 }
 
+/* The first float of got[0 .. n) whose bits differ from want's, or n. */
+static size_t first_diff(const float *got, const float *want, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (bits_of(got[i]) != bits_of(want[i])) return i;
+    return n;
+}
+
+/* One attention chunk: nh heads of hd values against n rows (a permutation of separate,
+ * unaligned rows, as the pool's pointers are), scores and weights at stride ld > n. */
+static void check_attn_case(const cpu_kernels *k, size_t nh, size_t hd, size_t n) {
+    const size_t ld = n + 5, stride = hd + 1;
+    float *q = rand_floats(nh * hd, -2.0f, 2.0f), *row_buf = rand_floats(n * stride + 1, -2.0f, 2.0f);
+    float *w = rand_floats(nh * ld, 0.0f, 1.0f), *out1 = rand_floats(nh * hd, -2.0f, 2.0f);
+    float *out2 = xmalloc(nh * hd * sizeof *out2), *s1 = xmalloc(nh * ld * sizeof *s1);
+    float *s2 = xmalloc(nh * ld * sizeof *s2);
+    const float *rows[16];
+    assert_true(n <= ARRAY_LEN(rows));
+    for (size_t j = 0; j < n; j++) rows[j] = row_buf + 1 + (j * 7 % n) * stride; /* 7 is prime to every n */
+
+    /* scores: lanes past n in each head's stride stay untouched (NaN) */
+    fill_nan(s1, nh * ld);
+    fill_nan(s2, nh * ld);
+    k->attn_scores(q, nh, hd, rows, n, s1, ld);
+    for (size_t i = 0; i < nh; i++)
+        for (size_t j = 0; j < n; j++) s2[i * ld + j] = k->dot_f32(q + i * hd, rows[j], hd);
+    size_t at = first_diff(s1, s2, nh * ld);
+    if (at < nh * ld)
+        fail_msg("%s attn_scores nh=%zu hd=%zu n=%zu: head %zu pos %zu: %a, dot_f32 %a", k->name, nh, hd, n, at / ld,
+                 at % ld, (double)s1[at], (double)s2[at]);
+
+    memcpy(out2, out1, nh * hd * sizeof *out1);
+    k->attn_values(out1, nh, hd, w, ld, rows, n);
+    for (size_t j = 0; j < n; j++)
+        for (size_t i = 0; i < nh; i++) k->axpy(out2 + i * hd, w[i * ld + j], rows[j], hd);
+    at = first_diff(out1, out2, nh * hd);
+    if (at < nh * hd)
+        fail_msg("%s attn_values nh=%zu hd=%zu n=%zu: head %zu value %zu: %a, axpy %a", k->name, nh, hd, n, at / hd,
+                 at % hd, (double)out1[at], (double)out2[at]);
+    free(q);
+    free(row_buf);
+    free(w);
+    free(out1);
+    free(out2);
+    free(s1);
+    free(s2);
+}
+
+/* attn_scores and attn_values, in every table that has them: bit for bit the same table's
+ * dot_f32 per (head, position) and axpy per position in order. Head sizes with and without a
+ * tail past the vector widths (8, 64), position counts around the groups of four. Every SIMD
+ * table this CPU supports must have both, so that the check cannot pass by skipping. */
+static void test_attn_chunk(void **state) {
+    (void)state;
+    const size_t nhs[] = {1, 3, 7}, hds[] = {8, 24, 64, 72, 128, 13}, ns[] = {1, 3, 4, 5, 16};
+    for (int isa = 0; isa < CPU_ISA_COUNT; isa++) {
+        const cpu_kernels *k = cpu_kernels_get((cpu_isa)isa);
+        if (!k) continue;
+        if (!k->attn_scores || !k->attn_values) {
+            for (size_t ii = 0; ii < ARRAY_LEN(k_simd_isas); ii++)
+                if (k_simd_isas[ii] == (cpu_isa)isa) fail_msg("%s lacks attn_scores or attn_values", k->name);
+            print_message("skipped %s: no attention chunk kernels\n", k->name);
+            continue;
+        }
+        rng_seed(3005);
+        for (size_t a = 0; a < ARRAY_LEN(nhs); a++)
+            for (size_t b = 0; b < ARRAY_LEN(hds); b++)
+                for (size_t c = 0; c < ARRAY_LEN(ns); c++) check_attn_case(k, nhs[a], hds[b], ns[c]);
+        print_message("%s attn_scores, attn_values: %zu chunks bit-identical to dot_f32, axpy\n", k->name,
+                      ARRAY_LEN(nhs) * ARRAY_LEN(hds) * ARRAY_LEN(ns));
+    }
+}
+
 /* ================================================================== the backend, per table */
 
 static void *cpu_start_isa(cpu_isa isa, int n_threads) {
@@ -1216,6 +1291,7 @@ int main(void) {
         cmocka_unit_test(test_rms_norm_row),
         cmocka_unit_test(test_dot_axpy),
         cmocka_unit_test(test_f16_to_f32),
+        cmocka_unit_test(test_attn_chunk),
         cmocka_unit_test(test_backend_matmul_all_tables),
         cmocka_unit_test(test_threadpool_chunks),
         cmocka_unit_test(test_bench_kernels),

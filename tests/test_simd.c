@@ -1128,7 +1128,8 @@ static void test_backend_matmul_all_tables(void **state) {
  * model's FFN shapes, 896 x 4864 standing in as 1024 x 4864 for the K-quants (whose rows are
  * multiples of 256). The weights (2-5 MB) stay in the L2/L3 caches between calls, so decode
  * figures are the kernels' compute, not DRAM streaming. Timing is slow and noisy, so it runs
- * only when LLMM_BENCH_KERNELS is set: `LLMM_BENCH_KERNELS=1 build/tests/test_simd` (or =q4_k,q6_k for some types). */
+ * only when LLMM_BENCH_KERNELS is set: `LLMM_BENCH_KERNELS=1 build/tests/test_simd` (or =q4_k,q6_k for some types,
+ * =attention for bench_attention below). */
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -1149,13 +1150,16 @@ static double matmul_seconds(void *st, const llmm_tensor *wt, const float *x, si
     return best;
 }
 
+static void bench_attention(void);
+
 static void test_bench_kernels(void **state) {
     (void)state;
     if (!getenv("LLMM_BENCH_KERNELS")) {
         print_message("skipped: set LLMM_BENCH_KERNELS=1 to time the matmul kernels\n");
         return;
     }
-    const char *only = getenv("LLMM_BENCH_KERNELS"); /* "1", or type names: "q5_0,q4_k" */
+    const char *only = getenv("LLMM_BENCH_KERNELS"); /* "1", or type names: "q5_0,q4_k", "attention" */
+    if (strcmp(only, "1") == 0 || strstr(only, "attention")) bench_attention();
     const uint32_t types[] = {LLMM_TYPE_Q4_0, LLMM_TYPE_Q8_0, LLMM_TYPE_Q4_K, LLMM_TYPE_Q6_K, LLMM_TYPE_Q5_K, LLMM_TYPE_Q3_K,
                               LLMM_TYPE_Q2_K, LLMM_TYPE_Q5_0, LLMM_TYPE_Q4_1, LLMM_TYPE_Q5_1};
     const size_t shapes[][3] = {{4864, 896, 1}, {0, 4864, 1}, {0, 151936, 1}, {4864, 896, 64}, {0, 4864, 64}}; /* ne0 0: 896 */
@@ -1189,6 +1193,48 @@ static void test_bench_kernels(void **state) {
             free(out);
         }
     }
+}
+
+/* Decode attention of the 0.5B shape (14 query heads over 2 K/V heads of 64, F16 K/V in the
+ * pool's head-major layout, 544 positions, 24 layers' separate K/V): ms per token for 1 and 2
+ * threads, every table, K/V warm in the caches. With LLMM_BENCH_KERNELS=attention (or =1). */
+static void bench_attention(void) {
+    enum { L = 24, NH = 14, NHKV = 2, HD = 64, BS = 16, NPOS = 544, NBLK = NPOS / BS };
+    const size_t row = HD * 2, seg = BS * row, region = seg * NBLK;
+    uint16_t *pool = xmalloc(2 * L * NHKV * region);
+    for (size_t i = 0; i < L * NHKV * region; i++) pool[i] = (uint16_t)(0x3800 | (rng_u64() & 0x83ff));
+    uint32_t blocks[NBLK];
+    for (uint32_t i = 0; i < NBLK; i++) blocks[i] = i;
+    float *q = rand_floats(NH * HD, -1.0f, 1.0f), *out = xmalloc(NH * HD * sizeof *out);
+    print_message("decode attention, 0.5B shape, %d positions, ms per token (%d layers):\n", NPOS, L);
+    for (int isa = 0; isa < (int)CPU_ISA_COUNT; isa++) {
+        if (!cpu_kernels_get((cpu_isa)isa)) continue;
+        for (int threads = 1; threads <= 2; threads++) {
+            void *st = cpu_start_isa((cpu_isa)isa, threads);
+            double best = 1e9;
+            for (int rep = 0; rep < 10; rep++) {
+                const double t0 = now_s();
+                for (int l = 0; l < L; l++) {
+                    uint8_t *base = (uint8_t *)pool;
+                    const llmm_kv_view v = {.k = base + (size_t)l * NHKV * region,
+                                            .v = base + (size_t)(L + l) * NHKV * region, .blocks = blocks,
+                                            .block_size = BS, .block_shift = 4, .block_stride = seg,
+                                            .head_stride = region, .row_bytes = row, .n_head_kv = NHKV,
+                                            .head_dim = HD, .type = LLMM_KV_F16};
+                    const llmm_attn_row ar = {v, NPOS, 0};
+                    const llmm_attn_batch b = {q, out, 1, &ar, NH, NHKV, HD, 0.125f, 0.0f};
+                    assert_int_equal(llmm_cpu_backend.attention(st, &b), LLMM_OK);
+                }
+                best = fmin(best, now_s() - t0);
+            }
+            print_message("  %-8s %d thread%s: %.3f ms\n", cpu_kernels_get((cpu_isa)isa)->name, threads,
+                          threads > 1 ? "s" : "", 1e3 * best);
+            llmm_cpu_backend.shutdown(st);
+        }
+    }
+    free(pool);
+    free(q);
+    free(out);
 }
 
 /* Unknown LLMM_CPU_KERNELS values mean "best available"; a request above the CPU's is lowered. */

@@ -37,7 +37,17 @@ static inline const float *kv_row_fast(const cpu_kernels *kern, const llmm_kv_vi
  * the pool for F32 rows, else into buf (n x head_dim floats). */
 static void chunk_rows(const cpu_kernels *kern, const llmm_kv_view *kv, const void *base, uint32_t p, size_t n,
                        uint32_t h, float *buf, const float **rows) {
-    for (size_t j = 0; j < n; j++) rows[j] = kv_row_fast(kern, kv, base, p + (uint32_t)j, h, buf + j * kv->head_dim);
+    const size_t hd = kv->head_dim;
+    /* F16 rows of one block stored back to back (the pool's head-major layout): one
+     * conversion for the chunk, where one call per row cost more than converting */
+    if (kv->type == LLMM_KV_F16 && kern->f16_to_f32 && kv->row_bytes == hd * sizeof(uint16_t) &&
+        (p & (kv->block_size - 1)) + n <= kv->block_size) {
+        kern->f16_to_f32((const uint16_t *)(const void *)((const uint8_t *)base + kv_row_offset(kv, p, h)), buf,
+                         n * hd);
+        for (size_t j = 0; j < n; j++) rows[j] = buf + j * hd;
+        return;
+    }
+    for (size_t j = 0; j < n; j++) rows[j] = kv_row_fast(kern, kv, base, p + (uint32_t)j, h, buf + j * hd);
 }
 
 static void scores_chunk(const cpu_kernels *kern, const float *q, uint32_t nh, size_t hd, const float *const *rows,

@@ -1370,45 +1370,52 @@ static void test_kv_half_to_float_all_patterns(void **state) {
 
 static void check_attention(const llmm_attn_batch *b, int n_threads);
 
-/* Attention through a shuffled block table, for each KV type: rows see 1..37 positions of
- * one sequence (block size 4, so rows end inside and at the edges of blocks). The reference
- * reads the stored (rounded) values; the kernels must agree with it within check_attention's
- * bound and be bitwise identical across thread counts. */
+/* Attention through a shuffled block table, for each KV type and block sizes 4, 16 and 32:
+ * rows see 1..37 positions of one sequence (so rows end inside and at the edges of blocks).
+ * The reference reads the stored (rounded) values; the kernels must agree with it within
+ * check_attention's bound and be bitwise identical across thread counts and block sizes. */
 static void test_attention_paged(void **state) {
     (void)state;
     rng_seed(803);
-    enum { NH = 6, NHKV = 3, HD = 16, KVD = NHKV * HD, BS = 4, N_BLOCKS = 10, N_POS = 37, N_ROWS = 9, QD = NH * HD };
-    const uint32_t types[] = {LLMM_KV_F32, LLMM_KV_F16, LLMM_KV_Q8};
+    enum { NH = 6, NHKV = 3, HD = 16, KVD = NHKV * HD, N_POS = 37, N_ROWS = 9, QD = NH * HD };
+    const uint32_t types[] = {LLMM_KV_F32, LLMM_KV_F16, LLMM_KV_Q8}, block_sizes[] = {4, 16, 32};
     for (size_t ti = 0; ti < ARRAY_LEN(types); ti++) {
-        paged_pool pp = paged_pool_make(types[ti], NHKV, HD, BS, N_BLOCKS);
         float *k = rand_floats(N_POS * KVD, -2.0f, 2.0f), *v = rand_floats(N_POS * KVD, -2.0f, 2.0f);
-        int32_t pos[N_POS];
-        llmm_kv_view views[N_POS];
-        for (int i = 0; i < N_POS; i++) pos[i] = i, views[i] = pp.view;
-        void *st0 = cpu_start(1);
-        assert_int_equal(llmm_cpu_backend.kv_write(st0, views, pos, N_POS, k, v, KVD), LLMM_OK);
-        llmm_cpu_backend.shutdown(st0);
-        const uint32_t n_kv[N_ROWS] = {1, 3, 4, 5, 8, 16, 17, 33, 37};
-        llmm_attn_row rows[N_ROWS];
-        for (int r = 0; r < N_ROWS; r++) rows[r] = (llmm_attn_row){pp.view, n_kv[r], 0};
         float *q = rand_floats(N_ROWS * QD, -2.0f, 2.0f);
         float *out = xmalloc(N_ROWS * QD * sizeof *out), *first = xmalloc(N_ROWS * QD * sizeof *first);
-        llmm_attn_batch batch = {q, out, N_ROWS, rows, NH, NHKV, HD, 1.0f / sqrtf((float)HD), 0.0f};
-        for (size_t th = 0; th < ARRAY_LEN(k_threads); th++) {
-            void *st = cpu_start(k_threads[th]);
-            fill_nan(out, N_ROWS * QD);
-            assert_int_equal(llmm_cpu_backend.attention(st, &batch), LLMM_OK);
-            check_attention(&batch, k_threads[th]);
-            if (th == 0) memcpy(first, out, N_ROWS * QD * sizeof *out);
-            else assert_memory_equal(first, out, N_ROWS * QD * sizeof *out);
-            llmm_cpu_backend.shutdown(st);
+        /* block size 4: chunks of 16 positions span blocks (rows converted one by one); 16 and
+         * 32: a chunk lies in one block (converted at once); the results must not differ */
+        for (size_t bi = 0; bi < ARRAY_LEN(block_sizes); bi++) {
+            const uint32_t bs = block_sizes[bi];
+            paged_pool pp = paged_pool_make(types[ti], NHKV, HD, bs, (N_POS + bs - 1) / bs + 1);
+            int32_t pos[N_POS];
+            llmm_kv_view views[N_POS];
+            for (int i = 0; i < N_POS; i++) pos[i] = i, views[i] = pp.view;
+            void *st0 = cpu_start(1);
+            assert_int_equal(llmm_cpu_backend.kv_write(st0, views, pos, N_POS, k, v, KVD), LLMM_OK);
+            llmm_cpu_backend.shutdown(st0);
+            const uint32_t n_kv[N_ROWS] = {1, 3, 4, 5, 8, 16, 17, 33, 37};
+            llmm_attn_row rows[N_ROWS];
+            for (int r = 0; r < N_ROWS; r++) rows[r] = (llmm_attn_row){pp.view, n_kv[r], 0};
+            llmm_attn_batch batch = {q, out, N_ROWS, rows, NH, NHKV, HD, 1.0f / sqrtf((float)HD), 0.0f};
+            for (size_t th = 0; th < ARRAY_LEN(k_threads); th++) {
+                void *st = cpu_start(k_threads[th]);
+                fill_nan(out, N_ROWS * QD);
+                assert_int_equal(llmm_cpu_backend.attention(st, &batch), LLMM_OK);
+                check_attention(&batch, k_threads[th]);
+                if (th == 0 && bi == 0) memcpy(first, out, N_ROWS * QD * sizeof *out);
+                else if (memcmp(first, out, N_ROWS * QD * sizeof *out) != 0)
+                    fail_msg("attention, KV type %u, block size %u, threads %d: differs from block size 4, 1 thread",
+                             types[ti], bs, k_threads[th]);
+                llmm_cpu_backend.shutdown(st);
+            }
+            paged_pool_free(&pp);
         }
         free(k);
         free(v);
         free(q);
         free(out);
         free(first);
-        paged_pool_free(&pp);
     }
 }
 

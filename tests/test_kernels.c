@@ -1370,6 +1370,18 @@ static void test_kv_half_to_float_all_patterns(void **state) {
 
 static void check_attention(const llmm_attn_batch *b, int n_threads);
 
+/* One attention run on st (NaN-filled output first), checked against float64 when check is
+ * set; the output becomes first when take is set, else must equal it bit for bit. */
+static void attention_run(void *st, const llmm_attn_batch *b, int n_threads, int check, float *first, int take) {
+    const size_t n = b->n_rows * b->n_head * b->head_dim;
+    fill_nan(b->out, n);
+    assert_int_equal(llmm_cpu_backend.attention(st, b), LLMM_OK);
+    if (check) check_attention(b, n_threads);
+    if (take) memcpy(first, b->out, n * sizeof *first);
+    else if (memcmp(first, b->out, n * sizeof *first) != 0)
+        fail_msg("attention (%zu rows, threads %d) differs from the first run", b->n_rows, n_threads);
+}
+
 /* Attention through a shuffled block table, for each KV type and block sizes 4, 16 and 32:
  * rows see 1..37 positions of one sequence (so rows end inside and at the edges of blocks).
  * The reference reads the stored (rounded) values; the kernels must agree with it within
@@ -1400,13 +1412,7 @@ static void test_attention_paged(void **state) {
             llmm_attn_batch batch = {q, out, N_ROWS, rows, NH, NHKV, HD, 1.0f / sqrtf((float)HD), 0.0f};
             for (size_t th = 0; th < ARRAY_LEN(k_threads); th++) {
                 void *st = cpu_start(k_threads[th]);
-                fill_nan(out, N_ROWS * QD);
-                assert_int_equal(llmm_cpu_backend.attention(st, &batch), LLMM_OK);
-                check_attention(&batch, k_threads[th]);
-                if (th == 0 && bi == 0) memcpy(first, out, N_ROWS * QD * sizeof *out);
-                else if (memcmp(first, out, N_ROWS * QD * sizeof *out) != 0)
-                    fail_msg("attention, KV type %u, block size %u, threads %d: differs from block size 4, 1 thread",
-                             types[ti], bs, k_threads[th]);
+                attention_run(st, &batch, k_threads[th], 1, first, th == 0 && bi == 0);
                 llmm_cpu_backend.shutdown(st);
             }
             paged_pool_free(&pp);
@@ -1486,11 +1492,7 @@ static void test_attention_gqa(void **state) {
     llmm_attn_batch batch = {q, out, N_ROWS, rows, NH, NHKV, HD, 1.0f / sqrtf((float)HD), 0.0f};
     for (size_t ti = 0; ti < ARRAY_LEN(k_threads); ti++) {
         void *st = cpu_start(k_threads[ti]);
-        fill_nan(out, N_ROWS * QD);
-        assert_int_equal(llmm_cpu_backend.attention(st, &batch), LLMM_OK);
-        check_attention(&batch, k_threads[ti]);
-        if (ti == 0) memcpy(first, out, N_ROWS * QD * sizeof *out);
-        else assert_memory_equal(first, out, N_ROWS * QD * sizeof *out);
+        attention_run(st, &batch, k_threads[ti], 1, first, ti == 0);
 
         /* a single position returns its V row exactly (weight 1) */
         for (int h = 0; h < NH; h++)
@@ -1531,13 +1533,7 @@ static void test_attention_long(void **state) {
     const llmm_attn_batch batch = {q, out, N_ROWS, rows, NH, NHKV, HD, 1.0f / sqrtf((float)HD), 0.0f};
     for (size_t ti = 0; ti < ARRAY_LEN(k_threads); ti++) {
         void *st = cpu_start(k_threads[ti]);
-        for (int rep = 0; rep < 8; rep++) {
-            fill_nan(out, N_ROWS * QD);
-            assert_int_equal(llmm_cpu_backend.attention(st, &batch), LLMM_OK);
-            if (rep == 0) check_attention(&batch, k_threads[ti]);
-            if (ti == 0 && rep == 0) memcpy(first, out, N_ROWS * QD * sizeof *out);
-            else assert_memory_equal(first, out, N_ROWS * QD * sizeof *out);
-        }
+        for (int rep = 0; rep < 8; rep++) attention_run(st, &batch, k_threads[ti], rep == 0, first, ti == 0 && rep == 0);
         llmm_cpu_backend.shutdown(st);
     }
     free(k);

@@ -32,15 +32,35 @@ llmm_status cpu_rms_norm(void *state, const float *x, const float *weight, float
  * pairs at a time) for all its heads. */
 #define ROPE_PAIRS 64
 
+static inline void rotate_pair(float *a, float *b, float c, float s) {
+    const float x0 = *a, x1 = *b;
+    *a = x0 * c - x1 * s;
+    *b = x0 * s + x1 * c;
+}
+
+/* Pairs (lo[i], hi[i]) rotated, in fixed groups of 4 that GCC vectorizes (lo and hi never
+ * overlap); per value the same two products and one add or subtract as one at a time. */
+static void rotate_halves(float *restrict lo, float *restrict hi, size_t m, const float *restrict c,
+                          const float *restrict s) {
+    size_t i = 0;
+    for (; i + 4 <= m; i += 4)
+        for (size_t k = i; k < i + 4; k++) rotate_pair(&lo[k], &hi[k], c[k], s[k]);
+    for (; i < m; i++) rotate_pair(&lo[i], &hi[i], c[i], s[i]);
+}
+
+/* Adjacent pairs (v[2i], v[2i+1]) rotated, in fixed groups of 4 as above. */
+static void rotate_adjacent(float *restrict v, size_t m, const float *restrict c, const float *restrict s) {
+    size_t i = 0;
+    for (; i + 4 <= m; i += 4)
+        for (size_t k = i; k < i + 4; k++) rotate_pair(&v[2 * k], &v[2 * k + 1], c[k], s[k]);
+    for (; i < m; i++) rotate_pair(&v[2 * i], &v[2 * i + 1], c[i], s[i]);
+}
+
+/* NEOX rotates value i with value i + n_rot/2; the original (NORM) layout adjacent pairs. */
 static void rope_pairs(float *v, size_t i0, size_t m, size_t n_rot, const float *c, const float *s,
                        llmm_rope_kind kind) {
-    for (size_t i = 0; i < m; i++) {
-        const size_t a = kind == LLMM_ROPE_NEOX ? i0 + i : 2 * (i0 + i);
-        const size_t b = kind == LLMM_ROPE_NEOX ? i0 + i + n_rot / 2 : 2 * (i0 + i) + 1;
-        const float x0 = v[a], x1 = v[b];
-        v[a] = x0 * c[i] - x1 * s[i];
-        v[b] = x0 * s[i] + x1 * c[i];
-    }
+    if (kind == LLMM_ROPE_NEOX) rotate_halves(v + i0, v + i0 + n_rot / 2, m, c, s);
+    else rotate_adjacent(v + 2 * i0, m, c, s);
 }
 
 llmm_status cpu_rope(void *state, float *x, size_t n_rows, size_t n_heads, size_t head_dim, const int32_t *pos,

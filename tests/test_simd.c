@@ -1129,7 +1129,7 @@ static void test_backend_matmul_all_tables(void **state) {
  * multiples of 256). The weights (2-5 MB) stay in the L2/L3 caches between calls, so decode
  * figures are the kernels' compute, not DRAM streaming. Timing is slow and noisy, so it runs
  * only when LLMM_BENCH_KERNELS is set: `LLMM_BENCH_KERNELS=1 build/tests/test_simd` (or =q4_k,q6_k for some types,
- * =attention for bench_attention below). */
+ * =attention or =threads for bench_attention and bench_matmul_threads below). */
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -1151,6 +1151,7 @@ static double matmul_seconds(void *st, const llmm_tensor *wt, const float *x, si
 }
 
 static void bench_attention(void);
+static void bench_matmul_threads(void);
 
 static void test_bench_kernels(void **state) {
     (void)state;
@@ -1160,6 +1161,7 @@ static void test_bench_kernels(void **state) {
     }
     const char *only = getenv("LLMM_BENCH_KERNELS"); /* "1", or type names: "q5_0,q4_k", "attention" */
     if (strcmp(only, "1") == 0 || strstr(only, "attention")) bench_attention();
+    if (strcmp(only, "1") == 0 || strstr(only, "threads")) bench_matmul_threads();
     const uint32_t types[] = {LLMM_TYPE_Q4_0, LLMM_TYPE_Q8_0, LLMM_TYPE_Q4_K, LLMM_TYPE_Q6_K, LLMM_TYPE_Q5_K, LLMM_TYPE_Q3_K,
                               LLMM_TYPE_Q2_K, LLMM_TYPE_Q5_0, LLMM_TYPE_Q4_1, LLMM_TYPE_Q5_1};
     const size_t shapes[][3] = {{4864, 896, 1}, {0, 4864, 1}, {0, 151936, 1}, {4864, 896, 64}, {0, 4864, 64}}; /* ne0 0: 896 */
@@ -1235,6 +1237,43 @@ static void bench_attention(void) {
     free(pool);
     free(q);
     free(out);
+}
+
+/* Q4_0 matmul with one operand row, weights streamed from memory (enough copies of each shape
+ * to pass 200 MB), 1 and 2 threads, best table, best of 5: GB/s of weights. Shows how the
+ * decode shapes scale with threads. With LLMM_BENCH_KERNELS=threads. */
+static void bench_matmul_threads(void) {
+    const size_t shapes[][2] = {{896, 151936}, {4864, 896}, {896, 4864}, {896, 896}}; /* ne0, ne1 */
+    print_message("Q4_0 matmul, 1 operand row, weights streamed: GB/s with 1 and 2 threads\n");
+    for (size_t si = 0; si < ARRAY_LEN(shapes); si++) {
+        const size_t ne0 = shapes[si][0], ne1 = shapes[si][1], rb = llmm_row_bytes(LLMM_TYPE_Q4_0, ne0);
+        const size_t bytes = rb * ne1, copies = (200u << 20) / bytes + 1;
+        float *wf = rand_floats(ne0, -2.0f, 2.0f), *x = rand_floats(ne0, -2.0f, 2.0f);
+        uint8_t *w = xmalloc(bytes * copies);
+        encode_row(LLMM_TYPE_Q4_0, wf, w, ne0);
+        for (size_t j = 1; j < ne1 * copies; j++) memcpy(w + j * rb, w, rb);
+        float *out = xmalloc(ne1 * sizeof *out);
+        double gbs[3] = {0};
+        for (int threads = 1; threads <= 2; threads++) {
+            void *st = cpu_start_isa(cpu_kernels_select(CPU_ISA_COUNT)->isa, threads);
+            double best = 1e9;
+            for (int rep = 0; rep < 5; rep++) {
+                const double t0 = now_s();
+                for (size_t c = 0; c < copies; c++) {
+                    const llmm_tensor wt = {w + c * bytes, LLMM_TYPE_Q4_0, (int64_t)ne0, (int64_t)ne1, rb};
+                    assert_int_equal(llmm_cpu_backend.matmul(st, &wt, x, 1, out), LLMM_OK);
+                }
+                best = fmin(best, now_s() - t0);
+            }
+            gbs[threads] = (double)(bytes * copies) / best / 1e9;
+            llmm_cpu_backend.shutdown(st);
+        }
+        print_message("  %5zu x %6zu: %5.1f -> %5.1f GB/s (%.2fx)\n", ne0, ne1, gbs[1], gbs[2], gbs[2] / gbs[1]);
+        free(wf);
+        free(x);
+        free(w);
+        free(out);
+    }
 }
 
 /* Unknown LLMM_CPU_KERNELS values mean "best available"; a request above the CPU's is lowered. */

@@ -10,9 +10,9 @@ size_t kv_block_bytes(const kv_config *c) {
 
 int kv_pool_bytes(const kv_config *c, size_t *out) {
     const size_t row = kv_row_bytes(c->type, c->head_dim);
-    size_t segments, block;
+    size_t segments, rows, block;
     if (!size_mul_ok(2 * (size_t)c->n_layer, c->n_head_kv, &segments)) return 0;
-    if (!size_mul_ok(segments * c->block_size, row, &block)) return 0;
+    if (!size_mul_ok(segments, c->block_size, &rows) || !size_mul_ok(rows, row, &block)) return 0;
     return size_mul_ok(block, c->n_blocks, out);
 }
 

@@ -50,6 +50,7 @@
 #include "llmmini.h"
 #include "quant.h"
 #include "quant_file.h"
+#include "quant_temp.h"
 #include "shared_data.h"
 
 #define U_F32 (1.0 / 16777216.0) /* 2^-24 */
@@ -845,24 +846,6 @@ static void test_recipe_fallbacks(void **state) {
 }
 
 /* ================================================================== 7. whole models */
-
-/* Convert src with a recipe into a new temp file; its path goes to path (>= 32 bytes). */
-static void quantize_to_temp(const gguf_file *src, const char *recipe, char *path, size_t size) {
-    snprintf(path, size, "/tmp/llmm-quant-XXXXXX");
-    const int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    FILE *out = fdopen(fd, "wb");
-    assert_non_null(out);
-    llmm_quant_params p = {llmm_quant_recipe_find(recipe), 2, NULL, NULL};
-    assert_non_null(p.recipe);
-    llmm_diag d = {""};
-    const llmm_status st = llmm_quantize_model(src, &p, out, &d);
-    assert_int_equal(fclose(out), 0);
-    if (st) {
-        unlink(path);
-        fail_msg("quantize to %s: %s", recipe, d.msg);
-    }
-}
 
 /* Greedy continuation of "Once upon a time"; returns the number of tokens. */
 static size_t greedy(const char *model_path, llmm_token *out, size_t n_predict) {

@@ -19,7 +19,7 @@
 #include "gguf.h"
 #include "gguf_builder.h"
 #include "llmmini.h"
-#include "quant_file.h"
+#include "quant_temp.h"
 #include "shared_data.h"
 
 static char synth_tool[1024];
@@ -283,20 +283,8 @@ static void quantize_file(const char *src_path, const char *recipe, char *path, 
     gguf_file *src = NULL;
     llmm_diag d = {""};
     if (gguf_open_file(src_path, 1, NULL, &src, &d)) fail_msg("open %s: %s", src_path, d.msg);
-    snprintf(path, size, "/tmp/llmm-qsynth-XXXXXX");
-    const int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    FILE *out = fdopen(fd, "wb");
-    assert_non_null(out);
-    llmm_quant_params p = {llmm_quant_recipe_find(recipe), 2, NULL, NULL};
-    assert_non_null(p.recipe);
-    const llmm_status st = llmm_quantize_model(src, &p, out, &d);
-    assert_int_equal(fclose(out), 0);
+    quantize_to_temp(src, recipe, path, size);
     gguf_close(src);
-    if (st) {
-        unlink(path);
-        fail_msg("quantize to %s: %s", recipe, d.msg);
-    }
 }
 
 /* Logits of every position of ids (n_vocab each) into out, F32 K/V. */

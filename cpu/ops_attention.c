@@ -146,7 +146,7 @@ llmm_status cpu_attention(void *state, const llmm_attn_batch *b) {
         if (!kv_type_known(row->kv.type) || row->kv_start >= row->n_kv || row->kv.head_dim != b->head_dim ||
             row->kv.n_head_kv != b->n_head_kv)
             return LLMM_ERR_UNSUPPORTED;
-        if (b->rows[r].n_kv > max_kv) max_kv = b->rows[r].n_kv;
+        if (row->n_kv > max_kv) max_kv = row->n_kv;
     }
     const size_t nth = (size_t)threadpool_size(s->pool);
     const uint32_t group = b->n_head / b->n_head_kv;

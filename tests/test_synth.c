@@ -315,6 +315,28 @@ static size_t argmax_of(const float *v, size_t n) {
     return best;
 }
 
+/* ids[n .. n_total) = the model's greedy continuation of ids[0 .. n), one context. */
+static void greedy_extend(const char *path, llmm_token *ids, size_t n, size_t n_total) {
+    llmm_model *m = load(path, 0);
+    llmm_context_params cp;
+    llmm_context_params_default(&cp, sizeof cp);
+    cp.n_ctx = 64;
+    cp.kv_type = LLMM_KV_F32;
+    llmm_context *ctx = NULL;
+    assert_int_equal(llmm_context_create(m, &cp, &ctx), LLMM_OK);
+    assert_int_equal(llmm_prefill(ctx, 0, ids, n, 0), LLMM_OK);
+    const llmm_seq_id seq = 0;
+    for (; n < n_total; n++) {
+        const float *l;
+        size_t nv;
+        assert_int_equal(llmm_logits(ctx, 0, &l, &nv), LLMM_OK);
+        ids[n] = (llmm_token)argmax_of(l, nv);
+        if (n + 1 < n_total) assert_int_equal(llmm_decode(ctx, &seq, &ids[n], 1), LLMM_OK);
+    }
+    llmm_context_free(ctx);
+    llmm_model_free(m);
+}
+
 /* A random-weight model (rows of 256 and 768 values, so the K-quants apply) quantized with
  * every recipe, run on the F32 model's own greedy sequence (teacher-forced, so one flipped
  * near-tie cannot derail the rest): at every position the RMS logit error, relative to the
@@ -344,12 +366,8 @@ static void test_quantized_synthetic_logits(void **state) {
     float *ref = malloc(QS_N * n_vocab * sizeof *ref), *got = malloc(QS_N * n_vocab * sizeof *got);
     assert_non_null(ref);
     assert_non_null(got);
-    /* the F32 model's greedy continuation, one token at a time */
-    while (n < QS_N) {
-        all_logits(t.model, ids, n, ref, n_vocab);
-        ids[n] = (llmm_token)argmax_of(ref + (n - 1) * n_vocab, n_vocab);
-        n++;
-    }
+    greedy_extend(t.model, ids, n, QS_N);
+    n = QS_N;
     all_logits(t.model, ids, n, ref, n_vocab);
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         char path[64];

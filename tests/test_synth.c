@@ -287,15 +287,21 @@ static void quantize_file(const char *src_path, const char *recipe, char *path, 
     gguf_close(src);
 }
 
-/* Logits of every position of ids (n_vocab each) into out, F32 K/V. */
-static void all_logits(const char *path, const llmm_token *ids, size_t n, float *out, uint32_t n_vocab) {
-    llmm_model *m = load(path, 0);
+/* A 64-position context with F32 K/V, so only the weights differ between the runs compared. */
+static llmm_context *f32_kv_context(llmm_model *m) {
     llmm_context_params cp;
     llmm_context_params_default(&cp, sizeof cp);
     cp.n_ctx = 64;
     cp.kv_type = LLMM_KV_F32;
     llmm_context *ctx = NULL;
     assert_int_equal(llmm_context_create(m, &cp, &ctx), LLMM_OK);
+    return ctx;
+}
+
+/* Logits of every position of ids (n_vocab each) into out. */
+static void all_logits(const char *path, const llmm_token *ids, size_t n, float *out, uint32_t n_vocab) {
+    llmm_model *m = load(path, 0);
+    llmm_context *ctx = f32_kv_context(m);
     assert_int_equal(llmm_prefill(ctx, 0, ids, n, LLMM_PREFILL_ALL_LOGITS), LLMM_OK);
     for (size_t i = 0; i < n; i++) {
         const float *l;
@@ -318,12 +324,7 @@ static size_t argmax_of(const float *v, size_t n) {
 /* ids[n .. n_total) = the model's greedy continuation of ids[0 .. n), one context. */
 static void greedy_extend(const char *path, llmm_token *ids, size_t n, size_t n_total) {
     llmm_model *m = load(path, 0);
-    llmm_context_params cp;
-    llmm_context_params_default(&cp, sizeof cp);
-    cp.n_ctx = 64;
-    cp.kv_type = LLMM_KV_F32;
-    llmm_context *ctx = NULL;
-    assert_int_equal(llmm_context_create(m, &cp, &ctx), LLMM_OK);
+    llmm_context *ctx = f32_kv_context(m);
     assert_int_equal(llmm_prefill(ctx, 0, ids, n, 0), LLMM_OK);
     const llmm_seq_id seq = 0;
     for (; n < n_total; n++) {

@@ -6,8 +6,10 @@
  * so that each kernel's tile code stays inlined with its constant arguments.
  *
  * ROWS(base, rb, next, l0, nl, j) computes output rows [j, j + nl) from the tile at base
- * (rows base + i * rb), whose lane l0 is row j; next is the following tile of this call, for
- * prefetching, or NULL. */
+ * (rows base + i * rb), whose lane l0 is row j; next is the following tile of the tensor, for
+ * prefetching, or NULL after its last. The last tile of a call prefetches the first of the rows
+ * after it too: the thread pool gives a thread its chunks in row order (its segment), so those
+ * are most often this thread's next chunk, whose first tile would otherwise start cold. */
 #ifndef LLMM_CPU_GEMM_TILES_H
 #define LLMM_CPU_GEMM_TILES_H
 
@@ -25,7 +27,7 @@
             if (walk_ne1_ >= (TILE)) {                                                                      \
                 const size_t walk_jt_ = LLMM_MIN(walk_j_, walk_ne1_ - (TILE));                              \
                 const uint8_t *walk_next_ =                                                                 \
-                    walk_j_ + (TILE) < walk_end_                                                            \
+                    walk_j_ + (TILE) < walk_ne1_                                                            \
                         ? walk_data_ + LLMM_MIN(walk_j_ + (TILE), walk_ne1_ - (TILE)) * walk_rb_            \
                         : NULL;                                                                             \
                 (void)walk_next_; /* kernels without software prefetch ignore it */                         \

@@ -1,11 +1,10 @@
 /* y = W x for a batch of rows: the one op that reads the weights, so the one that sets decode
  * speed. Activations are converted once per call to the weight type's dot operand (Q8_0 for
- * the quantized types, as the reference engine does); weight rows are then handed out to the
- * threads in guided chunks (plan_chunks), each chunk computing its rows for every activation
- * row. Guided against equal chunks (4 per thread), alternating runs of the 0.5B files, 2
- * threads, 128-token prompt and 128 decoded: Q4_0 decode median 77 -> 83 tok/s (6 of 8 pairs
- * faster), Q4_K_M 58 -> 61, Q8_0 unchanged (51-55); one chunk per thread had helped Q4_0
- * decode too but slowed prefill.
+ * the quantized types, as the reference engine does); weight rows are then split into one
+ * contiguous stretch per thread (the pool's segments), each cut into chunks of halving size
+ * (chunk_tiles), each chunk computing its rows for every activation row. So a thread streams
+ * its stretch front to back, the kernels prefetching across chunk boundaries, and a thread
+ * that finishes early takes the small chunks at the back of another's stretch.
  *
  * Two paths: the kernel table's gemm for the types it has (SIMD tiles that load each weight
  * block once per tile of activation rows), and the generic path through the type table's
@@ -16,67 +15,93 @@
 #include "cpu_backend.h"
 #include "quant.h"
 
-/* Chunks one matmul's rows are split into at most. */
-enum { MATMUL_MAX_CHUNKS = 64 };
+/* Chunks per thread segment (sizes 1/2, 1/4, ... 1/32 of it, and the rest) and weights one
+ * task holds at most (Q/K/V, gate/up). */
+enum { SEGMENT_CHUNKS = 6, MATMUL_MAX_PARTS = 4, TILE_ROWS = 8 };
+
+/* One weight of a task, its rows numbered in tiles of TILE_ROWS from first_tile on. */
+typedef struct matmul_part {
+    const llmm_tensor *w;
+    float *out;
+    cpu_gemm_fn gemm; /* kernel path; NULL: the generic path */
+    size_t first_tile;
+} matmul_part;
 
 typedef struct matmul_task {
-    const llmm_tensor *w;
-    size_t n_rows;
-    float *out;
-    size_t n_chunks;
-    size_t bounds[MATMUL_MAX_CHUNKS + 1]; /* chunk c: weight rows [bounds[c], bounds[c + 1]) */
-    cpu_gemm_fn gemm; /* kernel path */
-    cpu_operand x;
+    matmul_part part[MATMUL_MAX_PARTS];
+    size_t n_parts, n_tiles, n_rows;
+    size_t n_segments, segment_chunks; /* chunks: n_segments x segment_chunks */
+    cpu_operand x;       /* kernel path */
     llmm_vec_dot_fn dot; /* generic path */
     const void *xq;      /* n_rows operand rows of xq_row_bytes */
     size_t xq_row_bytes;
 } matmul_task;
 
-static void chunk_rows(const matmul_task *t, size_t chunk, size_t *j0, size_t *j1) {
-    *j0 = t->bounds[chunk];
-    *j1 = t->bounds[chunk + 1];
+/* Tiles [t0, t1) of chunk c: segment c / segment_chunks holds tiles [s0, s0 + n) of the task
+ * (one per thread of the pool, as its segments); its chunk k starts where all but n >> k of
+ * them are taken, so the owner's first chunk is half its stretch and the thieves, who take
+ * from the back, get the smallest. Below the parallel cut-off: one segment of one chunk. */
+static void chunk_tiles(const matmul_task *t, size_t c, size_t *t0, size_t *t1) {
+    const size_t seg = c / t->segment_chunks, k = c % t->segment_chunks;
+    const size_t s0 = t->n_tiles * seg / t->n_segments, n = t->n_tiles * (seg + 1) / t->n_segments - s0;
+    const size_t left_before = n >> k, left_after = k + 1 == t->segment_chunks ? 0 : n >> (k + 1);
+    *t0 = s0 + n - left_before;
+    *t1 = s0 + n - left_after;
 }
 
-/* Guided chunks: each takes 1/(2 x threads) of the rows not yet assigned (whole 8-row tiles,
- * at least one), so the first chunks are long (unbroken prefetch runs, few claims) and the
- * last are single tiles (the threads finish together). The split depends only on the row and
- * thread counts. Below the parallel cut-off, one chunk. */
-static void plan_chunks(const cpu_state *s, matmul_task *t, size_t work) {
-    const size_t ne1 = (size_t)t->w->ne1, nth = (size_t)threadpool_size(s->pool), tile = 8;
-    t->bounds[0] = 0;
-    t->n_chunks = 0;
-    if (nth == 1 || work < CPU_PARALLEL_MIN_WORK || ne1 <= tile) {
-        t->bounds[++t->n_chunks] = ne1;
+static void plan_chunks(const cpu_state *s, matmul_task *t) {
+    size_t work = 0;
+    for (size_t i = 0; i < t->n_parts; i++) work += (size_t)t->part[i].w->ne0 * (size_t)t->part[i].w->ne1;
+    const size_t nth = (size_t)threadpool_size(s->pool);
+    const int parallel = nth > 1 && work * t->n_rows >= CPU_PARALLEL_MIN_WORK && t->n_tiles > 1;
+    t->n_segments = parallel ? nth : 1;
+    t->segment_chunks = parallel ? SEGMENT_CHUNKS : 1;
+}
+
+/* Rows [r0, r1) of one weight, for every operand row. */
+static void run_rows(const matmul_task *t, const matmul_part *p, size_t r0, size_t r1) {
+    const llmm_tensor *w = p->w;
+    const size_t ne1 = (size_t)w->ne1, ne0 = (size_t)w->ne0;
+    if (p->gemm) {
+        p->gemm(w, r0, r1, &t->x, t->n_rows, p->out, ne1);
         return;
     }
-    for (size_t done = 0; done < ne1;) {
-        const size_t left = (ne1 - done + tile - 1) / tile;
-        const size_t tiles = t->n_chunks + 1 == MATMUL_MAX_CHUNKS ? left : (left + 2 * nth - 1) / (2 * nth);
-        done = LLMM_MIN(ne1, done + tiles * tile);
-        t->bounds[++t->n_chunks] = done;
-    }
-}
-
-static void kernel_chunk(void *arg, size_t chunk, int ith) {
-    (void)ith;
-    const matmul_task *t = arg;
-    size_t j0, j1;
-    chunk_rows(t, chunk, &j0, &j1);
-    t->gemm(t->w, j0, j1, &t->x, t->n_rows, t->out, (size_t)t->w->ne1);
-}
-
-static void generic_chunk(void *arg, size_t chunk, int ith) {
-    (void)ith;
-    const matmul_task *t = arg;
-    size_t j0, j1;
-    chunk_rows(t, chunk, &j0, &j1);
-    const uint8_t *wbase = t->w->data;
-    const size_t ne1 = (size_t)t->w->ne1, ne0 = (size_t)t->w->ne0;
-    for (size_t j = j0; j < j1; j++) {
-        const void *wrow = wbase + j * t->w->row_bytes;
+    const uint8_t *wbase = w->data;
+    for (size_t j = r0; j < r1; j++) {
+        const void *wrow = wbase + j * w->row_bytes;
         for (size_t r = 0; r < t->n_rows; r++)
-            t->out[r * ne1 + j] = t->dot(wrow, (const uint8_t *)t->xq + r * t->xq_row_bytes, ne0);
+            p->out[r * ne1 + j] = t->dot(wrow, (const uint8_t *)t->xq + r * t->xq_row_bytes, ne0);
     }
+}
+
+/* A chunk's tiles, split at the weights' boundaries. */
+static void matmul_chunk(void *arg, size_t chunk, int ith) {
+    (void)ith;
+    const matmul_task *t = arg;
+    size_t t0, t1;
+    chunk_tiles(t, chunk, &t0, &t1);
+    for (size_t i = 0; i < t->n_parts && t0 < t1; i++) {
+        const matmul_part *p = &t->part[i];
+        const size_t end = i + 1 < t->n_parts ? t->part[i + 1].first_tile : t->n_tiles;
+        if (t0 >= end) continue;
+        const size_t r0 = (t0 - p->first_tile) * TILE_ROWS;
+        const size_t r1 = LLMM_MIN((size_t)p->w->ne1, (LLMM_MIN(t1, end) - p->first_tile) * TILE_ROWS);
+        if (r0 < r1) run_rows(t, p, r0, r1);
+        t0 = end;
+    }
+}
+
+/* Lays the weights out in one tile space and runs the task over the pool. */
+static void run_task(cpu_state *s, matmul_task *t, const llmm_tensor *const *w, size_t n_w, float *const *out) {
+    t->n_parts = n_w;
+    t->n_tiles = 0;
+    for (size_t i = 0; i < n_w; i++) {
+        t->part[i] = (matmul_part){
+            .w = w[i], .out = out[i], .gemm = s->k->matmul[w[i]->type].gemm, .first_tile = t->n_tiles};
+        t->n_tiles += ((size_t)w[i]->ne1 + TILE_ROWS - 1) / TILE_ROWS;
+    }
+    plan_chunks(s, t);
+    threadpool_run(s->pool, matmul_chunk, t, t->n_segments * t->segment_chunks);
 }
 
 /* bf16 rounding has no vector kernel (a rare weight type): through the type table, widened. */
@@ -186,26 +211,11 @@ static llmm_status prepare_generic(cpu_state *s, const llmm_type_traits *tt, con
     return LLMM_OK;
 }
 
-/* Several weights over one operand in one dispatch: chunk c belongs to the weight whose
- * first chunk is the largest first[i] <= c. */
-enum { MULTI_MAX = 4 };
-typedef struct multi_task {
-    matmul_task part[MULTI_MAX];
-    size_t first[MULTI_MAX + 1];
-    size_t n_w;
-} multi_task;
-
-static void multi_chunk(void *arg, size_t chunk, int ith) {
-    const multi_task *m = arg;
-    size_t i = 0;
-    while (chunk >= m->first[i + 1]) i++;
-    kernel_chunk((void *)&m->part[i], chunk - m->first[i], ith);
-}
-
+/* Several weights over one operand in one dispatch, their rows in one tile space. */
 llmm_status cpu_matmul_multi(void *state, const llmm_tensor *const *w, size_t n_w, const float *x, size_t n_rows,
                              float *const *out) {
     cpu_state *s = state;
-    int one_operand = n_w >= 1 && n_w <= MULTI_MAX;
+    int one_operand = n_w >= 1 && n_w <= MATMUL_MAX_PARTS;
     for (size_t i = 0; i < n_w && one_operand; i++) {
         const cpu_matmul_kernel *k = &s->k->matmul[w[i]->type];
         one_operand = k->gemm && k->operand == s->k->matmul[w[0]->type].operand && w[i]->ne0 == w[0]->ne0;
@@ -217,19 +227,11 @@ llmm_status cpu_matmul_multi(void *state, const llmm_tensor *const *w, size_t n_
         }
         return LLMM_OK;
     }
-    multi_task m = {.n_w = n_w};
-    const size_t ne0 = (size_t)w[0]->ne0;
-    cpu_operand op;
-    llmm_status st = prepare_operand(s, s->k->matmul[w[0]->type].operand, x, n_rows, ne0, &op);
+    const cpu_matmul_kernel *kern = &s->k->matmul[w[0]->type];
+    matmul_task t = {.n_rows = n_rows};
+    llmm_status st = prepare_operand(s, kern->operand, x, n_rows, (size_t)w[0]->ne0, &t.x);
     if (st) return st;
-    for (size_t i = 0; i < n_w; i++) {
-        const size_t ne1 = (size_t)w[i]->ne1;
-        m.part[i] = (matmul_task){.w = w[i], .n_rows = n_rows, .out = out[i], .gemm = s->k->matmul[w[i]->type].gemm,
-                                  .x = op};
-        plan_chunks(s, &m.part[i], ne0 * ne1 * n_rows);
-        m.first[i + 1] = m.first[i] + m.part[i].n_chunks;
-    }
-    threadpool_run(s->pool, multi_chunk, &m, m.first[n_w]);
+    run_task(s, &t, w, n_w, out);
     return LLMM_OK;
 }
 
@@ -237,13 +239,12 @@ llmm_status cpu_matmul(void *state, const llmm_tensor *w, const float *x, size_t
     cpu_state *s = state;
     const llmm_type_traits *tt = llmm_type_get(w->type);
     if (!tt || !tt->vec_dot) return LLMM_ERR_UNSUPPORTED;
-    const size_t ne0 = (size_t)w->ne0, ne1 = (size_t)w->ne1;
+    const size_t ne0 = (size_t)w->ne0;
     const cpu_matmul_kernel *kern = &s->k->matmul[w->type];
-    matmul_task t = {.w = w, .n_rows = n_rows, .out = out, .gemm = kern->gemm};
+    matmul_task t = {.n_rows = n_rows};
     llmm_status st = kern->gemm ? prepare_operand(s, kern->operand, x, n_rows, ne0, &t.x)
                                 : prepare_generic(s, tt, x, n_rows, ne0, &t);
     if (st) return st;
-    plan_chunks(s, &t, ne0 * ne1 * n_rows);
-    threadpool_run(s->pool, kern->gemm ? kernel_chunk : generic_chunk, &t, t.n_chunks);
+    run_task(s, &t, &w, 1, &out);
     return LLMM_OK;
 }

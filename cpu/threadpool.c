@@ -23,26 +23,41 @@
 
 #define LINE_BYTES 64
 
-#define TICKET(gen, left) (((uint64_t)(gen) << 32) | (uint64_t)(left))
-#define TICKET_GEN(t) ((uint32_t)((t) >> 32))
-#define TICKET_LEFT(t) ((uint32_t)(t))
+/* A run's chunks are split into one segment per thread, in order: segment i is chunks
+ * [n * i / T, n * (i + 1) / T) of n, for T threads. Thread i claims its own segment's chunks
+ * front to back; a thread whose segment is empty takes chunks from the back of the fullest
+ * other segment. So when every thread keeps its CPU, each runs one contiguous stretch of
+ * chunks (for a matmul: one unbroken stream of weight rows, prefetched across its chunk
+ * boundaries), and a thread that lost its CPU still costs at most the chunk it holds.
+ * Measured on the 0.5B Q4_0 decode, 2 threads, alternating runs: 98-100 tok/s with chunks
+ * claimed in order from one counter (each new chunk starting a cold stream), 104-112 with
+ * segments (docs/performance.md).
+ *
+ * Each segment is one word, (run generation, front, back): claiming from either end is one
+ * compare-and-swap that checks the run and the bounds together, so a worker that wakes late
+ * for run g can never take a chunk of run g+1 believing it is g's (with the bounds and the run
+ * in separate words a late worker could read run g+1's bounds while believing them g's;
+ * tests/test_simd.c caught that in the single-counter version). The ticket word publishes the
+ * run: its generation, read with acquire, makes the segment words, fn, arg and n_chunks of that
+ * run visible. fn, arg and n_chunks are read only after winning a chunk of run g, when run g
+ * cannot have ended (its chunk is unfinished), so they are still g's. They are atomics
+ * (relaxed) because the next run's caller writes them while a late worker of this run may be
+ * about to lose its claim. The generation wraps after 2^32 runs: a worker would have to sleep
+ * through exactly that many runs to be fooled. Every shared word sits on its own cache line
+ * (padding, not alignas: an app's allocator need not return 64-byte aligned memory). */
+#define SEG(gen, front, back) (((uint64_t)(gen) << 32) | ((uint64_t)(front) << 16) | (uint64_t)(back))
+#define SEG_GEN(w) ((uint32_t)((w) >> 32))
+#define SEG_FRONT(w) ((uint32_t)((w) >> 16) & 0xffffu)
+#define SEG_BACK(w) ((uint32_t)(w) & 0xffffu)
+#define SEG_MAX_CHUNKS 0xffffu
 
-/* The ticket packs (run generation, chunks not yet claimed) in one word, so claiming a chunk
- * is one compare-and-swap that checks the run and the bound together: a worker that wakes
- * late for run g can never take a chunk of run g+1 believing it is g's. (The bound must be in
- * the word: with it in a separate field, a late worker could read run g+1's larger count
- * while the ticket still said g and claim a chunk past g's end; tests/test_simd.c caught
- * that.) Chunks go out in order: with `left` unclaimed of n, the next is n - left.
- * fn, arg and n_chunks of run g are written before the release store of ticket (g, n); a
- * worker reads them only after winning a chunk of g, when run g cannot have ended (its chunk
- * is unfinished), so they are still g's. They are atomics (relaxed) because the next run's
- * caller writes them while a late worker of this run may be about to lose its claim.
- * The generation wraps after 2^32 runs: a worker would have to sleep through exactly that many
- * runs to be fooled. Ticket and done counter sit a cache line apart (padding, not alignas: an
- * app's allocator need not return 64-byte aligned memory): every claim writes the first,
- * every finished chunk the second. */
+typedef struct padded_segment {
+    _Atomic uint64_t word;
+    char pad[LINE_BYTES - sizeof(uint64_t)];
+} padded_segment;
+
 struct llmm_threadpool {
-    _Atomic uint64_t ticket;
+    _Atomic uint32_t ticket; /* generation of the newest run */
     char pad_ticket[LINE_BYTES];
     atomic_size_t done; /* chunks finished in the current run */
     char pad_done[LINE_BYTES];
@@ -53,6 +68,7 @@ struct llmm_threadpool {
     atomic_int quit;
     uint32_t gen; /* the caller's last generation; only the caller touches it */
     int n;
+    padded_segment *segments; /* n of them */
     pthread_t *threads;
     pthread_mutex_t lock;
     pthread_cond_t work_ready;
@@ -72,38 +88,69 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-/* Claim and run chunks of run gen until none are left or a newer run has begun. */
-static void run_chunks(llmm_threadpool *pool, uint32_t gen, int ith) {
-    uint64_t t = atomic_load_explicit(&pool->ticket, memory_order_acquire);
+/* Claims the front chunk of segment seg of run gen; SIZE_MAX when it has none left. */
+static size_t claim_front(llmm_threadpool *pool, int seg, uint32_t gen) {
+    _Atomic uint64_t *word = &pool->segments[seg].word;
+    uint64_t w = atomic_load_explicit(word, memory_order_acquire);
+    while (SEG_GEN(w) == gen && SEG_FRONT(w) < SEG_BACK(w))
+        if (atomic_compare_exchange_weak_explicit(word, &w, w + ((uint64_t)1 << 16), memory_order_acq_rel,
+                                                  memory_order_acquire))
+            return SEG_FRONT(w);
+    return SIZE_MAX;
+}
+
+/* Claims the back chunk of the other segment with the most chunks left; SIZE_MAX when every
+ * segment of run gen is empty. */
+static size_t claim_back(llmm_threadpool *pool, int self, uint32_t gen) {
     for (;;) {
-        if (TICKET_GEN(t) != gen || TICKET_LEFT(t) == 0) return;
-        if (!atomic_compare_exchange_weak_explicit(&pool->ticket, &t, t - 1, memory_order_acq_rel,
-                                                   memory_order_acquire))
-            continue; /* t now holds the current ticket */
-        const size_t n = atomic_load_explicit(&pool->n_chunks, memory_order_relaxed);
-        llmm_chunk_fn fn = atomic_load_explicit(&pool->fn, memory_order_relaxed);
-        void *arg = atomic_load_explicit(&pool->arg, memory_order_relaxed);
-        fn(arg, n - TICKET_LEFT(t), ith);
-        atomic_fetch_add_explicit(&pool->done, 1, memory_order_release);
-        t = atomic_load_explicit(&pool->ticket, memory_order_acquire);
+        int best = -1;
+        uint32_t most = 0;
+        for (int k = 0; k < pool->n; k++) {
+            if (k == self) continue;
+            const uint64_t w = atomic_load_explicit(&pool->segments[k].word, memory_order_acquire);
+            if (SEG_GEN(w) == gen && SEG_BACK(w) > SEG_FRONT(w) && SEG_BACK(w) - SEG_FRONT(w) > most) {
+                most = SEG_BACK(w) - SEG_FRONT(w);
+                best = k;
+            }
+        }
+        if (best < 0) return SIZE_MAX;
+        _Atomic uint64_t *word = &pool->segments[best].word;
+        uint64_t w = atomic_load_explicit(word, memory_order_acquire);
+        while (SEG_GEN(w) == gen && SEG_FRONT(w) < SEG_BACK(w))
+            if (atomic_compare_exchange_weak_explicit(word, &w, w - 1, memory_order_acq_rel, memory_order_acquire))
+                return SEG_BACK(w) - 1;
+        /* that segment emptied meanwhile: look again */
     }
+}
+
+static void run_one(llmm_threadpool *pool, size_t chunk, int ith) {
+    llmm_chunk_fn fn = atomic_load_explicit(&pool->fn, memory_order_relaxed);
+    void *arg = atomic_load_explicit(&pool->arg, memory_order_relaxed);
+    fn(arg, chunk, ith);
+    atomic_fetch_add_explicit(&pool->done, 1, memory_order_release);
+}
+
+/* Runs chunks of run gen, own segment first, until none are left or a newer run has begun. */
+static void run_chunks(llmm_threadpool *pool, uint32_t gen, int ith) {
+    for (size_t c; (c = claim_front(pool, ith, gen)) != SIZE_MAX;) run_one(pool, c, ith);
+    for (size_t c; (c = claim_back(pool, ith, gen)) != SIZE_MAX;) run_one(pool, c, ith);
 }
 
 /* Wait until a run newer than seen is published (or quit); returns its generation. */
 static uint32_t wait_for_run(llmm_threadpool *pool, uint32_t seen) {
     for (int i = 1; i <= SPIN_ROUNDS; i++) {
-        uint32_t g = TICKET_GEN(atomic_load(&pool->ticket));
+        uint32_t g = atomic_load_explicit(&pool->ticket, memory_order_acquire);
         if (g != seen || atomic_load(&pool->quit)) return g;
         if (i % YIELD_EVERY == 0) sched_yield();
         else cpu_relax();
     }
     pthread_mutex_lock(&pool->lock);
     atomic_fetch_add(&pool->sleeping, 1);
-    while (TICKET_GEN(atomic_load(&pool->ticket)) == seen && !atomic_load(&pool->quit))
+    while (atomic_load(&pool->ticket) == seen && !atomic_load(&pool->quit))
         pthread_cond_wait(&pool->work_ready, &pool->lock);
     atomic_fetch_sub(&pool->sleeping, 1);
     pthread_mutex_unlock(&pool->lock);
-    return TICKET_GEN(atomic_load(&pool->ticket));
+    return atomic_load(&pool->ticket);
 }
 
 static void *worker_main(void *p) {
@@ -134,14 +181,18 @@ llmm_status threadpool_create(int n_threads, const llmm_allocator *alloc, llmm_t
     pool->n = n_threads;
     pool->alloc = alloc;
     pool->threads = mem_calloc(alloc, (size_t)n_threads, sizeof(pthread_t) + sizeof(worker_arg));
-    if (!pool->threads) {
+    pool->segments = mem_calloc(alloc, (size_t)n_threads, sizeof *pool->segments);
+    if (!pool->threads || !pool->segments) {
+        mem_free(alloc, pool->threads);
+        mem_free(alloc, pool->segments);
         mem_free(alloc, pool);
         return LLMM_ERR_NO_MEMORY;
     }
     worker_arg *args = (worker_arg *)(pool->threads + n_threads);
     pthread_mutex_init(&pool->lock, NULL);
     pthread_cond_init(&pool->work_ready, NULL);
-    atomic_init(&pool->ticket, TICKET(0, 0));
+    atomic_init(&pool->ticket, 0);
+    for (int i = 0; i < n_threads; i++) atomic_init(&pool->segments[i].word, SEG(0, 0, 0));
     atomic_init(&pool->done, 0);
     atomic_init(&pool->fn, NULL);
     atomic_init(&pool->arg, NULL);
@@ -170,12 +221,13 @@ void threadpool_free(llmm_threadpool *pool) {
     pthread_mutex_destroy(&pool->lock);
     pthread_cond_destroy(&pool->work_ready);
     mem_free(pool->alloc, pool->threads);
+    mem_free(pool->alloc, pool->segments);
     mem_free(pool->alloc, pool);
 }
 
 void threadpool_run(llmm_threadpool *pool, llmm_chunk_fn fn, void *arg, size_t n_chunks) {
-    /* the ticket counts chunks in 32 bits; callers ask for a few per thread, never near that */
-    if (pool->n == 1 || n_chunks <= 1 || n_chunks > UINT32_MAX) {
+    /* segment bounds are 16 bits; callers ask for a few chunks per thread, never near that */
+    if (pool->n == 1 || n_chunks <= 1 || n_chunks > SEG_MAX_CHUNKS) {
         for (size_t c = 0; c < n_chunks; c++) fn(arg, c, 0);
         return;
     }
@@ -184,7 +236,12 @@ void threadpool_run(llmm_threadpool *pool, llmm_chunk_fn fn, void *arg, size_t n
     atomic_store_explicit(&pool->n_chunks, n_chunks, memory_order_relaxed);
     atomic_store_explicit(&pool->done, 0, memory_order_relaxed);
     pool->gen++;
-    atomic_store(&pool->ticket, TICKET(pool->gen, n_chunks)); /* publishes the run (seq_cst, see wake_sleepers) */
+    for (int i = 0; i < pool->n; i++)
+        atomic_store_explicit(&pool->segments[i].word,
+                              SEG(pool->gen, threadpool_segment_start(n_chunks, pool->n, i),
+                                  threadpool_segment_start(n_chunks, pool->n, i + 1)),
+                              memory_order_relaxed);
+    atomic_store(&pool->ticket, pool->gen); /* publishes the run (seq_cst, see wake_sleepers) */
     wake_sleepers(pool);
     run_chunks(pool, pool->gen, 0);
     /* only chunks a worker is still running are left; yield early: a worker that lost its CPU
@@ -193,6 +250,10 @@ void threadpool_run(llmm_threadpool *pool, llmm_chunk_fn fn, void *arg, size_t n
         if (spins % YIELD_EVERY == 0) sched_yield();
         else cpu_relax();
     }
+}
+
+size_t threadpool_segment_start(size_t n_chunks, int n_threads, int i) {
+    return n_chunks * (size_t)i / (size_t)n_threads;
 }
 
 int threadpool_size(const llmm_threadpool *pool) { return pool->n; }

@@ -1347,6 +1347,64 @@ static void test_threadpool_chunks(void **state) {
     }
 }
 
+typedef struct segment_probe {
+    atomic_int ith[64];  /* per chunk: the thread that ran it */
+    atomic_int seq[64];  /* per chunk: its place in the run's order of starts */
+    atomic_int next_seq;
+} segment_probe;
+
+static void segment_chunk(void *arg, size_t chunk, int ith) {
+    segment_probe *p = arg;
+    atomic_store(&p->seq[chunk], atomic_fetch_add(&p->next_seq, 1));
+    atomic_store(&p->ith[chunk], ith);
+    if (ith != 0) nanosleep(&(struct timespec){0, 5000000}, NULL); /* workers are slow: 5 ms a chunk */
+}
+
+/* Thread i runs segment i (threadpool_segment_start) front to back; other threads take from
+ * its back, last chunk first. So per segment the owner ran a prefix in order and the thieves
+ * the rest, each thief back to front (two thieves' starts may interleave); with the workers
+ * slowed down, the caller must have taken some of theirs. */
+static void test_threadpool_segments(void **state) {
+    (void)state;
+    const int threads[] = {2, 3};
+    const size_t counts[] = {16, 7, 40};
+    for (size_t ti = 0; ti < ARRAY_LEN(threads); ti++) {
+        llmm_threadpool *pool = NULL;
+        assert_int_equal(threadpool_create(threads[ti], NULL, &pool), LLMM_OK);
+        for (size_t ci = 0; ci < ARRAY_LEN(counts); ci++) {
+            const size_t n = counts[ci];
+            segment_probe p;
+            for (size_t c = 0; c < ARRAY_LEN(p.ith); c++) {
+                atomic_init(&p.ith[c], -1);
+                atomic_init(&p.seq[c], -1);
+            }
+            atomic_init(&p.next_seq, 0);
+            threadpool_run(pool, segment_chunk, &p, n);
+            int caller_stole = 0;
+            for (int seg = 0; seg < threads[ti]; seg++) {
+                const size_t c0 = threadpool_segment_start(n, threads[ti], seg);
+                const size_t c1 = threadpool_segment_start(n, threads[ti], seg + 1);
+                size_t c = c0;
+                for (; c < c1 && atomic_load(&p.ith[c]) == seg; c++) /* the owner's prefix, in order */
+                    if (c > c0) assert_true(atomic_load(&p.seq[c]) > atomic_load(&p.seq[c - 1]));
+                int last_seq[8]; /* per thief: when it started its previous (higher-numbered) chunk */
+                for (int k = 0; k < 8; k++) last_seq[k] = -1;
+                for (size_t b = c1; b-- > c;) { /* the thieves' suffix, each thief's back to front */
+                    const int by = atomic_load(&p.ith[b]);
+                    if (by == seg || by < 0) fail_msg("segment %d chunk %zu: ran on thread %d", seg, b, by);
+                    if (atomic_load(&p.seq[b]) < last_seq[by])
+                        fail_msg("segment %d: thread %d took chunk %zu before a higher one", seg, by, b);
+                    last_seq[by] = atomic_load(&p.seq[b]);
+                    caller_stole |= by == 0;
+                }
+            }
+            assert_int_equal(threadpool_segment_start(n, threads[ti], threads[ti]), n);
+            if (n >= 4 * (size_t)threads[ti]) assert_true(caller_stole);
+        }
+        threadpool_free(pool);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kernel_selection),
@@ -1379,6 +1437,7 @@ int main(void) {
         cmocka_unit_test(test_attn_chunk),
         cmocka_unit_test(test_backend_matmul_all_tables),
         cmocka_unit_test(test_threadpool_chunks),
+        cmocka_unit_test(test_threadpool_segments),
         cmocka_unit_test(test_bench_kernels),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

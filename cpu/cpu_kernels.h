@@ -109,6 +109,14 @@ typedef struct cpu_kernels {
      * bit for bit this table's axpy per pair; NULL: ops_attention.c calls axpy per pair. */
     void (*attn_values)(float *out, size_t nh, size_t hd, const float *w, size_t ld, const float *const *rows,
                         size_t n);
+    /* attn_scores over F16 rows (hd halves each, row j at rows + j * row_stride halves),
+     * widened in registers: bit for bit this table's attn_scores on the widened rows (the
+     * widening is exact), without writing them out; NULL: ops_attention.c widens the rows. */
+    void (*attn_scores_f16)(const float *q, size_t nh, size_t hd, const uint16_t *rows, size_t row_stride, size_t n,
+                            float *scores, size_t ld);
+    /* attn_values over F16 rows likewise: bit for bit attn_values on the widened rows. */
+    void (*attn_values_f16)(float *out, size_t nh, size_t hd, const float *w, size_t ld, const uint16_t *rows,
+                            size_t row_stride, size_t n);
 } cpu_kernels;
 
 /* The best table this CPU and build support, no better than cap (a test or the

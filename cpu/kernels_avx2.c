@@ -393,6 +393,85 @@ void avx2_attn_values(float *out, size_t nh, size_t hd, const float *w, size_t l
             for (size_t j = 0; j < n; j++) out[i * hd + d] += w[i * ld + j] * rows[j][d];
 }
 
+/* ------------------------------------------------ attention over F16 rows */
+
+/* Each kernel here is its float twin's loop with the row loads replaced by load_f16x8 (and
+ * _cvtsh_ss in the tails): the widening is exact, so it gives its twin's bits on the widened
+ * rows without ops_attention.c writing them out and reading them back. */
+
+/* avx2_dot_f32(q, the widened row r, n) */
+static float dot_f16(const float *q, const uint16_t *r, size_t n) {
+    __m256 acc = _mm256_setzero_ps();
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), load_f16x8(r + i), acc);
+    float sum = hsum_ps(acc);
+    for (; i < n; i++) sum += q[i] * _cvtsh_ss(r[i]);
+    return sum;
+}
+
+/* avx2_attn_scores on the widened rows: row j at rows + j * row_stride. */
+void avx2_attn_scores_f16(const float *q, size_t nh, size_t hd, const uint16_t *rows, size_t row_stride, size_t n,
+                          float *scores, size_t ld) {
+    const size_t hd8 = hd & ~(size_t)7;
+    for (size_t i = 0; i < nh; i++, q += hd) {
+        float *out = scores + i * ld;
+        size_t j = 0;
+        for (; j + 4 <= n; j += 4) {
+            const uint16_t *r0 = rows + j * row_stride, *r1 = r0 + row_stride, *r2 = r1 + row_stride,
+                           *r3 = r2 + row_stride;
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (size_t d = 0; d < hd8; d += 8) {
+                const __m256 qv = _mm256_loadu_ps(q + d);
+                a0 = _mm256_fmadd_ps(qv, load_f16x8(r0 + d), a0);
+                a1 = _mm256_fmadd_ps(qv, load_f16x8(r1 + d), a1);
+                a2 = _mm256_fmadd_ps(qv, load_f16x8(r2 + d), a2);
+                a3 = _mm256_fmadd_ps(qv, load_f16x8(r3 + d), a3);
+            }
+            _mm_storeu_ps(out + j, hsum4_ps(a0, a1, a2, a3));
+            for (size_t k = 0; k < 4 && hd8 < hd; k++) {
+                const uint16_t *r = rows + (j + k) * row_stride;
+                float sum = out[j + k];
+                for (size_t d = hd8; d < hd; d++) sum += q[d] * _cvtsh_ss(r[d]);
+                out[j + k] = sum;
+            }
+        }
+        for (; j < n; j++) out[j] = dot_f16(q, rows + j * row_stride, hd);
+    }
+}
+
+/* avx2_attn_values on the widened rows: row j at rows + j * row_stride. */
+void avx2_attn_values_f16(float *out, size_t nh, size_t hd, const float *w, size_t ld, const uint16_t *rows,
+                          size_t row_stride, size_t n) {
+    size_t d = 0;
+    for (; d + 64 <= hd; d += 64)
+        for (size_t i = 0; i < nh; i++) {
+            float *o = out + i * hd + d;
+            __m256 acc[8];
+#pragma GCC unroll 8
+            for (int c = 0; c < 8; c++) acc[c] = _mm256_loadu_ps(o + 8 * c);
+            for (size_t j = 0; j < n; j++) {
+                const __m256 wj = _mm256_set1_ps(w[i * ld + j]);
+                const uint16_t *r = rows + j * row_stride + d;
+#pragma GCC unroll 8
+                for (int c = 0; c < 8; c++) acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(wj, load_f16x8(r + 8 * c)));
+            }
+#pragma GCC unroll 8
+            for (int c = 0; c < 8; c++) _mm256_storeu_ps(o + 8 * c, acc[c]);
+        }
+    for (; d + 8 <= hd; d += 8)
+        for (size_t i = 0; i < nh; i++) {
+            __m256 acc = _mm256_loadu_ps(out + i * hd + d);
+            for (size_t j = 0; j < n; j++) {
+                const __m256 r = load_f16x8(rows + j * row_stride + d);
+                acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(w[i * ld + j]), r));
+            }
+            _mm256_storeu_ps(out + i * hd + d, acc);
+        }
+    for (; d < hd; d++)
+        for (size_t i = 0; i < nh; i++)
+            for (size_t j = 0; j < n; j++) out[i * hd + d] += w[i * ld + j] * _cvtsh_ss(rows[j * row_stride + d]);
+}
+
 /* ---------------------------------------------------------------- the table */
 
 const cpu_kernels cpu_kernels_avx2 = {
@@ -424,6 +503,8 @@ const cpu_kernels cpu_kernels_avx2 = {
     .f16_to_f32 = avx2_f16_to_f32,
     .attn_scores = avx2_attn_scores,
     .attn_values = avx2_attn_values,
+    .attn_scores_f16 = avx2_attn_scores_f16,
+    .attn_values_f16 = avx2_attn_values_f16,
 };
 
 #endif

@@ -89,6 +89,8 @@ const cpu_kernels cpu_kernels_avx512 = {
     .f16_to_f32 = avx2_f16_to_f32,
     .attn_scores = avx2_attn_scores,
     .attn_values = avx2_attn_values,
+    .attn_scores_f16 = avx2_attn_scores_f16,
+    .attn_values_f16 = avx2_attn_values_f16,
 };
 
 #endif

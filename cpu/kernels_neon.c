@@ -380,6 +380,92 @@ void neon_attn_values(float *out, size_t nh, size_t hd, const float *w, size_t l
             for (size_t j = 0; j < n; j++) out[i * hd + d] += w[i * ld + j] * rows[j][d];
 }
 
+/* ------------------------------------------------ attention over F16 rows */
+
+/* Four halves, widened in the register: fcvtl is exact, so each kernel below, its float
+ * twin's loop with this in place of the row loads, gives its twin's bits on the widened rows
+ * without the widened copy. */
+SIMD_ALWAYS_INLINE float32x4_t load_f16x4(const uint16_t *h) {
+    return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(h)));
+}
+
+SIMD_ALWAYS_INLINE float f16_value(uint16_t h) {
+    return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0);
+}
+
+/* dot4_f32 on the widened rows */
+SIMD_ALWAYS_INLINE float32x4_t dot4_f16(const float *q, const uint16_t *const r[4], size_t hd8) {
+    float32x4_t lo[4], hi[4];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) lo[k] = hi[k] = vdupq_n_f32(0.0f);
+    for (size_t d = 0; d < hd8; d += 8) {
+        const float32x4_t q0 = vld1q_f32(q + d), q1 = vld1q_f32(q + d + 4);
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            lo[k] = vfmaq_f32(lo[k], q0, load_f16x4(r[k] + d));
+            hi[k] = vfmaq_f32(hi[k], q1, load_f16x4(r[k] + d + 4));
+        }
+    }
+    float32x4_t s[4];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) s[k] = vaddq_f32(lo[k], hi[k]);
+    return vpaddq_f32(vpaddq_f32(s[0], s[1]), vpaddq_f32(s[2], s[3]));
+}
+
+/* neon_attn_scores on the widened rows: row j at rows + j * row_stride. */
+void neon_attn_scores_f16(const float *q, size_t nh, size_t hd, const uint16_t *rows, size_t row_stride, size_t n,
+                          float *scores, size_t ld) {
+    const size_t hd8 = hd & ~(size_t)7;
+    for (size_t i = 0; i < nh; i++, q += hd) {
+        float *out = scores + i * ld;
+        for (size_t j = 0; j < n; j += 4) {
+            const size_t nj = LLMM_MIN((size_t)4, n - j);
+            const uint16_t *r[4];
+            for (size_t k = 0; k < 4; k++) r[k] = rows + (j + LLMM_MIN(k, nj - 1)) * row_stride;
+            const float32x4_t s = dot4_f16(q, r, hd8);
+            if (nj == 4 && hd8 == hd) {
+                vst1q_f32(out + j, s);
+                continue;
+            }
+            float sum[4];
+            vst1q_f32(sum, s);
+            for (size_t k = 0; k < nj; k++) {
+                for (size_t d = hd8; d < hd; d++) sum[k] += q[d] * f16_value(r[k][d]);
+                out[j + k] = sum[k];
+            }
+        }
+    }
+}
+
+/* values_block on the widened rows: row j at rows + j * row_stride. */
+SIMD_ALWAYS_INLINE void values_block_f16(float *o, const float *wi, const uint16_t *rows, size_t row_stride,
+                                         size_t d, size_t n, int nv) {
+    float32x4_t acc[8];
+#pragma GCC unroll 8
+    for (int c = 0; c < nv; c++) acc[c] = vld1q_f32(o + 4 * c);
+    for (size_t j = 0; j < n; j++) {
+        const uint16_t *r = rows + j * row_stride + d;
+        const float a = wi[j];
+#pragma GCC unroll 8
+        for (int c = 0; c < nv; c++) acc[c] = vaddq_f32(acc[c], vmulq_n_f32(load_f16x4(r + 4 * c), a));
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < nv; c++) vst1q_f32(o + 4 * c, acc[c]);
+}
+
+/* neon_attn_values on the widened rows: row j at rows + j * row_stride. */
+void neon_attn_values_f16(float *out, size_t nh, size_t hd, const float *w, size_t ld, const uint16_t *rows,
+                          size_t row_stride, size_t n) {
+    size_t d = 0;
+    for (; d + 32 <= hd; d += 32)
+        for (size_t i = 0; i < nh; i++) values_block_f16(out + i * hd + d, w + i * ld, rows, row_stride, d, n, 8);
+    for (; d + 4 <= hd; d += 4)
+        for (size_t i = 0; i < nh; i++) values_block_f16(out + i * hd + d, w + i * ld, rows, row_stride, d, n, 1);
+    for (; d < hd; d++)
+        for (size_t i = 0; i < nh; i++)
+            for (size_t j = 0; j < n; j++) out[i * hd + d] += w[i * ld + j] * f16_value(rows[j * row_stride + d]);
+}
+
 /* ---------------------------------------------------------------- the table */
 
 const cpu_kernels cpu_kernels_neon = {
@@ -411,6 +497,8 @@ const cpu_kernels cpu_kernels_neon = {
     .f16_to_f32 = neon_f16_to_f32,
     .attn_scores = neon_attn_scores,
     .attn_values = neon_attn_values,
+    .attn_scores_f16 = neon_attn_scores_f16,
+    .attn_values_f16 = neon_attn_values_f16,
 };
 
 #endif

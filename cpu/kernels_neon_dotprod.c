@@ -58,6 +58,8 @@ const cpu_kernels cpu_kernels_neon_dotprod = {
     .f16_to_f32 = neon_f16_to_f32,
     .attn_scores = neon_attn_scores,
     .attn_values = neon_attn_values,
+    .attn_scores_f16 = neon_attn_scores_f16,
+    .attn_values_f16 = neon_attn_values_f16,
 };
 
 #endif

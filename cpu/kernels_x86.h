@@ -27,6 +27,10 @@ void avx2_attn_scores(const float *q, size_t nh, size_t hd, const float *const *
                       size_t ld);
 void avx2_attn_values(float *out, size_t nh, size_t hd, const float *w, size_t ld, const float *const *rows,
                       size_t n);
+void avx2_attn_scores_f16(const float *q, size_t nh, size_t hd, const uint16_t *rows, size_t row_stride, size_t n,
+                          float *scores, size_t ld);
+void avx2_attn_values_f16(float *out, size_t nh, size_t hd, const float *w, size_t ld, const uint16_t *rows,
+                          size_t row_stride, size_t n);
 #endif
 
 #endif

@@ -18,6 +18,8 @@
  *  - attn_scores, attn_values (attention over a chunk of positions, all heads at once): bit
  *    for bit the same table's dot_f32 per (head, position) and axpy per position in order,
  *    in every table that has them (every SIMD table must); score lanes past n untouched.
+ *  - attn_scores_f16, attn_values_f16 (the same over F16 rows, widened in registers): bit for
+ *    bit the same table's attn_scores and attn_values on the rows widened beforehand.
  *  - dot_f32 (attention's q.k): (n/8 + 4) u sum|a b| against float64 (FMA partial sums, a
  *    tree of 3 adds, then the tail: at most n/8 + 4 roundings per term).
  *  - F16 and BF16 matmul: products are exact in double, the double sum runs in another order:
@@ -1051,6 +1053,88 @@ static void test_attn_chunk(void **state) {
     }
 }
 
+/* A random finite half: one in four any finite pattern (subnormals up to 65504, so the sums
+ * mix magnitudes and an order change shows), else a value in [-2, 2] rounded to f16. */
+static uint16_t rand_half(void) {
+    const uint64_t r = rng_u64();
+    if ((r & 3) == 0) {
+        const uint16_t h = (uint16_t)(r >> 16);
+        return (h & 0x7c00) == 0x7c00 ? (uint16_t)(h & 0xbfff) : h; /* no infinities or NaNs */
+    }
+    return llmm_f32_to_f16(rng_float(-2.0f, 2.0f));
+}
+
+/* attn_scores_f16 and attn_values_f16 against the same table's attn_scores and attn_values on
+ * the rows widened (kv_half_to_float), every bit equal: n F16 rows row_stride > hd halves apart,
+ * q and weights with magnitudes from 2^-20 to 2^10. */
+static void check_attn_f16_case(const cpu_kernels *k, size_t nh, size_t hd, size_t n) {
+    const size_t ld = n + 5, row_stride = hd + 3;
+    uint16_t *halves = xmalloc(n * row_stride * sizeof *halves);
+    float *widened = xmalloc(n * hd * sizeof *widened);
+    float *q = rand_floats(nh * hd, -2.0f, 2.0f), *w = rand_floats(nh * ld, 0.0f, 1.0f);
+    float *out1 = rand_floats(nh * hd, -2.0f, 2.0f), *out2 = xmalloc(nh * hd * sizeof *out2);
+    float *s1 = xmalloc(nh * ld * sizeof *s1), *s2 = xmalloc(nh * ld * sizeof *s2);
+    for (size_t i = 0; i < nh * hd; i++) q[i] = ldexpf(q[i], (int)(rng_u64() % 31) - 20);
+    for (size_t i = 0; i < nh * ld; i++) w[i] = ldexpf(w[i], (int)(rng_u64() % 11) - 5);
+    const float *rows[16];
+    assert_true(n <= ARRAY_LEN(rows));
+    for (size_t j = 0; j < n; j++) {
+        for (size_t d = 0; d < row_stride; d++) halves[j * row_stride + d] = rand_half();
+        for (size_t d = 0; d < hd; d++) widened[j * hd + d] = kv_half_to_float(halves[j * row_stride + d]);
+        rows[j] = widened + j * hd;
+    }
+
+    fill_nan(s1, nh * ld);
+    fill_nan(s2, nh * ld);
+    k->attn_scores_f16(q, nh, hd, halves, row_stride, n, s1, ld);
+    k->attn_scores(q, nh, hd, rows, n, s2, ld);
+    size_t at = first_diff(s1, s2, nh * ld);
+    if (at < nh * ld)
+        fail_msg("%s attn_scores_f16 nh=%zu hd=%zu n=%zu: head %zu pos %zu: %a, attn_scores %a", k->name, nh, hd, n,
+                 at / ld, at % ld, (double)s1[at], (double)s2[at]);
+
+    memcpy(out2, out1, nh * hd * sizeof *out1);
+    k->attn_values_f16(out1, nh, hd, w, ld, halves, row_stride, n);
+    k->attn_values(out2, nh, hd, w, ld, rows, n);
+    at = first_diff(out1, out2, nh * hd);
+    if (at < nh * hd)
+        fail_msg("%s attn_values_f16 nh=%zu hd=%zu n=%zu: head %zu value %zu: %a, attn_values %a", k->name, nh, hd, n,
+                 at / hd, at % hd, (double)out1[at], (double)out2[at]);
+    free(halves);
+    free(widened);
+    free(q);
+    free(w);
+    free(out1);
+    free(out2);
+    free(s1);
+    free(s2);
+}
+
+/* The F16-row attention kernels, in every table that has them: bit for bit the table's float
+ * kernels on the widened rows. Head sizes through each vector path and tail (1, 5, 13, 64,
+ * 67, 72, 128), position counts below, at and around the groups of four. Every SIMD table
+ * must have both, so that the check cannot pass by skipping. */
+static void test_attn_chunk_f16(void **state) {
+    (void)state;
+    const size_t nhs[] = {1, 3, 7}, hds[] = {1, 5, 13, 64, 67, 72, 128}, ns[] = {1, 4, 7, 16};
+    for (int isa = 0; isa < CPU_ISA_COUNT; isa++) {
+        const cpu_kernels *k = cpu_kernels_get((cpu_isa)isa);
+        if (!k) continue;
+        if (!k->attn_scores_f16 || !k->attn_values_f16) {
+            for (size_t ii = 0; ii < ARRAY_LEN(k_simd_isas); ii++)
+                if (k_simd_isas[ii] == (cpu_isa)isa) fail_msg("%s lacks attn_scores_f16 or attn_values_f16", k->name);
+            print_message("skipped %s: no F16 attention chunk kernels\n", k->name);
+            continue;
+        }
+        rng_seed(3006);
+        for (size_t a = 0; a < ARRAY_LEN(nhs); a++)
+            for (size_t b = 0; b < ARRAY_LEN(hds); b++)
+                for (size_t c = 0; c < ARRAY_LEN(ns); c++) check_attn_f16_case(k, nhs[a], hds[b], ns[c]);
+        print_message("%s attn_scores_f16, attn_values_f16: %zu chunks bit-identical on widened rows\n", k->name,
+                      ARRAY_LEN(nhs) * ARRAY_LEN(hds) * ARRAY_LEN(ns));
+    }
+}
+
 /* ================================================================== the backend, per table */
 
 static void *cpu_start_isa(cpu_isa isa, int n_threads) {
@@ -1435,6 +1519,7 @@ int main(void) {
         cmocka_unit_test(test_dot_axpy),
         cmocka_unit_test(test_f16_to_f32),
         cmocka_unit_test(test_attn_chunk),
+        cmocka_unit_test(test_attn_chunk_f16),
         cmocka_unit_test(test_backend_matmul_all_tables),
         cmocka_unit_test(test_threadpool_chunks),
         cmocka_unit_test(test_threadpool_segments),

@@ -86,6 +86,9 @@ typedef struct cpu_kernels {
     cpu_matmul_kernel matmul[LLMM_TYPE_COUNT];
     /* x (n values, n % 32 == 0) to Q8 operand fields; NULL in the scalar table */
     void (*quantize_q8)(const float *x, int8_t *qs, float *d, int32_t *sum, size_t n);
+    /* x (n values, n % 256 == 0) to Q8K operand fields, bit for bit llmm_quantize_row_q8_K's;
+     * NULL in the scalar table */
+    void (*quantize_q8k)(const float *x, int8_t *qs, float *d, int16_t *bsums, size_t n);
     /* out = x rounded to f16 (nearest even), widened; NULL in the scalar table */
     void (*round_f16_f64)(const float *x, double *out, size_t n);
     /* out = x / sqrt(mean(x^2) + eps) * w: squares in float, their sum in double */

@@ -5,6 +5,7 @@
 #if defined(__x86_64__)
 
 #include <math.h>
+#include <string.h>
 
 #include "kernels_x86.h"
 #include "simd_x86.h"
@@ -95,6 +96,72 @@ void avx2_quantize_q8(const float *x, int8_t *qs, float *d, int32_t *sum, size_t
         /* the packs interleave 4-value groups across the 128-bit halves; the permute restores order */
         const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
         _mm256_storeu_si256((__m256i *)(void *)(qs + b * QK8_0), _mm256_permutevar8x32_epi32(p, order));
+    }
+}
+
+/* The first value of largest magnitude in a Q8_K super-block (amax > 0 its magnitude): the
+ * scalar's running strict > keeps the first of equal magnitudes, so with both +a and -a in a
+ * block the earlier one sets the scale's sign. */
+static float first_of_magnitude(const float *xb, float amax) {
+    const __m256 sign = _mm256_set1_ps(-0.0f), a = _mm256_set1_ps(amax);
+    for (int k = 0; k < QK_K / 8; k++) {
+        const __m256 v = _mm256_andnot_ps(sign, _mm256_loadu_ps(xb + 8 * k));
+        if (_mm256_movemask_ps(_mm256_cmp_ps(v, a, _CMP_EQ_OQ)))
+            for (int i = 8 * k;; i++)
+                if (fabsf(xb[i]) == amax) return xb[i];
+    }
+    return 0.0f; /* not reached: amax is one of the magnitudes */
+}
+
+/* llmm_quantize_row_q8_K bit for bit: iscale = -127 / (the signed value of largest magnitude)
+ * and d = 1 / iscale as the scalar divides, quants iscale * x clamped to [-128, 127] then
+ * rounded to nearest even (cvtps_epi32 under the default rounding mode, as nearbyintf). max_ps
+ * and min_ps return their second operand for a NaN, so 0 * inf (a block whose largest value
+ * is subnormal makes iscale infinite) gives -128 as the scalar's !(v > -128) does. The group
+ * sums are exact integer sums in any order. */
+void avx2_quantize_q8k(const float *x, int8_t *qs, float *d, int16_t *bsums, size_t n) {
+    const __m256 sign = _mm256_set1_ps(-0.0f), lo = _mm256_set1_ps(-128.0f), hi = _mm256_set1_ps(127.0f);
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (size_t b = 0; b < n / QK_K; b++) {
+        const float *xb = x + b * QK_K;
+        int8_t *qb = qs + b * QK_K;
+        int16_t *sb = bsums + b * (QK_K / 16);
+        __m256 m[4];
+        for (int k = 0; k < 4; k++) m[k] = _mm256_andnot_ps(sign, _mm256_loadu_ps(xb + 8 * k));
+        for (int k = 4; k < QK_K / 8; k++)
+            m[k % 4] = _mm256_max_ps(m[k % 4], _mm256_andnot_ps(sign, _mm256_loadu_ps(xb + 8 * k)));
+        const float amax = hmax_ps(_mm256_max_ps(_mm256_max_ps(m[0], m[1]), _mm256_max_ps(m[2], m[3])));
+        if (amax == 0.0f) {
+            d[b] = 0.0f;
+            memset(qb, 0, QK_K);
+            memset(sb, 0, QK_K / 16 * sizeof *sb);
+            continue;
+        }
+        const float iscale = -127.0f / first_of_magnitude(xb, amax);
+        const __m256 vs = _mm256_set1_ps(iscale);
+        __m128i g[4]; /* the sums of groups 4c .. 4c + 3 */
+        for (int c = 0; c < 4; c++) {
+            __m256i q[8];
+            for (int k = 0; k < 8; k++) {
+                const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(xb + 64 * c + 8 * k), vs);
+                q[k] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(v, lo), hi));
+            }
+            /* the packs interleave 4-value groups across the 128-bit halves; the permute restores order */
+            for (int h = 0; h < 2; h++) {
+                const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[4 * h], q[4 * h + 1]),
+                                                     _mm256_packs_epi32(q[4 * h + 2], q[4 * h + 3]));
+                _mm256_storeu_si256((__m256i *)(void *)(qb + 64 * c + 32 * h), _mm256_permutevar8x32_epi32(p, order));
+            }
+            /* two hadds leave group j's partial sums in lane j of each half */
+            const __m256i s01 = _mm256_hadd_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+            const __m256i s23 = _mm256_hadd_epi32(_mm256_add_epi32(q[4], q[5]), _mm256_add_epi32(q[6], q[7]));
+            const __m256i s = _mm256_hadd_epi32(s01, s23);
+            g[c] = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        }
+        /* |group sum| <= 16 * 128: the saturating packs never clip */
+        _mm_storeu_si128((__m128i *)(void *)sb, _mm_packs_epi32(g[0], g[1]));
+        _mm_storeu_si128((__m128i *)(void *)(sb + 8), _mm_packs_epi32(g[2], g[3]));
+        d[b] = 1.0f / iscale;
     }
 }
 
@@ -494,6 +561,7 @@ const cpu_kernels cpu_kernels_avx2 = {
             [LLMM_TYPE_Q6_K] = {gemm_q6_K, CPU_OPERAND_Q8K},
         },
     .quantize_q8 = avx2_quantize_q8,
+    .quantize_q8k = avx2_quantize_q8k,
     .round_f16_f64 = avx2_round_f16_f64,
     .rms_norm_row = avx2_rms_norm_row,
     .silu_mul = avx2_silu_mul,

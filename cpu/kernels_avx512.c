@@ -80,6 +80,7 @@ const cpu_kernels cpu_kernels_avx512 = {
             [LLMM_TYPE_Q6_K] = {gemm_q6_K, CPU_OPERAND_Q8K},
         },
     .quantize_q8 = avx2_quantize_q8,
+    .quantize_q8k = avx2_quantize_q8k,
     .round_f16_f64 = avx2_round_f16_f64,
     .rms_norm_row = avx2_rms_norm_row,
     .silu_mul = avx2_silu_mul,

@@ -6,6 +6,7 @@
 #if defined(__aarch64__)
 
 #include <math.h>
+#include <string.h>
 
 #include "kernels_neon.h"
 #include "simd_neon.h"
@@ -67,6 +68,54 @@ void neon_quantize_q8(const float *x, int8_t *qs, float *d, int32_t *sum, size_t
         vst1q_s8(qs + b * QK8_0, vcombine_s8(vqmovn_s16(h[0]), vqmovn_s16(h[1])));
         vst1q_s8(qs + b * QK8_0 + 16, vcombine_s8(vqmovn_s16(h[2]), vqmovn_s16(h[3])));
         sum[b] = vaddvq_s32(s);
+    }
+}
+
+/* The first value of largest magnitude in a Q8_K super-block (amax > 0 its magnitude): the
+ * scalar's running strict > keeps the first of equal magnitudes, so with both +a and -a in a
+ * block the earlier one sets the scale's sign. */
+static float first_of_magnitude(const float *xb, float amax) {
+    for (int k = 0; k < QK_K / 4; k++)
+        if (vmaxvq_u32(vceqq_f32(vabsq_f32(vld1q_f32(xb + 4 * k)), vdupq_n_f32(amax))))
+            for (int i = 4 * k;; i++)
+                if (fabsf(xb[i]) == amax) return xb[i];
+    return 0.0f; /* not reached: amax is one of the magnitudes */
+}
+
+/* llmm_quantize_row_q8_K bit for bit: iscale = -127 / (the signed value of largest magnitude)
+ * and d = 1 / iscale as the scalar divides, quants iscale * x clamped to [-128, 127] then
+ * rounded to nearest even (FCVTNS, as nearbyintf under the default rounding mode). FMAXNM and
+ * FMINNM return the number for a quiet NaN, so 0 * inf (a block whose largest value is
+ * subnormal makes iscale infinite) gives -128 as the scalar's !(v > -128) does. Each group's
+ * sum is one exact widening add across its 16 quants. */
+void neon_quantize_q8k(const float *x, int8_t *qs, float *d, int16_t *bsums, size_t n) {
+    const float32x4_t lo = vdupq_n_f32(-128.0f), hi = vdupq_n_f32(127.0f);
+    for (size_t b = 0; b < n / QK_K; b++) {
+        const float *xb = x + b * QK_K;
+        int8_t *qb = qs + b * QK_K;
+        int16_t *sb = bsums + b * (QK_K / 16);
+        float32x4_t m[4];
+        for (int k = 0; k < 4; k++) m[k] = vabsq_f32(vld1q_f32(xb + 4 * k));
+        for (int k = 4; k < QK_K / 4; k++) m[k % 4] = vmaxq_f32(m[k % 4], vabsq_f32(vld1q_f32(xb + 4 * k)));
+        const float amax = vmaxvq_f32(vmaxq_f32(vmaxq_f32(m[0], m[1]), vmaxq_f32(m[2], m[3])));
+        if (amax == 0.0f) {
+            d[b] = 0.0f;
+            memset(qb, 0, QK_K);
+            memset(sb, 0, QK_K / 16 * sizeof *sb);
+            continue;
+        }
+        const float iscale = -127.0f / first_of_magnitude(xb, amax);
+        for (int g = 0; g < QK_K / 16; g++) {
+            int16x4_t h[4];
+            for (int k = 0; k < 4; k++) {
+                const float32x4_t v = vmulq_n_f32(vld1q_f32(xb + 16 * g + 4 * k), iscale);
+                h[k] = vqmovn_s32(vcvtnq_s32_f32(vminnmq_f32(vmaxnmq_f32(v, lo), hi)));
+            }
+            const int8x16_t q = vcombine_s8(vqmovn_s16(vcombine_s16(h[0], h[1])), vqmovn_s16(vcombine_s16(h[2], h[3])));
+            vst1q_s8(qb + 16 * g, q);
+            sb[g] = vaddlvq_s8(q);
+        }
+        d[b] = 1.0f / iscale;
     }
 }
 
@@ -488,6 +537,7 @@ const cpu_kernels cpu_kernels_neon = {
             [LLMM_TYPE_Q6_K] = {gemm_q6_K, CPU_OPERAND_Q8K},
         },
     .quantize_q8 = neon_quantize_q8,
+    .quantize_q8k = neon_quantize_q8k,
     .round_f16_f64 = neon_round_f16_f64,
     .rms_norm_row = neon_rms_norm_row,
     .silu_mul = neon_silu_mul,

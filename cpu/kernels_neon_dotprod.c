@@ -49,6 +49,7 @@ const cpu_kernels cpu_kernels_neon_dotprod = {
             [LLMM_TYPE_Q6_K] = {gemm_q6_K, CPU_OPERAND_Q8K},
         },
     .quantize_q8 = neon_quantize_q8,
+    .quantize_q8k = neon_quantize_q8k,
     .round_f16_f64 = neon_round_f16_f64,
     .rms_norm_row = neon_rms_norm_row,
     .silu_mul = neon_silu_mul,

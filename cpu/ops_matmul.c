@@ -115,12 +115,15 @@ static void round_bf16_f64(const float *x, double *out, size_t n) {
     }
 }
 
-/* One row as Q8_K through the type table's quantizer (so the quants are the scalar path's by
- * construction), split by field. Not free: 4.2 ns per value on the dev VM, 20 us of a ~150 us
- * one-thread decode matmul with a 4864 x 896 Q4_K weight (1.3 ms of ~7 ms for 64 rows); a
- * vectorized quantizer needs a kernel-table slot. Spreading these rows over the threads
- * (chunks of 1024 values) made no difference measurable on the busy VM (0.5B Q4_K_M, Q6_K,
- * 2 threads, load 3.6-4.7), so they stay on the calling thread. */
+/* One row as Q8_K through the type table's quantizer, split by field: the path of tables
+ * without quantize_q8k (the scalar one), and the reference that slot must match bit for bit.
+ * Not free: 3.9-4.2 ns per value on the dev VM, 20 us of a ~150 us one-thread decode matmul
+ * with a 4864 x 896 Q4_K weight, 1.7 % of all 0.5B Q4_K_M decode samples in perf while the
+ * other thread waited. The AVX2 quantize_q8k takes 0.23 ns per value (LLMM_BENCH_KERNELS=q8k,
+ * rows of 1024 and 4608 values): 0.5B Q4_K_M decode, 2 threads, 7 alternating runs on the
+ * busy VM, best 68.4 -> 70.1 tok/s, median token 14.6 -> 14.0 ms. The rows stay on the calling
+ * thread; spreading them over the threads (chunks of 1024 values) had made no difference
+ * measurable on the busy VM. */
 static void quantize_row_q8k(const float *x, int8_t *qs, float *d, int16_t *bsums, size_t n) {
     block_q8_K blk;
     for (size_t b = 0; b < n / QK_K; b++) {
@@ -138,7 +141,9 @@ static llmm_status prepare_q8k(cpu_state *s, const float *x, size_t n_rows, size
     float *d = (float *)(void *)p;
     int16_t *bsums = (int16_t *)(void *)(p + n_rows * nb * sizeof(float));
     int8_t *qs = (int8_t *)(p + n_rows * (nb * sizeof(float) + ng * sizeof(int16_t)));
-    for (size_t r = 0; r < n_rows; r++) quantize_row_q8k(x + r * n, qs + r * n, d + r * nb, bsums + r * ng, n);
+    void (*quantize)(const float *, int8_t *, float *, int16_t *, size_t) =
+        s->k->quantize_q8k ? s->k->quantize_q8k : quantize_row_q8k;
+    for (size_t r = 0; r < n_rows; r++) quantize(x + r * n, qs + r * n, d + r * nb, bsums + r * ng, n);
     *op = (cpu_operand){.n = n, .qs = qs, .d = d, .bsums = bsums};
     return LLMM_OK;
 }

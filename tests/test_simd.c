@@ -6,8 +6,9 @@
  * the thread pool's chunk hand-out.
  *
  * Tolerances (u = 2^-24):
- *  - Q8 operand (activation quantization), f16 operand rounding: exact (quants, scales and
- *    block sums equal to llmm_quantize_row_q8_0's; f16 values equal to the table's from_float).
+ *  - Q8 and Q8_K operands (activation quantization), f16 operand rounding: exact (quants,
+ *    scales and block or group sums equal to llmm_quantize_row_q8_0's and
+ *    llmm_quantize_row_q8_K's; f16 values equal to the table's from_float).
  *  - Q4_0 and Q8_0 matmul: the integer block sums are exact in any order and the kernels keep
  *    the scalar's float order, so outputs must equal the table's vec_dot bit for bit. With all
  *    scales 1.0 the output is the integer dot itself: checked equal to an int64 reference.
@@ -195,6 +196,101 @@ static void test_quantize_q8_exact(void **state) {
             free(d);
             free(sum);
         }
+    }
+}
+
+/* Q8_K super-blocks of many kinds (the kind cycles with the block index, offset by row): random
+ * over a few magnitudes and over 2^-60 .. 2^60, all zeros (signed zeros among them), one huge
+ * negative value, exact .5 ties of iscale * x (max -127, 127 or -254: iscale exactly 1, -1 or
+ * 0.5), subnormals only (iscale overflows to -inf: 0 * inf is NaN, clamped to -128), values
+ * near FLT_MAX, +a and -a both the largest magnitude (the first sets the sign), the largest
+ * value last, a single non-zero value. */
+enum { Q8K_KINDS = 13 };
+static void fill_q8k_block(float *x, int kind) {
+    const float scale = kind == 0 ? 1e-3f : kind == 1 ? 300.0f : 1.0f;
+    for (int j = 0; j < QK_K; j++) x[j] = rng_float(-2.0f * scale, 2.0f * scale);
+    switch (kind) {
+    case 2:
+        for (int j = 0; j < QK_K; j++)
+            x[j] = ldexpf(rng_float(1.0f, 2.0f), (int)(rng_u64() % 121) - 60) * (j % 3 ? 1.0f : -1.0f);
+        break;
+    case 3:
+        for (int j = 0; j < QK_K; j++) x[j] = j % 5 ? 0.0f : -0.0f;
+        break;
+    case 4: x[rng_u64() % QK_K] = -1e30f; break;
+    case 5:
+    case 6:
+    case 7: {
+        const float max = kind == 5 ? -127.0f : kind == 6 ? 127.0f : -254.0f, step = kind == 7 ? 2.0f : 1.0f;
+        for (int j = 0; j < QK_K; j++) x[j] = (float)(j % 2 ? 1 : -1) * step * ((float)(j % 127) + 0.5f);
+        x[rng_u64() % QK_K] = max;
+        break;
+    }
+    case 8:
+        for (int j = 0; j < QK_K; j++) x[j] = j % 4 ? rng_float(-1e-39f, 1e-39f) : 0.0f;
+        break;
+    case 9:
+        for (int j = 0; j < QK_K; j++) x[j] = rng_float(-FLT_MAX, FLT_MAX);
+        x[17] = -FLT_MAX;
+        break;
+    case 10: {
+        const size_t a = rng_u64() % QK_K, b = rng_u64() % QK_K;
+        const float m = a % 2 ? 3.5f : -3.5f;
+        x[a] = m;
+        if (b != a) x[b] = -m;
+        break;
+    }
+    case 11: x[QK_K - 1] = rng_u64() % 2 ? 7.0f : -7.0f; break;
+    case 12:
+        for (int j = 0; j < QK_K; j++) x[j] = 0.0f;
+        x[rng_u64() % QK_K] = rng_float(-1e-20f, 1e-20f);
+        break;
+    default: break;
+    }
+}
+
+static void test_quantize_q8k_exact(void **state) {
+    (void)state;
+    const size_t sizes[] = {256, 512, 1024, 4608, 4864};
+    enum { ROWS = 40 };
+    for (size_t ii = 0; ii < ARRAY_LEN(k_simd_isas); ii++) {
+        const cpu_kernels *k = simd_table(k_simd_isas[ii]);
+        if (!k) continue;
+        if (!k->quantize_q8k) fail_msg("%s has no quantize_q8k", k->name);
+        rng_seed(1002);
+        size_t blocks = 0;
+        for (size_t si = 0; si < ARRAY_LEN(sizes); si++) {
+            const size_t n = sizes[si], nb = n / QK_K;
+            float *x = xmalloc(n * sizeof *x), *d = xmalloc(nb * sizeof *d);
+            block_q8_K *ref = xmalloc(nb * sizeof *ref);
+            int8_t *qs = xmalloc(n);
+            int16_t *bsums = xmalloc(n / 16 * sizeof *bsums);
+            for (size_t r = 0; r < ROWS; r++) {
+                for (size_t b = 0; b < nb; b++) fill_q8k_block(x + b * QK_K, (int)((b + r) % Q8K_KINDS));
+                llmm_quantize_row_q8_K(x, ref, n);
+                memset(qs, 0x5a, n);
+                k->quantize_q8k(x, qs, d, bsums, n);
+                for (size_t b = 0; b < nb; b++, blocks++) {
+                    const int kind = (int)((b + r) % Q8K_KINDS);
+                    if (bits_of(d[b]) != bits_of(ref[b].d))
+                        fail_msg("%s q8k n=%zu row %zu block %zu (kind %d): d %.9g want %.9g", k->name, n, r, b, kind,
+                                 (double)d[b], (double)ref[b].d);
+                    for (int j = 0; j < QK_K; j++)
+                        if (qs[b * QK_K + j] != ref[b].qs[j])
+                            fail_msg("%s q8k n=%zu row %zu block %zu (kind %d) elem %d: %d want %d (x %.9g)",
+                                     k->name, n, r, b, kind, j, qs[b * QK_K + j], ref[b].qs[j],
+                                     (double)x[b * QK_K + j]);
+                    if (memcmp(bsums + b * (QK_K / 16), ref[b].bsums, sizeof ref[b].bsums) != 0)
+                        fail_msg("%s q8k n=%zu row %zu block %zu (kind %d): group sums differ", k->name, n, r, b, kind);
+                }
+            }
+            free(x);
+            free(d);
+            free(ref);
+            free(qs);
+            free(bsums);
+        }
+        print_message("%s: %zu Q8_K super-blocks bit for bit\n", k->name, blocks);
     }
 }
 
@@ -1213,7 +1309,8 @@ static void test_backend_matmul_all_tables(void **state) {
  * multiples of 256). The weights (2-5 MB) stay in the L2/L3 caches between calls, so decode
  * figures are the kernels' compute, not DRAM streaming. Timing is slow and noisy, so it runs
  * only when LLMM_BENCH_KERNELS is set: `LLMM_BENCH_KERNELS=1 build/tests/test_simd` (or =q4_k,q6_k for some types,
- * =attention or =threads for bench_attention and bench_matmul_threads below). */
+ * =attention, =threads or =q8k for bench_attention, bench_matmul_threads and bench_quantize_q8k
+ * below). */
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -1236,6 +1333,7 @@ static double matmul_seconds(void *st, const llmm_tensor *wt, const float *x, si
 
 static void bench_attention(void);
 static void bench_matmul_threads(void);
+static void bench_quantize_q8k(void);
 
 static void test_bench_kernels(void **state) {
     (void)state;
@@ -1246,6 +1344,7 @@ static void test_bench_kernels(void **state) {
     const char *only = getenv("LLMM_BENCH_KERNELS"); /* "1", or type names: "q5_0,q4_k", "attention" */
     if (strcmp(only, "1") == 0 || strstr(only, "attention")) bench_attention();
     if (strcmp(only, "1") == 0 || strstr(only, "threads")) bench_matmul_threads();
+    if (strcmp(only, "1") == 0 || strstr(only, "q8k")) bench_quantize_q8k();
     const uint32_t types[] = {LLMM_TYPE_Q4_0, LLMM_TYPE_Q8_0, LLMM_TYPE_Q4_K, LLMM_TYPE_Q6_K, LLMM_TYPE_Q5_K, LLMM_TYPE_Q3_K,
                               LLMM_TYPE_Q2_K, LLMM_TYPE_Q5_0, LLMM_TYPE_Q4_1, LLMM_TYPE_Q5_1};
     const size_t shapes[][3] = {{4864, 896, 1}, {0, 4864, 1}, {0, 151936, 1}, {4864, 896, 64}, {0, 4864, 64}}; /* ne0 0: 896 */
@@ -1357,6 +1456,42 @@ static void bench_matmul_threads(void) {
         free(x);
         free(w);
         free(out);
+    }
+}
+
+/* Activation rows to Q8_K (the K-quant matmuls' operand), the 0.5B model's FFN row lengths
+ * (896 and 4864 rounded to multiples of 256): ns per value of the type table's quantizer (the
+ * scalar path, which ops_matmul.c also copies into the split fields) and of each table's
+ * quantize_q8k, best of 3 batches, the row in L1. With LLMM_BENCH_KERNELS=q8k (or =1). */
+static void bench_quantize_q8k(void) {
+    const size_t sizes[] = {1024, 4608};
+    print_message("Q8_K activation quantizer, ns per value: scalar, then each table\n");
+    for (size_t si = 0; si < ARRAY_LEN(sizes); si++) {
+        const size_t n = sizes[si], nb = n / QK_K;
+        float *x = rand_floats(n, -2.0f, 2.0f), *d = xmalloc(nb * sizeof *d);
+        block_q8_K *blk = xmalloc(nb * sizeof *blk);
+        int8_t *qs = xmalloc(n);
+        int16_t *bsums = xmalloc(n / 16 * sizeof *bsums);
+        const int reps = 20000;
+        for (int isa = 0; isa < (int)CPU_ISA_COUNT; isa++) {
+            const cpu_kernels *k = cpu_kernels_get((cpu_isa)isa);
+            if (!k || (isa != CPU_ISA_SCALAR && !k->quantize_q8k)) continue;
+            double best = 1e9;
+            for (int batch = 0; batch < 3; batch++) {
+                const double t0 = now_s();
+                for (int i = 0; i < reps; i++) {
+                    if (isa == CPU_ISA_SCALAR) llmm_quantize_row_q8_K(x, blk, n);
+                    else k->quantize_q8k(x, qs, d, bsums, n);
+                }
+                best = fmin(best, (now_s() - t0) / reps);
+            }
+            print_message("  n=%4zu %-8s %.3f ns/value\n", n, k->name, 1e9 * best / (double)n);
+        }
+        free(x);
+        free(d);
+        free(blk);
+        free(qs);
+        free(bsums);
     }
 }
 
@@ -1493,6 +1628,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kernel_selection),
         cmocka_unit_test(test_quantize_q8_exact),
+        cmocka_unit_test(test_quantize_q8k_exact),
         cmocka_unit_test(test_round_f16_exact),
         cmocka_unit_test(test_gemm_q4_0),
         cmocka_unit_test(test_gemm_q8_0),

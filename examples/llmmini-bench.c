@@ -3,6 +3,7 @@
  * --parallel S, also the aggregate decode speed of S sequences forked from one prompt.
  * Progress goes to stderr; the result (tables, or one JSON object with --json) to stdout. */
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -509,17 +510,38 @@ static void build_prompt(const llmm_model *m, uint32_t n_vocab, llmm_token *ids,
     for (uint64_t k = 0; i < n; i++, k++) ids[i] = (llmm_token)(first + (k * 7919u) % range);
 }
 
-/* Greedy next token of logits row `row`: argmax, the cheapest sampler, so that the timings are
- * the model's. */
+/* Largest of x[0 .. n), -inf when empty or all NaN: eight running maxima, a loop GCC
+ * vectorizes at -O2. */
+static float max_of(const float *x, size_t n) {
+    float lane[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (size_t k = 0; k < 8; k++) lane[k] = x[i + k] > lane[k] ? x[i + k] : lane[k];
+    float max = -INFINITY;
+    for (; i < n; i++) max = x[i] > max ? x[i] : max;
+    for (size_t k = 0; k < 8; k++) max = lane[k] > max ? lane[k] : max;
+    return max;
+}
+
+/* Greedy next token of logits row `row`: argmax (lowest id on ties), the cheapest sampler, so
+ * that the timings are the model's. The maximum of each stretch of 1024 logits, then the first
+ * index holding the largest in the first stretch that has it: the one compare-and-index loop
+ * over Qwen's 151936 logits was 0.7 % of decode samples. */
 static llmm_status greedy_next(llmm_context *ctx, size_t row, llmm_token *out) {
+    enum { STRETCH = 1024 };
     const float *logits;
     size_t n_vocab;
     llmm_status st = llmm_logits(ctx, row, &logits, &n_vocab);
     if (st) return st;
-    size_t best = 0;
-    for (size_t i = 1; i < n_vocab; i++)
-        if (logits[i] > logits[best]) best = i;
-    *out = (llmm_token)best;
+    float best_value = -INFINITY;
+    size_t best_stretch = 0;
+    for (size_t s0 = 0; s0 < n_vocab; s0 += STRETCH) {
+        const float m = max_of(logits + s0, n_vocab - s0 < STRETCH ? n_vocab - s0 : STRETCH);
+        if (m > best_value) best_value = m, best_stretch = s0;
+    }
+    size_t best = best_stretch;
+    while (best < n_vocab && !(logits[best] == best_value)) best++;
+    *out = (llmm_token)(best < n_vocab ? best : 0);
     return LLMM_OK;
 }
 

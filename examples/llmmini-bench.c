@@ -17,6 +17,8 @@
 
 #define BANDWIDTH_PASSES 5
 #define TRIAD_PASSES 5
+#define TRIAD_PAIRED_PASSES 3 /* the triad before each decode repeat */
+#define TRIAD_SETTLE_NS 20000000L /* before it: the context's idle workers stop spinning */
 #define TRIAD_SCALAR 3.0     /* STREAM's */
 #define TRIAD_ARRAYS_COUNTED 3 /* bytes of a, b and c per pass; see measure_triad */
 #define PROBE_BYTES ((size_t)1 << 30)
@@ -45,8 +47,11 @@ typedef struct results {
     spread prompt_tps, decode_tps, ttft_ms;
     double decode_ms_p50, decode_ms_p95, decode_ms_p99; /* over every decoded token of every repeat */
     uint64_t peak_rss_bytes;
+    int rss_frozen; /* peak_rss_bytes was taken before the paired triads; ru_maxrss now counts them */
     double measured_gbs; /* read probe; 0 when skipped or unavailable */
     double triad_gbs;    /* STREAM triad probe; 0 when skipped or unavailable */
+    double paired_triad_gbs;  /* median of the triads measured just before each decode repeat; 0: none */
+    double paired_fraction;   /* median over the repeats of that repeat's decode GB/s / its triad */
     double bytes_per_token;    /* weights, estimated */
     double kv_mean_position;   /* positions one decode step attends to, on average */
     double kv_bytes_per_token; /* K/V one decode step reads at that position */
@@ -185,6 +190,16 @@ static uint64_t peak_rss_bytes(void) {
     return (uint64_t)ru.ru_maxrss * 1024;
 }
 
+/* Resident set now, from /proc/self/statm (0 when unreadable). */
+static uint64_t current_rss_bytes(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long long size = 0, resident = 0;
+    if (!f) return 0;
+    int ok = fscanf(f, "%llu %llu", &size, &resident) == 2;
+    fclose(f);
+    return ok ? resident * (uint64_t)sysconf(_SC_PAGESIZE) : 0;
+}
+
 /* ---------------------------------------------------------------- threads */
 
 /* Physical cores, counted as distinct (package, core) pairs in sysfs: the library's own default
@@ -320,6 +335,7 @@ typedef struct triad_team {
     double *a, *b, *c;
     size_t n; /* elements per array */
     int n_threads;
+    int passes;
     pthread_mutex_t gate;
     int abort; /* written under the gate: a thread could not start */
     pthread_barrier_t barrier;
@@ -342,7 +358,7 @@ static void triad_member_run(triad_team *tm, int index) {
     size_t n = tm->n * (size_t)(index + 1) / (size_t)tm->n_threads - begin;
     double *a = tm->a + begin, *b = tm->b + begin, *c = tm->c + begin;
     for (size_t i = 0; i < n; i++) a[i] = 0, b[i] = 1, c[i] = 2;
-    for (int pass = 0; pass < TRIAD_PASSES; pass++) {
+    for (int pass = 0; pass < tm->passes; pass++) {
         pthread_barrier_wait(&tm->barrier);
         double t0 = now_ms();
         triad(a, b, c, TRIAD_SCALAR, n);
@@ -391,16 +407,17 @@ static int run_triad_team(triad_team *tm) {
  * unavailable. Traffic is counted as STREAM counts it, TRIAD_ARRAYS_COUNTED = 3 arrays per pass
  * (read b and c, write a), so that the figure compares with published STREAM results; a
  * write-allocate cache also reads a before writing it, so the bus moves 4/3 of that. */
-static double measure_triad(int n_threads) {
+static double measure_triad(int n_threads, int passes, int quiet) {
     size_t bytes;
     double *buf = probe_buffer(&bytes);
     if (!buf) return 0;
-    triad_team tm = {.n = bytes / (3 * sizeof *buf), .n_threads = n_threads};
+    triad_team tm = {.n = bytes / (3 * sizeof *buf), .n_threads = n_threads, .passes = passes};
     tm.a = buf, tm.b = buf + tm.n, tm.c = buf + 2 * tm.n;
-    fprintf(stderr,
-            "measuring STREAM triad: 3 x %zu MiB, threads: %d, best of %d passes; traffic counted as %d arrays\n"
-            "  (STREAM's convention; with write-allocate the bus moves 4)\n",
-            (tm.n * sizeof *buf) >> 20, n_threads, TRIAD_PASSES, TRIAD_ARRAYS_COUNTED);
+    if (!quiet)
+        fprintf(stderr,
+                "measuring STREAM triad: 3 x %zu MiB, threads: %d, best of %d passes; traffic counted as %d arrays\n"
+                "  (STREAM's convention; with write-allocate the bus moves 4)\n",
+                (tm.n * sizeof *buf) >> 20, n_threads, passes, TRIAD_ARRAYS_COUNTED);
     int ok = run_triad_team(&tm);
     if (ok) triad_sink += tm.a[tm.n / 2];
     free(buf);
@@ -490,13 +507,15 @@ static double percentile(const double *sorted, size_t n, double p) {
  * decode step of every repeat. */
 typedef struct samples {
     double *prefill_tps, *ttft_ms, *decode_tps; /* o->repeats each */
+    double *triad_gbs;                           /* o->repeats: the triad just before each decode repeat */
     double *token_ms;                            /* o->repeats x o->n_gen */
 } samples;
 
 static int samples_alloc(samples *s, const options *o) {
     size_t n_rep = (size_t)o->repeats;
-    double *all = malloc((3 * n_rep + n_rep * (size_t)o->n_gen) * sizeof *all);
-    *s = (samples){all, all ? all + n_rep : NULL, all ? all + 2 * n_rep : NULL, all ? all + 3 * n_rep : NULL};
+    double *all = malloc((4 * n_rep + n_rep * (size_t)o->n_gen) * sizeof *all);
+    *s = (samples){all, all ? all + n_rep : NULL, all ? all + 2 * n_rep : NULL, all ? all + 3 * n_rep : NULL,
+                   all ? all + 4 * n_rep : NULL};
     return all != NULL;
 }
 
@@ -570,10 +589,16 @@ static llmm_status bench_prefill(llmm_context *ctx, const llmm_token *prompt, co
 /* Decodes o->n_gen tokens after the prompt, feeding back the argmax, o->repeats times; every
  * repeat starts from the same state (prompt only, same first token), so all do the same work.
  * Each step (decode and argmax) is timed on its own for the latency percentiles. */
-static llmm_status bench_decode(llmm_context *ctx, llmm_token first, const options *o, samples *s) {
+static llmm_status bench_decode(llmm_context *ctx, llmm_token first, const options *o, int triad_threads,
+                                samples *s) {
     const llmm_seq_id seq = 0;
     llmm_status st = LLMM_OK;
     for (int r = 0; !st && r < o->repeats; r++) {
+        s->triad_gbs[r] = 0;
+        if (triad_threads > 0) { /* the machine's bandwidth now, to pair with this repeat */
+            nanosleep(&(struct timespec){0, TRIAD_SETTLE_NS}, NULL);
+            s->triad_gbs[r] = measure_triad(triad_threads, TRIAD_PAIRED_PASSES, 1);
+        }
         double *step_ms = s->token_ms + (size_t)r * (size_t)o->n_gen;
         llmm_token tok = first;
         st = llmm_seq_truncate(ctx, seq, (size_t)o->n_prompt);
@@ -587,14 +612,29 @@ static llmm_status bench_decode(llmm_context *ctx, llmm_token first, const optio
         const double ms = now_ms() - t_run;
         if (st) break;
         s->decode_tps[r] = o->n_gen / (ms * 1e-3);
-        fprintf(stderr, "decode %d/%d: %d tokens in %.2f ms, %.1f tok/s, %.3f ms/token\n", r + 1, o->repeats,
-                o->n_gen, ms, s->decode_tps[r], ms / o->n_gen);
+        fprintf(stderr, "decode %d/%d: %d tokens in %.2f ms, %.1f tok/s, %.3f ms/token", r + 1, o->repeats, o->n_gen,
+                ms, s->decode_tps[r], ms / o->n_gen);
+        if (s->triad_gbs[r] > 0) fprintf(stderr, "; triad just before: %.2f GB/s", s->triad_gbs[r]);
+        fprintf(stderr, "\n");
     }
     return st;
 }
 
+static double decode_bytes_per_token(const results *r);
+
 static void summarize(samples *s, const options *o, results *res) {
     const size_t n_rep = (size_t)o->repeats, n_steps = n_rep * (size_t)o->n_gen;
+    /* per repeat: its decode GB/s over the triad measured just before it (before the sorts) */
+    double *fraction = malloc(n_rep * sizeof *fraction);
+    size_t n_paired = 0;
+    for (size_t r = 0; fraction && r < n_rep; r++)
+        if (s->triad_gbs[r] > 0)
+            fraction[n_paired++] = decode_bytes_per_token(res) * s->decode_tps[r] / 1e9 / s->triad_gbs[r];
+    if (n_paired == n_rep) {
+        res->paired_fraction = spread_of(fraction, n_rep).median;
+        res->paired_triad_gbs = spread_of(s->triad_gbs, n_rep).median;
+    }
+    free(fraction);
     res->prompt_tps = spread_of(s->prefill_tps, n_rep);
     res->ttft_ms = spread_of(s->ttft_ms, n_rep);
     res->decode_tps = spread_of(s->decode_tps, n_rep);
@@ -615,7 +655,14 @@ static llmm_status bench_single(llmm_context *ctx, const llmm_model *m, const op
         build_prompt(m, res->info.n_vocab, prompt, o->n_prompt);
         st = bench_prefill(ctx, prompt, o, &s, first);
     }
-    if (!st) st = bench_decode(ctx, *first, o, &s);
+    /* the paired triads' 1 GiB buffers must stay out of the peak RSS: it is taken here, after
+     * the prefill, and completed with the resident set after the decode (which only adds K/V) */
+    const int triad_threads = o->no_bandwidth ? 0 : res->n_threads;
+    res->peak_rss_bytes = peak_rss_bytes();
+    if (!st) st = bench_decode(ctx, *first, o, triad_threads, &s);
+    const uint64_t rss_after = current_rss_bytes();
+    if (rss_after > res->peak_rss_bytes) res->peak_rss_bytes = rss_after;
+    res->rss_frozen = triad_threads > 0;
     if (!st) summarize(&s, o, res);
     free(prompt);
     free(s.prefill_tps);
@@ -821,7 +868,7 @@ static void print_speed_table(const results *r) {
 
 static void print_bandwidth_table(const results *r) {
     table t = {0};
-    const int read = r->measured_gbs > 0, triad = r->triad_gbs > 0;
+    const int read = r->measured_gbs > 0, triad = r->triad_gbs > 0, paired = r->paired_fraction > 0;
     add_cell(&t, "model", "%.47s", base_name(r->model_file));
     add_cell(&t, "bytes/token MiB (est.)", "%.3f", r->bytes_per_token / MIB);
     add_cell(&t, "KV bytes/token MiB", "%.3f", r->kv_bytes_per_token / MIB);
@@ -829,8 +876,10 @@ static void print_bandwidth_table(const results *r) {
     add_measured(&t, "measured GB/s", "%.2f", r->measured_gbs, read);
     add_measured(&t, "efficiency %", "%.1f", read ? 100 * effective_gbs(r) / r->measured_gbs : 0, read);
     add_cell(&t, "decode GB/s (w+KV)", "%.2f", decode_gbs(r));
-    add_measured(&t, "triad GB/s", "%.2f", r->triad_gbs, triad);
-    add_measured(&t, "of triad %", "%.1f", triad ? 100 * decode_gbs(r) / r->triad_gbs : 0, triad);
+    add_measured(&t, "paired triad GB/s", "%.2f", r->paired_triad_gbs, paired);
+    add_measured(&t, "of paired triad %", "%.1f", 100 * r->paired_fraction, paired);
+    add_measured(&t, "triad after GB/s", "%.2f", r->triad_gbs, triad);
+    add_measured(&t, "of triad after %", "%.1f", triad ? 100 * decode_gbs(r) / r->triad_gbs : 0, triad);
     print_table(&t);
 }
 
@@ -910,7 +959,7 @@ static void print_json_speed(const results *r) {
 }
 
 static void print_json_bandwidth(const results *r) {
-    const int read = r->measured_gbs > 0, triad = r->triad_gbs > 0;
+    const int read = r->measured_gbs > 0, triad = r->triad_gbs > 0, paired = r->paired_fraction > 0;
     print_json_number("bytes_per_token_estimate", r->bytes_per_token, 1);
     print_json_number("bytes_per_token_mib_estimate", r->bytes_per_token / MIB, 1);
     printf(",\"output_tied\":%s", r->output_tied ? "true" : "false");
@@ -923,7 +972,10 @@ static void print_json_bandwidth(const results *r) {
     print_json_number("bandwidth_gb_s", decode_gbs(r), 1);
     print_json_number("stream_triad_gb_s", r->triad_gbs, triad);
     printf(",\"stream_triad_arrays_counted\":%d", TRIAD_ARRAYS_COUNTED);
-    print_json_number("bandwidth_fraction", triad ? decode_gbs(r) / r->triad_gbs : 0, triad);
+    print_json_number("stream_triad_paired_gb_s", r->paired_triad_gbs, paired);
+    print_json_number("bandwidth_fraction", paired ? r->paired_fraction : triad ? decode_gbs(r) / r->triad_gbs : 0,
+                      paired || triad);
+    print_json_number("bandwidth_fraction_after", triad ? decode_gbs(r) / r->triad_gbs : 0, triad);
 }
 
 static void print_json_parallel(const results *r, const options *o) {
@@ -1005,7 +1057,7 @@ static void measure_bandwidths(const options *o, results *res) {
     if (o->no_bandwidth) return;
     res->measured_gbs = measure_bandwidth(res->n_threads);
     if (res->measured_gbs > 0) fprintf(stderr, "memory read bandwidth: %.2f GB/s\n", res->measured_gbs);
-    res->triad_gbs = measure_triad(res->n_threads);
+    res->triad_gbs = measure_triad(res->n_threads, TRIAD_PASSES, 0);
     if (res->triad_gbs > 0) fprintf(stderr, "STREAM triad bandwidth: %.2f GB/s\n", res->triad_gbs);
 }
 
@@ -1027,7 +1079,8 @@ static int run(const options *o, llmm_model *m, const alloc_counter *counter, re
         return fail("cannot create context", st, err);
     }
     st = bench_all(ctx, m, o, counter, res);
-    res->peak_rss_bytes = peak_rss_bytes();
+    const uint64_t rss_now = res->rss_frozen ? current_rss_bytes() : peak_rss_bytes();
+    if (rss_now > res->peak_rss_bytes) res->peak_rss_bytes = rss_now;
     int rc = st ? fail("benchmark failed", st, llmm_context_last_error(ctx)) : 0;
     llmm_context_free(ctx);
     if (!rc) measure_bandwidths(o, res);

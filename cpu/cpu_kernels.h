@@ -80,6 +80,16 @@ typedef struct cpu_matmul_kernel {
     cpu_operand_kind operand;
 } cpu_matmul_kernel;
 
+/* The K or V rows of one attention chunk as the kernel files walk them: float rows anywhere
+ * (row j at f32[j]) or F16 rows at a fixed stride (row j at f16 + j * stride). Each file
+ * writes its attention loops once over this, with the row format a constant at each entry
+ * point, so the F16 entry points are the float ones with the loads widening in registers. */
+typedef struct cpu_attn_rows {
+    const float *const *f32;
+    const uint16_t *f16;
+    size_t stride;
+} cpu_attn_rows;
+
 typedef struct cpu_kernels {
     const char *name;
     cpu_isa isa;

@@ -398,39 +398,57 @@ SIMD_ALWAYS_INLINE __m128 hsum4_ps(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
     return _mm_add_ps(_mm_movelh_ps(t01, t23), _mm_movehl_ps(t23, t01));
 }
 
+/* Eight values of row j from d on, widened in the register for F16 rows (exact: vcvtph2ps). */
+SIMD_ALWAYS_INLINE __m256 row_load8(const cpu_attn_rows *rows, size_t j, size_t d, int f16) {
+    return f16 ? load_f16x8(rows->f16 + j * rows->stride + d) : _mm256_loadu_ps(rows->f32[j] + d);
+}
+
+SIMD_ALWAYS_INLINE float row_value(const cpu_attn_rows *rows, size_t j, size_t d, int f16) {
+    return f16 ? _cvtsh_ss(rows->f16[j * rows->stride + d]) : rows->f32[j][d];
+}
+
+/* avx2_dot_f32(q, row j, n), its loop with row_load8 for the loads. */
+SIMD_ALWAYS_INLINE float dot_row(const float *q, const cpu_attn_rows *rows, size_t j, size_t n, int f16) {
+    __m256 acc = _mm256_setzero_ps();
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), row_load8(rows, j, i, f16), acc);
+    float sum = hsum_ps(acc);
+    for (; i < n; i++) sum += q[i] * row_value(rows, j, i, f16);
+    return sum;
+}
+
 /* Attention scores four positions at a time: one shuffle tree for four sums instead of one
  * per sum, and one call per chunk of positions instead of one per (head, position). */
-void avx2_attn_scores(const float *q, size_t nh, size_t hd, const float *const *rows, size_t n, float *scores,
-                      size_t ld) {
+SIMD_ALWAYS_INLINE void attn_scores_rows(const float *q, size_t nh, size_t hd, const cpu_attn_rows *rows, size_t n,
+                                         float *scores, size_t ld, int f16) {
     const size_t hd8 = hd & ~(size_t)7;
     for (size_t i = 0; i < nh; i++, q += hd) {
         float *out = scores + i * ld;
         size_t j = 0;
         for (; j + 4 <= n; j += 4) {
-            const float *r0 = rows[j], *r1 = rows[j + 1], *r2 = rows[j + 2], *r3 = rows[j + 3];
             __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
             for (size_t d = 0; d < hd8; d += 8) {
                 const __m256 qv = _mm256_loadu_ps(q + d);
-                a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(r0 + d), a0);
-                a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(r1 + d), a1);
-                a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(r2 + d), a2);
-                a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(r3 + d), a3);
+                a0 = _mm256_fmadd_ps(qv, row_load8(rows, j, d, f16), a0);
+                a1 = _mm256_fmadd_ps(qv, row_load8(rows, j + 1, d, f16), a1);
+                a2 = _mm256_fmadd_ps(qv, row_load8(rows, j + 2, d, f16), a2);
+                a3 = _mm256_fmadd_ps(qv, row_load8(rows, j + 3, d, f16), a3);
             }
             _mm_storeu_ps(out + j, hsum4_ps(a0, a1, a2, a3));
             for (size_t k = 0; k < 4 && hd8 < hd; k++) {
                 float sum = out[j + k];
-                for (size_t d = hd8; d < hd; d++) sum += q[d] * rows[j + k][d];
+                for (size_t d = hd8; d < hd; d++) sum += q[d] * row_value(rows, j + k, d, f16);
                 out[j + k] = sum;
             }
         }
-        for (; j < n; j++) out[j] = avx2_dot_f32(q, rows[j], hd);
+        for (; j < n; j++) out[j] = dot_row(q, rows, j, hd, f16);
     }
 }
 
 /* out_i += w_ij * rows[j] for j in order, a multiply then an add per value as avx2_axpy does,
  * with 64 values of a head's output held in registers across the chunk of positions. */
-void avx2_attn_values(float *out, size_t nh, size_t hd, const float *w, size_t ld, const float *const *rows,
-                      size_t n) {
+SIMD_ALWAYS_INLINE void attn_values_rows(float *out, size_t nh, size_t hd, const float *w, size_t ld,
+                                         const cpu_attn_rows *rows, size_t n, int f16) {
     size_t d = 0;
     for (; d + 64 <= hd; d += 64)
         for (size_t i = 0; i < nh; i++) {
@@ -441,9 +459,9 @@ void avx2_attn_values(float *out, size_t nh, size_t hd, const float *w, size_t l
             for (int c = 0; c < 8; c++) acc[c] = _mm256_loadu_ps(o + 8 * c);
             for (size_t j = 0; j < n; j++) {
                 const __m256 wj = _mm256_set1_ps(w[i * ld + j]);
-                const float *r = rows[j] + d;
 #pragma GCC unroll 8
-                for (int c = 0; c < 8; c++) acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(wj, _mm256_loadu_ps(r + 8 * c)));
+                for (int c = 0; c < 8; c++)
+                    acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(wj, row_load8(rows, j, d + 8 * c, f16)));
             }
 #pragma GCC unroll 8
             for (int c = 0; c < 8; c++) _mm256_storeu_ps(o + 8 * c, acc[c]);
@@ -452,91 +470,34 @@ void avx2_attn_values(float *out, size_t nh, size_t hd, const float *w, size_t l
         for (size_t i = 0; i < nh; i++) {
             __m256 acc = _mm256_loadu_ps(out + i * hd + d);
             for (size_t j = 0; j < n; j++)
-                acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(w[i * ld + j]), _mm256_loadu_ps(rows[j] + d)));
+                acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(w[i * ld + j]), row_load8(rows, j, d, f16)));
             _mm256_storeu_ps(out + i * hd + d, acc);
         }
     for (; d < hd; d++)
         for (size_t i = 0; i < nh; i++)
-            for (size_t j = 0; j < n; j++) out[i * hd + d] += w[i * ld + j] * rows[j][d];
+            for (size_t j = 0; j < n; j++) out[i * hd + d] += w[i * ld + j] * row_value(rows, j, d, f16);
 }
 
-/* ------------------------------------------------ attention over F16 rows */
-
-/* Each kernel here is its float twin's loop with the row loads replaced by load_f16x8 (and
- * _cvtsh_ss in the tails): the widening is exact, so it gives its twin's bits on the widened
- * rows without ops_attention.c writing them out and reading them back. */
-
-/* avx2_dot_f32(q, the widened row r, n) */
-static float dot_f16(const float *q, const uint16_t *r, size_t n) {
-    __m256 acc = _mm256_setzero_ps();
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), load_f16x8(r + i), acc);
-    float sum = hsum_ps(acc);
-    for (; i < n; i++) sum += q[i] * _cvtsh_ss(r[i]);
-    return sum;
+void avx2_attn_scores(const float *q, size_t nh, size_t hd, const float *const *rows, size_t n, float *scores,
+                      size_t ld) {
+    attn_scores_rows(q, nh, hd, &(cpu_attn_rows){.f32 = rows}, n, scores, ld, 0);
 }
 
-/* avx2_attn_scores on the widened rows: row j at rows + j * row_stride. */
+void avx2_attn_values(float *out, size_t nh, size_t hd, const float *w, size_t ld, const float *const *rows,
+                      size_t n) {
+    attn_values_rows(out, nh, hd, w, ld, &(cpu_attn_rows){.f32 = rows}, n, 0);
+}
+
+/* The F16 K/V rows of a block read where they lie (ops_attention.c no longer widens them into
+ * scratch and reads them back): the same loops, so the same bits as on the widened rows. */
 void avx2_attn_scores_f16(const float *q, size_t nh, size_t hd, const uint16_t *rows, size_t row_stride, size_t n,
                           float *scores, size_t ld) {
-    const size_t hd8 = hd & ~(size_t)7;
-    for (size_t i = 0; i < nh; i++, q += hd) {
-        float *out = scores + i * ld;
-        size_t j = 0;
-        for (; j + 4 <= n; j += 4) {
-            const uint16_t *r0 = rows + j * row_stride, *r1 = r0 + row_stride, *r2 = r1 + row_stride,
-                           *r3 = r2 + row_stride;
-            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-            for (size_t d = 0; d < hd8; d += 8) {
-                const __m256 qv = _mm256_loadu_ps(q + d);
-                a0 = _mm256_fmadd_ps(qv, load_f16x8(r0 + d), a0);
-                a1 = _mm256_fmadd_ps(qv, load_f16x8(r1 + d), a1);
-                a2 = _mm256_fmadd_ps(qv, load_f16x8(r2 + d), a2);
-                a3 = _mm256_fmadd_ps(qv, load_f16x8(r3 + d), a3);
-            }
-            _mm_storeu_ps(out + j, hsum4_ps(a0, a1, a2, a3));
-            for (size_t k = 0; k < 4 && hd8 < hd; k++) {
-                const uint16_t *r = rows + (j + k) * row_stride;
-                float sum = out[j + k];
-                for (size_t d = hd8; d < hd; d++) sum += q[d] * _cvtsh_ss(r[d]);
-                out[j + k] = sum;
-            }
-        }
-        for (; j < n; j++) out[j] = dot_f16(q, rows + j * row_stride, hd);
-    }
+    attn_scores_rows(q, nh, hd, &(cpu_attn_rows){.f16 = rows, .stride = row_stride}, n, scores, ld, 1);
 }
 
-/* avx2_attn_values on the widened rows: row j at rows + j * row_stride. */
 void avx2_attn_values_f16(float *out, size_t nh, size_t hd, const float *w, size_t ld, const uint16_t *rows,
                           size_t row_stride, size_t n) {
-    size_t d = 0;
-    for (; d + 64 <= hd; d += 64)
-        for (size_t i = 0; i < nh; i++) {
-            float *o = out + i * hd + d;
-            __m256 acc[8];
-#pragma GCC unroll 8
-            for (int c = 0; c < 8; c++) acc[c] = _mm256_loadu_ps(o + 8 * c);
-            for (size_t j = 0; j < n; j++) {
-                const __m256 wj = _mm256_set1_ps(w[i * ld + j]);
-                const uint16_t *r = rows + j * row_stride + d;
-#pragma GCC unroll 8
-                for (int c = 0; c < 8; c++) acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(wj, load_f16x8(r + 8 * c)));
-            }
-#pragma GCC unroll 8
-            for (int c = 0; c < 8; c++) _mm256_storeu_ps(o + 8 * c, acc[c]);
-        }
-    for (; d + 8 <= hd; d += 8)
-        for (size_t i = 0; i < nh; i++) {
-            __m256 acc = _mm256_loadu_ps(out + i * hd + d);
-            for (size_t j = 0; j < n; j++) {
-                const __m256 r = load_f16x8(rows + j * row_stride + d);
-                acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(w[i * ld + j]), r));
-            }
-            _mm256_storeu_ps(out + i * hd + d, acc);
-        }
-    for (; d < hd; d++)
-        for (size_t i = 0; i < nh; i++)
-            for (size_t j = 0; j < n; j++) out[i * hd + d] += w[i * ld + j] * _cvtsh_ss(rows[j * row_stride + d]);
+    attn_values_rows(out, nh, hd, w, ld, &(cpu_attn_rows){.f16 = rows, .stride = row_stride}, n, 1);
 }
 
 /* ---------------------------------------------------------------- the table */

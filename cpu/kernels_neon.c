@@ -345,12 +345,24 @@ void neon_f16_to_f32(const uint16_t *h, float *out, size_t n) {
 
 /* ---------------------------------------------------------------- attention */
 
-/* q . r[k] for four rows, each with neon_dot_f32's lanes (two FMA accumulators over eight
+/* Four values of row j from d on, widened in the register for F16 rows (fcvtl: exact). */
+SIMD_ALWAYS_INLINE float32x4_t row_load4(const cpu_attn_rows *rows, size_t j, size_t d, int f16) {
+    return f16 ? vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(rows->f16 + j * rows->stride + d)))
+               : vld1q_f32(rows->f32[j] + d);
+}
+
+SIMD_ALWAYS_INLINE float row_value(const cpu_attn_rows *rows, size_t j, size_t d, int f16) {
+    return f16 ? vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(rows->f16[j * rows->stride + d]))), 0)
+               : rows->f32[j][d];
+}
+
+/* q . row r[k] for four rows, each with neon_dot_f32's lanes (two FMA accumulators over eight
  * values) and its reduction order: vaddvq_f32 is two FADDPs, (l0 + l1) + (l2 + l3) (as GCC
  * and Clang lower it; tests/test_simd.c checks the bits), and three FADDPs over the four
  * rows' vectors add each row's lanes in that same order: one reduction for four scores
  * instead of one per score. The tail (hd % 8 values) is the caller's. */
-SIMD_ALWAYS_INLINE float32x4_t dot4_f32(const float *q, const float *const r[4], size_t hd8) {
+SIMD_ALWAYS_INLINE float32x4_t dot4_rows(const float *q, const cpu_attn_rows *rows, const size_t r[4], size_t hd8,
+                                         int f16) {
     float32x4_t lo[4], hi[4];
 #pragma GCC unroll 4
     for (int k = 0; k < 4; k++) lo[k] = hi[k] = vdupq_n_f32(0.0f);
@@ -358,8 +370,8 @@ SIMD_ALWAYS_INLINE float32x4_t dot4_f32(const float *q, const float *const r[4],
         const float32x4_t q0 = vld1q_f32(q + d), q1 = vld1q_f32(q + d + 4);
 #pragma GCC unroll 4
         for (int k = 0; k < 4; k++) {
-            lo[k] = vfmaq_f32(lo[k], q0, vld1q_f32(r[k] + d));
-            hi[k] = vfmaq_f32(hi[k], q1, vld1q_f32(r[k] + d + 4));
+            lo[k] = vfmaq_f32(lo[k], q0, row_load4(rows, r[k], d, f16));
+            hi[k] = vfmaq_f32(hi[k], q1, row_load4(rows, r[k], d + 4, f16));
         }
     }
     float32x4_t s[4];
@@ -372,16 +384,16 @@ SIMD_ALWAYS_INLINE float32x4_t dot4_f32(const float *q, const float *const r[4],
  * the reduction, in order). A last group of fewer than four repeats its last row (as
  * neon_gemm_f32 pads its weight rows) and stores only its own lanes, so there is one code
  * path and no call per pair. */
-void neon_attn_scores(const float *q, size_t nh, size_t hd, const float *const *rows, size_t n, float *scores,
-                      size_t ld) {
+SIMD_ALWAYS_INLINE void attn_scores_rows(const float *q, size_t nh, size_t hd, const cpu_attn_rows *rows, size_t n,
+                                         float *scores, size_t ld, int f16) {
     const size_t hd8 = hd & ~(size_t)7;
     for (size_t i = 0; i < nh; i++, q += hd) {
         float *out = scores + i * ld;
         for (size_t j = 0; j < n; j += 4) {
             const size_t nj = LLMM_MIN((size_t)4, n - j);
-            const float *r[4];
-            for (size_t k = 0; k < 4; k++) r[k] = rows[j + LLMM_MIN(k, nj - 1)];
-            const float32x4_t s = dot4_f32(q, r, hd8);
+            size_t r[4];
+            for (size_t k = 0; k < 4; k++) r[k] = j + LLMM_MIN(k, nj - 1);
+            const float32x4_t s = dot4_rows(q, rows, r, hd8, f16);
             if (nj == 4 && hd8 == hd) {
                 vst1q_f32(out + j, s);
                 continue;
@@ -389,130 +401,65 @@ void neon_attn_scores(const float *q, size_t nh, size_t hd, const float *const *
             float sum[4];
             vst1q_f32(sum, s);
             for (size_t k = 0; k < nj; k++) {
-                for (size_t d = hd8; d < hd; d++) sum[k] += q[d] * r[k][d];
+                for (size_t d = hd8; d < hd; d++) sum[k] += q[d] * row_value(rows, r[k], d, f16);
                 out[j + k] = sum[k];
             }
         }
     }
 }
 
-/* nv vectors (4 nv values) of one head's output, o, += wi[j] * (rows[j] + d) for j in order,
+/* nv vectors (4 nv values) of one head's output, o, += wi[j] * (row j + d) for j in order,
  * held in registers across the chunk. Each lane is a multiply then an add per position, as in
  * neon_axpy, and lanes are independent, so the grouping changes no bit. */
-SIMD_ALWAYS_INLINE void values_block(float *o, const float *wi, const float *const *rows, size_t d, size_t n,
-                                     int nv) {
+SIMD_ALWAYS_INLINE void values_block(float *o, const float *wi, const cpu_attn_rows *rows, size_t d, size_t n, int nv,
+                                     int f16) {
     float32x4_t acc[8];
 #pragma GCC unroll 8
     for (int c = 0; c < nv; c++) acc[c] = vld1q_f32(o + 4 * c);
     for (size_t j = 0; j < n; j++) {
-        const float *r = rows[j] + d;
         const float a = wi[j];
 #pragma GCC unroll 8
-        for (int c = 0; c < nv; c++) acc[c] = vaddq_f32(acc[c], vmulq_n_f32(vld1q_f32(r + 4 * c), a));
+        for (int c = 0; c < nv; c++) acc[c] = vaddq_f32(acc[c], vmulq_n_f32(row_load4(rows, j, d + 4 * c, f16), a));
     }
 #pragma GCC unroll 8
     for (int c = 0; c < nv; c++) vst1q_f32(o + 4 * c, acc[c]);
 }
 
-/* out_i += w_ij * rows[j], bit for bit neon_axpy per pair in j order: 32 values of a head at
- * a time (8 accumulators; with 16, GCC 12 hoists all 16 row loads and spills a register per
+/* out_i += w_ij * row j, bit for bit neon_axpy per pair in j order: 32 values of a head at a
+ * time (8 accumulators; with 16, GCC 12 hoists all 16 row loads and spills a register per
  * position), then 4, then the scalar tail, as neon_axpy's. */
+SIMD_ALWAYS_INLINE void attn_values_rows(float *out, size_t nh, size_t hd, const float *w, size_t ld,
+                                         const cpu_attn_rows *rows, size_t n, int f16) {
+    size_t d = 0;
+    for (; d + 32 <= hd; d += 32)
+        for (size_t i = 0; i < nh; i++) values_block(out + i * hd + d, w + i * ld, rows, d, n, 8, f16);
+    for (; d + 4 <= hd; d += 4)
+        for (size_t i = 0; i < nh; i++) values_block(out + i * hd + d, w + i * ld, rows, d, n, 1, f16);
+    for (; d < hd; d++)
+        for (size_t i = 0; i < nh; i++)
+            for (size_t j = 0; j < n; j++) out[i * hd + d] += w[i * ld + j] * row_value(rows, j, d, f16);
+}
+
+void neon_attn_scores(const float *q, size_t nh, size_t hd, const float *const *rows, size_t n, float *scores,
+                      size_t ld) {
+    attn_scores_rows(q, nh, hd, &(cpu_attn_rows){.f32 = rows}, n, scores, ld, 0);
+}
+
 void neon_attn_values(float *out, size_t nh, size_t hd, const float *w, size_t ld, const float *const *rows,
                       size_t n) {
-    size_t d = 0;
-    for (; d + 32 <= hd; d += 32)
-        for (size_t i = 0; i < nh; i++) values_block(out + i * hd + d, w + i * ld, rows, d, n, 8);
-    for (; d + 4 <= hd; d += 4)
-        for (size_t i = 0; i < nh; i++) values_block(out + i * hd + d, w + i * ld, rows, d, n, 1);
-    for (; d < hd; d++)
-        for (size_t i = 0; i < nh; i++)
-            for (size_t j = 0; j < n; j++) out[i * hd + d] += w[i * ld + j] * rows[j][d];
+    attn_values_rows(out, nh, hd, w, ld, &(cpu_attn_rows){.f32 = rows}, n, 0);
 }
 
-/* ------------------------------------------------ attention over F16 rows */
-
-/* Four halves, widened in the register: fcvtl is exact, so each kernel below, its float
- * twin's loop with this in place of the row loads, gives its twin's bits on the widened rows
- * without the widened copy. */
-SIMD_ALWAYS_INLINE float32x4_t load_f16x4(const uint16_t *h) {
-    return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(h)));
-}
-
-SIMD_ALWAYS_INLINE float f16_value(uint16_t h) {
-    return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0);
-}
-
-/* dot4_f32 on the widened rows */
-SIMD_ALWAYS_INLINE float32x4_t dot4_f16(const float *q, const uint16_t *const r[4], size_t hd8) {
-    float32x4_t lo[4], hi[4];
-#pragma GCC unroll 4
-    for (int k = 0; k < 4; k++) lo[k] = hi[k] = vdupq_n_f32(0.0f);
-    for (size_t d = 0; d < hd8; d += 8) {
-        const float32x4_t q0 = vld1q_f32(q + d), q1 = vld1q_f32(q + d + 4);
-#pragma GCC unroll 4
-        for (int k = 0; k < 4; k++) {
-            lo[k] = vfmaq_f32(lo[k], q0, load_f16x4(r[k] + d));
-            hi[k] = vfmaq_f32(hi[k], q1, load_f16x4(r[k] + d + 4));
-        }
-    }
-    float32x4_t s[4];
-#pragma GCC unroll 4
-    for (int k = 0; k < 4; k++) s[k] = vaddq_f32(lo[k], hi[k]);
-    return vpaddq_f32(vpaddq_f32(s[0], s[1]), vpaddq_f32(s[2], s[3]));
-}
-
-/* neon_attn_scores on the widened rows: row j at rows + j * row_stride. */
+/* The F16 K/V rows of a block read where they lie (ops_attention.c no longer widens them into
+ * scratch and reads them back): the same loops, so the same bits as on the widened rows. */
 void neon_attn_scores_f16(const float *q, size_t nh, size_t hd, const uint16_t *rows, size_t row_stride, size_t n,
                           float *scores, size_t ld) {
-    const size_t hd8 = hd & ~(size_t)7;
-    for (size_t i = 0; i < nh; i++, q += hd) {
-        float *out = scores + i * ld;
-        for (size_t j = 0; j < n; j += 4) {
-            const size_t nj = LLMM_MIN((size_t)4, n - j);
-            const uint16_t *r[4];
-            for (size_t k = 0; k < 4; k++) r[k] = rows + (j + LLMM_MIN(k, nj - 1)) * row_stride;
-            const float32x4_t s = dot4_f16(q, r, hd8);
-            if (nj == 4 && hd8 == hd) {
-                vst1q_f32(out + j, s);
-                continue;
-            }
-            float sum[4];
-            vst1q_f32(sum, s);
-            for (size_t k = 0; k < nj; k++) {
-                for (size_t d = hd8; d < hd; d++) sum[k] += q[d] * f16_value(r[k][d]);
-                out[j + k] = sum[k];
-            }
-        }
-    }
+    attn_scores_rows(q, nh, hd, &(cpu_attn_rows){.f16 = rows, .stride = row_stride}, n, scores, ld, 1);
 }
 
-/* values_block on the widened rows: row j at rows + j * row_stride. */
-SIMD_ALWAYS_INLINE void values_block_f16(float *o, const float *wi, const uint16_t *rows, size_t row_stride,
-                                         size_t d, size_t n, int nv) {
-    float32x4_t acc[8];
-#pragma GCC unroll 8
-    for (int c = 0; c < nv; c++) acc[c] = vld1q_f32(o + 4 * c);
-    for (size_t j = 0; j < n; j++) {
-        const uint16_t *r = rows + j * row_stride + d;
-        const float a = wi[j];
-#pragma GCC unroll 8
-        for (int c = 0; c < nv; c++) acc[c] = vaddq_f32(acc[c], vmulq_n_f32(load_f16x4(r + 4 * c), a));
-    }
-#pragma GCC unroll 8
-    for (int c = 0; c < nv; c++) vst1q_f32(o + 4 * c, acc[c]);
-}
-
-/* neon_attn_values on the widened rows: row j at rows + j * row_stride. */
 void neon_attn_values_f16(float *out, size_t nh, size_t hd, const float *w, size_t ld, const uint16_t *rows,
                           size_t row_stride, size_t n) {
-    size_t d = 0;
-    for (; d + 32 <= hd; d += 32)
-        for (size_t i = 0; i < nh; i++) values_block_f16(out + i * hd + d, w + i * ld, rows, row_stride, d, n, 8);
-    for (; d + 4 <= hd; d += 4)
-        for (size_t i = 0; i < nh; i++) values_block_f16(out + i * hd + d, w + i * ld, rows, row_stride, d, n, 1);
-    for (; d < hd; d++)
-        for (size_t i = 0; i < nh; i++)
-            for (size_t j = 0; j < n; j++) out[i * hd + d] += w[i * ld + j] * f16_value(rows[j * row_stride + d]);
+    attn_values_rows(out, nh, hd, w, ld, &(cpu_attn_rows){.f16 = rows, .stride = row_stride}, n, 1);
 }
 
 /* ---------------------------------------------------------------- the table */

@@ -78,24 +78,65 @@ static inline void add_bit4_pair(__m256i *lo, __m256i *hi, uint32_t ha, uint32_t
 /* llmm_quantize_row_q8_0 bit for bit: amax, d = amax / 127 stored as f16 (round to nearest
  * even, the hardware conversion), quants round(x * 127 / amax) to nearest even
  * (cvtps_epi32 under the default rounding mode, as nearbyintf). */
-void avx2_quantize_q8(const float *x, int8_t *qs, float *d, int32_t *sum, size_t n) {
-    const __m256 sign = _mm256_set1_ps(-0.0f);
+/* The quants of block xb at inverse scale id into qb (nearest even), their 8-lane partial sums
+ * returned. */
+SIMD_ALWAYS_INLINE __m256i quantize_q8_quants(const float *xb, __m256 id, int8_t *qb) {
     const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-    for (size_t b = 0; b < n / QK8_0; b++) {
+    __m256i q[4];
+    for (int k = 0; k < 4; k++) q[k] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xb + 8 * k), id));
+    /* the packs interleave 4-value groups across the 128-bit halves; the permute restores order */
+    const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+    _mm256_storeu_si256((__m256i *)(void *)qb, _mm256_permutevar8x32_epi32(p, order));
+    return _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+}
+
+/* Lane i: the largest lane of m[i] (max is exact in any order). */
+SIMD_ALWAYS_INLINE __m256 lane_maxes(const __m256 m[8]) {
+#define PAIR_MAX(a, b) _mm256_max_ps(_mm256_shuffle_ps(a, b, 0x88), _mm256_shuffle_ps(a, b, 0xdd))
+    const __m256 q0 = PAIR_MAX(PAIR_MAX(m[0], m[1]), PAIR_MAX(m[2], m[3]));
+    const __m256 q1 = PAIR_MAX(PAIR_MAX(m[4], m[5]), PAIR_MAX(m[6], m[7]));
+#undef PAIR_MAX
+    return _mm256_max_ps(_mm256_permute2f128_ps(q0, q1, 0x20), _mm256_permute2f128_ps(q0, q1, 0x31));
+}
+
+/* llmm_quantize_row_q8_0 bit for bit: amax, d = amax / 127 stored as f16 (round to nearest
+ * even, the hardware conversion), quants round(x * 127 / amax) to nearest even
+ * (cvtps_epi32 under the default rounding mode, as nearbyintf). Eight blocks at a time: their
+ * maxima, scales and inverse scales as one vector each and their sums by one reduction tree,
+ * where block by block two scalar divisions and two horizontal reductions made 1.26 ns per
+ * value, a third of the calling thread's work between the matmuls of a decode step. */
+void avx2_quantize_q8(const float *x, int8_t *qs, float *d, int32_t *sum, size_t n) {
+    const __m256 sign = _mm256_set1_ps(-0.0f), v127 = _mm256_set1_ps(127.f), zero = _mm256_setzero_ps();
+    const size_t nb = n / QK8_0;
+    size_t b = 0;
+    for (; b + 8 <= nb; b += 8) {
+        const float *xg = x + b * QK8_0;
+        __m256 m[8];
+        for (int i = 0; i < 8; i++) {
+            const float *xb = xg + i * QK8_0;
+            const __m256 m01 = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(xb)),
+                                             _mm256_andnot_ps(sign, _mm256_loadu_ps(xb + 8)));
+            const __m256 m23 = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(xb + 16)),
+                                             _mm256_andnot_ps(sign, _mm256_loadu_ps(xb + 24)));
+            m[i] = _mm256_max_ps(m01, m23);
+        }
+        const __m256 amax = lane_maxes(m);
+        /* id = amax != 0 ? 127 / amax : 0 (unordered counts as != 0, as in C) */
+        const __m256 id = _mm256_and_ps(_mm256_div_ps(v127, amax), _mm256_cmp_ps(amax, zero, _CMP_NEQ_UQ));
+        _mm256_storeu_ps(d + b, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_div_ps(amax, v127), _MM_FROUND_TO_NEAREST_INT)));
+        __m256i s[8];
+        for (int i = 0; i < 8; i++)
+            s[i] = quantize_q8_quants(xg + i * QK8_0, _mm256_permutevar8x32_ps(id, _mm256_set1_epi32(i)),
+                                      qs + (b + i) * QK8_0);
+        _mm256_storeu_si256((__m256i *)(void *)(sum + b), block_sums(s));
+    }
+    for (; b < nb; b++) {
         const float *xb = x + b * QK8_0;
         __m256 v[4];
-        for (int k = 0; k < 4; k++) v[k] = _mm256_loadu_ps(xb + 8 * k);
-        const __m256 m01 = _mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1]));
-        const __m256 m23 = _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3]));
-        const float amax = hmax_ps(_mm256_max_ps(m01, m23));
-        const float id = amax != 0.f ? 127.f / amax : 0.f;
+        for (int k = 0; k < 4; k++) v[k] = _mm256_andnot_ps(sign, _mm256_loadu_ps(xb + 8 * k));
+        const float amax = hmax_ps(_mm256_max_ps(_mm256_max_ps(v[0], v[1]), _mm256_max_ps(v[2], v[3])));
         d[b] = _cvtsh_ss(_cvtss_sh(amax / 127.f, _MM_FROUND_TO_NEAREST_INT));
-        __m256i q[4];
-        for (int k = 0; k < 4; k++) q[k] = _mm256_cvtps_epi32(_mm256_mul_ps(v[k], _mm256_set1_ps(id)));
-        sum[b] = hsum_epi32(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
-        /* the packs interleave 4-value groups across the 128-bit halves; the permute restores order */
-        const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
-        _mm256_storeu_si256((__m256i *)(void *)(qs + b * QK8_0), _mm256_permutevar8x32_epi32(p, order));
+        sum[b] = hsum_epi32(quantize_q8_quants(xb, _mm256_set1_ps(amax != 0.f ? 127.f / amax : 0.f), qs + b * QK8_0));
     }
 }
 

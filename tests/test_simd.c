@@ -1618,7 +1618,9 @@ static void test_threadpool_segments(void **state) {
                 }
             }
             assert_int_equal(threadpool_segment_start(n, threads[ti], threads[ti]), n);
-            if (n >= 4 * (size_t)threads[ti]) assert_true(caller_stole);
+            /* with 13 or more slow chunks per worker the caller, idle after its own few, must
+             * have taken some: a descheduled caller would have to miss 65 ms */
+            if (n >= 10 * (size_t)threads[ti]) assert_true(caller_stole);
         }
         threadpool_free(pool);
     }

@@ -458,31 +458,76 @@ SIMD_ALWAYS_INLINE float dot_row(const float *q, const cpu_attn_rows *rows, size
     return sum;
 }
 
+/* The hd % 8 tail of scores [j, j + 4) (their sums so far in out), in order, as avx2_dot_f32. */
+SIMD_ALWAYS_INLINE void scores_tail4(const float *q, size_t hd8, size_t hd, const cpu_attn_rows *rows, size_t j,
+                                     float *out, int f16) {
+    for (size_t k = 0; k < 4 && hd8 < hd; k++) {
+        float sum = out[j + k];
+        for (size_t d = hd8; d < hd; d++) sum += q[d] * row_value(rows, j + k, d, f16);
+        out[j + k] = sum;
+    }
+}
+
+/* Scores of two heads (qa, qb; rows to oa, ob) four positions at a time: each row slice is
+ * loaded (for F16, widened) once for both heads, and the eight sums are independent FMA
+ * chains. Each score keeps its own accumulator fed in d order, so its bits are one head's.
+ * Decode attention at 544 positions, 1 thread: 1.02-1.41 -> 0.96-1.02 ms per token. */
+SIMD_ALWAYS_INLINE void scores_two_heads(const float *qa, const float *qb, size_t hd, const cpu_attn_rows *rows,
+                                         size_t n, float *oa, float *ob, int f16) {
+    const size_t hd8 = hd & ~(size_t)7;
+    size_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+        for (size_t d = 0; d < hd8; d += 8) {
+            const __m256 r0 = row_load8(rows, j, d, f16), r1 = row_load8(rows, j + 1, d, f16);
+            const __m256 r2 = row_load8(rows, j + 2, d, f16), r3 = row_load8(rows, j + 3, d, f16);
+            const __m256 qva = _mm256_loadu_ps(qa + d), qvb = _mm256_loadu_ps(qb + d);
+            a0 = _mm256_fmadd_ps(qva, r0, a0);
+            a1 = _mm256_fmadd_ps(qva, r1, a1);
+            a2 = _mm256_fmadd_ps(qva, r2, a2);
+            a3 = _mm256_fmadd_ps(qva, r3, a3);
+            b0 = _mm256_fmadd_ps(qvb, r0, b0);
+            b1 = _mm256_fmadd_ps(qvb, r1, b1);
+            b2 = _mm256_fmadd_ps(qvb, r2, b2);
+            b3 = _mm256_fmadd_ps(qvb, r3, b3);
+        }
+        _mm_storeu_ps(oa + j, hsum4_ps(a0, a1, a2, a3));
+        _mm_storeu_ps(ob + j, hsum4_ps(b0, b1, b2, b3));
+        scores_tail4(qa, hd8, hd, rows, j, oa, f16);
+        scores_tail4(qb, hd8, hd, rows, j, ob, f16);
+    }
+    for (; j < n; j++) {
+        oa[j] = dot_row(qa, rows, j, hd, f16);
+        ob[j] = dot_row(qb, rows, j, hd, f16);
+    }
+}
+
 /* Attention scores four positions at a time: one shuffle tree for four sums instead of one
- * per sum, and one call per chunk of positions instead of one per (head, position). */
+ * per sum, and one call per chunk of positions instead of one per (head, position). Heads go
+ * in pairs (scores_two_heads); an odd last head alone. */
 SIMD_ALWAYS_INLINE void attn_scores_rows(const float *q, size_t nh, size_t hd, const cpu_attn_rows *rows, size_t n,
                                          float *scores, size_t ld, int f16) {
     const size_t hd8 = hd & ~(size_t)7;
-    for (size_t i = 0; i < nh; i++, q += hd) {
+    size_t i = 0;
+    for (; i + 2 <= nh; i += 2)
+        scores_two_heads(q + i * hd, q + (i + 1) * hd, hd, rows, n, scores + i * ld, scores + (i + 1) * ld, f16);
+    for (; i < nh; i++) {
+        const float *qi = q + i * hd;
         float *out = scores + i * ld;
         size_t j = 0;
         for (; j + 4 <= n; j += 4) {
             __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
             for (size_t d = 0; d < hd8; d += 8) {
-                const __m256 qv = _mm256_loadu_ps(q + d);
+                const __m256 qv = _mm256_loadu_ps(qi + d);
                 a0 = _mm256_fmadd_ps(qv, row_load8(rows, j, d, f16), a0);
                 a1 = _mm256_fmadd_ps(qv, row_load8(rows, j + 1, d, f16), a1);
                 a2 = _mm256_fmadd_ps(qv, row_load8(rows, j + 2, d, f16), a2);
                 a3 = _mm256_fmadd_ps(qv, row_load8(rows, j + 3, d, f16), a3);
             }
             _mm_storeu_ps(out + j, hsum4_ps(a0, a1, a2, a3));
-            for (size_t k = 0; k < 4 && hd8 < hd; k++) {
-                float sum = out[j + k];
-                for (size_t d = hd8; d < hd; d++) sum += q[d] * row_value(rows, j + k, d, f16);
-                out[j + k] = sum;
-            }
+            scores_tail4(qi, hd8, hd, rows, j, out, f16);
         }
-        for (; j < n; j++) out[j] = dot_row(q, rows, j, hd, f16);
+        for (; j < n; j++) out[j] = dot_row(qi, rows, j, hd, f16);
     }
 }
 

@@ -1,7 +1,9 @@
 /* AVX-512 kernels: the int8 dots through VNNI's vpdpbusd (four u8 x s8 products summed into
  * each int32 lane in one instruction, no int16 saturation step), at 256-bit width so the tile
- * code is shared with AVX2 (gemm_int8_x86.h); the 32 vector registers hold a 4-row operand
- * tile. Everything else is the AVX2 code (see kernels_x86.h). Compiled with the AVX-512 target
+ * code is shared with AVX2 (gemm_int8_x86.h); the 32 vector registers hold an 8-row operand
+ * tile (4 rows had each weight block unpacked once per 4 prompt rows: 8 made the 64-row
+ * matmuls 5 % (Q4_0), 5-8 % (Q8_0) and 15-20 % (Q5_0) faster, `LLMM_BENCH_KERNELS=q4_0,q8_0,q5_0
+ * build/tests/test_simd`, 4 alternations). Everything else is the AVX2 code (see kernels_x86.h). Compiled with the AVX-512 target
  * flags (Makefile); called only after cpu_kernels_get(CPU_ISA_AVX512) checked the CPU. */
 #include "cpu_kernels.h"
 
@@ -36,7 +38,7 @@ static inline __m256i dot_q4_0_pair(__m256i lo, __m256i hi, __m256i x_lo, __m256
 static inline __m256i prep_q8_0(__m256i w) { return _mm256_xor_si256(w, _mm256_set1_epi8((char)0x80)); }
 static inline __m256i dot_q8_0(__m256i w_plus_128, __m256i x) { return dot_u8s8(w_plus_128, x); }
 #define Q8_0_OFFSET 128
-#define Q_TILE_X 4
+#define Q_TILE_X 8 /* operand rows per tile (see the top) */
 
 #include "gemm_int8_x86.h"
 

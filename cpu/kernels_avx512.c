@@ -3,8 +3,9 @@
  * code is shared with AVX2 (gemm_int8_x86.h); the 32 vector registers hold an 8-row operand
  * tile (4 rows had each weight block unpacked once per 4 prompt rows: 8 made the 64-row
  * matmuls 5 % (Q4_0), 5-8 % (Q8_0) and 15-20 % (Q5_0) faster, `LLMM_BENCH_KERNELS=q4_0,q8_0,q5_0
- * build/tests/test_simd`, 4 alternations). Everything else is the AVX2 code (see kernels_x86.h). Compiled with the AVX-512 target
- * flags (Makefile); called only after cpu_kernels_get(CPU_ISA_AVX512) checked the CPU. */
+ * build/tests/test_simd`, 4 alternations). Everything else is the AVX2 code (see
+ * kernels_x86.h). Compiled with the AVX-512 target flags (Makefile); called only after
+ * cpu_kernels_get(CPU_ISA_AVX512) checked the CPU. */
 #include "cpu_kernels.h"
 
 #if defined(__x86_64__)

@@ -34,26 +34,18 @@ static inline const float *kv_row_fast(const cpu_kernels *kern, const llmm_kv_vi
 }
 
 /* Head h's rows at positions [p, p + n) of the view's K or V (base), as float pointers: into
- * the pool for F32 rows, else into buf (n x head_dim floats). */
+ * the pool for F32 rows, else into buf (n x head_dim floats). F16 rows of one block reach
+ * here only for tables without the F16 attention kernels (f16_stretch comes first). */
 static void chunk_rows(const cpu_kernels *kern, const llmm_kv_view *kv, const void *base, uint32_t p, size_t n,
                        uint32_t h, float *buf, const float **rows) {
     const size_t hd = kv->head_dim;
-    /* F16 rows of one block stored back to back (the pool's head-major layout): one
-     * conversion for the chunk, where one call per row cost more than converting */
-    if (kv->type == LLMM_KV_F16 && kern->f16_to_f32 && kv->row_bytes == hd * sizeof(uint16_t) &&
-        (p & (kv->block_size - 1)) + n <= kv->block_size) {
-        kern->f16_to_f32((const uint16_t *)(const void *)((const uint8_t *)base + kv_row_offset(kv, p, h)), buf,
-                         n * hd);
-        for (size_t j = 0; j < n; j++) rows[j] = buf + j * hd;
-        return;
-    }
     for (size_t j = 0; j < n; j++) rows[j] = kv_row_fast(kern, kv, base, p + (uint32_t)j, h, buf + j * hd);
 }
 
 /* Head h's rows at positions [p, p + n) as one stretch of halves in the pool, hd apart, for
  * the kernels that widen F16 rows in registers (writing the widened chunk and reading it back
- * was 2.5 % of decode at 544 positions): NULL unless the rows are F16 and lie back to back, as
- * chunk_rows's one-call widening needs them (same block, head-major layout). */
+ * was 2.5 % of decode at 544 positions): NULL unless the rows are F16 and lie back to back
+ * (same block, head-major layout). */
 static const uint16_t *f16_stretch(const llmm_kv_view *kv, const void *base, uint32_t p, size_t n, uint32_t h) {
     if (kv->type != LLMM_KV_F16 || kv->row_bytes != (size_t)kv->head_dim * sizeof(uint16_t) ||
         (p & (kv->block_size - 1)) + n > kv->block_size)

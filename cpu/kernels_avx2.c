@@ -381,18 +381,6 @@ void avx2_silu_mul(float *gate, const float *up, size_t n) {
     for (; i < n; i++) gate[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
 }
 
-/* Attention's q.k: eight FMA partial sums and a shuffle tree, not the scalar's eight
- * sequential lane adds, whose 8-add dependency chain cost as much as the products at the
- * small head sizes of small models (head_dim 8 on stories260K). */
-float avx2_dot_f32(const float *a, const float *b, size_t n) {
-    __m256 acc = _mm256_setzero_ps();
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
-    float sum = hsum_ps(acc);
-    for (; i < n; i++) sum += a[i] * b[i];
-    return sum;
-}
-
 double avx2_exp_sub_sum(float *s, size_t n, float max) {
     const __m256 vmax = _mm256_set1_ps(max);
     __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
@@ -448,7 +436,9 @@ SIMD_ALWAYS_INLINE float row_value(const cpu_attn_rows *rows, size_t j, size_t d
     return f16 ? _cvtsh_ss(rows->f16[j * rows->stride + d]) : rows->f32[j][d];
 }
 
-/* avx2_dot_f32(q, row j, n), its loop with row_load8 for the loads. */
+/* Attention's q.k: eight FMA partial sums and a shuffle tree, not the scalar's eight
+ * sequential lane adds, whose 8-add dependency chain cost as much as the products at the
+ * small head sizes of small models (head_dim 8 on stories260K). q . row j of rows. */
 SIMD_ALWAYS_INLINE float dot_row(const float *q, const cpu_attn_rows *rows, size_t j, size_t n, int f16) {
     __m256 acc = _mm256_setzero_ps();
     size_t i = 0;
@@ -456,6 +446,10 @@ SIMD_ALWAYS_INLINE float dot_row(const float *q, const cpu_attn_rows *rows, size
     float sum = hsum_ps(acc);
     for (; i < n; i++) sum += q[i] * row_value(rows, j, i, f16);
     return sum;
+}
+
+float avx2_dot_f32(const float *a, const float *b, size_t n) {
+    return dot_row(a, &(cpu_attn_rows){.f32 = &b}, 0, n, 0);
 }
 
 /* The hd % 8 tail of scores [j, j + 4) (their sums so far in out), in order, as avx2_dot_f32. */

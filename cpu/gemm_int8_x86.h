@@ -71,22 +71,10 @@ SIMD_ALWAYS_INLINE __m256 fold_block(__m256 acc, __m256i sums, int32_t correctio
 
 SIMD_ALWAYS_INLINE void gather_scales(const uint8_t *base, size_t rb, size_t block_bytes, size_t b0, size_t n,
                                       uint16_t dws[SCALE_SEG][Q_ROWS]) {
-    if (block_bytes == sizeof(block_q4_0)) {
-        /* Q4_0: block by block, the eight rows unrolled from two row pointers: one loop instead
-         * of eight short ones (which reloaded their bound from the stack), 0.5B decode +16 % */
-        const uint8_t *p = base + b0 * block_bytes, *q = p + 4 * rb;
-        const uint8_t *const end = p + n * block_bytes;
-        const size_t rb3 = 3 * rb;
-        uint16_t(*restrict d)[Q_ROWS] = dws;
-        for (; p != end; p += block_bytes, q += block_bytes, d++) {
-            (*d)[0] = load_u16(p), (*d)[1] = load_u16(p + rb), (*d)[2] = load_u16(p + 2 * rb);
-            (*d)[3] = load_u16(p + rb3), (*d)[4] = load_u16(q), (*d)[5] = load_u16(q + rb);
-            (*d)[6] = load_u16(q + 2 * rb), (*d)[7] = load_u16(q + rb3);
-        }
-        return;
-    }
-    /* Q8_0: row by row, in address order, unrolled. This pass is the streamed weights' first
-     * touch; reading Q8_0's eight rows interleaved, as above, cost its decode 30 %. */
+    /* Row by row, in address order, unrolled. This pass is the streamed weights' first touch,
+     * and a demand stream in address order is what the hardware prefetchers follow: reading the
+     * eight rows interleaved (block by block) cost Q8_0's decode 30 %, Q4_0's 5 % (6 alternated
+     * runs of the 0.5B Q4_0 file, 2 threads: 96.6 -> 101.5 tok/s median). */
     for (int i = 0; i < Q_ROWS; i++) {
         const uint8_t *p = base + i * rb + b0 * block_bytes;
         uint16_t *restrict d = &dws[0][i];

@@ -15,9 +15,10 @@
 #include "cpu_backend.h"
 #include "quant.h"
 
-/* Chunks per thread segment (sizes 1/2, 1/4, ... 1/32 of it, and the rest) and weights one
- * task holds at most (Q/K/V, gate/up). */
-enum { SEGMENT_CHUNKS = 6, MATMUL_MAX_PARTS = 4, TILE_ROWS = 8 };
+/* Chunks per thread segment (sizes 1/2, 1/4, ... 1/32 of it, and the rest), weights one task
+ * holds at most (Q/K/V, gate/up), and the rows chunks are counted in: the tallest kernel tile
+ * (AVX-512's 16 rows, gemm_rows16_avx512.h), so no chunk ends inside one. */
+enum { SEGMENT_CHUNKS = 6, MATMUL_MAX_PARTS = 4, TILE_ROWS = 16 };
 
 /* One weight of a task, its rows numbered in tiles of TILE_ROWS from first_tile on. */
 typedef struct matmul_part {

@@ -483,10 +483,17 @@ static void check_gemm_case(const cpu_kernels *k, const mm_case *c, mm_stats *st
         free(xq);
     }
 
-    /* tiling independence: rows in ranges of 1, 3 and 11 (odd splits of the 8-row tiles),
-     * each operand row alone */
-    const size_t steps[] = {1, 3, 11};
+    /* tiling independence: rows in ranges of 1, 3, 11 and 17 (odd splits of the 8- and 16-row
+     * tiles), all operand rows at once, then each operand row alone (AVX-512 takes other
+     * tiles for one operand row than for several) */
+    const size_t steps[] = {1, 3, 11, 17};
     for (size_t si = 0; si < ARRAY_LEN(steps); si++) {
+        fill_nan(again, n_out);
+        for (size_t j0 = 0; j0 < c->ne1; j0 += steps[si])
+            mk->gemm(&wt, j0, LLMM_MIN(c->ne1, j0 + steps[si]), &ob.op, c->n_rows, again, c->ne1);
+        if (memcmp(out, again, n_out * sizeof *out) != 0)
+            fail_msg("%s %s ne0=%zu ne1=%zu rows=%zu: row ranges of %zu, all operand rows, give other bits", k->name,
+                     t->name, c->ne0, c->ne1, c->n_rows, steps[si]);
         fill_nan(again, n_out);
         for (size_t r = 0; r < c->n_rows; r++) {
             cpu_operand one = ob.op;
@@ -526,7 +533,7 @@ static void check_gemm_type(uint32_t type, uint64_t seed) {
     const int blocked = llmm_type_get(type)->block_size > 1;
     const size_t *ne0s = blocked ? ne0_block : ne0_float;
     const size_t n_ne0 = blocked ? ARRAY_LEN(ne0_block) : ARRAY_LEN(ne0_float);
-    const size_t ne1s[] = {1, 3, 5, 8, 37};
+    const size_t ne1s[] = {1, 3, 5, 8, 37, 45};
     const size_t rows[] = {1, 3, 5, 37};
     for (size_t ii = 0; ii < ARRAY_LEN(k_simd_isas); ii++) {
         const cpu_kernels *k = gemm_table(k_simd_isas[ii], type);
@@ -536,7 +543,7 @@ static void check_gemm_type(uint32_t type, uint64_t seed) {
         for (size_t a = 0; a < n_ne0; a++)
             for (size_t b = 0; b < ARRAY_LEN(ne1s); b++)
                 for (size_t c = 0; c < ARRAY_LEN(rows); c++) {
-                    if (ne0s[a] > 224 && rows[c] == 37 && ne1s[b] == 37) continue; /* time */
+                    if (ne0s[a] > 224 && rows[c] == 37 && ne1s[b] >= 37) continue; /* time */
                     const mm_case mc = {type, ne0s[a], ne1s[b], rows[c]};
                     check_gemm_case(k, &mc, &st);
                 }

@@ -1,24 +1,26 @@
-/* Q4_0 weights times Q8 operand rows on 512-bit vectors, 16 weight rows per tile, one row per
- * int32 lane: for kernels_avx512.c, included after gemm_int8_x86.h (whose scale gather order,
- * prefetch and tile walk it follows); gives gemm_q4_0_rows16 (cpu_gemm_fn). Used for two
- * operand rows and more (prefill, several sequences): one core, 896 x 2048 from cache, 64 rows
- * 1330 -> 934 us against the 8-row tiles; 0.5B Q4_0 prefill at 512 tokens, 2 threads, 3
- * alternations: 238-255 -> 346-396 tok/s.
+/* Q4_0, Q5_0 and Q8_0 weights times Q8 operand rows on 512-bit vectors, 16 weight rows per
+ * tile, one row per int32 lane: for kernels_avx512.c, included after gemm_int8_x86.h (whose
+ * scale gather order, prefetch and tile walk it follows); gives gemm_q4_0_rows16,
+ * gemm_q5_0_rows16 and gemm_q8_0_rows16 (cpu_gemm_fn). Used for two operand rows and more
+ * (prefill, several sequences).
  *
- * Why: the 8-row tiles of gemm_int8_x86.h put two weight rows in a 256-bit vector, so every
- * block's eight row sums must be gathered from four lanes each with horizontal adds, and a
- * 256-bit vpdpbusd does half the work of a 512-bit one at the same rate on Zen 4 (a throwaway
- * loop: 0.25 ns per ymm vpdpbusd, 0.28 per zmm; vphaddd 0.59). Here each block of the 16 rows
- * is transposed in registers, four bytes at a time (D_j below: lane q holds bytes 4j..4j+3 of
- * row rows16_row(q)), so vpdpbusd against the operand's bytes 4j..4j+3, broadcast, adds four
- * products of one row into that row's own lane: eight of them leave every row's block sum in
- * its lane, with no horizontal step. The transposition (4 loads with 12 inserts, 8 unpacks)
- * is paid once per block and shared by all the operand rows of a tile.
+ * Why: the 8-row tiles of gemm_int8_x86.h put two weight rows (or one) in a 256-bit vector, so
+ * every block's eight row sums must be gathered from four (or eight) lanes each with
+ * horizontal adds, and a 256-bit vpdpbusd does half the work of a 512-bit one at the same rate
+ * on Zen 4 (a throwaway loop: 0.25 ns per ymm vpdpbusd, 0.28 per zmm; vphaddd 0.59). Here each
+ * block of the 16 rows is transposed in registers, four bytes at a time (lane q of D_j below
+ * holds bytes 4j..4j+3 of row rows16_row(q)), so vpdpbusd against the operand's bytes
+ * 4j..4j+3, broadcast, adds four products of one row into that row's own lane: eight of them
+ * leave every row's block sum in its lane, with no horizontal step. The transposition (loads
+ * with inserts, then unpacks) is paid once per block and shared by all the operand rows of a
+ * tile; for one operand row it costs more than it saves, so decode keeps the 8-row tiles.
+ * One core, 896 x 2048 Q4_0 from cache, 64 rows: 1330 -> 934 us; one row 11.5 -> 12.9 us.
  *
- * Numerics are gemm_int8_x86.h's: per lane (one weight row), blocks in order,
- * sum += (float)(isum - 8 sum(x)) * (d_w * d_x) without FMA, so bit-identical to the scalar
- * vec_dot. The quants are kept times 16 by masks, as prep_q4_0_pair does (at most
- * 32 x 240 x 128 per block sum: no overflow), and divided out before the conversion. */
+ * Numerics are the 8-row kernels': per lane (one weight row), blocks in order,
+ * sum += (float)(isum - o sum(x)) * (d_w * d_x) without FMA, o the offset that made the
+ * quants unsigned (8, 16, 128), so bit-identical to the scalar vec_dot. Q4_0's quants are kept
+ * times 16 by masks, as prep_q4_0_pair does (at most 32 x 240 x 128 per block sum), and
+ * divided out before the conversion. */
 #ifndef LLMM_GEMM_ROWS16_AVX512_H
 #define LLMM_GEMM_ROWS16_AVX512_H
 
@@ -27,46 +29,115 @@
 #endif
 
 #define R16_ROWS 16
+/* blocks whose fields are gathered at a time: 2 KiB of scales and 4 KiB of Q5_0 bit words on
+ * the stack (a row of 64 blocks, 2048 values, is gathered once per tile; longer rows once per
+ * segment and tile of operand rows) */
+#define R16_SEG 64
+
+typedef enum r16_kind { R16_Q4_0, R16_Q5_0, R16_Q8_0 } r16_kind;
+
+SIMD_ALWAYS_INLINE size_t r16_block_bytes(r16_kind k) {
+    return k == R16_Q4_0 ? sizeof(block_q4_0) : k == R16_Q5_0 ? sizeof(block_q5_0) : sizeof(block_q8_0);
+}
+SIMD_ALWAYS_INLINE size_t r16_qs_offset(r16_kind k) {
+    return k == R16_Q4_0 ? offsetof(block_q4_0, qs) : k == R16_Q5_0 ? offsetof(block_q5_0, qs) : offsetof(block_q8_0, qs);
+}
+SIMD_ALWAYS_INLINE int32_t r16_offset(r16_kind k) { return k == R16_Q4_0 ? 8 : k == R16_Q5_0 ? 16 : 128; }
 
 /* The row whose values lane q holds after the transposition (and the lane of row q: the
  * mapping is its own inverse): 128-bit lane l of the m-th loaded vector holds row 4m + l, and
  * the unpacks leave row l + 4p at position 4l + p. */
 SIMD_ALWAYS_INLINE size_t rows16_row(size_t q) { return (q >> 2) + 4 * (q & 3); }
 
-/* The f16 scales of blocks [b0, b0 + n) of the 16 rows, row by row in address order (see
- * gather_scales), each row's stored at its lane. */
-SIMD_ALWAYS_INLINE void gather_scales16(const uint8_t *base, size_t rb, size_t b0, size_t n,
-                                        uint16_t dws[SCALE_SEG][R16_ROWS]) {
+/* The per-block fields of blocks [b0, b0 + n) of the 16 rows, row by row in address order
+ * (the tile's first touch, see gather_scales), each row's stored at its lane: the f16 scales,
+ * and for Q5_0 the 32-bit words of 5th bits. */
+SIMD_ALWAYS_INLINE void gather_fields16(r16_kind kind, const uint8_t *base, size_t rb, size_t b0, size_t n,
+                                        uint16_t dws[R16_SEG][R16_ROWS], uint32_t qhs[R16_SEG][R16_ROWS]) {
+    const size_t bb = r16_block_bytes(kind);
     for (size_t i = 0; i < R16_ROWS; i++) {
-        const uint8_t *p = base + i * rb + b0 * sizeof(block_q4_0);
+        const uint8_t *p = base + i * rb + b0 * bb;
         uint16_t *restrict d = &dws[0][rows16_row(i)];
+        if (kind == R16_Q5_0) {
+            uint32_t *restrict h = &qhs[0][rows16_row(i)];
 #pragma GCC unroll 4
-        for (size_t k = 0; k < n; k++) d[k * R16_ROWS] = load_u16(p + k * sizeof(block_q4_0));
+            for (size_t k = 0; k < n; k++) {
+                d[k * R16_ROWS] = load_u16(p + k * bb);
+                memcpy(&h[k * R16_ROWS], p + k * bb + offsetof(block_q5_0, qh), sizeof *h);
+            }
+        } else {
+#pragma GCC unroll 4
+            for (size_t k = 0; k < n; k++) d[k * R16_ROWS] = load_u16(p + k * bb);
+        }
     }
 }
 
-/* Block b's quants of the 16 rows, transposed: w[j] (j < 4) holds the low nibbles of bytes
- * 4j..4j+3 of each row (weights 4j..4j+3), w[j + 4] the high nibbles (weights 16+4j..),
- * both times 16. */
-SIMD_ALWAYS_INLINE void rows16_q4_0_block(const uint8_t *qs, size_t rb, __m512i w[8]) {
+/* d[j]: lane q holds bytes 4j..4j+3 of the 16 bytes at p + rows16_row(q) * rb. */
+SIMD_ALWAYS_INLINE void rows16_transpose(const uint8_t *p, size_t rb, __m512i d[4]) {
     __m512i z[4];
 #pragma GCC unroll 4
     for (int m = 0; m < 4; m++) {
-        const uint8_t *p = qs + (size_t)(4 * m) * rb;
-        __m512i v = _mm512_castsi128_si512(load_128(p));
-        v = _mm512_inserti32x4(v, load_128(p + rb), 1);
-        v = _mm512_inserti32x4(v, load_128(p + 2 * rb), 2);
-        z[m] = _mm512_inserti32x4(v, load_128(p + 3 * rb), 3);
+        const uint8_t *r = p + (size_t)(4 * m) * rb;
+        __m512i v = _mm512_castsi128_si512(load_128(r));
+        v = _mm512_inserti32x4(v, load_128(r + rb), 1);
+        v = _mm512_inserti32x4(v, load_128(r + 2 * rb), 2);
+        z[m] = _mm512_inserti32x4(v, load_128(r + 3 * rb), 3);
     }
     const __m512i a = _mm512_unpacklo_epi32(z[0], z[1]), c = _mm512_unpacklo_epi32(z[2], z[3]);
     const __m512i b = _mm512_unpackhi_epi32(z[0], z[1]), e = _mm512_unpackhi_epi32(z[2], z[3]);
-    const __m512i d[4] = {_mm512_unpacklo_epi64(a, c), _mm512_unpackhi_epi64(a, c), _mm512_unpacklo_epi64(b, e),
-                          _mm512_unpackhi_epi64(b, e)};
-    const __m512i mask = _mm512_set1_epi8((char)0xf0);
+    d[0] = _mm512_unpacklo_epi64(a, c);
+    d[1] = _mm512_unpackhi_epi64(a, c);
+    d[2] = _mm512_unpacklo_epi64(b, e);
+    d[3] = _mm512_unpackhi_epi64(b, e);
+}
+
+/* Block b of the 16 rows as unsigned bytes, transposed: w[j] holds each row's weights 4j..4j+3
+ * (j < 4) or 16+4(j-4).. (j >= 4). qh: the rows' 5th-bit words (Q5_0), by lane. */
+SIMD_ALWAYS_INLINE void rows16_block(r16_kind kind, const uint8_t *blk, size_t rb, const uint32_t *qh,
+                                     __m512i w[8]) {
+    __m512i d[4];
+    rows16_transpose(blk + r16_qs_offset(kind), rb, d);
+    if (kind == R16_Q8_0) {
+        /* + 128 (the sign bit flipped), as prep_q8_0 */
+        const __m512i sign = _mm512_set1_epi8((char)0x80);
+        __m512i d_hi[4];
+        rows16_transpose(blk + r16_qs_offset(kind) + 16, rb, d_hi);
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            w[j] = _mm512_xor_si512(d[j], sign);
+            w[j + 4] = _mm512_xor_si512(d_hi[j], sign);
+        }
+        return;
+    }
+    if (kind == R16_Q4_0) {
+        const __m512i mask = _mm512_set1_epi8((char)0xf0);
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            w[j] = _mm512_and_si512(_mm512_slli_epi16(d[j], 4), mask);
+            w[j + 4] = _mm512_and_si512(d[j], mask);
+        }
+        return;
+    }
+    /* Q5_0: nibbles as they are, plus 16 where the 5th bit is set. Weight 4j + k of a row has
+     * bit 4j + k of its word: byte j / 2 of the lane, copied to all four bytes of the lane by
+     * the shuffle, then bit k + 4 (j % 2) of byte k tested. */
+    const __m512i low4 = _mm512_set1_epi8(0x0f), b16 = _mm512_set1_epi8(0x10);
+    const __m512i h = _mm512_loadu_si512(qh);
+    /* by[c]: byte c of each lane's word in all four bytes of the lane (the shuffle indexes
+     * within 128 bits: lane i of a 128-bit part starts at byte 4i) */
+    const __m512i first = _mm512_set4_epi32(0x0c0c0c0c, 0x08080808, 0x04040404, 0x00000000);
+    __m512i by[4];
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; c++)
+        by[c] = _mm512_shuffle_epi8(h, _mm512_add_epi8(first, _mm512_set1_epi8((char)c)));
+    const __m512i bits_lo = _mm512_set1_epi32(0x08040201), bits_hi = _mm512_set1_epi32((int)0x80402010);
 #pragma GCC unroll 4
     for (int j = 0; j < 4; j++) {
-        w[j] = _mm512_and_si512(_mm512_slli_epi16(d[j], 4), mask);
-        w[j + 4] = _mm512_and_si512(d[j], mask);
+        const __m512i lo = _mm512_and_si512(d[j], low4), hi = _mm512_and_si512(_mm512_srli_epi16(d[j], 4), low4);
+        const __mmask64 m_lo = _mm512_test_epi8_mask(by[j / 2], (j & 1) ? bits_hi : bits_lo);
+        const __mmask64 m_hi = _mm512_test_epi8_mask(by[2 + j / 2], (j & 1) ? bits_hi : bits_lo);
+        w[j] = _mm512_mask_add_epi8(lo, m_lo, lo, b16);
+        w[j + 4] = _mm512_mask_add_epi8(hi, m_hi, hi, b16);
     }
 }
 
@@ -78,8 +149,8 @@ SIMD_ALWAYS_INLINE __m512i dpbusd_bcast(__m512i acc, __m512i w, const int8_t *x)
     return acc;
 }
 
-/* Each lane's block sum (times 16) against one operand block's quants xq. */
-SIMD_ALWAYS_INLINE __m512i rows16_q4_0_dot(const __m512i w[8], const int8_t *xq) {
+/* Each lane's block sum against one operand block's quants xq. */
+SIMD_ALWAYS_INLINE __m512i rows16_dot(const __m512i w[8], const int8_t *xq) {
     __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
 #pragma GCC unroll 4
     for (int j = 0; j < 4; j++) {
@@ -91,22 +162,25 @@ SIMD_ALWAYS_INLINE __m512i rows16_q4_0_dot(const __m512i w[8], const int8_t *xq)
 
 /* Blocks [b0, b0 + n) of the tile against operand rows r0 .. r0+nx-1 (nx a constant at every
  * call site). */
-SIMD_ALWAYS_INLINE void rows16_tile_seg(const uint8_t *base, size_t rb, const uint8_t *next, size_t nb, size_t b0,
-                                        size_t n, const uint16_t dws[SCALE_SEG][R16_ROWS], const cpu_operand *x,
-                                        size_t r0, size_t nx, __m512 acc[Q_TILE_X]) {
+SIMD_ALWAYS_INLINE void rows16_tile_seg(r16_kind kind, const uint8_t *base, size_t rb, const uint8_t *next,
+                                        size_t nb, size_t b0, size_t n, const uint16_t dws[R16_SEG][R16_ROWS],
+                                        const uint32_t qhs[R16_SEG][R16_ROWS], const cpu_operand *x, size_t r0,
+                                        size_t nx, __m512 acc[Q_TILE_X]) {
+    const size_t bb = r16_block_bytes(kind);
     for (size_t b = b0; b < b0 + n; b++) {
         if (next && r0 == 0) {
-            const size_t share = R16_ROWS * sizeof(block_q4_0);
+            const size_t share = R16_ROWS * bb;
             prefetch_span((uintptr_t)next + b * share, share, R16_ROWS * rb > PF_L1_MAX_TILE);
         }
         __m512i w[8];
-        rows16_q4_0_block(base + b * sizeof(block_q4_0) + 2, rb, w);
+        rows16_block(kind, base + b * bb, rb, qhs[b - b0], w);
         const __m512 d_w = _mm512_cvtph_ps(load_256(dws[b - b0]));
 #pragma GCC unroll 8
         for (size_t r = 0; r < nx; r++) {
             const size_t xb = (r0 + r) * nb + b;
-            const __m512i sums = _mm512_srai_epi32(rows16_q4_0_dot(w, x->qs + xb * QK8_0), 4);
-            const __m512i isum = _mm512_sub_epi32(sums, _mm512_set1_epi32(8 * x->sum[xb]));
+            __m512i sums = rows16_dot(w, x->qs + xb * QK8_0);
+            if (kind == R16_Q4_0) sums = _mm512_srai_epi32(sums, 4);
+            const __m512i isum = _mm512_sub_epi32(sums, _mm512_set1_epi32(r16_offset(kind) * x->sum[xb]));
             const __m512 scale = _mm512_mul_ps(d_w, _mm512_set1_ps(x->d[xb]));
             acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(_mm512_cvtepi32_ps(isum), scale));
         }
@@ -115,24 +189,25 @@ SIMD_ALWAYS_INLINE void rows16_tile_seg(const uint8_t *base, size_t rb, const ui
 
 /* All operand rows against the 16 weight rows base + i * rb; lanes [l0, l0 + nl) (in row
  * order) go to out columns j ... */
-SIMD_ALWAYS_INLINE void rows16_rows(const uint8_t *base, size_t rb, const uint8_t *next, size_t l0, size_t nl,
-                                    size_t j, const cpu_operand *x, size_t n_rows, float *out, size_t ldo) {
+SIMD_ALWAYS_INLINE void rows16_rows(r16_kind kind, const uint8_t *base, size_t rb, const uint8_t *next, size_t l0,
+                                    size_t nl, size_t j, const cpu_operand *x, size_t n_rows, float *out,
+                                    size_t ldo) {
     const size_t nb = x->n / QK8_0;
     /* lane order to row order: row i is in lane rows16_row(i) */
     const __m512i to_rows = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
-    uint16_t dws[SCALE_SEG][R16_ROWS];
+    uint16_t dws[R16_SEG][R16_ROWS];
+    uint32_t qhs[R16_SEG][R16_ROWS];
     for (size_t r0 = 0; r0 < n_rows; r0 += Q_TILE_X) {
         __m512 acc[Q_TILE_X];
         const size_t nx = LLMM_MIN((size_t)Q_TILE_X, n_rows - r0);
         for (size_t r = 0; r < nx; r++) acc[r] = _mm512_setzero_ps();
-        for (size_t b0 = 0; b0 < nb; b0 += SCALE_SEG) {
-            const size_t n = LLMM_MIN((size_t)SCALE_SEG, nb - b0);
-            /* one segment (rows up to 8192 values): gathered once for all operand tiles */
-            if (r0 == 0 || nb > SCALE_SEG) gather_scales16(base, rb, b0, n, dws);
+        for (size_t b0 = 0; b0 < nb; b0 += R16_SEG) {
+            const size_t n = LLMM_MIN((size_t)R16_SEG, nb - b0);
+            if (r0 == 0 || nb > R16_SEG) gather_fields16(kind, base, rb, b0, n, dws, qhs);
             const uint16_t(*d)[R16_ROWS] = (const uint16_t(*)[R16_ROWS])dws;
-            if (nx == Q_TILE_X) rows16_tile_seg(base, rb, next, nb, b0, n, d, x, r0, Q_TILE_X, acc);
-            else if (nx == 1) rows16_tile_seg(base, rb, next, nb, b0, n, d, x, r0, 1, acc);
-            else rows16_tile_seg(base, rb, next, nb, b0, n, d, x, r0, nx, acc);
+            const uint32_t(*h)[R16_ROWS] = (const uint32_t(*)[R16_ROWS])qhs;
+            if (nx == Q_TILE_X) rows16_tile_seg(kind, base, rb, next, nb, b0, n, d, h, x, r0, Q_TILE_X, acc);
+            else rows16_tile_seg(kind, base, rb, next, nb, b0, n, d, h, x, r0, nx, acc);
         }
         for (size_t r = 0; r < nx; r++) {
             const __m512 v = _mm512_permutexvar_ps(to_rows, acc[r]);
@@ -148,11 +223,16 @@ SIMD_ALWAYS_INLINE void rows16_rows(const uint8_t *base, size_t rb, const uint8_
     }
 }
 
-static void gemm_q4_0_rows16(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows,
-                             float *out, size_t ldo) {
-#define ROWS16_CALL(base, rb, next, l0, nl, j) rows16_rows(base, rb, next, l0, nl, j, x, n_rows, out, ldo)
+/* Tiles of 16 rows (gemm_tiles.h). */
+SIMD_ALWAYS_INLINE void gemm_rows16(r16_kind kind, const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x,
+                                    size_t n_rows, float *out, size_t ldo) {
+#define ROWS16_CALL(base, rb, next, l0, nl, j) rows16_rows(kind, base, rb, next, l0, nl, j, x, n_rows, out, ldo)
     GEMM_WALK_TILES(w, j0, j1, R16_ROWS, ROWS16_CALL);
 #undef ROWS16_CALL
 }
+
+GEMM_FN_FOR_KIND(gemm_q4_0_rows16, gemm_rows16, R16_Q4_0)
+GEMM_FN_FOR_KIND(gemm_q5_0_rows16, gemm_rows16, R16_Q5_0)
+GEMM_FN_FOR_KIND(gemm_q8_0_rows16, gemm_rows16, R16_Q8_0)
 
 #endif

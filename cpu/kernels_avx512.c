@@ -44,15 +44,17 @@ static inline __m256i dot_q8_0(__m256i w_plus_128, __m256i x) { return dot_u8s8(
 #include "gemm_int8_x86.h"
 #include "gemm_rows16_avx512.h"
 
-/* One operand row (decode) stays on the 8-row tiles: the 16-row tile's transposition costs
- * more than the horizontal adds it saves when no other operand row shares it (one core, 896 x
- * 512 from cache: 11.5 against 12.9 us); from two rows on the 16-row tiles are faster
- * (896 x 1024: 2 rows 33.1 -> 32.0 us, 4 rows 51.7 -> 43.7, 8 rows 89.2 -> 65.9). */
-static void gemm_q4_0_avx512(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows,
-                             float *out, size_t ldo) {
-    if (n_rows == 1) gemm_q4_0(w, j0, j1, x, n_rows, out, ldo);
-    else gemm_q4_0_rows16(w, j0, j1, x, n_rows, out, ldo);
-}
+/* One operand row (decode) stays on the 8-row tiles (see gemm_rows16_avx512.h); from two
+ * rows on the 16-row tiles are faster (one core, Q4_0 896 x 1024 from cache: 2 rows 33.1 ->
+ * 32.0 us, 4 rows 51.7 -> 43.7, 8 rows 89.2 -> 65.9). */
+#define GEMM_BY_ROWS(NAME, ONE_ROW, ROWS16)                                                                  \
+    static void NAME(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows,      \
+                     float *out, size_t ldo) {                                                             \
+        if (n_rows == 1) ONE_ROW(w, j0, j1, x, n_rows, out, ldo);                                          \
+        else ROWS16(w, j0, j1, x, n_rows, out, ldo);                                                       \
+    }
+GEMM_BY_ROWS(gemm_q4_0_avx512, gemm_q4_0, gemm_q4_0_rows16)
+GEMM_BY_ROWS(gemm_q8_0_avx512, gemm_q8_0, gemm_q8_0_rows16)
 
 /* vpdpwssd: the K-quants' scale multiply and the add in one instruction */
 static inline __m256i kq_madd_acc(__m256i acc, __m256i p, __m256i s) { return _mm256_dpwssd_epi32(acc, p, s); }
@@ -76,6 +78,8 @@ static inline void add_bit4_pair(__m256i *lo, __m256i *hi, uint32_t ha, uint32_t
 
 #include "gemm_legacy_x86.h"
 
+GEMM_BY_ROWS(gemm_q5_0_avx512, gemm_q5_0, gemm_q5_0_rows16)
+
 const cpu_kernels cpu_kernels_avx512 = {
     .name = "avx512",
     .isa = CPU_ISA_AVX512,
@@ -85,8 +89,8 @@ const cpu_kernels cpu_kernels_avx512 = {
             [LLMM_TYPE_F16] = {avx2_gemm_f16, CPU_OPERAND_F64_F16},
             [LLMM_TYPE_BF16] = {avx2_gemm_bf16, CPU_OPERAND_F64_BF16},
             [LLMM_TYPE_Q4_0] = {gemm_q4_0_avx512, CPU_OPERAND_Q8},
-            [LLMM_TYPE_Q8_0] = {gemm_q8_0, CPU_OPERAND_Q8},
-            [LLMM_TYPE_Q5_0] = {gemm_q5_0, CPU_OPERAND_Q8},
+            [LLMM_TYPE_Q8_0] = {gemm_q8_0_avx512, CPU_OPERAND_Q8},
+            [LLMM_TYPE_Q5_0] = {gemm_q5_0_avx512, CPU_OPERAND_Q8},
             [LLMM_TYPE_Q4_1] = {gemm_q4_1, CPU_OPERAND_Q8_1},
             [LLMM_TYPE_Q5_1] = {gemm_q5_1, CPU_OPERAND_Q8_1},
             [LLMM_TYPE_Q2_K] = {gemm_q2_K, CPU_OPERAND_Q8K},

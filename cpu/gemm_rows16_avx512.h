@@ -170,7 +170,7 @@ SIMD_ALWAYS_INLINE void rows16_tile_seg(r16_kind kind, const uint8_t *base, size
     for (size_t b = b0; b < b0 + n; b++) {
         if (next && r0 == 0) {
             const size_t share = R16_ROWS * bb;
-            prefetch_span((uintptr_t)next + b * share, share, R16_ROWS * rb > PF_L1_MAX_TILE);
+            prefetch_span((uintptr_t)next + b * share, share, 1); /* to L2: see prefetch_next */
         }
         __m512i w[8];
         rows16_block(kind, base + b * bb, rb, qhs[b - b0], w);

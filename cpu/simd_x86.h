@@ -30,9 +30,10 @@ SIMD_ALWAYS_INLINE uint16_t load_u16(const uint8_t *p) {
  * prefetched, spread evenly over the tile's loop: each step prefetches the next tile's share
  * of the bytes it reads itself. Without it one core streamed 6 GB/s of Q4_0 weights on the
  * 0.5B model, waiting on the interleaved rows that the hardware prefetcher does not follow
- * (measured on the Zen 4 dev VM, as every number here). Tiles of up to half the L1 go to L1;
- * larger ones to L2, where in L1 they evicted the current tile (Q8_0 rows of 4864 values:
- * 1.5 ns per 32 values with L2, 2.25 with L1). Addresses are integers: a prefetch never faults,
+ * (measured on the Zen 4 dev VM, as every number here). The float kernels' tiles of up to
+ * half the L1 go to L1, larger ones to L2, where in L1 they evicted the current tile (Q8_0 rows
+ * of 4864 values: 1.5 ns per 32 values with L2, 2.25 with L1); the quantized kernels prefetch to
+ * L2 always (prefetch_next in gemm_int8_x86.h). Addresses are integers: a prefetch never faults,
  * and nothing past the chunk is prefetched (another thread reads that). */
 #define PF_L1_MAX_TILE 16384
 

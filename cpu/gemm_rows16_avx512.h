@@ -2,7 +2,7 @@
  * tile, one row per int32 lane: for kernels_avx512.c, included after gemm_int8_x86.h (whose
  * scale gather order, prefetch and tile walk it follows); gives gemm_q4_0_rows16,
  * gemm_q5_0_rows16 and gemm_q8_0_rows16 (cpu_gemm_fn). Used for two operand rows and more
- * (prefill, several sequences).
+ * (prefill, several sequences), and for Q5_0 always (see kernels_avx512.c).
  *
  * Why: the 8-row tiles of gemm_int8_x86.h put two weight rows (or one) in a 256-bit vector, so
  * every block's eight row sums must be gathered from four (or eight) lanes each with
@@ -13,8 +13,9 @@
  * 4j..4j+3, broadcast, adds four products of one row into that row's own lane: eight of them
  * leave every row's block sum in its lane, with no horizontal step. The transposition (loads
  * with inserts, then unpacks) is paid once per block and shared by all the operand rows of a
- * tile; for one operand row it costs more than it saves, so decode keeps the 8-row tiles.
- * One core, 896 x 2048 Q4_0 from cache, 64 rows: 1330 -> 934 us; one row 11.5 -> 12.9 us.
+ * tile; for one operand row it costs more than it saves for Q4_0 and Q8_0, whose decode keeps
+ * the 8-row tiles. One core, 896 x 2048 Q4_0 from cache, 64 rows: 1330 -> 934 us; one row
+ * 11.5 -> 12.9 us.
  *
  * Numerics are the 8-row kernels': per lane (one weight row), blocks in order,
  * sum += (float)(isum - o sum(x)) * (d_w * d_x) without FMA, o the offset that made the

@@ -42,9 +42,11 @@
     } while (0)
 
 /* A cpu_gemm_fn named NAME that runs DRIVER (a kernel's tile walk taking its kind first) for
- * KIND: one per weight type of a kernel family. */
+ * KIND: one per weight type of a kernel family. Unused where a table takes another family's
+ * kernel for that type (AVX-512's Q5_0), hence the attribute. */
 #define GEMM_FN_FOR_KIND(NAME, DRIVER, KIND)                                                              \
-    static void NAME(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows,     \
+    __attribute__((unused)) static void NAME(const llmm_tensor *w, size_t j0, size_t j1,                 \
+                                             const cpu_operand *x, size_t n_rows,                         \
                      float *out, size_t ldo) {                                                            \
         DRIVER(KIND, w, j0, j1, x, n_rows, out, ldo);                                                     \
     }

@@ -44,9 +44,12 @@ static inline __m256i dot_q8_0(__m256i w_plus_128, __m256i x) { return dot_u8s8(
 #include "gemm_int8_x86.h"
 #include "gemm_rows16_avx512.h"
 
-/* One operand row (decode) stays on the 8-row tiles (see gemm_rows16_avx512.h); from two
- * rows on the 16-row tiles are faster (one core, Q4_0 896 x 1024 from cache: 2 rows 33.1 ->
- * 32.0 us, 4 rows 51.7 -> 43.7, 8 rows 89.2 -> 65.9). */
+/* For one operand row (decode) Q4_0 and Q8_0 stay on the 8-row tiles (see
+ * gemm_rows16_avx512.h); from two rows on the 16-row tiles are faster (one core, Q4_0 896 x
+ * 1024 from cache: 2 rows 33.1 -> 32.0 us, 4 rows 51.7 -> 43.7, 8 rows 89.2 -> 65.9). Q5_0
+ * takes the 16-row tiles for every row count: its 8-row tiles assemble the 5th-bit masks with
+ * scalar code, the 16-row ones with one shuffle and one test per vector (0.5B Q4_K_M decode,
+ * mostly Q5_0, ms per token in per-token A/B runs: 0.937, 0.957, 0.971; A/A 1.002-1.007). */
 #define GEMM_BY_ROWS(NAME, ONE_ROW, ROWS16)                                                                  \
     static void NAME(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows,      \
                      float *out, size_t ldo) {                                                             \
@@ -78,8 +81,6 @@ static inline void add_bit4_pair(__m256i *lo, __m256i *hi, uint32_t ha, uint32_t
 
 #include "gemm_legacy_x86.h"
 
-GEMM_BY_ROWS(gemm_q5_0_avx512, gemm_q5_0, gemm_q5_0_rows16)
-
 const cpu_kernels cpu_kernels_avx512 = {
     .name = "avx512",
     .isa = CPU_ISA_AVX512,
@@ -90,7 +91,7 @@ const cpu_kernels cpu_kernels_avx512 = {
             [LLMM_TYPE_BF16] = {avx2_gemm_bf16, CPU_OPERAND_F64_BF16},
             [LLMM_TYPE_Q4_0] = {gemm_q4_0_avx512, CPU_OPERAND_Q8},
             [LLMM_TYPE_Q8_0] = {gemm_q8_0_avx512, CPU_OPERAND_Q8},
-            [LLMM_TYPE_Q5_0] = {gemm_q5_0_avx512, CPU_OPERAND_Q8},
+            [LLMM_TYPE_Q5_0] = {gemm_q5_0_rows16, CPU_OPERAND_Q8},
             [LLMM_TYPE_Q4_1] = {gemm_q4_1, CPU_OPERAND_Q8_1},
             [LLMM_TYPE_Q5_1] = {gemm_q5_1, CPU_OPERAND_Q8_1},
             [LLMM_TYPE_Q2_K] = {gemm_q2_K, CPU_OPERAND_Q8K},

@@ -30,9 +30,8 @@
 #endif
 
 #define R16_ROWS 16
-/* blocks whose fields are gathered at a time: 2 KiB of scales and 4 KiB of Q5_0 bit words on
- * the stack (a row of 64 blocks, 2048 values, is gathered once per tile; longer rows once per
- * segment and tile of operand rows) */
+/* blocks whose scales are gathered at a time: 2 KiB on the stack (a row of 64 blocks, 2048
+ * values, is gathered once per tile; longer rows once per segment and tile of operand rows) */
 #define R16_SEG 64
 
 typedef enum r16_kind { R16_Q4_0, R16_Q5_0, R16_Q8_0 } r16_kind;
@@ -50,9 +49,9 @@ SIMD_ALWAYS_INLINE int32_t r16_offset(r16_kind k) { return k == R16_Q4_0 ? 8 : k
  * the unpacks leave row l + 4p at position 4l + p. */
 SIMD_ALWAYS_INLINE size_t rows16_row(size_t q) { return (q >> 2) + 4 * (q & 3); }
 
-/* The per-block fields of blocks [b0, b0 + n) of the 16 rows, row by row in address order
- * (the tile's first touch, see gather_scales), each row's stored at its lane: the f16 scales,
- * and for Q5_0 the 32-bit words of 5th bits. */
+/* The f16 scales of blocks [b0, b0 + n) of the 16 rows, and for Q5_0 their 32-bit words of
+ * 5th bits, row by row in address order (the tile's first touch, see gather_scales), each
+ * row's stored at its lane. Not for Q5_0 decode: see rows16_q5_0_head. */
 SIMD_ALWAYS_INLINE void gather_fields16(r16_kind kind, const uint8_t *base, size_t rb, size_t b0, size_t n,
                                         uint16_t dws[R16_SEG][R16_ROWS], uint32_t qhs[R16_SEG][R16_ROWS]) {
     const size_t bb = r16_block_bytes(kind);
@@ -92,10 +91,22 @@ SIMD_ALWAYS_INLINE void rows16_transpose(const uint8_t *p, size_t rb, __m512i d[
     d[3] = _mm512_unpackhi_epi64(b, e);
 }
 
+/* Q5_0 decode: the scales (widened) and 5th-bit words of one block of the 16 rows, by lane,
+ * from the block's first 8 bytes (d, then qh) transposed like the quants. With one operand row
+ * the gather pass (two stores per row and block) cost 3-6 % of 0.5B Q4_K_M decode time
+ * (per-token A/B, 0.962-0.973, and 0.942 at 512 positions; most of its weights are Q5_0); with
+ * many it is shared by all of them, and the transposition per block and tile of operand rows
+ * would cost more (one core, 896 x 2048, 64 rows: 998 against 1110 us). */
+SIMD_ALWAYS_INLINE void rows16_q5_0_head(const uint8_t *blk, size_t rb, __m512 *d_w, __m512i *qh) {
+    __m512i d[4];
+    rows16_transpose(blk, rb, d); /* d[2], d[3] unused: the compiler drops them */
+    *d_w = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d[0]));
+    *qh = _mm512_or_si512(_mm512_srli_epi32(d[0], 16), _mm512_slli_epi32(d[1], 16));
+}
+
 /* Block b of the 16 rows as unsigned bytes, transposed: w[j] holds each row's weights 4j..4j+3
- * (j < 4) or 16+4(j-4).. (j >= 4). qh: the rows' 5th-bit words (Q5_0), by lane. */
-SIMD_ALWAYS_INLINE void rows16_block(r16_kind kind, const uint8_t *blk, size_t rb, const uint32_t *qh,
-                                     __m512i w[8]) {
+ * (j < 4) or 16+4(j-4).. (j >= 4). h: the rows' 5th-bit words (Q5_0), by lane. */
+SIMD_ALWAYS_INLINE void rows16_block(r16_kind kind, const uint8_t *blk, size_t rb, __m512i h, __m512i w[8]) {
     __m512i d[4];
     rows16_transpose(blk + r16_qs_offset(kind), rb, d);
     if (kind == R16_Q8_0) {
@@ -123,7 +134,6 @@ SIMD_ALWAYS_INLINE void rows16_block(r16_kind kind, const uint8_t *blk, size_t r
      * bit 4j + k of its word: byte j / 2 of the lane, copied to all four bytes of the lane by
      * the shuffle, then bit k + 4 (j % 2) of byte k tested. */
     const __m512i low4 = _mm512_set1_epi8(0x0f), b16 = _mm512_set1_epi8(0x10);
-    const __m512i h = _mm512_loadu_si512(qh);
     /* by[c]: byte c of each lane's word in all four bytes of the lane (the shuffle indexes
      * within 128 bits: lane i of a 128-bit part starts at byte 4i) */
     const __m512i first = _mm512_set4_epi32(0x0c0c0c0c, 0x08080808, 0x04040404, 0x00000000);
@@ -173,9 +183,15 @@ SIMD_ALWAYS_INLINE void rows16_tile_seg(r16_kind kind, const uint8_t *base, size
             const size_t share = R16_ROWS * bb;
             prefetch_span((uintptr_t)next + b * share, share, 1); /* to L2: see prefetch_next */
         }
-        __m512i w[8];
-        rows16_block(kind, base + b * bb, rb, qhs[b - b0], w);
-        const __m512 d_w = _mm512_cvtph_ps(load_256(dws[b - b0]));
+        __m512 d_w;
+        __m512i h = _mm512_setzero_si512(), w[8];
+        if (kind == R16_Q5_0 && nx == 1) {
+            rows16_q5_0_head(base + b * bb, rb, &d_w, &h);
+        } else {
+            d_w = _mm512_cvtph_ps(load_256(dws[b - b0]));
+            if (kind == R16_Q5_0) h = _mm512_loadu_si512(qhs[b - b0]);
+        }
+        rows16_block(kind, base + b * bb, rb, h, w);
 #pragma GCC unroll 8
         for (size_t r = 0; r < nx; r++) {
             const size_t xb = (r0 + r) * nb + b;
@@ -204,10 +220,12 @@ SIMD_ALWAYS_INLINE void rows16_rows(r16_kind kind, const uint8_t *base, size_t r
         for (size_t r = 0; r < nx; r++) acc[r] = _mm512_setzero_ps();
         for (size_t b0 = 0; b0 < nb; b0 += R16_SEG) {
             const size_t n = LLMM_MIN((size_t)R16_SEG, nb - b0);
-            if (r0 == 0 || nb > R16_SEG) gather_fields16(kind, base, rb, b0, n, dws, qhs);
+            if (!(kind == R16_Q5_0 && n_rows == 1) && (r0 == 0 || nb > R16_SEG))
+                gather_fields16(kind, base, rb, b0, n, dws, qhs);
             const uint16_t(*d)[R16_ROWS] = (const uint16_t(*)[R16_ROWS])dws;
             const uint32_t(*h)[R16_ROWS] = (const uint32_t(*)[R16_ROWS])qhs;
             if (nx == Q_TILE_X) rows16_tile_seg(kind, base, rb, next, nb, b0, n, d, h, x, r0, Q_TILE_X, acc);
+            else if (nx == 1) rows16_tile_seg(kind, base, rb, next, nb, b0, n, d, h, x, r0, 1, acc);
             else rows16_tile_seg(kind, base, rb, next, nb, b0, n, d, h, x, r0, nx, acc);
         }
         for (size_t r = 0; r < nx; r++) {

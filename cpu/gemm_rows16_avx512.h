@@ -204,14 +204,26 @@ SIMD_ALWAYS_INLINE void rows16_tile_seg(r16_kind kind, const uint8_t *base, size
     }
 }
 
+/* acc (lanes in tile order) to o[0 .. nl) in row order, starting at the tile's row l0. */
+SIMD_ALWAYS_INLINE void rows16_store(__m512 acc, float *o, size_t l0, size_t nl) {
+    /* lane i of v takes lane rows16_row(i) of acc */
+    const __m512i to_rows = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+    const __m512 v = _mm512_permutexvar_ps(to_rows, acc);
+    if (nl == R16_ROWS) {
+        _mm512_storeu_ps(o, v);
+        return;
+    }
+    float tmp[R16_ROWS];
+    _mm512_storeu_ps(tmp, v);
+    for (size_t i = 0; i < nl; i++) o[i] = tmp[l0 + i];
+}
+
 /* All operand rows against the 16 weight rows base + i * rb; lanes [l0, l0 + nl) (in row
  * order) go to out columns j ... */
 SIMD_ALWAYS_INLINE void rows16_rows(r16_kind kind, const uint8_t *base, size_t rb, const uint8_t *next, size_t l0,
                                     size_t nl, size_t j, const cpu_operand *x, size_t n_rows, float *out,
                                     size_t ldo) {
     const size_t nb = x->n / QK8_0;
-    /* lane order to row order: row i is in lane rows16_row(i) */
-    const __m512i to_rows = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
     uint16_t dws[R16_SEG][R16_ROWS];
     uint32_t qhs[R16_SEG][R16_ROWS];
     for (size_t r0 = 0; r0 < n_rows; r0 += Q_TILE_X) {
@@ -228,17 +240,7 @@ SIMD_ALWAYS_INLINE void rows16_rows(r16_kind kind, const uint8_t *base, size_t r
             else if (nx == 1) rows16_tile_seg(kind, base, rb, next, nb, b0, n, d, h, x, r0, 1, acc);
             else rows16_tile_seg(kind, base, rb, next, nb, b0, n, d, h, x, r0, nx, acc);
         }
-        for (size_t r = 0; r < nx; r++) {
-            const __m512 v = _mm512_permutexvar_ps(to_rows, acc[r]);
-            float *o = out + (r0 + r) * ldo + j;
-            if (nl == R16_ROWS) {
-                _mm512_storeu_ps(o, v);
-            } else {
-                float tmp[R16_ROWS];
-                _mm512_storeu_ps(tmp, v);
-                for (size_t i = 0; i < nl; i++) o[i] = tmp[l0 + i];
-            }
-        }
+        for (size_t r = 0; r < nx; r++) rows16_store(acc[r], out + (r0 + r) * ldo + j, l0, nl);
     }
 }
 

@@ -1,0 +1,132 @@
+/* Q4_K weights times Q8_K operand rows on 512-bit vectors, 16 weight rows per tile, one row per
+ * int32 lane, for two operand rows and more (prefill): for kernels_avx512.c, included after
+ * gemm_rows16_avx512.h (whose transposition, lane order and broadcast dot it uses); gives
+ * gemm_q4_K_rows16 (cpu_gemm_fn).
+ *
+ * As for Q4_0 (gemm_rows16_avx512.h): each 16-byte piece of the 16 rows' super-blocks is
+ * transposed in registers so that a 512-bit vpdpbusd against four operand bytes, broadcast,
+ * adds four products of one row into that row's lane. Per super-block the head (d, dmin and
+ * the 12 bytes of packed 6-bit scales and mins) is one such piece, so the scales are unpacked
+ * lane by lane with the bit operations of k4_unpack_scales; a sub-block's dot is multiplied by
+ * its scale in each lane (vpmulld), and the mins meet the operand's group sums in vpdpwssd with
+ * each min duplicated into both 16-bit halves of its lane.
+ *
+ * Numerics: the integer sums are exact in any order (gemm_kquant_x86.h), and per lane the float
+ * part is the scalar's x_d * (d * sum_q - dmin * sum_m), added to the row's sum super-block by
+ * super-block without FMA: bit-identical to the type table's vec_dot. */
+#ifndef LLMM_GEMM_KQUANT_ROWS16_AVX512_H
+#define LLMM_GEMM_KQUANT_ROWS16_AVX512_H
+
+#ifndef LLMM_GEMM_ROWS16_AVX512_H
+#error "include gemm_rows16_avx512.h before gemm_kquant_rows16_avx512.h"
+#endif
+
+/* acc + vpdpwssd(a, the two int16 at b in every lane) */
+SIMD_ALWAYS_INLINE __m512i dpwssd_bcast(__m512i acc, __m512i a, const int16_t *b) {
+    __asm__("vpdpwssd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(a), "m"(*(const int32_t *)(const void *)b));
+    return acc;
+}
+
+/* Byte k of each 32-bit lane: zero-extended (k4_byte), or into both 16-bit halves (k4_byte2). */
+SIMD_ALWAYS_INLINE __m512i k4_byte(__m512i v, int k) {
+    const int z = (int)0x80808000;
+    return _mm512_shuffle_epi8(v, _mm512_set4_epi32(z | (12 + k), z | (8 + k), z | (4 + k), z | k));
+}
+SIMD_ALWAYS_INLINE __m512i k4_byte2(__m512i v, int k) {
+    const int z = (int)0x80008000;
+    return _mm512_shuffle_epi8(v, _mm512_set4_epi32(z | (12 + k) * 0x10001, z | (8 + k) * 0x10001,
+                                                     z | (4 + k) * 0x10001, z | k * 0x10001));
+}
+
+/* Operand rows r0 .. r0+nx-1 against the 16 rows at base (nx a constant at every call site). */
+SIMD_ALWAYS_INLINE void k4r16_tile(const uint8_t *base, size_t rb, const uint8_t *next, const cpu_operand *x,
+                                   size_t r0, size_t nx, __m512 acc[Q_TILE_X]) {
+    const size_t nb = x->n / QK_K, ng = x->n / 16, bb = sizeof(block_q4_K);
+    const __m512i k3f = _mm512_set1_epi32(0x3f3f3f3f), k0f = _mm512_set1_epi32(0x0f0f0f0f);
+    const __m512i k30 = _mm512_set1_epi32(0x30303030), low4 = _mm512_set1_epi8(0x0f);
+    for (size_t r = 0; r < nx; r++) acc[r] = _mm512_setzero_ps();
+    for (size_t b = 0; b < nb; b++) {
+        const uint8_t *blk = base + b * bb;
+        if (next && r0 == 0) {
+            const size_t share = R16_ROWS * bb;
+            prefetch_span((uintptr_t)next + b * share, share, 1); /* to L2: see prefetch_next */
+        }
+        /* head: d | dmin << 16, then the scale words u0, u1, u2 (k4_unpack_scales) */
+        __m512i hd[4];
+        rows16_transpose(blk, rb, hd);
+        const __m512 d_w = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(hd[0]));
+        const __m512 dmin_w = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(hd[0], 16)));
+        const __m512i s03 = _mm512_and_si512(hd[1], k3f), m03 = _mm512_and_si512(hd[2], k3f);
+        const __m512i s47 = _mm512_or_si512(_mm512_and_si512(hd[3], k0f),
+                                            _mm512_and_si512(_mm512_srli_epi32(hd[1], 2), k30));
+        const __m512i m47 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(hd[3], 4), k0f),
+                                            _mm512_and_si512(_mm512_srli_epi32(hd[2], 2), k30));
+        __m512i sum_q[Q_TILE_X], sum_m[Q_TILE_X];
+        for (size_t r = 0; r < nx; r++) sum_q[r] = sum_m[r] = _mm512_setzero_si512();
+        /* chunk c of 64 weights: byte l of its 32 holds weight l of sub-block 2c (low nibble)
+         * and of 2c+1 (high); half h is bytes 16h .. 16h+15 */
+#pragma GCC unroll 1
+        for (int c = 0; c < 4; c++) {
+            const __m512i sv = c < 2 ? s03 : s47;
+            const __m512i sc_lo = k4_byte(sv, (2 * c) & 3), sc_hi = k4_byte(sv, (2 * c + 1) & 3);
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                __m512i d[4], lo[4], hi[4];
+                rows16_transpose(blk + offsetof(block_q4_K, qs) + 32 * c + 16 * h, rb, d);
+#pragma GCC unroll 4
+                for (int j = 0; j < 4; j++) {
+                    lo[j] = _mm512_and_si512(d[j], low4);
+                    hi[j] = _mm512_and_si512(_mm512_srli_epi16(d[j], 4), low4);
+                }
+#pragma GCC unroll 8
+                for (size_t r = 0; r < nx; r++) {
+                    const int8_t *xq = x->qs + (r0 + r) * x->n + b * QK_K + 64 * c + 16 * h;
+                    __m512i dl = _mm512_setzero_si512(), dh = _mm512_setzero_si512();
+#pragma GCC unroll 4
+                    for (int j = 0; j < 4; j++) {
+                        dl = dpbusd_bcast(dl, lo[j], xq + 4 * j);
+                        dh = dpbusd_bcast(dh, hi[j], xq + 32 + 4 * j);
+                    }
+                    sum_q[r] = _mm512_add_epi32(
+                        sum_q[r], _mm512_add_epi32(_mm512_mullo_epi32(dl, sc_lo), _mm512_mullo_epi32(dh, sc_hi)));
+                }
+            }
+        }
+        /* sum_m: min s against the operand's group sums 2s and 2s+1 */
+#pragma GCC unroll 8
+        for (int s = 0; s < 8; s++) {
+            const __m512i m2 = k4_byte2(s < 4 ? m03 : m47, s & 3);
+#pragma GCC unroll 8
+            for (size_t r = 0; r < nx; r++)
+                sum_m[r] = dpwssd_bcast(sum_m[r], m2, x->bsums + (r0 + r) * ng + b * (QK_K / 16) + 2 * s);
+        }
+#pragma GCC unroll 8
+        for (size_t r = 0; r < nx; r++) {
+            const __m512 f = _mm512_sub_ps(_mm512_mul_ps(d_w, _mm512_cvtepi32_ps(sum_q[r])),
+                                           _mm512_mul_ps(dmin_w, _mm512_cvtepi32_ps(sum_m[r])));
+            acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(_mm512_set1_ps(x->d[(r0 + r) * nb + b]), f));
+        }
+    }
+}
+
+/* All operand rows against the 16 weight rows base + i * rb; lanes [l0, l0 + nl) (in row
+ * order) go to out columns j ... */
+SIMD_ALWAYS_INLINE void k4r16_rows(const uint8_t *base, size_t rb, const uint8_t *next, size_t l0, size_t nl, size_t j,
+                                   const cpu_operand *x, size_t n_rows, float *out, size_t ldo) {
+    for (size_t r0 = 0; r0 < n_rows; r0 += Q_TILE_X) {
+        __m512 acc[Q_TILE_X];
+        const size_t nx = LLMM_MIN((size_t)Q_TILE_X, n_rows - r0);
+        if (nx == Q_TILE_X) k4r16_tile(base, rb, next, x, r0, Q_TILE_X, acc);
+        else k4r16_tile(base, rb, next, x, r0, nx, acc);
+        for (size_t r = 0; r < nx; r++) rows16_store(acc[r], out + (r0 + r) * ldo + j, l0, nl);
+    }
+}
+
+static void gemm_q4_K_rows16(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows,
+                             float *out, size_t ldo) {
+#define K4R16_CALL(base, rb, next, l0, nl, j) k4r16_rows(base, rb, next, l0, nl, j, x, n_rows, out, ldo)
+    GEMM_WALK_TILES(w, j0, j1, R16_ROWS, K4R16_CALL);
+#undef K4R16_CALL
+}
+
+#endif

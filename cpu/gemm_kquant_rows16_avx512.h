@@ -1,7 +1,7 @@
-/* Q4_K weights times Q8_K operand rows on 512-bit vectors, 16 weight rows per tile, one row per
- * int32 lane, for two operand rows and more (prefill): for kernels_avx512.c, included after
- * gemm_rows16_avx512.h (whose transposition, lane order and broadcast dot it uses); gives
- * gemm_q4_K_rows16 (cpu_gemm_fn).
+/* Q4_K and Q6_K weights times Q8_K operand rows on 512-bit vectors, 16 weight rows per tile,
+ * one row per int32 lane, for two operand rows and more (prefill): for kernels_avx512.c,
+ * included after gemm_rows16_avx512.h (whose transposition, lane order and broadcast dot it
+ * uses); gives gemm_q4_K_rows16 and gemm_q6_K_rows16 (cpu_gemm_fn).
  *
  * As for Q4_0 (gemm_rows16_avx512.h): each 16-byte piece of the 16 rows' super-blocks is
  * transposed in registers so that a 512-bit vpdpbusd against four operand bytes, broadcast,
@@ -47,10 +47,7 @@ SIMD_ALWAYS_INLINE void k4r16_tile(const uint8_t *base, size_t rb, const uint8_t
     for (size_t r = 0; r < nx; r++) acc[r] = _mm512_setzero_ps();
     for (size_t b = 0; b < nb; b++) {
         const uint8_t *blk = base + b * bb;
-        if (next && r0 == 0) {
-            const size_t share = R16_ROWS * bb;
-            prefetch_span((uintptr_t)next + b * share, share, 1); /* to L2: see prefetch_next */
-        }
+        if (next && r0 == 0) rows16_prefetch(next, b, bb);
         /* head: d | dmin << 16, then the scale words u0, u1, u2 (k4_unpack_scales) */
         __m512i hd[4];
         rows16_transpose(blk, rb, hd);
@@ -109,24 +106,124 @@ SIMD_ALWAYS_INLINE void k4r16_tile(const uint8_t *base, size_t rb, const uint8_t
     }
 }
 
+/* Signed byte k of each 32-bit lane (k < 4), sign-extended: moved to the top byte, shifted
+ * down. */
+SIMD_ALWAYS_INLINE __m512i k6_sbyte(__m512i v, int k) {
+    const int z = 0x808080;
+    return _mm512_srai_epi32(_mm512_shuffle_epi8(v, _mm512_set4_epi32(z | (12 + k) << 24, z | (8 + k) << 24,
+                                                                     z | (4 + k) << 24, z | k << 24)),
+                             24);
+}
+
+/* Signed bytes 2k and 2k+1 of each 32-bit lane (k < 2) as its two int16 halves. */
+SIMD_ALWAYS_INLINE __m512i k6_spair(__m512i v, int k) {
+    const int a = 2 * k, b = 2 * k + 1;
+    return _mm512_srai_epi16(_mm512_shuffle_epi8(v, _mm512_set4_epi32((12 + b) << 24 | 0x800000 | (12 + a) << 8 | 0x80,
+                                                                      (8 + b) << 24 | 0x800000 | (8 + a) << 8 | 0x80,
+                                                                      (4 + b) << 24 | 0x800000 | (4 + a) << 8 | 0x80,
+                                                                      b << 24 | 0x800000 | a << 8 | 0x80)),
+                             8);
+}
+
+/* Q6_K, operand rows r0 .. r0+nx-1 against the 16 rows at base. Per half h (128 weights) and
+ * piece p (positions l = 16p .. 16p+15 of its 32): A = ql[64h + l], B = ql[64h + 32 + l] and
+ * H = qh[32h + l] transposed; weight 128h + 32k + l (k = 0..3, the kind) is the low (k < 2) or
+ * high nibble of A (k even) or B (k odd), as q6_level, with bits 2k, 2k+1 of H on top, and lies
+ * in group 8h + 2k + p of 16, whose int8 scale multiplies its dot in each lane. The quants are
+ * unsigned (q + 32): the offset comes back out as 32 sum_g sc_g bsum_g, through vpdpwssd. */
+SIMD_ALWAYS_INLINE void k6r16_tile(const uint8_t *base, size_t rb, const uint8_t *next, const cpu_operand *x,
+                                   size_t r0, size_t nx, __m512 acc[Q_TILE_X]) {
+    const size_t nb = x->n / QK_K, ng = x->n / 16, bb = sizeof(block_q6_K);
+    const __m512i low4 = _mm512_set1_epi8(0x0f), top2 = _mm512_set1_epi8(0x30);
+    for (size_t r = 0; r < nx; r++) acc[r] = _mm512_setzero_ps();
+    for (size_t b = 0; b < nb; b++) {
+        const uint8_t *blk = base + b * bb;
+        if (next && r0 == 0) rows16_prefetch(next, b, bb);
+        /* the 16 scales (lane word i: scales 4i .. 4i+3), and d: the last 2 of the 16 bytes
+         * that end where the block does */
+        __m512i sc[4], tail[4];
+        rows16_transpose(blk + offsetof(block_q6_K, scales), rb, sc);
+        rows16_transpose(blk + offsetof(block_q6_K, d) + 2 - 16, rb, tail);
+        const __m512 d_w = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(tail[3], 16)));
+        __m512i sum_q[Q_TILE_X];
+        for (size_t r = 0; r < nx; r++) sum_q[r] = _mm512_setzero_si512();
+        /* the offset: sum_q starts at -32 sum_g sc_g bsum_g */
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            const __m512i sp = k6_spair(sc[k / 2], k % 2);
+#pragma GCC unroll 8
+            for (size_t r = 0; r < nx; r++)
+                sum_q[r] = dpwssd_bcast(sum_q[r], sp, x->bsums + (r0 + r) * ng + b * (QK_K / 16) + 2 * k);
+        }
+        for (size_t r = 0; r < nx; r++)
+            sum_q[r] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum_q[r], 5));
+#pragma GCC unroll 1
+        for (int hp = 0; hp < 4; hp++) {
+            const int h = hp / 2, p = hp % 2;
+            __m512i hb[4];
+            rows16_transpose(blk + offsetof(block_q6_K, qh) + 32 * h + 16 * p, rb, hb);
+#pragma GCC unroll 1
+            for (int ab = 0; ab < 2; ab++) { /* A (kinds 0, 2), then B (kinds 1, 3) */
+                __m512i lb[4];
+                rows16_transpose(blk + offsetof(block_q6_K, ql) + 64 * h + 32 * ab + 16 * p, rb, lb);
+#pragma GCC unroll 2
+                for (int hi = 0; hi < 2; hi++) {
+                    const int kind = ab + 2 * hi, g = 8 * h + 2 * kind + p;
+                    __m512i q[4];
+#pragma GCC unroll 4
+                    for (int j = 0; j < 4; j++) {
+                        const __m512i nib = hi ? _mm512_and_si512(_mm512_srli_epi16(lb[j], 4), low4)
+                                               : _mm512_and_si512(lb[j], low4);
+                        /* bits 2 kind, 2 kind + 1 of H to bits 4, 5 */
+                        const __m512i top = kind == 0   ? _mm512_slli_epi16(hb[j], 4)
+                                            : kind == 1 ? _mm512_slli_epi16(hb[j], 2)
+                                            : kind == 2 ? hb[j]
+                                                        : _mm512_srli_epi16(hb[j], 2);
+                        q[j] = _mm512_or_si512(nib, _mm512_and_si512(top, top2));
+                    }
+                    const __m512i scg = k6_sbyte(sc[g / 4 % 4], g % 4);
+#pragma GCC unroll 8
+                    for (size_t r = 0; r < nx; r++) {
+                        const int8_t *xq = x->qs + (r0 + r) * x->n + b * QK_K + 128 * h + 32 * kind + 16 * p;
+                        __m512i dq = _mm512_setzero_si512();
+#pragma GCC unroll 4
+                        for (int j = 0; j < 4; j++) dq = dpbusd_bcast(dq, q[j], xq + 4 * j);
+                        sum_q[r] = _mm512_add_epi32(sum_q[r], _mm512_mullo_epi32(dq, scg));
+                    }
+                }
+            }
+        }
+        /* x_d * (d * sum_q - dmin * sum_m) with dmin and sum_m zero (see kq_tile) */
+#pragma GCC unroll 8
+        for (size_t r = 0; r < nx; r++)
+            acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(_mm512_set1_ps(x->d[(r0 + r) * nb + b]),
+                                                         _mm512_mul_ps(d_w, _mm512_cvtepi32_ps(sum_q[r]))));
+    }
+}
+
 /* All operand rows against the 16 weight rows base + i * rb; lanes [l0, l0 + nl) (in row
- * order) go to out columns j ... */
-SIMD_ALWAYS_INLINE void k4r16_rows(const uint8_t *base, size_t rb, const uint8_t *next, size_t l0, size_t nl, size_t j,
-                                   const cpu_operand *x, size_t n_rows, float *out, size_t ldo) {
+ * order) go to out columns j ... (q6: Q6_K, else Q4_K) */
+SIMD_ALWAYS_INLINE void kr16_rows(int q6, const uint8_t *base, size_t rb, const uint8_t *next, size_t l0, size_t nl,
+                                  size_t j, const cpu_operand *x, size_t n_rows, float *out, size_t ldo) {
     for (size_t r0 = 0; r0 < n_rows; r0 += Q_TILE_X) {
         __m512 acc[Q_TILE_X];
         const size_t nx = LLMM_MIN((size_t)Q_TILE_X, n_rows - r0);
-        if (nx == Q_TILE_X) k4r16_tile(base, rb, next, x, r0, Q_TILE_X, acc);
+        if (q6 && nx == Q_TILE_X) k6r16_tile(base, rb, next, x, r0, Q_TILE_X, acc);
+        else if (q6) k6r16_tile(base, rb, next, x, r0, nx, acc);
+        else if (nx == Q_TILE_X) k4r16_tile(base, rb, next, x, r0, Q_TILE_X, acc);
         else k4r16_tile(base, rb, next, x, r0, nx, acc);
         for (size_t r = 0; r < nx; r++) rows16_store(acc[r], out + (r0 + r) * ldo + j, l0, nl);
     }
 }
 
-static void gemm_q4_K_rows16(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows,
-                             float *out, size_t ldo) {
-#define K4R16_CALL(base, rb, next, l0, nl, j) k4r16_rows(base, rb, next, l0, nl, j, x, n_rows, out, ldo)
-    GEMM_WALK_TILES(w, j0, j1, R16_ROWS, K4R16_CALL);
-#undef K4R16_CALL
+SIMD_ALWAYS_INLINE void gemm_kr16(int q6, const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x,
+                                  size_t n_rows, float *out, size_t ldo) {
+#define KR16_CALL(base, rb, next, l0, nl, j) kr16_rows(q6, base, rb, next, l0, nl, j, x, n_rows, out, ldo)
+    GEMM_WALK_TILES(w, j0, j1, R16_ROWS, KR16_CALL);
+#undef KR16_CALL
 }
+
+GEMM_FN_FOR_KIND(gemm_q4_K_rows16, gemm_kr16, 0)
+GEMM_FN_FOR_KIND(gemm_q6_K_rows16, gemm_kr16, 1)
 
 #endif

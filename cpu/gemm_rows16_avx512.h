@@ -152,6 +152,11 @@ SIMD_ALWAYS_INLINE void rows16_block(r16_kind kind, const uint8_t *blk, size_t r
     }
 }
 
+/* Block b's share of the next 16-row tile (blocks of bb bytes), to L2: see prefetch_next. */
+SIMD_ALWAYS_INLINE void rows16_prefetch(const uint8_t *next, size_t b, size_t bb) {
+    prefetch_span((uintptr_t)next + b * R16_ROWS * bb, R16_ROWS * bb, 1);
+}
+
 /* acc + vpdpbusd(w, the 4 bytes at x in every lane), the bytes taken by the instruction's
  * own broadcast from memory: from the intrinsics GCC 12 loads them with a separate
  * vpbroadcastd, one more uop per dot (one core, 896 x 2048, 64 rows: 977 -> 934 us). */
@@ -179,10 +184,7 @@ SIMD_ALWAYS_INLINE void rows16_tile_seg(r16_kind kind, const uint8_t *base, size
                                         size_t nx, __m512 acc[Q_TILE_X]) {
     const size_t bb = r16_block_bytes(kind);
     for (size_t b = b0; b < b0 + n; b++) {
-        if (next && r0 == 0) {
-            const size_t share = R16_ROWS * bb;
-            prefetch_span((uintptr_t)next + b * share, share, 1); /* to L2: see prefetch_next */
-        }
+        if (next && r0 == 0) rows16_prefetch(next, b, bb);
         __m512 d_w;
         __m512i h = _mm512_setzero_si512(), w[8];
         if (kind == R16_Q5_0 && nx == 1) {

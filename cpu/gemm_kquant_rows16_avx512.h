@@ -1,7 +1,8 @@
-/* Q4_K and Q6_K weights times Q8_K operand rows on 512-bit vectors, 16 weight rows per tile,
- * one row per int32 lane, for two operand rows and more (prefill): for kernels_avx512.c,
+/* Q4_K, Q5_K and Q6_K weights times Q8_K operand rows on 512-bit vectors, 16 weight rows per
+ * tile, one row per int32 lane, for two operand rows and more (prefill): for kernels_avx512.c,
  * included after gemm_rows16_avx512.h (whose transposition, lane order and broadcast dot it
- * uses); gives gemm_q4_K_rows16 and gemm_q6_K_rows16 (cpu_gemm_fn).
+ * uses) and gemm_kquant_x86.h (kq_kind); gives gemm_q4_K_rows16, gemm_q5_K_rows16 and
+ * gemm_q6_K_rows16 (cpu_gemm_fn).
  *
  * As for Q4_0 (gemm_rows16_avx512.h): each 16-byte piece of the 16 rows' super-blocks is
  * transposed in registers so that a 512-bit vpdpbusd against four operand bytes, broadcast,
@@ -38,10 +39,20 @@ SIMD_ALWAYS_INLINE __m512i k4_byte2(__m512i v, int k) {
                                                      z | (4 + k) * 0x10001, z | k * 0x10001));
 }
 
-/* Operand rows r0 .. r0+nx-1 against the 16 rows at base (nx a constant at every call site). */
-SIMD_ALWAYS_INLINE void k4r16_tile(const uint8_t *base, size_t rb, const uint8_t *next, const cpu_operand *x,
+/* Bit k of every byte of v moved to bit 4, the other bits cleared (16-bit shifts: for k <= 4 bit 4
+ * of a byte comes from bit 4 - k of the same byte, for k > 4 from bit k < 8 of it). */
+SIMD_ALWAYS_INLINE __m512i bit_to_16(__m512i v, int k) {
+    const __m512i b4 = _mm512_set1_epi8(0x10);
+    return _mm512_and_si512(k <= 4 ? _mm512_slli_epi16(v, (unsigned)(4 - k)) : _mm512_srli_epi16(v, (unsigned)(k - 4)),
+                            b4);
+}
+
+/* Q4_K and Q5_K (q5), operand rows r0 .. r0+nx-1 against the 16 rows at base (nx a constant at
+ * every call site). Q5_K's 5th bit of weight l of sub-block s is bit s of qh[l]. */
+SIMD_ALWAYS_INLINE void k4r16_tile(int q5, const uint8_t *base, size_t rb, const uint8_t *next, const cpu_operand *x,
                                    size_t r0, size_t nx, __m512 acc[Q_TILE_X]) {
-    const size_t nb = x->n / QK_K, ng = x->n / 16, bb = sizeof(block_q4_K);
+    const size_t nb = x->n / QK_K, ng = x->n / 16, bb = q5 ? sizeof(block_q5_K) : sizeof(block_q4_K);
+    const size_t qs_off = q5 ? offsetof(block_q5_K, qs) : offsetof(block_q4_K, qs);
     const __m512i k3f = _mm512_set1_epi32(0x3f3f3f3f), k0f = _mm512_set1_epi32(0x0f0f0f0f);
     const __m512i k30 = _mm512_set1_epi32(0x30303030), low4 = _mm512_set1_epi8(0x0f);
     for (size_t r = 0; r < nx; r++) acc[r] = _mm512_setzero_ps();
@@ -68,12 +79,17 @@ SIMD_ALWAYS_INLINE void k4r16_tile(const uint8_t *base, size_t rb, const uint8_t
             const __m512i sc_lo = k4_byte(sv, (2 * c) & 3), sc_hi = k4_byte(sv, (2 * c + 1) & 3);
 #pragma GCC unroll 2
             for (int h = 0; h < 2; h++) {
-                __m512i d[4], lo[4], hi[4];
-                rows16_transpose(blk + offsetof(block_q4_K, qs) + 32 * c + 16 * h, rb, d);
+                __m512i d[4], lo[4], hi[4], qh[4];
+                rows16_transpose(blk + qs_off + 32 * c + 16 * h, rb, d);
+                if (q5) rows16_transpose(blk + offsetof(block_q5_K, qh) + 16 * h, rb, qh);
 #pragma GCC unroll 4
                 for (int j = 0; j < 4; j++) {
                     lo[j] = _mm512_and_si512(d[j], low4);
                     hi[j] = _mm512_and_si512(_mm512_srli_epi16(d[j], 4), low4);
+                    if (q5) {
+                        lo[j] = _mm512_or_si512(lo[j], bit_to_16(qh[j], 2 * c));
+                        hi[j] = _mm512_or_si512(hi[j], bit_to_16(qh[j], 2 * c + 1));
+                    }
                 }
 #pragma GCC unroll 8
                 for (size_t r = 0; r < nx; r++) {
@@ -202,28 +218,30 @@ SIMD_ALWAYS_INLINE void k6r16_tile(const uint8_t *base, size_t rb, const uint8_t
 }
 
 /* All operand rows against the 16 weight rows base + i * rb; lanes [l0, l0 + nl) (in row
- * order) go to out columns j ... (q6: Q6_K, else Q4_K) */
-SIMD_ALWAYS_INLINE void kr16_rows(int q6, const uint8_t *base, size_t rb, const uint8_t *next, size_t l0, size_t nl,
-                                  size_t j, const cpu_operand *x, size_t n_rows, float *out, size_t ldo) {
+ * order) go to out columns j ... (kind: KQ_Q4, KQ_Q5 or KQ_Q6) */
+SIMD_ALWAYS_INLINE void kr16_rows(kq_kind kind, const uint8_t *base, size_t rb, const uint8_t *next, size_t l0,
+                                  size_t nl, size_t j, const cpu_operand *x, size_t n_rows, float *out, size_t ldo) {
+    const int q5 = kind == KQ_Q5;
     for (size_t r0 = 0; r0 < n_rows; r0 += Q_TILE_X) {
         __m512 acc[Q_TILE_X];
         const size_t nx = LLMM_MIN((size_t)Q_TILE_X, n_rows - r0);
-        if (q6 && nx == Q_TILE_X) k6r16_tile(base, rb, next, x, r0, Q_TILE_X, acc);
-        else if (q6) k6r16_tile(base, rb, next, x, r0, nx, acc);
-        else if (nx == Q_TILE_X) k4r16_tile(base, rb, next, x, r0, Q_TILE_X, acc);
-        else k4r16_tile(base, rb, next, x, r0, nx, acc);
+        if (kind == KQ_Q6 && nx == Q_TILE_X) k6r16_tile(base, rb, next, x, r0, Q_TILE_X, acc);
+        else if (kind == KQ_Q6) k6r16_tile(base, rb, next, x, r0, nx, acc);
+        else if (nx == Q_TILE_X) k4r16_tile(q5, base, rb, next, x, r0, Q_TILE_X, acc);
+        else k4r16_tile(q5, base, rb, next, x, r0, nx, acc);
         for (size_t r = 0; r < nx; r++) rows16_store(acc[r], out + (r0 + r) * ldo + j, l0, nl);
     }
 }
 
-SIMD_ALWAYS_INLINE void gemm_kr16(int q6, const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x,
+SIMD_ALWAYS_INLINE void gemm_kr16(kq_kind kind, const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x,
                                   size_t n_rows, float *out, size_t ldo) {
-#define KR16_CALL(base, rb, next, l0, nl, j) kr16_rows(q6, base, rb, next, l0, nl, j, x, n_rows, out, ldo)
+#define KR16_CALL(base, rb, next, l0, nl, j) kr16_rows(kind, base, rb, next, l0, nl, j, x, n_rows, out, ldo)
     GEMM_WALK_TILES(w, j0, j1, R16_ROWS, KR16_CALL);
 #undef KR16_CALL
 }
 
-GEMM_FN_FOR_KIND(gemm_q4_K_rows16, gemm_kr16, 0)
-GEMM_FN_FOR_KIND(gemm_q6_K_rows16, gemm_kr16, 1)
+GEMM_FN_FOR_KIND(gemm_q4_K_rows16, gemm_kr16, KQ_Q4)
+GEMM_FN_FOR_KIND(gemm_q5_K_rows16, gemm_kr16, KQ_Q5)
+GEMM_FN_FOR_KIND(gemm_q6_K_rows16, gemm_kr16, KQ_Q6)
 
 #endif

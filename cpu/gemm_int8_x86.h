@@ -38,8 +38,7 @@
  * process (pairs of decode steps alternating, 127 pairs; an A/A run gives 1.000): 0.5B decode
  * ms per token, L2 against L1 prefetch, Q4_0 0.955 / 0.953, Q8_0 0.978, Q4_K_M 0.988 (its tiles
  * mostly Q5_0); no prefetch at all 1.03. */
-SIMD_ALWAYS_INLINE void prefetch_next(const uint8_t *next, size_t rb, size_t b, size_t block_bytes) {
-    (void)rb;
+SIMD_ALWAYS_INLINE void prefetch_next(const uint8_t *next, size_t b, size_t block_bytes) {
     const size_t share = Q_ROWS * block_bytes;
     prefetch_span((uintptr_t)next + b * share, share, 1);
 }
@@ -99,7 +98,7 @@ SIMD_ALWAYS_INLINE void q_tile_seg(const uint8_t *base, size_t rb, const uint8_t
     const int32_t offset = q4 ? 8 : Q8_0_OFFSET;
     for (size_t b = b0; b < b0 + n; b++) {
         const size_t off = b * block_bytes + 2; /* the quants, after the f16 scale */
-        if (next && r0 == 0) prefetch_next(next, rb, b, block_bytes);
+        if (next && r0 == 0) prefetch_next(next, b, block_bytes);
         /* q4: lo[k], hi[k] for the row pair (k, k+4); q8: wq[i] per row */
         __m256i wq[Q_ROWS];
 #pragma GCC unroll 8

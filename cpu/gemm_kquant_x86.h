@@ -222,7 +222,7 @@ SIMD_ALWAYS_INLINE void kq_tile(kq_kind kind, const uint8_t *base, size_t rb, co
     const size_t nb = x->n / QK_K, ng = x->n / 16, bb = kq_block_bytes(kind);
     for (size_t r = 0; r < nx; r++) acc[r] = _mm256_setzero_ps();
     for (size_t b = 0; b < nb; b++) {
-        if (next && r0 == 0) prefetch_next(next, rb, b, bb);
+        if (next && r0 == 0) prefetch_next(next, b, bb);
         const kq_x xb = {x->qs + r0 * x->n + b * QK_K, x->bsums + r0 * ng + b * (QK_K / 16), x->n, ng};
         __m256i vq[KQ_TILE_X][Q_ROWS], vm[KQ_TILE_X][Q_ROWS];
         const uint8_t *blk0 = base + b * bb;

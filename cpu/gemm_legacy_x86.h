@@ -47,7 +47,7 @@ SIMD_ALWAYS_INLINE void lq_tile_seg(lq_kind kind, const uint8_t *base, size_t rb
                                     __m256 acc[Q_TILE_X]) {
     const size_t bb = lq_block_bytes(kind);
     for (size_t b = b0; b < b0 + n; b++) {
-        if (next && r0 == 0) prefetch_next(next, rb, b, bb);
+        if (next && r0 == 0) prefetch_next(next, b, bb);
         __m256i lo[4], hi[4];
 #pragma GCC unroll 4
         for (int k = 0; k < 4; k++)

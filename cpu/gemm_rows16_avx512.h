@@ -40,7 +40,9 @@ SIMD_ALWAYS_INLINE size_t r16_block_bytes(r16_kind k) {
     return k == R16_Q4_0 ? sizeof(block_q4_0) : k == R16_Q5_0 ? sizeof(block_q5_0) : sizeof(block_q8_0);
 }
 SIMD_ALWAYS_INLINE size_t r16_qs_offset(r16_kind k) {
-    return k == R16_Q4_0 ? offsetof(block_q4_0, qs) : k == R16_Q5_0 ? offsetof(block_q5_0, qs) : offsetof(block_q8_0, qs);
+    return k == R16_Q4_0   ? offsetof(block_q4_0, qs)
+           : k == R16_Q5_0 ? offsetof(block_q5_0, qs)
+                           : offsetof(block_q8_0, qs);
 }
 SIMD_ALWAYS_INLINE int32_t r16_offset(r16_kind k) { return k == R16_Q4_0 ? 8 : k == R16_Q5_0 ? 16 : 128; }
 

@@ -46,8 +46,8 @@
  * kernel for that type (AVX-512's Q5_0), hence the attribute. */
 #define GEMM_FN_FOR_KIND(NAME, DRIVER, KIND)                                                              \
     __attribute__((unused)) static void NAME(const llmm_tensor *w, size_t j0, size_t j1,                 \
-                                             const cpu_operand *x, size_t n_rows,                         \
-                     float *out, size_t ldo) {                                                            \
+                                             const cpu_operand *x, size_t n_rows, float *out,             \
+                                             size_t ldo) {                                                \
         DRIVER(KIND, w, j0, j1, x, n_rows, out, ldo);                                                     \
     }
 

@@ -47,8 +47,8 @@ SIMD_ALWAYS_INLINE __m512i bit_to_16(__m512i v, int k) {
                             b4);
 }
 
-/* Q4_K and Q5_K (q5), operand rows r0 .. r0+nx-1 against the 16 rows at base (nx a constant at
- * every call site). Q5_K's 5th bit of weight l of sub-block s is bit s of qh[l]. */
+/* Q4_K and Q5_K (q5), operand rows r0 .. r0+nx-1 against the 16 rows at base (nx a constant
+ * for full operand tiles). Q5_K's 5th bit of weight l of sub-block s is bit s of qh[l]. */
 SIMD_ALWAYS_INLINE void k4r16_tile(int q5, const uint8_t *base, size_t rb, const uint8_t *next, const cpu_operand *x,
                                    size_t r0, size_t nx, __m512 acc[Q_TILE_X]) {
     const size_t nb = x->n / QK_K, ng = x->n / 16, bb = q5 ? sizeof(block_q5_K) : sizeof(block_q4_K);
@@ -69,8 +69,10 @@ SIMD_ALWAYS_INLINE void k4r16_tile(int q5, const uint8_t *base, size_t rb, const
                                             _mm512_and_si512(_mm512_srli_epi32(hd[1], 2), k30));
         const __m512i m47 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(hd[3], 4), k0f),
                                             _mm512_and_si512(_mm512_srli_epi32(hd[2], 2), k30));
-        __m512i sum_q[Q_TILE_X], sum_m[Q_TILE_X];
+        __m512i sum_q[Q_TILE_X], sum_m[Q_TILE_X], qh[2][4];
         for (size_t r = 0; r < nx; r++) sum_q[r] = sum_m[r] = _mm512_setzero_si512();
+        if (q5) /* every chunk's 5th bits: one transposition per half of qh */
+            for (int h = 0; h < 2; h++) rows16_transpose(blk + offsetof(block_q5_K, qh) + 16 * h, rb, qh[h]);
         /* chunk c of 64 weights: byte l of its 32 holds weight l of sub-block 2c (low nibble)
          * and of 2c+1 (high); half h is bytes 16h .. 16h+15 */
 #pragma GCC unroll 1
@@ -79,16 +81,15 @@ SIMD_ALWAYS_INLINE void k4r16_tile(int q5, const uint8_t *base, size_t rb, const
             const __m512i sc_lo = k4_byte(sv, (2 * c) & 3), sc_hi = k4_byte(sv, (2 * c + 1) & 3);
 #pragma GCC unroll 2
             for (int h = 0; h < 2; h++) {
-                __m512i d[4], lo[4], hi[4], qh[4];
+                __m512i d[4], lo[4], hi[4];
                 rows16_transpose(blk + qs_off + 32 * c + 16 * h, rb, d);
-                if (q5) rows16_transpose(blk + offsetof(block_q5_K, qh) + 16 * h, rb, qh);
 #pragma GCC unroll 4
                 for (int j = 0; j < 4; j++) {
                     lo[j] = _mm512_and_si512(d[j], low4);
                     hi[j] = _mm512_and_si512(_mm512_srli_epi16(d[j], 4), low4);
                     if (q5) {
-                        lo[j] = _mm512_or_si512(lo[j], bit_to_16(qh[j], 2 * c));
-                        hi[j] = _mm512_or_si512(hi[j], bit_to_16(qh[j], 2 * c + 1));
+                        lo[j] = _mm512_or_si512(lo[j], bit_to_16(qh[h][j], 2 * c));
+                        hi[j] = _mm512_or_si512(hi[j], bit_to_16(qh[h][j], 2 * c + 1));
                     }
                 }
 #pragma GCC unroll 8
@@ -197,7 +198,7 @@ SIMD_ALWAYS_INLINE void k6r16_tile(const uint8_t *base, size_t rb, const uint8_t
                                                         : _mm512_srli_epi16(hb[j], 2);
                         q[j] = _mm512_or_si512(nib, _mm512_and_si512(top, top2));
                     }
-                    const __m512i scg = k6_sbyte(sc[g / 4 % 4], g % 4);
+                    const __m512i scg = k6_sbyte(sc[g / 4], g % 4);
 #pragma GCC unroll 8
                     for (size_t r = 0; r < nx; r++) {
                         const int8_t *xq = x->qs + (r0 + r) * x->n + b * QK_K + 128 * h + 32 * kind + 16 * p;

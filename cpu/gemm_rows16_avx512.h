@@ -182,8 +182,8 @@ SIMD_ALWAYS_INLINE __m512i rows16_dot(const __m512i w[8], const int8_t *xq) {
     return _mm512_add_epi32(lo, hi);
 }
 
-/* Blocks [b0, b0 + n) of the tile against operand rows r0 .. r0+nx-1 (nx a constant at every
- * call site). */
+/* Blocks [b0, b0 + n) of the tile against operand rows r0 .. r0+nx-1 (nx a constant for full
+ * operand tiles and for one row). */
 SIMD_ALWAYS_INLINE void rows16_tile_seg(r16_kind kind, const uint8_t *base, size_t rb, const uint8_t *next,
                                         size_t nb, size_t b0, size_t n, const uint16_t dws[R16_SEG][R16_ROWS],
                                         const uint32_t qhs[R16_SEG][R16_ROWS], const cpu_operand *x, size_t r0,

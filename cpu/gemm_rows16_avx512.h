@@ -30,9 +30,10 @@
 #endif
 
 #define R16_ROWS 16
-/* operand rows per tile: 16 accumulators and the block's 8 weight vectors fit the 32 registers
- * (Q_TILE_X's 8 had made one core, 896 x 2048, 64 rows: Q4_0 940 -> 862 us, Q5_0 1002 -> 931,
- * Q8_0 981 -> 921); the K-quant tiles, with twice the accumulators, keep Q_TILE_X */
+/* operand rows per tile: 16 accumulators, the block's 8 weight vectors and one dot chain fit
+ * the 32 registers (Q_TILE_X's 8 had made one core, 896 x 2048, 64 rows: Q4_0 940 -> 862 us,
+ * Q5_0 1002 -> 931, Q8_0 981 -> 921); the K-quant tiles, with twice the accumulators, keep
+ * Q_TILE_X */
 #define R16_TILE_X 16
 /* blocks whose scales are gathered at a time: 2 KiB on the stack (a row of 64 blocks, 2048
  * values, is gathered once per tile; longer rows once per segment and tile of operand rows) */
@@ -171,15 +172,14 @@ SIMD_ALWAYS_INLINE __m512i dpbusd_bcast(__m512i acc, __m512i w, const int8_t *x)
     return acc;
 }
 
-/* Each lane's block sum against one operand block's quants xq. */
-SIMD_ALWAYS_INLINE __m512i rows16_dot(const __m512i w[8], const int8_t *xq) {
-    __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; j++) {
-        lo = dpbusd_bcast(lo, w[j], xq + 4 * j);
-        hi = dpbusd_bcast(hi, w[j + 4], xq + 16 + 4 * j);
-    }
-    return _mm512_add_epi32(lo, hi);
+/* init + each lane's block sum against one operand block's quants xq: one chain per operand
+ * row (the 16 rows of a tile are independent chains), started at the offset correction so
+ * that it needs no subtraction and no second register. */
+SIMD_ALWAYS_INLINE __m512i rows16_dot(const __m512i w[8], const int8_t *xq, __m512i init) {
+    __m512i s = init;
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) s = dpbusd_bcast(s, w[j], xq + (j < 4 ? 4 * j : 16 + 4 * (j - 4)));
+    return s;
 }
 
 /* Blocks [b0, b0 + n) of the tile against operand rows r0 .. r0+nx-1 (nx a constant for full
@@ -187,8 +187,15 @@ SIMD_ALWAYS_INLINE __m512i rows16_dot(const __m512i w[8], const int8_t *xq) {
 SIMD_ALWAYS_INLINE void rows16_tile_seg(r16_kind kind, const uint8_t *base, size_t rb, const uint8_t *next,
                                         size_t nb, size_t b0, size_t n, const uint16_t dws[R16_SEG][R16_ROWS],
                                         const uint32_t qhs[R16_SEG][R16_ROWS], const cpu_operand *x, size_t r0,
-                                        size_t nx, __m512 acc[R16_TILE_X]) {
+                                        size_t nx, __m512 acc_io[R16_TILE_X]) {
     const size_t bb = r16_block_bytes(kind);
+    /* in registers for the segment: through acc_io they lived on the stack, a load and a
+     * store per operand row and block; with that and two dot chains per row, one core, 896 x
+     * 2048, 64 rows, from cache, alternated: Q8_0 955-963 -> 852-867 us, Q5_0 939-963 ->
+     * 874-892, Q4_0 850-852 -> 834-839 */
+    __m512 acc[R16_TILE_X];
+#pragma GCC unroll 16
+    for (size_t r = 0; r < R16_TILE_X; r++) acc[r] = b0 == 0 ? _mm512_setzero_ps() : acc_io[r];
     for (size_t b = b0; b < b0 + n; b++) {
         if (next && r0 == 0) rows16_prefetch(next, b, bb);
         __m512 d_w;
@@ -203,13 +210,16 @@ SIMD_ALWAYS_INLINE void rows16_tile_seg(r16_kind kind, const uint8_t *base, size
 #pragma GCC unroll 16
         for (size_t r = 0; r < nx; r++) {
             const size_t xb = (r0 + r) * nb + b;
-            __m512i sums = rows16_dot(w, x->qs + xb * QK8_0);
-            if (kind == R16_Q4_0) sums = _mm512_srai_epi32(sums, 4);
-            const __m512i isum = _mm512_sub_epi32(sums, _mm512_set1_epi32(r16_offset(kind) * x->sum[xb]));
+            /* Q4_0's sums are times 16, its correction too (exact: both are multiples of 16) */
+            const int32_t correction = (kind == R16_Q4_0 ? 16 : 1) * r16_offset(kind) * x->sum[xb];
+            __m512i isum = rows16_dot(w, x->qs + xb * QK8_0, _mm512_set1_epi32(-correction));
+            if (kind == R16_Q4_0) isum = _mm512_srai_epi32(isum, 4);
             const __m512 scale = _mm512_mul_ps(d_w, _mm512_set1_ps(x->d[xb]));
             acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(_mm512_cvtepi32_ps(isum), scale));
         }
     }
+#pragma GCC unroll 16
+    for (size_t r = 0; r < R16_TILE_X; r++) acc_io[r] = acc[r];
 }
 
 /* acc (lanes in tile order) to o[0 .. nl) in row order, starting at the tile's row l0. */
@@ -235,9 +245,8 @@ SIMD_ALWAYS_INLINE void rows16_rows(r16_kind kind, const uint8_t *base, size_t r
     uint16_t dws[R16_SEG][R16_ROWS];
     uint32_t qhs[R16_SEG][R16_ROWS];
     for (size_t r0 = 0; r0 < n_rows; r0 += R16_TILE_X) {
-        __m512 acc[R16_TILE_X];
+        __m512 acc[R16_TILE_X]; /* set by the first segment */
         const size_t nx = LLMM_MIN((size_t)R16_TILE_X, n_rows - r0);
-        for (size_t r = 0; r < nx; r++) acc[r] = _mm512_setzero_ps();
         for (size_t b0 = 0; b0 < nb; b0 += R16_SEG) {
             const size_t n = LLMM_MIN((size_t)R16_SEG, nb - b0);
             if (!(kind == R16_Q5_0 && n_rows == 1) && (r0 == 0 || nb > R16_SEG))

@@ -79,31 +79,35 @@ SIMD_ALWAYS_INLINE void k4r16_tile(int q5, const uint8_t *base, size_t rb, const
         for (int c = 0; c < 4; c++) {
             const __m512i sv = c < 2 ? s03 : s47;
             const __m512i sc_lo = k4_byte(sv, (2 * c) & 3), sc_hi = k4_byte(sv, (2 * c + 1) & 3);
+            /* both halves first: they share the two scales, so each operand row's two dots run
+             * over all 64 weights before the two multiplies (per half: twice the vpmulld) */
+            __m512i lo[8], hi[8];
 #pragma GCC unroll 2
             for (int h = 0; h < 2; h++) {
-                __m512i d[4], lo[4], hi[4];
+                __m512i d[4];
                 rows16_transpose(blk + qs_off + 32 * c + 16 * h, rb, d);
 #pragma GCC unroll 4
                 for (int j = 0; j < 4; j++) {
-                    lo[j] = _mm512_and_si512(d[j], low4);
-                    hi[j] = _mm512_and_si512(_mm512_srli_epi16(d[j], 4), low4);
+                    lo[4 * h + j] = _mm512_and_si512(d[j], low4);
+                    hi[4 * h + j] = _mm512_and_si512(_mm512_srli_epi16(d[j], 4), low4);
                     if (q5) {
-                        lo[j] = _mm512_or_si512(lo[j], bit_to_16(qh[h][j], 2 * c));
-                        hi[j] = _mm512_or_si512(hi[j], bit_to_16(qh[h][j], 2 * c + 1));
+                        lo[4 * h + j] = _mm512_or_si512(lo[4 * h + j], bit_to_16(qh[h][j], 2 * c));
+                        hi[4 * h + j] = _mm512_or_si512(hi[4 * h + j], bit_to_16(qh[h][j], 2 * c + 1));
                     }
                 }
+            }
 #pragma GCC unroll 8
-                for (size_t r = 0; r < nx; r++) {
-                    const int8_t *xq = x->qs + (r0 + r) * x->n + b * QK_K + 64 * c + 16 * h;
-                    __m512i dl = _mm512_setzero_si512(), dh = _mm512_setzero_si512();
-#pragma GCC unroll 4
-                    for (int j = 0; j < 4; j++) {
-                        dl = dpbusd_bcast(dl, lo[j], xq + 4 * j);
-                        dh = dpbusd_bcast(dh, hi[j], xq + 32 + 4 * j);
-                    }
-                    sum_q[r] = _mm512_add_epi32(
-                        sum_q[r], _mm512_add_epi32(_mm512_mullo_epi32(dl, sc_lo), _mm512_mullo_epi32(dh, sc_hi)));
+            for (size_t r = 0; r < nx; r++) {
+                const int8_t *xq = x->qs + (r0 + r) * x->n + b * QK_K + 64 * c;
+                __m512i dl = _mm512_setzero_si512(), dh = _mm512_setzero_si512();
+#pragma GCC unroll 8
+                for (int j = 0; j < 8; j++) {
+                    const int at = 16 * (j / 4) + 4 * (j % 4);
+                    dl = dpbusd_bcast(dl, lo[j], xq + at);
+                    dh = dpbusd_bcast(dh, hi[j], xq + 32 + at);
                 }
+                sum_q[r] = _mm512_add_epi32(sum_q[r],
+                                            _mm512_add_epi32(_mm512_mullo_epi32(dl, sc_lo), _mm512_mullo_epi32(dh, sc_hi)));
             }
         }
         /* sum_m: min s against the operand's group sums 2s and 2s+1 */

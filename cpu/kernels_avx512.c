@@ -85,6 +85,7 @@ static inline void add_bit4_pair(__m256i *lo, __m256i *hi, uint32_t ha, uint32_t
 }
 
 #include "gemm_legacy_x86.h"
+#include "gemm_half_avx512.h"
 
 const cpu_kernels cpu_kernels_avx512 = {
     .name = "avx512",
@@ -92,8 +93,8 @@ const cpu_kernels cpu_kernels_avx512 = {
     .matmul =
         {
             [LLMM_TYPE_F32] = {avx2_gemm_f32, CPU_OPERAND_F32},
-            [LLMM_TYPE_F16] = {avx2_gemm_f16, CPU_OPERAND_F64_F16},
-            [LLMM_TYPE_BF16] = {avx2_gemm_bf16, CPU_OPERAND_F64_BF16},
+            [LLMM_TYPE_F16] = {gemm_f16_rows_avx512, CPU_OPERAND_F64_F16},
+            [LLMM_TYPE_BF16] = {gemm_bf16_rows_avx512, CPU_OPERAND_F64_BF16},
             [LLMM_TYPE_Q4_0] = {gemm_q4_0_avx512, CPU_OPERAND_Q8},
             [LLMM_TYPE_Q8_0] = {gemm_q8_0_avx512, CPU_OPERAND_Q8},
             [LLMM_TYPE_Q5_0] = {gemm_q5_0_rows16, CPU_OPERAND_Q8},

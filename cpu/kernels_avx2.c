@@ -318,8 +318,73 @@ SIMD_ALWAYS_INLINE float half_finish(const __m256d acc[2], const uint16_t *w, co
     return (float)sum;
 }
 
+/* Several operand rows (prefill): tiles of 2 weight rows x 2 operand rows, so each widened
+ * weight vector serves two prompt rows (8 accumulators, 4 weight vectors: the 16 registers),
+ * over blocks of HALF_BLOCK x HALF_BLOCK rows that stay in L2. Each pair's lanes sum the same
+ * positions in the same order as half_tile's: the same bits. One core, 896 x 2048, 64 rows:
+ * 0.094 -> 0.063 ns per weight and row (LLMM_CPU_KERNELS=avx2, alternated). */
+#define HALF_TILE_X 2
+#define HALF_BLOCK 16
+
+SIMD_ALWAYS_INLINE void half_tile_2x2(const uint16_t *const w[2], const double *const x[HALF_TILE_X], size_t n8,
+                                      int bf16, __m256d acc[2][HALF_TILE_X][2]) {
+    __m256d a[2][HALF_TILE_X][2];
+    for (int k = 0; k < 2; k++)
+        for (int r = 0; r < HALF_TILE_X; r++) a[k][r][0] = a[k][r][1] = _mm256_setzero_pd();
+    for (size_t i = 0; i < n8; i += 8) {
+        __m256d lo[2], hi[2];
+#pragma GCC unroll 2
+        for (int k = 0; k < 2; k++) {
+            const __m256 wv = bf16 ? load_bf16x8(w[k] + i) : load_f16x8(w[k] + i);
+            lo[k] = widen_lo(wv);
+            hi[k] = widen_hi(wv);
+        }
+#pragma GCC unroll 2
+        for (int r = 0; r < HALF_TILE_X; r++) {
+            const __m256d xlo = _mm256_loadu_pd(x[r] + i), xhi = _mm256_loadu_pd(x[r] + i + 4);
+#pragma GCC unroll 2
+            for (int k = 0; k < 2; k++) {
+                a[k][r][0] = _mm256_fmadd_pd(lo[k], xlo, a[k][r][0]);
+                a[k][r][1] = _mm256_fmadd_pd(hi[k], xhi, a[k][r][1]);
+            }
+        }
+    }
+    for (int k = 0; k < 2; k++)
+        for (int r = 0; r < HALF_TILE_X; r++) acc[k][r][0] = a[k][r][0], acc[k][r][1] = a[k][r][1];
+}
+
+/* Weight rows [j0, j1) x operand rows [r0, r1), rows past either end repeating the last one
+ * (computed, not stored). */
+SIMD_ALWAYS_INLINE void half_block(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t r0,
+                                   size_t r1, float *out, size_t ldo, int bf16) {
+    const size_t n = x->n, n8 = n / 8 * 8;
+    for (size_t j = j0; j < j1; j += 2) {
+        const size_t nj = LLMM_MIN((size_t)2, j1 - j);
+        const uint16_t *rows[2];
+        for (size_t k = 0; k < 2; k++)
+            rows[k] = (const uint16_t *)((const uint8_t *)w->data + (j + LLMM_MIN(k, nj - 1)) * w->row_bytes);
+        for (size_t r = r0; r < r1; r += HALF_TILE_X) {
+            const size_t nx = LLMM_MIN((size_t)HALF_TILE_X, r1 - r);
+            const double *xr[HALF_TILE_X];
+            for (size_t t = 0; t < HALF_TILE_X; t++) xr[t] = x->f64 + (r + LLMM_MIN(t, nx - 1)) * n;
+            __m256d acc[2][HALF_TILE_X][2];
+            half_tile_2x2(rows, xr, n8, bf16, acc);
+            for (size_t k = 0; k < nj; k++)
+                for (size_t t = 0; t < nx; t++)
+                    out[(r + t) * ldo + j + k] = half_finish(acc[k][t], rows[k], xr[t], n8, n, bf16);
+        }
+    }
+}
+
 SIMD_ALWAYS_INLINE void gemm_half(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows,
                                   float *out, size_t ldo, int bf16) {
+    if (n_rows > 1) {
+        for (size_t jb = j0; jb < j1; jb += HALF_BLOCK)
+            for (size_t rb = 0; rb < n_rows; rb += HALF_BLOCK)
+                half_block(w, jb, LLMM_MIN(j1, jb + HALF_BLOCK), x, rb, LLMM_MIN(n_rows, rb + HALF_BLOCK), out, ldo,
+                           bf16);
+        return;
+    }
     const size_t n = x->n, n8 = n / 8 * 8;
     for (size_t j = j0; j < j1; j += HALF_ROWS) {
         const size_t nj = LLMM_MIN((size_t)HALF_ROWS, j1 - j);

@@ -68,6 +68,8 @@ static inline __m256i kq_madd_acc(__m256i acc, __m256i p, __m256i s) { return _m
 #include "gemm_kquant_x86.h"
 #include "gemm_kquant_rows16_avx512.h"
 
+GEMM_BY_ROWS(gemm_q2_K_avx512, gemm_q2_K, gemm_q2_K_rows16)
+GEMM_BY_ROWS(gemm_q3_K_avx512, gemm_q3_K, gemm_q3_K_rows16)
 GEMM_BY_ROWS(gemm_q4_K_avx512, gemm_q4_K, gemm_q4_K_rows16)
 GEMM_BY_ROWS(gemm_q5_K_avx512, gemm_q5_K, gemm_q5_K_rows16)
 GEMM_BY_ROWS(gemm_q6_K_avx512, gemm_q6_K, gemm_q6_K_rows16)
@@ -100,8 +102,8 @@ const cpu_kernels cpu_kernels_avx512 = {
             [LLMM_TYPE_Q5_0] = {gemm_q5_0_rows16, CPU_OPERAND_Q8},
             [LLMM_TYPE_Q4_1] = {gemm_q4_1, CPU_OPERAND_Q8_1},
             [LLMM_TYPE_Q5_1] = {gemm_q5_1, CPU_OPERAND_Q8_1},
-            [LLMM_TYPE_Q2_K] = {gemm_q2_K, CPU_OPERAND_Q8K},
-            [LLMM_TYPE_Q3_K] = {gemm_q3_K, CPU_OPERAND_Q8K},
+            [LLMM_TYPE_Q2_K] = {gemm_q2_K_avx512, CPU_OPERAND_Q8K},
+            [LLMM_TYPE_Q3_K] = {gemm_q3_K_avx512, CPU_OPERAND_Q8K},
             [LLMM_TYPE_Q4_K] = {gemm_q4_K_avx512, CPU_OPERAND_Q8K},
             [LLMM_TYPE_Q5_K] = {gemm_q5_K_avx512, CPU_OPERAND_Q8K},
             [LLMM_TYPE_Q6_K] = {gemm_q6_K_avx512, CPU_OPERAND_Q8K},

@@ -4,6 +4,8 @@
  *   __m256i kq_madd_acc(__m256i acc, __m256i p, __m256i s)   acc + madd(p, s): int16 pairs
  *                      multiplied and summed into int32 lanes, added to acc
  *   KQ_TILE_X          operand rows per tile (registers permitting)
+ *   KQ_ROW_AVX512      (optional, AVX-512 BW files) Q2_K / Q3_K rows of one operand row on
+ *                      512-bit vectors
  * and gets gemm_q2_K, gemm_q3_K, gemm_q4_K, gemm_q5_K, gemm_q6_K (cpu_gemm_fn).
  *
  * Numerics: the scalar kq_block_dot (lib/quant_k.c) computes per super-block two integer sums,
@@ -58,13 +60,18 @@ SIMD_ALWAYS_INLINE __m256i kq_dot32(__m256i acc, __m256i w, const int8_t *x, __m
  * u1's; scales 4-7 are u2's low nibbles with u0's top 2 bits per byte above them, mins 4-7
  * u2's high nibbles with u1's top bits. */
 SIMD_ALWAYS_INLINE void k4_unpack_scales(const uint8_t *p, __m128i *sc8, __m128i *m8) {
-    uint32_t u[3];
-    memcpy(u, p, sizeof u);
-    const uint32_t s03 = u[0] & 0x3f3f3f3fu, m03 = u[1] & 0x3f3f3f3fu;
-    const uint32_t s47 = (u[2] & 0x0f0f0f0fu) | ((u[0] >> 2) & 0x30303030u);
-    const uint32_t m47 = ((u[2] >> 4) & 0x0f0f0f0fu) | ((u[1] >> 2) & 0x30303030u);
-    *sc8 = _mm_setr_epi32((int)s03, (int)s47, 0, 0);
-    *m8 = _mm_setr_epi32((int)m03, (int)m47, 0, 0);
+    /* lanes [s03, m03, s47, m47] = [u0, u1, u2, u2 >> 4] & [3f, 3f, 0f, 0f] | [0, 0, u0 >> 2,
+     * u1 >> 2] & 0x30, then split (vector ops instead of scalar words and four inserts) */
+    uint32_t u2;
+    memcpy(&u2, p + 8, sizeof u2);
+    const __m128i v = _mm_insert_epi32(_mm_loadl_epi64((const __m128i *)(const void *)p), (int)u2, 2);
+    const __m128i a = _mm_and_si128(_mm_srlv_epi32(_mm_shuffle_epi32(v, _MM_SHUFFLE(2, 2, 1, 0)), _mm_setr_epi32(0, 0, 0, 4)),
+                                    _mm_setr_epi32(0x3f3f3f3f, 0x3f3f3f3f, 0x0f0f0f0f, 0x0f0f0f0f));
+    const __m128i b = _mm_and_si128(_mm_srli_epi32(_mm_shuffle_epi32(v, _MM_SHUFFLE(1, 0, 1, 0)), 2),
+                                    _mm_setr_epi32(0, 0, 0x30303030, 0x30303030));
+    const __m128i w = _mm_or_si128(a, b);
+    *sc8 = _mm_shuffle_epi32(w, _MM_SHUFFLE(3, 3, 2, 0)); /* lanes 2, 3 unused */
+    *m8 = _mm_shuffle_epi32(w, _MM_SHUFFLE(3, 3, 3, 1));
 }
 
 /* Chunk c of 64 weights: the low nibbles are sub-block 2c, the high ones 2c+1; Q5_K's 5th bit
@@ -140,8 +147,55 @@ SIMD_ALWAYS_INLINE void kq_row_q6(const uint8_t *blk, const kq_x *x, size_t nx, 
  * 2k of Q[l]; Q3_K's third bit of weight 32m + l is bit m of hmask[l], brought down one bit per
  * 32 weights as Q5_K's. sc16 holds the 16 sub-block scales in order (int16), offset the
  * quants' unsigned offset (4 for Q3_K, 0 for Q2_K). */
+#if defined(KQ_ROW_AVX512)
+/* kq_row_2bit for one operand row on 512-bit vectors: both halves h at once (qs[0..63] in one
+ * vector, hmask's bits 4h + k brought to the same shift by a copy moved down 4, the scales of
+ * sub-blocks 2k, 2k+1 | 8+2k, 8+2k+1 spread over the four 128-bit lanes), so each step k
+ * unpacks and dots 64 weights. The lane sums end in the same 8 int32 lanes (the halves added),
+ * and integer sums are exact in any order: the same result. */
+SIMD_ALWAYS_INLINE __m256i kq_row_2bit_one(const uint8_t *qs, const uint8_t *hmask, __m256i sc16, int offset_shift,
+                                           const kq_x *x) {
+    __m512i acc = _mm512_setzero_si512();
+    const __m512i three = _mm512_set1_epi8(3), bit2 = _mm512_set1_epi8(4);
+    const __m512i Q = _mm512_loadu_si512(qs);
+    __m512i hm = _mm512_setzero_si512();
+    if (hmask) {
+        const __m256i h = load_256(hmask);
+        hm = _mm512_inserti64x4(_mm512_castsi256_si512(h), _mm256_srli_epi16(h, 4), 1);
+    }
+    /* lanes: scales 0-7, 0-7, 8-15, 8-15 (int16) */
+    const __m512i sc = _mm512_permutexvar_epi64(_mm512_set_epi64(3, 2, 3, 2, 1, 0, 1, 0),
+                                                _mm512_castsi256_si512(sc16));
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+        __m512i q = _mm512_and_si512(k == 0 ? Q : _mm512_srli_epi16(Q, (unsigned)(2 * k)), three);
+        if (hmask) {
+            const __m512i hb = k <= 2 ? _mm512_slli_epi16(hm, (unsigned)(2 - k)) : _mm512_srli_epi16(hm, 1);
+            q = _mm512_or_si512(q, _mm512_and_si512(hb, bit2));
+        }
+        const __m128i e_lo = _mm_set1_epi16((short)(0x0100 + 0x0202 * (2 * k)));
+        const __m128i e_hi = _mm_set1_epi16((short)(0x0100 + 0x0202 * (2 * k + 1)));
+        const __m512i s = _mm512_shuffle_epi8(
+            sc, _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(e_hi, e_lo)), _mm256_set_m128i(e_hi, e_lo), 1));
+        const __m512i xv = _mm512_inserti64x4(_mm512_castsi256_si512(load_256(x->xq + 32 * k)),
+                                              load_256(x->xq + 128 + 32 * k), 1);
+        acc = _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(q, xv), s));
+    }
+    __m256i v = _mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1));
+    if (offset_shift)
+        v = _mm256_sub_epi32(v, _mm256_slli_epi32(_mm256_madd_epi16(sc16, load_256(x->bs)), offset_shift));
+    return v;
+}
+#endif
+
 SIMD_ALWAYS_INLINE void kq_row_2bit(const uint8_t *qs, const uint8_t *hmask, __m256i sc16, int offset_shift,
                                     const kq_x *x, size_t nx, __m256i vq[KQ_TILE_X]) {
+#if defined(KQ_ROW_AVX512)
+    if (nx == 1) {
+        vq[0] = kq_row_2bit_one(qs, hmask, sc16, offset_shift, x);
+        return;
+    }
+#endif
     for (size_t r = 0; r < nx; r++)
         vq[r] = offset_shift ? _mm256_sub_epi32(_mm256_setzero_si256(),
                                                 _mm256_slli_epi32(_mm256_madd_epi16(sc16, load_256(x->bs + r * x->bss)),
@@ -180,14 +234,19 @@ SIMD_ALWAYS_INLINE void kq_row_q2(const uint8_t *blk, const kq_x *x, size_t nx, 
  * low nibbles of u0, u1, of 8-15 their high nibbles; the top 2 bits of scale j are the bit pair
  * j/4 of byte j%4 of u2. Stored with +32. */
 SIMD_ALWAYS_INLINE __m256i q3_unpack_scales(const uint8_t *p) {
-    uint32_t u[3];
-    memcpy(u, p, sizeof u);
-    const uint32_t s03 = (u[0] & 0x0f0f0f0fu) | ((u[2] << 4) & 0x30303030u);
-    const uint32_t s47 = (u[1] & 0x0f0f0f0fu) | ((u[2] << 2) & 0x30303030u);
-    const uint32_t s8b = ((u[0] >> 4) & 0x0f0f0f0fu) | (u[2] & 0x30303030u);
-    const uint32_t scf = ((u[1] >> 4) & 0x0f0f0f0fu) | ((u[2] >> 2) & 0x30303030u);
-    const __m128i s8 = _mm_setr_epi32((int)s03, (int)s47, (int)s8b, (int)scf);
-    return _mm256_sub_epi16(_mm256_cvtepu8_epi16(s8), _mm256_set1_epi16(32));
+    /* the four words s03, s47, s8b, scf in one vector: lanes [u0, u1, u0 >> 4, u1 >> 4] & 0x0f
+     * and [u2 << 4, u2 << 2, u2, u2 >> 2] & 0x30 (in scalar code with four inserts this was
+     * a fifth of Q3_K decode's instructions) */
+    uint32_t u2;
+    memcpy(&u2, p + 8, sizeof u2);
+    const __m128i v = _mm_insert_epi32(_mm_loadl_epi64((const __m128i *)(const void *)p), (int)u2, 2);
+    const __m128i lo = _mm_and_si128(_mm_srlv_epi32(_mm_shuffle_epi32(v, _MM_SHUFFLE(1, 0, 1, 0)), _mm_setr_epi32(0, 0, 4, 4)),
+                                     _mm_set1_epi32(0x0f0f0f0f));
+    const __m128i w2 = _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 2, 2, 2));
+    const __m128i hi = _mm_and_si128(
+        _mm_srlv_epi32(_mm_sllv_epi32(w2, _mm_setr_epi32(4, 2, 0, 0)), _mm_setr_epi32(0, 0, 0, 2)),
+        _mm_set1_epi32(0x30303030));
+    return _mm256_sub_epi16(_mm256_cvtepu8_epi16(_mm_or_si128(lo, hi)), _mm256_set1_epi16(32));
 }
 
 SIMD_ALWAYS_INLINE void kq_row_q3(const uint8_t *blk, const kq_x *x, size_t nx, __m256i vq[KQ_TILE_X]) {

@@ -64,6 +64,7 @@ static inline __m256i kq_madd_acc(__m256i acc, __m256i p, __m256i s) { return _m
 /* as Q_TILE_X: best of 7 alternated runs at 64 rows, q4_K 0.0195 -> 0.0175, q5_K 0.0233 ->
  * 0.0177, q6_K 0.0301 -> 0.0204 ns per weight and row */
 #define KQ_TILE_X 8
+#define KQ_ROW_AVX512 1 /* one operand row (decode) on 512-bit vectors (gemm_kquant_x86.h) */
 
 #include "gemm_kquant_x86.h"
 #include "gemm_kquant_rows16_avx512.h"

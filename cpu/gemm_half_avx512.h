@@ -22,6 +22,7 @@
 #define LLMM_GEMM_HALF_AVX512_H
 
 #include "cpu_kernels.h"
+#include "gemm_tiles.h"
 #include "kernels_x86.h"
 #include "simd_x86.h"
 
@@ -83,27 +84,25 @@ SIMD_ALWAYS_INLINE void h512_tile(const uint16_t *const w[H512_ROWS], const doub
         for (int r = 0; r < nxc; r++) acc[k][r] = a[k][r];
 }
 
-/* Weight rows [j0, j1) x operand rows [r0, r1): tiles whose rows past the end repeat the last
- * one (computed, not stored). */
-SIMD_ALWAYS_INLINE void h512_block(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t r0,
-                                   size_t r1, float *out, size_t ldo, int bf16) {
+/* The weight row pointers of the tile at row j with nj rows: rows past the end repeat its
+ * last row. */
+SIMD_ALWAYS_INLINE void h512_rows(const llmm_tensor *w, size_t j, size_t nj, const uint16_t *rows[H512_ROWS]) {
+    for (size_t k = 0; k < H512_ROWS; k++)
+        rows[k] = (const uint16_t *)((const uint8_t *)w->data + (j + LLMM_MIN(k, nj - 1)) * w->row_bytes);
+}
+
+/* Weight rows [j, j + nj) x operand rows [r, r + nx), one tile (GEMM_WALK_BLOCKS). */
+SIMD_ALWAYS_INLINE void h512_tile_at(const llmm_tensor *w, const cpu_operand *x, size_t j, size_t nj, size_t r,
+                                     size_t nx, float *out, size_t ldo, int bf16) {
     const size_t n = x->n, n8 = n / 8 * 8;
-    for (size_t j = j0; j < j1; j += H512_ROWS) {
-        const size_t nj = LLMM_MIN((size_t)H512_ROWS, j1 - j);
-        const uint16_t *rows[H512_ROWS];
-        for (size_t k = 0; k < H512_ROWS; k++)
-            rows[k] = (const uint16_t *)((const uint8_t *)w->data + (j + LLMM_MIN(k, nj - 1)) * w->row_bytes);
-        for (size_t r = r0; r < r1; r += H512_TILE_X) {
-            const size_t nx = LLMM_MIN((size_t)H512_TILE_X, r1 - r);
-            const double *xr[H512_TILE_X];
-            for (size_t t = 0; t < H512_TILE_X; t++) xr[t] = x->f64 + (r + LLMM_MIN(t, nx - 1)) * n;
-            __m512d acc[H512_ROWS][H512_TILE_X];
-            h512_tile(rows, xr, n8, bf16, H512_TILE_X, NULL, 0, acc);
-            for (size_t k = 0; k < nj; k++)
-                for (size_t t = 0; t < nx; t++)
-                    out[(r + t) * ldo + j + k] = h512_finish(acc[k][t], rows[k], xr[t], n8, n, bf16);
-        }
-    }
+    const uint16_t *rows[H512_ROWS];
+    h512_rows(w, j, nj, rows);
+    const double *xr[H512_TILE_X];
+    for (size_t t = 0; t < H512_TILE_X; t++) xr[t] = x->f64 + (r + LLMM_MIN(t, nx - 1)) * n;
+    __m512d acc[H512_ROWS][H512_TILE_X];
+    h512_tile(rows, xr, n8, bf16, H512_TILE_X, NULL, 0, acc);
+    for (size_t k = 0; k < nj; k++)
+        for (size_t t = 0; t < nx; t++) out[(r + t) * ldo + j + k] = h512_finish(acc[k][t], rows[k], xr[t], n8, n, bf16);
 }
 
 /* One operand row against weight rows [j0, j1). */
@@ -112,8 +111,7 @@ SIMD_ALWAYS_INLINE void h512_one(const llmm_tensor *w, size_t j0, size_t j1, con
     for (size_t j = j0; j < j1; j += H512_ROWS) {
         const size_t nj = LLMM_MIN((size_t)H512_ROWS, j1 - j);
         const uint16_t *rows[H512_ROWS];
-        for (size_t k = 0; k < H512_ROWS; k++)
-            rows[k] = (const uint16_t *)((const uint8_t *)w->data + (j + LLMM_MIN(k, nj - 1)) * w->row_bytes);
+        h512_rows(w, j, nj, rows);
         const uint16_t *next =
             j + H512_ROWS < j1 ? (const uint16_t *)((const uint8_t *)w->data + (j + H512_ROWS) * w->row_bytes) : NULL;
         const double *xr[H512_TILE_X] = {x->f64};
@@ -125,9 +123,9 @@ SIMD_ALWAYS_INLINE void h512_one(const llmm_tensor *w, size_t j0, size_t j1, con
 
 SIMD_ALWAYS_INLINE void h512_gemm(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows,
                                   float *out, size_t ldo, int bf16) {
-    for (size_t jb = j0; jb < j1; jb += H512_BLOCK)
-        for (size_t rb = 0; rb < n_rows; rb += H512_BLOCK)
-            h512_block(w, jb, LLMM_MIN(j1, jb + H512_BLOCK), x, rb, LLMM_MIN(n_rows, rb + H512_BLOCK), out, ldo, bf16);
+#define H512_TILE_CALL(j, nj, r, nx) h512_tile_at(w, x, j, nj, r, nx, out, ldo, bf16)
+    GEMM_WALK_BLOCKS(j0, j1, n_rows, H512_BLOCK, H512_ROWS, H512_TILE_X, H512_TILE_CALL);
+#undef H512_TILE_CALL
 }
 
 static void gemm_f16_rows_avx512(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows,

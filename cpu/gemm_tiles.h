@@ -41,6 +41,27 @@
         }                                                                                                   \
     } while (0)
 
+/* How the kernels that tile over operand rows as well walk a call's rows (the F16 / BF16
+ * kernels for several operand rows): blocks of BLOCK weight rows x BLOCK operand rows, small
+ * enough to stay in cache while their tiles run over them, each block in tiles of TW weight
+ * rows x TX operand rows. TILE(j, nj, r, nx) computes weight rows [j, j + nj) against operand
+ * rows [r, r + nx), nj <= TW, nx <= TX (a short tile repeats its last rows and drops their
+ * results). A macro for the reason GEMM_WALK_TILES is one. */
+#define GEMM_WALK_BLOCKS(j0, j1, n_rows, BLOCK, TW, TX, TILE)                                                 \
+    do {                                                                                                    \
+        const size_t blk_j1_ = (j1), blk_n_ = (n_rows);                                                     \
+        for (size_t blk_j_ = (j0); blk_j_ < blk_j1_; blk_j_ += (BLOCK)) {                                   \
+            const size_t blk_je_ = LLMM_MIN(blk_j1_, blk_j_ + (BLOCK));                                     \
+            for (size_t blk_r_ = 0; blk_r_ < blk_n_; blk_r_ += (BLOCK)) {                                   \
+                const size_t blk_re_ = LLMM_MIN(blk_n_, blk_r_ + (BLOCK));                                  \
+                for (size_t blk_t_ = blk_j_; blk_t_ < blk_je_; blk_t_ += (TW))                              \
+                    for (size_t blk_s_ = blk_r_; blk_s_ < blk_re_; blk_s_ += (TX))                          \
+                        TILE(blk_t_, LLMM_MIN((size_t)(TW), blk_je_ - blk_t_), blk_s_,                      \
+                             LLMM_MIN((size_t)(TX), blk_re_ - blk_s_));                                     \
+            }                                                                                               \
+        }                                                                                                   \
+    } while (0)
+
 /* A cpu_gemm_fn named NAME that runs DRIVER (a kernel's tile walk taking its kind first) for
  * KIND: one per weight type of a kernel family. Unused where a table takes another family's
  * kernel for that type (AVX-512's Q5_0), hence the attribute. */

@@ -311,7 +311,9 @@ SIMD_ALWAYS_INLINE void half_tile(const uint16_t *const w[HALF_ROWS], const uint
     }
 }
 
-SIMD_ALWAYS_INLINE float half_finish(const __m256d acc[2], const uint16_t *w, const double *x, size_t n8, size_t n,
+typedef __m256d half_acc[2]; /* one (weight row, operand row) pair's lanes */
+
+SIMD_ALWAYS_INLINE float half_finish(const half_acc acc, const uint16_t *w, const double *x, size_t n8, size_t n,
                                      int bf16) {
     double sum = hsum_pd(_mm256_add_pd(acc[0], acc[1]));
     for (size_t i = n8; i < n; i++) sum += half_to_double(w[i], bf16) * x[i];
@@ -327,7 +329,7 @@ SIMD_ALWAYS_INLINE float half_finish(const __m256d acc[2], const uint16_t *w, co
 #define HALF_BLOCK 16
 
 SIMD_ALWAYS_INLINE void half_tile_2x2(const uint16_t *const w[2], const double *const x[HALF_TILE_X], size_t n8,
-                                      int bf16, __m256d acc[2][HALF_TILE_X][2]) {
+                                      int bf16, half_acc acc[2][HALF_TILE_X]) {
     __m256d a[2][HALF_TILE_X][2];
     for (int k = 0; k < 2; k++)
         for (int r = 0; r < HALF_TILE_X; r++) a[k][r][0] = a[k][r][1] = _mm256_setzero_pd();
@@ -353,36 +355,12 @@ SIMD_ALWAYS_INLINE void half_tile_2x2(const uint16_t *const w[2], const double *
         for (int r = 0; r < HALF_TILE_X; r++) acc[k][r][0] = a[k][r][0], acc[k][r][1] = a[k][r][1];
 }
 
-/* Weight rows [j0, j1) x operand rows [r0, r1), rows past either end repeating the last one
- * (computed, not stored). */
-SIMD_ALWAYS_INLINE void half_block(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t r0,
-                                   size_t r1, float *out, size_t ldo, int bf16) {
-    const size_t n = x->n, n8 = n / 8 * 8;
-    for (size_t j = j0; j < j1; j += 2) {
-        const size_t nj = LLMM_MIN((size_t)2, j1 - j);
-        const uint16_t *rows[2];
-        for (size_t k = 0; k < 2; k++)
-            rows[k] = (const uint16_t *)((const uint8_t *)w->data + (j + LLMM_MIN(k, nj - 1)) * w->row_bytes);
-        for (size_t r = r0; r < r1; r += HALF_TILE_X) {
-            const size_t nx = LLMM_MIN((size_t)HALF_TILE_X, r1 - r);
-            const double *xr[HALF_TILE_X];
-            for (size_t t = 0; t < HALF_TILE_X; t++) xr[t] = x->f64 + (r + LLMM_MIN(t, nx - 1)) * n;
-            __m256d acc[2][HALF_TILE_X][2];
-            half_tile_2x2(rows, xr, n8, bf16, acc);
-            for (size_t k = 0; k < nj; k++)
-                for (size_t t = 0; t < nx; t++)
-                    out[(r + t) * ldo + j + k] = half_finish(acc[k][t], rows[k], xr[t], n8, n, bf16);
-        }
-    }
-}
+#include "gemm_half_tiles.h"
 
 SIMD_ALWAYS_INLINE void gemm_half(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows,
                                   float *out, size_t ldo, int bf16) {
     if (n_rows > 1) {
-        for (size_t jb = j0; jb < j1; jb += HALF_BLOCK)
-            for (size_t rb = 0; rb < n_rows; rb += HALF_BLOCK)
-                half_block(w, jb, LLMM_MIN(j1, jb + HALF_BLOCK), x, rb, LLMM_MIN(n_rows, rb + HALF_BLOCK), out, ldo,
-                           bf16);
+        half_gemm_rows(w, j0, j1, x, n_rows, out, ldo, bf16);
         return;
     }
     const size_t n = x->n, n8 = n / 8 * 8;

@@ -2,9 +2,9 @@
  * vectors: for kernels_avx512.c; gives gemm_f16_rows_avx512 and gemm_bf16_rows_avx512
  * (cpu_gemm_fn).
  *
- * Why: the AVX2 kernel takes one operand row at a time, so every weight is widened to double
- * again for each prompt row, and a 256-bit FMA adds 4 products: 0.097 ns per weight and row,
- * 92 % of a 0.5B F16 prefill. Here a tile is 4 weight rows x 4 operand rows: each 8 weights of
+ * Why: the AVX2 kernel took one operand row at a time (it now takes 2 x 2 tiles), so every
+ * weight was widened to double again for each prompt row, and a 256-bit FMA adds 4 products:
+ * 0.097 ns per weight and row, 92 % of a 0.5B F16 prefill. Here a tile is 4 weight rows x 4 operand rows: each 8 weights of
  * a row are widened once (vcvtph2ps, then vcvtps2pd to 8 doubles) for 4 operand rows, and each
  * 512-bit FMA adds 8 products. The weights and operand rows of a block of 16 x 16 stay in L2
  * while the tiles run over it (a double operand row of 4864 values is 38 KiB). One operand row

@@ -18,8 +18,8 @@
 
 /* Weight rows [j, j + nj) x operand rows [r, r + nx), one tile; rows past either end repeat
  * the last one (computed, not stored). */
-SIMD_ALWAYS_INLINE void half_tile_at(const llmm_tensor *w, const cpu_operand *x, size_t j, size_t nj, size_t r, size_t nx,
-                                float *out, size_t ldo, int bf16) {
+SIMD_ALWAYS_INLINE void half_tile_at(const llmm_tensor *w, const cpu_operand *x, size_t j, size_t nj, size_t r,
+                                     size_t nx, float *out, size_t ldo, int bf16) {
     const size_t n = x->n, n8 = n / 8 * 8;
     const uint16_t *rows[2];
     for (size_t k = 0; k < 2; k++)
@@ -32,8 +32,8 @@ SIMD_ALWAYS_INLINE void half_tile_at(const llmm_tensor *w, const cpu_operand *x,
         for (size_t t = 0; t < nx; t++) out[(r + t) * ldo + j + k] = half_finish(acc[k][t], rows[k], xr[t], n8, n, bf16);
 }
 
-SIMD_ALWAYS_INLINE void half_gemm_rows(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows,
-                                  float *out, size_t ldo, int bf16) {
+SIMD_ALWAYS_INLINE void half_gemm_rows(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x,
+                                       size_t n_rows, float *out, size_t ldo, int bf16) {
 #define HALF_TILE_CALL(j, nj, r, nx) half_tile_at(w, x, j, nj, r, nx, out, ldo, bf16)
     GEMM_WALK_BLOCKS(j0, j1, n_rows, HALF_BLOCK, 2, HALF_TILE_X, HALF_TILE_CALL);
 #undef HALF_TILE_CALL

@@ -41,16 +41,7 @@ SIMD_ALWAYS_INLINE __m512d h512_load(const uint16_t *p, int bf16) {
  * and the tail, in avx2_gemm_f16's order. */
 SIMD_ALWAYS_INLINE float h512_finish(__m512d acc, const uint16_t *w, const double *x, size_t n8, size_t n, int bf16) {
     double sum = hsum_pd(_mm256_add_pd(_mm512_castpd512_pd256(acc), _mm512_extractf64x4_pd(acc, 1)));
-    for (size_t i = n8; i < n; i++) {
-        float v;
-        if (bf16) {
-            const uint32_t u = (uint32_t)w[i] << 16;
-            memcpy(&v, &u, sizeof v);
-        } else {
-            v = _cvtsh_ss(w[i]);
-        }
-        sum += (double)v * x[i];
-    }
+    for (size_t i = n8; i < n; i++) sum += (double)(bf16 ? llmm_bf16_to_f32(w[i]) : _cvtsh_ss(w[i])) * x[i];
     return (float)sum;
 }
 

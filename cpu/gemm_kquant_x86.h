@@ -173,10 +173,7 @@ SIMD_ALWAYS_INLINE __m256i kq_row_2bit_one(const uint8_t *qs, const uint8_t *hma
             const __m512i hb = k <= 2 ? _mm512_slli_epi16(hm, (unsigned)(2 - k)) : _mm512_srli_epi16(hm, 1);
             q = _mm512_or_si512(q, _mm512_and_si512(hb, bit2));
         }
-        const __m128i e_lo = _mm_set1_epi16((short)(0x0100 + 0x0202 * (2 * k)));
-        const __m128i e_hi = _mm_set1_epi16((short)(0x0100 + 0x0202 * (2 * k + 1)));
-        const __m512i s = _mm512_shuffle_epi8(
-            sc, _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(e_hi, e_lo)), _mm256_set_m128i(e_hi, e_lo), 1));
+        const __m512i s = _mm512_shuffle_epi8(sc, _mm512_broadcast_i64x4(spread16_pair(2 * k, 2 * k + 1)));
         const __m512i xv = _mm512_inserti64x4(_mm512_castsi256_si512(load_256(x->xq + 32 * k)),
                                               load_256(x->xq + 128 + 32 * k), 1);
         acc = _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(q, xv), s));

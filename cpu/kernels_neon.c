@@ -289,18 +289,16 @@ SIMD_ALWAYS_INLINE void gemm_half(const llmm_tensor *w, size_t j0, size_t j1, co
         half_gemm_rows(w, j0, j1, x, n_rows, out, ldo, bf16);
         return;
     }
+    /* one operand row (decode): 4 weight rows per tile */
     const size_t n = x->n, n8 = n / 8 * 8;
     for (size_t j = j0; j < j1; j += HALF_ROWS) {
         const size_t nj = LLMM_MIN((size_t)HALF_ROWS, j1 - j);
         const uint16_t *rows[HALF_ROWS];
         for (size_t k = 0; k < HALF_ROWS; k++)
             rows[k] = (const uint16_t *)((const uint8_t *)w->data + (j + LLMM_MIN(k, nj - 1)) * w->row_bytes);
-        for (size_t r = 0; r < n_rows; r++) {
-            float64x2_t acc[HALF_ROWS][4];
-            half_tile(rows, x->f64 + r * n, n8, bf16, acc);
-            for (size_t k = 0; k < nj; k++)
-                out[r * ldo + j + k] = half_finish(acc[k], rows[k], x->f64 + r * n, n8, n, bf16);
-        }
+        float64x2_t acc[HALF_ROWS][4];
+        half_tile(rows, x->f64, n8, bf16, acc);
+        for (size_t k = 0; k < nj; k++) out[j + k] = half_finish(acc[k], rows[k], x->f64, n8, n, bf16);
     }
 }
 

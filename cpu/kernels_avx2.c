@@ -279,7 +279,6 @@ void avx2_gemm_f32(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand
 
 #define HALF_ROWS 4
 
-SIMD_ALWAYS_INLINE __m256 load_f16x8(const uint16_t *p) { return _mm256_cvtph_ps(load_128(p)); }
 SIMD_ALWAYS_INLINE __m256 load_bf16x8(const uint16_t *p) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(load_128(p)), 16));
 }
@@ -456,147 +455,12 @@ void avx2_axpy(float *y, float a, const float *x, size_t n) {
     for (; i < n; i++) y[i] += a * x[i];
 }
 
-/* Four 8-lane dot accumulators to their four sums, each added in hsum_ps's order (halves,
- * then lanes 0+2 and 1+3, then those two), so a score equals avx2_dot_f32's bit for bit. */
-SIMD_ALWAYS_INLINE __m128 hsum4_ps(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
-    const __m128 s0 = _mm_add_ps(_mm256_castps256_ps128(a0), _mm256_extractf128_ps(a0, 1));
-    const __m128 s1 = _mm_add_ps(_mm256_castps256_ps128(a1), _mm256_extractf128_ps(a1, 1));
-    const __m128 s2 = _mm_add_ps(_mm256_castps256_ps128(a2), _mm256_extractf128_ps(a2, 1));
-    const __m128 s3 = _mm_add_ps(_mm256_castps256_ps128(a3), _mm256_extractf128_ps(a3, 1));
-    const __m128 t01 = _mm_add_ps(_mm_unpacklo_ps(s0, s1), _mm_unpackhi_ps(s0, s1));
-    const __m128 t23 = _mm_add_ps(_mm_unpacklo_ps(s2, s3), _mm_unpackhi_ps(s2, s3));
-    return _mm_add_ps(_mm_movelh_ps(t01, t23), _mm_movehl_ps(t23, t01));
-}
-
-/* Eight values of row j from d on, widened in the register for F16 rows (exact: vcvtph2ps). */
-SIMD_ALWAYS_INLINE __m256 row_load8(const cpu_attn_rows *rows, size_t j, size_t d, int f16) {
-    return f16 ? load_f16x8(rows->f16 + j * rows->stride + d) : _mm256_loadu_ps(rows->f32[j] + d);
-}
-
-SIMD_ALWAYS_INLINE float row_value(const cpu_attn_rows *rows, size_t j, size_t d, int f16) {
-    return f16 ? _cvtsh_ss(rows->f16[j * rows->stride + d]) : rows->f32[j][d];
-}
-
-/* Attention's q.k: eight FMA partial sums and a shuffle tree, not the scalar's eight
- * sequential lane adds, whose 8-add dependency chain cost as much as the products at the
- * small head sizes of small models (head_dim 8 on stories260K). q . row j of rows. */
-SIMD_ALWAYS_INLINE float dot_row(const float *q, const cpu_attn_rows *rows, size_t j, size_t n, int f16) {
-    __m256 acc = _mm256_setzero_ps();
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), row_load8(rows, j, i, f16), acc);
-    float sum = hsum_ps(acc);
-    for (; i < n; i++) sum += q[i] * row_value(rows, j, i, f16);
-    return sum;
-}
+#define ATTN_SCORE_HEADS 2 /* 8 FMA chains and 4 rows: AVX2's 16 registers */
+#define ATTN_VALUE_HEADS 0 /* no 512-bit values tile */
+#include "attn_x86.h"
 
 float avx2_dot_f32(const float *a, const float *b, size_t n) {
     return dot_row(a, &(cpu_attn_rows){.f32 = &b}, 0, n, 0);
-}
-
-/* The hd % 8 tail of scores [j, j + 4) (their sums so far in out), in order, as avx2_dot_f32. */
-SIMD_ALWAYS_INLINE void scores_tail4(const float *q, size_t hd8, size_t hd, const cpu_attn_rows *rows, size_t j,
-                                     float *out, int f16) {
-    for (size_t k = 0; k < 4 && hd8 < hd; k++) {
-        float sum = out[j + k];
-        for (size_t d = hd8; d < hd; d++) sum += q[d] * row_value(rows, j + k, d, f16);
-        out[j + k] = sum;
-    }
-}
-
-/* Scores of two heads (qa, qb; rows to oa, ob) four positions at a time: each row slice is
- * loaded (for F16, widened) once for both heads, and the eight sums are independent FMA
- * chains. Each score keeps its own accumulator fed in d order, so its bits are one head's.
- * Decode attention at 544 positions, 1 thread: 1.02-1.41 -> 0.96-1.02 ms per token. */
-SIMD_ALWAYS_INLINE void scores_two_heads(const float *qa, const float *qb, size_t hd, const cpu_attn_rows *rows,
-                                         size_t n, float *oa, float *ob, int f16) {
-    const size_t hd8 = hd & ~(size_t)7;
-    size_t j = 0;
-    for (; j + 4 <= n; j += 4) {
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
-        for (size_t d = 0; d < hd8; d += 8) {
-            const __m256 r0 = row_load8(rows, j, d, f16), r1 = row_load8(rows, j + 1, d, f16);
-            const __m256 r2 = row_load8(rows, j + 2, d, f16), r3 = row_load8(rows, j + 3, d, f16);
-            const __m256 qva = _mm256_loadu_ps(qa + d), qvb = _mm256_loadu_ps(qb + d);
-            a0 = _mm256_fmadd_ps(qva, r0, a0);
-            a1 = _mm256_fmadd_ps(qva, r1, a1);
-            a2 = _mm256_fmadd_ps(qva, r2, a2);
-            a3 = _mm256_fmadd_ps(qva, r3, a3);
-            b0 = _mm256_fmadd_ps(qvb, r0, b0);
-            b1 = _mm256_fmadd_ps(qvb, r1, b1);
-            b2 = _mm256_fmadd_ps(qvb, r2, b2);
-            b3 = _mm256_fmadd_ps(qvb, r3, b3);
-        }
-        _mm_storeu_ps(oa + j, hsum4_ps(a0, a1, a2, a3));
-        _mm_storeu_ps(ob + j, hsum4_ps(b0, b1, b2, b3));
-        scores_tail4(qa, hd8, hd, rows, j, oa, f16);
-        scores_tail4(qb, hd8, hd, rows, j, ob, f16);
-    }
-    for (; j < n; j++) {
-        oa[j] = dot_row(qa, rows, j, hd, f16);
-        ob[j] = dot_row(qb, rows, j, hd, f16);
-    }
-}
-
-/* Attention scores four positions at a time: one shuffle tree for four sums instead of one
- * per sum, and one call per chunk of positions instead of one per (head, position). Heads go
- * in pairs (scores_two_heads); an odd last head alone. */
-SIMD_ALWAYS_INLINE void attn_scores_rows(const float *q, size_t nh, size_t hd, const cpu_attn_rows *rows, size_t n,
-                                         float *scores, size_t ld, int f16) {
-    const size_t hd8 = hd & ~(size_t)7;
-    size_t i = 0;
-    for (; i + 2 <= nh; i += 2)
-        scores_two_heads(q + i * hd, q + (i + 1) * hd, hd, rows, n, scores + i * ld, scores + (i + 1) * ld, f16);
-    for (; i < nh; i++) {
-        const float *qi = q + i * hd;
-        float *out = scores + i * ld;
-        size_t j = 0;
-        for (; j + 4 <= n; j += 4) {
-            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-            for (size_t d = 0; d < hd8; d += 8) {
-                const __m256 qv = _mm256_loadu_ps(qi + d);
-                a0 = _mm256_fmadd_ps(qv, row_load8(rows, j, d, f16), a0);
-                a1 = _mm256_fmadd_ps(qv, row_load8(rows, j + 1, d, f16), a1);
-                a2 = _mm256_fmadd_ps(qv, row_load8(rows, j + 2, d, f16), a2);
-                a3 = _mm256_fmadd_ps(qv, row_load8(rows, j + 3, d, f16), a3);
-            }
-            _mm_storeu_ps(out + j, hsum4_ps(a0, a1, a2, a3));
-            scores_tail4(qi, hd8, hd, rows, j, out, f16);
-        }
-        for (; j < n; j++) out[j] = dot_row(qi, rows, j, hd, f16);
-    }
-}
-
-/* out_i += w_ij * rows[j] for j in order, a multiply then an add per value as avx2_axpy does,
- * with 64 values of a head's output held in registers across the chunk of positions. */
-SIMD_ALWAYS_INLINE void attn_values_rows(float *out, size_t nh, size_t hd, const float *w, size_t ld,
-                                         const cpu_attn_rows *rows, size_t n, int f16) {
-    size_t d = 0;
-    for (; d + 64 <= hd; d += 64)
-        for (size_t i = 0; i < nh; i++) {
-            float *o = out + i * hd + d;
-            /* unrolled so acc stays in registers (a rolled loop kept it on the stack: 4x slower) */
-            __m256 acc[8];
-#pragma GCC unroll 8
-            for (int c = 0; c < 8; c++) acc[c] = _mm256_loadu_ps(o + 8 * c);
-            for (size_t j = 0; j < n; j++) {
-                const __m256 wj = _mm256_set1_ps(w[i * ld + j]);
-#pragma GCC unroll 8
-                for (int c = 0; c < 8; c++)
-                    acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(wj, row_load8(rows, j, d + 8 * c, f16)));
-            }
-#pragma GCC unroll 8
-            for (int c = 0; c < 8; c++) _mm256_storeu_ps(o + 8 * c, acc[c]);
-        }
-    for (; d + 8 <= hd; d += 8)
-        for (size_t i = 0; i < nh; i++) {
-            __m256 acc = _mm256_loadu_ps(out + i * hd + d);
-            for (size_t j = 0; j < n; j++)
-                acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(w[i * ld + j]), row_load8(rows, j, d, f16)));
-            _mm256_storeu_ps(out + i * hd + d, acc);
-        }
-    for (; d < hd; d++)
-        for (size_t i = 0; i < nh; i++)
-            for (size_t j = 0; j < n; j++) out[i * hd + d] += w[i * ld + j] * row_value(rows, j, d, f16);
 }
 
 void avx2_attn_scores(const float *q, size_t nh, size_t hd, const float *const *rows, size_t n, float *scores,

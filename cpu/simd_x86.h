@@ -60,6 +60,9 @@ SIMD_ALWAYS_INLINE void store_lanes(float *out, __m256 v, size_t l0, size_t n) {
     for (size_t i = 0; i < n; i++) out[i] = tmp[l0 + i];
 }
 
+/* Eight halves widened (exact). */
+SIMD_ALWAYS_INLINE __m256 load_f16x8(const void *p) { return _mm256_cvtph_ps(load_128(p)); }
+
 SIMD_ALWAYS_INLINE float hmax_ps(__m256 v) {
     __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     m = _mm_max_ps(m, _mm_movehl_ps(m, m));

@@ -10,10 +10,13 @@
  *
  * Numerics, whatever the tile: each score is one 8-lane FMA accumulator fed in d order and
  * summed by hsum4_ps / hsum_ps, which is avx2_dot_f32; each output value gets w * v added in
- * position order, a multiply then an add, which is avx2_axpy. So the AVX2 and AVX-512 tables
- * give the same bits, and ops_attention.c's split of heads into items does not matter. */
+ * position order by one fused multiply-add, which is avx2_axpy (and the scalar table's). So
+ * the AVX2 and AVX-512 tables give the same bits, and ops_attention.c's split of heads into
+ * items does not matter. */
 #ifndef LLMM_ATTN_X86_H
 #define LLMM_ATTN_X86_H
+
+#include <math.h>
 
 #include "cpu_kernels.h"
 #include "simd_x86.h"
@@ -138,7 +141,7 @@ SIMD_ALWAYS_INLINE void values_tile512(float *out, size_t nh, size_t hd, size_t 
         for (size_t i = 0; i < nh; i++) {
             const __m512 wj = _mm512_set1_ps(w[i * ld + j]);
 #pragma GCC unroll 4
-            for (int c = 0; c < 4; c++) acc[i][c] = _mm512_add_ps(acc[i][c], _mm512_mul_ps(wj, r[c]));
+            for (int c = 0; c < 4; c++) acc[i][c] = _mm512_fmadd_ps(wj, r[c], acc[i][c]);
         }
     }
 #pragma GCC unroll 6
@@ -148,7 +151,7 @@ SIMD_ALWAYS_INLINE void values_tile512(float *out, size_t nh, size_t hd, size_t 
 }
 #endif
 
-/* out_i += w_ij * rows[j] for j in order, a multiply then an add per value as avx2_axpy does.
+/* out_i += w_ij * rows[j] for j in order, one fused multiply-add per value as avx2_axpy.
  * With ATTN_VALUE_HEADS, blocks of 64 values go through values_tile512; otherwise 64 values
  * of one head at a time are held in registers across the chunk of positions. */
 SIMD_ALWAYS_INLINE void attn_values_rows(float *out, size_t nh, size_t hd, const float *w, size_t ld,
@@ -176,7 +179,7 @@ SIMD_ALWAYS_INLINE void attn_values_rows(float *out, size_t nh, size_t hd, const
                 const __m256 wj = _mm256_set1_ps(w[i * ld + j]);
 #pragma GCC unroll 8
                 for (int c = 0; c < 8; c++)
-                    acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(wj, row_load8(rows, j, d + 8 * c, f16)));
+                    acc[c] = _mm256_fmadd_ps(wj, row_load8(rows, j, d + 8 * c, f16), acc[c]);
             }
 #pragma GCC unroll 8
             for (int c = 0; c < 8; c++) _mm256_storeu_ps(o + 8 * c, acc[c]);
@@ -185,12 +188,13 @@ SIMD_ALWAYS_INLINE void attn_values_rows(float *out, size_t nh, size_t hd, const
         for (size_t i = 0; i < nh; i++) {
             __m256 acc = _mm256_loadu_ps(out + i * hd + d);
             for (size_t j = 0; j < n; j++)
-                acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(w[i * ld + j]), row_load8(rows, j, d, f16)));
+                acc = _mm256_fmadd_ps(_mm256_set1_ps(w[i * ld + j]), row_load8(rows, j, d, f16), acc);
             _mm256_storeu_ps(out + i * hd + d, acc);
         }
     for (; d < hd; d++)
         for (size_t i = 0; i < nh; i++)
-            for (size_t j = 0; j < n; j++) out[i * hd + d] += w[i * ld + j] * row_value(rows, j, d, f16);
+            for (size_t j = 0; j < n; j++)
+                out[i * hd + d] = fmaf(w[i * ld + j], row_value(rows, j, d, f16), out[i * hd + d]);
 }
 
 #endif

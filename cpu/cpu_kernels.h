@@ -109,7 +109,7 @@ typedef struct cpu_kernels {
     float (*dot_f32)(const float *a, const float *b, size_t n);
     /* s = e^(s - max) in place; returns the sum in double */
     double (*exp_sub_sum)(float *s, size_t n, float max);
-    /* y += a * x, a multiply then an add per value */
+    /* y += a * x, one fused multiply-add (fmaf) per value */
     void (*axpy)(float *y, float a, const float *x, size_t n);
     /* out = the halves widened (exact; attention's F16 K/V rows); NULL: kv_rows.h's converter */
     void (*f16_to_f32)(const uint16_t *h, float *out, size_t n);

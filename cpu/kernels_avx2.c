@@ -451,8 +451,8 @@ void avx2_axpy(float *y, float a, const float *x, size_t n) {
     const __m256 va = _mm256_set1_ps(a);
     size_t i = 0;
     for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i), _mm256_mul_ps(va, _mm256_loadu_ps(x + i))));
-    for (; i < n; i++) y[i] += a * x[i];
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] = fmaf(a, x[i], y[i]);
 }
 
 #define ATTN_SCORE_HEADS 2 /* 8 FMA chains and 4 rows: AVX2's 16 registers */

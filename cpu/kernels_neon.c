@@ -376,11 +376,11 @@ double neon_exp_sub_sum(float *s, size_t n, float max) {
     return sum;
 }
 
-/* A multiply then an add (the file is compiled without contraction): the scalar's bits. */
+/* One fused multiply-add per value: the scalar's fmaf, bit for bit. */
 void neon_axpy(float *y, float a, const float *x, size_t n) {
     size_t i = 0;
-    for (; i + 4 <= n; i += 4) vst1q_f32(y + i, vaddq_f32(vld1q_f32(y + i), vmulq_n_f32(vld1q_f32(x + i), a)));
-    for (; i < n; i++) y[i] += a * x[i];
+    for (; i + 4 <= n; i += 4) vst1q_f32(y + i, vfmaq_n_f32(vld1q_f32(y + i), vld1q_f32(x + i), a));
+    for (; i < n; i++) y[i] = fmaf(a, x[i], y[i]);
 }
 
 /* fcvtl: every ARMv8 core widens halves in hardware. */
@@ -456,7 +456,7 @@ SIMD_ALWAYS_INLINE void attn_scores_rows(const float *q, size_t nh, size_t hd, c
 }
 
 /* nv vectors (4 nv values) of one head's output, o, += wi[j] * (row j + d) for j in order,
- * held in registers across the chunk. Each lane is a multiply then an add per position, as in
+ * held in registers across the chunk. Each lane is one fused multiply-add per position, as in
  * neon_axpy, and lanes are independent, so the grouping changes no bit. */
 SIMD_ALWAYS_INLINE void values_block(float *o, const float *wi, const cpu_attn_rows *rows, size_t d, size_t n, int nv,
                                      int f16) {
@@ -466,7 +466,7 @@ SIMD_ALWAYS_INLINE void values_block(float *o, const float *wi, const cpu_attn_r
     for (size_t j = 0; j < n; j++) {
         const float a = wi[j];
 #pragma GCC unroll 8
-        for (int c = 0; c < nv; c++) acc[c] = vaddq_f32(acc[c], vmulq_n_f32(row_load4(rows, j, d + 4 * c, f16), a));
+        for (int c = 0; c < nv; c++) acc[c] = vfmaq_n_f32(acc[c], row_load4(rows, j, d + 4 * c, f16), a);
     }
 #pragma GCC unroll 8
     for (int c = 0; c < nv; c++) vst1q_f32(o + 4 * c, acc[c]);
@@ -484,7 +484,8 @@ SIMD_ALWAYS_INLINE void attn_values_rows(float *out, size_t nh, size_t hd, const
         for (size_t i = 0; i < nh; i++) values_block(out + i * hd + d, w + i * ld, rows, d, n, 1, f16);
     for (; d < hd; d++)
         for (size_t i = 0; i < nh; i++)
-            for (size_t j = 0; j < n; j++) out[i * hd + d] += w[i * ld + j] * row_value(rows, j, d, f16);
+            for (size_t j = 0; j < n; j++)
+                out[i * hd + d] = fmaf(w[i * ld + j], row_value(rows, j, d, f16), out[i * hd + d]);
 }
 
 void neon_attn_scores(const float *q, size_t nh, size_t hd, const float *const *rows, size_t n, float *scores,

@@ -15,7 +15,8 @@
  *  - Q2_K..Q6_K (Q8_K operand) and Q5_0, Q4_1, Q5_1 matmul: bit for bit the table's vec_dot
  *    likewise; with d (and dmin or m) 1.0 and random bytes elsewhere, the output is checked
  *    equal to the int64 dot of the dequantized integers (the data keep every sum below 2^24).
- *  - F32 matmul, axpy: bit for bit the scalar (same partial sums, no FMA).
+ *  - F32 matmul: bit for bit the scalar (same partial sums, no FMA); axpy: bit for bit the
+ *    scalar (one fused multiply-add per value).
  *  - attn_scores, attn_values (attention over a chunk of positions, all heads at once): bit
  *    for bit the same table's dot_f32 per (head, position) and axpy per position in order,
  *    in every table that has them (every SIMD table must); score lanes past n untouched.
@@ -1054,7 +1055,7 @@ static void test_f16_to_f32(void **state) {
 }
 
 /* dot_f32: within (n/8 + 4) u sum|a b| of the float64 dot (FMA partial sums and a tree);
- * axpy: bit for bit the scalar table's (a multiply and an add per value). */
+ * axpy: bit for bit the scalar table's (one fused multiply-add per value). */
 static void test_dot_axpy(void **state) {
     (void)state;
     const size_t sizes[] = {1, 7, 8, 9, 33, 64, 173};

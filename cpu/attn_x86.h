@@ -6,6 +6,8 @@
  *                     (2 for AVX2's 16 registers, 4 for AVX-512's 32)
  *   ATTN_VALUE_HEADS  0, or (AVX-512) heads per 512-bit values tile: each V row widened once
  *                     for that many heads, instead of once per head
+ *   ATTN_TRANSPOSED   1 (AVX-512) for the transposed score path of many query vectors at once
+ *                     (scores_transposed), else 0
  * and gets attn_scores_rows, attn_values_rows and dot_row.
  *
  * Numerics, whatever the tile: each score is one 8-lane FMA accumulator fed in d order and
@@ -21,8 +23,8 @@
 #include "cpu_kernels.h"
 #include "simd_x86.h"
 
-#if !defined(ATTN_SCORE_HEADS) || !defined(ATTN_VALUE_HEADS)
-#error "define ATTN_SCORE_HEADS and ATTN_VALUE_HEADS before including attn_x86.h"
+#if !defined(ATTN_SCORE_HEADS) || !defined(ATTN_VALUE_HEADS) || !defined(ATTN_TRANSPOSED)
+#error "define ATTN_SCORE_HEADS, ATTN_VALUE_HEADS and ATTN_TRANSPOSED before including attn_x86.h"
 #endif
 
 /* Four 8-lane dot accumulators to their four sums, each added in hsum_ps's order (halves,
@@ -45,6 +47,14 @@ SIMD_ALWAYS_INLINE __m256 row_load8(const cpu_attn_rows *rows, size_t j, size_t 
 SIMD_ALWAYS_INLINE float row_value(const cpu_attn_rows *rows, size_t j, size_t d, int f16) {
     return f16 ? _cvtsh_ss(rows->f16[j * rows->stride + d]) : rows->f32[j][d];
 }
+
+#if ATTN_VALUE_HEADS > 0 || ATTN_TRANSPOSED
+/* Sixteen values of row j from d on. */
+SIMD_ALWAYS_INLINE __m512 row_load16(const cpu_attn_rows *rows, size_t j, size_t d, int f16) {
+    return f16 ? _mm512_cvtph_ps(load_256(rows->f16 + j * rows->stride + d)) : _mm512_loadu_ps(rows->f32[j] + d);
+}
+
+#endif
 
 /* Attention's q.k: eight FMA partial sums and a shuffle tree, not the scalar's eight
  * sequential lane adds, whose 8-add dependency chain cost as much as the products at the
@@ -103,9 +113,120 @@ SIMD_ALWAYS_INLINE void scores_tile(const float *q, size_t nh, size_t hd, const 
         for (size_t i = 0; i < nh; i++) scores[i * ld + j] = dot_row(q + i * hd, rows, j, hd, f16);
 }
 
+#if ATTN_TRANSPOSED
+/* Positions per transposed chunk (one per float lane of a 512-bit vector), the largest head
+ * size taken (a chunk is ATTN_T_MAX_HD x 16 floats on the stack) and the fewest query
+ * vectors that pay for the transposition (prefill's blocks of rows x a group of heads). */
+#define ATTN_T_POS 16
+#define ATTN_T_MAX_HD 256
+#define ATTN_T_MIN_HEADS 8
+
+/* c[k] = lane k of every r[j]: a 16 x 16 float transpose (unpacks within 128-bit lanes, then
+ * two rounds of 128-bit lane shuffles). */
+SIMD_ALWAYS_INLINE void transpose16x16(const __m512 r[16], __m512 c[16]) {
+    __m512 t[16], u[16];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
+        const __m512d c2 = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
+        u[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c2));
+        u[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c2));
+        u[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+        u[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+    }
+    /* u[4i + k], 128-bit lane l: value 4l + k of rows 4i .. 4i+3 */
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+        const __m512 v0 = _mm512_shuffle_f32x4(u[k], u[4 + k], 0x88), v1 = _mm512_shuffle_f32x4(u[k], u[4 + k], 0xdd);
+        const __m512 w0 = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0x88);
+        const __m512 w1 = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0xdd);
+        c[k] = _mm512_shuffle_f32x4(v0, w0, 0x88);
+        c[8 + k] = _mm512_shuffle_f32x4(v0, w0, 0xdd);
+        c[4 + k] = _mm512_shuffle_f32x4(v1, w1, 0x88);
+        c[12 + k] = _mm512_shuffle_f32x4(v1, w1, 0xdd);
+    }
+}
+
+/* kt[d * 16 + j] = value d of row j0 + j (widened), for j < m; zero for j >= m. */
+SIMD_ALWAYS_INLINE void transpose_chunk(const cpu_attn_rows *rows, size_t j0, size_t m, size_t hd, float *kt, int f16) {
+    for (size_t d = 0; d < hd; d += 16) {
+        __m512 r[16], c[16];
+#pragma GCC unroll 16
+        for (size_t j = 0; j < 16; j++) r[j] = j < m ? row_load16(rows, j0 + j, d, f16) : _mm512_setzero_ps();
+        transpose16x16(r, c);
+#pragma GCC unroll 16
+        for (int k = 0; k < 16; k++) _mm512_storeu_ps(kt + (d + (size_t)k) * ATTN_T_POS, c[k]);
+    }
+}
+
+/* acc + k * (*q in every lane), the broadcast taken by the FMA from memory: from the
+ * intrinsics GCC 12 keeps the broadcast in a register and folds the load of k into each FMA
+ * instead, loading k once per query vector. */
+SIMD_ALWAYS_INLINE __m512 fmadd_bcast(__m512 acc, __m512 k, const float *q) {
+    __asm__("vfmadd231ps %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(k), "m"(*q));
+    return acc;
+}
+
+/* nq (1 or 2, a constant) query vectors against the 16 positions of kt, each position in its
+ * own lane: lane class l (values l, l + 8, ...) of vector v in accumulator a[v][l], FMAs in d
+ * order, then the classes added as hsum_ps adds the lanes of dot_row's accumulator. So every
+ * score is dot_row's, bit for bit, without a horizontal step per score. Two vectors per pass
+ * share each load of kt (with one, the loads of kt and of the broadcasts bound the loop: 512-row
+ * prefill attention was slower than on the 4 x 4 tiles). hd % 16 == 0: no tail. */
+SIMD_ALWAYS_INLINE void scores_t16(const float *q, size_t nq, const float *kt, size_t hd, float *scores, size_t ld,
+                                   __mmask16 keep) {
+    __m512 a[2][8];
+#pragma GCC unroll 2
+    for (size_t v = 0; v < nq; v++)
+#pragma GCC unroll 8
+        for (int l = 0; l < 8; l++) a[v][l] = _mm512_setzero_ps();
+    for (size_t d = 0; d < hd; d += 8)
+#pragma GCC unroll 8
+        for (int l = 0; l < 8; l++) {
+            const __m512 k = _mm512_loadu_ps(kt + (d + (size_t)l) * ATTN_T_POS);
+#pragma GCC unroll 2
+            for (size_t v = 0; v < nq; v++)
+                a[v][l] = fmadd_bcast(a[v][l], k, q + v * hd + d + (size_t)l);
+        }
+#pragma GCC unroll 2
+    for (size_t v = 0; v < nq; v++) {
+        const __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a[v][0], a[v][4]), _mm512_add_ps(a[v][2], a[v][6])),
+                                       _mm512_add_ps(_mm512_add_ps(a[v][1], a[v][5]), _mm512_add_ps(a[v][3], a[v][7])));
+        _mm512_mask_storeu_ps(scores + v * ld, keep, s);
+    }
+}
+
+/* attn_scores_rows for many query vectors (nh >= ATTN_T_MIN_HEADS, hd % 16 == 0): each chunk
+ * of 16 rows is transposed once (values across lanes cost a horizontal sum per score; positions
+ * across lanes cost nothing per score) and serves all nh vectors. */
+SIMD_ALWAYS_INLINE void scores_transposed(const float *q, size_t nh, size_t hd, const cpu_attn_rows *rows, size_t n,
+                                          float *scores, size_t ld, int f16) {
+    float kt[ATTN_T_MAX_HD * ATTN_T_POS];
+    for (size_t j0 = 0; j0 < n; j0 += ATTN_T_POS) {
+        const size_t m = LLMM_MIN((size_t)ATTN_T_POS, n - j0);
+        const __mmask16 keep = (__mmask16)((1u << m) - 1);
+        transpose_chunk(rows, j0, m, hd, kt, f16);
+        size_t i = 0;
+        for (; i + 2 <= nh; i += 2) scores_t16(q + i * hd, 2, kt, hd, scores + i * ld + j0, ld, keep);
+        if (i < nh) scores_t16(q + i * hd, 1, kt, hd, scores + i * ld + j0, ld, keep);
+    }
+}
+#endif
+
 /* scores[i * ld + j] = q_i . row j: whole tiles of heads, then one tile of the rest. */
 SIMD_ALWAYS_INLINE void attn_scores_rows(const float *q, size_t nh, size_t hd, const cpu_attn_rows *rows, size_t n,
                                          float *scores, size_t ld, int f16) {
+#if ATTN_TRANSPOSED
+    if (nh >= ATTN_T_MIN_HEADS && hd % 16 == 0 && hd <= ATTN_T_MAX_HD) {
+        scores_transposed(q, nh, hd, rows, n, scores, ld, f16);
+        return;
+    }
+#endif
     size_t i = 0;
     for (; i + ATTN_SCORE_HEADS <= nh; i += ATTN_SCORE_HEADS)
         scores_tile(q + i * hd, ATTN_SCORE_HEADS, hd, rows, n, scores + i * ld, ld, f16);
@@ -118,11 +239,6 @@ SIMD_ALWAYS_INLINE void attn_scores_rows(const float *q, size_t nh, size_t hd, c
 }
 
 #if ATTN_VALUE_HEADS > 0
-/* Sixteen values of row j from d on. */
-SIMD_ALWAYS_INLINE __m512 row_load16(const cpu_attn_rows *rows, size_t j, size_t d, int f16) {
-    return f16 ? _mm512_cvtph_ps(load_256(rows->f16 + j * rows->stride + d)) : _mm512_loadu_ps(rows->f32[j] + d);
-}
-
 /* Values [d, d + 64) of nh heads (a constant at every call, at most ATTN_VALUE_HEADS): out_i
  * += w[i * ld + j] * row j over the positions in order, 64 values of each head in registers,
  * each row slice loaded (widened) once for all the heads. */

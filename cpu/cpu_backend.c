@@ -63,14 +63,16 @@ static llmm_status cpu_copy(void *state, void *dst, const void *src, size_t byte
 /* One scratch buffer serves both users, never at the same time: matmul's activation
  * operands (F16/BF16 weights take doubles, 8 bytes per value; the 8-bit operands of the
  * quantized types at most 2; F32 weights use the activations as they are) and the
- * attention's per-thread scores of up to one group of query heads plus LLMM_ATTN_CHUNK
- * converted K/V head rows (ops_attention.c). */
+ * attention's per-thread scores and query vectors of up to one block of rows times one group
+ * of query heads, plus LLMM_ATTN_CHUNK converted K/V head rows (ops_attention.c). */
 static size_t cpu_scratch_bytes(const llmm_step_shape *shape, int n_threads) {
     const size_t threads = (size_t)(n_threads > 0 ? n_threads : cpu_physical_cores());
     const uint64_t wide = (1ull << LLMM_TYPE_F16) | (1ull << LLMM_TYPE_BF16);
     const size_t matmul = shape->max_rows * shape->max_in * (shape->weight_types & wide ? sizeof(double) : 2);
     const size_t heads = LLMM_MAX(1u, LLMM_MIN(shape->heads_per_kv, (uint32_t)LLMM_MAX_HEADS_PER_ITEM));
-    const size_t attention = threads * (heads * shape->max_kv + LLMM_ATTN_CHUNK * shape->head_dim) * sizeof(float);
+    const size_t rows = cpu_attn_rows_per_item(shape->max_rows, heads);
+    const size_t attention =
+        threads * cpu_attn_scratch_floats(rows, heads, shape->max_kv, shape->head_dim) * sizeof(float);
     return LLMM_MAX(matmul, attention);
 }
 

@@ -31,6 +31,25 @@ void *cpu_scratch(cpu_state *s, size_t bytes);
 /* K/V positions attention converts and hands to the kernel table at a time: the per-thread
  * row scratch holds this many head rows. */
 #define LLMM_ATTN_CHUNK 16
+/* Rows from which an attention batch goes to the threads in blocks of consecutive rows (a
+ * prompt's): all the block's query vectors meet each chunk of K rows in one kernel call. Below
+ * it (decode, a few sequences) one row per item keeps the threads busy. */
+#define LLMM_ATTN_BLOCK_MIN_ROWS 16
+
+/* Rows per attention work item for a batch of n_rows, items of heads_per_item query heads:
+ * at least 8 query vectors per block, what AVX-512's transposed score path takes. The rows x
+ * heads product never falls with heads_per_item, so cpu_scratch_bytes can size the scratch
+ * for the largest. */
+static inline size_t cpu_attn_rows_per_item(size_t n_rows, size_t heads_per_item) {
+    if (n_rows < LLMM_ATTN_BLOCK_MIN_ROWS) return 1;
+    return heads_per_item >= 2 ? 4 : 8;
+}
+
+/* Per-thread attention scratch, in floats: rows x heads score rows of max_kv, as many query
+ * vectors of head_dim, LLMM_ATTN_CHUNK converted K/V rows. */
+static inline size_t cpu_attn_scratch_floats(size_t rows, size_t heads, size_t max_kv, size_t head_dim) {
+    return rows * heads * (max_kv + head_dim) + LLMM_ATTN_CHUNK * head_dim;
+}
 
 /* Items per chunk for n items of work total multiply-adds: one chunk below the parallel
  * cut-off, else about CPU_CHUNKS_PER_THREAD per thread, rounded up to a multiple of align. */

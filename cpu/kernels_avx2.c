@@ -456,6 +456,7 @@ void avx2_axpy(float *y, float a, const float *x, size_t n) {
 }
 
 #define ATTN_SCORE_HEADS 2 /* 8 FMA chains and 4 rows: AVX2's 16 registers */
+#define ATTN_TRANSPOSED 0
 #define ATTN_VALUE_HEADS 0 /* no 512-bit values tile */
 #include "attn_x86.h"
 

@@ -94,6 +94,7 @@ static inline void add_bit4_pair(__m256i *lo, __m256i *hi, uint32_t ha, uint32_t
  * 32 registers hold them) and 512-bit value tiles of 4 heads, each V row widened once for
  * them; the same bits as the AVX2 table (attn_x86.h). */
 #define ATTN_SCORE_HEADS 4
+#define ATTN_TRANSPOSED 1
 #define ATTN_VALUE_HEADS 4
 #include "attn_x86.h"
 

@@ -9,6 +9,8 @@
  * every head as when heads were separate items, so results do not depend on the split. */
 #include <math.h>
 
+#include <string.h>
+
 #include "cpu_backend.h"
 #include "kv_rows.h"
 #include "quant.h"
@@ -16,10 +18,11 @@
 typedef struct attn_task {
     const llmm_attn_batch *b;
     const cpu_kernels *k;
-    float *scratch;     /* per thread: heads_per_item x max_kv scores, then LLMM_ATTN_CHUNK K/V rows */
+    float *scratch;     /* per thread: attn_scratch_floats */
     size_t max_kv;
     uint32_t heads_per_item; /* query heads per item, at most a group (n_head / n_head_kv) */
     uint32_t items_per_group;
+    uint32_t rows_per_item; /* consecutive rows per item (cpu_attn_rows_per_item) */
     size_t items_per_chunk;
 } attn_task;
 
@@ -106,28 +109,34 @@ static void scale_scores(float *s, size_t n, float f) {
     for (; p < n; p++) s[p] *= f;
 }
 
-/* Query heads [h0, h1), all in K/V head kvh's group, of row r, over chunks of LLMM_ATTN_CHUNK
- * positions: each chunk's rows are converted once and go to the kernel table once for all
- * the heads (one call per head and position, with a shuffle tree per score, had cost as much
- * as the arithmetic). */
-static void attend_heads(const cpu_kernels *kern, const llmm_attn_batch *b, size_t r, uint32_t kvh, uint32_t h0,
-                         uint32_t h1, float *scores, size_t max_kv, float *row_buf) {
+/* Scores of nq query vectors (q, hd apart) against K head kvh's positions [p0, p1), over
+ * chunks of LLMM_ATTN_CHUNK positions: vector i's to scores + i * max_kv + p. Each chunk's
+ * rows are converted once and go to the kernel table once for all the vectors (one call per
+ * head and position, with a shuffle tree per score, had cost as much as the arithmetic). */
+static void scores_pass(const cpu_kernels *kern, const llmm_kv_view *kv, uint32_t kvh, const float *q, size_t nq,
+                        size_t hd, uint32_t p0, uint32_t p1, float *scores, size_t max_kv, float *row_buf) {
+    const float *rows[LLMM_ATTN_CHUNK];
+    for (uint32_t p = p0; p < p1; p += LLMM_ATTN_CHUNK) {
+        const size_t n = LLMM_MIN((size_t)LLMM_ATTN_CHUNK, (size_t)(p1 - p));
+        const uint16_t *f16 = kern->attn_scores_f16 ? f16_stretch(kv, kv->k, p, n, kvh) : NULL;
+        if (f16) {
+            kern->attn_scores_f16(q, nq, hd, f16, hd, n, scores + p, max_kv);
+            continue;
+        }
+        chunk_rows(kern, kv, kv->k, p, n, kvh, row_buf, rows);
+        scores_chunk(kern, q, nq, hd, rows, n, scores + p, max_kv);
+    }
+}
+
+/* Row r's query heads [h0, h1), all in K/V head kvh's group, from their scores (head i's at
+ * scores + i * max_kv): softmax, then the weighted sum of the V rows into b->out. */
+static void softmax_values(const cpu_kernels *kern, const llmm_attn_batch *b, size_t r, uint32_t kvh, uint32_t h0,
+                           uint32_t h1, float *scores, size_t max_kv, float *row_buf) {
     const llmm_attn_row *row = &b->rows[r];
     const size_t hd = b->head_dim, q_dim = (size_t)b->n_head * hd;
     const llmm_kv_view *kv = &row->kv;
     const uint32_t p0 = row->kv_start, nh = h1 - h0;
-    const float *q = b->q + r * q_dim + (size_t)h0 * hd;
     const float *rows[LLMM_ATTN_CHUNK];
-    for (uint32_t p = p0; p < row->n_kv; p += LLMM_ATTN_CHUNK) {
-        const size_t n = LLMM_MIN((size_t)LLMM_ATTN_CHUNK, (size_t)(row->n_kv - p));
-        const uint16_t *f16 = kern->attn_scores_f16 ? f16_stretch(kv, kv->k, p, n, kvh) : NULL;
-        if (f16) {
-            kern->attn_scores_f16(q, nh, hd, f16, hd, n, scores + p, max_kv);
-            continue;
-        }
-        chunk_rows(kern, kv, kv->k, p, n, kvh, row_buf, rows);
-        scores_chunk(kern, q, nh, hd, rows, n, scores + p, max_kv);
-    }
     float *out = b->out + r * q_dim + (size_t)h0 * hd;
     for (uint32_t i = 0; i < nh; i++) {
         float *s = scores + i * max_kv;
@@ -148,21 +157,65 @@ static void attend_heads(const cpu_kernels *kern, const llmm_attn_batch *b, size
     }
 }
 
+/* Whether rows a and b read the same K/V positions from the same place (a prompt's rows). */
+static int same_kv(const llmm_attn_row *a, const llmm_attn_row *b) {
+    const llmm_kv_view *x = &a->kv, *y = &b->kv;
+    return a->kv_start == b->kv_start && x->k == y->k && x->v == y->v && x->blocks == y->blocks &&
+           x->block_size == y->block_size && x->block_stride == y->block_stride &&
+           x->head_stride == y->head_stride && x->row_bytes == y->row_bytes && x->type == y->type;
+}
+
+/* Query heads [h0, h1) of K/V head kvh's group for rows [r0, r0 + nr). Rows that share their
+ * K/V (a prompt's) get their scores in one pass, all nr x nh query vectors against each chunk
+ * of K rows, so a chunk is converted (and, with many vectors, transposed) once for all of
+ * them; the scores past a row's own positions are computed and not used. */
+static void attend_rows(const cpu_kernels *kern, const llmm_attn_batch *b, size_t r0, size_t nr, uint32_t kvh,
+                        uint32_t h0, uint32_t h1, float *scores, float *qbuf, size_t max_kv, float *row_buf) {
+    const size_t hd = b->head_dim, q_dim = (size_t)b->n_head * hd, nh = h1 - h0;
+    const llmm_attn_row *first = &b->rows[r0];
+    uint32_t p1 = first->n_kv;
+    for (size_t k = 1; k < nr; k++) {
+        if (!same_kv(first, &b->rows[r0 + k])) p1 = 0;
+        if (p1 && b->rows[r0 + k].n_kv > p1) p1 = b->rows[r0 + k].n_kv;
+    }
+    if (nr > 1 && p1) {
+        for (size_t k = 0; k < nr; k++)
+            memcpy(qbuf + k * nh * hd, b->q + (r0 + k) * q_dim + (size_t)h0 * hd, nh * hd * sizeof *qbuf);
+        scores_pass(kern, &first->kv, kvh, qbuf, nr * nh, hd, first->kv_start, p1, scores, max_kv, row_buf);
+        for (size_t k = 0; k < nr; k++)
+            softmax_values(kern, b, r0 + k, kvh, h0, h1, scores + k * nh * max_kv, max_kv, row_buf);
+        return;
+    }
+    for (size_t k = 0; k < nr; k++) {
+        const llmm_attn_row *row = &b->rows[r0 + k];
+        scores_pass(kern, &row->kv, kvh, b->q + (r0 + k) * q_dim + (size_t)h0 * hd, nh, hd, row->kv_start,
+                    row->n_kv, scores, max_kv, row_buf);
+        softmax_values(kern, b, r0 + k, kvh, h0, h1, scores, max_kv, row_buf);
+    }
+}
+
+static size_t attn_scratch_floats(const attn_task *t, size_t hd) {
+    return cpu_attn_scratch_floats(t->rows_per_item, t->heads_per_item, t->max_kv, hd);
+}
+
 static void attn_chunk(void *arg, size_t chunk, int ith) {
     const attn_task *t = arg;
     const llmm_attn_batch *b = t->b;
     const uint32_t group = b->n_head / b->n_head_kv;
-    const size_t items_per_row = (size_t)b->n_head_kv * t->items_per_group;
-    const size_t n_items = b->n_rows * items_per_row;
+    const size_t items_per_block = (size_t)b->n_head_kv * t->items_per_group;
+    const size_t n_blocks = (b->n_rows + t->rows_per_item - 1) / t->rows_per_item;
+    const size_t n_items = n_blocks * items_per_block;
     const size_t i0 = chunk * t->items_per_chunk, i1 = LLMM_MIN(n_items, i0 + t->items_per_chunk);
-    float *scores = t->scratch + (size_t)ith * (t->heads_per_item * t->max_kv + LLMM_ATTN_CHUNK * b->head_dim);
-    float *row_buf = scores + t->heads_per_item * t->max_kv;
+    const size_t nq = (size_t)t->rows_per_item * t->heads_per_item;
+    float *scores = t->scratch + (size_t)ith * attn_scratch_floats(t, b->head_dim);
+    float *qbuf = scores + nq * t->max_kv, *row_buf = qbuf + nq * b->head_dim;
     for (size_t i = i0; i < i1; i++) {
-        const size_t r = i / items_per_row, in_row = i % items_per_row;
-        const uint32_t kvh = (uint32_t)(in_row / t->items_per_group), part = (uint32_t)(in_row % t->items_per_group);
+        const size_t r0 = i / items_per_block * t->rows_per_item, in_block = i % items_per_block;
+        const size_t nr = LLMM_MIN((size_t)t->rows_per_item, b->n_rows - r0);
+        const uint32_t kvh = (uint32_t)(in_block / t->items_per_group), part = (uint32_t)(in_block % t->items_per_group);
         const uint32_t h0 = kvh * group + part * t->heads_per_item;
         const uint32_t h1 = LLMM_MIN(h0 + t->heads_per_item, (kvh + 1) * group);
-        attend_heads(t->k, b, r, kvh, h0, h1, scores, t->max_kv, row_buf);
+        attend_rows(t->k, b, r0, nr, kvh, h0, h1, scores, qbuf, t->max_kv, row_buf);
     }
 }
 
@@ -183,10 +236,12 @@ llmm_status cpu_attention(void *state, const llmm_attn_batch *b) {
     uint32_t hpi = LLMM_MIN(group, (uint32_t)LLMM_MAX_HEADS_PER_ITEM);
     while (hpi > 1 && b->n_rows * b->n_head_kv * ((group + hpi - 1) / hpi) < 2 * nth) hpi = (hpi + 1) / 2;
     attn_task t = {.b = b, .k = s->k, .max_kv = max_kv, .heads_per_item = hpi,
-                   .items_per_group = (group + hpi - 1) / hpi};
-    t.scratch = cpu_scratch(s, nth * (hpi * max_kv + LLMM_ATTN_CHUNK * b->head_dim) * sizeof(float));
+                   .items_per_group = (group + hpi - 1) / hpi, .rows_per_item = 1};
+    t.rows_per_item = (uint32_t)cpu_attn_rows_per_item(b->n_rows, hpi);
+    t.scratch = cpu_scratch(s, nth * attn_scratch_floats(&t, b->head_dim) * sizeof(float));
     if (!t.scratch) return LLMM_ERR_NO_MEMORY;
-    const size_t n_items = b->n_rows * b->n_head_kv * t.items_per_group;
+    const size_t n_blocks = (b->n_rows + t.rows_per_item - 1) / t.rows_per_item;
+    const size_t n_items = n_blocks * b->n_head_kv * t.items_per_group;
     t.items_per_chunk = cpu_chunk_items(s, n_items, b->n_rows * b->n_head * max_kv * b->head_dim, 1);
     threadpool_run(s->pool, attn_chunk, &t, (n_items + t.items_per_chunk - 1) / t.items_per_chunk);
     return LLMM_OK;

@@ -1425,6 +1425,60 @@ static void test_attention_paged(void **state) {
     }
 }
 
+/* A prompt's rows go to the threads in blocks of consecutive rows (cpu_attn_rows_per_item),
+ * all the block's query vectors against each chunk of K rows at once: every row must get the
+ * bits it gets alone. Groups of 7 query heads at head size 64 (AVX-512 takes its transposed
+ * score path there) and of 2 at head size 8 (the tiles), F16 and F32 K/V, one and two
+ * threads; rows 0..33 read sequence A, 34..39 sequence B, so one block holds both. */
+static void test_attention_row_blocks(void **state) {
+    (void)state;
+    rng_seed(805);
+    enum { NHKV = 2, N_POS = 48, N_ROWS = 40, SPLIT = 34, BS = 16 };
+    const uint32_t groups[] = {7, 2}, hds[] = {64, 8}, types[] = {LLMM_KV_F16, LLMM_KV_F32};
+    for (size_t gi = 0; gi < ARRAY_LEN(groups); gi++)
+        for (size_t ti = 0; ti < ARRAY_LEN(types); ti++) {
+            const uint32_t nh = NHKV * groups[gi], hd = hds[gi], kvd = NHKV * hd, qd = nh * hd;
+            paged_pool pa = paged_pool_make(types[ti], NHKV, hd, BS, N_POS / BS);
+            paged_pool pb = paged_pool_make(types[ti], NHKV, hd, BS, N_POS / BS);
+            float *k = rand_floats(N_POS * kvd, -2.0f, 2.0f), *v = rand_floats(N_POS * kvd, -2.0f, 2.0f);
+            float *q = rand_floats(N_ROWS * qd, -2.0f, 2.0f);
+            float *out = xmalloc(N_ROWS * qd * sizeof *out), *alone = xmalloc(qd * sizeof *alone);
+            int32_t pos[N_POS];
+            llmm_kv_view va[N_POS], vb[N_POS];
+            for (int i = 0; i < N_POS; i++) pos[i] = i, va[i] = pa.view, vb[i] = pb.view;
+            void *st0 = cpu_start(1);
+            assert_int_equal(llmm_cpu_backend.kv_write(st0, va, pos, N_POS, k, v, kvd), LLMM_OK);
+            assert_int_equal(llmm_cpu_backend.kv_write(st0, vb, pos, N_POS, v, k, kvd), LLMM_OK);
+            llmm_cpu_backend.shutdown(st0);
+            llmm_attn_row rows[N_ROWS];
+            for (int r = 0; r < N_ROWS; r++)
+                rows[r] = r < SPLIT ? (llmm_attn_row){pa.view, (uint32_t)(8 + r), 0}
+                                    : (llmm_attn_row){pb.view, (uint32_t)(r - SPLIT + 1), 0};
+            for (size_t th = 0; th < ARRAY_LEN(k_threads); th++) {
+                void *st = cpu_start(k_threads[th]);
+                llmm_attn_batch batch = {q, out, N_ROWS, rows, nh, NHKV, hd, 1.0f / sqrtf((float)hd), 0.0f};
+                fill_nan(out, N_ROWS * qd);
+                assert_int_equal(llmm_cpu_backend.attention(st, &batch), LLMM_OK);
+                for (int r = 0; r < N_ROWS; r++) {
+                    llmm_attn_batch one = {q + r * qd, alone, 1, &rows[r], nh, NHKV, hd, batch.scale, 0.0f};
+                    fill_nan(alone, qd);
+                    assert_int_equal(llmm_cpu_backend.attention(st, &one), LLMM_OK);
+                    if (memcmp(alone, out + r * qd, qd * sizeof *alone) != 0)
+                        fail_msg("group %u hd %u kv type %u threads %d: row %d differs from the row alone", groups[gi],
+                                 hd, types[ti], k_threads[th], r);
+                }
+                llmm_cpu_backend.shutdown(st);
+            }
+            paged_pool_free(&pa);
+            paged_pool_free(&pb);
+            free(k);
+            free(v);
+            free(q);
+            free(out);
+            free(alone);
+        }
+}
+
 /* Check every output of an F32 attention batch against a float64 softmax attention.
  * Tolerance: a score q.k * scale is off by at most ds = scale (hd/8 + 10) u sum|q k| + u|s|
  * (8-lane float dot, then the scale); each softmax weight then by 2 ds + 4u relative (expf
@@ -1662,6 +1716,7 @@ int main(void) {
         cmocka_unit_test(test_kv_half_to_float_all_patterns),
         cmocka_unit_test(test_kv_write_paged),
         cmocka_unit_test(test_attention_paged),
+        cmocka_unit_test(test_attention_row_blocks),
         cmocka_unit_test(test_embed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

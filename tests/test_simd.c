@@ -1138,7 +1138,7 @@ static void check_attn_case(const cpu_kernels *k, size_t nh, size_t hd, size_t n
  * table this CPU supports must have both, so that the check cannot pass by skipping. */
 static void test_attn_chunk(void **state) {
     (void)state;
-    const size_t nhs[] = {1, 2, 3, 4, 7, 9}, hds[] = {8, 24, 64, 72, 128, 13}, ns[] = {1, 3, 4, 5, 16};
+    const size_t nhs[] = {1, 2, 3, 4, 7, 9, 28}, hds[] = {8, 24, 64, 72, 128, 13}, ns[] = {1, 3, 4, 5, 16};
     for (int isa = 0; isa < CPU_ISA_COUNT; isa++) {
         const cpu_kernels *k = cpu_kernels_get((cpu_isa)isa);
         if (!k) continue;
@@ -1220,7 +1220,7 @@ static void check_attn_f16_case(const cpu_kernels *k, size_t nh, size_t hd, size
  * must have both, so that the check cannot pass by skipping. */
 static void test_attn_chunk_f16(void **state) {
     (void)state;
-    const size_t nhs[] = {1, 2, 3, 4, 7, 9}, hds[] = {1, 5, 13, 64, 67, 72, 128}, ns[] = {1, 4, 7, 16};
+    const size_t nhs[] = {1, 2, 3, 4, 7, 9, 28}, hds[] = {1, 5, 13, 64, 67, 72, 128, 256}, ns[] = {1, 4, 7, 16};
     for (int isa = 0; isa < CPU_ISA_COUNT; isa++) {
         const cpu_kernels *k = cpu_kernels_get((cpu_isa)isa);
         if (!k) continue;

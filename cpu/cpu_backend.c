@@ -15,6 +15,31 @@ void *cpu_scratch(cpu_state *s, size_t bytes) {
     return p;
 }
 
+typedef struct range_task {
+    cpu_range_fn fn;
+    void *arg;
+    size_t n, per;
+} range_task;
+
+static void range_chunk(void *arg, size_t chunk, int ith) {
+    (void)ith;
+    const range_task *t = arg;
+    const size_t i0 = chunk * t->per, i1 = LLMM_MIN(t->n, i0 + t->per);
+    if (i0 < i1) t->fn(t->arg, i0, i1);
+}
+
+void cpu_parallel_range(cpu_state *s, size_t n, size_t align, size_t min_parallel, cpu_range_fn fn, void *arg) {
+    const size_t nth = (size_t)threadpool_size(s->pool);
+    if (nth == 1 || n < min_parallel || n <= align) {
+        fn(arg, 0, n);
+        return;
+    }
+    size_t per = (n + nth * CPU_CHUNKS_PER_THREAD - 1) / (nth * CPU_CHUNKS_PER_THREAD);
+    per = (per + align - 1) / align * align;
+    range_task t = {fn, arg, n, per};
+    threadpool_run(s->pool, range_chunk, &t, (n + per - 1) / per);
+}
+
 static int cpu_available(void) { return 1; }
 
 static int cpu_supports_type(uint32_t type) {

@@ -25,6 +25,16 @@ typedef struct cpu_state {
 /* Scratch of at least bytes, reused across calls. */
 void *cpu_scratch(cpu_state *s, size_t bytes);
 
+/* fn(arg, i0, i1) over pieces of [0, n): on the pool when n >= min_parallel (a prompt's worth
+ * of rows or values), else once on the calling thread (a dispatch costs more than a decode
+ * step's element-wise work). Pieces start at multiples of align, so a kernel that leaves the
+ * last n % align values to a scalar tail treats every value as it does in one call. */
+typedef void (*cpu_range_fn)(void *arg, size_t i0, size_t i1);
+
+/* dst += src, n values (not overlapping), vectorized (ops_elementwise.c). */
+void cpu_add_floats(float *restrict dst, const float *restrict src, size_t n);
+void cpu_parallel_range(cpu_state *s, size_t n, size_t align, size_t min_parallel, cpu_range_fn fn, void *arg);
+
 /* Query heads one attention work item covers at most (a group of grouped-query attention is
  * split into runs of this many): bounds the per-thread score scratch. */
 #define LLMM_MAX_HEADS_PER_ITEM 16

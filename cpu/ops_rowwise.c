@@ -5,8 +5,7 @@
 
 llmm_status cpu_add_rows(void *state, float *x, const float *bias, size_t n_rows, size_t dim) {
     (void)state;
-    for (size_t r = 0; r < n_rows; r++)
-        for (size_t i = 0; i < dim; i++) x[r * dim + i] += bias[i];
+    for (size_t r = 0; r < n_rows; r++) cpu_add_floats(x + r * dim, bias, dim);
     return LLMM_OK;
 }
 

@@ -280,7 +280,8 @@ SIMD_ALWAYS_INLINE void attn_values_rows(float *out, size_t nh, size_t hd, const
             values_tile512(out + i * hd, ATTN_VALUE_HEADS, hd, d, w + i * ld, ld, rows, n, f16);
         const size_t rest = nh - i;
         if (ATTN_VALUE_HEADS > 3 && rest == 3) values_tile512(out + i * hd, 3, hd, d, w + i * ld, ld, rows, n, f16);
-        else if (ATTN_VALUE_HEADS > 2 && rest == 2) values_tile512(out + i * hd, 2, hd, d, w + i * ld, ld, rows, n, f16);
+        else if (ATTN_VALUE_HEADS > 2 && rest == 2)
+            values_tile512(out + i * hd, 2, hd, d, w + i * ld, ld, rows, n, f16);
         else if (rest == 1) values_tile512(out + i * hd, 1, hd, d, w + i * ld, ld, rows, n, f16);
     }
 #endif

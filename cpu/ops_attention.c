@@ -212,7 +212,8 @@ static void attn_chunk(void *arg, size_t chunk, int ith) {
     for (size_t i = i0; i < i1; i++) {
         const size_t r0 = i / items_per_block * t->rows_per_item, in_block = i % items_per_block;
         const size_t nr = LLMM_MIN((size_t)t->rows_per_item, b->n_rows - r0);
-        const uint32_t kvh = (uint32_t)(in_block / t->items_per_group), part = (uint32_t)(in_block % t->items_per_group);
+        const uint32_t kvh = (uint32_t)(in_block / t->items_per_group);
+        const uint32_t part = (uint32_t)(in_block % t->items_per_group);
         const uint32_t h0 = kvh * group + part * t->heads_per_item;
         const uint32_t h1 = LLMM_MIN(h0 + t->heads_per_item, (kvh + 1) * group);
         attend_rows(t->k, b, r0, nr, kvh, h0, h1, scores, qbuf, t->max_kv, row_buf);

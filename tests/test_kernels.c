@@ -1464,8 +1464,8 @@ static void test_attention_row_blocks(void **state) {
                     fill_nan(alone, qd);
                     assert_int_equal(llmm_cpu_backend.attention(st, &one), LLMM_OK);
                     if (memcmp(alone, out + r * qd, qd * sizeof *alone) != 0)
-                        fail_msg("group %u hd %u kv type %u threads %d: row %d differs from the row alone", groups[gi],
-                                 hd, types[ti], k_threads[th], r);
+                        fail_msg("group %u hd %u kv type %u threads %d: row %d differs from the row alone",
+                                 groups[gi], hd, types[ti], k_threads[th], r);
                 }
                 llmm_cpu_backend.shutdown(st);
             }

@@ -1,8 +1,9 @@
-/* Q4_0, Q5_0 and Q8_0 weights times Q8 operand rows on 512-bit vectors, 16 weight rows per
- * tile, one row per int32 lane: for kernels_avx512.c, included after gemm_int8_x86.h (whose
- * scale gather order, prefetch and tile walk it follows); gives gemm_q4_0_rows16,
- * gemm_q5_0_rows16 and gemm_q8_0_rows16 (cpu_gemm_fn). Used for two operand rows and more
- * (prefill, several sequences), and for Q5_0 always (see kernels_avx512.c).
+/* Q4_0, Q5_0 and Q8_0 weights times Q8 operand rows, and Q4_1 and Q5_1 times Q8_1 ones, on
+ * 512-bit vectors, 16 weight rows per tile, one row per int32 lane: for kernels_avx512.c,
+ * included after gemm_int8_x86.h (whose scale gather order, prefetch and tile walk it
+ * follows); gives gemm_q4_0_rows16, gemm_q5_0_rows16, gemm_q8_0_rows16, gemm_q4_1_rows16 and
+ * gemm_q5_1_rows16 (cpu_gemm_fn). Used for two operand rows and more (prefill, several
+ * sequences), and for Q5_0 always (see kernels_avx512.c).
  *
  * Why: the 8-row tiles of gemm_int8_x86.h put two weight rows (or one) in a 256-bit vector, so
  * every block's eight row sums must be gathered from four (or eight) lanes each with
@@ -19,7 +20,8 @@
  *
  * Numerics are the 8-row kernels': per lane (one weight row), blocks in order,
  * sum += (float)(isum - o sum(x)) * (d_w * d_x) without FMA, o the offset that made the
- * quants unsigned (8, 16, 128), so bit-identical to the scalar vec_dot. Q4_0's quants are kept
+ * quants unsigned (8, 16, 128), or for Q4_1 / Q5_1 sum += (float)isum * (d_w * d_x) + m_w *
+ * s_x, so bit-identical to the scalar vec_dot. Q4_0's quants are kept
  * times 16 by masks, as prep_q4_0_pair does (at most 32 x 240 x 128 per block sum), and
  * divided out before the conversion. */
 #ifndef LLMM_GEMM_ROWS16_AVX512_H
@@ -39,33 +41,60 @@
  * values, is gathered once per tile; longer rows once per segment and tile of operand rows) */
 #define R16_SEG 64
 
-typedef enum r16_kind { R16_Q4_0, R16_Q5_0, R16_Q8_0 } r16_kind;
+/* Q4_1 and Q5_1 are Q4_0 and Q5_0 with a per-block min m instead of the offset, against Q8_1
+ * operands (d and s = d sum(x) per block). */
+typedef enum r16_kind { R16_Q4_0, R16_Q5_0, R16_Q8_0, R16_Q4_1, R16_Q5_1 } r16_kind;
 
 SIMD_ALWAYS_INLINE size_t r16_block_bytes(r16_kind k) {
-    return k == R16_Q4_0 ? sizeof(block_q4_0) : k == R16_Q5_0 ? sizeof(block_q5_0) : sizeof(block_q8_0);
+    return k == R16_Q4_0   ? sizeof(block_q4_0)
+           : k == R16_Q5_0 ? sizeof(block_q5_0)
+           : k == R16_Q8_0 ? sizeof(block_q8_0)
+           : k == R16_Q4_1 ? sizeof(block_q4_1)
+                           : sizeof(block_q5_1);
 }
 SIMD_ALWAYS_INLINE size_t r16_qs_offset(r16_kind k) {
     return k == R16_Q4_0   ? offsetof(block_q4_0, qs)
            : k == R16_Q5_0 ? offsetof(block_q5_0, qs)
-                           : offsetof(block_q8_0, qs);
+           : k == R16_Q8_0 ? offsetof(block_q8_0, qs)
+           : k == R16_Q4_1 ? offsetof(block_q4_1, qs)
+                           : offsetof(block_q5_1, qs);
 }
-SIMD_ALWAYS_INLINE int32_t r16_offset(r16_kind k) { return k == R16_Q4_0 ? 8 : k == R16_Q5_0 ? 16 : 128; }
+/* the offset that made the quants unsigned; 0 for the types with a min */
+SIMD_ALWAYS_INLINE int32_t r16_offset(r16_kind k) {
+    return k == R16_Q4_0 ? 8 : k == R16_Q5_0 ? 16 : k == R16_Q8_0 ? 128 : 0;
+}
+SIMD_ALWAYS_INLINE int r16_has_min(r16_kind k) { return k == R16_Q4_1 || k == R16_Q5_1; }
+SIMD_ALWAYS_INLINE int r16_five_bits(r16_kind k) { return k == R16_Q5_0 || k == R16_Q5_1; }
+SIMD_ALWAYS_INLINE int r16_nibbles_x16(r16_kind k) { return k == R16_Q4_0 || k == R16_Q4_1; }
+SIMD_ALWAYS_INLINE size_t r16_qh_offset(r16_kind k) {
+    return k == R16_Q5_0 ? offsetof(block_q5_0, qh) : offsetof(block_q5_1, qh);
+}
 
 /* The row whose values lane q holds after the transposition (and the lane of row q: the
  * mapping is its own inverse): 128-bit lane l of the m-th loaded vector holds row 4m + l, and
  * the unpacks leave row l + 4p at position 4l + p. */
 SIMD_ALWAYS_INLINE size_t rows16_row(size_t q) { return (q >> 2) + 4 * (q & 3); }
 
-/* The f16 scales of blocks [b0, b0 + n) of the 16 rows, and for Q5_0 their 32-bit words of
- * 5th bits, row by row in address order (the tile's first touch, see gather_scales), each
- * row's stored at its lane. Not for Q5_0 decode: see rows16_q5_0_head. */
+/* The f16 scales (and mins) of blocks [b0, b0 + n) of the 16 rows, and for Q5_0 / Q5_1 their
+ * 32-bit words of 5th bits, row by row in address order (the tile's first touch, see
+ * gather_scales), each row's stored at its lane. Not for Q5_0 decode: see rows16_q5_0_head. */
 SIMD_ALWAYS_INLINE void gather_fields16(r16_kind kind, const uint8_t *base, size_t rb, size_t b0, size_t n,
-                                        uint16_t dws[R16_SEG][R16_ROWS], uint32_t qhs[R16_SEG][R16_ROWS]) {
+                                        uint16_t dws[R16_SEG][R16_ROWS], uint16_t mws[R16_SEG][R16_ROWS],
+                                        uint32_t qhs[R16_SEG][R16_ROWS]) {
     const size_t bb = r16_block_bytes(kind);
     for (size_t i = 0; i < R16_ROWS; i++) {
         const uint8_t *p = base + i * rb + b0 * bb;
         uint16_t *restrict d = &dws[0][rows16_row(i)];
-        if (kind == R16_Q5_0) {
+        if (r16_has_min(kind)) {
+            uint16_t *restrict m = &mws[0][rows16_row(i)];
+            uint32_t *restrict h = &qhs[0][rows16_row(i)];
+#pragma GCC unroll 4
+            for (size_t k = 0; k < n; k++) {
+                d[k * R16_ROWS] = load_u16(p + k * bb);
+                m[k * R16_ROWS] = load_u16(p + k * bb + offsetof(block_q4_1, m));
+                if (r16_five_bits(kind)) memcpy(&h[k * R16_ROWS], p + k * bb + r16_qh_offset(kind), sizeof *h);
+            }
+        } else if (kind == R16_Q5_0) {
             uint32_t *restrict h = &qhs[0][rows16_row(i)];
 #pragma GCC unroll 4
             for (size_t k = 0; k < n; k++) {
@@ -112,7 +141,8 @@ SIMD_ALWAYS_INLINE void rows16_q5_0_head(const uint8_t *blk, size_t rb, __m512 *
 }
 
 /* Block b of the 16 rows as unsigned bytes, transposed: w[j] holds each row's weights 4j..4j+3
- * (j < 4) or 16+4(j-4).. (j >= 4). h: the rows' 5th-bit words (Q5_0), by lane. */
+ * (j < 4) or 16+4(j-4).. (j >= 4). h: the rows' 5th-bit words (Q5_0, Q5_1), by lane. Q4_0 and
+ * Q4_1 come out times 16 (see the top). */
 SIMD_ALWAYS_INLINE void rows16_block(r16_kind kind, const uint8_t *blk, size_t rb, __m512i h, __m512i w[8]) {
     __m512i d[4];
     rows16_transpose(blk + r16_qs_offset(kind), rb, d);
@@ -128,7 +158,7 @@ SIMD_ALWAYS_INLINE void rows16_block(r16_kind kind, const uint8_t *blk, size_t r
         }
         return;
     }
-    if (kind == R16_Q4_0) {
+    if (r16_nibbles_x16(kind)) {
         const __m512i mask = _mm512_set1_epi8((char)0xf0);
 #pragma GCC unroll 4
         for (int j = 0; j < 4; j++) {
@@ -137,7 +167,7 @@ SIMD_ALWAYS_INLINE void rows16_block(r16_kind kind, const uint8_t *blk, size_t r
         }
         return;
     }
-    /* Q5_0: nibbles as they are, plus 16 where the 5th bit is set. Weight 4j + k of a row has
+    /* Q5_0, Q5_1: nibbles as they are, plus 16 where the 5th bit is set. Weight 4j + k of a row has
      * bit 4j + k of its word: byte j / 2 of the lane, copied to all four bytes of the lane by
      * the shuffle, then bit k + 4 (j % 2) of byte k tested. */
     const __m512i low4 = _mm512_set1_epi8(0x0f), b16 = _mm512_set1_epi8(0x10);
@@ -186,8 +216,8 @@ SIMD_ALWAYS_INLINE __m512i rows16_dot(const __m512i w[8], const int8_t *xq, __m5
  * operand tiles and for one row). */
 SIMD_ALWAYS_INLINE void rows16_tile_seg(r16_kind kind, const uint8_t *base, size_t rb, const uint8_t *next,
                                         size_t nb, size_t b0, size_t n, const uint16_t dws[R16_SEG][R16_ROWS],
-                                        const uint32_t qhs[R16_SEG][R16_ROWS], const cpu_operand *x, size_t r0,
-                                        size_t nx, __m512 acc_io[R16_TILE_X]) {
+                                        const uint16_t mws[R16_SEG][R16_ROWS], const uint32_t qhs[R16_SEG][R16_ROWS],
+                                        const cpu_operand *x, size_t r0, size_t nx, __m512 acc_io[R16_TILE_X]) {
     const size_t bb = r16_block_bytes(kind);
     /* in registers for the segment: through acc_io they lived on the stack, a load and a
      * store per operand row and block; with that and two dot chains per row, one core, 896 x
@@ -198,24 +228,31 @@ SIMD_ALWAYS_INLINE void rows16_tile_seg(r16_kind kind, const uint8_t *base, size
     for (size_t r = 0; r < R16_TILE_X; r++) acc[r] = b0 == 0 ? _mm512_setzero_ps() : acc_io[r];
     for (size_t b = b0; b < b0 + n; b++) {
         if (next && r0 == 0) rows16_prefetch(next, b, bb);
-        __m512 d_w;
+        __m512 d_w, m_w = _mm512_setzero_ps();
         __m512i h = _mm512_setzero_si512(), w[8];
         if (kind == R16_Q5_0 && nx == 1) {
             rows16_q5_0_head(base + b * bb, rb, &d_w, &h);
         } else {
             d_w = _mm512_cvtph_ps(load_256(dws[b - b0]));
-            if (kind == R16_Q5_0) h = _mm512_loadu_si512(qhs[b - b0]);
+            if (r16_has_min(kind)) m_w = _mm512_cvtph_ps(load_256(mws[b - b0]));
+            if (r16_five_bits(kind)) h = _mm512_loadu_si512(qhs[b - b0]);
         }
         rows16_block(kind, base + b * bb, rb, h, w);
 #pragma GCC unroll 16
         for (size_t r = 0; r < nx; r++) {
             const size_t xb = (r0 + r) * nb + b;
-            /* Q4_0's sums are times 16, its correction too (exact: both are multiples of 16) */
-            const int32_t correction = (kind == R16_Q4_0 ? 16 : 1) * r16_offset(kind) * x->sum[xb];
+            /* Q4_0's sums are times 16, its correction too (exact: both are multiples of 16);
+             * the types with a min have no correction (and their Q8_1 operand no sum) */
+            const int32_t correction =
+                r16_has_min(kind) ? 0 : (kind == R16_Q4_0 ? 16 : 1) * r16_offset(kind) * x->sum[xb];
             __m512i isum = rows16_dot(w, x->qs + xb * QK8_0, _mm512_set1_epi32(-correction));
-            if (kind == R16_Q4_0) isum = _mm512_srai_epi32(isum, 4);
+            if (r16_nibbles_x16(kind)) isum = _mm512_srai_epi32(isum, 4);
             const __m512 scale = _mm512_mul_ps(d_w, _mm512_set1_ps(x->d[xb]));
-            acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(_mm512_cvtepi32_ps(isum), scale));
+            const __m512 dot = _mm512_mul_ps(_mm512_cvtepi32_ps(isum), scale);
+            /* Q4_1, Q5_1: sum += dot + m * s_x, as the scalar offset_block_dot */
+            if (r16_has_min(kind))
+                acc[r] = _mm512_add_ps(acc[r], _mm512_add_ps(dot, _mm512_mul_ps(m_w, _mm512_set1_ps(x->s[xb]))));
+            else acc[r] = _mm512_add_ps(acc[r], dot);
         }
     }
 #pragma GCC unroll 16
@@ -242,7 +279,7 @@ SIMD_ALWAYS_INLINE void rows16_rows(r16_kind kind, const uint8_t *base, size_t r
                                     size_t nl, size_t j, const cpu_operand *x, size_t n_rows, float *out,
                                     size_t ldo) {
     const size_t nb = x->n / QK8_0;
-    uint16_t dws[R16_SEG][R16_ROWS];
+    uint16_t dws[R16_SEG][R16_ROWS], mws[R16_SEG][R16_ROWS];
     uint32_t qhs[R16_SEG][R16_ROWS];
     for (size_t r0 = 0; r0 < n_rows; r0 += R16_TILE_X) {
         __m512 acc[R16_TILE_X]; /* set by the first segment */
@@ -250,12 +287,13 @@ SIMD_ALWAYS_INLINE void rows16_rows(r16_kind kind, const uint8_t *base, size_t r
         for (size_t b0 = 0; b0 < nb; b0 += R16_SEG) {
             const size_t n = LLMM_MIN((size_t)R16_SEG, nb - b0);
             if (!(kind == R16_Q5_0 && n_rows == 1) && (r0 == 0 || nb > R16_SEG))
-                gather_fields16(kind, base, rb, b0, n, dws, qhs);
+                gather_fields16(kind, base, rb, b0, n, dws, mws, qhs);
             const uint16_t(*d)[R16_ROWS] = (const uint16_t(*)[R16_ROWS])dws;
+            const uint16_t(*m)[R16_ROWS] = (const uint16_t(*)[R16_ROWS])mws;
             const uint32_t(*h)[R16_ROWS] = (const uint32_t(*)[R16_ROWS])qhs;
-            if (nx == R16_TILE_X) rows16_tile_seg(kind, base, rb, next, nb, b0, n, d, h, x, r0, R16_TILE_X, acc);
-            else if (nx == 1) rows16_tile_seg(kind, base, rb, next, nb, b0, n, d, h, x, r0, 1, acc);
-            else rows16_tile_seg(kind, base, rb, next, nb, b0, n, d, h, x, r0, nx, acc);
+            if (nx == R16_TILE_X) rows16_tile_seg(kind, base, rb, next, nb, b0, n, d, m, h, x, r0, R16_TILE_X, acc);
+            else if (nx == 1) rows16_tile_seg(kind, base, rb, next, nb, b0, n, d, m, h, x, r0, 1, acc);
+            else rows16_tile_seg(kind, base, rb, next, nb, b0, n, d, m, h, x, r0, nx, acc);
         }
         for (size_t r = 0; r < nx; r++) rows16_store(acc[r], out + (r0 + r) * ldo + j, l0, nl);
     }
@@ -272,5 +310,7 @@ SIMD_ALWAYS_INLINE void gemm_rows16(r16_kind kind, const llmm_tensor *w, size_t 
 GEMM_FN_FOR_KIND(gemm_q4_0_rows16, gemm_rows16, R16_Q4_0)
 GEMM_FN_FOR_KIND(gemm_q5_0_rows16, gemm_rows16, R16_Q5_0)
 GEMM_FN_FOR_KIND(gemm_q8_0_rows16, gemm_rows16, R16_Q8_0)
+GEMM_FN_FOR_KIND(gemm_q4_1_rows16, gemm_rows16, R16_Q4_1)
+GEMM_FN_FOR_KIND(gemm_q5_1_rows16, gemm_rows16, R16_Q5_1)
 
 #endif

@@ -1,14 +1,14 @@
-/* Causal attention over the KV store. A work item is one row and one group of query heads
- * that share a K/V head (grouped-query attention), so each K and V row is converted from the
- * cache's element type once per item instead of once per query head: with Qwen2.5-0.5B's 7
- * query heads per K/V head, the per-head form spent a quarter of a 512-token prefill in those
- * conversions. Items are handed out to the threads in chunks; when there are too few rows to
- * keep the threads busy (decode) the groups are split into smaller runs of heads. Scores are
- * softmaxed with a double-precision sum, as the reference engine does; the dot products, the
- * exponentials and the V accumulation go through the kernel table, in the same order for
- * every head as when heads were separate items, so results do not depend on the split. */
+/* Causal attention over the KV store. A work item is one row (a block of consecutive rows in
+ * a prompt, see cpu_attn_rows_per_item) and one group of query heads that share a K/V head
+ * (grouped-query attention), so each K row is converted from the cache's element type once
+ * per item instead of once per query head and row: with Qwen2.5-0.5B's 7 query heads per K/V
+ * head, the per-head form spent a quarter of a 512-token prefill in those conversions. Items
+ * are handed out to the threads in chunks; when there are too few rows to keep the threads
+ * busy (decode) the groups are split into smaller runs of heads. Scores are softmaxed with a
+ * double-precision sum, as the reference engine does; the dot products, the exponentials and
+ * the V accumulation go through the kernel table, in the same order for every head as when
+ * heads and rows were separate items, so results do not depend on the split. */
 #include <math.h>
-
 #include <string.h>
 
 #include "cpu_backend.h"

@@ -140,11 +140,11 @@ SIMD_ALWAYS_INLINE void rows16_q5_0_head(const uint8_t *blk, size_t rb, __m512 *
     *qh = _mm512_or_si512(_mm512_srli_epi32(d[0], 16), _mm512_slli_epi32(d[1], 16));
 }
 
-/* Q5_1 decode: as rows16_q5_0_head, the scale, min and 5th-bit words of one block of the 16
- * rows from the block's first 8 bytes (d, m, then qh). */
-SIMD_ALWAYS_INLINE void rows16_q5_1_head(const uint8_t *blk, size_t rb, __m512 *d_w, __m512 *m_w, __m512i *qh) {
+/* Q4_1 / Q5_1 decode: as rows16_q5_0_head, the scale, min (and Q5_1's 5th-bit words) of one
+ * block of the 16 rows from the block's first 8 bytes (d, m, then qh). */
+SIMD_ALWAYS_INLINE void rows16_min_head(const uint8_t *blk, size_t rb, __m512 *d_w, __m512 *m_w, __m512i *qh) {
     __m512i d[4];
-    rows16_transpose(blk, rb, d); /* d[2], d[3] unused */
+    rows16_transpose(blk, rb, d); /* d[2], d[3] (and for Q4_1 d[1]) unused */
     *d_w = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d[0]));
     *m_w = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(d[0], 16)));
     *qh = d[1];
@@ -242,8 +242,8 @@ SIMD_ALWAYS_INLINE void rows16_tile_seg(r16_kind kind, const uint8_t *base, size
         __m512i h = _mm512_setzero_si512(), w[8];
         if (kind == R16_Q5_0 && nx == 1) {
             rows16_q5_0_head(base + b * bb, rb, &d_w, &h);
-        } else if (kind == R16_Q5_1 && nx == 1) {
-            rows16_q5_1_head(base + b * bb, rb, &d_w, &m_w, &h);
+        } else if (r16_has_min(kind) && nx == 1) {
+            rows16_min_head(base + b * bb, rb, &d_w, &m_w, &h);
         } else {
             d_w = _mm512_cvtph_ps(load_256(dws[b - b0]));
             if (r16_has_min(kind)) m_w = _mm512_cvtph_ps(load_256(mws[b - b0]));
@@ -298,7 +298,7 @@ SIMD_ALWAYS_INLINE void rows16_rows(r16_kind kind, const uint8_t *base, size_t r
         const size_t nx = LLMM_MIN((size_t)R16_TILE_X, n_rows - r0);
         for (size_t b0 = 0; b0 < nb; b0 += R16_SEG) {
             const size_t n = LLMM_MIN((size_t)R16_SEG, nb - b0);
-            if (!(r16_five_bits(kind) && n_rows == 1) && (r0 == 0 || nb > R16_SEG))
+            if (!((r16_five_bits(kind) || r16_has_min(kind)) && n_rows == 1) && (r0 == 0 || nb > R16_SEG))
                 gather_fields16(kind, base, rb, b0, n, dws, mws, qhs);
             const uint16_t(*d)[R16_ROWS] = (const uint16_t(*)[R16_ROWS])dws;
             const uint16_t(*m)[R16_ROWS] = (const uint16_t(*)[R16_ROWS])mws;

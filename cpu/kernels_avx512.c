@@ -89,13 +89,12 @@ static inline void add_bit4_pair(__m256i *lo, __m256i *hi, uint32_t ha, uint32_t
 
 #include "gemm_legacy_x86.h"
 
-/* Q4_1 and Q5_1 (Q5_K_M files fall back to Q5_1 for rows not a multiple of 256): the 16-row
- * tiles from two operand rows on (one core, 896 x 4864, 64 rows, from cache: Q4_1 0.0122 ->
- * 0.0091, Q5_1 0.0146 -> 0.0094 ns per weight and row). Q5_1 takes them for one row too, as
- * Q5_0 does, its scales, mins and 5th bits from the block heads (rows16_q5_1_head): one core
- * from cache 0.0483 -> 0.0364 ns per weight; 0.5B Q5_K_M decode 48-56 -> 56-62 tok/s. Q4_1
- * keeps the 8-row tiles for one row, as Q4_0 does. */
-GEMM_BY_ROWS(gemm_q4_1_avx512, gemm_q4_1, gemm_q4_1_rows16)
+/* Q4_1 and Q5_1 (Q5_K_M files fall back to Q5_1 for rows not a multiple of 256) take the
+ * 16-row tiles for every row count: one core, 896 x 4864, 64 rows, from cache, Q4_1 0.0122 ->
+ * 0.0091, Q5_1 0.0146 -> 0.0094 ns per weight and row; with one row, their scales, mins (and
+ * Q5_1's 5th bits) transposed from the block heads (rows16_min_head), Q4_1 0.0357 -> 0.0308,
+ * Q5_1 0.0483 -> 0.0364 ns per weight; 0.5B decode, alternated, Q5_K_M 48-56 -> 56-62 tok/s,
+ * Q4_1 57-63 -> 69-70. Unlike Q4_0, whose 8-row tiles gather no mins. */
 #include "gemm_half_avx512.h"
 
 /* Attention on the AVX2 loops with wider tiles: 4 heads x 4 positions of score chains (the
@@ -137,7 +136,7 @@ const cpu_kernels cpu_kernels_avx512 = {
             [LLMM_TYPE_Q4_0] = {gemm_q4_0_avx512, CPU_OPERAND_Q8},
             [LLMM_TYPE_Q8_0] = {gemm_q8_0_avx512, CPU_OPERAND_Q8},
             [LLMM_TYPE_Q5_0] = {gemm_q5_0_rows16, CPU_OPERAND_Q8},
-            [LLMM_TYPE_Q4_1] = {gemm_q4_1_avx512, CPU_OPERAND_Q8_1},
+            [LLMM_TYPE_Q4_1] = {gemm_q4_1_rows16, CPU_OPERAND_Q8_1},
             [LLMM_TYPE_Q5_1] = {gemm_q5_1_rows16, CPU_OPERAND_Q8_1},
             [LLMM_TYPE_Q2_K] = {gemm_q2_K_avx512, CPU_OPERAND_Q8K},
             [LLMM_TYPE_Q3_K] = {gemm_q3_K_avx512, CPU_OPERAND_Q8K},

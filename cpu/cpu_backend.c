@@ -34,8 +34,7 @@ void cpu_parallel_range(cpu_state *s, size_t n, size_t align, size_t min_paralle
         fn(arg, 0, n);
         return;
     }
-    size_t per = (n + nth * CPU_CHUNKS_PER_THREAD - 1) / (nth * CPU_CHUNKS_PER_THREAD);
-    per = (per + align - 1) / align * align;
+    const size_t per = cpu_split_items(nth, n, align);
     range_task t = {fn, arg, n, per};
     threadpool_run(s->pool, range_chunk, &t, (n + per - 1) / per);
 }

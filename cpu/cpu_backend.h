@@ -61,14 +61,19 @@ static inline size_t cpu_attn_scratch_floats(size_t rows, size_t heads, size_t m
     return rows * heads * (max_kv + head_dim) + LLMM_ATTN_CHUNK * head_dim;
 }
 
+/* About CPU_CHUNKS_PER_THREAD chunks per thread of n items, rounded up to a multiple of
+ * align. */
+static inline size_t cpu_split_items(size_t nth, size_t n, size_t align) {
+    const size_t per = (n + nth * CPU_CHUNKS_PER_THREAD - 1) / (nth * CPU_CHUNKS_PER_THREAD);
+    return (per + align - 1) / align * align;
+}
+
 /* Items per chunk for n items of work total multiply-adds: one chunk below the parallel
- * cut-off, else about CPU_CHUNKS_PER_THREAD per thread, rounded up to a multiple of align. */
+ * cut-off, else cpu_split_items. */
 static inline size_t cpu_chunk_items(const cpu_state *s, size_t n, size_t work, size_t align) {
     const size_t nth = (size_t)threadpool_size(s->pool);
     if (nth == 1 || work < CPU_PARALLEL_MIN_WORK || n <= align) return n > 0 ? n : 1;
-    size_t per = (n + nth * CPU_CHUNKS_PER_THREAD - 1) / (nth * CPU_CHUNKS_PER_THREAD);
-    per = (per + align - 1) / align * align;
-    return per;
+    return cpu_split_items(nth, n, align);
 }
 
 llmm_status cpu_matmul(void *state, const llmm_tensor *w, const float *x, size_t n_rows, float *out);

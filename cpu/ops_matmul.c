@@ -122,9 +122,9 @@ static void round_bf16_f64(const float *x, double *out, size_t n) {
  * with a 4864 x 896 Q4_K weight, 1.7 % of all 0.5B Q4_K_M decode samples in perf while the
  * other thread waited. The AVX2 quantize_q8k takes 0.23 ns per value (LLMM_BENCH_KERNELS=q8k,
  * rows of 1024 and 4608 values): 0.5B Q4_K_M decode, 2 threads, 7 alternating runs on the
- * busy VM, best 68.4 -> 70.1 tok/s, median token 14.6 -> 14.0 ms. The rows stay on the calling
- * thread; spreading them over the threads (chunks of 1024 values) had made no difference
- * measurable on the busy VM. */
+ * busy VM, best 68.4 -> 70.1 tok/s, median token 14.6 -> 14.0 ms. Decode's one row stays on
+ * the calling thread (spreading it over the threads in chunks of 1024 values had made no
+ * difference measurable on the busy VM); a prompt's rows go to the threads (operand_fill). */
 static void quantize_row_q8k(const float *x, int8_t *qs, float *d, int16_t *bsums, size_t n) {
     block_q8_K blk;
     for (size_t b = 0; b < n / QK_K; b++) {
@@ -137,8 +137,7 @@ static void quantize_row_q8k(const float *x, int8_t *qs, float *d, int16_t *bsum
 
 /* Operand rows from a prompt's worth on go to the threads (cpu_parallel_range): quantizing
  * 512 rows for each matmul had run on the calling thread while the others waited, 2.7 % of a
- * 512-token Q4_0 prefill's samples. Decode's single row stays on the caller (see
- * quantize_row_q8k). */
+ * 512-token Q4_0 prefill's samples. */
 #define OPERAND_PARALLEL_MIN_ROWS 16
 
 /* The fields one operand is written to (cpu_operand's, writable) and how. */

@@ -3,7 +3,7 @@
  * included after gemm_int8_x86.h (whose scale gather order, prefetch and tile walk it
  * follows); gives gemm_q4_0_rows16, gemm_q5_0_rows16, gemm_q8_0_rows16, gemm_q4_1_rows16 and
  * gemm_q5_1_rows16 (cpu_gemm_fn). Used for two operand rows and more (prefill, several
- * sequences), and for Q5_0 always (see kernels_avx512.c).
+ * sequences), and for Q5_0, Q4_1 and Q5_1 always (see kernels_avx512.c).
  *
  * Why: the 8-row tiles of gemm_int8_x86.h put two weight rows (or one) in a 256-bit vector, so
  * every block's eight row sums must be gathered from four (or eight) lanes each with
@@ -66,6 +66,9 @@ SIMD_ALWAYS_INLINE int32_t r16_offset(r16_kind k) {
 SIMD_ALWAYS_INLINE int r16_has_min(r16_kind k) { return k == R16_Q4_1 || k == R16_Q5_1; }
 SIMD_ALWAYS_INLINE int r16_five_bits(r16_kind k) { return k == R16_Q5_0 || k == R16_Q5_1; }
 SIMD_ALWAYS_INLINE int r16_nibbles_x16(r16_kind k) { return k == R16_Q4_0 || k == R16_Q4_1; }
+/* the types whose one-row (decode) tiles take their scales from the block heads, transposed
+ * per block (rows16_q5_0_head, rows16_min_head), instead of a gather pass per tile */
+SIMD_ALWAYS_INLINE int r16_heads_per_block(r16_kind k) { return k == R16_Q5_0 || r16_has_min(k); }
 SIMD_ALWAYS_INLINE size_t r16_qh_offset(r16_kind k) {
     return k == R16_Q5_0 ? offsetof(block_q5_0, qh) : offsetof(block_q5_1, qh);
 }
@@ -77,7 +80,8 @@ SIMD_ALWAYS_INLINE size_t rows16_row(size_t q) { return (q >> 2) + 4 * (q & 3); 
 
 /* The f16 scales (and mins) of blocks [b0, b0 + n) of the 16 rows, and for Q5_0 / Q5_1 their
  * 32-bit words of 5th bits, row by row in address order (the tile's first touch, see
- * gather_scales), each row's stored at its lane. Not for Q5_0 decode: see rows16_q5_0_head. */
+ * gather_scales), each row's stored at its lane. Not for one-row tiles of the types
+ * r16_heads_per_block names. */
 SIMD_ALWAYS_INLINE void gather_fields16(r16_kind kind, const uint8_t *base, size_t rb, size_t b0, size_t n,
                                         uint16_t dws[R16_SEG][R16_ROWS], uint16_t mws[R16_SEG][R16_ROWS],
                                         uint32_t qhs[R16_SEG][R16_ROWS]) {
@@ -298,7 +302,7 @@ SIMD_ALWAYS_INLINE void rows16_rows(r16_kind kind, const uint8_t *base, size_t r
         const size_t nx = LLMM_MIN((size_t)R16_TILE_X, n_rows - r0);
         for (size_t b0 = 0; b0 < nb; b0 += R16_SEG) {
             const size_t n = LLMM_MIN((size_t)R16_SEG, nb - b0);
-            if (!((r16_five_bits(kind) || r16_has_min(kind)) && n_rows == 1) && (r0 == 0 || nb > R16_SEG))
+            if (!(r16_heads_per_block(kind) && n_rows == 1) && (r0 == 0 || nb > R16_SEG))
                 gather_fields16(kind, base, rb, b0, n, dws, mws, qhs);
             const uint16_t(*d)[R16_ROWS] = (const uint16_t(*)[R16_ROWS])dws;
             const uint16_t(*m)[R16_ROWS] = (const uint16_t(*)[R16_ROWS])mws;

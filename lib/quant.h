@@ -1,8 +1,8 @@
 /* Weight types: the GGUF/ggml type ids, their block layouts and the per-type kernels.
  * One designated-initializer table (quant.c) indexed by type id holds everything the rest
  * of the code asks about a type; nothing else switches on type ids. Kernels: quant.c (float
- * types, Q8_0, Q4_0), quant_legacy.c (Q4_1, Q5_0, Q5_1, Q8_1), quant_k.c (K-quants, Q8_K);
- * whole-model conversion: quant_file.c (lib/quant_file.h). */
+ * types, Q8_0, Q4_0), quant_legacy.c (Q4_1, Q5_0, Q5_1, Q8_1), quant_k.c (K-quants, Q8_K),
+ * quant_iq4.c (IQ4_NL, IQ4_XS); whole-model conversion: quant_file.c (lib/quant_file.h). */
 #ifndef LLMM_QUANT_H
 #define LLMM_QUANT_H
 
@@ -189,6 +189,40 @@ typedef struct {
 } block_q8_K;
 static_assert(sizeof(block_q8_K) == 292, "block_q8_K layout");
 
+/* Non-linear 4-bit formats: each nibble indexes llmm_iq4_values (a fixed codebook, denser
+ * near zero, as the reference's kvalues_iq4nl), scaled by the block's d. */
+#define QK4_NL 32
+
+/* IQ4_NL: 32 weights, 4.5 bits each: w = d * llmm_iq4_values[q]; Q4_0's nibble order. */
+typedef struct {
+    llmm_f16 d;
+    uint8_t qs[QK4_NL / 2];
+} block_iq4_nl;
+static_assert(sizeof(block_iq4_nl) == 18, "block_iq4_nl layout");
+
+/* IQ4_XS: a super-block of 8 sub-blocks of 32, 4.25 bits per weight: w = d * (ls - 32) *
+ * llmm_iq4_values[q], ls a 6-bit scale per sub-block: its low 4 bits are nibble ib % 2 of
+ * scales_l[ib / 2], its top 2 bits are bits 2ib, 2ib+1 of scales_h. Sub-block ib's weights
+ * are qs[16ib .. 16ib + 15] in Q4_0's nibble order. */
+typedef struct {
+    llmm_f16 d;
+    uint16_t scales_h;
+    uint8_t scales_l[QK_K / 64];
+    uint8_t qs[QK_K / 2];
+} block_iq4_xs;
+static_assert(sizeof(block_iq4_xs) == 136, "block_iq4_xs layout");
+
+extern const int8_t llmm_iq4_values[16];
+
+/* The 6-bit scale (0..63) of sub-block ib of the IQ4_XS super-block at blk; its weights are
+ * d * (scale - 32) * value[code]. Bytes, not the struct: kernels call it on rows of a file. */
+static inline int llmm_iq4_xs_scale(const uint8_t *blk, int ib) {
+    const unsigned scales_h = (unsigned)blk[offsetof(block_iq4_xs, scales_h)] |
+                              (unsigned)blk[offsetof(block_iq4_xs, scales_h) + 1] << 8;
+    const unsigned low = (unsigned)blk[offsetof(block_iq4_xs, scales_l) + ib / 2] >> 4 * (ib % 2) & 15u;
+    return (int)(low | (scales_h >> 2 * ib & 3u) << 4);
+}
+
 /* Dequantize n (a multiple of the block size) weights of one row. */
 typedef void (*llmm_dequant_row_fn)(const void *src, float *dst, size_t n);
 /* Dot product of one weight row (n weights) with activations that were prepared by
@@ -275,5 +309,15 @@ float llmm_vec_dot_q3_K_q8_K(const void *w, const void *x, size_t n);
 float llmm_vec_dot_q4_K_q8_K(const void *w, const void *x, size_t n);
 float llmm_vec_dot_q5_K_q8_K(const void *w, const void *x, size_t n);
 float llmm_vec_dot_q6_K_q8_K(const void *w, const void *x, size_t n);
+
+/* quant_iq4.c: the non-linear 4-bit formats. Their quantizers are this project's own (a
+ * least-squares scale search, see there); the reference's also weighs each value by an
+ * importance, so files written here are valid but not byte-identical to the reference's. */
+void llmm_quantize_row_iq4_nl(const float *src, void *dst, size_t n);
+void llmm_quantize_row_iq4_xs(const float *src, void *dst, size_t n);
+void llmm_dequant_row_iq4_nl(const void *src, float *dst, size_t n);
+void llmm_dequant_row_iq4_xs(const void *src, float *dst, size_t n);
+float llmm_vec_dot_iq4_nl_q8_0(const void *w, const void *x, size_t n);
+float llmm_vec_dot_iq4_xs_q8_K(const void *w, const void *x, size_t n);
 
 #endif

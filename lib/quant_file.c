@@ -34,6 +34,8 @@ static const llmm_quant_recipe recipes[] = {
     {"q4_k", LLMM_TYPE_Q4_K, 0, 0, 14},
     {"q5_k", LLMM_TYPE_Q5_K, 0, 0, 16},
     {"q6_k", LLMM_TYPE_Q6_K, 0, 0, 18},
+    {"iq4_nl", LLMM_TYPE_IQ4_NL, 0, 0, 25},
+    {"iq4_xs", LLMM_TYPE_IQ4_XS, 0, 0, 30},
     {"q4_k_m", LLMM_TYPE_Q4_K, LLMM_TYPE_Q6_K, LLMM_TYPE_Q5_K, 15},
     {"q5_k_m", LLMM_TYPE_Q5_K, LLMM_TYPE_Q6_K, LLMM_TYPE_Q6_K, 17},
 };
@@ -139,7 +141,7 @@ static const struct {
     uint32_t from, to;
 } fallback_chain[] = {
     {LLMM_TYPE_Q2_K, LLMM_TYPE_Q4_0}, {LLMM_TYPE_Q3_K, LLMM_TYPE_Q4_0}, {LLMM_TYPE_Q4_K, LLMM_TYPE_Q5_0},
-    {LLMM_TYPE_Q5_K, LLMM_TYPE_Q5_1}, {LLMM_TYPE_Q6_K, LLMM_TYPE_Q8_0},
+    {LLMM_TYPE_Q5_K, LLMM_TYPE_Q5_1}, {LLMM_TYPE_Q6_K, LLMM_TYPE_Q8_0}, {LLMM_TYPE_IQ4_XS, LLMM_TYPE_IQ4_NL},
 };
 
 static int row_fits(uint32_t type, int64_t ne0) { return ne0 % llmm_type_get(type)->block_size == 0; }

@@ -443,8 +443,8 @@ static const type_row k_types[] = {
     {LLMM_TYPE_Q6_K, 256, 210, 1, LLMM_TYPE_Q8_K},              {LLMM_TYPE_Q8_K, 256, 292, 0, 0},
     {LLMM_TYPE_IQ2_XXS, 256, 66, 0, 0},            {LLMM_TYPE_IQ2_XS, 256, 74, 0, 0},
     {LLMM_TYPE_IQ3_XXS, 256, 98, 0, 0},            {LLMM_TYPE_IQ1_S, 256, 50, 0, 0},
-    {LLMM_TYPE_IQ4_NL, 32, 18, 0, 0},              {LLMM_TYPE_IQ3_S, 256, 110, 0, 0},
-    {LLMM_TYPE_IQ2_S, 256, 82, 0, 0},              {LLMM_TYPE_IQ4_XS, 256, 136, 0, 0},
+    {LLMM_TYPE_IQ4_NL, 32, 18, 1, LLMM_TYPE_Q8_0}, {LLMM_TYPE_IQ3_S, 256, 110, 0, 0},
+    {LLMM_TYPE_IQ2_S, 256, 82, 0, 0},              {LLMM_TYPE_IQ4_XS, 256, 136, 1, LLMM_TYPE_Q8_K},
     {LLMM_TYPE_I8, 1, 1, 0, 0},                    {LLMM_TYPE_I16, 1, 2, 0, 0},
     {LLMM_TYPE_I32, 1, 4, 0, 0},                   {LLMM_TYPE_I64, 1, 8, 0, 0},
     {LLMM_TYPE_F64, 1, 8, 0, 0},                   {LLMM_TYPE_IQ1_M, 256, 56, 0, 0},
@@ -949,7 +949,7 @@ static void test_matmul_unsupported_type(void **state) {
     void *st = cpu_start(1);
     uint8_t data[20] = {0};
     float x[32] = {0}, out[1] = {0};
-    llmm_tensor w = {data, LLMM_TYPE_IQ4_NL, 32, 1, 18};
+    llmm_tensor w = {data, LLMM_TYPE_MXFP4, 32, 1, 17};
     assert_int_equal(llmm_cpu_backend.matmul(st, &w, x, 1, out), LLMM_ERR_UNSUPPORTED);
     llmm_tensor w2 = {data, 4 /* removed id */, 32, 1, 20};
     assert_int_equal(llmm_cpu_backend.matmul(st, &w2, x, 1, out), LLMM_ERR_UNSUPPORTED);
@@ -1016,7 +1016,7 @@ static void test_matmul_multi(void **state) {
     /* an unsupported type among the weights is refused, not skipped */
     uint8_t good_data[34] = {0}, bad_data[20] = {0};
     float bx[32] = {0}, bout[2][1];
-    const llmm_tensor good = {good_data, LLMM_TYPE_Q8_0, 32, 1, 34}, bad = {bad_data, LLMM_TYPE_IQ4_NL, 32, 1, 18};
+    const llmm_tensor good = {good_data, LLMM_TYPE_Q8_0, 32, 1, 34}, bad = {bad_data, LLMM_TYPE_MXFP4, 32, 1, 17};
     const llmm_tensor *pair[2] = {&good, &bad};
     float *pair_out[2] = {bout[0], bout[1]};
     void *st = cpu_start(2);

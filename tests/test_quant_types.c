@@ -1,18 +1,21 @@
-/* Weight types Q4_1, Q5_0, Q5_1, Q2_K..Q6_K (and Q4_0, Q8_0 alongside), their activation
- * formats Q8_1 and Q8_K, and whole-model conversion (lib/quant_file.c).
+/* Weight types Q4_1, Q5_0, Q5_1, Q2_K..Q6_K, IQ4_NL, IQ4_XS (and Q4_0, Q8_0 alongside), their
+ * activation formats Q8_1 and Q8_K, and whole-model conversion (lib/quant_file.c).
  *
  * Data: seeded uniform random values, never zero, in rows scaled from 0.02 to 1e3, some
  * shifted to all-positive (which exercises the offset formats' mins); row lengths 32 k with
- * odd k for the 32-blocks and 256 k with odd k for the K-quants.
+ * odd k for the 32-blocks and 256 k with odd k for the 256-blocks (K-quants, IQ4_XS).
  *
  * Tolerances (u = 2^-24; b = bits per quant level: 8, 6, 5, 4, 3 or 2):
  *  - quantize -> dequantize, against the original floats: relative RMS error (over a row)
  *    <= 1.25 * 2^-b, and every weight within 1.5 * 2^(1-b) * (largest |x| of its block or
  *    super-block). Uniform quantization of uniform data over its range gives 2^-b relative
  *    RMS; the measured values are 0.9-1.05 of that. The max bound is one step of the
- *    coarsest grid the format can choose, with slack for the fitted K-quant scales.
+ *    coarsest grid the format can choose, with slack for the fitted K-quant scales. IQ4_NL
+ *    and IQ4_XS (b = 4) index a 16-value codebook, denser near 0, not a uniform grid; the
+ *    same bounds hold for them (measured 0.85 of the RMS bound).
  *  - dequantize, against a float64 decoding written here from the byte layout: exact for the
- *    symmetric formats (d * sc * q has at most 24 significant bits); for the offset formats
+ *    symmetric formats (d * sc * q has at most 24 significant bits: for IQ4_XS an f16 d, a
+ *    6-bit ls - 32 and a 7-bit codebook value); for the offset formats
  *    one rounding of the final add: |err| <= u (|d sc q| + |dmin m|).
  *  - vec_dot, against the float64 dot of exactly the dequantized weights and the dequantized
  *    activation operand: the integer sums are exact, each block adds a few float roundings:
@@ -31,7 +34,7 @@
  *    data, stated at test_reference_acceptance.
  *  - models: stories260K quantized to each type and recipe runs greedy and must agree with
  *    the F32 run for at least 16 leading tokens. stories260K's rows
- *    (64, 172) cannot hold 256-blocks, so the K-quants are also run on the same model
+ *    (64, 172) cannot hold 256-blocks, so the K-quants and IQ4_XS are also run on the same model
  *    embedded in 256-wide matrices (zero padding, exact in F32; see pad_stories). */
 #include <stdarg.h>
 #include <stddef.h>
@@ -255,6 +258,33 @@ static void dec_q6_K(const uint8_t *b, double *out, double *mag) {
         }
 }
 
+/* The non-linear 4-bit formats: a nibble indexes this codebook (the reference's kvalues_iq4nl). */
+static const int k_iq4_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+/* IQ4_NL: d @0, qs[16] @2; Q4_0's nibble order */
+static void dec_iq4_nl(const uint8_t *b, double *out, double *mag) {
+    const double d = half_at(b);
+    for (int j = 0; j < 16; j++) {
+        put_sym(out, mag, j, d * k_iq4_values[b[2 + j] & 15]);
+        put_sym(out, mag, j + 16, d * k_iq4_values[b[2 + j] >> 4]);
+    }
+}
+
+/* IQ4_XS: d @0, scales_h (u16) @2, scales_l[4] @4, qs[128] @8. Sub-block ib's 6-bit scale:
+ * nibble ib % 2 of scales_l[ib / 2], bits 2ib, 2ib+1 of scales_h on top; factor ls - 32. */
+static void dec_iq4_xs(const uint8_t *b, double *out, double *mag) {
+    const double d = half_at(b);
+    const unsigned scales_h = (unsigned)b[2] | (unsigned)b[3] << 8;
+    for (int ib = 0; ib < 8; ib++) {
+        const int ls = ((b[4 + ib / 2] >> 4 * (ib % 2)) & 15) | ((scales_h >> 2 * ib) & 3) << 4;
+        const uint8_t *qs = b + 8 + 16 * ib;
+        for (int j = 0; j < 16; j++) {
+            put_sym(out, mag, 32 * ib + j, d * (ls - 32) * k_iq4_values[qs[j] & 15]);
+            put_sym(out, mag, 32 * ib + j + 16, d * (ls - 32) * k_iq4_values[qs[j] >> 4]);
+        }
+    }
+}
+
 /* Activation formats. Q8_1: d @0, s @2, qs[32] @4. Q8_K: float d @0, qs[256] @4, bsums @260. */
 static void dec_q8_1(const uint8_t *b, double *out, double *mag) {
     const double d = half_at(b);
@@ -292,6 +322,8 @@ static const type_case k_cases[] = {
     {LLMM_TYPE_Q4_K, 256, 144, 4.5, 4, 1, LLMM_TYPE_Q8_K, dec_q4_K, {0, 2}, 2},
     {LLMM_TYPE_Q5_K, 256, 176, 5.5, 5, 1, LLMM_TYPE_Q8_K, dec_q5_K, {0, 2}, 2},
     {LLMM_TYPE_Q6_K, 256, 210, 6.5625, 6, 0, LLMM_TYPE_Q8_K, dec_q6_K, {208, 0}, 1},
+    {LLMM_TYPE_IQ4_NL, 32, 18, 4.5, 4, 0, LLMM_TYPE_Q8_0, dec_iq4_nl, {0, 0}, 1},
+    {LLMM_TYPE_IQ4_XS, 256, 136, 4.25, 4, 0, LLMM_TYPE_Q8_K, dec_iq4_xs, {0, 0}, 1},
 };
 
 static const size_t k_blocks_legacy[] = {1, 3, 7, 33};
@@ -415,7 +447,7 @@ static void test_roundtrip_error(void **state) {
                     check_roundtrip(c, x, n, &worst);
                     free(x);
                 }
-        print_message("%-5s round trip: worst relative RMS error %.2f of the bound 1.25 * 2^-%d\n",
+        print_message("%-6s round trip: worst relative RMS error %.2f of the bound 1.25 * 2^-%d\n",
                       llmm_type_get(c->type)->name, worst, c->level_bits);
     }
 }
@@ -615,7 +647,7 @@ static void test_vec_dot(void **state) {
                 free(x);
             }
         const double z = sqrt(st.sum_z2 / st.n_cases), z_swapped = sqrt(st.sum_z2_swapped / st.n_cases);
-        print_message("%-5s vec_dot: %d cases, worst |err|/tight %.3f, RMS err/sigma %.2f (swapped layout %.1f)\n",
+        print_message("%-6s vec_dot: %d cases, worst |err|/tight %.3f, RMS err/sigma %.2f (swapped layout %.1f)\n",
                       llmm_type_get(c->type)->name, st.n_cases, st.worst_tight, z, z_swapped);
         assert_true(z <= 1.5);
         if (!(z_swapped > 1.5))
@@ -625,7 +657,9 @@ static void test_vec_dot(void **state) {
 
 /* The reference engine's own acceptance test (test-quantize-fns): on x_i = 0.1 + 2 cos(i +
  * offset), 4096 values, sqrt(sum of squared errors) / n below 0.002 (Q3_K 0.004, Q2_K 0.0075)
- * and |dot - float dot| / n below 0.02 (Q2_K 0.04), the dot against offset 1. */
+ * and |dot - float dot| / n below 0.02 (Q2_K 0.04), the dot against offset 1. IQ4_NL and
+ * IQ4_XS have no constants of their own there (only Q2_K, Q3_K and the 1-3 bit IQ types
+ * do): they take the defaults, 0.002 and 0.02. */
 static void test_reference_acceptance(void **state) {
     (void)state;
     enum { N = 4096 };
@@ -647,7 +681,7 @@ static void test_reference_acceptance(void **state) {
         const double total = sqrt(se) / N, dot_err = fabs(t->vec_dot(q, q2, N) - dot) / N;
         const double max_total = c->type == LLMM_TYPE_Q2_K ? 0.0075 : c->type == LLMM_TYPE_Q3_K ? 0.004 : 0.002;
         const double max_dot = c->type == LLMM_TYPE_Q2_K ? 0.04 : 0.02;
-        print_message("%-5s reference acceptance: total error %.6f (< %.4f), dot error %.6f (< %.2f)\n", t->name,
+        print_message("%-6s reference acceptance: total error %.6f (< %.4f), dot error %.6f (< %.2f)\n", t->name,
                       total, max_total, dot_err, max_dot);
         assert_true(total < max_total);
         assert_true(dot_err < max_dot);
@@ -813,7 +847,7 @@ static gguf_file *open_shared_model(const char *rel) {
 }
 
 /* stories260K: rows of 64 fall back Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, Q2_K/Q3_K ->
- * Q4_0; rows of 172 fit no block and become F16. */
+ * Q4_0, IQ4_XS -> IQ4_NL; rows of 172 fit no block and become F16. */
 static void test_recipe_fallbacks(void **state) {
     (void)state;
     gguf_file *f = open_shared_model("models/stories260K.gguf");
@@ -834,6 +868,9 @@ static void test_recipe_fallbacks(void **state) {
         {"q4_k_m", "output.weight", LLMM_TYPE_Q8_0, LLMM_TYPE_Q8_0}, /* 64 % 256: the reference's Q8_0 */
         {"q8_0", "output_norm.weight", LLMM_TYPE_F32, LLMM_TYPE_F32},
         {"f16", "blk.0.ffn_down.weight", LLMM_TYPE_F16, LLMM_TYPE_F16},
+        {"iq4_xs", "blk.0.attn_q.weight", LLMM_TYPE_IQ4_XS, LLMM_TYPE_IQ4_NL},
+        {"iq4_xs", "blk.0.ffn_down.weight", LLMM_TYPE_IQ4_XS, LLMM_TYPE_F16},
+        {"iq4_nl", "blk.0.ffn_down.weight", LLMM_TYPE_IQ4_NL, LLMM_TYPE_F16},
     };
     for (size_t i = 0; i < ARRAY_LEN(rows); i++) {
         const llmm_quant_choice c =
@@ -907,10 +944,12 @@ static void check_agreement(const gguf_file *src, const char *src_path, const ag
 }
 
 /* Every type and recipe: the issue's bar (16 leading tokens). The K-quants fall back to
- * 32-blocks on stories260K's 64-wide rows, as the reference does. */
+ * 32-blocks on stories260K's 64-wide rows, as the reference does, and IQ4_XS to IQ4_NL (so
+ * both convert every matrix alike; they agree for exactly 16 tokens, scalar, AVX2, AVX-512). */
 static const agreement_case k_stories_cases[] = {
     {"f16", 16},  {"bf16", 16}, {"q8_0", 16}, {"q4_0", 16}, {"q4_1", 16},   {"q5_0", 16},   {"q5_1", 16},
     {"q2_k", 16}, {"q3_k", 16}, {"q4_k", 16}, {"q5_k", 16}, {"q6_k", 16}, {"q4_k_m", 16}, {"q5_k_m", 16},
+    {"iq4_nl", 16}, {"iq4_xs", 16},
 };
 
 static void test_stories_greedy_agreement(void **state) {
@@ -1076,6 +1115,7 @@ static gguf_file *pad_stories(const gguf_file *src, gguf_builder *b) {
 
 static const agreement_case k_padded_cases[] = {
     {"q8_0", 16}, {"q6_k", 16}, {"q5_k", 0}, {"q4_k", 0}, {"q3_k", 0}, {"q2_k", 0}, {"q4_k_m", 0}, {"q5_k_m", 0},
+    {"iq4_xs", 16},
 };
 
 static void test_padded_stories_greedy_agreement(void **state) {

@@ -346,14 +346,15 @@ static void greedy_extend(const char *path, llmm_token *ids, size_t n, size_t n_
  * the F32 continuation within a few tokens (docs/quantization.md), so the positions whose
  * argmax differs are printed, not asserted. Measured when written (worst position): f16
  * 0.0008, q8_0 0.017, q6_k 0.042, q5_k_m 0.070, q5_0 0.099, q4_k_m 0.137, q4_0 0.186, q3_k
- * 0.38, q2_k 0.60; the bounds are about 1.5x those. Unrelated logits give about 1.4, zeros 1. */
+ * 0.38, q2_k 0.60, iq4_nl 0.189, iq4_xs 0.190; the bounds are about 1.5x those. Unrelated
+ * logits give about 1.4, zeros 1. */
 static void test_quantized_synthetic_logits(void **state) {
     (void)state;
     static const struct {
         const char *recipe;
         double bound;
     } cases[] = {{"f16", 0.002}, {"q8_0", 0.03}, {"q6_k", 0.065}, {"q5_k_m", 0.11}, {"q5_0", 0.15},
-                 {"q4_k_m", 0.2}, {"q4_0", 0.28}, {"q3_k", 0.57}, {"q2_k", 0.9}};
+                 {"q4_k_m", 0.2}, {"q4_0", 0.28}, {"q3_k", 0.57}, {"q2_k", 0.9}, {"iq4_nl", 0.28}, {"iq4_xs", 0.28}};
     temp_files t;
     temp_names(&t);
     assert_int_equal(run_synth(&t, "--preset tiny --type f32 --dim 256 --layers 4 --heads 4 --kv-heads 2 --ff 768 "

@@ -10,8 +10,10 @@
  *  - K-quant dots (Q2_K..Q6_K weights, Q8_K operand): bit for bit the type table's vec_dot. The
  *    per-super-block integer sums are exact in any order; the float part,
  *    sum += x_d * (d * sum_q - dmin * sum_m), runs in block order, one lane per row, no FMA.
- *  - Q5_0, Q4_1, Q5_1 weights: bit for bit the type table's vec_dot, as Q4_0 (the min's
+ *  - Q5_0, Q4_1, Q5_1, IQ4_NL weights: bit for bit the type table's vec_dot, as Q4_0 (the min's
  *    m * s_x added to each block's product before the block is summed, as the scalar does).
+ *  - IQ4_XS weights (Q8_K operand): bit for bit; per super-block one exact int32 sum of the
+ *    sub-block sums times their integer scales, then sum += (float)isum * (d_w * d_x).
  *  - F32 weights: bit for bit llmm_dot_f32 (eight partial sums, no FMA, tail first).
  *  - F16/BF16 weights: products are exact in double, summed in double in lane order instead
  *    of element order: bit-identical to the scalar whenever both double sums are exact (an

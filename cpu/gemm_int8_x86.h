@@ -11,7 +11,9 @@
  *   __m256i dot_q8_0(__m256i prepared, __m256i x)   this dot (whose result is off by
  *   Q8_0_OFFSET times the operand block's quant sum, subtracted afterwards)
  *   Q_TILE_X           operand rows per tile (registers permitting)
- * and gets gemm_q4_0 and gemm_q8_0 (cpu_gemm_fn).
+ * and gets gemm_q4_0, gemm_q8_0 and gemm_iq4_nl (cpu_gemm_fn). IQ4_NL is Q4_0's layout with
+ * each nibble an index into a codebook of int8 values: one shuffle per vector looks them up,
+ * and the products go through prep_q8_0 / dot_q8_0 as Q8_0's quants do.
  *
  * Layout of the work: a tile is 8 weight rows, one per float lane of an accumulator, times up
  * to Q_TILE_X operand rows. Per block, each weight row's quants are loaded (and for Q4_0
@@ -30,6 +32,22 @@
 #include "gemm_tiles.h"
 
 #define Q_ROWS 8 /* weight rows per tile: one per float lane */
+
+typedef enum q_kind { Q_Q4_0, Q_Q8_0, Q_IQ4_NL } q_kind;
+
+SIMD_ALWAYS_INLINE size_t q_block_bytes(q_kind k) {
+    return k == Q_Q8_0 ? sizeof(block_q8_0) : k == Q_Q4_0 ? sizeof(block_q4_0) : sizeof(block_iq4_nl);
+}
+
+/* The quants of one IQ4_NL block of rows a and b laid out as prep_q4_0_pair's ([a | b],
+ * weights 0-15 in lo, 16-31 in hi), looked up in the codebook and prepared for dot_q8_0. */
+SIMD_ALWAYS_INLINE void prep_iq4_nl_pair(const uint8_t *qa, const uint8_t *qb, __m256i *lo, __m256i *hi) {
+    const __m256i q = _mm256_loadu2_m128i((const __m128i *)(const void *)qb, (const __m128i *)(const void *)qa);
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    const __m256i values = prep_q8_0(_mm256_broadcastsi128_si256(load_128(llmm_iq4_values)));
+    *lo = _mm256_shuffle_epi8(values, _mm256_and_si256(q, low4));
+    *hi = _mm256_shuffle_epi8(values, _mm256_and_si256(_mm256_srli_epi16(q, 4), low4));
+}
 
 /* Block step b of a tile prefetches the same share of the next tile (see prefetch_span), to
  * L2 whatever the tile's size: the quantized tiles' first touch is the row-order scale gather,
@@ -93,18 +111,20 @@ SIMD_ALWAYS_INLINE void gather_scales(const uint8_t *base, size_t rb, size_t blo
  * r0 .. r0+nx-1. q4 and nx are constants at every call site, so the branches on them fold. */
 SIMD_ALWAYS_INLINE void q_tile_seg(const uint8_t *base, size_t rb, const uint8_t *next, size_t nb, size_t b0,
                                    size_t n, const uint16_t dws[SCALE_SEG][Q_ROWS], const cpu_operand *x, size_t r0,
-                                   size_t nx, int q4, __m256 acc[Q_TILE_X]) {
-    const size_t block_bytes = q4 ? sizeof(block_q4_0) : sizeof(block_q8_0);
-    const int32_t offset = q4 ? 8 : Q8_0_OFFSET;
+                                   size_t nx, q_kind kind, __m256 acc[Q_TILE_X]) {
+    const size_t block_bytes = q_block_bytes(kind);
+    const int32_t offset = kind == Q_Q4_0 ? 8 : Q8_0_OFFSET;
     for (size_t b = b0; b < b0 + n; b++) {
         const size_t off = b * block_bytes + 2; /* the quants, after the f16 scale */
         if (next && r0 == 0) prefetch_next(next, b, block_bytes);
-        /* q4: lo[k], hi[k] for the row pair (k, k+4); q8: wq[i] per row */
+        /* Q4_0, IQ4_NL: lo[k], hi[k] for the row pair (k, k+4); Q8_0: wq[i] per row */
         __m256i wq[Q_ROWS];
 #pragma GCC unroll 8
         for (int i = 0; i < Q_ROWS; i++) {
-            if (q4 && i < 4) prep_q4_0_pair(base + i * rb + off, base + (i + 4) * rb + off, &wq[i], &wq[i + 4]);
-            else if (!q4) wq[i] = prep_q8_0(load_256(base + i * rb + off));
+            const uint8_t *a = base + i * rb + off, *pair = base + (i + 4) * rb + off;
+            if (kind == Q_Q4_0 && i < 4) prep_q4_0_pair(a, pair, &wq[i], &wq[i + 4]);
+            else if (kind == Q_IQ4_NL && i < 4) prep_iq4_nl_pair(a, pair, &wq[i], &wq[i + 4]);
+            else if (kind == Q_Q8_0) wq[i] = prep_q8_0(load_256(a));
         }
         const __m256 d_w = _mm256_cvtph_ps(load_128(dws[b - b0]));
 #pragma GCC unroll 4
@@ -112,12 +132,14 @@ SIMD_ALWAYS_INLINE void q_tile_seg(const uint8_t *base, size_t rb, const uint8_t
             const size_t xb = (r0 + r) * nb + b;
             const int8_t *xq = x->qs + xb * QK8_0;
             __m256i v[Q_ROWS], sums;
-            if (q4) {
+            if (kind != Q_Q8_0) {
                 const __m256i x_lo = _mm256_broadcastsi128_si256(load_128(xq));
                 const __m256i x_hi = _mm256_broadcastsi128_si256(load_128(xq + 16));
 #pragma GCC unroll 4
-                for (int k = 0; k < 4; k++) v[k] = dot_q4_0_pair(wq[k], wq[k + 4], x_lo, x_hi);
-                sums = pair_sums(v, Q4_0_PAIR_X16);
+                for (int k = 0; k < 4; k++)
+                    v[k] = kind == Q_Q4_0 ? dot_q4_0_pair(wq[k], wq[k + 4], x_lo, x_hi)
+                                          : _mm256_add_epi32(dot_q8_0(wq[k], x_lo), dot_q8_0(wq[k + 4], x_hi));
+                sums = pair_sums(v, kind == Q_Q4_0 && Q4_0_PAIR_X16);
             } else {
                 const __m256i xv = load_256(xq);
 #pragma GCC unroll 8
@@ -133,14 +155,14 @@ SIMD_ALWAYS_INLINE void q_tile_seg(const uint8_t *base, size_t rb, const uint8_t
  * unless have_scales says dws already holds the only segment). */
 SIMD_ALWAYS_INLINE void q_tile(const uint8_t *base, size_t rb, const uint8_t *next, size_t nb,
                                uint16_t dws[SCALE_SEG][Q_ROWS],
-                               int have_scales, const cpu_operand *x, size_t r0, size_t nx, int q4,
+                               int have_scales, const cpu_operand *x, size_t r0, size_t nx, q_kind kind,
                                __m256 acc[Q_TILE_X]) {
-    const size_t block_bytes = q4 ? sizeof(block_q4_0) : sizeof(block_q8_0);
+    const size_t block_bytes = q_block_bytes(kind);
     for (size_t r = 0; r < nx; r++) acc[r] = _mm256_setzero_ps();
     for (size_t b0 = 0; b0 < nb; b0 += SCALE_SEG) {
         const size_t n = LLMM_MIN((size_t)SCALE_SEG, nb - b0);
         if (!have_scales) gather_scales(base, rb, block_bytes, b0, n, dws);
-        q_tile_seg(base, rb, next, nb, b0, n, (const uint16_t(*)[Q_ROWS])dws, x, r0, nx, q4, acc);
+        q_tile_seg(base, rb, next, nb, b0, n, (const uint16_t(*)[Q_ROWS])dws, x, r0, nx, kind, acc);
     }
 }
 
@@ -148,37 +170,31 @@ SIMD_ALWAYS_INLINE void q_tile(const uint8_t *base, size_t rb, const uint8_t *ne
  * columns j ... Rows of up to SCALE_SEG blocks (8192 values) have their scales gathered once
  * for all operand tiles. */
 SIMD_ALWAYS_INLINE void q_rows(const uint8_t *base, size_t rb, const uint8_t *next, size_t l0, size_t nl, size_t j,
-                               const cpu_operand *x, size_t n_rows, float *out, size_t ldo, int q4) {
+                               const cpu_operand *x, size_t n_rows, float *out, size_t ldo, q_kind kind) {
     const size_t nb = x->n / QK8_0;
     const int one_seg = nb <= SCALE_SEG;
     uint16_t dws[SCALE_SEG][Q_ROWS];
-    if (one_seg) gather_scales(base, rb, q4 ? sizeof(block_q4_0) : sizeof(block_q8_0), 0, nb, dws);
+    if (one_seg) gather_scales(base, rb, q_block_bytes(kind), 0, nb, dws);
     for (size_t r0 = 0; r0 < n_rows; r0 += Q_TILE_X) {
         __m256 acc[Q_TILE_X];
         const size_t nx = LLMM_MIN((size_t)Q_TILE_X, n_rows - r0);
-        if (nx == Q_TILE_X) q_tile(base, rb, next, nb, dws, one_seg, x, r0, Q_TILE_X, q4, acc);
-        else if (nx == 1) q_tile(base, rb, next, nb, dws, one_seg, x, r0, 1, q4, acc);
-        else q_tile(base, rb, next, nb, dws, one_seg, x, r0, nx, q4, acc);
+        if (nx == Q_TILE_X) q_tile(base, rb, next, nb, dws, one_seg, x, r0, Q_TILE_X, kind, acc);
+        else if (nx == 1) q_tile(base, rb, next, nb, dws, one_seg, x, r0, 1, kind, acc);
+        else q_tile(base, rb, next, nb, dws, one_seg, x, r0, nx, kind, acc);
         for (size_t r = 0; r < nx; r++) store_lanes(out + (r0 + r) * ldo + j, acc[r], l0, nl);
     }
 }
 
 /* Tiles of 8 rows, walked as every kernel walks them (gemm_tiles.h). */
-SIMD_ALWAYS_INLINE void gemm_q(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows,
-                               float *out, size_t ldo, int q4) {
-#define Q_ROWS_CALL(base, rb, next, l0, nl, j) q_rows(base, rb, next, l0, nl, j, x, n_rows, out, ldo, q4)
+SIMD_ALWAYS_INLINE void gemm_q(q_kind kind, const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x,
+                               size_t n_rows, float *out, size_t ldo) {
+#define Q_ROWS_CALL(base, rb, next, l0, nl, j) q_rows(base, rb, next, l0, nl, j, x, n_rows, out, ldo, kind)
     GEMM_WALK_TILES(w, j0, j1, Q_ROWS, Q_ROWS_CALL);
 #undef Q_ROWS_CALL
 }
 
-static void gemm_q4_0(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows, float *out,
-                      size_t ldo) {
-    gemm_q(w, j0, j1, x, n_rows, out, ldo, 1);
-}
-
-static void gemm_q8_0(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows, float *out,
-                      size_t ldo) {
-    gemm_q(w, j0, j1, x, n_rows, out, ldo, 0);
-}
+GEMM_FN_FOR_KIND(gemm_q4_0, gemm_q, Q_Q4_0)
+GEMM_FN_FOR_KIND(gemm_q8_0, gemm_q, Q_Q8_0)
+GEMM_FN_FOR_KIND(gemm_iq4_nl, gemm_q, Q_IQ4_NL)
 
 #endif

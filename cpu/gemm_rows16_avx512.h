@@ -1,8 +1,8 @@
-/* Q4_0, Q5_0 and Q8_0 weights times Q8 operand rows, and Q4_1 and Q5_1 times Q8_1 ones, on
- * 512-bit vectors, 16 weight rows per tile, one row per int32 lane: for kernels_avx512.c,
+/* Q4_0, Q5_0, Q8_0 and IQ4_NL weights times Q8 operand rows, and Q4_1 and Q5_1 times Q8_1 ones,
+ * on 512-bit vectors, 16 weight rows per tile, one row per int32 lane: for kernels_avx512.c,
  * included after gemm_int8_x86.h (whose scale gather order, prefetch and tile walk it
- * follows); gives gemm_q4_0_rows16, gemm_q5_0_rows16, gemm_q8_0_rows16, gemm_q4_1_rows16 and
- * gemm_q5_1_rows16 (cpu_gemm_fn). Used for two operand rows and more (prefill, several
+ * follows); gives gemm_q4_0_rows16, gemm_q5_0_rows16, gemm_q8_0_rows16, gemm_q4_1_rows16,
+ * gemm_q5_1_rows16 and gemm_iq4_nl_rows16 (cpu_gemm_fn). Used for two operand rows and more (prefill, several
  * sequences), and for Q5_0, Q4_1 and Q5_1 always (see kernels_avx512.c).
  *
  * Why: the 8-row tiles of gemm_int8_x86.h put two weight rows (or one) in a 256-bit vector, so
@@ -43,25 +43,27 @@
 
 /* Q4_1 and Q5_1 are Q4_0 and Q5_0 with a per-block min m instead of the offset, against Q8_1
  * operands (d and s = d sum(x) per block). */
-typedef enum r16_kind { R16_Q4_0, R16_Q5_0, R16_Q8_0, R16_Q4_1, R16_Q5_1 } r16_kind;
+typedef enum r16_kind { R16_Q4_0, R16_Q5_0, R16_Q8_0, R16_Q4_1, R16_Q5_1, R16_IQ4_NL } r16_kind;
 
 SIMD_ALWAYS_INLINE size_t r16_block_bytes(r16_kind k) {
     return k == R16_Q4_0   ? sizeof(block_q4_0)
            : k == R16_Q5_0 ? sizeof(block_q5_0)
            : k == R16_Q8_0 ? sizeof(block_q8_0)
            : k == R16_Q4_1 ? sizeof(block_q4_1)
-                           : sizeof(block_q5_1);
+           : k == R16_Q5_1 ? sizeof(block_q5_1)
+                           : sizeof(block_iq4_nl);
 }
 SIMD_ALWAYS_INLINE size_t r16_qs_offset(r16_kind k) {
     return k == R16_Q4_0   ? offsetof(block_q4_0, qs)
            : k == R16_Q5_0 ? offsetof(block_q5_0, qs)
            : k == R16_Q8_0 ? offsetof(block_q8_0, qs)
            : k == R16_Q4_1 ? offsetof(block_q4_1, qs)
-                           : offsetof(block_q5_1, qs);
+           : k == R16_Q5_1 ? offsetof(block_q5_1, qs)
+                           : offsetof(block_iq4_nl, qs);
 }
 /* the offset that made the quants unsigned; 0 for the types with a min */
 SIMD_ALWAYS_INLINE int32_t r16_offset(r16_kind k) {
-    return k == R16_Q4_0 ? 8 : k == R16_Q5_0 ? 16 : k == R16_Q8_0 ? 128 : 0;
+    return k == R16_Q4_0 ? 8 : k == R16_Q5_0 ? 16 : k == R16_Q8_0 || k == R16_IQ4_NL ? 128 : 0;
 }
 SIMD_ALWAYS_INLINE int r16_has_min(r16_kind k) { return k == R16_Q4_1 || k == R16_Q5_1; }
 SIMD_ALWAYS_INLINE int r16_five_bits(r16_kind k) { return k == R16_Q5_0 || k == R16_Q5_1; }
@@ -169,6 +171,19 @@ SIMD_ALWAYS_INLINE void rows16_block(r16_kind kind, const uint8_t *blk, size_t r
         for (int j = 0; j < 4; j++) {
             w[j] = _mm512_xor_si512(d[j], sign);
             w[j + 4] = _mm512_xor_si512(d_hi[j], sign);
+        }
+        return;
+    }
+    if (kind == R16_IQ4_NL) {
+        /* the codebook's int8 values + 128 (sign bit flipped), as Q8_0's quants, looked up by
+         * nibble; the shuffle indexes within each 128-bit part, so the table is in all four */
+        const __m512i values = _mm512_xor_si512(_mm512_broadcast_i32x4(load_128(llmm_iq4_values)),
+                                                _mm512_set1_epi8((char)0x80));
+        const __m512i low4 = _mm512_set1_epi8(0x0f);
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            w[j] = _mm512_shuffle_epi8(values, _mm512_and_si512(d[j], low4));
+            w[j + 4] = _mm512_shuffle_epi8(values, _mm512_and_si512(_mm512_srli_epi16(d[j], 4), low4));
         }
         return;
     }
@@ -328,5 +343,6 @@ GEMM_FN_FOR_KIND(gemm_q5_0_rows16, gemm_rows16, R16_Q5_0)
 GEMM_FN_FOR_KIND(gemm_q8_0_rows16, gemm_rows16, R16_Q8_0)
 GEMM_FN_FOR_KIND(gemm_q4_1_rows16, gemm_rows16, R16_Q4_1)
 GEMM_FN_FOR_KIND(gemm_q5_1_rows16, gemm_rows16, R16_Q5_1)
+GEMM_FN_FOR_KIND(gemm_iq4_nl_rows16, gemm_rows16, R16_IQ4_NL)
 
 #endif

@@ -44,6 +44,7 @@ static inline __m256i dot_q8_0(__m256i w, __m256i x) {
 #define Q_TILE_X 2
 
 #include "gemm_int8_x86.h"
+#include "gemm_iq4_xs_x86.h"
 
 static inline __m256i kq_madd_acc(__m256i acc, __m256i p, __m256i s) {
     return _mm256_add_epi32(acc, _mm256_madd_epi16(p, s));
@@ -499,6 +500,8 @@ const cpu_kernels cpu_kernels_avx2 = {
             [LLMM_TYPE_Q4_0] = {gemm_q4_0, CPU_OPERAND_Q8},
             [LLMM_TYPE_Q8_0] = {gemm_q8_0, CPU_OPERAND_Q8},
             [LLMM_TYPE_Q5_0] = {gemm_q5_0, CPU_OPERAND_Q8},
+            [LLMM_TYPE_IQ4_NL] = {gemm_iq4_nl, CPU_OPERAND_Q8},
+            [LLMM_TYPE_IQ4_XS] = {gemm_iq4_xs, CPU_OPERAND_Q8K},
             [LLMM_TYPE_Q4_1] = {gemm_q4_1, CPU_OPERAND_Q8_1},
             [LLMM_TYPE_Q5_1] = {gemm_q5_1, CPU_OPERAND_Q8_1},
             [LLMM_TYPE_Q2_K] = {gemm_q2_K, CPU_OPERAND_Q8K},

@@ -22,6 +22,7 @@ static inline int32x4_t dot_block(int8x16_t w0, int8x16_t w1, int8x16_t x0, int8
 #define Q_TILE_X 4
 
 #include "gemm_int8_neon.h"
+#include "gemm_iq4_xs_neon.h"
 
 static inline int32x4_t dot16_acc(int32x4_t acc, int8x16_t w, int8x16_t x) { return vdotq_s32(acc, w, x); }
 #define KQ_TILE_X 4
@@ -40,6 +41,8 @@ const cpu_kernels cpu_kernels_neon_dotprod = {
             [LLMM_TYPE_Q4_0] = {gemm_q4_0, CPU_OPERAND_Q8},
             [LLMM_TYPE_Q8_0] = {gemm_q8_0, CPU_OPERAND_Q8},
             [LLMM_TYPE_Q5_0] = {gemm_q5_0, CPU_OPERAND_Q8},
+            [LLMM_TYPE_IQ4_NL] = {gemm_iq4_nl, CPU_OPERAND_Q8},
+            [LLMM_TYPE_IQ4_XS] = {gemm_iq4_xs, CPU_OPERAND_Q8K},
             [LLMM_TYPE_Q4_1] = {gemm_q4_1, CPU_OPERAND_Q8_1},
             [LLMM_TYPE_Q5_1] = {gemm_q5_1, CPU_OPERAND_Q8_1},
             [LLMM_TYPE_Q2_K] = {gemm_q2_K, CPU_OPERAND_Q8K},

@@ -12,7 +12,7 @@
  *  - Q4_0 and Q8_0 matmul: the integer block sums are exact in any order and the kernels keep
  *    the scalar's float order, so outputs must equal the table's vec_dot bit for bit. With all
  *    scales 1.0 the output is the integer dot itself: checked equal to an int64 reference.
- *  - Q2_K..Q6_K (Q8_K operand) and Q5_0, Q4_1, Q5_1 matmul: bit for bit the table's vec_dot
+ *  - Q2_K..Q6_K and IQ4_XS (Q8_K operand), Q5_0, Q4_1, Q5_1, IQ4_NL matmul: bit for bit vec_dot
  *    likewise; with d (and dmin or m) 1.0 and random bytes elsewhere, the output is checked
  *    equal to the int64 dot of the dequantized integers (the data keep every sum below 2^24).
  *  - F32 matmul: bit for bit the scalar (same partial sums, no FMA); axpy: bit for bit the
@@ -611,6 +611,14 @@ static void test_gemm_q5_1(void **state) {
     (void)state;
     check_gemm_type(LLMM_TYPE_Q5_1, 2022);
 }
+static void test_gemm_iq4_nl(void **state) {
+    (void)state;
+    check_gemm_type(LLMM_TYPE_IQ4_NL, 2023);
+}
+static void test_gemm_iq4_xs(void **state) {
+    (void)state;
+    check_gemm_kquant(LLMM_TYPE_IQ4_XS, 2015);
+}
 
 static void test_gemm_q4_0(void **state) {
     (void)state;
@@ -825,13 +833,13 @@ static void check_integer_sums_kquant(uint32_t type, size_t d_off, size_t dmin_o
     }
 }
 
-/* Q5_0, Q4_1, Q5_1 the same way: random quant bytes and 5th bits, d = 1.0 and m = 1.0
- * (w = q - 16, or q + 1), operand scales 1.0 and s = sum(x) (exact): the output is the
- * integer dot sum_i w_i x_i, well below 2^24. */
+/* Q5_0, Q4_1, Q5_1, IQ4_NL the same way: random quant bytes and 5th bits, d = 1.0 and m = 1.0
+ * (w = q - 16, q + 1, or the codebook's value), operand scales 1.0 and s = sum(x) (exact):
+ * the output is the integer dot sum_i w_i x_i, below 2^24. */
 static void check_integer_sums_legacy(uint32_t type) {
     enum { NE0 = 32 * 23, NE1 = 19, NB = NE0 / 32, ROWS = 3 };
     const llmm_type_traits *t = llmm_type_get(type);
-    const int offset_type = type != LLMM_TYPE_Q5_0;
+    const int offset_type = type == LLMM_TYPE_Q4_1 || type == LLMM_TYPE_Q5_1;
     for (size_t ii = 0; ii < ARRAY_LEN(k_simd_isas); ii++) {
         const cpu_kernels *k = gemm_table(k_simd_isas[ii], type);
         if (!k) continue;
@@ -891,6 +899,7 @@ static void test_integer_sums_legacy(void **state) {
     check_integer_sums_legacy(LLMM_TYPE_Q5_0);
     check_integer_sums_legacy(LLMM_TYPE_Q4_1);
     check_integer_sums_legacy(LLMM_TYPE_Q5_1);
+    check_integer_sums_legacy(LLMM_TYPE_IQ4_NL);
 }
 
 static void test_integer_sums_kquant(void **state) {
@@ -898,6 +907,7 @@ static void test_integer_sums_kquant(void **state) {
     check_integer_sums_kquant(LLMM_TYPE_Q2_K, offsetof(block_q2_K, d), offsetof(block_q2_K, dmin), 1);
     check_integer_sums_kquant(LLMM_TYPE_Q3_K, offsetof(block_q3_K, d), 0, 0);
     check_integer_sums_kquant(LLMM_TYPE_Q4_K, offsetof(block_q4_K, d), offsetof(block_q4_K, dmin), 1);
+    check_integer_sums_kquant(LLMM_TYPE_IQ4_XS, offsetof(block_iq4_xs, d), 0, 0);
     check_integer_sums_kquant(LLMM_TYPE_Q5_K, offsetof(block_q5_K, d), offsetof(block_q5_K, dmin), 1);
     check_integer_sums_kquant(LLMM_TYPE_Q6_K, offsetof(block_q6_K, d), 0, 0);
 }
@@ -1259,7 +1269,8 @@ static void test_backend_matmul_all_tables(void **state) {
     (void)state;
     const uint32_t types[] = {LLMM_TYPE_Q4_0, LLMM_TYPE_Q8_0, LLMM_TYPE_F32,  LLMM_TYPE_F16,  LLMM_TYPE_BF16,
                               LLMM_TYPE_Q2_K, LLMM_TYPE_Q3_K, LLMM_TYPE_Q4_K, LLMM_TYPE_Q5_K, LLMM_TYPE_Q6_K,
-                              LLMM_TYPE_Q5_0, LLMM_TYPE_Q4_1, LLMM_TYPE_Q5_1};
+                              LLMM_TYPE_Q5_0, LLMM_TYPE_Q4_1, LLMM_TYPE_Q5_1, LLMM_TYPE_IQ4_NL,
+                              LLMM_TYPE_IQ4_XS};
     const size_t dims[][3] = {{256, 1003, 1}, {96, 77, 5}, {416, 45, 37}}; /* ne0, ne1, n_rows */
     const size_t kdims[][3] = {{256, 1003, 1}, {512, 77, 5}, {768, 45, 37}}; /* K-quants: 256 | ne0 */
     const int threads[] = {1, 2, 3};
@@ -1353,8 +1364,9 @@ static void test_bench_kernels(void **state) {
     if (strcmp(only, "1") == 0 || strstr(only, "attention")) bench_attention();
     if (strcmp(only, "1") == 0 || strstr(only, "threads")) bench_matmul_threads();
     if (strcmp(only, "1") == 0 || strstr(only, "q8k")) bench_quantize_q8k();
-    const uint32_t types[] = {LLMM_TYPE_Q4_0, LLMM_TYPE_Q8_0, LLMM_TYPE_Q4_K, LLMM_TYPE_Q6_K, LLMM_TYPE_Q5_K, LLMM_TYPE_Q3_K,
-                              LLMM_TYPE_Q2_K, LLMM_TYPE_Q5_0, LLMM_TYPE_Q4_1, LLMM_TYPE_Q5_1};
+    const uint32_t types[] = {LLMM_TYPE_Q4_0, LLMM_TYPE_Q8_0, LLMM_TYPE_Q4_K, LLMM_TYPE_Q6_K,
+                              LLMM_TYPE_Q5_K, LLMM_TYPE_Q3_K, LLMM_TYPE_Q2_K, LLMM_TYPE_Q5_0,
+                              LLMM_TYPE_Q4_1, LLMM_TYPE_Q5_1, LLMM_TYPE_IQ4_NL, LLMM_TYPE_IQ4_XS};
     const size_t shapes[][3] = {{4864, 896, 1}, {0, 4864, 1}, {0, 151936, 1}, {4864, 896, 64}, {0, 4864, 64}}; /* ne0 0: 896 */
     rng_seed(5001);
     print_message("type   ne0 x ne1 x rows     ns/weight: scalar   avx2     avx512   (scalar/avx2, scalar/avx512)\n");
@@ -1655,6 +1667,8 @@ int main(void) {
         cmocka_unit_test(test_gemm_q6_K),
         cmocka_unit_test(test_integer_sums_kquant),
         cmocka_unit_test(test_gemm_q5_0),
+        cmocka_unit_test(test_gemm_iq4_nl),
+        cmocka_unit_test(test_gemm_iq4_xs),
         cmocka_unit_test(test_gemm_q4_1),
         cmocka_unit_test(test_gemm_q5_1),
         cmocka_unit_test(test_integer_sums_legacy),

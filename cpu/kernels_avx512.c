@@ -44,6 +44,7 @@ static inline __m256i dot_q8_0(__m256i w_plus_128, __m256i x) { return dot_u8s8(
 #include "gemm_int8_x86.h"
 #include "gemm_rows16_avx512.h"
 #include "gemm_iq4_xs_x86.h"
+#include "gemm_iq4_xs_rows16_avx512.h"
 
 /* For one operand row (decode) Q4_0 and Q8_0 stay on the 8-row tiles (see
  * gemm_rows16_avx512.h); from two rows on the 16-row tiles are faster (one core, Q4_0 896 x
@@ -60,6 +61,7 @@ static inline __m256i dot_q8_0(__m256i w_plus_128, __m256i x) { return dot_u8s8(
 GEMM_BY_ROWS(gemm_q4_0_avx512, gemm_q4_0, gemm_q4_0_rows16)
 GEMM_BY_ROWS(gemm_q8_0_avx512, gemm_q8_0, gemm_q8_0_rows16)
 GEMM_BY_ROWS(gemm_iq4_nl_avx512, gemm_iq4_nl, gemm_iq4_nl_rows16)
+GEMM_BY_ROWS(gemm_iq4_xs_avx512, gemm_iq4_xs, gemm_iq4_xs_rows16)
 
 /* vpdpwssd: the K-quants' scale multiply and the add in one instruction */
 static inline __m256i kq_madd_acc(__m256i acc, __m256i p, __m256i s) { return _mm256_dpwssd_epi32(acc, p, s); }
@@ -141,7 +143,7 @@ const cpu_kernels cpu_kernels_avx512 = {
             [LLMM_TYPE_Q4_1] = {gemm_q4_1_rows16, CPU_OPERAND_Q8_1},
             [LLMM_TYPE_Q5_1] = {gemm_q5_1_rows16, CPU_OPERAND_Q8_1},
             [LLMM_TYPE_IQ4_NL] = {gemm_iq4_nl_avx512, CPU_OPERAND_Q8},
-            [LLMM_TYPE_IQ4_XS] = {gemm_iq4_xs, CPU_OPERAND_Q8K},
+            [LLMM_TYPE_IQ4_XS] = {gemm_iq4_xs_avx512, CPU_OPERAND_Q8K},
             [LLMM_TYPE_Q2_K] = {gemm_q2_K_avx512, CPU_OPERAND_Q8K},
             [LLMM_TYPE_Q3_K] = {gemm_q3_K_avx512, CPU_OPERAND_Q8K},
             [LLMM_TYPE_Q4_K] = {gemm_q4_K_avx512, CPU_OPERAND_Q8K},

@@ -49,6 +49,12 @@ SIMD_ALWAYS_INLINE void prep_iq4_nl_pair(const uint8_t *qa, const uint8_t *qb, _
     *hi = _mm256_shuffle_epi8(values, _mm256_and_si256(_mm256_srli_epi16(q, 4), low4));
 }
 
+/* As dot_q4_0_pair for prep_iq4_nl_pair's vectors (lanes 0-3 row a's partial sums, 4-7 row
+ * b's), off by Q8_0_OFFSET times the operand block's quant sum as dot_q8_0 is. */
+SIMD_ALWAYS_INLINE __m256i dot_iq4_nl_pair(__m256i lo, __m256i hi, __m256i x_lo, __m256i x_hi) {
+    return _mm256_add_epi32(dot_q8_0(lo, x_lo), dot_q8_0(hi, x_hi));
+}
+
 /* Block step b of a tile prefetches the same share of the next tile (see prefetch_span), to
  * L2 whatever the tile's size: the quantized tiles' first touch is the row-order scale gather,
  * a demand stream that brings the lines on to L1 itself, and prefetches to L1 hold L1 miss
@@ -108,7 +114,7 @@ SIMD_ALWAYS_INLINE void gather_scales(const uint8_t *base, size_t rb, size_t blo
 }
 
 /* Blocks [b0, b0 + n) of one tile: weight rows base + i * rb (i < 8), operand rows
- * r0 .. r0+nx-1. q4 and nx are constants at every call site, so the branches on them fold. */
+ * r0 .. r0+nx-1. kind and nx are constants at every call site, so the branches on them fold. */
 SIMD_ALWAYS_INLINE void q_tile_seg(const uint8_t *base, size_t rb, const uint8_t *next, size_t nb, size_t b0,
                                    size_t n, const uint16_t dws[SCALE_SEG][Q_ROWS], const cpu_operand *x, size_t r0,
                                    size_t nx, q_kind kind, __m256 acc[Q_TILE_X]) {
@@ -138,7 +144,7 @@ SIMD_ALWAYS_INLINE void q_tile_seg(const uint8_t *base, size_t rb, const uint8_t
 #pragma GCC unroll 4
                 for (int k = 0; k < 4; k++)
                     v[k] = kind == Q_Q4_0 ? dot_q4_0_pair(wq[k], wq[k + 4], x_lo, x_hi)
-                                          : _mm256_add_epi32(dot_q8_0(wq[k], x_lo), dot_q8_0(wq[k + 4], x_hi));
+                                          : dot_iq4_nl_pair(wq[k], wq[k + 4], x_lo, x_hi);
                 sums = pair_sums(v, kind == Q_Q4_0 && Q4_0_PAIR_X16);
             } else {
                 const __m256i xv = load_256(xq);

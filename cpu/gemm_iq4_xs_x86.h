@@ -68,7 +68,7 @@ SIMD_ALWAYS_INLINE void xs_tile(const uint8_t *base, size_t rb, const uint8_t *n
                 const __m256i x_hi = _mm256_broadcastsi128_si256(load_128(xq + 16));
                 __m256i v[4];
 #pragma GCC unroll 4
-                for (int k = 0; k < 4; k++) v[k] = _mm256_add_epi32(dot_q8_0(lo[k], x_lo), dot_q8_0(hi[k], x_hi));
+                for (int k = 0; k < 4; k++) v[k] = dot_iq4_nl_pair(lo[k], hi[k], x_lo, x_hi);
                 __m256i sums = pair_sums(v, 0);
                 if (Q8_0_OFFSET) {
                     /* the operand's sum over these 32 quants: two of its groups of 16 */

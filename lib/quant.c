@@ -133,13 +133,8 @@ void llmm_quantize_row_q4_0(const float *src, void *dst, size_t n) {
     block_q4_0 *y = dst;
     for (size_t b = 0; b < n / QK4_0; b++) {
         const float *x = src + b * QK4_0;
-        float amax = 0, max = 0;
-        for (int j = 0; j < QK4_0; j++)
-            if (fabsf(x[j]) > amax) {
-                amax = fabsf(x[j]);
-                max = x[j];
-            }
-        const float d = max / -8.f;
+        float amax;
+        const float d = llmm_signed_absmax(x, QK4_0, &amax) / -8.f;
         const float id = d != 0.f ? 1.0f / d : 0.f;
         y[b].d = llmm_f32_to_f16(d);
         for (int j = 0; j < QK4_0 / 2; j++) {

@@ -269,6 +269,25 @@ static inline int llmm_trunc_clamp(float v, int lo, int hi) {
     return (int)v;
 }
 
+/* The value of largest magnitude among x[0..n), with its sign (the first one on ties), and
+ * that magnitude in *amax: the symmetric quantizers map it to their grid's longer end. */
+static inline float llmm_signed_absmax(const float *x, int n, float *amax) {
+    float max = 0;
+    *amax = 0;
+    for (int i = 0; i < n; i++)
+        if (fabsf(x[i]) > *amax) {
+            *amax = fabsf(x[i]);
+            max = x[i];
+        }
+    return max;
+}
+
+/* 32 4-bit codes into 16 bytes in the 32-weight blocks' order: code j < 16 in the low nibble
+ * of qs[j], code j + 16 in its high nibble. */
+static inline void llmm_pack_nibbles32(const uint8_t q[32], uint8_t qs[16]) {
+    for (int j = 0; j < 16; j++) qs[j] = (uint8_t)(q[j] | q[j + 16] << 4);
+}
+
 /* ---------------------------------------------------------------- per-type kernels
  * The table's entries, public only so the table (quant.c) can name them: callers go through
  * llmm_type_get. n is the row length, a multiple of the type's block size. Quantizers follow

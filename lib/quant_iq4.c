@@ -65,12 +65,8 @@ static void codes_for_scale(const code_table *t, const float *x, float d, uint8_
 /* The scale d of one 32-weight block (x ~ d * value[code]) and its codes, see the top. The
  * plain scale maps the weight of largest magnitude to -127, the codebook's longer end. */
 static float fit_block(const code_table *t, const float *x, uint8_t code[QK]) {
-    float amax = 0, max = 0;
-    for (int j = 0; j < QK; j++)
-        if (fabsf(x[j]) > amax) {
-            amax = fabsf(x[j]);
-            max = x[j];
-        }
+    float amax;
+    const float max = llmm_signed_absmax(x, QK, &amax);
     if (!(amax > 0) || !isfinite(amax)) {
         codes_for_scale(t, x, 0.f, code);
         return 0.f;
@@ -97,10 +93,6 @@ static float fit_block(const code_table *t, const float *x, uint8_t code[QK]) {
     return best_d;
 }
 
-static void pack_codes(const uint8_t code[QK], uint8_t qs[QK / 2]) {
-    for (int j = 0; j < QK / 2; j++) qs[j] = (uint8_t)(code[j] | code[j + QK / 2] << 4);
-}
-
 void llmm_quantize_row_iq4_nl(const float *src, void *dst, size_t n) {
     block_iq4_nl *y = dst;
     uint8_t code[QK];
@@ -111,7 +103,7 @@ void llmm_quantize_row_iq4_nl(const float *src, void *dst, size_t n) {
         y[b].d = llmm_f32_to_f16(fit_block(&t, x, code));
         /* the codes again for the scale as stored (rounded to f16): each weight's nearest */
         codes_for_scale(&t, x, llmm_f16_to_f32(y[b].d), code);
-        pack_codes(code, y[b].qs);
+        llmm_pack_nibbles32(code, y[b].qs);
     }
 }
 
@@ -125,15 +117,9 @@ void llmm_quantize_row_iq4_xs(const float *src, void *dst, size_t n) {
     code_table_init(&t);
     for (size_t b = 0; b < n / QK_K; b++) {
         const float *x = src + b * QK_K;
-        float scale[XS_SUBS], max = 0, amax = 0;
-        for (int ib = 0; ib < XS_SUBS; ib++) {
-            scale[ib] = fit_block(&t, x + ib * QK, code);
-            if (fabsf(scale[ib]) > amax) {
-                amax = fabsf(scale[ib]);
-                max = scale[ib];
-            }
-        }
-        const float d = max / -32.f;
+        float scale[XS_SUBS], amax;
+        for (int ib = 0; ib < XS_SUBS; ib++) scale[ib] = fit_block(&t, x + ib * QK, code);
+        const float d = llmm_signed_absmax(scale, XS_SUBS, &amax) / -32.f;
         const float id = d != 0.f ? 1.0f / d : 0.f;
         y[b].d = llmm_f32_to_f16(d);
         const float d_stored = llmm_f16_to_f32(y[b].d);
@@ -144,7 +130,7 @@ void llmm_quantize_row_iq4_xs(const float *src, void *dst, size_t n) {
             y[b].scales_l[ib / 2] |= (uint8_t)((ls & 15) << 4 * (ib % 2));
             y[b].scales_h |= (uint16_t)((ls >> 4) << 2 * ib);
             codes_for_scale(&t, x + ib * QK, d_stored * (float)(ls - 32), code);
-            pack_codes(code, y[b].qs + ib * (QK / 2));
+            llmm_pack_nibbles32(code, y[b].qs + ib * (QK / 2));
         }
     }
 }

@@ -254,18 +254,6 @@ float llmm_vec_dot_q6_K_q8_K(const void *w, const void *x, size_t n) {
 
 /* ================================================================ sub-block fits */
 
-/* The value of largest magnitude, with its sign (the first one on ties). */
-static float signed_absmax(const float *x, int n, float *amax) {
-    float max = 0;
-    *amax = 0;
-    for (int i = 0; i < n; i++)
-        if (fabsf(x[i]) > *amax) {
-            *amax = fabsf(x[i]);
-            max = x[i];
-        }
-    return max;
-}
-
 static float max_of(const float *v, int n) {
     float m = 0;
     for (int i = 0; i < n; i++) m = fmaxf(m, v[i]);
@@ -362,7 +350,7 @@ static float fit_offset(const float *x, const float *w, int n, int nmax, const o
 static float fit_symmetric_refined(const float *x, int n, int nmax, uint8_t *L) {
     int8_t l[16];
     float amax;
-    const float max = signed_absmax(x, n, &amax);
+    const float max = llmm_signed_absmax(x, n, &amax);
     if (amax < GROUP_MAX_EPS) {
         memset(L, 0, (size_t)n);
         return 0;
@@ -417,7 +405,7 @@ static void symmetric_levels(const float *x, int n, int nmax, float iscale, uint
 static float fit_symmetric_search(const float *x, int n, int nmax, uint8_t *L) {
     uint8_t trial[16];
     float amax;
-    const float max = signed_absmax(x, n, &amax);
+    const float max = llmm_signed_absmax(x, n, &amax);
     if (amax < GROUP_MAX_EPS) {
         memset(L, 0, (size_t)n);
         return 0;
@@ -601,7 +589,7 @@ void llmm_quantize_row_q8_K(const float *src, void *dst, size_t n) {
     for (size_t b = 0; b < n / QK_K; b++) {
         const float *x = src + b * QK_K;
         float amax;
-        const float max = signed_absmax(x, QK_K, &amax);
+        const float max = llmm_signed_absmax(x, QK_K, &amax);
         memset(&y[b], 0, sizeof y[b]);
         if (amax == 0) continue;
         const float iscale = -127.f / max;

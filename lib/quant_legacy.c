@@ -38,10 +38,6 @@ static void pack_5bit(const uint8_t q[QK], uint8_t qs[QK / 2], uint8_t qh[4]) {
     for (int k = 0; k < 4; k++) qh[k] = (uint8_t)(h >> (8 * k));
 }
 
-static void pack_nibbles(const uint8_t q[QK], uint8_t qs[QK / 2]) {
-    for (int j = 0; j < QK / 2; j++) qs[j] = (uint8_t)(q[j] | q[j + QK / 2] << 4);
-}
-
 /* ---------------------------------------------------------------- quantizers */
 
 static void block_min_max(const float *x, float *min, float *max) {
@@ -71,7 +67,7 @@ void llmm_quantize_row_q4_1(const float *src, void *dst, size_t n) {
     uint8_t q[QK];
     for (size_t b = 0; b < n / QK; b++) {
         quantize_offset_block(src + b * QK, 15, q, &y[b].d, &y[b].m);
-        pack_nibbles(q, y[b].qs);
+        llmm_pack_nibbles32(q, y[b].qs);
     }
 }
 
@@ -91,13 +87,8 @@ void llmm_quantize_row_q5_0(const float *src, void *dst, size_t n) {
     uint8_t q[QK];
     for (size_t b = 0; b < n / QK; b++) {
         const float *x = src + b * QK;
-        float amax = 0, max = 0;
-        for (int j = 0; j < QK; j++)
-            if (fabsf(x[j]) > amax) {
-                amax = fabsf(x[j]);
-                max = x[j];
-            }
-        const float d = max / -16.f;
+        float amax;
+        const float d = llmm_signed_absmax(x, QK, &amax) / -16.f;
         const float id = d != 0.f ? 1.0f / d : 0.f;
         y[b].d = llmm_f32_to_f16(d);
         for (int j = 0; j < QK; j++) q[j] = (uint8_t)llmm_trunc_clamp(x[j] * id + 16.5f, 0, 31);

@@ -100,6 +100,18 @@ static size_t cpu_scratch_bytes(const llmm_step_shape *shape, int n_threads) {
     return LLMM_MAX(matmul, attention);
 }
 
+/* The step's size decides which matmuls may make packed weight copies (ops_matmul.c): a
+ * prompt's last-position logits are a one-row matmul too, but belong to the prompt. */
+static llmm_status cpu_step_begin(void *state, size_t n_tokens) {
+    ((cpu_state *)state)->step_tokens = n_tokens;
+    return LLMM_OK;
+}
+
+static llmm_status cpu_step_end(void *state) {
+    ((cpu_state *)state)->step_tokens = 0;
+    return LLMM_OK;
+}
+
 static llmm_status cpu_reserve(void *state, const llmm_step_shape *shape) {
     cpu_state *s = state;
     return cpu_scratch(s, cpu_scratch_bytes(shape, threadpool_size(s->pool))) ? LLMM_OK : LLMM_ERR_NO_MEMORY;
@@ -132,4 +144,6 @@ const llmm_backend_ops llmm_cpu_backend = {
     .copy = cpu_copy,
     .scratch_bytes = cpu_scratch_bytes,
     .reserve = cpu_reserve,
+    .step_begin = cpu_step_begin,
+    .step_end = cpu_step_end,
 };

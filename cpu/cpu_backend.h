@@ -11,6 +11,7 @@ typedef struct cpu_state {
     const llmm_allocator *alloc;
     const cpu_kernels *k; /* chosen once at init from cpuid (and LLMM_CPU_KERNELS) */
     void *scratch;        /* activations converted for the dots, attention scores */
+    size_t step_tokens;   /* tokens of the forward step in progress (step_begin); 0 between steps */
     size_t scratch_bytes;
 } cpu_state;
 

@@ -96,6 +96,10 @@ typedef struct cpu_kernels {
     const char *name;
     cpu_isa isa;
     cpu_matmul_kernel matmul[LLMM_TYPE_COUNT];
+    /* The same matmul over a packed copy of the weight (packed_tiles.h: w->data the copy,
+     * w->ne1 its whole tiles' rows), matmul[type]'s operand, bit for bit its results; NULL
+     * where this table does not pack the type (all but AVX-512's Q4_0, Q5_0, Q8_0, IQ4_NL). */
+    cpu_gemm_fn matmul_packed[LLMM_TYPE_COUNT];
     /* x (n values, n % 32 == 0) to Q8 operand fields; NULL in the scalar table */
     void (*quantize_q8)(const float *x, int8_t *qs, float *d, int32_t *sum, size_t n);
     /* x (n values, n % 256 == 0) to Q8K operand fields, bit for bit llmm_quantize_row_q8_K's;

@@ -31,7 +31,9 @@
 #error "include gemm_int8_x86.h before gemm_rows16_avx512.h"
 #endif
 
-#define R16_ROWS 16
+#include "packed_tiles.h"
+
+#define R16_ROWS PACKED_TILE_ROWS
 /* operand rows per tile: 16 accumulators, the block's 8 weight vectors and one dot chain fit
  * the 32 registers (Q_TILE_X's 8 had made one core, 896 x 2048, 64 rows: Q4_0 940 -> 862 us,
  * Q5_0 1002 -> 931, Q8_0 981 -> 921); the K-quant tiles, with twice the accumulators, keep
@@ -77,8 +79,8 @@ SIMD_ALWAYS_INLINE size_t r16_qh_offset(r16_kind k) {
 
 /* The row whose values lane q holds after the transposition (and the lane of row q: the
  * mapping is its own inverse): 128-bit lane l of the m-th loaded vector holds row 4m + l, and
- * the unpacks leave row l + 4p at position 4l + p. */
-SIMD_ALWAYS_INLINE size_t rows16_row(size_t q) { return (q >> 2) + 4 * (q & 3); }
+ * the unpacks leave row l + 4p at position 4l + p. Packed copies keep the same order. */
+SIMD_ALWAYS_INLINE size_t rows16_row(size_t q) { return packed_lane_row(q); }
 
 /* The f16 scales (and mins) of blocks [b0, b0 + n) of the 16 rows, and for Q5_0 / Q5_1 their
  * 32-bit words of 5th bits, row by row in address order (the tile's first touch, see
@@ -218,6 +220,42 @@ SIMD_ALWAYS_INLINE void rows16_block(r16_kind kind, const uint8_t *blk, size_t r
     }
 }
 
+/* Block b of the 16 rows from a packed copy (packed_tiles.h; v: the group after its scales),
+ * as rows16_block leaves it: plain loads where rows16_block transposes. */
+SIMD_ALWAYS_INLINE void rows16_packed_block(r16_kind kind, const uint8_t *v, __m512i w[8]) {
+    if (kind == R16_Q8_0) {
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) w[j] = _mm512_loadu_si512(v + 64 * j);
+        return;
+    }
+    const uint8_t *quants = v + (kind == R16_Q5_0 ? 64 : 0);
+    const __m512i low4 = _mm512_set1_epi8(0x0f), b16 = _mm512_set1_epi8(0x10);
+    const __m512i high4 = _mm512_set1_epi8((char)0xf0);
+    const __m512i values = _mm512_xor_si512(_mm512_broadcast_i32x4(load_128(llmm_iq4_values)),
+                                            _mm512_set1_epi8((char)0x80));
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        const __m512i d = _mm512_loadu_si512(quants + 64 * j);
+        if (kind == R16_Q4_0) { /* times 16, as rows16_block */
+            w[j] = _mm512_and_si512(_mm512_slli_epi16(d, 4), high4);
+            w[j + 4] = _mm512_and_si512(d, high4);
+            continue;
+        }
+        w[j] = _mm512_and_si512(d, low4);
+        w[j + 4] = _mm512_and_si512(_mm512_srli_epi16(d, 4), low4);
+        if (kind == R16_IQ4_NL) {
+            w[j] = _mm512_shuffle_epi8(values, w[j]);
+            w[j + 4] = _mm512_shuffle_epi8(values, w[j + 4]);
+        } else { /* Q5_0 */
+            __mmask64 m_lo, m_hi;
+            memcpy(&m_lo, v + 8 * j, sizeof m_lo);
+            memcpy(&m_hi, v + 8 * (j + 4), sizeof m_hi);
+            w[j] = _mm512_mask_add_epi8(w[j], m_lo, w[j], b16);
+            w[j + 4] = _mm512_mask_add_epi8(w[j + 4], m_hi, w[j + 4], b16);
+        }
+    }
+}
+
 /* Block b's share of the next 16-row tile (blocks of bb bytes), to L2: see prefetch_next. */
 SIMD_ALWAYS_INLINE void rows16_prefetch(const uint8_t *next, size_t b, size_t bb) {
     prefetch_span((uintptr_t)next + b * R16_ROWS * bb, R16_ROWS * bb, 1);
@@ -242,8 +280,8 @@ SIMD_ALWAYS_INLINE __m512i rows16_dot(const __m512i w[8], const int8_t *xq, __m5
 }
 
 /* Blocks [b0, b0 + n) of the tile against operand rows r0 .. r0+nx-1 (nx a constant for full
- * operand tiles and for one row). */
-SIMD_ALWAYS_INLINE void rows16_tile_seg(r16_kind kind, const uint8_t *base, size_t rb, const uint8_t *next,
+ * operand tiles and for one row); packed: base is a tile of a packed copy. */
+SIMD_ALWAYS_INLINE void rows16_tile_seg(r16_kind kind, int packed, const uint8_t *base, size_t rb, const uint8_t *next,
                                         size_t nb, size_t b0, size_t n, const uint16_t dws[R16_SEG][R16_ROWS],
                                         const uint16_t mws[R16_SEG][R16_ROWS], const uint32_t qhs[R16_SEG][R16_ROWS],
                                         const cpu_operand *x, size_t r0, size_t nx, __m512 acc_io[R16_TILE_X]) {
@@ -259,7 +297,11 @@ SIMD_ALWAYS_INLINE void rows16_tile_seg(r16_kind kind, const uint8_t *base, size
         if (next && r0 == 0) rows16_prefetch(next, b, bb);
         __m512 d_w, m_w = _mm512_setzero_ps();
         __m512i h = _mm512_setzero_si512(), w[8];
-        if (kind == R16_Q5_0 && nx == 1) {
+        if (packed) {
+            const uint8_t *g = base + b * R16_ROWS * bb;
+            d_w = _mm512_cvtph_ps(load_256(g));
+            rows16_packed_block(kind, g + 2 * R16_ROWS, w);
+        } else if (kind == R16_Q5_0 && nx == 1) {
             rows16_q5_0_head(base + b * bb, rb, &d_w, &h);
         } else if (r16_has_min(kind) && nx == 1) {
             rows16_min_head(base + b * bb, rb, &d_w, &m_w, &h);
@@ -268,7 +310,7 @@ SIMD_ALWAYS_INLINE void rows16_tile_seg(r16_kind kind, const uint8_t *base, size
             if (r16_has_min(kind)) m_w = _mm512_cvtph_ps(load_256(mws[b - b0]));
             if (r16_five_bits(kind)) h = _mm512_loadu_si512(qhs[b - b0]);
         }
-        rows16_block(kind, base + b * bb, rb, h, w);
+        if (!packed) rows16_block(kind, base + b * bb, rb, h, w);
 #pragma GCC unroll 16
         for (size_t r = 0; r < nx; r++) {
             const size_t xb = (r0 + r) * nb + b;
@@ -306,8 +348,8 @@ SIMD_ALWAYS_INLINE void rows16_store(__m512 acc, float *o, size_t l0, size_t nl)
 
 /* All operand rows against the 16 weight rows base + i * rb; lanes [l0, l0 + nl) (in row
  * order) go to out columns j ... */
-SIMD_ALWAYS_INLINE void rows16_rows(r16_kind kind, const uint8_t *base, size_t rb, const uint8_t *next, size_t l0,
-                                    size_t nl, size_t j, const cpu_operand *x, size_t n_rows, float *out,
+SIMD_ALWAYS_INLINE void rows16_rows(r16_kind kind, int packed, const uint8_t *base, size_t rb, const uint8_t *next,
+                                    size_t l0, size_t nl, size_t j, const cpu_operand *x, size_t n_rows, float *out,
                                     size_t ldo) {
     const size_t nb = x->n / QK8_0;
     uint16_t dws[R16_SEG][R16_ROWS], mws[R16_SEG][R16_ROWS];
@@ -317,14 +359,15 @@ SIMD_ALWAYS_INLINE void rows16_rows(r16_kind kind, const uint8_t *base, size_t r
         const size_t nx = LLMM_MIN((size_t)R16_TILE_X, n_rows - r0);
         for (size_t b0 = 0; b0 < nb; b0 += R16_SEG) {
             const size_t n = LLMM_MIN((size_t)R16_SEG, nb - b0);
-            if (!(r16_heads_per_block(kind) && n_rows == 1) && (r0 == 0 || nb > R16_SEG))
+            if (!packed && !(r16_heads_per_block(kind) && n_rows == 1) && (r0 == 0 || nb > R16_SEG))
                 gather_fields16(kind, base, rb, b0, n, dws, mws, qhs);
             const uint16_t(*d)[R16_ROWS] = (const uint16_t(*)[R16_ROWS])dws;
             const uint16_t(*m)[R16_ROWS] = (const uint16_t(*)[R16_ROWS])mws;
             const uint32_t(*h)[R16_ROWS] = (const uint32_t(*)[R16_ROWS])qhs;
-            if (nx == R16_TILE_X) rows16_tile_seg(kind, base, rb, next, nb, b0, n, d, m, h, x, r0, R16_TILE_X, acc);
-            else if (nx == 1) rows16_tile_seg(kind, base, rb, next, nb, b0, n, d, m, h, x, r0, 1, acc);
-            else rows16_tile_seg(kind, base, rb, next, nb, b0, n, d, m, h, x, r0, nx, acc);
+            if (nx == R16_TILE_X)
+                rows16_tile_seg(kind, packed, base, rb, next, nb, b0, n, d, m, h, x, r0, R16_TILE_X, acc);
+            else if (nx == 1) rows16_tile_seg(kind, packed, base, rb, next, nb, b0, n, d, m, h, x, r0, 1, acc);
+            else rows16_tile_seg(kind, packed, base, rb, next, nb, b0, n, d, m, h, x, r0, nx, acc);
         }
         for (size_t r = 0; r < nx; r++) rows16_store(acc[r], out + (r0 + r) * ldo + j, l0, nl);
     }
@@ -333,7 +376,16 @@ SIMD_ALWAYS_INLINE void rows16_rows(r16_kind kind, const uint8_t *base, size_t r
 /* Tiles of 16 rows (gemm_tiles.h). */
 SIMD_ALWAYS_INLINE void gemm_rows16(r16_kind kind, const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x,
                                     size_t n_rows, float *out, size_t ldo) {
-#define ROWS16_CALL(base, rb, next, l0, nl, j) rows16_rows(kind, base, rb, next, l0, nl, j, x, n_rows, out, ldo)
+#define ROWS16_CALL(base, rb, next, l0, nl, j) rows16_rows(kind, 0, base, rb, next, l0, nl, j, x, n_rows, out, ldo)
+    GEMM_WALK_TILES(w, j0, j1, R16_ROWS, ROWS16_CALL);
+#undef ROWS16_CALL
+}
+
+/* The same over a packed copy (w->data the copy, w->ne1 its whole tiles' rows): the tile walk
+ * finds each tile at the bytes its rows had (packed_tiles.h). */
+SIMD_ALWAYS_INLINE void gemm_rows16_packed(r16_kind kind, const llmm_tensor *w, size_t j0, size_t j1,
+                                           const cpu_operand *x, size_t n_rows, float *out, size_t ldo) {
+#define ROWS16_CALL(base, rb, next, l0, nl, j) rows16_rows(kind, 1, base, rb, next, l0, nl, j, x, n_rows, out, ldo)
     GEMM_WALK_TILES(w, j0, j1, R16_ROWS, ROWS16_CALL);
 #undef ROWS16_CALL
 }
@@ -344,5 +396,9 @@ GEMM_FN_FOR_KIND(gemm_q8_0_rows16, gemm_rows16, R16_Q8_0)
 GEMM_FN_FOR_KIND(gemm_q4_1_rows16, gemm_rows16, R16_Q4_1)
 GEMM_FN_FOR_KIND(gemm_q5_1_rows16, gemm_rows16, R16_Q5_1)
 GEMM_FN_FOR_KIND(gemm_iq4_nl_rows16, gemm_rows16, R16_IQ4_NL)
+GEMM_FN_FOR_KIND(gemm_q4_0_packed16, gemm_rows16_packed, R16_Q4_0)
+GEMM_FN_FOR_KIND(gemm_q5_0_packed16, gemm_rows16_packed, R16_Q5_0)
+GEMM_FN_FOR_KIND(gemm_q8_0_packed16, gemm_rows16_packed, R16_Q8_0)
+GEMM_FN_FOR_KIND(gemm_iq4_nl_packed16, gemm_rows16_packed, R16_IQ4_NL)
 
 #endif

@@ -150,6 +150,13 @@ const cpu_kernels cpu_kernels_avx512 = {
             [LLMM_TYPE_Q5_K] = {gemm_q5_K_avx512, CPU_OPERAND_Q8K},
             [LLMM_TYPE_Q6_K] = {gemm_q6_K_avx512, CPU_OPERAND_Q8K},
         },
+    .matmul_packed =
+        {
+            [LLMM_TYPE_Q4_0] = gemm_q4_0_packed16,
+            [LLMM_TYPE_Q5_0] = gemm_q5_0_packed16,
+            [LLMM_TYPE_Q8_0] = gemm_q8_0_packed16,
+            [LLMM_TYPE_IQ4_NL] = gemm_iq4_nl_packed16,
+        },
     .quantize_q8 = avx2_quantize_q8,
     .quantize_q8k = avx2_quantize_q8k,
     .round_f16_f64 = avx2_round_f16_f64,

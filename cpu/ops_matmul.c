@@ -9,11 +9,18 @@
  * Two paths: the kernel table's gemm for the types it has (SIMD tiles that load each weight
  * block once per tile of activation rows), and the generic path through the type table's
  * vec_dot for every other type and for the scalar table. Both give each output from its own
- * weight row and activation row alone, so results do not depend on the thread count. */
+ * weight row and activation row alone, so results do not depend on the thread count.
+ *
+ * Where the table has a kernel for packed copies of a type (packed_tiles.h) and the weight a
+ * copy slot (weight_copy.h), its first decode-sized matmul makes the copy: each chunk
+ * packs its tiles, drops the file pages it copied, and computes from the copy. Every later
+ * matmul by it, of any context, reads the copy (bit for bit the same results). */
 #include <string.h>
 
 #include "cpu_backend.h"
+#include "packed_tiles.h"
 #include "quant.h"
+#include "weight_copy.h"
 
 /* Chunks per thread segment (sizes 1/2, 1/4, ... 1/32 of it, and the rest), weights one task
  * holds at most (Q/K/V, gate/up), and the rows chunks are counted in: the tallest kernel tile
@@ -26,6 +33,11 @@ typedef struct matmul_part {
     float *out;
     cpu_gemm_fn gemm; /* kernel path; NULL: the generic path */
     size_t first_tile;
+    /* rows [0, packed.ne1) from the packed copy packed.data through gemm_packed (packed.ne1
+     * 0: none); packing: this task makes the copy */
+    cpu_gemm_fn gemm_packed;
+    llmm_tensor packed;
+    int packing;
 } matmul_part;
 
 typedef struct matmul_task {
@@ -59,12 +71,36 @@ static void plan_chunks(const cpu_state *s, matmul_task *t) {
     t->segment_chunks = parallel ? SEGMENT_CHUNKS : 1;
 }
 
+/* Source bytes packed at a time while making a copy: each slice's pages are dropped and its
+ * copy computed while still in cache, so the resident set grows by a slice, not by a chunk (a
+ * first chunk of the 0.5B models' output matrix is 36 MB). */
+enum { PACK_SLICE_BYTES = 256 << 10 };
+
+/* Rows [r0, end) of a weight whose copy this task makes (whole tiles), for every operand row. */
+static void pack_and_run(const matmul_task *t, const matmul_part *p, size_t r0, size_t end) {
+    const llmm_tensor *w = p->w;
+    const size_t rb = w->row_bytes;
+    const size_t step = LLMM_MAX((size_t)1, PACK_SLICE_BYTES / (PACKED_TILE_ROWS * rb)) * PACKED_TILE_ROWS;
+    for (size_t a = r0; a < end; a += step) {
+        const size_t b = LLMM_MIN(end, a + step);
+        packed_tiles_pack(w, a / PACKED_TILE_ROWS, b / PACKED_TILE_ROWS, w->copy->data);
+        if (w->copy->release_source) packed_tiles_drop_source((const uint8_t *)w->data + a * rb, (b - a) * rb);
+        p->gemm_packed(&p->packed, a, b, &t->x, t->n_rows, p->out, (size_t)w->ne1);
+    }
+}
+
 /* Rows [r0, r1) of one weight, for every operand row. */
 static void run_rows(const matmul_task *t, const matmul_part *p, size_t r0, size_t r1) {
     const llmm_tensor *w = p->w;
     const size_t ne1 = (size_t)w->ne1, ne0 = (size_t)w->ne0;
     if (p->gemm) {
-        p->gemm(w, r0, r1, &t->x, t->n_rows, p->out, ne1);
+        if (r0 < (size_t)p->packed.ne1) { /* chunks start at tiles of TILE_ROWS, as the copy's */
+            const size_t end = LLMM_MIN(r1, (size_t)p->packed.ne1);
+            if (p->packing) pack_and_run(t, p, r0, end);
+            else p->gemm_packed(&p->packed, r0, end, &t->x, t->n_rows, p->out, ne1);
+            r0 = end;
+        }
+        if (r0 < r1) p->gemm(w, r0, r1, &t->x, t->n_rows, p->out, ne1);
         return;
     }
     const uint8_t *wbase = w->data;
@@ -92,6 +128,42 @@ static void matmul_chunk(void *arg, size_t chunk, int ith) {
     }
 }
 
+/* Tokens of a forward step (or operand rows of a matmul outside one) up to which a matmul
+ * makes a weight's missing copy: a decode step of up to 4 sequences. A prompt's matmuls
+ * (longer, as a rule; its last-position logits too) stay on the original until a decode step
+ * has made the copy, so the first token comes no later. */
+#define PACK_MAX_ROWS 4
+
+/* Whether part p reads its weight's packed copy, claiming the making of it for this task when
+ * there is none yet and n_rows is small enough. A weight with no whole tile, or no memory for
+ * its copy, is marked NEVER and keeps the original. */
+static void use_copy(const cpu_state *s, matmul_part *p, size_t n_rows) {
+    const llmm_tensor *w = p->w;
+    llmm_weight_copy *c = w->copy;
+    const cpu_gemm_fn packed_fn = s->k->matmul_packed[w->type];
+    if (!c || !packed_fn || !p->gemm) return;
+    const size_t rows = packed_tiles_rows(w);
+    uint32_t state = atomic_load_explicit(&c->state, memory_order_acquire);
+    if (state == LLMM_COPY_NONE && (s->step_tokens ? s->step_tokens : n_rows) <= PACK_MAX_ROWS) {
+        if (!atomic_compare_exchange_strong(&c->state, &state, LLMM_COPY_MAKING)) return; /* another's */
+        c->bytes = rows * w->row_bytes;
+        c->data = rows ? packed_tiles_alloc(c->bytes) : NULL;
+        if (!c->data) {
+            atomic_store_explicit(&c->state, LLMM_COPY_NEVER, memory_order_release);
+            return;
+        }
+        c->layout = PACKED_LAYOUT_ROWS16;
+        c->free_data = packed_tiles_free;
+        p->packing = 1;
+    } else if (state != LLMM_COPY_READY || c->layout != PACKED_LAYOUT_ROWS16) {
+        return;
+    }
+    p->gemm_packed = packed_fn;
+    p->packed = *w;
+    p->packed.data = c->data;
+    p->packed.ne1 = (int64_t)rows;
+}
+
 /* Lays the weights out in one tile space and runs the task over the pool. */
 static void run_task(cpu_state *s, matmul_task *t, const llmm_tensor *const *w, size_t n_w, float *const *out) {
     t->n_parts = n_w;
@@ -99,10 +171,18 @@ static void run_task(cpu_state *s, matmul_task *t, const llmm_tensor *const *w, 
     for (size_t i = 0; i < n_w; i++) {
         t->part[i] = (matmul_part){
             .w = w[i], .out = out[i], .gemm = s->k->matmul[w[i]->type].gemm, .first_tile = t->n_tiles};
+        use_copy(s, &t->part[i], t->n_rows);
         t->n_tiles += ((size_t)w[i]->ne1 + TILE_ROWS - 1) / TILE_ROWS;
     }
     plan_chunks(s, t);
     threadpool_run(s->pool, matmul_chunk, t, t->n_segments * t->segment_chunks);
+    for (size_t i = 0; i < n_w; i++) {
+        const matmul_part *p = &t->part[i];
+        if (!p->packing) continue;
+        /* the pages at the slices' edges, which no slice held whole */
+        if (p->w->copy->release_source) packed_tiles_drop_source(p->w->data, (size_t)p->packed.ne1 * p->w->row_bytes);
+        atomic_store_explicit(&p->w->copy->state, LLMM_COPY_READY, memory_order_release);
+    }
 }
 
 /* bf16 rounding has no vector kernel (a rare weight type): through the type table, widened. */

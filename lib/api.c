@@ -49,7 +49,10 @@ LLMM_API llmm_status llmm_model_params_default(llmm_model_params *params, size_t
     llmm_model_params p = {0};
     p.use_mmap = 1;
     p.log_level = LLMM_LOG_WARN;
-    return prepare(params, struct_size, sizeof p, &p, sizeof p) ? LLMM_OK : LLMM_ERR_INVALID_ARG;
+    p.repack_weights = 1;
+    /* callers built against 0.1 know the fields up to error_buf_size */
+    const size_t v1_size = offsetof(llmm_model_params, repack_weights);
+    return prepare(params, struct_size, v1_size, &p, sizeof p) ? LLMM_OK : LLMM_ERR_INVALID_ARG;
 }
 
 LLMM_API llmm_status llmm_context_params_default(llmm_context_params *params, size_t struct_size) {

@@ -14,7 +14,7 @@
 #include "common.h"
 #include "weights.h"
 
-#define LLMM_BACKEND_API_VERSION 4
+#define LLMM_BACKEND_API_VERSION 5
 
 typedef struct llmm_backend_config {
     int n_threads;              /* CPU worker threads; <= 0 means physical cores */
@@ -162,8 +162,9 @@ typedef struct llmm_backend_ops {
     size_t (*scratch_bytes)(const llmm_step_shape *shape, int n_threads);
     llmm_status (*reserve)(void *state, const llmm_step_shape *shape);
 
-    /* optional: bracket one forward step (a GPU backend may capture it as a graph) */
-    llmm_status (*step_begin)(void *state);
+    /* optional: bracket one forward step of n_tokens tokens (a GPU backend may capture it as a
+     * graph; the CPU backend makes packed weight copies in decode-sized steps only) */
+    llmm_status (*step_begin)(void *state, size_t n_tokens);
     llmm_status (*step_end)(void *state);
 } llmm_backend_ops;
 

@@ -118,7 +118,7 @@ llmm_status forward_step(llmm_context *ctx, const llmm_token *tokens, const llmm
     const llmm_hparams *hp = &ctx->model->hp;
     const llmm_activations *a = &ctx->act;
 
-    if (be->step_begin) TRY(be->step_begin(s));
+    if (be->step_begin) TRY(be->step_begin(s, n));
     TRY(be->embed(s, &w->tok_embd, tokens, n, a->x)); /* (n, n_embd) */
     if (w->arch->flags & LLMM_ARCH_EMBED_SCALE) TRY(be->scale(s, a->x, n * hp->n_embd, sqrtf((float)hp->n_embd)));
     for (uint32_t il = 0; il < hp->n_layer; il++) {

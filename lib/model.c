@@ -188,6 +188,7 @@ LLMM_API llmm_status llmm_model_load(const char *path, const llmm_model_params *
         }
         m->log = log;
         m->vocab_only = p.vocab_only != 0;
+        m->repack_weights = p.repack_weights != 0;
         pthread_mutex_init(&m->error_lock, NULL);
         st = load_into(m, path, &p, &d);
     }

@@ -39,6 +39,7 @@ struct llmm_model {
     llmm_vocab vocab;
     llmm_hparams hp;
     int vocab_only;
+    int repack_weights; /* llmm_model_params.repack_weights */
     double load_ms;
     uint64_t n_params;
     struct llmm_weights *weights; /* bound tensors; NULL for vocab-only models */

@@ -33,7 +33,11 @@ static llmm_status bind(const llmm_model *m, const bind_spec *s, llmm_diag *d) {
                          s->name, tt->name);
     if (s->kind == BIND_VECTOR && t->type != LLMM_TYPE_F32)
         return diag_fail(d, LLMM_ERR_UNSUPPORTED, "tensor '%s' has type %s, expected f32", s->name, tt->name);
-    *s->dst = (llmm_tensor){t->data, t->type, s->ne0, s->ne1, llmm_row_bytes(t->type, (uint64_t)s->ne0)};
+    *s->dst = (llmm_tensor){.data = t->data,
+                            .type = t->type,
+                            .ne0 = s->ne0,
+                            .ne1 = s->ne1,
+                            .row_bytes = llmm_row_bytes(t->type, (uint64_t)s->ne0)};
     return LLMM_OK;
 }
 
@@ -49,6 +53,7 @@ llmm_tensor tensor_rows(const llmm_tensor *t, int64_t first, int64_t n) {
     llmm_tensor v = *t;
     v.data = (const uint8_t *)t->data + (size_t)first * t->row_bytes;
     v.ne1 = n;
+    v.copy = NULL; /* a view's copy is of its own rows: attach_copies gives it a slot */
     return v;
 }
 
@@ -139,6 +144,45 @@ static llmm_status bind_layer(const llmm_model *m, uint32_t il, llmm_layer_weigh
     return bind_fused(m, il, l, d);
 }
 
+/* The matrices the forward pass multiplies by, each with its slot; out NULL: just count. */
+static size_t matmul_weights(llmm_weights *w, uint32_t n_layer, llmm_tensor **out) {
+    size_t n = 0;
+    for (uint32_t il = 0; il < n_layer; il++) {
+        llmm_layer_weights *l = &w->layers[il];
+        llmm_tensor *const mats[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down};
+        for (size_t i = 0; i < sizeof mats / sizeof *mats; i++)
+            if (mats[i]->data) {
+                if (out) out[n] = mats[i];
+                n++;
+            }
+    }
+    if (out) out[n] = &w->output;
+    return n + 1;
+}
+
+/* A copy slot per matrix (weight_copy.h), only for weights in the file mapping: there a
+ * backend's copy replaces the mapped pages it copies; over owned memory it would double the
+ * resident weights. */
+static llmm_status attach_copies(llmm_model *m, llmm_diag *d) {
+    llmm_weights *w = m->weights;
+    const size_t n = matmul_weights(w, m->hp.n_layer, NULL);
+    llmm_tensor **mats = mem_calloc(m->alloc, n, sizeof *mats);
+    w->copies = mem_calloc(m->alloc, n, sizeof *w->copies);
+    if (!mats || !w->copies) {
+        mem_free(m->alloc, mats);
+        return diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory");
+    }
+    w->n_copies = n;
+    matmul_weights(w, m->hp.n_layer, mats);
+    for (size_t i = 0; i < n; i++) {
+        atomic_init(&w->copies[i].state, LLMM_COPY_NONE);
+        w->copies[i].release_source = 1;
+        mats[i]->copy = &w->copies[i];
+    }
+    mem_free(m->alloc, mats);
+    return LLMM_OK;
+}
+
 llmm_status weights_bind(llmm_model *m, llmm_diag *d) {
     const llmm_arch *arch = arch_find(m->architecture);
     if (!arch)
@@ -165,11 +209,16 @@ llmm_status weights_bind(llmm_model *m, llmm_diag *d) {
     if (!w->output.data) w->output = w->tok_embd; /* tied embeddings */
     for (uint32_t il = 0; il < m->hp.n_layer; il++)
         if ((st = bind_layer(m, il, &w->layers[il], d))) return st;
-    return LLMM_OK;
+    return m->repack_weights && m->gguf->mapping ? attach_copies(m, d) : LLMM_OK;
 }
 
 void weights_free(llmm_model *m) {
     if (!m->weights) return;
+    for (size_t i = 0; i < m->weights->n_copies; i++) {
+        llmm_weight_copy *c = &m->weights->copies[i];
+        if (atomic_load(&c->state) == LLMM_COPY_READY && c->free_data) c->free_data(c->data, c->bytes);
+    }
+    mem_free(m->alloc, m->weights->copies);
     mem_free(m->alloc, m->weights->layers);
     mem_free(m->alloc, m->weights);
     m->weights = NULL;

@@ -5,14 +5,19 @@
 
 #include "arch.h"
 #include "model.h"
+#include "weight_copy.h"
 
 /* A 2-D view of a weight: ne0 values per row (the input dimension), ne1 rows. A view may
- * cover a slice of rows of a fused tensor (phi3's attn_qkv, ffn_up). data == NULL: absent. */
+ * cover a slice of rows of a fused tensor (phi3's attn_qkv, ffn_up). data == NULL: absent.
+ * copy: the slot for a backend's lazily made copy of these rows (weight_copy.h), one per
+ * matrix the forward pass multiplies by, when the model allows copies; NULL otherwise. data
+ * stays valid either way. */
 typedef struct llmm_tensor {
     const void *data;
     uint32_t type;
     int64_t ne0, ne1;
     size_t row_bytes;
+    struct llmm_weight_copy *copy;
 } llmm_tensor;
 
 typedef struct llmm_layer_weights {
@@ -40,6 +45,8 @@ typedef struct llmm_weights {
     llmm_tensor rope_freqs;  /* optional (n_rot / 2): Llama 3 frequency factors */
     llmm_tensor rope_factors_short, rope_factors_long; /* optional (n_rot / 2): LongRoPE */
     llmm_layer_weights *layers; /* (n_layer) */
+    llmm_weight_copy *copies;   /* (n_copies) the matrices' copy slots, or NULL */
+    size_t n_copies;
 } llmm_weights;
 
 /* Find and check every tensor the architecture needs. UNSUPPORTED for an unknown

@@ -51,6 +51,12 @@ static void test_params_default_versions(void **state) {
     assert_int_equal(llmm_model_params_default(&p, sizeof p), LLMM_OK);
     assert_int_equal(p.size, sizeof p);
     assert_int_equal(p.use_mmap, 1);
+    assert_int_equal(p.repack_weights, 1);
+    /* a caller built before repack_weights existed: accepted, nothing written past its size */
+    memset(&p, 0xcd, sizeof p);
+    assert_int_equal(llmm_model_params_default(&p, offsetof(llmm_model_params, repack_weights)), LLMM_OK);
+    assert_int_equal(p.size, offsetof(llmm_model_params, repack_weights));
+    assert_int_equal(p.repack_weights, (int32_t)0xcdcdcdcd);
     /* a caller built against a newer, larger struct gets its unknown tail zeroed */
     struct {
         llmm_model_params p;

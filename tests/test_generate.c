@@ -7,6 +7,7 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,6 +139,114 @@ static void test_chunked_prefill_matches(void **state) {
     llmm_context_free(one);
     llmm_context_free(chunked);
     llmm_model_free(m);
+}
+
+/* Packed weights (llmm_model_params.repack_weights) change no bit: a model that packs its
+ * matrices during the first decode steps and one that never does give the same logits at
+ * every step, and again for a second prompt prefilled after the packing (which reads the
+ * copies). On a CPU without AVX-512 neither packs and the test only checks determinism;
+ * test_simd checks the packed kernels themselves. */
+static void check_repacked_same_logits(const char *file) {
+    llmm_model *m[2];
+    char rel[512], path[1024];
+    snprintf(rel, sizeof rel, "models/%s", file);
+    for (int i = 0; i < 2; i++) {
+        llmm_model_params mp;
+        llmm_model_params_default(&mp, sizeof mp);
+        mp.repack_weights = i == 0;
+        assert_int_equal(llmm_model_load(shared_path(path, sizeof path, rel), &mp, &m[i]), LLMM_OK);
+    }
+    llmm_context *c[2] = {make_context(m[0], 96, 1, 16, 2), make_context(m[1], 96, 1, 16, 2)};
+    const char *prompts[] = {"Once upon a time", "The little dog saw a big red ball in the park and"};
+    for (size_t pi = 0; pi < 2; pi++) {
+        llmm_token ids[MAX_IDS];
+        const size_t n = tokenize(m[0], prompts[pi], ids);
+        const float *l[2];
+        size_t nv = 0;
+        for (int i = 0; i < 2; i++) {
+            assert_int_equal(llmm_seq_clear(c[i], 0), LLMM_OK);
+            assert_int_equal(llmm_prefill(c[i], 0, ids, n, LLMM_PREFILL_ALL_LOGITS), LLMM_OK);
+        }
+        for (size_t pos = 0; pos < n; pos++) {
+            for (int i = 0; i < 2; i++) assert_int_equal(llmm_logits(c[i], pos, &l[i], &nv), LLMM_OK);
+            if (memcmp(l[0], l[1], nv * sizeof *l[0]) != 0)
+                fail_msg("%s prompt %zu position %zu differs", file, pi, pos);
+        }
+        llmm_token next = argmax(l[0], nv);
+        for (int step = 0; step < 12; step++) {
+            const llmm_seq_id seq = 0;
+            for (int i = 0; i < 2; i++) {
+                assert_int_equal(llmm_decode(c[i], &seq, &next, 1), LLMM_OK);
+                assert_int_equal(llmm_logits(c[i], 0, &l[i], &nv), LLMM_OK);
+            }
+            if (memcmp(l[0], l[1], nv * sizeof *l[0]) != 0) fail_msg("%s decode step %d differs", file, step);
+            next = argmax(l[0], nv);
+        }
+    }
+    for (int i = 0; i < 2; i++) {
+        llmm_context_free(c[i]);
+        llmm_model_free(m[i]);
+    }
+}
+
+static void test_repacked_weights_same_logits(void **state) {
+    (void)state;
+    check_repacked_same_logits("stories260K-q4_0.gguf");
+    check_repacked_same_logits("stories260K-q8_0.gguf");
+}
+
+/* Contexts on two threads decoding one fresh model at once race to make its packed copies:
+ * whichever claims a weight packs it while the other reads the original, and both must get
+ * the logits of a model that never packs (ThreadSanitizer builds check the hand-over). */
+typedef struct decode_job {
+    llmm_context *ctx;
+    float logits[8][512];
+    size_t n_vocab;
+    llmm_status status;
+} decode_job;
+
+static void *decode_eight(void *arg) {
+    decode_job *j = arg;
+    const llmm_token prompt[3] = {1, 403, 407};
+    const llmm_seq_id seq = 0;
+    j->status = llmm_prefill(j->ctx, 0, prompt, 3, 0);
+    llmm_token next = 410;
+    for (int step = 0; step < 8 && !j->status; step++) {
+        const float *l;
+        j->status = llmm_decode(j->ctx, &seq, &next, 1);
+        if (!j->status) j->status = llmm_logits(j->ctx, 0, &l, &j->n_vocab);
+        if (!j->status && j->n_vocab <= 512) memcpy(j->logits[step], l, j->n_vocab * sizeof *l);
+        next = (llmm_token)(411 + step);
+    }
+    return NULL;
+}
+
+static void test_repacking_from_two_threads(void **state) {
+    (void)state;
+    char path[1024];
+    shared_path(path, sizeof path, "models/stories260K-q8_0.gguf");
+    llmm_model *shared = NULL, *plain = NULL;
+    llmm_model_params mp;
+    llmm_model_params_default(&mp, sizeof mp);
+    assert_int_equal(llmm_model_load(path, &mp, &shared), LLMM_OK);
+    mp.repack_weights = 0;
+    assert_int_equal(llmm_model_load(path, &mp, &plain), LLMM_OK);
+    static decode_job jobs[3];
+    jobs[0].ctx = make_context(shared, 64, 1, 16, 1);
+    jobs[1].ctx = make_context(shared, 64, 1, 16, 1);
+    jobs[2].ctx = make_context(plain, 64, 1, 16, 1);
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) assert_int_equal(pthread_create(&th[i], NULL, decode_eight, &jobs[i]), 0);
+    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    decode_eight(&jobs[2]);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(jobs[i].status, LLMM_OK);
+        assert_true(jobs[i].n_vocab <= 512);
+    }
+    for (int i = 0; i < 2; i++) assert_memory_equal(jobs[i].logits, jobs[2].logits, sizeof jobs[2].logits);
+    for (int i = 0; i < 3; i++) llmm_context_free(jobs[i].ctx);
+    llmm_model_free(shared);
+    llmm_model_free(plain);
 }
 
 /* Two sequences decoded in one batch give what each gives alone. */
@@ -399,6 +508,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_golden_outputs),          cmocka_unit_test(test_golden_outputs_f16_kv),
         cmocka_unit_test(test_golden_outputs_q8_kv),    cmocka_unit_test(test_chunked_prefill_matches),
+        cmocka_unit_test(test_repacked_weights_same_logits),
+        cmocka_unit_test(test_repacking_from_two_threads),
         cmocka_unit_test(test_multi_sequence_decode),   cmocka_unit_test(test_context_full_and_truncate),
         cmocka_unit_test(test_abort_restores_sequence), cmocka_unit_test(test_context_bad_arguments),
         cmocka_unit_test(test_generate_streaming),      cmocka_unit_test(test_generate_seeded_sampling),

@@ -924,7 +924,7 @@ static void test_matmul_scratch_reuse(void **state) {
         float *wf = rand_floats(ne0 * ne1, -2.0f, 2.0f), *x = rand_floats(ne0 * n_rows, -2.0f, 2.0f);
         uint8_t *wq = xmalloc(rb * ne1);
         for (size_t j = 0; j < ne1; j++) encode_row(LLMM_TYPE_Q4_0, wf + j * ne0, wq + j * rb, ne0);
-        llmm_tensor w = {wq, LLMM_TYPE_Q4_0, (int64_t)ne0, (int64_t)ne1, rb};
+        llmm_tensor w = {wq, LLMM_TYPE_Q4_0, (int64_t)ne0, (int64_t)ne1, rb, NULL};
         float *out = xmalloc(n_rows * ne1 * sizeof *out);
         fill_nan(out, n_rows * ne1);
         assert_int_equal(llmm_cpu_backend.matmul(st, &w, x, n_rows, out), LLMM_OK);
@@ -949,9 +949,9 @@ static void test_matmul_unsupported_type(void **state) {
     void *st = cpu_start(1);
     uint8_t data[20] = {0};
     float x[32] = {0}, out[1] = {0};
-    llmm_tensor w = {data, LLMM_TYPE_MXFP4, 32, 1, 17};
+    llmm_tensor w = {data, LLMM_TYPE_MXFP4, 32, 1, 17, NULL};
     assert_int_equal(llmm_cpu_backend.matmul(st, &w, x, 1, out), LLMM_ERR_UNSUPPORTED);
-    llmm_tensor w2 = {data, 4 /* removed id */, 32, 1, 20};
+    llmm_tensor w2 = {data, 4 /* removed id */, 32, 1, 20, NULL};
     assert_int_equal(llmm_cpu_backend.matmul(st, &w2, x, 1, out), LLMM_ERR_UNSUPPORTED);
     llmm_cpu_backend.shutdown(st);
 }
@@ -981,7 +981,7 @@ static void test_matmul_multi(void **state) {
             float *wf = rand_floats(NE0 * ne1s[i], -2.0f, 2.0f);
             data[i] = xmalloc(rb * ne1s[i]);
             for (size_t j = 0; j < ne1s[i]; j++) encode_row(sets[si][i], wf + j * NE0, data[i] + j * rb, NE0);
-            w[i] = (llmm_tensor){data[i], sets[si][i], NE0, (int64_t)ne1s[i], rb};
+            w[i] = (llmm_tensor){data[i], sets[si][i], NE0, (int64_t)ne1s[i], rb, NULL};
             wp[i] = &w[i];
             free(wf);
         }
@@ -1016,7 +1016,8 @@ static void test_matmul_multi(void **state) {
     /* an unsupported type among the weights is refused, not skipped */
     uint8_t good_data[34] = {0}, bad_data[20] = {0};
     float bx[32] = {0}, bout[2][1];
-    const llmm_tensor good = {good_data, LLMM_TYPE_Q8_0, 32, 1, 34}, bad = {bad_data, LLMM_TYPE_MXFP4, 32, 1, 17};
+    const llmm_tensor good = {good_data, LLMM_TYPE_Q8_0, 32, 1, 34, NULL};
+    const llmm_tensor bad = {bad_data, LLMM_TYPE_MXFP4, 32, 1, 17, NULL};
     const llmm_tensor *pair[2] = {&good, &bad};
     float *pair_out[2] = {bout[0], bout[1]};
     void *st = cpu_start(2);
@@ -1614,7 +1615,7 @@ static void test_embed(void **state) {
             float *tf = rand_floats(ne0 * NE1, -2.0f, 2.0f);
             uint8_t *data = xmalloc(rb * NE1);
             for (size_t j = 0; j < NE1; j++) encode_row(type, tf + j * ne0, data + j * rb, ne0);
-            llmm_tensor table = {data, type, (int64_t)ne0, NE1, rb};
+            llmm_tensor table = {data, type, (int64_t)ne0, NE1, rb, NULL};
             float *out = xmalloc(N_IDS * ne0 * sizeof *out);
             double *want = xmalloc(ne0 * sizeof *want);
             fill_nan(out, N_IDS * ne0);

@@ -46,12 +46,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "backend.h"
 #include "cpu_backend.h"
 #include "cpu_kernels.h"
 #include "kv_rows.h"
+#include "packed_tiles.h"
 #include "quant.h"
 #include "threadpool.h"
 
@@ -1284,7 +1287,7 @@ static void test_backend_matmul_all_tables(void **state) {
             float *wf = rand_floats(ne0 * ne1, -2.0f, 2.0f), *x = rand_floats(ne0 * n_rows, -2.0f, 2.0f);
             uint8_t *w = xmalloc(rb * ne1);
             for (size_t j = 0; j < ne1; j++) encode_row(types[ti], wf + j * ne0, w + j * rb, ne0);
-            const llmm_tensor wt = {w, types[ti], (int64_t)ne0, (int64_t)ne1, rb};
+            const llmm_tensor wt = {w, types[ti], (int64_t)ne0, (int64_t)ne1, rb, NULL};
             float *ref = xmalloc(ne1 * n_rows * sizeof *ref), *out = xmalloc(ne1 * n_rows * sizeof *out);
             void *st = cpu_start_isa(CPU_ISA_SCALAR, 1);
             assert_int_equal(llmm_cpu_backend.matmul(st, &wt, x, n_rows, ref), LLMM_OK);
@@ -1381,7 +1384,7 @@ static void test_bench_kernels(void **state) {
             uint8_t *w = xmalloc(rb * ne1);
             encode_row(types[ti], wf, w, ne0);
             for (size_t j = 1; j < ne1; j++) memcpy(w + j * rb, w, rb);
-            const llmm_tensor wt = {w, types[ti], (int64_t)ne0, (int64_t)ne1, rb};
+            const llmm_tensor wt = {w, types[ti], (int64_t)ne0, (int64_t)ne1, rb, NULL};
             float *out = xmalloc(ne1 * n_rows * sizeof *out);
             double ns[CPU_ISA_COUNT] = {0};
             for (int isa = 0; isa < (int)CPU_ISA_COUNT; isa++) {
@@ -1463,7 +1466,7 @@ static void bench_matmul_threads(void) {
             for (int rep = 0; rep < 5; rep++) {
                 const double t0 = now_s();
                 for (size_t c = 0; c < copies; c++) {
-                    const llmm_tensor wt = {w + c * bytes, LLMM_TYPE_Q4_0, (int64_t)ne0, (int64_t)ne1, rb};
+                    const llmm_tensor wt = {w + c * bytes, LLMM_TYPE_Q4_0, (int64_t)ne0, (int64_t)ne1, rb, NULL};
                     assert_int_equal(llmm_cpu_backend.matmul(st, &wt, x, 1, out), LLMM_OK);
                 }
                 best = fmin(best, now_s() - t0);
@@ -1555,6 +1558,83 @@ static void probe_chunk(void *arg, size_t chunk, int ith) {
 /* Many short runs back to back, chunk counts from 0 to more than the threads, and more threads
  * than CPUs: every chunk of every run runs exactly once, within its own run (a late worker
  * must never take a chunk of the next run for its own). */
+/* A copy of bytes in a file of its own, mapped read-only and private as a model's file is
+ * (so the backend may drop pages it packed); NULL when /tmp is not writable. */
+static void *map_as_file(const void *bytes, size_t n) {
+    char path[] = "/tmp/llmm-packed-XXXXXX";
+    const int fd = mkstemp(path);
+    if (fd < 0) return NULL;
+    unlink(path);
+    void *m = write(fd, bytes, n) == (ssize_t)n ? mmap(NULL, n, PROT_READ, MAP_PRIVATE, fd, 0) : MAP_FAILED;
+    close(fd);
+    return m == MAP_FAILED ? NULL : m;
+}
+
+/* One weight through the AVX-512 backend with a copy slot: a prompt-sized matmul leaves the
+ * slot alone, the first one-row matmul packs the whole tiles (or marks the slot NEVER when
+ * there is none), and every result before, during and after equals the scalar table's bit for
+ * bit, for 1, 3 and 37 operand rows. from_file: the weight is a file mapping the backend may
+ * drop pages of, whose bytes must read back unchanged afterwards. */
+static void check_packed_copy(uint32_t type, size_t ne0, size_t ne1, int threads, int from_file) {
+    const size_t rb = llmm_row_bytes(type, ne0), counts[] = {37, 1, 1, 3, 37};
+    float *wf = rand_floats(ne0 * ne1, -2.0f, 2.0f), *x = rand_floats(ne0 * 37, -2.0f, 2.0f);
+    uint8_t *w = xmalloc(rb * ne1);
+    for (size_t j = 0; j < ne1; j++) encode_row(type, wf + j * ne0, w + j * rb, ne0);
+    void *mapped = from_file ? map_as_file(w, rb * ne1) : NULL;
+    if (from_file && !mapped) fail_msg("could not map a temporary file");
+    llmm_weight_copy slot = {.release_source = from_file};
+    atomic_init(&slot.state, LLMM_COPY_NONE);
+    const llmm_tensor plain = {.data = w, .type = type, .ne0 = (int64_t)ne0, .ne1 = (int64_t)ne1, .row_bytes = rb};
+    llmm_tensor wt = plain;
+    wt.data = from_file ? mapped : w;
+    wt.copy = &slot;
+    float *ref = xmalloc(ne1 * 37 * sizeof *ref), *out = xmalloc(ne1 * 37 * sizeof *out);
+    void *scalar = cpu_start_isa(CPU_ISA_SCALAR, 1), *st = cpu_start_isa(CPU_ISA_AVX512, threads);
+    for (size_t i = 0; i < ARRAY_LEN(counts); i++) {
+        const size_t n_rows = counts[i];
+        assert_int_equal(llmm_cpu_backend.matmul(scalar, &plain, x, n_rows, ref), LLMM_OK);
+        fill_nan(out, ne1 * n_rows);
+        assert_int_equal(llmm_cpu_backend.matmul(st, &wt, x, n_rows, out), LLMM_OK);
+        if (memcmp(out, ref, ne1 * n_rows * sizeof *out) != 0)
+            fail_msg("%s %zux%zu, call %zu (%zu rows), threads %d: packed path differs from the scalar table",
+                     llmm_type_get(type)->name, ne0, ne1, i, n_rows, threads);
+        const uint32_t want = i == 0 ? LLMM_COPY_NONE : ne1 >= 16 ? LLMM_COPY_READY : LLMM_COPY_NEVER;
+        assert_int_equal(atomic_load(&slot.state), want);
+    }
+    if (atomic_load(&slot.state) == LLMM_COPY_READY) {
+        assert_int_equal(slot.layout, PACKED_LAYOUT_ROWS16);
+        assert_int_equal(slot.bytes, ne1 / 16 * 16 * rb);
+        slot.free_data(slot.data, slot.bytes);
+    }
+    if (mapped) {
+        assert_memory_equal(mapped, w, rb * ne1);
+        munmap(mapped, rb * ne1);
+    }
+    llmm_cpu_backend.shutdown(st);
+    llmm_cpu_backend.shutdown(scalar);
+    free(wf);
+    free(x);
+    free(w);
+    free(ref);
+    free(out);
+}
+
+static void test_backend_packed_copies(void **state) {
+    (void)state;
+    if (!cpu_kernels_get(CPU_ISA_AVX512)) {
+        print_message("skipped: no AVX-512 on this CPU, whose table alone packs weights\n");
+        return;
+    }
+    const uint32_t types[] = {LLMM_TYPE_Q4_0, LLMM_TYPE_Q5_0, LLMM_TYPE_Q8_0, LLMM_TYPE_IQ4_NL};
+    const size_t dims[][3] = {{96, 77, 2}, {416, 45, 3}, {256, 1003, 2}, {64, 7, 2}, {1184, 16, 1}};
+    rng_seed(4101);
+    for (size_t ti = 0; ti < ARRAY_LEN(types); ti++)
+        for (size_t di = 0; di < ARRAY_LEN(dims); di++)
+            check_packed_copy(types[ti], dims[di][0], dims[di][1], (int)dims[di][2], di == 2);
+    print_message("avx512 packed copies: %zu weights bit-identical to the scalar table, before and after packing\n",
+                  ARRAY_LEN(types) * ARRAY_LEN(dims));
+}
+
 static void test_threadpool_chunks(void **state) {
     (void)state;
     enum { MAX_CHUNKS = 67, RUNS = 1000 };
@@ -1681,6 +1761,7 @@ int main(void) {
         cmocka_unit_test(test_attn_chunk),
         cmocka_unit_test(test_attn_chunk_f16),
         cmocka_unit_test(test_backend_matmul_all_tables),
+        cmocka_unit_test(test_backend_packed_copies),
         cmocka_unit_test(test_threadpool_chunks),
         cmocka_unit_test(test_threadpool_segments),
         cmocka_unit_test(test_bench_kernels),

@@ -1,0 +1,95 @@
+/* Packing weights into the 16-row tile layout (packed_tiles.h), and the memory the copies
+ * live in. Plain C, 4-byte moves: it runs once per weight, but is about half of the extra
+ * time of the first decode step (docs/performance.md); the kernels' own transposition,
+ * stored, would be faster on the CPUs that read these copies. */
+#define _DEFAULT_SOURCE /* madvise, MAP_ANONYMOUS */
+#include "packed_tiles.h"
+
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "quant.h"
+
+int packed_tiles_type(uint32_t type) {
+    return type == LLMM_TYPE_Q4_0 || type == LLMM_TYPE_Q5_0 || type == LLMM_TYPE_Q8_0 || type == LLMM_TYPE_IQ4_NL;
+}
+
+size_t packed_tiles_rows(const llmm_tensor *w) {
+    if (!w->data || !packed_tiles_type(w->type) || w->ne0 <= 0 || w->ne0 % 32 != 0 || w->ne1 < PACKED_TILE_ROWS)
+        return 0;
+    return (size_t)w->ne1 / PACKED_TILE_ROWS * PACKED_TILE_ROWS;
+}
+
+/* The 5th-bit masks of one Q5_0 group (packed_tiles.h) from the 16 rows' qh words: lane q's
+ * four bits of mask j are bits first..first+3 of its row's word. */
+static void pack_q5_0_masks(const uint32_t qh[PACKED_TILE_ROWS], uint8_t *out) {
+    for (int j = 0; j < 8; j++) {
+        const int first = j < 4 ? 4 * j : 16 + 4 * (j - 4); /* the weight of lane byte 0 */
+        uint64_t mask = 0;
+        for (size_t q = 0; q < PACKED_TILE_ROWS; q++)
+            mask |= (uint64_t)(qh[packed_lane_row(q)] >> first & 0xf) << (4 * q);
+        for (int i = 0; i < 8; i++) out[8 * j + i] = (uint8_t)(mask >> (8 * i)); /* little-endian */
+    }
+}
+
+/* Vectors of a group: the 4 bytes at lane q of vector j = the 4 bytes at src[row(q)] +
+ * offset(j), each xor flip. */
+static void pack_vectors(const uint8_t *const src[PACKED_TILE_ROWS], int n_vectors, uint32_t flip, uint8_t *out) {
+    for (int j = 0; j < n_vectors; j++) {
+        const int at = j < 4 ? 4 * j : 16 + 4 * (j - 4);
+        for (size_t q = 0; q < PACKED_TILE_ROWS; q++) {
+            uint32_t v;
+            memcpy(&v, src[packed_lane_row(q)] + at, sizeof v);
+            v ^= flip;
+            memcpy(out + 64 * j + 4 * q, &v, sizeof v);
+        }
+    }
+}
+
+void packed_tiles_pack(const llmm_tensor *w, size_t t0, size_t t1, uint8_t *copy) {
+    const size_t bb = llmm_type_get(w->type)->block_bytes, nb = (size_t)w->ne0 / 32, rb = w->row_bytes;
+    const size_t group = PACKED_TILE_ROWS * bb;
+    const int q5 = w->type == LLMM_TYPE_Q5_0, q8 = w->type == LLMM_TYPE_Q8_0;
+    /* where each type keeps its quants in a block: after d (and Q5_0's qh) */
+    const size_t qs = q5 ? offsetof(block_q5_0, qs) : 2;
+    for (size_t t = t0; t < t1; t++) {
+        const uint8_t *tile = (const uint8_t *)w->data + t * PACKED_TILE_ROWS * rb;
+        for (size_t b = 0; b < nb; b++) {
+            uint8_t *g = copy + (t * nb + b) * group;
+            const uint8_t *blk[PACKED_TILE_ROWS], *quants[PACKED_TILE_ROWS];
+            uint32_t qh[PACKED_TILE_ROWS];
+            for (size_t r = 0; r < PACKED_TILE_ROWS; r++) {
+                blk[r] = tile + r * rb + b * bb;
+                quants[r] = blk[r] + qs;
+                if (q5) memcpy(&qh[r], blk[r] + offsetof(block_q5_0, qh), sizeof qh[r]);
+            }
+            for (size_t q = 0; q < PACKED_TILE_ROWS; q++) memcpy(g + 2 * q, blk[packed_lane_row(q)], 2);
+            uint8_t *v = g + 2 * PACKED_TILE_ROWS;
+            if (q5) {
+                pack_q5_0_masks(qh, v);
+                v += 64;
+            }
+            pack_vectors(quants, q8 ? 8 : 4, q8 ? 0x80808080u : 0, v);
+        }
+    }
+}
+
+void *packed_tiles_alloc(size_t bytes) {
+    if (!bytes) return NULL;
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+    return p;
+}
+
+void packed_tiles_free(void *data, size_t bytes) {
+    if (data) munmap(data, bytes);
+}
+
+void packed_tiles_drop_source(const void *p, size_t n) {
+    const long page_l = sysconf(_SC_PAGESIZE);
+    const uintptr_t page = page_l > 0 ? (uintptr_t)page_l : 4096;
+    const uintptr_t begin = ((uintptr_t)p + page - 1) / page * page, end = ((uintptr_t)p + n) / page * page;
+    /* advice only: a failure leaves the pages resident, which costs memory, not results */
+    if (end > begin) (void)madvise((void *)begin, end - begin, MADV_DONTNEED);
+}

@@ -1,0 +1,57 @@
+/* Weights packed in the AVX-512 kernels' 16-row tile layout: the copy a weight's slot
+ * (weight_copy.h) holds on this backend, made during its first one-row matmul (ops_matmul.c).
+ *
+ * Why: the 16-row kernels (gemm_rows16_avx512.h) transpose each block of 16 weight rows in
+ * registers (16 loads, 12 inserts and 8 unpacks per block, plus for Q5_0 the 5th-bit words and
+ * 4 shuffles) so that vpdpbusd leaves each row's block sum in its own lane. With one operand
+ * row (decode) nothing shares that work, and Q5_0's decode was bound by it. Stored the way the
+ * registers want it, a block of 16 rows is 4 to 8 plain loads. One core, 896 x 4864 Q5_0 from
+ * memory, the same bytes read either way: 0.61-0.63 of the time; Q4_0 0.78, Q8_0 0.97 (see
+ * docs/performance.md "Packed weights").
+ *
+ * Layout: full tiles of 16 rows only (rows [0, 16 * floor(ne1 / 16))); the rows after them
+ * stay in the original. Tile t, block b (of 32 weights) is one group of 16 x block bytes at
+ * (t * nb + b) * 16 * block bytes, so a tile occupies exactly the bytes its rows did and a
+ * tile walk over the copy (row_bytes unchanged) finds each tile where it found the original.
+ * Lane q (0..15) of every vector in a group holds row rows16_row(q) of the tile (the order
+ * the in-register transposition leaves, so both kernels store results alike). A group is:
+ *   d:      16 f16 scales, lane order (32 bytes)
+ *   Q5_0:   8 64-bit masks, mask j bit 4q + k = the 5th bit of row rows16_row(q)'s weight
+ *           4j + k (j < 4) or 16 + 4(j - 4) + k (64 bytes)
+ *   quants: Q4_0, Q5_0, IQ4_NL: 4 vectors of 64 bytes, vector j bytes 4q..4q+3 = the row's
+ *           quant bytes 4j..4j+3 (low nibbles weights 4j.., high nibbles 16 + 4j..);
+ *           Q8_0: 8 vectors, vector j bytes 4q.. = the row's quants 4j.. (j < 4) or
+ *           16 + 4(j - 4).. (j >= 4), each plus 128 (sign bit flipped: unsigned for vpdpbusd)
+ * Same number of bytes per group as the original blocks. */
+#ifndef LLMM_PACKED_TILES_H
+#define LLMM_PACKED_TILES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "weights.h"
+
+#define PACKED_TILE_ROWS 16
+#define PACKED_LAYOUT_ROWS16 1 /* llmm_weight_copy.layout of these copies */
+
+/* The row whose values lane q holds (its own inverse): the transposition's order. */
+static inline size_t packed_lane_row(size_t q) { return (q >> 2) + 4 * (q & 3); }
+
+/* 1 when w's type has this layout. */
+int packed_tiles_type(uint32_t type);
+
+/* Rows of w the copy covers (whole tiles); 0 when there are none. */
+size_t packed_tiles_rows(const llmm_tensor *w);
+
+/* Tiles [t0, t1) of w into copy (the whole copy's base, packed_tiles_rows x row_bytes). */
+void packed_tiles_pack(const llmm_tensor *w, size_t t0, size_t t1, uint8_t *copy);
+
+/* Memory for a copy of bytes (page-aligned, fresh pages), or NULL; freed by packed_tiles_free. */
+void *packed_tiles_alloc(size_t bytes);
+void packed_tiles_free(void *data, size_t bytes);
+
+/* Drops the whole pages of [p, p + n) from the process (they must be a read-only file mapping
+ * that nothing writes: later reads fault them back in from the file). */
+void packed_tiles_drop_source(const void *p, size_t n);
+
+#endif

@@ -1,0 +1,40 @@
+/* A weight's copy in a backend's own layout, made lazily by the backend the first time it pays
+ * and shared by every context of the model (the CPU backend packs quantized weights into the
+ * AVX-512 kernels' tile layout at their first one-row matmul, cpu/packed_tiles.h).
+ *
+ * Why lazily and not at load: making the copies costs about as much as reading the weights
+ * twice, which a load (40-70 ms for a 0.5B file here) and the first token of a prompt cannot
+ * afford; the first decode step can. Why replacing pages and not adding them: where the
+ * weight's bytes are the model's read-only file mapping, the backend drops the mapped pages it
+ * has copied (MADV_DONTNEED), so the process keeps about one copy resident, not two; anything
+ * that still reads the original (an embedding lookup of a tied output matrix, another
+ * backend) faults those pages back in from the file.
+ *
+ * The model is shared by contexts on any threads, so the slot is the one thing in it that
+ * changes after load: state moves NONE -> MAKING -> READY (or NONE -> NEVER) once, through a
+ * compare-and-swap by the context that makes the copy; data and layout are read only after an
+ * acquire load of READY. A context that finds MAKING uses the original meanwhile. */
+#ifndef LLMM_WEIGHT_COPY_H
+#define LLMM_WEIGHT_COPY_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum llmm_copy_state {
+    LLMM_COPY_NONE = 0,   /* not made yet */
+    LLMM_COPY_MAKING = 1, /* one context is making it */
+    LLMM_COPY_READY = 2,  /* data holds the copy */
+    LLMM_COPY_NEVER = 3,  /* not made (no memory for it); the original serves */
+} llmm_copy_state;
+
+typedef struct llmm_weight_copy {
+    _Atomic uint32_t state;      /* llmm_copy_state */
+    uint32_t layout;             /* the maker's layout id (cpu/packed_tiles.h), set before READY */
+    int release_source;          /* the original is the model's file mapping: copied pages may be dropped */
+    void *data;                  /* the copy, set before READY */
+    size_t bytes;
+    void (*free_data)(void *data, size_t bytes); /* set with data; the model calls it when freed */
+} llmm_weight_copy;
+
+#endif

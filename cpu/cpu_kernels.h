@@ -100,6 +100,9 @@ typedef struct cpu_kernels {
      * w->ne1 its whole tiles' rows), matmul[type]'s operand, bit for bit its results; NULL
      * where this table does not pack the type (all but AVX-512's Q4_0, Q5_0, Q8_0, IQ4_NL). */
     cpu_gemm_fn matmul_packed[LLMM_TYPE_COUNT];
+    /* Tiles [t0, t1) of w (a type matmul_packed reads) into copy, byte for byte
+     * packed_tiles_pack's result; NULL where matmul_packed is all NULL */
+    void (*pack_tiles)(const llmm_tensor *w, size_t t0, size_t t1, uint8_t *copy);
     /* x (n values, n % 32 == 0) to Q8 operand fields; NULL in the scalar table */
     void (*quantize_q8)(const float *x, int8_t *qs, float *d, int32_t *sum, size_t n);
     /* x (n values, n % 256 == 0) to Q8K operand fields, bit for bit llmm_quantize_row_q8_K's;

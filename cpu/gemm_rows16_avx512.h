@@ -158,6 +158,26 @@ SIMD_ALWAYS_INLINE void rows16_min_head(const uint8_t *blk, size_t rb, __m512 *d
     *qh = d[1];
 }
 
+/* The 5th bits of the 16 rows' words h (by lane) as byte masks: m[j] bit 4q + k = bit 4j + k
+ * of lane q's word (the weights of w[j] below), m[j + 4] bit 16 + 4j + k. Weight 4j + k of a
+ * row has bit 4j + k of its word: byte j / 2 of the lane, copied to all four bytes of the lane
+ * by the shuffle, then bit k + 4 (j % 2) of byte k tested. */
+SIMD_ALWAYS_INLINE void rows16_fifth_bits(__m512i h, __mmask64 m[8]) {
+    /* by[c]: byte c of each lane's word in all four bytes of the lane (the shuffle indexes
+     * within 128 bits: lane i of a 128-bit part starts at byte 4i) */
+    const __m512i first = _mm512_set4_epi32(0x0c0c0c0c, 0x08080808, 0x04040404, 0x00000000);
+    __m512i by[4];
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; c++)
+        by[c] = _mm512_shuffle_epi8(h, _mm512_add_epi8(first, _mm512_set1_epi8((char)c)));
+    const __m512i bits_lo = _mm512_set1_epi32(0x08040201), bits_hi = _mm512_set1_epi32((int)0x80402010);
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        m[j] = _mm512_test_epi8_mask(by[j / 2], (j & 1) ? bits_hi : bits_lo);
+        m[j + 4] = _mm512_test_epi8_mask(by[2 + j / 2], (j & 1) ? bits_hi : bits_lo);
+    }
+}
+
 /* Block b of the 16 rows as unsigned bytes, transposed: w[j] holds each row's weights 4j..4j+3
  * (j < 4) or 16+4(j-4).. (j >= 4). h: the rows' 5th-bit words (Q5_0, Q5_1), by lane. Q4_0 and
  * Q4_1 come out times 16 (see the top). */
@@ -198,25 +218,15 @@ SIMD_ALWAYS_INLINE void rows16_block(r16_kind kind, const uint8_t *blk, size_t r
         }
         return;
     }
-    /* Q5_0, Q5_1: nibbles as they are, plus 16 where the 5th bit is set. Weight 4j + k of a row has
-     * bit 4j + k of its word: byte j / 2 of the lane, copied to all four bytes of the lane by
-     * the shuffle, then bit k + 4 (j % 2) of byte k tested. */
+    /* Q5_0, Q5_1: nibbles as they are, plus 16 where the 5th bit is set */
     const __m512i low4 = _mm512_set1_epi8(0x0f), b16 = _mm512_set1_epi8(0x10);
-    /* by[c]: byte c of each lane's word in all four bytes of the lane (the shuffle indexes
-     * within 128 bits: lane i of a 128-bit part starts at byte 4i) */
-    const __m512i first = _mm512_set4_epi32(0x0c0c0c0c, 0x08080808, 0x04040404, 0x00000000);
-    __m512i by[4];
-#pragma GCC unroll 4
-    for (int c = 0; c < 4; c++)
-        by[c] = _mm512_shuffle_epi8(h, _mm512_add_epi8(first, _mm512_set1_epi8((char)c)));
-    const __m512i bits_lo = _mm512_set1_epi32(0x08040201), bits_hi = _mm512_set1_epi32((int)0x80402010);
+    __mmask64 m[8];
+    rows16_fifth_bits(h, m);
 #pragma GCC unroll 4
     for (int j = 0; j < 4; j++) {
         const __m512i lo = _mm512_and_si512(d[j], low4), hi = _mm512_and_si512(_mm512_srli_epi16(d[j], 4), low4);
-        const __mmask64 m_lo = _mm512_test_epi8_mask(by[j / 2], (j & 1) ? bits_hi : bits_lo);
-        const __mmask64 m_hi = _mm512_test_epi8_mask(by[2 + j / 2], (j & 1) ? bits_hi : bits_lo);
-        w[j] = _mm512_mask_add_epi8(lo, m_lo, lo, b16);
-        w[j + 4] = _mm512_mask_add_epi8(hi, m_hi, hi, b16);
+        w[j] = _mm512_mask_add_epi8(lo, m[j], lo, b16);
+        w[j + 4] = _mm512_mask_add_epi8(hi, m[j + 4], hi, b16);
     }
 }
 
@@ -252,6 +262,35 @@ SIMD_ALWAYS_INLINE void rows16_packed_block(r16_kind kind, const uint8_t *v, __m
             memcpy(&m_hi, v + 8 * (j + 4), sizeof m_hi);
             w[j] = _mm512_mask_add_epi8(w[j], m_lo, w[j], b16);
             w[j + 4] = _mm512_mask_add_epi8(w[j + 4], m_hi, w[j + 4], b16);
+        }
+    }
+}
+
+/* One tile (16 rows of rb bytes, nb blocks) packed into out with the transposition above,
+ * stored: byte for byte packed_tiles_pack's layout, several times faster (it is most of the
+ * extra time of the first decode step). */
+SIMD_ALWAYS_INLINE void rows16_pack_tile(r16_kind kind, const uint8_t *tile, size_t rb, size_t nb, uint8_t *out) {
+    const size_t bb = r16_block_bytes(kind), qs = r16_qs_offset(kind);
+    const __m512i flip = _mm512_set1_epi8(kind == R16_Q8_0 ? (char)0x80 : 0);
+    for (size_t b = 0; b < nb; b++, out += R16_ROWS * bb) {
+        const uint8_t *blk = tile + b * bb;
+        __m512i head[4], d[4];
+        rows16_transpose(blk, rb, head); /* lane word 0: d, then Q5_0's qh from byte 2 */
+        _mm256_storeu_si256((__m256i *)(void *)out, _mm512_cvtepi32_epi16(head[0]));
+        uint8_t *v = out + 2 * R16_ROWS;
+        if (kind == R16_Q5_0) {
+            __mmask64 m[8];
+            rows16_fifth_bits(_mm512_or_si512(_mm512_srli_epi32(head[0], 16), _mm512_slli_epi32(head[1], 16)), m);
+            for (int j = 0; j < 8; j++) memcpy(v + 8 * j, &m[j], sizeof m[j]);
+            v += 64;
+        }
+        rows16_transpose(blk + qs, rb, d);
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) _mm512_storeu_si512(v + 64 * j, _mm512_xor_si512(d[j], flip));
+        if (kind == R16_Q8_0) {
+            rows16_transpose(blk + qs + 16, rb, d);
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) _mm512_storeu_si512(v + 64 * (j + 4), _mm512_xor_si512(d[j], flip));
         }
     }
 }
@@ -396,6 +435,18 @@ GEMM_FN_FOR_KIND(gemm_q8_0_rows16, gemm_rows16, R16_Q8_0)
 GEMM_FN_FOR_KIND(gemm_q4_1_rows16, gemm_rows16, R16_Q4_1)
 GEMM_FN_FOR_KIND(gemm_q5_1_rows16, gemm_rows16, R16_Q5_1)
 GEMM_FN_FOR_KIND(gemm_iq4_nl_rows16, gemm_rows16, R16_IQ4_NL)
+/* cpu_kernels.pack_tiles for the types gemm_*_packed16 read */
+static void pack_tiles_rows16(const llmm_tensor *w, size_t t0, size_t t1, uint8_t *copy) {
+    const size_t rb = w->row_bytes, nb = (size_t)w->ne0 / 32, tile = R16_ROWS * rb;
+    for (size_t t = t0; t < t1; t++) {
+        const uint8_t *src = (const uint8_t *)w->data + t * tile;
+        if (w->type == LLMM_TYPE_Q4_0) rows16_pack_tile(R16_Q4_0, src, rb, nb, copy + t * tile);
+        else if (w->type == LLMM_TYPE_Q5_0) rows16_pack_tile(R16_Q5_0, src, rb, nb, copy + t * tile);
+        else if (w->type == LLMM_TYPE_Q8_0) rows16_pack_tile(R16_Q8_0, src, rb, nb, copy + t * tile);
+        else rows16_pack_tile(R16_IQ4_NL, src, rb, nb, copy + t * tile);
+    }
+}
+
 GEMM_FN_FOR_KIND(gemm_q4_0_packed16, gemm_rows16_packed, R16_Q4_0)
 GEMM_FN_FOR_KIND(gemm_q5_0_packed16, gemm_rows16_packed, R16_Q5_0)
 GEMM_FN_FOR_KIND(gemm_q8_0_packed16, gemm_rows16_packed, R16_Q8_0)

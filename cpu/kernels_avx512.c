@@ -157,6 +157,7 @@ const cpu_kernels cpu_kernels_avx512 = {
             [LLMM_TYPE_Q8_0] = gemm_q8_0_packed16,
             [LLMM_TYPE_IQ4_NL] = gemm_iq4_nl_packed16,
         },
+    .pack_tiles = pack_tiles_rows16,
     .quantize_q8 = avx2_quantize_q8,
     .quantize_q8k = avx2_quantize_q8k,
     .round_f16_f64 = avx2_round_f16_f64,

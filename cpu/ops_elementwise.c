@@ -5,15 +5,31 @@
 
 #include "cpu_backend.h"
 #include "kv_rows.h"
+#include "packed_tiles.h"
 #include "quant.h"
+#include "weight_copy.h"
 
+/* Rows of a table that is also the output matrix (tied embeddings) come from its packed copy
+ * once there is one (packed_tiles.h), block by block. */
 llmm_status cpu_embed(void *state, const llmm_tensor *table, const llmm_token *ids, size_t n, float *out) {
     (void)state;
     const llmm_type_traits *tt = llmm_type_get(table->type);
+    const llmm_weight_copy *c = table->copy;
+    const int packed = c && atomic_load_explicit(&c->state, memory_order_acquire) == LLMM_COPY_READY &&
+                       c->layout == PACKED_LAYOUT_ROWS16;
+    const size_t packed_rows = packed ? packed_tiles_rows(table) : 0, ne0 = (size_t)table->ne0;
     for (size_t i = 0; i < n; i++) {
         if (ids[i] < 0 || ids[i] >= table->ne1) return LLMM_ERR_INVALID_ARG;
-        tt->dequant_row((const uint8_t *)table->data + (size_t)ids[i] * table->row_bytes, out + i * table->ne0,
-                        (size_t)table->ne0);
+        const size_t row = (size_t)ids[i];
+        if (row >= packed_rows) {
+            tt->dequant_row((const uint8_t *)table->data + row * table->row_bytes, out + i * ne0, ne0);
+            continue;
+        }
+        uint8_t block[64]; /* the packed types' blocks are at most 34 bytes */
+        for (size_t b = 0; b < ne0 / tt->block_size; b++) {
+            packed_tiles_read_block(table, c->data, row, b, block);
+            tt->dequant_row(block, out + i * ne0 + b * tt->block_size, tt->block_size);
+        }
     }
     return LLMM_OK;
 }

@@ -38,6 +38,7 @@ typedef struct matmul_part {
     cpu_gemm_fn gemm_packed;
     llmm_tensor packed;
     int packing;
+    void (*pack)(const llmm_tensor *w, size_t t0, size_t t1, uint8_t *copy); /* the table's, or the reference */
 } matmul_part;
 
 typedef struct matmul_task {
@@ -71,9 +72,11 @@ static void plan_chunks(const cpu_state *s, matmul_task *t) {
     t->segment_chunks = parallel ? SEGMENT_CHUNKS : 1;
 }
 
-/* Source bytes packed at a time while making a copy: each slice's pages are dropped and its
- * copy computed while still in cache, so the resident set grows by a slice, not by a chunk (a
- * first chunk of the 0.5B models' output matrix is 36 MB). */
+/* Source bytes packed at a time while making a copy: each slice's copy pages are faulted in by
+ * one call (MADV_POPULATE_WRITE: Q8_0 0.5B first decode step 224-314 -> 207-240 ms, 3
+ * alternations), its file pages dropped and its rows computed while still in cache, so the
+ * resident set grows by a slice, not by a chunk (a first chunk of the 0.5B models' output
+ * matrix is 36 MB); 1 MiB slices made no difference. */
 enum { PACK_SLICE_BYTES = 256 << 10 };
 
 /* Rows [r0, end) of a weight whose copy this task makes (whole tiles), for every operand row. */
@@ -83,7 +86,8 @@ static void pack_and_run(const matmul_task *t, const matmul_part *p, size_t r0, 
     const size_t step = LLMM_MAX((size_t)1, PACK_SLICE_BYTES / (PACKED_TILE_ROWS * rb)) * PACKED_TILE_ROWS;
     for (size_t a = r0; a < end; a += step) {
         const size_t b = LLMM_MIN(end, a + step);
-        packed_tiles_pack(w, a / PACKED_TILE_ROWS, b / PACKED_TILE_ROWS, w->copy->data);
+        packed_tiles_populate((uint8_t *)w->copy->data + a * rb, (b - a) * rb);
+        p->pack(w, a / PACKED_TILE_ROWS, b / PACKED_TILE_ROWS, w->copy->data);
         if (w->copy->release_source) packed_tiles_drop_source((const uint8_t *)w->data + a * rb, (b - a) * rb);
         p->gemm_packed(&p->packed, a, b, &t->x, t->n_rows, p->out, (size_t)w->ne1);
     }
@@ -155,6 +159,7 @@ static void use_copy(const cpu_state *s, matmul_part *p, size_t n_rows) {
         c->layout = PACKED_LAYOUT_ROWS16;
         c->free_data = packed_tiles_free;
         p->packing = 1;
+        p->pack = s->k->pack_tiles ? s->k->pack_tiles : packed_tiles_pack;
     } else if (state != LLMM_COPY_READY || c->layout != PACKED_LAYOUT_ROWS16) {
         return;
     }

@@ -1,7 +1,7 @@
-/* Packing weights into the 16-row tile layout (packed_tiles.h), and the memory the copies
- * live in. Plain C, 4-byte moves: it runs once per weight, but is about half of the extra
- * time of the first decode step (docs/performance.md); the kernels' own transposition,
- * stored, would be faster on the CPUs that read these copies. */
+/* Packing weights into the 16-row tile layout (packed_tiles.h) and reading blocks back, and the
+ * memory the copies live in. The packer here is plain C, the reference the AVX-512 table's
+ * packer (its transposition, stored: rows16_pack_tile) must match byte for byte; in scalar
+ * C it had been 22 % of a first decode step's samples. */
 #define _DEFAULT_SOURCE /* madvise, MAP_ANONYMOUS */
 #include "packed_tiles.h"
 
@@ -75,6 +75,32 @@ void packed_tiles_pack(const llmm_tensor *w, size_t t0, size_t t1, uint8_t *copy
     }
 }
 
+void packed_tiles_read_block(const llmm_tensor *w, const uint8_t *copy, size_t row, size_t b, uint8_t *block) {
+    const size_t bb = llmm_type_get(w->type)->block_bytes, nb = (size_t)w->ne0 / 32;
+    const size_t lane = packed_lane_row(row % PACKED_TILE_ROWS); /* the mapping is its own inverse */
+    const uint8_t *g = copy + (row / PACKED_TILE_ROWS * nb + b) * PACKED_TILE_ROWS * bb;
+    const int q5 = w->type == LLMM_TYPE_Q5_0, q8 = w->type == LLMM_TYPE_Q8_0;
+    memcpy(block, g + 2 * lane, 2);
+    const uint8_t *v = g + 2 * PACKED_TILE_ROWS;
+    uint8_t *qs = block + (q5 ? offsetof(block_q5_0, qs) : 2);
+    if (q5) {
+        uint32_t qh = 0;
+        for (int j = 0; j < 8; j++) {
+            uint64_t mask;
+            memcpy(&mask, v + 8 * j, sizeof mask);
+            qh |= (uint32_t)(mask >> (4 * lane) & 0xf) << (j < 4 ? 4 * j : 16 + 4 * (j - 4));
+        }
+        memcpy(block + offsetof(block_q5_0, qh), &qh, sizeof qh);
+        v += 64;
+    }
+    for (int j = 0; j < (q8 ? 8 : 4); j++) {
+        uint32_t word;
+        memcpy(&word, v + 64 * j + 4 * lane, sizeof word);
+        word ^= q8 ? 0x80808080u : 0;
+        memcpy(qs + (j < 4 ? 4 * j : 16 + 4 * (j - 4)), &word, sizeof word);
+    }
+}
+
 void *packed_tiles_alloc(size_t bytes) {
     if (!bytes) return NULL;
     void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -84,6 +110,18 @@ void *packed_tiles_alloc(size_t bytes) {
 
 void packed_tiles_free(void *data, size_t bytes) {
     if (data) munmap(data, bytes);
+}
+
+void packed_tiles_populate(void *p, size_t n) {
+#ifdef MADV_POPULATE_WRITE
+    const long page_l = sysconf(_SC_PAGESIZE);
+    const uintptr_t page = page_l > 0 ? (uintptr_t)page_l : 4096;
+    const uintptr_t begin = (uintptr_t)p / page * page, end = ((uintptr_t)p + n + page - 1) / page * page;
+    (void)madvise((void *)begin, end - begin, MADV_POPULATE_WRITE);
+#else
+    (void)p;
+    (void)n;
+#endif
 }
 
 void packed_tiles_drop_source(const void *p, size_t n) {

@@ -1,5 +1,5 @@
 /* Weights packed in the AVX-512 kernels' 16-row tile layout: the copy a weight's slot
- * (weight_copy.h) holds on this backend, made during its first one-row matmul (ops_matmul.c).
+ * (weight_copy.h) holds on this backend, made during its first decode step (ops_matmul.c).
  *
  * Why: the 16-row kernels (gemm_rows16_avx512.h) transpose each block of 16 weight rows in
  * registers (16 loads, 12 inserts and 8 unpacks per block, plus for Q5_0 the 5th-bit words and
@@ -43,12 +43,21 @@ int packed_tiles_type(uint32_t type);
 /* Rows of w the copy covers (whole tiles); 0 when there are none. */
 size_t packed_tiles_rows(const llmm_tensor *w);
 
-/* Tiles [t0, t1) of w into copy (the whole copy's base, packed_tiles_rows x row_bytes). */
+/* Tiles [t0, t1) of w into copy (the whole copy's base, packed_tiles_rows x row_bytes): the
+ * portable reference of cpu_kernels.pack_tiles. */
 void packed_tiles_pack(const llmm_tensor *w, size_t t0, size_t t1, uint8_t *copy);
+
+/* Block b of row `row` (< packed_tiles_rows(w)) as the file holds it, from the copy (the
+ * embedding lookup of a tied output matrix reads rows from it, so that the file pages the copy
+ * replaced are not faulted back in, 2 MiB folios at a time, token by token). */
+void packed_tiles_read_block(const llmm_tensor *w, const uint8_t *copy, size_t row, size_t b, uint8_t *block);
 
 /* Memory for a copy of bytes (page-aligned, fresh pages), or NULL; freed by packed_tiles_free. */
 void *packed_tiles_alloc(size_t bytes);
 void packed_tiles_free(void *data, size_t bytes);
+
+/* Faults in [p, p + n) of a copy in one call (advice: fewer, batched page faults). */
+void packed_tiles_populate(void *p, size_t n);
 
 /* Drops the whole pages of [p, p + n) from the process (they must be a read-only file mapping
  * that nothing writes: later reads fault them back in from the file). */

@@ -7,8 +7,10 @@
  * afford; the first decode step can. Why replacing pages and not adding them: where the
  * weight's bytes are the model's read-only file mapping, the backend drops the mapped pages it
  * has copied (MADV_DONTNEED), so the process keeps about one copy resident, not two; anything
- * that still reads the original (an embedding lookup of a tied output matrix, another
- * backend) faults those pages back in from the file.
+ * that still reads the original (a context on a kernel table without packed kernels) faults
+ * those pages back in from the file. The CPU backend's embedding lookup reads a tied output
+ * matrix's rows from its copy, and the model keeps its vectors out of the mapping
+ * (weights.c), so that nothing else does.
  *
  * The model is shared by contexts on any threads, so the slot is the one thing in it that
  * changes after load: state moves NONE -> MAKING -> READY (or NONE -> NEVER) once, through a

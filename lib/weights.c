@@ -1,6 +1,7 @@
 #include "weights.h"
 
 #include <stdio.h>
+#include <string.h>
 
 #include "quant.h"
 
@@ -160,11 +161,62 @@ static size_t matmul_weights(llmm_weights *w, uint32_t n_layer, llmm_tensor **ou
     return n + 1;
 }
 
+/* The vectors (norms, biases, rope factors) of the forward pass, out NULL: just count. */
+static size_t vector_weights(llmm_weights *w, uint32_t n_layer, llmm_tensor **out) {
+    size_t n = 0;
+    llmm_tensor *const globals[] = {&w->output_norm, &w->rope_freqs, &w->rope_factors_short, &w->rope_factors_long};
+    for (size_t i = 0; i < sizeof globals / sizeof *globals; i++)
+        if (globals[i]->data) {
+            if (out) out[n] = globals[i];
+            n++;
+        }
+    for (uint32_t il = 0; il < n_layer; il++) {
+        llmm_layer_weights *l = &w->layers[il];
+        llmm_tensor *const vecs[] = {&l->attn_norm, &l->bq, &l->bk, &l->bv, &l->q_norm, &l->k_norm,
+                                     &l->post_attn_norm, &l->ffn_norm, &l->post_ffn_norm};
+        for (size_t i = 0; i < sizeof vecs / sizeof *vecs; i++)
+            if (vecs[i]->data) {
+                if (out) out[n] = vecs[i];
+                n++;
+            }
+    }
+    return n;
+}
+
+/* The vectors copied into owned memory (a few KiB per layer): they sit between the matrices in
+ * the file, and once a backend has dropped the pages of the matrices around one, reading it
+ * would map its whole page-cache folio (up to 2 MiB) back into the process, step after step. */
+static llmm_status own_vectors(llmm_model *m, llmm_diag *d) {
+    llmm_weights *w = m->weights;
+    const size_t n = vector_weights(w, m->hp.n_layer, NULL);
+    llmm_tensor **vecs = mem_calloc(m->alloc, n + 1, sizeof *vecs);
+    if (!vecs) return diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory");
+    vector_weights(w, m->hp.n_layer, vecs);
+    size_t bytes = 0;
+    for (size_t i = 0; i < n; i++) bytes += vecs[i]->row_bytes * (size_t)vecs[i]->ne1;
+    w->owned_vectors = bytes ? mem_alloc(m->alloc, bytes) : NULL;
+    if (bytes && !w->owned_vectors) {
+        mem_free(m->alloc, vecs);
+        return diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory");
+    }
+    uint8_t *dst = w->owned_vectors;
+    for (size_t i = 0; i < n; i++) {
+        const size_t b = vecs[i]->row_bytes * (size_t)vecs[i]->ne1;
+        memcpy(dst, vecs[i]->data, b);
+        vecs[i]->data = dst;
+        dst += b;
+    }
+    mem_free(m->alloc, vecs);
+    return LLMM_OK;
+}
+
 /* A copy slot per matrix (weight_copy.h), only for weights in the file mapping: there a
  * backend's copy replaces the mapped pages it copies; over owned memory it would double the
  * resident weights. */
 static llmm_status attach_copies(llmm_model *m, llmm_diag *d) {
     llmm_weights *w = m->weights;
+    llmm_status st = own_vectors(m, d);
+    if (st) return st;
     const size_t n = matmul_weights(w, m->hp.n_layer, NULL);
     llmm_tensor **mats = mem_calloc(m->alloc, n, sizeof *mats);
     w->copies = mem_calloc(m->alloc, n, sizeof *w->copies);
@@ -179,6 +231,8 @@ static llmm_status attach_copies(llmm_model *m, llmm_diag *d) {
         w->copies[i].release_source = 1;
         mats[i]->copy = &w->copies[i];
     }
+    /* tied: the lookup reads the output matrix's copy too, not the pages it replaced */
+    if (w->tok_embd.data == w->output.data) w->tok_embd.copy = w->output.copy;
     mem_free(m->alloc, mats);
     return LLMM_OK;
 }
@@ -219,6 +273,7 @@ void weights_free(llmm_model *m) {
         if (atomic_load(&c->state) == LLMM_COPY_READY && c->free_data) c->free_data(c->data, c->bytes);
     }
     mem_free(m->alloc, m->weights->copies);
+    mem_free(m->alloc, m->weights->owned_vectors);
     mem_free(m->alloc, m->weights->layers);
     mem_free(m->alloc, m->weights);
     m->weights = NULL;

@@ -46,6 +46,7 @@ typedef struct llmm_weights {
     llmm_tensor rope_factors_short, rope_factors_long; /* optional (n_rot / 2): LongRoPE */
     llmm_layer_weights *layers; /* (n_layer) */
     llmm_weight_copy *copies;   /* (n_copies) the matrices' copy slots, or NULL */
+    void *owned_vectors;        /* with copies: the vectors' bytes, copied out of the file mapping */
     size_t n_copies;
 } llmm_weights;
 

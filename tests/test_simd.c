@@ -1604,6 +1604,28 @@ static void check_packed_copy(uint32_t type, size_t ne0, size_t ne1, int threads
     if (atomic_load(&slot.state) == LLMM_COPY_READY) {
         assert_int_equal(slot.layout, PACKED_LAYOUT_ROWS16);
         assert_int_equal(slot.bytes, ne1 / 16 * 16 * rb);
+        /* the table's packer wrote what the reference packer writes */
+        uint8_t *want = xmalloc(slot.bytes);
+        packed_tiles_pack(&plain, 0, ne1 / 16, want);
+        if (memcmp(slot.data, want, slot.bytes) != 0)
+            fail_msg("%s %zux%zu: the avx512 packer differs from packed_tiles_pack", llmm_type_get(type)->name, ne0,
+                     ne1);
+        free(want);
+        /* every block reads back as the file holds it; lookups of a tied table read the copy */
+        const size_t bb = llmm_type_get(type)->block_bytes;
+        uint8_t block[64];
+        for (size_t j = 0; j < ne1 / 16 * 16; j++)
+            for (size_t b = 0; b < ne0 / 32; b++) {
+                packed_tiles_read_block(&wt, slot.data, j, b, block);
+                assert_memory_equal(block, w + j * rb + b * bb, bb);
+            }
+        const llmm_token ids[] = {0, (llmm_token)(ne1 / 2), (llmm_token)(ne1 - 1), 5};
+        float *e = xmalloc(ARRAY_LEN(ids) * ne0 * sizeof *e), *e_ref = xmalloc(ARRAY_LEN(ids) * ne0 * sizeof *e);
+        assert_int_equal(llmm_cpu_backend.embed(st, &wt, ids, ARRAY_LEN(ids), e), LLMM_OK);
+        assert_int_equal(llmm_cpu_backend.embed(scalar, &plain, ids, ARRAY_LEN(ids), e_ref), LLMM_OK);
+        assert_memory_equal(e, e_ref, ARRAY_LEN(ids) * ne0 * sizeof *e);
+        free(e);
+        free(e_ref);
         slot.free_data(slot.data, slot.bytes);
     }
     if (mapped) {

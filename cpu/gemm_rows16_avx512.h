@@ -230,15 +230,15 @@ SIMD_ALWAYS_INLINE void rows16_block(r16_kind kind, const uint8_t *blk, size_t r
     }
 }
 
-/* Block b of the 16 rows from a packed copy (packed_tiles.h; v: the group after its scales),
- * as rows16_block leaves it: plain loads where rows16_block transposes. */
+/* Block b of the 16 rows from a packed copy (packed_tiles.h; v: the group after its scales and
+ * mins), as rows16_block leaves it: plain loads where rows16_block transposes. */
 SIMD_ALWAYS_INLINE void rows16_packed_block(r16_kind kind, const uint8_t *v, __m512i w[8]) {
     if (kind == R16_Q8_0) {
 #pragma GCC unroll 8
         for (int j = 0; j < 8; j++) w[j] = _mm512_loadu_si512(v + 64 * j);
         return;
     }
-    const uint8_t *quants = v + (kind == R16_Q5_0 ? 64 : 0);
+    const uint8_t *quants = v + (r16_five_bits(kind) ? 64 : 0);
     const __m512i low4 = _mm512_set1_epi8(0x0f), b16 = _mm512_set1_epi8(0x10);
     const __m512i high4 = _mm512_set1_epi8((char)0xf0);
     const __m512i values = _mm512_xor_si512(_mm512_broadcast_i32x4(load_128(llmm_iq4_values)),
@@ -246,7 +246,7 @@ SIMD_ALWAYS_INLINE void rows16_packed_block(r16_kind kind, const uint8_t *v, __m
 #pragma GCC unroll 4
     for (int j = 0; j < 4; j++) {
         const __m512i d = _mm512_loadu_si512(quants + 64 * j);
-        if (kind == R16_Q4_0) { /* times 16, as rows16_block */
+        if (r16_nibbles_x16(kind)) { /* times 16, as rows16_block */
             w[j] = _mm512_and_si512(_mm512_slli_epi16(d, 4), high4);
             w[j + 4] = _mm512_and_si512(d, high4);
             continue;
@@ -256,7 +256,7 @@ SIMD_ALWAYS_INLINE void rows16_packed_block(r16_kind kind, const uint8_t *v, __m
         if (kind == R16_IQ4_NL) {
             w[j] = _mm512_shuffle_epi8(values, w[j]);
             w[j + 4] = _mm512_shuffle_epi8(values, w[j + 4]);
-        } else { /* Q5_0 */
+        } else { /* Q5_0, Q5_1 */
             __mmask64 m_lo, m_hi;
             memcpy(&m_lo, v + 8 * j, sizeof m_lo);
             memcpy(&m_hi, v + 8 * (j + 4), sizeof m_hi);
@@ -275,12 +275,19 @@ SIMD_ALWAYS_INLINE void rows16_pack_tile(r16_kind kind, const uint8_t *tile, siz
     for (size_t b = 0; b < nb; b++, out += R16_ROWS * bb) {
         const uint8_t *blk = tile + b * bb;
         __m512i head[4], d[4];
-        rows16_transpose(blk, rb, head); /* lane word 0: d, then Q5_0's qh from byte 2 */
+        rows16_transpose(blk, rb, head); /* lane word 0: d, then Q5_0's qh or the min m */
         _mm256_storeu_si256((__m256i *)(void *)out, _mm512_cvtepi32_epi16(head[0]));
         uint8_t *v = out + 2 * R16_ROWS;
-        if (kind == R16_Q5_0) {
+        if (r16_has_min(kind)) {
+            _mm256_storeu_si256((__m256i *)(void *)v, _mm512_cvtepi32_epi16(_mm512_srli_epi32(head[0], 16)));
+            v += 2 * R16_ROWS;
+        }
+        if (r16_five_bits(kind)) {
             __mmask64 m[8];
-            rows16_fifth_bits(_mm512_or_si512(_mm512_srli_epi32(head[0], 16), _mm512_slli_epi32(head[1], 16)), m);
+            const __m512i qh = kind == R16_Q5_1 ? head[1] /* after d and m */
+                                                : _mm512_or_si512(_mm512_srli_epi32(head[0], 16),
+                                                                  _mm512_slli_epi32(head[1], 16));
+            rows16_fifth_bits(qh, m);
             for (int j = 0; j < 8; j++) memcpy(v + 8 * j, &m[j], sizeof m[j]);
             v += 64;
         }
@@ -339,7 +346,8 @@ SIMD_ALWAYS_INLINE void rows16_tile_seg(r16_kind kind, int packed, const uint8_t
         if (packed) {
             const uint8_t *g = base + b * R16_ROWS * bb;
             d_w = _mm512_cvtph_ps(load_256(g));
-            rows16_packed_block(kind, g + 2 * R16_ROWS, w);
+            if (r16_has_min(kind)) m_w = _mm512_cvtph_ps(load_256(g + 2 * R16_ROWS));
+            rows16_packed_block(kind, g + (r16_has_min(kind) ? 4 : 2) * R16_ROWS, w);
         } else if (kind == R16_Q5_0 && nx == 1) {
             rows16_q5_0_head(base + b * bb, rb, &d_w, &h);
         } else if (r16_has_min(kind) && nx == 1) {
@@ -443,6 +451,8 @@ static void pack_tiles_rows16(const llmm_tensor *w, size_t t0, size_t t1, uint8_
         if (w->type == LLMM_TYPE_Q4_0) rows16_pack_tile(R16_Q4_0, src, rb, nb, copy + t * tile);
         else if (w->type == LLMM_TYPE_Q5_0) rows16_pack_tile(R16_Q5_0, src, rb, nb, copy + t * tile);
         else if (w->type == LLMM_TYPE_Q8_0) rows16_pack_tile(R16_Q8_0, src, rb, nb, copy + t * tile);
+        else if (w->type == LLMM_TYPE_Q4_1) rows16_pack_tile(R16_Q4_1, src, rb, nb, copy + t * tile);
+        else if (w->type == LLMM_TYPE_Q5_1) rows16_pack_tile(R16_Q5_1, src, rb, nb, copy + t * tile);
         else rows16_pack_tile(R16_IQ4_NL, src, rb, nb, copy + t * tile);
     }
 }
@@ -451,5 +461,7 @@ GEMM_FN_FOR_KIND(gemm_q4_0_packed16, gemm_rows16_packed, R16_Q4_0)
 GEMM_FN_FOR_KIND(gemm_q5_0_packed16, gemm_rows16_packed, R16_Q5_0)
 GEMM_FN_FOR_KIND(gemm_q8_0_packed16, gemm_rows16_packed, R16_Q8_0)
 GEMM_FN_FOR_KIND(gemm_iq4_nl_packed16, gemm_rows16_packed, R16_IQ4_NL)
+GEMM_FN_FOR_KIND(gemm_q4_1_packed16, gemm_rows16_packed, R16_Q4_1)
+GEMM_FN_FOR_KIND(gemm_q5_1_packed16, gemm_rows16_packed, R16_Q5_1)
 
 #endif

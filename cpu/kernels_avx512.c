@@ -156,6 +156,8 @@ const cpu_kernels cpu_kernels_avx512 = {
             [LLMM_TYPE_Q5_0] = gemm_q5_0_packed16,
             [LLMM_TYPE_Q8_0] = gemm_q8_0_packed16,
             [LLMM_TYPE_IQ4_NL] = gemm_iq4_nl_packed16,
+            [LLMM_TYPE_Q4_1] = gemm_q4_1_packed16,
+            [LLMM_TYPE_Q5_1] = gemm_q5_1_packed16,
         },
     .pack_tiles = pack_tiles_rows16,
     .quantize_q8 = avx2_quantize_q8,

@@ -11,9 +11,28 @@
 
 #include "quant.h"
 
-int packed_tiles_type(uint32_t type) {
-    return type == LLMM_TYPE_Q4_0 || type == LLMM_TYPE_Q5_0 || type == LLMM_TYPE_Q8_0 || type == LLMM_TYPE_IQ4_NL;
+/* Where a packable type keeps its fields in a block: d at 0, then the min m (Q4_1, Q5_1), the
+ * 5th-bit word qh (Q5_0, Q5_1), the quants; Q8_0's 32 quant bytes are 8 vectors' worth. */
+typedef struct block_fields {
+    int packable, has_min, has_qh;
+    size_t qh, qs;
+    int n_vectors;
+    uint32_t flip; /* xor per 4 quant bytes: Q8_0's +128 */
+} block_fields;
+
+static block_fields fields_of(uint32_t type) {
+    switch (type) {
+    case LLMM_TYPE_Q4_0: return (block_fields){1, 0, 0, 0, offsetof(block_q4_0, qs), 4, 0};
+    case LLMM_TYPE_IQ4_NL: return (block_fields){1, 0, 0, 0, offsetof(block_iq4_nl, qs), 4, 0};
+    case LLMM_TYPE_Q8_0: return (block_fields){1, 0, 0, 0, offsetof(block_q8_0, qs), 8, 0x80808080u};
+    case LLMM_TYPE_Q5_0: return (block_fields){1, 0, 1, offsetof(block_q5_0, qh), offsetof(block_q5_0, qs), 4, 0};
+    case LLMM_TYPE_Q4_1: return (block_fields){1, 1, 0, 0, offsetof(block_q4_1, qs), 4, 0};
+    case LLMM_TYPE_Q5_1: return (block_fields){1, 1, 1, offsetof(block_q5_1, qh), offsetof(block_q5_1, qs), 4, 0};
+    default: return (block_fields){0};
+    }
 }
+
+int packed_tiles_type(uint32_t type) { return fields_of(type).packable; }
 
 size_t packed_tiles_rows(const llmm_tensor *w) {
     if (!w->data || !packed_tiles_type(w->type) || w->ne0 <= 0 || w->ne0 % 32 != 0 || w->ne1 < PACKED_TILE_ROWS)
@@ -21,7 +40,7 @@ size_t packed_tiles_rows(const llmm_tensor *w) {
     return (size_t)w->ne1 / PACKED_TILE_ROWS * PACKED_TILE_ROWS;
 }
 
-/* The 5th-bit masks of one Q5_0 group (packed_tiles.h) from the 16 rows' qh words: lane q's
+/* The 5th-bit masks of one Q5_0 / Q5_1 group (packed_tiles.h) from the 16 rows' qh words: lane q's
  * four bits of mask j are bits first..first+3 of its row's word. */
 static void pack_q5_0_masks(const uint32_t qh[PACKED_TILE_ROWS], uint8_t *out) {
     for (int j = 0; j < 8; j++) {
@@ -48,11 +67,9 @@ static void pack_vectors(const uint8_t *const src[PACKED_TILE_ROWS], int n_vecto
 }
 
 void packed_tiles_pack(const llmm_tensor *w, size_t t0, size_t t1, uint8_t *copy) {
+    const block_fields f = fields_of(w->type);
     const size_t bb = llmm_type_get(w->type)->block_bytes, nb = (size_t)w->ne0 / 32, rb = w->row_bytes;
     const size_t group = PACKED_TILE_ROWS * bb;
-    const int q5 = w->type == LLMM_TYPE_Q5_0, q8 = w->type == LLMM_TYPE_Q8_0;
-    /* where each type keeps its quants in a block: after d (and Q5_0's qh) */
-    const size_t qs = q5 ? offsetof(block_q5_0, qs) : 2;
     for (size_t t = t0; t < t1; t++) {
         const uint8_t *tile = (const uint8_t *)w->data + t * PACKED_TILE_ROWS * rb;
         for (size_t b = 0; b < nb; b++) {
@@ -61,43 +78,43 @@ void packed_tiles_pack(const llmm_tensor *w, size_t t0, size_t t1, uint8_t *copy
             uint32_t qh[PACKED_TILE_ROWS];
             for (size_t r = 0; r < PACKED_TILE_ROWS; r++) {
                 blk[r] = tile + r * rb + b * bb;
-                quants[r] = blk[r] + qs;
-                if (q5) memcpy(&qh[r], blk[r] + offsetof(block_q5_0, qh), sizeof qh[r]);
+                quants[r] = blk[r] + f.qs;
+                if (f.has_qh) memcpy(&qh[r], blk[r] + f.qh, sizeof qh[r]);
             }
-            for (size_t q = 0; q < PACKED_TILE_ROWS; q++) memcpy(g + 2 * q, blk[packed_lane_row(q)], 2);
-            uint8_t *v = g + 2 * PACKED_TILE_ROWS;
-            if (q5) {
+            uint8_t *v = g;
+            for (int field = 0; field < 1 + f.has_min; field++, v += 2 * PACKED_TILE_ROWS) /* d, m */
+                for (size_t q = 0; q < PACKED_TILE_ROWS; q++) memcpy(v + 2 * q, blk[packed_lane_row(q)] + 2 * field, 2);
+            if (f.has_qh) {
                 pack_q5_0_masks(qh, v);
                 v += 64;
             }
-            pack_vectors(quants, q8 ? 8 : 4, q8 ? 0x80808080u : 0, v);
+            pack_vectors(quants, f.n_vectors, f.flip, v);
         }
     }
 }
 
 void packed_tiles_read_block(const llmm_tensor *w, const uint8_t *copy, size_t row, size_t b, uint8_t *block) {
+    const block_fields f = fields_of(w->type);
     const size_t bb = llmm_type_get(w->type)->block_bytes, nb = (size_t)w->ne0 / 32;
     const size_t lane = packed_lane_row(row % PACKED_TILE_ROWS); /* the mapping is its own inverse */
-    const uint8_t *g = copy + (row / PACKED_TILE_ROWS * nb + b) * PACKED_TILE_ROWS * bb;
-    const int q5 = w->type == LLMM_TYPE_Q5_0, q8 = w->type == LLMM_TYPE_Q8_0;
-    memcpy(block, g + 2 * lane, 2);
-    const uint8_t *v = g + 2 * PACKED_TILE_ROWS;
-    uint8_t *qs = block + (q5 ? offsetof(block_q5_0, qs) : 2);
-    if (q5) {
+    const uint8_t *v = copy + (row / PACKED_TILE_ROWS * nb + b) * PACKED_TILE_ROWS * bb;
+    for (int field = 0; field < 1 + f.has_min; field++, v += 2 * PACKED_TILE_ROWS) /* d, m */
+        memcpy(block + 2 * field, v + 2 * lane, 2);
+    if (f.has_qh) {
         uint32_t qh = 0;
         for (int j = 0; j < 8; j++) {
             uint64_t mask;
             memcpy(&mask, v + 8 * j, sizeof mask);
             qh |= (uint32_t)(mask >> (4 * lane) & 0xf) << (j < 4 ? 4 * j : 16 + 4 * (j - 4));
         }
-        memcpy(block + offsetof(block_q5_0, qh), &qh, sizeof qh);
+        memcpy(block + f.qh, &qh, sizeof qh);
         v += 64;
     }
-    for (int j = 0; j < (q8 ? 8 : 4); j++) {
+    for (int j = 0; j < f.n_vectors; j++) {
         uint32_t word;
         memcpy(&word, v + 64 * j + 4 * lane, sizeof word);
-        word ^= q8 ? 0x80808080u : 0;
-        memcpy(qs + (j < 4 ? 4 * j : 16 + 4 * (j - 4)), &word, sizeof word);
+        word ^= f.flip;
+        memcpy(block + f.qs + (j < 4 ? 4 * j : 16 + 4 * (j - 4)), &word, sizeof word);
     }
 }
 

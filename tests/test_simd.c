@@ -1647,7 +1647,8 @@ static void test_backend_packed_copies(void **state) {
         print_message("skipped: no AVX-512 on this CPU, whose table alone packs weights\n");
         return;
     }
-    const uint32_t types[] = {LLMM_TYPE_Q4_0, LLMM_TYPE_Q5_0, LLMM_TYPE_Q8_0, LLMM_TYPE_IQ4_NL};
+    const uint32_t types[] = {LLMM_TYPE_Q4_0, LLMM_TYPE_Q5_0, LLMM_TYPE_Q8_0,
+                              LLMM_TYPE_IQ4_NL, LLMM_TYPE_Q4_1, LLMM_TYPE_Q5_1};
     const size_t dims[][3] = {{96, 77, 2}, {416, 45, 3}, {256, 1003, 2}, {64, 7, 2}, {1184, 16, 1}};
     rng_seed(4101);
     for (size_t ti = 0; ti < ARRAY_LEN(types); ti++)

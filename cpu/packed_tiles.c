@@ -42,7 +42,7 @@ size_t packed_tiles_rows(const llmm_tensor *w) {
 
 /* The 5th-bit masks of one Q5_0 / Q5_1 group (packed_tiles.h) from the 16 rows' qh words: lane q's
  * four bits of mask j are bits first..first+3 of its row's word. */
-static void pack_q5_0_masks(const uint32_t qh[PACKED_TILE_ROWS], uint8_t *out) {
+static void pack_fifth_bit_masks(const uint32_t qh[PACKED_TILE_ROWS], uint8_t *out) {
     for (int j = 0; j < 8; j++) {
         const int first = j < 4 ? 4 * j : 16 + 4 * (j - 4); /* the weight of lane byte 0 */
         uint64_t mask = 0;
@@ -85,7 +85,7 @@ void packed_tiles_pack(const llmm_tensor *w, size_t t0, size_t t1, uint8_t *copy
             for (int field = 0; field < 1 + f.has_min; field++, v += 2 * PACKED_TILE_ROWS) /* d, m */
                 for (size_t q = 0; q < PACKED_TILE_ROWS; q++) memcpy(v + 2 * q, blk[packed_lane_row(q)] + 2 * field, 2);
             if (f.has_qh) {
-                pack_q5_0_masks(qh, v);
+                pack_fifth_bit_masks(qh, v);
                 v += 64;
             }
             pack_vectors(quants, f.n_vectors, f.flip, v);

@@ -1,6 +1,6 @@
 /* A weight's copy in a backend's own layout, made lazily by the backend the first time it pays
  * and shared by every context of the model (the CPU backend packs quantized weights into the
- * AVX-512 kernels' tile layout at their first one-row matmul, cpu/packed_tiles.h).
+ * AVX-512 kernels' tile layout during their first decode step, cpu/packed_tiles.h).
  *
  * Why lazily and not at load: making the copies costs about as much as reading the weights
  * twice, which a load (40-70 ms for a 0.5B file here) and the first token of a prompt cannot

@@ -911,8 +911,9 @@ static void print_parallel_table(const results *r, const options *o) {
 static void print_tables(const results *r, const options *o) {
     printf("%d-token prompt, then %d tokens decoded one at a time, %d repeats (best/median/min over them);\n"
            "TTFT = prefill + choosing the first token; decode ms p50/p95/p99 over all %d decode steps.\n"
-           "KV %s, block size %d. Peak RSS is measured before the bandwidth probes.\n\n",
-           o->n_prompt, o->n_gen, o->repeats, o->repeats * o->n_gen, kv_type_name(o->kv_type), kv_block_size(o));
+           "KV %s, block size %d; packed weights %s. Peak RSS is measured before the bandwidth probes.\n\n",
+           o->n_prompt, o->n_gen, o->repeats, o->repeats * o->n_gen, kv_type_name(o->kv_type), kv_block_size(o),
+           o->no_repack ? "off (--no-repack)" : "on (made during the first decode step)");
     print_speed_table(r);
     printf("\ndecode is memory-bound on CPU: every weight is read once per token, so efficiency =\n"
            "effective / measured bandwidth is the figure that matters. bytes/token is an ESTIMATE of the\n"
@@ -1020,6 +1021,7 @@ static void print_json(const results *r, const options *o) {
     printf(",\"threads\":%d,\"prompt_tokens\":%d,\"gen_tokens\":%d,\"repeats\":%d", r->n_threads, o->n_prompt,
            o->n_gen, o->repeats);
     printf(",\"kv_type\":\"%s\",\"kv_block_size\":%d", kv_type_name(o->kv_type), kv_block_size(o));
+    printf(",\"repack_weights\":%s", o->no_repack ? "false" : "true");
     print_json_speed(r);
     print_json_bandwidth(r);
     if (o->parallel) print_json_parallel(r, o);

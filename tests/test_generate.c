@@ -11,9 +11,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "llmmini.h"
 #include "golden_check.h"
+#include "gguf.h"
+#include "quant_temp.h"
 #include "shared_data.h"
 
 #define MAX_IDS GOLDEN_MAX_IDS
@@ -148,13 +151,11 @@ static void test_chunked_prefill_matches(void **state) {
  * test_simd checks the packed kernels themselves. */
 static void check_repacked_same_logits(const char *file) {
     llmm_model *m[2];
-    char rel[512], path[1024];
-    snprintf(rel, sizeof rel, "models/%s", file);
     for (int i = 0; i < 2; i++) {
         llmm_model_params mp;
         llmm_model_params_default(&mp, sizeof mp);
         mp.repack_weights = i == 0;
-        assert_int_equal(llmm_model_load(shared_path(path, sizeof path, rel), &mp, &m[i]), LLMM_OK);
+        assert_int_equal(llmm_model_load(file, &mp, &m[i]), LLMM_OK);
     }
     llmm_context *c[2] = {make_context(m[0], 96, 1, 16, 2), make_context(m[1], 96, 1, 16, 2)};
     const char *prompts[] = {"Once upon a time", "The little dog saw a big red ball in the park and"};
@@ -191,8 +192,22 @@ static void check_repacked_same_logits(const char *file) {
 
 static void test_repacked_weights_same_logits(void **state) {
     (void)state;
-    check_repacked_same_logits("stories260K-q4_0.gguf");
-    check_repacked_same_logits("stories260K-q8_0.gguf");
+    char path[1024];
+    check_repacked_same_logits(shared_path(path, sizeof path, "models/stories260K-q4_0.gguf"));
+    check_repacked_same_logits(shared_path(path, sizeof path, "models/stories260K-q8_0.gguf"));
+    /* phi3's fused Q/K/V and gate/up: each row view of a fused matrix gets a copy of its own */
+    gguf_file *src = NULL;
+    llmm_diag d = {{0}};
+    assert_int_equal(gguf_open_file(shared_path(path, sizeof path, "golden/arch/tiny-phi3.gguf"), 1, NULL, &src, &d),
+                     LLMM_OK);
+    const char *recipes[] = {"q8_0", "q5_0"};
+    for (size_t i = 0; i < sizeof recipes / sizeof *recipes; i++) {
+        char tmp[64];
+        quantize_to_temp(src, recipes[i], tmp, sizeof tmp);
+        check_repacked_same_logits(tmp);
+        unlink(tmp);
+    }
+    gguf_close(src);
 }
 
 /* Contexts on two threads decoding one fresh model at once race to make its packed copies:

@@ -445,7 +445,9 @@ GEMM_FN_FOR_KIND(gemm_q8_0_rows16, gemm_rows16, R16_Q8_0)
 GEMM_FN_FOR_KIND(gemm_q4_1_rows16, gemm_rows16, R16_Q4_1)
 GEMM_FN_FOR_KIND(gemm_q5_1_rows16, gemm_rows16, R16_Q5_1)
 GEMM_FN_FOR_KIND(gemm_iq4_nl_rows16, gemm_rows16, R16_IQ4_NL)
-/* cpu_kernels.pack_tiles for the types gemm_*_packed16 read */
+
+/* cpu_kernels.pack_tiles for the types gemm_*_packed16 read (kind a constant in each branch,
+ * as in every instantiation here) */
 static void pack_tiles_rows16(const llmm_tensor *w, size_t t0, size_t t1, uint8_t *copy) {
     const size_t rb = w->row_bytes, nb = (size_t)w->ne0 / 32, tile = R16_ROWS * rb;
     for (size_t t = t0; t < t1; t++) {

@@ -50,6 +50,7 @@ static llmm_status cpu_init(const llmm_backend_config *cfg, void **out) {
     cpu_state *s = mem_calloc(cfg->alloc, 1, sizeof *s);
     if (!s) return LLMM_ERR_NO_MEMORY;
     s->alloc = cfg->alloc;
+    s->pack_step_bytes = CPU_PACK_STEP_BYTES;
     s->k = cpu_kernels_select(cpu_kernels_env_cap());
     log_msg(cfg->log, LLMM_LOG_DEBUG, "cpu backend: %s kernels", s->k->name);
     int n = cfg->n_threads > 0 ? cfg->n_threads : cpu_physical_cores();
@@ -103,7 +104,9 @@ static size_t cpu_scratch_bytes(const llmm_step_shape *shape, int n_threads) {
 /* The step's size decides which matmuls may make packed weight copies (ops_matmul.c): a
  * prompt's last-position logits are a one-row matmul too, but belong to the prompt. */
 static llmm_status cpu_step_begin(void *state, size_t n_tokens) {
-    ((cpu_state *)state)->step_tokens = n_tokens;
+    cpu_state *s = state;
+    s->step_tokens = n_tokens;
+    s->pack_budget = s->pack_step_bytes;
     return LLMM_OK;
 }
 

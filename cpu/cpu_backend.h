@@ -12,8 +12,15 @@ typedef struct cpu_state {
     const cpu_kernels *k; /* chosen once at init from cpuid (and LLMM_CPU_KERNELS) */
     void *scratch;        /* activations converted for the dots, attention scores */
     size_t step_tokens;   /* tokens of the forward step in progress (step_begin); 0 between steps */
+    size_t pack_step_bytes; /* CPU_PACK_STEP_BYTES (tests lower it) */
+    size_t pack_budget;   /* bytes of packed weight copies the step may still make (ops_matmul.c) */
     size_t scratch_bytes;
 } cpu_state;
+
+/* Bytes of packed weight copies one forward step makes at most (a larger matrix is made alone,
+ * first in its step): the making is spread over the first decode steps, tens of ms each, not
+ * one stall of the whole model's worth (0.15-0.25 s for a 0.5B model here, seconds for 8B). */
+#define CPU_PACK_STEP_BYTES ((size_t)64 << 20)
 
 /* Below this many multiply-adds an op runs on the calling thread alone: measured on
  * stories260K, where 2 threads were slower than 1 before this cut-off. */

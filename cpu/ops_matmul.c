@@ -12,7 +12,8 @@
  * weight row and activation row alone, so results do not depend on the thread count.
  *
  * Where the table has a kernel for packed copies of a type (packed_tiles.h) and the weight a
- * copy slot (weight_copy.h), its first decode-sized matmul makes the copy: each chunk
+ * copy slot (weight_copy.h), a decode-sized matmul makes the copy (within the step's budget,
+ * cpu_backend.h): each chunk
  * packs its tiles, drops the file pages it copied, and computes from the copy. Every later
  * matmul by it, of any context, reads the copy (bit for bit the same results). */
 #include <string.h>
@@ -141,16 +142,21 @@ static void matmul_chunk(void *arg, size_t chunk, int ith) {
 /* Whether part p reads its weight's packed copy, claiming the making of it for this task when
  * there is none yet and n_rows is small enough. A weight with no whole tile, or no memory for
  * its copy, is marked NEVER and keeps the original. */
-static void use_copy(const cpu_state *s, matmul_part *p, size_t n_rows) {
+static void use_copy(cpu_state *s, matmul_part *p, size_t n_rows) {
     const llmm_tensor *w = p->w;
     llmm_weight_copy *c = w->copy;
     const cpu_gemm_fn packed_fn = s->k->matmul_packed[w->type];
     if (!c || !packed_fn || !p->gemm) return;
     const size_t rows = packed_tiles_rows(w);
     uint32_t state = atomic_load_explicit(&c->state, memory_order_acquire);
-    if (state == LLMM_COPY_NONE && (s->step_tokens ? s->step_tokens : n_rows) <= PACK_MAX_ROWS) {
+    const size_t bytes = rows * w->row_bytes;
+    /* within a step, the budget (cpu_backend.h) bounds the copies made: whole matrices, and a
+     * larger one only as the step's first; outside steps (direct calls) there is none */
+    const int affordable = !s->step_tokens || bytes <= s->pack_budget || s->pack_budget == s->pack_step_bytes;
+    if (state == LLMM_COPY_NONE && (s->step_tokens ? s->step_tokens : n_rows) <= PACK_MAX_ROWS && affordable) {
         if (!atomic_compare_exchange_strong(&c->state, &state, LLMM_COPY_MAKING)) return; /* another's */
-        c->bytes = rows * w->row_bytes;
+        if (s->step_tokens) s->pack_budget = bytes < s->pack_budget ? s->pack_budget - bytes : 0;
+        c->bytes = bytes;
         c->data = rows ? packed_tiles_alloc(c->bytes) : NULL;
         if (!c->data) {
             atomic_store_explicit(&c->state, LLMM_COPY_NEVER, memory_order_release);

@@ -1,5 +1,5 @@
 /* Weights packed in the AVX-512 kernels' 16-row tile layout: the copy a weight's slot
- * (weight_copy.h) holds on this backend, made during its first decode step (ops_matmul.c).
+ * (weight_copy.h) holds on this backend, made during the first decode steps (ops_matmul.c).
  *
  * Why: the 16-row kernels (gemm_rows16_avx512.h) transpose each block of 16 weight rows in
  * registers (16 loads, 12 inserts and 8 unpacks per block, plus for Q5_0 the 5th-bit words and

@@ -47,7 +47,7 @@ typedef struct results {
     double load_ms;
     spread prompt_tps, decode_tps, ttft_ms;
     double decode_ms_p50, decode_ms_p95, decode_ms_p99; /* over every decoded token of every repeat */
-    double first_decode_ms; /* the first decode step of the first repeat: it makes any packed copies */
+    double first_decode_ms; /* the first decode step of the first repeat: it starts making packed copies */
     uint64_t peak_rss_bytes;
     int rss_frozen; /* peak_rss_bytes was taken before the paired triads; ru_maxrss now counts them */
     double measured_gbs; /* read probe; 0 when skipped or unavailable */
@@ -107,7 +107,7 @@ static void usage(FILE *out) {
             "  --no-bandwidth     skip the memory bandwidth probes (read, STREAM triad) and the\n"
             "                     figures made from them\n"
             "  --no-repack        compute from the file's bytes only (repack_weights = 0: no packed\n"
-            "                     copies made during the first decode step)\n");
+            "                     copies made during the first decode steps)\n");
 }
 
 static int parse_count(const char *s, int *out) {
@@ -572,7 +572,7 @@ static llmm_status greedy_next(llmm_context *ctx, size_t row, llmm_token *out) {
 
 /* Tokens of the untimed pass before the prompt repeats: enough that it is a prompt to the
  * backend (more than a decode step's few rows), so it faults in the mapped weights without
- * making packed copies; the first decode step makes them, as in an app. */
+ * making packed copies; the first decode steps make them, as in an app. */
 #define WARMUP_TOKENS 16
 
 /* Runs the prompt o->repeats times from an empty sequence, after one untimed pass that faults
@@ -913,7 +913,7 @@ static void print_tables(const results *r, const options *o) {
            "TTFT = prefill + choosing the first token; decode ms p50/p95/p99 over all %d decode steps.\n"
            "KV %s, block size %d; packed weights %s. Peak RSS is measured before the bandwidth probes.\n\n",
            o->n_prompt, o->n_gen, o->repeats, o->repeats * o->n_gen, kv_type_name(o->kv_type), kv_block_size(o),
-           o->no_repack ? "off (--no-repack)" : "on (made during the first decode step)");
+           o->no_repack ? "off (--no-repack)" : "on (made during the first decode steps)");
     print_speed_table(r);
     printf("\ndecode is memory-bound on CPU: every weight is read once per token, so efficiency =\n"
            "effective / measured bandwidth is the figure that matters. bytes/token is an ESTIMATE of the\n"

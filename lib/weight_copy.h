@@ -1,10 +1,10 @@
 /* A weight's copy in a backend's own layout, made lazily by the backend the first time it pays
  * and shared by every context of the model (the CPU backend packs quantized weights into the
- * AVX-512 kernels' tile layout during their first decode step, cpu/packed_tiles.h).
+ * AVX-512 kernels' tile layout during the first decode steps, cpu/packed_tiles.h).
  *
  * Why lazily and not at load: making the copies costs about as much as reading the weights
  * twice, which a load (40-70 ms for a 0.5B file here) and the first token of a prompt cannot
- * afford; the first decode step can. Why replacing pages and not adding them: where the
+ * afford; the first decode steps can, a bounded share each. Why replacing pages and not adding them: where the
  * weight's bytes are the model's read-only file mapping, the backend drops the mapped pages it
  * has copied (MADV_DONTNEED), so the process keeps about one copy resident, not two; anything
  * that still reads the original (a context on a kernel table without packed kernels) faults

@@ -1658,6 +1658,54 @@ static void test_backend_packed_copies(void **state) {
                   ARRAY_LEN(types) * ARRAY_LEN(dims));
 }
 
+/* Within forward steps the copies made are bounded by the step's budget: whole matrices while
+ * it lasts, a larger one only as the first of a step; prompt-sized steps make none. */
+static void test_packing_step_budget(void **state) {
+    (void)state;
+    if (!cpu_kernels_get(CPU_ISA_AVX512)) {
+        print_message("skipped: no AVX-512 on this CPU, whose table alone packs weights\n");
+        return;
+    }
+    enum { NE0 = 256, NW = 4 };
+    const size_t rows[NW] = {64, 64, 64, 160}, rb = llmm_row_bytes(LLMM_TYPE_Q8_0, NE0);
+    uint8_t *w[NW];
+    llmm_weight_copy slot[NW];
+    llmm_tensor wt[NW];
+    rng_seed(4102);
+    float *x = rand_floats(NE0, -2.0f, 2.0f), *out = xmalloc(160 * sizeof *out);
+    for (size_t i = 0; i < NW; i++) {
+        float *wf = rand_floats(NE0 * rows[i], -2.0f, 2.0f);
+        w[i] = xmalloc(rb * rows[i]);
+        for (size_t j = 0; j < rows[i]; j++) encode_row(LLMM_TYPE_Q8_0, wf + j * NE0, w[i] + j * rb, NE0);
+        free(wf);
+        slot[i] = (llmm_weight_copy){.release_source = 0};
+        atomic_init(&slot[i].state, LLMM_COPY_NONE);
+        wt[i] = (llmm_tensor){.data = w[i], .type = LLMM_TYPE_Q8_0, .ne0 = NE0, .ne1 = (int64_t)rows[i],
+                              .row_bytes = rb, .copy = &slot[i]};
+    }
+    void *st = cpu_start_isa(CPU_ISA_AVX512, 2);
+    ((cpu_state *)st)->pack_step_bytes = 96 * rb; /* one and a half of the small matrices */
+    /* per step (tokens), the slots READY after it */
+    const size_t tokens[] = {16, 1, 1, 1, 1};
+    const int ready[][NW] = {{0, 0, 0, 0}, {1, 0, 0, 0}, {1, 1, 0, 0}, {1, 1, 1, 0}, {1, 1, 1, 1}};
+    for (size_t step = 0; step < ARRAY_LEN(tokens); step++) {
+        assert_int_equal(llmm_cpu_backend.step_begin(st, tokens[step]), LLMM_OK);
+        for (size_t i = 0; i < NW; i++) assert_int_equal(llmm_cpu_backend.matmul(st, &wt[i], x, 1, out), LLMM_OK);
+        assert_int_equal(llmm_cpu_backend.step_end(st), LLMM_OK);
+        for (size_t i = 0; i < NW; i++)
+            if ((atomic_load(&slot[i].state) == LLMM_COPY_READY) != ready[step][i])
+                fail_msg("step %zu (%zu tokens): weight %zu %s", step, tokens[step], i,
+                         ready[step][i] ? "not packed" : "packed too early");
+    }
+    llmm_cpu_backend.shutdown(st);
+    for (size_t i = 0; i < NW; i++) {
+        slot[i].free_data(slot[i].data, slot[i].bytes);
+        free(w[i]);
+    }
+    free(x);
+    free(out);
+}
+
 static void test_threadpool_chunks(void **state) {
     (void)state;
     enum { MAX_CHUNKS = 67, RUNS = 1000 };
@@ -1785,6 +1833,7 @@ int main(void) {
         cmocka_unit_test(test_attn_chunk_f16),
         cmocka_unit_test(test_backend_matmul_all_tables),
         cmocka_unit_test(test_backend_packed_copies),
+        cmocka_unit_test(test_packing_step_budget),
         cmocka_unit_test(test_threadpool_chunks),
         cmocka_unit_test(test_threadpool_segments),
         cmocka_unit_test(test_bench_kernels),

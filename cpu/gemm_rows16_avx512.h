@@ -181,8 +181,8 @@ SIMD_ALWAYS_INLINE void rows16_fifth_bits(__m512i h, __mmask64 m[8]) {
 }
 
 /* Block b of the 16 rows as unsigned bytes, transposed: w[j] holds each row's weights 4j..4j+3
- * (j < 4) or 16+4(j-4).. (j >= 4). h: the rows' 5th-bit words (Q5_0, Q5_1), by lane. Q4_0 and
- * Q4_1 come out times 16 (see the top). */
+ * (for the nibble types w[j + 4] is the high nibbles of w[j]'s bytes). h: the rows' 5th-bit
+ * words (Q5_0, Q5_1), by lane. Q4_0 and Q4_1 come out times 16 (see the top). */
 SIMD_ALWAYS_INLINE void rows16_block(r16_kind kind, const uint8_t *blk, size_t rb, __m512i h, __m512i w[8]) {
     __m512i d[4];
     rows16_transpose(blk + r16_qs_offset(kind), rb, d);
@@ -323,7 +323,7 @@ SIMD_ALWAYS_INLINE __m512i dpbusd_bcast(__m512i acc, __m512i w, const int8_t *x)
 SIMD_ALWAYS_INLINE __m512i rows16_dot(const __m512i w[8], const int8_t *xq, __m512i init) {
     __m512i s = init;
 #pragma GCC unroll 8
-    for (int j = 0; j < 8; j++) s = dpbusd_bcast(s, w[j], xq + (j < 4 ? 4 * j : 16 + 4 * (j - 4)));
+    for (int j = 0; j < 8; j++) s = dpbusd_bcast(s, w[j], xq + 4 * j);
     return s;
 }
 

@@ -41,25 +41,23 @@ size_t packed_tiles_rows(const llmm_tensor *w) {
 }
 
 /* The 5th-bit masks of one Q5_0 / Q5_1 group (packed_tiles.h) from the 16 rows' qh words: lane q's
- * four bits of mask j are bits first..first+3 of its row's word. */
+ * four bits of mask j are bits 4j..4j+3 of its row's word. */
 static void pack_fifth_bit_masks(const uint32_t qh[PACKED_TILE_ROWS], uint8_t *out) {
     for (int j = 0; j < 8; j++) {
-        const int first = j < 4 ? 4 * j : 16 + 4 * (j - 4); /* the weight of lane byte 0 */
         uint64_t mask = 0;
         for (size_t q = 0; q < PACKED_TILE_ROWS; q++)
-            mask |= (uint64_t)(qh[packed_lane_row(q)] >> first & 0xf) << (4 * q);
+            mask |= (uint64_t)(qh[packed_lane_row(q)] >> (4 * j) & 0xf) << (4 * q);
         for (int i = 0; i < 8; i++) out[8 * j + i] = (uint8_t)(mask >> (8 * i)); /* little-endian */
     }
 }
 
-/* Vectors of a group: the 4 bytes at lane q of vector j = the 4 bytes at src[row(q)] +
- * offset(j), each xor flip. */
+/* Vectors of a group: the 4 bytes at lane q of vector j = the 4 bytes at src[row(q)] + 4j,
+ * each xor flip. */
 static void pack_vectors(const uint8_t *const src[PACKED_TILE_ROWS], int n_vectors, uint32_t flip, uint8_t *out) {
     for (int j = 0; j < n_vectors; j++) {
-        const int at = j < 4 ? 4 * j : 16 + 4 * (j - 4);
         for (size_t q = 0; q < PACKED_TILE_ROWS; q++) {
             uint32_t v;
-            memcpy(&v, src[packed_lane_row(q)] + at, sizeof v);
+            memcpy(&v, src[packed_lane_row(q)] + 4 * j, sizeof v);
             v ^= flip;
             memcpy(out + 64 * j + 4 * q, &v, sizeof v);
         }
@@ -105,7 +103,7 @@ void packed_tiles_read_block(const llmm_tensor *w, const uint8_t *copy, size_t r
         for (int j = 0; j < 8; j++) {
             uint64_t mask;
             memcpy(&mask, v + 8 * j, sizeof mask);
-            qh |= (uint32_t)(mask >> (4 * lane) & 0xf) << (j < 4 ? 4 * j : 16 + 4 * (j - 4));
+            qh |= (uint32_t)(mask >> (4 * lane) & 0xf) << (4 * j);
         }
         memcpy(block + f.qh, &qh, sizeof qh);
         v += 64;
@@ -114,7 +112,7 @@ void packed_tiles_read_block(const llmm_tensor *w, const uint8_t *copy, size_t r
         uint32_t word;
         memcpy(&word, v + 64 * j + 4 * lane, sizeof word);
         word ^= f.flip;
-        memcpy(block + f.qs + (j < 4 ? 4 * j : 16 + 4 * (j - 4)), &word, sizeof word);
+        memcpy(block + f.qs + 4 * j, &word, sizeof word);
     }
 }
 
@@ -129,10 +127,14 @@ void packed_tiles_free(void *data, size_t bytes) {
     if (data) munmap(data, bytes);
 }
 
+static uintptr_t page_size(void) {
+    const long page = sysconf(_SC_PAGESIZE);
+    return page > 0 ? (uintptr_t)page : 4096;
+}
+
 void packed_tiles_populate(void *p, size_t n) {
 #ifdef MADV_POPULATE_WRITE
-    const long page_l = sysconf(_SC_PAGESIZE);
-    const uintptr_t page = page_l > 0 ? (uintptr_t)page_l : 4096;
+    const uintptr_t page = page_size();
     const uintptr_t begin = (uintptr_t)p / page * page, end = ((uintptr_t)p + n + page - 1) / page * page;
     (void)madvise((void *)begin, end - begin, MADV_POPULATE_WRITE);
 #else
@@ -142,8 +144,7 @@ void packed_tiles_populate(void *p, size_t n) {
 }
 
 void packed_tiles_drop_source(const void *p, size_t n) {
-    const long page_l = sysconf(_SC_PAGESIZE);
-    const uintptr_t page = page_l > 0 ? (uintptr_t)page_l : 4096;
+    const uintptr_t page = page_size();
     const uintptr_t begin = ((uintptr_t)p + page - 1) / page * page, end = ((uintptr_t)p + n) / page * page;
     /* advice only: a failure leaves the pages resident, which costs memory, not results */
     if (end > begin) (void)madvise((void *)begin, end - begin, MADV_DONTNEED);

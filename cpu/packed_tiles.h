@@ -18,11 +18,11 @@
  *   d:      16 f16 scales, lane order (32 bytes)
  *   m:      Q4_1, Q5_1: 16 f16 mins, lane order (32 bytes)
  *   masks:  Q5_0, Q5_1: 8 64-bit masks, mask j bit 4q + k = the 5th bit of row rows16_row(q)'s
- *           weight 4j + k (j < 4) or 16 + 4(j - 4) + k (64 bytes)
+ *           weight 4j + k (64 bytes)
  *   quants: Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL: 4 vectors of 64 bytes, vector j bytes 4q..4q+3 = the row's
  *           quant bytes 4j..4j+3 (low nibbles weights 4j.., high nibbles 16 + 4j..);
- *           Q8_0: 8 vectors, vector j bytes 4q.. = the row's quants 4j.. (j < 4) or
- *           16 + 4(j - 4).. (j >= 4), each plus 128 (sign bit flipped: unsigned for vpdpbusd)
+ *           Q8_0: 8 vectors, vector j bytes 4q.. = the row's quants 4j..4j+3, each plus 128
+ *           (sign bit flipped: unsigned for vpdpbusd)
  * Same number of bytes per group as the original blocks. */
 #ifndef LLMM_PACKED_TILES_H
 #define LLMM_PACKED_TILES_H

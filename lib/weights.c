@@ -145,40 +145,37 @@ static llmm_status bind_layer(const llmm_model *m, uint32_t il, llmm_layer_weigh
     return bind_fused(m, il, l, d);
 }
 
+/* n + the number of cands present (data set), each appended to out[n ...] unless out is NULL. */
+static size_t take_present(llmm_tensor *const *cands, size_t n_cands, llmm_tensor **out, size_t n) {
+    for (size_t i = 0; i < n_cands; i++)
+        if (cands[i]->data) {
+            if (out) out[n] = cands[i];
+            n++;
+        }
+    return n;
+}
+
 /* The matrices the forward pass multiplies by, each with its slot; out NULL: just count. */
 static size_t matmul_weights(llmm_weights *w, uint32_t n_layer, llmm_tensor **out) {
     size_t n = 0;
     for (uint32_t il = 0; il < n_layer; il++) {
         llmm_layer_weights *l = &w->layers[il];
         llmm_tensor *const mats[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down};
-        for (size_t i = 0; i < sizeof mats / sizeof *mats; i++)
-            if (mats[i]->data) {
-                if (out) out[n] = mats[i];
-                n++;
-            }
+        n = take_present(mats, sizeof mats / sizeof *mats, out, n);
     }
-    if (out) out[n] = &w->output;
-    return n + 1;
+    llmm_tensor *const output[] = {&w->output};
+    return take_present(output, 1, out, n);
 }
 
 /* The vectors (norms, biases, rope factors) of the forward pass, out NULL: just count. */
 static size_t vector_weights(llmm_weights *w, uint32_t n_layer, llmm_tensor **out) {
-    size_t n = 0;
     llmm_tensor *const globals[] = {&w->output_norm, &w->rope_freqs, &w->rope_factors_short, &w->rope_factors_long};
-    for (size_t i = 0; i < sizeof globals / sizeof *globals; i++)
-        if (globals[i]->data) {
-            if (out) out[n] = globals[i];
-            n++;
-        }
+    size_t n = take_present(globals, sizeof globals / sizeof *globals, out, 0);
     for (uint32_t il = 0; il < n_layer; il++) {
         llmm_layer_weights *l = &w->layers[il];
         llmm_tensor *const vecs[] = {&l->attn_norm, &l->bq, &l->bk, &l->bv, &l->q_norm, &l->k_norm,
                                      &l->post_attn_norm, &l->ffn_norm, &l->post_ffn_norm};
-        for (size_t i = 0; i < sizeof vecs / sizeof *vecs; i++)
-            if (vecs[i]->data) {
-                if (out) out[n] = vecs[i];
-                n++;
-            }
+        n = take_present(vecs, sizeof vecs / sizeof *vecs, out, n);
     }
     return n;
 }

@@ -93,7 +93,7 @@ static llmm_status cpu_copy(void *state, void *dst, const void *src, size_t byte
 static size_t cpu_scratch_bytes(const llmm_step_shape *shape, int n_threads) {
     const size_t threads = (size_t)(n_threads > 0 ? n_threads : cpu_physical_cores());
     const uint64_t wide = (1ull << LLMM_TYPE_F16) | (1ull << LLMM_TYPE_BF16);
-    const size_t matmul = shape->max_rows * shape->max_in * (shape->weight_types & wide ? sizeof(double) : 2);
+    const size_t matmul = shape->max_rows * shape->max_in * (shape->weight_types & wide ? sizeof(float) : 2);
     const size_t heads = LLMM_MAX(1u, LLMM_MIN(shape->heads_per_kv, (uint32_t)LLMM_MAX_HEADS_PER_ITEM));
     const size_t rows = cpu_attn_rows_per_item(shape->max_rows, heads);
     const size_t attention =

@@ -15,10 +15,8 @@
  *  - IQ4_XS weights (Q8_K operand): bit for bit; per super-block one exact int32 sum of the
  *    sub-block sums times their integer scales, then sum += (float)isum * (d_w * d_x).
  *  - F32 weights: bit for bit llmm_dot_f32 (eight partial sums, no FMA, tail first).
- *  - F16/BF16 weights: products are exact in double, summed in double in lane order instead
- *    of element order: bit-identical to the scalar whenever both double sums are exact (an
- *    f16 x f16 product has 22 significant bits, so a double holds the sum of products that
- *    span up to ~2^30 in magnitude, as the tests' data do), otherwise within 3u sum|w x|.
+ *  - F16/BF16 weights: bit for bit the type table's vec_dot (products exact in float, summed
+ *    in 16 float lanes, the lanes added pairwise, then the tail in order; lib/quant.c).
  *  - norms, activations, softmax, attention's q.k: within a few float roundings (a
  *    vectorized expf within 2 ulp), bounds stated in tests/test_simd.c.
  * The table holds only const data and function pointers: there is no mutable global. */
@@ -45,8 +43,8 @@ typedef enum cpu_isa {
 /* How a matmul kernel wants its activation rows; the matmul op prepares them once per call. */
 typedef enum cpu_operand_kind {
     CPU_OPERAND_F32,       /* the activations as they are */
-    CPU_OPERAND_F64_F16,   /* rounded to f16 (the type table's operand), widened to double */
-    CPU_OPERAND_F64_BF16,  /* rounded to bf16, widened to double */
+    CPU_OPERAND_F16,       /* rounded to f16 (the type table's operand), as floats in cpu_operand.f32 */
+    CPU_OPERAND_BF16,      /* rounded to bf16, as floats in cpu_operand.f32 */
     CPU_OPERAND_Q8,        /* Q8_0 quants, split by field (cpu_operand.qs/d/sum) */
     CPU_OPERAND_Q8K,       /* Q8_K quants, split by field (cpu_operand.qs/d/bsums) */
     CPU_OPERAND_Q8_1,      /* Q8_1 quants, split by field (cpu_operand.qs/d/s) */
@@ -61,8 +59,7 @@ typedef enum cpu_operand_kind {
  * hold exactly llmm_quantize_row_q8_1's quants and its f16 d and s, widened. */
 typedef struct cpu_operand {
     size_t n;             /* values per row (a multiple of 32 for Q8, of 256 for Q8K) */
-    const float *f32;     /* (n_rows, n) */
-    const double *f64;    /* (n_rows, n) */
+    const float *f32;     /* (n_rows, n): F32, or F16 / BF16 rounded values */
     const int8_t *qs;     /* (n_rows, n) */
     const float *d;       /* Q8: (n_rows, n / 32) block scales, f16 values widened;
                            * Q8K: (n_rows, n / 256) super-block scales */
@@ -108,8 +105,8 @@ typedef struct cpu_kernels {
     /* x (n values, n % 256 == 0) to Q8K operand fields, bit for bit llmm_quantize_row_q8_K's;
      * NULL in the scalar table */
     void (*quantize_q8k)(const float *x, int8_t *qs, float *d, int16_t *bsums, size_t n);
-    /* out = x rounded to f16 (nearest even), widened; NULL in the scalar table */
-    void (*round_f16_f64)(const float *x, double *out, size_t n);
+    /* out = x rounded to f16 (nearest even), as floats; NULL in the scalar table */
+    void (*round_f16)(const float *x, float *out, size_t n);
     /* out = x / sqrt(mean(x^2) + eps) * w: squares in float, their sum in double */
     void (*rms_norm_row)(const float *x, const float *w, float *out, size_t dim, float eps);
     /* gate = gate / (1 + e^-gate) * up */

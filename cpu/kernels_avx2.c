@@ -207,13 +207,10 @@ void avx2_quantize_q8k(const float *x, int8_t *qs, float *d, int16_t *bsums, siz
     }
 }
 
-void avx2_round_f16_f64(const float *x, double *out, size_t n) {
+void avx2_round_f16(const float *x, float *out, size_t n) {
     size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        const __m256 r = _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
-        _mm256_storeu_pd(out + i, widen_lo(r));
-        _mm256_storeu_pd(out + i + 4, widen_hi(r));
-    }
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT)));
     for (; i < n; i++) out[i] = _cvtsh_ss(_cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT));
 }
 
@@ -278,12 +275,18 @@ void avx2_gemm_f32(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand
 
 /* ---------------------------------------------------------------- F16 / BF16 weights */
 
+/* The type table's order (lib/quant.c, half_dot): per (weight row, operand row) pair, 16
+ * float lanes, 0-7 in one vector and 8-15 in another. A product of two halves is exact in
+ * float, so fma(w, x, acc) adds exactly what the scalar's `lane += w * x` adds; adding the
+ * two vectors and then hsum_ps pairs the lanes as the scalar does (l + 8, + 4, + 2, + 1). */
+
 #define HALF_ROWS 4
 
 SIMD_ALWAYS_INLINE __m256 load_bf16x8(const uint16_t *p) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(load_128(p)), 16));
 }
-SIMD_ALWAYS_INLINE double half_to_double(uint16_t h, int bf16) {
+SIMD_ALWAYS_INLINE __m256 load_half8(const uint16_t *p, int bf16) { return bf16 ? load_bf16x8(p) : load_f16x8(p); }
+SIMD_ALWAYS_INLINE float half_to_float(uint16_t h, int bf16) {
     if (!bf16) return _cvtsh_ss(h);
     const uint32_t u = (uint32_t)h << 16;
     float f;
@@ -291,63 +294,59 @@ SIMD_ALWAYS_INLINE double half_to_double(uint16_t h, int bf16) {
     return f;
 }
 
-/* 4 weight rows x one operand row (doubles). A product of two f16 or two bf16 values is exact
- * in double, so fma(w, x, acc) adds exactly what the scalar's `sum += (double)w * x` adds.
- * next: the next tile's first row, prefetched along; NULL for none. */
-SIMD_ALWAYS_INLINE void half_tile(const uint16_t *const w[HALF_ROWS], const uint16_t *next, size_t rb, const double *x,
-                                  size_t n8, int bf16, __m256d acc[HALF_ROWS][2]) {
-    for (int k = 0; k < HALF_ROWS; k++) acc[k][0] = acc[k][1] = _mm256_setzero_pd();
-    for (size_t i = 0; i < n8; i += 8) {
+typedef __m256 half_acc[2]; /* one (weight row, operand row) pair's 16 lanes */
+
+/* 4 weight rows x one operand row. next: the next tile's first row, prefetched along; NULL
+ * for none. */
+SIMD_ALWAYS_INLINE void half_tile(const uint16_t *const w[HALF_ROWS], const uint16_t *next, size_t rb, const float *x,
+                                  size_t n16, int bf16, half_acc acc[HALF_ROWS]) {
+    for (int k = 0; k < HALF_ROWS; k++) acc[k][0] = acc[k][1] = _mm256_setzero_ps();
+    for (size_t i = 0; i < n16; i += 16) {
         if (next)
-            prefetch_span((uintptr_t)next + i * HALF_ROWS * sizeof(uint16_t), 8 * HALF_ROWS * sizeof(uint16_t),
+            prefetch_span((uintptr_t)next + i * HALF_ROWS * sizeof(uint16_t), 16 * HALF_ROWS * sizeof(uint16_t),
                           HALF_ROWS * rb > PF_L1_MAX_TILE);
-        const __m256d xlo = _mm256_loadu_pd(x + i), xhi = _mm256_loadu_pd(x + i + 4);
+        const __m256 xlo = _mm256_loadu_ps(x + i), xhi = _mm256_loadu_ps(x + i + 8);
 #pragma GCC unroll 4
         for (int k = 0; k < HALF_ROWS; k++) {
-            const __m256 wv = bf16 ? load_bf16x8(w[k] + i) : load_f16x8(w[k] + i);
-            acc[k][0] = _mm256_fmadd_pd(widen_lo(wv), xlo, acc[k][0]);
-            acc[k][1] = _mm256_fmadd_pd(widen_hi(wv), xhi, acc[k][1]);
+            acc[k][0] = _mm256_fmadd_ps(load_half8(w[k] + i, bf16), xlo, acc[k][0]);
+            acc[k][1] = _mm256_fmadd_ps(load_half8(w[k] + i + 8, bf16), xhi, acc[k][1]);
         }
     }
 }
 
-typedef __m256d half_acc[2]; /* one (weight row, operand row) pair's lanes */
-
-SIMD_ALWAYS_INLINE float half_finish(const half_acc acc, const uint16_t *w, const double *x, size_t n8, size_t n,
+SIMD_ALWAYS_INLINE float half_finish(const half_acc acc, const uint16_t *w, const float *x, size_t n16, size_t n,
                                      int bf16) {
-    double sum = hsum_pd(_mm256_add_pd(acc[0], acc[1]));
-    for (size_t i = n8; i < n; i++) sum += half_to_double(w[i], bf16) * x[i];
-    return (float)sum;
+    float sum = hsum_ps(_mm256_add_ps(acc[0], acc[1]));
+    for (size_t i = n16; i < n; i++) sum += half_to_float(w[i], bf16) * x[i];
+    return sum;
 }
 
 /* Several operand rows (prefill): tiles of 2 weight rows x 2 operand rows, so each widened
- * weight vector serves two prompt rows (8 accumulators, 4 weight vectors: the 16 registers),
- * over blocks of HALF_BLOCK x HALF_BLOCK rows that stay in L2. Each pair's lanes sum the same
- * positions in the same order as half_tile's: the same bits. One core, 896 x 2048, 64 rows:
- * 0.094 -> 0.063 ns per weight and row (LLMM_CPU_KERNELS=avx2, alternated). */
+ * weight vector serves two prompt rows (8 accumulators, 4 weight vectors, 2 operand vectors
+ * of the 16 registers), over blocks of HALF_BLOCK x HALF_BLOCK rows that stay in L2. Each
+ * pair's lanes sum the same positions in the same order as half_tile's: the same bits. */
 #define HALF_TILE_X 2
 #define HALF_BLOCK 16
 
-SIMD_ALWAYS_INLINE void half_tile_2x2(const uint16_t *const w[2], const double *const x[HALF_TILE_X], size_t n8,
+SIMD_ALWAYS_INLINE void half_tile_2x2(const uint16_t *const w[2], const float *const x[HALF_TILE_X], size_t n16,
                                       int bf16, half_acc acc[2][HALF_TILE_X]) {
-    __m256d a[2][HALF_TILE_X][2];
+    __m256 a[2][HALF_TILE_X][2];
     for (int k = 0; k < 2; k++)
-        for (int r = 0; r < HALF_TILE_X; r++) a[k][r][0] = a[k][r][1] = _mm256_setzero_pd();
-    for (size_t i = 0; i < n8; i += 8) {
-        __m256d lo[2], hi[2];
+        for (int r = 0; r < HALF_TILE_X; r++) a[k][r][0] = a[k][r][1] = _mm256_setzero_ps();
+    for (size_t i = 0; i < n16; i += 16) {
+        __m256 wv[2][2];
 #pragma GCC unroll 2
         for (int k = 0; k < 2; k++) {
-            const __m256 wv = bf16 ? load_bf16x8(w[k] + i) : load_f16x8(w[k] + i);
-            lo[k] = widen_lo(wv);
-            hi[k] = widen_hi(wv);
+            wv[k][0] = load_half8(w[k] + i, bf16);
+            wv[k][1] = load_half8(w[k] + i + 8, bf16);
         }
 #pragma GCC unroll 2
         for (int r = 0; r < HALF_TILE_X; r++) {
-            const __m256d xlo = _mm256_loadu_pd(x[r] + i), xhi = _mm256_loadu_pd(x[r] + i + 4);
+            const __m256 xlo = _mm256_loadu_ps(x[r] + i), xhi = _mm256_loadu_ps(x[r] + i + 8);
 #pragma GCC unroll 2
             for (int k = 0; k < 2; k++) {
-                a[k][r][0] = _mm256_fmadd_pd(lo[k], xlo, a[k][r][0]);
-                a[k][r][1] = _mm256_fmadd_pd(hi[k], xhi, a[k][r][1]);
+                a[k][r][0] = _mm256_fmadd_ps(wv[k][0], xlo, a[k][r][0]);
+                a[k][r][1] = _mm256_fmadd_ps(wv[k][1], xhi, a[k][r][1]);
             }
         }
     }
@@ -364,7 +363,7 @@ SIMD_ALWAYS_INLINE void gemm_half(const llmm_tensor *w, size_t j0, size_t j1, co
         return;
     }
     /* one operand row (decode): 4 weight rows per tile */
-    const size_t n = x->n, n8 = n / 8 * 8;
+    const size_t n = x->n, n16 = n / 16 * 16;
     for (size_t j = j0; j < j1; j += HALF_ROWS) {
         const size_t nj = LLMM_MIN((size_t)HALF_ROWS, j1 - j);
         const uint16_t *rows[HALF_ROWS];
@@ -372,9 +371,9 @@ SIMD_ALWAYS_INLINE void gemm_half(const llmm_tensor *w, size_t j0, size_t j1, co
             rows[k] = (const uint16_t *)((const uint8_t *)w->data + (j + LLMM_MIN(k, nj - 1)) * w->row_bytes);
         const uint16_t *next =
             j + HALF_ROWS < j1 ? (const uint16_t *)((const uint8_t *)w->data + (j + HALF_ROWS) * w->row_bytes) : NULL;
-        __m256d acc[HALF_ROWS][2];
-        half_tile(rows, next, w->row_bytes, x->f64, n8, bf16, acc);
-        for (size_t k = 0; k < nj; k++) out[j + k] = half_finish(acc[k], rows[k], x->f64, n8, n, bf16);
+        half_acc acc[HALF_ROWS];
+        half_tile(rows, next, w->row_bytes, x->f32, n16, bf16, acc);
+        for (size_t k = 0; k < nj; k++) out[j + k] = half_finish(acc[k], rows[k], x->f32, n16, n, bf16);
     }
 }
 
@@ -495,8 +494,8 @@ const cpu_kernels cpu_kernels_avx2 = {
     .matmul =
         {
             [LLMM_TYPE_F32] = {avx2_gemm_f32, CPU_OPERAND_F32},
-            [LLMM_TYPE_F16] = {avx2_gemm_f16, CPU_OPERAND_F64_F16},
-            [LLMM_TYPE_BF16] = {avx2_gemm_bf16, CPU_OPERAND_F64_BF16},
+            [LLMM_TYPE_F16] = {avx2_gemm_f16, CPU_OPERAND_F16},
+            [LLMM_TYPE_BF16] = {avx2_gemm_bf16, CPU_OPERAND_BF16},
             [LLMM_TYPE_Q4_0] = {gemm_q4_0, CPU_OPERAND_Q8},
             [LLMM_TYPE_Q8_0] = {gemm_q8_0, CPU_OPERAND_Q8},
             [LLMM_TYPE_Q5_0] = {gemm_q5_0, CPU_OPERAND_Q8},
@@ -512,7 +511,7 @@ const cpu_kernels cpu_kernels_avx2 = {
         },
     .quantize_q8 = avx2_quantize_q8,
     .quantize_q8k = avx2_quantize_q8k,
-    .round_f16_f64 = avx2_round_f16_f64,
+    .round_f16 = avx2_round_f16,
     .rms_norm_row = avx2_rms_norm_row,
     .silu_mul = avx2_silu_mul,
     .dot_f32 = avx2_dot_f32,

@@ -120,13 +120,9 @@ void neon_quantize_q8k(const float *x, int8_t *qs, float *d, int16_t *bsums, siz
     }
 }
 
-void neon_round_f16_f64(const float *x, double *out, size_t n) {
+void neon_round_f16(const float *x, float *out, size_t n) {
     size_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-        const float32x4_t r = vcvt_f32_f16(vcvt_f16_f32(vld1q_f32(x + i)));
-        vst1q_f64(out + i, vcvt_f64_f32(vget_low_f32(r)));
-        vst1q_f64(out + i + 2, vcvt_high_f64_f32(r));
-    }
+    for (; i + 4 <= n; i += 4) vst1q_f32(out + i, vcvt_f32_f16(vcvt_f16_f32(vld1q_f32(x + i))));
     for (; i < n; i++) out[i] = round_f16(x[i]);
 }
 
@@ -191,6 +187,11 @@ void neon_gemm_f32(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand
 
 /* ---------------------------------------------------------------- F16 / BF16 weights */
 
+/* The type table's order (lib/quant.c, half_dot): per (weight row, operand row) pair, 16
+ * float lanes in four vectors (lanes 0-3, 4-7, 8-11, 12-15). A product of two halves is exact
+ * in float, so fma(w, x, acc) adds exactly what the scalar's `lane += w * x` adds;
+ * half_finish pairs the lanes as the scalar does (l + 8, + 4, + 2, + 1). */
+
 #define HALF_ROWS 4
 
 /* Eight f16 or bf16 weights as floats (both exact), lanes 0-3 in lo, 4-7 in hi. */
@@ -206,39 +207,41 @@ SIMD_ALWAYS_INLINE void load_half8(const uint16_t *p, int bf16, float32x4_t *lo,
     }
 }
 
-SIMD_ALWAYS_INLINE double half_to_double(uint16_t h, int bf16) {
-    return bf16 ? (double)llmm_bf16_to_f32(h) : (double)llmm_f16_to_f32(h);
+/* Sixteen weights as four float vectors. */
+SIMD_ALWAYS_INLINE void load_half16(const uint16_t *p, int bf16, float32x4_t v[4]) {
+    load_half8(p, bf16, &v[0], &v[1]);
+    load_half8(p + 8, bf16, &v[2], &v[3]);
 }
 
-/* 4 weight rows x one operand row (doubles), eight double lanes per row. A product of two f16
- * or two bf16 values is exact in double, so fma(w, x, acc) adds exactly what the scalar's
- * `sum += (double)w * x` adds; only the order of the additions differs. */
-SIMD_ALWAYS_INLINE void half_tile(const uint16_t *const w[HALF_ROWS], const double *x, size_t n8, int bf16,
-                                  float64x2_t acc[HALF_ROWS][4]) {
+SIMD_ALWAYS_INLINE float half_to_float(uint16_t h, int bf16) {
+    return bf16 ? llmm_bf16_to_f32(h) : llmm_f16_to_f32(h);
+}
+
+typedef float32x4_t half_acc[4]; /* one (weight row, operand row) pair's 16 lanes */
+
+/* 4 weight rows x one operand row. */
+SIMD_ALWAYS_INLINE void half_tile(const uint16_t *const w[HALF_ROWS], const float *x, size_t n16, int bf16,
+                                  half_acc acc[HALF_ROWS]) {
     for (int k = 0; k < HALF_ROWS; k++)
-        for (int l = 0; l < 4; l++) acc[k][l] = vdupq_n_f64(0.0);
-    for (size_t i = 0; i < n8; i += 8) {
-        float64x2_t xv[4];
-        for (int l = 0; l < 4; l++) xv[l] = vld1q_f64(x + i + 2 * l);
+        for (int l = 0; l < 4; l++) acc[k][l] = vdupq_n_f32(0.0f);
+    for (size_t i = 0; i < n16; i += 16) {
+        float32x4_t xv[4];
+        for (int l = 0; l < 4; l++) xv[l] = vld1q_f32(x + i + 4 * l);
 #pragma GCC unroll 4
         for (int k = 0; k < HALF_ROWS; k++) {
-            float32x4_t lo, hi;
-            load_half8(w[k] + i, bf16, &lo, &hi);
-            acc[k][0] = vfmaq_f64(acc[k][0], vcvt_f64_f32(vget_low_f32(lo)), xv[0]);
-            acc[k][1] = vfmaq_f64(acc[k][1], vcvt_high_f64_f32(lo), xv[1]);
-            acc[k][2] = vfmaq_f64(acc[k][2], vcvt_f64_f32(vget_low_f32(hi)), xv[2]);
-            acc[k][3] = vfmaq_f64(acc[k][3], vcvt_high_f64_f32(hi), xv[3]);
+            float32x4_t wv[4];
+            load_half16(w[k] + i, bf16, wv);
+            for (int l = 0; l < 4; l++) acc[k][l] = vfmaq_f32(acc[k][l], wv[l], xv[l]);
         }
     }
 }
 
-typedef float64x2_t half_acc[4]; /* one (weight row, operand row) pair's lanes */
-
-SIMD_ALWAYS_INLINE float half_finish(const half_acc acc, const uint16_t *w, const double *x, size_t n8,
-                                     size_t n, int bf16) {
-    double sum = vaddvq_f64(vaddq_f64(vaddq_f64(acc[0], acc[1]), vaddq_f64(acc[2], acc[3])));
-    for (size_t i = n8; i < n; i++) sum += half_to_double(w[i], bf16) * x[i];
-    return (float)sum;
+SIMD_ALWAYS_INLINE float half_finish(const half_acc acc, const uint16_t *w, const float *x, size_t n16, size_t n,
+                                     int bf16) {
+    const float32x4_t t = vaddq_f32(vaddq_f32(acc[0], acc[2]), vaddq_f32(acc[1], acc[3]));
+    float sum = vaddv_f32(vadd_f32(vget_low_f32(t), vget_high_f32(t)));
+    for (size_t i = n16; i < n; i++) sum += half_to_float(w[i], bf16) * x[i];
+    return sum;
 }
 
 /* Several operand rows (prefill): tiles of 2 weight rows x 2 operand rows, so each widened
@@ -246,35 +249,27 @@ SIMD_ALWAYS_INLINE float half_finish(const half_acc acc, const uint16_t *w, cons
  * registers; the operand is loaded at each use), over blocks of HALF_BLOCK x HALF_BLOCK rows
  * that stay in cache. Each pair's lanes sum the same positions in the same order as
  * half_tile's: the same bits (test_simd compares each operand row alone with all at once).
- * Widening per 8 weights and operand row: 6 instructions before, 3 here (untimed: no ARM
- * hardware here; the x86 kernels' same tiling made them 1.5-2.3x faster). */
+ * Untimed: no ARM hardware here. */
 #define HALF_TILE_X 2
 #define HALF_BLOCK 16
 
-SIMD_ALWAYS_INLINE void half_tile_2x2(const uint16_t *const w[2], const double *const x[HALF_TILE_X], size_t n8,
+SIMD_ALWAYS_INLINE void half_tile_2x2(const uint16_t *const w[2], const float *const x[HALF_TILE_X], size_t n16,
                                       int bf16, half_acc acc[2][HALF_TILE_X]) {
-    float64x2_t a[2][HALF_TILE_X][4];
+    float32x4_t a[2][HALF_TILE_X][4];
     for (int k = 0; k < 2; k++)
         for (int r = 0; r < HALF_TILE_X; r++)
-            for (int l = 0; l < 4; l++) a[k][r][l] = vdupq_n_f64(0.0);
-    for (size_t i = 0; i < n8; i += 8) {
-        float64x2_t wv[2][4];
+            for (int l = 0; l < 4; l++) a[k][r][l] = vdupq_n_f32(0.0f);
+    for (size_t i = 0; i < n16; i += 16) {
+        float32x4_t wv[2][4];
 #pragma GCC unroll 2
-        for (int k = 0; k < 2; k++) {
-            float32x4_t lo, hi;
-            load_half8(w[k] + i, bf16, &lo, &hi);
-            wv[k][0] = vcvt_f64_f32(vget_low_f32(lo));
-            wv[k][1] = vcvt_high_f64_f32(lo);
-            wv[k][2] = vcvt_f64_f32(vget_low_f32(hi));
-            wv[k][3] = vcvt_high_f64_f32(hi);
-        }
+        for (int k = 0; k < 2; k++) load_half16(w[k] + i, bf16, wv[k]);
 #pragma GCC unroll 2
         for (int r = 0; r < HALF_TILE_X; r++)
 #pragma GCC unroll 4
             for (int l = 0; l < 4; l++) {
-                const float64x2_t xv = vld1q_f64(x[r] + i + 2 * l);
-                a[0][r][l] = vfmaq_f64(a[0][r][l], wv[0][l], xv);
-                a[1][r][l] = vfmaq_f64(a[1][r][l], wv[1][l], xv);
+                const float32x4_t xv = vld1q_f32(x[r] + i + 4 * l);
+                a[0][r][l] = vfmaq_f32(a[0][r][l], wv[0][l], xv);
+                a[1][r][l] = vfmaq_f32(a[1][r][l], wv[1][l], xv);
             }
     }
     for (int k = 0; k < 2; k++)
@@ -291,15 +286,15 @@ SIMD_ALWAYS_INLINE void gemm_half(const llmm_tensor *w, size_t j0, size_t j1, co
         return;
     }
     /* one operand row (decode): 4 weight rows per tile */
-    const size_t n = x->n, n8 = n / 8 * 8;
+    const size_t n = x->n, n16 = n / 16 * 16;
     for (size_t j = j0; j < j1; j += HALF_ROWS) {
         const size_t nj = LLMM_MIN((size_t)HALF_ROWS, j1 - j);
         const uint16_t *rows[HALF_ROWS];
         for (size_t k = 0; k < HALF_ROWS; k++)
             rows[k] = (const uint16_t *)((const uint8_t *)w->data + (j + LLMM_MIN(k, nj - 1)) * w->row_bytes);
-        float64x2_t acc[HALF_ROWS][4];
-        half_tile(rows, x->f64, n8, bf16, acc);
-        for (size_t k = 0; k < nj; k++) out[j + k] = half_finish(acc[k], rows[k], x->f64, n8, n, bf16);
+        half_acc acc[HALF_ROWS];
+        half_tile(rows, x->f32, n16, bf16, acc);
+        for (size_t k = 0; k < nj; k++) out[j + k] = half_finish(acc[k], rows[k], x->f32, n16, n, bf16);
     }
 }
 
@@ -519,8 +514,8 @@ const cpu_kernels cpu_kernels_neon = {
     .matmul =
         {
             [LLMM_TYPE_F32] = {neon_gemm_f32, CPU_OPERAND_F32},
-            [LLMM_TYPE_F16] = {neon_gemm_f16, CPU_OPERAND_F64_F16},
-            [LLMM_TYPE_BF16] = {neon_gemm_bf16, CPU_OPERAND_F64_BF16},
+            [LLMM_TYPE_F16] = {neon_gemm_f16, CPU_OPERAND_F16},
+            [LLMM_TYPE_BF16] = {neon_gemm_bf16, CPU_OPERAND_BF16},
             [LLMM_TYPE_Q4_0] = {gemm_q4_0, CPU_OPERAND_Q8},
             [LLMM_TYPE_Q8_0] = {gemm_q8_0, CPU_OPERAND_Q8},
             [LLMM_TYPE_Q5_0] = {gemm_q5_0, CPU_OPERAND_Q8},
@@ -536,7 +531,7 @@ const cpu_kernels cpu_kernels_neon = {
         },
     .quantize_q8 = neon_quantize_q8,
     .quantize_q8k = neon_quantize_q8k,
-    .round_f16_f64 = neon_round_f16_f64,
+    .round_f16 = neon_round_f16,
     .rms_norm_row = neon_rms_norm_row,
     .silu_mul = neon_silu_mul,
     .dot_f32 = neon_dot_f32,

@@ -36,8 +36,8 @@ const cpu_kernels cpu_kernels_neon_dotprod = {
     .matmul =
         {
             [LLMM_TYPE_F32] = {neon_gemm_f32, CPU_OPERAND_F32},
-            [LLMM_TYPE_F16] = {neon_gemm_f16, CPU_OPERAND_F64_F16},
-            [LLMM_TYPE_BF16] = {neon_gemm_bf16, CPU_OPERAND_F64_BF16},
+            [LLMM_TYPE_F16] = {neon_gemm_f16, CPU_OPERAND_F16},
+            [LLMM_TYPE_BF16] = {neon_gemm_bf16, CPU_OPERAND_BF16},
             [LLMM_TYPE_Q4_0] = {gemm_q4_0, CPU_OPERAND_Q8},
             [LLMM_TYPE_Q8_0] = {gemm_q8_0, CPU_OPERAND_Q8},
             [LLMM_TYPE_Q5_0] = {gemm_q5_0, CPU_OPERAND_Q8},
@@ -53,7 +53,7 @@ const cpu_kernels cpu_kernels_neon_dotprod = {
         },
     .quantize_q8 = neon_quantize_q8,
     .quantize_q8k = neon_quantize_q8k,
-    .round_f16_f64 = neon_round_f16_f64,
+    .round_f16 = neon_round_f16,
     .rms_norm_row = neon_rms_norm_row,
     .silu_mul = neon_silu_mul,
     .dot_f32 = neon_dot_f32,

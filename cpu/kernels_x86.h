@@ -18,7 +18,7 @@ void avx2_gemm_bf16(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operan
                     size_t ldo);
 void avx2_quantize_q8(const float *x, int8_t *qs, float *d, int32_t *sum, size_t n);
 void avx2_quantize_q8k(const float *x, int8_t *qs, float *d, int16_t *bsums, size_t n);
-void avx2_round_f16_f64(const float *x, double *out, size_t n);
+void avx2_round_f16(const float *x, float *out, size_t n);
 void avx2_rms_norm_row(const float *x, const float *w, float *out, size_t dim, float eps);
 void avx2_silu_mul(float *gate, const float *up, size_t n);
 float avx2_dot_f32(const float *a, const float *b, size_t n);

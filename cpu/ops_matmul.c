@@ -196,8 +196,8 @@ static void run_task(cpu_state *s, matmul_task *t, const llmm_tensor *const *w, 
     }
 }
 
-/* bf16 rounding has no vector kernel (a rare weight type): through the type table, widened. */
-static void round_bf16_f64(const float *x, double *out, size_t n) {
+/* bf16 rounding has no vector kernel (a rare weight type): through the type table. */
+static void round_bf16(const float *x, float *out, size_t n) {
     const llmm_type_traits *bf16 = llmm_type_get(LLMM_TYPE_BF16);
     llmm_bf16 tmp[64];
     for (size_t i = 0; i < n; i += 64) {
@@ -237,7 +237,7 @@ typedef struct operand_rows {
     cpu_operand_kind kind;
     const float *x;
     size_t n;
-    double *f64;
+    float *half;
     int8_t *qs;
     float *d, *sd;
     int32_t *sum;
@@ -250,8 +250,8 @@ static void operand_rows_range(void *arg, size_t r0, size_t r1) {
     for (size_t r = r0; r < r1; r++) {
         const float *x = t->x + r * n;
         switch (t->kind) {
-        case CPU_OPERAND_F64_F16: t->k->round_f16_f64(x, t->f64 + r * n, n); break;
-        case CPU_OPERAND_F64_BF16: round_bf16_f64(x, t->f64 + r * n, n); break;
+        case CPU_OPERAND_F16: t->k->round_f16(x, t->half + r * n, n); break;
+        case CPU_OPERAND_BF16: round_bf16(x, t->half + r * n, n); break;
         case CPU_OPERAND_Q8K: {
             const size_t nb = n / QK_K, ng = n / 16;
             if (t->k->quantize_q8k) t->k->quantize_q8k(x, t->qs + r * n, t->d + r * nb, t->bsums + r * ng, n);
@@ -317,12 +317,12 @@ static llmm_status prepare_operand(cpu_state *s, cpu_operand_kind kind, const fl
         op->f32 = x;
         return LLMM_OK;
     }
-    if (kind == CPU_OPERAND_F64_F16 || kind == CPU_OPERAND_F64_BF16) {
-        double *f64 = cpu_scratch(s, n_rows * n * sizeof(double));
-        if (!f64) return LLMM_ERR_NO_MEMORY;
-        operand_rows t = {.k = s->k, .kind = kind, .x = x, .n = n, .f64 = f64};
+    if (kind == CPU_OPERAND_F16 || kind == CPU_OPERAND_BF16) {
+        float *half = cpu_scratch(s, n_rows * n * sizeof(float));
+        if (!half) return LLMM_ERR_NO_MEMORY;
+        operand_rows t = {.k = s->k, .kind = kind, .x = x, .n = n, .half = half};
         operand_fill(s, &t, n_rows);
-        op->f64 = f64;
+        op->f32 = half;
         return LLMM_OK;
     }
     if (kind == CPU_OPERAND_Q8K) return prepare_q8k(s, x, n_rows, n, op);

@@ -97,19 +97,33 @@ float llmm_dot_f32(const void *w, const void *x, size_t n) {
     return sum;
 }
 
-static float dot_f16(const void *w, const void *x, size_t n) {
-    const llmm_f16 *a = w, *b = x;
-    double sum = 0;
-    for (size_t i = 0; i < n; i++) sum += (double)llmm_f16_to_f32(a[i]) * llmm_f16_to_f32(b[i]);
-    return (float)sum;
+/* F16 and BF16 dots: the products of two halves are exact in float (11 + 11 significant
+ * bits for f16, 8 + 8 for bf16), summed in float in 16 lanes: lane l takes positions l,
+ * l + 16, ... below n - n % 16 in order; the lanes are then added pairwise (l + 8 into l,
+ * then + 4, + 2, + 1) and the tail positions after, in order. That is the order a 512-bit
+ * vector (or two 256-bit, or four 128-bit ones) keeps, so every kernel table gives these bits,
+ * and the float sum runs at twice the rate of the double sum this replaced (which made F16
+ * prompts half as fast as the reference engine's float sums). Within (n / 16 + 20) u sum|w x|
+ * of the exact dot. */
+#define HALF_DOT_LANES 16
+
+static float half_dot(const uint16_t *w, const uint16_t *x, size_t n, float (*widen)(uint16_t)) {
+    float lane[HALF_DOT_LANES] = {0};
+    const size_t n16 = n - n % HALF_DOT_LANES;
+    for (size_t i = 0; i < n16; i += HALF_DOT_LANES)
+        for (int l = 0; l < HALF_DOT_LANES; l++) lane[l] += widen(w[i + l]) * widen(x[i + l]);
+    for (int half = HALF_DOT_LANES / 2; half >= 1; half /= 2)
+        for (int l = 0; l < half; l++) lane[l] += lane[l + half];
+    float sum = lane[0];
+    for (size_t i = n16; i < n; i++) sum += widen(w[i]) * widen(x[i]);
+    return sum;
 }
 
-static float dot_bf16(const void *w, const void *x, size_t n) {
-    const llmm_bf16 *a = w, *b = x;
-    double sum = 0;
-    for (size_t i = 0; i < n; i++) sum += (double)llmm_bf16_to_f32(a[i]) * llmm_bf16_to_f32(b[i]);
-    return (float)sum;
-}
+static float widen_f16(uint16_t h) { return llmm_f16_to_f32(h); }
+static float widen_bf16(uint16_t h) { return llmm_bf16_to_f32(h); }
+
+static float dot_f16(const void *w, const void *x, size_t n) { return half_dot(w, x, n, widen_f16); }
+static float dot_bf16(const void *w, const void *x, size_t n) { return half_dot(w, x, n, widen_bf16); }
 
 /* ---------------------------------------------------------------- Q8_0 / Q4_0 */
 

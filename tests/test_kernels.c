@@ -660,7 +660,7 @@ static double tight_tol(uint32_t type, size_t n, double sum_abs) {
     switch (type) {
     case LLMM_TYPE_F32: return ((double)(n / 8) + 10.0) * U_F32 * sum_abs;
     case LLMM_TYPE_F16:
-    case LLMM_TYPE_BF16: return 2.0 * U_F32 * sum_abs;
+    case LLMM_TYPE_BF16: return ((double)(n / 16) + 20.0) * U_F32 * sum_abs; /* 16 float lanes, lib/quant.c */
     default: return ((double)(n / 32) + 3.0) * U_F32 * sum_abs;
     }
 }

@@ -135,16 +135,17 @@ row() { # label type result.json
         -v bw="$(jget "$f" bandwidth_gb_s)" -v tr="$(jget "$f" stream_triad_gb_s)" \
         -v tp="$(jget "$f" stream_triad_paired_gb_s)" -v fa="$(jget "$f" bandwidth_fraction_after)" \
         -v fr="$(jget "$f" bandwidth_fraction)" -v ld="$(jget "$f" load_ms)" -v tt="$(jget "$f" ttft_ms)" \
-        -v rss="$(jget "$f" peak_rss_bytes)" -v cold="${4:-0}" 'BEGIN {
+        -v rd="$(jget "$f" measured_gb_s)" -v rss="$(jget "$f" peak_rss_bytes)" -v cold="${4:-0}" 'BEGIN {
         num = "^[-+0-9.eE]+$"
         mib = fb / 1048576
         printf "| %s | %s | %.0f | %d | ", label, type, mib, threads
-        if (cold) printf "- | - | - | - | - | - | - | "
-        else printf "%s | %s | %s | %s | %s | %s | %s | ", \
+        if (cold) printf "- | - | - | - | - | - | - | - | - | "
+        else printf "%s | %s | %s | %s | %s | %s | %s | %s | %s | ", \
             (pf ~ num ? sprintf("%.1f", pf) : "-"), (dc ~ num ? sprintf("%.1f", dc) : "-"), \
             (bw ~ num ? sprintf("%.1f", bw) : "-"), (tp ~ num ? sprintf("%.1f", tp) : "-"), \
             (fr ~ num ? sprintf("%.0f %%", 100 * fr) : "-"), (tr ~ num ? sprintf("%.1f", tr) : "-"), \
-            (fa ~ num ? sprintf("%.0f %%", 100 * fa) : "-")
+            (fa ~ num ? sprintf("%.0f %%", 100 * fa) : "-"), (rd ~ num ? sprintf("%.1f", rd) : "-"), \
+            (rd ~ num && bw ~ num && rd > 0 ? sprintf("%.0f %%", 100 * bw / rd) : "-")
         printf "%.0f | %.0f | %.2f |\n", ld, tt, (fb > 0 ? rss / fb : 0)
     }'
 }
@@ -162,8 +163,8 @@ BLOCK=$DIR/block.md
     echo "Model: the Qwen2.5-0.5B shape (\`llmmini-synth --preset $PRESET\`: 896 x 24, 14/2 heads, ff 4864,"
     echo "tied embeddings) with seeded random weights and $vocab_note."
     echo
-    echo "| model | type | file MiB | threads | prefill tok/s | decode tok/s | decode bandwidth GB/s | paired STREAM GB/s | bandwidth fraction | STREAM after GB/s | fraction of it | load ms | TTFT ms | peak RSS / file |"
-    echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    echo "| model | type | file MiB | threads | prefill tok/s | decode tok/s | decode bandwidth GB/s | paired STREAM GB/s | bandwidth fraction | STREAM after GB/s | fraction of it | read GB/s | fraction of read | load ms | TTFT ms | peak RSS / file |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     for t in $TYPES; do
         label="Qwen2.5-0.5B shape"
         grep -q "^$t " "$DIR/reduced.txt" && label="$label, shorter run (see below)"
@@ -175,7 +176,9 @@ BLOCK=$DIR/block.md
     echo "plus the first token. Decode bandwidth = (weight bytes + K/V bytes) per token x decode tok/s;"
     echo "bandwidth fraction = median over the repeats of each decode repeat's bandwidth / the STREAM triad"
     echo "measured just before it (paired STREAM: their median; best of 3 passes each); STREAM after: one"
-    echo "triad after the benchmark, best of 5 passes, and the median decode bandwidth over it. Cold start:"
+    echo "triad after the benchmark, best of 5 passes, and the median decode bandwidth over it. Read: a plain"
+    echo "read of 1 GiB with the same threads after the benchmark (best of 5), and the decode bandwidth over"
+    echo "it, for comparison with a workload that only reads, as decode does. Cold start:"
     echo "one process that loads the Q4_0 file and produces the first token of a 12-token prompt, ${cold_wall_ms} ms"
     echo "from process start to exit (page cache warm: the file was just written or read)."
     [ -s "$DIR/reduced.txt" ] && echo

@@ -101,17 +101,20 @@ static size_t cpu_scratch_bytes(const llmm_step_shape *shape, int n_threads) {
     return LLMM_MAX(matmul, attention);
 }
 
-/* The step's size decides which matmuls may make packed weight copies (ops_matmul.c): a
- * prompt's last-position logits are a one-row matmul too, but belong to the prompt. */
-static llmm_status cpu_step_begin(void *state, size_t n_tokens) {
+/* The step's kind decides which matmuls may make packed weight copies (ops_matmul.c): a
+ * decode step's, of any number of sequences; not a prompt's, not even its last-position
+ * logits (a one-row matmul), so that the first token never waits for packing. */
+static llmm_status cpu_step_begin(void *state, size_t n_tokens, llmm_step_kind kind) {
     cpu_state *s = state;
     s->step_tokens = n_tokens;
+    s->step_decode = kind == LLMM_STEP_DECODE;
     s->pack_budget = s->pack_step_bytes;
     return LLMM_OK;
 }
 
 static llmm_status cpu_step_end(void *state) {
     ((cpu_state *)state)->step_tokens = 0;
+    ((cpu_state *)state)->step_decode = 0;
     return LLMM_OK;
 }
 

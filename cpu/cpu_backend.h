@@ -12,6 +12,7 @@ typedef struct cpu_state {
     const cpu_kernels *k; /* chosen once at init from cpuid (and LLMM_CPU_KERNELS) */
     void *scratch;        /* activations converted for the dots, attention scores */
     size_t step_tokens;   /* tokens of the forward step in progress (step_begin); 0 between steps */
+    int step_decode;      /* that step is a decode step (LLMM_STEP_DECODE) */
     size_t pack_step_bytes; /* CPU_PACK_STEP_BYTES (tests lower it) */
     size_t pack_budget;   /* bytes of packed weight copies the step may still make (ops_matmul.c) */
     size_t scratch_bytes;

@@ -12,7 +12,7 @@
  * weight row and activation row alone, so results do not depend on the thread count.
  *
  * Where the table has a kernel for packed copies of a type (packed_tiles.h) and the weight a
- * copy slot (weight_copy.h), a decode-sized matmul makes the copy (within the step's budget,
+ * copy slot (weight_copy.h), a decode step's matmul makes the copy (within the step's budget,
  * cpu_backend.h): each chunk
  * packs its tiles, drops the file pages it copied, and computes from the copy. Every later
  * matmul by it, of any context, reads the copy (bit for bit the same results). */
@@ -133,14 +133,16 @@ static void matmul_chunk(void *arg, size_t chunk, int ith) {
     }
 }
 
-/* Tokens of a forward step (or operand rows of a matmul outside one) up to which a matmul
- * makes a weight's missing copy: a decode step of up to 4 sequences. A prompt's matmuls
- * (longer, as a rule; its last-position logits too) stay on the original until a decode step
- * has made the copy, so the first token comes no later. */
+/* Within forward steps, the decode steps make missing copies, whatever their number of
+ * sequences; a prompt's matmuls (its last-position logits too) stay on the original until a
+ * decode step has made the copy, so the first token comes no later (before 2026-12-03 the
+ * rule was "steps of up to 4 tokens": a batch of 5 or more sequences never made copies, and
+ * a 3-token prompt did). A matmul outside a step (a direct call) makes one when it has up to
+ * PACK_MAX_ROWS operand rows. */
 #define PACK_MAX_ROWS 4
 
 /* Whether part p reads its weight's packed copy, claiming the making of it for this task when
- * there is none yet and n_rows is small enough. A weight with no whole tile, or no memory for
+ * there is none yet and this matmul may make it. A weight with no whole tile, or no memory for
  * its copy, is marked NEVER and keeps the original. */
 static void use_copy(cpu_state *s, matmul_part *p, size_t n_rows) {
     const llmm_tensor *w = p->w;
@@ -153,7 +155,8 @@ static void use_copy(cpu_state *s, matmul_part *p, size_t n_rows) {
     /* within a step, the budget (cpu_backend.h) bounds the copies made: whole matrices, and a
      * larger one only as the step's first; outside steps (direct calls) there is none */
     const int affordable = !s->step_tokens || bytes <= s->pack_budget || s->pack_budget == s->pack_step_bytes;
-    if (state == LLMM_COPY_NONE && (s->step_tokens ? s->step_tokens : n_rows) <= PACK_MAX_ROWS && affordable) {
+    const int may_make = s->step_tokens ? s->step_decode : n_rows <= PACK_MAX_ROWS;
+    if (state == LLMM_COPY_NONE && may_make && affordable) {
         if (!atomic_compare_exchange_strong(&c->state, &state, LLMM_COPY_MAKING)) return; /* another's */
         if (s->step_tokens) s->pack_budget = bytes < s->pack_budget ? s->pack_budget - bytes : 0;
         c->bytes = bytes;

@@ -14,7 +14,13 @@
 #include "common.h"
 #include "weights.h"
 
-#define LLMM_BACKEND_API_VERSION 5
+#define LLMM_BACKEND_API_VERSION 6
+
+/* What a forward step computes, for step_begin. */
+typedef enum llmm_step_kind {
+    LLMM_STEP_PROMPT = 0, /* a chunk of one sequence's prompt (llmm_prefill) */
+    LLMM_STEP_DECODE = 1, /* one new token for each of n_tokens sequences (llmm_decode) */
+} llmm_step_kind;
 
 typedef struct llmm_backend_config {
     int n_threads;              /* CPU worker threads; <= 0 means physical cores */
@@ -162,9 +168,10 @@ typedef struct llmm_backend_ops {
     size_t (*scratch_bytes)(const llmm_step_shape *shape, int n_threads);
     llmm_status (*reserve)(void *state, const llmm_step_shape *shape);
 
-    /* optional: bracket one forward step of n_tokens tokens (a GPU backend may capture it as a
-     * graph; the CPU backend makes packed weight copies in decode-sized steps only) */
-    llmm_status (*step_begin)(void *state, size_t n_tokens);
+    /* optional: bracket one forward step of n_tokens tokens of the given kind (a GPU backend
+     * may capture it as a graph; the CPU backend makes packed weight copies in decode steps
+     * only, so that a prompt's first token never waits for them) */
+    llmm_status (*step_begin)(void *state, size_t n_tokens, llmm_step_kind kind);
     llmm_status (*step_end)(void *state);
 } llmm_backend_ops;
 

@@ -181,7 +181,7 @@ static llmm_status prefill_chunks(llmm_context *ctx, llmm_seq_id seq, const llmm
         for (size_t i = 0; i < m; i++) ctx->pos[i] = (int32_t)(start + i);
         for (size_t i = 0; i < m; i++) ctx->row_seq[i] = seq;
         size_t first = all ? 0 : (last ? m - 1 : m);
-        llmm_status st = forward_step(ctx, tokens + done, ctx->row_seq, ctx->pos, m, first);
+        llmm_status st = forward_step(ctx, LLMM_STEP_PROMPT, tokens + done, ctx->row_seq, ctx->pos, m, first);
         if (!st && first < m) st = fetch_logits(ctx, all ? done : 0, m - first);
         if (st) return st;
         kv_commit(kv, (uint32_t)seq, tokens + done, (uint32_t)m);
@@ -260,7 +260,7 @@ LLMM_API llmm_status llmm_decode(llmm_context *ctx, const llmm_seq_id *seqs, con
     const double t0 = time_now_ms();
     ctx->logits_rows = 0;
     if ((st = reserve_rows(ctx, seqs, n))) return st;
-    st = forward_step(ctx, tokens, seqs, ctx->pos, n, 0);
+    st = forward_step(ctx, LLMM_STEP_DECODE, tokens, seqs, ctx->pos, n, 0);
     if (!st) st = fetch_logits(ctx, 0, n);
     if (st) {
         for (size_t i = 0; i < n; i++) kv_truncate(&ctx->kv, (uint32_t)seqs[i], (uint32_t)ctx->pos[i]);

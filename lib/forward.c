@@ -110,15 +110,15 @@ static llmm_status ffn_block(llmm_context *ctx, const llmm_layer_weights *l, siz
     return be->add(s, a->x, a->xb, n * hp->n_embd);
 }
 
-llmm_status forward_step(llmm_context *ctx, const llmm_token *tokens, const llmm_seq_id *seqs, const int32_t *pos,
-                         size_t n, size_t first_logit_row) {
+llmm_status forward_step(llmm_context *ctx, llmm_step_kind kind, const llmm_token *tokens, const llmm_seq_id *seqs,
+                         const int32_t *pos, size_t n, size_t first_logit_row) {
     const llmm_backend_ops *be = ctx->be;
     void *s = ctx->be_state;
     const llmm_weights *w = ctx->model->weights;
     const llmm_hparams *hp = &ctx->model->hp;
     const llmm_activations *a = &ctx->act;
 
-    if (be->step_begin) TRY(be->step_begin(s, n));
+    if (be->step_begin) TRY(be->step_begin(s, n, kind));
     TRY(be->embed(s, &w->tok_embd, tokens, n, a->x)); /* (n, n_embd) */
     if (w->arch->flags & LLMM_ARCH_EMBED_SCALE) TRY(be->scale(s, a->x, n * hp->n_embd, sqrtf((float)hp->n_embd)));
     for (uint32_t il = 0; il < hp->n_layer; il++) {

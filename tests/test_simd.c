@@ -1633,8 +1633,9 @@ static void test_backend_packed_copies(void **state) {
                   ARRAY_LEN(types) * ARRAY_LEN(dims));
 }
 
-/* Within forward steps the copies made are bounded by the step's budget: whole matrices while
- * it lasts, a larger one only as the first of a step; prompt-sized steps make none. */
+/* Within forward steps the decode steps make the copies, of any number of sequences, and
+ * prompt steps none, however short; the copies a step makes are bounded by its budget:
+ * whole matrices while it lasts, a larger one only as the first of a step. */
 static void test_packing_step_budget(void **state) {
     (void)state;
     if (!cpu_kernels_get(CPU_ISA_AVX512)) {
@@ -1660,16 +1661,19 @@ static void test_packing_step_budget(void **state) {
     }
     void *st = cpu_start_isa(CPU_ISA_AVX512, 2);
     ((cpu_state *)st)->pack_step_bytes = 96 * rb; /* one and a half of the small matrices */
-    /* per step (tokens), the slots READY after it */
-    const size_t tokens[] = {16, 1, 1, 1, 1};
-    const int ready[][NW] = {{0, 0, 0, 0}, {1, 0, 0, 0}, {1, 1, 0, 0}, {1, 1, 1, 0}, {1, 1, 1, 1}};
+    /* per step (tokens, kind), the slots READY after it */
+    const size_t tokens[] = {16, 2, 8, 1, 1, 1};
+    const llmm_step_kind kind[] = {LLMM_STEP_PROMPT, LLMM_STEP_PROMPT, LLMM_STEP_DECODE,
+                                   LLMM_STEP_DECODE, LLMM_STEP_DECODE, LLMM_STEP_DECODE};
+    const int ready[][NW] = {{0, 0, 0, 0}, {0, 0, 0, 0}, {1, 0, 0, 0}, {1, 1, 0, 0}, {1, 1, 1, 0}, {1, 1, 1, 1}};
     for (size_t step = 0; step < ARRAY_LEN(tokens); step++) {
-        assert_int_equal(llmm_cpu_backend.step_begin(st, tokens[step]), LLMM_OK);
+        assert_int_equal(llmm_cpu_backend.step_begin(st, tokens[step], kind[step]), LLMM_OK);
         for (size_t i = 0; i < NW; i++) assert_int_equal(llmm_cpu_backend.matmul(st, &wt[i], x, 1, out), LLMM_OK);
         assert_int_equal(llmm_cpu_backend.step_end(st), LLMM_OK);
         for (size_t i = 0; i < NW; i++)
             if ((atomic_load(&slot[i].state) == LLMM_COPY_READY) != ready[step][i])
-                fail_msg("step %zu (%zu tokens): weight %zu %s", step, tokens[step], i,
+                fail_msg("step %zu (%zu tokens, %s): weight %zu %s", step, tokens[step],
+                         kind[step] == LLMM_STEP_DECODE ? "decode" : "prompt", i,
                          ready[step][i] ? "not packed" : "packed too early");
     }
     llmm_cpu_backend.shutdown(st);

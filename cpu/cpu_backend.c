@@ -106,15 +106,14 @@ static size_t cpu_scratch_bytes(const llmm_step_shape *shape, int n_threads) {
  * logits (a one-row matmul), so that the first token never waits for packing. */
 static llmm_status cpu_step_begin(void *state, size_t n_tokens, llmm_step_kind kind) {
     cpu_state *s = state;
-    s->step_tokens = n_tokens;
-    s->step_decode = kind == LLMM_STEP_DECODE;
+    (void)n_tokens;
+    s->step = kind == LLMM_STEP_DECODE ? CPU_STEP_DECODE : CPU_STEP_PROMPT;
     s->pack_budget = s->pack_step_bytes;
     return LLMM_OK;
 }
 
 static llmm_status cpu_step_end(void *state) {
-    ((cpu_state *)state)->step_tokens = 0;
-    ((cpu_state *)state)->step_decode = 0;
+    ((cpu_state *)state)->step = CPU_STEP_NONE;
     return LLMM_OK;
 }
 

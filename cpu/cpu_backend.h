@@ -6,13 +6,19 @@
 #include "cpu_kernels.h"
 #include "threadpool.h"
 
+/* The forward step in progress (between step_begin and step_end), if any. */
+typedef enum cpu_step {
+    CPU_STEP_NONE = 0, /* between steps: a direct call (tests) */
+    CPU_STEP_PROMPT,
+    CPU_STEP_DECODE,
+} cpu_step;
+
 typedef struct cpu_state {
     llmm_threadpool *pool;
     const llmm_allocator *alloc;
     const cpu_kernels *k; /* chosen once at init from cpuid (and LLMM_CPU_KERNELS) */
     void *scratch;        /* activations converted for the dots, attention scores */
-    size_t step_tokens;   /* tokens of the forward step in progress (step_begin); 0 between steps */
-    int step_decode;      /* that step is a decode step (LLMM_STEP_DECODE) */
+    cpu_step step;
     size_t pack_step_bytes; /* CPU_PACK_STEP_BYTES (tests lower it) */
     size_t pack_budget;   /* bytes of packed weight copies the step may still make (ops_matmul.c) */
     size_t scratch_bytes;

@@ -154,11 +154,12 @@ static void use_copy(cpu_state *s, matmul_part *p, size_t n_rows) {
     const size_t bytes = rows * w->row_bytes;
     /* within a step, the budget (cpu_backend.h) bounds the copies made: whole matrices, and a
      * larger one only as the step's first; outside steps (direct calls) there is none */
-    const int affordable = !s->step_tokens || bytes <= s->pack_budget || s->pack_budget == s->pack_step_bytes;
-    const int may_make = s->step_tokens ? s->step_decode : n_rows <= PACK_MAX_ROWS;
+    const int in_step = s->step != CPU_STEP_NONE;
+    const int affordable = !in_step || bytes <= s->pack_budget || s->pack_budget == s->pack_step_bytes;
+    const int may_make = in_step ? s->step == CPU_STEP_DECODE : n_rows <= PACK_MAX_ROWS;
     if (state == LLMM_COPY_NONE && may_make && affordable) {
         if (!atomic_compare_exchange_strong(&c->state, &state, LLMM_COPY_MAKING)) return; /* another's */
-        if (s->step_tokens) s->pack_budget = bytes < s->pack_budget ? s->pack_budget - bytes : 0;
+        if (in_step) s->pack_budget = bytes < s->pack_budget ? s->pack_budget - bytes : 0;
         c->bytes = bytes;
         c->data = rows ? packed_tiles_alloc(c->bytes) : NULL;
         if (!c->data) {

@@ -46,6 +46,9 @@ void *cpu_scratch(cpu_state *s, size_t bytes);
  * last n % align values to a scalar tail treats every value as it does in one call. */
 typedef void (*cpu_range_fn)(void *arg, size_t i0, size_t i1);
 
+/* out = x rounded to bf16 (nearest even, NaN quieted) and widened back: the BF16 matmul
+ * operand, bit for bit the type table's from_float (ops_matmul.c). */
+void cpu_round_bf16(const float *x, float *out, size_t n);
 /* dst += src, n values (not overlapping), vectorized (ops_elementwise.c). */
 void cpu_add_floats(float *restrict dst, const float *restrict src, size_t n);
 void cpu_parallel_range(cpu_state *s, size_t n, size_t align, size_t min_parallel, cpu_range_fn fn, void *arg);

@@ -200,14 +200,29 @@ static void run_task(cpu_state *s, matmul_task *t, const llmm_tensor *const *w, 
     }
 }
 
-/* bf16 rounding has no vector kernel (a rare weight type): through the type table. */
-static void round_bf16(const float *x, float *out, size_t n) {
-    const llmm_type_traits *bf16 = llmm_type_get(LLMM_TYPE_BF16);
-    llmm_bf16 tmp[64];
-    for (size_t i = 0; i < n; i += 64) {
-        const size_t m = LLMM_MIN((size_t)64, n - i);
-        bf16->from_float(x + i, tmp, m);
-        for (size_t k = 0; k < m; k++) out[i + k] = llmm_bf16_to_f32(tmp[k]);
+/* One float's bits rounded to bf16 and widened back: nearest even, a NaN quieted, as the type
+ * table's from_float (lib/quant.c, bf16_from_f32). */
+static inline uint32_t bf16_round_bits(uint32_t u) {
+    /* the magnitude compared as a signed int: SSE2 has a signed 32-bit compare only */
+    const int nan = (int32_t)(u & 0x7fffffffu) > (int32_t)0x7f800000;
+    return nan ? (u | 0x00400000u) & 0xffff0000u : (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+}
+
+/* In blocks of eight, which GCC vectorizes at -O2: through the type table's converter, value
+ * by value, this was 4.5 % of a 512-token BF16 prefill's samples. */
+void cpu_round_bf16(const float *x, float *out, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint32_t u[8];
+        memcpy(u, x + i, sizeof u);
+        for (size_t k = 0; k < 8; k++) u[k] = bf16_round_bits(u[k]);
+        memcpy(out + i, u, sizeof u);
+    }
+    for (; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, x + i, sizeof u);
+        u = bf16_round_bits(u);
+        memcpy(out + i, &u, sizeof u);
     }
 }
 
@@ -255,7 +270,7 @@ static void operand_rows_range(void *arg, size_t r0, size_t r1) {
         const float *x = t->x + r * n;
         switch (t->kind) {
         case CPU_OPERAND_F16: t->k->round_f16(x, t->half + r * n, n); break;
-        case CPU_OPERAND_BF16: round_bf16(x, t->half + r * n, n); break;
+        case CPU_OPERAND_BF16: cpu_round_bf16(x, t->half + r * n, n); break;
         case CPU_OPERAND_Q8K: {
             const size_t nb = n / QK_K, ng = n / 16;
             if (t->k->quantize_q8k) t->k->quantize_q8k(x, t->qs + r * n, t->d + r * nb, t->bsums + r * ng, n);

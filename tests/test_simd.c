@@ -322,6 +322,40 @@ static void test_round_f16_exact(void **state) {
     }
 }
 
+/* The BF16 operand rounding: every bit of the type table's from_float, widened, over random
+ * bit patterns (NaNs, infinities and subnormals among them) and the halfway cases of both
+ * parities, at lengths with and without a tail past the blocks of eight. */
+static void test_round_bf16_exact(void **state) {
+    (void)state;
+    enum { N = 4099 };
+    uint32_t *bits = xmalloc(N * sizeof *bits);
+    float *x = xmalloc(N * sizeof *x), *got = xmalloc(N * sizeof *got);
+    llmm_bf16 *h = xmalloc(N * sizeof *h);
+    rng_seed(1003);
+    for (size_t i = 0; i < N; i++) bits[i] = (uint32_t)rng_u64();
+    const uint32_t special[] = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0x7f800001u,
+                                0xffbfffffu, 0x00000001u, 0x007fffffu, 0x7f7fffffu, 0x7f7f8000u, 0x3f808000u,
+                                0x3f818000u, 0x3f807fffu, 0x3f818001u, 0xbf808000u};
+    memcpy(bits, special, sizeof special);
+    memcpy(x, bits, N * sizeof *x);
+    const size_t sizes[] = {1, 7, 8, 9, 33, N};
+    for (size_t si = 0; si < ARRAY_LEN(sizes); si++) {
+        const size_t n = sizes[si];
+        llmm_type_get(LLMM_TYPE_BF16)->from_float(x, h, n);
+        cpu_round_bf16(x, got, n);
+        for (size_t i = 0; i < n; i++) {
+            const uint32_t want = (uint32_t)h[i] << 16;
+            uint32_t g;
+            memcpy(&g, got + i, sizeof g);
+            if (g != want) fail_msg("bf16 rounding of 0x%08x (n=%zu): 0x%08x want 0x%08x", bits[i], n, g, want);
+        }
+    }
+    free(bits);
+    free(x);
+    free(got);
+    free(h);
+}
+
 /* ================================================================== matmul kernels */
 
 /* The kernel's operand, built with the kernel table's own preparation (as cpu_matmul does). */
@@ -1782,6 +1816,7 @@ int main(void) {
         cmocka_unit_test(test_quantize_q8_exact),
         cmocka_unit_test(test_quantize_q8k_exact),
         cmocka_unit_test(test_round_f16_exact),
+        cmocka_unit_test(test_round_bf16_exact),
         cmocka_unit_test(test_gemm_q4_0),
         cmocka_unit_test(test_gemm_q8_0),
         cmocka_unit_test(test_gemm_f32),

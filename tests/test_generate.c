@@ -210,6 +210,57 @@ static void test_repacked_weights_same_logits(void **state) {
     gguf_close(src);
 }
 
+/* Eight sequences decoded together make the packed copies in their own steps (each chunk then
+ * packs its tiles and computes eight operand rows from them): every sequence's logits at every
+ * step equal those of a model that never packs. */
+static void check_batched_repack_same_logits(const char *file) {
+    enum { S = 8, STEPS = 10 };
+    const char *prompts[S] = {"Once upon a time", "The dog", "A big red ball", "Lily",
+                              "Tim and Sam",      "The sun", "She saw a bird", "One day"};
+    llmm_model *m[2];
+    llmm_context *c[2];
+    for (int i = 0; i < 2; i++) {
+        llmm_model_params mp;
+        llmm_model_params_default(&mp, sizeof mp);
+        mp.repack_weights = i == 0;
+        assert_int_equal(llmm_model_load(file, &mp, &m[i]), LLMM_OK);
+        c[i] = make_context(m[i], 64, S, 16, 2);
+    }
+    llmm_seq_id seqs[S];
+    llmm_token next[S];
+    for (int s = 0; s < S; s++) {
+        llmm_token ids[MAX_IDS];
+        const size_t n = tokenize(m[0], prompts[s], ids);
+        seqs[s] = s;
+        for (int i = 0; i < 2; i++) assert_int_equal(llmm_prefill(c[i], s, ids, n, 0), LLMM_OK);
+        const float *l;
+        size_t nv = 0;
+        assert_int_equal(llmm_logits(c[0], 0, &l, &nv), LLMM_OK);
+        next[s] = argmax(l, nv);
+    }
+    for (int step = 0; step < STEPS; step++) {
+        for (int i = 0; i < 2; i++) assert_int_equal(llmm_decode(c[i], seqs, next, S), LLMM_OK);
+        for (int s = 0; s < S; s++) {
+            const float *l[2];
+            size_t nv = 0;
+            for (int i = 0; i < 2; i++) assert_int_equal(llmm_logits(c[i], (size_t)s, &l[i], &nv), LLMM_OK);
+            if (memcmp(l[0], l[1], nv * sizeof *l[0]) != 0) fail_msg("%s step %d sequence %d differs", file, step, s);
+            next[s] = argmax(l[0], nv);
+        }
+    }
+    for (int i = 0; i < 2; i++) {
+        llmm_context_free(c[i]);
+        llmm_model_free(m[i]);
+    }
+}
+
+static void test_batched_repack_same_logits(void **state) {
+    (void)state;
+    char path[1024];
+    check_batched_repack_same_logits(shared_path(path, sizeof path, "models/stories260K-q4_0.gguf"));
+    check_batched_repack_same_logits(shared_path(path, sizeof path, "models/stories260K-q8_0.gguf"));
+}
+
 /* Contexts on two threads decoding one fresh model at once race to make its packed copies:
  * whichever claims a weight packs it while the other reads the original, and both must get
  * the logits of a model that never packs (ThreadSanitizer builds check the hand-over). */
@@ -524,6 +575,7 @@ int main(void) {
         cmocka_unit_test(test_golden_outputs),          cmocka_unit_test(test_golden_outputs_f16_kv),
         cmocka_unit_test(test_golden_outputs_q8_kv),    cmocka_unit_test(test_chunked_prefill_matches),
         cmocka_unit_test(test_repacked_weights_same_logits),
+        cmocka_unit_test(test_batched_repack_same_logits),
         cmocka_unit_test(test_repacking_from_two_threads),
         cmocka_unit_test(test_multi_sequence_decode),   cmocka_unit_test(test_context_full_and_truncate),
         cmocka_unit_test(test_abort_restores_sequence), cmocka_unit_test(test_context_bad_arguments),

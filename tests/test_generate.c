@@ -149,15 +149,29 @@ static void test_chunked_prefill_matches(void **state) {
  * every step, and again for a second prompt prefilled after the packing (which reads the
  * copies). On a CPU without AVX-512 neither packs and the test only checks determinism;
  * test_simd checks the packed kernels themselves. */
-static void check_repacked_same_logits(const char *file) {
-    llmm_model *m[2];
+/* file loaded twice, m[0] packing its weights and m[1] never, each with a context of n_seq
+ * sequences on 2 threads. */
+static void open_repack_pair(const char *file, uint32_t n_ctx, uint32_t n_seq, llmm_model *m[2], llmm_context *c[2]) {
     for (int i = 0; i < 2; i++) {
         llmm_model_params mp;
         llmm_model_params_default(&mp, sizeof mp);
         mp.repack_weights = i == 0;
         assert_int_equal(llmm_model_load(file, &mp, &m[i]), LLMM_OK);
+        c[i] = make_context(m[i], n_ctx, n_seq, 16, 2);
     }
-    llmm_context *c[2] = {make_context(m[0], 96, 1, 16, 2), make_context(m[1], 96, 1, 16, 2)};
+}
+
+static void close_pair(llmm_model *m[2], llmm_context *c[2]) {
+    for (int i = 0; i < 2; i++) {
+        llmm_context_free(c[i]);
+        llmm_model_free(m[i]);
+    }
+}
+
+static void check_repacked_same_logits(const char *file) {
+    llmm_model *m[2];
+    llmm_context *c[2];
+    open_repack_pair(file, 96, 1, m, c);
     const char *prompts[] = {"Once upon a time", "The little dog saw a big red ball in the park and"};
     for (size_t pi = 0; pi < 2; pi++) {
         llmm_token ids[MAX_IDS];
@@ -184,10 +198,7 @@ static void check_repacked_same_logits(const char *file) {
             next = argmax(l[0], nv);
         }
     }
-    for (int i = 0; i < 2; i++) {
-        llmm_context_free(c[i]);
-        llmm_model_free(m[i]);
-    }
+    close_pair(m, c);
 }
 
 static void test_repacked_weights_same_logits(void **state) {
@@ -219,13 +230,7 @@ static void check_batched_repack_same_logits(const char *file) {
                               "Tim and Sam",      "The sun", "She saw a bird", "One day"};
     llmm_model *m[2];
     llmm_context *c[2];
-    for (int i = 0; i < 2; i++) {
-        llmm_model_params mp;
-        llmm_model_params_default(&mp, sizeof mp);
-        mp.repack_weights = i == 0;
-        assert_int_equal(llmm_model_load(file, &mp, &m[i]), LLMM_OK);
-        c[i] = make_context(m[i], 64, S, 16, 2);
-    }
+    open_repack_pair(file, 64, S, m, c);
     llmm_seq_id seqs[S];
     llmm_token next[S];
     for (int s = 0; s < S; s++) {
@@ -248,10 +253,7 @@ static void check_batched_repack_same_logits(const char *file) {
             next[s] = argmax(l[0], nv);
         }
     }
-    for (int i = 0; i < 2; i++) {
-        llmm_context_free(c[i]);
-        llmm_model_free(m[i]);
-    }
+    close_pair(m, c);
 }
 
 static void test_batched_repack_same_logits(void **state) {

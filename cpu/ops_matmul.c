@@ -200,14 +200,6 @@ static void run_task(cpu_state *s, matmul_task *t, const llmm_tensor *const *w, 
     }
 }
 
-/* One float's bits rounded to bf16 and widened back: nearest even, a NaN quieted, as the type
- * table's from_float (lib/quant.c, bf16_from_f32). */
-static inline uint32_t bf16_round_bits(uint32_t u) {
-    /* the magnitude compared as a signed int: SSE2 has a signed 32-bit compare only */
-    const int nan = (int32_t)(u & 0x7fffffffu) > (int32_t)0x7f800000;
-    return nan ? (u | 0x00400000u) & 0xffff0000u : (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-}
-
 /* In blocks of eight, which GCC vectorizes at -O2: through the type table's converter, value
  * by value, this was 4.5 % of a 512-token BF16 prefill's samples. */
 void cpu_round_bf16(const float *x, float *out, size_t n) {
@@ -215,13 +207,13 @@ void cpu_round_bf16(const float *x, float *out, size_t n) {
     for (; i + 8 <= n; i += 8) {
         uint32_t u[8];
         memcpy(u, x + i, sizeof u);
-        for (size_t k = 0; k < 8; k++) u[k] = bf16_round_bits(u[k]);
+        for (size_t k = 0; k < 8; k++) u[k] = llmm_bf16_round_bits(u[k]);
         memcpy(out + i, u, sizeof u);
     }
     for (; i < n; i++) {
         uint32_t u;
         memcpy(&u, x + i, sizeof u);
-        u = bf16_round_bits(u);
+        u = llmm_bf16_round_bits(u);
         memcpy(out + i, &u, sizeof u);
     }
 }

@@ -51,11 +51,7 @@ llmm_f16 llmm_f32_to_f16(float f) {
 
 float llmm_bf16_to_f32(llmm_bf16 h) { return f32_from_bits((uint32_t)h << 16); }
 
-static llmm_bf16 bf16_from_f32(float f) {
-    uint32_t u = f32_bits(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (llmm_bf16)((u >> 16) | 64u); /* quiet nan */
-    return (llmm_bf16)((u + (0x7fffu + ((u >> 16) & 1u))) >> 16);
-}
+static llmm_bf16 bf16_from_f32(float f) { return (llmm_bf16)(llmm_bf16_round_bits(f32_bits(f)) >> 16); }
 
 /* ---------------------------------------------------------------- F32 / F16 / BF16 */
 

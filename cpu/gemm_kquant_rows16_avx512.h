@@ -2,10 +2,14 @@
  * tile, one row per int32 lane, for two operand rows and more (prefill): for kernels_avx512.c,
  * included after gemm_rows16_avx512.h (whose transposition, lane order and broadcast dot it
  * uses) and gemm_kquant_x86.h (kq_kind); gives gemm_q2_K_rows16 .. gemm_q6_K_rows16
- * (cpu_gemm_fn). One core, 2048 x 1024, 64 operand rows, against the 8-row tiles: Q2_K 0.022 ->
- * 0.0083 ns per weight and row, Q3_K 0.021-0.030 -> 0.0089. With one operand row (decode) the
- * 8-row tiles stay: Q2_K's are as fast, Q3_K's 16-row ones 23 % faster from cache but no
- * faster streamed or in per-token A/B of a 1B Q3_K file.
+ * (cpu_gemm_fn), and gemm_q4_K_packed16, gemm_q5_K_packed16 over packed copies
+ * (packed_tiles.h), for any number of operand rows. One core, 2048 x 1024, 64 operand rows,
+ * against the 8-row tiles: Q2_K 0.022 -> 0.0083 ns per weight and row, Q3_K 0.021-0.030 ->
+ * 0.0089. With one operand row (decode) and no copy the 8-row tiles stay: Q2_K's are as fast,
+ * Q3_K's 16-row ones 23 % faster from cache but no faster streamed or in per-token A/B of a 1B
+ * Q3_K file. From a copy, where each transposition is four loads, the 16-row Q4_K tile of one
+ * row computes twice as fast as the 8-row one (one core, 4864 x 160 from cache: 21 -> 36-44
+ * GB/s of weights; Q5_K 14-16 -> 29).
  *
  * As for Q4_0 (gemm_rows16_avx512.h): each 16-byte piece of the 16 rows' super-blocks is
  * transposed in registers so that a 512-bit vpdpbusd against four operand bytes, broadcast,
@@ -50,21 +54,34 @@ SIMD_ALWAYS_INLINE __m512i bit_to_16(__m512i v, int k) {
                             b4);
 }
 
+/* The transposition of bytes [off, off + 16) of the 16 rows' block (rows16_transpose): from
+ * the rows (blk their first row's block, rb apart) or, packed, loaded from the block's group
+ * (blk), which stores it (packed_tiles.h). */
+SIMD_ALWAYS_INLINE void kr16_piece(int packed, const uint8_t *blk, size_t rb, size_t off, __m512i d[4]) {
+    if (!packed) {
+        rows16_transpose(blk + off, rb, d);
+        return;
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) d[j] = _mm512_loadu_si512(blk + R16_ROWS * off + 64 * j);
+}
+
 /* Q4_K and Q5_K (q5), operand rows r0 .. r0+nx-1 against the 16 rows at base (nx a constant
- * for full operand tiles). Q5_K's 5th bit of weight l of sub-block s is bit s of qh[l]. */
-SIMD_ALWAYS_INLINE void k4r16_tile(int q5, const uint8_t *base, size_t rb, const uint8_t *next, const cpu_operand *x,
-                                   size_t r0, size_t nx, __m512 acc[Q_TILE_X]) {
+ * for full operand tiles), or against a tile of a packed copy (packed: base its first group).
+ * Q5_K's 5th bit of weight l of sub-block s is bit s of qh[l]. */
+SIMD_ALWAYS_INLINE void k4r16_tile(int q5, int packed, const uint8_t *base, size_t rb, const uint8_t *next,
+                                   const cpu_operand *x, size_t r0, size_t nx, __m512 acc[Q_TILE_X]) {
     const size_t nb = x->n / QK_K, ng = x->n / 16, bb = q5 ? sizeof(block_q5_K) : sizeof(block_q4_K);
     const size_t qs_off = q5 ? offsetof(block_q5_K, qs) : offsetof(block_q4_K, qs);
     const __m512i k3f = _mm512_set1_epi32(0x3f3f3f3f), k0f = _mm512_set1_epi32(0x0f0f0f0f);
     const __m512i k30 = _mm512_set1_epi32(0x30303030), low4 = _mm512_set1_epi8(0x0f);
     for (size_t r = 0; r < nx; r++) acc[r] = _mm512_setzero_ps();
     for (size_t b = 0; b < nb; b++) {
-        const uint8_t *blk = base + b * bb;
+        const uint8_t *blk = base + b * (packed ? R16_ROWS : 1) * bb;
         if (next && r0 == 0) rows16_prefetch(next, b, bb);
         /* head: d | dmin << 16, then the scale words u0, u1, u2 (k4_unpack_scales) */
         __m512i hd[4];
-        rows16_transpose(blk, rb, hd);
+        kr16_piece(packed, blk, rb, 0, hd);
         const __m512 d_w = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(hd[0]));
         const __m512 dmin_w = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(hd[0], 16)));
         const __m512i s03 = _mm512_and_si512(hd[1], k3f), m03 = _mm512_and_si512(hd[2], k3f);
@@ -75,7 +92,7 @@ SIMD_ALWAYS_INLINE void k4r16_tile(int q5, const uint8_t *base, size_t rb, const
         __m512i sum_q[Q_TILE_X], sum_m[Q_TILE_X], qh[2][4];
         for (size_t r = 0; r < nx; r++) sum_q[r] = sum_m[r] = _mm512_setzero_si512();
         if (q5) /* every chunk's 5th bits: one transposition per half of qh */
-            for (int h = 0; h < 2; h++) rows16_transpose(blk + offsetof(block_q5_K, qh) + 16 * h, rb, qh[h]);
+            for (int h = 0; h < 2; h++) kr16_piece(packed, blk, rb, offsetof(block_q5_K, qh) + 16 * h, qh[h]);
         /* chunk c of 64 weights: byte l of its 32 holds weight l of sub-block 2c (low nibble)
          * and of 2c+1 (high); half h is bytes 16h .. 16h+15 */
 #pragma GCC unroll 1
@@ -88,7 +105,7 @@ SIMD_ALWAYS_INLINE void k4r16_tile(int q5, const uint8_t *base, size_t rb, const
 #pragma GCC unroll 2
             for (int h = 0; h < 2; h++) {
                 __m512i d[4];
-                rows16_transpose(blk + qs_off + 32 * c + 16 * h, rb, d);
+                kr16_piece(packed, blk, rb, qs_off + 32 * c + 16 * h, d);
 #pragma GCC unroll 4
                 for (int j = 0; j < 4; j++) {
                     lo[4 * h + j] = _mm512_and_si512(d[j], low4);
@@ -335,10 +352,13 @@ SIMD_ALWAYS_INLINE void k2r16_tile(int q3, const uint8_t *base, size_t rb, const
     }
 }
 
-/* All operand rows against the 16 weight rows base + i * rb; lanes [l0, l0 + nl) (in row
- * order) go to out columns j ... (any K-quant kind) */
-SIMD_ALWAYS_INLINE void kr16_rows(kq_kind kind, const uint8_t *base, size_t rb, const uint8_t *next, size_t l0,
-                                  size_t nl, size_t j, const cpu_operand *x, size_t n_rows, float *out, size_t ldo) {
+/* All operand rows against the 16 weight rows base + i * rb, or (packed: Q4_K, Q5_K) a tile
+ * of a packed copy; lanes [l0, l0 + nl) (in row order) go to out columns j ... (any K-quant
+ * kind). One operand row is a tile of its own only for the packed kinds: without a copy,
+ * decode takes the 8-row kernels (see the top). */
+SIMD_ALWAYS_INLINE void kr16_rows(kq_kind kind, int packed, const uint8_t *base, size_t rb, const uint8_t *next,
+                                  size_t l0, size_t nl, size_t j, const cpu_operand *x, size_t n_rows, float *out,
+                                  size_t ldo) {
     const int q5 = kind == KQ_Q5;
     for (size_t r0 = 0; r0 < n_rows; r0 += Q_TILE_X) {
         __m512 acc[Q_TILE_X];
@@ -347,19 +367,32 @@ SIMD_ALWAYS_INLINE void kr16_rows(kq_kind kind, const uint8_t *base, size_t rb, 
         else if (kind == KQ_Q2 || kind == KQ_Q3) k2r16_tile(kind == KQ_Q3, base, rb, next, x, r0, nx, acc);
         else if (kind == KQ_Q6 && nx == Q_TILE_X) k6r16_tile(base, rb, next, x, r0, Q_TILE_X, acc);
         else if (kind == KQ_Q6) k6r16_tile(base, rb, next, x, r0, nx, acc);
-        else if (nx == Q_TILE_X) k4r16_tile(q5, base, rb, next, x, r0, Q_TILE_X, acc);
-        else k4r16_tile(q5, base, rb, next, x, r0, nx, acc);
+        else if (nx == Q_TILE_X) k4r16_tile(q5, packed, base, rb, next, x, r0, Q_TILE_X, acc);
+        else if (packed && nx == 1) k4r16_tile(q5, 1, base, rb, next, x, r0, 1, acc);
+        else k4r16_tile(q5, packed, base, rb, next, x, r0, nx, acc);
         for (size_t r = 0; r < nx; r++) rows16_store(acc[r], out + (r0 + r) * ldo + j, l0, nl);
     }
 }
 
 SIMD_ALWAYS_INLINE void gemm_kr16(kq_kind kind, const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x,
                                   size_t n_rows, float *out, size_t ldo) {
-#define KR16_CALL(base, rb, next, l0, nl, j) kr16_rows(kind, base, rb, next, l0, nl, j, x, n_rows, out, ldo)
+#define KR16_CALL(base, rb, next, l0, nl, j) kr16_rows(kind, 0, base, rb, next, l0, nl, j, x, n_rows, out, ldo)
     GEMM_WALK_TILES(w, j0, j1, R16_ROWS, KR16_CALL);
 #undef KR16_CALL
 }
 
+/* Q4_K, Q5_K over a packed copy (w->data the copy, w->ne1 its whole tiles' rows), for any
+ * number of operand rows: from the copy the one-row tile computes twice as fast as the 8-row
+ * kernel (see the top). */
+SIMD_ALWAYS_INLINE void gemm_kr16_packed(kq_kind kind, const llmm_tensor *w, size_t j0, size_t j1,
+                                         const cpu_operand *x, size_t n_rows, float *out, size_t ldo) {
+#define KR16_CALL(base, rb, next, l0, nl, j) kr16_rows(kind, 1, base, rb, next, l0, nl, j, x, n_rows, out, ldo)
+    GEMM_WALK_TILES(w, j0, j1, R16_ROWS, KR16_CALL);
+#undef KR16_CALL
+}
+
+GEMM_FN_FOR_KIND(gemm_q4_K_packed16, gemm_kr16_packed, KQ_Q4)
+GEMM_FN_FOR_KIND(gemm_q5_K_packed16, gemm_kr16_packed, KQ_Q5)
 GEMM_FN_FOR_KIND(gemm_q2_K_rows16, gemm_kr16, KQ_Q2)
 GEMM_FN_FOR_KIND(gemm_q3_K_rows16, gemm_kr16, KQ_Q3)
 GEMM_FN_FOR_KIND(gemm_q4_K_rows16, gemm_kr16, KQ_Q4)

@@ -25,7 +25,7 @@ llmm_status cpu_embed(void *state, const llmm_tensor *table, const llmm_token *i
             tt->dequant_row((const uint8_t *)table->data + row * table->row_bytes, out + i * ne0, ne0);
             continue;
         }
-        uint8_t block[64]; /* the packed types' blocks are at most 34 bytes */
+        uint8_t block[PACKED_MAX_BLOCK_BYTES];
         for (size_t b = 0; b < ne0 / tt->block_size; b++) {
             packed_tiles_read_block(table, c->data, row, b, block);
             tt->dequant_row(block, out + i * ne0 + b * tt->block_size, tt->block_size);

@@ -11,10 +11,11 @@
 
 #include "quant.h"
 
-/* Where a packable type keeps its fields in a block: d at 0, then the min m (Q4_1, Q5_1), the
- * 5th-bit word qh (Q5_0, Q5_1), the quants; Q8_0's 32 quant bytes are 8 vectors' worth. */
+/* Where a packable type keeps its fields in a block: n_halves f16 fields from 0 (d, then the
+ * min m of Q4_1 / Q5_1), the 5th-bit word qh (Q5_0, Q5_1), the quants; Q8_0's 32 quant bytes
+ * are 8 vectors' worth. The K-quants are all vectors: no halves, "quants" from byte 0. */
 typedef struct block_fields {
-    int packable, has_min, has_qh;
+    int packable, n_halves, has_qh;
     size_t qh, qs;
     int n_vectors;
     uint32_t flip; /* xor per 4 quant bytes: Q8_0's +128 */
@@ -22,12 +23,14 @@ typedef struct block_fields {
 
 static block_fields fields_of(uint32_t type) {
     switch (type) {
-    case LLMM_TYPE_Q4_0: return (block_fields){1, 0, 0, 0, offsetof(block_q4_0, qs), 4, 0};
-    case LLMM_TYPE_IQ4_NL: return (block_fields){1, 0, 0, 0, offsetof(block_iq4_nl, qs), 4, 0};
-    case LLMM_TYPE_Q8_0: return (block_fields){1, 0, 0, 0, offsetof(block_q8_0, qs), 8, 0x80808080u};
-    case LLMM_TYPE_Q5_0: return (block_fields){1, 0, 1, offsetof(block_q5_0, qh), offsetof(block_q5_0, qs), 4, 0};
-    case LLMM_TYPE_Q4_1: return (block_fields){1, 1, 0, 0, offsetof(block_q4_1, qs), 4, 0};
-    case LLMM_TYPE_Q5_1: return (block_fields){1, 1, 1, offsetof(block_q5_1, qh), offsetof(block_q5_1, qs), 4, 0};
+    case LLMM_TYPE_Q4_0: return (block_fields){1, 1, 0, 0, offsetof(block_q4_0, qs), 4, 0};
+    case LLMM_TYPE_IQ4_NL: return (block_fields){1, 1, 0, 0, offsetof(block_iq4_nl, qs), 4, 0};
+    case LLMM_TYPE_Q8_0: return (block_fields){1, 1, 0, 0, offsetof(block_q8_0, qs), 8, 0x80808080u};
+    case LLMM_TYPE_Q5_0: return (block_fields){1, 1, 1, offsetof(block_q5_0, qh), offsetof(block_q5_0, qs), 4, 0};
+    case LLMM_TYPE_Q4_1: return (block_fields){1, 2, 0, 0, offsetof(block_q4_1, qs), 4, 0};
+    case LLMM_TYPE_Q5_1: return (block_fields){1, 2, 1, offsetof(block_q5_1, qh), offsetof(block_q5_1, qs), 4, 0};
+    case LLMM_TYPE_Q4_K: return (block_fields){1, 0, 0, 0, 0, sizeof(block_q4_K) / 4, 0};
+    case LLMM_TYPE_Q5_K: return (block_fields){1, 0, 0, 0, 0, sizeof(block_q5_K) / 4, 0};
     default: return (block_fields){0};
     }
 }
@@ -35,7 +38,8 @@ static block_fields fields_of(uint32_t type) {
 int packed_tiles_type(uint32_t type) { return fields_of(type).packable; }
 
 size_t packed_tiles_rows(const llmm_tensor *w) {
-    if (!w->data || !packed_tiles_type(w->type) || w->ne0 <= 0 || w->ne0 % 32 != 0 || w->ne1 < PACKED_TILE_ROWS)
+    if (!w->data || !packed_tiles_type(w->type) || w->ne0 <= 0 ||
+        (size_t)w->ne0 % llmm_type_get(w->type)->block_size != 0 || w->ne1 < PACKED_TILE_ROWS)
         return 0;
     return (size_t)w->ne1 / PACKED_TILE_ROWS * PACKED_TILE_ROWS;
 }
@@ -66,7 +70,8 @@ static void pack_vectors(const uint8_t *const src[PACKED_TILE_ROWS], int n_vecto
 
 void packed_tiles_pack(const llmm_tensor *w, size_t t0, size_t t1, uint8_t *copy) {
     const block_fields f = fields_of(w->type);
-    const size_t bb = llmm_type_get(w->type)->block_bytes, nb = (size_t)w->ne0 / 32, rb = w->row_bytes;
+    const llmm_type_traits *tt = llmm_type_get(w->type);
+    const size_t bb = tt->block_bytes, nb = (size_t)w->ne0 / tt->block_size, rb = w->row_bytes;
     const size_t group = PACKED_TILE_ROWS * bb;
     for (size_t t = t0; t < t1; t++) {
         const uint8_t *tile = (const uint8_t *)w->data + t * PACKED_TILE_ROWS * rb;
@@ -80,7 +85,7 @@ void packed_tiles_pack(const llmm_tensor *w, size_t t0, size_t t1, uint8_t *copy
                 if (f.has_qh) memcpy(&qh[r], blk[r] + f.qh, sizeof qh[r]);
             }
             uint8_t *v = g;
-            for (int field = 0; field < 1 + f.has_min; field++, v += 2 * PACKED_TILE_ROWS) /* d, m */
+            for (int field = 0; field < f.n_halves; field++, v += 2 * PACKED_TILE_ROWS) /* d, m */
                 for (size_t q = 0; q < PACKED_TILE_ROWS; q++) memcpy(v + 2 * q, blk[packed_lane_row(q)] + 2 * field, 2);
             if (f.has_qh) {
                 pack_fifth_bit_masks(qh, v);
@@ -93,10 +98,11 @@ void packed_tiles_pack(const llmm_tensor *w, size_t t0, size_t t1, uint8_t *copy
 
 void packed_tiles_read_block(const llmm_tensor *w, const uint8_t *copy, size_t row, size_t b, uint8_t *block) {
     const block_fields f = fields_of(w->type);
-    const size_t bb = llmm_type_get(w->type)->block_bytes, nb = (size_t)w->ne0 / 32;
+    const llmm_type_traits *tt = llmm_type_get(w->type);
+    const size_t bb = tt->block_bytes, nb = (size_t)w->ne0 / tt->block_size;
     const size_t lane = packed_lane_row(row % PACKED_TILE_ROWS); /* the mapping is its own inverse */
     const uint8_t *v = copy + (row / PACKED_TILE_ROWS * nb + b) * PACKED_TILE_ROWS * bb;
-    for (int field = 0; field < 1 + f.has_min; field++, v += 2 * PACKED_TILE_ROWS) /* d, m */
+    for (int field = 0; field < f.n_halves; field++, v += 2 * PACKED_TILE_ROWS) /* d, m */
         memcpy(block + 2 * field, v + 2 * lane, 2);
     if (f.has_qh) {
         uint32_t qh = 0;

@@ -10,9 +10,10 @@
  * docs/performance.md "Packed weights").
  *
  * Layout: full tiles of 16 rows only (rows [0, 16 * floor(ne1 / 16))); the rows after them
- * stay in the original. Tile t, block b (of 32 weights) is one group of 16 x block bytes at
- * (t * nb + b) * 16 * block bytes, so a tile occupies exactly the bytes its rows did and a
- * tile walk over the copy (row_bytes unchanged) finds each tile where it found the original.
+ * stay in the original. Tile t, block b (of 32 weights, or a K-quant's super-block of 256) is
+ * one group of 16 x block bytes at (t * nb + b) * 16 * block bytes, so a tile occupies exactly
+ * the bytes its rows did and a tile walk over the copy (row_bytes unchanged) finds each tile
+ * where it found the original.
  * Lane q (0..15) of every vector in a group holds row rows16_row(q) of the tile (the order
  * the in-register transposition leaves, so both kernels store results alike). A group is:
  *   d:      16 f16 scales, lane order (32 bytes)
@@ -23,6 +24,11 @@
  *           quant bytes 4j..4j+3 (low nibbles weights 4j.., high nibbles 16 + 4j..);
  *           Q8_0: 8 vectors, vector j bytes 4q.. = the row's quants 4j..4j+3, each plus 128
  *           (sign bit flipped: unsigned for vpdpbusd)
+ * Q4_K and Q5_K (blocks of 144 and 176 bytes, 16-byte fields) are stored whole in that form:
+ * vector j bytes 4q..4q+3 = the row's block bytes 4j..4j+3 (36 or 44 vectors), so the 16-row
+ * K-quant kernel (gemm_kquant_rows16_avx512.h) loads, at 16 x 16 x p, what it transposes from
+ * each row's bytes 16p..16p+15. Q2_K, Q3_K and Q6_K, whose fields are not 16-byte pieces,
+ * are not packed.
  * Same number of bytes per group as the original blocks. */
 #ifndef LLMM_PACKED_TILES_H
 #define LLMM_PACKED_TILES_H
@@ -34,6 +40,7 @@
 
 #define PACKED_TILE_ROWS 16
 #define PACKED_LAYOUT_ROWS16 1 /* llmm_weight_copy.layout of these copies */
+#define PACKED_MAX_BLOCK_BYTES 176 /* the largest block of a packed type (Q5_K) */
 
 /* The row whose values lane q holds (its own inverse): the transposition's order. */
 static inline size_t packed_lane_row(size_t q) { return (q >> 2) + 4 * (q & 3); }

@@ -1633,10 +1633,10 @@ static void check_packed_copy(uint32_t type, size_t ne0, size_t ne1, int threads
                      ne1);
         free(want);
         /* every block reads back as the file holds it; lookups of a tied table read the copy */
-        const size_t bb = llmm_type_get(type)->block_bytes;
-        uint8_t block[64];
+        const size_t bb = llmm_type_get(type)->block_bytes, bs = llmm_type_get(type)->block_size;
+        uint8_t block[PACKED_MAX_BLOCK_BYTES];
         for (size_t j = 0; j < ne1 / 16 * 16; j++)
-            for (size_t b = 0; b < ne0 / 32; b++) {
+            for (size_t b = 0; b < ne0 / bs; b++) {
                 packed_tiles_read_block(&wt, slot.data, j, b, block);
                 assert_memory_equal(block, w + j * rb + b * bb, bb);
             }
@@ -1668,13 +1668,19 @@ static void test_backend_packed_copies(void **state) {
         print_message("skipped: no AVX-512 on this CPU, whose table alone packs weights\n");
         return;
     }
-    const uint32_t types[] = {LLMM_TYPE_Q4_0, LLMM_TYPE_Q5_0, LLMM_TYPE_Q8_0,
-                              LLMM_TYPE_IQ4_NL, LLMM_TYPE_Q4_1, LLMM_TYPE_Q5_1};
+    const uint32_t types[] = {LLMM_TYPE_Q4_0, LLMM_TYPE_Q5_0, LLMM_TYPE_Q8_0, LLMM_TYPE_IQ4_NL,
+                              LLMM_TYPE_Q4_1, LLMM_TYPE_Q5_1, LLMM_TYPE_Q4_K, LLMM_TYPE_Q5_K};
+    /* ne0, ne1, threads; K-quant rows are whole super-blocks of 256 */
     const size_t dims[][3] = {{96, 77, 2}, {416, 45, 3}, {256, 1003, 2}, {64, 7, 2}, {1184, 16, 1}};
+    const size_t kdims[][3] = {{256, 77, 2}, {768, 45, 3}, {512, 1003, 2}, {256, 7, 2}, {1280, 16, 1}};
     rng_seed(4101);
-    for (size_t ti = 0; ti < ARRAY_LEN(types); ti++)
-        for (size_t di = 0; di < ARRAY_LEN(dims); di++)
-            check_packed_copy(types[ti], dims[di][0], dims[di][1], (int)dims[di][2], di == 2);
+    for (size_t ti = 0; ti < ARRAY_LEN(types); ti++) {
+        const int k_quant = llmm_type_get(types[ti])->block_size == 256;
+        for (size_t di = 0; di < ARRAY_LEN(dims); di++) {
+            const size_t *d = k_quant ? kdims[di] : dims[di];
+            check_packed_copy(types[ti], d[0], d[1], (int)d[2], di == 2);
+        }
+    }
     print_message("avx512 packed copies: %zu weights bit-identical to the scalar table, before and after packing\n",
                   ARRAY_LEN(types) * ARRAY_LEN(dims));
 }

@@ -2,14 +2,14 @@
  * tile, one row per int32 lane, for two operand rows and more (prefill): for kernels_avx512.c,
  * included after gemm_rows16_avx512.h (whose transposition, lane order and broadcast dot it
  * uses) and gemm_kquant_x86.h (kq_kind); gives gemm_q2_K_rows16 .. gemm_q6_K_rows16
- * (cpu_gemm_fn), and gemm_q4_K_packed16, gemm_q5_K_packed16 over packed copies
- * (packed_tiles.h), for any number of operand rows. One core, 2048 x 1024, 64 operand rows,
+ * (cpu_gemm_fn), and gemm_q4_K_packed16, gemm_q5_K_packed16, gemm_q6_K_packed16 over packed
+ * copies (packed_tiles.h), for any number of operand rows. One core, 2048 x 1024, 64 operand rows,
  * against the 8-row tiles: Q2_K 0.022 -> 0.0083 ns per weight and row, Q3_K 0.021-0.030 ->
  * 0.0089. With one operand row (decode) and no copy the 8-row tiles stay: Q2_K's are as fast,
  * Q3_K's 16-row ones 23 % faster from cache but no faster streamed or in per-token A/B of a 1B
  * Q3_K file. From a copy, where each transposition is four loads, the 16-row Q4_K tile of one
  * row computes twice as fast as the 8-row one (one core, 4864 x 160 from cache: 21 -> 36-44
- * GB/s of weights; Q5_K 14-16 -> 29).
+ * GB/s of weights; Q5_K 14-16 -> 29; Q6_K 21-22 -> 30-33).
  *
  * As for Q4_0 (gemm_rows16_avx512.h): each 16-byte piece of the 16 rows' super-blocks is
  * transposed in registers so that a 512-bit vpdpbusd against four operand bytes, broadcast,
@@ -56,14 +56,24 @@ SIMD_ALWAYS_INLINE __m512i bit_to_16(__m512i v, int k) {
 
 /* The transposition of bytes [off, off + 16) of the 16 rows' block (rows16_transpose): from
  * the rows (blk their first row's block, rb apart) or, packed, loaded from the block's group
- * (blk), which stores it (packed_tiles.h). */
-SIMD_ALWAYS_INLINE void kr16_piece(int packed, const uint8_t *blk, size_t rb, size_t off, __m512i d[4]) {
+ * (blk), which stores it as its piece `slot` (packed_tiles.h: off / 16 but for Q6_K). pf: the
+ * same group of the next tile, whose same piece is prefetched to L2 along (NULL: none). Per
+ * piece, not a whole group per super-block as the unpacked tiles do: a burst of 53 lines per
+ * step left the packed Q6_K tile slower from memory than the unpacked 8-row kernel (one core,
+ * 2048 x 5632, 16.4-18.7 GB/s; spread, 23.6-25.5). */
+SIMD_ALWAYS_INLINE void kr16_piece_at(int packed, const uint8_t *blk, size_t rb, size_t off, size_t slot,
+                                      const uint8_t *pf, __m512i d[4]) {
     if (!packed) {
         rows16_transpose(blk + off, rb, d);
         return;
     }
+    if (pf) prefetch_span((uintptr_t)pf + R16_ROWS * 16 * slot, R16_ROWS * 16, 1);
 #pragma GCC unroll 4
-    for (int j = 0; j < 4; j++) d[j] = _mm512_loadu_si512(blk + R16_ROWS * off + 64 * j);
+    for (int j = 0; j < 4; j++) d[j] = _mm512_loadu_si512(blk + R16_ROWS * 16 * slot + 64 * j);
+}
+SIMD_ALWAYS_INLINE void kr16_piece(int packed, const uint8_t *blk, size_t rb, size_t off, const uint8_t *pf,
+                                   __m512i d[4]) {
+    kr16_piece_at(packed, blk, rb, off, off / 16, pf, d);
 }
 
 /* Q4_K and Q5_K (q5), operand rows r0 .. r0+nx-1 against the 16 rows at base (nx a constant
@@ -78,10 +88,11 @@ SIMD_ALWAYS_INLINE void k4r16_tile(int q5, int packed, const uint8_t *base, size
     for (size_t r = 0; r < nx; r++) acc[r] = _mm512_setzero_ps();
     for (size_t b = 0; b < nb; b++) {
         const uint8_t *blk = base + b * (packed ? R16_ROWS : 1) * bb;
-        if (next && r0 == 0) rows16_prefetch(next, b, bb);
+        const uint8_t *pf = packed && next && r0 == 0 ? next + b * R16_ROWS * bb : NULL;
+        if (next && r0 == 0 && !pf) rows16_prefetch(next, b, bb);
         /* head: d | dmin << 16, then the scale words u0, u1, u2 (k4_unpack_scales) */
         __m512i hd[4];
-        kr16_piece(packed, blk, rb, 0, hd);
+        kr16_piece(packed, blk, rb, 0, pf, hd);
         const __m512 d_w = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(hd[0]));
         const __m512 dmin_w = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(hd[0], 16)));
         const __m512i s03 = _mm512_and_si512(hd[1], k3f), m03 = _mm512_and_si512(hd[2], k3f);
@@ -92,7 +103,7 @@ SIMD_ALWAYS_INLINE void k4r16_tile(int q5, int packed, const uint8_t *base, size
         __m512i sum_q[Q_TILE_X], sum_m[Q_TILE_X], qh[2][4];
         for (size_t r = 0; r < nx; r++) sum_q[r] = sum_m[r] = _mm512_setzero_si512();
         if (q5) /* every chunk's 5th bits: one transposition per half of qh */
-            for (int h = 0; h < 2; h++) kr16_piece(packed, blk, rb, offsetof(block_q5_K, qh) + 16 * h, qh[h]);
+            for (int h = 0; h < 2; h++) kr16_piece(packed, blk, rb, offsetof(block_q5_K, qh) + 16 * h, pf, qh[h]);
         /* chunk c of 64 weights: byte l of its 32 holds weight l of sub-block 2c (low nibble)
          * and of 2c+1 (high); half h is bytes 16h .. 16h+15 */
 #pragma GCC unroll 1
@@ -105,7 +116,7 @@ SIMD_ALWAYS_INLINE void k4r16_tile(int q5, int packed, const uint8_t *base, size
 #pragma GCC unroll 2
             for (int h = 0; h < 2; h++) {
                 __m512i d[4];
-                kr16_piece(packed, blk, rb, qs_off + 32 * c + 16 * h, d);
+                kr16_piece(packed, blk, rb, qs_off + 32 * c + 16 * h, pf, d);
 #pragma GCC unroll 4
                 for (int j = 0; j < 4; j++) {
                     lo[4 * h + j] = _mm512_and_si512(d[j], low4);
@@ -172,20 +183,20 @@ SIMD_ALWAYS_INLINE __m512i k6_spair(__m512i v, int k) {
  * high nibble of A (k even) or B (k odd), as q6_level, with bits 2k, 2k+1 of H on top, and lies
  * in group 8h + 2k + p of 16, whose int8 scale multiplies its dot in each lane. The quants are
  * unsigned (q + 32): the offset comes back out as 32 sum_g sc_g bsum_g, through vpdpwssd. */
-SIMD_ALWAYS_INLINE void k6r16_tile(const uint8_t *base, size_t rb, const uint8_t *next, const cpu_operand *x,
-                                   size_t r0, size_t nx, __m512 acc[Q_TILE_X]) {
+SIMD_ALWAYS_INLINE void k6r16_tile(int packed, const uint8_t *base, size_t rb, const uint8_t *next,
+                                   const cpu_operand *x, size_t r0, size_t nx, __m512 acc[Q_TILE_X]) {
     const size_t nb = x->n / QK_K, ng = x->n / 16, bb = sizeof(block_q6_K);
     const __m512i low4 = _mm512_set1_epi8(0x0f), top2 = _mm512_set1_epi8(0x30);
     for (size_t r = 0; r < nx; r++) acc[r] = _mm512_setzero_ps();
     for (size_t b = 0; b < nb; b++) {
-        const uint8_t *blk = base + b * bb;
-        if (next && r0 == 0) rows16_prefetch(next, b, bb);
-        /* the 16 scales (lane word i: scales 4i .. 4i+3), and d: the last 2 of the 16 bytes
-         * that end where the block does */
-        __m512i sc[4], tail[4];
-        rows16_transpose(blk + offsetof(block_q6_K, scales), rb, sc);
-        rows16_transpose(blk + offsetof(block_q6_K, d) + 2 - 16, rb, tail);
-        const __m512 d_w = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(tail[3], 16)));
+        const uint8_t *blk = base + b * (packed ? R16_ROWS : 1) * bb;
+        const uint8_t *pf = packed && next && r0 == 0 ? next + b * R16_ROWS * bb : NULL;
+        if (next && r0 == 0 && !pf) rows16_prefetch(next, b, bb);
+        if (pf) _mm_prefetch((const char *)(pf + R16_ROWS * offsetof(block_q6_K, d)), _MM_HINT_T1);
+        /* the 16 scales (lane word i: scales 4i .. 4i+3); a copy holds the pieces in the
+         * order they are read here (packed_q6_k_pieces) */
+        __m512i sc[4];
+        kr16_piece_at(packed, blk, rb, offsetof(block_q6_K, scales), 0, pf, sc);
         __m512i sum_q[Q_TILE_X];
         for (size_t r = 0; r < nx; r++) sum_q[r] = _mm512_setzero_si512();
         /* the offset: sum_q starts at -32 sum_g sc_g bsum_g */
@@ -202,11 +213,13 @@ SIMD_ALWAYS_INLINE void k6r16_tile(const uint8_t *base, size_t rb, const uint8_t
         for (int hp = 0; hp < 4; hp++) {
             const int h = hp / 2, p = hp % 2;
             __m512i hb[4];
-            rows16_transpose(blk + offsetof(block_q6_K, qh) + 32 * h + 16 * p, rb, hb);
+            kr16_piece_at(packed, blk, rb, offsetof(block_q6_K, qh) + 32 * h + 16 * p, 1 + 3 * (size_t)hp, pf,
+                          hb);
 #pragma GCC unroll 1
             for (int ab = 0; ab < 2; ab++) { /* A (kinds 0, 2), then B (kinds 1, 3) */
                 __m512i lb[4];
-                rows16_transpose(blk + offsetof(block_q6_K, ql) + 64 * h + 32 * ab + 16 * p, rb, lb);
+                kr16_piece_at(packed, blk, rb, offsetof(block_q6_K, ql) + 64 * h + 32 * ab + 16 * p,
+                              2 + 3 * (size_t)hp + (size_t)ab, pf, lb);
 #pragma GCC unroll 2
                 for (int hi = 0; hi < 2; hi++) {
                     const int kind = ab + 2 * hi, g = 8 * h + 2 * kind + p;
@@ -233,6 +246,16 @@ SIMD_ALWAYS_INLINE void k6r16_tile(const uint8_t *base, size_t rb, const uint8_t
                     }
                 }
             }
+        }
+        /* d: the last 2 of the 16 bytes that end where the block does, or in a copy the 16
+         * halves after the pieces */
+        __m512 d_w;
+        if (packed) {
+            d_w = _mm512_cvtph_ps(load_256(blk + R16_ROWS * offsetof(block_q6_K, d)));
+        } else {
+            __m512i tail[4];
+            rows16_transpose(blk + offsetof(block_q6_K, d) + 2 - 16, rb, tail);
+            d_w = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(tail[3], 16)));
         }
         /* x_d * (d * sum_q - dmin * sum_m) with dmin and sum_m zero (see kq_tile) */
 #pragma GCC unroll 8
@@ -365,8 +388,9 @@ SIMD_ALWAYS_INLINE void kr16_rows(kq_kind kind, int packed, const uint8_t *base,
         const size_t nx = LLMM_MIN((size_t)Q_TILE_X, n_rows - r0);
         if ((kind == KQ_Q2 || kind == KQ_Q3) && nx == Q_TILE_X) k2r16_tile(kind == KQ_Q3, base, rb, next, x, r0, Q_TILE_X, acc);
         else if (kind == KQ_Q2 || kind == KQ_Q3) k2r16_tile(kind == KQ_Q3, base, rb, next, x, r0, nx, acc);
-        else if (kind == KQ_Q6 && nx == Q_TILE_X) k6r16_tile(base, rb, next, x, r0, Q_TILE_X, acc);
-        else if (kind == KQ_Q6) k6r16_tile(base, rb, next, x, r0, nx, acc);
+        else if (kind == KQ_Q6 && nx == Q_TILE_X) k6r16_tile(packed, base, rb, next, x, r0, Q_TILE_X, acc);
+        else if (kind == KQ_Q6 && packed && nx == 1) k6r16_tile(1, base, rb, next, x, r0, 1, acc);
+        else if (kind == KQ_Q6) k6r16_tile(packed, base, rb, next, x, r0, nx, acc);
         else if (nx == Q_TILE_X) k4r16_tile(q5, packed, base, rb, next, x, r0, Q_TILE_X, acc);
         else if (packed && nx == 1) k4r16_tile(q5, 1, base, rb, next, x, r0, 1, acc);
         else k4r16_tile(q5, packed, base, rb, next, x, r0, nx, acc);
@@ -393,6 +417,7 @@ SIMD_ALWAYS_INLINE void gemm_kr16_packed(kq_kind kind, const llmm_tensor *w, siz
 
 GEMM_FN_FOR_KIND(gemm_q4_K_packed16, gemm_kr16_packed, KQ_Q4)
 GEMM_FN_FOR_KIND(gemm_q5_K_packed16, gemm_kr16_packed, KQ_Q5)
+GEMM_FN_FOR_KIND(gemm_q6_K_packed16, gemm_kr16_packed, KQ_Q6)
 GEMM_FN_FOR_KIND(gemm_q2_K_rows16, gemm_kr16, KQ_Q2)
 GEMM_FN_FOR_KIND(gemm_q3_K_rows16, gemm_kr16, KQ_Q3)
 GEMM_FN_FOR_KIND(gemm_q4_K_rows16, gemm_kr16, KQ_Q4)

@@ -446,16 +446,23 @@ GEMM_FN_FOR_KIND(gemm_q4_1_rows16, gemm_rows16, R16_Q4_1)
 GEMM_FN_FOR_KIND(gemm_q5_1_rows16, gemm_rows16, R16_Q5_1)
 GEMM_FN_FOR_KIND(gemm_iq4_nl_rows16, gemm_rows16, R16_IQ4_NL)
 
-/* One tile of a K-quant whose blocks are whole 16-byte pieces (Q4_K, Q5_K: bb bytes, nb
- * super-blocks per row) packed whole: each piece transposed, stored (packed_tiles.h). */
-SIMD_ALWAYS_INLINE void rows16_pack_tile_whole(const uint8_t *tile, size_t rb, size_t nb, size_t bb, uint8_t *out) {
-    for (size_t b = 0; b < nb; b++, out += R16_ROWS * bb)
+/* One tile of a K-quant (Q4_K, Q5_K, Q6_K: bb bytes, nb super-blocks per row) packed whole:
+ * each 16-byte piece transposed and stored (in the order pieces gives, or NULL: in order),
+ * then the bytes after the last whole piece (Q6_K's d) of each row in lane order
+ * (packed_tiles.h). */
+SIMD_ALWAYS_INLINE void rows16_pack_tile_whole(const uint8_t *tile, size_t rb, size_t nb, size_t bb,
+                                               const uint8_t *pieces, uint8_t *out) {
+    const size_t tail = bb % 16, at = bb - tail;
+    for (size_t b = 0; b < nb; b++, out += R16_ROWS * bb) {
         for (size_t p = 0; p < bb / 16; p++) {
             __m512i d[4];
-            rows16_transpose(tile + b * bb + 16 * p, rb, d);
+            rows16_transpose(tile + b * bb + 16 * (pieces ? pieces[p] : p), rb, d);
 #pragma GCC unroll 4
             for (int j = 0; j < 4; j++) _mm512_storeu_si512(out + R16_ROWS * 16 * p + 64 * j, d[j]);
         }
+        for (size_t q = 0; q < R16_ROWS; q++)
+            memcpy(out + R16_ROWS * at + tail * q, tile + b * bb + packed_lane_row(q) * rb + at, tail);
+    }
 }
 
 /* cpu_kernels.pack_tiles for the types gemm_*_packed16 read (kind a constant in each branch,
@@ -466,8 +473,10 @@ static void pack_tiles_rows16(const llmm_tensor *w, size_t t0, size_t t1, uint8_
     for (size_t t = t0; t < t1; t++) {
         const uint8_t *src = (const uint8_t *)w->data + t * tile;
         uint8_t *out = copy + t * tile;
-        if (w->type == LLMM_TYPE_Q4_K) rows16_pack_tile_whole(src, rb, n_super, sizeof(block_q4_K), out);
-        else if (w->type == LLMM_TYPE_Q5_K) rows16_pack_tile_whole(src, rb, n_super, sizeof(block_q5_K), out);
+        if (w->type == LLMM_TYPE_Q4_K) rows16_pack_tile_whole(src, rb, n_super, sizeof(block_q4_K), NULL, out);
+        else if (w->type == LLMM_TYPE_Q5_K) rows16_pack_tile_whole(src, rb, n_super, sizeof(block_q5_K), NULL, out);
+        else if (w->type == LLMM_TYPE_Q6_K)
+            rows16_pack_tile_whole(src, rb, n_super, sizeof(block_q6_K), packed_q6_k_pieces, out);
         else if (w->type == LLMM_TYPE_Q4_0) rows16_pack_tile(R16_Q4_0, src, rb, nb, out);
         else if (w->type == LLMM_TYPE_Q5_0) rows16_pack_tile(R16_Q5_0, src, rb, nb, out);
         else if (w->type == LLMM_TYPE_Q8_0) rows16_pack_tile(R16_Q8_0, src, rb, nb, out);

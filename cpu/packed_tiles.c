@@ -13,26 +13,34 @@
 
 /* Where a packable type keeps its fields in a block: n_halves f16 fields from 0 (d, then the
  * min m of Q4_1 / Q5_1), the 5th-bit word qh (Q5_0, Q5_1), the quants; Q8_0's 32 quant bytes
- * are 8 vectors' worth. The K-quants are all vectors: no halves, "quants" from byte 0. */
+ * are 8 vectors' worth. The K-quants are vectors from byte 0 ("quants"), whole 16-byte pieces;
+ * the bytes after the vectors (Q6_K's d) follow them in lane order (block_tail). */
 typedef struct block_fields {
     int packable, n_halves, has_qh;
     size_t qh, qs;
     int n_vectors;
-    uint32_t flip; /* xor per 4 quant bytes: Q8_0's +128 */
+    uint32_t flip;          /* xor per 4 quant bytes: Q8_0's +128 */
+    const uint8_t *pieces;  /* the block's 16-byte pieces in group order; NULL: in order from qs */
 } block_fields;
 
 static block_fields fields_of(uint32_t type) {
     switch (type) {
-    case LLMM_TYPE_Q4_0: return (block_fields){1, 1, 0, 0, offsetof(block_q4_0, qs), 4, 0};
-    case LLMM_TYPE_IQ4_NL: return (block_fields){1, 1, 0, 0, offsetof(block_iq4_nl, qs), 4, 0};
-    case LLMM_TYPE_Q8_0: return (block_fields){1, 1, 0, 0, offsetof(block_q8_0, qs), 8, 0x80808080u};
-    case LLMM_TYPE_Q5_0: return (block_fields){1, 1, 1, offsetof(block_q5_0, qh), offsetof(block_q5_0, qs), 4, 0};
-    case LLMM_TYPE_Q4_1: return (block_fields){1, 2, 0, 0, offsetof(block_q4_1, qs), 4, 0};
-    case LLMM_TYPE_Q5_1: return (block_fields){1, 2, 1, offsetof(block_q5_1, qh), offsetof(block_q5_1, qs), 4, 0};
-    case LLMM_TYPE_Q4_K: return (block_fields){1, 0, 0, 0, 0, sizeof(block_q4_K) / 4, 0};
-    case LLMM_TYPE_Q5_K: return (block_fields){1, 0, 0, 0, 0, sizeof(block_q5_K) / 4, 0};
+    case LLMM_TYPE_Q4_0: return (block_fields){1, 1, 0, 0, offsetof(block_q4_0, qs), 4, 0, NULL};
+    case LLMM_TYPE_IQ4_NL: return (block_fields){1, 1, 0, 0, offsetof(block_iq4_nl, qs), 4, 0, NULL};
+    case LLMM_TYPE_Q8_0: return (block_fields){1, 1, 0, 0, offsetof(block_q8_0, qs), 8, 0x80808080u, NULL};
+    case LLMM_TYPE_Q5_0: return (block_fields){1, 1, 1, offsetof(block_q5_0, qh), offsetof(block_q5_0, qs), 4, 0, NULL};
+    case LLMM_TYPE_Q4_1: return (block_fields){1, 2, 0, 0, offsetof(block_q4_1, qs), 4, 0, NULL};
+    case LLMM_TYPE_Q5_1: return (block_fields){1, 2, 1, offsetof(block_q5_1, qh), offsetof(block_q5_1, qs), 4, 0, NULL};
+    case LLMM_TYPE_Q4_K: return (block_fields){1, 0, 0, 0, 0, sizeof(block_q4_K) / 4, 0, NULL};
+    case LLMM_TYPE_Q5_K: return (block_fields){1, 0, 0, 0, 0, sizeof(block_q5_K) / 4, 0, NULL};
+    case LLMM_TYPE_Q6_K: return (block_fields){1, 0, 0, 0, 0, sizeof(block_q6_K) / 16 * 4, 0, packed_q6_k_pieces};
     default: return (block_fields){0};
     }
+}
+
+/* Bytes of a block after its vectors (Q6_K: its d), stored after them in lane order. */
+static size_t block_tail(const block_fields *f, size_t bb) {
+    return f->pieces ? bb % 16 : bb - f->qs - 4 * (size_t)f->n_vectors;
 }
 
 int packed_tiles_type(uint32_t type) { return fields_of(type).packable; }
@@ -55,14 +63,19 @@ static void pack_fifth_bit_masks(const uint32_t qh[PACKED_TILE_ROWS], uint8_t *o
     }
 }
 
-/* Vectors of a group: the 4 bytes at lane q of vector j = the 4 bytes at src[row(q)] + 4j,
- * each xor flip. */
-static void pack_vectors(const uint8_t *const src[PACKED_TILE_ROWS], int n_vectors, uint32_t flip, uint8_t *out) {
-    for (int j = 0; j < n_vectors; j++) {
+/* Where in a block the 4 bytes of vector j of its group come from. */
+static size_t vector_source(const block_fields *f, int j) {
+    return f->pieces ? 16 * (size_t)f->pieces[j / 4] + 4 * (size_t)(j % 4) : f->qs + 4 * (size_t)j;
+}
+
+/* Vectors of a group: the 4 bytes at lane q of vector j = the 4 bytes of block blk[row(q)]
+ * that vector_source names, each xor flip. */
+static void pack_vectors(const block_fields *f, const uint8_t *const blk[PACKED_TILE_ROWS], uint8_t *out) {
+    for (int j = 0; j < f->n_vectors; j++) {
         for (size_t q = 0; q < PACKED_TILE_ROWS; q++) {
             uint32_t v;
-            memcpy(&v, src[packed_lane_row(q)] + 4 * j, sizeof v);
-            v ^= flip;
+            memcpy(&v, blk[packed_lane_row(q)] + vector_source(f, j), sizeof v);
+            v ^= f->flip;
             memcpy(out + 64 * j + 4 * q, &v, sizeof v);
         }
     }
@@ -77,11 +90,10 @@ void packed_tiles_pack(const llmm_tensor *w, size_t t0, size_t t1, uint8_t *copy
         const uint8_t *tile = (const uint8_t *)w->data + t * PACKED_TILE_ROWS * rb;
         for (size_t b = 0; b < nb; b++) {
             uint8_t *g = copy + (t * nb + b) * group;
-            const uint8_t *blk[PACKED_TILE_ROWS], *quants[PACKED_TILE_ROWS];
+            const uint8_t *blk[PACKED_TILE_ROWS];
             uint32_t qh[PACKED_TILE_ROWS];
             for (size_t r = 0; r < PACKED_TILE_ROWS; r++) {
                 blk[r] = tile + r * rb + b * bb;
-                quants[r] = blk[r] + f.qs;
                 if (f.has_qh) memcpy(&qh[r], blk[r] + f.qh, sizeof qh[r]);
             }
             uint8_t *v = g;
@@ -91,7 +103,10 @@ void packed_tiles_pack(const llmm_tensor *w, size_t t0, size_t t1, uint8_t *copy
                 pack_fifth_bit_masks(qh, v);
                 v += 64;
             }
-            pack_vectors(quants, f.n_vectors, f.flip, v);
+            pack_vectors(&f, blk, v);
+            const size_t tail = block_tail(&f, bb), at = bb - tail;
+            v += 64 * f.n_vectors;
+            for (size_t q = 0; q < PACKED_TILE_ROWS; q++) memcpy(v + tail * q, blk[packed_lane_row(q)] + at, tail);
         }
     }
 }
@@ -118,8 +133,10 @@ void packed_tiles_read_block(const llmm_tensor *w, const uint8_t *copy, size_t r
         uint32_t word;
         memcpy(&word, v + 64 * j + 4 * lane, sizeof word);
         word ^= f.flip;
-        memcpy(block + f.qs + 4 * j, &word, sizeof word);
+        memcpy(block + vector_source(&f, j), &word, sizeof word);
     }
+    const size_t tail = block_tail(&f, bb);
+    memcpy(block + bb - tail, v + 64 * f.n_vectors + tail * lane, tail);
 }
 
 void *packed_tiles_alloc(size_t bytes) {

@@ -24,11 +24,13 @@
  *           quant bytes 4j..4j+3 (low nibbles weights 4j.., high nibbles 16 + 4j..);
  *           Q8_0: 8 vectors, vector j bytes 4q.. = the row's quants 4j..4j+3, each plus 128
  *           (sign bit flipped: unsigned for vpdpbusd)
- * Q4_K and Q5_K (blocks of 144 and 176 bytes, 16-byte fields) are stored whole in that form:
- * vector j bytes 4q..4q+3 = the row's block bytes 4j..4j+3 (36 or 44 vectors), so the 16-row
- * K-quant kernel (gemm_kquant_rows16_avx512.h) loads, at 16 x 16 x p, what it transposes from
- * each row's bytes 16p..16p+15. Q2_K, Q3_K and Q6_K, whose fields are not 16-byte pieces,
- * are not packed.
+ * Q4_K, Q5_K and Q6_K (blocks of 144, 176 and 210 bytes) are stored whole in that form: vector
+ * j bytes 4q..4q+3 = the row's block bytes 4j..4j+3 for every whole 16-byte piece of the block
+ * (36, 44 or 52 vectors), so the 16-row K-quant kernels (gemm_kquant_rows16_avx512.h) load, at
+ * 256 p, what they transpose from each row's bytes 16p..16p+15; then the bytes left (Q6_K's
+ * f16 d) of the 16 rows, lane order. Q6_K's pieces are stored in the order its kernel reads
+ * them (packed_q6_k_pieces): from memory, its jumps back and forth within the group made
+ * decode slower than without a copy. Q2_K and Q3_K are not packed.
  * Same number of bytes per group as the original blocks. */
 #ifndef LLMM_PACKED_TILES_H
 #define LLMM_PACKED_TILES_H
@@ -40,7 +42,12 @@
 
 #define PACKED_TILE_ROWS 16
 #define PACKED_LAYOUT_ROWS16 1 /* llmm_weight_copy.layout of these copies */
-#define PACKED_MAX_BLOCK_BYTES 176 /* the largest block of a packed type (Q5_K) */
+#define PACKED_MAX_BLOCK_BYTES 210 /* the largest block of a packed type (Q6_K) */
+
+/* Q6_K's 16-byte pieces (ql 0-7, qh 8-11, scales 12) in the order of a packed group: the
+ * scales, then per quarter k of the super-block (k6r16_tile) its qh piece and its two ql
+ * pieces; group piece 0 holds block piece 12, 1 holds 8, and so on. */
+static const uint8_t packed_q6_k_pieces[13] = {12, 8, 0, 2, 9, 1, 3, 10, 4, 6, 11, 5, 7};
 
 /* The row whose values lane q holds (its own inverse): the transposition's order. */
 static inline size_t packed_lane_row(size_t q) { return (q >> 2) + 4 * (q & 3); }

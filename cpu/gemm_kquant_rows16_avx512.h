@@ -54,27 +54,6 @@ SIMD_ALWAYS_INLINE __m512i bit_to_16(__m512i v, int k) {
                             b4);
 }
 
-/* The transposition of bytes [off, off + 16) of the 16 rows' block (rows16_transpose): from
- * the rows (blk their first row's block, rb apart) or, packed, loaded from the block's group
- * (blk), which stores it as its piece `slot` (packed_tiles.h: off / 16 but for Q6_K). pf: the
- * same group of the next tile, whose same piece is prefetched to L2 along (NULL: none). Per
- * piece, not a whole group per super-block as the unpacked tiles do: a burst of 53 lines per
- * step left the packed Q6_K tile slower from memory than the unpacked 8-row kernel (one core,
- * 2048 x 5632, 16.4-18.7 GB/s; spread, 23.6-25.5). */
-SIMD_ALWAYS_INLINE void kr16_piece_at(int packed, const uint8_t *blk, size_t rb, size_t off, size_t slot,
-                                      const uint8_t *pf, __m512i d[4]) {
-    if (!packed) {
-        rows16_transpose(blk + off, rb, d);
-        return;
-    }
-    if (pf) prefetch_span((uintptr_t)pf + R16_ROWS * 16 * slot, R16_ROWS * 16, 1);
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; j++) d[j] = _mm512_loadu_si512(blk + R16_ROWS * 16 * slot + 64 * j);
-}
-SIMD_ALWAYS_INLINE void kr16_piece(int packed, const uint8_t *blk, size_t rb, size_t off, const uint8_t *pf,
-                                   __m512i d[4]) {
-    kr16_piece_at(packed, blk, rb, off, off / 16, pf, d);
-}
 
 /* Q4_K and Q5_K (q5), operand rows r0 .. r0+nx-1 against the 16 rows at base (nx a constant
  * for full operand tiles), or against a tile of a packed copy (packed: base its first group).
@@ -92,7 +71,7 @@ SIMD_ALWAYS_INLINE void k4r16_tile(int q5, int packed, const uint8_t *base, size
         if (next && r0 == 0 && !pf) rows16_prefetch(next, b, bb);
         /* head: d | dmin << 16, then the scale words u0, u1, u2 (k4_unpack_scales) */
         __m512i hd[4];
-        kr16_piece(packed, blk, rb, 0, pf, hd);
+        rows16_piece(packed, blk, rb, 0, pf, hd);
         const __m512 d_w = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(hd[0]));
         const __m512 dmin_w = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(hd[0], 16)));
         const __m512i s03 = _mm512_and_si512(hd[1], k3f), m03 = _mm512_and_si512(hd[2], k3f);
@@ -103,7 +82,7 @@ SIMD_ALWAYS_INLINE void k4r16_tile(int q5, int packed, const uint8_t *base, size
         __m512i sum_q[Q_TILE_X], sum_m[Q_TILE_X], qh[2][4];
         for (size_t r = 0; r < nx; r++) sum_q[r] = sum_m[r] = _mm512_setzero_si512();
         if (q5) /* every chunk's 5th bits: one transposition per half of qh */
-            for (int h = 0; h < 2; h++) kr16_piece(packed, blk, rb, offsetof(block_q5_K, qh) + 16 * h, pf, qh[h]);
+            for (int h = 0; h < 2; h++) rows16_piece(packed, blk, rb, offsetof(block_q5_K, qh) + 16 * h, pf, qh[h]);
         /* chunk c of 64 weights: byte l of its 32 holds weight l of sub-block 2c (low nibble)
          * and of 2c+1 (high); half h is bytes 16h .. 16h+15 */
 #pragma GCC unroll 1
@@ -116,7 +95,7 @@ SIMD_ALWAYS_INLINE void k4r16_tile(int q5, int packed, const uint8_t *base, size
 #pragma GCC unroll 2
             for (int h = 0; h < 2; h++) {
                 __m512i d[4];
-                kr16_piece(packed, blk, rb, qs_off + 32 * c + 16 * h, pf, d);
+                rows16_piece(packed, blk, rb, qs_off + 32 * c + 16 * h, pf, d);
 #pragma GCC unroll 4
                 for (int j = 0; j < 4; j++) {
                     lo[4 * h + j] = _mm512_and_si512(d[j], low4);
@@ -196,7 +175,7 @@ SIMD_ALWAYS_INLINE void k6r16_tile(int packed, const uint8_t *base, size_t rb, c
         /* the 16 scales (lane word i: scales 4i .. 4i+3); a copy holds the pieces in the
          * order they are read here (packed_q6_k_pieces) */
         __m512i sc[4];
-        kr16_piece_at(packed, blk, rb, offsetof(block_q6_K, scales), 0, pf, sc);
+        rows16_piece_at(packed, blk, rb, offsetof(block_q6_K, scales), 0, pf, sc);
         __m512i sum_q[Q_TILE_X];
         for (size_t r = 0; r < nx; r++) sum_q[r] = _mm512_setzero_si512();
         /* the offset: sum_q starts at -32 sum_g sc_g bsum_g */
@@ -213,13 +192,13 @@ SIMD_ALWAYS_INLINE void k6r16_tile(int packed, const uint8_t *base, size_t rb, c
         for (int hp = 0; hp < 4; hp++) {
             const int h = hp / 2, p = hp % 2;
             __m512i hb[4];
-            kr16_piece_at(packed, blk, rb, offsetof(block_q6_K, qh) + 32 * h + 16 * p, 1 + 3 * (size_t)hp, pf,
-                          hb);
+            rows16_piece_at(packed, blk, rb, offsetof(block_q6_K, qh) + 32 * h + 16 * p, 256 * (1 + 3 * (size_t)hp),
+                            pf, hb);
 #pragma GCC unroll 1
             for (int ab = 0; ab < 2; ab++) { /* A (kinds 0, 2), then B (kinds 1, 3) */
                 __m512i lb[4];
-                kr16_piece_at(packed, blk, rb, offsetof(block_q6_K, ql) + 64 * h + 32 * ab + 16 * p,
-                              2 + 3 * (size_t)hp + (size_t)ab, pf, lb);
+                rows16_piece_at(packed, blk, rb, offsetof(block_q6_K, ql) + 64 * h + 32 * ab + 16 * p,
+                                256 * (2 + 3 * (size_t)hp + (size_t)ab), pf, lb);
 #pragma GCC unroll 2
                 for (int hi = 0; hi < 2; hi++) {
                     const int kind = ab + 2 * hi, g = 8 * h + 2 * kind + p;

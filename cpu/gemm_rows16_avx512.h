@@ -304,6 +304,28 @@ SIMD_ALWAYS_INLINE void rows16_pack_tile(r16_kind kind, const uint8_t *tile, siz
     }
 }
 
+/* The transposition of bytes [off, off + 16) of the 16 rows' super-block (rows16_transpose), for
+ * the K-quant and IQ4_XS tiles: from the rows (blk their first row's block, rb apart) or,
+ * packed, loaded from the block's group (blk), which stores it at byte `at` (packed_tiles.h:
+ * 16 off for the pieces kept in order). pf: the same group of the next tile, whose same bytes
+ * are prefetched to L2 along (NULL: none). Per piece, not a whole group per super-block as the
+ * unpacked tiles do: a burst of 53 lines per step left the packed Q6_K tile slower from memory
+ * than the unpacked 8-row kernel (one core, 2048 x 5632, 16.4-18.7 GB/s; spread, 23.6-25.5). */
+SIMD_ALWAYS_INLINE void rows16_piece_at(int packed, const uint8_t *blk, size_t rb, size_t off, size_t at,
+                                        const uint8_t *pf, __m512i d[4]) {
+    if (!packed) {
+        rows16_transpose(blk + off, rb, d);
+        return;
+    }
+    if (pf) prefetch_span((uintptr_t)pf + at, R16_ROWS * 16, 1);
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) d[j] = _mm512_loadu_si512(blk + at + 64 * j);
+}
+SIMD_ALWAYS_INLINE void rows16_piece(int packed, const uint8_t *blk, size_t rb, size_t off, const uint8_t *pf,
+                                     __m512i d[4]) {
+    rows16_piece_at(packed, blk, rb, off, R16_ROWS * off, pf, d);
+}
+
 /* Block b's share of the next 16-row tile (blocks of bb bytes), to L2: see prefetch_next. */
 SIMD_ALWAYS_INLINE void rows16_prefetch(const uint8_t *next, size_t b, size_t bb) {
     prefetch_span((uintptr_t)next + b * R16_ROWS * bb, R16_ROWS * bb, 1);
@@ -446,10 +468,10 @@ GEMM_FN_FOR_KIND(gemm_q4_1_rows16, gemm_rows16, R16_Q4_1)
 GEMM_FN_FOR_KIND(gemm_q5_1_rows16, gemm_rows16, R16_Q5_1)
 GEMM_FN_FOR_KIND(gemm_iq4_nl_rows16, gemm_rows16, R16_IQ4_NL)
 
-/* One tile of a K-quant (Q4_K, Q5_K, Q6_K: bb bytes, nb super-blocks per row) packed whole:
- * each 16-byte piece transposed and stored (in the order pieces gives, or NULL: in order),
- * then the bytes after the last whole piece (Q6_K's d) of each row in lane order
- * (packed_tiles.h). */
+/* One tile of a K-quant or IQ4_XS (bb bytes, nb super-blocks per row) packed whole: each
+ * 16-byte piece transposed and stored (in the order pieces gives, or NULL: in order), then
+ * the bytes after the last whole piece: with pieces (Q6_K's d) each row's in lane order,
+ * without (IQ4_XS's last 8) as two more vectors (packed_tiles.h). */
 SIMD_ALWAYS_INLINE void rows16_pack_tile_whole(const uint8_t *tile, size_t rb, size_t nb, size_t bb,
                                                const uint8_t *pieces, uint8_t *out) {
     const size_t tail = bb % 16, at = bb - tail;
@@ -459,6 +481,13 @@ SIMD_ALWAYS_INLINE void rows16_pack_tile_whole(const uint8_t *tile, size_t rb, s
             rows16_transpose(tile + b * bb + 16 * (pieces ? pieces[p] : p), rb, d);
 #pragma GCC unroll 4
             for (int j = 0; j < 4; j++) _mm512_storeu_si512(out + R16_ROWS * 16 * p + 64 * j, d[j]);
+        }
+        if (!pieces && tail) { /* 8 bytes: the upper half of the last 16 */
+            __m512i d[4];
+            rows16_transpose(tile + b * bb + bb - 16, rb, d);
+            _mm512_storeu_si512(out + R16_ROWS * at, d[2]);
+            _mm512_storeu_si512(out + R16_ROWS * at + 64, d[3]);
+            continue;
         }
         for (size_t q = 0; q < R16_ROWS; q++)
             memcpy(out + R16_ROWS * at + tail * q, tile + b * bb + packed_lane_row(q) * rb + at, tail);
@@ -475,6 +504,8 @@ static void pack_tiles_rows16(const llmm_tensor *w, size_t t0, size_t t1, uint8_
         uint8_t *out = copy + t * tile;
         if (w->type == LLMM_TYPE_Q4_K) rows16_pack_tile_whole(src, rb, n_super, sizeof(block_q4_K), NULL, out);
         else if (w->type == LLMM_TYPE_Q5_K) rows16_pack_tile_whole(src, rb, n_super, sizeof(block_q5_K), NULL, out);
+        else if (w->type == LLMM_TYPE_IQ4_XS)
+            rows16_pack_tile_whole(src, rb, n_super, sizeof(block_iq4_xs), NULL, out);
         else if (w->type == LLMM_TYPE_Q6_K)
             rows16_pack_tile_whole(src, rb, n_super, sizeof(block_q6_K), packed_q6_k_pieces, out);
         else if (w->type == LLMM_TYPE_Q4_0) rows16_pack_tile(R16_Q4_0, src, rb, nb, out);

@@ -161,6 +161,7 @@ const cpu_kernels cpu_kernels_avx512 = {
             [LLMM_TYPE_Q4_K] = gemm_q4_K_packed16,
             [LLMM_TYPE_Q5_K] = gemm_q5_K_packed16,
             [LLMM_TYPE_Q6_K] = gemm_q6_K_packed16,
+            [LLMM_TYPE_IQ4_XS] = gemm_iq4_xs_packed16,
         },
     .pack_tiles = pack_tiles_rows16,
     .quantize_q8 = avx2_quantize_q8,

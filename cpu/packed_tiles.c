@@ -33,6 +33,7 @@ static block_fields fields_of(uint32_t type) {
     case LLMM_TYPE_Q5_1: return (block_fields){1, 2, 1, offsetof(block_q5_1, qh), offsetof(block_q5_1, qs), 4, 0, NULL};
     case LLMM_TYPE_Q4_K: return (block_fields){1, 0, 0, 0, 0, sizeof(block_q4_K) / 4, 0, NULL};
     case LLMM_TYPE_Q5_K: return (block_fields){1, 0, 0, 0, 0, sizeof(block_q5_K) / 4, 0, NULL};
+    case LLMM_TYPE_IQ4_XS: return (block_fields){1, 0, 0, 0, 0, sizeof(block_iq4_xs) / 4, 0, NULL};
     case LLMM_TYPE_Q6_K: return (block_fields){1, 0, 0, 0, 0, sizeof(block_q6_K) / 16 * 4, 0, packed_q6_k_pieces};
     default: return (block_fields){0};
     }

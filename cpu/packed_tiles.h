@@ -30,7 +30,9 @@
  * 256 p, what they transpose from each row's bytes 16p..16p+15; then the bytes left (Q6_K's
  * f16 d) of the 16 rows, lane order. Q6_K's pieces are stored in the order its kernel reads
  * them (packed_q6_k_pieces): from memory, its jumps back and forth within the group made
- * decode slower than without a copy. Q2_K and Q3_K are not packed.
+ * decode slower than without a copy. IQ4_XS (136 bytes) is 34 vectors, its whole block in
+ * order, so its kernel's pieces at bytes 8 + 16 i are loaded at 128 + 256 i. Q2_K and Q3_K
+ * are not packed.
  * Same number of bytes per group as the original blocks. */
 #ifndef LLMM_PACKED_TILES_H
 #define LLMM_PACKED_TILES_H

@@ -1670,7 +1670,7 @@ static void test_backend_packed_copies(void **state) {
     }
     const uint32_t types[] = {LLMM_TYPE_Q4_0, LLMM_TYPE_Q5_0, LLMM_TYPE_Q8_0, LLMM_TYPE_IQ4_NL,
                               LLMM_TYPE_Q4_1, LLMM_TYPE_Q5_1, LLMM_TYPE_Q4_K, LLMM_TYPE_Q5_K,
-                              LLMM_TYPE_Q6_K};
+                              LLMM_TYPE_Q6_K, LLMM_TYPE_IQ4_XS};
     /* ne0, ne1, threads; K-quant rows are whole super-blocks of 256 */
     const size_t dims[][3] = {{96, 77, 2}, {416, 45, 3}, {256, 1003, 2}, {64, 7, 2}, {1184, 16, 1}};
     const size_t kdims[][3] = {{256, 77, 2}, {768, 45, 3}, {512, 1003, 2}, {256, 7, 2}, {1280, 16, 1}};

@@ -1351,8 +1351,8 @@ static void test_backend_matmul_all_tables(void **state) {
  * multiples of 256). The weights (2-5 MB) stay in the L2/L3 caches between calls, so decode
  * figures are the kernels' compute, not DRAM streaming. Timing is slow and noisy, so it runs
  * only when LLMM_BENCH_KERNELS is set: `LLMM_BENCH_KERNELS=1 build/tests/test_simd` (or =q4_k,q6_k for some types,
- * =attention, =threads or =q8k for bench_attention, bench_matmul_threads and bench_quantize_q8k
- * below). */
+ * =attention, =threads, =packed or =q8k for bench_attention, bench_matmul_threads,
+ * bench_packed_decode and bench_quantize_q8k below). */
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -1375,6 +1375,7 @@ static double matmul_seconds(void *st, const llmm_tensor *wt, const float *x, si
 
 static void bench_attention(void);
 static void bench_matmul_threads(void);
+static void bench_packed_decode(void);
 static void bench_quantize_q8k(void);
 
 static void test_bench_kernels(void **state) {
@@ -1386,6 +1387,7 @@ static void test_bench_kernels(void **state) {
     const char *only = getenv("LLMM_BENCH_KERNELS"); /* "1", or type names: "q5_0,q4_k", "attention" */
     if (strcmp(only, "1") == 0 || strstr(only, "attention")) bench_attention();
     if (strcmp(only, "1") == 0 || strstr(only, "threads")) bench_matmul_threads();
+    if (strcmp(only, "1") == 0 || strstr(only, "packed")) bench_packed_decode();
     if (strcmp(only, "1") == 0 || strstr(only, "q8k")) bench_quantize_q8k();
     const uint32_t types[] = {LLMM_TYPE_Q4_0, LLMM_TYPE_Q8_0, LLMM_TYPE_Q4_K, LLMM_TYPE_Q6_K,
                               LLMM_TYPE_Q5_K, LLMM_TYPE_Q3_K, LLMM_TYPE_Q2_K, LLMM_TYPE_Q5_0,
@@ -1500,6 +1502,68 @@ static void bench_matmul_threads(void) {
         free(x);
         free(w);
         free(out);
+    }
+}
+
+/* GB/s of weights of one-row matmuls (decode) by the AVX-512 backend over copies of one
+ * ne0 x ne1 matrix of type, about total bytes of them, best of 5 passes: from the packed copies
+ * (packed_tiles.h; a copy slot per matrix, made by a first call) or from the weights as stored. */
+static double packed_decode_gbs(uint32_t type, size_t ne0, size_t ne1, size_t total, int threads, int packed) {
+    const size_t rb = llmm_row_bytes(type, ne0), bytes = rb * ne1, copies = total / bytes + 1;
+    float *wf = rand_floats(ne0, -2.0f, 2.0f), *x = rand_floats(ne0, -2.0f, 2.0f);
+    float *out = xmalloc(ne1 * sizeof *out);
+    uint8_t *w = xmalloc(bytes * copies);
+    encode_row(type, wf, w, ne0);
+    for (size_t j = 1; j < ne1 * copies; j++) memcpy(w + j * rb, w, rb);
+    llmm_weight_copy *slot = xmalloc(copies * sizeof *slot);
+    llmm_tensor *wt = xmalloc(copies * sizeof *wt);
+    void *st = cpu_start_isa(CPU_ISA_AVX512, threads);
+    for (size_t c = 0; c < copies; c++) {
+        slot[c] = (llmm_weight_copy){.release_source = 0};
+        atomic_init(&slot[c].state, LLMM_COPY_NONE);
+        wt[c] = (llmm_tensor){.data = w + c * bytes, .type = type, .ne0 = (int64_t)ne0, .ne1 = (int64_t)ne1,
+                              .row_bytes = rb, .copy = packed ? &slot[c] : NULL};
+        assert_int_equal(llmm_cpu_backend.matmul(st, &wt[c], x, 1, out), LLMM_OK); /* makes the copy */
+        if (packed) assert_int_equal(atomic_load(&slot[c].state), LLMM_COPY_READY);
+    }
+    double best = 1e9;
+    for (int rep = 0; rep < 5; rep++) {
+        const double t0 = now_s();
+        for (size_t c = 0; c < copies; c++) assert_int_equal(llmm_cpu_backend.matmul(st, &wt[c], x, 1, out), LLMM_OK);
+        best = fmin(best, now_s() - t0);
+    }
+    for (size_t c = 0; c < copies && packed; c++) slot[c].free_data(slot[c].data, slot[c].bytes);
+    llmm_cpu_backend.shutdown(st);
+    free(wf);
+    free(x);
+    free(out);
+    free(w);
+    free(slot);
+    free(wt);
+    return (double)(bytes * copies) / best / 1e9;
+}
+
+/* Decode from packed copies against the weights as stored, per packable type: one core from
+ * cache (4864 x 160), one and two threads streamed (2048 x 5632 copies, about 300 MB). With
+ * LLMM_BENCH_KERNELS=packed (or =1). */
+static void bench_packed_decode(void) {
+    if (!cpu_kernels_get(CPU_ISA_AVX512)) {
+        print_message("packed decode: skipped, no AVX-512 on this CPU\n");
+        return;
+    }
+    const uint32_t types[] = {LLMM_TYPE_Q4_0, LLMM_TYPE_Q8_0, LLMM_TYPE_Q5_0, LLMM_TYPE_Q4_K,
+                              LLMM_TYPE_Q5_K, LLMM_TYPE_Q6_K, LLMM_TYPE_IQ4_XS};
+    print_message("one-row matmul, GB/s of weights, as stored -> packed copy (avx512)\n"
+                  "type     1 core, cache    1 core, streamed   2 threads, streamed\n");
+    for (size_t ti = 0; ti < ARRAY_LEN(types); ti++) {
+        double g[3][2];
+        for (int packed = 0; packed < 2; packed++) {
+            g[0][packed] = packed_decode_gbs(types[ti], 4864, 160, 0, 1, packed);
+            g[1][packed] = packed_decode_gbs(types[ti], 2048, 5632, 300u << 20, 1, packed);
+            g[2][packed] = packed_decode_gbs(types[ti], 2048, 5632, 300u << 20, 2, packed);
+        }
+        print_message("%-7s %5.1f -> %5.1f     %5.1f -> %5.1f      %5.1f -> %5.1f\n", llmm_type_get(types[ti])->name,
+                      g[0][0], g[0][1], g[1][0], g[1][1], g[2][0], g[2][1]);
     }
 }
 

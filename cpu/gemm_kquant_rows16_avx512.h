@@ -54,7 +54,6 @@ SIMD_ALWAYS_INLINE __m512i bit_to_16(__m512i v, int k) {
                             b4);
 }
 
-
 /* Q4_K and Q5_K (q5), operand rows r0 .. r0+nx-1 against the 16 rows at base (nx a constant
  * for full operand tiles), or against a tile of a packed copy (packed: base its first group).
  * Q5_K's 5th bit of weight l of sub-block s is bit s of qh[l]. */
@@ -354,8 +353,8 @@ SIMD_ALWAYS_INLINE void k2r16_tile(int q3, const uint8_t *base, size_t rb, const
     }
 }
 
-/* All operand rows against the 16 weight rows base + i * rb, or (packed: Q4_K, Q5_K) a tile
- * of a packed copy; lanes [l0, l0 + nl) (in row order) go to out columns j ... (any K-quant
+/* All operand rows against the 16 weight rows base + i * rb, or (packed: Q4_K, Q5_K, Q6_K) a
+ * tile of a packed copy; lanes [l0, l0 + nl) (in row order) go to out columns j ... (any K-quant
  * kind). One operand row is a tile of its own only for the packed kinds: without a copy,
  * decode takes the 8-row kernels (see the top). */
 SIMD_ALWAYS_INLINE void kr16_rows(kq_kind kind, int packed, const uint8_t *base, size_t rb, const uint8_t *next,
@@ -384,7 +383,7 @@ SIMD_ALWAYS_INLINE void gemm_kr16(kq_kind kind, const llmm_tensor *w, size_t j0,
 #undef KR16_CALL
 }
 
-/* Q4_K, Q5_K over a packed copy (w->data the copy, w->ne1 its whole tiles' rows), for any
+/* Q4_K, Q5_K, Q6_K over a packed copy (w->data the copy, w->ne1 its whole tiles' rows), for any
  * number of operand rows: from the copy the one-row tile computes twice as fast as the 8-row
  * kernel (see the top). */
 SIMD_ALWAYS_INLINE void gemm_kr16_packed(kq_kind kind, const llmm_tensor *w, size_t j0, size_t j1,

@@ -482,7 +482,8 @@ SIMD_ALWAYS_INLINE void rows16_pack_tile_whole(const uint8_t *tile, size_t rb, s
 #pragma GCC unroll 4
             for (int j = 0; j < 4; j++) _mm512_storeu_si512(out + R16_ROWS * 16 * p + 64 * j, d[j]);
         }
-        if (!pieces && tail) { /* 8 bytes: the upper half of the last 16 */
+        if (!tail) continue;
+        if (!pieces) { /* 8 bytes: the upper half of the last 16 */
             __m512i d[4];
             rows16_transpose(tile + b * bb + bb - 16, rb, d);
             _mm512_storeu_si512(out + R16_ROWS * at, d[2]);

@@ -13,8 +13,9 @@
 
 /* Where a packable type keeps its fields in a block: n_halves f16 fields from 0 (d, then the
  * min m of Q4_1 / Q5_1), the 5th-bit word qh (Q5_0, Q5_1), the quants; Q8_0's 32 quant bytes
- * are 8 vectors' worth. The K-quants are vectors from byte 0 ("quants"), whole 16-byte pieces;
- * the bytes after the vectors (Q6_K's d) follow them in lane order (block_tail). */
+ * are 8 vectors' worth. The K-quants and IQ4_XS are vectors from byte 0 ("quants"): Q6_K's
+ * whole 16-byte pieces in the order pieces gives, then the bytes after them (its d) in lane
+ * order (block_tail). */
 typedef struct block_fields {
     int packable, n_halves, has_qh;
     size_t qh, qs;

@@ -82,19 +82,21 @@ SIMD_ALWAYS_INLINE void xs16_rows(int packed, const uint8_t *base, size_t rb, co
     }
 }
 
-static void gemm_iq4_xs_rows16(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows,
-                               float *out, size_t ldo) {
-#define XS16_ROWS_CALL(base, rb, next, l0, nl, j) xs16_rows(0, base, rb, next, l0, nl, j, x, n_rows, out, ldo)
+/* The tiles of rows [j0, j1) (gemm_tiles.h), of the weights as stored or (packed) of a packed
+ * copy: w->data the copy, w->ne1 its whole tiles' rows. */
+SIMD_ALWAYS_INLINE void xs16_walk(int packed, const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x,
+                                  size_t n_rows, float *out, size_t ldo) {
+#define XS16_ROWS_CALL(base, rb, next, l0, nl, j) xs16_rows(packed, base, rb, next, l0, nl, j, x, n_rows, out, ldo)
     GEMM_WALK_TILES(w, j0, j1, R16_ROWS, XS16_ROWS_CALL);
 #undef XS16_ROWS_CALL
 }
-
-/* The same over a packed copy (w->data the copy, w->ne1 its whole tiles' rows). */
+static void gemm_iq4_xs_rows16(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows,
+                               float *out, size_t ldo) {
+    xs16_walk(0, w, j0, j1, x, n_rows, out, ldo);
+}
 static void gemm_iq4_xs_packed16(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows,
                                  float *out, size_t ldo) {
-#define XS16_ROWS_CALL(base, rb, next, l0, nl, j) xs16_rows(1, base, rb, next, l0, nl, j, x, n_rows, out, ldo)
-    GEMM_WALK_TILES(w, j0, j1, R16_ROWS, XS16_ROWS_CALL);
-#undef XS16_ROWS_CALL
+    xs16_walk(1, w, j0, j1, x, n_rows, out, ldo);
 }
 
 #endif

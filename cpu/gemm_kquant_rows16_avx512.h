@@ -376,21 +376,22 @@ SIMD_ALWAYS_INLINE void kr16_rows(kq_kind kind, int packed, const uint8_t *base,
     }
 }
 
-SIMD_ALWAYS_INLINE void gemm_kr16(kq_kind kind, const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x,
-                                  size_t n_rows, float *out, size_t ldo) {
-#define KR16_CALL(base, rb, next, l0, nl, j) kr16_rows(kind, 0, base, rb, next, l0, nl, j, x, n_rows, out, ldo)
+/* The tiles of rows [j0, j1) (gemm_tiles.h), of the weights as stored or (packed: Q4_K, Q5_K,
+ * Q6_K) of a packed copy: w->data the copy, w->ne1 its whole tiles' rows. From a copy the
+ * one-row tile computes twice as fast as the 8-row kernel (see the top). */
+SIMD_ALWAYS_INLINE void kr16_walk(kq_kind kind, int packed, const llmm_tensor *w, size_t j0, size_t j1,
+                                  const cpu_operand *x, size_t n_rows, float *out, size_t ldo) {
+#define KR16_CALL(base, rb, next, l0, nl, j) kr16_rows(kind, packed, base, rb, next, l0, nl, j, x, n_rows, out, ldo)
     GEMM_WALK_TILES(w, j0, j1, R16_ROWS, KR16_CALL);
 #undef KR16_CALL
 }
-
-/* Q4_K, Q5_K, Q6_K over a packed copy (w->data the copy, w->ne1 its whole tiles' rows), for any
- * number of operand rows: from the copy the one-row tile computes twice as fast as the 8-row
- * kernel (see the top). */
+SIMD_ALWAYS_INLINE void gemm_kr16(kq_kind kind, const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x,
+                                  size_t n_rows, float *out, size_t ldo) {
+    kr16_walk(kind, 0, w, j0, j1, x, n_rows, out, ldo);
+}
 SIMD_ALWAYS_INLINE void gemm_kr16_packed(kq_kind kind, const llmm_tensor *w, size_t j0, size_t j1,
                                          const cpu_operand *x, size_t n_rows, float *out, size_t ldo) {
-#define KR16_CALL(base, rb, next, l0, nl, j) kr16_rows(kind, 1, base, rb, next, l0, nl, j, x, n_rows, out, ldo)
-    GEMM_WALK_TILES(w, j0, j1, R16_ROWS, KR16_CALL);
-#undef KR16_CALL
+    kr16_walk(kind, 1, w, j0, j1, x, n_rows, out, ldo);
 }
 
 GEMM_FN_FOR_KIND(gemm_q4_K_packed16, gemm_kr16_packed, KQ_Q4)

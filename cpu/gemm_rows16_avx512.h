@@ -444,21 +444,23 @@ SIMD_ALWAYS_INLINE void rows16_rows(r16_kind kind, int packed, const uint8_t *ba
     }
 }
 
-/* Tiles of 16 rows (gemm_tiles.h). */
-SIMD_ALWAYS_INLINE void gemm_rows16(r16_kind kind, const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x,
-                                    size_t n_rows, float *out, size_t ldo) {
-#define ROWS16_CALL(base, rb, next, l0, nl, j) rows16_rows(kind, 0, base, rb, next, l0, nl, j, x, n_rows, out, ldo)
+/* Tiles of 16 rows (gemm_tiles.h), of the weights as stored or (packed) of a packed copy:
+ * w->data the copy, w->ne1 its whole tiles' rows; the tile walk finds each tile at the bytes
+ * its rows had (packed_tiles.h). */
+SIMD_ALWAYS_INLINE void rows16_walk(r16_kind kind, int packed, const llmm_tensor *w, size_t j0, size_t j1,
+                                    const cpu_operand *x, size_t n_rows, float *out, size_t ldo) {
+#define ROWS16_CALL(base, rb, next, l0, nl, j) \
+    rows16_rows(kind, packed, base, rb, next, l0, nl, j, x, n_rows, out, ldo)
     GEMM_WALK_TILES(w, j0, j1, R16_ROWS, ROWS16_CALL);
 #undef ROWS16_CALL
 }
-
-/* The same over a packed copy (w->data the copy, w->ne1 its whole tiles' rows): the tile walk
- * finds each tile at the bytes its rows had (packed_tiles.h). */
+SIMD_ALWAYS_INLINE void gemm_rows16(r16_kind kind, const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x,
+                                    size_t n_rows, float *out, size_t ldo) {
+    rows16_walk(kind, 0, w, j0, j1, x, n_rows, out, ldo);
+}
 SIMD_ALWAYS_INLINE void gemm_rows16_packed(r16_kind kind, const llmm_tensor *w, size_t j0, size_t j1,
                                            const cpu_operand *x, size_t n_rows, float *out, size_t ldo) {
-#define ROWS16_CALL(base, rb, next, l0, nl, j) rows16_rows(kind, 1, base, rb, next, l0, nl, j, x, n_rows, out, ldo)
-    GEMM_WALK_TILES(w, j0, j1, R16_ROWS, ROWS16_CALL);
-#undef ROWS16_CALL
+    rows16_walk(kind, 1, w, j0, j1, x, n_rows, out, ldo);
 }
 
 GEMM_FN_FOR_KIND(gemm_q4_0_rows16, gemm_rows16, R16_Q4_0)

@@ -286,13 +286,7 @@ SIMD_ALWAYS_INLINE __m256 load_bf16x8(const uint16_t *p) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(load_128(p)), 16));
 }
 SIMD_ALWAYS_INLINE __m256 load_half8(const uint16_t *p, int bf16) { return bf16 ? load_bf16x8(p) : load_f16x8(p); }
-SIMD_ALWAYS_INLINE float half_to_float(uint16_t h, int bf16) {
-    if (!bf16) return _cvtsh_ss(h);
-    const uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
+SIMD_ALWAYS_INLINE float half_to_float(uint16_t h, int bf16) { return bf16 ? llmm_bf16_to_f32(h) : _cvtsh_ss(h); }
 
 typedef __m256 half_acc[2]; /* one (weight row, operand row) pair's 16 lanes */
 

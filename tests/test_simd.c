@@ -1468,6 +1468,18 @@ static void bench_attention(void) {
     free(out);
 }
 
+/* copies back-to-back copies of an ne0 x ne1 matrix of type whose rows all hold one random
+ * row's encoding (streaming benchmarks: the bytes matter, not their values) */
+static uint8_t *replicated_weights(uint32_t type, size_t ne0, size_t ne1, size_t copies) {
+    const size_t rb = llmm_row_bytes(type, ne0);
+    float *wf = rand_floats(ne0, -2.0f, 2.0f);
+    uint8_t *w = xmalloc(rb * ne1 * copies);
+    encode_row(type, wf, w, ne0);
+    for (size_t j = 1; j < ne1 * copies; j++) memcpy(w + j * rb, w, rb);
+    free(wf);
+    return w;
+}
+
 /* Q4_0 matmul with one operand row, weights streamed from memory (enough copies of each shape
  * to pass 200 MB), 1 and 2 threads, best table, best of 5: GB/s of weights. Shows how the
  * decode shapes scale with threads. With LLMM_BENCH_KERNELS=threads. */
@@ -1477,11 +1489,8 @@ static void bench_matmul_threads(void) {
     for (size_t si = 0; si < ARRAY_LEN(shapes); si++) {
         const size_t ne0 = shapes[si][0], ne1 = shapes[si][1], rb = llmm_row_bytes(LLMM_TYPE_Q4_0, ne0);
         const size_t bytes = rb * ne1, copies = (200u << 20) / bytes + 1;
-        float *wf = rand_floats(ne0, -2.0f, 2.0f), *x = rand_floats(ne0, -2.0f, 2.0f);
-        uint8_t *w = xmalloc(bytes * copies);
-        encode_row(LLMM_TYPE_Q4_0, wf, w, ne0);
-        for (size_t j = 1; j < ne1 * copies; j++) memcpy(w + j * rb, w, rb);
-        float *out = xmalloc(ne1 * sizeof *out);
+        float *x = rand_floats(ne0, -2.0f, 2.0f), *out = xmalloc(ne1 * sizeof *out);
+        uint8_t *w = replicated_weights(LLMM_TYPE_Q4_0, ne0, ne1, copies);
         double gbs[3] = {0};
         for (int threads = 1; threads <= 2; threads++) {
             void *st = cpu_start_isa(cpu_kernels_select(CPU_ISA_COUNT)->isa, threads);
@@ -1498,7 +1507,6 @@ static void bench_matmul_threads(void) {
             llmm_cpu_backend.shutdown(st);
         }
         print_message("  %5zu x %6zu: %5.1f -> %5.1f GB/s (%.2fx)\n", ne0, ne1, gbs[1], gbs[2], gbs[2] / gbs[1]);
-        free(wf);
         free(x);
         free(w);
         free(out);
@@ -1510,11 +1518,8 @@ static void bench_matmul_threads(void) {
  * (packed_tiles.h; a copy slot per matrix, made by a first call) or from the weights as stored. */
 static double packed_decode_gbs(uint32_t type, size_t ne0, size_t ne1, size_t total, int threads, int packed) {
     const size_t rb = llmm_row_bytes(type, ne0), bytes = rb * ne1, copies = total / bytes + 1;
-    float *wf = rand_floats(ne0, -2.0f, 2.0f), *x = rand_floats(ne0, -2.0f, 2.0f);
-    float *out = xmalloc(ne1 * sizeof *out);
-    uint8_t *w = xmalloc(bytes * copies);
-    encode_row(type, wf, w, ne0);
-    for (size_t j = 1; j < ne1 * copies; j++) memcpy(w + j * rb, w, rb);
+    float *x = rand_floats(ne0, -2.0f, 2.0f), *out = xmalloc(ne1 * sizeof *out);
+    uint8_t *w = replicated_weights(type, ne0, ne1, copies);
     llmm_weight_copy *slot = xmalloc(copies * sizeof *slot);
     llmm_tensor *wt = xmalloc(copies * sizeof *wt);
     void *st = cpu_start_isa(CPU_ISA_AVX512, threads);
@@ -1534,7 +1539,6 @@ static double packed_decode_gbs(uint32_t type, size_t ne0, size_t ne1, size_t to
     }
     for (size_t c = 0; c < copies && packed; c++) slot[c].free_data(slot[c].data, slot[c].bytes);
     llmm_cpu_backend.shutdown(st);
-    free(wf);
     free(x);
     free(out);
     free(w);

@@ -5,6 +5,7 @@
 #define LLMM_CPU_GEMM_BLOCK_KINDS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "quant.h"
 
@@ -40,6 +41,37 @@ BLOCK_KIND_INLINE size_t lq_qs_offset(lq_kind k) {
 }
 BLOCK_KIND_INLINE size_t lq_qh_offset(lq_kind k) {
     return k == LQ_Q5_0 ? offsetof(block_q5_0, qh) : offsetof(block_q5_1, qh);
+}
+
+/* The legacy and IQ4_NL types the 16-row tiles (gemm_rows16_avx512.h) and their packed
+ * copies (packed_tiles.h) handle; Q4_1 and Q5_1 are Q4_0 and Q5_0 with a per-block min m
+ * instead of the offset, against Q8_1 operands (d and s = d sum(x) per block). */
+typedef enum r16_kind { R16_Q4_0, R16_Q5_0, R16_Q8_0, R16_Q4_1, R16_Q5_1, R16_IQ4_NL } r16_kind;
+
+BLOCK_KIND_INLINE size_t r16_block_bytes(r16_kind k) {
+    return k == R16_Q4_0   ? sizeof(block_q4_0)
+           : k == R16_Q5_0 ? sizeof(block_q5_0)
+           : k == R16_Q8_0 ? sizeof(block_q8_0)
+           : k == R16_Q4_1 ? sizeof(block_q4_1)
+           : k == R16_Q5_1 ? sizeof(block_q5_1)
+                           : sizeof(block_iq4_nl);
+}
+BLOCK_KIND_INLINE size_t r16_qs_offset(r16_kind k) {
+    return k == R16_Q4_0   ? offsetof(block_q4_0, qs)
+           : k == R16_Q5_0 ? offsetof(block_q5_0, qs)
+           : k == R16_Q8_0 ? offsetof(block_q8_0, qs)
+           : k == R16_Q4_1 ? offsetof(block_q4_1, qs)
+           : k == R16_Q5_1 ? offsetof(block_q5_1, qs)
+                           : offsetof(block_iq4_nl, qs);
+}
+/* the offset that made the quants unsigned; 0 for the types with a min */
+BLOCK_KIND_INLINE int32_t r16_offset(r16_kind k) {
+    return k == R16_Q4_0 ? 8 : k == R16_Q5_0 ? 16 : k == R16_Q8_0 || k == R16_IQ4_NL ? 128 : 0;
+}
+BLOCK_KIND_INLINE int r16_has_min(r16_kind k) { return k == R16_Q4_1 || k == R16_Q5_1; }
+BLOCK_KIND_INLINE int r16_five_bits(r16_kind k) { return k == R16_Q5_0 || k == R16_Q5_1; }
+BLOCK_KIND_INLINE size_t r16_qh_offset(r16_kind k) {
+    return k == R16_Q5_0 ? offsetof(block_q5_0, qh) : offsetof(block_q5_1, qh);
 }
 
 #undef BLOCK_KIND_INLINE

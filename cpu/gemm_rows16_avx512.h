@@ -33,6 +33,7 @@
 #error "include gemm_int8_x86.h before gemm_rows16_avx512.h"
 #endif
 
+#include "gemm_block_kinds.h"
 #include "packed_tiles.h"
 
 #define R16_ROWS PACKED_TILE_ROWS
@@ -45,39 +46,10 @@
  * values, is gathered once per tile; longer rows once per segment and tile of operand rows) */
 #define R16_SEG 64
 
-/* Q4_1 and Q5_1 are Q4_0 and Q5_0 with a per-block min m instead of the offset, against Q8_1
- * operands (d and s = d sum(x) per block). */
-typedef enum r16_kind { R16_Q4_0, R16_Q5_0, R16_Q8_0, R16_Q4_1, R16_Q5_1, R16_IQ4_NL } r16_kind;
-
-SIMD_ALWAYS_INLINE size_t r16_block_bytes(r16_kind k) {
-    return k == R16_Q4_0   ? sizeof(block_q4_0)
-           : k == R16_Q5_0 ? sizeof(block_q5_0)
-           : k == R16_Q8_0 ? sizeof(block_q8_0)
-           : k == R16_Q4_1 ? sizeof(block_q4_1)
-           : k == R16_Q5_1 ? sizeof(block_q5_1)
-                           : sizeof(block_iq4_nl);
-}
-SIMD_ALWAYS_INLINE size_t r16_qs_offset(r16_kind k) {
-    return k == R16_Q4_0   ? offsetof(block_q4_0, qs)
-           : k == R16_Q5_0 ? offsetof(block_q5_0, qs)
-           : k == R16_Q8_0 ? offsetof(block_q8_0, qs)
-           : k == R16_Q4_1 ? offsetof(block_q4_1, qs)
-           : k == R16_Q5_1 ? offsetof(block_q5_1, qs)
-                           : offsetof(block_iq4_nl, qs);
-}
-/* the offset that made the quants unsigned; 0 for the types with a min */
-SIMD_ALWAYS_INLINE int32_t r16_offset(r16_kind k) {
-    return k == R16_Q4_0 ? 8 : k == R16_Q5_0 ? 16 : k == R16_Q8_0 || k == R16_IQ4_NL ? 128 : 0;
-}
-SIMD_ALWAYS_INLINE int r16_has_min(r16_kind k) { return k == R16_Q4_1 || k == R16_Q5_1; }
-SIMD_ALWAYS_INLINE int r16_five_bits(r16_kind k) { return k == R16_Q5_0 || k == R16_Q5_1; }
 SIMD_ALWAYS_INLINE int r16_nibbles_x16(r16_kind k) { return k == R16_Q4_0 || k == R16_Q4_1; }
 /* the types whose one-row (decode) tiles take their scales from the block heads, transposed
  * per block (rows16_q5_0_head, rows16_min_head), instead of a gather pass per tile */
 SIMD_ALWAYS_INLINE int r16_heads_per_block(r16_kind k) { return k == R16_Q5_0 || r16_has_min(k); }
-SIMD_ALWAYS_INLINE size_t r16_qh_offset(r16_kind k) {
-    return k == R16_Q5_0 ? offsetof(block_q5_0, qh) : offsetof(block_q5_1, qh);
-}
 
 /* The row whose values lane q holds after the transposition (and the lane of row q: the
  * mapping is its own inverse): 128-bit lane l of the m-th loaded vector holds row 4m + l, and

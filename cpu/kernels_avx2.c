@@ -73,6 +73,7 @@ static inline void add_bit4_pair(__m256i *lo, __m256i *hi, uint32_t ha, uint32_t
 }
 
 #include "gemm_legacy_x86.h"
+#include "gemm_packed16_avx2.h"
 
 /* ---------------------------------------------------------------- operands */
 
@@ -503,6 +504,17 @@ const cpu_kernels cpu_kernels_avx2 = {
             [LLMM_TYPE_Q5_K] = {gemm_q5_K, CPU_OPERAND_Q8K},
             [LLMM_TYPE_Q6_K] = {gemm_q6_K, CPU_OPERAND_Q8K},
         },
+    .matmul_packed =
+        {
+            [LLMM_TYPE_Q4_0] = gemm_q4_0_packed8,
+            [LLMM_TYPE_Q5_0] = gemm_q5_0_packed8,
+            [LLMM_TYPE_Q4_1] = gemm_q4_1_packed8,
+            [LLMM_TYPE_Q5_1] = gemm_q5_1_packed8,
+            [LLMM_TYPE_Q4_K] = gemm_q4_K_packed8,
+            [LLMM_TYPE_Q5_K] = gemm_q5_K_packed8,
+            [LLMM_TYPE_Q6_K] = gemm_q6_K_packed8,
+        },
+    .pack_tiles = pack_tiles_packed8,
     .quantize_q8 = avx2_quantize_q8,
     .quantize_q8k = avx2_quantize_q8k,
     .round_f16 = avx2_round_f16,

@@ -70,10 +70,26 @@ static size_t vector_source(const block_fields *f, int j) {
     return f->pieces ? 16 * (size_t)f->pieces[j / 4] + 4 * (size_t)(j % 4) : f->qs + 4 * (size_t)j;
 }
 
+/* The reference packed_piece_fn: lane q of vector j (j < 4) = bytes at + 4j .. at + 4j + 3 of
+ * block blk[row(q)], xor flip. */
+static void pack_piece_scalar(const uint8_t *const blk[PACKED_TILE_ROWS], size_t at, uint32_t flip, uint8_t *out) {
+    for (size_t j = 0; j < 4; j++)
+        for (size_t q = 0; q < PACKED_TILE_ROWS; q++) {
+            uint32_t v;
+            memcpy(&v, blk[packed_lane_row(q)] + at + 4 * j, sizeof v);
+            v ^= flip;
+            memcpy(out + 64 * j + 4 * q, &v, sizeof v);
+        }
+}
+
 /* Vectors of a group: the 4 bytes at lane q of vector j = the 4 bytes of block blk[row(q)]
- * that vector_source names, each xor flip. */
-static void pack_vectors(const block_fields *f, const uint8_t *const blk[PACKED_TILE_ROWS], uint8_t *out) {
-    for (int j = 0; j < f->n_vectors; j++) {
+ * that vector_source names, each xor flip; four at a time (a 16-byte piece of the block) through
+ * piece, the rest (IQ4_XS's last two) here. */
+static void pack_vectors(const block_fields *f, const uint8_t *const blk[PACKED_TILE_ROWS], packed_piece_fn piece,
+                         uint8_t *out) {
+    int j = 0;
+    for (; j + 4 <= f->n_vectors; j += 4) piece(blk, vector_source(f, j), f->flip, out + 64 * j);
+    for (; j < f->n_vectors; j++) {
         for (size_t q = 0; q < PACKED_TILE_ROWS; q++) {
             uint32_t v;
             memcpy(&v, blk[packed_lane_row(q)] + vector_source(f, j), sizeof v);
@@ -83,7 +99,7 @@ static void pack_vectors(const block_fields *f, const uint8_t *const blk[PACKED_
     }
 }
 
-void packed_tiles_pack(const llmm_tensor *w, size_t t0, size_t t1, uint8_t *copy) {
+void packed_tiles_pack_with(const llmm_tensor *w, size_t t0, size_t t1, uint8_t *copy, packed_piece_fn piece) {
     const block_fields f = fields_of(w->type);
     const llmm_type_traits *tt = llmm_type_get(w->type);
     const size_t bb = tt->block_bytes, nb = (size_t)w->ne0 / tt->block_size, rb = w->row_bytes;
@@ -105,12 +121,17 @@ void packed_tiles_pack(const llmm_tensor *w, size_t t0, size_t t1, uint8_t *copy
                 pack_fifth_bit_masks(qh, v);
                 v += 64;
             }
-            pack_vectors(&f, blk, v);
+            pack_vectors(&f, blk, piece, v);
             const size_t tail = block_tail(&f, bb), at = bb - tail;
             v += 64 * f.n_vectors;
-            for (size_t q = 0; q < PACKED_TILE_ROWS; q++) memcpy(v + tail * q, blk[packed_lane_row(q)] + at, tail);
+            for (size_t q = 0; q < PACKED_TILE_ROWS && tail; q++)
+                memcpy(v + tail * q, blk[packed_lane_row(q)] + at, tail);
         }
     }
+}
+
+void packed_tiles_pack(const llmm_tensor *w, size_t t0, size_t t1, uint8_t *copy) {
+    packed_tiles_pack_with(w, t0, t1, copy, pack_piece_scalar);
 }
 
 void packed_tiles_read_block(const llmm_tensor *w, const uint8_t *copy, size_t row, size_t b, uint8_t *block) {

@@ -1,5 +1,6 @@
 /* Weights packed in the AVX-512 kernels' 16-row tile layout: the copy a weight's slot
  * (weight_copy.h) holds on this backend, made during the first decode steps (ops_matmul.c).
+ * The AVX2 table reads the same layout as two 8-row halves (gemm_packed16_avx2.h).
  *
  * Why: the 16-row kernels (gemm_rows16_avx512.h) transpose each block of 16 weight rows in
  * registers (16 loads, 12 inserts and 8 unpacks per block, plus for Q5_0 the 5th-bit words and
@@ -63,6 +64,14 @@ size_t packed_tiles_rows(const llmm_tensor *w);
 /* Tiles [t0, t1) of w into copy (the whole copy's base, packed_tiles_rows x row_bytes): the
  * portable reference of cpu_kernels.pack_tiles. */
 void packed_tiles_pack(const llmm_tensor *w, size_t t0, size_t t1, uint8_t *copy);
+
+/* One 16-byte piece of a group: lane q (0..15) of vector j (0..3) of out = bytes at + 4j ..
+ * at + 4j + 3 of block blk[packed_lane_row(q)], xor flip (a group's vectors, four at a time). */
+typedef void (*packed_piece_fn)(const uint8_t *const blk[PACKED_TILE_ROWS], size_t at, uint32_t flip, uint8_t *out);
+
+/* packed_tiles_pack with the pieces transposed by piece (a SIMD table's; the heads, 5th-bit
+ * masks and tails stay plain C): byte for byte packed_tiles_pack's result. */
+void packed_tiles_pack_with(const llmm_tensor *w, size_t t0, size_t t1, uint8_t *copy, packed_piece_fn piece);
 
 /* Block b of row `row` (< packed_tiles_rows(w)) as the file holds it, from the copy (the
  * embedding lookup of a tied output matrix reads rows from it, so that the file pages the copy

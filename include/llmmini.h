@@ -125,8 +125,8 @@ typedef struct llmm_model_params {
     size_t error_buf_size;
     /* --- since packed weights --- */
     /* 1 (default): a backend may replace weights it reads often by a copy in its own faster
-     * layout, made at their first use: the CPU backend, on CPUs with AVX-512, packs Q4_0,
-     * Q4_1, Q5_0, Q5_1, Q8_0 and IQ4_NL matrices during the first decode steps, up to 64 MiB
+     * layout, made at their first use: the CPU backend, on x86-64 CPUs with AVX2 or AVX-512,
+     * packs most quantized matrices (docs/api.md) during the first decode steps, up to 64 MiB
      * a step (each about twice as long; docs/api.md "Packed weights"). The copied pages of
      * the file mapping are dropped, so resident memory stays about the file's size. Results
      * are bit for bit the same. Only with use_mmap = 1. 0: compute from the file's bytes only. */

@@ -1,6 +1,6 @@
 /* A weight's copy in a backend's own layout, made lazily by the backend the first time it pays
- * and shared by every context of the model (the CPU backend packs quantized weights into the
- * AVX-512 kernels' tile layout during the first decode steps, cpu/packed_tiles.h).
+ * and shared by every context of the model (the CPU backend packs quantized weights into its
+ * x86 kernels' tile layout during the first decode steps, cpu/packed_tiles.h).
  *
  * Why lazily and not at load: making the copies costs about as much as reading the weights
  * twice, which a load (40-70 ms for a 0.5B file here) and the first token of a prompt cannot

@@ -1513,16 +1513,18 @@ static void bench_matmul_threads(void) {
     }
 }
 
-/* GB/s of weights of one-row matmuls (decode) by the AVX-512 backend over copies of one
- * ne0 x ne1 matrix of type, about total bytes of them, best of 5 passes: from the packed copies
- * (packed_tiles.h; a copy slot per matrix, made by a first call) or from the weights as stored. */
-static double packed_decode_gbs(uint32_t type, size_t ne0, size_t ne1, size_t total, int threads, int packed) {
+/* GB/s of weights of matmuls of n_rows operand rows by the backend on table isa over copies of
+ * one ne0 x ne1 matrix of type, about total bytes of them, best of 5 to 200 passes (0.3 s): from the packed
+ * copies (packed_tiles.h; a copy slot per matrix, made by a first one-row call) or from the
+ * weights as stored. */
+static double packed_decode_gbs(cpu_isa isa, uint32_t type, size_t ne0, size_t ne1, size_t total, int threads,
+                                size_t n_rows, int packed) {
     const size_t rb = llmm_row_bytes(type, ne0), bytes = rb * ne1, copies = total / bytes + 1;
-    float *x = rand_floats(ne0, -2.0f, 2.0f), *out = xmalloc(ne1 * sizeof *out);
+    float *x = rand_floats(ne0 * n_rows, -2.0f, 2.0f), *out = xmalloc(ne1 * n_rows * sizeof *out);
     uint8_t *w = replicated_weights(type, ne0, ne1, copies);
     llmm_weight_copy *slot = xmalloc(copies * sizeof *slot);
     llmm_tensor *wt = xmalloc(copies * sizeof *wt);
-    void *st = cpu_start_isa(CPU_ISA_AVX512, threads);
+    void *st = cpu_start_isa(isa, threads);
     for (size_t c = 0; c < copies; c++) {
         slot[c] = (llmm_weight_copy){.release_source = 0};
         atomic_init(&slot[c].state, LLMM_COPY_NONE);
@@ -1532,9 +1534,11 @@ static double packed_decode_gbs(uint32_t type, size_t ne0, size_t ne1, size_t to
         if (packed) assert_int_equal(atomic_load(&slot[c].state), LLMM_COPY_READY);
     }
     double best = 1e9;
-    for (int rep = 0; rep < 5; rep++) {
+    const double start = now_s();
+    for (int rep = 0; rep < 5 || (rep < 200 && now_s() - start < 0.3); rep++) {
         const double t0 = now_s();
-        for (size_t c = 0; c < copies; c++) assert_int_equal(llmm_cpu_backend.matmul(st, &wt[c], x, 1, out), LLMM_OK);
+        for (size_t c = 0; c < copies; c++)
+            assert_int_equal(llmm_cpu_backend.matmul(st, &wt[c], x, n_rows, out), LLMM_OK);
         best = fmin(best, now_s() - t0);
     }
     for (size_t c = 0; c < copies && packed; c++) slot[c].free_data(slot[c].data, slot[c].bytes);
@@ -1547,27 +1551,33 @@ static double packed_decode_gbs(uint32_t type, size_t ne0, size_t ne1, size_t to
     return (double)(bytes * copies) / best / 1e9;
 }
 
-/* Decode from packed copies against the weights as stored, per packable type: one core from
- * cache (4864 x 160), one and two threads streamed (2048 x 5632 copies, about 300 MB). With
- * LLMM_BENCH_KERNELS=packed (or =1). */
+/* Matmuls from packed copies against the weights as stored, per type each x86 table packs:
+ * one-row (decode) from cache on one core (4864 x 160), one and two threads streamed (2048 x
+ * 5632 copies, about 300 MB), and 64 operand rows from cache on one core (a prompt after the
+ * copies are made), in GB/s of weights per operand row. With LLMM_BENCH_KERNELS=packed (or =1). */
 static void bench_packed_decode(void) {
-    if (!cpu_kernels_get(CPU_ISA_AVX512)) {
-        print_message("packed decode: skipped, no AVX-512 on this CPU\n");
-        return;
-    }
     const uint32_t types[] = {LLMM_TYPE_Q4_0, LLMM_TYPE_Q8_0, LLMM_TYPE_Q5_0, LLMM_TYPE_Q4_K,
                               LLMM_TYPE_Q5_K, LLMM_TYPE_Q6_K, LLMM_TYPE_IQ4_XS};
-    print_message("one-row matmul, GB/s of weights, as stored -> packed copy (avx512)\n"
-                  "type     1 core, cache    1 core, streamed   2 threads, streamed\n");
-    for (size_t ti = 0; ti < ARRAY_LEN(types); ti++) {
-        double g[3][2];
-        for (int packed = 0; packed < 2; packed++) {
-            g[0][packed] = packed_decode_gbs(types[ti], 4864, 160, 0, 1, packed);
-            g[1][packed] = packed_decode_gbs(types[ti], 2048, 5632, 300u << 20, 1, packed);
-            g[2][packed] = packed_decode_gbs(types[ti], 2048, 5632, 300u << 20, 2, packed);
+    const cpu_isa isas[] = {CPU_ISA_AVX2, CPU_ISA_AVX512};
+    for (size_t ii = 0; ii < ARRAY_LEN(isas); ii++) {
+        const cpu_kernels *k = cpu_kernels_get(isas[ii]);
+        if (!k) continue;
+        print_message("matmuls, GB/s of weights, as stored -> packed copy (%s)\n"
+                      "type     1 row, 1 core, cache   1 row, 1 core, streamed   1 row, 2 threads, streamed"
+                      "   64 rows, 1 core (x 64)\n", k->name);
+        for (size_t ti = 0; ti < ARRAY_LEN(types); ti++) {
+            if (!k->matmul_packed[types[ti]]) continue;
+            double g[4][2];
+            for (int packed = 0; packed < 2; packed++) {
+                g[0][packed] = packed_decode_gbs(isas[ii], types[ti], 4864, 160, 0, 1, 1, packed);
+                g[1][packed] = packed_decode_gbs(isas[ii], types[ti], 2048, 5632, 300u << 20, 1, 1, packed);
+                g[2][packed] = packed_decode_gbs(isas[ii], types[ti], 2048, 5632, 300u << 20, 2, 1, packed);
+                g[3][packed] = 64 * packed_decode_gbs(isas[ii], types[ti], 4864, 160, 0, 1, 64, packed);
+            }
+            print_message("%-7s %5.1f -> %5.1f           %5.1f -> %5.1f              %5.1f -> %5.1f"
+                          "                %6.0f -> %6.0f\n", llmm_type_get(types[ti])->name, g[0][0], g[0][1],
+                          g[1][0], g[1][1], g[2][0], g[2][1], g[3][0], g[3][1]);
         }
-        print_message("%-7s %5.1f -> %5.1f     %5.1f -> %5.1f      %5.1f -> %5.1f\n", llmm_type_get(types[ti])->name,
-                      g[0][0], g[0][1], g[1][0], g[1][1], g[2][0], g[2][1]);
     }
 }
 
@@ -1659,12 +1669,12 @@ static void *map_as_file(const void *bytes, size_t n) {
     return m == MAP_FAILED ? NULL : m;
 }
 
-/* One weight through the AVX-512 backend with a copy slot: a prompt-sized matmul leaves the
+/* One weight through the backend on table isa with a copy slot: a prompt-sized matmul leaves the
  * slot alone, the first one-row matmul packs the whole tiles (or marks the slot NEVER when
  * there is none), and every result before, during and after equals the scalar table's bit for
  * bit, for 1, 3 and 37 operand rows. from_file: the weight is a file mapping the backend may
  * drop pages of, whose bytes must read back unchanged afterwards. */
-static void check_packed_copy(uint32_t type, size_t ne0, size_t ne1, int threads, int from_file) {
+static void check_packed_copy(cpu_isa isa, uint32_t type, size_t ne0, size_t ne1, int threads, int from_file) {
     const size_t rb = llmm_row_bytes(type, ne0), counts[] = {37, 1, 1, 3, 37};
     float *wf = rand_floats(ne0 * ne1, -2.0f, 2.0f), *x = rand_floats(ne0 * 37, -2.0f, 2.0f);
     uint8_t *w = xmalloc(rb * ne1);
@@ -1678,15 +1688,16 @@ static void check_packed_copy(uint32_t type, size_t ne0, size_t ne1, int threads
     wt.data = from_file ? mapped : w;
     wt.copy = &slot;
     float *ref = xmalloc(ne1 * 37 * sizeof *ref), *out = xmalloc(ne1 * 37 * sizeof *out);
-    void *scalar = cpu_start_isa(CPU_ISA_SCALAR, 1), *st = cpu_start_isa(CPU_ISA_AVX512, threads);
+    void *scalar = cpu_start_isa(CPU_ISA_SCALAR, 1), *st = cpu_start_isa(isa, threads);
+    const char *table = cpu_kernels_get(isa)->name;
     for (size_t i = 0; i < ARRAY_LEN(counts); i++) {
         const size_t n_rows = counts[i];
         assert_int_equal(llmm_cpu_backend.matmul(scalar, &plain, x, n_rows, ref), LLMM_OK);
         fill_nan(out, ne1 * n_rows);
         assert_int_equal(llmm_cpu_backend.matmul(st, &wt, x, n_rows, out), LLMM_OK);
         if (memcmp(out, ref, ne1 * n_rows * sizeof *out) != 0)
-            fail_msg("%s %zux%zu, call %zu (%zu rows), threads %d: packed path differs from the scalar table",
-                     llmm_type_get(type)->name, ne0, ne1, i, n_rows, threads);
+            fail_msg("%s %s %zux%zu, call %zu (%zu rows), threads %d: packed path differs from the scalar table",
+                     table, llmm_type_get(type)->name, ne0, ne1, i, n_rows, threads);
         const uint32_t want = i == 0 ? LLMM_COPY_NONE : ne1 >= 16 ? LLMM_COPY_READY : LLMM_COPY_NEVER;
         assert_int_equal(atomic_load(&slot.state), want);
     }
@@ -1697,8 +1708,8 @@ static void check_packed_copy(uint32_t type, size_t ne0, size_t ne1, int threads
         uint8_t *want = xmalloc(slot.bytes);
         packed_tiles_pack(&plain, 0, ne1 / 16, want);
         if (memcmp(slot.data, want, slot.bytes) != 0)
-            fail_msg("%s %zux%zu: the avx512 packer differs from packed_tiles_pack", llmm_type_get(type)->name, ne0,
-                     ne1);
+            fail_msg("%s %s %zux%zu: the table's packer differs from packed_tiles_pack", table,
+                     llmm_type_get(type)->name, ne0, ne1);
         free(want);
         /* every block reads back as the file holds it; lookups of a tied table read the copy */
         const size_t bb = llmm_type_get(type)->block_bytes, bs = llmm_type_get(type)->block_size;
@@ -1732,26 +1743,53 @@ static void check_packed_copy(uint32_t type, size_t ne0, size_t ne1, int threads
 
 static void test_backend_packed_copies(void **state) {
     (void)state;
-    if (!cpu_kernels_get(CPU_ISA_AVX512)) {
-        print_message("skipped: no AVX-512 on this CPU, whose table alone packs weights\n");
-        return;
-    }
     const uint32_t types[] = {LLMM_TYPE_Q4_0, LLMM_TYPE_Q5_0, LLMM_TYPE_Q8_0, LLMM_TYPE_IQ4_NL,
                               LLMM_TYPE_Q4_1, LLMM_TYPE_Q5_1, LLMM_TYPE_Q4_K, LLMM_TYPE_Q5_K,
                               LLMM_TYPE_Q6_K, LLMM_TYPE_IQ4_XS};
     /* ne0, ne1, threads; K-quant rows are whole super-blocks of 256 */
     const size_t dims[][3] = {{96, 77, 2}, {416, 45, 3}, {256, 1003, 2}, {64, 7, 2}, {1184, 16, 1}};
     const size_t kdims[][3] = {{256, 77, 2}, {768, 45, 3}, {512, 1003, 2}, {256, 7, 2}, {1280, 16, 1}};
+    const cpu_isa isas[] = {CPU_ISA_AVX2, CPU_ISA_AVX512};
     rng_seed(4101);
-    for (size_t ti = 0; ti < ARRAY_LEN(types); ti++) {
-        const int k_quant = llmm_type_get(types[ti])->block_size == 256;
-        for (size_t di = 0; di < ARRAY_LEN(dims); di++) {
-            const size_t *d = k_quant ? kdims[di] : dims[di];
-            check_packed_copy(types[ti], d[0], d[1], (int)d[2], di == 2);
+    for (size_t ii = 0; ii < ARRAY_LEN(isas); ii++) {
+        const cpu_kernels *k = cpu_kernels_get(isas[ii]);
+        if (!k) {
+            print_message("packed copies: no %s table on this CPU or build\n",
+                          isas[ii] == CPU_ISA_AVX2 ? "avx2" : "avx512");
+            continue;
+        }
+        size_t checked = 0;
+        for (size_t ti = 0; ti < ARRAY_LEN(types); ti++) {
+            if (!k->matmul_packed[types[ti]]) continue;
+            const int k_quant = llmm_type_get(types[ti])->block_size == 256;
+            for (size_t di = 0; di < ARRAY_LEN(dims); di++) {
+                const size_t *d = k_quant ? kdims[di] : dims[di];
+                check_packed_copy(isas[ii], types[ti], d[0], d[1], (int)d[2], di == 2);
+                checked++;
+            }
+        }
+        print_message("%s packed copies: %zu weights bit-identical to the scalar table, before and after packing\n",
+                      k->name, checked);
+        /* the table's packer on every packable type, the ones it does not compute from too */
+        for (size_t ti = 0; ti < ARRAY_LEN(types) && k->pack_tiles; ti++) {
+            const size_t ne0 = llmm_type_get(types[ti])->block_size == 256 ? 768 : 416, ne1 = 48;
+            const size_t rb = llmm_row_bytes(types[ti], ne0);
+            float *wf = rand_floats(ne0 * ne1, -2.0f, 2.0f);
+            uint8_t *w = xmalloc(rb * ne1), *got = xmalloc(rb * ne1), *want = xmalloc(rb * ne1);
+            for (size_t j = 0; j < ne1; j++) encode_row(types[ti], wf + j * ne0, w + j * rb, ne0);
+            const llmm_tensor wt = {.data = w, .type = types[ti], .ne0 = (int64_t)ne0, .ne1 = (int64_t)ne1,
+                                    .row_bytes = rb};
+            k->pack_tiles(&wt, 1, 3, got); /* tiles 1 and 2 */
+            packed_tiles_pack(&wt, 1, 3, want);
+            if (memcmp(got + 16 * rb, want + 16 * rb, 32 * rb) != 0)
+                fail_msg("%s %s: the table's packer differs from packed_tiles_pack", k->name,
+                         llmm_type_get(types[ti])->name);
+            free(wf);
+            free(w);
+            free(got);
+            free(want);
         }
     }
-    print_message("avx512 packed copies: %zu weights bit-identical to the scalar table, before and after packing\n",
-                  ARRAY_LEN(types) * ARRAY_LEN(dims));
 }
 
 /* Within forward steps the decode steps make the copies, of any number of sequences, and
@@ -1760,7 +1798,7 @@ static void test_backend_packed_copies(void **state) {
 static void test_packing_step_budget(void **state) {
     (void)state;
     if (!cpu_kernels_get(CPU_ISA_AVX512)) {
-        print_message("skipped: no AVX-512 on this CPU, whose table alone packs weights\n");
+        print_message("skipped: no AVX-512 on this CPU, whose table alone packs the Q8_0 weights used here\n");
         return;
     }
     enum { NE0 = 256, NW = 4 };

@@ -1,0 +1,506 @@
+/* Packed copies (packed_tiles.h) on 256-bit vectors, for the AVX2 table: Q4_0, Q5_0, Q4_1 and
+ * Q5_1 times Q8 / Q8_1 operand rows, Q4_K, Q5_K and Q6_K times Q8_K ones; gives
+ * gemm_q4_0_packed8 .. gemm_q6_K_packed8 (cpu_gemm_fn), for any number of operand rows. For
+ * kernels_avx2.c.
+ *
+ * Why: the AVX2 kernels as stored (gemm_int8_x86.h, gemm_legacy_x86.h, gemm_kquant_x86.h) put
+ * one or two weight rows in a vector, so every block's eight row sums are gathered from lanes
+ * with horizontal adds, and the scales first in a pass of their own. One core from cache they
+ * computed 15-22 GB/s of weights (Q4_K 15, Q6_K 16.5, Q4_0 20), below what one core reads, so
+ * single-thread decode on an AVX2-only CPU was arithmetic-bound. A packed group keeps each
+ * row's four bytes in one 32-bit lane: each 64-byte vector of it is two 256-bit vectors of 8
+ * rows (lanes 0-7 and 8-15 of the AVX-512 layout), and vpmaddubsw against four operand bytes,
+ * broadcast, then vpmaddwd leave each row's sums in its own lane with no horizontal step.
+ *
+ * Sums: vpmaddubsw adds two u8 x s8 products into int16 with saturation, so the products are
+ * summed in int16 only as far as they cannot saturate (operand quants within [-128, 127]):
+ * eight 4-bit products' pairs (8 x 2 x 15 x 128 = 30720), four 5-bit ones' (31744), two 6-bit
+ * ones' (32256), then widened by vpmaddwd, against ones or, for the K-quants, against each
+ * lane's sub-block scale in both int16 halves (the scale's multiply for free). The integer sums
+ * are exact, so in any order; the float part is the AVX-512 tiles' (gemm_rows16_avx512.h,
+ * gemm_kquant_rows16_avx512.h), lane by lane in block order without FMA: bit-identical to the
+ * type table's vec_dot.
+ *
+ * Not here: Q8_0 and IQ4_NL, whose signed quants take the sign trick (two more operations per
+ * vector): the 8-row kernels, which need it too, already compute 22 GB/s; and IQ4_XS. */
+#ifndef LLMM_GEMM_PACKED16_AVX2_H
+#define LLMM_GEMM_PACKED16_AVX2_H
+
+#include <string.h>
+
+#include "cpu_kernels.h"
+#include "gemm_block_kinds.h"
+#include "gemm_tiles.h"
+#include "packed_tiles.h"
+#include "simd_x86.h"
+
+#define PK_ROWS PACKED_TILE_ROWS
+/* operand rows per pass over a half tile (prompts): the K-quant tiles' int16 and int32 sums, the
+ * weight vector and the broadcast operand bytes fill the 16 registers with 2; the legacy tiles
+ * keep a half block's 8 weight vectors for 4 */
+#define PK_TILE_X 2
+#define PK_LEGACY_TILE_X 4
+/* accumulators of a K-quant tile call: PK_TILE_X rows of one half, or one row of both */
+#define PK_ACC 2
+
+/* the 4 bytes at p in every 32-bit lane */
+SIMD_ALWAYS_INLINE __m256i pk_bcast32(const void *p) {
+    int32_t v;
+    memcpy(&v, p, sizeof v);
+    return _mm256_set1_epi32(v);
+}
+
+/* A legacy group's 5th bits for one half: byte i 0x10 where bit i of the 32-bit word at p (the
+ * half's part of a 64-bit mask, packed_tiles.h) is set. Each byte picks the word's byte that
+ * holds its bit, then tests its own bit. */
+SIMD_ALWAYS_INLINE __m256i pk_bits_x16(const uint8_t *p) {
+    const __m256i pick = _mm256_setr_epi64x(0, 0x0101010101010101ll, 0x0202020202020202ll, 0x0303030303030303ll);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    const __m256i w = _mm256_shuffle_epi8(pk_bcast32(p), pick);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(w, bit), bit), _mm256_set1_epi8(0x10));
+}
+
+/* A tile's results (lo: lanes 0-7, hi: lanes 8-15) in row order into o[0 .. nl), starting at
+ * the tile's row l0. */
+SIMD_ALWAYS_INLINE void pk_store(__m256 lo, __m256 hi, float *o, size_t l0, size_t nl) {
+    float lanes[PK_ROWS];
+    _mm256_storeu_ps(lanes, lo);
+    _mm256_storeu_ps(lanes + 8, hi);
+    for (size_t i = 0; i < nl; i++) o[i] = lanes[packed_lane_row(l0 + i)];
+}
+
+/* ---------------------------------------------------------------- Q4_0, Q5_0, Q4_1, Q5_1 */
+
+/* Half h of vector j of a group's quants (v: the group after its scales and mins) as unsigned
+ * bytes: the 8 rows' weights 4j .. 4j+3 (*lo) and 16 + 4j .. (*hi). */
+SIMD_ALWAYS_INLINE void pk_legacy_weights(r16_kind kind, const uint8_t *v, int h, int j, __m256i *lo, __m256i *hi) {
+    const uint8_t *quants = v + (r16_five_bits(kind) ? 64 : 0);
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    const __m256i d = load_256(quants + 64 * j + 32 * h);
+    *lo = _mm256_and_si256(d, low4);
+    *hi = _mm256_and_si256(_mm256_srli_epi16(d, 4), low4);
+    if (r16_five_bits(kind)) {
+        *lo = _mm256_or_si256(*lo, pk_bits_x16(v + 8 * j + 4 * h));
+        *hi = _mm256_or_si256(*hi, pk_bits_x16(v + 8 * (j + 4) + 4 * h));
+    }
+}
+
+/* acc + block xb's dot from its lane sums isum, for half h of group g: the scalar's
+ * sum += (float)(isum - o sum(x)) * (d_w * d_x), or with a min sum += dot + m * s_x (as the
+ * scalar offset_block_dot). */
+SIMD_ALWAYS_INLINE __m256 pk_legacy_fold(r16_kind kind, const uint8_t *g, int h, size_t xb, const cpu_operand *x,
+                                         __m256i isum, __m256 acc) {
+    if (!r16_has_min(kind)) isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(r16_offset(kind) * x->sum[xb]));
+    const __m256 scale = _mm256_mul_ps(load_f16x8(g + 16 * h), _mm256_set1_ps(x->d[xb]));
+    const __m256 dot = _mm256_mul_ps(_mm256_cvtepi32_ps(isum), scale);
+    if (!r16_has_min(kind)) return _mm256_add_ps(acc, dot);
+    const __m256 m_w = load_f16x8(g + 2 * PK_ROWS + 16 * h);
+    return _mm256_add_ps(acc, _mm256_add_ps(dot, _mm256_mul_ps(m_w, _mm256_set1_ps(x->s[xb]))));
+}
+
+/* Block b of half h (group g, its quants at g + head) against operand rows r0 .. r0+nx-1 into
+ * acc[r]: the half block's 8 weight vectors made once for all the rows (prompts). */
+SIMD_ALWAYS_INLINE void pk_legacy_rows(r16_kind kind, const uint8_t *g, size_t head, int h, size_t b, size_t nb,
+                                       const cpu_operand *x, size_t r0, size_t nx, __m256 *acc) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i lo[4], up[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) pk_legacy_weights(kind, g + head, h, j, &lo[j], &up[j]);
+#pragma GCC unroll 4
+    for (size_t r = 0; r < nx; r++) {
+        const size_t xb = (r0 + r) * nb + b;
+        const int8_t *xq = x->qs + xb * QK8_0;
+        __m256i p[4];
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++)
+            p[j] = _mm256_add_epi16(_mm256_maddubs_epi16(lo[j], pk_bcast32(xq + 4 * j)),
+                                    _mm256_maddubs_epi16(up[j], pk_bcast32(xq + 16 + 4 * j)));
+        const __m256i a = _mm256_add_epi16(p[0], p[1]), c = _mm256_add_epi16(p[2], p[3]);
+        const __m256i isum = r16_five_bits(kind)
+                                 ? _mm256_add_epi32(_mm256_madd_epi16(a, ones), _mm256_madd_epi16(c, ones))
+                                 : _mm256_madd_epi16(_mm256_add_epi16(a, c), ones);
+        acc[r] = pk_legacy_fold(kind, g, h, xb, x, isum, acc[r]);
+    }
+}
+
+/* The nb groups of a tile (g its first) against operand rows r0 .. r0+nx-1, halves [h0, h0 + nh):
+ * acc[nh * r + h - h0]: one half for up to PK_LEGACY_TILE_X rows (pk_legacy_rows), or both
+ * halves for one row (decode), the halves the innermost loop so that the row's broadcast bytes
+ * serve both. nx and nh are constants at every call site. */
+SIMD_ALWAYS_INLINE void pk_legacy_tile(r16_kind kind, const uint8_t *g, const uint8_t *next, size_t nb,
+                                       const cpu_operand *x, size_t r0, size_t nx, int h0, int nh, __m256 *acc) {
+    const size_t gb = PK_ROWS * r16_block_bytes(kind), head = (r16_has_min(kind) ? 4 : 2) * PK_ROWS;
+    const size_t na = nx * (size_t)nh;
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (size_t i = 0; i < na; i++) acc[i] = _mm256_setzero_ps();
+    for (size_t b = 0; b < nb; b++, g += gb) {
+        /* the next tile's group to L2, as the AVX-512 packed tiles do */
+        if (next && r0 == 0 && h0 == 0) prefetch_span((uintptr_t)next + b * gb, gb, 1);
+        if (nh == 1) { /* several rows of one half: its weights once, for all of them */
+            pk_legacy_rows(kind, g, head, h0, b, nb, x, r0, nx, acc);
+            continue;
+        }
+        /* int16 sums of weights 4j .. 4j+3 and 16 + 4j .. for j in [2k, 2k + 2) (see the top) */
+        __m256i p16[2][2], isum[2];
+        for (size_t i = 0; i < na; i++) p16[i][0] = p16[i][1] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            __m256i xl[PK_TILE_X], xh[PK_TILE_X];
+            for (size_t r = 0; r < nx; r++) {
+                const int8_t *xq = x->qs + ((r0 + r) * nb + b) * QK8_0 + 4 * j;
+                xl[r] = pk_bcast32(xq);
+                xh[r] = pk_bcast32(xq + 16);
+            }
+#pragma GCC unroll 2
+            for (int hi = 0; hi < nh; hi++) {
+                __m256i lo, up;
+                pk_legacy_weights(kind, g + head, h0 + hi, j, &lo, &up);
+                for (size_t r = 0; r < nx; r++) {
+                    __m256i *p = &p16[r * (size_t)nh + (size_t)hi][j / 2];
+                    *p = _mm256_add_epi16(*p, _mm256_add_epi16(_mm256_maddubs_epi16(lo, xl[r]),
+                                                               _mm256_maddubs_epi16(up, xh[r])));
+                }
+            }
+        }
+        for (size_t i = 0; i < na; i++)
+            isum[i] = r16_five_bits(kind) ? _mm256_add_epi32(_mm256_madd_epi16(p16[i][0], ones),
+                                                             _mm256_madd_epi16(p16[i][1], ones))
+                                          : _mm256_madd_epi16(_mm256_add_epi16(p16[i][0], p16[i][1]), ones);
+        for (size_t r = 0; r < nx; r++)
+            for (int hi = 0; hi < nh; hi++) {
+                const size_t i = r * (size_t)nh + (size_t)hi;
+                acc[i] = pk_legacy_fold(kind, g, h0 + hi, (r0 + r) * nb + b, x, isum[i], acc[i]);
+            }
+    }
+}
+
+/* ---------------------------------------------------------------- Q4_K, Q5_K, Q6_K */
+
+/* The f16 in the low (high: the upper) 16 bits of each lane, widened. */
+SIMD_ALWAYS_INLINE __m256 pk_lane_halves(__m256i v, int high) {
+    const __m128i lo = _mm_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1);
+    const __m128i up = _mm_setr_epi8(2, 3, 6, 7, 10, 11, 14, 15, -1, -1, -1, -1, -1, -1, -1, -1);
+    const __m256i picked = _mm256_shuffle_epi8(v, _mm256_broadcastsi128_si256(high ? up : lo));
+    /* qwords 0 and 2 (each 128-bit part's four halves) into the low 128 bits */
+    return _mm256_cvtph_ps(_mm256_castsi256_si128(_mm256_permute4x64_epi64(picked, 0x08)));
+}
+
+/* Byte k of each lane zero-extended into both of its int16 halves (a scale for vpmaddwd). */
+SIMD_ALWAYS_INLINE __m256i pk_byte2(__m256i v, int k) {
+    const int z = (int)0x80008000;
+    const __m128i pick = _mm_setr_epi32(z | k * 0x10001, z | (4 + k) * 0x10001, z | (8 + k) * 0x10001,
+                                        z | (12 + k) * 0x10001);
+    return _mm256_shuffle_epi8(v, _mm256_broadcastsi128_si256(pick));
+}
+
+/* A shuffle pattern word: bytes a and b of a lane into the upper bytes of its two int16 halves,
+ * zero below them (an arithmetic shift by 8 then sign-extends them). */
+SIMD_ALWAYS_INLINE int pk_upper_bytes(int a, int b) { return b << 24 | 0x800000 | a << 8 | 0x80; }
+
+/* Signed bytes 2k and 2k+1 of each lane as its two int16 halves. */
+SIMD_ALWAYS_INLINE __m256i pk_spair(__m256i v, int k) {
+    const int a = 2 * k, b = 2 * k + 1;
+    const __m128i pick = _mm_setr_epi32(pk_upper_bytes(a, b), pk_upper_bytes(4 + a, 4 + b),
+                                        pk_upper_bytes(8 + a, 8 + b), pk_upper_bytes(12 + a, 12 + b));
+    return _mm256_srai_epi16(_mm256_shuffle_epi8(v, _mm256_broadcastsi128_si256(pick)), 8);
+}
+
+/* Signed byte k of each lane into both of its int16 halves (a scale for vpmaddwd). */
+SIMD_ALWAYS_INLINE __m256i pk_sbyte2(__m256i v, int k) {
+    const __m128i pick = _mm_setr_epi32(pk_upper_bytes(k, k), pk_upper_bytes(4 + k, 4 + k),
+                                        pk_upper_bytes(8 + k, 8 + k), pk_upper_bytes(12 + k, 12 + k));
+    return _mm256_srai_epi16(_mm256_shuffle_epi8(v, _mm256_broadcastsi128_si256(pick)), 8);
+}
+
+/* Bit k of every byte of v moved to bit 4, the other bits cleared. */
+SIMD_ALWAYS_INLINE __m256i pk_bit_to_16(__m256i v, int k) {
+    return _mm256_and_si256(k <= 4 ? _mm256_slli_epi16(v, (int)(4 - k)) : _mm256_srli_epi16(v, (int)(k - 4)),
+                            _mm256_set1_epi8(0x10));
+}
+
+/* Half h of the piece a group stores at byte `at`: vector j's 32 bytes (packed_tiles.h). */
+SIMD_ALWAYS_INLINE __m256i pk_piece(const uint8_t *blk, size_t at, int h, int j) {
+    return load_256(blk + at + 64 * j + 32 * h);
+}
+
+/* The piece at byte `at` of the next tile's group (pf; NULL: none) to L2, piece by piece as
+ * rows16_piece_at does it. */
+SIMD_ALWAYS_INLINE void pk_prefetch_piece(const uint8_t *pf, size_t at) {
+    if (pf) prefetch_span((uintptr_t)pf + at, PK_ROWS * 16, 1);
+}
+
+/* Q4_K / Q5_K head words of half h: the 6-bit scales (mins: the mins) of sub-blocks 4q .. 4q+3,
+ * one per byte (k4r16_tile's unpacking) */
+SIMD_ALWAYS_INLINE __m256i pk_k4_scales(const uint8_t *g, int h, int q, int mins) {
+    const __m256i k3f = _mm256_set1_epi32(0x3f3f3f3f), k0f = _mm256_set1_epi32(0x0f0f0f0f);
+    const __m256i k30 = _mm256_set1_epi32(0x30303030);
+    const __m256i low = pk_piece(g, 0, h, mins ? 2 : 1);
+    if (q == 0) return _mm256_and_si256(low, k3f);
+    const __m256i hd3 = pk_piece(g, 0, h, 3);
+    return _mm256_or_si256(_mm256_and_si256(mins ? _mm256_srli_epi32(hd3, 4) : hd3, k0f),
+                           _mm256_and_si256(_mm256_srli_epi32(low, 2), k30));
+}
+
+/* Q4_K and Q5_K (q5): the nb groups of a tile (g its first) against operand rows r0 .. r0+nx-1,
+ * halves [h0, h0 + nh) into acc[nh * r + h - h0] (nx * nh <= PK_ACC); the arithmetic of
+ * k4r16_tile, with each sub-block's int16 sums widened against its scale. The halves are the
+ * innermost loop, so that one operand row's broadcast bytes serve both (decode). */
+SIMD_ALWAYS_INLINE void pk_k4_tile(int q5, const uint8_t *g, const uint8_t *next, size_t nb, const cpu_operand *x,
+                                   size_t r0, size_t nx, int h0, int nh, __m256 *acc) {
+    const size_t ng = x->n / 16, bb = q5 ? sizeof(block_q5_K) : sizeof(block_q4_K), gb = PK_ROWS * bb;
+    const size_t qs_at = PK_ROWS * (q5 ? offsetof(block_q5_K, qs) : offsetof(block_q4_K, qs));
+    const size_t qh_at = PK_ROWS * offsetof(block_q5_K, qh), na = nx * (size_t)nh;
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    for (size_t i = 0; i < na; i++) acc[i] = _mm256_setzero_ps();
+    for (size_t b = 0; b < nb; b++, g += gb) {
+        const uint8_t *pf = next && r0 == 0 && h0 == 0 ? next + b * gb : NULL;
+        pk_prefetch_piece(pf, 0);
+        if (q5)
+            for (int p = 0; p < 2; p++) pk_prefetch_piece(pf, qh_at + 256 * (size_t)p);
+        __m256i sum_q[PK_ACC], sum_m[PK_ACC];
+        for (size_t i = 0; i < na; i++) sum_q[i] = sum_m[i] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) {
+            __m256i sc_lo[2], sc_hi[2], dl[PK_ACC], dh[PK_ACC];
+            for (int hi = 0; hi < nh; hi++) {
+                const __m256i sv = pk_k4_scales(g, h0 + hi, c / 2, 0);
+                sc_lo[hi] = pk_byte2(sv, (2 * c) & 3);
+                sc_hi[hi] = pk_byte2(sv, (2 * c + 1) & 3);
+            }
+            for (size_t i = 0; i < na; i++) dl[i] = dh[i] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+            for (int p = 0; p < 2; p++) {
+                const size_t at = qs_at + 256 * (size_t)(2 * c + p);
+                pk_prefetch_piece(pf, at);
+#pragma GCC unroll 4
+                for (int j = 0; j < 4; j++) {
+                    __m256i xl[PK_TILE_X], xh[PK_TILE_X];
+                    for (size_t r = 0; r < nx; r++) {
+                        const int8_t *xq = x->qs + (r0 + r) * x->n + b * QK_K + 64 * c + 16 * p + 4 * j;
+                        xl[r] = pk_bcast32(xq);
+                        xh[r] = pk_bcast32(xq + 32);
+                    }
+#pragma GCC unroll 2
+                    for (int hi = 0; hi < nh; hi++) {
+                        const __m256i d = pk_piece(g, at, h0 + hi, j);
+                        __m256i lo = _mm256_and_si256(d, low4), hq = _mm256_and_si256(_mm256_srli_epi16(d, 4), low4);
+                        if (q5) {
+                            const __m256i qh = pk_piece(g, qh_at + 256 * (size_t)p, h0 + hi, j);
+                            lo = _mm256_or_si256(lo, pk_bit_to_16(qh, 2 * c));
+                            hq = _mm256_or_si256(hq, pk_bit_to_16(qh, 2 * c + 1));
+                        }
+                        for (size_t r = 0; r < nx; r++) {
+                            const size_t i = r * (size_t)nh + (size_t)hi;
+                            dl[i] = _mm256_add_epi16(dl[i], _mm256_maddubs_epi16(lo, xl[r]));
+                            dh[i] = _mm256_add_epi16(dh[i], _mm256_maddubs_epi16(hq, xh[r]));
+                        }
+                    }
+                }
+                /* 4-bit: eight pairs per int16 sum; 5-bit: four */
+                if (q5 || p == 1)
+                    for (size_t i = 0; i < na; i++) {
+                        const __m256i lo = _mm256_madd_epi16(dl[i], sc_lo[i % nh]);
+                        const __m256i up = _mm256_madd_epi16(dh[i], sc_hi[i % nh]);
+                        sum_q[i] = _mm256_add_epi32(sum_q[i], _mm256_add_epi32(lo, up));
+                        dl[i] = dh[i] = _mm256_setzero_si256();
+                    }
+            }
+        }
+        /* sum_m: min s against the operand's group sums 2s and 2s+1 */
+#pragma GCC unroll 2
+        for (int q = 0; q < 2; q++) {
+            __m256i mv[2];
+            for (int hi = 0; hi < nh; hi++) mv[hi] = pk_k4_scales(g, h0 + hi, q, 1);
+#pragma GCC unroll 4
+            for (int s = 0; s < 4; s++)
+                for (size_t r = 0; r < nx; r++) {
+                    const __m256i bs = pk_bcast32(x->bsums + (r0 + r) * ng + b * (QK_K / 16) + 8 * q + 2 * s);
+                    for (int hi = 0; hi < nh; hi++) {
+                        const size_t i = r * (size_t)nh + (size_t)hi;
+                        sum_m[i] = _mm256_add_epi32(sum_m[i], _mm256_madd_epi16(pk_byte2(mv[hi], s), bs));
+                    }
+                }
+        }
+        for (size_t r = 0; r < nx; r++)
+            for (int hi = 0; hi < nh; hi++) {
+                const size_t i = r * (size_t)nh + (size_t)hi;
+                const __m256i hd0 = pk_piece(g, 0, h0 + hi, 0); /* d | dmin << 16 */
+                const __m256 f = _mm256_sub_ps(_mm256_mul_ps(pk_lane_halves(hd0, 0), _mm256_cvtepi32_ps(sum_q[i])),
+                                               _mm256_mul_ps(pk_lane_halves(hd0, 1), _mm256_cvtepi32_ps(sum_m[i])));
+                acc[i] = _mm256_add_ps(acc[i], _mm256_mul_ps(_mm256_set1_ps(x->d[(r0 + r) * nb + b]), f));
+            }
+    }
+}
+
+/* Q6_K: as pk_k4_tile, the arithmetic of k6r16_tile (its pieces where packed_q6_k_pieces put
+ * them); a group's 6-bit quants (q + 32) are summed two pairs per int16 sum. */
+SIMD_ALWAYS_INLINE void pk_k6_tile(const uint8_t *g, const uint8_t *next, size_t nb, const cpu_operand *x, size_t r0,
+                                   size_t nx, int h0, int nh, __m256 *acc) {
+    const size_t ng = x->n / 16, gb = PK_ROWS * sizeof(block_q6_K), d_at = PK_ROWS * offsetof(block_q6_K, d);
+    const size_t na = nx * (size_t)nh;
+    const __m256i low4 = _mm256_set1_epi8(0x0f), top2 = _mm256_set1_epi8(0x30);
+    for (size_t i = 0; i < na; i++) acc[i] = _mm256_setzero_ps();
+    for (size_t b = 0; b < nb; b++, g += gb) {
+        const uint8_t *pf = next && r0 == 0 && h0 == 0 ? next + b * gb : NULL;
+        if (pf) _mm_prefetch((const char *)(pf + d_at), _MM_HINT_T1);
+        pk_prefetch_piece(pf, 0);
+        /* the offset: sum_q starts at -32 sum_g sc_g bsum_g; the 16 scales are the group's first
+         * piece (lane word i: scales 4i .. 4i+3) */
+        __m256i sum_q[PK_ACC];
+        for (size_t i = 0; i < na; i++) sum_q[i] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++)
+            for (size_t r = 0; r < nx; r++) {
+                const __m256i bs = pk_bcast32(x->bsums + (r0 + r) * ng + b * (QK_K / 16) + 2 * k);
+                for (int hi = 0; hi < nh; hi++) {
+                    const size_t i = r * (size_t)nh + (size_t)hi;
+                    const __m256i sp = pk_spair(pk_piece(g, 0, h0 + hi, k / 2), k % 2);
+                    sum_q[i] = _mm256_add_epi32(sum_q[i], _mm256_madd_epi16(sp, bs));
+                }
+            }
+        for (size_t i = 0; i < na; i++)
+            sum_q[i] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sum_q[i], 5));
+#pragma GCC unroll 4
+        for (int hp = 0; hp < 4; hp++) {
+            const int half = hp / 2, p = hp % 2;
+            const size_t h_at = 256 * (1 + 3 * (size_t)hp);
+            pk_prefetch_piece(pf, h_at);
+#pragma GCC unroll 2
+            for (int ab = 0; ab < 2; ab++) { /* A (kinds 0, 2), then B (kinds 1, 3) */
+                const size_t l_at = 256 * (2 + 3 * (size_t)hp + (size_t)ab);
+                pk_prefetch_piece(pf, l_at);
+#pragma GCC unroll 2
+                for (int up = 0; up < 2; up++) {
+                    const int kind = ab + 2 * up, grp = 8 * half + 2 * kind + p;
+                    __m256i dq[PK_ACC][2];
+                    for (size_t i = 0; i < na; i++) dq[i][0] = dq[i][1] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+                    for (int j = 0; j < 4; j++) {
+                        __m256i xb[PK_TILE_X];
+                        for (size_t r = 0; r < nx; r++)
+                            xb[r] = pk_bcast32(x->qs + (r0 + r) * x->n + b * QK_K + 128 * half + 32 * kind + 16 * p +
+                                               4 * j);
+#pragma GCC unroll 2
+                        for (int hi = 0; hi < nh; hi++) {
+                            const __m256i lb = pk_piece(g, l_at, h0 + hi, j), hb = pk_piece(g, h_at, h0 + hi, j);
+                            const __m256i nib = up ? _mm256_and_si256(_mm256_srli_epi16(lb, 4), low4)
+                                                   : _mm256_and_si256(lb, low4);
+                            /* bits 2 kind, 2 kind + 1 of H to bits 4, 5 */
+                            const __m256i top = kind == 0   ? _mm256_slli_epi16(hb, 4)
+                                                : kind == 1 ? _mm256_slli_epi16(hb, 2)
+                                                : kind == 2 ? hb
+                                                            : _mm256_srli_epi16(hb, 2);
+                            const __m256i q = _mm256_or_si256(nib, _mm256_and_si256(top, top2));
+                            for (size_t r = 0; r < nx; r++) {
+                                __m256i *d = &dq[r * (size_t)nh + (size_t)hi][j / 2];
+                                *d = _mm256_add_epi16(*d, _mm256_maddubs_epi16(q, xb[r]));
+                            }
+                        }
+                    }
+                    for (int hi = 0; hi < nh; hi++) {
+                        const __m256i scg = pk_sbyte2(pk_piece(g, 0, h0 + hi, grp / 4), grp % 4);
+                        for (size_t r = 0; r < nx; r++) {
+                            const size_t i = r * (size_t)nh + (size_t)hi;
+                            sum_q[i] = _mm256_add_epi32(sum_q[i], _mm256_add_epi32(_mm256_madd_epi16(dq[i][0], scg),
+                                                                                   _mm256_madd_epi16(dq[i][1], scg)));
+                        }
+                    }
+                }
+            }
+        }
+        for (size_t r = 0; r < nx; r++)
+            for (int hi = 0; hi < nh; hi++) {
+                const size_t i = r * (size_t)nh + (size_t)hi;
+                const __m256 d_w = load_f16x8(g + d_at + 16 * (h0 + hi));
+                acc[i] = _mm256_add_ps(acc[i], _mm256_mul_ps(_mm256_set1_ps(x->d[(r0 + r) * nb + b]),
+                                                             _mm256_mul_ps(d_w, _mm256_cvtepi32_ps(sum_q[i]))));
+            }
+    }
+}
+
+/* ---------------------------------------------------------------- the walk */
+
+typedef enum pk_kind { PK_Q4_0, PK_Q5_0, PK_Q4_1, PK_Q5_1, PK_Q4_K, PK_Q5_K, PK_Q6_K } pk_kind;
+
+SIMD_ALWAYS_INLINE r16_kind pk_legacy_kind(pk_kind k) {
+    return k == PK_Q4_0 ? R16_Q4_0 : k == PK_Q5_0 ? R16_Q5_0 : k == PK_Q4_1 ? R16_Q4_1 : R16_Q5_1;
+}
+
+/* One tile's nb groups against operand rows r0 .. r0+nx-1, halves [h0, h0 + nh). */
+SIMD_ALWAYS_INLINE void pk_tile(pk_kind kind, const uint8_t *g, const uint8_t *next, const cpu_operand *x, size_t r0,
+                                size_t nx, int h0, int nh, __m256 *acc) {
+    if (kind == PK_Q6_K) pk_k6_tile(g, next, x->n / QK_K, x, r0, nx, h0, nh, acc);
+    else if (kind == PK_Q4_K || kind == PK_Q5_K)
+        pk_k4_tile(kind == PK_Q5_K, g, next, x->n / QK_K, x, r0, nx, h0, nh, acc);
+    else pk_legacy_tile(pk_legacy_kind(kind), g, next, x->n / QK8_0, x, r0, nx, h0, nh, acc);
+}
+
+/* All operand rows against one tile of a packed copy (base); lanes [l0, l0 + nl) in row order go
+ * to out columns j ... One operand row (decode) takes both halves block by block, so the copy
+ * streams through once; more take a half at a time, PK_TILE_X rows per pass. */
+SIMD_ALWAYS_INLINE void pk_rows(pk_kind kind, const uint8_t *base, const uint8_t *next, size_t l0, size_t nl, size_t j,
+                                const cpu_operand *x, size_t n_rows, float *out, size_t ldo) {
+    if (n_rows == 1) {
+        __m256 acc[2];
+        pk_tile(kind, base, next, x, 0, 1, 0, 2, acc);
+        pk_store(acc[0], acc[1], out + j, l0, nl);
+        return;
+    }
+    const size_t tx = kind <= PK_Q5_1 ? PK_LEGACY_TILE_X : PK_TILE_X;
+    for (size_t r0 = 0; r0 < n_rows; r0 += tx) {
+        const size_t nx = LLMM_MIN(tx, n_rows - r0);
+        __m256 acc[2][PK_LEGACY_TILE_X];
+        for (int h = 0; h < 2; h++) {
+            if (nx == tx) pk_tile(kind, base, next, x, r0, tx, h, 1, acc[h]);
+            else pk_tile(kind, base, next, x, r0, nx, h, 1, acc[h]);
+        }
+        for (size_t r = 0; r < nx; r++) pk_store(acc[0][r], acc[1][r], out + (r0 + r) * ldo + j, l0, nl);
+    }
+}
+
+/* The tiles of rows [j0, j1) of a packed copy (w->data the copy, w->ne1 its whole tiles' rows),
+ * walked as every kernel walks them (gemm_tiles.h). */
+SIMD_ALWAYS_INLINE void gemm_pk(pk_kind kind, const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x,
+                                size_t n_rows, float *out, size_t ldo) {
+#define PK_CALL(base, rb, next, l0, nl, j) pk_rows(kind, base, next, l0, nl, j, x, n_rows, out, ldo)
+    GEMM_WALK_TILES(w, j0, j1, PK_ROWS, PK_CALL);
+#undef PK_CALL
+}
+
+/* ---------------------------------------------------------------- the packer */
+
+/* packed_piece_fn on 256-bit vectors: half h of the group's vectors (lanes 8h .. 8h+7) holds
+ * rows 2h + 4i (lanes 8h + i) and 2h + 1 + 4i (lanes 8h + 4 + i), i < 4, so each 128-bit part
+ * is a 4 x 4 transposition of 32-bit words of four rows' pieces, two at once. The scalar
+ * reference (4-byte moves lane by lane) made the first decode steps of a 1.1B Q4_K_M file, which
+ * pack its weights, take 53-146 ms each against 24-28 ms without packing (2 threads). */
+static void pk_pack_piece(const uint8_t *const blk[PACKED_TILE_ROWS], size_t at, uint32_t flip, uint8_t *out) {
+    const __m256i x = _mm256_set1_epi32((int)flip);
+    for (int h = 0; h < 2; h++) {
+        __m256i z[4];
+        for (int i = 0; i < 4; i++)
+            z[i] = _mm256_loadu2_m128i((const __m128i *)(const void *)(blk[2 * h + 1 + 4 * i] + at),
+                                       (const __m128i *)(const void *)(blk[2 * h + 4 * i] + at));
+        const __m256i a = _mm256_unpacklo_epi32(z[0], z[1]), b = _mm256_unpackhi_epi32(z[0], z[1]);
+        const __m256i c = _mm256_unpacklo_epi32(z[2], z[3]), e = _mm256_unpackhi_epi32(z[2], z[3]);
+        const __m256i t[4] = {_mm256_unpacklo_epi64(a, c), _mm256_unpackhi_epi64(a, c), _mm256_unpacklo_epi64(b, e),
+                              _mm256_unpackhi_epi64(b, e)};
+        for (int j = 0; j < 4; j++)
+            _mm256_storeu_si256((__m256i *)(void *)(out + 64 * j + 32 * h), _mm256_xor_si256(t[j], x));
+    }
+}
+
+/* cpu_kernels.pack_tiles of the AVX2 table */
+static void pack_tiles_packed8(const llmm_tensor *w, size_t t0, size_t t1, uint8_t *copy) {
+    packed_tiles_pack_with(w, t0, t1, copy, pk_pack_piece);
+}
+
+GEMM_FN_FOR_KIND(gemm_q4_0_packed8, gemm_pk, PK_Q4_0)
+GEMM_FN_FOR_KIND(gemm_q5_0_packed8, gemm_pk, PK_Q5_0)
+GEMM_FN_FOR_KIND(gemm_q4_1_packed8, gemm_pk, PK_Q4_1)
+GEMM_FN_FOR_KIND(gemm_q5_1_packed8, gemm_pk, PK_Q5_1)
+GEMM_FN_FOR_KIND(gemm_q4_K_packed8, gemm_pk, PK_Q4_K)
+GEMM_FN_FOR_KIND(gemm_q5_K_packed8, gemm_pk, PK_Q5_K)
+GEMM_FN_FOR_KIND(gemm_q6_K_packed8, gemm_pk, PK_Q6_K)
+
+#endif

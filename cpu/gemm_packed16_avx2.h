@@ -1,7 +1,8 @@
 /* Packed copies (packed_tiles.h) on 256-bit vectors, for the AVX2 table: Q4_0, Q5_0, Q4_1 and
  * Q5_1 times Q8 / Q8_1 operand rows, Q4_K, Q5_K and Q6_K times Q8_K ones; gives
- * gemm_q4_0_packed8 .. gemm_q6_K_packed8 (cpu_gemm_fn), for any number of operand rows. For
- * kernels_avx2.c.
+ * gemm_q4_0_packed8 .. gemm_q6_K_packed8 (cpu_gemm_fn), for any number of operand rows; and
+ * the same tiles for prompts over weights as stored, each segment of a tile packed on the fly
+ * into a stack buffer (gemm_pk_fly, PK_GEMM_AS_STORED). For kernels_avx2.c.
  *
  * Why: the AVX2 kernels as stored (gemm_int8_x86.h, gemm_legacy_x86.h, gemm_kquant_x86.h) put
  * one or two weight rows in a vector, so every block's eight row sums are gathered from lanes
@@ -63,6 +64,15 @@ SIMD_ALWAYS_INLINE __m256i pk_bits_x16(const uint8_t *p) {
 /* A tile's results (lo: lanes 0-7, hi: lanes 8-15) in row order into o[0 .. nl), starting at
  * the tile's row l0. */
 SIMD_ALWAYS_INLINE void pk_store(__m256 lo, __m256 hi, float *o, size_t l0, size_t nl) {
+    if (nl == PK_ROWS) { /* rows 0-7 are lanes 0, 4, 8, 12, 1, 5, 9, 13; rows 8-15 the rest */
+        const __m256i first = _mm256_setr_epi32(0, 4, 0, 4, 1, 5, 1, 5);
+        const __m256i second = _mm256_setr_epi32(2, 6, 2, 6, 3, 7, 3, 7);
+        _mm256_storeu_ps(o, _mm256_blend_ps(_mm256_permutevar8x32_ps(lo, first),
+                                            _mm256_permutevar8x32_ps(hi, first), 0xcc));
+        _mm256_storeu_ps(o + 8, _mm256_blend_ps(_mm256_permutevar8x32_ps(lo, second),
+                                                _mm256_permutevar8x32_ps(hi, second), 0xcc));
+        return;
+    }
     float lanes[PK_ROWS];
     _mm256_storeu_ps(lanes, lo);
     _mm256_storeu_ps(lanes + 8, hi);
@@ -127,13 +137,13 @@ SIMD_ALWAYS_INLINE void pk_legacy_rows(r16_kind kind, const uint8_t *g, size_t h
  * acc[nh * r + h - h0]: one half for up to PK_LEGACY_TILE_X rows (pk_legacy_rows), or both
  * halves for one row (decode), the halves the innermost loop so that the row's broadcast bytes
  * serve both. nx and nh are constants at every call site. */
-SIMD_ALWAYS_INLINE void pk_legacy_tile(r16_kind kind, const uint8_t *g, const uint8_t *next, size_t nb,
-                                       const cpu_operand *x, size_t r0, size_t nx, int h0, int nh, __m256 *acc) {
+SIMD_ALWAYS_INLINE void pk_legacy_tile(r16_kind kind, const uint8_t *g, const uint8_t *next, size_t nb, size_t b0,
+                                       size_t b1, const cpu_operand *x, size_t r0, size_t nx, int h0, int nh,
+                                       __m256 *acc) {
     const size_t gb = PK_ROWS * r16_block_bytes(kind), head = (r16_has_min(kind) ? 4 : 2) * PK_ROWS;
     const size_t na = nx * (size_t)nh;
     const __m256i ones = _mm256_set1_epi16(1);
-    for (size_t i = 0; i < na; i++) acc[i] = _mm256_setzero_ps();
-    for (size_t b = 0; b < nb; b++, g += gb) {
+    for (size_t b = b0; b < b1; b++, g += gb) {
         /* the next tile's group to L2, as the AVX-512 packed tiles do */
         if (next && r0 == 0 && h0 == 0) prefetch_span((uintptr_t)next + b * gb, gb, 1);
         if (nh == 1) { /* several rows of one half: its weights once, for all of them */
@@ -245,14 +255,13 @@ SIMD_ALWAYS_INLINE __m256i pk_k4_scales(const uint8_t *g, int h, int q, int mins
  * halves [h0, h0 + nh) into acc[nh * r + h - h0] (nx * nh <= PK_ACC); the arithmetic of
  * k4r16_tile, with each sub-block's int16 sums widened against its scale. The halves are the
  * innermost loop, so that one operand row's broadcast bytes serve both (decode). */
-SIMD_ALWAYS_INLINE void pk_k4_tile(int q5, const uint8_t *g, const uint8_t *next, size_t nb, const cpu_operand *x,
-                                   size_t r0, size_t nx, int h0, int nh, __m256 *acc) {
+SIMD_ALWAYS_INLINE void pk_k4_tile(int q5, const uint8_t *g, const uint8_t *next, size_t nb, size_t b0, size_t b1,
+                                   const cpu_operand *x, size_t r0, size_t nx, int h0, int nh, __m256 *acc) {
     const size_t ng = x->n / 16, bb = q5 ? sizeof(block_q5_K) : sizeof(block_q4_K), gb = PK_ROWS * bb;
     const size_t qs_at = PK_ROWS * (q5 ? offsetof(block_q5_K, qs) : offsetof(block_q4_K, qs));
     const size_t qh_at = PK_ROWS * offsetof(block_q5_K, qh), na = nx * (size_t)nh;
     const __m256i low4 = _mm256_set1_epi8(0x0f);
-    for (size_t i = 0; i < na; i++) acc[i] = _mm256_setzero_ps();
-    for (size_t b = 0; b < nb; b++, g += gb) {
+    for (size_t b = b0; b < b1; b++, g += gb) {
         const uint8_t *pf = next && r0 == 0 && h0 == 0 ? next + b * gb : NULL;
         pk_prefetch_piece(pf, 0);
         if (q5)
@@ -334,13 +343,12 @@ SIMD_ALWAYS_INLINE void pk_k4_tile(int q5, const uint8_t *g, const uint8_t *next
 
 /* Q6_K: as pk_k4_tile, the arithmetic of k6r16_tile (its pieces where packed_q6_k_pieces put
  * them); a group's 6-bit quants (q + 32) are summed two pairs per int16 sum. */
-SIMD_ALWAYS_INLINE void pk_k6_tile(const uint8_t *g, const uint8_t *next, size_t nb, const cpu_operand *x, size_t r0,
-                                   size_t nx, int h0, int nh, __m256 *acc) {
+SIMD_ALWAYS_INLINE void pk_k6_tile(const uint8_t *g, const uint8_t *next, size_t nb, size_t b0, size_t b1,
+                                   const cpu_operand *x, size_t r0, size_t nx, int h0, int nh, __m256 *acc) {
     const size_t ng = x->n / 16, gb = PK_ROWS * sizeof(block_q6_K), d_at = PK_ROWS * offsetof(block_q6_K, d);
     const size_t na = nx * (size_t)nh;
     const __m256i low4 = _mm256_set1_epi8(0x0f), top2 = _mm256_set1_epi8(0x30);
-    for (size_t i = 0; i < na; i++) acc[i] = _mm256_setzero_ps();
-    for (size_t b = 0; b < nb; b++, g += gb) {
+    for (size_t b = b0; b < b1; b++, g += gb) {
         const uint8_t *pf = next && r0 == 0 && h0 == 0 ? next + b * gb : NULL;
         if (pf) _mm_prefetch((const char *)(pf + d_at), _MM_HINT_T1);
         pk_prefetch_piece(pf, 0);
@@ -426,13 +434,18 @@ SIMD_ALWAYS_INLINE r16_kind pk_legacy_kind(pk_kind k) {
     return k == PK_Q4_0 ? R16_Q4_0 : k == PK_Q5_0 ? R16_Q5_0 : k == PK_Q4_1 ? R16_Q4_1 : R16_Q5_1;
 }
 
-/* One tile's nb groups against operand rows r0 .. r0+nx-1, halves [h0, h0 + nh). */
-SIMD_ALWAYS_INLINE void pk_tile(pk_kind kind, const uint8_t *g, const uint8_t *next, const cpu_operand *x, size_t r0,
-                                size_t nx, int h0, int nh, __m256 *acc) {
-    if (kind == PK_Q6_K) pk_k6_tile(g, next, x->n / QK_K, x, r0, nx, h0, nh, acc);
+SIMD_ALWAYS_INLINE size_t pk_block_size(pk_kind k) { return k <= PK_Q5_1 ? QK8_0 : QK_K; }
+SIMD_ALWAYS_INLINE size_t pk_tile_x(pk_kind k) { return k <= PK_Q5_1 ? PK_LEGACY_TILE_X : PK_TILE_X; }
+
+/* Groups [b0, b1) of one tile (g: the group of b0) against operand rows r0 .. r0+nx-1, halves
+ * [h0, h0 + nh), added to acc. */
+SIMD_ALWAYS_INLINE void pk_tile(pk_kind kind, const uint8_t *g, const uint8_t *next, size_t b0, size_t b1,
+                                const cpu_operand *x, size_t r0, size_t nx, int h0, int nh, __m256 *acc) {
+    const size_t nb = x->n / pk_block_size(kind);
+    if (kind == PK_Q6_K) pk_k6_tile(g, next, nb, b0, b1, x, r0, nx, h0, nh, acc);
     else if (kind == PK_Q4_K || kind == PK_Q5_K)
-        pk_k4_tile(kind == PK_Q5_K, g, next, x->n / QK_K, x, r0, nx, h0, nh, acc);
-    else pk_legacy_tile(pk_legacy_kind(kind), g, next, x->n / QK8_0, x, r0, nx, h0, nh, acc);
+        pk_k4_tile(kind == PK_Q5_K, g, next, nb, b0, b1, x, r0, nx, h0, nh, acc);
+    else pk_legacy_tile(pk_legacy_kind(kind), g, next, nb, b0, b1, x, r0, nx, h0, nh, acc);
 }
 
 /* All operand rows against one tile of a packed copy (base); lanes [l0, l0 + nl) in row order go
@@ -440,19 +453,20 @@ SIMD_ALWAYS_INLINE void pk_tile(pk_kind kind, const uint8_t *g, const uint8_t *n
  * streams through once; more take a half at a time, PK_TILE_X rows per pass. */
 SIMD_ALWAYS_INLINE void pk_rows(pk_kind kind, const uint8_t *base, const uint8_t *next, size_t l0, size_t nl, size_t j,
                                 const cpu_operand *x, size_t n_rows, float *out, size_t ldo) {
+    const size_t nb = x->n / pk_block_size(kind), tx = pk_tile_x(kind);
     if (n_rows == 1) {
-        __m256 acc[2];
-        pk_tile(kind, base, next, x, 0, 1, 0, 2, acc);
+        __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+        pk_tile(kind, base, next, 0, nb, x, 0, 1, 0, 2, acc);
         pk_store(acc[0], acc[1], out + j, l0, nl);
         return;
     }
-    const size_t tx = kind <= PK_Q5_1 ? PK_LEGACY_TILE_X : PK_TILE_X;
     for (size_t r0 = 0; r0 < n_rows; r0 += tx) {
         const size_t nx = LLMM_MIN(tx, n_rows - r0);
         __m256 acc[2][PK_LEGACY_TILE_X];
         for (int h = 0; h < 2; h++) {
-            if (nx == tx) pk_tile(kind, base, next, x, r0, tx, h, 1, acc[h]);
-            else pk_tile(kind, base, next, x, r0, nx, h, 1, acc[h]);
+            for (size_t r = 0; r < nx; r++) acc[h][r] = _mm256_setzero_ps();
+            if (nx == tx) pk_tile(kind, base, next, 0, nb, x, r0, tx, h, 1, acc[h]);
+            else pk_tile(kind, base, next, 0, nb, x, r0, nx, h, 1, acc[h]);
         }
         for (size_t r = 0; r < nx; r++) pk_store(acc[0][r], acc[1][r], out + (r0 + r) * ldo + j, l0, nl);
     }
@@ -494,6 +508,100 @@ static void pk_pack_piece(const uint8_t *const blk[PACKED_TILE_ROWS], size_t at,
 static void pack_tiles_packed8(const llmm_tensor *w, size_t t0, size_t t1, uint8_t *copy) {
     packed_tiles_pack_with(w, t0, t1, copy, pk_pack_piece);
 }
+
+/* ---------------------------------------------------------------- prompts without a copy */
+
+/* Operand rows that share one packed segment of a tile, and the segment's bytes (on the stack,
+ * with the rows' accumulators: 16 KiB). Packing a segment costs about one pass of
+ * PK_LEGACY_TILE_X rows over it, so it is shared by many (with 64 rows and 16 KiB segments the
+ * packing was 13 % of a 0.5B Q4_0 prompt's samples). */
+#define PK_FLY_ROWS 128
+#define PK_FLY_BYTES 8192
+/* fewer operand rows than this keep the 8-row kernels (a few sequences decoded together) */
+#define PK_FLY_MIN_ROWS 4
+
+SIMD_ALWAYS_INLINE uint32_t pk_type(pk_kind k) {
+    return k == PK_Q4_0   ? LLMM_TYPE_Q4_0
+           : k == PK_Q5_0 ? LLMM_TYPE_Q5_0
+           : k == PK_Q4_1 ? LLMM_TYPE_Q4_1
+           : k == PK_Q5_1 ? LLMM_TYPE_Q5_1
+           : k == PK_Q4_K ? LLMM_TYPE_Q4_K
+           : k == PK_Q5_K ? LLMM_TYPE_Q5_K
+                          : LLMM_TYPE_Q6_K;
+}
+SIMD_ALWAYS_INLINE size_t pk_block_bytes(pk_kind k) {
+    return k <= PK_Q5_1 ? r16_block_bytes(pk_legacy_kind(k))
+           : k == PK_Q4_K ? sizeof(block_q4_K)
+           : k == PK_Q5_K ? sizeof(block_q5_K)
+                          : sizeof(block_q6_K);
+}
+
+/* All operand rows against the 16 weight rows base + i * rb as stored: each segment of the
+ * tile's blocks packed into a buffer (packed_tiles_pack_groups), once per PK_FLY_ROWS operand
+ * rows, and the packed tiles run over it. For the first prompt, before decode steps make the
+ * copies (or without them: repack_weights 0, no file mapping), on the AVX2 table, whose 8-row
+ * kernels computed half as fast (see docs/performance.md, "tenth session"). */
+/* The source bytes of blocks [b0, b1) of rows [r0, r1) of the 16 at base (rb apart) to L2. */
+SIMD_ALWAYS_INLINE void pk_fly_prefetch(const uint8_t *base, size_t rb, size_t bb, size_t b0, size_t b1, size_t r0,
+                                        size_t r1) {
+    for (size_t r = r0; r < r1; r++)
+        for (size_t o = b0 * bb; o < b1 * bb; o += 64) _mm_prefetch((const char *)(base + r * rb + o), _MM_HINT_T1);
+}
+
+SIMD_ALWAYS_INLINE void pk_fly_rows(pk_kind kind, const uint8_t *base, size_t rb, const uint8_t *next, size_t l0,
+                                    size_t nl, size_t j, const cpu_operand *x, size_t n_rows, float *out, size_t ldo) {
+    const size_t nb = x->n / pk_block_size(kind), gb = PK_ROWS * pk_block_bytes(kind), tx = pk_tile_x(kind);
+    const size_t seg = PK_FLY_BYTES / gb; /* at least 2: a Q6_K group is 3360 bytes */
+    _Alignas(32) uint8_t buf[PK_FLY_BYTES];
+    for (size_t rb0 = 0; rb0 < n_rows; rb0 += PK_FLY_ROWS) {
+        const size_t nr = LLMM_MIN((size_t)PK_FLY_ROWS, n_rows - rb0);
+        __m256 acc[2][PK_FLY_ROWS];
+        for (size_t r = 0; r < nr; r++) acc[0][r] = acc[1][r] = _mm256_setzero_ps();
+        for (size_t b0 = 0; b0 < nb; b0 += seg) {
+            const size_t b1 = LLMM_MIN(nb, b0 + seg);
+            packed_tiles_pack_groups(pk_type(kind), base, rb, b0, b1, pk_pack_piece, buf);
+            /* what the next packing reads (the next segment, or the next tile's first), to L2 a
+             * few rows per pass while the passes run over this one: without, the packer's loads
+             * waited on memory (a third of its time in a 0.5B Q4_0 prompt); in one burst per
+             * segment, no better */
+            const uint8_t *pf_base = b1 < nb ? base : rb0 + PK_FLY_ROWS >= n_rows ? next : NULL;
+            const size_t pf_b0 = b1 < nb ? b1 : 0, pf_rows = rb ? PK_ROWS : 1;
+            const size_t passes = (nr + tx - 1) / tx, per_pass = (pf_rows + passes - 1) / passes;
+            for (size_t r0 = rb0; r0 < rb0 + nr; r0 += tx) {
+                const size_t nx = LLMM_MIN(tx, rb0 + nr - r0), pass = (r0 - rb0) / tx;
+                if (pf_base && pass * per_pass < pf_rows)
+                    pk_fly_prefetch(pf_base, rb, pk_block_bytes(kind), pf_b0, LLMM_MIN(nb, pf_b0 + seg),
+                                    pass * per_pass, LLMM_MIN(pf_rows, (pass + 1) * per_pass));
+                for (int h = 0; h < 2; h++) {
+                    /* in registers over the segment (through acc, a load and a store per block) */
+                    __m256 a[PK_LEGACY_TILE_X];
+                    for (size_t r = 0; r < nx; r++) a[r] = acc[h][r0 - rb0 + r];
+                    if (nx == tx) pk_tile(kind, buf, NULL, b0, b1, x, r0, tx, h, 1, a);
+                    else pk_tile(kind, buf, NULL, b0, b1, x, r0, nx, h, 1, a);
+                    for (size_t r = 0; r < nx; r++) acc[h][r0 - rb0 + r] = a[r];
+                }
+            }
+        }
+        for (size_t r = 0; r < nr; r++) pk_store(acc[0][r], acc[1][r], out + (rb0 + r) * ldo + j, l0, nl);
+    }
+}
+
+/* The tiles of rows [j0, j1) of weights as stored through pk_fly_rows (gemm_tiles.h's walk). */
+SIMD_ALWAYS_INLINE void gemm_pk_fly(pk_kind kind, const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x,
+                                    size_t n_rows, float *out, size_t ldo) {
+#define PK_FLY_CALL(base, rb, next, l0, nl, j) pk_fly_rows(kind, base, rb, next, l0, nl, j, x, n_rows, out, ldo)
+    GEMM_WALK_TILES(w, j0, j1, PK_ROWS, PK_FLY_CALL);
+#undef PK_FLY_CALL
+}
+
+/* The AVX2 table's matmul for a packable type: ROWS8 (its 8-row kernel) for fewer than
+ * PK_FLY_MIN_ROWS operand rows, gemm_pk_fly for more; both bit for bit the type table's. */
+#define PK_GEMM_AS_STORED(NAME, ROWS8, KIND)                                                                 \
+    static void NAME(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows,         \
+                     float *out, size_t ldo) {                                                              \
+        if (n_rows < PK_FLY_MIN_ROWS) ROWS8(w, j0, j1, x, n_rows, out, ldo);                                 \
+        else gemm_pk_fly(KIND, w, j0, j1, x, n_rows, out, ldo);                                              \
+    }
 
 GEMM_FN_FOR_KIND(gemm_q4_0_packed8, gemm_pk, PK_Q4_0)
 GEMM_FN_FOR_KIND(gemm_q5_0_packed8, gemm_pk, PK_Q5_0)

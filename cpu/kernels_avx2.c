@@ -75,6 +75,14 @@ static inline void add_bit4_pair(__m256i *lo, __m256i *hi, uint32_t ha, uint32_t
 #include "gemm_legacy_x86.h"
 #include "gemm_packed16_avx2.h"
 
+PK_GEMM_AS_STORED(gemm_q4_0_avx2, gemm_q4_0, PK_Q4_0)
+PK_GEMM_AS_STORED(gemm_q5_0_avx2, gemm_q5_0, PK_Q5_0)
+PK_GEMM_AS_STORED(gemm_q4_1_avx2, gemm_q4_1, PK_Q4_1)
+PK_GEMM_AS_STORED(gemm_q5_1_avx2, gemm_q5_1, PK_Q5_1)
+PK_GEMM_AS_STORED(gemm_q4_K_avx2, gemm_q4_K, PK_Q4_K)
+PK_GEMM_AS_STORED(gemm_q5_K_avx2, gemm_q5_K, PK_Q5_K)
+PK_GEMM_AS_STORED(gemm_q6_K_avx2, gemm_q6_K, PK_Q6_K)
+
 /* ---------------------------------------------------------------- operands */
 
 /* llmm_quantize_row_q8_0 bit for bit: amax, d = amax / 127 stored as f16 (round to nearest
@@ -491,18 +499,18 @@ const cpu_kernels cpu_kernels_avx2 = {
             [LLMM_TYPE_F32] = {avx2_gemm_f32, CPU_OPERAND_F32},
             [LLMM_TYPE_F16] = {avx2_gemm_f16, CPU_OPERAND_F16},
             [LLMM_TYPE_BF16] = {avx2_gemm_bf16, CPU_OPERAND_BF16},
-            [LLMM_TYPE_Q4_0] = {gemm_q4_0, CPU_OPERAND_Q8},
+            [LLMM_TYPE_Q4_0] = {gemm_q4_0_avx2, CPU_OPERAND_Q8},
             [LLMM_TYPE_Q8_0] = {gemm_q8_0, CPU_OPERAND_Q8},
-            [LLMM_TYPE_Q5_0] = {gemm_q5_0, CPU_OPERAND_Q8},
+            [LLMM_TYPE_Q5_0] = {gemm_q5_0_avx2, CPU_OPERAND_Q8},
             [LLMM_TYPE_IQ4_NL] = {gemm_iq4_nl, CPU_OPERAND_Q8},
             [LLMM_TYPE_IQ4_XS] = {gemm_iq4_xs, CPU_OPERAND_Q8K},
-            [LLMM_TYPE_Q4_1] = {gemm_q4_1, CPU_OPERAND_Q8_1},
-            [LLMM_TYPE_Q5_1] = {gemm_q5_1, CPU_OPERAND_Q8_1},
+            [LLMM_TYPE_Q4_1] = {gemm_q4_1_avx2, CPU_OPERAND_Q8_1},
+            [LLMM_TYPE_Q5_1] = {gemm_q5_1_avx2, CPU_OPERAND_Q8_1},
             [LLMM_TYPE_Q2_K] = {gemm_q2_K, CPU_OPERAND_Q8K},
             [LLMM_TYPE_Q3_K] = {gemm_q3_K, CPU_OPERAND_Q8K},
-            [LLMM_TYPE_Q4_K] = {gemm_q4_K, CPU_OPERAND_Q8K},
-            [LLMM_TYPE_Q5_K] = {gemm_q5_K, CPU_OPERAND_Q8K},
-            [LLMM_TYPE_Q6_K] = {gemm_q6_K, CPU_OPERAND_Q8K},
+            [LLMM_TYPE_Q4_K] = {gemm_q4_K_avx2, CPU_OPERAND_Q8K},
+            [LLMM_TYPE_Q5_K] = {gemm_q5_K_avx2, CPU_OPERAND_Q8K},
+            [LLMM_TYPE_Q6_K] = {gemm_q6_K_avx2, CPU_OPERAND_Q8K},
         },
     .matmul_packed =
         {

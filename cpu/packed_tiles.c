@@ -99,35 +99,43 @@ static void pack_vectors(const block_fields *f, const uint8_t *const blk[PACKED_
     }
 }
 
+/* One group: block b of the tile's rows tile + r * rb (rb 0: all lanes the same row). */
+static void pack_group(const block_fields *f, size_t bb, const uint8_t *tile, size_t rb, size_t b,
+                       packed_piece_fn piece, uint8_t *g) {
+    const uint8_t *blk[PACKED_TILE_ROWS];
+    uint32_t qh[PACKED_TILE_ROWS];
+    for (size_t r = 0; r < PACKED_TILE_ROWS; r++) {
+        blk[r] = tile + r * rb + b * bb;
+        if (f->has_qh) memcpy(&qh[r], blk[r] + f->qh, sizeof qh[r]);
+    }
+    uint8_t *v = g;
+    for (int field = 0; field < f->n_halves; field++, v += 2 * PACKED_TILE_ROWS) /* d, m */
+        for (size_t q = 0; q < PACKED_TILE_ROWS; q++) memcpy(v + 2 * q, blk[packed_lane_row(q)] + 2 * field, 2);
+    if (f->has_qh) {
+        pack_fifth_bit_masks(qh, v);
+        v += 64;
+    }
+    pack_vectors(f, blk, piece, v);
+    const size_t tail = block_tail(f, bb), at = bb - tail;
+    v += 64 * f->n_vectors;
+    for (size_t q = 0; q < PACKED_TILE_ROWS && tail; q++) memcpy(v + tail * q, blk[packed_lane_row(q)] + at, tail);
+}
+
 void packed_tiles_pack_with(const llmm_tensor *w, size_t t0, size_t t1, uint8_t *copy, packed_piece_fn piece) {
     const block_fields f = fields_of(w->type);
     const llmm_type_traits *tt = llmm_type_get(w->type);
     const size_t bb = tt->block_bytes, nb = (size_t)w->ne0 / tt->block_size, rb = w->row_bytes;
-    const size_t group = PACKED_TILE_ROWS * bb;
-    for (size_t t = t0; t < t1; t++) {
-        const uint8_t *tile = (const uint8_t *)w->data + t * PACKED_TILE_ROWS * rb;
-        for (size_t b = 0; b < nb; b++) {
-            uint8_t *g = copy + (t * nb + b) * group;
-            const uint8_t *blk[PACKED_TILE_ROWS];
-            uint32_t qh[PACKED_TILE_ROWS];
-            for (size_t r = 0; r < PACKED_TILE_ROWS; r++) {
-                blk[r] = tile + r * rb + b * bb;
-                if (f.has_qh) memcpy(&qh[r], blk[r] + f.qh, sizeof qh[r]);
-            }
-            uint8_t *v = g;
-            for (int field = 0; field < f.n_halves; field++, v += 2 * PACKED_TILE_ROWS) /* d, m */
-                for (size_t q = 0; q < PACKED_TILE_ROWS; q++) memcpy(v + 2 * q, blk[packed_lane_row(q)] + 2 * field, 2);
-            if (f.has_qh) {
-                pack_fifth_bit_masks(qh, v);
-                v += 64;
-            }
-            pack_vectors(&f, blk, piece, v);
-            const size_t tail = block_tail(&f, bb), at = bb - tail;
-            v += 64 * f.n_vectors;
-            for (size_t q = 0; q < PACKED_TILE_ROWS && tail; q++)
-                memcpy(v + tail * q, blk[packed_lane_row(q)] + at, tail);
-        }
-    }
+    for (size_t t = t0; t < t1; t++)
+        for (size_t b = 0; b < nb; b++)
+            pack_group(&f, bb, (const uint8_t *)w->data + t * PACKED_TILE_ROWS * rb, rb, b, piece,
+                       copy + (t * nb + b) * PACKED_TILE_ROWS * bb);
+}
+
+void packed_tiles_pack_groups(uint32_t type, const uint8_t *tile, size_t rb, size_t b0, size_t b1,
+                              packed_piece_fn piece, uint8_t *out) {
+    const block_fields f = fields_of(type);
+    const size_t bb = llmm_type_get(type)->block_bytes;
+    for (size_t b = b0; b < b1; b++) pack_group(&f, bb, tile, rb, b, piece, out + (b - b0) * PACKED_TILE_ROWS * bb);
 }
 
 void packed_tiles_pack(const llmm_tensor *w, size_t t0, size_t t1, uint8_t *copy) {

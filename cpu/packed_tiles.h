@@ -73,6 +73,12 @@ typedef void (*packed_piece_fn)(const uint8_t *const blk[PACKED_TILE_ROWS], size
  * masks and tails stay plain C): byte for byte packed_tiles_pack's result. */
 void packed_tiles_pack_with(const llmm_tensor *w, size_t t0, size_t t1, uint8_t *copy, packed_piece_fn piece);
 
+/* Groups [b0, b1) of one tile of a packable type (its rows tile + r * rb; rb 0: one row in every
+ * lane) into out, the group of b0 first: a piece of a copy, made where it is used (the AVX2
+ * table's prompt tiles over weights that have no copy). */
+void packed_tiles_pack_groups(uint32_t type, const uint8_t *tile, size_t rb, size_t b0, size_t b1,
+                              packed_piece_fn piece, uint8_t *out);
+
 /* Block b of row `row` (< packed_tiles_rows(w)) as the file holds it, from the copy (the
  * embedding lookup of a tied output matrix reads rows from it, so that the file pages the copy
  * replaced are not faulted back in, 2 MiB folios at a time, token by token). */

@@ -576,6 +576,9 @@ static void check_gemm_type(uint32_t type, uint64_t seed) {
         /* rows longer than one segment of gathered scales (256 blocks), odd block count */
         const mm_case long_rows = {type, blocked ? 32 * 263 : 8419, 9, 5};
         check_gemm_case(k, &long_rows, &st);
+        /* more operand rows than share one packed segment of AVX2's prompt tiles (64) */
+        const mm_case many_rows = {type, blocked ? 32 * 71 : 896, 37, 70};
+        check_gemm_case(k, &many_rows, &st);
         print_message("%s %s gemm: %zu outputs, %zu bit-identical to vec_dot\n", k->name, llmm_type_get(type)->name,
                       st.outputs, st.bit_equal);
     }
@@ -598,6 +601,10 @@ static void check_gemm_kquant(uint32_t type, uint64_t seed) {
                 }
         const mm_case ffn_down = {type, 4864, 11, 6}; /* the 0.5B model's ffn_down rows */
         check_gemm_case(k, &ffn_down, &st);
+        /* several packed segments of AVX2's prompt tiles (a Q6_K one is 4 super-blocks), more
+         * operand rows than share one (64), whole and moved-back tiles */
+        const mm_case many_rows = {type, 256 * 9, 37, 70};
+        check_gemm_case(k, &many_rows, &st);
         print_message("%s %s gemm: %zu outputs, %zu bit-identical to vec_dot\n", k->name, llmm_type_get(type)->name,
                       st.outputs, st.bit_equal);
     }

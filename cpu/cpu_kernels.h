@@ -103,6 +103,9 @@ typedef struct cpu_kernels {
     void (*pack_tiles)(const llmm_tensor *w, size_t t0, size_t t1, uint8_t *copy);
     /* x (n values, n % 32 == 0) to Q8 operand fields; NULL in the scalar table */
     void (*quantize_q8)(const float *x, int8_t *qs, float *d, int32_t *sum, size_t n);
+    /* x (n values, n % 32 == 0) to Q8_1 operand fields, bit for bit llmm_quantize_row_q8_1's
+     * quants, d and s (f16, widened); NULL: the type table's quantizer, block by block */
+    void (*quantize_q8_1)(const float *x, int8_t *qs, float *d, float *s, size_t n);
     /* x (n values, n % 256 == 0) to Q8K operand fields, bit for bit llmm_quantize_row_q8_K's;
      * NULL in the scalar table */
     void (*quantize_q8k)(const float *x, int8_t *qs, float *d, int16_t *bsums, size_t n);

@@ -165,6 +165,7 @@ const cpu_kernels cpu_kernels_avx512 = {
         },
     .pack_tiles = pack_tiles_rows16,
     .quantize_q8 = avx2_quantize_q8,
+    .quantize_q8_1 = avx2_quantize_q8_1,
     .quantize_q8k = avx2_quantize_q8k,
     .round_f16 = avx2_round_f16,
     .rms_norm_row = avx2_rms_norm_row,

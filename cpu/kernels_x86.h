@@ -17,6 +17,7 @@ void avx2_gemm_f16(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand
 void avx2_gemm_bf16(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows, float *out,
                     size_t ldo);
 void avx2_quantize_q8(const float *x, int8_t *qs, float *d, int32_t *sum, size_t n);
+void avx2_quantize_q8_1(const float *x, int8_t *qs, float *d, float *s, size_t n);
 void avx2_quantize_q8k(const float *x, int8_t *qs, float *d, int16_t *bsums, size_t n);
 void avx2_round_f16(const float *x, float *out, size_t n);
 void avx2_rms_norm_row(const float *x, const float *w, float *out, size_t dim, float eps);

@@ -271,6 +271,10 @@ static void operand_rows_range(void *arg, size_t r0, size_t r1) {
         }
         case CPU_OPERAND_Q8_1: {
             const size_t nb = n / QK8_1;
+            if (t->k->quantize_q8_1) {
+                t->k->quantize_q8_1(x, t->qs + r * n, t->d + r * nb, t->sd + r * nb, n);
+                break;
+            }
             block_q8_1 blk;
             for (size_t b = 0; b < nb; b++) {
                 llmm_quantize_row_q8_1(x + b * QK8_1, &blk, QK8_1);

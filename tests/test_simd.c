@@ -162,6 +162,27 @@ static void fill_q8_cases(float *x, size_t n) {
     }
 }
 
+/* A table's Q8_1 operand fields against llmm_quantize_row_q8_1, bit for bit (s NaN for NaN). */
+static void check_quantize_q8_1(const cpu_kernels *k, const float *x, size_t n) {
+    const size_t nb = n / 32;
+    block_q8_1 *ref = xmalloc(nb * sizeof *ref);
+    int8_t *qs = xmalloc(n);
+    float *d = xmalloc(nb * sizeof *d), *s = xmalloc(nb * sizeof *s);
+    llmm_quantize_row_q8_1(x, ref, n);
+    k->quantize_q8_1(x, qs, d, s, n);
+    for (size_t b = 0; b < nb; b++) {
+        assert_memory_equal(qs + b * 32, ref[b].qs, 32);
+        const float want_d = llmm_f16_to_f32(ref[b].d), want_s = llmm_f16_to_f32(ref[b].s);
+        if (bits_of(d[b]) != bits_of(want_d) || (bits_of(s[b]) != bits_of(want_s) && !(isnan(s[b]) && isnan(want_s))))
+            fail_msg("%s q8_1 n=%zu block %zu: d %.9g s %.9g, want %.9g %.9g", k->name, n, b, (double)d[b],
+                     (double)s[b], (double)want_d, (double)want_s);
+    }
+    free(ref);
+    free(qs);
+    free(d);
+    free(s);
+}
+
 static void test_quantize_q8_exact(void **state) {
     (void)state;
     const size_t sizes[] = {32, 96, 224, 736, 4864};
@@ -179,6 +200,7 @@ static void test_quantize_q8_exact(void **state) {
             float *d = xmalloc(nb * sizeof *d);
             int32_t *sum = xmalloc(nb * sizeof *sum);
             k->quantize_q8(x, qs, d, sum, n);
+            if (k->quantize_q8_1) check_quantize_q8_1(k, x, n);
             for (size_t b = 0; b < nb; b++) {
                 int32_t want_sum = 0;
                 for (int j = 0; j < 32; j++) {

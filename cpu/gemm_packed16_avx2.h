@@ -133,10 +133,11 @@ SIMD_ALWAYS_INLINE void pk_legacy_rows(r16_kind kind, const uint8_t *g, size_t h
     }
 }
 
-/* The nb groups of a tile (g its first) against operand rows r0 .. r0+nx-1, halves [h0, h0 + nh):
- * acc[nh * r + h - h0]: one half for up to PK_LEGACY_TILE_X rows (pk_legacy_rows), or both
- * halves for one row (decode), the halves the innermost loop so that the row's broadcast bytes
- * serve both. nx and nh are constants at every call site. */
+/* Groups [b0, b1) of a tile (g: the group of b0; nb: blocks per row) against operand rows
+ * r0 .. r0+nx-1, halves [h0, h0 + nh), added to acc[nh * r + h - h0]: one half for up to
+ * PK_LEGACY_TILE_X rows (pk_legacy_rows), or both halves for one row (decode), the halves the
+ * innermost loop so that the row's broadcast bytes serve both. nx and nh are constants at every
+ * call site. */
 SIMD_ALWAYS_INLINE void pk_legacy_tile(r16_kind kind, const uint8_t *g, const uint8_t *next, size_t nb, size_t b0,
                                        size_t b1, const cpu_operand *x, size_t r0, size_t nx, int h0, int nh,
                                        __m256 *acc) {
@@ -251,10 +252,10 @@ SIMD_ALWAYS_INLINE __m256i pk_k4_scales(const uint8_t *g, int h, int q, int mins
                            _mm256_and_si256(_mm256_srli_epi32(low, 2), k30));
 }
 
-/* Q4_K and Q5_K (q5): the nb groups of a tile (g its first) against operand rows r0 .. r0+nx-1,
- * halves [h0, h0 + nh) into acc[nh * r + h - h0] (nx * nh <= PK_ACC); the arithmetic of
- * k4r16_tile, with each sub-block's int16 sums widened against its scale. The halves are the
- * innermost loop, so that one operand row's broadcast bytes serve both (decode). */
+/* Q4_K and Q5_K (q5): groups [b0, b1) of a tile (g: the group of b0) against operand rows
+ * r0 .. r0+nx-1, halves [h0, h0 + nh), added to acc[nh * r + h - h0] (nx * nh <= PK_ACC); the
+ * arithmetic of k4r16_tile, with each sub-block's int16 sums widened against its scale. The
+ * halves are the innermost loop, so that one operand row's broadcast bytes serve both (decode). */
 SIMD_ALWAYS_INLINE void pk_k4_tile(int q5, const uint8_t *g, const uint8_t *next, size_t nb, size_t b0, size_t b1,
                                    const cpu_operand *x, size_t r0, size_t nx, int h0, int nh, __m256 *acc) {
     const size_t ng = x->n / 16, bb = q5 ? sizeof(block_q5_K) : sizeof(block_q4_K), gb = PK_ROWS * bb;

@@ -165,8 +165,8 @@ void avx2_quantize_q8(const float *x, int8_t *qs, float *d, int32_t *sum, size_t
     quantize_q8_fields(x, qs, d, sum, NULL, n);
 }
 
-/* Q8_1 operands (Q4_1, Q5_1 weights): through the type table's quantizer block by block, its
- * fmaxf and nearbyintf library calls, they had been 6 % of a 0.5B Q4_1 decode's samples. */
+/* Q8_1 operands (Q4_1, Q5_1 weights). Made block by block through the type table's quantizer
+ * (fmaxf and nearbyintf library calls) they had been 6 % of a 0.5B Q4_1 decode's samples. */
 void avx2_quantize_q8_1(const float *x, int8_t *qs, float *d, float *s, size_t n) {
     quantize_q8_fields(x, qs, d, NULL, s, n);
 }

@@ -70,33 +70,28 @@ static size_t vector_source(const block_fields *f, int j) {
     return f->pieces ? 16 * (size_t)f->pieces[j / 4] + 4 * (size_t)(j % 4) : f->qs + 4 * (size_t)j;
 }
 
-/* The reference packed_piece_fn: lane q of vector j (j < 4) = bytes at + 4j .. at + 4j + 3 of
- * block blk[row(q)], xor flip. */
-static void pack_piece_scalar(const uint8_t *const blk[PACKED_TILE_ROWS], size_t at, uint32_t flip, uint8_t *out) {
-    for (size_t j = 0; j < 4; j++)
-        for (size_t q = 0; q < PACKED_TILE_ROWS; q++) {
-            uint32_t v;
-            memcpy(&v, blk[packed_lane_row(q)] + at + 4 * j, sizeof v);
-            v ^= flip;
-            memcpy(out + 64 * j + 4 * q, &v, sizeof v);
-        }
+/* One vector of a group: lane q = bytes at .. at + 3 of block blk[row(q)], xor flip. */
+static void pack_vector(const uint8_t *const blk[PACKED_TILE_ROWS], size_t at, uint32_t flip, uint8_t *out) {
+    for (size_t q = 0; q < PACKED_TILE_ROWS; q++) {
+        uint32_t v;
+        memcpy(&v, blk[packed_lane_row(q)] + at, sizeof v);
+        v ^= flip;
+        memcpy(out + 4 * q, &v, sizeof v);
+    }
 }
 
-/* Vectors of a group: the 4 bytes at lane q of vector j = the 4 bytes of block blk[row(q)]
- * that vector_source names, each xor flip; four at a time (a 16-byte piece of the block) through
- * piece, the rest (IQ4_XS's last two) here. */
+/* The reference packed_piece_fn: its four vectors one by one. */
+static void pack_piece_scalar(const uint8_t *const blk[PACKED_TILE_ROWS], size_t at, uint32_t flip, uint8_t *out) {
+    for (size_t j = 0; j < 4; j++) pack_vector(blk, at + 4 * j, flip, out + 64 * j);
+}
+
+/* Vectors of a group: vector j from the 4 bytes of each block that vector_source names; four at
+ * a time (a 16-byte piece of the block) through piece, the rest (IQ4_XS's last two) here. */
 static void pack_vectors(const block_fields *f, const uint8_t *const blk[PACKED_TILE_ROWS], packed_piece_fn piece,
                          uint8_t *out) {
     int j = 0;
     for (; j + 4 <= f->n_vectors; j += 4) piece(blk, vector_source(f, j), f->flip, out + 64 * j);
-    for (; j < f->n_vectors; j++) {
-        for (size_t q = 0; q < PACKED_TILE_ROWS; q++) {
-            uint32_t v;
-            memcpy(&v, blk[packed_lane_row(q)] + vector_source(f, j), sizeof v);
-            v ^= f->flip;
-            memcpy(out + 64 * j + 4 * q, &v, sizeof v);
-        }
-    }
+    for (; j < f->n_vectors; j++) pack_vector(blk, vector_source(f, j), f->flip, out + 64 * j);
 }
 
 /* One group: block b of the tile's rows tile + r * rb (rb 0: all lanes the same row). */

@@ -95,6 +95,14 @@ SIMD_ALWAYS_INLINE void pk_legacy_weights(r16_kind kind, const uint8_t *v, int h
     }
 }
 
+/* A block's lane sums from its two int16 partial sums (weights 4j.. and 16 + 4j.. for j < 2, and
+ * for j >= 2): added in int16 for 4-bit quants, widened first for 5-bit ones (see the top). */
+SIMD_ALWAYS_INLINE __m256i pk_legacy_widen(r16_kind kind, __m256i a, __m256i c) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    if (!r16_five_bits(kind)) return _mm256_madd_epi16(_mm256_add_epi16(a, c), ones);
+    return _mm256_add_epi32(_mm256_madd_epi16(a, ones), _mm256_madd_epi16(c, ones));
+}
+
 /* acc + block xb's dot from its lane sums isum, for half h of group g: the scalar's
  * sum += (float)(isum - o sum(x)) * (d_w * d_x), or with a min sum += dot + m * s_x (as the
  * scalar offset_block_dot). */
@@ -112,7 +120,6 @@ SIMD_ALWAYS_INLINE __m256 pk_legacy_fold(r16_kind kind, const uint8_t *g, int h,
  * acc[r]: the half block's 8 weight vectors made once for all the rows (prompts). */
 SIMD_ALWAYS_INLINE void pk_legacy_rows(r16_kind kind, const uint8_t *g, size_t head, int h, size_t b, size_t nb,
                                        const cpu_operand *x, size_t r0, size_t nx, __m256 *acc) {
-    const __m256i ones = _mm256_set1_epi16(1);
     __m256i lo[4], up[4];
 #pragma GCC unroll 4
     for (int j = 0; j < 4; j++) pk_legacy_weights(kind, g + head, h, j, &lo[j], &up[j]);
@@ -125,10 +132,7 @@ SIMD_ALWAYS_INLINE void pk_legacy_rows(r16_kind kind, const uint8_t *g, size_t h
         for (int j = 0; j < 4; j++)
             p[j] = _mm256_add_epi16(_mm256_maddubs_epi16(lo[j], pk_bcast32(xq + 4 * j)),
                                     _mm256_maddubs_epi16(up[j], pk_bcast32(xq + 16 + 4 * j)));
-        const __m256i a = _mm256_add_epi16(p[0], p[1]), c = _mm256_add_epi16(p[2], p[3]);
-        const __m256i isum = r16_five_bits(kind)
-                                 ? _mm256_add_epi32(_mm256_madd_epi16(a, ones), _mm256_madd_epi16(c, ones))
-                                 : _mm256_madd_epi16(_mm256_add_epi16(a, c), ones);
+        const __m256i isum = pk_legacy_widen(kind, _mm256_add_epi16(p[0], p[1]), _mm256_add_epi16(p[2], p[3]));
         acc[r] = pk_legacy_fold(kind, g, h, xb, x, isum, acc[r]);
     }
 }
@@ -143,7 +147,6 @@ SIMD_ALWAYS_INLINE void pk_legacy_tile(r16_kind kind, const uint8_t *g, const ui
                                        __m256 *acc) {
     const size_t gb = PK_ROWS * r16_block_bytes(kind), head = (r16_has_min(kind) ? 4 : 2) * PK_ROWS;
     const size_t na = nx * (size_t)nh;
-    const __m256i ones = _mm256_set1_epi16(1);
     for (size_t b = b0; b < b1; b++, g += gb) {
         /* the next tile's group to L2, as the AVX-512 packed tiles do */
         if (next && r0 == 0 && h0 == 0) prefetch_span((uintptr_t)next + b * gb, gb, 1);
@@ -152,7 +155,7 @@ SIMD_ALWAYS_INLINE void pk_legacy_tile(r16_kind kind, const uint8_t *g, const ui
             continue;
         }
         /* int16 sums of weights 4j .. 4j+3 and 16 + 4j .. for j in [2k, 2k + 2) (see the top) */
-        __m256i p16[2][2], isum[2];
+        __m256i p16[2][2];
         for (size_t i = 0; i < na; i++) p16[i][0] = p16[i][1] = _mm256_setzero_si256();
 #pragma GCC unroll 4
         for (int j = 0; j < 4; j++) {
@@ -173,14 +176,11 @@ SIMD_ALWAYS_INLINE void pk_legacy_tile(r16_kind kind, const uint8_t *g, const ui
                 }
             }
         }
-        for (size_t i = 0; i < na; i++)
-            isum[i] = r16_five_bits(kind) ? _mm256_add_epi32(_mm256_madd_epi16(p16[i][0], ones),
-                                                             _mm256_madd_epi16(p16[i][1], ones))
-                                          : _mm256_madd_epi16(_mm256_add_epi16(p16[i][0], p16[i][1]), ones);
         for (size_t r = 0; r < nx; r++)
             for (int hi = 0; hi < nh; hi++) {
                 const size_t i = r * (size_t)nh + (size_t)hi;
-                acc[i] = pk_legacy_fold(kind, g, h0 + hi, (r0 + r) * nb + b, x, isum[i], acc[i]);
+                acc[i] = pk_legacy_fold(kind, g, h0 + hi, (r0 + r) * nb + b, x,
+                                        pk_legacy_widen(kind, p16[i][0], p16[i][1]), acc[i]);
             }
     }
 }
@@ -486,9 +486,10 @@ SIMD_ALWAYS_INLINE void gemm_pk(pk_kind kind, const llmm_tensor *w, size_t j0, s
 
 /* packed_piece_fn on 256-bit vectors: half h of the group's vectors (lanes 8h .. 8h+7) holds
  * rows 2h + 4i (lanes 8h + i) and 2h + 1 + 4i (lanes 8h + 4 + i), i < 4, so each 128-bit part
- * is a 4 x 4 transposition of 32-bit words of four rows' pieces, two at once. The scalar
- * reference (4-byte moves lane by lane) made the first decode steps of a 1.1B Q4_K_M file, which
- * pack its weights, take 53-146 ms each against 24-28 ms without packing (2 threads). */
+ * is a 4 x 4 transposition of 32-bit words of four rows' pieces, two at once, where the scalar
+ * reference moves 4 bytes lane by lane. The steps that pack a 0.5B Q4_0 model (2 threads) took
+ * 44-60 ms with this against 57-67 with the reference, 9-10 without packing: page faults and the
+ * matrices not yet packed take most of such a step. */
 static void pk_pack_piece(const uint8_t *const blk[PACKED_TILE_ROWS], size_t at, uint32_t flip, uint8_t *out) {
     const __m256i x = _mm256_set1_epi32((int)flip);
     for (int h = 0; h < 2; h++) {

@@ -96,7 +96,7 @@ typedef struct cpu_kernels {
     /* The same matmul over a packed copy of the weight (packed_tiles.h: w->data the copy,
      * w->ne1 its whole tiles' rows), matmul[type]'s operand, bit for bit its results; NULL
      * where this table does not pack the type (the scalar and NEON tables pack none; AVX2 packs
-     * Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K, AVX-512 those and Q8_0, IQ4_NL, IQ4_XS). */
+     * Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q4_K, Q5_K and Q6_K, AVX-512 those and IQ4_XS). */
     cpu_gemm_fn matmul_packed[LLMM_TYPE_COUNT];
     /* Tiles [t0, t1) of w (a type matmul_packed reads) into copy, byte for byte
      * packed_tiles_pack's result; NULL where matmul_packed is all NULL */

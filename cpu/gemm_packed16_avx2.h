@@ -1,6 +1,6 @@
-/* Packed copies (packed_tiles.h) on 256-bit vectors, for the AVX2 table: Q4_0, Q5_0, Q4_1 and
- * Q5_1 times Q8 / Q8_1 operand rows, Q4_K, Q5_K and Q6_K times Q8_K ones; gives
- * gemm_q4_0_packed8 .. gemm_q6_K_packed8 (cpu_gemm_fn), for any number of operand rows; and
+/* Packed copies (packed_tiles.h) on 256-bit vectors, for the AVX2 table: Q4_0, Q5_0, Q8_0,
+ * IQ4_NL, Q4_1 and Q5_1 times Q8 / Q8_1 operand rows, Q4_K, Q5_K, Q6_K and IQ4_XS times Q8_K
+ * ones; gives gemm_q4_0_packed8 .. gemm_iq4_xs_packed8 (cpu_gemm_fn), for any number of operand rows; and
  * the same tiles for prompts over weights as stored, each segment of a tile packed on the fly
  * into a stack buffer (gemm_pk_fly, PK_GEMM_AS_STORED). For kernels_avx2.c.
  *
@@ -17,13 +17,17 @@
  * summed in int16 only as far as they cannot saturate (operand quants within [-128, 127]):
  * eight 4-bit products' pairs (8 x 2 x 15 x 128 = 30720), four 5-bit ones' (31744), two 6-bit
  * ones' (32256), then widened by vpmaddwd, against ones or, for the K-quants, against each
- * lane's sub-block scale in both int16 halves (the scale's multiply for free). The integer sums
- * are exact, so in any order; the float part is the AVX-512 tiles' (gemm_rows16_avx512.h,
- * gemm_kquant_rows16_avx512.h), lane by lane in block order without FMA: bit-identical to the
- * type table's vec_dot.
+ * lane's sub-block scale in both int16 halves (the scale's multiply for free). Q8_0's and
+ * IQ4_NL's signed quants go through the sign trick, |w| times x with w's sign (exact because
+ * the operand quants are within [-127, 127], llmm_quantize_row_q8_0's range), each pair sum
+ * widened at once. The integer sums are exact, so in any order; the float part is the AVX-512
+ * tiles' (gemm_rows16_avx512.h, gemm_kquant_rows16_avx512.h), lane by lane in block order
+ * without FMA: bit-identical to the type table's vec_dot.
  *
- * Not here: Q8_0 and IQ4_NL, whose signed quants take the sign trick (two more operations per
- * vector): the 8-row kernels, which need it too, already compute 22 GB/s; and IQ4_XS. */
+ * Not here: Q2_K and Q3_K (packed on no table). IQ4_XS prompts over weights as stored keep
+ * its 8-row kernel: the tiles packed on the fly measured no faster (64 operand rows, one core,
+ * 0.027-0.038 ns per weight and row against 0.027-0.035), as its sign trick and per-lane
+ * factors cost about what the 8-row kernel's horizontal sums do. */
 #ifndef LLMM_GEMM_PACKED16_AVX2_H
 #define LLMM_GEMM_PACKED16_AVX2_H
 
@@ -81,6 +85,14 @@ SIMD_ALWAYS_INLINE void pk_store(__m256 lo, __m256 hi, float *o, size_t l0, size
 
 /* ---------------------------------------------------------------- Q4_0, Q5_0, Q4_1, Q5_1 */
 
+/* Q8_0 and IQ4_NL: signed weights, multiplied by the sign trick (below) */
+SIMD_ALWAYS_INLINE int pk_signed(r16_kind kind) { return kind == R16_Q8_0 || kind == R16_IQ4_NL; }
+
+/* What a block's integer sum is off by, times the operand block's quant sum: Q4_0's and
+ * Q5_0's unsigned quants (nibble - 8, - 16); none for the signed ones and for Q4_1 and Q5_1,
+ * whose offset is their min's term. */
+SIMD_ALWAYS_INLINE int pk_offset(r16_kind kind) { return pk_signed(kind) || r16_has_min(kind) ? 0 : r16_offset(kind); }
+
 /* Half h of vector j of a group's quants (v: the group after its scales and mins) as unsigned
  * bytes: the 8 rows' weights 4j .. 4j+3 (*lo) and 16 + 4j .. (*hi). */
 SIMD_ALWAYS_INLINE void pk_legacy_weights(r16_kind kind, const uint8_t *v, int h, int j, __m256i *lo, __m256i *hi) {
@@ -108,7 +120,7 @@ SIMD_ALWAYS_INLINE __m256i pk_legacy_widen(r16_kind kind, __m256i a, __m256i c) 
  * scalar offset_block_dot). */
 SIMD_ALWAYS_INLINE __m256 pk_legacy_fold(r16_kind kind, const uint8_t *g, int h, size_t xb, const cpu_operand *x,
                                          __m256i isum, __m256 acc) {
-    if (!r16_has_min(kind)) isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(r16_offset(kind) * x->sum[xb]));
+    if (pk_offset(kind)) isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(pk_offset(kind) * x->sum[xb]));
     const __m256 scale = _mm256_mul_ps(load_f16x8(g + 16 * h), _mm256_set1_ps(x->d[xb]));
     const __m256 dot = _mm256_mul_ps(_mm256_cvtepi32_ps(isum), scale);
     if (!r16_has_min(kind)) return _mm256_add_ps(acc, dot);
@@ -181,6 +193,73 @@ SIMD_ALWAYS_INLINE void pk_legacy_tile(r16_kind kind, const uint8_t *g, const ui
                 const size_t i = r * (size_t)nh + (size_t)hi;
                 acc[i] = pk_legacy_fold(kind, g, h0 + hi, (r0 + r) * nb + b, x,
                                         pk_legacy_widen(kind, p16[i][0], p16[i][1]), acc[i]);
+            }
+    }
+}
+
+/* ---------------------------------------------------------------- Q8_0, IQ4_NL */
+
+/* A vector of 8 rows' signed weights w, with |w| as unsigned bytes (-128 becomes 128). */
+typedef struct pk_signed_vec {
+    __m256i abs, w;
+} pk_signed_vec;
+
+/* Half h of vector pair j of a Q8_0 or IQ4_NL group's quants (v): the 8 rows' weights
+ * 4j .. 4j+3 (*lo) and 16 + 4j .. (*hi), signed. Q8_0's copy holds them plus 128 (its vectors
+ * j and j + 4); IQ4_NL's, as Q4_0's, nibbles that index the codebook. */
+SIMD_ALWAYS_INLINE void pk_signed_weights(r16_kind kind, const uint8_t *v, int h, int j, pk_signed_vec *lo,
+                                          pk_signed_vec *hi) {
+    __m256i a, b;
+    if (kind == R16_Q8_0) {
+        const __m256i flip = _mm256_set1_epi8((char)0x80);
+        a = _mm256_xor_si256(load_256(v + 64 * j + 32 * h), flip);
+        b = _mm256_xor_si256(load_256(v + 64 * (j + 4) + 32 * h), flip);
+    } else {
+        const __m256i values = _mm256_broadcastsi128_si256(load_128(llmm_iq4_values));
+        const __m256i low4 = _mm256_set1_epi8(0x0f), d = load_256(v + 64 * j + 32 * h);
+        a = _mm256_shuffle_epi8(values, _mm256_and_si256(d, low4));
+        b = _mm256_shuffle_epi8(values, _mm256_and_si256(_mm256_srli_epi16(d, 4), low4));
+    }
+    *lo = (pk_signed_vec){_mm256_sign_epi8(a, a), a};
+    *hi = (pk_signed_vec){_mm256_sign_epi8(b, b), b};
+}
+
+/* acc + each lane's four products of w with the broadcast operand bytes xb, times the lane's
+ * factor (both int16 halves of each lane of factor; ones, or IQ4_XS's sub-block factor): |w|
+ * times xb with w's sign. vpmaddubsw's pair sums are at most 2 x 128 x 127 = 32512, so each is
+ * widened at once (two added could saturate). */
+SIMD_ALWAYS_INLINE __m256i pk_signed_dot(__m256i acc, pk_signed_vec w, __m256i xb, __m256i factor) {
+    const __m256i p = _mm256_maddubs_epi16(w.abs, _mm256_sign_epi8(xb, w.w));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(p, factor));
+}
+
+/* As pk_legacy_tile, for Q8_0 and IQ4_NL: each half's weight vectors made once for all the
+ * operand rows, their int32 sums folded per block. */
+SIMD_ALWAYS_INLINE void pk_signed_tile(r16_kind kind, const uint8_t *g, const uint8_t *next, size_t nb, size_t b0,
+                                       size_t b1, const cpu_operand *x, size_t r0, size_t nx, int h0, int nh,
+                                       __m256 *acc) {
+    const size_t gb = PK_ROWS * r16_block_bytes(kind), head = 2 * PK_ROWS, na = nx * (size_t)nh;
+    for (size_t b = b0; b < b1; b++, g += gb) {
+        if (next && r0 == 0 && h0 == 0) prefetch_span((uintptr_t)next + b * gb, gb, 1);
+        __m256i sum[PK_LEGACY_TILE_X];
+        for (size_t i = 0; i < na; i++) sum[i] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++)
+#pragma GCC unroll 2
+            for (int hi = 0; hi < nh; hi++) {
+                pk_signed_vec lo, up;
+                pk_signed_weights(kind, g + head, h0 + hi, j, &lo, &up);
+                for (size_t r = 0; r < nx; r++) {
+                    const int8_t *xq = x->qs + ((r0 + r) * nb + b) * QK8_0 + 4 * j;
+                    __m256i *s = &sum[r * (size_t)nh + (size_t)hi];
+                    const __m256i ones = _mm256_set1_epi16(1);
+                    *s = pk_signed_dot(pk_signed_dot(*s, lo, pk_bcast32(xq), ones), up, pk_bcast32(xq + 16), ones);
+                }
+            }
+        for (size_t r = 0; r < nx; r++)
+            for (int hi = 0; hi < nh; hi++) {
+                const size_t i = r * (size_t)nh + (size_t)hi;
+                acc[i] = pk_legacy_fold(kind, g, h0 + hi, (r0 + r) * nb + b, x, sum[i], acc[i]);
             }
     }
 }
@@ -427,16 +506,77 @@ SIMD_ALWAYS_INLINE void pk_k6_tile(const uint8_t *g, const uint8_t *next, size_t
     }
 }
 
-/* ---------------------------------------------------------------- the walk */
+/* ---------------------------------------------------------------- IQ4_XS */
 
-typedef enum pk_kind { PK_Q4_0, PK_Q5_0, PK_Q4_1, PK_Q5_1, PK_Q4_K, PK_Q5_K, PK_Q6_K } pk_kind;
-
-SIMD_ALWAYS_INLINE r16_kind pk_legacy_kind(pk_kind k) {
-    return k == PK_Q4_0 ? R16_Q4_0 : k == PK_Q5_0 ? R16_Q5_0 : k == PK_Q4_1 ? R16_Q4_1 : R16_Q5_1;
+/* IQ4_XS: as pk_k4_tile, the arithmetic of xs16_tile (gemm_iq4_xs_rows16_avx512.h). Each
+ * sub-block is an IQ4_NL block (its 16 quant bytes, vectors 2 + 4 ib .. of the group), dotted
+ * by the sign trick; vpmaddwd widens the pair sums against the lane's factor ls - 32 in both
+ * int16 halves, so the factor's multiply is free, and the super-block's exact int32 sum is
+ * scaled once, sum += (float)isum * (d_w * d_x). */
+SIMD_ALWAYS_INLINE void pk_xs_tile(const uint8_t *g, const uint8_t *next, size_t nb, size_t b0, size_t b1,
+                                   const cpu_operand *x, size_t r0, size_t nx, int h0, int nh, __m256 *acc) {
+    const size_t gb = PK_ROWS * sizeof(block_iq4_xs), na = nx * (size_t)nh;
+    const size_t qs_vec = offsetof(block_iq4_xs, qs) / 4; /* the group's vector of qs bytes 0-3 */
+    for (size_t b = b0; b < b1; b++, g += gb) {
+        if (next && r0 == 0 && h0 == 0) prefetch_span((uintptr_t)next + b * gb, gb, 1);
+        __m256i isum[PK_ACC];
+        for (size_t i = 0; i < na; i++) isum[i] = _mm256_setzero_si256();
+#pragma GCC unroll 1
+        for (int ib = 0; ib < QK_K / 32; ib++) {
+            /* lane words d | scales_h << 16 (vector 0), then scales_l (vector 1) */
+            __m256i factor[2];
+            for (int hi = 0; hi < nh; hi++) {
+                const __m256i hd = pk_piece(g, 0, h0 + hi, 0), low = pk_piece(g, 0, h0 + hi, 1);
+                const __m256i lo4 = _mm256_and_si256(_mm256_srli_epi32(low, 4 * ib), _mm256_set1_epi32(15));
+                const __m256i hi2 = _mm256_and_si256(_mm256_srli_epi32(hd, 16 + 2 * ib), _mm256_set1_epi32(3));
+                const __m256i f = _mm256_sub_epi32(_mm256_or_si256(lo4, _mm256_slli_epi32(hi2, 4)),
+                                                   _mm256_set1_epi32(32));
+                factor[hi] = _mm256_or_si256(_mm256_and_si256(f, _mm256_set1_epi32(0xffff)), _mm256_slli_epi32(f, 16));
+            }
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++)
+#pragma GCC unroll 2
+                for (int hi = 0; hi < nh; hi++) {
+                    pk_signed_vec lo, up;
+                    pk_signed_weights(R16_IQ4_NL, g + 64 * (qs_vec + 4 * (size_t)ib), h0 + hi, j, &lo, &up);
+                    for (size_t r = 0; r < nx; r++) {
+                        const int8_t *xq = x->qs + (r0 + r) * x->n + b * QK_K + 32 * ib + 4 * j;
+                        __m256i *s = &isum[r * (size_t)nh + (size_t)hi];
+                        *s = pk_signed_dot(pk_signed_dot(*s, lo, pk_bcast32(xq), factor[hi]), up,
+                                           pk_bcast32(xq + 16), factor[hi]);
+                    }
+                }
+        }
+        for (size_t r = 0; r < nx; r++)
+            for (int hi = 0; hi < nh; hi++) {
+                const size_t i = r * (size_t)nh + (size_t)hi;
+                const __m256 d_w = pk_lane_halves(pk_piece(g, 0, h0 + hi, 0), 0);
+                const __m256 scale = _mm256_mul_ps(d_w, _mm256_set1_ps(x->d[(r0 + r) * nb + b]));
+                acc[i] = _mm256_add_ps(acc[i], _mm256_mul_ps(_mm256_cvtepi32_ps(isum[i]), scale));
+            }
+    }
 }
 
-SIMD_ALWAYS_INLINE size_t pk_block_size(pk_kind k) { return k <= PK_Q5_1 ? QK8_0 : QK_K; }
-SIMD_ALWAYS_INLINE size_t pk_tile_x(pk_kind k) { return k <= PK_Q5_1 ? PK_LEGACY_TILE_X : PK_TILE_X; }
+/* ---------------------------------------------------------------- the walk */
+
+/* the legacy and IQ4_NL kinds (blocks of 32) first */
+typedef enum pk_kind {
+    PK_Q4_0, PK_Q5_0, PK_Q4_1, PK_Q5_1, PK_Q8_0, PK_IQ4_NL, PK_Q4_K, PK_Q5_K, PK_Q6_K, PK_IQ4_XS
+} pk_kind;
+
+SIMD_ALWAYS_INLINE int pk_legacy(pk_kind k) { return k <= PK_IQ4_NL; }
+
+SIMD_ALWAYS_INLINE r16_kind pk_legacy_kind(pk_kind k) {
+    return k == PK_Q4_0   ? R16_Q4_0
+           : k == PK_Q5_0 ? R16_Q5_0
+           : k == PK_Q4_1 ? R16_Q4_1
+           : k == PK_Q5_1 ? R16_Q5_1
+           : k == PK_Q8_0 ? R16_Q8_0
+                          : R16_IQ4_NL;
+}
+
+SIMD_ALWAYS_INLINE size_t pk_block_size(pk_kind k) { return pk_legacy(k) ? QK8_0 : QK_K; }
+SIMD_ALWAYS_INLINE size_t pk_tile_x(pk_kind k) { return pk_legacy(k) ? PK_LEGACY_TILE_X : PK_TILE_X; }
 
 /* Groups [b0, b1) of one tile (g: the group of b0) against operand rows r0 .. r0+nx-1, halves
  * [h0, h0 + nh), added to acc. */
@@ -444,8 +584,11 @@ SIMD_ALWAYS_INLINE void pk_tile(pk_kind kind, const uint8_t *g, const uint8_t *n
                                 const cpu_operand *x, size_t r0, size_t nx, int h0, int nh, __m256 *acc) {
     const size_t nb = x->n / pk_block_size(kind);
     if (kind == PK_Q6_K) pk_k6_tile(g, next, nb, b0, b1, x, r0, nx, h0, nh, acc);
+    else if (kind == PK_IQ4_XS) pk_xs_tile(g, next, nb, b0, b1, x, r0, nx, h0, nh, acc);
     else if (kind == PK_Q4_K || kind == PK_Q5_K)
         pk_k4_tile(kind == PK_Q5_K, g, next, nb, b0, b1, x, r0, nx, h0, nh, acc);
+    else if (pk_signed(pk_legacy_kind(kind)))
+        pk_signed_tile(pk_legacy_kind(kind), g, next, nb, b0, b1, x, r0, nx, h0, nh, acc);
     else pk_legacy_tile(pk_legacy_kind(kind), g, next, nb, b0, b1, x, r0, nx, h0, nh, acc);
 }
 
@@ -527,15 +670,19 @@ SIMD_ALWAYS_INLINE uint32_t pk_type(pk_kind k) {
            : k == PK_Q5_0 ? LLMM_TYPE_Q5_0
            : k == PK_Q4_1 ? LLMM_TYPE_Q4_1
            : k == PK_Q5_1 ? LLMM_TYPE_Q5_1
+           : k == PK_Q8_0 ? LLMM_TYPE_Q8_0
+           : k == PK_IQ4_NL ? LLMM_TYPE_IQ4_NL
            : k == PK_Q4_K ? LLMM_TYPE_Q4_K
            : k == PK_Q5_K ? LLMM_TYPE_Q5_K
-                          : LLMM_TYPE_Q6_K;
+           : k == PK_Q6_K ? LLMM_TYPE_Q6_K
+                          : LLMM_TYPE_IQ4_XS;
 }
 SIMD_ALWAYS_INLINE size_t pk_block_bytes(pk_kind k) {
-    return k <= PK_Q5_1 ? r16_block_bytes(pk_legacy_kind(k))
+    return pk_legacy(k) ? r16_block_bytes(pk_legacy_kind(k))
            : k == PK_Q4_K ? sizeof(block_q4_K)
            : k == PK_Q5_K ? sizeof(block_q5_K)
-                          : sizeof(block_q6_K);
+           : k == PK_Q6_K ? sizeof(block_q6_K)
+                          : sizeof(block_iq4_xs);
 }
 
 /* All operand rows against the 16 weight rows base + i * rb as stored: each segment of the
@@ -609,8 +756,11 @@ GEMM_FN_FOR_KIND(gemm_q4_0_packed8, gemm_pk, PK_Q4_0)
 GEMM_FN_FOR_KIND(gemm_q5_0_packed8, gemm_pk, PK_Q5_0)
 GEMM_FN_FOR_KIND(gemm_q4_1_packed8, gemm_pk, PK_Q4_1)
 GEMM_FN_FOR_KIND(gemm_q5_1_packed8, gemm_pk, PK_Q5_1)
+GEMM_FN_FOR_KIND(gemm_q8_0_packed8, gemm_pk, PK_Q8_0)
+GEMM_FN_FOR_KIND(gemm_iq4_nl_packed8, gemm_pk, PK_IQ4_NL)
 GEMM_FN_FOR_KIND(gemm_q4_K_packed8, gemm_pk, PK_Q4_K)
 GEMM_FN_FOR_KIND(gemm_q5_K_packed8, gemm_pk, PK_Q5_K)
 GEMM_FN_FOR_KIND(gemm_q6_K_packed8, gemm_pk, PK_Q6_K)
+GEMM_FN_FOR_KIND(gemm_iq4_xs_packed8, gemm_pk, PK_IQ4_XS)
 
 #endif

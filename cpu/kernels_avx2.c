@@ -79,6 +79,8 @@ PK_GEMM_AS_STORED(gemm_q4_0_avx2, gemm_q4_0, PK_Q4_0)
 PK_GEMM_AS_STORED(gemm_q5_0_avx2, gemm_q5_0, PK_Q5_0)
 PK_GEMM_AS_STORED(gemm_q4_1_avx2, gemm_q4_1, PK_Q4_1)
 PK_GEMM_AS_STORED(gemm_q5_1_avx2, gemm_q5_1, PK_Q5_1)
+PK_GEMM_AS_STORED(gemm_q8_0_avx2, gemm_q8_0, PK_Q8_0)
+PK_GEMM_AS_STORED(gemm_iq4_nl_avx2, gemm_iq4_nl, PK_IQ4_NL)
 PK_GEMM_AS_STORED(gemm_q4_K_avx2, gemm_q4_K, PK_Q4_K)
 PK_GEMM_AS_STORED(gemm_q5_K_avx2, gemm_q5_K, PK_Q5_K)
 PK_GEMM_AS_STORED(gemm_q6_K_avx2, gemm_q6_K, PK_Q6_K)
@@ -521,9 +523,9 @@ const cpu_kernels cpu_kernels_avx2 = {
             [LLMM_TYPE_F16] = {avx2_gemm_f16, CPU_OPERAND_F16},
             [LLMM_TYPE_BF16] = {avx2_gemm_bf16, CPU_OPERAND_BF16},
             [LLMM_TYPE_Q4_0] = {gemm_q4_0_avx2, CPU_OPERAND_Q8},
-            [LLMM_TYPE_Q8_0] = {gemm_q8_0, CPU_OPERAND_Q8},
+            [LLMM_TYPE_Q8_0] = {gemm_q8_0_avx2, CPU_OPERAND_Q8},
             [LLMM_TYPE_Q5_0] = {gemm_q5_0_avx2, CPU_OPERAND_Q8},
-            [LLMM_TYPE_IQ4_NL] = {gemm_iq4_nl, CPU_OPERAND_Q8},
+            [LLMM_TYPE_IQ4_NL] = {gemm_iq4_nl_avx2, CPU_OPERAND_Q8},
             [LLMM_TYPE_IQ4_XS] = {gemm_iq4_xs, CPU_OPERAND_Q8K},
             [LLMM_TYPE_Q4_1] = {gemm_q4_1_avx2, CPU_OPERAND_Q8_1},
             [LLMM_TYPE_Q5_1] = {gemm_q5_1_avx2, CPU_OPERAND_Q8_1},
@@ -539,9 +541,12 @@ const cpu_kernels cpu_kernels_avx2 = {
             [LLMM_TYPE_Q5_0] = gemm_q5_0_packed8,
             [LLMM_TYPE_Q4_1] = gemm_q4_1_packed8,
             [LLMM_TYPE_Q5_1] = gemm_q5_1_packed8,
+            [LLMM_TYPE_Q8_0] = gemm_q8_0_packed8,
+            [LLMM_TYPE_IQ4_NL] = gemm_iq4_nl_packed8,
             [LLMM_TYPE_Q4_K] = gemm_q4_K_packed8,
             [LLMM_TYPE_Q5_K] = gemm_q5_K_packed8,
             [LLMM_TYPE_Q6_K] = gemm_q6_K_packed8,
+            [LLMM_TYPE_IQ4_XS] = gemm_iq4_xs_packed8,
         },
     .pack_tiles = pack_tiles_packed8,
     .quantize_q8 = avx2_quantize_q8,

@@ -1586,7 +1586,7 @@ static double packed_decode_gbs(cpu_isa isa, uint32_t type, size_t ne0, size_t n
  * copies are made), in GB/s of weights per operand row. With LLMM_BENCH_KERNELS=packed (or =1). */
 static void bench_packed_decode(void) {
     const uint32_t types[] = {LLMM_TYPE_Q4_0, LLMM_TYPE_Q8_0, LLMM_TYPE_Q5_0, LLMM_TYPE_Q4_K,
-                              LLMM_TYPE_Q5_K, LLMM_TYPE_Q6_K, LLMM_TYPE_IQ4_XS};
+                              LLMM_TYPE_Q5_K, LLMM_TYPE_Q6_K, LLMM_TYPE_IQ4_NL, LLMM_TYPE_IQ4_XS};
     const cpu_isa isas[] = {CPU_ISA_AVX2, CPU_ISA_AVX512};
     for (size_t ii = 0; ii < ARRAY_LEN(isas); ii++) {
         const cpu_kernels *k = cpu_kernels_get(isas[ii]);

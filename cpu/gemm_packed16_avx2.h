@@ -567,12 +567,9 @@ typedef enum pk_kind {
 SIMD_ALWAYS_INLINE int pk_legacy(pk_kind k) { return k <= PK_IQ4_NL; }
 
 SIMD_ALWAYS_INLINE r16_kind pk_legacy_kind(pk_kind k) {
-    return k == PK_Q4_0   ? R16_Q4_0
-           : k == PK_Q5_0 ? R16_Q5_0
-           : k == PK_Q4_1 ? R16_Q4_1
-           : k == PK_Q5_1 ? R16_Q5_1
-           : k == PK_Q8_0 ? R16_Q8_0
-                          : R16_IQ4_NL;
+    static const r16_kind kinds[] = {[PK_Q4_0] = R16_Q4_0, [PK_Q5_0] = R16_Q5_0, [PK_Q4_1] = R16_Q4_1,
+                                     [PK_Q5_1] = R16_Q5_1, [PK_Q8_0] = R16_Q8_0, [PK_IQ4_NL] = R16_IQ4_NL};
+    return kinds[k];
 }
 
 SIMD_ALWAYS_INLINE size_t pk_block_size(pk_kind k) { return pk_legacy(k) ? QK8_0 : QK_K; }
@@ -666,16 +663,12 @@ static void pack_tiles_packed8(const llmm_tensor *w, size_t t0, size_t t1, uint8
 #define PK_FLY_MIN_ROWS 4
 
 SIMD_ALWAYS_INLINE uint32_t pk_type(pk_kind k) {
-    return k == PK_Q4_0   ? LLMM_TYPE_Q4_0
-           : k == PK_Q5_0 ? LLMM_TYPE_Q5_0
-           : k == PK_Q4_1 ? LLMM_TYPE_Q4_1
-           : k == PK_Q5_1 ? LLMM_TYPE_Q5_1
-           : k == PK_Q8_0 ? LLMM_TYPE_Q8_0
-           : k == PK_IQ4_NL ? LLMM_TYPE_IQ4_NL
-           : k == PK_Q4_K ? LLMM_TYPE_Q4_K
-           : k == PK_Q5_K ? LLMM_TYPE_Q5_K
-           : k == PK_Q6_K ? LLMM_TYPE_Q6_K
-                          : LLMM_TYPE_IQ4_XS;
+    static const uint32_t types[] = {
+        [PK_Q4_0] = LLMM_TYPE_Q4_0, [PK_Q5_0] = LLMM_TYPE_Q5_0,     [PK_Q4_1] = LLMM_TYPE_Q4_1,
+        [PK_Q5_1] = LLMM_TYPE_Q5_1, [PK_Q8_0] = LLMM_TYPE_Q8_0,     [PK_IQ4_NL] = LLMM_TYPE_IQ4_NL,
+        [PK_Q4_K] = LLMM_TYPE_Q4_K, [PK_Q5_K] = LLMM_TYPE_Q5_K,     [PK_Q6_K] = LLMM_TYPE_Q6_K,
+        [PK_IQ4_XS] = LLMM_TYPE_IQ4_XS};
+    return types[k];
 }
 SIMD_ALWAYS_INLINE size_t pk_block_bytes(pk_kind k) {
     return pk_legacy(k) ? r16_block_bytes(pk_legacy_kind(k))

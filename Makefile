@@ -67,8 +67,13 @@ $(BUILD)/obj/%.o: %.c | $(DEPS_OK)
 # the kernels must round exactly as the scalar reference does.
 ifneq ($(filter x86_64%,$(shell $(CC) -dumpmachine)),)
 SIMD_AVX2_FLAGS := -mavx2 -mfma -mf16c -ffp-contract=off
+SIMD_AVX512_FLAGS := $(SIMD_AVX2_FLAGS) -mavx512f -mavx512bw -mavx512vl -mavx512vnni
 $(BUILD)/obj/cpu/%_avx2.o: ALL_CFLAGS += $(SIMD_AVX2_FLAGS)
-$(BUILD)/obj/cpu/%_avx512.o: ALL_CFLAGS += $(SIMD_AVX2_FLAGS) -mavx512f -mavx512bw -mavx512vl -mavx512vnni
+$(BUILD)/obj/cpu/%_avxvnni.o: ALL_CFLAGS += $(SIMD_AVX2_FLAGS) -mavxvnni
+# the EVEX copy of the AVX-VNNI table keeps to AVX2's 16 vector registers, so that it spills
+# (and is timed) as the VEX code on a CPU with AVX-VNNI would
+$(BUILD)/obj/cpu/%_avxvnni_evex.o: ALL_CFLAGS += $(SIMD_AVX512_FLAGS) $(foreach r,$(shell seq 16 31),-ffixed-xmm$(r))
+$(BUILD)/obj/cpu/%_avx512.o: ALL_CFLAGS += $(SIMD_AVX512_FLAGS)
 endif
 
 # aarch64 NEON kernels: Advanced SIMD is baseline, so kernels_neon.c needs no target flag; only

@@ -74,6 +74,11 @@ static int x86_has(cpu_isa isa) {
     if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
     const int avx2 = (b >> 5) & 1;
     if (isa == CPU_ISA_AVX2) return avx2;
+    if (isa == CPU_ISA_AVX_VNNI) {
+        /* AVX-VNNI: leaf 7, sub-leaf 1, EAX bit 4 */
+        if (!avx2 || !__get_cpuid_count(7, 1, &a, &b, &c, &d)) return 0;
+        return (a >> 4) & 1;
+    }
     const int f = (b >> 16) & 1, bw = (b >> 30) & 1, vl = (b >> 31) & 1, vnni = (c >> 11) & 1;
     return avx2 && f && bw && vl && vnni && (xcr0 & 0xe0) == 0xe0;
 }
@@ -103,6 +108,7 @@ static int cpu_has(cpu_isa isa) {
 #if defined(__x86_64__)
     case CPU_ISA_AVX2:
     case CPU_ISA_AVX512: return x86_has(isa);
+    case CPU_ISA_AVX_VNNI: return x86_has(isa) || x86_has(CPU_ISA_AVX512); /* the VEX or the EVEX code */
 #endif
 #if defined(__aarch64__)
     case CPU_ISA_NEON:
@@ -118,6 +124,7 @@ const cpu_kernels *cpu_kernels_get(cpu_isa isa) {
     case CPU_ISA_SCALAR: return &cpu_kernels_scalar;
 #if defined(__x86_64__)
     case CPU_ISA_AVX2: return &cpu_kernels_avx2;
+    case CPU_ISA_AVX_VNNI: return x86_has(isa) ? &cpu_kernels_avxvnni : &cpu_kernels_avxvnni_evex;
     case CPU_ISA_AVX512: return &cpu_kernels_avx512;
 #endif
 #if defined(__aarch64__)
@@ -138,7 +145,7 @@ const cpu_kernels *cpu_kernels_select(cpu_isa cap) {
 }
 
 cpu_isa cpu_kernels_env_cap(void) {
-    static const char *const names[CPU_ISA_COUNT] = {"scalar", "avx2", "avx512", "neon", "dotprod"};
+    static const char *const names[CPU_ISA_COUNT] = {"scalar", "avx2", "avxvnni", "avx512", "neon", "dotprod"};
     const char *v = getenv("LLMM_CPU_KERNELS");
     if (v)
         for (int i = 0; i < (int)CPU_ISA_COUNT; i++)

@@ -1,4 +1,4 @@
-/* The CPU backend's kernel table: one per instruction set (scalar; AVX2, AVX-512 on x86-64;
+/* The CPU backend's kernel table: one per instruction set (scalar; AVX2, AVX-VNNI, AVX-512 on x86-64;
  * NEON, NEON with dotprod on aarch64), chosen once per backend init from cpuid or the ELF
  * hardware capabilities and kept in the backend state, so one binary runs on any x86-64 and
  * any aarch64 CPU.
@@ -34,9 +34,10 @@
 typedef enum cpu_isa {
     CPU_ISA_SCALAR = 0,
     CPU_ISA_AVX2 = 1,         /* AVX2 + FMA + F16C */
-    CPU_ISA_AVX512 = 2,       /* AVX-512 F/BW/VL + VNNI (and the AVX2 set) */
-    CPU_ISA_NEON = 3,         /* AArch64 Advanced SIMD */
-    CPU_ISA_NEON_DOTPROD = 4, /* and the ARMv8.2 dot product (SDOT) */
+    CPU_ISA_AVX_VNNI = 2,     /* and 256-bit VNNI: AVX-VNNI, or AVX512-VNNI + VL (kernels_avxvnni.c) */
+    CPU_ISA_AVX512 = 3,       /* AVX-512 F/BW/VL + VNNI (and the AVX2 set) */
+    CPU_ISA_NEON = 4,         /* AArch64 Advanced SIMD */
+    CPU_ISA_NEON_DOTPROD = 5, /* and the ARMv8.2 dot product (SDOT) */
     CPU_ISA_COUNT
 } cpu_isa;
 
@@ -95,7 +96,7 @@ typedef struct cpu_kernels {
     cpu_matmul_kernel matmul[LLMM_TYPE_COUNT];
     /* The same matmul over a packed copy of the weight (packed_tiles.h: w->data the copy,
      * w->ne1 its whole tiles' rows), matmul[type]'s operand, bit for bit its results; NULL
-     * where this table does not pack the type (the scalar and NEON tables pack none; AVX2 packs
+     * where this table does not pack the type (the scalar and NEON tables pack none; AVX2 (and AVX-VNNI) packs
      * Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q4_K, Q5_K and Q6_K, AVX-512 those and IQ4_XS). */
     cpu_gemm_fn matmul_packed[LLMM_TYPE_COUNT];
     /* Tiles [t0, t1) of w (a type matmul_packed reads) into copy, byte for byte
@@ -147,7 +148,7 @@ typedef struct cpu_kernels {
 const cpu_kernels *cpu_kernels_select(cpu_isa cap);
 /* The table for exactly isa, or NULL when this CPU or build lacks it (tests iterate these). */
 const cpu_kernels *cpu_kernels_get(cpu_isa isa);
-/* The ISA named by LLMM_CPU_KERNELS ("scalar", "avx2", "avx512", "neon", "dotprod");
+/* The ISA named by LLMM_CPU_KERNELS ("scalar", "avx2", "avxvnni", "avx512", "neon", "dotprod");
  * CPU_ISA_COUNT when unset or unknown, meaning "the best available". A name from the other
  * architecture caps by its number: "avx2" on aarch64 means scalar. Read once per backend init. */
 cpu_isa cpu_kernels_env_cap(void);
@@ -155,6 +156,8 @@ cpu_isa cpu_kernels_env_cap(void);
 extern const cpu_kernels cpu_kernels_scalar;
 #if defined(__x86_64__)
 extern const cpu_kernels cpu_kernels_avx2;
+extern const cpu_kernels cpu_kernels_avxvnni;      /* VEX: CPUs with AVX-VNNI */
+extern const cpu_kernels cpu_kernels_avxvnni_evex; /* the same code, EVEX: AVX-512 CPUs without it */
 extern const cpu_kernels cpu_kernels_avx512;
 #endif
 #if defined(__aarch64__)

@@ -1,8 +1,9 @@
-/* Packed copies (packed_tiles.h) on 256-bit vectors, for the AVX2 table: Q4_0, Q5_0, Q8_0,
- * IQ4_NL, Q4_1 and Q5_1 times Q8 / Q8_1 operand rows, Q4_K, Q5_K, Q6_K and IQ4_XS times Q8_K
- * ones; gives gemm_q4_0_packed8 .. gemm_iq4_xs_packed8 (cpu_gemm_fn), for any number of operand rows; and
- * the same tiles for prompts over weights as stored, each segment of a tile packed on the fly
- * into a stack buffer (gemm_pk_fly, PK_GEMM_AS_STORED). For kernels_avx2.c.
+/* Packed copies (packed_tiles.h) on 256-bit vectors, for the AVX2 and AVX-VNNI tables: Q4_0,
+ * Q5_0, Q8_0, IQ4_NL, Q4_1 and Q5_1 times Q8 / Q8_1 operand rows, Q4_K, Q5_K, Q6_K and IQ4_XS
+ * times Q8_K ones; gives gemm_q4_0_packed8 .. gemm_iq4_xs_packed8 (cpu_gemm_fn), for any number
+ * of operand rows; and the same tiles for prompts over weights as stored, each segment of a tile
+ * packed on the fly into a stack buffer (gemm_pk_fly, PK_GEMM_AS_STORED). For kernels_avx2.c
+ * and kernels_avxvnni.c.
  *
  * Why: the AVX2 kernels as stored (gemm_int8_x86.h, gemm_legacy_x86.h, gemm_kquant_x86.h) put
  * one or two weight rows in a vector, so every block's eight row sums are gathered from lanes
@@ -24,10 +25,18 @@
  * tiles' (gemm_rows16_avx512.h, gemm_kquant_rows16_avx512.h), lane by lane in block order
  * without FMA: bit-identical to the type table's vec_dot.
  *
- * Not here: Q2_K and Q3_K (packed on no table). IQ4_XS prompts over weights as stored keep
- * its 8-row kernel: the tiles packed on the fly measured no faster (64 operand rows, one core,
- * 0.027-0.038 ns per weight and row against 0.027-0.035), as its sign trick and per-lane
- * factors cost about what the 8-row kernel's horizontal sums do. */
+ * With PK_VNNI (kernels_avxvnni.c: AVX-VNNI, or its EVEX form on AVX-512 CPUs), pk_dpbusd sums
+ * four u8 x s8 products into each int32 lane in one instruction: no int16 step, so no
+ * saturation limit and no vpmaddwd; signed quants are taken as w + 128 (Q8_0's copy holds
+ * them so; IQ4_NL's codebook is looked up + 128) and the offset comes back with the operand's
+ * quant sums, as on the AVX-512 tiles; scales that vpmaddwd multiplied for free are applied by
+ * one vpmulld per sub-block sum. The integer sums are the same, so the results are too.
+ *
+ * Not here: Q2_K and Q3_K (packed on no table). On the AVX2 table IQ4_XS prompts over weights
+ * as stored keep its 8-row kernel: the tiles packed on the fly measured no faster (64 operand
+ * rows, one core, 0.027-0.038 ns per weight and row against 0.027-0.035), as its sign trick and
+ * per-lane factors cost about what the 8-row kernel's horizontal sums do. With PK_VNNI they
+ * take the tiles (1.6x the prefill tok/s, docs/performance.md "twelfth session"). */
 #ifndef LLMM_GEMM_PACKED16_AVX2_H
 #define LLMM_GEMM_PACKED16_AVX2_H
 
@@ -38,6 +47,10 @@
 #include "gemm_tiles.h"
 #include "packed_tiles.h"
 #include "simd_x86.h"
+
+#ifndef PK_VNNI
+#define PK_VNNI 0
+#endif
 
 #define PK_ROWS PACKED_TILE_ROWS
 /* operand rows per pass over a half tile (prompts): the K-quant tiles' int16 and int32 sums, the
@@ -85,13 +98,37 @@ SIMD_ALWAYS_INLINE void pk_store(__m256 lo, __m256 hi, float *o, size_t l0, size
 
 /* ---------------------------------------------------------------- Q4_0, Q5_0, Q4_1, Q5_1 */
 
-/* Q8_0 and IQ4_NL: signed weights, multiplied by the sign trick (below) */
+/* Q8_0 and IQ4_NL: signed weights, multiplied by the sign trick (below), or as w + 128 (PK_VNNI) */
 SIMD_ALWAYS_INLINE int pk_signed(r16_kind kind) { return kind == R16_Q8_0 || kind == R16_IQ4_NL; }
 
 /* What a block's integer sum is off by, times the operand block's quant sum: Q4_0's and
- * Q5_0's unsigned quants (nibble - 8, - 16); none for the signed ones and for Q4_1 and Q5_1,
- * whose offset is their min's term. */
-SIMD_ALWAYS_INLINE int pk_offset(r16_kind kind) { return pk_signed(kind) || r16_has_min(kind) ? 0 : r16_offset(kind); }
+ * Q5_0's unsigned quants (nibble - 8, - 16), the signed ones' 128 with PK_VNNI; none for them
+ * with the sign trick and for Q4_1 and Q5_1, whose offset is their min's term. */
+SIMD_ALWAYS_INLINE int pk_offset(r16_kind kind) {
+    if (pk_signed(kind)) return PK_VNNI ? 128 : 0;
+    return r16_has_min(kind) ? 0 : r16_offset(kind);
+}
+
+#if PK_VNNI
+/* acc + four products of unsigned w with the operand bytes xb in each int32 lane */
+SIMD_ALWAYS_INLINE __m256i pk_acc_u8(__m256i acc, __m256i w, __m256i xb) { return pk_dpbusd(acc, w, xb); }
+/* a sub-block's lane sums times each lane's scale (pk_scale_bytes: one int32 per lane) */
+SIMD_ALWAYS_INLINE __m256i pk_scaled(__m256i sums, __m256i scale) { return _mm256_mullo_epi32(sums, scale); }
+#else
+/* acc + w's u8 x s8 pair sums with the operand bytes xb, in int16 (see the top for how many
+ * may be added before pk_scaled or pk_legacy_widen widens them) */
+SIMD_ALWAYS_INLINE __m256i pk_acc_u8(__m256i acc, __m256i w, __m256i xb) {
+    return _mm256_add_epi16(acc, _mm256_maddubs_epi16(w, xb));
+}
+/* the int16 pair sums times each lane's scale in both int16 halves (pk_scale_bytes), widened */
+SIMD_ALWAYS_INLINE __m256i pk_scaled(__m256i sums, __m256i scale) { return _mm256_madd_epi16(sums, scale); }
+#endif
+
+/* acc + the products of weights lo (with the operand bytes xl) and up (with xh) */
+SIMD_ALWAYS_INLINE __m256i pk_acc_pair(__m256i acc, __m256i lo, __m256i xl, __m256i up, __m256i xh) {
+    if (PK_VNNI) return pk_acc_u8(pk_acc_u8(acc, lo, xl), up, xh);
+    return _mm256_add_epi16(acc, _mm256_add_epi16(_mm256_maddubs_epi16(lo, xl), _mm256_maddubs_epi16(up, xh)));
+}
 
 /* Half h of vector j of a group's quants (v: the group after its scales and mins) as unsigned
  * bytes: the 8 rows' weights 4j .. 4j+3 (*lo) and 16 + 4j .. (*hi). */
@@ -108,9 +145,11 @@ SIMD_ALWAYS_INLINE void pk_legacy_weights(r16_kind kind, const uint8_t *v, int h
 }
 
 /* A block's lane sums from its two int16 partial sums (weights 4j.. and 16 + 4j.. for j < 2, and
- * for j >= 2): added in int16 for 4-bit quants, widened first for 5-bit ones (see the top). */
+ * for j >= 2): added in int16 for 4-bit quants, widened first for 5-bit ones (see the top); with
+ * PK_VNNI already int32. */
 SIMD_ALWAYS_INLINE __m256i pk_legacy_widen(r16_kind kind, __m256i a, __m256i c) {
     const __m256i ones = _mm256_set1_epi16(1);
+    if (PK_VNNI) return _mm256_add_epi32(a, c);
     if (!r16_five_bits(kind)) return _mm256_madd_epi16(_mm256_add_epi16(a, c), ones);
     return _mm256_add_epi32(_mm256_madd_epi16(a, ones), _mm256_madd_epi16(c, ones));
 }
@@ -139,12 +178,11 @@ SIMD_ALWAYS_INLINE void pk_legacy_rows(r16_kind kind, const uint8_t *g, size_t h
     for (size_t r = 0; r < nx; r++) {
         const size_t xb = (r0 + r) * nb + b;
         const int8_t *xq = x->qs + xb * QK8_0;
-        __m256i p[4];
+        __m256i p[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
 #pragma GCC unroll 4
         for (int j = 0; j < 4; j++)
-            p[j] = _mm256_add_epi16(_mm256_maddubs_epi16(lo[j], pk_bcast32(xq + 4 * j)),
-                                    _mm256_maddubs_epi16(up[j], pk_bcast32(xq + 16 + 4 * j)));
-        const __m256i isum = pk_legacy_widen(kind, _mm256_add_epi16(p[0], p[1]), _mm256_add_epi16(p[2], p[3]));
+            p[j / 2] = pk_acc_pair(p[j / 2], lo[j], pk_bcast32(xq + 4 * j), up[j], pk_bcast32(xq + 16 + 4 * j));
+        const __m256i isum = pk_legacy_widen(kind, p[0], p[1]);
         acc[r] = pk_legacy_fold(kind, g, h, xb, x, isum, acc[r]);
     }
 }
@@ -166,7 +204,7 @@ SIMD_ALWAYS_INLINE void pk_legacy_tile(r16_kind kind, const uint8_t *g, const ui
             pk_legacy_rows(kind, g, head, h0, b, nb, x, r0, nx, acc);
             continue;
         }
-        /* int16 sums of weights 4j .. 4j+3 and 16 + 4j .. for j in [2k, 2k + 2) (see the top) */
+        /* sums of weights 4j .. 4j+3 and 16 + 4j .. for j in [2k, 2k + 2) (int16 without PK_VNNI) */
         __m256i p16[2][2];
         for (size_t i = 0; i < na; i++) p16[i][0] = p16[i][1] = _mm256_setzero_si256();
 #pragma GCC unroll 4
@@ -183,8 +221,7 @@ SIMD_ALWAYS_INLINE void pk_legacy_tile(r16_kind kind, const uint8_t *g, const ui
                 pk_legacy_weights(kind, g + head, h0 + hi, j, &lo, &up);
                 for (size_t r = 0; r < nx; r++) {
                     __m256i *p = &p16[r * (size_t)nh + (size_t)hi][j / 2];
-                    *p = _mm256_add_epi16(*p, _mm256_add_epi16(_mm256_maddubs_epi16(lo, xl[r]),
-                                                               _mm256_maddubs_epi16(up, xh[r])));
+                    *p = pk_acc_pair(*p, lo, xl[r], up, xh[r]);
                 }
             }
         }
@@ -199,39 +236,67 @@ SIMD_ALWAYS_INLINE void pk_legacy_tile(r16_kind kind, const uint8_t *g, const ui
 
 /* ---------------------------------------------------------------- Q8_0, IQ4_NL */
 
-/* A vector of 8 rows' signed weights w, with |w| as unsigned bytes (-128 becomes 128). */
+/* A vector of 8 rows' signed weights w: with |w| as unsigned bytes (-128 becomes 128) for the
+ * sign trick, or as u = w + 128 (PK_VNNI). */
 typedef struct pk_signed_vec {
+#if PK_VNNI
+    __m256i u;
+#else
     __m256i abs, w;
+#endif
 } pk_signed_vec;
 
+SIMD_ALWAYS_INLINE pk_signed_vec pk_signed_of(__m256i w) {
+#if PK_VNNI
+    return (pk_signed_vec){w}; /* already + 128 */
+#else
+    return (pk_signed_vec){_mm256_sign_epi8(w, w), w};
+#endif
+}
+
 /* Half h of vector pair j of a Q8_0 or IQ4_NL group's quants (v): the 8 rows' weights
- * 4j .. 4j+3 (*lo) and 16 + 4j .. (*hi), signed. Q8_0's copy holds them plus 128 (its vectors
- * j and j + 4); IQ4_NL's, as Q4_0's, nibbles that index the codebook. */
+ * 4j .. 4j+3 (*lo) and 16 + 4j .. (*hi). Q8_0's copy holds them plus 128 (its vectors j and
+ * j + 4); IQ4_NL's, as Q4_0's, nibbles that index the codebook. */
 SIMD_ALWAYS_INLINE void pk_signed_weights(r16_kind kind, const uint8_t *v, int h, int j, pk_signed_vec *lo,
                                           pk_signed_vec *hi) {
-    __m256i a, b;
+    const __m256i flip = _mm256_set1_epi8((char)0x80);
+    __m256i a, b; /* w, or w + 128 with PK_VNNI */
     if (kind == R16_Q8_0) {
-        const __m256i flip = _mm256_set1_epi8((char)0x80);
-        a = _mm256_xor_si256(load_256(v + 64 * j + 32 * h), flip);
-        b = _mm256_xor_si256(load_256(v + 64 * (j + 4) + 32 * h), flip);
+        a = load_256(v + 64 * j + 32 * h);
+        b = load_256(v + 64 * (j + 4) + 32 * h);
+        if (!PK_VNNI) {
+            a = _mm256_xor_si256(a, flip);
+            b = _mm256_xor_si256(b, flip);
+        }
     } else {
-        const __m256i values = _mm256_broadcastsi128_si256(load_128(llmm_iq4_values));
+        __m256i values = _mm256_broadcastsi128_si256(load_128(llmm_iq4_values));
+        if (PK_VNNI) values = _mm256_xor_si256(values, flip);
         const __m256i low4 = _mm256_set1_epi8(0x0f), d = load_256(v + 64 * j + 32 * h);
         a = _mm256_shuffle_epi8(values, _mm256_and_si256(d, low4));
         b = _mm256_shuffle_epi8(values, _mm256_and_si256(_mm256_srli_epi16(d, 4), low4));
     }
-    *lo = (pk_signed_vec){_mm256_sign_epi8(a, a), a};
-    *hi = (pk_signed_vec){_mm256_sign_epi8(b, b), b};
+    *lo = pk_signed_of(a);
+    *hi = pk_signed_of(b);
 }
 
+#if PK_VNNI
+/* acc + each lane's four products of w + 128 with the broadcast operand bytes xb (the offset
+ * is taken back from the block sums) */
+SIMD_ALWAYS_INLINE __m256i pk_signed_dot(__m256i acc, pk_signed_vec w, __m256i xb) { return pk_dpbusd(acc, w.u, xb); }
+#else
 /* acc + each lane's four products of w with the broadcast operand bytes xb, times the lane's
  * factor (both int16 halves of each lane of factor; ones, or IQ4_XS's sub-block factor): |w|
  * times xb with w's sign. vpmaddubsw's pair sums are at most 2 x 128 x 127 = 32512, so each is
  * widened at once (two added could saturate). */
-SIMD_ALWAYS_INLINE __m256i pk_signed_dot(__m256i acc, pk_signed_vec w, __m256i xb, __m256i factor) {
+SIMD_ALWAYS_INLINE __m256i pk_signed_dot_times(__m256i acc, pk_signed_vec w, __m256i xb, __m256i factor) {
     const __m256i p = _mm256_maddubs_epi16(w.abs, _mm256_sign_epi8(xb, w.w));
     return _mm256_add_epi32(acc, _mm256_madd_epi16(p, factor));
 }
+
+SIMD_ALWAYS_INLINE __m256i pk_signed_dot(__m256i acc, pk_signed_vec w, __m256i xb) {
+    return pk_signed_dot_times(acc, w, xb, _mm256_set1_epi16(1));
+}
+#endif
 
 /* As pk_legacy_tile, for Q8_0 and IQ4_NL: each half's weight vectors made once for all the
  * operand rows, their int32 sums folded per block. */
@@ -252,8 +317,7 @@ SIMD_ALWAYS_INLINE void pk_signed_tile(r16_kind kind, const uint8_t *g, const ui
                 for (size_t r = 0; r < nx; r++) {
                     const int8_t *xq = x->qs + ((r0 + r) * nb + b) * QK8_0 + 4 * j;
                     __m256i *s = &sum[r * (size_t)nh + (size_t)hi];
-                    const __m256i ones = _mm256_set1_epi16(1);
-                    *s = pk_signed_dot(pk_signed_dot(*s, lo, pk_bcast32(xq), ones), up, pk_bcast32(xq + 16), ones);
+                    *s = pk_signed_dot(pk_signed_dot(*s, lo, pk_bcast32(xq)), up, pk_bcast32(xq + 16));
                 }
             }
         for (size_t r = 0; r < nx; r++)
@@ -300,6 +364,22 @@ SIMD_ALWAYS_INLINE __m256i pk_sbyte2(__m256i v, int k) {
     const __m128i pick = _mm_setr_epi32(pk_upper_bytes(k, k), pk_upper_bytes(4 + k, 4 + k),
                                         pk_upper_bytes(8 + k, 8 + k), pk_upper_bytes(12 + k, 12 + k));
     return _mm256_srai_epi16(_mm256_shuffle_epi8(v, _mm256_broadcastsi128_si256(pick)), 8);
+}
+
+/* Byte k of each lane as a scale for pk_scaled: zero-extended into the int32 lane (PK_VNNI), or
+ * into both int16 halves; pk_sscale_bytes sign-extended. */
+SIMD_ALWAYS_INLINE __m256i pk_scale_bytes(__m256i v, int k) {
+    if (!PK_VNNI) return pk_byte2(v, k);
+    const int z = (int)0x80808000;
+    const __m128i pick = _mm_setr_epi32(z | k, z | (4 + k), z | (8 + k), z | (12 + k));
+    return _mm256_shuffle_epi8(v, _mm256_broadcastsi128_si256(pick));
+}
+
+SIMD_ALWAYS_INLINE __m256i pk_sscale_bytes(__m256i v, int k) {
+    if (!PK_VNNI) return pk_sbyte2(v, k);
+    const int z = 0x808080;
+    const __m128i pick = _mm_setr_epi32(z | k << 24, z | (4 + k) << 24, z | (8 + k) << 24, z | (12 + k) << 24);
+    return _mm256_srai_epi32(_mm256_shuffle_epi8(v, _mm256_broadcastsi128_si256(pick)), 24);
 }
 
 /* Bit k of every byte of v moved to bit 4, the other bits cleared. */
@@ -353,8 +433,8 @@ SIMD_ALWAYS_INLINE void pk_k4_tile(int q5, const uint8_t *g, const uint8_t *next
             __m256i sc_lo[2], sc_hi[2], dl[PK_ACC], dh[PK_ACC];
             for (int hi = 0; hi < nh; hi++) {
                 const __m256i sv = pk_k4_scales(g, h0 + hi, c / 2, 0);
-                sc_lo[hi] = pk_byte2(sv, (2 * c) & 3);
-                sc_hi[hi] = pk_byte2(sv, (2 * c + 1) & 3);
+                sc_lo[hi] = pk_scale_bytes(sv, (2 * c) & 3);
+                sc_hi[hi] = pk_scale_bytes(sv, (2 * c + 1) & 3);
             }
             for (size_t i = 0; i < na; i++) dl[i] = dh[i] = _mm256_setzero_si256();
 #pragma GCC unroll 2
@@ -380,16 +460,16 @@ SIMD_ALWAYS_INLINE void pk_k4_tile(int q5, const uint8_t *g, const uint8_t *next
                         }
                         for (size_t r = 0; r < nx; r++) {
                             const size_t i = r * (size_t)nh + (size_t)hi;
-                            dl[i] = _mm256_add_epi16(dl[i], _mm256_maddubs_epi16(lo, xl[r]));
-                            dh[i] = _mm256_add_epi16(dh[i], _mm256_maddubs_epi16(hq, xh[r]));
+                            dl[i] = pk_acc_u8(dl[i], lo, xl[r]);
+                            dh[i] = pk_acc_u8(dh[i], hq, xh[r]);
                         }
                     }
                 }
-                /* 4-bit: eight pairs per int16 sum; 5-bit: four */
-                if (q5 || p == 1)
+                /* int16 sums: 4-bit eight pairs each, 5-bit four; int32 ones (PK_VNNI) the whole sub-block */
+                if ((q5 && !PK_VNNI) || p == 1)
                     for (size_t i = 0; i < na; i++) {
-                        const __m256i lo = _mm256_madd_epi16(dl[i], sc_lo[i % nh]);
-                        const __m256i up = _mm256_madd_epi16(dh[i], sc_hi[i % nh]);
+                        const __m256i lo = pk_scaled(dl[i], sc_lo[i % nh]);
+                        const __m256i up = pk_scaled(dh[i], sc_hi[i % nh]);
                         sum_q[i] = _mm256_add_epi32(sum_q[i], _mm256_add_epi32(lo, up));
                         dl[i] = dh[i] = _mm256_setzero_si256();
                     }
@@ -481,16 +561,19 @@ SIMD_ALWAYS_INLINE void pk_k6_tile(const uint8_t *g, const uint8_t *next, size_t
                             const __m256i q = _mm256_or_si256(nib, _mm256_and_si256(top, top2));
                             for (size_t r = 0; r < nx; r++) {
                                 __m256i *d = &dq[r * (size_t)nh + (size_t)hi][j / 2];
-                                *d = _mm256_add_epi16(*d, _mm256_maddubs_epi16(q, xb[r]));
+                                *d = pk_acc_u8(*d, q, xb[r]);
                             }
                         }
                     }
                     for (int hi = 0; hi < nh; hi++) {
-                        const __m256i scg = pk_sbyte2(pk_piece(g, 0, h0 + hi, grp / 4), grp % 4);
+                        const __m256i scg = pk_sscale_bytes(pk_piece(g, 0, h0 + hi, grp / 4), grp % 4);
                         for (size_t r = 0; r < nx; r++) {
                             const size_t i = r * (size_t)nh + (size_t)hi;
-                            sum_q[i] = _mm256_add_epi32(sum_q[i], _mm256_add_epi32(_mm256_madd_epi16(dq[i][0], scg),
-                                                                                   _mm256_madd_epi16(dq[i][1], scg)));
+                            /* int32 sums (PK_VNNI) are added first: one multiply */
+                            const __m256i sq = PK_VNNI ? pk_scaled(_mm256_add_epi32(dq[i][0], dq[i][1]), scg)
+                                                       : _mm256_add_epi32(pk_scaled(dq[i][0], scg),
+                                                                          pk_scaled(dq[i][1], scg));
+                            sum_q[i] = _mm256_add_epi32(sum_q[i], sq);
                         }
                     }
                 }
@@ -531,8 +614,14 @@ SIMD_ALWAYS_INLINE void pk_xs_tile(const uint8_t *g, const uint8_t *next, size_t
                 const __m256i hi2 = _mm256_and_si256(_mm256_srli_epi32(hd, 16 + 2 * ib), _mm256_set1_epi32(3));
                 const __m256i f = _mm256_sub_epi32(_mm256_or_si256(lo4, _mm256_slli_epi32(hi2, 4)),
                                                    _mm256_set1_epi32(32));
-                factor[hi] = _mm256_or_si256(_mm256_and_si256(f, _mm256_set1_epi32(0xffff)), _mm256_slli_epi32(f, 16));
+                factor[hi] = PK_VNNI ? f : _mm256_or_si256(_mm256_and_si256(f, _mm256_set1_epi32(0xffff)),
+                                                           _mm256_slli_epi32(f, 16));
             }
+#if PK_VNNI
+            /* the sub-block's sums of (w + 128) x, less 128 times its operand quant sum, times the factor */
+            __m256i sub[PK_ACC];
+            for (size_t i = 0; i < na; i++) sub[i] = _mm256_setzero_si256();
+#endif
 #pragma GCC unroll 4
             for (int j = 0; j < 4; j++)
 #pragma GCC unroll 2
@@ -541,11 +630,26 @@ SIMD_ALWAYS_INLINE void pk_xs_tile(const uint8_t *g, const uint8_t *next, size_t
                     pk_signed_weights(R16_IQ4_NL, g + 64 * (qs_vec + 4 * (size_t)ib), h0 + hi, j, &lo, &up);
                     for (size_t r = 0; r < nx; r++) {
                         const int8_t *xq = x->qs + (r0 + r) * x->n + b * QK_K + 32 * ib + 4 * j;
+#if PK_VNNI
+                        __m256i *s = &sub[r * (size_t)nh + (size_t)hi];
+                        *s = pk_signed_dot(pk_signed_dot(*s, lo, pk_bcast32(xq)), up, pk_bcast32(xq + 16));
+#else
                         __m256i *s = &isum[r * (size_t)nh + (size_t)hi];
-                        *s = pk_signed_dot(pk_signed_dot(*s, lo, pk_bcast32(xq), factor[hi]), up,
-                                           pk_bcast32(xq + 16), factor[hi]);
+                        *s = pk_signed_dot_times(pk_signed_dot_times(*s, lo, pk_bcast32(xq), factor[hi]), up,
+                                                 pk_bcast32(xq + 16), factor[hi]);
+#endif
                     }
                 }
+#if PK_VNNI
+            for (size_t r = 0; r < nx; r++) {
+                const int16_t *bs = x->bsums + (r0 + r) * (x->n / 16) + b * (QK_K / 16) + 2 * ib;
+                const __m256i off = _mm256_set1_epi32(pk_offset(R16_IQ4_NL) * (bs[0] + bs[1]));
+                for (int hi = 0; hi < nh; hi++) {
+                    const size_t i = r * (size_t)nh + (size_t)hi;
+                    isum[i] = _mm256_add_epi32(isum[i], pk_scaled(_mm256_sub_epi32(sub[i], off), factor[hi]));
+                }
+            }
+#endif
         }
         for (size_t r = 0; r < nx; r++)
             for (int hi = 0; hi < nh; hi++) {
@@ -755,5 +859,14 @@ GEMM_FN_FOR_KIND(gemm_q4_K_packed8, gemm_pk, PK_Q4_K)
 GEMM_FN_FOR_KIND(gemm_q5_K_packed8, gemm_pk, PK_Q5_K)
 GEMM_FN_FOR_KIND(gemm_q6_K_packed8, gemm_pk, PK_Q6_K)
 GEMM_FN_FOR_KIND(gemm_iq4_xs_packed8, gemm_pk, PK_IQ4_XS)
+
+/* A table's matmul_packed and pack_tiles entries (designated initializers of a cpu_kernels) */
+#define PK_PACKED8_ENTRIES                                                                                  \
+    .matmul_packed = {[LLMM_TYPE_Q4_0] = gemm_q4_0_packed8,   [LLMM_TYPE_Q5_0] = gemm_q5_0_packed8,           \
+                      [LLMM_TYPE_Q4_1] = gemm_q4_1_packed8,   [LLMM_TYPE_Q5_1] = gemm_q5_1_packed8,           \
+                      [LLMM_TYPE_Q8_0] = gemm_q8_0_packed8,   [LLMM_TYPE_IQ4_NL] = gemm_iq4_nl_packed8,       \
+                      [LLMM_TYPE_Q4_K] = gemm_q4_K_packed8,   [LLMM_TYPE_Q5_K] = gemm_q5_K_packed8,           \
+                      [LLMM_TYPE_Q6_K] = gemm_q6_K_packed8,   [LLMM_TYPE_IQ4_XS] = gemm_iq4_xs_packed8},      \
+    .pack_tiles = pack_tiles_packed8
 
 #endif

@@ -34,6 +34,17 @@ void avx2_attn_scores_f16(const float *q, size_t nh, size_t hd, const uint16_t *
                           float *scores, size_t ld);
 void avx2_attn_values_f16(float *out, size_t nh, size_t hd, const float *w, size_t ld, const uint16_t *rows,
                           size_t row_stride, size_t n);
+
+/* The operand, row and element-wise entries every x86 table takes from the AVX2 code, as
+ * designated initializers of a cpu_kernels. */
+#define AVX2_ROW_KERNELS                                                                                    \
+    .quantize_q8 = avx2_quantize_q8, .quantize_q8_1 = avx2_quantize_q8_1, .quantize_q8k = avx2_quantize_q8k, \
+    .round_f16 = avx2_round_f16, .rms_norm_row = avx2_rms_norm_row, .silu_mul = avx2_silu_mul,              \
+    .dot_f32 = avx2_dot_f32, .exp_sub_sum = avx2_exp_sub_sum, .axpy = avx2_axpy, .f16_to_f32 = avx2_f16_to_f32
+/* the AVX2 attention tiles (the AVX-512 table has wider ones) */
+#define AVX2_ATTENTION_KERNELS                                                                              \
+    .attn_scores = avx2_attn_scores, .attn_values = avx2_attn_values, .attn_scores_f16 = avx2_attn_scores_f16, \
+    .attn_values_f16 = avx2_attn_values_f16
 #endif
 
 #endif

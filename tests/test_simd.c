@@ -63,9 +63,9 @@
 #if defined(__aarch64__)
 static const cpu_isa k_simd_isas[] = {CPU_ISA_NEON, CPU_ISA_NEON_DOTPROD};
 #else
-static const cpu_isa k_simd_isas[] = {CPU_ISA_AVX2, CPU_ISA_AVX512};
+static const cpu_isa k_simd_isas[] = {CPU_ISA_AVX2, CPU_ISA_AVX_VNNI, CPU_ISA_AVX512};
 #endif
-static const char *const k_isa_names[CPU_ISA_COUNT] = {"scalar", "avx2", "avx512", "neon", "dotprod"};
+static const char *const k_isa_names[CPU_ISA_COUNT] = {"scalar", "avx2", "avxvnni", "avx512", "neon", "dotprod"};
 
 /* ------------------------------------------------------------------ helpers */
 
@@ -1587,7 +1587,7 @@ static double packed_decode_gbs(cpu_isa isa, uint32_t type, size_t ne0, size_t n
 static void bench_packed_decode(void) {
     const uint32_t types[] = {LLMM_TYPE_Q4_0, LLMM_TYPE_Q8_0, LLMM_TYPE_Q5_0, LLMM_TYPE_Q4_K,
                               LLMM_TYPE_Q5_K, LLMM_TYPE_Q6_K, LLMM_TYPE_IQ4_NL, LLMM_TYPE_IQ4_XS};
-    const cpu_isa isas[] = {CPU_ISA_AVX2, CPU_ISA_AVX512};
+    const cpu_isa isas[] = {CPU_ISA_AVX2, CPU_ISA_AVX_VNNI, CPU_ISA_AVX512};
     for (size_t ii = 0; ii < ARRAY_LEN(isas); ii++) {
         const cpu_kernels *k = cpu_kernels_get(isas[ii]);
         if (!k) continue;
@@ -1778,13 +1778,12 @@ static void test_backend_packed_copies(void **state) {
     /* ne0, ne1, threads; K-quant rows are whole super-blocks of 256 */
     const size_t dims[][3] = {{96, 77, 2}, {416, 45, 3}, {256, 1003, 2}, {64, 7, 2}, {1184, 16, 1}};
     const size_t kdims[][3] = {{256, 77, 2}, {768, 45, 3}, {512, 1003, 2}, {256, 7, 2}, {1280, 16, 1}};
-    const cpu_isa isas[] = {CPU_ISA_AVX2, CPU_ISA_AVX512};
+    const cpu_isa isas[] = {CPU_ISA_AVX2, CPU_ISA_AVX_VNNI, CPU_ISA_AVX512};
     rng_seed(4101);
     for (size_t ii = 0; ii < ARRAY_LEN(isas); ii++) {
         const cpu_kernels *k = cpu_kernels_get(isas[ii]);
         if (!k) {
-            print_message("packed copies: no %s table on this CPU or build\n",
-                          isas[ii] == CPU_ISA_AVX2 ? "avx2" : "avx512");
+            print_message("packed copies: no %s table on this CPU or build\n", k_isa_names[isas[ii]]);
             continue;
         }
         size_t checked = 0;

@@ -1424,7 +1424,11 @@ static void test_bench_kernels(void **state) {
                               LLMM_TYPE_F16,  LLMM_TYPE_BF16};
     const size_t shapes[][3] = {{4864, 896, 1}, {0, 4864, 1}, {0, 151936, 1}, {4864, 896, 64}, {0, 4864, 64}}; /* ne0 0: 896 */
     rng_seed(5001);
-    print_message("type   ne0 x ne1 x rows     ns/weight: scalar   avx2     avx512   (scalar/avx2, scalar/avx512)\n");
+    char head[128];
+    int at = snprintf(head, sizeof head, "type   ne0 x ne1 x rows     ns/weight: scalar");
+    for (size_t ii = 0; ii < ARRAY_LEN(k_simd_isas); ii++)
+        at += snprintf(head + at, sizeof head - (size_t)at, " %8s", k_isa_names[k_simd_isas[ii]]);
+    print_message("%s   (scalar / each)\n", head);
     for (size_t ti = 0; ti < ARRAY_LEN(types); ti++) {
         const llmm_type_traits *t = llmm_type_get(types[ti]);
         if (strcmp(only, "1") != 0 && !strstr(only, t->name)) continue;
@@ -1445,8 +1449,15 @@ static void test_bench_kernels(void **state) {
                 ns[isa] = 1e9 * matmul_seconds(st, &wt, x, n_rows, out) / ((double)ne0 * ne1 * n_rows);
                 llmm_cpu_backend.shutdown(st);
             }
-            print_message("%-5s %5zu x %4zu x %2zu     %8.4f %8.4f %8.4f   (%.1fx, %.1fx)\n", t->name, ne0, ne1, n_rows,
-                          ns[0], ns[1], ns[2], ns[1] > 0 ? ns[0] / ns[1] : 0.0, ns[2] > 0 ? ns[0] / ns[2] : 0.0);
+            char line[160], ratios[64] = "";
+            int n = snprintf(line, sizeof line, "%-5s %5zu x %4zu x %2zu     %8.4f", t->name, ne0, ne1, n_rows, ns[0]);
+            int nr = 0;
+            for (size_t ii = 0; ii < ARRAY_LEN(k_simd_isas); ii++) {
+                const double v = ns[k_simd_isas[ii]];
+                n += snprintf(line + n, sizeof line - (size_t)n, " %8.4f", v);
+                nr += snprintf(ratios + nr, sizeof ratios - (size_t)nr, "%s%.1fx", ii ? ", " : "", v > 0 ? ns[0] / v : 0.0);
+            }
+            print_message("%s   (%s)\n", line, ratios);
             free(wf);
             free(x);
             free(w);

@@ -75,8 +75,9 @@ static int x86_has(cpu_isa isa) {
     const int avx2 = (b >> 5) & 1;
     if (isa == CPU_ISA_AVX2) return avx2;
     if (isa == CPU_ISA_AVX_VNNI) {
-        /* AVX-VNNI: leaf 7, sub-leaf 1, EAX bit 4 */
-        if (!avx2 || !__get_cpuid_count(7, 1, &a, &b, &c, &d)) return 0;
+        /* AVX-VNNI: leaf 7, sub-leaf 1 (which exists when sub-leaf 0's EAX, the last sub-leaf, is
+         * at least 1), EAX bit 4 */
+        if (!avx2 || a < 1 || !__get_cpuid_count(7, 1, &a, &b, &c, &d)) return 0;
         return (a >> 4) & 1;
     }
     const int f = (b >> 16) & 1, bw = (b >> 30) & 1, vl = (b >> 31) & 1, vnni = (c >> 11) & 1;

@@ -71,8 +71,11 @@ SIMD_AVX512_FLAGS := $(SIMD_AVX2_FLAGS) -mavx512f -mavx512bw -mavx512vl -mavx512
 $(BUILD)/obj/cpu/%_avx2.o: ALL_CFLAGS += $(SIMD_AVX2_FLAGS)
 $(BUILD)/obj/cpu/%_avxvnni.o: ALL_CFLAGS += $(SIMD_AVX2_FLAGS) -mavxvnni
 # the EVEX copy of the AVX-VNNI table keeps to AVX2's 16 vector registers, so that it spills
-# (and is timed) as the VEX code on a CPU with AVX-VNNI would
-$(BUILD)/obj/cpu/%_avxvnni_evex.o: ALL_CFLAGS += $(SIMD_AVX512_FLAGS) $(foreach r,$(shell seq 16 31),-ffixed-xmm$(r))
+# (and is timed) as the VEX code on a CPU with AVX-VNNI would (GCC only: clang lacks the flag)
+ifeq ($(shell $(CC) --version 2>/dev/null | grep -c clang),0)
+AVX2_REGISTERS_ONLY := $(foreach r,$(shell seq 16 31),-ffixed-xmm$(r))
+endif
+$(BUILD)/obj/cpu/%_avxvnni_evex.o: ALL_CFLAGS += $(SIMD_AVX512_FLAGS) $(AVX2_REGISTERS_ONLY)
 $(BUILD)/obj/cpu/%_avx512.o: ALL_CFLAGS += $(SIMD_AVX512_FLAGS)
 endif
 
@@ -137,6 +140,7 @@ $(BENCH_DIR)/synth-%.gguf: $(BUILD)/llmmini-synth
 
 bench: all
 	BUILD=$(BUILD) sh scripts/bench.sh
+
 
 $(BUILD)/llmmini.pc: pkgconfig/llmmini.pc.in Makefile
 	@mkdir -p $(@D)

@@ -202,7 +202,9 @@ SIMD_ALWAYS_INLINE void kq_row_2bit(const uint8_t *qs, const uint8_t *hmask, __m
     __m256i hm = hmask ? load_256(hmask) : _mm256_setzero_si256();
 #pragma GCC unroll 2
     for (int h = 0; h < 2; h++) {
-        const __m256i sch = _mm256_permute2x128_si256(sc16, sc16, h ? 0x11 : 0x00);
+        /* the immediate a literal in each branch: clang checks it before unrolling */
+        const __m256i sch =
+            h ? _mm256_permute2x128_si256(sc16, sc16, 0x11) : _mm256_permute2x128_si256(sc16, sc16, 0x00);
         const __m256i Q = load_256(qs + 32 * h);
 #pragma GCC unroll 4
         for (int k = 0; k < 4; k++) {

@@ -249,7 +249,8 @@ LLMM_API llmm_status llmm_detokenize(const llmm_model *model, const llmm_token *
     for (size_t i = 0; i < n; i++) {
         uint32_t f = i == 0 ? flags : (flags & ~LLMM_PIECE_STRIP_SPACE);
         size_t k = piece_of(&model->vocab, tokens[i], f, scratch, scratch_cap);
-        if (total + k <= capacity) memcpy(buf + total, scratch, k);
+        /* k == 0 too: buf may be NULL (a size query), and NULL + 0 is undefined in C */
+        if (k && total + k <= capacity) memcpy(buf + total, scratch, k);
         total += k;
     }
     mem_free(model->alloc, scratch);

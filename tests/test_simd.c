@@ -223,6 +223,41 @@ static void test_quantize_q8_exact(void **state) {
     }
 }
 
+/* Non-finite activations (a damaged file's weights can make them): a table's Q8 quants must
+ * stay in [-127, 127] and each block sum must be the sum of its stored quants, since kernels
+ * multiply it by 128 or 16 (a NaN once made the sum INT_MIN + a few while the packs saturated
+ * the quant, and that product overflowed). Blocks with NaN, +inf, -inf, or several. */
+static void test_quantize_q8_non_finite(void **state) {
+    (void)state;
+    enum { N = 32 * 20 };
+    for (size_t ii = 0; ii < ARRAY_LEN(k_simd_isas); ii++) {
+        const cpu_kernels *k = simd_table(k_simd_isas[ii]);
+        if (!k) continue;
+        rng_seed(1003);
+        float *x = xmalloc(N * sizeof *x), *d = xmalloc(N / 32 * sizeof *d);
+        int8_t *qs = xmalloc(N);
+        int32_t *sum = xmalloc(N / 32 * sizeof *sum);
+        for (size_t i = 0; i < N; i++) x[i] = rng_float(-3.0f, 3.0f);
+        for (size_t b = 0; b < N / 32; b++) {
+            const float bad[3] = {NAN, INFINITY, -INFINITY};
+            for (size_t j = 0; j <= b % 4; j++) x[b * 32 + (b * 7 + j * 13) % 32] = bad[(b + j) % 3];
+        }
+        k->quantize_q8(x, qs, d, sum, N);
+        for (size_t b = 0; b < N / 32; b++) {
+            int32_t want = 0;
+            for (int j = 0; j < 32; j++) {
+                if (qs[b * 32 + j] < -127) fail_msg("%s q8 block %zu elem %d: %d", k->name, b, j, qs[b * 32 + j]);
+                want += qs[b * 32 + j];
+            }
+            if (sum[b] != want) fail_msg("%s q8 block %zu: sum %d, quants sum to %d", k->name, b, sum[b], want);
+        }
+        free(x);
+        free(d);
+        free(qs);
+        free(sum);
+    }
+}
+
 /* Q8_K super-blocks of many kinds (the kind cycles with the block index, offset by row): random
  * over a few magnitudes and over 2^-60 .. 2^60, all zeros (signed zeros among them), one huge
  * negative value, exact .5 ties of iscale * x (max -127, 127 or -254: iscale exactly 1, -1 or
@@ -1978,6 +2013,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kernel_selection),
         cmocka_unit_test(test_quantize_q8_exact),
+        cmocka_unit_test(test_quantize_q8_non_finite),
         cmocka_unit_test(test_quantize_q8k_exact),
         cmocka_unit_test(test_round_f16_exact),
         cmocka_unit_test(test_round_bf16_exact),

@@ -199,6 +199,11 @@ static void test_buffer_too_small(void **state) {
     size_t nb;
     assert_int_equal(llmm_token_to_piece(m, 403, 0, piece, sizeof piece, &nb), LLMM_ERR_BUFFER_TOO_SMALL);
     assert_int_equal(nb, 5); /* " Once" */
+    /* a size query with no buffer over tokens that render empty (BOS): OK, 0 bytes (it once
+     * computed NULL + 0, undefined behaviour that the sanitizer build reports) */
+    const llmm_token bos[2] = {1, 1};
+    assert_int_equal(llmm_detokenize(m, bos, 2, 0, NULL, 0, &nb), LLMM_OK);
+    assert_int_equal(nb, 0);
     char err[256];
     assert_true(llmm_model_last_error(m, err, sizeof err) > 0);
     llmm_model_free(m);

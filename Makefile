@@ -46,7 +46,7 @@ TEST_SUPPORT := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
 TEST_SUPPORT_OBJ := $(TEST_SUPPORT:%.c=$(BUILD)/obj/%.o)
 DEPS_OK := $(BUILD)/.deps-ok
 
-.PHONY: all lib examples test test-arm demo bench install clean deps
+.PHONY: all lib examples test test-arm demo bench fuzz install clean deps
 all: lib examples
 
 deps: $(DEPS_OK)
@@ -141,6 +141,32 @@ $(BENCH_DIR)/synth-%.gguf: $(BUILD)/llmmini-synth
 bench: all
 	BUILD=$(BUILD) sh scripts/bench.sh
 
+# Fuzzing with libFuzzer (tests/fuzz/: one harness per entry point that takes untrusted input).
+# Needs clang, which `make test` does not: the library is rebuilt in build/fuzz by clang with
+# ASan, UBSan and coverage, and each harness runs FUZZ_SECONDS from seeds in $(LLMM_SHARED);
+# crashing inputs land in build/fuzz/findings/. Not part of `make test` or CI.
+FUZZ_BUILD := build/fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_CFLAGS := -std=c11 -Wall -Wextra -Werror -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all \
+    -fno-omit-frame-pointer
+fuzz:
+	@command -v clang >/dev/null 2>&1 || { echo "make fuzz needs clang; on Debian: apt-get install clang"; exit 1; }
+	$(MAKE) lib BUILD=$(FUZZ_BUILD) CC=clang SANITIZE=address,undefined CFLAGS="-O1 -g -fsanitize=fuzzer-no-link"
+	@mkdir -p $(FUZZ_BUILD)/findings $(FUZZ_BUILD)/corpus/gguf $(FUZZ_BUILD)/corpus/tokenize $(FUZZ_BUILD)/seeds
+	@# tokenize seeds: each vocabulary's test inputs behind its index byte (tests/fuzz/tokenize.c's
+	@# list order) and a flags byte (add + parse special)
+	i=0; for v in llama-spm llama-bpe qwen2 gpt-2 falcon deepseek-llm starcoder; do \
+	    printf "\\$$(printf %03o $$i)\\003" > $(FUZZ_BUILD)/seeds/$$v; \
+	    cat $(LLMM_SHARED)/vocab/ggml-vocab-$$v.gguf.inp >> $(FUZZ_BUILD)/seeds/$$v; i=$$((i + 1)); \
+	done
+	for h in gguf tokenize; do \
+	    clang $(FUZZ_CFLAGS) -fsanitize=fuzzer -Iinclude tests/fuzz/$$h.c $(FUZZ_BUILD)/libllmmini.a $(LIBS) \
+	        -pthread -o $(FUZZ_BUILD)/fuzz_$$h || exit 1; \
+	done
+	$(FUZZ_BUILD)/fuzz_gguf -max_total_time=$(FUZZ_SECONDS) -max_len=2000000 -timeout=30 \
+	    -artifact_prefix=$(FUZZ_BUILD)/findings/gguf- $(FUZZ_BUILD)/corpus/gguf $(LLMM_SHARED)/models
+	$(FUZZ_BUILD)/fuzz_tokenize -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -timeout=30 \
+	    -artifact_prefix=$(FUZZ_BUILD)/findings/tokenize- $(FUZZ_BUILD)/corpus/tokenize $(FUZZ_BUILD)/seeds
 
 $(BUILD)/llmmini.pc: pkgconfig/llmmini.pc.in Makefile
 	@mkdir -p $(@D)

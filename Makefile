@@ -142,7 +142,8 @@ bench: all
 	BUILD=$(BUILD) sh scripts/bench.sh
 
 # Fuzzing with libFuzzer (tests/fuzz/: one harness per entry point that takes untrusted input).
-# Needs clang, which `make test` does not: the library is rebuilt in build/fuzz by clang with
+# Needs clang and its libFuzzer runtime, which `make test` does not (scripts/deps.sh installs them
+# when root): the library is rebuilt in build/fuzz by clang with
 # ASan, UBSan and coverage, and each harness runs FUZZ_SECONDS from seeds in $(LLMM_SHARED);
 # crashing inputs land in build/fuzz/findings/. Not part of `make test` or CI.
 FUZZ_BUILD := build/fuzz
@@ -150,7 +151,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_CFLAGS := -std=c11 -Wall -Wextra -Werror -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all \
     -fno-omit-frame-pointer
 fuzz:
-	@command -v clang >/dev/null 2>&1 || { echo "make fuzz needs clang; on Debian: apt-get install clang"; exit 1; }
+	@DEPS_TARGET=fuzz CC=clang sh scripts/deps.sh
 	$(MAKE) lib BUILD=$(FUZZ_BUILD) CC=clang SANITIZE=address,undefined CFLAGS="-O1 -g -fsanitize=fuzzer-no-link"
 	@mkdir -p $(FUZZ_BUILD)/findings $(FUZZ_BUILD)/corpus/gguf $(FUZZ_BUILD)/corpus/tokenize $(FUZZ_BUILD)/seeds
 	@# tokenize seeds: each vocabulary's test inputs behind its index byte (tests/fuzz/tokenize.c's

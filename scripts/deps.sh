@@ -22,6 +22,15 @@ if [ "${DEPS_TARGET:-}" = aarch64 ]; then
     echo "deps: run as root: $cmd" >&2
     exit 1
 fi
+if [ "${DEPS_TARGET:-}" = fuzz ]; then
+    # make fuzz: clang and its libFuzzer runtime (a one-line harness must link)
+    if ! command -v clang >/dev/null 2>&1; then
+        missing=" clang libclang-rt-dev"
+    elif ! printf 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { return (int)(d == 0) + (int)n * 0; }\n' |
+        clang -fsanitize=fuzzer -x c - -o /dev/null >/dev/null 2>&1; then
+        missing=" libclang-rt-dev"
+    fi
+fi
 have_header zstd.h || missing="$missing libzstd-dev"
 have_header cmocka.h || missing="$missing libcmocka-dev"
 command -v pkg-config >/dev/null 2>&1 || missing="$missing pkg-config"

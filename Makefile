@@ -106,6 +106,15 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_SUPPORT_OBJ) $(STATIC)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_LDFLAGS) -o $@ $< $(TEST_SUPPORT_OBJ) $(STATIC) -lcmocka $(LIBS)
 
+# tests/test_fuzz_replay.c links both fuzz harnesses, each with its entry points renamed
+FUZZ_REPLAY_OBJ := $(BUILD)/obj/tests/fuzz/gguf_replay.o $(BUILD)/obj/tests/fuzz/tokenize_replay.o
+$(BUILD)/obj/tests/fuzz/%_replay.o: tests/fuzz/%.c | $(DEPS_OK)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -DLLVMFuzzerTestOneInput=fuzz_$*_input -DLLVMFuzzerInitialize=fuzz_$*_init -c $< -o $@
+$(BUILD)/tests/test_fuzz_replay: $(BUILD)/obj/tests/test_fuzz_replay.o $(FUZZ_REPLAY_OBJ) $(TEST_SUPPORT_OBJ) $(STATIC)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_LDFLAGS) -o $@ $< $(FUZZ_REPLAY_OBJ) $(TEST_SUPPORT_OBJ) $(STATIC) -lcmocka $(LIBS)
+
 test: all $(TEST_BIN)
 	@TEST_RUNNER="$(TEST_RUNNER)" sh scripts/run-tests.sh $(TEST_BIN)
 

@@ -50,10 +50,17 @@ static void use_model(llmm_model *m, int vocab_only) {
     llmm_context_free(ctx);
 }
 
+/* one temp file for the process, rewritten per input and removed at exit */
+static char g_path[] = "/tmp/llmm_fuzz_gguf_XXXXXX";
+static void remove_temp(void) { unlink(g_path); }
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    static char path[] = "/tmp/llmm_fuzz_gguf_XXXXXX";
+    const char *path = g_path;
     static int fd = -1;
-    if (fd < 0 && (fd = mkstemp(path)) < 0) abort();
+    if (fd < 0) {
+        if ((fd = mkstemp(g_path)) < 0) abort();
+        atexit(remove_temp);
+    }
     if (ftruncate(fd, 0) != 0 || pwrite(fd, data, size, 0) != (ssize_t)size) abort();
     for (int vocab_only = 1; vocab_only >= 0; vocab_only--) {
         llmm_model_params mp;

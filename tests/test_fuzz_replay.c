@@ -1,0 +1,77 @@
+/* The fuzz harnesses (tests/fuzz/) replayed on fixed inputs in every `make test`: the reference
+ * files and test inputs they are seeded with, truncations of them, and the inputs that once
+ * found bugs. This keeps the harnesses building and their invariants holding in CI, which has
+ * no clang to run libFuzzer; `make fuzz` does the searching. Each harness is compiled with its
+ * entry points renamed (Makefile) so that both link here; a harness aborts on a broken
+ * invariant, which fails this suite. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "shared_data.h"
+
+int fuzz_gguf_input(const uint8_t *data, size_t size);
+int fuzz_tokenize_init(int *argc, char ***argv);
+int fuzz_tokenize_input(const uint8_t *data, size_t size);
+
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+static void test_gguf_harness_on_reference_files(void **state) {
+    (void)state;
+    static const char *const files[] = {"models/stories260K.gguf", "models/stories260K-q4_0.gguf",
+                                        "models/stories260K-q8_0.gguf", "models/llama-2-tiny-random.gguf",
+                                        "vocab/ggml-vocab-llama-spm.gguf"};
+    for (size_t i = 0; i < ARRAY_LEN(files); i++) {
+        char path[1024];
+        size_t n = 0;
+        uint8_t *data = (uint8_t *)read_whole_file(shared_path(path, sizeof path, files[i]), &n);
+        if (!data) fail_msg("cannot read %s", path);
+        /* whole, then cut inside the tensor data and inside the metadata */
+        const size_t lengths[] = {n, n - n / 7, n / 3, 200, 24};
+        for (size_t k = 0; k < ARRAY_LEN(lengths); k++) fuzz_gguf_input(data, lengths[k] < n ? lengths[k] : n);
+        free(data);
+    }
+}
+
+static void test_tokenize_harness_on_test_inputs(void **state) {
+    (void)state;
+    fuzz_tokenize_init(NULL, NULL);
+    /* tests/fuzz/tokenize.c's vocabulary order */
+    static const char *const vocabs[] = {"llama-spm", "llama-bpe", "qwen2", "gpt-2", "falcon", "deepseek-llm",
+                                         "starcoder"};
+    for (size_t v = 0; v < ARRAY_LEN(vocabs); v++) {
+        char rel[128], path[1024];
+        snprintf(rel, sizeof rel, "vocab/ggml-vocab-%s.gguf.inp", vocabs[v]);
+        size_t n = 0;
+        char *text = read_whole_file(shared_path(path, sizeof path, rel), &n);
+        if (!text) fail_msg("cannot read %s", path);
+        uint8_t *input = malloc(n + 2);
+        assert_non_null(input);
+        memcpy(input + 2, text, n);
+        /* every flag combination, a different chat format each */
+        for (unsigned flags = 0; flags < 4; flags++) {
+            input[0] = (uint8_t)v;
+            input[1] = (uint8_t)(flags | (v * 4 + flags) << 2);
+            fuzz_tokenize_input(input, n + 2);
+        }
+        free(input);
+        free(text);
+    }
+    /* found by make fuzz: a size query over pieces that render empty (NULL + 0) */
+    static const uint8_t detokenize_null_buffer[] = {0x00, 0x56, 0xb4, 0x5f, 0x1f, 0x67, 0x02, 0x67};
+    fuzz_tokenize_input(detokenize_null_buffer, sizeof detokenize_null_buffer);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gguf_harness_on_reference_files),
+        cmocka_unit_test(test_tokenize_harness_on_test_inputs),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

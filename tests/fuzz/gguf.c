@@ -1,8 +1,9 @@
 /* Fuzz harness for the model loader, the entry point an app hands an untrusted file to: the
  * input is a GGUF file. It is written to a temp file (the API loads by path), loaded as a
  * vocabulary and then whole, and a model that loads must also tokenize, format a chat with the
- * file's template, prefill, decode and generate (sampling, stop strings) a few tokens. Errors are expected; crashes, leaks and undefined behaviour are the findings.
- * libFuzzer entry point; `make fuzz` builds and runs it (seeds: $LLMM_SHARED/models). */
+ * file's template, prefill, decode and generate (sampling, stop strings) a few tokens. Errors
+ * are expected; crashes, leaks and undefined behaviour are the findings. libFuzzer entry
+ * point; `make fuzz` builds and runs it (seeds: $LLMM_SHARED/models). */
 #define _POSIX_C_SOURCE 200809L /* mkstemp, ftruncate, pwrite */
 #include <stddef.h>
 #include <stdint.h>
@@ -55,7 +56,6 @@ static char g_path[] = "/tmp/llmm_fuzz_gguf_XXXXXX";
 static void remove_temp(void) { unlink(g_path); }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    const char *path = g_path;
     static int fd = -1;
     if (fd < 0) {
         if ((fd = mkstemp(g_path)) < 0) abort();
@@ -67,7 +67,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         llmm_model_params_default(&mp, sizeof mp);
         mp.vocab_only = vocab_only;
         llmm_model *m = NULL;
-        if (llmm_model_load(path, &mp, &m) != LLMM_OK) {
+        if (llmm_model_load(g_path, &mp, &m) != LLMM_OK) {
             if (m) abort(); /* a failed load must leave *out NULL */
             return 0;       /* not loadable as a vocabulary: not as a model either */
         }

@@ -104,16 +104,15 @@ $(BUILD)/llmmini-%: $(BUILD)/obj/examples/llmmini-%.o $(STATIC)
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_SUPPORT_OBJ) $(STATIC)
 	@mkdir -p $(@D)
-	$(CC) $(ALL_LDFLAGS) -o $@ $< $(TEST_SUPPORT_OBJ) $(STATIC) -lcmocka $(LIBS)
+	$(CC) $(ALL_LDFLAGS) -o $@ $< $(TEST_EXTRA_OBJ) $(TEST_SUPPORT_OBJ) $(STATIC) -lcmocka $(LIBS)
 
 # tests/test_fuzz_replay.c links both fuzz harnesses, each with its entry points renamed
 FUZZ_REPLAY_OBJ := $(BUILD)/obj/tests/fuzz/gguf_replay.o $(BUILD)/obj/tests/fuzz/tokenize_replay.o
 $(BUILD)/obj/tests/fuzz/%_replay.o: tests/fuzz/%.c | $(DEPS_OK)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) -DLLVMFuzzerTestOneInput=fuzz_$*_input -DLLVMFuzzerInitialize=fuzz_$*_init -c $< -o $@
-$(BUILD)/tests/test_fuzz_replay: $(BUILD)/obj/tests/test_fuzz_replay.o $(FUZZ_REPLAY_OBJ) $(TEST_SUPPORT_OBJ) $(STATIC)
-	@mkdir -p $(@D)
-	$(CC) $(ALL_LDFLAGS) -o $@ $< $(FUZZ_REPLAY_OBJ) $(TEST_SUPPORT_OBJ) $(STATIC) -lcmocka $(LIBS)
+$(BUILD)/tests/test_fuzz_replay: TEST_EXTRA_OBJ := $(FUZZ_REPLAY_OBJ)
+$(BUILD)/tests/test_fuzz_replay: $(FUZZ_REPLAY_OBJ)
 
 test: all $(TEST_BIN)
 	@TEST_RUNNER="$(TEST_RUNNER)" sh scripts/run-tests.sh $(TEST_BIN)
@@ -151,10 +150,10 @@ bench: all
 	BUILD=$(BUILD) sh scripts/bench.sh
 
 # Fuzzing with libFuzzer (tests/fuzz/: one harness per entry point that takes untrusted input).
-# Needs clang and its libFuzzer runtime, which `make test` does not (scripts/deps.sh installs them
-# when root): the library is rebuilt in build/fuzz by clang with
-# ASan, UBSan and coverage, and each harness runs FUZZ_SECONDS from seeds in $(LLMM_SHARED);
-# crashing inputs land in build/fuzz/findings/. Not part of `make test` or CI.
+# Needs clang and its libFuzzer runtime, which `make test` does not (scripts/deps.sh installs
+# them when root): the library is rebuilt in build/fuzz by clang with ASan, UBSan and coverage,
+# and each harness runs FUZZ_SECONDS from seeds in $(LLMM_SHARED); crashing inputs land in
+# build/fuzz/findings/. Not part of `make test` or CI (test_fuzz_replay replays them there).
 FUZZ_BUILD := build/fuzz
 FUZZ_SECONDS ?= 60
 FUZZ_CFLAGS := -std=c11 -Wall -Wextra -Werror -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all \

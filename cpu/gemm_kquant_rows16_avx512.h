@@ -2,14 +2,15 @@
  * tile, one row per int32 lane, for two operand rows and more (prefill): for kernels_avx512.c,
  * included after gemm_rows16_avx512.h (whose transposition, lane order and broadcast dot it
  * uses) and gemm_kquant_x86.h (kq_kind); gives gemm_q2_K_rows16 .. gemm_q6_K_rows16
- * (cpu_gemm_fn), and gemm_q4_K_packed16, gemm_q5_K_packed16, gemm_q6_K_packed16 over packed
- * copies (packed_tiles.h), for any number of operand rows. One core, 2048 x 1024, 64 operand rows,
+ * (cpu_gemm_fn), and gemm_q2_K_packed16 .. gemm_q6_K_packed16 over packed copies
+ * (packed_tiles.h), for any number of operand rows. One core, 2048 x 1024, 64 operand rows,
  * against the 8-row tiles: Q2_K 0.022 -> 0.0083 ns per weight and row, Q3_K 0.021-0.030 ->
  * 0.0089. With one operand row (decode) and no copy the 8-row tiles stay: Q2_K's are as fast,
  * Q3_K's 16-row ones 23 % faster from cache but no faster streamed or in per-token A/B of a 1B
  * Q3_K file. From a copy, where each transposition is four loads, the 16-row Q4_K tile of one
  * row computes twice as fast as the 8-row one (one core, 4864 x 160 from cache: 21 -> 36-44
- * GB/s of weights; Q5_K 14-16 -> 29; Q6_K 21-22 -> 30-33).
+ * GB/s of weights; Q5_K 14-16 -> 29; Q6_K 21-22 -> 30-33; Q2_K 12.6 -> 19.6; Q3_K 15.0 ->
+ * 19.1, whose bit unpacking, not the transposition, is most of its work).
  *
  * As for Q4_0 (gemm_rows16_avx512.h): each 16-byte piece of the 16 rows' super-blocks is
  * transposed in registers so that a 512-bit vpdpbusd against four operand bytes, broadcast,
@@ -257,48 +258,63 @@ SIMD_ALWAYS_INLINE __m512i bit_to(__m512i v, int from, int to) {
     return _mm512_and_si512(moved, _mm512_set1_epi8((char)(1 << to)));
 }
 
-/* Q2_K and Q3_K (q3), operand rows r0 .. r0+nx-1 against the 16 rows at base. Per piece p of
+/* Q2_K and Q3_K (q3), operand rows r0 .. r0+nx-1 against the 16 rows at base, or against a tile
+ * of a packed copy (packed: base its first group; its d and dmin, or scales and d, loaded last
+ * or first as whole vectors). Per piece p of
  * 16 qs bytes (h = p / 2, e = p % 2; the transposed words hold qs[32h + l], l = 16e .. 16e+15),
  * weight 128h + 32k + l is bits 2k, 2k+1 of its byte (and for Q3_K bit 4h + k of hmask[l] on
  * top), and lies in sub-block 8h + 2k + e, whose scale multiplies its dot in each lane. The
  * scale words sw[j] hold sub-blocks 4j .. 4j+3 (unsigned; Q3_K's stored with +32); Q2_K's mins
  * meet the operand's group sums in vpdpwssd, as do Q3_K's scales for the quants' offset 4
  * (sum_q starts at -4 sum_s sc_s bsum_s, as kq_row_2bit). */
-SIMD_ALWAYS_INLINE void k2r16_tile(int q3, const uint8_t *base, size_t rb, const uint8_t *next, const cpu_operand *x,
-                                   size_t r0, size_t nx, __m512 acc[Q_TILE_X]) {
+SIMD_ALWAYS_INLINE void k2r16_tile(int q3, int packed, const uint8_t *base, size_t rb, const uint8_t *next,
+                                   const cpu_operand *x, size_t r0, size_t nx, __m512 acc[Q_TILE_X]) {
     const size_t nb = x->n / QK_K, ng = x->n / 16, bb = q3 ? sizeof(block_q3_K) : sizeof(block_q2_K);
     const size_t qs_off = q3 ? offsetof(block_q3_K, qs) : offsetof(block_q2_K, qs);
     const __m512i k0f = _mm512_set1_epi32(0x0f0f0f0f), k30 = _mm512_set1_epi32(0x30303030);
     const __m512i three = _mm512_set1_epi8(3), off32 = _mm512_set1_epi16(32);
     for (size_t r = 0; r < nx; r++) acc[r] = _mm512_setzero_ps();
     for (size_t b = 0; b < nb; b++) {
-        const uint8_t *blk = base + b * bb;
-        if (next && r0 == 0) rows16_prefetch(next, b, bb);
+        const uint8_t *blk = base + b * (packed ? R16_ROWS : 1) * bb;
+        const uint8_t *pf = packed && next && r0 == 0 ? next + b * R16_ROWS * bb : NULL;
+        if (next && r0 == 0 && !pf) rows16_prefetch(next, b, bb);
         __m512i sw[4], mw[4], t[4];
-        __m512 d_w, dmin_w = _mm512_setzero_ps();
+        __m512 d_w = _mm512_setzero_ps(), dmin_w = _mm512_setzero_ps();
         if (q3) {
-            /* bytes 94 .. 109: the 12 scale bytes (u0, u1, u2 from byte 96 on) and d, without
-             * reading past the block */
-            rows16_transpose(blk + offsetof(block_q3_K, d) + 2 - 16, rb, t);
-            const __m512i u0 = _mm512_or_si512(_mm512_srli_epi32(t[0], 16), _mm512_slli_epi32(t[1], 16));
-            const __m512i u1 = _mm512_or_si512(_mm512_srli_epi32(t[1], 16), _mm512_slli_epi32(t[2], 16));
-            const __m512i u2 = _mm512_or_si512(_mm512_srli_epi32(t[2], 16), _mm512_slli_epi32(t[3], 16));
-            d_w = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(t[3], 16)));
+            /* the 12 scale bytes as words u0, u1, u2, and d: in a copy three vectors and 16
+             * halves at byte 96 on; as stored, bytes 94 .. 109 (not reading past the block) */
+            __m512i u0, u1, u2;
+            if (packed) {
+                const size_t at = R16_ROWS * offsetof(block_q3_K, scales);
+                if (pf) prefetch_span((uintptr_t)pf + at, R16_ROWS * sizeof(block_q3_K) - at, 1);
+                u0 = _mm512_loadu_si512(blk + at);
+                u1 = _mm512_loadu_si512(blk + at + 64);
+                u2 = _mm512_loadu_si512(blk + at + 128);
+                d_w = _mm512_cvtph_ps(load_256(blk + R16_ROWS * offsetof(block_q3_K, d)));
+            } else {
+                rows16_transpose(blk + offsetof(block_q3_K, d) + 2 - 16, rb, t);
+                u0 = _mm512_or_si512(_mm512_srli_epi32(t[0], 16), _mm512_slli_epi32(t[1], 16));
+                u1 = _mm512_or_si512(_mm512_srli_epi32(t[1], 16), _mm512_slli_epi32(t[2], 16));
+                u2 = _mm512_or_si512(_mm512_srli_epi32(t[2], 16), _mm512_slli_epi32(t[3], 16));
+                d_w = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(t[3], 16)));
+            }
             sw[0] = _mm512_or_si512(_mm512_and_si512(u0, k0f), _mm512_and_si512(_mm512_slli_epi32(u2, 4), k30));
             sw[1] = _mm512_or_si512(_mm512_and_si512(u1, k0f), _mm512_and_si512(_mm512_slli_epi32(u2, 2), k30));
             sw[2] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u0, 4), k0f), _mm512_and_si512(u2, k30));
             sw[3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u1, 4), k0f),
                                     _mm512_and_si512(_mm512_srli_epi32(u2, 2), k30));
         } else {
-            rows16_transpose(blk + offsetof(block_q2_K, scales), rb, t);
+            rows16_piece(packed, blk, rb, offsetof(block_q2_K, scales), pf, t);
 #pragma GCC unroll 4
             for (int j = 0; j < 4; j++) {
                 sw[j] = _mm512_and_si512(t[j], k0f);
                 mw[j] = _mm512_and_si512(_mm512_srli_epi32(t[j], 4), k0f);
             }
-            rows16_transpose(blk + sizeof(block_q2_K) - 16, rb, t); /* word 3: d | dmin << 16 */
-            d_w = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(t[3]));
-            dmin_w = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(t[3], 16)));
+            if (!packed) { /* word 3 of the last 16 bytes: d | dmin << 16 (a copy's: after the qs) */
+                rows16_transpose(blk + sizeof(block_q2_K) - 16, rb, t);
+                d_w = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(t[3]));
+                dmin_w = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(t[3], 16)));
+            }
         }
         /* Q2_K: sum_m = sum_s m_s bsum_s; Q3_K: the offset, -4 sum_s (sc_s - 32) bsum_s */
         __m512i sum_q[Q_TILE_X], sum_m[Q_TILE_X];
@@ -316,12 +332,12 @@ SIMD_ALWAYS_INLINE void k2r16_tile(int q3, const uint8_t *base, size_t rb, const
         }
         __m512i hm[2][4];
         if (q3)
-            for (int e = 0; e < 2; e++) rows16_transpose(blk + offsetof(block_q3_K, hmask) + 16 * e, rb, hm[e]);
+            for (int e = 0; e < 2; e++) rows16_piece(packed, blk, rb, offsetof(block_q3_K, hmask) + 16 * e, pf, hm[e]);
 #pragma GCC unroll 1
         for (int p = 0; p < 4; p++) {
             const int h = p / 2, e = p % 2;
             __m512i d[4];
-            rows16_transpose(blk + qs_off + 16 * p, rb, d);
+            rows16_piece(packed, blk, rb, qs_off + 16 * p, pf, d);
 #pragma GCC unroll 4
             for (int k = 0; k < 4; k++) {
                 const int sub = 8 * h + 2 * k + e;
@@ -343,6 +359,13 @@ SIMD_ALWAYS_INLINE void k2r16_tile(int q3, const uint8_t *base, size_t rb, const
                 }
             }
         }
+        if (packed && !q3) { /* Q2_K's d | dmin << 16, the copy's last vector */
+            const size_t at = R16_ROWS * offsetof(block_q2_K, d);
+            if (pf) prefetch_span((uintptr_t)pf + at, 64, 1);
+            const __m512i dd = _mm512_loadu_si512(blk + at);
+            d_w = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd));
+            dmin_w = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16)));
+        }
         /* x_d * (d * sum_q - dmin * sum_m); Q3_K: dmin and its sum_m are zero (see kq_tile) */
 #pragma GCC unroll 8
         for (size_t r = 0; r < nx; r++) {
@@ -353,10 +376,10 @@ SIMD_ALWAYS_INLINE void k2r16_tile(int q3, const uint8_t *base, size_t rb, const
     }
 }
 
-/* All operand rows against the 16 weight rows base + i * rb, or (packed: Q4_K, Q5_K, Q6_K) a
- * tile of a packed copy; lanes [l0, l0 + nl) (in row order) go to out columns j ... (any K-quant
- * kind). One operand row is a tile of its own only for the packed kinds: without a copy,
- * decode takes the 8-row kernels (see the top). */
+/* All operand rows against the 16 weight rows base + i * rb, or (packed) a tile of a packed
+ * copy; lanes [l0, l0 + nl) (in row order) go to out columns j ... (any K-quant kind). One
+ * operand row is a tile of its own only from a copy: without one, decode takes the 8-row
+ * kernels (see the top). */
 SIMD_ALWAYS_INLINE void kr16_rows(kq_kind kind, int packed, const uint8_t *base, size_t rb, const uint8_t *next,
                                   size_t l0, size_t nl, size_t j, const cpu_operand *x, size_t n_rows, float *out,
                                   size_t ldo) {
@@ -364,8 +387,10 @@ SIMD_ALWAYS_INLINE void kr16_rows(kq_kind kind, int packed, const uint8_t *base,
     for (size_t r0 = 0; r0 < n_rows; r0 += Q_TILE_X) {
         __m512 acc[Q_TILE_X];
         const size_t nx = LLMM_MIN((size_t)Q_TILE_X, n_rows - r0);
-        if ((kind == KQ_Q2 || kind == KQ_Q3) && nx == Q_TILE_X) k2r16_tile(kind == KQ_Q3, base, rb, next, x, r0, Q_TILE_X, acc);
-        else if (kind == KQ_Q2 || kind == KQ_Q3) k2r16_tile(kind == KQ_Q3, base, rb, next, x, r0, nx, acc);
+        const int q3 = kind == KQ_Q3;
+        if ((kind == KQ_Q2 || q3) && nx == Q_TILE_X) k2r16_tile(q3, packed, base, rb, next, x, r0, Q_TILE_X, acc);
+        else if ((kind == KQ_Q2 || q3) && packed && nx == 1) k2r16_tile(q3, 1, base, rb, next, x, r0, 1, acc);
+        else if (kind == KQ_Q2 || q3) k2r16_tile(q3, packed, base, rb, next, x, r0, nx, acc);
         else if (kind == KQ_Q6 && nx == Q_TILE_X) k6r16_tile(packed, base, rb, next, x, r0, Q_TILE_X, acc);
         else if (kind == KQ_Q6 && packed && nx == 1) k6r16_tile(1, base, rb, next, x, r0, 1, acc);
         else if (kind == KQ_Q6) k6r16_tile(packed, base, rb, next, x, r0, nx, acc);
@@ -376,8 +401,8 @@ SIMD_ALWAYS_INLINE void kr16_rows(kq_kind kind, int packed, const uint8_t *base,
     }
 }
 
-/* The tiles of rows [j0, j1) (gemm_tiles.h), of the weights as stored or (packed: Q4_K, Q5_K,
- * Q6_K) of a packed copy: w->data the copy, w->ne1 its whole tiles' rows. From a copy the
+/* The tiles of rows [j0, j1) (gemm_tiles.h), of the weights as stored or (packed) of a packed
+ * copy: w->data the copy, w->ne1 its whole tiles' rows. From a copy the
  * one-row tile computes twice as fast as the 8-row kernel (see the top). */
 SIMD_ALWAYS_INLINE void kr16_walk(kq_kind kind, int packed, const llmm_tensor *w, size_t j0, size_t j1,
                                   const cpu_operand *x, size_t n_rows, float *out, size_t ldo) {
@@ -394,6 +419,8 @@ SIMD_ALWAYS_INLINE void gemm_kr16_packed(kq_kind kind, const llmm_tensor *w, siz
     kr16_walk(kind, 1, w, j0, j1, x, n_rows, out, ldo);
 }
 
+GEMM_FN_FOR_KIND(gemm_q2_K_packed16, gemm_kr16_packed, KQ_Q2)
+GEMM_FN_FOR_KIND(gemm_q3_K_packed16, gemm_kr16_packed, KQ_Q3)
 GEMM_FN_FOR_KIND(gemm_q4_K_packed16, gemm_kr16_packed, KQ_Q4)
 GEMM_FN_FOR_KIND(gemm_q5_K_packed16, gemm_kr16_packed, KQ_Q5)
 GEMM_FN_FOR_KIND(gemm_q6_K_packed16, gemm_kr16_packed, KQ_Q6)

@@ -444,11 +444,12 @@ GEMM_FN_FOR_KIND(gemm_iq4_nl_rows16, gemm_rows16, R16_IQ4_NL)
 
 /* One tile of a K-quant or IQ4_XS (bb bytes, nb super-blocks per row) packed whole: each
  * 16-byte piece transposed and stored (in the order pieces gives, or NULL: in order), then
- * the bytes after the last whole piece: with pieces (Q6_K's d) each row's in lane order,
- * without (IQ4_XS's last 8) as two more vectors (packed_tiles.h). */
+ * the bytes after the last whole piece: with pieces (Q6_K's d) each row's in lane order;
+ * without, their whole 4-byte words as vectors (IQ4_XS's last 8 bytes, Q2_K's d and dmin,
+ * Q3_K's 12 scale bytes) and what is left (Q3_K's d) in lane order (packed_tiles.h). */
 SIMD_ALWAYS_INLINE void rows16_pack_tile_whole(const uint8_t *tile, size_t rb, size_t nb, size_t bb,
                                                const uint8_t *pieces, uint8_t *out) {
-    const size_t tail = bb % 16, at = bb - tail;
+    const size_t at = bb / 16 * 16, n_words = pieces ? 0 : (bb - at) / 4, rest = bb - at - 4 * n_words;
     for (size_t b = 0; b < nb; b++, out += R16_ROWS * bb) {
         for (size_t p = 0; p < bb / 16; p++) {
             __m512i d[4];
@@ -456,16 +457,14 @@ SIMD_ALWAYS_INLINE void rows16_pack_tile_whole(const uint8_t *tile, size_t rb, s
 #pragma GCC unroll 4
             for (int j = 0; j < 4; j++) _mm512_storeu_si512(out + R16_ROWS * 16 * p + 64 * j, d[j]);
         }
-        if (!tail) continue;
-        if (!pieces) { /* 8 bytes: the upper half of the last 16 */
+        if (n_words) { /* the 16 bytes that end with the words: they lie within the block */
             __m512i d[4];
-            rows16_transpose(tile + b * bb + bb - 16, rb, d);
-            _mm512_storeu_si512(out + R16_ROWS * at, d[2]);
-            _mm512_storeu_si512(out + R16_ROWS * at + 64, d[3]);
-            continue;
+            rows16_transpose(tile + b * bb + at + 4 * n_words - 16, rb, d);
+            for (size_t j = 0; j < n_words; j++) _mm512_storeu_si512(out + R16_ROWS * at + 64 * j, d[4 - n_words + j]);
         }
-        for (size_t q = 0; q < R16_ROWS; q++)
-            memcpy(out + R16_ROWS * at + tail * q, tile + b * bb + packed_lane_row(q) * rb + at, tail);
+        const size_t from = at + 4 * n_words;
+        for (size_t q = 0; q < R16_ROWS && rest; q++)
+            memcpy(out + R16_ROWS * from + rest * q, tile + b * bb + packed_lane_row(q) * rb + from, rest);
     }
 }
 
@@ -477,7 +476,9 @@ static void pack_tiles_rows16(const llmm_tensor *w, size_t t0, size_t t1, uint8_
     for (size_t t = t0; t < t1; t++) {
         const uint8_t *src = (const uint8_t *)w->data + t * tile;
         uint8_t *out = copy + t * tile;
-        if (w->type == LLMM_TYPE_Q4_K) rows16_pack_tile_whole(src, rb, n_super, sizeof(block_q4_K), NULL, out);
+        if (w->type == LLMM_TYPE_Q2_K) rows16_pack_tile_whole(src, rb, n_super, sizeof(block_q2_K), NULL, out);
+        else if (w->type == LLMM_TYPE_Q3_K) rows16_pack_tile_whole(src, rb, n_super, sizeof(block_q3_K), NULL, out);
+        else if (w->type == LLMM_TYPE_Q4_K) rows16_pack_tile_whole(src, rb, n_super, sizeof(block_q4_K), NULL, out);
         else if (w->type == LLMM_TYPE_Q5_K) rows16_pack_tile_whole(src, rb, n_super, sizeof(block_q5_K), NULL, out);
         else if (w->type == LLMM_TYPE_IQ4_XS)
             rows16_pack_tile_whole(src, rb, n_super, sizeof(block_iq4_xs), NULL, out);

@@ -32,6 +32,8 @@ static block_fields fields_of(uint32_t type) {
     case LLMM_TYPE_Q5_0: return (block_fields){1, 1, 1, offsetof(block_q5_0, qh), offsetof(block_q5_0, qs), 4, 0, NULL};
     case LLMM_TYPE_Q4_1: return (block_fields){1, 2, 0, 0, offsetof(block_q4_1, qs), 4, 0, NULL};
     case LLMM_TYPE_Q5_1: return (block_fields){1, 2, 1, offsetof(block_q5_1, qh), offsetof(block_q5_1, qs), 4, 0, NULL};
+    case LLMM_TYPE_Q2_K: return (block_fields){1, 0, 0, 0, 0, sizeof(block_q2_K) / 4, 0, NULL};
+    case LLMM_TYPE_Q3_K: return (block_fields){1, 0, 0, 0, 0, sizeof(block_q3_K) / 4, 0, NULL};
     case LLMM_TYPE_Q4_K: return (block_fields){1, 0, 0, 0, 0, sizeof(block_q4_K) / 4, 0, NULL};
     case LLMM_TYPE_Q5_K: return (block_fields){1, 0, 0, 0, 0, sizeof(block_q5_K) / 4, 0, NULL};
     case LLMM_TYPE_IQ4_XS: return (block_fields){1, 0, 0, 0, 0, sizeof(block_iq4_xs) / 4, 0, NULL};

@@ -32,8 +32,10 @@
  * f16 d) of the 16 rows, lane order. Q6_K's pieces are stored in the order its kernel reads
  * them (packed_q6_k_pieces): from memory, its jumps back and forth within the group made
  * decode slower than without a copy. IQ4_XS (136 bytes) is 34 vectors, its whole block in
- * order, so its kernel's pieces at bytes 8 + 16 i are loaded at 128 + 256 i. Q2_K and Q3_K
- * are not packed.
+ * order, so its kernel's pieces at bytes 8 + 16 i are loaded at 128 + 256 i. Q2_K (84 bytes)
+ * is 21 vectors in order, the last one each row's d | dmin << 16; Q3_K (110 bytes) 27
+ * vectors in order (the last three its 12 scale bytes as the words its kernel unpacks), then
+ * the 16 rows' f16 d, lane order.
  * Same number of bytes per group as the original blocks. */
 #ifndef LLMM_PACKED_TILES_H
 #define LLMM_PACKED_TILES_H

@@ -1638,7 +1638,8 @@ static double packed_decode_gbs(cpu_isa isa, uint32_t type, size_t ne0, size_t n
  * copies are made), in GB/s of weights per operand row. With LLMM_BENCH_KERNELS=packed (or =1). */
 static void bench_packed_decode(void) {
     const uint32_t types[] = {LLMM_TYPE_Q4_0, LLMM_TYPE_Q8_0, LLMM_TYPE_Q5_0, LLMM_TYPE_Q4_K,
-                              LLMM_TYPE_Q5_K, LLMM_TYPE_Q6_K, LLMM_TYPE_IQ4_NL, LLMM_TYPE_IQ4_XS};
+                              LLMM_TYPE_Q5_K, LLMM_TYPE_Q6_K, LLMM_TYPE_IQ4_NL, LLMM_TYPE_IQ4_XS,
+                              LLMM_TYPE_Q2_K, LLMM_TYPE_Q3_K};
     const cpu_isa isas[] = {CPU_ISA_AVX2, CPU_ISA_AVX_VNNI, CPU_ISA_AVX512};
     for (size_t ii = 0; ii < ARRAY_LEN(isas); ii++) {
         const cpu_kernels *k = cpu_kernels_get(isas[ii]);
@@ -1826,7 +1827,7 @@ static void test_backend_packed_copies(void **state) {
     (void)state;
     const uint32_t types[] = {LLMM_TYPE_Q4_0, LLMM_TYPE_Q5_0, LLMM_TYPE_Q8_0, LLMM_TYPE_IQ4_NL,
                               LLMM_TYPE_Q4_1, LLMM_TYPE_Q5_1, LLMM_TYPE_Q4_K, LLMM_TYPE_Q5_K,
-                              LLMM_TYPE_Q6_K, LLMM_TYPE_IQ4_XS};
+                              LLMM_TYPE_Q6_K, LLMM_TYPE_IQ4_XS, LLMM_TYPE_Q2_K, LLMM_TYPE_Q3_K};
     /* ne0, ne1, threads; K-quant rows are whole super-blocks of 256 */
     const size_t dims[][3] = {{96, 77, 2}, {416, 45, 3}, {256, 1003, 2}, {64, 7, 2}, {1184, 16, 1}};
     const size_t kdims[][3] = {{256, 77, 2}, {768, 45, 3}, {512, 1003, 2}, {256, 7, 2}, {1280, 16, 1}};

@@ -76,7 +76,7 @@ ifeq ($(shell $(CC) --version 2>/dev/null | grep -c clang),0)
 AVX2_REGISTERS_ONLY := $(foreach r,$(shell seq 16 31),-ffixed-xmm$(r))
 endif
 $(BUILD)/obj/cpu/%_avxvnni_evex.o: ALL_CFLAGS += $(SIMD_AVX512_FLAGS) $(AVX2_REGISTERS_ONLY)
-$(BUILD)/obj/cpu/%_avx512.o: ALL_CFLAGS += $(SIMD_AVX512_FLAGS)
+$(BUILD)/obj/cpu/%_avx512.o: ALL_CFLAGS += $(SIMD_AVX512_FLAGS) -mamx-tile -mamx-int8
 endif
 
 # aarch64 NEON kernels: Advanced SIMD is baseline, so kernels_neon.c needs no target flag; only

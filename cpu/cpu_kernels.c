@@ -1,6 +1,7 @@
 /* The scalar kernel table (the reference every SIMD table is tested against, and the
  * fallback on any CPU) and the run-time choice among the tables: cpuid on x86-64, the ELF
  * hardware capabilities on aarch64 Linux. */
+#define _DEFAULT_SOURCE /* syscall */
 #include "cpu_kernels.h"
 
 #include <math.h>
@@ -52,6 +53,21 @@ const cpu_kernels cpu_kernels_scalar = {
 
 #if defined(__x86_64__)
 #include <cpuid.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+/* Whether this process may use the AMX tile data registers: Linux hands them out on request
+ * (arch_prctl ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA), as their state is 8 KiB per thread. */
+static int amx_permitted(void) {
+#if defined(__linux__) && defined(SYS_arch_prctl)
+    const long arch_req_xcomp_perm = 0x1023, xfeature_xtiledata = 18;
+    return syscall(SYS_arch_prctl, arch_req_xcomp_perm, xfeature_xtiledata) == 0;
+#else
+    return 0;
+#endif
+}
 
 /* Which register state the OS saves on a context switch (XCR0); only valid when cpuid says
  * OSXSAVE. */
@@ -81,7 +97,13 @@ static int x86_has(cpu_isa isa) {
         return (a >> 4) & 1;
     }
     const int f = (b >> 16) & 1, bw = (b >> 30) & 1, vl = (b >> 31) & 1, vnni = (c >> 11) & 1;
-    return avx2 && f && bw && vl && vnni && (xcr0 & 0xe0) == 0xe0;
+    const int avx512 = avx2 && f && bw && vl && vnni && (xcr0 & 0xe0) == 0xe0;
+    if (isa != CPU_ISA_AMX) return avx512;
+    /* AMX-TILE and AMX-INT8 (EDX bits 24, 25), the OS saving tile state (XCR0 bits 17, 18), and
+     * Linux's per-process permission for the tile data (granted once, process-wide: asking
+     * again is harmless); a kernel without the request (before 5.16) refuses it */
+    const int amx = ((d >> 24) & 3) == 3 && (xcr0 & 0x60000) == 0x60000;
+    return avx512 && amx && amx_permitted();
 }
 #endif
 
@@ -108,7 +130,8 @@ static int cpu_has(cpu_isa isa) {
     case CPU_ISA_SCALAR: return 1;
 #if defined(__x86_64__)
     case CPU_ISA_AVX2:
-    case CPU_ISA_AVX512: return x86_has(isa);
+    case CPU_ISA_AVX512:
+    case CPU_ISA_AMX: return x86_has(isa);
     case CPU_ISA_AVX_VNNI: return x86_has(isa) || x86_has(CPU_ISA_AVX512); /* the VEX or the EVEX code */
 #endif
 #if defined(__aarch64__)
@@ -127,6 +150,7 @@ const cpu_kernels *cpu_kernels_get(cpu_isa isa) {
     case CPU_ISA_AVX2: return &cpu_kernels_avx2;
     case CPU_ISA_AVX_VNNI: return x86_has(isa) ? &cpu_kernels_avxvnni : &cpu_kernels_avxvnni_evex;
     case CPU_ISA_AVX512: return &cpu_kernels_avx512;
+    case CPU_ISA_AMX: return &cpu_kernels_amx;
 #endif
 #if defined(__aarch64__)
     case CPU_ISA_NEON: return &cpu_kernels_neon;
@@ -146,7 +170,7 @@ const cpu_kernels *cpu_kernels_select(cpu_isa cap) {
 }
 
 cpu_isa cpu_kernels_env_cap(void) {
-    static const char *const names[CPU_ISA_COUNT] = {"scalar", "avx2", "avxvnni", "avx512", "neon", "dotprod"};
+    static const char *const names[CPU_ISA_COUNT] = {"scalar", "avx2", "avxvnni", "avx512", "neon", "dotprod", "amx"};
     const char *v = getenv("LLMM_CPU_KERNELS");
     if (v)
         for (int i = 0; i < (int)CPU_ISA_COUNT; i++)

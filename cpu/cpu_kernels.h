@@ -38,6 +38,7 @@ typedef enum cpu_isa {
     CPU_ISA_AVX512 = 3,       /* AVX-512 F/BW/VL + VNNI (and the AVX2 set) */
     CPU_ISA_NEON = 4,         /* AArch64 Advanced SIMD */
     CPU_ISA_NEON_DOTPROD = 5, /* and the ARMv8.2 dot product (SDOT) */
+    CPU_ISA_AMX = 6,          /* the AVX-512 set and AMX-INT8 tiles, the OS letting the process use them */
     CPU_ISA_COUNT
 } cpu_isa;
 
@@ -148,7 +149,7 @@ typedef struct cpu_kernels {
 const cpu_kernels *cpu_kernels_select(cpu_isa cap);
 /* The table for exactly isa, or NULL when this CPU or build lacks it (tests iterate these). */
 const cpu_kernels *cpu_kernels_get(cpu_isa isa);
-/* The ISA named by LLMM_CPU_KERNELS ("scalar", "avx2", "avxvnni", "avx512", "neon", "dotprod");
+/* The ISA named by LLMM_CPU_KERNELS ("scalar", "avx2", "avxvnni", "avx512", "neon", "dotprod", "amx");
  * CPU_ISA_COUNT when unset or unknown, meaning "the best available". A name from the other
  * architecture caps by its number: "avx2" on aarch64 means scalar. Read once per backend init. */
 cpu_isa cpu_kernels_env_cap(void);
@@ -159,6 +160,7 @@ extern const cpu_kernels cpu_kernels_avx2;
 extern const cpu_kernels cpu_kernels_avxvnni;      /* VEX: CPUs with AVX-VNNI */
 extern const cpu_kernels cpu_kernels_avxvnni_evex; /* the same code, EVEX: AVX-512 CPUs without it */
 extern const cpu_kernels cpu_kernels_avx512;
+extern const cpu_kernels cpu_kernels_amx; /* the AVX-512 table with AMX tiles (gemm_amx.h) */
 #endif
 #if defined(__aarch64__)
 extern const cpu_kernels cpu_kernels_neon;

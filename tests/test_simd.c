@@ -65,7 +65,8 @@ static const cpu_isa k_simd_isas[] = {CPU_ISA_NEON, CPU_ISA_NEON_DOTPROD};
 #else
 static const cpu_isa k_simd_isas[] = {CPU_ISA_AVX2, CPU_ISA_AVX_VNNI, CPU_ISA_AVX512};
 #endif
-static const char *const k_isa_names[CPU_ISA_COUNT] = {"scalar", "avx2", "avxvnni", "avx512", "neon", "dotprod"};
+static const char *const k_isa_names[CPU_ISA_COUNT] = {"scalar", "avx2",    "avxvnni", "avx512",
+                                                        "neon",   "dotprod", "amx"};
 
 /* ------------------------------------------------------------------ helpers */
 
@@ -1640,7 +1641,7 @@ static void bench_packed_decode(void) {
     const uint32_t types[] = {LLMM_TYPE_Q4_0, LLMM_TYPE_Q8_0, LLMM_TYPE_Q5_0, LLMM_TYPE_Q4_K,
                               LLMM_TYPE_Q5_K, LLMM_TYPE_Q6_K, LLMM_TYPE_IQ4_NL, LLMM_TYPE_IQ4_XS,
                               LLMM_TYPE_Q2_K, LLMM_TYPE_Q3_K};
-    const cpu_isa isas[] = {CPU_ISA_AVX2, CPU_ISA_AVX_VNNI, CPU_ISA_AVX512};
+    const cpu_isa isas[] = {CPU_ISA_AVX2, CPU_ISA_AVX_VNNI, CPU_ISA_AVX512, CPU_ISA_AMX};
     for (size_t ii = 0; ii < ARRAY_LEN(isas); ii++) {
         const cpu_kernels *k = cpu_kernels_get(isas[ii]);
         if (!k) continue;
@@ -1831,7 +1832,7 @@ static void test_backend_packed_copies(void **state) {
     /* ne0, ne1, threads; K-quant rows are whole super-blocks of 256 */
     const size_t dims[][3] = {{96, 77, 2}, {416, 45, 3}, {256, 1003, 2}, {64, 7, 2}, {1184, 16, 1}};
     const size_t kdims[][3] = {{256, 77, 2}, {768, 45, 3}, {512, 1003, 2}, {256, 7, 2}, {1280, 16, 1}};
-    const cpu_isa isas[] = {CPU_ISA_AVX2, CPU_ISA_AVX_VNNI, CPU_ISA_AVX512};
+    const cpu_isa isas[] = {CPU_ISA_AVX2, CPU_ISA_AVX_VNNI, CPU_ISA_AVX512, CPU_ISA_AMX};
     rng_seed(4101);
     for (size_t ii = 0; ii < ARRAY_LEN(isas); ii++) {
         const cpu_kernels *k = cpu_kernels_get(isas[ii]);

@@ -1,0 +1,152 @@
+/* Q4_0 and Q8_0 prompts from packed copies (packed_tiles.h) on AMX-INT8 tiles, for the AMX table
+ * in kernels_avx512.c (included after gemm_rows16_avx512.h, whose kinds, stores and walk it
+ * uses); gives gemm_q4_0_amx and gemm_q8_0_amx (cpu_gemm_fn).
+ *
+ * Why: a prompt's matmuls are arithmetic. vpdpbusd adds 64 products per instruction; one
+ * tdpbssd adds up to 16 x 16 x 64, and a core here runs a chain of them at about 2.9 T products
+ * per second, against at most 0.4 T for two vpdpbusd a cycle. Each block (32 weights) has its
+ * own scales, so a tile instruction covers one block of 16 operand rows x 16 weight rows
+ * (K = 32), and the scaling becomes the work.
+ *
+ * Layout: the copy's group for block b of a tile is what a tile instruction wants as its B
+ * tile: vector j of 64 bytes holds, in lane q, the 4 quant bytes 4j .. 4j+3 of the tile's row in
+ * lane q (packed_tiles.h), so B row j is K indices 4j .. 4j+3 for the 16 columns. Q8_0's copy
+ * holds the quants + 128 (unsigned): tdpbsud (signed x unsigned), the offset coming back as
+ * 128 sum(x), as on the AVX-512 tiles. Q4_0's nibbles are split into 8 such rows (low nibbles:
+ * weights 4j.., high: 16 + 4j..) less 8, signed: tdpbssd, no offset. The A tile is 16 operand
+ * rows' quants of the block, straight from the operand (x->n bytes apart).
+ *
+ * Measured (one core, 4864 x 160 from cache, 64 operand rows, GB/s of weights x 64, against the
+ * AVX-512 tiles on the same copy, alternated): Q4_0 70-73 -> 83-90, Q8_0 142-152 -> 160-174; a
+ * 512-token prompt after the copies are made (0.5B shape, 2 threads) 1.12-1.18x. The tile
+ * instructions are a small part of that time: storing each block's 16 x 16 sums and scaling
+ * them (four vector operations per 16 outputs per block, for the bits the other tables give)
+ * is most of it, and the two slots overlap it with the tile work only partly.
+ *
+ * Numerics: each block's integer sum is exact; per output the float part is the AVX-512 tile's
+ * (cvt(isum) x (d_w x d_x), added in block order): bit-identical to the type table's vec_dot.
+ * Operand rows past the last whole 16 take the AVX-512 tiles. */
+#ifndef LLMM_GEMM_AMX_H
+#define LLMM_GEMM_AMX_H
+
+#ifndef LLMM_GEMM_ROWS16_AVX512_H
+#error "include gemm_rows16_avx512.h before gemm_amx.h"
+#endif
+
+#include <immintrin.h>
+
+#define AMX_ROWS 16 /* operand rows (A tile rows) and weight rows (C columns) per tile call */
+
+/* The tile configuration (palette 1), two slots that alternate by block: tiles 0 and 1 the int32
+ * sums C (16 x 16), 2 and 3 the operand blocks A (16 rows x 32 bytes), 4 and 5 the weight
+ * blocks B (8 rows x 64 bytes). */
+typedef struct amx_config {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} amx_config;
+
+SIMD_ALWAYS_INLINE void amx_configure(void) {
+    _Alignas(64) amx_config c;
+    memset(&c, 0, sizeof c);
+    c.palette = 1;
+    for (int slot = 0; slot < 2; slot++) {
+        c.colsb[slot] = 64;
+        c.rows[slot] = AMX_ROWS;
+        c.colsb[2 + slot] = QK8_0;
+        c.rows[2 + slot] = AMX_ROWS;
+        c.colsb[4 + slot] = 64;
+        c.rows[4 + slot] = QK8_0 / 4;
+    }
+    _tile_loadconfig(&c);
+}
+
+/* The tile work of one block into slot C, A, B (tile numbers: immediates), the sums stored to c.
+ * Q4_0's nibbles are split into w8 less 8 (signed: tdpbssd, no offset to take back); Q8_0's
+ * copy is the B tile as it is (quants + 128: tdpbsud, the offset taken back with the operand's
+ * sums: made signed through a buffer, its stores delayed the tile load more than the 16
+ * subtractions cost). A: the operand block, rows stride bytes apart. */
+#define AMX_BLOCK(C, A, B, kind, q, w8, xq, stride, c)                                                \
+    do {                                                                                               \
+        if ((kind) == R16_Q4_0) {                                                                      \
+            const __m512i low4_ = _mm512_set1_epi8(0x0f), eight_ = _mm512_set1_epi8(8);                \
+            for (int v_ = 0; v_ < 4; v_++) {                                                           \
+                const __m512i w_ = _mm512_loadu_si512((q) + 64 * v_);                                  \
+                _mm512_store_si512((w8)[v_], _mm512_sub_epi8(_mm512_and_si512(w_, low4_), eight_));    \
+                _mm512_store_si512((w8)[4 + v_],                                                       \
+                                   _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(w_, 4), low4_), eight_)); \
+            }                                                                                          \
+            _tile_loadd(B, (w8), 64);                                                                  \
+        } else {                                                                                       \
+            _tile_loadd(B, (q), 64);                                                                   \
+        }                                                                                              \
+        _tile_zero(C);                                                                                 \
+        _tile_loadd(A, (xq), (stride));                                                                \
+        if ((kind) == R16_Q4_0) _tile_dpbssd(C, A, B);                                                 \
+        else _tile_dpbsud(C, A, B);                                                                    \
+        _tile_stored(C, (c), 64);                                                                      \
+    } while (0)
+
+/* Operand rows r0 .. r0+15 against one tile of a packed copy (base: its first group); lanes
+ * [l0, l0 + nl) (row order) to out columns j ... The tile work of block b + 1 is issued before
+ * the float work of block b, in the other slot, so that the two overlap. */
+SIMD_ALWAYS_INLINE void amx_tile(r16_kind kind, const uint8_t *base, size_t l0, size_t nl, size_t j,
+                                 const cpu_operand *x, size_t r0, float *out, size_t ldo) {
+    const size_t nb = x->n / QK8_0, bb = r16_block_bytes(kind), gb = R16_ROWS * bb;
+    _Alignas(64) int32_t c[2][AMX_ROWS][AMX_ROWS];
+    _Alignas(64) int8_t w8[2][QK8_0 / 4][64];
+    const int8_t *xq = x->qs + r0 * x->n;
+    __m512 acc[AMX_ROWS];
+    for (size_t r = 0; r < AMX_ROWS; r++) acc[r] = _mm512_setzero_ps();
+    /* q: a group's quants, after the 16 rows' d */
+    AMX_BLOCK(0, 2, 4, kind, base + 2 * R16_ROWS, w8[0], xq, x->n, c[0]);
+    for (size_t b = 0; b < nb; b++) {
+        if (b + 1 < nb) {
+            const uint8_t *q = base + (b + 1) * gb + 2 * R16_ROWS;
+            if (b & 1) AMX_BLOCK(0, 2, 4, kind, q, w8[0], xq + (b + 1) * QK8_0, x->n, c[0]);
+            else AMX_BLOCK(1, 3, 5, kind, q, w8[1], xq + (b + 1) * QK8_0, x->n, c[1]);
+        }
+        const __m512 d_w = _mm512_cvtph_ps(load_256(base + b * gb));
+        const int32_t(*cs)[AMX_ROWS] = c[b & 1];
+#pragma GCC unroll 16
+        for (size_t r = 0; r < AMX_ROWS; r++) {
+            const size_t xb = (r0 + r) * nb + b;
+            __m512i isum = _mm512_load_si512(cs[r]);
+            if (kind == R16_Q8_0) isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(128 * x->sum[xb]));
+            const __m512 scale = _mm512_mul_ps(d_w, _mm512_set1_ps(x->d[xb]));
+            acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(_mm512_cvtepi32_ps(isum), scale));
+        }
+    }
+    for (size_t r = 0; r < AMX_ROWS; r++) rows16_store(acc[r], out + (r0 + r) * ldo + j, l0, nl);
+}
+
+/* The tiles of rows [j0, j1) of a packed copy: operand rows in whole 16s on the tiles, the rest
+ * (and calls of fewer rows: decode) on the AVX-512 ones. The tile configuration is this
+ * thread's until released here. */
+SIMD_ALWAYS_INLINE void gemm_amx_packed(r16_kind kind, const llmm_tensor *w, size_t j0, size_t j1,
+                                        const cpu_operand *x, size_t n_rows, float *out, size_t ldo) {
+    const size_t full = n_rows / AMX_ROWS * AMX_ROWS, nb = x->n / QK8_0;
+    if (full) {
+        amx_configure();
+#define AMX_CALL(base, rb, next, l0, nl, j)                                                    \
+    do {                                                                                       \
+        (void)(rb);                                                                            \
+        (void)(next);                                                                          \
+        for (size_t r0 = 0; r0 < full; r0 += AMX_ROWS) amx_tile(kind, base, l0, nl, j, x, r0, out, ldo); \
+    } while (0)
+        GEMM_WALK_TILES(w, j0, j1, R16_ROWS, AMX_CALL);
+#undef AMX_CALL
+        _tile_release();
+    }
+    if (full == n_rows) return;
+    cpu_operand rest = *x;
+    rest.qs += full * x->n;
+    rest.d += full * nb;
+    rest.sum += full * nb;
+    rows16_walk(kind, 1, w, j0, j1, &rest, n_rows - full, out + full * ldo, ldo);
+}
+
+GEMM_FN_FOR_KIND(gemm_q4_0_amx, gemm_amx_packed, R16_Q4_0)
+GEMM_FN_FOR_KIND(gemm_q8_0_amx, gemm_amx_packed, R16_Q8_0)
+
+#endif

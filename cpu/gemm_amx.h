@@ -1,6 +1,8 @@
-/* Q4_0 and Q8_0 prompts from packed copies (packed_tiles.h) on AMX-INT8 tiles, for the AMX table
- * in kernels_avx512.c (included after gemm_rows16_avx512.h, whose kinds, stores and walk it
- * uses); gives gemm_q4_0_amx and gemm_q8_0_amx (cpu_gemm_fn).
+/* Q4_0 and Q8_0 prompts on AMX-INT8 tiles, for the AMX table in kernels_avx512.c (included
+ * after gemm_rows16_avx512.h and the AVX-512 table's Q4_0 / Q8_0 matmuls, whose kinds, packer,
+ * stores, walk and kernels it uses): gemm_q4_0_amx and gemm_q8_0_amx over packed copies
+ * (packed_tiles.h), gemm_q4_0_amx_stored and gemm_q8_0_amx_stored over weights as stored, each
+ * 16-row tile packed into the same layout a segment at a time on the fly (cpu_gemm_fn).
  *
  * Why: a prompt's matmuls are arithmetic. vpdpbusd adds 64 products per instruction; one
  * tdpbssd adds up to 16 x 16 x 64, and a core here runs a chain of them at about 2.9 T products
@@ -17,8 +19,9 @@
  * rows' quants of the block, straight from the operand (x->n bytes apart).
  *
  * Measured (one core, 4864 x 160 from cache, 64 operand rows, GB/s of weights x 64, against the
- * AVX-512 tiles on the same copy, alternated): Q4_0 70-73 -> 83-90, Q8_0 142-152 -> 160-174; a
- * 512-token prompt after the copies are made (0.5B shape, 2 threads) 1.12-1.18x. The tile
+ * AVX-512 tiles, alternated): from a copy Q4_0 70-73 -> 83-90, Q8_0 142-152 -> 160-180; as
+ * stored Q4_0 66 -> 81, Q8_0 114 -> 160. 0.5B shape, 2 threads, 512-token prompts: the first
+ * (as stored) 1.18-1.32x, one after the copies are made 1.12-1.18x. The tile
  * instructions are a small part of that time: storing each block's 16 x 16 sums and scaling
  * them (four vector operations per 16 outputs per block, for the bits the other tables give)
  * is most of it, and the two slots overlap it with the tile work only partly.
@@ -58,7 +61,10 @@ SIMD_ALWAYS_INLINE void amx_configure(void) {
         c.colsb[4 + slot] = 64;
         c.rows[4 + slot] = QK8_0 / 4;
     }
-    _tile_loadconfig(&c);
+    /* not _tile_loadconfig: GCC 12's takes its operand as an 8-byte read, so the stores to the
+     * rest of c could be dropped as dead (they were, once inlined: tile instructions then
+     * faulted on tiles that were not configured) */
+    __asm__ volatile("ldtilecfg %0" : : "m"(c));
 }
 
 /* The tile work of one block into slot C, A, B (tile numbers: immediates), the sums stored to c.
@@ -87,27 +93,27 @@ SIMD_ALWAYS_INLINE void amx_configure(void) {
         _tile_stored(C, (c), 64);                                                                      \
     } while (0)
 
-/* Operand rows r0 .. r0+15 against one tile of a packed copy (base: its first group); lanes
- * [l0, l0 + nl) (row order) to out columns j ... The tile work of block b + 1 is issued before
- * the float work of block b, in the other slot, so that the two overlap. */
-SIMD_ALWAYS_INLINE void amx_tile(r16_kind kind, const uint8_t *base, size_t l0, size_t nl, size_t j,
-                                 const cpu_operand *x, size_t r0, float *out, size_t ldo) {
-    const size_t nb = x->n / QK8_0, bb = r16_block_bytes(kind), gb = R16_ROWS * bb;
+/* Operand rows r0 .. r0+15 against blocks [b0, b1) of one tile in the packed layout (g: the
+ * group of b0), added to acc (the 16 rows' sums, lanes in tile order). The tile work of block
+ * b + 1 is issued before the float work of block b, in the other slot, so that the two
+ * overlap. */
+SIMD_ALWAYS_INLINE void amx_blocks(r16_kind kind, const uint8_t *g, size_t b0, size_t b1, const cpu_operand *x,
+                                   size_t r0, __m512 acc[AMX_ROWS]) {
+    const size_t nb = x->n / QK8_0, gb = R16_ROWS * r16_block_bytes(kind);
     _Alignas(64) int32_t c[2][AMX_ROWS][AMX_ROWS];
     _Alignas(64) int8_t w8[2][QK8_0 / 4][64];
     const int8_t *xq = x->qs + r0 * x->n;
-    __m512 acc[AMX_ROWS];
-    for (size_t r = 0; r < AMX_ROWS; r++) acc[r] = _mm512_setzero_ps();
     /* q: a group's quants, after the 16 rows' d */
-    AMX_BLOCK(0, 2, 4, kind, base + 2 * R16_ROWS, w8[0], xq, x->n, c[0]);
-    for (size_t b = 0; b < nb; b++) {
-        if (b + 1 < nb) {
-            const uint8_t *q = base + (b + 1) * gb + 2 * R16_ROWS;
-            if (b & 1) AMX_BLOCK(0, 2, 4, kind, q, w8[0], xq + (b + 1) * QK8_0, x->n, c[0]);
+    AMX_BLOCK(0, 2, 4, kind, g + 2 * R16_ROWS, w8[0], xq + b0 * QK8_0, x->n, c[0]);
+    for (size_t b = b0; b < b1; b++) {
+        const uint8_t *gr = g + (b - b0) * gb;
+        if (b + 1 < b1) {
+            const uint8_t *q = gr + gb + 2 * R16_ROWS;
+            if ((b - b0) & 1) AMX_BLOCK(0, 2, 4, kind, q, w8[0], xq + (b + 1) * QK8_0, x->n, c[0]);
             else AMX_BLOCK(1, 3, 5, kind, q, w8[1], xq + (b + 1) * QK8_0, x->n, c[1]);
         }
-        const __m512 d_w = _mm512_cvtph_ps(load_256(base + b * gb));
-        const int32_t(*cs)[AMX_ROWS] = c[b & 1];
+        const __m512 d_w = _mm512_cvtph_ps(load_256(gr));
+        const int32_t(*cs)[AMX_ROWS] = c[(b - b0) & 1];
 #pragma GCC unroll 16
         for (size_t r = 0; r < AMX_ROWS; r++) {
             const size_t xb = (r0 + r) * nb + b;
@@ -117,7 +123,29 @@ SIMD_ALWAYS_INLINE void amx_tile(r16_kind kind, const uint8_t *base, size_t l0, 
             acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(_mm512_cvtepi32_ps(isum), scale));
         }
     }
+}
+
+/* Operand rows r0 .. r0+15 against one tile of a packed copy (base: its first group); lanes
+ * [l0, l0 + nl) (row order) to out columns j ... */
+SIMD_ALWAYS_INLINE void amx_tile(r16_kind kind, const uint8_t *base, size_t l0, size_t nl, size_t j,
+                                 const cpu_operand *x, size_t r0, float *out, size_t ldo) {
+    __m512 acc[AMX_ROWS];
+    for (size_t r = 0; r < AMX_ROWS; r++) acc[r] = _mm512_setzero_ps();
+    amx_blocks(kind, base, 0, x->n / QK8_0, x, r0, acc);
     for (size_t r = 0; r < AMX_ROWS; r++) rows16_store(acc[r], out + (r0 + r) * ldo + j, l0, nl);
+}
+
+/* The rest of a call's operand rows (past its whole 16s) through fn, which computes them
+ * bit for bit as the tiles do. */
+SIMD_ALWAYS_INLINE void amx_rest(cpu_gemm_fn fn, const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x,
+                                 size_t full, size_t n_rows, float *out, size_t ldo) {
+    if (full == n_rows) return;
+    const size_t nb = x->n / QK8_0;
+    cpu_operand rest = *x;
+    rest.qs += full * x->n;
+    rest.d += full * nb;
+    rest.sum += full * nb;
+    fn(w, j0, j1, &rest, n_rows - full, out + full * ldo, ldo);
 }
 
 /* The tiles of rows [j0, j1) of a packed copy: operand rows in whole 16s on the tiles, the rest
@@ -125,25 +153,85 @@ SIMD_ALWAYS_INLINE void amx_tile(r16_kind kind, const uint8_t *base, size_t l0, 
  * thread's until released here. */
 SIMD_ALWAYS_INLINE void gemm_amx_packed(r16_kind kind, const llmm_tensor *w, size_t j0, size_t j1,
                                         const cpu_operand *x, size_t n_rows, float *out, size_t ldo) {
-    const size_t full = n_rows / AMX_ROWS * AMX_ROWS, nb = x->n / QK8_0;
+    const size_t full = n_rows / AMX_ROWS * AMX_ROWS;
     if (full) {
         amx_configure();
-#define AMX_CALL(base, rb, next, l0, nl, j)                                                    \
-    do {                                                                                       \
-        (void)(rb);                                                                            \
-        (void)(next);                                                                          \
-        for (size_t r0 = 0; r0 < full; r0 += AMX_ROWS) amx_tile(kind, base, l0, nl, j, x, r0, out, ldo); \
+#define AMX_CALL(base, rb, next, l0, nl, j)                                                                 \
+    do {                                                                                                    \
+        (void)(rb);                                                                                         \
+        (void)(next);                                                                                       \
+        for (size_t r0 = 0; r0 < full; r0 += AMX_ROWS) amx_tile(kind, base, l0, nl, j, x, r0, out, ldo);    \
     } while (0)
         GEMM_WALK_TILES(w, j0, j1, R16_ROWS, AMX_CALL);
 #undef AMX_CALL
         _tile_release();
     }
-    if (full == n_rows) return;
-    cpu_operand rest = *x;
-    rest.qs += full * x->n;
-    rest.d += full * nb;
-    rest.sum += full * nb;
-    rows16_walk(kind, 1, w, j0, j1, &rest, n_rows - full, out + full * ldo, ldo);
+    amx_rest(kind == R16_Q4_0 ? gemm_q4_0_packed16 : gemm_q8_0_packed16, w, j0, j1, x, full, n_rows, out, ldo);
+}
+
+/* Weights as stored (the first prompts, before decode steps made the copies): each 16-row tile
+ * packed a segment of AMX_FLY_BYTES at a time into a stack buffer (the AVX-512 packer's
+ * transposition), once per AMX_FLY_GROUPS x 16 operand rows, whose sums wait in acc_mem
+ * between segments. The packing is one pass over the segment; the tile work on it is one per
+ * 16 operand rows. */
+#define AMX_FLY_BYTES 8192
+#define AMX_FLY_GROUPS 8
+
+SIMD_ALWAYS_INLINE void amx_fly_tile(r16_kind kind, const uint8_t *base, size_t rb, size_t l0, size_t nl, size_t j,
+                                     const cpu_operand *x, size_t full, float *out, size_t ldo) {
+    const size_t nb = x->n / QK8_0, bb = r16_block_bytes(kind), seg = AMX_FLY_BYTES / (R16_ROWS * bb);
+    _Alignas(64) uint8_t buf[AMX_FLY_BYTES];
+    _Alignas(64) float acc_mem[AMX_FLY_GROUPS][AMX_ROWS][R16_ROWS];
+    for (size_t t0 = 0; t0 < full; t0 += AMX_FLY_GROUPS * AMX_ROWS) {
+        const size_t n_groups = LLMM_MIN((size_t)AMX_FLY_GROUPS, (full - t0) / AMX_ROWS);
+        memset(acc_mem, 0, sizeof acc_mem);
+        for (size_t b0 = 0; b0 < nb; b0 += seg) {
+            const size_t b1 = LLMM_MIN(nb, b0 + seg);
+            rows16_pack_tile(kind, base + b0 * bb, rb, b1 - b0, buf);
+            for (size_t gi = 0; gi < n_groups; gi++) {
+                __m512 acc[AMX_ROWS];
+                for (size_t r = 0; r < AMX_ROWS; r++) acc[r] = _mm512_load_ps(acc_mem[gi][r]);
+                amx_blocks(kind, buf, b0, b1, x, t0 + gi * AMX_ROWS, acc);
+                for (size_t r = 0; r < AMX_ROWS; r++) _mm512_store_ps(acc_mem[gi][r], acc[r]);
+            }
+        }
+        for (size_t gi = 0; gi < n_groups; gi++)
+            for (size_t r = 0; r < AMX_ROWS; r++)
+                rows16_store(_mm512_load_ps(acc_mem[gi][r]), out + (t0 + gi * AMX_ROWS + r) * ldo + j, l0, nl);
+    }
+}
+
+/* The AMX table's matmul for Q4_0 and Q8_0 as stored: rows16 (the AVX-512 table's, bit for bit
+ * the same) for calls of fewer than AMX_FLY_MIN_ROWS operand rows, for weights of fewer than
+ * 16 rows, and for the rows past the last whole 16. */
+#define AMX_FLY_MIN_ROWS 32
+
+SIMD_ALWAYS_INLINE void gemm_amx_fly(r16_kind kind, cpu_gemm_fn rows16, const llmm_tensor *w, size_t j0, size_t j1,
+                                     const cpu_operand *x, size_t n_rows, float *out, size_t ldo) {
+    const size_t full = n_rows / AMX_ROWS * AMX_ROWS;
+    if (n_rows < AMX_FLY_MIN_ROWS || w->ne1 < R16_ROWS) {
+        rows16(w, j0, j1, x, n_rows, out, ldo);
+        return;
+    }
+    amx_configure();
+#define AMX_FLY_CALL(base, rb, next, l0, nl, j)                                                             \
+    do {                                                                                                    \
+        (void)(next);                                                                                       \
+        amx_fly_tile(kind, base, rb, l0, nl, j, x, full, out, ldo);                                         \
+    } while (0)
+    GEMM_WALK_TILES(w, j0, j1, R16_ROWS, AMX_FLY_CALL);
+#undef AMX_FLY_CALL
+    _tile_release();
+    amx_rest(rows16, w, j0, j1, x, full, n_rows, out, ldo);
+}
+
+static void gemm_q4_0_amx_stored(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows,
+                                 float *out, size_t ldo) {
+    gemm_amx_fly(R16_Q4_0, gemm_q4_0_avx512, w, j0, j1, x, n_rows, out, ldo);
+}
+static void gemm_q8_0_amx_stored(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows,
+                                 float *out, size_t ldo) {
+    gemm_amx_fly(R16_Q8_0, gemm_q8_0_avx512, w, j0, j1, x, n_rows, out, ldo);
 }
 
 GEMM_FN_FOR_KIND(gemm_q4_0_amx, gemm_amx_packed, R16_Q4_0)

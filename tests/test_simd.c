@@ -63,7 +63,7 @@
 #if defined(__aarch64__)
 static const cpu_isa k_simd_isas[] = {CPU_ISA_NEON, CPU_ISA_NEON_DOTPROD};
 #else
-static const cpu_isa k_simd_isas[] = {CPU_ISA_AVX2, CPU_ISA_AVX_VNNI, CPU_ISA_AVX512};
+static const cpu_isa k_simd_isas[] = {CPU_ISA_AVX2, CPU_ISA_AVX_VNNI, CPU_ISA_AVX512, CPU_ISA_AMX};
 #endif
 static const char *const k_isa_names[CPU_ISA_COUNT] = {"scalar", "avx2",    "avxvnni", "avx512",
                                                         "neon",   "dotprod", "amx"};

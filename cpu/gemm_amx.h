@@ -1,8 +1,8 @@
-/* Q4_0 and Q8_0 prompts on AMX-INT8 tiles, for the AMX table in kernels_avx512.c (included
- * after gemm_rows16_avx512.h and the AVX-512 table's Q4_0 / Q8_0 matmuls, whose kinds, packer,
- * stores, walk and kernels it uses): gemm_q4_0_amx and gemm_q8_0_amx over packed copies
- * (packed_tiles.h), gemm_q4_0_amx_stored and gemm_q8_0_amx_stored over weights as stored, each
- * 16-row tile packed into the same layout a segment at a time on the fly (cpu_gemm_fn).
+/* Q4_0, Q5_0 and Q8_0 prompts on AMX-INT8 tiles, for the AMX table in kernels_avx512.c
+ * (included after gemm_rows16_avx512.h and the AVX-512 table's matmuls of these types, whose
+ * kinds, packer, stores, walk and kernels it uses): gemm_q4_0_amx .. gemm_q5_0_amx over packed
+ * copies (packed_tiles.h), gemm_q4_0_amx_stored .. over weights as stored, each 16-row tile
+ * packed into the same layout a segment at a time on the fly (cpu_gemm_fn).
  *
  * Why: a prompt's matmuls are arithmetic. vpdpbusd adds 64 products per instruction; one
  * tdpbssd adds up to 16 x 16 x 64, and a core here runs a chain of them at about 2.9 T products
@@ -15,12 +15,13 @@
  * lane q (packed_tiles.h), so B row j is K indices 4j .. 4j+3 for the 16 columns. Q8_0's copy
  * holds the quants + 128 (unsigned): tdpbsud (signed x unsigned), the offset coming back as
  * 128 sum(x), as on the AVX-512 tiles. Q4_0's nibbles are split into 8 such rows (low nibbles:
- * weights 4j.., high: 16 + 4j..) less 8, signed: tdpbssd, no offset. The A tile is 16 operand
+ * weights 4j.., high: 16 + 4j..) less 8, signed: tdpbssd, no offset; Q5_0's likewise with
+ * their 5th bits (the copy's masks, one vpmovm2b per vector) less 16. The A tile is 16 operand
  * rows' quants of the block, straight from the operand (x->n bytes apart).
  *
  * Measured (one core, 4864 x 160 from cache, 64 operand rows, GB/s of weights x 64, against the
  * AVX-512 tiles, alternated): from a copy Q4_0 70-73 -> 83-90, Q8_0 142-152 -> 160-180; as
- * stored Q4_0 66 -> 81, Q8_0 114 -> 160. 0.5B shape, 2 threads, 512-token prompts: the first
+ * stored Q4_0 66 -> 81, Q8_0 114 -> 160, Q5_0 68 -> 93 (from a copy 88 -> 105). 0.5B shape, 2 threads, 512-token prompts: the first
  * (as stored) 1.18-1.32x, one after the copies are made 1.12-1.18x. The tile
  * instructions are a small part of that time: storing each block's 16 x 16 sums and scaling
  * them (four vector operations per 16 outputs per block, for the bits the other tables give)
@@ -67,29 +68,46 @@ SIMD_ALWAYS_INLINE void amx_configure(void) {
     __asm__ volatile("ldtilecfg %0" : : "m"(c));
 }
 
-/* The tile work of one block into slot C, A, B (tile numbers: immediates), the sums stored to c.
- * Q4_0's nibbles are split into w8 less 8 (signed: tdpbssd, no offset to take back); Q8_0's
+/* Group g's weights as signed bytes in the B tile's layout (w8): Q4_0's nibbles split (low:
+ * weights 4j.., high: 16 + 4j..) less 8; Q5_0's with their 5th bits (mask j's bit 4q + k is
+ * byte 4q + k of vector j: one vpmovm2b each) less 16. */
+SIMD_ALWAYS_INLINE void amx_signed_weights(r16_kind kind, const uint8_t *g, int8_t w8[QK8_0 / 4][64]) {
+    const __m512i low4 = _mm512_set1_epi8(0x0f), bit4 = _mm512_set1_epi8(0x10);
+    const __m512i offset = _mm512_set1_epi8(kind == R16_Q5_0 ? 16 : 8);
+    const uint8_t *q = g + 2 * R16_ROWS + (kind == R16_Q5_0 ? 64 : 0);
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; v++) {
+        const __m512i w = _mm512_loadu_si512(q + 64 * v);
+        __m512i lo = _mm512_and_si512(w, low4), hi = _mm512_and_si512(_mm512_srli_epi16(w, 4), low4);
+        if (kind == R16_Q5_0) {
+            __mmask64 m_lo, m_hi;
+            memcpy(&m_lo, g + 2 * R16_ROWS + 8 * v, sizeof m_lo);
+            memcpy(&m_hi, g + 2 * R16_ROWS + 8 * (4 + v), sizeof m_hi);
+            lo = _mm512_or_si512(lo, _mm512_and_si512(_mm512_movm_epi8(m_lo), bit4));
+            hi = _mm512_or_si512(hi, _mm512_and_si512(_mm512_movm_epi8(m_hi), bit4));
+        }
+        _mm512_store_si512(w8[v], _mm512_sub_epi8(lo, offset));
+        _mm512_store_si512(w8[4 + v], _mm512_sub_epi8(hi, offset));
+    }
+}
+
+/* The tile work of the block in group g into slot C, A, B (tile numbers: immediates), the sums
+ * stored to c. Q4_0 and Q5_0 go through w8, signed (tdpbssd: no offset to take back); Q8_0's
  * copy is the B tile as it is (quants + 128: tdpbsud, the offset taken back with the operand's
  * sums: made signed through a buffer, its stores delayed the tile load more than the 16
  * subtractions cost). A: the operand block, rows stride bytes apart. */
-#define AMX_BLOCK(C, A, B, kind, q, w8, xq, stride, c)                                                \
+#define AMX_BLOCK(C, A, B, kind, g, w8, xq, stride, c)                                                \
     do {                                                                                               \
-        if ((kind) == R16_Q4_0) {                                                                      \
-            const __m512i low4_ = _mm512_set1_epi8(0x0f), eight_ = _mm512_set1_epi8(8);                \
-            for (int v_ = 0; v_ < 4; v_++) {                                                           \
-                const __m512i w_ = _mm512_loadu_si512((q) + 64 * v_);                                  \
-                _mm512_store_si512((w8)[v_], _mm512_sub_epi8(_mm512_and_si512(w_, low4_), eight_));    \
-                _mm512_store_si512((w8)[4 + v_],                                                       \
-                                   _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(w_, 4), low4_), eight_)); \
-            }                                                                                          \
-            _tile_loadd(B, (w8), 64);                                                                  \
+        if ((kind) == R16_Q8_0) {                                                                      \
+            _tile_loadd(B, (g) + 2 * R16_ROWS, 64);                                                    \
         } else {                                                                                       \
-            _tile_loadd(B, (q), 64);                                                                   \
+            amx_signed_weights((kind), (g), (w8));                                                     \
+            _tile_loadd(B, (w8), 64);                                                                  \
         }                                                                                              \
         _tile_zero(C);                                                                                 \
         _tile_loadd(A, (xq), (stride));                                                                \
-        if ((kind) == R16_Q4_0) _tile_dpbssd(C, A, B);                                                 \
-        else _tile_dpbsud(C, A, B);                                                                    \
+        if ((kind) == R16_Q8_0) _tile_dpbsud(C, A, B);                                                 \
+        else _tile_dpbssd(C, A, B);                                                                    \
         _tile_stored(C, (c), 64);                                                                      \
     } while (0)
 
@@ -103,14 +121,13 @@ SIMD_ALWAYS_INLINE void amx_blocks(r16_kind kind, const uint8_t *g, size_t b0, s
     _Alignas(64) int32_t c[2][AMX_ROWS][AMX_ROWS];
     _Alignas(64) int8_t w8[2][QK8_0 / 4][64];
     const int8_t *xq = x->qs + r0 * x->n;
-    /* q: a group's quants, after the 16 rows' d */
-    AMX_BLOCK(0, 2, 4, kind, g + 2 * R16_ROWS, w8[0], xq + b0 * QK8_0, x->n, c[0]);
+    AMX_BLOCK(0, 2, 4, kind, g, w8[0], xq + b0 * QK8_0, x->n, c[0]);
     for (size_t b = b0; b < b1; b++) {
         const uint8_t *gr = g + (b - b0) * gb;
         if (b + 1 < b1) {
-            const uint8_t *q = gr + gb + 2 * R16_ROWS;
-            if ((b - b0) & 1) AMX_BLOCK(0, 2, 4, kind, q, w8[0], xq + (b + 1) * QK8_0, x->n, c[0]);
-            else AMX_BLOCK(1, 3, 5, kind, q, w8[1], xq + (b + 1) * QK8_0, x->n, c[1]);
+            const uint8_t *next = gr + gb;
+            if ((b - b0) & 1) AMX_BLOCK(0, 2, 4, kind, next, w8[0], xq + (b + 1) * QK8_0, x->n, c[0]);
+            else AMX_BLOCK(1, 3, 5, kind, next, w8[1], xq + (b + 1) * QK8_0, x->n, c[1]);
         }
         const __m512 d_w = _mm512_cvtph_ps(load_256(gr));
         const int32_t(*cs)[AMX_ROWS] = c[(b - b0) & 1];
@@ -166,7 +183,10 @@ SIMD_ALWAYS_INLINE void gemm_amx_packed(r16_kind kind, const llmm_tensor *w, siz
 #undef AMX_CALL
         _tile_release();
     }
-    amx_rest(kind == R16_Q4_0 ? gemm_q4_0_packed16 : gemm_q8_0_packed16, w, j0, j1, x, full, n_rows, out, ldo);
+    amx_rest(kind == R16_Q4_0   ? gemm_q4_0_packed16
+             : kind == R16_Q5_0 ? gemm_q5_0_packed16
+                                : gemm_q8_0_packed16,
+             w, j0, j1, x, full, n_rows, out, ldo);
 }
 
 /* Weights as stored (the first prompts, before decode steps made the copies): each 16-row tile
@@ -229,6 +249,10 @@ static void gemm_q4_0_amx_stored(const llmm_tensor *w, size_t j0, size_t j1, con
                                  float *out, size_t ldo) {
     gemm_amx_fly(R16_Q4_0, gemm_q4_0_avx512, w, j0, j1, x, n_rows, out, ldo);
 }
+static void gemm_q5_0_amx_stored(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows,
+                                 float *out, size_t ldo) {
+    gemm_amx_fly(R16_Q5_0, gemm_q5_0_rows16, w, j0, j1, x, n_rows, out, ldo);
+}
 static void gemm_q8_0_amx_stored(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows,
                                  float *out, size_t ldo) {
     gemm_amx_fly(R16_Q8_0, gemm_q8_0_avx512, w, j0, j1, x, n_rows, out, ldo);
@@ -236,5 +260,6 @@ static void gemm_q8_0_amx_stored(const llmm_tensor *w, size_t j0, size_t j1, con
 
 GEMM_FN_FOR_KIND(gemm_q4_0_amx, gemm_amx_packed, R16_Q4_0)
 GEMM_FN_FOR_KIND(gemm_q8_0_amx, gemm_amx_packed, R16_Q8_0)
+GEMM_FN_FOR_KIND(gemm_q5_0_amx, gemm_amx_packed, R16_Q5_0)
 
 #endif

@@ -6,7 +6,7 @@
  * build/tests/test_simd`, 4 alternations). Everything else is the AVX2 code (see
  * kernels_x86.h). Compiled with the AVX-512 target flags (Makefile); called only after
  * cpu_kernels_get(CPU_ISA_AVX512) checked the CPU. The same file gives the AMX table: this one
- * with Q4_0 and Q8_0 prompts on AMX-INT8 tiles (gemm_amx.h), chosen only
+ * with Q4_0, Q5_0 and Q8_0 prompts on AMX-INT8 tiles (gemm_amx.h), chosen only
  * after cpu_kernels_get(CPU_ISA_AMX) checked the CPU and obtained the OS's permission. */
 #include "cpu_kernels.h"
 
@@ -55,10 +55,10 @@ static inline __m256i dot_q8_0(__m256i w_plus_128, __m256i x) { return dot_u8s8(
  * scalar code, the 16-row ones with one shuffle and one test per vector (0.5B Q4_K_M decode,
  * mostly Q5_0, ms per token in per-token A/B runs: 0.937, 0.957, 0.971; A/A 1.002-1.007). */
 #define GEMM_BY_ROWS(NAME, ONE_ROW, ROWS16)                                                                  \
-    static void NAME(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows, \
-                     float *out, size_t ldo) {                                                       \
-        if (n_rows == 1) ONE_ROW(w, j0, j1, x, n_rows, out, ldo);                                    \
-        else ROWS16(w, j0, j1, x, n_rows, out, ldo);                                                 \
+    static void NAME(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows,    \
+                     float *out, size_t ldo) {                                                           \
+        if (n_rows == 1) ONE_ROW(w, j0, j1, x, n_rows, out, ldo);                                        \
+        else ROWS16(w, j0, j1, x, n_rows, out, ldo);                                                     \
     }
 GEMM_BY_ROWS(gemm_q4_0_avx512, gemm_q4_0, gemm_q4_0_rows16)
 GEMM_BY_ROWS(gemm_q8_0_avx512, gemm_q8_0, gemm_q8_0_rows16)
@@ -132,55 +132,57 @@ static void avx512_attn_values_f16(float *out, size_t nh, size_t hd, const float
     attn_values_rows(out, nh, hd, w, ld, &(cpu_attn_rows){.f16 = rows, .stride = row_stride}, n, 1);
 }
 
-/* The AVX-512 table, and the same with AMX tiles for Q4_0 and Q8_0 prompts */
-#define AVX512_TABLE(NAME, ISA, Q4_0, Q8_0, Q4_0_PACKED, Q8_0_PACKED)                                \
-    {                                                                                                \
-        .name = NAME,                                                                                \
-        .isa = ISA,                                                                                  \
-        .matmul =                                                                                    \
-            {                                                                                        \
-                [LLMM_TYPE_F32] = {avx2_gemm_f32, CPU_OPERAND_F32},                                  \
-                [LLMM_TYPE_F16] = {gemm_f16_rows_avx512, CPU_OPERAND_F16},                           \
-                [LLMM_TYPE_BF16] = {gemm_bf16_rows_avx512, CPU_OPERAND_BF16},                        \
-                [LLMM_TYPE_Q4_0] = {Q4_0, CPU_OPERAND_Q8},                                           \
-                [LLMM_TYPE_Q8_0] = {Q8_0, CPU_OPERAND_Q8},                                           \
-                [LLMM_TYPE_Q5_0] = {gemm_q5_0_rows16, CPU_OPERAND_Q8},                               \
-                [LLMM_TYPE_Q4_1] = {gemm_q4_1_rows16, CPU_OPERAND_Q8_1},                             \
-                [LLMM_TYPE_Q5_1] = {gemm_q5_1_rows16, CPU_OPERAND_Q8_1},                             \
-                [LLMM_TYPE_IQ4_NL] = {gemm_iq4_nl_avx512, CPU_OPERAND_Q8},                           \
-                [LLMM_TYPE_IQ4_XS] = {gemm_iq4_xs_avx512, CPU_OPERAND_Q8K},                          \
-                [LLMM_TYPE_Q2_K] = {gemm_q2_K_avx512, CPU_OPERAND_Q8K},                              \
-                [LLMM_TYPE_Q3_K] = {gemm_q3_K_avx512, CPU_OPERAND_Q8K},                              \
-                [LLMM_TYPE_Q4_K] = {gemm_q4_K_avx512, CPU_OPERAND_Q8K},                              \
-                [LLMM_TYPE_Q5_K] = {gemm_q5_K_avx512, CPU_OPERAND_Q8K},                              \
-                [LLMM_TYPE_Q6_K] = {gemm_q6_K_avx512, CPU_OPERAND_Q8K},                              \
-            },                                                                                       \
-        .matmul_packed =                                                                             \
-            {                                                                                        \
-                [LLMM_TYPE_Q4_0] = Q4_0_PACKED,                                                      \
-                [LLMM_TYPE_Q5_0] = gemm_q5_0_packed16,                                               \
-                [LLMM_TYPE_Q8_0] = Q8_0_PACKED,                                                      \
-                [LLMM_TYPE_IQ4_NL] = gemm_iq4_nl_packed16,                                           \
-                [LLMM_TYPE_Q4_1] = gemm_q4_1_packed16,                                               \
-                [LLMM_TYPE_Q5_1] = gemm_q5_1_packed16,                                               \
-                [LLMM_TYPE_Q2_K] = gemm_q2_K_packed16,                                               \
-                [LLMM_TYPE_Q3_K] = gemm_q3_K_packed16,                                               \
-                [LLMM_TYPE_Q4_K] = gemm_q4_K_packed16,                                               \
-                [LLMM_TYPE_Q5_K] = gemm_q5_K_packed16,                                               \
-                [LLMM_TYPE_Q6_K] = gemm_q6_K_packed16,                                               \
-                [LLMM_TYPE_IQ4_XS] = gemm_iq4_xs_packed16,                                           \
-            },                                                                                       \
-        .pack_tiles = pack_tiles_rows16,                                                             \
-        AVX2_ROW_KERNELS,                                                                            \
-        .attn_scores = avx512_attn_scores,                                                           \
-        .attn_values = avx512_attn_values,                                                           \
-        .attn_scores_f16 = avx512_attn_scores_f16,                                                   \
-        .attn_values_f16 = avx512_attn_values_f16,                                                   \
+/* The AVX-512 table, and the same with AMX tiles for Q4_0, Q5_0 and Q8_0 prompts */
+#define AVX512_TABLE(NAME, ISA, Q4_0, Q8_0, Q5_0, Q4_0_PACKED, Q8_0_PACKED, Q5_0_PACKED)                 \
+    {                                                                                                    \
+        .name = NAME,                                                                                    \
+        .isa = ISA,                                                                                      \
+        .matmul =                                                                                        \
+            {                                                                                            \
+                [LLMM_TYPE_F32] = {avx2_gemm_f32, CPU_OPERAND_F32},                                      \
+                [LLMM_TYPE_F16] = {gemm_f16_rows_avx512, CPU_OPERAND_F16},                               \
+                [LLMM_TYPE_BF16] = {gemm_bf16_rows_avx512, CPU_OPERAND_BF16},                            \
+                [LLMM_TYPE_Q4_0] = {Q4_0, CPU_OPERAND_Q8},                                               \
+                [LLMM_TYPE_Q8_0] = {Q8_0, CPU_OPERAND_Q8},                                               \
+                [LLMM_TYPE_Q5_0] = {Q5_0, CPU_OPERAND_Q8},                                               \
+                [LLMM_TYPE_Q4_1] = {gemm_q4_1_rows16, CPU_OPERAND_Q8_1},                                 \
+                [LLMM_TYPE_Q5_1] = {gemm_q5_1_rows16, CPU_OPERAND_Q8_1},                                 \
+                [LLMM_TYPE_IQ4_NL] = {gemm_iq4_nl_avx512, CPU_OPERAND_Q8},                               \
+                [LLMM_TYPE_IQ4_XS] = {gemm_iq4_xs_avx512, CPU_OPERAND_Q8K},                              \
+                [LLMM_TYPE_Q2_K] = {gemm_q2_K_avx512, CPU_OPERAND_Q8K},                                  \
+                [LLMM_TYPE_Q3_K] = {gemm_q3_K_avx512, CPU_OPERAND_Q8K},                                  \
+                [LLMM_TYPE_Q4_K] = {gemm_q4_K_avx512, CPU_OPERAND_Q8K},                                  \
+                [LLMM_TYPE_Q5_K] = {gemm_q5_K_avx512, CPU_OPERAND_Q8K},                                  \
+                [LLMM_TYPE_Q6_K] = {gemm_q6_K_avx512, CPU_OPERAND_Q8K},                                  \
+            },                                                                                           \
+        .matmul_packed =                                                                                 \
+            {                                                                                            \
+                [LLMM_TYPE_Q4_0] = Q4_0_PACKED,                                                          \
+                [LLMM_TYPE_Q5_0] = Q5_0_PACKED,                                                          \
+                [LLMM_TYPE_Q8_0] = Q8_0_PACKED,                                                          \
+                [LLMM_TYPE_IQ4_NL] = gemm_iq4_nl_packed16,                                               \
+                [LLMM_TYPE_Q4_1] = gemm_q4_1_packed16,                                                   \
+                [LLMM_TYPE_Q5_1] = gemm_q5_1_packed16,                                                   \
+                [LLMM_TYPE_Q2_K] = gemm_q2_K_packed16,                                                   \
+                [LLMM_TYPE_Q3_K] = gemm_q3_K_packed16,                                                   \
+                [LLMM_TYPE_Q4_K] = gemm_q4_K_packed16,                                                   \
+                [LLMM_TYPE_Q5_K] = gemm_q5_K_packed16,                                                   \
+                [LLMM_TYPE_Q6_K] = gemm_q6_K_packed16,                                                   \
+                [LLMM_TYPE_IQ4_XS] = gemm_iq4_xs_packed16,                                               \
+            },                                                                                           \
+        .pack_tiles = pack_tiles_rows16,                                                                 \
+        AVX2_ROW_KERNELS,                                                                                \
+        .attn_scores = avx512_attn_scores,                                                               \
+        .attn_values = avx512_attn_values,                                                               \
+        .attn_scores_f16 = avx512_attn_scores_f16,                                                       \
+        .attn_values_f16 = avx512_attn_values_f16,                                                       \
     }
 
 const cpu_kernels cpu_kernels_avx512 = AVX512_TABLE("avx512", CPU_ISA_AVX512, gemm_q4_0_avx512, gemm_q8_0_avx512,
-                                                     gemm_q4_0_packed16, gemm_q8_0_packed16);
+                                                     gemm_q5_0_rows16, gemm_q4_0_packed16, gemm_q8_0_packed16,
+                                                     gemm_q5_0_packed16);
 const cpu_kernels cpu_kernels_amx = AVX512_TABLE("amx", CPU_ISA_AMX, gemm_q4_0_amx_stored, gemm_q8_0_amx_stored,
-                                                  gemm_q4_0_amx, gemm_q8_0_amx);
+                                                  gemm_q5_0_amx_stored, gemm_q4_0_amx, gemm_q8_0_amx,
+                                                  gemm_q5_0_amx);
 
 #endif

@@ -224,7 +224,10 @@ SIMD_ALWAYS_INLINE void amx_fly_tile(r16_kind kind, const uint8_t *base, size_t 
 /* The AMX table's matmul for Q4_0 and Q8_0 as stored: rows16 (the AVX-512 table's, bit for bit
  * the same) for calls of fewer than AMX_FLY_MIN_ROWS operand rows, for weights of fewer than
  * 16 rows, and for the rows past the last whole 16. */
-#define AMX_FLY_MIN_ROWS 32
+/* 0.5B shape, 2 threads, prompts of P tokens, prefill tok/s AMX / AVX-512, alternated: Q4_0
+ * P = 32 515-521 / 543-550, P = 48 610-611 / 578-579, P = 96 675 / 586-606; Q8_0 P = 32
+ * 498-512 / 504-511, P = 48 575-598 / 530-538 */
+#define AMX_FLY_MIN_ROWS 48
 
 SIMD_ALWAYS_INLINE void gemm_amx_fly(r16_kind kind, cpu_gemm_fn rows16, const llmm_tensor *w, size_t j0, size_t j1,
                                      const cpu_operand *x, size_t n_rows, float *out, size_t ldo) {

@@ -643,6 +643,9 @@ static void check_gemm_type(uint32_t type, uint64_t seed) {
         /* more operand rows than share one packed segment of AVX2's prompt tiles (64) */
         const mm_case many_rows = {type, blocked ? 32 * 71 : 896, 37, 70};
         check_gemm_case(k, &many_rows, &st);
+        /* more than the AMX tiles' 128 operand rows per packed segment, with a rest past the 16s */
+        const mm_case more_rows = {type, blocked ? 32 * 23 : 173, 21, 157};
+        check_gemm_case(k, &more_rows, &st);
         print_message("%s %s gemm: %zu outputs, %zu bit-identical to vec_dot\n", k->name, llmm_type_get(type)->name,
                       st.outputs, st.bit_equal);
     }

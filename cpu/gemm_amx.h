@@ -20,12 +20,13 @@
  * rows' quants of the block, straight from the operand (x->n bytes apart).
  *
  * Measured (one core, 4864 x 160 from cache, 64 operand rows, GB/s of weights x 64, against the
- * AVX-512 tiles, alternated): from a copy Q4_0 70-73 -> 83-90, Q8_0 142-152 -> 160-180; as
- * stored Q4_0 66 -> 81, Q8_0 114 -> 160, Q5_0 68 -> 93 (from a copy 88 -> 105). 0.5B shape, 2 threads, 512-token prompts: the first
- * (as stored) 1.18-1.32x, one after the copies are made 1.12-1.18x. The tile
- * instructions are a small part of that time: storing each block's 16 x 16 sums and scaling
- * them (four vector operations per 16 outputs per block, for the bits the other tables give)
- * is most of it, and the two slots overlap it with the tile work only partly.
+ * AVX-512 tiles, alternated): from a copy Q4_0 70-73 -> 83-90, Q8_0 142-152 -> 160-180, Q5_0
+ * 88 -> 105; as stored Q4_0 66 -> 81, Q8_0 114 -> 160, Q5_0 68 -> 93. 0.5B shape, 2 threads,
+ * 512-token prompts: the first (as stored) 1.18-1.32x, one after the copies are made
+ * 1.12-1.18x. The tile instructions are a small part of that time: storing each block's 16 x 16
+ * sums and scaling them (four vector operations per 16 outputs per block, for the bits the
+ * other tables give) is most of it, and the two slots overlap it with the tile work only
+ * partly.
  *
  * Numerics: each block's integer sum is exact; per output the float part is the AVX-512 tile's
  * (cvt(isum) x (d_w x d_x), added in block order): bit-identical to the type table's vec_dot.
@@ -221,12 +222,12 @@ SIMD_ALWAYS_INLINE void amx_fly_tile(r16_kind kind, const uint8_t *base, size_t 
     }
 }
 
-/* The AMX table's matmul for Q4_0 and Q8_0 as stored: rows16 (the AVX-512 table's, bit for bit
- * the same) for calls of fewer than AMX_FLY_MIN_ROWS operand rows, for weights of fewer than
- * 16 rows, and for the rows past the last whole 16. */
-/* 0.5B shape, 2 threads, prompts of P tokens, prefill tok/s AMX / AVX-512, alternated: Q4_0
- * P = 32 515-521 / 543-550, P = 48 610-611 / 578-579, P = 96 675 / 586-606; Q8_0 P = 32
- * 498-512 / 504-511, P = 48 575-598 / 530-538 */
+/* The AMX table's matmul for a type as stored: rows16 (the AVX-512 table's, bit for bit the
+ * same) for calls of fewer than AMX_FLY_MIN_ROWS operand rows, for weights of fewer than 16
+ * rows, and for the rows past the last whole 16. The threshold: 0.5B shape, 2 threads, prompts
+ * of P tokens, prefill tok/s AMX / AVX-512, alternated: Q4_0 P = 32 515-521 / 543-550, P = 48
+ * 610-611 / 578-579, P = 96 675 / 586-606; Q8_0 P = 32 498-512 / 504-511, P = 48 575-598 /
+ * 530-538. */
 #define AMX_FLY_MIN_ROWS 48
 
 SIMD_ALWAYS_INLINE void gemm_amx_fly(r16_kind kind, cpu_gemm_fn rows16, const llmm_tensor *w, size_t j0, size_t j1,
@@ -248,18 +249,16 @@ SIMD_ALWAYS_INLINE void gemm_amx_fly(r16_kind kind, cpu_gemm_fn rows16, const ll
     amx_rest(rows16, w, j0, j1, x, full, n_rows, out, ldo);
 }
 
-static void gemm_q4_0_amx_stored(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows,
-                                 float *out, size_t ldo) {
-    gemm_amx_fly(R16_Q4_0, gemm_q4_0_avx512, w, j0, j1, x, n_rows, out, ldo);
-}
-static void gemm_q5_0_amx_stored(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows,
-                                 float *out, size_t ldo) {
-    gemm_amx_fly(R16_Q5_0, gemm_q5_0_rows16, w, j0, j1, x, n_rows, out, ldo);
-}
-static void gemm_q8_0_amx_stored(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows,
-                                 float *out, size_t ldo) {
-    gemm_amx_fly(R16_Q8_0, gemm_q8_0_avx512, w, j0, j1, x, n_rows, out, ldo);
-}
+/* NAME: KIND's matmul over weights as stored, falling back on ROWS16 */
+#define AMX_AS_STORED_FN(NAME, KIND, ROWS16)                                                                \
+    static void NAME(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows,       \
+                     float *out, size_t ldo) {                                                              \
+        gemm_amx_fly(KIND, ROWS16, w, j0, j1, x, n_rows, out, ldo);                                         \
+    }
+
+AMX_AS_STORED_FN(gemm_q4_0_amx_stored, R16_Q4_0, gemm_q4_0_avx512)
+AMX_AS_STORED_FN(gemm_q5_0_amx_stored, R16_Q5_0, gemm_q5_0_rows16)
+AMX_AS_STORED_FN(gemm_q8_0_amx_stored, R16_Q8_0, gemm_q8_0_avx512)
 
 GEMM_FN_FOR_KIND(gemm_q4_0_amx, gemm_amx_packed, R16_Q4_0)
 GEMM_FN_FOR_KIND(gemm_q8_0_amx, gemm_amx_packed, R16_Q8_0)

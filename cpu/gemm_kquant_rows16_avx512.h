@@ -260,8 +260,8 @@ SIMD_ALWAYS_INLINE __m512i bit_to(__m512i v, int from, int to) {
 
 /* Q2_K and Q3_K (q3), operand rows r0 .. r0+nx-1 against the 16 rows at base, or against a tile
  * of a packed copy (packed: base its first group; its d and dmin, or scales and d, loaded last
- * or first as whole vectors). Per piece p of
- * 16 qs bytes (h = p / 2, e = p % 2; the transposed words hold qs[32h + l], l = 16e .. 16e+15),
+ * or first as whole vectors). Per piece p of 16 qs bytes (h = p / 2, e = p % 2; the transposed
+ * words hold qs[32h + l], l = 16e .. 16e+15),
  * weight 128h + 32k + l is bits 2k, 2k+1 of its byte (and for Q3_K bit 4h + k of hmask[l] on
  * top), and lies in sub-block 8h + 2k + e, whose scale multiplies its dot in each lane. The
  * scale words sw[j] hold sub-blocks 4j .. 4j+3 (unsigned; Q3_K's stored with +32); Q2_K's mins

@@ -55,10 +55,10 @@ static inline __m256i dot_q8_0(__m256i w_plus_128, __m256i x) { return dot_u8s8(
  * scalar code, the 16-row ones with one shuffle and one test per vector (0.5B Q4_K_M decode,
  * mostly Q5_0, ms per token in per-token A/B runs: 0.937, 0.957, 0.971; A/A 1.002-1.007). */
 #define GEMM_BY_ROWS(NAME, ONE_ROW, ROWS16)                                                                  \
-    static void NAME(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows,    \
-                     float *out, size_t ldo) {                                                           \
-        if (n_rows == 1) ONE_ROW(w, j0, j1, x, n_rows, out, ldo);                                        \
-        else ROWS16(w, j0, j1, x, n_rows, out, ldo);                                                     \
+    static void NAME(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows,      \
+                     float *out, size_t ldo) {                                                             \
+        if (n_rows == 1) ONE_ROW(w, j0, j1, x, n_rows, out, ldo);                                          \
+        else ROWS16(w, j0, j1, x, n_rows, out, ldo);                                                       \
     }
 GEMM_BY_ROWS(gemm_q4_0_avx512, gemm_q4_0, gemm_q4_0_rows16)
 GEMM_BY_ROWS(gemm_q8_0_avx512, gemm_q8_0, gemm_q8_0_rows16)

@@ -5,6 +5,7 @@
 #include "backend.h"
 #include "cpu_kernels.h"
 #include "threadpool.h"
+#include "weight_copy.h"
 
 /* The forward step in progress (between step_begin and step_end), if any. */
 typedef enum cpu_step {
@@ -13,12 +14,45 @@ typedef enum cpu_step {
     CPU_STEP_DECODE,
 } cpu_step;
 
+/* One attention row for the kernels: its K/V view and the positions [kv_start, n_kv) it sees. */
+typedef struct cpu_attn_row {
+    llmm_kv_view kv;
+    uint32_t n_kv;
+    uint32_t kv_start;
+} cpu_attn_row;
+
+/* Attention of n_rows query rows, each over its own view (cpu_attend). */
+typedef struct cpu_attn_batch {
+    const float *q;  /* (n_rows, n_head * head_dim) */
+    float *out;      /* (n_rows, n_head * head_dim) */
+    size_t n_rows;
+    const cpu_attn_row *rows; /* (n_rows) */
+    uint32_t n_head, n_head_kv, head_dim;
+    float scale;
+    float softcap;
+} cpu_attn_batch;
+
+/* The model's copy slots shared by its contexts on this backend (llmm_backend_shared.data). */
+typedef struct cpu_copy_set {
+    size_t n;                 /* one slot per weight index */
+    llmm_weight_copy slot[];
+} cpu_copy_set;
+
 typedef struct cpu_state {
     llmm_threadpool *pool;
     const llmm_allocator *alloc;
     const cpu_kernels *k; /* chosen once at init from cpuid (and LLMM_CPU_KERNELS) */
     void *scratch;        /* activations converted for the dots, attention scores */
     cpu_step step;
+    llmm_step desc;       /* the step in progress (between step_begin and step_end) */
+    llmm_kv_view *views;  /* (rows_cap) per step sequence: its view of the layer an op works on */
+    cpu_attn_row *attn_rows; /* (rows_cap) */
+    size_t rows_cap;
+    cpu_weight *weights;  /* (n_weights) what prepare_weight keeps with each weight */
+    size_t n_weights;
+    llmm_backend_shared *shared; /* the model's share: copies, or NULL (no copies) */
+    cpu_copy_set *copies;
+    int own_vectors;      /* prepare_weight copies vectors out of the file mapping */
     size_t pack_step_bytes; /* CPU_PACK_STEP_BYTES (tests lower it) */
     size_t pack_budget;   /* bytes of packed weight copies the step may still make (ops_matmul.c) */
     size_t scratch_bytes;
@@ -97,18 +131,29 @@ static inline size_t cpu_chunk_items(const cpu_state *s, size_t n, size_t work, 
 llmm_status cpu_matmul(void *state, const llmm_tensor *w, const float *x, size_t n_rows, float *out);
 llmm_status cpu_matmul_multi(void *state, const llmm_tensor *const *w, size_t n_w, const float *x, size_t n_rows,
                              float *const *out);
-llmm_status cpu_attention(void *state, const llmm_attn_batch *b);
-llmm_status cpu_embed(void *state, const llmm_tensor *table, const llmm_token *ids, size_t n, float *out);
+llmm_status cpu_attention(void *state, uint32_t layer, const llmm_attn_batch *b);
+llmm_status cpu_embed(void *state, const llmm_tensor *table, float *out);
 llmm_status cpu_rms_norm(void *state, const float *x, const float *weight, float *out, size_t n_rows, size_t dim,
                          float eps);
-llmm_status cpu_rope(void *state, float *x, size_t n_rows, size_t n_heads, size_t head_dim, const int32_t *pos,
-                     const llmm_rope_params *rp);
+llmm_status cpu_rope(void *state, float *x, size_t n_heads, size_t head_dim, const llmm_rope_params *rp);
 llmm_status cpu_add_rows(void *state, float *x, const float *bias, size_t n_rows, size_t dim);
 llmm_status cpu_scale(void *state, float *x, size_t n, float s);
 llmm_status cpu_softcap(void *state, float *x, size_t n, float cap);
 llmm_status cpu_glu(void *state, float *gate, const float *up, size_t n, llmm_activation act);
 llmm_status cpu_add(void *state, float *dst, const float *src, size_t n);
-llmm_status cpu_kv_write(void *state, const llmm_kv_view *views, const int32_t *pos, size_t n_rows, const float *k,
-                         const float *v, size_t kv_dim);
+llmm_status cpu_kv_write(void *state, uint32_t layer, const float *k, const float *v);
+
+/* The kernels behind the step's ops, over host arrays (the ops above resolve the step
+ * descriptor into them; the kernel tests call them with views of their own). */
+llmm_status cpu_attend(cpu_state *s, const cpu_attn_batch *b);
+llmm_status cpu_embed_rows(const llmm_tensor *table, const llmm_token *ids, size_t n, float *out);
+llmm_status cpu_rope_rows(float *x, size_t n_rows, size_t n_heads, size_t head_dim, const int32_t *pos,
+                          const llmm_rope_params *rp);
+/* s->views[r] = row r's view of layer `layer` in the step in progress */
+void cpu_step_views(cpu_state *s, uint32_t layer);
+/* store n_rows K and V vectors (kv_dim = n_head_kv * head_dim values each, head after head) at
+ * positions pos[i] of their views, converted to the views' element type */
+llmm_status cpu_kv_store_rows(const llmm_kv_view *views, const int32_t *pos, size_t n_rows, const float *k,
+                              const float *v, size_t kv_dim);
 
 #endif

@@ -16,7 +16,7 @@
 #include "quant.h"
 
 typedef struct attn_task {
-    const llmm_attn_batch *b;
+    const cpu_attn_batch *b;
     const cpu_kernels *k;
     float *scratch;     /* per thread: attn_scratch_floats */
     size_t max_kv;
@@ -130,9 +130,9 @@ static void scores_pass(const cpu_kernels *kern, const llmm_kv_view *kv, uint32_
 
 /* Row r's query heads [h0, h1), all in K/V head kvh's group, from their scores (head i's at
  * scores + i * max_kv): softmax, then the weighted sum of the V rows into b->out. */
-static void softmax_values(const cpu_kernels *kern, const llmm_attn_batch *b, size_t r, uint32_t kvh, uint32_t h0,
+static void softmax_values(const cpu_kernels *kern, const cpu_attn_batch *b, size_t r, uint32_t kvh, uint32_t h0,
                            uint32_t h1, float *scores, size_t max_kv, float *row_buf) {
-    const llmm_attn_row *row = &b->rows[r];
+    const cpu_attn_row *row = &b->rows[r];
     const size_t hd = b->head_dim, q_dim = (size_t)b->n_head * hd;
     const llmm_kv_view *kv = &row->kv;
     const uint32_t p0 = row->kv_start, nh = h1 - h0;
@@ -158,7 +158,7 @@ static void softmax_values(const cpu_kernels *kern, const llmm_attn_batch *b, si
 }
 
 /* Whether rows a and b read the same K/V positions from the same place (a prompt's rows). */
-static int same_kv(const llmm_attn_row *a, const llmm_attn_row *b) {
+static int same_kv(const cpu_attn_row *a, const cpu_attn_row *b) {
     const llmm_kv_view *x = &a->kv, *y = &b->kv;
     return a->kv_start == b->kv_start && x->k == y->k && x->v == y->v && x->blocks == y->blocks &&
            x->block_size == y->block_size && x->block_stride == y->block_stride &&
@@ -169,10 +169,10 @@ static int same_kv(const llmm_attn_row *a, const llmm_attn_row *b) {
  * K/V (a prompt's) get their scores in one pass, all nr x nh query vectors against each chunk
  * of K rows, so a chunk is converted (and, with many vectors, transposed) once for all of
  * them; the scores past a row's own positions are computed and not used. */
-static void attend_rows(const cpu_kernels *kern, const llmm_attn_batch *b, size_t r0, size_t nr, uint32_t kvh,
+static void attend_rows(const cpu_kernels *kern, const cpu_attn_batch *b, size_t r0, size_t nr, uint32_t kvh,
                         uint32_t h0, uint32_t h1, float *scores, float *qbuf, size_t max_kv, float *row_buf) {
     const size_t hd = b->head_dim, q_dim = (size_t)b->n_head * hd, nh = h1 - h0;
-    const llmm_attn_row *first = &b->rows[r0];
+    const cpu_attn_row *first = &b->rows[r0];
     uint32_t p1 = first->n_kv;
     for (size_t k = 1; k < nr; k++) {
         if (!same_kv(first, &b->rows[r0 + k])) p1 = 0;
@@ -187,7 +187,7 @@ static void attend_rows(const cpu_kernels *kern, const llmm_attn_batch *b, size_
         return;
     }
     for (size_t k = 0; k < nr; k++) {
-        const llmm_attn_row *row = &b->rows[r0 + k];
+        const cpu_attn_row *row = &b->rows[r0 + k];
         scores_pass(kern, &row->kv, kvh, b->q + (r0 + k) * q_dim + (size_t)h0 * hd, nh, hd, row->kv_start,
                     row->n_kv, scores, max_kv, row_buf);
         softmax_values(kern, b, r0 + k, kvh, h0, h1, scores, max_kv, row_buf);
@@ -200,7 +200,7 @@ static size_t attn_scratch_floats(const attn_task *t, size_t hd) {
 
 static void attn_chunk(void *arg, size_t chunk, int ith) {
     const attn_task *t = arg;
-    const llmm_attn_batch *b = t->b;
+    const cpu_attn_batch *b = t->b;
     const uint32_t group = b->n_head / b->n_head_kv;
     const size_t items_per_block = (size_t)b->n_head_kv * t->items_per_group;
     const size_t n_blocks = (b->n_rows + t->rows_per_item - 1) / t->rows_per_item;
@@ -220,12 +220,11 @@ static void attn_chunk(void *arg, size_t chunk, int ith) {
     }
 }
 
-llmm_status cpu_attention(void *state, const llmm_attn_batch *b) {
-    cpu_state *s = state;
+llmm_status cpu_attend(cpu_state *s, const cpu_attn_batch *b) {
     if (b->n_head_kv == 0 || b->n_head % b->n_head_kv != 0) return LLMM_ERR_UNSUPPORTED;
     size_t max_kv = 1;
     for (size_t r = 0; r < b->n_rows; r++) {
-        const llmm_attn_row *row = &b->rows[r];
+        const cpu_attn_row *row = &b->rows[r];
         if (!kv_type_known(row->kv.type) || row->kv_start >= row->n_kv || row->kv.head_dim != b->head_dim ||
             row->kv.n_head_kv != b->n_head_kv)
             return LLMM_ERR_UNSUPPORTED;
@@ -246,4 +245,21 @@ llmm_status cpu_attention(void *state, const llmm_attn_batch *b) {
     t.items_per_chunk = cpu_chunk_items(s, n_items, b->n_rows * b->n_head * max_kv * b->head_dim, 1);
     threadpool_run(s->pool, attn_chunk, &t, (n_items + t.items_per_chunk - 1) / t.items_per_chunk);
     return LLMM_OK;
+}
+
+llmm_status cpu_attention(void *state, uint32_t layer, const llmm_attn_batch *batch) {
+    cpu_state *s = state;
+    if (s->step == CPU_STEP_NONE || layer >= s->desc.kv->n_layer || batch->n_rows != s->desc.n_rows)
+        return LLMM_ERR_INVALID_ARG;
+    cpu_step_views(s, layer);
+    for (size_t r = 0; r < batch->n_rows; r++) {
+        const uint32_t n_kv = (uint32_t)s->desc.pos[r] + 1, w = batch->window;
+        s->attn_rows[r] = (cpu_attn_row){s->views[r], n_kv, w && n_kv > w ? n_kv - w : 0};
+    }
+    const cpu_attn_batch b = {
+        .q = batch->q, .out = batch->out, .n_rows = batch->n_rows, .rows = s->attn_rows,
+        .n_head = batch->n_head, .n_head_kv = batch->n_head_kv, .head_dim = batch->head_dim,
+        .scale = batch->scale, .softcap = batch->softcap,
+    };
+    return cpu_attend(s, &b);
 }

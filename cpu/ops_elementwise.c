@@ -7,14 +7,13 @@
 #include "kv_rows.h"
 #include "packed_tiles.h"
 #include "quant.h"
-#include "weight_copy.h"
 
 /* Rows of a table that is also the output matrix (tied embeddings) come from its packed copy
  * once there is one (packed_tiles.h), block by block. */
-llmm_status cpu_embed(void *state, const llmm_tensor *table, const llmm_token *ids, size_t n, float *out) {
-    (void)state;
+llmm_status cpu_embed_rows(const llmm_tensor *table, const llmm_token *ids, size_t n, float *out) {
     const llmm_type_traits *tt = llmm_type_get(table->type);
-    const llmm_weight_copy *c = table->copy;
+    if (!tt || !tt->dequant_row) return LLMM_ERR_UNSUPPORTED;
+    const llmm_weight_copy *c = cpu_weight_copy(table);
     const int packed = c && atomic_load_explicit(&c->state, memory_order_acquire) == LLMM_COPY_READY &&
                        c->layout == PACKED_LAYOUT_ROWS16;
     const size_t packed_rows = packed ? packed_tiles_rows(table) : 0, ne0 = (size_t)table->ne0;
@@ -32,6 +31,12 @@ llmm_status cpu_embed(void *state, const llmm_tensor *table, const llmm_token *i
         }
     }
     return LLMM_OK;
+}
+
+llmm_status cpu_embed(void *state, const llmm_tensor *table, float *out) {
+    const cpu_state *s = state;
+    if (s->step == CPU_STEP_NONE) return LLMM_ERR_INVALID_ARG;
+    return cpu_embed_rows(table, s->desc.tokens, s->desc.n_rows, out);
 }
 
 #define ROWWISE_PARALLEL_MIN_ROWS 16
@@ -98,9 +103,8 @@ static void rope_pairs(float *v, size_t i0, size_t m, size_t n_rot, const float 
     else rotate_adjacent(v + 2 * i0, m, c, s);
 }
 
-llmm_status cpu_rope(void *state, float *x, size_t n_rows, size_t n_heads, size_t head_dim, const int32_t *pos,
-                     const llmm_rope_params *rp) {
-    (void)state;
+llmm_status cpu_rope_rows(float *x, size_t n_rows, size_t n_heads, size_t head_dim, const int32_t *pos,
+                          const llmm_rope_params *rp) {
     const size_t n_rot = rp->n_rot;
     const float theta_scale = powf(rp->base, -2.0f / (float)n_rot);
     float c[ROPE_PAIRS], s[ROPE_PAIRS];
@@ -182,9 +186,8 @@ llmm_status cpu_add(void *state, float *dst, const float *src, size_t n) {
     return LLMM_OK;
 }
 
-llmm_status cpu_kv_write(void *state, const llmm_kv_view *views, const int32_t *pos, size_t n_rows, const float *k,
-                         const float *v, size_t kv_dim) {
-    (void)state;
+llmm_status cpu_kv_store_rows(const llmm_kv_view *views, const int32_t *pos, size_t n_rows, const float *k,
+                              const float *v, size_t kv_dim) {
     for (size_t r = 0; r < n_rows; r++)
         if (!kv_type_known(views[r].type) || pos[r] < 0 || (size_t)views[r].n_head_kv * views[r].head_dim != kv_dim)
             return LLMM_ERR_UNSUPPORTED;
@@ -193,4 +196,18 @@ llmm_status cpu_kv_write(void *state, const llmm_kv_view *views, const int32_t *
         kv_store(&views[r], views[r].v, (uint32_t)pos[r], v + r * kv_dim);
     }
     return LLMM_OK;
+}
+
+llmm_status cpu_rope(void *state, float *x, size_t n_heads, size_t head_dim, const llmm_rope_params *rp) {
+    cpu_state *s = state;
+    if (s->step == CPU_STEP_NONE) return LLMM_ERR_INVALID_ARG;
+    return cpu_rope_rows(x, s->desc.n_rows, n_heads, head_dim, s->desc.pos, rp);
+}
+
+llmm_status cpu_kv_write(void *state, uint32_t layer, const float *k, const float *v) {
+    cpu_state *s = state;
+    if (s->step == CPU_STEP_NONE || layer >= s->desc.kv->n_layer) return LLMM_ERR_INVALID_ARG;
+    const llmm_kv_layout *kv = s->desc.kv;
+    cpu_step_views(s, layer);
+    return cpu_kv_store_rows(s->views, s->desc.pos, s->desc.n_rows, k, v, (size_t)kv->n_head_kv * kv->head_dim);
 }

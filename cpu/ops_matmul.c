@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "cpu_backend.h"
+#include "cpu_dot.h"
 #include "packed_tiles.h"
 #include "quant.h"
 #include "weight_copy.h"
@@ -83,13 +84,14 @@ enum { PACK_SLICE_BYTES = 256 << 10 };
 /* Rows [r0, end) of a weight whose copy this task makes (whole tiles), for every operand row. */
 static void pack_and_run(const matmul_task *t, const matmul_part *p, size_t r0, size_t end) {
     const llmm_tensor *w = p->w;
+    llmm_weight_copy *c = cpu_weight_copy(w);
     const size_t rb = w->row_bytes;
     const size_t step = LLMM_MAX((size_t)1, PACK_SLICE_BYTES / (PACKED_TILE_ROWS * rb)) * PACKED_TILE_ROWS;
     for (size_t a = r0; a < end; a += step) {
         const size_t b = LLMM_MIN(end, a + step);
-        packed_tiles_populate((uint8_t *)w->copy->data + a * rb, (b - a) * rb);
-        p->pack(w, a / PACKED_TILE_ROWS, b / PACKED_TILE_ROWS, w->copy->data);
-        if (w->copy->release_source) packed_tiles_drop_source((const uint8_t *)w->data + a * rb, (b - a) * rb);
+        packed_tiles_populate((uint8_t *)c->data + a * rb, (b - a) * rb);
+        p->pack(w, a / PACKED_TILE_ROWS, b / PACKED_TILE_ROWS, c->data);
+        if (c->release_source) packed_tiles_drop_source((const uint8_t *)w->data + a * rb, (b - a) * rb);
         p->gemm_packed(&p->packed, a, b, &t->x, t->n_rows, p->out, (size_t)w->ne1);
     }
 }
@@ -146,7 +148,7 @@ static void matmul_chunk(void *arg, size_t chunk, int ith) {
  * its copy, is marked NEVER and keeps the original. */
 static void use_copy(cpu_state *s, matmul_part *p, size_t n_rows) {
     const llmm_tensor *w = p->w;
-    llmm_weight_copy *c = w->copy;
+    llmm_weight_copy *c = cpu_weight_copy(w);
     const cpu_gemm_fn packed_fn = s->k->matmul_packed[w->type];
     if (!c || !packed_fn || !p->gemm) return;
     const size_t rows = packed_tiles_rows(w);
@@ -195,8 +197,9 @@ static void run_task(cpu_state *s, matmul_task *t, const llmm_tensor *const *w, 
         const matmul_part *p = &t->part[i];
         if (!p->packing) continue;
         /* the pages at the slices' edges, which no slice held whole */
-        if (p->w->copy->release_source) packed_tiles_drop_source(p->w->data, (size_t)p->packed.ne1 * p->w->row_bytes);
-        atomic_store_explicit(&p->w->copy->state, LLMM_COPY_READY, memory_order_release);
+        llmm_weight_copy *c = cpu_weight_copy(p->w);
+        if (c->release_source) packed_tiles_drop_source(p->w->data, (size_t)p->packed.ne1 * p->w->row_bytes);
+        atomic_store_explicit(&c->state, LLMM_COPY_READY, memory_order_release);
     }
 }
 
@@ -353,16 +356,16 @@ static llmm_status prepare_operand(cpu_state *s, cpu_operand_kind kind, const fl
     return LLMM_OK;
 }
 
-static llmm_status prepare_generic(cpu_state *s, const llmm_type_traits *tt, const float *x, size_t n_rows,
-                                   size_t ne0, matmul_task *t) {
-    t->dot = tt->vec_dot;
-    if (tt->vec_dot_type == LLMM_TYPE_F32) {
+static llmm_status prepare_generic(cpu_state *s, const cpu_dot *dot, const float *x, size_t n_rows, size_t ne0,
+                                   matmul_task *t) {
+    t->dot = dot->vec_dot;
+    if (dot->operand_type == LLMM_TYPE_F32) {
         t->xq = x;
         t->xq_row_bytes = ne0 * sizeof(float);
         return LLMM_OK;
     }
-    const llmm_type_traits *op = llmm_type_get(tt->vec_dot_type);
-    t->xq_row_bytes = llmm_row_bytes(tt->vec_dot_type, ne0);
+    const llmm_type_traits *op = llmm_type_get(dot->operand_type);
+    t->xq_row_bytes = llmm_row_bytes(dot->operand_type, ne0);
     void *xq = cpu_scratch(s, t->xq_row_bytes * n_rows);
     if (!xq) return LLMM_ERR_NO_MEMORY;
     for (size_t r = 0; r < n_rows; r++) op->from_float(x + r * ne0, (uint8_t *)xq + r * t->xq_row_bytes, ne0);
@@ -396,13 +399,13 @@ llmm_status cpu_matmul_multi(void *state, const llmm_tensor *const *w, size_t n_
 
 llmm_status cpu_matmul(void *state, const llmm_tensor *w, const float *x, size_t n_rows, float *out) {
     cpu_state *s = state;
-    const llmm_type_traits *tt = llmm_type_get(w->type);
-    if (!tt || !tt->vec_dot) return LLMM_ERR_UNSUPPORTED;
+    const cpu_dot *dot = cpu_dot_get(w->type);
+    if (!dot) return LLMM_ERR_UNSUPPORTED;
     const size_t ne0 = (size_t)w->ne0;
     const cpu_matmul_kernel *kern = &s->k->matmul[w->type];
     matmul_task t = {.n_rows = n_rows};
     llmm_status st = kern->gemm ? prepare_operand(s, kern->operand, x, n_rows, ne0, &t.x)
-                                : prepare_generic(s, tt, x, n_rows, ne0, &t);
+                                : prepare_generic(s, dot, x, n_rows, ne0, &t);
     if (st) return st;
     run_task(s, &t, &w, 1, &out);
     return LLMM_OK;

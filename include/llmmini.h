@@ -304,13 +304,42 @@ typedef struct llmm_context_params {
 
 LLMM_API llmm_status llmm_context_params_default(llmm_context_params *params, size_t struct_size);
 
-/* Host bytes a context with these params would allocate: the KV pool, activation buffers,
- * logits, the backend's working memory and the sequence tables. The model's weights are not
- * included (they are the model's, shared by its contexts). params NULL = defaults. Computes
- * only; thread-safe. Errors: INVALID_ARG (also for params that llmm_context_create refuses),
+/* Bytes a context with these params would allocate: the KV pool, activation buffers, logits,
+ * the backend's working memory and the sequence tables, host and device memory together (on
+ * the CPU backend all of it is host memory; llmm_context_estimate_memory tells them apart).
+ * The model's weights count only where the backend copies them per context (not on the CPU:
+ * there they are the model's, shared by its contexts). params NULL = defaults. Computes only;
+ * thread-safe. Errors: INVALID_ARG (also for params that llmm_context_create refuses),
  * VOCAB_ONLY. */
 LLMM_API llmm_status llmm_context_estimate(const llmm_model *model, const llmm_context_params *params,
                                            size_t *bytes);
+
+/* Where a context's memory would go, by side and by part (llmm_context_estimate_memory). The
+ * parts add up: host_bytes + device_bytes = kv_pool_bytes + weights_bytes + activations_bytes
+ * + scratch_bytes + other_host_bytes. */
+typedef struct llmm_context_memory {
+    uint32_t size;              /* set to sizeof(llmm_context_memory) before the call */
+    uint64_t host_bytes;        /* the process's memory; llmm_context_estimate's number on the CPU */
+    uint64_t device_bytes;      /* the accelerator's memory; 0 on the CPU backend */
+    uint64_t kv_pool_bytes;     /* the KV pool: n_ctx_total or kv_budget_bytes bound it */
+    uint64_t weights_bytes;     /* the backend's own copy of the model's weights, made per context;
+                                   0 on the CPU, where contexts read the model's file mapping */
+    uint64_t activations_bytes; /* one step's buffers: grow with max(n_batch, n_seq_max) */
+    uint64_t scratch_bytes;     /* the backend's working memory for one step */
+    uint64_t other_host_bytes;  /* always host: sequence and block tables, a step's row arrays, the
+                                   logits kept for llmm_logits, the context itself */
+} llmm_context_memory;
+
+/* Fill *out (out->size must be set) with the memory a context with these params would take,
+ * as llmm_context_estimate does, split by side. Which side a part lives on is the backend's
+ * choice: a backend with device memory (CUDA) keeps the KV pool, activations, scratch and its
+ * copy of the weights there; the CPU backend keeps everything in host memory. The backend is
+ * the one llmm_context_create would use: params->backend, with LLMM_BACKEND_AUTO resolved the
+ * same way. params NULL = defaults. Computes only; thread-safe. Errors: INVALID_ARG (NULL
+ * model or out, out->size too small, params llmm_context_create refuses), VOCAB_ONLY, BACKEND
+ * (the requested backend is not available, as llmm_context_create would find). */
+LLMM_API llmm_status llmm_context_estimate_memory(const llmm_model *model, const llmm_context_params *params,
+                                                  llmm_context_memory *out);
 
 /* Create a context over a model (which must outlive it). params NULL = defaults. The whole
  * KV pool is allocated here; prefill and decode allocate nothing (except logits rows beyond

@@ -1,9 +1,15 @@
 /* The backend table: the one internal seam between the forward pass and the hardware.
  *
- * The forward pass (forward.c) only ever calls these slots. Pointers named "buffer" below are
- * backend memory (host memory on the CPU, device memory on a GPU) that the forward pass
- * offsets but never dereferences; ids, positions and the attention row table are host memory.
- * Optional slots may be NULL. Bump LLMM_BACKEND_API_VERSION when a slot changes. */
+ * The forward pass (forward.c) only ever calls these slots, in the order docs/backends.md
+ * gives. Three kinds of memory cross the seam:
+ *  - buffers: backend memory (host memory on the CPU, device memory on a GPU) from
+ *    buffer_alloc or prepare_weight, which the core offsets but never dereferences;
+ *  - the step descriptor (llmm_step): host arrays the backend reads at step_begin and keeps
+ *    until step_end (token ids, positions, sequences, block tables);
+ *  - small host structs passed by pointer to one call (shapes, scalars, parameters).
+ * Nothing else: per-layer ops take a layer index, never a host array.
+ * Optional slots may be NULL. Bump LLMM_BACKEND_API_VERSION when a slot changes; the core
+ * refuses a table of another version (backend_select). */
 #ifndef LLMM_BACKEND_H
 #define LLMM_BACKEND_H
 
@@ -14,42 +20,69 @@
 #include "common.h"
 #include "weights.h"
 
-#define LLMM_BACKEND_API_VERSION 6
+#define LLMM_BACKEND_API_VERSION 7
 
-/* What a forward step computes, for step_begin. */
+/* llmm_backend_ops.flags */
+#define LLMM_BACKEND_DEVICE_MEMORY (1u << 0) /* buffers live in device memory, not the host's */
+
+/* KV pool layouts (llmm_backend_ops.kv_layouts, llmm_kv_layout.layout). The core owns the
+ * layout; a backend names those it accepts, so a GPU backend can later ask for its own. */
+#define LLMM_KV_LAYOUT_HEAD_REGIONS (1u << 0) /* kvcache.h: ({K, V}, layer, head) regions of blocks */
+
+/* What a forward step computes. */
 typedef enum llmm_step_kind {
     LLMM_STEP_PROMPT = 0, /* a chunk of one sequence's prompt (llmm_prefill) */
-    LLMM_STEP_DECODE = 1, /* one new token for each of n_tokens sequences (llmm_decode) */
+    LLMM_STEP_DECODE = 1, /* one new token for each of n_rows sequences (llmm_decode) */
 } llmm_step_kind;
 
 typedef struct llmm_backend_config {
     int n_threads;              /* CPU worker threads; <= 0 means physical cores */
     const llmm_allocator *alloc;
     const llmm_logger *log;
+    size_t n_weights;           /* prepare_weight indices are 0 .. n_weights - 1 */
+    llmm_backend_shared *shared; /* this model's share for this backend kind */
+    int weights_mapped;         /* the host weights are a read-only file mapping */
+    int repack_weights;         /* llmm_model_params.repack_weights */
 } llmm_backend_config;
 
-/* One layer's K and V rows of one sequence in the paged KV pool. Position p lives in block
- * blocks[p / block_size], slot p % block_size; the K row of K/V head h there starts at
- *     k + h * head_stride + blocks[p / block_size] * block_stride + (p % block_size) * row_bytes
- * (bytes), its V row at the same offset from v, and holds head_dim values. The attention op
- * and kv_write are the only readers. Row formats by type (enum llmm_kv_type):
+/* The KV pool as the core lays it out (kvcache.h), handed to the backend in each step
+ * descriptor. Position p of a sequence lives in block blocks[p / block_size], slot
+ * p % block_size; the K row of layer l, K/V head h there starts at
+ *     pool + ((0 * n_layer + l) * n_head_kv + h) * head_stride + block * block_stride + slot * row_bytes
+ * (bytes), its V row at the same offset with 1 in place of 0, and holds head_dim values. Row
+ * formats by type (enum llmm_kv_type):
  *   LLMM_KV_F32: head_dim floats;  LLMM_KV_F16: head_dim IEEE halves;
- *   LLMM_KV_Q8:  one float scale, then head_dim int8 (value = scale * q), padded to 4 bytes.
- * The KV store keeps each (layer, head)'s rows block after block (kvcache.h), so that
- * attention over one head reads a dense stream; a view may equally describe heads side by
- * side within a position (head_stride = one head row), as tests do. */
-typedef struct llmm_kv_view {
-    void *k;               /* buffer: the pool, offset to this layer's head-0 K rows in block 0 */
-    void *v;               /* buffer: the same for V */
-    const uint32_t *blocks; /* host: the sequence's block table */
+ *   LLMM_KV_Q8:  one float scale, then head_dim int8 (value = scale * q), padded to 4 bytes. */
+typedef struct llmm_kv_layout {
+    uint32_t layout;       /* LLMM_KV_LAYOUT_HEAD_REGIONS */
+    void *pool;            /* buffer: the whole pool */
+    uint32_t n_layer, n_head_kv, head_dim;
+    uint32_t type;         /* enum llmm_kv_type */
     uint32_t block_size;   /* positions per block, a power of two */
     uint32_t block_shift;  /* log2(block_size) */
-    size_t block_stride;   /* bytes between consecutive blocks of the pool */
-    size_t head_stride;    /* bytes between the rows of consecutive K/V heads */
+    uint32_t n_blocks;     /* blocks in the pool: every block id is below it */
     size_t row_bytes;      /* bytes between consecutive positions of a block */
-    uint32_t n_head_kv;    /* heads in a K (or V) vector of kv_write */
-    uint32_t head_dim;     /* values per head row */
-    uint32_t type;         /* enum llmm_kv_type */
+    size_t block_stride;   /* bytes between consecutive blocks of one (K or V, layer, head) */
+    size_t head_stride;    /* bytes between the regions of consecutive heads */
+} llmm_kv_layout;
+
+/* One layer's K and V rows of one sequence: a layout, a layer and a block table resolved for
+ * a backend's kernels (the core passes layouts and block tables, not views). The K row of head
+ * h at position p starts at k + kv_row_offset(view, p, h), its V row as far from v. The CPU's
+ * kernels also read views that lay heads side by side within a position (head_stride = one
+ * head row), as its kernel tests build them. */
+typedef struct llmm_kv_view {
+    void *k;                /* buffer: this layer's head-0 K rows in block 0 */
+    void *v;                /* buffer: the same for V */
+    const uint32_t *blocks; /* host: the sequence's block table */
+    uint32_t block_size;
+    uint32_t block_shift;
+    size_t block_stride;
+    size_t head_stride;
+    size_t row_bytes;
+    uint32_t n_head_kv;
+    uint32_t head_dim;
+    uint32_t type;
 } llmm_kv_view;
 
 /* Bytes of one K (or V) head row of n values stored as type (enum llmm_kv_type); 0 for an
@@ -63,26 +96,58 @@ static inline size_t kv_row_bytes(uint32_t type, size_t n) {
     return 0;
 }
 
+/* The view of layer `layer` of a sequence whose block table is blocks. */
+static inline llmm_kv_view kv_layout_view(const llmm_kv_layout *kv, uint32_t layer, const uint32_t *blocks) {
+    const size_t layer_bytes = (size_t)kv->n_head_kv * kv->head_stride;
+    uint8_t *pool = (uint8_t *)kv->pool;
+    return (llmm_kv_view){
+        .k = pool + (size_t)layer * layer_bytes,
+        .v = pool + ((size_t)kv->n_layer + layer) * layer_bytes,
+        .blocks = blocks,
+        .block_size = kv->block_size,
+        .block_shift = kv->block_shift,
+        .block_stride = kv->block_stride,
+        .head_stride = kv->head_stride,
+        .row_bytes = kv->row_bytes,
+        .n_head_kv = kv->n_head_kv,
+        .head_dim = kv->head_dim,
+        .type = kv->type,
+    };
+}
+
 /* Byte offset of head h's row at position p from the view's k (or v) pointer. */
 static inline size_t kv_row_offset(const llmm_kv_view *view, uint32_t p, uint32_t h) {
     return h * view->head_stride + view->blocks[p >> view->block_shift] * view->block_stride +
            (p & (view->block_size - 1)) * view->row_bytes;
 }
 
-/* Attention of n_rows query rows; row r sees positions [kv_start, n_kv) of its sequence
- * (kv_start > 0 for sliding-window layers). */
-typedef struct llmm_attn_row {
-    llmm_kv_view kv;
-    uint32_t n_kv;
-    uint32_t kv_start;
-} llmm_attn_row;
+/* One forward step's per-row inputs, handed to the backend once at step_begin (a GPU backend
+ * uploads them in one copy) and valid until step_end. Row i is token tokens[i] at position
+ * pos[i] of the step's sequence row_seq[i]; sequence s has the block table block_tables[s]
+ * (n_blocks[s] entries, covering every position of its rows). A prompt step has one sequence,
+ * a decode step one per row. */
+typedef struct llmm_step {
+    llmm_step_kind kind;
+    size_t n_rows;
+    const llmm_token *tokens;            /* host (n_rows) */
+    const int32_t *pos;                  /* host (n_rows) */
+    const uint32_t *row_seq;             /* host (n_rows): index into the step's sequences */
+    uint32_t n_seqs;
+    const llmm_seq_id *seq_ids;          /* host (n_seqs): the context's ids of the sequences */
+    const uint32_t *const *block_tables; /* host (n_seqs) */
+    const uint32_t *n_blocks;            /* host (n_seqs) */
+    const llmm_kv_layout *kv;            /* the context's KV pool */
+} llmm_step;
 
+/* Attention of the step's rows in one layer: row r's query heads see positions
+ * [kv_start, pos[r] + 1) of its sequence, kv_start = pos[r] + 1 - window when a window (> 0)
+ * is smaller than that, else 0. */
 typedef struct llmm_attn_batch {
     const float *q;  /* buffer (n_rows, n_head * head_dim) */
     float *out;      /* buffer (n_rows, n_head * head_dim) */
-    size_t n_rows;
-    const llmm_attn_row *rows; /* host (n_rows) */
+    size_t n_rows;   /* the step's rows */
     uint32_t n_head, n_head_kv, head_dim;
+    uint32_t window; /* sliding-window layers: the positions a row sees; 0: all */
     float scale;     /* applied to q.k before the softmax */
     float softcap;   /* > 0: scores become softcap * tanh(score / softcap) before the softmax */
 } llmm_attn_batch;
@@ -95,7 +160,7 @@ typedef struct llmm_rope_params {
     float freq_scale;          /* 1, or 1/factor for linear scaling */
     float mscale;              /* 1, or the LongRoPE/YaRN attention factor */
     llmm_rope_kind kind;
-    const float *freq_factors; /* weight memory (n_rot / 2), or NULL */
+    const float *freq_factors; /* buffer: a prepared vector (n_rot / 2), or NULL */
 } llmm_rope_params;
 
 /* The largest step a context will run, for scratch sizing. */
@@ -106,16 +171,26 @@ typedef struct llmm_step_shape {
     uint32_t head_dim;
     uint32_t heads_per_kv; /* query heads sharing one K/V head (n_head / n_head_kv) */
     uint64_t weight_types; /* bit t set when some matmul weight has llmm_type t */
+    size_t n_weights;      /* weights the context prepares (a backend's per-weight state) */
 } llmm_step_shape;
 
+/* What a prepared weight is used for (prepare_weight). */
+typedef enum llmm_weight_role {
+    LLMM_WEIGHT_MATRIX = 0, /* matmul's w; also the embedding table when the model ties them */
+    LLMM_WEIGHT_TABLE = 1,  /* the embedding table alone */
+    LLMM_WEIGHT_VECTOR = 2, /* an f32 vector: norm weights, biases, rope factors */
+} llmm_weight_role;
+
 typedef struct llmm_backend_ops {
-    uint32_t api_version;
+    uint32_t api_version; /* LLMM_BACKEND_API_VERSION of the table's build */
     const char *name;
     llmm_backend_kind kind;
+    uint32_t flags;      /* LLMM_BACKEND_* */
+    uint32_t kv_layouts; /* LLMM_KV_LAYOUT_* bits that kv_write and attention accept */
 
     /* 1 when this backend can run here (device present). */
     int (*available)(void);
-    /* 1 when matmul handles weights of this llmm_type. */
+    /* 1 when this backend can prepare weights of this llmm_type for matmul and embed. */
     int (*supports_type)(uint32_t type);
     llmm_status (*init)(const llmm_backend_config *cfg, void **state);
     void (*shutdown)(void *state);
@@ -126,13 +201,26 @@ typedef struct llmm_backend_ops {
     llmm_status (*upload)(void *state, void *dst_buffer, const void *src_host, size_t bytes);
     llmm_status (*download)(void *state, void *dst_host, const void *src_buffer, size_t bytes);
 
-    /* optional: repack a weight into the backend's layout once (NULL: use the mapping). */
-    llmm_status (*prepare_weight)(void *state, const llmm_tensor *host, llmm_tensor *out);
+    /* The weight with this index (0 .. cfg->n_weights - 1), in host memory as the file holds
+     * it, made the backend's: out gets the same type and shape, data a buffer in the
+     * backend's layout (the CPU's: the mapping itself), backend whatever the backend keeps
+     * with it. Called once per weight at context creation; every weight prepared is released
+     * by release_weight before shutdown. */
+    llmm_status (*prepare_weight)(void *state, size_t index, llmm_weight_role role, const llmm_tensor *host,
+                                  llmm_tensor *out);
     void (*release_weight)(void *state, llmm_tensor *w);
 
-    /* out (n, ne0) = rows ids[i] of table, as floats */
-    llmm_status (*embed)(void *state, const llmm_tensor *table, const llmm_token *ids, size_t n, float *out);
-    /* out = x / rms(x) * weight, per row of dim values */
+    /* Bracket one forward step: every op between them belongs to it. The core calls step_end
+     * after every step_begin that succeeded, also when an op failed or the step was aborted
+     * (a GPU backend may capture the step as a graph; the CPU backend makes packed weight
+     * copies in decode steps only, so that a prompt's first token never waits for them). */
+    llmm_status (*step_begin)(void *state, const llmm_step *step);
+    llmm_status (*step_end)(void *state);
+
+    /* out (n_rows, ne0) = the rows of table (a prepared weight) of the step's tokens, as
+     * floats */
+    llmm_status (*embed)(void *state, const llmm_tensor *table, float *out);
+    /* out = x / rms(x) * weight, per row of dim values (weight: a prepared vector) */
     llmm_status (*rms_norm)(void *state, const float *x, const float *weight, float *out, size_t n_rows,
                             size_t dim, float eps);
     /* out (n_rows, w->ne1) = x (n_rows, w->ne0) times w transposed: y = W x per row */
@@ -142,24 +230,23 @@ typedef struct llmm_backend_ops {
      * conversion). NULL: the forward pass calls matmul per weight. */
     llmm_status (*matmul_multi)(void *state, const llmm_tensor *const *w, size_t n_w, const float *x,
                                 size_t n_rows, float *const *out);
-    /* rotate each head of each row by its position */
-    llmm_status (*rope)(void *state, float *x, size_t n_rows, size_t n_heads, size_t head_dim, const int32_t *pos,
-                        const llmm_rope_params *rp);
+    /* rotate each head of the step's rows, (n_rows, n_heads * head_dim), by its row's position */
+    llmm_status (*rope)(void *state, float *x, size_t n_heads, size_t head_dim, const llmm_rope_params *rp);
     /* gate = act(gate) * up, elementwise over n values */
     llmm_status (*glu)(void *state, float *gate, const float *up, size_t n, llmm_activation act);
     /* dst += src over n values */
     llmm_status (*add)(void *state, float *dst, const float *src, size_t n);
-    /* x (n_rows, dim) += bias (dim, weight memory) for every row */
+    /* x (n_rows, dim) += bias (dim, a prepared vector) for every row */
     llmm_status (*add_rows)(void *state, float *x, const float *bias, size_t n_rows, size_t dim);
     /* x *= s over n values */
     llmm_status (*scale)(void *state, float *x, size_t n, float s);
     /* x = cap * tanh(x / cap) over n values (logit soft-capping) */
     llmm_status (*softcap)(void *state, float *x, size_t n, float cap);
-    /* store n_rows K and V vectors (kv_dim = n_head_kv * head_dim values each, head after
-     * head) at positions pos[i] of their views, converted to the views' element type */
-    llmm_status (*kv_write)(void *state, const llmm_kv_view *views, const int32_t *pos, size_t n_rows,
-                            const float *k, const float *v, size_t kv_dim);
-    llmm_status (*attention)(void *state, const llmm_attn_batch *batch);
+    /* store the step's K and V rows (n_rows, n_head_kv * head_dim, head after head) in layer
+     * `layer` at their rows' positions, converted to the pool's element type */
+    llmm_status (*kv_write)(void *state, uint32_t layer, const float *k, const float *v);
+    /* attention of the step's rows over layer `layer` of their sequences */
+    llmm_status (*attention)(void *state, uint32_t layer, const llmm_attn_batch *batch);
 
     /* copy bytes between two buffers (a shared KV block being written: copy-on-write) */
     llmm_status (*copy)(void *state, void *dst_buffer, const void *src_buffer, size_t bytes);
@@ -167,18 +254,17 @@ typedef struct llmm_backend_ops {
      * reserving it now so that no step allocates */
     size_t (*scratch_bytes)(const llmm_step_shape *shape, int n_threads);
     llmm_status (*reserve)(void *state, const llmm_step_shape *shape);
-
-    /* optional: bracket one forward step of n_tokens tokens of the given kind (a GPU backend
-     * may capture it as a graph; the CPU backend makes packed weight copies in decode steps
-     * only, so that a prompt's first token never waits for them) */
-    llmm_status (*step_begin)(void *state, size_t n_tokens, llmm_step_kind kind);
-    llmm_status (*step_end)(void *state);
 } llmm_backend_ops;
 
 /* The CPU backend, always present. */
 extern const llmm_backend_ops llmm_cpu_backend;
 
-/* The backend for a requested kind: AUTO picks the best available. NULL if none fits. */
+/* 1 when a table is of this build's LLMM_BACKEND_API_VERSION, fills every required slot and
+ * accepts the core's KV layout. */
+int backend_table_ok(const llmm_backend_ops *be);
+
+/* The backend for a requested kind: AUTO picks the best available. NULL if none fits (a table
+ * failing backend_table_ok is skipped). */
 const llmm_backend_ops *backend_select(llmm_backend_kind kind);
 
 #endif

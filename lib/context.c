@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "forward.h"
+#include "quant.h"
 #include "weights.h"
 
 llmm_status ctx_fail(llmm_context *ctx, llmm_status status, const char *fmt, ...) {
@@ -36,11 +37,16 @@ static llmm_status alloc_activations(llmm_context *ctx) {
     const llmm_allocator *al = ctx->model->alloc;
     ctx->pos = mem_calloc(al, ctx->max_rows, sizeof *ctx->pos);
     ctx->row_seq = mem_calloc(al, ctx->max_rows, sizeof *ctx->row_seq);
-    ctx->views = mem_calloc(al, ctx->max_rows, sizeof *ctx->views);
-    ctx->attn_rows = mem_calloc(al, ctx->max_rows, sizeof *ctx->attn_rows);
+    ctx->step_row_seq = mem_calloc(al, ctx->max_rows, sizeof *ctx->step_row_seq);
+    ctx->step_seq_ids = mem_calloc(al, ctx->max_rows, sizeof *ctx->step_seq_ids);
+    ctx->step_tables = mem_calloc(al, ctx->max_rows, sizeof *ctx->step_tables);
+    ctx->step_n_blocks = mem_calloc(al, ctx->max_rows, sizeof *ctx->step_n_blocks);
     ctx->logits_cap = LLMM_MAX(ctx->params.n_seq_max, 1u);
     ctx->logits = mem_calloc(al, ctx->logits_cap * ctx->model->vocab.n_tokens, sizeof *ctx->logits);
-    return ctx->pos && ctx->row_seq && ctx->views && ctx->attn_rows && ctx->logits ? LLMM_OK : LLMM_ERR_NO_MEMORY;
+    return ctx->pos && ctx->row_seq && ctx->step_row_seq && ctx->step_seq_ids && ctx->step_tables &&
+                   ctx->step_n_blocks && ctx->logits
+               ? LLMM_OK
+               : LLMM_ERR_NO_MEMORY;
 }
 
 static void free_activations(llmm_context *ctx) {
@@ -51,28 +57,102 @@ static void free_activations(llmm_context *ctx) {
     const llmm_allocator *al = ctx->model->alloc;
     mem_free(al, ctx->pos);
     mem_free(al, ctx->row_seq);
-    mem_free(al, ctx->views);
-    mem_free(al, ctx->attn_rows);
+    mem_free(al, ctx->step_row_seq);
+    mem_free(al, ctx->step_seq_ids);
+    mem_free(al, ctx->step_tables);
+    mem_free(al, ctx->step_n_blocks);
     mem_free(al, ctx->logits);
+}
+
+/* The name of a weight for messages: its tensor's in the file, found by its bytes. */
+static const char *weight_name(const llmm_model *m, const llmm_tensor *t, char *buf, size_t cap) {
+    snprintf(buf, cap, "?");
+    for (uint64_t i = 0; i < m->gguf->n_tensors; i++) {
+        const gguf_tensor *g = &m->gguf->tensors[i];
+        const uint8_t *p = t->data, *g0 = g->data;
+        if (p >= g0 && p < g0 + g->n_bytes) snprintf(buf, cap, "%.*s", (int)g->name.len, g->name.ptr);
+    }
+    return buf;
+}
+
+/* Every matrix and the embedding table must be of a type the backend computes. */
+static llmm_status check_weight_types(const llmm_context *ctx, const llmm_weight_ref *list, size_t n, llmm_diag *d) {
+    for (size_t i = 0; i < n; i++) {
+        const llmm_tensor *t = list[i].t;
+        if (list[i].role == LLMM_WEIGHT_VECTOR || ctx->be->supports_type(t->type)) continue;
+        const llmm_type_traits *tt = llmm_type_get(t->type);
+        char name[GGUF_MAX_NAME];
+        return diag_fail(d, LLMM_ERR_UNSUPPORTED, "tensor '%s' has type %s, which the %s backend cannot compute",
+                         weight_name(ctx->model, t, name, sizeof name), tt ? tt->name : "?", ctx->be->name);
+    }
+    return LLMM_OK;
+}
+
+/* ctx->w: the model's weights structure with each weight replaced by the backend's prepared
+ * one; a tied embedding table is the prepared output matrix. */
+static llmm_status prepare_weights(llmm_context *ctx, llmm_diag *d) {
+    const llmm_model *m = ctx->model;
+    const uint32_t n_layer = m->hp.n_layer;
+    ctx->w = *m->weights;
+    ctx->w.layers = mem_calloc(m->alloc, n_layer, sizeof *ctx->w.layers);
+    if (!ctx->w.layers) return diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory");
+    memcpy(ctx->w.layers, m->weights->layers, n_layer * sizeof *ctx->w.layers);
+    const size_t n = weights_list(m->weights, n_layer, NULL);
+    llmm_weight_ref *host = mem_calloc(m->alloc, n + 1, sizeof *host);
+    llmm_weight_ref *mine = ctx->prepared = mem_calloc(m->alloc, n + 1, sizeof *mine);
+    llmm_status st = host && mine ? LLMM_OK : diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory");
+    if (!st) {
+        weights_list(m->weights, n_layer, host);
+        weights_list(&ctx->w, n_layer, mine);
+        st = check_weight_types(ctx, host, n, d);
+    }
+    for (size_t i = 0; !st && i < n; i++) {
+        st = ctx->be->prepare_weight(ctx->be_state, i, (llmm_weight_role)host[i].role, host[i].t, mine[i].t);
+        if (st) {
+            char name[GGUF_MAX_NAME];
+            diag_fail(d, st, "the %s backend could not prepare tensor '%s' (%s)", ctx->be->name,
+                      weight_name(m, host[i].t, name, sizeof name), llmm_status_str(st));
+            break;
+        }
+        ctx->n_prepared = i + 1;
+    }
+    if (!st && weights_tied(m->weights)) ctx->w.tok_embd = ctx->w.output;
+    mem_free(m->alloc, host);
+    return st;
+}
+
+/* Before the backend shuts down: it frees what it prepared. */
+static void release_weights(llmm_context *ctx) {
+    const llmm_allocator *al = ctx->model->alloc;
+    for (size_t i = 0; i < ctx->n_prepared; i++) ctx->be->release_weight(ctx->be_state, ctx->prepared[i].t);
+    mem_free(al, ctx->prepared);
+    mem_free(al, ctx->w.layers);
+    ctx->prepared = NULL;
+    ctx->w.layers = NULL;
+    ctx->n_prepared = 0;
 }
 
 static llmm_status context_init(llmm_context *ctx, llmm_diag *d) {
     const llmm_model *m = ctx->model;
     llmm_context_params *p = &ctx->params;
-    ctx->be = backend_select(p->backend);
+    if (!ctx->be) ctx->be = backend_select(p->backend);
     if (!ctx->be)
         return diag_fail(d, LLMM_ERR_BACKEND, "backend %d is not available in this build or on this machine", p->backend);
+    if (!backend_table_ok(ctx->be))
+        return diag_fail(d, LLMM_ERR_BACKEND, "the %s backend's table is of another version or incomplete",
+                         ctx->be->name);
     ctx_plan plan;
     llmm_status st = ctx_plan_for(m, p, ctx->be, &plan, d);
     if (st) return st;
-    const llmm_weights *w = m->weights;
-    const llmm_tensor *all[] = {&w->tok_embd, &w->output};
-    for (size_t i = 0; i < 2; i++)
-        if (!ctx->be->supports_type(all[i]->type))
-            return diag_fail(d, LLMM_ERR_UNSUPPORTED, "the %s backend cannot compute this model's weights", ctx->be->name);
-    llmm_backend_config cfg = {p->n_threads, m->alloc, &ctx->log};
+    llmm_backend_config cfg = {
+        .n_threads = p->n_threads, .alloc = m->alloc, .log = &ctx->log,
+        .n_weights = weights_list(m->weights, m->hp.n_layer, NULL),
+        .shared = &((llmm_model *)m)->backend_shared[ctx->be->kind],
+        .weights_mapped = m->gguf->mapping != NULL, .repack_weights = m->repack_weights,
+    };
     if ((st = ctx->be->init(&cfg, &ctx->be_state)))
         return diag_fail(d, st, "the %s backend failed to start", ctx->be->name);
+    if ((st = prepare_weights(ctx, d))) return st;
     ctx->max_rows = plan.shape.max_rows;
     if ((st = alloc_activations(ctx))) return diag_fail(d, st, "out of memory for activation buffers");
     if (ctx->be->reserve && (st = ctx->be->reserve(ctx->be_state, &plan.shape)))
@@ -91,13 +171,14 @@ LLMM_API void llmm_context_free(llmm_context *ctx) {
     if (ctx->be_state) {
         free_activations(ctx);
         kv_free(&ctx->kv);
+        release_weights(ctx);
         ctx->be->shutdown(ctx->be_state);
     }
     mem_free(ctx->model->alloc, ctx);
 }
 
-LLMM_API llmm_status llmm_context_create(const llmm_model *model, const llmm_context_params *params,
-                                         llmm_context **out) {
+llmm_status context_create_on(const llmm_model *model, const llmm_context_params *params, const llmm_backend_ops *be,
+                              llmm_context **out) {
     if (!model || !out) return LLMM_ERR_INVALID_ARG;
     *out = NULL;
     if (model->vocab_only || !model->weights)
@@ -105,6 +186,7 @@ LLMM_API llmm_status llmm_context_create(const llmm_model *model, const llmm_con
     llmm_context *ctx = mem_calloc(model->alloc, 1, sizeof *ctx);
     if (!ctx) return model_fail(model, LLMM_ERR_NO_MEMORY, "out of memory");
     ctx->model = model;
+    ctx->be = be;
     llmm_context_params_default(&ctx->params, sizeof ctx->params);
     if (params && !struct_import(&ctx->params, sizeof ctx->params, params, CTX_PARAMS_V1_SIZE)) {
         mem_free(model->alloc, ctx);
@@ -121,6 +203,11 @@ LLMM_API llmm_status llmm_context_create(const llmm_model *model, const llmm_con
     }
     *out = ctx;
     return LLMM_OK;
+}
+
+LLMM_API llmm_status llmm_context_create(const llmm_model *model, const llmm_context_params *params,
+                                         llmm_context **out) {
+    return context_create_on(model, params, NULL, out);
 }
 
 llmm_status ctx_check_seq(llmm_context *ctx, llmm_seq_id seq) {

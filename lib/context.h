@@ -5,6 +5,7 @@
 #include "backend.h"
 #include "kvcache.h"
 #include "model.h"
+#include "weights.h"
 
 /* Activation buffers in backend memory, each (max_rows, width). */
 typedef struct llmm_activations {
@@ -23,14 +24,20 @@ struct llmm_context {
     llmm_logger log;
     const llmm_backend_ops *be;
     void *be_state;
+    llmm_weights w;         /* the model's weights as the backend prepared them (own layers array) */
+    llmm_weight_ref *prepared; /* weights_list(&w): the first n_prepared are the backend's to release */
+    size_t n_prepared;
     llmm_kv_store kv;
     llmm_activations act;
     size_t max_rows;        /* rows one forward step handles: max(n_batch, n_seq_max) */
-    /* host side of a step */
+    /* host side of a step: the arrays of its descriptor (backend.h llmm_step) */
     int32_t *pos;           /* (max_rows) */
-    llmm_seq_id *row_seq;   /* (max_rows) */
-    llmm_kv_view *views;    /* (max_rows) */
-    llmm_attn_row *attn_rows; /* (max_rows) */
+    llmm_seq_id *row_seq;   /* (max_rows) the sequence id of each row */
+    uint32_t *step_row_seq; /* (max_rows) */
+    llmm_seq_id *step_seq_ids; /* (max_rows) */
+    const uint32_t **step_tables; /* (max_rows) */
+    uint32_t *step_n_blocks; /* (max_rows) */
+    llmm_kv_layout kv_layout;
     float *logits;          /* (logits_cap rows, n_vocab) */
     size_t logits_rows, logits_cap;
     /* work done, for llmm_context_get_stats */
@@ -42,18 +49,28 @@ struct llmm_context {
 /* Size of llmm_context_params in its first version (0.1): older callers pass this much. */
 #define CTX_PARAMS_V1_SIZE offsetof(llmm_context_params, kv_block_size)
 
-/* What a context with given params needs: the KV configuration and the bytes of each part
- * (host bytes on the CPU backend). Shared by llmm_context_create and llmm_context_estimate. */
+/* What a context with given params needs: the KV configuration and the bytes of each part.
+ * Shared by llmm_context_create and the estimates. What the backend allocates (kv_pool,
+ * activations, scratch) is where its buffers live: device memory with
+ * LLMM_BACKEND_DEVICE_MEMORY, where the backend then also holds its own copy of the weights
+ * (weights); the rest is host memory the forward pass and the caller read. */
 typedef struct ctx_plan {
     kv_config kv;
     llmm_step_shape shape;
     size_t kv_pool, kv_host, activations, step_host, logits, scratch, fixed;
+    size_t weights;      /* 0 on a host-memory backend: it reads the model's, shared by contexts */
+    size_t host, device; /* the parts above by side; host + device = ctx_plan_total */
 } ctx_plan;
 
 /* Check params (filling in defaults such as n_ctx) and plan the context's memory. */
 llmm_status ctx_plan_for(const llmm_model *m, llmm_context_params *p, const llmm_backend_ops *be, ctx_plan *plan,
                          llmm_diag *d);
 size_t ctx_plan_total(const ctx_plan *plan);
+
+/* llmm_context_create on the given backend table (NULL: the one params->backend selects), for
+ * tests that run the core over a backend of their own. */
+llmm_status context_create_on(const llmm_model *model, const llmm_context_params *params, const llmm_backend_ops *be,
+                              llmm_context **out);
 
 /* Record a failure on ctx and return status. */
 llmm_status ctx_fail(llmm_context *ctx, llmm_status status, const char *fmt, ...)

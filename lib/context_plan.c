@@ -1,6 +1,6 @@
 /* Memory planning of a context: parameter checks, the KV pool's size (from n_ctx_total or
- * kv_budget_bytes), and the bytes of every part, so that llmm_context_estimate and
- * llmm_context_create agree by construction. */
+ * kv_budget_bytes), and the bytes of every part and the side (host or device) it lives on, so
+ * that the estimates and llmm_context_create agree by construction. */
 #include "context.h"
 
 #define DEFAULT_CTX_CAP 4096
@@ -62,11 +62,19 @@ static void plan_sizes(const llmm_model *m, const llmm_context_params *p, const 
     const size_t widths = hp->n_embd + LLMM_MAX(hp->n_embd, q_dim) + 2 * q_dim + 2 * kv_dim + 2 * (size_t)hp->n_ff +
                           n_vocab;
     pl->activations = rows * widths * sizeof(float);
-    pl->step_host = rows * (sizeof(int32_t) + sizeof(llmm_seq_id) + sizeof(llmm_kv_view) + sizeof(llmm_attn_row));
+    /* pos, row_seq and the step descriptor's arrays (context.h) */
+    pl->step_host = rows * (sizeof(int32_t) + 2 * sizeof(llmm_seq_id) + 2 * sizeof(uint32_t) + sizeof(uint32_t *));
     pl->logits = (size_t)LLMM_MAX(p->n_seq_max, 1u) * n_vocab * sizeof(float);
     pl->kv_host = kv_host_bytes(&pl->kv);
     pl->scratch = be && be->scratch_bytes ? be->scratch_bytes(&pl->shape, p->n_threads) : 0;
-    pl->fixed = sizeof(llmm_context);
+    /* the context struct, and its prepared weights' table: the layers' structs and the list */
+    pl->fixed = sizeof(llmm_context) + hp->n_layer * sizeof(llmm_layer_weights) +
+                (pl->shape.n_weights + 1) * sizeof(llmm_weight_ref);
+    /* a backend computing from its own memory holds its copy of the weights, as stored */
+    const int on_device = be && (be->flags & LLMM_BACKEND_DEVICE_MEMORY);
+    pl->weights = on_device ? weights_bytes(m->weights, hp->n_layer) : 0;
+    pl->device = on_device ? pl->kv_pool + pl->activations + pl->scratch + pl->weights : 0;
+    pl->host = ctx_plan_total(pl) - pl->device;
 }
 
 /* Set of the matmul weights' types: a backend sizes its operand scratch by the widest. */
@@ -99,28 +107,71 @@ llmm_status ctx_plan_for(const llmm_model *m, llmm_context_params *p, const llmm
         .head_dim = hp->head_dim,
         .heads_per_kv = hp->n_head_kv ? hp->n_head / hp->n_head_kv : 1,
         .weight_types = matmul_weight_types(m),
+        .n_weights = weights_list(m->weights, hp->n_layer, NULL),
     };
     plan_sizes(m, p, be, pl);
     return LLMM_OK;
 }
 
 size_t ctx_plan_total(const ctx_plan *pl) {
-    return pl->kv_pool + pl->kv_host + pl->activations + pl->step_host + pl->logits + pl->scratch + pl->fixed;
+    return pl->kv_pool + pl->kv_host + pl->activations + pl->step_host + pl->logits + pl->scratch + pl->fixed +
+           pl->weights;
 }
 
-LLMM_API llmm_status llmm_context_estimate(const llmm_model *model, const llmm_context_params *params,
-                                           size_t *bytes) {
-    if (!model || !bytes) return LLMM_ERR_INVALID_ARG;
+/* The plan llmm_context_create would make from these params, on the backend it would pick
+ * (*be NULL when none is available: the plan then has no backend scratch). */
+static llmm_status estimate_plan(const llmm_model *model, const llmm_context_params *params, const char *fn,
+                                 const llmm_backend_ops **be, ctx_plan *plan) {
     if (model->vocab_only || !model->weights)
         return model_fail(model, LLMM_ERR_VOCAB_ONLY, "the model was loaded without weights (vocab_only)");
     llmm_context_params p;
     llmm_context_params_default(&p, sizeof p);
     if (params && !struct_import(&p, sizeof p, params, CTX_PARAMS_V1_SIZE))
-        return model_fail(model, LLMM_ERR_INVALID_ARG, "llmm_context_estimate: params->size too small");
+        return model_fail(model, LLMM_ERR_INVALID_ARG, "%s: params->size too small", fn);
+    *be = backend_select(p.backend);
     llmm_diag d = {{0}};
+    if (ctx_plan_for(model, &p, *be, plan, &d)) return model_fail(model, LLMM_ERR_INVALID_ARG, "%s: %s", fn, d.msg);
+    return LLMM_OK;
+}
+
+LLMM_API llmm_status llmm_context_estimate(const llmm_model *model, const llmm_context_params *params,
+                                           size_t *bytes) {
+    if (!model || !bytes) return LLMM_ERR_INVALID_ARG;
+    const llmm_backend_ops *be;
     ctx_plan plan;
-    llmm_status st = ctx_plan_for(model, &p, backend_select(p.backend), &plan, &d);
-    if (st) return model_fail(model, LLMM_ERR_INVALID_ARG, "llmm_context_estimate: %s", d.msg);
+    llmm_status st = estimate_plan(model, params, "llmm_context_estimate", &be, &plan);
+    if (st) return st;
     *bytes = ctx_plan_total(&plan);
+    return LLMM_OK;
+}
+
+LLMM_API llmm_status llmm_context_estimate_memory(const llmm_model *model, const llmm_context_params *params,
+                                                  llmm_context_memory *out) {
+    if (!model) return LLMM_ERR_INVALID_ARG;
+    /* the first version ends with other_host_bytes; later fields go after it */
+    const size_t v1_size = offsetof(llmm_context_memory, other_host_bytes) + sizeof out->other_host_bytes;
+    if (!out || out->size < v1_size)
+        return model_fail(model, LLMM_ERR_INVALID_ARG,
+                          "llmm_context_estimate_memory: NULL out or out->size too small");
+    const llmm_backend_ops *be;
+    ctx_plan plan;
+    llmm_status st = estimate_plan(model, params, "llmm_context_estimate_memory", &be, &plan);
+    if (st) return st;
+    /* which side a part is on is the backend's to say: without it there is no answer */
+    if (!be)
+        return model_fail(model, LLMM_ERR_BACKEND,
+                          "llmm_context_estimate_memory: the requested backend is not available in this build or "
+                          "on this machine");
+    llmm_context_memory mem = {
+        .size = sizeof mem,
+        .host_bytes = plan.host,
+        .device_bytes = plan.device,
+        .kv_pool_bytes = plan.kv_pool,
+        .weights_bytes = plan.weights,
+        .activations_bytes = plan.activations,
+        .scratch_bytes = plan.scratch,
+        .other_host_bytes = plan.kv_host + plan.step_host + plan.logits + plan.fixed,
+    };
+    struct_export(out, &mem, sizeof mem, v1_size);
     return LLMM_OK;
 }

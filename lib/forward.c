@@ -1,6 +1,8 @@
 /* The forward pass, top to bottom as in the paper: embed, then per layer attention and
  * feed-forward blocks on the residual stream, then the final norm and the output head.
- * Architecture differences come from ctx->model->weights->arch, never from copies of this. */
+ * Architecture differences come from the weights' arch table, never from copies of this.
+ * Weights come from the context's prepared table (ctx->w), never from the model's host
+ * pointers, and per-row inputs reach the backend once, in the step descriptor. */
 #include "forward.h"
 
 #include <math.h>
@@ -21,7 +23,7 @@ static int aborted(const llmm_context *ctx) {
  * one for contexts beyond the original training length. */
 static llmm_rope_params rope_params(const llmm_context *ctx) {
     const llmm_hparams *hp = &ctx->model->hp;
-    const llmm_weights *w = ctx->model->weights;
+    const llmm_weights *w = &ctx->w;
     const float *factors = w->rope_freqs.data;
     if (w->rope_factors_long.data || w->rope_factors_short.data) {
         int use_long = hp->n_ctx_orig && ctx->params.n_ctx > hp->n_ctx_orig;
@@ -42,7 +44,7 @@ static llmm_status matmuls(llmm_context *ctx, const llmm_tensor *const *w, size_
 }
 
 /* Q, K, V of every row: projections, optional biases and per-head norms, then RoPE. */
-static llmm_status qkv_projections(llmm_context *ctx, const llmm_layer_weights *l, const int32_t *pos, size_t n) {
+static llmm_status qkv_projections(llmm_context *ctx, const llmm_layer_weights *l, size_t n) {
     const llmm_backend_ops *be = ctx->be;
     void *s = ctx->be_state;
     const llmm_hparams *hp = &ctx->model->hp;
@@ -59,33 +61,26 @@ static llmm_status qkv_projections(llmm_context *ctx, const llmm_layer_weights *
     if (l->q_norm.data) TRY(be->rms_norm(s, a->q, l->q_norm.data, a->q, n * hp->n_head, hp->head_dim, hp->norm_eps));
     if (l->k_norm.data) TRY(be->rms_norm(s, a->k, l->k_norm.data, a->k, n * hp->n_head_kv, hp->head_dim, hp->norm_eps));
     const llmm_rope_params rp = rope_params(ctx);
-    TRY(be->rope(s, a->q, n, hp->n_head, hp->head_dim, pos, &rp));
-    return be->rope(s, a->k, n, hp->n_head_kv, hp->head_dim, pos, &rp);
+    TRY(be->rope(s, a->q, hp->n_head, hp->head_dim, &rp));
+    return be->rope(s, a->k, hp->n_head_kv, hp->head_dim, &rp);
 }
 
 /* x += Wo · attention(rope(Wq·norm(x)), rope(Wk·norm(x)), Wv·norm(x)) for every row */
-static llmm_status attention_block(llmm_context *ctx, const llmm_layer_weights *l, uint32_t il,
-                                   const llmm_seq_id *seqs, const int32_t *pos, size_t n) {
+static llmm_status attention_block(llmm_context *ctx, const llmm_layer_weights *l, uint32_t il, size_t n) {
     const llmm_backend_ops *be = ctx->be;
     void *s = ctx->be_state;
     const llmm_hparams *hp = &ctx->model->hp;
     const llmm_activations *a = &ctx->act;
-    const size_t kv_dim = (size_t)hp->n_head_kv * hp->head_dim;
 
     TRY(be->rms_norm(s, a->x, l->attn_norm.data, a->xb, n, hp->n_embd, hp->norm_eps));
-    TRY(qkv_projections(ctx, l, pos, n));
-    for (size_t r = 0; r < n; r++) {
-        const uint32_t n_kv = (uint32_t)pos[r] + 1, w = l->sliding_window;
-        ctx->views[r] = kv_view(&ctx->kv, il, (uint32_t)seqs[r]);
-        ctx->attn_rows[r] = (llmm_attn_row){ctx->views[r], n_kv, w && n_kv > w ? n_kv - w : 0};
-    }
-    TRY(be->kv_write(s, ctx->views, pos, n, a->k, a->v, kv_dim));
-    llmm_attn_batch batch = {
-        .q = a->q, .out = a->att, .n_rows = n, .rows = ctx->attn_rows,
+    TRY(qkv_projections(ctx, l, n));
+    TRY(be->kv_write(s, il, a->k, a->v));
+    const llmm_attn_batch batch = {
+        .q = a->q, .out = a->att, .n_rows = n,
         .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim,
-        .scale = 1.0f / sqrtf((float)hp->head_dim), .softcap = hp->attn_softcap,
+        .window = l->sliding_window, .scale = 1.0f / sqrtf((float)hp->head_dim), .softcap = hp->attn_softcap,
     };
-    TRY(be->attention(s, &batch));
+    TRY(be->attention(s, il, &batch));
     TRY(be->matmul(s, &l->wo, a->att, n, a->xb));     /* (n, n_embd) */
     if (l->post_attn_norm.data)
         TRY(be->rms_norm(s, a->xb, l->post_attn_norm.data, a->xb, n, hp->n_embd, hp->norm_eps));
@@ -103,27 +98,46 @@ static llmm_status ffn_block(llmm_context *ctx, const llmm_layer_weights *l, siz
     const llmm_tensor *const w_gate_up[2] = {&l->w_gate, &l->w_up};
     float *const gate_up[2] = {a->gate, a->up}; /* (n, n_ff) each */
     TRY(matmuls(ctx, w_gate_up, 2, a->xb, n, gate_up));
-    TRY(be->glu(s, a->gate, a->up, n * hp->n_ff, ctx->model->weights->arch->act));
+    TRY(be->glu(s, a->gate, a->up, n * hp->n_ff, ctx->w.arch->act));
     TRY(be->matmul(s, &l->w_down, a->gate, n, a->xb)); /* (n, n_embd) */
     if (l->post_ffn_norm.data)
         TRY(be->rms_norm(s, a->xb, l->post_ffn_norm.data, a->xb, n, hp->n_embd, hp->norm_eps));
     return be->add(s, a->x, a->xb, n * hp->n_embd);
 }
 
-llmm_status forward_step(llmm_context *ctx, llmm_step_kind kind, const llmm_token *tokens, const llmm_seq_id *seqs,
-                         const int32_t *pos, size_t n, size_t first_logit_row) {
+/* The step's sequences: consecutive rows of one sequence share its entry (a prompt's rows). */
+static llmm_step describe_step(llmm_context *ctx, llmm_step_kind kind, const llmm_token *tokens,
+                               const llmm_seq_id *seqs, const int32_t *pos, size_t n) {
+    uint32_t n_seqs = 0;
+    for (size_t r = 0; r < n; r++) {
+        if (r == 0 || seqs[r] != seqs[r - 1]) {
+            const kv_seq *sq = &ctx->kv.seqs[seqs[r]];
+            ctx->step_seq_ids[n_seqs] = seqs[r];
+            ctx->step_tables[n_seqs] = sq->blocks;
+            ctx->step_n_blocks[n_seqs] = sq->n_blocks;
+            n_seqs++;
+        }
+        ctx->step_row_seq[r] = n_seqs - 1;
+    }
+    ctx->kv_layout = kv_layout(&ctx->kv);
+    return (llmm_step){.kind = kind, .n_rows = n, .tokens = tokens, .pos = pos, .row_seq = ctx->step_row_seq,
+                       .n_seqs = n_seqs, .seq_ids = ctx->step_seq_ids, .block_tables = ctx->step_tables,
+                       .n_blocks = ctx->step_n_blocks, .kv = &ctx->kv_layout};
+}
+
+/* Everything between step_begin and step_end. */
+static llmm_status run_step(llmm_context *ctx, size_t n, size_t first_logit_row) {
     const llmm_backend_ops *be = ctx->be;
     void *s = ctx->be_state;
-    const llmm_weights *w = ctx->model->weights;
+    const llmm_weights *w = &ctx->w;
     const llmm_hparams *hp = &ctx->model->hp;
     const llmm_activations *a = &ctx->act;
 
-    if (be->step_begin) TRY(be->step_begin(s, n, kind));
-    TRY(be->embed(s, &w->tok_embd, tokens, n, a->x)); /* (n, n_embd) */
+    TRY(be->embed(s, &w->tok_embd, a->x)); /* (n, n_embd) */
     if (w->arch->flags & LLMM_ARCH_EMBED_SCALE) TRY(be->scale(s, a->x, n * hp->n_embd, sqrtf((float)hp->n_embd)));
     for (uint32_t il = 0; il < hp->n_layer; il++) {
         if (aborted(ctx)) return LLMM_ERR_ABORTED;
-        TRY(attention_block(ctx, &w->layers[il], il, seqs, pos, n));
+        TRY(attention_block(ctx, &w->layers[il], il, n));
         TRY(ffn_block(ctx, &w->layers[il], n));
     }
     if (first_logit_row < n) {
@@ -134,6 +148,16 @@ llmm_status forward_step(llmm_context *ctx, llmm_step_kind kind, const llmm_toke
         if (hp->final_softcap > 0.f)
             TRY(be->softcap(s, a->logits, m * (size_t)ctx->model->vocab.n_tokens, hp->final_softcap));
     }
-    if (be->step_end) TRY(be->step_end(s));
     return LLMM_OK;
+}
+
+/* step_end runs after every step_begin that succeeded, whatever the step's outcome: a GPU
+ * backend capturing the step must end its capture. */
+llmm_status forward_step(llmm_context *ctx, llmm_step_kind kind, const llmm_token *tokens, const llmm_seq_id *seqs,
+                         const int32_t *pos, size_t n, size_t first_logit_row) {
+    const llmm_step step = describe_step(ctx, kind, tokens, seqs, pos, n);
+    TRY(ctx->be->step_begin(ctx->be_state, &step));
+    const llmm_status st = run_step(ctx, n, first_logit_row);
+    const llmm_status end = ctx->be->step_end(ctx->be_state);
+    return st != LLMM_OK ? st : end;
 }

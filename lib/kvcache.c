@@ -108,19 +108,20 @@ uint8_t *kv_segment(const llmm_kv_store *kv, int which, uint32_t layer, uint32_t
     return (uint8_t *)kv->pool + region * kv->region_bytes + (size_t)block * kv->segment_bytes;
 }
 
-llmm_kv_view kv_view(const llmm_kv_store *kv, uint32_t layer, uint32_t seq) {
-    return (llmm_kv_view){
-        .k = kv_segment(kv, 0, layer, 0, 0),
-        .v = kv_segment(kv, 1, layer, 0, 0),
-        .blocks = kv->seqs[seq].blocks,
-        .block_size = kv->cfg.block_size,
-        .block_shift = kv->block_shift,
-        .block_stride = kv->segment_bytes,
-        .head_stride = kv->region_bytes,
-        .row_bytes = kv->row_bytes,
+llmm_kv_layout kv_layout(const llmm_kv_store *kv) {
+    return (llmm_kv_layout){
+        .layout = LLMM_KV_LAYOUT_HEAD_REGIONS,
+        .pool = kv->pool,
+        .n_layer = kv->cfg.n_layer,
         .n_head_kv = kv->cfg.n_head_kv,
         .head_dim = kv->cfg.head_dim,
         .type = kv->cfg.type,
+        .block_size = kv->cfg.block_size,
+        .block_shift = kv->block_shift,
+        .n_blocks = kv->cfg.n_blocks,
+        .row_bytes = kv->row_bytes,
+        .block_stride = kv->segment_bytes,
+        .head_stride = kv->region_bytes,
     };
 }
 

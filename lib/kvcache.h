@@ -85,8 +85,8 @@ llmm_status kv_init(llmm_kv_store *kv, const llmm_backend_ops *be, void *be_stat
                     const kv_config *cfg, llmm_diag *d);
 void kv_free(llmm_kv_store *kv);
 
-/* The view of one layer of seq for the backend ops; valid until the block table changes. */
-llmm_kv_view kv_view(const llmm_kv_store *kv, uint32_t layer, uint32_t seq);
+/* The pool's layout for the backend's step descriptors (backend.h). */
+llmm_kv_layout kv_layout(const llmm_kv_store *kv);
 /* Buffer: block's segment_bytes of K (which 0) or V (1) rows of one layer and K/V head. */
 uint8_t *kv_segment(const llmm_kv_store *kv, int which, uint32_t layer, uint32_t head, uint32_t block);
 

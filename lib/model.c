@@ -159,6 +159,7 @@ static void model_release(llmm_model *m) {
     mem_free(a, m->name);
     gguf_close(m->gguf);
     pthread_mutex_destroy(&m->error_lock);
+    for (size_t i = 0; i < LLMM_BACKEND_KINDS; i++) pthread_mutex_destroy(&m->backend_shared[i].lock);
     /* the struct itself came from the app's allocator, whose copy lives inside it */
     llmm_allocator copy = m->alloc_copy;
     mem_free(a ? &copy : NULL, m);
@@ -190,6 +191,7 @@ LLMM_API llmm_status llmm_model_load(const char *path, const llmm_model_params *
         m->vocab_only = p.vocab_only != 0;
         m->repack_weights = p.repack_weights != 0;
         pthread_mutex_init(&m->error_lock, NULL);
+        for (size_t i = 0; i < LLMM_BACKEND_KINDS; i++) pthread_mutex_init(&m->backend_shared[i].lock, NULL);
         st = load_into(m, path, &p, &d);
     }
     if (st) {

@@ -27,6 +27,19 @@ typedef struct llmm_hparams {
     uint32_t sliding_window; /* attention.sliding_window, 0 = none */
 } llmm_hparams;
 
+/* Per-model memory that the contexts of one model share on one backend kind (the CPU keeps
+ * its packed weight copies there, so that every context reads one): the model creates it
+ * zeroed and destroys the lock; the backend creates and frees what data points to, under
+ * lock, counting its users (backend.h, llmm_backend_config.shared). */
+typedef struct llmm_backend_shared {
+    pthread_mutex_t lock;
+    void *data;
+    uint32_t users;
+} llmm_backend_shared;
+
+/* Entries of llmm_model.backend_shared: one per llmm_backend_kind but AUTO. */
+#define LLMM_BACKEND_KINDS 3
+
 struct llmm_model {
     llmm_allocator alloc_copy;
     const llmm_allocator *alloc; /* &alloc_copy, or NULL for the C library */
@@ -43,6 +56,7 @@ struct llmm_model {
     double load_ms;
     uint64_t n_params;
     struct llmm_weights *weights; /* bound tensors; NULL for vocab-only models */
+    llmm_backend_shared backend_shared[LLMM_BACKEND_KINDS]; /* by llmm_backend_kind */
     /* last error, shared by the threads using the model */
     pthread_mutex_t error_lock;
     char last_error[512];

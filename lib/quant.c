@@ -118,8 +118,8 @@ static float half_dot(const uint16_t *w, const uint16_t *x, size_t n, float (*wi
 static float widen_f16(uint16_t h) { return llmm_f16_to_f32(h); }
 static float widen_bf16(uint16_t h) { return llmm_bf16_to_f32(h); }
 
-static float dot_f16(const void *w, const void *x, size_t n) { return half_dot(w, x, n, widen_f16); }
-static float dot_bf16(const void *w, const void *x, size_t n) { return half_dot(w, x, n, widen_bf16); }
+float llmm_vec_dot_f16(const void *w, const void *x, size_t n) { return half_dot(w, x, n, widen_f16); }
+float llmm_vec_dot_bf16(const void *w, const void *x, size_t n) { return half_dot(w, x, n, widen_bf16); }
 
 /* ---------------------------------------------------------------- Q8_0 / Q4_0 */
 
@@ -175,7 +175,7 @@ static void dequant_q4_0(const void *src, float *dst, size_t n) {
 }
 
 /* Integer dot per block, scaled by both block scales: the reference engine's formula. */
-static float dot_q8_0_q8_0(const void *w, const void *x, size_t n) {
+float llmm_vec_dot_q8_0_q8_0(const void *w, const void *x, size_t n) {
     const block_q8_0 *a = w, *b = x;
     float sum = 0;
     for (size_t i = 0; i < n / QK8_0; i++) {
@@ -186,7 +186,7 @@ static float dot_q8_0_q8_0(const void *w, const void *x, size_t n) {
     return sum;
 }
 
-static float dot_q4_0_q8_0(const void *w, const void *x, size_t n) {
+float llmm_vec_dot_q4_0_q8_0(const void *w, const void *x, size_t n) {
     const block_q4_0 *a = w;
     const block_q8_0 *b = x;
     float sum = 0;
@@ -206,49 +206,38 @@ static float dot_q4_0_q8_0(const void *w, const void *x, size_t n) {
 /* Block sizes and bytes of every ggml type id (from the published block structs), so a file
  * of any type is size-checked even before its math exists here. */
 static const llmm_type_traits type_table[LLMM_TYPE_COUNT] = {
-    [LLMM_TYPE_F32] = {"f32", 1, 4, dequant_f32, llmm_dot_f32, LLMM_TYPE_F32, from_float_f32},
-    [LLMM_TYPE_F16] = {"f16", 1, 2, dequant_f16, dot_f16, LLMM_TYPE_F16, from_float_f16},
-    [LLMM_TYPE_Q4_0] = {"q4_0", 32, 18, dequant_q4_0, dot_q4_0_q8_0, LLMM_TYPE_Q8_0, llmm_quantize_row_q4_0},
-    [LLMM_TYPE_Q4_1] = {"q4_1", 32, 20, llmm_dequant_row_q4_1, llmm_vec_dot_q4_1_q8_1, LLMM_TYPE_Q8_1,
-                        llmm_quantize_row_q4_1},
-    [LLMM_TYPE_Q5_0] = {"q5_0", 32, 22, llmm_dequant_row_q5_0, llmm_vec_dot_q5_0_q8_0, LLMM_TYPE_Q8_0,
-                        llmm_quantize_row_q5_0},
-    [LLMM_TYPE_Q5_1] = {"q5_1", 32, 24, llmm_dequant_row_q5_1, llmm_vec_dot_q5_1_q8_1, LLMM_TYPE_Q8_1,
-                        llmm_quantize_row_q5_1},
-    [LLMM_TYPE_Q8_0] = {"q8_0", 32, 34, dequant_q8_0, dot_q8_0_q8_0, LLMM_TYPE_Q8_0,
-                        llmm_quantize_row_q8_0},
-    [LLMM_TYPE_Q8_1] = {"q8_1", 32, 36, NULL, NULL, 0, llmm_quantize_row_q8_1}, /* activations only */
-    [LLMM_TYPE_Q2_K] = {"q2_k", 256, 84, llmm_dequant_row_q2_K, llmm_vec_dot_q2_K_q8_K, LLMM_TYPE_Q8_K,
-                        llmm_quantize_row_q2_K},
-    [LLMM_TYPE_Q3_K] = {"q3_k", 256, 110, llmm_dequant_row_q3_K, llmm_vec_dot_q3_K_q8_K, LLMM_TYPE_Q8_K,
-                        llmm_quantize_row_q3_K},
-    [LLMM_TYPE_Q4_K] = {"q4_k", 256, 144, llmm_dequant_row_q4_K, llmm_vec_dot_q4_K_q8_K, LLMM_TYPE_Q8_K,
-                        llmm_quantize_row_q4_K},
-    [LLMM_TYPE_Q5_K] = {"q5_k", 256, 176, llmm_dequant_row_q5_K, llmm_vec_dot_q5_K_q8_K, LLMM_TYPE_Q8_K,
-                        llmm_quantize_row_q5_K},
-    [LLMM_TYPE_Q6_K] = {"q6_k", 256, 210, llmm_dequant_row_q6_K, llmm_vec_dot_q6_K_q8_K, LLMM_TYPE_Q8_K,
-                        llmm_quantize_row_q6_K},
-    [LLMM_TYPE_Q8_K] = {"q8_k", 256, 292, NULL, NULL, 0, llmm_quantize_row_q8_K}, /* activations only */
-    [LLMM_TYPE_IQ2_XXS] = {"iq2_xxs", 256, 66, NULL, NULL, 0, NULL},
-    [LLMM_TYPE_IQ2_XS] = {"iq2_xs", 256, 74, NULL, NULL, 0, NULL},
-    [LLMM_TYPE_IQ3_XXS] = {"iq3_xxs", 256, 98, NULL, NULL, 0, NULL},
-    [LLMM_TYPE_IQ1_S] = {"iq1_s", 256, 50, NULL, NULL, 0, NULL},
-    [LLMM_TYPE_IQ4_NL] = {"iq4_nl", 32, 18, llmm_dequant_row_iq4_nl, llmm_vec_dot_iq4_nl_q8_0, LLMM_TYPE_Q8_0,
-                          llmm_quantize_row_iq4_nl},
-    [LLMM_TYPE_IQ3_S] = {"iq3_s", 256, 110, NULL, NULL, 0, NULL},
-    [LLMM_TYPE_IQ2_S] = {"iq2_s", 256, 82, NULL, NULL, 0, NULL},
-    [LLMM_TYPE_IQ4_XS] = {"iq4_xs", 256, 136, llmm_dequant_row_iq4_xs, llmm_vec_dot_iq4_xs_q8_K, LLMM_TYPE_Q8_K,
-                          llmm_quantize_row_iq4_xs},
-    [LLMM_TYPE_I8] = {"i8", 1, 1, NULL, NULL, 0, NULL},
-    [LLMM_TYPE_I16] = {"i16", 1, 2, NULL, NULL, 0, NULL},
-    [LLMM_TYPE_I32] = {"i32", 1, 4, NULL, NULL, 0, NULL},
-    [LLMM_TYPE_I64] = {"i64", 1, 8, NULL, NULL, 0, NULL},
-    [LLMM_TYPE_F64] = {"f64", 1, 8, NULL, NULL, 0, NULL},
-    [LLMM_TYPE_IQ1_M] = {"iq1_m", 256, 56, NULL, NULL, 0, NULL},
-    [LLMM_TYPE_BF16] = {"bf16", 1, 2, dequant_bf16, dot_bf16, LLMM_TYPE_BF16, from_float_bf16},
-    [LLMM_TYPE_TQ1_0] = {"tq1_0", 256, 54, NULL, NULL, 0, NULL},
-    [LLMM_TYPE_TQ2_0] = {"tq2_0", 256, 66, NULL, NULL, 0, NULL},
-    [LLMM_TYPE_MXFP4] = {"mxfp4", 32, 17, NULL, NULL, 0, NULL},
+    [LLMM_TYPE_F32] = {"f32", 1, 4, dequant_f32, from_float_f32},
+    [LLMM_TYPE_F16] = {"f16", 1, 2, dequant_f16, from_float_f16},
+    [LLMM_TYPE_Q4_0] = {"q4_0", 32, 18, dequant_q4_0, llmm_quantize_row_q4_0},
+    [LLMM_TYPE_Q4_1] = {"q4_1", 32, 20, llmm_dequant_row_q4_1, llmm_quantize_row_q4_1},
+    [LLMM_TYPE_Q5_0] = {"q5_0", 32, 22, llmm_dequant_row_q5_0, llmm_quantize_row_q5_0},
+    [LLMM_TYPE_Q5_1] = {"q5_1", 32, 24, llmm_dequant_row_q5_1, llmm_quantize_row_q5_1},
+    [LLMM_TYPE_Q8_0] = {"q8_0", 32, 34, dequant_q8_0, llmm_quantize_row_q8_0},
+    [LLMM_TYPE_Q8_1] = {"q8_1", 32, 36, NULL, llmm_quantize_row_q8_1}, /* activations only */
+    [LLMM_TYPE_Q2_K] = {"q2_k", 256, 84, llmm_dequant_row_q2_K, llmm_quantize_row_q2_K},
+    [LLMM_TYPE_Q3_K] = {"q3_k", 256, 110, llmm_dequant_row_q3_K, llmm_quantize_row_q3_K},
+    [LLMM_TYPE_Q4_K] = {"q4_k", 256, 144, llmm_dequant_row_q4_K, llmm_quantize_row_q4_K},
+    [LLMM_TYPE_Q5_K] = {"q5_k", 256, 176, llmm_dequant_row_q5_K, llmm_quantize_row_q5_K},
+    [LLMM_TYPE_Q6_K] = {"q6_k", 256, 210, llmm_dequant_row_q6_K, llmm_quantize_row_q6_K},
+    [LLMM_TYPE_Q8_K] = {"q8_k", 256, 292, NULL, llmm_quantize_row_q8_K}, /* activations only */
+    [LLMM_TYPE_IQ2_XXS] = {"iq2_xxs", 256, 66, NULL, NULL},
+    [LLMM_TYPE_IQ2_XS] = {"iq2_xs", 256, 74, NULL, NULL},
+    [LLMM_TYPE_IQ3_XXS] = {"iq3_xxs", 256, 98, NULL, NULL},
+    [LLMM_TYPE_IQ1_S] = {"iq1_s", 256, 50, NULL, NULL},
+    [LLMM_TYPE_IQ4_NL] = {"iq4_nl", 32, 18, llmm_dequant_row_iq4_nl, llmm_quantize_row_iq4_nl},
+    [LLMM_TYPE_IQ3_S] = {"iq3_s", 256, 110, NULL, NULL},
+    [LLMM_TYPE_IQ2_S] = {"iq2_s", 256, 82, NULL, NULL},
+    [LLMM_TYPE_IQ4_XS] = {"iq4_xs", 256, 136, llmm_dequant_row_iq4_xs, llmm_quantize_row_iq4_xs},
+    [LLMM_TYPE_I8] = {"i8", 1, 1, NULL, NULL},
+    [LLMM_TYPE_I16] = {"i16", 1, 2, NULL, NULL},
+    [LLMM_TYPE_I32] = {"i32", 1, 4, NULL, NULL},
+    [LLMM_TYPE_I64] = {"i64", 1, 8, NULL, NULL},
+    [LLMM_TYPE_F64] = {"f64", 1, 8, NULL, NULL},
+    [LLMM_TYPE_IQ1_M] = {"iq1_m", 256, 56, NULL, NULL},
+    [LLMM_TYPE_BF16] = {"bf16", 1, 2, dequant_bf16, from_float_bf16},
+    [LLMM_TYPE_TQ1_0] = {"tq1_0", 256, 54, NULL, NULL},
+    [LLMM_TYPE_TQ2_0] = {"tq2_0", 256, 66, NULL, NULL},
+    [LLMM_TYPE_MXFP4] = {"mxfp4", 32, 17, NULL, NULL},
 };
 
 const llmm_type_traits *llmm_type_get(uint32_t type) {

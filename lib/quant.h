@@ -225,10 +225,10 @@ static inline int llmm_iq4_xs_scale(const uint8_t *blk, int ib) {
 
 /* Dequantize n (a multiple of the block size) weights of one row. */
 typedef void (*llmm_dequant_row_fn)(const void *src, float *dst, size_t n);
-/* Dot product of one weight row (n weights) with activations that were prepared by
- * the type's vec_format (see below). */
+/* Dot product of one weight row (n weights) with an operand row in the format its backend
+ * quantized the activations to (the CPU's: cpu/cpu_dot.h). */
 typedef float (*llmm_vec_dot_fn)(const void *w_row, const void *x, size_t n);
-/* Convert n float activations into the vec_dot operand format (NULL: plain floats). */
+/* Convert n floats into this type (weights, or an operand format). */
 typedef void (*llmm_quantize_row_fn)(const float *src, void *dst, size_t n);
 
 typedef struct llmm_type_traits {
@@ -236,8 +236,6 @@ typedef struct llmm_type_traits {
     uint32_t block_size;  /* weights per block; 0 marks an unknown id */
     uint32_t block_bytes; /* bytes per block */
     llmm_dequant_row_fn dequant_row;  /* NULL: no math yet for this type */
-    llmm_vec_dot_fn vec_dot;
-    uint32_t vec_dot_type;            /* operand format vec_dot expects: F32, F16, BF16, Q8_0, Q8_1, Q8_K */
     llmm_quantize_row_fn from_float;  /* float row -> this type (the reference encoding for
                                        * weights); NULL where not implemented */
 } llmm_type_traits;
@@ -263,6 +261,12 @@ static inline uint32_t llmm_bf16_round_bits(uint32_t u) {
 
 /* Float dot product with eight partial sums (the reference kernels' rounding order). */
 float llmm_dot_f32(const void *a, const void *b, size_t n);
+/* The scalar dot products of a weight row with its operand row: the reference results every
+ * matmul kernel is checked against (the CPU backend's table of them: cpu/cpu_dot.h). */
+float llmm_vec_dot_f16(const void *w, const void *x, size_t n);
+float llmm_vec_dot_bf16(const void *w, const void *x, size_t n);
+float llmm_vec_dot_q8_0_q8_0(const void *w, const void *x, size_t n);
+float llmm_vec_dot_q4_0_q8_0(const void *w, const void *x, size_t n);
 
 /* Float to a quant level in [lo, hi]: nearest with ties to even (the reference's
  * nearest_int) or truncated (its (int) casts of x + 0.5). The clamp comes first, so a huge

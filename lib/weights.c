@@ -3,12 +3,13 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backend.h"
 #include "quant.h"
 
 #define MAX_LAYERS 4096
 
 typedef enum bind_kind {
-    BIND_MATRIX,   /* used by matmul: needs a dot kernel */
+    BIND_MATRIX,   /* used by matmul (or the embedding lookup) */
     BIND_VECTOR,   /* norms, biases, rope factors: f32 */
 } bind_kind;
 
@@ -28,10 +29,9 @@ static llmm_status bind(const llmm_model *m, const bind_spec *s, llmm_diag *d) {
         return diag_fail(d, LLMM_ERR_BAD_FILE, "tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]",
                          s->name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3],
                          (long long)s->ne0, (long long)s->ne1);
+    /* whether a backend computes a matrix's type is asked at context creation, of the
+     * backend that will (llmm_context_create) */
     const llmm_type_traits *tt = llmm_type_get(t->type);
-    if (s->kind == BIND_MATRIX && (!tt->dequant_row || !tt->vec_dot))
-        return diag_fail(d, LLMM_ERR_UNSUPPORTED, "tensor '%s' has type %s, which this build cannot compute yet",
-                         s->name, tt->name);
     if (s->kind == BIND_VECTOR && t->type != LLMM_TYPE_F32)
         return diag_fail(d, LLMM_ERR_UNSUPPORTED, "tensor '%s' has type %s, expected f32", s->name, tt->name);
     *s->dst = (llmm_tensor){.data = t->data,
@@ -54,7 +54,6 @@ llmm_tensor tensor_rows(const llmm_tensor *t, int64_t first, int64_t n) {
     llmm_tensor v = *t;
     v.data = (const uint8_t *)t->data + (size_t)first * t->row_bytes;
     v.ne1 = n;
-    v.copy = NULL; /* a view's copy is of its own rows: attach_copies gives it a slot */
     return v;
 }
 
@@ -145,93 +144,50 @@ static llmm_status bind_layer(const llmm_model *m, uint32_t il, llmm_layer_weigh
     return bind_fused(m, il, l, d);
 }
 
-/* n + the number of cands present (data set), each appended to out[n ...] unless out is NULL. */
-static size_t take_present(llmm_tensor *const *cands, size_t n_cands, llmm_tensor **out, size_t n) {
+int weights_tied(const llmm_weights *w) { return w->tok_embd.data == w->output.data; }
+
+/* Appends the present ones of cands with role to out (when not NULL) from index n, adding
+ * their bytes to *bytes; returns the new count. */
+static size_t take_present(llmm_tensor *const *cands, size_t n_cands, uint32_t role, llmm_weight_ref *out,
+                           size_t n, size_t *bytes) {
     for (size_t i = 0; i < n_cands; i++)
         if (cands[i]->data) {
-            if (out) out[n] = cands[i];
+            if (out) out[n] = (llmm_weight_ref){cands[i], role};
+            *bytes += cands[i]->row_bytes * (size_t)cands[i]->ne1;
             n++;
         }
     return n;
 }
 
-/* The matrices the forward pass multiplies by, each with its slot; out NULL: just count. */
-static size_t matmul_weights(llmm_weights *w, uint32_t n_layer, llmm_tensor **out) {
-    size_t n = 0;
+static size_t weights_walk(llmm_weights *w, uint32_t n_layer, llmm_weight_ref *out, size_t *bytes) {
+    llmm_tensor *const output[] = {&w->output};
+    size_t n = take_present(output, 1, LLMM_WEIGHT_MATRIX, out, 0, bytes);
+    if (!weights_tied(w)) {
+        llmm_tensor *const table[] = {&w->tok_embd};
+        n = take_present(table, 1, LLMM_WEIGHT_TABLE, out, n, bytes);
+    }
+    llmm_tensor *const globals[] = {&w->output_norm, &w->rope_freqs, &w->rope_factors_short, &w->rope_factors_long};
+    n = take_present(globals, sizeof globals / sizeof *globals, LLMM_WEIGHT_VECTOR, out, n, bytes);
     for (uint32_t il = 0; il < n_layer; il++) {
         llmm_layer_weights *l = &w->layers[il];
         llmm_tensor *const mats[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down};
-        n = take_present(mats, sizeof mats / sizeof *mats, out, n);
-    }
-    llmm_tensor *const output[] = {&w->output};
-    return take_present(output, 1, out, n);
-}
-
-/* The vectors (norms, biases, rope factors) of the forward pass, out NULL: just count. */
-static size_t vector_weights(llmm_weights *w, uint32_t n_layer, llmm_tensor **out) {
-    llmm_tensor *const globals[] = {&w->output_norm, &w->rope_freqs, &w->rope_factors_short, &w->rope_factors_long};
-    size_t n = take_present(globals, sizeof globals / sizeof *globals, out, 0);
-    for (uint32_t il = 0; il < n_layer; il++) {
-        llmm_layer_weights *l = &w->layers[il];
         llmm_tensor *const vecs[] = {&l->attn_norm, &l->bq, &l->bk, &l->bv, &l->q_norm, &l->k_norm,
                                      &l->post_attn_norm, &l->ffn_norm, &l->post_ffn_norm};
-        n = take_present(vecs, sizeof vecs / sizeof *vecs, out, n);
+        n = take_present(mats, sizeof mats / sizeof *mats, LLMM_WEIGHT_MATRIX, out, n, bytes);
+        n = take_present(vecs, sizeof vecs / sizeof *vecs, LLMM_WEIGHT_VECTOR, out, n, bytes);
     }
     return n;
 }
 
-/* The vectors copied into owned memory (a few KiB per layer): they sit between the matrices in
- * the file, and once a backend has dropped the pages of the matrices around one, reading it
- * would map its whole page-cache folio (up to 2 MiB) back into the process, step after step. */
-static llmm_status own_vectors(llmm_model *m, llmm_diag *d) {
-    llmm_weights *w = m->weights;
-    const size_t n = vector_weights(w, m->hp.n_layer, NULL);
-    llmm_tensor **vecs = mem_calloc(m->alloc, n + 1, sizeof *vecs);
-    if (!vecs) return diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory");
-    vector_weights(w, m->hp.n_layer, vecs);
+size_t weights_list(llmm_weights *w, uint32_t n_layer, llmm_weight_ref *out) {
     size_t bytes = 0;
-    for (size_t i = 0; i < n; i++) bytes += vecs[i]->row_bytes * (size_t)vecs[i]->ne1;
-    w->owned_vectors = bytes ? mem_alloc(m->alloc, bytes) : NULL;
-    if (bytes && !w->owned_vectors) {
-        mem_free(m->alloc, vecs);
-        return diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory");
-    }
-    uint8_t *dst = w->owned_vectors;
-    for (size_t i = 0; i < n; i++) {
-        const size_t b = vecs[i]->row_bytes * (size_t)vecs[i]->ne1;
-        memcpy(dst, vecs[i]->data, b);
-        vecs[i]->data = dst;
-        dst += b;
-    }
-    mem_free(m->alloc, vecs);
-    return LLMM_OK;
+    return weights_walk(w, n_layer, out, &bytes);
 }
 
-/* A copy slot per matrix (weight_copy.h), only for weights in the file mapping: there a
- * backend's copy replaces the mapped pages it copies; over owned memory it would double the
- * resident weights. */
-static llmm_status attach_copies(llmm_model *m, llmm_diag *d) {
-    llmm_weights *w = m->weights;
-    llmm_status st = own_vectors(m, d);
-    if (st) return st;
-    const size_t n = matmul_weights(w, m->hp.n_layer, NULL);
-    llmm_tensor **mats = mem_calloc(m->alloc, n, sizeof *mats);
-    w->copies = mem_calloc(m->alloc, n, sizeof *w->copies);
-    if (!mats || !w->copies) {
-        mem_free(m->alloc, mats);
-        return diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory");
-    }
-    w->n_copies = n;
-    matmul_weights(w, m->hp.n_layer, mats);
-    for (size_t i = 0; i < n; i++) {
-        atomic_init(&w->copies[i].state, LLMM_COPY_NONE);
-        w->copies[i].release_source = 1;
-        mats[i]->copy = &w->copies[i];
-    }
-    /* tied: the lookup reads the output matrix's copy too, not the pages it replaced */
-    if (w->tok_embd.data == w->output.data) w->tok_embd.copy = w->output.copy;
-    mem_free(m->alloc, mats);
-    return LLMM_OK;
+size_t weights_bytes(llmm_weights *w, uint32_t n_layer) {
+    size_t bytes = 0;
+    weights_walk(w, n_layer, NULL, &bytes);
+    return bytes;
 }
 
 llmm_status weights_bind(llmm_model *m, llmm_diag *d) {
@@ -260,17 +216,11 @@ llmm_status weights_bind(llmm_model *m, llmm_diag *d) {
     if (!w->output.data) w->output = w->tok_embd; /* tied embeddings */
     for (uint32_t il = 0; il < m->hp.n_layer; il++)
         if ((st = bind_layer(m, il, &w->layers[il], d))) return st;
-    return m->repack_weights && m->gguf->mapping ? attach_copies(m, d) : LLMM_OK;
+    return LLMM_OK;
 }
 
 void weights_free(llmm_model *m) {
     if (!m->weights) return;
-    for (size_t i = 0; i < m->weights->n_copies; i++) {
-        llmm_weight_copy *c = &m->weights->copies[i];
-        if (atomic_load(&c->state) == LLMM_COPY_READY && c->free_data) c->free_data(c->data, c->bytes);
-    }
-    mem_free(m->alloc, m->weights->copies);
-    mem_free(m->alloc, m->weights->owned_vectors);
     mem_free(m->alloc, m->weights->layers);
     mem_free(m->alloc, m->weights);
     m->weights = NULL;

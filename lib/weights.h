@@ -1,23 +1,23 @@
 /* Weight tensors bound by name from the GGUF file, shapes checked against the
- * hyper-parameters. Weights stay in the file mapping: nothing is copied or dequantized. */
+ * hyper-parameters. The model's weights stay in the file mapping: nothing is copied or
+ * dequantized. A context holds the same structure prepared by its backend (backend.h,
+ * prepare_weight): the forward pass reads only that one. */
 #ifndef LLMM_WEIGHTS_H
 #define LLMM_WEIGHTS_H
 
 #include "arch.h"
 #include "model.h"
-#include "weight_copy.h"
 
 /* A 2-D view of a weight: ne0 values per row (the input dimension), ne1 rows. A view may
  * cover a slice of rows of a fused tensor (phi3's attn_qkv, ffn_up). data == NULL: absent.
- * copy: the slot for a backend's lazily made copy of these rows (weight_copy.h), one per
- * matrix the forward pass multiplies by, when the model allows copies; NULL otherwise. data
- * stays valid either way. */
+ * In the model, data is host memory (the file mapping); in a context's prepared table, a
+ * buffer of its backend, and backend whatever that backend keeps with the weight. */
 typedef struct llmm_tensor {
     const void *data;
     uint32_t type;
     int64_t ne0, ne1;
     size_t row_bytes;
-    struct llmm_weight_copy *copy;
+    void *backend;
 } llmm_tensor;
 
 typedef struct llmm_layer_weights {
@@ -45,15 +45,28 @@ typedef struct llmm_weights {
     llmm_tensor rope_freqs;  /* optional (n_rot / 2): Llama 3 frequency factors */
     llmm_tensor rope_factors_short, rope_factors_long; /* optional (n_rot / 2): LongRoPE */
     llmm_layer_weights *layers; /* (n_layer) */
-    llmm_weight_copy *copies;   /* (n_copies) the matrices' copy slots, or NULL */
-    void *owned_vectors;        /* with copies: the vectors' bytes, copied out of the file mapping */
-    size_t n_copies;
 } llmm_weights;
+
+/* One weight of the forward pass and what it is used for (enum llmm_weight_role). */
+typedef struct llmm_weight_ref {
+    llmm_tensor *t;
+    uint32_t role;
+} llmm_weight_ref;
 
 /* Find and check every tensor the architecture needs. UNSUPPORTED for an unknown
  * architecture or a weight type without kernels; BAD_FILE for missing or misshapen tensors. */
 llmm_status weights_bind(llmm_model *m, llmm_diag *d);
 void weights_free(llmm_model *m);
+
+/* Every weight present that the forward pass reads, each once (a tied embedding table is the
+ * output matrix's entry), in an order that depends only on the model: index i of one
+ * structure's list and of a copy's (weights_prepared) name the same weight. out NULL: count. */
+size_t weights_list(llmm_weights *w, uint32_t n_layer, llmm_weight_ref *out);
+/* Bytes of the weights weights_list names, as stored. */
+size_t weights_bytes(llmm_weights *w, uint32_t n_layer);
+
+/* 1 when the model ties its embedding table to the output matrix. */
+int weights_tied(const llmm_weights *w);
 
 /* Rows [first, first + n) of a weight as a view of its own. */
 llmm_tensor tensor_rows(const llmm_tensor *t, int64_t first, int64_t n);

@@ -358,6 +358,55 @@ static void test_damaged_files_fail_cleanly(void **state) {
     print_message("damaged files: %d of 1500, %d of 500 and %d of 60 still loaded; none crashed\n", a, b, c);
 }
 
+/* The tensor info of `name` in a GGUF image: its type field, found after the name's bytes,
+ * n_dims and the dims (the reader checks everything; this only needs the one well-formed file). */
+static uint8_t *tensor_type_field(uint8_t *buf, size_t n, const char *name) {
+    const size_t len = strlen(name);
+    for (size_t i = 8; i + len + 4 < n; i++) {
+        uint64_t str_len;
+        memcpy(&str_len, buf + i - 8, sizeof str_len);
+        if (str_len != len || memcmp(buf + i, name, len) != 0) continue;
+        uint32_t n_dims;
+        memcpy(&n_dims, buf + i + len, sizeof n_dims);
+        const size_t at = i + len + 4 + (size_t)n_dims * 8;
+        return n_dims <= 4 && at + 4 <= n ? buf + at : NULL;
+    }
+    return NULL;
+}
+
+/* A matrix whose type no backend computes (stories260K's F32 attn_q retyped as I32, the same
+ * bytes) loads, tokenizes, and fails at context creation with the tensor's name. */
+static void test_unsupported_weight_type_fails_at_context(void **state) {
+    (void)state;
+    char src[1024], path[] = "/tmp/llmm_i32_weight_XXXXXX";
+    size_t n = 0;
+    uint8_t *buf = (uint8_t *)read_whole_file(shared_path(src, sizeof src, "models/stories260K.gguf"), &n);
+    if (!buf) skip();
+    uint8_t *type = tensor_type_field(buf, n, "blk.1.attn_q.weight");
+    assert_non_null(type);
+    const uint32_t f32 = 0, i32 = 26;
+    assert_memory_equal(type, &f32, 4);
+    memcpy(type, &i32, 4);
+    const int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, buf, n), (ssize_t)n);
+    close(fd);
+    llmm_model *m = NULL;
+    assert_int_equal(llmm_model_load(path, NULL, &m), LLMM_OK);
+    llmm_token toks[16];
+    size_t nt = 0;
+    assert_int_equal(llmm_tokenize(m, "Once upon", 9, 0, toks, 16, &nt), LLMM_OK);
+    llmm_context *ctx = NULL;
+    assert_int_equal(llmm_context_create(m, NULL, &ctx), LLMM_ERR_UNSUPPORTED);
+    assert_null(ctx);
+    char msg[512];
+    llmm_model_last_error(m, msg, sizeof msg);
+    if (!strstr(msg, "blk.1.attn_q.weight") || !strstr(msg, "i32")) fail_msg("message: %s", msg);
+    llmm_model_free(m);
+    unlink(path);
+    free(buf);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_version),
@@ -371,6 +420,7 @@ int main(void) {
         cmocka_unit_test(test_progress_cancel),
         cmocka_unit_test(test_log_callback),
         cmocka_unit_test(test_damaged_files_fail_cleanly),
+        cmocka_unit_test(test_unsupported_weight_type_fails_at_context),
     };
     return cmocka_run_group_tests_name("api", tests, NULL, NULL);
 }

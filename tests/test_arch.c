@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "cpu_backend.h"
 #include "llmmini.h"
 #include "golden_check.h"
 #include "shared_data.h"
@@ -105,7 +106,7 @@ static void test_unknown_architecture_rejected(void **state) {
 }
 
 static void *start_cpu(void) {
-    llmm_backend_config cfg = {1, NULL, NULL};
+    const llmm_backend_config cfg = {.n_threads = 1};
     void *st = NULL;
     assert_int_equal(llmm_cpu_backend.init(&cfg, &st), LLMM_OK);
     return st;
@@ -135,7 +136,7 @@ static void test_rope_scaling(void **state) {
     float x[4] = {1, 0, 1, 0};
     const int32_t pos[1] = {3};
     const llmm_rope_params rp = {4, 10000.f, 0.5f, 1.25f, LLMM_ROPE_ADJACENT, factors};
-    assert_int_equal(llmm_cpu_backend.rope(st, x, 1, 1, 4, pos, &rp), LLMM_OK);
+    assert_int_equal(cpu_rope_rows(x, 1, 1, 4, pos, &rp), LLMM_OK);
     for (int i = 0; i < 2; i++) {
         double theta = 3.0 * pow(10000.0, -2.0 * i / 4.0) / factors[i] * 0.5;
         assert_true(fabs(x[2 * i] - 1.25 * cos(theta)) < 1e-6);
@@ -160,9 +161,9 @@ static void test_attention_window_and_softcap(void **state) {
         const llmm_kv_view view = {.k = k, .v = v, .blocks = one_block, .block_size = 8, .block_shift = 3,
                                    .head_stride = HD * sizeof(float), .row_bytes = HD * sizeof(float),
                                    .n_head_kv = 1, .head_dim = HD, .type = LLMM_KV_F32};
-        llmm_attn_row row = {view, N_KV, 2};
-        llmm_attn_batch b = {q, out, 1, &row, 1, 1, HD, 0.5f, softcap};
-        assert_int_equal(llmm_cpu_backend.attention(st, &b), LLMM_OK);
+        const cpu_attn_row row = {view, N_KV, 2};
+        const cpu_attn_batch b = {q, out, 1, &row, 1, 1, HD, 0.5f, softcap};
+        assert_int_equal(cpu_attend(st, &b), LLMM_OK);
         double w[N_KV], sum = 0, maxs = -1e30;
         for (int p = 2; p < N_KV; p++) {
             double s = 0;

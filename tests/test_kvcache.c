@@ -14,6 +14,8 @@
 
 #include "alloc_hooks.h"
 #include "backend.h"
+#include "context.h"
+#include "cpu_backend.h"
 #include "kvcache.h"
 #include "llmmini.h"
 #include "shared_data.h"
@@ -44,7 +46,8 @@ static float v_tag(llmm_token t, uint32_t layer) { return -(float)t - 0.25f * (f
 /* The value of position p's K or V row in layer l of seq, read through the view: every
  * element of every head holds the same tag, so a disagreement returns NaN. */
 static float row_value(const llmm_kv_store *kv, uint32_t seq, uint32_t l, uint32_t p, int which) {
-    const llmm_kv_view view = kv_view(kv, l, seq);
+    const llmm_kv_layout layout = kv_layout(kv);
+    const llmm_kv_view view = kv_layout_view(&layout, l, kv->seqs[seq].blocks);
     const float first = *(const float *)((const uint8_t *)(which ? view.v : view.k) + kv_row_offset(&view, p, 0));
     for (uint32_t h = 0; h < A_HEADS; h++) {
         const float *row = (const float *)((const uint8_t *)(which ? view.v : view.k) + kv_row_offset(&view, p, h));
@@ -60,9 +63,10 @@ static void write_rows(alloc_run *r, uint32_t seq, const llmm_token *t, uint32_t
         for (uint32_t l = 0; l < A_LAYERS; l++) {
             float k[A_KV_DIM], v[A_KV_DIM];
             for (int e = 0; e < A_KV_DIM; e++) k[e] = k_tag(t[i], l), v[e] = v_tag(t[i], l);
-            const llmm_kv_view view = kv_view(&r->kv, l, seq);
+            const llmm_kv_layout layout = kv_layout(&r->kv);
+            const llmm_kv_view view = kv_layout_view(&layout, l, r->kv.seqs[seq].blocks);
             const int32_t pos = (int32_t)(from + i);
-            assert_int_equal(llmm_cpu_backend.kv_write(r->be, &view, &pos, 1, k, v, A_KV_DIM), LLMM_OK);
+            assert_int_equal(cpu_kv_store_rows(&view, &pos, 1, k, v, A_KV_DIM), LLMM_OK);
         }
 }
 
@@ -166,7 +170,7 @@ static void random_step(alloc_run *r, uint32_t alphabet) {
 static void run_allocator(int prefix_cache, unsigned seed) {
     alloc_run *r = calloc(1, sizeof *r);
     assert_non_null(r);
-    llmm_backend_config cfg = {1, NULL, NULL};
+    const llmm_backend_config cfg = {.n_threads = 1};
     assert_int_equal(llmm_cpu_backend.init(&cfg, &r->be), LLMM_OK);
     const kv_config kc = {A_LAYERS, A_HEADS, A_HEAD_DIM, A_SEQS, A_CTX, A_BS, LLMM_KV_F32, A_BLOCKS, prefix_cache};
     llmm_diag d = {{0}};
@@ -652,6 +656,111 @@ static void test_estimate_matches_creation(void **state) {
     llmm_model_free(m);
 }
 
+/* The split by side on the CPU: everything is host memory, host_bytes is llmm_context_estimate's
+ * number, the parts add up to it and the KV pool is the one a created context reports. */
+static void test_estimate_memory_cpu(void **state) {
+    (void)state;
+    llmm_model *m = load_model("stories260K.gguf");
+    for (int i = 0; i < 3; i++) {
+        llmm_context_params p = ctx_params(256, 8, i == 1 ? LLMM_KV_Q8 : LLMM_KV_F16);
+        p.prefix_cache = i == 1;
+        if (i == 2) p.kv_budget_bytes = 1 << 20;
+        size_t est = 0;
+        assert_int_equal(llmm_context_estimate(m, &p, &est), LLMM_OK);
+        llmm_context_memory mem = {.size = sizeof mem};
+        assert_int_equal(llmm_context_estimate_memory(m, &p, &mem), LLMM_OK);
+        assert_int_equal(mem.size, sizeof mem);
+        assert_int_equal(mem.host_bytes, est);
+        assert_int_equal(mem.device_bytes, 0);
+        assert_int_equal(mem.weights_bytes, 0);
+        assert_true(mem.kv_pool_bytes > 0 && mem.activations_bytes > 0 && mem.other_host_bytes > 0);
+        assert_int_equal(mem.host_bytes + mem.device_bytes, mem.kv_pool_bytes + mem.weights_bytes +
+                                                                mem.activations_bytes + mem.scratch_bytes +
+                                                                mem.other_host_bytes);
+        llmm_context *c = make_ctx(m, &p);
+        llmm_context_stats st = {.size = sizeof st};
+        assert_int_equal(llmm_context_get_stats(c, &st), LLMM_OK);
+        assert_int_equal(mem.kv_pool_bytes, st.kv_bytes);
+        llmm_context_free(c);
+    }
+    /* AUTO resolves as creation does: on a machine without CUDA, to the CPU */
+    if (backend_select(LLMM_BACKEND_AUTO) == &llmm_cpu_backend) {
+        llmm_context_params p = ctx_params(256, 8, LLMM_KV_F16);
+        llmm_context_memory cpu = {.size = sizeof cpu}, aut = {.size = sizeof aut};
+        p.backend = LLMM_BACKEND_CPU;
+        assert_int_equal(llmm_context_estimate_memory(m, &p, &cpu), LLMM_OK);
+        p.backend = LLMM_BACKEND_AUTO;
+        assert_int_equal(llmm_context_estimate_memory(m, &p, &aut), LLMM_OK);
+        assert_int_equal(aut.host_bytes, cpu.host_bytes);
+        assert_int_equal(aut.device_bytes, 0);
+        assert_int_equal(aut.scratch_bytes, cpu.scratch_bytes);
+    }
+    llmm_model_free(m);
+}
+
+static size_t fake_scratch_bytes(const llmm_step_shape *shape, int n_threads) {
+    (void)n_threads;
+    return 1000 + shape->max_rows;
+}
+
+/* Only what ctx_plan_for reads: the flags and the scratch size. */
+static const llmm_backend_ops k_fake_device = {
+    .api_version = LLMM_BACKEND_API_VERSION,
+    .name = "fake-device",
+    .kind = LLMM_BACKEND_CUDA,
+    .flags = LLMM_BACKEND_DEVICE_MEMORY,
+    .scratch_bytes = fake_scratch_bytes,
+};
+
+/* Bytes of the file's tensor of that name. */
+static size_t file_tensor_bytes(const llmm_model *m, const char *name) {
+    const gguf_tensor *t = gguf_find_tensor(m->gguf, name);
+    assert_non_null(t);
+    return (size_t)t->n_bytes;
+}
+
+/* The split on a backend whose buffers are device memory, through the planner (no such backend
+ * is built here): the KV pool, activations, scratch and a copy of the weights go to the device,
+ * the tables, row arrays, logits and the context struct stay on the host. Every tensor of the
+ * stories260K files is one the forward pass reads (token_embd and output separate), so the
+ * weights are the file's tensor bytes; tying output to token_embd counts those bytes once. */
+static void test_estimate_device_split(void **state) {
+    (void)state;
+    const char *files[] = {"stories260K.gguf", "stories260K-q4_0.gguf"};
+    for (size_t fi = 0; fi < 2; fi++) {
+        llmm_model *m = load_model(files[fi]);
+        llmm_context_params p = ctx_params(256, 8, LLMM_KV_Q8), q = p;
+        llmm_diag d = {{0}};
+        ctx_plan cpu, dev;
+        assert_int_equal(ctx_plan_for(m, &p, &llmm_cpu_backend, &cpu, &d), LLMM_OK);
+        assert_int_equal(ctx_plan_for(m, &q, &k_fake_device, &dev, &d), LLMM_OK);
+        assert_int_equal(cpu.device, 0);
+        assert_int_equal(cpu.weights, 0);
+        assert_int_equal(cpu.host, ctx_plan_total(&cpu));
+
+        size_t file_bytes = 0;
+        for (uint64_t i = 0; i < m->gguf->n_tensors; i++) file_bytes += (size_t)m->gguf->tensors[i].n_bytes;
+        assert_int_equal(dev.weights, file_bytes);
+        assert_int_equal(dev.scratch, 1000 + dev.shape.max_rows);
+        assert_int_equal(dev.kv_pool, cpu.kv_pool);
+        assert_int_equal(dev.activations, cpu.activations);
+        assert_int_equal(dev.device, dev.kv_pool + dev.activations + dev.scratch + dev.weights);
+        assert_int_equal(dev.host, dev.kv_host + dev.step_host + dev.logits + dev.fixed);
+        assert_int_equal(dev.host, cpu.host - cpu.kv_pool - cpu.activations - cpu.scratch);
+        assert_int_equal(dev.host + dev.device, ctx_plan_total(&dev));
+
+        llmm_weights tied_w = *m->weights;
+        tied_w.output = tied_w.tok_embd;
+        llmm_model tied = *m;
+        tied.weights = &tied_w;
+        llmm_context_params r = ctx_params(256, 8, LLMM_KV_Q8);
+        ctx_plan dev_tied;
+        assert_int_equal(ctx_plan_for(&tied, &r, &k_fake_device, &dev_tied, &d), LLMM_OK);
+        assert_int_equal(dev_tied.weights, file_bytes - file_tensor_bytes(m, "output.weight"));
+        llmm_model_free(m);
+    }
+}
+
 /* ------------------------------------------------------------------ prefix cache */
 
 /* A second sequence with the same prompt reuses the first's full blocks (its prefill skips
@@ -706,6 +815,54 @@ static void test_prefix_cache(void **state) {
 
 /* ------------------------------------------------------------------ argument checks */
 
+/* llmm_context_estimate_memory's size prefix: a caller of the first version gets that much
+ * and nothing beyond; a newer caller's larger struct keeps its own fields. est: the default
+ * params' llmm_context_estimate. */
+static void estimate_memory_arguments(const llmm_model *m, size_t est) {
+    const size_t v1 = offsetof(llmm_context_memory, other_host_bytes) + sizeof(uint64_t);
+    union {
+        llmm_context_memory mem;
+        unsigned char bytes[sizeof(llmm_context_memory) + 16];
+    } buf;
+    const uint32_t sizes[] = {(uint32_t)v1, (uint32_t)sizeof buf};
+    for (size_t i = 0; i < 2; i++) {
+        memset(&buf, 0xA5, sizeof buf);
+        buf.mem.size = sizes[i];
+        assert_int_equal(llmm_context_estimate_memory(m, NULL, &buf.mem), LLMM_OK);
+        assert_int_equal(buf.mem.size, sizes[i]);
+        assert_int_equal(buf.mem.host_bytes, est);
+        const size_t written = LLMM_MIN(sizes[i], sizeof(llmm_context_memory));
+        for (size_t b = written; b < sizeof buf; b++) assert_int_equal(buf.bytes[b], 0xA5);
+    }
+    llmm_context_memory mem = {.size = sizeof mem};
+    assert_int_equal(llmm_context_estimate_memory(NULL, NULL, &mem), LLMM_ERR_INVALID_ARG);
+    assert_int_equal(llmm_context_estimate_memory(m, NULL, NULL), LLMM_ERR_INVALID_ARG);
+    mem.size = 0;
+    assert_int_equal(llmm_context_estimate_memory(m, NULL, &mem), LLMM_ERR_INVALID_ARG);
+    mem.size = (uint32_t)v1 - 1;
+    assert_int_equal(llmm_context_estimate_memory(m, NULL, &mem), LLMM_ERR_INVALID_ARG);
+    char err[256];
+    assert_true(llmm_model_last_error(m, err, sizeof err) > 0);
+    assert_non_null(strstr(err, "out->size"));
+    mem.size = sizeof mem;
+    llmm_context_params p = ctx_params(32, 0, LLMM_KV_F16); /* n_seq_max 0: creation refuses it */
+    assert_int_equal(llmm_context_estimate_memory(m, &p, &mem), LLMM_ERR_INVALID_ARG);
+    p = ctx_params(32, 1, LLMM_KV_F16);
+    p.backend = LLMM_BACKEND_CUDA;
+    if (!backend_select(LLMM_BACKEND_CUDA)) /* where creation would fail, so does the estimate */
+        assert_int_equal(llmm_context_estimate_memory(m, &p, &mem), LLMM_ERR_BACKEND);
+
+    char path[1024];
+    llmm_model_params mp;
+    llmm_model_params_default(&mp, sizeof mp);
+    mp.vocab_only = 1;
+    llmm_model *vocab = NULL;
+    assert_int_equal(llmm_model_load(shared_path(path, sizeof path, "models/stories260K.gguf"), &mp, &vocab),
+                     LLMM_OK);
+    assert_int_equal(llmm_context_estimate_memory(vocab, NULL, &mem), LLMM_ERR_VOCAB_ONLY);
+    llmm_model_free(vocab);
+}
+
 static void test_sequence_arguments(void **state) {
     (void)state;
     llmm_model *m = load_model("stories260K.gguf");
@@ -735,6 +892,7 @@ static void test_sequence_arguments(void **state) {
     assert_int_equal(llmm_context_estimate(m, NULL, NULL), LLMM_ERR_INVALID_ARG);
     assert_int_equal(llmm_context_estimate(m, NULL, &est), LLMM_OK);
     llmm_context_free(c);
+    estimate_memory_arguments(m, est);
     /* a caller built against 0.1 passes the struct without the KV fields: defaults apply */
     llmm_context_params old = ctx_params(32, 2, LLMM_KV_Q8);
     old.size = (uint32_t)offsetof(llmm_context_params, kv_block_size);
@@ -762,6 +920,8 @@ int main(void) {
         cmocka_unit_test(test_corrupted_states_refused),
         cmocka_unit_test(test_pool_exhausted),
         cmocka_unit_test(test_estimate_matches_creation),
+        cmocka_unit_test(test_estimate_memory_cpu),
+        cmocka_unit_test(test_estimate_device_split),
         cmocka_unit_test(test_prefix_cache),
         cmocka_unit_test(test_sequence_arguments),
     };

@@ -50,6 +50,7 @@
 
 #include "backend.h"
 #include "cpu_backend.h"
+#include "cpu_dot.h"
 #include "cpu_kernels.h"
 #include "kv_rows.h"
 #include "packed_tiles.h"
@@ -524,9 +525,9 @@ static void operand_free(operand_buf *o) {
 
 /* The type table's operand row for vec_dot, and sum |w x| of the dequantized values. */
 static void *table_operand(uint32_t wtype, const float *x, size_t n) {
-    const llmm_type_traits *t = llmm_type_get(wtype);
-    void *p = xmalloc(llmm_row_bytes(t->vec_dot_type, n));
-    llmm_type_get(t->vec_dot_type)->from_float(x, p, n);
+    const cpu_dot *dot = cpu_dot_get(wtype);
+    void *p = xmalloc(llmm_row_bytes(dot->operand_type, n));
+    llmm_type_get(dot->operand_type)->from_float(x, p, n);
     return p;
 }
 
@@ -564,7 +565,7 @@ static void check_gemm_case(const cpu_kernels *k, const mm_case *c, mm_stats *st
     for (size_t r = 0; r < c->n_rows; r++) {
         void *xq = table_operand(c->type, x + r * c->ne0, c->ne0);
         for (size_t j = 0; j < c->ne1; j++) {
-            const float got = out[r * c->ne1 + j], want = t->vec_dot(w + j * rb, xq, c->ne0);
+            const float got = out[r * c->ne1 + j], want = cpu_dot_get(c->type)->vec_dot(w + j * rb, xq, c->ne0);
             st->outputs++;
             st->bit_equal += bits_of(got) == bits_of(want);
             if (bits_of(got) != bits_of(want))
@@ -921,7 +922,7 @@ static void check_integer_sums_kquant(uint32_t type, size_t d_off, size_t dmin_o
                     partial = (int64_t)fmax((double)partial, fabs((double)want));
                 }
                 assert_true(partial < (1 << 24)); /* the data's premise */
-                const float scalar = t->vec_dot(w + j * rb, xblk[r], NE0);
+                const float scalar = cpu_dot_get(type)->vec_dot(w + j * rb, xblk[r], NE0);
                 if (!((double)out[r * NE1 + j] == (double)want) || !((double)scalar == (double)want))
                     fail_msg("%s %s row %zu operand row %zu: integer dot %.1f (scalar %.1f) want %lld", k->name,
                              t->name, j, r, (double)out[r * NE1 + j], (double)scalar, (long long)want);
@@ -1350,9 +1351,23 @@ static void test_attn_chunk_f16(void **state) {
 
 /* ================================================================== the backend, per table */
 
+/* A step descriptor for matmuls alone: n_rows rows of one sequence at position 0, over a KV
+ * layout no op reads (the CPU's packing budget goes by the step's kind). */
+static llmm_step matmul_step(llmm_step_kind kind, size_t n_rows) {
+    static const llmm_kv_layout kv = {.layout = LLMM_KV_LAYOUT_HEAD_REGIONS, .n_layer = 1, .block_size = 1, .n_blocks = 1};
+    static const llmm_token tokens[64];
+    static const int32_t pos[64];
+    static const uint32_t row_seq[64], block0[1], n_blocks[1] = {1};
+    static const uint32_t *const tables[1] = {block0};
+    static const llmm_seq_id seq_ids[1];
+    assert_true(n_rows <= 64);
+    return (llmm_step){.kind = kind, .n_rows = n_rows, .tokens = tokens, .pos = pos, .row_seq = row_seq,
+                       .n_seqs = 1, .seq_ids = seq_ids, .block_tables = tables, .n_blocks = n_blocks, .kv = &kv};
+}
+
 static void *cpu_start_isa(cpu_isa isa, int n_threads) {
     setenv("LLMM_CPU_KERNELS", k_isa_names[isa], 1);
-    llmm_backend_config cfg = {n_threads, NULL, NULL};
+    llmm_backend_config cfg = {.n_threads = n_threads};
     void *st = NULL;
     assert_int_equal(llmm_cpu_backend.init(&cfg, &st), LLMM_OK);
     unsetenv("LLMM_CPU_KERNELS");
@@ -1537,9 +1552,9 @@ static void bench_attention(void) {
                                             .block_size = BS, .block_shift = 4, .block_stride = seg,
                                             .head_stride = region, .row_bytes = row, .n_head_kv = NHKV,
                                             .head_dim = HD, .type = LLMM_KV_F16};
-                    const llmm_attn_row ar = {v, NPOS, 0};
-                    const llmm_attn_batch b = {q, out, 1, &ar, NH, NHKV, HD, 0.125f, 0.0f};
-                    assert_int_equal(llmm_cpu_backend.attention(st, &b), LLMM_OK);
+                    const cpu_attn_row ar = {v, NPOS, 0};
+                    const cpu_attn_batch b = {q, out, 1, &ar, NH, NHKV, HD, 0.125f, 0.0f};
+                    assert_int_equal(cpu_attend(st, &b), LLMM_OK);
                 }
                 best = fmin(best, now_s() - t0);
             }
@@ -1608,13 +1623,15 @@ static double packed_decode_gbs(cpu_isa isa, uint32_t type, size_t ne0, size_t n
     float *x = rand_floats(ne0 * n_rows, -2.0f, 2.0f), *out = xmalloc(ne1 * n_rows * sizeof *out);
     uint8_t *w = replicated_weights(type, ne0, ne1, copies);
     llmm_weight_copy *slot = xmalloc(copies * sizeof *slot);
+    cpu_weight *cw = xmalloc(copies * sizeof *cw);
     llmm_tensor *wt = xmalloc(copies * sizeof *wt);
     void *st = cpu_start_isa(isa, threads);
     for (size_t c = 0; c < copies; c++) {
         slot[c] = (llmm_weight_copy){.release_source = 0};
         atomic_init(&slot[c].state, LLMM_COPY_NONE);
+        cw[c] = (cpu_weight){.copy = packed ? &slot[c] : NULL};
         wt[c] = (llmm_tensor){.data = w + c * bytes, .type = type, .ne0 = (int64_t)ne0, .ne1 = (int64_t)ne1,
-                              .row_bytes = rb, .copy = packed ? &slot[c] : NULL};
+                              .row_bytes = rb, .backend = &cw[c]};
         assert_int_equal(llmm_cpu_backend.matmul(st, &wt[c], x, 1, out), LLMM_OK); /* makes the copy */
         if (packed) assert_int_equal(atomic_load(&slot[c].state), LLMM_COPY_READY);
     }
@@ -1632,6 +1649,7 @@ static double packed_decode_gbs(cpu_isa isa, uint32_t type, size_t ne0, size_t n
     free(out);
     free(w);
     free(slot);
+    free(cw);
     free(wt);
     return (double)(bytes * copies) / best / 1e9;
 }
@@ -1771,8 +1789,9 @@ static void check_packed_copy(cpu_isa isa, uint32_t type, size_t ne0, size_t ne1
     atomic_init(&slot.state, LLMM_COPY_NONE);
     const llmm_tensor plain = {.data = w, .type = type, .ne0 = (int64_t)ne0, .ne1 = (int64_t)ne1, .row_bytes = rb};
     llmm_tensor wt = plain;
+    cpu_weight cw = {.copy = &slot};
     wt.data = from_file ? mapped : w;
-    wt.copy = &slot;
+    wt.backend = &cw;
     float *ref = xmalloc(ne1 * 37 * sizeof *ref), *out = xmalloc(ne1 * 37 * sizeof *out);
     void *scalar = cpu_start_isa(CPU_ISA_SCALAR, 1), *st = cpu_start_isa(isa, threads);
     const char *table = cpu_kernels_get(isa)->name;
@@ -1807,8 +1826,8 @@ static void check_packed_copy(cpu_isa isa, uint32_t type, size_t ne0, size_t ne1
             }
         const llmm_token ids[] = {0, (llmm_token)(ne1 / 2), (llmm_token)(ne1 - 1), 5};
         float *e = xmalloc(ARRAY_LEN(ids) * ne0 * sizeof *e), *e_ref = xmalloc(ARRAY_LEN(ids) * ne0 * sizeof *e);
-        assert_int_equal(llmm_cpu_backend.embed(st, &wt, ids, ARRAY_LEN(ids), e), LLMM_OK);
-        assert_int_equal(llmm_cpu_backend.embed(scalar, &plain, ids, ARRAY_LEN(ids), e_ref), LLMM_OK);
+        assert_int_equal(cpu_embed_rows(&wt, ids, ARRAY_LEN(ids), e), LLMM_OK);
+        assert_int_equal(cpu_embed_rows(&plain, ids, ARRAY_LEN(ids), e_ref), LLMM_OK);
         assert_memory_equal(e, e_ref, ARRAY_LEN(ids) * ne0 * sizeof *e);
         free(e);
         free(e_ref);
@@ -1890,6 +1909,7 @@ static void test_packing_step_budget(void **state) {
     const size_t rows[NW] = {64, 64, 64, 160}, rb = llmm_row_bytes(LLMM_TYPE_Q8_0, NE0);
     uint8_t *w[NW];
     llmm_weight_copy slot[NW];
+    cpu_weight cw[NW];
     llmm_tensor wt[NW];
     rng_seed(4102);
     float *x = rand_floats(NE0, -2.0f, 2.0f), *out = xmalloc(160 * sizeof *out);
@@ -1900,8 +1920,9 @@ static void test_packing_step_budget(void **state) {
         free(wf);
         slot[i] = (llmm_weight_copy){.release_source = 0};
         atomic_init(&slot[i].state, LLMM_COPY_NONE);
+        cw[i] = (cpu_weight){.copy = &slot[i]};
         wt[i] = (llmm_tensor){.data = w[i], .type = LLMM_TYPE_Q8_0, .ne0 = NE0, .ne1 = (int64_t)rows[i],
-                              .row_bytes = rb, .copy = &slot[i]};
+                              .row_bytes = rb, .backend = &cw[i]};
     }
     void *st = cpu_start_isa(CPU_ISA_AVX512, 2);
     ((cpu_state *)st)->pack_step_bytes = 96 * rb; /* one and a half of the small matrices */
@@ -1911,7 +1932,8 @@ static void test_packing_step_budget(void **state) {
                                    LLMM_STEP_DECODE, LLMM_STEP_DECODE, LLMM_STEP_DECODE};
     const int ready[][NW] = {{0, 0, 0, 0}, {0, 0, 0, 0}, {1, 0, 0, 0}, {1, 1, 0, 0}, {1, 1, 1, 0}, {1, 1, 1, 1}};
     for (size_t step = 0; step < ARRAY_LEN(tokens); step++) {
-        assert_int_equal(llmm_cpu_backend.step_begin(st, tokens[step], kind[step]), LLMM_OK);
+        const llmm_step desc = matmul_step(kind[step], tokens[step]);
+        assert_int_equal(llmm_cpu_backend.step_begin(st, &desc), LLMM_OK);
         for (size_t i = 0; i < NW; i++) assert_int_equal(llmm_cpu_backend.matmul(st, &wt[i], x, 1, out), LLMM_OK);
         assert_int_equal(llmm_cpu_backend.step_end(st), LLMM_OK);
         for (size_t i = 0; i < NW; i++)

@@ -1,6 +1,9 @@
-/* A weight's copy in a backend's own layout, made lazily by the backend the first time it pays
- * and shared by every context of the model (the CPU backend packs quantized weights into its
- * x86 kernels' tile layout during the first decode steps, cpu/packed_tiles.h).
+/* A weight's copy in the CPU backend's own layout, made lazily the first time it pays and
+ * shared by every context of the model that runs at the same time (the CPU backend packs
+ * quantized weights into its x86 kernels' tile layout during the first decode steps,
+ * cpu/packed_tiles.h). The slots live in the model's share for the CPU backend
+ * (llmm_backend_shared, cpu_backend.c): the first context creates them, the last one to shut
+ * down frees them with the copies they hold.
  *
  * Why lazily and not at load: making the copies costs about as much as reading the weights
  * twice, which a load (40-70 ms for a 0.5B file here) and the first token of a prompt cannot
@@ -9,8 +12,8 @@
  * has copied (MADV_DONTNEED), so the process keeps about one copy resident, not two; anything
  * that still reads the original (a context on a kernel table without packed kernels) faults
  * those pages back in from the file. The CPU backend's embedding lookup reads a tied output
- * matrix's rows from its copy, and the model keeps its vectors out of the mapping
- * (weights.c), so that nothing else does.
+ * matrix's rows from its copy, and prepare_weight copies the vectors out of the mapping, so
+ * that nothing else does.
  *
  * The model is shared by contexts on any threads, so the slot is the one thing in it that
  * changes after load: state moves NONE -> MAKING -> READY (or NONE -> NEVER) once, through a
@@ -22,6 +25,8 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "weights.h"
 
 typedef enum llmm_copy_state {
     LLMM_COPY_NONE = 0,   /* not made yet */
@@ -38,5 +43,17 @@ typedef struct llmm_weight_copy {
     size_t bytes;
     void (*free_data)(void *data, size_t bytes); /* set with data; the model calls it when freed */
 } llmm_weight_copy;
+
+/* What the CPU backend keeps with a prepared weight (llmm_tensor.backend). */
+typedef struct cpu_weight {
+    llmm_weight_copy *copy; /* a matrix's slot in the model's shared copy set, or NULL */
+    void *owned;            /* a vector's bytes copied out of the file mapping (= data), or NULL */
+} cpu_weight;
+
+/* The copy slot of a prepared weight, or NULL. */
+static inline llmm_weight_copy *cpu_weight_copy(const llmm_tensor *w) {
+    const cpu_weight *c = w->backend;
+    return c ? c->copy : NULL;
+}
 
 #endif

@@ -1,0 +1,23 @@
+/* A backend conformance suite: every slot of an llmm_backend_ops table (backend.h) driven as
+ * the core drives it (buffers from buffer_alloc, weights through prepare_weight, per-row
+ * inputs in a step descriptor, one op per step) and checked against plain C references
+ * written in the test, so that any backend (the CPU under each kernel table, a wrapper, a GPU)
+ * is held to one contract. Needs cmocka: failures fail the running cmocka test. */
+#ifndef LLMM_TEST_BACKEND_CONFORMANCE_H
+#define LLMM_TEST_BACKEND_CONFORMANCE_H
+
+#include "backend.h"
+
+/* How a conformance run starts its backend: the table, and a hook run before each init (e.g.
+ * to set LLMM_CPU_KERNELS); label names the run in messages. */
+typedef struct conformance_target {
+    const char *label;
+    const llmm_backend_ops *be;
+    void (*before_init)(void);
+} conformance_target;
+
+/* Runs every check against t; fails the cmocka test (fail_msg naming the label, the op and the
+ * case) on any mismatch. */
+void conformance_run(const conformance_target *t);
+
+#endif

@@ -8,6 +8,18 @@
 #include <math.h>
 #include <string.h>
 
+const golden_case golden_cases[] = {
+    {"stories260K.gguf", "stories260K.f32.once", "Once upon a time", 64},
+    {"stories260K.gguf", "stories260K.f32.dog", "The little dog", 64},
+    {"stories260K.gguf", "stories260K.f32.empty", "", 64},
+    {"stories260K-q8_0.gguf", "stories260K.q8_0.once", "Once upon a time", 64},
+    {"stories260K-q8_0.gguf", "stories260K.q8_0.dog", "The little dog", 64},
+    {"stories260K-q8_0.gguf", "stories260K.q8_0.empty", "", 64},
+    {"stories260K-q4_0.gguf", "stories260K.q4_0.once", "Once upon a time", 57},
+    {"llama-2-tiny-random.gguf", "llama-2-tiny-random.f16.once", "Once upon a time", 1},
+};
+const size_t n_golden_cases = sizeof golden_cases / sizeof *golden_cases;
+
 golden_result golden_compare(const llmm_model *m, llmm_context *c, const golden_run *g, const char *prompt) {
     golden_result r = {0, 0};
     llmm_token ids[GOLDEN_MAX_IDS];

@@ -13,6 +13,17 @@ typedef struct golden_result {
     size_t agree;          /* leading greedy tokens equal to the reference's */
 } golden_result;
 
+typedef struct golden_case {
+    const char *model;  /* under models/ */
+    const char *golden; /* under golden/stories260K/, without extension */
+    const char *prompt;
+    size_t hard_steps;  /* leading greedy tokens that must match exactly (golden/README.md) */
+} golden_case;
+
+/* The golden/stories260K cases: every model file, every prompt (n_golden_cases of them). */
+extern const golden_case golden_cases[];
+extern const size_t n_golden_cases;
+
 /* Asserts that the prompt tokenizes to the golden ids (add_special on), then prefills it in
  * sequence 0 of c, compares the last logits and generates g->n_generated greedy tokens. */
 golden_result golden_compare(const llmm_model *m, llmm_context *c, const golden_run *g, const char *prompt);

@@ -77,24 +77,6 @@ static llmm_token argmax(const float *v, size_t n) {
 
 /* ---------------------------------------------------------------- golden continuations */
 
-typedef struct golden_case {
-    const char *model;  /* under models/ */
-    const char *golden; /* under golden/stories260K/, without extension */
-    const char *prompt;
-    size_t hard_steps;  /* leading greedy tokens that must match exactly (golden/README.md) */
-} golden_case;
-
-/* test_generate.c's stories260K cases: every file, every prompt */
-static const golden_case cases[] = {
-    {"stories260K.gguf", "stories260K.f32.once", "Once upon a time", 64},
-    {"stories260K.gguf", "stories260K.f32.dog", "The little dog", 64},
-    {"stories260K.gguf", "stories260K.f32.empty", "", 64},
-    {"stories260K-q8_0.gguf", "stories260K.q8_0.once", "Once upon a time", 64},
-    {"stories260K-q8_0.gguf", "stories260K.q8_0.dog", "The little dog", 64},
-    {"stories260K-q8_0.gguf", "stories260K.q8_0.empty", "", 64},
-    {"stories260K-q4_0.gguf", "stories260K.q4_0.once", "Once upon a time", 57},
-};
-
 /* The golden figures hold through handles as on the CPU: F32 KV, as the goldens were made. */
 static void check_golden(const golden_case *gc, int repack) {
     golden_run g;
@@ -116,7 +98,7 @@ static void test_golden_through_handles(void **state) {
     (void)state;
     const unsigned long before = handle_backend_bad_pointers();
     for (int repack = 1; repack >= 0; repack--)
-        for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) check_golden(&cases[i], repack);
+        for (size_t i = 0; i < n_golden_cases; i++) check_golden(&golden_cases[i], repack);
     assert_int_equal(handle_backend_bad_pointers(), before);
 }
 

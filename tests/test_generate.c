@@ -21,24 +21,6 @@
 
 #define MAX_IDS GOLDEN_MAX_IDS
 
-typedef struct golden_case {
-    const char *model;  /* under models/ */
-    const char *golden; /* under golden/stories260K/, without extension */
-    const char *prompt;
-    size_t hard_steps;  /* leading greedy tokens that must match exactly (golden/README.md) */
-} golden_case;
-
-static const golden_case cases[] = {
-    {"stories260K.gguf", "stories260K.f32.once", "Once upon a time", 64},
-    {"stories260K.gguf", "stories260K.f32.dog", "The little dog", 64},
-    {"stories260K.gguf", "stories260K.f32.empty", "", 64},
-    {"stories260K-q8_0.gguf", "stories260K.q8_0.once", "Once upon a time", 64},
-    {"stories260K-q8_0.gguf", "stories260K.q8_0.dog", "The little dog", 64},
-    {"stories260K-q8_0.gguf", "stories260K.q8_0.empty", "", 64},
-    {"stories260K-q4_0.gguf", "stories260K.q4_0.once", "Once upon a time", 57},
-    {"llama-2-tiny-random.gguf", "llama-2-tiny-random.f16.once", "Once upon a time", 1},
-};
-
 static llmm_model *load_model(const char *name) {
     char rel[512], path[1024];
     snprintf(rel, sizeof rel, "models/%s", name);
@@ -106,17 +88,17 @@ static void check_golden_case(const golden_case *gc, llmm_kv_type kv_type) {
 
 static void test_golden_outputs(void **state) {
     (void)state;
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) check_golden_case(&cases[i], LLMM_KV_F32);
+    for (size_t i = 0; i < n_golden_cases; i++) check_golden_case(&golden_cases[i], LLMM_KV_F32);
 }
 
 static void test_golden_outputs_f16_kv(void **state) {
     (void)state;
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) check_golden_case(&cases[i], LLMM_KV_F16);
+    for (size_t i = 0; i < n_golden_cases; i++) check_golden_case(&golden_cases[i], LLMM_KV_F16);
 }
 
 static void test_golden_outputs_q8_kv(void **state) {
     (void)state;
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) check_golden_case(&cases[i], LLMM_KV_Q8);
+    for (size_t i = 0; i < n_golden_cases; i++) check_golden_case(&golden_cases[i], LLMM_KV_Q8);
 }
 
 /* Logits of position i of a prompt, computed in one batch, must not depend on how the prompt

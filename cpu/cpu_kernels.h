@@ -4,18 +4,18 @@
  * any aarch64 CPU.
  *
  * Every SIMD kernel computes what the scalar reference computes:
- *  - int8 dots (Q4_0, Q8_0 weights): bit for bit the type table's vec_dot. The per-block
+ *  - int8 dots (Q4_0, Q8_0 weights): bit for bit the dot table's vec_dot (cpu/cpu_dot.h). The per-block
  *    integer sums are exact in any order; the float part, sum += (float)isum * (d_w * d_x),
  *    runs in block order with one float lane per weight row (no FMA), as the scalar loop does.
- *  - K-quant dots (Q2_K..Q6_K weights, Q8_K operand): bit for bit the type table's vec_dot. The
+ *  - K-quant dots (Q2_K..Q6_K weights, Q8_K operand): bit for bit the dot table's vec_dot. The
  *    per-super-block integer sums are exact in any order; the float part,
  *    sum += x_d * (d * sum_q - dmin * sum_m), runs in block order, one lane per row, no FMA.
- *  - Q5_0, Q4_1, Q5_1, IQ4_NL weights: bit for bit the type table's vec_dot, as Q4_0 (the min's
+ *  - Q5_0, Q4_1, Q5_1, IQ4_NL weights: bit for bit the dot table's vec_dot, as Q4_0 (the min's
  *    m * s_x added to each block's product before the block is summed, as the scalar does).
  *  - IQ4_XS weights (Q8_K operand): bit for bit; per super-block one exact int32 sum of the
  *    sub-block sums times their integer scales, then sum += (float)isum * (d_w * d_x).
  *  - F32 weights: bit for bit llmm_dot_f32 (eight partial sums, no FMA, tail first).
- *  - F16/BF16 weights: bit for bit the type table's vec_dot (products exact in float, summed
+ *  - F16/BF16 weights: bit for bit the dot table's vec_dot (products exact in float, summed
  *    in 16 float lanes, the lanes added pairwise, then the tail in order; lib/quant.c).
  *  - norms, activations, softmax, attention's q.k: within a few float roundings (a
  *    vectorized expf within 2 ulp), bounds stated in tests/test_simd.c.
@@ -77,7 +77,7 @@ typedef void (*cpu_gemm_fn)(const llmm_tensor *w, size_t j0, size_t j1, const cp
                             float *out, size_t ldo);
 
 typedef struct cpu_matmul_kernel {
-    cpu_gemm_fn gemm; /* NULL: the generic path through the type table's vec_dot */
+    cpu_gemm_fn gemm; /* NULL: the generic path through the dot table's vec_dot */
     cpu_operand_kind operand;
 } cpu_matmul_kernel;
 

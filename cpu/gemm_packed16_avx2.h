@@ -23,7 +23,7 @@
  * the operand quants are within [-127, 127], llmm_quantize_row_q8_0's range), each pair sum
  * widened at once. The integer sums are exact, so in any order; the float part is the AVX-512
  * tiles' (gemm_rows16_avx512.h, gemm_kquant_rows16_avx512.h), lane by lane in block order
- * without FMA: bit-identical to the type table's vec_dot.
+ * without FMA: bit-identical to the dot table's vec_dot.
  *
  * With PK_VNNI (kernels_avxvnni.c: AVX-VNNI, or its EVEX form on AVX-512 CPUs), pk_dpbusd sums
  * four u8 x s8 products into each int32 lane in one instruction: no int16 step, so no

@@ -137,7 +137,8 @@ static llmm_status context_init(llmm_context *ctx, llmm_diag *d) {
     llmm_context_params *p = &ctx->params;
     if (!ctx->be) ctx->be = backend_select(p->backend);
     if (!ctx->be)
-        return diag_fail(d, LLMM_ERR_BACKEND, "backend %d is not available in this build or on this machine", p->backend);
+        return diag_fail(d, LLMM_ERR_BACKEND, "backend %d is not available in this build or on this machine",
+                         p->backend);
     if (!backend_table_ok(ctx->be))
         return diag_fail(d, LLMM_ERR_BACKEND, "the %s backend's table is of another version or incomplete",
                          ctx->be->name);

@@ -732,7 +732,8 @@ static void check_matmul_multi(const conformance_target *t) {
                 }
                 cf_case(&c, "matmul_multi", "set %zu (%zu weights), %zu rows", si, set_len[si], n_rows);
                 cf_simple_begin(&c, &sp, n_rows, NULL, NULL, n_rows <= 4);
-                for (size_t i = 0; i < set_len[si]; i++) cf_ok(&c, t->be->matmul(c.st, w[i], xb, n_rows, want[i]), "matmul");
+                for (size_t i = 0; i < set_len[si]; i++)
+                    cf_ok(&c, t->be->matmul(c.st, w[i], xb, n_rows, want[i]), "matmul");
                 cf_ok(&c, t->be->matmul_multi(c.st, w, set_len[si], xb, n_rows, out), "matmul_multi");
                 cf_end(&c);
                 for (size_t i = 0; i < set_len[si]; i++) {
@@ -940,10 +941,13 @@ static void check_rope(const conformance_target *t) {
                                 const double th = (double)pos[r] * rp.freq_scale *
                                                   pow(base, -2.0 * (double)i / (double)n_rot) / (scaled ? ff[i] : 1.0);
                                 const double cs = cos(th) * rp.mscale, sn = sin(th) * rp.mscale;
-                                const double dth = th * ((double)i * (3.0 + 2.0 * log(base) / (double)n_rot) + 3.0) * U_F32;
+                                const double dth =
+                                    th * ((double)i * (3.0 + 2.0 * log(base) / (double)n_rot) + 3.0) * U_F32;
                                 const double tol = rp.mscale * (fabs(xv[a]) + fabs(xv[b])) * (2 * dth + 8 * U_F32);
-                                cf_close_to(&c, yv[a], xv[a] * cs - xv[b] * sn, tol, "pos %d head %zu pair %zu", pos[r], h, i);
-                                cf_close_to(&c, yv[b], xv[a] * sn + xv[b] * cs, tol, "pos %d head %zu pair %zu", pos[r], h, i);
+                                cf_close_to(&c, yv[a], xv[a] * cs - xv[b] * sn, tol, "pos %d head %zu pair %zu", pos[r],
+                                            h, i);
+                                cf_close_to(&c, yv[b], xv[a] * sn + xv[b] * cs, tol, "pos %d head %zu pair %zu", pos[r],
+                                            h, i);
                             }
                             for (size_t i = n_rot; i < hd; i++)
                                 if (bits_of_f32(yv[i]) != bits_of_f32(xv[i]))
@@ -1024,7 +1028,8 @@ static void check_elementwise(const conformance_target *t) {
             cf_end(&c);
             cf_get(&c, got, ab, n * sizeof *got);
             for (size_t i = 0; i < n; i++)
-                if (got[i] != a[i] + b[i]) cf_fail(&c, "value %zu: %.9g want %.9g", i, (double)got[i], (double)(a[i] + b[i]));
+                if (got[i] != a[i] + b[i])
+                    cf_fail(&c, "value %zu: %.9g want %.9g", i, (double)got[i], (double)(a[i] + b[i]));
 
             const float s = rng_float(-3.0f, 3.0f);
             float *xb = cf_put(&c, a, n * sizeof *a);
@@ -1045,7 +1050,8 @@ static void check_elementwise(const conformance_target *t) {
             cf_get(&c, got, cb, n * sizeof *got);
             for (size_t i = 0; i < n; i++) {
                 const double ref = cap * tanh((double)a[i] / cap);
-                cf_close_to(&c, got[i], ref, 4 * U_F32 * (fabs(a[i]) + fabs(ref)), "value %zu (x %.9g)", i, (double)a[i]);
+                cf_close_to(&c, got[i], ref, 4 * U_F32 * (fabs(a[i]) + fabs(ref)), "value %zu (x %.9g)", i,
+                            (double)a[i]);
             }
             free(a);
             free(b);
@@ -1147,12 +1153,14 @@ static void check_kv_write(const conformance_target *t) {
                 const uint32_t layer = prompt ? 0 : 1;
                 const size_t n_rows = s.s.n_rows;
                 float *k = rand_floats(n_rows * KVD, -3.0f, 3.0f), *v = rand_floats(n_rows * KVD, -3.0f, 3.0f);
-                const float *kb = cf_put(&c, k, n_rows * KVD * sizeof *k), *vb = cf_put(&c, v, n_rows * KVD * sizeof *v);
+                const float *kb = cf_put(&c, k, n_rows * KVD * sizeof *k),
+                            *vb = cf_put(&c, v, n_rows * KVD * sizeof *v);
                 cf_case(&c, "kv_write", "%s pool, %s step of %zu rows, layer %u", k_kv_names[ki],
                         prompt ? "prompt" : "decode", n_rows, layer);
                 cf_begin(&c, &s);
                 cf_ok(&c, t->be->kv_write(c.st, layer, kb, vb), "kv_write");
-                if (t->be->kv_write(c.st, NL, kb, vb) == LLMM_OK) cf_fail(&c, "kv_write accepted layer %d of %d", NL, NL);
+                if (t->be->kv_write(c.st, NL, kb, vb) == LLMM_OK)
+                    cf_fail(&c, "kv_write accepted layer %d of %d", NL, NL);
                 cf_end(&c);
                 cf_get(&c, got, kv.pool, bytes);
                 check_kv_pool(&c, &kv, got, before, &s, layer, k, v, bytes);

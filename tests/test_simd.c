@@ -1,5 +1,5 @@
 /* SIMD kernel tests: every kernel of every table this CPU supports (AVX2, AVX-512 on x86-64;
- * NEON, NEON dotprod on aarch64), against the scalar reference (the type table's vec_dot, the
+ * NEON, NEON dotprod on aarch64), against the scalar reference (the dot table's vec_dot, the
  * scalar kernel table) on seeded random data (never zeros) and odd sizes; a table the CPU
  * lacks is skipped with a printed reason.
  * Then the CPU backend with each table forced (LLMM_CPU_KERNELS) at 1, 2 and 3 threads, and
@@ -523,7 +523,7 @@ static void operand_free(operand_buf *o) {
     free(o->half);
 }
 
-/* The type table's operand row for vec_dot, and sum |w x| of the dequantized values. */
+/* The dot table's operand row for vec_dot (cpu_dot.h), and sum |w x| of the dequantized values. */
 static void *table_operand(uint32_t wtype, const float *x, size_t n) {
     const cpu_dot *dot = cpu_dot_get(wtype);
     void *p = xmalloc(llmm_row_bytes(dot->operand_type, n));
@@ -1354,7 +1354,8 @@ static void test_attn_chunk_f16(void **state) {
 /* A step descriptor for matmuls alone: n_rows rows of one sequence at position 0, over a KV
  * layout no op reads (the CPU's packing budget goes by the step's kind). */
 static llmm_step matmul_step(llmm_step_kind kind, size_t n_rows) {
-    static const llmm_kv_layout kv = {.layout = LLMM_KV_LAYOUT_HEAD_REGIONS, .n_layer = 1, .block_size = 1, .n_blocks = 1};
+    static const llmm_kv_layout kv = {
+        .layout = LLMM_KV_LAYOUT_HEAD_REGIONS, .n_layer = 1, .block_size = 1, .n_blocks = 1};
     static const llmm_token tokens[64];
     static const int32_t pos[64];
     static const uint32_t row_seq[64], block0[1], n_blocks[1] = {1};

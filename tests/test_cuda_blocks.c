@@ -1,0 +1,104 @@
+/* cuda/quant_blocks.cuh, the block formats' per-weight math the CUDA kernels share with their
+ * emulated build, against the CPU's dequantization (the type table's dequant_row): every
+ * weight of random blocks of every type, bit for bit, and every half and bfloat16 pattern.
+ * Compiled here as C (the header is plain C outside nvcc) with the project's flags, whose ISO C
+ * mode keeps products and sums unfused as the header's device side does by intrinsics. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../cuda/quant_blocks.cuh"
+#include "quant.h"
+
+static uint64_t rng_state = 0x853c49e6748fea9bull;
+
+static uint64_t rng_u64(void) {
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint32_t bits_of(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+/* Equal bits, or both NaN (a NaN's payload is not part of the contract). */
+static int same_value(float a, float b) { return bits_of(a) == bits_of(b) || (isnan(a) && isnan(b)); }
+
+static void test_half_and_bf16_patterns(void **state) {
+    (void)state;
+    for (uint32_t h = 0; h < 65536; h++) {
+        const float want = llmm_f16_to_f32((llmm_f16)h), got = qb_half_to_float((uint16_t)h);
+        if (!same_value(got, want)) fail_msg("half 0x%04x: %.9g, the CPU's %.9g", h, (double)got, (double)want);
+        const float bw = llmm_bf16_to_f32((llmm_bf16)h), bg = qb_bf16_to_float((uint16_t)h);
+        if (!same_value(bg, bw)) fail_msg("bf16 0x%04x: %.9g, the CPU's %.9g", h, (double)bg, (double)bw);
+    }
+}
+
+/* Blocks of random bytes except the scales, which are random finite halves of moderate size (a
+ * random 16-bit pattern is often a NaN or an infinity, which would make most weights compare as
+ * NaN and test nothing). */
+static void random_block(uint32_t type, uint8_t *b, int bytes) {
+    for (int i = 0; i < bytes; i++) b[i] = (uint8_t)rng_u64();
+    const float scale = (float)(rng_u64() % 2000) / 1000.0f - 1.0f;
+    const llmm_f16 d = llmm_f32_to_f16(scale), m = llmm_f32_to_f16(-scale / 3.0f);
+    int at_d = -1, at_m = -1;
+    switch (type) {
+    case QB_Q4_0: case QB_Q5_0: case QB_Q8_0: case QB_IQ4_NL: case QB_IQ4_XS: at_d = 0; break;
+    case QB_Q4_1: case QB_Q5_1: case QB_Q4_K: case QB_Q5_K: at_d = 0; at_m = 2; break;
+    case QB_Q2_K: at_d = 80; at_m = 82; break;
+    case QB_Q3_K: at_d = 108; break;
+    case QB_Q6_K: at_d = 208; break;
+    }
+    if (at_d >= 0) memcpy(b + at_d, &d, 2);
+    if (at_m >= 0) memcpy(b + at_m, &m, 2);
+}
+
+static void test_every_type_matches_the_cpu(void **state) {
+    (void)state;
+    const uint32_t types[] = {QB_F32, QB_F16, QB_BF16, QB_Q4_0, QB_Q4_1, QB_Q5_0, QB_Q5_1, QB_Q8_0,
+                              QB_IQ4_NL, QB_Q2_K, QB_Q3_K, QB_Q4_K, QB_Q5_K, QB_Q6_K, QB_IQ4_XS};
+    for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
+        const uint32_t type = types[t];
+        const llmm_type_traits *tt = llmm_type_get(type);
+        assert_non_null(tt);
+        assert_int_equal(qb_block_size(type), (int)tt->block_size);
+        assert_int_equal(qb_block_bytes(type), (int)tt->block_bytes);
+        /* a row of several blocks, so that a block's offset inside a row is exercised too */
+        enum { BLOCKS = 9 };
+        const int bs = qb_block_size(type), bb = qb_block_bytes(type), n = bs * BLOCKS;
+        uint8_t *row = malloc((size_t)bb * BLOCKS);
+        float *want = malloc((size_t)n * sizeof *want);
+        assert_true(row && want);
+        for (int rep = 0; rep < 200; rep++) {
+            for (int k = 0; k < BLOCKS; k++) random_block(type, row + k * bb, bb);
+            tt->dequant_row(row, want, (size_t)n);
+            for (int i = 0; i < n; i++) {
+                const float got = qb_block_value(type, row + (i / bs) * bb, i % bs);
+                if (!same_value(got, want[i]))
+                    fail_msg("%s rep %d weight %d: %.9g, the CPU's %.9g", tt->name, rep, i, (double)got,
+                             (double)want[i]);
+            }
+        }
+        free(row);
+        free(want);
+    }
+    assert_int_equal(qb_block_size(QB_Q8_0 + 1), 0); /* Q8_1: an operand format, no weights */
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_half_and_bf16_patterns),
+        cmocka_unit_test(test_every_type_matches_the_cpu),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

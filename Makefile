@@ -179,7 +179,7 @@ fuzz:
 
 $(BUILD)/llmmini.pc: pkgconfig/llmmini.pc.in Makefile
 	@mkdir -p $(@D)
-	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' $< > $@
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' -e 's|@DL_LIBS@|$(DL_LIBS)|g' $< > $@
 
 install: all $(BUILD)/llmmini.pc
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
@@ -188,6 +188,41 @@ install: all $(BUILD)/llmmini.pc
 	install -m 755 $(SHARED) $(DESTDIR)$(PREFIX)/lib/
 	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libllmmini.so
 	install -m 644 $(BUILD)/llmmini.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
+
+# backend modules
+# The core loads accelerator backends at run time (lib/backend_module.c) and links -ldl only
+# where dlopen is not in libc (glibc before 2.34; Debian 12's 2.36 has it there). $(LIBS)
+# carries it to every static-archive link line (examples, tests) and to llmmini.pc.
+DL_LIBS := $(shell printf '\043include <dlfcn.h>\nint main(void) { return dlopen(0, 0) != 0; }\n' | \
+    $(CC) -x c - -o /dev/null 2>/dev/null || echo -ldl)
+LIBS += $(DL_LIBS)
+
+# Test modules for tests/test_backend_module.c (tests/module/test_module.c): the handle backend
+# posing as a CUDA module, and one variant per refusal the loader makes. Each carries the core
+# objects it needs from $(STATIC) and exports its entry point alone (test_module.map).
+TEST_MODULE_VARIANTS := good bad-version no-entry no-device null no-types
+TEST_MODULE_DEFS_bad-version := -DTEST_MODULE_BAD_VERSION
+TEST_MODULE_DEFS_no-entry := -DTEST_MODULE_NO_ENTRY
+TEST_MODULE_DEFS_no-device := -DTEST_MODULE_NO_DEVICE
+TEST_MODULE_DEFS_null := -DTEST_MODULE_NULL
+TEST_MODULE_DEFS_no-types := -DTEST_MODULE_NO_TYPES
+test_module_so = $(BUILD)/tests/libllmmini-test-module$(if $(filter good,$1),,-$1).so
+TEST_MODULES := $(foreach v,$(TEST_MODULE_VARIANTS),$(call test_module_so,$v))
+TEST_MODULE_OBJ := $(TEST_MODULE_VARIANTS:%=$(BUILD)/obj/tests/module/test_module-%.o)
+$(TEST_MODULE_OBJ): $(BUILD)/obj/tests/module/test_module-%.o: tests/module/test_module.c | $(DEPS_OK)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -Itests $(TEST_MODULE_DEFS_$*) -c $< -o $@
+define TEST_MODULE_RULE
+$(call test_module_so,$1): $(BUILD)/obj/tests/module/test_module-$1.o $(BUILD)/obj/tests/handle_backend.o $(STATIC) \
+        tests/module/test_module.map
+	@mkdir -p $$(@D)
+	$$(CC) -shared -Wl,--version-script=tests/module/test_module.map $$(ALL_LDFLAGS) -o $$@ $$(filter %.o,$$^) \
+	    $$(STATIC) $$(LIBS)
+endef
+$(foreach v,$(TEST_MODULE_VARIANTS),$(eval $(call TEST_MODULE_RULE,$v)))
+$(BUILD)/tests/test_backend_module: $(TEST_MODULES)
+test: $(TEST_MODULES)
+-include $(wildcard $(BUILD)/obj/tests/module/*.d)
 
 clean:
 	rm -rf build

@@ -13,8 +13,24 @@ typedef struct options {
     int n_predict, n_threads, no_bos, print_ids;
     int chat, n_ctx;
     const char *template_name, *system_prompt;
+    llmm_backend_kind backend;
     llmm_sampler_params sampling;
 } options;
+
+/* --backend's names, by llmm_backend_kind */
+static const struct {
+    const char *name;
+    llmm_backend_kind kind;
+} backend_names[] = {{"auto", LLMM_BACKEND_AUTO}, {"cpu", LLMM_BACKEND_CPU}, {"cuda", LLMM_BACKEND_CUDA}};
+
+static int parse_backend(const char *s, llmm_backend_kind *out) {
+    for (size_t i = 0; i < sizeof backend_names / sizeof *backend_names; i++)
+        if (!strcmp(s, backend_names[i].name)) {
+            *out = backend_names[i].kind;
+            return 1;
+        }
+    return 0;
+}
 
 static const char *chat_names(void) {
     const char *names = "";
@@ -25,7 +41,8 @@ static const char *chat_names(void) {
 static void usage(FILE *out) {
     fprintf(out,
             "usage: llmmini-run -m MODEL -p PROMPT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P]\n"
-            "                   [--seed S] [-t THREADS] [-c N_CTX] [--no-bos] [--ids] [--dump-logits PATH]\n"
+            "                   [--seed S] [-t THREADS] [-c N_CTX] [--backend B] [--no-bos] [--ids]\n"
+            "                   [--dump-logits PATH]\n"
             "       llmmini-run -m MODEL --chat [--template NAME] [--system TEXT] [-n N] [sampling options]\n"
             "  -n N               tokens to generate (default 128)\n"
             "  --temp T           temperature; 0 is greedy (default 0.8)\n"
@@ -38,6 +55,10 @@ static void usage(FILE *out) {
             "  --ids              print 'prompt: <ids>' and 'generated: <ids>' instead of text\n"
             "  --dump-logits PATH write the last prompt position's logits, one per line, first\n"
             "  -c N_CTX           context size in tokens (default: the model's, at most 4096)\n"
+            "  --backend B        auto, cpu or cuda (default auto: CUDA when its module loads and\n"
+            "                     finds a device, else the CPU). The CUDA module is libllmmini-cuda.so\n"
+            "                     next to the library (or this program, when linked statically), on\n"
+            "                     the loader's path, or the file LLMM_CUDA_MODULE names\n"
             "  --chat             chat on stdin/stdout: one user message per line, '/reset' starts\n"
             "                     over, end of input quits; -n limits each reply\n"
             "  --template NAME    chat format to use instead of the model's, one of:\n"
@@ -98,7 +119,12 @@ static int parse_args(int argc, char **argv, options *o) {
         else if (!strcmp(a, "--chat")) o->chat = 1;
         else if (!strcmp(a, "--template") && val) o->template_name = argv[++i];
         else if (!strcmp(a, "--system") && val) o->system_prompt = argv[++i];
-        else if (!strcmp(a, "--no-bos")) o->no_bos = 1;
+        else if (!strcmp(a, "--backend") && val) {
+            if (!parse_backend(argv[++i], &o->backend)) {
+                fprintf(stderr, "llmmini-run: --backend must be auto, cpu or cuda, not '%s'\n", argv[i]);
+                return 2;
+            }
+        } else if (!strcmp(a, "--no-bos")) o->no_bos = 1;
         else if (!strcmp(a, "--ids")) o->print_ids = 1;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
@@ -522,6 +548,7 @@ int main(int argc, char **argv) {
     llmm_context_params cp;
     llmm_context_params_default(&cp, sizeof cp);
     cp.n_threads = o.n_threads;
+    cp.backend = o.backend;
     if (o.n_ctx > 0) cp.n_ctx = (uint32_t)o.n_ctx;
     llmm_context *ctx = NULL;
     st = llmm_context_create(m, &cp, &ctx);

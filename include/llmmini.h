@@ -265,8 +265,12 @@ LLMM_API llmm_status llmm_model_special_token(const llmm_model *model, llmm_spec
 typedef struct llmm_context llmm_context;
 typedef int32_t llmm_seq_id;
 
+/* Where a context computes. CUDA is a module loaded at run time (libllmmini-cuda.so next to
+ * this library, or the file the LLMM_CUDA_MODULE environment variable names): CUDA fails
+ * llmm_context_create with LLMM_ERR_BACKEND and the reason when the module, its driver or a
+ * device is missing; AUTO then runs on the CPU and logs the reason at INFO level. */
 typedef enum llmm_backend_kind {
-    LLMM_BACKEND_AUTO = 0, /* the best available: CUDA when built and a device is found */
+    LLMM_BACKEND_AUTO = 0, /* the best available: CUDA when its module loads and finds a device */
     LLMM_BACKEND_CPU = 1,
     LLMM_BACKEND_CUDA = 2
 } llmm_backend_kind;

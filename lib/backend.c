@@ -1,5 +1,6 @@
 #include "backend.h"
 
+#include "backend_module.h"
 #include "model.h"
 
 #ifdef LLMM_WITH_CUDA
@@ -30,4 +31,35 @@ const llmm_backend_ops *backend_select(llmm_backend_kind kind) {
         if ((kind == LLMM_BACKEND_AUTO || kind == b->kind) && b->available()) return b;
     }
     return NULL;
+}
+
+llmm_status backend_acquire(llmm_backend_kind kind, const llmm_logger *log, backend_ref *out, llmm_diag *d) {
+    *out = (backend_ref){0};
+    const llmm_backend_ops *builtin = backend_select(kind);
+    /* a built-in table of the kind asked for wins; under AUTO the CPU is the last resort,
+     * after the module */
+    if (builtin && !(kind == LLMM_BACKEND_AUTO && builtin->kind == LLMM_BACKEND_CPU)) {
+        out->ops = builtin;
+        return LLMM_OK;
+    }
+    if (kind != LLMM_BACKEND_AUTO && kind != LLMM_BACKEND_CUDA)
+        return diag_fail(d, LLMM_ERR_BACKEND, "backend %d is not available in this build or on this machine",
+                         (int)kind);
+    backend_module mod;
+    llmm_diag why = {{0}};
+    if (!backend_module_open(LLMM_BACKEND_CUDA, &mod, &why)) {
+        *out = (backend_ref){mod.ops, mod.handle};
+        return LLMM_OK;
+    }
+    if (kind == LLMM_BACKEND_CUDA)
+        return diag_fail(d, LLMM_ERR_BACKEND, "the CUDA backend is not available: %s", why.msg);
+    log_msg(log, LLMM_LOG_INFO, "backend: AUTO runs on the CPU: %s", why.msg);
+    out->ops = backend_select(LLMM_BACKEND_CPU);
+    return out->ops ? LLMM_OK : diag_fail(d, LLMM_ERR_BACKEND, "the CPU backend is not available");
+}
+
+void backend_release(backend_ref *ref) {
+    backend_module mod = {ref->module, ref->ops};
+    backend_module_close(&mod);
+    *ref = (backend_ref){0};
 }

@@ -9,7 +9,7 @@
  *  - small host structs passed by pointer to one call (shapes, scalars, parameters).
  * Nothing else: per-layer ops take a layer index, never a host array.
  * Optional slots may be NULL. Bump LLMM_BACKEND_API_VERSION when a slot changes; the core
- * refuses a table of another version (backend_select). */
+ * refuses a table of another version (backend_select, backend_module_open). */
 #ifndef LLMM_BACKEND_H
 #define LLMM_BACKEND_H
 
@@ -263,8 +263,24 @@ extern const llmm_backend_ops llmm_cpu_backend;
  * accepts the core's KV layout. */
 int backend_table_ok(const llmm_backend_ops *be);
 
-/* The backend for a requested kind: AUTO picks the best available. NULL if none fits (a table
- * failing backend_table_ok is skipped). */
+/* The built-in backend for a requested kind: AUTO picks the best available. NULL if none fits
+ * (a table failing backend_table_ok is skipped). Modules are backend_acquire's. */
 const llmm_backend_ops *backend_select(llmm_backend_kind kind);
+
+/* A backend a context runs on: a built-in table (module NULL) or a loaded module's. */
+typedef struct backend_ref {
+    const llmm_backend_ops *ops;
+    void *module; /* the module's dlopen handle, or NULL */
+} backend_ref;
+
+/* The backend for a requested kind, as llmm_context_create picks it. CPU: the built-in table,
+ * no module touched. CUDA: a built-in CUDA table when available, else the CUDA module
+ * (backend_module.h), which must load, pass its checks and find a device; else
+ * LLMM_ERR_BACKEND with the reason in d. AUTO: as CUDA, but a failure is one INFO line on log
+ * (NULL: silent) and the CPU. *out holds the module until backend_release. */
+llmm_status backend_acquire(llmm_backend_kind kind, const llmm_logger *log, backend_ref *out, llmm_diag *d);
+
+/* Unload what backend_acquire loaded, after the shutdown of every state its table made. */
+void backend_release(backend_ref *ref);
 
 #endif

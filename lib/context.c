@@ -135,10 +135,13 @@ static void release_weights(llmm_context *ctx) {
 static llmm_status context_init(llmm_context *ctx, llmm_diag *d) {
     const llmm_model *m = ctx->model;
     llmm_context_params *p = &ctx->params;
-    if (!ctx->be) ctx->be = backend_select(p->backend);
-    if (!ctx->be)
-        return diag_fail(d, LLMM_ERR_BACKEND, "backend %d is not available in this build or on this machine",
-                         p->backend);
+    if (!ctx->be) {
+        backend_ref ref;
+        llmm_status st = backend_acquire(p->backend, &ctx->log, &ref, d);
+        if (st) return st;
+        ctx->be = ref.ops;
+        ctx->be_module = ref.module;
+    }
     if (!backend_table_ok(ctx->be))
         return diag_fail(d, LLMM_ERR_BACKEND, "the %s backend's table is of another version or incomplete",
                          ctx->be->name);
@@ -167,15 +170,40 @@ static llmm_status context_init(llmm_context *ctx, llmm_diag *d) {
     return LLMM_OK;
 }
 
-LLMM_API void llmm_context_free(llmm_context *ctx) {
-    if (!ctx) return;
+/* Undo context_init, as far as it went. */
+static void context_teardown(llmm_context *ctx) {
     if (ctx->be_state) {
         free_activations(ctx);
         kv_free(&ctx->kv);
         release_weights(ctx);
         ctx->be->shutdown(ctx->be_state);
     }
+    /* the module's code and table stay mapped until its backend has shut down */
+    backend_ref ref = {ctx->be, ctx->be_module};
+    backend_release(&ref);
+}
+
+LLMM_API void llmm_context_free(llmm_context *ctx) {
+    if (!ctx) return;
+    context_teardown(ctx);
     mem_free(ctx->model->alloc, ctx);
+}
+
+/* AUTO's second chance: an accelerator that loaded but could not take this model (no driver
+ * at init, too little device memory, a weight type it lacks) leaves the context to the CPU.
+ * Parameter errors would only repeat there. */
+static llmm_status retry_on_cpu(llmm_context *ctx, llmm_status st, llmm_diag *d) {
+    if (ctx->params.backend != LLMM_BACKEND_AUTO || !ctx->be || ctx->be->kind == LLMM_BACKEND_CPU ||
+        st == LLMM_ERR_INVALID_ARG)
+        return st;
+    log_msg(&ctx->log, LLMM_LOG_INFO, "backend: AUTO runs on the CPU: the %s backend failed: %s", ctx->be->name,
+            d->msg);
+    context_teardown(ctx);
+    const llmm_context keep = *ctx;
+    *ctx = (llmm_context){.model = keep.model, .params = keep.params, .log = keep.log};
+    ctx->be = backend_select(LLMM_BACKEND_CPU);
+    *d = (llmm_diag){{0}};
+    return ctx->be ? context_init(ctx, d) : st;
 }
 
 llmm_status context_create_on(const llmm_model *model, const llmm_context_params *params, const llmm_backend_ops *be,
@@ -196,6 +224,7 @@ llmm_status context_create_on(const llmm_model *model, const llmm_context_params
     ctx->log = (llmm_logger){ctx->params.log, ctx->params.log_user, ctx->params.log_level};
     llmm_diag d = {{0}};
     llmm_status st = context_init(ctx, &d);
+    if (st && !be) st = retry_on_cpu(ctx, st, &d);
     if (st) {
         model_fail(model, st, "%s", d.msg);
         log_msg(&ctx->log, LLMM_LOG_ERROR, "context creation failed: %s", d.msg);

@@ -24,6 +24,7 @@ struct llmm_context {
     llmm_logger log;
     const llmm_backend_ops *be;
     void *be_state;
+    void *be_module;        /* dlopen handle of the module be lives in, or NULL: closed after shutdown */
     llmm_weights w;         /* the model's weights as the backend prepared them (own layers array) */
     llmm_weight_ref *prepared; /* weights_list(&w): the first n_prepared are the backend's to release */
     size_t n_prepared;

@@ -119,27 +119,33 @@ size_t ctx_plan_total(const ctx_plan *pl) {
 }
 
 /* The plan llmm_context_create would make from these params, on the backend it would pick
- * (*be NULL when none is available: the plan then has no backend scratch). */
+ * (a module loaded for its table and unloaded again). Without a backend the plan has no
+ * backend scratch, and unavailable (if not NULL) gets the reason; else it is left empty. */
 static llmm_status estimate_plan(const llmm_model *model, const llmm_context_params *params, const char *fn,
-                                 const llmm_backend_ops **be, ctx_plan *plan) {
+                                 llmm_diag *unavailable, ctx_plan *plan) {
     if (model->vocab_only || !model->weights)
         return model_fail(model, LLMM_ERR_VOCAB_ONLY, "the model was loaded without weights (vocab_only)");
     llmm_context_params p;
     llmm_context_params_default(&p, sizeof p);
     if (params && !struct_import(&p, sizeof p, params, CTX_PARAMS_V1_SIZE))
         return model_fail(model, LLMM_ERR_INVALID_ARG, "%s: params->size too small", fn);
-    *be = backend_select(p.backend);
+    backend_ref be;
+    llmm_diag why = {{0}};
+    /* silent: the INFO line of an AUTO fallback belongs to the context that falls back */
+    backend_acquire(p.backend, NULL, &be, &why);
     llmm_diag d = {{0}};
-    if (ctx_plan_for(model, &p, *be, plan, &d)) return model_fail(model, LLMM_ERR_INVALID_ARG, "%s: %s", fn, d.msg);
+    const llmm_status st = ctx_plan_for(model, &p, be.ops, plan, &d);
+    if (unavailable) *unavailable = be.ops ? (llmm_diag){{0}} : why;
+    backend_release(&be);
+    if (st) return model_fail(model, LLMM_ERR_INVALID_ARG, "%s: %s", fn, d.msg);
     return LLMM_OK;
 }
 
 LLMM_API llmm_status llmm_context_estimate(const llmm_model *model, const llmm_context_params *params,
                                            size_t *bytes) {
     if (!model || !bytes) return LLMM_ERR_INVALID_ARG;
-    const llmm_backend_ops *be;
     ctx_plan plan;
-    llmm_status st = estimate_plan(model, params, "llmm_context_estimate", &be, &plan);
+    llmm_status st = estimate_plan(model, params, "llmm_context_estimate", NULL, &plan);
     if (st) return st;
     *bytes = ctx_plan_total(&plan);
     return LLMM_OK;
@@ -153,15 +159,13 @@ LLMM_API llmm_status llmm_context_estimate_memory(const llmm_model *model, const
     if (!out || out->size < v1_size)
         return model_fail(model, LLMM_ERR_INVALID_ARG,
                           "llmm_context_estimate_memory: NULL out or out->size too small");
-    const llmm_backend_ops *be;
     ctx_plan plan;
-    llmm_status st = estimate_plan(model, params, "llmm_context_estimate_memory", &be, &plan);
+    llmm_diag unavailable;
+    llmm_status st = estimate_plan(model, params, "llmm_context_estimate_memory", &unavailable, &plan);
     if (st) return st;
     /* which side a part is on is the backend's to say: without it there is no answer */
-    if (!be)
-        return model_fail(model, LLMM_ERR_BACKEND,
-                          "llmm_context_estimate_memory: the requested backend is not available in this build or "
-                          "on this machine");
+    if (unavailable.msg[0])
+        return model_fail(model, LLMM_ERR_BACKEND, "llmm_context_estimate_memory: %s", unavailable.msg);
     llmm_context_memory mem = {
         .size = sizeof mem,
         .host_bytes = plan.host,

@@ -1,0 +1,42 @@
+/* Backend modules: a backend built as a shared library of its own (libllmmini-cuda.so) and
+ * loaded at run time, so that the core never links a GPU runtime (DESIGN.md section 9). An
+ * app built against the CPU-only library gains the backend by installing the module.
+ *
+ * The module ABI is one exported C function, LLMM_BACKEND_MODULE_ENTRY:
+ *
+ *     const llmm_backend_ops *llmm_backend_module(uint32_t core_api_version);
+ *
+ * The core calls it with its LLMM_BACKEND_API_VERSION. The module returns its table (static
+ * storage, valid until the module is unloaded), or NULL when it cannot serve a core of that
+ * version. The core refuses a table of another api_version, of another kind, failing
+ * backend_table_ok, or whose available() says no, each with the reason. */
+#ifndef LLMM_BACKEND_MODULE_H
+#define LLMM_BACKEND_MODULE_H
+
+#include "backend.h"
+
+#define LLMM_BACKEND_MODULE_ENTRY "llmm_backend_module"
+typedef const llmm_backend_ops *(*llmm_backend_module_fn)(uint32_t core_api_version);
+
+/* Where the CUDA module is looked for: the file this variable names (and only it, so that a
+ * wrong path is an error rather than a silent other module), else this file next to the
+ * object holding the core (libllmmini.so, or the executable the static archive is linked
+ * into), else this name on the dynamic loader's path. */
+#define LLMM_CUDA_MODULE_ENV "LLMM_CUDA_MODULE"
+#define LLMM_CUDA_MODULE_FILE "libllmmini-cuda.so"
+
+/* A loaded module and its checked table. Each user holds its own handle (the dynamic loader
+ * counts them), so no state is shared between contexts. */
+typedef struct backend_module {
+    void *handle;
+    const llmm_backend_ops *ops;
+} backend_module;
+
+/* Load the module for a backend kind (only LLMM_BACKEND_CUDA has one) and check its table.
+ * On failure LLMM_ERR_BACKEND with the reason in d, and nothing is held. */
+llmm_status backend_module_open(llmm_backend_kind kind, backend_module *out, llmm_diag *d);
+
+/* Unload a module; after the shutdown of every state its table made. NULL handle: nothing. */
+void backend_module_close(backend_module *mod);
+
+#endif

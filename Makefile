@@ -128,6 +128,41 @@ test-arm:
 	@DEPS_TARGET=aarch64 sh scripts/deps.sh
 	$(MAKE) CC=$(ARM_CC) TEST_RUNNER="qemu-aarch64 -L $(ARM_SYSROOT)" test
 
+# SIMT emulation (tests/simt/)
+# The test-only header that runs CUDA kernels on the CPU (simt.h) and its own tests, built by
+# the C++ compiler matching $(CC) (aarch64-linux-gnu-gcc -> aarch64-linux-gnu-g++ for test-arm)
+# unless CXX is given. `make CUDA=1` also compiles its sample kernels with nvcc, which keeps the
+# emulated API a subset of CUDA's.
+ifeq ($(origin CXX),default)
+ifneq ($(filter %gcc,$(CC)),)
+CXX := $(patsubst %gcc,%g++,$(CC))
+else ifneq ($(filter %clang,$(CC)),)
+CXX := $(patsubst %clang,%clang++,$(CC))
+else
+CXX := g++
+endif
+endif
+SIMT_CXXFLAGS := -std=c++17 -O1 -g -Wall -Wextra -Werror -Itests/simt -Iinclude -Ilib -MMD -MP \
+                 -pthread $(SAN_FLAGS)
+SIMT_TEST := $(BUILD)/tests/test_simt
+TEST_BIN += $(SIMT_TEST)
+$(BUILD)/obj/tests/simt/%.o: tests/simt/%.cpp | $(DEPS_OK)
+	@mkdir -p $(@D)
+	$(CXX) $(SIMT_CXXFLAGS) -c $< -o $@
+$(SIMT_TEST): $(BUILD)/obj/tests/simt/test_simt.o
+	@mkdir -p $(@D)
+	$(CXX) $(SIMT_CXXFLAGS) -o $@ $< -lcmocka
+test: $(SIMT_TEST)
+ifeq ($(CUDA),1)
+CUDA_HOME ?= /usr/local/cuda
+SIMT_NVCC_OBJ := $(BUILD)/obj/tests/simt/sample_kernels.o
+$(SIMT_NVCC_OBJ): tests/simt/sample_kernels.cu tests/simt/sample_kernels.cuh $(wildcard tests/simt/simt*.h)
+	@mkdir -p $(@D)
+	$(CUDA_HOME)/bin/nvcc -std=c++17 -gencode arch=compute_90,code=sm_90 -Itests/simt -c $< -o $@
+all: $(SIMT_NVCC_OBJ)
+endif
+-include $(wildcard $(BUILD)/obj/tests/simt/*.d)
+
 DEMO_MODEL := $(LLMM_SHARED)/models/stories260K.gguf
 demo: all
 	@if [ ! -f "$(DEMO_MODEL)" ]; then \

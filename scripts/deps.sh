@@ -7,6 +7,9 @@ have_header() { printf '#include <stddef.h>\n#include <stdint.h>\n#include <stda
 if [ "${DEPS_TARGET:-}" = aarch64 ]; then
     # cross toolchain, emulator and the target's libraries (multiarch arm64 packages)
     command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 || missing="$missing gcc-aarch64-linux-gnu"
+    # C++ for the SIMT emulation's tests (tests/simt/), and its runtime for the guest
+    command -v aarch64-linux-gnu-g++ >/dev/null 2>&1 || missing="$missing g++-aarch64-linux-gnu"
+    [ -e /usr/lib/aarch64-linux-gnu/libstdc++.so.6 ] || missing="$missing libstdc++6:arm64"
     command -v qemu-aarch64 >/dev/null 2>&1 || missing="$missing qemu-user"
     [ -e /usr/lib/aarch64-linux-gnu/libcmocka.so ] || missing="$missing libcmocka-dev:arm64"
     [ -e /usr/lib/aarch64-linux-gnu/libzstd.so ] || missing="$missing libzstd-dev:arm64"
@@ -31,6 +34,8 @@ if [ "${DEPS_TARGET:-}" = fuzz ]; then
         missing=" libclang-rt-dev"
     fi
 fi
+# C++ for the SIMT emulation's tests (tests/simt/), run by make test
+[ -n "${DEPS_TARGET:-}" ] || command -v g++ >/dev/null 2>&1 || missing="$missing g++"
 have_header zstd.h || missing="$missing libzstd-dev"
 have_header cmocka.h || missing="$missing libcmocka-dev"
 command -v pkg-config >/dev/null 2>&1 || missing="$missing pkg-config"

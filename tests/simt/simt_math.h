@@ -1,0 +1,199 @@
+// simt_math.h: device intrinsics, atomics and CUDA's min/max overloads for the emulated build
+// (included by simt.h).
+//
+// Atomics are plain read-modify-writes: threads switch only at barriers and warp primitives, so
+// nothing can interleave with them. Fast-math intrinsics (__expf, __fdividef, ...) compute the
+// accurate function: tests compare kernels with a tolerance for the GPU's few ulps anyway, and
+// a more accurate emulation cannot hide an error larger than that.
+#ifndef LLMMINI_SIMT_MATH_H
+#define LLMMINI_SIMT_MATH_H
+
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+// ---- atomics
+
+#define SIMT_ATOMIC(fn, T, expr)                                                                 \
+    inline T fn(T *address, T val) {                                                             \
+        T old = *address;                                                                        \
+        *address = (expr);                                                                       \
+        return old;                                                                              \
+    }
+#define SIMT_ATOMIC_INTS(fn, expr)                                                               \
+    SIMT_ATOMIC(fn, int, expr)                                                                   \
+    SIMT_ATOMIC(fn, unsigned, expr)                                                              \
+    SIMT_ATOMIC(fn, unsigned long long, expr)
+SIMT_ATOMIC_INTS(atomicAdd, old + val)
+SIMT_ATOMIC(atomicAdd, float, old + val)
+SIMT_ATOMIC(atomicAdd, double, old + val)
+SIMT_ATOMIC(atomicSub, int, old - val)
+SIMT_ATOMIC(atomicSub, unsigned, old - val)
+SIMT_ATOMIC_INTS(atomicExch, val)
+SIMT_ATOMIC(atomicExch, float, val)
+SIMT_ATOMIC_INTS(atomicMin, val < old ? val : old)
+SIMT_ATOMIC(atomicMin, long long, val < old ? val : old)
+SIMT_ATOMIC_INTS(atomicMax, val > old ? val : old)
+SIMT_ATOMIC(atomicMax, long long, val > old ? val : old)
+SIMT_ATOMIC_INTS(atomicAnd, old & val)
+SIMT_ATOMIC_INTS(atomicOr, old | val)
+SIMT_ATOMIC_INTS(atomicXor, old ^ val)
+SIMT_ATOMIC(atomicInc, unsigned, old >= val ? 0u : old + 1)
+SIMT_ATOMIC(atomicDec, unsigned, (old == 0 || old > val) ? val : old - 1)
+#undef SIMT_ATOMIC_INTS
+#undef SIMT_ATOMIC
+
+#define SIMT_ATOMIC_CAS(T)                                                                       \
+    inline T atomicCAS(T *address, T compare, T val) {                                           \
+        T old = *address;                                                                        \
+        if (old == compare)                                                                      \
+            *address = val;                                                                      \
+        return old;                                                                              \
+    }
+SIMT_ATOMIC_CAS(int)
+SIMT_ATOMIC_CAS(unsigned)
+SIMT_ATOMIC_CAS(unsigned long long)
+SIMT_ATOMIC_CAS(unsigned short)
+#undef SIMT_ATOMIC_CAS
+
+// No reordering to fence against: threads interleave only at barriers and warp primitives.
+inline void __threadfence() {}
+inline void __threadfence_block() {}
+inline void __threadfence_system() {}
+
+// ---- loads and bit reinterpretation
+
+template <class T> inline T __ldg(const T *p) { return *p; }
+
+inline int __float_as_int(float f) {
+    int i;
+    std::memcpy(&i, &f, sizeof i);
+    return i;
+}
+inline unsigned __float_as_uint(float f) { return (unsigned)__float_as_int(f); }
+inline float __int_as_float(int i) {
+    float f;
+    std::memcpy(&f, &i, sizeof f);
+    return f;
+}
+inline float __uint_as_float(unsigned u) { return __int_as_float((int)u); }
+
+// ---- float intrinsics
+
+inline float __expf(float x) { return expf(x); }
+inline float __exp10f(float x) { return powf(10.0f, x); }
+inline float __logf(float x) { return logf(x); }
+inline float __log2f(float x) { return log2f(x); }
+inline float __sinf(float x) { return sinf(x); }
+inline float __cosf(float x) { return cosf(x); }
+inline float __tanf(float x) { return tanf(x); }
+inline float __powf(float x, float y) { return powf(x, y); }
+inline float __fdividef(float x, float y) { return x / y; }
+inline float __frcp_rn(float x) { return 1.0f / x; }
+inline float __fsqrt_rn(float x) { return sqrtf(x); }
+inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+// correctly rounded: 1/sqrt in double is exact to well past float's 24 bits
+inline float __frsqrt_rn(float x) { return (float)(1.0 / sqrt((double)x)); }
+inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
+// the _rn operations are never contracted into an fma, on a GPU as here
+inline float __fadd_rn(float a, float b) {
+    volatile float r = a + b;
+    return r;
+}
+inline float __fmul_rn(float a, float b) {
+    volatile float r = a * b;
+    return r;
+}
+inline float __fsub_rn(float a, float b) {
+    volatile float r = a - b;
+    return r;
+}
+inline float __saturatef(float x) { return x >= 1.0f ? 1.0f : x > 0.0f ? x : 0.0f; }
+inline void __sincosf(float x, float *s, float *c) { *s = sinf(x), *c = cosf(x); }
+
+// float -> int as cvt.rni/rzi/rmi/rpi.s32.f32: NaN gives 0, out of range saturates
+inline int simt_float_to_int(float f, float rounded) {
+    if (std::isnan(f))
+        return 0;
+    if (rounded >= 2147483648.0f)
+        return INT_MAX;
+    if (rounded < -2147483648.0f)
+        return INT_MIN;
+    return (int)rounded;
+}
+inline int __float2int_rn(float f) { return simt_float_to_int(f, nearbyintf(f)); }
+inline int __float2int_rz(float f) { return simt_float_to_int(f, truncf(f)); }
+inline int __float2int_rd(float f) { return simt_float_to_int(f, floorf(f)); }
+inline int __float2int_ru(float f) { return simt_float_to_int(f, ceilf(f)); }
+inline unsigned __float2uint_rn(float f) {
+    float r = nearbyintf(f);
+    if (std::isnan(f) || r <= 0.0f)
+        return 0;
+    return r >= 4294967296.0f ? UINT_MAX : (unsigned)r;
+}
+inline float __int2float_rn(int i) { return (float)i; }
+inline float __uint2float_rn(unsigned u) { return (float)u; }
+
+// ---- integer intrinsics
+
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
+inline int __clz(int x) { return x ? __builtin_clz((unsigned)x) : 32; }
+inline int __clzll(long long x) { return x ? __builtin_clzll((unsigned long long)x) : 64; }
+inline int __ffs(int x) { return __builtin_ffs(x); }
+inline int __ffsll(long long x) { return __builtin_ffsll(x); }
+inline unsigned __brev(unsigned x) {
+    unsigned r = 0;
+    for (int i = 0; i < 32; i++, x >>= 1)
+        r = (r << 1) | (x & 1);
+    return r;
+}
+inline unsigned __umulhi(unsigned a, unsigned b) {
+    return (unsigned)(((unsigned long long)a * b) >> 32);
+}
+inline int __mulhi(int a, int b) { return (int)(((long long)a * b) >> 32); }
+inline unsigned __umul24(unsigned a, unsigned b) { return (a & 0xffffff) * (b & 0xffffff); }
+// Selects bytes of the 8-byte value {y:x} by the low 3 bits of each selector nibble, as CUDA
+// documents it (prmt's sign-replicate bit 3 is not part of __byte_perm).
+inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+    unsigned long long v = ((unsigned long long)y << 32) | x;
+    unsigned r = 0;
+    for (int i = 0; i < 4; i++)
+        r |= (unsigned)((v >> (8 * ((s >> (4 * i)) & 7))) & 0xff) << (8 * i);
+    return r;
+}
+// Four-way byte dot product with 32-bit accumulate (dp4a.s32.s32 / dp4a.u32.u32).
+inline int __dp4a(int a, int b, int c) {
+    for (int i = 0; i < 4; i++)
+        c += (int)(int8_t)(a >> (8 * i)) * (int)(int8_t)(b >> (8 * i));
+    return c;
+}
+inline unsigned __dp4a(unsigned a, unsigned b, unsigned c) {
+    for (int i = 0; i < 4; i++)
+        c += ((a >> (8 * i)) & 0xff) * ((b >> (8 * i)) & 0xff);
+    return c;
+}
+
+// ---- min/max: CUDA's global overloads (mixed signedness compares as unsigned, as there)
+
+#define SIMT_MINMAX(T)                                                                           \
+    inline T min(T a, T b) { return b < a ? b : a; }                                             \
+    inline T max(T a, T b) { return a < b ? b : a; }
+SIMT_MINMAX(int)
+SIMT_MINMAX(unsigned)
+SIMT_MINMAX(long)
+SIMT_MINMAX(unsigned long)
+SIMT_MINMAX(long long)
+SIMT_MINMAX(unsigned long long)
+#undef SIMT_MINMAX
+inline unsigned min(int a, unsigned b) { return min((unsigned)a, b); }
+inline unsigned min(unsigned a, int b) { return min(a, (unsigned)b); }
+inline unsigned max(int a, unsigned b) { return max((unsigned)a, b); }
+inline unsigned max(unsigned a, int b) { return max(a, (unsigned)b); }
+inline float min(float a, float b) { return fminf(a, b); }
+inline float max(float a, float b) { return fmaxf(a, b); }
+inline double min(double a, double b) { return fmin(a, b); }
+inline double max(double a, double b) { return fmax(a, b); }
+
+#endif

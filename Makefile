@@ -155,10 +155,13 @@ $(SIMT_TEST): $(BUILD)/obj/tests/simt/test_simt.o
 test: $(SIMT_TEST)
 ifeq ($(CUDA),1)
 CUDA_HOME ?= /usr/local/cuda
+# Jetson Orin (sm_87), H100/H200 (sm_90), and PTX for later GPUs
+NVCC_ARCH := -gencode arch=compute_87,code=sm_87 -gencode arch=compute_90,code=sm_90 \
+             -gencode arch=compute_90,code=compute_90
 SIMT_NVCC_OBJ := $(BUILD)/obj/tests/simt/sample_kernels.o
 $(SIMT_NVCC_OBJ): tests/simt/sample_kernels.cu tests/simt/sample_kernels.cuh $(wildcard tests/simt/simt*.h)
 	@mkdir -p $(@D)
-	$(CUDA_HOME)/bin/nvcc -std=c++17 -gencode arch=compute_90,code=sm_90 -Itests/simt -c $< -o $@
+	$(CUDA_HOME)/bin/nvcc -std=c++17 $(NVCC_ARCH) -Itests/simt -c $< -o $@
 all: $(SIMT_NVCC_OBJ)
 endif
 -include $(wildcard $(BUILD)/obj/tests/simt/*.d)

@@ -166,6 +166,74 @@ all: $(SIMT_NVCC_OBJ)
 endif
 -include $(wildcard $(BUILD)/obj/tests/simt/*.d)
 
+# CUDA backend (cuda/)
+# Every cuda/*.cu compiles twice: by nvcc for the GPU (make CUDA=1) and by the host C++
+# compiler against the SIMT emulation (tests/simt/simt.h) for make test. The emulated objects
+# are test-only; tests/cuda/test_*.cpp check them against the CPU backend's references (each
+# names the emulated objects it needs: `$(BUILD)/tests/test_cuda_X: $(BUILD)/obj/cuda-emu/X.o`).
+CUDA_SRC := $(wildcard cuda/*.cu)
+CUDA_EMU_CXXFLAGS := -std=c++17 -O2 -g -Wall -Wextra -Werror -fPIC -ffp-contract=off -Icuda -Itests/simt \
+                     -Iinclude -Ilib -Icpu -MMD -MP -pthread $(SAN_FLAGS)
+$(BUILD)/obj/cuda-emu/%.o: cuda/%.cu | $(DEPS_OK)
+	@mkdir -p $(@D)
+	$(CXX) $(CUDA_EMU_CXXFLAGS) -x c++ -c $< -o $@
+$(BUILD)/obj/tests/cuda/%.o: tests/cuda/%.cpp | $(DEPS_OK)
+	@mkdir -p $(@D)
+	$(CXX) $(CUDA_EMU_CXXFLAGS) -Itests -c $< -o $@
+CUDA_EMU_TESTS := $(patsubst tests/cuda/%.cpp,$(BUILD)/tests/%,$(wildcard tests/cuda/test_*.cpp))
+$(CUDA_EMU_TESTS): $(BUILD)/tests/%: $(BUILD)/obj/tests/cuda/%.o $(TEST_SUPPORT_OBJ) $(STATIC)
+	@mkdir -p $(@D)
+	$(CXX) $(CUDA_EMU_CXXFLAGS) -o $@ $< $(filter $(BUILD)/obj/cuda-emu/%.o,$^) $(TEST_SUPPORT_OBJ) $(STATIC) \
+	    -lcmocka $(LIBS)
+TEST_BIN += $(CUDA_EMU_TESTS)
+test: $(CUDA_EMU_TESTS)
+ifeq ($(CUDA),1)
+CUDA_OBJ := $(CUDA_SRC:cuda/%.cu=$(BUILD)/obj/cuda/%.o)
+$(BUILD)/obj/cuda/%.o: cuda/%.cu
+	@mkdir -p $(@D)
+	$(CUDA_HOME)/bin/nvcc -std=c++17 $(NVCC_ARCH) -Xcompiler -fPIC -Icuda -Itests/simt -Iinclude -Ilib -c $< -o $@
+all: $(CUDA_OBJ)
+endif
+-include $(wildcard $(BUILD)/obj/cuda-emu/*.d) $(wildcard $(BUILD)/obj/tests/cuda/*.d)
+$(BUILD)/tests/test_cuda_ops: $(BUILD)/obj/cuda-emu/norm_rope_act.o $(BUILD)/obj/cuda-emu/attention.o
+$(BUILD)/tests/test_cuda_matmul: $(BUILD)/obj/cuda-emu/gemv_quant.o
+
+# CUDA module (cuda/backend.cu)
+# The backend table and its entry point (lib/backend_module.h) with every kernel file, as the
+# module the core dlopens: exporting the entry point alone (cuda/module.map) and linking nothing
+# of the core (-z defs: every symbol it uses is its own or the C/C++ runtime's, cudart's).
+#  - libllmmini-cuda-emu.so (make test, make cuda-emu): the emulated objects, test-only;
+#    tests/test_cuda_module.c loads it as LLMM_CUDA_MODULE (and `LLMM_CUDA_MODULE=
+#    build/libllmmini-cuda-emu.so build/llmmini-run --backend cuda ...` runs the CLI on it).
+#    -z nodelete: the emulation installs a signal handler and thread-locals, so it stays mapped.
+#  - libllmmini-cuda.so and libllmmini-cuda.a (make CUDA=1): the nvcc objects with cudart.
+CUDA_MODULE_EMU := $(BUILD)/libllmmini-cuda-emu.so
+CUDA_EMU_OBJ := $(CUDA_SRC:cuda/%.cu=$(BUILD)/obj/cuda-emu/%.o)
+$(CUDA_MODULE_EMU): $(CUDA_EMU_OBJ) cuda/module.map
+	$(CXX) -shared -Wl,--version-script=cuda/module.map -Wl,-z,defs -Wl,-z,nodelete -pthread $(SAN_FLAGS) \
+	    $(LDFLAGS) -o $@ $(CUDA_EMU_OBJ)
+.PHONY: cuda-emu
+cuda-emu: $(CUDA_MODULE_EMU)
+$(BUILD)/tests/test_cuda_module: $(CUDA_MODULE_EMU)
+test: $(CUDA_MODULE_EMU)
+ifeq ($(CUDA),1)
+CUDA_MODULE := $(BUILD)/libllmmini-cuda.so
+CUDA_MODULE_STATIC := $(BUILD)/libllmmini-cuda.a
+$(CUDA_MODULE): $(CUDA_OBJ) cuda/module.map
+	$(CXX) -shared -Wl,--version-script=cuda/module.map -Wl,-z,defs -pthread $(LDFLAGS) -o $@ $(CUDA_OBJ) \
+	    -L$(CUDA_HOME)/lib64 -lcudart
+$(CUDA_MODULE_STATIC): $(CUDA_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+all: $(CUDA_MODULE) $(CUDA_MODULE_STATIC)
+.PHONY: install-cuda
+install: install-cuda
+install-cuda: $(CUDA_MODULE) $(CUDA_MODULE_STATIC)
+	install -d $(DESTDIR)$(PREFIX)/lib
+	install -m 755 $(CUDA_MODULE) $(DESTDIR)$(PREFIX)/lib/
+	install -m 644 $(CUDA_MODULE_STATIC) $(DESTDIR)$(PREFIX)/lib/
+endif
+
 DEMO_MODEL := $(LLMM_SHARED)/models/stories260K.gguf
 demo: all
 	@if [ ! -f "$(DEMO_MODEL)" ]; then \

@@ -1,0 +1,473 @@
+/* Quantized GEMV (cu_matmul) and embedding lookup (cu_embed) for the 15 weight types the CPU
+ * backend multiplies by.
+ *
+ * cu_matmul follows the CPU backend's numerics (cpu/cpu_dot.c) in two launches:
+ * 1. The activations are quantized to the weight type's operand (F16, BF16, Q8_0, Q8_1 or
+ *    Q8_K; F32 weights take the float rows as they are) into the caller's scratch, byte for
+ *    byte what the CPU's from_float writes: the same float operations in the same order, and
+ *    block maxima by warp reductions, which give the same value in any order.
+ * 2. One warp per output row, lanes striding over the row's blocks, every activation row of a
+ *    pass (up to GQ_MAX_ROWS) against the same weight bytes, so decode steps read each weight
+ *    once. A block's contribution is the CPU's formula (lib/quant*.c llmm_vec_dot_*: an exact
+ *    integer dot times the scales, rounded in the same order); only the sum over blocks runs
+ *    in another order (per lane, then a shuffle tree), which the tests bound.
+ * Prompts (more rows) loop over row tiles of the same kernel: weights are read once per tile,
+ * which cuBLASLt over dequantized tiles (gemm.cu, part 2) will replace.
+ *
+ * Weight blocks are read byte by byte: GGUF aligns a tensor, not its blocks (an 18-byte Q4_0
+ * block is only 2-byte aligned), so wider loads would need a repacked device layout (blocks
+ * padded to 4 or 16 bytes, or scales split from quants), which the loader does not make yet. */
+#include <math.h>
+
+#include "simt.h"
+
+#include "gemv_quant.h"
+#include "kernels.h"
+#include "quant_blocks.cuh"
+
+#define GQ_WARPS 4    /* warps per thread block, one output row each */
+#define GQ_MAX_ROWS 8 /* activation rows per pass over the weights: the decode batch sizes */
+#define GQ_FULL_MASK 0xffffffffu
+
+/* The row loops index acc[] by the loop counter: unrolled, acc stays in registers. The host
+ * compiler of the emulated build does not know the pragma. */
+#if SIMT_EMULATED
+#define GQ_UNROLL
+#else
+#define GQ_UNROLL _Pragma("unroll")
+#endif
+
+/* operand type ids beyond quant_blocks.cuh's (lib/quant.h enum llmm_type) */
+enum { GQ_Q8_1 = 9, GQ_Q8_K = 15 };
+/* operand block bytes (lib/quant.h block_q8_0 / block_q8_1 / block_q8_K) */
+enum { GQ_Q8_0_BYTES = 34, GQ_Q8_1_BYTES = 36, GQ_Q8_K_BYTES = 292, GQ_QK_K = 256 };
+
+/* ---------------------------------------------------------------- bit-exact scalar helpers */
+
+/* lib/quant.c llmm_f32_to_f16, operation for operation: CUDA's __float2half differs on NaN. */
+__device__ __forceinline__ uint16_t gq_f32_to_f16(float f) {
+    const uint32_t x = __float_as_uint(f);
+    const uint32_t sign = (x >> 16) & 0x8000u;
+    uint32_t abs = x & 0x7fffffffu;
+    if (abs >= 0x7f800000u) return (uint16_t)(sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0));
+    if (abs >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);
+    if (abs < 0x38800000u) {
+        const float v = qb_add(__uint_as_float(abs), 0.5f);
+        return (uint16_t)(sign | (__float_as_uint(v) - 0x3f000000u));
+    }
+    const uint32_t mant_odd = (abs >> 13) & 1u;
+    abs += 0xc8000fffu + mant_odd;
+    return (uint16_t)(sign | (abs >> 13));
+}
+
+/* lib/quant.h llmm_bf16_round_bits: nearest even, NaN kept quiet. */
+__device__ __forceinline__ uint16_t gq_f32_to_bf16(float f) {
+    const uint32_t u = __float_as_uint(f);
+    const int nan = (int32_t)(u & 0x7fffffffu) > (int32_t)0x7f800000;
+    return (uint16_t)((nan ? (u | 0x00400000u) & 0xffff0000u : (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u) >> 16);
+}
+
+/* lib/quant.h llmm_round_clamp: rintf rounds to nearest even as nearbyintf does. */
+__device__ __forceinline__ int gq_round_clamp(float v, int lo, int hi) {
+    if (!(v > (float)lo)) return lo;
+    if (v > (float)hi) return hi;
+    return (int)rintf(v);
+}
+
+/* Operand blocks sit at 2-byte (Q8_0, Q8_1) or 4-byte (Q8_K) offsets of the scratch; byte
+ * stores and loads keep that from mattering. */
+__device__ __forceinline__ void gq_store_u16(uint8_t *p, uint16_t v) {
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+
+__device__ __forceinline__ void gq_store_f32(uint8_t *p, float f) {
+    const uint32_t u = __float_as_uint(f);
+    for (int k = 0; k < 4; k++) p[k] = (uint8_t)(u >> 8 * k);
+}
+
+__device__ __forceinline__ float gq_f32_at(const uint8_t *p) {
+    return __uint_as_float((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
+}
+
+__device__ __forceinline__ int gq_warp_sum(int v) {
+    for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(GQ_FULL_MASK, v, offset);
+    return v;
+}
+
+/* ---------------------------------------------------------------- 1. the operand */
+
+/* Q8_0 and Q8_1 (lib/quant.c llmm_quantize_row_q8_0, quant_legacy.c llmm_quantize_row_q8_1):
+ * one warp per 32-value block, lane j quantizes value j. The rows are back to back and ne0 is
+ * a multiple of 32, so block b of the whole batch is x + 32 b. */
+template <bool WITH_SUM>
+__global__ void quantize_q8_32_kernel(const float *x, uint8_t *dst) {
+    const size_t b = blockIdx.x;
+    const int j = threadIdx.x;
+    const float v = x[32 * b + j];
+    float amax = fabsf(v);
+    for (int offset = 16; offset > 0; offset /= 2) amax = fmaxf(amax, __shfl_xor_sync(GQ_FULL_MASK, amax, offset));
+    amax = fmaxf(0.0f, amax); /* the CPU starts from 0, so NaNs alone give 0 there */
+    const float d = amax / 127.f;
+    const float id = amax != 0.f ? 127.f / amax : 0.f;
+    const int q = gq_round_clamp(qb_mul(v, id), -127, 127);
+    uint8_t *y = dst + (WITH_SUM ? GQ_Q8_1_BYTES : GQ_Q8_0_BYTES) * b;
+    y[(WITH_SUM ? 4 : 2) + j] = (uint8_t)(int8_t)q;
+    const int sum = WITH_SUM ? gq_warp_sum(q) : 0;
+    if (j == 0) {
+        gq_store_u16(y, gq_f32_to_f16(d));
+        if (WITH_SUM) gq_store_u16(y + 2, gq_f32_to_f16(qb_mul((float)sum, d)));
+    }
+}
+
+/* Q8_K (lib/quant_k.c llmm_quantize_row_q8_K): one warp per 256-value block, lane l takes
+ * values 8l..8l+7, so lane pairs make up the 16-value bsums. The scale comes from the signed
+ * value of largest magnitude, the first such in order on ties (llmm_signed_absmax), hence the
+ * index carried through the reduction. */
+__global__ void quantize_q8_k_kernel(const float *x, uint8_t *dst) {
+    const size_t b = blockIdx.x;
+    const int lane = threadIdx.x;
+    const float *xs = x + (size_t)GQ_QK_K * b + 8 * lane;
+    float v[8], amax = 0.f, max = 0.f;
+    int first = GQ_QK_K; /* index of max; past the end when nothing beats 0 */
+    for (int k = 0; k < 8; k++) {
+        v[k] = xs[k];
+        if (fabsf(v[k]) > amax) {
+            amax = fabsf(v[k]);
+            max = v[k];
+            first = 8 * lane + k;
+        }
+    }
+    for (int offset = 16; offset > 0; offset /= 2) {
+        const float o_amax = __shfl_xor_sync(GQ_FULL_MASK, amax, offset);
+        const float o_max = __shfl_xor_sync(GQ_FULL_MASK, max, offset);
+        const int o_first = __shfl_xor_sync(GQ_FULL_MASK, first, offset);
+        if (o_amax > amax || (o_amax == amax && o_first < first)) {
+            amax = o_amax;
+            max = o_max;
+            first = o_first;
+        }
+    }
+    uint8_t *y = dst + (size_t)GQ_Q8_K_BYTES * b;
+    int q[8] = {0}, bsum = 0;
+    const float iscale = amax != 0.f ? -127.f / max : 0.f;
+    if (amax != 0.f)
+        for (int k = 0; k < 8; k++) {
+            q[k] = gq_round_clamp(qb_mul(iscale, v[k]), -128, 127);
+            bsum += q[k];
+        }
+    for (int k = 0; k < 8; k++) y[4 + 8 * lane + k] = (uint8_t)(int8_t)q[k];
+    bsum += __shfl_xor_sync(GQ_FULL_MASK, bsum, 1);
+    if (lane % 2 == 0) gq_store_u16(y + 260 + lane, (uint16_t)(int16_t)bsum);
+    if (lane == 0) gq_store_f32(y, amax != 0.f ? 1 / iscale : 0.f);
+}
+
+/* F16 and BF16 operands: one value per thread. */
+template <bool BF16>
+__global__ void quantize_half_kernel(const float *x, uint16_t *dst, size_t n) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dst[i] = BF16 ? gq_f32_to_bf16(x[i]) : gq_f32_to_f16(x[i]);
+}
+
+static size_t operand_row_bytes(uint32_t operand, size_t ne0) {
+    switch (operand) {
+    case QB_F32: return 4 * ne0;
+    case QB_F16: case QB_BF16: return 2 * ne0;
+    case QB_Q8_0: return ne0 / 32 * GQ_Q8_0_BYTES;
+    case GQ_Q8_1: return ne0 / 32 * GQ_Q8_1_BYTES;
+    case GQ_Q8_K: return ne0 / GQ_QK_K * GQ_Q8_K_BYTES;
+    }
+    return 0;
+}
+
+static size_t operand_block_size(uint32_t operand) {
+    return operand == GQ_Q8_K ? GQ_QK_K : operand == QB_Q8_0 || operand == GQ_Q8_1 ? 32 : 1;
+}
+
+extern "C" uint32_t cu_matmul_operand_type(uint32_t weight_type) {
+    switch (weight_type) {
+    case QB_F32: case QB_F16: case QB_BF16: return weight_type;
+    case QB_Q4_0: case QB_Q5_0: case QB_Q8_0: case QB_IQ4_NL: return QB_Q8_0;
+    case QB_Q4_1: case QB_Q5_1: return GQ_Q8_1;
+    case QB_Q2_K: case QB_Q3_K: case QB_Q4_K: case QB_Q5_K: case QB_Q6_K: case QB_IQ4_XS: return GQ_Q8_K;
+    }
+    return UINT32_MAX;
+}
+
+extern "C" int cu_quantize_operand(cudaStream_t stream, const float *x, uint32_t operand_type, size_t ne0,
+                                   size_t n_rows, void *dst) {
+    const size_t qk = operand_block_size(operand_type), n = ne0 * n_rows;
+    if (operand_type == QB_F32 || !operand_row_bytes(operand_type, ne0) || ne0 % qk != 0) return cudaErrorInvalidValue;
+    if (n == 0) return 0;
+    uint8_t *y = (uint8_t *)dst;
+    const unsigned blocks = (unsigned)(n / qk);
+    if (operand_type == QB_Q8_0) {
+        auto *k = &quantize_q8_32_kernel<false>;
+        SIMT_LAUNCH(k, blocks, 32, 0, stream, x, y);
+    } else if (operand_type == GQ_Q8_1) {
+        auto *k = &quantize_q8_32_kernel<true>;
+        SIMT_LAUNCH(k, blocks, 32, 0, stream, x, y);
+    } else if (operand_type == GQ_Q8_K) {
+        SIMT_LAUNCH(quantize_q8_k_kernel, blocks, 32, 0, stream, x, y);
+    } else {
+        auto *k = operand_type == QB_BF16 ? &quantize_half_kernel<true> : &quantize_half_kernel<false>;
+        SIMT_LAUNCH(k, (unsigned)((n + 255) / 256), 256, 0, stream, x, (uint16_t *)dst, n);
+    }
+    return (int)cudaGetLastError();
+}
+
+/* ---------------------------------------------------------------- 2. the dot */
+
+/* A 32-weight block as integers: w_j = d * q_j (+ m for the offset types), quant_legacy.c's
+ * unpacking. */
+template <uint32_t T>
+__device__ __forceinline__ void decode_block32(const uint8_t *b, int q[32], float *d, float *m) {
+    *d = qb_f16_at(b);
+    *m = 0.f;
+    for (int j = 0; j < 32; j++) {
+        if constexpr (T == QB_Q4_0) q[j] = qb_nibble32(b + 2, j) - 8;
+        else if constexpr (T == QB_Q4_1) q[j] = qb_nibble32(b + 4, j);
+        else if constexpr (T == QB_Q5_0) q[j] = (qb_nibble32(b + 6, j) | qb_high_bit32(b + 2, j) << 4) - 16;
+        else if constexpr (T == QB_Q5_1) q[j] = qb_nibble32(b + 8, j) | qb_high_bit32(b + 4, j) << 4;
+        else if constexpr (T == QB_Q8_0) q[j] = (int8_t)b[2 + j];
+        else q[j] = qb_iq4_value(qb_nibble32(b + 2, j)); /* IQ4_NL */
+    }
+    if constexpr (T == QB_Q4_1 || T == QB_Q5_1) *m = qb_f16_at(b + 2);
+}
+
+/* Weights 16c..16c+15 of a 256-weight block as integers, with their sub-block's integer scale
+ * and min and the block's d and dmin (quant_k.c decode_*; IQ4_XS: its 6-bit scale less 32 as
+ * the scale, no min). */
+template <uint32_t T>
+__device__ __forceinline__ void decode_chunk16(const uint8_t *b, int c, int q[16], int *scale, int *min, float *d,
+                                               float *dmin) {
+    *min = 0;
+    *dmin = 0.f;
+    if constexpr (T == QB_Q2_K) {
+        *d = qb_f16_at(b + 80);
+        *dmin = qb_f16_at(b + 82);
+        *scale = b[c] & 15;
+        *min = b[c] >> 4;
+        for (int k = 0; k < 16; k++) q[k] = qb_2bit(b + 16, 16 * c + k);
+    } else if constexpr (T == QB_Q3_K) {
+        const uint8_t *sc = b + 96;
+        *d = qb_f16_at(b + 108);
+        const int lo = c < 8 ? sc[c] & 15 : sc[c - 8] >> 4, hi = (sc[8 + c % 4] >> (2 * (c / 4))) & 3;
+        *scale = (lo | hi << 4) - 32;
+        for (int k = 0; k < 16; k++) q[k] = qb_2bit(b + 32, 16 * c + k) + 4 * qb_k_high_bit(b, 16 * c + k) - 4;
+    } else if constexpr (T == QB_Q4_K || T == QB_Q5_K) {
+        *d = qb_f16_at(b);
+        *dmin = qb_f16_at(b + 2);
+        qb_k4_scale_min(b + 4, c / 2, scale, min);
+        for (int k = 0; k < 16; k++) {
+            const int i = 16 * c + k;
+            if constexpr (T == QB_Q4_K) q[k] = qb_k_nibble(b + 16, i);
+            else q[k] = qb_k_nibble(b + 48, i) + 16 * qb_k_high_bit(b + 16, i);
+        }
+    } else if constexpr (T == QB_Q6_K) {
+        *d = qb_f16_at(b + 208);
+        *scale = (int8_t)b[192 + c];
+        for (int k = 0; k < 16; k++) {
+            const int i = 16 * c + k, half = i / 128, r = i % 128;
+            const int lo = (b[64 * half + r % 64] >> (r < 64 ? 0 : 4)) & 15;
+            const int hi = (b[128 + 32 * half + r % 32] >> (2 * (r / 32))) & 3;
+            q[k] = (lo | hi << 4) - 32;
+        }
+    } else { /* IQ4_XS */
+        const int ib = c / 2;
+        *d = qb_f16_at(b);
+        *scale = (int)(((unsigned)b[4 + ib / 2] >> 4 * (ib % 2) & 15u) | (qb_u16(b + 2) >> 2 * ib & 3u) << 4) - 32;
+        for (int k = 0; k < 16; k++) q[k] = qb_iq4_value(qb_nibble32(b + 8 + 16 * ib, 16 * (c % 2) + k));
+    }
+}
+
+/* acc[r] of every lane summed into out row r by lane 0. */
+__device__ __forceinline__ void write_sums(float acc[GQ_MAX_ROWS], int nr, int lane, float *out, size_t ne1,
+                                           size_t o) {
+GQ_UNROLL
+    for (int r = 0; r < GQ_MAX_ROWS; r++) {
+        if (r >= nr) break;
+        float v = acc[r];
+        for (int offset = 16; offset > 0; offset /= 2) v = qb_add(v, __shfl_xor_sync(GQ_FULL_MASK, v, offset));
+        if (lane == 0) out[(size_t)r * ne1 + o] = v;
+    }
+}
+
+/* out[r * ne1 + o] for r < nr (<= GQ_MAX_ROWS): weight row o of nb blocks of type T (row_bytes
+ * each) against operand rows xq + r * xq_row_bytes. One warp per o. */
+template <uint32_t T>
+__global__ void gemv_kernel(const uint8_t *w, size_t row_bytes, size_t nb, size_t ne1, const uint8_t *xq,
+                            size_t xq_row_bytes, int nr, float *out) {
+    const int lane = threadIdx.x % 32;
+    const size_t o = (size_t)blockIdx.x * GQ_WARPS + threadIdx.x / 32;
+    if (o >= ne1) return; /* the whole warp: no block-wide barrier follows */
+    const uint8_t *wrow = w + o * row_bytes;
+    float acc[GQ_MAX_ROWS];
+GQ_UNROLL
+    for (int r = 0; r < GQ_MAX_ROWS; r++) acc[r] = 0.f;
+
+    if constexpr (T == QB_F32 || T == QB_F16 || T == QB_BF16) {
+        /* Element rows are naturally aligned (GGUF aligns the tensor, rows are whole elements),
+         * so these load whole values; lanes take consecutive elements for coalescing. The
+         * products of two halves are exact, as in the CPU's half_dot. */
+        for (size_t i = lane; i < nb; i += 32) {
+            float wv;
+            if constexpr (T == QB_F32) wv = ((const float *)wrow)[i];
+            else if constexpr (T == QB_F16) wv = qb_half_to_float(((const uint16_t *)wrow)[i]);
+            else wv = qb_bf16_to_float(((const uint16_t *)wrow)[i]);
+GQ_UNROLL
+            for (int r = 0; r < GQ_MAX_ROWS; r++) {
+                if (r >= nr) break;
+                const uint8_t *xr = xq + r * xq_row_bytes;
+                float xv;
+                if constexpr (T == QB_F32) xv = ((const float *)xr)[i];
+                else if constexpr (T == QB_F16) xv = qb_half_to_float(((const uint16_t *)xr)[i]);
+                else xv = qb_bf16_to_float(((const uint16_t *)xr)[i]);
+                acc[r] = qb_add(acc[r], qb_mul(wv, xv));
+            }
+        }
+    } else if constexpr (T == QB_Q4_0 || T == QB_Q4_1 || T == QB_Q5_0 || T == QB_Q5_1 || T == QB_Q8_0 ||
+                         T == QB_IQ4_NL) {
+        /* A lane per block: the whole block's integer dot needs no cross-lane step. */
+        constexpr bool offset_type = T == QB_Q4_1 || T == QB_Q5_1;
+        constexpr size_t xb_bytes = offset_type ? GQ_Q8_1_BYTES : GQ_Q8_0_BYTES;
+        for (size_t b = lane; b < nb; b += 32) {
+            int q[32];
+            float d, m;
+            decode_block32<T>(wrow + b * qb_block_bytes(T), q, &d, &m);
+GQ_UNROLL
+            for (int r = 0; r < GQ_MAX_ROWS; r++) {
+                if (r >= nr) break;
+                const uint8_t *y = xq + r * xq_row_bytes + b * xb_bytes;
+                const int8_t *ys = (const int8_t *)(y + (offset_type ? 4 : 2));
+                int isum = 0;
+                for (int j = 0; j < 32; j++) isum += q[j] * ys[j];
+                /* llmm_vec_dot_*: isum * (d * dy), plus m * s for the offset types */
+                float c = qb_mul((float)isum, qb_mul(d, qb_f16_at(y)));
+                if constexpr (offset_type) c = qb_add(c, qb_mul(m, qb_f16_at(y + 2)));
+                acc[r] = qb_add(acc[r], c);
+            }
+        }
+    } else {
+        /* 256-weight blocks: a half-warp per block, lane c of it on weights 16c..16c+15 (one
+         * Q8_K bsum each), so a block's integer sums are whole after a 16-lane reduction and
+         * its float contribution is the CPU's. The loop bound is the warp's, not the lane's:
+         * every lane takes part in the shuffles, a lane past the end with zeros. */
+        const int c = lane % 16;
+        for (size_t base = 0; base < nb; base += 2) {
+            const size_t b = base + lane / 16;
+            const bool valid = b < nb;
+            int q[16] = {0}, scale = 0, min = 0;
+            float d = 0.f, dmin = 0.f;
+            if (valid) decode_chunk16<T>(wrow + b * qb_block_bytes(T), c, q, &scale, &min, &d, &dmin);
+GQ_UNROLL
+            for (int r = 0; r < GQ_MAX_ROWS; r++) {
+                if (r >= nr) break;
+                const uint8_t *y = xq + r * xq_row_bytes + b * GQ_Q8_K_BYTES;
+                int sum_q = 0, sum_m = 0;
+                if (valid) {
+                    const int8_t *ys = (const int8_t *)(y + 4 + 16 * c);
+                    int dot = 0;
+                    for (int k = 0; k < 16; k++) dot += q[k] * ys[k];
+                    sum_q = scale * dot;
+                    sum_m = min * (int16_t)qb_u16(y + 260 + 2 * c);
+                }
+                for (int offset = 8; offset > 0; offset /= 2) {
+                    sum_q += __shfl_xor_sync(GQ_FULL_MASK, sum_q, offset);
+                    sum_m += __shfl_xor_sync(GQ_FULL_MASK, sum_m, offset);
+                }
+                if (valid && c == 0) {
+                    const float yd = gq_f32_at(y);
+                    float contrib;
+                    if constexpr (T == QB_IQ4_XS) /* llmm_vec_dot_iq4_xs_q8_K */
+                        contrib = qb_mul((float)sum_q, qb_mul(d, yd));
+                    else /* quant_k.c kq_block_dot */
+                        contrib = qb_mul(yd, qb_sub(qb_mul(d, (float)sum_q), qb_mul(dmin, (float)sum_m)));
+                    acc[r] = qb_add(acc[r], contrib);
+                }
+            }
+        }
+    }
+    write_sums(acc, nr, lane, out, ne1, o);
+}
+
+typedef void (*gemv_fn)(const uint8_t *, size_t, size_t, size_t, const uint8_t *, size_t, int, float *);
+
+static gemv_fn gemv_for(uint32_t type) {
+    switch (type) {
+    case QB_F32: return &gemv_kernel<QB_F32>;
+    case QB_F16: return &gemv_kernel<QB_F16>;
+    case QB_BF16: return &gemv_kernel<QB_BF16>;
+    case QB_Q4_0: return &gemv_kernel<QB_Q4_0>;
+    case QB_Q4_1: return &gemv_kernel<QB_Q4_1>;
+    case QB_Q5_0: return &gemv_kernel<QB_Q5_0>;
+    case QB_Q5_1: return &gemv_kernel<QB_Q5_1>;
+    case QB_Q8_0: return &gemv_kernel<QB_Q8_0>;
+    case QB_IQ4_NL: return &gemv_kernel<QB_IQ4_NL>;
+    case QB_Q2_K: return &gemv_kernel<QB_Q2_K>;
+    case QB_Q3_K: return &gemv_kernel<QB_Q3_K>;
+    case QB_Q4_K: return &gemv_kernel<QB_Q4_K>;
+    case QB_Q5_K: return &gemv_kernel<QB_Q5_K>;
+    case QB_Q6_K: return &gemv_kernel<QB_Q6_K>;
+    case QB_IQ4_XS: return &gemv_kernel<QB_IQ4_XS>;
+    }
+    return NULL;
+}
+
+extern "C" size_t cu_matmul_scratch_bytes(uint32_t type, size_t ne0, size_t n_rows) {
+    const uint32_t operand = cu_matmul_operand_type(type);
+    if (operand == UINT32_MAX || operand == QB_F32) return 0; /* F32 multiplies the rows as given */
+    return n_rows * operand_row_bytes(operand, ne0);
+}
+
+extern "C" int cu_matmul(cudaStream_t stream, const void *w, uint32_t type, size_t ne0, size_t ne1, const float *x,
+                         size_t n_rows, float *out, void *scratch) {
+    const gemv_fn kernel = gemv_for(type);
+    if (!kernel || ne0 % (size_t)qb_block_size(type) != 0) return cudaErrorInvalidValue;
+    if (n_rows == 0 || ne1 == 0 || ne0 == 0) return 0;
+    const uint32_t operand = cu_matmul_operand_type(type);
+    const uint8_t *xq = (const uint8_t *)x;
+    if (operand != QB_F32) {
+        const int err = cu_quantize_operand(stream, x, operand, ne0, n_rows, scratch);
+        if (err) return err;
+        xq = (const uint8_t *)scratch;
+    }
+    const size_t nb = ne0 / (size_t)qb_block_size(type), row_bytes = nb * (size_t)qb_block_bytes(type);
+    const size_t xq_row_bytes = operand_row_bytes(operand, ne0);
+    const unsigned grid = (unsigned)((ne1 + GQ_WARPS - 1) / GQ_WARPS);
+    for (size_t r0 = 0; r0 < n_rows; r0 += GQ_MAX_ROWS) {
+        const int nr = (int)(n_rows - r0 < GQ_MAX_ROWS ? n_rows - r0 : GQ_MAX_ROWS);
+        SIMT_LAUNCH(kernel, grid, 32 * GQ_WARPS, 0, stream, (const uint8_t *)w, row_bytes, nb, ne1,
+                    xq + r0 * xq_row_bytes, xq_row_bytes, nr, out + r0 * ne1);
+    }
+    return (int)cudaGetLastError();
+}
+
+/* ---------------------------------------------------------------- embedding */
+
+/* A thread block per token; each weight through quant_blocks.cuh, bit for bit the CPU's
+ * dequant_row. The type switch inside qb_block_value is uniform across the block. */
+__global__ void embed_kernel(const uint8_t *table, uint32_t type, size_t ne0, size_t ne1, size_t row_bytes,
+                             const int32_t *tokens, float *out, int *bad) {
+    const int32_t token = tokens[blockIdx.x];
+    float *o = out + (size_t)blockIdx.x * ne0;
+    if (token < 0 || (size_t)token >= ne1) {
+        for (size_t i = threadIdx.x; i < ne0; i += blockDim.x) o[i] = qb_bits_to_float(0x7fc00000u);
+        if (threadIdx.x == 0) *bad = 1;
+        return;
+    }
+    const uint8_t *row = table + (size_t)token * row_bytes;
+    const size_t qk = (size_t)qb_block_size(type), bytes = (size_t)qb_block_bytes(type);
+    for (size_t i = threadIdx.x; i < ne0; i += blockDim.x)
+        o[i] = qb_block_value(type, row + i / qk * bytes, (int)(i % qk));
+}
+
+extern "C" int cu_embed(cudaStream_t stream, const void *table, uint32_t type, size_t ne0, size_t ne1,
+                        const int32_t *tokens, size_t n, float *out, int *bad) {
+    if (!gemv_for(type) || ne0 % (size_t)qb_block_size(type) != 0) return cudaErrorInvalidValue;
+    if (n == 0 || ne0 == 0) return 0;
+    const size_t row_bytes = ne0 / (size_t)qb_block_size(type) * (size_t)qb_block_bytes(type);
+    SIMT_LAUNCH(embed_kernel, (unsigned)n, 256, 0, stream, (const uint8_t *)table, type, ne0, ne1, row_bytes, tokens,
+                out, bad);
+    return (int)cudaGetLastError();
+}

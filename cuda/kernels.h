@@ -1,0 +1,87 @@
+/* The CUDA backend's kernel families, as host-side launchers with C linkage: what the module
+ * glue (backend.cu) calls, one file per family (gemv_quant.cu, norm_rope_act.cu,
+ * attention.cu). Every pointer named `dev` or typed as a tensor's data is device memory; the
+ * launchers enqueue on the stream and return without synchronising. They return 0, or a
+ * nonzero cudaError_t when a launch failed.
+ *
+ * Each .cu file is compiled twice: by nvcc for the GPU and, in `make test`, by the host C++
+ * compiler against tests/simt/simt.h, whose emulation runs every launch on the CPU (the
+ * emulated build is synchronous). The per-element math that must match the CPU backend lives
+ * in __host__ __device__ headers (quant_blocks.cuh). */
+#ifndef LLMM_CUDA_KERNELS_H
+#define LLMM_CUDA_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "simt.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The KV pool as the core lays it out (lib/backend.h llmm_kv_layout), on the device. */
+typedef struct cu_kv {
+    uint8_t *pool;
+    uint32_t n_layer, n_head_kv, head_dim;
+    uint32_t type; /* enum llmm_kv_type: 0 F32, 1 F16, 2 Q8 */
+    uint32_t block_shift;
+    size_t row_bytes, block_stride, head_stride;
+} cu_kv;
+
+/* One step's per-row inputs in fixed device buffers, updated once per step by the glue. Row r
+ * is token tokens[r] at position pos[r]; its sequence's block table starts at
+ * tables + table_start[r]. */
+typedef struct cu_step {
+    uint32_t n_rows;
+    const int32_t *tokens;      /* device (n_rows) */
+    const int32_t *pos;         /* device (n_rows) */
+    const uint32_t *table_start; /* device (n_rows) */
+    const uint32_t *tables;     /* device: the step's block tables, one after another */
+} cu_step;
+
+/* ---------------------------------------------------------------- gemv_quant.cu */
+
+/* Device scratch bytes cu_matmul needs for n_rows activation rows of ne0 values against a
+ * weight of this type (its operand: the activations quantized as the CPU backend's dot table
+ * says, cpu/cpu_dot.h). */
+size_t cu_matmul_scratch_bytes(uint32_t type, size_t ne0, size_t n_rows);
+/* out (n_rows, ne1) = x (n_rows, ne0) times w (ne1 rows of ne0 values of type, as stored in
+ * the GGUF file) transposed. scratch: cu_matmul_scratch_bytes of device memory. */
+int cu_matmul(cudaStream_t stream, const void *w, uint32_t type, size_t ne0, size_t ne1, const float *x,
+              size_t n_rows, float *out, void *scratch);
+/* out (n, ne0) = rows tokens[i] of table (ne1 rows of type), dequantized; a token outside
+ * [0, ne1) leaves its row NaN and sets *bad (device int) to 1. */
+int cu_embed(cudaStream_t stream, const void *table, uint32_t type, size_t ne0, size_t ne1, const int32_t *tokens,
+             size_t n, float *out, int *bad);
+
+/* ---------------------------------------------------------------- norm_rope_act.cu */
+
+int cu_rms_norm(cudaStream_t stream, const float *x, const float *weight, float *out, size_t n_rows, size_t dim,
+                float eps);
+int cu_add(cudaStream_t stream, float *dst, const float *src, size_t n);
+int cu_add_rows(cudaStream_t stream, float *x, const float *bias, size_t n_rows, size_t dim);
+int cu_scale(cudaStream_t stream, float *x, size_t n, float s);
+int cu_softcap(cudaStream_t stream, float *x, size_t n, float cap);
+/* act: 0 SiLU, 1 GELU (tanh), as lib/arch.h llmm_activation */
+int cu_glu(cudaStream_t stream, float *gate, const float *up, size_t n, uint32_t act);
+/* kind: lib/arch.h llmm_rope_kind (0 adjacent pairs, 1 NeoX halves); freq_factors: device
+ * (n_rot / 2) or NULL */
+int cu_rope(cudaStream_t stream, float *x, size_t n_rows, size_t n_heads, size_t head_dim, const int32_t *pos,
+            uint32_t n_rot, float base, float freq_scale, float mscale, uint32_t kind, const float *freq_factors);
+
+/* ---------------------------------------------------------------- attention.cu */
+
+/* K and V rows (n_rows, n_head_kv * head_dim) of layer into the pool at the rows' positions. */
+int cu_kv_write(cudaStream_t stream, const cu_kv *kv, const cu_step *step, uint32_t layer, const float *k,
+                const float *v);
+/* out (n_rows, n_head * head_dim): row r's heads over positions [start, pos[r] + 1) of its
+ * sequence in layer, start = pos[r] + 1 - window when 0 < window < pos[r] + 1, else 0. */
+int cu_attention(cudaStream_t stream, const cu_kv *kv, const cu_step *step, uint32_t layer, const float *q,
+                 float *out, uint32_t n_head, uint32_t window, float scale, float softcap);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -57,8 +57,9 @@
 // - Static __shared__ is a function-local static: zero at the first launch, then it keeps the
 //   previous block's values instead of garbage. Each block still sees its own writes after its
 //   barrier; only a read-before-write of static shared memory goes unnoticed.
-// - Timing, occupancy, register limits, the static shared memory limit, streams (every call is
-//   synchronous), cooperative groups, dynamic parallelism, textures, __CUDA_ARCH__ (undefined
+// - Timing, occupancy, register limits, the static shared memory limit, concurrency between
+//   streams (every call is synchronous; stream capture and graphs are emulated: simt_graph.h),
+//   cooperative groups, dynamic parallelism, textures, __CUDA_ARCH__ (undefined
 //   here, as in host code: use SIMT_EMULATED to tell the builds apart).
 // - Tensor cores (mma/wgmma inline PTX) and cuBLASLt: they must sit behind a narrow interface
 //   with a host reference implementation for the emulated build, and are checked only on a GPU.
@@ -93,7 +94,8 @@
 #include "simt_warp.h"    // __shfl_*_sync, votes, __reduce_*_sync, __match_*_sync
 #include "simt_math.h"    // atomics, intrinsics, min/max
 #include "simt_fp16.h"    // __half, __nv_bfloat16
-#include "simt_runtime.h" // cudaMalloc, cudaMemcpy, streams, errors
+#include "simt_runtime.h" // cudaMalloc, cudaMemcpy, devices, errors
+#include "simt_graph.h"   // streams, stream capture, graphs
 
 #endif
 #endif

@@ -14,6 +14,11 @@ enum cudaError_t {
     cudaSuccess = 0,
     cudaErrorInvalidValue = 1,
     cudaErrorMemoryAllocation = 2,
+    cudaErrorNoDevice = 100,
+    cudaErrorInvalidDevice = 101,
+    cudaErrorIllegalState = 401,
+    cudaErrorStreamCaptureUnsupported = 900,
+    cudaErrorStreamCaptureInvalidated = 901,
 };
 typedef cudaError_t cudaError;
 
@@ -43,7 +48,21 @@ inline cudaError_t record(cudaError_t e) {
 } // namespace detail
 } // namespace simt
 
+namespace simt {
+namespace detail {
+// A call CUDA refuses while this thread captures a stream in global or thread-local mode
+// (allocation, synchronous copies, synchronisation): the capture is invalidated and the call
+// fails, as on a GPU, so that "nothing allocates or synchronises inside a captured step" is
+// checked here too (simt_graph.h).
+inline bool capture_forbids(const char *call);
+} // namespace detail
+} // namespace simt
+
 inline cudaError_t cudaMalloc(void **ptr, size_t size) {
+    if (simt::detail::capture_forbids("cudaMalloc")) {
+        *ptr = nullptr;
+        return simt::detail::record(cudaErrorStreamCaptureUnsupported);
+    }
     *ptr = std::malloc(size ? size : 1);
     return simt::detail::record(*ptr ? cudaSuccess : cudaErrorMemoryAllocation);
 }
@@ -56,38 +75,61 @@ inline cudaError_t cudaFree(void *ptr) {
 }
 inline cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind) {
     (void)kind;
+    if (simt::detail::capture_forbids("cudaMemcpy"))
+        return simt::detail::record(cudaErrorStreamCaptureUnsupported);
     if (n)
         std::memcpy(dst, src, n);
     return cudaSuccess;
 }
+// On a capturing stream a copy or a memset becomes a graph node that reads its source when
+// the graph runs, as CUDA's memcpy nodes do.
 inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind kind,
                                    cudaStream_t stream = nullptr) {
-    (void)stream;
-    return cudaMemcpy(dst, src, n, kind);
+    (void)kind;
+    if (simt::detail::stream_capturing(stream)) {
+        simt::detail::capture_node(stream, [dst, src, n]() {
+            if (n)
+                std::memcpy(dst, src, n);
+        });
+        return cudaSuccess;
+    }
+    if (n)
+        std::memcpy(dst, src, n);
+    return cudaSuccess;
 }
 inline cudaError_t cudaMemset(void *dst, int value, size_t n) {
+    if (simt::detail::capture_forbids("cudaMemset"))
+        return simt::detail::record(cudaErrorStreamCaptureUnsupported);
     std::memset(dst, value, n);
     return cudaSuccess;
 }
 inline cudaError_t cudaMemsetAsync(void *dst, int value, size_t n, cudaStream_t stream = nullptr) {
-    (void)stream;
-    return cudaMemset(dst, value, n);
+    if (simt::detail::stream_capturing(stream)) {
+        simt::detail::capture_node(stream, [dst, value, n]() { std::memset(dst, value, n); });
+        return cudaSuccess;
+    }
+    std::memset(dst, value, n);
+    return cudaSuccess;
 }
 
-// A stream is a distinct non-null token, so code can tell one from the default stream.
-inline cudaError_t cudaStreamCreate(cudaStream_t *stream) {
-    *stream = reinterpret_cast<cudaStream_t>(std::malloc(1));
-    return simt::detail::record(*stream ? cudaSuccess : cudaErrorMemoryAllocation);
-}
-inline cudaError_t cudaStreamDestroy(cudaStream_t stream) {
-    std::free(stream);
+// One emulated device (index 0), so that code choosing a device by index meets CUDA's errors.
+inline cudaError_t cudaGetDeviceCount(int *count) {
+    *count = 1;
     return cudaSuccess;
 }
-inline cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
-    (void)stream;
+inline cudaError_t cudaSetDevice(int device) {
+    return device == 0 ? cudaSuccess : simt::detail::record(cudaErrorInvalidDevice);
+}
+inline cudaError_t cudaGetDevice(int *device) {
+    *device = 0;
     return cudaSuccess;
 }
-inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+
+inline cudaError_t cudaDeviceSynchronize() {
+    if (simt::detail::capture_forbids("cudaDeviceSynchronize"))
+        return simt::detail::record(cudaErrorStreamCaptureUnsupported);
+    return cudaSuccess;
+}
 
 inline cudaError_t cudaGetLastError() {
     cudaError_t e = simt::detail::last_error();
@@ -100,6 +142,11 @@ inline const char *cudaGetErrorString(cudaError_t e) {
     case cudaSuccess: return "no error";
     case cudaErrorInvalidValue: return "invalid argument";
     case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorIllegalState: return "the operation is not permitted in this state";
+    case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
     }
     return "unrecognized error code";
 }

@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -462,13 +463,28 @@ inline unsigned char *dynamic_shared() { return launch_in_progress("dynamic shar
 
 } // namespace detail
 
+namespace detail {
+// Stream capture (simt_graph.h): whether launches on stream are recorded into a graph rather
+// than run, and recording one.
+inline bool stream_capturing(cudaStream_t stream);
+inline void capture_node(cudaStream_t stream, std::function<void()> node);
+} // namespace detail
+
 // The arguments are converted to the kernel's parameter types once, at the launch, as CUDA
-// copies them into its parameter buffer.
+// copies them into its parameter buffer. A launch on a capturing stream keeps that copy in
+// the graph and runs when the graph is launched; any other runs now (synchronously).
 template <class... P, class... A>
 void launch(const char *name, dim3 grid, dim3 block, size_t shmem, cudaStream_t stream,
             void (*kernel)(P...), A &&...args) {
-    (void)stream; // every launch is synchronous
     detail::KernelCall<P...> call{kernel, std::tuple<std::decay_t<P>...>(std::forward<A>(args)...)};
+    if (detail::stream_capturing(stream)) {
+        detail::capture_node(stream, [name, grid, block, shmem, call]() {
+            detail::KernelCall<P...> copy = call;
+            detail::run_launch(name, reinterpret_cast<const void *>(copy.kernel), grid, block, shmem,
+                               &detail::KernelCall<P...>::run, &copy);
+        });
+        return;
+    }
     detail::run_launch(name, reinterpret_cast<const void *>(kernel), grid, block, shmem,
                        &detail::KernelCall<P...>::run, &call);
 }

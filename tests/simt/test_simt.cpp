@@ -424,7 +424,7 @@ static void test_atomics_from_many_threads(void **state) {
     cudaMalloc(&d, sizeof init);
     cudaMemcpy(d, &init, sizeof init, cudaMemcpyHostToDevice);
     SIMT_LAUNCH(atomics, blocks, threads, 0, 0, d);
-    AtomicTotals t;
+    AtomicTotals t{};
     cudaMemcpy(&t, d, sizeof t, cudaMemcpyDeviceToHost);
     assert_int_equal(t.add_i, n);
     assert_int_equal(t.sub_i, -2 * n);
@@ -622,6 +622,69 @@ static void test_template_kernel_and_big_shared(void **state) {
     assert_int_equal(got, sum);
 }
 
+// A captured launch and copy run only when the graph is launched, with the launch's arguments
+// as captured and the copy's source as it is then; each replay runs them again.
+static void test_stream_capture_and_graph_replay(void **state) {
+    (void)state;
+    cudaStream_t stream;
+    assert_int_equal(cudaStreamCreate(&stream), cudaSuccess);
+    unsigned *in = nullptr, *out = nullptr;
+    assert_int_equal(cudaMalloc(&in, 64 * sizeof *in), cudaSuccess);
+    assert_int_equal(cudaMalloc(&out, sizeof *out), cudaSuccess);
+    std::vector<unsigned> host(64);
+    *out = 12345;
+    assert_int_equal(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    cudaStreamCaptureStatus status;
+    assert_int_equal(cudaStreamIsCapturing(stream, &status), cudaSuccess);
+    assert_int_equal(status, cudaStreamCaptureStatusActive);
+    assert_int_equal(cudaMemcpyAsync(in, host.data(), 64 * sizeof *in, cudaMemcpyHostToDevice, stream), cudaSuccess);
+    int n = 64;
+    SIMT_LAUNCH(block_sum, 1, 64, 64 * sizeof(unsigned), stream, in, out, n);
+    n = 1; // the graph keeps the value the launch converted
+    cudaGraph_t graph;
+    assert_int_equal(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+    assert_int_equal(*out, 12345u); // nothing ran during the capture
+    cudaGraphExec_t exec;
+    assert_int_equal(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    for (int replay = 0; replay < 3; replay++) {
+        unsigned sum = 0;
+        for (unsigned &v : host)
+            v = (unsigned)random_nonzero(1000), sum += v;
+        assert_int_equal(cudaGraphLaunch(exec, stream), cudaSuccess);
+        assert_int_equal(cudaStreamSynchronize(stream), cudaSuccess);
+        assert_int_equal(*out, sum);
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaFree(in);
+    cudaFree(out);
+    cudaStreamDestroy(stream);
+}
+
+// What CUDA forbids inside a capture (allocation, synchronisation) fails and invalidates it.
+static void test_capture_refuses_allocation_and_sync(void **state) {
+    (void)state;
+    cudaStream_t stream;
+    assert_int_equal(cudaStreamCreate(&stream), cudaSuccess);
+    for (int what = 0; what < 2; what++) {
+        assert_int_equal(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+        void *p = nullptr;
+        if (what == 0)
+            assert_int_equal(cudaMalloc(&p, 16), cudaErrorStreamCaptureUnsupported);
+        else
+            assert_int_equal(cudaStreamSynchronize(stream), cudaErrorStreamCaptureUnsupported);
+        assert_null(p);
+        cudaGraph_t graph;
+        assert_int_equal(cudaStreamEndCapture(stream, &graph), cudaErrorStreamCaptureInvalidated);
+        assert_null(graph);
+        cudaGetLastError();
+    }
+    void *p = nullptr; // after the capture, allocation works again
+    assert_int_equal(cudaMalloc(&p, 16), cudaSuccess);
+    cudaFree(p);
+    cudaStreamDestroy(stream);
+}
+
 static void run_big_shared_without_attribute() {
     std::vector<unsigned> in(1024, 1);
     unsigned out;
@@ -721,6 +784,8 @@ int main(void) {
         cmocka_unit_test(test_conversions_in_a_kernel),
         cmocka_unit_test(test_intrinsics),
         cmocka_unit_test(test_template_kernel_and_big_shared),
+        cmocka_unit_test(test_stream_capture_and_graph_replay),
+        cmocka_unit_test(test_capture_refuses_allocation_and_sync),
         cmocka_unit_test(test_launch_limits_abort),
         cmocka_unit_test(test_divergent_barrier_aborts),
         cmocka_unit_test(test_warp_primitive_with_exited_lane_aborts),

@@ -216,13 +216,27 @@ $(CUDA_MODULE_EMU): $(CUDA_EMU_OBJ) cuda/module.map
 cuda-emu: $(CUDA_MODULE_EMU)
 $(BUILD)/tests/test_cuda_module: $(CUDA_MODULE_EMU)
 test: $(CUDA_MODULE_EMU)
+# The static archives (libllmmini-cuda-emu.a here, libllmmini-cuda.a below) add
+# llmm_cuda_register (cuda/register.c), which calls into the core: a static app links the
+# archive with libllmmini.a. tests/test_cuda_static.c links the emulated one that way.
+CUDA_REGISTER_OBJ := $(BUILD)/obj/cuda/register.o
+$(CUDA_REGISTER_OBJ): cuda/register.c | $(DEPS_OK)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
+CUDA_MODULE_EMU_STATIC := $(BUILD)/libllmmini-cuda-emu.a
+$(CUDA_MODULE_EMU_STATIC): $(CUDA_EMU_OBJ) $(CUDA_REGISTER_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+$(BUILD)/tests/test_cuda_static: TEST_EXTRA_OBJ := $(CUDA_MODULE_EMU_STATIC)
+$(BUILD)/tests/test_cuda_static: LIBS += -lstdc++
+$(BUILD)/tests/test_cuda_static: $(CUDA_MODULE_EMU_STATIC)
 ifeq ($(CUDA),1)
 CUDA_MODULE := $(BUILD)/libllmmini-cuda.so
 CUDA_MODULE_STATIC := $(BUILD)/libllmmini-cuda.a
 $(CUDA_MODULE): $(CUDA_OBJ) cuda/module.map
 	$(CXX) -shared -Wl,--version-script=cuda/module.map -Wl,-z,defs -pthread $(LDFLAGS) -o $@ $(CUDA_OBJ) \
 	    -L$(CUDA_HOME)/lib64 -lcudart
-$(CUDA_MODULE_STATIC): $(CUDA_OBJ)
+$(CUDA_MODULE_STATIC): $(CUDA_OBJ) $(CUDA_REGISTER_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 all: $(CUDA_MODULE) $(CUDA_MODULE_STATIC)
@@ -232,6 +246,36 @@ install-cuda: $(CUDA_MODULE) $(CUDA_MODULE_STATIC)
 	install -d $(DESTDIR)$(PREFIX)/lib
 	install -m 755 $(CUDA_MODULE) $(DESTDIR)$(PREFIX)/lib/
 	install -m 644 $(CUDA_MODULE_STATIC) $(DESTDIR)$(PREFIX)/lib/
+
+# Kernel tests on a GPU (make CUDA=1 cuda-device-tests; `make CUDA=1` builds them too, so that
+# they keep compiling where no GPU is): each tests/cuda/test_*.cpp compiled by nvcc as CUDA
+# (-x cu, where simt.h is the real runtime) and linked with the nvcc kernels of
+# libllmmini-cuda.a (an archive: a test pulls in only the kernel files it calls), as
+# $(BUILD)/tests/device/test_cuda_X. The tests reach device memory only through cudaMalloc and
+# cudaMemcpy, which the emulation maps to host memory, so one source serves both builds.
+# scripts/gpu-check.sh runs them, and again under compute-sanitizer.
+CUDA_DEVICE_TESTS := $(patsubst tests/cuda/%.cpp,$(BUILD)/tests/device/%,$(wildcard tests/cuda/test_*.cpp))
+$(BUILD)/obj/tests/cuda-device/%.o: tests/cuda/%.cpp | $(DEPS_OK)
+	@mkdir -p $(@D)
+	$(CUDA_HOME)/bin/nvcc -std=c++17 $(NVCC_ARCH) -x cu -Xcompiler -Wall,-Wextra,-Werror -MMD -MP -Icuda -Itests/simt \
+	    -Iinclude -Ilib -Icpu -Itests -c $< -o $@
+$(CUDA_DEVICE_TESTS): $(BUILD)/tests/device/%: $(BUILD)/obj/tests/cuda-device/%.o $(CUDA_MODULE_STATIC) \
+        $(TEST_SUPPORT_OBJ) $(STATIC)
+	@mkdir -p $(@D)
+	$(CXX) -pthread $(LDFLAGS) -o $@ $< $(CUDA_MODULE_STATIC) $(TEST_SUPPORT_OBJ) $(STATIC) -lcmocka $(LIBS) \
+	    -L$(CUDA_HOME)/lib64 -lcudart -Wl,-rpath,$(CUDA_HOME)/lib64
+# The static link an app makes (include/llmmini.h "STATIC BACKENDS"), with the real archive:
+# built here so that the documented link line keeps linking; run on a GPU by gpu-check.sh.
+CUDA_STATIC_TEST := $(BUILD)/tests/device/test_cuda_static
+$(CUDA_STATIC_TEST): $(BUILD)/obj/tests/test_cuda_static.o $(CUDA_MODULE_STATIC) $(TEST_SUPPORT_OBJ) $(STATIC)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_LDFLAGS) -o $@ $< $(TEST_SUPPORT_OBJ) $(CUDA_MODULE_STATIC) $(STATIC) -lcmocka \
+	    -L$(CUDA_HOME)/lib64 -lcudart_static -lstdc++ $(LIBS) -ldl -lrt
+CUDA_DEVICE_TESTS += $(CUDA_STATIC_TEST)
+.PHONY: cuda-device-tests
+cuda-device-tests: $(CUDA_DEVICE_TESTS)
+all: $(CUDA_DEVICE_TESTS)
+-include $(wildcard $(BUILD)/obj/tests/cuda-device/*.d)
 endif
 
 DEMO_MODEL := $(LLMM_SHARED)/models/stories260K.gguf

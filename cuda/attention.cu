@@ -2,20 +2,67 @@
 // attention over them (cu_attention), in the core's layout (lib/backend.h llmm_kv_layout) and
 // the CPU backend's row formats and rounding (cpu/kv_rows.h), so that a pool written here
 // reads back the same on either backend.
+//
+// Attention is split-K decoding. One block of attention_split_kernel takes one (row, K/V
+// head, split): every query head of that K/V head's group (up to ATTN_MAX_GROUP of them at
+// once) over one split of the row's positions, so that each K and V row is read from the pool
+// once per group and split, not once per query head. A split leaves its partial softmax
+// (softmax_merge.cuh: maximum m, sum l, unnormalised output a per value) in scratch and
+// attention_merge_kernel combines a row's splits; a row whose positions fit in its first split
+// is finished by that split directly and skipped by the merge.
+//
+// The launch geometry depends on the step's row count, the heads, head_dim and the context's
+// largest sequence (max_kv) only, never on positions, which are device data: a decode step
+// captured as a CUDA graph replays with any positions. Each block finds its own range from
+// pos[] and exits at once when the row is too short to reach its split.
 #include <math.h>
 
 #include "kernels.h"
+#include "softmax_merge.cuh"
 
 namespace {
 
+// Loops over register arrays (q, acc, the loaded values) index them by their counter: unrolled,
+// those arrays stay in registers. The host compiler of the emulated build does not know the
+// pragma.
+#if SIMT_EMULATED
+#define ATTN_UNROLL
+#define ATTN_UNROLL_2
+#else
+#define ATTN_UNROLL _Pragma("unroll")
+// The position loops, twice unrolled: a warp issues its next row's loads before the current
+// row's shuffles and FMAs, two rows in flight instead of one.
+#define ATTN_UNROLL_2 _Pragma("unroll 2")
+#endif
+
+constexpr unsigned FULL_MASK = 0xffffffffu;
 constexpr int KV_THREADS = 256;
-constexpr int ATTN_THREADS = 128;
-constexpr int ATTN_WARPS = ATTN_THREADS / 32;
-// Positions scored at a time: shared memory holds one chunk's weights whatever the sequence
-// length; longer sequences merge chunk after chunk by the online softmax.
+
+constexpr int ATTN_WARPS = 4;
+constexpr int ATTN_THREADS = 32 * ATTN_WARPS;
+// Positions per split (the split length when the row-split cap below does not bind). Each
+// split re-reads nothing, but writes a partial of (head_dim + 2) floats per query head that the
+// merge reads back: at 256 positions that is under 2% of the split's K/V bytes for a group of 8
+// F16 heads (4 KiB against 256 KiB at head_dim 128), and a single decode row of 4096 positions
+// on 8 K/V heads already makes 128 blocks, about one per SM of an H200 (132 SMs) and eight per
+// SM of an Orin (16). 512 would leave half of an H200 idle on that row. It equals ATTN_CHUNK,
+// so a split of this length is one pass of the softmax: one maximum, one sum, no rescaling.
+constexpr uint32_t ATTN_SPLIT = 256;
+// Positions scored at a time: the block holds one chunk's weights in shared memory whatever
+// the split's length; a longer split merges chunk after chunk by the online softmax.
 constexpr uint32_t ATTN_CHUNK = 256;
-// Output values one thread accumulates: head_dim up to ATTN_THREADS * this.
-constexpr uint32_t ATTN_MAX_DIMS_PER_THREAD = 4;
+// Most (row, split) pairs one launch makes: bounds the scratch at ATTN_MAX_ROW_SPLITS *
+// n_head * (head_dim + 2) floats (17 MiB at 32 heads of 128) however large the batch. A step
+// with many rows has n_rows * n_head_kv blocks of parallelism already; its splits grow longer.
+constexpr size_t ATTN_MAX_ROW_SPLITS = 1024;
+// Query heads one block computes: q and the output accumulators of each are registers of
+// every lane (ATTN_MAX_GROUP * 8 values each at head_dim 256). Larger groups take several
+// blocks, each reading the K/V rows once.
+constexpr uint32_t ATTN_MAX_GROUP = 8;
+// Head values per lane at most: 32 lanes cover head_dim up to 256 (Gemma).
+constexpr uint32_t ATTN_MAX_LANE_VALUES = 8;
+constexpr uint32_t ATTN_MAX_HEAD_DIM = 32 * ATTN_MAX_LANE_VALUES;
+constexpr int MERGE_THREADS = 128;
 
 // Byte offset of the (K or V: which, layer, head h) row at position p of the sequence whose
 // block table is table, from the pool's start (lib/backend.h kv_layout_view, kv_row_offset).
@@ -26,20 +73,16 @@ __device__ inline size_t kv_offset(const cu_kv &kv, uint32_t which, uint32_t lay
     return region * kv.head_stride + (size_t)table[p >> kv.block_shift] * kv.block_stride + slot * kv.row_bytes;
 }
 
-// Value d of a stored row, exactly as cpu/kv_rows.h kv_row reads it.
-__device__ inline float kv_value(const uint8_t *row, uint32_t type, uint32_t d) {
-    if (type == 0) return reinterpret_cast<const float *>(row)[d];
-    if (type == 1) return __half2float(__ushort_as_half(reinterpret_cast<const unsigned short *>(row)[d]));
-    return *reinterpret_cast<const float *>(row) * (float)reinterpret_cast<const int8_t *>(row + 4)[d];
+// The (K or V: which, layer, head h) region of the pool, and position p's row offset in it.
+__device__ inline const uint8_t *kv_region(const cu_kv &kv, uint32_t which, uint32_t layer, uint32_t h) {
+    return kv.pool + (((size_t)which * kv.n_layer + layer) * kv.n_head_kv + h) * kv.head_stride;
+}
+__device__ inline size_t kv_row_in_region(const cu_kv &kv, const uint32_t *table, uint32_t p) {
+    return (size_t)table[p >> kv.block_shift] * kv.block_stride + (p & ((1u << kv.block_shift) - 1)) * kv.row_bytes;
 }
 
 __device__ inline float warp_max(float v) {
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-
-__device__ inline float warp_sum(float v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(FULL_MASK, v, o));
     return v;
 }
 
@@ -83,75 +126,384 @@ __global__ void kv_write_kernel(cu_kv kv, const int32_t *pos, const uint32_t *ta
     }
 }
 
-// The block's maximum (op 0) or sum (op 1) of one value per thread, for every thread.
-__device__ inline float block_reduce(float v, int op, float *scratch) {
-    v = op ? warp_sum(v) : warp_max(v);
-    if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
-    __syncthreads();
-    float r = scratch[0];
-    for (int w = 1; w < ATTN_WARPS; w++) r = op ? r + scratch[w] : fmaxf(r, scratch[w]);
-    __syncthreads(); // scratch is reused by the next reduction
+// ---------------------------------------------------------------- attention
+
+// What one attention launch passes to its kernels (by value).
+struct attn_params {
+    cu_kv kv;
+    const int32_t *pos;
+    const uint32_t *table_start, *tables;
+    uint32_t layer;
+    const float *q; // (n_rows, n_head, head_dim)
+    float *out;     // (n_rows, n_head, head_dim)
+    uint32_t n_head;
+    uint32_t group;      // query heads per K/V head
+    uint32_t n_hg;       // blocks per (row, K/V head, split): the group in runs of head_run
+    uint32_t head_run;   // query heads per block, at most ATTN_MAX_GROUP
+    uint32_t window;
+    float scale, softcap;
+    uint32_t n_splits;   // splits per row (gridDim.z)
+    uint32_t split_len;  // positions per split; the last split also takes whatever lies past
+    uint32_t vw, vw_shift; // values per vector load (a power of two) and its log2
+    uint32_t n_vec;      // vectors in a head row: head_dim / vw
+    // scratch, for n_splits > 1: per (row, query head, split) p = (r * n_head + h) * n_splits + s
+    float *part_m;   // (p) the split's largest score
+    float *part_l;   // (p) its sum of e^(s - m)
+    float *part_acc; // (p, head_dim) its unnormalised output
+};
+
+// A head row as one warp reads it, lanes over head_dim: the row's values form vectors of vw
+// values (at most 16 bytes, as the row's alignment allows) and lane l holds vectors l, l + 32,
+// l + 64, ... in its slots (slot k * vw + e: value e of vector l + 32 k). Each load instruction
+// of the warp thus reads one contiguous stretch of the row, and q, the loaded K/V values and the
+// accumulators share the slot layout, so the per-lane math needs no exchange between lanes.
+// Values past the row (lanes without a vector) read as 0.
+template <uint32_t T, int EPL, int VW>
+__device__ inline void load_row_vw(const uint8_t *row, uint32_t lane, uint32_t n_vec, float (&x)[EPL]) {
+    constexpr int ES = T == 0 ? 4 : T == 1 ? 2 : 1; // element bytes: F32, F16, Q8's int8
+    constexpr int BYTES = VW * ES, WORDS = BYTES >= 4 ? BYTES / 4 : 1;
+    static_assert(BYTES <= 16 && EPL % VW == 0, "vector wider than a 16-byte load or than the slots");
+    const uint8_t *data = row + (T == 2 ? 4 : 0); // Q8: a float scale, then the int8 values
+    const float qscale = T == 2 ? *reinterpret_cast<const float *>(row) : 1.0f;
+    ATTN_UNROLL
+    for (int k = 0; k < EPL / VW; k++) {
+        const uint32_t vi = lane + 32u * (uint32_t)k;
+        uint32_t w[WORDS];
+        ATTN_UNROLL
+        for (int i = 0; i < WORDS; i++) w[i] = 0;
+        if (vi < n_vec) {
+            const uint8_t *p = data + (size_t)vi * BYTES;
+            if constexpr (BYTES == 16) {
+                const uint4 u = *reinterpret_cast<const uint4 *>(p);
+                w[0] = u.x, w[1] = u.y, w[2] = u.z, w[3] = u.w;
+            } else if constexpr (BYTES == 8) {
+                const uint2 u = *reinterpret_cast<const uint2 *>(p);
+                w[0] = u.x, w[1] = u.y;
+            } else if constexpr (BYTES == 4) w[0] = *reinterpret_cast<const uint32_t *>(p);
+            else if constexpr (BYTES == 2) w[0] = *reinterpret_cast<const unsigned short *>(p);
+            else w[0] = *p;
+        }
+        ATTN_UNROLL
+        for (int e = 0; e < VW; e++) {
+            float f;
+            if constexpr (T == 0) f = __uint_as_float(w[e]);
+            else if constexpr (T == 1) f = __half2float(__ushort_as_half((unsigned short)(w[e / 2] >> (16 * (e % 2)))));
+            else f = qscale * (float)(int8_t)(w[e / 4] >> (8 * (e % 4))); // cpu/kv_rows.h: scale * q
+            x[k * VW + e] = f;
+        }
+    }
+}
+
+template <uint32_t T, int EPL>
+__device__ inline void load_row_t(const uint8_t *row, uint32_t vw, uint32_t lane, uint32_t n_vec, float (&x)[EPL]) {
+    if constexpr (EPL >= 8 && T == 1)
+        if (vw == 8) return load_row_vw<T, EPL, 8>(row, lane, n_vec, x);
+    if constexpr (EPL >= 4)
+        if (vw == 4) return load_row_vw<T, EPL, 4>(row, lane, n_vec, x);
+    if constexpr (EPL >= 2)
+        if (vw == 2) return load_row_vw<T, EPL, 2>(row, lane, n_vec, x);
+    load_row_vw<T, EPL, 1>(row, lane, n_vec, x);
+}
+
+// The type and the vector width are the launch's: every branch here goes the same way for
+// the whole grid.
+template <int EPL>
+__device__ inline void load_row(const uint8_t *row, uint32_t type, uint32_t vw, uint32_t lane, uint32_t n_vec,
+                                float (&x)[EPL]) {
+    if (type == 0) load_row_t<0, EPL>(row, vw, lane, n_vec, x);
+    else if (type == 1) load_row_t<1, EPL>(row, vw, lane, n_vec, x);
+    else load_row_t<2, EPL>(row, vw, lane, n_vec, x);
+}
+
+// Halves the C sums a lane carries by exchanging with lane ^ o: the lane with bit o clear keeps
+// the lower C/2 sums, its partner the upper ones, and each adds the other's half of its kept
+// sums. C/2 shuffles instead of C full reductions.
+template <int C, int GP> __device__ inline void halve_sums(float (&v)[GP], uint32_t lane, int o) {
+    const bool upper = (lane & (uint32_t)o) != 0;
+    ATTN_UNROLL
+    for (int i = 0; i < C / 2; i++) {
+        const float keep = upper ? v[i + C / 2] : v[i], send = upper ? v[i] : v[i + C / 2];
+        v[i] = keep + __shfl_xor_sync(FULL_MASK, send, o);
+    }
+}
+
+// The warp's sums of GP values per lane (one per query head), reduced over the 32 lanes and
+// scattered: lanes [g * 32 / GP, (g + 1) * 32 / GP) return head g's total. GP - 1 + log2(32 /
+// GP) shuffles (9 for 8 heads) where reducing each head apart takes 5 GP (40).
+template <int GP> __device__ inline float reduce_scatter(float (&v)[GP], uint32_t lane) {
+    int o = 16;
+    if constexpr (GP >= 8) halve_sums<8, GP>(v, lane, o), o >>= 1;
+    if constexpr (GP >= 4) halve_sums<4, GP>(v, lane, o), o >>= 1;
+    if constexpr (GP >= 2) halve_sums<2, GP>(v, lane, o), o >>= 1;
+    float r = v[0];
+    for (; o > 0; o >>= 1) r += __shfl_xor_sync(FULL_MASK, r, o);
     return r;
 }
 
-// One block per (query head: x, row: y). Each chunk of positions: a warp per position for the
-// scores (lanes over head_dim, then a shuffle sum), scaled and soft-capped in the CPU's order;
-// then the online softmax: the running maximum m, the sum l of exp(s - m) and the thread's
-// output values acc, rescaled by exp(m_old - m_new) when a chunk raises the maximum. Thread t
-// owns output values t, t + ATTN_THREADS, ..., so its V reads of a position are coalesced.
-__global__ void attention_kernel(cu_kv kv, const int32_t *pos, const uint32_t *table_start, const uint32_t *tables,
-                                 uint32_t layer, const float *q, float *out, uint32_t n_head, uint32_t window,
-                                 float scale, float softcap) {
-    SIMT_DYNAMIC_SHARED(float, smem);
-    const uint32_t h = blockIdx.x, r = blockIdx.y, hd = kv.head_dim;
-    const uint32_t kvh = h / (n_head / kv.n_head_kv);
-    float *qs = smem, *w = smem + hd, *red = w + ATTN_CHUNK;
-    const float *qh = q + ((size_t)r * n_head + h) * hd;
-    for (uint32_t d = threadIdx.x; d < hd; d += blockDim.x) qs[d] = qh[d];
-    __syncthreads();
+// A position's GP softmax weights from shared memory, the same address for the whole warp (a
+// broadcast), 16 bytes at a time where GP allows.
+template <int GP> __device__ inline void load_weights(const float *w, float (&wt)[GP]) {
+    if constexpr (GP >= 4) {
+        ATTN_UNROLL
+        for (int i = 0; i < GP / 4; i++) {
+            const float4 f = reinterpret_cast<const float4 *>(w)[i];
+            wt[4 * i] = f.x, wt[4 * i + 1] = f.y, wt[4 * i + 2] = f.z, wt[4 * i + 3] = f.w;
+        }
+    } else {
+        ATTN_UNROLL
+        for (int g = 0; g < GP; g++) wt[g] = w[g];
+    }
+}
 
-    const uint32_t n_kv = (uint32_t)pos[r] + 1, start = window > 0 && window < n_kv ? n_kv - window : 0;
-    const uint32_t *table = tables + table_start[r];
-    const uint32_t lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const float cap_inv = softcap > 0 ? 1.0f / softcap : 0.0f;
-    float m = -INFINITY, l = 0, acc[ATTN_MAX_DIMS_PER_THREAD] = {0, 0, 0, 0};
-    for (uint32_t p0 = start; p0 < n_kv; p0 += ATTN_CHUNK) {
-        const uint32_t n = min(ATTN_CHUNK, n_kv - p0);
+// Shared memory of attention_split_kernel<GP, EPL>, in floats: the chunk's weights (ATTN_CHUNK,
+// GP), position-major so that the V pass reads a position's GP weights as one vector; reused at
+// the end for the warps' accumulators (ATTN_WARPS, GP, EPL, 32); then per (warp, head) the
+// chunk maxima and sums, and m, l per head.
+__host__ __device__ constexpr uint32_t attn_smem_main(uint32_t gp, uint32_t epl) {
+    return gp * (ATTN_CHUNK > ATTN_WARPS * 32 * epl ? ATTN_CHUNK : ATTN_WARPS * 32 * epl);
+}
+__host__ __device__ constexpr uint32_t attn_smem_floats(uint32_t gp, uint32_t epl) {
+    return attn_smem_main(gp, epl) + 2 * ATTN_WARPS * gp + 2 * gp;
+}
+
+// One block per (row: x, K/V head and run of its query heads: y, split: z); GP: the run's
+// heads rounded up to a power of two (padding heads have q = 0; their results are dropped),
+// EPL: values per lane, head_dim <= 32 EPL. Split s takes positions [start + s split_len,
+// start + (s + 1) split_len) of the row's visible ones [start, n_kv), so a window's positions
+// spread over the splits as a full row's do; the grid's last split also takes whatever lies
+// past (a row longer than max_kv).
+//
+// Per chunk of the split's positions: a warp per position scores all GP heads against its K row
+// (each lane's slots against the heads' q slots in registers, then one reduce_scatter); the
+// block takes each head's chunk maximum, the running maximum m and the weights e^(s - m), and
+// rescales its running sums l and accumulators by e^(m_old - m_new); then a warp per position
+// adds weight times V row to its lanes' accumulators. All warps share one m per head, so their
+// accumulators add up without rescaling at the end. The block then leaves (m, l, acc) per head
+// in scratch, or acc / l in out when the row has this one split.
+template <int GP, int EPL>
+__global__ void __launch_bounds__(ATTN_THREADS) attention_split_kernel(attn_params a) {
+    SIMT_DYNAMIC_SHARED(float, smem);
+    const uint32_t r = blockIdx.x, kvh = blockIdx.y / a.n_hg, run = blockIdx.y % a.n_hg, split = blockIdx.z;
+    const uint32_t n_kv = (uint32_t)a.pos[r] + 1, start = a.window > 0 && a.window < n_kv ? n_kv - a.window : 0;
+    const uint32_t len = n_kv - start;
+    // the whole block leaves together, before any barrier
+    if ((uint64_t)split * a.split_len >= len) return;
+    const uint32_t p_begin = start + split * a.split_len;
+    const uint32_t p_end = split + 1 == a.n_splits ? n_kv : min(n_kv, p_begin + a.split_len);
+    const bool direct = len <= a.split_len || a.n_splits == 1;
+    const uint32_t h0 = kvh * a.group + run * a.head_run; // first query head of the block
+    const uint32_t nh = min(a.head_run, a.group - run * a.head_run);
+    const uint32_t hd = a.kv.head_dim, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const uint32_t *table = a.tables + a.table_start[r];
+
+    float qr[GP][EPL]; // the heads' q values in the lane's slots
+    ATTN_UNROLL
+    for (int g = 0; g < GP; g++) {
+        const float *qh = a.q + ((size_t)r * a.n_head + h0 + g) * hd;
+        ATTN_UNROLL
+        for (int s = 0; s < EPL; s++) {
+            const uint32_t vi = lane + 32u * ((uint32_t)s >> a.vw_shift);
+            qr[g][s] = (uint32_t)g < nh && vi < a.n_vec ? qh[vi * a.vw + ((uint32_t)s & (a.vw - 1))] : 0.0f;
+        }
+    }
+
+    float *w = smem;                                          // (ATTN_CHUNK, GP)
+    float *red_max = smem + attn_smem_main(GP, EPL);          // (ATTN_WARPS, GP)
+    float *red_sum = red_max + ATTN_WARPS * GP;               // (ATTN_WARPS, GP)
+    float *ml = red_sum + ATTN_WARPS * GP;                    // m (GP), l (GP)
+    const uint32_t own = threadIdx.x % GP; // the head whose weights this thread exponentiates
+    float m[GP], l[GP], acc[GP][EPL];
+    ATTN_UNROLL
+    for (int g = 0; g < GP; g++) {
+        m[g] = -INFINITY, l[g] = 0;
+        ATTN_UNROLL
+        for (int s = 0; s < EPL; s++) acc[g][s] = 0;
+    }
+    const uint8_t *k_head = kv_region(a.kv, 0, a.layer, kvh), *v_head = kv_region(a.kv, 1, a.layer, kvh);
+    for (uint32_t p0 = p_begin; p0 < p_end; p0 += ATTN_CHUNK) {
+        const uint32_t n = min(ATTN_CHUNK, p_end - p0);
+        ATTN_UNROLL_2
         for (uint32_t j = warp; j < n; j += ATTN_WARPS) {
-            const uint8_t *krow = kv.pool + kv_offset(kv, 0, layer, kvh, table, p0 + j);
-            float dot = 0;
-            for (uint32_t d = lane; d < hd; d += 32) dot += qs[d] * kv_value(krow, kv.type, d);
-            dot = warp_sum(dot);
-            if (lane == 0) w[j] = softcap > 0 ? tanhf(dot * scale * cap_inv) * softcap : dot * scale;
+            float x[EPL], dot[GP];
+            load_row<EPL>(k_head + kv_row_in_region(a.kv, table, p0 + j), a.kv.type, a.vw, lane, a.n_vec, x);
+            ATTN_UNROLL
+            for (int g = 0; g < GP; g++) {
+                dot[g] = 0;
+                ATTN_UNROLL
+                for (int s = 0; s < EPL; s++) dot[g] += qr[g][s] * x[s];
+            }
+            const float total = reduce_scatter<GP>(dot, lane);
+            if (lane % (32 / GP) == 0) w[j * GP + lane / (32 / GP)] = sm_score(total, a.scale, a.softcap);
         }
         __syncthreads();
+        // thread t visits entries t, t + ATTN_THREADS, ...: all of head t % GP, GP dividing it
         float cmax = -INFINITY;
-        for (uint32_t j = threadIdx.x; j < n; j += blockDim.x) cmax = fmaxf(cmax, w[j]);
-        const float m_new = fmaxf(m, block_reduce(cmax, 0, red));
+        for (uint32_t i = threadIdx.x; i < n * GP; i += ATTN_THREADS) cmax = fmaxf(cmax, w[i]);
+        for (int o = 16; o >= GP; o >>= 1) cmax = fmaxf(cmax, __shfl_xor_sync(FULL_MASK, cmax, o));
+        if (lane < GP) red_max[warp * GP + lane] = cmax;
+        __syncthreads();
+        float corr[GP], m_own = 0;
+        ATTN_UNROLL
+        for (int g = 0; g < GP; g++) {
+            float c = red_max[g];
+            for (int wi = 1; wi < ATTN_WARPS; wi++) c = fmaxf(c, red_max[wi * GP + g]);
+            const float m_new = fmaxf(m[g], c);
+            corr[g] = sm_rescale(m[g], m_new);
+            m[g] = m_new;
+            if ((uint32_t)g == own) m_own = m_new;
+        }
         float csum = 0;
-        for (uint32_t j = threadIdx.x; j < n; j += blockDim.x) {
-            w[j] = expf(w[j] - m_new);
-            csum += w[j];
+        for (uint32_t i = threadIdx.x; i < n * GP; i += ATTN_THREADS) {
+            const float e = expf(w[i] - m_own);
+            w[i] = e;
+            csum += e;
         }
-        csum = block_reduce(csum, 1, red); // its barrier also publishes the weights
-        const float corr = expf(m - m_new); // 0 at the first chunk: m is -inf, m_new finite
-        l = l * corr + csum;
-        m = m_new;
-        for (uint32_t i = 0; i < ATTN_MAX_DIMS_PER_THREAD; i++) {
-            const uint32_t d = threadIdx.x + i * ATTN_THREADS;
-            if (d >= hd) break;
-            float a = acc[i] * corr;
-            for (uint32_t j = 0; j < n; j++)
-                a += w[j] * kv_value(kv.pool + kv_offset(kv, 1, layer, kvh, table, p0 + j), kv.type, d);
-            acc[i] = a;
+        for (int o = 16; o >= GP; o >>= 1) csum += __shfl_xor_sync(FULL_MASK, csum, o);
+        if (lane < GP) red_sum[warp * GP + lane] = csum;
+        __syncthreads(); // also publishes the weights
+        ATTN_UNROLL
+        for (int g = 0; g < GP; g++) {
+            float c = 0;
+            for (int wi = 0; wi < ATTN_WARPS; wi++) c += red_sum[wi * GP + g];
+            l[g] = l[g] * corr[g] + c;
+            ATTN_UNROLL
+            for (int s = 0; s < EPL; s++) acc[g][s] *= corr[g];
         }
-        __syncthreads(); // the next chunk overwrites w
+        ATTN_UNROLL_2
+        for (uint32_t j = warp; j < n; j += ATTN_WARPS) {
+            float x[EPL], wt[GP];
+            load_row<EPL>(v_head + kv_row_in_region(a.kv, table, p0 + j), a.kv.type, a.vw, lane, a.n_vec, x);
+            load_weights<GP>(w + j * GP, wt);
+            ATTN_UNROLL
+            for (int g = 0; g < GP; g++) {
+                ATTN_UNROLL
+                for (int s = 0; s < EPL; s++) acc[g][s] += wt[g] * x[s];
+            }
+        }
+        __syncthreads(); // the next chunk's scores, or the accumulators below, overwrite w
     }
-    float *oh = out + ((size_t)r * n_head + h) * hd;
-    const float inv_l = 1.0f / l;
-    for (uint32_t i = 0; i < ATTN_MAX_DIMS_PER_THREAD; i++) {
-        const uint32_t d = threadIdx.x + i * ATTN_THREADS;
-        if (d < hd) oh[d] = acc[i] * inv_l;
+
+    // The warps' accumulators, slot-major so that the 32 lanes' stores and the loads below fall
+    // in 32 different banks; then thread i sums value i over the warps.
+    float *part = smem; // (ATTN_WARPS, GP, EPL, 32)
+    ATTN_UNROLL
+    for (int g = 0; g < GP; g++) {
+        ATTN_UNROLL
+        for (int s = 0; s < EPL; s++) part[((warp * GP + g) * EPL + s) * 32 + lane] = acc[g][s];
+    }
+    if (threadIdx.x == 0) {
+        ATTN_UNROLL
+        for (int g = 0; g < GP; g++) ml[g] = m[g], ml[GP + g] = l[g];
+    }
+    __syncthreads();
+    for (uint32_t i = threadIdx.x; i < nh * EPL * 32; i += ATTN_THREADS) {
+        const uint32_t g = i / (EPL * 32), s = i / 32 % EPL, ln = i % 32;
+        const uint32_t vi = ln + 32 * (s >> a.vw_shift);
+        if (vi >= a.n_vec) continue;
+        float sum = 0;
+        for (int wi = 0; wi < ATTN_WARPS; wi++) sum += part[((wi * GP + g) * EPL + s) * 32 + ln];
+        const size_t head = (size_t)r * a.n_head + h0 + g, d = (size_t)vi * a.vw + (s & (a.vw - 1));
+        if (direct) a.out[head * hd + d] = sm_result(sm_partial{ml[g], ml[GP + g], sum});
+        else a.part_acc[(head * a.n_splits + split) * hd + d] = sum;
+    }
+    if (!direct && threadIdx.x < nh) {
+        const size_t p = ((size_t)r * a.n_head + h0 + threadIdx.x) * a.n_splits + split;
+        a.part_m[p] = ml[threadIdx.x];
+        a.part_l[p] = ml[GP + threadIdx.x];
+    }
+}
+
+// One block per (row: x, query head: y): the row's splits merged value by value, in split
+// order. Rows that fit in one split were finished by attention_split_kernel; splits past the
+// row's end wrote nothing and are not read (merging them would be a no-op: they are the empty
+// partial).
+__global__ void __launch_bounds__(MERGE_THREADS) attention_merge_kernel(attn_params a) {
+    const uint32_t r = blockIdx.x, h = blockIdx.y, hd = a.kv.head_dim;
+    const uint32_t n_kv = (uint32_t)a.pos[r] + 1, start = a.window > 0 && a.window < n_kv ? n_kv - a.window : 0;
+    const uint32_t len = n_kv - start;
+    if (len <= a.split_len) return;
+    const uint64_t n_reach = ((uint64_t)len + a.split_len - 1) / a.split_len; // splits the row reaches
+    const uint32_t n_act = n_reach < a.n_splits ? (uint32_t)n_reach : a.n_splits;
+    const size_t head = (size_t)r * a.n_head + h, p0 = head * a.n_splits;
+    for (uint32_t d = threadIdx.x; d < hd; d += blockDim.x) {
+        sm_partial acc = sm_empty();
+        for (uint32_t s = 0; s < n_act; s++)
+            acc = sm_merge(acc, sm_partial{a.part_m[p0 + s], a.part_l[p0 + s], a.part_acc[(p0 + s) * hd + d]});
+        a.out[head * hd + d] = sm_result(acc);
+    }
+}
+
+// ---------------------------------------------------------------- launch geometry (host)
+
+// Splits per row and their length: functions of the row count and max_kv alone. Up to
+// ATTN_SPLIT positions a split while n_rows * splits stays within ATTN_MAX_ROW_SPLITS, the
+// splits of equal length for a row of max_kv positions; past the cap, fewer and longer splits.
+struct attn_splits {
+    uint32_t n, len;
+};
+
+size_t attn_kv_clamped(size_t max_kv) {
+    const size_t most = (size_t)1 << 31; // positions are int32
+    return max_kv == 0 ? 1 : max_kv > most ? most : max_kv;
+}
+
+attn_splits attn_splits_for(size_t n_rows, size_t max_kv) {
+    const size_t kv = attn_kv_clamped(max_kv), full = (kv + ATTN_SPLIT - 1) / ATTN_SPLIT;
+    const size_t cap = n_rows >= ATTN_MAX_ROW_SPLITS ? 1 : ATTN_MAX_ROW_SPLITS / n_rows;
+    const size_t n = full < cap ? full : cap;
+    return attn_splits{(uint32_t)n, (uint32_t)((kv + n - 1) / n)};
+}
+
+uint32_t pow2_ceil(uint32_t x) {
+    uint32_t p = 1;
+    while (p < x) p *= 2;
+    return p;
+}
+
+uint32_t log2_exact(uint32_t x) {
+    uint32_t s = 0;
+    while ((1u << s) < x) s++;
+    return s;
+}
+
+// The widest vector (values, a power of two up to the lane's EPL slots and 16 bytes; Q8: 4
+// bytes, its values start 4 bytes into the row) that divides head_dim and at which every row
+// of the pool is aligned; a pool offset by an odd amount reads value by value. EPL, not the
+// load width, sets the lanes' share of a row (head_dim / 32, rounded up to a power of two), so
+// all 32 lanes hold values: a position costs EPL FMAs per query head in every lane, and with
+// several heads per K/V row those FMAs, not the load instructions, bound the issue rate. So a
+// full warp of 8-byte loads (F16, head_dim 128) rather than half a warp of 16-byte ones; 16
+// bytes at F16 head_dim 256 and F32 128.
+uint32_t attn_vector_width(const cu_kv &kv, uint32_t epl) {
+    const uint32_t es = kv.type == 0 ? 4 : kv.type == 1 ? 2 : 1, off = kv.type == 2 ? 4 : 0;
+    uint32_t vw = epl < 16 / es ? epl : 16 / es;
+    if (kv.type == 2 && vw > 4) vw = 4;
+    for (; vw > 1; vw /= 2) {
+        const size_t bytes = (size_t)vw * es;
+        if (kv.head_dim % vw == 0 && ((uintptr_t)kv.pool + off) % bytes == 0 && kv.row_bytes % bytes == 0 &&
+            kv.block_stride % bytes == 0 && kv.head_stride % bytes == 0)
+            break;
+    }
+    return vw;
+}
+
+typedef void (*attn_kernel_fn)(attn_params);
+
+template <int GP> attn_kernel_fn attn_kernel_epl(uint32_t epl) {
+    switch (epl) {
+    case 1: return &attention_split_kernel<GP, 1>;
+    case 2: return &attention_split_kernel<GP, 2>;
+    case 4: return &attention_split_kernel<GP, 4>;
+    default: return &attention_split_kernel<GP, 8>;
+    }
+}
+
+attn_kernel_fn attn_kernel(uint32_t gp, uint32_t epl) {
+    switch (gp) {
+    case 1: return attn_kernel_epl<1>(epl);
+    case 2: return attn_kernel_epl<2>(epl);
+    case 4: return attn_kernel_epl<4>(epl);
+    default: return attn_kernel_epl<8>(epl);
     }
 }
 
@@ -168,15 +520,58 @@ int cu_kv_write(cudaStream_t stream, const cu_kv *kv, const cu_step *step, uint3
     return (int)cudaGetLastError();
 }
 
+size_t cu_attention_scratch_bytes(size_t n_rows, uint32_t n_head, uint32_t head_dim, size_t max_kv) {
+    const size_t full = (attn_kv_clamped(max_kv) + ATTN_SPLIT - 1) / ATTN_SPLIT;
+    if (n_rows == 0 || full <= 1) return 0;
+    // a launch of n <= n_rows rows with more than one split makes n * splits <= n * full and
+    // n * splits <= ATTN_MAX_ROW_SPLITS partials per query head (attn_splits_for)
+    const size_t pairs = n_rows > ATTN_MAX_ROW_SPLITS / full ? ATTN_MAX_ROW_SPLITS : n_rows * full;
+    return pairs * n_head * ((size_t)head_dim + 2) * sizeof(float);
+}
+
 int cu_attention(cudaStream_t stream, const cu_kv *kv, const cu_step *step, uint32_t layer, const float *q,
-                 float *out, uint32_t n_head, uint32_t window, float scale, float softcap) {
+                 float *out, uint32_t n_head, uint32_t window, float scale, float softcap, size_t max_kv,
+                 void *scratch, size_t scratch_bytes) {
     if (layer >= kv->n_layer || kv->type > 2 || kv->n_head_kv == 0 || n_head % kv->n_head_kv != 0 ||
-        kv->head_dim == 0 || kv->head_dim > ATTN_THREADS * ATTN_MAX_DIMS_PER_THREAD)
+        kv->head_dim == 0 || kv->head_dim > ATTN_MAX_HEAD_DIM || n_head > 65535)
         return (int)cudaErrorInvalidValue;
     if (step->n_rows == 0 || n_head == 0) return 0;
-    const size_t shmem = ((size_t)kv->head_dim + ATTN_CHUNK + ATTN_WARPS) * sizeof(float);
-    SIMT_LAUNCH(attention_kernel, dim3(n_head, step->n_rows), dim3(ATTN_THREADS), shmem, stream, *kv, step->pos,
-                step->table_start, step->tables, layer, q, out, n_head, window, scale, softcap);
+    const uint32_t hd = kv->head_dim, group = n_head / kv->n_head_kv;
+    const attn_splits sp = attn_splits_for(step->n_rows, max_kv);
+    const size_t partials = sp.n > 1 ? (size_t)step->n_rows * n_head * sp.n : 0;
+    if (partials * ((size_t)hd + 2) * sizeof(float) > scratch_bytes || (partials && !scratch))
+        return (int)cudaErrorInvalidValue;
+
+    attn_params a;
+    a.kv = *kv;
+    a.pos = step->pos;
+    a.table_start = step->table_start;
+    a.tables = step->tables;
+    a.layer = layer;
+    a.q = q;
+    a.out = out;
+    a.n_head = n_head;
+    a.group = group;
+    a.n_hg = (group + ATTN_MAX_GROUP - 1) / ATTN_MAX_GROUP;
+    a.head_run = (group + a.n_hg - 1) / a.n_hg;
+    a.window = window;
+    a.scale = scale;
+    a.softcap = softcap;
+    a.n_splits = sp.n;
+    a.split_len = sp.len;
+    const uint32_t gp = pow2_ceil(a.head_run), epl = pow2_ceil((hd + 31) / 32);
+    a.vw = attn_vector_width(*kv, epl);
+    a.vw_shift = log2_exact(a.vw);
+    a.n_vec = hd / a.vw;
+    a.part_m = static_cast<float *>(scratch);
+    a.part_l = partials ? a.part_m + partials : nullptr;
+    a.part_acc = partials ? a.part_l + partials : nullptr;
+    const attn_kernel_fn kfn = attn_kernel(gp, epl);
+    const size_t shmem = attn_smem_floats(gp, epl) * sizeof(float);
+    SIMT_LAUNCH(kfn, dim3(step->n_rows, kv->n_head_kv * a.n_hg, sp.n), dim3(ATTN_THREADS), shmem, stream, a);
+    int err = (int)cudaGetLastError();
+    if (err || sp.n == 1) return err;
+    SIMT_LAUNCH(attention_merge_kernel, dim3(step->n_rows, n_head), dim3(MERGE_THREADS), 0, stream, a);
     return (int)cudaGetLastError();
 }
 

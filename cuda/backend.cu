@@ -1,19 +1,16 @@
 /* The CUDA backend's table (lib/backend.h) and its module entry point (lib/backend_module.h):
- * device buffers, weights uploaded once per model and device, the step's per-row inputs in
- * fixed device buffers, and each op as one launch of the kernels in kernels.h on the
- * context's stream.
+ * device buffers, the context's stream, the step's per-row inputs in fixed device buffers, and
+ * each op as one launch of the kernels in kernels.h, recorded for a graph in decode steps.
  *
- * Built twice, like every kernel file of cuda/: by nvcc into libllmmini-cuda.so (make CUDA=1, linked
+ * Built twice, like every file of cuda/: by nvcc into libllmmini-cuda.so and .a (make CUDA=1,
  * with cudart) and by the host C++ compiler against the SIMT emulation into
  * libllmmini-cuda-emu.so (make test, make cuda-emu), which tests/test_cuda_module.c loads as
  * the CUDA module. The module calls nothing of the core: it uses the table's types and the
- * kernels only, and takes memory from the app's allocator hooks (cfg->alloc) directly.
+ * kernels only, and takes host memory from the app's allocator hooks (host_memory.h).
  *
- * Weights. The first context of a model on this backend makes a table of device copies, one
- * slot per weight index, in the model's share (cfg->shared, as cpu_backend.c's copy set);
- * prepare_weight uploads a weight the first time its index is prepared and hands every later
- * context the same device pointer; the last context's shutdown frees them all. A context
- * without a share (never from the core) keeps a private table.
+ * Device. A context runs on cfg->device; every entry point that touches the device makes it
+ * current first (a context may move between host threads, and cudaSetDevice is per thread).
+ * Weights are the model's per device (device_weights.h).
  *
  * Steps. step_begin validates the descriptor as the CPU backend does, then packs the step's
  * tokens, positions, each row's block table start and the concatenated block tables into one
@@ -21,12 +18,17 @@
  * capacity) and uploads it with one cudaMemcpyAsync; the kernels read them through cu_step.
  * The buffer is sized at reserve() for shape->max_rows rows and max_rows * ceil(max_kv / 16)
  * table entries, and grows in step_begin only for a step beyond that (the conformance suite
- * never calls reserve). step_end synchronizes the stream.
+ * never calls reserve).
+ * A prompt step launches each op as it comes. A decode step records them (cu_op, graph.h) and
+ * launches at step_end: the graph captured for its row count when the record matches, else a
+ * new capture (graph.h; LLMM_CUDA_GRAPHS=0 in the environment launches decode ops as they come
+ * too). Either way an op's arguments are checked when it is called, so errors come back from
+ * the op as before, and nothing allocates inside a reserved step. step_end synchronizes the
+ * stream: the core reads the logits right after.
  *
  * Tokens. embed checks the step's token ids against the table's rows on the host (they are
  * host values of the descriptor), so an out-of-range id fails embed with LLMM_ERR_INVALID_ARG
  * at once, without a device read; cu_embed's device flag is then never set, and is not read. */
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,35 +36,41 @@
 
 #include "backend.h"
 #include "backend_module.h"
+#include "device_weights.h"
+#include "graph.h"
+#include "host_memory.h"
 #include "kernels.h"
-#include "model.h"
 #include "quant_blocks.cuh"
 
 namespace {
 
-/* A device copy of one weight. */
-struct cu_weight_slot {
-    void *dev;
-    size_t bytes;
-};
-
-/* The device copies a model's contexts share (llmm_backend_shared.data). */
-struct cu_weight_set {
-    size_t n;
-    const llmm_allocator *alloc; /* of the context that made it */
-    cu_weight_slot slot[1];      /* (n) */
-};
-
 /* Minimum block size the table capacity is reserved for (positions per block). */
 const size_t k_min_block = 16;
 
+/* What a recorded op launches (cu_op.kind); the fields each uses: run_op. */
+enum op_kind : uint32_t {
+    OP_EMBED = 1,
+    OP_RMS_NORM,
+    OP_MATMUL,
+    OP_ROPE,
+    OP_GLU,
+    OP_ADD,
+    OP_ADD_ROWS,
+    OP_SCALE,
+    OP_SOFTCAP,
+    OP_KV_WRITE,
+    OP_ATTENTION,
+    /* last of every decode record: the buffers the launches read besides their arguments, so
+     * that a graph is never replayed after one of them moved */
+    OP_STEP_BUFFERS,
+};
+
 struct cu_state {
     const llmm_allocator *alloc;
+    int device;
     cudaStream_t stream;
-    size_t n_weights;
-    llmm_backend_shared *shared; /* the model's share, or NULL: own holds a private set */
+    llmm_backend_shared *shared; /* the model's share, or NULL: a private weight set */
     cu_weight_set *weights;
-    cu_weight_set *own;
 
     /* step inputs: device buffer and host staging of the same layout, in uint32 words:
      * tokens [0, rows_cap), pos [rows_cap, 2 rows_cap), table_start [2 rows_cap, 3 rows_cap),
@@ -74,116 +82,185 @@ struct cu_state {
     void *scratch; /* cu_matmul's */
     size_t scratch_bytes;
     int *bad; /* device: cu_embed's flag */
+    void *attn_scratch; /* cu_attention's partials of split rows */
+    size_t attn_scratch_bytes;
+    size_t attn_max_kv; /* the reserved shape's max_kv, which fixes cu_attention's geometry; 0: none */
 
     int in_step;
     llmm_step desc;
     cu_kv kv;
     cu_step step;
+
+    /* decode steps as graphs (graph.h) */
+    cu_graphs *graphs;    /* NULL: graphs off (LLMM_CUDA_GRAPHS=0) */
+    int recording;        /* this step's ops are recorded, launched at step_end */
+    int record_failed;    /* an op of the recorded step failed: the core abandons the step, whose
+                             recorded ops still run (as they would have, launched as they came)
+                             but make no graph */
+    cu_op *ops;           /* (ops_cap) the record */
+    size_t n_ops, ops_cap;
 };
-
-void *cu_host_alloc(const llmm_allocator *al, size_t bytes) {
-    if (al && al->alloc) return al->alloc(al->user, bytes ? bytes : 1);
-    return malloc(bytes ? bytes : 1);
-}
-
-void cu_host_free(const llmm_allocator *al, void *p) {
-    if (!p) return;
-    if (al && al->free) al->free(al->user, p);
-    else free(p);
-}
-
-void *cu_host_calloc(const llmm_allocator *al, size_t n, size_t size) {
-    if (size && n > SIZE_MAX / size) return NULL;
-    void *p = cu_host_alloc(al, n * size);
-    if (p) memset(p, 0, n * size);
-    return p;
-}
 
 llmm_status cu_status(int err) {
     if (err == 0) return LLMM_OK;
     return err == cudaErrorMemoryAllocation ? LLMM_ERR_NO_MEMORY : LLMM_ERR_BACKEND;
 }
 
-cu_weight_set *cu_set_new(const llmm_allocator *al, size_t n) {
-    cu_weight_set *set = (cu_weight_set *)cu_host_calloc(al, 1, sizeof *set + n * sizeof set->slot[0]);
-    if (set) {
-        set->n = n;
-        set->alloc = al;
+/* The context's device, current on this thread. */
+int use_device(const cu_state *s) { return cudaSetDevice(s->device); }
+
+/* ---------------------------------------------------------------- recorded ops */
+
+/* Launch one op (the fields of cu_op by kind are set by the op functions below). */
+int run_op(cu_state *s, const cu_op *op) {
+    switch (op->kind) {
+    case OP_EMBED: /* p0 table, u0 type, n0 ne0, n1 ne1, n2 rows, p1 out */
+        return cu_embed(s->stream, op->p[0], op->u[0], op->n[0], op->n[1], s->step.tokens, op->n[2],
+                        (float *)op->p[1], s->bad);
+    case OP_RMS_NORM: /* p0 x, p1 weight, p2 out, n0 rows, n1 dim, f0 eps */
+        return cu_rms_norm(s->stream, (const float *)op->p[0], (const float *)op->p[1], (float *)op->p[2], op->n[0],
+                           op->n[1], op->f[0]);
+    case OP_MATMUL: /* p0 w, u0 type, n0 ne0, n1 ne1, p1 x, n2 rows, p2 out */
+        return cu_matmul(s->stream, op->p[0], op->u[0], op->n[0], op->n[1], (const float *)op->p[1], op->n[2],
+                         (float *)op->p[2], s->scratch);
+    case OP_ROPE: /* p0 x, n0 rows, n1 heads, n2 head_dim, u0 n_rot, u1 kind, f0 base, f1 freq_scale,
+                     f2 mscale, p1 freq_factors */
+        return cu_rope(s->stream, (float *)op->p[0], op->n[0], op->n[1], op->n[2], s->step.pos, op->u[0], op->f[0],
+                       op->f[1], op->f[2], op->u[1], (const float *)op->p[1]);
+    case OP_GLU: /* p0 gate, p1 up, n0 n, u0 act */
+        return cu_glu(s->stream, (float *)op->p[0], (const float *)op->p[1], op->n[0], op->u[0]);
+    case OP_ADD: /* p0 dst, p1 src, n0 n */
+        return cu_add(s->stream, (float *)op->p[0], (const float *)op->p[1], op->n[0]);
+    case OP_ADD_ROWS: /* p0 x, p1 bias, n0 rows, n1 dim */
+        return cu_add_rows(s->stream, (float *)op->p[0], (const float *)op->p[1], op->n[0], op->n[1]);
+    case OP_SCALE: /* p0 x, n0 n, f0 s */
+        return cu_scale(s->stream, (float *)op->p[0], op->n[0], op->f[0]);
+    case OP_SOFTCAP: /* p0 x, n0 n, f0 cap */
+        return cu_softcap(s->stream, (float *)op->p[0], op->n[0], op->f[0]);
+    case OP_KV_WRITE: /* u0 layer, p0 k, p1 v */
+        return cu_kv_write(s->stream, &s->kv, &s->step, op->u[0], (const float *)op->p[0], (const float *)op->p[1]);
+    case OP_ATTENTION: /* u0 layer, p0 q, p1 out, u1 n_head, u2 window, f0 scale, f1 softcap, n0 max_kv */
+        return cu_attention(s->stream, &s->kv, &s->step, op->u[0], (const float *)op->p[0], (float *)op->p[1],
+                            op->u[1], op->u[2], op->f[0], op->f[1], op->n[0], s->attn_scratch,
+                            s->attn_scratch_bytes);
+    case OP_STEP_BUFFERS: return 0;
     }
-    return set;
+    return (int)cudaErrorInvalidValue;
 }
 
-void cu_set_free(cu_weight_set *set) {
-    if (!set) return;
-    for (size_t i = 0; i < set->n; i++) cudaFree(set->slot[i].dev);
-    cu_host_free(set->alloc, set);
+int run_ops(void *state, const cu_op *ops, size_t n_ops) {
+    cu_state *s = (cu_state *)state;
+    for (size_t i = 0; i < n_ops; i++) {
+        const int err = run_op(s, &ops[i]);
+        if (err) return err;
+    }
+    return 0;
 }
 
-/* Joins the model's set of device copies, creating it for the first context (under the
- * share's lock: contexts of one model start and stop on any threads). */
-llmm_status join_weights(cu_state *s, llmm_backend_shared *shared, size_t n) {
-    pthread_mutex_lock(&shared->lock);
-    cu_weight_set *set = (cu_weight_set *)shared->data;
-    if (!set && (set = cu_set_new(s->alloc, n))) shared->data = set;
-    if (set) shared->users++;
-    pthread_mutex_unlock(&shared->lock);
-    if (!set) return LLMM_ERR_NO_MEMORY;
-    s->shared = shared;
-    if (set->n == n) {
-        s->weights = set;
-        return LLMM_OK;
-    }
-    /* a share of another shape (never expected): copies of this context's own */
-    if (!(s->own = cu_set_new(s->alloc, n))) return LLMM_ERR_NO_MEMORY;
-    s->weights = s->own;
+/* Room for n more records (host memory: grows in a context's first decode steps only). */
+llmm_status ops_room(cu_state *s, size_t n) {
+    if (s->n_ops + n <= s->ops_cap) return LLMM_OK;
+    const size_t cap = (s->n_ops + n) * 2;
+    cu_op *ops = (cu_op *)cu_host_alloc(s->alloc, cap * sizeof *ops);
+    if (!ops) return LLMM_ERR_NO_MEMORY;
+    if (s->n_ops) memcpy(ops, s->ops, s->n_ops * sizeof *ops);
+    cu_host_free(s->alloc, s->ops);
+    s->ops = ops;
+    s->ops_cap = cap;
     return LLMM_OK;
 }
 
-/* The last context of the model to leave frees the device copies, before its shutdown
- * returns (the module may be unloaded right after). */
-void leave_weights(cu_state *s) {
-    llmm_backend_shared *shared = s->shared;
-    if (!shared) return;
-    pthread_mutex_lock(&shared->lock);
-    if (--shared->users == 0) {
-        cu_set_free((cu_weight_set *)shared->data);
-        shared->data = NULL;
+/* An op whose arguments were checked: recorded in a decode step, else launched now. */
+llmm_status submit(cu_state *s, const cu_op &op) {
+    if (!s->recording) return cu_status(run_op(s, &op));
+    llmm_status st = ops_room(s, 1);
+    if (st) {
+        s->record_failed = 1;
+        return st;
     }
-    pthread_mutex_unlock(&shared->lock);
-    s->shared = NULL;
+    s->ops[s->n_ops++] = op;
+    return LLMM_OK;
+}
+
+/* An op failed its checks: the step will not be a complete one to capture. */
+llmm_status refuse(cu_state *s, llmm_status st) {
+    if (s->recording) s->record_failed = 1;
+    return st;
+}
+
+/* Launch what the step recorded so far, eagerly, and record no more: a copy or a transfer the
+ * core orders inside a step must see the ops before it done. */
+int flush_record(cu_state *s) {
+    if (!s->recording) return 0;
+    s->recording = 0;
+    const int err = run_ops(s, s->ops, s->n_ops);
+    s->n_ops = 0;
+    return err;
+}
+
+/* The recorded decode step: replayed or captured (graph.h), then launched. */
+int launch_record(cu_state *s) {
+    s->recording = 0;
+    int err = 0;
+    if (s->record_failed) {
+        err = run_ops(s, s->ops, s->n_ops);
+    } else if (s->n_ops) {
+        cu_op tail = cu_op_zero(OP_STEP_BUFFERS);
+        tail.p[0] = s->step_dev;
+        tail.p[1] = s->scratch;
+        tail.p[2] = s->attn_scratch;
+        tail.p[3] = s->kv.pool;
+        tail.n[0] = s->rows_cap;
+        tail.n[1] = s->attn_scratch_bytes;
+        if (ops_room(s, 1)) {
+            err = run_ops(s, s->ops, s->n_ops);
+        } else {
+            s->ops[s->n_ops++] = tail;
+            err = cu_graphs_run(s->graphs, s->stream, (uint32_t)s->desc.n_rows, s->ops, s->n_ops, run_ops, s);
+        }
+    }
+    s->n_ops = 0;
+    s->record_failed = 0;
+    return err;
 }
 
 /* ---------------------------------------------------------------- the table */
 
 int cu_available(void) {
-#if SIMT_EMULATED
-    return 1; /* the emulation runs every kernel on the CPU */
-#else
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess) {
         cudaGetLastError(); /* a driver without a device leaves a sticky-looking error: clear it */
         return 0;
     }
     return n > 0;
-#endif
 }
 
 int cu_supports_type(uint32_t type) { return qb_block_size(type) > 0; }
 
+/* LLMM_CUDA_GRAPHS=0: decode steps launch op by op, as prompts do (to compare the two). */
+int graphs_wanted(void) {
+    const char *e = getenv("LLMM_CUDA_GRAPHS");
+    return !(e && strcmp(e, "0") == 0);
+}
+
 void cu_shutdown(void *state);
 
 llmm_status cu_init(const llmm_backend_config *cfg, void **out) {
+    int n_devices = 0;
+    if (cudaGetDeviceCount(&n_devices) != cudaSuccess || cfg->device < 0 || cfg->device >= n_devices) {
+        cudaGetLastError();
+        return LLMM_ERR_BACKEND; /* no such device: AUTO goes to the CPU */
+    }
     cu_state *s = (cu_state *)cu_host_calloc(cfg->alloc, 1, sizeof *s);
     if (!s) return LLMM_ERR_NO_MEMORY;
     s->alloc = cfg->alloc;
-    s->n_weights = cfg->n_weights;
-    llmm_status st = cu_status(cudaStreamCreate(&s->stream));
+    s->device = cfg->device;
+    s->shared = cfg->shared;
+    llmm_status st = cu_status(use_device(s));
+    if (!st) st = cu_status(cudaStreamCreate(&s->stream));
     if (!st) st = cu_status(cudaMalloc((void **)&s->bad, sizeof(int)));
-    if (!st) {
-        if (cfg->shared) st = join_weights(s, cfg->shared, cfg->n_weights);
-        else if ((s->own = cu_set_new(s->alloc, cfg->n_weights))) s->weights = s->own;
-        else st = LLMM_ERR_NO_MEMORY;
-    }
+    if (!st && graphs_wanted() && !(s->graphs = cu_graphs_new(s->alloc))) st = LLMM_ERR_NO_MEMORY;
+    if (!st) st = cu_weights_join(s->shared, s->alloc, s->device, cfg->n_weights, &s->weights);
     if (st) {
         cu_shutdown(s);
         return st;
@@ -195,21 +272,27 @@ llmm_status cu_init(const llmm_backend_config *cfg, void **out) {
 void cu_shutdown(void *state) {
     cu_state *s = (cu_state *)state;
     if (!s) return;
+    use_device(s);
     if (s->stream) cudaStreamSynchronize(s->stream);
-    leave_weights(s);
-    cu_set_free(s->own);
+    cu_graphs_free(s->graphs);
+    /* the last context of the model on this device frees the weights before its shutdown
+     * returns: the module may be unloaded right after */
+    cu_weights_leave(s->shared, s->weights);
     cudaFree(s->step_dev);
     cu_host_free(s->alloc, s->step_host);
     cudaFree(s->scratch);
+    cudaFree(s->attn_scratch);
     cudaFree(s->bad);
+    cu_host_free(s->alloc, s->ops);
     if (s->stream) cudaStreamDestroy(s->stream);
     cu_host_free(s->alloc, s);
 }
 
 llmm_status cu_buffer_alloc(void *state, size_t bytes, void **out) {
-    (void)state;
+    cu_state *s = (cu_state *)state;
     *out = NULL;
-    llmm_status st = cu_status(cudaMalloc(out, bytes ? bytes : 1));
+    llmm_status st = cu_status(use_device(s));
+    if (!st) st = cu_status(cudaMalloc(out, bytes ? bytes : 1));
     if (st) *out = NULL;
     return st;
 }
@@ -217,6 +300,8 @@ llmm_status cu_buffer_alloc(void *state, size_t bytes, void **out) {
 void cu_buffer_free(void *state, void *buffer) {
     cu_state *s = (cu_state *)state;
     if (!buffer) return;
+    use_device(s);
+    flush_record(s);
     cudaStreamSynchronize(s->stream); /* nothing queued may still use it */
     cudaFree(buffer);
 }
@@ -224,13 +309,18 @@ void cu_buffer_free(void *state, void *buffer) {
 llmm_status cu_upload(void *state, void *dst, const void *src, size_t bytes) {
     cu_state *s = (cu_state *)state;
     if (!bytes) return LLMM_OK;
-    return cu_status(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s->stream));
+    int err = use_device(s);
+    if (!err) err = flush_record(s);
+    if (!err) err = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s->stream);
+    return cu_status(err);
 }
 
 llmm_status cu_download(void *state, void *dst, const void *src, size_t bytes) {
     cu_state *s = (cu_state *)state;
     if (!bytes) return LLMM_OK;
-    int err = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s->stream);
+    int err = use_device(s);
+    if (!err) err = flush_record(s);
+    if (!err) err = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s->stream);
     if (!err) err = cudaStreamSynchronize(s->stream);
     return cu_status(err);
 }
@@ -238,44 +328,29 @@ llmm_status cu_download(void *state, void *dst, const void *src, size_t bytes) {
 llmm_status cu_copy(void *state, void *dst, const void *src, size_t bytes) {
     cu_state *s = (cu_state *)state;
     if (!bytes) return LLMM_OK;
-    return cu_status(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s->stream));
+    int err = use_device(s);
+    if (!err) err = flush_record(s);
+    if (!err) err = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s->stream);
+    return cu_status(err);
 }
 
-/* The weight's rows in device memory: the model's copy when a context made it already,
- * else uploaded now into the model's table (under its lock, so that contexts created at the
- * same time upload it once). */
+/* The weight's rows in device memory: the model's copy on this device (device_weights.h). */
 llmm_status cu_prepare_weight(void *state, size_t index, llmm_weight_role role, const llmm_tensor *host,
                               llmm_tensor *out) {
     cu_state *s = (cu_state *)state;
     (void)role;
-    if (index >= s->n_weights || !host->data || host->ne1 < 0) return LLMM_ERR_INVALID_ARG;
-    const size_t bytes = host->row_bytes * (size_t)host->ne1;
-    cu_weight_slot *slot = &s->weights->slot[index];
-    const int shared = s->weights != s->own && s->shared;
-    if (shared) pthread_mutex_lock(&s->shared->lock);
-    llmm_status st = LLMM_OK;
-    if (slot->dev && slot->bytes != bytes) st = LLMM_ERR_INVALID_ARG; /* another weight at this index */
-    if (!st && !slot->dev) {
-        void *dev = NULL;
-        int err = cudaMalloc(&dev, bytes ? bytes : 1);
-        if (!err) err = cudaMemcpy(dev, host->data, bytes, cudaMemcpyHostToDevice);
-        if (err) {
-            cudaFree(dev);
-            st = cu_status(err);
-        } else {
-            slot->dev = dev;
-            slot->bytes = bytes;
-        }
-    }
-    if (shared) pthread_mutex_unlock(&s->shared->lock);
+    if (!host->data || host->ne1 < 0) return LLMM_ERR_INVALID_ARG;
+    void *dev = NULL;
+    llmm_status st = cu_status(use_device(s));
+    if (!st) st = cu_weights_get(s->shared, s->weights, index, host->data, host->row_bytes * (size_t)host->ne1, &dev);
     if (st) return st;
     *out = *host;
-    out->data = slot->dev;
-    out->backend = slot;
+    out->data = dev;
+    out->backend = NULL;
     return LLMM_OK;
 }
 
-/* The copy stays with the model's table until its last context shuts down. */
+/* The copy stays with the model's set until its last context on the device shuts down. */
 void cu_release_weight(void *state, llmm_tensor *w) {
     (void)state;
     w->data = NULL;
@@ -305,21 +380,29 @@ llmm_status reserve_step(cu_state *s, size_t rows, size_t tables) {
     return LLMM_OK;
 }
 
-llmm_status reserve_scratch(cu_state *s, size_t bytes) {
-    if (bytes <= s->scratch_bytes) return LLMM_OK;
+/* *buf (device, *have bytes) grown to at least need bytes; its contents are not kept. */
+llmm_status grow_device_buffer(cu_state *s, void **buf, size_t *have, size_t need) {
+    if (need <= *have) return LLMM_OK;
     void *p = NULL;
-    if (cudaMalloc(&p, bytes) != cudaSuccess) return LLMM_ERR_NO_MEMORY;
-    if (s->scratch) {
-        cudaStreamSynchronize(s->stream);
-        cudaFree(s->scratch);
+    if (cudaMalloc(&p, need) != cudaSuccess) return LLMM_ERR_NO_MEMORY;
+    if (*buf) {
+        cudaStreamSynchronize(s->stream); /* nothing queued may still use it */
+        cudaFree(*buf);
     }
-    s->scratch = p;
-    s->scratch_bytes = bytes;
+    *buf = p;
+    *have = need;
     return LLMM_OK;
+}
+
+/* cu_matmul's scratch: reserved once for the context's widest matmul (cu_reserve); grown here
+ * for a caller that did not reserve. */
+llmm_status reserve_scratch(cu_state *s, size_t bytes) {
+    return grow_device_buffer(s, &s->scratch, &s->scratch_bytes, bytes);
 }
 
 llmm_status cu_step_begin(void *state, const llmm_step *step) {
     cu_state *s = (cu_state *)state;
+    if (use_device(s)) return LLMM_ERR_BACKEND;
     if (!step || !step->kv || !(step->kv->layout & LLMM_KV_LAYOUT_HEAD_REGIONS) || step->n_seqs == 0 ||
         step->n_seqs > step->n_rows || step->n_rows > UINT32_MAX)
         return LLMM_ERR_INVALID_ARG;
@@ -370,94 +453,184 @@ llmm_status cu_step_begin(void *state, const llmm_step *step) {
                       s->step_dev + 2 * cap, s->step_dev + 3 * cap};
     s->desc = *step;
     s->in_step = 1;
+    s->recording = step->kind == LLMM_STEP_DECODE && cu_graphs_usable(s->graphs);
+    s->record_failed = 0;
+    s->n_ops = 0;
     return LLMM_OK;
 }
 
 llmm_status cu_step_end(void *state) {
     cu_state *s = (cu_state *)state;
+    int err = use_device(s);
+    if (s->recording) {
+        const int launch = launch_record(s);
+        if (!err) err = launch;
+    }
     s->in_step = 0;
     s->desc = llmm_step{};
-    return cu_status(cudaStreamSynchronize(s->stream));
+    const int sync = cudaStreamSynchronize(s->stream);
+    return cu_status(err ? err : sync);
 }
+
+/* Each op: its arguments checked now (a failure is the op's, as on the CPU), then submitted. */
 
 llmm_status cu_embed_op(void *state, const llmm_tensor *table, float *out) {
     cu_state *s = (cu_state *)state;
     if (!s->in_step) return LLMM_ERR_INVALID_ARG;
     for (size_t r = 0; r < s->desc.n_rows; r++)
-        if (s->desc.tokens[r] < 0 || (int64_t)s->desc.tokens[r] >= table->ne1) return LLMM_ERR_INVALID_ARG;
-    return cu_status(cu_embed(s->stream, table->data, table->type, (size_t)table->ne0, (size_t)table->ne1,
-                              s->step.tokens, s->desc.n_rows, out, s->bad));
+        if (s->desc.tokens[r] < 0 || (int64_t)s->desc.tokens[r] >= table->ne1) return refuse(s, LLMM_ERR_INVALID_ARG);
+    cu_op op = cu_op_zero(OP_EMBED);
+    op.p[0] = table->data;
+    op.u[0] = table->type;
+    op.n[0] = (size_t)table->ne0;
+    op.n[1] = (size_t)table->ne1;
+    op.n[2] = s->desc.n_rows;
+    op.p[1] = out;
+    return submit(s, op);
 }
 
 llmm_status cu_rms_norm_op(void *state, const float *x, const float *weight, float *out, size_t n_rows, size_t dim,
                            float eps) {
     cu_state *s = (cu_state *)state;
     if (!n_rows || !dim) return LLMM_OK;
-    return cu_status(cu_rms_norm(s->stream, x, weight, out, n_rows, dim, eps));
+    cu_op op = cu_op_zero(OP_RMS_NORM);
+    op.p[0] = x;
+    op.p[1] = weight;
+    op.p[2] = out;
+    op.n[0] = n_rows;
+    op.n[1] = dim;
+    op.f[0] = eps;
+    return submit(s, op);
 }
 
 llmm_status cu_matmul_op(void *state, const llmm_tensor *w, const float *x, size_t n_rows, float *out) {
     cu_state *s = (cu_state *)state;
     if (!n_rows || !w->ne1) return LLMM_OK;
     llmm_status st = reserve_scratch(s, cu_matmul_scratch_bytes(w->type, (size_t)w->ne0, n_rows));
-    if (st) return st;
-    return cu_status(
-        cu_matmul(s->stream, w->data, w->type, (size_t)w->ne0, (size_t)w->ne1, x, n_rows, out, s->scratch));
+    if (st) return refuse(s, st);
+    cu_op op = cu_op_zero(OP_MATMUL);
+    op.p[0] = w->data;
+    op.u[0] = w->type;
+    op.n[0] = (size_t)w->ne0;
+    op.n[1] = (size_t)w->ne1;
+    op.p[1] = x;
+    op.n[2] = n_rows;
+    op.p[2] = out;
+    return submit(s, op);
 }
 
 llmm_status cu_rope_op(void *state, float *x, size_t n_heads, size_t head_dim, const llmm_rope_params *rp) {
     cu_state *s = (cu_state *)state;
-    if (!s->in_step || rp->n_rot > head_dim || rp->n_rot % 2) return LLMM_ERR_INVALID_ARG;
+    if (!s->in_step || rp->n_rot > head_dim || rp->n_rot % 2) return refuse(s, LLMM_ERR_INVALID_ARG);
     if (!s->desc.n_rows || !n_heads || !rp->n_rot) return LLMM_OK;
-    return cu_status(cu_rope(s->stream, x, s->desc.n_rows, n_heads, head_dim, s->step.pos, rp->n_rot, rp->base,
-                             rp->freq_scale, rp->mscale, (uint32_t)rp->kind, rp->freq_factors));
+    cu_op op = cu_op_zero(OP_ROPE);
+    op.p[0] = x;
+    op.n[0] = s->desc.n_rows;
+    op.n[1] = n_heads;
+    op.n[2] = head_dim;
+    op.u[0] = rp->n_rot;
+    op.u[1] = (uint32_t)rp->kind;
+    op.f[0] = rp->base;
+    op.f[1] = rp->freq_scale;
+    op.f[2] = rp->mscale;
+    op.p[1] = rp->freq_factors;
+    return submit(s, op);
 }
 
 llmm_status cu_glu_op(void *state, float *gate, const float *up, size_t n, llmm_activation act) {
     cu_state *s = (cu_state *)state;
     if (!n) return LLMM_OK;
-    return cu_status(cu_glu(s->stream, gate, up, n, (uint32_t)act));
+    cu_op op = cu_op_zero(OP_GLU);
+    op.p[0] = gate;
+    op.p[1] = up;
+    op.n[0] = n;
+    op.u[0] = (uint32_t)act;
+    return submit(s, op);
 }
 
 llmm_status cu_add_op(void *state, float *dst, const float *src, size_t n) {
     cu_state *s = (cu_state *)state;
     if (!n) return LLMM_OK;
-    return cu_status(cu_add(s->stream, dst, src, n));
+    cu_op op = cu_op_zero(OP_ADD);
+    op.p[0] = dst;
+    op.p[1] = src;
+    op.n[0] = n;
+    return submit(s, op);
 }
 
 llmm_status cu_add_rows_op(void *state, float *x, const float *bias, size_t n_rows, size_t dim) {
     cu_state *s = (cu_state *)state;
     if (!n_rows || !dim) return LLMM_OK;
-    return cu_status(cu_add_rows(s->stream, x, bias, n_rows, dim));
+    cu_op op = cu_op_zero(OP_ADD_ROWS);
+    op.p[0] = x;
+    op.p[1] = bias;
+    op.n[0] = n_rows;
+    op.n[1] = dim;
+    return submit(s, op);
 }
 
 llmm_status cu_scale_op(void *state, float *x, size_t n, float f) {
     cu_state *s = (cu_state *)state;
     if (!n) return LLMM_OK;
-    return cu_status(cu_scale(s->stream, x, n, f));
+    cu_op op = cu_op_zero(OP_SCALE);
+    op.p[0] = x;
+    op.n[0] = n;
+    op.f[0] = f;
+    return submit(s, op);
 }
 
 llmm_status cu_softcap_op(void *state, float *x, size_t n, float cap) {
     cu_state *s = (cu_state *)state;
     if (!n) return LLMM_OK;
-    return cu_status(cu_softcap(s->stream, x, n, cap));
+    cu_op op = cu_op_zero(OP_SOFTCAP);
+    op.p[0] = x;
+    op.n[0] = n;
+    op.f[0] = cap;
+    return submit(s, op);
 }
 
 llmm_status cu_kv_write_op(void *state, uint32_t layer, const float *k, const float *v) {
     cu_state *s = (cu_state *)state;
-    if (!s->in_step || layer >= s->kv.n_layer) return LLMM_ERR_INVALID_ARG;
+    if (!s->in_step || layer >= s->kv.n_layer || s->kv.type > LLMM_KV_Q8) return refuse(s, LLMM_ERR_INVALID_ARG);
     if (!s->desc.n_rows) return LLMM_OK;
-    return cu_status(cu_kv_write(s->stream, &s->kv, &s->step, layer, k, v));
+    cu_op op = cu_op_zero(OP_KV_WRITE);
+    op.u[0] = layer;
+    op.p[0] = k;
+    op.p[1] = v;
+    return submit(s, op);
+}
+
+/* cu_attention's scratch: reserved once for the context's largest step (cu_reserve), so that a
+ * reserved context never allocates in a step; grown here for a caller that did not reserve or a
+ * step beyond the reserved shape. */
+llmm_status reserve_attn_scratch(cu_state *s, size_t bytes) {
+    return grow_device_buffer(s, &s->attn_scratch, &s->attn_scratch_bytes, bytes);
 }
 
 llmm_status cu_attention_op(void *state, uint32_t layer, const llmm_attn_batch *b) {
     cu_state *s = (cu_state *)state;
     if (!s->in_step || layer >= s->kv.n_layer || b->n_rows != s->desc.n_rows || b->n_head_kv != s->kv.n_head_kv ||
         b->head_dim != s->kv.head_dim || !b->n_head_kv || b->n_head % b->n_head_kv)
-        return LLMM_ERR_INVALID_ARG;
+        return refuse(s, LLMM_ERR_INVALID_ARG);
     if (!b->n_rows) return LLMM_OK;
-    return cu_status(
-        cu_attention(s->stream, &s->kv, &s->step, layer, b->q, b->out, b->n_head, b->window, b->scale, b->softcap));
+    /* without reserve (the conformance suite), the step's longest row stands in for the
+     * context's max_kv */
+    size_t max_kv = s->attn_max_kv;
+    for (size_t r = 0; !s->attn_max_kv && r < b->n_rows; r++)
+        if ((size_t)s->desc.pos[r] + 1 > max_kv) max_kv = (size_t)s->desc.pos[r] + 1;
+    llmm_status st =
+        reserve_attn_scratch(s, cu_attention_scratch_bytes(b->n_rows, b->n_head, b->head_dim, max_kv));
+    if (st) return refuse(s, st);
+    cu_op op = cu_op_zero(OP_ATTENTION);
+    op.u[0] = layer;
+    op.p[0] = b->q;
+    op.p[1] = b->out;
+    op.u[1] = b->n_head;
+    op.u[2] = b->window;
+    op.f[0] = b->scale;
+    op.f[1] = b->softcap;
+    op.n[0] = max_kv;
+    return submit(s, op);
 }
 
 /* Table entries a step of the shape may need: each row's sequence at most ceil(max_kv / 16)
@@ -477,19 +650,46 @@ size_t shape_matmul_scratch(const llmm_step_shape *shape) {
     return most;
 }
 
-/* Device memory besides the buffers: matmul scratch, the step buffer, the embed flag, plus
- * the host state (estimates count it all as the backend's). */
+/* cu_attention's scratch for any step of the shape; a shape that does not give n_head is
+ * bounded by its widest matmul input (q_dim <= max_in). */
+size_t shape_attn_scratch(const llmm_step_shape *shape) {
+    if (!shape->head_dim) return 0;
+    const size_t n_head = shape->n_head ? shape->n_head : shape->max_in / shape->head_dim;
+    return cu_attention_scratch_bytes(shape->max_rows, (uint32_t)n_head, shape->head_dim, shape->max_kv);
+}
+
+/* Records of one decode step: a forward pass makes a few ops per weight (a matmul, its norm or
+ * bias, the element-wise op after it) and a few per step. */
+size_t shape_ops(const llmm_step_shape *shape) { return 3 * shape->n_weights + 16; }
+
+/* Device memory besides the buffers: matmul and attention scratch, the step buffer, the embed
+ * flag; plus the host state, the step record and the graphs' copies of it (estimates count it
+ * all as the backend's). */
 size_t cu_working_bytes(const llmm_step_shape *shape, int n_threads) {
     (void)n_threads;
-    return shape_matmul_scratch(shape) + (3 * shape->max_rows + shape_tables(shape)) * sizeof(uint32_t) * 2 +
-           sizeof(int) + sizeof(cu_state) + sizeof(cu_weight_set) + shape->n_weights * sizeof(cu_weight_slot);
+    return shape_matmul_scratch(shape) + shape_attn_scratch(shape) +
+           (3 * shape->max_rows + shape_tables(shape)) * sizeof(uint32_t) * 2 + sizeof(int) + sizeof(cu_state) +
+           shape->n_weights * 2 * sizeof(void *) + (1 + CU_GRAPHS_MAX) * shape_ops(shape) * sizeof(cu_op);
 }
 
 llmm_status cu_reserve(void *state, const llmm_step_shape *shape) {
     cu_state *s = (cu_state *)state;
-    llmm_status st = reserve_scratch(s, shape_matmul_scratch(shape));
+    llmm_status st = cu_status(use_device(s));
+    if (!st) st = reserve_scratch(s, shape_matmul_scratch(shape));
     if (!st) st = reserve_step(s, shape->max_rows, shape_tables(shape));
+    if (!st) st = reserve_attn_scratch(s, shape_attn_scratch(shape));
+    if (!st) s->attn_max_kv = shape->max_kv;
+    if (!st && s->graphs) st = ops_room(s, shape_ops(shape));
     return st;
+}
+
+void cu_stats(void *state, llmm_backend_stats *out) {
+    const cu_state *s = (const cu_state *)state;
+    cu_graph_counters c = {};
+    if (s->graphs) cu_graphs_get_counters(s->graphs, &c);
+    out->graph_capture_ms = c.capture_ms;
+    out->graphs = c.graphs;
+    out->graph_replays = c.replays;
 }
 
 llmm_backend_ops make_table() {
@@ -527,6 +727,7 @@ llmm_backend_ops make_table() {
     t.copy = cu_copy;
     t.scratch_bytes = cu_working_bytes;
     t.reserve = cu_reserve;
+    t.stats = cu_stats;
     return t;
 }
 

@@ -7,7 +7,7 @@
  * Each .cu file is compiled twice: by nvcc for the GPU and, in `make test`, by the host C++
  * compiler against tests/simt/simt.h, whose emulation runs every launch on the CPU (the
  * emulated build is synchronous). The per-element math that must match the CPU backend lives
- * in __host__ __device__ headers (quant_blocks.cuh). */
+ * in __host__ __device__ headers (quant_blocks.cuh, softmax_merge.cuh). */
 #ifndef LLMM_CUDA_KERNELS_H
 #define LLMM_CUDA_KERNELS_H
 
@@ -75,10 +75,23 @@ int cu_rope(cudaStream_t stream, float *x, size_t n_rows, size_t n_heads, size_t
 /* K and V rows (n_rows, n_head_kv * head_dim) of layer into the pool at the rows' positions. */
 int cu_kv_write(cudaStream_t stream, const cu_kv *kv, const cu_step *step, uint32_t layer, const float *k,
                 const float *v);
+/* Device scratch bytes cu_attention needs for any step of up to n_rows rows of a context whose
+ * sequences are at most max_kv positions long (0 when max_kv fits one split). Reserve it once:
+ * the launch geometry, hence the scratch a step uses, depends on n_rows, the heads, head_dim and
+ * max_kv only, never on the step's positions. */
+size_t cu_attention_scratch_bytes(size_t n_rows, uint32_t n_head, uint32_t head_dim, size_t max_kv);
 /* out (n_rows, n_head * head_dim): row r's heads over positions [start, pos[r] + 1) of its
- * sequence in layer, start = pos[r] + 1 - window when 0 < window < pos[r] + 1, else 0. */
+ * sequence in layer, start = pos[r] + 1 - window when 0 < window < pos[r] + 1, else 0; scores
+ * are q.k * scale, then softcap * tanh(score / softcap) when softcap > 0. q (n_rows, n_head *
+ * head_dim). head_dim up to 256, n_head a multiple of kv->n_head_kv.
+ * max_kv: the context's longest sequence, fixed for its life (the split geometry is built on it,
+ * so a captured step replays with any positions); a row longer than max_kv is still attended in
+ * full (its last split takes the rest), only less in parallel. scratch: device memory of
+ * scratch_bytes >= cu_attention_scratch_bytes(step->n_rows, n_head, head_dim, max_kv), else the
+ * call fails with cudaErrorInvalidValue and launches nothing. */
 int cu_attention(cudaStream_t stream, const cu_kv *kv, const cu_step *step, uint32_t layer, const float *q,
-                 float *out, uint32_t n_head, uint32_t window, float scale, float softcap);
+                 float *out, uint32_t n_head, uint32_t window, float scale, float softcap, size_t max_kv,
+                 void *scratch, size_t scratch_bytes);
 
 #ifdef __cplusplus
 }

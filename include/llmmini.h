@@ -275,6 +275,30 @@ typedef enum llmm_backend_kind {
     LLMM_BACKEND_CUDA = 2
 } llmm_backend_kind;
 
+/* STATIC BACKENDS
+ * An app linked statically (libllmmini.a) cannot dlopen a module into itself; it links the
+ * module's archive instead and registers it once, before creating contexts:
+ *     cc app.o -lllmmini-cuda -lllmmini -L$CUDA_HOME/lib64 -lcudart_static -lstdc++ -lzstd \
+ *        -lpthread -ldl -lrt -lm
+ *     llmm_cuda_register();   (defined by libllmmini-cuda.a)
+ * Contexts asking for CUDA or AUTO then use the registered backend and load no module. */
+
+/* A backend module's entry point (what libllmmini-cuda.so exports): its table for the given
+ * backend API version, or NULL when it was built for another. */
+typedef const void *(*llmm_backend_entry_fn)(uint32_t backend_api_version);
+
+/* Register a statically linked backend for kind (only LLMM_BACKEND_CUDA today), in place of
+ * its module, for the whole process. The entry is checked as a loaded module is (API version,
+ * required slots); registering the same entry again is harmless, another one replaces it for
+ * contexts created afterwards. Thread-safe. Errors: INVALID_ARG (other kind, NULL entry),
+ * BACKEND (the entry's table is of another API version or incomplete). */
+LLMM_API llmm_status llmm_backend_register(llmm_backend_kind kind, llmm_backend_entry_fn entry);
+
+/* Defined by libllmmini-cuda.a only: registers the CUDA backend it holds
+ * (llmm_backend_register). Not in libllmmini; calling it without linking that archive fails
+ * at link time. */
+LLMM_API llmm_status llmm_cuda_register(void);
+
 /* How the KV cache stores each key and value. */
 typedef enum llmm_kv_type {
     LLMM_KV_F32 = 0, /* 4 bytes per value: exact, for debugging and reference comparisons */
@@ -304,6 +328,15 @@ typedef struct llmm_context_params {
                                n_ctx_total); llmm_context_estimate tells what a budget buys */
     int32_t prefix_cache;   /* 1: keep full blocks of prompts for reuse by later sequences that
                                start with the same tokens (default 0) */
+    /* --- since the CUDA backend --- */
+    int32_t device;         /* which accelerator a CUDA context runs on, 0 .. devices - 1 (default
+                               0); a missing device fails CUDA with LLMM_ERR_BACKEND and sends
+                               AUTO to the CPU. Ignored by the CPU backend. */
+    llmm_progress_fn progress; /* optional: called while llmm_context_create prepares the weights
+                               (the device upload of CUDA, which a model's first context on a
+                               device pays), fraction of their bytes; non-zero cancels the
+                               creation with LLMM_ERR_ABORTED */
+    void *progress_user;
 } llmm_context_params;
 
 LLMM_API llmm_status llmm_context_params_default(llmm_context_params *params, size_t struct_size);
@@ -326,8 +359,10 @@ typedef struct llmm_context_memory {
     uint64_t host_bytes;        /* the process's memory; llmm_context_estimate's number on the CPU */
     uint64_t device_bytes;      /* the accelerator's memory; 0 on the CPU backend */
     uint64_t kv_pool_bytes;     /* the KV pool: n_ctx_total or kv_budget_bytes bound it */
-    uint64_t weights_bytes;     /* the backend's own copy of the model's weights, made per context;
-                                   0 on the CPU, where contexts read the model's file mapping */
+    uint64_t weights_bytes;     /* the backend's own copy of the model's weights, counted in full
+                                   (on CUDA it is made by a model's first context on a device and
+                                   shared by the later ones); 0 on the CPU, where contexts read the
+                                   model's file mapping */
     uint64_t activations_bytes; /* one step's buffers: grow with max(n_batch, n_seq_max) */
     uint64_t scratch_bytes;     /* the backend's working memory for one step */
     uint64_t other_host_bytes;  /* always host: sequence and block tables, a step's row arrays, the
@@ -454,11 +489,34 @@ typedef struct llmm_context_stats {
     double prefill_ms;          /* wall time spent in llmm_prefill */
     double decode_ms;           /* wall time spent in llmm_decode */
     uint64_t prefix_hits;       /* tokens whose prefill the prefix cache saved */
+    /* --- since the CUDA backend: where a context's cold start went, in wall milliseconds (0 for
+       a phase that did not happen) --- */
+    double module_load_ms;      /* loading and checking the backend module (0 for the CPU's) */
+    double backend_init_ms;     /* the backend's start: on CUDA the device context and stream */
+    double weights_ms;          /* preparing the weights: uploading them (CUDA; only the model's
+                                   first context on a device pays it) or the CPU's checks */
+    double warmup_ms;           /* llmm_context_warmup, all calls */
+    double graph_capture_ms;    /* capturing decode steps as CUDA graphs, warm-up included */
+    double first_token_ms;      /* the first llmm_prefill or llmm_decode: its whole wall time */
+    uint32_t graphs;            /* decode-step graphs the backend holds (one per batch size) */
+    uint64_t graph_replays;     /* decode steps run by replaying a graph */
 } llmm_context_stats;
 
-/* Fill *stats (stats->size must be set) with the KV pool's occupancy and the work done so
- * far. Errors: INVALID_ARG. */
+/* Fill *stats (stats->size must be set) with the KV pool's occupancy, the work done so far and
+ * the cold-start breakdown. Callers built before the cold-start fields pass the smaller size
+ * and get the fields they know. Errors: INVALID_ARG. */
 LLMM_API llmm_status llmm_context_get_stats(llmm_context *ctx, llmm_context_stats *stats);
+
+/* Pay a context's one-time costs now rather than in the first request: runs dummy decode steps
+ * of 1, 2, ... up to min(n_seq_max, 8) rows on sequence ids not in use, so that the CUDA backend
+ * captures its decode graph for each of those batch sizes and loads every kernel, and the CPU
+ * backend makes its packed weight copies. The dummy rows' K/V go to free blocks that are given
+ * back afterwards; no sequence in use, no logits readable with llmm_logits and no stats other
+ * than warmup_ms and the graph fields change. Call it once after llmm_context_create, from the
+ * thread that uses the context; calling it again is cheap. Errors: INVALID_ARG, CONTEXT_FULL
+ * (no unused sequence id or no free KV block: nothing was warmed; blocks of
+ * the prefix cache are never evicted for it), BACKEND, NO_MEMORY. */
+LLMM_API llmm_status llmm_context_warmup(llmm_context *ctx);
 
 /* ---------------------------------------------------------------- sampler */
 

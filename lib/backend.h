@@ -20,7 +20,7 @@
 #include "common.h"
 #include "weights.h"
 
-#define LLMM_BACKEND_API_VERSION 7
+#define LLMM_BACKEND_API_VERSION 8
 
 /* llmm_backend_ops.flags */
 #define LLMM_BACKEND_DEVICE_MEMORY (1u << 0) /* buffers live in device memory, not the host's */
@@ -43,7 +43,15 @@ typedef struct llmm_backend_config {
     llmm_backend_shared *shared; /* this model's share for this backend kind */
     int weights_mapped;         /* the host weights are a read-only file mapping */
     int repack_weights;         /* llmm_model_params.repack_weights */
+    int device;                 /* llmm_context_params.device: the accelerator to run on */
 } llmm_backend_config;
+
+/* A backend's counters for llmm_context_get_stats (the optional stats slot). */
+typedef struct llmm_backend_stats {
+    double graph_capture_ms; /* capturing steps as graphs, all so far */
+    uint32_t graphs;         /* graphs held now */
+    uint64_t graph_replays;  /* steps run by replaying one */
+} llmm_backend_stats;
 
 /* The KV pool as the core lays it out (kvcache.h), handed to the backend in each step
  * descriptor. Position p of a sequence lives in block blocks[p / block_size], slot
@@ -172,6 +180,7 @@ typedef struct llmm_step_shape {
     uint32_t heads_per_kv; /* query heads sharing one K/V head (n_head / n_head_kv) */
     uint64_t weight_types; /* bit t set when some matmul weight has llmm_type t */
     size_t n_weights;      /* weights the context prepares (a backend's per-weight state) */
+    uint32_t n_head;       /* query heads (0: unknown; at most max_in / head_dim) */
 } llmm_step_shape;
 
 /* What a prepared weight is used for (prepare_weight). */
@@ -254,6 +263,8 @@ typedef struct llmm_backend_ops {
      * reserving it now so that no step allocates */
     size_t (*scratch_bytes)(const llmm_step_shape *shape, int n_threads);
     llmm_status (*reserve)(void *state, const llmm_step_shape *shape);
+    /* optional: the backend's counters (NULL: all zero) */
+    void (*stats)(void *state, llmm_backend_stats *out);
 } llmm_backend_ops;
 
 /* The CPU backend, always present. */

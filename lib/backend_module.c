@@ -5,6 +5,7 @@
 #include "backend_module.h"
 
 #include <dlfcn.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,8 @@
 #ifdef __GLIBC__
 #include <link.h>
 #endif
+
+#include "model.h" /* LLMM_BACKEND_KINDS */
 
 #define MODULE_PATH_MAX 4096
 
@@ -24,6 +27,19 @@ static const struct module_kind {
 };
 
 _Static_assert(sizeof(llmm_backend_module_fn) == sizeof(void *), "dlsym returns functions as void *");
+
+/* Entry points of statically linked modules (llmm_backend_register), by kind. The library's
+ * one piece of process-wide state: a static app's link is a fact about the process, not about
+ * a model or a context, and an app registers once at start-up. Atomic, so that contexts being
+ * created on other threads read either no entry or a whole one. */
+static _Atomic(llmm_backend_entry_fn) registered_entries[LLMM_BACKEND_KINDS];
+#define REGISTERED_LABEL "(statically linked, llmm_backend_register)"
+
+static const struct module_kind *module_kind_of(llmm_backend_kind kind) {
+    for (size_t i = 0; i < sizeof module_kinds / sizeof *module_kinds; i++)
+        if (module_kinds[i].kind == kind) return &module_kinds[i];
+    return NULL;
+}
 
 static const char *dl_why(void) {
     const char *e = dlerror();
@@ -117,12 +133,35 @@ static llmm_status check_table(const struct module_kind *mk, const char *path, c
     return LLMM_OK;
 }
 
+/* The table a registered entry gives, or NULL. */
+static const llmm_backend_ops *registered_table(llmm_backend_entry_fn entry) {
+    return (const llmm_backend_ops *)entry(LLMM_BACKEND_API_VERSION);
+}
+
+LLMM_API llmm_status llmm_backend_register(llmm_backend_kind kind, llmm_backend_entry_fn entry) {
+    const struct module_kind *mk = module_kind_of(kind);
+    if (!mk || !entry) return LLMM_ERR_INVALID_ARG;
+    const llmm_backend_ops *ops = registered_table(entry);
+    /* the device is checked when a context asks for it: registering happens at start-up,
+     * also on machines without one */
+    if (!ops || ops->api_version != LLMM_BACKEND_API_VERSION || ops->kind != kind || !ops->name ||
+        !backend_table_ok(ops))
+        return LLMM_ERR_BACKEND;
+    atomic_store(&registered_entries[kind], entry);
+    return LLMM_OK;
+}
+
 llmm_status backend_module_open(llmm_backend_kind kind, backend_module *out, llmm_diag *d) {
     *out = (backend_module){0};
-    const struct module_kind *mk = NULL;
-    for (size_t i = 0; i < sizeof module_kinds / sizeof *module_kinds; i++)
-        if (module_kinds[i].kind == kind) mk = &module_kinds[i];
+    const struct module_kind *mk = module_kind_of(kind);
     if (!mk) return diag_fail(d, LLMM_ERR_BACKEND, "backend %d has no module", (int)kind);
+    const llmm_backend_entry_fn linked = atomic_load(&registered_entries[kind]);
+    if (linked) {
+        const llmm_backend_ops *ops = registered_table(linked);
+        llmm_status st = check_table(mk, REGISTERED_LABEL, ops, d);
+        if (!st) out->ops = ops;
+        return st;
+    }
     char path[MODULE_PATH_MAX];
     void *h = NULL;
     llmm_status st = open_file(mk, &h, path, sizeof path, d);

@@ -32,8 +32,10 @@ typedef struct backend_module {
     const llmm_backend_ops *ops;
 } backend_module;
 
-/* Load the module for a backend kind (only LLMM_BACKEND_CUDA has one) and check its table.
- * On failure LLMM_ERR_BACKEND with the reason in d, and nothing is held. */
+/* Load the module for a backend kind (only LLMM_BACKEND_CUDA has one) and check its table;
+ * a module the app registered (llmm_backend_register, a static link) is used without loading
+ * anything (handle NULL). On failure LLMM_ERR_BACKEND with the reason in d, and nothing is
+ * held. */
 llmm_status backend_module_open(llmm_backend_kind kind, backend_module *out, llmm_diag *d);
 
 /* Unload a module; after the shutdown of every state its table made. NULL handle: nothing. */

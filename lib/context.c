@@ -106,6 +106,9 @@ static llmm_status prepare_weights(llmm_context *ctx, llmm_diag *d) {
         weights_list(&ctx->w, n_layer, mine);
         st = check_weight_types(ctx, host, n, d);
     }
+    const llmm_context_params *p = &ctx->params;
+    const double total = (double)weights_bytes(m->weights, n_layer);
+    double done = 0;
     for (size_t i = 0; !st && i < n; i++) {
         st = ctx->be->prepare_weight(ctx->be_state, i, (llmm_weight_role)host[i].role, host[i].t, mine[i].t);
         if (st) {
@@ -115,6 +118,11 @@ static llmm_status prepare_weights(llmm_context *ctx, llmm_diag *d) {
             break;
         }
         ctx->n_prepared = i + 1;
+        done += (double)(host[i].t->row_bytes * (size_t)host[i].t->ne1);
+        if (p->progress && p->progress(p->progress_user, total > 0 ? (float)LLMM_MIN(done / total, 1.0) : 1.0f)) {
+            st = diag_fail(d, LLMM_ERR_ABORTED, "context creation cancelled by the progress callback");
+            break;
+        }
     }
     if (!st && weights_tied(m->weights)) ctx->w.tok_embd = ctx->w.output;
     mem_free(m->alloc, host);
@@ -137,10 +145,12 @@ static llmm_status context_init(llmm_context *ctx, llmm_diag *d) {
     llmm_context_params *p = &ctx->params;
     if (!ctx->be) {
         backend_ref ref;
+        const double t0 = time_now_ms();
         llmm_status st = backend_acquire(p->backend, &ctx->log, &ref, d);
         if (st) return st;
         ctx->be = ref.ops;
         ctx->be_module = ref.module;
+        if (ref.module) ctx->module_load_ms = time_now_ms() - t0;
     }
     if (!backend_table_ok(ctx->be))
         return diag_fail(d, LLMM_ERR_BACKEND, "the %s backend's table is of another version or incomplete",
@@ -152,11 +162,15 @@ static llmm_status context_init(llmm_context *ctx, llmm_diag *d) {
         .n_threads = p->n_threads, .alloc = m->alloc, .log = &ctx->log,
         .n_weights = weights_list(m->weights, m->hp.n_layer, NULL),
         .shared = &((llmm_model *)m)->backend_shared[ctx->be->kind],
-        .weights_mapped = m->gguf->mapping != NULL, .repack_weights = m->repack_weights,
+        .weights_mapped = m->gguf->mapping != NULL, .repack_weights = m->repack_weights, .device = p->device,
     };
+    double t0 = time_now_ms();
     if ((st = ctx->be->init(&cfg, &ctx->be_state)))
-        return diag_fail(d, st, "the %s backend failed to start", ctx->be->name);
+        return diag_fail(d, st, "the %s backend failed to start on device %d", ctx->be->name, p->device);
+    ctx->backend_init_ms = time_now_ms() - t0;
+    t0 = time_now_ms();
     if ((st = prepare_weights(ctx, d))) return st;
+    ctx->weights_ms = time_now_ms() - t0;
     ctx->max_rows = plan.shape.max_rows;
     if ((st = alloc_activations(ctx))) return diag_fail(d, st, "out of memory for activation buffers");
     if (ctx->be->reserve && (st = ctx->be->reserve(ctx->be_state, &plan.shape)))
@@ -191,10 +205,10 @@ LLMM_API void llmm_context_free(llmm_context *ctx) {
 
 /* AUTO's second chance: an accelerator that loaded but could not take this model (no driver
  * at init, too little device memory, a weight type it lacks) leaves the context to the CPU.
- * Parameter errors would only repeat there. */
+ * Parameter errors would only repeat there, and a cancelled creation stays cancelled. */
 static llmm_status retry_on_cpu(llmm_context *ctx, llmm_status st, llmm_diag *d) {
     if (ctx->params.backend != LLMM_BACKEND_AUTO || !ctx->be || ctx->be->kind == LLMM_BACKEND_CPU ||
-        st == LLMM_ERR_INVALID_ARG)
+        st == LLMM_ERR_INVALID_ARG || st == LLMM_ERR_ABORTED)
         return st;
     log_msg(&ctx->log, LLMM_LOG_INFO, "backend: AUTO runs on the CPU: the %s backend failed: %s", ctx->be->name,
             d->msg);
@@ -278,6 +292,11 @@ static llmm_status pool_full(llmm_context *ctx, llmm_seq_id seq, size_t n) {
                     n, seq, kv_available(&ctx->kv), ctx->kv.cfg.n_blocks);
 }
 
+/* The context's first call that computed logits, started at t0: what a first request pays. */
+static void note_first_token(llmm_context *ctx, double t0) {
+    if (ctx->first_token_ms == 0) ctx->first_token_ms = time_now_ms() - t0;
+}
+
 /* Copy logits rows [0, m) of the step to host rows starting at dst_row. */
 static llmm_status fetch_logits(llmm_context *ctx, size_t dst_row, size_t m) {
     const size_t nv = ctx->model->vocab.n_tokens;
@@ -339,6 +358,7 @@ LLMM_API llmm_status llmm_prefill(llmm_context *ctx, llmm_seq_id seq, const llmm
     ctx->tokens_prefilled += n - reused;
     ctx->prefix_hits += reused;
     ctx->logits_rows = all ? n : 1;
+    note_first_token(ctx, t0);
     return LLMM_OK;
 }
 
@@ -388,6 +408,7 @@ LLMM_API llmm_status llmm_decode(llmm_context *ctx, const llmm_seq_id *seqs, con
     ctx->logits_rows = n;
     ctx->tokens_decoded += n;
     ctx->decode_ms += time_now_ms() - t0;
+    note_first_token(ctx, t0);
     return LLMM_OK;
 }
 
@@ -415,6 +436,18 @@ LLMM_API llmm_status llmm_context_get_stats(llmm_context *ctx, llmm_context_stat
     s.prefill_ms = ctx->prefill_ms;
     s.decode_ms = ctx->decode_ms;
     s.prefix_hits = ctx->prefix_hits;
+    s.module_load_ms = ctx->module_load_ms;
+    s.backend_init_ms = ctx->backend_init_ms;
+    s.weights_ms = ctx->weights_ms;
+    s.warmup_ms = ctx->warmup_ms;
+    s.first_token_ms = ctx->first_token_ms;
+    if (ctx->be->stats) {
+        llmm_backend_stats b = {0};
+        ctx->be->stats(ctx->be_state, &b);
+        s.graph_capture_ms = b.graph_capture_ms;
+        s.graphs = b.graphs;
+        s.graph_replays = b.graph_replays;
+    }
     struct_export(stats, &s, sizeof s, v1_size);
     return LLMM_OK;
 }

@@ -44,6 +44,8 @@ struct llmm_context {
     /* work done, for llmm_context_get_stats */
     uint64_t tokens_prefilled, tokens_decoded, prefix_hits;
     double prefill_ms, decode_ms;
+    /* cold start (llmm_context_stats): set once, except warmup_ms (summed) */
+    double module_load_ms, backend_init_ms, weights_ms, warmup_ms, first_token_ms;
     char last_error[512];
 };
 

@@ -26,6 +26,8 @@ static llmm_status check_params(const llmm_model *m, llmm_context_params *p, llm
         return diag_fail(d, LLMM_ERR_INVALID_ARG, "prefix_cache %d is not 0 or 1", p->prefix_cache);
     if ((int)p->backend < LLMM_BACKEND_AUTO || (int)p->backend > LLMM_BACKEND_CUDA)
         return diag_fail(d, LLMM_ERR_INVALID_ARG, "unknown backend %d", p->backend);
+    if (p->device < 0 || p->device > 1023)
+        return diag_fail(d, LLMM_ERR_INVALID_ARG, "device %d not in 0..1023", p->device);
     return LLMM_OK;
 }
 
@@ -106,6 +108,7 @@ llmm_status ctx_plan_for(const llmm_model *m, llmm_context_params *p, const llmm
         .max_kv = p->n_ctx,
         .head_dim = hp->head_dim,
         .heads_per_kv = hp->n_head_kv ? hp->n_head / hp->n_head_kv : 1,
+        .n_head = hp->n_head,
         .weight_types = matmul_weight_types(m),
         .n_weights = weights_list(m->weights, hp->n_layer, NULL),
     };

@@ -6,6 +6,7 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 const golden_case golden_cases[] = {
@@ -49,5 +50,45 @@ golden_result golden_compare(const llmm_model *m, llmm_context *c, const golden_
     assert_int_equal(llmm_generate(c, prompt, &gp, &st), LLMM_OK);
     assert_int_equal(st.n_prompt, n);
     while (r.agree < st.n_generated && r.agree < g->n_generated && out[r.agree] == g->generated[r.agree]) r.agree++;
+    return r;
+}
+
+const arch_case arch_cases[] = {
+    {"llama", 1e-3}, {"qwen2", 1e-3}, {"qwen3", 1e-3}, {"phi3", 1e-3}, {"gemma2", 1e-2},
+};
+const size_t n_arch_cases = sizeof arch_cases / sizeof *arch_cases;
+
+const golden_prompt arch_prompts[] = {{"once", "Once upon a time"}, {"dog", "The little dog"}};
+const size_t n_arch_prompts = sizeof arch_prompts / sizeof *arch_prompts;
+
+golden_result check_arch_prompt(const arch_case *ac, const char *prompt_name, const char *prompt,
+                                llmm_backend_kind backend, const char *label) {
+    char name[64], rel[256], path[1024];
+    snprintf(name, sizeof name, "tiny-%s.%s", ac->arch, prompt_name);
+    golden_run g;
+    assert_int_equal(golden_load("golden/arch", name, &g), 0);
+    assert_true(g.reliable_steps >= 0);
+    snprintf(rel, sizeof rel, "golden/arch/tiny-%s.gguf", ac->arch);
+    llmm_model *m = NULL;
+    assert_int_equal(llmm_model_load(shared_path(path, sizeof path, rel), NULL, &m), LLMM_OK);
+    llmm_model_info info = {.size = sizeof info};
+    assert_int_equal(llmm_model_get_info(m, &info), LLMM_OK);
+    assert_string_equal(info.architecture, ac->arch);
+    llmm_context_params cp;
+    llmm_context_params_default(&cp, sizeof cp);
+    cp.n_ctx = 128;
+    cp.kv_type = LLMM_KV_F32; /* as the golden outputs were made */
+    cp.backend = backend;
+    llmm_context *c = NULL;
+    assert_int_equal(llmm_context_create(m, &cp, &c), LLMM_OK);
+
+    const golden_result r = golden_compare(m, c, &g, prompt);
+    print_message("%-18s %s max |logit diff| %.2e (tolerance %.0e), greedy agreement %zu/%zu (reliable %ld)\n", name,
+                  label, r.max_logit_diff, ac->logit_tolerance, r.agree, g.n_generated, g.reliable_steps);
+    assert_true(r.max_logit_diff < ac->logit_tolerance);
+    assert_true(r.agree >= (size_t)g.reliable_steps);
+    golden_free(&g);
+    llmm_context_free(c);
+    llmm_model_free(m);
     return r;
 }

@@ -24,8 +24,28 @@ typedef struct golden_case {
 extern const golden_case golden_cases[];
 extern const size_t n_golden_cases;
 
+/* The golden/arch models, one per architecture (golden/arch/tiny-ARCH.gguf), and their prompts. */
+typedef struct arch_case {
+    const char *arch;
+    double logit_tolerance; /* golden/README.md: 1e-3, gemma2 1e-2 (the reference's f16 GELU table) */
+} arch_case;
+extern const arch_case arch_cases[];
+extern const size_t n_arch_cases;
+typedef struct golden_prompt {
+    const char *name, *text;
+} golden_prompt;
+extern const golden_prompt arch_prompts[];
+extern const size_t n_arch_prompts;
+
 /* Asserts that the prompt tokenizes to the golden ids (add_special on), then prefills it in
  * sequence 0 of c, compares the last logits and generates g->n_generated greedy tokens. */
 golden_result golden_compare(const llmm_model *m, llmm_context *c, const golden_run *g, const char *prompt);
+
+/* golden/arch/tiny-ARCH.PROMPT_NAME through a context on the given backend with an F32 KV
+ * cache (as the goldens were made): asserts the file's architecture, the logits within the
+ * case's tolerance and the greedy tokens for the case's reliable steps; prints the figures
+ * with label. */
+golden_result check_arch_prompt(const arch_case *ac, const char *prompt_name, const char *prompt,
+                                llmm_backend_kind backend, const char *label);
 
 #endif

@@ -407,6 +407,115 @@ static void test_unsupported_weight_type_fails_at_context(void **state) {
     free(buf);
 }
 
+/* Params of a small single-threaded CPU context. */
+static llmm_context_params cpu_params(uint32_t n_ctx, uint32_t n_seq_max) {
+    llmm_context_params p;
+    llmm_context_params_default(&p, sizeof p);
+    p.backend = LLMM_BACKEND_CPU;
+    p.n_ctx = n_ctx;
+    p.n_seq_max = n_seq_max;
+    p.n_threads = 1;
+    return p;
+}
+
+/* llmm_context_warmup on the CPU backend: dummy steps on unused ids that leave the sequences,
+ * the last logits and the counters as they were; CONTEXT_FULL when no id is free. Old callers'
+ * smaller stats struct still works. */
+static void test_warmup_and_cold_start_stats(void **state) {
+    (void)state;
+    llmm_model *m = load_stories(0);
+    const llmm_context_params p = cpu_params(32, 2);
+    llmm_context *c = NULL;
+    assert_int_equal(llmm_context_create(m, &p, &c), LLMM_OK);
+    assert_int_equal(llmm_context_warmup(NULL), LLMM_ERR_INVALID_ARG);
+    const llmm_token prompt[3] = {1, 403, 407};
+    assert_int_equal(llmm_prefill(c, 0, prompt, 3, 0), LLMM_OK);
+    const float *l = NULL;
+    size_t nv = 0;
+    assert_int_equal(llmm_logits(c, 0, &l, &nv), LLMM_OK);
+    float *before = malloc(nv * sizeof *before);
+    assert_non_null(before);
+    memcpy(before, l, nv * sizeof *before);
+    llmm_context_stats st = {.size = sizeof st};
+    assert_int_equal(llmm_context_get_stats(c, &st), LLMM_OK);
+    const uint64_t used = st.blocks_used;
+    assert_true(st.first_token_ms > 0 && st.warmup_ms == 0 && st.module_load_ms == 0 && st.graphs == 0);
+
+    assert_int_equal(llmm_context_warmup(c), LLMM_OK); /* on sequence 1 */
+    assert_int_equal(llmm_context_get_stats(c, &st), LLMM_OK);
+    assert_true(st.warmup_ms > 0);
+    assert_int_equal(st.blocks_used, used);
+    assert_int_equal(st.n_seq_used, 1);
+    assert_int_equal(st.tokens_decoded, 0);
+    assert_int_equal(llmm_logits(c, 0, &l, &nv), LLMM_OK);
+    assert_memory_equal(l, before, nv * sizeof *before);
+    size_t len = 0;
+    assert_int_equal(llmm_seq_length(c, 1, &len), LLMM_OK);
+    assert_int_equal(len, 0);
+
+    /* no unused id left */
+    llmm_seq_id other;
+    assert_int_equal(llmm_seq_create(c, &other), LLMM_OK);
+    assert_int_equal(llmm_context_warmup(c), LLMM_ERR_CONTEXT_FULL);
+    assert_non_null(strstr(llmm_context_last_error(c), "no unused sequence id"));
+
+    /* a caller built before the cold-start fields */
+    llmm_context_stats old;
+    memset(&old, 0xee, sizeof old);
+    old.size = (uint32_t)(offsetof(llmm_context_stats, prefix_hits) + sizeof old.prefix_hits);
+    assert_int_equal(llmm_context_get_stats(c, &old), LLMM_OK);
+    assert_true(old.module_load_ms != 0); /* untouched: 0xee bytes */
+    free(before);
+    llmm_context_free(c);
+    llmm_model_free(m);
+}
+
+typedef struct progress_seen {
+    int calls, cancel_at;
+    float last;
+} progress_seen;
+
+static int note_progress(void *user, float fraction) {
+    progress_seen *ps = user;
+    assert_true(fraction >= ps->last && fraction <= 1.0f);
+    ps->last = fraction;
+    return ++ps->calls == ps->cancel_at;
+}
+
+/* The context's progress callback: rising fractions up to 1 while the weights are prepared;
+ * a non-zero return cancels the creation. */
+static void test_context_progress(void **state) {
+    (void)state;
+    llmm_model *m = load_stories(0);
+    llmm_context_params p = cpu_params(32, 1);
+    progress_seen ps = {0, 0, 0.0f};
+    p.progress = note_progress;
+    p.progress_user = &ps;
+    llmm_context *c = NULL;
+    assert_int_equal(llmm_context_create(m, &p, &c), LLMM_OK);
+    assert_true(ps.calls > 1);
+    assert_true(ps.last == 1.0f);
+    llmm_context_free(c);
+    ps = (progress_seen){0, 2, 0.0f};
+    assert_int_equal(llmm_context_create(m, &p, &c), LLMM_ERR_ABORTED);
+    assert_null(c);
+    assert_int_equal(ps.calls, 2);
+    llmm_model_free(m);
+}
+
+/* llmm_backend_register refuses what it cannot use. */
+static const void *entry_of_nothing(uint32_t version) {
+    (void)version;
+    return NULL;
+}
+
+static void test_backend_register_checks(void **state) {
+    (void)state;
+    assert_int_equal(llmm_backend_register(LLMM_BACKEND_CUDA, NULL), LLMM_ERR_INVALID_ARG);
+    assert_int_equal(llmm_backend_register(LLMM_BACKEND_CPU, entry_of_nothing), LLMM_ERR_INVALID_ARG);
+    assert_int_equal(llmm_backend_register(LLMM_BACKEND_CUDA, entry_of_nothing), LLMM_ERR_BACKEND);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_version),
@@ -421,6 +530,9 @@ int main(void) {
         cmocka_unit_test(test_log_callback),
         cmocka_unit_test(test_damaged_files_fail_cleanly),
         cmocka_unit_test(test_unsupported_weight_type_fails_at_context),
+        cmocka_unit_test(test_warmup_and_cold_start_stats),
+        cmocka_unit_test(test_backend_register_checks),
+        cmocka_unit_test(test_context_progress),
     };
     return cmocka_run_group_tests_name("api", tests, NULL, NULL);
 }

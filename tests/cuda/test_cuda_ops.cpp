@@ -5,7 +5,8 @@
 // float64 reference; the CPU backend passes the same bounds there, so device and CPU results
 // lie within twice the bound of each other, which is checked too. Exact where the conformance
 // test is exact (add, add_rows, scale) and where the formats allow (kv_write: the pool's bytes
-// equal the CPU's for F32, F16 and Q8).
+// equal the CPU's for F32, F16 and Q8). The split attention's merge rule (softmax_merge.cuh) is
+// also checked on its own against a one-pass softmax.
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -22,6 +23,7 @@ extern "C" { // this cmocka.h declares its functions without C linkage for C++
 #include <vector>
 
 #include "kernels.h"
+#include "softmax_merge.cuh"
 
 extern "C" {
 #include "arch.h"
@@ -391,46 +393,150 @@ void free_step(dev_step &d) {
 
 const char *const k_kv_names[] = {"f32", "f16", "q8"};
 
-// kv_write of each KV type, head_dim 11 (odd: Q8 rows end in padding): a decode step of 4
-// sequences at different positions (layer 1) and a prompt step of 5 consecutive positions of
-// one sequence (layer 0), through shuffled, disjoint block tables, into a pool of random bytes;
-// the whole pool afterwards byte for byte the CPU's (cpu_kv_store_rows on the same bytes).
+// Block tables for the rows of a step through a shuffled pool of nb blocks of 1 << bs_shift
+// positions: a decode step (prompt = 0) gives each row a sequence of its own, a disjoint run of
+// the shuffled ids; a prompt step gives all rows one sequence. Returns the blocks needed.
+uint32_t plan_tables(const std::vector<int32_t> &pos, int prompt, uint32_t bs_shift, std::vector<uint32_t> &starts) {
+    starts.clear();
+    uint32_t next = 0;
+    if (prompt) {
+        int32_t last = 0;
+        for (int32_t p : pos) last = std::max(last, p);
+        starts.assign(pos.size(), 0);
+        return ((uint32_t)last >> bs_shift) + 1;
+    }
+    for (int32_t p : pos) {
+        starts.push_back(next);
+        next += ((uint32_t)p >> bs_shift) + 1;
+    }
+    return next;
+}
+
+// kv_write of each KV type into a pool of random bytes, for K/V head counts 1 to 3, head sizes
+// 11 and 40 (Q8 rows end in padding), 72 and 256, blocks of 1, 4, 16 and 32 positions: a decode
+// step of 4 sequences at different positions (layer 1) and a prompt step of 5 consecutive
+// positions of one sequence (layer 0), through shuffled, disjoint block tables; the whole pool
+// afterwards byte for byte the CPU's (cpu_kv_store_rows on the same bytes).
 void test_kv_write(void **) {
     rng_seed(81);
-    enum { NL = 2, NHKV = 3, HD = 11, KVD = NHKV * HD, BS_SHIFT = 2, NB = 16 };
-    for (uint32_t type = 0; type < 3; type++) {
-        pool p = make_pool(type, NL, NHKV, HD, BS_SHIFT, NB);
-        for (uint8_t &b : p.host) b = (uint8_t)rng_u64();
-        uint32_t perm[NB];
-        shuffled_ids(perm, NB);
-        for (int prompt = 0; prompt < 2; prompt++) {
-            std::vector<int32_t> pos;
-            std::vector<uint32_t> starts, tables(perm, perm + NB);
-            if (prompt) pos = {2, 3, 4, 5, 6}, starts.assign(5, 10);
-            else pos = {0, 5, 9, 14}, starts = {0, 1, 3, 6};
-            const uint32_t layer = prompt ? 0 : 1;
-            const size_t n_rows = pos.size();
-            const std::vector<float> k = rand_floats(n_rows * KVD, -3.0f, 3.0f), v = rand_floats(n_rows * KVD, -3.0f, 3.0f);
-            dev_step ds = put_step(pos, starts, tables);
-            p.dev.pool = dev_put(p.host.data(), p.bytes);
-            float *kd = dev_put(k.data(), k.size()), *vd = dev_put(v.data(), v.size());
-            assert_int_equal(cu_kv_write(nullptr, &p.dev, &ds.s, layer, kd, vd), 0);
-            assert_int_not_equal(cu_kv_write(nullptr, &p.dev, &ds.s, NL, kd, vd), 0);
-            const std::vector<uint8_t> got = dev_get(p.dev.pool, p.bytes);
-            p.kv.pool = p.host.data();
-            std::vector<llmm_kv_view> views(n_rows);
-            for (size_t r = 0; r < n_rows; r++) views[r] = kv_layout_view(&p.kv, layer, perm + starts[r]);
-            assert_int_equal(cpu_kv_store_rows(views.data(), pos.data(), n_rows, k.data(), v.data(), KVD), LLMM_OK);
-            for (size_t i = 0; i < p.bytes; i++)
-                if (got[i] != p.host[i])
-                    fail_msg("kv_write %s %s: pool byte %zu (row %zu, byte %zu of it) is %u, the CPU's %u",
-                             k_kv_names[type], prompt ? "prompt" : "decode", i, i / p.kv.row_bytes,
-                             i % p.kv.row_bytes, got[i], p.host[i]);
-            cudaFree(kd);
-            cudaFree(vd);
-            cudaFree(p.dev.pool);
-            free_step(ds);
+    enum { NL = 2 };
+    const uint32_t shapes[][3] = {{3, 11, 2}, {1, 256, 5}, {2, 72, 0}, {3, 40, 4}}; // n_head_kv, head_dim, bs_shift
+    for (const auto &sh : shapes)
+        for (uint32_t type = 0; type < 3; type++)
+            for (int prompt = 0; prompt < 2; prompt++) {
+                const uint32_t nhkv = sh[0], hd = sh[1], bs_shift = sh[2], kvd = nhkv * hd;
+                std::vector<int32_t> pos;
+                if (prompt) pos = {2, 3, 4, 5, 6};
+                else pos = {0, 5, 9, 14};
+                std::vector<uint32_t> starts;
+                const uint32_t nb = plan_tables(pos, prompt, bs_shift, starts) + 3; // spare blocks stay as they were
+                pool p = make_pool(type, NL, nhkv, hd, bs_shift, nb);
+                for (uint8_t &b : p.host) b = (uint8_t)rng_u64();
+                std::vector<uint32_t> tables(nb);
+                shuffled_ids(tables.data(), nb);
+                const uint32_t layer = prompt ? 0 : 1;
+                const size_t n_rows = pos.size();
+                const std::vector<float> k = rand_floats(n_rows * kvd, -3.0f, 3.0f),
+                                         v = rand_floats(n_rows * kvd, -3.0f, 3.0f);
+                dev_step ds = put_step(pos, starts, tables);
+                p.dev.pool = dev_put(p.host.data(), p.bytes);
+                float *kd = dev_put(k.data(), k.size()), *vd = dev_put(v.data(), v.size());
+                assert_int_equal(cu_kv_write(nullptr, &p.dev, &ds.s, layer, kd, vd), 0);
+                assert_int_not_equal(cu_kv_write(nullptr, &p.dev, &ds.s, NL, kd, vd), 0);
+                const std::vector<uint8_t> got = dev_get(p.dev.pool, p.bytes);
+                p.kv.pool = p.host.data();
+                std::vector<llmm_kv_view> views(n_rows);
+                for (size_t r = 0; r < n_rows; r++) views[r] = kv_layout_view(&p.kv, layer, tables.data() + starts[r]);
+                assert_int_equal(cpu_kv_store_rows(views.data(), pos.data(), n_rows, k.data(), v.data(), kvd), LLMM_OK);
+                for (size_t i = 0; i < p.bytes; i++)
+                    if (got[i] != p.host[i])
+                        fail_msg("kv_write %s %s, %u K/V heads of %u, blocks of %u: pool byte %zu (row %zu, byte %zu "
+                                 "of it) is %u, the CPU's %u",
+                                 k_kv_names[type], prompt ? "prompt" : "decode", nhkv, hd, 1u << bs_shift, i,
+                                 i / p.kv.row_bytes, i % p.kv.row_bytes, got[i], p.host[i]);
+                cudaFree(kd);
+                cudaFree(vd);
+                cudaFree(p.dev.pool);
+                free_step(ds);
+            }
+}
+
+// ------------------------------------------------------------------ softmax merge
+
+// A partial of scores s[i0, i0 + n) with values v, summed left to right in float.
+sm_partial partial_of(const std::vector<float> &s, const std::vector<float> &v, size_t i0, size_t n) {
+    sm_partial p = sm_empty();
+    for (size_t i = i0; i < i0 + n; i++) p.m = fmaxf(p.m, s[i]);
+    for (size_t i = i0; i < i0 + n; i++) {
+        const float e = expf(s[i] - p.m);
+        p.l += e;
+        p.a += e * v[i];
+    }
+    return p;
+}
+
+sm_partial merge_tree(const std::vector<sm_partial> &parts, size_t lo, size_t hi) {
+    if (hi - lo == 1) return parts[lo];
+    const size_t mid = lo + (hi - lo) / 2;
+    return sm_merge(merge_tree(parts, lo, mid), merge_tree(parts, mid, hi));
+}
+
+bool same_bits(sm_partial x, sm_partial y) { return memcmp(&x, &y, sizeof x) == 0; }
+
+// softmax_merge.cuh: n scores and values cut into partials of random runs, shuffled, with
+// empty partials mixed in, and merged left to right, right to left and as a balanced tree, give
+// the one-pass softmax-weighted value (float64) within the float sums' (n + 8) u and the
+// rescalings' rounding of score differences (up to 2 spread u each side), relative to sum w |v|.
+// Scores spread over +-60 make most rescaling factors tiny or 0. The empty partial is the
+// identity bit for bit; sm_score is the CPU's scaled and soft-capped score.
+void test_softmax_merge(void **) {
+    rng_seed(101);
+    for (int trial = 0; trial < 300; trial++) {
+        const size_t n = 1 + rng_below(400);
+        const float spread = trial % 3 ? 8.0f : 60.0f;
+        const std::vector<float> s = rand_floats(n, -spread, spread), v = rand_floats(n, -2.0f, 2.0f);
+        double smax = -INFINITY, sum = 0, ref = 0, mag = 0;
+        for (float x : s) smax = fmax(smax, x);
+        for (size_t i = 0; i < n; i++) sum += exp(s[i] - smax);
+        for (size_t i = 0; i < n; i++) {
+            ref += exp(s[i] - smax) / sum * v[i];
+            mag += exp(s[i] - smax) / sum * fabs(v[i]);
         }
+        std::vector<sm_partial> parts;
+        for (size_t i = 0; i < n;) {
+            const size_t len = 1 + rng_below((uint32_t)std::min<size_t>(n - i, 48));
+            parts.push_back(partial_of(s, v, i, len));
+            if (rng_below(4) == 0) parts.push_back(sm_empty());
+            i += len;
+        }
+        for (size_t i = parts.size() - 1; i > 0; i--) std::swap(parts[i], parts[rng_below((uint32_t)i + 1)]);
+        sm_partial lr = sm_empty(), rl = sm_empty();
+        for (const sm_partial &p : parts) lr = sm_merge(lr, p);
+        for (size_t i = parts.size(); i-- > 0;) rl = sm_merge(parts[i], rl);
+        const sm_partial tree = merge_tree(parts, 0, parts.size());
+        const sm_partial one = partial_of(s, v, 0, n);
+        const double tol = mag * ((double)n + 8 + 4 * spread) * U_F32;
+        const sm_partial all[] = {one, lr, rl, tree};
+        const char *const names[] = {"one pass", "left to right", "right to left", "tree"};
+        for (int k = 0; k < 4; k++) {
+            const double got = sm_result(all[k]);
+            if (!(fabs(got - ref) <= tol))
+                fail_msg("softmax merge %s, %zu scores in %zu partials: %.9g, float64 %.9g, tol %.3g", names[k], n,
+                         parts.size(), got, ref, tol);
+            if (all[k].m != one.m) fail_msg("softmax merge %s: maximum %.9g, want %.9g", names[k], all[k].m, one.m);
+        }
+        if (!same_bits(sm_merge(one, sm_empty()), one) || !same_bits(sm_merge(sm_empty(), one), one))
+            fail_msg("softmax merge: the empty partial changed a partial");
+    }
+    const sm_partial e = sm_merge(sm_empty(), sm_empty());
+    assert_true(e.m == -INFINITY && e.l == 0.0f && e.a == 0.0f);
+    assert_true(sm_rescale(-INFINITY, 3.0f) == 0.0f && sm_rescale(2.0f, 2.0f) == 1.0f);
+    for (int i = 0; i < 1000; i++) {
+        const float dot = rng_float(-40.0f, 40.0f), scale = rng_float(0.05f, 1.0f), cap = rng_float(0.5f, 50.0f);
+        if (sm_score(dot, scale, 0.0f) != dot * scale) fail_msg("sm_score without a cap: not dot * scale");
+        const double raw = (double)dot * scale, capped = cap * tanh(raw / cap), got = sm_score(dot, scale, cap);
+        if (!(fabs(got - capped) <= 6 * U_F32 * (fabs(raw) + fabs(capped))))
+            fail_msg("sm_score(%.9g, %.9g, cap %.9g) = %.9g, float64 %.9g", dot, scale, cap, got, capped);
     }
 }
 
@@ -492,7 +598,7 @@ void check_attn_row(const pool &p, uint32_t l, const uint32_t *table, int32_t po
             }
             const double tol = mag * (2 * ds + (n_kv - start + 6.0 + q8) * U_F32);
             const size_t i = h * hd + d;
-            if (fabs(got[i] - ref) > tol || fabs(got[i] - cpu[i]) > 2 * tol)
+            if (!(fabs(got[i] - ref) <= tol) || !(fabs(got[i] - cpu[i]) <= 2 * tol)) // NaN fails
                 fail_msg("attention %s: pos %d head %u value %zu: device %.9g cpu %.9g ref %.9g tol %.3g", what, pos,
                          h, d, got[i], cpu[i], ref, tol);
         }
@@ -501,95 +607,132 @@ void check_attn_row(const pool &p, uint32_t l, const uint32_t *table, int32_t po
 
 struct attn_case {
     const char *name;
-    int32_t first_pos;  // a prompt step: rows at first_pos .. first_pos + n_rows - 1 of one sequence
-    std::vector<int32_t> pos; // else a decode step: one sequence a row, at these positions
+    uint32_t n_head_kv, group, head_dim, bs_shift;
+    int prompt;               // 1: the rows are positions of one sequence; 0: a sequence a row
+    std::vector<int32_t> pos; // the rows' positions
     uint32_t window;
     float softcap;
+    size_t max_kv;        // the context's longest sequence, as the glue passes it
+    uint32_t pool_offset; // bytes past an aligned address where the device pool starts
 };
 
-// Attention of each KV type, GQA (4 query heads over 2 K/V heads), head sizes 24 and 64, in
-// layer 1 of 2, through shuffled, disjoint block tables of 16-position blocks: decode steps of
-// sequences of different lengths (1 to 38 positions), with a sliding window, soft-capped; a
-// prompt step of 12 causal rows of one sequence; sequences of 650 and 700 positions (three
-// chunks of the kernel's online softmax), plain and with a window across a chunk boundary;
-// sequences that end on and just past a 256-position chunk.
+// One step of c on each KV type, in layer 1 of 2, through shuffled block tables (disjoint
+// between the rows of a decode step): the output checked against the CPU backend's and a
+// float64 reference (check_attn_row) for every value of every head of every row. The output
+// is poisoned with NaN first (an unwritten value fails), nothing past it may change, nor any
+// byte past the scratch the kernels were given; without that scratch the call fails and
+// writes nothing.
+void run_attn_case(const attn_case &c) {
+    enum { NL = 2, LAYER = 1, GUARD = 64 };
+    const uint32_t nh = c.n_head_kv * c.group, hd = c.head_dim, q_dim = nh * hd;
+    const size_t n_rows = c.pos.size(), n_out = n_rows * q_dim;
+    std::vector<uint32_t> starts;
+    const uint32_t nb = plan_tables(c.pos, c.prompt, c.bs_shift, starts) + 3;
+    for (uint32_t type = 0; type < 3; type++) {
+        pool p = make_pool(type, NL, c.n_head_kv, hd, c.bs_shift, nb);
+        fill_pool_rows(p);
+        p.kv.pool = p.host.data();
+        uint8_t *base = nullptr;
+        assert_int_equal(cudaMalloc(&base, p.bytes + c.pool_offset), cudaSuccess);
+        assert_int_equal(cudaMemcpy(base + c.pool_offset, p.host.data(), p.bytes, cudaMemcpyHostToDevice), cudaSuccess);
+        p.dev.pool = base + c.pool_offset;
+        std::vector<uint32_t> tables(nb);
+        shuffled_ids(tables.data(), nb);
+        dev_step ds = put_step(c.pos, starts, tables);
+        // a score scale larger than 1/sqrt(hd) so that the softmax is far from uniform
+        const float scale = 4.0f / sqrtf((float)hd);
+        const std::vector<float> q = rand_floats(n_out, -1.0f, 1.0f), poison(n_out + GUARD, NAN);
+        float *qd = dev_put(q.data(), n_out), *od = dev_put(poison.data(), poison.size());
+
+        const size_t need = cu_attention_scratch_bytes(n_rows, nh, hd, c.max_kv);
+        if (need) {
+            assert_int_not_equal(
+                cu_attention(nullptr, &p.dev, &ds.s, LAYER, qd, od, nh, c.window, scale, c.softcap, c.max_kv, nullptr, 0),
+                0);
+            const std::vector<float> untouched = dev_get(od, poison.size());
+            for (size_t i = 0; i < poison.size(); i++)
+                if (!isnan(untouched[i])) fail_msg("attention %s: a call without scratch wrote value %zu", c.name, i);
+        }
+        const std::vector<uint8_t> fill(need + GUARD, 0xa5);
+        uint8_t *scratch = dev_put(fill.data(), fill.size());
+        assert_int_equal(cu_attention(nullptr, &p.dev, &ds.s, LAYER, qd, od, nh, c.window, scale, c.softcap, c.max_kv,
+                                      need ? scratch : nullptr, need),
+                         0);
+        const std::vector<float> got = dev_get(od, poison.size());
+        const std::vector<uint8_t> after = dev_get(scratch, fill.size());
+        for (size_t i = need; i < after.size(); i++)
+            if (after[i] != 0xa5) fail_msg("attention %s: byte %zu past the scratch's %zu changed", c.name, i, need);
+        for (size_t i = n_out; i < got.size(); i++)
+            if (!isnan(got[i])) fail_msg("attention %s: value %zu past the output changed", c.name, i);
+
+        std::vector<cpu_attn_row> rows(n_rows);
+        for (size_t r = 0; r < n_rows; r++) {
+            rows[r].kv = kv_layout_view(&p.kv, LAYER, tables.data() + starts[r]);
+            rows[r].n_kv = (uint32_t)c.pos[r] + 1;
+            rows[r].kv_start = c.window && rows[r].n_kv > c.window ? rows[r].n_kv - c.window : 0;
+        }
+        std::vector<float> cpu(n_out);
+        cpu_attn_batch b;
+        b.q = q.data();
+        b.out = cpu.data();
+        b.n_rows = n_rows;
+        b.rows = rows.data();
+        b.n_head = nh;
+        b.n_head_kv = c.n_head_kv;
+        b.head_dim = hd;
+        b.scale = scale;
+        b.softcap = c.softcap;
+        assert_int_equal(cpu_attend((cpu_state *)g_cpu, &b), LLMM_OK);
+        char what[160];
+        snprintf(what, sizeof what, "%s, %s, %u heads over %u, head_dim %u, blocks of %u, row", c.name,
+                 k_kv_names[type], nh, c.n_head_kv, hd, 1u << c.bs_shift);
+        for (size_t r = 0; r < n_rows; r++)
+            check_attn_row(p, LAYER, tables.data() + starts[r], c.pos[r], nh, c.window, scale, c.softcap,
+                           &q[r * q_dim], &got[r * q_dim], &cpu[r * q_dim], what);
+        cudaFree(qd);
+        cudaFree(od);
+        cudaFree(scratch);
+        cudaFree(base);
+        free_step(ds);
+    }
+}
+
+// Query heads per K/V head 1, 2, 3, 4, 8 and 9 (two blocks of the group), head sizes 24 to 256
+// (odd 33: value-by-value loads; 72: 18 lanes of 4), blocks of 1, 16 and 32 positions, rows of
+// 1 to 3000 positions in one step: rows that fit one split (finished by it) beside rows over
+// many 256-position splits (merged), a split of one position, windows across split
+// boundaries, soft-capping; a context whose longest sequence fits one split (no merge); rows
+// longer than max_kv (the last split runs several chunks); 100 rows, where the row-split cap
+// makes splits of 300 positions (two chunks each); prompt steps of one sequence; a pool that
+// is not 16-byte aligned (narrower loads). The scratch bytes only grow with the rows.
 void test_attention(void **) {
     rng_seed(91);
-    enum { NL = 2, NH = 4, NHKV = 2, BS_SHIFT = 4, NB = 96, LAYER = 1 };
+    std::vector<int32_t> many(100);
+    for (int32_t &p : many) p = (int32_t)rng_below(40);
+    many[37] = 2999;
+    std::vector<int32_t> prompt12, prompt5;
+    for (int32_t i = 0; i < 12; i++) prompt12.push_back(18 + i);
+    for (int32_t i = 0; i < 5; i++) prompt5.push_back(1000 + i);
     const attn_case cases[] = {
-        {"decode", -1, {0, 8, 37, 20}, 0, 0.0f},
-        {"decode window 5", -1, {0, 8, 37, 20}, 5, 0.0f},
-        {"decode softcap", -1, {3, 16, 33, 1}, 0, 0.5f},
-        {"prompt", 18, {}, 0, 0.0f},
-        {"prompt window 9 softcap", 18, {}, 9, 0.5f},
-        {"long", -1, {699, 649}, 0, 0.0f},
-        {"long window 300 softcap", -1, {699, 649}, 300, 5.0f},
-        {"chunk edges", -1, {255, 256, 512}, 0, 0.0f},
+        {"decode, lengths 1 to 1500", 2, 4, 128, 4, 0, {0, 1499, 299, 256, 32}, 0, 0.0f, 1536, 0},
+        {"decode, window 700, softcap 5", 1, 8, 256, 5, 0, {1199, 0, 699}, 700, 5.0f, 1300, 0},
+        {"decode, one head a group, window 300", 3, 1, 64, 0, 0, {0, 1, 1024, 510}, 300, 0.0f, 1100, 0},
+        {"decode, softcap 0.5", 3, 2, 72, 4, 0, {798, 4}, 0, 0.5f, 800, 0},
+        {"decode, group of 3", 2, 3, 40, 5, 0, {0, 1399, 63}, 0, 5.0f, 1400, 0},
+        {"decode, group of 9, window 250", 1, 9, 24, 4, 0, {599, 2}, 250, 0.0f, 600, 0},
+        {"decode, one split, a row past max_kv", 2, 4, 128, 4, 0, {199, 0, 76, 300}, 0, 0.0f, 200, 0},
+        {"decode, rows past max_kv", 1, 2, 64, 4, 0, {899, 100}, 0, 0.0f, 512, 0},
+        {"decode, 100 rows", 1, 2, 33, 4, 0, many, 0, 0.0f, 3000, 0},
+        {"prompt, window 9, softcap 0.5", 2, 4, 64, 4, 1, prompt12, 9, 0.5f, 64, 0},
+        {"prompt, 5 rows of 1000", 2, 2, 128, 5, 1, prompt5, 0, 0.0f, 1024, 0},
+        {"decode, pool 4 bytes off", 2, 4, 256, 4, 0, {700, 3}, 0, 0.0f, 800, 4},
+        {"decode, one row", 2, 8, 128, 5, 0, {1500}, 0, 30.0f, 2048, 0},
     };
-    const uint32_t hds[] = {24, 64};
-    for (uint32_t type = 0; type < 3; type++)
-        for (uint32_t hi = 0; hi < 2; hi++) {
-            const uint32_t hd = hds[hi], q_dim = NH * hd;
-            pool p = make_pool(type, NL, NHKV, hd, BS_SHIFT, NB);
-            fill_pool_rows(p);
-            p.kv.pool = p.host.data();
-            p.dev.pool = dev_put(p.host.data(), p.bytes);
-            uint32_t perm[NB];
-            shuffled_ids(perm, NB);
-            for (const attn_case &c : cases) {
-                std::vector<int32_t> pos;
-                std::vector<uint32_t> starts;
-                if (c.first_pos >= 0)
-                    for (int32_t i = 0; i < 12; i++) pos.push_back(c.first_pos + i), starts.push_back(0);
-                else {
-                    uint32_t next = 0;
-                    for (int32_t ps : c.pos) {
-                        starts.push_back(next);
-                        next += ((uint32_t)ps >> BS_SHIFT) + 1;
-                    }
-                    assert_true(next <= NB);
-                }
-                if (c.first_pos < 0) pos = c.pos;
-                const std::vector<uint32_t> tables(perm, perm + NB);
-                const size_t n_rows = pos.size();
-                // a score scale larger than 1/sqrt(hd) so that the softmax is far from uniform
-                const float scale = 4.0f / sqrtf((float)hd);
-                const std::vector<float> q = rand_floats(n_rows * q_dim, -1.0f, 1.0f);
-                dev_step ds = put_step(pos, starts, tables);
-                float *qd = dev_put(q.data(), q.size()), *od = nullptr;
-                assert_int_equal(cudaMalloc(&od, q.size() * sizeof(float)), cudaSuccess);
-                assert_int_equal(cu_attention(nullptr, &p.dev, &ds.s, LAYER, qd, od, NH, c.window, scale, c.softcap), 0);
-                const std::vector<float> got = dev_get(od, q.size());
-
-                std::vector<cpu_attn_row> rows(n_rows);
-                for (size_t r = 0; r < n_rows; r++) {
-                    rows[r].kv = kv_layout_view(&p.kv, LAYER, perm + starts[r]);
-                    rows[r].n_kv = (uint32_t)pos[r] + 1;
-                    rows[r].kv_start = c.window && rows[r].n_kv > c.window ? rows[r].n_kv - c.window : 0;
-                }
-                std::vector<float> cpu(q.size());
-                cpu_attn_batch b;
-                b.q = q.data();
-                b.out = cpu.data();
-                b.n_rows = n_rows;
-                b.rows = rows.data();
-                b.n_head = NH;
-                b.n_head_kv = NHKV;
-                b.head_dim = hd;
-                b.scale = scale;
-                b.softcap = c.softcap;
-                assert_int_equal(cpu_attend((cpu_state *)g_cpu, &b), LLMM_OK);
-                char what[96];
-                snprintf(what, sizeof what, "%s, %s, head_dim %u, row", c.name, k_kv_names[type], hd);
-                for (size_t r = 0; r < n_rows; r++)
-                    check_attn_row(p, LAYER, perm + starts[r], pos[r], NH, c.window, scale, c.softcap,
-                                   &q[r * q_dim], &got[r * q_dim], &cpu[r * q_dim], what);
-                cudaFree(qd);
-                cudaFree(od);
-                free_step(ds);
-            }
-            cudaFree(p.dev.pool);
-        }
+    for (const attn_case &c : cases) run_attn_case(c);
+    for (size_t kv = 1; kv < 5000; kv += 97)
+        for (size_t n = 1; n < 300; n++)
+            if (cu_attention_scratch_bytes(n, 8, 128, kv) < cu_attention_scratch_bytes(n - 1, 8, 128, kv))
+                fail_msg("cu_attention_scratch_bytes(%zu rows, max_kv %zu) below %zu rows'", n, kv, n - 1);
 }
 
 } // namespace
@@ -597,7 +740,8 @@ void test_attention(void **) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rms_norm), cmocka_unit_test(test_elementwise), cmocka_unit_test(test_glu),
-        cmocka_unit_test(test_rope),     cmocka_unit_test(test_kv_write),    cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_rope),     cmocka_unit_test(test_kv_write),    cmocka_unit_test(test_softmax_merge),
+        cmocka_unit_test(test_attention),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

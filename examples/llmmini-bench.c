@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli_names.h"
 #include "llmmini.h"
 
 #define BANDWIDTH_PASSES 5
@@ -33,6 +34,8 @@ typedef struct options {
     int save_load;         /* also time saving the prompt's state and loading it back */
     int block_size;        /* KV block size (0: the library's default) */
     llmm_kv_type kv_type;
+    llmm_backend_kind backend;
+    int device;            /* llmm_context_params.device */
 } options;
 
 /* Smallest, median and largest of the repeats of one measurement (for a speed, max is the best). */
@@ -48,6 +51,7 @@ typedef struct results {
     spread prompt_tps, decode_tps, ttft_ms;
     double decode_ms_p50, decode_ms_p95, decode_ms_p99; /* over every decoded token of every repeat */
     double first_decode_ms; /* the first decode step of the first repeat: it starts making packed copies */
+    llmm_context_stats stats; /* the context's, after the benchmark: cold start and graph counters */
     uint64_t peak_rss_bytes;
     int rss_frozen; /* peak_rss_bytes was taken before the paired triads; ru_maxrss now counts them */
     double measured_gbs; /* read probe; 0 when skipped or unavailable */
@@ -91,7 +95,7 @@ static void usage(FILE *out) {
     fprintf(out,
             "usage: llmmini-bench -m MODEL [-p 512] [-n 64] [-r 3] [-t THREADS] [--parallel S] [--json]\n"
             "                     [--save-load] [--kv-type f16|q8|f32] [--block-size N] [--no-bandwidth]\n"
-            "                     [--no-repack]\n"
+            "                     [--no-repack] [--backend auto|cpu|cuda] [--device N]\n"
             "  -p PROMPT_TOKENS   tokens in the synthetic prompt (default 512)\n"
             "  -n GEN_TOKENS      tokens decoded one at a time after it (default 64)\n"
             "  -r REPEATS         runs of each measurement; median, min and max are reported (default 3)\n"
@@ -107,7 +111,21 @@ static void usage(FILE *out) {
             "  --no-bandwidth     skip the memory bandwidth probes (read, STREAM triad) and the\n"
             "                     figures made from them\n"
             "  --no-repack        compute from the file's bytes only (repack_weights = 0: no packed\n"
-            "                     copies made during the first decode steps)\n");
+            "                     copies made during the first decode steps)\n"
+            "  --device N         the accelerator a CUDA context runs on (default 0)\n"
+            "  --backend B        auto, cpu or cuda (default auto: CUDA when its module loads and finds\n"
+            "                     a device, else the CPU); cuda fails rather than fall back. The\n"
+            "                     bandwidth probes measure the host's memory whatever the backend:\n"
+            "                     pass --no-bandwidth on a GPU\n");
+}
+
+static int parse_index(const char *s, int *out) {
+    char *end;
+    errno = 0;
+    long v = s ? strtol(s, &end, 10) : -1;
+    if (!s || errno || end == s || *end || v < 0 || v > 1023) return 0;
+    *out = (int)v;
+    return 1;
 }
 
 static int parse_count(const char *s, int *out) {
@@ -116,14 +134,6 @@ static int parse_count(const char *s, int *out) {
     long v = s ? strtol(s, &end, 10) : 0;
     if (!s || errno || end == s || *end || v < 1 || v > 1000000) return 0;
     *out = (int)v;
-    return 1;
-}
-
-static int parse_kv_type(const char *s, llmm_kv_type *out) {
-    if (!strcmp(s, "f16")) *out = LLMM_KV_F16;
-    else if (!strcmp(s, "q8")) *out = LLMM_KV_Q8;
-    else if (!strcmp(s, "f32")) *out = LLMM_KV_F32;
-    else return 0;
     return 1;
 }
 
@@ -140,7 +150,7 @@ static int *count_option(options *o, const char *a) {
 
 /* Returns 0 on success, 2 on a usage error (message printed). */
 static int parse_args(int argc, char **argv, options *o) {
-    *o = (options){.n_prompt = 512, .n_gen = 64, .repeats = 3, .kv_type = LLMM_KV_F16};
+    *o = (options){.n_prompt = 512, .n_gen = 64, .repeats = 3, .kv_type = LLMM_KV_F16, .backend = LLMM_BACKEND_AUTO};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -155,6 +165,16 @@ static int parse_args(int argc, char **argv, options *o) {
         else if (!strcmp(a, "--kv-type") && val) {
             if (!parse_kv_type(argv[++i], &o->kv_type)) {
                 fprintf(stderr, "llmmini-bench: --kv-type takes f16, q8 or f32\n");
+                return 2;
+            }
+        } else if (!strcmp(a, "--backend") && val) {
+            if (!parse_backend(argv[++i], &o->backend)) {
+                fprintf(stderr, "llmmini-bench: --backend takes auto, cpu or cuda\n");
+                return 2;
+            }
+        } else if (!strcmp(a, "--device") && val) {
+            if (!parse_index(argv[++i], &o->device)) {
+                fprintf(stderr, "llmmini-bench: --device takes a device index 0..1023\n");
                 return 2;
             }
         } else if (!strcmp(a, "--no-bandwidth")) o->no_bandwidth = 1;
@@ -793,7 +813,6 @@ static const char *base_name(const char *path) {
     return slash ? slash + 1 : path;
 }
 
-static const char *kv_type_name(llmm_kv_type t) { return t == LLMM_KV_Q8 ? "q8" : t == LLMM_KV_F32 ? "f32" : "f16"; }
 
 static int kv_block_size(const options *o) { return o->block_size ? o->block_size : 16; }
 
@@ -911,9 +930,10 @@ static void print_parallel_table(const results *r, const options *o) {
 static void print_tables(const results *r, const options *o) {
     printf("%d-token prompt, then %d tokens decoded one at a time, %d repeats (best/median/min over them);\n"
            "TTFT = prefill + choosing the first token; decode ms p50/p95/p99 over all %d decode steps.\n"
-           "KV %s, block size %d; packed weights %s. Peak RSS is measured before the bandwidth probes.\n\n",
+           "KV %s, block size %d; packed weights %s. Peak RSS is measured before the bandwidth probes.\n"
+           "Backend asked for: %s.\n\n",
            o->n_prompt, o->n_gen, o->repeats, o->repeats * o->n_gen, kv_type_name(o->kv_type), kv_block_size(o),
-           o->no_repack ? "off (--no-repack)" : "on (made during the first decode steps)");
+           o->no_repack ? "off (--no-repack)" : "on (made during the first decode steps)", backend_name(o->backend));
     print_speed_table(r);
     printf("\ndecode is memory-bound on CPU: every weight is read once per token, so efficiency =\n"
            "effective / measured bandwidth is the figure that matters. bytes/token is an ESTIMATE of the\n"
@@ -1022,6 +1042,13 @@ static void print_json(const results *r, const options *o) {
            o->n_gen, o->repeats);
     printf(",\"kv_type\":\"%s\",\"kv_block_size\":%d", kv_type_name(o->kv_type), kv_block_size(o));
     printf(",\"repack_weights\":%s", o->no_repack ? "false" : "true");
+    printf(",\"backend\":\"%s\",\"device\":%d", backend_name(o->backend), o->device);
+    print_json_number("module_load_ms", r->stats.module_load_ms, 1);
+    print_json_number("backend_init_ms", r->stats.backend_init_ms, 1);
+    print_json_number("weights_ms", r->stats.weights_ms, 1);
+    print_json_number("first_token_ms", r->stats.first_token_ms, 1);
+    printf(",\"graphs\":%u,\"graph_replays\":%llu", r->stats.graphs, (unsigned long long)r->stats.graph_replays);
+    print_json_number("graph_capture_ms", r->stats.graph_capture_ms, 1);
     print_json_speed(r);
     print_json_bandwidth(r);
     if (o->parallel) print_json_parallel(r, o);
@@ -1055,6 +1082,8 @@ static llmm_status create_context(const llmm_model *m, const options *o, int n_t
     cp.n_batch = (uint32_t)(o->n_prompt < 512 ? o->n_prompt : 512);
     cp.n_threads = n_threads;
     cp.kv_type = o->kv_type;
+    cp.backend = o->backend;
+    cp.device = o->device;
     if (o->block_size) cp.kv_block_size = (uint32_t)o->block_size;
     if (o->parallel) cp.n_seq_max = (uint32_t)o->parallel;
     return llmm_context_create(m, &cp, ctx);
@@ -1097,6 +1126,15 @@ static int run(const options *o, llmm_model *m, const alloc_counter *counter, re
         return fail("cannot create context", st, err);
     }
     st = bench_all(ctx, m, o, counter, res);
+    res->stats.size = sizeof res->stats;
+    if (!st) st = llmm_context_get_stats(ctx, &res->stats);
+    if (!st)
+        fprintf(stderr,
+                "cold start: module %.1f ms, backend init %.1f ms, weights %.1f ms, first token %.1f ms; graphs: %u "
+                "held, %llu replays, %.1f ms capturing\n",
+                res->stats.module_load_ms, res->stats.backend_init_ms, res->stats.weights_ms,
+                res->stats.first_token_ms, res->stats.graphs, (unsigned long long)res->stats.graph_replays,
+                res->stats.graph_capture_ms);
     const uint64_t rss_now = res->rss_frozen ? current_rss_bytes() : peak_rss_bytes();
     if (rss_now > res->peak_rss_bytes) res->peak_rss_bytes = rss_now;
     int rc = st ? fail("benchmark failed", st, llmm_context_last_error(ctx)) : 0;

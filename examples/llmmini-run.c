@@ -6,31 +6,18 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli_names.h"
 #include "llmmini.h"
 
 typedef struct options {
     const char *model, *prompt, *dump_logits;
     int n_predict, n_threads, no_bos, print_ids;
-    int chat, n_ctx;
+    int chat, n_ctx, device;
     const char *template_name, *system_prompt;
     llmm_backend_kind backend;
+    llmm_kv_type kv_type;
     llmm_sampler_params sampling;
 } options;
-
-/* --backend's names, by llmm_backend_kind */
-static const struct {
-    const char *name;
-    llmm_backend_kind kind;
-} backend_names[] = {{"auto", LLMM_BACKEND_AUTO}, {"cpu", LLMM_BACKEND_CPU}, {"cuda", LLMM_BACKEND_CUDA}};
-
-static int parse_backend(const char *s, llmm_backend_kind *out) {
-    for (size_t i = 0; i < sizeof backend_names / sizeof *backend_names; i++)
-        if (!strcmp(s, backend_names[i].name)) {
-            *out = backend_names[i].kind;
-            return 1;
-        }
-    return 0;
-}
 
 static const char *chat_names(void) {
     const char *names = "";
@@ -41,7 +28,8 @@ static const char *chat_names(void) {
 static void usage(FILE *out) {
     fprintf(out,
             "usage: llmmini-run -m MODEL -p PROMPT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P]\n"
-            "                   [--seed S] [-t THREADS] [-c N_CTX] [--backend B] [--no-bos] [--ids]\n"
+            "                   [--seed S] [-t THREADS] [-c N_CTX] [--backend B] [--device N] [--kv-type T]\n"
+            "                   [--no-bos] [--ids]\n"
             "                   [--dump-logits PATH]\n"
             "       llmmini-run -m MODEL --chat [--template NAME] [--system TEXT] [-n N] [sampling options]\n"
             "  -n N               tokens to generate (default 128)\n"
@@ -59,6 +47,8 @@ static void usage(FILE *out) {
             "                     finds a device, else the CPU). The CUDA module is libllmmini-cuda.so\n"
             "                     next to the library (or this program, when linked statically), on\n"
             "                     the loader's path, or the file LLMM_CUDA_MODULE names\n"
+            "  --device N         the GPU a CUDA context runs on (default 0)\n"
+            "  --kv-type T        KV cache element type: f16 (default), q8 or f32\n"
             "  --chat             chat on stdin/stdout: one user message per line, '/reset' starts\n"
             "                     over, end of input quits; -n limits each reply\n"
             "  --template NAME    chat format to use instead of the model's, one of:\n"
@@ -95,12 +85,14 @@ static int check_mode_options(const options *o) {
 static int parse_args(int argc, char **argv, options *o) {
     llmm_sampler_params_default(&o->sampling, sizeof o->sampling);
     o->n_predict = 128;
+    o->kv_type = LLMM_KV_F16;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
         double num = 0;
         int takes_number = !strcmp(a, "-n") || !strcmp(a, "--temp") || !strcmp(a, "--top-k") || !strcmp(a, "--top-p") ||
-                           !strcmp(a, "--min-p") || !strcmp(a, "--seed") || !strcmp(a, "-t") || !strcmp(a, "-c");
+                           !strcmp(a, "--min-p") || !strcmp(a, "--seed") || !strcmp(a, "-t") || !strcmp(a, "-c") ||
+                           !strcmp(a, "--device");
         if (takes_number && (!val || !parse_number(val, &num))) {
             fprintf(stderr, "llmmini-run: %s needs a number\n", a);
             return 2;
@@ -116,6 +108,13 @@ static int parse_args(int argc, char **argv, options *o) {
         else if (!strcmp(a, "--seed")) o->sampling.seed = (uint64_t)num, i++;
         else if (!strcmp(a, "-t")) o->n_threads = (int)num, i++;
         else if (!strcmp(a, "-c")) o->n_ctx = (int)num, i++;
+        else if (!strcmp(a, "--device")) o->device = (int)num, i++;
+        else if (!strcmp(a, "--kv-type") && val) {
+            if (!parse_kv_type(argv[++i], &o->kv_type)) {
+                fprintf(stderr, "llmmini-run: --kv-type must be f16, q8 or f32, not '%s'\n", argv[i]);
+                return 2;
+            }
+        }
         else if (!strcmp(a, "--chat")) o->chat = 1;
         else if (!strcmp(a, "--template") && val) o->template_name = argv[++i];
         else if (!strcmp(a, "--system") && val) o->system_prompt = argv[++i];
@@ -549,6 +548,8 @@ int main(int argc, char **argv) {
     llmm_context_params_default(&cp, sizeof cp);
     cp.n_threads = o.n_threads;
     cp.backend = o.backend;
+    cp.device = o.device;
+    cp.kv_type = o.kv_type;
     if (o.n_ctx > 0) cp.n_ctx = (uint32_t)o.n_ctx;
     llmm_context *ctx = NULL;
     st = llmm_context_create(m, &cp, &ctx);

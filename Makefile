@@ -35,7 +35,7 @@ LIBS := -lzstd -lm
 
 LIB_SRC := $(wildcard lib/*.c) $(wildcard cpu/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
-STATIC := $(BUILD)/libllmmini.a
+STATIC_LIB := $(BUILD)/libllmmini.a
 SONAME := libllmmini.so.$(VERSION_MAJOR)
 SHARED := $(BUILD)/$(SONAME)
 
@@ -54,7 +54,7 @@ $(DEPS_OK): scripts/deps.sh
 	@sh scripts/deps.sh
 	@mkdir -p $(@D) && touch $@
 
-lib: $(STATIC) $(SHARED) $(BUILD)/libllmmini.so
+lib: $(STATIC_LIB) $(SHARED) $(BUILD)/libllmmini.so
 examples: $(EXAMPLES)
 
 $(BUILD)/obj/%.o: %.c | $(DEPS_OK)
@@ -88,7 +88,7 @@ $(BUILD)/obj/cpu/kernels_neon.o: ALL_CFLAGS += -ffp-contract=off
 $(BUILD)/obj/cpu/%_dotprod.o: ALL_CFLAGS += -march=armv8.2-a+dotprod -ffp-contract=off
 endif
 
-$(STATIC): $(LIB_OBJ)
+$(STATIC_LIB): $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
@@ -99,12 +99,12 @@ $(SHARED): $(LIB_OBJ) lib/llmmini.map
 $(BUILD)/libllmmini.so: $(SHARED)
 	ln -sf $(SONAME) $@
 
-$(BUILD)/llmmini-%: $(BUILD)/obj/examples/llmmini-%.o $(STATIC)
-	$(CC) $(ALL_LDFLAGS) -o $@ $< $(STATIC) $(LIBS)
+$(BUILD)/llmmini-%: $(BUILD)/obj/examples/llmmini-%.o $(STATIC_LIB)
+	$(CC) $(ALL_LDFLAGS) -o $@ $< $(STATIC_LIB) $(LIBS)
 
-$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_SUPPORT_OBJ) $(STATIC)
+$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_SUPPORT_OBJ) $(STATIC_LIB)
 	@mkdir -p $(@D)
-	$(CC) $(ALL_LDFLAGS) -o $@ $< $(TEST_EXTRA_OBJ) $(TEST_SUPPORT_OBJ) $(STATIC) -lcmocka $(LIBS)
+	$(CC) $(ALL_LDFLAGS) -o $@ $< $(TEST_EXTRA_OBJ) $(TEST_SUPPORT_OBJ) $(STATIC_LIB) -lcmocka $(LIBS)
 
 # tests/test_fuzz_replay.c links both fuzz harnesses, each with its entry points renamed
 FUZZ_REPLAY_OBJ := $(BUILD)/obj/tests/fuzz/gguf_replay.o $(BUILD)/obj/tests/fuzz/tokenize_replay.o
@@ -158,10 +158,15 @@ CUDA_HOME ?= /usr/local/cuda
 # Jetson Orin (sm_87), H100/H200 (sm_90), and PTX for later GPUs
 NVCC_ARCH := -gencode arch=compute_87,code=sm_87 -gencode arch=compute_90,code=sm_90 \
              -gencode arch=compute_90,code=compute_90
+# nvcc compiles host code with $(CXX), so that CC=aarch64-linux-gnu-gcc cross-builds the module
+# for Jetson; the CUDA libraries of the target (a cross toolkit keeps aarch64's under
+# targets/aarch64-linux/lib: docs/embedding.md)
+NVCC := $(CUDA_HOME)/bin/nvcc -ccbin $(CXX)
+CUDA_LIB ?= $(CUDA_HOME)/lib64
 SIMT_NVCC_OBJ := $(BUILD)/obj/tests/simt/sample_kernels.o
 $(SIMT_NVCC_OBJ): tests/simt/sample_kernels.cu tests/simt/sample_kernels.cuh $(wildcard tests/simt/simt*.h)
 	@mkdir -p $(@D)
-	$(CUDA_HOME)/bin/nvcc -std=c++17 $(NVCC_ARCH) -Itests/simt -c $< -o $@
+	$(NVCC) -std=c++17 $(NVCC_ARCH) -Itests/simt -c $< -o $@
 all: $(SIMT_NVCC_OBJ)
 endif
 -include $(wildcard $(BUILD)/obj/tests/simt/*.d)
@@ -181,9 +186,9 @@ $(BUILD)/obj/tests/cuda/%.o: tests/cuda/%.cpp | $(DEPS_OK)
 	@mkdir -p $(@D)
 	$(CXX) $(CUDA_EMU_CXXFLAGS) -Itests -c $< -o $@
 CUDA_EMU_TESTS := $(patsubst tests/cuda/%.cpp,$(BUILD)/tests/%,$(wildcard tests/cuda/test_*.cpp))
-$(CUDA_EMU_TESTS): $(BUILD)/tests/%: $(BUILD)/obj/tests/cuda/%.o $(TEST_SUPPORT_OBJ) $(STATIC)
+$(CUDA_EMU_TESTS): $(BUILD)/tests/%: $(BUILD)/obj/tests/cuda/%.o $(TEST_SUPPORT_OBJ) $(STATIC_LIB)
 	@mkdir -p $(@D)
-	$(CXX) $(CUDA_EMU_CXXFLAGS) -o $@ $< $(filter $(BUILD)/obj/cuda-emu/%.o,$^) $(TEST_SUPPORT_OBJ) $(STATIC) \
+	$(CXX) $(CUDA_EMU_CXXFLAGS) -o $@ $< $(filter $(BUILD)/obj/cuda-emu/%.o,$^) $(TEST_SUPPORT_OBJ) $(STATIC_LIB) \
 	    -lcmocka $(LIBS)
 TEST_BIN += $(CUDA_EMU_TESTS)
 test: $(CUDA_EMU_TESTS)
@@ -191,7 +196,7 @@ ifeq ($(CUDA),1)
 CUDA_OBJ := $(CUDA_SRC:cuda/%.cu=$(BUILD)/obj/cuda/%.o)
 $(BUILD)/obj/cuda/%.o: cuda/%.cu
 	@mkdir -p $(@D)
-	$(CUDA_HOME)/bin/nvcc -std=c++17 $(NVCC_ARCH) -Xcompiler -fPIC -Icuda -Itests/simt -Iinclude -Ilib -c $< -o $@
+	$(NVCC) -std=c++17 $(NVCC_ARCH) -Xcompiler -fPIC -Icuda -Itests/simt -Iinclude -Ilib -c $< -o $@
 all: $(CUDA_OBJ)
 endif
 -include $(wildcard $(BUILD)/obj/cuda-emu/*.d) $(wildcard $(BUILD)/obj/tests/cuda/*.d)
@@ -235,7 +240,7 @@ CUDA_MODULE := $(BUILD)/libllmmini-cuda.so
 CUDA_MODULE_STATIC := $(BUILD)/libllmmini-cuda.a
 $(CUDA_MODULE): $(CUDA_OBJ) cuda/module.map
 	$(CXX) -shared -Wl,--version-script=cuda/module.map -Wl,-z,defs -pthread $(LDFLAGS) -o $@ $(CUDA_OBJ) \
-	    -L$(CUDA_HOME)/lib64 -lcudart
+	    -L$(CUDA_LIB) -lcudart
 $(CUDA_MODULE_STATIC): $(CUDA_OBJ) $(CUDA_REGISTER_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
@@ -257,25 +262,43 @@ install-cuda: $(CUDA_MODULE) $(CUDA_MODULE_STATIC)
 CUDA_DEVICE_TESTS := $(patsubst tests/cuda/%.cpp,$(BUILD)/tests/device/%,$(wildcard tests/cuda/test_*.cpp))
 $(BUILD)/obj/tests/cuda-device/%.o: tests/cuda/%.cpp | $(DEPS_OK)
 	@mkdir -p $(@D)
-	$(CUDA_HOME)/bin/nvcc -std=c++17 $(NVCC_ARCH) -x cu -Xcompiler -Wall,-Wextra,-Werror -MMD -MP -Icuda -Itests/simt \
+	$(NVCC) -std=c++17 $(NVCC_ARCH) -x cu -Xcompiler -Wall,-Wextra,-Werror -MMD -MP -Icuda -Itests/simt \
 	    -Iinclude -Ilib -Icpu -Itests -c $< -o $@
 $(CUDA_DEVICE_TESTS): $(BUILD)/tests/device/%: $(BUILD)/obj/tests/cuda-device/%.o $(CUDA_MODULE_STATIC) \
-        $(TEST_SUPPORT_OBJ) $(STATIC)
+        $(TEST_SUPPORT_OBJ) $(STATIC_LIB)
 	@mkdir -p $(@D)
-	$(CXX) -pthread $(LDFLAGS) -o $@ $< $(CUDA_MODULE_STATIC) $(TEST_SUPPORT_OBJ) $(STATIC) -lcmocka $(LIBS) \
-	    -L$(CUDA_HOME)/lib64 -lcudart -Wl,-rpath,$(CUDA_HOME)/lib64
+	$(CXX) -pthread $(LDFLAGS) -o $@ $< $(CUDA_MODULE_STATIC) $(TEST_SUPPORT_OBJ) $(STATIC_LIB) -lcmocka $(LIBS) \
+	    -L$(CUDA_LIB) -lcudart -Wl,-rpath,$(CUDA_LIB)
 # The static link an app makes (include/llmmini.h "STATIC BACKENDS"), with the real archive:
 # built here so that the documented link line keeps linking; run on a GPU by gpu-check.sh.
 CUDA_STATIC_TEST := $(BUILD)/tests/device/test_cuda_static
-$(CUDA_STATIC_TEST): $(BUILD)/obj/tests/test_cuda_static.o $(CUDA_MODULE_STATIC) $(TEST_SUPPORT_OBJ) $(STATIC)
+$(CUDA_STATIC_TEST): $(BUILD)/obj/tests/test_cuda_static.o $(CUDA_MODULE_STATIC) $(TEST_SUPPORT_OBJ) $(STATIC_LIB)
 	@mkdir -p $(@D)
-	$(CC) $(ALL_LDFLAGS) -o $@ $< $(TEST_SUPPORT_OBJ) $(CUDA_MODULE_STATIC) $(STATIC) -lcmocka \
-	    -L$(CUDA_HOME)/lib64 -lcudart_static -lstdc++ $(LIBS) -ldl -lrt
+	$(CC) $(ALL_LDFLAGS) -o $@ $< $(TEST_SUPPORT_OBJ) $(CUDA_MODULE_STATIC) $(STATIC_LIB) -lcmocka \
+	    -L$(CUDA_LIB) -lcudart_static -lstdc++ $(LIBS) -ldl -lrt
 CUDA_DEVICE_TESTS += $(CUDA_STATIC_TEST)
 .PHONY: cuda-device-tests
 cuda-device-tests: $(CUDA_DEVICE_TESTS)
 all: $(CUDA_DEVICE_TESTS)
 -include $(wildcard $(BUILD)/obj/tests/cuda-device/*.d)
+# make CUDA=1 STATIC=1: a static CUDA example, $(BUILD)/static/llmmini-run: libllmmini.a,
+# libllmmini-cuda.a and cudart_static, the backend registered (llmm_cuda_register) instead of
+# loaded, so it runs where neither libllmmini nor libcudart is installed (Jetson images, app
+# bundles). cuBLASLt is not linked: no kernel uses it yet; when the GEMMs do, it links
+# statically where the toolkit ships libcublasLt_static.a (JetPack, the full toolkit) and stays
+# the one shared CUDA library where it does not (this machine's toolkit). docs/embedding.md.
+ifeq ($(STATIC),1)
+STATIC_EXAMPLE := $(BUILD)/static/llmmini-run
+$(BUILD)/obj/static/llmmini-run.o: examples/llmmini-run.c | $(DEPS_OK)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -DLLMM_REGISTER_CUDA -c $< -o $@
+$(STATIC_EXAMPLE): $(BUILD)/obj/static/llmmini-run.o $(CUDA_MODULE_STATIC) $(STATIC_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_LDFLAGS) -o $@ $< $(CUDA_MODULE_STATIC) $(STATIC_LIB) -L$(CUDA_LIB) -lcudart_static \
+	    -lstdc++ $(LIBS) -ldl -lrt
+all: $(STATIC_EXAMPLE)
+-include $(wildcard $(BUILD)/obj/static/*.d)
+endif
 endif
 
 DEMO_MODEL := $(LLMM_SHARED)/models/stories260K.gguf
@@ -334,7 +357,7 @@ $(BUILD)/llmmini.pc: pkgconfig/llmmini.pc.in Makefile
 install: all $(BUILD)/llmmini.pc
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
 	install -m 644 include/llmmini.h $(DESTDIR)$(PREFIX)/include/
-	install -m 644 $(STATIC) $(DESTDIR)$(PREFIX)/lib/
+	install -m 644 $(STATIC_LIB) $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(SHARED) $(DESTDIR)$(PREFIX)/lib/
 	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libllmmini.so
 	install -m 644 $(BUILD)/llmmini.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
@@ -349,7 +372,7 @@ LIBS += $(DL_LIBS)
 
 # Test modules for tests/test_backend_module.c (tests/module/test_module.c): the handle backend
 # posing as a CUDA module, and one variant per refusal the loader makes. Each carries the core
-# objects it needs from $(STATIC) and exports its entry point alone (test_module.map).
+# objects it needs from $(STATIC_LIB) and exports its entry point alone (test_module.map).
 TEST_MODULE_VARIANTS := good bad-version no-entry no-device null no-types
 TEST_MODULE_DEFS_bad-version := -DTEST_MODULE_BAD_VERSION
 TEST_MODULE_DEFS_no-entry := -DTEST_MODULE_NO_ENTRY
@@ -363,11 +386,11 @@ $(TEST_MODULE_OBJ): $(BUILD)/obj/tests/module/test_module-%.o: tests/module/test
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) -Itests $(TEST_MODULE_DEFS_$*) -c $< -o $@
 define TEST_MODULE_RULE
-$(call test_module_so,$1): $(BUILD)/obj/tests/module/test_module-$1.o $(BUILD)/obj/tests/handle_backend.o $(STATIC) \
+$(call test_module_so,$1): $(BUILD)/obj/tests/module/test_module-$1.o $(BUILD)/obj/tests/handle_backend.o $(STATIC_LIB) \
         tests/module/test_module.map
 	@mkdir -p $$(@D)
 	$$(CC) -shared -Wl,--version-script=tests/module/test_module.map $$(ALL_LDFLAGS) -o $$@ $$(filter %.o,$$^) \
-	    $$(STATIC) $$(LIBS)
+	    $$(STATIC_LIB) $$(LIBS)
 endef
 $(foreach v,$(TEST_MODULE_VARIANTS),$(eval $(call TEST_MODULE_RULE,$v)))
 $(BUILD)/tests/test_backend_module: $(TEST_MODULES)

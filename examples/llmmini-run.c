@@ -536,6 +536,11 @@ int main(int argc, char **argv) {
     options o = {0};
     int rc = parse_args(argc, argv, &o);
     if (rc) return rc;
+#ifdef LLMM_REGISTER_CUDA
+    /* the static build (make CUDA=1 STATIC=1) carries the CUDA backend inside */
+    const llmm_status reg = llmm_cuda_register();
+    if (reg) fprintf(stderr, "llmmini-run: the linked CUDA backend cannot be used: %s\n", llmm_status_str(reg));
+#endif
     char err[512] = "";
     llmm_model_params mp;
     llmm_model_params_default(&mp, sizeof mp);

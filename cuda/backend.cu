@@ -569,24 +569,21 @@ llmm_status cu_add_rows_op(void *state, float *x, const float *bias, size_t n_ro
     return submit(s, op);
 }
 
-llmm_status cu_scale_op(void *state, float *x, size_t n, float f) {
+/* An element-wise op of n values of x with one scalar parameter (OP_SCALE, OP_SOFTCAP). */
+llmm_status submit_unary(void *state, uint32_t kind, float *x, size_t n, float param) {
     cu_state *s = (cu_state *)state;
     if (!n) return LLMM_OK;
-    cu_op op = cu_op_zero(OP_SCALE);
+    cu_op op = cu_op_zero(kind);
     op.p[0] = x;
     op.n[0] = n;
-    op.f[0] = f;
+    op.f[0] = param;
     return submit(s, op);
 }
 
+llmm_status cu_scale_op(void *state, float *x, size_t n, float f) { return submit_unary(state, OP_SCALE, x, n, f); }
+
 llmm_status cu_softcap_op(void *state, float *x, size_t n, float cap) {
-    cu_state *s = (cu_state *)state;
-    if (!n) return LLMM_OK;
-    cu_op op = cu_op_zero(OP_SOFTCAP);
-    op.p[0] = x;
-    op.n[0] = n;
-    op.f[0] = cap;
-    return submit(s, op);
+    return submit_unary(state, OP_SOFTCAP, x, n, cap);
 }
 
 llmm_status cu_kv_write_op(void *state, uint32_t layer, const float *k, const float *v) {

@@ -202,6 +202,10 @@ endif
 -include $(wildcard $(BUILD)/obj/cuda-emu/*.d) $(wildcard $(BUILD)/obj/tests/cuda/*.d)
 $(BUILD)/tests/test_cuda_ops: $(BUILD)/obj/cuda-emu/norm_rope_act.o $(BUILD)/obj/cuda-emu/attention.o
 $(BUILD)/tests/test_cuda_matmul: $(BUILD)/obj/cuda-emu/gemv_quant.o
+$(BUILD)/tests/test_cuda_sample: $(BUILD)/obj/cuda-emu/sample.o
+$(BUILD)/tests/test_cuda_prefill_attention: $(BUILD)/obj/cuda-emu/prefill_attention.o $(BUILD)/obj/cuda-emu/attention.o
+$(BUILD)/tests/test_cuda_gemm: $(BUILD)/obj/cuda-emu/gemm.o
+$(BUILD)/tests/test_cuda_gemm_int8: $(BUILD)/obj/cuda-emu/gemm_int8.o $(BUILD)/obj/cuda-emu/gemv_quant.o
 
 # CUDA module (cuda/backend.cu)
 # The backend table and its entry point (lib/backend_module.h) with every kernel file, as the
@@ -240,7 +244,7 @@ CUDA_MODULE := $(BUILD)/libllmmini-cuda.so
 CUDA_MODULE_STATIC := $(BUILD)/libllmmini-cuda.a
 $(CUDA_MODULE): $(CUDA_OBJ) cuda/module.map
 	$(CXX) -shared -Wl,--version-script=cuda/module.map -Wl,-z,defs -pthread $(LDFLAGS) -o $@ $(CUDA_OBJ) \
-	    -L$(CUDA_LIB) -lcudart
+	    -L$(CUDA_LIB) -lcublasLt -lcudart
 $(CUDA_MODULE_STATIC): $(CUDA_OBJ) $(CUDA_REGISTER_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
@@ -268,14 +272,22 @@ $(CUDA_DEVICE_TESTS): $(BUILD)/tests/device/%: $(BUILD)/obj/tests/cuda-device/%.
         $(TEST_SUPPORT_OBJ) $(STATIC_LIB)
 	@mkdir -p $(@D)
 	$(CXX) -pthread $(LDFLAGS) -o $@ $< $(CUDA_MODULE_STATIC) $(TEST_SUPPORT_OBJ) $(STATIC_LIB) -lcmocka $(LIBS) \
-	    -L$(CUDA_LIB) -lcudart -Wl,-rpath,$(CUDA_LIB)
+	    -L$(CUDA_LIB) -lcublasLt -lcudart -Wl,-rpath,$(CUDA_LIB)
 # The static link an app makes (include/llmmini.h "STATIC BACKENDS"), with the real archive:
 # built here so that the documented link line keeps linking; run on a GPU by gpu-check.sh.
+# cuBLASLt (gemm.cu) links statically where the toolkit ships libcublasLt_static.a (JetPack,
+# the full toolkit; it needs culibos); where it does not (this machine's toolkit has only
+# libcublasLt.so) it stays the one shared CUDA library, found at run time through the rpath.
+ifneq ($(wildcard $(CUDA_LIB)/libcublasLt_static.a),)
+CUBLASLT_STATIC_LIBS := -lcublasLt_static -lculibos
+else
+CUBLASLT_STATIC_LIBS := -lcublasLt -Wl,-rpath,$(CUDA_LIB)
+endif
 CUDA_STATIC_TEST := $(BUILD)/tests/device/test_cuda_static
 $(CUDA_STATIC_TEST): $(BUILD)/obj/tests/test_cuda_static.o $(CUDA_MODULE_STATIC) $(TEST_SUPPORT_OBJ) $(STATIC_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_LDFLAGS) -o $@ $< $(TEST_SUPPORT_OBJ) $(CUDA_MODULE_STATIC) $(STATIC_LIB) -lcmocka \
-	    -L$(CUDA_LIB) -lcudart_static -lstdc++ $(LIBS) -ldl -lrt
+	    -L$(CUDA_LIB) $(CUBLASLT_STATIC_LIBS) -lcudart_static -lstdc++ $(LIBS) -ldl -lrt
 CUDA_DEVICE_TESTS += $(CUDA_STATIC_TEST)
 .PHONY: cuda-device-tests
 cuda-device-tests: $(CUDA_DEVICE_TESTS)
@@ -284,9 +296,8 @@ all: $(CUDA_DEVICE_TESTS)
 # make CUDA=1 STATIC=1: a static CUDA example, $(BUILD)/static/llmmini-run: libllmmini.a,
 # libllmmini-cuda.a and cudart_static, the backend registered (llmm_cuda_register) instead of
 # loaded, so it runs where neither libllmmini nor libcudart is installed (Jetson images, app
-# bundles). cuBLASLt is not linked: no kernel uses it yet; when the GEMMs do, it links
-# statically where the toolkit ships libcublasLt_static.a (JetPack, the full toolkit) and stays
-# the one shared CUDA library where it does not (this machine's toolkit). docs/embedding.md.
+# bundles). cuBLASLt as for the static test above: static where the toolkit ships
+# libcublasLt_static.a, else the one shared CUDA library (this machine's toolkit). docs/embedding.md.
 ifeq ($(STATIC),1)
 STATIC_EXAMPLE := $(BUILD)/static/llmmini-run
 $(BUILD)/obj/static/llmmini-run.o: examples/llmmini-run.c | $(DEPS_OK)
@@ -294,8 +305,8 @@ $(BUILD)/obj/static/llmmini-run.o: examples/llmmini-run.c | $(DEPS_OK)
 	$(CC) $(ALL_CFLAGS) -DLLMM_REGISTER_CUDA -c $< -o $@
 $(STATIC_EXAMPLE): $(BUILD)/obj/static/llmmini-run.o $(CUDA_MODULE_STATIC) $(STATIC_LIB)
 	@mkdir -p $(@D)
-	$(CC) $(ALL_LDFLAGS) -o $@ $< $(CUDA_MODULE_STATIC) $(STATIC_LIB) -L$(CUDA_LIB) -lcudart_static \
-	    -lstdc++ $(LIBS) -ldl -lrt
+	$(CC) $(ALL_LDFLAGS) -o $@ $< $(CUDA_MODULE_STATIC) $(STATIC_LIB) -L$(CUDA_LIB) \
+	    $(CUBLASLT_STATIC_LIBS) -lcudart_static -lstdc++ $(LIBS) -ldl -lrt
 all: $(STATIC_EXAMPLE)
 -include $(wildcard $(BUILD)/obj/static/*.d)
 endif

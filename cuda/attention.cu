@@ -95,6 +95,7 @@ __global__ void kv_write_kernel(cu_kv kv, const int32_t *pos, const uint32_t *ta
     __shared__ float partial[KV_THREADS / 32];
     __shared__ float row_amax;
     const uint32_t r = blockIdx.x, which = blockIdx.y;
+    if (pos[r] < 0) return; // a padding row of a batch bucket (backend.cu): nothing to store
     const size_t hd = kv.head_dim, kv_dim = (size_t)kv.n_head_kv * hd;
     const float *x = (which ? v : k) + r * kv_dim;
     const uint32_t p = (uint32_t)pos[r];

@@ -37,15 +37,32 @@
 #include "backend.h"
 #include "backend_module.h"
 #include "device_weights.h"
+#include "gemm.h"
+#include "gemm_int8.h"
 #include "graph.h"
 #include "host_memory.h"
 #include "kernels.h"
+#include "prefill_attention.h"
+#include "sample.h"
 #include "quant_blocks.cuh"
 
 namespace {
 
 /* Minimum block size the table capacity is reserved for (positions per block). */
 const size_t k_min_block = 16;
+
+/* Rows up to which a matmul runs cu_matmul (gemv_quant.cu), the decode kernel, whatever the
+ * step: its row tiles read the weights once per 8 rows. */
+const size_t GEMV_MAX_ROWS = 8;
+
+/* How matmuls of more than GEMV_MAX_ROWS rows run (LLMM_CUDA_GEMM=gemv|lt|int8 in the
+ * environment forces one, to measure each: scripts/gpu-check.sh). */
+enum gemm_path : uint32_t {
+    GEMM_AUTO = 0, /* the rule of docs/performance.md: choose_gemm */
+    GEMM_GEMV,     /* cu_matmul's row tiles */
+    GEMM_LT,       /* cu_gemm: cuBLASLt over dequantized tiles */
+    GEMM_INT8,     /* cu_gemm_int8, for the types it takes (else the AUTO choice) */
+};
 
 /* What a recorded op launches (cu_op.kind); the fields each uses: run_op. */
 enum op_kind : uint32_t {
@@ -60,6 +77,9 @@ enum op_kind : uint32_t {
     OP_SOFTCAP,
     OP_KV_WRITE,
     OP_ATTENTION,
+    OP_GEMM,
+    OP_GEMM_INT8,
+    OP_PREFILL_ATTENTION,
     /* last of every decode record: the buffers the launches read besides their arguments, so
      * that a graph is never replayed after one of them moved */
     OP_STEP_BUFFERS,
@@ -79,15 +99,27 @@ struct cu_state {
     uint32_t *step_host;
     size_t rows_cap, tables_cap;
 
-    void *scratch; /* cu_matmul's */
+    cu_lt *lt;          /* cuBLASLt for prompt matmuls (gemm.h) */
+    uint32_t gemm_path; /* prompt matmuls of more than GEMV_MAX_ROWS rows: enum gemm_path */
+    void *scratch; /* cu_matmul's and cu_gemm's */
     size_t scratch_bytes;
     int *bad; /* device: cu_embed's flag */
     void *attn_scratch; /* cu_attention's partials of split rows */
     size_t attn_scratch_bytes;
     size_t attn_max_kv; /* the reserved shape's max_kv, which fixes cu_attention's geometry; 0: none */
 
+    /* sampling on the device (cu_sample_op): the requests packed on the host, their device copy,
+     * cu_sample's scratch and the ids; grown at the first calls, kept */
+    void *sample_host;
+    size_t sample_host_bytes;
+    void *sample_packed, *sample_scratch, *sample_ids;
+    size_t sample_packed_bytes, sample_scratch_bytes, sample_ids_bytes;
+
     int in_step;
     llmm_step desc;
+    size_t pad_cap;     /* rows a decode step may be padded to: the reserved shape's max_rows (0:
+                           not reserved, no padding) */
+    size_t step_rows;   /* rows the step's launches run: desc.n_rows, or its batch bucket */
     cu_kv kv;
     cu_step step;
 
@@ -143,6 +175,15 @@ int run_op(cu_state *s, const cu_op *op) {
         return cu_attention(s->stream, &s->kv, &s->step, op->u[0], (const float *)op->p[0], (float *)op->p[1],
                             op->u[1], op->u[2], op->f[0], op->f[1], op->n[0], s->attn_scratch,
                             s->attn_scratch_bytes);
+    case OP_GEMM: /* as OP_MATMUL */
+        return cu_gemm(s->lt, s->stream, op->p[0], op->u[0], op->n[0], op->n[1], (const float *)op->p[1], op->n[2],
+                       (float *)op->p[2], s->scratch, s->scratch_bytes);
+    case OP_GEMM_INT8: /* as OP_MATMUL */
+        return cu_gemm_int8_f32(s->stream, op->p[0], op->u[0], op->n[0], op->n[1], (const float *)op->p[1],
+                                op->n[2], (float *)op->p[2], s->scratch);
+    case OP_PREFILL_ATTENTION: /* as OP_ATTENTION, n1 row_begin, n2 row_end (no max_kv, no scratch) */
+        return cu_prefill_attention(s->stream, &s->kv, &s->step, op->u[0], (const float *)op->p[0], (float *)op->p[1],
+                                    op->u[1], op->u[2], op->f[0], op->f[1], op->n[1], op->n[2]);
     case OP_STEP_BUFFERS: return 0;
     }
     return (int)cudaErrorInvalidValue;
@@ -216,7 +257,7 @@ int launch_record(cu_state *s) {
             err = run_ops(s, s->ops, s->n_ops);
         } else {
             s->ops[s->n_ops++] = tail;
-            err = cu_graphs_run(s->graphs, s->stream, (uint32_t)s->desc.n_rows, s->ops, s->n_ops, run_ops, s);
+            err = cu_graphs_run(s->graphs, s->stream, (uint32_t)s->step_rows, s->ops, s->n_ops, run_ops, s);
         }
     }
     s->n_ops = 0;
@@ -236,6 +277,15 @@ int cu_available(void) {
 }
 
 int cu_supports_type(uint32_t type) { return qb_block_size(type) > 0; }
+
+/* LLMM_CUDA_GEMM: gemv, lt or int8 forces that path; anything else is GEMM_AUTO. */
+uint32_t gemm_path_wanted(void) {
+    const char *e = getenv("LLMM_CUDA_GEMM");
+    if (e && strcmp(e, "gemv") == 0) return GEMM_GEMV;
+    if (e && strcmp(e, "lt") == 0) return GEMM_LT;
+    if (e && strcmp(e, "int8") == 0) return GEMM_INT8;
+    return GEMM_AUTO;
+}
 
 /* LLMM_CUDA_GRAPHS=0: decode steps launch op by op, as prompts do (to compare the two). */
 int graphs_wanted(void) {
@@ -260,6 +310,11 @@ llmm_status cu_init(const llmm_backend_config *cfg, void **out) {
     if (!st) st = cu_status(cudaStreamCreate(&s->stream));
     if (!st) st = cu_status(cudaMalloc((void **)&s->bad, sizeof(int)));
     if (!st && graphs_wanted() && !(s->graphs = cu_graphs_new(s->alloc))) st = LLMM_ERR_NO_MEMORY;
+    s->gemm_path = gemm_path_wanted();
+    if (!st) {
+        int err = 0;
+        if (!(s->lt = cu_lt_create(s->alloc, &err))) st = err ? cu_status(err) : LLMM_ERR_NO_MEMORY;
+    }
     if (!st) st = cu_weights_join(s->shared, s->alloc, s->device, cfg->n_weights, &s->weights);
     if (st) {
         cu_shutdown(s);
@@ -275,6 +330,7 @@ void cu_shutdown(void *state) {
     use_device(s);
     if (s->stream) cudaStreamSynchronize(s->stream);
     cu_graphs_free(s->graphs);
+    cu_lt_free(s->lt);
     /* the last context of the model on this device frees the weights before its shutdown
      * returns: the module may be unloaded right after */
     cu_weights_leave(s->shared, s->weights);
@@ -283,6 +339,10 @@ void cu_shutdown(void *state) {
     cudaFree(s->scratch);
     cudaFree(s->attn_scratch);
     cudaFree(s->bad);
+    cudaFree(s->sample_packed);
+    cudaFree(s->sample_scratch);
+    cudaFree(s->sample_ids);
+    cu_host_free(s->alloc, s->sample_host);
     cu_host_free(s->alloc, s->ops);
     if (s->stream) cudaStreamDestroy(s->stream);
     cu_host_free(s->alloc, s);
@@ -400,6 +460,18 @@ llmm_status reserve_scratch(cu_state *s, size_t bytes) {
     return grow_device_buffer(s, &s->scratch, &s->scratch_bytes, bytes);
 }
 
+/* The rows a recorded decode step of n rows launches: n up to 8 (each size its own graph, as
+ * warm-up captures them), else the next power of two within the reserved rows, so that 64
+ * sequences decoding at changing counts replay a few graphs (16, 32, 64) instead of capturing
+ * one per count. The padding rows cost little in a decode step, whose matmuls are bound by
+ * reading the weights once. */
+size_t bucket_rows(size_t n, size_t cap) {
+    if (n <= 8 || cap <= n) return n;
+    size_t b = 16;
+    while (b < n) b *= 2;
+    return b < cap ? b : cap;
+}
+
 llmm_status cu_step_begin(void *state, const llmm_step *step) {
     cu_state *s = (cu_state *)state;
     if (use_device(s)) return LLMM_ERR_BACKEND;
@@ -441,6 +513,13 @@ llmm_status cu_step_begin(void *state, const llmm_step *step) {
     }
     memcpy(h, step->tokens, n * sizeof *h);
     memcpy(h + cap, step->pos, n * sizeof *h);
+    const int recording = step->kind == LLMM_STEP_DECODE && cu_graphs_usable(s->graphs);
+    const size_t rows = recording ? bucket_rows(n, s->pad_cap) : n;
+    for (size_t r = n; r < rows; r++) { /* padding rows: token 0, no position, any table */
+        h[r] = 0;
+        h[cap + r] = UINT32_MAX; /* pos -1 */
+        starts[r] = 0;
+    }
     /* one copy: everything up to the end of the tables (the unused row slots ride along) */
     const int err =
         cudaMemcpyAsync(s->step_dev, h, (3 * cap + tables) * sizeof *h, cudaMemcpyHostToDevice, s->stream);
@@ -449,11 +528,12 @@ llmm_status cu_step_begin(void *state, const llmm_step *step) {
     const llmm_kv_layout *kv = step->kv;
     s->kv = cu_kv{(uint8_t *)kv->pool, kv->n_layer, kv->n_head_kv, kv->head_dim, kv->type,
                   kv->block_shift, kv->row_bytes, kv->block_stride, kv->head_stride};
-    s->step = cu_step{(uint32_t)n, (const int32_t *)s->step_dev, (const int32_t *)(s->step_dev + cap),
+    s->step = cu_step{(uint32_t)rows, (const int32_t *)s->step_dev, (const int32_t *)(s->step_dev + cap),
                       s->step_dev + 2 * cap, s->step_dev + 3 * cap};
     s->desc = *step;
+    s->step_rows = rows;
     s->in_step = 1;
-    s->recording = step->kind == LLMM_STEP_DECODE && cu_graphs_usable(s->graphs);
+    s->recording = recording;
     s->record_failed = 0;
     s->n_ops = 0;
     return LLMM_OK;
@@ -468,8 +548,22 @@ llmm_status cu_step_end(void *state) {
     }
     s->in_step = 0;
     s->desc = llmm_step{};
+    s->step_rows = 0;
     const int sync = cudaStreamSynchronize(s->stream);
     return cu_status(err ? err : sync);
+}
+
+/* Rows an op over n_rows rows launches: the step's bucket when the op covers the step's rows
+ * (rows are independent everywhere but in kv_write and attention, which skip padding rows). */
+size_t launch_rows(const cu_state *s, size_t n_rows) {
+    return s->in_step && n_rows == s->desc.n_rows ? s->step_rows : n_rows;
+}
+
+/* Values an element-wise op over n values launches: scaled to the bucket when n is whole rows
+ * of the step's. */
+size_t launch_values(const cu_state *s, size_t n) {
+    if (!s->in_step || s->step_rows == s->desc.n_rows || n % s->desc.n_rows) return n;
+    return n / s->desc.n_rows * s->step_rows;
 }
 
 /* Each op: its arguments checked now (a failure is the op's, as on the CPU), then submitted. */
@@ -484,7 +578,7 @@ llmm_status cu_embed_op(void *state, const llmm_tensor *table, float *out) {
     op.u[0] = table->type;
     op.n[0] = (size_t)table->ne0;
     op.n[1] = (size_t)table->ne1;
-    op.n[2] = s->desc.n_rows;
+    op.n[2] = s->step_rows;
     op.p[1] = out;
     return submit(s, op);
 }
@@ -497,18 +591,38 @@ llmm_status cu_rms_norm_op(void *state, const float *x, const float *weight, flo
     op.p[0] = x;
     op.p[1] = weight;
     op.p[2] = out;
-    op.n[0] = n_rows;
+    op.n[0] = launch_rows(s, n_rows);
     op.n[1] = dim;
     op.f[0] = eps;
     return submit(s, op);
 }
 
+/* The op a matmul of n_rows rows of a weight of this type launches: the rule of
+ * docs/performance.md ("Which kernel runs a matmul"), or the path LLMM_CUDA_GEMM forces.
+ * - up to GEMV_MAX_ROWS rows: cu_matmul, which reads the weights once per 8 rows;
+ * - more, for the types cu_gemm_int8 takes: int8 tensor cores, the CPU's numerics bit for bit;
+ * - more, other types, in a prompt step: cu_gemm (cuBLASLt). A decode step (recorded for a
+ *   graph) keeps to cu_matmul there: cu_lt_matmul may create cuBLASLt descriptors at a shape's
+ *   first call, which a stream capture must not see. */
+uint32_t matmul_kind(const cu_state *s, uint32_t type, size_t n_rows) {
+    if (n_rows <= GEMV_MAX_ROWS || s->gemm_path == GEMM_GEMV) return OP_MATMUL;
+    const int int8 = cu_gemm_int8_supports(type);
+    if (s->gemm_path == GEMM_LT) return s->recording ? OP_MATMUL : OP_GEMM;
+    if (int8) return OP_GEMM_INT8;
+    return s->recording ? OP_MATMUL : OP_GEMM;
+}
+
 llmm_status cu_matmul_op(void *state, const llmm_tensor *w, const float *x, size_t n_rows, float *out) {
     cu_state *s = (cu_state *)state;
     if (!n_rows || !w->ne1) return LLMM_OK;
-    llmm_status st = reserve_scratch(s, cu_matmul_scratch_bytes(w->type, (size_t)w->ne0, n_rows));
+    n_rows = launch_rows(s, n_rows);
+    const uint32_t kind = matmul_kind(s, w->type, n_rows);
+    const size_t need = kind == OP_GEMM        ? cu_gemm_scratch_bytes(w->type, (size_t)w->ne0, (size_t)w->ne1, n_rows)
+                        : kind == OP_GEMM_INT8 ? cu_gemm_int8_scratch_bytes((size_t)w->ne0, n_rows)
+                                               : cu_matmul_scratch_bytes(w->type, (size_t)w->ne0, n_rows);
+    llmm_status st = reserve_scratch(s, need);
     if (st) return refuse(s, st);
-    cu_op op = cu_op_zero(OP_MATMUL);
+    cu_op op = cu_op_zero(kind);
     op.p[0] = w->data;
     op.u[0] = w->type;
     op.n[0] = (size_t)w->ne0;
@@ -525,7 +639,7 @@ llmm_status cu_rope_op(void *state, float *x, size_t n_heads, size_t head_dim, c
     if (!s->desc.n_rows || !n_heads || !rp->n_rot) return LLMM_OK;
     cu_op op = cu_op_zero(OP_ROPE);
     op.p[0] = x;
-    op.n[0] = s->desc.n_rows;
+    op.n[0] = s->step_rows;
     op.n[1] = n_heads;
     op.n[2] = head_dim;
     op.u[0] = rp->n_rot;
@@ -543,7 +657,7 @@ llmm_status cu_glu_op(void *state, float *gate, const float *up, size_t n, llmm_
     cu_op op = cu_op_zero(OP_GLU);
     op.p[0] = gate;
     op.p[1] = up;
-    op.n[0] = n;
+    op.n[0] = launch_values(s, n);
     op.u[0] = (uint32_t)act;
     return submit(s, op);
 }
@@ -554,7 +668,7 @@ llmm_status cu_add_op(void *state, float *dst, const float *src, size_t n) {
     cu_op op = cu_op_zero(OP_ADD);
     op.p[0] = dst;
     op.p[1] = src;
-    op.n[0] = n;
+    op.n[0] = launch_values(s, n);
     return submit(s, op);
 }
 
@@ -564,7 +678,7 @@ llmm_status cu_add_rows_op(void *state, float *x, const float *bias, size_t n_ro
     cu_op op = cu_op_zero(OP_ADD_ROWS);
     op.p[0] = x;
     op.p[1] = bias;
-    op.n[0] = n_rows;
+    op.n[0] = launch_rows(s, n_rows);
     op.n[1] = dim;
     return submit(s, op);
 }
@@ -575,7 +689,7 @@ llmm_status submit_unary(void *state, uint32_t kind, float *x, size_t n, float p
     if (!n) return LLMM_OK;
     cu_op op = cu_op_zero(kind);
     op.p[0] = x;
-    op.n[0] = n;
+    op.n[0] = launch_values(s, n);
     op.f[0] = param;
     return submit(s, op);
 }
@@ -616,7 +730,7 @@ llmm_status cu_attention_op(void *state, uint32_t layer, const llmm_attn_batch *
     for (size_t r = 0; !s->attn_max_kv && r < b->n_rows; r++)
         if ((size_t)s->desc.pos[r] + 1 > max_kv) max_kv = (size_t)s->desc.pos[r] + 1;
     llmm_status st =
-        reserve_attn_scratch(s, cu_attention_scratch_bytes(b->n_rows, b->n_head, b->head_dim, max_kv));
+        reserve_attn_scratch(s, cu_attention_scratch_bytes(s->step_rows, b->n_head, b->head_dim, max_kv));
     if (st) return refuse(s, st);
     cu_op op = cu_op_zero(OP_ATTENTION);
     op.u[0] = layer;
@@ -627,7 +741,30 @@ llmm_status cu_attention_op(void *state, uint32_t layer, const llmm_attn_batch *
     op.f[0] = b->scale;
     op.f[1] = b->softcap;
     op.n[0] = max_kv;
-    return submit(s, op);
+    if (s->recording || s->desc.kind != LLMM_STEP_PROMPT)
+        return submit(s, op);
+    /* a prompt: each run of one sequence's rows longer than a decode step through the tiled
+     * kernel, which reads each K/V tile once for the whole run where cu_attention re-reads a
+     * row's positions per row; shorter runs keep cu_attention's split-K parallelism (it has no
+     * row range: when some run is short it runs over every row first, and the tiled runs then
+     * overwrite theirs with the same values) */
+    cu_op tiled = op;
+    tiled.kind = OP_PREFILL_ATTENTION;
+    tiled.n[0] = 0;
+    int short_run = 0;
+    for (size_t begin = 0, end; begin < b->n_rows; begin = end) {
+        for (end = begin + 1; end < b->n_rows && s->desc.row_seq[end] == s->desc.row_seq[begin];) end++;
+        short_run |= end - begin <= GEMV_MAX_ROWS;
+    }
+    if (short_run && (st = submit(s, op))) return st;
+    for (size_t begin = 0, end; begin < b->n_rows; begin = end) {
+        for (end = begin + 1; end < b->n_rows && s->desc.row_seq[end] == s->desc.row_seq[begin];) end++;
+        if (end - begin <= GEMV_MAX_ROWS) continue;
+        tiled.n[1] = begin;
+        tiled.n[2] = end;
+        if ((st = submit(s, tiled))) return st;
+    }
+    return LLMM_OK;
 }
 
 /* Table entries a step of the shape may need: each row's sequence at most ceil(max_kv / 16)
@@ -636,12 +773,19 @@ size_t shape_tables(const llmm_step_shape *shape) {
     return shape->max_rows * ((shape->max_kv + k_min_block - 1) / k_min_block + 1);
 }
 
-/* cu_matmul's scratch for the widest input of any weight type present, max_rows rows. */
+/* cu_matmul's and cu_gemm's scratch for the widest input of any weight type present, max_rows
+ * rows (cu_gemm's is bounded in the output width). */
 size_t shape_matmul_scratch(const llmm_step_shape *shape) {
     size_t most = 0;
     for (uint32_t t = 0; t < 64; t++)
         if (shape->weight_types >> t & 1 && qb_block_size(t) > 0) {
-            const size_t b = cu_matmul_scratch_bytes(t, shape->max_in, shape->max_rows);
+            size_t b = cu_matmul_scratch_bytes(t, shape->max_in, shape->max_rows);
+            if (shape->max_rows > GEMV_MAX_ROWS) {
+                const size_t g = cu_gemm_scratch_bytes(t, shape->max_in, SIZE_MAX, shape->max_rows);
+                const size_t i8 = cu_gemm_int8_scratch_bytes(shape->max_in, shape->max_rows);
+                b = g > b ? g : b;
+                b = i8 > b ? i8 : b;
+            }
             most = b > most ? b : most;
         }
     return most;
@@ -659,12 +803,12 @@ size_t shape_attn_scratch(const llmm_step_shape *shape) {
  * bias, the element-wise op after it) and a few per step. */
 size_t shape_ops(const llmm_step_shape *shape) { return 3 * shape->n_weights + 16; }
 
-/* Device memory besides the buffers: matmul and attention scratch, the step buffer, the embed
- * flag; plus the host state, the step record and the graphs' copies of it (estimates count it
+/* Device memory besides the buffers: matmul and attention scratch, cuBLASLt's workspace, the
+ * step buffer, the embed flag; plus the host state, the step record and the graphs' copies of it (estimates count it
  * all as the backend's). */
 size_t cu_working_bytes(const llmm_step_shape *shape, int n_threads) {
     (void)n_threads;
-    return shape_matmul_scratch(shape) + shape_attn_scratch(shape) +
+    return shape_matmul_scratch(shape) + shape_attn_scratch(shape) + CU_LT_WORKSPACE_BYTES +
            (3 * shape->max_rows + shape_tables(shape)) * sizeof(uint32_t) * 2 + sizeof(int) + sizeof(cu_state) +
            shape->n_weights * 2 * sizeof(void *) + (1 + CU_GRAPHS_MAX) * shape_ops(shape) * sizeof(cu_op);
 }
@@ -676,8 +820,44 @@ llmm_status cu_reserve(void *state, const llmm_step_shape *shape) {
     if (!st) st = reserve_step(s, shape->max_rows, shape_tables(shape));
     if (!st) st = reserve_attn_scratch(s, shape_attn_scratch(shape));
     if (!st) s->attn_max_kv = shape->max_kv;
+    if (!st) s->pad_cap = shape->max_rows;
     if (!st && s->graphs) st = ops_room(s, shape_ops(shape));
     return st;
+}
+
+/* The sample slot: the requests packed into one host buffer and uploaded with one copy, the
+ * rows sampled where the logits are (sample.cu), and only the ids copied back. Runs after the
+ * step (never recorded for a graph); its buffers grow at the first calls and are kept. */
+llmm_status cu_sample_op(void *state, const float *logits, size_t n_rows, size_t n_vocab,
+                         const llmm_sample_request *req, int32_t *out) {
+    cu_state *s = (cu_state *)state;
+    if (!logits || !req || !out || n_rows == 0 || n_vocab == 0 || n_vocab > INT32_MAX || s->in_step)
+        return LLMM_ERR_INVALID_ARG;
+    size_t total = 0;
+    for (size_t i = 0; i < n_rows; i++) total += req[i].n_penalized;
+    const size_t packed = cu_sample_staging_bytes(n_rows, total);
+    llmm_status st = cu_status(use_device(s));
+    if (!st && packed > s->sample_host_bytes) {
+        void *h = cu_host_alloc(s->alloc, packed);
+        if (!h) return LLMM_ERR_NO_MEMORY;
+        cu_host_free(s->alloc, s->sample_host);
+        s->sample_host = h;
+        s->sample_host_bytes = packed;
+    }
+    if (!st) st = grow_device_buffer(s, &s->sample_packed, &s->sample_packed_bytes, packed);
+    if (!st) st = grow_device_buffer(s, &s->sample_scratch, &s->sample_scratch_bytes,
+                                     cu_sample_scratch_bytes(n_rows, n_vocab));
+    if (!st) st = grow_device_buffer(s, &s->sample_ids, &s->sample_ids_bytes, n_rows * sizeof(int32_t));
+    if (st) return st;
+    if (cu_sample_pack(req, n_rows, s->sample_host, s->sample_host_bytes) != packed) return LLMM_ERR_INVALID_ARG;
+    int err = cudaMemcpyAsync(s->sample_packed, s->sample_host, packed, cudaMemcpyHostToDevice, s->stream);
+    if (!err)
+        err = cu_sample(s->stream, logits, n_rows, n_vocab, s->sample_packed, (int32_t *)s->sample_ids,
+                        s->sample_scratch);
+    if (!err) err = cudaMemcpyAsync(out, s->sample_ids, n_rows * sizeof(int32_t), cudaMemcpyDeviceToHost, s->stream);
+    /* the host staging is read by the first copy: it must stay until the stream is past it */
+    const int sync = cudaStreamSynchronize(s->stream);
+    return cu_status(err ? err : sync);
 }
 
 void cu_stats(void *state, llmm_backend_stats *out) {
@@ -725,6 +905,7 @@ llmm_backend_ops make_table() {
     t.scratch_bytes = cu_working_bytes;
     t.reserve = cu_reserve;
     t.stats = cu_stats;
+    t.sample = cu_sample_op;
     return t;
 }
 

@@ -31,7 +31,9 @@ typedef struct cu_kv {
 
 /* One step's per-row inputs in fixed device buffers, updated once per step by the glue. Row r
  * is token tokens[r] at position pos[r]; its sequence's block table starts at
- * tables + table_start[r]. */
+ * tables + table_start[r]. A row with pos[r] < 0 pads a decode step to its batch bucket
+ * (backend.cu): cu_kv_write stores nothing for it and cu_attention leaves its output rows
+ * unwritten; the other kernels compute it like any row, and nobody reads the result. */
 typedef struct cu_step {
     uint32_t n_rows;
     const int32_t *tokens;      /* device (n_rows) */

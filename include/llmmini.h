@@ -263,6 +263,7 @@ LLMM_API llmm_status llmm_model_special_token(const llmm_model *model, llmm_spec
 /* ---------------------------------------------------------------- context */
 
 typedef struct llmm_context llmm_context;
+typedef struct llmm_sampler llmm_sampler; /* the sampler section below */
 typedef int32_t llmm_seq_id;
 
 /* Where a context computes. CUDA is a module loaded at run time (libllmmini-cuda.so next to
@@ -278,8 +279,9 @@ typedef enum llmm_backend_kind {
 /* STATIC BACKENDS
  * An app linked statically (libllmmini.a) cannot dlopen a module into itself; it links the
  * module's archive instead and registers it once, before creating contexts:
- *     cc app.o -lllmmini-cuda -lllmmini -L$CUDA_HOME/lib64 -lcudart_static -lstdc++ -lzstd \
- *        -lpthread -ldl -lrt -lm
+ *     cc app.o -lllmmini-cuda -lllmmini -L$CUDA_HOME/lib64 -lcublasLt_static -lculibos \
+ *        -lcudart_static -lstdc++ -lzstd -lpthread -ldl -lrt -lm
+ *   (-lcublasLt for -lcublasLt_static -lculibos where the toolkit has no static cuBLASLt)
  *     llmm_cuda_register();   (defined by libllmmini-cuda.a)
  * Contexts asking for CUDA or AUTO then use the registered backend and load no module. */
 
@@ -410,8 +412,24 @@ LLMM_API llmm_status llmm_prefill(llmm_context *ctx, llmm_seq_id seq, const llmm
 LLMM_API llmm_status llmm_decode(llmm_context *ctx, const llmm_seq_id *seqs,
                                  const llmm_token *tokens, size_t n);
 
+/* llmm_decode, then out[i] = the token samplers[i] chooses from row i's logits, exactly as
+ * llmm_sample(samplers[i], row i) would: the same tokens and the same RNG stream on every backend
+ * (rows in order; a sampler may serve several rows). Like llmm_sample it does not accept the
+ * tokens: call llmm_sampler_accept. On a backend with device memory (CUDA) the sampling runs
+ * where the logits are and only the ids come back; the logits stay readable with llmm_logits,
+ * which copies them to the host at its first call after this one. (A draw can differ from the
+ * host's only when it lands within double rounding, about 1e-16, of the boundary between two
+ * tokens: sums on a device add in another order.)
+ * Errors: those of llmm_decode (then no sequence changes and out is untouched); INVALID_ARG for
+ * NULL samplers, a NULL samplers[i] or out; after the decode succeeded, the sampling errors of
+ * llmm_sample (a row whose logits are all -inf or NaN: INVALID_ARG naming the row, out[row] = -1,
+ * the tokens stay appended and the logits readable), BACKEND. */
+LLMM_API llmm_status llmm_decode_sample(llmm_context *ctx, const llmm_seq_id *seqs, const llmm_token *tokens,
+                                        size_t n, llmm_sampler *const *samplers, llmm_token *out);
+
 /* Logits row i of the last prefill/decode: *out points to n_vocab floats owned by ctx,
- * valid until the next call that computes. Errors: INVALID_ARG, NOT_FOUND (no such row). */
+ * valid until the next call that computes. Errors: INVALID_ARG, NOT_FOUND (no such row),
+ * BACKEND (after llmm_decode_sample, copying the logits from the device failed). */
 LLMM_API llmm_status llmm_logits(llmm_context *ctx, size_t i, const float **out, size_t *n_vocab);
 
 /* SEQUENCES
@@ -520,7 +538,6 @@ LLMM_API llmm_status llmm_context_warmup(llmm_context *ctx);
 
 /* ---------------------------------------------------------------- sampler */
 
-typedef struct llmm_sampler llmm_sampler;
 
 typedef struct llmm_sampler_params {
     uint32_t size;           /* sizeof(llmm_sampler_params) */

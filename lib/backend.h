@@ -20,7 +20,7 @@
 #include "common.h"
 #include "weights.h"
 
-#define LLMM_BACKEND_API_VERSION 8
+#define LLMM_BACKEND_API_VERSION 9
 
 /* llmm_backend_ops.flags */
 #define LLMM_BACKEND_DEVICE_MEMORY (1u << 0) /* buffers live in device memory, not the host's */
@@ -183,6 +183,24 @@ typedef struct llmm_step_shape {
     uint32_t n_head;       /* query heads (0: unknown; at most max_in / head_dim) */
 } llmm_step_shape;
 
+/* One row's sampling as data: what llmm_sample would do with that row's logits, prepared by the
+ * core from an llmm_sampler (lib/sampler.h sampler_request), for a backend that samples where the
+ * logits are (the optional sample slot). A backend reproduces lib/sampler.c step for step:
+ * logits sanitized (NaN -> -inf, +inf -> FLT_MAX), penalties, then greedy argmax (lowest id on
+ * ties) when temperature <= 0, else top-k, top-p, min-p and a draw of `uniform` over
+ * exp((logit - max) / temperature) of the candidates left. */
+typedef struct llmm_sample_request {
+    float temperature; /* <= 0: greedy, and uniform is unused */
+    int32_t top_k;     /* 0: off */
+    float top_p;       /* 1: off */
+    float min_p;       /* 0: off */
+    float repeat_penalty, frequency_penalty, presence_penalty;
+    uint32_t n_penalized;     /* distinct tokens of the penalty window; 0 when penalties are off */
+    const int32_t *penalized; /* host (n_penalized): those tokens, ascending */
+    const uint32_t *counts;   /* host (n_penalized): how often each is in the window */
+    double uniform;           /* the sampler's draw in [0, 1) */
+} llmm_sample_request;
+
 /* What a prepared weight is used for (prepare_weight). */
 typedef enum llmm_weight_role {
     LLMM_WEIGHT_MATRIX = 0, /* matmul's w; also the embedding table when the model ties them */
@@ -265,6 +283,12 @@ typedef struct llmm_backend_ops {
     llmm_status (*reserve)(void *state, const llmm_step_shape *shape);
     /* optional: the backend's counters (NULL: all zero) */
     void (*stats)(void *state, llmm_backend_stats *out);
+    /* optional: out[i] (host) = the token req[i] chooses from logits row i (a buffer, (n_rows,
+     * n_vocab), as the last step left it), or -1 when that row's logits are all -inf or NaN;
+     * only the ids cross to the host. NULL: the core downloads the logits and samples on the
+     * host (lib/sampler.c), which gives the same tokens. */
+    llmm_status (*sample)(void *state, const float *logits, size_t n_rows, size_t n_vocab,
+                          const llmm_sample_request *req, int32_t *out);
 } llmm_backend_ops;
 
 /* The CPU backend, always present. */

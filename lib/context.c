@@ -6,6 +6,7 @@
 
 #include "forward.h"
 #include "quant.h"
+#include "sampler.h"
 #include "weights.h"
 
 llmm_status ctx_fail(llmm_context *ctx, llmm_status status, const char *fmt, ...) {
@@ -41,10 +42,14 @@ static llmm_status alloc_activations(llmm_context *ctx) {
     ctx->step_seq_ids = mem_calloc(al, ctx->max_rows, sizeof *ctx->step_seq_ids);
     ctx->step_tables = mem_calloc(al, ctx->max_rows, sizeof *ctx->step_tables);
     ctx->step_n_blocks = mem_calloc(al, ctx->max_rows, sizeof *ctx->step_n_blocks);
+    ctx->sample_reqs = mem_calloc(al, ctx->max_rows, sizeof *ctx->sample_reqs);
+    ctx->sampled = mem_calloc(al, ctx->max_rows, sizeof *ctx->sampled);
+    ctx->sample_rng = mem_calloc(al, ctx->max_rows, sizeof *ctx->sample_rng);
     ctx->logits_cap = LLMM_MAX(ctx->params.n_seq_max, 1u);
     ctx->logits = mem_calloc(al, ctx->logits_cap * ctx->model->vocab.n_tokens, sizeof *ctx->logits);
     return ctx->pos && ctx->row_seq && ctx->step_row_seq && ctx->step_seq_ids && ctx->step_tables &&
-                   ctx->step_n_blocks && ctx->logits
+                   ctx->step_n_blocks && ctx->sample_reqs && ctx->sampled && ctx->sample_rng &&
+                   ctx->logits
                ? LLMM_OK
                : LLMM_ERR_NO_MEMORY;
 }
@@ -61,6 +66,9 @@ static void free_activations(llmm_context *ctx) {
     mem_free(al, ctx->step_seq_ids);
     mem_free(al, ctx->step_tables);
     mem_free(al, ctx->step_n_blocks);
+    mem_free(al, ctx->sample_reqs);
+    mem_free(al, ctx->sampled);
+    mem_free(al, ctx->sample_rng);
     mem_free(al, ctx->logits);
 }
 
@@ -342,6 +350,7 @@ LLMM_API llmm_status llmm_prefill(llmm_context *ctx, llmm_seq_id seq, const llmm
     if ((st = ensure_logit_rows(ctx, all ? n : 1))) return st;
     const double t0 = time_now_ms();
     ctx->logits_rows = 0;
+    ctx->logits_on_device = 0;
     /* every position's logits need every position computed: no prefix reuse then */
     const size_t reused = all ? 0 : kv_prefix_attach(kv, (uint32_t)seq, tokens, (uint32_t)n);
     st = kv_reserve(kv, (uint32_t)seq, (uint32_t)(n - reused));
@@ -387,18 +396,17 @@ static llmm_status reserve_rows(llmm_context *ctx, const llmm_seq_id *seqs, size
     return LLMM_OK;
 }
 
-LLMM_API llmm_status llmm_decode(llmm_context *ctx, const llmm_seq_id *seqs, const llmm_token *tokens, size_t n) {
-    if (!ctx) return LLMM_ERR_INVALID_ARG;
-    if (!seqs || !tokens || n == 0) return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_decode: no tokens");
-    if (n > ctx->params.n_seq_max)
-        return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_decode: %zu rows but n_seq_max is %u", n, ctx->params.n_seq_max);
+/* One decode step over n rows (checked by the caller); fetch: copy the logits to the host now,
+ * else leave them in act.logits (llmm_decode_sample: ctx_settle_logits copies them when asked). */
+static llmm_status decode_rows(llmm_context *ctx, const llmm_seq_id *seqs, const llmm_token *tokens, size_t n,
+                               int fetch) {
     llmm_status st;
-    if ((st = check_tokens(ctx, tokens, n)) || (st = check_decode_rows(ctx, seqs, n))) return st;
     const double t0 = time_now_ms();
     ctx->logits_rows = 0;
+    ctx->logits_on_device = 0;
     if ((st = reserve_rows(ctx, seqs, n))) return st;
     st = forward_step(ctx, LLMM_STEP_DECODE, tokens, seqs, ctx->pos, n, 0);
-    if (!st) st = fetch_logits(ctx, 0, n);
+    if (!st && fetch) st = fetch_logits(ctx, 0, n);
     if (st) {
         for (size_t i = 0; i < n; i++) kv_truncate(&ctx->kv, (uint32_t)seqs[i], (uint32_t)ctx->pos[i]);
         ctx->decode_ms += time_now_ms() - t0;
@@ -406,10 +414,96 @@ LLMM_API llmm_status llmm_decode(llmm_context *ctx, const llmm_seq_id *seqs, con
     }
     for (size_t i = 0; i < n; i++) kv_commit(&ctx->kv, (uint32_t)seqs[i], &tokens[i], 1);
     ctx->logits_rows = n;
+    ctx->logits_on_device = !fetch;
     ctx->tokens_decoded += n;
     ctx->decode_ms += time_now_ms() - t0;
     note_first_token(ctx, t0);
     return LLMM_OK;
+}
+
+static llmm_status check_decode(llmm_context *ctx, const char *fn, const llmm_seq_id *seqs, const llmm_token *tokens,
+                                size_t n) {
+    if (!seqs || !tokens || n == 0) return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "%s: no tokens", fn);
+    if (n > ctx->params.n_seq_max)
+        return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "%s: %zu rows but n_seq_max is %u", fn, n, ctx->params.n_seq_max);
+    llmm_status st;
+    if ((st = check_tokens(ctx, tokens, n)) || (st = check_decode_rows(ctx, seqs, n))) return st;
+    return LLMM_OK;
+}
+
+LLMM_API llmm_status llmm_decode(llmm_context *ctx, const llmm_seq_id *seqs, const llmm_token *tokens, size_t n) {
+    if (!ctx) return LLMM_ERR_INVALID_ARG;
+    llmm_status st = check_decode(ctx, "llmm_decode", seqs, tokens, n);
+    return st ? st : decode_rows(ctx, seqs, tokens, n, 1);
+}
+
+llmm_status ctx_settle_logits(llmm_context *ctx) {
+    if (!ctx->logits_on_device) return LLMM_OK;
+    llmm_status st = fetch_logits(ctx, 0, ctx->logits_rows);
+    if (st) {
+        ctx->logits_rows = 0; /* act.logits is not trusted after a failed copy */
+        ctx->logits_on_device = 0;
+        return ctx_fail(ctx, st, "copying the logits from the %s backend failed: %s", ctx->be->name,
+                        llmm_status_str(st));
+    }
+    ctx->logits_on_device = 0;
+    return LLMM_OK;
+}
+
+/* Samplers of rows [0, n), in row order, over the host logits (the backend has no sample slot,
+ * or one of its rows had no finite logit: then the host reports which, as llmm_sample does). */
+static llmm_status sample_on_host(llmm_context *ctx, llmm_sampler *const *samplers, size_t n, llmm_token *out) {
+    llmm_status st = ctx_settle_logits(ctx);
+    const size_t nv = ctx->model->vocab.n_tokens;
+    for (size_t i = 0; i < n && !st; i++) {
+        st = llmm_sample(samplers[i], ctx->logits + i * nv, nv, &out[i]);
+        if (st) {
+            out[i] = -1;
+            return ctx_fail(ctx, st, "llmm_decode_sample: row %zu: %s", i, llmm_sampler_last_error(samplers[i]));
+        }
+    }
+    return st;
+}
+
+/* The backend's sample slot over the logits where the step left them; only the ids come back.
+ * Anything else (a request refused, a row without a finite logit) rewinds the samplers' RNGs and
+ * samples every row on the host, so that the error and the RNG streams are exactly llmm_sample's
+ * (rewound in reverse row order: a sampler serving several rows ends at its first row's state). */
+static llmm_status sample_on_backend(llmm_context *ctx, llmm_sampler *const *samplers, size_t n, llmm_token *out) {
+    const size_t nv = ctx->model->vocab.n_tokens;
+    size_t drawn = 0;
+    llmm_status st = LLMM_OK;
+    for (; drawn < n; drawn++) {
+        sampler_rng_save(samplers[drawn], ctx->sample_rng[drawn]);
+        if ((st = sampler_request(samplers[drawn], nv, &ctx->sample_reqs[drawn]))) break;
+    }
+    if (!st) st = ctx->be->sample(ctx->be_state, ctx->act.logits, n, nv, ctx->sample_reqs, ctx->sampled);
+    int all_found = !st;
+    for (size_t i = 0; i < n && all_found; i++) all_found = ctx->sampled[i] >= 0 && (size_t)ctx->sampled[i] < nv;
+    if (all_found) {
+        for (size_t i = 0; i < n; i++) out[i] = ctx->sampled[i];
+        return LLMM_OK;
+    }
+    for (size_t i = drawn < n ? drawn + 1 : n; i-- > 0;) sampler_rng_restore(samplers[i], ctx->sample_rng[i]);
+    if (st == LLMM_ERR_BACKEND || st == LLMM_ERR_NO_MEMORY)
+        return ctx_fail(ctx, st, "sampling on the %s backend failed: %s", ctx->be->name, llmm_status_str(st));
+    return sample_on_host(ctx, samplers, n, out);
+}
+
+LLMM_API llmm_status llmm_decode_sample(llmm_context *ctx, const llmm_seq_id *seqs, const llmm_token *tokens, size_t n,
+                                        llmm_sampler *const *samplers, llmm_token *out) {
+    if (!ctx) return LLMM_ERR_INVALID_ARG;
+    llmm_status st = check_decode(ctx, "llmm_decode_sample", seqs, tokens, n);
+    if (st) return st;
+    if (!samplers || !out) return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_decode_sample: NULL samplers or out");
+    for (size_t i = 0; i < n; i++)
+        if (!samplers[i]) return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_decode_sample: samplers[%zu] is NULL", i);
+    const int on_backend = ctx->be->sample != NULL;
+    if ((st = decode_rows(ctx, seqs, tokens, n, !on_backend))) return st;
+    const double t0 = time_now_ms();
+    st = on_backend ? sample_on_backend(ctx, samplers, n, out) : sample_on_host(ctx, samplers, n, out);
+    ctx->decode_ms += time_now_ms() - t0;
+    return st;
 }
 
 LLMM_API llmm_status llmm_logits(llmm_context *ctx, size_t i, const float **out, size_t *n_vocab) {
@@ -417,6 +511,8 @@ LLMM_API llmm_status llmm_logits(llmm_context *ctx, size_t i, const float **out,
     if (!out) return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_logits: NULL out");
     if (i >= ctx->logits_rows)
         return ctx_fail(ctx, LLMM_ERR_NOT_FOUND, "no logits row %zu (the last step kept %zu)", i, ctx->logits_rows);
+    llmm_status st = ctx_settle_logits(ctx);
+    if (st) return st;
     const size_t nv = ctx->model->vocab.n_tokens;
     *out = ctx->logits + i * nv;
     if (n_vocab) *n_vocab = nv;

@@ -38,9 +38,14 @@ struct llmm_context {
     llmm_seq_id *step_seq_ids; /* (max_rows) */
     const uint32_t **step_tables; /* (max_rows) */
     uint32_t *step_n_blocks; /* (max_rows) */
+    llmm_sample_request *sample_reqs; /* (max_rows) llmm_decode_sample's rows for the backend */
+    int32_t *sampled;       /* (max_rows) the backend's answers */
+    uint64_t (*sample_rng)[4]; /* (max_rows) each row's sampler RNG before its draw */
     llmm_kv_layout kv_layout;
     float *logits;          /* (logits_cap rows, n_vocab) */
     size_t logits_rows, logits_cap;
+    int logits_on_device;   /* the last step's logits_rows rows are still only in act.logits:
+                               llmm_decode_sample leaves them there until llmm_logits asks */
     /* work done, for llmm_context_get_stats */
     uint64_t tokens_prefilled, tokens_decoded, prefix_hits;
     double prefill_ms, decode_ms;
@@ -78,6 +83,9 @@ llmm_status context_create_on(const llmm_model *model, const llmm_context_params
 /* Record a failure on ctx and return status. */
 llmm_status ctx_fail(llmm_context *ctx, llmm_status status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* Copy logits llmm_decode_sample left on the backend to the host rows llmm_logits reads, before
+ * anything else runs a step over act.logits. */
+llmm_status ctx_settle_logits(llmm_context *ctx);
 /* INVALID_ARG (recorded) unless 0 <= seq < n_seq_max. */
 llmm_status ctx_check_seq(llmm_context *ctx, llmm_seq_id seq);
 

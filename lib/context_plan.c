@@ -64,8 +64,9 @@ static void plan_sizes(const llmm_model *m, const llmm_context_params *p, const 
     const size_t widths = hp->n_embd + LLMM_MAX(hp->n_embd, q_dim) + 2 * q_dim + 2 * kv_dim + 2 * (size_t)hp->n_ff +
                           n_vocab;
     pl->activations = rows * widths * sizeof(float);
-    /* pos, row_seq and the step descriptor's arrays (context.h) */
-    pl->step_host = rows * (sizeof(int32_t) + 2 * sizeof(llmm_seq_id) + 2 * sizeof(uint32_t) + sizeof(uint32_t *));
+    /* pos, row_seq, the step descriptor's arrays and llmm_decode_sample's (context.h) */
+    pl->step_host = rows * (2 * sizeof(int32_t) + 2 * sizeof(llmm_seq_id) + 2 * sizeof(uint32_t) + sizeof(uint32_t *) +
+                           sizeof(llmm_sample_request) + 4 * sizeof(uint64_t));
     pl->logits = (size_t)LLMM_MAX(p->n_seq_max, 1u) * n_vocab * sizeof(float);
     pl->kv_host = kv_host_bytes(&pl->kv);
     pl->scratch = be && be->scratch_bytes ? be->scratch_bytes(&pl->shape, p->n_threads) : 0;

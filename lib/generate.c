@@ -12,6 +12,8 @@ typedef struct gen_run {
     llmm_sampler *sampler;
     text_stream stream;
     int stream_ready;
+    llmm_token next;  /* sampled with the last decode (llmm_decode_sample), when have_next */
+    int have_next;
     llmm_token *prompt;
     char *piece;
     size_t piece_cap;
@@ -46,9 +48,13 @@ static llmm_status piece_of(gen_run *g, llmm_token t, size_t *n) {
 static llmm_status step(gen_run *g, int is_last) {
     const float *logits;
     size_t n_vocab, n;
-    llmm_token tok;
-    llmm_status st = llmm_logits(g->ctx, 0, &logits, &n_vocab);
-    if (!st) st = llmm_sample(g->sampler, logits, n_vocab, &tok);
+    llmm_token tok = g->next;
+    llmm_status st = LLMM_OK;
+    if (!g->have_next) {
+        st = llmm_logits(g->ctx, 0, &logits, &n_vocab);
+        if (!st) st = llmm_sample(g->sampler, logits, n_vocab, &tok);
+    }
+    g->have_next = 0;
     if (!st) st = llmm_sampler_accept(g->sampler, tok);
     if (st) return ctx_fail(g->ctx, st, "sampling failed: %s", llmm_sampler_last_error(g->sampler));
     if (g->s.n_generated == 0) g->s.first_token_ms = time_now_ms() - g->t_start;
@@ -66,12 +72,14 @@ static llmm_status step(gen_run *g, int is_last) {
     else if (cancelled) g->s.stop_reason = LLMM_STOP_CALLBACK;
     else if (is_last) g->s.stop_reason = LLMM_STOP_MAX_TOKENS;
     if (g->s.stop_reason != LLMM_STOP_NONE) return LLMM_OK;
+    /* the next token is chosen with the decode: on a device only its id comes back */
     llmm_seq_id seq = g->p.seq;
-    st = llmm_decode(g->ctx, &seq, &tok, 1);
+    st = llmm_decode_sample(g->ctx, &seq, &tok, 1, &g->sampler, &g->next);
     if (st == LLMM_ERR_CONTEXT_FULL) {
         g->s.stop_reason = LLMM_STOP_CONTEXT_FULL;
         return LLMM_OK;
     }
+    g->have_next = st == LLMM_OK;
     return st;
 }
 

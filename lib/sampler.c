@@ -24,6 +24,7 @@ struct llmm_sampler {
     uint64_t rng[4];             /* xoshiro256** state */
     llmm_token *window;          /* (penalty_last_n) ring of the last accepted tokens */
     llmm_token *window_sorted;   /* (penalty_last_n) scratch for counting repeats */
+    uint32_t *window_counts;     /* (penalty_last_n) sampler_request's counts, made on first use */
     size_t window_len, window_next;
     candidate *cands;            /* (cands_cap) scratch copy of the logits */
     size_t cands_cap;
@@ -92,6 +93,7 @@ static void sampler_release(llmm_sampler *s) {
     if (a) a = &copy;
     mem_free(a, s->window);
     mem_free(a, s->window_sorted);
+    mem_free(a, s->window_counts);
     mem_free(a, s->cands);
     mem_free(a, s);
 }
@@ -368,3 +370,52 @@ LLMM_API llmm_status llmm_sample(llmm_sampler *sampler, const float *logits, siz
     *out = draw(sampler, c, n);
     return LLMM_OK;
 }
+
+/* ---------------------------------------------------------------- as data, for a device */
+
+llmm_status sampler_request(llmm_sampler *s, size_t n_vocab, llmm_sample_request *out) {
+    if (n_vocab == 0 || n_vocab > (size_t)INT32_MAX)
+        return diag_fail(&s->error, LLMM_ERR_INVALID_ARG, "llmm_sample: n_vocab %zu is out of range", n_vocab);
+    const llmm_sampler_params *p = &s->params;
+    llmm_sample_request r = {
+        .temperature = p->temperature,
+        .top_k = p->top_k,
+        .top_p = p->top_p,
+        .min_p = p->min_p,
+        .repeat_penalty = p->repeat_penalty,
+        .frequency_penalty = p->frequency_penalty,
+        .presence_penalty = p->presence_penalty,
+    };
+    /* the window as apply_penalties sees it: sorted, one entry per distinct token with its count */
+    if (penalties_enabled(p) && s->window_len > 0) {
+        if (!s->window_counts) {
+            s->window_counts = mem_calloc(s->alloc, (size_t)p->penalty_last_n, sizeof *s->window_counts);
+            if (!s->window_counts)
+                return diag_fail(&s->error, LLMM_ERR_NO_MEMORY, "out of memory for the penalty window's counts");
+        }
+        llmm_token *t = s->window_sorted;
+        memcpy(t, s->window, s->window_len * sizeof *t);
+        qsort(t, s->window_len, sizeof *t, cmp_tokens);
+        uint32_t distinct = 0;
+        for (size_t i = 0; i < s->window_len;) {
+            size_t run = 1;
+            while (i + run < s->window_len && t[i + run] == t[i]) run++;
+            t[distinct] = t[i];
+            s->window_counts[distinct++] = (uint32_t)run;
+            i += run;
+        }
+        r.n_penalized = distinct;
+        r.penalized = t;
+        r.counts = s->window_counts;
+    }
+    /* llmm_sample draws once, in draw(), exactly when it samples rather than takes the argmax */
+    if (p->temperature > 0) r.uniform = rng_uniform(s->rng);
+    *out = r;
+    return LLMM_OK;
+}
+
+/* ---------------------------------------------------------------- RNG state */
+
+void sampler_rng_save(const llmm_sampler *s, uint64_t state[4]) { memcpy(state, s->rng, sizeof s->rng); }
+
+void sampler_rng_restore(llmm_sampler *s, const uint64_t state[4]) { memcpy(s->rng, state, sizeof s->rng); }

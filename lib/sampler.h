@@ -2,6 +2,7 @@
 #ifndef LLMM_SAMPLER_H
 #define LLMM_SAMPLER_H
 
+#include "backend.h"
 #include "common.h"
 
 /* llmm_sampler_create with an allocator (NULL = the C library; copied, so it need not
@@ -9,5 +10,17 @@
  * (may be NULL) that receives why the params were rejected. */
 llmm_status sampler_create(const llmm_sampler_params *params, const llmm_allocator *alloc,
                            llmm_sampler **out, llmm_diag *d);
+
+/* What llmm_sample would do for this sampler now, as data for a backend's sample slot
+ * (backend.h llmm_sample_request): its params, its penalty window as distinct ascending tokens
+ * with counts (sampler-owned scratch, valid until the next call on s) and, when temperature > 0,
+ * the draw llmm_sample would make (the RNG advances the same). INVALID_ARG for n_vocab as
+ * llmm_sample refuses it, nothing drawn. */
+llmm_status sampler_request(llmm_sampler *s, size_t n_vocab, llmm_sample_request *out);
+
+/* The sampler's RNG state, saved and put back: llmm_decode_sample rewinds the draws it made for
+ * a device that could not sample, before it samples the same rows on the host. */
+void sampler_rng_save(const llmm_sampler *s, uint64_t state[4]);
+void sampler_rng_restore(llmm_sampler *s, const uint64_t state[4]);
 
 #endif

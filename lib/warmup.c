@@ -27,6 +27,9 @@ static llmm_status warm_step(llmm_context *ctx, const llmm_seq_id *ids, const ll
 
 LLMM_API llmm_status llmm_context_warmup(llmm_context *ctx) {
     if (!ctx) return LLMM_ERR_INVALID_ARG;
+    /* the dummy steps overwrite the backend's logits rows: keep llmm_decode_sample's readable */
+    llmm_status st = ctx_settle_logits(ctx);
+    if (st) return st;
     const double t0 = time_now_ms();
     const llmm_kv_store *kv = &ctx->kv;
     llmm_seq_id ids[WARMUP_MAX_ROWS];
@@ -39,7 +42,6 @@ LLMM_API llmm_status llmm_context_warmup(llmm_context *ctx) {
         return ctx_fail(ctx, LLMM_ERR_CONTEXT_FULL,
                         "llmm_context_warmup: no unused sequence id or free KV block to run a dummy step on");
     const llmm_token tokens[WARMUP_MAX_ROWS] = {0}; /* every vocabulary has token 0 */
-    llmm_status st = LLMM_OK;
     for (size_t n = 1; n <= rows && !st; n++) st = warm_step(ctx, ids, tokens, n);
     ctx->warmup_ms += time_now_ms() - t0;
     if (st == LLMM_ERR_ABORTED) return ctx_fail(ctx, st, "llmm_context_warmup: aborted by the abort callback");

@@ -15,6 +15,9 @@
 #   bench       llmmini-bench --backend cuda on each: decode ms/token, TTFT of a 512-token
 #               prompt, bytes per token and the fraction of the measured bandwidth, with CUDA
 #               graphs (the module's default) and without (LLMM_CUDA_GRAPHS=0)
+#   prefill     on the two target models: TTFT and prompt tok/s for 128-, 512- and 2048-token
+#               prompts, aggregate decode tok/s of 1, 4, 16 and 64 sequences, and the 512-token
+#               prefill with each prompt matmul path forced (LLMM_CUDA_GEMM=gemv|lt|int8)
 # Each phase is timed; a failing phase is reported and the later ones still run. The summary
 # (a markdown table) is printed last and written, with a tarball of the logs, to $OUT when set
 # (the device tool copies $OUT back: few files, so the logs travel as one archive), else to
@@ -68,10 +71,16 @@ if [ "$DRY" = 1 ]; then
     SHAPES="tiny"
     BENCH_ARGS=(-p 8 -n 4 -r 1 --no-bandwidth)
     PROMPT_TOKENS=8
+    PREFILL_PROMPTS="8 16"
+    PARALLEL_SEQS="1 2 4"
+    PREFILL_MODELS="tiny:q4_0"
 else
     SHAPES="qwen2.5-0.5b llama-3.2-1b"
     BENCH_ARGS=(-p 512 -n 128 -r 3 --no-bandwidth)
     PROMPT_TOKENS=512
+    PREFILL_PROMPTS="128 512 2048"
+    PARALLEL_SEQS="1 4 16 64"
+    PREFILL_MODELS="qwen2.5-0.5b:q4_0 llama-3.2-1b:q4_k_m"
 fi
 TYPES="q4_0 q4_k_m f16"
 T_START=$SECONDS
@@ -561,6 +570,100 @@ benchmarks() {
     done
 }
 
+# ---------------------------------------------------------------- prefill and batches
+
+PREFILL_ROWS=()
+GEMM_PATHS="gemv lt int8" # the LLMM_CUDA_GEMM values: the prompt matmul paths compared
+
+# One llmmini-bench run on the CUDA module (the emulated one when dry) -> $LOGS/NAME.json; extra
+# environment first (VAR=value ...), then --, then bench arguments.
+bench_cuda() { # name [VAR=value ...] -- args...
+    local name=$1 module envs=() rc=0
+    shift
+    while [ "$1" != -- ]; do envs+=("$1"); shift; done
+    shift
+    if [ "$DRY" = 1 ]; then module=$ABS_BUILD/libllmmini-cuda-emu.so; else module=$ABS_BUILD/libllmmini-cuda.so; fi
+    if [ $(($(now_s) - T_START)) -gt "$BUDGET_S" ]; then
+        echo "skipped: time budget of $BUDGET_S s spent" > "$LOGS/$name.log"
+        return "$BUDGET_SPENT"
+    fi
+    env "${envs[@]}" LLMM_CUDA_MODULE="$module" timeout 120 "$ABS_BUILD/llmmini-bench" --backend cuda "$@" \
+        --no-bandwidth --json > "$LOGS/$name.json" 2> "$LOGS/$name.log" || rc=$?
+    [ $rc = 0 ] || echo "exit $rc" >> "$LOGS/$name.log"
+    return $rc
+}
+
+# A number from a bench JSON, or "-".
+jnum() { local v; v=$(jget "$1" "$2"); case $v in "" | null) echo - ;; *) printf '%.*f' "${3:-1}" "$v" ;; esac; }
+
+prefill_and_batches() {
+    local entry preset type m t0 p s path failed=0 n_gen=16
+    [ "$DRY" = 1 ] && n_gen=4
+    for entry in $PREFILL_MODELS; do
+        preset=${entry%%:*}
+        type=${entry#*:}
+        m=$(model_path "$preset" "$type")
+        t0=$(now_s)
+        if [ ! -s "$m" ]; then
+            record "prefill: $preset $type" "skipped: no model (synthesis failed)" 0 ""
+            continue
+        fi
+        for p in $PREFILL_PROMPTS; do
+            bench_cuda "prefill-$preset-$type-p$p" -- -m "$m" -p "$p" -n "$n_gen" -r 3 || failed=1
+        done
+        for s in $PARALLEL_SEQS; do
+            [ "$s" = 1 ] && continue # the single sequence is the 128-token run's decode
+            bench_cuda "parallel-$preset-$type-s$s" -- -m "$m" -p 128 -n 32 -r 3 --parallel "$s" || failed=1
+        done
+        for path in $GEMM_PATHS; do
+            p=$(echo "$PREFILL_PROMPTS" | awk '{print ($2 != "" ? $2 : $1)}')
+            bench_cuda "gemm-$preset-$type-$path" LLMM_CUDA_GEMM=$path -- -m "$m" -p "$p" -n "$n_gen" -r 3 || failed=1
+        done
+        record "prefill: $preset $type" "$([ $failed = 0 ] && echo ok || echo "FAILED (a run failed: see its log)")" \
+            $(($(now_s) - t0)) "prefill-$preset-$type-* parallel-$preset-$type-* gemm-$preset-$type-*"
+        PREFILL_ROWS+=("$(prefill_row "$preset" "$type")")
+    done
+}
+
+prefill_row() { # preset type
+    local preset=$1 type=$2 p s path row first one many
+    row="| $preset | ${type^^} |"
+    for p in $PREFILL_PROMPTS; do
+        row+=" $(jnum "$LOGS/prefill-$preset-$type-p$p.json" ttft_ms 2) /"
+        row+=" $(jnum "$LOGS/prefill-$preset-$type-p$p.json" prefill_tok_s 0) |"
+    done
+    first=$(echo "$PREFILL_PROMPTS" | awk '{print $1}')
+    one=$(jget "$LOGS/prefill-$preset-$type-p$first.json" decode_tok_s)
+    for s in $PARALLEL_SEQS; do
+        if [ "$s" = 1 ]; then row+=" $(jnum "$LOGS/prefill-$preset-$type-p$first.json" decode_tok_s 0) |"
+        else row+=" $(jnum "$LOGS/parallel-$preset-$type-s$s.json" aggregate_tok_s 0) |"; fi
+    done
+    s=$(echo "$PARALLEL_SEQS" | awk '{print $NF}')
+    many=$(jget "$LOGS/parallel-$preset-$type-s$s.json" aggregate_tok_s)
+    row+=" $(awk -v a="$many" -v b="$one" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.1fx", a / b; else printf "-" }') |"
+    for path in $GEMM_PATHS; do row+=" $(jnum "$LOGS/gemm-$preset-$type-$path.json" prefill_tok_s 0) |"; done
+    echo "$row"
+}
+
+prefill_table() {
+    local p s path head="| shape | type |" sep="|---|---|"
+    for p in $PREFILL_PROMPTS; do head+=" TTFT ms / prompt tok/s ($p) |"; sep+="---|"; done
+    for s in $PARALLEL_SEQS; do head+=" $s seq tok/s |"; sep+="---|"; done
+    head+=" $(echo "$PARALLEL_SEQS" | awk '{print $NF}') / 1 |"
+    sep+="---|"
+    for path in $GEMM_PATHS; do head+=" $path |"; sep+="---|"; done
+    echo "$head"
+    echo "$sep"
+    printf '%s\n' "${PREFILL_ROWS[@]}"
+    echo
+    echo "llmmini-bench --backend cuda -p P -n 16 -r 3 (medians): TTFT = prefill of the prompt plus its first"
+    echo "token; N seq tok/s: --parallel N -p 128 -n 32, the aggregate decode rate of N sequences forked from one"
+    echo "prompt (1: the single-sequence decode); gemv / lt (cuBLASLt) / int8: prompt tok/s of the middle prompt with"
+    echo "LLMM_CUDA_GEMM forcing that path for every prompt matmul (default: the rule in docs/performance.md)."
+    echo "Targets on an H200: 512-token prefill >= 20,000 tok/s (0.5B Q4_0), TTFT(512) <= 30 ms (1B Q4_K_M),"
+    echo "64 sequences >= 10x one."
+}
+
 # ---------------------------------------------------------------- summary
 
 write_summary() {
@@ -595,6 +698,10 @@ write_summary() {
             echo "measured bandwidth = those bytes / decode time / the copy bandwidth above. Targets are benchmarks"
             echo "for an H200, not pass/fail."
         fi
+        if [ ${#PREFILL_ROWS[@]} -gt 0 ]; then
+            echo
+            prefill_table
+        fi
     } > "$SUMMARY.part"
     mv "$SUMMARY.part" "$SUMMARY"
     save_logs
@@ -611,6 +718,7 @@ make_test
 sanitizers
 synth_wait
 benchmarks
+prefill_and_batches
 write_summary
 if [ -z "${OUT:-}" ]; then echo "gpu-check: logs in $LOGS" >&2; fi
 echo

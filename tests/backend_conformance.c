@@ -471,6 +471,26 @@ static void check_matmul_out(const cf *c, uint32_t type, const uint8_t *wq, cons
         }
 }
 
+/* A value rounded to F16 (as cu_gemm rounds activations and dequantized weights). */
+static double round_f16(double v) { return llmm_f16_to_f32(llmm_f32_to_f16((float)v)); }
+
+/* The F16 GEMM contract (conformance_target.f16_gemm_min_rows): out[r][j] against the float64
+ * dot of F16-rounded weights and activations. */
+static void check_f16_gemm_out(const cf *c, const double *wd, size_t ne0, size_t ne1, const float *x, size_t n_rows,
+                               const float *out) {
+    for (size_t r = 0; r < n_rows; r++)
+        for (size_t j = 0; j < ne1; j++) {
+            double exact = 0, sum_abs = 0;
+            for (size_t i = 0; i < ne0; i++) {
+                const double t = round_f16(wd[j * ne0 + i]) * round_f16(x[r * ne0 + i]);
+                exact += t;
+                sum_abs += fabs(t);
+            }
+            cf_close_to(c, out[r * ne1 + j], exact, ((double)ne0 + 10.0) * U_F32 * sum_abs, "out[%zu][%zu] (F16 GEMM)",
+                        r, j);
+        }
+}
+
 /* ------------------------------------------------------------------ the table, buffers */
 
 /* The table fills every required slot and names the core's layout; upload/download round-trip
@@ -676,7 +696,10 @@ static void check_matmul(const conformance_target *t) {
                         cf_ok(&c, t->be->matmul(c.st, w, xb, n_rows, ob), "matmul");
                         cf_end(&c);
                         cf_get(&c, got, ob, n_rows * ne1 * sizeof *got);
-                        check_matmul_out(&c, type, wq, wd, ne0, ne1, xr, n_rows, got);
+                        const int f16_gemm = t->f16_gemm_min_rows && n_rows >= t->f16_gemm_min_rows &&
+                                             n_rows > 4 && (t->f16_gemm_types >> type & 1);
+                        if (f16_gemm) check_f16_gemm_out(&c, wd, ne0, ne1, x, n_rows, got);
+                        else check_matmul_out(&c, type, wq, wd, ne0, ne1, xr, n_rows, got);
                         for (size_t r = 0; r < n_rows; r++) operand_ref_free(&xr[r]);
                         free(x);
                         free(got);

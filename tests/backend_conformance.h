@@ -14,6 +14,13 @@ typedef struct conformance_target {
     const char *label;
     const llmm_backend_ops *be;
     void (*before_init)(void);
+    /* 0, or the row count from which the backend's prompt-step matmuls of the weight types in
+     * f16_gemm_types (bit t: llmm_type t) run as a GEMM over F16 (the CUDA backend's cu_gemm):
+     * activations and dequantized weights rounded to F16, products summed in F32 in any order.
+     * Such cases are checked against that operand, within (ne0 + 10) u sum |w x|, instead of the
+     * CPU dot's operand. */
+    size_t f16_gemm_min_rows;
+    uint64_t f16_gemm_types;
 } conformance_target;
 
 /* Runs every check against t; fails the cmocka test (fail_msg naming the label, the op and the

@@ -31,7 +31,7 @@ static void run_cpu(cpu_isa isa) {
     g_isa = isa;
     char label[32];
     snprintf(label, sizeof label, "cpu/%s", k_isa_names[isa]);
-    const conformance_target t = {label, &llmm_cpu_backend, force_table};
+    const conformance_target t = {.label = label, .be = &llmm_cpu_backend, .before_init = force_table};
     /* the forced table is the one init picks: else this run would test another one */
     force_table();
     if (cpu_kernels_select(cpu_kernels_env_cap()) != k) fail_msg("LLMM_CPU_KERNELS=%s does not select it", label);
@@ -44,7 +44,7 @@ static void run_cpu(cpu_isa isa) {
 static void test_handles(void **state) {
     (void)state;
     const unsigned long before = handle_backend_bad_pointers();
-    const conformance_target t = {"handles", handle_backend_ops(), NULL};
+    const conformance_target t = {.label = "handles", .be = handle_backend_ops()};
     conformance_run(&t);
     const unsigned long bad = handle_backend_bad_pointers() - before;
     if (bad > 4) fail_msg("[handles] %lu seam violations, 4 expected (the ops called outside a step)", bad);

@@ -25,7 +25,9 @@
 
 #include "backend_conformance.h"
 #include "backend_module.h"
+#include "decode_sample_check.h"
 #include "golden_check.h"
+#include "quant.h"
 #include "llmmini.h"
 #include "model.h"
 #include "shared_data.h"
@@ -68,7 +70,17 @@ static void test_conformance(void **state) {
     assert_true(be->flags & LLMM_BACKEND_DEVICE_MEMORY);
     assert_true(backend_table_ok(be));
     const double t0 = now_s();
-    const conformance_target t = {.label = "cuda-emu", .be = be};
+    /* prompt matmuls of more than 8 rows run cu_gemm (cuda/gemm.h) over F16, except for the
+     * types cu_gemm_int8 takes (cuda/gemm_int8.h: Q4_0, Q5_0, Q8_0, IQ4_NL), which keep the CPU's
+     * operand, and F32, F16 and BF16, whose operand cu_gemm shares with the CPU */
+    uint64_t f16_types = 0;
+    for (uint32_t type = 0; type < LLMM_TYPE_COUNT; type++) {
+        const llmm_type_traits *tt = llmm_type_get(type);
+        if (tt && tt->block_size > 1) f16_types |= 1ull << type;
+    }
+    f16_types &= ~(1ull << LLMM_TYPE_Q4_0 | 1ull << LLMM_TYPE_Q5_0 | 1ull << LLMM_TYPE_Q8_0 | 1ull << LLMM_TYPE_IQ4_NL);
+    const conformance_target t = {
+        .label = "cuda-emu", .be = be, .f16_gemm_min_rows = 9, .f16_gemm_types = f16_types};
     conformance_run(&t);
     print_message("conformance of the emulated CUDA module: %.1f s\n", now_s() - t0);
     dlclose(h);
@@ -557,6 +569,65 @@ static void test_fork_copy_on_write(void **state) {
     print_message("fork / copy-on-write on the emulated CUDA module: %.1f s\n", now_s() - t0);
 }
 
+/* Prefill on the CUDA module in one chunk (prompt matmuls of more than 8 rows, attention of the
+ * whole chunk at once) and in chunks of 3 (cu_matmul, each chunk attending to the earlier blocks
+ * and to itself), every position's logits (LLMM_PREFILL_ALL_LOGITS) against the CPU's, for the
+ * golden prompts on each stories260K file, with 8-position KV blocks and F32 KV.
+ * F32 weights run an F32 GEMM: the CPU backend's 1e-3 bar. Q8_0 and Q4_0 run the int8
+ * tensor-core GEMM by default (cuda/gemm_int8.h), the CPU's numerics bit for bit: the same bar.
+ * With LLMM_CUDA_GEMM=lt they run cu_gemm, which rounds activations and dequantized weights to
+ * F16 where the CPU quantizes activations to Q8_0 (steps of |x|max / 127 per 32 values), so the
+ * two differ by the CPU's own rounding, measured here as up to 0.2 on these logits (the size of
+ * the ~0.1-0.25 moves one flipped Q8 step makes on stories260K): the bound is 0.5 there, and the
+ * greedy token of every position must agree (a kernel error moves logits by whole units). */
+static void test_prefill_whole_and_chunked(void **state) {
+    (void)state;
+    static const char *const files[] = {"stories260K.gguf", "stories260K-q8_0.gguf", "stories260K-q4_0.gguf"};
+    static const char *const prompts[] = {k_long_prompt, "Once upon a time", "The little dog"};
+    static const char *const paths[] = {"default", "lt"};
+    for (size_t f = 0; f < sizeof files / sizeof *files; f++) {
+        llmm_model *m = load_model(files[f]);
+        const size_t nv = vocab_size(m);
+        for (size_t pa = 0; pa < (f == 0 ? 1u : 2u); pa++) {
+            const double bound = pa == 0 ? CPU_LOGITS_TOLERANCE : 0.5;
+            for (size_t pi = 0; pi < sizeof prompts / sizeof *prompts; pi++) {
+                llmm_token ids[MAX_IDS];
+                const size_t n = tokenize(m, prompts[pi], ids);
+                double worst[2] = {0, 0};
+                size_t agree[2] = {0, 0};
+                llmm_context_params p = context_params(LLMM_BACKEND_CPU, 64, 1, 64, LLMM_KV_F32);
+                p.kv_block_size = 8;
+                llmm_context *cpu = make_context(m, &p);
+                assert_int_equal(llmm_prefill(cpu, 0, ids, n, LLMM_PREFILL_ALL_LOGITS), LLMM_OK);
+                for (int chunked = 0; chunked < 2; chunked++) {
+                    p.backend = LLMM_BACKEND_CUDA;
+                    p.n_batch = chunked ? 3 : 64;
+                    if (pa) setenv("LLMM_CUDA_GEMM", paths[pa], 1);
+                    llmm_context *gpu = make_context(m, &p);
+                    unsetenv("LLMM_CUDA_GEMM");
+                    assert_int_equal(llmm_prefill(gpu, 0, ids, n, LLMM_PREFILL_ALL_LOGITS), LLMM_OK);
+                    for (size_t i = 0; i < n; i++) {
+                        const float *a, *b;
+                        assert_int_equal(llmm_logits(cpu, i, &a, NULL), LLMM_OK);
+                        assert_int_equal(llmm_logits(gpu, i, &b, NULL), LLMM_OK);
+                        worst[chunked] = fmax(worst[chunked], max_abs_diff(a, b, nv));
+                        agree[chunked] += argmax(a, nv) == argmax(b, nv);
+                    }
+                    llmm_context_free(gpu);
+                }
+                print_message("%-22s %-7s %2zu-token prompt: cuda-emu vs cpu at every position: one chunk %.2e (greedy "
+                              "%zu/%zu), chunks of 3 %.2e (greedy %zu/%zu); bound %.0e\n",
+                              files[f], paths[pa], n, worst[0], agree[0], n, worst[1], agree[1], n, bound);
+                assert_true(worst[0] <= bound && worst[1] <= bound);
+                assert_int_equal(agree[0], n);
+                assert_int_equal(agree[1], n);
+                llmm_context_free(cpu);
+            }
+        }
+        llmm_model_free(m);
+    }
+}
+
 /* Three sequences of different lengths (1, 5 and 17 tokens: block tables of 1, 1 and 3 blocks
  * of 8 positions, each crossing into a new block while decoding, each row attending over its
  * own number of positions), decoded in one batch in another order than their ids, give the
@@ -626,6 +697,84 @@ static llmm_context_stats stats_of(llmm_context *c) {
     return st;
 }
 
+/* 16 sequences of 16 different prompts (2 to 37 tokens, block tables of 1 to 6 blocks of 8),
+ * decoded together, then 12 and 9 of them: every row's logits equal that sequence decoded alone
+ * (within 1e-4), and the steps of 9 to 16 rows replay one graph, captured for the bucket of 16
+ * rows (the padding rows store no K/V and are never read). */
+static void test_sixteen_sequences(void **state) {
+    (void)state;
+    enum { N_SEQ = 16, BLOCK = 8, STEPS = 8 };
+    static const size_t rows_at[STEPS] = {16, 16, 16, 16, 12, 12, 9, 9};
+    static const char *const words[] = {"Once", "upon", "a", "time", "there", "was", "a", "little", "girl", "named",
+                                        "Lily", "who", "liked", "to", "play", "in", "the", "park", "with", "her",
+                                        "dog", "and", "her", "friend", "Tom", "."};
+    llmm_model *m = load_model("stories260K-q8_0.gguf");
+    const size_t nv = vocab_size(m);
+    llmm_token ids[N_SEQ][MAX_IDS];
+    size_t n_ids[N_SEQ];
+    for (int s = 0; s < N_SEQ; s++) {
+        char text[512] = "";
+        const size_t n_words = 1 + (size_t)(s * 7) % (sizeof words / sizeof *words); /* 1 to 26 words */
+        for (size_t w = 0; w < n_words; w++) {
+            if (w) strcat(text, " ");
+            strcat(text, words[(w + (size_t)s) % (sizeof words / sizeof *words)]);
+        }
+        n_ids[s] = tokenize(m, text, ids[s]);
+    }
+    llmm_context_params p = context_params(LLMM_BACKEND_CUDA, 64, N_SEQ, 32, LLMM_KV_F16);
+    p.kv_block_size = BLOCK;
+    llmm_context *together = make_context(m, &p);
+    p.n_seq_max = 1;
+    llmm_context *alone = make_context(m, &p);
+    for (int s = 0; s < N_SEQ; s++) assert_int_equal(llmm_prefill(together, s, ids[s], n_ids[s], 0), LLMM_OK);
+    float *want = malloc((size_t)STEPS * N_SEQ * nv * sizeof *want), *l = malloc(nv * sizeof *l);
+    assert_non_null(want);
+    assert_non_null(l);
+    llmm_token fed[STEPS][N_SEQ], next[N_SEQ];
+    llmm_seq_id seqs[N_SEQ];
+    /* row i holds sequence seqs[i]: ids reversed, so rows and ids differ */
+    for (int i = 0; i < N_SEQ; i++) seqs[i] = N_SEQ - 1 - i;
+    for (int i = 0; i < N_SEQ; i++) next[i] = ids[seqs[i]][n_ids[seqs[i]] - 1];
+    const llmm_context_stats before = stats_of(together);
+    for (int step = 0; step < STEPS; step++) {
+        assert_int_equal(llmm_decode(together, seqs, next, rows_at[step]), LLMM_OK);
+        for (size_t i = 0; i < rows_at[step]; i++) {
+            fed[step][seqs[i]] = next[i];
+            float *w = want + ((size_t)step * N_SEQ + (size_t)seqs[i]) * nv;
+            copy_row(together, i, w, nv);
+            next[i] = argmax(w, nv);
+        }
+    }
+    const llmm_context_stats after = stats_of(together);
+    double worst = 0;
+    for (size_t i = 0; i < N_SEQ; i++) {
+        const llmm_seq_id s = seqs[i], s0 = 0;
+        assert_int_equal(llmm_seq_clear(alone, 0), LLMM_OK);
+        assert_int_equal(llmm_prefill(alone, 0, ids[s], n_ids[s], 0), LLMM_OK);
+        for (int step = 0; step < STEPS && i < rows_at[step]; step++) {
+            assert_int_equal(llmm_decode(alone, &s0, &fed[step][s], 1), LLMM_OK);
+            copy_row(alone, 0, l, nv);
+            worst = fmax(worst, max_abs_diff(l, want + ((size_t)step * N_SEQ + (size_t)s) * nv, nv));
+        }
+    }
+    size_t shortest = n_ids[0], longest = n_ids[0];
+    for (int s = 1; s < N_SEQ; s++) {
+        shortest = n_ids[s] < shortest ? n_ids[s] : shortest;
+        longest = n_ids[s] > longest ? n_ids[s] : longest;
+    }
+    print_message("16 sequences (%zu to %zu tokens) decoded together, then 12 and 9, vs alone on the emulated CUDA "
+                  "module: max |logit diff| %.2e; %u graph(s) for %d steps\n",
+                  shortest, longest, worst, after.graphs - before.graphs, STEPS);
+    assert_true(worst <= 1e-4);
+    assert_int_equal(after.graphs - before.graphs, 1);
+    assert_int_equal(after.graph_replays - before.graph_replays, STEPS - 1);
+    free(l);
+    free(want);
+    llmm_context_free(together);
+    llmm_context_free(alone);
+    llmm_model_free(m);
+}
+
 /* n greedy decode steps after the prompt; rows (n, nv) get every step's logits. */
 static void decode_greedy(llmm_context *c, const llmm_token *ids, size_t n_ids, int n, float *rows, size_t nv) {
     const llmm_seq_id s0 = 0;
@@ -689,6 +838,17 @@ static void test_graphs_and_warmup(void **state) {
     llmm_model_free(m);
 }
 
+/* llmm_decode_sample on the CUDA module: sampled on the device (the module's sample slot), the
+ * tokens and RNG streams of llmm_sample over the same logits on the host, three rows with
+ * different sampler settings decoded together; the logits copied back when llmm_logits asks. */
+static void test_decode_sample(void **state) {
+    (void)state;
+    llmm_model *m = load_model("stories260K-q8_0.gguf");
+    const llmm_context_params p = context_params(LLMM_BACKEND_CUDA, 64, 3, 16, LLMM_KV_F16);
+    assert_int_equal(check_decode_sample(m, &p, 12), 36);
+    llmm_model_free(m);
+}
+
 static void count_log(void *user, llmm_log_level level, const char *msg) {
     (void)level;
     if (strstr(msg, "AUTO runs on the CPU")) ++*(int *)user;
@@ -729,8 +889,11 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_arch_golden),
         cmocka_unit_test(test_files_and_kv_types_match_cpu),
         cmocka_unit_test(test_fork_copy_on_write),
+        cmocka_unit_test(test_prefill_whole_and_chunked),
         cmocka_unit_test(test_batched_decode),
+        cmocka_unit_test(test_sixteen_sequences),
         cmocka_unit_test(test_graphs_and_warmup),
+        cmocka_unit_test(test_decode_sample),
         cmocka_unit_test(test_missing_device),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

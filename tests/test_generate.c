@@ -17,6 +17,7 @@
 #include "golden_check.h"
 #include "gguf.h"
 #include "quant_temp.h"
+#include "decode_sample_check.h"
 #include "shared_data.h"
 
 #define MAX_IDS GOLDEN_MAX_IDS
@@ -554,6 +555,20 @@ static void test_generate_seeded_sampling(void **state) {
     llmm_model_free(m);
 }
 
+/* llmm_decode_sample on the CPU: the host sampler's tokens and RNG streams, logits readable. */
+static void test_decode_sample(void **state) {
+    (void)state;
+    llmm_model *m = load_model("stories260K.gguf");
+    llmm_context_params p;
+    llmm_context_params_default(&p, sizeof p);
+    p.n_ctx = 64;
+    p.n_seq_max = 3;
+    p.n_batch = 16;
+    p.n_threads = 1;
+    assert_int_equal(check_decode_sample(m, &p, 12), 36);
+    llmm_model_free(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_golden_outputs),          cmocka_unit_test(test_golden_outputs_f16_kv),
@@ -564,6 +579,7 @@ int main(void) {
         cmocka_unit_test(test_multi_sequence_decode),   cmocka_unit_test(test_context_full_and_truncate),
         cmocka_unit_test(test_abort_restores_sequence), cmocka_unit_test(test_context_bad_arguments),
         cmocka_unit_test(test_generate_streaming),      cmocka_unit_test(test_generate_seeded_sampling),
+        cmocka_unit_test(test_decode_sample),
     };
     return cmocka_run_group_tests_name("generate", tests, NULL, NULL);
 }

@@ -32,25 +32,10 @@ extern "C" {
 #include "gemv_quant.h"
 #include "kernels.h"
 
+#include "device_test_util.h"
+
 static uint32_t rng_state = 0x2545f491u;
-static uint32_t rng() {
-    rng_state ^= rng_state << 13, rng_state ^= rng_state >> 17, rng_state ^= rng_state << 5;
-    return rng_state;
-}
-static float uniform(float lo, float hi) { return lo + (hi - lo) * (float)(rng() >> 8) / 16777216.0f; }
-
-template <class T> static T *to_device(const std::vector<T> &host) {
-    T *dev = nullptr;
-    assert_int_equal(cudaMalloc(&dev, host.size() * sizeof(T) + 1), cudaSuccess);
-    assert_int_equal(cudaMemcpy(dev, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-    return dev;
-}
-
-template <class T> static std::vector<T> from_device(const T *dev, size_t n) {
-    std::vector<T> host(n);
-    assert_int_equal(cudaMemcpy(host.data(), dev, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-    return host;
-}
+static float uniform(float lo, float hi) { return xorshift32_uniform(&rng_state, lo, hi); }
 
 static size_t row_bytes(uint32_t type, size_t ne0) { return llmm_row_bytes(type, ne0); }
 

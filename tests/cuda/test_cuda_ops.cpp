@@ -24,6 +24,7 @@ extern "C" { // this cmocka.h declares its functions without C linkage for C++
 
 #include "kernels.h"
 #include "softmax_merge.cuh"
+#include "device_test_util.h"
 
 extern "C" {
 #include "arch.h"
@@ -84,17 +85,6 @@ std::vector<float> rand_floats(size_t n, float lo, float hi) {
     return v;
 }
 
-template <class T> T *dev_put(const T *host, size_t n) {
-    T *d = nullptr;
-    assert_int_equal(cudaMalloc(&d, n * sizeof(T) + 1), cudaSuccess);
-    assert_int_equal(cudaMemcpy(d, host, n * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-    return d;
-}
-template <class T> std::vector<T> dev_get(const T *dev, size_t n) {
-    std::vector<T> v(n);
-    assert_int_equal(cudaMemcpy(v.data(), dev, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-    return v;
-}
 
 // |got - ref| <= tol, and the device's value within 2 tol of the CPU backend's.
 void close3(double got, double cpu, double ref, double tol, const char *what, size_t i) {
@@ -124,10 +114,10 @@ void test_rms_norm(void **) {
             const size_t dim = dims[di], n_rows = rows[ri], n = dim * n_rows;
             const float eps = (di + ri) % 2 ? 1e-6f : 1e-5f;
             std::vector<float> x = rand_floats(n, -2.0f, 2.0f), w = rand_floats(dim, -2.0f, 2.0f), cpu(n);
-            float *xd = dev_put(x.data(), n), *wd = dev_put(w.data(), dim), *od = nullptr;
+            float *xd = to_device(x.data(), n), *wd = to_device(w.data(), dim), *od = nullptr;
             assert_int_equal(cudaMalloc(&od, n * sizeof(float)), cudaSuccess);
             assert_int_equal(cu_rms_norm(nullptr, xd, wd, od, n_rows, dim, eps), 0);
-            const std::vector<float> got = dev_get(od, n);
+            const std::vector<float> got = from_device(od, n);
             assert_int_equal(llmm_cpu_backend.rms_norm(g_cpu, x.data(), w.data(), cpu.data(), n_rows, dim, eps), LLMM_OK);
             for (size_t r = 0; r < n_rows; r++) {
                 double ss = 0;
@@ -156,33 +146,33 @@ void test_elementwise(void **) {
     for (size_t si = 0; si < sizeof k_elem_sizes / sizeof *k_elem_sizes; si++) {
         const size_t n = k_elem_sizes[si];
         const std::vector<float> a = rand_floats(n, -50.0f, 50.0f), b = rand_floats(n, -2.0f, 2.0f);
-        float *bd = dev_put(b.data(), n);
+        float *bd = to_device(b.data(), n);
 
-        float *ad = dev_put(a.data(), n);
+        float *ad = to_device(a.data(), n);
         std::vector<float> cpu = a;
         assert_int_equal(cu_add(nullptr, ad, bd, n), 0);
         assert_int_equal(llmm_cpu_backend.add(g_cpu, cpu.data(), b.data(), n), LLMM_OK);
-        std::vector<float> got = dev_get(ad, n);
+        std::vector<float> got = from_device(ad, n);
         for (size_t i = 0; i < n; i++)
             if (got[i] != cpu[i]) fail_msg("add value %zu: %.9g want %.9g", i, got[i], cpu[i]);
         cudaFree(ad);
 
         const float s = rng_float(-3.0f, 3.0f);
-        ad = dev_put(a.data(), n);
+        ad = to_device(a.data(), n);
         cpu = a;
         assert_int_equal(cu_scale(nullptr, ad, n, s), 0);
         assert_int_equal(llmm_cpu_backend.scale(g_cpu, cpu.data(), n, s), LLMM_OK);
-        got = dev_get(ad, n);
+        got = from_device(ad, n);
         for (size_t i = 0; i < n; i++)
             if (got[i] != cpu[i]) fail_msg("scale value %zu: %.9g want %.9g", i, got[i], cpu[i]);
         cudaFree(ad);
 
         const float cap = si % 2 ? 30.0f : 5.0f;
-        ad = dev_put(a.data(), n);
+        ad = to_device(a.data(), n);
         cpu = a;
         assert_int_equal(cu_softcap(nullptr, ad, n, cap), 0);
         assert_int_equal(llmm_cpu_backend.softcap(g_cpu, cpu.data(), n, cap), LLMM_OK);
-        got = dev_get(ad, n);
+        got = from_device(ad, n);
         for (size_t i = 0; i < n; i++) {
             const double ref = cap * tanh((double)a[i] / cap);
             close3(got[i], cpu[i], ref, 4 * U_F32 * (fabs(a[i]) + fabs(ref)), "softcap", i);
@@ -195,11 +185,11 @@ void test_elementwise(void **) {
         for (size_t ri = 0; ri < sizeof rows / sizeof *rows; ri++) {
             const size_t dim = dims[di], n_rows = rows[ri], n = dim * n_rows;
             const std::vector<float> x = rand_floats(n, -2.0f, 2.0f), bias = rand_floats(dim, -2.0f, 2.0f);
-            float *xd = dev_put(x.data(), n), *bd = dev_put(bias.data(), dim);
+            float *xd = to_device(x.data(), n), *bd = to_device(bias.data(), dim);
             std::vector<float> cpu = x;
             assert_int_equal(cu_add_rows(nullptr, xd, bd, n_rows, dim), 0);
             assert_int_equal(llmm_cpu_backend.add_rows(g_cpu, cpu.data(), bias.data(), n_rows, dim), LLMM_OK);
-            const std::vector<float> got = dev_get(xd, n);
+            const std::vector<float> got = from_device(xd, n);
             for (size_t i = 0; i < n; i++)
                 if (got[i] != cpu[i]) fail_msg("add_rows value %zu: %.9g want %.9g", i, got[i], cpu[i]);
             cudaFree(xd);
@@ -217,11 +207,11 @@ void test_glu(void **) {
             const size_t n = k_elem_sizes[si];
             const float range = si % 2 ? 8.0f : 2.0f; // [-8, 8] saturates
             const std::vector<float> g = rand_floats(n, -range, range), up = rand_floats(n, -2.0f, 2.0f);
-            float *gd_ = dev_put(g.data(), n), *ud = dev_put(up.data(), n);
+            float *gd_ = to_device(g.data(), n), *ud = to_device(up.data(), n);
             std::vector<float> cpu = g;
             assert_int_equal(cu_glu(nullptr, gd_, ud, n, act), 0);
             assert_int_equal(llmm_cpu_backend.glu(g_cpu, cpu.data(), up.data(), n, (llmm_activation)act), LLMM_OK);
-            const std::vector<float> got = dev_get(gd_, n);
+            const std::vector<float> got = from_device(gd_, n);
             for (size_t i = 0; i < n; i++) {
                 const double gd = g[i], u = up[i];
                 double ref, tol;
@@ -257,13 +247,13 @@ void test_rope(void **) {
                 const int scaled = (int)((sh + bi) % 2); // freq factors, freq_scale, mscale
                 const int32_t pos[N_ROWS] = {0, 1, 7, 101, 1023, 3999, (int32_t)(2 * rng_below(2000) + 1)};
                 const std::vector<float> ff = rand_floats(n_rot / 2, 1.0f, 8.0f), x = rand_floats(n, -2.0f, 2.0f);
-                float *xd = dev_put(x.data(), n), *ffd = dev_put(ff.data(), ff.size());
-                int32_t *posd = dev_put(pos, N_ROWS);
+                float *xd = to_device(x.data(), n), *ffd = to_device(ff.data(), ff.size());
+                int32_t *posd = to_device(pos, N_ROWS);
                 const float freq_scale = scaled ? 0.25f : 1.0f, mscale = scaled ? 1.25f : 1.0f;
                 assert_int_equal(cu_rope(nullptr, xd, N_ROWS, N_HEADS, hd, posd, (uint32_t)n_rot, bases[bi], freq_scale,
                                          mscale, kind, scaled ? ffd : nullptr),
                                  0);
-                const std::vector<float> y = dev_get(xd, n);
+                const std::vector<float> y = from_device(xd, n);
                 llmm_rope_params rp;
                 memset(&rp, 0, sizeof rp);
                 rp.n_rot = (uint32_t)n_rot;
@@ -374,9 +364,9 @@ struct dev_step {
 dev_step put_step(const std::vector<int32_t> &pos, const std::vector<uint32_t> &starts,
                   const std::vector<uint32_t> &tables) {
     dev_step d;
-    d.pos = dev_put(pos.data(), pos.size());
-    d.starts = dev_put(starts.data(), starts.size());
-    d.tables = dev_put(tables.data(), tables.size());
+    d.pos = to_device(pos.data(), pos.size());
+    d.starts = to_device(starts.data(), starts.size());
+    d.tables = to_device(tables.data(), tables.size());
     d.s.n_rows = (uint32_t)pos.size();
     d.s.tokens = nullptr;
     d.s.pos = d.pos;
@@ -439,11 +429,11 @@ void test_kv_write(void **) {
                 const std::vector<float> k = rand_floats(n_rows * kvd, -3.0f, 3.0f),
                                          v = rand_floats(n_rows * kvd, -3.0f, 3.0f);
                 dev_step ds = put_step(pos, starts, tables);
-                p.dev.pool = dev_put(p.host.data(), p.bytes);
-                float *kd = dev_put(k.data(), k.size()), *vd = dev_put(v.data(), v.size());
+                p.dev.pool = to_device(p.host.data(), p.bytes);
+                float *kd = to_device(k.data(), k.size()), *vd = to_device(v.data(), v.size());
                 assert_int_equal(cu_kv_write(nullptr, &p.dev, &ds.s, layer, kd, vd), 0);
                 assert_int_not_equal(cu_kv_write(nullptr, &p.dev, &ds.s, NL, kd, vd), 0);
-                const std::vector<uint8_t> got = dev_get(p.dev.pool, p.bytes);
+                const std::vector<uint8_t> got = from_device(p.dev.pool, p.bytes);
                 p.kv.pool = p.host.data();
                 std::vector<llmm_kv_view> views(n_rows);
                 for (size_t r = 0; r < n_rows; r++) views[r] = kv_layout_view(&p.kv, layer, tables.data() + starts[r]);
@@ -642,24 +632,24 @@ void run_attn_case(const attn_case &c) {
         // a score scale larger than 1/sqrt(hd) so that the softmax is far from uniform
         const float scale = 4.0f / sqrtf((float)hd);
         const std::vector<float> q = rand_floats(n_out, -1.0f, 1.0f), poison(n_out + GUARD, NAN);
-        float *qd = dev_put(q.data(), n_out), *od = dev_put(poison.data(), poison.size());
+        float *qd = to_device(q.data(), n_out), *od = to_device(poison.data(), poison.size());
 
         const size_t need = cu_attention_scratch_bytes(n_rows, nh, hd, c.max_kv);
         if (need) {
             assert_int_not_equal(
                 cu_attention(nullptr, &p.dev, &ds.s, LAYER, qd, od, nh, c.window, scale, c.softcap, c.max_kv, nullptr, 0),
                 0);
-            const std::vector<float> untouched = dev_get(od, poison.size());
+            const std::vector<float> untouched = from_device(od, poison.size());
             for (size_t i = 0; i < poison.size(); i++)
                 if (!isnan(untouched[i])) fail_msg("attention %s: a call without scratch wrote value %zu", c.name, i);
         }
         const std::vector<uint8_t> fill(need + GUARD, 0xa5);
-        uint8_t *scratch = dev_put(fill.data(), fill.size());
+        uint8_t *scratch = to_device(fill.data(), fill.size());
         assert_int_equal(cu_attention(nullptr, &p.dev, &ds.s, LAYER, qd, od, nh, c.window, scale, c.softcap, c.max_kv,
                                       need ? scratch : nullptr, need),
                          0);
-        const std::vector<float> got = dev_get(od, poison.size());
-        const std::vector<uint8_t> after = dev_get(scratch, fill.size());
+        const std::vector<float> got = from_device(od, poison.size());
+        const std::vector<uint8_t> after = from_device(scratch, fill.size());
         for (size_t i = need; i < after.size(); i++)
             if (after[i] != 0xa5) fail_msg("attention %s: byte %zu past the scratch's %zu changed", c.name, i, need);
         for (size_t i = n_out; i < got.size(); i++)

@@ -1,0 +1,223 @@
+/* Prompt matmuls on int8 tensor cores (gemm_int8.h), for the 32-weight block types whose
+ * weights are d * q with q a small integer: Q4_0, Q5_0, Q8_0, IQ4_NL.
+ *
+ * Why int8: one k = 32 step of mma.sync m16n8k32 (mma_s8.cuh) is exactly one block, so each
+ * block's dot of a weight row with a Q8_0 activation row (cu_quantize_operand, byte for byte the
+ * CPU's operand) is an exact integer, scaled by the two blocks' d as the CPU scales it
+ * (lib/quant*.c llmm_vec_dot_*_q8_0: sum += (float)isum * (d_w * d_x)). Each output's blocks are
+ * summed in order in one lane with the same roundings (qb_mul/qb_add), so the result is the CPU
+ * scalar dot's bit for bit; a float GEMM could only be held to a tolerance. The operands are the
+ * file's blocks and the Q8_0 rows (about 1.1 and 0.56 bytes a weight for Q8_0 and Q4_0, against
+ * 2 for the F16 path) and need no dequantized copy of the weights.
+ *
+ * Tile: a thread block of 4 warps computes 64 weight rows by 64 activation rows, the warps as
+ * 2 x 2, each 32 x 32 (2 mma m-tiles of 16 weight rows by 4 n-tiles of 8 activation rows): per
+ * block of k a warp loads 8 A and 8 B fragment words from shared memory for 8 mmas, so each
+ * fragment serves 2 or 4 products, and a staged weight tile serves 64 activation rows (half the
+ * global and L2 reads of a 64 x 32 tile). Per stage the block decodes GI_KB = 4 blocks of k of its
+ * 64 weight rows and 64 activation rows to int8 in shared memory, with their scales: 2 x 64 x 144
+ * + 2 x 64 x 16 bytes, 20 KiB, so registers (32 float accumulators a lane), not shared memory,
+ * limit the blocks an SM holds. Rows are padded from 32 to 36 words so that a fragment load
+ * (8 groups at 8 rows, 4 lanes along k) hits 32 different banks (HOPPER.md, "Banks"). Weight
+ * blocks are read byte by byte (GGUF aligns tensors, not blocks: an 18-byte Q4_0 block is only
+ * 2-byte aligned); 4 lanes read one row's 4 consecutive blocks of a stage. An m- or n-tile wholly
+ * past the last row is skipped (warp-uniform), so a short prompt costs its own rows only.
+ *
+ * What bounds it on paper: per output and block the tensor core does 32 multiply-adds and the
+ * lane 4 float operations (the conversion, d_w * d_x, the product, the sum; not fused, to round
+ * as the CPU does). At 128 float operations a clock per SM that is 1024 multiply-adds a clock
+ * per SM, a quarter of sm_90's int8 tensor-core peak and half of its F16 peak: the float
+ * epilogue, not the tensor core, is the likely ceiling, about 500 TOPS on an H200. So the
+ * int8 path wins where cuBLASLt's F16 path pays more for its dequantized tiles, its F16
+ * activations and its twice larger operands than it gains in rate. Which shapes those are, and
+ * how much the unpipelined stages (no cp.async, one barrier pair a stage) and the
+ * staging cost, only a GPU shows: scripts/gpu-check.sh's prefill table (LLMM_CUDA_GEMM). The
+ * emulation checks the sums, the fragment layout (mma_s8.cuh) and the edges (rows and blocks
+ * past the ends stage as zero and are never written). */
+#include "simt.h"
+
+#include "gemm_int8.h"
+#include "gemv_quant.h"
+#include "mma_s8.cuh"
+#include "quant_blocks.cuh"
+
+#define GI_WARPS 4
+#define GI_M 64                     /* weight rows per thread block: 2 warps of 32 */
+#define GI_N 64                     /* activation rows per thread block: 2 warps of 32 */
+#define GI_WARP_M 32                /* weight rows per warp: 2 mma m-tiles of 16 */
+#define GI_WARP_N 32                /* activation rows per warp: 4 mma n-tiles of 8 */
+#define GI_KB 4                     /* 32-value blocks of k per stage */
+#define GI_ROW_WORDS (GI_KB * 8 + 4) /* words per staged row: 36 = 4 mod 32, see the top */
+#define GI_Q8_BYTES 34              /* a Q8_0 operand block: f16 d, 32 int8 */
+
+#if SIMT_EMULATED
+#define GI_UNROLL
+#else
+#define GI_UNROLL _Pragma("unroll")
+#endif
+
+namespace {
+
+/* The IQ4 codebook (qb_iq4_value) as 16 int8 in two 64-bit constants, entry c in byte c % 8 of
+ * the lower (c < 8) or upper one: qb_iq4_value's array indexed at run time lives in local
+ * memory, stored anew at every lookup, where shifts of a register cost a few instructions. */
+__device__ __forceinline__ int iq4_value(int code) {
+    const uint64_t lower = 0xf6eaddcfbfad9881ull, upper = 0x7159453526190d01ull;
+    return (int8_t)(uint8_t)((code & 8 ? upper : lower) >> (8 * (code & 7)));
+}
+
+/* Weight j of a block of type T as its integer q (w_j = d * q). */
+template <uint32_t T> __device__ __forceinline__ int block_q(const uint8_t *b, int j) {
+    if constexpr (T == QB_Q4_0) return qb_nibble32(b + 2, j) - 8;
+    else if constexpr (T == QB_Q5_0) return (qb_nibble32(b + 6, j) | qb_high_bit32(b + 2, j) << 4) - 16;
+    else if constexpr (T == QB_Q8_0) return (int8_t)b[2 + j];
+    else return iq4_value(qb_nibble32(b + 2, j)); /* IQ4_NL */
+}
+
+/* A block of type T (Q8_0 for the activations) into 8 words of 4 int8 each, k ascending from the
+ * low byte, as the mma fragments take them; returns its scale d (the f16 in the first 2 bytes of
+ * every one of these types). */
+template <uint32_t T> __device__ __forceinline__ float stage_block(const uint8_t *b, uint32_t *dst) {
+GI_UNROLL
+    for (int wi = 0; wi < 8; wi++) {
+        uint32_t word = 0;
+GI_UNROLL
+        for (int e = 0; e < 4; e++) word |= (uint32_t)(uint8_t)(int8_t)block_q<T>(b, 4 * wi + e) << (8 * e);
+        dst[wi] = word;
+    }
+    return qb_f16_at(b);
+}
+
+/* Rows [row0, row0 + rows) by blocks [blk0, blk0 + GI_KB) of a matrix of blocks of type T into
+ * shared memory, one (row, block) a thread at a time; zeros (scale 0) past n_rows or nb. */
+template <uint32_t T>
+__device__ __forceinline__ void stage_tile(const uint8_t *src, size_t row_bytes, size_t row0, size_t n_rows,
+                                           size_t blk0, size_t nb, unsigned rows, uint32_t *q, float *d) {
+    for (unsigned p = threadIdx.x; p < rows * GI_KB; p += blockDim.x) {
+        const unsigned r = p / GI_KB, kb = p % GI_KB;
+        uint32_t *dst = q + r * GI_ROW_WORDS + kb * 8;
+        const size_t row = row0 + r, blk = blk0 + kb;
+        if (row < n_rows && blk < nb) {
+            d[r * GI_KB + kb] = stage_block<T>(src + row * row_bytes + blk * qb_block_bytes(T), dst);
+        } else {
+            for (int wi = 0; wi < 8; wi++) dst[wi] = 0;
+            d[r * GI_KB + kb] = 0.f;
+        }
+    }
+}
+
+/* (float)s for a block's integer sum (|s| <= 32 * 128 * 128 = 2^19), exactly, with an integer
+ * add and a float subtract instead of the conversion unit (16 results a clock per SM on sm_80 and
+ * sm_90 by the programming guide's throughput table, against 64 to 128 float adds): the float
+ * 1.5 * 2^23 has unit spacing, so adding s to its bits gives 1.5 * 2^23 + s for |s| < 2^22, and
+ * subtracting 1.5 * 2^23 leaves s, both exact. */
+__device__ __forceinline__ float block_sum_to_float(int32_t s) {
+    const float magic = 12582912.0f; /* 1.5 * 2^23, bits 0x4b400000 */
+    return qb_sub(qb_bits_to_float(0x4b400000u + (uint32_t)s), magic);
+}
+
+template <uint32_t T>
+__global__ void __launch_bounds__(32 * GI_WARPS)
+    gemm_int8_kernel(const uint8_t *w, size_t w_row_bytes, size_t nb, size_t ne1, const uint8_t *xq, size_t n_rows,
+                     float *out) {
+    __shared__ uint32_t wq[GI_M * GI_ROW_WORDS];
+    __shared__ uint32_t xs[GI_N * GI_ROW_WORDS];
+    __shared__ float wd[GI_M * GI_KB];
+    __shared__ float xd[GI_N * GI_KB];
+    const unsigned lane = threadIdx.x % 32, warp = threadIdx.x / 32, group = lane / 4, t = lane % 4;
+    const unsigned wm = (warp % 2) * GI_WARP_M, wn = (warp / 2) * GI_WARP_N; /* the warp's tile in the block's */
+    const size_t m0 = (size_t)blockIdx.x * GI_M, n0 = (size_t)blockIdx.y * GI_N;
+    /* m- and n-tiles of this warp that start before the last row: the others are all zeros */
+    const size_t m_left = ne1 > m0 + wm ? ne1 - (m0 + wm) : 0, n_left = n_rows > n0 + wn ? n_rows - (n0 + wn) : 0;
+    const unsigned m_tiles = m_left >= GI_WARP_M ? 2u : (unsigned)(m_left + 15) / 16;
+    const unsigned n_tiles = n_left >= GI_WARP_N ? 4u : (unsigned)(n_left + 7) / 8;
+    const int32_t zero[4] = {0, 0, 0, 0};
+    float acc[2][4][4];
+GI_UNROLL
+    for (int mt = 0; mt < 2; mt++)
+GI_UNROLL
+        for (int nt = 0; nt < 4; nt++)
+GI_UNROLL
+            for (int i = 0; i < 4; i++) acc[mt][nt][i] = 0.f;
+
+    for (size_t k0 = 0; k0 < nb; k0 += GI_KB) {
+        stage_tile<T>(w, w_row_bytes, m0, ne1, k0, nb, GI_M, wq, wd);
+        stage_tile<QB_Q8_0>(xq, nb * GI_Q8_BYTES, n0, n_rows, k0, nb, GI_N, xs, xd);
+        __syncthreads();
+        const unsigned kb_end = nb - k0 < GI_KB ? (unsigned)(nb - k0) : GI_KB;
+        for (unsigned kb = 0; kb < kb_end; kb++) {
+            uint32_t a[2][4], b[4][2];
+            float dw[2][2], dx[4][2];
+GI_UNROLL
+            for (int mt = 0; mt < 2; mt++) {
+                const unsigned row = wm + 16 * mt + group;
+                const uint32_t *p = wq + row * GI_ROW_WORDS + kb * 8 + t;
+                a[mt][0] = p[0], a[mt][1] = p[8 * GI_ROW_WORDS], a[mt][2] = p[4], a[mt][3] = p[8 * GI_ROW_WORDS + 4];
+                dw[mt][0] = wd[row * GI_KB + kb], dw[mt][1] = wd[(row + 8) * GI_KB + kb];
+            }
+GI_UNROLL
+            for (int nt = 0; nt < 4; nt++) {
+                const uint32_t *p = xs + (wn + 8 * nt + group) * GI_ROW_WORDS + kb * 8 + t;
+                b[nt][0] = p[0], b[nt][1] = p[4];
+                dx[nt][0] = xd[(wn + 8 * nt + 2 * t) * GI_KB + kb], dx[nt][1] = xd[(wn + 8 * nt + 2 * t + 1) * GI_KB + kb];
+            }
+GI_UNROLL
+            for (int mt = 0; mt < 2; mt++)
+GI_UNROLL
+                for (int nt = 0; nt < 4; nt++) {
+                    if ((unsigned)mt >= m_tiles || (unsigned)nt >= n_tiles) continue; /* the warp agrees */
+                    int32_t d[4];
+                    mma_s8_m16n8k32(d, a[mt], b[nt], zero);
+GI_UNROLL
+                    for (int i = 0; i < 4; i++) {
+                        /* lib/quant*.c: sum += (float)isum * (d_w * d_x), blocks in order */
+                        const float scale = qb_mul(dw[mt][i / 2], dx[nt][i % 2]);
+                        acc[mt][nt][i] = qb_add(acc[mt][nt][i], qb_mul(block_sum_to_float(d[i]), scale));
+                    }
+                }
+        }
+        __syncthreads();
+    }
+GI_UNROLL
+    for (int mt = 0; mt < 2; mt++)
+GI_UNROLL
+        for (int nt = 0; nt < 4; nt++)
+GI_UNROLL
+            for (int i = 0; i < 4; i++) {
+                const size_t m = m0 + wm + 16 * mt + group + 8 * (i / 2), n = n0 + wn + 8 * nt + 2 * t + i % 2;
+                if (m < ne1 && n < n_rows) out[n * ne1 + m] = acc[mt][nt][i];
+            }
+}
+
+} // namespace
+
+extern "C" int cu_gemm_int8_supports(uint32_t type) {
+    return type == QB_Q4_0 || type == QB_Q5_0 || type == QB_Q8_0 || type == QB_IQ4_NL;
+}
+
+extern "C" int cu_gemm_int8(cudaStream_t stream, const void *w, uint32_t type, size_t ne0, size_t ne1,
+                            const void *x_q8, size_t n_rows, float *out) {
+    if (!cu_gemm_int8_supports(type) || ne0 == 0 || ne0 % 32 != 0) return cudaErrorInvalidValue;
+    if (n_rows == 0 || ne1 == 0) return 0;
+    const size_t m_blocks = (ne1 + GI_M - 1) / GI_M, n_blocks = (n_rows + GI_N - 1) / GI_N;
+    if (m_blocks > 0x7fffffffu || n_blocks > 65535) return cudaErrorInvalidValue; /* grid limits */
+    const size_t nb = ne0 / 32, row_bytes = nb * qb_block_bytes(type);
+    const dim3 grid((unsigned)m_blocks, (unsigned)n_blocks);
+    const uint8_t *wb = (const uint8_t *)w, *xb = (const uint8_t *)x_q8;
+    auto *kernel = type == QB_Q4_0   ? &gemm_int8_kernel<QB_Q4_0>
+                   : type == QB_Q5_0 ? &gemm_int8_kernel<QB_Q5_0>
+                   : type == QB_Q8_0 ? &gemm_int8_kernel<QB_Q8_0>
+                                     : &gemm_int8_kernel<QB_IQ4_NL>;
+    SIMT_LAUNCH(kernel, grid, 32 * GI_WARPS, 0, stream, wb, row_bytes, nb, ne1, xb, n_rows, out);
+    return (int)cudaGetLastError();
+}
+
+extern "C" size_t cu_gemm_int8_scratch_bytes(size_t ne0, size_t n_rows) { return ne0 / 32 * GI_Q8_BYTES * n_rows; }
+
+extern "C" int cu_gemm_int8_f32(cudaStream_t stream, const void *w, uint32_t type, size_t ne0, size_t ne1,
+                                const float *x, size_t n_rows, float *out, void *scratch) {
+    if (!cu_gemm_int8_supports(type) || ne0 == 0 || ne0 % 32 != 0) return cudaErrorInvalidValue;
+    if (n_rows == 0 || ne1 == 0) return 0;
+    const int err = cu_quantize_operand(stream, x, QB_Q8_0, ne0, n_rows, scratch);
+    return err ? err : cu_gemm_int8(stream, w, type, ne0, ne1, scratch, n_rows, out);
+}

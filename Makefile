@@ -115,7 +115,7 @@ $(BUILD)/tests/test_fuzz_replay: TEST_EXTRA_OBJ := $(FUZZ_REPLAY_OBJ)
 $(BUILD)/tests/test_fuzz_replay: $(FUZZ_REPLAY_OBJ)
 
 test: all $(TEST_BIN)
-	@TEST_RUNNER="$(TEST_RUNNER)" sh scripts/run-tests.sh $(TEST_BIN)
+	@TEST_RUNNER="$(TEST_RUNNER)" sh scripts/run-tests.sh $(TEST_BIN) $(TEST_SCRIPTS)
 
 # The aarch64 build's tests under user-mode emulation (Jetson Orin, phones). Debian:
 # gcc-aarch64-linux-gnu, qemu-user and the arm64 cmocka/zstd packages, installed by
@@ -361,7 +361,14 @@ fuzz:
 	$(FUZZ_BUILD)/fuzz_tokenize -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -timeout=30 \
 	    -artifact_prefix=$(FUZZ_BUILD)/findings/tokenize- $(FUZZ_BUILD)/corpus/tokenize $(FUZZ_BUILD)/seeds
 
-$(BUILD)/llmmini.pc: pkgconfig/llmmini.pc.in Makefile
+# llmmini.pc names PREFIX, so it depends on a stamp holding the PREFIX it was made for: the stamp
+# is rewritten (and the .pc with it) whenever make runs with another PREFIX
+PC_PREFIX_STAMP := $(BUILD)/.pc-prefix
+$(PC_PREFIX_STAMP): FORCE
+	@mkdir -p $(@D)
+	@echo '$(PREFIX)' | cmp -s - $@ || echo '$(PREFIX)' > $@
+.PHONY: FORCE
+$(BUILD)/llmmini.pc: pkgconfig/llmmini.pc.in Makefile $(PC_PREFIX_STAMP)
 	@mkdir -p $(@D)
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' -e 's|@DL_LIBS@|$(DL_LIBS)|g' $< > $@
 
@@ -407,6 +414,12 @@ $(foreach v,$(TEST_MODULE_VARIANTS),$(eval $(call TEST_MODULE_RULE,$v)))
 $(BUILD)/tests/test_backend_module: $(TEST_MODULES)
 test: $(TEST_MODULES)
 -include $(wildcard $(BUILD)/obj/tests/module/*.d)
+
+# Suites that are scripts, run by scripts/run-tests.sh after the test binaries: make install into
+# two prefixes in turn (tests/install_check.sh). They find the build through LLMM_BUILD.
+TEST_SCRIPTS := tests/install_check.sh
+test: export LLMM_BUILD := $(BUILD)
+test: export LLMM_CC := $(CC)
 
 clean:
 	rm -rf build

@@ -5,7 +5,10 @@ passed=0
 for t in "$@"; do
     echo "=== $t"
     # TEST_RUNNER (e.g. "qemu-aarch64 -L /usr/aarch64-linux-gnu") runs cross-built tests
-    if ${TEST_RUNNER:-} "$t"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAILED: $t"; fi
+    # a suite that is a script runs on the build machine; it decides itself what a cross build skips
+    runner=${TEST_RUNNER:-}
+    case "$t" in *.sh) runner=sh ;; esac
+    if $runner "$t"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAILED: $t"; fi
 done
 echo "test suites: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

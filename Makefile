@@ -416,8 +416,9 @@ test: $(TEST_MODULES)
 -include $(wildcard $(BUILD)/obj/tests/module/*.d)
 
 # Suites that are scripts, run by scripts/run-tests.sh after the test binaries: make install into
-# two prefixes in turn (tests/install_check.sh). They find the build through LLMM_BUILD.
-TEST_SCRIPTS := tests/install_check.sh
+# two prefixes in turn (tests/install_check.sh) and the Python package's unittest suite
+# (tests/python/run.sh, with the system python3). They find the build through LLMM_BUILD.
+TEST_SCRIPTS := tests/install_check.sh tests/python/run.sh
 test: export LLMM_BUILD := $(BUILD)
 test: export LLMM_CC := $(CC)
 

@@ -39,6 +39,8 @@ fi
 have_header zstd.h || missing="$missing libzstd-dev"
 have_header cmocka.h || missing="$missing libcmocka-dev"
 command -v pkg-config >/dev/null 2>&1 || missing="$missing pkg-config"
+# the Python package's tests (tests/python/run.sh), run by make test
+[ -n "${DEPS_TARGET:-}" ] || command -v python3 >/dev/null 2>&1 || missing="$missing python3"
 [ -z "$missing" ] && exit 0
 cmd="apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y$missing"
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

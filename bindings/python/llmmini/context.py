@@ -1,0 +1,367 @@
+"""Context: the KV cache and compute state over a Model, used by one thread at a time."""
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+import weakref
+from dataclasses import dataclass, fields
+from typing import Any, List, Optional, Sequence, Union
+
+from . import _lib
+from . import _structs as S
+from ._abort import AbortState
+from .errors import invalid_arg
+from .generate import Generation, start_generation
+from .model import Message, Model, _token_array, _unsigned
+
+try:  # numpy is optional: only Context.logits_array needs it
+    import numpy as _np
+except ImportError:  # pragma: no cover - depends on the environment
+    _np = None
+
+
+@dataclass(frozen=True)
+class ContextStats:
+    """KV pool occupancy, work done and cold-start costs (``llmm_context_stats``)."""
+
+    kv_type: str
+    block_size: int
+    n_seq_used: int
+    blocks_total: int
+    blocks_used: int
+    blocks_free: int
+    blocks_shared: int
+    blocks_cached: int
+    kv_bytes: int
+    block_bytes: int
+    fragmentation: float
+    tokens_prefilled: int
+    tokens_decoded: int
+    prefill_ms: float
+    decode_ms: float
+    prefix_hits: int
+    module_load_ms: float
+    backend_init_ms: float
+    weights_ms: float
+    warmup_ms: float
+    graph_capture_ms: float
+    first_token_ms: float
+    graphs: int
+    graph_replays: int
+
+
+_KV_NAMES = {v: k for k, v in S.KV_TYPES.items()}
+
+
+def _free_context(lib: ctypes.CDLL, handle: int, model: Model) -> None:
+    lib.llmm_context_free(handle)
+    model._release()
+
+
+class Context:
+    """A context over a model (``llmm_context_create``): the KV pool of its sequences, the
+    backend's buffers and the logits of the last step.
+
+    Thread-safety: one thread at a time, as in C; calls from several threads are serialized by
+    a lock (a call waits while a generation of this context runs). Different contexts, even on
+    one model, run in parallel (the library releases the GIL while it computes).
+
+    Lifetime: keeps its model alive; ``close()`` (idempotent), leaving a ``with`` block or
+    garbage collection frees it.
+
+    Cancelling: calls that compute (prefill, decode, generate) stop with AbortedError when
+    ``abort_event`` is set (the sequence is left as before the call; clear the event to go
+    on), and with KeyboardInterrupt on Ctrl-C when made from the main thread.
+
+    Args (None keeps the library's default):
+        model: an open Model (not vocab-only).
+        n_ctx: tokens per sequence (0: the model's training length, at most 4096).
+        n_seq_max: sequence ids 0..n_seq_max-1.
+        kv_type: "f16" (default), "f32" or "q8".
+        threads: compute threads (0: the number of physical cores).
+        n_batch: prefill chunk in tokens.
+        backend: "auto", "cpu" or "cuda".
+        kv_block_size, n_ctx_total, kv_budget_bytes, prefix_cache, device: as in
+            ``llmm_context_params``.
+        abort_event: a threading.Event that cancels running calls while set.
+
+    Raises:
+        VocabOnlyError, NoMemoryError, BackendError, UnsupportedError, InvalidArgError.
+    """
+
+    def __init__(self, model: Model, *, n_ctx: Optional[int] = None, n_seq_max: Optional[int] = None,
+                 kv_type: str = "f16", threads: Optional[int] = None, n_batch: Optional[int] = None,
+                 backend: str = "auto", kv_block_size: Optional[int] = None, n_ctx_total: Optional[int] = None,
+                 kv_budget_bytes: Optional[int] = None, prefix_cache: Optional[bool] = None,
+                 device: Optional[int] = None, abort_event: Optional[threading.Event] = None) -> None:
+        if not isinstance(model, Model):
+            raise invalid_arg(f"Context needs a Model, not {type(model).__name__}")
+        if kv_type not in S.KV_TYPES:
+            raise invalid_arg(f"kv_type {kv_type!r}: one of {list(S.KV_TYPES)}")
+        if backend not in S.BACKENDS:
+            raise invalid_arg(f"backend {backend!r}: one of {list(S.BACKENDS)}")
+        self._lib = model._lib
+        self._lock = threading.RLock()
+        self._closed = True
+        params = S.sized(S.ContextParams)
+        _lib.check(self._lib.llmm_context_params_default(ctypes.byref(params), ctypes.sizeof(params)))
+        for name, value, bits in (("n_ctx", n_ctx, 32), ("n_seq_max", n_seq_max, 32), ("n_batch", n_batch, 32),
+                                  ("kv_block_size", kv_block_size, 32), ("n_ctx_total", n_ctx_total, 32),
+                                  ("kv_budget_bytes", kv_budget_bytes, 64), ("n_threads", threads, 31),
+                                  ("device", device, 31)):
+            if value is not None:
+                setattr(params, name, _unsigned(name if name != "n_threads" else "threads", value, bits))
+        if prefix_cache is not None:
+            params.prefix_cache = 1 if prefix_cache else 0
+        params.kv_type = S.KV_TYPES[kv_type]
+        params.backend = S.BACKENDS[backend]
+        self._abort = AbortState(abort_event)
+        params.abort = self._abort.c_fn
+        model_handle = model._acquire()
+        handle = ctypes.c_void_p()
+        status = self._lib.llmm_context_create(model_handle, ctypes.byref(params), ctypes.byref(handle))
+        if status != 0:
+            try:
+                model._check(status)  # the library keeps a failed creation's message on the model
+            finally:
+                model._release()
+        self._handle: int = handle.value  # type: ignore[assignment]
+        self._closed = False
+        self.model = model
+        self._views: List["weakref.ref[memoryview]"] = []
+        self._finalizer = weakref.finalize(self, _free_context, self._lib, self._handle, model)
+
+    # ------------------------------------------------------------------ lifetime
+
+    @property
+    def abort_event(self) -> Optional[threading.Event]:
+        """The Event that cancels running calls while set (None: only Ctrl-C does)."""
+        return self._abort.event
+
+    @abort_event.setter
+    def abort_event(self, event: Optional[threading.Event]) -> None:
+        self._abort.event = event
+
+    def close(self) -> None:
+        """Free the context (idempotent). A running generation is stopped first."""
+        run = self._abort.run
+        if run is not None:
+            run.cancel = True
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._release_views()
+            self._finalizer()
+
+    @property
+    def closed(self) -> bool:
+        """True once close() was called."""
+        return self._closed
+
+    def __enter__(self) -> "Context":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _h(self) -> int:
+        if self._closed:
+            raise invalid_arg("the context is closed")
+        return self._handle
+
+    def _check(self, status: int) -> None:
+        """Raise for a failed call on this context, with the context's last message."""
+        if status != 0:
+            msg = self._lib.llmm_context_last_error(self._handle) if not self._closed else b""
+            _lib.check(status, (msg or b"").decode("utf-8", "replace"))
+
+    def _release_views(self) -> None:
+        """Logits views end where the library's buffer may change: make them raise instead of
+        reading stale or freed memory (views derived from them, such as numpy arrays, are not
+        reached)."""
+        for ref in self._views:
+            view = ref()
+            if view is not None:
+                try:
+                    view.release()
+                except BufferError:  # a derived object still exports it
+                    pass
+        self._views.clear()
+
+    # ------------------------------------------------------------------ compute
+
+    def prefill(self, tokens: Sequence[int], seq: int = 0, all_logits: bool = False) -> None:
+        """Append tokens to sequence seq and run them through the model (``llmm_prefill``).
+        Afterwards logits(0) is the last position's row, or with all_logits=True logits(i)
+        that of tokens[i]. Raises ContextFullError (nothing written), AbortedError,
+        KeyboardInterrupt (the sequence is restored then), InvalidArgError."""
+        arr = _token_array(tokens)
+        flags = S.PREFILL_ALL_LOGITS if all_logits else 0
+        with self._lock:
+            h = self._h()
+            self._release_views()
+            with self._abort.call():
+                status = self._lib.llmm_prefill(h, _seq(seq), arr, len(arr), flags)
+            self._check(status)
+
+    def decode(self, tokens: Sequence[int], seqs: Optional[Sequence[int]] = None) -> None:
+        """One step: appends tokens[i] to sequence seqs[i] (default: sequence i) for every i,
+        and computes row i of the logits (``llmm_decode``). On any error no sequence changes."""
+        arr = _token_array(tokens)
+        ids = list(range(len(arr))) if seqs is None else [_seq(s) for s in seqs]
+        if len(ids) != len(arr):
+            raise invalid_arg(f"decode: {len(arr)} tokens for {len(ids)} sequences")
+        seq_arr = (S.llmm_seq_id * len(ids))(*ids)
+        with self._lock:
+            h = self._h()
+            self._release_views()
+            with self._abort.call():
+                status = self._lib.llmm_decode(h, seq_arr, arr, len(arr))
+            self._check(status)
+
+    def logits(self, i: int = 0) -> memoryview:
+        """Row i of the last step's logits as a read-only memoryview of n_vocab floats over the
+        library's buffer, without copying. It is valid until the next call that computes or
+        close(): then it is released and using it raises ValueError. Copy it (``list(v)``,
+        ``bytes(v)``) to keep it. Raises NotFoundError for a row the last step did not make."""
+        with self._lock:
+            ptr = ctypes.POINTER(ctypes.c_float)()
+            n = ctypes.c_size_t()
+            self._check(self._lib.llmm_logits(self._h(), _unsigned("i", i, 64), ctypes.byref(ptr), ctypes.byref(n)))
+            # the ctypes array over the row keeps the context alive while the view exists
+            row = (ctypes.c_float * n.value).from_address(ctypes.addressof(ptr.contents))
+            row._owner = self  # type: ignore[attr-defined]
+            view = memoryview(row).cast("B").cast("f").toreadonly()
+            self._views.append(weakref.ref(view))
+            return view
+
+    def logits_array(self, i: int = 0) -> Any:
+        """Row i of the logits as a read-only numpy float32 array over the library's buffer (no
+        copy; valid as long as logits(i) would be, but not released automatically: copy it
+        with ``.copy()`` before the next step). Needs numpy; raises ImportError without."""
+        if _np is None:
+            raise ImportError("Context.logits_array needs numpy; Context.logits gives a memoryview")
+        arr = _np.frombuffer(self.logits(i), dtype=_np.float32)
+        return arr
+
+    # ------------------------------------------------------------------ sequences
+
+    def seq_create(self) -> int:
+        """An unused sequence id, in use until seq_free (``llmm_seq_create``)."""
+        out = S.llmm_seq_id()
+        with self._lock:
+            self._check(self._lib.llmm_seq_create(self._h(), ctypes.byref(out)))
+        return out.value
+
+    def seq_free(self, seq: int) -> None:
+        """Clear seq and make its id available to seq_create again."""
+        with self._lock:
+            self._check(self._lib.llmm_seq_free(self._h(), _seq(seq)))
+
+    def fork(self, seq: int) -> int:
+        """A new sequence holding the same tokens as seq, sharing its KV blocks (copy on write);
+        returns its id. Raises ContextFullError when no id is free."""
+        out = S.llmm_seq_id()
+        with self._lock:
+            self._check(self._lib.llmm_seq_fork(self._h(), _seq(seq), ctypes.byref(out)))
+        return out.value
+
+    def clear(self, seq: int = 0) -> None:
+        """Forget all tokens of seq."""
+        with self._lock:
+            self._check(self._lib.llmm_seq_clear(self._h(), _seq(seq)))
+
+    def truncate(self, seq: int, n_keep: int) -> None:
+        """Keep the first n_keep tokens of seq."""
+        with self._lock:
+            self._check(self._lib.llmm_seq_truncate(self._h(), _seq(seq), _unsigned("n_keep", n_keep, 64)))
+
+    def seq_length(self, seq: int = 0) -> int:
+        """Number of tokens seq holds."""
+        n = ctypes.c_size_t()
+        with self._lock:
+            self._check(self._lib.llmm_seq_length(self._h(), _seq(seq), ctypes.byref(n)))
+        return n.value
+
+    def save(self, seq: int = 0, path: Optional[Union[str, "os.PathLike[str]"]] = None, level: int = 0) -> Optional[bytes]:
+        """Save seq's tokens and K/V (zstd level 1..22, 0 = default): into the file at path, or,
+        without path, as the returned bytes. Raises IoError, InvalidArgError."""
+        level = _unsigned("level", level, 5)
+        with self._lock:
+            h = self._h()
+            if path is not None:
+                self._check(self._lib.llmm_seq_save(h, _seq(seq), os.fsencode(path), level))
+                return None
+            n = ctypes.c_size_t()
+            status = self._lib.llmm_seq_save_buffer(h, _seq(seq), level, None, 0, ctypes.byref(n))
+            if status != -6:  # LLMM_ERR_BUFFER_TOO_SMALL gives the bound
+                self._check(status)
+            buf = ctypes.create_string_buffer(n.value)
+            self._check(self._lib.llmm_seq_save_buffer(h, _seq(seq), level, buf, n.value, ctypes.byref(n)))
+            return buf.raw[:n.value]
+
+    def load(self, source: Union[bytes, bytearray, memoryview, str, "os.PathLike[str]"], seq: int = 0) -> None:
+        """Replace seq's content with a saved state: bytes from save(), or the path of a file
+        it wrote. Raises BadFileError (another model or KV type, corrupted; seq unchanged),
+        ContextFullError, IoError."""
+        with self._lock:
+            h = self._h()
+            self._release_views()
+            if isinstance(source, (bytes, bytearray, memoryview)):
+                data = bytes(source)
+                self._check(self._lib.llmm_seq_load_buffer(h, _seq(seq), data, len(data)))
+            else:
+                self._check(self._lib.llmm_seq_load(h, _seq(seq), os.fsencode(source)))
+
+    # ------------------------------------------------------------------ stats
+
+    @property
+    def stats(self) -> ContextStats:
+        """KV pool occupancy and work done so far (``llmm_context_get_stats``)."""
+        s = S.sized(S.ContextStatsStruct)
+        with self._lock:
+            self._check(self._lib.llmm_context_get_stats(self._h(), ctypes.byref(s)))
+        values = {f.name: getattr(s, f.name) for f in fields(ContextStats)}
+        values["kv_type"] = _KV_NAMES.get(values["kv_type"], str(values["kv_type"]))
+        return ContextStats(**values)
+
+    # ------------------------------------------------------------------ generation
+
+    def generate(self, prompt: Union[str, bytes], *, max_tokens: int = 128, temperature: Optional[float] = None,
+                 top_k: Optional[int] = None, top_p: Optional[float] = None, min_p: Optional[float] = None,
+                 repeat_penalty: Optional[float] = None, seed: Optional[int] = None, stop: Sequence[str] = (),
+                 seq: int = 0, add_special: bool = True, parse_special: bool = False) -> Generation:
+        """Generate text from prompt (``llmm_generate``): an iterator of str pieces, each ending
+        on a whole UTF-8 character (bytes the model emits that can never form one decode to
+        U+FFFD). Sequence seq is cleared first. Sampling values left None take the library's
+        defaults (temperature 0 is greedy). Generation stops at EOS, a stop string (not
+        yielded), max_tokens or a full context; afterwards the iterator's ``tokens``,
+        ``text`` and ``stats`` tell what happened.
+
+        The library runs in a worker thread while the caller iterates; breaking out of the loop
+        (or ``close()``) stops it. Ctrl-C while iterating stops it and raises
+        KeyboardInterrupt; the context's abort_event raises AbortedError from the iterator."""
+        return start_generation(self, prompt, max_tokens=max_tokens, temperature=temperature, top_k=top_k,
+                                top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty, seed=seed, stop=stop,
+                                seq=_seq(seq), add_special=add_special, parse_special=parse_special)
+
+    def chat(self, messages: Sequence[Message], *, template: Optional[str] = None, **kwargs: Any) -> Generation:
+        """Generate the assistant's reply to messages: the model's chat format (or the built-in
+        one named by template) with the generation prompt, tokenized with special tokens
+        parsed, then generate(prompt, **kwargs)."""
+        prompt = self.model.chat_format(messages, template=template, add_generation_prompt=True)
+        kwargs.setdefault("parse_special", True)
+        return self.generate(prompt, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<llmmini.Context on {self.model!r} {'closed' if self._closed else 'open'}>"
+
+
+def _seq(seq: int) -> int:
+    """A sequence id checked to fit llmm_seq_id (the library checks it against n_seq_max)."""
+    return _unsigned("seq", seq, 31)
+
+
+__all__ = ["Context", "ContextStats"]

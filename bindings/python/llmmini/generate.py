@@ -1,0 +1,218 @@
+"""Generation: llmm_generate as a Python iterator of text pieces.
+
+llmm_generate streams through a callback and returns when done, so it runs in a worker thread
+that hands each piece to the iterating thread through a queue. The library releases the GIL
+while it computes, and the callback (on the worker) only decodes bytes and queues them.
+"""
+from __future__ import annotations
+
+import ctypes
+import queue
+import threading
+import weakref
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterator, List, Optional, Sequence, Union
+
+from . import _lib
+from . import _structs as S
+from .errors import invalid_arg
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .context import Context
+
+
+@dataclass(frozen=True)
+class GenerateStats:
+    """What a generation did (``llmm_generate_stats``). stop_reason: "max_tokens", "eos",
+    "stop_string", "callback" (the iterator was closed early) or "context_full"."""
+
+    n_prompt: int
+    n_generated: int
+    load_ms: float
+    prompt_ms: float
+    first_token_ms: float
+    generate_ms: float
+    prompt_tokens_per_s: float
+    generate_tokens_per_s: float
+    stop_reason: str
+
+
+class _Done:
+    """The worker's last message: the call's status and message, or an exception."""
+
+    def __init__(self, status: int, message: str, error: Optional[BaseException] = None) -> None:
+        self.status, self.message, self.error = status, message, error
+
+
+class _Run:
+    """What the worker and its callback share with the iterator; never references the
+    Generation, so that dropping the Generation stops the worker."""
+
+    def __init__(self) -> None:
+        self.cancel = False
+        self.pieces: "queue.SimpleQueue[Union[str, _Done]]" = queue.SimpleQueue()
+        self.c_on_bytes = S.STREAM_FN(self._on_bytes)
+
+    def _on_bytes(self, _user: Optional[int], data: int, n: int, complete_utf8: int) -> int:
+        try:
+            if self.cancel:
+                return 1
+            # complete_utf8 = 1: whole characters; 0: bytes that never form one
+            self.pieces.put(ctypes.string_at(data, n).decode("utf-8", "strict" if complete_utf8 else "replace"))
+            return 0
+        except BaseException:  # noqa: B902 - an exception must not vanish inside ctypes
+            self.cancel = True
+            return 1
+
+
+def _stop(run: _Run) -> None:
+    run.cancel = True
+
+
+class Generation(Iterator[str]):
+    """The text pieces of one generation, as they are produced (see Context.generate).
+
+    Attributes (complete once the iterator is exhausted or closed):
+        tokens: the generated token ids (EOS excluded).
+        text: the pieces yielded so far, joined.
+        stats: a GenerateStats, or None while running.
+    """
+
+    def __init__(self, run: _Run, worker: threading.Thread, out_tokens: "ctypes.Array[S.llmm_token]",
+                 stats: S.GenerateStatsStruct) -> None:
+        self._run = run
+        self._worker = worker
+        self._out = out_tokens
+        self._stats_struct = stats
+        self._done = False
+        self.tokens: List[int] = []
+        self.text = ""
+        self.stats: Optional[GenerateStats] = None
+        self._finalizer = weakref.finalize(self, _stop, run)
+
+    def __iter__(self) -> "Generation":
+        return self
+
+    def __next__(self) -> str:
+        if self._done:
+            raise StopIteration
+        try:
+            item = self._run.pieces.get()
+        except BaseException:  # KeyboardInterrupt while waiting: stop the worker, then raise
+            self.close()
+            raise
+        if isinstance(item, str):
+            self.text += item
+            return item
+        self._finish(item)
+        raise StopIteration
+
+    def _finish(self, done: _Done) -> None:
+        self._done = True
+        self._worker.join()
+        self._finalizer.detach()
+        s = self._stats_struct
+        values = {name: getattr(s, name) for name, _ in S.GenerateStatsStruct._fields_ if name != "size"}
+        values["stop_reason"] = S.STOP_REASONS.get(values["stop_reason"], str(values["stop_reason"]))
+        self.stats = GenerateStats(**values)
+        self.tokens = list(self._out[:min(s.n_generated, len(self._out))])
+        if done.error is not None:
+            raise done.error
+        if done.status != 0 and not (self._run.cancel and done.status == -10):  # our own stop
+            _lib.check(done.status, done.message)
+
+    def close(self) -> None:
+        """Stop the generation and wait for the worker (idempotent). Pieces not yet taken are
+        added to ``text``."""
+        if self._done:
+            return
+        self._run.cancel = True
+        while True:
+            item = self._run.pieces.get()
+            if isinstance(item, str):
+                self.text += item
+            else:
+                self._finish(item)
+                return
+
+    def __enter__(self) -> "Generation":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def start_generation(ctx: "Context", prompt: Union[str, bytes], *, max_tokens: int, temperature: Optional[float],
+                     top_k: Optional[int], top_p: Optional[float], min_p: Optional[float],
+                     repeat_penalty: Optional[float], seed: Optional[int], stop: Sequence[str], seq: int,
+                     add_special: bool, parse_special: bool) -> Generation:
+    """Check the arguments, prepare the structs and start the worker (Context.generate)."""
+    lib = ctx._lib
+    data = prompt.encode("utf-8") if isinstance(prompt, str) else bytes(prompt)
+    if b"\0" in data:
+        raise invalid_arg("the prompt contains a NUL character")
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not 0 <= max_tokens < (1 << 31):
+        raise invalid_arg(f"max_tokens must be an int in 0..{(1 << 31) - 1}, not {max_tokens!r}")
+    if isinstance(stop, (str, bytes)):
+        stop = [stop]  # type: ignore[list-item]
+    stop_bytes = [s.encode("utf-8") if isinstance(s, str) else bytes(s) for s in stop]
+
+    sampling = S.sized(S.SamplerParams)
+    _lib.check(lib.llmm_sampler_params_default(ctypes.byref(sampling), ctypes.sizeof(sampling)))
+    for name, value in (("temperature", temperature), ("top_p", top_p), ("min_p", min_p),
+                        ("repeat_penalty", repeat_penalty)):
+        if value is not None:
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise invalid_arg(f"{name} must be a number, not {value!r}")
+            setattr(sampling, name, float(value))
+    if top_k is not None:
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or not 0 <= top_k < (1 << 31):
+            raise invalid_arg(f"top_k must be an int >= 0, not {top_k!r}")
+        sampling.top_k = top_k
+    if seed is not None:
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < (1 << 64):
+            raise invalid_arg(f"seed must be an int in 0..2**64-1, not {seed!r}")
+        sampling.seed = seed
+
+    run = _Run()
+    params = S.sized(S.GenerateParams)
+    _lib.check(lib.llmm_generate_params_default(ctypes.byref(params), ctypes.sizeof(params)))
+    params.seq = seq
+    params.max_tokens = max_tokens
+    params.tokenize_flags = ((S.TOKENIZE_ADD_SPECIAL if add_special else 0)
+                             | (S.TOKENIZE_PARSE_SPECIAL if parse_special else 0))
+    params.sampling = ctypes.pointer(sampling)
+    stop_arr = (ctypes.c_char_p * max(len(stop_bytes), 1))(*stop_bytes)
+    params.stop_strings = stop_arr
+    params.n_stop = len(stop_bytes)
+    params.on_bytes = run.c_on_bytes
+    out_tokens = (S.llmm_token * max(max_tokens, 1))()
+    params.out_tokens = out_tokens
+    params.out_capacity = max_tokens
+    stats = S.sized(S.GenerateStatsStruct)
+    # everything the library reads during the call stays referenced by the worker's closure
+    keep = (data, sampling, stop_bytes, stop_arr, params, out_tokens, stats)
+
+    def work() -> None:
+        try:
+            with ctx._lock:
+                h = ctx._h()
+                ctx._release_views()
+                abort = ctx._abort
+                abort.cancel = abort.interrupted = False
+                abort.run = run
+                try:
+                    status = lib.llmm_generate(h, keep[0], ctypes.byref(params), ctypes.byref(stats))
+                finally:
+                    abort.run = None
+                message = (lib.llmm_context_last_error(h) or b"").decode("utf-8", "replace") if status else ""
+            run.pieces.put(_Done(status, message))
+        except BaseException as e:  # noqa: B902 - delivered to the iterating thread
+            run.pieces.put(_Done(0, "", e))
+
+    worker = threading.Thread(target=work, name="llmmini-generate", daemon=True)
+    worker.start()
+    return Generation(run, worker, out_tokens, stats)
+
+
+__all__ = ["Generation", "GenerateStats"]

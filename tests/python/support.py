@@ -1,0 +1,50 @@
+"""Shared helpers of the Python suite: where the test data is, and reading the golden files."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from typing import Dict, List, Optional
+
+SHARED = os.environ.get("LLMM_SHARED", "../shared")
+MODEL = os.path.join(SHARED, "models", "stories260K.gguf")
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+PACKAGE_ROOT = os.path.join(REPO, "bindings", "python")
+
+
+def shared(*parts: str) -> str:
+    return os.path.join(SHARED, *parts)
+
+
+def golden_ids(name: str) -> Dict[str, List[int]]:
+    """The `prompt:` and `generated:` lines of golden/stories260K/NAME.ids."""
+    out: Dict[str, List[int]] = {}
+    with open(shared("golden", "stories260K", name + ".ids")) as f:
+        for line in f:
+            key, _, ids = line.partition(":")
+            out[key.strip()] = [int(x) for x in ids.split()]
+    return out
+
+
+def golden_logits(name: str) -> List[float]:
+    with open(shared("golden", "stories260K", name + ".logits")) as f:
+        return [float(x) for x in f.read().split()]
+
+
+def run_python(code: str, env_changes: Dict[str, Optional[str]]) -> subprocess.CompletedProcess:
+    """Run code in a fresh interpreter (the library is loaded once per process) with the
+    environment changed as given (None removes a variable)."""
+    env = dict(os.environ)
+    for k, v in env_changes.items():
+        if v is None:
+            env.pop(k, None)
+        else:
+            env[k] = v
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+
+
+def c_compiler() -> Optional[str]:
+    """The C compiler of the build (LLMM_CC), or cc when present."""
+    import shutil
+    cc = os.environ.get("LLMM_CC") or "cc"
+    return cc if shutil.which(cc) else None

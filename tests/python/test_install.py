@@ -1,0 +1,36 @@
+"""`pip install --no-build-isolation bindings/python` works offline (the build backend is the
+Debian-packaged setuptools) and installs an importable, typed package."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+from support import PACKAGE_ROOT, run_python
+
+
+@unittest.skipUnless(importlib.util.find_spec("pip") and importlib.util.find_spec("setuptools"),
+                     "needs pip and setuptools (Debian: python3-pip, python3-setuptools)")
+class PipInstallTest(unittest.TestCase):
+    def test_offline_install(self) -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            src = os.path.join(tmp, "src")  # a copy: the build leaves files in its source folder
+            shutil.copytree(PACKAGE_ROOT, src, ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info"))
+            target = os.path.join(tmp, "site")
+            r = subprocess.run([sys.executable, "-m", "pip", "install", "--no-build-isolation", "--no-index",
+                                "--no-deps", "--quiet", "--target", target, src],
+                               capture_output=True, text=True, timeout=300)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertTrue(os.path.exists(os.path.join(target, "llmmini", "py.typed")))
+            r = run_python("import llmmini; print(llmmini.__file__); print(llmmini.library_version())",
+                           {"PYTHONPATH": target})
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertTrue(r.stdout.startswith(os.path.join(target, "llmmini")))
+
+
+if __name__ == "__main__":
+    unittest.main()

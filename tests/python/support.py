@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import unittest
 import sys
 from typing import Dict, List, Optional
 
@@ -48,3 +49,18 @@ def c_compiler() -> Optional[str]:
     import shutil
     cc = os.environ.get("LLMM_CC") or "cc"
     return cc if shutil.which(cc) else None
+
+
+class ModelTestCase(unittest.TestCase):
+    """Tests sharing one stories260K model, loaded once for the class."""
+
+    model: "object"
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        import llmmini
+        cls.model = llmmini.Model(MODEL)
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.model.close()

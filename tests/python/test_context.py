@@ -10,18 +10,14 @@ import unittest
 import weakref
 
 import llmmini
-from support import MODEL
+from support import MODEL, ModelTestCase
 
 
-class ContextTest(unittest.TestCase):
+class ContextTest(ModelTestCase):
     @classmethod
     def setUpClass(cls) -> None:
-        cls.model = llmmini.Model(MODEL)
+        super().setUpClass()
         cls.prompt = cls.model.tokenize("Once upon a time, there was a dog")
-
-    @classmethod
-    def tearDownClass(cls) -> None:
-        cls.model.close()
 
     def test_fork_clear_truncate(self) -> None:
         with llmmini.Context(self.model, n_ctx=64, n_seq_max=4, kv_type="f32") as ctx:

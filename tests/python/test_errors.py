@@ -7,18 +7,10 @@ import tempfile
 import unittest
 
 import llmmini
-from support import MODEL, shared
+from support import MODEL, ModelTestCase, shared
 
 
-class ErrorsTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls) -> None:
-        cls.model = llmmini.Model(MODEL)
-
-    @classmethod
-    def tearDownClass(cls) -> None:
-        cls.model.close()
-
+class ErrorsTest(ModelTestCase):
     def test_missing_file(self) -> None:
         with self.assertRaises(llmmini.IoError) as cm:
             llmmini.Model(shared("models", "no-such-model.gguf"))

@@ -8,7 +8,7 @@ import threading
 import unittest
 
 import llmmini
-from support import MODEL
+from support import ModelTestCase
 
 HOT = dict(temperature=3.0, top_k=0, top_p=1.0, min_p=0.0)  # near-uniform draws: many byte tokens
 
@@ -28,15 +28,7 @@ class SigintOnPoll(threading.Event):
         return False
 
 
-class GenerateTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls) -> None:
-        cls.model = llmmini.Model(MODEL)
-
-    @classmethod
-    def tearDownClass(cls) -> None:
-        cls.model.close()
-
+class GenerateTest(ModelTestCase):
     def test_pieces_and_stats(self) -> None:
         with llmmini.Context(self.model, n_ctx=256) as ctx:
             gen = ctx.generate("Once upon a time", max_tokens=40, seed=7)

@@ -11,6 +11,7 @@ from typing import Any, List, Optional, Sequence, Union
 from . import _lib
 from . import _structs as S
 from ._abort import AbortState
+from ._handle import HandleOwner
 from .errors import invalid_arg
 from .generate import Generation, start_generation
 from .model import Message, Model, _token_array, _unsigned
@@ -59,7 +60,7 @@ def _free_context(lib: ctypes.CDLL, handle: int, model: Model) -> None:
     model._release()
 
 
-class Context:
+class Context(HandleOwner):
     """A context over a model (``llmm_context_create``): the KV pool of its sequences, the
     backend's buffers and the logits of the last step.
 
@@ -104,6 +105,7 @@ class Context:
         self._lib = model._lib
         self._lock = threading.RLock()
         self._closed = True
+        self._what = "context"
         params = S.sized(S.ContextParams)
         _lib.check(self._lib.llmm_context_params_default(ctypes.byref(params), ctypes.sizeof(params)))
         for name, value, bits in (("n_ctx", n_ctx, 32), ("n_seq_max", n_seq_max, 32), ("n_batch", n_batch, 32),
@@ -154,22 +156,6 @@ class Context:
             self._closed = True
             self._release_views()
             self._finalizer()
-
-    @property
-    def closed(self) -> bool:
-        """True once close() was called."""
-        return self._closed
-
-    def __enter__(self) -> "Context":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def _h(self) -> int:
-        if self._closed:
-            raise invalid_arg("the context is closed")
-        return self._handle
 
     def _check(self, status: int) -> None:
         """Raise for a failed call on this context, with the context's last message."""

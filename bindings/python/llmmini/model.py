@@ -11,6 +11,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 
 from . import _lib
 from . import _structs as S
+from ._handle import HandleOwner
 from .errors import invalid_arg
 
 Message = Union[Mapping, Tuple[str, str]]
@@ -63,7 +64,7 @@ class _Progress:
             return 1
 
 
-class Model:
+class Model(HandleOwner):
     """A GGUF model loaded by ``llmm_model_load``.
 
     Thread-safety: every method may be called from any thread at once (the model is
@@ -95,6 +96,7 @@ class Model:
         self._lib = _lib.lib()
         self._lock = threading.Lock()
         self._closed = False
+        self._what = "model"
         self._users = 0
         self._handle: Optional[int] = None
         params = S.sized(S.ModelParams)
@@ -133,17 +135,6 @@ class Model:
         if free_now and self._handle is not None:
             self._finalizer()
 
-    @property
-    def closed(self) -> bool:
-        """True once close() was called."""
-        return self._closed
-
-    def __enter__(self) -> "Model":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
     def _acquire(self) -> int:
         """A context starts using the handle. Raises if the model is closed."""
         with self._lock:
@@ -159,11 +150,6 @@ class Model:
             free_now = self._closed and self._users == 0
         if free_now:
             self._finalizer()
-
-    def _h(self) -> int:
-        if self._closed:
-            raise invalid_arg("the model is closed")
-        return self._handle  # type: ignore[return-value]
 
     def _check(self, status: int) -> None:
         """Raise for a failed call on this model, with the model's last message."""

@@ -3,6 +3,7 @@ the library's message."""
 from __future__ import annotations
 
 import os
+import signal
 import tempfile
 import unittest
 
@@ -122,6 +123,14 @@ class ErrorsTest(ModelTestCase):
             raise RuntimeError("from the callback")
         with self.assertRaisesRegex(RuntimeError, "from the callback"):
             llmmini.Model(MODEL, progress=boom)
+
+        def ctrl_c(fraction: float) -> bool:
+            if fraction < 1:
+                os.kill(os.getpid(), signal.SIGINT)
+            return False
+        with self.assertRaises(KeyboardInterrupt):
+            llmmini.Model(MODEL, progress=ctrl_c)
+        self.assertIs(signal.getsignal(signal.SIGINT), signal.default_int_handler)
 
 
 if __name__ == "__main__":

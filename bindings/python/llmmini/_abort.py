@@ -3,7 +3,7 @@
 llmmini polls the callback between layers and between prefill chunks. It answers "stop" when
 the context's threading.Event is set, when a generation was closed early, or when Ctrl-C was
 pressed during a call made from the main thread. For the last, the call runs with a SIGINT
-handler that only records the interrupt (a KeyboardInterrupt raised inside a ctypes callback
+handler that only records the interrupt (a model load's progress callback uses it too) (a KeyboardInterrupt raised inside a ctypes callback
 would be printed and lost), and the call raises KeyboardInterrupt once the library returned.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from . import _structs as S
 
@@ -41,19 +41,27 @@ class AbortState:
 
     @contextlib.contextmanager
     def call(self) -> Iterator[None]:
-        """Around one library call: clears the flags, routes Ctrl-C to the callback when on
-        the main thread with Python's default SIGINT handler, and raises KeyboardInterrupt
-        afterwards if Ctrl-C came (also when the call finished anyway)."""
+        """Around one library call: clears the flags, routes Ctrl-C to the callback (see
+        sigint_routed), and raises KeyboardInterrupt afterwards if Ctrl-C came (also when the
+        call finished anyway)."""
         self.cancel = False
         self.interrupted = False
-        routed = (threading.current_thread() is threading.main_thread()
-                  and signal.getsignal(signal.SIGINT) is signal.default_int_handler)
-        previous = signal.signal(signal.SIGINT, self._on_sigint) if routed else None
-        try:
+        with sigint_routed(self._on_sigint):
             yield
-        finally:
-            if routed:
-                signal.signal(signal.SIGINT, previous)
         if self.interrupted:
             self.interrupted = False
             raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def sigint_routed(handler: Callable[[int, Any], None]) -> Iterator[None]:
+    """Run the body with handler as the SIGINT handler, when on the main thread and Python's
+    default handler (KeyboardInterrupt) is in place; otherwise leave signals alone."""
+    routed = (threading.current_thread() is threading.main_thread()
+              and signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+    previous = signal.signal(signal.SIGINT, handler) if routed else None
+    try:
+        yield
+    finally:
+        if routed:
+            signal.signal(signal.SIGINT, previous)

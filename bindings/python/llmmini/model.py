@@ -11,6 +11,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 
 from . import _lib
 from . import _structs as S
+from ._abort import sigint_routed
 from ._handle import HandleOwner
 from .errors import invalid_arg
 
@@ -48,17 +49,22 @@ def _free_model(lib: ctypes.CDLL, handle: int) -> None:
 
 
 class _Progress:
-    """The load's progress callback: calls the user's function, turns its True, an exception
-    or a KeyboardInterrupt into a cancel, and keeps the exception to raise after the load."""
+    """The load's progress callback: calls the user's function (if any), turns its True, an
+    exception or Ctrl-C into a cancel, and keeps the exception to raise after the load."""
 
-    def __init__(self, fn: Callable[[float], Optional[bool]]) -> None:
+    def __init__(self, fn: Optional[Callable[[float], Optional[bool]]]) -> None:
         self.fn = fn
         self.error: Optional[BaseException] = None
         self.c_fn = S.PROGRESS_FN(self._call)
 
+    def on_sigint(self, _signum: int, _frame: Any) -> None:
+        self.error = KeyboardInterrupt()
+
     def _call(self, _user: Optional[int], fraction: float) -> int:
         try:
-            return 1 if self.fn(fraction) else 0
+            if self.error is not None:
+                return 1
+            return 1 if self.fn is not None and self.fn(fraction) else 0
         except BaseException as e:  # noqa: B902 - KeyboardInterrupt too: it must cancel the load
             self.error = e
             return 1
@@ -80,6 +86,7 @@ class Model(HandleOwner):
         vocab_only: load the tokenizer and metadata only (no contexts can be made).
         progress: optional ``fn(fraction) -> bool``; returning True cancels the load
             (AbortedError). An exception raised by it cancels the load and is re-raised.
+            Ctrl-C during a load on the main thread cancels it and raises KeyboardInterrupt.
         repack_weights: let the backend keep faster copies of often read weights
             (``llmm_model_params.repack_weights``); None keeps the library's default.
 
@@ -108,12 +115,12 @@ class Model(HandleOwner):
         error_buf = ctypes.create_string_buffer(_ERROR_BUF_SIZE)
         params.error_buf = ctypes.cast(error_buf, ctypes.c_void_p)
         params.error_buf_size = _ERROR_BUF_SIZE
-        callback = _Progress(progress) if progress is not None else None
-        if callback is not None:
-            params.progress = callback.c_fn
+        callback = _Progress(progress)
+        params.progress = callback.c_fn
         handle = ctypes.c_void_p()
-        status = self._lib.llmm_model_load(os.fsencode(path), ctypes.byref(params), ctypes.byref(handle))
-        if callback is not None and callback.error is not None:
+        with sigint_routed(callback.on_sigint):
+            status = self._lib.llmm_model_load(os.fsencode(path), ctypes.byref(params), ctypes.byref(handle))
+        if callback.error is not None:
             if handle.value:
                 self._lib.llmm_model_free(handle)
             raise callback.error

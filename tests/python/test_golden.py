@@ -1,10 +1,14 @@
 """stories260K greedy generations through the package equal the reference engine's tokens."""
 from __future__ import annotations
 
+import os
 import unittest
 
 import llmmini
 from support import golden_ids, golden_logits, shared
+
+# the CUDA backend's kernels emulated on the CPU (make test builds it): the CUDA code path
+CUDA_EMU = os.path.join(os.environ.get("LLMM_BUILD", "build"), "libllmmini-cuda-emu.so")
 
 # (model file, golden case, prompt, tokens that are a hard reference): tests/golden_check.c
 CASES = [
@@ -48,6 +52,19 @@ class GoldenTest(unittest.TestCase):
                 ctx.decode([best])
             self.assertEqual(out, golden["generated"])
             self.assertEqual(ctx.seq_length(0), len(golden["prompt"]) + len(out))
+
+    @unittest.skipUnless(os.path.exists(CUDA_EMU), "needs the emulated CUDA module (make test builds it)")
+    def test_cuda_backend_through_the_emulated_module(self) -> None:
+        golden = golden_ids("stories260K.f32.once")
+        os.environ["LLMM_CUDA_MODULE"] = os.path.abspath(CUDA_EMU)
+        try:
+            with llmmini.Model(shared("models", "stories260K.gguf")) as model, \
+                    llmmini.Context(model, n_ctx=128, kv_type="f32", backend="cuda") as ctx:
+                gen = ctx.generate("Once upon a time", max_tokens=16, temperature=0)
+                "".join(gen)
+                self.assertEqual(gen.tokens, golden["generated"][:16])
+        finally:
+            del os.environ["LLMM_CUDA_MODULE"]
 
 
 if __name__ == "__main__":

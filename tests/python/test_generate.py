@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 import unittest
 
 import llmmini
@@ -26,6 +27,15 @@ class SigintOnPoll(threading.Event):
         if self.polls == 1:
             os.kill(os.getpid(), signal.SIGINT)
         return False
+
+
+class SlowEvent(threading.Event):
+    """An abort Event that makes every poll take 0.5 ms, so that a generation of hundreds of
+    tokens lasts long enough for the iterating thread to stop it midway on a loaded machine."""
+
+    def is_set(self) -> bool:
+        time.sleep(0.0005)
+        return super().is_set()
 
 
 class GenerateTest(ModelTestCase):
@@ -78,7 +88,7 @@ class GenerateTest(ModelTestCase):
             self.assertEqual(gen.stats.n_prompt, len(self.model.tokenize(prompt, parse_special=True)))
 
     def test_break_stops_the_worker(self) -> None:
-        with llmmini.Context(self.model, n_ctx=1024) as ctx:
+        with llmmini.Context(self.model, n_ctx=1024, abort_event=SlowEvent()) as ctx:
             gen = ctx.generate("Once", max_tokens=1000, **HOT)
             for i, _ in enumerate(gen):
                 if i == 3:
@@ -90,7 +100,7 @@ class GenerateTest(ModelTestCase):
             ctx.prefill([1, 2])  # the context is free again
 
     def test_abort_event(self) -> None:
-        event = threading.Event()
+        event = SlowEvent()
         with llmmini.Context(self.model, n_ctx=1024, abort_event=event) as ctx:
             ctx.prefill([1, 2, 3])
             event.set()
@@ -124,7 +134,7 @@ class GenerateTest(ModelTestCase):
             self.assertEqual(ctx.seq_length(0), 4)
 
     def test_ctrl_c_while_iterating_stops_the_generation(self) -> None:
-        with llmmini.Context(self.model, n_ctx=2048) as ctx:
+        with llmmini.Context(self.model, n_ctx=2048, abort_event=SlowEvent()) as ctx:
             gen = ctx.generate("Once", max_tokens=2000, **HOT)
             with self.assertRaises(KeyboardInterrupt):
                 for i, _ in enumerate(gen):

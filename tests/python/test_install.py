@@ -22,7 +22,7 @@ class PipInstallTest(unittest.TestCase):
             shutil.copytree(PACKAGE_ROOT, src, ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info"))
             target = os.path.join(tmp, "site")
             r = subprocess.run([sys.executable, "-m", "pip", "install", "--no-build-isolation", "--no-index",
-                                "--no-deps", "--quiet", "--target", target, src],
+                                "--no-deps", "--no-cache-dir", "--quiet", "--target", target, src],
                                capture_output=True, text=True, timeout=300)
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
             self.assertTrue(os.path.exists(os.path.join(target, "llmmini", "py.typed")))

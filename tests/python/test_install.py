@@ -13,8 +13,16 @@ import unittest
 from support import PACKAGE_ROOT, run_python
 
 
-@unittest.skipUnless(importlib.util.find_spec("pip") and importlib.util.find_spec("setuptools"),
-                     "needs pip and setuptools (Debian: python3-pip, python3-setuptools)")
+def offline_backend() -> bool:
+    """pip, setuptools 61 or later (pyproject metadata) and wheel are installed."""
+    if not all(importlib.util.find_spec(m) for m in ("pip", "setuptools", "wheel")):
+        return False
+    import setuptools
+    return int(setuptools.__version__.split(".")[0]) >= 61
+
+
+@unittest.skipUnless(offline_backend(), "needs pip, setuptools >= 61 and wheel (Debian: python3-pip, "
+                     "python3-setuptools, python3-wheel)")
 class PipInstallTest(unittest.TestCase):
     def test_offline_install(self) -> None:
         with tempfile.TemporaryDirectory() as tmp:

@@ -17,8 +17,8 @@ def offline_backend() -> bool:
     """pip, setuptools 61 or later (pyproject metadata) and wheel are installed."""
     if not all(importlib.util.find_spec(m) for m in ("pip", "setuptools", "wheel")):
         return False
-    import setuptools
-    return int(setuptools.__version__.split(".")[0]) >= 61
+    from importlib.metadata import version  # not an import of setuptools, which patches distutils
+    return int(version("setuptools").split(".")[0]) >= 61
 
 
 @unittest.skipUnless(offline_backend(), "needs pip, setuptools >= 61 and wheel (Debian: python3-pip, "

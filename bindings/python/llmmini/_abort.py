@@ -3,8 +3,9 @@
 llmmini polls the callback between layers and between prefill chunks. It answers "stop" when
 the context's threading.Event is set, when a generation was closed early, or when Ctrl-C was
 pressed during a call made from the main thread. For the last, the call runs with a SIGINT
-handler that only records the interrupt (a model load's progress callback uses it too) (a KeyboardInterrupt raised inside a ctypes callback
+handler that only records the interrupt (a KeyboardInterrupt raised inside a ctypes callback
 would be printed and lost), and the call raises KeyboardInterrupt once the library returned.
+A model load's progress callback is routed the same way (sigint_routed).
 """
 from __future__ import annotations
 

@@ -5,8 +5,8 @@
  * The model and the context are made before the loop (the loading screen), and
  * llmm_context_warmup pays the first step's one-time costs there. Each frame then gives the
  * model a slice of at most --llm-ms (default 4 of a 16.7 ms frame), on the game's own thread:
- *  - while the prompt is being read, one llmm_prefill of a chunk sized to fit the slice, from
- *    the time per token measured so far;
+ *  - while the prompt is being read, one llmm_prefill of a chunk sized to fit the slice from
+ *    the time the previous chunks took;
  *  - afterwards one llmm_decode_sample: one new token per frame.
  * A chunk that would still overrun (a slow frame, a longer position) is cut by the abort
  * callback, which the library polls between layers: the call returns LLMM_ERR_ABORTED with the
@@ -49,7 +49,7 @@ typedef struct npc {
     phase phase;
     llmm_token next;          /* sampled, to be decoded in the next frame */
     int n_spoken, max_tokens;
-    double ms_per_token;      /* prefill cost, measured: sizes the chunks */
+    size_t chunk;             /* prompt tokens the next prefill takes, adapted to the slice */
     int consecutive_aborts;
     char line[4096];          /* what the NPC has said, shown as a subtitle */
     size_t line_len;
@@ -98,24 +98,21 @@ static llmm_status speak(npc *n) {
     return st;
 }
 
-/* Read the next chunk of the prompt: as many tokens as the measured cost says fit 3/4 of the
- * slice (at least one). The last chunk's logits give the first token. */
+/* Read the next chunk of the prompt. The chunk adapts to the slice: halved when a call was cut,
+ * doubled when one used less than 40 % of the slice, shrunk when one used more than 75 % (a
+ * call's time is a fixed part, the weights read once, plus a part per token, so the cost of
+ * one chunk does not tell the size of the next). The last chunk's logits give the first token. */
 static llmm_status read_prompt(npc *n, double slice_ms, frame_stats *fs) {
-    size_t chunk = n->ms_per_token > 0 ? (size_t)(0.75 * slice_ms / n->ms_per_token) : 1;
-    if (chunk < 1) chunk = 1;
-    if (chunk > MAX_CHUNK) chunk = MAX_CHUNK;
-    if (chunk > n->n_prompt - n->n_read) chunk = n->n_prompt - n->n_read;
+    size_t chunk = n->chunk < n->n_prompt - n->n_read ? n->chunk : n->n_prompt - n->n_read;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     llmm_status st = llmm_prefill(n->ctx, 0, n->prompt + n->n_read, chunk, 0);
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    if (st == LLMM_ERR_ABORTED) {
-        n->ms_per_token = n->ms_per_token > 0 ? 2 * n->ms_per_token : slice_ms; /* be more careful */
-        return LLMM_ERR_ABORTED;
-    }
+    if (st == LLMM_ERR_ABORTED) n->chunk = n->chunk > 1 ? n->chunk / 2 : 1;
     if (st != LLMM_OK) return st;
-    double per_token = ms_between(&t0, &t1) / (double)chunk;
-    n->ms_per_token = n->ms_per_token > 0 ? 0.5 * (n->ms_per_token + per_token) : per_token;
+    const double ms = ms_between(&t0, &t1);
+    if (ms < 0.4 * slice_ms && n->chunk < MAX_CHUNK) n->chunk *= 2;
+    else if (ms > 0.75 * slice_ms && n->chunk > 1) n->chunk = n->chunk * 3 / 4;
     n->n_read += chunk;
     if ((int)chunk < fs->min_chunk || fs->min_chunk == 0) fs->min_chunk = (int)chunk;
     if ((int)chunk > fs->max_chunk) fs->max_chunk = (int)chunk;
@@ -176,7 +173,15 @@ static llmm_status run_frames(npc *n, slice_deadline *deadline, double frame_ms,
 /* The loading screen: model, context (one thread, the deadline as its abort callback), warm-up,
  * sampler and the tokenized prompt. */
 static llmm_status load(const char *path, slice_deadline *deadline, llmm_model **model, npc *n) {
-    llmm_status st = llmm_model_load(path, NULL, model);
+    /* The CPU backend's packed weight copies (x86-64) are made during the first decode steps,
+     * 64 MiB of weights a step, in copies the abort callback cannot cut short, and
+     * llmm_context_warmup makes only one step's worth with one sequence: on a 0.5B Q4_0 model
+     * three later steps took 170 ms each. A frame loop needs every step bounded, so it computes
+     * from the file's bytes (docs/embedding.md, "Real-time use"). */
+    llmm_model_params mp;
+    llmm_model_params_default(&mp, sizeof mp);
+    mp.repack_weights = 0;
+    llmm_status st = llmm_model_load(path, &mp, model);
     if (st != LLMM_OK) return st;
     n->model = *model;
     llmm_context_params cp;
@@ -207,7 +212,7 @@ static int usage(void) {
 int main(int argc, char **argv) {
     double frame_ms = 1000.0 / 60, slice_ms = 4;
     int vsync = 1, arg = 2;
-    npc n = {.max_tokens = 48};
+    npc n = {.max_tokens = 48, .chunk = 8};
     for (; arg < argc; arg++) {
         if (!strcmp(argv[arg], "--no-vsync")) vsync = 0;
         else if (arg + 1 == argc) return usage();

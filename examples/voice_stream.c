@@ -37,10 +37,14 @@ typedef struct tts_engine {
     int sentences;
 } tts_engine;
 
+static double ms_between(const struct timespec *a, const struct timespec *b) {
+    return (double)(b->tv_sec - a->tv_sec) * 1e3 + (double)(b->tv_nsec - a->tv_nsec) / 1e6;
+}
+
 static double ms_since(const struct timespec *t0) {
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
-    return (double)(now.tv_sec - t0->tv_sec) * 1e3 + (double)(now.tv_nsec - t0->tv_nsec) / 1e6;
+    return ms_between(t0, &now);
 }
 
 static void tts_speak(tts_engine *tts, const char *text, size_t n) {
@@ -58,6 +62,7 @@ typedef struct voice {
     size_t len;
     int tokens, barge_in_tokens;
     atomic_int barge_in;             /* raised by the microphone; read by the abort callback */
+    struct timespec barge_in_at;     /* written before barge_in is raised */
     pthread_mutex_t lock;            /* the microphone thread's wait, ended early by done */
     pthread_cond_t wake;
     int done;
@@ -88,6 +93,11 @@ static void flush_sentences(voice *v) {
     }
 }
 
+static void user_starts_talking(voice *v) {
+    clock_gettime(CLOCK_MONOTONIC, &v->barge_in_at);
+    atomic_store(&v->barge_in, 1);
+}
+
 /* llmm_generate's stream: bytes into the sentence buffer, complete sentences to the TTS. */
 static int on_bytes(void *user, const char *bytes, size_t n, int complete_utf8) {
     voice *v = user;
@@ -100,7 +110,7 @@ static int on_bytes(void *user, const char *bytes, size_t n, int complete_utf8) 
     memcpy(v->sentence + v->len, bytes, n);
     v->len += n;
     flush_sentences(v);
-    if (++v->tokens == v->barge_in_tokens) atomic_store(&v->barge_in, 1); /* the user starts talking */
+    if (++v->tokens == v->barge_in_tokens) user_starts_talking(v);
     return 0;
 }
 
@@ -122,7 +132,7 @@ static void *microphone(void *user) {
     int timed_out = 0;
     while (!v->done && !timed_out) timed_out = pthread_cond_timedwait(&v->wake, &v->lock, &at) != 0;
     pthread_mutex_unlock(&v->lock);
-    if (timed_out) atomic_store(&v->barge_in, 1);
+    if (timed_out) user_starts_talking(v);
     return NULL;
 }
 
@@ -139,9 +149,10 @@ static llmm_status speak_answer(llmm_context *ctx, voice *v, const char *prompt,
     clock_gettime(CLOCK_MONOTONIC, &v->tts.start);
     llmm_status st = llmm_generate(ctx, prompt, &gp, NULL);
     if (st == LLMM_ERR_ABORTED) {
-        printf("[barge-in after %.1f ms: generation stopped after %d tokens, sentences spoken: %d, "
+        printf("[barge-in after %.1f ms, generation stopped %.3f ms later: %d tokens, sentences spoken: %d, "
                "unspoken text dropped: \"%.*s\"]\n",
-               ms_since(&v->tts.start), v->tokens, v->tts.sentences, (int)v->len, v->sentence);
+               ms_between(&v->tts.start, &v->barge_in_at), ms_since(&v->barge_in_at), v->tokens, v->tts.sentences,
+               (int)v->len, v->sentence);
         return LLMM_OK;
     }
     if (st == LLMM_OK) {
@@ -183,6 +194,9 @@ int main(int argc, char **argv) {
     cp.abort_user = &v;
     llmm_status st = llmm_model_load(argv[1], NULL, &model);
     if (st == LLMM_OK) st = llmm_context_create(model, &cp, &ctx);
+    /* one-time costs (the CPU's packed weight copies, CUDA graphs) now, not in the first answer,
+     * where a step that makes them cannot be cut short */
+    if (st == LLMM_OK) st = llmm_context_warmup(ctx);
     pthread_t mic;
     int mic_running = st == LLMM_OK && v.barge_in_ms >= 0 && pthread_create(&mic, NULL, microphone, &v) == 0;
     if (st == LLMM_OK) st = speak_answer(ctx, &v, prompt, max_tokens);

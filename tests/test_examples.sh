@@ -64,8 +64,11 @@ $run "$bin/game_loop" "$model" > "$tmp/game.out"
 check "game_loop exits 0 (no frame over its budget)" [ $? -eq 0 ]
 check "game_loop's worst frame is within the budget it prints" \
     awk '/^frame time:/ { ok = ($4 + 0 <= $10 + 0 && $10 + 0 > 0) } END { exit !ok }' "$tmp/game.out"
+# back to back (--no-vsync) and with calls cut: the text must not change. Its frame times are
+# not checked: frames that run back to back are the ones a busy machine preempts.
 $run "$bin/game_loop" "$model" --llm-ms 0.2 --no-vsync > "$tmp/game-tight.out"
-check "game_loop with a 0.2 ms model slice exits 0" [ $? -eq 0 ]
+rc=$?
+check "game_loop with a 0.2 ms model slice runs to the end" eval '[ $rc -eq 0 -o $rc -eq 3 ]'
 sed '/^frames /,$d' "$tmp/game.out" > "$tmp/game.npc"
 sed '/^frames /,$d' "$tmp/game-tight.out" > "$tmp/game-tight.npc"
 check "game_loop says the same line with a tighter slice" cmp -s "$tmp/game.npc" "$tmp/game-tight.npc"
@@ -81,7 +84,7 @@ check "voice_stream speaks sentences that end at punctuation (all but the answer
     "$tmp/voice.sentences"
 $run "$bin/voice_stream" "$model" -n 100 --barge-in-tokens 30 > "$tmp/barge.out"
 check "voice_stream exits 0 after a barge-in" [ $? -eq 0 ]
-check "voice_stream stops right after the barge-in" grep -q '^\[barge-in after .* after 30 tokens' "$tmp/barge.out"
+check "voice_stream stops right after the barge-in" grep -q '^\[barge-in after .* later: 30 tokens,' "$tmp/barge.out"
 sed -n 's/^\[tts *[0-9.]* ms\] //p' "$tmp/barge.out" > "$tmp/barge.sentences"
 check "voice_stream spoke only whole sentences before the barge-in" \
     sh -c '[ -s "$1" ] && head -n "$(wc -l < "$1")" "$2" | cmp -s - "$1"' sh "$tmp/barge.sentences" "$tmp/voice.sentences"

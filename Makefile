@@ -102,6 +102,26 @@ $(BUILD)/libllmmini.so: $(SHARED)
 $(BUILD)/llmmini-%: $(BUILD)/obj/examples/llmmini-%.o $(STATIC_LIB)
 	$(CC) $(ALL_LDFLAGS) -o $@ $< $(STATIC_LIB) $(LIBS)
 
+# Example programs shaped like apps (examples/*.c other than the llmmini-* tools), built into
+# $(BUILD)/examples/ against the public header alone (no -Ilib/-Icpu: they cannot reach the
+# internals) and run by tests/test_examples.sh in `make test`. docs/embedding.md.
+APP_EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(filter-out examples/llmmini-%.c,$(wildcard examples/*.c)))
+APP_EXAMPLE_OBJ := $(APP_EXAMPLES:$(BUILD)/examples/%=$(BUILD)/obj/examples/app/%.o)
+$(APP_EXAMPLE_OBJ): $(BUILD)/obj/examples/app/%.o: examples/%.c | $(DEPS_OK)
+	@mkdir -p $(@D)
+	$(CC) $(filter-out -Ilib -Icpu,$(ALL_CFLAGS)) -c $< -o $@
+$(APP_EXAMPLES): $(BUILD)/examples/%: $(BUILD)/obj/examples/app/%.o $(STATIC_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_LDFLAGS) -o $@ $< $(STATIC_LIB) $(LIBS)
+examples: $(APP_EXAMPLES)
+# run-tests.sh runs a *.sh suite with sh; it finds the examples from its own folder
+EXAMPLES_TEST := $(BUILD)/tests/test_examples.sh
+$(EXAMPLES_TEST): tests/test_examples.sh
+	@mkdir -p $(@D)
+	cp $< $@
+TEST_BIN += $(EXAMPLES_TEST)
+-include $(wildcard $(BUILD)/obj/examples/app/*.d)
+
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_SUPPORT_OBJ) $(STATIC_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_LDFLAGS) -o $@ $< $(TEST_EXTRA_OBJ) $(TEST_SUPPORT_OBJ) $(STATIC_LIB) -lcmocka $(LIBS)

@@ -143,6 +143,19 @@ tsan:
 tsan-run: $(TSAN_TESTS)
 	@sh scripts/run-tests.sh $(TSAN_TESTS)
 
+# Valgrind's memcheck over the suites that allocate the most: generation, the KV cache and the
+# tokenizers (the normal build; memcheck needs no instrumented objects). Any error or any leak
+# (definite, indirect or possible) fails the suite. cmocka runs the tests in its own process
+# (no fork), so memcheck sees them all. Under valgrind the CPU reports no AVX-512, so the AVX2
+# kernels run. VALGRIND_TESTS picks a subset (.ci/run does).
+VALGRIND_TESTS ?= $(addprefix $(BUILD)/tests/,test_generate test_kvcache test_tokenizer test_tokenizer_bpe)
+VALGRIND := valgrind --quiet --error-exitcode=99 --leak-check=full --show-leak-kinds=definite,indirect,possible \
+            --errors-for-leak-kinds=definite,indirect,possible --fair-sched=yes
+.PHONY: valgrind
+valgrind: $(VALGRIND_TESTS)
+	@DEPS_TARGET=valgrind sh scripts/deps.sh
+	@TEST_RUNNER="$(VALGRIND)" sh scripts/run-tests.sh $(VALGRIND_TESTS)
+
 # The aarch64 build's tests under user-mode emulation (Jetson Orin, phones). Debian:
 # gcc-aarch64-linux-gnu, qemu-user and the arm64 cmocka/zstd packages, installed by
 # scripts/deps.sh when root. The guest's loader and libc come from the multiarch root (/):

@@ -40,6 +40,8 @@ if [ "${DEPS_TARGET:-}" = tsan ]; then
         if ${CC:-cc} --version 2>/dev/null | grep -q clang; then missing=" libclang-rt-dev"; else missing=" libtsan2"; fi
     fi
 fi
+# make valgrind: memcheck
+[ "${DEPS_TARGET:-}" = valgrind ] && ! command -v valgrind >/dev/null 2>&1 && missing=" valgrind"
 # C++ for the SIMT emulation's tests (tests/simt/), run by make test
 [ -n "${DEPS_TARGET:-}" ] || command -v g++ >/dev/null 2>&1 || missing="$missing g++"
 have_header zstd.h || missing="$missing libzstd-dev"

@@ -18,6 +18,11 @@ ifneq ($(TARGET_TRIPLE),$(HOST_TRIPLE))
 BUILD ?= build/$(TARGET_TRIPLE)
 endif
 
+# ThreadSanitizer cannot share objects with the other sanitizers: its own folder
+comma := ,
+ifneq ($(filter thread,$(subst $(comma), ,$(SANITIZE))),)
+BUILD ?= build/tsan
+endif
 ifneq ($(SANITIZE),)
 BUILD ?= build/sanitize
 SAN_FLAGS := -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
@@ -135,7 +140,41 @@ $(BUILD)/tests/test_fuzz_replay: TEST_EXTRA_OBJ := $(FUZZ_REPLAY_OBJ)
 $(BUILD)/tests/test_fuzz_replay: $(FUZZ_REPLAY_OBJ)
 
 test: all $(TEST_BIN)
-	@TEST_RUNNER="$(TEST_RUNNER)" sh scripts/run-tests.sh $(TEST_BIN) $(TEST_SCRIPTS)
+	@TEST_RUNNER="$(TEST_RUNNER)" sh scripts/run-tests.sh $(TEST_RUN)
+
+# ThreadSanitizer: `make tsan` builds and runs, in build/tsan, the suites that run threads: the
+# thread contract under load (test_concurrency), the thread pool (test_simd) and generation with
+# 2-thread contexts and two threads repacking one model (test_generate). `make test
+# SANITIZE=thread` builds everything with TSan but runs only these: the SIMT emulation switches
+# stacks behind TSan's back (tests/simt/simt_switch.h), so the CUDA emulation suites cannot run
+# under it, and the single-threaded suites have nothing to race. A race fails the suite (TSan's
+# exit code 66); scripts/tsan.supp lists the suppressions, each with why it is a false positive.
+TSAN_TESTS := $(addprefix $(BUILD)/tests/,test_concurrency test_simd test_generate)
+ifneq ($(filter thread,$(subst $(comma), ,$(SANITIZE))),)
+TEST_RUN := $(TSAN_TESTS)
+export TSAN_OPTIONS ?= suppressions=$(CURDIR)/scripts/tsan.supp halt_on_error=1 second_deadlock_stack=1
+else
+TEST_RUN = $(TEST_BIN) $(TEST_SCRIPTS)
+endif
+.PHONY: tsan tsan-run
+tsan:
+	@DEPS_TARGET=tsan sh scripts/deps.sh
+	$(MAKE) SANITIZE=thread tsan-run
+tsan-run: $(TSAN_TESTS)
+	@sh scripts/run-tests.sh $(TSAN_TESTS)
+
+# Valgrind's memcheck over the suites that allocate the most: generation, the KV cache and the
+# tokenizers (the normal build; memcheck needs no instrumented objects). Any error or any leak
+# (definite, indirect or possible) fails the suite. cmocka runs the tests in its own process
+# (no fork), so memcheck sees them all. Under valgrind the CPU reports no AVX-512, so the AVX2
+# kernels run. VALGRIND_TESTS picks a subset (.ci/run does).
+VALGRIND_TESTS ?= $(addprefix $(BUILD)/tests/,test_generate test_kvcache test_tokenizer test_tokenizer_bpe)
+VALGRIND := valgrind --quiet --error-exitcode=99 --leak-check=full --show-leak-kinds=definite,indirect,possible \
+            --errors-for-leak-kinds=definite,indirect,possible --fair-sched=yes
+.PHONY: valgrind
+valgrind: $(VALGRIND_TESTS)
+	@DEPS_TARGET=valgrind sh scripts/deps.sh
+	@TEST_RUNNER="$(VALGRIND)" sh scripts/run-tests.sh $(VALGRIND_TESTS)
 
 # The aarch64 build's tests under user-mode emulation (Jetson Orin, phones). Debian:
 # gcc-aarch64-linux-gnu, qemu-user and the arm64 cmocka/zstd packages, installed by

@@ -4,9 +4,12 @@
  *
  * One thread block per row follows lib/sampler.c step for step, so that the same candidates
  * survive in the same order:
- * 1. The row is copied to scratch sanitized (NaN -> -inf, +inf -> FLT_MAX), and the penalized
- *    tokens (distinct, so one thread each) take the CPU's float operations, with _rn intrinsics
- *    so that nvcc cannot contract them into an FMA the CPU does not make.
+ * 1. The row is copied to scratch; a NaN or +inf in it (broken weights) makes the row's token -1,
+ *    as a row of all -inf does, and the host then reports LLMM_ERR_NUMERICAL through
+ *    llmm_sample (lib/context.c); one block reduction, the copy reads the row anyway. The
+ *    penalized tokens (distinct, so one thread each) take the CPU's float operations, with _rn
+ *    intrinsics so that nvcc cannot contract them into an FMA the CPU does not make, and their
+ *    results are sanitized as the CPU's are (NaN -> -inf, +inf -> FLT_MAX).
  * 2. Each candidate is a 64-bit key, the logit's bits made monotone (-0 as +0, which the CPU's
  *    float comparison ties) above ~id: key order is the CPU's rank order (logit descending, id
  *    ascending), and keys are distinct. The greedy argmax is the largest key.
@@ -67,7 +70,7 @@ struct sp_shared {
 
 /* ---------------------------------------------------------------- per candidate */
 
-/* lib/sampler.c sanitize_logit */
+/* lib/sampler.c sanitize_logit, for the penalties' results */
 __device__ __forceinline__ float sp_sanitize(float l) {
     if (isnan(l)) return -INFINITY;
     return l == INFINITY ? FLT_MAX : l;
@@ -296,8 +299,16 @@ __global__ void sample_kernel(const float *logits, uint32_t n, const cu_sample_r
     uint64_t *scratch_a = (uint64_t *)(mine + logits_bytes), *scratch_b = scratch_a + n;
 
     const float *x = logits + (size_t)row * n;
-    for (uint32_t i = threadIdx.x; i < n; i += SP_THREADS) lg[i] = sp_sanitize(x[i]);
-    __syncthreads();
+    uint32_t broken = 0; /* lib/sampler.c load_candidates: NaN or +inf gives no token */
+    for (uint32_t i = threadIdx.x; i < n; i += SP_THREADS) {
+        const float l = x[i];
+        broken |= isnan(l) || l == INFINITY;
+        lg[i] = l;
+    }
+    if (sp_block_reduce(broken, sp_add_u32(), sh.ipart)) {
+        if (threadIdx.x == 0) out[row] = -1;
+        return;
+    }
     for (uint32_t j = threadIdx.x; j < p.n_penalized; j += SP_THREADS) {
         const uint32_t token = pen[p.penalized_at + j];
         if (token < n) lg[token] = sp_penalize(lg[token], pen[p.counts_at + j], p);

@@ -69,7 +69,8 @@ typedef enum llmm_status {
     LLMM_ERR_ABORTED = -10,         /* a callback asked to stop */
     LLMM_ERR_BACKEND = -11,         /* the compute backend failed or is unavailable */
     LLMM_ERR_VOCAB_ONLY = -12,      /* the model was loaded without weights */
-    LLMM_ERR_INTERNAL = -13         /* a bug in llmmini; please report it */
+    LLMM_ERR_INTERNAL = -13,        /* a bug in llmmini; please report it */
+    LLMM_ERR_NUMERICAL = -14        /* NaN or +inf logits (broken or hostile weights); no token */
 } llmm_status;
 
 /* A short constant English name for a status ("invalid argument"); never NULL, also for
@@ -422,8 +423,9 @@ LLMM_API llmm_status llmm_decode(llmm_context *ctx, const llmm_seq_id *seqs,
  * tokens: sums on a device add in another order.)
  * Errors: those of llmm_decode (then no sequence changes and out is untouched); INVALID_ARG for
  * NULL samplers, a NULL samplers[i] or out; after the decode succeeded, the sampling errors of
- * llmm_sample (a row whose logits are all -inf or NaN: INVALID_ARG naming the row, out[row] = -1,
- * the tokens stay appended and the logits readable), BACKEND. */
+ * llmm_sample (a row with a NaN or +inf logit: NUMERICAL; a row whose logits are all -inf:
+ * INVALID_ARG; either names the row, its sequence and position, out[row] = -1, the tokens stay
+ * appended and the logits readable), BACKEND. */
 LLMM_API llmm_status llmm_decode_sample(llmm_context *ctx, const llmm_seq_id *seqs, const llmm_token *tokens,
                                         size_t n, llmm_sampler *const *samplers, llmm_token *out);
 
@@ -558,7 +560,11 @@ LLMM_API llmm_status llmm_sampler_create(const llmm_sampler_params *params, llmm
 LLMM_API void llmm_sampler_free(llmm_sampler *sampler);
 LLMM_API const char *llmm_sampler_last_error(const llmm_sampler *sampler);
 /* Choose a token from n_vocab logits (not modified). Does not accept it: call
- * llmm_sampler_accept with the token actually used, so the penalties see it. */
+ * llmm_sampler_accept with the token actually used, so the penalties see it. -inf masks a
+ * token. Errors: INVALID_ARG (NULL, n_vocab 0 or above INT32_MAX, every logit -inf), NUMERICAL
+ * (a NaN or +inf logit, which only broken or hostile weights give: the message names the first;
+ * no token, nothing drawn), NO_MEMORY. Softmax runs in double after subtracting the largest
+ * logit, so finite logits of any size (+-1e30, +-FLT_MAX) are safe. */
 LLMM_API llmm_status llmm_sample(llmm_sampler *sampler, const float *logits, size_t n_vocab,
                                  llmm_token *out);
 LLMM_API llmm_status llmm_sampler_accept(llmm_sampler *sampler, llmm_token token);
@@ -613,7 +619,9 @@ LLMM_API llmm_status llmm_generate_params_default(llmm_generate_params *params, 
 /* Tokenize prompt, prefill it into params->seq, then sample and decode up to max_tokens,
  * streaming text through on_bytes. Stops on EOS, a stop string (its text is not streamed),
  * max_tokens, a non-zero callback return, or a full context. stats may be NULL.
- * Errors: those of llmm_prefill/llmm_decode; a stop is not an error. */
+ * Errors: those of llmm_prefill/llmm_decode; NUMERICAL when the model's logits hold a NaN or
+ * +inf (the message names the sequence and position; that token is not produced); a stop is
+ * not an error. */
 LLMM_API llmm_status llmm_generate(llmm_context *ctx, const char *prompt,
                                    const llmm_generate_params *params, llmm_generate_stats *stats);
 

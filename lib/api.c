@@ -28,6 +28,7 @@ LLMM_API const char *llmm_status_str(llmm_status status) {
     case LLMM_ERR_BACKEND: return "backend error";
     case LLMM_ERR_VOCAB_ONLY: return "model loaded without weights";
     case LLMM_ERR_INTERNAL: return "internal error";
+    case LLMM_ERR_NUMERICAL: return "numerical error";
     }
     return "unknown status";
 }

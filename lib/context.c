@@ -451,25 +451,31 @@ llmm_status ctx_settle_logits(llmm_context *ctx) {
 }
 
 /* Samplers of rows [0, n), in row order, over the host logits (the backend has no sample slot,
- * or one of its rows had no finite logit: then the host reports which, as llmm_sample does). */
-static llmm_status sample_on_host(llmm_context *ctx, llmm_sampler *const *samplers, size_t n, llmm_token *out) {
+ * or one of its rows had no token to give: NaN or +inf logits, or all -inf; then the host
+ * reports which, as llmm_sample does, with the row's sequence and the position of the token it
+ * was to choose). */
+static llmm_status sample_on_host(llmm_context *ctx, const llmm_seq_id *seqs, llmm_sampler *const *samplers, size_t n,
+                                  llmm_token *out) {
     llmm_status st = ctx_settle_logits(ctx);
     const size_t nv = ctx->model->vocab.n_tokens;
     for (size_t i = 0; i < n && !st; i++) {
         st = llmm_sample(samplers[i], ctx->logits + i * nv, nv, &out[i]);
         if (st) {
             out[i] = -1;
-            return ctx_fail(ctx, st, "llmm_decode_sample: row %zu: %s", i, llmm_sampler_last_error(samplers[i]));
+            return ctx_fail(ctx, st, "llmm_decode_sample: row %zu (sequence %d, position %d): %s", i, (int)seqs[i],
+                            (int)ctx->pos[i] + 1, llmm_sampler_last_error(samplers[i]));
         }
     }
     return st;
 }
 
 /* The backend's sample slot over the logits where the step left them; only the ids come back.
- * Anything else (a request refused, a row without a finite logit) rewinds the samplers' RNGs and
- * samples every row on the host, so that the error and the RNG streams are exactly llmm_sample's
- * (rewound in reverse row order: a sampler serving several rows ends at its first row's state). */
-static llmm_status sample_on_backend(llmm_context *ctx, llmm_sampler *const *samplers, size_t n, llmm_token *out) {
+ * Anything else (a request refused, a row without a token: -1 for NaN or +inf logits or all
+ * -inf) rewinds the samplers' RNGs and samples every row on the host, so that the error and the
+ * RNG streams are exactly llmm_sample's (rewound in reverse row order: a sampler serving several
+ * rows ends at its first row's state). */
+static llmm_status sample_on_backend(llmm_context *ctx, const llmm_seq_id *seqs, llmm_sampler *const *samplers,
+                                     size_t n, llmm_token *out) {
     const size_t nv = ctx->model->vocab.n_tokens;
     size_t drawn = 0;
     llmm_status st = LLMM_OK;
@@ -487,7 +493,7 @@ static llmm_status sample_on_backend(llmm_context *ctx, llmm_sampler *const *sam
     for (size_t i = drawn < n ? drawn + 1 : n; i-- > 0;) sampler_rng_restore(samplers[i], ctx->sample_rng[i]);
     if (st == LLMM_ERR_BACKEND || st == LLMM_ERR_NO_MEMORY)
         return ctx_fail(ctx, st, "sampling on the %s backend failed: %s", ctx->be->name, llmm_status_str(st));
-    return sample_on_host(ctx, samplers, n, out);
+    return sample_on_host(ctx, seqs, samplers, n, out);
 }
 
 LLMM_API llmm_status llmm_decode_sample(llmm_context *ctx, const llmm_seq_id *seqs, const llmm_token *tokens, size_t n,
@@ -501,7 +507,7 @@ LLMM_API llmm_status llmm_decode_sample(llmm_context *ctx, const llmm_seq_id *se
     const int on_backend = ctx->be->sample != NULL;
     if ((st = decode_rows(ctx, seqs, tokens, n, !on_backend))) return st;
     const double t0 = time_now_ms();
-    st = on_backend ? sample_on_backend(ctx, samplers, n, out) : sample_on_host(ctx, samplers, n, out);
+    st = on_backend ? sample_on_backend(ctx, seqs, samplers, n, out) : sample_on_host(ctx, seqs, samplers, n, out);
     ctx->decode_ms += time_now_ms() - t0;
     return st;
 }

@@ -56,7 +56,9 @@ static llmm_status step(gen_run *g, int is_last) {
     }
     g->have_next = 0;
     if (!st) st = llmm_sampler_accept(g->sampler, tok);
-    if (st) return ctx_fail(g->ctx, st, "sampling failed: %s", llmm_sampler_last_error(g->sampler));
+    if (st)
+        return ctx_fail(g->ctx, st, "sampling (sequence %d, position %zu) failed: %s", (int)g->p.seq,
+                        g->s.n_prompt + g->s.n_generated, llmm_sampler_last_error(g->sampler));
     if (g->s.n_generated == 0) g->s.first_token_ms = time_now_ms() - g->t_start;
     if (g->ctx->model->vocab.attrs[tok] & LLMM_TOKEN_ATTR_EOS) {
         g->s.stop_reason = LLMM_STOP_EOS;

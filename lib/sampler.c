@@ -198,19 +198,28 @@ static llmm_status ensure_candidates(llmm_sampler *s, size_t n) {
     return LLMM_OK;
 }
 
-/* NaN can never win, so it is -inf; +inf becomes FLT_MAX so that softmax stays finite
- * (several +inf logits then tie, which is what they mean). */
+/* For the penalties' results only (the input row is checked by load_candidates): huge
+ * penalties can overflow a finite logit to +inf or make inf - inf. NaN can never win, so it is
+ * -inf; +inf becomes FLT_MAX so that softmax stays finite (several then tie). */
 static float sanitize_logit(float l) {
     if (isnan(l)) return -INFINITY;
     return l == INFINITY ? FLT_MAX : l;
 }
 
-static void load_candidates(candidate *c, const float *logits, size_t n) {
+/* Copies the row into c; returns the index of its first NaN or +inf, or n when it has none.
+ * -inf is a legitimate mask (an app's logit bias or grammar), but a model's weights and
+ * activations never make NaN or +inf unless they are broken or hostile, and a token drawn from
+ * such a row would be garbage. The check rides on the copy, which reads the row anyway. */
+static size_t load_candidates(candidate *c, const float *logits, size_t n) {
+    size_t first_bad = n;
     for (size_t i = 0; i < n; i++) {
-        c[i].logit = sanitize_logit(logits[i]);
+        const float l = logits[i];
+        if ((isnan(l) || l == INFINITY) && first_bad == n) first_bad = i;
+        c[i].logit = l;
         c[i].id = (llmm_token)i;
         c[i].weight = 0;
     }
+    return first_bad;
 }
 
 /* The window is sorted into scratch so that each distinct token is penalized once with
@@ -357,11 +366,13 @@ LLMM_API llmm_status llmm_sample(llmm_sampler *sampler, const float *logits, siz
     llmm_status st = ensure_candidates(sampler, n_vocab);
     if (st) return st;
     candidate *c = sampler->cands;
-    load_candidates(c, logits, n_vocab);
+    const size_t bad = load_candidates(c, logits, n_vocab);
+    if (bad < n_vocab)
+        return diag_fail(d, LLMM_ERR_NUMERICAL, "llmm_sample: logit %zu of %zu is %s (broken weights or an overflow)",
+                         bad, n_vocab, isnan(logits[bad]) ? "NaN" : "+inf");
     apply_penalties(sampler, c, n_vocab);
     size_t best = argmax(c, n_vocab);
-    if (c[best].logit == -INFINITY)
-        return diag_fail(d, LLMM_ERR_INVALID_ARG, "llmm_sample: every logit is -inf or NaN");
+    if (c[best].logit == -INFINITY) return diag_fail(d, LLMM_ERR_INVALID_ARG, "llmm_sample: every logit is -inf");
     if (sampler->params.temperature <= 0) {
         *out = c[best].id;
         return LLMM_OK;

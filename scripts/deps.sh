@@ -34,6 +34,14 @@ if [ "${DEPS_TARGET:-}" = fuzz ]; then
         missing=" libclang-rt-dev"
     fi
 fi
+if [ "${DEPS_TARGET:-}" = tsan ]; then
+    # make tsan: the compiler's ThreadSanitizer runtime (GCC's libtsan2, clang's compiler-rt)
+    if ! echo 'int main(void) { return 0; }' | ${CC:-cc} -fsanitize=thread -x c - -o /dev/null >/dev/null 2>&1; then
+        if ${CC:-cc} --version 2>/dev/null | grep -q clang; then missing=" libclang-rt-dev"; else missing=" libtsan2"; fi
+    fi
+fi
+# make valgrind: memcheck
+[ "${DEPS_TARGET:-}" = valgrind ] && ! command -v valgrind >/dev/null 2>&1 && missing=" valgrind"
 # C++ for the SIMT emulation's tests (tests/simt/), run by make test
 [ -n "${DEPS_TARGET:-}" ] || command -v g++ >/dev/null 2>&1 || missing="$missing g++"
 have_header zstd.h || missing="$missing libzstd-dev"

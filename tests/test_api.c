@@ -36,7 +36,7 @@ static void test_version(void **state) {
 
 static void test_status_names(void **state) {
     (void)state;
-    for (int s = 0; s >= LLMM_ERR_INTERNAL; s--) {
+    for (int s = 0; s >= LLMM_ERR_NUMERICAL; s--) {
         const char *name = llmm_status_str((llmm_status)s);
         assert_non_null(name);
         assert_string_not_equal(name, "unknown status");

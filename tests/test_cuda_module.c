@@ -4,7 +4,8 @@
  * stories260K and architecture golden outputs; every stories260K file with every KV type
  * against the CPU backend on the same file; forked sequences (copy-on-write of device KV
  * blocks) against the CPU backend and against unforked runs; a batched decode of sequences
- * of different lengths against each alone.
+ * of different lengths against each alone; a model with NaN or +inf norm weights giving
+ * LLMM_ERR_NUMERICAL through the device's sampling.
  *
  * The module is the file LLMM_CUDA_EMU_MODULE names, else libllmmini-cuda-emu.so in the
  * folder above this binary's ($(BUILD)/tests/ -> $(BUILD)/). */
@@ -26,6 +27,7 @@
 #include "backend_conformance.h"
 #include "backend_module.h"
 #include "decode_sample_check.h"
+#include "numerical_check.h"
 #include "golden_check.h"
 #include "quant.h"
 #include "llmmini.h"
@@ -849,6 +851,14 @@ static void test_decode_sample(void **state) {
     llmm_model_free(m);
 }
 
+/* NaN or +inf logits on the module (tests/numerical_check.h): the device's sample kernel gives no
+ * token for such a row, and the host reports LLMM_ERR_NUMERICAL with the row's position. */
+static void test_numerical_errors(void **state) {
+    (void)state;
+    const llmm_context_params p = context_params(LLMM_BACKEND_CUDA, 64, 1, 16, LLMM_KV_F16);
+    check_numerical_errors(&p);
+}
+
 static void count_log(void *user, llmm_log_level level, const char *msg) {
     (void)level;
     if (strstr(msg, "AUTO runs on the CPU")) ++*(int *)user;
@@ -894,6 +904,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_sixteen_sequences),
         cmocka_unit_test(test_graphs_and_warmup),
         cmocka_unit_test(test_decode_sample),
+        cmocka_unit_test(test_numerical_errors),
         cmocka_unit_test(test_missing_device),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "gguf.h"
+#include "numerical_check.h"
 #include "quant.h"
 #include "shared_data.h"
 
@@ -50,21 +51,9 @@ static void test_gguf_harness_on_nan_activations(void **state) {
     (void)state;
     static const char *const files[] = {"models/stories260K-q4_0.gguf", "models/stories260K-q8_0.gguf"};
     for (size_t i = 0; i < ARRAY_LEN(files); i++) {
-        char path[1024];
-        size_t n = 0;
-        uint8_t *data = (uint8_t *)read_whole_file(shared_path(path, sizeof path, files[i]), &n);
-        if (!data) fail_msg("cannot read %s", path);
-        gguf_file *f = NULL;
-        llmm_diag d = {{0}};
-        assert_int_equal(gguf_open_memory(data, n, NULL, &f, &d), LLMM_OK);
-        const gguf_tensor *t = gguf_find_tensor(f, "output_norm.weight");
-        assert_non_null(t);
-        assert_int_equal(t->type, LLMM_TYPE_F32);
-        const size_t at = (size_t)((const uint8_t *)t->data - data), count = (size_t)t->n_elements;
-        gguf_close(f);
         /* one NaN per 32 values, so that the other values of each block keep the scale finite */
-        const float nan = NAN;
-        for (size_t k = 0; k < count; k += 32) memcpy(data + at + k * sizeof nan, &nan, sizeof nan);
+        size_t n = 0;
+        uint8_t *data = read_model_with_bad_norm(files[i], NAN, 32, &n);
         fuzz_gguf_input(data, n);
         free(data);
     }

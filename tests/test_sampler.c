@@ -5,7 +5,9 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <float.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -74,10 +76,10 @@ static void test_greedy_is_argmax_lowest_id(void **state) {
     llmm_sampler_params p = plain_params(0, 0);
     const float ties[] = {1.0f, 3.0f, -2.0f, 3.0f, 2.9f};
     assert_int_equal(greedy_of(&p, ties, ARRAY_LEN(ties), NULL, 0), 1);
-    const float with_nan[] = {NAN, 1.0f, -INFINITY, 1.5f, NAN};
-    assert_int_equal(greedy_of(&p, with_nan, ARRAY_LEN(with_nan), NULL, 0), 3);
-    const float with_inf[] = {1.0f, INFINITY, 2.0f, INFINITY};
-    assert_int_equal(greedy_of(&p, with_inf, ARRAY_LEN(with_inf), NULL, 0), 1);
+    const float masked[] = {-INFINITY, 1.0f, -INFINITY, 1.5f, -INFINITY};
+    assert_int_equal(greedy_of(&p, masked, ARRAY_LEN(masked), NULL, 0), 3);
+    const float huge[] = {1.0f, FLT_MAX, 1e30f, FLT_MAX};
+    assert_int_equal(greedy_of(&p, huge, ARRAY_LEN(huge), NULL, 0), 1);
     const float one[] = {-7.0f};
     assert_int_equal(greedy_of(&p, one, 1, NULL, 0), 0);
 }
@@ -87,8 +89,8 @@ static void test_logits_not_modified(void **state) {
     float logits[64], copy[64];
     uint32_t x = 5;
     for (size_t i = 0; i < 64; i++) logits[i] = (float)(lcg(&x) % 1000) / 100.0f - 5.0f;
-    logits[3] = NAN;
-    logits[9] = INFINITY;
+    logits[3] = -INFINITY;
+    logits[9] = 1e30f;
     memcpy(copy, logits, sizeof logits);
     llmm_sampler_params p;
     llmm_sampler_params_default(&p, sizeof p);
@@ -498,6 +500,70 @@ static void test_invalid_params(void **state) {
     llmm_sampler_free(NULL);
 }
 
+/* A NaN or +inf anywhere in the row (broken weights) gives NUMERICAL naming the first one, for
+ * greedy and sampling alike, with nothing drawn: the next draw is the one a fresh sampler makes. */
+static void test_non_finite_logits_are_an_error(void **state) {
+    (void)state;
+    float row[300];
+    uint32_t x = 11;
+    for (size_t i = 0; i < 300; i++) row[i] = (float)(lcg(&x) % 1000) / 100.0f - 5.0f;
+    const float bad[] = {NAN, INFINITY, -NAN};
+    const size_t where[] = {0, 150, 299};
+    for (int greedy = 0; greedy < 2; greedy++) {
+        llmm_sampler_params p = plain_params(greedy ? 0.0f : 1.0f, 9);
+        p.top_k = 40;
+        p.top_p = 0.9f;
+        llmm_sampler *s = make(&p), *fresh = make(&p);
+        for (size_t b = 0; b < ARRAY_LEN(bad); b++) {
+            for (size_t w = 0; w < ARRAY_LEN(where); w++) {
+                float broken[300];
+                memcpy(broken, row, sizeof row);
+                broken[where[w]] = bad[b];
+                broken[(where[w] + 7) % 300] = -INFINITY; /* masks are no error */
+                llmm_token t = -5;
+                assert_int_equal(llmm_sample(s, broken, 300, &t), LLMM_ERR_NUMERICAL);
+                assert_int_equal(t, -5);
+                char expect[64];
+                snprintf(expect, sizeof expect, "logit %zu of 300 is %s", where[w], isnan(bad[b]) ? "NaN" : "+inf");
+                if (!strstr(llmm_sampler_last_error(s), expect))
+                    fail_msg("\"%s\" does not say \"%s\"", llmm_sampler_last_error(s), expect);
+            }
+        }
+        assert_int_equal(sample_one(s, row, 300), sample_one(fresh, row, 300));
+        llmm_sampler_free(s);
+        llmm_sampler_free(fresh);
+    }
+}
+
+/* Softmax subtracts the largest logit in double: rows of +-1e30 and +-FLT_MAX sample only among
+ * the largest, tied ones equally often, under every truncation and temperature. */
+static void test_softmax_of_huge_logits(void **state) {
+    (void)state;
+    const float big[] = {1e30f, FLT_MAX};
+    for (size_t b = 0; b < ARRAY_LEN(big); b++) {
+        const float L = big[b];
+        const float row[8] = {-L, L, -L, 0.0f, L, -L, 1.0f, L * 0.5f};
+        const float temperatures[] = {0.01f, 1.0f, 100.0f};
+        for (size_t ti = 0; ti < ARRAY_LEN(temperatures); ti++) {
+            for (int trunc = 0; trunc < 2; trunc++) {
+                llmm_sampler_params p = plain_params(temperatures[ti], 3 + ti);
+                if (trunc) p.top_k = 5, p.top_p = 0.95f, p.min_p = 0.05f;
+                llmm_sampler *s = make(&p);
+                int count[8] = {0};
+                for (int i = 0; i < 2000; i++) count[sample_one(s, row, 8)]++;
+                llmm_sampler_free(s);
+                assert_int_equal(count[1] + count[4], 2000);
+                /* a fair coin: 1000 +- 5 sigma (sigma 22) */
+                if (count[1] < 890 || count[1] > 1110)
+                    fail_msg("L %g, T %g, truncation %d: %d of 2000 draws for the first tie", (double)L,
+                             (double)temperatures[ti], trunc, count[1]);
+            }
+        }
+        llmm_sampler_params g = plain_params(0.0f, 0);
+        assert_int_equal(greedy_of(&g, row, 8, NULL, 0), 1);
+    }
+}
+
 static void test_invalid_calls(void **state) {
     (void)state;
     llmm_sampler *s = make(NULL);
@@ -508,7 +574,7 @@ static void test_invalid_calls(void **state) {
     assert_int_equal(llmm_sample(s, FIXED8, 8, NULL), LLMM_ERR_INVALID_ARG);
     assert_int_equal(llmm_sample(s, FIXED8, 0, &t), LLMM_ERR_INVALID_ARG);
     assert_string_not_equal(llmm_sampler_last_error(s), "");
-    const float dead[] = {-INFINITY, NAN, -INFINITY};
+    const float dead[] = {-INFINITY, -INFINITY, -INFINITY};
     assert_int_equal(llmm_sample(s, dead, 3, &t), LLMM_ERR_INVALID_ARG);
     assert_non_null(strstr(llmm_sampler_last_error(s), "-inf"));
     assert_int_equal(llmm_sampler_accept(s, -1), LLMM_ERR_INVALID_ARG);
@@ -565,6 +631,8 @@ int main(void) {
         cmocka_unit_test(test_frequencies_match_softmax),
         cmocka_unit_test(test_seed_42_golden_draws),
         cmocka_unit_test(test_invalid_params),
+        cmocka_unit_test(test_non_finite_logits_are_an_error),
+        cmocka_unit_test(test_softmax_of_huge_logits),
         cmocka_unit_test(test_invalid_calls),
         cmocka_unit_test(test_out_of_memory),
     };

@@ -11,13 +11,16 @@
 //   1,000 rows a mode, 5 rows a launch (one sampler pair per row, as a context's sequences),
 //   vocabularies of 50 to 2000 and some of 32000, logits of spreads from 0.05 to 40 (top-p
 //   keeps from one candidate to nearly all), a hot set of tokens that the penalties then hit,
-//   rows of ties (+0 and -0 included), rows with NaN, -inf and +inf, and all -inf/NaN rows (the
-//   CPU refuses them, the device gives -1 and the draw is rewound). Each chosen token (and now
+//   rows of ties (+0 and -0 included), rows masked with -inf, rows of logits near +-1e30 and
+//   +-FLT_MAX (softmax must stay finite), rows holding a NaN or +inf (the CPU refuses them with
+//   NUMERICAL, the device gives -1 and the draw is rewound) and all -inf rows (INVALID_ARG on
+//   the CPU, -1 on the device). Each chosen token (and now
 //   and then a random one, possibly past the vocabulary) is accepted into both samplers, so the
 //   penalty windows evolve alike; the RNG states must be equal at the end.
 // The device sums in another order than the CPU (sample.cu), which could move a draw that lands
 // within rounding of a boundary; at these sizes that has a probability near 1e-13, so any
 // difference is a bug.
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -45,8 +48,8 @@ static float uniform(float lo, float hi) { return xorshift32_uniform(&rng_state,
 static const int ROWS_PER_LAUNCH = 5, ROWS_PER_MODE = 1000, POISON = -7;
 static const size_t MAX_VOCAB = 32000;
 
-enum row_kind { ROW_PLAIN, ROW_TIES, ROW_SPECIAL, ROW_DEAD };
-static const char *const kind_names[] = {"plain", "ties", "NaN/inf", "all -inf"};
+enum row_kind { ROW_PLAIN, ROW_TIES, ROW_MASKED, ROW_HUGE, ROW_BROKEN, ROW_DEAD };
+static const char *const kind_names[] = {"plain", "ties", "-inf masks", "+-1e30", "NaN/+inf", "all -inf"};
 
 static void fill_row(float *x, size_t n, row_kind kind) {
     static const float spreads[] = {0.05f, 0.3f, 1.0f, 3.0f, 10.0f, 40.0f};
@@ -58,20 +61,21 @@ static void fill_row(float *x, size_t n, row_kind kind) {
             x[i] = v == 0 ? ((rng() & 1) ? 0.0f : -0.0f) : 0.5f * (float)v;
             break;
         }
-        case ROW_DEAD: x[i] = (rng() & 1) ? -INFINITY : NAN; break;
+        case ROW_DEAD: x[i] = -INFINITY; break;
+        case ROW_HUGE: x[i] = (rng() % 8 == 0 ? FLT_MAX : 1e30f) * ((rng() & 1) ? 1.0f : -1.0f); break;
         default: x[i] = spread * (uniform(-1, 1) + uniform(-1, 1) + uniform(-1, 1));
         }
     }
-    if (kind == ROW_DEAD) return;
+    if (kind == ROW_DEAD || kind == ROW_HUGE) return;
     if (rng() % 2) // a hot set, so that chosen tokens repeat and the penalties matter
         for (size_t i = 0; i < 16 && i < n; i++) x[i] += 3.0f * spread;
-    if (kind == ROW_SPECIAL) {
-        for (size_t i = 0; i < n; i++) {
-            const uint32_t r = rng() % 100;
-            if (r < 3) x[i] = NAN;
-            else if (r < 6) x[i] = -INFINITY;
-        }
-        if (rng() % 2) x[rng() % n] = INFINITY, x[rng() % n] = INFINITY;
+    if (kind == ROW_BROKEN) {
+        const int count = 1 + (int)(rng() % 3);
+        for (int j = 0; j < count; j++) x[rng() % n] = (rng() & 1) ? NAN : INFINITY;
+    }
+    if (kind == ROW_MASKED) {
+        for (size_t i = 0; i < n; i++)
+            if (rng() % 100 < 6) x[i] = -INFINITY;
         if (rng() % 4 == 0) { // only a few finite candidates left
             for (size_t i = 0; i < n; i++) x[i] = -INFINITY;
             for (int j = 0; j < 3; j++) x[rng() % n] = uniform(-5, 5);
@@ -137,12 +141,15 @@ static void check_mode(const char *mode, llmm_sampler_params params) {
         uint64_t saved[ROWS_PER_LAUNCH][4];
         for (int b = 0; b < ROWS_PER_LAUNCH; b++) {
             const uint32_t r = rng() % 40;
-            kind[b] = r == 0 ? ROW_DEAD : r < 6 ? ROW_TIES : r < 12 ? ROW_SPECIAL : ROW_PLAIN;
+            kind[b] = r == 0 ? ROW_DEAD : r == 1 ? ROW_BROKEN : r < 4 ? ROW_HUGE : r < 8 ? ROW_TIES
+                    : r < 13 ? ROW_MASKED : ROW_PLAIN;
             float *x = &logits[b * n];
             fill_row(x, n, kind[b]);
             llmm_token t = -1;
             const llmm_status st = llmm_sample(cpu[b], x, n, &t);
-            assert_int_equal(st, kind[b] == ROW_DEAD ? LLMM_ERR_INVALID_ARG : LLMM_OK);
+            assert_int_equal(st, kind[b] == ROW_DEAD     ? LLMM_ERR_INVALID_ARG
+                                 : kind[b] == ROW_BROKEN ? LLMM_ERR_NUMERICAL
+                                                         : LLMM_OK);
             want[b] = st ? -1 : t;
             sampler_rng_save(dev[b], saved[b]);
             assert_int_equal(sampler_request(dev[b], n, &req[b]), LLMM_OK);

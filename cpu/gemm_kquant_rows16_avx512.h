@@ -7,7 +7,8 @@
  * faster than the 8-row tiles. With one operand row (decode) and no copy the 8-row tiles stay:
  * the 16-row ones were no faster streamed. From a copy, where each transposition is four
  * loads, the 16-row tile of one row computes up to twice as fast as the 8-row one (least for
- * Q3_K, whose bit unpacking, not the transposition, is most of its work; docs/performance.md, "CPU kernel choices").
+ * Q3_K, whose bit unpacking, not the transposition, is most of its work; docs/performance.md, "CPU
+ * kernel choices").
  *
  * As for Q4_0 (gemm_rows16_avx512.h): each 16-byte piece of the 16 rows' super-blocks is
  * transposed in registers so that a 512-bit vpdpbusd against four operand bytes, broadcast,

@@ -1,8 +1,8 @@
 /* AVX-512 kernels: the int8 dots through VNNI's vpdpbusd (four u8 x s8 products summed into
  * each int32 lane in one instruction, no int16 saturation step), at 256-bit width so the tile
  * code is shared with AVX2 (gemm_int8_x86.h); the 32 vector registers hold an 8-row operand
- * tile, so each weight block is unpacked once per 8 prompt rows instead of 4 (docs/performance.md, "CPU kernel choices").
- * Everything else is the AVX2 code (see
+ * tile, so each weight block is unpacked once per 8 prompt rows instead of 4 (docs/performance.md,
+ * "CPU kernel choices"). Everything else is the AVX2 code (see
  * kernels_x86.h). Compiled with the AVX-512 target flags (Makefile); called only after
  * cpu_kernels_get(CPU_ISA_AVX512) checked the CPU. The same file gives the AMX table: this one
  * with Q4_0, Q5_0 and Q8_0 prompts on AMX-INT8 tiles (gemm_amx.h), chosen only
@@ -50,7 +50,8 @@ static inline __m256i dot_q8_0(__m256i w_plus_128, __m256i x) { return dot_u8s8(
 /* For one operand row (decode) Q4_0 and Q8_0 stay on the 8-row tiles (see
  * gemm_rows16_avx512.h); from two rows on the 16-row tiles are faster. Q5_0 takes the 16-row
  * tiles for every row count: its 8-row tiles assemble the 5th-bit masks with scalar code, the
- * 16-row ones with one shuffle and one test per vector (docs/performance.md, "CPU kernel choices"). */
+ * 16-row ones with one shuffle and one test per vector (docs/performance.md, "CPU kernel
+ * choices"). */
 #define GEMM_BY_ROWS(NAME, ONE_ROW, ROWS16)                                                                  \
     static void NAME(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows,      \
                      float *out, size_t ldo) {                                                             \
@@ -95,8 +96,8 @@ static inline void add_bit4_pair(__m256i *lo, __m256i *hi, uint32_t ha, uint32_t
 /* Q4_1 and Q5_1 (Q5_K_M files fall back to Q5_1 for rows not a multiple of 256) take the
  * 16-row tiles for every row count, decode included: with one row, their scales, mins (and
  * Q5_1's 5th bits) transposed from the block heads (rows16_min_head) still cost less than the
- * 8-row tiles' gathering of mins (docs/performance.md, "CPU kernel choices"). Unlike Q4_0, whose 8-row tiles gather no
- * mins. */
+ * 8-row tiles' gathering of mins (docs/performance.md, "CPU kernel choices"). Unlike Q4_0, whose
+ * 8-row tiles gather no mins. */
 #include "gemm_half_avx512.h"
 
 /* Attention on the AVX2 loops with wider tiles: 4 heads x 4 positions of score chains (the

@@ -224,9 +224,9 @@ void cpu_round_bf16(const float *x, float *out, size_t n) {
 /* One row as Q8_K through the type table's quantizer, split by field: the path of tables
  * without quantize_q8k (the scalar one), and the reference that slot must match bit for bit.
  * Not free: over ten times the SIMD tables' quantize_q8k per value, a measurable part of a
- * K-quant decode step (docs/performance.md, "CPU kernel choices"). Decode's one row stays on the calling thread
- * (spreading it over the threads made no measurable difference); a prompt's rows go to the
- * threads (operand_fill). */
+ * K-quant decode step (docs/performance.md, "CPU kernel choices"). Decode's one row stays on the
+ * calling thread (spreading it over the threads made no measurable difference); a prompt's rows go
+ * to the threads (operand_fill). */
 static void quantize_row_q8k(const float *x, int8_t *qs, float *d, int16_t *bsums, size_t n) {
     block_q8_K blk;
     for (size_t b = 0; b < n / QK_K; b++) {

@@ -15,7 +15,8 @@
  * nothing else wants the CPU, and when something does (more threads than cores, other busy
  * processes) it lets a thread that still holds a chunk run, instead of burning the slice that
  * thread needs: with more threads than cores decode no longer collapses, and with as many it
- * costs nothing; 1024 rounds did as well as 32 or 128 (docs/performance.md, "CPU kernel choices"). */
+ * costs nothing; 1024 rounds did as well as 32 or 128 (docs/performance.md, "CPU kernel
+ * choices"). */
 #define SPIN_ROUNDS 20000
 #ifndef YIELD_EVERY
 #define YIELD_EVERY 1024

@@ -1,6 +1,6 @@
-/* The paged KV cache of a context (docs/api.md, "The KV cache"): a pool of fixed-size blocks allocated once,
- * per-sequence block tables, reference counts for blocks that forked sequences share, and
- * copy-on-write when a shared block is about to be written.
+/* The paged KV cache of a context (docs/api.md, "The KV cache"): a pool of fixed-size blocks
+ * allocated once, per-sequence block tables, reference counts for blocks that forked sequences
+ * share, and copy-on-write when a shared block is about to be written.
  *
  * Pool layout (one backend buffer): one region per (K or V, layer, K/V head), each holding
  * that head's rows of every block, block after block:

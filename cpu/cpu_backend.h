@@ -63,8 +63,9 @@ typedef struct cpu_state {
  * one stall of the whole model's worth (0.15-0.25 s for a 0.5B model here, seconds for 8B). */
 #define CPU_PACK_STEP_BYTES ((size_t)64 << 20)
 
-/* Below this many multiply-adds an op runs on the calling thread alone: measured on
- * stories260K, where 2 threads were slower than 1 before this cut-off. */
+/* Below this many multiply-adds an op runs on the calling thread alone: handing so little
+ * work to other threads costs more than it saves (stories260K ran slower on 2 threads than on
+ * 1 without this cut-off). */
 #define CPU_PARALLEL_MIN_WORK 32768
 
 /* Chunks per thread when an op's rows are handed out dynamically: enough that a thread that

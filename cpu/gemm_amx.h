@@ -19,14 +19,11 @@
  * their 5th bits (the copy's masks, one vpmovm2b per vector) less 16. The A tile is 16 operand
  * rows' quants of the block, straight from the operand (x->n bytes apart).
  *
- * Measured (one core, 4864 x 160 from cache, 64 operand rows, GB/s of weights x 64, against the
- * AVX-512 tiles, alternated): from a copy Q4_0 70-73 -> 83-90, Q8_0 142-152 -> 160-180, Q5_0
- * 88 -> 105; as stored Q4_0 66 -> 81, Q8_0 114 -> 160, Q5_0 68 -> 93. 0.5B shape, 2 threads,
- * 512-token prompts: the first (as stored) 1.18-1.32x, one after the copies are made
- * 1.12-1.18x. The tile instructions are a small part of that time: storing each block's 16 x 16
- * sums and scaling them (four vector operations per 16 outputs per block, for the bits the
- * other tables give) is most of it, and the two slots overlap it with the tile work only
- * partly.
+ * Faster than the AVX-512 tiles for all three types, as stored and from a copy (figures in
+ * docs/performance.md, "CPU kernel choices"). The tile instructions are a small part of the
+ * time: storing each block's 16 x 16 sums and scaling them (four vector operations per 16
+ * outputs per block, for the bits the other tables give) is most of it, and the two slots
+ * overlap it with the tile work only partly.
  *
  * Numerics: each block's integer sum is exact; per output the float part is the AVX-512 tile's
  * (cvt(isum) x (d_w x d_x), added in block order): bit-identical to the dot table's vec_dot.
@@ -224,10 +221,9 @@ SIMD_ALWAYS_INLINE void amx_fly_tile(r16_kind kind, const uint8_t *base, size_t 
 
 /* The AMX table's matmul for a type as stored: rows16 (the AVX-512 table's, bit for bit the
  * same) for calls of fewer than AMX_FLY_MIN_ROWS operand rows, for weights of fewer than 16
- * rows, and for the rows past the last whole 16. The threshold: 0.5B shape, 2 threads, prompts
- * of P tokens, prefill tok/s AMX / AVX-512, alternated: Q4_0 P = 32 515-521 / 543-550, P = 48
- * 610-611 / 578-579, P = 96 675 / 586-606; Q8_0 P = 32 498-512 / 504-511, P = 48 575-598 /
- * 530-538. */
+ * rows, and for the rows past the last whole 16. The threshold is where packing on the fly
+ * starts to pay: at 32 prompt rows the AVX-512 tiles were as fast or faster, at 48 the AMX
+ * ones were faster for Q4_0 and Q8_0. */
 #define AMX_FLY_MIN_ROWS 48
 
 SIMD_ALWAYS_INLINE void gemm_amx_fly(r16_kind kind, cpu_gemm_fn rows16, const llmm_tensor *w, size_t j0, size_t j1,

@@ -12,8 +12,7 @@
  * pair's 16 float lanes; a product of two halves is exact in float, so each FMA adds what the
  * scalar's `lane += w * x` adds; its two 256-bit halves added, then hsum_ps, pair the lanes
  * as the scalar does (l + 8, + 4, + 2, + 1), and the tail past a multiple of 16 is added in
- * order. (Until 2026-12-03 these sums were doubles: a 512-bit FMA adds 8 of those, and F16
- * prompts ran at the double FMA rate, about half the reference engine's float rate.) */
+ * order. Float, not double: a 512-bit FMA adds 16 floats but only 8 doubles. */
 #ifndef LLMM_GEMM_HALF_AVX512_H
 #define LLMM_GEMM_HALF_AVX512_H
 

@@ -96,15 +96,14 @@ SIMD_ALWAYS_INLINE __m256 fold_block(__m256 acc, __m256i sums, int32_t correctio
  * the dot loop loads a block's eight scales as one vector. Assembling them inside the dot
  * loop (eight 2-byte loads, then inserts) was its largest cost after the dots; this pass
  * costs a load and a store per row-block and touches the tile's cache lines before the dot
- * loop needs them (streamed Q4_0, 4864-value rows: 1.71 -> 1.28 ns per row-block). */
+ * loop needs them. */
 #define SCALE_SEG 256
 
 SIMD_ALWAYS_INLINE void gather_scales(const uint8_t *base, size_t rb, size_t block_bytes, size_t b0, size_t n,
                                       uint16_t dws[SCALE_SEG][Q_ROWS]) {
     /* Row by row, in address order, unrolled. This pass is the streamed weights' first touch,
      * and a demand stream in address order is what the hardware prefetchers follow: reading the
-     * eight rows interleaved (block by block) cost Q8_0's decode 30 %, Q4_0's 5 % (6 alternated
-     * runs of the 0.5B Q4_0 file, 2 threads: 96.6 -> 101.5 tok/s median). */
+     * eight rows interleaved (block by block) slowed decode measurably, Q8_0's most. */
     for (int i = 0; i < Q_ROWS; i++) {
         const uint8_t *p = base + i * rb + b0 * block_bytes;
         uint16_t *restrict d = &dws[0][i];

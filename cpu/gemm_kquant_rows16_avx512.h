@@ -3,14 +3,12 @@
  * included after gemm_rows16_avx512.h (whose transposition, lane order and broadcast dot it
  * uses) and gemm_kquant_x86.h (kq_kind); gives gemm_q2_K_rows16 .. gemm_q6_K_rows16
  * (cpu_gemm_fn), and gemm_q2_K_packed16 .. gemm_q6_K_packed16 over packed copies
- * (packed_tiles.h), for any number of operand rows. One core, 2048 x 1024, 64 operand rows,
- * against the 8-row tiles: Q2_K 0.022 -> 0.0083 ns per weight and row, Q3_K 0.021-0.030 ->
- * 0.0089. With one operand row (decode) and no copy the 8-row tiles stay: Q2_K's are as fast,
- * Q3_K's 16-row ones 23 % faster from cache but no faster streamed or in per-token A/B of a 1B
- * Q3_K file. From a copy, where each transposition is four loads, the 16-row Q4_K tile of one
- * row computes twice as fast as the 8-row one (one core, 4864 x 160 from cache: 21 -> 36-44
- * GB/s of weights; Q5_K 14-16 -> 29; Q6_K 21-22 -> 30-33; Q2_K 12.6 -> 19.6; Q3_K 15.0 ->
- * 19.1, whose bit unpacking, not the transposition, is most of its work).
+ * (packed_tiles.h), for any number of operand rows. For prompts they are two to three times
+ * faster than the 8-row tiles. With one operand row (decode) and no copy the 8-row tiles stay:
+ * the 16-row ones were no faster streamed. From a copy, where each transposition is four
+ * loads, the 16-row tile of one row computes up to twice as fast as the 8-row one (least for
+ * Q3_K, whose bit unpacking, not the transposition, is most of its work; docs/performance.md, "CPU
+ * kernel choices").
  *
  * As for Q4_0 (gemm_rows16_avx512.h): each 16-byte piece of the 16 rows' super-blocks is
  * transposed in registers so that a 512-bit vpdpbusd against four operand bytes, broadcast,

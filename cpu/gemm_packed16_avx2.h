@@ -8,8 +8,8 @@
  * Why: the AVX2 kernels as stored (gemm_int8_x86.h, gemm_legacy_x86.h, gemm_kquant_x86.h) put
  * one or two weight rows in a vector, so every block's eight row sums are gathered from lanes
  * with horizontal adds, and the scales first in a pass of their own. One core from cache they
- * computed 15-22 GB/s of weights (Q4_K 15, Q6_K 16.5, Q4_0 20), below what one core reads, so
- * single-thread decode on an AVX2-only CPU was arithmetic-bound. A packed group keeps each
+ * computed fewer bytes of weights per second than one core reads, so single-thread decode on
+ * an AVX2-only CPU was arithmetic-bound. A packed group keeps each
  * row's four bytes in one 32-bit lane: each 64-byte vector of it is two 256-bit vectors of 8
  * rows (lanes 0-7 and 8-15 of the AVX-512 layout), and vpmaddubsw against four operand bytes,
  * broadcast, then vpmaddwd leave each row's sums in its own lane with no horizontal step.
@@ -33,10 +33,9 @@
  * one vpmulld per sub-block sum. The integer sums are the same, so the results are too.
  *
  * Not here: Q2_K and Q3_K (packed on no table). On the AVX2 table IQ4_XS prompts over weights
- * as stored keep its 8-row kernel: the tiles packed on the fly measured no faster (64 operand
- * rows, one core, 0.027-0.038 ns per weight and row against 0.027-0.035), as its sign trick and
- * per-lane factors cost about what the 8-row kernel's horizontal sums do. With PK_VNNI they
- * take the tiles (1.6x the prefill tok/s, docs/performance.md "twelfth session"). */
+ * as stored keep its 8-row kernel: the tiles packed on the fly measured no faster, as its sign
+ * trick and per-lane factors cost about what the 8-row kernel's horizontal sums do. With
+ * PK_VNNI they take the tiles, which are then clearly faster. */
 #ifndef LLMM_GEMM_PACKED16_AVX2_H
 #define LLMM_GEMM_PACKED16_AVX2_H
 
@@ -731,9 +730,8 @@ SIMD_ALWAYS_INLINE void gemm_pk(pk_kind kind, const llmm_tensor *w, size_t j0, s
 /* packed_piece_fn on 256-bit vectors: half h of the group's vectors (lanes 8h .. 8h+7) holds
  * rows 2h + 4i (lanes 8h + i) and 2h + 1 + 4i (lanes 8h + 4 + i), i < 4, so each 128-bit part
  * is a 4 x 4 transposition of 32-bit words of four rows' pieces, two at once, where the scalar
- * reference moves 4 bytes lane by lane. The steps that pack a 0.5B Q4_0 model (2 threads) took
- * 44-60 ms with this against 57-67 with the reference, 9-10 without packing: page faults and the
- * matrices not yet packed take most of such a step. */
+ * reference moves 4 bytes lane by lane. Even so, page faults and the matrices not yet packed,
+ * not this, take most of a step that packs. */
 static void pk_pack_piece(const uint8_t *const blk[PACKED_TILE_ROWS], size_t at, uint32_t flip, uint8_t *out) {
     const __m256i x = _mm256_set1_epi32((int)flip);
     for (int h = 0; h < 2; h++) {
@@ -759,8 +757,8 @@ static void pack_tiles_packed8(const llmm_tensor *w, size_t t0, size_t t1, uint8
 
 /* Operand rows that share one packed segment of a tile, and the segment's bytes (on the stack,
  * with the rows' accumulators: 16 KiB). Packing a segment costs about one pass of
- * PK_LEGACY_TILE_X rows over it, so it is shared by many (with 64 rows and 16 KiB segments the
- * packing was 13 % of a 0.5B Q4_0 prompt's samples). */
+ * PK_LEGACY_TILE_X rows over it, so it is shared by many (with 64 rows it was still a visible
+ * share of a prompt). */
 #define PK_FLY_ROWS 128
 #define PK_FLY_BYTES 8192
 /* fewer operand rows than this keep the 8-row kernels (a few sequences decoded together) */
@@ -786,7 +784,7 @@ SIMD_ALWAYS_INLINE size_t pk_block_bytes(pk_kind k) {
  * tile's blocks packed into a buffer (packed_tiles_pack_groups), once per PK_FLY_ROWS operand
  * rows, and the packed tiles run over it. For the first prompt, before decode steps make the
  * copies (or without them: repack_weights 0, no file mapping), on the AVX2 table, whose 8-row
- * kernels computed half as fast (see docs/performance.md, "tenth session"). */
+ * kernels compute about half as fast. */
 /* The source bytes of blocks [b0, b1) of rows [r0, r1) of the 16 at base (rb apart) to L2. */
 SIMD_ALWAYS_INLINE void pk_fly_prefetch(const uint8_t *base, size_t rb, size_t bb, size_t b0, size_t b1, size_t r0,
                                         size_t r1) {

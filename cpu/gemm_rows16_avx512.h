@@ -9,16 +9,15 @@
  *
  * Why: the 8-row tiles of gemm_int8_x86.h put two weight rows (or one) in a 256-bit vector, so
  * every block's eight row sums must be gathered from four (or eight) lanes each with
- * horizontal adds, and a 256-bit vpdpbusd does half the work of a 512-bit one at the same rate
- * on Zen 4 (a throwaway loop: 0.25 ns per ymm vpdpbusd, 0.28 per zmm; vphaddd 0.59). Here each
+ * horizontal adds, and a 256-bit vpdpbusd does half the work of a 512-bit one at about the same
+ * rate on Zen 4, where vphaddd costs twice either. Here each
  * block of the 16 rows is transposed in registers, four bytes at a time (lane q of D_j below
  * holds bytes 4j..4j+3 of row rows16_row(q)), so vpdpbusd against the operand's bytes
  * 4j..4j+3, broadcast, adds four products of one row into that row's own lane: eight of them
  * leave every row's block sum in its lane, with no horizontal step. The transposition (loads
  * with inserts, then unpacks) is paid once per block and shared by all the operand rows of a
  * tile; for one operand row it costs more than it saves for Q4_0 and Q8_0, whose decode keeps
- * the 8-row tiles. One core, 896 x 2048 Q4_0 from cache, 64 rows: 1330 -> 934 us; one row
- * 11.5 -> 12.9 us.
+ * the 8-row tiles (docs/performance.md, "CPU kernel choices").
  *
  * Numerics are the 8-row kernels': per lane (one weight row), blocks in order,
  * sum += (float)(isum - o sum(x)) * (d_w * d_x) without FMA, o the offset that made the
@@ -38,9 +37,8 @@
 
 #define R16_ROWS PACKED_TILE_ROWS
 /* operand rows per tile: 16 accumulators, the block's 8 weight vectors and one dot chain fit
- * the 32 registers (Q_TILE_X's 8 had made one core, 896 x 2048, 64 rows: Q4_0 940 -> 862 us,
- * Q5_0 1002 -> 931, Q8_0 981 -> 921); the K-quant tiles, with twice the accumulators, keep
- * Q_TILE_X */
+ * the 32 registers, and 16 rows measured faster than Q_TILE_X's 8; the K-quant tiles, with
+ * twice the accumulators, keep Q_TILE_X */
 #define R16_TILE_X 16
 /* blocks whose scales are gathered at a time: 2 KiB on the stack (a row of 64 blocks, 2048
  * values, is gathered once per tile; longer rows once per segment and tile of operand rows) */
@@ -111,10 +109,9 @@ SIMD_ALWAYS_INLINE void rows16_transpose(const uint8_t *p, size_t rb, __m512i d[
 
 /* Q5_0 decode: the scales (widened) and 5th-bit words of one block of the 16 rows, by lane,
  * from the block's first 8 bytes (d, then qh) transposed like the quants. With one operand row
- * the gather pass (two stores per row and block) cost 3-6 % of 0.5B Q4_K_M decode time
- * (per-token A/B, 0.962-0.973, and 0.942 at 512 positions; most of its weights are Q5_0); with
- * many it is shared by all of them, and the transposition per block and tile of operand rows
- * would cost more (one core, 896 x 2048, 64 rows: 998 against 1110 us). */
+ * the gather pass (two stores per row and block) cost a few per cent of a Q5_0-heavy decode;
+ * with many it is shared by all of them, and the transposition per block and tile of operand
+ * rows would cost more. */
 SIMD_ALWAYS_INLINE void rows16_q5_0_head(const uint8_t *blk, size_t rb, __m512 *d_w, __m512i *qh) {
     __m512i d[4];
     rows16_transpose(blk, rb, d); /* d[2], d[3] unused: the compiler drops them */
@@ -241,8 +238,8 @@ SIMD_ALWAYS_INLINE void rows16_packed_block(r16_kind kind, const uint8_t *v, __m
 }
 
 /* One tile (16 rows of rb bytes, nb blocks) packed into out with the transposition above,
- * stored: byte for byte packed_tiles_pack's layout (that scalar reference took 22 % of the
- * samples of a run whose first decode step packs a 0.5B Q8_0 model; this, 8 %). */
+ * stored: byte for byte packed_tiles_pack's layout, at a third of that scalar reference's
+ * cost. */
 SIMD_ALWAYS_INLINE void rows16_pack_tile(r16_kind kind, const uint8_t *tile, size_t rb, size_t nb, uint8_t *out) {
     const size_t bb = r16_block_bytes(kind), qs = r16_qs_offset(kind);
     const __m512i flip = _mm512_set1_epi8(kind == R16_Q8_0 ? (char)0x80 : 0);
@@ -282,7 +279,7 @@ SIMD_ALWAYS_INLINE void rows16_pack_tile(r16_kind kind, const uint8_t *tile, siz
  * 16 off for the pieces kept in order). pf: the same group of the next tile, whose same bytes
  * are prefetched to L2 along (NULL: none). Per piece, not a whole group per super-block as the
  * unpacked tiles do: a burst of 53 lines per step left the packed Q6_K tile slower from memory
- * than the unpacked 8-row kernel (one core, 2048 x 5632, 16.4-18.7 GB/s; spread, 23.6-25.5). */
+ * than the unpacked 8-row kernel; spread, it is faster. */
 SIMD_ALWAYS_INLINE void rows16_piece_at(int packed, const uint8_t *blk, size_t rb, size_t off, size_t at,
                                         const uint8_t *pf, __m512i d[4]) {
     if (!packed) {
@@ -305,7 +302,7 @@ SIMD_ALWAYS_INLINE void rows16_prefetch(const uint8_t *next, size_t b, size_t bb
 
 /* acc + vpdpbusd(w, the 4 bytes at x in every lane), the bytes taken by the instruction's
  * own broadcast from memory: from the intrinsics GCC 12 loads them with a separate
- * vpbroadcastd, one more uop per dot (one core, 896 x 2048, 64 rows: 977 -> 934 us). */
+ * vpbroadcastd, one more uop per dot. */
 SIMD_ALWAYS_INLINE __m512i dpbusd_bcast(__m512i acc, __m512i w, const int8_t *x) {
     __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const int32_t *)(const void *)x));
     return acc;
@@ -328,10 +325,8 @@ SIMD_ALWAYS_INLINE void rows16_tile_seg(r16_kind kind, int packed, const uint8_t
                                         const uint16_t mws[R16_SEG][R16_ROWS], const uint32_t qhs[R16_SEG][R16_ROWS],
                                         const cpu_operand *x, size_t r0, size_t nx, __m512 acc_io[R16_TILE_X]) {
     const size_t bb = r16_block_bytes(kind);
-    /* in registers for the segment: through acc_io they lived on the stack, a load and a
-     * store per operand row and block; with that and two dot chains per row, one core, 896 x
-     * 2048, 64 rows, from cache, alternated: Q8_0 955-963 -> 852-867 us, Q5_0 939-963 ->
-     * 874-892, Q4_0 850-852 -> 834-839 */
+    /* in registers for the segment: through acc_io they would live on the stack, a load and a
+     * store per operand row and block (measurably slower, Q8_0 most) */
     __m512 acc[R16_TILE_X];
 #pragma GCC unroll 16
     for (size_t r = 0; r < R16_TILE_X; r++) acc[r] = b0 == 0 ? _mm512_setzero_ps() : acc_io[r];

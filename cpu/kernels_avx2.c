@@ -96,8 +96,7 @@ PK_GEMM_AS_STORED(gemm_q6_K_avx2, gemm_q6_K, PK_Q6_K)
  * infinite, from a damaged file) can convert to INT_MIN (a NaN product) or far above 127 (max_ps
  * returns its second operand for a NaN, so amax can miss the largest value); the packs
  * saturated those in the quants while the sums kept them, and the kernels' 128 * sum then
- * overflowed. Two integer ops per 8 values: 13 % of the quantizer's time, about 0.03 % of a
- * decode step. */
+ * overflowed. Two integer ops per 8 values: negligible next to a decode step. */
 SIMD_ALWAYS_INLINE __m256i quantize_q8_quants(const float *xb, __m256 id, int8_t *qb) {
     const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
@@ -125,8 +124,8 @@ SIMD_ALWAYS_INLINE __m256 lane_maxes(const __m256 m[8]) {
  * even, the hardware conversion), quants round(x * 127 / amax) to nearest even
  * (cvtps_epi32 under the default rounding mode, as nearbyintf). Eight blocks at a time: their
  * maxima, scales and inverse scales as one vector each and their sums by one reduction tree,
- * where block by block two scalar divisions and two horizontal reductions made 1.26 ns per
- * value, a third of the calling thread's work between the matmuls of a decode step. With s,
+ * where block by block two scalar divisions and two horizontal reductions made the quantizer a
+ * large share of the calling thread's work between the matmuls of a decode step. With s,
  * also llmm_quantize_row_q8_1's s = sum * d (d before its f16 rounding) as f16, widened; sum
  * and s may each be NULL. */
 SIMD_ALWAYS_INLINE void quantize_q8_fields(const float *x, int8_t *qs, float *d, int32_t *sum, float *s, size_t n) {
@@ -177,8 +176,8 @@ void avx2_quantize_q8(const float *x, int8_t *qs, float *d, int32_t *sum, size_t
     quantize_q8_fields(x, qs, d, sum, NULL, n);
 }
 
-/* Q8_1 operands (Q4_1, Q5_1 weights). Made block by block through the type table's quantizer
- * (fmaxf and nearbyintf library calls) they had been 6 % of a 0.5B Q4_1 decode's samples. */
+/* Q8_1 operands (Q4_1, Q5_1 weights), vectorized like Q8_0's: block by block through the type
+ * table's quantizer, fmaxf and nearbyintf library calls made them a visible part of decode. */
 void avx2_quantize_q8_1(const float *x, int8_t *qs, float *d, float *s, size_t n) {
     quantize_q8_fields(x, qs, d, NULL, s, n);
 }
@@ -510,8 +509,8 @@ void avx2_attn_values(float *out, size_t nh, size_t hd, const float *w, size_t l
     attn_values_rows(out, nh, hd, w, ld, &(cpu_attn_rows){.f32 = rows}, n, 0);
 }
 
-/* The F16 K/V rows of a block read where they lie (ops_attention.c no longer widens them into
- * scratch and reads them back): the same loops, so the same bits as on the widened rows. */
+/* The F16 K/V rows of a block read where they lie (ops_attention.c does not widen them into scratch
+ * and read them back): the same loops as over widened rows, so the same bits. */
 void avx2_attn_scores_f16(const float *q, size_t nh, size_t hd, const uint16_t *rows, size_t row_stride, size_t n,
                           float *scores, size_t ld) {
     attn_scores_rows(q, nh, hd, &(cpu_attn_rows){.f16 = rows, .stride = row_stride}, n, scores, ld, 1);

@@ -1,9 +1,8 @@
 /* AVX-512 kernels: the int8 dots through VNNI's vpdpbusd (four u8 x s8 products summed into
  * each int32 lane in one instruction, no int16 saturation step), at 256-bit width so the tile
  * code is shared with AVX2 (gemm_int8_x86.h); the 32 vector registers hold an 8-row operand
- * tile (4 rows had each weight block unpacked once per 4 prompt rows: 8 made the 64-row
- * matmuls 5 % (Q4_0), 5-8 % (Q8_0) and 15-20 % (Q5_0) faster, `LLMM_BENCH_KERNELS=q4_0,q8_0,q5_0
- * build/tests/test_simd`, 4 alternations). Everything else is the AVX2 code (see
+ * tile, so each weight block is unpacked once per 8 prompt rows instead of 4 (docs/performance.md,
+ * "CPU kernel choices"). Everything else is the AVX2 code (see
  * kernels_x86.h). Compiled with the AVX-512 target flags (Makefile); called only after
  * cpu_kernels_get(CPU_ISA_AVX512) checked the CPU. The same file gives the AMX table: this one
  * with Q4_0, Q5_0 and Q8_0 prompts on AMX-INT8 tiles (gemm_amx.h), chosen only
@@ -49,11 +48,10 @@ static inline __m256i dot_q8_0(__m256i w_plus_128, __m256i x) { return dot_u8s8(
 #include "gemm_iq4_xs_rows16_avx512.h"
 
 /* For one operand row (decode) Q4_0 and Q8_0 stay on the 8-row tiles (see
- * gemm_rows16_avx512.h); from two rows on the 16-row tiles are faster (one core, Q4_0 896 x
- * 1024 from cache: 2 rows 33.1 -> 32.0 us, 4 rows 51.7 -> 43.7, 8 rows 89.2 -> 65.9). Q5_0
- * takes the 16-row tiles for every row count: its 8-row tiles assemble the 5th-bit masks with
- * scalar code, the 16-row ones with one shuffle and one test per vector (0.5B Q4_K_M decode,
- * mostly Q5_0, ms per token in per-token A/B runs: 0.937, 0.957, 0.971; A/A 1.002-1.007). */
+ * gemm_rows16_avx512.h); from two rows on the 16-row tiles are faster. Q5_0 takes the 16-row
+ * tiles for every row count: its 8-row tiles assemble the 5th-bit masks with scalar code, the
+ * 16-row ones with one shuffle and one test per vector (docs/performance.md, "CPU kernel
+ * choices"). */
 #define GEMM_BY_ROWS(NAME, ONE_ROW, ROWS16)                                                                  \
     static void NAME(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows,      \
                      float *out, size_t ldo) {                                                             \
@@ -68,8 +66,7 @@ GEMM_BY_ROWS(gemm_iq4_xs_avx512, gemm_iq4_xs, gemm_iq4_xs_rows16)
 
 /* vpdpwssd: the K-quants' scale multiply and the add in one instruction */
 static inline __m256i kq_madd_acc(__m256i acc, __m256i p, __m256i s) { return _mm256_dpwssd_epi32(acc, p, s); }
-/* as Q_TILE_X: best of 7 alternated runs at 64 rows, q4_K 0.0195 -> 0.0175, q5_K 0.0233 ->
- * 0.0177, q6_K 0.0301 -> 0.0204 ns per weight and row */
+/* as Q_TILE_X: 8 operand rows per tile measured faster than 4 for every K-quant */
 #define KQ_TILE_X 8
 #define KQ_ROW_AVX512 1 /* one operand row (decode) on 512-bit vectors (gemm_kquant_x86.h) */
 
@@ -97,11 +94,10 @@ static inline void add_bit4_pair(__m256i *lo, __m256i *hi, uint32_t ha, uint32_t
 #include "gemm_legacy_x86.h"
 
 /* Q4_1 and Q5_1 (Q5_K_M files fall back to Q5_1 for rows not a multiple of 256) take the
- * 16-row tiles for every row count: one core, 896 x 4864, 64 rows, from cache, Q4_1 0.0122 ->
- * 0.0091, Q5_1 0.0146 -> 0.0094 ns per weight and row; with one row, their scales, mins (and
- * Q5_1's 5th bits) transposed from the block heads (rows16_min_head), Q4_1 0.0357 -> 0.0308,
- * Q5_1 0.0483 -> 0.0364 ns per weight; 0.5B decode, alternated, Q5_K_M 48-56 -> 56-62 tok/s,
- * Q4_1 57-63 -> 69-70. Unlike Q4_0, whose 8-row tiles gather no mins. */
+ * 16-row tiles for every row count, decode included: with one row, their scales, mins (and
+ * Q5_1's 5th bits) transposed from the block heads (rows16_min_head) still cost less than the
+ * 8-row tiles' gathering of mins (docs/performance.md, "CPU kernel choices"). Unlike Q4_0, whose
+ * 8-row tiles gather no mins. */
 #include "gemm_half_avx512.h"
 
 /* Attention on the AVX2 loops with wider tiles: 4 heads x 4 positions of score chains (the

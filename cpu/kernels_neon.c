@@ -494,8 +494,8 @@ void neon_attn_values(float *out, size_t nh, size_t hd, const float *w, size_t l
     attn_values_rows(out, nh, hd, w, ld, &(cpu_attn_rows){.f32 = rows}, n, 0);
 }
 
-/* The F16 K/V rows of a block read where they lie (ops_attention.c no longer widens them into
- * scratch and reads them back): the same loops, so the same bits as on the widened rows. */
+/* The F16 K/V rows of a block read where they lie (ops_attention.c does not widen them into scratch
+ * and read them back): the same loops as over widened rows, so the same bits. */
 void neon_attn_scores_f16(const float *q, size_t nh, size_t hd, const uint16_t *rows, size_t row_stride, size_t n,
                           float *scores, size_t ld) {
     attn_scores_rows(q, nh, hd, &(cpu_attn_rows){.f16 = rows, .stride = row_stride}, n, scores, ld, 1);

@@ -17,8 +17,8 @@
 static inline int32x4_t dot_block(int8x16_t w0, int8x16_t w1, int8x16_t x0, int8x16_t x1) {
     return vdotq_s32(vdotq_s32(vdupq_n_s32(0), w0, x0), w1, x1);
 }
-/* As the base table: 4 operand rows. Larger tiles fit the 32 registers but could not be
- * measured (no ARM hardware at hand; qemu timings say nothing about a real core). */
+/* As the base table: 4 operand rows. Larger tiles fit the 32 registers but are unmeasured on
+ * real ARM cores (qemu timings say nothing about one). */
 #define Q_TILE_X 4
 
 #include "gemm_int8_neon.h"

@@ -1,8 +1,8 @@
 /* The AVX2 kernels the AVX-512 table reuses: the AVX-512 table has its own int8 dots (VNNI),
  * F16/BF16 matmul tiles and attention tiles (attn_x86.h with wider tiles). 512-bit versions
- * of the other float kernels are not written: on the Zen 4 dev VM the F32 matmul computes 57
- * GB/s of weights per core from cache against 15-18 streamed, and Zen 4 runs 512-bit
- * operations as two 256-bit halves anyway.
+ * of the other float kernels are not written: the F32 matmul computes weights several times
+ * faster from cache than one core streams them, so decode waits on memory, and Zen 4 runs
+ * 512-bit operations as two 256-bit halves anyway.
  * Declarations only: callers must have checked cpu_kernels_get(CPU_ISA_AVX2) first. */
 #ifndef LLMM_KERNELS_X86_H
 #define LLMM_KERNELS_X86_H

@@ -57,10 +57,9 @@ static inline const float *kv_row(const llmm_kv_view *view, const void *base, ui
 
 /* Q8 head row of n values: q = round(x * 127 / amax), stored after scale = amax / 127, where
  * amax is the largest |value| of the whole position's K (or V) vector, all heads: one scale
- * per position, as before the pool became head-major. Per-head scales were measured: smaller
- * logit errors on 6 of the 8 golden cases, but two greedy continuations left the reference's
- * at a near-tie after 21 and 25 tokens (the Q8 bar is 32), so the numerics stayed as they
- * were. */
+ * per position. Per-head scales give smaller logit errors on most golden cases but moved two
+ * greedy continuations off the reference's at near-ties within the Q8 golden bar, so the
+ * scaling stays per position. */
 static inline void kv_store_q8(uint8_t *row, const float *x, size_t n, float amax) {
     const float scale = amax / 127.0f, inv = amax > 0 ? 127.0f / amax : 0.0f;
     memcpy(row, &scale, sizeof scale);

@@ -46,8 +46,8 @@ static void chunk_rows(const cpu_kernels *kern, const llmm_kv_view *kv, const vo
 }
 
 /* Head h's rows at positions [p, p + n) as one stretch of halves in the pool, hd apart, for
- * the kernels that widen F16 rows in registers (writing the widened chunk and reading it back
- * was 2.5 % of decode at 544 positions): NULL unless the rows are F16 and lie back to back
+ * the kernels that widen F16 rows in registers (writing a widened chunk and reading it back
+ * costs a visible part of decode at long contexts): NULL unless the rows are F16 and lie back to back
  * (same block, head-major layout). */
 static const uint16_t *f16_stretch(const llmm_kv_view *kv, const void *base, uint32_t p, size_t n, uint32_t h) {
     if (kv->type != LLMM_KV_F16 || kv->row_bytes != (size_t)kv->head_dim * sizeof(uint16_t) ||
@@ -78,8 +78,8 @@ static void values_chunk(const cpu_kernels *kern, float *out, uint32_t nh, size_
 
 /* s = s * scale (then soft-capped when softcap > 0); returns the largest. Loops over blocks
  * of eight that GCC vectorizes at -O2 (its cheapest cost model leaves loops of unknown length
- * scalar): written plainly, the scaling and the normalization below were 19 % of a 512-token
- * prefill's attention, one scalar multiply and store per score. */
+ * scalar): written plainly, the scaling and the normalization below were a large part of a
+ * prompt's attention, one scalar multiply and store per score. */
 static float scale_and_max(float *s, size_t n, float scale, float softcap) {
     float lane[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
     size_t p = 0;

@@ -56,8 +56,8 @@ static void norm_range(void *arg, size_t r0, size_t r1) {
 }
 
 /* Sum of squares in double, scale in float: the reference's rms_norm, then the weight. Rows
- * from a prompt's worth on go to the threads (0.7 % of a 512-token prefill's samples on the
- * calling thread alone), as the element-wise ops below. */
+ * from a prompt's worth on go to the threads, as the element-wise ops below, so the other
+ * threads do not wait on the calling one. */
 llmm_status cpu_rms_norm(void *state, const float *x, const float *weight, float *out, size_t n_rows, size_t dim,
                          float eps) {
     cpu_state *s = state;
@@ -132,8 +132,8 @@ static float gelu_tanh(float x) {
 }
 
 /* Element-wise ops over a prompt's rows go to the threads from this many values on (16 rows
- * of a 4096-wide FFN): a 512-token prefill's SwiGLU had run on the calling thread while the
- * others waited, 1.7 % of its samples. A decode step's few thousand values stay on the caller.
+ * of a 4096-wide FFN), so that a prompt's SwiGLU does not run on the calling thread while the
+ * others wait. A decode step's few thousand values stay on the caller.
  * The pieces are multiples of 8 values, the SIMD kernels' step, so every value takes the path
  * (vector or scalar tail) it takes in one call. */
 #define ELEMENTWISE_PARALLEL_MIN 65536
@@ -166,7 +166,7 @@ typedef struct add_task {
 } add_task;
 
 /* In blocks of eight, which GCC vectorizes at -O2 (a plain loop of unknown length stays
- * scalar: 1 % of a 512-token prefill's samples); restrict parameters spare it the overlap
+ * scalar); restrict parameters spare it the overlap
  * check that its cheapest cost model refuses. */
 void cpu_add_floats(float *restrict dst, const float *restrict src, size_t n) {
     size_t i = 0;

@@ -75,8 +75,8 @@ static void plan_chunks(const cpu_state *s, matmul_task *t) {
 }
 
 /* Source bytes packed at a time while making a copy: each slice's copy pages are faulted in by
- * one call (MADV_POPULATE_WRITE: Q8_0 0.5B first decode step 224-314 -> 207-240 ms, 3
- * alternations), its file pages dropped and its rows computed while still in cache, so the
+ * one call (MADV_POPULATE_WRITE, cheaper than a fault per page), its file pages dropped and its
+ * rows computed while still in cache, so the
  * resident set grows by a slice, not by a chunk (a first chunk of the 0.5B models' output
  * matrix is 36 MB); 1 MiB slices made no difference. */
 enum { PACK_SLICE_BYTES = 256 << 10 };
@@ -137,9 +137,9 @@ static void matmul_chunk(void *arg, size_t chunk, int ith) {
 
 /* Within forward steps, the decode steps make missing copies, whatever their number of
  * sequences; a prompt's matmuls (its last-position logits too) stay on the original until a
- * decode step has made the copy, so the first token comes no later (before 2026-12-03 the
- * rule was "steps of up to 4 tokens": a batch of 5 or more sequences never made copies, and
- * a 3-token prompt did). A matmul outside a step (a direct call) makes one when it has up to
+ * decode step has made the copy, so the first token comes no later. (A rule by row count
+ * would leave batches of many sequences without copies and make short prompts pay for them.)
+ * A matmul outside a step (a direct call) makes one when it has up to
  * PACK_MAX_ROWS operand rows. */
 #define PACK_MAX_ROWS 4
 
@@ -203,8 +203,8 @@ static void run_task(cpu_state *s, matmul_task *t, const llmm_tensor *const *w, 
     }
 }
 
-/* In blocks of eight, which GCC vectorizes at -O2: through the type table's converter, value
- * by value, this was 4.5 % of a 512-token BF16 prefill's samples. */
+/* In blocks of eight, which GCC vectorizes at -O2, where the type table's converter goes
+ * value by value: BF16 prompts round every operand value. */
 void cpu_round_bf16(const float *x, float *out, size_t n) {
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {
@@ -223,13 +223,10 @@ void cpu_round_bf16(const float *x, float *out, size_t n) {
 
 /* One row as Q8_K through the type table's quantizer, split by field: the path of tables
  * without quantize_q8k (the scalar one), and the reference that slot must match bit for bit.
- * Not free: 3.9-4.2 ns per value on the dev VM, 20 us of a ~150 us one-thread decode matmul
- * with a 4864 x 896 Q4_K weight, 1.7 % of all 0.5B Q4_K_M decode samples in perf while the
- * other thread waited. The AVX2 quantize_q8k takes 0.23 ns per value (LLMM_BENCH_KERNELS=q8k,
- * rows of 1024 and 4608 values): 0.5B Q4_K_M decode, 2 threads, 7 alternating runs on the
- * busy VM, best 68.4 -> 70.1 tok/s, median token 14.6 -> 14.0 ms. Decode's one row stays on
- * the calling thread (spreading it over the threads in chunks of 1024 values had made no
- * difference measurable on the busy VM); a prompt's rows go to the threads (operand_fill). */
+ * Not free: over ten times the SIMD tables' quantize_q8k per value, a measurable part of a
+ * K-quant decode step (docs/performance.md, "CPU kernel choices"). Decode's one row stays on the
+ * calling thread (spreading it over the threads made no measurable difference); a prompt's rows go
+ * to the threads (operand_fill). */
 static void quantize_row_q8k(const float *x, int8_t *qs, float *d, int16_t *bsums, size_t n) {
     block_q8_K blk;
     for (size_t b = 0; b < n / QK_K; b++) {
@@ -240,9 +237,9 @@ static void quantize_row_q8k(const float *x, int8_t *qs, float *d, int16_t *bsum
     }
 }
 
-/* Operand rows from a prompt's worth on go to the threads (cpu_parallel_range): quantizing
- * 512 rows for each matmul had run on the calling thread while the others waited, 2.7 % of a
- * 512-token Q4_0 prefill's samples. */
+/* Operand rows from a prompt's worth on go to the threads (cpu_parallel_range), so that
+ * quantizing a prompt's rows for each matmul does not run on the calling thread while the
+ * others wait. */
 #define OPERAND_PARALLEL_MIN_ROWS 16
 
 /* The fields one operand is written to (cpu_operand's, writable) and how. */

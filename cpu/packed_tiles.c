@@ -1,7 +1,7 @@
 /* Packing weights into the 16-row tile layout (packed_tiles.h) and reading blocks back, and the
  * memory the copies live in. The packer here is plain C, the reference the AVX-512 table's
- * packer (its transposition, stored: rows16_pack_tile) must match byte for byte; in scalar
- * C it had been 22 % of a first decode step's samples. */
+ * packer (its transposition, stored: rows16_pack_tile) must match byte for byte; the SIMD
+ * packers exist because this one is slow enough to show in the first decode steps. */
 #define _DEFAULT_SOURCE /* madvise, MAP_ANONYMOUS */
 #include "packed_tiles.h"
 

@@ -6,9 +6,8 @@
  * registers (16 loads, 12 inserts and 8 unpacks per block, plus for Q5_0 the 5th-bit words and
  * 4 shuffles) so that vpdpbusd leaves each row's block sum in its own lane. With one operand
  * row (decode) nothing shares that work, and Q5_0's decode was bound by it. Stored the way the
- * registers want it, a block of 16 rows is 4 to 8 plain loads. One core, 896 x 4864 Q5_0 from
- * memory, the same bytes read either way: 0.61-0.63 of the time; Q4_0 0.78, Q8_0 0.97 (see
- * docs/performance.md "Packed weights").
+ * registers want it, a block of 16 rows is 4 to 8 plain loads: the same bytes read in less
+ * time, Q5_0 most (docs/performance.md, "CPU kernel choices").
  *
  * Layout: full tiles of 16 rows only (rows [0, 16 * floor(ne1 / 16))); the rows after them
  * stay in the original. Tile t, block b (of 32 weights, or a K-quant's super-block of 256) is

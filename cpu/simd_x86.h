@@ -28,18 +28,17 @@ SIMD_ALWAYS_INLINE uint16_t load_u16(const uint8_t *p) {
 /* Next-tile prefetch. The matmul kernels work on tiles of a few weight rows; while one tile
  * is computed, the next tile of the same chunk (the rows after it, contiguous in memory) is
  * prefetched, spread evenly over the tile's loop: each step prefetches the next tile's share
- * of the bytes it reads itself. Without it one core streamed 6 GB/s of Q4_0 weights on the
- * 0.5B model, waiting on the interleaved rows that the hardware prefetcher does not follow
- * (measured on the Zen 4 dev VM, as every number here). The float kernels' tiles of up to
- * half the L1 go to L1, larger ones to L2, where in L1 they evicted the current tile (Q8_0 rows
- * of 4864 values: 1.5 ns per 32 values with L2, 2.25 with L1); the quantized kernels prefetch to
+ * of the bytes it reads itself. Without it one core streams a fraction of the bandwidth,
+ * waiting on the interleaved rows that the hardware prefetcher does not follow. The float
+ * kernels' tiles of up to half the L1 go to L1, larger ones to L2, where in L1 they would
+ * evict the current tile; the quantized kernels prefetch to
  * L2 always (prefetch_next in gemm_int8_x86.h). Addresses are integers: a prefetch never faults,
  * and nothing past the chunk is prefetched (another thread reads that). */
 #define PF_L1_MAX_TILE 16384
 
 SIMD_ALWAYS_INLINE void prefetch_span(uintptr_t p, size_t n, int to_l2) {
     /* unrolled: a kernel's span is a few lines, a constant, and the loop's compare and branch
-     * cost more than the prefetches (Q4_0 decode: ~10 % of its samples, not unrolled) */
+     * cost more than the prefetches (visible in a decode profile when not unrolled) */
     if (to_l2) {
 #pragma GCC unroll 8
         for (size_t k = 0; k < n; k += 64) _mm_prefetch((const char *)(p + k), _MM_HINT_T1);

@@ -10,12 +10,13 @@
 
 /* Workers spin briefly on the run ticket before sleeping: a decode step issues dozens of
  * small parallel ops, and a condition-variable wake-up per op costs more than the op itself
- * on small models (measured: 20x slower decode on stories260K with 2 threads).
+ * on small models (many times slower decode on stories260K with 2 threads).
  * Every YIELD_EVERY rounds a spinning thread (worker or caller) calls sched_yield: free when
  * nothing else wants the CPU, and when something does (more threads than cores, other busy
  * processes) it lets a thread that still holds a chunk run, instead of burning the slice that
- * thread needs. Measured on the 2-vCPU dev VM, 0.5B Q4_0 decode: 3 threads went from 51-60
- * to 88-89 tok/s (2 threads: 89-96 either way); 1024 rounds did as well as 32 or 128. */
+ * thread needs: with more threads than cores decode no longer collapses, and with as many it
+ * costs nothing; 1024 rounds did as well as 32 or 128 (docs/performance.md, "CPU kernel
+ * choices"). */
 #define SPIN_ROUNDS 20000
 #ifndef YIELD_EVERY
 #define YIELD_EVERY 1024
@@ -29,9 +30,8 @@
  * other segment. So when every thread keeps its CPU, each runs one contiguous stretch of
  * chunks (for a matmul: one unbroken stream of weight rows, prefetched across its chunk
  * boundaries), and a thread that lost its CPU still costs at most the chunk it holds.
- * Measured on the 0.5B Q4_0 decode, 2 threads, alternating runs: 98-100 tok/s with chunks
- * claimed in order from one counter (each new chunk starting a cold stream), 104-112 with
- * segments (docs/performance.md).
+ * Chunks claimed in order from one counter start a cold stream at each chunk, measurably
+ * slower (docs/performance.md, "CPU kernel choices").
  *
  * Each segment is one word, (run generation, front, back): claiming from either end is one
  * compare-and-swap that checks the run and the bounds together, so a worker that wakes late

@@ -6,7 +6,7 @@
  * down frees them with the copies they hold.
  *
  * Why lazily and not at load: making the copies costs about as much as reading the weights
- * twice, which a load (40-70 ms for a 0.5B file here) and the first token of a prompt cannot
+ * twice, which a load (tens of milliseconds for a 0.5B file) and the first token of a prompt cannot
  * afford; the first decode steps can, a bounded share each. Why replacing pages and not adding them: where the
  * weight's bytes are the model's read-only file mapping, the backend drops the mapped pages it
  * has copied (MADV_DONTNEED), so the process keeps about one copy resident, not two; anything

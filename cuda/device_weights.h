@@ -1,6 +1,6 @@
 /* The device copies of a model's weights, made once per model and device and shared by every
- * context of that model on that device (the issue of DESIGN.md section 9: device memory stays
- * about the file's size however many contexts run).
+ * context of that model on that device, so that device memory stays about the file's size
+ * however many contexts run.
  *
  * The sets live in the model's share for the CUDA backend (llmm_backend_config.shared, a list
  * of one set per device in its data), under its lock: contexts of one model start and stop on

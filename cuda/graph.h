@@ -1,4 +1,4 @@
-/* Decode steps as CUDA graphs (DESIGN.md section 9, "a step is a graph").
+/* Decode steps as CUDA graphs: a step is a graph (cuda/README.md).
  *
  * The core calls the backend op by op between step_begin and step_end. In a decode step the
  * glue (backend.cu) launches nothing while the ops come: it validates each op and records it

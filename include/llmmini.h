@@ -157,7 +157,7 @@ LLMM_API size_t llmm_model_last_error(const llmm_model *model, char *buf, size_t
 typedef enum llmm_tokenizer_kind {
     LLMM_TOKENIZER_NONE = 0,
     LLMM_TOKENIZER_SPM = 1,  /* SentencePiece-style ("llama") */
-    LLMM_TOKENIZER_BPE = 2   /* byte-level BPE ("gpt2"); later issue */
+    LLMM_TOKENIZER_BPE = 2   /* byte-level BPE ("gpt2") */
 } llmm_tokenizer_kind;
 
 /* Facts about a loaded model. Strings are owned by the model and live as long as it. */
@@ -317,7 +317,7 @@ typedef struct llmm_context_params {
     int32_t n_threads;      /* 0 = number of physical cores */
     uint32_t n_batch;       /* prefill chunk in tokens (default 256) */
     llmm_backend_kind backend;
-    llmm_kv_type kv_type;   /* default LLMM_KV_F16 (was F32 before 0.2) */
+    llmm_kv_type kv_type;   /* default LLMM_KV_F16 */
     llmm_abort_fn abort;    /* optional */
     void *abort_user;
     llmm_log_fn log;        /* optional */

@@ -1,5 +1,5 @@
 /* Backend modules: a backend built as a shared library of its own (libllmmini-cuda.so) and
- * loaded at run time, so that the core never links a GPU runtime (DESIGN.md section 9). An
+ * loaded at run time, so that the core never links a GPU runtime (docs/backends.md). An
  * app built against the CPU-only library gains the backend by installing the module.
  *
  * The module ABI is one exported C function, LLMM_BACKEND_MODULE_ENTRY:

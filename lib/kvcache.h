@@ -1,15 +1,14 @@
-/* The paged KV cache of a context (DESIGN §4): a pool of fixed-size blocks allocated once,
- * per-sequence block tables, reference counts for blocks that forked sequences share, and
- * copy-on-write when a shared block is about to be written.
+/* The paged KV cache of a context (docs/api.md, "The KV cache"): a pool of fixed-size blocks
+ * allocated once, per-sequence block tables, reference counts for blocks that forked sequences
+ * share, and copy-on-write when a shared block is about to be written.
  *
  * Pool layout (one backend buffer): one region per (K or V, layer, K/V head), each holding
  * that head's rows of every block, block after block:
  *     ({K, V}, n_layer, n_head_kv, n_blocks, block_size, row_bytes)
  * with row_bytes one head row (kv_row_bytes of head_dim values). Attention over one head of a
- * sequence whose blocks were handed out in order therefore reads one dense stream: with the
- * earlier (n_blocks, {K, V}, n_layer, block_size, all heads) layout an item read half of
- * every row and jumped to another page every 16 positions, and reached 3-4 GB/s where a
- * dense stream reaches 20 (one Zen 4 core; docs/performance.md). A block is thus
+ * sequence whose blocks were handed out in order therefore reads one dense stream, where a
+ * block-major layout (all layers and heads of a block together) would read part of every row
+ * and jump to another page every few positions, several times slower. A block is thus
  * 2 * n_layer * n_head_kv segments of block_size rows, one per region: copy-on-write and
  * saved states move those segments.
  *

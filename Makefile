@@ -408,6 +408,27 @@ $(BUILD)/tests/test_backend_module: $(TEST_MODULES)
 test: $(TEST_MODULES)
 -include $(wildcard $(BUILD)/obj/tests/module/*.d)
 
+# ABI baseline (docs/abi.md): abi/llmmini.abi is the ABI of libllmmini.so as abidw dumps it
+# (Debian: abigail-tools, installed by scripts/deps.sh when root). make abi-check fails on any
+# difference, make abi-update rewrites the baseline for an intended change. Needs -g (default).
+ABI_BASELINE := abi/llmmini.abi
+.PHONY: abi-check abi-update
+abi-check abi-update: $(SHARED)
+	@DEPS_TARGET=abi sh scripts/deps.sh
+	@sh scripts/abi.sh $(@:abi-%=%) $(SHARED) $(ABI_BASELINE)
+
+# A client built against release 0.1.0's header alone (tests/abi/0.1.0, no include/) and run
+# against the current shared library, found next to it through the rpath.
+ABI_CLIENT := $(BUILD)/tests/abi_client_0_1_0
+$(BUILD)/obj/tests/abi/client_0_1_0.o: tests/abi/client_0_1_0.c tests/abi/0.1.0/llmmini.h | $(DEPS_OK)
+	@mkdir -p $(@D)
+	$(CC) -std=c11 -D_POSIX_C_SOURCE=200809L $(WARN) -Itests/abi/0.1.0 $(SAN_FLAGS) $(CFLAGS) -c $< -o $@
+$(ABI_CLIENT): $(BUILD)/obj/tests/abi/client_0_1_0.o $(SHARED)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_LDFLAGS) -o $@ $< $(SHARED) -Wl,-rpath,'$$ORIGIN/..'
+TEST_BIN += $(ABI_CLIENT)
+test: $(ABI_CLIENT)
+
 clean:
 	rm -rf build
 

@@ -40,14 +40,17 @@ SONAME := libllmmini.so.$(VERSION_MAJOR)
 SHARED := $(BUILD)/$(SONAME)
 
 EXAMPLES := $(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/llmmini-*.c))
+# tools/: programs that need the library's internals (lib/*.h) and link the static archive:
+# the model converter and the synthetic-model generator. Examples see include/ alone.
+TOOLS := $(patsubst tools/%.c,$(BUILD)/%,$(wildcard tools/llmmini-*.c))
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_SUPPORT := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
 TEST_SUPPORT_OBJ := $(TEST_SUPPORT:%.c=$(BUILD)/obj/%.o)
 DEPS_OK := $(BUILD)/.deps-ok
 
-.PHONY: all lib examples test test-arm demo bench fuzz install clean deps
-all: lib examples
+.PHONY: all lib examples tools test test-arm demo bench fuzz install clean deps
+all: lib examples tools
 
 deps: $(DEPS_OK)
 $(DEPS_OK): scripts/deps.sh
@@ -56,6 +59,7 @@ $(DEPS_OK): scripts/deps.sh
 
 lib: $(STATIC_LIB) $(SHARED) $(BUILD)/libllmmini.so
 examples: $(EXAMPLES)
+tools: $(TOOLS)
 
 $(BUILD)/obj/%.o: %.c | $(DEPS_OK)
 	@mkdir -p $(@D)
@@ -99,8 +103,12 @@ $(SHARED): $(LIB_OBJ) lib/llmmini.map
 $(BUILD)/libllmmini.so: $(SHARED)
 	ln -sf $(SONAME) $@
 
-$(BUILD)/llmmini-%: $(BUILD)/obj/examples/llmmini-%.o $(STATIC_LIB)
+$(EXAMPLES): $(BUILD)/%: $(BUILD)/obj/examples/%.o $(STATIC_LIB)
 	$(CC) $(ALL_LDFLAGS) -o $@ $< $(STATIC_LIB) $(LIBS)
+$(TOOLS): $(BUILD)/%: $(BUILD)/obj/tools/%.o $(STATIC_LIB)
+	$(CC) $(ALL_LDFLAGS) -o $@ $< $(STATIC_LIB) $(LIBS)
+# examples compile without the internal include paths, as an application does
+$(BUILD)/obj/examples/%.o: ALL_CFLAGS := $(filter-out -Ilib -Icpu,$(ALL_CFLAGS))
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_SUPPORT_OBJ) $(STATIC_LIB)
 	@mkdir -p $(@D)
@@ -432,5 +440,5 @@ test: $(ABI_CLIENT)
 clean:
 	rm -rf build
 
--include $(LIB_OBJ:.o=.d) $(TEST_SUPPORT_OBJ:.o=.d) $(wildcard $(BUILD)/obj/examples/*.d) \
+-include $(LIB_OBJ:.o=.d) $(TEST_SUPPORT_OBJ:.o=.d) $(wildcard $(BUILD)/obj/examples/*.d) $(wildcard $(BUILD)/obj/tools/*.d) \
          $(wildcard $(BUILD)/obj/tests/*.d)

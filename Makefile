@@ -437,6 +437,17 @@ $(ABI_CLIENT): $(BUILD)/obj/tests/abi/client_0_1_0.o $(SHARED)
 TEST_BIN += $(ABI_CLIENT)
 test: $(ABI_CLIENT)
 
+# Symbol hygiene (docs/abi.md): tests/check-symbols.sh on this build's archives, through a
+# wrapper that names them and the nm matching $(CC); run by scripts/run-tests.sh as a script.
+SYMBOL_NM := $(if $(filter %-gcc,$(CC)),$(patsubst %-gcc,%-nm,$(CC)),nm)
+SYMBOL_CHECK := $(BUILD)/tests/check-symbols.sh
+$(SYMBOL_CHECK): tests/check-symbols.sh Makefile
+	@mkdir -p $(@D)
+	printf '#!/bin/sh\nexec sh tests/check-symbols.sh "%s" "%s"\n' "$(SYMBOL_NM)" "$(BUILD)" > $@
+	chmod +x $@
+TEST_BIN += $(SYMBOL_CHECK)
+test: $(SYMBOL_CHECK)
+
 clean:
 	rm -rf build
 

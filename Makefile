@@ -45,14 +45,17 @@ SONAME := libllmmini.so.$(VERSION_MAJOR)
 SHARED := $(BUILD)/$(SONAME)
 
 EXAMPLES := $(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/llmmini-*.c))
+# tools/: programs that need the library's internals (lib/*.h) and link the static archive:
+# the model converter and the synthetic-model generator. Examples see include/ alone.
+TOOLS := $(patsubst tools/%.c,$(BUILD)/%,$(wildcard tools/llmmini-*.c))
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_SUPPORT := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
 TEST_SUPPORT_OBJ := $(TEST_SUPPORT:%.c=$(BUILD)/obj/%.o)
 DEPS_OK := $(BUILD)/.deps-ok
 
-.PHONY: all lib examples test test-arm demo bench fuzz install clean deps
-all: lib examples
+.PHONY: all lib examples tools test test-arm demo bench fuzz install clean deps
+all: lib examples tools
 
 deps: $(DEPS_OK)
 $(DEPS_OK): scripts/deps.sh
@@ -61,6 +64,7 @@ $(DEPS_OK): scripts/deps.sh
 
 lib: $(STATIC_LIB) $(SHARED) $(BUILD)/libllmmini.so
 examples: $(EXAMPLES)
+tools: $(TOOLS)
 
 $(BUILD)/obj/%.o: %.c | $(DEPS_OK)
 	@mkdir -p $(@D)
@@ -104,8 +108,12 @@ $(SHARED): $(LIB_OBJ) lib/llmmini.map
 $(BUILD)/libllmmini.so: $(SHARED)
 	ln -sf $(SONAME) $@
 
-$(BUILD)/llmmini-%: $(BUILD)/obj/examples/llmmini-%.o $(STATIC_LIB)
+$(EXAMPLES): $(BUILD)/%: $(BUILD)/obj/examples/%.o $(STATIC_LIB)
 	$(CC) $(ALL_LDFLAGS) -o $@ $< $(STATIC_LIB) $(LIBS)
+$(TOOLS): $(BUILD)/%: $(BUILD)/obj/tools/%.o $(STATIC_LIB)
+	$(CC) $(ALL_LDFLAGS) -o $@ $< $(STATIC_LIB) $(LIBS)
+# examples compile without the internal include paths, as an application does
+$(BUILD)/obj/examples/%.o: ALL_CFLAGS := $(filter-out -Ilib -Icpu,$(ALL_CFLAGS))
 
 # Example programs shaped like apps (examples/*.c other than the llmmini-* tools), built into
 # $(BUILD)/examples/ against the public header alone (no -Ilib/-Icpu: they cannot reach the
@@ -480,9 +488,40 @@ test: $(TEST_MODULES)
 TEST_SCRIPTS := tests/install_check.sh tests/python/run.sh
 test: export LLMM_BUILD := $(BUILD)
 test: export LLMM_CC := $(CC)
+# ABI baseline (docs/abi.md): abi/llmmini.abi is the ABI of libllmmini.so as abidw dumps it
+# (Debian: abigail-tools, installed by scripts/deps.sh when root). make abi-check fails on any
+# difference, make abi-update rewrites the baseline for an intended change. Needs -g (default).
+ABI_BASELINE := abi/llmmini.abi
+.PHONY: abi-check abi-update
+abi-check abi-update: $(SHARED)
+	@DEPS_TARGET=abi sh scripts/deps.sh
+	@sh scripts/abi.sh $(@:abi-%=%) $(SHARED) $(ABI_BASELINE)
+
+# A client built against release 0.1.0's header alone (tests/abi/0.1.0, no include/) and run
+# against the current shared library, found next to it through the rpath.
+ABI_CLIENT := $(BUILD)/tests/abi_client_0_1_0
+$(BUILD)/obj/tests/abi/client_0_1_0.o: tests/abi/client_0_1_0.c tests/abi/0.1.0/llmmini.h | $(DEPS_OK)
+	@mkdir -p $(@D)
+	$(CC) -std=c11 -D_POSIX_C_SOURCE=200809L $(WARN) -Itests/abi/0.1.0 $(SAN_FLAGS) $(CFLAGS) -c $< -o $@
+$(ABI_CLIENT): $(BUILD)/obj/tests/abi/client_0_1_0.o $(SHARED)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_LDFLAGS) -o $@ $< $(SHARED) -Wl,-rpath,'$$ORIGIN/..'
+TEST_BIN += $(ABI_CLIENT)
+test: $(ABI_CLIENT)
+
+# Symbol hygiene (docs/abi.md): tests/check-symbols.sh on this build's archives, through a
+# wrapper that names them and the nm matching $(CC); run by scripts/run-tests.sh as a script.
+SYMBOL_NM := $(if $(filter %-gcc,$(CC)),$(patsubst %-gcc,%-nm,$(CC)),nm)
+SYMBOL_CHECK := $(BUILD)/tests/check-symbols.sh
+$(SYMBOL_CHECK): tests/check-symbols.sh Makefile
+	@mkdir -p $(@D)
+	printf '#!/bin/sh\nexec sh tests/check-symbols.sh "%s" "%s"\n' "$(SYMBOL_NM)" "$(BUILD)" > $@
+	chmod +x $@
+TEST_BIN += $(SYMBOL_CHECK)
+test: $(SYMBOL_CHECK)
 
 clean:
 	rm -rf build
 
--include $(LIB_OBJ:.o=.d) $(TEST_SUPPORT_OBJ:.o=.d) $(wildcard $(BUILD)/obj/examples/*.d) \
+-include $(LIB_OBJ:.o=.d) $(TEST_SUPPORT_OBJ:.o=.d) $(wildcard $(BUILD)/obj/examples/*.d) $(wildcard $(BUILD)/obj/tools/*.d) \
          $(wildcard $(BUILD)/obj/tests/*.d)

@@ -8,7 +8,7 @@
 
 /* Whole-model conversion (quant_file.c): rewrite a GGUF model with its weights in another
  * type, as the reference engine's llama_model_quantize does (docs/quantization.md has the
- * rules). Used by examples/llmmini-quantize and the tests; not part of the public ABI. */
+ * rules). Used by tools/llmmini-quantize and the tests; not part of the public ABI. */
 
 /* A named recipe: which type each tensor gets. */
 typedef struct llmm_quant_recipe {

@@ -42,6 +42,10 @@ if [ "${DEPS_TARGET:-}" = tsan ]; then
 fi
 # make valgrind: memcheck
 [ "${DEPS_TARGET:-}" = valgrind ] && ! command -v valgrind >/dev/null 2>&1 && missing=" valgrind"
+if [ "${DEPS_TARGET:-}" = abi ]; then
+    # make abi-check / abi-update: abidw and abidiff
+    command -v abidw >/dev/null 2>&1 && command -v abidiff >/dev/null 2>&1 || missing=" abigail-tools"
+fi
 # C++ for the SIMT emulation's tests (tests/simt/), run by make test
 [ -n "${DEPS_TARGET:-}" ] || command -v g++ >/dev/null 2>&1 || missing="$missing g++"
 have_header zstd.h || missing="$missing libzstd-dev"

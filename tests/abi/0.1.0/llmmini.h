@@ -1,0 +1,666 @@
+/*
+ * llmmini.h: the one public header of llmmini, an embeddable LLM inference library.
+ *
+ * THREAD CONTRACT
+ *   A model (llmm_model) is immutable once loaded: any number of contexts, on any
+ *   threads, may share it, and every llmm_model_* / llmm_token* call on it may run
+ *   concurrently. A context (llmm_context) and a sampler (llmm_sampler) are used by one
+ *   thread at a time; different contexts run in parallel freely. Nothing in the library
+ *   keeps global mutable state.
+ *
+ * ERRORS
+ *   Every call that can fail returns llmm_status: LLMM_OK (0) or a negative code.
+ *   llmm_status_str() names a code. The detailed message of the last failure is kept per
+ *   handle (llmm_context_last_error, llmm_sampler_last_error, llmm_model_last_error); a
+ *   failed llmm_model_load writes its message into the caller's params.error_buf and to
+ *   the log callback. The library never aborts and never prints: logs go to a callback.
+ *
+ * ABI
+ *   Parameter and result structs start with `uint32_t size` and are prepared by
+ *   llmm_*_params_default(&p, sizeof p) (or by setting .size = sizeof s for results):
+ *   the library only reads and writes the fields that the caller's struct size covers,
+ *   so a binary built against an older header keeps working. Enum values are explicit and
+ *   never reused. Before 1.0, breaking changes are listed in CHANGELOG.md.
+ */
+#ifndef LLMMINI_H
+#define LLMMINI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32) && defined(LLMM_BUILD_SHARED)
+#define LLMM_API __declspec(dllexport)
+#elif defined(__GNUC__)
+#define LLMM_API __attribute__((visibility("default")))
+#else
+#define LLMM_API
+#endif
+
+/* ---------------------------------------------------------------- version */
+
+#define LLMM_VERSION_MAJOR 0
+#define LLMM_VERSION_MINOR 1
+#define LLMM_VERSION_PATCH 0
+/* Bumped on every ABI-breaking change (before 1.0 too). */
+#define LLMM_ABI_VERSION 1
+
+/* The library's version as "MAJOR.MINOR.PATCH". Static storage; thread-safe. */
+LLMM_API const char *llmm_version(void);
+/* The ABI version the library was built with; compare with LLMM_ABI_VERSION. */
+LLMM_API uint32_t llmm_abi_version(void);
+
+/* ---------------------------------------------------------------- status */
+
+typedef enum llmm_status {
+    LLMM_OK = 0,
+    LLMM_ERR_INVALID_ARG = -1,      /* NULL pointer, out-of-range value, bad struct size */
+    LLMM_ERR_NO_MEMORY = -2,        /* an allocation failed */
+    LLMM_ERR_IO = -3,               /* a file could not be opened, mapped or read */
+    LLMM_ERR_BAD_FILE = -4,         /* the file is malformed or hostile; message says what */
+    LLMM_ERR_UNSUPPORTED = -5,      /* valid, but uses something this build does not know */
+    LLMM_ERR_BUFFER_TOO_SMALL = -6, /* the caller's buffer is too small; needed size returned */
+    LLMM_ERR_NOT_FOUND = -7,        /* no such key, token or sequence */
+    LLMM_ERR_WRONG_TYPE = -8,       /* metadata key exists with another type */
+    LLMM_ERR_CONTEXT_FULL = -9,     /* the sequence or the KV store has no room left */
+    LLMM_ERR_ABORTED = -10,         /* a callback asked to stop */
+    LLMM_ERR_BACKEND = -11,         /* the compute backend failed or is unavailable */
+    LLMM_ERR_VOCAB_ONLY = -12,      /* the model was loaded without weights */
+    LLMM_ERR_INTERNAL = -13         /* a bug in llmmini; please report it */
+} llmm_status;
+
+/* A short constant English name for a status ("invalid argument"); never NULL, also for
+ * unknown codes. Thread-safe. */
+LLMM_API const char *llmm_status_str(llmm_status status);
+
+/* ---------------------------------------------------------------- hooks */
+
+typedef enum llmm_log_level {
+    LLMM_LOG_ERROR = 0,
+    LLMM_LOG_WARN = 1,
+    LLMM_LOG_INFO = 2,
+    LLMM_LOG_DEBUG = 3
+} llmm_log_level;
+
+/* Receives one complete message (no trailing newline). May be called from any thread that
+ * uses the handle it was given to; must not call back into llmmini on that handle. */
+typedef void (*llmm_log_fn)(void *user, llmm_log_level level, const char *message);
+
+/* Optional allocator for every host allocation the library makes. alloc must return memory
+ * aligned to at least 64 bytes or NULL; free receives only pointers from alloc (never NULL).
+ * Must be thread-safe when a model is shared by threads. */
+typedef struct llmm_allocator {
+    void *(*alloc)(void *user, size_t size);
+    void (*free)(void *user, void *ptr);
+    void *user;
+} llmm_allocator;
+
+/* Progress of long work, fraction in [0, 1]. Return non-zero to cancel: the call then
+ * returns LLMM_ERR_ABORTED and releases what it took. */
+typedef int (*llmm_progress_fn)(void *user, float fraction);
+
+/* Polled between layers and between prefill chunks; non-zero cancels with LLMM_ERR_ABORTED.
+ * The sequence being computed is then left as it was before the call. */
+typedef int (*llmm_abort_fn)(void *user);
+
+/* ---------------------------------------------------------------- model */
+
+typedef struct llmm_model llmm_model;
+typedef int32_t llmm_token;
+
+typedef struct llmm_model_params {
+    uint32_t size;          /* sizeof(llmm_model_params), set by llmm_model_params_default */
+    int32_t vocab_only;     /* 1: load the tokenizer and metadata only (default 0) */
+    int32_t use_mmap;       /* 1: map the file (default); 0: read it into owned memory */
+    llmm_progress_fn progress; /* optional, called while loading */
+    void *progress_user;
+    llmm_log_fn log;        /* optional; no logging when NULL */
+    void *log_user;
+    llmm_log_level log_level; /* messages above this level are dropped (default WARN) */
+    const llmm_allocator *allocator; /* optional; must outlive the model */
+    char *error_buf;        /* optional: receives the message of a failed load, NUL-terminated */
+    size_t error_buf_size;
+    /* --- since packed weights --- */
+    /* 1 (default): a backend may replace weights it reads often by a copy in its own faster
+     * layout, made at their first use: the CPU backend, on x86-64 CPUs with AVX2 or AVX-512,
+     * packs most quantized matrices (docs/api.md) during the first decode steps, up to 64 MiB
+     * a step (each about twice as long; docs/api.md "Packed weights"). The copied pages of
+     * the file mapping are dropped, so resident memory stays about the file's size. Results
+     * are bit for bit the same. Only with use_mmap = 1. 0: compute from the file's bytes only. */
+    int32_t repack_weights;
+} llmm_model_params;
+
+/* Fill *params with defaults. struct_size = sizeof(*params) as the caller compiled it.
+ * Returns LLMM_ERR_INVALID_ARG for NULL or a size smaller than the first version's. */
+LLMM_API llmm_status llmm_model_params_default(llmm_model_params *params, size_t struct_size);
+
+/* Load a GGUF model (v2 or v3). params may be NULL for defaults. On success *out owns the
+ * model until llmm_model_free. Every offset, size and count in the file is checked before
+ * use: a malformed file gives LLMM_ERR_BAD_FILE with a message naming the problem, an
+ * unknown architecture or tokenizer LLMM_ERR_UNSUPPORTED, a missing file LLMM_ERR_IO.
+ * *out is set to NULL on failure. Thread-safe (loads share nothing). */
+LLMM_API llmm_status llmm_model_load(const char *path, const llmm_model_params *params,
+                                     llmm_model **out);
+
+/* Release a model. NULL is ignored. No context created from it may be used afterwards. */
+LLMM_API void llmm_model_free(llmm_model *model);
+
+/* Copy the message of the last failed call on this model into buf (NUL-terminated, cut
+ * to size) and return its full length. With one model shared by threads, the message is
+ * that of the most recent failure from any thread. Returns 0 when nothing failed. */
+LLMM_API size_t llmm_model_last_error(const llmm_model *model, char *buf, size_t size);
+
+typedef enum llmm_tokenizer_kind {
+    LLMM_TOKENIZER_NONE = 0,
+    LLMM_TOKENIZER_SPM = 1,  /* SentencePiece-style ("llama") */
+    LLMM_TOKENIZER_BPE = 2   /* byte-level BPE ("gpt2"); later issue */
+} llmm_tokenizer_kind;
+
+/* Facts about a loaded model. Strings are owned by the model and live as long as it. */
+typedef struct llmm_model_info {
+    uint32_t size;            /* set to sizeof(llmm_model_info) before the call */
+    const char *architecture; /* general.architecture, e.g. "llama" */
+    const char *name;         /* general.name, or "" */
+    llmm_tokenizer_kind tokenizer;
+    int32_t vocab_only;
+    uint32_t n_vocab;
+    uint32_t n_ctx_train;     /* context length the model was trained with */
+    uint32_t n_embd;
+    uint32_t n_layer;
+    uint32_t n_head;
+    uint32_t n_head_kv;
+    uint32_t n_ff;
+    uint32_t head_dim;
+    uint64_t n_params;        /* elements in all tensors */
+    uint64_t file_bytes;      /* size of the GGUF file */
+    uint32_t gguf_version;
+    uint32_t n_tensors;
+    double load_ms;           /* wall time llmm_model_load took */
+} llmm_model_info;
+
+/* Fill *info (info->size must be set). Thread-safe. Errors: INVALID_ARG. */
+LLMM_API llmm_status llmm_model_get_info(const llmm_model *model, llmm_model_info *info);
+
+/* Typed metadata lookup by GGUF key. Strings point into the model (not copied, NUL-terminated
+ * copies kept by the model) and live as long as it. Integer lookup accepts every GGUF integer
+ * type and bool; float lookup accepts F32/F64. Errors: NOT_FOUND (no such key), WRONG_TYPE
+ * (key has another type, e.g. an array), INVALID_ARG. Thread-safe. */
+LLMM_API llmm_status llmm_model_meta_str(const llmm_model *model, const char *key,
+                                         const char **out);
+LLMM_API llmm_status llmm_model_meta_int(const llmm_model *model, const char *key,
+                                         int64_t *out);
+LLMM_API llmm_status llmm_model_meta_float(const llmm_model *model, const char *key,
+                                           double *out);
+/* Number of metadata keys, and the key at index i (0 <= i < count), to enumerate them. */
+LLMM_API llmm_status llmm_model_meta_count(const llmm_model *model, size_t *count);
+LLMM_API llmm_status llmm_model_meta_key(const llmm_model *model, size_t index,
+                                         const char **key);
+
+/* ---------------------------------------------------------------- tokens */
+
+/* Flags for llmm_tokenize. */
+#define LLMM_TOKENIZE_ADD_SPECIAL 1u   /* add BOS/EOS as the model's metadata asks */
+#define LLMM_TOKENIZE_PARSE_SPECIAL 2u /* text like "<s>" becomes the control token */
+
+/* Tokenize text_len bytes of text (need not be NUL-terminated; any bytes, invalid UTF-8
+ * included: bytes that form no token become byte tokens <0xNN>, or the unknown token when
+ * the vocabulary has no byte tokens). Writes up to capacity ids into out and the number of
+ * ids in *n_tokens. When capacity is too small, returns LLMM_ERR_BUFFER_TOO_SMALL with the
+ * needed count in *n_tokens (out may then be NULL with capacity 0 to ask for the size).
+ * Thread-safe. Errors: INVALID_ARG, BUFFER_TOO_SMALL, NO_MEMORY, UNSUPPORTED (no tokenizer). */
+LLMM_API llmm_status llmm_tokenize(const llmm_model *model, const char *text, size_t text_len,
+                                   uint32_t flags, llmm_token *out, size_t capacity,
+                                   size_t *n_tokens);
+
+/* Flags for llmm_token_to_piece and llmm_detokenize. */
+#define LLMM_PIECE_RENDER_SPECIAL 1u /* control tokens render as their text (default: empty) */
+#define LLMM_PIECE_STRIP_SPACE 2u    /* drop one leading space (the SPM space prefix) */
+
+/* The bytes a token stands for: SPM "▁" becomes a space, <0xNN> the byte NN. Not
+ * NUL-terminated; *n_bytes receives the length (the needed one with BUFFER_TOO_SMALL).
+ * Thread-safe. Errors: INVALID_ARG (token out of range), BUFFER_TOO_SMALL. */
+LLMM_API llmm_status llmm_token_to_piece(const llmm_model *model, llmm_token token,
+                                         uint32_t flags, char *buf, size_t capacity,
+                                         size_t *n_bytes);
+
+/* Concatenate the pieces of n tokens. LLMM_PIECE_STRIP_SPACE applies to the first piece
+ * only, so detokenize(tokenize(text)) == text for SPM models. Same buffer rules. */
+LLMM_API llmm_status llmm_detokenize(const llmm_model *model, const llmm_token *tokens,
+                                     size_t n, uint32_t flags, char *buf, size_t capacity,
+                                     size_t *n_bytes);
+
+/* Token attribute bits (a token may have several). */
+#define LLMM_TOKEN_ATTR_NORMAL 1u
+#define LLMM_TOKEN_ATTR_UNKNOWN 2u
+#define LLMM_TOKEN_ATTR_CONTROL 4u
+#define LLMM_TOKEN_ATTR_USER_DEFINED 8u
+#define LLMM_TOKEN_ATTR_UNUSED 16u
+#define LLMM_TOKEN_ATTR_BYTE 32u
+#define LLMM_TOKEN_ATTR_BOS 64u
+#define LLMM_TOKEN_ATTR_EOS 128u /* ends generation (EOS, EOT) */
+
+/* Attribute bits of a token. Errors: INVALID_ARG (NULL, token out of range). */
+LLMM_API llmm_status llmm_token_attrs(const llmm_model *model, llmm_token token,
+                                      uint32_t *attrs);
+
+typedef enum llmm_special_token {
+    LLMM_SPECIAL_BOS = 0,
+    LLMM_SPECIAL_EOS = 1,
+    LLMM_SPECIAL_UNK = 2,
+    LLMM_SPECIAL_PAD = 3,
+    LLMM_SPECIAL_SEP = 4,
+    LLMM_SPECIAL_EOT = 5
+} llmm_special_token;
+
+/* The id of a special token. Errors: NOT_FOUND when the model defines none (or an invalid
+ * one, which the loader drops with a warning), INVALID_ARG. */
+LLMM_API llmm_status llmm_model_special_token(const llmm_model *model, llmm_special_token which,
+                                              llmm_token *out);
+
+/* ---------------------------------------------------------------- context */
+
+typedef struct llmm_context llmm_context;
+typedef struct llmm_sampler llmm_sampler; /* the sampler section below */
+typedef int32_t llmm_seq_id;
+
+/* Where a context computes. CUDA is a module loaded at run time (libllmmini-cuda.so next to
+ * this library, or the file the LLMM_CUDA_MODULE environment variable names): CUDA fails
+ * llmm_context_create with LLMM_ERR_BACKEND and the reason when the module, its driver or a
+ * device is missing; AUTO then runs on the CPU and logs the reason at INFO level. */
+typedef enum llmm_backend_kind {
+    LLMM_BACKEND_AUTO = 0, /* the best available: CUDA when its module loads and finds a device */
+    LLMM_BACKEND_CPU = 1,
+    LLMM_BACKEND_CUDA = 2
+} llmm_backend_kind;
+
+/* STATIC BACKENDS
+ * An app linked statically (libllmmini.a) cannot dlopen a module into itself; it links the
+ * module's archive instead and registers it once, before creating contexts:
+ *     cc app.o -lllmmini-cuda -lllmmini -L$CUDA_HOME/lib64 -lcublasLt_static -lculibos \
+ *        -lcudart_static -lstdc++ -lzstd -lpthread -ldl -lrt -lm
+ *   (-lcublasLt for -lcublasLt_static -lculibos where the toolkit has no static cuBLASLt)
+ *     llmm_cuda_register();   (defined by libllmmini-cuda.a)
+ * Contexts asking for CUDA or AUTO then use the registered backend and load no module. */
+
+/* A backend module's entry point (what libllmmini-cuda.so exports): its table for the given
+ * backend API version, or NULL when it was built for another. */
+typedef const void *(*llmm_backend_entry_fn)(uint32_t backend_api_version);
+
+/* Register a statically linked backend for kind (only LLMM_BACKEND_CUDA today), in place of
+ * its module, for the whole process. The entry is checked as a loaded module is (API version,
+ * required slots); registering the same entry again is harmless, another one replaces it for
+ * contexts created afterwards. Thread-safe. Errors: INVALID_ARG (other kind, NULL entry),
+ * BACKEND (the entry's table is of another API version or incomplete). */
+LLMM_API llmm_status llmm_backend_register(llmm_backend_kind kind, llmm_backend_entry_fn entry);
+
+/* Defined by libllmmini-cuda.a only: registers the CUDA backend it holds
+ * (llmm_backend_register). Not in libllmmini; calling it without linking that archive fails
+ * at link time. */
+LLMM_API llmm_status llmm_cuda_register(void);
+
+/* How the KV cache stores each key and value. */
+typedef enum llmm_kv_type {
+    LLMM_KV_F32 = 0, /* 4 bytes per value: exact, for debugging and reference comparisons */
+    LLMM_KV_F16 = 1, /* 2 bytes per value (the default) */
+    LLMM_KV_Q8 = 2   /* 1 byte per value plus one float scale per position, layer and K/V */
+} llmm_kv_type;
+
+typedef struct llmm_context_params {
+    uint32_t size;          /* sizeof(llmm_context_params) */
+    uint32_t n_ctx;         /* tokens per sequence; 0 = the model's training length, capped at 4096 */
+    uint32_t n_seq_max;     /* sequence ids 0..n_seq_max-1 (default 1, as before sequences could be
+                               created; up to 4096) */
+    int32_t n_threads;      /* 0 = number of physical cores */
+    uint32_t n_batch;       /* prefill chunk in tokens (default 256) */
+    llmm_backend_kind backend;
+    llmm_kv_type kv_type;   /* default LLMM_KV_F16 (was F32 before 0.2) */
+    llmm_abort_fn abort;    /* optional */
+    void *abort_user;
+    llmm_log_fn log;        /* optional */
+    void *log_user;
+    llmm_log_level log_level;
+    /* --- since the paged KV cache --- */
+    uint32_t kv_block_size; /* positions per KV block, a power of two in 1..1024 (default 16) */
+    uint32_t n_ctx_total;   /* tokens the KV pool holds over all sequences together; 0 = enough
+                               for every sequence to reach n_ctx (n_seq_max x n_ctx) */
+    uint64_t kv_budget_bytes; /* non-zero: the KV pool's size in bytes instead (wins over
+                               n_ctx_total); llmm_context_estimate tells what a budget buys */
+    int32_t prefix_cache;   /* 1: keep full blocks of prompts for reuse by later sequences that
+                               start with the same tokens (default 0) */
+    /* --- since the CUDA backend --- */
+    int32_t device;         /* which accelerator a CUDA context runs on, 0 .. devices - 1 (default
+                               0); a missing device fails CUDA with LLMM_ERR_BACKEND and sends
+                               AUTO to the CPU. Ignored by the CPU backend. */
+    llmm_progress_fn progress; /* optional: called while llmm_context_create prepares the weights
+                               (the device upload of CUDA, which a model's first context on a
+                               device pays), fraction of their bytes; non-zero cancels the
+                               creation with LLMM_ERR_ABORTED */
+    void *progress_user;
+} llmm_context_params;
+
+LLMM_API llmm_status llmm_context_params_default(llmm_context_params *params, size_t struct_size);
+
+/* Bytes a context with these params would allocate: the KV pool, activation buffers, logits,
+ * the backend's working memory and the sequence tables, host and device memory together (on
+ * the CPU backend all of it is host memory; llmm_context_estimate_memory tells them apart).
+ * The model's weights count only where the backend copies them per context (not on the CPU:
+ * there they are the model's, shared by its contexts). params NULL = defaults. Computes only;
+ * thread-safe. Errors: INVALID_ARG (also for params that llmm_context_create refuses),
+ * VOCAB_ONLY. */
+LLMM_API llmm_status llmm_context_estimate(const llmm_model *model, const llmm_context_params *params,
+                                           size_t *bytes);
+
+/* Where a context's memory would go, by side and by part (llmm_context_estimate_memory). The
+ * parts add up: host_bytes + device_bytes = kv_pool_bytes + weights_bytes + activations_bytes
+ * + scratch_bytes + other_host_bytes. */
+typedef struct llmm_context_memory {
+    uint32_t size;              /* set to sizeof(llmm_context_memory) before the call */
+    uint64_t host_bytes;        /* the process's memory; llmm_context_estimate's number on the CPU */
+    uint64_t device_bytes;      /* the accelerator's memory; 0 on the CPU backend */
+    uint64_t kv_pool_bytes;     /* the KV pool: n_ctx_total or kv_budget_bytes bound it */
+    uint64_t weights_bytes;     /* the backend's own copy of the model's weights, counted in full
+                                   (on CUDA it is made by a model's first context on a device and
+                                   shared by the later ones); 0 on the CPU, where contexts read the
+                                   model's file mapping */
+    uint64_t activations_bytes; /* one step's buffers: grow with max(n_batch, n_seq_max) */
+    uint64_t scratch_bytes;     /* the backend's working memory for one step */
+    uint64_t other_host_bytes;  /* always host: sequence and block tables, a step's row arrays, the
+                                   logits kept for llmm_logits, the context itself */
+} llmm_context_memory;
+
+/* Fill *out (out->size must be set) with the memory a context with these params would take,
+ * as llmm_context_estimate does, split by side. Which side a part lives on is the backend's
+ * choice: a backend with device memory (CUDA) keeps the KV pool, activations, scratch and its
+ * copy of the weights there; the CPU backend keeps everything in host memory. The backend is
+ * the one llmm_context_create would use: params->backend, with LLMM_BACKEND_AUTO resolved the
+ * same way. params NULL = defaults. Computes only; thread-safe. Errors: INVALID_ARG (NULL
+ * model or out, out->size too small, params llmm_context_create refuses), VOCAB_ONLY, BACKEND
+ * (the requested backend is not available, as llmm_context_create would find). */
+LLMM_API llmm_status llmm_context_estimate_memory(const llmm_model *model, const llmm_context_params *params,
+                                                  llmm_context_memory *out);
+
+/* Create a context over a model (which must outlive it). params NULL = defaults. The whole
+ * KV pool is allocated here; prefill and decode allocate nothing (except logits rows beyond
+ * n_seq_max for LLMM_PREFILL_ALL_LOGITS).
+ * Errors: INVALID_ARG, VOCAB_ONLY, NO_MEMORY (also when kv_budget_bytes cannot hold one KV
+ * block; the message gives the bytes needed), BACKEND, UNSUPPORTED (architecture or weight
+ * type the backend cannot run). Thread-safe with respect to the model. */
+LLMM_API llmm_status llmm_context_create(const llmm_model *model, const llmm_context_params *params,
+                                         llmm_context **out);
+/* Release a context. NULL is ignored. */
+LLMM_API void llmm_context_free(llmm_context *ctx);
+/* The message of the last failed call on ctx, "" if none. Valid until the next call on ctx. */
+LLMM_API const char *llmm_context_last_error(const llmm_context *ctx);
+
+/* Flags for llmm_prefill. */
+#define LLMM_PREFILL_ALL_LOGITS 1u /* keep logits of every position (default: the last) */
+
+/* Append n tokens to sequence seq (0 <= seq < n_seq_max) and run them through the model in
+ * chunks of n_batch, writing their K/V. Afterwards llmm_logits(ctx, i) gives the logits of the
+ * last position (i = 0) or, with LLMM_PREFILL_ALL_LOGITS, of position i of these n tokens.
+ * Errors: INVALID_ARG, CONTEXT_FULL (the sequence would exceed n_ctx; nothing is written),
+ * ABORTED (the sequence is restored to its previous length), NO_MEMORY. */
+LLMM_API llmm_status llmm_prefill(llmm_context *ctx, llmm_seq_id seq, const llmm_token *tokens,
+                                  size_t n, uint32_t flags);
+
+/* One new token for each of n sequences (seqs distinct): appends tokens[i] to seqs[i] and
+ * computes its logits, read with llmm_logits(ctx, i). Same errors as llmm_prefill; on any
+ * error no sequence changes. */
+LLMM_API llmm_status llmm_decode(llmm_context *ctx, const llmm_seq_id *seqs,
+                                 const llmm_token *tokens, size_t n);
+
+/* llmm_decode, then out[i] = the token samplers[i] chooses from row i's logits, exactly as
+ * llmm_sample(samplers[i], row i) would: the same tokens and the same RNG stream on every backend
+ * (rows in order; a sampler may serve several rows). Like llmm_sample it does not accept the
+ * tokens: call llmm_sampler_accept. On a backend with device memory (CUDA) the sampling runs
+ * where the logits are and only the ids come back; the logits stay readable with llmm_logits,
+ * which copies them to the host at its first call after this one. (A draw can differ from the
+ * host's only when it lands within double rounding, about 1e-16, of the boundary between two
+ * tokens: sums on a device add in another order.)
+ * Errors: those of llmm_decode (then no sequence changes and out is untouched); INVALID_ARG for
+ * NULL samplers, a NULL samplers[i] or out; after the decode succeeded, the sampling errors of
+ * llmm_sample (a row whose logits are all -inf or NaN: INVALID_ARG naming the row, out[row] = -1,
+ * the tokens stay appended and the logits readable), BACKEND. */
+LLMM_API llmm_status llmm_decode_sample(llmm_context *ctx, const llmm_seq_id *seqs, const llmm_token *tokens,
+                                        size_t n, llmm_sampler *const *samplers, llmm_token *out);
+
+/* Logits row i of the last prefill/decode: *out points to n_vocab floats owned by ctx,
+ * valid until the next call that computes. Errors: INVALID_ARG, NOT_FOUND (no such row),
+ * BACKEND (after llmm_decode_sample, copying the logits from the device failed). */
+LLMM_API llmm_status llmm_logits(llmm_context *ctx, size_t i, const float **out, size_t *n_vocab);
+
+/* SEQUENCES
+ * A sequence is an id in 0..n_seq_max-1 of one context, with the tokens it holds and their
+ * K/V in blocks of the context's pool. Any id may be used directly (an id with no tokens is
+ * simply empty), or obtained from llmm_seq_create/llmm_seq_fork so that ids are handed out
+ * without collisions. Like every context call, these are for the thread using the context. */
+
+/* Forget all tokens of seq; its blocks go back to the pool (shared ones when their last
+ * holder lets go). The id stays in use when it came from llmm_seq_create. */
+LLMM_API llmm_status llmm_seq_clear(llmm_context *ctx, llmm_seq_id seq);
+/* Keep the first n_keep tokens of seq (n_keep <= its length), dropping the rest and releasing
+ * blocks that no longer hold any of its positions. Errors: INVALID_ARG. */
+LLMM_API llmm_status llmm_seq_truncate(llmm_context *ctx, llmm_seq_id seq, size_t n_keep);
+/* Number of tokens seq holds. */
+LLMM_API llmm_status llmm_seq_length(llmm_context *ctx, llmm_seq_id seq, size_t *n);
+
+/* An unused sequence id (empty, not handed out before and not freed since) into *seq; it is
+ * in use until llmm_seq_free. Allocates nothing. Errors: INVALID_ARG, CONTEXT_FULL (all
+ * n_seq_max ids are in use). */
+LLMM_API llmm_status llmm_seq_create(llmm_context *ctx, llmm_seq_id *seq);
+/* Clear seq and make its id available to llmm_seq_create again. Freeing an id that was
+ * never created is allowed (it just clears it). Errors: INVALID_ARG. */
+LLMM_API llmm_status llmm_seq_free(llmm_context *ctx, llmm_seq_id seq);
+/* A new sequence *dst holding the same tokens as src, sharing all of src's KV blocks: no K/V
+ * is copied and nothing is allocated. When either side later writes into a block both hold
+ * (in practice only a partly filled last block), that block is copied first
+ * (copy-on-write), so each side sees only its own tokens. Errors: INVALID_ARG, CONTEXT_FULL
+ * (no unused id). */
+LLMM_API llmm_status llmm_seq_fork(llmm_context *ctx, llmm_seq_id src, llmm_seq_id *dst);
+
+/* SAVED STATES
+ * A sequence's tokens and K/V, in a small versioned container: a header (magic, version, a
+ * fingerprint of the model and the KV type, sizes, checksums) and a zstd-compressed payload
+ * laid out by position (independent of the block size). Loading it into a context of the
+ * same model and KV type restores the sequence exactly, skipping its prefill; generation can
+ * continue from it (the next logits equal those of the original sequence bit for bit).
+ * A state from another model or KV type, or a truncated or corrupted one, is refused with
+ * LLMM_ERR_BAD_FILE and a message saying which check failed; nothing is loaded then. */
+
+/* Write seq's state to the file at path (created or replaced). level: zstd level 1..22, 0 =
+ * the default (3). Errors: INVALID_ARG, IO, NO_MEMORY. */
+LLMM_API llmm_status llmm_seq_save(llmm_context *ctx, llmm_seq_id seq, const char *path, int32_t level);
+/* The same into buf (capacity bytes); *n_bytes receives the bytes written. When they do not
+ * fit: LLMM_ERR_BUFFER_TOO_SMALL and *n_bytes = a size that is sure to be enough (an upper
+ * bound, as the compressed size is known only after compressing); buf may be NULL with
+ * capacity 0 to ask for it. */
+LLMM_API llmm_status llmm_seq_save_buffer(llmm_context *ctx, llmm_seq_id seq, int32_t level, void *buf,
+                                          size_t capacity, size_t *n_bytes);
+/* Replace seq's content with the state in the file at path. On any error seq is unchanged
+ * (except a backend failure while copying the rows in, after which it is empty).
+ * Errors: INVALID_ARG, IO, BAD_FILE (see above), CONTEXT_FULL (more tokens than n_ctx, or
+ * too few free blocks in the pool), NO_MEMORY, BACKEND. */
+LLMM_API llmm_status llmm_seq_load(llmm_context *ctx, llmm_seq_id seq, const char *path);
+/* The same from n_bytes of memory (not retained). */
+LLMM_API llmm_status llmm_seq_load_buffer(llmm_context *ctx, llmm_seq_id seq, const void *buf, size_t n_bytes);
+
+/* ---------------------------------------------------------------- context stats */
+
+typedef struct llmm_context_stats {
+    uint32_t size;              /* set to sizeof(llmm_context_stats) before the call */
+    llmm_kv_type kv_type;
+    uint32_t block_size;        /* positions per block */
+    uint32_t n_seq_used;        /* sequence ids in use (created, or holding tokens) */
+    uint64_t blocks_total;
+    uint64_t blocks_used;       /* held by at least one sequence */
+    uint64_t blocks_free;       /* free, plus cached prefix blocks that may be evicted */
+    uint64_t blocks_shared;     /* held by more than one sequence */
+    uint64_t blocks_cached;     /* prefix-cache blocks held by no sequence (evictable) */
+    uint64_t kv_bytes;          /* bytes of the KV pool */
+    uint64_t block_bytes;       /* bytes of one block (all layers, K and V) */
+    double fragmentation;       /* unused slots in partly filled blocks / slots of used blocks */
+    uint64_t tokens_prefilled;  /* since the context was created */
+    uint64_t tokens_decoded;
+    double prefill_ms;          /* wall time spent in llmm_prefill */
+    double decode_ms;           /* wall time spent in llmm_decode */
+    uint64_t prefix_hits;       /* tokens whose prefill the prefix cache saved */
+    /* --- since the CUDA backend: where a context's cold start went, in wall milliseconds (0 for
+       a phase that did not happen) --- */
+    double module_load_ms;      /* loading and checking the backend module (0 for the CPU's) */
+    double backend_init_ms;     /* the backend's start: on CUDA the device context and stream */
+    double weights_ms;          /* preparing the weights: uploading them (CUDA; only the model's
+                                   first context on a device pays it) or the CPU's checks */
+    double warmup_ms;           /* llmm_context_warmup, all calls */
+    double graph_capture_ms;    /* capturing decode steps as CUDA graphs, warm-up included */
+    double first_token_ms;      /* the first llmm_prefill or llmm_decode: its whole wall time */
+    uint32_t graphs;            /* decode-step graphs the backend holds (one per batch size) */
+    uint64_t graph_replays;     /* decode steps run by replaying a graph */
+} llmm_context_stats;
+
+/* Fill *stats (stats->size must be set) with the KV pool's occupancy, the work done so far and
+ * the cold-start breakdown. Callers built before the cold-start fields pass the smaller size
+ * and get the fields they know. Errors: INVALID_ARG. */
+LLMM_API llmm_status llmm_context_get_stats(llmm_context *ctx, llmm_context_stats *stats);
+
+/* Pay a context's one-time costs now rather than in the first request: runs dummy decode steps
+ * of 1, 2, ... up to min(n_seq_max, 8) rows on sequence ids not in use, so that the CUDA backend
+ * captures its decode graph for each of those batch sizes and loads every kernel, and the CPU
+ * backend makes its packed weight copies. The dummy rows' K/V go to free blocks that are given
+ * back afterwards; no sequence in use, no logits readable with llmm_logits and no stats other
+ * than warmup_ms and the graph fields change. Call it once after llmm_context_create, from the
+ * thread that uses the context; calling it again is cheap. Errors: INVALID_ARG, CONTEXT_FULL
+ * (no unused sequence id or no free KV block: nothing was warmed; blocks of
+ * the prefix cache are never evicted for it), BACKEND, NO_MEMORY. */
+LLMM_API llmm_status llmm_context_warmup(llmm_context *ctx);
+
+/* ---------------------------------------------------------------- sampler */
+
+
+typedef struct llmm_sampler_params {
+    uint32_t size;           /* sizeof(llmm_sampler_params) */
+    float temperature;       /* 0 = greedy (argmax, lowest id on ties); default 0.8 */
+    int32_t top_k;           /* 0 = off; default 40 */
+    float top_p;             /* 1 = off; default 0.95 */
+    float min_p;             /* 0 = off; default 0.05 */
+    float repeat_penalty;    /* 1 = off (default) */
+    float frequency_penalty; /* 0 = off (default) */
+    float presence_penalty;  /* 0 = off (default) */
+    int32_t penalty_last_n;  /* window of accepted tokens the penalties see (default 64) */
+    uint64_t seed;           /* same seed, same draws on every platform (default 0) */
+} llmm_sampler_params;
+
+LLMM_API llmm_status llmm_sampler_params_default(llmm_sampler_params *params, size_t struct_size);
+/* Create a sampler (params NULL = defaults). Errors: INVALID_ARG, NO_MEMORY. */
+LLMM_API llmm_status llmm_sampler_create(const llmm_sampler_params *params, llmm_sampler **out);
+LLMM_API void llmm_sampler_free(llmm_sampler *sampler);
+LLMM_API const char *llmm_sampler_last_error(const llmm_sampler *sampler);
+/* Choose a token from n_vocab logits (not modified). Does not accept it: call
+ * llmm_sampler_accept with the token actually used, so the penalties see it. */
+LLMM_API llmm_status llmm_sample(llmm_sampler *sampler, const float *logits, size_t n_vocab,
+                                 llmm_token *out);
+LLMM_API llmm_status llmm_sampler_accept(llmm_sampler *sampler, llmm_token token);
+/* Forget accepted tokens and restart the RNG from the seed. */
+LLMM_API llmm_status llmm_sampler_reset(llmm_sampler *sampler);
+
+/* ---------------------------------------------------------------- generate */
+
+/* Receives output bytes as they are produced. complete_utf8 is 1 when the bytes end on a
+ * complete UTF-8 character (an incomplete tail is delivered again, completed, never split
+ * across calls unless the model emits invalid UTF-8). Return non-zero to stop. */
+typedef int (*llmm_stream_fn)(void *user, const char *bytes, size_t n, int complete_utf8);
+
+typedef enum llmm_stop_reason {
+    LLMM_STOP_NONE = 0,
+    LLMM_STOP_MAX_TOKENS = 1,
+    LLMM_STOP_EOS = 2,
+    LLMM_STOP_STRING = 3,
+    LLMM_STOP_CALLBACK = 4,
+    LLMM_STOP_CONTEXT_FULL = 5
+} llmm_stop_reason;
+
+typedef struct llmm_generate_params {
+    uint32_t size;                 /* sizeof(llmm_generate_params) */
+    llmm_seq_id seq;               /* sequence to use (default 0); cleared first */
+    int32_t max_tokens;            /* default 128 */
+    uint32_t tokenize_flags;       /* default LLMM_TOKENIZE_ADD_SPECIAL */
+    const llmm_sampler_params *sampling; /* NULL = llmm_sampler_params_default */
+    const char *const *stop_strings;     /* optional, n_stop NUL-terminated strings */
+    size_t n_stop;
+    llmm_stream_fn on_bytes;       /* optional */
+    void *user;
+    llmm_token *out_tokens;        /* optional: generated ids are written here */
+    size_t out_capacity;
+} llmm_generate_params;
+
+typedef struct llmm_generate_stats {
+    uint32_t size;            /* set to sizeof(llmm_generate_stats) before the call */
+    size_t n_prompt;
+    size_t n_generated;
+    double load_ms;           /* the model's load time */
+    double prompt_ms;         /* prefill time */
+    double first_token_ms;    /* from the call's start to the first generated token */
+    double generate_ms;       /* time of all decode steps */
+    double prompt_tokens_per_s;
+    double generate_tokens_per_s;
+    llmm_stop_reason stop_reason;
+} llmm_generate_stats;
+
+LLMM_API llmm_status llmm_generate_params_default(llmm_generate_params *params, size_t struct_size);
+
+/* Tokenize prompt, prefill it into params->seq, then sample and decode up to max_tokens,
+ * streaming text through on_bytes. Stops on EOS, a stop string (its text is not streamed),
+ * max_tokens, a non-zero callback return, or a full context. stats may be NULL.
+ * Errors: those of llmm_prefill/llmm_decode; a stop is not an error. */
+LLMM_API llmm_status llmm_generate(llmm_context *ctx, const char *prompt,
+                                   const llmm_generate_params *params, llmm_generate_stats *stats);
+
+/* ---------------------------------------------------------------- chat */
+
+/* One message of a conversation. role is "system", "user" or "assistant" (exactly, lower
+ * case); content is NUL-terminated UTF-8 and is copied verbatim (some formats trim ASCII
+ * whitespace from its ends, as the reference engine does). Both stay owned by the caller. */
+typedef struct llmm_chat_message {
+    const char *role;
+    const char *content;
+} llmm_chat_message;
+
+/* Render n messages as the prompt text a chat model expects, using a built-in format (no
+ * Jinja is evaluated; the bytes match the reference engine's llama_chat_apply_template).
+ * template_name forces a built-in format by name (see llmm_chat_template_names); NULL detects
+ * it from the model's tokenizer.chat_template. add_generation_prompt != 0 appends the header
+ * that opens the assistant's turn (formats whose prompt already ends where the model answers,
+ * such as llama2 and mistral "[/INST]", add nothing).
+ * The text holds special-token text ("<|im_start|>", "[INST]") but no leading BOS: tokenize it
+ * with LLMM_TOKENIZE_PARSE_SPECIAL, and with LLMM_TOKENIZE_ADD_SPECIAL to add BOS as the
+ * model's metadata asks. (llama2-sys-bos writes "<s>" between turns, as its template does.)
+ * Buffer: writes the text into buf and its length in bytes into *needed. The text is
+ * NUL-terminated only when capacity > *needed; capacity == *needed is enough for the bytes.
+ * When capacity is smaller, returns LLMM_ERR_BUFFER_TOO_SMALL with *needed set and buf's
+ * contents unspecified; buf may be NULL with capacity 0 to ask for the size. Allocates
+ * nothing. Thread-safe (the model is only read; a failure's message is kept on the model).
+ * Errors: INVALID_ARG (NULL model or needed, NULL messages with n > 0, a NULL role or content,
+ * a role other than the three), UNSUPPORTED (template_name is not built in; or, with NULL,
+ * the model has no chat template or one of no built-in family: the message names the
+ * formats the app may force), BUFFER_TOO_SMALL. */
+LLMM_API llmm_status llmm_chat_format(const llmm_model *model, const char *template_name,
+                                      const llmm_chat_message *messages, size_t n,
+                                      int add_generation_prompt, char *buf, size_t capacity,
+                                      size_t *needed);
+
+/* The name of the built-in format llmm_chat_format(model, NULL, ...) would use, from the
+ * model's tokenizer.chat_template. *name is static storage. Thread-safe.
+ * Errors: INVALID_ARG, UNSUPPORTED (no template, or none built in; see llmm_chat_format). */
+LLMM_API llmm_status llmm_chat_template_detect(const llmm_model *model, const char **name);
+
+/* The names of the built-in formats, comma-separated ("chatml,llama2,..."), static storage.
+ * New names may be added in later versions; none is removed. Thread-safe.
+ * Errors: INVALID_ARG (NULL). */
+LLMM_API llmm_status llmm_chat_template_names(const char **names_csv);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* LLMMINI_H */

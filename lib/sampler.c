@@ -419,3 +419,32 @@ llmm_status sampler_request(llmm_sampler *s, size_t n_vocab, llmm_sample_request
 void sampler_rng_save(const llmm_sampler *s, uint64_t state[4]) { memcpy(state, s->rng, sizeof s->rng); }
 
 void sampler_rng_restore(llmm_sampler *s, const uint64_t state[4]) { memcpy(s->rng, state, sizeof s->rng); }
+
+/* ---------------------------------------------------------------- as probabilities, for speculation */
+
+llmm_status sampler_probs(llmm_sampler *s, const float *logits, size_t n_vocab, float *probs) {
+    llmm_diag *d = &s->error;
+    if (n_vocab == 0 || n_vocab > (size_t)INT32_MAX)
+        return diag_fail(d, LLMM_ERR_INVALID_ARG, "llmm_sample: n_vocab %zu is out of range", n_vocab);
+    llmm_status st = ensure_candidates(s, n_vocab);
+    if (st) return st;
+    candidate *c = s->cands;
+    load_candidates(c, logits, n_vocab);
+    apply_penalties(s, c, n_vocab);
+    const size_t best = argmax(c, n_vocab);
+    if (c[best].logit == -INFINITY)
+        return diag_fail(d, LLMM_ERR_INVALID_ARG, "llmm_sample: every logit is -inf or NaN");
+    memset(probs, 0, n_vocab * sizeof *probs);
+    if (s->params.temperature <= 0) {
+        probs[c[best].id] = 1.0f;
+        return LLMM_OK;
+    }
+    const size_t n = truncate_candidates(c, n_vocab, &s->params);
+    const double sum = fill_weights(c, n, s->params.temperature);
+    for (size_t i = 0; i < n; i++) probs[c[i].id] = (float)(c[i].weight / sum);
+    return LLMM_OK;
+}
+
+double sampler_uniform(llmm_sampler *s) { return rng_uniform(s->rng); }
+
+int sampler_is_greedy(const llmm_sampler *s) { return s->params.temperature <= 0; }

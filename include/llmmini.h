@@ -693,7 +693,8 @@ LLMM_API void llmm_speculator_free(llmm_speculator *spec);
 
 /* Guesses for what follows seq's tokens and then pending: up to min(capacity, the current
  * draft length) ids into out, their count into *n (0 when the proposer has none). The draft
- * length starts at max_tokens and adapts to how many guesses seq's recent rounds kept.
+ * length starts at max_tokens and adapts to how many guesses seq's recent rounds kept; after
+ * rounds that kept none, guessing pauses (n = 0) for 1, 2, 4, ... up to 16 calls.
  * Errors: INVALID_ARG, and those of the draft model's prefill/decode. */
 LLMM_API llmm_status llmm_speculator_propose(llmm_speculator *spec, llmm_seq_id seq, llmm_token pending,
                                              llmm_token *out, size_t capacity, size_t *n);

@@ -10,6 +10,7 @@
 /* A sequence's speculation state. */
 typedef struct spec_seq {
     uint32_t k;                             /* current draft length, in [1, k_max] */
+    uint32_t pause, backoff;                /* rounds left without guesses; the last pause's length */
     llmm_token guess[LLMM_SPEC_MAX_TOKENS]; /* the last proposal */
     size_t n_guess;
     float *q;                               /* (k_max, n_vocab) its distributions, when drawn */
@@ -161,6 +162,10 @@ static llmm_status propose(llmm_speculator *s, llmm_seq_id seq, llmm_token pendi
     *n = 0;
     max = LLMM_MIN(max, (size_t)sq->k);
     if (!s->proposer || max == 0) return LLMM_OK;
+    if (sq->pause > 0) {
+        sq->pause--;
+        return LLMM_OK;
+    }
     const size_t nv = ctx->model->vocab.n_tokens;
     if (s->proposer->draws && !sq->q && !(sq->q = mem_calloc(s->alloc, (size_t)s->k_max * nv, sizeof *sq->q)))
         return ctx_fail(ctx, LLMM_ERR_NO_MEMORY, "out of memory for the draft's distributions");
@@ -337,10 +342,16 @@ static llmm_status judge_row(llmm_speculator *s, const spec_verified *v, size_t 
 }
 
 /* Draft length after a round that kept `kept` of n guesses: one more after a full round, else
- * what was kept plus one (at least 1), so a useless proposer costs one guess per step. */
+ * what was kept plus one. A round that kept nothing also pauses the guessing for 1, 2, 4, ...
+ * up to SPEC_MAX_PAUSE rounds (reset by any kept guess): a useless proposer then costs one
+ * guess, one more verify row and its own time once in that many steps, not in every one
+ * (a never-right draft measured 0.82x plain decode without pauses: docs/performance.md). */
+#define SPEC_MAX_PAUSE 16u
 static void adapt(llmm_speculator *s, spec_seq *sq, size_t n, size_t kept) {
     if (n == 0) return;
     sq->k = kept == n ? LLMM_MIN(sq->k + 1, s->k_max) : (uint32_t)LLMM_MAX(kept + 1, (size_t)1);
+    sq->backoff = kept ? 0 : LLMM_MIN(LLMM_MAX(2 * sq->backoff, 1u), SPEC_MAX_PAUSE);
+    sq->pause = sq->backoff;
 }
 
 static llmm_status accept(llmm_speculator *s, size_t item, llmm_sampler *sampler, llmm_token *out, size_t *n_out) {

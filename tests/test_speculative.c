@@ -10,6 +10,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -365,6 +366,93 @@ static void test_sampled_acceptance_distribution(void **state) {
     assert_true(bad > threshold && bad_certain > threshold);
 }
 
+/* End to end through a sampling draft: the model itself with a flat distribution (temperature
+ * 3) guessing for the target at temperature 1.2, so that many guesses are rejected and the
+ * residual is drawn from. The first token each round returns must follow the target's
+ * distribution after prompt + pending: chi-square over N_ROUNDS rounds, tokens of p >= 0.4 %
+ * (at least 24 expected) binned alone and the rest together. With the biased rule of the test
+ * above in lib/speculative.c this gave 828 against a threshold of 64 (and 17 as it is). */
+#define N_ROUNDS 6000
+static void test_sampled_rounds_follow_target(void **state) {
+    (void)state;
+    llmm_model *m = load_rel("models/stories260K.gguf");
+    llmm_context *c = make_context(m, 2, 16);
+    llmm_token ids[64];
+    size_t n;
+    assert_int_equal(llmm_tokenize(m, "Once upon a time", 16, LLMM_TOKENIZE_ADD_SPECIAL, ids, 63, &n), LLMM_OK);
+    const llmm_token pending = 261;
+    /* the target's distribution after prompt + pending, from sequence 1 */
+    ids[n] = pending;
+    assert_int_equal(llmm_prefill(c, 1, ids, n + 1, 0), LLMM_OK);
+    const float *l;
+    size_t nv;
+    assert_int_equal(llmm_logits(c, 0, &l, &nv), LLMM_OK);
+    double *p = calloc(nv, sizeof *p), sum = 0, max = l[0];
+    for (size_t i = 1; i < nv; i++) max = l[i] > max ? l[i] : max;
+    for (size_t i = 0; i < nv; i++) sum += p[i] = exp((l[i] - max) / 1.2);
+    for (size_t i = 0; i < nv; i++) p[i] /= sum;
+    llmm_sampler_params target_sp, draft_sp;
+    llmm_sampler_params_default(&target_sp, sizeof target_sp);
+    target_sp.temperature = 1.2f;
+    target_sp.top_k = 0;
+    target_sp.top_p = 1;
+    target_sp.min_p = 0;
+    target_sp.seed = 11;
+    draft_sp = target_sp;
+    draft_sp.temperature = 3.0f;
+    llmm_speculator_params sp;
+    llmm_speculator_params_default(&sp, sizeof sp);
+    sp.draft_model = m;
+    sp.max_tokens = 4;
+    sp.sampling = &draft_sp;
+    llmm_speculator *spec = NULL;
+    assert_int_equal(llmm_speculator_create(c, &sp, &spec), LLMM_OK);
+    llmm_sampler *smp;
+    assert_int_equal(llmm_sampler_create(&target_sp, &smp), LLMM_OK);
+    assert_int_equal(llmm_prefill(c, 0, ids, n, 0), LLMM_OK);
+    unsigned *count = calloc(nv, sizeof *count);
+    size_t proposed = 0, kept = 0;
+    for (int r = 0; r < N_ROUNDS; r++) {
+        llmm_token guess[4], out[5];
+        size_t g = 0, n_out = 0;
+        do assert_int_equal(llmm_speculator_propose(spec, 0, pending, guess, 4, &g), LLMM_OK);
+        while (g == 0); /* a paused round guesses nothing */
+        const llmm_spec_item item = {.seq = 0, .pending = pending, .draft = guess, .n_draft = g};
+        assert_int_equal(llmm_speculator_verify(spec, &item, 1), LLMM_OK);
+        assert_int_equal(llmm_speculator_accept(spec, 0, smp, out, 5, &n_out), LLMM_OK);
+        count[out[0]]++;
+        proposed += g;
+        kept += n_out - 1;
+        assert_int_equal(llmm_seq_truncate(c, 0, n), LLMM_OK);
+    }
+    double chi = 0, rest_p = 0, rest_n = 0;
+    int bins = 0;
+    for (size_t i = 0; i < nv; i++) {
+        if (p[i] >= 0.004) {
+            const double e = N_ROUNDS * p[i];
+            chi += (count[i] - e) * (count[i] - e) / e;
+            bins++;
+        } else {
+            rest_p += p[i];
+            rest_n += count[i];
+        }
+    }
+    chi += (rest_n - N_ROUNDS * rest_p) * (rest_n - N_ROUNDS * rest_p) / (N_ROUNDS * rest_p);
+    /* bins degrees of freedom: mean bins, standard deviation sqrt(2 bins); 6 of those is far
+     * beyond chance and well below what a wrong rule gives (hundreds, as above) */
+    const double threshold = bins + 6 * sqrt(2.0 * bins);
+    print_message("sampled draft rounds: %zu of %zu guesses kept; first token chi-square %.1f over %d bins + rest "
+                  "(threshold %.1f)\n", kept, proposed, chi, bins, threshold);
+    assert_true(kept > 0 && kept < proposed);
+    assert_true(chi < threshold);
+    free(count);
+    free(p);
+    llmm_sampler_free(smp);
+    llmm_speculator_free(spec);
+    llmm_context_free(c);
+    llmm_model_free(m);
+}
+
 /* Sampled llmm_generate with prompt lookup runs end to end, seeded: the same seed twice gives
  * the same text. */
 static void test_sampled_generate_reproducible(void **state) {
@@ -502,6 +590,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_batch_verify_identical),
         cmocka_unit_test(test_rollback_frees_rejected_blocks),
         cmocka_unit_test(test_sampled_acceptance_distribution),
+        cmocka_unit_test(test_sampled_rounds_follow_target),
         cmocka_unit_test(test_sampled_generate_reproducible),
         cmocka_unit_test(test_vocab_mismatch_refused),
         cmocka_unit_test(test_older_struct_sizes),

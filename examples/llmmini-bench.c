@@ -1285,10 +1285,13 @@ static int bench_speculative(const options *o, llmm_model *m) {
     llmm_token *plain_out = calloc((size_t)o->n_gen * 2, sizeof *plain_out), *spec_out = plain_out + o->n_gen;
     if (!st && (!runs || !plain_out)) st = LLMM_ERR_NO_MEMORY;
     int identical = 1;
-    /* plain and speculative alternate, so that both see the same machine */
+    /* plain and speculative alternate, each first in every other repeat, so that both see the
+     * same machine */
     for (int r = 0; !st && r < o->repeats; r++) {
-        st = spec_generate(ctx, prompt, o, draft, 0, plain_out, &runs[r]);
-        if (!st) st = spec_generate(ctx, prompt, o, draft, 1, spec_out, &runs[o->repeats + r]);
+        for (int i = 0; !st && i < 2; i++) {
+            const int spec = (i + r) % 2;
+            st = spec_generate(ctx, prompt, o, draft, spec, spec ? spec_out : plain_out, &runs[spec * o->repeats + r]);
+        }
         if (!st) identical &= runs[r].stats.n_generated == runs[o->repeats + r].stats.n_generated &&
                               !memcmp(plain_out, spec_out, runs[r].stats.n_generated * sizeof *plain_out);
         if (!st) fprintf(stderr, "repeat %d: plain %.1f tok/s, speculative %.1f tok/s\n", r + 1, runs[r].tps,

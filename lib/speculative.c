@@ -420,16 +420,18 @@ llmm_status spec_round(llmm_speculator *s, llmm_seq_id seq, llmm_token pending, 
     size_t n = 0;
     llmm_status st = propose(s, seq, pending, guess, LLMM_MIN(room, (size_t)LLMM_SPEC_MAX_TOKENS), &n);
     if (st) return st;
-    if (n == 0) {
-        /* nothing to check: the plain step, so its numbers and its device sampling are plain's */
-        if ((st = llmm_decode_sample(ctx, &seq, &pending, 1, &sampler, out))) return st;
-        s->steps++;
-        *n_out = 1;
-        return llmm_sampler_accept(sampler, out[0]);
+    if (n > 0) {
+        const llmm_spec_item item = {.seq = seq, .pending = pending, .draft = guess, .n_draft = n};
+        st = verify(s, &item, 1);
+        if (!st) return accept(s, 0, sampler, out, n_out);
+        if (st != LLMM_ERR_CONTEXT_FULL) return st;
+        /* the KV pool has no blocks for the guesses; the plain step may still fit */
     }
-    const llmm_spec_item item = {.seq = seq, .pending = pending, .draft = guess, .n_draft = n};
-    if ((st = verify(s, &item, 1))) return st;
-    return accept(s, 0, sampler, out, n_out);
+    /* nothing to check: the plain step, so its numbers and its device sampling are plain's */
+    if ((st = llmm_decode_sample(ctx, &seq, &pending, 1, &sampler, out))) return st;
+    s->steps++;
+    *n_out = 1;
+    return llmm_sampler_accept(sampler, out[0]);
 }
 
 void spec_counters(const llmm_speculator *s, uint64_t *proposed, uint64_t *accepted, uint64_t *steps,

@@ -175,7 +175,7 @@ static llmm_status propose(llmm_speculator *s, llmm_seq_id seq, llmm_token pendi
     const double t0 = time_now_ms();
     llmm_status st = s->proposer->ops->propose(s->proposer, seq, s->history, held->len + 1, max, sq->guess, sq->q, n);
     s->proposer->ms += time_now_ms() - t0;
-    if (st) return st == LLMM_ERR_NO_MEMORY ? ctx_fail(ctx, st, "out of memory proposing") : st;
+    if (st) return ctx_fail(ctx, st, "the %s proposer failed: %s", s->proposer->ops->name, llmm_status_str(st));
     sq->n_guess = *n;
     memcpy(out, sq->guess, *n * sizeof *out);
     return LLMM_OK;

@@ -34,6 +34,21 @@ static llmm_model *load_rel(const char *rel) {
     return m;
 }
 
+static llmm_model *load_draft(void) {
+    llmm_model *m = NULL;
+    assert_int_equal(llmm_model_load(draft_path, NULL, &m), LLMM_OK);
+    return m;
+}
+
+static llmm_sampler *greedy_sampler(void) {
+    llmm_sampler_params sp;
+    llmm_sampler_params_default(&sp, sizeof sp);
+    sp.temperature = 0;
+    llmm_sampler *smp = NULL;
+    assert_int_equal(llmm_sampler_create(&sp, &smp), LLMM_OK);
+    return smp;
+}
+
 static llmm_context *make_context(llmm_model *m, uint32_t n_seq, uint32_t block_size) {
     llmm_context_params p;
     llmm_context_params_default(&p, sizeof p);
@@ -135,8 +150,7 @@ static void test_same_model_draft_greedy_identical(void **state) {
 
 static void test_random_draft_greedy_identical(void **state) {
     (void)state;
-    llmm_model *draft = NULL;
-    assert_int_equal(llmm_model_load(draft_path, NULL, &draft), LLMM_OK);
+    llmm_model *draft = load_draft();
     for (size_t mi = 0; mi < 3; mi++) {
         llmm_model *m = load_rel(models[mi]);
         uint64_t proposed = 0, accepted = 0;
@@ -158,14 +172,11 @@ static void run_batch(llmm_model *m, const llmm_speculator_params *sp, const llm
     llmm_context *c = make_context(m, 3, 16);
     llmm_speculator *spec = NULL;
     assert_int_equal(llmm_speculator_create(c, sp, &spec), LLMM_OK);
-    llmm_sampler_params spp;
-    llmm_sampler_params_default(&spp, sizeof spp);
-    spp.temperature = 0;
     llmm_sampler *smp[3];
     llmm_token got[3][MAX_OUT + LLMM_SPEC_MAX_TOKENS + 1], pending[3];
     size_t n_got[3];
     for (int s = 0; s < 3; s++) {
-        assert_int_equal(llmm_sampler_create(&spp, &smp[s]), LLMM_OK);
+        smp[s] = greedy_sampler();
         assert_int_equal(llmm_prefill(c, s, ids[s], n_ids[s], 0), LLMM_OK);
         const float *l;
         size_t nv;
@@ -210,8 +221,7 @@ static void run_batch(llmm_model *m, const llmm_speculator_params *sp, const llm
 static void test_batch_verify_identical(void **state) {
     (void)state;
     llmm_model *m = load_rel("models/stories260K.gguf");
-    llmm_model *draft = NULL;
-    assert_int_equal(llmm_model_load(draft_path, NULL, &draft), LLMM_OK);
+    llmm_model *draft = load_draft();
     const char *texts[3] = {"Once upon a time", "The little dog", "Lily and Ben went to the park"};
     llmm_token ids[3][64], plain[3][MAX_OUT];
     size_t n_ids[3];
@@ -257,11 +267,7 @@ static size_t verify_wrong(llmm_context *c, llmm_speculator *spec, llmm_seq_id s
     for (size_t i = 1; i < nv; i++)
         if (l[i] > l[best]) best = i;
     assert_true((llmm_token)best != guess[0]);
-    llmm_sampler_params spp;
-    llmm_sampler_params_default(&spp, sizeof spp);
-    spp.temperature = 0;
-    llmm_sampler *smp;
-    assert_int_equal(llmm_sampler_create(&spp, &smp), LLMM_OK);
+    llmm_sampler *smp = greedy_sampler();
     assert_int_equal(llmm_speculator_accept(spec, 0, smp, out, sizeof out / sizeof *out, &n_out), LLMM_OK);
     llmm_sampler_free(smp);
     return n_out - 1;
@@ -458,8 +464,7 @@ static void test_sampled_rounds_follow_target(void **state) {
 static void test_sampled_generate_reproducible(void **state) {
     (void)state;
     llmm_model *m = load_rel("models/stories260K.gguf");
-    llmm_model *draft = NULL;
-    assert_int_equal(llmm_model_load(draft_path, NULL, &draft), LLMM_OK);
+    llmm_model *draft = load_draft();
     llmm_context *c = make_context(m, 1, 16);
     llmm_sampler_params sp;
     llmm_sampler_params_default(&sp, sizeof sp);

@@ -3,7 +3,8 @@
  * sequence (llmm_generate) and several verified in one step (the llmm_speculator calls);
  * rollback releasing exactly the rejected positions' blocks, forked sequences included; the
  * sampled acceptance rule's distribution (chi-square, with a biased rule that must fail); a
- * draft of another vocabulary refused; older params and stats sizes still accepted. */
+ * draft of another vocabulary refused; the calls' argument and state errors; older params and
+ * stats sizes still accepted. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -531,6 +532,67 @@ static void test_vocab_mismatch_refused(void **state) {
     llmm_model_free(m);
 }
 
+/* The calls' contracts: bad params, a sequence twice, no room (nothing changes), a small out
+ * buffer, an item decided twice or after the context computed again. */
+static void test_speculator_errors(void **state) {
+    (void)state;
+    llmm_model *m = load_rel("models/stories260K.gguf");
+    llmm_context *c = make_context(m, 2, 16);
+    llmm_speculator_params sp;
+    llmm_speculator_params_default(&sp, sizeof sp);
+    llmm_speculator *spec = NULL;
+    sp.max_tokens = 0;
+    assert_int_equal(llmm_speculator_create(c, &sp, &spec), LLMM_ERR_INVALID_ARG);
+    sp.max_tokens = 8;
+    sp.ngram = 2;
+    sp.min_ngram = 3;
+    assert_int_equal(llmm_speculator_create(c, &sp, &spec), LLMM_ERR_INVALID_ARG);
+    sp.min_ngram = 1;
+    assert_int_equal(llmm_speculator_create(c, &sp, &spec), LLMM_OK);
+    llmm_token ids[256], guess[4] = {5, 6, 7, 8}, out[5];
+    for (int i = 0; i < 256; i++) ids[i] = 1 + i % 50; /* period 50: the lookup finds repeats */
+    assert_int_equal(llmm_prefill(c, 0, ids, 250, 0), LLMM_OK);
+    llmm_spec_item items[2] = {{.seq = 0, .pending = 9, .draft = guess, .n_draft = 4},
+                               {.seq = 0, .pending = 9, .draft = guess, .n_draft = 1}};
+    assert_int_equal(llmm_speculator_verify(spec, items, 2), LLMM_ERR_INVALID_ARG);
+    /* 250 + 1 + 4 fits n_ctx 256, 250 + 1 + 6 does not */
+    items[0].n_draft = 6;
+    items[0].draft = ids;
+    size_t len, n_out;
+    assert_int_equal(llmm_speculator_verify(spec, items, 1), LLMM_ERR_CONTEXT_FULL);
+    assert_int_equal(llmm_seq_length(c, 0, &len), LLMM_OK);
+    assert_int_equal(len, 250);
+    items[0].n_draft = 4;
+    items[0].draft = guess;
+    assert_int_equal(llmm_speculator_verify(spec, items, 1), LLMM_OK);
+    llmm_sampler *smp = greedy_sampler();
+    assert_int_equal(llmm_speculator_accept(spec, 0, smp, out, 4, &n_out), LLMM_ERR_BUFFER_TOO_SMALL);
+    assert_int_equal(llmm_speculator_accept(spec, 1, smp, out, 5, &n_out), LLMM_ERR_INVALID_ARG);
+    assert_int_equal(llmm_speculator_accept(spec, 0, smp, out, 5, &n_out), LLMM_OK);
+    assert_int_equal(llmm_speculator_accept(spec, 0, smp, out, 5, &n_out), LLMM_ERR_INVALID_ARG);
+    /* a decode between verify and accept voids the verify */
+    items[0].seq = 1;
+    assert_int_equal(llmm_speculator_verify(spec, items, 1), LLMM_OK);
+    const llmm_seq_id seq0 = 0;
+    assert_int_equal(llmm_decode(c, &seq0, &out[n_out - 1], 1), LLMM_OK);
+    assert_int_equal(llmm_speculator_accept(spec, 0, smp, out, 5, &n_out), LLMM_ERR_INVALID_ARG);
+    assert_non_null(strstr(llmm_context_last_error(c), "computed since"));
+    /* proposals stop where the context would overflow */
+    size_t n = 1;
+    assert_int_equal(llmm_seq_clear(c, 1), LLMM_OK);
+    assert_int_equal(llmm_prefill(c, 1, ids, 255, 0), LLMM_OK);
+    assert_int_equal(llmm_speculator_propose(spec, 1, ids[5], guess, 4, &n), LLMM_OK);
+    assert_int_equal(n, 0);
+    assert_int_equal(llmm_seq_truncate(c, 1, 100), LLMM_OK); /* room again */
+    assert_int_equal(llmm_speculator_propose(spec, 1, ids[100], guess, 4, &n), LLMM_OK);
+    assert_int_equal(n, 4);
+    assert_memory_equal(guess, ids + 101, 4 * sizeof *guess);
+    llmm_sampler_free(smp);
+    llmm_speculator_free(spec);
+    llmm_context_free(c);
+    llmm_model_free(m);
+}
+
 /* A caller built before speculative decoding passes the shorter params and stats. */
 static void test_older_struct_sizes(void **state) {
     (void)state;
@@ -598,6 +660,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_sampled_rounds_follow_target),
         cmocka_unit_test(test_sampled_generate_reproducible),
         cmocka_unit_test(test_vocab_mismatch_refused),
+        cmocka_unit_test(test_speculator_errors),
         cmocka_unit_test(test_older_struct_sizes),
     };
     const int failed = cmocka_run_group_tests(tests, NULL, NULL);

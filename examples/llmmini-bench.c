@@ -36,6 +36,9 @@ typedef struct options {
     llmm_kv_type kv_type;
     llmm_backend_kind backend;
     int device;            /* llmm_context_params.device */
+    /* speculative decoding (bench_speculative): --draft MODEL or --lookup N, on -f FILE */
+    const char *draft, *prompt_file;
+    int lookup, draft_max;
 } options;
 
 /* Smallest, median and largest of the repeats of one measurement (for a speed, max is the best). */
@@ -96,6 +99,7 @@ static void usage(FILE *out) {
             "usage: llmmini-bench -m MODEL [-p 512] [-n 64] [-r 3] [-t THREADS] [--parallel S] [--json]\n"
             "                     [--save-load] [--kv-type f16|q8|f32] [--block-size N] [--no-bandwidth]\n"
             "                     [--no-repack] [--backend auto|cpu|cuda] [--device N]\n"
+            "       llmmini-bench -m MODEL (--draft MODEL [--draft-max K] | --lookup N) [-f FILE] [-n 64] [-r 3]\n"
             "  -p PROMPT_TOKENS   tokens in the synthetic prompt (default 512)\n"
             "  -n GEN_TOKENS      tokens decoded one at a time after it (default 64)\n"
             "  -r REPEATS         runs of each measurement; median, min and max are reported (default 3)\n"
@@ -116,7 +120,14 @@ static void usage(FILE *out) {
             "  --backend B        auto, cpu or cuda (default auto: CUDA when its module loads and finds\n"
             "                     a device, else the CPU); cuda fails rather than fall back. The\n"
             "                     bandwidth probes measure the host's memory whatever the backend:\n"
-            "                     pass --no-bandwidth on a GPU\n");
+            "                     pass --no-bandwidth on a GPU\n"
+            "  --draft MODEL      speculative decoding instead of the tables above: greedy llmm_generate\n"
+            "                     of -n tokens from the text of -f FILE, plain and with this draft model\n"
+            "                     (same vocabulary); tokens/s of both, acceptance, identical output, and\n"
+            "                     one verify step's time for 0..16 guesses against the bandwidth bound\n"
+            "  --draft-max K      guesses per step at most (default 8)\n"
+            "  --lookup N         the same with prompt lookup (n-gram N) instead of a draft model\n"
+            "  -f FILE            the prompt's text (default: a short story opening)\n");
 }
 
 static int parse_index(const char *s, int *out) {
@@ -145,6 +156,8 @@ static int *count_option(options *o, const char *a) {
            : !strcmp(a, "-r")           ? &o->repeats
            : !strcmp(a, "--parallel")   ? &o->parallel
            : !strcmp(a, "--block-size") ? &o->block_size
+           : !strcmp(a, "--lookup")     ? &o->lookup
+           : !strcmp(a, "--draft-max")  ? &o->draft_max
                                         : NULL;
 }
 
@@ -162,6 +175,8 @@ static int parse_args(int argc, char **argv, options *o) {
             }
             i++;
         } else if (!strcmp(a, "-m") && val) o->model = argv[++i];
+        else if (!strcmp(a, "--draft") && val) o->draft = argv[++i];
+        else if (!strcmp(a, "-f") && val) o->prompt_file = argv[++i];
         else if (!strcmp(a, "--kv-type") && val) {
             if (!parse_kv_type(argv[++i], &o->kv_type)) {
                 fprintf(stderr, "llmmini-bench: --kv-type takes f16, q8 or f32\n");
@@ -1143,6 +1158,171 @@ static int run(const options *o, llmm_model *m, const alloc_counter *counter, re
     return rc;
 }
 
+/* ---------------------------------------------------------------- speculative decoding */
+
+/* The prompt text of -f, or a default; malloc'd. */
+static char *read_prompt(const options *o) {
+    if (!o->prompt_file) return strdup("Once upon a time, there was a little girl named Lily. She liked to play");
+    FILE *f = fopen(o->prompt_file, "rb");
+    if (!f) return NULL;
+    char *text = NULL;
+    size_t len = 0, cap = 0;
+    for (;;) {
+        if (len + 4096 + 1 > cap) {
+            char *p = realloc(text, cap = 2 * cap + 4096 + 1);
+            if (!p) break;
+            text = p;
+        }
+        size_t got = fread(text + len, 1, cap - len - 1, f);
+        len += got;
+        if (got == 0) break;
+    }
+    fclose(f);
+    if (text) text[len] = '\0';
+    return text;
+}
+
+typedef struct spec_run {
+    double tps;
+    llmm_generate_stats stats;
+} spec_run;
+
+/* One greedy llmm_generate of o->n_gen tokens into out, with speculation when spec. */
+static llmm_status spec_generate(llmm_context *ctx, const char *prompt, const options *o, const llmm_model *draft,
+                                 int spec, llmm_token *out, spec_run *r) {
+    llmm_sampler_params sp;
+    llmm_sampler_params_default(&sp, sizeof sp);
+    sp.temperature = 0;
+    llmm_generate_params gp;
+    llmm_generate_params_default(&gp, sizeof gp);
+    gp.max_tokens = o->n_gen;
+    gp.sampling = &sp;
+    gp.out_tokens = out;
+    gp.out_capacity = (size_t)o->n_gen;
+    if (spec) {
+        gp.spec_draft_model = draft;
+        gp.spec_ngram = draft ? 0 : o->lookup;
+        if (o->draft_max) gp.spec_max_tokens = o->draft_max;
+    }
+    r->stats = (llmm_generate_stats){.size = sizeof r->stats};
+    llmm_status st = llmm_generate(ctx, prompt, &gp, &r->stats);
+    r->tps = r->stats.generate_tokens_per_s;
+    return st;
+}
+
+static int compare_runs(const void *a, const void *b) {
+    const double x = ((const spec_run *)a)->tps, y = ((const spec_run *)b)->tps;
+    return (x > y) - (x < y);
+}
+
+/* One verify step of pending + k guesses after the prompt, rolled back, best of repeats (ms). */
+static llmm_status time_verify(llmm_context *ctx, llmm_speculator *spec, size_t n_prompt, size_t k, int repeats,
+                               double *best) {
+    llmm_token guess[LLMM_SPEC_MAX_TOKENS];
+    for (size_t i = 0; i < k; i++) guess[i] = (llmm_token)(3 + i);
+    const llmm_spec_item item = {.seq = 0, .pending = 3, .draft = guess, .n_draft = k};
+    *best = 0;
+    for (int r = 0; r < repeats + 1; r++) {
+        const double t0 = now_ms();
+        llmm_status st = llmm_speculator_verify(spec, &item, 1);
+        const double ms = now_ms() - t0;
+        if (!st) st = llmm_seq_truncate(ctx, 0, n_prompt);
+        if (st) return st;
+        if (r > 0 && (*best == 0 || ms < *best)) *best = ms; /* the first warms up */
+    }
+    return LLMM_OK;
+}
+
+static llmm_status bench_verify_cost(llmm_context *ctx, const llmm_model *m, const char *prompt, const options *o) {
+    llmm_speculator *spec = NULL;
+    size_t n = 0;
+    llmm_status st = llmm_tokenize(m, prompt, strlen(prompt), LLMM_TOKENIZE_ADD_SPECIAL, NULL, 0, &n);
+    llmm_token *ids = malloc((n + 1) * sizeof *ids);
+    if (!ids) return LLMM_ERR_NO_MEMORY;
+    st = llmm_tokenize(m, prompt, strlen(prompt), LLMM_TOKENIZE_ADD_SPECIAL, ids, n, &n);
+    if (!st) st = llmm_seq_clear(ctx, 0);
+    if (!st) st = llmm_prefill(ctx, 0, ids, n, 0);
+    if (!st) st = llmm_speculator_create(ctx, NULL, &spec);
+    static const size_t ks[] = {0, 1, 2, 4, 8, 16};
+    double ms[sizeof ks / sizeof *ks];
+    for (size_t i = 0; !st && i < sizeof ks / sizeof *ks; i++) st = time_verify(ctx, spec, n, ks[i], o->repeats, &ms[i]);
+    if (!st) {
+        printf("\n| guesses k | rows | verify step ms | x one-row step | ms per row |\n|---|---|---|---|---|\n");
+        for (size_t i = 0; i < sizeof ks / sizeof *ks; i++)
+            printf("| %zu | %zu | %.2f | %.2f | %.2f |\n", ks[i], ks[i] + 1, ms[i], ms[i] / ms[0], ms[i] / (ks[i] + 1));
+    }
+    if (!st && !o->no_bandwidth) {
+        llmm_model_info info = {.size = sizeof info};
+        int tied = 0;
+        const double triad = llmm_model_get_info(m, &info) == LLMM_OK ? measure_triad(o->n_threads ? o->n_threads
+                                                                                        : physical_cores(), TRIAD_PASSES, 1)
+                                                                        : 0;
+        const double bytes = weight_bytes_per_token(&info, &tied);
+        if (triad > 0)
+            printf("\nbandwidth bound: %.1f MB of weights per step / %.2f GB/s (STREAM triad) = %.2f ms a step, "
+                   "whatever k\n", bytes / 1e6, triad, bytes / triad / 1e6);
+    }
+    llmm_speculator_free(spec);
+    free(ids);
+    return st;
+}
+
+static int bench_speculative(const options *o, llmm_model *m) {
+    char err[512] = "";
+    char *prompt = read_prompt(o);
+    if (!prompt) return fail("cannot read the prompt file", LLMM_ERR_IO, o->prompt_file);
+    llmm_model *draft = NULL;
+    double draft_load_ms = 0;
+    llmm_status st = o->draft ? load_model(o->draft, !o->no_repack, NULL, &draft, &draft_load_ms, err, sizeof err) : LLMM_OK;
+    size_t n_prompt = 0;
+    if (!st) st = llmm_tokenize(m, prompt, strlen(prompt), LLMM_TOKENIZE_ADD_SPECIAL, NULL, 0, &n_prompt);
+    if (st == LLMM_ERR_BUFFER_TOO_SMALL) st = LLMM_OK;
+    options co = *o;
+    co.n_prompt = (int)n_prompt + LLMM_SPEC_MAX_TOKENS;
+    llmm_context *ctx = NULL;
+    if (!st && (st = create_context(m, &co, o->n_threads, &ctx))) llmm_model_last_error(m, err, sizeof err);
+    spec_run *runs = calloc((size_t)o->repeats * 2, sizeof *runs);
+    llmm_token *plain_out = calloc((size_t)o->n_gen * 2, sizeof *plain_out), *spec_out = plain_out + o->n_gen;
+    if (!st && (!runs || !plain_out)) st = LLMM_ERR_NO_MEMORY;
+    int identical = 1;
+    /* plain and speculative alternate, each first in every other repeat, so that both see the
+     * same machine */
+    for (int r = 0; !st && r < o->repeats; r++) {
+        for (int i = 0; !st && i < 2; i++) {
+            const int spec = (i + r) % 2;
+            st = spec_generate(ctx, prompt, o, draft, spec, spec ? spec_out : plain_out, &runs[spec * o->repeats + r]);
+        }
+        if (!st) identical &= runs[r].stats.n_generated == runs[o->repeats + r].stats.n_generated &&
+                              !memcmp(plain_out, spec_out, runs[r].stats.n_generated * sizeof *plain_out);
+        if (!st) fprintf(stderr, "repeat %d: plain %.1f tok/s, speculative %.1f tok/s\n", r + 1, runs[r].tps,
+                         runs[o->repeats + r].tps);
+    }
+    if (!st) {
+        qsort(runs, (size_t)o->repeats, sizeof *runs, compare_runs);
+        qsort(runs + o->repeats, (size_t)o->repeats, sizeof *runs, compare_runs);
+        const llmm_generate_stats *s = &runs[o->repeats + o->repeats / 2].stats;
+        const double plain = runs[o->repeats / 2].tps, spec = runs[o->repeats + o->repeats / 2].tps;
+        printf("| model | proposer | prompt tokens | generated | plain tok/s | speculative tok/s | speed-up | "
+               "acceptance | tokens per target step | draft ms | identical |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+        char proposer[600];
+        if (draft) snprintf(proposer, sizeof proposer, "draft %s, k <= %d", base_name(o->draft), o->draft_max ? o->draft_max : 8);
+        else snprintf(proposer, sizeof proposer, "lookup n=%d, k <= %d", o->lookup, o->draft_max ? o->draft_max : 8);
+        printf("| %s | %s | %zu | %zu | %.1f | %.1f | %.2fx | %.1f %% | %.2f | %.1f | %s |\n", base_name(o->model),
+               proposer, s->n_prompt, s->n_generated, plain, spec, plain > 0 ? spec / plain : 0,
+               100.0 * s->spec_acceptance, s->n_target_steps ? (double)s->n_generated / (double)s->n_target_steps : 0,
+               s->spec_draft_ms, identical ? "yes" : "NO");
+        st = bench_verify_cost(ctx, m, prompt, o);
+    }
+    int rc = st ? fail("speculative benchmark failed", st, ctx ? llmm_context_last_error(ctx) : err) : 0;
+    if (!rc && !identical) rc = fail("speculative output differs from plain greedy output", LLMM_ERR_INTERNAL, NULL);
+    free(runs);
+    free(plain_out);
+    llmm_context_free(ctx);
+    llmm_model_free(draft);
+    free(prompt);
+    return rc;
+}
+
 int main(int argc, char **argv) {
     options o;
     int rc = parse_args(argc, argv, &o);
@@ -1156,6 +1336,11 @@ int main(int argc, char **argv) {
     llmm_status st = load_model(o.model, !o.no_repack, &alloc, &m, &res.load_ms, err, sizeof err);
     if (st) return fail("cannot load model", st, err);
     fprintf(stderr, "loaded in %.1f ms; threads: %d\n", res.load_ms, res.n_threads);
+    if (o.draft || o.lookup) {
+        rc = bench_speculative(&o, m);
+        llmm_model_free(m);
+        return rc;
+    }
     rc = run(&o, m, &counter, &res);
     llmm_model_free(m);
     if (rc) return rc;

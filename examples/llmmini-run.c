@@ -13,6 +13,8 @@ typedef struct options {
     const char *model, *prompt, *dump_logits;
     int n_predict, n_threads, no_bos, print_ids;
     int chat, n_ctx, device;
+    const char *draft;           /* --draft: a draft model for speculative decoding */
+    int draft_max, lookup;       /* --draft-max K, --lookup N */
     const char *template_name, *system_prompt;
     llmm_backend_kind backend;
     llmm_kv_type kv_type;
@@ -29,7 +31,7 @@ static void usage(FILE *out) {
     fprintf(out,
             "usage: llmmini-run -m MODEL -p PROMPT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P]\n"
             "                   [--seed S] [-t THREADS] [-c N_CTX] [--backend B] [--device N] [--kv-type T]\n"
-            "                   [--no-bos] [--ids]\n"
+            "                   [--no-bos] [--ids] [--draft MODEL [--draft-max K] | --lookup N]\n"
             "                   [--dump-logits PATH]\n"
             "       llmmini-run -m MODEL --chat [--template NAME] [--system TEXT] [-n N] [sampling options]\n"
             "  -n N               tokens to generate (default 128)\n"
@@ -49,6 +51,11 @@ static void usage(FILE *out) {
             "                     the loader's path, or the file LLMM_CUDA_MODULE names\n"
             "  --device N         the GPU a CUDA context runs on (default 0)\n"
             "  --kv-type T        KV cache element type: f16 (default), q8 or f32\n"
+            "  --draft MODEL      speculative decoding with this draft model (same vocabulary): each\n"
+            "                     step checks its guesses in one pass; greedy output is unchanged\n"
+            "  --draft-max K      guesses per step at most, 1..32 (default 8)\n"
+            "  --lookup N         speculative decoding by prompt lookup: guess what followed the last\n"
+            "                     N tokens where they occurred before (no draft model)\n"
             "  --chat             chat on stdin/stdout: one user message per line, '/reset' starts\n"
             "                     over, end of input quits; -n limits each reply\n"
             "  --template NAME    chat format to use instead of the model's, one of:\n"
@@ -74,6 +81,14 @@ static int check_mode_options(const options *o) {
         fprintf(stderr, "llmmini-run: --chat reads its messages from stdin; -p, --ids and --dump-logits do not apply\n");
         return 2;
     }
+    if (o->chat && (o->draft || o->lookup)) {
+        fprintf(stderr, "llmmini-run: --draft and --lookup apply to -p PROMPT, not --chat\n");
+        return 2;
+    }
+    if (o->lookup < 0 || o->draft_max < 0) {
+        fprintf(stderr, "llmmini-run: --lookup and --draft-max must be >= 0\n");
+        return 2;
+    }
     if (!o->chat && (o->template_name || o->system_prompt)) {
         fprintf(stderr, "llmmini-run: --template and --system need --chat\n");
         return 2;
@@ -92,7 +107,7 @@ static int parse_args(int argc, char **argv, options *o) {
         double num = 0;
         int takes_number = !strcmp(a, "-n") || !strcmp(a, "--temp") || !strcmp(a, "--top-k") || !strcmp(a, "--top-p") ||
                            !strcmp(a, "--min-p") || !strcmp(a, "--seed") || !strcmp(a, "-t") || !strcmp(a, "-c") ||
-                           !strcmp(a, "--device");
+                           !strcmp(a, "--device") || !strcmp(a, "--draft-max") || !strcmp(a, "--lookup");
         if (takes_number && (!val || !parse_number(val, &num))) {
             fprintf(stderr, "llmmini-run: %s needs a number\n", a);
             return 2;
@@ -109,6 +124,9 @@ static int parse_args(int argc, char **argv, options *o) {
         else if (!strcmp(a, "-t")) o->n_threads = (int)num, i++;
         else if (!strcmp(a, "-c")) o->n_ctx = (int)num, i++;
         else if (!strcmp(a, "--device")) o->device = (int)num, i++;
+        else if (!strcmp(a, "--draft") && val) o->draft = argv[++i];
+        else if (!strcmp(a, "--draft-max")) o->draft_max = (int)num, i++;
+        else if (!strcmp(a, "--lookup")) o->lookup = (int)num, i++;
         else if (!strcmp(a, "--kv-type") && val) {
             if (!parse_kv_type(argv[++i], &o->kv_type)) {
                 fprintf(stderr, "llmmini-run: --kv-type must be f16, q8 or f32, not '%s'\n", argv[i]);
@@ -178,7 +196,7 @@ static int fail(const char *what, llmm_status st, const char *detail) {
     return 1;
 }
 
-static int run(const options *o, llmm_model *m, llmm_context *ctx) {
+static int run(const options *o, llmm_model *m, llmm_context *ctx, const llmm_model *draft) {
     uint32_t tok_flags = o->no_bos ? 0 : LLMM_TOKENIZE_ADD_SPECIAL;
     size_t n_prompt = 0;
     llmm_status st = llmm_tokenize(m, o->prompt, strlen(o->prompt), tok_flags, NULL, 0, &n_prompt);
@@ -199,6 +217,9 @@ static int run(const options *o, llmm_model *m, llmm_context *ctx) {
     gp.on_bytes = o->print_ids ? NULL : stream_to_stdout;
     gp.out_tokens = out;
     gp.out_capacity = (size_t)o->n_predict;
+    gp.spec_draft_model = draft;
+    gp.spec_ngram = o->lookup;
+    if (o->draft_max > 0) gp.spec_max_tokens = o->draft_max;
     llmm_generate_stats stats = {.size = sizeof stats};
     if (!st) st = llmm_generate(ctx, o->prompt, &gp, &stats);
     int rc = 0;
@@ -218,6 +239,13 @@ static int run(const options *o, llmm_model *m, llmm_context *ctx) {
                 "generated %zu tokens, %.1f ms (%.1f tok/s) | stop: %s\n",
                 stats.load_ms, stats.n_prompt, stats.prompt_ms, stats.prompt_tokens_per_s, stats.first_token_ms,
                 stats.n_generated, stats.generate_ms, stats.generate_tokens_per_s, reasons[stats.stop_reason % 6]);
+        if (stats.spec_proposed)
+            fprintf(stderr,
+                    "speculative: %llu of %llu guesses kept (%.1f %%) | %llu target steps | draft %.1f ms | "
+                    "speed-up estimate %.2fx\n",
+                    (unsigned long long)stats.spec_accepted, (unsigned long long)stats.spec_proposed,
+                    100.0 * stats.spec_acceptance, (unsigned long long)stats.n_target_steps, stats.spec_draft_ms,
+                    stats.spec_speedup_estimate);
     }
     free(prompt);
     free(out);
@@ -563,7 +591,10 @@ int main(int argc, char **argv) {
         llmm_model_free(m);
         return fail("cannot create context", st, err);
     }
-    rc = o.chat ? chat(&o, m, ctx) : run(&o, m, ctx);
+    llmm_model *draft = NULL;
+    if (o.draft && (st = llmm_model_load(o.draft, &mp, &draft))) rc = fail("cannot load the draft model", st, err);
+    else rc = o.chat ? chat(&o, m, ctx) : run(&o, m, ctx, draft);
+    llmm_model_free(draft);
     llmm_context_free(ctx);
     llmm_model_free(m);
     return rc;

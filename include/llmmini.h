@@ -599,6 +599,17 @@ typedef struct llmm_generate_params {
     void *user;
     llmm_token *out_tokens;        /* optional: generated ids are written here */
     size_t out_capacity;
+    /* --- since speculative decoding (docs/api.md "Speculative decoding"): each step verifies
+       the tokens a proposer guessed in one forward pass; greedy output is the same token for
+       token as without, sampled output follows the same distribution --- */
+    const llmm_model *spec_draft_model; /* optional draft model with the target's vocabulary (same
+                                      tokens and special ids, else INVALID_ARG); it gets a
+                                      context of its own for the call. Wins over spec_ngram */
+    int32_t spec_max_tokens;       /* proposals per step at most, 1..LLMM_SPEC_MAX_TOKENS (default 8);
+                                      a draft's length adapts within [1, spec_max_tokens] */
+    int32_t spec_ngram;            /* prompt lookup: propose what followed the last spec_ngram tokens
+                                      earlier in the sequence (prompt and output); 0 = off (default) */
+    int32_t spec_min_ngram;        /* shorter matches tried down to this length (default 1) */
 } llmm_generate_params;
 
 typedef struct llmm_generate_stats {
@@ -612,6 +623,16 @@ typedef struct llmm_generate_stats {
     double prompt_tokens_per_s;
     double generate_tokens_per_s;
     llmm_stop_reason stop_reason;
+    /* --- since speculative decoding (all 0 without it, except n_target_steps) --- */
+    uint64_t spec_proposed;   /* tokens the proposer guessed */
+    uint64_t spec_accepted;   /* of those, tokens the target kept */
+    double spec_acceptance;   /* spec_accepted / spec_proposed */
+    uint64_t n_target_steps;  /* the target's forward steps after the prompt (verify or decode) */
+    double spec_draft_ms;     /* time the proposer took (a draft model's prefill and decode) */
+    double spec_speedup_estimate; /* generated tokens per target step, discounted by the draft's
+                                 time: (n_generated / n_target_steps) * (1 - spec_draft_ms /
+                                 generate_ms); what speculation gains where a verify step costs
+                                 what a one-token step does (memory-bound decode) */
 } llmm_generate_stats;
 
 LLMM_API llmm_status llmm_generate_params_default(llmm_generate_params *params, size_t struct_size);
@@ -624,6 +645,83 @@ LLMM_API llmm_status llmm_generate_params_default(llmm_generate_params *params, 
  * not an error. */
 LLMM_API llmm_status llmm_generate(llmm_context *ctx, const char *prompt,
                                    const llmm_generate_params *params, llmm_generate_stats *stats);
+
+/* ---------------------------------------------------------------- speculative decoding */
+
+/* SPECULATIVE DECODING, for apps that run their own decode loop (llmm_generate does this
+ * itself with the spec_* params). A speculator belongs to one context and, like it, to one
+ * thread at a time. One round per sequence:
+ *   1. llmm_speculator_propose: up to k guesses for what follows the sequence's tokens and its
+ *      pending token (the one chosen last and not yet decoded);
+ *   2. llmm_speculator_verify: one forward step over [pending, guesses...] of each sequence
+ *      (many sequences at once, each with its own count), all rows' logits computed;
+ *   3. llmm_speculator_accept per item: the target keeps the longest acceptable prefix of the
+ *      guesses, chooses one more token (the new pending one), and the sequence is truncated
+ *      to pending + kept guesses: the blocks of the rejected positions go back to the pool,
+ *      nothing is copied. Greedy samplers keep exactly the tokens plain decoding would give;
+ *      sampling ones use rejection sampling (Leviathan et al. / Chen et al. 2023), which keeps
+ *      the sampler's distribution exactly. */
+
+#define LLMM_SPEC_MAX_TOKENS 32 /* proposals per sequence and round, at most */
+
+typedef struct llmm_speculator llmm_speculator;
+
+typedef struct llmm_speculator_params {
+    uint32_t size;                  /* sizeof(llmm_speculator_params) */
+    const llmm_model *draft_model;  /* a model with the context model's vocabulary (checked); it
+                                       runs in its own context (same n_ctx, n_seq_max, backend
+                                       and threads), one sequence per target sequence id */
+    int32_t max_tokens;             /* k_max, 1..LLMM_SPEC_MAX_TOKENS (default 8) */
+    int32_t ngram;                  /* prompt lookup when there is no draft model: longest
+                                       n-gram to match, 0 = off (default) */
+    int32_t min_ngram;              /* shortest n-gram to match (default 1) */
+    const llmm_sampler_params *sampling; /* how a draft model guesses: NULL or temperature 0 =
+                                       its argmax; else a draw from its distribution under these
+                                       params without penalties (seed + 1), which sampled
+                                       acceptance then uses */
+} llmm_speculator_params;
+
+/* One sequence's part of a verify step. */
+typedef struct llmm_spec_item {
+    llmm_seq_id seq;
+    llmm_token pending;       /* the token chosen last, not yet in the sequence */
+    const llmm_token *draft;  /* the guesses to check (n_draft of them), any source */
+    size_t n_draft;           /* 0 .. LLMM_SPEC_MAX_TOKENS */
+} llmm_spec_item;
+
+LLMM_API llmm_status llmm_speculator_params_default(llmm_speculator_params *params, size_t struct_size);
+
+/* A speculator over ctx (which must outlive it). params NULL = defaults (no proposer: verify
+ * and accept work on guesses the app makes). Errors: INVALID_ARG (also a draft model with
+ * another vocabulary: the message on ctx says what differs), NO_MEMORY, and those of
+ * llmm_context_create for the draft's context. */
+LLMM_API llmm_status llmm_speculator_create(llmm_context *ctx, const llmm_speculator_params *params,
+                                            llmm_speculator **out);
+LLMM_API void llmm_speculator_free(llmm_speculator *spec);
+
+/* Guesses for what follows seq's tokens and then pending: up to min(capacity, the current
+ * draft length) ids into out, their count into *n (0 when the proposer has none). The draft
+ * length starts at max_tokens and adapts to how many guesses seq's recent rounds kept; after
+ * rounds that kept none, guessing pauses (n = 0) for 1, 2, 4, ... up to 16 calls.
+ * Errors: INVALID_ARG, and those of the draft model's prefill/decode. */
+LLMM_API llmm_status llmm_speculator_propose(llmm_speculator *spec, llmm_seq_id seq, llmm_token pending,
+                                             llmm_token *out, size_t capacity, size_t *n);
+
+/* Append pending and the guesses of each of n items (distinct sequences) and compute every
+ * row's logits in one forward step; llmm_logits then reads item i's rows, in item order, each
+ * item's 1 + n_draft rows together. Errors: INVALID_ARG (also more rows in all than
+ * max(n_batch, n_seq_max)), CONTEXT_FULL (then nothing changes), those of llmm_decode. */
+LLMM_API llmm_status llmm_speculator_verify(llmm_speculator *spec, const llmm_spec_item *items, size_t n);
+
+/* Decide item `item` of the last verify with sampler: out receives the kept guesses and then
+ * the next token (the new pending one), *n_out their count (1 + kept, at most 1 + n_draft, so
+ * capacity 1 + n_draft is enough), and the sequence keeps pending and the kept guesses. Every
+ * token written to out is accepted into sampler (llmm_sampler_accept). RNG: greedy draws
+ * nothing; sampling draws one number per guess examined, then one for the next token.
+ * Errors: INVALID_ARG (no such item, or it was decided already), BUFFER_TOO_SMALL (capacity <
+ * 1 + n_draft; nothing changes), the sampling errors of llmm_sample. */
+LLMM_API llmm_status llmm_speculator_accept(llmm_speculator *spec, size_t item, llmm_sampler *sampler,
+                                            llmm_token *out, size_t capacity, size_t *n_out);
 
 /* ---------------------------------------------------------------- chat */
 

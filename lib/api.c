@@ -84,5 +84,9 @@ LLMM_API llmm_status llmm_generate_params_default(llmm_generate_params *params, 
     llmm_generate_params p = {0};
     p.max_tokens = 128;
     p.tokenize_flags = LLMM_TOKENIZE_ADD_SPECIAL;
-    return prepare(params, struct_size, sizeof p, &p, sizeof p) ? LLMM_OK : LLMM_ERR_INVALID_ARG;
+    p.spec_max_tokens = 8;
+    p.spec_min_ngram = 1;
+    /* callers built before speculative decoding know the fields up to out_capacity */
+    const size_t v1_size = offsetof(llmm_generate_params, spec_draft_model);
+    return prepare(params, struct_size, v1_size, &p, sizeof p) ? LLMM_OK : LLMM_ERR_INVALID_ARG;
 }

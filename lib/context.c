@@ -275,7 +275,7 @@ static llmm_status check_tokens(llmm_context *ctx, const llmm_token *tokens, siz
     return LLMM_OK;
 }
 
-static llmm_status ensure_logit_rows(llmm_context *ctx, size_t rows) {
+llmm_status ctx_ensure_logit_rows(llmm_context *ctx, size_t rows) {
     if (rows <= ctx->logits_cap) return LLMM_OK;
     size_t bytes;
     if (!size_mul_ok(rows, (size_t)ctx->model->vocab.n_tokens * sizeof(float), &bytes))
@@ -305,8 +305,7 @@ static void note_first_token(llmm_context *ctx, double t0) {
     if (ctx->first_token_ms == 0) ctx->first_token_ms = time_now_ms() - t0;
 }
 
-/* Copy logits rows [0, m) of the step to host rows starting at dst_row. */
-static llmm_status fetch_logits(llmm_context *ctx, size_t dst_row, size_t m) {
+llmm_status ctx_fetch_logits(llmm_context *ctx, size_t dst_row, size_t m) {
     const size_t nv = ctx->model->vocab.n_tokens;
     return ctx->be->download(ctx->be_state, ctx->logits + dst_row * nv, ctx->act.logits, m * nv * sizeof(float));
 }
@@ -326,7 +325,7 @@ static llmm_status prefill_chunks(llmm_context *ctx, llmm_seq_id seq, const llmm
         for (size_t i = 0; i < m; i++) ctx->row_seq[i] = seq;
         size_t first = all ? 0 : (last ? m - 1 : m);
         llmm_status st = forward_step(ctx, LLMM_STEP_PROMPT, tokens + done, ctx->row_seq, ctx->pos, m, first);
-        if (!st && first < m) st = fetch_logits(ctx, all ? done : 0, m - first);
+        if (!st && first < m) st = ctx_fetch_logits(ctx, all ? done : 0, m - first);
         if (st) return st;
         kv_commit(kv, (uint32_t)seq, tokens + done, (uint32_t)m);
         done += m;
@@ -347,7 +346,7 @@ LLMM_API llmm_status llmm_prefill(llmm_context *ctx, llmm_seq_id seq, const llmm
         return ctx_fail(ctx, LLMM_ERR_CONTEXT_FULL, "sequence %d holds %u tokens; %zu more exceed n_ctx %u", seq, start,
                         n, ctx->params.n_ctx);
     const int all = (flags & LLMM_PREFILL_ALL_LOGITS) != 0;
-    if ((st = ensure_logit_rows(ctx, all ? n : 1))) return st;
+    if ((st = ctx_ensure_logit_rows(ctx, all ? n : 1))) return st;
     const double t0 = time_now_ms();
     ctx->logits_rows = 0;
     ctx->logits_on_device = 0;
@@ -406,7 +405,7 @@ static llmm_status decode_rows(llmm_context *ctx, const llmm_seq_id *seqs, const
     ctx->logits_on_device = 0;
     if ((st = reserve_rows(ctx, seqs, n))) return st;
     st = forward_step(ctx, LLMM_STEP_DECODE, tokens, seqs, ctx->pos, n, 0);
-    if (!st && fetch) st = fetch_logits(ctx, 0, n);
+    if (!st && fetch) st = ctx_fetch_logits(ctx, 0, n);
     if (st) {
         for (size_t i = 0; i < n; i++) kv_truncate(&ctx->kv, (uint32_t)seqs[i], (uint32_t)ctx->pos[i]);
         ctx->decode_ms += time_now_ms() - t0;
@@ -439,7 +438,7 @@ LLMM_API llmm_status llmm_decode(llmm_context *ctx, const llmm_seq_id *seqs, con
 
 llmm_status ctx_settle_logits(llmm_context *ctx) {
     if (!ctx->logits_on_device) return LLMM_OK;
-    llmm_status st = fetch_logits(ctx, 0, ctx->logits_rows);
+    llmm_status st = ctx_fetch_logits(ctx, 0, ctx->logits_rows);
     if (st) {
         ctx->logits_rows = 0; /* act.logits is not trusted after a failed copy */
         ctx->logits_on_device = 0;

@@ -86,6 +86,10 @@ llmm_status ctx_fail(llmm_context *ctx, llmm_status status, const char *fmt, ...
 /* Copy logits llmm_decode_sample left on the backend to the host rows llmm_logits reads, before
  * anything else runs a step over act.logits. */
 llmm_status ctx_settle_logits(llmm_context *ctx);
+/* Make room for `rows` rows of host logits (NO_MEMORY, recorded, when it cannot). */
+llmm_status ctx_ensure_logit_rows(llmm_context *ctx, size_t rows);
+/* Copy logits rows [0, m) of the step just run to host rows starting at dst_row. */
+llmm_status ctx_fetch_logits(llmm_context *ctx, size_t dst_row, size_t m);
 /* INVALID_ARG (recorded) unless 0 <= seq < n_seq_max. */
 llmm_status ctx_check_seq(llmm_context *ctx, llmm_seq_id seq);
 

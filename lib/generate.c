@@ -3,7 +3,13 @@
 
 #include "context.h"
 #include "sampler.h"
+#include "speculative.h"
 #include "text_stream.h"
+
+/* What callers built before speculative decoding pass: the fields up to out_capacity, and the
+ * stats up to stop_reason. */
+#define GENERATE_PARAMS_V1_SIZE offsetof(llmm_generate_params, spec_draft_model)
+#define GENERATE_STATS_V1_SIZE offsetof(llmm_generate_stats, spec_proposed)
 
 typedef struct gen_run {
     llmm_context *ctx;
@@ -14,6 +20,10 @@ typedef struct gen_run {
     int stream_ready;
     llmm_token next;  /* sampled with the last decode (llmm_decode_sample), when have_next */
     int have_next;
+    llmm_speculator *spec; /* speculative decoding, or NULL */
+    llmm_token queued[1 + LLMM_SPEC_MAX_TOKENS]; /* chosen and accepted by the last round, not yet streamed */
+    size_t n_queued, next_queued;
+    size_t n_chosen;  /* tokens chosen so far, streamed or not */
     llmm_token *prompt;
     char *piece;
     size_t piece_cap;
@@ -50,12 +60,15 @@ static llmm_status step(gen_run *g, int is_last) {
     size_t n_vocab, n;
     llmm_token tok = g->next;
     llmm_status st = LLMM_OK;
-    if (!g->have_next) {
+    const int from_queue = g->next_queued < g->n_queued;
+    if (from_queue) tok = g->queued[g->next_queued++];
+    else if (!g->have_next) {
         st = llmm_logits(g->ctx, 0, &logits, &n_vocab);
         if (!st) st = llmm_sample(g->sampler, logits, n_vocab, &tok);
     }
     g->have_next = 0;
-    if (!st) st = llmm_sampler_accept(g->sampler, tok);
+    g->n_chosen++;
+    if (!st && !from_queue) st = llmm_sampler_accept(g->sampler, tok);
     if (st)
         return ctx_fail(g->ctx, st, "sampling (sequence %d, position %zu) failed: %s", (int)g->p.seq,
                         g->s.n_prompt + g->s.n_generated, llmm_sampler_last_error(g->sampler));
@@ -74,14 +87,32 @@ static llmm_status step(gen_run *g, int is_last) {
     else if (cancelled) g->s.stop_reason = LLMM_STOP_CALLBACK;
     else if (is_last) g->s.stop_reason = LLMM_STOP_MAX_TOKENS;
     if (g->s.stop_reason != LLMM_STOP_NONE) return LLMM_OK;
+    if (g->next_queued < g->n_queued) return LLMM_OK;
     /* the next token is chosen with the decode: on a device only its id comes back */
     llmm_seq_id seq = g->p.seq;
+    if (g->spec) {
+        g->next_queued = g->n_queued = 0;
+        st = spec_round(g->spec, seq, tok, g->sampler, g->queued, &g->n_queued);
+        if (st == LLMM_ERR_CONTEXT_FULL) g->s.stop_reason = LLMM_STOP_CONTEXT_FULL;
+        return st == LLMM_ERR_CONTEXT_FULL ? LLMM_OK : st;
+    }
+    g->s.n_target_steps++;
     st = llmm_decode_sample(g->ctx, &seq, &tok, 1, &g->sampler, &g->next);
     if (st == LLMM_ERR_CONTEXT_FULL) {
         g->s.stop_reason = LLMM_STOP_CONTEXT_FULL;
         return LLMM_OK;
     }
     g->have_next = st == LLMM_OK;
+    return st;
+}
+
+/* The sequence as plain decoding leaves it (every chosen token but the last decoded), not
+ * holding guesses kept beyond where generation stopped; and the speculation counters. */
+static llmm_status spec_finish(gen_run *g) {
+    size_t len, want = g->s.n_prompt + (g->n_chosen ? g->n_chosen - 1 : 0);
+    llmm_status st = llmm_seq_length(g->ctx, g->p.seq, &len);
+    if (!st && len > want) st = llmm_seq_truncate(g->ctx, g->p.seq, want);
+    spec_counters(g->spec, &g->s.spec_proposed, &g->s.spec_accepted, &g->s.n_target_steps, &g->s.spec_draft_ms);
     return st;
 }
 
@@ -96,6 +127,7 @@ static llmm_status run(gen_run *g, const char *prompt) {
     llmm_diag d = {{0}};
     if ((st = sampler_create(g->p.sampling, ctx->model->alloc, &g->sampler, &d)))
         return ctx_fail(ctx, st, "sampling parameters: %s", d.msg);
+    if ((st = spec_for_generate(ctx, &g->p, &g->spec))) return st;
     if ((st = text_stream_init(&g->stream, g->p.stop_strings, g->p.n_stop, ctx->model->alloc)))
         return ctx_fail(ctx, st, "out of memory for stop strings");
     g->stream_ready = 1;
@@ -103,6 +135,7 @@ static llmm_status run(gen_run *g, const char *prompt) {
     for (int32_t i = 0; i < g->p.max_tokens && g->s.stop_reason == LLMM_STOP_NONE; i++)
         if ((st = step(g, i + 1 == g->p.max_tokens))) return st;
     if (g->s.stop_reason == LLMM_STOP_NONE) g->s.stop_reason = LLMM_STOP_MAX_TOKENS;
+    if (g->spec && (st = spec_finish(g))) return st;
     if (g->s.stop_reason != LLMM_STOP_STRING && g->s.stop_reason != LLMM_STOP_CALLBACK) {
         int cancelled = 0;
         if ((st = text_stream_finish(&g->stream, g->p.on_bytes, g->p.user, &cancelled)))
@@ -116,6 +149,10 @@ static void fill_rates(llmm_generate_stats *s, const llmm_model *m) {
     s->load_ms = m->load_ms;
     s->prompt_tokens_per_s = s->prompt_ms > 0 ? (double)s->n_prompt * 1e3 / s->prompt_ms : 0;
     s->generate_tokens_per_s = s->generate_ms > 0 ? (double)s->n_generated * 1e3 / s->generate_ms : 0;
+    s->spec_acceptance = s->spec_proposed ? (double)s->spec_accepted / (double)s->spec_proposed : 0;
+    if (s->spec_proposed && s->n_target_steps && s->generate_ms > 0)
+        s->spec_speedup_estimate = (double)s->n_generated / (double)s->n_target_steps *
+                                   LLMM_MAX(0.0, 1.0 - s->spec_draft_ms / s->generate_ms);
 }
 
 LLMM_API llmm_status llmm_generate(llmm_context *ctx, const char *prompt, const llmm_generate_params *params,
@@ -123,21 +160,22 @@ LLMM_API llmm_status llmm_generate(llmm_context *ctx, const char *prompt, const 
     if (!ctx) return LLMM_ERR_INVALID_ARG;
     gen_run g = {.ctx = ctx, .t_start = time_now_ms()};
     llmm_generate_params_default(&g.p, sizeof g.p);
-    if (params && !struct_import(&g.p, sizeof g.p, params, sizeof g.p))
+    if (params && !struct_import(&g.p, sizeof g.p, params, GENERATE_PARAMS_V1_SIZE))
         return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_generate: params->size too small");
     if (!prompt) return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_generate: NULL prompt");
     if (g.p.max_tokens < 0 || (g.p.n_stop && !g.p.stop_strings) || (g.p.out_capacity && !g.p.out_tokens))
         return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_generate: invalid max_tokens, stop strings or out buffer");
-    if (stats && stats->size < sizeof(llmm_generate_stats))
+    if (stats && stats->size < GENERATE_STATS_V1_SIZE)
         return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_generate: stats->size too small");
     llmm_status st = run(&g, prompt);
     const llmm_allocator *a = ctx->model->alloc;
     if (g.stream_ready) text_stream_free(&g.stream);
     llmm_sampler_free(g.sampler);
+    llmm_speculator_free(g.spec);
     mem_free(a, g.prompt);
     mem_free(a, g.piece);
     fill_rates(&g.s, ctx->model);
     g.s.size = sizeof g.s;
-    if (stats) struct_export(stats, &g.s, sizeof g.s, sizeof g.s);
+    if (stats) struct_export(stats, &g.s, sizeof g.s, GENERATE_STATS_V1_SIZE);
     return st;
 }

@@ -355,24 +355,34 @@ static llmm_token draw(llmm_sampler *s, candidate *c, size_t n) {
     return c[last_positive].id;
 }
 
+/* The candidates every choice starts from (llmm_sample, sampler_probs): the logits sanitized
+ * and penalized in s->cands, in id order, and *best their argmax. Errors recorded on s. */
+static llmm_status penalized_candidates(llmm_sampler *s, const float *logits, size_t n_vocab, size_t *best) {
+    if (n_vocab == 0 || n_vocab > (size_t)INT32_MAX)
+        return diag_fail(&s->error, LLMM_ERR_INVALID_ARG, "llmm_sample: n_vocab %zu is out of range", n_vocab);
+    llmm_status st = ensure_candidates(s, n_vocab);
+    if (st) return st;
+    const size_t bad = load_candidates(s->cands, logits, n_vocab);
+    if (bad < n_vocab)
+        return diag_fail(&s->error, LLMM_ERR_NUMERICAL,
+                         "llmm_sample: logit %zu of %zu is %s (broken weights or an overflow)", bad, n_vocab,
+                         isnan(logits[bad]) ? "NaN" : "+inf");
+    apply_penalties(s, s->cands, n_vocab);
+    *best = argmax(s->cands, n_vocab);
+    if (s->cands[*best].logit == -INFINITY)
+        return diag_fail(&s->error, LLMM_ERR_INVALID_ARG, "llmm_sample: every logit is -inf");
+    return LLMM_OK;
+}
+
 LLMM_API llmm_status llmm_sample(llmm_sampler *sampler, const float *logits, size_t n_vocab,
                                  llmm_token *out) {
     if (!sampler) return LLMM_ERR_INVALID_ARG;
-    llmm_diag *d = &sampler->error;
     if (!logits || !out)
-        return diag_fail(d, LLMM_ERR_INVALID_ARG, "llmm_sample: logits and out must not be NULL");
-    if (n_vocab == 0 || n_vocab > (size_t)INT32_MAX)
-        return diag_fail(d, LLMM_ERR_INVALID_ARG, "llmm_sample: n_vocab %zu is out of range", n_vocab);
-    llmm_status st = ensure_candidates(sampler, n_vocab);
+        return diag_fail(&sampler->error, LLMM_ERR_INVALID_ARG, "llmm_sample: logits and out must not be NULL");
+    size_t best;
+    llmm_status st = penalized_candidates(sampler, logits, n_vocab, &best);
     if (st) return st;
     candidate *c = sampler->cands;
-    const size_t bad = load_candidates(c, logits, n_vocab);
-    if (bad < n_vocab)
-        return diag_fail(d, LLMM_ERR_NUMERICAL, "llmm_sample: logit %zu of %zu is %s (broken weights or an overflow)",
-                         bad, n_vocab, isnan(logits[bad]) ? "NaN" : "+inf");
-    apply_penalties(sampler, c, n_vocab);
-    size_t best = argmax(c, n_vocab);
-    if (c[best].logit == -INFINITY) return diag_fail(d, LLMM_ERR_INVALID_ARG, "llmm_sample: every logit is -inf");
     if (sampler->params.temperature <= 0) {
         *out = c[best].id;
         return LLMM_OK;
@@ -430,3 +440,25 @@ llmm_status sampler_request(llmm_sampler *s, size_t n_vocab, llmm_sample_request
 void sampler_rng_save(const llmm_sampler *s, uint64_t state[4]) { memcpy(state, s->rng, sizeof s->rng); }
 
 void sampler_rng_restore(llmm_sampler *s, const uint64_t state[4]) { memcpy(s->rng, state, sizeof s->rng); }
+
+/* ---------------------------------------------------------------- as probabilities, for speculation */
+
+llmm_status sampler_probs(llmm_sampler *s, const float *logits, size_t n_vocab, float *probs) {
+    size_t best;
+    llmm_status st = penalized_candidates(s, logits, n_vocab, &best);
+    if (st) return st;
+    candidate *c = s->cands;
+    memset(probs, 0, n_vocab * sizeof *probs);
+    if (s->params.temperature <= 0) {
+        probs[c[best].id] = 1.0f;
+        return LLMM_OK;
+    }
+    const size_t n = truncate_candidates(c, n_vocab, &s->params);
+    const double sum = fill_weights(c, n, s->params.temperature);
+    for (size_t i = 0; i < n; i++) probs[c[i].id] = (float)(c[i].weight / sum);
+    return LLMM_OK;
+}
+
+double sampler_uniform(llmm_sampler *s) { return rng_uniform(s->rng); }
+
+int sampler_is_greedy(const llmm_sampler *s) { return s->params.temperature <= 0; }

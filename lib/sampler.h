@@ -23,4 +23,14 @@ llmm_status sampler_request(llmm_sampler *s, size_t n_vocab, llmm_sample_request
 void sampler_rng_save(const llmm_sampler *s, uint64_t state[4]);
 void sampler_rng_restore(llmm_sampler *s, const uint64_t state[4]);
 
+/* The distribution llmm_sample draws from for these logits, over every id (0 for the ids that
+ * penalties, top-k, top-p and min-p leave out; a one-hot argmax when greedy), into probs
+ * (n_vocab). Draws nothing. Errors as llmm_sample's, recorded on s. Speculative decoding's
+ * sampled acceptance (lib/speculative.c) compares these with the proposer's. */
+llmm_status sampler_probs(llmm_sampler *s, const float *logits, size_t n_vocab, float *probs);
+/* The next number of the sampler's RNG stream, uniform in [0, 1). */
+double sampler_uniform(llmm_sampler *s);
+/* Temperature <= 0: llmm_sample takes the argmax and draws nothing. */
+int sampler_is_greedy(const llmm_sampler *s);
+
 #endif

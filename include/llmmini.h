@@ -489,6 +489,71 @@ LLMM_API llmm_status llmm_seq_load(llmm_context *ctx, llmm_seq_id seq, const cha
 /* The same from n_bytes of memory (not retained). */
 LLMM_API llmm_status llmm_seq_load_buffer(llmm_context *ctx, llmm_seq_id seq, const void *buf, size_t n_bytes);
 
+/* ---------------------------------------------------------------- LoRA adapters */
+
+/* LORA ADAPTERS
+ * An adapter is a small file of low-rank weight deltas for one base model, in the GGUF LoRA
+ * layout the reference engine's converter writes (general.type "adapter", adapter.type "lora",
+ * adapter.lora.alpha, tensors "<base tensor>.lora_a" [n_in, rank] and ".lora_b" [rank, n_out]).
+ * A sequence running with adapter X at user scale s computes every adapted matmul as
+ *     y = W x + scale * B (A x),   scale = s * alpha / rank (s when alpha is 0).
+ * Like a model, an adapter is immutable once loaded: any number of contexts on any threads may
+ * attach it; it must not outlive its model. Sequences of one context may run with different
+ * adapters (or none) in the same llmm_decode: the base weights are read once for all rows.
+ * Adapters need a backend that computes from host memory: the CPU backend (on CUDA
+ * llmm_seq_set_adapters fails with LLMM_ERR_UNSUPPORTED for now). */
+typedef struct llmm_adapter llmm_adapter;
+
+/* Load and validate an adapter file for model. Tensors stay in the file's mapping (read with
+ * the model's use_mmap setting). A file that is not a LoRA adapter, is for another
+ * architecture, names a tensor the model lacks or that the forward pass does not multiply by,
+ * has mismatched shapes, a rank of 0, a rank beyond the input width, a missing A or B half,
+ * or A/B types other than F32, F16, BF16 and Q8_0 gives LLMM_ERR_BAD_FILE with a message
+ * (llmm_model_last_error). On success *out owns the adapter until llmm_adapter_free.
+ * Thread-safe with respect to the model. Errors: INVALID_ARG, IO, BAD_FILE, NO_MEMORY,
+ * VOCAB_ONLY. */
+LLMM_API llmm_status llmm_adapter_load(const llmm_model *model, const char *path, llmm_adapter **out);
+/* The same from size bytes of memory, which are copied (the caller may free them at once). */
+LLMM_API llmm_status llmm_adapter_load_memory(const llmm_model *model, const void *data, size_t size,
+                                              llmm_adapter **out);
+/* Drop the app's reference. Sequences still running with the adapter keep it until they are
+ * given other adapters or their context is freed; the adapter is freed after the last. NULL
+ * is ignored. Thread-safe. */
+LLMM_API void llmm_adapter_free(llmm_adapter *adapter);
+
+typedef struct llmm_adapter_info {
+    uint32_t size;        /* set to sizeof(llmm_adapter_info) before the call */
+    uint32_t rank;        /* the largest rank of its tensors */
+    float alpha;          /* adapter.lora.alpha; 0: none (the scale is the user's) */
+    uint32_t n_tensors;   /* base tensors it adapts (a fused Q/K/V tensor counts once) */
+    uint64_t bytes;       /* bytes of its A and B tensors */
+    uint64_t fingerprint; /* a hash of its tensors and alpha: equal adapters, equal numbers */
+} llmm_adapter_info;
+
+/* Fill *info (info->size must be set). Thread-safe. Errors: INVALID_ARG. */
+LLMM_API llmm_status llmm_adapter_get_info(const llmm_adapter *adapter, llmm_adapter_info *info);
+
+/* Sequences run with at most this many adapters at once. */
+#define LLMM_MAX_SEQ_ADAPTERS 8
+
+/* Run seq with adapters[0..n) at user scales scales[0..n) (summed; n = 0 detaches all;
+ * scales NULL: all 1). Replaces seq's previous adapters and never touches other sequences.
+ * The K/V seq already holds stays: tokens already in it were computed with the old adapters.
+ * When that matters, llmm_seq_truncate(ctx, seq, 0) (or to the length the new adapters should
+ * start from) and prefill those tokens again. Each adapter must be of ctx's model and appear
+ * once. The first call on a context, and a call with a larger rank than any before, allocate
+ * working memory; later swaps allocate nothing. A scale of 0 skips that adapter's work.
+ * Errors: INVALID_ARG (bad seq, n > LLMM_MAX_SEQ_ADAPTERS, NULL or repeated adapter, an
+ * adapter of another model, a non-finite scale), UNSUPPORTED (the context's backend cannot
+ * run adapters), NO_MEMORY. On error seq's adapters are unchanged. */
+LLMM_API llmm_status llmm_seq_set_adapters(llmm_context *ctx, llmm_seq_id seq, llmm_adapter *const *adapters,
+                                           const float *scales, size_t n);
+/* seq's adapters and scales: up to capacity of each into adapters and scales (either may be
+ * NULL), their number into *n (BUFFER_TOO_SMALL when capacity is smaller). The pointers are
+ * borrowed. Errors: INVALID_ARG, BUFFER_TOO_SMALL. */
+LLMM_API llmm_status llmm_seq_get_adapters(llmm_context *ctx, llmm_seq_id seq, llmm_adapter **adapters,
+                                           float *scales, size_t capacity, size_t *n);
+
 /* ---------------------------------------------------------------- context stats */
 
 typedef struct llmm_context_stats {

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "adapter_ctx.h"
 #include "forward.h"
 #include "quant.h"
 #include "sampler.h"
@@ -195,6 +196,7 @@ static llmm_status context_init(llmm_context *ctx, llmm_diag *d) {
 /* Undo context_init, as far as it went. */
 static void context_teardown(llmm_context *ctx) {
     if (ctx->be_state) {
+        llmm__lora_free(ctx);
         free_activations(ctx);
         kv_free(&ctx->kv);
         release_weights(ctx);

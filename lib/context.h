@@ -51,6 +51,7 @@ struct llmm_context {
     double prefill_ms, decode_ms;
     /* cold start (llmm_context_stats): set once, except warmup_ms (summed) */
     double module_load_ms, backend_init_ms, weights_ms, warmup_ms, first_token_ms;
+    struct llmm__lora_ctx *lora; /* adapters (adapter_ctx.h); NULL until the first llmm_seq_set_adapters */
     char last_error[512];
 };
 

@@ -7,6 +7,7 @@
 
 #include <math.h>
 
+#include "adapter_ctx.h"
 #include "weights.h"
 
 #define TRY(call)                                \
@@ -44,7 +45,7 @@ static llmm_status matmuls(llmm_context *ctx, const llmm_tensor *const *w, size_
 }
 
 /* Q, K, V of every row: projections, optional biases and per-head norms, then RoPE. */
-static llmm_status qkv_projections(llmm_context *ctx, const llmm_layer_weights *l, size_t n) {
+static llmm_status qkv_projections(llmm_context *ctx, const llmm_layer_weights *l, uint32_t il, size_t n) {
     const llmm_backend_ops *be = ctx->be;
     void *s = ctx->be_state;
     const llmm_hparams *hp = &ctx->model->hp;
@@ -55,6 +56,9 @@ static llmm_status qkv_projections(llmm_context *ctx, const llmm_layer_weights *
     const llmm_tensor *const w_qkv[3] = {&l->wq, &l->wk, &l->wv};
     float *const qkv[3] = {a->q, a->k, a->v};
     TRY(matmuls(ctx, w_qkv, 3, a->xb, n, qkv));
+    TRY(llmm__lora_apply(ctx, llmm__lora_slot(il, LLMM__LORA_Q), a->xb, hp->n_embd, a->q, q_dim, 0, n));
+    TRY(llmm__lora_apply(ctx, llmm__lora_slot(il, LLMM__LORA_K), a->xb, hp->n_embd, a->k, kv_dim, 0, n));
+    TRY(llmm__lora_apply(ctx, llmm__lora_slot(il, LLMM__LORA_V), a->xb, hp->n_embd, a->v, kv_dim, 0, n));
     if (l->bq.data) TRY(be->add_rows(s, a->q, l->bq.data, n, q_dim));
     if (l->bk.data) TRY(be->add_rows(s, a->k, l->bk.data, n, kv_dim));
     if (l->bv.data) TRY(be->add_rows(s, a->v, l->bv.data, n, kv_dim));
@@ -73,7 +77,7 @@ static llmm_status attention_block(llmm_context *ctx, const llmm_layer_weights *
     const llmm_activations *a = &ctx->act;
 
     TRY(be->rms_norm(s, a->x, l->attn_norm.data, a->xb, n, hp->n_embd, hp->norm_eps));
-    TRY(qkv_projections(ctx, l, n));
+    TRY(qkv_projections(ctx, l, il, n));
     TRY(be->kv_write(s, il, a->k, a->v));
     const llmm_attn_batch batch = {
         .q = a->q, .out = a->att, .n_rows = n,
@@ -81,14 +85,16 @@ static llmm_status attention_block(llmm_context *ctx, const llmm_layer_weights *
         .window = l->sliding_window, .scale = 1.0f / sqrtf((float)hp->head_dim), .softcap = hp->attn_softcap,
     };
     TRY(be->attention(s, il, &batch));
+    const size_t q_dim = (size_t)hp->n_head * hp->head_dim;
     TRY(be->matmul(s, &l->wo, a->att, n, a->xb));     /* (n, n_embd) */
+    TRY(llmm__lora_apply(ctx, llmm__lora_slot(il, LLMM__LORA_O), a->att, q_dim, a->xb, hp->n_embd, 0, n));
     if (l->post_attn_norm.data)
         TRY(be->rms_norm(s, a->xb, l->post_attn_norm.data, a->xb, n, hp->n_embd, hp->norm_eps));
     return be->add(s, a->x, a->xb, n * hp->n_embd);
 }
 
 /* x += W_down · (act(W_gate·norm(x)) * W_up·norm(x)) */
-static llmm_status ffn_block(llmm_context *ctx, const llmm_layer_weights *l, size_t n) {
+static llmm_status ffn_block(llmm_context *ctx, const llmm_layer_weights *l, uint32_t il, size_t n) {
     const llmm_backend_ops *be = ctx->be;
     void *s = ctx->be_state;
     const llmm_hparams *hp = &ctx->model->hp;
@@ -98,8 +104,11 @@ static llmm_status ffn_block(llmm_context *ctx, const llmm_layer_weights *l, siz
     const llmm_tensor *const w_gate_up[2] = {&l->w_gate, &l->w_up};
     float *const gate_up[2] = {a->gate, a->up}; /* (n, n_ff) each */
     TRY(matmuls(ctx, w_gate_up, 2, a->xb, n, gate_up));
+    TRY(llmm__lora_apply(ctx, llmm__lora_slot(il, LLMM__LORA_GATE), a->xb, hp->n_embd, a->gate, hp->n_ff, 0, n));
+    TRY(llmm__lora_apply(ctx, llmm__lora_slot(il, LLMM__LORA_UP), a->xb, hp->n_embd, a->up, hp->n_ff, 0, n));
     TRY(be->glu(s, a->gate, a->up, n * hp->n_ff, ctx->w.arch->act));
     TRY(be->matmul(s, &l->w_down, a->gate, n, a->xb)); /* (n, n_embd) */
+    TRY(llmm__lora_apply(ctx, llmm__lora_slot(il, LLMM__LORA_DOWN), a->gate, hp->n_ff, a->xb, hp->n_embd, 0, n));
     if (l->post_ffn_norm.data)
         TRY(be->rms_norm(s, a->xb, l->post_ffn_norm.data, a->xb, n, hp->n_embd, hp->norm_eps));
     return be->add(s, a->x, a->xb, n * hp->n_embd);
@@ -134,17 +143,20 @@ static llmm_status run_step(llmm_context *ctx, size_t n, size_t first_logit_row)
     const llmm_activations *a = &ctx->act;
 
     TRY(be->embed(s, &w->tok_embd, a->x)); /* (n, n_embd) */
+    TRY(llmm__lora_apply_embd(ctx, a->x, n));
     if (w->arch->flags & LLMM_ARCH_EMBED_SCALE) TRY(be->scale(s, a->x, n * hp->n_embd, sqrtf((float)hp->n_embd)));
     for (uint32_t il = 0; il < hp->n_layer; il++) {
         if (aborted(ctx)) return LLMM_ERR_ABORTED;
         TRY(attention_block(ctx, &w->layers[il], il, n));
-        TRY(ffn_block(ctx, &w->layers[il], n));
+        TRY(ffn_block(ctx, &w->layers[il], il, n));
     }
     if (first_logit_row < n) {
         const size_t m = n - first_logit_row;
         TRY(be->rms_norm(s, a->x + first_logit_row * hp->n_embd, w->output_norm.data, a->xb, m, hp->n_embd,
                          hp->norm_eps));
         TRY(be->matmul(s, &w->output, a->xb, m, a->logits)); /* (m, n_vocab) */
+        TRY(llmm__lora_apply(ctx, llmm__lora_slot(hp->n_layer, 0) + LLMM__LORA_OUTPUT, a->xb, hp->n_embd, a->logits,
+                             ctx->model->vocab.n_tokens, first_logit_row, n));
         if (hp->final_softcap > 0.f)
             TRY(be->softcap(s, a->logits, m * (size_t)ctx->model->vocab.n_tokens, hp->final_softcap));
     }
@@ -156,6 +168,7 @@ static llmm_status run_step(llmm_context *ctx, size_t n, size_t first_logit_row)
 llmm_status forward_step(llmm_context *ctx, llmm_step_kind kind, const llmm_token *tokens, const llmm_seq_id *seqs,
                          const int32_t *pos, size_t n, size_t first_logit_row) {
     const llmm_step step = describe_step(ctx, kind, tokens, seqs, pos, n);
+    llmm__lora_plan(ctx, seqs, n);
     TRY(ctx->be->step_begin(ctx->be_state, &step));
     const llmm_status st = run_step(ctx, n, first_logit_row);
     const llmm_status end = ctx->be->step_end(ctx->be_state);

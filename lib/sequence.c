@@ -1,5 +1,6 @@
 /* Sequence ids of a context: clear, truncate, length, create, free and fork. The blocks
  * behind them are kvcache.c's; here are the public checks and the id bookkeeping. */
+#include "adapter_ctx.h"
 #include "context.h"
 
 LLMM_API llmm_status llmm_seq_clear(llmm_context *ctx, llmm_seq_id seq) { return llmm_seq_truncate(ctx, seq, 0); }
@@ -49,6 +50,7 @@ LLMM_API llmm_status llmm_seq_free(llmm_context *ctx, llmm_seq_id seq) {
     if (st) return st;
     kv_truncate(&ctx->kv, (uint32_t)seq, 0);
     ctx->kv.seqs[seq].created = 0;
+    llmm__lora_seq_drop(ctx, seq);
     return LLMM_OK;
 }
 
@@ -59,5 +61,6 @@ LLMM_API llmm_status llmm_seq_fork(llmm_context *ctx, llmm_seq_id src, llmm_seq_
     if (!st) st = take_unused_id(ctx, src, dst);
     if (st) return st;
     kv_fork(&ctx->kv, (uint32_t)src, (uint32_t)*dst);
+    llmm__lora_seq_copy(ctx, src, *dst); /* its tokens were computed with src's adapters */
     return LLMM_OK;
 }

@@ -1,0 +1,247 @@
+/* LoRA adapter files: the GGUF layout the reference engine's converter writes, checked
+ * against the base model before anything uses it. The A and B tensors stay in the file's
+ * bytes (mapped, or the caller's copy) and are read in place by the backend's matmul. */
+#include "adapter.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "quant.h"
+
+static const char SUFFIX_A[] = ".lora_a", SUFFIX_B[] = ".lora_b";
+#define SUFFIX_LEN (sizeof SUFFIX_A - 1)
+
+void llmm__adapter_retain(llmm_adapter *a) { atomic_fetch_add_explicit(&a->refs, 1, memory_order_relaxed); }
+
+static void adapter_destroy(llmm_adapter *a) {
+    const llmm_allocator *al = a->model->alloc;
+    if (a->gguf) gguf_close(a->gguf);
+    if (a->owned) mem_free(al, a->owned);
+    mem_free(al, a->slots);
+    mem_free(al, a);
+}
+
+void llmm__adapter_release(llmm_adapter *a) {
+    if (atomic_fetch_sub_explicit(&a->refs, 1, memory_order_acq_rel) == 1) adapter_destroy(a);
+}
+
+/* A string key that must hold `want`. */
+static llmm_status check_str(const gguf_file *f, const char *key, const char *want, llmm_diag *d) {
+    const gguf_kv *kv = gguf_find_kv(f, key);
+    if (!kv || kv->type != GGUF_TYPE_STRING)
+        return diag_fail(d, LLMM_ERR_BAD_FILE, "not a LoRA adapter: string '%s' is missing", key);
+    if (!gguf_str_eq(kv->v.str, want))
+        return diag_fail(d, LLMM_ERR_BAD_FILE, "not a LoRA adapter: %s is '%.*s', expected '%s'", key,
+                         (int)LLMM_MIN(kv->v.str.len, 64), kv->v.str.ptr, want);
+    return LLMM_OK;
+}
+
+static llmm_status read_header(const llmm_model *m, const gguf_file *f, float *alpha, llmm_diag *d) {
+    llmm_status st;
+    if ((st = check_str(f, "general.type", "adapter", d)) || (st = check_str(f, "adapter.type", "lora", d))) return st;
+    const gguf_kv *arch = gguf_find_kv(f, "general.architecture");
+    if (!arch || arch->type != GGUF_TYPE_STRING)
+        return diag_fail(d, LLMM_ERR_BAD_FILE, "the adapter names no architecture (general.architecture)");
+    if (!gguf_str_eq(arch->v.str, m->architecture))
+        return diag_fail(d, LLMM_ERR_BAD_FILE, "the adapter is for architecture '%.*s', the model is '%s'",
+                         (int)LLMM_MIN(arch->v.str.len, 64), arch->v.str.ptr, m->architecture);
+    *alpha = 0.f;
+    const gguf_kv *kv = gguf_find_kv(f, "adapter.lora.alpha");
+    if (kv) {
+        double v;
+        if (!gguf_kv_as_float(kv, &v)) return diag_fail(d, LLMM_ERR_BAD_FILE, "adapter.lora.alpha is not a float");
+        if (!isfinite(v) || fabs(v) > 1e30)
+            return diag_fail(d, LLMM_ERR_BAD_FILE, "adapter.lora.alpha %g is not a finite float", v);
+        *alpha = (float)v;
+    }
+    return LLMM_OK;
+}
+
+/* The model's weights the forward pass multiplies by, by slot (NULL where absent). */
+static void model_slots(const llmm_model *m, const llmm_tensor **views, size_t n_slots) {
+    const llmm_weights *w = m->weights;
+    for (uint32_t il = 0; il < m->hp.n_layer; il++) {
+        const llmm_layer_weights *l = &w->layers[il];
+        const llmm_tensor *per[LLMM__LORA_PER_LAYER] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up,
+                                                        &l->w_down};
+        for (int k = 0; k < LLMM__LORA_PER_LAYER; k++)
+            views[llmm__lora_slot(il, (llmm__lora_kind)k)] = per[k]->data ? per[k] : NULL;
+    }
+    views[n_slots - LLMM__LORA_GLOBALS + LLMM__LORA_OUTPUT] = &w->output;
+    views[n_slots - LLMM__LORA_GLOBALS + LLMM__LORA_EMBD] = &w->tok_embd;
+}
+
+static int type_ok(uint32_t type) {
+    return type == LLMM_TYPE_F32 || type == LLMM_TYPE_F16 || type == LLMM_TYPE_BF16 || type == LLMM_TYPE_Q8_0;
+}
+
+/* An A or B tensor as a 2-D weight; BAD_FILE unless it is one of a type we run. */
+static llmm_status as_matrix(const gguf_tensor *t, llmm_tensor *out, llmm_diag *d) {
+    const int name_len = (int)t->name.len;
+    if (t->ne[2] != 1 || t->ne[3] != 1)
+        return diag_fail(d, LLMM_ERR_BAD_FILE, "adapter tensor '%.*s' has more than 2 dimensions", name_len,
+                         t->name.ptr);
+    if (!type_ok(t->type)) {
+        const llmm_type_traits *tt = llmm_type_get(t->type);
+        return diag_fail(d, LLMM_ERR_BAD_FILE, "adapter tensor '%.*s' has type %s (F32, F16, BF16 or Q8_0 expected)",
+                         name_len, t->name.ptr, tt ? tt->name : "unknown");
+    }
+    const size_t rb = llmm_row_bytes(t->type, (uint64_t)t->ne[0]);
+    if (rb == 0 || t->ne[0] <= 0 || t->ne[1] <= 0)
+        return diag_fail(d, LLMM_ERR_BAD_FILE, "adapter tensor '%.*s' has rows of %lld values, which its type cannot "
+                         "hold", name_len, t->name.ptr, (long long)t->ne[0]);
+    *out = (llmm_tensor){.data = t->data, .type = t->type, .ne0 = t->ne[0], .ne1 = t->ne[1], .row_bytes = rb};
+    return LLMM_OK;
+}
+
+/* The shapes of a pair against its base tensor bt: [n_in, rank] and [rank, n_out], or for the
+ * embedding table [rank, n_vocab] and [rank, n_embd]. */
+static llmm_status check_shapes(const char *base, const gguf_tensor *bt, const llmm_tensor *a, const llmm_tensor *b,
+                                int embd, llmm_diag *d) {
+    const int64_t rank = b->ne0;
+    const int64_t a_in = embd ? a->ne1 : a->ne0, a_rank = embd ? a->ne0 : a->ne1;
+    const int64_t n_in = embd ? bt->ne[1] : bt->ne[0], n_out = embd ? bt->ne[0] : bt->ne[1];
+    if (a_rank != rank)
+        return diag_fail(d, LLMM_ERR_BAD_FILE, "'%s': lora_a has rank %lld, lora_b %lld", base, (long long)a_rank,
+                         (long long)rank);
+    if (a_in != n_in || b->ne1 != n_out)
+        return diag_fail(d, LLMM_ERR_BAD_FILE,
+                         "'%s': lora_a [%lld, %lld] and lora_b [%lld, %lld] do not fit the base tensor [%lld, %lld]",
+                         base, (long long)a->ne0, (long long)a->ne1, (long long)b->ne0, (long long)b->ne1,
+                         (long long)bt->ne[0], (long long)bt->ne[1]);
+    /* a rank beyond the input width expresses nothing a smaller one cannot, and would widen the
+     * backend's operand scratch past what the context reserved */
+    const int64_t width = bt->ne[0]; /* n_in, or n_embd for the table */
+    if (rank > width)
+        return diag_fail(d, LLMM_ERR_BAD_FILE, "'%s': rank %lld exceeds the input width %lld", base, (long long)rank,
+                         (long long)width);
+    return LLMM_OK;
+}
+
+/* Put the pair into every slot whose weight lies in the base tensor: a fused tensor (attn_qkv,
+ * a fused gate/up) feeds several slots, each with its rows of B. */
+static llmm_status place_pair(llmm_adapter *ad, const llmm_tensor *const *views, const char *base,
+                              const gguf_tensor *bt, const llmm_tensor *a, const llmm_tensor *b, int embd,
+                              llmm_diag *d) {
+    const uint8_t *lo = bt->data, *hi = lo + bt->n_bytes;
+    const size_t embd_slot = ad->n_slots - LLMM__LORA_GLOBALS + LLMM__LORA_EMBD;
+    int placed = 0;
+    for (size_t s = 0; s < ad->n_slots; s++) {
+        const llmm_tensor *v = views[s];
+        if (!v || (s == embd_slot) != embd) continue; /* a tied output is the table, adapted as one */
+        const uint8_t *p = v->data;
+        if (p < lo || p >= hi) continue;
+        const int64_t row0 = (int64_t)((size_t)(p - lo) / v->row_bytes);
+        ad->slots[s] = (llmm__lora_pair){.a = *a, .b = embd ? *b : tensor_rows(b, row0, v->ne1),
+                                         .rank = (uint32_t)b->ne0};
+        placed = 1;
+    }
+    if (!placed)
+        return diag_fail(d, LLMM_ERR_BAD_FILE, "'%s' is not a weight the forward pass multiplies by", base);
+    return LLMM_OK;
+}
+
+/* A 64-bit hash of bytes, eight at a time: cheap enough to run over every adapter at load. */
+static uint64_t hash_bytes(uint64_t h, const uint8_t *p, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        h = (h ^ w) * 0x100000001b3ull;
+        h ^= h >> 29;
+    }
+    for (; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* One pair, found from its lora_a tensor. */
+static llmm_status add_pair(llmm_adapter *ad, const llmm_tensor *const *views, const gguf_tensor *ta, llmm_diag *d) {
+    const llmm_model *m = ad->model;
+    char base[GGUF_MAX_NAME + 8], name_b[2 * GGUF_MAX_NAME + 16];
+    const size_t base_len = (size_t)ta->name.len - SUFFIX_LEN;
+    memcpy(base, ta->name.ptr, base_len);
+    base[base_len] = '\0';
+    snprintf(name_b, sizeof name_b, "%s%s", base, SUFFIX_B);
+    const gguf_tensor *tb = gguf_find_tensor(ad->gguf, name_b);
+    if (!tb) return diag_fail(d, LLMM_ERR_BAD_FILE, "'%s' has lora_a but no lora_b", base);
+    const gguf_tensor *bt = gguf_find_tensor(m->gguf, base);
+    if (!bt) return diag_fail(d, LLMM_ERR_BAD_FILE, "'%s' matches no tensor of the base model", base);
+    const int embd = strcmp(base, "token_embd.weight") == 0;
+    llmm_tensor a, b;
+    llmm_status st;
+    if ((st = as_matrix(ta, &a, d)) || (st = as_matrix(tb, &b, d))) return st;
+    if ((st = check_shapes(base, bt, &a, &b, embd, d))) return st;
+    if ((st = place_pair(ad, views, base, bt, &a, &b, embd, d))) return st;
+    ad->rank = LLMM_MAX(ad->rank, (uint32_t)b.ne0);
+    ad->n_tensors++;
+    ad->bytes += ta->n_bytes + tb->n_bytes;
+    ad->fingerprint = hash_bytes(ad->fingerprint, (const uint8_t *)ta->name.ptr, (size_t)ta->name.len);
+    ad->fingerprint = hash_bytes(ad->fingerprint, ta->data, (size_t)ta->n_bytes);
+    ad->fingerprint = hash_bytes(ad->fingerprint, tb->data, (size_t)tb->n_bytes);
+    return LLMM_OK;
+}
+
+static int has_suffix(gguf_str s, const char *suffix) {
+    return s.len > SUFFIX_LEN && memcmp(s.ptr + s.len - SUFFIX_LEN, suffix, SUFFIX_LEN) == 0;
+}
+
+/* Every tensor is half of a pair; pairs are built from their A halves. */
+static llmm_status add_pairs(llmm_adapter *ad, const llmm_tensor *const *views, llmm_diag *d) {
+    const gguf_file *f = ad->gguf;
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        const gguf_tensor *t = &f->tensors[i];
+        if (has_suffix(t->name, SUFFIX_A)) {
+            llmm_status st = add_pair(ad, views, t, d);
+            if (st) return st;
+        } else if (has_suffix(t->name, SUFFIX_B)) {
+            char name_a[GGUF_MAX_NAME + 8];
+            snprintf(name_a, sizeof name_a, "%.*s%s", (int)(t->name.len - SUFFIX_LEN), t->name.ptr, SUFFIX_A);
+            if (!gguf_find_tensor(f, name_a))
+                return diag_fail(d, LLMM_ERR_BAD_FILE, "'%.*s' has lora_b but no lora_a", (int)(t->name.len - SUFFIX_LEN),
+                                 t->name.ptr);
+        } else {
+            return diag_fail(d, LLMM_ERR_BAD_FILE, "tensor '%.*s' is neither a lora_a nor a lora_b",
+                             (int)LLMM_MIN(t->name.len, 64), t->name.ptr);
+        }
+    }
+    if (ad->n_tensors == 0) return diag_fail(d, LLMM_ERR_BAD_FILE, "the adapter adapts no tensor");
+    return LLMM_OK;
+}
+
+llmm_status llmm__adapter_from_gguf(const llmm_model *m, gguf_file *f, llmm_adapter **out, llmm_diag *d) {
+    const llmm_allocator *al = m->alloc;
+    *out = NULL;
+    float alpha;
+    llmm_status st = read_header(m, f, &alpha, d);
+    if (st) {
+        gguf_close(f);
+        return st;
+    }
+    llmm_adapter *ad = mem_calloc(al, 1, sizeof *ad);
+    if (!ad) {
+        gguf_close(f);
+        return diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for an adapter");
+    }
+    ad->model = m;
+    ad->gguf = f;
+    atomic_init(&ad->refs, 1);
+    ad->alpha = alpha;
+    ad->fingerprint = hash_bytes(0xcbf29ce484222325ull, (const uint8_t *)&alpha, sizeof alpha);
+    ad->n_slots = (size_t)m->hp.n_layer * LLMM__LORA_PER_LAYER + LLMM__LORA_GLOBALS;
+    ad->slots = mem_calloc(al, ad->n_slots, sizeof *ad->slots);
+    const llmm_tensor **views = mem_calloc(al, ad->n_slots, sizeof *views);
+    if (!ad->slots || !views) {
+        st = diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for an adapter");
+    } else {
+        model_slots(m, views, ad->n_slots);
+        st = add_pairs(ad, views, d);
+    }
+    mem_free(al, views);
+    if (st) {
+        adapter_destroy(ad);
+        return st;
+    }
+    *out = ad;
+    return LLMM_OK;
+}

@@ -1,0 +1,50 @@
+/* A context's adapters (adapter_apply.c): each sequence's list, a step's rows grouped by
+ * adapter, and the working buffers of the low-rank matmuls. */
+#ifndef LLMM_ADAPTER_CTX_H
+#define LLMM_ADAPTER_CTX_H
+
+#include "adapter.h"
+
+/* The adapters one sequence runs with (references held). */
+typedef struct llmm__seq_adapters {
+    uint32_t n;
+    llmm_adapter *a[LLMM__MAX_SEQ_ADAPTERS];
+    float scale[LLMM__MAX_SEQ_ADAPTERS]; /* the user's scales */
+} llmm__seq_adapters;
+
+/* Made by a context's first llmm_seq_set_adapters; until then the forward pass pays nothing. */
+typedef struct llmm__lora_ctx {
+    llmm__seq_adapters *seqs; /* (n_seq_max) */
+    /* the current step: adapter u (of n_used) serves rows rows[first[u] .. first[u + 1]) in
+     * ascending order, row k at the user scale row_scale[k] */
+    uint32_t n_used;
+    llmm_adapter **used;      /* (max_rows * LLMM__MAX_SEQ_ADAPTERS) */
+    uint32_t *first;          /* (that + 1) */
+    uint32_t *count;          /* (that) */
+    uint32_t *rows;           /* (that) */
+    float *row_scale;         /* (that) */
+    /* backend buffers, (max_rows, cols) each */
+    float *xg;                /* gathered inputs */
+    float *tg;                /* A x */
+    float *yg;                /* B (A x) */
+    size_t x_cols, t_cols, y_cols;
+} llmm__lora_ctx;
+
+/* Release a context's adapter state and the references it holds (before backend shutdown). */
+void llmm__lora_free(llmm_context *ctx);
+/* seq's adapters, NULL when it runs with none. */
+const llmm__seq_adapters *llmm__lora_seq(const llmm_context *ctx, llmm_seq_id seq);
+/* seq runs without adapters (llmm_seq_free); dst runs with src's (llmm_seq_fork). */
+void llmm__lora_seq_drop(llmm_context *ctx, llmm_seq_id seq);
+void llmm__lora_seq_copy(llmm_context *ctx, llmm_seq_id src, llmm_seq_id dst);
+
+/* Group the rows of the step about to run (row r of sequence seqs[r]) by adapter. */
+void llmm__lora_plan(llmm_context *ctx, const llmm_seq_id *seqs, size_t n);
+/* out (rows [row0, n) of the step, n_out wide) += each row's adapters' deltas of the weight in
+ * slot, from x (the same rows, n_in wide) */
+llmm_status llmm__lora_apply(llmm_context *ctx, size_t slot, const float *x, size_t n_in, float *out, size_t n_out,
+                             size_t row0, size_t n);
+/* x (n, n_embd) += the embedding table's deltas of the step's tokens */
+llmm_status llmm__lora_apply_embd(llmm_context *ctx, float *x, size_t n);
+
+#endif

@@ -115,6 +115,23 @@ static llmm_status check_set_args(llmm_context *ctx, llmm_seq_id seq, llmm_adapt
     return LLMM_OK;
 }
 
+/* The prefix cache keys a sequence's blocks from its adapters and scales (kvcache.h kv_seq). */
+static void set_prefix_seed(llmm_context *ctx, llmm_seq_id seq, llmm_adapter *const *adapters, const float *scales,
+                            size_t n) {
+    uint64_t h = 0;
+    for (size_t i = 0; i < n; i++) {
+        const float s = scales ? scales[i] : 1.0f;
+        if (s == 0.f) continue; /* as if absent: the forward pass skips it */
+        uint32_t bits;
+        memcpy(&bits, &s, sizeof bits);
+        h = (h ^ adapters[i]->fingerprint) * 0x100000001b3ull + bits;
+        h ^= h >> 31;
+    }
+    kv_seq *s = &ctx->kv.seqs[seq];
+    if (h != s->key_seed && s->len > 0) s->prefix_off = 1;
+    s->key_seed = h;
+}
+
 LLMM_API llmm_status llmm_seq_set_adapters(llmm_context *ctx, llmm_seq_id seq, llmm_adapter *const *adapters,
                                            const float *scales, size_t n) {
     if (!ctx) return LLMM_ERR_INVALID_ARG;
@@ -129,6 +146,7 @@ LLMM_API llmm_status llmm_seq_set_adapters(llmm_context *ctx, llmm_seq_id seq, l
     for (size_t i = 0; i < n; i++) rank = LLMM_MAX(rank, adapters[i]->rank);
     if ((st = reserve_rank(ctx, rank))) return ctx_fail(ctx, st, "out of memory for adapter working buffers");
     llmm__seq_adapters *sa = &ctx->lora->seqs[seq];
+    set_prefix_seed(ctx, seq, adapters, scales, n);
     /* take the new references before dropping the old: an adapter may be in both */
     for (size_t i = 0; i < n; i++) llmm__adapter_retain(adapters[i]);
     for (uint32_t i = 0; i < sa->n; i++) llmm__adapter_release(sa->a[i]);
@@ -163,6 +181,7 @@ const llmm__seq_adapters *llmm__lora_seq(const llmm_context *ctx, llmm_seq_id se
 
 void llmm__lora_seq_drop(llmm_context *ctx, llmm_seq_id seq) {
     if (!ctx->lora) return;
+    ctx->kv.seqs[seq].key_seed = 0;
     llmm__seq_adapters *sa = &ctx->lora->seqs[seq];
     for (uint32_t i = 0; i < sa->n; i++) llmm__adapter_release(sa->a[i]);
     sa->n = 0;

@@ -190,6 +190,7 @@ void kv_truncate(llmm_kv_store *kv, uint32_t seq, uint32_t n_keep) {
     const uint32_t keep = (n_keep + kv->cfg.block_size - 1) >> kv->block_shift;
     while (s->n_blocks > keep) release_block(kv, s->blocks[--s->n_blocks]);
     if (n_keep < s->len) s->len = n_keep;
+    if (s->len == 0) s->prefix_off = 0; /* nothing left computed under other adapters */
 }
 
 void kv_fork(llmm_kv_store *kv, uint32_t src, uint32_t dst) {
@@ -202,6 +203,8 @@ void kv_fork(llmm_kv_store *kv, uint32_t src, uint32_t dst) {
     b->n_blocks = a->n_blocks;
     memcpy(b->tokens, a->tokens, a->len * sizeof *a->tokens);
     b->len = a->len;
+    b->key_seed = a->key_seed;
+    b->prefix_off = a->prefix_off;
 }
 
 int32_t kv_unused_seq(const llmm_kv_store *kv) {

@@ -37,6 +37,11 @@ typedef struct kv_seq {
     uint32_t n_blocks;    /* entries of blocks in use */
     uint32_t len;         /* positions held */
     int created;          /* handed out by create/fork and not freed since */
+    /* prefix cache: the key its first block's is hashed from (0 without adapters, else the
+     * adapters' and scales' hash: K/V computed under other adapters are other K/V), and 1 when
+     * its adapters changed while it held tokens, so that its blocks are never published */
+    uint64_t key_seed;
+    int prefix_off;
 } kv_seq;
 
 /* Prefix cache entry for one block (kvcache_prefix.c): the block's key and LRU links. */

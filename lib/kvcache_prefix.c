@@ -109,7 +109,7 @@ uint32_t kv_prefix_attach(llmm_kv_store *kv, uint32_t seq, const llmm_token *tok
     kv_seq *s = &kv->seqs[seq];
     const uint32_t bs = kv->cfg.block_size;
     if (!kv->prefix || s->len != 0 || n == 0) return 0;
-    uint64_t key = 0;
+    uint64_t key = s->key_seed;
     uint32_t i = 0;
     /* (i + 1) * bs < n: at least one token stays to be computed, for its logits */
     for (; (uint64_t)(i + 1) * bs < n && i < kv->max_blocks; i++) {
@@ -128,7 +128,8 @@ uint32_t kv_prefix_attach(llmm_kv_store *kv, uint32_t seq, const llmm_token *tok
 void kv_prefix_publish(llmm_kv_store *kv, uint32_t seq, uint32_t first_block) {
     const kv_seq *s = &kv->seqs[seq];
     const uint32_t bs = kv->cfg.block_size, full = s->len >> kv->block_shift;
-    uint64_t key = 0;
+    if (s->prefix_off) return;
+    uint64_t key = s->key_seed;
     for (uint32_t i = 0; i < full; i++) {
         const uint32_t b = s->blocks[i];
         /* a cached block's key already names this prefix: no need to hash up to it again */

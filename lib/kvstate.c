@@ -142,7 +142,14 @@ static llmm_status header_decode(const uint8_t *in, size_t n, state_header *h, l
 }
 
 /* The header fields that describe ctx's model and KV type. */
-static state_header fingerprint(const llmm_context *ctx) {
+/* The weights a sequence's K/V come from: the model's, or with LoRA adapters (the sequence's
+ * prefix key seed, kvcache.h: a hash of its adapters' fingerprints and scales) mixed in. A
+ * state without adapters keeps the model's hash, so states saved before adapters still load. */
+static uint64_t with_adapters(uint64_t weights, uint64_t adapter_seed) {
+    return adapter_seed ? fmix64(weights ^ rotl64(adapter_seed, 29) ^ 0x4c6f524164617074ull) : weights;
+}
+
+static state_header fingerprint(const llmm_context *ctx, llmm_seq_id seq) {
     const llmm_model *m = ctx->model;
     state_header h = {.version = STATE_VERSION};
     snprintf(h.arch, sizeof h.arch, "%s", m->architecture ? m->architecture : "");
@@ -151,7 +158,7 @@ static state_header fingerprint(const llmm_context *ctx) {
     h.head_dim = m->hp.head_dim;
     h.n_vocab = m->vocab.n_tokens;
     h.kv_type = ctx->kv.cfg.type;
-    h.weights_hash = weights_hash(m);
+    h.weights_hash = with_adapters(weights_hash(m), ctx->kv.seqs[seq].key_seed);
     return h;
 }
 
@@ -159,8 +166,8 @@ static const char *kv_type_name(uint32_t t) {
     return t == LLMM_KV_F32 ? "f32" : t == LLMM_KV_F16 ? "f16" : t == LLMM_KV_Q8 ? "q8" : "unknown";
 }
 
-static llmm_status check_fingerprint(const llmm_context *ctx, const state_header *h, llmm_diag *d) {
-    const state_header want = fingerprint(ctx);
+static llmm_status check_fingerprint(const llmm_context *ctx, llmm_seq_id seq, const state_header *h, llmm_diag *d) {
+    const state_header want = fingerprint(ctx, seq);
     if (strcmp(h->arch, want.arch) || h->n_layer != want.n_layer || h->n_head_kv != want.n_head_kv ||
         h->head_dim != want.head_dim || h->n_vocab != want.n_vocab)
         return diag_fail(d, LLMM_ERR_BAD_FILE,
@@ -168,8 +175,12 @@ static llmm_status check_fingerprint(const llmm_context *ctx, const state_header
                          "%s, %u layers, %u kv heads x %u, vocab %u)",
                          h->arch, h->n_layer, h->n_head_kv, h->head_dim, h->n_vocab, want.arch, want.n_layer,
                          want.n_head_kv, want.head_dim, want.n_vocab);
+    if (h->weights_hash != want.weights_hash && ctx->kv.seqs[seq].key_seed && h->weights_hash == weights_hash(ctx->model))
+        return diag_fail(d, LLMM_ERR_BAD_FILE, "saved state was computed without LoRA adapters; sequence %d runs with "
+                         "adapters (llmm_seq_set_adapters)", seq);
     if (h->weights_hash != want.weights_hash)
-        return diag_fail(d, LLMM_ERR_BAD_FILE, "saved state is from another model (same shape, different weights)");
+        return diag_fail(d, LLMM_ERR_BAD_FILE, "saved state is from another model, or was computed with other LoRA "
+                         "adapters or scales than sequence %d runs with (same shape, different weights)", seq);
     if (h->kv_type != want.kv_type)
         return diag_fail(d, LLMM_ERR_BAD_FILE, "saved state has KV type %s; this context uses %s",
                          kv_type_name(h->kv_type), kv_type_name(want.kv_type));
@@ -244,7 +255,7 @@ static llmm_status check_save_args(llmm_context *ctx, llmm_seq_id seq, int32_t *
 /* The state of seq into buf; on BUFFER_TOO_SMALL *n is an upper bound of the size. */
 static llmm_status save_into(llmm_context *ctx, llmm_seq_id seq, int level, uint8_t *buf, size_t cap, size_t *n) {
     llmm_kv_store *kv = &ctx->kv;
-    state_header h = fingerprint(ctx);
+    state_header h = fingerprint(ctx, seq);
     h.n_tokens = kv->seqs[seq].len;
     h.raw_bytes = raw_bytes_for(kv, h.n_tokens);
     const size_t bound = STATE_HEADER_BYTES + ZSTD_compressBound((size_t)h.raw_bytes);
@@ -310,9 +321,10 @@ LLMM_API llmm_status llmm_seq_save(llmm_context *ctx, llmm_seq_id seq, const cha
 /* ---------------------------------------------------------------- load */
 
 /* Header, fingerprint, sizes and checksum of a state image, before decompressing. */
-static llmm_status check_state(llmm_context *ctx, const uint8_t *buf, size_t n, state_header *h, llmm_diag *d) {
+static llmm_status check_state(llmm_context *ctx, uint32_t seq, const uint8_t *buf, size_t n, state_header *h,
+                               llmm_diag *d) {
     llmm_status st = header_decode(buf, n, h, d);
-    if (!st) st = check_fingerprint(ctx, h, d);
+    if (!st) st = check_fingerprint(ctx, (llmm_seq_id)seq, h, d);
     if (st) return st;
     if (h->n_tokens > ctx->params.n_ctx)
         return diag_fail(d, LLMM_ERR_CONTEXT_FULL, "saved state holds %u tokens, more than n_ctx %u", h->n_tokens,
@@ -388,7 +400,7 @@ static llmm_status install(llmm_context *ctx, uint32_t seq, const uint8_t *raw, 
 
 static llmm_status load_image(llmm_context *ctx, uint32_t seq, const uint8_t *buf, size_t n, llmm_diag *d) {
     state_header h;
-    llmm_status st = check_state(ctx, buf, n, &h, d);
+    llmm_status st = check_state(ctx, seq, buf, n, &h, d);
     if (st) return st;
     uint8_t *raw = mem_alloc(ctx->model->alloc, (size_t)h.raw_bytes + 1);
     if (!raw) return diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for a state of %llu bytes",

@@ -844,6 +844,122 @@ static void test_refcount_and_arguments(void **state) {
     assert_int_equal(ca.allocs, ca.frees);
 }
 
+/* The prefix cache shares blocks only between sequences with the same adapters and scales. */
+static void test_prefix_cache_knows_adapters(void **state) {
+    (void)state;
+    llmm_model *m = load_model(STORIES);
+    llmm_adapter *r8 = load_adapter(m, R8);
+    llmm_context_params cp;
+    llmm_context_params_default(&cp, sizeof cp);
+    cp.n_ctx = 64;
+    cp.n_seq_max = 5;
+    cp.n_threads = 1;
+    cp.kv_type = LLMM_KV_F32;
+    cp.kv_block_size = 4;
+    cp.prefix_cache = 1;
+    llmm_context *c = NULL, *fresh = make_ctx(m, 1);
+    assert_int_equal(llmm_context_create(m, &cp, &c), LLMM_OK);
+    const llmm_token prompt[13] = {1, 20, 30, 40, 50, 60, 70, 80, 90, 100, 110, 120, 130};
+    llmm_context_stats st = {.size = sizeof st};
+    float *logits[5];
+    /* seq: 0 r8 x1 (computes), 1 none (must not reuse), 2 r8 x1 (reuses), 3 r8 x0.5 (must not),
+     * 4 none (reuses seq 1's) */
+    const float scales[5] = {1.f, 0.f, 1.f, 0.5f, 0.f};
+    const uint64_t want_hits[5] = {0, 0, 12, 12, 24};
+    for (llmm_seq_id s = 0; s < 5; s++) {
+        if (scales[s] != 0.f) assert_int_equal(llmm_seq_set_adapters(c, s, &r8, &scales[s], 1), LLMM_OK);
+        assert_int_equal(llmm_prefill(c, s, prompt, 13, 0), LLMM_OK);
+        assert_int_equal(llmm_context_get_stats(c, &st), LLMM_OK);
+        assert_int_equal(st.prefix_hits, want_hits[s]);
+        const float *l;
+        size_t nv;
+        assert_int_equal(llmm_logits(c, 0, &l, &nv), LLMM_OK);
+        logits[s] = malloc(nv * sizeof(float));
+        assert_non_null(logits[s]);
+        memcpy(logits[s], l, nv * sizeof(float));
+    }
+    const size_t nv = 512;
+    assert_true(max_diff(logits[0], logits[2], nv) <= 1e-5);
+    assert_true(max_diff(logits[1], logits[4], nv) <= 1e-5);
+    assert_true(max_diff(logits[0], logits[1], nv) > 1e-2);
+    assert_true(max_diff(logits[0], logits[3], nv) > 1e-3);
+    /* seq 1's logits are the base model's */
+    assert_int_equal(llmm_prefill(fresh, 0, prompt, 13, 0), LLMM_OK);
+    const float *l;
+    size_t n_vocab;
+    assert_int_equal(llmm_logits(fresh, 0, &l, &n_vocab), LLMM_OK);
+    assert_true(max_diff(logits[1], l, nv) <= 1e-5);
+    /* a sequence whose adapters change while it holds tokens publishes nothing more: seq 1
+     * (none, its 3 blocks cached) turns to r8 and fills a 4th block, which a sequence without
+     * adapters must not reuse */
+    assert_int_equal(llmm_seq_set_adapters(c, 1, &r8, NULL, 1), LLMM_OK);
+    const llmm_token more[5] = {140, 150, 160, 170, 180};
+    assert_int_equal(llmm_prefill(c, 1, more, 5, 0), LLMM_OK); /* 18 tokens: block 3 full */
+    llmm_token longer[18];
+    memcpy(longer, prompt, sizeof prompt);
+    memcpy(longer + 13, more, sizeof more);
+    assert_int_equal(llmm_seq_clear(c, 4), LLMM_OK);
+    assert_int_equal(llmm_context_get_stats(c, &st), LLMM_OK);
+    const uint64_t hits_before = st.prefix_hits;
+    assert_int_equal(llmm_prefill(c, 4, longer, 18, 0), LLMM_OK);
+    assert_int_equal(llmm_context_get_stats(c, &st), LLMM_OK);
+    assert_int_equal(st.prefix_hits - hits_before, 12);
+    for (int s = 0; s < 5; s++) free(logits[s]);
+    llmm_context_free(c);
+    llmm_context_free(fresh);
+    llmm_adapter_free(r8);
+    llmm_model_free(m);
+}
+
+/* A saved state records the adapters it was computed with. */
+static void test_saved_state_knows_adapters(void **state) {
+    (void)state;
+    llmm_model *m = load_model(STORIES);
+    llmm_adapter *r8 = load_adapter(m, R8), *r4 = load_adapter(m, R4F16);
+    llmm_context *c = make_ctx(m, 4);
+    const llmm_token prompt[6] = {1, 20, 30, 40, 50, 60};
+    assert_int_equal(llmm_seq_set_adapters(c, 0, &r8, NULL, 1), LLMM_OK);
+    assert_int_equal(llmm_prefill(c, 0, prompt, 6, 0), LLMM_OK);
+    size_t cap = 0, n = 0;
+    assert_int_equal(llmm_seq_save_buffer(c, 0, 0, NULL, 0, &cap), LLMM_ERR_BUFFER_TOO_SMALL);
+    uint8_t *buf = malloc(cap);
+    assert_non_null(buf);
+    assert_int_equal(llmm_seq_save_buffer(c, 0, 0, buf, cap, &n), LLMM_OK);
+    assert_int_equal(llmm_seq_load_buffer(c, 1, buf, n), LLMM_ERR_BAD_FILE); /* seq 1 has no adapters */
+    print_message("%s\n", llmm_context_last_error(c));
+    assert_non_null(strstr(llmm_context_last_error(c), "adapters"));
+    assert_int_equal(llmm_seq_set_adapters(c, 2, &r4, NULL, 1), LLMM_OK);
+    assert_int_equal(llmm_seq_load_buffer(c, 2, buf, n), LLMM_ERR_BAD_FILE);
+    assert_non_null(strstr(llmm_context_last_error(c), "adapters"));
+    assert_int_equal(llmm_seq_set_adapters(c, 2, &r8, (float[]){0.5f}, 1), LLMM_OK);
+    assert_int_equal(llmm_seq_load_buffer(c, 2, buf, n), LLMM_ERR_BAD_FILE); /* another scale */
+    assert_int_equal(llmm_seq_set_adapters(c, 2, &r8, NULL, 1), LLMM_OK);
+    assert_int_equal(llmm_seq_load_buffer(c, 2, buf, n), LLMM_OK);
+    /* the restored sequence continues exactly as the original */
+    const llmm_token next = 77;
+    const float *a, *b;
+    size_t nv;
+    assert_int_equal(llmm_decode(c, (llmm_seq_id[]){0}, &next, 1), LLMM_OK);
+    assert_int_equal(llmm_logits(c, 0, &a, &nv), LLMM_OK);
+    float *keep = malloc(nv * sizeof *keep);
+    assert_non_null(keep);
+    memcpy(keep, a, nv * sizeof *keep);
+    assert_int_equal(llmm_decode(c, (llmm_seq_id[]){2}, &next, 1), LLMM_OK);
+    assert_int_equal(llmm_logits(c, 0, &b, &nv), LLMM_OK);
+    assert_memory_equal(keep, b, nv * sizeof *keep);
+    /* a state without adapters loads into a sequence without adapters, as before */
+    assert_int_equal(llmm_prefill(c, 3, prompt, 6, 0), LLMM_OK);
+    assert_int_equal(llmm_seq_save_buffer(c, 3, 0, buf, cap, &n), LLMM_OK);
+    assert_int_equal(llmm_seq_load_buffer(c, 1, buf, n), LLMM_OK);
+    assert_int_equal(llmm_seq_load_buffer(c, 2, buf, n), LLMM_ERR_BAD_FILE);
+    free(keep);
+    free(buf);
+    llmm_context_free(c);
+    llmm_adapter_free(r8);
+    llmm_adapter_free(r4);
+    llmm_model_free(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_info),
@@ -856,6 +972,8 @@ int main(void) {
         cmocka_unit_test(test_hostile_files),
         cmocka_unit_test(test_alloc_failure_leaks_nothing),
         cmocka_unit_test(test_refcount_and_arguments),
+        cmocka_unit_test(test_prefix_cache_knows_adapters),
+        cmocka_unit_test(test_saved_state_knows_adapters),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

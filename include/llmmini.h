@@ -340,6 +340,11 @@ typedef struct llmm_context_params {
                                device pays), fraction of their bytes; non-zero cancels the
                                creation with LLMM_ERR_ABORTED */
     void *progress_user;
+    /* --- since LoRA adapters --- */
+    uint64_t adapter_budget_bytes; /* the adapter cache (llmm_adapter_register): adapters loaded
+                               through it stay loaded up to this many bytes of A and B tensors,
+                               least recently used evicted first, never one a sequence runs with;
+                               0 = no limit (default) */
 } llmm_context_params;
 
 LLMM_API llmm_status llmm_context_params_default(llmm_context_params *params, size_t struct_size);
@@ -553,6 +558,51 @@ LLMM_API llmm_status llmm_seq_set_adapters(llmm_context *ctx, llmm_seq_id seq, l
  * borrowed. Errors: INVALID_ARG, BUFFER_TOO_SMALL. */
 LLMM_API llmm_status llmm_seq_get_adapters(llmm_context *ctx, llmm_seq_id seq, llmm_adapter **adapters,
                                            float *scales, size_t capacity, size_t *n);
+
+/* ADAPTER CACHE
+ * A context can hold adapters by path: registered once (no I/O), loaded at their first use
+ * by llmm_seq_use_adapters, kept loaded while they fit in adapter_budget_bytes and evicted
+ * least recently used first when a load exceeds it. An adapter a sequence runs with is never
+ * evicted (the cache may then hold more than its budget until it is detached). Using an adapter
+ * that is loaded allocates nothing and reads no file. Like every context call, for the thread
+ * using the context. */
+
+/* Register the adapter file at path (copied) with ctx and return its id (0, 1, ...) in *id;
+ * the same path registered again gets the same id. Nothing is read yet. Errors: INVALID_ARG,
+ * NO_MEMORY. */
+LLMM_API llmm_status llmm_adapter_register(llmm_context *ctx, const char *path, int32_t *id);
+/* llmm_seq_set_adapters with registered adapters: loads those not loaded (errors of
+ * llmm_adapter_load; seq then keeps its adapters), then evicts over budget. */
+LLMM_API llmm_status llmm_seq_use_adapters(llmm_context *ctx, llmm_seq_id seq, const int32_t *ids,
+                                           const float *scales, size_t n);
+
+typedef struct llmm_adapter_cache_stats {
+    uint32_t size;          /* set to sizeof(llmm_adapter_cache_stats) before the call */
+    uint32_t n_registered;
+    uint32_t n_loaded;      /* loaded now */
+    uint64_t bytes;         /* bytes of the loaded adapters' tensors */
+    uint64_t budget_bytes;  /* adapter_budget_bytes (0: no limit) */
+    uint64_t hits;          /* uses of an adapter that was loaded */
+    uint64_t loads;         /* uses that loaded it */
+    uint64_t evictions;
+    double load_ms;         /* wall time of all loads */
+} llmm_adapter_cache_stats;
+
+/* Fill *stats (stats->size must be set). Errors: INVALID_ARG. */
+LLMM_API llmm_status llmm_adapter_cache_get_stats(llmm_context *ctx, llmm_adapter_cache_stats *stats);
+
+typedef struct llmm_adapter_cache_entry {
+    uint32_t size;          /* set to sizeof(llmm_adapter_cache_entry) before the call */
+    const char *path;       /* owned by ctx, valid while it lives */
+    int32_t loaded;         /* 1 while loaded */
+    uint64_t bytes;         /* its tensors' bytes (0 until first loaded) */
+    uint64_t loads, hits;
+    double load_ms;         /* wall time of its loads, all of them */
+    double last_load_ms;    /* of its latest load */
+} llmm_adapter_cache_entry;
+
+/* Fill *entry (entry->size must be set) for a registered id. Errors: INVALID_ARG, NOT_FOUND. */
+LLMM_API llmm_status llmm_adapter_cache_get_entry(llmm_context *ctx, int32_t id, llmm_adapter_cache_entry *entry);
 
 /* ---------------------------------------------------------------- context stats */
 

@@ -30,6 +30,10 @@ typedef struct llmm__lora_ctx {
     size_t x_cols, t_cols, y_cols;
 } llmm__lora_ctx;
 
+/* The adapter cache (adapter_cache.c) and its release. */
+typedef struct llmm__adapter_cache llmm__adapter_cache;
+void llmm__adapter_cache_free(llmm_context *ctx);
+
 /* Release a context's adapter state and the references it holds (before backend shutdown). */
 void llmm__lora_free(llmm_context *ctx);
 /* seq's adapters, NULL when it runs with none. */

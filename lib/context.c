@@ -197,6 +197,7 @@ static llmm_status context_init(llmm_context *ctx, llmm_diag *d) {
 static void context_teardown(llmm_context *ctx) {
     if (ctx->be_state) {
         llmm__lora_free(ctx);
+        llmm__adapter_cache_free(ctx);
         free_activations(ctx);
         kv_free(&ctx->kv);
         release_weights(ctx);

@@ -52,6 +52,7 @@ struct llmm_context {
     /* cold start (llmm_context_stats): set once, except warmup_ms (summed) */
     double module_load_ms, backend_init_ms, weights_ms, warmup_ms, first_token_ms;
     struct llmm__lora_ctx *lora; /* adapters (adapter_ctx.h); NULL until the first llmm_seq_set_adapters */
+    struct llmm__adapter_cache *acache; /* adapters by path (adapter_cache.c); NULL until one is registered */
     char last_error[512];
 };
 

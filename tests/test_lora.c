@@ -960,6 +960,104 @@ static void test_saved_state_knows_adapters(void **state) {
     llmm_model_free(m);
 }
 
+/* The cache holds its budget (below three adapters) over a workload touching four, evicting
+ * least recently used adapters but never one a sequence runs with; hits allocate nothing. */
+static void test_adapter_cache_budget(void **state) {
+    (void)state;
+    counting_alloc ca = {0};
+    const llmm_allocator al = counting_allocator(&ca);
+    llmm_model_params mp;
+    llmm_model_params_default(&mp, sizeof mp);
+    mp.allocator = &al;
+    char path[1024], files[4][64];
+    llmm_model *m = NULL;
+    assert_int_equal(llmm_model_load(shared_path(path, sizeof path, STORIES), &mp, &m), LLMM_OK);
+    const uint64_t each = 2 * 64 * 4 * sizeof(float); /* rank 4 on one 64 x 64 weight */
+    for (int i = 0; i < 4; i++) {
+        file_spec f;
+        rng_state = 1000 + (uint64_t)i;
+        spec_init(&f, "llama", 0.f);
+        add_pair(&f, "blk.0.attn_q.weight", 64, 64, 4, 0, 0.5f);
+        gguf_builder b;
+        spec_write(&f, &b);
+        assert_int_equal(gb_write_temp(&b, files[i], sizeof files[i]), 0);
+        gb_free(&b);
+        spec_free(&f);
+    }
+    llmm_context_params cp;
+    llmm_context_params_default(&cp, sizeof cp);
+    cp.n_ctx = 64;
+    cp.n_seq_max = 3;
+    cp.n_threads = 1;
+    cp.adapter_budget_bytes = each * 5 / 2;
+    llmm_context *c = NULL;
+    assert_int_equal(llmm_context_create(m, &cp, &c), LLMM_OK);
+    int32_t id[4];
+    for (int i = 0; i < 4; i++) assert_int_equal(llmm_adapter_register(c, files[i], &id[i]), LLMM_OK);
+    int32_t again = -1;
+    assert_int_equal(llmm_adapter_register(c, files[2], &again), LLMM_OK);
+    assert_int_equal(again, id[2]);
+    llmm_adapter_cache_stats st = {.size = sizeof st};
+    const llmm_token t1 = 9;
+    const llmm_seq_id s0 = 0, s1 = 1, s2 = 2;
+
+    assert_int_equal(llmm_seq_use_adapters(c, s0, &id[0], NULL, 1), LLMM_OK);
+    assert_int_equal(llmm_seq_use_adapters(c, s1, &id[1], NULL, 1), LLMM_OK);
+    assert_int_equal(llmm_seq_use_adapters(c, s2, &id[2], NULL, 1), LLMM_OK); /* 3 loaded, all attached */
+    assert_int_equal(llmm_adapter_cache_get_stats(c, &st), LLMM_OK);
+    assert_int_equal(st.loads, 3);
+    assert_int_equal(st.evictions, 0);
+    assert_int_equal(st.n_loaded, 3);
+    assert_int_equal(st.bytes, 3 * each); /* over budget: nothing may go */
+    assert_int_equal(llmm_decode(c, &s0, &t1, 1), LLMM_OK);
+
+    assert_int_equal(llmm_seq_use_adapters(c, s0, &id[3], NULL, 1), LLMM_OK); /* 0 detached: evicted */
+    assert_int_equal(llmm_adapter_cache_get_stats(c, &st), LLMM_OK);
+    assert_int_equal(st.loads, 4);
+    assert_int_equal(st.evictions, 1);
+    assert_int_equal(st.bytes, 3 * each);
+    llmm_adapter_cache_entry e = {.size = sizeof e};
+    assert_int_equal(llmm_adapter_cache_get_entry(c, id[0], &e), LLMM_OK);
+    assert_int_equal(e.loaded, 0);
+    assert_int_equal(llmm_adapter_cache_get_entry(c, id[1], &e), LLMM_OK);
+    assert_int_equal(e.loaded, 1); /* attached to seq 1 */
+
+    assert_int_equal(llmm_seq_use_adapters(c, s1, NULL, NULL, 0), LLMM_OK);
+    assert_int_equal(llmm_seq_use_adapters(c, s1, &id[0], NULL, 1), LLMM_OK); /* reload 0, evict 1 */
+    assert_int_equal(llmm_adapter_cache_get_stats(c, &st), LLMM_OK);
+    assert_int_equal(st.loads, 5);
+    assert_int_equal(st.evictions, 2);
+    assert_int_equal(llmm_adapter_cache_get_entry(c, id[1], &e), LLMM_OK);
+    assert_int_equal(e.loaded, 0);
+    assert_int_equal(llmm_adapter_cache_get_entry(c, id[0], &e), LLMM_OK);
+    assert_int_equal(e.loads, 2);
+    assert_true(e.load_ms >= e.last_load_ms && e.last_load_ms >= 0);
+    assert_string_equal(e.path, files[0]);
+
+    /* seq 2 turns to adapter 3 (a hit: on seq 0 already), which leaves adapter 2 unattached
+     * with the cache over budget: it goes */
+    assert_int_equal(llmm_seq_use_adapters(c, s2, &id[3], NULL, 1), LLMM_OK);
+    assert_int_equal(llmm_adapter_cache_get_stats(c, &st), LLMM_OK);
+    assert_int_equal(st.evictions, 3);
+    assert_int_equal(st.bytes, 2 * each);
+    /* hits within the budget: swaps that allocate nothing */
+    const size_t allocs = ca.allocs;
+    assert_int_equal(llmm_seq_use_adapters(c, s2, &id[0], (float[]){0.5f}, 1), LLMM_OK);
+    assert_int_equal(llmm_seq_use_adapters(c, s2, &id[3], NULL, 1), LLMM_OK);
+    assert_int_equal(ca.allocs, allocs);
+    assert_int_equal(llmm_adapter_cache_get_stats(c, &st), LLMM_OK);
+    assert_int_equal(st.hits, 3);
+    assert_int_equal(st.loads, 5);
+    assert_int_equal(st.evictions, 3);
+    assert_int_equal(llmm_decode(c, (llmm_seq_id[]){0, 1, 2}, (llmm_token[]){3, 4, 5}, 3), LLMM_OK);
+    assert_int_equal(llmm_seq_use_adapters(c, s2, (int32_t[]){7}, NULL, 1), LLMM_ERR_INVALID_ARG);
+    assert_int_equal(llmm_adapter_cache_get_entry(c, 7, &e), LLMM_ERR_NOT_FOUND);
+    llmm_context_free(c);
+    llmm_model_free(m);
+    assert_int_equal(ca.allocs, ca.frees);
+    for (int i = 0; i < 4; i++) unlink(files[i]);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_info),
@@ -974,6 +1072,7 @@ int main(void) {
         cmocka_unit_test(test_refcount_and_arguments),
         cmocka_unit_test(test_prefix_cache_knows_adapters),
         cmocka_unit_test(test_saved_state_knows_adapters),
+        cmocka_unit_test(test_adapter_cache_budget),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

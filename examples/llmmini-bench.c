@@ -39,6 +39,7 @@ typedef struct options {
     /* speculative decoding (bench_speculative): --draft MODEL or --lookup N, on -f FILE */
     const char *draft, *prompt_file;
     int lookup, draft_max;
+    const char *lora;      /* --lora FILE: decode with and without this adapter, swap latency */
 } options;
 
 /* Smallest, median and largest of the repeats of one measurement (for a speed, max is the best). */
@@ -127,7 +128,11 @@ static void usage(FILE *out) {
             "                     one verify step's time for 0..16 guesses against the bandwidth bound\n"
             "  --draft-max K      guesses per step at most (default 8)\n"
             "  --lookup N         the same with prompt lookup (n-gram N) instead of a draft model\n"
-            "  -f FILE            the prompt's text (default: a short story opening)\n");
+            "  -f FILE            the prompt's text (default: a short story opening)\n"
+            "  --lora FILE        LoRA instead of the tables above: adapter load time, decode tokens/s of\n"
+            "                     one sequence without and with the adapter, the cost of swapping a\n"
+            "                     loaded adapter, and with --parallel S, S sequences decoded together\n"
+            "                     without adapters and with 4 copies of it spread over them\n");
 }
 
 static int parse_index(const char *s, int *out) {
@@ -176,6 +181,7 @@ static int parse_args(int argc, char **argv, options *o) {
             i++;
         } else if (!strcmp(a, "-m") && val) o->model = argv[++i];
         else if (!strcmp(a, "--draft") && val) o->draft = argv[++i];
+        else if (!strcmp(a, "--lora") && val) o->lora = argv[++i];
         else if (!strcmp(a, "-f") && val) o->prompt_file = argv[++i];
         else if (!strcmp(a, "--kv-type") && val) {
             if (!parse_kv_type(argv[++i], &o->kv_type)) {
@@ -1323,6 +1329,106 @@ static int bench_speculative(const options *o, llmm_model *m) {
     return rc;
 }
 
+/* ---------------------------------------------------------------- LoRA */
+
+enum { LORA_COPIES = 4, SWAPS = 2000 };
+
+/* Tokens/s of decoding n_gen tokens in each of n_seq sequences together, after a -p token
+ * prompt in each; sequence s runs with ads[s % n_ads] (n_ads 0: none). */
+static llmm_status lora_decode_tps(llmm_context *ctx, const llmm_model *m, const options *o, int n_seq,
+                                   llmm_adapter *const *ads, int n_ads, double *tps) {
+    llmm_model_info info = {.size = sizeof info};
+    llmm_status st = llmm_model_get_info(m, &info);
+    llmm_token *prompt = calloc((size_t)o->n_prompt, sizeof *prompt);
+    llmm_seq_id *seqs = calloc((size_t)n_seq, sizeof *seqs);
+    llmm_token *toks = calloc((size_t)n_seq, sizeof *toks);
+    if (!st && (!prompt || !seqs || !toks)) st = LLMM_ERR_NO_MEMORY;
+    for (int i = 0; !st && i < o->n_prompt; i++) prompt[i] = (llmm_token)(1 + (i * 7) % (int)(info.n_vocab - 1));
+    for (int s = 0; !st && s < n_seq; s++) {
+        seqs[s] = s;
+        toks[s] = (llmm_token)(1 + s);
+        llmm_adapter *a = n_ads ? ads[s % n_ads] : NULL;
+        if (!(st = llmm_seq_clear(ctx, s))) st = llmm_seq_set_adapters(ctx, s, a ? &a : NULL, NULL, a ? 1 : 0);
+        if (!st) st = llmm_prefill(ctx, s, prompt, (size_t)o->n_prompt, 0);
+    }
+    const double t0 = now_ms();
+    for (int i = 0; !st && i < o->n_gen; i++) st = llmm_decode(ctx, seqs, toks, (size_t)n_seq);
+    *tps = st ? 0 : (double)o->n_gen * n_seq / ((now_ms() - t0) / 1000);
+    free(prompt);
+    free(seqs);
+    free(toks);
+    return st;
+}
+
+/* Median tokens/s without and with adapters, alternating so that both see the same machine. */
+static llmm_status lora_pair(llmm_context *ctx, const llmm_model *m, const options *o, int n_seq,
+                             llmm_adapter *const *ads, int n_ads, double *base, double *with) {
+    double *v = calloc((size_t)o->repeats * 2, sizeof *v);
+    if (!v) return LLMM_ERR_NO_MEMORY;
+    llmm_status st = LLMM_OK;
+    for (int r = 0; !st && r < o->repeats; r++) {
+        st = lora_decode_tps(ctx, m, o, n_seq, ads, 0, &v[r]);
+        if (!st) st = lora_decode_tps(ctx, m, o, n_seq, ads, n_ads, &v[o->repeats + r]);
+    }
+    if (!st) {
+        *base = spread_of(v, (size_t)o->repeats).median;
+        *with = spread_of(v + o->repeats, (size_t)o->repeats).median;
+    }
+    free(v);
+    return st;
+}
+
+static int bench_lora(const options *o, llmm_model *m) {
+    llmm_adapter *ads[LORA_COPIES] = {0};
+    char err[512] = "";
+    llmm_status st = LLMM_OK;
+    double load_ms = 0;
+    for (int i = 0; !st && i < LORA_COPIES; i++) {
+        const double t0 = now_ms();
+        st = llmm_adapter_load(m, o->lora, &ads[i]);
+        if (i == 0) load_ms = now_ms() - t0; /* the first: the others find the file cached as well */
+    }
+    if (st) {
+        llmm_model_last_error(m, err, sizeof err);
+        return fail("cannot load the adapter", st, err);
+    }
+    llmm_adapter_info ai = {.size = sizeof ai};
+    llmm_adapter_get_info(ads[0], &ai);
+    options co = *o;
+    co.parallel = o->parallel > 1 ? o->parallel : 1;
+    llmm_context *ctx = NULL;
+    if ((st = create_context(m, &co, o->n_threads, &ctx))) {
+        llmm_model_last_error(m, err, sizeof err);
+        return fail("cannot create context", st, err);
+    }
+    double base = 0, with = 0, pbase = 0, pwith = 0, swap_us = 0;
+    st = lora_pair(ctx, m, o, 1, ads, 1, &base, &with);
+    /* a swap of loaded adapters: attach, detach, as an app switching a sequence's adapter */
+    if (!st) {
+        const double t0 = now_ms();
+        for (int i = 0; !st && i < SWAPS; i++) st = llmm_seq_set_adapters(ctx, 0, &ads[i % LORA_COPIES], NULL, 1);
+        swap_us = (now_ms() - t0) * 1000 / SWAPS;
+    }
+    if (!st && o->parallel > 1) st = lora_pair(ctx, m, o, o->parallel, ads, LORA_COPIES, &pbase, &pwith);
+    if (st) {
+        int rc = fail("LoRA benchmark failed", st, llmm_context_last_error(ctx));
+        llmm_context_free(ctx);
+        for (int i = 0; i < LORA_COPIES; i++) llmm_adapter_free(ads[i]);
+        return rc;
+    }
+    printf("| model | adapter | rank | MB | load ms | decode tok/s base | with adapter | ratio | swap us |\n"
+           "|---|---|---|---|---|---|---|---|---|\n");
+    printf("| %s | %s | %u | %.2f | %.2f | %.1f | %.1f | %.2f | %.2f |\n", base_name(o->model), base_name(o->lora),
+           ai.rank, (double)ai.bytes / 1e6, load_ms, base, with, base > 0 ? with / base : 0, swap_us);
+    if (o->parallel > 1)
+        printf("\n| sequences | adapters | aggregate tok/s base | with adapters | ratio |\n|---|---|---|---|---|\n"
+               "| %d | %d | %.1f | %.1f | %.2f |\n",
+               o->parallel, LORA_COPIES, pbase, pwith, pbase > 0 ? pwith / pbase : 0);
+    llmm_context_free(ctx);
+    for (int i = 0; i < LORA_COPIES; i++) llmm_adapter_free(ads[i]);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     options o;
     int rc = parse_args(argc, argv, &o);
@@ -1336,6 +1442,11 @@ int main(int argc, char **argv) {
     llmm_status st = load_model(o.model, !o.no_repack, &alloc, &m, &res.load_ms, err, sizeof err);
     if (st) return fail("cannot load model", st, err);
     fprintf(stderr, "loaded in %.1f ms; threads: %d\n", res.load_ms, res.n_threads);
+    if (o.lora) {
+        rc = bench_lora(&o, m);
+        llmm_model_free(m);
+        return rc;
+    }
     if (o.draft || o.lookup) {
         rc = bench_speculative(&o, m);
         llmm_model_free(m);

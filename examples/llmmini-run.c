@@ -19,6 +19,9 @@ typedef struct options {
     llmm_backend_kind backend;
     llmm_kv_type kv_type;
     llmm_sampler_params sampling;
+    const char *lora[LLMM_MAX_SEQ_ADAPTERS]; /* --lora FILE[:SCALE], repeatable */
+    float lora_scale[LLMM_MAX_SEQ_ADAPTERS];
+    int n_lora;
 } options;
 
 static const char *chat_names(void) {
@@ -32,7 +35,7 @@ static void usage(FILE *out) {
             "usage: llmmini-run -m MODEL -p PROMPT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P]\n"
             "                   [--seed S] [-t THREADS] [-c N_CTX] [--backend B] [--device N] [--kv-type T]\n"
             "                   [--no-bos] [--ids] [--draft MODEL [--draft-max K] | --lookup N]\n"
-            "                   [--dump-logits PATH]\n"
+            "                   [--dump-logits PATH] [--lora FILE[:SCALE]]...\n"
             "       llmmini-run -m MODEL --chat [--template NAME] [--system TEXT] [-n N] [sampling options]\n"
             "  -n N               tokens to generate (default 128)\n"
             "  --temp T           temperature; 0 is greedy (default 0.8)\n"
@@ -56,6 +59,8 @@ static void usage(FILE *out) {
             "  --draft-max K      guesses per step at most, 1..32 (default 8)\n"
             "  --lookup N         speculative decoding by prompt lookup: guess what followed the last\n"
             "                     N tokens where they occurred before (no draft model)\n"
+            "  --lora FILE[:SCALE] run with this LoRA adapter at SCALE (default 1); repeat for up\n"
+            "                     to 8 adapters, summed\n"
             "  --chat             chat on stdin/stdout: one user message per line, '/reset' starts\n"
             "                     over, end of input quits; -n limits each reply\n"
             "  --template NAME    chat format to use instead of the model's, one of:\n"
@@ -94,6 +99,57 @@ static int check_mode_options(const options *o) {
         return 2;
     }
     return 0;
+}
+
+/* FILE[:SCALE] into the next adapter slot; 0 (message printed) when there is no room or the
+ * scale is not a number. A colon not followed by a number is part of the file name. */
+static int parse_lora(char *arg, options *o) {
+    if (o->n_lora == LLMM_MAX_SEQ_ADAPTERS) {
+        fprintf(stderr, "llmmini-run: at most %d --lora adapters\n", LLMM_MAX_SEQ_ADAPTERS);
+        return 0;
+    }
+    float scale = 1.0f;
+    char *colon = strrchr(arg, ':');
+    if (colon) {
+        char *end = NULL;
+        const float v = strtof(colon + 1, &end);
+        if (end != colon + 1 && *end == '\0') {
+            scale = v;
+            *colon = '\0';
+        }
+    }
+    o->lora[o->n_lora] = arg;
+    o->lora_scale[o->n_lora++] = scale;
+    return 1;
+}
+
+/* Load the --lora adapters and run sequence 0 with them; the context holds them from then on.
+ * Returns 0, or the exit code after printing why. */
+static int attach_adapters(const options *o, const llmm_model *m, llmm_context *ctx) {
+    llmm_adapter *ads[LLMM_MAX_SEQ_ADAPTERS];
+    char err[512] = "";
+    int rc = 0;
+    int n = 0;
+    for (; n < o->n_lora; n++) {
+        llmm_status st = llmm_adapter_load(m, o->lora[n], &ads[n]);
+        if (st) {
+            llmm_model_last_error(m, err, sizeof err);
+            fprintf(stderr, "llmmini-run: cannot load adapter '%s': %s (%s)\n", o->lora[n], llmm_status_str(st), err);
+            rc = 1;
+            break;
+        }
+    }
+    if (!rc) {
+        llmm_status st = llmm_seq_set_adapters(ctx, 0, ads, o->lora_scale, (size_t)n);
+        if (st) {
+            fprintf(stderr, "llmmini-run: cannot use the adapters: %s (%s)\n", llmm_status_str(st),
+                    llmm_context_last_error(ctx));
+            rc = 1;
+        }
+    }
+    /* the sequence keeps its references: ours can go now */
+    for (int i = 0; i < n; i++) llmm_adapter_free(ads[i]);
+    return rc;
 }
 
 /* Returns 0 on success, 2 on a usage error (message printed). */
@@ -143,6 +199,9 @@ static int parse_args(int argc, char **argv, options *o) {
             }
         } else if (!strcmp(a, "--no-bos")) o->no_bos = 1;
         else if (!strcmp(a, "--ids")) o->print_ids = 1;
+        else if (!strcmp(a, "--lora") && val) {
+            if (!parse_lora(argv[++i], o)) return 2;
+        }
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             exit(0);
@@ -592,7 +651,8 @@ int main(int argc, char **argv) {
         return fail("cannot create context", st, err);
     }
     llmm_model *draft = NULL;
-    if (o.draft && (st = llmm_model_load(o.draft, &mp, &draft))) rc = fail("cannot load the draft model", st, err);
+    if (o.n_lora && attach_adapters(&o, m, ctx)) rc = 1;
+    else if (o.draft && (st = llmm_model_load(o.draft, &mp, &draft))) rc = fail("cannot load the draft model", st, err);
     else rc = o.chat ? chat(&o, m, ctx) : run(&o, m, ctx, draft);
     llmm_model_free(draft);
     llmm_context_free(ctx);

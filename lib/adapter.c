@@ -16,10 +16,10 @@ void llmm__adapter_retain(llmm_adapter *a) { atomic_fetch_add_explicit(&a->refs,
 
 static void adapter_destroy(llmm_adapter *a) {
     const llmm_allocator *al = a->model->alloc;
-    if (a->gguf) gguf_close(a->gguf);
-    if (a->owned) mem_free(al, a->owned);
-    mem_free(al, a->slots);
-    mem_free(al, a);
+    if (a->gguf) llmm__gguf_close(a->gguf);
+    if (a->owned) llmm__mem_free(al, a->owned);
+    llmm__mem_free(al, a->slots);
+    llmm__mem_free(al, a);
 }
 
 void llmm__adapter_release(llmm_adapter *a) {
@@ -28,11 +28,11 @@ void llmm__adapter_release(llmm_adapter *a) {
 
 /* A string key that must hold `want`. */
 static llmm_status check_str(const gguf_file *f, const char *key, const char *want, llmm_diag *d) {
-    const gguf_kv *kv = gguf_find_kv(f, key);
+    const gguf_kv *kv = llmm__gguf_find_kv(f, key);
     if (!kv || kv->type != GGUF_TYPE_STRING)
-        return diag_fail(d, LLMM_ERR_BAD_FILE, "not a LoRA adapter: string '%s' is missing", key);
-    if (!gguf_str_eq(kv->v.str, want))
-        return diag_fail(d, LLMM_ERR_BAD_FILE, "not a LoRA adapter: %s is '%.*s', expected '%s'", key,
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "not a LoRA adapter: string '%s' is missing", key);
+    if (!llmm__gguf_str_eq(kv->v.str, want))
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "not a LoRA adapter: %s is '%.*s', expected '%s'", key,
                          (int)LLMM_MIN(kv->v.str.len, 64), kv->v.str.ptr, want);
     return LLMM_OK;
 }
@@ -40,19 +40,19 @@ static llmm_status check_str(const gguf_file *f, const char *key, const char *wa
 static llmm_status read_header(const llmm_model *m, const gguf_file *f, float *alpha, llmm_diag *d) {
     llmm_status st;
     if ((st = check_str(f, "general.type", "adapter", d)) || (st = check_str(f, "adapter.type", "lora", d))) return st;
-    const gguf_kv *arch = gguf_find_kv(f, "general.architecture");
+    const gguf_kv *arch = llmm__gguf_find_kv(f, "general.architecture");
     if (!arch || arch->type != GGUF_TYPE_STRING)
-        return diag_fail(d, LLMM_ERR_BAD_FILE, "the adapter names no architecture (general.architecture)");
-    if (!gguf_str_eq(arch->v.str, m->architecture))
-        return diag_fail(d, LLMM_ERR_BAD_FILE, "the adapter is for architecture '%.*s', the model is '%s'",
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "the adapter names no architecture (general.architecture)");
+    if (!llmm__gguf_str_eq(arch->v.str, m->architecture))
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "the adapter is for architecture '%.*s', the model is '%s'",
                          (int)LLMM_MIN(arch->v.str.len, 64), arch->v.str.ptr, m->architecture);
     *alpha = 0.f;
-    const gguf_kv *kv = gguf_find_kv(f, "adapter.lora.alpha");
+    const gguf_kv *kv = llmm__gguf_find_kv(f, "adapter.lora.alpha");
     if (kv) {
         double v;
-        if (!gguf_kv_as_float(kv, &v)) return diag_fail(d, LLMM_ERR_BAD_FILE, "adapter.lora.alpha is not a float");
+        if (!llmm__gguf_kv_as_float(kv, &v)) return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "adapter.lora.alpha is not a float");
         if (!isfinite(v) || fabs(v) > 1e30)
-            return diag_fail(d, LLMM_ERR_BAD_FILE, "adapter.lora.alpha %g is not a finite float", v);
+            return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "adapter.lora.alpha %g is not a finite float", v);
         *alpha = (float)v;
     }
     return LLMM_OK;
@@ -80,16 +80,16 @@ static int type_ok(uint32_t type) {
 static llmm_status as_matrix(const gguf_tensor *t, llmm_tensor *out, llmm_diag *d) {
     const int name_len = (int)t->name.len;
     if (t->ne[2] != 1 || t->ne[3] != 1)
-        return diag_fail(d, LLMM_ERR_BAD_FILE, "adapter tensor '%.*s' has more than 2 dimensions", name_len,
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "adapter tensor '%.*s' has more than 2 dimensions", name_len,
                          t->name.ptr);
     if (!type_ok(t->type)) {
-        const llmm_type_traits *tt = llmm_type_get(t->type);
-        return diag_fail(d, LLMM_ERR_BAD_FILE, "adapter tensor '%.*s' has type %s (F32, F16, BF16 or Q8_0 expected)",
+        const llmm_type_traits *tt = llmm__type_get(t->type);
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "adapter tensor '%.*s' has type %s (F32, F16, BF16 or Q8_0 expected)",
                          name_len, t->name.ptr, tt ? tt->name : "unknown");
     }
-    const size_t rb = llmm_row_bytes(t->type, (uint64_t)t->ne[0]);
+    const size_t rb = llmm__row_bytes(t->type, (uint64_t)t->ne[0]);
     if (rb == 0 || t->ne[0] <= 0 || t->ne[1] <= 0)
-        return diag_fail(d, LLMM_ERR_BAD_FILE, "adapter tensor '%.*s' has rows of %lld values, which its type cannot "
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "adapter tensor '%.*s' has rows of %lld values, which its type cannot "
                          "hold", name_len, t->name.ptr, (long long)t->ne[0]);
     *out = (llmm_tensor){.data = t->data, .type = t->type, .ne0 = t->ne[0], .ne1 = t->ne[1], .row_bytes = rb};
     return LLMM_OK;
@@ -103,10 +103,10 @@ static llmm_status check_shapes(const char *base, const gguf_tensor *bt, const l
     const int64_t a_in = embd ? a->ne1 : a->ne0, a_rank = embd ? a->ne0 : a->ne1;
     const int64_t n_in = embd ? bt->ne[1] : bt->ne[0], n_out = embd ? bt->ne[0] : bt->ne[1];
     if (a_rank != rank)
-        return diag_fail(d, LLMM_ERR_BAD_FILE, "'%s': lora_a has rank %lld, lora_b %lld", base, (long long)a_rank,
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "'%s': lora_a has rank %lld, lora_b %lld", base, (long long)a_rank,
                          (long long)rank);
     if (a_in != n_in || b->ne1 != n_out)
-        return diag_fail(d, LLMM_ERR_BAD_FILE,
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE,
                          "'%s': lora_a [%lld, %lld] and lora_b [%lld, %lld] do not fit the base tensor [%lld, %lld]",
                          base, (long long)a->ne0, (long long)a->ne1, (long long)b->ne0, (long long)b->ne1,
                          (long long)bt->ne[0], (long long)bt->ne[1]);
@@ -114,7 +114,7 @@ static llmm_status check_shapes(const char *base, const gguf_tensor *bt, const l
      * backend's operand scratch past what the context reserved */
     const int64_t width = bt->ne[0]; /* n_in, or n_embd for the table */
     if (rank > width)
-        return diag_fail(d, LLMM_ERR_BAD_FILE, "'%s': rank %lld exceeds the input width %lld", base, (long long)rank,
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "'%s': rank %lld exceeds the input width %lld", base, (long long)rank,
                          (long long)width);
     return LLMM_OK;
 }
@@ -133,12 +133,12 @@ static llmm_status place_pair(llmm_adapter *ad, const llmm_tensor *const *views,
         const uint8_t *p = v->data;
         if (p < lo || p >= hi) continue;
         const int64_t row0 = (int64_t)((size_t)(p - lo) / v->row_bytes);
-        ad->slots[s] = (llmm__lora_pair){.a = *a, .b = embd ? *b : tensor_rows(b, row0, v->ne1),
+        ad->slots[s] = (llmm__lora_pair){.a = *a, .b = embd ? *b : llmm__tensor_rows(b, row0, v->ne1),
                                          .rank = (uint32_t)b->ne0};
         placed = 1;
     }
     if (!placed)
-        return diag_fail(d, LLMM_ERR_BAD_FILE, "'%s' is not a weight the forward pass multiplies by", base);
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "'%s' is not a weight the forward pass multiplies by", base);
     return LLMM_OK;
 }
 
@@ -163,10 +163,10 @@ static llmm_status add_pair(llmm_adapter *ad, const llmm_tensor *const *views, c
     memcpy(base, ta->name.ptr, base_len);
     base[base_len] = '\0';
     snprintf(name_b, sizeof name_b, "%s%s", base, SUFFIX_B);
-    const gguf_tensor *tb = gguf_find_tensor(ad->gguf, name_b);
-    if (!tb) return diag_fail(d, LLMM_ERR_BAD_FILE, "'%s' has lora_a but no lora_b", base);
-    const gguf_tensor *bt = gguf_find_tensor(m->gguf, base);
-    if (!bt) return diag_fail(d, LLMM_ERR_BAD_FILE, "'%s' matches no tensor of the base model", base);
+    const gguf_tensor *tb = llmm__gguf_find_tensor(ad->gguf, name_b);
+    if (!tb) return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "'%s' has lora_a but no lora_b", base);
+    const gguf_tensor *bt = llmm__gguf_find_tensor(m->gguf, base);
+    if (!bt) return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "'%s' matches no tensor of the base model", base);
     const int embd = strcmp(base, "token_embd.weight") == 0;
     llmm_tensor a, b;
     llmm_status st;
@@ -197,15 +197,15 @@ static llmm_status add_pairs(llmm_adapter *ad, const llmm_tensor *const *views, 
         } else if (has_suffix(t->name, SUFFIX_B)) {
             char name_a[GGUF_MAX_NAME + 8];
             snprintf(name_a, sizeof name_a, "%.*s%s", (int)(t->name.len - SUFFIX_LEN), t->name.ptr, SUFFIX_A);
-            if (!gguf_find_tensor(f, name_a))
-                return diag_fail(d, LLMM_ERR_BAD_FILE, "'%.*s' has lora_b but no lora_a", (int)(t->name.len - SUFFIX_LEN),
+            if (!llmm__gguf_find_tensor(f, name_a))
+                return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "'%.*s' has lora_b but no lora_a", (int)(t->name.len - SUFFIX_LEN),
                                  t->name.ptr);
         } else {
-            return diag_fail(d, LLMM_ERR_BAD_FILE, "tensor '%.*s' is neither a lora_a nor a lora_b",
+            return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "tensor '%.*s' is neither a lora_a nor a lora_b",
                              (int)LLMM_MIN(t->name.len, 64), t->name.ptr);
         }
     }
-    if (ad->n_tensors == 0) return diag_fail(d, LLMM_ERR_BAD_FILE, "the adapter adapts no tensor");
+    if (ad->n_tensors == 0) return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "the adapter adapts no tensor");
     return LLMM_OK;
 }
 
@@ -215,13 +215,13 @@ llmm_status llmm__adapter_from_gguf(const llmm_model *m, gguf_file *f, llmm_adap
     float alpha;
     llmm_status st = read_header(m, f, &alpha, d);
     if (st) {
-        gguf_close(f);
+        llmm__gguf_close(f);
         return st;
     }
-    llmm_adapter *ad = mem_calloc(al, 1, sizeof *ad);
+    llmm_adapter *ad = llmm__mem_calloc(al, 1, sizeof *ad);
     if (!ad) {
-        gguf_close(f);
-        return diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for an adapter");
+        llmm__gguf_close(f);
+        return llmm__diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for an adapter");
     }
     ad->model = m;
     ad->gguf = f;
@@ -229,15 +229,15 @@ llmm_status llmm__adapter_from_gguf(const llmm_model *m, gguf_file *f, llmm_adap
     ad->alpha = alpha;
     ad->fingerprint = hash_bytes(0xcbf29ce484222325ull, (const uint8_t *)&alpha, sizeof alpha);
     ad->n_slots = (size_t)m->hp.n_layer * LLMM__LORA_PER_LAYER + LLMM__LORA_GLOBALS;
-    ad->slots = mem_calloc(al, ad->n_slots, sizeof *ad->slots);
-    const llmm_tensor **views = mem_calloc(al, ad->n_slots, sizeof *views);
+    ad->slots = llmm__mem_calloc(al, ad->n_slots, sizeof *ad->slots);
+    const llmm_tensor **views = llmm__mem_calloc(al, ad->n_slots, sizeof *views);
     if (!ad->slots || !views) {
-        st = diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for an adapter");
+        st = llmm__diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for an adapter");
     } else {
         model_slots(m, views, ad->n_slots);
         st = add_pairs(ad, views, d);
     }
-    mem_free(al, views);
+    llmm__mem_free(al, views);
     if (st) {
         adapter_destroy(ad);
         return st;

@@ -31,15 +31,15 @@ static size_t model_max_out(const llmm_model *m) {
 
 static llmm_status lora_ctx_create(llmm_context *ctx) {
     const llmm_allocator *al = ctx->model->alloc;
-    llmm__lora_ctx *L = mem_calloc(al, 1, sizeof *L);
+    llmm__lora_ctx *L = llmm__mem_calloc(al, 1, sizeof *L);
     if (!L) return LLMM_ERR_NO_MEMORY;
     const size_t uses = ctx->max_rows * LLMM__MAX_SEQ_ADAPTERS;
-    L->seqs = mem_calloc(al, ctx->params.n_seq_max, sizeof *L->seqs);
-    L->used = mem_calloc(al, uses, sizeof *L->used);
-    L->first = mem_calloc(al, uses + 1, sizeof *L->first);
-    L->count = mem_calloc(al, uses, sizeof *L->count);
-    L->rows = mem_calloc(al, uses, sizeof *L->rows);
-    L->row_scale = mem_calloc(al, uses, sizeof *L->row_scale);
+    L->seqs = llmm__mem_calloc(al, ctx->params.n_seq_max, sizeof *L->seqs);
+    L->used = llmm__mem_calloc(al, uses, sizeof *L->used);
+    L->first = llmm__mem_calloc(al, uses + 1, sizeof *L->first);
+    L->count = llmm__mem_calloc(al, uses, sizeof *L->count);
+    L->rows = llmm__mem_calloc(al, uses, sizeof *L->rows);
+    L->row_scale = llmm__mem_calloc(al, uses, sizeof *L->row_scale);
     ctx->lora = L; /* llmm__lora_free releases what was allocated, also on failure here */
     if (!L->seqs || !L->used || !L->first || !L->count || !L->rows || !L->row_scale) return LLMM_ERR_NO_MEMORY;
     L->x_cols = model_max_in(&ctx->model->hp);
@@ -59,13 +59,13 @@ void llmm__lora_free(llmm_context *ctx) {
     if (L->xg) ctx->be->buffer_free(ctx->be_state, L->xg);
     if (L->yg) ctx->be->buffer_free(ctx->be_state, L->yg);
     if (L->tg) ctx->be->buffer_free(ctx->be_state, L->tg);
-    mem_free(al, L->seqs);
-    mem_free(al, L->used);
-    mem_free(al, L->first);
-    mem_free(al, L->count);
-    mem_free(al, L->rows);
-    mem_free(al, L->row_scale);
-    mem_free(al, L);
+    llmm__mem_free(al, L->seqs);
+    llmm__mem_free(al, L->used);
+    llmm__mem_free(al, L->first);
+    llmm__mem_free(al, L->count);
+    llmm__mem_free(al, L->rows);
+    llmm__mem_free(al, L->row_scale);
+    llmm__mem_free(al, L);
     ctx->lora = NULL;
 }
 
@@ -82,13 +82,13 @@ static llmm_status reserve_rank(llmm_context *ctx, uint32_t rank) {
 }
 
 static llmm_status check_adapter(llmm_context *ctx, const llmm_adapter *a, size_t i) {
-    if (!a) return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_seq_set_adapters: adapters[%zu] is NULL", i);
+    if (!a) return llmm__ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_seq_set_adapters: adapters[%zu] is NULL", i);
     if (a->model != ctx->model)
-        return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_seq_set_adapters: adapters[%zu] is of another model", i);
+        return llmm__ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_seq_set_adapters: adapters[%zu] is of another model", i);
     for (size_t s = 0; s < a->n_slots; s++) {
         const llmm__lora_pair *p = &a->slots[s];
         if (p->a.data && (!ctx->be->supports_type(p->a.type) || !ctx->be->supports_type(p->b.type)))
-            return ctx_fail(ctx, LLMM_ERR_UNSUPPORTED, "the %s backend cannot compute adapter tensors of type %u/%u",
+            return llmm__ctx_fail(ctx, LLMM_ERR_UNSUPPORTED, "the %s backend cannot compute adapter tensors of type %u/%u",
                             ctx->be->name, p->a.type, p->b.type);
     }
     return LLMM_OK;
@@ -96,21 +96,21 @@ static llmm_status check_adapter(llmm_context *ctx, const llmm_adapter *a, size_
 
 static llmm_status check_set_args(llmm_context *ctx, llmm_seq_id seq, llmm_adapter *const *adapters,
                                   const float *scales, size_t n) {
-    TRY(ctx_check_seq(ctx, seq));
+    TRY(llmm__ctx_check_seq(ctx, seq));
     if (n > LLMM__MAX_SEQ_ADAPTERS)
-        return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_seq_set_adapters: %zu adapters, at most %d", n,
+        return llmm__ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_seq_set_adapters: %zu adapters, at most %d", n,
                         LLMM__MAX_SEQ_ADAPTERS);
-    if (n && !adapters) return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_seq_set_adapters: NULL adapters");
+    if (n && !adapters) return llmm__ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_seq_set_adapters: NULL adapters");
     for (size_t i = 0; i < n; i++) {
         TRY(check_adapter(ctx, adapters[i], i));
         for (size_t j = 0; j < i; j++)
             if (adapters[j] == adapters[i])
-                return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_seq_set_adapters: adapter %zu repeats %zu", i, j);
+                return llmm__ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_seq_set_adapters: adapter %zu repeats %zu", i, j);
         if (scales && !isfinite(scales[i]))
-            return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_seq_set_adapters: scales[%zu] is not finite", i);
+            return llmm__ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_seq_set_adapters: scales[%zu] is not finite", i);
     }
     if (n && (ctx->be->flags & LLMM_BACKEND_DEVICE_MEMORY))
-        return ctx_fail(ctx, LLMM_ERR_UNSUPPORTED, "the %s backend cannot run LoRA adapters yet (CPU only)",
+        return llmm__ctx_fail(ctx, LLMM_ERR_UNSUPPORTED, "the %s backend cannot run LoRA adapters yet (CPU only)",
                         ctx->be->name);
     return LLMM_OK;
 }
@@ -140,11 +140,11 @@ LLMM_API llmm_status llmm_seq_set_adapters(llmm_context *ctx, llmm_seq_id seq, l
     llmm_status st = LLMM_OK;
     if (!ctx->lora && (st = lora_ctx_create(ctx))) {
         llmm__lora_free(ctx);
-        return ctx_fail(ctx, st, "out of memory for adapter working buffers");
+        return llmm__ctx_fail(ctx, st, "out of memory for adapter working buffers");
     }
     uint32_t rank = 0;
     for (size_t i = 0; i < n; i++) rank = LLMM_MAX(rank, adapters[i]->rank);
-    if ((st = reserve_rank(ctx, rank))) return ctx_fail(ctx, st, "out of memory for adapter working buffers");
+    if ((st = reserve_rank(ctx, rank))) return llmm__ctx_fail(ctx, st, "out of memory for adapter working buffers");
     llmm__seq_adapters *sa = &ctx->lora->seqs[seq];
     set_prefix_seed(ctx, seq, adapters, scales, n);
     /* take the new references before dropping the old: an adapter may be in both */
@@ -161,12 +161,12 @@ LLMM_API llmm_status llmm_seq_set_adapters(llmm_context *ctx, llmm_seq_id seq, l
 LLMM_API llmm_status llmm_seq_get_adapters(llmm_context *ctx, llmm_seq_id seq, llmm_adapter **adapters,
                                            float *scales, size_t capacity, size_t *n) {
     if (!ctx) return LLMM_ERR_INVALID_ARG;
-    TRY(ctx_check_seq(ctx, seq));
-    if (!n) return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_seq_get_adapters: NULL n");
+    TRY(llmm__ctx_check_seq(ctx, seq));
+    if (!n) return llmm__ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_seq_get_adapters: NULL n");
     const llmm__seq_adapters *sa = ctx->lora ? &ctx->lora->seqs[seq] : NULL;
     *n = sa ? sa->n : 0;
     if (*n > capacity)
-        return ctx_fail(ctx, LLMM_ERR_BUFFER_TOO_SMALL, "llmm_seq_get_adapters: %zu adapters, capacity %zu", *n,
+        return llmm__ctx_fail(ctx, LLMM_ERR_BUFFER_TOO_SMALL, "llmm_seq_get_adapters: %zu adapters, capacity %zu", *n,
                         capacity);
     for (size_t i = 0; i < *n; i++) {
         if (adapters) adapters[i] = sa->a[i];

@@ -29,30 +29,30 @@ void llmm__adapter_cache_free(llmm_context *ctx) {
     const llmm_allocator *al = ctx->model->alloc;
     for (size_t i = 0; i < c->n; i++) {
         if (c->e[i].a) llmm__adapter_release(c->e[i].a);
-        mem_free(al, c->e[i].path);
+        llmm__mem_free(al, c->e[i].path);
     }
-    mem_free(al, c->e);
-    mem_free(al, c);
+    llmm__mem_free(al, c->e);
+    llmm__mem_free(al, c);
     ctx->acache = NULL;
 }
 
 LLMM_API llmm_status llmm_adapter_register(llmm_context *ctx, const char *path, int32_t *id) {
     if (!ctx) return LLMM_ERR_INVALID_ARG;
-    if (!path || !id) return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_adapter_register: NULL path or id");
+    if (!path || !id) return llmm__ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_adapter_register: NULL path or id");
     const llmm_allocator *al = ctx->model->alloc;
-    if (!ctx->acache && !(ctx->acache = mem_calloc(al, 1, sizeof *ctx->acache)))
-        return ctx_fail(ctx, LLMM_ERR_NO_MEMORY, "out of memory for the adapter cache");
+    if (!ctx->acache && !(ctx->acache = llmm__mem_calloc(al, 1, sizeof *ctx->acache)))
+        return llmm__ctx_fail(ctx, LLMM_ERR_NO_MEMORY, "out of memory for the adapter cache");
     llmm__adapter_cache *c = ctx->acache;
     for (size_t i = 0; i < c->n; i++)
         if (strcmp(c->e[i].path, path) == 0) {
             *id = (int32_t)i;
             return LLMM_OK;
         }
-    if (c->n >= INT32_MAX) return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_adapter_register: too many adapters");
-    char *copy = mem_strndup(al, path, strlen(path));
-    if (!copy || mem_reserve(al, (void **)&c->e, &c->cap, c->n + 1, sizeof *c->e)) {
-        mem_free(al, copy);
-        return ctx_fail(ctx, LLMM_ERR_NO_MEMORY, "out of memory registering adapter '%s'", path);
+    if (c->n >= INT32_MAX) return llmm__ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_adapter_register: too many adapters");
+    char *copy = llmm__mem_strndup(al, path, strlen(path));
+    if (!copy || llmm__mem_reserve(al, (void **)&c->e, &c->cap, c->n + 1, sizeof *c->e)) {
+        llmm__mem_free(al, copy);
+        return llmm__ctx_fail(ctx, LLMM_ERR_NO_MEMORY, "out of memory registering adapter '%s'", path);
     }
     c->e[c->n] = (cache_entry){.path = copy};
     *id = (int32_t)c->n++;
@@ -61,14 +61,14 @@ LLMM_API llmm_status llmm_adapter_register(llmm_context *ctx, const char *path, 
 
 static llmm_status load_entry(llmm_context *ctx, cache_entry *e) {
     llmm__adapter_cache *c = ctx->acache;
-    const double t0 = time_now_ms();
+    const double t0 = llmm__time_now_ms();
     llmm_status st = llmm_adapter_load(ctx->model, e->path, &e->a);
     if (st) {
         char msg[256];
         llmm_model_last_error(ctx->model, msg, sizeof msg);
-        return ctx_fail(ctx, st, "adapter '%s': %s", e->path, msg);
+        return llmm__ctx_fail(ctx, st, "adapter '%s': %s", e->path, msg);
     }
-    const double ms = time_now_ms() - t0;
+    const double ms = llmm__time_now_ms() - t0;
     e->bytes = e->a->bytes;
     e->loads++;
     e->load_ms += ms;
@@ -110,10 +110,10 @@ LLMM_API llmm_status llmm_seq_use_adapters(llmm_context *ctx, llmm_seq_id seq, c
     if (!ctx) return LLMM_ERR_INVALID_ARG;
     llmm__adapter_cache *c = ctx->acache;
     if (n > LLMM__MAX_SEQ_ADAPTERS || (n && !ids))
-        return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_seq_use_adapters: bad ids or count %zu", n);
+        return llmm__ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_seq_use_adapters: bad ids or count %zu", n);
     for (size_t i = 0; i < n; i++)
         if (!c || ids[i] < 0 || (size_t)ids[i] >= c->n)
-            return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_seq_use_adapters: id %d is not registered", ids[i]);
+            return llmm__ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_seq_use_adapters: id %d is not registered", ids[i]);
     llmm_adapter *ads[LLMM__MAX_SEQ_ADAPTERS] = {0};
     for (size_t i = 0; i < n; i++) {
         cache_entry *e = &c->e[ids[i]];
@@ -145,8 +145,8 @@ LLMM_API llmm_status llmm_adapter_cache_get_stats(llmm_context *ctx, llmm_adapte
         s.evictions = c->evictions;
         s.load_ms = c->load_ms;
     }
-    if (!struct_export(stats, &s, sizeof s, sizeof s))
-        return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_adapter_cache_get_stats: stats->size too small");
+    if (!llmm__struct_export(stats, &s, sizeof s, sizeof s))
+        return llmm__ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_adapter_cache_get_stats: stats->size too small");
     return LLMM_OK;
 }
 
@@ -154,12 +154,12 @@ LLMM_API llmm_status llmm_adapter_cache_get_entry(llmm_context *ctx, int32_t id,
     if (!ctx || !entry) return LLMM_ERR_INVALID_ARG;
     const llmm__adapter_cache *c = ctx->acache;
     if (!c || id < 0 || (size_t)id >= c->n)
-        return ctx_fail(ctx, LLMM_ERR_NOT_FOUND, "llmm_adapter_cache_get_entry: id %d is not registered", id);
+        return llmm__ctx_fail(ctx, LLMM_ERR_NOT_FOUND, "llmm_adapter_cache_get_entry: id %d is not registered", id);
     const cache_entry *e = &c->e[id];
     const llmm_adapter_cache_entry out = {.size = sizeof out, .path = e->path, .loaded = e->a != NULL,
                                           .bytes = e->bytes, .loads = e->loads, .hits = e->hits,
                                           .load_ms = e->load_ms, .last_load_ms = e->last_load_ms};
-    if (!struct_export(entry, &out, sizeof out, sizeof out))
-        return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_adapter_cache_get_entry: entry->size too small");
+    if (!llmm__struct_export(entry, &out, sizeof out, sizeof out))
+        return llmm__ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_adapter_cache_get_entry: entry->size too small");
     return LLMM_OK;
 }

@@ -81,13 +81,13 @@ static void add_tensor(file_spec *f, const char *name, uint32_t type, uint64_t n
     t->type = type;
     t->ne0 = ne0;
     t->ne1 = ne1;
-    size_t rb = llmm_row_bytes(type, ne0);
+    size_t rb = llmm__row_bytes(type, ne0);
     if (rb == 0) rb = ne0 * 4; /* a deliberately misfit row: any bytes */
     t->bytes = rb * ne1;
     t->data = calloc(1, t->bytes ? t->bytes : 1);
     assert_non_null(t->data);
-    const llmm_type_traits *tt = llmm_type_get(type);
-    if (amp == 0.f || !tt || !tt->from_float || llmm_row_bytes(type, ne0) == 0) return;
+    const llmm_type_traits *tt = llmm__type_get(type);
+    if (amp == 0.f || !tt || !tt->from_float || llmm__row_bytes(type, ne0) == 0) return;
     float *row = malloc(ne0 * sizeof *row);
     assert_non_null(row);
     for (uint64_t r = 0; r < ne1; r++) {
@@ -170,17 +170,17 @@ static llmm_status load_spec(const llmm_model *m, const file_spec *f, llmm_adapt
 static void merge_adapter(uint8_t *model_bytes, const gguf_file *mf, const void *ad_bytes, size_t ad_len, float user_scale) {
     gguf_file *af = NULL;
     llmm_diag d;
-    assert_int_equal(gguf_open_memory(ad_bytes, ad_len, NULL, &af, &d), LLMM_OK);
+    assert_int_equal(llmm__gguf_open_memory(ad_bytes, ad_len, NULL, &af, &d), LLMM_OK);
     double alpha = 0;
-    const gguf_kv *kv = gguf_find_kv(af, "adapter.lora.alpha");
-    if (kv) assert_true(gguf_kv_as_float(kv, &alpha));
+    const gguf_kv *kv = llmm__gguf_find_kv(af, "adapter.lora.alpha");
+    if (kv) assert_true(llmm__gguf_kv_as_float(kv, &alpha));
     for (uint64_t i = 0; i < af->n_tensors; i++) {
         const gguf_tensor *ta = &af->tensors[i];
         if (ta->name.len < 7 || memcmp(ta->name.ptr + ta->name.len - 7, ".lora_a", 7) != 0) continue;
         char base[96], nb[112];
         snprintf(base, sizeof base, "%.*s", (int)ta->name.len - 7, ta->name.ptr);
         snprintf(nb, sizeof nb, "%s.lora_b", base);
-        const gguf_tensor *tb = gguf_find_tensor(af, nb), *bt = gguf_find_tensor(mf, base);
+        const gguf_tensor *tb = llmm__gguf_find_tensor(af, nb), *bt = llmm__gguf_find_tensor(mf, base);
         assert_non_null(tb);
         assert_non_null(bt);
         assert_int_equal(bt->type, LLMM_TYPE_F32);
@@ -189,8 +189,8 @@ static void merge_adapter(uint8_t *model_bytes, const gguf_file *mf, const void 
         float *A = malloc(na * sizeof *A), *B = malloc(nbv * sizeof *B);
         assert_non_null(A);
         assert_non_null(B);
-        llmm_type_get(ta->type)->dequant_row(ta->data, A, na);
-        llmm_type_get(tb->type)->dequant_row(tb->data, B, nbv);
+        llmm__type_get(ta->type)->dequant_row(ta->data, A, na);
+        llmm__type_get(tb->type)->dequant_row(tb->data, B, nbv);
         const size_t rank = (size_t)tb->ne[0];
         const float scale = alpha != 0 ? user_scale * (float)alpha / (float)rank : user_scale;
         float *W = (float *)(model_bytes + ((const uint8_t *)bt->data - mf->bytes));
@@ -205,7 +205,7 @@ static void merge_adapter(uint8_t *model_bytes, const gguf_file *mf, const void 
         free(A);
         free(B);
     }
-    gguf_close(af);
+    llmm__gguf_close(af);
 }
 
 typedef struct merge_input {
@@ -225,9 +225,9 @@ static llmm_model *merged_model(const char *rel, const merge_input *in, size_t n
     uint8_t *orig = malloc(len);
     assert_non_null(orig);
     memcpy(orig, bytes, len);
-    assert_int_equal(gguf_open_memory(orig, len, NULL, &mf, &d), LLMM_OK);
+    assert_int_equal(llmm__gguf_open_memory(orig, len, NULL, &mf, &d), LLMM_OK);
     for (size_t i = 0; i < n; i++) merge_adapter(bytes, mf, in[i].bytes, in[i].len, in[i].scale);
-    gguf_close(mf);
+    llmm__gguf_close(mf);
     free(orig);
     strcpy(tmp, "/tmp/llmm-lora-XXXXXX");
     const int fd = mkstemp(tmp);

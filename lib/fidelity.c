@@ -156,7 +156,7 @@ static void top_k(const float *x, size_t n, uint32_t k, int32_t *ids, float *val
 llmm_status fidelity_records_put(void *records, size_t index, const float *logits, size_t n_vocab) {
     fidelity_records *r = records;
     if (index >= r->n || n_vocab != r->n_vocab) return LLMM_ERR_INVALID_ARG;
-    r->lse[index] = (float)log_sum_exp(logits, n_vocab);
+    r->lse[index] = log_sum_exp(logits, n_vocab);
     r->target_logit[index] = logits[r->target[index]];
     top_k(logits, n_vocab, r->top_k, r->top_id + index * r->top_k, r->top_logit + index * r->top_k);
     return LLMM_OK;
@@ -173,7 +173,7 @@ double fidelity_records_perplexity(const fidelity_records *r) {
     size_t n = 0;
     for (size_t i = 0; i < r->n; i++)
         if (r->top_id[i * r->top_k] >= 0) {
-            nll += (double)r->lse[i] - r->target_logit[i];
+            nll += r->lse[i] - r->target_logit[i];
             n++;
         }
     return n ? exp(nll / (double)n) : NAN;
@@ -235,7 +235,7 @@ llmm_status fidelity_compare_put(void *compare, size_t index, const float *logit
     c->top1_same += test_top == ref_top;
     c->ref_top1_text += ref_top == target;
     c->test_top1_text += test_top == target;
-    c->nll_ref += (double)ref->lse[index] - ref->target_logit[index];
+    c->nll_ref += ref->lse[index] - ref->target_logit[index];
     c->nll_test += test_lse - logits[target];
     return LLMM_OK;
 }

@@ -56,7 +56,7 @@ typedef struct fidelity_records {
     size_t n;            /* positions: the text's tokens */
     uint32_t top_k, n_vocab;
     llmm_token *target;  /* (n) the text's tokens */
-    float *lse;          /* (n) */
+    double *lse;         /* (n) in double: 1 - the top_k's mass must be exact to 1e-12 */
     float *target_logit; /* (n) */
     int32_t *top_id;     /* (n, top_k) */
     float *top_logit;    /* (n, top_k) */

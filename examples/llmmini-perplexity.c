@@ -171,14 +171,13 @@ static int load_reference(const options *o, const fidelity_file_info *mine, cons
     llmm_diag d = {""};
     llmm_status st = fidelity_load(o->compare_path, ref, &theirs, &d);
     if (st) return fail("--compare", st, d.msg);
-    const char *why = theirs.vocab_hash != mine->vocab_hash ? "another vocabulary"
-                      : theirs.window != mine->window || theirs.bos != mine->bos
-                          ? "other windows (-c) or BOS"
-                      : ref->n != n || memcmp(ref->target, text, n * sizeof *text) ? "another text"
-                                                                                     : NULL;
-    if (why) {
-        fprintf(stderr, "llmmini-perplexity: %s was made with %s (window %u there, %u here)\n", o->compare_path, why,
-                theirs.window, mine->window);
+    char why[96] = "";
+    if (theirs.vocab_hash != mine->vocab_hash) snprintf(why, sizeof why, "another vocabulary");
+    else if (theirs.window != mine->window) snprintf(why, sizeof why, "-c %u (this run: -c %u)", theirs.window, mine->window);
+    else if (theirs.bos != mine->bos) snprintf(why, sizeof why, "another BOS");
+    else if (ref->n != n || memcmp(ref->target, text, n * sizeof *text)) snprintf(why, sizeof why, "another text");
+    if (*why) {
+        fprintf(stderr, "llmmini-perplexity: %s was made with %s\n", o->compare_path, why);
         fidelity_records_free(ref);
         return 1;
     }

@@ -98,6 +98,8 @@ llmm_status fidelity_run(llmm_context *ctx, const llmm_token *text, size_t n, co
 llmm_status fidelity_records_init(fidelity_records *r, const llmm_token *text, size_t n, uint32_t top_k,
                                   uint32_t n_vocab) {
     if (!r || top_k == 0 || top_k > n_vocab) return LLMM_ERR_INVALID_ARG;
+    for (size_t i = 0; text && i < n; i++)
+        if (text[i] < 0 || (uint32_t)text[i] >= n_vocab) return LLMM_ERR_INVALID_ARG;
     memset(r, 0, sizeof *r);
     size_t cells;
     if (!size_mul_ok(n, top_k, &cells)) return LLMM_ERR_NO_MEMORY;
@@ -226,7 +228,7 @@ static double kl_divergence(const fidelity_records *ref, size_t index, const flo
 llmm_status fidelity_compare_put(void *compare, size_t index, const float *logits, size_t n_vocab) {
     fidelity_compare *c = compare;
     const fidelity_records *ref = c->ref;
-    if (n_vocab != ref->n_vocab || index >= ref->n) return LLMM_ERR_INVALID_ARG;
+    if (n_vocab != ref->n_vocab || index >= ref->n || c->n == ref->n) return LLMM_ERR_INVALID_ARG;
     if (ref->top_id[index * ref->top_k] < 0) return LLMM_ERR_NOT_FOUND;
     const double test_lse = log_sum_exp(logits, n_vocab);
     const llmm_token target = ref->target[index];

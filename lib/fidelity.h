@@ -64,7 +64,7 @@ typedef struct fidelity_records {
 
 /* Allocate records for a text of n tokens (copied; NULL leaves the targets 0 for a reader to
  * fill) and top_k ids a position (1..n_vocab), no position predicted yet.
- * Errors: INVALID_ARG, NO_MEMORY. */
+ * Errors: INVALID_ARG (also a token outside the vocabulary), NO_MEMORY. */
 llmm_status fidelity_records_init(fidelity_records *r, const llmm_token *text, size_t n, uint32_t top_k,
                                   uint32_t n_vocab);
 void fidelity_records_free(fidelity_records *r);
@@ -100,7 +100,8 @@ void fidelity_compare_free(fidelity_compare *c);
  * divergence sums p log(p/q) over the reference's top_k ids plus one term for the probability
  * outside them taken as one outcome: exact when top_k = n_vocab, otherwise a lower bound that
  * approaches the full divergence as the top_k hold the mass. Errors: NOT_FOUND (the reference
- * did not predict this position), INVALID_ARG (n_vocab differs). */
+ * did not predict this position), INVALID_ARG (n_vocab differs, index out of range, or more
+ * positions than the reference has). */
 llmm_status fidelity_compare_put(void *compare, size_t index, const float *logits, size_t n_vocab);
 /* The summary of the positions compared so far (sorts c->kld's used part for the percentile). */
 fidelity_summary fidelity_compare_summary(fidelity_compare *c);

@@ -12,7 +12,7 @@
 typedef struct options {
     const char *model, *prompt, *dump_logits;
     int n_predict, n_threads, no_bos, print_ids;
-    int chat, n_ctx, device;
+    int chat, n_ctx, device, kv_block;
     const char *draft;           /* --draft: a draft model for speculative decoding */
     int draft_max, lookup;       /* --draft-max K, --lookup N */
     const char *template_name, *system_prompt;
@@ -31,7 +31,7 @@ static void usage(FILE *out) {
     fprintf(out,
             "usage: llmmini-run -m MODEL -p PROMPT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P]\n"
             "                   [--seed S] [-t THREADS] [-c N_CTX] [--backend B] [--device N] [--kv-type T]\n"
-            "                   [--no-bos] [--ids] [--draft MODEL [--draft-max K] | --lookup N]\n"
+            "                   [--kv-block N] [--no-bos] [--ids] [--draft MODEL [--draft-max K] | --lookup N]\n"
             "                   [--dump-logits PATH]\n"
             "       llmmini-run -m MODEL --chat [--template NAME] [--system TEXT] [-n N] [sampling options]\n"
             "  -n N               tokens to generate (default 128)\n"
@@ -56,6 +56,7 @@ static void usage(FILE *out) {
             "  --draft-max K      guesses per step at most, 1..32 (default 8)\n"
             "  --lookup N         speculative decoding by prompt lookup: guess what followed the last\n"
             "                     N tokens where they occurred before (no draft model)\n"
+            "  --kv-block N       positions per KV block, a power of two in 1..1024 (default 16)\n"
             "  --chat             chat on stdin/stdout: one user message per line, '/reset' starts\n"
             "                     over, end of input quits; -n limits each reply\n"
             "  --template NAME    chat format to use instead of the model's, one of:\n"
@@ -73,8 +74,8 @@ static int parse_number(const char *s, double *out) {
 
 /* Options that belong to one mode only. Returns 0 or 2 (message printed). */
 static int check_mode_options(const options *o) {
-    if (o->n_ctx < 0) {
-        fprintf(stderr, "llmmini-run: -c must be >= 0\n");
+    if (o->n_ctx < 0 || o->kv_block < 0) {
+        fprintf(stderr, "llmmini-run: -c and --kv-block must be >= 0\n");
         return 2;
     }
     if (o->chat && (o->prompt || o->print_ids || o->dump_logits)) {
@@ -107,7 +108,8 @@ static int parse_args(int argc, char **argv, options *o) {
         double num = 0;
         int takes_number = !strcmp(a, "-n") || !strcmp(a, "--temp") || !strcmp(a, "--top-k") || !strcmp(a, "--top-p") ||
                            !strcmp(a, "--min-p") || !strcmp(a, "--seed") || !strcmp(a, "-t") || !strcmp(a, "-c") ||
-                           !strcmp(a, "--device") || !strcmp(a, "--draft-max") || !strcmp(a, "--lookup");
+                           !strcmp(a, "--device") || !strcmp(a, "--draft-max") || !strcmp(a, "--lookup") ||
+                           !strcmp(a, "--kv-block");
         if (takes_number && (!val || !parse_number(val, &num))) {
             fprintf(stderr, "llmmini-run: %s needs a number\n", a);
             return 2;
@@ -127,6 +129,7 @@ static int parse_args(int argc, char **argv, options *o) {
         else if (!strcmp(a, "--draft") && val) o->draft = argv[++i];
         else if (!strcmp(a, "--draft-max")) o->draft_max = (int)num, i++;
         else if (!strcmp(a, "--lookup")) o->lookup = (int)num, i++;
+        else if (!strcmp(a, "--kv-block")) o->kv_block = (int)num, i++;
         else if (!strcmp(a, "--kv-type") && val) {
             if (!parse_kv_type(argv[++i], &o->kv_type)) {
                 fprintf(stderr, "llmmini-run: --kv-type must be f16, q8 or f32, not '%s'\n", argv[i]);
@@ -584,6 +587,7 @@ int main(int argc, char **argv) {
     cp.device = o.device;
     cp.kv_type = o.kv_type;
     if (o.n_ctx > 0) cp.n_ctx = (uint32_t)o.n_ctx;
+    if (o.kv_block > 0) cp.kv_block_size = (uint32_t)o.kv_block;
     llmm_context *ctx = NULL;
     st = llmm_context_create(m, &cp, &ctx);
     if (st) {

@@ -24,7 +24,9 @@
 
 /* ------------------------------------------------------------------ primitive rules */
 
-#define WS_BODY "[ \\t\\n]{0,20}"
+/* JSON whitespace between tokens, bounded so that a sampler cannot wander: a line break at most,
+ * then an indentation */
+#define WS_BODY "\"\\n\"? [ \\t]{0,20}"
 #define CHAR_BODY                                                                               \
     "[^\"\\\\\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" ([0-9a-cA-Ce-fE-F] [0-9a-fA-F]{3} " \
     "| [dD] [0-7] [0-9a-fA-F]{2}))"
@@ -36,7 +38,13 @@
 #define VALUE_BODY "object | array | string | number | boolean | null"
 #define OBJECT_BODY "\"{\" ws (string ws \":\" ws value ws (\",\" ws string ws \":\" ws value ws)*)? \"}\""
 #define ARRAY_BODY "\"[\" ws (value ws (\",\" ws value ws)*)? \"]\""
-#define DATE_BODY "[0-9]{4} \"-\" (\"0\" [1-9] | \"1\" [0-2]) \"-\" (\"0\" [1-9] | [12] [0-9] | \"3\" [01])"
+/* RFC 3339 full-date: the day checked against the month, February 29 only in leap years
+ * (divisible by 4 but not 100, or by 400: read off the last two digits and the century) */
+#define DATE_BODY                                                                                  \
+    "[0-9]{4} \"-\" ((\"0\" [13578] | \"1\" [02]) \"-\" (\"0\" [1-9] | [12] [0-9] | \"3\" [01]) "            \
+    "| (\"0\" [469] | \"11\") \"-\" (\"0\" [1-9] | [12] [0-9] | \"30\") "                                    \
+    "| \"02-\" (\"0\" [1-9] | \"1\" [0-9] | \"2\" [0-8])) "                                                \
+    "| ([0-9] [0-9] (\"0\" [48] | [2468] [048] | [13579] [26]) | ([02468] [048] | [13579] [26]) \"00\") \"-02-29\""
 #define TIME_BODY                                                                         \
     "([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" [0-5] [0-9] (\".\" [0-9]{1,9})? " \
     "(\"Z\" | (\"+\" | \"-\") ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9])"
@@ -793,9 +801,143 @@ static int enum_expr(converter *cv, size_t node, unsigned types, gbnf_text *out)
     return text_ok(cv, out);
 }
 
+/* ------------------------------------------------------------------ oneOf */
+
+/* oneOf wants exactly one branch to match, which a grammar cannot count; so oneOf is accepted
+ * only when no value can match two branches, as far as this shows: branches that admit
+ * disjoint types, disjoint enum/const values, or objects that require a common member whose
+ * const/enum values are disjoint (a tagged union). Anything else is refused, never turned
+ * into anyOf silently. */
+
+static size_t pointer_target(const converter *cv, const char *s, size_t len);
+
+/* The schema a chain of $refs ends at (bounded; JSON_NONE when it leaves the document). */
+static size_t follow_refs(const converter *cv, size_t node) {
+    for (int hops = 0; hops < SCHEMA_MAX_DEPTH && node != JSON_NONE && node_at(cv, node)->kind == JSON_OBJECT; hops++) {
+        size_t ref = member(cv, node, "$ref");
+        if (ref == JSON_NONE) return node;
+        if (node_at(cv, ref)->kind != JSON_STRING) return JSON_NONE;
+        node = pointer_target(cv, json_str(&cv->doc, ref), node_at(cv, ref)->str_len);
+    }
+    return node != JSON_NONE && node_at(cv, node)->kind == JSON_OBJECT ? node : JSON_NONE;
+}
+
+/* Numbers and integers overlap (1 is both), so they count as one kind here. */
+static unsigned widen_numbers(unsigned types) {
+    return types & (T_NUMBER | T_INTEGER) ? types | T_NUMBER | T_INTEGER : types;
+}
+
+/* The enum array or const value of a schema, as a list to walk: first node and whether to
+ * follow .next. */
+static size_t listed_values(const converter *cv, size_t node, int *is_list) {
+    size_t list = member(cv, node, "enum"), single = member(cv, node, "const");
+    *is_list = list != JSON_NONE && node_at(cv, list)->kind == JSON_ARRAY;
+    if (*is_list) return node_at(cv, list)->first;
+    return single;
+}
+
+/* The types a schema admits; 0 when it does not say or cannot be read here. */
+static unsigned admitted_types(const converter *cv, size_t node) {
+    int is_list;
+    unsigned types = 0;
+    size_t v = listed_values(cv, node, &is_list);
+    if (v != JSON_NONE) {
+        for (; v != JSON_NONE; v = is_list ? node_at(cv, v)->next : JSON_NONE) types |= value_type(cv, v);
+        return widen_numbers(types);
+    }
+    if (member(cv, node, "anyOf") != JSON_NONE || member(cv, node, "oneOf") != JSON_NONE) return 0;
+    size_t type = member(cv, node, "type");
+    if (type != JSON_NONE) {
+        const json_node *t = node_at(cv, type);
+        for (size_t e = t->kind == JSON_ARRAY ? t->first : type; e != JSON_NONE; e = t->kind == JSON_ARRAY ? node_at(cv, e)->next : JSON_NONE)
+            for (size_t i = 0; i < N_TYPES; i++)
+                if (node_at(cv, e)->kind == JSON_STRING && strlen(type_table[i].name) == node_at(cv, e)->str_len &&
+                    memcmp(type_table[i].name, json_str(&cv->doc, e), node_at(cv, e)->str_len) == 0)
+                    types |= type_table[i].bit;
+        return widen_numbers(types);
+    }
+    for (size_t m = node_at(cv, node)->first; m != JSON_NONE; m = node_at(cv, m)->next) {
+        const typed_keyword *tk = find_typed_keyword(json_key(&cv->doc, m), node_at(cv, m)->key_len);
+        if (tk) types |= tk->types;
+    }
+    types = widen_numbers(types);
+    return types == T_OBJECT || types == T_ARRAY || types == T_STRING || types == (T_NUMBER | T_INTEGER) ? types : 0;
+}
+
+/* Whether two values may be equal: scalars compared (numbers by value), arrays and objects
+ * assumed equal. */
+static int may_equal(const converter *cv, size_t a, size_t b) {
+    const json_node *x = node_at(cv, a), *y = node_at(cv, b);
+    if (x->kind != y->kind) return 0;
+    if (x->kind == JSON_STRING) return x->str_len == y->str_len && memcmp(json_str(&cv->doc, a), json_str(&cv->doc, b), x->str_len) == 0;
+    if (x->kind == JSON_NUMBER) return strtod(cv->doc.src + x->src, NULL) == strtod(cv->doc.src + y->src, NULL);
+    return 1;
+}
+
+static int values_disjoint(const converter *cv, size_t a, size_t b) {
+    int a_list, b_list;
+    size_t first_a = listed_values(cv, a, &a_list), first_b = listed_values(cv, b, &b_list);
+    if (first_a == JSON_NONE || first_b == JSON_NONE) return 0;
+    for (size_t x = first_a; x != JSON_NONE; x = a_list ? node_at(cv, x)->next : JSON_NONE)
+        for (size_t y = first_b; y != JSON_NONE; y = b_list ? node_at(cv, y)->next : JSON_NONE)
+            if (may_equal(cv, x, y)) return 0;
+    return 1;
+}
+
+static int requires_member(const converter *cv, size_t node, const char *name, size_t len) {
+    size_t req = member(cv, node, "required");
+    if (req == JSON_NONE || node_at(cv, req)->kind != JSON_ARRAY) return 0;
+    for (size_t r = node_at(cv, req)->first; r != JSON_NONE; r = node_at(cv, r)->next)
+        if (node_at(cv, r)->kind == JSON_STRING && node_at(cv, r)->str_len == len && memcmp(json_str(&cv->doc, r), name, len) == 0)
+            return 1;
+    return 0;
+}
+
+static size_t property_schema(const converter *cv, size_t node, const char *name, size_t len) {
+    size_t props = member(cv, node, "properties");
+    if (props == JSON_NONE || node_at(cv, props)->kind != JSON_OBJECT) return JSON_NONE;
+    for (size_t p = node_at(cv, props)->first; p != JSON_NONE; p = node_at(cv, p)->next)
+        if (node_at(cv, p)->key_len == len && memcmp(json_key(&cv->doc, p), name, len) == 0) return follow_refs(cv, p);
+    return JSON_NONE;
+}
+
+static int branches_disjoint(const converter *cv, size_t a, size_t b) {
+    a = follow_refs(cv, a), b = follow_refs(cv, b);
+    if (a == JSON_NONE || b == JSON_NONE) return 0;
+    unsigned ta = admitted_types(cv, a), tb = admitted_types(cv, b);
+    if (ta && tb && !(ta & tb)) return 1;
+    if (values_disjoint(cv, a, b)) return 1;
+    if (ta != T_OBJECT || tb != T_OBJECT) return 0;
+    size_t req = member(cv, a, "required");
+    if (req == JSON_NONE || node_at(cv, req)->kind != JSON_ARRAY) return 0;
+    for (size_t r = node_at(cv, req)->first; r != JSON_NONE; r = node_at(cv, r)->next) {
+        if (node_at(cv, r)->kind != JSON_STRING) continue;
+        const char *name = json_str(&cv->doc, r);
+        size_t len = node_at(cv, r)->str_len, pa, pb;
+        if (!requires_member(cv, b, name, len)) continue;
+        if ((pa = property_schema(cv, a, name, len)) != JSON_NONE && (pb = property_schema(cv, b, name, len)) != JSON_NONE &&
+            values_disjoint(cv, pa, pb))
+            return 1;
+    }
+    return 0;
+}
+
+static int check_one_of(converter *cv, size_t list) {
+    size_t i = 0;
+    for (size_t a = node_at(cv, list)->first; a != JSON_NONE; a = node_at(cv, a)->next, i++) {
+        size_t j = i + 1;
+        for (size_t b = node_at(cv, a)->next; b != JSON_NONE; b = node_at(cv, b)->next, j++)
+            if (!branches_disjoint(cv, a, b))
+                return fail(cv, "'oneOf' branches %zu and %zu may both match: tell them apart by type or by a required "
+                                "member's const or enum, or use 'anyOf'", i, j);
+    }
+    return 1;
+}
+
 static int alternatives_expr(converter *cv, size_t list, const char *keyword, const char *hint, gbnf_text *out) {
     if (node_at(cv, list)->kind != JSON_ARRAY || node_at(cv, list)->n_children == 0)
         return fail(cv, "'%s' must be a non-empty array of schemas", keyword);
+    if (strcmp(keyword, "oneOf") == 0 && !check_one_of(cv, list)) return 0;
     size_t old = path_push(cv, keyword, strlen(keyword)), i = 0;
     gbnf_text_str(out, "(");
     for (size_t s = node_at(cv, list)->first; s != JSON_NONE; s = node_at(cv, s)->next, i++) {
@@ -815,17 +957,13 @@ static int alternatives_expr(converter *cv, size_t list, const char *keyword, co
 static int target_rule(converter *cv, size_t target, const char *pointer, size_t pointer_len, const char *hint,
                        gbnf_text *out);
 
-/* "#" or "#/a/b" (JSON pointer, ~0 and ~1 unescaped) within this document. */
-static int ref_expr(converter *cv, size_t ref, gbnf_text *out) {
-    const json_node *r = node_at(cv, ref);
-    if (r->kind != JSON_STRING) return fail(cv, "'$ref' must be a string");
-    const char *s = json_str(&cv->doc, ref), *end = s + r->str_len;
-    int shown = (int)LLMM_MIN(r->str_len, 80);
-    if (s == end || *s != '#' || (end - s > 1 && s[1] != '/'))
-        return fail(cv, "'$ref' '%.*s': only references within the document (#/...) are supported", shown, s);
+/* The node "#" or "#/a/b" (a JSON pointer, ~0 and ~1 unescaped) names in this document, or
+ * JSON_NONE. */
+static size_t pointer_target(const converter *cv, const char *s, size_t len) {
+    const char *end = s + len, *seg = s + 1;
+    if (len == 0 || *s != '#' || (len > 1 && s[1] != '/')) return JSON_NONE;
     size_t node = 0;
-    const char *seg = s + 1, *last = seg;
-    while (seg < end) {
+    while (seg < end && node != JSON_NONE) {
         seg++; /* the '/' */
         const char *seg_end = memchr(seg, '/', (size_t)(end - seg));
         if (!seg_end) seg_end = end;
@@ -847,13 +985,24 @@ static int ref_expr(converter *cv, size_t ref, gbnf_text *out) {
             for (size_t m = cur->first; digits && m != JSON_NONE; m = node_at(cv, m)->next, k++)
                 if (k == index) next = m;
         }
-        if (next == JSON_NONE) return fail(cv, "'$ref' '%.*s' points to nothing in the document", shown, s);
         node = next;
-        last = seg;
         seg = seg_end;
     }
+    return node;
+}
+
+static int ref_expr(converter *cv, size_t ref, gbnf_text *out) {
+    const json_node *r = node_at(cv, ref);
+    if (r->kind != JSON_STRING) return fail(cv, "'$ref' must be a string");
+    const char *s = json_str(&cv->doc, ref), *last = s + r->str_len;
+    int shown = (int)LLMM_MIN(r->str_len, 80);
+    if (r->str_len == 0 || *s != '#' || (r->str_len > 1 && s[1] != '/'))
+        return fail(cv, "'$ref' '%.*s': only references within the document (#/...) are supported", shown, s);
+    size_t node = pointer_target(cv, s, r->str_len);
+    if (node == JSON_NONE) return fail(cv, "'$ref' '%.*s' points to nothing in the document", shown, s);
+    while (last > s && last[-1] != '/') last--; /* the rule is named after the last segment */
     char hint[RULE_NAME_MAX];
-    snprintf(hint, sizeof hint, "%.*s", (int)LLMM_MIN((size_t)(end - last), 40), last);
+    snprintf(hint, sizeof hint, "%.*s", (int)LLMM_MIN((size_t)(s + r->str_len - last), 40), last);
     return target_rule(cv, node, s, r->str_len, node == 0 ? "root" : hint, out);
 }
 

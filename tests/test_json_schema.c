@@ -9,6 +9,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -486,6 +487,12 @@ static const schema_case cases[] = {
      "\"side\":{\"type\":\"number\"}},\"required\":[\"kind\",\"side\"]}]}",
      {"{\"kind\":\"circle\",\"r\":1.5}", "{\"kind\":\"square\",\"side\":2}"},
      {"{\"kind\":\"circle\",\"side\":2}", "{\"kind\":\"square\",\"r\":1}", "{\"kind\":\"triangle\",\"r\":1}"}},
+    {"{\"oneOf\":[{\"type\":\"string\"},{\"type\":\"integer\"},{\"type\":\"null\"}]}",
+     {"\"x\"", "3", "null"}, {"1.5", "true", "[]"}},
+    {"{\"$defs\":{\"a\":{\"type\":\"object\",\"properties\":{\"k\":{\"enum\":[\"a1\",\"a2\"]}},\"required\":[\"k\"]},"
+     "\"b\":{\"type\":\"object\",\"properties\":{\"k\":{\"const\":\"b\"},\"n\":{\"type\":\"integer\"}},\"required\":[\"k\"]}},"
+     "\"oneOf\":[{\"$ref\":\"#/$defs/a\"},{\"$ref\":\"#/$defs/b\"}]}",
+     {"{\"k\":\"a2\"}", "{\"k\":\"b\",\"n\":1}", "{\"k\":\"b\"}"}, {"{\"k\":\"c\"}", "{\"k\":\"b\",\"n\":\"x\"}", "{\"n\":1}"}},
     {"{\"definitions\":{\"point\":{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"integer\"},"
      "\"y\":{\"type\":\"integer\"}},\"required\":[\"x\",\"y\"]}},\"type\":\"array\",\"items\":{\"$ref\":\"#/definitions/point\"}}",
      {"[]", "[{\"x\":1,\"y\":2}]", "[{\"x\":1,\"y\":2},{\"x\":-3,\"y\":0}]"}, {"[{\"x\":1}]", "[{\"x\":1,\"y\":2.5}]", "{\"x\":1,\"y\":2}"}},
@@ -507,7 +514,9 @@ static const schema_case cases[] = {
     {"{\"type\":\"string\",\"pattern\":\"^(?:[a-f\\\\d]{2}:){2}[a-f\\\\d]{2}$|^x*?$\"}",
      {"\"0a:ff:19\"", "\"\"", "\"xxx\""}, {"\"0a:ff\"", "\"0A:ff:19\"", "\"xy\""}},
     {"{\"type\":\"string\",\"format\":\"date\"}",
-     {"\"2024-02-29\"", "\"1999-12-31\""}, {"\"2024-13-01\"", "\"2024-1-01\"", "\"24-01-01\"", "\"2024-01-32\"", "\"2024-00-10\""}},
+     {"\"2024-02-29\"", "\"1999-12-31\"", "\"2000-02-29\"", "\"2024-04-30\"", "\"0000-02-29\"", "\"1996-02-29\""},
+     {"\"2024-13-01\"", "\"2024-1-01\"", "\"24-01-01\"", "\"2024-01-32\"", "\"2024-00-10\"", "\"2023-02-29\"",
+      "\"1900-02-29\"", "\"2023-04-31\"", "\"2023-02-30\"", "\"2023-11-31\""}},
     {"{\"type\":\"string\",\"format\":\"date-time\"}",
      {"\"2024-05-06T07:08:09Z\"", "\"2024-05-06T23:59:59.123+02:00\""},
      {"\"2024-05-06 07:08:09Z\"", "\"2024-05-06T24:00:00Z\"", "\"2024-05-06T07:08:09\"", "\"2024-05-06T07:60:00Z\""}},
@@ -654,6 +663,16 @@ static const refused refusals[] = {
     {"{\"type\":\"string\",\"enum\":[1,2]}", "no value of 'enum' has the type given at #"},
     {"{\"enum\":[\"a\"],\"pattern\":\"a\"}", "'pattern' alongside 'enum' is not supported at #"},
     {"{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"string\",\"format\":\"ipv4\"}]}", "unsupported format 'ipv4' at #/anyOf/1"},
+    {"{\"oneOf\":[{\"type\":\"string\"},{\"type\":\"string\",\"maxLength\":3}]}",
+     "'oneOf' branches 0 and 1 may both match: tell them apart by type or by a required member's const or enum, or use "
+     "'anyOf' at #"},
+    {"{\"oneOf\":[{\"type\":\"null\"},{\"type\":\"integer\"},{\"type\":\"number\",\"minimum\":0}]}",
+     "'oneOf' branches 1 and 2 may both match: tell them apart by type or by a required member's const or enum, or use "
+     "'anyOf' at #"},
+    {"{\"oneOf\":[{\"type\":\"object\",\"properties\":{\"k\":{\"const\":1}},\"required\":[\"k\"]},"
+     "{\"type\":\"object\",\"properties\":{\"k\":{\"enum\":[2,1.0]}},\"required\":[\"k\"]}]}",
+     "'oneOf' branches 0 and 1 may both match: tell them apart by type or by a required member's const or enum, or use "
+     "'anyOf' at #"},
     {"[]", "a schema must be an object or a boolean at #"},
     {"{\"definitions\":{\"x\":{\"type\":\"integer\",\"multipleOf\":2}},\"items\":{\"$ref\":\"#/definitions/x\"}}",
      "unsupported keyword 'multipleOf' at #/definitions/x"},
@@ -759,6 +778,307 @@ static void test_hostile_input(void **state) {
     assert_true(n_ok > 0 && n_refused > 0);
 }
 
+/* ---------------------------------------------------------------- a schema validator */
+
+/* The test's own validator for the keywords of the generation schemas below, over the
+ * library's JSON reader: type, properties, required, additionalProperties false, items,
+ * minItems/maxItems, enum/const (structural equality), minimum/maximum, minLength/maxLength
+ * (code points), pattern (POSIX extended regex: the schemas' patterns mean the same there),
+ * format date, anyOf, oneOf (exactly one branch), $ref "#/$defs/NAME". */
+typedef struct validation {
+    const json_doc *schema, *inst;
+    char why[256];
+} validation;
+
+static int invalid(validation *va, const char *why) {
+    snprintf(va->why, sizeof va->why, "%s", why);
+    return 0;
+}
+
+static int same_value(const json_doc *a, size_t x, const json_doc *b, size_t y, int depth) {
+    const json_node *p = &a->nodes[x], *q = &b->nodes[y];
+    if (depth > JSON_MAX_DEPTH || p->kind != q->kind || p->n_children != q->n_children) return 0;
+    if (p->kind == JSON_STRING) return p->str_len == q->str_len && memcmp(json_str(a, x), json_str(b, y), p->str_len) == 0;
+    if (p->kind == JSON_NUMBER) return strtod(a->src + p->src, NULL) == strtod(b->src + q->src, NULL);
+    for (size_t i = p->first, j = q->first; i != JSON_NONE; i = a->nodes[i].next, j = b->nodes[j].next) {
+        size_t other = j;
+        if (p->kind == JSON_OBJECT) {
+            char key[128];
+            snprintf(key, sizeof key, "%.*s", (int)a->nodes[i].key_len, json_key(a, i));
+            if ((other = json_member(b, y, key)) == JSON_NONE) return 0;
+        }
+        if (!same_value(a, i, b, other, depth + 1)) return 0;
+    }
+    return 1;
+}
+
+static double number_of(const json_doc *d, size_t n) { return strtod(d->src + d->nodes[n].src, NULL); }
+
+static int has_type(const json_doc *inst, size_t v, const char *type, size_t len) {
+    json_kind k = inst->nodes[v].kind;
+    if (len == 7 && memcmp(type, "integer", 7) == 0) {
+        if (k != JSON_NUMBER) return 0;
+        double x = number_of(inst, v);
+        return x == (double)(long long)x;
+    }
+    const char *name = k == JSON_NULL                        ? "null"
+                     : k == JSON_TRUE || k == JSON_FALSE    ? "boolean"
+                     : k == JSON_NUMBER                     ? "number"
+                     : k == JSON_STRING                     ? "string"
+                     : k == JSON_ARRAY                      ? "array"
+                                                            : "object";
+    return strlen(name) == len && memcmp(name, type, len) == 0;
+}
+
+static size_t utf8_chars(const char *s, size_t n) {
+    size_t c = 0;
+    for (size_t i = 0; i < n; i++) c += ((unsigned char)s[i] & 0xC0) != 0x80;
+    return c;
+}
+
+static int valid_date(const char *s, size_t n) {
+    static const int days[] = {31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    int y, m, d, used = 0;
+    if (n != 10 || sscanf(s, "%4d-%2d-%2d%n", &y, &m, &d, &used) != 3 || used != 10) return 0;
+    int leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    return m >= 1 && m <= 12 && d >= 1 && d <= days[m - 1] - (m == 2 && !leap);
+}
+
+static int validate(validation *va, size_t s, size_t v, int depth);
+
+static int validate_object(validation *va, size_t s, size_t v, int depth) {
+    const json_doc *sd = va->schema, *in = va->inst;
+    size_t props = json_member(sd, s, "properties"), req = json_member(sd, s, "required");
+    size_t extra = json_member(sd, s, "additionalProperties");
+    for (size_t r = req == JSON_NONE ? JSON_NONE : sd->nodes[req].first; r != JSON_NONE; r = sd->nodes[r].next) {
+        char key[128];
+        snprintf(key, sizeof key, "%.*s", (int)sd->nodes[r].str_len, json_str(sd, r));
+        if (json_member(in, v, key) == JSON_NONE) return invalid(va, "required member missing");
+    }
+    for (size_t m = in->nodes[v].first; m != JSON_NONE; m = in->nodes[m].next) {
+        char key[128];
+        snprintf(key, sizeof key, "%.*s", (int)in->nodes[m].key_len, json_key(in, m));
+        size_t ps = props == JSON_NONE ? JSON_NONE : json_member(sd, props, key);
+        if (ps == JSON_NONE && extra != JSON_NONE && sd->nodes[extra].kind == JSON_FALSE) return invalid(va, "extra member");
+        if (ps != JSON_NONE && !validate(va, ps, m, depth + 1)) return 0;
+    }
+    return 1;
+}
+
+static int validate_array(validation *va, size_t s, size_t v, int depth) {
+    size_t items = json_member(va->schema, s, "items"), lim;
+    size_t n = va->inst->nodes[v].n_children;
+    if ((lim = json_member(va->schema, s, "minItems")) != JSON_NONE && n < (size_t)number_of(va->schema, lim))
+        return invalid(va, "too few items");
+    if ((lim = json_member(va->schema, s, "maxItems")) != JSON_NONE && n > (size_t)number_of(va->schema, lim))
+        return invalid(va, "too many items");
+    for (size_t i = va->inst->nodes[v].first; items != JSON_NONE && i != JSON_NONE; i = va->inst->nodes[i].next)
+        if (!validate(va, items, i, depth + 1)) return 0;
+    return 1;
+}
+
+static int validate_string(validation *va, size_t s, size_t v) {
+    const char *text = json_str(va->inst, v);
+    size_t len = va->inst->nodes[v].str_len, chars = utf8_chars(text, len), k;
+    if ((k = json_member(va->schema, s, "minLength")) != JSON_NONE && chars < (size_t)number_of(va->schema, k))
+        return invalid(va, "too short");
+    if ((k = json_member(va->schema, s, "maxLength")) != JSON_NONE && chars > (size_t)number_of(va->schema, k))
+        return invalid(va, "too long");
+    if ((k = json_member(va->schema, s, "format")) != JSON_NONE && !valid_date(text, len)) return invalid(va, "not a date");
+    if ((k = json_member(va->schema, s, "pattern")) != JSON_NONE) {
+        char pattern[256], *subject = strndup(text, len);
+        snprintf(pattern, sizeof pattern, "%.*s", (int)va->schema->nodes[k].str_len, json_str(va->schema, k));
+        regex_t re;
+        assert_int_equal(regcomp(&re, pattern, REG_EXTENDED | REG_NOSUB), 0);
+        int match = subject && strlen(subject) == len && regexec(&re, subject, 0, NULL, 0) == 0;
+        regfree(&re);
+        free(subject);
+        if (!match) return invalid(va, "pattern does not match");
+    }
+    return 1;
+}
+
+static int validate(validation *va, size_t s, size_t v, int depth) {
+    const json_doc *sd = va->schema, *in = va->inst;
+    if (depth > JSON_MAX_DEPTH) return invalid(va, "too deep");
+    size_t k;
+    if ((k = json_member(sd, s, "$ref")) != JSON_NONE) {
+        char name[128];
+        snprintf(name, sizeof name, "%.*s", (int)sd->nodes[k].str_len - 8, json_str(sd, k) + 8); /* "#/$defs/" */
+        return validate(va, json_member(sd, json_member(sd, 0, "$defs"), name), v, depth + 1);
+    }
+    if ((k = json_member(sd, s, "anyOf")) != JSON_NONE || (k = json_member(sd, s, "oneOf")) != JSON_NONE) {
+        int one = json_member(sd, s, "oneOf") != JSON_NONE, n = 0;
+        for (size_t b = sd->nodes[k].first; b != JSON_NONE; b = sd->nodes[b].next) n += validate(va, b, v, depth + 1);
+        if (one ? n != 1 : n < 1) return invalid(va, one ? "not exactly one branch of oneOf" : "no branch of anyOf");
+        return 1;
+    }
+    if ((k = json_member(sd, s, "const")) != JSON_NONE && !same_value(sd, k, in, v, 0)) return invalid(va, "not the const");
+    if ((k = json_member(sd, s, "enum")) != JSON_NONE) {
+        int found = 0;
+        for (size_t e = sd->nodes[k].first; e != JSON_NONE; e = sd->nodes[e].next) found |= same_value(sd, e, in, v, 0);
+        if (!found) return invalid(va, "not in the enum");
+    }
+    if ((k = json_member(sd, s, "type")) != JSON_NONE) {
+        int ok = 0;
+        for (size_t t = sd->nodes[k].kind == JSON_ARRAY ? sd->nodes[k].first : k; t != JSON_NONE;
+             t = sd->nodes[k].kind == JSON_ARRAY ? sd->nodes[t].next : JSON_NONE)
+            ok |= has_type(in, v, json_str(sd, t), sd->nodes[t].str_len);
+        if (!ok) return invalid(va, "wrong type");
+    }
+    json_kind kind = in->nodes[v].kind;
+    if (kind == JSON_NUMBER) {
+        if ((k = json_member(sd, s, "minimum")) != JSON_NONE && number_of(in, v) < number_of(sd, k)) return invalid(va, "below minimum");
+        if ((k = json_member(sd, s, "maximum")) != JSON_NONE && number_of(in, v) > number_of(sd, k)) return invalid(va, "above maximum");
+    }
+    if (kind == JSON_STRING) return validate_string(va, s, v);
+    if (kind == JSON_ARRAY) return validate_array(va, s, v, depth);
+    if (kind == JSON_OBJECT) return validate_object(va, s, v, depth);
+    return 1;
+}
+
+/* 1 when text is JSON and an instance of schema; otherwise why says what failed. */
+static int schema_accepts(const char *schema, const char *text, size_t n, char *why, size_t why_size) {
+    json_doc sd, in;
+    char err[256];
+    assert_int_equal(json_parse(&sd, schema, strlen(schema), err, sizeof err), LLMM_OK);
+    if (json_parse(&in, text, n, err, sizeof err) != LLMM_OK) {
+        snprintf(why, why_size, "%s", err);
+        json_doc_free(&sd);
+        return 0;
+    }
+    validation va = {.schema = &sd, .inst = &in};
+    int ok = validate(&va, 0, 0, 0);
+    snprintf(why, why_size, "%s", va.why);
+    json_doc_free(&sd);
+    json_doc_free(&in);
+    return ok;
+}
+
+/* The validator itself must tell instances apart, or the generation test proves nothing. */
+static void test_validator_discriminates(void **state) {
+    (void)state;
+    char why[256];
+    static const size_t checked[] = {3, 4, 14, 15, 19, 21, 24, 25, 27, 28, 29, 31, 34, 39};
+    for (size_t i = 0; i < sizeof checked / sizeof *checked; i++) {
+        const schema_case *c = &cases[checked[i]];
+        for (const char *const *v = c->valid; *v; v++)
+            if (!schema_accepts(c->schema, *v, strlen(*v), why, sizeof why)) fail_msg("validator rejects %s: %s", *v, why);
+        for (const char *const *v = c->invalid; *v; v++)
+            if (schema_accepts(c->schema, *v, strlen(*v), why, sizeof why)) fail_msg("validator accepts %s for %s", *v, c->schema);
+    }
+}
+
+/* ---------------------------------------------------------------- generation */
+
+/* Small enough that every sentence ends within the token budget whatever the model prefers. */
+static const char *const generation_schemas[] = {
+    "{\"type\":\"object\",\"properties\":{\"intent\":{\"enum\":[\"navigate\",\"play_music\",\"call\",\"none\"]},"
+    "\"destination\":{\"type\":[\"string\",\"null\"],\"maxLength\":12},\"confidence\":{\"type\":\"number\","
+    "\"minimum\":0,\"maximum\":1}},\"required\":[\"intent\",\"confidence\"],\"additionalProperties\":false}",
+    "{\"oneOf\":[{\"type\":\"object\",\"properties\":{\"tool\":{\"const\":\"set_timer\"},\"minutes\":{\"type\":\"integer\","
+    "\"minimum\":1,\"maximum\":720}},\"required\":[\"tool\",\"minutes\"]},{\"type\":\"object\",\"properties\":"
+    "{\"tool\":{\"const\":\"send\"},\"to\":{\"type\":\"string\",\"pattern\":\"^[a-z][a-z0-9_]{0,7}$\"}},"
+    "\"required\":[\"tool\",\"to\"]}]}",
+    "{\"$defs\":{\"item\":{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"integer\",\"minimum\":-50,"
+    "\"maximum\":50},\"done\":{\"type\":\"boolean\"},\"due\":{\"type\":\"string\",\"format\":\"date\"}},"
+    "\"required\":[\"id\",\"done\"]}},\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/item\"},\"maxItems\":3}",
+    "{\"type\":\"object\",\"properties\":{\"tags\":{\"type\":\"array\",\"items\":{\"type\":\"string\",\"minLength\":1,"
+    "\"maxLength\":6},\"minItems\":1,\"maxItems\":3},\"score\":{\"anyOf\":[{\"type\":\"integer\",\"minimum\":0,"
+    "\"maximum\":10},{\"type\":\"null\"}]}},\"required\":[\"tags\"],\"additionalProperties\":false}",
+};
+
+#define GEN_RUNS 50
+#define GEN_MAX_TOKENS 1200
+
+/* One generation under grammar g with sampler smp: the text into out, 1 when the grammar
+ * ended it (EOS where it may end, or nothing may follow) within the budget. */
+static int generate_under(llmm_context *ctx, const llmm_model *m, const llmm_grammar *g, llmm_sampler *smp,
+                          const char *prompt, char *out, size_t cap, size_t *n_out) {
+    llmm_token prompt_ids[64], tok;
+    size_t n_prompt = 0, n = 0;
+    assert_int_equal(llmm_seq_clear(ctx, 0), LLMM_OK);
+    assert_int_equal(llmm_tokenize(m, prompt, strlen(prompt), LLMM_TOKENIZE_ADD_SPECIAL, prompt_ids, 64, &n_prompt), LLMM_OK);
+    assert_int_equal(llmm_prefill(ctx, 0, prompt_ids, n_prompt, 0), LLMM_OK);
+    llmm_grammar_state *gs = NULL;
+    assert_int_equal(llmm_grammar_state_create(g, &gs), LLMM_OK);
+    int ended = 0;
+    for (int t = 0; t < GEN_MAX_TOKENS && !ended; t++) {
+        const float *logits;
+        size_t n_vocab;
+        assert_int_equal(llmm_logits(ctx, 0, &logits, &n_vocab), LLMM_OK);
+        llmm_status st = llmm_grammar_sample(smp, gs, logits, n_vocab, &tok);
+        if (st != LLMM_OK) fail_msg("grammar_sample: %d after '%.*s'", st, (int)n, out);
+        uint32_t attrs = 0;
+        assert_int_equal(llmm_token_attrs(m, tok, &attrs), LLMM_OK);
+        int can_end = 0, must_end = 0;
+        if (attrs & LLMM_TOKEN_ATTR_EOS) {
+            assert_int_equal(llmm_grammar_state_can_end(gs, &can_end, NULL), LLMM_OK);
+            assert_true(can_end);
+            ended = 1;
+            break;
+        }
+        assert_int_equal(llmm_grammar_state_accept_token(gs, tok), LLMM_OK);
+        assert_int_equal(llmm_sampler_accept(smp, tok), LLMM_OK);
+        size_t piece = 0;
+        assert_int_equal(llmm_token_to_piece(m, tok, 0, out + n, cap - n, &piece), LLMM_OK);
+        n += piece;
+        assert_int_equal(llmm_grammar_state_can_end(gs, &can_end, &must_end), LLMM_OK);
+        ended = must_end;
+        if (!ended) assert_int_equal(llmm_decode(ctx, (const llmm_seq_id[]){0}, &tok, 1), LLMM_OK);
+    }
+    llmm_grammar_state_free(gs);
+    *n_out = n;
+    return ended;
+}
+
+/* stories260K never saw JSON: whatever it prefers, the grammar alone must make every output
+ * an instance, checked by the validator above (not by the grammar). */
+static void test_generation_validates(void **state) {
+    (void)state;
+    char path[1024];
+    llmm_model *m = NULL;
+    assert_int_equal(llmm_model_load(shared_path(path, sizeof path, "models/stories260K.gguf"), NULL, &m), LLMM_OK);
+    llmm_context_params cp;
+    llmm_context_params_default(&cp, sizeof cp);
+    cp.n_ctx = 1280;
+    cp.n_threads = 1;
+    llmm_context *ctx = NULL;
+    assert_int_equal(llmm_context_create(m, &cp, &ctx), LLMM_OK);
+    static char out[16384];
+    for (size_t si = 0; si < sizeof generation_schemas / sizeof *generation_schemas; si++) {
+        const char *schema = generation_schemas[si];
+        llmm_grammar *g = NULL;
+        char err[512];
+        if (llmm_grammar_from_json_schema(m, schema, strlen(schema), &g, err, sizeof err) != LLMM_OK)
+            fail_msg("schema %zu: %s", si, err);
+        size_t total_bytes = 0;
+        for (int run = 0; run < GEN_RUNS; run++) {
+            llmm_sampler_params sp;
+            llmm_sampler_params_default(&sp, sizeof sp);
+            sp.seed = 1000u * si + (uint64_t)run;
+            sp.temperature = run % 4 == 0 ? 0.0f : run % 4 == 1 ? 0.8f : 1.5f;
+            sp.top_k = run % 4 == 3 ? 0 : 40;
+            sp.top_p = run % 4 == 3 ? 1.0f : 0.95f;
+            llmm_sampler *smp = NULL;
+            assert_int_equal(llmm_sampler_create(&sp, &smp), LLMM_OK);
+            size_t n = 0;
+            int ended = generate_under(ctx, m, g, smp, run % 2 ? "Once upon a time" : "Lily said", out, sizeof out, &n);
+            if (!ended) fail_msg("schema %zu run %d: no end within %d tokens: '%.*s'", si, run, GEN_MAX_TOKENS, (int)n, out);
+            char why[256];
+            if (!schema_accepts(schema, out, n, why, sizeof why))
+                fail_msg("schema %zu run %d: '%.*s' is not an instance: %s", si, run, (int)n, out, why);
+            total_bytes += n;
+            llmm_sampler_free(smp);
+        }
+        print_message("schema %zu: %d generations valid, %.1f bytes on average\n", si, GEN_RUNS,
+                      (double)total_bytes / GEN_RUNS);
+        llmm_grammar_free(g);
+    }
+    llmm_context_free(ctx);
+    llmm_model_free(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_schema_cases),
@@ -768,6 +1088,8 @@ int main(void) {
         cmocka_unit_test(test_refused_schemas),
         cmocka_unit_test(test_malformed_json),
         cmocka_unit_test(test_hostile_input),
+        cmocka_unit_test(test_validator_discriminates),
+        cmocka_unit_test(test_generation_validates),
     };
     return cmocka_run_group_tests_name("json_schema", tests, NULL, NULL);
 }

@@ -17,6 +17,7 @@
 #include "gbnf_text.h"
 #include "json_schema_parts.h"
 #include "json_value.h"
+#include "unicode.h"
 
 #define SCHEMA_MAX_DEPTH 64   /* nested sub-schemas, $ref hops included */
 #define SCHEMA_MAX_COUNT 1000 /* minItems, maxItems, minLength, maxLength */
@@ -601,21 +602,112 @@ static int emit_array(converter *cv, size_t node, const char *hint, gbnf_text *o
 
 /* Members in the order of "properties", each optional one skippable: the first member
  * present is one of the leading optional ones or the first required one, and each later one
- * is preceded by ",". */
+ * is preceded by ","; additional members (extra_kv, NULL when none) follow the declared ones. */
 static int emit_object_members(converter *cv, char (*kv)[RULE_NAME_MAX], const unsigned char *required, size_t n,
-                               gbnf_text *out) {
+                               const char *extra_kv, gbnf_text *out) {
     int any_required = 0;
     for (size_t i = 0; i < n; i++) any_required |= required[i];
-    gbnf_text_str(out, any_required ? "(" : "(");
+    gbnf_text_str(out, "(");
     for (size_t first = 0; first < n; first++) {
         if (first) gbnf_text_str(out, " | ");
         gbnf_text_str(out, kv[first]);
         for (size_t k = first + 1; k < n; k++)
             gbnf_text_fmt(out, required[k] ? " \",\" ws %s" : " (\",\" ws %s)?", kv[k]);
+        if (extra_kv) gbnf_text_fmt(out, " (\",\" ws %s)*", extra_kv);
         if (required[first]) break;
     }
+    if (extra_kv && !any_required) gbnf_text_fmt(out, "%s%s (\",\" ws %s)*", n ? " | " : "", extra_kv, extra_kv);
     gbnf_text_str(out, any_required ? ")" : ")?");
     return text_ok(cv, out);
+}
+
+/* The key of an additional member: a string other than every declared name, so that no member
+ * is given twice. A trie of the declared names, one rule a node: at a node the key may end
+ * (unless that spells a declared name), go on with a character no declared name continues
+ * with (then anything), or follow a child. Keys are written without escapes, so a declared
+ * name that needs escapes can never be spelled and is left out of the trie. */
+typedef struct key_trie_node {
+    uint32_t cp;
+    size_t child, sibling, rule;
+    int terminal;
+} key_trie_node;
+
+#define KEY_CHAR_CLASS_OPEN "[^\"\\\\\\x00-\\x1F"
+
+static int key_trie_insert(converter *cv, key_trie_node **nodes, size_t *n, size_t *cap, const char *key, size_t len) {
+    for (size_t i = 0; i < len; i++)
+        if (key[i] == '"' || key[i] == '\\' || (unsigned char)key[i] < 0x20) return 1;
+    size_t at = 0;
+    for (size_t i = 0; i < len;) {
+        uint32_t cp;
+        i += utf8_decode((const uint8_t *)key + i, len - i, &cp);
+        size_t c = (*nodes)[at].child;
+        while (c != JSON_NONE && (*nodes)[c].cp != cp) c = (*nodes)[c].sibling;
+        if (c == JSON_NONE) {
+            if (mem_reserve(NULL, (void **)nodes, cap, *n + 1, sizeof **nodes) != LLMM_OK) return out_of_memory(cv);
+            c = (*n)++;
+            (*nodes)[c] = (key_trie_node){.cp = cp, .child = JSON_NONE, .sibling = (*nodes)[at].child};
+            (*nodes)[at].child = c;
+        }
+        at = c;
+    }
+    (*nodes)[at].terminal = 1;
+    return 1;
+}
+
+static int key_trie_rules(converter *cv, const key_trie_node *nodes, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        gbnf_text body = {0};
+        const char *sep = "";
+        if (!nodes[i].terminal) gbnf_text_str(&body, "\"\\\"\""), sep = " | ";
+        gbnf_text_fmt(&body, "%s" KEY_CHAR_CLASS_OPEN, sep);
+        for (size_t c = nodes[i].child; c != JSON_NONE; c = nodes[c].sibling) gbnf_text_class_char(&body, nodes[c].cp);
+        gbnf_text_str(&body, "] " KEY_CHAR_CLASS_OPEN "]* \"\\\"\"");
+        for (size_t c = nodes[i].child; c != JSON_NONE; c = nodes[c].sibling) {
+            char utf8[4];
+            gbnf_text_str(&body, " | ");
+            gbnf_text_literal(&body, utf8, utf8_encode(nodes[c].cp, utf8));
+            gbnf_text_fmt(&body, " %s", cv->rules[nodes[c].rule].name);
+        }
+        if (!text_ok(cv, &body)) return 0;
+        cv->rules[nodes[i].rule].body = body.data;
+    }
+    return 1;
+}
+
+static int other_key_expr(converter *cv, size_t props, const char *hint, gbnf_text *out) {
+    key_trie_node *nodes = NULL;
+    size_t n = 0, cap = 0;
+    int ok = mem_reserve(NULL, (void **)&nodes, &cap, 1, sizeof *nodes) == LLMM_OK ? 1 : out_of_memory(cv);
+    if (ok) nodes[n++] = (key_trie_node){.child = JSON_NONE, .sibling = JSON_NONE};
+    for (size_t p = node_at(cv, props)->first; ok && p != JSON_NONE; p = node_at(cv, p)->next)
+        ok = key_trie_insert(cv, &nodes, &n, &cap, json_key(&cv->doc, p), node_at(cv, p)->key_len);
+    char key_hint[RULE_NAME_MAX + 12];
+    snprintf(key_hint, sizeof key_hint, "%s-other-key", hint);
+    for (size_t i = 0; ok && i < n; i++) ok = (nodes[i].rule = new_rule(cv, key_hint)) != JSON_NONE;
+    if (ok) ok = key_trie_rules(cv, nodes, n);
+    if (ok) gbnf_text_fmt(out, "\"\\\"\" %s", cv->rules[nodes[0].rule].name);
+    mem_free(NULL, nodes);
+    return ok && text_ok(cv, out);
+}
+
+/* The rule of one additional member (key, ':', a value of schema extra) into name. */
+static int extra_member_rule(converter *cv, size_t extra, size_t props, const char *hint, gbnf_text *name) {
+    gbnf_text value = {0}, body = {0};
+    char extra_hint[RULE_NAME_MAX + 16];
+    snprintf(extra_hint, sizeof extra_hint, "%s-additional", hint);
+    size_t old = path_push(cv, "additionalProperties", 20);
+    int ok = schema_rule(cv, extra, extra_hint, &value);
+    path_pop(cv, old);
+    if (ok) ok = props == JSON_NONE || node_at(cv, props)->n_children == 0 ? use_primitive(cv, "string", &body)
+                                                                          : other_key_expr(cv, props, hint, &body);
+    if (ok) {
+        gbnf_text_fmt(&body, " ws \":\" ws %s ws", value.data);
+        snprintf(extra_hint, sizeof extra_hint, "%s-additional-kv", hint);
+        ok = add_rule(cv, extra_hint, &body, name);
+    }
+    gbnf_text_free(&value), gbnf_text_free(&body);
+    return ok;
 }
 
 static int object_member_rule(converter *cv, size_t prop, const char *hint, char *kv_name) {
@@ -664,36 +756,24 @@ static int emit_object(converter *cv, size_t node, const char *hint, gbnf_text *
     if (props != JSON_NONE && node_at(cv, props)->kind != JSON_OBJECT) return fail(cv, "'properties' must be an object");
     size_t n = props == JSON_NONE ? 0 : node_at(cv, props)->n_children;
     int extras = extra != JSON_NONE && node_at(cv, extra)->kind != JSON_FALSE;
-    if (extras && n > 0) return fail(cv, "'additionalProperties' other than false alongside 'properties' is not supported");
     if (!use_primitive(cv, "ws", NULL)) return 0;
     unsigned char *required = mem_calloc(NULL, n ? n : 1, 1);
     char (*kv)[RULE_NAME_MAX] = mem_calloc(NULL, n ? n : 1, RULE_NAME_MAX);
+    gbnf_text extra_kv = {0};
     int ok = required && kv ? mark_required(cv, props, req, required) : out_of_memory(cv);
     cv->open_depth++;
     size_t old = path_push(cv, "properties", 10), i = 0;
     for (size_t p = n ? node_at(cv, props)->first : JSON_NONE; ok && p != JSON_NONE; p = node_at(cv, p)->next, i++)
         ok = object_member_rule(cv, p, hint, kv[i]);
     path_pop(cv, old);
-    if (ok && extras) { /* a map: any keys, values by the schema */
-        gbnf_text value = {0}, body = {0}, name = {0};
-        char extra_hint[RULE_NAME_MAX];
-        snprintf(extra_hint, sizeof extra_hint, "%s-additional", hint);
-        old = path_push(cv, "additionalProperties", 20);
-        ok = schema_rule(cv, extra, extra_hint, &value) && use_primitive(cv, "string", NULL);
-        path_pop(cv, old);
-        if (ok) {
-            gbnf_text_fmt(&body, "string ws \":\" ws %s ws", value.data);
-            snprintf(extra_hint, sizeof extra_hint, "%s-additional-kv", hint);
-            ok = add_rule(cv, extra_hint, &body, &name);
-        }
-        if (ok) gbnf_text_fmt(out, "\"{\" ws (%s (\",\" ws %s)*)? \"}\"", name.data, name.data);
-        gbnf_text_free(&value), gbnf_text_free(&body), gbnf_text_free(&name);
-    } else if (ok) {
+    if (ok && extras) ok = extra_member_rule(cv, extra, props, hint, &extra_kv);
+    if (ok) {
         gbnf_text_str(out, "\"{\" ws ");
-        if (n) ok = emit_object_members(cv, kv, required, n, out);
-        gbnf_text_str(out, n ? " \"}\"" : "\"}\"");
+        if (n || extras) ok = emit_object_members(cv, kv, required, n, extras ? extra_kv.data : NULL, out);
+        gbnf_text_str(out, n || extras ? " \"}\"" : "\"}\"");
     }
     cv->open_depth--;
+    gbnf_text_free(&extra_kv);
     mem_free(NULL, required);
     mem_free(NULL, kv);
     return ok && text_ok(cv, out);

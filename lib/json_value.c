@@ -49,8 +49,7 @@ static void skip_space(reader *r) {
     }
 }
 
-/* What stands at the reading position, for messages: a buffer per reader call site would
- * be noise, so the text lives in the reader. */
+/* What stands at the reading position, for messages (the text lives in the reader). */
 static const char *describe(reader *r) {
     unsigned char c = peek(r);
     if (at_end(r)) return "end of input";

@@ -471,6 +471,13 @@ static const schema_case cases[] = {
      {"{}", "{\"x\":1}", "{\"y\":2}", "{\"x\":1,\"y\":2}", "{ }"}, {"{\"z\":1}", "{\"x\":1,}", "{,\"y\":2}", "{\"x\":\"1\"}"}},
     {"{\"type\":\"object\",\"additionalProperties\":{\"type\":\"integer\"}}",
      {"{}", "{\"k\":1}", "{\"a\":1,\"b\":-2}", "{\"\\u00e9\":3}"}, {"{\"k\":\"v\"}", "{\"k\":1.5}", "{k:1}", "{\"k\":1,}"}},
+    {"{\"type\":\"object\",\"properties\":{\"ab\":{\"type\":\"integer\"},\"ac\":{\"type\":\"null\"},\"q\\\"\":{}},"
+     "\"required\":[\"ab\"],\"additionalProperties\":{\"type\":\"boolean\"}}",
+     {"{\"ab\":1}", "{\"ab\":1,\"a\":true}", "{\"ab\":1,\"abc\":false,\"\":true,\"b\":true}", "{\"ab\":1,\"ac\":null,\"q\\\"\":[],\"acx\":true}",
+      "{\"ab\":1,\"\xc3\xa9\":true}"},
+     {"{\"ab\":1,\"zz\":1}", "{\"ab\":1,\"ac\":true}", "{\"ab\":1,\"ab\":true}", "{\"ac\":null}", "{\"ab\":1,\"x\":null}"}},
+    {"{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"integer\"}},\"additionalProperties\":true}",
+     {"{}", "{\"id\":2}", "{\"x\":[1,{}]}", "{\"id\":2,\"i\":\"s\",\"idd\":null}"}, {"{\"id\":\"2\"}", "{\"id\":2,\"id\":3}", "{\"x\":1,\"id\":2,}"}},
     {"{\"type\":\"object\",\"properties\":{\"name\":{\"const\":\"get_weather\"},\"arguments\":{\"type\":\"object\","
      "\"properties\":{\"city\":{\"type\":\"string\"},\"unit\":{\"enum\":[\"celsius\",\"fahrenheit\"]}},"
      "\"required\":[\"city\",\"unit\"]}},\"required\":[\"name\",\"arguments\"]}",
@@ -652,8 +659,6 @@ static const refused refusals[] = {
     {"{\"type\":\"number\",\"minimum\":0.5}", "'minimum' 0.5: only whole-number bounds are supported at #"},
     {"{\"type\":\"integer\",\"maximum\":1e3}", "'maximum' 1e3: only whole-number bounds are supported at #"},
     {"{\"type\":\"integer\",\"minimum\":5,\"maximum\":3}", "the integer bounds admit no value at #"},
-    {"{\"type\":\"object\",\"properties\":{\"a\":{}},\"additionalProperties\":true}",
-     "'additionalProperties' other than false alongside 'properties' is not supported at #"},
     {"{\"type\":\"string\",\"minimum\":1}", "'minimum' does not apply to the type given at #"},
     {"{\"type\":\"object\",\"properties\":{\"a\":{}},\"required\":[\"b\"]}", "required property 'b' is not in 'properties' at #"},
     {"false", "schema false admits no value at #"},
@@ -781,9 +786,9 @@ static void test_hostile_input(void **state) {
 /* ---------------------------------------------------------------- a schema validator */
 
 /* The test's own validator for the keywords of the generation schemas below, over the
- * library's JSON reader: type, properties, required, additionalProperties false, items,
- * minItems/maxItems, enum/const (structural equality), minimum/maximum, minLength/maxLength
- * (code points), pattern (POSIX extended regex: the schemas' patterns mean the same there),
+ * library's JSON reader: type, properties, required, additionalProperties (false or a schema),
+ * items, minItems/maxItems, enum/const (structural equality), minimum/maximum,
+ * minLength/maxLength (code points), pattern (POSIX extended regex: the schemas' patterns mean the same there),
  * format date, anyOf, oneOf (exactly one branch), $ref "#/$defs/NAME". */
 typedef struct validation {
     const json_doc *schema, *inst;
@@ -860,6 +865,7 @@ static int validate_object(validation *va, size_t s, size_t v, int depth) {
         snprintf(key, sizeof key, "%.*s", (int)in->nodes[m].key_len, json_key(in, m));
         size_t ps = props == JSON_NONE ? JSON_NONE : json_member(sd, props, key);
         if (ps == JSON_NONE && extra != JSON_NONE && sd->nodes[extra].kind == JSON_FALSE) return invalid(va, "extra member");
+        if (ps == JSON_NONE && extra != JSON_NONE && sd->nodes[extra].kind == JSON_OBJECT) ps = extra;
         if (ps != JSON_NONE && !validate(va, ps, m, depth + 1)) return 0;
     }
     return 1;
@@ -959,7 +965,7 @@ static int schema_accepts(const char *schema, const char *text, size_t n, char *
 static void test_validator_discriminates(void **state) {
     (void)state;
     char why[256];
-    static const size_t checked[] = {3, 4, 14, 15, 19, 21, 24, 25, 27, 28, 29, 31, 34, 39};
+    static const size_t checked[] = {3, 4, 14, 15, 19, 21, 24, 26, 27, 29, 30, 31, 33, 36, 41};
     for (size_t i = 0; i < sizeof checked / sizeof *checked; i++) {
         const schema_case *c = &cases[checked[i]];
         for (const char *const *v = c->valid; *v; v++)

@@ -304,7 +304,9 @@ llmm_status json_parse(json_doc *doc, const char *src, size_t len, char *err, si
     *doc = (json_doc){.src = src, .src_len = len};
     reader r = {.doc = doc, .err = err, .err_size = err_size};
     size_t root;
-    if (read_value(&r, &root, 1) == LLMM_OK) {
+    /* strings is never NULL, so that an empty string's bytes are a valid pointer */
+    if (mem_reserve(NULL, (void **)&doc->strings, &doc->cap_strings, 1, 1) != LLMM_OK) out_of_memory(&r);
+    else if (read_value(&r, &root, 1) == LLMM_OK) {
         skip_space(&r);
         if (!at_end(&r)) fail_at(&r, r.pos, "unexpected text after the value");
     }

@@ -14,6 +14,7 @@ typedef struct options {
     int n_predict, n_threads, no_bos, print_ids;
     int chat, n_ctx, device;
     const char *template_name, *system_prompt;
+    const char *grammar_file, *schema_file;
     llmm_backend_kind backend;
     llmm_kv_type kv_type;
     llmm_sampler_params sampling;
@@ -30,7 +31,7 @@ static void usage(FILE *out) {
             "usage: llmmini-run -m MODEL -p PROMPT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P]\n"
             "                   [--seed S] [-t THREADS] [-c N_CTX] [--backend B] [--device N] [--kv-type T]\n"
             "                   [--no-bos] [--ids]\n"
-            "                   [--dump-logits PATH]\n"
+            "                   [--dump-logits PATH] [--grammar FILE | --json-schema FILE]\n"
             "       llmmini-run -m MODEL --chat [--template NAME] [--system TEXT] [-n N] [sampling options]\n"
             "  -n N               tokens to generate (default 128)\n"
             "  --temp T           temperature; 0 is greedy (default 0.8)\n"
@@ -49,6 +50,8 @@ static void usage(FILE *out) {
             "                     the loader's path, or the file LLMM_CUDA_MODULE names\n"
             "  --device N         the GPU a CUDA context runs on (default 0)\n"
             "  --kv-type T        KV cache element type: f16 (default), q8 or f32\n"
+            "  --grammar FILE     constrain the output to the GBNF grammar in FILE (start rule root)\n"
+            "  --json-schema FILE constrain the output to JSON valid against the schema in FILE\n"
             "  --chat             chat on stdin/stdout: one user message per line, '/reset' starts\n"
             "                     over, end of input quits; -n limits each reply\n"
             "  --template NAME    chat format to use instead of the model's, one of:\n"
@@ -76,6 +79,10 @@ static int check_mode_options(const options *o) {
     }
     if (!o->chat && (o->template_name || o->system_prompt)) {
         fprintf(stderr, "llmmini-run: --template and --system need --chat\n");
+        return 2;
+    }
+    if ((o->grammar_file || o->schema_file) && (o->chat || (o->grammar_file && o->schema_file))) {
+        fprintf(stderr, "llmmini-run: --grammar and --json-schema exclude each other and --chat\n");
         return 2;
     }
     return 0;
@@ -115,6 +122,8 @@ static int parse_args(int argc, char **argv, options *o) {
                 return 2;
             }
         }
+        else if (!strcmp(a, "--grammar") && val) o->grammar_file = argv[++i];
+        else if (!strcmp(a, "--json-schema") && val) o->schema_file = argv[++i];
         else if (!strcmp(a, "--chat")) o->chat = 1;
         else if (!strcmp(a, "--template") && val) o->template_name = argv[++i];
         else if (!strcmp(a, "--system") && val) o->system_prompt = argv[++i];
@@ -178,6 +187,45 @@ static int fail(const char *what, llmm_status st, const char *detail) {
     return 1;
 }
 
+/* The whole file, NUL-terminated, or NULL (message printed). */
+static char *read_text_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "llmmini-run: cannot open '%s': %s\n", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    for (size_t got; buf && (got = fread(buf + n, 1, cap - n - 1, f)) > 0;) {
+        n += got;
+        if (n + 1 == cap) {
+            char *grown = realloc(buf, cap *= 2);
+            if (!grown) free(buf);
+            buf = grown;
+        }
+    }
+    fclose(f);
+    if (!buf) fprintf(stderr, "llmmini-run: out of memory reading '%s'\n", path);
+    else buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
+/* The grammar of --grammar or --json-schema into *out (NULL without either); 0 or 1 (printed). */
+static int load_grammar(const options *o, const llmm_model *m, llmm_grammar **out) {
+    *out = NULL;
+    const char *path = o->grammar_file ? o->grammar_file : o->schema_file;
+    if (!path) return 0;
+    size_t len = 0;
+    char *text = read_text_file(path, &len), err[512] = "";
+    if (!text) return 1;
+    llmm_status st = o->grammar_file ? llmm_grammar_create(m, text, len, "root", out, err, sizeof err)
+                                     : llmm_grammar_from_json_schema(m, text, len, out, err, sizeof err);
+    free(text);
+    if (st) fprintf(stderr, "llmmini-run: %s: %s (%s)\n", path, err, llmm_status_str(st));
+    return st != LLMM_OK;
+}
+
 static int run(const options *o, llmm_model *m, llmm_context *ctx) {
     uint32_t tok_flags = o->no_bos ? 0 : LLMM_TOKENIZE_ADD_SPECIAL;
     size_t n_prompt = 0;
@@ -199,6 +247,13 @@ static int run(const options *o, llmm_model *m, llmm_context *ctx) {
     gp.on_bytes = o->print_ids ? NULL : stream_to_stdout;
     gp.out_tokens = out;
     gp.out_capacity = (size_t)o->n_predict;
+    llmm_grammar *grammar = NULL;
+    if (!st && load_grammar(o, m, &grammar)) {
+        free(prompt);
+        free(out);
+        return 1;
+    }
+    gp.grammar = grammar;
     llmm_generate_stats stats = {.size = sizeof stats};
     if (!st) st = llmm_generate(ctx, o->prompt, &gp, &stats);
     int rc = 0;
@@ -212,13 +267,17 @@ static int run(const options *o, llmm_model *m, llmm_context *ctx) {
             printf("\n");
         }
         static const char *const reasons[] = {"none", "max tokens", "end of text", "stop string", "callback",
-                                              "context full"};
+                                              "context full", "grammar complete"};
         fprintf(stderr,
                 "\nload %.1f ms | prompt %zu tokens, %.1f ms (%.1f tok/s) | first token %.1f ms | "
                 "generated %zu tokens, %.1f ms (%.1f tok/s) | stop: %s\n",
                 stats.load_ms, stats.n_prompt, stats.prompt_ms, stats.prompt_tokens_per_s, stats.first_token_ms,
-                stats.n_generated, stats.generate_ms, stats.generate_tokens_per_s, reasons[stats.stop_reason % 6]);
+                stats.n_generated, stats.generate_ms, stats.generate_tokens_per_s, reasons[stats.stop_reason % 7]);
+        if (grammar)
+            fprintf(stderr, "grammar: %.1f ms in all, %.3f ms per token\n", stats.grammar_ms,
+                    stats.n_generated ? stats.grammar_ms / (double)stats.n_generated : 0.0);
     }
+    llmm_grammar_free(grammar);
     free(prompt);
     free(out);
     return rc;

@@ -650,7 +650,8 @@ typedef enum llmm_stop_reason {
     LLMM_STOP_EOS = 2,
     LLMM_STOP_STRING = 3,
     LLMM_STOP_CALLBACK = 4,
-    LLMM_STOP_CONTEXT_FULL = 5
+    LLMM_STOP_CONTEXT_FULL = 5,
+    LLMM_STOP_GRAMMAR = 6 /* the grammar's sentence is complete: nothing may follow */
 } llmm_stop_reason;
 
 typedef struct llmm_generate_params {
@@ -665,6 +666,9 @@ typedef struct llmm_generate_params {
     void *user;
     llmm_token *out_tokens;        /* optional: generated ids are written here */
     size_t out_capacity;
+    /* --- since grammars (docs/grammars.md): the output is a sentence of the grammar --- */
+    const char *grammar_text;      /* optional NUL-terminated GBNF, start rule "root", compiled per call */
+    const llmm_grammar *grammar;   /* optional, compiled for the context's model; wins over grammar_text */
 } llmm_generate_params;
 
 typedef struct llmm_generate_stats {
@@ -678,6 +682,8 @@ typedef struct llmm_generate_stats {
     double prompt_tokens_per_s;
     double generate_tokens_per_s;
     llmm_stop_reason stop_reason;
+    double grammar_ms;        /* the grammar's share of generate_ms: checking the sampled token,
+                                 masking and sampling again when it was refused, advancing the state */
 } llmm_generate_stats;
 
 LLMM_API llmm_status llmm_generate_params_default(llmm_generate_params *params, size_t struct_size);
@@ -685,7 +691,12 @@ LLMM_API llmm_status llmm_generate_params_default(llmm_generate_params *params, 
 /* Tokenize prompt, prefill it into params->seq, then sample and decode up to max_tokens,
  * streaming text through on_bytes. Stops on EOS, a stop string (its text is not streamed),
  * max_tokens, a non-zero callback return, or a full context. stats may be NULL.
- * Errors: those of llmm_prefill/llmm_decode; a stop is not an error. */
+ * With a grammar (params->grammar or grammar_text) every token is chosen by llmm_grammar_sample
+ * (logits come back to the host each step), EOS is possible only where the grammar may end, and
+ * generation stops with LLMM_STOP_GRAMMAR as soon as nothing may follow.
+ * Errors: those of llmm_prefill/llmm_decode; INVALID_ARG for a grammar_text that does not
+ * compile (the message says where) or a grammar compiled for another model; NOT_FOUND when no
+ * token may continue the grammar; a stop is not an error. */
 LLMM_API llmm_status llmm_generate(llmm_context *ctx, const char *prompt,
                                    const llmm_generate_params *params, llmm_generate_stats *stats);
 

@@ -83,5 +83,7 @@ LLMM_API llmm_status llmm_generate_params_default(llmm_generate_params *params, 
     llmm_generate_params p = {0};
     p.max_tokens = 128;
     p.tokenize_flags = LLMM_TOKENIZE_ADD_SPECIAL;
-    return prepare(params, struct_size, sizeof p, &p, sizeof p) ? LLMM_OK : LLMM_ERR_INVALID_ARG;
+    /* callers built against 0.1 know the fields up to out_capacity */
+    const size_t v1_size = offsetof(llmm_generate_params, grammar_text);
+    return prepare(params, struct_size, v1_size, &p, sizeof p) ? LLMM_OK : LLMM_ERR_INVALID_ARG;
 }

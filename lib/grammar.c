@@ -42,6 +42,7 @@ LLMM_API llmm_status llmm_grammar_create(const llmm_model *model, const char *gb
     if (!st && model) {
         st = token_trie_build(&g->trie, model, g->alloc, &d);
         g->has_vocab = st == LLMM_OK;
+        g->model = model;
         g->mask_words = ((size_t)g->trie.n_vocab + 31) / 32;
         if (!st && (st = mask_cache_create(&g->cache, g->alloc)))
             diag_fail(&d, st, "out of memory for the grammar's mask cache");
@@ -74,6 +75,10 @@ LLMM_API llmm_status llmm_grammar_from_json_schema(const llmm_model *model, cons
     return st;
 }
 
+int grammar_serves_model(const llmm_grammar *g, const llmm_model *model) {
+    return g->has_vocab && g->model == model;
+}
+
 LLMM_API void llmm_grammar_free(llmm_grammar *grammar) {
     if (!grammar) return;
     llmm_allocator copy = grammar->alloc_copy;
@@ -92,6 +97,8 @@ static void state_release(llmm_grammar_state *s) {
     mem_free(a, s->levels);
     mem_free(a, s->bits);
     mem_free(a, s->masked);
+    mem_free(a, s->masked_ids);
+    walk_memo_free(&s->memo, a);
     mem_free(a, s->key);
     mem_free(a, s);
 }
@@ -216,7 +223,10 @@ LLMM_API llmm_status llmm_grammar_state_accept_token(llmm_grammar_state *state, 
     uint32_t k = t->rank[token];
     if (k == UINT32_MAX)
         return diag_fail(&state->error, LLMM_ERR_INVALID_ARG, "token %d has no bytes to match", (int)token);
-    return advance(state, (const uint8_t *)t->bytes + t->start[k], t->length[k]);
+    double t0 = time_now_ms();
+    st = advance(state, (const uint8_t *)t->bytes + t->start[k], t->length[k]);
+    state->spent_ms += time_now_ms() - t0;
+    return st;
 }
 
 int grammar_state_allows(llmm_grammar_state *s, llmm_token token) {

@@ -116,7 +116,7 @@ void gstacks_start(gstacks *gs, glevel *out) {
     const grammar_rules *g = gs->g;
     for (uint32_t a = g->rule_first_alt[g->root]; a < g->rule_first_alt[g->root + 1]; a++)
         expand(gs, g->alt_start[a], GSTACK_NONE);
-    finish_level(gs, first, (gutf8){0, 0}, out);
+    finish_level(gs, first, (gutf8){0, 0, 0}, out);
 }
 
 static void advance_char(gstacks *gs, const glevel *from, uint32_t cp) {
@@ -129,10 +129,20 @@ static void advance_char(gstacks *gs, const glevel *from, uint32_t cp) {
     }
 }
 
+/* The code points a character with these first bytes may still become: [*lo, *hi]; 0 when
+ * none is valid UTF-8 (overlong forms, surrogates, beyond U+10FFFF). */
+static int partial_range(gutf8 p, uint32_t *lo, uint32_t *hi) {
+    uint32_t first = p.value << (6 * p.need), last = first | ((1u << (6 * p.need)) - 1);
+    *lo = LLMM_MAX(first, p.smallest);
+    *hi = LLMM_MIN(last, 0x10FFFFu);
+    return *lo <= *hi && !(*lo >= 0xD800 && *hi <= 0xDFFF);
+}
+
 /* Keep the stacks whose next character set holds some character starting with the bytes seen. */
 static void keep_possible(gstacks *gs, const glevel *from, gutf8 partial) {
     const grammar_rules *g = gs->g;
-    uint32_t lo = partial.value << (6 * partial.need), hi = lo | ((1u << (6 * partial.need)) - 1);
+    uint32_t lo, hi;
+    if (!partial_range(partial, &lo, &hi)) return;
     for (size_t i = 0; i < from->n; i++) {
         uint32_t h = gs->heads[from->first + i];
         if (h != GSTACK_NONE && gcharset_meets(g, &g->sets[g->elems[gs->node_pos[h]].arg], lo, hi)) push_head(gs, h);
@@ -147,14 +157,20 @@ void gstacks_advance_byte(gstacks *gs, const glevel *from, uint8_t byte, glevel 
     } else if (p.need == 0) {
         int extra = (byte & 0xE0) == 0xC0 ? 1 : (byte & 0xF0) == 0xE0 ? 2 : (byte & 0xF8) == 0xF0 ? 3 : 0;
         static const uint8_t lead_mask[4] = {0, 0x1F, 0x0F, 0x07};
+        static const uint32_t smallest[4] = {0, 0x80, 0x800, 0x10000};
         if (extra) {
-            p = (gutf8){byte & lead_mask[extra], (uint32_t)extra};
+            p = (gutf8){byte & lead_mask[extra], (uint32_t)extra, smallest[extra]};
             keep_possible(gs, from, p);
         }
     } else if ((byte & 0xC0) == 0x80) {
-        p = (gutf8){(p.value << 6) | (byte & 0x3Fu), p.need - 1};
-        if (p.need == 0) advance_char(gs, from, p.value);
-        else keep_possible(gs, from, p);
+        p = (gutf8){(p.value << 6) | (byte & 0x3Fu), p.need - 1, p.smallest};
+        uint32_t lo, hi;
+        if (p.need > 0) {
+            keep_possible(gs, from, p);
+        } else {
+            if (partial_range(p, &lo, &hi)) advance_char(gs, from, p.value);
+            p = (gutf8){0, 0, 0}; /* complete: states after any character compare equal */
+        }
     }
     finish_level(gs, first, p, out);
 }
@@ -218,7 +234,9 @@ int glevel_key(const gstacks *gs, const glevel *level, uint32_t **key, size_t *n
             if (!key_push(gs, gs->node_pos[x], key, n, cap)) return 0;
         if (!key_push(gs, UINT32_MAX, key, n, cap)) return 0;
     }
-    return key_push(gs, level->partial.value, key, n, cap) && key_push(gs, level->partial.need, key, n, cap);
+    const gutf8 *p = &level->partial;
+    return key_push(gs, p->value, key, n, cap) && key_push(gs, p->need, key, n, cap) &&
+           key_push(gs, p->smallest, key, n, cap);
 }
 
 int gstacks_copy(gstacks *dst, const gstacks *src) {

@@ -13,10 +13,12 @@
 
 #define GSTACK_NONE UINT32_MAX /* as a head: a stack that finished the start rule (the text may end) */
 
-/* A character whose first bytes were seen: need more bytes, value holds the bits so far. */
+/* A character whose first bytes were seen: need more bytes, value holds the bits so far, and
+ * smallest is the least code point its length may encode (shorter forms are overlong). */
 typedef struct gutf8 {
     uint32_t value;
     uint32_t need;
+    uint32_t smallest;
 } gutf8;
 
 typedef struct gstacks {

@@ -77,6 +77,10 @@ static void test_character_classes(void **state) {
     expect_matches("root ::= [\xce\xb1-\xcf\x89]+", LIST("\xce\xb1\xce\xb2", "\xcf\x89"), LIST("a", "\xce\x91"));
     expect_matches("root ::= [\\u4e00-\\u9fff]", LIST("\xe4\xb8\x80", "\xe9\xbf\xbf"), LIST("\xe3\x80\x80"));
     expect_matches("root ::= . .", LIST("ab", "\xc3\xa9\n", "\xf0\x9f\x98\x80x"), LIST("a", "abc"));
+    /* overlong forms, surrogates and code points beyond U+10FFFF are no characters */
+    expect_matches("root ::= .", LIST("\xed\x9f\xbf", "\xf4\x8f\xbf\xbf"),
+                   LIST("\xc1\xbb", "\xe0\x81\xbb", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xf0\x80\x81\xbb", "\xff"));
+    expect_matches("root ::= \"{\"", LIST("{"), LIST("\xc1\xbb"));
 }
 
 static void test_repetitions(void **state) {

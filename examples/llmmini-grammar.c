@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cli_files.h"
 #include "llmmini.h"
 
 static void usage(FILE *out) {
@@ -18,29 +19,6 @@ static void usage(FILE *out) {
             "                 (uncached, then cached) and the check of a single token\n");
 }
 
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "llmmini-grammar: cannot open '%s': %s\n", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    for (size_t got; buf && (got = fread(buf + n, 1, cap - n - 1, f)) > 0;) {
-        n += got;
-        if (n + 1 == cap) {
-            char *grown = realloc(buf, cap *= 2);
-            if (!grown) free(buf);
-            buf = grown;
-        }
-    }
-    fclose(f);
-    if (!buf) fprintf(stderr, "llmmini-grammar: out of memory reading '%s'\n", path);
-    else buf[n] = '\0';
-    *len = n;
-    return buf;
-}
-
 static double now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -50,7 +28,7 @@ static double now_ms(void) {
 /* 0 when the whole text is a sentence of g; else 1 with the reason printed. */
 static int check_text(const llmm_grammar *g, const char *path) {
     size_t len = 0;
-    char *text = read_file(path, &len);
+    char *text = cli_read_file("llmmini-grammar", path, &len);
     if (!text) return 1;
     llmm_grammar_state *s = NULL;
     int bad = 1, can_end = 0;
@@ -69,7 +47,7 @@ static int check_text(const llmm_grammar *g, const char *path) {
 
 static int bench(const llmm_grammar *g, const llmm_model *m, const char *path) {
     size_t len = 0;
-    char *text = read_file(path, &len);
+    char *text = cli_read_file("llmmini-grammar", path, &len);
     llmm_model_info info = {.size = sizeof info};
     if (!text || llmm_model_get_info(m, &info)) return free(text), 1;
     float *logits = malloc(info.n_vocab * sizeof *logits);
@@ -138,7 +116,7 @@ int main(int argc, char **argv) {
         if (st) return fprintf(stderr, "llmmini-grammar: cannot load '%s': %s\n", model_path, llmm_status_str(st)), 1;
     }
     size_t len = 0;
-    char *text = read_file(grammar_path ? grammar_path : schema_path, &len), err[512] = "";
+    char *text = cli_read_file("llmmini-grammar", grammar_path ? grammar_path : schema_path, &len), err[512] = "";
     llmm_grammar *g = NULL;
     llmm_status st = LLMM_ERR_IO;
     double t0 = now_ms();

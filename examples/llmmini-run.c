@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "cli_names.h"
+#include "cli_files.h"
 #include "llmmini.h"
 
 typedef struct options {
@@ -187,37 +188,13 @@ static int fail(const char *what, llmm_status st, const char *detail) {
     return 1;
 }
 
-/* The whole file, NUL-terminated, or NULL (message printed). */
-static char *read_text_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "llmmini-run: cannot open '%s': %s\n", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    for (size_t got; buf && (got = fread(buf + n, 1, cap - n - 1, f)) > 0;) {
-        n += got;
-        if (n + 1 == cap) {
-            char *grown = realloc(buf, cap *= 2);
-            if (!grown) free(buf);
-            buf = grown;
-        }
-    }
-    fclose(f);
-    if (!buf) fprintf(stderr, "llmmini-run: out of memory reading '%s'\n", path);
-    else buf[n] = '\0';
-    *len = n;
-    return buf;
-}
-
 /* The grammar of --grammar or --json-schema into *out (NULL without either); 0 or 1 (printed). */
 static int load_grammar(const options *o, const llmm_model *m, llmm_grammar **out) {
     *out = NULL;
     const char *path = o->grammar_file ? o->grammar_file : o->schema_file;
     if (!path) return 0;
     size_t len = 0;
-    char *text = read_text_file(path, &len), err[512] = "";
+    char *text = cli_read_file("llmmini-run", path, &len), err[512] = "";
     if (!text) return 1;
     llmm_status st = o->grammar_file ? llmm_grammar_create(m, text, len, "root", out, err, sizeof err)
                                      : llmm_grammar_from_json_schema(m, text, len, out, err, sizeof err);

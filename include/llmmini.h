@@ -591,7 +591,7 @@ LLMM_API llmm_status llmm_grammar_create(const llmm_model *model, const char *gb
                                          llmm_grammar **out, char *err, size_t err_size);
 /* The same from a JSON Schema (len bytes of JSON), converted to GBNF by the library's schema
  * subset (docs/grammars.md); an unsupported keyword fails with INVALID_ARG and a message naming
- * it. Errors: INVALID_ARG, NO_MEMORY, UNSUPPORTED (this build has no schema converter). */
+ * it. Errors: INVALID_ARG, NO_MEMORY. */
 LLMM_API llmm_status llmm_grammar_from_json_schema(const llmm_model *model, const char *schema, size_t len,
                                                    llmm_grammar **out, char *err, size_t err_size);
 /* Free a grammar; every state made from it must be freed first. NULL is allowed. */

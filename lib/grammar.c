@@ -9,10 +9,6 @@
 
 /* ---------------------------------------------------------------- grammar */
 
-/* The schema converter (lib/json_schema.c) is written separately; while a build lacks it the
- * schema call says UNSUPPORTED instead of failing to link. */
-#pragma weak json_schema_to_gbnf
-
 static void copy_error(const llmm_diag *d, char *err, size_t err_size) {
     if (err && err_size) snprintf(err, err_size, "%s", d->msg);
 }
@@ -63,10 +59,6 @@ LLMM_API llmm_status llmm_grammar_from_json_schema(const llmm_model *model, cons
         return LLMM_ERR_INVALID_ARG;
     }
     *out = NULL;
-    if (!json_schema_to_gbnf) {
-        if (err && err_size) snprintf(err, err_size, "this build has no JSON Schema converter");
-        return LLMM_ERR_UNSUPPORTED;
-    }
     char *gbnf = NULL;
     llmm_status st = json_schema_to_gbnf(schema, len, &gbnf, err, err_size);
     if (st) return st;

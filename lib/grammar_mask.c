@@ -169,6 +169,21 @@ static int32_t memo_step(llmm_grammar_state *s, int32_t id, uint8_t byte) {
     return next;
 }
 
+/* After token k of the walk got through d of its bytes: allow it when that is all of them,
+ * else skip every following token that starts with its refused first d + 1 bytes. Returns the
+ * next token to walk and sets the depth whose states stay valid. */
+static uint32_t token_walked(llmm_grammar_state *s, uint32_t k, uint32_t d, uint32_t *depth) {
+    const token_trie *t = &s->grammar->trie;
+    *depth = d;
+    if (d == t->length[k]) {
+        s->bits[t->ids[k] >> 5] |= 1u << (t->ids[k] & 31);
+        return k + 1;
+    }
+    for (k++; k < t->n && t->shared[k] > d; k++) {
+    }
+    return k;
+}
+
 /* Every token with bytes, in byte order: state[d] is the memo id after the current token's first
  * d bytes, valid for d <= depth; a token reuses the ids of the prefix it shares with the one
  * before, and a refused prefix skips every token that starts with it. Returns 0 when the memo
@@ -190,15 +205,7 @@ static int walk_tokens_memo(llmm_grammar_state *s, int32_t *state) {
             if (next == WALK_DEAD) break;
             state[++d] = next;
         }
-        if (d == len) {
-            s->bits[t->ids[k] >> 5] |= 1u << (t->ids[k] & 31);
-            depth = len;
-            k++;
-            continue;
-        }
-        depth = d;
-        for (k++; k < t->n && t->shared[k] > d; k++) {
-        }
+        k = token_walked(s, k, d, &depth);
     }
     return 1;
 }
@@ -220,15 +227,7 @@ static void walk_tokens_plain(llmm_grammar_state *s) {
             if (lv[d + 1].n == 0) break;
             d++;
         }
-        if (d == len) {
-            s->bits[t->ids[k] >> 5] |= 1u << (t->ids[k] & 31);
-            depth = len;
-            k++;
-            continue;
-        }
-        depth = d;
-        for (k++; k < t->n && t->shared[k] > d; k++) {
-        }
+        k = token_walked(s, k, d, &depth);
     }
 }
 

@@ -435,6 +435,8 @@ llmm_status sampler_request(llmm_sampler *s, size_t n_vocab, llmm_sample_request
     return LLMM_OK;
 }
 
+int sampler_uses_token_ids(const llmm_sampler *s) { return penalties_enabled(&s->params) && s->window_len > 0; }
+
 /* ---------------------------------------------------------------- RNG state */
 
 void sampler_rng_save(const llmm_sampler *s, uint64_t state[4]) { memcpy(state, s->rng, sizeof s->rng); }

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli_names.h"
+#include "../examples/cli_names.h"
 #include "fidelity.h"
 #include "llmmini.h"
 

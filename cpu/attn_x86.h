@@ -11,8 +11,8 @@
  * and gets attn_scores_rows, attn_values_rows and dot_row.
  *
  * Numerics, whatever the tile: each score is one 8-lane FMA accumulator fed in d order and
- * summed by hsum4_ps / hsum_ps, which is avx2_dot_f32; each output value gets w * v added in
- * position order by one fused multiply-add, which is avx2_axpy (and the scalar table's). So
+ * summed by hsum4_ps / hsum_ps, which is llmm__avx2_dot_f32; each output value gets w * v added in
+ * position order by one fused multiply-add, which is llmm__avx2_axpy (and the scalar table's). So
  * the AVX2 and AVX-512 tables give the same bits, and ops_attention.c's split of heads into
  * items does not matter. */
 #ifndef LLMM_ATTN_X86_H
@@ -28,7 +28,7 @@
 #endif
 
 /* Four 8-lane dot accumulators to their four sums, each added in hsum_ps's order (halves,
- * then lanes 0+2 and 1+3, then those two), so a score equals avx2_dot_f32's bit for bit. */
+ * then lanes 0+2 and 1+3, then those two), so a score equals llmm__avx2_dot_f32's bit for bit. */
 SIMD_ALWAYS_INLINE __m128 hsum4_ps(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
     const __m128 s0 = _mm_add_ps(_mm256_castps256_ps128(a0), _mm256_extractf128_ps(a0, 1));
     const __m128 s1 = _mm_add_ps(_mm256_castps256_ps128(a1), _mm256_extractf128_ps(a1, 1));
@@ -266,7 +266,7 @@ SIMD_ALWAYS_INLINE void values_tile512(float *out, size_t nh, size_t hd, size_t 
 }
 #endif
 
-/* out_i += w_ij * rows[j] for j in order, one fused multiply-add per value as avx2_axpy.
+/* out_i += w_ij * rows[j] for j in order, one fused multiply-add per value as llmm__avx2_axpy.
  * With ATTN_VALUE_HEADS, blocks of 64 values go through values_tile512; otherwise 64 values
  * of one head at a time are held in registers across the chunk of positions. */
 SIMD_ALWAYS_INLINE void attn_values_rows(float *out, size_t nh, size_t hd, const float *w, size_t ld,

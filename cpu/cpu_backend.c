@@ -7,11 +7,11 @@
 #include "packed_tiles.h"
 #include "quant.h"
 
-void *cpu_scratch(cpu_state *s, size_t bytes) {
+void *llmm__cpu_scratch(cpu_state *s, size_t bytes) {
     if (bytes <= s->scratch_bytes) return s->scratch;
-    void *p = mem_alloc(s->alloc, bytes);
+    void *p = llmm__mem_alloc(s->alloc, bytes);
     if (!p) return NULL;
-    mem_free(s->alloc, s->scratch);
+    llmm__mem_free(s->alloc, s->scratch);
     s->scratch = p;
     s->scratch_bytes = bytes;
     return p;
@@ -30,22 +30,22 @@ static void range_chunk(void *arg, size_t chunk, int ith) {
     if (i0 < i1) t->fn(t->arg, i0, i1);
 }
 
-void cpu_parallel_range(cpu_state *s, size_t n, size_t align, size_t min_parallel, cpu_range_fn fn, void *arg) {
-    const size_t nth = (size_t)threadpool_size(s->pool);
+void llmm__cpu_parallel_range(cpu_state *s, size_t n, size_t align, size_t min_parallel, cpu_range_fn fn, void *arg) {
+    const size_t nth = (size_t)llmm__threadpool_size(s->pool);
     if (nth == 1 || n < min_parallel || n <= align) {
         fn(arg, 0, n);
         return;
     }
     const size_t per = cpu_split_items(nth, n, align);
     range_task t = {fn, arg, n, per};
-    threadpool_run(s->pool, range_chunk, &t, (n + per - 1) / per);
+    llmm__threadpool_run(s->pool, range_chunk, &t, (n + per - 1) / per);
 }
 
 static int cpu_available(void) { return 1; }
 
 static int cpu_supports_type(uint32_t type) {
-    const llmm_type_traits *t = llmm_type_get(type);
-    return t && t->dequant_row && cpu_dot_get(type);
+    const llmm_type_traits *t = llmm__type_get(type);
+    return t && t->dequant_row && llmm__cpu_dot_get(type);
 }
 
 /* Joins the model's copy set, creating it for the first context (under the share's lock:
@@ -53,7 +53,7 @@ static int cpu_supports_type(uint32_t type) {
 static llmm_status join_copies(cpu_state *s, llmm_backend_shared *shared, size_t n) {
     pthread_mutex_lock(&shared->lock);
     cpu_copy_set *set = shared->data;
-    if (!set && (set = mem_calloc(s->alloc, 1, sizeof *set + n * sizeof set->slot[0]))) {
+    if (!set && (set = llmm__mem_calloc(s->alloc, 1, sizeof *set + n * sizeof set->slot[0]))) {
         set->n = n;
         for (size_t i = 0; i < n; i++) {
             atomic_init(&set->slot[i].state, LLMM_COPY_NONE);
@@ -81,7 +81,7 @@ static void leave_copies(cpu_state *s) {
             llmm_weight_copy *c = &set->slot[i];
             if (atomic_load(&c->state) == LLMM_COPY_READY && c->free_data) c->free_data(c->data, c->bytes);
         }
-        mem_free(s->alloc, set);
+        llmm__mem_free(s->alloc, set);
         shared->data = NULL;
     }
     pthread_mutex_unlock(&shared->lock);
@@ -90,29 +90,29 @@ static void leave_copies(cpu_state *s) {
 }
 
 static llmm_status cpu_init(const llmm_backend_config *cfg, void **out) {
-    cpu_state *s = mem_calloc(cfg->alloc, 1, sizeof *s);
+    cpu_state *s = llmm__mem_calloc(cfg->alloc, 1, sizeof *s);
     if (!s) return LLMM_ERR_NO_MEMORY;
     s->alloc = cfg->alloc;
     s->pack_step_bytes = CPU_PACK_STEP_BYTES;
     s->n_weights = cfg->n_weights;
-    s->weights = mem_calloc(cfg->alloc, cfg->n_weights + 1, sizeof *s->weights);
+    s->weights = llmm__mem_calloc(cfg->alloc, cfg->n_weights + 1, sizeof *s->weights);
     /* copies replace pages of a file mapping; over owned memory they would double the weights */
     const int copies = cfg->repack_weights && cfg->weights_mapped && cfg->shared;
     s->own_vectors = copies;
     llmm_status st = s->weights ? LLMM_OK : LLMM_ERR_NO_MEMORY;
     if (!st && copies) st = join_copies(s, cfg->shared, cfg->n_weights);
     if (st) {
-        mem_free(cfg->alloc, s->weights);
-        mem_free(cfg->alloc, s);
+        llmm__mem_free(cfg->alloc, s->weights);
+        llmm__mem_free(cfg->alloc, s);
         return st;
     }
-    s->k = cpu_kernels_select(cpu_kernels_env_cap());
-    log_msg(cfg->log, LLMM_LOG_DEBUG, "cpu backend: %s kernels", s->k->name);
-    int n = cfg->n_threads > 0 ? cfg->n_threads : cpu_physical_cores();
-    if ((st = threadpool_create(n, cfg->alloc, &s->pool))) {
+    s->k = llmm__cpu_kernels_select(llmm__cpu_kernels_env_cap());
+    llmm__log_msg(cfg->log, LLMM_LOG_DEBUG, "cpu backend: %s kernels", s->k->name);
+    int n = cfg->n_threads > 0 ? cfg->n_threads : llmm__cpu_physical_cores();
+    if ((st = llmm__threadpool_create(n, cfg->alloc, &s->pool))) {
         leave_copies(s);
-        mem_free(cfg->alloc, s->weights);
-        mem_free(cfg->alloc, s);
+        llmm__mem_free(cfg->alloc, s->weights);
+        llmm__mem_free(cfg->alloc, s);
         return st;
     }
     *out = s;
@@ -122,22 +122,22 @@ static llmm_status cpu_init(const llmm_backend_config *cfg, void **out) {
 static void cpu_shutdown(void *state) {
     cpu_state *s = state;
     if (!s) return;
-    threadpool_free(s->pool);
+    llmm__threadpool_free(s->pool);
     leave_copies(s);
-    mem_free(s->alloc, s->scratch);
-    mem_free(s->alloc, s->views);
-    mem_free(s->alloc, s->attn_rows);
-    mem_free(s->alloc, s->weights);
-    mem_free(s->alloc, s);
+    llmm__mem_free(s->alloc, s->scratch);
+    llmm__mem_free(s->alloc, s->views);
+    llmm__mem_free(s->alloc, s->attn_rows);
+    llmm__mem_free(s->alloc, s->weights);
+    llmm__mem_free(s->alloc, s);
 }
 
 static llmm_status cpu_buffer_alloc(void *state, size_t bytes, void **out) {
     cpu_state *s = state;
-    *out = mem_alloc(s->alloc, bytes);
+    *out = llmm__mem_alloc(s->alloc, bytes);
     return *out ? LLMM_OK : LLMM_ERR_NO_MEMORY;
 }
 
-static void cpu_buffer_free(void *state, void *buffer) { mem_free(((cpu_state *)state)->alloc, buffer); }
+static void cpu_buffer_free(void *state, void *buffer) { llmm__mem_free(((cpu_state *)state)->alloc, buffer); }
 
 /* The mapping itself, with the matrix's slot in the model's copy set (the copy is made by the
  * first decode steps, ops_matmul.c); vectors are copied out of the mapping when copies may
@@ -156,7 +156,7 @@ static llmm_status cpu_prepare_weight(void *state, size_t index, llmm_weight_rol
     }
     if (!s->own_vectors) return LLMM_OK;
     const size_t bytes = host->row_bytes * (size_t)host->ne1;
-    if (!(cw->owned = mem_alloc(s->alloc, bytes))) return LLMM_ERR_NO_MEMORY;
+    if (!(cw->owned = llmm__mem_alloc(s->alloc, bytes))) return LLMM_ERR_NO_MEMORY;
     memcpy(cw->owned, host->data, bytes);
     out->data = cw->owned;
     return LLMM_OK;
@@ -166,7 +166,7 @@ static void cpu_release_weight(void *state, llmm_tensor *w) {
     cpu_state *s = state;
     cpu_weight *cw = w->backend;
     if (!cw) return;
-    mem_free(s->alloc, cw->owned);
+    llmm__mem_free(s->alloc, cw->owned);
     *cw = (cpu_weight){0};
     w->backend = NULL;
 }
@@ -174,22 +174,22 @@ static void cpu_release_weight(void *state, llmm_tensor *w) {
 /* Room for the per-row views and attention rows of steps of up to n rows. */
 static llmm_status reserve_rows(cpu_state *s, size_t n) {
     if (n <= s->rows_cap) return LLMM_OK;
-    llmm_kv_view *views = mem_calloc(s->alloc, n, sizeof *views);
-    cpu_attn_row *rows = mem_calloc(s->alloc, n, sizeof *rows);
+    llmm_kv_view *views = llmm__mem_calloc(s->alloc, n, sizeof *views);
+    cpu_attn_row *rows = llmm__mem_calloc(s->alloc, n, sizeof *rows);
     if (!views || !rows) {
-        mem_free(s->alloc, views);
-        mem_free(s->alloc, rows);
+        llmm__mem_free(s->alloc, views);
+        llmm__mem_free(s->alloc, rows);
         return LLMM_ERR_NO_MEMORY;
     }
-    mem_free(s->alloc, s->views);
-    mem_free(s->alloc, s->attn_rows);
+    llmm__mem_free(s->alloc, s->views);
+    llmm__mem_free(s->alloc, s->attn_rows);
     s->views = views;
     s->attn_rows = rows;
     s->rows_cap = n;
     return LLMM_OK;
 }
 
-void cpu_step_views(cpu_state *s, uint32_t layer) {
+void llmm__cpu_step_views(cpu_state *s, uint32_t layer) {
     const llmm_step *d = &s->desc;
     for (size_t r = 0; r < d->n_rows; r++) {
         const uint32_t q = d->row_seq[r];
@@ -210,7 +210,7 @@ static llmm_status cpu_copy(void *state, void *dst, const void *src, size_t byte
  * attention's per-thread scores and query vectors of up to one block of rows times one group
  * of query heads, plus LLMM_ATTN_CHUNK converted K/V head rows (ops_attention.c). */
 static size_t cpu_scratch_bytes(const llmm_step_shape *shape, int n_threads) {
-    const size_t threads = (size_t)(n_threads > 0 ? n_threads : cpu_physical_cores());
+    const size_t threads = (size_t)(n_threads > 0 ? n_threads : llmm__cpu_physical_cores());
     const uint64_t wide = (1ull << LLMM_TYPE_F16) | (1ull << LLMM_TYPE_BF16);
     const size_t matmul = shape->max_rows * shape->max_in * (shape->weight_types & wide ? sizeof(float) : 2);
     const size_t heads = LLMM_MAX(1u, LLMM_MIN(shape->heads_per_kv, (uint32_t)LLMM_MAX_HEADS_PER_ITEM));
@@ -260,11 +260,11 @@ static llmm_status cpu_step_end(void *state) {
 
 static llmm_status cpu_reserve(void *state, const llmm_step_shape *shape) {
     cpu_state *s = state;
-    if (!cpu_scratch(s, cpu_scratch_bytes(shape, threadpool_size(s->pool)))) return LLMM_ERR_NO_MEMORY;
+    if (!llmm__cpu_scratch(s, cpu_scratch_bytes(shape, llmm__threadpool_size(s->pool)))) return LLMM_ERR_NO_MEMORY;
     return reserve_rows(s, shape->max_rows);
 }
 
-const llmm_backend_ops llmm_cpu_backend = {
+const llmm_backend_ops llmm__cpu_backend = {
     .api_version = LLMM_BACKEND_API_VERSION,
     .name = "cpu",
     .kind = LLMM_BACKEND_CPU,
@@ -282,18 +282,18 @@ const llmm_backend_ops llmm_cpu_backend = {
     .release_weight = cpu_release_weight,
     .step_begin = cpu_step_begin,
     .step_end = cpu_step_end,
-    .embed = cpu_embed,
-    .rms_norm = cpu_rms_norm,
-    .matmul = cpu_matmul,
-    .matmul_multi = cpu_matmul_multi,
-    .rope = cpu_rope,
-    .glu = cpu_glu,
-    .add = cpu_add,
-    .add_rows = cpu_add_rows,
-    .scale = cpu_scale,
-    .softcap = cpu_softcap,
-    .kv_write = cpu_kv_write,
-    .attention = cpu_attention,
+    .embed = llmm__cpu_embed,
+    .rms_norm = llmm__cpu_rms_norm,
+    .matmul = llmm__cpu_matmul,
+    .matmul_multi = llmm__cpu_matmul_multi,
+    .rope = llmm__cpu_rope,
+    .glu = llmm__cpu_glu,
+    .add = llmm__cpu_add,
+    .add_rows = llmm__cpu_add_rows,
+    .scale = llmm__cpu_scale,
+    .softcap = llmm__cpu_softcap,
+    .kv_write = llmm__cpu_kv_write,
+    .attention = llmm__cpu_attention,
     .copy = cpu_copy,
     .scratch_bytes = cpu_working_bytes,
     .reserve = cpu_reserve,

@@ -21,7 +21,7 @@ typedef struct cpu_attn_row {
     uint32_t kv_start;
 } cpu_attn_row;
 
-/* Attention of n_rows query rows, each over its own view (cpu_attend). */
+/* Attention of n_rows query rows, each over its own view (llmm__cpu_attend). */
 typedef struct cpu_attn_batch {
     const float *q;  /* (n_rows, n_head * head_dim) */
     float *out;      /* (n_rows, n_head * head_dim) */
@@ -73,7 +73,7 @@ typedef struct cpu_state {
 #define CPU_CHUNKS_PER_THREAD 4
 
 /* Scratch of at least bytes, reused across calls. */
-void *cpu_scratch(cpu_state *s, size_t bytes);
+void *llmm__cpu_scratch(cpu_state *s, size_t bytes);
 
 /* fn(arg, i0, i1) over pieces of [0, n): on the pool when n >= min_parallel (a prompt's worth
  * of rows or values), else once on the calling thread (a dispatch costs more than a decode
@@ -83,10 +83,10 @@ typedef void (*cpu_range_fn)(void *arg, size_t i0, size_t i1);
 
 /* out = x rounded to bf16 (nearest even, NaN quieted) and widened back: the BF16 matmul
  * operand, bit for bit the type table's from_float (ops_matmul.c). */
-void cpu_round_bf16(const float *x, float *out, size_t n);
+void llmm__cpu_round_bf16(const float *x, float *out, size_t n);
 /* dst += src, n values (not overlapping), vectorized (ops_elementwise.c). */
-void cpu_add_floats(float *restrict dst, const float *restrict src, size_t n);
-void cpu_parallel_range(cpu_state *s, size_t n, size_t align, size_t min_parallel, cpu_range_fn fn, void *arg);
+void llmm__cpu_add_floats(float *restrict dst, const float *restrict src, size_t n);
+void llmm__cpu_parallel_range(cpu_state *s, size_t n, size_t align, size_t min_parallel, cpu_range_fn fn, void *arg);
 
 /* Query heads one attention work item covers at most (a group of grouped-query attention is
  * split into runs of this many): bounds the per-thread score scratch. */
@@ -124,37 +124,37 @@ static inline size_t cpu_split_items(size_t nth, size_t n, size_t align) {
 /* Items per chunk for n items of work total multiply-adds: one chunk below the parallel
  * cut-off, else cpu_split_items. */
 static inline size_t cpu_chunk_items(const cpu_state *s, size_t n, size_t work, size_t align) {
-    const size_t nth = (size_t)threadpool_size(s->pool);
+    const size_t nth = (size_t)llmm__threadpool_size(s->pool);
     if (nth == 1 || work < CPU_PARALLEL_MIN_WORK || n <= align) return n > 0 ? n : 1;
     return cpu_split_items(nth, n, align);
 }
 
-llmm_status cpu_matmul(void *state, const llmm_tensor *w, const float *x, size_t n_rows, float *out);
-llmm_status cpu_matmul_multi(void *state, const llmm_tensor *const *w, size_t n_w, const float *x, size_t n_rows,
+llmm_status llmm__cpu_matmul(void *state, const llmm_tensor *w, const float *x, size_t n_rows, float *out);
+llmm_status llmm__cpu_matmul_multi(void *state, const llmm_tensor *const *w, size_t n_w, const float *x, size_t n_rows,
                              float *const *out);
-llmm_status cpu_attention(void *state, uint32_t layer, const llmm_attn_batch *b);
-llmm_status cpu_embed(void *state, const llmm_tensor *table, float *out);
-llmm_status cpu_rms_norm(void *state, const float *x, const float *weight, float *out, size_t n_rows, size_t dim,
+llmm_status llmm__cpu_attention(void *state, uint32_t layer, const llmm_attn_batch *b);
+llmm_status llmm__cpu_embed(void *state, const llmm_tensor *table, float *out);
+llmm_status llmm__cpu_rms_norm(void *state, const float *x, const float *weight, float *out, size_t n_rows, size_t dim,
                          float eps);
-llmm_status cpu_rope(void *state, float *x, size_t n_heads, size_t head_dim, const llmm_rope_params *rp);
-llmm_status cpu_add_rows(void *state, float *x, const float *bias, size_t n_rows, size_t dim);
-llmm_status cpu_scale(void *state, float *x, size_t n, float s);
-llmm_status cpu_softcap(void *state, float *x, size_t n, float cap);
-llmm_status cpu_glu(void *state, float *gate, const float *up, size_t n, llmm_activation act);
-llmm_status cpu_add(void *state, float *dst, const float *src, size_t n);
-llmm_status cpu_kv_write(void *state, uint32_t layer, const float *k, const float *v);
+llmm_status llmm__cpu_rope(void *state, float *x, size_t n_heads, size_t head_dim, const llmm_rope_params *rp);
+llmm_status llmm__cpu_add_rows(void *state, float *x, const float *bias, size_t n_rows, size_t dim);
+llmm_status llmm__cpu_scale(void *state, float *x, size_t n, float s);
+llmm_status llmm__cpu_softcap(void *state, float *x, size_t n, float cap);
+llmm_status llmm__cpu_glu(void *state, float *gate, const float *up, size_t n, llmm_activation act);
+llmm_status llmm__cpu_add(void *state, float *dst, const float *src, size_t n);
+llmm_status llmm__cpu_kv_write(void *state, uint32_t layer, const float *k, const float *v);
 
 /* The kernels behind the step's ops, over host arrays (the ops above resolve the step
  * descriptor into them; the kernel tests call them with views of their own). */
-llmm_status cpu_attend(cpu_state *s, const cpu_attn_batch *b);
-llmm_status cpu_embed_rows(const llmm_tensor *table, const llmm_token *ids, size_t n, float *out);
-llmm_status cpu_rope_rows(float *x, size_t n_rows, size_t n_heads, size_t head_dim, const int32_t *pos,
+llmm_status llmm__cpu_attend(cpu_state *s, const cpu_attn_batch *b);
+llmm_status llmm__cpu_embed_rows(const llmm_tensor *table, const llmm_token *ids, size_t n, float *out);
+llmm_status llmm__cpu_rope_rows(float *x, size_t n_rows, size_t n_heads, size_t head_dim, const int32_t *pos,
                           const llmm_rope_params *rp);
 /* s->views[r] = row r's view of layer `layer` in the step in progress */
-void cpu_step_views(cpu_state *s, uint32_t layer);
+void llmm__cpu_step_views(cpu_state *s, uint32_t layer);
 /* store n_rows K and V vectors (kv_dim = n_head_kv * head_dim values each, head after head) at
  * positions pos[i] of their views, converted to the views' element type */
-llmm_status cpu_kv_store_rows(const llmm_kv_view *views, const int32_t *pos, size_t n_rows, const float *k,
+llmm_status llmm__cpu_kv_store_rows(const llmm_kv_view *views, const int32_t *pos, size_t n_rows, const float *k,
                               const float *v, size_t kv_dim);
 
 #endif

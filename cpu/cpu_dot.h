@@ -15,6 +15,6 @@ typedef struct cpu_dot {
 } cpu_dot;
 
 /* The dot of a weight type; NULL when the CPU backend cannot multiply by it. */
-const cpu_dot *cpu_dot_get(uint32_t type);
+const cpu_dot *llmm__cpu_dot_get(uint32_t type);
 
 #endif

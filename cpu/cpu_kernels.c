@@ -21,7 +21,7 @@ static void silu_mul_scalar(float *gate, const float *up, size_t n) {
     for (size_t i = 0; i < n; i++) gate[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
 }
 
-static float dot_f32_scalar(const float *a, const float *b, size_t n) { return llmm_dot_f32(a, b, n); }
+static float dot_f32_scalar(const float *a, const float *b, size_t n) { return llmm__dot_f32(a, b, n); }
 
 /* The softmax numerator with a double-precision sum, as the reference engine does. */
 static double exp_sub_sum_scalar(float *s, size_t n, float max) {
@@ -40,7 +40,7 @@ static void axpy_scalar(float *y, float a, const float *x, size_t n) {
 }
 
 /* No matmul kernels: every type takes the generic path through the type table. */
-const cpu_kernels cpu_kernels_scalar = {
+const cpu_kernels llmm__cpu_kernels_scalar = {
     .name = "scalar",
     .isa = CPU_ISA_SCALAR,
     .rms_norm_row = rms_norm_row_scalar,
@@ -141,15 +141,15 @@ static int cpu_has(cpu_isa isa) {
     }
 }
 
-const cpu_kernels *cpu_kernels_get(cpu_isa isa) {
+const cpu_kernels *llmm__cpu_kernels_get(cpu_isa isa) {
     if (!cpu_has(isa)) return NULL;
     switch (isa) {
-    case CPU_ISA_SCALAR: return &cpu_kernels_scalar;
+    case CPU_ISA_SCALAR: return &llmm__cpu_kernels_scalar;
 #if defined(__x86_64__)
-    case CPU_ISA_AVX2: return &cpu_kernels_avx2;
-    case CPU_ISA_AVX_VNNI: return x86_has(isa) ? &cpu_kernels_avxvnni : &cpu_kernels_avxvnni_evex;
-    case CPU_ISA_AVX512: return &cpu_kernels_avx512;
-    case CPU_ISA_AMX: return &cpu_kernels_amx;
+    case CPU_ISA_AVX2: return &llmm__cpu_kernels_avx2;
+    case CPU_ISA_AVX_VNNI: return x86_has(isa) ? &llmm__cpu_kernels_avxvnni : &llmm__cpu_kernels_avxvnni_evex;
+    case CPU_ISA_AVX512: return &llmm__cpu_kernels_avx512;
+    case CPU_ISA_AMX: return &llmm__cpu_kernels_amx;
 #endif
 #if defined(__aarch64__)
     case CPU_ISA_NEON: return &cpu_kernels_neon;
@@ -159,16 +159,16 @@ const cpu_kernels *cpu_kernels_get(cpu_isa isa) {
     }
 }
 
-const cpu_kernels *cpu_kernels_select(cpu_isa cap) {
+const cpu_kernels *llmm__cpu_kernels_select(cpu_isa cap) {
     for (int isa = (int)CPU_ISA_COUNT - 1; isa > (int)CPU_ISA_SCALAR; isa--) {
         if (isa > (int)cap) continue;
-        const cpu_kernels *k = cpu_kernels_get((cpu_isa)isa);
+        const cpu_kernels *k = llmm__cpu_kernels_get((cpu_isa)isa);
         if (k) return k;
     }
-    return &cpu_kernels_scalar;
+    return &llmm__cpu_kernels_scalar;
 }
 
-cpu_isa cpu_kernels_env_cap(void) {
+cpu_isa llmm__cpu_kernels_env_cap(void) {
     static const char *const names[CPU_ISA_COUNT] = {"scalar", "avx2", "avxvnni", "avx512", "neon", "dotprod", "amx"};
     const char *v = getenv("LLMM_CPU_KERNELS");
     if (v)

@@ -14,7 +14,7 @@
  *    m * s_x added to each block's product before the block is summed, as the scalar does).
  *  - IQ4_XS weights (Q8_K operand): bit for bit; per super-block one exact int32 sum of the
  *    sub-block sums times their integer scales, then sum += (float)isum * (d_w * d_x).
- *  - F32 weights: bit for bit llmm_dot_f32 (eight partial sums, no FMA, tail first).
+ *  - F32 weights: bit for bit llmm__dot_f32 (eight partial sums, no FMA, tail first).
  *  - F16/BF16 weights: bit for bit the dot table's vec_dot (products exact in float, summed
  *    in 16 float lanes, the lanes added pairwise, then the tail in order; lib/quant.c).
  *  - norms, activations, softmax, attention's q.k: within a few float roundings (a
@@ -29,7 +29,7 @@
 #include "quant.h"
 #include "weights.h"
 
-/* Higher is better within an architecture (cpu_kernels_select walks down); the other
+/* Higher is better within an architecture (llmm__cpu_kernels_select walks down); the other
  * architecture's values are never available, so they are simply passed over. */
 typedef enum cpu_isa {
     CPU_ISA_SCALAR = 0,
@@ -53,12 +53,12 @@ typedef enum cpu_operand_kind {
 } cpu_operand_kind;
 
 /* n_rows activation rows of n values, prepared. The Q8 fields hold exactly the quants and
- * scales llmm_quantize_row_q8_0 produces, but split so that the int8 kernels load a block's
+ * scales llmm__quantize_row_q8_0 produces, but split so that the int8 kernels load a block's
  * 32 quants as one aligned-size vector, plus each block's quant sum for the offset
  * corrections of unsigned operands (Q4_0's nibble - 8, VNNI's w + 128). The Q8K fields hold
- * exactly llmm_quantize_row_q8_K's quants, scales and group sums, split the same way (the
+ * exactly llmm__quantize_row_q8_K's quants, scales and group sums, split the same way (the
  * K-quant kernels load a row's 16 group sums of a super-block as one vector). The Q8_1 fields
- * hold exactly llmm_quantize_row_q8_1's quants and its f16 d and s, widened. */
+ * hold exactly llmm__quantize_row_q8_1's quants and its f16 d and s, widened. */
 typedef struct cpu_operand {
     size_t n;             /* values per row (a multiple of 32 for Q8, of 256 for Q8K) */
     const float *f32;     /* (n_rows, n): F32, or F16 / BF16 rounded values */
@@ -101,14 +101,14 @@ typedef struct cpu_kernels {
      * Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q4_K, Q5_K and Q6_K, AVX-512 those and IQ4_XS). */
     cpu_gemm_fn matmul_packed[LLMM_TYPE_COUNT];
     /* Tiles [t0, t1) of w (a type matmul_packed reads) into copy, byte for byte
-     * packed_tiles_pack's result; NULL where matmul_packed is all NULL */
+     * llmm__packed_tiles_pack's result; NULL where matmul_packed is all NULL */
     void (*pack_tiles)(const llmm_tensor *w, size_t t0, size_t t1, uint8_t *copy);
     /* x (n values, n % 32 == 0) to Q8 operand fields; NULL in the scalar table */
     void (*quantize_q8)(const float *x, int8_t *qs, float *d, int32_t *sum, size_t n);
-    /* x (n values, n % 32 == 0) to Q8_1 operand fields, bit for bit llmm_quantize_row_q8_1's
+    /* x (n values, n % 32 == 0) to Q8_1 operand fields, bit for bit llmm__quantize_row_q8_1's
      * quants, d and s (f16, widened); NULL: the type table's quantizer, block by block */
     void (*quantize_q8_1)(const float *x, int8_t *qs, float *d, float *s, size_t n);
-    /* x (n values, n % 256 == 0) to Q8K operand fields, bit for bit llmm_quantize_row_q8_K's;
+    /* x (n values, n % 256 == 0) to Q8K operand fields, bit for bit llmm__quantize_row_q8_K's;
      * NULL in the scalar table */
     void (*quantize_q8k)(const float *x, int8_t *qs, float *d, int16_t *bsums, size_t n);
     /* out = x rounded to f16 (nearest even), as floats; NULL in the scalar table */
@@ -117,7 +117,7 @@ typedef struct cpu_kernels {
     void (*rms_norm_row)(const float *x, const float *w, float *out, size_t dim, float eps);
     /* gate = gate / (1 + e^-gate) * up */
     void (*silu_mul)(float *gate, const float *up, size_t n);
-    /* a . b in float: within (n/8 + 4) u sum|a b| (the scalar table: llmm_dot_f32) */
+    /* a . b in float: within (n/8 + 4) u sum|a b| (the scalar table: llmm__dot_f32) */
     float (*dot_f32)(const float *a, const float *b, size_t n);
     /* s = e^(s - max) in place; returns the sum in double */
     double (*exp_sub_sum)(float *s, size_t n, float max);
@@ -146,21 +146,21 @@ typedef struct cpu_kernels {
 
 /* The best table this CPU and build support, no better than cap (a test or the
  * LLMM_CPU_KERNELS environment variable may ask for less). */
-const cpu_kernels *cpu_kernels_select(cpu_isa cap);
+const cpu_kernels *llmm__cpu_kernels_select(cpu_isa cap);
 /* The table for exactly isa, or NULL when this CPU or build lacks it (tests iterate these). */
-const cpu_kernels *cpu_kernels_get(cpu_isa isa);
+const cpu_kernels *llmm__cpu_kernels_get(cpu_isa isa);
 /* The ISA named by LLMM_CPU_KERNELS ("scalar", "avx2", "avxvnni", "avx512", "neon", "dotprod", "amx");
  * CPU_ISA_COUNT when unset or unknown, meaning "the best available". A name from the other
  * architecture caps by its number: "avx2" on aarch64 means scalar. Read once per backend init. */
-cpu_isa cpu_kernels_env_cap(void);
+cpu_isa llmm__cpu_kernels_env_cap(void);
 
-extern const cpu_kernels cpu_kernels_scalar;
+extern const cpu_kernels llmm__cpu_kernels_scalar;
 #if defined(__x86_64__)
-extern const cpu_kernels cpu_kernels_avx2;
-extern const cpu_kernels cpu_kernels_avxvnni;      /* VEX: CPUs with AVX-VNNI */
-extern const cpu_kernels cpu_kernels_avxvnni_evex; /* the same code, EVEX: AVX-512 CPUs without it */
-extern const cpu_kernels cpu_kernels_avx512;
-extern const cpu_kernels cpu_kernels_amx; /* the AVX-512 table with AMX tiles (gemm_amx.h) */
+extern const cpu_kernels llmm__cpu_kernels_avx2;
+extern const cpu_kernels llmm__cpu_kernels_avxvnni;      /* VEX: CPUs with AVX-VNNI */
+extern const cpu_kernels llmm__cpu_kernels_avxvnni_evex; /* the same code, EVEX: AVX-512 CPUs without it */
+extern const cpu_kernels llmm__cpu_kernels_avx512;
+extern const cpu_kernels llmm__cpu_kernels_amx; /* the AVX-512 table with AMX tiles (gemm_amx.h) */
 #endif
 #if defined(__aarch64__)
 extern const cpu_kernels cpu_kernels_neon;

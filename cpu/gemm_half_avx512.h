@@ -36,7 +36,7 @@ SIMD_ALWAYS_INLINE __m512 h512_load(const uint16_t *p, int bf16) {
 SIMD_ALWAYS_INLINE float h512_finish(__m512 acc, const uint16_t *w, const float *x, size_t n16, size_t n, int bf16) {
     float sum = hsum_ps(_mm256_add_ps(_mm512_castps512_ps256(acc),
                                       _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1))));
-    for (size_t i = n16; i < n; i++) sum += (bf16 ? llmm_bf16_to_f32(w[i]) : _cvtsh_ss(w[i])) * x[i];
+    for (size_t i = n16; i < n; i++) sum += (bf16 ? llmm__bf16_to_f32(w[i]) : _cvtsh_ss(w[i])) * x[i];
     return sum;
 }
 

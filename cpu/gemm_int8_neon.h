@@ -55,7 +55,7 @@ SIMD_ALWAYS_INLINE void load_weight_block(const uint8_t *q, q_kind kind, int8x16
         *w1 = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(raw, 4)), eight);
     } else if (kind == Q_IQ4_NL) {
         const uint8x16_t raw = vld1q_u8(q);
-        const int8x16_t values = vld1q_s8(llmm_iq4_values);
+        const int8x16_t values = vld1q_s8(llmm__iq4_values);
         *w0 = vqtbl1q_s8(values, vandq_u8(raw, vdupq_n_u8(0x0f)));
         *w1 = vqtbl1q_s8(values, vshrq_n_u8(raw, 4));
     } else {

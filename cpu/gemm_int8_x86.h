@@ -44,7 +44,7 @@ SIMD_ALWAYS_INLINE size_t q_block_bytes(q_kind k) {
 SIMD_ALWAYS_INLINE void prep_iq4_nl_pair(const uint8_t *qa, const uint8_t *qb, __m256i *lo, __m256i *hi) {
     const __m256i q = _mm256_loadu2_m128i((const __m128i *)(const void *)qb, (const __m128i *)(const void *)qa);
     const __m256i low4 = _mm256_set1_epi8(0x0f);
-    const __m256i values = prep_q8_0(_mm256_broadcastsi128_si256(load_128(llmm_iq4_values)));
+    const __m256i values = prep_q8_0(_mm256_broadcastsi128_si256(load_128(llmm__iq4_values)));
     *lo = _mm256_shuffle_epi8(values, _mm256_and_si256(q, low4));
     *hi = _mm256_shuffle_epi8(values, _mm256_and_si256(_mm256_srli_epi16(q, 4), low4));
 }

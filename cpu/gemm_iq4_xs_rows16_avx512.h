@@ -26,7 +26,7 @@ SIMD_ALWAYS_INLINE void xs16_tile(int packed, const uint8_t *base, size_t rb, co
                                   const cpu_operand *x, size_t r0, size_t nx, __m512 acc[Q_TILE_X]) {
     const size_t nb = x->n / QK_K, ng = x->n / 16, bb = sizeof(block_iq4_xs);
     const __m512i values =
-        _mm512_xor_si512(_mm512_broadcast_i32x4(load_128(llmm_iq4_values)), _mm512_set1_epi8((char)0x80));
+        _mm512_xor_si512(_mm512_broadcast_i32x4(load_128(llmm__iq4_values)), _mm512_set1_epi8((char)0x80));
     const __m512i low4 = _mm512_set1_epi8(0x0f);
     for (size_t r = 0; r < nx; r++) acc[r] = _mm512_setzero_ps();
     for (size_t b = 0; b < nb; b++) {

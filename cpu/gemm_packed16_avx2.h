@@ -20,7 +20,7 @@
  * ones' (32256), then widened by vpmaddwd, against ones or, for the K-quants, against each
  * lane's sub-block scale in both int16 halves (the scale's multiply for free). Q8_0's and
  * IQ4_NL's signed quants go through the sign trick, |w| times x with w's sign (exact because
- * the operand quants are within [-127, 127], llmm_quantize_row_q8_0's range), each pair sum
+ * the operand quants are within [-127, 127], llmm__quantize_row_q8_0's range), each pair sum
  * widened at once. The integer sums are exact, so in any order; the float part is the AVX-512
  * tiles' (gemm_rows16_avx512.h, gemm_kquant_rows16_avx512.h), lane by lane in block order
  * without FMA: bit-identical to the dot table's vec_dot.
@@ -268,7 +268,7 @@ SIMD_ALWAYS_INLINE void pk_signed_weights(r16_kind kind, const uint8_t *v, int h
             b = _mm256_xor_si256(b, flip);
         }
     } else {
-        __m256i values = _mm256_broadcastsi128_si256(load_128(llmm_iq4_values));
+        __m256i values = _mm256_broadcastsi128_si256(load_128(llmm__iq4_values));
         if (PK_VNNI) values = _mm256_xor_si256(values, flip);
         const __m256i low4 = _mm256_set1_epi8(0x0f), d = load_256(v + 64 * j + 32 * h);
         a = _mm256_shuffle_epi8(values, _mm256_and_si256(d, low4));
@@ -750,7 +750,7 @@ static void pk_pack_piece(const uint8_t *const blk[PACKED_TILE_ROWS], size_t at,
 
 /* cpu_kernels.pack_tiles of the AVX2 table */
 static void pack_tiles_packed8(const llmm_tensor *w, size_t t0, size_t t1, uint8_t *copy) {
-    packed_tiles_pack_with(w, t0, t1, copy, pk_pack_piece);
+    llmm__packed_tiles_pack_with(w, t0, t1, copy, pk_pack_piece);
 }
 
 /* ---------------------------------------------------------------- prompts without a copy */
@@ -781,7 +781,7 @@ SIMD_ALWAYS_INLINE size_t pk_block_bytes(pk_kind k) {
 }
 
 /* All operand rows against the 16 weight rows base + i * rb as stored: each segment of the
- * tile's blocks packed into a buffer (packed_tiles_pack_groups), once per PK_FLY_ROWS operand
+ * tile's blocks packed into a buffer (llmm__packed_tiles_pack_groups), once per PK_FLY_ROWS operand
  * rows, and the packed tiles run over it. For the first prompt, before decode steps make the
  * copies (or without them: repack_weights 0, no file mapping), on the AVX2 table, whose 8-row
  * kernels compute about half as fast. */
@@ -803,7 +803,7 @@ SIMD_ALWAYS_INLINE void pk_fly_rows(pk_kind kind, const uint8_t *base, size_t rb
         for (size_t r = 0; r < nr; r++) acc[0][r] = acc[1][r] = _mm256_setzero_ps();
         for (size_t b0 = 0; b0 < nb; b0 += seg) {
             const size_t b1 = LLMM_MIN(nb, b0 + seg);
-            packed_tiles_pack_groups(pk_type(kind), base, rb, b0, b1, pk_pack_piece, buf);
+            llmm__packed_tiles_pack_groups(pk_type(kind), base, rb, b0, b1, pk_pack_piece, buf);
             /* what the next packing reads (the next segment, or the next tile's first), to L2 a
              * few rows per pass while the passes run over this one: without, the packer's loads
              * waited on memory (a third of its time in a 0.5B Q4_0 prompt); in one burst per

@@ -170,7 +170,7 @@ SIMD_ALWAYS_INLINE void rows16_block(r16_kind kind, const uint8_t *blk, size_t r
     if (kind == R16_IQ4_NL) {
         /* the codebook's int8 values + 128 (sign bit flipped), as Q8_0's quants, looked up by
          * nibble; the shuffle indexes within each 128-bit part, so the table is in all four */
-        const __m512i values = _mm512_xor_si512(_mm512_broadcast_i32x4(load_128(llmm_iq4_values)),
+        const __m512i values = _mm512_xor_si512(_mm512_broadcast_i32x4(load_128(llmm__iq4_values)),
                                                 _mm512_set1_epi8((char)0x80));
         const __m512i low4 = _mm512_set1_epi8(0x0f);
 #pragma GCC unroll 4
@@ -212,7 +212,7 @@ SIMD_ALWAYS_INLINE void rows16_packed_block(r16_kind kind, const uint8_t *v, __m
     const uint8_t *quants = v + (r16_five_bits(kind) ? 64 : 0);
     const __m512i low4 = _mm512_set1_epi8(0x0f), b16 = _mm512_set1_epi8(0x10);
     const __m512i high4 = _mm512_set1_epi8((char)0xf0);
-    const __m512i values = _mm512_xor_si512(_mm512_broadcast_i32x4(load_128(llmm_iq4_values)),
+    const __m512i values = _mm512_xor_si512(_mm512_broadcast_i32x4(load_128(llmm__iq4_values)),
                                             _mm512_set1_epi8((char)0x80));
 #pragma GCC unroll 4
     for (int j = 0; j < 4; j++) {
@@ -238,7 +238,7 @@ SIMD_ALWAYS_INLINE void rows16_packed_block(r16_kind kind, const uint8_t *v, __m
 }
 
 /* One tile (16 rows of rb bytes, nb blocks) packed into out with the transposition above,
- * stored: byte for byte packed_tiles_pack's layout, at a third of that scalar reference's
+ * stored: byte for byte llmm__packed_tiles_pack's layout, at a third of that scalar reference's
  * cost. */
 SIMD_ALWAYS_INLINE void rows16_pack_tile(r16_kind kind, const uint8_t *tile, size_t rb, size_t nb, uint8_t *out) {
     const size_t bb = r16_block_bytes(kind), qs = r16_qs_offset(kind);

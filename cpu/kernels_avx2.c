@@ -1,5 +1,5 @@
 /* AVX2 + FMA + F16C kernels. Compiled with those target flags (Makefile); called only after
- * cpu_kernels_get(CPU_ISA_AVX2) checked the CPU. Empty on other architectures. */
+ * llmm__cpu_kernels_get(CPU_ISA_AVX2) checked the CPU. Empty on other architectures. */
 #include "cpu_kernels.h"
 
 #if defined(__x86_64__)
@@ -87,7 +87,7 @@ PK_GEMM_AS_STORED(gemm_q6_K_avx2, gemm_q6_K, PK_Q6_K)
 
 /* ---------------------------------------------------------------- operands */
 
-/* llmm_quantize_row_q8_0 bit for bit: amax, d = amax / 127 stored as f16 (round to nearest
+/* llmm__quantize_row_q8_0 bit for bit: amax, d = amax / 127 stored as f16 (round to nearest
  * even, the hardware conversion), quants round(x * 127 / amax) to nearest even
  * (cvtps_epi32 under the default rounding mode, as nearbyintf). */
 /* The quants of block xb at inverse scale id into qb (nearest even), their 8-lane partial sums
@@ -120,13 +120,13 @@ SIMD_ALWAYS_INLINE __m256 lane_maxes(const __m256 m[8]) {
     return _mm256_max_ps(_mm256_permute2f128_ps(q0, q1, 0x20), _mm256_permute2f128_ps(q0, q1, 0x31));
 }
 
-/* llmm_quantize_row_q8_0 bit for bit: amax, d = amax / 127 stored as f16 (round to nearest
+/* llmm__quantize_row_q8_0 bit for bit: amax, d = amax / 127 stored as f16 (round to nearest
  * even, the hardware conversion), quants round(x * 127 / amax) to nearest even
  * (cvtps_epi32 under the default rounding mode, as nearbyintf). Eight blocks at a time: their
  * maxima, scales and inverse scales as one vector each and their sums by one reduction tree,
  * where block by block two scalar divisions and two horizontal reductions made the quantizer a
  * large share of the calling thread's work between the matmuls of a decode step. With s,
- * also llmm_quantize_row_q8_1's s = sum * d (d before its f16 rounding) as f16, widened; sum
+ * also llmm__quantize_row_q8_1's s = sum * d (d before its f16 rounding) as f16, widened; sum
  * and s may each be NULL. */
 SIMD_ALWAYS_INLINE void quantize_q8_fields(const float *x, int8_t *qs, float *d, int32_t *sum, float *s, size_t n) {
     const __m256 sign = _mm256_set1_ps(-0.0f), v127 = _mm256_set1_ps(127.f), zero = _mm256_setzero_ps();
@@ -172,13 +172,13 @@ SIMD_ALWAYS_INLINE void quantize_q8_fields(const float *x, int8_t *qs, float *d,
     }
 }
 
-void avx2_quantize_q8(const float *x, int8_t *qs, float *d, int32_t *sum, size_t n) {
+void llmm__avx2_quantize_q8(const float *x, int8_t *qs, float *d, int32_t *sum, size_t n) {
     quantize_q8_fields(x, qs, d, sum, NULL, n);
 }
 
 /* Q8_1 operands (Q4_1, Q5_1 weights), vectorized like Q8_0's: block by block through the type
  * table's quantizer, fmaxf and nearbyintf library calls made them a visible part of decode. */
-void avx2_quantize_q8_1(const float *x, int8_t *qs, float *d, float *s, size_t n) {
+void llmm__avx2_quantize_q8_1(const float *x, int8_t *qs, float *d, float *s, size_t n) {
     quantize_q8_fields(x, qs, d, NULL, s, n);
 }
 
@@ -196,13 +196,13 @@ static float first_of_magnitude(const float *xb, float amax) {
     return 0.0f; /* not reached: amax is one of the magnitudes */
 }
 
-/* llmm_quantize_row_q8_K bit for bit: iscale = -127 / (the signed value of largest magnitude)
+/* llmm__quantize_row_q8_K bit for bit: iscale = -127 / (the signed value of largest magnitude)
  * and d = 1 / iscale as the scalar divides, quants iscale * x clamped to [-128, 127] then
  * rounded to nearest even (cvtps_epi32 under the default rounding mode, as nearbyintf). max_ps
  * and min_ps return their second operand for a NaN, so 0 * inf (a block whose largest value
  * is subnormal makes iscale infinite) gives -128 as the scalar's !(v > -128) does. The group
  * sums are exact integer sums in any order. */
-void avx2_quantize_q8k(const float *x, int8_t *qs, float *d, int16_t *bsums, size_t n) {
+void llmm__avx2_quantize_q8k(const float *x, int8_t *qs, float *d, int16_t *bsums, size_t n) {
     const __m256 sign = _mm256_set1_ps(-0.0f), lo = _mm256_set1_ps(-128.0f), hi = _mm256_set1_ps(127.0f);
     const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     for (size_t b = 0; b < n / QK_K; b++) {
@@ -248,7 +248,7 @@ void avx2_quantize_q8k(const float *x, int8_t *qs, float *d, int16_t *bsums, siz
     }
 }
 
-void avx2_round_f16(const float *x, float *out, size_t n) {
+void llmm__avx2_round_f16(const float *x, float *out, size_t n) {
     size_t i = 0;
     for (; i + 8 <= n; i += 8)
         _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT)));
@@ -260,7 +260,7 @@ void avx2_round_f16(const float *x, float *out, size_t n) {
 #define F32_ROWS 4
 #define F32_TILE_X 2
 
-/* 4 weight rows x nx operand rows, one 8-lane sum per pair: llmm_dot_f32's partial sums.
+/* 4 weight rows x nx operand rows, one 8-lane sum per pair: llmm__dot_f32's partial sums.
  * next: the next tile's first row (rows are contiguous), prefetched along; NULL for none. */
 SIMD_ALWAYS_INLINE void f32_tile(const float *const w[F32_ROWS], const float *next, size_t rb,
                                  const float *const x[F32_TILE_X], size_t n8, size_t nx,
@@ -281,7 +281,7 @@ SIMD_ALWAYS_INLINE void f32_tile(const float *const w[F32_ROWS], const float *ne
     }
 }
 
-/* llmm_dot_f32's ending: the tail first, then the eight lanes in order. */
+/* llmm__dot_f32's ending: the tail first, then the eight lanes in order. */
 static float f32_finish(__m256 acc, const float *w, const float *x, size_t n8, size_t n) {
     float sum = 0, lanes[8];
     for (size_t i = n8; i < n; i++) sum += w[i] * x[i];
@@ -290,7 +290,7 @@ static float f32_finish(__m256 acc, const float *w, const float *x, size_t n8, s
     return sum;
 }
 
-void avx2_gemm_f32(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows, float *out,
+void llmm__avx2_gemm_f32(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows, float *out,
                    size_t ldo) {
     const size_t n = x->n, n8 = n / 8 * 8;
     for (size_t j = j0; j < j1; j += F32_ROWS) {
@@ -327,7 +327,7 @@ SIMD_ALWAYS_INLINE __m256 load_bf16x8(const uint16_t *p) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(load_128(p)), 16));
 }
 SIMD_ALWAYS_INLINE __m256 load_half8(const uint16_t *p, int bf16) { return bf16 ? load_bf16x8(p) : load_f16x8(p); }
-SIMD_ALWAYS_INLINE float half_to_float(uint16_t h, int bf16) { return bf16 ? llmm_bf16_to_f32(h) : _cvtsh_ss(h); }
+SIMD_ALWAYS_INLINE float half_to_float(uint16_t h, int bf16) { return bf16 ? llmm__bf16_to_f32(h) : _cvtsh_ss(h); }
 
 typedef __m256 half_acc[2]; /* one (weight row, operand row) pair's 16 lanes */
 
@@ -412,12 +412,12 @@ SIMD_ALWAYS_INLINE void gemm_half(const llmm_tensor *w, size_t j0, size_t j1, co
     }
 }
 
-void avx2_gemm_f16(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows, float *out,
+void llmm__avx2_gemm_f16(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows, float *out,
                    size_t ldo) {
     gemm_half(w, j0, j1, x, n_rows, out, ldo, 0);
 }
 
-void avx2_gemm_bf16(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows, float *out,
+void llmm__avx2_gemm_bf16(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows, float *out,
                     size_t ldo) {
     gemm_half(w, j0, j1, x, n_rows, out, ldo, 1);
 }
@@ -426,7 +426,7 @@ void avx2_gemm_bf16(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operan
 
 /* Squares in float, their sum in double (four lanes at a time), then the scalar's float
  * scale and left-to-right products x * scale * w. */
-void avx2_rms_norm_row(const float *x, const float *w, float *out, size_t dim, float eps) {
+void llmm__avx2_rms_norm_row(const float *x, const float *w, float *out, size_t dim, float eps) {
     __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
     size_t i = 0;
     for (; i + 8 <= dim; i += 8) {
@@ -445,7 +445,7 @@ void avx2_rms_norm_row(const float *x, const float *w, float *out, size_t dim, f
 }
 
 /* gate / (1 + e^-gate) * up, in the scalar's operation order. */
-void avx2_silu_mul(float *gate, const float *up, size_t n) {
+void llmm__avx2_silu_mul(float *gate, const float *up, size_t n) {
     const __m256 one = _mm256_set1_ps(1.0f), sign = _mm256_set1_ps(-0.0f);
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {
@@ -456,7 +456,7 @@ void avx2_silu_mul(float *gate, const float *up, size_t n) {
     for (; i < n; i++) gate[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
 }
 
-double avx2_exp_sub_sum(float *s, size_t n, float max) {
+double llmm__avx2_exp_sub_sum(float *s, size_t n, float max) {
     const __m256 vmax = _mm256_set1_ps(max);
     __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
     size_t i = 0;
@@ -476,13 +476,13 @@ double avx2_exp_sub_sum(float *s, size_t n, float max) {
 
 /* F16C's vcvtph2ps: one instruction per 8 values, where the portable converter takes a
  * dozen integer and float operations per vector. */
-void avx2_f16_to_f32(const uint16_t *h, float *out, size_t n) {
+void llmm__avx2_f16_to_f32(const uint16_t *h, float *out, size_t n) {
     size_t i = 0;
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, _mm256_cvtph_ps(load_128((const uint8_t *)(h + i))));
     for (; i < n; i++) out[i] = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h[i])));
 }
 
-void avx2_axpy(float *y, float a, const float *x, size_t n) {
+void llmm__avx2_axpy(float *y, float a, const float *x, size_t n) {
     const __m256 va = _mm256_set1_ps(a);
     size_t i = 0;
     for (; i + 8 <= n; i += 8)
@@ -495,42 +495,42 @@ void avx2_axpy(float *y, float a, const float *x, size_t n) {
 #define ATTN_VALUE_HEADS 0 /* no 512-bit values tile */
 #include "attn_x86.h"
 
-float avx2_dot_f32(const float *a, const float *b, size_t n) {
+float llmm__avx2_dot_f32(const float *a, const float *b, size_t n) {
     return dot_row(a, &(cpu_attn_rows){.f32 = &b}, 0, n, 0);
 }
 
-void avx2_attn_scores(const float *q, size_t nh, size_t hd, const float *const *rows, size_t n, float *scores,
+void llmm__avx2_attn_scores(const float *q, size_t nh, size_t hd, const float *const *rows, size_t n, float *scores,
                       size_t ld) {
     attn_scores_rows(q, nh, hd, &(cpu_attn_rows){.f32 = rows}, n, scores, ld, 0);
 }
 
-void avx2_attn_values(float *out, size_t nh, size_t hd, const float *w, size_t ld, const float *const *rows,
+void llmm__avx2_attn_values(float *out, size_t nh, size_t hd, const float *w, size_t ld, const float *const *rows,
                       size_t n) {
     attn_values_rows(out, nh, hd, w, ld, &(cpu_attn_rows){.f32 = rows}, n, 0);
 }
 
 /* The F16 K/V rows of a block read where they lie (ops_attention.c does not widen them into scratch
  * and read them back): the same loops as over widened rows, so the same bits. */
-void avx2_attn_scores_f16(const float *q, size_t nh, size_t hd, const uint16_t *rows, size_t row_stride, size_t n,
+void llmm__avx2_attn_scores_f16(const float *q, size_t nh, size_t hd, const uint16_t *rows, size_t row_stride, size_t n,
                           float *scores, size_t ld) {
     attn_scores_rows(q, nh, hd, &(cpu_attn_rows){.f16 = rows, .stride = row_stride}, n, scores, ld, 1);
 }
 
-void avx2_attn_values_f16(float *out, size_t nh, size_t hd, const float *w, size_t ld, const uint16_t *rows,
+void llmm__avx2_attn_values_f16(float *out, size_t nh, size_t hd, const float *w, size_t ld, const uint16_t *rows,
                           size_t row_stride, size_t n) {
     attn_values_rows(out, nh, hd, w, ld, &(cpu_attn_rows){.f16 = rows, .stride = row_stride}, n, 1);
 }
 
 /* ---------------------------------------------------------------- the table */
 
-const cpu_kernels cpu_kernels_avx2 = {
+const cpu_kernels llmm__cpu_kernels_avx2 = {
     .name = "avx2",
     .isa = CPU_ISA_AVX2,
     .matmul =
         {
-            [LLMM_TYPE_F32] = {avx2_gemm_f32, CPU_OPERAND_F32},
-            [LLMM_TYPE_F16] = {avx2_gemm_f16, CPU_OPERAND_F16},
-            [LLMM_TYPE_BF16] = {avx2_gemm_bf16, CPU_OPERAND_BF16},
+            [LLMM_TYPE_F32] = {llmm__avx2_gemm_f32, CPU_OPERAND_F32},
+            [LLMM_TYPE_F16] = {llmm__avx2_gemm_f16, CPU_OPERAND_F16},
+            [LLMM_TYPE_BF16] = {llmm__avx2_gemm_bf16, CPU_OPERAND_BF16},
             [LLMM_TYPE_Q4_0] = {gemm_q4_0_avx2, CPU_OPERAND_Q8},
             [LLMM_TYPE_Q8_0] = {gemm_q8_0_avx2, CPU_OPERAND_Q8},
             [LLMM_TYPE_Q5_0] = {gemm_q5_0_avx2, CPU_OPERAND_Q8},

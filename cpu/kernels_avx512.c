@@ -4,9 +4,9 @@
  * tile, so each weight block is unpacked once per 8 prompt rows instead of 4 (docs/performance.md,
  * "CPU kernel choices"). Everything else is the AVX2 code (see
  * kernels_x86.h). Compiled with the AVX-512 target flags (Makefile); called only after
- * cpu_kernels_get(CPU_ISA_AVX512) checked the CPU. The same file gives the AMX table: this one
+ * llmm__cpu_kernels_get(CPU_ISA_AVX512) checked the CPU. The same file gives the AMX table: this one
  * with Q4_0, Q5_0 and Q8_0 prompts on AMX-INT8 tiles (gemm_amx.h), chosen only
- * after cpu_kernels_get(CPU_ISA_AMX) checked the CPU and obtained the OS's permission. */
+ * after llmm__cpu_kernels_get(CPU_ISA_AMX) checked the CPU and obtained the OS's permission. */
 #include "cpu_kernels.h"
 
 #if defined(__x86_64__)
@@ -135,7 +135,7 @@ static void avx512_attn_values_f16(float *out, size_t nh, size_t hd, const float
         .isa = ISA,                                                                                      \
         .matmul =                                                                                        \
             {                                                                                            \
-                [LLMM_TYPE_F32] = {avx2_gemm_f32, CPU_OPERAND_F32},                                      \
+                [LLMM_TYPE_F32] = {llmm__avx2_gemm_f32, CPU_OPERAND_F32},                                      \
                 [LLMM_TYPE_F16] = {gemm_f16_rows_avx512, CPU_OPERAND_F16},                               \
                 [LLMM_TYPE_BF16] = {gemm_bf16_rows_avx512, CPU_OPERAND_BF16},                            \
                 [LLMM_TYPE_Q4_0] = {Q4_0, CPU_OPERAND_Q8},                                               \
@@ -174,10 +174,10 @@ static void avx512_attn_values_f16(float *out, size_t nh, size_t hd, const float
         .attn_values_f16 = avx512_attn_values_f16,                                                       \
     }
 
-const cpu_kernels cpu_kernels_avx512 = AVX512_TABLE("avx512", CPU_ISA_AVX512, gemm_q4_0_avx512, gemm_q8_0_avx512,
+const cpu_kernels llmm__cpu_kernels_avx512 = AVX512_TABLE("avx512", CPU_ISA_AVX512, gemm_q4_0_avx512, gemm_q8_0_avx512,
                                                      gemm_q5_0_rows16, gemm_q4_0_packed16, gemm_q8_0_packed16,
                                                      gemm_q5_0_packed16);
-const cpu_kernels cpu_kernels_amx = AVX512_TABLE("amx", CPU_ISA_AMX, gemm_q4_0_amx_stored, gemm_q8_0_amx_stored,
+const cpu_kernels llmm__cpu_kernels_amx = AVX512_TABLE("amx", CPU_ISA_AMX, gemm_q4_0_amx_stored, gemm_q8_0_amx_stored,
                                                   gemm_q5_0_amx_stored, gemm_q4_0_amx, gemm_q8_0_amx,
                                                   gemm_q5_0_amx);
 

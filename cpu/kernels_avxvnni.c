@@ -5,7 +5,7 @@
  * with PK_VNNI): they run decode once the copies exist, and every prompt of 4 rows or more
  * (packing each segment on the fly before the copies exist). Everything else is the AVX2
  * table's: its 8-row kernels (decode before the copies, 1-3 rows), the float kernels, Q2_K and
- * Q3_K. Compiled with -mavxvnni (Makefile); called only after cpu_kernels_get(CPU_ISA_AVX_VNNI)
+ * Q3_K. Compiled with -mavxvnni (Makefile); called only after llmm__cpu_kernels_get(CPU_ISA_AVX_VNNI)
  * checked the CPU.
  *
  * kernels_avxvnni_evex.c compiles this file again with the AVX-512 flags: the same instruction
@@ -22,13 +22,13 @@
 #error "kernels_avxvnni_evex.c needs -mavx512vl -mavx512vnni (see the Makefile)"
 #endif
 #define pk_dpbusd _mm256_dpbusd_epi32
-#define AVXVNNI_TABLE cpu_kernels_avxvnni_evex
+#define AVXVNNI_TABLE llmm__cpu_kernels_avxvnni_evex
 #else
 #if !defined(__AVXVNNI__)
 #error "kernels_avxvnni.c needs -mavxvnni (see the Makefile)"
 #endif
 #define pk_dpbusd _mm256_dpbusd_avx_epi32
-#define AVXVNNI_TABLE cpu_kernels_avxvnni
+#define AVXVNNI_TABLE llmm__cpu_kernels_avxvnni
 #endif
 
 #include "kernels_x86.h"
@@ -41,7 +41,7 @@
 #define AVX2_MATMUL(NAME, TYPE)                                                                                \
     static void NAME(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows,         \
                      float *out, size_t ldo) {                                                                \
-        cpu_kernels_avx2.matmul[TYPE].gemm(w, j0, j1, x, n_rows, out, ldo);                                  \
+        llmm__cpu_kernels_avx2.matmul[TYPE].gemm(w, j0, j1, x, n_rows, out, ldo);                                  \
     }
 AVX2_MATMUL(avx2_q4_0, LLMM_TYPE_Q4_0)
 AVX2_MATMUL(avx2_q5_0, LLMM_TYPE_Q5_0)
@@ -74,9 +74,9 @@ const cpu_kernels AVXVNNI_TABLE = {
     .isa = CPU_ISA_AVX_VNNI,
     .matmul =
         {
-            [LLMM_TYPE_F32] = {avx2_gemm_f32, CPU_OPERAND_F32},
-            [LLMM_TYPE_F16] = {avx2_gemm_f16, CPU_OPERAND_F16},
-            [LLMM_TYPE_BF16] = {avx2_gemm_bf16, CPU_OPERAND_BF16},
+            [LLMM_TYPE_F32] = {llmm__avx2_gemm_f32, CPU_OPERAND_F32},
+            [LLMM_TYPE_F16] = {llmm__avx2_gemm_f16, CPU_OPERAND_F16},
+            [LLMM_TYPE_BF16] = {llmm__avx2_gemm_bf16, CPU_OPERAND_BF16},
             [LLMM_TYPE_Q4_0] = {vnni_q4_0, CPU_OPERAND_Q8},
             [LLMM_TYPE_Q8_0] = {vnni_q8_0, CPU_OPERAND_Q8},
             [LLMM_TYPE_Q5_0] = {vnni_q5_0, CPU_OPERAND_Q8},

@@ -1,5 +1,5 @@
 /* Base NEON (Advanced SIMD) kernels, for every AArch64 CPU: called only after
- * cpu_kernels_get(CPU_ISA_NEON) checked the CPU. The dotprod table reuses all but the int8
+ * llmm__cpu_kernels_get(CPU_ISA_NEON) checked the CPU. The dotprod table reuses all but the int8
  * dots (kernels_neon_dotprod.c). Empty on other architectures. */
 #include "cpu_kernels.h"
 
@@ -44,7 +44,7 @@ static inline int32x4_t dot16_acc(int32x4_t acc, int8x16_t w, int8x16_t x) {
 /* One float rounded to f16 (nearest even, FCVTN under the default FPCR) and back. */
 static inline float round_f16(float v) { return vgetq_lane_f32(vcvt_f32_f16(vcvt_f16_f32(vdupq_n_f32(v))), 0); }
 
-/* llmm_quantize_row_q8_0 bit for bit: amax, d = amax / 127 stored as f16 (round to nearest
+/* llmm__quantize_row_q8_0 bit for bit: amax, d = amax / 127 stored as f16 (round to nearest
  * even), quants round(x * 127 / amax) to nearest even (FCVTNS, as nearbyintf under the default
  * rounding mode). |x * id| <= 127 up to a rounding, so the saturating narrows never clip a
  * value the scalar's clamp would not. */
@@ -83,7 +83,7 @@ static float first_of_magnitude(const float *xb, float amax) {
     return 0.0f; /* not reached: amax is one of the magnitudes */
 }
 
-/* llmm_quantize_row_q8_K bit for bit: iscale = -127 / (the signed value of largest magnitude)
+/* llmm__quantize_row_q8_K bit for bit: iscale = -127 / (the signed value of largest magnitude)
  * and d = 1 / iscale as the scalar divides, quants iscale * x clamped to [-128, 127] then
  * rounded to nearest even (FCVTNS, as nearbyintf under the default rounding mode). FMAXNM and
  * FMINNM return the number for a quiet NaN, so 0 * inf (a block whose largest value is
@@ -131,7 +131,7 @@ void neon_round_f16(const float *x, float *out, size_t n) {
 #define F32_ROWS 4
 #define F32_TILE_X 2
 
-/* 4 weight rows x nx operand rows, eight float lanes (two vectors) per pair: llmm_dot_f32's
+/* 4 weight rows x nx operand rows, eight float lanes (two vectors) per pair: llmm__dot_f32's
  * eight partial sums. 16 accumulators, 4 operand and 2 weight vectors: 22 of 32 registers. */
 SIMD_ALWAYS_INLINE void f32_tile(const float *const w[F32_ROWS], const float *const x[F32_TILE_X], size_t n8,
                                  size_t nx, float32x4_t acc[F32_ROWS][F32_TILE_X][2]) {
@@ -154,7 +154,7 @@ SIMD_ALWAYS_INLINE void f32_tile(const float *const w[F32_ROWS], const float *co
     }
 }
 
-/* llmm_dot_f32's ending: the tail first, then the eight lanes in order. */
+/* llmm__dot_f32's ending: the tail first, then the eight lanes in order. */
 static float f32_finish(const float32x4_t acc[2], const float *w, const float *x, size_t n8, size_t n) {
     float sum = 0, lanes[8];
     for (size_t i = n8; i < n; i++) sum += w[i] * x[i];
@@ -214,7 +214,7 @@ SIMD_ALWAYS_INLINE void load_half16(const uint16_t *p, int bf16, float32x4_t v[4
 }
 
 SIMD_ALWAYS_INLINE float half_to_float(uint16_t h, int bf16) {
-    return bf16 ? llmm_bf16_to_f32(h) : llmm_f16_to_f32(h);
+    return bf16 ? llmm__bf16_to_f32(h) : llmm__f16_to_f32(h);
 }
 
 typedef float32x4_t half_acc[4]; /* one (weight row, operand row) pair's 16 lanes */

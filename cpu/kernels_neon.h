@@ -1,5 +1,5 @@
 /* The base NEON kernels the dotprod table reuses: the dotprod table differs only in the int8
- * dots (SDOT). Declarations only: callers must have checked cpu_kernels_get(CPU_ISA_NEON). */
+ * dots (SDOT). Declarations only: callers must have checked llmm__cpu_kernels_get(CPU_ISA_NEON). */
 #ifndef LLMM_KERNELS_NEON_H
 #define LLMM_KERNELS_NEON_H
 

@@ -2,7 +2,7 @@
  * Jetson Orin): the int8 dots through vdotq_s32, four int8 products summed into each int32
  * lane in one instruction, with no int16 step. Everything else is the base NEON code (see
  * kernels_neon.h). Compiled with -march=armv8.2-a+dotprod (Makefile); called only after
- * cpu_kernels_get(CPU_ISA_NEON_DOTPROD) checked the CPU. Empty on other architectures. */
+ * llmm__cpu_kernels_get(CPU_ISA_NEON_DOTPROD) checked the CPU. Empty on other architectures. */
 #include "cpu_kernels.h"
 
 #if defined(__aarch64__)

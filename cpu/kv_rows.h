@@ -12,7 +12,7 @@
 /* IEEE half to float without branches on the value, exact for every pattern (subnormals,
  * infinities, NaN): the exponent is rebiased by a float multiply, subnormals come from a
  * magic-number subtraction (the method of Maratos' FP16 library). Inline because attention
- * converts every K and V value it reads: the out-of-line llmm_f16_to_f32 made F16 attention
+ * converts every K and V value it reads: the out-of-line llmm__f16_to_f32 made F16 attention
  * 3x slower than F32 on stories260K at 512 positions. */
 typedef union kv_bits {
     uint32_t u;
@@ -78,7 +78,7 @@ static inline void kv_store(const llmm_kv_view *view, void *base, uint32_t p, co
         uint8_t *row = (uint8_t *)base + kv_row_offset(view, p, h);
         if (view->type == LLMM_KV_F32) memcpy(row, x, n * sizeof *x);
         else if (view->type == LLMM_KV_F16)
-            for (size_t i = 0; i < n; i++) ((llmm_f16 *)(void *)row)[i] = llmm_f32_to_f16(x[i]);
+            for (size_t i = 0; i < n; i++) ((llmm_f16 *)(void *)row)[i] = llmm__f32_to_f16(x[i]);
         else kv_store_q8(row, x, n, amax);
     }
 }

@@ -220,7 +220,7 @@ static void attn_chunk(void *arg, size_t chunk, int ith) {
     }
 }
 
-llmm_status cpu_attend(cpu_state *s, const cpu_attn_batch *b) {
+llmm_status llmm__cpu_attend(cpu_state *s, const cpu_attn_batch *b) {
     if (b->n_head_kv == 0 || b->n_head % b->n_head_kv != 0) return LLMM_ERR_UNSUPPORTED;
     size_t max_kv = 1;
     for (size_t r = 0; r < b->n_rows; r++) {
@@ -230,7 +230,7 @@ llmm_status cpu_attend(cpu_state *s, const cpu_attn_batch *b) {
             return LLMM_ERR_UNSUPPORTED;
         if (row->n_kv > max_kv) max_kv = row->n_kv;
     }
-    const size_t nth = (size_t)threadpool_size(s->pool);
+    const size_t nth = (size_t)llmm__threadpool_size(s->pool);
     const uint32_t group = b->n_head / b->n_head_kv;
     /* whole groups when there are rows enough for two items per thread, else halve them */
     uint32_t hpi = LLMM_MIN(group, (uint32_t)LLMM_MAX_HEADS_PER_ITEM);
@@ -238,20 +238,20 @@ llmm_status cpu_attend(cpu_state *s, const cpu_attn_batch *b) {
     attn_task t = {.b = b, .k = s->k, .max_kv = max_kv, .heads_per_item = hpi,
                    .items_per_group = (group + hpi - 1) / hpi, .rows_per_item = 1};
     t.rows_per_item = (uint32_t)cpu_attn_rows_per_item(b->n_rows, hpi);
-    t.scratch = cpu_scratch(s, nth * attn_scratch_floats(&t, b->head_dim) * sizeof(float));
+    t.scratch = llmm__cpu_scratch(s, nth * attn_scratch_floats(&t, b->head_dim) * sizeof(float));
     if (!t.scratch) return LLMM_ERR_NO_MEMORY;
     const size_t n_blocks = (b->n_rows + t.rows_per_item - 1) / t.rows_per_item;
     const size_t n_items = n_blocks * b->n_head_kv * t.items_per_group;
     t.items_per_chunk = cpu_chunk_items(s, n_items, b->n_rows * b->n_head * max_kv * b->head_dim, 1);
-    threadpool_run(s->pool, attn_chunk, &t, (n_items + t.items_per_chunk - 1) / t.items_per_chunk);
+    llmm__threadpool_run(s->pool, attn_chunk, &t, (n_items + t.items_per_chunk - 1) / t.items_per_chunk);
     return LLMM_OK;
 }
 
-llmm_status cpu_attention(void *state, uint32_t layer, const llmm_attn_batch *batch) {
+llmm_status llmm__cpu_attention(void *state, uint32_t layer, const llmm_attn_batch *batch) {
     cpu_state *s = state;
     if (s->step == CPU_STEP_NONE || layer >= s->desc.kv->n_layer || batch->n_rows != s->desc.n_rows)
         return LLMM_ERR_INVALID_ARG;
-    cpu_step_views(s, layer);
+    llmm__cpu_step_views(s, layer);
     for (size_t r = 0; r < batch->n_rows; r++) {
         const uint32_t n_kv = (uint32_t)s->desc.pos[r] + 1, w = batch->window;
         s->attn_rows[r] = (cpu_attn_row){s->views[r], n_kv, w && n_kv > w ? n_kv - w : 0};
@@ -261,5 +261,5 @@ llmm_status cpu_attention(void *state, uint32_t layer, const llmm_attn_batch *ba
         .n_head = batch->n_head, .n_head_kv = batch->n_head_kv, .head_dim = batch->head_dim,
         .scale = batch->scale, .softcap = batch->softcap,
     };
-    return cpu_attend(s, &b);
+    return llmm__cpu_attend(s, &b);
 }

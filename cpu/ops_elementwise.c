@@ -10,13 +10,13 @@
 
 /* Rows of a table that is also the output matrix (tied embeddings) come from its packed copy
  * once there is one (packed_tiles.h), block by block. */
-llmm_status cpu_embed_rows(const llmm_tensor *table, const llmm_token *ids, size_t n, float *out) {
-    const llmm_type_traits *tt = llmm_type_get(table->type);
+llmm_status llmm__cpu_embed_rows(const llmm_tensor *table, const llmm_token *ids, size_t n, float *out) {
+    const llmm_type_traits *tt = llmm__type_get(table->type);
     if (!tt || !tt->dequant_row) return LLMM_ERR_UNSUPPORTED;
     const llmm_weight_copy *c = cpu_weight_copy(table);
     const int packed = c && atomic_load_explicit(&c->state, memory_order_acquire) == LLMM_COPY_READY &&
                        c->layout == PACKED_LAYOUT_ROWS16;
-    const size_t packed_rows = packed ? packed_tiles_rows(table) : 0, ne0 = (size_t)table->ne0;
+    const size_t packed_rows = packed ? llmm__packed_tiles_rows(table) : 0, ne0 = (size_t)table->ne0;
     for (size_t i = 0; i < n; i++) {
         if (ids[i] < 0 || ids[i] >= table->ne1) return LLMM_ERR_INVALID_ARG;
         const size_t row = (size_t)ids[i];
@@ -26,17 +26,17 @@ llmm_status cpu_embed_rows(const llmm_tensor *table, const llmm_token *ids, size
         }
         uint8_t block[PACKED_MAX_BLOCK_BYTES];
         for (size_t b = 0; b < ne0 / tt->block_size; b++) {
-            packed_tiles_read_block(table, c->data, row, b, block);
+            llmm__packed_tiles_read_block(table, c->data, row, b, block);
             tt->dequant_row(block, out + i * ne0 + b * tt->block_size, tt->block_size);
         }
     }
     return LLMM_OK;
 }
 
-llmm_status cpu_embed(void *state, const llmm_tensor *table, float *out) {
+llmm_status llmm__cpu_embed(void *state, const llmm_tensor *table, float *out) {
     const cpu_state *s = state;
     if (s->step == CPU_STEP_NONE) return LLMM_ERR_INVALID_ARG;
-    return cpu_embed_rows(table, s->desc.tokens, s->desc.n_rows, out);
+    return llmm__cpu_embed_rows(table, s->desc.tokens, s->desc.n_rows, out);
 }
 
 #define ROWWISE_PARALLEL_MIN_ROWS 16
@@ -58,11 +58,11 @@ static void norm_range(void *arg, size_t r0, size_t r1) {
 /* Sum of squares in double, scale in float: the reference's rms_norm, then the weight. Rows
  * from a prompt's worth on go to the threads, as the element-wise ops below, so the other
  * threads do not wait on the calling one. */
-llmm_status cpu_rms_norm(void *state, const float *x, const float *weight, float *out, size_t n_rows, size_t dim,
+llmm_status llmm__cpu_rms_norm(void *state, const float *x, const float *weight, float *out, size_t n_rows, size_t dim,
                          float eps) {
     cpu_state *s = state;
     norm_task t = {s->k, x, weight, out, dim, eps};
-    cpu_parallel_range(s, n_rows, 1, ROWWISE_PARALLEL_MIN_ROWS, norm_range, &t);
+    llmm__cpu_parallel_range(s, n_rows, 1, ROWWISE_PARALLEL_MIN_ROWS, norm_range, &t);
     return LLMM_OK;
 }
 
@@ -103,7 +103,7 @@ static void rope_pairs(float *v, size_t i0, size_t m, size_t n_rot, const float 
     else rotate_adjacent(v + 2 * i0, m, c, s);
 }
 
-llmm_status cpu_rope_rows(float *x, size_t n_rows, size_t n_heads, size_t head_dim, const int32_t *pos,
+llmm_status llmm__cpu_rope_rows(float *x, size_t n_rows, size_t n_heads, size_t head_dim, const int32_t *pos,
                           const llmm_rope_params *rp) {
     const size_t n_rot = rp->n_rot;
     const float theta_scale = powf(rp->base, -2.0f / (float)n_rot);
@@ -153,10 +153,10 @@ static void glu_range(void *arg, size_t i0, size_t i1) {
         for (size_t i = i0; i < i1; i++) t->gate[i] = gelu_tanh(t->gate[i]) * t->up[i];
 }
 
-llmm_status cpu_glu(void *state, float *gate, const float *up, size_t n, llmm_activation act) {
+llmm_status llmm__cpu_glu(void *state, float *gate, const float *up, size_t n, llmm_activation act) {
     cpu_state *s = state;
     glu_task t = {s->k, gate, up, act};
-    cpu_parallel_range(s, n, ELEMENTWISE_ALIGN, ELEMENTWISE_PARALLEL_MIN, glu_range, &t);
+    llmm__cpu_parallel_range(s, n, ELEMENTWISE_ALIGN, ELEMENTWISE_PARALLEL_MIN, glu_range, &t);
     return LLMM_OK;
 }
 
@@ -168,7 +168,7 @@ typedef struct add_task {
 /* In blocks of eight, which GCC vectorizes at -O2 (a plain loop of unknown length stays
  * scalar); restrict parameters spare it the overlap
  * check that its cheapest cost model refuses. */
-void cpu_add_floats(float *restrict dst, const float *restrict src, size_t n) {
+void llmm__cpu_add_floats(float *restrict dst, const float *restrict src, size_t n) {
     size_t i = 0;
     for (; i + 8 <= n; i += 8)
         for (size_t k = 0; k < 8; k++) dst[i + k] += src[i + k];
@@ -177,16 +177,16 @@ void cpu_add_floats(float *restrict dst, const float *restrict src, size_t n) {
 
 static void add_range(void *arg, size_t i0, size_t i1) {
     const add_task *t = arg;
-    cpu_add_floats(t->dst + i0, t->src + i0, i1 - i0);
+    llmm__cpu_add_floats(t->dst + i0, t->src + i0, i1 - i0);
 }
 
-llmm_status cpu_add(void *state, float *dst, const float *src, size_t n) {
+llmm_status llmm__cpu_add(void *state, float *dst, const float *src, size_t n) {
     add_task t = {dst, src};
-    cpu_parallel_range(state, n, ELEMENTWISE_ALIGN, ELEMENTWISE_PARALLEL_MIN, add_range, &t);
+    llmm__cpu_parallel_range(state, n, ELEMENTWISE_ALIGN, ELEMENTWISE_PARALLEL_MIN, add_range, &t);
     return LLMM_OK;
 }
 
-llmm_status cpu_kv_store_rows(const llmm_kv_view *views, const int32_t *pos, size_t n_rows, const float *k,
+llmm_status llmm__cpu_kv_store_rows(const llmm_kv_view *views, const int32_t *pos, size_t n_rows, const float *k,
                               const float *v, size_t kv_dim) {
     for (size_t r = 0; r < n_rows; r++)
         if (!kv_type_known(views[r].type) || pos[r] < 0 || (size_t)views[r].n_head_kv * views[r].head_dim != kv_dim)
@@ -198,16 +198,16 @@ llmm_status cpu_kv_store_rows(const llmm_kv_view *views, const int32_t *pos, siz
     return LLMM_OK;
 }
 
-llmm_status cpu_rope(void *state, float *x, size_t n_heads, size_t head_dim, const llmm_rope_params *rp) {
+llmm_status llmm__cpu_rope(void *state, float *x, size_t n_heads, size_t head_dim, const llmm_rope_params *rp) {
     cpu_state *s = state;
     if (s->step == CPU_STEP_NONE) return LLMM_ERR_INVALID_ARG;
-    return cpu_rope_rows(x, s->desc.n_rows, n_heads, head_dim, s->desc.pos, rp);
+    return llmm__cpu_rope_rows(x, s->desc.n_rows, n_heads, head_dim, s->desc.pos, rp);
 }
 
-llmm_status cpu_kv_write(void *state, uint32_t layer, const float *k, const float *v) {
+llmm_status llmm__cpu_kv_write(void *state, uint32_t layer, const float *k, const float *v) {
     cpu_state *s = state;
     if (s->step == CPU_STEP_NONE || layer >= s->desc.kv->n_layer) return LLMM_ERR_INVALID_ARG;
     const llmm_kv_layout *kv = s->desc.kv;
-    cpu_step_views(s, layer);
-    return cpu_kv_store_rows(s->views, s->desc.pos, s->desc.n_rows, k, v, (size_t)kv->n_head_kv * kv->head_dim);
+    llmm__cpu_step_views(s, layer);
+    return llmm__cpu_kv_store_rows(s->views, s->desc.pos, s->desc.n_rows, k, v, (size_t)kv->n_head_kv * kv->head_dim);
 }

@@ -68,7 +68,7 @@ static void chunk_tiles(const matmul_task *t, size_t c, size_t *t0, size_t *t1) 
 static void plan_chunks(const cpu_state *s, matmul_task *t) {
     size_t work = 0;
     for (size_t i = 0; i < t->n_parts; i++) work += (size_t)t->part[i].w->ne0 * (size_t)t->part[i].w->ne1;
-    const size_t nth = (size_t)threadpool_size(s->pool);
+    const size_t nth = (size_t)llmm__threadpool_size(s->pool);
     const int parallel = nth > 1 && work * t->n_rows >= CPU_PARALLEL_MIN_WORK && t->n_tiles > 1;
     t->n_segments = parallel ? nth : 1;
     t->segment_chunks = parallel ? SEGMENT_CHUNKS : 1;
@@ -89,9 +89,9 @@ static void pack_and_run(const matmul_task *t, const matmul_part *p, size_t r0, 
     const size_t step = LLMM_MAX((size_t)1, PACK_SLICE_BYTES / (PACKED_TILE_ROWS * rb)) * PACKED_TILE_ROWS;
     for (size_t a = r0; a < end; a += step) {
         const size_t b = LLMM_MIN(end, a + step);
-        packed_tiles_populate((uint8_t *)c->data + a * rb, (b - a) * rb);
+        llmm__packed_tiles_populate((uint8_t *)c->data + a * rb, (b - a) * rb);
         p->pack(w, a / PACKED_TILE_ROWS, b / PACKED_TILE_ROWS, c->data);
-        if (c->release_source) packed_tiles_drop_source((const uint8_t *)w->data + a * rb, (b - a) * rb);
+        if (c->release_source) llmm__packed_tiles_drop_source((const uint8_t *)w->data + a * rb, (b - a) * rb);
         p->gemm_packed(&p->packed, a, b, &t->x, t->n_rows, p->out, (size_t)w->ne1);
     }
 }
@@ -151,7 +151,7 @@ static void use_copy(cpu_state *s, matmul_part *p, size_t n_rows) {
     llmm_weight_copy *c = cpu_weight_copy(w);
     const cpu_gemm_fn packed_fn = s->k->matmul_packed[w->type];
     if (!c || !packed_fn || !p->gemm) return;
-    const size_t rows = packed_tiles_rows(w);
+    const size_t rows = llmm__packed_tiles_rows(w);
     uint32_t state = atomic_load_explicit(&c->state, memory_order_acquire);
     const size_t bytes = rows * w->row_bytes;
     /* within a step, the budget (cpu_backend.h) bounds the copies made: whole matrices, and a
@@ -163,15 +163,15 @@ static void use_copy(cpu_state *s, matmul_part *p, size_t n_rows) {
         if (!atomic_compare_exchange_strong(&c->state, &state, LLMM_COPY_MAKING)) return; /* another's */
         if (in_step) s->pack_budget = bytes < s->pack_budget ? s->pack_budget - bytes : 0;
         c->bytes = bytes;
-        c->data = rows ? packed_tiles_alloc(c->bytes) : NULL;
+        c->data = rows ? llmm__packed_tiles_alloc(c->bytes) : NULL;
         if (!c->data) {
             atomic_store_explicit(&c->state, LLMM_COPY_NEVER, memory_order_release);
             return;
         }
         c->layout = PACKED_LAYOUT_ROWS16;
-        c->free_data = packed_tiles_free;
+        c->free_data = llmm__packed_tiles_free;
         p->packing = 1;
-        p->pack = s->k->pack_tiles ? s->k->pack_tiles : packed_tiles_pack;
+        p->pack = s->k->pack_tiles ? s->k->pack_tiles : llmm__packed_tiles_pack;
     } else if (state != LLMM_COPY_READY || c->layout != PACKED_LAYOUT_ROWS16) {
         return;
     }
@@ -192,20 +192,20 @@ static void run_task(cpu_state *s, matmul_task *t, const llmm_tensor *const *w, 
         t->n_tiles += ((size_t)w[i]->ne1 + TILE_ROWS - 1) / TILE_ROWS;
     }
     plan_chunks(s, t);
-    threadpool_run(s->pool, matmul_chunk, t, t->n_segments * t->segment_chunks);
+    llmm__threadpool_run(s->pool, matmul_chunk, t, t->n_segments * t->segment_chunks);
     for (size_t i = 0; i < n_w; i++) {
         const matmul_part *p = &t->part[i];
         if (!p->packing) continue;
         /* the pages at the slices' edges, which no slice held whole */
         llmm_weight_copy *c = cpu_weight_copy(p->w);
-        if (c->release_source) packed_tiles_drop_source(p->w->data, (size_t)p->packed.ne1 * p->w->row_bytes);
+        if (c->release_source) llmm__packed_tiles_drop_source(p->w->data, (size_t)p->packed.ne1 * p->w->row_bytes);
         atomic_store_explicit(&c->state, LLMM_COPY_READY, memory_order_release);
     }
 }
 
 /* In blocks of eight, which GCC vectorizes at -O2, where the type table's converter goes
  * value by value: BF16 prompts round every operand value. */
-void cpu_round_bf16(const float *x, float *out, size_t n) {
+void llmm__cpu_round_bf16(const float *x, float *out, size_t n) {
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {
         uint32_t u[8];
@@ -230,14 +230,14 @@ void cpu_round_bf16(const float *x, float *out, size_t n) {
 static void quantize_row_q8k(const float *x, int8_t *qs, float *d, int16_t *bsums, size_t n) {
     block_q8_K blk;
     for (size_t b = 0; b < n / QK_K; b++) {
-        llmm_quantize_row_q8_K(x + b * QK_K, &blk, QK_K);
+        llmm__quantize_row_q8_K(x + b * QK_K, &blk, QK_K);
         d[b] = blk.d;
         memcpy(qs + b * QK_K, blk.qs, sizeof blk.qs);
         memcpy(bsums + b * (QK_K / 16), blk.bsums, sizeof blk.bsums);
     }
 }
 
-/* Operand rows from a prompt's worth on go to the threads (cpu_parallel_range), so that
+/* Operand rows from a prompt's worth on go to the threads (llmm__cpu_parallel_range), so that
  * quantizing a prompt's rows for each matmul does not run on the calling thread while the
  * others wait. */
 #define OPERAND_PARALLEL_MIN_ROWS 16
@@ -262,7 +262,7 @@ static void operand_rows_range(void *arg, size_t r0, size_t r1) {
         const float *x = t->x + r * n;
         switch (t->kind) {
         case CPU_OPERAND_F16: t->k->round_f16(x, t->half + r * n, n); break;
-        case CPU_OPERAND_BF16: cpu_round_bf16(x, t->half + r * n, n); break;
+        case CPU_OPERAND_BF16: llmm__cpu_round_bf16(x, t->half + r * n, n); break;
         case CPU_OPERAND_Q8K: {
             const size_t nb = n / QK_K, ng = n / 16;
             if (t->k->quantize_q8k) t->k->quantize_q8k(x, t->qs + r * n, t->d + r * nb, t->bsums + r * ng, n);
@@ -277,9 +277,9 @@ static void operand_rows_range(void *arg, size_t r0, size_t r1) {
             }
             block_q8_1 blk;
             for (size_t b = 0; b < nb; b++) {
-                llmm_quantize_row_q8_1(x + b * QK8_1, &blk, QK8_1);
-                t->d[r * nb + b] = llmm_f16_to_f32(blk.d);
-                t->sd[r * nb + b] = llmm_f16_to_f32(blk.s);
+                llmm__quantize_row_q8_1(x + b * QK8_1, &blk, QK8_1);
+                t->d[r * nb + b] = llmm__f16_to_f32(blk.d);
+                t->sd[r * nb + b] = llmm__f16_to_f32(blk.s);
                 memcpy(t->qs + r * n + b * QK8_1, blk.qs, sizeof blk.qs);
             }
             break;
@@ -295,12 +295,12 @@ static void operand_rows_range(void *arg, size_t r0, size_t r1) {
 }
 
 static void operand_fill(cpu_state *s, operand_rows *t, size_t n_rows) {
-    cpu_parallel_range(s, n_rows, 1, OPERAND_PARALLEL_MIN_ROWS, operand_rows_range, t);
+    llmm__cpu_parallel_range(s, n_rows, 1, OPERAND_PARALLEL_MIN_ROWS, operand_rows_range, t);
 }
 
 static llmm_status prepare_q8k(cpu_state *s, const float *x, size_t n_rows, size_t n, cpu_operand *op) {
     const size_t nb = n / QK_K, ng = n / 16;
-    uint8_t *p = cpu_scratch(s, n_rows * (nb * sizeof(float) + ng * sizeof(int16_t) + n));
+    uint8_t *p = llmm__cpu_scratch(s, n_rows * (nb * sizeof(float) + ng * sizeof(int16_t) + n));
     if (!p) return LLMM_ERR_NO_MEMORY;
     operand_rows t = {.k = s->k, .kind = CPU_OPERAND_Q8K, .x = x, .n = n, .d = (float *)(void *)p,
                       .bsums = (int16_t *)(void *)(p + n_rows * nb * sizeof(float)),
@@ -313,7 +313,7 @@ static llmm_status prepare_q8k(cpu_state *s, const float *x, size_t n_rows, size
 /* Q8_1 rows through the type table's quantizer, split by field (as Q8_K above). */
 static llmm_status prepare_q8_1(cpu_state *s, const float *x, size_t n_rows, size_t n, cpu_operand *op) {
     const size_t nb = n / QK8_1;
-    uint8_t *p = cpu_scratch(s, n_rows * (2 * nb * sizeof(float) + n));
+    uint8_t *p = llmm__cpu_scratch(s, n_rows * (2 * nb * sizeof(float) + n));
     if (!p) return LLMM_ERR_NO_MEMORY;
     float *d = (float *)(void *)p;
     operand_rows t = {.k = s->k, .kind = CPU_OPERAND_Q8_1, .x = x, .n = n, .d = d, .sd = d + n_rows * nb,
@@ -333,7 +333,7 @@ static llmm_status prepare_operand(cpu_state *s, cpu_operand_kind kind, const fl
         return LLMM_OK;
     }
     if (kind == CPU_OPERAND_F16 || kind == CPU_OPERAND_BF16) {
-        float *half = cpu_scratch(s, n_rows * n * sizeof(float));
+        float *half = llmm__cpu_scratch(s, n_rows * n * sizeof(float));
         if (!half) return LLMM_ERR_NO_MEMORY;
         operand_rows t = {.k = s->k, .kind = kind, .x = x, .n = n, .half = half};
         operand_fill(s, &t, n_rows);
@@ -343,7 +343,7 @@ static llmm_status prepare_operand(cpu_state *s, cpu_operand_kind kind, const fl
     if (kind == CPU_OPERAND_Q8K) return prepare_q8k(s, x, n_rows, n, op);
     if (kind == CPU_OPERAND_Q8_1) return prepare_q8_1(s, x, n_rows, n, op);
     const size_t nb = n / QK8_0;
-    uint8_t *p = cpu_scratch(s, n_rows * (nb * (sizeof(float) + sizeof(int32_t)) + n));
+    uint8_t *p = llmm__cpu_scratch(s, n_rows * (nb * (sizeof(float) + sizeof(int32_t)) + n));
     if (!p) return LLMM_ERR_NO_MEMORY;
     operand_rows t = {.k = s->k, .kind = CPU_OPERAND_Q8, .x = x, .n = n, .d = (float *)(void *)p,
                       .sum = (int32_t *)(void *)(p + n_rows * nb * sizeof(float)),
@@ -361,9 +361,9 @@ static llmm_status prepare_generic(cpu_state *s, const cpu_dot *dot, const float
         t->xq_row_bytes = ne0 * sizeof(float);
         return LLMM_OK;
     }
-    const llmm_type_traits *op = llmm_type_get(dot->operand_type);
-    t->xq_row_bytes = llmm_row_bytes(dot->operand_type, ne0);
-    void *xq = cpu_scratch(s, t->xq_row_bytes * n_rows);
+    const llmm_type_traits *op = llmm__type_get(dot->operand_type);
+    t->xq_row_bytes = llmm__row_bytes(dot->operand_type, ne0);
+    void *xq = llmm__cpu_scratch(s, t->xq_row_bytes * n_rows);
     if (!xq) return LLMM_ERR_NO_MEMORY;
     for (size_t r = 0; r < n_rows; r++) op->from_float(x + r * ne0, (uint8_t *)xq + r * t->xq_row_bytes, ne0);
     t->xq = xq;
@@ -371,7 +371,7 @@ static llmm_status prepare_generic(cpu_state *s, const cpu_dot *dot, const float
 }
 
 /* Several weights over one operand in one dispatch, their rows in one tile space. */
-llmm_status cpu_matmul_multi(void *state, const llmm_tensor *const *w, size_t n_w, const float *x, size_t n_rows,
+llmm_status llmm__cpu_matmul_multi(void *state, const llmm_tensor *const *w, size_t n_w, const float *x, size_t n_rows,
                              float *const *out) {
     cpu_state *s = state;
     int one_operand = n_w >= 1 && n_w <= MATMUL_MAX_PARTS;
@@ -381,7 +381,7 @@ llmm_status cpu_matmul_multi(void *state, const llmm_tensor *const *w, size_t n_
     }
     if (!one_operand) { /* types without a kernel, or wanting different operands: one by one */
         for (size_t i = 0; i < n_w; i++) {
-            llmm_status st = cpu_matmul(state, w[i], x, n_rows, out[i]);
+            llmm_status st = llmm__cpu_matmul(state, w[i], x, n_rows, out[i]);
             if (st) return st;
         }
         return LLMM_OK;
@@ -394,9 +394,9 @@ llmm_status cpu_matmul_multi(void *state, const llmm_tensor *const *w, size_t n_
     return LLMM_OK;
 }
 
-llmm_status cpu_matmul(void *state, const llmm_tensor *w, const float *x, size_t n_rows, float *out) {
+llmm_status llmm__cpu_matmul(void *state, const llmm_tensor *w, const float *x, size_t n_rows, float *out) {
     cpu_state *s = state;
-    const cpu_dot *dot = cpu_dot_get(w->type);
+    const cpu_dot *dot = llmm__cpu_dot_get(w->type);
     if (!dot) return LLMM_ERR_UNSUPPORTED;
     const size_t ne0 = (size_t)w->ne0;
     const cpu_matmul_kernel *kern = &s->k->matmul[w->type];

@@ -47,11 +47,11 @@ static size_t block_tail(const block_fields *f, size_t bb) {
     return f->pieces ? bb % 16 : bb - f->qs - 4 * (size_t)f->n_vectors;
 }
 
-int packed_tiles_type(uint32_t type) { return fields_of(type).packable; }
+int llmm__packed_tiles_type(uint32_t type) { return fields_of(type).packable; }
 
-size_t packed_tiles_rows(const llmm_tensor *w) {
-    if (!w->data || !packed_tiles_type(w->type) || w->ne0 <= 0 ||
-        (size_t)w->ne0 % llmm_type_get(w->type)->block_size != 0 || w->ne1 < PACKED_TILE_ROWS)
+size_t llmm__packed_tiles_rows(const llmm_tensor *w) {
+    if (!w->data || !llmm__packed_tiles_type(w->type) || w->ne0 <= 0 ||
+        (size_t)w->ne0 % llmm__type_get(w->type)->block_size != 0 || w->ne1 < PACKED_TILE_ROWS)
         return 0;
     return (size_t)w->ne1 / PACKED_TILE_ROWS * PACKED_TILE_ROWS;
 }
@@ -118,9 +118,9 @@ static void pack_group(const block_fields *f, size_t bb, const uint8_t *tile, si
     for (size_t q = 0; q < PACKED_TILE_ROWS && tail; q++) memcpy(v + tail * q, blk[packed_lane_row(q)] + at, tail);
 }
 
-void packed_tiles_pack_with(const llmm_tensor *w, size_t t0, size_t t1, uint8_t *copy, packed_piece_fn piece) {
+void llmm__packed_tiles_pack_with(const llmm_tensor *w, size_t t0, size_t t1, uint8_t *copy, packed_piece_fn piece) {
     const block_fields f = fields_of(w->type);
-    const llmm_type_traits *tt = llmm_type_get(w->type);
+    const llmm_type_traits *tt = llmm__type_get(w->type);
     const size_t bb = tt->block_bytes, nb = (size_t)w->ne0 / tt->block_size, rb = w->row_bytes;
     for (size_t t = t0; t < t1; t++)
         for (size_t b = 0; b < nb; b++)
@@ -128,20 +128,20 @@ void packed_tiles_pack_with(const llmm_tensor *w, size_t t0, size_t t1, uint8_t 
                        copy + (t * nb + b) * PACKED_TILE_ROWS * bb);
 }
 
-void packed_tiles_pack_groups(uint32_t type, const uint8_t *tile, size_t rb, size_t b0, size_t b1,
+void llmm__packed_tiles_pack_groups(uint32_t type, const uint8_t *tile, size_t rb, size_t b0, size_t b1,
                               packed_piece_fn piece, uint8_t *out) {
     const block_fields f = fields_of(type);
-    const size_t bb = llmm_type_get(type)->block_bytes;
+    const size_t bb = llmm__type_get(type)->block_bytes;
     for (size_t b = b0; b < b1; b++) pack_group(&f, bb, tile, rb, b, piece, out + (b - b0) * PACKED_TILE_ROWS * bb);
 }
 
-void packed_tiles_pack(const llmm_tensor *w, size_t t0, size_t t1, uint8_t *copy) {
-    packed_tiles_pack_with(w, t0, t1, copy, pack_piece_scalar);
+void llmm__packed_tiles_pack(const llmm_tensor *w, size_t t0, size_t t1, uint8_t *copy) {
+    llmm__packed_tiles_pack_with(w, t0, t1, copy, pack_piece_scalar);
 }
 
-void packed_tiles_read_block(const llmm_tensor *w, const uint8_t *copy, size_t row, size_t b, uint8_t *block) {
+void llmm__packed_tiles_read_block(const llmm_tensor *w, const uint8_t *copy, size_t row, size_t b, uint8_t *block) {
     const block_fields f = fields_of(w->type);
-    const llmm_type_traits *tt = llmm_type_get(w->type);
+    const llmm_type_traits *tt = llmm__type_get(w->type);
     const size_t bb = tt->block_bytes, nb = (size_t)w->ne0 / tt->block_size;
     const size_t lane = packed_lane_row(row % PACKED_TILE_ROWS); /* the mapping is its own inverse */
     const uint8_t *v = copy + (row / PACKED_TILE_ROWS * nb + b) * PACKED_TILE_ROWS * bb;
@@ -167,14 +167,14 @@ void packed_tiles_read_block(const llmm_tensor *w, const uint8_t *copy, size_t r
     memcpy(block + bb - tail, v + 64 * f.n_vectors + tail * lane, tail);
 }
 
-void *packed_tiles_alloc(size_t bytes) {
+void *llmm__packed_tiles_alloc(size_t bytes) {
     if (!bytes) return NULL;
     void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) return NULL;
     return p;
 }
 
-void packed_tiles_free(void *data, size_t bytes) {
+void llmm__packed_tiles_free(void *data, size_t bytes) {
     if (data) munmap(data, bytes);
 }
 
@@ -183,7 +183,7 @@ static uintptr_t page_size(void) {
     return page > 0 ? (uintptr_t)page : 4096;
 }
 
-void packed_tiles_populate(void *p, size_t n) {
+void llmm__packed_tiles_populate(void *p, size_t n) {
 #ifdef MADV_POPULATE_WRITE
     const uintptr_t page = page_size();
     const uintptr_t begin = (uintptr_t)p / page * page, end = ((uintptr_t)p + n + page - 1) / page * page;
@@ -194,7 +194,7 @@ void packed_tiles_populate(void *p, size_t n) {
 #endif
 }
 
-void packed_tiles_drop_source(const void *p, size_t n) {
+void llmm__packed_tiles_drop_source(const void *p, size_t n) {
     const uintptr_t page = page_size();
     const uintptr_t begin = ((uintptr_t)p + page - 1) / page * page, end = ((uintptr_t)p + n) / page * page;
     /* advice only: a failure leaves the pages resident, which costs memory, not results */

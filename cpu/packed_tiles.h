@@ -57,43 +57,43 @@ static const uint8_t packed_q6_k_pieces[13] = {12, 8, 0, 2, 9, 1, 3, 10, 4, 6, 1
 static inline size_t packed_lane_row(size_t q) { return (q >> 2) + 4 * (q & 3); }
 
 /* 1 when w's type has this layout. */
-int packed_tiles_type(uint32_t type);
+int llmm__packed_tiles_type(uint32_t type);
 
 /* Rows of w the copy covers (whole tiles); 0 when there are none. */
-size_t packed_tiles_rows(const llmm_tensor *w);
+size_t llmm__packed_tiles_rows(const llmm_tensor *w);
 
-/* Tiles [t0, t1) of w into copy (the whole copy's base, packed_tiles_rows x row_bytes): the
+/* Tiles [t0, t1) of w into copy (the whole copy's base, llmm__packed_tiles_rows x row_bytes): the
  * portable reference of cpu_kernels.pack_tiles. */
-void packed_tiles_pack(const llmm_tensor *w, size_t t0, size_t t1, uint8_t *copy);
+void llmm__packed_tiles_pack(const llmm_tensor *w, size_t t0, size_t t1, uint8_t *copy);
 
 /* One 16-byte piece of a group: lane q (0..15) of vector j (0..3) of out = bytes at + 4j ..
  * at + 4j + 3 of block blk[packed_lane_row(q)], xor flip (a group's vectors, four at a time). */
 typedef void (*packed_piece_fn)(const uint8_t *const blk[PACKED_TILE_ROWS], size_t at, uint32_t flip, uint8_t *out);
 
-/* packed_tiles_pack with the pieces transposed by piece (a SIMD table's; the heads, 5th-bit
- * masks and tails stay plain C): byte for byte packed_tiles_pack's result. */
-void packed_tiles_pack_with(const llmm_tensor *w, size_t t0, size_t t1, uint8_t *copy, packed_piece_fn piece);
+/* llmm__packed_tiles_pack with the pieces transposed by piece (a SIMD table's; the heads, 5th-bit
+ * masks and tails stay plain C): byte for byte llmm__packed_tiles_pack's result. */
+void llmm__packed_tiles_pack_with(const llmm_tensor *w, size_t t0, size_t t1, uint8_t *copy, packed_piece_fn piece);
 
 /* Groups [b0, b1) of one tile of a packable type (its rows tile + r * rb; rb 0: one row in every
  * lane) into out, the group of b0 first: a piece of a copy, made where it is used (the AVX2
  * table's prompt tiles over weights that have no copy). */
-void packed_tiles_pack_groups(uint32_t type, const uint8_t *tile, size_t rb, size_t b0, size_t b1,
+void llmm__packed_tiles_pack_groups(uint32_t type, const uint8_t *tile, size_t rb, size_t b0, size_t b1,
                               packed_piece_fn piece, uint8_t *out);
 
-/* Block b of row `row` (< packed_tiles_rows(w)) as the file holds it, from the copy (the
+/* Block b of row `row` (< llmm__packed_tiles_rows(w)) as the file holds it, from the copy (the
  * embedding lookup of a tied output matrix reads rows from it, so that the file pages the copy
  * replaced are not faulted back in, 2 MiB folios at a time, token by token). */
-void packed_tiles_read_block(const llmm_tensor *w, const uint8_t *copy, size_t row, size_t b, uint8_t *block);
+void llmm__packed_tiles_read_block(const llmm_tensor *w, const uint8_t *copy, size_t row, size_t b, uint8_t *block);
 
-/* Memory for a copy of bytes (page-aligned, fresh pages), or NULL; freed by packed_tiles_free. */
-void *packed_tiles_alloc(size_t bytes);
-void packed_tiles_free(void *data, size_t bytes);
+/* Memory for a copy of bytes (page-aligned, fresh pages), or NULL; freed by llmm__packed_tiles_free. */
+void *llmm__packed_tiles_alloc(size_t bytes);
+void llmm__packed_tiles_free(void *data, size_t bytes);
 
 /* Faults in [p, p + n) of a copy in one call (advice: fewer, batched page faults). */
-void packed_tiles_populate(void *p, size_t n);
+void llmm__packed_tiles_populate(void *p, size_t n);
 
 /* Drops the whole pages of [p, p + n) from the process (they must be a read-only file mapping
  * that nothing writes: later reads fault them back in from the file). */
-void packed_tiles_drop_source(const void *p, size_t n);
+void llmm__packed_tiles_drop_source(const void *p, size_t n);
 
 #endif

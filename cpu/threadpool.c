@@ -174,18 +174,18 @@ static void wake_sleepers(llmm_threadpool *pool) {
 }
 
 /* Worker arguments live in one block after the thread handles. */
-llmm_status threadpool_create(int n_threads, const llmm_allocator *alloc, llmm_threadpool **out) {
+llmm_status llmm__threadpool_create(int n_threads, const llmm_allocator *alloc, llmm_threadpool **out) {
     if (n_threads < 1) n_threads = 1;
-    llmm_threadpool *pool = mem_calloc(alloc, 1, sizeof *pool);
+    llmm_threadpool *pool = llmm__mem_calloc(alloc, 1, sizeof *pool);
     if (!pool) return LLMM_ERR_NO_MEMORY;
     pool->n = n_threads;
     pool->alloc = alloc;
-    pool->threads = mem_calloc(alloc, (size_t)n_threads, sizeof(pthread_t) + sizeof(worker_arg));
-    pool->segments = mem_calloc(alloc, (size_t)n_threads, sizeof *pool->segments);
+    pool->threads = llmm__mem_calloc(alloc, (size_t)n_threads, sizeof(pthread_t) + sizeof(worker_arg));
+    pool->segments = llmm__mem_calloc(alloc, (size_t)n_threads, sizeof *pool->segments);
     if (!pool->threads || !pool->segments) {
-        mem_free(alloc, pool->threads);
-        mem_free(alloc, pool->segments);
-        mem_free(alloc, pool);
+        llmm__mem_free(alloc, pool->threads);
+        llmm__mem_free(alloc, pool->segments);
+        llmm__mem_free(alloc, pool);
         return LLMM_ERR_NO_MEMORY;
     }
     worker_arg *args = (worker_arg *)(pool->threads + n_threads);
@@ -203,7 +203,7 @@ llmm_status threadpool_create(int n_threads, const llmm_allocator *alloc, llmm_t
         args[i] = (worker_arg){pool, i};
         if (pthread_create(&pool->threads[i], NULL, worker_main, &args[i]) != 0) {
             pool->n = i; /* shut down the ones that started */
-            threadpool_free(pool);
+            llmm__threadpool_free(pool);
             return LLMM_ERR_BACKEND;
         }
     }
@@ -211,7 +211,7 @@ llmm_status threadpool_create(int n_threads, const llmm_allocator *alloc, llmm_t
     return LLMM_OK;
 }
 
-void threadpool_free(llmm_threadpool *pool) {
+void llmm__threadpool_free(llmm_threadpool *pool) {
     if (!pool) return;
     atomic_store(&pool->quit, 1);
     pthread_mutex_lock(&pool->lock);
@@ -220,12 +220,12 @@ void threadpool_free(llmm_threadpool *pool) {
     for (int i = 1; i < pool->n; i++) pthread_join(pool->threads[i], NULL);
     pthread_mutex_destroy(&pool->lock);
     pthread_cond_destroy(&pool->work_ready);
-    mem_free(pool->alloc, pool->threads);
-    mem_free(pool->alloc, pool->segments);
-    mem_free(pool->alloc, pool);
+    llmm__mem_free(pool->alloc, pool->threads);
+    llmm__mem_free(pool->alloc, pool->segments);
+    llmm__mem_free(pool->alloc, pool);
 }
 
-void threadpool_run(llmm_threadpool *pool, llmm_chunk_fn fn, void *arg, size_t n_chunks) {
+void llmm__threadpool_run(llmm_threadpool *pool, llmm_chunk_fn fn, void *arg, size_t n_chunks) {
     /* segment bounds are 16 bits; callers ask for a few chunks per thread, never near that */
     if (pool->n == 1 || n_chunks <= 1 || n_chunks > SEG_MAX_CHUNKS) {
         for (size_t c = 0; c < n_chunks; c++) fn(arg, c, 0);
@@ -238,8 +238,8 @@ void threadpool_run(llmm_threadpool *pool, llmm_chunk_fn fn, void *arg, size_t n
     pool->gen++;
     for (int i = 0; i < pool->n; i++)
         atomic_store_explicit(&pool->segments[i].word,
-                              SEG(pool->gen, threadpool_segment_start(n_chunks, pool->n, i),
-                                  threadpool_segment_start(n_chunks, pool->n, i + 1)),
+                              SEG(pool->gen, llmm__threadpool_segment_start(n_chunks, pool->n, i),
+                                  llmm__threadpool_segment_start(n_chunks, pool->n, i + 1)),
                               memory_order_relaxed);
     atomic_store(&pool->ticket, pool->gen); /* publishes the run (seq_cst, see wake_sleepers) */
     wake_sleepers(pool);
@@ -252,14 +252,14 @@ void threadpool_run(llmm_threadpool *pool, llmm_chunk_fn fn, void *arg, size_t n
     }
 }
 
-size_t threadpool_segment_start(size_t n_chunks, int n_threads, int i) {
+size_t llmm__threadpool_segment_start(size_t n_chunks, int n_threads, int i) {
     return n_chunks * (size_t)i / (size_t)n_threads;
 }
 
-int threadpool_size(const llmm_threadpool *pool) { return pool->n; }
+int llmm__threadpool_size(const llmm_threadpool *pool) { return pool->n; }
 
 /* Distinct (package, core) pairs among online CPUs, from sysfs. */
-int cpu_physical_cores(void) {
+int llmm__cpu_physical_cores(void) {
     long logical = sysconf(_SC_NPROCESSORS_ONLN);
     if (logical < 1) logical = 1;
     int seen_keys[1024];

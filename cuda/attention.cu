@@ -1,5 +1,5 @@
-// The paged KV cache on the device: storing the step's K and V rows (cu_kv_write) and
-// attention over them (cu_attention), in the core's layout (lib/backend.h llmm_kv_layout) and
+// The paged KV cache on the device: storing the step's K and V rows (llmm__cu_kv_write) and
+// attention over them (llmm__cu_attention), in the core's layout (lib/backend.h llmm_kv_layout) and
 // the CPU backend's row formats and rounding (cpu/kv_rows.h), so that a pool written here
 // reads back the same on either backend.
 //
@@ -512,7 +512,7 @@ attn_kernel_fn attn_kernel(uint32_t gp, uint32_t epl) {
 
 extern "C" {
 
-int cu_kv_write(cudaStream_t stream, const cu_kv *kv, const cu_step *step, uint32_t layer, const float *k,
+int llmm__cu_kv_write(cudaStream_t stream, const cu_kv *kv, const cu_step *step, uint32_t layer, const float *k,
                 const float *v) {
     if (layer >= kv->n_layer || kv->type > 2) return (int)cudaErrorInvalidValue;
     if (step->n_rows == 0) return 0;
@@ -521,7 +521,7 @@ int cu_kv_write(cudaStream_t stream, const cu_kv *kv, const cu_step *step, uint3
     return (int)cudaGetLastError();
 }
 
-size_t cu_attention_scratch_bytes(size_t n_rows, uint32_t n_head, uint32_t head_dim, size_t max_kv) {
+size_t llmm__cu_attention_scratch_bytes(size_t n_rows, uint32_t n_head, uint32_t head_dim, size_t max_kv) {
     const size_t full = (attn_kv_clamped(max_kv) + ATTN_SPLIT - 1) / ATTN_SPLIT;
     if (n_rows == 0 || full <= 1) return 0;
     // a launch of n <= n_rows rows with more than one split makes n * splits <= n * full and
@@ -530,7 +530,7 @@ size_t cu_attention_scratch_bytes(size_t n_rows, uint32_t n_head, uint32_t head_
     return pairs * n_head * ((size_t)head_dim + 2) * sizeof(float);
 }
 
-int cu_attention(cudaStream_t stream, const cu_kv *kv, const cu_step *step, uint32_t layer, const float *q,
+int llmm__cu_attention(cudaStream_t stream, const cu_kv *kv, const cu_step *step, uint32_t layer, const float *q,
                  float *out, uint32_t n_head, uint32_t window, float scale, float softcap, size_t max_kv,
                  void *scratch, size_t scratch_bytes) {
     if (layer >= kv->n_layer || kv->type > 2 || kv->n_head_kv == 0 || n_head % kv->n_head_kv != 0 ||

@@ -28,7 +28,7 @@
  *
  * Tokens. embed checks the step's token ids against the table's rows on the host (they are
  * host values of the descriptor), so an out-of-range id fails embed with LLMM_ERR_INVALID_ARG
- * at once, without a device read; cu_embed's device flag is then never set, and is not read. */
+ * at once, without a device read; llmm__cu_embed's device flag is then never set, and is not read. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,7 +51,7 @@ namespace {
 /* Minimum block size the table capacity is reserved for (positions per block). */
 const size_t k_min_block = 16;
 
-/* Rows up to which a matmul runs cu_matmul (gemv_quant.cu), the decode kernel, whatever the
+/* Rows up to which a matmul runs llmm__cu_matmul (gemv_quant.cu), the decode kernel, whatever the
  * step: its row tiles read the weights once per 8 rows. */
 const size_t GEMV_MAX_ROWS = 8;
 
@@ -59,9 +59,9 @@ const size_t GEMV_MAX_ROWS = 8;
  * environment forces one, to measure each: scripts/gpu-check.sh). */
 enum gemm_path : uint32_t {
     GEMM_AUTO = 0, /* the rule of docs/performance.md: choose_gemm */
-    GEMM_GEMV,     /* cu_matmul's row tiles */
-    GEMM_LT,       /* cu_gemm: cuBLASLt over dequantized tiles */
-    GEMM_INT8,     /* cu_gemm_int8, for the types it takes (else the AUTO choice) */
+    GEMM_GEMV,     /* llmm__cu_matmul's row tiles */
+    GEMM_LT,       /* llmm__cu_gemm: cuBLASLt over dequantized tiles */
+    GEMM_INT8,     /* llmm__cu_gemm_int8, for the types it takes (else the AUTO choice) */
 };
 
 /* What a recorded op launches (cu_op.kind); the fields each uses: run_op. */
@@ -101,15 +101,15 @@ struct cu_state {
 
     cu_lt *lt;          /* cuBLASLt for prompt matmuls (gemm.h) */
     uint32_t gemm_path; /* prompt matmuls of more than GEMV_MAX_ROWS rows: enum gemm_path */
-    void *scratch; /* cu_matmul's and cu_gemm's */
+    void *scratch; /* llmm__cu_matmul's and llmm__cu_gemm's */
     size_t scratch_bytes;
-    int *bad; /* device: cu_embed's flag */
-    void *attn_scratch; /* cu_attention's partials of split rows */
+    int *bad; /* device: llmm__cu_embed's flag */
+    void *attn_scratch; /* llmm__cu_attention's partials of split rows */
     size_t attn_scratch_bytes;
-    size_t attn_max_kv; /* the reserved shape's max_kv, which fixes cu_attention's geometry; 0: none */
+    size_t attn_max_kv; /* the reserved shape's max_kv, which fixes llmm__cu_attention's geometry; 0: none */
 
     /* sampling on the device (cu_sample_op): the requests packed on the host, their device copy,
-     * cu_sample's scratch and the ids; grown at the first calls, kept */
+     * llmm__cu_sample's scratch and the ids; grown at the first calls, kept */
     void *sample_host;
     size_t sample_host_bytes;
     void *sample_packed, *sample_scratch, *sample_ids;
@@ -147,42 +147,42 @@ int use_device(const cu_state *s) { return cudaSetDevice(s->device); }
 int run_op(cu_state *s, const cu_op *op) {
     switch (op->kind) {
     case OP_EMBED: /* p0 table, u0 type, n0 ne0, n1 ne1, n2 rows, p1 out */
-        return cu_embed(s->stream, op->p[0], op->u[0], op->n[0], op->n[1], s->step.tokens, op->n[2],
+        return llmm__cu_embed(s->stream, op->p[0], op->u[0], op->n[0], op->n[1], s->step.tokens, op->n[2],
                         (float *)op->p[1], s->bad);
     case OP_RMS_NORM: /* p0 x, p1 weight, p2 out, n0 rows, n1 dim, f0 eps */
-        return cu_rms_norm(s->stream, (const float *)op->p[0], (const float *)op->p[1], (float *)op->p[2], op->n[0],
+        return llmm__cu_rms_norm(s->stream, (const float *)op->p[0], (const float *)op->p[1], (float *)op->p[2], op->n[0],
                            op->n[1], op->f[0]);
     case OP_MATMUL: /* p0 w, u0 type, n0 ne0, n1 ne1, p1 x, n2 rows, p2 out */
-        return cu_matmul(s->stream, op->p[0], op->u[0], op->n[0], op->n[1], (const float *)op->p[1], op->n[2],
+        return llmm__cu_matmul(s->stream, op->p[0], op->u[0], op->n[0], op->n[1], (const float *)op->p[1], op->n[2],
                          (float *)op->p[2], s->scratch);
     case OP_ROPE: /* p0 x, n0 rows, n1 heads, n2 head_dim, u0 n_rot, u1 kind, f0 base, f1 freq_scale,
                      f2 mscale, p1 freq_factors */
-        return cu_rope(s->stream, (float *)op->p[0], op->n[0], op->n[1], op->n[2], s->step.pos, op->u[0], op->f[0],
+        return llmm__cu_rope(s->stream, (float *)op->p[0], op->n[0], op->n[1], op->n[2], s->step.pos, op->u[0], op->f[0],
                        op->f[1], op->f[2], op->u[1], (const float *)op->p[1]);
     case OP_GLU: /* p0 gate, p1 up, n0 n, u0 act */
-        return cu_glu(s->stream, (float *)op->p[0], (const float *)op->p[1], op->n[0], op->u[0]);
+        return llmm__cu_glu(s->stream, (float *)op->p[0], (const float *)op->p[1], op->n[0], op->u[0]);
     case OP_ADD: /* p0 dst, p1 src, n0 n */
-        return cu_add(s->stream, (float *)op->p[0], (const float *)op->p[1], op->n[0]);
+        return llmm__cu_add(s->stream, (float *)op->p[0], (const float *)op->p[1], op->n[0]);
     case OP_ADD_ROWS: /* p0 x, p1 bias, n0 rows, n1 dim */
-        return cu_add_rows(s->stream, (float *)op->p[0], (const float *)op->p[1], op->n[0], op->n[1]);
+        return llmm__cu_add_rows(s->stream, (float *)op->p[0], (const float *)op->p[1], op->n[0], op->n[1]);
     case OP_SCALE: /* p0 x, n0 n, f0 s */
-        return cu_scale(s->stream, (float *)op->p[0], op->n[0], op->f[0]);
+        return llmm__cu_scale(s->stream, (float *)op->p[0], op->n[0], op->f[0]);
     case OP_SOFTCAP: /* p0 x, n0 n, f0 cap */
-        return cu_softcap(s->stream, (float *)op->p[0], op->n[0], op->f[0]);
+        return llmm__cu_softcap(s->stream, (float *)op->p[0], op->n[0], op->f[0]);
     case OP_KV_WRITE: /* u0 layer, p0 k, p1 v */
-        return cu_kv_write(s->stream, &s->kv, &s->step, op->u[0], (const float *)op->p[0], (const float *)op->p[1]);
+        return llmm__cu_kv_write(s->stream, &s->kv, &s->step, op->u[0], (const float *)op->p[0], (const float *)op->p[1]);
     case OP_ATTENTION: /* u0 layer, p0 q, p1 out, u1 n_head, u2 window, f0 scale, f1 softcap, n0 max_kv */
-        return cu_attention(s->stream, &s->kv, &s->step, op->u[0], (const float *)op->p[0], (float *)op->p[1],
+        return llmm__cu_attention(s->stream, &s->kv, &s->step, op->u[0], (const float *)op->p[0], (float *)op->p[1],
                             op->u[1], op->u[2], op->f[0], op->f[1], op->n[0], s->attn_scratch,
                             s->attn_scratch_bytes);
     case OP_GEMM: /* as OP_MATMUL */
-        return cu_gemm(s->lt, s->stream, op->p[0], op->u[0], op->n[0], op->n[1], (const float *)op->p[1], op->n[2],
+        return llmm__cu_gemm(s->lt, s->stream, op->p[0], op->u[0], op->n[0], op->n[1], (const float *)op->p[1], op->n[2],
                        (float *)op->p[2], s->scratch, s->scratch_bytes);
     case OP_GEMM_INT8: /* as OP_MATMUL */
-        return cu_gemm_int8_f32(s->stream, op->p[0], op->u[0], op->n[0], op->n[1], (const float *)op->p[1],
+        return llmm__cu_gemm_int8_f32(s->stream, op->p[0], op->u[0], op->n[0], op->n[1], (const float *)op->p[1],
                                 op->n[2], (float *)op->p[2], s->scratch);
     case OP_PREFILL_ATTENTION: /* as OP_ATTENTION, n1 row_begin, n2 row_end (no max_kv, no scratch) */
-        return cu_prefill_attention(s->stream, &s->kv, &s->step, op->u[0], (const float *)op->p[0], (float *)op->p[1],
+        return llmm__cu_prefill_attention(s->stream, &s->kv, &s->step, op->u[0], (const float *)op->p[0], (float *)op->p[1],
                                     op->u[1], op->u[2], op->f[0], op->f[1], op->n[1], op->n[2]);
     case OP_STEP_BUFFERS: return 0;
     }
@@ -313,7 +313,7 @@ llmm_status cu_init(const llmm_backend_config *cfg, void **out) {
     s->gemm_path = gemm_path_wanted();
     if (!st) {
         int err = 0;
-        if (!(s->lt = cu_lt_create(s->alloc, &err))) st = err ? cu_status(err) : LLMM_ERR_NO_MEMORY;
+        if (!(s->lt = llmm__cu_lt_create(s->alloc, &err))) st = err ? cu_status(err) : LLMM_ERR_NO_MEMORY;
     }
     if (!st) st = cu_weights_join(s->shared, s->alloc, s->device, cfg->n_weights, &s->weights);
     if (st) {
@@ -330,7 +330,7 @@ void cu_shutdown(void *state) {
     use_device(s);
     if (s->stream) cudaStreamSynchronize(s->stream);
     cu_graphs_free(s->graphs);
-    cu_lt_free(s->lt);
+    llmm__cu_lt_free(s->lt);
     /* the last context of the model on this device frees the weights before its shutdown
      * returns: the module may be unloaded right after */
     cu_weights_leave(s->shared, s->weights);
@@ -454,7 +454,7 @@ llmm_status grow_device_buffer(cu_state *s, void **buf, size_t *have, size_t nee
     return LLMM_OK;
 }
 
-/* cu_matmul's scratch: reserved once for the context's widest matmul (cu_reserve); grown here
+/* llmm__cu_matmul's scratch: reserved once for the context's widest matmul (cu_reserve); grown here
  * for a caller that did not reserve. */
 llmm_status reserve_scratch(cu_state *s, size_t bytes) {
     return grow_device_buffer(s, &s->scratch, &s->scratch_bytes, bytes);
@@ -599,14 +599,14 @@ llmm_status cu_rms_norm_op(void *state, const float *x, const float *weight, flo
 
 /* The op a matmul of n_rows rows of a weight of this type launches: the rule of
  * docs/performance.md ("Which kernel runs a matmul"), or the path LLMM_CUDA_GEMM forces.
- * - up to GEMV_MAX_ROWS rows: cu_matmul, which reads the weights once per 8 rows;
- * - more, for the types cu_gemm_int8 takes: int8 tensor cores, the CPU's numerics bit for bit;
- * - more, other types, in a prompt step: cu_gemm (cuBLASLt). A decode step (recorded for a
- *   graph) keeps to cu_matmul there: cu_lt_matmul may create cuBLASLt descriptors at a shape's
+ * - up to GEMV_MAX_ROWS rows: llmm__cu_matmul, which reads the weights once per 8 rows;
+ * - more, for the types llmm__cu_gemm_int8 takes: int8 tensor cores, the CPU's numerics bit for bit;
+ * - more, other types, in a prompt step: llmm__cu_gemm (cuBLASLt). A decode step (recorded for a
+ *   graph) keeps to llmm__cu_matmul there: llmm__cu_lt_matmul may create cuBLASLt descriptors at a shape's
  *   first call, which a stream capture must not see. */
 uint32_t matmul_kind(const cu_state *s, uint32_t type, size_t n_rows) {
     if (n_rows <= GEMV_MAX_ROWS || s->gemm_path == GEMM_GEMV) return OP_MATMUL;
-    const int int8 = cu_gemm_int8_supports(type);
+    const int int8 = llmm__cu_gemm_int8_supports(type);
     if (s->gemm_path == GEMM_LT) return s->recording ? OP_MATMUL : OP_GEMM;
     if (int8) return OP_GEMM_INT8;
     return s->recording ? OP_MATMUL : OP_GEMM;
@@ -617,9 +617,9 @@ llmm_status cu_matmul_op(void *state, const llmm_tensor *w, const float *x, size
     if (!n_rows || !w->ne1) return LLMM_OK;
     n_rows = launch_rows(s, n_rows);
     const uint32_t kind = matmul_kind(s, w->type, n_rows);
-    const size_t need = kind == OP_GEMM        ? cu_gemm_scratch_bytes(w->type, (size_t)w->ne0, (size_t)w->ne1, n_rows)
-                        : kind == OP_GEMM_INT8 ? cu_gemm_int8_scratch_bytes((size_t)w->ne0, n_rows)
-                                               : cu_matmul_scratch_bytes(w->type, (size_t)w->ne0, n_rows);
+    const size_t need = kind == OP_GEMM        ? llmm__cu_gemm_scratch_bytes(w->type, (size_t)w->ne0, (size_t)w->ne1, n_rows)
+                        : kind == OP_GEMM_INT8 ? llmm__cu_gemm_int8_scratch_bytes((size_t)w->ne0, n_rows)
+                                               : llmm__cu_matmul_scratch_bytes(w->type, (size_t)w->ne0, n_rows);
     llmm_status st = reserve_scratch(s, need);
     if (st) return refuse(s, st);
     cu_op op = cu_op_zero(kind);
@@ -711,7 +711,7 @@ llmm_status cu_kv_write_op(void *state, uint32_t layer, const float *k, const fl
     return submit(s, op);
 }
 
-/* cu_attention's scratch: reserved once for the context's largest step (cu_reserve), so that a
+/* llmm__cu_attention's scratch: reserved once for the context's largest step (cu_reserve), so that a
  * reserved context never allocates in a step; grown here for a caller that did not reserve or a
  * step beyond the reserved shape. */
 llmm_status reserve_attn_scratch(cu_state *s, size_t bytes) {
@@ -730,7 +730,7 @@ llmm_status cu_attention_op(void *state, uint32_t layer, const llmm_attn_batch *
     for (size_t r = 0; !s->attn_max_kv && r < b->n_rows; r++)
         if ((size_t)s->desc.pos[r] + 1 > max_kv) max_kv = (size_t)s->desc.pos[r] + 1;
     llmm_status st =
-        reserve_attn_scratch(s, cu_attention_scratch_bytes(s->step_rows, b->n_head, b->head_dim, max_kv));
+        reserve_attn_scratch(s, llmm__cu_attention_scratch_bytes(s->step_rows, b->n_head, b->head_dim, max_kv));
     if (st) return refuse(s, st);
     cu_op op = cu_op_zero(OP_ATTENTION);
     op.u[0] = layer;
@@ -744,8 +744,8 @@ llmm_status cu_attention_op(void *state, uint32_t layer, const llmm_attn_batch *
     if (s->recording || s->desc.kind != LLMM_STEP_PROMPT)
         return submit(s, op);
     /* a prompt: each run of one sequence's rows longer than a decode step through the tiled
-     * kernel, which reads each K/V tile once for the whole run where cu_attention re-reads a
-     * row's positions per row; shorter runs keep cu_attention's split-K parallelism (it has no
+     * kernel, which reads each K/V tile once for the whole run where llmm__cu_attention re-reads a
+     * row's positions per row; shorter runs keep llmm__cu_attention's split-K parallelism (it has no
      * row range: when some run is short it runs over every row first, and the tiled runs then
      * overwrite theirs with the same values) */
     cu_op tiled = op;
@@ -773,16 +773,16 @@ size_t shape_tables(const llmm_step_shape *shape) {
     return shape->max_rows * ((shape->max_kv + k_min_block - 1) / k_min_block + 1);
 }
 
-/* cu_matmul's and cu_gemm's scratch for the widest input of any weight type present, max_rows
- * rows (cu_gemm's is bounded in the output width). */
+/* llmm__cu_matmul's and llmm__cu_gemm's scratch for the widest input of any weight type present, max_rows
+ * rows (llmm__cu_gemm's is bounded in the output width). */
 size_t shape_matmul_scratch(const llmm_step_shape *shape) {
     size_t most = 0;
     for (uint32_t t = 0; t < 64; t++)
         if (shape->weight_types >> t & 1 && qb_block_size(t) > 0) {
-            size_t b = cu_matmul_scratch_bytes(t, shape->max_in, shape->max_rows);
+            size_t b = llmm__cu_matmul_scratch_bytes(t, shape->max_in, shape->max_rows);
             if (shape->max_rows > GEMV_MAX_ROWS) {
-                const size_t g = cu_gemm_scratch_bytes(t, shape->max_in, SIZE_MAX, shape->max_rows);
-                const size_t i8 = cu_gemm_int8_scratch_bytes(shape->max_in, shape->max_rows);
+                const size_t g = llmm__cu_gemm_scratch_bytes(t, shape->max_in, SIZE_MAX, shape->max_rows);
+                const size_t i8 = llmm__cu_gemm_int8_scratch_bytes(shape->max_in, shape->max_rows);
                 b = g > b ? g : b;
                 b = i8 > b ? i8 : b;
             }
@@ -791,12 +791,12 @@ size_t shape_matmul_scratch(const llmm_step_shape *shape) {
     return most;
 }
 
-/* cu_attention's scratch for any step of the shape; a shape that does not give n_head is
+/* llmm__cu_attention's scratch for any step of the shape; a shape that does not give n_head is
  * bounded by its widest matmul input (q_dim <= max_in). */
 size_t shape_attn_scratch(const llmm_step_shape *shape) {
     if (!shape->head_dim) return 0;
     const size_t n_head = shape->n_head ? shape->n_head : shape->max_in / shape->head_dim;
-    return cu_attention_scratch_bytes(shape->max_rows, (uint32_t)n_head, shape->head_dim, shape->max_kv);
+    return llmm__cu_attention_scratch_bytes(shape->max_rows, (uint32_t)n_head, shape->head_dim, shape->max_kv);
 }
 
 /* Records of one decode step: a forward pass makes a few ops per weight (a matmul, its norm or
@@ -835,7 +835,7 @@ llmm_status cu_sample_op(void *state, const float *logits, size_t n_rows, size_t
         return LLMM_ERR_INVALID_ARG;
     size_t total = 0;
     for (size_t i = 0; i < n_rows; i++) total += req[i].n_penalized;
-    const size_t packed = cu_sample_staging_bytes(n_rows, total);
+    const size_t packed = llmm__cu_sample_staging_bytes(n_rows, total);
     llmm_status st = cu_status(use_device(s));
     if (!st && packed > s->sample_host_bytes) {
         void *h = cu_host_alloc(s->alloc, packed);
@@ -846,13 +846,13 @@ llmm_status cu_sample_op(void *state, const float *logits, size_t n_rows, size_t
     }
     if (!st) st = grow_device_buffer(s, &s->sample_packed, &s->sample_packed_bytes, packed);
     if (!st) st = grow_device_buffer(s, &s->sample_scratch, &s->sample_scratch_bytes,
-                                     cu_sample_scratch_bytes(n_rows, n_vocab));
+                                     llmm__cu_sample_scratch_bytes(n_rows, n_vocab));
     if (!st) st = grow_device_buffer(s, &s->sample_ids, &s->sample_ids_bytes, n_rows * sizeof(int32_t));
     if (st) return st;
-    if (cu_sample_pack(req, n_rows, s->sample_host, s->sample_host_bytes) != packed) return LLMM_ERR_INVALID_ARG;
+    if (llmm__cu_sample_pack(req, n_rows, s->sample_host, s->sample_host_bytes) != packed) return LLMM_ERR_INVALID_ARG;
     int err = cudaMemcpyAsync(s->sample_packed, s->sample_host, packed, cudaMemcpyHostToDevice, s->stream);
     if (!err)
-        err = cu_sample(s->stream, logits, n_rows, n_vocab, s->sample_packed, (int32_t *)s->sample_ids,
+        err = llmm__cu_sample(s->stream, logits, n_rows, n_vocab, s->sample_packed, (int32_t *)s->sample_ids,
                         s->sample_scratch);
     if (!err) err = cudaMemcpyAsync(out, s->sample_ids, n_rows * sizeof(int32_t), cudaMemcpyDeviceToHost, s->stream);
     /* the host staging is read by the first copy: it must stay until the stream is past it */

@@ -4,7 +4,7 @@
  *
  * The sets live in the model's share for the CUDA backend (llmm_backend_config.shared, a list
  * of one set per device in its data), under its lock: contexts of one model start and stop on
- * any threads. A set holds one slot per weight index (weights_list's order); the first context
+ * any threads. A set holds one slot per weight index (llmm__weights_list's order); the first context
  * that prepares an index uploads it, later ones get the same device pointer; the last context
  * of a device to leave frees that device's copies. Weights stay in their GGUF block formats,
  * which the kernels read directly. */

@@ -1,7 +1,7 @@
-/* cuBLASLt GEMMs (cu_lt) and cu_gemm over weights dequantized tile by tile; gemm.h is the
+/* cuBLASLt GEMMs (cu_lt) and llmm__cu_gemm over weights dequantized tile by tile; gemm.h is the
  * contract.
  *
- * cu_gemm computes out^T = w x^T, in cuBLAS's column-major terms: w's row-major (ne1, ne0)
+ * llmm__cu_gemm computes out^T = w x^T, in cuBLAS's column-major terms: w's row-major (ne1, ne0)
  * bytes are a column-major ne0 x ne1 matrix, x's are ne0 x n_rows and out's are
  * ne1 x n_rows, so the GEMM is C (ne1 x n_rows, ldc ne1) = A^T (A: ne0 x ne1, lda ne0) times
  * B (ne0 x n_rows, ldb ne0): the "TN" layout, both operands contiguous along k as tensor-core
@@ -9,8 +9,8 @@
  * [o0, o0 + t) and writes C's rows [o0, o0 + t): out + o0, still with ldc ne1.
  *
  * The dequantized tile costs its F16 bytes twice (written, then read by the GEMM), against the
- * file's fraction of a byte per weight that cu_matmul reads once per 8 rows; the tile's size
- * (gemm.h cu_gemm_tile_rows) keeps that traffic in the L2. */
+ * file's fraction of a byte per weight that llmm__cu_matmul reads once per 8 rows; the tile's size
+ * (gemm.h llmm__cu_gemm_tile_rows) keeps that traffic in the L2. */
 #include <string.h>
 
 #include "simt.h"
@@ -114,7 +114,7 @@ static lt_entry *lt_find(cu_lt *lt, const lt_key *key, bool *hit) {
     return oldest;
 }
 
-extern "C" void cu_lt_cache_stats(const cu_lt *lt, size_t *entries, size_t *misses) {
+extern "C" void llmm__cu_lt_cache_stats(const cu_lt *lt, size_t *entries, size_t *misses) {
     size_t held = 0;
     for (const lt_entry *e = lt->entries; e < lt->entries + CU_LT_CACHE_ENTRIES; e++) held += e->last_use != 0;
     if (entries) *entries = held;
@@ -246,7 +246,7 @@ static int lt_run(cu_lt *lt, lt_entry *e, cudaStream_t stream, const cu_lt_gemm 
 
 /* ---------------------------------------------------------------- cu_lt */
 
-extern "C" cu_lt *cu_lt_create(const llmm_allocator *al, int *error) {
+extern "C" cu_lt *llmm__cu_lt_create(const llmm_allocator *al, int *error) {
     int err = 0;
     cu_lt *lt = (cu_lt *)cu_host_calloc(al, 1, sizeof *lt);
     if (!lt) {
@@ -263,7 +263,7 @@ extern "C" cu_lt *cu_lt_create(const llmm_allocator *al, int *error) {
         if (!err) err = (int)cudaMalloc(&lt->workspace, CU_LT_WORKSPACE_BYTES);
 #endif
         if (err) {
-            cu_lt_free(lt);
+            llmm__cu_lt_free(lt);
             lt = NULL;
         }
     }
@@ -271,7 +271,7 @@ extern "C" cu_lt *cu_lt_create(const llmm_allocator *al, int *error) {
     return lt;
 }
 
-extern "C" void cu_lt_free(cu_lt *lt) {
+extern "C" void llmm__cu_lt_free(cu_lt *lt) {
     if (!lt) return;
     for (lt_entry *e = lt->entries; e < lt->entries + CU_LT_CACHE_ENTRIES; e++) lt_entry_release(e);
 #if !SIMT_EMULATED
@@ -282,7 +282,7 @@ extern "C" void cu_lt_free(cu_lt *lt) {
     cu_host_free(lt->alloc, lt);
 }
 
-extern "C" int cu_lt_matmul(cu_lt *lt, cudaStream_t stream, const cu_lt_gemm *g) {
+extern "C" int llmm__cu_lt_matmul(cu_lt *lt, cudaStream_t stream, const cu_lt_gemm *g) {
     if (!lt || !g || !gemm_valid(g)) return cudaErrorInvalidValue;
     const lt_key key = key_of(g);
     bool hit = false;
@@ -309,7 +309,7 @@ __global__ void convert_kernel(const float *x, size_t n, uint16_t *dst) {
     else dst[i] = __half_as_ushort(__float2half_rn(x[i]));
 }
 
-extern "C" int cu_gemm_convert(cudaStream_t stream, const float *x, size_t n, uint32_t type, uint16_t *dst) {
+extern "C" int llmm__cu_gemm_convert(cudaStream_t stream, const float *x, size_t n, uint32_t type, uint16_t *dst) {
     if (type != CU_LT_F16 && type != CU_LT_BF16) return cudaErrorInvalidValue;
     if (n == 0) return 0;
     const size_t blocks = (n + GEMM_THREADS - 1) / GEMM_THREADS;
@@ -385,7 +385,7 @@ static size_t row_bytes_of(uint32_t type, size_t ne0) {
     return ne0 / (size_t)qb_block_size(type) * (size_t)qb_block_bytes(type);
 }
 
-extern "C" int cu_gemm_dequant_tile(cudaStream_t stream, const void *w, uint32_t type, size_t ne0, size_t row0,
+extern "C" int llmm__cu_gemm_dequant_tile(cudaStream_t stream, const void *w, uint32_t type, size_t ne0, size_t row0,
                                     size_t n, uint16_t *dst) {
     const dequant_fn kernel = dequant_for(type);
     if (!kernel || !whole_blocks(type, ne0)) return cudaErrorInvalidValue;
@@ -402,13 +402,13 @@ extern "C" int cu_gemm_dequant_tile(cudaStream_t stream, const void *w, uint32_t
     return (int)cudaGetLastError();
 }
 
-/* ---------------------------------------------------------------- cu_gemm */
+/* ---------------------------------------------------------------- llmm__cu_gemm */
 
 static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
 static bool in_place_type(uint32_t type) { return type == QB_F32 || type == QB_F16 || type == QB_BF16; }
 
-extern "C" size_t cu_gemm_tile_rows(size_t ne0) {
+extern "C" size_t llmm__cu_gemm_tile_rows(size_t ne0) {
     const size_t rows = ne0 ? GEMM_TILE_BYTES / (2 * ne0) / GEMM_TILE_ALIGN * GEMM_TILE_ALIGN : 0;
     return rows > GEMM_TILE_ALIGN ? rows : GEMM_TILE_ALIGN;
 }
@@ -416,22 +416,22 @@ extern "C" size_t cu_gemm_tile_rows(size_t ne0) {
 /* scratch: x in F16/BF16, padded to GEMM_SCRATCH_ALIGN, then the tile */
 static size_t x_scratch_bytes(size_t ne0, size_t n_rows) { return round_up(2 * ne0 * n_rows, GEMM_SCRATCH_ALIGN); }
 
-extern "C" size_t cu_gemm_scratch_bytes_tiled(uint32_t type, size_t ne0, size_t ne1, size_t n_rows,
+extern "C" size_t llmm__cu_gemm_scratch_bytes_tiled(uint32_t type, size_t ne0, size_t ne1, size_t n_rows,
                                               size_t tile_rows) {
     if (!whole_blocks(type, ne0) || type == QB_F32) return 0;
     const size_t tile = in_place_type(type) ? 0 : 2 * ne0 * (ne1 < tile_rows ? ne1 : tile_rows);
     return x_scratch_bytes(ne0, n_rows) + tile;
 }
 
-extern "C" size_t cu_gemm_scratch_bytes(uint32_t type, size_t ne0, size_t ne1, size_t n_rows) {
-    return cu_gemm_scratch_bytes_tiled(type, ne0, ne1, n_rows, cu_gemm_tile_rows(ne0));
+extern "C" size_t llmm__cu_gemm_scratch_bytes(uint32_t type, size_t ne0, size_t ne1, size_t n_rows) {
+    return llmm__cu_gemm_scratch_bytes_tiled(type, ne0, ne1, n_rows, llmm__cu_gemm_tile_rows(ne0));
 }
 
-extern "C" int cu_gemm_tiled(cu_lt *lt, cudaStream_t stream, const void *w, uint32_t type, size_t ne0, size_t ne1,
+extern "C" int llmm__cu_gemm_tiled(cu_lt *lt, cudaStream_t stream, const void *w, uint32_t type, size_t ne0, size_t ne1,
                              const float *x, size_t n_rows, float *out, void *scratch, size_t scratch_bytes,
                              size_t tile_rows) {
     if (!lt || !dequant_for(type) || !whole_blocks(type, ne0) || tile_rows == 0) return cudaErrorInvalidValue;
-    if (scratch_bytes < cu_gemm_scratch_bytes_tiled(type, ne0, ne1, n_rows, tile_rows)) return cudaErrorInvalidValue;
+    if (scratch_bytes < llmm__cu_gemm_scratch_bytes_tiled(type, ne0, ne1, n_rows, tile_rows)) return cudaErrorInvalidValue;
     if (n_rows == 0 || ne1 == 0 || ne0 == 0) return 0;
     /* out^T (ne1 x n_rows) = w (stored ne0 x ne1, transposed) times x^T (ne0 x n_rows) */
     cu_lt_gemm g;
@@ -443,29 +443,29 @@ extern "C" int cu_gemm_tiled(cu_lt *lt, cudaStream_t stream, const void *w, uint
     g.alpha = 1.0f, g.beta = 0.0f;
     g.epilogue = CU_LT_EPILOGUE_NONE;
     g.ab_type = CU_LT_F32;
-    if (type == QB_F32) return cu_lt_matmul(lt, stream, &g);
+    if (type == QB_F32) return llmm__cu_lt_matmul(lt, stream, &g);
 
     g.ab_type = type == QB_BF16 ? CU_LT_BF16 : CU_LT_F16;
     uint16_t *x16 = (uint16_t *)scratch;
-    int err = cu_gemm_convert(stream, x, n_rows * ne0, g.ab_type, x16);
+    int err = llmm__cu_gemm_convert(stream, x, n_rows * ne0, g.ab_type, x16);
     if (err) return err;
     g.b = x16;
-    if (in_place_type(type)) return cu_lt_matmul(lt, stream, &g);
+    if (in_place_type(type)) return llmm__cu_lt_matmul(lt, stream, &g);
 
     /* one tile buffer, reused: the stream orders each dequantization after the GEMM that read
      * the previous tile */
     uint16_t *tile = (uint16_t *)((uint8_t *)scratch + x_scratch_bytes(ne0, n_rows));
     for (size_t o0 = 0; o0 < ne1 && !err; o0 += tile_rows) {
         const size_t rows = ne1 - o0 < tile_rows ? ne1 - o0 : tile_rows;
-        err = cu_gemm_dequant_tile(stream, w, type, ne0, o0, rows, tile);
+        err = llmm__cu_gemm_dequant_tile(stream, w, type, ne0, o0, rows, tile);
         g.m = rows, g.a = tile, g.c = out + o0;
-        if (!err) err = cu_lt_matmul(lt, stream, &g);
+        if (!err) err = llmm__cu_lt_matmul(lt, stream, &g);
     }
     return err;
 }
 
-extern "C" int cu_gemm(cu_lt *lt, cudaStream_t stream, const void *w, uint32_t type, size_t ne0, size_t ne1,
+extern "C" int llmm__cu_gemm(cu_lt *lt, cudaStream_t stream, const void *w, uint32_t type, size_t ne0, size_t ne1,
                        const float *x, size_t n_rows, float *out, void *scratch, size_t scratch_bytes) {
-    return cu_gemm_tiled(lt, stream, w, type, ne0, ne1, x, n_rows, out, scratch, scratch_bytes,
-                         cu_gemm_tile_rows(ne0));
+    return llmm__cu_gemm_tiled(lt, stream, w, type, ne0, ne1, x, n_rows, out, scratch, scratch_bytes,
+                         llmm__cu_gemm_tile_rows(ne0));
 }

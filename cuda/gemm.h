@@ -1,12 +1,12 @@
 /* Prompt and batched matmuls on tensor cores (gemm.cu): a narrow cuBLASLt wrapper (cu_lt) and
- * cu_gemm, which multiplies activations by weights as the GGUF file stores them, dequantizing
+ * llmm__cu_gemm, which multiplies activations by weights as the GGUF file stores them, dequantizing
  * quantized weights tile by tile into a bounded F16 scratch, never the whole model.
  *
- * cu_matmul (gemv_quant.cu) reads the weights once per 8 activation rows, on CUDA cores; for
+ * llmm__cu_matmul (gemv_quant.cu) reads the weights once per 8 activation rows, on CUDA cores; for
  * longer prompts a GEMM on tensor cores reads them once per tile and multiplies far faster.
- * The glue (backend.cu) calls cu_gemm for matmuls of more rows than a decode step has.
+ * The glue (backend.cu) calls llmm__cu_gemm for matmuls of more rows than a decode step has.
  *
- * In the emulated build (`make test`, SIMT_EMULATED) there is no cuBLASLt: cu_lt_matmul runs a
+ * In the emulated build (`make test`, SIMT_EMULATED) there is no cuBLASLt: llmm__cu_lt_matmul runs a
  * reference GEMM (plain loops, float accumulation, as a kernel so that stream capture sees it)
  * with exactly the layouts, leading dimensions, transposes, alpha, beta and epilogue cuBLASLt
  * is given, and keeps the same algorithm cache (keys only), so everything above the cuBLASLt
@@ -30,7 +30,7 @@ extern "C" {
 
 /* ---------------------------------------------------------------- cu_lt: cuBLASLt, narrowly */
 
-/* cuBLASLt's workspace, device memory allocated once by cu_lt_create: cuBLAS's own default on
+/* cuBLASLt's workspace, device memory allocated once by llmm__cu_lt_create: cuBLAS's own default on
  * Hopper, room for the split-K algorithms that skinny GEMMs (few rows, wide k) want. Count it
  * in the context's device memory. */
 #define CU_LT_WORKSPACE_BYTES ((size_t)32 << 20)
@@ -73,9 +73,9 @@ typedef struct cu_lt cu_lt;
 /* Create one with the device that will run it current; host memory from al (NULL: malloc),
  * CU_LT_WORKSPACE_BYTES of device memory. NULL on failure, with *error (when error is not
  * NULL) the cudaError_t. */
-cu_lt *cu_lt_create(const llmm_allocator *al, int *error);
+cu_lt *llmm__cu_lt_create(const llmm_allocator *al, int *error);
 /* Free it (NULL is a no-op), with its device current and nothing of it still running. */
-void cu_lt_free(cu_lt *lt);
+void llmm__cu_lt_free(cu_lt *lt);
 
 /* Enqueue g on stream. 0; cudaErrorInvalidValue for a g outside the contract above (nothing
  * enqueued); cudaErrorNotSupported when cuBLASLt has no algorithm for it; another cudaError_t
@@ -85,56 +85,56 @@ void cu_lt_free(cu_lt *lt);
  * that key allocate nothing and only enqueue. Neither allocates device memory or synchronises,
  * so a first use may fall inside a stream capture (the emulated test checks that of this
  * code; the device test, that cuBLASLt's heuristic query is capture-safe). */
-int cu_lt_matmul(cu_lt *lt, cudaStream_t stream, const cu_lt_gemm *g);
+int llmm__cu_lt_matmul(cu_lt *lt, cudaStream_t stream, const cu_lt_gemm *g);
 
 /* Keys held (<= CU_LT_CACHE_ENTRIES) and cache misses so far: for tests and counters. */
-void cu_lt_cache_stats(const cu_lt *lt, size_t *entries, size_t *misses);
+void llmm__cu_lt_cache_stats(const cu_lt *lt, size_t *entries, size_t *misses);
 
-/* ---------------------------------------------------------------- cu_gemm */
+/* ---------------------------------------------------------------- llmm__cu_gemm */
 
-/* Device scratch bytes cu_gemm needs: x converted to F16 (BF16 for BF16 weights; nothing for
+/* Device scratch bytes llmm__cu_gemm needs: x converted to F16 (BF16 for BF16 weights; nothing for
  * F32 weights, an F32 GEMM) and, for quantized weights, one dequantized F16 tile of
- * cu_gemm_tile_rows(ne0) rows of w (fewer when ne1 is smaller). Bounded in ne1: reserve for
- * any width with ne1 = SIZE_MAX. 0 for a type cu_gemm does not take. */
-size_t cu_gemm_scratch_bytes(uint32_t type, size_t ne0, size_t ne1, size_t n_rows);
+ * llmm__cu_gemm_tile_rows(ne0) rows of w (fewer when ne1 is smaller). Bounded in ne1: reserve for
+ * any width with ne1 = SIZE_MAX. 0 for a type llmm__cu_gemm does not take. */
+size_t llmm__cu_gemm_scratch_bytes(uint32_t type, size_t ne0, size_t ne1, size_t n_rows);
 
 /* out (n_rows, ne1), row-major = x (n_rows, ne0), row-major, times w^T, w = ne1 rows of ne0
  * values of type (any type of quant_blocks.cuh: F32, F16, BF16, the legacy and K quants,
  * IQ4_NL, IQ4_XS) as the GGUF file stores them. n_rows >= 1, any count.
  * F16 and BF16 weights are used in place against x rounded to their type; F32 weights make an
- * F32 GEMM; quantized weights are dequantized to F16 a tile of rows at a time, one cu_lt_matmul
+ * F32 GEMM; quantized weights are dequantized to F16 a tile of rows at a time, one llmm__cu_lt_matmul
  * per tile writing its columns of out. Numerics: x rounded to F16 (|x| > 65504 becomes
  * infinite), quantized weights' CPU values rounded to F16 (likewise), products summed in F32;
  * the CPU rounds x coarser (Q8 blocks) for quantized weights.
- * scratch: device memory of scratch_bytes >= cu_gemm_scratch_bytes(type, ne0, ne1, n_rows),
+ * scratch: device memory of scratch_bytes >= llmm__cu_gemm_scratch_bytes(type, ne0, ne1, n_rows),
  * else cudaErrorInvalidValue and nothing enqueued; so is a type without math here or an ne0
  * that is not whole blocks. */
-int cu_gemm(cu_lt *lt, cudaStream_t stream, const void *w, uint32_t type, size_t ne0, size_t ne1, const float *x,
+int llmm__cu_gemm(cu_lt *lt, cudaStream_t stream, const void *w, uint32_t type, size_t ne0, size_t ne1, const float *x,
             size_t n_rows, float *out, void *scratch, size_t scratch_bytes);
 
-/* ---------------------------------------------------------------- cu_gemm's parts, for tests */
+/* ---------------------------------------------------------------- llmm__cu_gemm's parts, for tests */
 
 /* Rows of w in one dequantized tile: a multiple of 128 (cuBLASLt's usual CTA tile height in
  * m, so tiles other than the last have no ragged CTA row), as many as fit 16 MiB of F16 (a
  * tile written by the dequantization stays in the L2 for the GEMM that reads it next: 50 MiB
  * on H100/H200), at least 128. */
-size_t cu_gemm_tile_rows(size_t ne0);
+size_t llmm__cu_gemm_tile_rows(size_t ne0);
 
-/* cu_gemm_scratch_bytes and cu_gemm with tiles of tile_rows (>= 1) rows instead of
- * cu_gemm_tile_rows(ne0): tests reach several tiles, and a last partial one, at small sizes. */
-size_t cu_gemm_scratch_bytes_tiled(uint32_t type, size_t ne0, size_t ne1, size_t n_rows, size_t tile_rows);
-int cu_gemm_tiled(cu_lt *lt, cudaStream_t stream, const void *w, uint32_t type, size_t ne0, size_t ne1,
+/* llmm__cu_gemm_scratch_bytes and llmm__cu_gemm with tiles of tile_rows (>= 1) rows instead of
+ * llmm__cu_gemm_tile_rows(ne0): tests reach several tiles, and a last partial one, at small sizes. */
+size_t llmm__cu_gemm_scratch_bytes_tiled(uint32_t type, size_t ne0, size_t ne1, size_t n_rows, size_t tile_rows);
+int llmm__cu_gemm_tiled(cu_lt *lt, cudaStream_t stream, const void *w, uint32_t type, size_t ne0, size_t ne1,
                   const float *x, size_t n_rows, float *out, void *scratch, size_t scratch_bytes, size_t tile_rows);
 
 /* dst (n rows of ne0 F16 values, back to back) = rows row0 .. row0 + n - 1 of w (rows of ne0
  * values of type, as stored), each weight the CPU's dequantized float (quant_blocks.cuh, bit
  * for bit) rounded to nearest-even F16. Any type of quant_blocks.cuh. */
-int cu_gemm_dequant_tile(cudaStream_t stream, const void *w, uint32_t type, size_t ne0, size_t row0, size_t n,
+int llmm__cu_gemm_dequant_tile(cudaStream_t stream, const void *w, uint32_t type, size_t ne0, size_t row0, size_t n,
                          uint16_t *dst);
 
 /* dst (n values of F16, or BF16 when type is CU_LT_BF16) = x (n floats), rounded to nearest
  * even as lib/quant.c's conversions (a NaN may come out as another NaN). */
-int cu_gemm_convert(cudaStream_t stream, const float *x, size_t n, uint32_t type, uint16_t *dst);
+int llmm__cu_gemm_convert(cudaStream_t stream, const float *x, size_t n, uint32_t type, uint16_t *dst);
 
 #ifdef __cplusplus
 }

@@ -2,7 +2,7 @@
  * weights are d * q with q a small integer: Q4_0, Q5_0, Q8_0, IQ4_NL.
  *
  * Why int8: one k = 32 step of mma.sync m16n8k32 (mma_s8.cuh) is exactly one block, so each
- * block's dot of a weight row with a Q8_0 activation row (cu_quantize_operand, byte for byte the
+ * block's dot of a weight row with a Q8_0 activation row (llmm__cu_quantize_operand, byte for byte the
  * CPU's operand) is an exact integer, scaled by the two blocks' d as the CPU scales it
  * (lib/quant*.c llmm_vec_dot_*_q8_0: sum += (float)isum * (d_w * d_x)). Each output's blocks are
  * summed in order in one lane with the same roundings (qb_mul/qb_add), so the result is the CPU
@@ -191,13 +191,13 @@ GI_UNROLL
 
 } // namespace
 
-extern "C" int cu_gemm_int8_supports(uint32_t type) {
+extern "C" int llmm__cu_gemm_int8_supports(uint32_t type) {
     return type == QB_Q4_0 || type == QB_Q5_0 || type == QB_Q8_0 || type == QB_IQ4_NL;
 }
 
-extern "C" int cu_gemm_int8(cudaStream_t stream, const void *w, uint32_t type, size_t ne0, size_t ne1,
+extern "C" int llmm__cu_gemm_int8(cudaStream_t stream, const void *w, uint32_t type, size_t ne0, size_t ne1,
                             const void *x_q8, size_t n_rows, float *out) {
-    if (!cu_gemm_int8_supports(type) || ne0 == 0 || ne0 % 32 != 0) return cudaErrorInvalidValue;
+    if (!llmm__cu_gemm_int8_supports(type) || ne0 == 0 || ne0 % 32 != 0) return cudaErrorInvalidValue;
     if (n_rows == 0 || ne1 == 0) return 0;
     const size_t m_blocks = (ne1 + GI_M - 1) / GI_M, n_blocks = (n_rows + GI_N - 1) / GI_N;
     if (m_blocks > 0x7fffffffu || n_blocks > 65535) return cudaErrorInvalidValue; /* grid limits */
@@ -212,12 +212,12 @@ extern "C" int cu_gemm_int8(cudaStream_t stream, const void *w, uint32_t type, s
     return (int)cudaGetLastError();
 }
 
-extern "C" size_t cu_gemm_int8_scratch_bytes(size_t ne0, size_t n_rows) { return ne0 / 32 * GI_Q8_BYTES * n_rows; }
+extern "C" size_t llmm__cu_gemm_int8_scratch_bytes(size_t ne0, size_t n_rows) { return ne0 / 32 * GI_Q8_BYTES * n_rows; }
 
-extern "C" int cu_gemm_int8_f32(cudaStream_t stream, const void *w, uint32_t type, size_t ne0, size_t ne1,
+extern "C" int llmm__cu_gemm_int8_f32(cudaStream_t stream, const void *w, uint32_t type, size_t ne0, size_t ne1,
                                 const float *x, size_t n_rows, float *out, void *scratch) {
-    if (!cu_gemm_int8_supports(type) || ne0 == 0 || ne0 % 32 != 0) return cudaErrorInvalidValue;
+    if (!llmm__cu_gemm_int8_supports(type) || ne0 == 0 || ne0 % 32 != 0) return cudaErrorInvalidValue;
     if (n_rows == 0 || ne1 == 0) return 0;
-    const int err = cu_quantize_operand(stream, x, QB_Q8_0, ne0, n_rows, scratch);
-    return err ? err : cu_gemm_int8(stream, w, type, ne0, ne1, scratch, n_rows, out);
+    const int err = llmm__cu_quantize_operand(stream, x, QB_Q8_0, ne0, n_rows, scratch);
+    return err ? err : llmm__cu_gemm_int8(stream, w, type, ne0, ne1, scratch, n_rows, out);
 }

@@ -1,7 +1,7 @@
-/* Quantized GEMV (cu_matmul) and embedding lookup (cu_embed) for the 15 weight types the CPU
+/* Quantized GEMV (llmm__cu_matmul) and embedding lookup (llmm__cu_embed) for the 15 weight types the CPU
  * backend multiplies by.
  *
- * cu_matmul follows the CPU backend's numerics (cpu/cpu_dot.c) in two launches:
+ * llmm__cu_matmul follows the CPU backend's numerics (cpu/cpu_dot.c) in two launches:
  * 1. The activations are quantized to the weight type's operand (F16, BF16, Q8_0, Q8_1 or
  *    Q8_K; F32 weights take the float rows as they are) into the caller's scratch, byte for
  *    byte what the CPU's from_float writes: the same float operations in the same order, and
@@ -44,7 +44,7 @@ enum { GQ_Q8_0_BYTES = 34, GQ_Q8_1_BYTES = 36, GQ_Q8_K_BYTES = 292, GQ_QK_K = 25
 
 /* ---------------------------------------------------------------- bit-exact scalar helpers */
 
-/* lib/quant.c llmm_f32_to_f16, operation for operation: CUDA's __float2half differs on NaN. */
+/* lib/quant.c llmm__f32_to_f16, operation for operation: CUDA's __float2half differs on NaN. */
 __device__ __forceinline__ uint16_t gq_f32_to_f16(float f) {
     const uint32_t x = __float_as_uint(f);
     const uint32_t sign = (x >> 16) & 0x8000u;
@@ -97,7 +97,7 @@ __device__ __forceinline__ int gq_warp_sum(int v) {
 
 /* ---------------------------------------------------------------- 1. the operand */
 
-/* Q8_0 and Q8_1 (lib/quant.c llmm_quantize_row_q8_0, quant_legacy.c llmm_quantize_row_q8_1):
+/* Q8_0 and Q8_1 (lib/quant.c llmm__quantize_row_q8_0, quant_legacy.c llmm__quantize_row_q8_1):
  * one warp per 32-value block, lane j quantizes value j. The rows are back to back and ne0 is
  * a multiple of 32, so block b of the whole batch is x + 32 b. */
 template <bool WITH_SUM>
@@ -120,7 +120,7 @@ __global__ void quantize_q8_32_kernel(const float *x, uint8_t *dst) {
     }
 }
 
-/* Q8_K (lib/quant_k.c llmm_quantize_row_q8_K): one warp per 256-value block, lane l takes
+/* Q8_K (lib/quant_k.c llmm__quantize_row_q8_K): one warp per 256-value block, lane l takes
  * values 8l..8l+7, so lane pairs make up the 16-value bsums. The scale comes from the signed
  * value of largest magnitude, the first such in order on ties (llmm_signed_absmax), hence the
  * index carried through the reduction. */
@@ -184,7 +184,7 @@ static size_t operand_block_size(uint32_t operand) {
     return operand == GQ_Q8_K ? GQ_QK_K : operand == QB_Q8_0 || operand == GQ_Q8_1 ? 32 : 1;
 }
 
-extern "C" uint32_t cu_matmul_operand_type(uint32_t weight_type) {
+extern "C" uint32_t llmm__cu_matmul_operand_type(uint32_t weight_type) {
     switch (weight_type) {
     case QB_F32: case QB_F16: case QB_BF16: return weight_type;
     case QB_Q4_0: case QB_Q5_0: case QB_Q8_0: case QB_IQ4_NL: return QB_Q8_0;
@@ -194,7 +194,7 @@ extern "C" uint32_t cu_matmul_operand_type(uint32_t weight_type) {
     return UINT32_MAX;
 }
 
-extern "C" int cu_quantize_operand(cudaStream_t stream, const float *x, uint32_t operand_type, size_t ne0,
+extern "C" int llmm__cu_quantize_operand(cudaStream_t stream, const float *x, uint32_t operand_type, size_t ne0,
                                    size_t n_rows, void *dst) {
     const size_t qk = operand_block_size(operand_type), n = ne0 * n_rows;
     if (operand_type == QB_F32 || !operand_row_bytes(operand_type, ne0) || ne0 % qk != 0) return cudaErrorInvalidValue;
@@ -379,7 +379,7 @@ GQ_UNROLL
                 if (valid && c == 0) {
                     const float yd = gq_f32_at(y);
                     float contrib;
-                    if constexpr (T == QB_IQ4_XS) /* llmm_vec_dot_iq4_xs_q8_K */
+                    if constexpr (T == QB_IQ4_XS) /* llmm__vec_dot_iq4_xs_q8_K */
                         contrib = qb_mul((float)sum_q, qb_mul(d, yd));
                     else /* quant_k.c kq_block_dot */
                         contrib = qb_mul(yd, qb_sub(qb_mul(d, (float)sum_q), qb_mul(dmin, (float)sum_m)));
@@ -414,21 +414,21 @@ static gemv_fn gemv_for(uint32_t type) {
     return NULL;
 }
 
-extern "C" size_t cu_matmul_scratch_bytes(uint32_t type, size_t ne0, size_t n_rows) {
-    const uint32_t operand = cu_matmul_operand_type(type);
+extern "C" size_t llmm__cu_matmul_scratch_bytes(uint32_t type, size_t ne0, size_t n_rows) {
+    const uint32_t operand = llmm__cu_matmul_operand_type(type);
     if (operand == UINT32_MAX || operand == QB_F32) return 0; /* F32 multiplies the rows as given */
     return n_rows * operand_row_bytes(operand, ne0);
 }
 
-extern "C" int cu_matmul(cudaStream_t stream, const void *w, uint32_t type, size_t ne0, size_t ne1, const float *x,
+extern "C" int llmm__cu_matmul(cudaStream_t stream, const void *w, uint32_t type, size_t ne0, size_t ne1, const float *x,
                          size_t n_rows, float *out, void *scratch) {
     const gemv_fn kernel = gemv_for(type);
     if (!kernel || ne0 % (size_t)qb_block_size(type) != 0) return cudaErrorInvalidValue;
     if (n_rows == 0 || ne1 == 0 || ne0 == 0) return 0;
-    const uint32_t operand = cu_matmul_operand_type(type);
+    const uint32_t operand = llmm__cu_matmul_operand_type(type);
     const uint8_t *xq = (const uint8_t *)x;
     if (operand != QB_F32) {
-        const int err = cu_quantize_operand(stream, x, operand, ne0, n_rows, scratch);
+        const int err = llmm__cu_quantize_operand(stream, x, operand, ne0, n_rows, scratch);
         if (err) return err;
         xq = (const uint8_t *)scratch;
     }
@@ -462,7 +462,7 @@ __global__ void embed_kernel(const uint8_t *table, uint32_t type, size_t ne0, si
         o[i] = qb_block_value(type, row + i / qk * bytes, (int)(i % qk));
 }
 
-extern "C" int cu_embed(cudaStream_t stream, const void *table, uint32_t type, size_t ne0, size_t ne1,
+extern "C" int llmm__cu_embed(cudaStream_t stream, const void *table, uint32_t type, size_t ne0, size_t ne1,
                         const int32_t *tokens, size_t n, float *out, int *bad) {
     if (!gemv_for(type) || ne0 % (size_t)qb_block_size(type) != 0) return cudaErrorInvalidValue;
     if (n == 0 || ne0 == 0) return 0;

@@ -32,7 +32,7 @@ typedef struct cu_kv {
 /* One step's per-row inputs in fixed device buffers, updated once per step by the glue. Row r
  * is token tokens[r] at position pos[r]; its sequence's block table starts at
  * tables + table_start[r]. A row with pos[r] < 0 pads a decode step to its batch bucket
- * (backend.cu): cu_kv_write stores nothing for it and cu_attention leaves its output rows
+ * (backend.cu): llmm__cu_kv_write stores nothing for it and llmm__cu_attention leaves its output rows
  * unwritten; the other kernels compute it like any row, and nobody reads the result. */
 typedef struct cu_step {
     uint32_t n_rows;
@@ -44,44 +44,44 @@ typedef struct cu_step {
 
 /* ---------------------------------------------------------------- gemv_quant.cu */
 
-/* Device scratch bytes cu_matmul needs for n_rows activation rows of ne0 values against a
+/* Device scratch bytes llmm__cu_matmul needs for n_rows activation rows of ne0 values against a
  * weight of this type (its operand: the activations quantized as the CPU backend's dot table
  * says, cpu/cpu_dot.h). */
-size_t cu_matmul_scratch_bytes(uint32_t type, size_t ne0, size_t n_rows);
+size_t llmm__cu_matmul_scratch_bytes(uint32_t type, size_t ne0, size_t n_rows);
 /* out (n_rows, ne1) = x (n_rows, ne0) times w (ne1 rows of ne0 values of type, as stored in
- * the GGUF file) transposed. scratch: cu_matmul_scratch_bytes of device memory. */
-int cu_matmul(cudaStream_t stream, const void *w, uint32_t type, size_t ne0, size_t ne1, const float *x,
+ * the GGUF file) transposed. scratch: llmm__cu_matmul_scratch_bytes of device memory. */
+int llmm__cu_matmul(cudaStream_t stream, const void *w, uint32_t type, size_t ne0, size_t ne1, const float *x,
               size_t n_rows, float *out, void *scratch);
 /* out (n, ne0) = rows tokens[i] of table (ne1 rows of type), dequantized; a token outside
  * [0, ne1) leaves its row NaN and sets *bad (device int) to 1. */
-int cu_embed(cudaStream_t stream, const void *table, uint32_t type, size_t ne0, size_t ne1, const int32_t *tokens,
+int llmm__cu_embed(cudaStream_t stream, const void *table, uint32_t type, size_t ne0, size_t ne1, const int32_t *tokens,
              size_t n, float *out, int *bad);
 
 /* ---------------------------------------------------------------- norm_rope_act.cu */
 
-int cu_rms_norm(cudaStream_t stream, const float *x, const float *weight, float *out, size_t n_rows, size_t dim,
+int llmm__cu_rms_norm(cudaStream_t stream, const float *x, const float *weight, float *out, size_t n_rows, size_t dim,
                 float eps);
-int cu_add(cudaStream_t stream, float *dst, const float *src, size_t n);
-int cu_add_rows(cudaStream_t stream, float *x, const float *bias, size_t n_rows, size_t dim);
-int cu_scale(cudaStream_t stream, float *x, size_t n, float s);
-int cu_softcap(cudaStream_t stream, float *x, size_t n, float cap);
+int llmm__cu_add(cudaStream_t stream, float *dst, const float *src, size_t n);
+int llmm__cu_add_rows(cudaStream_t stream, float *x, const float *bias, size_t n_rows, size_t dim);
+int llmm__cu_scale(cudaStream_t stream, float *x, size_t n, float s);
+int llmm__cu_softcap(cudaStream_t stream, float *x, size_t n, float cap);
 /* act: 0 SiLU, 1 GELU (tanh), as lib/arch.h llmm_activation */
-int cu_glu(cudaStream_t stream, float *gate, const float *up, size_t n, uint32_t act);
+int llmm__cu_glu(cudaStream_t stream, float *gate, const float *up, size_t n, uint32_t act);
 /* kind: lib/arch.h llmm_rope_kind (0 adjacent pairs, 1 NeoX halves); freq_factors: device
  * (n_rot / 2) or NULL */
-int cu_rope(cudaStream_t stream, float *x, size_t n_rows, size_t n_heads, size_t head_dim, const int32_t *pos,
+int llmm__cu_rope(cudaStream_t stream, float *x, size_t n_rows, size_t n_heads, size_t head_dim, const int32_t *pos,
             uint32_t n_rot, float base, float freq_scale, float mscale, uint32_t kind, const float *freq_factors);
 
 /* ---------------------------------------------------------------- attention.cu */
 
 /* K and V rows (n_rows, n_head_kv * head_dim) of layer into the pool at the rows' positions. */
-int cu_kv_write(cudaStream_t stream, const cu_kv *kv, const cu_step *step, uint32_t layer, const float *k,
+int llmm__cu_kv_write(cudaStream_t stream, const cu_kv *kv, const cu_step *step, uint32_t layer, const float *k,
                 const float *v);
-/* Device scratch bytes cu_attention needs for any step of up to n_rows rows of a context whose
+/* Device scratch bytes llmm__cu_attention needs for any step of up to n_rows rows of a context whose
  * sequences are at most max_kv positions long (0 when max_kv fits one split). Reserve it once:
  * the launch geometry, hence the scratch a step uses, depends on n_rows, the heads, head_dim and
  * max_kv only, never on the step's positions. */
-size_t cu_attention_scratch_bytes(size_t n_rows, uint32_t n_head, uint32_t head_dim, size_t max_kv);
+size_t llmm__cu_attention_scratch_bytes(size_t n_rows, uint32_t n_head, uint32_t head_dim, size_t max_kv);
 /* out (n_rows, n_head * head_dim): row r's heads over positions [start, pos[r] + 1) of its
  * sequence in layer, start = pos[r] + 1 - window when 0 < window < pos[r] + 1, else 0; scores
  * are q.k * scale, then softcap * tanh(score / softcap) when softcap > 0. q (n_rows, n_head *
@@ -89,9 +89,9 @@ size_t cu_attention_scratch_bytes(size_t n_rows, uint32_t n_head, uint32_t head_
  * max_kv: the context's longest sequence, fixed for its life (the split geometry is built on it,
  * so a captured step replays with any positions); a row longer than max_kv is still attended in
  * full (its last split takes the rest), only less in parallel. scratch: device memory of
- * scratch_bytes >= cu_attention_scratch_bytes(step->n_rows, n_head, head_dim, max_kv), else the
+ * scratch_bytes >= llmm__cu_attention_scratch_bytes(step->n_rows, n_head, head_dim, max_kv), else the
  * call fails with cudaErrorInvalidValue and launches nothing. */
-int cu_attention(cudaStream_t stream, const cu_kv *kv, const cu_step *step, uint32_t layer, const float *q,
+int llmm__cu_attention(cudaStream_t stream, const cu_kv *kv, const cu_step *step, uint32_t layer, const float *q,
                  float *out, uint32_t n_head, uint32_t window, float scale, float softcap, size_t max_kv,
                  void *scratch, size_t scratch_bytes);
 

@@ -78,7 +78,7 @@ __global__ void glu_kernel(float *gate, const float *up, size_t n, uint32_t act)
 }
 
 // One block per row. The angle of pair i is pos * theta_scale^i built by i float
-// multiplications in sequence, as the CPU builds it (cpu_rope_rows), so one thread walks the
+// multiplications in sequence, as the CPU builds it (llmm__cpu_rope_rows), so one thread walks the
 // pairs and the others wait: at most head_dim / 2 multiplies, then cos and sin in parallel.
 // theta_scale comes from the host's powf, the CPU's own.
 __global__ void rope_kernel(float *x, size_t n_heads, size_t head_dim, const int32_t *pos, uint32_t n_rot,
@@ -117,46 +117,46 @@ __global__ void rope_kernel(float *x, size_t n_heads, size_t head_dim, const int
 
 extern "C" {
 
-int cu_rms_norm(cudaStream_t stream, const float *x, const float *weight, float *out, size_t n_rows, size_t dim,
+int llmm__cu_rms_norm(cudaStream_t stream, const float *x, const float *weight, float *out, size_t n_rows, size_t dim,
                 float eps) {
     if (n_rows == 0) return 0;
     SIMT_LAUNCH(rms_norm_kernel, dim3((unsigned)n_rows), dim3(NORM_THREADS), 0, stream, x, weight, out, dim, eps);
     return (int)cudaGetLastError();
 }
 
-int cu_add(cudaStream_t stream, float *dst, const float *src, size_t n) {
+int llmm__cu_add(cudaStream_t stream, float *dst, const float *src, size_t n) {
     if (n == 0) return 0;
     SIMT_LAUNCH(add_kernel, dim3(elem_blocks(n)), dim3(ELEM_THREADS), 0, stream, dst, src, n);
     return (int)cudaGetLastError();
 }
 
-int cu_add_rows(cudaStream_t stream, float *x, const float *bias, size_t n_rows, size_t dim) {
+int llmm__cu_add_rows(cudaStream_t stream, float *x, const float *bias, size_t n_rows, size_t dim) {
     const size_t n = n_rows * dim;
     if (n == 0) return 0;
     SIMT_LAUNCH(add_rows_kernel, dim3(elem_blocks(n)), dim3(ELEM_THREADS), 0, stream, x, bias, n, dim);
     return (int)cudaGetLastError();
 }
 
-int cu_scale(cudaStream_t stream, float *x, size_t n, float s) {
+int llmm__cu_scale(cudaStream_t stream, float *x, size_t n, float s) {
     if (n == 0) return 0;
     SIMT_LAUNCH(scale_kernel, dim3(elem_blocks(n)), dim3(ELEM_THREADS), 0, stream, x, n, s);
     return (int)cudaGetLastError();
 }
 
-int cu_softcap(cudaStream_t stream, float *x, size_t n, float cap) {
+int llmm__cu_softcap(cudaStream_t stream, float *x, size_t n, float cap) {
     if (n == 0) return 0;
     SIMT_LAUNCH(softcap_kernel, dim3(elem_blocks(n)), dim3(ELEM_THREADS), 0, stream, x, n, cap);
     return (int)cudaGetLastError();
 }
 
-int cu_glu(cudaStream_t stream, float *gate, const float *up, size_t n, uint32_t act) {
+int llmm__cu_glu(cudaStream_t stream, float *gate, const float *up, size_t n, uint32_t act) {
     if (n == 0) return 0;
     if (act > 1) return (int)cudaErrorInvalidValue;
     SIMT_LAUNCH(glu_kernel, dim3(elem_blocks(n)), dim3(ELEM_THREADS), 0, stream, gate, up, n, act);
     return (int)cudaGetLastError();
 }
 
-int cu_rope(cudaStream_t stream, float *x, size_t n_rows, size_t n_heads, size_t head_dim, const int32_t *pos,
+int llmm__cu_rope(cudaStream_t stream, float *x, size_t n_rows, size_t n_heads, size_t head_dim, const int32_t *pos,
             uint32_t n_rot, float base, float freq_scale, float mscale, uint32_t kind, const float *freq_factors) {
     if (kind > 1 || n_rot > head_dim || n_rot % 2) return (int)cudaErrorInvalidValue;
     if (n_rows == 0 || n_heads == 0 || n_rot == 0) return 0;

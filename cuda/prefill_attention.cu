@@ -1,6 +1,6 @@
-// Causal attention for a prompt chunk over the paged KV pool (cu_prefill_attention), tiled so
+// Causal attention for a prompt chunk over the paged KV pool (llmm__cu_prefill_attention), tiled so
 // that each K/V row read from the pool serves a whole tile of query rows and every query head
-// of its GQA group, where cu_attention (attention.cu) reads it once per row.
+// of its GQA group, where llmm__cu_attention (attention.cu) reads it once per row.
 //
 // Design. One thread block (PF_WARPS warps) per (tile of query rows, K/V head, run of that
 // head's query heads). Its queries, (row, head) pairs, PF_WARPS * QW of them, start in shared
@@ -37,14 +37,14 @@
 // and V share one buffer (two more barriers a tile) because two buffers of 33 KiB do not fit at
 // 256. Rows a block = queries / heads of the run (16 rows at group 1, 4 at group 4, 1 at group
 // 16); a group larger than the block's queries is cut into runs as attention.cu does. So each
-// K/V element loaded serves 8 or 16 queries, where cu_attention's serves one row's heads of the
+// K/V element loaded serves 8 or 16 queries, where llmm__cu_attention's serves one row's heads of the
 // group.
 //
 // What only a GPU can show: races between warps (the emulation switches threads only at
 // barriers and shuffles: compute-sanitizer racecheck), the bank-conflict claims above (Nsight
 // Compute's shared-memory wavefronts), occupancy and register use (-Xptxas -v: acc holds QW *
 // head_dim / 32 floats a lane, plus four partial dots per query), and the time against
-// cu_attention on real prompt chunks (the reason this kernel exists).
+// llmm__cu_attention on real prompt chunks (the reason this kernel exists).
 //
 // Next steps, not done: tensor cores (mma.sync m16n8k16 over F16 Q, K and V tiles: scores and
 // PV as two small GEMMs per tile, which is where FlashAttention's speed comes from; the scalar
@@ -310,7 +310,7 @@ pf_kernel_fn pf_kernel(uint32_t type, uint32_t epl) {
 
 } // namespace
 
-extern "C" int cu_prefill_attention(cudaStream_t stream, const cu_kv *kv, const cu_step *step, uint32_t layer,
+extern "C" int llmm__cu_prefill_attention(cudaStream_t stream, const cu_kv *kv, const cu_step *step, uint32_t layer,
                                     const float *q, float *out, uint32_t n_head, uint32_t window, float scale,
                                     float softcap, size_t row_begin, size_t row_end) {
     if (!kv || !step || !q || !out || !kv->pool || layer >= kv->n_layer || kv->type > 2 || kv->n_head_kv == 0 ||

@@ -1,7 +1,7 @@
 /* Tiled causal attention for a prompt chunk (cuda/prefill_attention.cu): the rows of one
  * sequence in a step attend over the paged KV pool with each K/V row loaded once per tile of
- * query rows, where cu_attention (kernels.h) reads it once per row. Same math and masking as
- * cu_attention; the module glue (backend.cu) chooses which one runs. */
+ * query rows, where llmm__cu_attention (kernels.h) reads it once per row. Same math and masking as
+ * llmm__cu_attention; the module glue (backend.cu) chooses which one runs. */
 #ifndef LLMM_CUDA_PREFILL_ATTENTION_H
 #define LLMM_CUDA_PREFILL_ATTENTION_H
 
@@ -20,15 +20,15 @@ extern "C" {
  * softcap * tanh(score / softcap) when softcap > 0; the K/V head of query head h is
  * h / (n_head / kv->n_head_kv). The rows must be one sequence's: they share one block table
  * (a tile of rows reads the table of its row with the largest position, which must cover every
- * position up to it), and their own K/V rows are in the pool already (cu_kv_write). Positions
+ * position up to it), and their own K/V rows are in the pool already (llmm__cu_kv_write). Positions
  * may come in any order, each row is masked by its own. A row with pos[r] < 0 (padding) is left
  * unwritten, as are all rows outside the range. q, out: device (step->n_rows, n_head *
- * head_dim). Requires kv->head_dim 1 to 256 (as cu_attention), n_head a nonzero multiple of
+ * head_dim). Requires kv->head_dim 1 to 256 (as llmm__cu_attention), n_head a nonzero multiple of
  * kv->n_head_kv, row_begin <= row_end <= step->n_rows, a KV type 0 to 2, layer < kv->n_layer;
  * otherwise returns cudaErrorInvalidValue and launches nothing. Needs no scratch and allocates
  * nothing; one launch, whose grid depends on the row count and the heads only (a CUDA graph may
  * capture it). */
-int cu_prefill_attention(cudaStream_t stream, const cu_kv *kv, const cu_step *step, uint32_t layer, const float *q,
+int llmm__cu_prefill_attention(cudaStream_t stream, const cu_kv *kv, const cu_step *step, uint32_t layer, const float *q,
                          float *out, uint32_t n_head, uint32_t window, float scale, float softcap, size_t row_begin,
                          size_t row_end);
 

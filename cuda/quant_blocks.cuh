@@ -87,7 +87,7 @@ QB_FN float qb_bf16_to_float(uint16_t h) { return qb_bits_to_float((uint32_t)h <
 QB_FN uint16_t qb_u16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
 QB_FN float qb_f16_at(const uint8_t *p) { return qb_half_to_float(qb_u16(p)); }
 
-/* The IQ4 codebook (lib/quant_iq4.c llmm_iq4_values), as a function so that it needs no
+/* The IQ4 codebook (lib/quant_iq4.c llmm__iq4_values), as a function so that it needs no
  * device constant memory of its own. */
 QB_FN int qb_iq4_value(int code) {
     const int8_t values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};

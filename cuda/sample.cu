@@ -1,4 +1,4 @@
-/* Token sampling on the device (cu_sample): for each row of logits, the token lib/sampler.c
+/* Token sampling on the device (llmm__cu_sample): for each row of logits, the token lib/sampler.c
  * would choose with the same request, so that a step ends with n ids crossing to the host
  * instead of n rows of logits.
  *
@@ -28,7 +28,7 @@
  * The sums are in double as on the CPU, but a parallel sum adds in another order, which changes
  * their last bits only: tokens agree with the CPU's except when a draw (or top-p's cut) lands
  * within that rounding of a boundary between two candidates. log(min_p) comes from the host
- * (cu_sample_pack) so that min-p's threshold is the CPU's bit for bit; exp in double may differ
+ * (llmm__cu_sample_pack) so that min-p's threshold is the CPU's bit for bit; exp in double may differ
  * from the host's libm by an ulp on a GPU, which is rounding of the same kind.
  *
  * Greedy reads the row twice (copy, argmax), temperature-only and min-p-only three times more
@@ -381,15 +381,15 @@ __global__ void sample_kernel(const float *logits, uint32_t n, const cu_sample_r
 
 /* ---------------------------------------------------------------- launchers */
 
-extern "C" size_t cu_sample_staging_bytes(size_t n_rows, size_t total_penalized) {
+extern "C" size_t llmm__cu_sample_staging_bytes(size_t n_rows, size_t total_penalized) {
     return n_rows * sizeof(cu_sample_row) + 2 * total_penalized * sizeof(uint32_t);
 }
 
-extern "C" size_t cu_sample_pack(const llmm_sample_request *req, size_t n_rows, void *staging, size_t staging_bytes) {
+extern "C" size_t llmm__cu_sample_pack(const llmm_sample_request *req, size_t n_rows, void *staging, size_t staging_bytes) {
     if (!req || !staging || n_rows == 0) return 0;
     size_t total = 0;
     for (size_t r = 0; r < n_rows; r++) total += req[r].n_penalized;
-    const size_t bytes = cu_sample_staging_bytes(n_rows, total);
+    const size_t bytes = llmm__cu_sample_staging_bytes(n_rows, total);
     if (total > UINT32_MAX / 2 || bytes > staging_bytes) return 0;
     uint8_t *base = (uint8_t *)staging;
     uint32_t *pen = (uint32_t *)(base + n_rows * sizeof(cu_sample_row));
@@ -419,9 +419,9 @@ extern "C" size_t cu_sample_pack(const llmm_sample_request *req, size_t n_rows, 
     return bytes;
 }
 
-extern "C" size_t cu_sample_scratch_bytes(size_t n_rows, size_t n_vocab) { return n_rows * sp_row_scratch_bytes(n_vocab); }
+extern "C" size_t llmm__cu_sample_scratch_bytes(size_t n_rows, size_t n_vocab) { return n_rows * sp_row_scratch_bytes(n_vocab); }
 
-extern "C" int cu_sample(cudaStream_t stream, const float *logits, size_t n_rows, size_t n_vocab, const void *packed,
+extern "C" int llmm__cu_sample(cudaStream_t stream, const float *logits, size_t n_rows, size_t n_vocab, const void *packed,
                          int32_t *out, void *scratch) {
     if (n_vocab == 0 || n_vocab > INT32_MAX || n_rows > INT32_MAX) return cudaErrorInvalidValue;
     if (n_rows == 0) return 0;

@@ -13,10 +13,10 @@ static const llmm_arch arch_table[] = {
      .post_attn_norm = "post_attention_norm.weight", .post_ffn_norm = "post_ffw_norm.weight"},
 };
 
-const llmm_arch *arch_find(const char *name) {
+const llmm_arch *llmm__arch_find(const char *name) {
     for (size_t i = 0; i < sizeof arch_table / sizeof *arch_table; i++)
         if (strcmp(arch_table[i].name, name) == 0) return &arch_table[i];
     return NULL;
 }
 
-const char *arch_supported_list(void) { return "llama, qwen2, qwen3, phi3, gemma2"; }
+const char *llmm__arch_supported_list(void) { return "llama, qwen2, qwen3, phi3, gemma2"; }

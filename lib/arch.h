@@ -38,8 +38,8 @@ typedef struct llmm_arch {
 } llmm_arch;
 
 /* The row for an architecture name, or NULL when this build does not implement it. */
-const llmm_arch *arch_find(const char *name);
+const llmm_arch *llmm__arch_find(const char *name);
 /* Comma-separated list of supported names, for error messages. */
-const char *arch_supported_list(void);
+const char *llmm__arch_supported_list(void);
 
 #endif

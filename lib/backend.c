@@ -12,10 +12,10 @@ static const llmm_backend_ops *const backends[] = {
 #ifdef LLMM_WITH_CUDA
     &llmm_cuda_backend,
 #endif
-    &llmm_cpu_backend,
+    &llmm__cpu_backend,
 };
 
-int backend_table_ok(const llmm_backend_ops *be) {
+int llmm__backend_table_ok(const llmm_backend_ops *be) {
     if (be->api_version != LLMM_BACKEND_API_VERSION || !(be->kv_layouts & LLMM_KV_LAYOUT_HEAD_REGIONS)) return 0;
     if ((unsigned)be->kind >= LLMM_BACKEND_KINDS || be->kind == LLMM_BACKEND_AUTO) return 0;
     return be->available && be->supports_type && be->init && be->shutdown && be->buffer_alloc && be->buffer_free &&
@@ -24,18 +24,18 @@ int backend_table_ok(const llmm_backend_ops *be) {
            be->add_rows && be->scale && be->softcap && be->kv_write && be->attention && be->copy;
 }
 
-const llmm_backend_ops *backend_select(llmm_backend_kind kind) {
+const llmm_backend_ops *llmm__backend_select(llmm_backend_kind kind) {
     for (size_t i = 0; i < sizeof backends / sizeof *backends; i++) {
         const llmm_backend_ops *b = backends[i];
-        if (!backend_table_ok(b)) continue;
+        if (!llmm__backend_table_ok(b)) continue;
         if ((kind == LLMM_BACKEND_AUTO || kind == b->kind) && b->available()) return b;
     }
     return NULL;
 }
 
-llmm_status backend_acquire(llmm_backend_kind kind, const llmm_logger *log, backend_ref *out, llmm_diag *d) {
+llmm_status llmm__backend_acquire(llmm_backend_kind kind, const llmm_logger *log, backend_ref *out, llmm_diag *d) {
     *out = (backend_ref){0};
-    const llmm_backend_ops *builtin = backend_select(kind);
+    const llmm_backend_ops *builtin = llmm__backend_select(kind);
     /* a built-in table of the kind asked for wins; under AUTO the CPU is the last resort,
      * after the module */
     if (builtin && !(kind == LLMM_BACKEND_AUTO && builtin->kind == LLMM_BACKEND_CPU)) {
@@ -43,23 +43,23 @@ llmm_status backend_acquire(llmm_backend_kind kind, const llmm_logger *log, back
         return LLMM_OK;
     }
     if (kind != LLMM_BACKEND_AUTO && kind != LLMM_BACKEND_CUDA)
-        return diag_fail(d, LLMM_ERR_BACKEND, "backend %d is not available in this build or on this machine",
+        return llmm__diag_fail(d, LLMM_ERR_BACKEND, "backend %d is not available in this build or on this machine",
                          (int)kind);
     backend_module mod;
     llmm_diag why = {{0}};
-    if (!backend_module_open(LLMM_BACKEND_CUDA, &mod, &why)) {
+    if (!llmm__backend_module_open(LLMM_BACKEND_CUDA, &mod, &why)) {
         *out = (backend_ref){mod.ops, mod.handle};
         return LLMM_OK;
     }
     if (kind == LLMM_BACKEND_CUDA)
-        return diag_fail(d, LLMM_ERR_BACKEND, "the CUDA backend is not available: %s", why.msg);
-    log_msg(log, LLMM_LOG_INFO, "backend: AUTO runs on the CPU: %s", why.msg);
-    out->ops = backend_select(LLMM_BACKEND_CPU);
-    return out->ops ? LLMM_OK : diag_fail(d, LLMM_ERR_BACKEND, "the CPU backend is not available");
+        return llmm__diag_fail(d, LLMM_ERR_BACKEND, "the CUDA backend is not available: %s", why.msg);
+    llmm__log_msg(log, LLMM_LOG_INFO, "backend: AUTO runs on the CPU: %s", why.msg);
+    out->ops = llmm__backend_select(LLMM_BACKEND_CPU);
+    return out->ops ? LLMM_OK : llmm__diag_fail(d, LLMM_ERR_BACKEND, "the CPU backend is not available");
 }
 
-void backend_release(backend_ref *ref) {
+void llmm__backend_release(backend_ref *ref) {
     backend_module mod = {ref->module, ref->ops};
-    backend_module_close(&mod);
+    llmm__backend_module_close(&mod);
     *ref = (backend_ref){0};
 }

@@ -9,7 +9,7 @@
  *  - small host structs passed by pointer to one call (shapes, scalars, parameters).
  * Nothing else: per-layer ops take a layer index, never a host array.
  * Optional slots may be NULL. Bump LLMM_BACKEND_API_VERSION when a slot changes; the core
- * refuses a table of another version (backend_select, backend_module_open). */
+ * refuses a table of another version (llmm__backend_select, llmm__backend_module_open). */
 #ifndef LLMM_BACKEND_H
 #define LLMM_BACKEND_H
 
@@ -184,7 +184,7 @@ typedef struct llmm_step_shape {
 } llmm_step_shape;
 
 /* One row's sampling as data: what llmm_sample would do with that row's logits, prepared by the
- * core from an llmm_sampler (lib/sampler.h sampler_request), for a backend that samples where the
+ * core from an llmm_sampler (lib/sampler.h llmm__sampler_request), for a backend that samples where the
  * logits are (the optional sample slot). A backend reproduces lib/sampler.c step for step:
  * logits sanitized (NaN -> -inf, +inf -> FLT_MAX), penalties, then greedy argmax (lowest id on
  * ties) when temperature <= 0, else top-k, top-p, min-p and a draw of `uniform` over
@@ -292,15 +292,15 @@ typedef struct llmm_backend_ops {
 } llmm_backend_ops;
 
 /* The CPU backend, always present. */
-extern const llmm_backend_ops llmm_cpu_backend;
+extern const llmm_backend_ops llmm__cpu_backend;
 
 /* 1 when a table is of this build's LLMM_BACKEND_API_VERSION, fills every required slot and
  * accepts the core's KV layout. */
-int backend_table_ok(const llmm_backend_ops *be);
+int llmm__backend_table_ok(const llmm_backend_ops *be);
 
 /* The built-in backend for a requested kind: AUTO picks the best available. NULL if none fits
- * (a table failing backend_table_ok is skipped). Modules are backend_acquire's. */
-const llmm_backend_ops *backend_select(llmm_backend_kind kind);
+ * (a table failing llmm__backend_table_ok is skipped). Modules are llmm__backend_acquire's. */
+const llmm_backend_ops *llmm__backend_select(llmm_backend_kind kind);
 
 /* A backend a context runs on: a built-in table (module NULL) or a loaded module's. */
 typedef struct backend_ref {
@@ -312,10 +312,10 @@ typedef struct backend_ref {
  * no module touched. CUDA: a built-in CUDA table when available, else the CUDA module
  * (backend_module.h), which must load, pass its checks and find a device; else
  * LLMM_ERR_BACKEND with the reason in d. AUTO: as CUDA, but a failure is one INFO line on log
- * (NULL: silent) and the CPU. *out holds the module until backend_release. */
-llmm_status backend_acquire(llmm_backend_kind kind, const llmm_logger *log, backend_ref *out, llmm_diag *d);
+ * (NULL: silent) and the CPU. *out holds the module until llmm__backend_release. */
+llmm_status llmm__backend_acquire(llmm_backend_kind kind, const llmm_logger *log, backend_ref *out, llmm_diag *d);
 
-/* Unload what backend_acquire loaded, after the shutdown of every state its table made. */
-void backend_release(backend_ref *ref);
+/* Unload what llmm__backend_acquire loaded, after the shutdown of every state its table made. */
+void llmm__backend_release(backend_ref *ref);
 
 #endif

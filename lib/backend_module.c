@@ -89,7 +89,7 @@ static llmm_status open_file(const struct module_kind *mk, void **handle, char *
     if (env && env[0]) {
         snprintf(path, cap, "%s", env);
         if ((*handle = dlopen(env, flags))) return LLMM_OK;
-        return diag_fail(d, LLMM_ERR_BACKEND, "cannot load the %s module %s=%s: %s", mk->label, mk->env, env,
+        return llmm__diag_fail(d, LLMM_ERR_BACKEND, "cannot load the %s module %s=%s: %s", mk->label, mk->env, env,
                          dl_why());
     }
     char near[MODULE_PATH_MAX];
@@ -99,14 +99,14 @@ static llmm_status open_file(const struct module_kind *mk, void **handle, char *
     if (have_near && access(near, F_OK) == 0) {
         snprintf(path, cap, "%s", near);
         if ((*handle = dlopen(near, flags))) return LLMM_OK;
-        return diag_fail(d, LLMM_ERR_BACKEND, "cannot load the %s module %s: %s", mk->label, near, dl_why());
+        return llmm__diag_fail(d, LLMM_ERR_BACKEND, "cannot load the %s module %s: %s", mk->label, near, dl_why());
     }
     snprintf(path, cap, "%s", mk->file);
     if ((*handle = dlopen(mk->file, flags))) return LLMM_OK;
     if (have_near)
-        return diag_fail(d, LLMM_ERR_BACKEND, "no %s module at %s or on the loader's path (%s not set): %s",
+        return llmm__diag_fail(d, LLMM_ERR_BACKEND, "no %s module at %s or on the loader's path (%s not set): %s",
                          mk->label, near, mk->env, dl_why());
-    return diag_fail(d, LLMM_ERR_BACKEND, "no %s module on the loader's path (%s not set): %s", mk->label, mk->env,
+    return llmm__diag_fail(d, LLMM_ERR_BACKEND, "no %s module on the loader's path (%s not set): %s", mk->label, mk->env,
                      dl_why());
 }
 
@@ -115,20 +115,20 @@ static llmm_status open_file(const struct module_kind *mk, void **handle, char *
 static llmm_status check_table(const struct module_kind *mk, const char *path, const llmm_backend_ops *ops,
                                llmm_diag *d) {
     if (!ops)
-        return diag_fail(d, LLMM_ERR_BACKEND, "the %s module %s has no backend for backend API version %u",
+        return llmm__diag_fail(d, LLMM_ERR_BACKEND, "the %s module %s has no backend for backend API version %u",
                          mk->label, path, LLMM_BACKEND_API_VERSION);
     if (ops->api_version != LLMM_BACKEND_API_VERSION)
-        return diag_fail(d, LLMM_ERR_BACKEND, "the %s module %s has backend API version %u != %u (this library's)",
+        return llmm__diag_fail(d, LLMM_ERR_BACKEND, "the %s module %s has backend API version %u != %u (this library's)",
                          mk->label, path, ops->api_version, LLMM_BACKEND_API_VERSION);
     if (ops->kind != mk->kind)
-        return diag_fail(d, LLMM_ERR_BACKEND, "the %s module %s holds a backend of kind %d, not %s", mk->label, path,
+        return llmm__diag_fail(d, LLMM_ERR_BACKEND, "the %s module %s holds a backend of kind %d, not %s", mk->label, path,
                          (int)ops->kind, mk->label);
-    if (!ops->name || !backend_table_ok(ops))
-        return diag_fail(d, LLMM_ERR_BACKEND,
+    if (!ops->name || !llmm__backend_table_ok(ops))
+        return llmm__diag_fail(d, LLMM_ERR_BACKEND,
                          "the %s module %s has an incomplete backend table or one without the core's KV layout",
                          mk->label, path);
     if (!ops->available())
-        return diag_fail(d, LLMM_ERR_BACKEND, "the %s module %s (backend %s) found no usable device", mk->label,
+        return llmm__diag_fail(d, LLMM_ERR_BACKEND, "the %s module %s (backend %s) found no usable device", mk->label,
                          path, ops->name);
     return LLMM_OK;
 }
@@ -145,16 +145,16 @@ LLMM_API llmm_status llmm_backend_register(llmm_backend_kind kind, llmm_backend_
     /* the device is checked when a context asks for it: registering happens at start-up,
      * also on machines without one */
     if (!ops || ops->api_version != LLMM_BACKEND_API_VERSION || ops->kind != kind || !ops->name ||
-        !backend_table_ok(ops))
+        !llmm__backend_table_ok(ops))
         return LLMM_ERR_BACKEND;
     atomic_store(&registered_entries[kind], entry);
     return LLMM_OK;
 }
 
-llmm_status backend_module_open(llmm_backend_kind kind, backend_module *out, llmm_diag *d) {
+llmm_status llmm__backend_module_open(llmm_backend_kind kind, backend_module *out, llmm_diag *d) {
     *out = (backend_module){0};
     const struct module_kind *mk = module_kind_of(kind);
-    if (!mk) return diag_fail(d, LLMM_ERR_BACKEND, "backend %d has no module", (int)kind);
+    if (!mk) return llmm__diag_fail(d, LLMM_ERR_BACKEND, "backend %d has no module", (int)kind);
     const llmm_backend_entry_fn linked = atomic_load(&registered_entries[kind]);
     if (linked) {
         const llmm_backend_ops *ops = registered_table(linked);
@@ -169,7 +169,7 @@ llmm_status backend_module_open(llmm_backend_kind kind, backend_module *out, llm
     dlerror(); /* clear, so that the dlsym's failure is told by its own message */
     void *sym = dlsym(h, LLMM_BACKEND_MODULE_ENTRY);
     if (!sym) {
-        st = diag_fail(d, LLMM_ERR_BACKEND, "the %s module %s has no entry point %s: %s", mk->label, path,
+        st = llmm__diag_fail(d, LLMM_ERR_BACKEND, "the %s module %s has no entry point %s: %s", mk->label, path,
                        LLMM_BACKEND_MODULE_ENTRY, dl_why());
     } else {
         llmm_backend_module_fn entry;
@@ -182,7 +182,7 @@ llmm_status backend_module_open(llmm_backend_kind kind, backend_module *out, llm
     return st;
 }
 
-void backend_module_close(backend_module *mod) {
+void llmm__backend_module_close(backend_module *mod) {
     if (mod->handle) dlclose(mod->handle);
     *mod = (backend_module){0};
 }

@@ -9,7 +9,7 @@
  * The core calls it with its LLMM_BACKEND_API_VERSION. The module returns its table (static
  * storage, valid until the module is unloaded), or NULL when it cannot serve a core of that
  * version. The core refuses a table of another api_version, of another kind, failing
- * backend_table_ok, or whose available() says no, each with the reason. */
+ * llmm__backend_table_ok, or whose available() says no, each with the reason. */
 #ifndef LLMM_BACKEND_MODULE_H
 #define LLMM_BACKEND_MODULE_H
 
@@ -36,9 +36,9 @@ typedef struct backend_module {
  * a module the app registered (llmm_backend_register, a static link) is used without loading
  * anything (handle NULL). On failure LLMM_ERR_BACKEND with the reason in d, and nothing is
  * held. */
-llmm_status backend_module_open(llmm_backend_kind kind, backend_module *out, llmm_diag *d);
+llmm_status llmm__backend_module_open(llmm_backend_kind kind, backend_module *out, llmm_diag *d);
 
 /* Unload a module; after the shutdown of every state its table made. NULL handle: nothing. */
-void backend_module_close(backend_module *mod);
+void llmm__backend_module_close(backend_module *mod);
 
 #endif

@@ -199,22 +199,22 @@ static int rule_matches(const detect_rule *r, const char *text) {
     return 1;
 }
 
-int chat_format_find(const char *name) {
+int llmm__chat_format_find(const char *name) {
     for (int i = 0; name && i < CHAT_N_FORMATS; i++)
         if (strcmp(format_names[i], name) == 0) return i;
     return -1;
 }
 
-size_t chat_format_count(void) { return CHAT_N_FORMATS; }
+size_t llmm__chat_format_count(void) { return CHAT_N_FORMATS; }
 
-const char *chat_format_name(int index) {
+const char *llmm__chat_format_name(int index) {
     return index >= 0 && index < CHAT_N_FORMATS ? format_names[index] : NULL;
 }
 
-int chat_detect(const char *template_text, const char **family) {
+int llmm__chat_detect(const char *template_text, const char **family) {
     if (family) *family = NULL;
     if (!template_text) return -1;
-    int by_name = chat_format_find(template_text);
+    int by_name = llmm__chat_format_find(template_text);
     if (by_name >= 0) {
         if (family) *family = format_names[by_name];
         return by_name;
@@ -318,13 +318,13 @@ static void render(const chat_format *f, const llmm_chat_message *m, size_t n, i
 /* ---------------------------------------------------------------- public API */
 
 static llmm_status check_messages(const llmm_model *model, const llmm_chat_message *m, size_t n) {
-    if (n > 0 && !m) return model_fail(model, LLMM_ERR_INVALID_ARG, "llmm_chat_format: messages is NULL, n = %zu", n);
+    if (n > 0 && !m) return llmm__model_fail(model, LLMM_ERR_INVALID_ARG, "llmm_chat_format: messages is NULL, n = %zu", n);
     for (size_t i = 0; i < n; i++) {
         if (!m[i].role || !m[i].content)
-            return model_fail(model, LLMM_ERR_INVALID_ARG, "llmm_chat_format: message %zu has a NULL %s", i,
+            return llmm__model_fail(model, LLMM_ERR_INVALID_ARG, "llmm_chat_format: message %zu has a NULL %s", i,
                               m[i].role ? "content" : "role");
         if (role_of(m[i].role) < 0)
-            return model_fail(model, LLMM_ERR_INVALID_ARG,
+            return llmm__model_fail(model, LLMM_ERR_INVALID_ARG,
                               "llmm_chat_format: message %zu has role '%.32s' (system, user or assistant)", i,
                               m[i].role);
     }
@@ -336,29 +336,29 @@ static llmm_status detect_for_model(const llmm_model *model, int *index) {
     const char *text = NULL;
     llmm_status st = llmm_model_meta_str(model, "tokenizer.chat_template", &text);
     if (st == LLMM_ERR_NOT_FOUND)
-        return model_fail(model, LLMM_ERR_UNSUPPORTED,
+        return llmm__model_fail(model, LLMM_ERR_UNSUPPORTED,
                           "the model has no chat template (tokenizer.chat_template); name one of: %s",
                           format_names_csv + 1);
     if (st)
-        return model_fail(model, LLMM_ERR_UNSUPPORTED, "tokenizer.chat_template is not a string; name one of: %s",
+        return llmm__model_fail(model, LLMM_ERR_UNSUPPORTED, "tokenizer.chat_template is not a string; name one of: %s",
                           format_names_csv + 1);
     const char *family;
-    *index = chat_detect(text, &family);
+    *index = llmm__chat_detect(text, &family);
     if (*index >= 0) return LLMM_OK;
     if (family)
-        return model_fail(model, LLMM_ERR_UNSUPPORTED,
+        return llmm__model_fail(model, LLMM_ERR_UNSUPPORTED,
                           "the model's chat template is of the '%s' family, which llmmini does not build in; "
                           "name one of: %s",
                           family, format_names_csv + 1);
-    return model_fail(model, LLMM_ERR_UNSUPPORTED, "the model's chat template is not recognised; name one of: %s",
+    return llmm__model_fail(model, LLMM_ERR_UNSUPPORTED, "the model's chat template is not recognised; name one of: %s",
                       format_names_csv + 1);
 }
 
 static llmm_status resolve_format(const llmm_model *model, const char *template_name, int *index) {
     if (!template_name) return detect_for_model(model, index);
-    *index = chat_format_find(template_name);
+    *index = llmm__chat_format_find(template_name);
     if (*index >= 0) return LLMM_OK;
-    return model_fail(model, LLMM_ERR_UNSUPPORTED, "no built-in chat template '%.64s'; the names are: %s",
+    return llmm__model_fail(model, LLMM_ERR_UNSUPPORTED, "no built-in chat template '%.64s'; the names are: %s",
                       template_name, format_names_csv + 1);
 }
 
@@ -367,7 +367,7 @@ LLMM_API llmm_status llmm_chat_format(const llmm_model *model, const char *templ
                                       char *buf, size_t capacity, size_t *needed) {
     if (!model) return LLMM_ERR_INVALID_ARG;
     if (!needed || (!buf && capacity > 0))
-        return model_fail(model, LLMM_ERR_INVALID_ARG, "llmm_chat_format: NULL needed, or NULL buf with capacity > 0");
+        return llmm__model_fail(model, LLMM_ERR_INVALID_ARG, "llmm_chat_format: NULL needed, or NULL buf with capacity > 0");
     *needed = 0;
     llmm_status st = check_messages(model, messages, n);
     int index = -1;
@@ -375,10 +375,10 @@ LLMM_API llmm_status llmm_chat_format(const llmm_model *model, const char *templ
     if (st) return st;
     chat_out o = {.buf = buf, .cap = capacity};
     render(&formats[index], messages, n, add_generation_prompt, &o);
-    if (o.overflow) return model_fail(model, LLMM_ERR_INVALID_ARG, "llmm_chat_format: the output exceeds SIZE_MAX");
+    if (o.overflow) return llmm__model_fail(model, LLMM_ERR_INVALID_ARG, "llmm_chat_format: the output exceeds SIZE_MAX");
     *needed = o.len;
     if (o.len > capacity)
-        return model_fail(model, LLMM_ERR_BUFFER_TOO_SMALL, "llmm_chat_format: %zu bytes needed, capacity %zu", o.len,
+        return llmm__model_fail(model, LLMM_ERR_BUFFER_TOO_SMALL, "llmm_chat_format: %zu bytes needed, capacity %zu", o.len,
                           capacity);
     if (o.len < capacity) buf[o.len] = '\0';
     return LLMM_OK;
@@ -386,7 +386,7 @@ LLMM_API llmm_status llmm_chat_format(const llmm_model *model, const char *templ
 
 LLMM_API llmm_status llmm_chat_template_detect(const llmm_model *model, const char **name) {
     if (!model) return LLMM_ERR_INVALID_ARG;
-    if (!name) return model_fail(model, LLMM_ERR_INVALID_ARG, "llmm_chat_template_detect: name is NULL");
+    if (!name) return llmm__model_fail(model, LLMM_ERR_INVALID_ARG, "llmm_chat_template_detect: name is NULL");
     *name = NULL;
     int index = -1;
     llmm_status st = detect_for_model(model, &index);

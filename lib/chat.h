@@ -6,15 +6,15 @@
 #include <stddef.h>
 
 /* Index of the built-in format named `name` (exact, case-sensitive), or -1. */
-int chat_format_find(const char *name);
+int llmm__chat_format_find(const char *name);
 /* Number of built-in formats, and the name of format i (0 <= i < count), NULL out of range. */
-size_t chat_format_count(void);
-const char *chat_format_name(int index);
+size_t llmm__chat_format_count(void);
+const char *llmm__chat_format_name(int index);
 
 /* Recognise a template text (Jinja source from tokenizer.chat_template, or a bare format name).
  * Returns the index of the built-in format to use, or -1. *family (optional) receives the
  * name of the family the reference engine would pick, also when llmmini does not build that
  * one in (e.g. "chatglm4"), and NULL when the text matches no family at all. */
-int chat_detect(const char *template_text, const char **family);
+int llmm__chat_detect(const char *template_text, const char **family);
 
 #endif

@@ -7,7 +7,7 @@
 
 #define LLMM_ALIGN 64
 
-void *mem_alloc(const llmm_allocator *alloc, size_t size) {
+void *llmm__mem_alloc(const llmm_allocator *alloc, size_t size) {
     if (size == 0) size = 1;
     if (alloc && alloc->alloc) return alloc->alloc(alloc->user, size);
     void *p = NULL;
@@ -15,15 +15,15 @@ void *mem_alloc(const llmm_allocator *alloc, size_t size) {
     return p;
 }
 
-void *mem_calloc(const llmm_allocator *alloc, size_t count, size_t size) {
+void *llmm__mem_calloc(const llmm_allocator *alloc, size_t count, size_t size) {
     size_t bytes;
     if (!size_mul_ok(count, size, &bytes)) return NULL;
-    void *p = mem_alloc(alloc, bytes);
+    void *p = llmm__mem_alloc(alloc, bytes);
     if (p) memset(p, 0, bytes);
     return p;
 }
 
-void mem_free(const llmm_allocator *alloc, void *ptr) {
+void llmm__mem_free(const llmm_allocator *alloc, void *ptr) {
     if (!ptr) return;
     if (alloc && alloc->free) {
         alloc->free(alloc->user, ptr);
@@ -32,17 +32,17 @@ void mem_free(const llmm_allocator *alloc, void *ptr) {
     free(ptr);
 }
 
-void *mem_grow(const llmm_allocator *alloc, void *ptr, size_t old_size, size_t new_size) {
-    void *p = mem_alloc(alloc, new_size);
+void *llmm__mem_grow(const llmm_allocator *alloc, void *ptr, size_t old_size, size_t new_size) {
+    void *p = llmm__mem_alloc(alloc, new_size);
     if (!p) return NULL;
     if (ptr) {
         memcpy(p, ptr, LLMM_MIN(old_size, new_size));
-        mem_free(alloc, ptr);
+        llmm__mem_free(alloc, ptr);
     }
     return p;
 }
 
-llmm_status mem_reserve(const llmm_allocator *alloc, void **items, size_t *cap, size_t need, size_t elem_size) {
+llmm_status llmm__mem_reserve(const llmm_allocator *alloc, void **items, size_t *cap, size_t need, size_t elem_size) {
     if (need <= *cap) return LLMM_OK;
     size_t new_cap = *cap ? *cap : 16, bytes, old_bytes = *cap * elem_size;
     while (new_cap < need) {
@@ -50,23 +50,23 @@ llmm_status mem_reserve(const llmm_allocator *alloc, void **items, size_t *cap, 
         new_cap *= 2;
     }
     if (!size_mul_ok(new_cap, elem_size, &bytes)) return LLMM_ERR_NO_MEMORY;
-    void *p = mem_grow(alloc, *items, old_bytes, bytes);
+    void *p = llmm__mem_grow(alloc, *items, old_bytes, bytes);
     if (!p) return LLMM_ERR_NO_MEMORY;
     *items = p;
     *cap = new_cap;
     return LLMM_OK;
 }
 
-char *mem_strndup(const llmm_allocator *alloc, const char *s, size_t len) {
+char *llmm__mem_strndup(const llmm_allocator *alloc, const char *s, size_t len) {
     if (len == SIZE_MAX) return NULL;
-    char *p = mem_alloc(alloc, len + 1);
+    char *p = llmm__mem_alloc(alloc, len + 1);
     if (!p) return NULL;
     if (len) memcpy(p, s, len);
     p[len] = '\0';
     return p;
 }
 
-llmm_status diag_fail(llmm_diag *d, llmm_status status, const char *fmt, ...) {
+llmm_status llmm__diag_fail(llmm_diag *d, llmm_status status, const char *fmt, ...) {
     if (d) {
         va_list ap;
         va_start(ap, fmt);
@@ -76,7 +76,7 @@ llmm_status diag_fail(llmm_diag *d, llmm_status status, const char *fmt, ...) {
     return status;
 }
 
-void log_msg(const llmm_logger *logger, llmm_log_level level, const char *fmt, ...) {
+void llmm__log_msg(const llmm_logger *logger, llmm_log_level level, const char *fmt, ...) {
     if (!logger || !logger->fn || level > logger->level) return;
     char buf[1024];
     va_list ap;
@@ -86,13 +86,13 @@ void log_msg(const llmm_logger *logger, llmm_log_level level, const char *fmt, .
     logger->fn(logger->user, level, buf);
 }
 
-double time_now_ms(void) {
+double llmm__time_now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-int struct_import(void *ours, size_t our_size, const void *theirs, size_t min_size) {
+int llmm__struct_import(void *ours, size_t our_size, const void *theirs, size_t min_size) {
     uint32_t their_size;
     memcpy(&their_size, theirs, sizeof their_size);
     if (their_size < min_size) return 0;
@@ -102,7 +102,7 @@ int struct_import(void *ours, size_t our_size, const void *theirs, size_t min_si
     return 1;
 }
 
-int struct_export(void *theirs, const void *ours, size_t our_size, size_t min_size) {
+int llmm__struct_export(void *theirs, const void *ours, size_t our_size, size_t min_size) {
     uint32_t their_size;
     memcpy(&their_size, theirs, sizeof their_size);
     if (their_size < min_size) return 0;

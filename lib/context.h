@@ -26,7 +26,7 @@ struct llmm_context {
     void *be_state;
     void *be_module;        /* dlopen handle of the module be lives in, or NULL: closed after shutdown */
     llmm_weights w;         /* the model's weights as the backend prepared them (own layers array) */
-    llmm_weight_ref *prepared; /* weights_list(&w): the first n_prepared are the backend's to release */
+    llmm_weight_ref *prepared; /* llmm__weights_list(&w): the first n_prepared are the backend's to release */
     size_t n_prepared;
     llmm_kv_store kv;
     llmm_activations act;
@@ -67,30 +67,30 @@ typedef struct ctx_plan {
     llmm_step_shape shape;
     size_t kv_pool, kv_host, activations, step_host, logits, scratch, fixed;
     size_t weights;      /* 0 on a host-memory backend: it reads the model's, shared by contexts */
-    size_t host, device; /* the parts above by side; host + device = ctx_plan_total */
+    size_t host, device; /* the parts above by side; host + device = llmm__ctx_plan_total */
 } ctx_plan;
 
 /* Check params (filling in defaults such as n_ctx) and plan the context's memory. */
-llmm_status ctx_plan_for(const llmm_model *m, llmm_context_params *p, const llmm_backend_ops *be, ctx_plan *plan,
+llmm_status llmm__ctx_plan_for(const llmm_model *m, llmm_context_params *p, const llmm_backend_ops *be, ctx_plan *plan,
                          llmm_diag *d);
-size_t ctx_plan_total(const ctx_plan *plan);
+size_t llmm__ctx_plan_total(const ctx_plan *plan);
 
 /* llmm_context_create on the given backend table (NULL: the one params->backend selects), for
  * tests that run the core over a backend of their own. */
-llmm_status context_create_on(const llmm_model *model, const llmm_context_params *params, const llmm_backend_ops *be,
+llmm_status llmm__context_create_on(const llmm_model *model, const llmm_context_params *params, const llmm_backend_ops *be,
                               llmm_context **out);
 
 /* Record a failure on ctx and return status. */
-llmm_status ctx_fail(llmm_context *ctx, llmm_status status, const char *fmt, ...)
+llmm_status llmm__ctx_fail(llmm_context *ctx, llmm_status status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Copy logits llmm_decode_sample left on the backend to the host rows llmm_logits reads, before
  * anything else runs a step over act.logits. */
-llmm_status ctx_settle_logits(llmm_context *ctx);
+llmm_status llmm__ctx_settle_logits(llmm_context *ctx);
 /* Make room for `rows` rows of host logits (NO_MEMORY, recorded, when it cannot). */
-llmm_status ctx_ensure_logit_rows(llmm_context *ctx, size_t rows);
+llmm_status llmm__ctx_ensure_logit_rows(llmm_context *ctx, size_t rows);
 /* Copy logits rows [0, m) of the step just run to host rows starting at dst_row. */
-llmm_status ctx_fetch_logits(llmm_context *ctx, size_t dst_row, size_t m);
+llmm_status llmm__ctx_fetch_logits(llmm_context *ctx, size_t dst_row, size_t m);
 /* INVALID_ARG (recorded) unless 0 <= seq < n_seq_max. */
-llmm_status ctx_check_seq(llmm_context *ctx, llmm_seq_id seq);
+llmm_status llmm__ctx_check_seq(llmm_context *ctx, llmm_seq_id seq);
 
 #endif

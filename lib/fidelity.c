@@ -60,7 +60,7 @@ static llmm_status run_decode(llmm_context *ctx, const llmm_token *text, const f
     return st;
 }
 
-llmm_status fidelity_run(llmm_context *ctx, const llmm_token *text, size_t n, const fidelity_run_params *p,
+llmm_status llmm__fidelity_run(llmm_context *ctx, const llmm_token *text, size_t n, const fidelity_run_params *p,
                          fidelity_row_fn row, void *user) {
     if (!ctx || !text || !p || !row || n == 0 || p->window == 0 || p->window > ctx->params.n_ctx)
         return LLMM_ERR_INVALID_ARG;
@@ -71,10 +71,10 @@ llmm_status fidelity_run(llmm_context *ctx, const llmm_token *text, size_t n, co
     /* per parallel window: its bounds; per row: sequence, token, window (prefill uses tokens
      * for a whole window's inputs) */
     const size_t cap = LLMM_MAX(par, p->window);
-    fid_window *w = mem_calloc(a, par, sizeof *w);
-    llmm_seq_id *seqs = mem_calloc(a, par, sizeof *seqs);
-    llmm_token *tokens = mem_calloc(a, cap, sizeof *tokens);
-    size_t *row_window = mem_calloc(a, par, sizeof *row_window);
+    fid_window *w = llmm__mem_calloc(a, par, sizeof *w);
+    llmm_seq_id *seqs = llmm__mem_calloc(a, par, sizeof *seqs);
+    llmm_token *tokens = llmm__mem_calloc(a, cap, sizeof *tokens);
+    size_t *row_window = llmm__mem_calloc(a, par, sizeof *row_window);
     llmm_status st = w && seqs && tokens && row_window ? LLMM_OK : LLMM_ERR_NO_MEMORY;
     const size_t first = p->bos >= 0 ? 0 : 1;
     for (size_t at = first; !st && at < n;) {
@@ -86,16 +86,16 @@ llmm_status fidelity_run(llmm_context *ctx, const llmm_token *text, size_t n, co
         if (!st && p->progress && p->progress(p->progress_user, at - first, n - first)) st = LLMM_ERR_ABORTED;
     }
     for (size_t s = 0; s < par; s++) llmm_seq_clear(ctx, (llmm_seq_id)s);
-    mem_free(a, w);
-    mem_free(a, seqs);
-    mem_free(a, tokens);
-    mem_free(a, row_window);
+    llmm__mem_free(a, w);
+    llmm__mem_free(a, seqs);
+    llmm__mem_free(a, tokens);
+    llmm__mem_free(a, row_window);
     return st;
 }
 
 /* ---------------------------------------------------------------- records */
 
-llmm_status fidelity_records_init(fidelity_records *r, const llmm_token *text, size_t n, uint32_t top_k,
+llmm_status llmm__fidelity_records_init(fidelity_records *r, const llmm_token *text, size_t n, uint32_t top_k,
                                   uint32_t n_vocab) {
     if (!r || top_k == 0 || top_k > n_vocab) return LLMM_ERR_INVALID_ARG;
     for (size_t i = 0; text && i < n; i++)
@@ -106,13 +106,13 @@ llmm_status fidelity_records_init(fidelity_records *r, const llmm_token *text, s
     r->n = n;
     r->top_k = top_k;
     r->n_vocab = n_vocab;
-    r->target = mem_calloc(NULL, n ? n : 1, sizeof *r->target);
-    r->lse = mem_calloc(NULL, n ? n : 1, sizeof *r->lse);
-    r->target_logit = mem_calloc(NULL, n ? n : 1, sizeof *r->target_logit);
-    r->top_id = mem_calloc(NULL, cells ? cells : 1, sizeof *r->top_id);
-    r->top_logit = mem_calloc(NULL, cells ? cells : 1, sizeof *r->top_logit);
+    r->target = llmm__mem_calloc(NULL, n ? n : 1, sizeof *r->target);
+    r->lse = llmm__mem_calloc(NULL, n ? n : 1, sizeof *r->lse);
+    r->target_logit = llmm__mem_calloc(NULL, n ? n : 1, sizeof *r->target_logit);
+    r->top_id = llmm__mem_calloc(NULL, cells ? cells : 1, sizeof *r->top_id);
+    r->top_logit = llmm__mem_calloc(NULL, cells ? cells : 1, sizeof *r->top_logit);
     if (!r->target || !r->lse || !r->target_logit || !r->top_id || !r->top_logit) {
-        fidelity_records_free(r);
+        llmm__fidelity_records_free(r);
         return LLMM_ERR_NO_MEMORY;
     }
     if (text && n) memcpy(r->target, text, n * sizeof *text);
@@ -120,13 +120,13 @@ llmm_status fidelity_records_init(fidelity_records *r, const llmm_token *text, s
     return LLMM_OK;
 }
 
-void fidelity_records_free(fidelity_records *r) {
+void llmm__fidelity_records_free(fidelity_records *r) {
     if (!r) return;
-    mem_free(NULL, r->target);
-    mem_free(NULL, r->lse);
-    mem_free(NULL, r->target_logit);
-    mem_free(NULL, r->top_id);
-    mem_free(NULL, r->top_logit);
+    llmm__mem_free(NULL, r->target);
+    llmm__mem_free(NULL, r->lse);
+    llmm__mem_free(NULL, r->target_logit);
+    llmm__mem_free(NULL, r->top_id);
+    llmm__mem_free(NULL, r->top_logit);
     memset(r, 0, sizeof *r);
 }
 
@@ -155,7 +155,7 @@ static void top_k(const float *x, size_t n, uint32_t k, int32_t *ids, float *val
     }
 }
 
-llmm_status fidelity_records_put(void *records, size_t index, const float *logits, size_t n_vocab) {
+llmm_status llmm__fidelity_records_put(void *records, size_t index, const float *logits, size_t n_vocab) {
     fidelity_records *r = records;
     if (index >= r->n || n_vocab != r->n_vocab) return LLMM_ERR_INVALID_ARG;
     r->lse[index] = log_sum_exp(logits, n_vocab);
@@ -164,13 +164,13 @@ llmm_status fidelity_records_put(void *records, size_t index, const float *logit
     return LLMM_OK;
 }
 
-size_t fidelity_records_count(const fidelity_records *r) {
+size_t llmm__fidelity_records_count(const fidelity_records *r) {
     size_t n = 0;
     for (size_t i = 0; i < r->n; i++) n += r->top_id[i * r->top_k] >= 0;
     return n;
 }
 
-double fidelity_records_perplexity(const fidelity_records *r) {
+double llmm__fidelity_records_perplexity(const fidelity_records *r) {
     double nll = 0;
     size_t n = 0;
     for (size_t i = 0; i < r->n; i++)
@@ -183,17 +183,17 @@ double fidelity_records_perplexity(const fidelity_records *r) {
 
 /* ---------------------------------------------------------------- comparison */
 
-llmm_status fidelity_compare_init(fidelity_compare *c, const fidelity_records *ref) {
+llmm_status llmm__fidelity_compare_init(fidelity_compare *c, const fidelity_records *ref) {
     if (!c || !ref) return LLMM_ERR_INVALID_ARG;
     memset(c, 0, sizeof *c);
     c->ref = ref;
-    c->kld = mem_calloc(NULL, ref->n ? ref->n : 1, sizeof *c->kld);
+    c->kld = llmm__mem_calloc(NULL, ref->n ? ref->n : 1, sizeof *c->kld);
     return c->kld ? LLMM_OK : LLMM_ERR_NO_MEMORY;
 }
 
-void fidelity_compare_free(fidelity_compare *c) {
+void llmm__fidelity_compare_free(fidelity_compare *c) {
     if (!c) return;
-    mem_free(NULL, c->kld);
+    llmm__mem_free(NULL, c->kld);
     memset(c, 0, sizeof *c);
 }
 
@@ -225,7 +225,7 @@ static double kl_divergence(const fidelity_records *ref, size_t index, const flo
     return kl > 0 ? kl : 0; /* a divergence is >= 0; below, the sums' rounding */
 }
 
-llmm_status fidelity_compare_put(void *compare, size_t index, const float *logits, size_t n_vocab) {
+llmm_status llmm__fidelity_compare_put(void *compare, size_t index, const float *logits, size_t n_vocab) {
     fidelity_compare *c = compare;
     const fidelity_records *ref = c->ref;
     if (n_vocab != ref->n_vocab || index >= ref->n || c->n == ref->n) return LLMM_ERR_INVALID_ARG;
@@ -247,7 +247,7 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-fidelity_summary fidelity_compare_summary(fidelity_compare *c) {
+fidelity_summary llmm__fidelity_compare_summary(fidelity_compare *c) {
     fidelity_summary s = {.n = c->n};
     if (c->n == 0) return s;
     const double n = (double)c->n;

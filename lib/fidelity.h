@@ -44,7 +44,7 @@ typedef llmm_status (*fidelity_row_fn)(void *user, size_t index, const float *lo
 /* Run text[0..n) through ctx as params say, calling row for every predicted token. Uses and
  * clears sequences 0..n_parallel-1 of ctx. Errors: INVALID_ARG (bad params, empty text), those
  * of llmm_prefill/llmm_decode (message in llmm_context_last_error), row's, ABORTED. */
-llmm_status fidelity_run(llmm_context *ctx, const llmm_token *text, size_t n, const fidelity_run_params *params,
+llmm_status llmm__fidelity_run(llmm_context *ctx, const llmm_token *text, size_t n, const fidelity_run_params *params,
                          fidelity_row_fn row, void *user);
 
 /* ---------------------------------------------------------------- a run's summary */
@@ -65,14 +65,14 @@ typedef struct fidelity_records {
 /* Allocate records for a text of n tokens (copied; NULL leaves the targets 0 for a reader to
  * fill) and top_k ids a position (1..n_vocab), no position predicted yet.
  * Errors: INVALID_ARG (also a token outside the vocabulary), NO_MEMORY. */
-llmm_status fidelity_records_init(fidelity_records *r, const llmm_token *text, size_t n, uint32_t top_k,
+llmm_status llmm__fidelity_records_init(fidelity_records *r, const llmm_token *text, size_t n, uint32_t top_k,
                                   uint32_t n_vocab);
-void fidelity_records_free(fidelity_records *r);
+void llmm__fidelity_records_free(fidelity_records *r);
 /* Summarize one position's logits into r; a fidelity_row_fn with user = the records. */
-llmm_status fidelity_records_put(void *records, size_t index, const float *logits, size_t n_vocab);
+llmm_status llmm__fidelity_records_put(void *records, size_t index, const float *logits, size_t n_vocab);
 /* Positions predicted, and the perplexity over them: exp(mean(lse - target_logit)). */
-size_t fidelity_records_count(const fidelity_records *r);
-double fidelity_records_perplexity(const fidelity_records *r);
+size_t llmm__fidelity_records_count(const fidelity_records *r);
+double llmm__fidelity_records_perplexity(const fidelity_records *r);
 
 /* ---------------------------------------------------------------- comparing with a reference */
 
@@ -94,17 +94,17 @@ typedef struct fidelity_summary {
     double ref_top1_text, test_top1_text; /* fraction whose argmax is the text's next token */
 } fidelity_summary;
 
-llmm_status fidelity_compare_init(fidelity_compare *c, const fidelity_records *ref);
-void fidelity_compare_free(fidelity_compare *c);
+llmm_status llmm__fidelity_compare_init(fidelity_compare *c, const fidelity_records *ref);
+void llmm__fidelity_compare_free(fidelity_compare *c);
 /* Compare one position of the test run (a fidelity_row_fn with user = the comparison). The KL
  * divergence sums p log(p/q) over the reference's top_k ids plus one term for the probability
  * outside them taken as one outcome: exact when top_k = n_vocab, otherwise a lower bound that
  * approaches the full divergence as the top_k hold the mass. Errors: NOT_FOUND (the reference
  * did not predict this position), INVALID_ARG (n_vocab differs, index out of range, or more
  * positions than the reference has). */
-llmm_status fidelity_compare_put(void *compare, size_t index, const float *logits, size_t n_vocab);
+llmm_status llmm__fidelity_compare_put(void *compare, size_t index, const float *logits, size_t n_vocab);
 /* The summary of the positions compared so far (sorts c->kld's used part for the percentile). */
-fidelity_summary fidelity_compare_summary(fidelity_compare *c);
+fidelity_summary llmm__fidelity_compare_summary(fidelity_compare *c);
 
 /* ---------------------------------------------------------------- saved runs (fidelity_file.c) */
 
@@ -117,14 +117,14 @@ typedef struct fidelity_file_info {
 } fidelity_file_info;
 
 /* The fingerprints of a loaded model (fills vocab_hash and model_hash only). */
-llmm_status fidelity_model_fingerprint(const llmm_model *m, fidelity_file_info *info);
+llmm_status llmm__fidelity_model_fingerprint(const llmm_model *m, fidelity_file_info *info);
 
 /* Write records and info to path (replaced). Format in fidelity_file.c. Errors: IO, NO_MEMORY. */
-llmm_status fidelity_save(const char *path, const fidelity_records *r, const fidelity_file_info *info,
+llmm_status llmm__fidelity_save(const char *path, const fidelity_records *r, const fidelity_file_info *info,
                           llmm_diag *d);
-/* Read a file fidelity_save wrote into *r (initialized here; free with fidelity_records_free) and
+/* Read a file llmm__fidelity_save wrote into *r (initialized here; free with llmm__fidelity_records_free) and
  * *info. Every field is checked: errors IO, BAD_FILE (wrong magic or version, sizes that do not
  * fit the file, ids out of range), NO_MEMORY; the message goes to d. */
-llmm_status fidelity_load(const char *path, fidelity_records *r, fidelity_file_info *info, llmm_diag *d);
+llmm_status llmm__fidelity_load(const char *path, fidelity_records *r, fidelity_file_info *info, llmm_diag *d);
 
 #endif

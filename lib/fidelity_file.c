@@ -62,7 +62,7 @@ static float get_f32(const uint8_t *p) {
     return f;
 }
 
-llmm_status fidelity_model_fingerprint(const llmm_model *m, fidelity_file_info *info) {
+llmm_status llmm__fidelity_model_fingerprint(const llmm_model *m, fidelity_file_info *info) {
     llmm_model_info mi = {.size = sizeof mi};
     llmm_status st = llmm_model_get_info(m, &mi);
     if (st) return st;
@@ -109,15 +109,15 @@ static void record_encode(const fidelity_records *r, size_t i, uint8_t *out) {
     }
 }
 
-llmm_status fidelity_save(const char *path, const fidelity_records *r, const fidelity_file_info *info,
+llmm_status llmm__fidelity_save(const char *path, const fidelity_records *r, const fidelity_file_info *info,
                           llmm_diag *d) {
-    if (!path || !r || !info) return diag_fail(d, LLMM_ERR_INVALID_ARG, "fidelity_save: NULL argument");
-    uint8_t *buf = mem_alloc(NULL, LLMM_MAX(FID_HEADER_BYTES, FID_RECORD_BYTES(r->top_k)));
-    if (!buf) return diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for a record of %u ids", r->top_k);
+    if (!path || !r || !info) return llmm__diag_fail(d, LLMM_ERR_INVALID_ARG, "fidelity_save: NULL argument");
+    uint8_t *buf = llmm__mem_alloc(NULL, LLMM_MAX(FID_HEADER_BYTES, FID_RECORD_BYTES(r->top_k)));
+    if (!buf) return llmm__diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for a record of %u ids", r->top_k);
     FILE *f = fopen(path, "wb");
     if (!f) {
-        mem_free(NULL, buf);
-        return diag_fail(d, LLMM_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
+        llmm__mem_free(NULL, buf);
+        return llmm__diag_fail(d, LLMM_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
     }
     header_encode(r, info, buf);
     int ok = fwrite(buf, 1, FID_HEADER_BYTES, f) == FID_HEADER_BYTES;
@@ -126,20 +126,20 @@ llmm_status fidelity_save(const char *path, const fidelity_records *r, const fid
         ok = fwrite(buf, 1, FID_RECORD_BYTES(r->top_k), f) == FID_RECORD_BYTES(r->top_k);
     }
     ok = fclose(f) == 0 && ok;
-    mem_free(NULL, buf);
-    return ok ? LLMM_OK : diag_fail(d, LLMM_ERR_IO, "writing '%s' failed", path);
+    llmm__mem_free(NULL, buf);
+    return ok ? LLMM_OK : llmm__diag_fail(d, LLMM_ERR_IO, "writing '%s' failed", path);
 }
 
 /* The header's fields, checked against each other and the file's size. */
 static llmm_status header_decode(const uint8_t *h, long file_bytes, uint32_t *n_vocab, uint32_t *top_k,
                                  uint64_t *n, fidelity_file_info *info, llmm_diag *d) {
     if (memcmp(h, FID_MAGIC, sizeof FID_MAGIC) != 0)
-        return diag_fail(d, LLMM_ERR_BAD_FILE, "not a llmmini-perplexity logits file (bad magic)");
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "not a llmmini-perplexity logits file (bad magic)");
     if (get_le(h + 8, 4) != FID_VERSION || get_le(h + 12, 4) != FID_HEADER_BYTES)
-        return diag_fail(d, LLMM_ERR_BAD_FILE, "logits file version %u; this build reads version %u",
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "logits file version %u; this build reads version %u",
                          (unsigned)get_le(h + 8, 4), FID_VERSION);
     if (get_le(h + 56, 8) != fnv1a(h, 56, FNV_SEED))
-        return diag_fail(d, LLMM_ERR_BAD_FILE, "logits file header checksum mismatch (corrupted header)");
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "logits file header checksum mismatch (corrupted header)");
     *n_vocab = (uint32_t)get_le(h + 16, 4);
     *top_k = (uint32_t)get_le(h + 20, 4);
     info->window = (uint32_t)get_le(h + 24, 4);
@@ -148,11 +148,11 @@ static llmm_status header_decode(const uint8_t *h, long file_bytes, uint32_t *n_
     info->vocab_hash = get_le(h + 40, 8);
     info->model_hash = get_le(h + 48, 8);
     if (*top_k == 0 || *top_k > *n_vocab || info->window == 0 || info->bos < -1 || info->bos >= (int64_t)*n_vocab)
-        return diag_fail(d, LLMM_ERR_BAD_FILE, "logits file header out of range (vocab %u, top-k %u, window %u, BOS %d)",
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "logits file header out of range (vocab %u, top-k %u, window %u, BOS %d)",
                          *n_vocab, *top_k, info->window, info->bos);
     const uint64_t body = (uint64_t)file_bytes - FID_HEADER_BYTES;
     if (body % FID_RECORD_BYTES(*top_k) != 0 || body / FID_RECORD_BYTES(*top_k) != *n)
-        return diag_fail(d, LLMM_ERR_BAD_FILE, "logits file holds %llu bytes of records; %llu positions need %llu",
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "logits file holds %llu bytes of records; %llu positions need %llu",
                          (unsigned long long)body, (unsigned long long)*n,
                          (unsigned long long)*n * FID_RECORD_BYTES(*top_k));
     return LLMM_OK;
@@ -161,7 +161,7 @@ static llmm_status header_decode(const uint8_t *h, long file_bytes, uint32_t *n_
 static llmm_status record_decode(const uint8_t *in, fidelity_records *r, size_t i, llmm_diag *d) {
     const int32_t target = (int32_t)(uint32_t)get_le(in, 4);
     if (target < 0 || (uint32_t)target >= r->n_vocab)
-        return diag_fail(d, LLMM_ERR_BAD_FILE, "logits file: position %zu's token %d is out of range", i, target);
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "logits file: position %zu's token %d is out of range", i, target);
     r->target[i] = target;
     r->lse[i] = get_f64(in + 4);
     r->target_logit[i] = get_f32(in + 12);
@@ -169,7 +169,7 @@ static llmm_status record_decode(const uint8_t *in, fidelity_records *r, size_t 
         const int32_t id = (int32_t)(uint32_t)get_le(in + 16 + 8 * j, 4);
         if (j == 0 && id == -1) break; /* not predicted: the rest is padding */
         if (id < 0 || (uint32_t)id >= r->n_vocab)
-            return diag_fail(d, LLMM_ERR_BAD_FILE, "logits file: position %zu holds token id %d", i, id);
+            return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "logits file: position %zu holds token id %d", i, id);
         r->top_id[i * r->top_k + j] = id;
         r->top_logit[i * r->top_k + j] = get_f32(in + 20 + 8 * j);
     }
@@ -177,39 +177,39 @@ static llmm_status record_decode(const uint8_t *in, fidelity_records *r, size_t 
 }
 
 static llmm_status read_records(FILE *f, fidelity_records *r, llmm_diag *d) {
-    uint8_t *buf = mem_alloc(NULL, FID_RECORD_BYTES(r->top_k));
-    if (!buf) return diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for a record of %u ids", r->top_k);
+    uint8_t *buf = llmm__mem_alloc(NULL, FID_RECORD_BYTES(r->top_k));
+    if (!buf) return llmm__diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for a record of %u ids", r->top_k);
     llmm_status st = LLMM_OK;
     for (size_t i = 0; !st && i < r->n; i++) {
         if (fread(buf, 1, FID_RECORD_BYTES(r->top_k), f) != FID_RECORD_BYTES(r->top_k))
-            st = diag_fail(d, LLMM_ERR_IO, "logits file: reading position %zu failed", i);
+            st = llmm__diag_fail(d, LLMM_ERR_IO, "logits file: reading position %zu failed", i);
         else
             st = record_decode(buf, r, i, d);
     }
-    mem_free(NULL, buf);
+    llmm__mem_free(NULL, buf);
     return st;
 }
 
-llmm_status fidelity_load(const char *path, fidelity_records *r, fidelity_file_info *info, llmm_diag *d) {
-    if (!path || !r || !info) return diag_fail(d, LLMM_ERR_INVALID_ARG, "fidelity_load: NULL argument");
+llmm_status llmm__fidelity_load(const char *path, fidelity_records *r, fidelity_file_info *info, llmm_diag *d) {
+    if (!path || !r || !info) return llmm__diag_fail(d, LLMM_ERR_INVALID_ARG, "fidelity_load: NULL argument");
     memset(r, 0, sizeof *r);
     FILE *f = fopen(path, "rb");
-    if (!f) return diag_fail(d, LLMM_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    if (!f) return llmm__diag_fail(d, LLMM_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
     uint8_t h[FID_HEADER_BYTES];
     long bytes = -1;
     llmm_status st = LLMM_OK;
     if (fseek(f, 0, SEEK_END) != 0 || (bytes = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0)
-        st = diag_fail(d, LLMM_ERR_IO, "cannot size '%s'", path);
+        st = llmm__diag_fail(d, LLMM_ERR_IO, "cannot size '%s'", path);
     else if (bytes < (long)FID_HEADER_BYTES || fread(h, 1, sizeof h, f) != sizeof h)
-        st = diag_fail(d, LLMM_ERR_BAD_FILE, "logits file truncated: %ld bytes", bytes);
+        st = llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "logits file truncated: %ld bytes", bytes);
     uint32_t n_vocab = 0, top_k = 0;
     uint64_t n = 0;
     if (!st) st = header_decode(h, bytes, &n_vocab, &top_k, &n, info, d);
-    if (!st && n > SIZE_MAX / FID_RECORD_BYTES(top_k)) st = diag_fail(d, LLMM_ERR_BAD_FILE, "logits file too large");
-    if (!st) st = fidelity_records_init(r, NULL, (size_t)n, top_k, n_vocab);
-    if (st == LLMM_ERR_NO_MEMORY) diag_fail(d, st, "out of memory for %llu positions", (unsigned long long)n);
+    if (!st && n > SIZE_MAX / FID_RECORD_BYTES(top_k)) st = llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "logits file too large");
+    if (!st) st = llmm__fidelity_records_init(r, NULL, (size_t)n, top_k, n_vocab);
+    if (st == LLMM_ERR_NO_MEMORY) llmm__diag_fail(d, st, "out of memory for %llu positions", (unsigned long long)n);
     if (!st) st = read_records(f, r, d);
     fclose(f);
-    if (st) fidelity_records_free(r);
+    if (st) llmm__fidelity_records_free(r);
     return st;
 }

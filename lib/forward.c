@@ -119,7 +119,7 @@ static llmm_step describe_step(llmm_context *ctx, llmm_step_kind kind, const llm
         }
         ctx->step_row_seq[r] = n_seqs - 1;
     }
-    ctx->kv_layout = kv_layout(&ctx->kv);
+    ctx->kv_layout = llmm__kv_layout(&ctx->kv);
     return (llmm_step){.kind = kind, .n_rows = n, .tokens = tokens, .pos = pos, .row_seq = ctx->step_row_seq,
                        .n_seqs = n_seqs, .seq_ids = ctx->step_seq_ids, .block_tables = ctx->step_tables,
                        .n_blocks = ctx->step_n_blocks, .kv = &ctx->kv_layout};
@@ -153,7 +153,7 @@ static llmm_status run_step(llmm_context *ctx, size_t n, size_t first_logit_row)
 
 /* step_end runs after every step_begin that succeeded, whatever the step's outcome: a GPU
  * backend capturing the step must end its capture. */
-llmm_status forward_step(llmm_context *ctx, llmm_step_kind kind, const llmm_token *tokens, const llmm_seq_id *seqs,
+llmm_status llmm__forward_step(llmm_context *ctx, llmm_step_kind kind, const llmm_token *tokens, const llmm_seq_id *seqs,
                          const int32_t *pos, size_t n, size_t first_logit_row) {
     const llmm_step step = describe_step(ctx, kind, tokens, seqs, pos, n);
     TRY(ctx->be->step_begin(ctx->be_state, &step));

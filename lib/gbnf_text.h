@@ -8,18 +8,18 @@
 /* A failed allocation is sticky: later appends do nothing and `failed` stays set, so a
  * writer appends freely and checks once at the end. */
 typedef struct gbnf_text {
-    char *data; /* NUL-terminated while !failed; owned, released with gbnf_text_free */
+    char *data; /* NUL-terminated while !failed; owned, released with llmm__gbnf_text_free */
     size_t len, cap;
     int failed;
 } gbnf_text;
 
-void gbnf_text_bytes(gbnf_text *t, const char *bytes, size_t n);
-void gbnf_text_str(gbnf_text *t, const char *s);
-void gbnf_text_fmt(gbnf_text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void llmm__gbnf_text_bytes(gbnf_text *t, const char *bytes, size_t n);
+void llmm__gbnf_text_str(gbnf_text *t, const char *s);
+void llmm__gbnf_text_fmt(gbnf_text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* A double-quoted GBNF literal matching exactly these bytes. */
-void gbnf_text_literal(gbnf_text *t, const char *bytes, size_t n);
+void llmm__gbnf_text_literal(gbnf_text *t, const char *bytes, size_t n);
 /* One code point as it may stand inside [...] ([, ], \, ^, - and controls escaped). */
-void gbnf_text_class_char(gbnf_text *t, uint32_t cp);
-void gbnf_text_free(gbnf_text *t);
+void llmm__gbnf_text_class_char(gbnf_text *t, uint32_t cp);
+void llmm__gbnf_text_free(gbnf_text *t);
 
 #endif

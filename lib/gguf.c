@@ -28,7 +28,7 @@ typedef struct cursor {
 static uint64_t left(const cursor *c) { return c->size - c->pos; }
 
 static llmm_status truncated(cursor *c, const char *what) {
-    return diag_fail(c->d, LLMM_ERR_BAD_FILE, "truncated file: %s at byte %llu runs past the end (%llu bytes)",
+    return llmm__diag_fail(c->d, LLMM_ERR_BAD_FILE, "truncated file: %s at byte %llu runs past the end (%llu bytes)",
                      what, (unsigned long long)c->pos, (unsigned long long)c->size);
 }
 
@@ -66,7 +66,7 @@ static llmm_status read_str(cursor *c, gguf_str *s, const char *what) {
     llmm_status st = read_u64(c, &len, what);
     if (st) return st;
     if (len > left(c))
-        return diag_fail(c->d, LLMM_ERR_BAD_FILE,
+        return llmm__diag_fail(c->d, LLMM_ERR_BAD_FILE,
                          "%s at byte %llu claims %llu bytes but only %llu remain", what,
                          (unsigned long long)(c->pos - 8), (unsigned long long)len,
                          (unsigned long long)left(c));
@@ -76,7 +76,7 @@ static llmm_status read_str(cursor *c, gguf_str *s, const char *what) {
     return LLMM_OK;
 }
 
-size_t gguf_scalar_size(uint32_t type) {
+size_t llmm__gguf_scalar_size(uint32_t type) {
     static const uint8_t sizes[GGUF_TYPE_COUNT] = {
         [GGUF_TYPE_U8] = 1,  [GGUF_TYPE_I8] = 1,  [GGUF_TYPE_U16] = 2, [GGUF_TYPE_I16] = 2,
         [GGUF_TYPE_U32] = 4, [GGUF_TYPE_I32] = 4, [GGUF_TYPE_F32] = 4, [GGUF_TYPE_BOOL] = 1,
@@ -92,7 +92,7 @@ static int is_signed_type(uint32_t t) {
 /* Decode one little-endian scalar already known to be in bounds. */
 static void decode_scalar(uint32_t type, const uint8_t *p, gguf_kv *kv) {
     uint64_t raw = 0;
-    size_t n = gguf_scalar_size(type);
+    size_t n = llmm__gguf_scalar_size(type);
     for (size_t i = n; i-- > 0;) raw = raw << 8 | p[i];
     switch (type) {
     case GGUF_TYPE_I8: kv->v.i64 = (int8_t)raw; break;
@@ -114,7 +114,7 @@ static void decode_scalar(uint32_t type, const uint8_t *p, gguf_kv *kv) {
 /* Check an array's elements (recursing into nested arrays) and step over them. */
 static llmm_status skip_array(cursor *c, gguf_array *arr, int depth, const char *key) {
     if (depth > GGUF_MAX_ARRAY_DEPTH)
-        return diag_fail(c->d, LLMM_ERR_BAD_FILE, "key '%s': arrays nested deeper than %d", key,
+        return llmm__diag_fail(c->d, LLMM_ERR_BAD_FILE, "key '%s': arrays nested deeper than %d", key,
                          GGUF_MAX_ARRAY_DEPTH);
     llmm_status st = read_u32(c, &arr->elem_type, "array element type");
     if (st) return st;
@@ -124,17 +124,17 @@ static llmm_status skip_array(cursor *c, gguf_array *arr, int depth, const char 
     uint64_t start = c->pos;
     uint32_t et = arr->elem_type;
     if (et >= GGUF_TYPE_COUNT)
-        return diag_fail(c->d, LLMM_ERR_BAD_FILE, "key '%s': unknown array element type %u", key, et);
-    size_t es = gguf_scalar_size(et);
+        return llmm__diag_fail(c->d, LLMM_ERR_BAD_FILE, "key '%s': unknown array element type %u", key, et);
+    size_t es = llmm__gguf_scalar_size(et);
     if (es) {
         if (arr->count > left(c) / es)
-            return diag_fail(c->d, LLMM_ERR_BAD_FILE,
+            return llmm__diag_fail(c->d, LLMM_ERR_BAD_FILE,
                              "key '%s': array of %llu elements is larger than the file", key,
                              (unsigned long long)arr->count);
         if (et == GGUF_TYPE_BOOL)
             for (uint64_t i = 0; i < arr->count; i++)
                 if (c->base[c->pos + i] > 1)
-                    return diag_fail(c->d, LLMM_ERR_BAD_FILE, "key '%s': bool element %llu is %u",
+                    return llmm__diag_fail(c->d, LLMM_ERR_BAD_FILE, "key '%s': bool element %llu is %u",
                                      key, (unsigned long long)i, c->base[c->pos + i]);
         c->pos += arr->count * es;
     } else {
@@ -142,7 +142,7 @@ static llmm_status skip_array(cursor *c, gguf_array *arr, int depth, const char 
          * hostile count cannot make this loop run long */
         uint64_t min_elem = et == GGUF_TYPE_STRING ? 8 : 12;
         if (arr->count > left(c) / min_elem)
-            return diag_fail(c->d, LLMM_ERR_BAD_FILE,
+            return llmm__diag_fail(c->d, LLMM_ERR_BAD_FILE,
                              "key '%s': array of %llu elements is larger than the file", key,
                              (unsigned long long)arr->count);
         for (uint64_t i = 0; i < arr->count; i++) {
@@ -164,20 +164,20 @@ static llmm_status read_kv(cursor *c, gguf_kv *kv, uint64_t index) {
     llmm_status st = read_str(c, &kv->key, "metadata key");
     if (st) return st;
     if (kv->key.len == 0)
-        return diag_fail(c->d, LLMM_ERR_BAD_FILE, "metadata key %llu is empty", (unsigned long long)index);
+        return llmm__diag_fail(c->d, LLMM_ERR_BAD_FILE, "metadata key %llu is empty", (unsigned long long)index);
     char key[96];
     snprintf(key, sizeof key, "%.*s", (int)LLMM_MIN(kv->key.len, 80u), kv->key.ptr);
     st = read_u32(c, &kv->type, "metadata value type");
     if (st) return st;
     if (kv->type >= GGUF_TYPE_COUNT)
-        return diag_fail(c->d, LLMM_ERR_BAD_FILE, "key '%s': unknown value type %u", key, kv->type);
+        return llmm__diag_fail(c->d, LLMM_ERR_BAD_FILE, "key '%s': unknown value type %u", key, kv->type);
     if (kv->type == GGUF_TYPE_STRING) return read_str(c, &kv->v.str, "metadata string");
     if (kv->type == GGUF_TYPE_ARRAY) return skip_array(c, &kv->v.arr, 1, key);
-    size_t n = gguf_scalar_size(kv->type);
+    size_t n = llmm__gguf_scalar_size(kv->type);
     if (n > left(c)) return truncated(c, "metadata value");
     const uint8_t *p = c->base + c->pos;
     if (kv->type == GGUF_TYPE_BOOL && *p > 1)
-        return diag_fail(c->d, LLMM_ERR_BAD_FILE, "key '%s': bool value is %u", key, *p);
+        return llmm__diag_fail(c->d, LLMM_ERR_BAD_FILE, "key '%s': bool value is %u", key, *p);
     decode_scalar(kv->type, p, kv);
     c->pos += n;
     return LLMM_OK;
@@ -189,7 +189,7 @@ static int str_cmp(gguf_str a, gguf_str b) {
     return a.len < b.len ? -1 : a.len > b.len;
 }
 
-int gguf_str_eq(gguf_str s, const char *cstr) {
+int llmm__gguf_str_eq(gguf_str s, const char *cstr) {
     size_t n = strlen(cstr);
     return s.len == n && memcmp(s.ptr, cstr, n) == 0;
 }
@@ -201,31 +201,31 @@ static int cmp_kv_ptr(const void *a, const void *b) {
 
 static llmm_status check_duplicate_keys(gguf_file *f, llmm_diag *d) {
     if (f->n_kv < 2) return LLMM_OK;
-    const gguf_kv **sorted = mem_calloc(f->alloc, (size_t)f->n_kv, sizeof *sorted);
-    if (!sorted) return diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory sorting metadata keys");
+    const gguf_kv **sorted = llmm__mem_calloc(f->alloc, (size_t)f->n_kv, sizeof *sorted);
+    if (!sorted) return llmm__diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory sorting metadata keys");
     for (uint64_t i = 0; i < f->n_kv; i++) sorted[i] = &f->kv[i];
     qsort(sorted, (size_t)f->n_kv, sizeof *sorted, cmp_kv_ptr);
     llmm_status st = LLMM_OK;
     for (uint64_t i = 1; i < f->n_kv && !st; i++)
         if (str_cmp(sorted[i - 1]->key, sorted[i]->key) == 0)
-            st = diag_fail(d, LLMM_ERR_BAD_FILE, "duplicate metadata key '%.*s'",
+            st = llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "duplicate metadata key '%.*s'",
                            (int)LLMM_MIN(sorted[i]->key.len, 80u), sorted[i]->key.ptr);
-    mem_free(f->alloc, sorted);
+    llmm__mem_free(f->alloc, sorted);
     return st;
 }
 
 static llmm_status read_alignment(gguf_file *f, llmm_diag *d) {
     f->alignment = GGUF_DEFAULT_ALIGNMENT;
-    const gguf_kv *kv = gguf_find_kv(f, "general.alignment");
+    const gguf_kv *kv = llmm__gguf_find_kv(f, "general.alignment");
     if (!kv) return LLMM_OK;
     if (kv->type != GGUF_TYPE_U32)
-        return diag_fail(d, LLMM_ERR_BAD_FILE, "general.alignment has type %u, expected u32", kv->type);
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "general.alignment has type %u, expected u32", kv->type);
     uint64_t a = kv->v.u64;
     if (a == 0 || (a & (a - 1)) != 0)
-        return diag_fail(d, LLMM_ERR_BAD_FILE, "general.alignment %llu is not a power of two",
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "general.alignment %llu is not a power of two",
                          (unsigned long long)a);
     if (a > GGUF_MAX_ALIGNMENT)
-        return diag_fail(d, LLMM_ERR_BAD_FILE, "general.alignment %llu exceeds the limit %u",
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "general.alignment %llu exceeds the limit %u",
                          (unsigned long long)a, GGUF_MAX_ALIGNMENT);
     f->alignment = (uint32_t)a;
     return LLMM_OK;
@@ -235,23 +235,23 @@ static llmm_status read_tensor_info(cursor *c, gguf_tensor *t, uint64_t index) {
     llmm_status st = read_str(c, &t->name, "tensor name");
     if (st) return st;
     if (t->name.len == 0 || t->name.len >= GGUF_MAX_NAME)
-        return diag_fail(c->d, LLMM_ERR_BAD_FILE, "tensor %llu: name length %llu not in 1..%d",
+        return llmm__diag_fail(c->d, LLMM_ERR_BAD_FILE, "tensor %llu: name length %llu not in 1..%d",
                          (unsigned long long)index, (unsigned long long)t->name.len, GGUF_MAX_NAME - 1);
     int nl = (int)t->name.len;
     st = read_u32(c, &t->n_dims, "tensor n_dims");
     if (st) return st;
     if (t->n_dims > GGUF_MAX_DIMS)
-        return diag_fail(c->d, LLMM_ERR_BAD_FILE, "tensor '%.*s': %u dimensions (at most %d)", nl,
+        return llmm__diag_fail(c->d, LLMM_ERR_BAD_FILE, "tensor '%.*s': %u dimensions (at most %d)", nl,
                          t->name.ptr, t->n_dims, GGUF_MAX_DIMS);
     uint64_t n_el = 1;
     for (int j = 0; j < GGUF_MAX_DIMS; j++) {
         uint64_t ne = 1;
         if ((uint32_t)j < t->n_dims && (st = read_u64(c, &ne, "tensor dimension"))) return st;
         if (ne > (uint64_t)INT64_MAX)
-            return diag_fail(c->d, LLMM_ERR_BAD_FILE, "tensor '%.*s': dimension %d is negative", nl,
+            return llmm__diag_fail(c->d, LLMM_ERR_BAD_FILE, "tensor '%.*s': dimension %d is negative", nl,
                              t->name.ptr, j);
         if (ne != 0 && n_el > (uint64_t)INT64_MAX / ne)
-            return diag_fail(c->d, LLMM_ERR_BAD_FILE,
+            return llmm__diag_fail(c->d, LLMM_ERR_BAD_FILE,
                              "tensor '%.*s': element count overflows (dims multiply past 2^63)", nl,
                              t->name.ptr);
         n_el *= ne;
@@ -260,17 +260,17 @@ static llmm_status read_tensor_info(cursor *c, gguf_tensor *t, uint64_t index) {
     t->n_elements = n_el;
     st = read_u32(c, &t->type, "tensor type");
     if (st) return st;
-    const llmm_type_traits *tt = llmm_type_get(t->type);
+    const llmm_type_traits *tt = llmm__type_get(t->type);
     if (!tt)
-        return diag_fail(c->d, LLMM_ERR_BAD_FILE, "tensor '%.*s': unknown type id %u", nl,
+        return llmm__diag_fail(c->d, LLMM_ERR_BAD_FILE, "tensor '%.*s': unknown type id %u", nl,
                          t->name.ptr, t->type);
     if (t->ne[0] % tt->block_size != 0)
-        return diag_fail(c->d, LLMM_ERR_BAD_FILE,
+        return llmm__diag_fail(c->d, LLMM_ERR_BAD_FILE,
                          "tensor '%.*s': row length %lld is not a multiple of the %s block size %u", nl,
                          t->name.ptr, (long long)t->ne[0], tt->name, tt->block_size);
     const uint64_t blocks = n_el / tt->block_size;
     if (blocks > UINT64_MAX / tt->block_bytes)
-        return diag_fail(c->d, LLMM_ERR_BAD_FILE, "tensor '%.*s': byte size overflows", nl, t->name.ptr);
+        return llmm__diag_fail(c->d, LLMM_ERR_BAD_FILE, "tensor '%.*s': byte size overflows", nl, t->name.ptr);
     t->n_bytes = blocks * tt->block_bytes;
     return read_u64(c, &t->offset, "tensor offset");
 }
@@ -287,18 +287,18 @@ static llmm_status check_tensor_placement(gguf_file *f, llmm_diag *d) {
         gguf_tensor *t = &f->tensors[i];
         int nl = (int)t->name.len;
         if (t->offset % f->alignment != 0)
-            return diag_fail(d, LLMM_ERR_BAD_FILE, "tensor '%.*s': offset %llu is not aligned to %u",
+            return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "tensor '%.*s': offset %llu is not aligned to %u",
                              nl, t->name.ptr, (unsigned long long)t->offset, f->alignment);
         if (t->offset > data_size || t->n_bytes > data_size - t->offset)
-            return diag_fail(d, LLMM_ERR_BAD_FILE,
+            return llmm__diag_fail(d, LLMM_ERR_BAD_FILE,
                              "tensor '%.*s': %llu bytes at offset %llu run past the end of the data section (%llu bytes)",
                              nl, t->name.ptr, (unsigned long long)t->n_bytes, (unsigned long long)t->offset,
                              (unsigned long long)data_size);
         t->data = f->bytes + f->data_offset + t->offset;
     }
     if (f->n_tensors < 2) return LLMM_OK;
-    gguf_tensor **sorted = mem_calloc(f->alloc, (size_t)f->n_tensors, sizeof *sorted);
-    if (!sorted) return diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory sorting tensors");
+    gguf_tensor **sorted = llmm__mem_calloc(f->alloc, (size_t)f->n_tensors, sizeof *sorted);
+    if (!sorted) return llmm__diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory sorting tensors");
     for (uint64_t i = 0; i < f->n_tensors; i++) sorted[i] = &f->tensors[i];
     qsort(sorted, (size_t)f->n_tensors, sizeof *sorted, cmp_tensor_offset);
     /* empty tensors occupy no bytes, so they overlap nothing wherever they sit */
@@ -308,11 +308,11 @@ static llmm_status check_tensor_placement(gguf_file *f, llmm_diag *d) {
         const gguf_tensor *b = sorted[i];
         if (b->n_bytes == 0) continue;
         if (prev && prev->offset + prev->n_bytes > b->offset)
-            st = diag_fail(d, LLMM_ERR_BAD_FILE, "tensors '%.*s' and '%.*s' overlap", (int)prev->name.len,
+            st = llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "tensors '%.*s' and '%.*s' overlap", (int)prev->name.len,
                            prev->name.ptr, (int)b->name.len, b->name.ptr);
         prev = b;
     }
-    mem_free(f->alloc, sorted);
+    llmm__mem_free(f->alloc, sorted);
     return st;
 }
 
@@ -328,11 +328,11 @@ static int cmp_name_sort(const void *a, const void *b) {
 
 static llmm_status index_tensor_names(gguf_file *f, llmm_diag *d) {
     if (f->n_tensors == 0) return LLMM_OK;
-    name_sort *tmp = mem_calloc(f->alloc, (size_t)f->n_tensors, sizeof *tmp);
-    f->tensor_by_name = mem_calloc(f->alloc, (size_t)f->n_tensors, sizeof *f->tensor_by_name);
+    name_sort *tmp = llmm__mem_calloc(f->alloc, (size_t)f->n_tensors, sizeof *tmp);
+    f->tensor_by_name = llmm__mem_calloc(f->alloc, (size_t)f->n_tensors, sizeof *f->tensor_by_name);
     if (!tmp || !f->tensor_by_name) {
-        mem_free(f->alloc, tmp);
-        return diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory indexing tensor names");
+        llmm__mem_free(f->alloc, tmp);
+        return llmm__diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory indexing tensor names");
     }
     for (uint64_t i = 0; i < f->n_tensors; i++) tmp[i] = (name_sort){f->tensors, (uint32_t)i};
     qsort(tmp, (size_t)f->n_tensors, sizeof *tmp, cmp_name_sort);
@@ -341,39 +341,39 @@ static llmm_status index_tensor_names(gguf_file *f, llmm_diag *d) {
         f->tensor_by_name[i] = tmp[i].index;
         if (i > 0 && !st && cmp_name_sort(&tmp[i - 1], &tmp[i]) == 0) {
             gguf_str n = f->tensors[tmp[i].index].name;
-            st = diag_fail(d, LLMM_ERR_BAD_FILE, "duplicate tensor name '%.*s'", (int)n.len, n.ptr);
+            st = llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "duplicate tensor name '%.*s'", (int)n.len, n.ptr);
         }
     }
-    mem_free(f->alloc, tmp);
+    llmm__mem_free(f->alloc, tmp);
     return st;
 }
 
 static llmm_status parse(gguf_file *f, llmm_diag *d) {
     cursor c = {f->bytes, 0, f->size, d};
     if (f->size < GGUF_HEADER_BYTES)
-        return diag_fail(d, LLMM_ERR_BAD_FILE, "file of %llu bytes is too short for a GGUF header",
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "file of %llu bytes is too short for a GGUF header",
                          (unsigned long long)f->size);
     if (memcmp(f->bytes, GGUF_MAGIC, 4) != 0)
-        return diag_fail(d, LLMM_ERR_BAD_FILE, "bad magic: not a GGUF file");
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "bad magic: not a GGUF file");
     c.pos = 4;
     llmm_status st = read_u32(&c, &f->version, "version");
     if (st) return st;
     if (f->version == 1)
-        return diag_fail(d, LLMM_ERR_BAD_FILE, "GGUF version 1 is obsolete; convert the file again");
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "GGUF version 1 is obsolete; convert the file again");
     if (f->version != 2 && f->version != 3)
-        return diag_fail(d, LLMM_ERR_BAD_FILE, "GGUF version %u is not supported (2 and 3 are)%s",
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "GGUF version %u is not supported (2 and 3 are)%s",
                          f->version, (f->version & 0xffffu) == 0 ? "; big-endian files are not supported" : "");
     if ((st = read_u64(&c, &f->n_tensors, "tensor count")) || (st = read_u64(&c, &f->n_kv, "key count")))
         return st;
     if (f->n_kv > left(&c) / GGUF_MIN_KV_BYTES)
-        return diag_fail(d, LLMM_ERR_BAD_FILE, "metadata count %llu is larger than the file allows",
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "metadata count %llu is larger than the file allows",
                          (unsigned long long)f->n_kv);
     if (f->n_tensors > left(&c) / GGUF_MIN_TENSOR_BYTES || f->n_tensors > UINT32_MAX)
-        return diag_fail(d, LLMM_ERR_BAD_FILE, "tensor count %llu is larger than the file allows",
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "tensor count %llu is larger than the file allows",
                          (unsigned long long)f->n_tensors);
-    f->kv = mem_calloc(f->alloc, (size_t)f->n_kv, sizeof *f->kv);
-    f->tensors = mem_calloc(f->alloc, (size_t)f->n_tensors, sizeof *f->tensors);
-    if (!f->kv || !f->tensors) return diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for the GGUF tables");
+    f->kv = llmm__mem_calloc(f->alloc, (size_t)f->n_kv, sizeof *f->kv);
+    f->tensors = llmm__mem_calloc(f->alloc, (size_t)f->n_tensors, sizeof *f->tensors);
+    if (!f->kv || !f->tensors) return llmm__diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for the GGUF tables");
     for (uint64_t i = 0; i < f->n_kv; i++)
         if ((st = read_kv(&c, &f->kv[i], i))) return st;
     if ((st = check_duplicate_keys(f, d)) || (st = read_alignment(f, d))) return st;
@@ -383,26 +383,26 @@ static llmm_status parse(gguf_file *f, llmm_diag *d) {
     uint64_t a = f->alignment;
     f->data_offset = (c.pos + a - 1) / a * a;
     if (f->n_tensors > 0 && f->data_offset > f->size)
-        return diag_fail(d, LLMM_ERR_BAD_FILE, "truncated file: data section starts past the end");
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "truncated file: data section starts past the end");
     return check_tensor_placement(f, d);
 }
 
 static llmm_status open_common(gguf_file *f, gguf_file **out, llmm_diag *d) {
     llmm_status st = parse(f, d);
     if (st) {
-        gguf_close(f);
+        llmm__gguf_close(f);
         return st;
     }
     *out = f;
     return LLMM_OK;
 }
 
-llmm_status gguf_open_memory(const void *bytes, size_t size, const llmm_allocator *alloc,
+llmm_status llmm__gguf_open_memory(const void *bytes, size_t size, const llmm_allocator *alloc,
                              gguf_file **out, llmm_diag *d) {
-    if (!out || (!bytes && size)) return diag_fail(d, LLMM_ERR_INVALID_ARG, "gguf_open_memory: NULL argument");
+    if (!out || (!bytes && size)) return llmm__diag_fail(d, LLMM_ERR_INVALID_ARG, "gguf_open_memory: NULL argument");
     *out = NULL;
-    gguf_file *f = mem_calloc(alloc, 1, sizeof *f);
-    if (!f) return diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory");
+    gguf_file *f = llmm__mem_calloc(alloc, 1, sizeof *f);
+    if (!f) return llmm__diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory");
     f->alloc = alloc;
     f->bytes = bytes;
     f->size = size;
@@ -410,9 +410,9 @@ llmm_status gguf_open_memory(const void *bytes, size_t size, const llmm_allocato
 }
 
 static llmm_status read_whole(int fd, gguf_file *f, const char *path, llmm_diag *d) {
-    f->owned = mem_alloc(f->alloc, (size_t)f->size);
+    f->owned = llmm__mem_alloc(f->alloc, (size_t)f->size);
     if (!f->owned)
-        return diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory reading %llu bytes of '%s'",
+        return llmm__diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory reading %llu bytes of '%s'",
                          (unsigned long long)f->size, path);
     uint8_t *dst = f->owned;
     uint64_t done = 0;
@@ -420,37 +420,37 @@ static llmm_status read_whole(int fd, gguf_file *f, const char *path, llmm_diag 
         size_t chunk = (size_t)LLMM_MIN(f->size - done, (uint64_t)1 << 30);
         ssize_t r = read(fd, dst + done, chunk);
         if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) return diag_fail(d, LLMM_ERR_IO, "reading '%s' failed: %s", path, r ? strerror(errno) : "file shrank");
+        if (r <= 0) return llmm__diag_fail(d, LLMM_ERR_IO, "reading '%s' failed: %s", path, r ? strerror(errno) : "file shrank");
         done += (uint64_t)r;
     }
     f->bytes = f->owned;
     return LLMM_OK;
 }
 
-llmm_status gguf_open_file(const char *path, int use_mmap, const llmm_allocator *alloc,
+llmm_status llmm__gguf_open_file(const char *path, int use_mmap, const llmm_allocator *alloc,
                            gguf_file **out, llmm_diag *d) {
-    if (!path || !out) return diag_fail(d, LLMM_ERR_INVALID_ARG, "gguf_open_file: NULL argument");
+    if (!path || !out) return llmm__diag_fail(d, LLMM_ERR_INVALID_ARG, "gguf_open_file: NULL argument");
     *out = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return diag_fail(d, LLMM_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    if (fd < 0) return llmm__diag_fail(d, LLMM_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
         close(fd);
-        return diag_fail(d, LLMM_ERR_IO, "'%s' is not a regular file", path);
+        return llmm__diag_fail(d, LLMM_ERR_IO, "'%s' is not a regular file", path);
     }
-    gguf_file *f = mem_calloc(alloc, 1, sizeof *f);
+    gguf_file *f = llmm__mem_calloc(alloc, 1, sizeof *f);
     if (!f) {
         close(fd);
-        return diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory");
+        return llmm__diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory");
     }
     f->alloc = alloc;
     f->size = (uint64_t)sb.st_size;
     llmm_status st = LLMM_OK;
     if (f->size < GGUF_HEADER_BYTES) {
-        st = diag_fail(d, LLMM_ERR_BAD_FILE, "'%s' has %llu bytes, too short for a GGUF header", path,
+        st = llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "'%s' has %llu bytes, too short for a GGUF header", path,
                        (unsigned long long)f->size);
     } else if (f->size > SIZE_MAX) {
-        st = diag_fail(d, LLMM_ERR_UNSUPPORTED, "'%s' is larger than this address space", path);
+        st = llmm__diag_fail(d, LLMM_ERR_UNSUPPORTED, "'%s' is larger than this address space", path);
     } else {
         void *m = use_mmap ? mmap(NULL, (size_t)f->size, PROT_READ, MAP_PRIVATE, fd, 0) : MAP_FAILED;
         if (m != MAP_FAILED) {
@@ -462,30 +462,30 @@ llmm_status gguf_open_file(const char *path, int use_mmap, const llmm_allocator 
     }
     close(fd);
     if (st) {
-        gguf_close(f);
+        llmm__gguf_close(f);
         return st;
     }
     return open_common(f, out, d);
 }
 
-void gguf_close(gguf_file *f) {
+void llmm__gguf_close(gguf_file *f) {
     if (!f) return;
     const llmm_allocator *a = f->alloc;
     if (f->mapping) munmap(f->mapping, (size_t)f->size);
-    mem_free(a, f->owned);
-    mem_free(a, f->kv);
-    mem_free(a, f->tensors);
-    mem_free(a, f->tensor_by_name);
-    mem_free(a, f);
+    llmm__mem_free(a, f->owned);
+    llmm__mem_free(a, f->kv);
+    llmm__mem_free(a, f->tensors);
+    llmm__mem_free(a, f->tensor_by_name);
+    llmm__mem_free(a, f);
 }
 
-const gguf_kv *gguf_find_kv(const gguf_file *f, const char *key) {
+const gguf_kv *llmm__gguf_find_kv(const gguf_file *f, const char *key) {
     for (uint64_t i = 0; i < f->n_kv; i++)
-        if (gguf_str_eq(f->kv[i].key, key)) return &f->kv[i];
+        if (llmm__gguf_str_eq(f->kv[i].key, key)) return &f->kv[i];
     return NULL;
 }
 
-const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name) {
+const gguf_tensor *llmm__gguf_find_tensor(const gguf_file *f, const char *name) {
     gguf_str want = {name, strlen(name)};
     uint64_t lo = 0, hi = f->n_tensors;
     while (lo < hi) {
@@ -499,35 +499,35 @@ const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name) {
     return NULL;
 }
 
-int gguf_kv_as_int(const gguf_kv *kv, int64_t *out) {
-    if (!kv || !gguf_scalar_size(kv->type) || kv->type == GGUF_TYPE_F32 || kv->type == GGUF_TYPE_F64)
+int llmm__gguf_kv_as_int(const gguf_kv *kv, int64_t *out) {
+    if (!kv || !llmm__gguf_scalar_size(kv->type) || kv->type == GGUF_TYPE_F32 || kv->type == GGUF_TYPE_F64)
         return 0;
     if (!is_signed_type(kv->type) && kv->v.u64 > (uint64_t)INT64_MAX) return 0;
     *out = kv->v.i64;
     return 1;
 }
 
-int gguf_kv_as_float(const gguf_kv *kv, double *out) {
+int llmm__gguf_kv_as_float(const gguf_kv *kv, double *out) {
     if (!kv || (kv->type != GGUF_TYPE_F32 && kv->type != GGUF_TYPE_F64)) return 0;
     *out = kv->v.f64;
     return 1;
 }
 
-double gguf_array_get_f64(const gguf_array *a, uint64_t i) {
+double llmm__gguf_array_get_f64(const gguf_array *a, uint64_t i) {
     gguf_kv tmp;
-    decode_scalar(a->elem_type, a->data + i * gguf_scalar_size(a->elem_type), &tmp);
+    decode_scalar(a->elem_type, a->data + i * llmm__gguf_scalar_size(a->elem_type), &tmp);
     if (a->elem_type == GGUF_TYPE_F32 || a->elem_type == GGUF_TYPE_F64) return tmp.v.f64;
     return is_signed_type(a->elem_type) ? (double)tmp.v.i64 : (double)tmp.v.u64;
 }
 
-int64_t gguf_array_get_i64(const gguf_array *a, uint64_t i) {
+int64_t llmm__gguf_array_get_i64(const gguf_array *a, uint64_t i) {
     gguf_kv tmp;
-    decode_scalar(a->elem_type, a->data + i * gguf_scalar_size(a->elem_type), &tmp);
+    decode_scalar(a->elem_type, a->data + i * llmm__gguf_scalar_size(a->elem_type), &tmp);
     if (a->elem_type == GGUF_TYPE_F32 || a->elem_type == GGUF_TYPE_F64) return (int64_t)tmp.v.f64;
     return tmp.v.i64;
 }
 
-gguf_str gguf_array_next_str(const uint8_t **pos) {
+gguf_str llmm__gguf_array_next_str(const uint8_t **pos) {
     gguf_str s;
     s.len = load_u64(*pos);
     s.ptr = (const char *)*pos + 8;

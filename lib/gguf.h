@@ -82,36 +82,36 @@ typedef struct gguf_file {
     /* ownership of bytes */
     const llmm_allocator *alloc;
     void *mapping;       /* from mmap, or NULL */
-    void *owned;         /* from mem_alloc (read fallback), or NULL */
+    void *owned;         /* from llmm__mem_alloc (read fallback), or NULL */
 } gguf_file;
 
 /* Open and validate a GGUF file. use_mmap: 1 maps the file (falling back to reading it when
  * mapping fails), 0 reads it into owned memory. Errors: IO, BAD_FILE, NO_MEMORY, with d->msg. */
-llmm_status gguf_open_file(const char *path, int use_mmap, const llmm_allocator *alloc,
+llmm_status llmm__gguf_open_file(const char *path, int use_mmap, const llmm_allocator *alloc,
                            gguf_file **out, llmm_diag *d);
 
 /* Validate a GGUF image in memory; the bytes are borrowed and must outlive the gguf_file. */
-llmm_status gguf_open_memory(const void *bytes, size_t size, const llmm_allocator *alloc,
+llmm_status llmm__gguf_open_memory(const void *bytes, size_t size, const llmm_allocator *alloc,
                              gguf_file **out, llmm_diag *d);
 
-void gguf_close(gguf_file *f);
+void llmm__gguf_close(gguf_file *f);
 
-const gguf_kv *gguf_find_kv(const gguf_file *f, const char *key);
-const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name);
+const gguf_kv *llmm__gguf_find_kv(const gguf_file *f, const char *key);
+const gguf_tensor *llmm__gguf_find_tensor(const gguf_file *f, const char *name);
 
 /* Scalar accessors: return 1 and store the value when kv holds a compatible type. */
-int gguf_kv_as_int(const gguf_kv *kv, int64_t *out);   /* any integer type or bool */
-int gguf_kv_as_float(const gguf_kv *kv, double *out);  /* F32/F64 */
-int gguf_str_eq(gguf_str s, const char *cstr);
+int llmm__gguf_kv_as_int(const gguf_kv *kv, int64_t *out);   /* any integer type or bool */
+int llmm__gguf_kv_as_float(const gguf_kv *kv, double *out);  /* F32/F64 */
+int llmm__gguf_str_eq(gguf_str s, const char *cstr);
 
 /* Bytes of one scalar element, 0 for STRING/ARRAY/unknown. */
-size_t gguf_scalar_size(uint32_t type);
+size_t llmm__gguf_scalar_size(uint32_t type);
 
 /* Element i of a numeric array as double / int64 (elem_type must be numeric). */
-double gguf_array_get_f64(const gguf_array *a, uint64_t i);
-int64_t gguf_array_get_i64(const gguf_array *a, uint64_t i);
+double llmm__gguf_array_get_f64(const gguf_array *a, uint64_t i);
+int64_t llmm__gguf_array_get_i64(const gguf_array *a, uint64_t i);
 
 /* Walk a string array: start with *cursor = a->data; each call yields the next string. */
-gguf_str gguf_array_next_str(const uint8_t **pos);
+gguf_str llmm__gguf_array_next_str(const uint8_t **pos);
 
 #endif

@@ -47,9 +47,9 @@ typedef struct grammar_rules {
 /* Parse GBNF text (len bytes, need not be NUL-terminated) with start rule root (NULL = "root").
  * Errors: INVALID_ARG with "line L, column C: ..." in d (columns count code points from 1),
  * for syntax errors, undefined rules, a missing start rule and left recursion; NO_MEMORY. */
-llmm_status grammar_parse(const char *text, size_t len, const char *root, const llmm_allocator *alloc,
+llmm_status llmm__grammar_parse(const char *text, size_t len, const char *root, const llmm_allocator *alloc,
                           grammar_rules *out, llmm_diag *d);
-void grammar_rules_free(grammar_rules *g, const llmm_allocator *alloc);
+void llmm__grammar_rules_free(grammar_rules *g, const llmm_allocator *alloc);
 
 /* Whether code point cp is in the set. */
 static inline int gcharset_has(const grammar_rules *g, const gcharset *s, uint32_t cp) {
@@ -66,6 +66,6 @@ static inline int gcharset_has(const grammar_rules *g, const gcharset *s, uint32
 }
 
 /* Whether some code point in [lo, hi] is in the set (for a character whose first bytes are known). */
-int gcharset_meets(const grammar_rules *g, const gcharset *s, uint32_t lo, uint32_t hi);
+int llmm__gcharset_meets(const grammar_rules *g, const gcharset *s, uint32_t lo, uint32_t hi);
 
 #endif

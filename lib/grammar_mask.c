@@ -13,27 +13,27 @@
 
 /* ---------------------------------------------------------------- cache */
 
-llmm_status mask_cache_create(mask_cache **out, const llmm_allocator *alloc) {
-    mask_cache *c = mem_calloc(alloc, 1, sizeof *c);
+llmm_status llmm__mask_cache_create(mask_cache **out, const llmm_allocator *alloc) {
+    mask_cache *c = llmm__mem_calloc(alloc, 1, sizeof *c);
     if (!c) return LLMM_ERR_NO_MEMORY;
-    c->entries = mem_calloc(alloc, MASK_CACHE_SLOTS, sizeof *c->entries);
+    c->entries = llmm__mem_calloc(alloc, MASK_CACHE_SLOTS, sizeof *c->entries);
     if (!c->entries || pthread_mutex_init(&c->lock, NULL)) {
-        mem_free(alloc, c->entries);
-        mem_free(alloc, c);
+        llmm__mem_free(alloc, c->entries);
+        llmm__mem_free(alloc, c);
         return LLMM_ERR_NO_MEMORY;
     }
     *out = c;
     return LLMM_OK;
 }
 
-void mask_cache_free(mask_cache *c, const llmm_allocator *alloc) {
+void llmm__mask_cache_free(mask_cache *c, const llmm_allocator *alloc) {
     for (size_t i = 0; i < MASK_CACHE_SLOTS; i++) {
-        mem_free(alloc, c->entries[i].key);
-        mem_free(alloc, c->entries[i].bits);
+        llmm__mem_free(alloc, c->entries[i].key);
+        llmm__mem_free(alloc, c->entries[i].bits);
     }
     pthread_mutex_destroy(&c->lock);
-    mem_free(alloc, c->entries);
-    mem_free(alloc, c);
+    llmm__mem_free(alloc, c->entries);
+    llmm__mem_free(alloc, c);
 }
 
 static uint64_t hash_key(const uint32_t *key, size_t n) {
@@ -59,10 +59,10 @@ static int cache_lookup(mask_cache *c, const uint32_t *key, size_t n, uint64_t h
 /* Keep a copy of the mask; when memory is short the mask is simply not kept. */
 static void cache_insert(mask_cache *c, const llmm_allocator *alloc, const uint32_t *key, size_t n, uint64_t hash,
                          const uint32_t *bits, size_t words) {
-    uint32_t *k = mem_alloc(alloc, n * sizeof *k), *b = mem_alloc(alloc, words * sizeof *b);
+    uint32_t *k = llmm__mem_alloc(alloc, n * sizeof *k), *b = llmm__mem_alloc(alloc, words * sizeof *b);
     if (!k || !b) {
-        mem_free(alloc, k);
-        mem_free(alloc, b);
+        llmm__mem_free(alloc, k);
+        llmm__mem_free(alloc, b);
         return;
     }
     memcpy(k, key, n * sizeof *k);
@@ -73,8 +73,8 @@ static void cache_insert(mask_cache *c, const llmm_allocator *alloc, const uint3
     uint32_t *old_key = e->key, *old_bits = e->bits;
     *e = (mask_entry){k, n, hash, b};
     pthread_mutex_unlock(&c->lock);
-    mem_free(alloc, old_key);
-    mem_free(alloc, old_bits);
+    llmm__mem_free(alloc, old_key);
+    llmm__mem_free(alloc, old_bits);
 }
 
 /* ---------------------------------------------------------------- the walk */
@@ -84,13 +84,13 @@ static void cache_insert(mask_cache *c, const llmm_allocator *alloc, const uint3
 #define WALK_ERROR (-3)   /* out of memory, or more states than WALK_STATES_MAX */
 #define WALK_STATES_MAX 16384 /* 16 MiB of transitions; beyond it the plain walk is used */
 
-void walk_memo_free(walk_memo *m, const llmm_allocator *alloc) {
-    mem_free(alloc, m->rep);
-    mem_free(alloc, m->hash);
-    mem_free(alloc, m->key_first);
-    mem_free(alloc, m->trans);
-    mem_free(alloc, m->keys);
-    mem_free(alloc, m->slots);
+void llmm__walk_memo_free(walk_memo *m, const llmm_allocator *alloc) {
+    llmm__mem_free(alloc, m->rep);
+    llmm__mem_free(alloc, m->hash);
+    llmm__mem_free(alloc, m->key_first);
+    llmm__mem_free(alloc, m->trans);
+    llmm__mem_free(alloc, m->keys);
+    llmm__mem_free(alloc, m->slots);
     memset(m, 0, sizeof *m);
 }
 
@@ -98,17 +98,17 @@ static int memo_reserve(walk_memo *m, const llmm_allocator *a) {
     if (m->n < m->cap) return 1;
     size_t cap = m->cap ? 2 * m->cap : 256;
     if (cap > WALK_STATES_MAX) return 0;
-    glevel *rep = mem_grow(a, m->rep, m->cap * sizeof *rep, cap * sizeof *rep);
+    glevel *rep = llmm__mem_grow(a, m->rep, m->cap * sizeof *rep, cap * sizeof *rep);
     if (rep) m->rep = rep;
-    uint64_t *hash = rep ? mem_grow(a, m->hash, m->cap * sizeof *hash, cap * sizeof *hash) : NULL;
+    uint64_t *hash = rep ? llmm__mem_grow(a, m->hash, m->cap * sizeof *hash, cap * sizeof *hash) : NULL;
     if (hash) m->hash = hash;
-    size_t *first = hash ? mem_grow(a, m->key_first, (m->cap + 1) * sizeof *first, (cap + 1) * sizeof *first) : NULL;
+    size_t *first = hash ? llmm__mem_grow(a, m->key_first, (m->cap + 1) * sizeof *first, (cap + 1) * sizeof *first) : NULL;
     if (first) m->key_first = first;
-    int32_t *trans = first ? mem_grow(a, m->trans, m->cap * 256 * sizeof *trans, cap * 256 * sizeof *trans) : NULL;
+    int32_t *trans = first ? llmm__mem_grow(a, m->trans, m->cap * 256 * sizeof *trans, cap * 256 * sizeof *trans) : NULL;
     if (trans) m->trans = trans;
-    uint32_t *slots = trans ? mem_calloc(a, 2 * cap, sizeof *slots) : NULL;
+    uint32_t *slots = trans ? llmm__mem_calloc(a, 2 * cap, sizeof *slots) : NULL;
     if (!slots) return 0;
-    mem_free(a, m->slots);
+    llmm__mem_free(a, m->slots);
     m->slots = slots;
     m->n_slots = 2 * cap;
     m->cap = cap;
@@ -125,7 +125,7 @@ static int32_t memo_intern(llmm_grammar_state *s, const glevel *level, int *adde
     walk_memo *m = &s->memo;
     const llmm_allocator *a = s->grammar->alloc;
     size_t start = m->keys_len;
-    if (!glevel_key(&s->stacks, level, &m->keys, &m->keys_len, &m->keys_cap) || !memo_reserve(m, a)) return -1;
+    if (!llmm__glevel_key(&s->stacks, level, &m->keys, &m->keys_len, &m->keys_cap) || !memo_reserve(m, a)) return -1;
     size_t n = m->keys_len - start;
     uint64_t h = hash_key(m->keys + start, n);
     size_t i = h & (m->n_slots - 1);
@@ -156,7 +156,7 @@ static int32_t memo_step(llmm_grammar_state *s, int32_t id, uint8_t byte) {
     gstacks *gs = &s->stacks;
     size_t heads_mark = gs->n_heads, nodes_mark = gs->n_nodes;
     glevel out;
-    gstacks_advance_byte(gs, &s->memo.rep[id], byte, &out);
+    llmm__gstacks_advance_byte(gs, &s->memo.rep[id], byte, &out);
     if (gs->failed) return WALK_ERROR;
     int added = 0;
     if (out.n == 0) {
@@ -221,9 +221,9 @@ static void walk_tokens_plain(llmm_grammar_state *s) {
     for (uint32_t k = 0; k < t->n && !gs->failed;) {
         uint32_t d = LLMM_MIN(t->shared[k], depth), len = t->length[k];
         const uint8_t *b = (const uint8_t *)t->bytes + t->start[k];
-        gstacks_truncate(gs, &lv[d]);
+        llmm__gstacks_truncate(gs, &lv[d]);
         while (d < len) {
-            gstacks_advance_byte(gs, &lv[d], b[d], &lv[d + 1]);
+            llmm__gstacks_advance_byte(gs, &lv[d], b[d], &lv[d + 1]);
             if (lv[d + 1].n == 0) break;
             d++;
         }
@@ -237,28 +237,28 @@ static void walk_tokens(llmm_grammar_state *s) {
     int32_t *ids = (int32_t *)(void *)s->levels;
     int done = walk_tokens_memo(s, ids);
     gs->failed = 0;
-    gstacks_truncate(gs, &s->now);
+    llmm__gstacks_truncate(gs, &s->now);
     if (!done) {
         memset(s->bits, 0, s->grammar->mask_words * sizeof *s->bits);
         walk_tokens_plain(s);
     }
-    gstacks_truncate(gs, &s->now);
+    llmm__gstacks_truncate(gs, &s->now);
 }
 
-llmm_status grammar_state_fill_mask(llmm_grammar_state *s) {
+llmm_status llmm__grammar_state_fill_mask(llmm_grammar_state *s) {
     const llmm_grammar *g = s->grammar;
     s->key_len = 0;
-    if (!glevel_key(&s->stacks, &s->now, &s->key, &s->key_len, &s->key_cap))
-        return diag_fail(&s->error, LLMM_ERR_NO_MEMORY, "out of memory for a grammar mask");
+    if (!llmm__glevel_key(&s->stacks, &s->now, &s->key, &s->key_len, &s->key_cap))
+        return llmm__diag_fail(&s->error, LLMM_ERR_NO_MEMORY, "out of memory for a grammar mask");
     uint64_t hash = hash_key(s->key, s->key_len);
     if (cache_lookup(g->cache, s->key, s->key_len, hash, s->bits, g->mask_words)) return LLMM_OK;
     memset(s->bits, 0, g->mask_words * sizeof *s->bits);
     walk_tokens(s);
     if (s->stacks.failed) {
         s->stacks.failed = 0;
-        return diag_fail(&s->error, LLMM_ERR_NO_MEMORY, "out of memory for a grammar mask");
+        return llmm__diag_fail(&s->error, LLMM_ERR_NO_MEMORY, "out of memory for a grammar mask");
     }
-    if (glevel_can_end(&s->stacks, &s->now))
+    if (llmm__glevel_can_end(&s->stacks, &s->now))
         for (uint32_t i = 0; i < g->trie.n_eos; i++) s->bits[g->trie.eos[i] >> 5] |= 1u << (g->trie.eos[i] & 31);
     cache_insert(g->cache, g->alloc, s->key, s->key_len, hash, s->bits, g->mask_words);
     return LLMM_OK;
@@ -268,9 +268,9 @@ llmm_status grammar_state_fill_mask(llmm_grammar_state *s) {
 
 static llmm_status check_vocab(llmm_grammar_state *s, size_t n_vocab, const char *call) {
     if (!s->grammar->has_vocab)
-        return diag_fail(&s->error, LLMM_ERR_INVALID_ARG, "%s: the grammar was compiled without a model", call);
+        return llmm__diag_fail(&s->error, LLMM_ERR_INVALID_ARG, "%s: the grammar was compiled without a model", call);
     if (n_vocab < s->grammar->trie.n_vocab || n_vocab > (size_t)INT32_MAX)
-        return diag_fail(&s->error, LLMM_ERR_INVALID_ARG, "%s: n_vocab %zu is not the vocabulary's %u", call, n_vocab,
+        return llmm__diag_fail(&s->error, LLMM_ERR_INVALID_ARG, "%s: n_vocab %zu is not the vocabulary's %u", call, n_vocab,
                          s->grammar->trie.n_vocab);
     return LLMM_OK;
 }
@@ -290,7 +290,7 @@ static size_t apply_mask(const llmm_grammar_state *s, const float *src, float *d
 LLMM_API llmm_status llmm_grammar_state_mask(llmm_grammar_state *state, float *logits, size_t n_vocab) {
     if (!state || !logits) return LLMM_ERR_INVALID_ARG;
     llmm_status st = check_vocab(state, n_vocab, "llmm_grammar_state_mask");
-    if (!st) st = grammar_state_fill_mask(state);
+    if (!st) st = llmm__grammar_state_fill_mask(state);
     if (!st) apply_mask(state, logits, logits, n_vocab);
     return st;
 }
@@ -298,11 +298,11 @@ LLMM_API llmm_status llmm_grammar_state_mask(llmm_grammar_state *state, float *l
 static llmm_status ensure_masked(llmm_grammar_state *s, size_t n_vocab) {
     if (n_vocab <= s->masked_cap) return LLMM_OK;
     const llmm_allocator *a = s->grammar->alloc;
-    float *grown = mem_grow(a, s->masked, 0, n_vocab * sizeof *grown);
+    float *grown = llmm__mem_grow(a, s->masked, 0, n_vocab * sizeof *grown);
     if (grown) s->masked = grown;
-    llmm_token *ids = grown ? mem_grow(a, s->masked_ids, 0, n_vocab * sizeof *ids) : NULL;
+    llmm_token *ids = grown ? llmm__mem_grow(a, s->masked_ids, 0, n_vocab * sizeof *ids) : NULL;
     if (ids) s->masked_ids = ids;
-    if (!grown || !ids) return diag_fail(&s->error, LLMM_ERR_NO_MEMORY, "out of memory for the masked logits");
+    if (!grown || !ids) return llmm__diag_fail(&s->error, LLMM_ERR_NO_MEMORY, "out of memory for the masked logits");
     s->masked_cap = n_vocab;
     return LLMM_OK;
 }
@@ -323,26 +323,26 @@ static size_t compact_allowed(llmm_grammar_state *s, const float *logits) {
 static llmm_status check_or_resample(llmm_sampler *sampler, llmm_grammar_state *state, const float *logits,
                                      size_t n_vocab, llmm_token first, llmm_token *out) {
     llmm_status st;
-    int ok = (size_t)first < state->grammar->trie.n_vocab ? grammar_state_allows(state, first) : 0;
-    if (ok < 0) return diag_fail(&state->error, LLMM_ERR_NO_MEMORY, "out of memory checking a token");
+    int ok = (size_t)first < state->grammar->trie.n_vocab ? llmm__grammar_state_allows(state, first) : 0;
+    if (ok < 0) return llmm__diag_fail(&state->error, LLMM_ERR_NO_MEMORY, "out of memory checking a token");
     if (ok) {
         *out = first;
         return LLMM_OK;
     }
-    if ((st = grammar_state_fill_mask(state)) || (st = ensure_masked(state, n_vocab))) return st;
+    if ((st = llmm__grammar_state_fill_mask(state)) || (st = ensure_masked(state, n_vocab))) return st;
     /* Without penalties only the order of ids matters to the sampler, so it samples just the
      * allowed tokens (usually few) instead of a vocabulary of mostly -inf: the same distribution
      * (the same token too, unless top-k or top-p reorder the candidates). */
-    if (!sampler_uses_token_ids(sampler)) {
+    if (!llmm__sampler_uses_token_ids(sampler)) {
         size_t n = compact_allowed(state, logits);
-        if (n == 0) return diag_fail(&state->error, LLMM_ERR_NOT_FOUND, "no token of the vocabulary may continue the grammar here");
+        if (n == 0) return llmm__diag_fail(&state->error, LLMM_ERR_NOT_FOUND, "no token of the vocabulary may continue the grammar here");
         llmm_token k;
         if ((st = llmm_sample(sampler, state->masked, n, &k))) return st;
         *out = state->masked_ids[k];
         return LLMM_OK;
     }
     if (apply_mask(state, logits, state->masked, n_vocab) == 0)
-        return diag_fail(&state->error, LLMM_ERR_NOT_FOUND, "no token of the vocabulary may continue the grammar here");
+        return llmm__diag_fail(&state->error, LLMM_ERR_NOT_FOUND, "no token of the vocabulary may continue the grammar here");
     return llmm_sample(sampler, state->masked, n_vocab, out);
 }
 
@@ -355,8 +355,8 @@ LLMM_API llmm_status llmm_grammar_sample(llmm_sampler *sampler, llmm_grammar_sta
     llmm_token first;
     if ((st = llmm_sample(sampler, logits, n_vocab, &first))) return st;
     /* the first draw is what sampling costs anyway; the rest is the grammar's */
-    double t0 = time_now_ms();
+    double t0 = llmm__time_now_ms();
     st = check_or_resample(sampler, state, logits, n_vocab, first, out);
-    state->spent_ms += time_now_ms() - t0;
+    state->spent_ms += llmm__time_now_ms() - t0;
     return st;
 }

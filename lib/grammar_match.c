@@ -6,20 +6,20 @@
 
 #include "grammar_match.h"
 
-void gstacks_init(gstacks *gs, const grammar_rules *g, const llmm_allocator *alloc) {
+void llmm__gstacks_init(gstacks *gs, const grammar_rules *g, const llmm_allocator *alloc) {
     memset(gs, 0, sizeof *gs);
     gs->g = g;
     gs->alloc = alloc;
 }
 
-void gstacks_free(gstacks *gs) {
-    mem_free(gs->alloc, gs->node_pos);
-    mem_free(gs->alloc, gs->node_parent);
-    mem_free(gs->alloc, gs->heads);
-    gstacks_init(gs, gs->g, gs->alloc);
+void llmm__gstacks_free(gstacks *gs) {
+    llmm__mem_free(gs->alloc, gs->node_pos);
+    llmm__mem_free(gs->alloc, gs->node_parent);
+    llmm__mem_free(gs->alloc, gs->heads);
+    llmm__gstacks_init(gs, gs->g, gs->alloc);
 }
 
-void gstacks_clear(gstacks *gs) {
+void llmm__gstacks_clear(gstacks *gs) {
     gs->n_nodes = 0;
     gs->n_heads = 0;
     gs->failed = 0;
@@ -28,9 +28,9 @@ void gstacks_clear(gstacks *gs) {
 static uint32_t new_node(gstacks *gs, uint32_t pos, uint32_t parent) {
     if (gs->n_nodes == gs->cap_nodes) {
         size_t cap = gs->cap_nodes ? 2 * gs->cap_nodes : 256;
-        uint32_t *p = mem_grow(gs->alloc, gs->node_pos, gs->cap_nodes * sizeof *p, cap * sizeof *p);
+        uint32_t *p = llmm__mem_grow(gs->alloc, gs->node_pos, gs->cap_nodes * sizeof *p, cap * sizeof *p);
         if (p) gs->node_pos = p;
-        uint32_t *q = p ? mem_grow(gs->alloc, gs->node_parent, gs->cap_nodes * sizeof *q, cap * sizeof *q) : NULL;
+        uint32_t *q = p ? llmm__mem_grow(gs->alloc, gs->node_parent, gs->cap_nodes * sizeof *q, cap * sizeof *q) : NULL;
         if (q) gs->node_parent = q;
         if (!p || !q || cap >= GSTACK_NONE) {
             gs->failed = 1;
@@ -45,7 +45,7 @@ static uint32_t new_node(gstacks *gs, uint32_t pos, uint32_t parent) {
 
 static void push_head(gstacks *gs, uint32_t node) {
     if (gs->failed) return;
-    if (mem_reserve(gs->alloc, (void **)&gs->heads, &gs->cap_heads, gs->n_heads + 1, sizeof *gs->heads)) {
+    if (llmm__mem_reserve(gs->alloc, (void **)&gs->heads, &gs->cap_heads, gs->n_heads + 1, sizeof *gs->heads)) {
         gs->failed = 1;
         return;
     }
@@ -111,7 +111,7 @@ static void finish_level(gstacks *gs, size_t first, gutf8 partial, glevel *out) 
     *out = (glevel){.first = first, .n = gs->n_heads - first, .nodes_end = gs->n_nodes, .partial = partial};
 }
 
-void gstacks_start(gstacks *gs, glevel *out) {
+void llmm__gstacks_start(gstacks *gs, glevel *out) {
     size_t first = gs->n_heads;
     const grammar_rules *g = gs->g;
     for (uint32_t a = g->rule_first_alt[g->root]; a < g->rule_first_alt[g->root + 1]; a++)
@@ -145,11 +145,11 @@ static void keep_possible(gstacks *gs, const glevel *from, gutf8 partial) {
     if (!partial_range(partial, &lo, &hi)) return;
     for (size_t i = 0; i < from->n; i++) {
         uint32_t h = gs->heads[from->first + i];
-        if (h != GSTACK_NONE && gcharset_meets(g, &g->sets[g->elems[gs->node_pos[h]].arg], lo, hi)) push_head(gs, h);
+        if (h != GSTACK_NONE && llmm__gcharset_meets(g, &g->sets[g->elems[gs->node_pos[h]].arg], lo, hi)) push_head(gs, h);
     }
 }
 
-void gstacks_advance_byte(gstacks *gs, const glevel *from, uint8_t byte, glevel *out) {
+void llmm__gstacks_advance_byte(gstacks *gs, const glevel *from, uint8_t byte, glevel *out) {
     size_t first = gs->n_heads;
     gutf8 p = from->partial;
     if (p.need == 0 && byte < 0x80) {
@@ -175,7 +175,7 @@ void gstacks_advance_byte(gstacks *gs, const glevel *from, uint8_t byte, glevel 
     finish_level(gs, first, p, out);
 }
 
-void gstacks_truncate(gstacks *gs, const glevel *level) {
+void llmm__gstacks_truncate(gstacks *gs, const glevel *level) {
     gs->n_heads = level->first + level->n;
     gs->n_nodes = level->nodes_end;
 }
@@ -189,46 +189,46 @@ static uint32_t copy_chain(gstacks *dst, const gstacks *src, uint32_t node, uint
     return top;
 }
 
-int gstacks_compact(gstacks *gs, glevel *level) {
+int llmm__gstacks_compact(gstacks *gs, glevel *level) {
     gstacks fresh;
-    gstacks_init(&fresh, gs->g, gs->alloc);
-    uint32_t *scratch = mem_calloc(gs->alloc, gs->n_nodes + 1, sizeof *scratch);
+    llmm__gstacks_init(&fresh, gs->g, gs->alloc);
+    uint32_t *scratch = llmm__mem_calloc(gs->alloc, gs->n_nodes + 1, sizeof *scratch);
     if (!scratch) fresh.failed = 1;
     for (size_t i = 0; i < level->n && !fresh.failed; i++) {
         uint32_t h = gs->heads[level->first + i];
         push_head(&fresh, h == GSTACK_NONE ? h : copy_chain(&fresh, gs, h, scratch, gs->n_nodes));
     }
-    mem_free(gs->alloc, scratch);
+    llmm__mem_free(gs->alloc, scratch);
     if (fresh.failed) {
-        gstacks_free(&fresh);
+        llmm__gstacks_free(&fresh);
         return 0;
     }
-    gstacks_free(gs);
+    llmm__gstacks_free(gs);
     *gs = fresh;
     *level = (glevel){.first = 0, .n = gs->n_heads, .nodes_end = gs->n_nodes, .partial = level->partial};
     return 1;
 }
 
-int glevel_can_end(const gstacks *gs, const glevel *level) {
+int llmm__glevel_can_end(const gstacks *gs, const glevel *level) {
     if (level->partial.need) return 0;
     for (size_t i = 0; i < level->n; i++)
         if (gs->heads[level->first + i] == GSTACK_NONE) return 1;
     return 0;
 }
 
-int glevel_can_continue(const gstacks *gs, const glevel *level) {
+int llmm__glevel_can_continue(const gstacks *gs, const glevel *level) {
     for (size_t i = 0; i < level->n; i++)
         if (gs->heads[level->first + i] != GSTACK_NONE) return 1;
     return 0;
 }
 
 static int key_push(const gstacks *gs, uint32_t v, uint32_t **key, size_t *n, size_t *cap) {
-    if (mem_reserve(gs->alloc, (void **)key, cap, *n + 1, sizeof **key)) return 0;
+    if (llmm__mem_reserve(gs->alloc, (void **)key, cap, *n + 1, sizeof **key)) return 0;
     (*key)[(*n)++] = v;
     return 1;
 }
 
-int glevel_key(const gstacks *gs, const glevel *level, uint32_t **key, size_t *n, size_t *cap) {
+int llmm__glevel_key(const gstacks *gs, const glevel *level, uint32_t **key, size_t *n, size_t *cap) {
     for (size_t i = 0; i < level->n; i++) {
         for (uint32_t x = gs->heads[level->first + i]; x != GSTACK_NONE; x = gs->node_parent[x])
             if (!key_push(gs, gs->node_pos[x], key, n, cap)) return 0;
@@ -239,18 +239,18 @@ int glevel_key(const gstacks *gs, const glevel *level, uint32_t **key, size_t *n
            key_push(gs, p->smallest, key, n, cap);
 }
 
-int gstacks_copy(gstacks *dst, const gstacks *src) {
-    gstacks_clear(dst);
+int llmm__gstacks_copy(gstacks *dst, const gstacks *src) {
+    llmm__gstacks_clear(dst);
     size_t nodes = src->n_nodes ? src->n_nodes : 1, heads = src->n_heads ? src->n_heads : 1;
     if (nodes > dst->cap_nodes) {
-        uint32_t *p = mem_grow(dst->alloc, dst->node_pos, 0, nodes * sizeof *p);
+        uint32_t *p = llmm__mem_grow(dst->alloc, dst->node_pos, 0, nodes * sizeof *p);
         if (p) dst->node_pos = p;
-        uint32_t *q = p ? mem_grow(dst->alloc, dst->node_parent, 0, nodes * sizeof *q) : NULL;
+        uint32_t *q = p ? llmm__mem_grow(dst->alloc, dst->node_parent, 0, nodes * sizeof *q) : NULL;
         if (q) dst->node_parent = q;
         if (!p || !q) return 0;
         dst->cap_nodes = nodes;
     }
-    if (mem_reserve(dst->alloc, (void **)&dst->heads, &dst->cap_heads, heads, sizeof *dst->heads)) return 0;
+    if (llmm__mem_reserve(dst->alloc, (void **)&dst->heads, &dst->cap_heads, heads, sizeof *dst->heads)) return 0;
     memcpy(dst->node_pos, src->node_pos, src->n_nodes * sizeof *src->node_pos);
     memcpy(dst->node_parent, src->node_parent, src->n_nodes * sizeof *src->node_parent);
     memcpy(dst->heads, src->heads, src->n_heads * sizeof *src->heads);

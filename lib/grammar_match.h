@@ -39,29 +39,29 @@ typedef struct glevel {
     gutf8 partial;
 } glevel;
 
-void gstacks_init(gstacks *gs, const grammar_rules *g, const llmm_allocator *alloc);
-void gstacks_free(gstacks *gs);
+void llmm__gstacks_init(gstacks *gs, const grammar_rules *g, const llmm_allocator *alloc);
+void llmm__gstacks_free(gstacks *gs);
 /* Discard every node and head. */
-void gstacks_clear(gstacks *gs);
+void llmm__gstacks_clear(gstacks *gs);
 /* The stacks at the start of the grammar, appended as a new level. */
-void gstacks_start(gstacks *gs, glevel *out);
+void llmm__gstacks_start(gstacks *gs, glevel *out);
 /* Feed one byte to the set `from` (the last level made, or one before it after truncating to its
  * end): the stacks that accept it are appended as the level *out (n = 0 when none does). */
-void gstacks_advance_byte(gstacks *gs, const glevel *from, uint8_t byte, glevel *out);
+void llmm__gstacks_advance_byte(gstacks *gs, const glevel *from, uint8_t byte, glevel *out);
 /* Forget the levels made after `level`. */
-void gstacks_truncate(gstacks *gs, const glevel *level);
+void llmm__gstacks_truncate(gstacks *gs, const glevel *level);
 /* Copy `level`'s stacks into a fresh pool of their own, dropping every other node: what a
  * state keeps between tokens. Replaces gs's contents; *level becomes the copy's only level.
  * 0 when out of memory: gs and *level are then unchanged. */
-int gstacks_compact(gstacks *gs, glevel *level);
+int llmm__gstacks_compact(gstacks *gs, glevel *level);
 /* Whether the text so far may end here: a finished stack and no character in progress. */
-int glevel_can_end(const gstacks *gs, const glevel *level);
+int llmm__glevel_can_end(const gstacks *gs, const glevel *level);
 /* Whether some stack may take more input. */
-int glevel_can_continue(const gstacks *gs, const glevel *level);
+int llmm__glevel_can_continue(const gstacks *gs, const glevel *level);
 /* The level as a canonical key (each stack's positions top to bottom, UINT32_MAX after each,
  * then the partial character): appended to key[*n..], grown through gs->alloc. 0 on failure. */
-int glevel_key(const gstacks *gs, const glevel *level, uint32_t **key, size_t *n, size_t *cap);
+int llmm__glevel_key(const gstacks *gs, const glevel *level, uint32_t **key, size_t *n, size_t *cap);
 /* Copy src's pool and heads into dst (initialized for the same grammar). 0 on failure. */
-int gstacks_copy(gstacks *dst, const gstacks *src);
+int llmm__gstacks_copy(gstacks *dst, const gstacks *src);
 
 #endif

@@ -60,12 +60,12 @@ static int fail_at(parser *ps, const char *where, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
-    ps->st = diag_fail(ps->d, LLMM_ERR_INVALID_ARG, "line %zu, column %zu: %s", line, col, what);
+    ps->st = llmm__diag_fail(ps->d, LLMM_ERR_INVALID_ARG, "line %zu, column %zu: %s", line, col, what);
     return 0;
 }
 
 static int fail_memory(parser *ps) {
-    if (!ps->st) ps->st = diag_fail(ps->d, LLMM_ERR_NO_MEMORY, "out of memory compiling the grammar");
+    if (!ps->st) ps->st = llmm__diag_fail(ps->d, LLMM_ERR_NO_MEMORY, "out of memory compiling the grammar");
     return 0;
 }
 
@@ -83,14 +83,14 @@ static const char *describe(const parser *ps, const char *p, char buf[16]) {
 
 static int push_elem(parser *ps, size_t rule, uint32_t kind, uint32_t arg) {
     elem_vec *b = &ps->rules[rule].body;
-    if (mem_reserve(ps->alloc, (void **)&b->v, &b->cap, b->n + 1, sizeof *b->v)) return fail_memory(ps);
+    if (llmm__mem_reserve(ps->alloc, (void **)&b->v, &b->cap, b->n + 1, sizeof *b->v)) return fail_memory(ps);
     b->v[b->n++] = (gelem){kind, arg};
     return 1;
 }
 
 static size_t add_rule(parser *ps, const char *name, size_t name_len, uint32_t serial, const char *where) {
     if (ps->n_rules >= UINT32_MAX / 2 ||
-        mem_reserve(ps->alloc, (void **)&ps->rules, &ps->cap_rules, ps->n_rules + 1, sizeof *ps->rules)) {
+        llmm__mem_reserve(ps->alloc, (void **)&ps->rules, &ps->cap_rules, ps->n_rules + 1, sizeof *ps->rules)) {
         fail_memory(ps);
         return SIZE_MAX;
     }
@@ -135,7 +135,7 @@ static uint32_t finish_set(parser *ps, size_t first, int negated) {
     }
     ps->n_ranges = first + kept;
     if (ps->n_sets >= UINT32_MAX / 2 ||
-        mem_reserve(ps->alloc, (void **)&ps->sets, &ps->cap_sets, ps->n_sets + 1, sizeof *ps->sets)) {
+        llmm__mem_reserve(ps->alloc, (void **)&ps->sets, &ps->cap_sets, ps->n_sets + 1, sizeof *ps->sets)) {
         fail_memory(ps);
         return UINT32_MAX;
     }
@@ -149,7 +149,7 @@ static uint32_t finish_set(parser *ps, size_t first, int negated) {
 }
 
 static int add_range(parser *ps, uint32_t lo, uint32_t hi) {
-    if (mem_reserve(ps->alloc, (void **)&ps->ranges, &ps->cap_ranges, ps->n_ranges + 1, sizeof *ps->ranges))
+    if (llmm__mem_reserve(ps->alloc, (void **)&ps->ranges, &ps->cap_ranges, ps->n_ranges + 1, sizeof *ps->ranges))
         return fail_memory(ps);
     ps->ranges[ps->n_ranges++] = (gchar_range){lo, hi};
     return 1;
@@ -497,8 +497,8 @@ static void find_nullable(const parser *ps, uint8_t *nullable) {
 static int left_corners(parser *ps, const uint8_t *nullable, size_t **first, uint32_t **to) {
     size_t n_elems = 0;
     for (size_t r = 0; r < ps->n_rules; r++) n_elems += ps->rules[r].body.n;
-    *first = mem_calloc(ps->alloc, ps->n_rules + 1, sizeof **first);
-    *to = mem_calloc(ps->alloc, n_elems + 1, sizeof **to);
+    *first = llmm__mem_calloc(ps->alloc, ps->n_rules + 1, sizeof **first);
+    *to = llmm__mem_calloc(ps->alloc, n_elems + 1, sizeof **to);
     if (!*first || !*to) return fail_memory(ps);
     size_t n = 0;
     for (size_t r = 0; r < ps->n_rules; r++) {
@@ -536,10 +536,10 @@ static int report_cycle(parser *ps, const size_t *stack, size_t top, size_t targ
 /* Left recursion would make the matcher expand forever: found as a cycle of left corners by an
  * iterative depth-first search, so that a long chain of rules cannot overflow the C stack. */
 static int check_left_recursion(parser *ps) {
-    size_t n = ps->n_rules, *first = NULL, *stack = mem_calloc(ps->alloc, n, sizeof *stack);
-    size_t *next = mem_calloc(ps->alloc, n, sizeof *next);
+    size_t n = ps->n_rules, *first = NULL, *stack = llmm__mem_calloc(ps->alloc, n, sizeof *stack);
+    size_t *next = llmm__mem_calloc(ps->alloc, n, sizeof *next);
     uint32_t *to = NULL;
-    uint8_t *nullable = mem_calloc(ps->alloc, n, 1), *color = mem_calloc(ps->alloc, n, 1);
+    uint8_t *nullable = llmm__mem_calloc(ps->alloc, n, 1), *color = llmm__mem_calloc(ps->alloc, n, 1);
     int ok = nullable && color && stack && next ? 1 : fail_memory(ps);
     if (ok) find_nullable(ps, nullable);
     if (ok) ok = left_corners(ps, nullable, &first, &to);
@@ -566,12 +566,12 @@ static int check_left_recursion(parser *ps) {
             }
         }
     }
-    mem_free(ps->alloc, nullable);
-    mem_free(ps->alloc, color);
-    mem_free(ps->alloc, stack);
-    mem_free(ps->alloc, next);
-    mem_free(ps->alloc, first);
-    mem_free(ps->alloc, to);
+    llmm__mem_free(ps->alloc, nullable);
+    llmm__mem_free(ps->alloc, color);
+    llmm__mem_free(ps->alloc, stack);
+    llmm__mem_free(ps->alloc, next);
+    llmm__mem_free(ps->alloc, first);
+    llmm__mem_free(ps->alloc, to);
     return ok;
 }
 
@@ -584,9 +584,9 @@ static int lay_out(parser *ps, size_t root, grammar_rules *g) {
         for (size_t i = 0; i < ps->rules[r].body.n; i++) n_alts += ps->rules[r].body.v[i].kind == GELEM_END;
     }
     if (n_elems >= UINT32_MAX) return fail_at(ps, ps->end, "the grammar is too large");
-    g->elems = mem_calloc(ps->alloc, n_elems, sizeof *g->elems);
-    g->alt_start = mem_calloc(ps->alloc, n_alts, sizeof *g->alt_start);
-    g->rule_first_alt = mem_calloc(ps->alloc, ps->n_rules + 1, sizeof *g->rule_first_alt);
+    g->elems = llmm__mem_calloc(ps->alloc, n_elems, sizeof *g->elems);
+    g->alt_start = llmm__mem_calloc(ps->alloc, n_alts, sizeof *g->alt_start);
+    g->rule_first_alt = llmm__mem_calloc(ps->alloc, ps->n_rules + 1, sizeof *g->rule_first_alt);
     if (!g->elems || !g->alt_start || !g->rule_first_alt) return fail_memory(ps);
     size_t e = 0, a = 0;
     for (size_t r = 0; r < ps->n_rules; r++) {
@@ -612,7 +612,7 @@ static int lay_out(parser *ps, size_t root, grammar_rules *g) {
     return 1;
 }
 
-llmm_status grammar_parse(const char *text, size_t len, const char *root, const llmm_allocator *alloc,
+llmm_status llmm__grammar_parse(const char *text, size_t len, const char *root, const llmm_allocator *alloc,
                           grammar_rules *out, llmm_diag *d) {
     memset(out, 0, sizeof *out);
     if (!root) root = "root";
@@ -622,27 +622,27 @@ llmm_status grammar_parse(const char *text, size_t len, const char *root, const 
     size_t r = SIZE_MAX;
     if (!ps.st && check_defined(&ps)) {
         r = find_rule(&ps, root, strlen(root));
-        if (r == SIZE_MAX) ps.st = diag_fail(d, LLMM_ERR_INVALID_ARG, "the grammar has no rule named '%s'", root);
+        if (r == SIZE_MAX) ps.st = llmm__diag_fail(d, LLMM_ERR_INVALID_ARG, "the grammar has no rule named '%s'", root);
     }
     if (!ps.st && check_left_recursion(&ps)) lay_out(&ps, r, out);
-    for (size_t i = 0; i < ps.n_rules; i++) mem_free(alloc, ps.rules[i].body.v);
-    mem_free(alloc, ps.rules);
-    mem_free(alloc, ps.sets);
-    mem_free(alloc, ps.ranges);
-    if (ps.st) grammar_rules_free(out, alloc);
+    for (size_t i = 0; i < ps.n_rules; i++) llmm__mem_free(alloc, ps.rules[i].body.v);
+    llmm__mem_free(alloc, ps.rules);
+    llmm__mem_free(alloc, ps.sets);
+    llmm__mem_free(alloc, ps.ranges);
+    if (ps.st) llmm__grammar_rules_free(out, alloc);
     return ps.st;
 }
 
-void grammar_rules_free(grammar_rules *g, const llmm_allocator *alloc) {
-    mem_free(alloc, g->elems);
-    mem_free(alloc, g->alt_start);
-    mem_free(alloc, g->rule_first_alt);
-    mem_free(alloc, g->sets);
-    mem_free(alloc, g->ranges);
+void llmm__grammar_rules_free(grammar_rules *g, const llmm_allocator *alloc) {
+    llmm__mem_free(alloc, g->elems);
+    llmm__mem_free(alloc, g->alt_start);
+    llmm__mem_free(alloc, g->rule_first_alt);
+    llmm__mem_free(alloc, g->sets);
+    llmm__mem_free(alloc, g->ranges);
     memset(g, 0, sizeof *g);
 }
 
-int gcharset_meets(const grammar_rules *g, const gcharset *s, uint32_t lo, uint32_t hi) {
+int llmm__gcharset_meets(const grammar_rules *g, const gcharset *s, uint32_t lo, uint32_t hi) {
     const gchar_range *r = g->ranges + s->first_range;
     for (uint32_t i = 0; i < s->n_ranges; i++) {
         if (s->negated && r[i].lo <= lo && r[i].hi >= hi) return 0; /* one merged range covers it all */

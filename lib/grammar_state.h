@@ -9,7 +9,7 @@
 #include "grammar_match.h"
 #include "token_trie.h"
 
-/* Masks of states already walked, keyed by the state (glevel_key). States repeat: every
+/* Masks of states already walked, keyed by the state (llmm__glevel_key). States repeat: every
  * position inside a JSON string at the same depth is one state. Shared by all the states of a
  * grammar, so it is locked. */
 typedef struct mask_entry {
@@ -70,14 +70,14 @@ struct llmm_grammar_state {
 };
 
 /* Whether g masks the tokens of model's vocabulary. */
-int grammar_serves_model(const llmm_grammar *g, const llmm_model *model);
+int llmm__grammar_serves_model(const llmm_grammar *g, const llmm_model *model);
 /* Whether the state may take token next (no bounds check on token). -1 when out of memory. */
-int grammar_state_allows(llmm_grammar_state *s, llmm_token token);
+int llmm__grammar_state_allows(llmm_grammar_state *s, llmm_token token);
 /* The mask of the tokens allowed next into s->bits. Errors: NO_MEMORY. */
-llmm_status grammar_state_fill_mask(llmm_grammar_state *s);
+llmm_status llmm__grammar_state_fill_mask(llmm_grammar_state *s);
 
-void walk_memo_free(walk_memo *m, const llmm_allocator *alloc);
-llmm_status mask_cache_create(mask_cache **out, const llmm_allocator *alloc);
-void mask_cache_free(mask_cache *c, const llmm_allocator *alloc);
+void llmm__walk_memo_free(walk_memo *m, const llmm_allocator *alloc);
+llmm_status llmm__mask_cache_create(mask_cache **out, const llmm_allocator *alloc);
+void llmm__mask_cache_free(mask_cache *c, const llmm_allocator *alloc);
 
 #endif

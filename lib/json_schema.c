@@ -74,7 +74,7 @@ static const primitive primitives[] = {
 };
 #define N_PRIMITIVES (sizeof primitives / sizeof *primitives)
 
-const char *json_any_value_gbnf(void) {
+const char *llmm__json_any_value_gbnf(void) {
     return "root ::= value\n"
            "value ::= " VALUE_BODY "\n"
            "object ::= " OBJECT_BODY "\n"
@@ -209,7 +209,7 @@ static void path_pop(converter *cv, size_t old) {
 
 static const json_node *node_at(const converter *cv, size_t i) { return &cv->doc.nodes[i]; }
 
-static size_t member(const converter *cv, size_t obj, const char *key) { return json_member(&cv->doc, obj, key); }
+static size_t member(const converter *cv, size_t obj, const char *key) { return llmm__json_member(&cv->doc, obj, key); }
 
 /* ------------------------------------------------------------------ rules */
 
@@ -237,7 +237,7 @@ static size_t new_rule(converter *cv, const char *hint) {
     base[n] = '\0';
     snprintf(name, sizeof name, "%s", base);
     for (unsigned k = 2; name_taken(cv, name); k++) snprintf(name, sizeof name, "%s-%u", base, k);
-    if (mem_reserve(NULL, (void **)&cv->rules, &cv->cap_rules, cv->n_rules + 1, sizeof *cv->rules) != LLMM_OK) {
+    if (llmm__mem_reserve(NULL, (void **)&cv->rules, &cv->cap_rules, cv->n_rules + 1, sizeof *cv->rules) != LLMM_OK) {
         out_of_memory(cv);
         return JSON_NONE;
     }
@@ -253,15 +253,15 @@ static int add_rule(converter *cv, const char *hint, gbnf_text *body, gbnf_text 
     if (!text_ok(cv, body)) return 0;
     for (size_t i = 0; i < cv->n_rules; i++)
         if (cv->rules[i].body && strcmp(cv->rules[i].body, body->data) == 0) {
-            gbnf_text_free(body);
-            gbnf_text_str(out, cv->rules[i].name);
+            llmm__gbnf_text_free(body);
+            llmm__gbnf_text_str(out, cv->rules[i].name);
             return text_ok(cv, out);
         }
     size_t r = new_rule(cv, hint);
     if (r == JSON_NONE) return 0;
     cv->rules[r].body = body->data;
     *body = (gbnf_text){0};
-    gbnf_text_str(out, cv->rules[r].name);
+    llmm__gbnf_text_str(out, cv->rules[r].name);
     return text_ok(cv, out);
 }
 
@@ -272,14 +272,14 @@ static int use_primitive(converter *cv, const char *name, gbnf_text *out) {
     for (size_t i = 0; i < N_PRIMITIVES && !p; i++)
         if (strcmp(primitives[i].name, name) == 0) p = &primitives[i];
     if (!p) return fail(cv, "internal: no primitive '%s'", name);
-    if (out) gbnf_text_str(out, name);
+    if (out) llmm__gbnf_text_str(out, name);
     for (size_t i = 0; i < cv->n_rules; i++)
         if (strcmp(cv->rules[i].name, name) == 0) return out ? text_ok(cv, out) : 1;
-    if (mem_reserve(NULL, (void **)&cv->rules, &cv->cap_rules, cv->n_rules + 1, sizeof *cv->rules) != LLMM_OK)
+    if (llmm__mem_reserve(NULL, (void **)&cv->rules, &cv->cap_rules, cv->n_rules + 1, sizeof *cv->rules) != LLMM_OK)
         return out_of_memory(cv);
     rule *r = &cv->rules[cv->n_rules];
     snprintf(r->name, sizeof r->name, "%s", name);
-    r->body = mem_strndup(NULL, p->body, strlen(p->body));
+    r->body = llmm__mem_strndup(NULL, p->body, strlen(p->body));
     if (!r->body) return out_of_memory(cv);
     cv->n_rules++;
     for (size_t i = 0; i < sizeof p->deps / sizeof *p->deps && p->deps[i]; i++)
@@ -301,12 +301,12 @@ static int schema_expr(converter *cv, size_t node, const char *hint, gbnf_text *
 static int schema_rule(converter *cv, size_t node, const char *hint, gbnf_text *out) {
     gbnf_text e = {0};
     if (!schema_expr(cv, node, hint, &e) || !text_ok(cv, &e)) {
-        gbnf_text_free(&e);
+        llmm__gbnf_text_free(&e);
         return 0;
     }
     if (is_rule_name(e.data)) {
-        gbnf_text_bytes(out, e.data, e.len);
-        gbnf_text_free(&e);
+        llmm__gbnf_text_bytes(out, e.data, e.len);
+        llmm__gbnf_text_free(&e);
         return text_ok(cv, out);
     }
     return add_rule(cv, hint, &e, out);
@@ -319,19 +319,19 @@ static void child_hint(char *buf, size_t size, const char *hint, const char *par
 /* ------------------------------------------------------------------ JSON values as text */
 
 static void write_json_string(gbnf_text *t, const char *s, size_t n) {
-    gbnf_text_str(t, "\"");
+    llmm__gbnf_text_str(t, "\"");
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\') gbnf_text_fmt(t, "\\%c", c);
-        else if (c == '\n') gbnf_text_str(t, "\\n");
-        else if (c == '\t') gbnf_text_str(t, "\\t");
-        else if (c == '\r') gbnf_text_str(t, "\\r");
-        else if (c == '\b') gbnf_text_str(t, "\\b");
-        else if (c == '\f') gbnf_text_str(t, "\\f");
-        else if (c < 0x20) gbnf_text_fmt(t, "\\u%04x", c);
-        else gbnf_text_bytes(t, (const char *)&c, 1);
+        if (c == '"' || c == '\\') llmm__gbnf_text_fmt(t, "\\%c", c);
+        else if (c == '\n') llmm__gbnf_text_str(t, "\\n");
+        else if (c == '\t') llmm__gbnf_text_str(t, "\\t");
+        else if (c == '\r') llmm__gbnf_text_str(t, "\\r");
+        else if (c == '\b') llmm__gbnf_text_str(t, "\\b");
+        else if (c == '\f') llmm__gbnf_text_str(t, "\\f");
+        else if (c < 0x20) llmm__gbnf_text_fmt(t, "\\u%04x", c);
+        else llmm__gbnf_text_bytes(t, (const char *)&c, 1);
     }
-    gbnf_text_str(t, "\"");
+    llmm__gbnf_text_str(t, "\"");
 }
 
 /* The value in compact JSON (no spaces, strings in their shortest escapes, numbers as
@@ -341,18 +341,18 @@ static void write_json(const converter *cv, size_t v, gbnf_text *t) {
     if (n->kind == JSON_STRING) {
         write_json_string(t, json_str(&cv->doc, v), n->str_len);
     } else if (n->kind == JSON_ARRAY || n->kind == JSON_OBJECT) {
-        gbnf_text_str(t, n->kind == JSON_ARRAY ? "[" : "{");
+        llmm__gbnf_text_str(t, n->kind == JSON_ARRAY ? "[" : "{");
         for (size_t c = n->first; c != JSON_NONE; c = node_at(cv, c)->next) {
-            if (c != n->first) gbnf_text_str(t, ",");
+            if (c != n->first) llmm__gbnf_text_str(t, ",");
             if (n->kind == JSON_OBJECT) {
                 write_json_string(t, json_key(&cv->doc, c), node_at(cv, c)->key_len);
-                gbnf_text_str(t, ":");
+                llmm__gbnf_text_str(t, ":");
             }
             write_json(cv, c, t);
         }
-        gbnf_text_str(t, n->kind == JSON_ARRAY ? "]" : "}");
+        llmm__gbnf_text_str(t, n->kind == JSON_ARRAY ? "]" : "}");
     } else {
-        gbnf_text_bytes(t, cv->doc.src + n->src, n->src_len);
+        llmm__gbnf_text_bytes(t, cv->doc.src + n->src, n->src_len);
     }
 }
 
@@ -428,7 +428,7 @@ static int emit_integer(converter *cv, size_t node, const char *hint, gbnf_text 
     if (!b.has_min && !b.has_max) return use_primitive(cv, "integer", out);
     int64_t lo = b.min + b.exclusive_min, hi = b.max - b.exclusive_max;
     if (b.has_min && b.has_max && lo > hi) return fail(cv, "the integer bounds admit no value");
-    gbnf_integer_range(out, b.has_min, lo, b.has_max, hi);
+    llmm__gbnf_integer_range(out, b.has_min, lo, b.has_max, hi);
     return text_ok(cv, out);
 }
 
@@ -444,31 +444,31 @@ static int emit_number(converter *cv, size_t node, const char *hint, gbnf_text *
     static const char fraction[] = " \".\" [0-9]{0,15} [1-9]";
     int64_t lo = b.min, hi = b.max;
     const char *sep = "";
-    gbnf_text_str(out, "(");
+    llmm__gbnf_text_str(out, "(");
     int64_t whole_lo = lo + b.exclusive_min, whole_hi = hi - b.exclusive_max;
     if (!(b.has_min && b.has_max && whole_lo > whole_hi)) {
-        gbnf_integer_range(out, b.has_min, whole_lo, b.has_max, whole_hi);
+        llmm__gbnf_integer_range(out, b.has_min, whole_lo, b.has_max, whole_hi);
         sep = " | ";
     }
     if (!b.has_max || hi > 0) { /* positive fractions */
         int64_t from = b.has_min && lo > 0 ? lo : 0;
         if (!b.has_max || from <= hi - 1) {
-            gbnf_text_str(out, sep);
-            gbnf_integer_range(out, 1, from, b.has_max, hi - 1);
-            gbnf_text_str(out, fraction);
+            llmm__gbnf_text_str(out, sep);
+            llmm__gbnf_integer_range(out, 1, from, b.has_max, hi - 1);
+            llmm__gbnf_text_str(out, fraction);
             sep = " | ";
         }
     }
     if (!b.has_min || lo < 0) { /* negative fractions */
         int64_t from = b.has_max && hi < 0 ? -hi : 0;
         if (!b.has_min || from <= -lo - 1) {
-            gbnf_text_fmt(out, "%s\"-\" ", sep);
-            gbnf_integer_range(out, 1, from, b.has_min, -lo - 1);
-            gbnf_text_str(out, fraction);
+            llmm__gbnf_text_fmt(out, "%s\"-\" ", sep);
+            llmm__gbnf_integer_range(out, 1, from, b.has_min, -lo - 1);
+            llmm__gbnf_text_str(out, fraction);
             sep = " | ";
         }
     }
-    gbnf_text_str(out, ")");
+    llmm__gbnf_text_str(out, ")");
     if (!*sep) return fail(cv, "the number bounds admit no value");
     return text_ok(cv, out);
 }
@@ -500,15 +500,15 @@ static int read_count(converter *cv, size_t node, const char *keyword, long *out
 /* {min,max} after a term; max < 0 means no upper bound. */
 static void put_repeat(gbnf_text *out, long min, long max) {
     if (max < 0) {
-        if (min == 0) gbnf_text_str(out, "*");
-        else if (min == 1) gbnf_text_str(out, "+");
-        else gbnf_text_fmt(out, "{%ld,}", min);
+        if (min == 0) llmm__gbnf_text_str(out, "*");
+        else if (min == 1) llmm__gbnf_text_str(out, "+");
+        else llmm__gbnf_text_fmt(out, "{%ld,}", min);
     } else if (min == max) {
-        if (min != 1) gbnf_text_fmt(out, "{%ld}", min);
+        if (min != 1) llmm__gbnf_text_fmt(out, "{%ld}", min);
     } else if (min == 0 && max == 1) {
-        gbnf_text_str(out, "?");
+        llmm__gbnf_text_str(out, "?");
     } else {
-        gbnf_text_fmt(out, "{%ld,%ld}", min, max);
+        llmm__gbnf_text_fmt(out, "{%ld,%ld}", min, max);
     }
 }
 
@@ -535,10 +535,10 @@ static int emit_string(converter *cv, size_t node, const char *hint, gbnf_text *
     if (pattern != JSON_NONE) {
         if (node_at(cv, pattern)->kind != JSON_STRING) return fail(cv, "'pattern' must be a string");
         char why[200];
-        gbnf_text_str(out, "\"\\\"\" ");
-        if (!gbnf_from_pattern(out, json_str(&cv->doc, pattern), node_at(cv, pattern)->str_len, why, sizeof why))
+        llmm__gbnf_text_str(out, "\"\\\"\" ");
+        if (!llmm__gbnf_from_pattern(out, json_str(&cv->doc, pattern), node_at(cv, pattern)->str_len, why, sizeof why))
             return fail(cv, "%s", why);
-        gbnf_text_str(out, " \"\\\"\"");
+        llmm__gbnf_text_str(out, " \"\\\"\"");
         return use_primitive(cv, "char", NULL) && text_ok(cv, out);
     }
     if (format != JSON_NONE) {
@@ -550,7 +550,7 @@ static int emit_string(converter *cv, size_t node, const char *hint, gbnf_text *
             if (strlen(sf->name) != f_len || memcmp(sf->name, f, f_len) != 0) continue;
             for (size_t k = 0; k < 2 && sf->uses[k]; k++)
                 if (!use_primitive(cv, sf->uses[k], NULL)) return 0;
-            gbnf_text_fmt(out, "\"\\\"\" %s \"\\\"\"", sf->expr);
+            llmm__gbnf_text_fmt(out, "\"\\\"\" %s \"\\\"\"", sf->expr);
             return text_ok(cv, out);
         }
         return fail(cv, "unsupported format '%.*s'", (int)LLMM_MIN(f_len, 40), f);
@@ -559,9 +559,9 @@ static int emit_string(converter *cv, size_t node, const char *hint, gbnf_text *
     if (!read_count(cv, node, "minLength", &min) || !read_count(cv, node, "maxLength", &max)) return 0;
     if (!has_length) return use_primitive(cv, "string", out);
     if (max >= 0 && min > max) return fail(cv, "'minLength' above 'maxLength' admits no value");
-    gbnf_text_str(out, "\"\\\"\" char");
+    llmm__gbnf_text_str(out, "\"\\\"\" char");
     put_repeat(out, min, max);
-    gbnf_text_str(out, " \"\\\"\"");
+    llmm__gbnf_text_str(out, " \"\\\"\"");
     return use_primitive(cv, "char", NULL) && text_ok(cv, out);
 }
 
@@ -577,7 +577,7 @@ static int emit_array(converter *cv, size_t node, const char *hint, gbnf_text *o
     if (items != JSON_NONE && node_at(cv, items)->kind == JSON_ARRAY)
         return fail(cv, "'items' as an array (tuples) is not supported");
     if (max == 0) {
-        gbnf_text_str(out, "\"[\" ws \"]\"");
+        llmm__gbnf_text_str(out, "\"[\" ws \"]\"");
         return use_primitive(cv, "ws", NULL) && text_ok(cv, out);
     }
     gbnf_text item = {0};
@@ -589,14 +589,14 @@ static int emit_array(converter *cv, size_t node, const char *hint, gbnf_text *o
     path_pop(cv, old);
     cv->open_depth--;
     if (!ok || !use_primitive(cv, "ws", NULL)) {
-        gbnf_text_free(&item);
+        llmm__gbnf_text_free(&item);
         return 0;
     }
     /* "[" ws item ws ("," ws item ws){min-1,max-1} "]", the items optional when min is 0 */
-    gbnf_text_fmt(out, "\"[\" ws %s%s ws (\",\" ws %s ws)", min == 0 ? "(" : "", item.data, item.data);
+    llmm__gbnf_text_fmt(out, "\"[\" ws %s%s ws (\",\" ws %s ws)", min == 0 ? "(" : "", item.data, item.data);
     put_repeat(out, min > 0 ? min - 1 : 0, max < 0 ? -1 : max - 1);
-    gbnf_text_fmt(out, "%s \"]\"", min == 0 ? ")?" : "");
-    gbnf_text_free(&item);
+    llmm__gbnf_text_fmt(out, "%s \"]\"", min == 0 ? ")?" : "");
+    llmm__gbnf_text_free(&item);
     return text_ok(cv, out);
 }
 
@@ -607,17 +607,17 @@ static int emit_object_members(converter *cv, char (*kv)[RULE_NAME_MAX], const u
                                const char *extra_kv, gbnf_text *out) {
     int any_required = 0;
     for (size_t i = 0; i < n; i++) any_required |= required[i];
-    gbnf_text_str(out, "(");
+    llmm__gbnf_text_str(out, "(");
     for (size_t first = 0; first < n; first++) {
-        if (first) gbnf_text_str(out, " | ");
-        gbnf_text_str(out, kv[first]);
+        if (first) llmm__gbnf_text_str(out, " | ");
+        llmm__gbnf_text_str(out, kv[first]);
         for (size_t k = first + 1; k < n; k++)
-            gbnf_text_fmt(out, required[k] ? " \",\" ws %s" : " (\",\" ws %s)?", kv[k]);
-        if (extra_kv) gbnf_text_fmt(out, " (\",\" ws %s)*", extra_kv);
+            llmm__gbnf_text_fmt(out, required[k] ? " \",\" ws %s" : " (\",\" ws %s)?", kv[k]);
+        if (extra_kv) llmm__gbnf_text_fmt(out, " (\",\" ws %s)*", extra_kv);
         if (required[first]) break;
     }
-    if (extra_kv && !any_required) gbnf_text_fmt(out, "%s%s (\",\" ws %s)*", n ? " | " : "", extra_kv, extra_kv);
-    gbnf_text_str(out, any_required ? ")" : ")?");
+    if (extra_kv && !any_required) llmm__gbnf_text_fmt(out, "%s%s (\",\" ws %s)*", n ? " | " : "", extra_kv, extra_kv);
+    llmm__gbnf_text_str(out, any_required ? ")" : ")?");
     return text_ok(cv, out);
 }
 
@@ -640,11 +640,11 @@ static int key_trie_insert(converter *cv, key_trie_node **nodes, size_t *n, size
     size_t at = 0;
     for (size_t i = 0; i < len;) {
         uint32_t cp;
-        i += utf8_decode((const uint8_t *)key + i, len - i, &cp);
+        i += llmm__utf8_decode((const uint8_t *)key + i, len - i, &cp);
         size_t c = (*nodes)[at].child;
         while (c != JSON_NONE && (*nodes)[c].cp != cp) c = (*nodes)[c].sibling;
         if (c == JSON_NONE) {
-            if (mem_reserve(NULL, (void **)nodes, cap, *n + 1, sizeof **nodes) != LLMM_OK) return out_of_memory(cv);
+            if (llmm__mem_reserve(NULL, (void **)nodes, cap, *n + 1, sizeof **nodes) != LLMM_OK) return out_of_memory(cv);
             c = (*n)++;
             (*nodes)[c] = (key_trie_node){.cp = cp, .child = JSON_NONE, .sibling = (*nodes)[at].child};
             (*nodes)[at].child = c;
@@ -659,15 +659,15 @@ static int key_trie_rules(converter *cv, const key_trie_node *nodes, size_t n) {
     for (size_t i = 0; i < n; i++) {
         gbnf_text body = {0};
         const char *sep = "";
-        if (!nodes[i].terminal) gbnf_text_str(&body, "\"\\\"\""), sep = " | ";
-        gbnf_text_fmt(&body, "%s" KEY_CHAR_CLASS_OPEN, sep);
-        for (size_t c = nodes[i].child; c != JSON_NONE; c = nodes[c].sibling) gbnf_text_class_char(&body, nodes[c].cp);
-        gbnf_text_str(&body, "] " KEY_CHAR_CLASS_OPEN "]* \"\\\"\"");
+        if (!nodes[i].terminal) llmm__gbnf_text_str(&body, "\"\\\"\""), sep = " | ";
+        llmm__gbnf_text_fmt(&body, "%s" KEY_CHAR_CLASS_OPEN, sep);
+        for (size_t c = nodes[i].child; c != JSON_NONE; c = nodes[c].sibling) llmm__gbnf_text_class_char(&body, nodes[c].cp);
+        llmm__gbnf_text_str(&body, "] " KEY_CHAR_CLASS_OPEN "]* \"\\\"\"");
         for (size_t c = nodes[i].child; c != JSON_NONE; c = nodes[c].sibling) {
             char utf8[4];
-            gbnf_text_str(&body, " | ");
-            gbnf_text_literal(&body, utf8, utf8_encode(nodes[c].cp, utf8));
-            gbnf_text_fmt(&body, " %s", cv->rules[nodes[c].rule].name);
+            llmm__gbnf_text_str(&body, " | ");
+            llmm__gbnf_text_literal(&body, utf8, llmm__utf8_encode(nodes[c].cp, utf8));
+            llmm__gbnf_text_fmt(&body, " %s", cv->rules[nodes[c].rule].name);
         }
         if (!text_ok(cv, &body)) return 0;
         cv->rules[nodes[i].rule].body = body.data;
@@ -678,7 +678,7 @@ static int key_trie_rules(converter *cv, const key_trie_node *nodes, size_t n) {
 static int other_key_expr(converter *cv, size_t props, const char *hint, gbnf_text *out) {
     key_trie_node *nodes = NULL;
     size_t n = 0, cap = 0;
-    int ok = mem_reserve(NULL, (void **)&nodes, &cap, 1, sizeof *nodes) == LLMM_OK ? 1 : out_of_memory(cv);
+    int ok = llmm__mem_reserve(NULL, (void **)&nodes, &cap, 1, sizeof *nodes) == LLMM_OK ? 1 : out_of_memory(cv);
     if (ok) nodes[n++] = (key_trie_node){.child = JSON_NONE, .sibling = JSON_NONE};
     for (size_t p = node_at(cv, props)->first; ok && p != JSON_NONE; p = node_at(cv, p)->next)
         ok = key_trie_insert(cv, &nodes, &n, &cap, json_key(&cv->doc, p), node_at(cv, p)->key_len);
@@ -686,8 +686,8 @@ static int other_key_expr(converter *cv, size_t props, const char *hint, gbnf_te
     snprintf(key_hint, sizeof key_hint, "%s-other-key", hint);
     for (size_t i = 0; ok && i < n; i++) ok = (nodes[i].rule = new_rule(cv, key_hint)) != JSON_NONE;
     if (ok) ok = key_trie_rules(cv, nodes, n);
-    if (ok) gbnf_text_fmt(out, "\"\\\"\" %s", cv->rules[nodes[0].rule].name);
-    mem_free(NULL, nodes);
+    if (ok) llmm__gbnf_text_fmt(out, "\"\\\"\" %s", cv->rules[nodes[0].rule].name);
+    llmm__mem_free(NULL, nodes);
     return ok && text_ok(cv, out);
 }
 
@@ -702,11 +702,11 @@ static int extra_member_rule(converter *cv, size_t extra, size_t props, const ch
     if (ok) ok = props == JSON_NONE || node_at(cv, props)->n_children == 0 ? use_primitive(cv, "string", &body)
                                                                           : other_key_expr(cv, props, hint, &body);
     if (ok) {
-        gbnf_text_fmt(&body, " ws \":\" ws %s ws", value.data);
+        llmm__gbnf_text_fmt(&body, " ws \":\" ws %s ws", value.data);
         snprintf(extra_hint, sizeof extra_hint, "%s-additional-kv", hint);
         ok = add_rule(cv, extra_hint, &body, name);
     }
-    gbnf_text_free(&value), gbnf_text_free(&body);
+    llmm__gbnf_text_free(&value), llmm__gbnf_text_free(&body);
     return ok;
 }
 
@@ -719,18 +719,18 @@ static int object_member_rule(converter *cv, size_t prop, const char *hint, char
     write_json_string(&key, json_key(&cv->doc, prop), p->key_len);
     int ok = text_ok(cv, &key);
     if (ok) {
-        gbnf_text_literal(&body, key.data, key.len);
-        gbnf_text_str(&body, " ws \":\" ws ");
+        llmm__gbnf_text_literal(&body, key.data, key.len);
+        llmm__gbnf_text_str(&body, " ws \":\" ws ");
         ok = schema_rule(cv, prop, prop_hint, &body);
     }
     if (ok) {
-        gbnf_text_str(&body, " ws");
+        llmm__gbnf_text_str(&body, " ws");
         char kv_hint[RULE_NAME_MAX + 4];
         snprintf(kv_hint, sizeof kv_hint, "%s-kv", prop_hint);
         ok = add_rule(cv, kv_hint, &body, &name);
     }
     if (ok) snprintf(kv_name, RULE_NAME_MAX, "%s", name.data);
-    gbnf_text_free(&key), gbnf_text_free(&body), gbnf_text_free(&name);
+    llmm__gbnf_text_free(&key), llmm__gbnf_text_free(&body), llmm__gbnf_text_free(&name);
     path_pop(cv, old);
     return ok;
 }
@@ -757,8 +757,8 @@ static int emit_object(converter *cv, size_t node, const char *hint, gbnf_text *
     size_t n = props == JSON_NONE ? 0 : node_at(cv, props)->n_children;
     int extras = extra != JSON_NONE && node_at(cv, extra)->kind != JSON_FALSE;
     if (!use_primitive(cv, "ws", NULL)) return 0;
-    unsigned char *required = mem_calloc(NULL, n ? n : 1, 1);
-    char (*kv)[RULE_NAME_MAX] = mem_calloc(NULL, n ? n : 1, RULE_NAME_MAX);
+    unsigned char *required = llmm__mem_calloc(NULL, n ? n : 1, 1);
+    char (*kv)[RULE_NAME_MAX] = llmm__mem_calloc(NULL, n ? n : 1, RULE_NAME_MAX);
     gbnf_text extra_kv = {0};
     int ok = required && kv ? mark_required(cv, props, req, required) : out_of_memory(cv);
     cv->open_depth++;
@@ -768,14 +768,14 @@ static int emit_object(converter *cv, size_t node, const char *hint, gbnf_text *
     path_pop(cv, old);
     if (ok && extras) ok = extra_member_rule(cv, extra, props, hint, &extra_kv);
     if (ok) {
-        gbnf_text_str(out, "\"{\" ws ");
+        llmm__gbnf_text_str(out, "\"{\" ws ");
         if (n || extras) ok = emit_object_members(cv, kv, required, n, extras ? extra_kv.data : NULL, out);
-        gbnf_text_str(out, n || extras ? " \"}\"" : "\"}\"");
+        llmm__gbnf_text_str(out, n || extras ? " \"}\"" : "\"}\"");
     }
     cv->open_depth--;
-    gbnf_text_free(&extra_kv);
-    mem_free(NULL, required);
-    mem_free(NULL, kv);
+    llmm__gbnf_text_free(&extra_kv);
+    llmm__mem_free(NULL, required);
+    llmm__mem_free(NULL, kv);
     return ok && text_ok(cv, out);
 }
 
@@ -850,14 +850,14 @@ static int typed_expr(converter *cv, size_t node, const char *hint, unsigned typ
     if (types & T_NUMBER) types &= ~(unsigned)T_INTEGER; /* numbers include the integers */
     size_t n = 0;
     for (size_t i = 0; i < N_TYPES; i++) n += (types & type_table[i].bit) != 0;
-    if (n > 1) gbnf_text_str(out, "(");
+    if (n > 1) llmm__gbnf_text_str(out, "(");
     size_t k = 0;
     for (size_t i = 0; i < N_TYPES; i++) {
         if (!(types & type_table[i].bit)) continue;
-        if (k++) gbnf_text_str(out, " | ");
+        if (k++) llmm__gbnf_text_str(out, " | ");
         if (!type_table[i].emit(cv, node, hint, out)) return 0;
     }
-    if (n > 1) gbnf_text_str(out, ")");
+    if (n > 1) llmm__gbnf_text_str(out, ")");
     return text_ok(cv, out);
 }
 
@@ -866,17 +866,17 @@ static int enum_expr(converter *cv, size_t node, unsigned types, gbnf_text *out)
     if (list != JSON_NONE && node_at(cv, list)->kind != JSON_ARRAY) return fail(cv, "'enum' must be an array");
     if (list != JSON_NONE && node_at(cv, list)->n_children == 0) return fail(cv, "'enum' is empty");
     size_t first = list != JSON_NONE ? node_at(cv, list)->first : single, k = 0;
-    gbnf_text_str(out, "(");
+    llmm__gbnf_text_str(out, "(");
     for (size_t v = first; v != JSON_NONE; v = list != JSON_NONE ? node_at(cv, v)->next : JSON_NONE) {
         if (types && !(value_type(cv, v) & types)) continue;
         gbnf_text lit = {0};
         write_json(cv, v, &lit);
         if (!text_ok(cv, &lit)) return 0;
-        if (k++) gbnf_text_str(out, " | ");
-        gbnf_text_literal(out, lit.data, lit.len);
-        gbnf_text_free(&lit);
+        if (k++) llmm__gbnf_text_str(out, " | ");
+        llmm__gbnf_text_literal(out, lit.data, lit.len);
+        llmm__gbnf_text_free(&lit);
     }
-    gbnf_text_str(out, ")");
+    llmm__gbnf_text_str(out, ")");
     if (k == 0) return fail(cv, "no value of '%s' has the type given", list != JSON_NONE ? "enum" : "const");
     return text_ok(cv, out);
 }
@@ -1019,17 +1019,17 @@ static int alternatives_expr(converter *cv, size_t list, const char *keyword, co
         return fail(cv, "'%s' must be a non-empty array of schemas", keyword);
     if (strcmp(keyword, "oneOf") == 0 && !check_one_of(cv, list)) return 0;
     size_t old = path_push(cv, keyword, strlen(keyword)), i = 0;
-    gbnf_text_str(out, "(");
+    llmm__gbnf_text_str(out, "(");
     for (size_t s = node_at(cv, list)->first; s != JSON_NONE; s = node_at(cv, s)->next, i++) {
         char alt_hint[RULE_NAME_MAX];
         snprintf(alt_hint, sizeof alt_hint, "%s-%zu", hint, i);
         size_t at = path_push_index(cv, i);
-        if (i) gbnf_text_str(out, " | ");
+        if (i) llmm__gbnf_text_str(out, " | ");
         int ok = schema_rule(cv, s, alt_hint, out);
         path_pop(cv, at);
         if (!ok) return 0;
     }
-    gbnf_text_str(out, ")");
+    llmm__gbnf_text_str(out, ")");
     path_pop(cv, old);
     return text_ok(cv, out);
 }
@@ -1094,7 +1094,7 @@ static int target_rule(converter *cv, size_t target, const char *pointer, size_t
     if (r != JSON_NONE) {
         if (!cv->rules[r].body && cv->ref_open_depth[target] == cv->open_depth)
             return fail(cv, "'$ref' cycle through '%s' reaches itself before any object or array opens", cv->rules[r].name);
-        if (out) gbnf_text_str(out, cv->rules[r].name);
+        if (out) llmm__gbnf_text_str(out, cv->rules[r].name);
         return out ? text_ok(cv, out) : 1;
     }
     r = new_rule(cv, hint);
@@ -1112,13 +1112,13 @@ static int target_rule(converter *cv, size_t target, const char *pointer, size_t
     gbnf_text body = {0};
     int ok = schema_expr(cv, target, name, &body) && text_ok(cv, &body);
     if (!ok) {
-        gbnf_text_free(&body);
+        llmm__gbnf_text_free(&body);
         return 0;
     }
     memcpy(cv->path, saved_path, sizeof saved_path);
     cv->path_len = saved_len;
     cv->rules[r].body = body.data;
-    if (out) gbnf_text_str(out, cv->rules[r].name);
+    if (out) llmm__gbnf_text_str(out, cv->rules[r].name);
     return out ? text_ok(cv, out) : 1;
 }
 
@@ -1151,23 +1151,23 @@ static int schema_expr(converter *cv, size_t node, const char *hint, gbnf_text *
 
 static char *join_rules(converter *cv) {
     gbnf_text all = {0};
-    for (size_t i = 0; i < cv->n_rules; i++) gbnf_text_fmt(&all, "%s ::= %s\n", cv->rules[i].name, cv->rules[i].body);
+    for (size_t i = 0; i < cv->n_rules; i++) llmm__gbnf_text_fmt(&all, "%s ::= %s\n", cv->rules[i].name, cv->rules[i].body);
     if (!text_ok(cv, &all)) {
-        gbnf_text_free(&all);
+        llmm__gbnf_text_free(&all);
         return NULL;
     }
     return all.data;
 }
 
 static void converter_free(converter *cv) {
-    for (size_t i = 0; i < cv->n_rules; i++) mem_free(NULL, cv->rules[i].body);
-    mem_free(NULL, cv->rules);
-    mem_free(NULL, cv->ref_rule);
-    mem_free(NULL, cv->ref_open_depth);
-    json_doc_free(&cv->doc);
+    for (size_t i = 0; i < cv->n_rules; i++) llmm__mem_free(NULL, cv->rules[i].body);
+    llmm__mem_free(NULL, cv->rules);
+    llmm__mem_free(NULL, cv->ref_rule);
+    llmm__mem_free(NULL, cv->ref_open_depth);
+    llmm__json_doc_free(&cv->doc);
 }
 
-llmm_status json_schema_to_gbnf(const char *schema, size_t len, char **gbnf_out, char *err, size_t err_size) {
+llmm_status llmm__json_schema_to_gbnf(const char *schema, size_t len, char **gbnf_out, char *err, size_t err_size) {
     if (err && err_size) err[0] = '\0';
     if (!gbnf_out) return LLMM_ERR_INVALID_ARG;
     *gbnf_out = NULL;
@@ -1176,10 +1176,10 @@ llmm_status json_schema_to_gbnf(const char *schema, size_t len, char **gbnf_out,
         return LLMM_ERR_INVALID_ARG;
     }
     converter cv = {.err = err, .err_size = err_size, .path = "#", .path_len = 1};
-    cv.status = json_parse(&cv.doc, schema, len, err, err_size);
+    cv.status = llmm__json_parse(&cv.doc, schema, len, err, err_size);
     if (cv.status != LLMM_OK) return cv.status;
-    cv.ref_rule = mem_alloc(NULL, cv.doc.n_nodes * sizeof *cv.ref_rule);
-    cv.ref_open_depth = mem_calloc(NULL, cv.doc.n_nodes, sizeof *cv.ref_open_depth);
+    cv.ref_rule = llmm__mem_alloc(NULL, cv.doc.n_nodes * sizeof *cv.ref_rule);
+    cv.ref_open_depth = llmm__mem_calloc(NULL, cv.doc.n_nodes, sizeof *cv.ref_open_depth);
     if (!cv.ref_rule || !cv.ref_open_depth) {
         out_of_memory(&cv);
     } else {

@@ -15,10 +15,10 @@
  * that cannot be expressed; LLMM_ERR_NO_MEMORY when an allocation fails. The input is
  * untrusted: nesting is bounded and nothing recurses without a limit. Thread-safe (no
  * shared state). */
-llmm_status json_schema_to_gbnf(const char *schema, size_t len, char **gbnf_out, char *err, size_t err_size);
+llmm_status llmm__json_schema_to_gbnf(const char *schema, size_t len, char **gbnf_out, char *err, size_t err_size);
 
 /* The built-in grammar for any JSON value (objects, arrays, strings, numbers, true, false,
  * null; whitespace between tokens bounded), as static GBNF text with a `root` rule. */
-const char *json_any_value_gbnf(void);
+const char *llmm__json_any_value_gbnf(void);
 
 #endif

@@ -51,7 +51,7 @@ static char cur(const pattern_reader *p) { return more(p) ? p->s[p->pos] : '\0';
 
 static uint32_t next_cp(pattern_reader *p) {
     uint32_t cp;
-    p->pos += utf8_decode((const uint8_t *)p->s + p->pos, p->n - p->pos, &cp);
+    p->pos += llmm__utf8_decode((const uint8_t *)p->s + p->pos, p->n - p->pos, &cp);
     return cp;
 }
 
@@ -75,8 +75,8 @@ static void json_char_literal(gbnf_text *out, uint32_t cp) {
     if (cp == '"' || cp == '\\') buf[0] = '\\', buf[1] = (char)cp, n = 2;
     else if (cp < 0x20) n = control_escape(cp) ? (size_t)snprintf(buf, sizeof buf, "%s", control_escape(cp))
                                                : (size_t)snprintf(buf, sizeof buf, "\\u%04x", (unsigned)cp);
-    else n = utf8_encode(cp, buf);
-    gbnf_text_literal(out, buf, n);
+    else n = llmm__utf8_encode(cp, buf);
+    llmm__gbnf_text_literal(out, buf, n);
 }
 
 /* Characters that JSON writes as themselves. */
@@ -97,10 +97,10 @@ static void emit_class(gbnf_text *out, const cp_range *r, size_t n_ranges) {
             }
             uint32_t hi = lo > '\\' ? r[i].hi : lo; /* above '\\' every character is plain */
             while (hi < r[i].hi && plain(hi + 1)) hi++;
-            gbnf_text_class_char(&body, lo);
+            llmm__gbnf_text_class_char(&body, lo);
             if (hi > lo) {
-                gbnf_text_str(&body, "-");
-                gbnf_text_class_char(&body, hi);
+                llmm__gbnf_text_str(&body, "-");
+                llmm__gbnf_text_class_char(&body, hi);
             }
             n_plain++;
             lo = hi + 1;
@@ -108,43 +108,43 @@ static void emit_class(gbnf_text *out, const cp_range *r, size_t n_ranges) {
     }
     gbnf_text terms = {0};
     if (n_plain) {
-        gbnf_text_str(&terms, "[");
-        gbnf_text_bytes(&terms, body.data, body.len);
-        gbnf_text_str(&terms, "]");
+        llmm__gbnf_text_str(&terms, "[");
+        llmm__gbnf_text_bytes(&terms, body.data, body.len);
+        llmm__gbnf_text_str(&terms, "]");
         n_terms++;
     }
     for (size_t i = 0; i < n_ranges; i++)
         for (uint32_t cp = r[i].lo; cp <= r[i].hi && cp < 0x80; cp++) {
             if (plain(cp)) continue;
-            if (n_terms++) gbnf_text_str(&terms, " | ");
+            if (n_terms++) llmm__gbnf_text_str(&terms, " | ");
             json_char_literal(&terms, cp);
         }
     if (body.failed || terms.failed) out->failed = 1;
-    if (n_terms > 1) gbnf_text_str(out, "(");
-    if (!terms.failed && terms.len) gbnf_text_bytes(out, terms.data, terms.len);
-    if (n_terms > 1) gbnf_text_str(out, ")");
-    gbnf_text_free(&body);
-    gbnf_text_free(&terms);
+    if (n_terms > 1) llmm__gbnf_text_str(out, "(");
+    if (!terms.failed && terms.len) llmm__gbnf_text_bytes(out, terms.data, terms.len);
+    if (n_terms > 1) llmm__gbnf_text_str(out, ")");
+    llmm__gbnf_text_free(&body);
+    llmm__gbnf_text_free(&terms);
 }
 
 /* A negated class (or '.'): any plain character outside the ranges, and \" or \\ unless
  * excluded. */
 static void emit_negated_class(gbnf_text *out, const cp_range *r, size_t n_ranges) {
     int allow_quote = 1, allow_backslash = 1;
-    gbnf_text_str(out, "([^");
+    llmm__gbnf_text_str(out, "([^");
     for (size_t i = 0; i < n_ranges; i++) {
         if (r[i].lo <= '"' && '"' <= r[i].hi) allow_quote = 0;
         if (r[i].lo <= '\\' && '\\' <= r[i].hi) allow_backslash = 0;
-        gbnf_text_class_char(out, r[i].lo);
+        llmm__gbnf_text_class_char(out, r[i].lo);
         if (r[i].hi > r[i].lo) {
-            gbnf_text_str(out, "-");
-            gbnf_text_class_char(out, r[i].hi);
+            llmm__gbnf_text_str(out, "-");
+            llmm__gbnf_text_class_char(out, r[i].hi);
         }
     }
-    gbnf_text_str(out, "\"\\\\\\x00-\\x1F]");
-    if (allow_quote) gbnf_text_str(out, " | \"\\\\\\\"\"");
-    if (allow_backslash) gbnf_text_str(out, " | \"\\\\\\\\\"");
-    gbnf_text_str(out, ")");
+    llmm__gbnf_text_str(out, "\"\\\\\\x00-\\x1F]");
+    if (allow_quote) llmm__gbnf_text_str(out, " | \"\\\\\\\"\"");
+    if (allow_backslash) llmm__gbnf_text_str(out, " | \"\\\\\\\\\"");
+    llmm__gbnf_text_str(out, ")");
 }
 
 /* ------------------------------------------------------------------ escapes and classes */
@@ -282,7 +282,7 @@ static int read_quantifier(pattern_reader *p) {
     char c = cur(p);
     if (c == '*' || c == '+' || c == '?') {
         p->pos++;
-        gbnf_text_bytes(p->out, &c, 1);
+        llmm__gbnf_text_bytes(p->out, &c, 1);
     } else if (c == '{') {
         size_t at = p->pos, lo, hi;
         p->pos++;
@@ -299,9 +299,9 @@ static int read_quantifier(pattern_reader *p) {
         if (cur(p) != '}') return refuse(p, at, "'{' that is not a quantifier");
         p->pos++;
         if (!open && hi < lo) return refuse(p, at, "quantifier {%zu,%zu} out of order", lo, hi);
-        if (open) gbnf_text_fmt(p->out, "{%zu,}", lo);
-        else if (hi == lo) gbnf_text_fmt(p->out, "{%zu}", lo);
-        else gbnf_text_fmt(p->out, "{%zu,%zu}", lo, hi);
+        if (open) llmm__gbnf_text_fmt(p->out, "{%zu,}", lo);
+        else if (hi == lo) llmm__gbnf_text_fmt(p->out, "{%zu}", lo);
+        else llmm__gbnf_text_fmt(p->out, "{%zu,%zu}", lo, hi);
     } else {
         return 1;
     }
@@ -325,11 +325,11 @@ static int read_group(pattern_reader *p, int depth) {
             return refuse(p, at, "lookaround '(?%c' is not supported", end - rest >= 2 ? rest[1] : '?');
         }
     }
-    gbnf_text_str(p->out, "(");
+    llmm__gbnf_text_str(p->out, "(");
     if (!read_alternation(p, depth + 1, 0)) return 0;
     if (cur(p) != ')') return refuse(p, at, "unterminated '('");
     p->pos++;
-    gbnf_text_str(p->out, ")");
+    llmm__gbnf_text_str(p->out, ")");
     return 1;
 }
 
@@ -380,7 +380,7 @@ static int read_atom(pattern_reader *p, int depth) {
 static int read_sequence(pattern_reader *p, int depth, int top) {
     int anchored_start = top && cur(p) == '^', anchored_end = 0;
     if (anchored_start) p->pos++;
-    if (top && !anchored_start) gbnf_text_str(p->out, "char* ");
+    if (top && !anchored_start) llmm__gbnf_text_str(p->out, "char* ");
     while (more(p) && cur(p) != '|' && cur(p) != ')') {
         if (top && cur(p) == '$' && (p->pos + 1 == p->n || p->s[p->pos + 1] == '|')) {
             p->pos++;
@@ -388,9 +388,9 @@ static int read_sequence(pattern_reader *p, int depth, int top) {
             break;
         }
         if (!read_atom(p, depth) || !read_quantifier(p)) return 0;
-        gbnf_text_str(p->out, " ");
+        llmm__gbnf_text_str(p->out, " ");
     }
-    if (top && !anchored_end) gbnf_text_str(p->out, "char*");
+    if (top && !anchored_end) llmm__gbnf_text_str(p->out, "char*");
     return 1;
 }
 
@@ -400,15 +400,15 @@ static int read_alternation(pattern_reader *p, int depth, int top) {
         if (!read_sequence(p, depth, top)) return 0;
         if (cur(p) != '|') return 1;
         p->pos++;
-        gbnf_text_str(p->out, "| ");
+        llmm__gbnf_text_str(p->out, "| ");
     }
 }
 
-int gbnf_from_pattern(gbnf_text *out, const char *pattern, size_t len, char *err, size_t err_size) {
+int llmm__gbnf_from_pattern(gbnf_text *out, const char *pattern, size_t len, char *err, size_t err_size) {
     pattern_reader p = {.s = pattern, .n = len, .out = out, .err = err, .err_size = err_size};
-    gbnf_text_str(out, "(");
+    llmm__gbnf_text_str(out, "(");
     if (!read_alternation(&p, 0, 1)) return 0;
     if (more(&p)) return refuse(&p, p.pos, "unmatched ')'");
-    gbnf_text_str(out, ")");
+    llmm__gbnf_text_str(out, ")");
     return 1;
 }

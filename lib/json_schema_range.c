@@ -13,22 +13,22 @@ static int all_digit(const char *s, size_t n, char d) {
 }
 
 static void any_digits(gbnf_text *out, size_t n) {
-    if (n == 1) gbnf_text_str(out, " [0-9]");
-    else if (n > 1) gbnf_text_fmt(out, " [0-9]{%zu}", n);
+    if (n == 1) llmm__gbnf_text_str(out, " [0-9]");
+    else if (n > 1) llmm__gbnf_text_fmt(out, " [0-9]{%zu}", n);
 }
 
 static void digit_class(gbnf_text *out, char from, char to) {
-    if (from == to) gbnf_text_fmt(out, "\"%c\"", from);
-    else gbnf_text_fmt(out, "[%c-%c]", from, to);
+    if (from == to) llmm__gbnf_text_fmt(out, "\"%c\"", from);
+    else llmm__gbnf_text_fmt(out, "[%c-%c]", from, to);
 }
 
 /* The n-digit strings from a to b (same length, a <= b), leading zeros allowed. */
 static void same_length(gbnf_text *out, const char *a, const char *b, size_t n) {
     size_t k = 0;
     while (k < n && a[k] == b[k]) k++;
-    if (k > 0) gbnf_text_literal(out, a, k);
+    if (k > 0) llmm__gbnf_text_literal(out, a, k);
     if (k == n) return;
-    if (k > 0) gbnf_text_str(out, " ");
+    if (k > 0) llmm__gbnf_text_str(out, " ");
     size_t m = n - k - 1; /* digits after the first differing one */
     const char *ra = a + k + 1, *rb = b + k + 1;
     int low_full = all_digit(ra, m, '0'), high_full = all_digit(rb, m, '9');
@@ -43,23 +43,23 @@ static void same_length(gbnf_text *out, const char *a, const char *b, size_t n) 
      * a full tail joins the middle class instead */
     char mid_from = low_full ? a[k] : (char)(a[k] + 1), mid_to = high_full ? b[k] : (char)(b[k] - 1);
     const char *sep = "";
-    gbnf_text_str(out, "(");
+    llmm__gbnf_text_str(out, "(");
     if (!low_full) {
-        gbnf_text_fmt(out, "\"%c\" ", a[k]);
+        llmm__gbnf_text_fmt(out, "\"%c\" ", a[k]);
         same_length(out, ra, nines, m);
         sep = " | ";
     }
     if (mid_from <= mid_to) {
-        gbnf_text_str(out, sep);
+        llmm__gbnf_text_str(out, sep);
         digit_class(out, mid_from, mid_to);
         any_digits(out, m);
         sep = " | ";
     }
     if (!high_full) {
-        gbnf_text_fmt(out, "%s\"%c\" ", sep, b[k]);
+        llmm__gbnf_text_fmt(out, "%s\"%c\" ", sep, b[k]);
         same_length(out, zeros, rb, m);
     }
-    gbnf_text_str(out, ")");
+    llmm__gbnf_text_str(out, ")");
 }
 
 static size_t digit_count(uint64_t v) {
@@ -78,11 +78,11 @@ static uint64_t power_of_ten(size_t n) {
 static void unsigned_range(gbnf_text *out, uint64_t lo, uint64_t hi) {
     int bounded = hi != UINT64_MAX;
     size_t n_lo = digit_count(lo), n_hi = bounded ? digit_count(hi) : SCHEMA_MAX_INT_DIGITS;
-    gbnf_text_str(out, "(");
+    llmm__gbnf_text_str(out, "(");
     for (size_t n = n_lo; n <= n_hi; n++) {
-        if (n > n_lo) gbnf_text_str(out, " | ");
+        if (n > n_lo) llmm__gbnf_text_str(out, " | ");
         if (!bounded && n > n_lo) { /* every longer length at once */
-            gbnf_text_fmt(out, "[1-9] [0-9]{%zu,%d}", n - 1, SCHEMA_MAX_INT_DIGITS - 1);
+            llmm__gbnf_text_fmt(out, "[1-9] [0-9]{%zu,%d}", n - 1, SCHEMA_MAX_INT_DIGITS - 1);
             break;
         }
         uint64_t first = n == 1 ? 0 : power_of_ten(n - 1), last = power_of_ten(n) - 1;
@@ -93,22 +93,22 @@ static void unsigned_range(gbnf_text *out, uint64_t lo, uint64_t hi) {
         snprintf(b, sizeof b, "%llu", (unsigned long long)last);
         same_length(out, a, b, n);
     }
-    gbnf_text_str(out, ")");
+    llmm__gbnf_text_str(out, ")");
 }
 
-void gbnf_integer_range(gbnf_text *out, int has_min, int64_t min, int has_max, int64_t max) {
+void llmm__gbnf_integer_range(gbnf_text *out, int has_min, int64_t min, int has_max, int64_t max) {
     int negatives = !has_min || min < 0, non_negatives = !has_max || max >= 0;
-    gbnf_text_str(out, "(");
+    llmm__gbnf_text_str(out, "(");
     if (negatives) {
         /* -v for v in [max(1, -max), -min] */
         uint64_t lo = has_max && max < 0 ? (uint64_t)(-max) : 1, hi = has_min ? (uint64_t)(-min) : UINT64_MAX;
-        gbnf_text_str(out, "\"-\" ");
+        llmm__gbnf_text_str(out, "\"-\" ");
         unsigned_range(out, lo, hi);
     }
     if (non_negatives) {
         uint64_t lo = has_min && min > 0 ? (uint64_t)min : 0, hi = has_max ? (uint64_t)max : UINT64_MAX;
-        if (negatives) gbnf_text_str(out, " | ");
+        if (negatives) llmm__gbnf_text_str(out, " | ");
         unsigned_range(out, lo, hi);
     }
-    gbnf_text_str(out, ")");
+    llmm__gbnf_text_str(out, ")");
 }

@@ -68,7 +68,7 @@ static llmm_status expect(reader *r, char c) {
 
 static size_t new_node(reader *r, json_kind kind) {
     json_doc *d = r->doc;
-    if (mem_reserve(NULL, (void **)&d->nodes, &d->cap_nodes, d->n_nodes + 1, sizeof *d->nodes) != LLMM_OK) {
+    if (llmm__mem_reserve(NULL, (void **)&d->nodes, &d->cap_nodes, d->n_nodes + 1, sizeof *d->nodes) != LLMM_OK) {
         out_of_memory(r);
         return JSON_NONE;
     }
@@ -78,7 +78,7 @@ static size_t new_node(reader *r, json_kind kind) {
 
 static int put_string_bytes(reader *r, const char *bytes, size_t n) {
     json_doc *d = r->doc;
-    if (mem_reserve(NULL, (void **)&d->strings, &d->cap_strings, d->n_strings + n, 1) != LLMM_OK) {
+    if (llmm__mem_reserve(NULL, (void **)&d->strings, &d->cap_strings, d->n_strings + n, 1) != LLMM_OK) {
         out_of_memory(r);
         return 0;
     }
@@ -171,7 +171,7 @@ static llmm_status read_string(reader *r, size_t *at, size_t *len) {
         uint32_t cp = 0;
         if (read_unicode_escape(r, &cp) != LLMM_OK) return r->status;
         char utf8[4];
-        if (!put_string_bytes(r, utf8, utf8_encode(cp, utf8))) return r->status;
+        if (!put_string_bytes(r, utf8, llmm__utf8_encode(cp, utf8))) return r->status;
     }
     *len = r->doc->n_strings - *at;
     return LLMM_OK;
@@ -300,27 +300,27 @@ static llmm_status read_value(reader *r, size_t *out, int depth) {
     return LLMM_OK;
 }
 
-llmm_status json_parse(json_doc *doc, const char *src, size_t len, char *err, size_t err_size) {
+llmm_status llmm__json_parse(json_doc *doc, const char *src, size_t len, char *err, size_t err_size) {
     *doc = (json_doc){.src = src, .src_len = len};
     reader r = {.doc = doc, .err = err, .err_size = err_size};
     size_t root;
     /* strings is never NULL, so that an empty string's bytes are a valid pointer */
-    if (mem_reserve(NULL, (void **)&doc->strings, &doc->cap_strings, 1, 1) != LLMM_OK) out_of_memory(&r);
+    if (llmm__mem_reserve(NULL, (void **)&doc->strings, &doc->cap_strings, 1, 1) != LLMM_OK) out_of_memory(&r);
     else if (read_value(&r, &root, 1) == LLMM_OK) {
         skip_space(&r);
         if (!at_end(&r)) fail_at(&r, r.pos, "unexpected text after the value");
     }
-    if (r.status != LLMM_OK) json_doc_free(doc);
+    if (r.status != LLMM_OK) llmm__json_doc_free(doc);
     return r.status;
 }
 
-void json_doc_free(json_doc *doc) {
-    mem_free(NULL, doc->nodes);
-    mem_free(NULL, doc->strings);
+void llmm__json_doc_free(json_doc *doc) {
+    llmm__mem_free(NULL, doc->nodes);
+    llmm__mem_free(NULL, doc->strings);
     *doc = (json_doc){0};
 }
 
-size_t json_member(const json_doc *doc, size_t obj, const char *key) {
+size_t llmm__json_member(const json_doc *doc, size_t obj, const char *key) {
     size_t n = strlen(key);
     for (size_t m = doc->nodes[obj].first; m != JSON_NONE; m = doc->nodes[m].next)
         if (doc->nodes[m].key_len == n && memcmp(doc->strings + doc->nodes[m].key, key, n) == 0) return m;

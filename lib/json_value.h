@@ -45,11 +45,11 @@ typedef struct json_doc {
  * invalid UTF-8, trailing text), duplicate keys in one object and nesting deeper than
  * JSON_MAX_DEPTH. On failure err holds "line L, column C: what" and doc holds nothing.
  * Returns LLMM_OK, LLMM_ERR_INVALID_ARG or LLMM_ERR_NO_MEMORY. */
-llmm_status json_parse(json_doc *doc, const char *src, size_t len, char *err, size_t err_size);
-void json_doc_free(json_doc *doc);
+llmm_status llmm__json_parse(json_doc *doc, const char *src, size_t len, char *err, size_t err_size);
+void llmm__json_doc_free(json_doc *doc);
 
 /* The member named key of object node obj, or JSON_NONE. */
-size_t json_member(const json_doc *doc, size_t obj, const char *key);
+size_t llmm__json_member(const json_doc *doc, size_t obj, const char *key);
 /* The key's bytes of member node m. */
 static inline const char *json_key(const json_doc *doc, size_t m) { return doc->strings + doc->nodes[m].key; }
 /* The decoded bytes of string node s. */

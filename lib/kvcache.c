@@ -1,14 +1,14 @@
 /* The paged KV cache: block pool, block tables, refcounts, copy-on-write. See kvcache.h for
- * the layout and the invariants. Nothing here allocates after kv_init. */
+ * the layout and the invariants. Nothing here allocates after llmm__kv_init. */
 #include "kvcache.h"
 
 #include <string.h>
 
-size_t kv_block_bytes(const kv_config *c) {
+size_t llmm__kv_block_bytes(const kv_config *c) {
     return 2 * (size_t)c->n_layer * c->n_head_kv * c->block_size * kv_row_bytes(c->type, c->head_dim);
 }
 
-int kv_pool_bytes(const kv_config *c, size_t *out) {
+int llmm__kv_pool_bytes(const kv_config *c, size_t *out) {
     const size_t row = kv_row_bytes(c->type, c->head_dim);
     size_t segments, rows, block;
     if (!size_mul_ok(2 * (size_t)c->n_layer, c->n_head_kv, &segments)) return 0;
@@ -25,7 +25,7 @@ static uint32_t pow2_at_least(uint32_t n) {
     return p;
 }
 
-size_t kv_host_bytes(const kv_config *c) {
+size_t llmm__kv_host_bytes(const kv_config *c) {
     size_t bytes = (size_t)c->n_seq * sizeof(kv_seq);
     bytes += (size_t)c->n_seq * blocks_per_seq(c) * sizeof(uint32_t);
     bytes += (size_t)c->n_seq * c->n_ctx * sizeof(llmm_token);
@@ -44,12 +44,12 @@ static uint32_t log2_u32(uint32_t pow2) {
 static llmm_status alloc_tables(llmm_kv_store *kv) {
     const kv_config *c = &kv->cfg;
     const llmm_allocator *a = kv->alloc;
-    kv->refcount = mem_calloc(a, c->n_blocks, sizeof *kv->refcount);
-    kv->free_ids = mem_calloc(a, c->n_blocks, sizeof *kv->free_ids);
-    kv->fill = mem_calloc(a, c->n_blocks, sizeof *kv->fill);
-    kv->seqs = mem_calloc(a, c->n_seq, sizeof *kv->seqs);
-    kv->table_mem = mem_calloc(a, (size_t)c->n_seq * kv->max_blocks, sizeof *kv->table_mem);
-    kv->token_mem = mem_calloc(a, (size_t)c->n_seq * c->n_ctx, sizeof *kv->token_mem);
+    kv->refcount = llmm__mem_calloc(a, c->n_blocks, sizeof *kv->refcount);
+    kv->free_ids = llmm__mem_calloc(a, c->n_blocks, sizeof *kv->free_ids);
+    kv->fill = llmm__mem_calloc(a, c->n_blocks, sizeof *kv->fill);
+    kv->seqs = llmm__mem_calloc(a, c->n_seq, sizeof *kv->seqs);
+    kv->table_mem = llmm__mem_calloc(a, (size_t)c->n_seq * kv->max_blocks, sizeof *kv->table_mem);
+    kv->token_mem = llmm__mem_calloc(a, (size_t)c->n_seq * c->n_ctx, sizeof *kv->token_mem);
     if (!kv->refcount || !kv->free_ids || !kv->fill || !kv->seqs || !kv->table_mem || !kv->token_mem)
         return LLMM_ERR_NO_MEMORY;
     for (uint32_t s = 0; s < c->n_seq; s++) {
@@ -59,10 +59,10 @@ static llmm_status alloc_tables(llmm_kv_store *kv) {
     /* highest id on the bottom of the stack, so blocks are handed out from 0 upwards */
     for (uint32_t i = 0; i < c->n_blocks; i++) kv->free_ids[i] = c->n_blocks - 1 - i;
     kv->n_free = c->n_blocks;
-    return kv_prefix_init(kv);
+    return llmm__kv_prefix_init(kv);
 }
 
-llmm_status kv_init(llmm_kv_store *kv, const llmm_backend_ops *be, void *be_state, const llmm_allocator *alloc,
+llmm_status llmm__kv_init(llmm_kv_store *kv, const llmm_backend_ops *be, void *be_state, const llmm_allocator *alloc,
                     const kv_config *cfg, llmm_diag *d) {
     *kv = (llmm_kv_store){.be = be, .be_state = be_state, .alloc = alloc, .cfg = *cfg};
     kv->block_shift = log2_u32(cfg->block_size);
@@ -70,45 +70,45 @@ llmm_status kv_init(llmm_kv_store *kv, const llmm_backend_ops *be, void *be_stat
     kv->row_bytes = kv_row_bytes(cfg->type, cfg->head_dim);
     size_t pool_bytes;
     if (!kv->row_bytes || cfg->n_head_kv == 0 || cfg->n_blocks == 0 || cfg->n_blocks >= KV_NO_BLOCK ||
-        !kv_pool_bytes(cfg, &pool_bytes))
-        return diag_fail(d, LLMM_ERR_INVALID_ARG, "KV pool of %u blocks is invalid or overflows", cfg->n_blocks);
+        !llmm__kv_pool_bytes(cfg, &pool_bytes))
+        return llmm__diag_fail(d, LLMM_ERR_INVALID_ARG, "KV pool of %u blocks is invalid or overflows", cfg->n_blocks);
     kv->segment_bytes = kv->row_bytes * cfg->block_size;
     kv->region_bytes = kv->segment_bytes * cfg->n_blocks;
-    kv->block_bytes = kv_block_bytes(cfg);
+    kv->block_bytes = llmm__kv_block_bytes(cfg);
     if (alloc_tables(kv)) {
-        kv_free(kv);
-        return diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for the KV block tables");
+        llmm__kv_free(kv);
+        return llmm__diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for the KV block tables");
     }
     if (be->buffer_alloc(be_state, pool_bytes, &kv->pool)) {
-        kv_free(kv);
-        return diag_fail(d, LLMM_ERR_NO_MEMORY, "cannot allocate a KV pool of %zu bytes (%u blocks of %zu)",
+        llmm__kv_free(kv);
+        return llmm__diag_fail(d, LLMM_ERR_NO_MEMORY, "cannot allocate a KV pool of %zu bytes (%u blocks of %zu)",
                          pool_bytes, cfg->n_blocks, kv->block_bytes);
     }
     return LLMM_OK;
 }
 
-void kv_free(llmm_kv_store *kv) {
+void llmm__kv_free(llmm_kv_store *kv) {
     if (kv->pool) kv->be->buffer_free(kv->be_state, kv->pool);
-    kv_prefix_free(kv);
+    llmm__kv_prefix_free(kv);
     const llmm_allocator *a = kv->alloc;
-    mem_free(a, kv->refcount);
-    mem_free(a, kv->free_ids);
-    mem_free(a, kv->fill);
-    mem_free(a, kv->seqs);
-    mem_free(a, kv->table_mem);
-    mem_free(a, kv->token_mem);
+    llmm__mem_free(a, kv->refcount);
+    llmm__mem_free(a, kv->free_ids);
+    llmm__mem_free(a, kv->fill);
+    llmm__mem_free(a, kv->seqs);
+    llmm__mem_free(a, kv->table_mem);
+    llmm__mem_free(a, kv->token_mem);
     kv->pool = NULL;
     kv->refcount = kv->free_ids = kv->fill = kv->table_mem = NULL;
     kv->seqs = NULL;
     kv->token_mem = NULL;
 }
 
-uint8_t *kv_segment(const llmm_kv_store *kv, int which, uint32_t layer, uint32_t head, uint32_t block) {
+uint8_t *llmm__kv_segment(const llmm_kv_store *kv, int which, uint32_t layer, uint32_t head, uint32_t block) {
     const size_t region = ((size_t)which * kv->cfg.n_layer + layer) * kv->cfg.n_head_kv + head;
     return (uint8_t *)kv->pool + region * kv->region_bytes + (size_t)block * kv->segment_bytes;
 }
 
-llmm_kv_layout kv_layout(const llmm_kv_store *kv) {
+llmm_kv_layout llmm__kv_layout(const llmm_kv_store *kv) {
     return (llmm_kv_layout){
         .layout = LLMM_KV_LAYOUT_HEAD_REGIONS,
         .pool = kv->pool,
@@ -125,21 +125,21 @@ llmm_kv_layout kv_layout(const llmm_kv_store *kv) {
     };
 }
 
-uint32_t kv_available(const llmm_kv_store *kv) { return kv->n_free + kv->n_evictable; }
+uint32_t llmm__kv_available(const llmm_kv_store *kv) { return kv->n_free + kv->n_evictable; }
 
-/* A block with refcount 1 for the caller; the caller checked kv_available() first. */
+/* A block with refcount 1 for the caller; the caller checked llmm__kv_available() first. */
 static uint32_t take_block(llmm_kv_store *kv) {
-    uint32_t b = kv->n_free ? kv->free_ids[--kv->n_free] : kv_prefix_evict(kv);
+    uint32_t b = kv->n_free ? kv->free_ids[--kv->n_free] : llmm__kv_prefix_evict(kv);
     if (b != KV_NO_BLOCK) kv->refcount[b] = 1;
     return b;
 }
 
 static void release_block(llmm_kv_store *kv, uint32_t b) {
     if (--kv->refcount[b] == 0) {
-        kv_prefix_on_release(kv, b);
+        llmm__kv_prefix_on_release(kv, b);
         kv->free_ids[kv->n_free++] = b;
     } else if (kv->refcount[b] == 1) {
-        kv_prefix_on_release(kv, b);
+        llmm__kv_prefix_on_release(kv, b);
     }
 }
 
@@ -150,7 +150,7 @@ static llmm_status copy_on_write(llmm_kv_store *kv, kv_seq *s, uint32_t i) {
     for (int which = 0; which < 2 && !st; which++)
         for (uint32_t l = 0; l < kv->cfg.n_layer && !st; l++)
             for (uint32_t h = 0; h < kv->cfg.n_head_kv && !st; h++)
-                st = kv->be->copy(kv->be_state, kv_segment(kv, which, l, h, b), kv_segment(kv, which, l, h, old),
+                st = kv->be->copy(kv->be_state, llmm__kv_segment(kv, which, l, h, b), llmm__kv_segment(kv, which, l, h, old),
                                   kv->segment_bytes);
     if (st) {
         release_block(kv, b);
@@ -161,14 +161,14 @@ static llmm_status copy_on_write(llmm_kv_store *kv, kv_seq *s, uint32_t i) {
     return LLMM_OK;
 }
 
-llmm_status kv_reserve(llmm_kv_store *kv, uint32_t seq, uint32_t n) {
+llmm_status llmm__kv_reserve(llmm_kv_store *kv, uint32_t seq, uint32_t n) {
     kv_seq *s = &kv->seqs[seq];
     const uint32_t bs = kv->cfg.block_size;
     const uint32_t want = (s->len + n + bs - 1) >> kv->block_shift;
     const uint32_t grow = want > s->n_blocks ? want - s->n_blocks : 0;
     /* the tail block is written from slot len % bs on: it must not be shared */
     const int cow = n > 0 && (s->len & (bs - 1)) && kv->refcount[s->blocks[s->n_blocks - 1]] > 1;
-    if (grow + (uint32_t)cow > kv_available(kv)) return LLMM_ERR_CONTEXT_FULL;
+    if (grow + (uint32_t)cow > llmm__kv_available(kv)) return LLMM_ERR_CONTEXT_FULL;
     if (cow) {
         llmm_status st = copy_on_write(kv, s, s->n_blocks - 1);
         if (st) return st;
@@ -177,22 +177,22 @@ llmm_status kv_reserve(llmm_kv_store *kv, uint32_t seq, uint32_t n) {
     return LLMM_OK;
 }
 
-void kv_commit(llmm_kv_store *kv, uint32_t seq, const llmm_token *tokens, uint32_t n) {
+void llmm__kv_commit(llmm_kv_store *kv, uint32_t seq, const llmm_token *tokens, uint32_t n) {
     kv_seq *s = &kv->seqs[seq];
     const uint32_t first_new_full = s->len >> kv->block_shift;
     memcpy(s->tokens + s->len, tokens, n * sizeof *tokens);
     s->len += n;
-    if (kv->prefix) kv_prefix_publish(kv, seq, first_new_full);
+    if (kv->prefix) llmm__kv_prefix_publish(kv, seq, first_new_full);
 }
 
-void kv_truncate(llmm_kv_store *kv, uint32_t seq, uint32_t n_keep) {
+void llmm__kv_truncate(llmm_kv_store *kv, uint32_t seq, uint32_t n_keep) {
     kv_seq *s = &kv->seqs[seq];
     const uint32_t keep = (n_keep + kv->cfg.block_size - 1) >> kv->block_shift;
     while (s->n_blocks > keep) release_block(kv, s->blocks[--s->n_blocks]);
     if (n_keep < s->len) s->len = n_keep;
 }
 
-void kv_fork(llmm_kv_store *kv, uint32_t src, uint32_t dst) {
+void llmm__kv_fork(llmm_kv_store *kv, uint32_t src, uint32_t dst) {
     const kv_seq *a = &kv->seqs[src];
     kv_seq *b = &kv->seqs[dst];
     for (uint32_t i = 0; i < a->n_blocks; i++) {
@@ -204,7 +204,7 @@ void kv_fork(llmm_kv_store *kv, uint32_t src, uint32_t dst) {
     b->len = a->len;
 }
 
-int32_t kv_unused_seq(const llmm_kv_store *kv) {
+int32_t llmm__kv_unused_seq(const llmm_kv_store *kv) {
     for (uint32_t s = 0; s < kv->cfg.n_seq; s++)
         if (!kv->seqs[s].created && kv->seqs[s].len == 0) return (int32_t)s;
     return -1;
@@ -230,7 +230,7 @@ static uint32_t count_holders(llmm_kv_store *kv, uint32_t *shared) {
     return used;
 }
 
-void kv_stats(llmm_kv_store *kv, llmm_context_stats *s) {
+void llmm__kv_stats(llmm_kv_store *kv, llmm_context_stats *s) {
     const uint32_t bs = kv->cfg.block_size;
     uint32_t shared;
     const uint32_t used = count_holders(kv, &shared);
@@ -244,7 +244,7 @@ void kv_stats(llmm_kv_store *kv, llmm_context_stats *s) {
     s->n_seq_used = n_used_seq;
     s->blocks_total = kv->cfg.n_blocks;
     s->blocks_used = used;
-    s->blocks_free = kv_available(kv);
+    s->blocks_free = llmm__kv_available(kv);
     s->blocks_shared = shared;
     s->blocks_cached = kv->n_evictable;
     s->block_bytes = kv->block_bytes;

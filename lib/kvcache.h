@@ -76,54 +76,54 @@ typedef struct llmm_kv_store {
 
 /* Bytes of one block (all layers, K and V), of the whole pool, and of the host-side tables
  * (block tables, token lists, refcounts, free stack, prefix cache) for a configuration. */
-size_t kv_block_bytes(const kv_config *c);
-int kv_pool_bytes(const kv_config *c, size_t *out); /* 0 on overflow */
-size_t kv_host_bytes(const kv_config *c);
+size_t llmm__kv_block_bytes(const kv_config *c);
+int llmm__kv_pool_bytes(const kv_config *c, size_t *out); /* 0 on overflow */
+size_t llmm__kv_host_bytes(const kv_config *c);
 
-llmm_status kv_init(llmm_kv_store *kv, const llmm_backend_ops *be, void *be_state, const llmm_allocator *alloc,
+llmm_status llmm__kv_init(llmm_kv_store *kv, const llmm_backend_ops *be, void *be_state, const llmm_allocator *alloc,
                     const kv_config *cfg, llmm_diag *d);
-void kv_free(llmm_kv_store *kv);
+void llmm__kv_free(llmm_kv_store *kv);
 
 /* The pool's layout for the backend's step descriptors (backend.h). */
-llmm_kv_layout kv_layout(const llmm_kv_store *kv);
+llmm_kv_layout llmm__kv_layout(const llmm_kv_store *kv);
 /* Buffer: block's segment_bytes of K (which 0) or V (1) rows of one layer and K/V head. */
-uint8_t *kv_segment(const llmm_kv_store *kv, int which, uint32_t layer, uint32_t head, uint32_t block);
+uint8_t *llmm__kv_segment(const llmm_kv_store *kv, int which, uint32_t layer, uint32_t head, uint32_t block);
 
 /* Blocks a sequence could still obtain: free ones plus cached ones no sequence holds. */
-uint32_t kv_available(const llmm_kv_store *kv);
+uint32_t llmm__kv_available(const llmm_kv_store *kv);
 
 /* Make positions [len, len + n) of seq writable: append blocks, and give seq its own copy of
  * a shared block it is about to write into. CONTEXT_FULL when the pool cannot supply the
  * blocks (seq is then unchanged); a failing copy returns the backend's status. len itself
- * does not move: kv_commit does that once the step has written the rows. The caller checks
+ * does not move: llmm__kv_commit does that once the step has written the rows. The caller checks
  * len + n <= n_ctx. */
-llmm_status kv_reserve(llmm_kv_store *kv, uint32_t seq, uint32_t n);
+llmm_status llmm__kv_reserve(llmm_kv_store *kv, uint32_t seq, uint32_t n);
 /* After a step wrote positions [len, len + n): record their tokens and advance len. */
-void kv_commit(llmm_kv_store *kv, uint32_t seq, const llmm_token *tokens, uint32_t n);
+void llmm__kv_commit(llmm_kv_store *kv, uint32_t seq, const llmm_token *tokens, uint32_t n);
 /* Keep the first n_keep positions; release the blocks beyond them (n_keep <= len, or any
- * value after kv_reserve, to undo it). */
-void kv_truncate(llmm_kv_store *kv, uint32_t seq, uint32_t n_keep);
+ * value after llmm__kv_reserve, to undo it). */
+void llmm__kv_truncate(llmm_kv_store *kv, uint32_t seq, uint32_t n_keep);
 /* dst (empty) shares all of src's blocks and copies its tokens. */
-void kv_fork(llmm_kv_store *kv, uint32_t src, uint32_t dst);
+void llmm__kv_fork(llmm_kv_store *kv, uint32_t src, uint32_t dst);
 /* Lowest id that is neither created nor holding tokens; -1 when none. */
-int32_t kv_unused_seq(const llmm_kv_store *kv);
+int32_t llmm__kv_unused_seq(const llmm_kv_store *kv);
 
 /* Occupancy figures for llmm_context_stats (fills the KV fields only). */
-void kv_stats(llmm_kv_store *kv, llmm_context_stats *s);
+void llmm__kv_stats(llmm_kv_store *kv, llmm_context_stats *s);
 
 /* Prefix cache (kvcache_prefix.c). No-ops when the cache is off. */
-llmm_status kv_prefix_init(llmm_kv_store *kv);
-void kv_prefix_free(llmm_kv_store *kv);
+llmm_status llmm__kv_prefix_init(llmm_kv_store *kv);
+void llmm__kv_prefix_free(llmm_kv_store *kv);
 /* Attach to empty seq the cached blocks that hold a prefix of tokens[0, n), leaving at least
  * one token to compute; returns the positions attached (a multiple of block_size). */
-uint32_t kv_prefix_attach(llmm_kv_store *kv, uint32_t seq, const llmm_token *tokens, uint32_t n);
+uint32_t llmm__kv_prefix_attach(llmm_kv_store *kv, uint32_t seq, const llmm_token *tokens, uint32_t n);
 /* Offer seq's full blocks in [first_block, last full block] to the cache. */
-void kv_prefix_publish(llmm_kv_store *kv, uint32_t seq, uint32_t first_block);
+void llmm__kv_prefix_publish(llmm_kv_store *kv, uint32_t seq, uint32_t first_block);
 /* A block's refcount fell to 1 (only the cache holds it) or 0: the cache's bookkeeping. */
-void kv_prefix_on_release(llmm_kv_store *kv, uint32_t block);
+void llmm__kv_prefix_on_release(llmm_kv_store *kv, uint32_t block);
 /* Take the least recently used evictable block out of the cache; KV_NO_BLOCK when none. */
-uint32_t kv_prefix_evict(llmm_kv_store *kv);
+uint32_t llmm__kv_prefix_evict(llmm_kv_store *kv);
 /* A sequence takes a reference to a cached block that only the cache held. */
-void kv_prefix_on_acquire(llmm_kv_store *kv, uint32_t block);
+void llmm__kv_prefix_on_acquire(llmm_kv_store *kv, uint32_t block);
 
 #endif

@@ -26,22 +26,22 @@ static uint64_t block_key(uint64_t parent, const llmm_token *tokens, uint32_t n)
 
 static uint32_t bucket_of(const llmm_kv_store *kv, uint64_t key) { return (uint32_t)(key ^ (key >> 32)) & (kv->n_buckets - 1); }
 
-llmm_status kv_prefix_init(llmm_kv_store *kv) {
+llmm_status llmm__kv_prefix_init(llmm_kv_store *kv) {
     kv->lru_head = kv->lru_tail = KV_NO_BLOCK;
     if (!kv->cfg.prefix_cache) return LLMM_OK;
     uint32_t nb = 1;
     while (nb < kv->cfg.n_blocks && nb < (1u << 31)) nb <<= 1;
     kv->n_buckets = nb;
-    kv->prefix = mem_calloc(kv->alloc, kv->cfg.n_blocks, sizeof *kv->prefix);
-    kv->prefix_buckets = mem_calloc(kv->alloc, nb, sizeof *kv->prefix_buckets);
+    kv->prefix = llmm__mem_calloc(kv->alloc, kv->cfg.n_blocks, sizeof *kv->prefix);
+    kv->prefix_buckets = llmm__mem_calloc(kv->alloc, nb, sizeof *kv->prefix_buckets);
     if (!kv->prefix || !kv->prefix_buckets) return LLMM_ERR_NO_MEMORY;
     for (uint32_t i = 0; i < nb; i++) kv->prefix_buckets[i] = KV_NO_BLOCK;
     return LLMM_OK;
 }
 
-void kv_prefix_free(llmm_kv_store *kv) {
-    mem_free(kv->alloc, kv->prefix);
-    mem_free(kv->alloc, kv->prefix_buckets);
+void llmm__kv_prefix_free(llmm_kv_store *kv) {
+    llmm__mem_free(kv->alloc, kv->prefix);
+    llmm__mem_free(kv->alloc, kv->prefix_buckets);
     kv->prefix = NULL;
     kv->prefix_buckets = NULL;
 }
@@ -88,15 +88,15 @@ static void lru_push_tail(llmm_kv_store *kv, uint32_t b) {
     kv->n_evictable++;
 }
 
-void kv_prefix_on_release(llmm_kv_store *kv, uint32_t block) {
+void llmm__kv_prefix_on_release(llmm_kv_store *kv, uint32_t block) {
     if (kv->prefix && kv->prefix[block].key && kv->refcount[block] == 1) lru_push_tail(kv, block);
 }
 
-void kv_prefix_on_acquire(llmm_kv_store *kv, uint32_t block) {
+void llmm__kv_prefix_on_acquire(llmm_kv_store *kv, uint32_t block) {
     if (kv->prefix && kv->prefix[block].key && kv->refcount[block] == 1) lru_unlink(kv, block);
 }
 
-uint32_t kv_prefix_evict(llmm_kv_store *kv) {
+uint32_t llmm__kv_prefix_evict(llmm_kv_store *kv) {
     const uint32_t b = kv->lru_head;
     if (!kv->prefix || b == KV_NO_BLOCK) return KV_NO_BLOCK;
     lru_unlink(kv, b);
@@ -105,7 +105,7 @@ uint32_t kv_prefix_evict(llmm_kv_store *kv) {
     return b;
 }
 
-uint32_t kv_prefix_attach(llmm_kv_store *kv, uint32_t seq, const llmm_token *tokens, uint32_t n) {
+uint32_t llmm__kv_prefix_attach(llmm_kv_store *kv, uint32_t seq, const llmm_token *tokens, uint32_t n) {
     kv_seq *s = &kv->seqs[seq];
     const uint32_t bs = kv->cfg.block_size;
     if (!kv->prefix || s->len != 0 || n == 0) return 0;
@@ -116,7 +116,7 @@ uint32_t kv_prefix_attach(llmm_kv_store *kv, uint32_t seq, const llmm_token *tok
         key = block_key(key, tokens + (size_t)i * bs, bs);
         const uint32_t b = lookup(kv, key);
         if (b == KV_NO_BLOCK) break;
-        kv_prefix_on_acquire(kv, b);
+        llmm__kv_prefix_on_acquire(kv, b);
         kv->refcount[b]++;
         s->blocks[s->n_blocks++] = b;
     }
@@ -125,7 +125,7 @@ uint32_t kv_prefix_attach(llmm_kv_store *kv, uint32_t seq, const llmm_token *tok
     return s->len;
 }
 
-void kv_prefix_publish(llmm_kv_store *kv, uint32_t seq, uint32_t first_block) {
+void llmm__kv_prefix_publish(llmm_kv_store *kv, uint32_t seq, uint32_t first_block) {
     const kv_seq *s = &kv->seqs[seq];
     const uint32_t bs = kv->cfg.block_size, full = s->len >> kv->block_shift;
     uint64_t key = 0;

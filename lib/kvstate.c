@@ -120,16 +120,16 @@ static void header_encode(const state_header *h, uint8_t *out) {
 
 static llmm_status header_decode(const uint8_t *in, size_t n, state_header *h, llmm_diag *d) {
     if (n < STATE_HEADER_BYTES)
-        return diag_fail(d, LLMM_ERR_BAD_FILE, "saved state truncated: %zu bytes, the header alone needs %u", n,
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "saved state truncated: %zu bytes, the header alone needs %u", n,
                          STATE_HEADER_BYTES);
     if (memcmp(in, STATE_MAGIC, sizeof STATE_MAGIC) != 0)
-        return diag_fail(d, LLMM_ERR_BAD_FILE, "not an llmmini saved state (bad magic)");
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "not an llmmini saved state (bad magic)");
     h->version = get_u32(in + 8);
     if (h->version != STATE_VERSION || get_u32(in + 12) != STATE_HEADER_BYTES)
-        return diag_fail(d, LLMM_ERR_BAD_FILE, "saved state version %u (header %u bytes); this library reads version %u",
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "saved state version %u (header %u bytes); this library reads version %u",
                          h->version, get_u32(in + 12), STATE_VERSION);
     if (load_le64(in + 104) != hash_bytes(in, 104, 0))
-        return diag_fail(d, LLMM_ERR_BAD_FILE, "saved state header checksum mismatch (corrupted header)");
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "saved state header checksum mismatch (corrupted header)");
     memcpy(h->arch, in + 16, STATE_ARCH_BYTES);
     h->arch[STATE_ARCH_BYTES - 1] = 0;
     uint32_t *u32s[6] = {&h->n_layer, &h->n_head_kv, &h->head_dim, &h->n_vocab, &h->kv_type, &h->n_tokens};
@@ -163,15 +163,15 @@ static llmm_status check_fingerprint(const llmm_context *ctx, const state_header
     const state_header want = fingerprint(ctx);
     if (strcmp(h->arch, want.arch) || h->n_layer != want.n_layer || h->n_head_kv != want.n_head_kv ||
         h->head_dim != want.head_dim || h->n_vocab != want.n_vocab)
-        return diag_fail(d, LLMM_ERR_BAD_FILE,
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE,
                          "saved state is from another model (%s, %u layers, %u kv heads x %u, vocab %u; this model: "
                          "%s, %u layers, %u kv heads x %u, vocab %u)",
                          h->arch, h->n_layer, h->n_head_kv, h->head_dim, h->n_vocab, want.arch, want.n_layer,
                          want.n_head_kv, want.head_dim, want.n_vocab);
     if (h->weights_hash != want.weights_hash)
-        return diag_fail(d, LLMM_ERR_BAD_FILE, "saved state is from another model (same shape, different weights)");
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "saved state is from another model (same shape, different weights)");
     if (h->kv_type != want.kv_type)
-        return diag_fail(d, LLMM_ERR_BAD_FILE, "saved state has KV type %s; this context uses %s",
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "saved state has KV type %s; this context uses %s",
                          kv_type_name(h->kv_type), kv_type_name(want.kv_type));
     return LLMM_OK;
 }
@@ -192,7 +192,7 @@ static llmm_status move_rows(llmm_kv_store *kv, const kv_seq *s, uint8_t *rows, 
             for (uint32_t h = 0; h < kv->cfg.n_head_kv; h++)
                 for (uint32_t i = 0; i * bs < n; i++) {
                     const size_t bytes = (size_t)LLMM_MIN(bs, n - i * bs) * kv->row_bytes;
-                    uint8_t *pool_rows = kv_segment(kv, which, l, h, s->blocks[i]);
+                    uint8_t *pool_rows = llmm__kv_segment(kv, which, l, h, s->blocks[i]);
                     llmm_status st = to_pool ? kv->be->upload(kv->be_state, pool_rows, rows, bytes)
                                              : kv->be->download(kv->be_state, rows, pool_rows, bytes);
                     if (st) return st;
@@ -209,8 +209,8 @@ static llmm_status gather(llmm_kv_store *kv, uint32_t seq, uint8_t *raw) {
 
 /* ---------------------------------------------------------------- zstd with our allocator */
 
-static void *zstd_alloc(void *opaque, size_t size) { return mem_alloc(opaque, size); }
-static void zstd_free(void *opaque, void *p) { mem_free(opaque, p); }
+static void *zstd_alloc(void *opaque, size_t size) { return llmm__mem_alloc(opaque, size); }
+static void zstd_free(void *opaque, void *p) { llmm__mem_free(opaque, p); }
 static ZSTD_customMem zstd_mem(const llmm_context *ctx) {
     return (ZSTD_customMem){zstd_alloc, zstd_free, (void *)ctx->model->alloc};
 }
@@ -232,11 +232,11 @@ static llmm_status compress(const llmm_context *ctx, int level, const void *raw,
 /* ---------------------------------------------------------------- save */
 
 static llmm_status check_save_args(llmm_context *ctx, llmm_seq_id seq, int32_t *level) {
-    llmm_status st = ctx_check_seq(ctx, seq);
+    llmm_status st = llmm__ctx_check_seq(ctx, seq);
     if (st) return st;
     if (*level == 0) *level = STATE_DEFAULT_LEVEL;
     if (*level < 1 || *level > ZSTD_maxCLevel())
-        return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "compression level %d not in 1..%d (0 = default)", *level,
+        return llmm__ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "compression level %d not in 1..%d (0 = default)", *level,
                         ZSTD_maxCLevel());
     return LLMM_OK;
 }
@@ -252,14 +252,14 @@ static llmm_status save_into(llmm_context *ctx, llmm_seq_id seq, int level, uint
         *n = bound;
         return LLMM_ERR_BUFFER_TOO_SMALL;
     }
-    uint8_t *raw = mem_alloc(ctx->model->alloc, (size_t)h.raw_bytes ? (size_t)h.raw_bytes : 1);
-    if (!raw) return ctx_fail(ctx, LLMM_ERR_NO_MEMORY, "out of memory for a state of %llu bytes",
+    uint8_t *raw = llmm__mem_alloc(ctx->model->alloc, (size_t)h.raw_bytes ? (size_t)h.raw_bytes : 1);
+    if (!raw) return llmm__ctx_fail(ctx, LLMM_ERR_NO_MEMORY, "out of memory for a state of %llu bytes",
                               (unsigned long long)h.raw_bytes);
     llmm_status st = gather(kv, (uint32_t)seq, raw);
     size_t stored = 0;
     if (!st) st = compress(ctx, level, raw, (size_t)h.raw_bytes, buf + STATE_HEADER_BYTES, cap - STATE_HEADER_BYTES,
                            &stored);
-    mem_free(ctx->model->alloc, raw);
+    llmm__mem_free(ctx->model->alloc, raw);
     if (st == LLMM_ERR_BUFFER_TOO_SMALL) *n = bound;
     if (st) return st;
     h.payload_bytes = stored;
@@ -273,37 +273,37 @@ LLMM_API llmm_status llmm_seq_save_buffer(llmm_context *ctx, llmm_seq_id seq, in
                                           size_t capacity, size_t *n_bytes) {
     if (!ctx) return LLMM_ERR_INVALID_ARG;
     if (!n_bytes || (!buf && capacity))
-        return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_seq_save_buffer: NULL n_bytes, or NULL buf with a capacity");
+        return llmm__ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_seq_save_buffer: NULL n_bytes, or NULL buf with a capacity");
     llmm_status st = check_save_args(ctx, seq, &level);
     if (st) return st;
     st = save_into(ctx, seq, level, buf, buf ? capacity : 0, n_bytes);
     if (st == LLMM_ERR_BUFFER_TOO_SMALL)
-        return ctx_fail(ctx, st, "the state needs up to %zu bytes, the buffer has %zu", *n_bytes, capacity);
-    if (st) return ctx_fail(ctx, st, "saving sequence %d failed: %s", seq, llmm_status_str(st));
+        return llmm__ctx_fail(ctx, st, "the state needs up to %zu bytes, the buffer has %zu", *n_bytes, capacity);
+    if (st) return llmm__ctx_fail(ctx, st, "saving sequence %d failed: %s", seq, llmm_status_str(st));
     return LLMM_OK;
 }
 
 static llmm_status write_file(llmm_context *ctx, const char *path, const void *data, size_t n) {
     FILE *f = fopen(path, "wb");
-    if (!f) return ctx_fail(ctx, LLMM_ERR_IO, "cannot create %s: %s", path, strerror(errno));
+    if (!f) return llmm__ctx_fail(ctx, LLMM_ERR_IO, "cannot create %s: %s", path, strerror(errno));
     const int ok = fwrite(data, 1, n, f) == n;
-    if (fclose(f) != 0 || !ok) return ctx_fail(ctx, LLMM_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+    if (fclose(f) != 0 || !ok) return llmm__ctx_fail(ctx, LLMM_ERR_IO, "cannot write %s: %s", path, strerror(errno));
     return LLMM_OK;
 }
 
 LLMM_API llmm_status llmm_seq_save(llmm_context *ctx, llmm_seq_id seq, const char *path, int32_t level) {
     if (!ctx) return LLMM_ERR_INVALID_ARG;
-    if (!path) return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_seq_save: NULL path");
+    if (!path) return llmm__ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_seq_save: NULL path");
     llmm_status st = check_save_args(ctx, seq, &level);
     if (st) return st;
     size_t cap = 0, n = 0;
     save_into(ctx, seq, level, NULL, 0, &cap); /* BUFFER_TOO_SMALL with the bound in cap */
-    uint8_t *buf = mem_alloc(ctx->model->alloc, cap);
-    if (!buf) return ctx_fail(ctx, LLMM_ERR_NO_MEMORY, "out of memory for a state of up to %zu bytes", cap);
+    uint8_t *buf = llmm__mem_alloc(ctx->model->alloc, cap);
+    if (!buf) return llmm__ctx_fail(ctx, LLMM_ERR_NO_MEMORY, "out of memory for a state of up to %zu bytes", cap);
     st = save_into(ctx, seq, level, buf, cap, &n);
-    if (st) st = ctx_fail(ctx, st, "saving sequence %d failed: %s", seq, llmm_status_str(st));
+    if (st) st = llmm__ctx_fail(ctx, st, "saving sequence %d failed: %s", seq, llmm_status_str(st));
     else st = write_file(ctx, path, buf, n);
-    mem_free(ctx->model->alloc, buf);
+    llmm__mem_free(ctx->model->alloc, buf);
     return st;
 }
 
@@ -315,28 +315,28 @@ static llmm_status check_state(llmm_context *ctx, const uint8_t *buf, size_t n, 
     if (!st) st = check_fingerprint(ctx, h, d);
     if (st) return st;
     if (h->n_tokens > ctx->params.n_ctx)
-        return diag_fail(d, LLMM_ERR_CONTEXT_FULL, "saved state holds %u tokens, more than n_ctx %u", h->n_tokens,
+        return llmm__diag_fail(d, LLMM_ERR_CONTEXT_FULL, "saved state holds %u tokens, more than n_ctx %u", h->n_tokens,
                          ctx->params.n_ctx);
     if (h->raw_bytes != raw_bytes_for(&ctx->kv, h->n_tokens))
-        return diag_fail(d, LLMM_ERR_BAD_FILE, "saved state payload size %llu does not fit %u tokens",
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "saved state payload size %llu does not fit %u tokens",
                          (unsigned long long)h->raw_bytes, h->n_tokens);
     if (h->payload_bytes != n - STATE_HEADER_BYTES)
-        return diag_fail(d, LLMM_ERR_BAD_FILE, "saved state %s: payload of %llu bytes, %zu present",
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "saved state %s: payload of %llu bytes, %zu present",
                          h->payload_bytes > n - STATE_HEADER_BYTES ? "truncated" : "has trailing bytes",
                          (unsigned long long)h->payload_bytes, n - STATE_HEADER_BYTES);
     if (hash_bytes(buf + STATE_HEADER_BYTES, (size_t)h->payload_bytes, 0) != h->payload_checksum)
-        return diag_fail(d, LLMM_ERR_BAD_FILE, "saved state payload checksum mismatch (corrupted payload)");
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "saved state payload checksum mismatch (corrupted payload)");
     return LLMM_OK;
 }
 
 static llmm_status decompress(const llmm_context *ctx, const uint8_t *src, size_t n, uint8_t *raw, size_t raw_n,
                               llmm_diag *d) {
     ZSTD_DCtx *dc = ZSTD_createDCtx_advanced(zstd_mem(ctx));
-    if (!dc) return diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for the zstd decoder");
+    if (!dc) return llmm__diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for the zstd decoder");
     const size_t r = ZSTD_decompressDCtx(dc, raw, raw_n, src, n);
     ZSTD_freeDCtx(dc);
     if (ZSTD_isError(r) || r != raw_n)
-        return diag_fail(d, LLMM_ERR_BAD_FILE, "saved state payload does not decompress to %zu bytes (%s)", raw_n,
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "saved state payload does not decompress to %zu bytes (%s)", raw_n,
                          ZSTD_isError(r) ? ZSTD_getErrorName(r) : "wrong size");
     return LLMM_OK;
 }
@@ -346,7 +346,7 @@ static llmm_status read_tokens(const llmm_context *ctx, const uint8_t *raw, uint
     for (uint32_t i = 0; i < n; i++) {
         out[i] = (llmm_token)get_u32(raw + 4 * (size_t)i);
         if (out[i] < 0 || (uint32_t)out[i] >= ctx->model->vocab.n_tokens)
-            return diag_fail(d, LLMM_ERR_BAD_FILE, "saved state token %u is %d, outside the vocabulary", i, out[i]);
+            return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "saved state token %u is %d, outside the vocabulary", i, out[i]);
     }
     return LLMM_OK;
 }
@@ -354,7 +354,7 @@ static llmm_status read_tokens(const llmm_context *ctx, const uint8_t *raw, uint
 /* Blocks seq could use once cleared: the available ones plus those only seq holds. */
 static uint32_t blocks_after_clear(const llmm_kv_store *kv, uint32_t seq) {
     const kv_seq *s = &kv->seqs[seq];
-    uint32_t n = kv_available(kv);
+    uint32_t n = llmm__kv_available(kv);
     for (uint32_t i = 0; i < s->n_blocks; i++) {
         const uint32_t b = s->blocks[i];
         n += kv->refcount[b] - (kv->prefix && kv->prefix[b].key ? 1u : 0u) == 1;
@@ -367,22 +367,22 @@ static llmm_status install(llmm_context *ctx, uint32_t seq, const uint8_t *raw, 
     llmm_kv_store *kv = &ctx->kv;
     const uint32_t need = (n + kv->cfg.block_size - 1) >> kv->block_shift;
     if (need > blocks_after_clear(kv, seq))
-        return diag_fail(d, LLMM_ERR_CONTEXT_FULL, "the KV pool cannot hold the %u saved tokens (%u blocks needed)", n,
+        return llmm__diag_fail(d, LLMM_ERR_CONTEXT_FULL, "the KV pool cannot hold the %u saved tokens (%u blocks needed)", n,
                          need);
-    llmm_token *tokens = mem_alloc(ctx->model->alloc, (size_t)n * sizeof *tokens + 1);
-    if (!tokens) return diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for %u tokens", n);
+    llmm_token *tokens = llmm__mem_alloc(ctx->model->alloc, (size_t)n * sizeof *tokens + 1);
+    if (!tokens) return llmm__diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for %u tokens", n);
     llmm_status st = read_tokens(ctx, raw, n, tokens, d);
     if (!st) {
-        kv_truncate(kv, seq, 0);
-        st = kv_reserve(kv, seq, n);
+        llmm__kv_truncate(kv, seq, 0);
+        st = llmm__kv_reserve(kv, seq, n);
         if (!st) st = move_rows(kv, &kv->seqs[seq], (uint8_t *)raw + 4 * (size_t)n, n, 1);
-        if (!st) kv_commit(kv, seq, tokens, n);
+        if (!st) llmm__kv_commit(kv, seq, tokens, n);
     }
     if (st && !d->msg[0]) {
-        kv_truncate(kv, seq, 0); /* a backend failure midway: the sequence is left empty */
-        diag_fail(d, st, "copying the saved K/V into the pool failed");
+        llmm__kv_truncate(kv, seq, 0); /* a backend failure midway: the sequence is left empty */
+        llmm__diag_fail(d, st, "copying the saved K/V into the pool failed");
     }
-    mem_free(ctx->model->alloc, tokens);
+    llmm__mem_free(ctx->model->alloc, tokens);
     return st;
 }
 
@@ -390,65 +390,65 @@ static llmm_status load_image(llmm_context *ctx, uint32_t seq, const uint8_t *bu
     state_header h;
     llmm_status st = check_state(ctx, buf, n, &h, d);
     if (st) return st;
-    uint8_t *raw = mem_alloc(ctx->model->alloc, (size_t)h.raw_bytes + 1);
-    if (!raw) return diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for a state of %llu bytes",
+    uint8_t *raw = llmm__mem_alloc(ctx->model->alloc, (size_t)h.raw_bytes + 1);
+    if (!raw) return llmm__diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for a state of %llu bytes",
                                (unsigned long long)h.raw_bytes);
     st = decompress(ctx, buf + STATE_HEADER_BYTES, (size_t)h.payload_bytes, raw, (size_t)h.raw_bytes, d);
     if (!st) st = install(ctx, seq, raw, h.n_tokens, d);
-    mem_free(ctx->model->alloc, raw);
+    llmm__mem_free(ctx->model->alloc, raw);
     return st;
 }
 
 LLMM_API llmm_status llmm_seq_load_buffer(llmm_context *ctx, llmm_seq_id seq, const void *buf, size_t n_bytes) {
     if (!ctx) return LLMM_ERR_INVALID_ARG;
-    if (!buf) return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_seq_load_buffer: NULL buf");
-    llmm_status st = ctx_check_seq(ctx, seq);
+    if (!buf) return llmm__ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_seq_load_buffer: NULL buf");
+    llmm_status st = llmm__ctx_check_seq(ctx, seq);
     if (st) return st;
     llmm_diag d = {{0}};
     st = load_image(ctx, (uint32_t)seq, buf, n_bytes, &d);
-    return st ? ctx_fail(ctx, st, "%s", d.msg) : LLMM_OK;
+    return st ? llmm__ctx_fail(ctx, st, "%s", d.msg) : LLMM_OK;
 }
 
 /* The whole file into memory from the model's allocator. */
 static llmm_status read_file(llmm_context *ctx, const char *path, uint8_t **out, size_t *n) {
     FILE *f = fopen(path, "rb");
-    if (!f) return ctx_fail(ctx, LLMM_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    if (!f) return llmm__ctx_fail(ctx, LLMM_ERR_IO, "cannot open %s: %s", path, strerror(errno));
     long size = -1;
     if (fseek(f, 0, SEEK_END) == 0) size = ftell(f);
     if (size < 0 || fseek(f, 0, SEEK_SET) != 0) {
         fclose(f);
-        return ctx_fail(ctx, LLMM_ERR_IO, "cannot read %s: %s", path, strerror(errno));
+        return llmm__ctx_fail(ctx, LLMM_ERR_IO, "cannot read %s: %s", path, strerror(errno));
     }
     /* no valid state of this context is larger: refuse before reading a huge file */
     const size_t largest = STATE_HEADER_BYTES + ZSTD_compressBound(raw_bytes_for(&ctx->kv, ctx->params.n_ctx));
     if ((unsigned long)size > largest) {
         fclose(f);
-        return ctx_fail(ctx, LLMM_ERR_BAD_FILE, "%s: %ld bytes, larger than any saved state of this context (%zu)",
+        return llmm__ctx_fail(ctx, LLMM_ERR_BAD_FILE, "%s: %ld bytes, larger than any saved state of this context (%zu)",
                         path, size, largest);
     }
-    *out = mem_alloc(ctx->model->alloc, (size_t)size + 1);
+    *out = llmm__mem_alloc(ctx->model->alloc, (size_t)size + 1);
     if (!*out) {
         fclose(f);
-        return ctx_fail(ctx, LLMM_ERR_NO_MEMORY, "out of memory for %ld bytes of %s", size, path);
+        return llmm__ctx_fail(ctx, LLMM_ERR_NO_MEMORY, "out of memory for %ld bytes of %s", size, path);
     }
     *n = fread(*out, 1, (size_t)size, f);
     const int ok = *n == (size_t)size && !ferror(f);
     fclose(f);
     if (ok) return LLMM_OK;
-    mem_free(ctx->model->alloc, *out);
-    return ctx_fail(ctx, LLMM_ERR_IO, "cannot read %s", path);
+    llmm__mem_free(ctx->model->alloc, *out);
+    return llmm__ctx_fail(ctx, LLMM_ERR_IO, "cannot read %s", path);
 }
 
 LLMM_API llmm_status llmm_seq_load(llmm_context *ctx, llmm_seq_id seq, const char *path) {
     if (!ctx) return LLMM_ERR_INVALID_ARG;
-    if (!path) return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_seq_load: NULL path");
-    llmm_status st = ctx_check_seq(ctx, seq);
+    if (!path) return llmm__ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_seq_load: NULL path");
+    llmm_status st = llmm__ctx_check_seq(ctx, seq);
     if (st) return st;
     uint8_t *buf = NULL;
     size_t n = 0;
     if ((st = read_file(ctx, path, &buf, &n))) return st;
     llmm_diag d = {{0}};
     st = load_image(ctx, (uint32_t)seq, buf, n, &d);
-    mem_free(ctx->model->alloc, buf);
-    return st ? ctx_fail(ctx, st, "%s: %s", path, d.msg) : LLMM_OK;
+    llmm__mem_free(ctx->model->alloc, buf);
+    return st ? llmm__ctx_fail(ctx, st, "%s: %s", path, d.msg) : LLMM_OK;
 }

@@ -7,7 +7,7 @@
 
 #include "weights.h"
 
-llmm_status model_fail(const llmm_model *m, llmm_status status, const char *fmt, ...) {
+llmm_status llmm__model_fail(const llmm_model *m, llmm_status status, const char *fmt, ...) {
     /* the message buffer is the one mutable part of a shared model: guard it */
     llmm_model *mm = (llmm_model *)m;
     pthread_mutex_lock(&mm->error_lock);
@@ -37,11 +37,11 @@ static int report_progress(const llmm_model_params *p, float fraction) {
 static llmm_status arch_u32(llmm_model *m, const char *suffix, uint32_t *out, llmm_diag *d) {
     char key[128];
     snprintf(key, sizeof key, "%s.%s", m->architecture, suffix);
-    const gguf_kv *kv = gguf_find_kv(m->gguf, key);
+    const gguf_kv *kv = llmm__gguf_find_kv(m->gguf, key);
     int64_t v;
     if (!kv) return LLMM_OK;
-    if (!gguf_kv_as_int(kv, &v) || v < 0 || v > UINT32_MAX)
-        return diag_fail(d, LLMM_ERR_BAD_FILE, "%s must be a non-negative 32-bit integer", key);
+    if (!llmm__gguf_kv_as_int(kv, &v) || v < 0 || v > UINT32_MAX)
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "%s must be a non-negative 32-bit integer", key);
     *out = (uint32_t)v;
     return LLMM_OK;
 }
@@ -49,10 +49,10 @@ static llmm_status arch_u32(llmm_model *m, const char *suffix, uint32_t *out, ll
 static llmm_status arch_f32(llmm_model *m, const char *suffix, float *out, llmm_diag *d) {
     char key[128];
     snprintf(key, sizeof key, "%s.%s", m->architecture, suffix);
-    const gguf_kv *kv = gguf_find_kv(m->gguf, key);
+    const gguf_kv *kv = llmm__gguf_find_kv(m->gguf, key);
     double v;
     if (!kv) return LLMM_OK;
-    if (!gguf_kv_as_float(kv, &v)) return diag_fail(d, LLMM_ERR_BAD_FILE, "%s must be a float", key);
+    if (!llmm__gguf_kv_as_float(kv, &v)) return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "%s must be a float", key);
     *out = (float)v;
     return LLMM_OK;
 }
@@ -109,16 +109,16 @@ static llmm_status read_hparams(llmm_model *m, llmm_diag *d) {
 /* NUL-terminated copies of keys and string values, so lookups can hand out C strings. */
 static llmm_status copy_metadata(llmm_model *m, llmm_diag *d) {
     const gguf_file *f = m->gguf;
-    m->meta_keys = mem_calloc(m->alloc, (size_t)f->n_kv + 1, sizeof *m->meta_keys);
-    m->meta_strs = mem_calloc(m->alloc, (size_t)f->n_kv + 1, sizeof *m->meta_strs);
-    if (!m->meta_keys || !m->meta_strs) return diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for metadata");
+    m->meta_keys = llmm__mem_calloc(m->alloc, (size_t)f->n_kv + 1, sizeof *m->meta_keys);
+    m->meta_strs = llmm__mem_calloc(m->alloc, (size_t)f->n_kv + 1, sizeof *m->meta_strs);
+    if (!m->meta_keys || !m->meta_strs) return llmm__diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for metadata");
     for (uint64_t i = 0; i < f->n_kv; i++) {
         const gguf_kv *kv = &f->kv[i];
-        m->meta_keys[i] = mem_strndup(m->alloc, kv->key.ptr, (size_t)kv->key.len);
-        if (!m->meta_keys[i]) return diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for metadata");
+        m->meta_keys[i] = llmm__mem_strndup(m->alloc, kv->key.ptr, (size_t)kv->key.len);
+        if (!m->meta_keys[i]) return llmm__diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for metadata");
         if (kv->type == GGUF_TYPE_STRING) {
-            m->meta_strs[i] = mem_strndup(m->alloc, kv->v.str.ptr, (size_t)kv->v.str.len);
-            if (!m->meta_strs[i]) return diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for metadata");
+            m->meta_strs[i] = llmm__mem_strndup(m->alloc, kv->v.str.ptr, (size_t)kv->v.str.len);
+            if (!m->meta_strs[i]) return llmm__diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for metadata");
         }
     }
     return LLMM_OK;
@@ -126,62 +126,62 @@ static llmm_status copy_metadata(llmm_model *m, llmm_diag *d) {
 
 
 static llmm_status load_into(llmm_model *m, const char *path, const llmm_model_params *p, llmm_diag *d) {
-    llmm_status st = gguf_open_file(path, p->use_mmap, m->alloc, &m->gguf, d);
+    llmm_status st = llmm__gguf_open_file(path, p->use_mmap, m->alloc, &m->gguf, d);
     if (st) return st;
-    if (report_progress(p, 0.3f)) return diag_fail(d, LLMM_ERR_ABORTED, "load cancelled by the progress callback");
+    if (report_progress(p, 0.3f)) return llmm__diag_fail(d, LLMM_ERR_ABORTED, "load cancelled by the progress callback");
     if ((st = copy_metadata(m, d))) return st;
-    const gguf_kv *arch = gguf_find_kv(m->gguf, "general.architecture");
+    const gguf_kv *arch = llmm__gguf_find_kv(m->gguf, "general.architecture");
     if (arch && arch->type != GGUF_TYPE_STRING)
-        return diag_fail(d, LLMM_ERR_BAD_FILE, "general.architecture must be a string");
-    m->architecture = mem_strndup(m->alloc, arch ? arch->v.str.ptr : "", arch ? (size_t)arch->v.str.len : 0);
-    m->name = mem_strndup(m->alloc, meta_string_or(m, "general.name", ""), strlen(meta_string_or(m, "general.name", "")));
-    if (!m->architecture || !m->name) return diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory");
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "general.architecture must be a string");
+    m->architecture = llmm__mem_strndup(m->alloc, arch ? arch->v.str.ptr : "", arch ? (size_t)arch->v.str.len : 0);
+    m->name = llmm__mem_strndup(m->alloc, meta_string_or(m, "general.name", ""), strlen(meta_string_or(m, "general.name", "")));
+    if (!m->architecture || !m->name) return llmm__diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory");
     if ((st = read_hparams(m, d))) return st;
     for (uint64_t i = 0; i < m->gguf->n_tensors; i++) m->n_params += m->gguf->tensors[i].n_elements;
-    if ((st = vocab_load(&m->vocab, m->gguf, m->alloc, &m->log, d))) return st;
-    if (report_progress(p, 0.6f)) return diag_fail(d, LLMM_ERR_ABORTED, "load cancelled by the progress callback");
-    if (!m->vocab_only && (st = weights_bind(m, d))) return st;
-    if (report_progress(p, 1.0f)) return diag_fail(d, LLMM_ERR_ABORTED, "load cancelled by the progress callback");
+    if ((st = llmm__vocab_load(&m->vocab, m->gguf, m->alloc, &m->log, d))) return st;
+    if (report_progress(p, 0.6f)) return llmm__diag_fail(d, LLMM_ERR_ABORTED, "load cancelled by the progress callback");
+    if (!m->vocab_only && (st = llmm__weights_bind(m, d))) return st;
+    if (report_progress(p, 1.0f)) return llmm__diag_fail(d, LLMM_ERR_ABORTED, "load cancelled by the progress callback");
     return LLMM_OK;
 }
 
 static void model_release(llmm_model *m) {
     const llmm_allocator *a = m->alloc;
-    weights_free(m);
-    vocab_free(&m->vocab, a);
+    llmm__weights_free(m);
+    llmm__vocab_free(&m->vocab, a);
     if (m->gguf) {
-        for (uint64_t i = 0; m->meta_keys && i < m->gguf->n_kv; i++) mem_free(a, m->meta_keys[i]);
-        for (uint64_t i = 0; m->meta_strs && i < m->gguf->n_kv; i++) mem_free(a, m->meta_strs[i]);
+        for (uint64_t i = 0; m->meta_keys && i < m->gguf->n_kv; i++) llmm__mem_free(a, m->meta_keys[i]);
+        for (uint64_t i = 0; m->meta_strs && i < m->gguf->n_kv; i++) llmm__mem_free(a, m->meta_strs[i]);
     }
-    mem_free(a, m->meta_keys);
-    mem_free(a, m->meta_strs);
-    mem_free(a, m->architecture);
-    mem_free(a, m->name);
-    gguf_close(m->gguf);
+    llmm__mem_free(a, m->meta_keys);
+    llmm__mem_free(a, m->meta_strs);
+    llmm__mem_free(a, m->architecture);
+    llmm__mem_free(a, m->name);
+    llmm__gguf_close(m->gguf);
     pthread_mutex_destroy(&m->error_lock);
     for (size_t i = 0; i < LLMM_BACKEND_KINDS; i++) pthread_mutex_destroy(&m->backend_shared[i].lock);
     /* the struct itself came from the app's allocator, whose copy lives inside it */
     llmm_allocator copy = m->alloc_copy;
-    mem_free(a ? &copy : NULL, m);
+    llmm__mem_free(a ? &copy : NULL, m);
 }
 
 LLMM_API llmm_status llmm_model_load(const char *path, const llmm_model_params *params, llmm_model **out) {
     llmm_model_params p;
     llmm_model_params_default(&p, sizeof p);
-    if (params && !struct_import(&p, sizeof p, params, sizeof p)) return LLMM_ERR_INVALID_ARG;
+    if (params && !llmm__struct_import(&p, sizeof p, params, sizeof p)) return LLMM_ERR_INVALID_ARG;
     if (!out) return LLMM_ERR_INVALID_ARG;
     *out = NULL;
     llmm_logger log = {p.log, p.log_user, p.log_level};
     llmm_diag d = {{0}};
     llmm_status st;
-    double t0 = time_now_ms();
+    double t0 = llmm__time_now_ms();
     llmm_model *m = NULL;
     if (!path) {
-        st = diag_fail(&d, LLMM_ERR_INVALID_ARG, "llmm_model_load: path is NULL");
+        st = llmm__diag_fail(&d, LLMM_ERR_INVALID_ARG, "llmm_model_load: path is NULL");
     } else if (p.allocator && (!p.allocator->alloc || !p.allocator->free)) {
-        st = diag_fail(&d, LLMM_ERR_INVALID_ARG, "llmm_model_load: allocator needs both alloc and free");
-    } else if (!(m = mem_calloc(p.allocator, 1, sizeof *m))) {
-        st = diag_fail(&d, LLMM_ERR_NO_MEMORY, "out of memory");
+        st = llmm__diag_fail(&d, LLMM_ERR_INVALID_ARG, "llmm_model_load: allocator needs both alloc and free");
+    } else if (!(m = llmm__mem_calloc(p.allocator, 1, sizeof *m))) {
+        st = llmm__diag_fail(&d, LLMM_ERR_NO_MEMORY, "out of memory");
     } else {
         if (p.allocator) {
             m->alloc_copy = *p.allocator;
@@ -197,11 +197,11 @@ LLMM_API llmm_status llmm_model_load(const char *path, const llmm_model_params *
     if (st) {
         if (m) model_release(m);
         if (p.error_buf && p.error_buf_size) snprintf(p.error_buf, p.error_buf_size, "%s", d.msg);
-        log_msg(&log, LLMM_LOG_ERROR, "loading '%s' failed: %s", path ? path : "(null)", d.msg);
+        llmm__log_msg(&log, LLMM_LOG_ERROR, "loading '%s' failed: %s", path ? path : "(null)", d.msg);
         return st;
     }
-    m->load_ms = time_now_ms() - t0;
-    log_msg(&log, LLMM_LOG_INFO, "loaded '%s': %s, %u tensors, %.1f ms", path, m->architecture,
+    m->load_ms = llmm__time_now_ms() - t0;
+    llmm__log_msg(&log, LLMM_LOG_INFO, "loaded '%s': %s, %u tensors, %.1f ms", path, m->architecture,
             (unsigned)m->gguf->n_tensors, m->load_ms);
     *out = m;
     return LLMM_OK;
@@ -232,22 +232,22 @@ LLMM_API llmm_status llmm_model_get_info(const llmm_model *model, llmm_model_inf
     i.gguf_version = model->gguf->version;
     i.n_tensors = (uint32_t)model->gguf->n_tensors;
     i.load_ms = model->load_ms;
-    if (!struct_export(info, &i, sizeof i, sizeof i))
-        return model_fail(model, LLMM_ERR_INVALID_ARG, "llmm_model_get_info: info->size too small");
+    if (!llmm__struct_export(info, &i, sizeof i, sizeof i))
+        return llmm__model_fail(model, LLMM_ERR_INVALID_ARG, "llmm_model_get_info: info->size too small");
     return LLMM_OK;
 }
 
 static llmm_status find_meta(const llmm_model *model, const char *key, const void *out, const gguf_kv **kv,
                              uint64_t *index) {
     if (!model) return LLMM_ERR_INVALID_ARG;
-    if (!key || !out) return model_fail(model, LLMM_ERR_INVALID_ARG, "metadata lookup: NULL key or out");
+    if (!key || !out) return llmm__model_fail(model, LLMM_ERR_INVALID_ARG, "metadata lookup: NULL key or out");
     for (uint64_t i = 0; i < model->gguf->n_kv; i++)
         if (strcmp(model->meta_keys[i], key) == 0) {
             *kv = &model->gguf->kv[i];
             *index = i;
             return LLMM_OK;
         }
-    return model_fail(model, LLMM_ERR_NOT_FOUND, "no metadata key '%s'", key);
+    return llmm__model_fail(model, LLMM_ERR_NOT_FOUND, "no metadata key '%s'", key);
 }
 
 LLMM_API llmm_status llmm_model_meta_str(const llmm_model *model, const char *key, const char **out) {
@@ -255,7 +255,7 @@ LLMM_API llmm_status llmm_model_meta_str(const llmm_model *model, const char *ke
     uint64_t i;
     llmm_status st = find_meta(model, key, out, &kv, &i);
     if (st) return st;
-    if (!model->meta_strs[i]) return model_fail(model, LLMM_ERR_WRONG_TYPE, "metadata '%s' is not a string", key);
+    if (!model->meta_strs[i]) return llmm__model_fail(model, LLMM_ERR_WRONG_TYPE, "metadata '%s' is not a string", key);
     *out = model->meta_strs[i];
     return LLMM_OK;
 }
@@ -265,8 +265,8 @@ LLMM_API llmm_status llmm_model_meta_int(const llmm_model *model, const char *ke
     uint64_t i;
     llmm_status st = find_meta(model, key, out, &kv, &i);
     if (st) return st;
-    if (!gguf_kv_as_int(kv, out))
-        return model_fail(model, LLMM_ERR_WRONG_TYPE, "metadata '%s' is not an integer (or exceeds int64)", key);
+    if (!llmm__gguf_kv_as_int(kv, out))
+        return llmm__model_fail(model, LLMM_ERR_WRONG_TYPE, "metadata '%s' is not an integer (or exceeds int64)", key);
     return LLMM_OK;
 }
 
@@ -275,7 +275,7 @@ LLMM_API llmm_status llmm_model_meta_float(const llmm_model *model, const char *
     uint64_t i;
     llmm_status st = find_meta(model, key, out, &kv, &i);
     if (st) return st;
-    if (!gguf_kv_as_float(kv, out)) return model_fail(model, LLMM_ERR_WRONG_TYPE, "metadata '%s' is not a float", key);
+    if (!llmm__gguf_kv_as_float(kv, out)) return llmm__model_fail(model, LLMM_ERR_WRONG_TYPE, "metadata '%s' is not a float", key);
     return LLMM_OK;
 }
 
@@ -288,7 +288,7 @@ LLMM_API llmm_status llmm_model_meta_count(const llmm_model *model, size_t *coun
 LLMM_API llmm_status llmm_model_meta_key(const llmm_model *model, size_t index, const char **key) {
     if (!model || !key) return LLMM_ERR_INVALID_ARG;
     if (index >= model->gguf->n_kv)
-        return model_fail(model, LLMM_ERR_INVALID_ARG, "metadata index %zu out of range", index);
+        return llmm__model_fail(model, LLMM_ERR_INVALID_ARG, "metadata index %zu out of range", index);
     *key = model->meta_keys[index];
     return LLMM_OK;
 }

@@ -63,7 +63,7 @@ struct llmm_model {
 };
 
 /* Record a failure on a model (thread-safe) and return status. */
-llmm_status model_fail(const llmm_model *m, llmm_status status, const char *fmt, ...)
+llmm_status llmm__model_fail(const llmm_model *m, llmm_status status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 #endif

@@ -75,18 +75,18 @@ static const pretok_family families[] = {
 
 #define N_FAMILIES (sizeof families / sizeof *families)
 
-const pretok_family *pretok_family_find(const char *name, size_t len) {
+const pretok_family *llmm__pretok_family_find(const char *name, size_t len) {
     for (size_t f = 0; f < N_FAMILIES; f++)
         for (const char *const *n = families[f].names; *n; n++)
             if (strlen(*n) == len && memcmp(*n, name, len) == 0) return &families[f];
     return NULL;
 }
 
-const pretok_family *pretok_family_default(void) {
+const pretok_family *llmm__pretok_family_default(void) {
     return &families[0];
 }
 
-void pretok_family_list(char *buf, size_t cap) {
+void llmm__pretok_family_list(char *buf, size_t cap) {
     size_t used = 0;
     if (cap) buf[0] = '\0';
     for (size_t f = 0; f < N_FAMILIES; f++)
@@ -97,21 +97,21 @@ void pretok_family_list(char *buf, size_t cap) {
         }
 }
 
-llmm_status pretok_compile(pretokenizer *pt, const pretok_family *fam, const llmm_allocator *alloc, llmm_diag *d) {
+llmm_status llmm__pretok_compile(pretokenizer *pt, const pretok_family *fam, const llmm_allocator *alloc, llmm_diag *d) {
     size_t n = 0;
     while (fam->regexes[n]) n++;
-    pt->progs = mem_calloc(alloc, n, sizeof *pt->progs);
+    pt->progs = llmm__mem_calloc(alloc, n, sizeof *pt->progs);
     pt->n_progs = n;
-    if (!pt->progs) return diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for the pre-tokenizer");
+    if (!pt->progs) return llmm__diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for the pre-tokenizer");
     for (size_t i = 0; i < n; i++) {
-        llmm_status st = re_compile(&pt->progs[i], fam->regexes[i], d);
+        llmm_status st = llmm__re_compile(&pt->progs[i], fam->regexes[i], d);
         if (st) return st;
     }
     return LLMM_OK;
 }
 
-void pretok_free(pretokenizer *pt, const llmm_allocator *alloc) {
-    mem_free(alloc, pt->progs);
+void llmm__pretok_free(pretokenizer *pt, const llmm_allocator *alloc) {
+    llmm__mem_free(alloc, pt->progs);
     pt->progs = NULL;
     pt->n_progs = 0;
 }
@@ -132,8 +132,8 @@ static size_t decode_text(split_ctx *c, size_t len) {
     for (size_t at = 0; at < len; n++) {
         uint32_t cp;
         c->off[n] = at;
-        at += utf8_decode((const uint8_t *)c->text + at, len - at, &cp);
-        c->props[n] = unicode_props(cp);
+        at += llmm__utf8_decode((const uint8_t *)c->text + at, len - at, &cp);
+        c->props[n] = llmm__unicode_props(cp);
         c->cp[n] = cp >= 0x80 && (c->props[n] & UNI_WS) ? 0x0B : cp;
     }
     c->off[n] = len;
@@ -147,7 +147,7 @@ static llmm_status split_piece(const split_ctx *c, size_t level, size_t a, size_
     const re_input in = {c->cp, c->props, b};
     llmm_status st = LLMM_OK;
     size_t pos = a, start, end;
-    while (!st && pos < b && re_search(&c->pt->progs[level], &in, pos, &start, &end)) {
+    while (!st && pos < b && llmm__re_search(&c->pt->progs[level], &in, pos, &start, &end)) {
         if (start > pos) st = split_piece(c, level + 1, pos, start);
         if (!st) st = split_piece(c, level + 1, start, end);
         pos = end;
@@ -156,17 +156,17 @@ static llmm_status split_piece(const split_ctx *c, size_t level, size_t a, size_
     return st;
 }
 
-llmm_status pretok_split(const pretokenizer *pt, const char *text, size_t len, const llmm_allocator *alloc,
+llmm_status llmm__pretok_split(const pretokenizer *pt, const char *text, size_t len, const llmm_allocator *alloc,
                          pretok_word_fn fn, void *user) {
     if (len == 0) return LLMM_OK;
     split_ctx c = {.pt = pt, .text = text, .fn = fn, .user = user};
-    c.off = mem_calloc(alloc, len + 1, sizeof *c.off);
-    c.cp = mem_calloc(alloc, len, sizeof *c.cp);
-    c.props = mem_calloc(alloc, len, sizeof *c.props);
+    c.off = llmm__mem_calloc(alloc, len + 1, sizeof *c.off);
+    c.cp = llmm__mem_calloc(alloc, len, sizeof *c.cp);
+    c.props = llmm__mem_calloc(alloc, len, sizeof *c.props);
     llmm_status st = c.off && c.cp && c.props ? LLMM_OK : LLMM_ERR_NO_MEMORY;
     if (!st) st = split_piece(&c, 0, 0, decode_text(&c, len));
-    mem_free(alloc, c.off);
-    mem_free(alloc, c.cp);
-    mem_free(alloc, c.props);
+    llmm__mem_free(alloc, c.off);
+    llmm__mem_free(alloc, c.cp);
+    llmm__mem_free(alloc, c.props);
     return st;
 }

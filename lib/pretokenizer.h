@@ -16,29 +16,29 @@ typedef struct pretok_family {
 } pretok_family;
 
 /* The family of a tokenizer.ggml.pre value; NULL when unknown. */
-const pretok_family *pretok_family_find(const char *name, size_t len);
+const pretok_family *llmm__pretok_family_find(const char *name, size_t len);
 /* The family used when a file has no tokenizer.ggml.pre ("default"). */
-const pretok_family *pretok_family_default(void);
+const pretok_family *llmm__pretok_family_default(void);
 /* The known tokenizer.ggml.pre values, comma-separated into buf, for error messages. */
-void pretok_family_list(char *buf, size_t cap);
+void llmm__pretok_family_list(char *buf, size_t cap);
 
 struct re_prog;
 
-/* A family's compiled regexes; read-only after pretok_compile, shared by threads. */
+/* A family's compiled regexes; read-only after llmm__pretok_compile, shared by threads. */
 typedef struct pretokenizer {
     struct re_prog *progs;
     size_t n_progs;
 } pretokenizer;
 
-llmm_status pretok_compile(pretokenizer *pt, const pretok_family *fam, const llmm_allocator *alloc, llmm_diag *d);
-void pretok_free(pretokenizer *pt, const llmm_allocator *alloc);
+llmm_status llmm__pretok_compile(pretokenizer *pt, const pretok_family *fam, const llmm_allocator *alloc, llmm_diag *d);
+void llmm__pretok_free(pretokenizer *pt, const llmm_allocator *alloc);
 
 /* Receives each word (a non-empty byte range of the text) in order. */
 typedef llmm_status (*pretok_word_fn)(void *user, const char *word, size_t len);
 
 /* Split len bytes of text (any bytes: invalid UTF-8 is split as U+FFFD would be, but the words
  * keep the original bytes) and hand every word to fn. Allocates per call through alloc. */
-llmm_status pretok_split(const pretokenizer *pt, const char *text, size_t len, const llmm_allocator *alloc,
+llmm_status llmm__pretok_split(const pretokenizer *pt, const char *text, size_t len, const llmm_allocator *alloc,
                          pretok_word_fn fn, void *user);
 
 #endif

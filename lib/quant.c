@@ -17,7 +17,7 @@ static inline uint32_t f32_bits(float f) {
     return u;
 }
 
-float llmm_f16_to_f32(llmm_f16 h) {
+float llmm__f16_to_f32(llmm_f16 h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t exp = (h >> 10) & 0x1fu;
     uint32_t man = h & 0x3ffu;
@@ -32,7 +32,7 @@ float llmm_f16_to_f32(llmm_f16 h) {
 
 /* Round to nearest even, with overflow to infinity and gradual underflow, as the hardware
  * conversion (and so the reference engine) does. */
-llmm_f16 llmm_f32_to_f16(float f) {
+llmm_f16 llmm__f32_to_f16(float f) {
     uint32_t x = f32_bits(f);
     uint32_t sign = (x >> 16) & 0x8000u;
     uint32_t abs = x & 0x7fffffffu;
@@ -49,7 +49,7 @@ llmm_f16 llmm_f32_to_f16(float f) {
     return (llmm_f16)(sign | (abs >> 13));
 }
 
-float llmm_bf16_to_f32(llmm_bf16 h) { return f32_from_bits((uint32_t)h << 16); }
+float llmm__bf16_to_f32(llmm_bf16 h) { return f32_from_bits((uint32_t)h << 16); }
 
 static llmm_bf16 bf16_from_f32(float f) { return (llmm_bf16)(llmm_bf16_round_bits(f32_bits(f)) >> 16); }
 
@@ -59,19 +59,19 @@ static void dequant_f32(const void *src, float *dst, size_t n) { memcpy(dst, src
 
 static void dequant_f16(const void *src, float *dst, size_t n) {
     const llmm_f16 *s = src;
-    for (size_t i = 0; i < n; i++) dst[i] = llmm_f16_to_f32(s[i]);
+    for (size_t i = 0; i < n; i++) dst[i] = llmm__f16_to_f32(s[i]);
 }
 
 static void dequant_bf16(const void *src, float *dst, size_t n) {
     const llmm_bf16 *s = src;
-    for (size_t i = 0; i < n; i++) dst[i] = llmm_bf16_to_f32(s[i]);
+    for (size_t i = 0; i < n; i++) dst[i] = llmm__bf16_to_f32(s[i]);
 }
 
 static void from_float_f32(const float *src, void *dst, size_t n) { memcpy(dst, src, n * sizeof(float)); }
 
 static void from_float_f16(const float *src, void *dst, size_t n) {
     llmm_f16 *d = dst;
-    for (size_t i = 0; i < n; i++) d[i] = llmm_f32_to_f16(src[i]);
+    for (size_t i = 0; i < n; i++) d[i] = llmm__f32_to_f16(src[i]);
 }
 
 static void from_float_bf16(const float *src, void *dst, size_t n) {
@@ -81,7 +81,7 @@ static void from_float_bf16(const float *src, void *dst, size_t n) {
 
 /* Eight partial sums, as an 8-lane SIMD accumulator would keep, so the scalar reference and
  * the vector kernels round alike. */
-float llmm_dot_f32(const void *w, const void *x, size_t n) {
+float llmm__dot_f32(const void *w, const void *x, size_t n) {
     const float *a = w, *b = x;
     float acc[8] = {0};
     size_t i = 0;
@@ -115,15 +115,15 @@ static float half_dot(const uint16_t *w, const uint16_t *x, size_t n, float (*wi
     return sum;
 }
 
-static float widen_f16(uint16_t h) { return llmm_f16_to_f32(h); }
-static float widen_bf16(uint16_t h) { return llmm_bf16_to_f32(h); }
+static float widen_f16(uint16_t h) { return llmm__f16_to_f32(h); }
+static float widen_bf16(uint16_t h) { return llmm__bf16_to_f32(h); }
 
-float llmm_vec_dot_f16(const void *w, const void *x, size_t n) { return half_dot(w, x, n, widen_f16); }
-float llmm_vec_dot_bf16(const void *w, const void *x, size_t n) { return half_dot(w, x, n, widen_bf16); }
+float llmm__vec_dot_f16(const void *w, const void *x, size_t n) { return half_dot(w, x, n, widen_f16); }
+float llmm__vec_dot_bf16(const void *w, const void *x, size_t n) { return half_dot(w, x, n, widen_bf16); }
 
 /* ---------------------------------------------------------------- Q8_0 / Q4_0 */
 
-void llmm_quantize_row_q8_0(const float *src, void *dst, size_t n) {
+void llmm__quantize_row_q8_0(const float *src, void *dst, size_t n) {
     block_q8_0 *y = dst;
     for (size_t b = 0; b < n / QK8_0; b++) {
         const float *x = src + b * QK8_0;
@@ -131,7 +131,7 @@ void llmm_quantize_row_q8_0(const float *src, void *dst, size_t n) {
         for (int j = 0; j < QK8_0; j++) amax = fmaxf(amax, fabsf(x[j]));
         const float d = amax / 127.f;
         const float id = amax != 0.f ? 127.f / amax : 0.f;
-        y[b].d = llmm_f32_to_f16(d);
+        y[b].d = llmm__f32_to_f16(d);
         /* nearest-even, as the reference's SIMD quantizer rounds */
         for (int j = 0; j < QK8_0; j++) y[b].qs[j] = (int8_t)llmm_round_clamp(x[j] * id, -127, 127);
     }
@@ -139,14 +139,14 @@ void llmm_quantize_row_q8_0(const float *src, void *dst, size_t n) {
 
 /* The reference quantizer's encoding: the signed value of largest magnitude maps to -8, so
  * the range is used asymmetrically exactly as files from the reference tools are. */
-void llmm_quantize_row_q4_0(const float *src, void *dst, size_t n) {
+void llmm__quantize_row_q4_0(const float *src, void *dst, size_t n) {
     block_q4_0 *y = dst;
     for (size_t b = 0; b < n / QK4_0; b++) {
         const float *x = src + b * QK4_0;
         float amax;
         const float d = llmm_signed_absmax(x, QK4_0, &amax) / -8.f;
         const float id = d != 0.f ? 1.0f / d : 0.f;
-        y[b].d = llmm_f32_to_f16(d);
+        y[b].d = llmm__f32_to_f16(d);
         for (int j = 0; j < QK4_0 / 2; j++) {
             const int lo = llmm_trunc_clamp(x[j] * id + 8.5f, 0, 15);
             const int hi = llmm_trunc_clamp(x[j + QK4_0 / 2] * id + 8.5f, 0, 15);
@@ -158,7 +158,7 @@ void llmm_quantize_row_q4_0(const float *src, void *dst, size_t n) {
 static void dequant_q8_0(const void *src, float *dst, size_t n) {
     const block_q8_0 *x = src;
     for (size_t b = 0; b < n / QK8_0; b++) {
-        const float d = llmm_f16_to_f32(x[b].d);
+        const float d = llmm__f16_to_f32(x[b].d);
         for (int j = 0; j < QK8_0; j++) dst[b * QK8_0 + j] = d * (float)x[b].qs[j];
     }
 }
@@ -166,7 +166,7 @@ static void dequant_q8_0(const void *src, float *dst, size_t n) {
 static void dequant_q4_0(const void *src, float *dst, size_t n) {
     const block_q4_0 *x = src;
     for (size_t b = 0; b < n / QK4_0; b++) {
-        const float d = llmm_f16_to_f32(x[b].d);
+        const float d = llmm__f16_to_f32(x[b].d);
         for (int j = 0; j < QK4_0 / 2; j++) {
             dst[b * QK4_0 + j] = d * (float)((x[b].qs[j] & 0x0f) - 8);
             dst[b * QK4_0 + j + QK4_0 / 2] = d * (float)((x[b].qs[j] >> 4) - 8);
@@ -175,18 +175,18 @@ static void dequant_q4_0(const void *src, float *dst, size_t n) {
 }
 
 /* Integer dot per block, scaled by both block scales: the reference engine's formula. */
-float llmm_vec_dot_q8_0_q8_0(const void *w, const void *x, size_t n) {
+float llmm__vec_dot_q8_0_q8_0(const void *w, const void *x, size_t n) {
     const block_q8_0 *a = w, *b = x;
     float sum = 0;
     for (size_t i = 0; i < n / QK8_0; i++) {
         int32_t s = 0;
         for (int j = 0; j < QK8_0; j++) s += (int32_t)a[i].qs[j] * b[i].qs[j];
-        sum += (float)s * (llmm_f16_to_f32(a[i].d) * llmm_f16_to_f32(b[i].d));
+        sum += (float)s * (llmm__f16_to_f32(a[i].d) * llmm__f16_to_f32(b[i].d));
     }
     return sum;
 }
 
-float llmm_vec_dot_q4_0_q8_0(const void *w, const void *x, size_t n) {
+float llmm__vec_dot_q4_0_q8_0(const void *w, const void *x, size_t n) {
     const block_q4_0 *a = w;
     const block_q8_0 *b = x;
     float sum = 0;
@@ -196,7 +196,7 @@ float llmm_vec_dot_q4_0_q8_0(const void *w, const void *x, size_t n) {
             s += ((a[i].qs[j] & 0x0f) - 8) * b[i].qs[j];
             s += ((a[i].qs[j] >> 4) - 8) * b[i].qs[j + QK4_0 / 2];
         }
-        sum += (float)s * (llmm_f16_to_f32(a[i].d) * llmm_f16_to_f32(b[i].d));
+        sum += (float)s * (llmm__f16_to_f32(a[i].d) * llmm__f16_to_f32(b[i].d));
     }
     return sum;
 }
@@ -208,26 +208,26 @@ float llmm_vec_dot_q4_0_q8_0(const void *w, const void *x, size_t n) {
 static const llmm_type_traits type_table[LLMM_TYPE_COUNT] = {
     [LLMM_TYPE_F32] = {"f32", 1, 4, dequant_f32, from_float_f32},
     [LLMM_TYPE_F16] = {"f16", 1, 2, dequant_f16, from_float_f16},
-    [LLMM_TYPE_Q4_0] = {"q4_0", 32, 18, dequant_q4_0, llmm_quantize_row_q4_0},
-    [LLMM_TYPE_Q4_1] = {"q4_1", 32, 20, llmm_dequant_row_q4_1, llmm_quantize_row_q4_1},
-    [LLMM_TYPE_Q5_0] = {"q5_0", 32, 22, llmm_dequant_row_q5_0, llmm_quantize_row_q5_0},
-    [LLMM_TYPE_Q5_1] = {"q5_1", 32, 24, llmm_dequant_row_q5_1, llmm_quantize_row_q5_1},
-    [LLMM_TYPE_Q8_0] = {"q8_0", 32, 34, dequant_q8_0, llmm_quantize_row_q8_0},
-    [LLMM_TYPE_Q8_1] = {"q8_1", 32, 36, NULL, llmm_quantize_row_q8_1}, /* activations only */
-    [LLMM_TYPE_Q2_K] = {"q2_k", 256, 84, llmm_dequant_row_q2_K, llmm_quantize_row_q2_K},
-    [LLMM_TYPE_Q3_K] = {"q3_k", 256, 110, llmm_dequant_row_q3_K, llmm_quantize_row_q3_K},
-    [LLMM_TYPE_Q4_K] = {"q4_k", 256, 144, llmm_dequant_row_q4_K, llmm_quantize_row_q4_K},
-    [LLMM_TYPE_Q5_K] = {"q5_k", 256, 176, llmm_dequant_row_q5_K, llmm_quantize_row_q5_K},
-    [LLMM_TYPE_Q6_K] = {"q6_k", 256, 210, llmm_dequant_row_q6_K, llmm_quantize_row_q6_K},
-    [LLMM_TYPE_Q8_K] = {"q8_k", 256, 292, NULL, llmm_quantize_row_q8_K}, /* activations only */
+    [LLMM_TYPE_Q4_0] = {"q4_0", 32, 18, dequant_q4_0, llmm__quantize_row_q4_0},
+    [LLMM_TYPE_Q4_1] = {"q4_1", 32, 20, llmm__dequant_row_q4_1, llmm__quantize_row_q4_1},
+    [LLMM_TYPE_Q5_0] = {"q5_0", 32, 22, llmm__dequant_row_q5_0, llmm__quantize_row_q5_0},
+    [LLMM_TYPE_Q5_1] = {"q5_1", 32, 24, llmm__dequant_row_q5_1, llmm__quantize_row_q5_1},
+    [LLMM_TYPE_Q8_0] = {"q8_0", 32, 34, dequant_q8_0, llmm__quantize_row_q8_0},
+    [LLMM_TYPE_Q8_1] = {"q8_1", 32, 36, NULL, llmm__quantize_row_q8_1}, /* activations only */
+    [LLMM_TYPE_Q2_K] = {"q2_k", 256, 84, llmm__dequant_row_q2_K, llmm__quantize_row_q2_K},
+    [LLMM_TYPE_Q3_K] = {"q3_k", 256, 110, llmm__dequant_row_q3_K, llmm__quantize_row_q3_K},
+    [LLMM_TYPE_Q4_K] = {"q4_k", 256, 144, llmm__dequant_row_q4_K, llmm__quantize_row_q4_K},
+    [LLMM_TYPE_Q5_K] = {"q5_k", 256, 176, llmm__dequant_row_q5_K, llmm__quantize_row_q5_K},
+    [LLMM_TYPE_Q6_K] = {"q6_k", 256, 210, llmm__dequant_row_q6_K, llmm__quantize_row_q6_K},
+    [LLMM_TYPE_Q8_K] = {"q8_k", 256, 292, NULL, llmm__quantize_row_q8_K}, /* activations only */
     [LLMM_TYPE_IQ2_XXS] = {"iq2_xxs", 256, 66, NULL, NULL},
     [LLMM_TYPE_IQ2_XS] = {"iq2_xs", 256, 74, NULL, NULL},
     [LLMM_TYPE_IQ3_XXS] = {"iq3_xxs", 256, 98, NULL, NULL},
     [LLMM_TYPE_IQ1_S] = {"iq1_s", 256, 50, NULL, NULL},
-    [LLMM_TYPE_IQ4_NL] = {"iq4_nl", 32, 18, llmm_dequant_row_iq4_nl, llmm_quantize_row_iq4_nl},
+    [LLMM_TYPE_IQ4_NL] = {"iq4_nl", 32, 18, llmm__dequant_row_iq4_nl, llmm__quantize_row_iq4_nl},
     [LLMM_TYPE_IQ3_S] = {"iq3_s", 256, 110, NULL, NULL},
     [LLMM_TYPE_IQ2_S] = {"iq2_s", 256, 82, NULL, NULL},
-    [LLMM_TYPE_IQ4_XS] = {"iq4_xs", 256, 136, llmm_dequant_row_iq4_xs, llmm_quantize_row_iq4_xs},
+    [LLMM_TYPE_IQ4_XS] = {"iq4_xs", 256, 136, llmm__dequant_row_iq4_xs, llmm__quantize_row_iq4_xs},
     [LLMM_TYPE_I8] = {"i8", 1, 1, NULL, NULL},
     [LLMM_TYPE_I16] = {"i16", 1, 2, NULL, NULL},
     [LLMM_TYPE_I32] = {"i32", 1, 4, NULL, NULL},
@@ -240,13 +240,13 @@ static const llmm_type_traits type_table[LLMM_TYPE_COUNT] = {
     [LLMM_TYPE_MXFP4] = {"mxfp4", 32, 17, NULL, NULL},
 };
 
-const llmm_type_traits *llmm_type_get(uint32_t type) {
+const llmm_type_traits *llmm__type_get(uint32_t type) {
     if (type >= LLMM_TYPE_COUNT || type_table[type].block_size == 0) return NULL;
     return &type_table[type];
 }
 
-size_t llmm_row_bytes(uint32_t type, uint64_t n) {
-    const llmm_type_traits *t = llmm_type_get(type);
+size_t llmm__row_bytes(uint32_t type, uint64_t n) {
+    const llmm_type_traits *t = llmm__type_get(type);
     if (!t || n % t->block_size != 0) return 0;
     return (size_t)(n / t->block_size) * t->block_bytes;
 }

@@ -189,11 +189,11 @@ typedef struct {
 } block_q8_K;
 static_assert(sizeof(block_q8_K) == 292, "block_q8_K layout");
 
-/* Non-linear 4-bit formats: each nibble indexes llmm_iq4_values (a fixed codebook, denser
+/* Non-linear 4-bit formats: each nibble indexes llmm__iq4_values (a fixed codebook, denser
  * near zero, as the reference's kvalues_iq4nl), scaled by the block's d. */
 #define QK4_NL 32
 
-/* IQ4_NL: 32 weights, 4.5 bits each: w = d * llmm_iq4_values[q]; Q4_0's nibble order. */
+/* IQ4_NL: 32 weights, 4.5 bits each: w = d * llmm__iq4_values[q]; Q4_0's nibble order. */
 typedef struct {
     llmm_f16 d;
     uint8_t qs[QK4_NL / 2];
@@ -201,7 +201,7 @@ typedef struct {
 static_assert(sizeof(block_iq4_nl) == 18, "block_iq4_nl layout");
 
 /* IQ4_XS: a super-block of 8 sub-blocks of 32, 4.25 bits per weight: w = d * (ls - 32) *
- * llmm_iq4_values[q], ls a 6-bit scale per sub-block: its low 4 bits are nibble ib % 2 of
+ * llmm__iq4_values[q], ls a 6-bit scale per sub-block: its low 4 bits are nibble ib % 2 of
  * scales_l[ib / 2], its top 2 bits are bits 2ib, 2ib+1 of scales_h. Sub-block ib's weights
  * are qs[16ib .. 16ib + 15] in Q4_0's nibble order. */
 typedef struct {
@@ -212,7 +212,7 @@ typedef struct {
 } block_iq4_xs;
 static_assert(sizeof(block_iq4_xs) == 136, "block_iq4_xs layout");
 
-extern const int8_t llmm_iq4_values[16];
+extern const int8_t llmm__iq4_values[16];
 
 /* The 6-bit scale (0..63) of sub-block ib of the IQ4_XS super-block at blk; its weights are
  * d * (scale - 32) * value[code]. Bytes, not the struct: kernels call it on rows of a file. */
@@ -241,14 +241,14 @@ typedef struct llmm_type_traits {
 } llmm_type_traits;
 
 /* Traits of a type id; NULL for unknown or removed ids. */
-const llmm_type_traits *llmm_type_get(uint32_t type);
+const llmm_type_traits *llmm__type_get(uint32_t type);
 
 /* Bytes of a row of n weights, 0 if n is not a multiple of the block size. */
-size_t llmm_row_bytes(uint32_t type, uint64_t n);
+size_t llmm__row_bytes(uint32_t type, uint64_t n);
 
-float llmm_f16_to_f32(llmm_f16 h);
-llmm_f16 llmm_f32_to_f16(float f);
-float llmm_bf16_to_f32(llmm_bf16 h);
+float llmm__f16_to_f32(llmm_f16 h);
+llmm_f16 llmm__f32_to_f16(float f);
+float llmm__bf16_to_f32(llmm_bf16 h);
 
 /* A float's bits (u) rounded to bf16 and widened back to float bits: nearest even, a NaN
  * quieted. The one rounding rule of the type table's from_float and of the CPU backend's
@@ -260,13 +260,13 @@ static inline uint32_t llmm_bf16_round_bits(uint32_t u) {
 }
 
 /* Float dot product with eight partial sums (the reference kernels' rounding order). */
-float llmm_dot_f32(const void *a, const void *b, size_t n);
+float llmm__dot_f32(const void *a, const void *b, size_t n);
 /* The scalar dot products of a weight row with its operand row: the reference results every
  * matmul kernel is checked against (the CPU backend's table of them: cpu/cpu_dot.h). */
-float llmm_vec_dot_f16(const void *w, const void *x, size_t n);
-float llmm_vec_dot_bf16(const void *w, const void *x, size_t n);
-float llmm_vec_dot_q8_0_q8_0(const void *w, const void *x, size_t n);
-float llmm_vec_dot_q4_0_q8_0(const void *w, const void *x, size_t n);
+float llmm__vec_dot_f16(const void *w, const void *x, size_t n);
+float llmm__vec_dot_bf16(const void *w, const void *x, size_t n);
+float llmm__vec_dot_q8_0_q8_0(const void *w, const void *x, size_t n);
+float llmm__vec_dot_q4_0_q8_0(const void *w, const void *x, size_t n);
 
 /* Float to a quant level in [lo, hi]: nearest with ties to even (the reference's
  * nearest_int) or truncated (its (int) casts of x + 0.5). The clamp comes first, so a huge
@@ -303,53 +303,53 @@ static inline void llmm_pack_nibbles32(const uint8_t q[32], uint8_t qs[16]) {
 
 /* ---------------------------------------------------------------- per-type kernels
  * The table's entries, public only so the table (quant.c) can name them: callers go through
- * llmm_type_get. n is the row length, a multiple of the type's block size. Quantizers follow
+ * llmm__type_get. n is the row length, a multiple of the type's block size. Quantizers follow
  * the reference engine's quantize_row_*_ref algorithms, so a file written here holds the
  * blocks the reference tools would write. Dots take the activation format in the name. */
 
 /* Activations into Q8_0 blocks (n a multiple of 32), rounding as the reference engine. */
-void llmm_quantize_row_q8_0(const float *src, void *dst, size_t n);
+void llmm__quantize_row_q8_0(const float *src, void *dst, size_t n);
 /* Weights into Q4_0 blocks (n a multiple of 32), with the reference quantizer's encoding. */
-void llmm_quantize_row_q4_0(const float *src, void *dst, size_t n);
+void llmm__quantize_row_q4_0(const float *src, void *dst, size_t n);
 
 /* quant_legacy.c: the 32-weight offset and 5-bit formats, and their Q8_1 operand */
-void llmm_quantize_row_q4_1(const float *src, void *dst, size_t n);
-void llmm_quantize_row_q5_0(const float *src, void *dst, size_t n);
-void llmm_quantize_row_q5_1(const float *src, void *dst, size_t n);
-void llmm_quantize_row_q8_1(const float *src, void *dst, size_t n);
-void llmm_dequant_row_q4_1(const void *src, float *dst, size_t n);
-void llmm_dequant_row_q5_0(const void *src, float *dst, size_t n);
-void llmm_dequant_row_q5_1(const void *src, float *dst, size_t n);
-float llmm_vec_dot_q4_1_q8_1(const void *w, const void *x, size_t n);
-float llmm_vec_dot_q5_0_q8_0(const void *w, const void *x, size_t n);
-float llmm_vec_dot_q5_1_q8_1(const void *w, const void *x, size_t n);
+void llmm__quantize_row_q4_1(const float *src, void *dst, size_t n);
+void llmm__quantize_row_q5_0(const float *src, void *dst, size_t n);
+void llmm__quantize_row_q5_1(const float *src, void *dst, size_t n);
+void llmm__quantize_row_q8_1(const float *src, void *dst, size_t n);
+void llmm__dequant_row_q4_1(const void *src, float *dst, size_t n);
+void llmm__dequant_row_q5_0(const void *src, float *dst, size_t n);
+void llmm__dequant_row_q5_1(const void *src, float *dst, size_t n);
+float llmm__vec_dot_q4_1_q8_1(const void *w, const void *x, size_t n);
+float llmm__vec_dot_q5_0_q8_0(const void *w, const void *x, size_t n);
+float llmm__vec_dot_q5_1_q8_1(const void *w, const void *x, size_t n);
 
 /* quant_k.c: the K-quants (n a multiple of 256) and their Q8_K operand */
-void llmm_quantize_row_q2_K(const float *src, void *dst, size_t n);
-void llmm_quantize_row_q3_K(const float *src, void *dst, size_t n);
-void llmm_quantize_row_q4_K(const float *src, void *dst, size_t n);
-void llmm_quantize_row_q5_K(const float *src, void *dst, size_t n);
-void llmm_quantize_row_q6_K(const float *src, void *dst, size_t n);
-void llmm_quantize_row_q8_K(const float *src, void *dst, size_t n);
-void llmm_dequant_row_q2_K(const void *src, float *dst, size_t n);
-void llmm_dequant_row_q3_K(const void *src, float *dst, size_t n);
-void llmm_dequant_row_q4_K(const void *src, float *dst, size_t n);
-void llmm_dequant_row_q5_K(const void *src, float *dst, size_t n);
-void llmm_dequant_row_q6_K(const void *src, float *dst, size_t n);
-float llmm_vec_dot_q2_K_q8_K(const void *w, const void *x, size_t n);
-float llmm_vec_dot_q3_K_q8_K(const void *w, const void *x, size_t n);
-float llmm_vec_dot_q4_K_q8_K(const void *w, const void *x, size_t n);
-float llmm_vec_dot_q5_K_q8_K(const void *w, const void *x, size_t n);
-float llmm_vec_dot_q6_K_q8_K(const void *w, const void *x, size_t n);
+void llmm__quantize_row_q2_K(const float *src, void *dst, size_t n);
+void llmm__quantize_row_q3_K(const float *src, void *dst, size_t n);
+void llmm__quantize_row_q4_K(const float *src, void *dst, size_t n);
+void llmm__quantize_row_q5_K(const float *src, void *dst, size_t n);
+void llmm__quantize_row_q6_K(const float *src, void *dst, size_t n);
+void llmm__quantize_row_q8_K(const float *src, void *dst, size_t n);
+void llmm__dequant_row_q2_K(const void *src, float *dst, size_t n);
+void llmm__dequant_row_q3_K(const void *src, float *dst, size_t n);
+void llmm__dequant_row_q4_K(const void *src, float *dst, size_t n);
+void llmm__dequant_row_q5_K(const void *src, float *dst, size_t n);
+void llmm__dequant_row_q6_K(const void *src, float *dst, size_t n);
+float llmm__vec_dot_q2_K_q8_K(const void *w, const void *x, size_t n);
+float llmm__vec_dot_q3_K_q8_K(const void *w, const void *x, size_t n);
+float llmm__vec_dot_q4_K_q8_K(const void *w, const void *x, size_t n);
+float llmm__vec_dot_q5_K_q8_K(const void *w, const void *x, size_t n);
+float llmm__vec_dot_q6_K_q8_K(const void *w, const void *x, size_t n);
 
 /* quant_iq4.c: the non-linear 4-bit formats. Their quantizers are this project's own (a
  * least-squares scale search, see there); the reference's also weighs each value by an
  * importance, so files written here are valid but not byte-identical to the reference's. */
-void llmm_quantize_row_iq4_nl(const float *src, void *dst, size_t n);
-void llmm_quantize_row_iq4_xs(const float *src, void *dst, size_t n);
-void llmm_dequant_row_iq4_nl(const void *src, float *dst, size_t n);
-void llmm_dequant_row_iq4_xs(const void *src, float *dst, size_t n);
-float llmm_vec_dot_iq4_nl_q8_0(const void *w, const void *x, size_t n);
-float llmm_vec_dot_iq4_xs_q8_K(const void *w, const void *x, size_t n);
+void llmm__quantize_row_iq4_nl(const float *src, void *dst, size_t n);
+void llmm__quantize_row_iq4_xs(const float *src, void *dst, size_t n);
+void llmm__dequant_row_iq4_nl(const void *src, float *dst, size_t n);
+void llmm__dequant_row_iq4_xs(const void *src, float *dst, size_t n);
+float llmm__vec_dot_iq4_nl_q8_0(const void *w, const void *x, size_t n);
+float llmm__vec_dot_iq4_xs_q8_K(const void *w, const void *x, size_t n);
 
 #endif

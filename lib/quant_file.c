@@ -40,15 +40,15 @@ static const llmm_quant_recipe recipes[] = {
     {"q5_k_m", LLMM_TYPE_Q5_K, LLMM_TYPE_Q6_K, LLMM_TYPE_Q6_K, 17},
 };
 
-const llmm_quant_recipe *llmm_quant_recipe_find(const char *name) {
+const llmm_quant_recipe *llmm__quant_recipe_find(const char *name) {
     for (size_t i = 0; i < sizeof recipes / sizeof *recipes; i++)
         if (!strcmp(recipes[i].name, name)) return &recipes[i];
     return NULL;
 }
 
-size_t llmm_quant_recipe_count(void) { return sizeof recipes / sizeof *recipes; }
+size_t llmm__quant_recipe_count(void) { return sizeof recipes / sizeof *recipes; }
 
-const llmm_quant_recipe *llmm_quant_recipe_at(size_t i) { return i < llmm_quant_recipe_count() ? &recipes[i] : NULL; }
+const llmm_quant_recipe *llmm__quant_recipe_at(size_t i) { return i < llmm__quant_recipe_count() ? &recipes[i] : NULL; }
 
 /* ================================================================ choosing types */
 
@@ -124,7 +124,7 @@ static uint32_t mixed_type(const llmm_quant_recipe *r, const gguf_file *f, const
     int index, count;
     switch (role) {
     case ROLE_OUTPUT:
-        return t->ne[0] % llmm_type_get(r->type)->block_size ? LLMM_TYPE_Q8_0 : r->more_bits;
+        return t->ne[0] % llmm__type_get(r->type)->block_size ? LLMM_TYPE_Q8_0 : r->more_bits;
     case ROLE_ATTN_V:
     case ROLE_FFN_DOWN:
         role_rank(f, t, role, &index, &count);
@@ -144,7 +144,7 @@ static const struct {
     {LLMM_TYPE_Q5_K, LLMM_TYPE_Q5_1}, {LLMM_TYPE_Q6_K, LLMM_TYPE_Q8_0}, {LLMM_TYPE_IQ4_XS, LLMM_TYPE_IQ4_NL},
 };
 
-static int row_fits(uint32_t type, int64_t ne0) { return ne0 % llmm_type_get(type)->block_size == 0; }
+static int row_fits(uint32_t type, int64_t ne0) { return ne0 % llmm__type_get(type)->block_size == 0; }
 
 static uint32_t fallback_type(uint32_t wanted, int64_t ne0) {
     for (size_t i = 0; i < sizeof fallback_chain / sizeof *fallback_chain; i++)
@@ -152,8 +152,8 @@ static uint32_t fallback_type(uint32_t wanted, int64_t ne0) {
     return LLMM_TYPE_F16;
 }
 
-llmm_quant_choice llmm_quant_choose(const llmm_quant_recipe *r, const gguf_file *f, const gguf_tensor *t) {
-    const llmm_type_traits *src = llmm_type_get(t->type);
+llmm_quant_choice llmm__quant_choose(const llmm_quant_recipe *r, const gguf_file *f, const gguf_tensor *t) {
+    const llmm_type_traits *src = llmm__type_get(t->type);
     llmm_quant_choice c = {t->type, t->type, 0};
     if (is_vector(t)) {
         if (src && src->dequant_row) c.wanted = c.type = LLMM_TYPE_F32;
@@ -211,7 +211,7 @@ static void put_kv_raw(writer *w, const gguf_kv *kv) {
     size_t value_bytes;
     if (kv->type == GGUF_TYPE_STRING) value_bytes = 8 + (size_t)kv->v.str.len;
     else if (kv->type == GGUF_TYPE_ARRAY) value_bytes = 4 + 8 + (size_t)kv->v.arr.bytes;
-    else value_bytes = gguf_scalar_size(kv->type);
+    else value_bytes = llmm__gguf_scalar_size(kv->type);
     put(w, (const uint8_t *)kv->key.ptr - 8, 8 + (size_t)kv->key.len + 4 + value_bytes);
 }
 
@@ -224,7 +224,7 @@ static void put_kv_u32(writer *w, const char *key, uint32_t v) {
 static uint64_t rows_of(const gguf_tensor *t) { return t->ne[0] ? t->n_elements / (uint64_t)t->ne[0] : 0; }
 
 static uint64_t out_bytes(const gguf_tensor *t, uint32_t type) {
-    return (uint64_t)llmm_row_bytes(type, (uint64_t)t->ne[0]) * rows_of(t);
+    return (uint64_t)llmm__row_bytes(type, (uint64_t)t->ne[0]) * rows_of(t);
 }
 
 static void write_header(writer *w, const gguf_file *in, const llmm_quant_recipe *r, const llmm_quant_choice *c) {
@@ -292,8 +292,8 @@ typedef struct converter {
 } converter;
 
 static void convert_chunk(converter *cv, const gguf_tensor *t, uint32_t type, uint64_t row0, size_t n_rows) {
-    const llmm_type_traits *src = llmm_type_get(t->type), *dst = llmm_type_get(type);
-    const size_t ne0 = (size_t)t->ne[0], sb = llmm_row_bytes(t->type, ne0), db = llmm_row_bytes(type, ne0);
+    const llmm_type_traits *src = llmm__type_get(t->type), *dst = llmm__type_get(type);
+    const size_t ne0 = (size_t)t->ne[0], sb = llmm__row_bytes(t->type, ne0), db = llmm__row_bytes(type, ne0);
     convert_job jobs[MAX_THREADS];
     int n_jobs = (size_t)cv->n_threads < n_rows ? cv->n_threads : (int)n_rows;
     size_t done = 0;
@@ -307,7 +307,7 @@ static void convert_chunk(converter *cv, const gguf_tensor *t, uint32_t type, ui
 }
 
 static void write_tensor_data(writer *w, converter *cv, const gguf_tensor *t, uint32_t type) {
-    const size_t db = llmm_row_bytes(type, (uint64_t)t->ne[0]);
+    const size_t db = llmm__row_bytes(type, (uint64_t)t->ne[0]);
     if (type == t->type) {
         put(w, t->data, (size_t)t->n_bytes);
     } else if (db > 0) { /* 0 only for an empty tensor: nothing to convert */
@@ -326,11 +326,11 @@ static void write_tensor_data(writer *w, converter *cv, const gguf_tensor *t, ui
 static llmm_status plan(const gguf_file *in, const llmm_quant_recipe *r, llmm_quant_choice *c, llmm_diag *d) {
     for (uint64_t i = 0; i < in->n_tensors; i++) {
         const gguf_tensor *t = &in->tensors[i];
-        c[i] = llmm_quant_choose(r, in, t);
+        c[i] = llmm__quant_choose(r, in, t);
         if (c[i].type == t->type) continue;
-        const llmm_type_traits *src = llmm_type_get(t->type), *dst = llmm_type_get(c[i].type);
+        const llmm_type_traits *src = llmm__type_get(t->type), *dst = llmm__type_get(c[i].type);
         if (!src->dequant_row || !dst->from_float)
-            return diag_fail(d, LLMM_ERR_UNSUPPORTED, "tensor '%.*s': cannot convert %s to %s", (int)t->name.len,
+            return llmm__diag_fail(d, LLMM_ERR_UNSUPPORTED, "tensor '%.*s': cannot convert %s to %s", (int)t->name.len,
                              t->name.ptr, src->name, dst->name);
     }
     return LLMM_OK;
@@ -343,7 +343,7 @@ static llmm_status converter_init(converter *cv, const gguf_file *in, const llmm
         if (c[i].type == in->tensors[i].type) continue;
         const size_t ne0 = (size_t)in->tensors[i].ne[0];
         max_ne0 = ne0 > max_ne0 ? ne0 : max_ne0;
-        const size_t rb = llmm_row_bytes(c[i].type, ne0);
+        const size_t rb = llmm__row_bytes(c[i].type, ne0);
         max_row = rb > max_row ? rb : max_row;
     }
     cv->n_threads = n_threads < 1 ? 1 : n_threads > MAX_THREADS ? MAX_THREADS : n_threads;
@@ -351,7 +351,7 @@ static llmm_status converter_init(converter *cv, const gguf_file *in, const llmm
     size_t row_bytes;
     cv->rows = size_mul_ok(max_ne0 * sizeof(float), (size_t)cv->n_threads, &row_bytes) ? malloc(row_bytes) : NULL;
     cv->chunk = malloc(cv->chunk_cap);
-    if (!cv->rows || !cv->chunk) return diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for conversion buffers");
+    if (!cv->rows || !cv->chunk) return llmm__diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for conversion buffers");
     return LLMM_OK;
 }
 
@@ -362,11 +362,11 @@ static void report(const llmm_quant_params *p, const gguf_file *in, uint64_t i, 
     p->progress(p->user, &pr);
 }
 
-llmm_status llmm_quantize_model(const gguf_file *in, const llmm_quant_params *p, FILE *out, llmm_diag *d) {
-    if (!p || !p->recipe || !out) return diag_fail(d, LLMM_ERR_INVALID_ARG, "missing recipe or output");
+llmm_status llmm__quantize_model(const gguf_file *in, const llmm_quant_params *p, FILE *out, llmm_diag *d) {
+    if (!p || !p->recipe || !out) return llmm__diag_fail(d, LLMM_ERR_INVALID_ARG, "missing recipe or output");
     llmm_quant_choice *c = calloc(in->n_tensors ? in->n_tensors : 1, sizeof *c);
     converter cv = {0};
-    if (!c) return diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory");
+    if (!c) return llmm__diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory");
     llmm_status st = plan(in, p->recipe, c, d);
     if (!st) st = converter_init(&cv, in, c, p->n_threads, d);
     writer w = {out, 0, 0};
@@ -375,7 +375,7 @@ llmm_status llmm_quantize_model(const gguf_file *in, const llmm_quant_params *p,
         write_tensor_data(&w, &cv, &in->tensors[i], c[i].type);
         if (!w.failed) report(p, in, i, c[i]);
     }
-    if (!st && (w.failed || fflush(out) != 0)) st = diag_fail(d, LLMM_ERR_IO, "writing the output failed");
+    if (!st && (w.failed || fflush(out) != 0)) st = llmm__diag_fail(d, LLMM_ERR_IO, "writing the output failed");
     free(cv.rows);
     free(cv.chunk);
     free(c);

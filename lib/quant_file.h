@@ -21,10 +21,10 @@ typedef struct llmm_quant_recipe {
 } llmm_quant_recipe;
 
 /* The recipe called name, or NULL. */
-const llmm_quant_recipe *llmm_quant_recipe_find(const char *name);
+const llmm_quant_recipe *llmm__quant_recipe_find(const char *name);
 /* Recipe i (0 <= i < count), for listing them. */
-size_t llmm_quant_recipe_count(void);
-const llmm_quant_recipe *llmm_quant_recipe_at(size_t i);
+size_t llmm__quant_recipe_count(void);
+const llmm_quant_recipe *llmm__quant_recipe_at(size_t i);
 
 /* What the conversion decided for one tensor. */
 typedef struct llmm_quant_choice {
@@ -34,7 +34,7 @@ typedef struct llmm_quant_choice {
 } llmm_quant_choice;
 
 /* The type recipe r gives tensor t of model f (a pure function of names and shapes). */
-llmm_quant_choice llmm_quant_choose(const llmm_quant_recipe *r, const gguf_file *f, const gguf_tensor *t);
+llmm_quant_choice llmm__quant_choose(const llmm_quant_recipe *r, const gguf_file *f, const gguf_tensor *t);
 
 /* Progress of a conversion, once per tensor after it is written. */
 typedef struct llmm_quant_progress {
@@ -55,6 +55,6 @@ typedef struct llmm_quant_params {
 /* Write `in` converted by params->recipe to out (a GGUF v3 file, alignment 32): metadata
  * copied (general.file_type and general.quantization_version set), tensors in source order.
  * Errors: UNSUPPORTED (a tensor type that cannot be read), IO (a failed write), NO_MEMORY. */
-llmm_status llmm_quantize_model(const gguf_file *in, const llmm_quant_params *params, FILE *out, llmm_diag *d);
+llmm_status llmm__quantize_model(const gguf_file *in, const llmm_quant_params *params, FILE *out, llmm_diag *d);
 
 #endif

@@ -17,7 +17,7 @@
 #define XS_SUBS (QK_K / QK)
 
 /* The reference's kvalues_iq4nl: a file's nibbles mean these values. */
-const int8_t llmm_iq4_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+const int8_t llmm__iq4_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
 /* Midpoints between neighbouring codebook values: index k of the nearest value to v is the
  * number of midpoints below v (exact in float: halves of integers). */
@@ -75,11 +75,11 @@ static float fit_block(const code_table *t, const float *x, uint8_t code[QK]) {
     float best_d = 0;
     uint8_t trial[QK];
     for (int k = -SCALE_TRIES; k <= SCALE_TRIES; k++) {
-        const float id = ((float)llmm_iq4_values[0] + (float)k) / max;
+        const float id = ((float)llmm__iq4_values[0] + (float)k) / max;
         float sqx = 0, sq2 = 0;
         for (int j = 0; j < QK; j++) {
             trial[j] = (uint8_t)nearest_code(t, x[j] * id);
-            const float q = llmm_iq4_values[trial[j]];
+            const float q = llmm__iq4_values[trial[j]];
             sqx += q * x[j];
             sq2 += q * q;
         }
@@ -93,16 +93,16 @@ static float fit_block(const code_table *t, const float *x, uint8_t code[QK]) {
     return best_d;
 }
 
-void llmm_quantize_row_iq4_nl(const float *src, void *dst, size_t n) {
+void llmm__quantize_row_iq4_nl(const float *src, void *dst, size_t n) {
     block_iq4_nl *y = dst;
     uint8_t code[QK];
     code_table t;
     code_table_init(&t);
     for (size_t b = 0; b < n / QK; b++) {
         const float *x = src + b * QK;
-        y[b].d = llmm_f32_to_f16(fit_block(&t, x, code));
+        y[b].d = llmm__f32_to_f16(fit_block(&t, x, code));
         /* the codes again for the scale as stored (rounded to f16): each weight's nearest */
-        codes_for_scale(&t, x, llmm_f16_to_f32(y[b].d), code);
+        codes_for_scale(&t, x, llmm__f16_to_f32(y[b].d), code);
         llmm_pack_nibbles32(code, y[b].qs);
     }
 }
@@ -110,7 +110,7 @@ void llmm_quantize_row_iq4_nl(const float *src, void *dst, size_t n) {
 /* Each sub-block's own best scale, then one f16 d for the super-block with the sub-block
  * scales as 6-bit multiples of it: the largest in magnitude maps to -32, as the reference's
  * encoding does, and the codes are taken again for the scales as stored. */
-void llmm_quantize_row_iq4_xs(const float *src, void *dst, size_t n) {
+void llmm__quantize_row_iq4_xs(const float *src, void *dst, size_t n) {
     block_iq4_xs *y = dst;
     uint8_t code[QK];
     code_table t;
@@ -121,8 +121,8 @@ void llmm_quantize_row_iq4_xs(const float *src, void *dst, size_t n) {
         for (int ib = 0; ib < XS_SUBS; ib++) scale[ib] = fit_block(&t, x + ib * QK, code);
         const float d = llmm_signed_absmax(scale, XS_SUBS, &amax) / -32.f;
         const float id = d != 0.f ? 1.0f / d : 0.f;
-        y[b].d = llmm_f32_to_f16(d);
-        const float d_stored = llmm_f16_to_f32(y[b].d);
+        y[b].d = llmm__f32_to_f16(d);
+        const float d_stored = llmm__f16_to_f32(y[b].d);
         y[b].scales_h = 0;
         memset(y[b].scales_l, 0, sizeof y[b].scales_l);
         for (int ib = 0; ib < XS_SUBS; ib++) {
@@ -138,26 +138,26 @@ void llmm_quantize_row_iq4_xs(const float *src, void *dst, size_t n) {
 /* value[code] of the 32 weights whose nibbles are qs[0..15] */
 static void decode_values(const uint8_t qs[QK / 2], int8_t v[QK]) {
     for (int j = 0; j < QK / 2; j++) {
-        v[j] = llmm_iq4_values[qs[j] & 15];
-        v[j + QK / 2] = llmm_iq4_values[qs[j] >> 4];
+        v[j] = llmm__iq4_values[qs[j] & 15];
+        v[j + QK / 2] = llmm__iq4_values[qs[j] >> 4];
     }
 }
 
-void llmm_dequant_row_iq4_nl(const void *src, float *dst, size_t n) {
+void llmm__dequant_row_iq4_nl(const void *src, float *dst, size_t n) {
     const block_iq4_nl *x = src;
     int8_t v[QK];
     for (size_t b = 0; b < n / QK; b++) {
-        const float d = llmm_f16_to_f32(x[b].d);
+        const float d = llmm__f16_to_f32(x[b].d);
         decode_values(x[b].qs, v);
         for (int j = 0; j < QK; j++) dst[b * QK + j] = d * (float)v[j];
     }
 }
 
-void llmm_dequant_row_iq4_xs(const void *src, float *dst, size_t n) {
+void llmm__dequant_row_iq4_xs(const void *src, float *dst, size_t n) {
     const block_iq4_xs *x = src;
     int8_t v[QK];
     for (size_t b = 0; b < n / QK_K; b++) {
-        const float d = llmm_f16_to_f32(x[b].d);
+        const float d = llmm__f16_to_f32(x[b].d);
         for (int ib = 0; ib < XS_SUBS; ib++) {
             const float dl = d * (float)(llmm_iq4_xs_scale((const uint8_t *)&x[b], ib) - 32);
             decode_values(x[b].qs + ib * (QK / 2), v);
@@ -175,18 +175,18 @@ static int32_t block_int_dot(const uint8_t qs[QK / 2], const int8_t *x) {
 }
 
 /* As Q4_0's dot: the integer sum of value[code] * q_x per block, scaled by both scales. */
-float llmm_vec_dot_iq4_nl_q8_0(const void *w, const void *x, size_t n) {
+float llmm__vec_dot_iq4_nl_q8_0(const void *w, const void *x, size_t n) {
     const block_iq4_nl *a = w;
     const block_q8_0 *y = x;
     float sum = 0;
     for (size_t b = 0; b < n / QK; b++)
-        sum += (float)block_int_dot(a[b].qs, y[b].qs) * (llmm_f16_to_f32(a[b].d) * llmm_f16_to_f32(y[b].d));
+        sum += (float)block_int_dot(a[b].qs, y[b].qs) * (llmm__f16_to_f32(a[b].d) * llmm__f16_to_f32(y[b].d));
     return sum;
 }
 
 /* Per super-block one integer sum, each sub-block's times its scale - 32 (at most 8 * 32 *
  * 32 * 127 * 127: no overflow), then one float product, as the reference's dot. */
-float llmm_vec_dot_iq4_xs_q8_K(const void *w, const void *x, size_t n) {
+float llmm__vec_dot_iq4_xs_q8_K(const void *w, const void *x, size_t n) {
     const block_iq4_xs *a = w;
     const block_q8_K *y = x;
     float sum = 0;
@@ -196,7 +196,7 @@ float llmm_vec_dot_iq4_xs_q8_K(const void *w, const void *x, size_t n) {
             const int32_t factor = llmm_iq4_xs_scale((const uint8_t *)&a[b], ib) - 32;
             isum += factor * block_int_dot(a[b].qs + ib * (QK / 2), y[b].qs + ib * QK);
         }
-        sum += (float)isum * (llmm_f16_to_f32(a[b].d) * y[b].d);
+        sum += (float)isum * (llmm__f16_to_f32(a[b].d) * y[b].d);
     }
     return sum;
 }

@@ -112,8 +112,8 @@ static void pack_q6(const uint8_t L[QK_K], block_q6_K *y) {
 static void decode_q2_K(const void *block, kq_ints *u) {
     const block_q2_K *b = block;
     u->sub_len = 16;
-    u->d = llmm_f16_to_f32(b->d);
-    u->dmin = llmm_f16_to_f32(b->dmin);
+    u->d = llmm__f16_to_f32(b->d);
+    u->dmin = llmm__f16_to_f32(b->dmin);
     for (int j = 0; j < 16; j++) {
         u->scale[j] = b->scales[j] & 15;
         u->min[j] = b->scales[j] >> 4;
@@ -124,7 +124,7 @@ static void decode_q2_K(const void *block, kq_ints *u) {
 static void decode_q3_K(const void *block, kq_ints *u) {
     const block_q3_K *b = block;
     u->sub_len = 16;
-    u->d = llmm_f16_to_f32(b->d);
+    u->d = llmm__f16_to_f32(b->d);
     u->dmin = 0;
     for (int j = 0; j < 16; j++) {
         u->scale[j] = (int16_t)q3_scale(b->scales, j);
@@ -145,16 +145,16 @@ static void decode_k4_scales(const uint8_t sc[K_SCALE_SIZE], kq_ints *u) {
 
 static void decode_q4_K(const void *block, kq_ints *u) {
     const block_q4_K *b = block;
-    u->d = llmm_f16_to_f32(b->d);
-    u->dmin = llmm_f16_to_f32(b->dmin);
+    u->d = llmm__f16_to_f32(b->d);
+    u->dmin = llmm__f16_to_f32(b->dmin);
     decode_k4_scales(b->scales, u);
     for (int i = 0; i < QK_K; i++) u->q[i] = (int8_t)field_nibble(b->qs, i);
 }
 
 static void decode_q5_K(const void *block, kq_ints *u) {
     const block_q5_K *b = block;
-    u->d = llmm_f16_to_f32(b->d);
-    u->dmin = llmm_f16_to_f32(b->dmin);
+    u->d = llmm__f16_to_f32(b->d);
+    u->dmin = llmm__f16_to_f32(b->dmin);
     decode_k4_scales(b->scales, u);
     for (int i = 0; i < QK_K; i++) u->q[i] = (int8_t)(field_nibble(b->qs, i) + 16 * field_high_bit(b->qh, i));
 }
@@ -162,7 +162,7 @@ static void decode_q5_K(const void *block, kq_ints *u) {
 static void decode_q6_K(const void *block, kq_ints *u) {
     const block_q6_K *b = block;
     u->sub_len = 16;
-    u->d = llmm_f16_to_f32(b->d);
+    u->d = llmm__f16_to_f32(b->d);
     u->dmin = 0;
     for (int j = 0; j < 16; j++) {
         u->scale[j] = b->scales[j];
@@ -220,35 +220,35 @@ static float kq_dot_row(kq_decode_fn decode, size_t block_bytes, const void *w, 
     return sum;
 }
 
-void llmm_dequant_row_q2_K(const void *src, float *dst, size_t n) {
+void llmm__dequant_row_q2_K(const void *src, float *dst, size_t n) {
     kq_dequant_row(decode_q2_K, sizeof(block_q2_K), src, dst, n);
 }
-void llmm_dequant_row_q3_K(const void *src, float *dst, size_t n) {
+void llmm__dequant_row_q3_K(const void *src, float *dst, size_t n) {
     kq_dequant_row(decode_q3_K, sizeof(block_q3_K), src, dst, n);
 }
-void llmm_dequant_row_q4_K(const void *src, float *dst, size_t n) {
+void llmm__dequant_row_q4_K(const void *src, float *dst, size_t n) {
     kq_dequant_row(decode_q4_K, sizeof(block_q4_K), src, dst, n);
 }
-void llmm_dequant_row_q5_K(const void *src, float *dst, size_t n) {
+void llmm__dequant_row_q5_K(const void *src, float *dst, size_t n) {
     kq_dequant_row(decode_q5_K, sizeof(block_q5_K), src, dst, n);
 }
-void llmm_dequant_row_q6_K(const void *src, float *dst, size_t n) {
+void llmm__dequant_row_q6_K(const void *src, float *dst, size_t n) {
     kq_dequant_row(decode_q6_K, sizeof(block_q6_K), src, dst, n);
 }
 
-float llmm_vec_dot_q2_K_q8_K(const void *w, const void *x, size_t n) {
+float llmm__vec_dot_q2_K_q8_K(const void *w, const void *x, size_t n) {
     return kq_dot_row(decode_q2_K, sizeof(block_q2_K), w, x, n);
 }
-float llmm_vec_dot_q3_K_q8_K(const void *w, const void *x, size_t n) {
+float llmm__vec_dot_q3_K_q8_K(const void *w, const void *x, size_t n) {
     return kq_dot_row(decode_q3_K, sizeof(block_q3_K), w, x, n);
 }
-float llmm_vec_dot_q4_K_q8_K(const void *w, const void *x, size_t n) {
+float llmm__vec_dot_q4_K_q8_K(const void *w, const void *x, size_t n) {
     return kq_dot_row(decode_q4_K, sizeof(block_q4_K), w, x, n);
 }
-float llmm_vec_dot_q5_K_q8_K(const void *w, const void *x, size_t n) {
+float llmm__vec_dot_q5_K_q8_K(const void *w, const void *x, size_t n) {
     return kq_dot_row(decode_q5_K, sizeof(block_q5_K), w, x, n);
 }
-float llmm_vec_dot_q6_K_q8_K(const void *w, const void *x, size_t n) {
+float llmm__vec_dot_q6_K_q8_K(const void *w, const void *x, size_t n) {
     return kq_dot_row(decode_q6_K, sizeof(block_q6_K), w, x, n);
 }
 
@@ -464,11 +464,11 @@ static void quantize_q2_K_block(const float *x, block_q2_K *y) {
         y->scales[j] = (uint8_t)llmm_round_clamp(15.f / max_scale * scales[j], 0, 15);
     for (int j = 0; j < 16 && max_min > 0; j++)
         y->scales[j] |= (uint8_t)(llmm_round_clamp(15.f / max_min * mins[j], 0, 15) << 4);
-    y->d = llmm_f32_to_f16(max_scale > 0 ? max_scale / 15.f : 0.f);
-    y->dmin = llmm_f32_to_f16(max_min > 0 ? max_min / 15.f : 0.f);
+    y->d = llmm__f32_to_f16(max_scale > 0 ? max_scale / 15.f : 0.f);
+    y->dmin = llmm__f32_to_f16(max_min > 0 ? max_min / 15.f : 0.f);
     for (int j = 0; j < 16; j++) {
-        sub_d[j] = llmm_f16_to_f32(y->d) * (float)(y->scales[j] & 15);
-        sub_m[j] = llmm_f16_to_f32(y->dmin) * (float)(y->scales[j] >> 4);
+        sub_d[j] = llmm__f16_to_f32(y->d) * (float)(y->scales[j] & 15);
+        sub_m[j] = llmm__f16_to_f32(y->dmin) * (float)(y->scales[j] >> 4);
     }
     requantize_offset(x, 16, 3, sub_d, sub_m, L);
     pack_2bit(L, y->qs);
@@ -490,9 +490,9 @@ static void quantize_q3_K_block(const float *x, block_q3_K *y) {
         /* signed 6-bit scales: the largest-magnitude one maps to -32 */
         const float iscale = -32.f / max_scale;
         for (int j = 0; j < 16; j++) q3_scale_put(y->scales, j, llmm_round_clamp(iscale * scales[j], -32, 31) + 32);
-        y->d = llmm_f32_to_f16(1 / iscale);
+        y->d = llmm__f32_to_f16(1 / iscale);
     }
-    for (int j = 0; j < 16; j++) sub_d[j] = llmm_f16_to_f32(y->d) * (float)q3_scale(y->scales, j);
+    for (int j = 0; j < 16; j++) sub_d[j] = llmm__f16_to_f32(y->d) * (float)q3_scale(y->scales, j);
     requantize_symmetric(x, 4, sub_d, L);
     split_high_bit(L, 2, y->hmask);
     pack_2bit(L, y->qs);
@@ -517,13 +517,13 @@ static void quantize_k32_offset(const float *x, int nmax, const offset_fit *fit,
     for (int j = 0; j < 8; j++)
         k4_scale_min_put(sc, j, llmm_round_clamp(inv_scale * scales[j], 0, 63),
                          llmm_round_clamp(inv_min * mins[j], 0, 63));
-    *d = llmm_f32_to_f16(max_scale / 63.f);
-    *dmin = llmm_f32_to_f16(max_min / 63.f);
+    *d = llmm__f32_to_f16(max_scale / 63.f);
+    *dmin = llmm__f32_to_f16(max_min / 63.f);
     for (int j = 0; j < 8; j++) {
         int s, m;
         k4_scale_min(sc, j, &s, &m);
-        sub_d[j] = llmm_f16_to_f32(*d) * (float)s;
-        sub_m[j] = llmm_f16_to_f32(*dmin) * (float)m;
+        sub_d[j] = llmm__f16_to_f32(*d) * (float)s;
+        sub_m[j] = llmm__f16_to_f32(*dmin) * (float)m;
     }
     requantize_offset(x, 32, nmax, sub_d, sub_m, L);
 }
@@ -559,32 +559,32 @@ static void quantize_q6_K_block(const float *x, block_q6_K *y) {
     }
     /* int8 scales: the largest-magnitude one maps to -128 */
     const float iscale = -128.f / max_scale;
-    y->d = llmm_f32_to_f16(1 / iscale);
+    y->d = llmm__f32_to_f16(1 / iscale);
     for (int j = 0; j < 16; j++) y->scales[j] = (int8_t)llmm_round_clamp(iscale * scales[j], -128, 127);
-    for (int j = 0; j < 16; j++) sub_d[j] = llmm_f16_to_f32(y->d) * (float)y->scales[j];
+    for (int j = 0; j < 16; j++) sub_d[j] = llmm__f16_to_f32(y->d) * (float)y->scales[j];
     requantize_symmetric(x, 32, sub_d, L);
     pack_q6(L, y);
 }
 
-void llmm_quantize_row_q2_K(const float *src, void *dst, size_t n) {
+void llmm__quantize_row_q2_K(const float *src, void *dst, size_t n) {
     for (size_t b = 0; b < n / QK_K; b++) quantize_q2_K_block(src + b * QK_K, (block_q2_K *)dst + b);
 }
-void llmm_quantize_row_q3_K(const float *src, void *dst, size_t n) {
+void llmm__quantize_row_q3_K(const float *src, void *dst, size_t n) {
     for (size_t b = 0; b < n / QK_K; b++) quantize_q3_K_block(src + b * QK_K, (block_q3_K *)dst + b);
 }
-void llmm_quantize_row_q4_K(const float *src, void *dst, size_t n) {
+void llmm__quantize_row_q4_K(const float *src, void *dst, size_t n) {
     for (size_t b = 0; b < n / QK_K; b++) quantize_q4_K_block(src + b * QK_K, (block_q4_K *)dst + b);
 }
-void llmm_quantize_row_q5_K(const float *src, void *dst, size_t n) {
+void llmm__quantize_row_q5_K(const float *src, void *dst, size_t n) {
     for (size_t b = 0; b < n / QK_K; b++) quantize_q5_K_block(src + b * QK_K, (block_q5_K *)dst + b);
 }
-void llmm_quantize_row_q6_K(const float *src, void *dst, size_t n) {
+void llmm__quantize_row_q6_K(const float *src, void *dst, size_t n) {
     for (size_t b = 0; b < n / QK_K; b++) quantize_q6_K_block(src + b * QK_K, (block_q6_K *)dst + b);
 }
 
 /* Activations: one float scale per 256, the largest-magnitude value mapping to -127 (the
  * reference's convention: d = 1/iscale may be negative), nearest-even levels. */
-void llmm_quantize_row_q8_K(const float *src, void *dst, size_t n) {
+void llmm__quantize_row_q8_K(const float *src, void *dst, size_t n) {
     block_q8_K *y = dst;
     for (size_t b = 0; b < n / QK_K; b++) {
         const float *x = src + b * QK_K;

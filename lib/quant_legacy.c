@@ -56,13 +56,13 @@ static float quantize_offset_block(const float *x, int levels, uint8_t q[QK], ll
     block_min_max(x, &min, &max);
     const float d = (max - min) / (float)levels;
     const float id = d != 0.f ? 1.0f / d : 0.f;
-    *d16 = llmm_f32_to_f16(d);
-    *m16 = llmm_f32_to_f16(min);
+    *d16 = llmm__f32_to_f16(d);
+    *m16 = llmm__f32_to_f16(min);
     for (int j = 0; j < QK; j++) q[j] = (uint8_t)llmm_trunc_clamp((x[j] - min) * id + 0.5f, 0, levels);
     return d;
 }
 
-void llmm_quantize_row_q4_1(const float *src, void *dst, size_t n) {
+void llmm__quantize_row_q4_1(const float *src, void *dst, size_t n) {
     block_q4_1 *y = dst;
     uint8_t q[QK];
     for (size_t b = 0; b < n / QK; b++) {
@@ -71,7 +71,7 @@ void llmm_quantize_row_q4_1(const float *src, void *dst, size_t n) {
     }
 }
 
-void llmm_quantize_row_q5_1(const float *src, void *dst, size_t n) {
+void llmm__quantize_row_q5_1(const float *src, void *dst, size_t n) {
     block_q5_1 *y = dst;
     uint8_t q[QK];
     for (size_t b = 0; b < n / QK; b++) {
@@ -82,7 +82,7 @@ void llmm_quantize_row_q5_1(const float *src, void *dst, size_t n) {
 
 /* As Q4_0 with 5 bits: the signed value of largest magnitude maps to -16, so the range is
  * used asymmetrically exactly as the reference's files are. */
-void llmm_quantize_row_q5_0(const float *src, void *dst, size_t n) {
+void llmm__quantize_row_q5_0(const float *src, void *dst, size_t n) {
     block_q5_0 *y = dst;
     uint8_t q[QK];
     for (size_t b = 0; b < n / QK; b++) {
@@ -90,7 +90,7 @@ void llmm_quantize_row_q5_0(const float *src, void *dst, size_t n) {
         float amax;
         const float d = llmm_signed_absmax(x, QK, &amax) / -16.f;
         const float id = d != 0.f ? 1.0f / d : 0.f;
-        y[b].d = llmm_f32_to_f16(d);
+        y[b].d = llmm__f32_to_f16(d);
         for (int j = 0; j < QK; j++) q[j] = (uint8_t)llmm_trunc_clamp(x[j] * id + 16.5f, 0, 31);
         pack_5bit(q, y[b].qs, y[b].qh);
     }
@@ -98,7 +98,7 @@ void llmm_quantize_row_q5_0(const float *src, void *dst, size_t n) {
 
 /* Activations: as Q8_0 (nearest-even, as the reference's SIMD quantizer rounds), plus
  * s = d * sum(q) from the unrounded d, as the reference computes it. */
-void llmm_quantize_row_q8_1(const float *src, void *dst, size_t n) {
+void llmm__quantize_row_q8_1(const float *src, void *dst, size_t n) {
     block_q8_1 *y = dst;
     for (size_t b = 0; b < n / QK; b++) {
         const float *x = src + b * QK;
@@ -111,38 +111,38 @@ void llmm_quantize_row_q8_1(const float *src, void *dst, size_t n) {
             y[b].qs[j] = (int8_t)llmm_round_clamp(x[j] * id, -127, 127);
             sum += y[b].qs[j];
         }
-        y[b].d = llmm_f32_to_f16(d);
-        y[b].s = llmm_f32_to_f16((float)sum * d);
+        y[b].d = llmm__f32_to_f16(d);
+        y[b].s = llmm__f32_to_f16((float)sum * d);
     }
 }
 
 /* ---------------------------------------------------------------- dequantization */
 
-void llmm_dequant_row_q4_1(const void *src, float *dst, size_t n) {
+void llmm__dequant_row_q4_1(const void *src, float *dst, size_t n) {
     const block_q4_1 *x = src;
     int8_t q[QK];
     for (size_t b = 0; b < n / QK; b++) {
-        const float d = llmm_f16_to_f32(x[b].d), m = llmm_f16_to_f32(x[b].m);
+        const float d = llmm__f16_to_f32(x[b].d), m = llmm__f16_to_f32(x[b].m);
         unpack_nibbles(x[b].qs, q);
         for (int j = 0; j < QK; j++) dst[b * QK + j] = d * (float)q[j] + m;
     }
 }
 
-void llmm_dequant_row_q5_0(const void *src, float *dst, size_t n) {
+void llmm__dequant_row_q5_0(const void *src, float *dst, size_t n) {
     const block_q5_0 *x = src;
     int8_t q[QK];
     for (size_t b = 0; b < n / QK; b++) {
-        const float d = llmm_f16_to_f32(x[b].d);
+        const float d = llmm__f16_to_f32(x[b].d);
         unpack_5bit(x[b].qs, x[b].qh, q);
         for (int j = 0; j < QK; j++) dst[b * QK + j] = d * (float)(q[j] - 16);
     }
 }
 
-void llmm_dequant_row_q5_1(const void *src, float *dst, size_t n) {
+void llmm__dequant_row_q5_1(const void *src, float *dst, size_t n) {
     const block_q5_1 *x = src;
     int8_t q[QK];
     for (size_t b = 0; b < n / QK; b++) {
-        const float d = llmm_f16_to_f32(x[b].d), m = llmm_f16_to_f32(x[b].m);
+        const float d = llmm__f16_to_f32(x[b].d), m = llmm__f16_to_f32(x[b].m);
         unpack_5bit(x[b].qs, x[b].qh, q);
         for (int j = 0; j < QK; j++) dst[b * QK + j] = d * (float)q[j] + m;
     }
@@ -159,35 +159,35 @@ static int32_t int_dot(const int8_t *a, const int8_t *b, int n) {
 /* sum_j (d q_j + m) (dy qy_j) = d dy sum q qy + m s: the reference's formula, with s the
  * activation block's stored d * sum(qy). */
 static float offset_block_dot(float d, float m, const int8_t q[QK], const block_q8_1 *y) {
-    const float dy = llmm_f16_to_f32(y->d);
-    return (float)int_dot(q, y->qs, QK) * (d * dy) + m * llmm_f16_to_f32(y->s);
+    const float dy = llmm__f16_to_f32(y->d);
+    return (float)int_dot(q, y->qs, QK) * (d * dy) + m * llmm__f16_to_f32(y->s);
 }
 
-float llmm_vec_dot_q4_1_q8_1(const void *w, const void *x, size_t n) {
+float llmm__vec_dot_q4_1_q8_1(const void *w, const void *x, size_t n) {
     const block_q4_1 *a = w;
     const block_q8_1 *y = x;
     int8_t q[QK];
     float sum = 0;
     for (size_t b = 0; b < n / QK; b++) {
         unpack_nibbles(a[b].qs, q);
-        sum += offset_block_dot(llmm_f16_to_f32(a[b].d), llmm_f16_to_f32(a[b].m), q, &y[b]);
+        sum += offset_block_dot(llmm__f16_to_f32(a[b].d), llmm__f16_to_f32(a[b].m), q, &y[b]);
     }
     return sum;
 }
 
-float llmm_vec_dot_q5_1_q8_1(const void *w, const void *x, size_t n) {
+float llmm__vec_dot_q5_1_q8_1(const void *w, const void *x, size_t n) {
     const block_q5_1 *a = w;
     const block_q8_1 *y = x;
     int8_t q[QK];
     float sum = 0;
     for (size_t b = 0; b < n / QK; b++) {
         unpack_5bit(a[b].qs, a[b].qh, q);
-        sum += offset_block_dot(llmm_f16_to_f32(a[b].d), llmm_f16_to_f32(a[b].m), q, &y[b]);
+        sum += offset_block_dot(llmm__f16_to_f32(a[b].d), llmm__f16_to_f32(a[b].m), q, &y[b]);
     }
     return sum;
 }
 
-float llmm_vec_dot_q5_0_q8_0(const void *w, const void *x, size_t n) {
+float llmm__vec_dot_q5_0_q8_0(const void *w, const void *x, size_t n) {
     const block_q5_0 *a = w;
     const block_q8_0 *y = x;
     int8_t q[QK];
@@ -195,7 +195,7 @@ float llmm_vec_dot_q5_0_q8_0(const void *w, const void *x, size_t n) {
     for (size_t b = 0; b < n / QK; b++) {
         unpack_5bit(a[b].qs, a[b].qh, q);
         for (int j = 0; j < QK; j++) q[j] = (int8_t)(q[j] - 16);
-        sum += (float)int_dot(q, y[b].qs, QK) * (llmm_f16_to_f32(a[b].d) * llmm_f16_to_f32(y[b].d));
+        sum += (float)int_dot(q, y[b].qs, QK) * (llmm__f16_to_f32(a[b].d) * llmm__f16_to_f32(y[b].d));
     }
     return sum;
 }

@@ -24,7 +24,7 @@ struct llmm_sampler {
     uint64_t rng[4];             /* xoshiro256** state */
     llmm_token *window;          /* (penalty_last_n) ring of the last accepted tokens */
     llmm_token *window_sorted;   /* (penalty_last_n) scratch for counting repeats */
-    uint32_t *window_counts;     /* (penalty_last_n) sampler_request's counts, made on first use */
+    uint32_t *window_counts;     /* (penalty_last_n) llmm__sampler_request's counts, made on first use */
     size_t window_len, window_next;
     candidate *cands;            /* (cands_cap) scratch copy of the logits */
     size_t cands_cap;
@@ -91,27 +91,27 @@ static void sampler_release(llmm_sampler *s) {
     const llmm_allocator *a = s->alloc;
     llmm_allocator copy = s->alloc_copy; /* s itself is freed through it last */
     if (a) a = &copy;
-    mem_free(a, s->window);
-    mem_free(a, s->window_sorted);
-    mem_free(a, s->window_counts);
-    mem_free(a, s->cands);
-    mem_free(a, s);
+    llmm__mem_free(a, s->window);
+    llmm__mem_free(a, s->window_sorted);
+    llmm__mem_free(a, s->window_counts);
+    llmm__mem_free(a, s->cands);
+    llmm__mem_free(a, s);
 }
 
-llmm_status sampler_create(const llmm_sampler_params *params, const llmm_allocator *alloc,
+llmm_status llmm__sampler_create(const llmm_sampler_params *params, const llmm_allocator *alloc,
                            llmm_sampler **out, llmm_diag *d) {
-    if (!out) return diag_fail(d, LLMM_ERR_INVALID_ARG, "llmm_sampler_create: out is NULL");
+    if (!out) return llmm__diag_fail(d, LLMM_ERR_INVALID_ARG, "llmm_sampler_create: out is NULL");
     *out = NULL;
     llmm_sampler_params p;
     llmm_sampler_params_default(&p, sizeof p);
-    if (params && !struct_import(&p, sizeof p, params, sizeof p))
-        return diag_fail(d, LLMM_ERR_INVALID_ARG, "llmm_sampler_create: params.size is too small");
+    if (params && !llmm__struct_import(&p, sizeof p, params, sizeof p))
+        return llmm__diag_fail(d, LLMM_ERR_INVALID_ARG, "llmm_sampler_create: params.size is too small");
     const char *problem = params_problem(&p);
-    if (problem) return diag_fail(d, LLMM_ERR_INVALID_ARG, "llmm_sampler_create: %s", problem);
+    if (problem) return llmm__diag_fail(d, LLMM_ERR_INVALID_ARG, "llmm_sampler_create: %s", problem);
     if (alloc && (!alloc->alloc || !alloc->free))
-        return diag_fail(d, LLMM_ERR_INVALID_ARG, "llmm_sampler_create: allocator needs both alloc and free");
-    llmm_sampler *s = mem_calloc(alloc, 1, sizeof *s);
-    if (!s) return diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for the sampler");
+        return llmm__diag_fail(d, LLMM_ERR_INVALID_ARG, "llmm_sampler_create: allocator needs both alloc and free");
+    llmm_sampler *s = llmm__mem_calloc(alloc, 1, sizeof *s);
+    if (!s) return llmm__diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for the sampler");
     if (alloc) {
         s->alloc_copy = *alloc;
         s->alloc = &s->alloc_copy;
@@ -119,11 +119,11 @@ llmm_status sampler_create(const llmm_sampler_params *params, const llmm_allocat
     s->params = p;
     rng_seed(s->rng, p.seed);
     if (p.penalty_last_n > 0) {
-        s->window = mem_calloc(s->alloc, (size_t)p.penalty_last_n, sizeof *s->window);
-        s->window_sorted = mem_calloc(s->alloc, (size_t)p.penalty_last_n, sizeof *s->window_sorted);
+        s->window = llmm__mem_calloc(s->alloc, (size_t)p.penalty_last_n, sizeof *s->window);
+        s->window_sorted = llmm__mem_calloc(s->alloc, (size_t)p.penalty_last_n, sizeof *s->window_sorted);
         if (!s->window || !s->window_sorted) {
             sampler_release(s);
-            return diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for the penalty window");
+            return llmm__diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for the penalty window");
         }
     }
     *out = s;
@@ -131,7 +131,7 @@ llmm_status sampler_create(const llmm_sampler_params *params, const llmm_allocat
 }
 
 LLMM_API llmm_status llmm_sampler_create(const llmm_sampler_params *params, llmm_sampler **out) {
-    return sampler_create(params, NULL, out, NULL);
+    return llmm__sampler_create(params, NULL, out, NULL);
 }
 
 LLMM_API void llmm_sampler_free(llmm_sampler *sampler) {
@@ -147,7 +147,7 @@ LLMM_API const char *llmm_sampler_last_error(const llmm_sampler *sampler) {
 LLMM_API llmm_status llmm_sampler_accept(llmm_sampler *sampler, llmm_token token) {
     if (!sampler) return LLMM_ERR_INVALID_ARG;
     if (token < 0)
-        return diag_fail(&sampler->error, LLMM_ERR_INVALID_ARG, "llmm_sampler_accept: token %d is negative",
+        return llmm__diag_fail(&sampler->error, LLMM_ERR_INVALID_ARG, "llmm_sampler_accept: token %d is negative",
                          (int)token);
     size_t cap = (size_t)sampler->params.penalty_last_n;
     if (cap == 0) return LLMM_OK;
@@ -188,11 +188,11 @@ static llmm_status ensure_candidates(llmm_sampler *s, size_t n) {
     if (n <= s->cands_cap) return LLMM_OK;
     size_t bytes;
     if (!size_mul_ok(n, sizeof *s->cands, &bytes))
-        return diag_fail(&s->error, LLMM_ERR_NO_MEMORY, "llmm_sample: n_vocab %zu is too large", n);
+        return llmm__diag_fail(&s->error, LLMM_ERR_NO_MEMORY, "llmm_sample: n_vocab %zu is too large", n);
     /* contents need not survive, so pass old size 0 to skip the copy */
-    candidate *grown = mem_grow(s->alloc, s->cands, 0, bytes);
+    candidate *grown = llmm__mem_grow(s->alloc, s->cands, 0, bytes);
     if (!grown)
-        return diag_fail(&s->error, LLMM_ERR_NO_MEMORY, "llmm_sample: out of memory for %zu candidates", n);
+        return llmm__diag_fail(&s->error, LLMM_ERR_NO_MEMORY, "llmm_sample: out of memory for %zu candidates", n);
     s->cands = grown;
     s->cands_cap = n;
     return LLMM_OK;
@@ -355,22 +355,22 @@ static llmm_token draw(llmm_sampler *s, candidate *c, size_t n) {
     return c[last_positive].id;
 }
 
-/* The candidates every choice starts from (llmm_sample, sampler_probs): the logits sanitized
+/* The candidates every choice starts from (llmm_sample, llmm__sampler_probs): the logits sanitized
  * and penalized in s->cands, in id order, and *best their argmax. Errors recorded on s. */
 static llmm_status penalized_candidates(llmm_sampler *s, const float *logits, size_t n_vocab, size_t *best) {
     if (n_vocab == 0 || n_vocab > (size_t)INT32_MAX)
-        return diag_fail(&s->error, LLMM_ERR_INVALID_ARG, "llmm_sample: n_vocab %zu is out of range", n_vocab);
+        return llmm__diag_fail(&s->error, LLMM_ERR_INVALID_ARG, "llmm_sample: n_vocab %zu is out of range", n_vocab);
     llmm_status st = ensure_candidates(s, n_vocab);
     if (st) return st;
     const size_t bad = load_candidates(s->cands, logits, n_vocab);
     if (bad < n_vocab)
-        return diag_fail(&s->error, LLMM_ERR_NUMERICAL,
+        return llmm__diag_fail(&s->error, LLMM_ERR_NUMERICAL,
                          "llmm_sample: logit %zu of %zu is %s (broken weights or an overflow)", bad, n_vocab,
                          isnan(logits[bad]) ? "NaN" : "+inf");
     apply_penalties(s, s->cands, n_vocab);
     *best = argmax(s->cands, n_vocab);
     if (s->cands[*best].logit == -INFINITY)
-        return diag_fail(&s->error, LLMM_ERR_INVALID_ARG, "llmm_sample: every logit is -inf");
+        return llmm__diag_fail(&s->error, LLMM_ERR_INVALID_ARG, "llmm_sample: every logit is -inf");
     return LLMM_OK;
 }
 
@@ -378,7 +378,7 @@ LLMM_API llmm_status llmm_sample(llmm_sampler *sampler, const float *logits, siz
                                  llmm_token *out) {
     if (!sampler) return LLMM_ERR_INVALID_ARG;
     if (!logits || !out)
-        return diag_fail(&sampler->error, LLMM_ERR_INVALID_ARG, "llmm_sample: logits and out must not be NULL");
+        return llmm__diag_fail(&sampler->error, LLMM_ERR_INVALID_ARG, "llmm_sample: logits and out must not be NULL");
     size_t best;
     llmm_status st = penalized_candidates(sampler, logits, n_vocab, &best);
     if (st) return st;
@@ -394,9 +394,9 @@ LLMM_API llmm_status llmm_sample(llmm_sampler *sampler, const float *logits, siz
 
 /* ---------------------------------------------------------------- as data, for a device */
 
-llmm_status sampler_request(llmm_sampler *s, size_t n_vocab, llmm_sample_request *out) {
+llmm_status llmm__sampler_request(llmm_sampler *s, size_t n_vocab, llmm_sample_request *out) {
     if (n_vocab == 0 || n_vocab > (size_t)INT32_MAX)
-        return diag_fail(&s->error, LLMM_ERR_INVALID_ARG, "llmm_sample: n_vocab %zu is out of range", n_vocab);
+        return llmm__diag_fail(&s->error, LLMM_ERR_INVALID_ARG, "llmm_sample: n_vocab %zu is out of range", n_vocab);
     const llmm_sampler_params *p = &s->params;
     llmm_sample_request r = {
         .temperature = p->temperature,
@@ -410,9 +410,9 @@ llmm_status sampler_request(llmm_sampler *s, size_t n_vocab, llmm_sample_request
     /* the window as apply_penalties sees it: sorted, one entry per distinct token with its count */
     if (penalties_enabled(p) && s->window_len > 0) {
         if (!s->window_counts) {
-            s->window_counts = mem_calloc(s->alloc, (size_t)p->penalty_last_n, sizeof *s->window_counts);
+            s->window_counts = llmm__mem_calloc(s->alloc, (size_t)p->penalty_last_n, sizeof *s->window_counts);
             if (!s->window_counts)
-                return diag_fail(&s->error, LLMM_ERR_NO_MEMORY, "out of memory for the penalty window's counts");
+                return llmm__diag_fail(&s->error, LLMM_ERR_NO_MEMORY, "out of memory for the penalty window's counts");
         }
         llmm_token *t = s->window_sorted;
         memcpy(t, s->window, s->window_len * sizeof *t);
@@ -435,17 +435,17 @@ llmm_status sampler_request(llmm_sampler *s, size_t n_vocab, llmm_sample_request
     return LLMM_OK;
 }
 
-int sampler_uses_token_ids(const llmm_sampler *s) { return penalties_enabled(&s->params) && s->window_len > 0; }
+int llmm__sampler_uses_token_ids(const llmm_sampler *s) { return penalties_enabled(&s->params) && s->window_len > 0; }
 
 /* ---------------------------------------------------------------- RNG state */
 
-void sampler_rng_save(const llmm_sampler *s, uint64_t state[4]) { memcpy(state, s->rng, sizeof s->rng); }
+void llmm__sampler_rng_save(const llmm_sampler *s, uint64_t state[4]) { memcpy(state, s->rng, sizeof s->rng); }
 
-void sampler_rng_restore(llmm_sampler *s, const uint64_t state[4]) { memcpy(s->rng, state, sizeof s->rng); }
+void llmm__sampler_rng_restore(llmm_sampler *s, const uint64_t state[4]) { memcpy(s->rng, state, sizeof s->rng); }
 
 /* ---------------------------------------------------------------- as probabilities, for speculation */
 
-llmm_status sampler_probs(llmm_sampler *s, const float *logits, size_t n_vocab, float *probs) {
+llmm_status llmm__sampler_probs(llmm_sampler *s, const float *logits, size_t n_vocab, float *probs) {
     size_t best;
     llmm_status st = penalized_candidates(s, logits, n_vocab, &best);
     if (st) return st;
@@ -461,6 +461,6 @@ llmm_status sampler_probs(llmm_sampler *s, const float *logits, size_t n_vocab, 
     return LLMM_OK;
 }
 
-double sampler_uniform(llmm_sampler *s) { return rng_uniform(s->rng); }
+double llmm__sampler_uniform(llmm_sampler *s) { return rng_uniform(s->rng); }
 
-int sampler_is_greedy(const llmm_sampler *s) { return s->params.temperature <= 0; }
+int llmm__sampler_is_greedy(const llmm_sampler *s) { return s->params.temperature <= 0; }

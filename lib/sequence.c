@@ -6,19 +6,19 @@ LLMM_API llmm_status llmm_seq_clear(llmm_context *ctx, llmm_seq_id seq) { return
 
 LLMM_API llmm_status llmm_seq_truncate(llmm_context *ctx, llmm_seq_id seq, size_t n_keep) {
     if (!ctx) return LLMM_ERR_INVALID_ARG;
-    llmm_status st = ctx_check_seq(ctx, seq);
+    llmm_status st = llmm__ctx_check_seq(ctx, seq);
     if (st) return st;
     const uint32_t len = ctx->kv.seqs[seq].len;
     if (n_keep > len)
-        return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "sequence %d holds %u tokens, cannot keep %zu", seq, len, n_keep);
-    kv_truncate(&ctx->kv, (uint32_t)seq, (uint32_t)n_keep);
+        return llmm__ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "sequence %d holds %u tokens, cannot keep %zu", seq, len, n_keep);
+    llmm__kv_truncate(&ctx->kv, (uint32_t)seq, (uint32_t)n_keep);
     return LLMM_OK;
 }
 
 LLMM_API llmm_status llmm_seq_length(llmm_context *ctx, llmm_seq_id seq, size_t *n) {
     if (!ctx) return LLMM_ERR_INVALID_ARG;
-    if (!n) return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_seq_length: NULL n");
-    llmm_status st = ctx_check_seq(ctx, seq);
+    if (!n) return llmm__ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_seq_length: NULL n");
+    llmm_status st = llmm__ctx_check_seq(ctx, seq);
     if (st) return st;
     *n = ctx->kv.seqs[seq].len;
     return LLMM_OK;
@@ -33,31 +33,31 @@ static llmm_status take_unused_id(llmm_context *ctx, llmm_seq_id except, llmm_se
         *out = (llmm_seq_id)s;
         return LLMM_OK;
     }
-    return ctx_fail(ctx, LLMM_ERR_CONTEXT_FULL, "all %u sequence ids are in use (raise n_seq_max or free some)",
+    return llmm__ctx_fail(ctx, LLMM_ERR_CONTEXT_FULL, "all %u sequence ids are in use (raise n_seq_max or free some)",
                     kv->cfg.n_seq);
 }
 
 LLMM_API llmm_status llmm_seq_create(llmm_context *ctx, llmm_seq_id *seq) {
     if (!ctx) return LLMM_ERR_INVALID_ARG;
-    if (!seq) return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_seq_create: NULL seq");
+    if (!seq) return llmm__ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_seq_create: NULL seq");
     return take_unused_id(ctx, -1, seq);
 }
 
 LLMM_API llmm_status llmm_seq_free(llmm_context *ctx, llmm_seq_id seq) {
     if (!ctx) return LLMM_ERR_INVALID_ARG;
-    llmm_status st = ctx_check_seq(ctx, seq);
+    llmm_status st = llmm__ctx_check_seq(ctx, seq);
     if (st) return st;
-    kv_truncate(&ctx->kv, (uint32_t)seq, 0);
+    llmm__kv_truncate(&ctx->kv, (uint32_t)seq, 0);
     ctx->kv.seqs[seq].created = 0;
     return LLMM_OK;
 }
 
 LLMM_API llmm_status llmm_seq_fork(llmm_context *ctx, llmm_seq_id src, llmm_seq_id *dst) {
     if (!ctx) return LLMM_ERR_INVALID_ARG;
-    if (!dst) return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_seq_fork: NULL dst");
-    llmm_status st = ctx_check_seq(ctx, src);
+    if (!dst) return llmm__ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_seq_fork: NULL dst");
+    llmm_status st = llmm__ctx_check_seq(ctx, src);
     if (!st) st = take_unused_id(ctx, src, dst);
     if (st) return st;
-    kv_fork(&ctx->kv, (uint32_t)src, (uint32_t)*dst);
+    llmm__kv_fork(&ctx->kv, (uint32_t)src, (uint32_t)*dst);
     return LLMM_OK;
 }

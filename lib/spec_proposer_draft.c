@@ -17,16 +17,16 @@ typedef struct draft_proposer {
 /* Same token count, texts, attributes and special ids: ids mean the same to both models. */
 static llmm_status check_vocab(const llmm_vocab *t, const llmm_vocab *dv, llmm_diag *d) {
     if (t->n_tokens != dv->n_tokens)
-        return diag_fail(d, LLMM_ERR_INVALID_ARG, "the draft model has %u tokens, the target %u: their vocabularies differ",
+        return llmm__diag_fail(d, LLMM_ERR_INVALID_ARG, "the draft model has %u tokens, the target %u: their vocabularies differ",
                          dv->n_tokens, t->n_tokens);
     for (size_t i = 0; i < sizeof t->special / sizeof *t->special; i++)
         if (t->special[i] != dv->special[i])
-            return diag_fail(d, LLMM_ERR_INVALID_ARG, "the draft model's special token %zu is %d, the target's %d", i,
+            return llmm__diag_fail(d, LLMM_ERR_INVALID_ARG, "the draft model's special token %zu is %d, the target's %d", i,
                              dv->special[i], t->special[i]);
     for (uint32_t i = 0; i < t->n_tokens; i++)
         if (t->text[i].len != dv->text[i].len || memcmp(t->text[i].ptr, dv->text[i].ptr, t->text[i].len) != 0 ||
             t->attrs[i] != dv->attrs[i])
-            return diag_fail(d, LLMM_ERR_INVALID_ARG, "token %u differs between the draft model and the target", i);
+            return llmm__diag_fail(d, LLMM_ERR_INVALID_ARG, "token %u differs between the draft model and the target", i);
     return LLMM_OK;
 }
 
@@ -60,8 +60,8 @@ static llmm_status draft_propose(spec_proposer *base, llmm_seq_id seq, const llm
         if ((st = llmm_logits(c, 0, &logits, &nv))) break;
         if (dp->sampler) {
             float *qi = q + i * nv;
-            if ((st = sampler_probs(dp->sampler, logits, nv, qi))) break;
-            out[i] = spec_draw(qi, nv, sampler_uniform(dp->sampler));
+            if ((st = llmm__sampler_probs(dp->sampler, logits, nv, qi))) break;
+            out[i] = llmm__spec_draw(qi, nv, llmm__sampler_uniform(dp->sampler));
         } else {
             out[i] = (llmm_token)argmax_id(logits, nv);
         }
@@ -76,7 +76,7 @@ static void draft_destroy(spec_proposer *base) {
     draft_proposer *dp = (draft_proposer *)base;
     llmm_context_free(dp->ctx);
     llmm_sampler_free(dp->sampler);
-    mem_free(dp->alloc, dp);
+    llmm__mem_free(dp->alloc, dp);
 }
 
 static const spec_proposer_ops draft_ops = {.name = "draft model", .propose = draft_propose, .destroy = draft_destroy};
@@ -98,31 +98,31 @@ static llmm_status draft_context(llmm_context *target, const llmm_model *draft, 
     return llmm_context_create(draft, &p, out);
 }
 
-llmm_status spec_draft_create(llmm_context *target, const llmm_model *draft, const llmm_sampler_params *sampling,
+llmm_status llmm__spec_draft_create(llmm_context *target, const llmm_model *draft, const llmm_sampler_params *sampling,
                               spec_proposer **out, llmm_diag *d) {
     llmm_status st = check_vocab(&target->model->vocab, &draft->vocab, d);
     if (st) return st;
     const llmm_allocator *alloc = target->model->alloc;
-    draft_proposer *dp = mem_calloc(alloc, 1, sizeof *dp);
-    if (!dp) return diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for the draft proposer");
+    draft_proposer *dp = llmm__mem_calloc(alloc, 1, sizeof *dp);
+    if (!dp) return llmm__diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for the draft proposer");
     dp->base.ops = &draft_ops;
     dp->alloc = alloc;
     if (sampling && sampling->temperature > 0) {
         llmm_sampler_params sp;
         llmm_sampler_params_default(&sp, sizeof sp);
-        if (!struct_import(&sp, sizeof sp, sampling, sizeof sp)) {
+        if (!llmm__struct_import(&sp, sizeof sp, sampling, sizeof sp)) {
             draft_destroy(&dp->base);
-            return diag_fail(d, LLMM_ERR_INVALID_ARG, "the draft's sampling params: size too small");
+            return llmm__diag_fail(d, LLMM_ERR_INVALID_ARG, "the draft's sampling params: size too small");
         }
         sp.penalty_last_n = 0; /* the guesses' distribution must be known exactly: no history */
         sp.seed = sampling->seed + 1;
-        st = sampler_create(&sp, alloc, &dp->sampler, d);
+        st = llmm__sampler_create(&sp, alloc, &dp->sampler, d);
         dp->base.draws = 1;
     }
     if (!st && (st = draft_context(target, draft, &dp->ctx))) {
         char msg[256];
         llmm_model_last_error(draft, msg, sizeof msg);
-        diag_fail(d, st, "the draft model's context: %s", msg);
+        llmm__diag_fail(d, st, "the draft model's context: %s", msg);
     }
     if (st) {
         draft_destroy(&dp->base);

@@ -44,14 +44,14 @@ static llmm_status ngram_propose(spec_proposer *base, llmm_seq_id seq, const llm
 
 static void ngram_destroy(spec_proposer *base) {
     ngram_proposer *g = (ngram_proposer *)base;
-    mem_free(g->alloc, g);
+    llmm__mem_free(g->alloc, g);
 }
 
 static const spec_proposer_ops ngram_ops = {.name = "prompt lookup", .propose = ngram_propose, .destroy = ngram_destroy};
 
-llmm_status spec_ngram_create(const llmm_allocator *alloc, uint32_t max_ngram, uint32_t min_ngram,
+llmm_status llmm__spec_ngram_create(const llmm_allocator *alloc, uint32_t max_ngram, uint32_t min_ngram,
                               spec_proposer **out) {
-    ngram_proposer *g = mem_calloc(alloc, 1, sizeof *g);
+    ngram_proposer *g = llmm__mem_calloc(alloc, 1, sizeof *g);
     if (!g) return LLMM_ERR_NO_MEMORY;
     g->base.ops = &ngram_ops;
     g->alloc = alloc;

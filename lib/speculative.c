@@ -44,12 +44,12 @@ struct llmm_speculator {
 
 /* ---------------------------------------------------------------- acceptance rules */
 
-int spec_keep_guess(const float *p, const float *q, llmm_token guess, double u) {
+int llmm__spec_keep_guess(const float *p, const float *q, llmm_token guess, double u) {
     const double qg = q ? q[guess] : 1.0;
     return qg > 0 && u * qg < (double)p[guess];
 }
 
-void spec_residual(const float *p, const float *q, size_t n, llmm_token guess, float *r) {
+void llmm__spec_residual(const float *p, const float *q, size_t n, llmm_token guess, float *r) {
     double sum = 0;
     for (size_t i = 0; i < n; i++) {
         const float qi = q ? q[i] : (float)((llmm_token)i == guess);
@@ -59,7 +59,7 @@ void spec_residual(const float *p, const float *q, size_t n, llmm_token guess, f
     if (sum <= 0) memcpy(r, p, n * sizeof *r);
 }
 
-llmm_token spec_draw(const float *w, size_t n, double u) {
+llmm_token llmm__spec_draw(const float *w, size_t n, double u) {
     double sum = 0;
     for (size_t i = 0; i < n; i++) sum += w[i];
     const double target = u * sum;
@@ -88,14 +88,14 @@ LLMM_API llmm_status llmm_speculator_params_default(llmm_speculator_params *para
 LLMM_API void llmm_speculator_free(llmm_speculator *s) {
     if (!s) return;
     if (s->proposer) s->proposer->ops->destroy(s->proposer);
-    for (uint32_t i = 0; s->seqs && i < s->ctx->params.n_seq_max; i++) mem_free(s->alloc, s->seqs[i].q);
-    mem_free(s->alloc, s->seqs);
-    mem_free(s->alloc, s->items);
-    mem_free(s->alloc, s->history);
-    mem_free(s->alloc, s->rows);
-    mem_free(s->alloc, s->p);
-    mem_free(s->alloc, s->residual);
-    mem_free(s->alloc, s);
+    for (uint32_t i = 0; s->seqs && i < s->ctx->params.n_seq_max; i++) llmm__mem_free(s->alloc, s->seqs[i].q);
+    llmm__mem_free(s->alloc, s->seqs);
+    llmm__mem_free(s->alloc, s->items);
+    llmm__mem_free(s->alloc, s->history);
+    llmm__mem_free(s->alloc, s->rows);
+    llmm__mem_free(s->alloc, s->p);
+    llmm__mem_free(s->alloc, s->residual);
+    llmm__mem_free(s->alloc, s);
 }
 
 static const char *params_problem(const llmm_speculator_params *p) {
@@ -108,39 +108,39 @@ static const char *params_problem(const llmm_speculator_params *p) {
 static llmm_status make_proposer(llmm_speculator *s, const llmm_speculator_params *p) {
     llmm_diag d = {{0}};
     llmm_status st = LLMM_OK;
-    if (p->draft_model) st = spec_draft_create(s->ctx, p->draft_model, p->sampling, &s->proposer, &d);
-    else if (p->ngram > 0) st = spec_ngram_create(s->alloc, (uint32_t)p->ngram, (uint32_t)p->min_ngram, &s->proposer);
-    if (st) return ctx_fail(s->ctx, st, "speculator: %s", d.msg[0] ? d.msg : llmm_status_str(st));
+    if (p->draft_model) st = llmm__spec_draft_create(s->ctx, p->draft_model, p->sampling, &s->proposer, &d);
+    else if (p->ngram > 0) st = llmm__spec_ngram_create(s->alloc, (uint32_t)p->ngram, (uint32_t)p->min_ngram, &s->proposer);
+    if (st) return llmm__ctx_fail(s->ctx, st, "speculator: %s", d.msg[0] ? d.msg : llmm_status_str(st));
     return LLMM_OK;
 }
 
 LLMM_API llmm_status llmm_speculator_create(llmm_context *ctx, const llmm_speculator_params *params,
                                             llmm_speculator **out) {
     if (!ctx) return LLMM_ERR_INVALID_ARG;
-    if (!out) return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_speculator_create: NULL out");
+    if (!out) return llmm__ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_speculator_create: NULL out");
     *out = NULL;
     llmm_speculator_params p;
     llmm_speculator_params_default(&p, sizeof p);
-    if (params && !struct_import(&p, sizeof p, params, sizeof p))
-        return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_speculator_create: params->size too small");
+    if (params && !llmm__struct_import(&p, sizeof p, params, sizeof p))
+        return llmm__ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_speculator_create: params->size too small");
     const char *problem = params_problem(&p);
-    if (problem) return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_speculator_create: %s", problem);
+    if (problem) return llmm__ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_speculator_create: %s", problem);
     const llmm_allocator *a = ctx->model->alloc;
-    llmm_speculator *s = mem_calloc(a, 1, sizeof *s);
-    if (!s) return ctx_fail(ctx, LLMM_ERR_NO_MEMORY, "out of memory for the speculator");
+    llmm_speculator *s = llmm__mem_calloc(a, 1, sizeof *s);
+    if (!s) return llmm__ctx_fail(ctx, LLMM_ERR_NO_MEMORY, "out of memory for the speculator");
     s->ctx = ctx;
     s->alloc = a;
     s->k_max = (uint32_t)p.max_tokens;
     const size_t n_seq = ctx->params.n_seq_max, nv = ctx->model->vocab.n_tokens;
-    s->seqs = mem_calloc(a, n_seq, sizeof *s->seqs);
-    s->items = mem_calloc(a, n_seq, sizeof *s->items);
-    s->history = mem_calloc(a, (size_t)ctx->params.n_ctx + 1, sizeof *s->history);
-    s->rows = mem_calloc(a, ctx->max_rows, sizeof *s->rows);
-    s->p = mem_calloc(a, nv, sizeof *s->p);
-    s->residual = mem_calloc(a, nv, sizeof *s->residual);
+    s->seqs = llmm__mem_calloc(a, n_seq, sizeof *s->seqs);
+    s->items = llmm__mem_calloc(a, n_seq, sizeof *s->items);
+    s->history = llmm__mem_calloc(a, (size_t)ctx->params.n_ctx + 1, sizeof *s->history);
+    s->rows = llmm__mem_calloc(a, ctx->max_rows, sizeof *s->rows);
+    s->p = llmm__mem_calloc(a, nv, sizeof *s->p);
+    s->residual = llmm__mem_calloc(a, nv, sizeof *s->residual);
     if (!s->seqs || !s->items || !s->history || !s->rows || !s->p || !s->residual) {
         llmm_speculator_free(s);
-        return ctx_fail(ctx, LLMM_ERR_NO_MEMORY, "out of memory for the speculator");
+        return llmm__ctx_fail(ctx, LLMM_ERR_NO_MEMORY, "out of memory for the speculator");
     }
     for (size_t i = 0; i < n_seq; i++) s->seqs[i].k = s->k_max;
     llmm_status st = make_proposer(s, &p);
@@ -167,15 +167,15 @@ static llmm_status propose(llmm_speculator *s, llmm_seq_id seq, llmm_token pendi
         return LLMM_OK;
     }
     const size_t nv = ctx->model->vocab.n_tokens;
-    if (s->proposer->draws && !sq->q && !(sq->q = mem_calloc(s->alloc, (size_t)s->k_max * nv, sizeof *sq->q)))
-        return ctx_fail(ctx, LLMM_ERR_NO_MEMORY, "out of memory for the draft's distributions");
+    if (s->proposer->draws && !sq->q && !(sq->q = llmm__mem_calloc(s->alloc, (size_t)s->k_max * nv, sizeof *sq->q)))
+        return llmm__ctx_fail(ctx, LLMM_ERR_NO_MEMORY, "out of memory for the draft's distributions");
     const kv_seq *held = &ctx->kv.seqs[seq];
     memcpy(s->history, held->tokens, held->len * sizeof *s->history);
     s->history[held->len] = pending;
-    const double t0 = time_now_ms();
+    const double t0 = llmm__time_now_ms();
     llmm_status st = s->proposer->ops->propose(s->proposer, seq, s->history, held->len + 1, max, sq->guess, sq->q, n);
-    s->proposer->ms += time_now_ms() - t0;
-    if (st) return ctx_fail(ctx, st, "the %s proposer failed: %s", s->proposer->ops->name, llmm_status_str(st));
+    s->proposer->ms += llmm__time_now_ms() - t0;
+    if (st) return llmm__ctx_fail(ctx, st, "the %s proposer failed: %s", s->proposer->ops->name, llmm_status_str(st));
     sq->n_guess = *n;
     memcpy(out, sq->guess, *n * sizeof *out);
     return LLMM_OK;
@@ -185,11 +185,11 @@ LLMM_API llmm_status llmm_speculator_propose(llmm_speculator *s, llmm_seq_id seq
                                              llmm_token *out, size_t capacity, size_t *n) {
     if (!s) return LLMM_ERR_INVALID_ARG;
     llmm_context *ctx = s->ctx;
-    if (!n || (!out && capacity)) return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_speculator_propose: NULL out or n");
-    llmm_status st = ctx_check_seq(ctx, seq);
+    if (!n || (!out && capacity)) return llmm__ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_speculator_propose: NULL out or n");
+    llmm_status st = llmm__ctx_check_seq(ctx, seq);
     if (st) return st;
     if (pending < 0 || (uint32_t)pending >= ctx->model->vocab.n_tokens)
-        return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_speculator_propose: token %d is out of range", pending);
+        return llmm__ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_speculator_propose: token %d is out of range", pending);
     const uint32_t len = ctx->kv.seqs[seq].len;
     const size_t room = len + 1 < ctx->params.n_ctx ? ctx->params.n_ctx - len - 1 : 0;
     return propose(s, seq, pending, out, LLMM_MIN(capacity, room), n);
@@ -202,29 +202,29 @@ static llmm_status check_items(llmm_speculator *s, const llmm_spec_item *items, 
     const uint32_t nv = ctx->model->vocab.n_tokens;
     *total = 0;
     if (!items || n == 0 || n > ctx->params.n_seq_max)
-        return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_speculator_verify: %zu items (1..n_seq_max)", n);
+        return llmm__ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_speculator_verify: %zu items (1..n_seq_max)", n);
     for (size_t i = 0; i < n; i++) {
         const llmm_spec_item *it = &items[i];
-        llmm_status st = ctx_check_seq(ctx, it->seq);
+        llmm_status st = llmm__ctx_check_seq(ctx, it->seq);
         if (st) return st;
         for (size_t j = 0; j < i; j++)
             if (items[j].seq == it->seq)
-                return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_speculator_verify: sequence %d appears twice", it->seq);
+                return llmm__ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_speculator_verify: sequence %d appears twice", it->seq);
         if (it->n_draft > LLMM_SPEC_MAX_TOKENS || (it->n_draft && !it->draft))
-            return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_speculator_verify: item %zu: bad draft", i);
+            return llmm__ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_speculator_verify: item %zu: bad draft", i);
         if (it->pending < 0 || (uint32_t)it->pending >= nv)
-            return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_speculator_verify: item %zu: token out of range", i);
+            return llmm__ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_speculator_verify: item %zu: token out of range", i);
         for (size_t j = 0; j < it->n_draft; j++)
             if (it->draft[j] < 0 || (uint32_t)it->draft[j] >= nv)
-                return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_speculator_verify: item %zu: guess %zu out of range",
+                return llmm__ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_speculator_verify: item %zu: guess %zu out of range",
                                 i, j);
         if (ctx->kv.seqs[it->seq].len + 1 + it->n_draft > ctx->params.n_ctx)
-            return ctx_fail(ctx, LLMM_ERR_CONTEXT_FULL, "sequence %d has no room for %zu more tokens (n_ctx %u)",
+            return llmm__ctx_fail(ctx, LLMM_ERR_CONTEXT_FULL, "sequence %d has no room for %zu more tokens (n_ctx %u)",
                             it->seq, 1 + it->n_draft, ctx->params.n_ctx);
         *total += 1 + it->n_draft;
     }
     if (*total > ctx->max_rows)
-        return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_speculator_verify: %zu rows, more than one step's %zu", *total,
+        return llmm__ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_speculator_verify: %zu rows, more than one step's %zu", *total,
                         ctx->max_rows);
     return LLMM_OK;
 }
@@ -232,14 +232,14 @@ static llmm_status check_items(llmm_speculator *s, const llmm_spec_item *items, 
 /* Positions for every item's rows, undone on failure. */
 static llmm_status reserve_items(llmm_context *ctx, const llmm_spec_item *items, size_t n) {
     for (size_t i = 0; i < n; i++) {
-        llmm_status st = kv_reserve(&ctx->kv, (uint32_t)items[i].seq, (uint32_t)(1 + items[i].n_draft));
+        llmm_status st = llmm__kv_reserve(&ctx->kv, (uint32_t)items[i].seq, (uint32_t)(1 + items[i].n_draft));
         if (st) {
             for (size_t j = 0; j <= i; j++)
-                kv_truncate(&ctx->kv, (uint32_t)items[j].seq, ctx->kv.seqs[items[j].seq].len);
+                llmm__kv_truncate(&ctx->kv, (uint32_t)items[j].seq, ctx->kv.seqs[items[j].seq].len);
             if (st == LLMM_ERR_CONTEXT_FULL)
-                return ctx_fail(ctx, st, "the KV pool has no room for %zu more tokens of sequence %d",
+                return llmm__ctx_fail(ctx, st, "the KV pool has no room for %zu more tokens of sequence %d",
                                 1 + items[i].n_draft, items[i].seq);
-            return ctx_fail(ctx, st, "reserving KV blocks failed: %s", llmm_status_str(st));
+            return llmm__ctx_fail(ctx, st, "reserving KV blocks failed: %s", llmm_status_str(st));
         }
     }
     return LLMM_OK;
@@ -270,7 +270,7 @@ static void lay_out_rows(llmm_speculator *s, const llmm_spec_item *items, size_t
 static void commit_items(llmm_speculator *s, size_t n) {
     for (size_t i = 0; i < n; i++) {
         const spec_verified *v = &s->items[i];
-        kv_commit(&s->ctx->kv, (uint32_t)v->seq, s->rows + v->row, (uint32_t)(1 + v->n_draft));
+        llmm__kv_commit(&s->ctx->kv, (uint32_t)v->seq, s->rows + v->row, (uint32_t)(1 + v->n_draft));
     }
 }
 
@@ -278,21 +278,21 @@ static llmm_status verify(llmm_speculator *s, const llmm_spec_item *items, size_
     llmm_context *ctx = s->ctx;
     size_t total;
     llmm_status st = check_items(s, items, n, &total);
-    if (!st) st = ctx_ensure_logit_rows(ctx, total);
+    if (!st) st = llmm__ctx_ensure_logit_rows(ctx, total);
     if (st) return st;
     s->n_items = 0;
-    const double t0 = time_now_ms();
+    const double t0 = llmm__time_now_ms();
     ctx->logits_rows = 0;
     ctx->logits_on_device = 0;
     if ((st = reserve_items(ctx, items, n))) return st;
     lay_out_rows(s, items, n);
-    st = forward_step(ctx, LLMM_STEP_PROMPT, s->rows, ctx->row_seq, ctx->pos, total, 0);
-    if (!st) st = ctx_fetch_logits(ctx, 0, total);
-    ctx->decode_ms += time_now_ms() - t0;
+    st = llmm__forward_step(ctx, LLMM_STEP_PROMPT, s->rows, ctx->row_seq, ctx->pos, total, 0);
+    if (!st) st = llmm__ctx_fetch_logits(ctx, 0, total);
+    ctx->decode_ms += llmm__time_now_ms() - t0;
     if (st) {
-        for (size_t i = 0; i < n; i++) kv_truncate(&ctx->kv, (uint32_t)items[i].seq, s->items[i].start_len);
-        if (st == LLMM_ERR_ABORTED) return ctx_fail(ctx, st, "aborted by the abort callback");
-        return ctx_fail(ctx, st, "the %s backend failed: %s", ctx->be->name, llmm_status_str(st));
+        for (size_t i = 0; i < n; i++) llmm__kv_truncate(&ctx->kv, (uint32_t)items[i].seq, s->items[i].start_len);
+        if (st == LLMM_ERR_ABORTED) return llmm__ctx_fail(ctx, st, "aborted by the abort callback");
+        return llmm__ctx_fail(ctx, st, "the %s backend failed: %s", ctx->be->name, llmm_status_str(st));
     }
     commit_items(s, n);
     ctx->logits_rows = total;
@@ -321,21 +321,21 @@ static llmm_status judge_row(llmm_speculator *s, const spec_verified *v, size_t 
     const llmm_token guess = has_guess ? v->draft[i] : -1;
     *kept = 0;
     llmm_status st;
-    if (sampler_is_greedy(sampler)) {
+    if (llmm__sampler_is_greedy(sampler)) {
         if ((st = llmm_sample(sampler, logits, nv, next))) return st;
         *kept = has_guess && *next == guess;
     } else {
-        if ((st = sampler_probs(sampler, logits, nv, s->p))) return st;
+        if ((st = llmm__sampler_probs(sampler, logits, nv, s->p))) return st;
         const float *q = v->q ? v->q + i * nv : NULL;
-        if (has_guess && spec_keep_guess(s->p, q, guess, sampler_uniform(sampler))) {
+        if (has_guess && llmm__spec_keep_guess(s->p, q, guess, llmm__sampler_uniform(sampler))) {
             *kept = 1;
         } else {
             const float *w = s->p;
             if (has_guess) {
-                spec_residual(s->p, q, nv, guess, s->residual);
+                llmm__spec_residual(s->p, q, nv, guess, s->residual);
                 w = s->residual;
             }
-            *next = spec_draw(w, nv, sampler_uniform(sampler));
+            *next = llmm__spec_draw(w, nv, llmm__sampler_uniform(sampler));
         }
     }
     return llmm_sampler_accept(sampler, *kept ? guess : *next);
@@ -371,8 +371,8 @@ static llmm_status accept(llmm_speculator *s, size_t item, llmm_sampler *sampler
     }
     v->decided = 1;
     /* pending and the kept guesses stay; the rejected positions' blocks go back */
-    kv_truncate(&ctx->kv, (uint32_t)v->seq, v->start_len + 1 + (uint32_t)kept);
-    if (st) return ctx_fail(ctx, st, "llmm_speculator_accept: %s", llmm_sampler_last_error(sampler));
+    llmm__kv_truncate(&ctx->kv, (uint32_t)v->seq, v->start_len + 1 + (uint32_t)kept);
+    if (st) return llmm__ctx_fail(ctx, st, "llmm_speculator_accept: %s", llmm_sampler_last_error(sampler));
     *n_out = kept + 1;
     adapt(s, &s->seqs[v->seq], v->n_draft, kept);
     s->proposed += v->n_draft;
@@ -385,20 +385,20 @@ LLMM_API llmm_status llmm_speculator_accept(llmm_speculator *s, size_t item, llm
     if (!s) return LLMM_ERR_INVALID_ARG;
     llmm_context *ctx = s->ctx;
     if (!sampler || !out || !n_out)
-        return ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_speculator_accept: NULL sampler, out or n_out");
+        return llmm__ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_speculator_accept: NULL sampler, out or n_out");
     if (item >= s->n_items || s->items[item].decided || s->work_mark != ctx->tokens_decoded + ctx->tokens_prefilled)
-        return ctx_fail(ctx, LLMM_ERR_INVALID_ARG,
+        return llmm__ctx_fail(ctx, LLMM_ERR_INVALID_ARG,
                         "llmm_speculator_accept: no undecided item %zu of the last verify (or the context computed since)",
                         item);
     if (capacity < 1 + s->items[item].n_draft)
-        return ctx_fail(ctx, LLMM_ERR_BUFFER_TOO_SMALL, "llmm_speculator_accept: capacity %zu < %zu", capacity,
+        return llmm__ctx_fail(ctx, LLMM_ERR_BUFFER_TOO_SMALL, "llmm_speculator_accept: capacity %zu < %zu", capacity,
                         1 + s->items[item].n_draft);
     return accept(s, item, sampler, out, n_out);
 }
 
 /* ---------------------------------------------------------------- llmm_generate's rounds */
 
-llmm_status spec_for_generate(llmm_context *ctx, const llmm_generate_params *g, llmm_speculator **out) {
+llmm_status llmm__spec_for_generate(llmm_context *ctx, const llmm_generate_params *g, llmm_speculator **out) {
     *out = NULL;
     if (!g->spec_draft_model && g->spec_ngram == 0) return LLMM_OK;
     llmm_speculator_params p;
@@ -411,7 +411,7 @@ llmm_status spec_for_generate(llmm_context *ctx, const llmm_generate_params *g, 
     return llmm_speculator_create(ctx, &p, out);
 }
 
-llmm_status spec_round(llmm_speculator *s, llmm_seq_id seq, llmm_token pending, llmm_sampler *sampler,
+llmm_status llmm__spec_round(llmm_speculator *s, llmm_seq_id seq, llmm_token pending, llmm_sampler *sampler,
                        llmm_token *out, size_t *n_out) {
     llmm_context *ctx = s->ctx;
     const uint32_t len = ctx->kv.seqs[seq].len;
@@ -434,7 +434,7 @@ llmm_status spec_round(llmm_speculator *s, llmm_seq_id seq, llmm_token pending, 
     return llmm_sampler_accept(sampler, out[0]);
 }
 
-void spec_counters(const llmm_speculator *s, uint64_t *proposed, uint64_t *accepted, uint64_t *steps,
+void llmm__spec_counters(const llmm_speculator *s, uint64_t *proposed, uint64_t *accepted, uint64_t *steps,
                    double *draft_ms) {
     *proposed = s->proposed;
     *accepted = s->accepted;

@@ -114,7 +114,7 @@ static size_t stop_prefix_start(const text_stream *ts, const char *buf, size_t l
 
 /* ---------------------------------------------------------------- API */
 
-llmm_status text_stream_init(text_stream *ts, const char *const *stop, size_t n_stop,
+llmm_status llmm__text_stream_init(text_stream *ts, const char *const *stop, size_t n_stop,
                              const llmm_allocator *alloc) {
     if (!ts) return LLMM_ERR_INVALID_ARG;
     memset(ts, 0, sizeof *ts);
@@ -124,7 +124,7 @@ llmm_status text_stream_init(text_stream *ts, const char *const *stop, size_t n_
         if (!stop[i]) return LLMM_ERR_INVALID_ARG;
     ts->alloc = alloc;
     if (n_stop == 0) return LLMM_OK;
-    ts->stop_len = mem_calloc(alloc, n_stop, sizeof *ts->stop_len);
+    ts->stop_len = llmm__mem_calloc(alloc, n_stop, sizeof *ts->stop_len);
     if (!ts->stop_len) return LLMM_ERR_NO_MEMORY;
     ts->stop = stop;
     ts->n_stop = n_stop;
@@ -140,7 +140,7 @@ static llmm_status hold_more(text_stream *ts, const char *bytes, size_t n) {
     size_t need = ts->held_len + n;
     if (need > ts->held_cap) {
         size_t cap = LLMM_MAX(need, LLMM_MAX(2 * ts->held_cap, (size_t)64));
-        char *grown = mem_grow(ts->alloc, ts->held, ts->held_len, cap);
+        char *grown = llmm__mem_grow(ts->alloc, ts->held, ts->held_len, cap);
         if (!grown) return LLMM_ERR_NO_MEMORY;
         ts->held = grown;
         ts->held_cap = cap;
@@ -175,7 +175,7 @@ static void release_held(text_stream *ts, size_t searched, llmm_stream_fn fn, vo
     if (ts->cancelled) ts->held_len = 0;
 }
 
-llmm_status text_stream_push(text_stream *ts, const char *bytes, size_t n, llmm_stream_fn fn,
+llmm_status llmm__text_stream_push(text_stream *ts, const char *bytes, size_t n, llmm_stream_fn fn,
                              void *user, int *stop_index, int *cancelled) {
     if (!ts || (!bytes && n)) return LLMM_ERR_INVALID_ARG;
     llmm_status st = LLMM_OK;
@@ -188,7 +188,7 @@ llmm_status text_stream_push(text_stream *ts, const char *bytes, size_t n, llmm_
     return st;
 }
 
-llmm_status text_stream_finish(text_stream *ts, llmm_stream_fn fn, void *user, int *cancelled) {
+llmm_status llmm__text_stream_finish(text_stream *ts, llmm_stream_fn fn, void *user, int *cancelled) {
     if (!ts) return LLMM_ERR_INVALID_ARG;
     if (!stream_over(ts)) deliver(ts, ts->held, ts->held_len, 1, fn, user);
     ts->held_len = 0;
@@ -196,10 +196,10 @@ llmm_status text_stream_finish(text_stream *ts, llmm_stream_fn fn, void *user, i
     return LLMM_OK;
 }
 
-void text_stream_free(text_stream *ts) {
+void llmm__text_stream_free(text_stream *ts) {
     if (!ts) return;
-    mem_free(ts->alloc, ts->stop_len);
-    mem_free(ts->alloc, ts->held);
+    llmm__mem_free(ts->alloc, ts->stop_len);
+    llmm__mem_free(ts->alloc, ts->held);
     memset(ts, 0, sizeof *ts);
     ts->stop_index = -1;
 }

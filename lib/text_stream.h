@@ -5,7 +5,7 @@
  * start of a stop string, so at most (longest stop string - 1 + 3) bytes wait at a time.
  * A callback chunk with complete_utf8 = 1 is valid UTF-8 throughout; a chunk of bytes that
  * can never form a character (invalid lead, stray continuation, overlong or surrogate
- * form, or a tail cut off by a stop string or by text_stream_finish) is delivered on its
+ * form, or a tail cut off by a stop string or by llmm__text_stream_finish) is delivered on its
  * own with complete_utf8 = 0, so no byte is lost. When several stop strings match, the one
  * that ends first wins (as if the text arrived byte by byte), then the longer one. */
 #ifndef LLMM_TEXT_STREAM_H
@@ -27,8 +27,8 @@ typedef struct text_stream {
 
 /* Prepare ts for a stream with n_stop stop strings (stop may be NULL when n_stop is 0).
  * alloc (NULL = the C library) must outlive ts. Errors: INVALID_ARG (ts NULL, a NULL stop
- * string, n_stop > INT_MAX), NO_MEMORY. On failure ts needs no text_stream_free. */
-llmm_status text_stream_init(text_stream *ts, const char *const *stop, size_t n_stop,
+ * string, n_stop > INT_MAX), NO_MEMORY. On failure ts needs no llmm__text_stream_free. */
+llmm_status llmm__text_stream_init(text_stream *ts, const char *const *stop, size_t n_stop,
                              const llmm_allocator *alloc);
 
 /* Add n bytes (bytes may be NULL when n is 0) and deliver to fn (may be NULL: then only
@@ -38,15 +38,15 @@ llmm_status text_stream_init(text_stream *ts, const char *const *stop, size_t n_
  * nothing, drop their bytes and report the same outcome. The stop string and the bytes
  * after it are never delivered; the text before it is, even when it ends in an incomplete
  * character. Errors: INVALID_ARG, NO_MEMORY (nothing of this push was taken then). */
-llmm_status text_stream_push(text_stream *ts, const char *bytes, size_t n, llmm_stream_fn fn,
+llmm_status llmm__text_stream_push(text_stream *ts, const char *bytes, size_t n, llmm_stream_fn fn,
                              void *user, int *stop_index, int *cancelled);
 
 /* End of the stream: deliver every held byte (an unfinished stop-string prefix is just
  * text; an incomplete trailing character goes out with complete_utf8 = 0). Nothing is
  * delivered after a stop or a cancel. *cancelled as for push. Errors: INVALID_ARG. */
-llmm_status text_stream_finish(text_stream *ts, llmm_stream_fn fn, void *user, int *cancelled);
+llmm_status llmm__text_stream_finish(text_stream *ts, llmm_stream_fn fn, void *user, int *cancelled);
 
 /* Release what ts holds; NULL is ignored. ts may be initialized again afterwards. */
-void text_stream_free(text_stream *ts);
+void llmm__text_stream_free(text_stream *ts);
 
 #endif

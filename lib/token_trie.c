@@ -24,23 +24,23 @@ static int cmp_token_bytes(const void *pa, const void *pb) {
 static llmm_status collect_pieces(token_trie *t, const llmm_model *m, uint32_t *offset, const llmm_allocator *alloc,
                                   llmm_diag *d) {
     size_t cap = (size_t)t->n_vocab * 8 + 64, used = 0;
-    t->bytes = mem_alloc(alloc, cap);
-    if (!t->bytes) return diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for the token table");
+    t->bytes = llmm__mem_alloc(alloc, cap);
+    if (!t->bytes) return llmm__diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for the token table");
     for (uint32_t id = 0; id < t->n_vocab; id++) {
         size_t n = 0;
         llmm_status st = llmm_token_to_piece(m, (llmm_token)id, 0, t->bytes + used, cap - used, &n);
         if (st == LLMM_ERR_BUFFER_TOO_SMALL) {
             size_t grown = 2 * cap + n;
-            char *b = mem_grow(alloc, t->bytes, used, grown);
-            if (!b || grown >= UINT32_MAX) return diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for the token table");
+            char *b = llmm__mem_grow(alloc, t->bytes, used, grown);
+            if (!b || grown >= UINT32_MAX) return llmm__diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for the token table");
             t->bytes = b;
             cap = grown;
             st = llmm_token_to_piece(m, (llmm_token)id, 0, t->bytes + used, cap - used, &n);
         }
-        if (st) return diag_fail(d, st, "token %u has no text", id);
+        if (st) return llmm__diag_fail(d, st, "token %u has no text", id);
         offset[id] = (uint32_t)used;
         used += n;
-        if (used >= UINT32_MAX) return diag_fail(d, LLMM_ERR_NO_MEMORY, "the vocabulary's text is too large");
+        if (used >= UINT32_MAX) return llmm__diag_fail(d, LLMM_ERR_NO_MEMORY, "the vocabulary's text is too large");
     }
     offset[t->n_vocab] = (uint32_t)used;
     return LLMM_OK;
@@ -49,15 +49,15 @@ static llmm_status collect_pieces(token_trie *t, const llmm_model *m, uint32_t *
 /* Order the tokens with bytes by their bytes. */
 static llmm_status sort_tokens(token_trie *t, const uint32_t *offset, const llmm_allocator *alloc, llmm_diag *d) {
     size_t n_alloc = t->n_vocab ? t->n_vocab : 1;
-    token_bytes *all = mem_calloc(alloc, n_alloc, sizeof *all);
-    t->ids = mem_calloc(alloc, n_alloc, sizeof *t->ids);
-    t->start = mem_calloc(alloc, n_alloc, sizeof *t->start);
-    t->length = mem_calloc(alloc, n_alloc, sizeof *t->length);
-    t->shared = mem_calloc(alloc, n_alloc, sizeof *t->shared);
-    t->rank = mem_calloc(alloc, n_alloc, sizeof *t->rank);
+    token_bytes *all = llmm__mem_calloc(alloc, n_alloc, sizeof *all);
+    t->ids = llmm__mem_calloc(alloc, n_alloc, sizeof *t->ids);
+    t->start = llmm__mem_calloc(alloc, n_alloc, sizeof *t->start);
+    t->length = llmm__mem_calloc(alloc, n_alloc, sizeof *t->length);
+    t->shared = llmm__mem_calloc(alloc, n_alloc, sizeof *t->shared);
+    t->rank = llmm__mem_calloc(alloc, n_alloc, sizeof *t->rank);
     if (!all || !t->ids || !t->start || !t->length || !t->shared || !t->rank) {
-        mem_free(alloc, all);
-        return diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for the token table");
+        llmm__mem_free(alloc, all);
+        return llmm__diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for the token table");
     }
     uint32_t n = 0;
     for (uint32_t id = 0; id < t->n_vocab; id++) {
@@ -78,43 +78,43 @@ static llmm_status sort_tokens(token_trie *t, const uint32_t *offset, const llmm
         t->shared[k] = same;
     }
     t->n = n;
-    mem_free(alloc, all);
+    llmm__mem_free(alloc, all);
     return LLMM_OK;
 }
 
 static llmm_status find_eos(token_trie *t, const llmm_vocab *v, const llmm_allocator *alloc, llmm_diag *d) {
     for (uint32_t id = 0; id < t->n_vocab; id++) t->n_eos += (v->attrs[id] & LLMM_TOKEN_ATTR_EOS) != 0;
-    t->eos = mem_calloc(alloc, t->n_eos ? t->n_eos : 1, sizeof *t->eos);
-    if (!t->eos) return diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for the token table");
+    t->eos = llmm__mem_calloc(alloc, t->n_eos ? t->n_eos : 1, sizeof *t->eos);
+    if (!t->eos) return llmm__diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for the token table");
     t->n_eos = 0;
     for (uint32_t id = 0; id < t->n_vocab; id++)
         if (v->attrs[id] & LLMM_TOKEN_ATTR_EOS) t->eos[t->n_eos++] = (llmm_token)id;
     return LLMM_OK;
 }
 
-llmm_status token_trie_build(token_trie *t, const llmm_model *model, const llmm_allocator *alloc, llmm_diag *d) {
+llmm_status llmm__token_trie_build(token_trie *t, const llmm_model *model, const llmm_allocator *alloc, llmm_diag *d) {
     memset(t, 0, sizeof *t);
     const llmm_vocab *v = &model->vocab;
     if (v->n_tokens > (uint32_t)INT32_MAX)
-        return diag_fail(d, LLMM_ERR_INVALID_ARG, "the vocabulary is too large for a grammar");
+        return llmm__diag_fail(d, LLMM_ERR_INVALID_ARG, "the vocabulary is too large for a grammar");
     t->n_vocab = v->n_tokens;
-    uint32_t *offset = mem_calloc(alloc, (size_t)t->n_vocab + 1, sizeof *offset);
+    uint32_t *offset = llmm__mem_calloc(alloc, (size_t)t->n_vocab + 1, sizeof *offset);
     llmm_status st = offset ? collect_pieces(t, model, offset, alloc, d)
-                            : diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for the token table");
+                            : llmm__diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for the token table");
     if (!st) st = sort_tokens(t, offset, alloc, d);
     if (!st) st = find_eos(t, v, alloc, d);
-    mem_free(alloc, offset);
-    if (st) token_trie_free(t, alloc);
+    llmm__mem_free(alloc, offset);
+    if (st) llmm__token_trie_free(t, alloc);
     return st;
 }
 
-void token_trie_free(token_trie *t, const llmm_allocator *alloc) {
-    mem_free(alloc, t->ids);
-    mem_free(alloc, t->start);
-    mem_free(alloc, t->length);
-    mem_free(alloc, t->shared);
-    mem_free(alloc, t->rank);
-    mem_free(alloc, t->bytes);
-    mem_free(alloc, t->eos);
+void llmm__token_trie_free(token_trie *t, const llmm_allocator *alloc) {
+    llmm__mem_free(alloc, t->ids);
+    llmm__mem_free(alloc, t->start);
+    llmm__mem_free(alloc, t->length);
+    llmm__mem_free(alloc, t->shared);
+    llmm__mem_free(alloc, t->rank);
+    llmm__mem_free(alloc, t->bytes);
+    llmm__mem_free(alloc, t->eos);
     memset(t, 0, sizeof *t);
 }

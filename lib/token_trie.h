@@ -26,7 +26,7 @@ typedef struct token_trie {
 
 /* The bytes every token of model's vocabulary streams as (llmm_token_to_piece without flags:
  * control tokens have none). Errors: NO_MEMORY, INVALID_ARG (a vocabulary above 2^31 tokens). */
-llmm_status token_trie_build(token_trie *t, const llmm_model *model, const llmm_allocator *alloc, llmm_diag *d);
-void token_trie_free(token_trie *t, const llmm_allocator *alloc);
+llmm_status llmm__token_trie_build(token_trie *t, const llmm_model *model, const llmm_allocator *alloc, llmm_diag *d);
+void llmm__token_trie_free(token_trie *t, const llmm_allocator *alloc);
 
 #endif

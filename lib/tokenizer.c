@@ -23,7 +23,7 @@ typedef struct fragment_list {
 static llmm_status frag_push(fragment_list *l, const llmm_allocator *a, fragment f) {
     if (f.token < 0 && f.len == 0) return LLMM_OK;
     void *items = l->items;
-    llmm_status st = mem_reserve(a, &items, &l->cap, l->n + 1, sizeof *l->items);
+    llmm_status st = llmm__mem_reserve(a, &items, &l->cap, l->n + 1, sizeof *l->items);
     if (st) return st;
     l->items = items;
     l->items[l->n++] = f;
@@ -78,7 +78,7 @@ static llmm_status partition(const llmm_vocab *v, const char *text, size_t len, 
         *frags = spare;
         spare = t;
     }
-    mem_free(a, spare.items);
+    llmm__mem_free(a, spare.items);
     return st;
 }
 
@@ -88,7 +88,7 @@ static llmm_status spm_fragment(const llmm_vocab *v, const char *p, size_t n, in
     for (size_t i = 0; i < n; i++) spaces += p[i] == ' ';
     size_t cap;
     if (!size_mul_ok(spaces, 2, &cap) || n > SIZE_MAX - cap - (size_t)prefix) return LLMM_ERR_NO_MEMORY;
-    char *buf = mem_alloc(out->alloc, n + cap + (size_t)prefix);
+    char *buf = llmm__mem_alloc(out->alloc, n + cap + (size_t)prefix);
     if (!buf) return LLMM_ERR_NO_MEMORY;
     size_t w = 0;
     if (prefix) {
@@ -103,8 +103,8 @@ static llmm_status spm_fragment(const llmm_vocab *v, const char *p, size_t n, in
             buf[w++] = p[i];
         }
     }
-    llmm_status st = spm_tokenize(v, buf, w, out);
-    mem_free(out->alloc, buf);
+    llmm_status st = llmm__spm_tokenize(v, buf, w, out);
+    llmm__mem_free(out->alloc, buf);
     return st;
 }
 
@@ -112,18 +112,18 @@ static llmm_status tokenize_spm(const llmm_vocab *v, const char *text, const fra
                                 int add_special, token_list *out) {
     llmm_status st = LLMM_OK;
     int prev_special = 1; /* the first text gets the space prefix */
-    if (add_special && v->add_bos) st = token_list_push(out, v->special[LLMM_SPECIAL_BOS]);
+    if (add_special && v->add_bos) st = llmm__token_list_push(out, v->special[LLMM_SPECIAL_BOS]);
     for (size_t i = 0; i < frags->n && !st; i++) {
         const fragment *f = &frags->items[i];
         if (f->token >= 0) {
-            st = token_list_push(out, f->token);
+            st = llmm__token_list_push(out, f->token);
             prev_special = 1;
         } else {
             st = spm_fragment(v, text + f->off, f->len, v->add_space_prefix && prev_special, out);
             prev_special = 0;
         }
     }
-    if (!st && add_special && v->add_eos) st = token_list_push(out, v->special[LLMM_SPECIAL_EOS]);
+    if (!st && add_special && v->add_eos) st = llmm__token_list_push(out, v->special[LLMM_SPECIAL_EOS]);
     return st;
 }
 
@@ -131,12 +131,12 @@ static llmm_status tokenize_spm(const llmm_vocab *v, const char *text, const fra
 static llmm_status tokenize_bpe(const llmm_vocab *v, const char *text, const fragment_list *frags,
                                 int add_special, token_list *out) {
     llmm_status st = LLMM_OK;
-    if (add_special && v->add_bos) st = token_list_push(out, v->special[LLMM_SPECIAL_BOS]);
+    if (add_special && v->add_bos) st = llmm__token_list_push(out, v->special[LLMM_SPECIAL_BOS]);
     for (size_t i = 0; i < frags->n && !st; i++) {
         const fragment *f = &frags->items[i];
-        st = f->token >= 0 ? token_list_push(out, f->token) : bpe_tokenize(v, text + f->off, f->len, out);
+        st = f->token >= 0 ? llmm__token_list_push(out, f->token) : llmm__bpe_tokenize(v, text + f->off, f->len, out);
     }
-    if (!st && add_special && v->add_eos) st = token_list_push(out, v->special[LLMM_SPECIAL_EOS]);
+    if (!st && add_special && v->add_eos) st = llmm__token_list_push(out, v->special[LLMM_SPECIAL_EOS]);
     return st;
 }
 
@@ -144,12 +144,12 @@ LLMM_API llmm_status llmm_tokenize(const llmm_model *model, const char *text, si
                                    uint32_t flags, llmm_token *out, size_t capacity, size_t *n_tokens) {
     if (!model) return LLMM_ERR_INVALID_ARG;
     if (!n_tokens || (!text && text_len) || (!out && capacity))
-        return model_fail(model, LLMM_ERR_INVALID_ARG, "llmm_tokenize: NULL text, n_tokens or out");
+        return llmm__model_fail(model, LLMM_ERR_INVALID_ARG, "llmm_tokenize: NULL text, n_tokens or out");
     if (flags & ~(LLMM_TOKENIZE_ADD_SPECIAL | LLMM_TOKENIZE_PARSE_SPECIAL))
-        return model_fail(model, LLMM_ERR_INVALID_ARG, "llmm_tokenize: unknown flags 0x%x", flags);
+        return llmm__model_fail(model, LLMM_ERR_INVALID_ARG, "llmm_tokenize: unknown flags 0x%x", flags);
     const llmm_vocab *v = &model->vocab;
     if (v->kind == LLMM_TOKENIZER_NONE)
-        return model_fail(model, LLMM_ERR_UNSUPPORTED, "the model has no tokenizer");
+        return llmm__model_fail(model, LLMM_ERR_UNSUPPORTED, "the model has no tokenizer");
     *n_tokens = 0;
     const llmm_allocator *a = model->alloc;
     fragment_list frags = {0};
@@ -164,17 +164,17 @@ LLMM_API llmm_status llmm_tokenize(const llmm_model *model, const char *text, si
     if (!st) {
         *n_tokens = ids.n;
         if (ids.n > capacity)
-            st = model_fail(model, LLMM_ERR_BUFFER_TOO_SMALL, "llmm_tokenize: %zu tokens, buffer holds %zu",
+            st = llmm__model_fail(model, LLMM_ERR_BUFFER_TOO_SMALL, "llmm_tokenize: %zu tokens, buffer holds %zu",
                             ids.n, capacity);
         else if (ids.n)
             memcpy(out, ids.ids, ids.n * sizeof *out);
     } else if (st == LLMM_ERR_NO_MEMORY) {
-        model_fail(model, st, "llmm_tokenize: out of memory for %zu bytes of text", text_len);
+        llmm__model_fail(model, st, "llmm_tokenize: out of memory for %zu bytes of text", text_len);
     } else {
-        model_fail(model, st, "llmm_tokenize: the vocabulary cannot represent a byte of the input");
+        llmm__model_fail(model, st, "llmm_tokenize: the vocabulary cannot represent a byte of the input");
     }
-    mem_free(a, frags.items);
-    token_list_free(&ids);
+    llmm__mem_free(a, frags.items);
+    llmm__token_list_free(&ids);
     return st;
 }
 
@@ -201,7 +201,7 @@ static size_t piece_of(const llmm_vocab *v, llmm_token t, uint32_t flags, char *
         n = (size_t)LLMM_MIN(s.len, scratch_cap); /* added text such as "<think>" is stored as is */
         memcpy(scratch, s.ptr, n);
     } else if (v->kind == LLMM_TOKENIZER_BPE) {
-        n = bpe_decode_piece(s.ptr, (size_t)LLMM_MIN(s.len, scratch_cap), scratch);
+        n = llmm__bpe_decode_piece(s.ptr, (size_t)LLMM_MIN(s.len, scratch_cap), scratch);
     } else {
         for (size_t i = 0; i < s.len && n < scratch_cap; i++) {
             if (i + 3 <= s.len && memcmp(s.ptr + i, SPM_SPACE, 3) == 0) {
@@ -220,9 +220,9 @@ static size_t piece_of(const llmm_vocab *v, llmm_token t, uint32_t flags, char *
 
 static llmm_status check_token(const llmm_model *model, llmm_token t) {
     if (model->vocab.kind == LLMM_TOKENIZER_NONE)
-        return model_fail(model, LLMM_ERR_UNSUPPORTED, "the model has no tokenizer");
+        return llmm__model_fail(model, LLMM_ERR_UNSUPPORTED, "the model has no tokenizer");
     if (t < 0 || (uint32_t)t >= model->vocab.n_tokens)
-        return model_fail(model, LLMM_ERR_INVALID_ARG, "token %d is out of range (vocab of %u)", t,
+        return llmm__model_fail(model, LLMM_ERR_INVALID_ARG, "token %d is out of range (vocab of %u)", t,
                           model->vocab.n_tokens);
     return LLMM_OK;
 }
@@ -231,9 +231,9 @@ LLMM_API llmm_status llmm_detokenize(const llmm_model *model, const llmm_token *
                                      char *buf, size_t capacity, size_t *n_bytes) {
     if (!model) return LLMM_ERR_INVALID_ARG;
     if (!n_bytes || (!tokens && n) || (!buf && capacity))
-        return model_fail(model, LLMM_ERR_INVALID_ARG, "llmm_detokenize: NULL argument");
+        return llmm__model_fail(model, LLMM_ERR_INVALID_ARG, "llmm_detokenize: NULL argument");
     if (flags & ~(LLMM_PIECE_RENDER_SPECIAL | LLMM_PIECE_STRIP_SPACE))
-        return model_fail(model, LLMM_ERR_INVALID_ARG, "llmm_detokenize: unknown flags 0x%x", flags);
+        return llmm__model_fail(model, LLMM_ERR_INVALID_ARG, "llmm_detokenize: unknown flags 0x%x", flags);
     *n_bytes = 0;
     for (size_t i = 0; i < n; i++) {
         llmm_status st = check_token(model, tokens[i]);
@@ -243,8 +243,8 @@ LLMM_API llmm_status llmm_detokenize(const llmm_model *model, const llmm_token *
     size_t scratch_cap = 16;
     for (size_t i = 0; i < n; i++)
         scratch_cap = LLMM_MAX(scratch_cap, (size_t)model->vocab.text[tokens[i]].len);
-    char *scratch = mem_alloc(model->alloc, scratch_cap);
-    if (!scratch) return model_fail(model, LLMM_ERR_NO_MEMORY, "llmm_detokenize: out of memory");
+    char *scratch = llmm__mem_alloc(model->alloc, scratch_cap);
+    if (!scratch) return llmm__model_fail(model, LLMM_ERR_NO_MEMORY, "llmm_detokenize: out of memory");
     size_t total = 0;
     for (size_t i = 0; i < n; i++) {
         uint32_t f = i == 0 ? flags : (flags & ~LLMM_PIECE_STRIP_SPACE);
@@ -253,10 +253,10 @@ LLMM_API llmm_status llmm_detokenize(const llmm_model *model, const llmm_token *
         if (k && total + k <= capacity) memcpy(buf + total, scratch, k);
         total += k;
     }
-    mem_free(model->alloc, scratch);
+    llmm__mem_free(model->alloc, scratch);
     *n_bytes = total;
     if (total > capacity)
-        return model_fail(model, LLMM_ERR_BUFFER_TOO_SMALL, "llmm_detokenize: %zu bytes, buffer holds %zu",
+        return llmm__model_fail(model, LLMM_ERR_BUFFER_TOO_SMALL, "llmm_detokenize: %zu bytes, buffer holds %zu",
                           total, capacity);
     return LLMM_OK;
 }
@@ -268,7 +268,7 @@ LLMM_API llmm_status llmm_token_to_piece(const llmm_model *model, llmm_token tok
 
 LLMM_API llmm_status llmm_token_attrs(const llmm_model *model, llmm_token token, uint32_t *attrs) {
     if (!model) return LLMM_ERR_INVALID_ARG;
-    if (!attrs) return model_fail(model, LLMM_ERR_INVALID_ARG, "llmm_token_attrs: NULL attrs");
+    if (!attrs) return llmm__model_fail(model, LLMM_ERR_INVALID_ARG, "llmm_token_attrs: NULL attrs");
     llmm_status st = check_token(model, token);
     if (st) return st;
     *attrs = model->vocab.attrs[token];
@@ -278,9 +278,9 @@ LLMM_API llmm_status llmm_token_attrs(const llmm_model *model, llmm_token token,
 LLMM_API llmm_status llmm_model_special_token(const llmm_model *model, llmm_special_token which, llmm_token *out) {
     if (!model) return LLMM_ERR_INVALID_ARG;
     if (!out || (int)which < 0 || (int)which >= 6)
-        return model_fail(model, LLMM_ERR_INVALID_ARG, "llmm_model_special_token: bad argument");
+        return llmm__model_fail(model, LLMM_ERR_INVALID_ARG, "llmm_model_special_token: bad argument");
     int32_t id = model->vocab.special[which];
-    if (id < 0) return model_fail(model, LLMM_ERR_NOT_FOUND, "the model defines no such special token");
+    if (id < 0) return llmm__model_fail(model, LLMM_ERR_NOT_FOUND, "the model defines no such special token");
     *out = id;
     return LLMM_OK;
 }

@@ -51,21 +51,21 @@ static int parse_merge(const llmm_vocab *v, gguf_str s, char *concat, bpe_merge 
     size_t left_len = (size_t)(space - s.ptr), right_len = (size_t)s.len - left_len - 1;
     memcpy(concat, s.ptr, left_len);
     memcpy(concat + left_len, space + 1, right_len);
-    int32_t left = vocab_find(v, s.ptr, left_len), right = vocab_find(v, space + 1, right_len);
-    int32_t result = vocab_find(v, concat, left_len + right_len);
+    int32_t left = llmm__vocab_find(v, s.ptr, left_len), right = llmm__vocab_find(v, space + 1, right_len);
+    int32_t result = llmm__vocab_find(v, concat, left_len + right_len);
     if (left < 0 || right < 0 || result < 0) return 0;
     *m = (bpe_merge){(uint32_t)left, (uint32_t)right, (uint32_t)result};
     return 1;
 }
 
 static const gguf_kv *find_merges_kv(const gguf_file *f, llmm_diag *d, llmm_status *st) {
-    const gguf_kv *kv = gguf_find_kv(f, "tokenizer.ggml.merges");
+    const gguf_kv *kv = llmm__gguf_find_kv(f, "tokenizer.ggml.merges");
     *st = LLMM_OK;
-    if (!kv) *st = diag_fail(d, LLMM_ERR_BAD_FILE, "tokenizer.ggml.merges is missing (a gpt2 tokenizer needs it)");
+    if (!kv) *st = llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "tokenizer.ggml.merges is missing (a gpt2 tokenizer needs it)");
     else if (kv->type != GGUF_TYPE_ARRAY || kv->v.arr.elem_type != GGUF_TYPE_STRING)
-        *st = diag_fail(d, LLMM_ERR_BAD_FILE, "tokenizer.ggml.merges must be an array of strings");
+        *st = llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "tokenizer.ggml.merges must be an array of strings");
     else if (kv->v.arr.count > MAX_MERGES)
-        *st = diag_fail(d, LLMM_ERR_BAD_FILE, "tokenizer.ggml.merges has %llu entries (at most %u allowed)",
+        *st = llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "tokenizer.ggml.merges has %llu entries (at most %u allowed)",
                         (unsigned long long)kv->v.arr.count, MAX_MERGES);
     return *st ? NULL : kv;
 }
@@ -74,7 +74,7 @@ static size_t longest_string(const gguf_array *a) {
     const uint8_t *cur = a->data;
     uint64_t longest = 0;
     for (uint64_t i = 0; i < a->count; i++) {
-        uint64_t len = gguf_array_next_str(&cur).len;
+        uint64_t len = llmm__gguf_array_next_str(&cur).len;
         longest = LLMM_MAX(longest, len);
     }
     return (size_t)longest; /* the reader checked every string fits in the mapped file */
@@ -88,40 +88,40 @@ static llmm_status load_merges(const llmm_vocab *v, bpe_model *b, const gguf_fil
     uint32_t count = (uint32_t)kv->v.arr.count;
     b->slot_cap = 2;
     while (b->slot_cap < 2 * count) b->slot_cap <<= 1;
-    b->merges = mem_calloc(alloc, count ? count : 1, sizeof *b->merges);
-    b->slots = mem_calloc(alloc, b->slot_cap, sizeof *b->slots);
-    char *concat = mem_alloc(alloc, longest_string(&kv->v.arr));
+    b->merges = llmm__mem_calloc(alloc, count ? count : 1, sizeof *b->merges);
+    b->slots = llmm__mem_calloc(alloc, b->slot_cap, sizeof *b->slots);
+    char *concat = llmm__mem_alloc(alloc, longest_string(&kv->v.arr));
     if (!b->merges || !b->slots || !concat) {
-        mem_free(alloc, concat);
-        return diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for %u BPE merges", count);
+        llmm__mem_free(alloc, concat);
+        return llmm__diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for %u BPE merges", count);
     }
     const uint8_t *cur = kv->v.arr.data;
     uint32_t dropped = 0;
     for (uint32_t i = 0; i < count; i++) {
         bpe_merge m;
-        if (parse_merge(v, gguf_array_next_str(&cur), concat, &m)) add_merge(b, m);
+        if (parse_merge(v, llmm__gguf_array_next_str(&cur), concat, &m)) add_merge(b, m);
         else dropped++;
     }
-    mem_free(alloc, concat);
+    llmm__mem_free(alloc, concat);
     if (dropped)
-        log_msg(log, LLMM_LOG_WARN, "%u of %u BPE merges name text that is not a token: ignored", dropped, count);
+        llmm__log_msg(log, LLMM_LOG_WARN, "%u of %u BPE merges name text that is not a token: ignored", dropped, count);
     return LLMM_OK;
 }
 
 static llmm_status choose_family(bpe_model *b, const gguf_file *f, const llmm_logger *log, llmm_diag *d) {
-    const gguf_kv *kv = gguf_find_kv(f, "tokenizer.ggml.pre");
+    const gguf_kv *kv = llmm__gguf_find_kv(f, "tokenizer.ggml.pre");
     if (!kv) {
-        log_msg(log, LLMM_LOG_WARN, "no tokenizer.ggml.pre: using the 'default' pre-tokenizer (output may differ "
+        llmm__log_msg(log, LLMM_LOG_WARN, "no tokenizer.ggml.pre: using the 'default' pre-tokenizer (output may differ "
                                     "from the model's own tokenizer; reconvert the model)");
-        b->family = pretok_family_default();
+        b->family = llmm__pretok_family_default();
         return LLMM_OK;
     }
-    if (kv->type != GGUF_TYPE_STRING) return diag_fail(d, LLMM_ERR_BAD_FILE, "tokenizer.ggml.pre must be a string");
-    b->family = pretok_family_find(kv->v.str.ptr, (size_t)kv->v.str.len);
+    if (kv->type != GGUF_TYPE_STRING) return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "tokenizer.ggml.pre must be a string");
+    b->family = llmm__pretok_family_find(kv->v.str.ptr, (size_t)kv->v.str.len);
     if (b->family) return LLMM_OK;
     char known[400];
-    pretok_family_list(known, sizeof known);
-    return diag_fail(d, LLMM_ERR_UNSUPPORTED, "pre-tokenizer '%.*s' is not supported (supported: %s)",
+    llmm__pretok_family_list(known, sizeof known);
+    return llmm__diag_fail(d, LLMM_ERR_UNSUPPORTED, "pre-tokenizer '%.*s' is not supported (supported: %s)",
                      (int)LLMM_MIN(kv->v.str.len, 64u), kv->v.str.ptr, known);
 }
 
@@ -132,37 +132,37 @@ static void find_byte_tokens(const llmm_vocab *v, bpe_model *b, const llmm_logge
     int missing = 0;
     for (int byte = 0; byte < 256; byte++) {
         char sym[4];
-        size_t n = utf8_encode(gpt2_byte_to_cp((uint8_t)byte), sym);
-        int32_t id = vocab_find(v, sym, n);
+        size_t n = llmm__utf8_encode(llmm__gpt2_byte_to_cp((uint8_t)byte), sym);
+        int32_t id = llmm__vocab_find(v, sym, n);
         b->byte_token[byte] = id >= 0 && (v->attrs[id] & LLMM_TOKEN_ATTR_NORMAL) ? id : -1;
         missing += b->byte_token[byte] < 0;
     }
     if (missing)
-        log_msg(log, LLMM_LOG_WARN, "the BPE vocabulary lacks %d of the 256 byte symbols: those bytes are dropped "
+        llmm__log_msg(log, LLMM_LOG_WARN, "the BPE vocabulary lacks %d of the 256 byte symbols: those bytes are dropped "
                                     "when tokenizing, as the reference engine does", missing);
 }
 
-llmm_status bpe_load(llmm_vocab *v, const gguf_file *f, const llmm_allocator *alloc, const llmm_logger *log,
+llmm_status llmm__bpe_load(llmm_vocab *v, const gguf_file *f, const llmm_allocator *alloc, const llmm_logger *log,
                      llmm_diag *d) {
-    bpe_model *b = mem_calloc(alloc, 1, sizeof *b);
-    if (!b) return diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for the BPE tokenizer");
+    bpe_model *b = llmm__mem_calloc(alloc, 1, sizeof *b);
+    if (!b) return llmm__diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for the BPE tokenizer");
     v->bpe = b;
     llmm_status st = choose_family(b, f, log, d);
-    if (!st) st = pretok_compile(&b->pre, b->family, alloc, d);
+    if (!st) st = llmm__pretok_compile(&b->pre, b->family, alloc, d);
     if (!st) st = load_merges(v, b, f, alloc, log, d);
-    if (st) return st; /* vocab_load frees what was built */
+    if (st) return st; /* llmm__vocab_load frees what was built */
     find_byte_tokens(v, b, log);
     v->add_bos = b->family->add_bos; /* tokenizer.ggml.add_bos_token, read later, overrides */
     return LLMM_OK;
 }
 
-void bpe_free(llmm_vocab *v, const llmm_allocator *alloc) {
+void llmm__bpe_free(llmm_vocab *v, const llmm_allocator *alloc) {
     bpe_model *b = v->bpe;
     if (!b) return;
-    pretok_free(&b->pre, alloc);
-    mem_free(alloc, b->merges);
-    mem_free(alloc, b->slots);
-    mem_free(alloc, b);
+    llmm__pretok_free(&b->pre, alloc);
+    llmm__mem_free(alloc, b->merges);
+    llmm__mem_free(alloc, b->slots);
+    llmm__mem_free(alloc, b);
     v->bpe = NULL;
 }
 
@@ -202,7 +202,7 @@ static int pair_before(const bpe_pair *a, const bpe_pair *b) {
 
 static llmm_status heap_push(bpe_work *w, bpe_pair p) {
     void *items = w->heap;
-    llmm_status st = mem_reserve(w->out->alloc, &items, &w->heap_cap, w->heap_n + 1, sizeof *w->heap);
+    llmm_status st = llmm__mem_reserve(w->out->alloc, &items, &w->heap_cap, w->heap_n + 1, sizeof *w->heap);
     if (st) return st;
     w->heap = items;
     size_t i = w->heap_n++;
@@ -249,7 +249,7 @@ static void merge_pair(bpe_work *w, const bpe_pair *p) {
  * vocabulary lacks keeps id -1: it merges with nothing and is left out of the output. */
 static llmm_status merge_word(bpe_work *w, const uint8_t *word, size_t n) {
     void *items = w->sym;
-    llmm_status st = mem_reserve(w->out->alloc, &items, &w->sym_cap, n, sizeof *w->sym);
+    llmm_status st = llmm__mem_reserve(w->out->alloc, &items, &w->sym_cap, n, sizeof *w->sym);
     if (st) return st;
     w->sym = items;
     for (size_t i = 0; i < n; i++)
@@ -265,7 +265,7 @@ static llmm_status merge_word(bpe_work *w, const uint8_t *word, size_t n) {
         if (!st) st = queue_pair(w, p.left, w->sym[p.left].next);
     }
     for (int32_t i = 0; i >= 0 && !st; i = w->sym[i].next)
-        if (w->sym[i].id >= 0) st = token_list_push(w->out, w->sym[i].id);
+        if (w->sym[i].id >= 0) st = llmm__token_list_push(w->out, w->sym[i].id);
     return st;
 }
 
@@ -274,44 +274,44 @@ static llmm_status merge_word(bpe_work *w, const uint8_t *word, size_t n) {
 static llmm_status whole_word_token(bpe_work *w, const uint8_t *word, size_t n, int32_t *id) {
     size_t need; /* every GPT-2 symbol is 1 or 2 bytes of UTF-8 */
     void *items = w->spelled;
-    llmm_status st = size_mul_ok(n, 2, &need) ? mem_reserve(w->out->alloc, &items, &w->spelled_cap, need, 1)
+    llmm_status st = size_mul_ok(n, 2, &need) ? llmm__mem_reserve(w->out->alloc, &items, &w->spelled_cap, need, 1)
                                               : LLMM_ERR_NO_MEMORY;
     if (st) return st;
     w->spelled = items;
     size_t len = 0;
-    for (size_t i = 0; i < n; i++) len += utf8_encode(gpt2_byte_to_cp(word[i]), w->spelled + len);
-    *id = vocab_find(w->v, w->spelled, len);
+    for (size_t i = 0; i < n; i++) len += llmm__utf8_encode(llmm__gpt2_byte_to_cp(word[i]), w->spelled + len);
+    *id = llmm__vocab_find(w->v, w->spelled, len);
     return LLMM_OK;
 }
 
 static llmm_status tokenize_word(void *user, const char *word, size_t n) {
     bpe_work *w = user;
     const uint8_t *bytes = (const uint8_t *)word;
-    if (n == 1 && w->b->byte_token[bytes[0]] >= 0) return token_list_push(w->out, w->b->byte_token[bytes[0]]);
+    if (n == 1 && w->b->byte_token[bytes[0]] >= 0) return llmm__token_list_push(w->out, w->b->byte_token[bytes[0]]);
     if (n > INT32_MAX) return LLMM_ERR_NO_MEMORY; /* symbols are indexed by int32: a 2 GiB word is too much */
     if (w->b->family->ignore_merges) {
         int32_t id;
         llmm_status st = whole_word_token(w, bytes, n, &id);
-        if (st || id >= 0) return st ? st : token_list_push(w->out, id);
+        if (st || id >= 0) return st ? st : llmm__token_list_push(w->out, id);
     }
     return merge_word(w, bytes, n);
 }
 
-llmm_status bpe_tokenize(const llmm_vocab *v, const char *text, size_t len, token_list *out) {
+llmm_status llmm__bpe_tokenize(const llmm_vocab *v, const char *text, size_t len, token_list *out) {
     bpe_work w = {.v = v, .b = v->bpe, .out = out};
-    llmm_status st = pretok_split(&v->bpe->pre, text, len, out->alloc, tokenize_word, &w);
-    mem_free(out->alloc, w.sym);
-    mem_free(out->alloc, w.heap);
-    mem_free(out->alloc, w.spelled);
+    llmm_status st = llmm__pretok_split(&v->bpe->pre, text, len, out->alloc, tokenize_word, &w);
+    llmm__mem_free(out->alloc, w.sym);
+    llmm__mem_free(out->alloc, w.heap);
+    llmm__mem_free(out->alloc, w.spelled);
     return st;
 }
 
-size_t bpe_decode_piece(const char *text, size_t len, char *out) {
+size_t llmm__bpe_decode_piece(const char *text, size_t len, char *out) {
     size_t n = 0;
     for (size_t i = 0; i < len;) {
         uint32_t cp;
-        size_t k = utf8_decode((const uint8_t *)text + i, len - i, &cp);
-        int byte = gpt2_cp_to_byte(cp);
+        size_t k = llmm__utf8_decode((const uint8_t *)text + i, len - i, &cp);
+        int byte = llmm__gpt2_cp_to_byte(cp);
         if (byte >= 0) {
             out[n++] = (char)byte;
         } else {

@@ -21,20 +21,20 @@ typedef struct bpe_model {
     int32_t byte_token[256]; /* token of each byte's GPT-2 symbol; -1 when the vocab lacks it */
 } bpe_model;
 
-/* The BPE half of vocab_load, run once the tokens are loaded: the pre-tokenizer family (and
+/* The BPE half of llmm__vocab_load, run once the tokens are loaded: the pre-tokenizer family (and
  * with it the default add_bos), the merge table, the byte symbols. Errors: BAD_FILE for missing
  * or malformed merges, UNSUPPORTED for an unknown tokenizer.ggml.pre. */
-llmm_status bpe_load(llmm_vocab *v, const gguf_file *f, const llmm_allocator *alloc, const llmm_logger *log,
+llmm_status llmm__bpe_load(llmm_vocab *v, const gguf_file *f, const llmm_allocator *alloc, const llmm_logger *log,
                      llmm_diag *d);
-void bpe_free(llmm_vocab *v, const llmm_allocator *alloc);
+void llmm__bpe_free(llmm_vocab *v, const llmm_allocator *alloc);
 
 /* Tokenize text that holds no special tokens and append the ids. Lossless when the vocab has
  * all 256 byte symbols (most do); a byte without one is dropped, as the reference engine does. */
-llmm_status bpe_tokenize(const llmm_vocab *v, const char *text, size_t len, token_list *out);
+llmm_status llmm__bpe_tokenize(const llmm_vocab *v, const char *text, size_t len, token_list *out);
 
 /* A token's text back to bytes through the inverse byte map, into out (room for len bytes).
  * Characters outside the map, which normal tokens never hold, are copied unchanged. Returns
  * the number of bytes written. */
-size_t bpe_decode_piece(const char *text, size_t len, char *out);
+size_t llmm__bpe_decode_piece(const char *text, size_t len, char *out);
 
 #endif

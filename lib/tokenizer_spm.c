@@ -25,7 +25,7 @@ typedef struct spm_state {
     const llmm_allocator *alloc;
 } spm_state;
 
-size_t utf8_seq_len(uint8_t lead) {
+size_t llmm__utf8_seq_len(uint8_t lead) {
     static const uint8_t by_high_nibble[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
     return by_high_nibble[lead >> 4];
 }
@@ -37,7 +37,7 @@ static int bigram_before(const bigram *a, const bigram *b) {
 
 static llmm_status heap_push(spm_state *s, bigram b) {
     void *items = s->heap;
-    llmm_status st = mem_reserve(s->alloc, &items, &s->heap_cap, s->heap_n + 1, sizeof *s->heap);
+    llmm_status st = llmm__mem_reserve(s->alloc, &items, &s->heap_cap, s->heap_n + 1, sizeof *s->heap);
     if (st) return st;
     s->heap = items;
     size_t i = s->heap_n++;
@@ -70,7 +70,7 @@ static bigram heap_pop(spm_state *s) {
 static llmm_status try_add_bigram(spm_state *s, int32_t left, int32_t right) {
     if (left < 0 || right < 0) return LLMM_OK;
     size_t size = s->sym[left].n + s->sym[right].n;
-    int32_t id = vocab_find(s->v, s->text + s->sym[left].start, size);
+    int32_t id = llmm__vocab_find(s->v, s->text + s->sym[left].start, size);
     if (id < 0) return LLMM_OK;
     return heap_push(s, (bigram){s->v->score[id], left, right, size});
 }
@@ -79,23 +79,23 @@ static llmm_status emit_bytes(const llmm_vocab *v, const char *p, size_t n, toke
     for (size_t i = 0; i < n; i++) {
         uint8_t b = (uint8_t)p[i];
         int32_t id = v->byte_token[b];
-        if (id < 0) id = vocab_find(v, (const char *)&p[i], 1);
+        if (id < 0) id = llmm__vocab_find(v, (const char *)&p[i], 1);
         if (id < 0) id = v->special[LLMM_SPECIAL_UNK];
         if (id < 0) return LLMM_ERR_UNSUPPORTED;
-        llmm_status st = token_list_push(out, id);
+        llmm_status st = llmm__token_list_push(out, id);
         if (st) return st;
     }
     return LLMM_OK;
 }
 
-llmm_status spm_tokenize(const llmm_vocab *v, const char *text, size_t len, token_list *out) {
+llmm_status llmm__spm_tokenize(const llmm_vocab *v, const char *text, size_t len, token_list *out) {
     if (len == 0) return LLMM_OK;
     spm_state s = {.v = v, .text = text, .alloc = out->alloc};
-    s.sym = mem_calloc(s.alloc, len, sizeof *s.sym);
+    s.sym = llmm__mem_calloc(s.alloc, len, sizeof *s.sym);
     if (!s.sym) return LLMM_ERR_NO_MEMORY;
     int32_t n_sym = 0;
     for (size_t off = 0; off < len; n_sym++) {
-        size_t n = LLMM_MIN(utf8_seq_len((uint8_t)text[off]), len - off);
+        size_t n = LLMM_MIN(llmm__utf8_seq_len((uint8_t)text[off]), len - off);
         s.sym[n_sym] = (symbol){off, n, n_sym - 1, off + n == len ? -1 : n_sym + 1};
         off += n;
     }
@@ -114,10 +114,10 @@ llmm_status spm_tokenize(const llmm_vocab *v, const char *text, size_t len, toke
     }
     for (int32_t i = 0; i != -1 && !st; i = s.sym[i].next) {
         const char *p = text + s.sym[i].start;
-        int32_t id = vocab_find(v, p, s.sym[i].n);
-        st = id >= 0 ? token_list_push(out, id) : emit_bytes(v, p, s.sym[i].n, out);
+        int32_t id = llmm__vocab_find(v, p, s.sym[i].n);
+        st = id >= 0 ? llmm__token_list_push(out, id) : emit_bytes(v, p, s.sym[i].n, out);
     }
-    mem_free(s.alloc, s.sym);
-    mem_free(s.alloc, s.heap);
+    llmm__mem_free(s.alloc, s.sym);
+    llmm__mem_free(s.alloc, s.heap);
     return st;
 }

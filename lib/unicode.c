@@ -1,22 +1,22 @@
 #include "unicode.h"
 
-uint16_t unicode_props(uint32_t cp) {
-    if (cp < 128) return unicode_ascii_props[cp];
+uint16_t llmm__unicode_props(uint32_t cp) {
+    if (cp < 128) return llmm__unicode_ascii_props[cp];
     if (cp >= 0x110000) return UNI_C;
-    size_t lo = 0, hi = unicode_n_ranges; /* find the last range starting at or before cp */
+    size_t lo = 0, hi = llmm__unicode_n_ranges; /* find the last range starting at or before cp */
     while (hi - lo > 1) {
         size_t mid = lo + (hi - lo) / 2;
-        if (unicode_ranges[mid].start <= cp) lo = mid;
+        if (llmm__unicode_ranges[mid].start <= cp) lo = mid;
         else hi = mid;
     }
-    return unicode_ranges[lo].props;
+    return llmm__unicode_ranges[lo].props;
 }
 
 static int is_continuation(uint8_t b) {
     return (b & 0xC0) == 0x80;
 }
 
-size_t utf8_decode(const uint8_t *s, size_t n, uint32_t *cp) {
+size_t llmm__utf8_decode(const uint8_t *s, size_t n, uint32_t *cp) {
     uint8_t b = s[0];
     if (b < 0x80) {
         *cp = b;
@@ -40,7 +40,7 @@ size_t utf8_decode(const uint8_t *s, size_t n, uint32_t *cp) {
     return len;
 }
 
-size_t utf8_encode(uint32_t cp, char out[4]) {
+size_t llmm__utf8_encode(uint32_t cp, char out[4]) {
     if (cp < 0x80) {
         out[0] = (char)cp;
         return 1;
@@ -69,14 +69,14 @@ static int gpt2_keeps(unsigned b) {
     return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
 }
 
-uint32_t gpt2_byte_to_cp(uint8_t byte) {
+uint32_t llmm__gpt2_byte_to_cp(uint8_t byte) {
     if (gpt2_keeps(byte)) return byte;
     if (byte <= 0x20) return 0x100 + byte;
     if (byte <= 0xA0) return 0x100 + 33 + (byte - 0x7Fu);
     return 0x100 + 67; /* 0xAD, the soft hyphen */
 }
 
-int gpt2_cp_to_byte(uint32_t cp) {
+int llmm__gpt2_cp_to_byte(uint32_t cp) {
     if (cp < 0x100) return gpt2_keeps(cp) ? (int)cp : -1;
     uint32_t n = cp - 0x100;
     if (n < 33) return (int)n;

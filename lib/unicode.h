@@ -32,25 +32,25 @@ typedef struct unicode_range {
     uint16_t props;
 } unicode_range;
 
-extern const uint16_t unicode_ascii_props[128];
-extern const unicode_range unicode_ranges[];
-extern const size_t unicode_n_ranges;
+extern const uint16_t llmm__unicode_ascii_props[128];
+extern const unicode_range llmm__unicode_ranges[];
+extern const size_t llmm__unicode_n_ranges;
 
-uint16_t unicode_props(uint32_t cp);
+uint16_t llmm__unicode_props(uint32_t cp);
 
 /* Decode one code point from n > 0 bytes; returns the bytes it spans (1..4). Follows the
  * reference engine: sequences are checked for their continuation bytes only (overlong forms
  * and surrogates decode), and a byte that starts no valid sequence decodes to U+FFFD with
  * length 1, so every input splits into code points the same way there and here. */
-size_t utf8_decode(const uint8_t *s, size_t n, uint32_t *cp);
+size_t llmm__utf8_decode(const uint8_t *s, size_t n, uint32_t *cp);
 
 /* UTF-8 bytes of cp (<= 0x10FFFF) into out; returns 1..4. */
-size_t utf8_encode(uint32_t cp, char out[4]);
+size_t llmm__utf8_encode(uint32_t cp, char out[4]);
 
 /* GPT-2's reversible byte map: printable Latin-1 bytes stand for themselves, the other 68
  * bytes for U+0100..U+0143 in byte order, so every byte has a visible vocabulary symbol. */
-uint32_t gpt2_byte_to_cp(uint8_t byte);
+uint32_t llmm__gpt2_byte_to_cp(uint8_t byte);
 /* The byte a code point stands for, or -1 when it is not in the map. */
-int gpt2_cp_to_byte(uint32_t cp);
+int llmm__gpt2_cp_to_byte(uint32_t cp);
 
 #endif

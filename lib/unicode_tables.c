@@ -2,7 +2,7 @@
  * (UnicodeData.txt, PropList.txt). Do not edit; rerun the script instead. */
 #include "unicode.h"
 
-const uint16_t unicode_ascii_props[128] = {
+const uint16_t llmm__unicode_ascii_props[128] = {
     UNI_C, /* 0x00 */
     UNI_C, /* 0x01 */
     UNI_C, /* 0x02 */
@@ -133,7 +133,7 @@ const uint16_t unicode_ascii_props[128] = {
     UNI_C, /* 0x7F */
 };
 
-const unicode_range unicode_ranges[] = {
+const unicode_range llmm__unicode_ranges[] = {
     {0x000000, UNI_C},
     {0x000009, UNI_C | UNI_WS},
     {0x00000E, UNI_C},
@@ -3625,4 +3625,4 @@ const unicode_range unicode_ranges[] = {
     {0x0E01F0, UNI_C},
 };
 
-const size_t unicode_n_ranges = sizeof unicode_ranges / sizeof *unicode_ranges;
+const size_t llmm__unicode_n_ranges = sizeof llmm__unicode_ranges / sizeof *llmm__unicode_ranges;

@@ -69,7 +69,7 @@ static void class_add_range(re_parser *ps, re_class *c, uint32_t lo, uint32_t hi
 
 static uint32_t parse_utf8_char(re_parser *ps) {
     uint32_t cp;
-    ps->i += utf8_decode((const uint8_t *)ps->s + ps->i, ps->n - ps->i, &cp);
+    ps->i += llmm__utf8_decode((const uint8_t *)ps->s + ps->i, ps->n - ps->i, &cp);
     return cp;
 }
 
@@ -333,14 +333,14 @@ static long seq_width(const re_prog *p, uint16_t i) {
     return total;
 }
 
-llmm_status re_compile(re_prog *p, const char *pattern, llmm_diag *d) {
+llmm_status llmm__re_compile(re_prog *p, const char *pattern, llmm_diag *d) {
     memset(p, 0, sizeof *p);
     re_parser ps = {.s = pattern, .n = strlen(pattern), .p = p};
     p->root = new_node(&ps, RE_GROUP);
     parse_alternatives(&ps, p->root);
     if (!ps.err && ps.i < ps.n) parse_fail(&ps, "unbalanced parenthesis");
     if (ps.err)
-        return diag_fail(d, LLMM_ERR_INTERNAL, "pre-tokenizer regex '%.80s': %s at offset %zu", pattern, ps.err, ps.i);
+        return llmm__diag_fail(d, LLMM_ERR_INTERNAL, "pre-tokenizer regex '%.80s': %s at offset %zu", pattern, ps.err, ps.i);
     for (uint16_t k = 0; k < p->n_nodes; k++) p->nodes[k].width1 = once_width(p, &p->nodes[k]) == 1;
     return LLMM_OK;
 }
@@ -446,7 +446,7 @@ static size_t failed_through(const re_prog *p, const re_input *in, uint16_t firs
     return e;
 }
 
-int re_search(const re_prog *p, const re_input *in, size_t from, size_t *match_start, size_t *match_end) {
+int llmm__re_search(const re_prog *p, const re_input *in, size_t from, size_t *match_start, size_t *match_end) {
     const re_node *root = &p->nodes[p->root];
     size_t dead_until[RE_MAX_GROUP_ALTS] = {0}; /* alternative a cannot start before dead_until[a] */
     for (size_t s = from; s < in->end; s++) {

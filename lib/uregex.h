@@ -49,7 +49,7 @@ typedef struct re_prog {
     uint16_t root; /* group node of the top-level alternatives */
 } re_prog;
 
-llmm_status re_compile(re_prog *p, const char *pattern, llmm_diag *d);
+llmm_status llmm__re_compile(re_prog *p, const char *pattern, llmm_diag *d);
 
 /* The text as the matcher sees it. cp holds the code point for literal comparisons, with
  * non-ASCII White_Space mapped to U+000B the way the reference engine maps it before running
@@ -61,6 +61,6 @@ typedef struct re_input {
 } re_input;
 
 /* Leftmost match starting at or after from; returns 0 when there is none. */
-int re_search(const re_prog *p, const re_input *in, size_t from, size_t *match_start, size_t *match_end);
+int llmm__re_search(const re_prog *p, const re_input *in, size_t from, size_t *match_start, size_t *match_end);
 
 #endif

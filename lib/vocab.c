@@ -68,7 +68,7 @@ static uint32_t hash_bytes(const char *s, size_t n) {
     return h;
 }
 
-int32_t vocab_find(const llmm_vocab *v, const char *text, size_t len) {
+int32_t llmm__vocab_find(const llmm_vocab *v, const char *text, size_t len) {
     uint32_t mask = v->hash_cap - 1;
     for (uint32_t i = hash_bytes(text, len) & mask;; i = (i + 1) & mask) {
         uint32_t slot = v->hash[i];
@@ -91,25 +91,25 @@ static void hash_insert(llmm_vocab *v, uint32_t id) {
 }
 
 static llmm_status load_tokens(llmm_vocab *v, const gguf_file *f, const llmm_allocator *alloc, llmm_diag *d) {
-    const gguf_kv *kv = gguf_find_kv(f, "tokenizer.ggml.tokens");
-    if (!kv) return diag_fail(d, LLMM_ERR_BAD_FILE, "tokenizer.ggml.tokens is missing");
+    const gguf_kv *kv = llmm__gguf_find_kv(f, "tokenizer.ggml.tokens");
+    if (!kv) return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "tokenizer.ggml.tokens is missing");
     if (kv->type != GGUF_TYPE_ARRAY || kv->v.arr.elem_type != GGUF_TYPE_STRING)
-        return diag_fail(d, LLMM_ERR_BAD_FILE, "tokenizer.ggml.tokens must be an array of strings");
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "tokenizer.ggml.tokens must be an array of strings");
     if (kv->v.arr.count == 0 || kv->v.arr.count > (1u << 24))
-        return diag_fail(d, LLMM_ERR_BAD_FILE, "tokenizer.ggml.tokens has %llu entries (1..16777216 allowed)",
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "tokenizer.ggml.tokens has %llu entries (1..16777216 allowed)",
                          (unsigned long long)kv->v.arr.count);
     v->n_tokens = (uint32_t)kv->v.arr.count;
     v->hash_cap = 1;
     while (v->hash_cap < 2 * v->n_tokens) v->hash_cap <<= 1;
-    v->text = mem_calloc(alloc, v->n_tokens, sizeof *v->text);
-    v->score = mem_calloc(alloc, v->n_tokens, sizeof *v->score);
-    v->attrs = mem_calloc(alloc, v->n_tokens, sizeof *v->attrs);
-    v->hash = mem_calloc(alloc, v->hash_cap, sizeof *v->hash);
+    v->text = llmm__mem_calloc(alloc, v->n_tokens, sizeof *v->text);
+    v->score = llmm__mem_calloc(alloc, v->n_tokens, sizeof *v->score);
+    v->attrs = llmm__mem_calloc(alloc, v->n_tokens, sizeof *v->attrs);
+    v->hash = llmm__mem_calloc(alloc, v->hash_cap, sizeof *v->hash);
     if (!v->text || !v->score || !v->attrs || !v->hash)
-        return diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for a vocabulary of %u tokens", v->n_tokens);
+        return llmm__diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for a vocabulary of %u tokens", v->n_tokens);
     const uint8_t *cur = kv->v.arr.data;
     for (uint32_t i = 0; i < v->n_tokens; i++) {
-        v->text[i] = gguf_array_next_str(&cur);
+        v->text[i] = llmm__gguf_array_next_str(&cur);
         v->attrs[i] = LLMM_TOKEN_ATTR_NORMAL;
         hash_insert(v, i);
     }
@@ -120,16 +120,16 @@ static llmm_status load_tokens(llmm_vocab *v, const gguf_file *f, const llmm_all
 static llmm_status find_token_array(const gguf_file *f, const char *key, uint32_t n, int want_float,
                                     const gguf_array **out, llmm_diag *d) {
     *out = NULL;
-    const gguf_kv *kv = gguf_find_kv(f, key);
+    const gguf_kv *kv = llmm__gguf_find_kv(f, key);
     if (!kv) return LLMM_OK;
-    if (kv->type != GGUF_TYPE_ARRAY || !gguf_scalar_size(kv->v.arr.elem_type))
-        return diag_fail(d, LLMM_ERR_BAD_FILE, "%s must be a numeric array", key);
+    if (kv->type != GGUF_TYPE_ARRAY || !llmm__gguf_scalar_size(kv->v.arr.elem_type))
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "%s must be a numeric array", key);
     uint32_t et = kv->v.arr.elem_type;
     int is_float = et == GGUF_TYPE_F32 || et == GGUF_TYPE_F64;
     if (is_float != want_float)
-        return diag_fail(d, LLMM_ERR_BAD_FILE, "%s must be an array of %s", key, want_float ? "floats" : "integers");
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "%s must be an array of %s", key, want_float ? "floats" : "integers");
     if (kv->v.arr.count != n)
-        return diag_fail(d, LLMM_ERR_BAD_FILE, "%s has %llu entries but the vocabulary has %u", key,
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "%s has %llu entries but the vocabulary has %u", key,
                          (unsigned long long)kv->v.arr.count, n);
     *out = &kv->v.arr;
     return LLMM_OK;
@@ -141,11 +141,11 @@ static llmm_status load_scores_and_types(llmm_vocab *v, const gguf_file *f, llmm
     if (!st) st = find_token_array(f, "tokenizer.ggml.token_type", v->n_tokens, 0, &types, d);
     if (st) return st;
     for (uint32_t i = 0; i < v->n_tokens; i++) {
-        if (scores) v->score[i] = (float)gguf_array_get_f64(scores, i);
+        if (scores) v->score[i] = (float)llmm__gguf_array_get_f64(scores, i);
         if (types) {
-            int64_t t = gguf_array_get_i64(types, i);
+            int64_t t = llmm__gguf_array_get_i64(types, i);
             if (t < 0 || t > TOKTYPE_BYTE)
-                return diag_fail(d, LLMM_ERR_BAD_FILE, "token %u has unknown token type %lld", i, (long long)t);
+                return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "token %u has unknown token type %lld", i, (long long)t);
             v->attrs[i] = attr_of_type[t];
         }
     }
@@ -153,10 +153,10 @@ static llmm_status load_scores_and_types(llmm_vocab *v, const gguf_file *f, llmm
 }
 
 static void load_flag(const gguf_file *f, const char *key, int *flag, const llmm_logger *log) {
-    const gguf_kv *kv = gguf_find_kv(f, key);
+    const gguf_kv *kv = llmm__gguf_find_kv(f, key);
     if (!kv) return;
     if (kv->type != GGUF_TYPE_BOOL) {
-        log_msg(log, LLMM_LOG_WARN, "ignoring %s: not a bool", key);
+        llmm__log_msg(log, LLMM_LOG_WARN, "ignoring %s: not a bool", key);
         return;
     }
     *flag = kv->v.u64 != 0;
@@ -165,14 +165,14 @@ static void load_flag(const gguf_file *f, const char *key, int *flag, const llmm
 static void mark_end_of_turn_tokens(llmm_vocab *v) {
     const uint32_t end_of_turn = LLMM_TOKEN_ATTR_CONTROL | LLMM_TOKEN_ATTR_EOS;
     for (size_t k = 0; k < sizeof end_of_turn_tokens / sizeof *end_of_turn_tokens; k++) {
-        int32_t id = vocab_find(v, end_of_turn_tokens[k].text, strlen(end_of_turn_tokens[k].text));
+        int32_t id = llmm__vocab_find(v, end_of_turn_tokens[k].text, strlen(end_of_turn_tokens[k].text));
         if (id >= 0) v->attrs[id] = (v->attrs[id] & ~LLMM_TOKEN_ATTR_NORMAL) | end_of_turn;
     }
 }
 
 static int32_t find_end_of_turn_token(const llmm_vocab *v) {
     for (size_t k = 0; k < sizeof end_of_turn_tokens / sizeof *end_of_turn_tokens; k++) {
-        int32_t id = vocab_find(v, end_of_turn_tokens[k].text, strlen(end_of_turn_tokens[k].text));
+        int32_t id = llmm__vocab_find(v, end_of_turn_tokens[k].text, strlen(end_of_turn_tokens[k].text));
         if (id >= 0 && end_of_turn_tokens[k].may_be_eot) return id;
     }
     return -1;
@@ -182,11 +182,11 @@ static void load_special_ids(llmm_vocab *v, const gguf_file *f, const tokenizer_
     for (int s = 0; s < 6; s++) {
         v->special[s] = tm->default_special[s];
         for (int k = 0; k < 2 && special_keys[s][k]; k++) {
-            const gguf_kv *kv = gguf_find_kv(f, special_keys[s][k]);
+            const gguf_kv *kv = llmm__gguf_find_kv(f, special_keys[s][k]);
             int64_t id;
             if (!kv) continue;
-            if (!gguf_kv_as_int(kv, &id) || id < 0 || id >= v->n_tokens) {
-                log_msg(log, LLMM_LOG_WARN, "ignoring %s: not a valid token id", special_keys[s][k]);
+            if (!llmm__gguf_kv_as_int(kv, &id) || id < 0 || id >= v->n_tokens) {
+                llmm__log_msg(log, LLMM_LOG_WARN, "ignoring %s: not a valid token id", special_keys[s][k]);
                 v->special[s] = -1;
                 continue;
             }
@@ -218,11 +218,11 @@ static llmm_status index_specials(llmm_vocab *v, const llmm_allocator *alloc, ll
     uint32_t n = 0;
     for (uint32_t i = 0; i < v->n_tokens; i++)
         if ((v->attrs[i] & mask) && v->text[i].len > 0) n++;
-    v->special_by_len = mem_calloc(alloc, n ? n : 1, sizeof *v->special_by_len);
-    len_sort *tmp = mem_calloc(alloc, n ? n : 1, sizeof *tmp);
+    v->special_by_len = llmm__mem_calloc(alloc, n ? n : 1, sizeof *v->special_by_len);
+    len_sort *tmp = llmm__mem_calloc(alloc, n ? n : 1, sizeof *tmp);
     if (!v->special_by_len || !tmp) {
-        mem_free(alloc, tmp);
-        return diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory indexing special tokens");
+        llmm__mem_free(alloc, tmp);
+        return llmm__diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory indexing special tokens");
     }
     n = 0;
     for (uint32_t i = 0; i < v->n_tokens; i++)
@@ -230,7 +230,7 @@ static llmm_status index_specials(llmm_vocab *v, const llmm_allocator *alloc, ll
     qsort(tmp, n, sizeof *tmp, cmp_len_desc);
     for (uint32_t i = 0; i < n; i++) v->special_by_len[i] = tmp[i].id;
     v->n_special_by_len = n;
-    mem_free(alloc, tmp);
+    llmm__mem_free(alloc, tmp);
     return LLMM_OK;
 }
 
@@ -238,27 +238,27 @@ static void index_byte_tokens(llmm_vocab *v) {
     for (int b = 0; b < 256; b++) {
         char name[8];
         snprintf(name, sizeof name, "<0x%02X>", b);
-        v->byte_token[b] = vocab_find(v, name, 6);
+        v->byte_token[b] = llmm__vocab_find(v, name, 6);
     }
 }
 
-llmm_status vocab_load(llmm_vocab *v, const gguf_file *f, const llmm_allocator *alloc,
+llmm_status llmm__vocab_load(llmm_vocab *v, const gguf_file *f, const llmm_allocator *alloc,
                        const llmm_logger *log, llmm_diag *d) {
     memset(v, 0, sizeof *v);
     for (int s = 0; s < 6; s++) v->special[s] = -1;
     for (int b = 0; b < 256; b++) v->byte_token[b] = -1;
-    const gguf_kv *kv = gguf_find_kv(f, "tokenizer.ggml.model");
+    const gguf_kv *kv = llmm__gguf_find_kv(f, "tokenizer.ggml.model");
     if (!kv) {
-        log_msg(log, LLMM_LOG_WARN, "no tokenizer.ggml.model: the model has no tokenizer");
+        llmm__log_msg(log, LLMM_LOG_WARN, "no tokenizer.ggml.model: the model has no tokenizer");
         return LLMM_OK;
     }
     if (kv->type != GGUF_TYPE_STRING)
-        return diag_fail(d, LLMM_ERR_BAD_FILE, "tokenizer.ggml.model must be a string");
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "tokenizer.ggml.model must be a string");
     const tokenizer_model *tm = NULL;
     for (size_t i = 0; i < sizeof tokenizer_models / sizeof *tokenizer_models; i++)
-        if (gguf_str_eq(kv->v.str, tokenizer_models[i].name)) tm = &tokenizer_models[i];
+        if (llmm__gguf_str_eq(kv->v.str, tokenizer_models[i].name)) tm = &tokenizer_models[i];
     if (!tm)
-        return diag_fail(d, LLMM_ERR_UNSUPPORTED,
+        return llmm__diag_fail(d, LLMM_ERR_UNSUPPORTED,
                          "tokenizer model '%.*s' is not supported (supported: llama = SentencePiece, gpt2 = "
                          "byte-level BPE)",
                          (int)LLMM_MIN(kv->v.str.len, 64u), kv->v.str.ptr);
@@ -268,11 +268,11 @@ llmm_status vocab_load(llmm_vocab *v, const gguf_file *f, const llmm_allocator *
     v->add_space_prefix = tm->add_space_prefix;
     llmm_status st = load_tokens(v, f, alloc, d);
     if (!st) st = load_scores_and_types(v, f, d);
-    if (!st && v->kind == LLMM_TOKENIZER_BPE) st = bpe_load(v, f, alloc, log, d);
+    if (!st && v->kind == LLMM_TOKENIZER_BPE) st = llmm__bpe_load(v, f, alloc, log, d);
     if (!st) mark_end_of_turn_tokens(v); /* before the index: it may make tokens control tokens */
     if (!st) st = index_specials(v, alloc, d);
     if (st) {
-        vocab_free(v, alloc);
+        llmm__vocab_free(v, alloc);
         return st;
     }
     load_flag(f, "tokenizer.ggml.add_bos_token", &v->add_bos, log);
@@ -285,27 +285,27 @@ llmm_status vocab_load(llmm_vocab *v, const gguf_file *f, const llmm_allocator *
     return LLMM_OK;
 }
 
-void vocab_free(llmm_vocab *v, const llmm_allocator *alloc) {
-    bpe_free(v, alloc);
-    mem_free(alloc, v->text);
-    mem_free(alloc, v->score);
-    mem_free(alloc, v->attrs);
-    mem_free(alloc, v->hash);
-    mem_free(alloc, v->special_by_len);
+void llmm__vocab_free(llmm_vocab *v, const llmm_allocator *alloc) {
+    llmm__bpe_free(v, alloc);
+    llmm__mem_free(alloc, v->text);
+    llmm__mem_free(alloc, v->score);
+    llmm__mem_free(alloc, v->attrs);
+    llmm__mem_free(alloc, v->hash);
+    llmm__mem_free(alloc, v->special_by_len);
     memset(v, 0, sizeof *v);
 }
 
-llmm_status token_list_push(token_list *l, llmm_token id) {
+llmm_status llmm__token_list_push(token_list *l, llmm_token id) {
     void *items = l->ids;
-    llmm_status st = mem_reserve(l->alloc, &items, &l->cap, l->n + 1, sizeof *l->ids);
+    llmm_status st = llmm__mem_reserve(l->alloc, &items, &l->cap, l->n + 1, sizeof *l->ids);
     if (st) return st;
     l->ids = items;
     l->ids[l->n++] = id;
     return LLMM_OK;
 }
 
-void token_list_free(token_list *l) {
-    mem_free(l->alloc, l->ids);
+void llmm__token_list_free(token_list *l) {
+    llmm__mem_free(l->alloc, l->ids);
     l->ids = NULL;
     l->n = l->cap = 0;
 }

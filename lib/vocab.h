@@ -26,13 +26,13 @@ typedef struct llmm_vocab {
 
 /* Read the tokenizer.ggml.* keys. Returns UNSUPPORTED for a tokenizer model this build does
  * not implement, BAD_FILE for malformed arrays (wrong element type, wrong length). */
-llmm_status vocab_load(llmm_vocab *v, const gguf_file *f, const llmm_allocator *alloc,
+llmm_status llmm__vocab_load(llmm_vocab *v, const gguf_file *f, const llmm_allocator *alloc,
                        const llmm_logger *log, llmm_diag *d);
-void vocab_free(llmm_vocab *v, const llmm_allocator *alloc);
+void llmm__vocab_free(llmm_vocab *v, const llmm_allocator *alloc);
 
 /* Id of the token whose text is exactly these bytes; -1 if none. With duplicate texts the
  * highest id wins, as in the reference engine. */
-int32_t vocab_find(const llmm_vocab *v, const char *text, size_t len);
+int32_t llmm__vocab_find(const llmm_vocab *v, const char *text, size_t len);
 
 /* A growable list of token ids, built per call (so tokenizing needs no shared state). */
 typedef struct token_list {
@@ -41,7 +41,7 @@ typedef struct token_list {
     const llmm_allocator *alloc;
 } token_list;
 
-llmm_status token_list_push(token_list *l, llmm_token id);
-void token_list_free(token_list *l);
+llmm_status llmm__token_list_push(token_list *l, llmm_token id);
+void llmm__token_list_free(token_list *l);
 
 #endif

@@ -18,19 +18,19 @@ static llmm_status warm_step(llmm_context *ctx, const llmm_seq_id *ids, const ll
     llmm_status st = LLMM_OK;
     for (; reserved < n; reserved++) {
         ctx->pos[reserved] = 0;
-        if ((st = kv_reserve(kv, (uint32_t)ids[reserved], 1))) break;
+        if ((st = llmm__kv_reserve(kv, (uint32_t)ids[reserved], 1))) break;
     }
-    if (!st) st = forward_step(ctx, LLMM_STEP_DECODE, tokens, ids, ctx->pos, n, 0);
-    for (size_t i = 0; i < reserved; i++) kv_truncate(kv, (uint32_t)ids[i], 0);
+    if (!st) st = llmm__forward_step(ctx, LLMM_STEP_DECODE, tokens, ids, ctx->pos, n, 0);
+    for (size_t i = 0; i < reserved; i++) llmm__kv_truncate(kv, (uint32_t)ids[i], 0);
     return st;
 }
 
 LLMM_API llmm_status llmm_context_warmup(llmm_context *ctx) {
     if (!ctx) return LLMM_ERR_INVALID_ARG;
     /* the dummy steps overwrite the backend's logits rows: keep llmm_decode_sample's readable */
-    llmm_status st = ctx_settle_logits(ctx);
+    llmm_status st = llmm__ctx_settle_logits(ctx);
     if (st) return st;
-    const double t0 = time_now_ms();
+    const double t0 = llmm__time_now_ms();
     const llmm_kv_store *kv = &ctx->kv;
     llmm_seq_id ids[WARMUP_MAX_ROWS];
     size_t n_ids = 0;
@@ -39,12 +39,12 @@ LLMM_API llmm_status llmm_context_warmup(llmm_context *ctx) {
     /* each dummy row takes one free block at position 0 (never a cached prefix's) */
     const size_t rows = LLMM_MIN(n_ids, (size_t)kv->n_free);
     if (rows == 0)
-        return ctx_fail(ctx, LLMM_ERR_CONTEXT_FULL,
+        return llmm__ctx_fail(ctx, LLMM_ERR_CONTEXT_FULL,
                         "llmm_context_warmup: no unused sequence id or free KV block to run a dummy step on");
     const llmm_token tokens[WARMUP_MAX_ROWS] = {0}; /* every vocabulary has token 0 */
     for (size_t n = 1; n <= rows && !st; n++) st = warm_step(ctx, ids, tokens, n);
-    ctx->warmup_ms += time_now_ms() - t0;
-    if (st == LLMM_ERR_ABORTED) return ctx_fail(ctx, st, "llmm_context_warmup: aborted by the abort callback");
-    if (st) return ctx_fail(ctx, st, "llmm_context_warmup: the %s backend failed: %s", ctx->be->name, llmm_status_str(st));
+    ctx->warmup_ms += llmm__time_now_ms() - t0;
+    if (st == LLMM_ERR_ABORTED) return llmm__ctx_fail(ctx, st, "llmm_context_warmup: aborted by the abort callback");
+    if (st) return llmm__ctx_fail(ctx, st, "llmm_context_warmup: the %s backend failed: %s", ctx->be->name, llmm_status_str(st));
     return LLMM_OK;
 }

@@ -22,23 +22,23 @@ typedef struct bind_spec {
 } bind_spec;
 
 static llmm_status bind(const llmm_model *m, const bind_spec *s, llmm_diag *d) {
-    const gguf_tensor *t = gguf_find_tensor(m->gguf, s->name);
+    const gguf_tensor *t = llmm__gguf_find_tensor(m->gguf, s->name);
     s->dst->data = NULL;
-    if (!t) return s->optional ? LLMM_OK : diag_fail(d, LLMM_ERR_BAD_FILE, "tensor '%s' is missing", s->name);
+    if (!t) return s->optional ? LLMM_OK : llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "tensor '%s' is missing", s->name);
     if (t->ne[0] != s->ne0 || t->ne[1] != s->ne1 || t->ne[2] != 1 || t->ne[3] != 1)
-        return diag_fail(d, LLMM_ERR_BAD_FILE, "tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]",
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]",
                          s->name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3],
                          (long long)s->ne0, (long long)s->ne1);
     /* whether a backend computes a matrix's type is asked at context creation, of the
      * backend that will (llmm_context_create) */
-    const llmm_type_traits *tt = llmm_type_get(t->type);
+    const llmm_type_traits *tt = llmm__type_get(t->type);
     if (s->kind == BIND_VECTOR && t->type != LLMM_TYPE_F32)
-        return diag_fail(d, LLMM_ERR_UNSUPPORTED, "tensor '%s' has type %s, expected f32", s->name, tt->name);
+        return llmm__diag_fail(d, LLMM_ERR_UNSUPPORTED, "tensor '%s' has type %s, expected f32", s->name, tt->name);
     *s->dst = (llmm_tensor){.data = t->data,
                             .type = t->type,
                             .ne0 = s->ne0,
                             .ne1 = s->ne1,
-                            .row_bytes = llmm_row_bytes(t->type, (uint64_t)s->ne0)};
+                            .row_bytes = llmm__row_bytes(t->type, (uint64_t)s->ne0)};
     return LLMM_OK;
 }
 
@@ -50,7 +50,7 @@ static llmm_status bind_all(const llmm_model *m, const bind_spec *specs, size_t 
     return LLMM_OK;
 }
 
-llmm_tensor tensor_rows(const llmm_tensor *t, int64_t first, int64_t n) {
+llmm_tensor llmm__tensor_rows(const llmm_tensor *t, int64_t first, int64_t n) {
     llmm_tensor v = *t;
     v.data = (const uint8_t *)t->data + (size_t)first * t->row_bytes;
     v.ne1 = n;
@@ -61,16 +61,16 @@ static llmm_status check_hparams(const llmm_model *m, llmm_diag *d) {
     const llmm_hparams *hp = &m->hp;
     if (hp->n_embd == 0 || hp->n_layer == 0 || hp->n_head == 0 || hp->n_head_kv == 0 || hp->n_ff == 0 ||
         hp->head_dim == 0)
-        return diag_fail(d, LLMM_ERR_BAD_FILE, "missing hyper-parameters (embedding, layers, heads, feed-forward)");
-    if (hp->n_layer > MAX_LAYERS) return diag_fail(d, LLMM_ERR_BAD_FILE, "%u layers is implausible", hp->n_layer);
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "missing hyper-parameters (embedding, layers, heads, feed-forward)");
+    if (hp->n_layer > MAX_LAYERS) return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "%u layers is implausible", hp->n_layer);
     if (hp->n_head % hp->n_head_kv != 0)
-        return diag_fail(d, LLMM_ERR_BAD_FILE, "head count %u is not a multiple of the KV head count %u", hp->n_head,
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "head count %u is not a multiple of the KV head count %u", hp->n_head,
                          hp->n_head_kv);
     if (hp->n_rot > hp->head_dim || hp->n_rot % 2 != 0)
-        return diag_fail(d, LLMM_ERR_BAD_FILE, "rope dimension %u does not fit head size %u", hp->n_rot, hp->head_dim);
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "rope dimension %u does not fit head size %u", hp->n_rot, hp->head_dim);
     if (!(hp->norm_eps > 0.f) || !(hp->rope_base > 0.f) || !(hp->attn_softcap >= 0.f) || !(hp->final_softcap >= 0.f))
-        return diag_fail(d, LLMM_ERR_BAD_FILE, "norm epsilon and rope base must be positive, soft-caps not negative");
-    if (m->vocab.n_tokens == 0) return diag_fail(d, LLMM_ERR_BAD_FILE, "the model has no vocabulary");
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "norm epsilon and rope base must be positive, soft-caps not negative");
+    if (m->vocab.n_tokens == 0) return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "the model has no vocabulary");
     return LLMM_OK;
 }
 
@@ -86,16 +86,16 @@ static llmm_status bind_fused(const llmm_model *m, uint32_t il, llmm_layer_weigh
         llmm_tensor qkv;
         snprintf(name, sizeof name, "blk.%u.attn_qkv.weight", il);
         if ((st = bind(m, &(bind_spec){name, E, Q + 2 * KV, BIND_MATRIX, 0, &qkv}, d))) return st;
-        l->wq = tensor_rows(&qkv, 0, Q);
-        l->wk = tensor_rows(&qkv, Q, KV);
-        l->wv = tensor_rows(&qkv, Q + KV, KV);
+        l->wq = llmm__tensor_rows(&qkv, 0, Q);
+        l->wk = llmm__tensor_rows(&qkv, Q, KV);
+        l->wv = llmm__tensor_rows(&qkv, Q + KV, KV);
     }
     if (flags & LLMM_ARCH_FUSED_GATE_UP) {
         llmm_tensor gate_up;
         snprintf(name, sizeof name, "blk.%u.ffn_up.weight", il);
         if ((st = bind(m, &(bind_spec){name, E, 2 * F, BIND_MATRIX, 0, &gate_up}, d))) return st;
-        l->w_gate = tensor_rows(&gate_up, 0, F);
-        l->w_up = tensor_rows(&gate_up, F, F);
+        l->w_gate = llmm__tensor_rows(&gate_up, 0, F);
+        l->w_up = llmm__tensor_rows(&gate_up, F, F);
     }
     return LLMM_OK;
 }
@@ -144,7 +144,7 @@ static llmm_status bind_layer(const llmm_model *m, uint32_t il, llmm_layer_weigh
     return bind_fused(m, il, l, d);
 }
 
-int weights_tied(const llmm_weights *w) { return w->tok_embd.data == w->output.data; }
+int llmm__weights_tied(const llmm_weights *w) { return w->tok_embd.data == w->output.data; }
 
 /* Appends the present ones of cands with role to out (when not NULL) from index n, adding
  * their bytes to *bytes; returns the new count. */
@@ -162,7 +162,7 @@ static size_t take_present(llmm_tensor *const *cands, size_t n_cands, uint32_t r
 static size_t weights_walk(llmm_weights *w, uint32_t n_layer, llmm_weight_ref *out, size_t *bytes) {
     llmm_tensor *const output[] = {&w->output};
     size_t n = take_present(output, 1, LLMM_WEIGHT_MATRIX, out, 0, bytes);
-    if (!weights_tied(w)) {
+    if (!llmm__weights_tied(w)) {
         llmm_tensor *const table[] = {&w->tok_embd};
         n = take_present(table, 1, LLMM_WEIGHT_TABLE, out, n, bytes);
     }
@@ -179,30 +179,30 @@ static size_t weights_walk(llmm_weights *w, uint32_t n_layer, llmm_weight_ref *o
     return n;
 }
 
-size_t weights_list(llmm_weights *w, uint32_t n_layer, llmm_weight_ref *out) {
+size_t llmm__weights_list(llmm_weights *w, uint32_t n_layer, llmm_weight_ref *out) {
     size_t bytes = 0;
     return weights_walk(w, n_layer, out, &bytes);
 }
 
-size_t weights_bytes(llmm_weights *w, uint32_t n_layer) {
+size_t llmm__weights_bytes(llmm_weights *w, uint32_t n_layer) {
     size_t bytes = 0;
     weights_walk(w, n_layer, NULL, &bytes);
     return bytes;
 }
 
-llmm_status weights_bind(llmm_model *m, llmm_diag *d) {
-    const llmm_arch *arch = arch_find(m->architecture);
+llmm_status llmm__weights_bind(llmm_model *m, llmm_diag *d) {
+    const llmm_arch *arch = llmm__arch_find(m->architecture);
     if (!arch)
-        return diag_fail(d, LLMM_ERR_UNSUPPORTED, "architecture '%s' is not supported (supported: %s)",
-                         m->architecture, arch_supported_list());
+        return llmm__diag_fail(d, LLMM_ERR_UNSUPPORTED, "architecture '%s' is not supported (supported: %s)",
+                         m->architecture, llmm__arch_supported_list());
     llmm_status st = check_hparams(m, d);
     if (st) return st;
-    llmm_weights *w = mem_calloc(m->alloc, 1, sizeof *w);
-    if (!w) return diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory");
+    llmm_weights *w = llmm__mem_calloc(m->alloc, 1, sizeof *w);
+    if (!w) return llmm__diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory");
     m->weights = w;
     w->arch = arch;
-    w->layers = mem_calloc(m->alloc, m->hp.n_layer, sizeof *w->layers);
-    if (!w->layers) return diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory");
+    w->layers = llmm__mem_calloc(m->alloc, m->hp.n_layer, sizeof *w->layers);
+    if (!w->layers) return llmm__diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory");
     const int64_t E = m->hp.n_embd, V = m->vocab.n_tokens, R = m->hp.n_rot / 2;
     const bind_spec globals[] = {
         {"token_embd.weight", E, V, BIND_MATRIX, 0, &w->tok_embd},
@@ -219,9 +219,9 @@ llmm_status weights_bind(llmm_model *m, llmm_diag *d) {
     return LLMM_OK;
 }
 
-void weights_free(llmm_model *m) {
+void llmm__weights_free(llmm_model *m) {
     if (!m->weights) return;
-    mem_free(m->alloc, m->weights->layers);
-    mem_free(m->alloc, m->weights);
+    llmm__mem_free(m->alloc, m->weights->layers);
+    llmm__mem_free(m->alloc, m->weights);
     m->weights = NULL;
 }

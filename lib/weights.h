@@ -55,20 +55,20 @@ typedef struct llmm_weight_ref {
 
 /* Find and check every tensor the architecture needs. UNSUPPORTED for an unknown
  * architecture or a weight type without kernels; BAD_FILE for missing or misshapen tensors. */
-llmm_status weights_bind(llmm_model *m, llmm_diag *d);
-void weights_free(llmm_model *m);
+llmm_status llmm__weights_bind(llmm_model *m, llmm_diag *d);
+void llmm__weights_free(llmm_model *m);
 
 /* Every weight present that the forward pass reads, each once (a tied embedding table is the
  * output matrix's entry), in an order that depends only on the model: index i of one
  * structure's list and of a copy's (weights_prepared) name the same weight. out NULL: count. */
-size_t weights_list(llmm_weights *w, uint32_t n_layer, llmm_weight_ref *out);
-/* Bytes of the weights weights_list names, as stored. */
-size_t weights_bytes(llmm_weights *w, uint32_t n_layer);
+size_t llmm__weights_list(llmm_weights *w, uint32_t n_layer, llmm_weight_ref *out);
+/* Bytes of the weights llmm__weights_list names, as stored. */
+size_t llmm__weights_bytes(llmm_weights *w, uint32_t n_layer);
 
 /* 1 when the model ties its embedding table to the output matrix. */
-int weights_tied(const llmm_weights *w);
+int llmm__weights_tied(const llmm_weights *w);
 
 /* Rows [first, first + n) of a weight as a view of its own. */
-llmm_tensor tensor_rows(const llmm_tensor *t, int64_t first, int64_t n);
+llmm_tensor llmm__tensor_rows(const llmm_tensor *t, int64_t first, int64_t n);
 
 #endif

@@ -95,15 +95,15 @@ def main():
               " * (UnicodeData.txt, PropList.txt). Do not edit; rerun the script instead. */\n"
               % unicode_version(args.ucd))
     out.write('#include "unicode.h"\n\n')
-    out.write("const uint16_t unicode_ascii_props[128] = {\n")
+    out.write("const uint16_t llmm__unicode_ascii_props[128] = {\n")
     for cp in range(128):
         out.write("    %s, /* 0x%02X */\n" % (props[cp], cp))
     out.write("};\n\n")
-    out.write("const unicode_range unicode_ranges[] = {\n")
+    out.write("const unicode_range llmm__unicode_ranges[] = {\n")
     for start, expr in ranges:
         out.write("    {0x%06X, %s},\n" % (start, expr))
     out.write("};\n\n")
-    out.write("const size_t unicode_n_ranges = sizeof unicode_ranges / sizeof *unicode_ranges;\n")
+    out.write("const size_t llmm__unicode_n_ranges = sizeof llmm__unicode_ranges / sizeof *llmm__unicode_ranges;\n")
 
 
 if __name__ == "__main__":

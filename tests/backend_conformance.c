@@ -7,7 +7,7 @@
  *
  * Tolerances are those of the kernel tests (test_kernels.c), stated at each check; u = 2^-24.
  * Matmul references use the operand the CPU backend quantizes the activations to
- * (cpu_dot_get): that is the contract a backend's matmul is held to, whatever its kernels. */
+ * (llmm__cpu_dot_get): that is the contract a backend's matmul is held to, whatever its kernels. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -209,7 +209,7 @@ static const llmm_tensor *cf_weight_at(cf *c, llmm_weight_role role, const llmm_
 
 static const llmm_tensor *cf_weight(cf *c, llmm_weight_role role, uint32_t type, size_t ne0, size_t ne1,
                                     const void *bytes) {
-    const size_t rb = llmm_row_bytes(type, ne0);
+    const size_t rb = llmm__row_bytes(type, ne0);
     void *copy = xmalloc(rb * ne1);
     memcpy(copy, bytes, rb * ne1);
     c->host[c->n_w] = copy;
@@ -257,7 +257,7 @@ static double row_value(uint32_t type, const uint8_t *row, size_t e) {
     if (type == LLMM_KV_F16) {
         llmm_f16 h;
         memcpy(&h, row + 2 * e, sizeof h);
-        return llmm_f16_to_f32(h);
+        return llmm__f16_to_f32(h);
     }
     float scale;
     memcpy(&scale, row, sizeof scale);
@@ -346,14 +346,14 @@ static void cf_simple_begin(cf *c, cf_simple *sp, size_t n_rows, const llmm_toke
 
 /* Row bytes of type for n values, failing the test for a size the type cannot take. */
 static size_t row_bytes(uint32_t type, size_t n) {
-    const size_t rb = llmm_row_bytes(type, n);
+    const size_t rb = llmm__row_bytes(type, n);
     if (!rb) fail_msg("conformance: %zu values are no whole row of type %u", n, type);
     return rb;
 }
 
 /* A weight type's rows from random floats, through its reference encoder. */
 static uint8_t *encode_rows(uint32_t type, const float *x, size_t ne0, size_t ne1) {
-    const llmm_type_traits *tt = llmm_type_get(type);
+    const llmm_type_traits *tt = llmm__type_get(type);
     const size_t rb = row_bytes(type, ne0);
     uint8_t *q = xmalloc(rb * ne1);
     for (size_t j = 0; j < ne1; j++) tt->from_float(x + j * ne0, q + j * rb, ne0);
@@ -363,7 +363,7 @@ static uint8_t *encode_rows(uint32_t type, const float *x, size_t ne0, size_t ne
 /* The exact values of rows of a weight type (the type table's dequantization: every value
  * is a float exactly). */
 static double *decode_rows(uint32_t type, const uint8_t *q, size_t ne0, size_t ne1) {
-    const llmm_type_traits *tt = llmm_type_get(type);
+    const llmm_type_traits *tt = llmm__type_get(type);
     const size_t rb = row_bytes(type, ne0);
     float *f = xmalloc(ne0 * sizeof *f);
     double *d = xmalloc(ne0 * ne1 * sizeof *d);
@@ -385,7 +385,7 @@ typedef struct operand_ref {
 } operand_ref;
 
 static operand_ref make_operand_ref(uint32_t wtype, const float *x, size_t n) {
-    const uint32_t ot = cpu_dot_get(wtype)->operand_type;
+    const uint32_t ot = llmm__cpu_dot_get(wtype)->operand_type;
     operand_ref r = {.x = xmalloc(n * sizeof(double)), .s_err = NULL};
     if (ot == LLMM_TYPE_F32) {
         for (size_t i = 0; i < n; i++) r.x[i] = x[i];
@@ -393,18 +393,18 @@ static operand_ref make_operand_ref(uint32_t wtype, const float *x, size_t n) {
     }
     const size_t rb = row_bytes(ot, n);
     uint8_t *q = xmalloc(rb);
-    llmm_type_get(ot)->from_float(x, q, n);
+    llmm__type_get(ot)->from_float(x, q, n);
     if (ot == LLMM_TYPE_Q8_1) {
         r.s_err = xmalloc(n / QK8_1 * sizeof(double));
         const block_q8_1 *b = (const block_q8_1 *)(const void *)q;
         for (size_t k = 0; k < n / QK8_1; k++) {
-            const double d = llmm_f16_to_f32(b[k].d);
+            const double d = llmm__f16_to_f32(b[k].d);
             long sum = 0;
             for (int j = 0; j < QK8_1; j++) {
                 r.x[k * QK8_1 + j] = d * b[k].qs[j];
                 sum += b[k].qs[j];
             }
-            r.s_err[k] = (double)llmm_f16_to_f32(b[k].s) - d * (double)sum;
+            r.s_err[k] = (double)llmm__f16_to_f32(b[k].s) - d * (double)sum;
         }
     } else if (ot == LLMM_TYPE_Q8_K) {
         const block_q8_K *b = (const block_q8_K *)(const void *)q;
@@ -428,7 +428,7 @@ static void operand_ref_free(operand_ref *r) {
 static double block_min(const uint8_t *block) {
     llmm_f16 m;
     memcpy(&m, block + sizeof(llmm_f16), sizeof m);
-    return llmm_f16_to_f32(m);
+    return llmm__f16_to_f32(m);
 }
 
 /* Tolerance of one matmul output against the float64 dot of the exact operand values, as
@@ -450,7 +450,7 @@ static double matmul_tol(uint32_t type, size_t n, double sum_abs) {
 /* out[r][j] against the reference for every row and output. */
 static void check_matmul_out(const cf *c, uint32_t type, const uint8_t *wq, const double *wd, size_t ne0, size_t ne1,
                              const operand_ref *xr, size_t n_rows, const float *out) {
-    const size_t rb = llmm_row_bytes(type, ne0);
+    const size_t rb = llmm__row_bytes(type, ne0);
     for (size_t r = 0; r < n_rows; r++)
         for (size_t j = 0; j < ne1; j++) {
             double exact = 0, sum_abs = 0;
@@ -460,7 +460,7 @@ static void check_matmul_out(const cf *c, uint32_t type, const uint8_t *wq, cons
                 sum_abs += fabs(t);
             }
             if (xr[r].s_err) {
-                const size_t bb = llmm_type_get(type)->block_bytes;
+                const size_t bb = llmm__type_get(type)->block_bytes;
                 for (size_t k = 0; k < ne0 / QK8_1; k++) {
                     const double m = block_min(wq + j * rb + k * bb);
                     exact += m * xr[r].s_err[k];
@@ -471,8 +471,8 @@ static void check_matmul_out(const cf *c, uint32_t type, const uint8_t *wq, cons
         }
 }
 
-/* A value rounded to F16 (as cu_gemm rounds activations and dequantized weights). */
-static double round_f16(double v) { return llmm_f16_to_f32(llmm_f32_to_f16((float)v)); }
+/* A value rounded to F16 (as llmm__cu_gemm rounds activations and dequantized weights). */
+static double round_f16(double v) { return llmm__f16_to_f32(llmm__f32_to_f16((float)v)); }
 
 /* The F16 GEMM contract (conformance_target.f16_gemm_min_rows): out[r][j] against the float64
  * dot of F16-rounded weights and activations. */
@@ -497,7 +497,7 @@ static void check_f16_gemm_out(const cf *c, const double *wd, size_t ne0, size_t
  * odd sizes; copy moves exactly its bytes, between offsets into buffers (as the KV store's
  * copy-on-write does). */
 static void check_buffers(const conformance_target *t) {
-    if (!backend_table_ok(t->be)) fail_msg("[%s] backend_table_ok refuses the table", t->label);
+    if (!llmm__backend_table_ok(t->be)) fail_msg("[%s] backend_table_ok refuses the table", t->label);
     if (!t->be->available()) fail_msg("[%s] available() is 0", t->label);
     rng_seed(11);
     enum { N = 1001, DST_AT = 3, SRC_AT = 5, LEN = 777 };
@@ -540,7 +540,7 @@ static void check_embed(const conformance_target *t) {
         cf_simple sp = {0};
         for (uint32_t type = 0; type < LLMM_TYPE_COUNT; type++) {
             if (!t->be->supports_type(type)) continue;
-            const llmm_type_traits *tt = llmm_type_get(type);
+            const llmm_type_traits *tt = llmm__type_get(type);
             const size_t ne0 = tt->block_size == 256 ? 256 : tt->block_size == 32 ? 96 : 33;
             float *f = rand_floats(ne0 * NE1, -2.0f, 2.0f);
             uint8_t *q = encode_rows(type, f, ne0, NE1);
@@ -652,7 +652,7 @@ static void check_rms_norm(const conformance_target *t) {
 /* One weight type's shapes: ne0 odd multiples of its block (odd counts for F32/F16/BF16),
  * ne1 with a partial 16-row tile and without a whole one. */
 static size_t matmul_ne0s(uint32_t type, size_t out[3]) {
-    const uint32_t bs = llmm_type_get(type)->block_size;
+    const uint32_t bs = llmm__type_get(type)->block_size;
     if (bs == 1) out[0] = 7, out[1] = 33, out[2] = 173;
     else if (bs == 32) out[0] = 32, out[1] = 96, out[2] = 224;
     else out[0] = 256, out[1] = 768, out[2] = 0;
@@ -668,8 +668,8 @@ static void check_matmul(const conformance_target *t) {
     for (size_t ti = 0; ti < ARRAY_LEN(k_threads); ti++) {
         for (uint32_t type = 0; type < LLMM_TYPE_COUNT; type++) {
             if (!t->be->supports_type(type)) continue;
-            const llmm_type_traits *tt = llmm_type_get(type);
-            if (!tt || !tt->from_float || !tt->dequant_row || !cpu_dot_get(type))
+            const llmm_type_traits *tt = llmm__type_get(type);
+            if (!tt || !tt->from_float || !tt->dequant_row || !llmm__cpu_dot_get(type))
                 fail_msg("[%s] supports_type(%u) but the type table cannot encode it", t->label, type);
             cf c;
             cf_open(&c, t, k_threads[ti], 0);
@@ -767,7 +767,7 @@ static void check_matmul_multi(const conformance_target *t) {
                     for (size_t k = 0; k < n; k++)
                         if (bits_of_f32(g[k]) != bits_of_f32(m[k]))
                             cf_fail(&c, "weight %zu (%s) output %zu: %.9g, matmul gives %.9g", i,
-                                    llmm_type_get(sets[si][i])->name, k, (double)g[k], (double)m[k]);
+                                    llmm__type_get(sets[si][i])->name, k, (double)g[k], (double)m[k]);
                     free(g);
                     free(m);
                 }
@@ -822,12 +822,12 @@ static void check_mapped(const conformance_target *t) {
     double *wd[MAX_T];
     size_t bytes[MAX_T + 1], ne0[MAX_T], offsets[MAX_T + 1], total;
     for (size_t i = 0; i < n_types; i++) {
-        const uint32_t bs = llmm_type_get(types[i])->block_size;
+        const uint32_t bs = llmm__type_get(types[i])->block_size;
         ne0[i] = bs == 256 ? 256 : bs == 32 ? 96 : 33;
         float *f = rand_floats(ne0[i] * NE1, -2.0f, 2.0f);
         data[i] = encode_rows(types[i], f, ne0[i], NE1);
         wd[i] = decode_rows(types[i], data[i], ne0[i], NE1);
-        bytes[i] = llmm_row_bytes(types[i], ne0[i]) * NE1;
+        bytes[i] = llmm__row_bytes(types[i], ne0[i]) * NE1;
         free(f);
     }
     float *norm = rand_floats(DIM, -2.0f, 2.0f);
@@ -841,7 +841,7 @@ static void check_mapped(const conformance_target *t) {
         const llmm_tensor *w[MAX_T];
         for (size_t i = 0; i < n_types; i++) {
             const llmm_tensor host = {.data = map + offsets[i], .type = types[i], .ne0 = (int64_t)ne0[i],
-                                      .ne1 = NE1, .row_bytes = llmm_row_bytes(types[i], ne0[i])};
+                                      .ne1 = NE1, .row_bytes = llmm__row_bytes(types[i], ne0[i])};
             w[i] = cf_weight_at(&c, LLMM_WEIGHT_MATRIX, &host);
         }
         const llmm_tensor vhost = {.data = map + offsets[n_types], .type = LLMM_TYPE_F32, .ne0 = DIM, .ne1 = 1,
@@ -869,7 +869,7 @@ static void check_mapped(const conformance_target *t) {
                 operand_ref xr[5];
                 for (size_t r = 0; r < n_rows; r++) xr[r] = make_operand_ref(types[i], x + r * ne0[i], ne0[i]);
                 cf_get(&c, got, ob[i], n_rows * NE1 * sizeof(float));
-                cf_case(&c, "matmul", "mapped %s ne0 %zu ne1 %d, %s step of %zu rows", llmm_type_get(types[i])->name,
+                cf_case(&c, "matmul", "mapped %s ne0 %zu ne1 %d, %s step of %zu rows", llmm__type_get(types[i])->name,
                         ne0[i], NE1, decode ? "decode" : "prompt", n_rows);
                 check_matmul_out(&c, types[i], map + offsets[i], wd[i], ne0[i], NE1, xr, n_rows, got);
                 for (size_t r = 0; r < n_rows; r++) operand_ref_free(&xr[r]);
@@ -881,7 +881,7 @@ static void check_mapped(const conformance_target *t) {
         float *eb = cf_alloc(&c, 4 * 256 * sizeof(float));
         for (size_t i = 0; i < n_types; i++) {
             float got[4 * 256];
-            cf_case(&c, "embed", "mapped %s as a tied table", llmm_type_get(types[i])->name);
+            cf_case(&c, "embed", "mapped %s as a tied table", llmm__type_get(types[i])->name);
             cf_simple_begin(&c, &sp, 4, ids, NULL, 1);
             cf_ok(&c, t->be->embed(c.st, w[i], eb), "embed");
             cf_end(&c);
@@ -1137,7 +1137,7 @@ static void check_kv_pool(const cf *c, const llmm_kv_layout *kv, const uint8_t *
                 for (size_t e = 0; e < hd; e++) {
                     const double want = x[h * hd + e], val = row_value(kv->type, got + off, e);
                     const int ok = kv->type == LLMM_KV_F32   ? val == want
-                                   : kv->type == LLMM_KV_F16 ? val == llmm_f16_to_f32(llmm_f32_to_f16((float)want))
+                                   : kv->type == LLMM_KV_F16 ? val == llmm__f16_to_f32(llmm__f32_to_f16((float)want))
                                                              : fabs(val - want) <= scale * (0.5 + 1e-5);
                     if (!ok)
                         cf_fail(c, "row %zu (pos %d) %c head %u value %zu: stored %.9g for %.9g", r, s->s.pos[r],
@@ -1211,7 +1211,7 @@ static uint8_t *random_pool(const llmm_kv_layout *kv, size_t bytes) {
             const float f = rng_float(-2.0f, 2.0f);
             if (kv->type == LLMM_KV_F32) memcpy(row + 4 * e, &f, 4);
             else if (kv->type == LLMM_KV_F16) {
-                const llmm_f16 h = llmm_f32_to_f16(f);
+                const llmm_f16 h = llmm__f32_to_f16(f);
                 memcpy(row + 2 * e, &h, 2);
             } else row[4 + e] = (uint8_t)(int8_t)((int)rng_below(255) - 127);
         }

@@ -15,7 +15,7 @@ typedef struct conformance_target {
     const llmm_backend_ops *be;
     void (*before_init)(void);
     /* 0, or the row count from which the backend's prompt-step matmuls of the weight types in
-     * f16_gemm_types (bit t: llmm_type t) run as a GEMM over F16 (the CUDA backend's cu_gemm):
+     * f16_gemm_types (bit t: llmm_type t) run as a GEMM over F16 (the CUDA backend's llmm__cu_gemm):
      * activations and dequantized weights rounded to F16, products summed in F32 in any order.
      * Such cases are checked against that operand, within (ne0 + 10) u sum |w x|, instead of the
      * CPU dot's operand. */

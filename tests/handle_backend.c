@@ -81,7 +81,7 @@ static llmm_status violation(handle_state *s, const char *op, const char *fmt, .
     va_start(ap, fmt);
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
-    log_msg(s->log, LLMM_LOG_ERROR, "%s: %s: %s", BACKEND, op, what);
+    llmm__log_msg(s->log, LLMM_LOG_ERROR, "%s: %s: %s", BACKEND, op, what);
     s->bad++;
     atomic_fetch_add(&bad_total, 1);
     return LLMM_ERR_BACKEND;
@@ -162,15 +162,15 @@ static int in_step(handle_state *s, const char *op) {
     return 0;
 }
 
-static int h_available(void) { return llmm_cpu_backend.available(); }
+static int h_available(void) { return llmm__cpu_backend.available(); }
 
-static int h_supports_type(uint32_t type) { return llmm_cpu_backend.supports_type(type); }
+static int h_supports_type(uint32_t type) { return llmm__cpu_backend.supports_type(type); }
 
 /* A new entry for host memory; 0 when the handle space or memory runs out. */
 static uint32_t add_entry(handle_state *s, void *host, size_t bytes, entry_kind kind) {
     void *items = s->entries;
     if (s->n_entries >= HANDLE_MAX_ENTRIES || bytes > HANDLE_MAX_BYTES ||
-        mem_reserve(s->alloc, &items, &s->entries_cap, s->n_entries + 1, sizeof *s->entries))
+        llmm__mem_reserve(s->alloc, &items, &s->entries_cap, s->n_entries + 1, sizeof *s->entries))
         return 0;
     s->entries = items;
     s->entries[s->n_entries] = (handle_entry){host, bytes, kind};
@@ -178,19 +178,19 @@ static uint32_t add_entry(handle_state *s, void *host, size_t bytes, entry_kind 
 }
 
 static llmm_status h_init(const llmm_backend_config *cfg, void **out) {
-    handle_state *s = mem_calloc(cfg->alloc, 1, sizeof *s);
+    handle_state *s = llmm__mem_calloc(cfg->alloc, 1, sizeof *s);
     if (!s) return LLMM_ERR_NO_MEMORY;
     s->alloc = cfg->alloc;
     s->log = cfg->log;
     s->n_weights = cfg->n_weights;
-    s->weights = mem_calloc(cfg->alloc, cfg->n_weights + 1, sizeof *s->weights);
+    s->weights = llmm__mem_calloc(cfg->alloc, cfg->n_weights + 1, sizeof *s->weights);
     if (s->weights) add_entry(s, NULL, 0, ENTRY_FREED); /* entry 0, never handed out: a bare tag is no handle */
     llmm_status st = s->n_entries == 1 ? LLMM_OK : LLMM_ERR_NO_MEMORY;
-    if (!st) st = llmm_cpu_backend.init(cfg, &s->cpu);
+    if (!st) st = llmm__cpu_backend.init(cfg, &s->cpu);
     if (st) {
-        mem_free(cfg->alloc, s->entries);
-        mem_free(cfg->alloc, s->weights);
-        mem_free(cfg->alloc, s);
+        llmm__mem_free(cfg->alloc, s->entries);
+        llmm__mem_free(cfg->alloc, s->weights);
+        llmm__mem_free(cfg->alloc, s);
         return st;
     }
     *out = s;
@@ -204,34 +204,34 @@ static void h_shutdown(void *state) {
     for (size_t i = 0; i < s->n_weights; i++)
         if (s->weights[i].live) {
             violation(s, "shutdown", "weight %zu was never released", i);
-            llmm_cpu_backend.release_weight(s->cpu, &s->weights[i].cpu);
+            llmm__cpu_backend.release_weight(s->cpu, &s->weights[i].cpu);
         }
     for (size_t i = 1; i < s->n_entries; i++)
         if (s->entries[i].kind == ENTRY_BUFFER) {
             violation(s, "shutdown", "buffer %p (%zu bytes) was never freed", make_handle((uint32_t)i),
                       s->entries[i].bytes);
-            llmm_cpu_backend.buffer_free(s->cpu, s->entries[i].host);
+            llmm__cpu_backend.buffer_free(s->cpu, s->entries[i].host);
         }
     if (s->in_step) violation(s, "shutdown", "a step never ended");
-    llmm_cpu_backend.shutdown(s->cpu);
-    mem_free(s->alloc, s->entries);
-    mem_free(s->alloc, s->weights);
-    mem_free(s->alloc, s);
+    llmm__cpu_backend.shutdown(s->cpu);
+    llmm__mem_free(s->alloc, s->entries);
+    llmm__mem_free(s->alloc, s->weights);
+    llmm__mem_free(s->alloc, s);
 }
 
 static llmm_status h_buffer_alloc(void *state, size_t bytes, void **out) {
     handle_state *s = state;
     *out = NULL;
     if (bytes > HANDLE_MAX_BYTES) {
-        log_msg(s->log, LLMM_LOG_ERROR, "%s: buffer_alloc: %zu bytes exceed a handle's offset range", BACKEND, bytes);
+        llmm__log_msg(s->log, LLMM_LOG_ERROR, "%s: buffer_alloc: %zu bytes exceed a handle's offset range", BACKEND, bytes);
         return LLMM_ERR_NO_MEMORY;
     }
     void *host = NULL;
-    llmm_status st = llmm_cpu_backend.buffer_alloc(s->cpu, bytes, &host);
+    llmm_status st = llmm__cpu_backend.buffer_alloc(s->cpu, bytes, &host);
     if (st) return st;
     const uint32_t i = add_entry(s, host, bytes, ENTRY_BUFFER);
     if (!i) {
-        llmm_cpu_backend.buffer_free(s->cpu, host);
+        llmm__cpu_backend.buffer_free(s->cpu, host);
         return LLMM_ERR_NO_MEMORY;
     }
     *out = make_handle(i);
@@ -247,7 +247,7 @@ static void h_buffer_free(void *state, void *buffer) {
         violation(s, "buffer_free", "buffer (%p) is not the start of its buffer", buffer);
         return;
     }
-    llmm_cpu_backend.buffer_free(s->cpu, e->host);
+    llmm__cpu_backend.buffer_free(s->cpu, e->host);
     *e = (handle_entry){0};
 }
 
@@ -255,14 +255,14 @@ static llmm_status h_upload(void *state, void *dst_buffer, const void *src_host,
     handle_state *s = state;
     void *dst = host_of(s, "upload", "dst_buffer", dst_buffer, bytes, 1);
     if (!dst || !host_ok(s, "upload", "src_host", src_host)) return LLMM_ERR_BACKEND;
-    return llmm_cpu_backend.upload(s->cpu, dst, src_host, bytes);
+    return llmm__cpu_backend.upload(s->cpu, dst, src_host, bytes);
 }
 
 static llmm_status h_download(void *state, void *dst_host, const void *src_buffer, size_t bytes) {
     handle_state *s = state;
     const void *src = host_of(s, "download", "src_buffer", src_buffer, bytes, 0);
     if (!src || !host_ok(s, "download", "dst_host", dst_host)) return LLMM_ERR_BACKEND;
-    return llmm_cpu_backend.download(s->cpu, dst_host, src, bytes);
+    return llmm__cpu_backend.download(s->cpu, dst_host, src, bytes);
 }
 
 static llmm_status h_copy(void *state, void *dst_buffer, const void *src_buffer, size_t bytes) {
@@ -270,7 +270,7 @@ static llmm_status h_copy(void *state, void *dst_buffer, const void *src_buffer,
     void *dst = host_of(s, "copy", "dst_buffer", dst_buffer, bytes, 1);
     const void *src = dst ? host_of(s, "copy", "src_buffer", src_buffer, bytes, 0) : NULL;
     if (!src) return LLMM_ERR_BACKEND;
-    return llmm_cpu_backend.copy(s->cpu, dst, src, bytes);
+    return llmm__cpu_backend.copy(s->cpu, dst, src, bytes);
 }
 
 /* The host tensor is the model's (host memory by contract); the core gets the CPU's prepared
@@ -284,12 +284,12 @@ static llmm_status h_prepare_weight(void *state, size_t index, llmm_weight_role 
     if (index >= s->n_weights || s->weights[index].live)
         return violation(s, "prepare_weight", "index %zu is out of range or already prepared", index);
     handle_weight *hw = &s->weights[index];
-    llmm_status st = llmm_cpu_backend.prepare_weight(s->cpu, index, role, host, &hw->cpu);
+    llmm_status st = llmm__cpu_backend.prepare_weight(s->cpu, index, role, host, &hw->cpu);
     if (st) return st;
     size_t bytes;
     if (!size_mul_ok(hw->cpu.row_bytes, (size_t)hw->cpu.ne1, &bytes) ||
         !(hw->entry = add_entry(s, (uint8_t *)hw->cpu.data, bytes, ENTRY_WEIGHT))) {
-        llmm_cpu_backend.release_weight(s->cpu, &hw->cpu);
+        llmm__cpu_backend.release_weight(s->cpu, &hw->cpu);
         return LLMM_ERR_NO_MEMORY;
     }
     hw->live = 1;
@@ -303,7 +303,7 @@ static void h_release_weight(void *state, llmm_tensor *w) {
     handle_state *s = state;
     if (!weight_of(s, "release_weight", "w", w)) return;
     handle_weight *hw = w->backend;
-    llmm_cpu_backend.release_weight(s->cpu, &hw->cpu);
+    llmm__cpu_backend.release_weight(s->cpu, &hw->cpu);
     s->entries[hw->entry] = (handle_entry){0};
     *hw = (handle_weight){0};
     w->backend = NULL;
@@ -336,7 +336,7 @@ static llmm_status h_step_begin(void *state, const llmm_step *step) {
     s->kv.pool = pool;
     s->step = *step;
     s->step.kv = &s->kv;
-    llmm_status st = llmm_cpu_backend.step_begin(s->cpu, &s->step);
+    llmm_status st = llmm__cpu_backend.step_begin(s->cpu, &s->step);
     if (!st) s->in_step = 1;
     return st;
 }
@@ -345,7 +345,7 @@ static llmm_status h_step_end(void *state) {
     handle_state *s = state;
     if (!s->in_step) return violation(s, "step_end", "no step to end");
     s->in_step = 0;
-    return llmm_cpu_backend.step_end(s->cpu);
+    return llmm__cpu_backend.step_end(s->cpu);
 }
 
 static llmm_status h_embed(void *state, const llmm_tensor *table, float *out) {
@@ -354,7 +354,7 @@ static llmm_status h_embed(void *state, const llmm_tensor *table, float *out) {
     const llmm_tensor *t = weight_of(s, "embed", "table", table);
     float *o = t ? host_of(s, "embed", "out", out, floats(s->step.n_rows, (size_t)t->ne0), 1) : NULL;
     if (!o) return LLMM_ERR_BACKEND;
-    return llmm_cpu_backend.embed(s->cpu, t, o);
+    return llmm__cpu_backend.embed(s->cpu, t, o);
 }
 
 static llmm_status h_rms_norm(void *state, const float *x, const float *weight, float *out, size_t n_rows,
@@ -365,7 +365,7 @@ static llmm_status h_rms_norm(void *state, const float *x, const float *weight, 
     const float *hw = hx ? host_of(s, "rms_norm", "weight", weight, floats(1, dim), 0) : NULL;
     float *ho = hw ? host_of(s, "rms_norm", "out", out, bytes, 1) : NULL;
     if (!ho) return LLMM_ERR_BACKEND;
-    return llmm_cpu_backend.rms_norm(s->cpu, hx, hw, ho, n_rows, dim, eps);
+    return llmm__cpu_backend.rms_norm(s->cpu, hx, hw, ho, n_rows, dim, eps);
 }
 
 static llmm_status h_matmul(void *state, const llmm_tensor *w, const float *x, size_t n_rows, float *out) {
@@ -374,7 +374,7 @@ static llmm_status h_matmul(void *state, const llmm_tensor *w, const float *x, s
     const float *hx = t ? host_of(s, "matmul", "x", x, floats(n_rows, (size_t)t->ne0), 0) : NULL;
     float *ho = hx ? host_of(s, "matmul", "out", out, floats(n_rows, (size_t)t->ne1), 1) : NULL;
     if (!ho) return LLMM_ERR_BACKEND;
-    return llmm_cpu_backend.matmul(s->cpu, t, hx, n_rows, ho);
+    return llmm__cpu_backend.matmul(s->cpu, t, hx, n_rows, ho);
 }
 
 static llmm_status h_matmul_multi(void *state, const llmm_tensor *const *w, size_t n_w, const float *x,
@@ -382,7 +382,7 @@ static llmm_status h_matmul_multi(void *state, const llmm_tensor *const *w, size
     handle_state *s = state;
     if (!host_ok(s, "matmul_multi", "w", w) || !host_ok(s, "matmul_multi", "out", out)) return LLMM_ERR_BACKEND;
     if (n_w == 0 || n_w > HANDLE_MAX_MULTI) {
-        log_msg(s->log, LLMM_LOG_ERROR, "%s: matmul_multi: %zu weights (1..%d handled)", BACKEND, n_w,
+        llmm__log_msg(s->log, LLMM_LOG_ERROR, "%s: matmul_multi: %zu weights (1..%d handled)", BACKEND, n_w,
                 HANDLE_MAX_MULTI);
         return LLMM_ERR_INVALID_ARG;
     }
@@ -395,7 +395,7 @@ static llmm_status h_matmul_multi(void *state, const llmm_tensor *const *w, size
     }
     const float *hx = host_of(s, "matmul_multi", "x", x, floats(n_rows, (size_t)tw[0]->ne0), 0);
     if (!hx) return LLMM_ERR_BACKEND;
-    return llmm_cpu_backend.matmul_multi(s->cpu, tw, n_w, hx, n_rows, to);
+    return llmm__cpu_backend.matmul_multi(s->cpu, tw, n_w, hx, n_rows, to);
 }
 
 static llmm_status h_rope(void *state, float *x, size_t n_heads, size_t head_dim, const llmm_rope_params *rp) {
@@ -407,7 +407,7 @@ static llmm_status h_rope(void *state, float *x, size_t n_heads, size_t head_dim
     if (rp->freq_factors &&
         !(p.freq_factors = host_of(s, "rope", "rp->freq_factors", rp->freq_factors, floats(1, rp->n_rot / 2), 0)))
         return LLMM_ERR_BACKEND;
-    return llmm_cpu_backend.rope(s->cpu, hx, n_heads, head_dim, &p);
+    return llmm__cpu_backend.rope(s->cpu, hx, n_heads, head_dim, &p);
 }
 
 static llmm_status h_glu(void *state, float *gate, const float *up, size_t n, llmm_activation act) {
@@ -415,7 +415,7 @@ static llmm_status h_glu(void *state, float *gate, const float *up, size_t n, ll
     float *hg = host_of(s, "glu", "gate", gate, floats(1, n), 1);
     const float *hu = hg ? host_of(s, "glu", "up", up, floats(1, n), 0) : NULL;
     if (!hu) return LLMM_ERR_BACKEND;
-    return llmm_cpu_backend.glu(s->cpu, hg, hu, n, act);
+    return llmm__cpu_backend.glu(s->cpu, hg, hu, n, act);
 }
 
 static llmm_status h_add(void *state, float *dst, const float *src, size_t n) {
@@ -423,7 +423,7 @@ static llmm_status h_add(void *state, float *dst, const float *src, size_t n) {
     float *hd = host_of(s, "add", "dst", dst, floats(1, n), 1);
     const float *hs = hd ? host_of(s, "add", "src", src, floats(1, n), 0) : NULL;
     if (!hs) return LLMM_ERR_BACKEND;
-    return llmm_cpu_backend.add(s->cpu, hd, hs, n);
+    return llmm__cpu_backend.add(s->cpu, hd, hs, n);
 }
 
 static llmm_status h_add_rows(void *state, float *x, const float *bias, size_t n_rows, size_t dim) {
@@ -431,21 +431,21 @@ static llmm_status h_add_rows(void *state, float *x, const float *bias, size_t n
     float *hx = host_of(s, "add_rows", "x", x, floats(n_rows, dim), 1);
     const float *hb = hx ? host_of(s, "add_rows", "bias", bias, floats(1, dim), 0) : NULL;
     if (!hb) return LLMM_ERR_BACKEND;
-    return llmm_cpu_backend.add_rows(s->cpu, hx, hb, n_rows, dim);
+    return llmm__cpu_backend.add_rows(s->cpu, hx, hb, n_rows, dim);
 }
 
 static llmm_status h_scale(void *state, float *x, size_t n, float v) {
     handle_state *s = state;
     float *hx = host_of(s, "scale", "x", x, floats(1, n), 1);
     if (!hx) return LLMM_ERR_BACKEND;
-    return llmm_cpu_backend.scale(s->cpu, hx, n, v);
+    return llmm__cpu_backend.scale(s->cpu, hx, n, v);
 }
 
 static llmm_status h_softcap(void *state, float *x, size_t n, float cap) {
     handle_state *s = state;
     float *hx = host_of(s, "softcap", "x", x, floats(1, n), 1);
     if (!hx) return LLMM_ERR_BACKEND;
-    return llmm_cpu_backend.softcap(s->cpu, hx, n, cap);
+    return llmm__cpu_backend.softcap(s->cpu, hx, n, cap);
 }
 
 static llmm_status h_kv_write(void *state, uint32_t layer, const float *k, const float *v) {
@@ -455,7 +455,7 @@ static llmm_status h_kv_write(void *state, uint32_t layer, const float *k, const
     const float *hk = host_of(s, "kv_write", "k", k, bytes, 0);
     const float *hv = hk ? host_of(s, "kv_write", "v", v, bytes, 0) : NULL;
     if (!hv) return LLMM_ERR_BACKEND;
-    return llmm_cpu_backend.kv_write(s->cpu, layer, hk, hv);
+    return llmm__cpu_backend.kv_write(s->cpu, layer, hk, hv);
 }
 
 static llmm_status h_attention(void *state, uint32_t layer, const llmm_attn_batch *batch) {
@@ -466,17 +466,17 @@ static llmm_status h_attention(void *state, uint32_t layer, const llmm_attn_batc
     if (!(b.q = host_of(s, "attention", "batch->q", batch->q, bytes, 0)) ||
         !(b.out = host_of(s, "attention", "batch->out", batch->out, bytes, 1)))
         return LLMM_ERR_BACKEND;
-    return llmm_cpu_backend.attention(s->cpu, layer, &b);
+    return llmm__cpu_backend.attention(s->cpu, layer, &b);
 }
 
 static size_t h_scratch_bytes(const llmm_step_shape *shape, int n_threads) {
-    return llmm_cpu_backend.scratch_bytes(shape, n_threads);
+    return llmm__cpu_backend.scratch_bytes(shape, n_threads);
 }
 
 static llmm_status h_reserve(void *state, const llmm_step_shape *shape) {
     handle_state *s = state;
     if (!host_ok(s, "reserve", "shape", shape)) return LLMM_ERR_BACKEND;
-    return llmm_cpu_backend.reserve(s->cpu, shape);
+    return llmm__cpu_backend.reserve(s->cpu, shape);
 }
 
 /* Kind CPU: the core keys the model's per-backend share (packed weight copies) by kind, and the

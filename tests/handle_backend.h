@@ -5,7 +5,7 @@
 
 #include "backend.h"
 
-/* The handle backend: llmm_cpu_backend behind opaque buffer handles (see handle_backend.c). */
+/* The handle backend: llmm__cpu_backend behind opaque buffer handles (see handle_backend.c). */
 const llmm_backend_ops *handle_backend_ops(void);
 
 /* Seam violations of the current process, over every state of this backend: ops that failed

@@ -22,12 +22,12 @@ uint8_t *read_model_with_bad_norm(const char *rel, float bad, size_t stride, siz
     if (!data) fail_msg("cannot read %s", src);
     gguf_file *f = NULL;
     llmm_diag d = {{0}};
-    assert_int_equal(gguf_open_memory(data, *n, NULL, &f, &d), LLMM_OK);
-    const gguf_tensor *t = gguf_find_tensor(f, "output_norm.weight");
+    assert_int_equal(llmm__gguf_open_memory(data, *n, NULL, &f, &d), LLMM_OK);
+    const gguf_tensor *t = llmm__gguf_find_tensor(f, "output_norm.weight");
     assert_non_null(t);
     assert_int_equal(t->type, LLMM_TYPE_F32);
     const size_t at = (size_t)((const uint8_t *)t->data - data), count = (size_t)t->n_elements;
-    gguf_close(f);
+    llmm__gguf_close(f);
     for (size_t k = 0; k < count; k += stride) memcpy(data + at + k * sizeof bad, &bad, sizeof bad);
     return data;
 }

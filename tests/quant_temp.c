@@ -17,10 +17,10 @@ void quantize_to_temp(const gguf_file *src, const char *recipe, char *path, size
     assert_true(fd >= 0);
     FILE *out = fdopen(fd, "wb");
     assert_non_null(out);
-    llmm_quant_params p = {llmm_quant_recipe_find(recipe), 2, NULL, NULL};
+    llmm_quant_params p = {llmm__quant_recipe_find(recipe), 2, NULL, NULL};
     assert_non_null(p.recipe);
     llmm_diag d = {""};
-    const llmm_status st = llmm_quantize_model(src, &p, out, &d);
+    const llmm_status st = llmm__quantize_model(src, &p, out, &d);
     assert_int_equal(fclose(out), 0);
     if (st) {
         unlink(path);

@@ -1,4 +1,4 @@
-/* Test helper: a GGUF file converted by llmm_quantize_model into a temp file, as
+/* Test helper: a GGUF file converted by llmm__quantize_model into a temp file, as
  * llmmini-quantize would write it (shared by the whole-model quantization tests). */
 #ifndef LLMM_TESTS_QUANT_TEMP_H
 #define LLMM_TESTS_QUANT_TEMP_H

@@ -64,7 +64,7 @@ static void test_unknown_architecture_rejected(void **state) {
 static void *start_cpu(void) {
     const llmm_backend_config cfg = {.n_threads = 1};
     void *st = NULL;
-    assert_int_equal(llmm_cpu_backend.init(&cfg, &st), LLMM_OK);
+    assert_int_equal(llmm__cpu_backend.init(&cfg, &st), LLMM_OK);
     return st;
 }
 
@@ -73,15 +73,15 @@ static void test_rowwise_ops(void **state) {
     void *st = start_cpu();
     float x[6] = {1, -2, 3, -4, 50, -70};
     const float bias[3] = {0.5f, 1.5f, -2.5f};
-    assert_int_equal(llmm_cpu_backend.add_rows(st, x, bias, 2, 3), LLMM_OK);
+    assert_int_equal(llmm__cpu_backend.add_rows(st, x, bias, 2, 3), LLMM_OK);
     const float want_bias[6] = {1.5f, -0.5f, 0.5f, -3.5f, 51.5f, -72.5f};
     assert_memory_equal(x, want_bias, sizeof x);
-    assert_int_equal(llmm_cpu_backend.scale(st, x, 6, 2.0f), LLMM_OK);
+    assert_int_equal(llmm__cpu_backend.scale(st, x, 6, 2.0f), LLMM_OK);
     assert_true(x[4] == 103.0f);
-    assert_int_equal(llmm_cpu_backend.softcap(st, x, 6, 30.0f), LLMM_OK);
+    assert_int_equal(llmm__cpu_backend.softcap(st, x, 6, 30.0f), LLMM_OK);
     for (int i = 0; i < 6; i++) assert_true(fabsf(x[i]) < 30.0f);
     assert_true(fabs(x[0] - 30.0 * tanh(3.0 / 30.0)) < 1e-5);
-    llmm_cpu_backend.shutdown(st);
+    llmm__cpu_backend.shutdown(st);
 }
 
 /* Frequency factors divide the angle, freq_scale multiplies it, mscale scales cos and sin. */
@@ -92,13 +92,13 @@ static void test_rope_scaling(void **state) {
     float x[4] = {1, 0, 1, 0};
     const int32_t pos[1] = {3};
     const llmm_rope_params rp = {4, 10000.f, 0.5f, 1.25f, LLMM_ROPE_ADJACENT, factors};
-    assert_int_equal(cpu_rope_rows(x, 1, 1, 4, pos, &rp), LLMM_OK);
+    assert_int_equal(llmm__cpu_rope_rows(x, 1, 1, 4, pos, &rp), LLMM_OK);
     for (int i = 0; i < 2; i++) {
         double theta = 3.0 * pow(10000.0, -2.0 * i / 4.0) / factors[i] * 0.5;
         assert_true(fabs(x[2 * i] - 1.25 * cos(theta)) < 1e-6);
         assert_true(fabs(x[2 * i + 1] - 1.25 * sin(theta)) < 1e-6);
     }
-    llmm_cpu_backend.shutdown(st);
+    llmm__cpu_backend.shutdown(st);
 }
 
 /* A sliding window hides old positions; soft-capping bounds the scores. */
@@ -119,7 +119,7 @@ static void test_attention_window_and_softcap(void **state) {
                                    .n_head_kv = 1, .head_dim = HD, .type = LLMM_KV_F32};
         const cpu_attn_row row = {view, N_KV, 2};
         const cpu_attn_batch b = {q, out, 1, &row, 1, 1, HD, 0.5f, softcap};
-        assert_int_equal(cpu_attend(st, &b), LLMM_OK);
+        assert_int_equal(llmm__cpu_attend(st, &b), LLMM_OK);
         double w[N_KV], sum = 0, maxs = -1e30;
         for (int p = 2; p < N_KV; p++) {
             double s = 0;
@@ -136,7 +136,7 @@ static void test_attention_window_and_softcap(void **state) {
             assert_true(fabs(out[d] - want) < 1e-5);
         }
     }
-    llmm_cpu_backend.shutdown(st);
+    llmm__cpu_backend.shutdown(st);
 }
 
 int main(void) {

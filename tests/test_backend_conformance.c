@@ -23,7 +23,7 @@ static cpu_isa g_isa; /* the table the next init forces */
 static void force_table(void) { setenv("LLMM_CPU_KERNELS", k_isa_names[g_isa], 1); }
 
 static void run_cpu(cpu_isa isa) {
-    const cpu_kernels *k = cpu_kernels_get(isa);
+    const cpu_kernels *k = llmm__cpu_kernels_get(isa);
     if (!k) {
         print_message("the %s kernel table: not on this CPU or build, skipped\n", k_isa_names[isa]);
         skip();
@@ -31,10 +31,10 @@ static void run_cpu(cpu_isa isa) {
     g_isa = isa;
     char label[32];
     snprintf(label, sizeof label, "cpu/%s", k_isa_names[isa]);
-    const conformance_target t = {.label = label, .be = &llmm_cpu_backend, .before_init = force_table};
+    const conformance_target t = {.label = label, .be = &llmm__cpu_backend, .before_init = force_table};
     /* the forced table is the one init picks: else this run would test another one */
     force_table();
-    if (cpu_kernels_select(cpu_kernels_env_cap()) != k) fail_msg("LLMM_CPU_KERNELS=%s does not select it", label);
+    if (llmm__cpu_kernels_select(llmm__cpu_kernels_env_cap()) != k) fail_msg("LLMM_CPU_KERNELS=%s does not select it", label);
     conformance_run(&t);
     unsetenv("LLMM_CPU_KERNELS");
 }

@@ -46,7 +46,7 @@ static llmm_context *make_context(const llmm_model *m, int handles, const llmm_c
     if (!p.log) p.log = print_errors;
     p.log_level = LLMM_LOG_ERROR;
     llmm_context *c = NULL;
-    assert_int_equal(context_create_on(m, &p, handles ? handle_backend_ops() : NULL, &c), LLMM_OK);
+    assert_int_equal(llmm__context_create_on(m, &p, handles ? handle_backend_ops() : NULL, &c), LLMM_OK);
     assert_string_equal(c->be->name, handles ? "handles" : "cpu");
     return c;
 }
@@ -334,7 +334,7 @@ static void test_host_pointer_refused(void **state) {
     (void)state;
     enum { N = 37 };
     const llmm_backend_ops *be = handle_backend_ops();
-    assert_true(backend_table_ok(be));
+    assert_true(llmm__backend_table_ok(be));
     last_log log = {{0}, 0};
     const llmm_logger logger = {keep_last, &log, LLMM_LOG_ERROR};
     const llmm_backend_config cfg = {.n_threads = 1, .log = &logger};

@@ -193,11 +193,11 @@ static void test_reference_conversation_every_format(void **state) {
 /* Every built-in name has a case above, so no format goes untested. */
 static void test_every_format_has_a_reference_case(void **state) {
     (void)state;
-    assert_int_equal(chat_format_count(), N_REFERENCE_CASES);
-    for (size_t i = 0; i < chat_format_count(); i++) {
+    assert_int_equal(llmm__chat_format_count(), N_REFERENCE_CASES);
+    for (size_t i = 0; i < llmm__chat_format_count(); i++) {
         int found = 0;
-        for (size_t k = 0; k < N_REFERENCE_CASES; k++) found |= !strcmp(reference_cases[k].name, chat_format_name((int)i));
-        if (!found) print_message("no case for %s\n", chat_format_name((int)i));
+        for (size_t k = 0; k < N_REFERENCE_CASES; k++) found |= !strcmp(reference_cases[k].name, llmm__chat_format_name((int)i));
+        if (!found) print_message("no case for %s\n", llmm__chat_format_name((int)i));
         assert_true(found);
     }
 }
@@ -368,8 +368,8 @@ static void test_detect_from_template_texts(void **state) {
     for (size_t i = 0; i < sizeof detect_cases / sizeof *detect_cases; i++) {
         const detect_case *c = &detect_cases[i];
         const char *family = "unset";
-        int index = chat_detect(c->template_text, &family);
-        const char *got = chat_format_name(index);
+        int index = llmm__chat_detect(c->template_text, &family);
+        const char *got = llmm__chat_format_name(index);
         if ((got == NULL) != (c->format == NULL) || (got && strcmp(got, c->format)) ||
             (family == NULL) != (c->family == NULL) || (family && strcmp(family, c->family)))
             print_message("case %zu: got %s/%s, want %s/%s\n", i, got ? got : "-", family ? family : "-",
@@ -379,7 +379,7 @@ static void test_detect_from_template_texts(void **state) {
         if (c->family) assert_string_equal(family, c->family);
         else assert_null(family);
     }
-    assert_int_equal(chat_detect(NULL, NULL), -1);
+    assert_int_equal(llmm__chat_detect(NULL, NULL), -1);
 }
 
 static const char *template_of(const char *format) {
@@ -456,17 +456,17 @@ static void test_detect_real_templates(void **state) {
         char path[1024];
         gguf_file *f = NULL;
         llmm_diag d = {{0}};
-        assert_int_equal(gguf_open_file(shared_path(path, sizeof path, vocab_files[i]), 1, NULL, &f, &d), LLMM_OK);
-        const gguf_kv *kv = gguf_find_kv(f, "tokenizer.chat_template");
+        assert_int_equal(llmm__gguf_open_file(shared_path(path, sizeof path, vocab_files[i]), 1, NULL, &f, &d), LLMM_OK);
+        const gguf_kv *kv = llmm__gguf_find_kv(f, "tokenizer.chat_template");
         assert_non_null(kv);
         assert_int_equal(kv->type, GGUF_TYPE_STRING);
         char *text = malloc((size_t)kv->v.str.len + 1);
         assert_non_null(text);
         memcpy(text, kv->v.str.ptr, (size_t)kv->v.str.len);
         text[kv->v.str.len] = '\0';
-        assert_string_equal(chat_format_name(chat_detect(text, NULL)), vocab_formats[i]);
+        assert_string_equal(llmm__chat_format_name(llmm__chat_detect(text, NULL)), vocab_formats[i]);
         free(text);
-        gguf_close(f);
+        llmm__gguf_close(f);
     }
 }
 
@@ -558,19 +558,19 @@ static void test_names_list(void **state) {
     const char *csv = NULL;
     assert_int_equal(llmm_chat_template_names(&csv), LLMM_OK);
     char joined[1024] = "";
-    for (size_t i = 0; i < chat_format_count(); i++) {
-        const char *name = chat_format_name((int)i);
+    for (size_t i = 0; i < llmm__chat_format_count(); i++) {
+        const char *name = llmm__chat_format_name((int)i);
         if (i) strcat(joined, ",");
         strcat(joined, name);
-        assert_int_equal(chat_format_find(name), (int)i);
+        assert_int_equal(llmm__chat_format_find(name), (int)i);
         size_t need;
         llmm_status st = llmm_chat_format(*state, name, conversation, N_CONVERSATION, 1, NULL, 0, &need);
         assert_int_equal(st, LLMM_ERR_BUFFER_TOO_SMALL);
     }
     assert_string_equal(csv, joined);
-    assert_null(chat_format_name(-1));
-    assert_null(chat_format_name((int)chat_format_count()));
-    assert_int_equal(chat_format_find(NULL), -1);
+    assert_null(llmm__chat_format_name(-1));
+    assert_null(llmm__chat_format_name((int)llmm__chat_format_count()));
+    assert_int_equal(llmm__chat_format_find(NULL), -1);
 }
 
 /* ---------------------------------------------------------------- with a real vocabulary */

@@ -37,9 +37,9 @@ static int same_value(float a, float b) { return bits_of(a) == bits_of(b) || (is
 static void test_half_and_bf16_patterns(void **state) {
     (void)state;
     for (uint32_t h = 0; h < 65536; h++) {
-        const float want = llmm_f16_to_f32((llmm_f16)h), got = qb_half_to_float((uint16_t)h);
+        const float want = llmm__f16_to_f32((llmm_f16)h), got = qb_half_to_float((uint16_t)h);
         if (!same_value(got, want)) fail_msg("half 0x%04x: %.9g, the CPU's %.9g", h, (double)got, (double)want);
-        const float bw = llmm_bf16_to_f32((llmm_bf16)h), bg = qb_bf16_to_float((uint16_t)h);
+        const float bw = llmm__bf16_to_f32((llmm_bf16)h), bg = qb_bf16_to_float((uint16_t)h);
         if (!same_value(bg, bw)) fail_msg("bf16 0x%04x: %.9g, the CPU's %.9g", h, (double)bg, (double)bw);
     }
 }
@@ -50,7 +50,7 @@ static void test_half_and_bf16_patterns(void **state) {
 static void random_block(uint32_t type, uint8_t *b, int bytes) {
     for (int i = 0; i < bytes; i++) b[i] = (uint8_t)rng_u64();
     const float scale = (float)(rng_u64() % 2000) / 1000.0f - 1.0f;
-    const llmm_f16 d = llmm_f32_to_f16(scale), m = llmm_f32_to_f16(-scale / 3.0f);
+    const llmm_f16 d = llmm__f32_to_f16(scale), m = llmm__f32_to_f16(-scale / 3.0f);
     int at_d = -1, at_m = -1;
     switch (type) {
     case QB_Q4_0: case QB_Q5_0: case QB_Q8_0: case QB_IQ4_NL: case QB_IQ4_XS: at_d = 0; break;
@@ -69,7 +69,7 @@ static void test_every_type_matches_the_cpu(void **state) {
                               QB_IQ4_NL, QB_Q2_K, QB_Q3_K, QB_Q4_K, QB_Q5_K, QB_Q6_K, QB_IQ4_XS};
     for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
         const uint32_t type = types[t];
-        const llmm_type_traits *tt = llmm_type_get(type);
+        const llmm_type_traits *tt = llmm__type_get(type);
         assert_non_null(tt);
         assert_int_equal(qb_block_size(type), (int)tt->block_size);
         assert_int_equal(qb_block_bytes(type), (int)tt->block_bytes);

@@ -70,14 +70,14 @@ static void test_conformance(void **state) {
     assert_int_equal(be->kind, LLMM_BACKEND_CUDA);
     assert_string_equal(be->name, "cuda");
     assert_true(be->flags & LLMM_BACKEND_DEVICE_MEMORY);
-    assert_true(backend_table_ok(be));
+    assert_true(llmm__backend_table_ok(be));
     const double t0 = now_s();
-    /* prompt matmuls of more than 8 rows run cu_gemm (cuda/gemm.h) over F16, except for the
-     * types cu_gemm_int8 takes (cuda/gemm_int8.h: Q4_0, Q5_0, Q8_0, IQ4_NL), which keep the CPU's
-     * operand, and F32, F16 and BF16, whose operand cu_gemm shares with the CPU */
+    /* prompt matmuls of more than 8 rows run llmm__cu_gemm (cuda/gemm.h) over F16, except for the
+     * types llmm__cu_gemm_int8 takes (cuda/gemm_int8.h: Q4_0, Q5_0, Q8_0, IQ4_NL), which keep the CPU's
+     * operand, and F32, F16 and BF16, whose operand llmm__cu_gemm shares with the CPU */
     uint64_t f16_types = 0;
     for (uint32_t type = 0; type < LLMM_TYPE_COUNT; type++) {
-        const llmm_type_traits *tt = llmm_type_get(type);
+        const llmm_type_traits *tt = llmm__type_get(type);
         if (tt && tt->block_size > 1) f16_types |= 1ull << type;
     }
     f16_types &= ~(1ull << LLMM_TYPE_Q4_0 | 1ull << LLMM_TYPE_Q5_0 | 1ull << LLMM_TYPE_Q8_0 | 1ull << LLMM_TYPE_IQ4_NL);
@@ -572,12 +572,12 @@ static void test_fork_copy_on_write(void **state) {
 }
 
 /* Prefill on the CUDA module in one chunk (prompt matmuls of more than 8 rows, attention of the
- * whole chunk at once) and in chunks of 3 (cu_matmul, each chunk attending to the earlier blocks
+ * whole chunk at once) and in chunks of 3 (llmm__cu_matmul, each chunk attending to the earlier blocks
  * and to itself), every position's logits (LLMM_PREFILL_ALL_LOGITS) against the CPU's, for the
  * golden prompts on each stories260K file, with 8-position KV blocks and F32 KV.
  * F32 weights run an F32 GEMM: the CPU backend's 1e-3 bar. Q8_0 and Q4_0 run the int8
  * tensor-core GEMM by default (cuda/gemm_int8.h), the CPU's numerics bit for bit: the same bar.
- * With LLMM_CUDA_GEMM=lt they run cu_gemm, which rounds activations and dequantized weights to
+ * With LLMM_CUDA_GEMM=lt they run llmm__cu_gemm, which rounds activations and dequantized weights to
  * F16 where the CPU quantizes activations to Q8_0 (steps of |x|max / 127 per 32 values), so the
  * two differ by the CPU's own rounding, measured here as up to 0.2 on these logits (the size of
  * the ~0.1-0.25 moves one flipped Q8 step makes on stories260K): the bound is 0.5 there, and the

@@ -107,26 +107,26 @@ static llmm_context *make_context(llmm_model *m, const run_config *rc) {
 static void run(llmm_model *m, const fixture *fx, const run_config *rc, fidelity_row_fn row, void *user) {
     llmm_context *c = make_context(m, rc);
     const fidelity_run_params p = {.window = WINDOW, .bos = fx->bos, .feed = rc->feed, .n_parallel = rc->n_parallel};
-    assert_int_equal(fidelity_run(c, fx->text, fx->n, &p, row, user), LLMM_OK);
+    assert_int_equal(llmm__fidelity_run(c, fx->text, fx->n, &p, row, user), LLMM_OK);
     llmm_context_free(c);
 }
 
 /* Every logit of the reference run. */
 static fidelity_records reference(llmm_model *m, const fixture *fx, const run_config *rc) {
     fidelity_records r;
-    assert_int_equal(fidelity_records_init(&r, fx->text, fx->n, 512, 512), LLMM_OK);
-    run(m, fx, rc, fidelity_records_put, &r);
-    assert_int_equal(fidelity_records_count(&r), fx->n - (fx->bos < 0));
+    assert_int_equal(llmm__fidelity_records_init(&r, fx->text, fx->n, 512, 512), LLMM_OK);
+    run(m, fx, rc, llmm__fidelity_records_put, &r);
+    assert_int_equal(llmm__fidelity_records_count(&r), fx->n - (fx->bos < 0));
     return r;
 }
 
 static fidelity_summary compare(llmm_model *m, const fixture *fx, const fidelity_records *ref, const run_config *rc) {
     fidelity_compare c;
-    assert_int_equal(fidelity_compare_init(&c, ref), LLMM_OK);
-    run(m, fx, rc, fidelity_compare_put, &c);
-    const fidelity_summary s = fidelity_compare_summary(&c);
-    fidelity_compare_free(&c);
-    assert_int_equal(s.n, fidelity_records_count(ref));
+    assert_int_equal(llmm__fidelity_compare_init(&c, ref), LLMM_OK);
+    run(m, fx, rc, llmm__fidelity_compare_put, &c);
+    const fidelity_summary s = llmm__fidelity_compare_summary(&c);
+    llmm__fidelity_compare_free(&c);
+    assert_int_equal(s.n, llmm__fidelity_records_count(ref));
     return s;
 }
 
@@ -194,13 +194,13 @@ static void test_kernel_tables_agree(void **state) {
         const run_config scalar = {.table = "scalar", .kv = LLMM_KV_F32};
         fidelity_records ref = reference(m, fx, &scalar);
         for (int isa = CPU_ISA_SCALAR + 1; isa < CPU_ISA_COUNT; isa++) {
-            if (!cpu_kernels_get((cpu_isa)isa)) continue; /* the backend would fall back to another table */
+            if (!llmm__cpu_kernels_get((cpu_isa)isa)) continue; /* the backend would fall back to another table */
             const run_config rc = {.table = k_isa_names[isa], .kv = LLMM_KV_F32};
             char what[64];
             snprintf(what, sizeof what, "%s vs scalar", k_isa_names[isa]);
             check(k_models[mi].path, what, compare(m, fx, &ref, &rc), k_same_math);
         }
-        fidelity_records_free(&ref);
+        llmm__fidelity_records_free(&ref);
         llmm_model_free(m);
     }
 }
@@ -214,7 +214,7 @@ static void test_kv_types_agree(void **state) {
         fidelity_records ref = reference(m, fx, &f32);
         check(k_models[mi].path, "F16 KV vs F32 KV", compare(m, fx, &ref, &f16), k_models[mi].f16_kv);
         check(k_models[mi].path, "Q8 KV vs F32 KV", compare(m, fx, &ref, &q8), k_models[mi].q8_kv);
-        fidelity_records_free(&ref);
+        llmm__fidelity_records_free(&ref);
         llmm_model_free(m);
     }
 }
@@ -238,7 +238,7 @@ static void test_f16_kv_adds_no_error(void **state) {
         assert_true(with_f16.top1_agree >= with_f32.top1_agree - 0.005);
         llmm_model_free(m);
     }
-    fidelity_records_free(&truth);
+    llmm__fidelity_records_free(&truth);
     llmm_model_free(f32);
 }
 
@@ -252,11 +252,11 @@ static void test_batching_agrees(void **state) {
         const run_config batched = {.kv = LLMM_KV_F16, .feed = FIDELITY_FEED_DECODE, .n_parallel = 4};
         fidelity_records ref = reference(m, fx, &single);
         check(k_models[mi].path, "decode 4 rows vs 1 row", compare(m, fx, &ref, &batched), k_same_math);
-        fidelity_records_free(&ref);
+        llmm__fidelity_records_free(&ref);
         const run_config whole = {.kv = LLMM_KV_F16}, chunked = {.kv = LLMM_KV_F16, .n_batch = 7};
         ref = reference(m, fx, &whole);
         check(k_models[mi].path, "prefill chunks of 7 vs whole", compare(m, fx, &ref, &chunked), k_same_math);
-        fidelity_records_free(&ref);
+        llmm__fidelity_records_free(&ref);
         llmm_model_free(m);
     }
 }
@@ -268,8 +268,8 @@ static void test_measures_discriminate(void **state) {
     llmm_model *f32 = load("models/stories260K.gguf"), *q4 = load("models/stories260K-q4_0.gguf");
     const run_config rc = {.kv = LLMM_KV_F32};
     fidelity_records full = reference(f32, fx, &rc), top;
-    assert_int_equal(fidelity_records_init(&top, fx->text, fx->n, 32, 512), LLMM_OK);
-    run(f32, fx, &rc, fidelity_records_put, &top);
+    assert_int_equal(llmm__fidelity_records_init(&top, fx->text, fx->n, 32, 512), LLMM_OK);
+    run(f32, fx, &rc, llmm__fidelity_records_put, &top);
     const fidelity_summary exact = compare(q4, fx, &full, &rc), approx = compare(q4, fx, &top, &rc);
     print_message("Q4_0 vs F32 weights: KL mean %.3e (top-32 records %.3e), top-1 %.2f %%\n", exact.kld_mean,
                   approx.kld_mean, 100 * exact.top1_agree);
@@ -279,8 +279,8 @@ static void test_measures_discriminate(void **state) {
     /* a run against itself */
     const fidelity_summary self = compare(f32, fx, &full, &rc);
     assert_true(self.kld_max < 1e-12 && self.top1_agree == 1.0 && self.max_dlogit == 0.0);
-    fidelity_records_free(&top);
-    fidelity_records_free(&full);
+    llmm__fidelity_records_free(&top);
+    llmm__fidelity_records_free(&full);
     llmm_model_free(q4);
     llmm_model_free(f32);
 }
@@ -291,17 +291,17 @@ static void test_logits_file(void **state) {
     llmm_model *m = load("models/stories260K.gguf");
     const run_config rc = {.kv = LLMM_KV_F32};
     fidelity_records r, back;
-    assert_int_equal(fidelity_records_init(&r, fx->text, fx->n, 8, 512), LLMM_OK);
-    run(m, fx, &rc, fidelity_records_put, &r);
+    assert_int_equal(llmm__fidelity_records_init(&r, fx->text, fx->n, 8, 512), LLMM_OK);
+    run(m, fx, &rc, llmm__fidelity_records_put, &r);
     fidelity_file_info info = {.window = WINDOW, .bos = fx->bos}, got;
-    assert_int_equal(fidelity_model_fingerprint(m, &info), LLMM_OK);
+    assert_int_equal(llmm__fidelity_model_fingerprint(m, &info), LLMM_OK);
     char path[] = "/tmp/llmm-fidelity-XXXXXX";
     const int fd = mkstemp(path);
     assert_true(fd >= 0);
     close(fd);
     llmm_diag d = {""};
-    assert_int_equal(fidelity_save(path, &r, &info, &d), LLMM_OK);
-    assert_int_equal(fidelity_load(path, &back, &got, &d), LLMM_OK);
+    assert_int_equal(llmm__fidelity_save(path, &r, &info, &d), LLMM_OK);
+    assert_int_equal(llmm__fidelity_load(path, &back, &got, &d), LLMM_OK);
     assert_true(got.vocab_hash == info.vocab_hash && got.model_hash == info.model_hash);
     assert_int_equal(got.window, WINDOW);
     assert_int_equal(got.bos, fx->bos);
@@ -310,7 +310,7 @@ static void test_logits_file(void **state) {
     assert_memory_equal(back.lse, r.lse, r.n * sizeof *r.lse);
     assert_memory_equal(back.top_id, r.top_id, r.n * 8 * sizeof *r.top_id);
     assert_memory_equal(back.top_logit, r.top_logit, r.n * 8 * sizeof *r.top_logit);
-    fidelity_records_free(&back);
+    llmm__fidelity_records_free(&back);
     size_t len;
     char *bytes = read_whole_file(path, &len);
     assert_non_null(bytes);
@@ -330,12 +330,12 @@ static void test_logits_file(void **state) {
         assert_int_equal(fwrite(copy, 1, damage[i].len, f), damage[i].len);
         fclose(f);
         free(copy);
-        assert_int_equal(fidelity_load(path, &back, &got, &d), LLMM_ERR_BAD_FILE);
+        assert_int_equal(llmm__fidelity_load(path, &back, &got, &d), LLMM_ERR_BAD_FILE);
         print_message("damaged file %zu refused: %s\n", i, d.msg);
     }
     free(bytes);
     unlink(path);
-    fidelity_records_free(&r);
+    llmm__fidelity_records_free(&r);
     llmm_model_free(m);
 }
 

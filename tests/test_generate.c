@@ -192,7 +192,7 @@ static void test_repacked_weights_same_logits(void **state) {
     /* phi3's fused Q/K/V and gate/up: each row view of a fused matrix gets a copy of its own */
     gguf_file *src = NULL;
     llmm_diag d = {{0}};
-    assert_int_equal(gguf_open_file(shared_path(path, sizeof path, "golden/arch/tiny-phi3.gguf"), 1, NULL, &src, &d),
+    assert_int_equal(llmm__gguf_open_file(shared_path(path, sizeof path, "golden/arch/tiny-phi3.gguf"), 1, NULL, &src, &d),
                      LLMM_OK);
     const char *recipes[] = {"q8_0", "q5_0"};
     for (size_t i = 0; i < sizeof recipes / sizeof *recipes; i++) {
@@ -201,7 +201,7 @@ static void test_repacked_weights_same_logits(void **state) {
         check_repacked_same_logits(tmp);
         unlink(tmp);
     }
-    gguf_close(src);
+    llmm__gguf_close(src);
 }
 
 /* Eight sequences decoded together make the packed copies in their own steps (each chunk then

@@ -1,7 +1,7 @@
 /* GGUF reader tests: valid files read back exactly, hostile files are refused with
  * LLMM_ERR_BAD_FILE (or the stated status) and a message, and nothing crashes or leaks.
  *
- * Images are built in memory by tests/gguf_builder.c and handed to gguf_open_memory from
+ * Images are built in memory by tests/gguf_builder.c and handed to llmm__gguf_open_memory from
  * an exact-size heap buffer, so under -fsanitize=address a read one byte past the end of
  * the image is caught, not hidden by spare buffer capacity. */
 #include <stdarg.h>
@@ -36,7 +36,7 @@ static gguf_file *open_valid(gguf_builder *b) {
     assert_true(gb_finish(b));
     llmm_diag d = {{0}};
     gguf_file *f = NULL;
-    llmm_status st = gguf_open_memory(b->bytes, b->len, NULL, &f, &d);
+    llmm_status st = llmm__gguf_open_memory(b->bytes, b->len, NULL, &f, &d);
     if (st != LLMM_OK) print_message("unexpected rejection: %s\n", d.msg);
     assert_int_equal(st, LLMM_OK);
     assert_non_null(f);
@@ -56,9 +56,9 @@ static void expect_status(gguf_builder *b, llmm_status want) {
     int built = gb_finish(b);
     llmm_diag d = {{0}};
     gguf_file *f = NULL;
-    llmm_status st = built ? gguf_open_memory(b->bytes, b->len, NULL, &f, &d) : LLMM_ERR_NO_MEMORY;
+    llmm_status st = built ? llmm__gguf_open_memory(b->bytes, b->len, NULL, &f, &d) : LLMM_ERR_NO_MEMORY;
     int handed_out = f != NULL;
-    gguf_close(f);
+    llmm__gguf_close(f);
     gb_free(b);
     show_diag(d.msg);
     if (st != want) print_message("got status %d (%s), wanted %d\n", st, d.msg, want);
@@ -76,9 +76,9 @@ static llmm_status open_prefix(const gguf_builder *b, size_t len, llmm_diag *d, 
     assert_non_null(copy);
     if (len) memcpy(copy, b->bytes, len);
     gguf_file *f = NULL;
-    llmm_status st = gguf_open_memory(copy, len, NULL, &f, d);
+    llmm_status st = llmm__gguf_open_memory(copy, len, NULL, &f, d);
     *handed_out = f != NULL;
-    gguf_close(f);
+    llmm__gguf_close(f);
     free(copy);
     return st;
 }
@@ -95,7 +95,7 @@ static void expect_prefix_rejected(const gguf_builder *b, size_t len) {
 }
 
 static const gguf_kv *find_kv_typed(const gguf_file *f, const char *key, uint32_t type) {
-    const gguf_kv *kv = gguf_find_kv(f, key);
+    const gguf_kv *kv = llmm__gguf_find_kv(f, key);
     if (!kv) print_message("missing key %s\n", key);
     assert_non_null(kv);
     assert_int_equal(kv->type, type);
@@ -106,24 +106,24 @@ static void expect_int(const gguf_file *f, const char *key, uint32_t type, int64
     int64_t got = 0;
     double unused;
     const gguf_kv *kv = find_kv_typed(f, key, type);
-    assert_true(gguf_kv_as_int(kv, &got));
+    assert_true(llmm__gguf_kv_as_int(kv, &got));
     assert_true(got == want);
-    assert_false(gguf_kv_as_float(kv, &unused));
+    assert_false(llmm__gguf_kv_as_float(kv, &unused));
 }
 
 static void expect_float(const gguf_file *f, const char *key, uint32_t type, double want) {
     double got = 0;
     int64_t unused;
     const gguf_kv *kv = find_kv_typed(f, key, type);
-    assert_true(gguf_kv_as_float(kv, &got));
+    assert_true(llmm__gguf_kv_as_float(kv, &got));
     assert_true(got == want); /* exactly representable values only */
     assert_true(kv->v.f64 == want);
-    assert_false(gguf_kv_as_int(kv, &unused));
+    assert_false(llmm__gguf_kv_as_int(kv, &unused));
 }
 
 static void expect_gguf_str(gguf_str s, const char *want) {
-    if (!gguf_str_eq(s, want)) print_message("got '%.*s', wanted '%s'\n", (int)s.len, s.ptr, want);
-    assert_true(gguf_str_eq(s, want));
+    if (!llmm__gguf_str_eq(s, want)) print_message("got '%.*s', wanted '%s'\n", (int)s.len, s.ptr, want);
+    assert_true(llmm__gguf_str_eq(s, want));
 }
 
 /* ---- tensors */
@@ -171,7 +171,7 @@ static size_t put_tensors(gguf_builder *b, const tensor_spec *specs, size_t n, u
 
 static void expect_tensor_matches(const gguf_file *f, const tensor_spec *spec, size_t index,
                                   uint64_t offset) {
-    const gguf_tensor *t = gguf_find_tensor(f, spec->name);
+    const gguf_tensor *t = llmm__gguf_find_tensor(f, spec->name);
     assert_non_null(t);
     expect_gguf_str(t->name, spec->name);
     assert_int_equal(t->n_dims, spec->n_dims);
@@ -246,18 +246,18 @@ static void test_scalar_values_read_back(void **state) {
     int64_t refused;
     const gguf_kv *big = find_kv_typed(f, "u64", GGUF_TYPE_U64);
     assert_true(big->v.u64 == UINT64_MAX);
-    assert_false(gguf_kv_as_int(big, &refused));
+    assert_false(llmm__gguf_kv_as_int(big, &refused));
     assert_true(find_kv_typed(f, "u8", GGUF_TYPE_U8)->v.u64 == 255);
     assert_true(find_kv_typed(f, "i16", GGUF_TYPE_I16)->v.i64 == -32768);
     assert_true(find_kv_typed(f, "bool.true", GGUF_TYPE_BOOL)->v.u64 == 1);
 
     const gguf_kv *s = find_kv_typed(f, "string", GGUF_TYPE_STRING);
     expect_gguf_str(s->v.str, "h\xc3\xa9llo");
-    assert_false(gguf_kv_as_int(s, &refused));
+    assert_false(llmm__gguf_kv_as_int(s, &refused));
     expect_gguf_str(find_kv_typed(f, "string.empty", GGUF_TYPE_STRING)->v.str, "");
-    assert_null(gguf_find_kv(f, "missing"));
-    assert_null(gguf_find_kv(f, "u")); /* a prefix of a key is not the key */
-    gguf_close(f);
+    assert_null(llmm__gguf_find_kv(f, "missing"));
+    assert_null(llmm__gguf_find_kv(f, "u")); /* a prefix of a key is not the key */
+    llmm__gguf_close(f);
     gb_free(&b);
 }
 
@@ -287,30 +287,30 @@ static void test_numeric_arrays_read_back(void **state) {
     assert_int_equal(a->elem_type, GGUF_TYPE_U32);
     assert_int_equal(a->count, 3);
     assert_int_equal(a->bytes, 12);
-    for (uint64_t i = 0; i < 3; i++) assert_true(gguf_array_get_i64(a, i) == (int64_t)u32s[i]);
+    for (uint64_t i = 0; i < 3; i++) assert_true(llmm__gguf_array_get_i64(a, i) == (int64_t)u32s[i]);
 
     a = &find_kv_typed(f, "i32s", GGUF_TYPE_ARRAY)->v.arr;
     assert_int_equal(a->count, 3);
-    for (uint64_t i = 0; i < 3; i++) assert_true(gguf_array_get_i64(a, i) == i32s[i]);
-    assert_true(gguf_array_get_f64(a, 0) == -1.0);
+    for (uint64_t i = 0; i < 3; i++) assert_true(llmm__gguf_array_get_i64(a, i) == i32s[i]);
+    assert_true(llmm__gguf_array_get_f64(a, 0) == -1.0);
 
     a = &find_kv_typed(f, "f32s", GGUF_TYPE_ARRAY)->v.arr;
     assert_int_equal(a->elem_type, GGUF_TYPE_F32);
-    for (uint64_t i = 0; i < 2; i++) assert_true(gguf_array_get_f64(a, i) == f32s[i]);
+    for (uint64_t i = 0; i < 2; i++) assert_true(llmm__gguf_array_get_f64(a, i) == f32s[i]);
 
     a = &find_kv_typed(f, "f64s", GGUF_TYPE_ARRAY)->v.arr;
-    assert_true(gguf_array_get_f64(a, 0) == 1e300);
+    assert_true(llmm__gguf_array_get_f64(a, 0) == 1e300);
 
     a = &find_kv_typed(f, "bools", GGUF_TYPE_ARRAY)->v.arr;
-    assert_true(gguf_array_get_i64(a, 0) == 1 && gguf_array_get_i64(a, 1) == 0);
+    assert_true(llmm__gguf_array_get_i64(a, 0) == 1 && llmm__gguf_array_get_i64(a, 1) == 0);
 
     a = &find_kv_typed(f, "empty", GGUF_TYPE_ARRAY)->v.arr;
     assert_int_equal(a->count, 0);
     assert_int_equal(a->bytes, 0);
 
     int64_t refused;
-    assert_false(gguf_kv_as_int(gguf_find_kv(f, "u32s"), &refused)); /* arrays are not scalars */
-    gguf_close(f);
+    assert_false(llmm__gguf_kv_as_int(llmm__gguf_find_kv(f, "u32s"), &refused)); /* arrays are not scalars */
+    llmm__gguf_close(f);
     gb_free(&b);
 }
 
@@ -330,13 +330,13 @@ static void test_string_array_iterates(void **state) {
     const uint8_t *cursor = a->data;
     uint64_t expected_bytes = 0;
     for (size_t i = 0; i < 5; i++) {
-        expect_gguf_str(gguf_array_next_str(&cursor), words[i]);
+        expect_gguf_str(llmm__gguf_array_next_str(&cursor), words[i]);
         expected_bytes += 8 + strlen(words[i]);
     }
     assert_ptr_equal(cursor, a->data + a->bytes);
     assert_int_equal(a->bytes, expected_bytes);
     expect_int(f, "after", GGUF_TYPE_U32, 42);
-    gguf_close(f);
+    llmm__gguf_close(f);
     gb_free(&b);
 }
 
@@ -345,7 +345,7 @@ static const uint8_t *expect_inner_strings(const uint8_t *p, const char *const *
     assert_int_equal(le32(p), GGUF_TYPE_STRING);
     assert_int_equal(le64(p + 4), n);
     p += 12;
-    for (size_t i = 0; i < n; i++) expect_gguf_str(gguf_array_next_str(&p), want[i]);
+    for (size_t i = 0; i < n; i++) expect_gguf_str(llmm__gguf_array_next_str(&p), want[i]);
     return p;
 }
 
@@ -378,7 +378,7 @@ static void test_nested_string_arrays(void **state) {
     p = expect_inner_strings(p, third, 1);
     assert_ptr_equal(p, a->data + a->bytes);
     expect_gguf_str(find_kv_typed(f, "after", GGUF_TYPE_STRING)->v.str, "ok");
-    gguf_close(f);
+    llmm__gguf_close(f);
     gb_free(&b);
 }
 
@@ -398,7 +398,7 @@ static void test_nesting_at_max_depth_accepted(void **state) {
     build_nested_depth(&b, GGUF_MAX_ARRAY_DEPTH);
     gguf_file *f = open_valid(&b);
     assert_int_equal(find_kv_typed(f, "deep", GGUF_TYPE_ARRAY)->v.arr.count, 1);
-    gguf_close(f);
+    llmm__gguf_close(f);
     gb_free(&b);
 }
 
@@ -415,7 +415,7 @@ static void test_versions_2_and_3(void **state) {
         assert_int_equal(f->version, version);
         assert_int_equal(f->n_tensors, N_SAMPLE_TENSORS);
         expect_gguf_str(find_kv_typed(f, "general.architecture", GGUF_TYPE_STRING)->v.str, "llama");
-        gguf_close(f);
+        llmm__gguf_close(f);
         gb_free(&b);
     }
 }
@@ -428,9 +428,9 @@ static void test_header_only_file(void **state) {
     gguf_file *f = open_valid(&b);
     assert_int_equal(f->n_kv, 0);
     assert_int_equal(f->n_tensors, 0);
-    assert_null(gguf_find_kv(f, "general.architecture"));
-    assert_null(gguf_find_tensor(f, "x"));
-    gguf_close(f);
+    assert_null(llmm__gguf_find_kv(f, "general.architecture"));
+    assert_null(llmm__gguf_find_tensor(f, "x"));
+    llmm__gguf_close(f);
     gb_free(&b);
 }
 
@@ -448,7 +448,7 @@ static void test_tensor_types_and_sizes(void **state) {
     assert_int_equal(f->data_offset, data_start);
     assert_int_equal(f->data_offset % GGUF_DEFAULT_ALIGNMENT, 0);
     for (size_t i = 0; i < N_SAMPLE_TENSORS; i++) expect_tensor_matches(f, &sample_tensors[i], i, offsets[i]);
-    gguf_close(f);
+    llmm__gguf_close(f);
     gb_free(&b);
 }
 
@@ -473,7 +473,7 @@ static void test_alignment_64_honoured(void **state) {
     assert_int_equal(offsets[1], 64);
     assert_int_equal(offsets[2], 128); /* 64 + 12 rounded up to 64, not to the default 32 */
     for (size_t i = 0; i < 3; i++) expect_tensor_matches(f, &specs[i], i, offsets[i]);
-    gguf_close(f);
+    llmm__gguf_close(f);
     gb_free(&b);
 }
 
@@ -503,7 +503,7 @@ static void test_alignment_64_differs_from_default(void **state) {
         assert_int_equal(f->data_offset, data_start);
         assert_int_equal(f->data_offset, align_up(infos_end, 64));
         expect_tensor_matches(f, &spec, 0, 0);
-        gguf_close(f);
+        llmm__gguf_close(f);
         gb_free(&b);
         return;
     }
@@ -530,15 +530,15 @@ static void test_find_tensor_by_name(void **state) {
     gguf_file *f = open_valid(&b);
     assert_int_equal(strlen(specs[5].name), GGUF_MAX_NAME - 1);
     for (size_t i = 0; i < n; i++) {
-        assert_ptr_equal(gguf_find_tensor(f, specs[i].name), &f->tensors[i]); /* file order kept */
+        assert_ptr_equal(llmm__gguf_find_tensor(f, specs[i].name), &f->tensors[i]); /* file order kept */
         expect_tensor_matches(f, &specs[i], i, offsets[i]);
     }
-    assert_null(gguf_find_tensor(f, ""));
-    assert_null(gguf_find_tensor(f, "b"));
-    assert_null(gguf_find_tensor(f, "abc"));
-    assert_null(gguf_find_tensor(f, "blk.10"));
-    assert_null(gguf_find_tensor(f, "output.weight2"));
-    gguf_close(f);
+    assert_null(llmm__gguf_find_tensor(f, ""));
+    assert_null(llmm__gguf_find_tensor(f, "b"));
+    assert_null(llmm__gguf_find_tensor(f, "abc"));
+    assert_null(llmm__gguf_find_tensor(f, "blk.10"));
+    assert_null(llmm__gguf_find_tensor(f, "output.weight2"));
+    llmm__gguf_close(f);
     gb_free(&b);
 }
 
@@ -552,9 +552,9 @@ static void test_zero_tensors(void **state) {
     gguf_file *f = open_valid(&b);
     assert_int_equal(f->n_tensors, 0);
     assert_int_equal(f->n_kv, 2);
-    assert_null(gguf_find_tensor(f, "token_embd.weight"));
+    assert_null(llmm__gguf_find_tensor(f, "token_embd.weight"));
     expect_gguf_str(find_kv_typed(f, "general.architecture", GGUF_TYPE_STRING)->v.str, "llama");
-    gguf_close(f);
+    llmm__gguf_close(f);
     gb_free(&b);
 }
 
@@ -572,12 +572,12 @@ static void test_empty_tensors_accepted(void **state) {
     gb_pad_to(&b, 32);
     gb_fill(&b, 0xAB, 48);
     gguf_file *f = open_valid(&b);
-    const gguf_tensor *t = gguf_find_tensor(f, "empty.b");
+    const gguf_tensor *t = llmm__gguf_find_tensor(f, "empty.b");
     assert_non_null(t);
     assert_int_equal(t->n_elements, 0);
     assert_int_equal(t->n_bytes, 0);
-    assert_int_equal(gguf_find_tensor(f, "four")->n_bytes, 16);
-    gguf_close(f);
+    assert_int_equal(llmm__gguf_find_tensor(f, "four")->n_bytes, 16);
+    llmm__gguf_close(f);
     gb_free(&b);
 }
 
@@ -597,8 +597,8 @@ static llmm_status open_empty_and_full_at_same_offset(int empty_first) {
     assert_true(gb_finish(&b));
     llmm_diag d = {{0}};
     gguf_file *f = NULL;
-    llmm_status st = gguf_open_memory(b.bytes, b.len, NULL, &f, &d);
-    gguf_close(f);
+    llmm_status st = llmm__gguf_open_memory(b.bytes, b.len, NULL, &f, &d);
+    llmm__gguf_close(f);
     gb_free(&b);
     return st;
 }
@@ -666,8 +666,8 @@ static void test_open_file_mmap_and_read_agree(void **state) {
 
     llmm_diag d = {{0}};
     gguf_file *mapped = NULL, *read_in = NULL;
-    llmm_status st_mapped = gguf_open_file(path, 1, NULL, &mapped, &d);
-    llmm_status st_read = gguf_open_file(path, 0, NULL, &read_in, &d);
+    llmm_status st_mapped = llmm__gguf_open_file(path, 1, NULL, &mapped, &d);
+    llmm_status st_read = llmm__gguf_open_file(path, 0, NULL, &read_in, &d);
     unlink(path);
     assert_int_equal(st_mapped, LLMM_OK);
     assert_int_equal(st_read, LLMM_OK);
@@ -680,9 +680,9 @@ static void test_open_file_mmap_and_read_agree(void **state) {
         expect_tensor_matches(mapped, &sample_tensors[i], i, offsets[i]);
         expect_tensor_matches(read_in, &sample_tensors[i], i, offsets[i]);
     }
-    gguf_close(mapped);
-    gguf_close(read_in);
-    gguf_close(from_memory);
+    llmm__gguf_close(mapped);
+    llmm__gguf_close(read_in);
+    llmm__gguf_close(from_memory);
     gb_free(&b);
 }
 
@@ -691,11 +691,11 @@ static void test_open_file_errors(void **state) {
     gguf_file *f = NULL;
     for (int use_mmap = 0; use_mmap <= 1; use_mmap++) {
         llmm_diag d = {{0}};
-        assert_int_equal(gguf_open_file("/tmp/llmm-no-such-dir/none.gguf", use_mmap, NULL, &f, &d), LLMM_ERR_IO);
+        assert_int_equal(llmm__gguf_open_file("/tmp/llmm-no-such-dir/none.gguf", use_mmap, NULL, &f, &d), LLMM_ERR_IO);
         assert_null(f);
         assert_true(d.msg[0] != '\0');
         llmm_diag dir_d = {{0}};
-        assert_int_equal(gguf_open_file("/tmp", use_mmap, NULL, &f, &dir_d), LLMM_ERR_IO);
+        assert_int_equal(llmm__gguf_open_file("/tmp", use_mmap, NULL, &f, &dir_d), LLMM_ERR_IO);
         assert_true(dir_d.msg[0] != '\0');
     }
 }
@@ -714,8 +714,8 @@ static void test_open_file_rejects_hostile(void **state) {
         for (int use_mmap = 0; use_mmap <= 1; use_mmap++) {
             llmm_diag d = {{0}};
             gguf_file *f = NULL;
-            llmm_status st = gguf_open_file(path, use_mmap, NULL, &f, &d);
-            gguf_close(f);
+            llmm_status st = llmm__gguf_open_file(path, use_mmap, NULL, &f, &d);
+            llmm__gguf_close(f);
             assert_int_equal(st, LLMM_ERR_BAD_FILE);
             assert_null(f);
             assert_true(d.msg[0] != '\0');
@@ -987,7 +987,7 @@ static void test_alignment_kv_control_accepted(void **state) {
     build_with_alignment_kv(&b, GGUF_TYPE_U32, 32);
     gguf_file *f = open_valid(&b);
     assert_int_equal(f->alignment, 32);
-    gguf_close(f);
+    llmm__gguf_close(f);
     gb_free(&b);
 }
 
@@ -1064,7 +1064,7 @@ static void expect_one_tensor_accepted(uint32_t n_dims, const uint64_t *ne, uint
     gb_init(&b);
     build_one_tensor(&b, "w", n_dims, ne, type, offset, data_bytes);
     gguf_file *f = open_valid(&b);
-    gguf_close(f);
+    llmm__gguf_close(f);
     gb_free(&b);
 }
 
@@ -1076,8 +1076,8 @@ static void test_one_tensor_control_accepted(void **state) {
     gb_init(&b);
     build_one_tensor(&b, "w", 2, ne, LLMM_TYPE_F32, 0, 64);
     gguf_file *f = open_valid(&b);
-    assert_int_equal(gguf_find_tensor(f, "w")->n_bytes, 64);
-    gguf_close(f);
+    assert_int_equal(llmm__gguf_find_tensor(f, "w")->n_bytes, 64);
+    llmm__gguf_close(f);
     gb_free(&b);
 }
 
@@ -1254,7 +1254,7 @@ static void test_every_prefix_fails_cleanly(void **state) {
     for (uint64_t i = 0; i < full->n_tensors; i++)
         needed = LLMM_MAX(needed, full->data_offset + full->tensors[i].offset + full->tensors[i].n_bytes);
     assert_int_equal(needed, b.len);
-    gguf_close(full);
+    llmm__gguf_close(full);
     for (size_t len = 0; len < b.len; len++) expect_prefix_rejected(&b, len);
     gb_free(&b);
 }

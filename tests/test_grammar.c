@@ -278,7 +278,7 @@ static const node *ref(int rule) {
     return n;
 }
 
-static size_t utf8_encode(uint32_t cp, char *out) {
+static size_t llmm__utf8_encode(uint32_t cp, char *out) {
     if (cp < 0x80) return out[0] = (char)cp, 1;
     if (cp < 0x800) return out[0] = (char)(0xC0 | cp >> 6), out[1] = (char)(0x80 | (cp & 63)), 2;
     if (cp < 0x10000)
@@ -289,7 +289,7 @@ static size_t utf8_encode(uint32_t cp, char *out) {
 }
 
 /* Decode one UTF-8 character (strictly); 0 when malformed or at the end. */
-static size_t utf8_decode(const char *s, size_t len, uint32_t *cp) {
+static size_t llmm__utf8_decode(const char *s, size_t len, uint32_t *cp) {
     if (len == 0) return 0;
     unsigned char c = (unsigned char)s[0];
     size_t n = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
@@ -407,7 +407,7 @@ static int match(recogniser *r, const node *n, size_t pos, const cont *k) {
     }
     case N_CLASS:
     case N_ANY:
-        used = utf8_decode(r->text + pos, r->len - pos, &cp);
+        used = llmm__utf8_decode(r->text + pos, r->len - pos, &cp);
         return used && (n->kind == N_ANY || class_has(n, cp)) && run(r, k, pos + used);
     case N_SEQ: {
         cont c = {n, 0, k};
@@ -471,7 +471,7 @@ static void generate(const ref_grammar *g, const node *n, int depth, char *out, 
                 cp = palette[rnd(PALETTE_N)];
             }
             if (n->kind == N_ANY || class_has(n, cp)) {
-                emit(out, len, cap, buf, utf8_encode(cp, buf));
+                emit(out, len, cap, buf, llmm__utf8_encode(cp, buf));
                 break;
             }
         }
@@ -502,7 +502,7 @@ static size_t mutate(char *s, size_t len, size_t cap) {
         if (len && at < len) memmove(s + at, s + at + 1, len - at - 1), len--;
         break;
     case 1: { /* insert a character */
-        size_t n = utf8_encode(palette[rnd(PALETTE_N)], buf);
+        size_t n = llmm__utf8_encode(palette[rnd(PALETTE_N)], buf);
         if (len + n < cap) memmove(s + at + n, s + at, len - at), memcpy(s + at, buf, n), len += n;
         break;
     }

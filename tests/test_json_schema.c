@@ -398,7 +398,7 @@ static int recognises(const ref_gbnf *g, const char *text, size_t n) {
 
 static char *convert(const char *schema) {
     char *gbnf = NULL, err[512];
-    llmm_status st = json_schema_to_gbnf(schema, strlen(schema), &gbnf, err, sizeof err);
+    llmm_status st = llmm__json_schema_to_gbnf(schema, strlen(schema), &gbnf, err, sizeof err);
     if (st != LLMM_OK) fail_msg("schema refused (%d): %s\n%s", st, err, schema);
     assert_non_null(gbnf);
     return gbnf;
@@ -593,7 +593,7 @@ static void test_integer_ranges_exhaustive(void **state) {
 static void test_any_value_grammar(void **state) {
     (void)state;
     ref_gbnf g;
-    ref_gbnf_read(&g, json_any_value_gbnf());
+    ref_gbnf_read(&g, llmm__json_any_value_gbnf());
     static const char *const yes[] = {"null", "0", "\"\"", "{}", "[]", "{\"a\":[1,2.5e-3,{\"b\":\"\\u00e9\"}],\"c\":false}",
                                       "[ true ,\n\tnull ]", "-12.5E+3"};
     static const char *const no[] = {"", "nil", "{\"a\"}", "[1,]", "01", "\"\\q\"", "{\"a\":1,}", "\"\x01\""};
@@ -622,7 +622,7 @@ static void test_example_schemas(void **state) {
         char *schema = read_whole_file(files[i][0], &len);
         if (!schema) fail_msg("cannot read %s (tests run from the repository root)", files[i][0]);
         char *gbnf = NULL, err[512];
-        if (json_schema_to_gbnf(schema, len, &gbnf, err, sizeof err) != LLMM_OK) fail_msg("%s: %s", files[i][0], err);
+        if (llmm__json_schema_to_gbnf(schema, len, &gbnf, err, sizeof err) != LLMM_OK) fail_msg("%s: %s", files[i][0], err);
         ref_gbnf g;
         ref_gbnf_read(&g, gbnf);
         if (!recognises(&g, files[i][1], strlen(files[i][1]))) fail_msg("%s rejects %s\n%s", files[i][0], files[i][1], gbnf);
@@ -703,7 +703,7 @@ static const refused malformed_json[] = {
 static void expect_refusals(const refused *list, size_t n) {
     for (size_t i = 0; i < n; i++) {
         char *gbnf = (char *)1, err[512];
-        llmm_status st = json_schema_to_gbnf(list[i].schema, strlen(list[i].schema), &gbnf, err, sizeof err);
+        llmm_status st = llmm__json_schema_to_gbnf(list[i].schema, strlen(list[i].schema), &gbnf, err, sizeof err);
         if (st != LLMM_ERR_INVALID_ARG) fail_msg("'%s': status %d, not INVALID_ARG (%s)", list[i].schema, st, err);
         assert_null(gbnf);
         if (strcmp(err, list[i].message) != 0) fail_msg("'%s':\n  got  %s\n  want %s", list[i].schema, err, list[i].message);
@@ -720,16 +720,16 @@ static void test_malformed_json(void **state) {
     expect_refusals(malformed_json, sizeof malformed_json / sizeof *malformed_json);
     /* arguments */
     char *gbnf = NULL, err[64];
-    assert_int_equal(json_schema_to_gbnf(NULL, 0, &gbnf, err, sizeof err), LLMM_ERR_INVALID_ARG);
-    assert_int_equal(json_schema_to_gbnf("{}", 2, NULL, err, sizeof err), LLMM_ERR_INVALID_ARG);
+    assert_int_equal(llmm__json_schema_to_gbnf(NULL, 0, &gbnf, err, sizeof err), LLMM_ERR_INVALID_ARG);
+    assert_int_equal(llmm__json_schema_to_gbnf("{}", 2, NULL, err, sizeof err), LLMM_ERR_INVALID_ARG);
     /* a message longer than the buffer is cut, never overrun */
     char small[8];
     memset(small, 'x', sizeof small);
-    assert_int_equal(json_schema_to_gbnf("{\"allOf\":[]}", 12, &gbnf, small, 6), LLMM_ERR_INVALID_ARG);
+    assert_int_equal(llmm__json_schema_to_gbnf("{\"allOf\":[]}", 12, &gbnf, small, 6), LLMM_ERR_INVALID_ARG);
     assert_int_equal(small[5], '\0');
     assert_int_equal(small[6], 'x');
     /* not NUL-terminated: only len bytes are read */
-    assert_int_equal(json_schema_to_gbnf("{}garbage", 2, &gbnf, err, sizeof err), LLMM_OK);
+    assert_int_equal(llmm__json_schema_to_gbnf("{}garbage", 2, &gbnf, err, sizeof err), LLMM_OK);
     free(gbnf);
 }
 
@@ -742,7 +742,7 @@ static void test_hostile_input(void **state) {
     char deep[400];
     memset(deep, '[', 200);
     memset(deep + 200, ']', 200);
-    assert_int_equal(json_schema_to_gbnf(deep, sizeof deep, &gbnf, err, sizeof err), LLMM_ERR_INVALID_ARG);
+    assert_int_equal(llmm__json_schema_to_gbnf(deep, sizeof deep, &gbnf, err, sizeof err), LLMM_ERR_INVALID_ARG);
     assert_string_equal(err, "JSON error at line 1, column 65: nesting deeper than 64");
     /* a chain of 100 definitions, each a $ref to the next */
     static char chain[8192];
@@ -750,7 +750,7 @@ static void test_hostile_input(void **state) {
     for (int i = 0; i < 100; i++)
         n += (size_t)snprintf(chain + n, sizeof chain - n, "%s\"d%d\":{\"$ref\":\"#/$defs/d%d\"}", i ? "," : "", i, i + 1);
     n += (size_t)snprintf(chain + n, sizeof chain - n, ",\"d100\":{\"type\":\"null\"}}}");
-    assert_int_equal(json_schema_to_gbnf(chain, n, &gbnf, err, sizeof err), LLMM_ERR_INVALID_ARG);
+    assert_int_equal(llmm__json_schema_to_gbnf(chain, n, &gbnf, err, sizeof err), LLMM_ERR_INVALID_ARG);
     assert_string_equal(err, "schemas nested deeper than 64 at #/$defs/d63");
     /* every case schema cut short and with bytes flipped: an answer, never a crash */
     uint64_t rng = 0x2545F4914F6CDD1Dull;
@@ -766,7 +766,7 @@ static void test_hostile_input(void **state) {
                 rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
                 buf[rng % len] = "{}[]\",:0-e\\ab$#/"[(rng >> 32) % 16];
             }
-            llmm_status st = json_schema_to_gbnf(buf, use, &gbnf, err, sizeof err);
+            llmm_status st = llmm__json_schema_to_gbnf(buf, use, &gbnf, err, sizeof err);
             if (st == LLMM_OK) {
                 ref_gbnf g; /* what is accepted still reads as GBNF */
                 ref_gbnf_read(&g, gbnf);
@@ -812,7 +812,7 @@ static int same_value(const json_doc *a, size_t x, const json_doc *b, size_t y, 
         if (p->kind == JSON_OBJECT) {
             char key[128];
             snprintf(key, sizeof key, "%.*s", (int)a->nodes[i].key_len, json_key(a, i));
-            if ((other = json_member(b, y, key)) == JSON_NONE) return 0;
+            if ((other = llmm__json_member(b, y, key)) == JSON_NONE) return 0;
         }
         if (!same_value(a, i, b, other, depth + 1)) return 0;
     }
@@ -855,17 +855,17 @@ static int validate(validation *va, size_t s, size_t v, int depth);
 
 static int validate_object(validation *va, size_t s, size_t v, int depth) {
     const json_doc *sd = va->schema, *in = va->inst;
-    size_t props = json_member(sd, s, "properties"), req = json_member(sd, s, "required");
-    size_t extra = json_member(sd, s, "additionalProperties");
+    size_t props = llmm__json_member(sd, s, "properties"), req = llmm__json_member(sd, s, "required");
+    size_t extra = llmm__json_member(sd, s, "additionalProperties");
     for (size_t r = req == JSON_NONE ? JSON_NONE : sd->nodes[req].first; r != JSON_NONE; r = sd->nodes[r].next) {
         char key[128];
         snprintf(key, sizeof key, "%.*s", (int)sd->nodes[r].str_len, json_str(sd, r));
-        if (json_member(in, v, key) == JSON_NONE) return invalid(va, "required member missing");
+        if (llmm__json_member(in, v, key) == JSON_NONE) return invalid(va, "required member missing");
     }
     for (size_t m = in->nodes[v].first; m != JSON_NONE; m = in->nodes[m].next) {
         char key[128];
         snprintf(key, sizeof key, "%.*s", (int)in->nodes[m].key_len, json_key(in, m));
-        size_t ps = props == JSON_NONE ? JSON_NONE : json_member(sd, props, key);
+        size_t ps = props == JSON_NONE ? JSON_NONE : llmm__json_member(sd, props, key);
         if (ps == JSON_NONE && extra != JSON_NONE && sd->nodes[extra].kind == JSON_FALSE) return invalid(va, "extra member");
         if (ps == JSON_NONE && extra != JSON_NONE && sd->nodes[extra].kind == JSON_OBJECT) ps = extra;
         if (ps != JSON_NONE && !validate(va, ps, m, depth + 1)) return 0;
@@ -874,11 +874,11 @@ static int validate_object(validation *va, size_t s, size_t v, int depth) {
 }
 
 static int validate_array(validation *va, size_t s, size_t v, int depth) {
-    size_t items = json_member(va->schema, s, "items"), lim;
+    size_t items = llmm__json_member(va->schema, s, "items"), lim;
     size_t n = va->inst->nodes[v].n_children;
-    if ((lim = json_member(va->schema, s, "minItems")) != JSON_NONE && n < (size_t)number_of(va->schema, lim))
+    if ((lim = llmm__json_member(va->schema, s, "minItems")) != JSON_NONE && n < (size_t)number_of(va->schema, lim))
         return invalid(va, "too few items");
-    if ((lim = json_member(va->schema, s, "maxItems")) != JSON_NONE && n > (size_t)number_of(va->schema, lim))
+    if ((lim = llmm__json_member(va->schema, s, "maxItems")) != JSON_NONE && n > (size_t)number_of(va->schema, lim))
         return invalid(va, "too many items");
     for (size_t i = va->inst->nodes[v].first; items != JSON_NONE && i != JSON_NONE; i = va->inst->nodes[i].next)
         if (!validate(va, items, i, depth + 1)) return 0;
@@ -888,12 +888,12 @@ static int validate_array(validation *va, size_t s, size_t v, int depth) {
 static int validate_string(validation *va, size_t s, size_t v) {
     const char *text = json_str(va->inst, v);
     size_t len = va->inst->nodes[v].str_len, chars = utf8_chars(text, len), k;
-    if ((k = json_member(va->schema, s, "minLength")) != JSON_NONE && chars < (size_t)number_of(va->schema, k))
+    if ((k = llmm__json_member(va->schema, s, "minLength")) != JSON_NONE && chars < (size_t)number_of(va->schema, k))
         return invalid(va, "too short");
-    if ((k = json_member(va->schema, s, "maxLength")) != JSON_NONE && chars > (size_t)number_of(va->schema, k))
+    if ((k = llmm__json_member(va->schema, s, "maxLength")) != JSON_NONE && chars > (size_t)number_of(va->schema, k))
         return invalid(va, "too long");
-    if ((k = json_member(va->schema, s, "format")) != JSON_NONE && !valid_date(text, len)) return invalid(va, "not a date");
-    if ((k = json_member(va->schema, s, "pattern")) != JSON_NONE) {
+    if ((k = llmm__json_member(va->schema, s, "format")) != JSON_NONE && !valid_date(text, len)) return invalid(va, "not a date");
+    if ((k = llmm__json_member(va->schema, s, "pattern")) != JSON_NONE) {
         char pattern[256], *subject = strndup(text, len);
         snprintf(pattern, sizeof pattern, "%.*s", (int)va->schema->nodes[k].str_len, json_str(va->schema, k));
         regex_t re;
@@ -910,24 +910,24 @@ static int validate(validation *va, size_t s, size_t v, int depth) {
     const json_doc *sd = va->schema, *in = va->inst;
     if (depth > JSON_MAX_DEPTH) return invalid(va, "too deep");
     size_t k;
-    if ((k = json_member(sd, s, "$ref")) != JSON_NONE) {
+    if ((k = llmm__json_member(sd, s, "$ref")) != JSON_NONE) {
         char name[128];
         snprintf(name, sizeof name, "%.*s", (int)sd->nodes[k].str_len - 8, json_str(sd, k) + 8); /* "#/$defs/" */
-        return validate(va, json_member(sd, json_member(sd, 0, "$defs"), name), v, depth + 1);
+        return validate(va, llmm__json_member(sd, llmm__json_member(sd, 0, "$defs"), name), v, depth + 1);
     }
-    if ((k = json_member(sd, s, "anyOf")) != JSON_NONE || (k = json_member(sd, s, "oneOf")) != JSON_NONE) {
-        int one = json_member(sd, s, "oneOf") != JSON_NONE, n = 0;
+    if ((k = llmm__json_member(sd, s, "anyOf")) != JSON_NONE || (k = llmm__json_member(sd, s, "oneOf")) != JSON_NONE) {
+        int one = llmm__json_member(sd, s, "oneOf") != JSON_NONE, n = 0;
         for (size_t b = sd->nodes[k].first; b != JSON_NONE; b = sd->nodes[b].next) n += validate(va, b, v, depth + 1);
         if (one ? n != 1 : n < 1) return invalid(va, one ? "not exactly one branch of oneOf" : "no branch of anyOf");
         return 1;
     }
-    if ((k = json_member(sd, s, "const")) != JSON_NONE && !same_value(sd, k, in, v, 0)) return invalid(va, "not the const");
-    if ((k = json_member(sd, s, "enum")) != JSON_NONE) {
+    if ((k = llmm__json_member(sd, s, "const")) != JSON_NONE && !same_value(sd, k, in, v, 0)) return invalid(va, "not the const");
+    if ((k = llmm__json_member(sd, s, "enum")) != JSON_NONE) {
         int found = 0;
         for (size_t e = sd->nodes[k].first; e != JSON_NONE; e = sd->nodes[e].next) found |= same_value(sd, e, in, v, 0);
         if (!found) return invalid(va, "not in the enum");
     }
-    if ((k = json_member(sd, s, "type")) != JSON_NONE) {
+    if ((k = llmm__json_member(sd, s, "type")) != JSON_NONE) {
         int ok = 0;
         for (size_t t = sd->nodes[k].kind == JSON_ARRAY ? sd->nodes[k].first : k; t != JSON_NONE;
              t = sd->nodes[k].kind == JSON_ARRAY ? sd->nodes[t].next : JSON_NONE)
@@ -936,8 +936,8 @@ static int validate(validation *va, size_t s, size_t v, int depth) {
     }
     json_kind kind = in->nodes[v].kind;
     if (kind == JSON_NUMBER) {
-        if ((k = json_member(sd, s, "minimum")) != JSON_NONE && number_of(in, v) < number_of(sd, k)) return invalid(va, "below minimum");
-        if ((k = json_member(sd, s, "maximum")) != JSON_NONE && number_of(in, v) > number_of(sd, k)) return invalid(va, "above maximum");
+        if ((k = llmm__json_member(sd, s, "minimum")) != JSON_NONE && number_of(in, v) < number_of(sd, k)) return invalid(va, "below minimum");
+        if ((k = llmm__json_member(sd, s, "maximum")) != JSON_NONE && number_of(in, v) > number_of(sd, k)) return invalid(va, "above maximum");
     }
     if (kind == JSON_STRING) return validate_string(va, s, v);
     if (kind == JSON_ARRAY) return validate_array(va, s, v, depth);
@@ -949,17 +949,17 @@ static int validate(validation *va, size_t s, size_t v, int depth) {
 static int schema_accepts(const char *schema, const char *text, size_t n, char *why, size_t why_size) {
     json_doc sd, in;
     char err[256];
-    assert_int_equal(json_parse(&sd, schema, strlen(schema), err, sizeof err), LLMM_OK);
-    if (json_parse(&in, text, n, err, sizeof err) != LLMM_OK) {
+    assert_int_equal(llmm__json_parse(&sd, schema, strlen(schema), err, sizeof err), LLMM_OK);
+    if (llmm__json_parse(&in, text, n, err, sizeof err) != LLMM_OK) {
         snprintf(why, why_size, "%s", err);
-        json_doc_free(&sd);
+        llmm__json_doc_free(&sd);
         return 0;
     }
     validation va = {.schema = &sd, .inst = &in};
     int ok = validate(&va, 0, 0, 0);
     snprintf(why, why_size, "%s", va.why);
-    json_doc_free(&sd);
-    json_doc_free(&in);
+    llmm__json_doc_free(&sd);
+    llmm__json_doc_free(&in);
     return ok;
 }
 

@@ -244,19 +244,19 @@ static void encode_row(uint32_t type, const float *x, void *dst, size_t n) {
         ref_quantize_q4_0(x, dst, n);
         return;
     }
-    const llmm_type_traits *t = llmm_type_get(type);
+    const llmm_type_traits *t = llmm__type_get(type);
     assert_non_null(t);
     assert_non_null(t->from_float);
     t->from_float(x, dst, n);
 }
 
-/* The vec_dot operand of x, as cpu_matmul prepares it. */
+/* The vec_dot operand of x, as llmm__cpu_matmul prepares it. */
 static void *make_operand(uint32_t wtype, const float *x, size_t n) {
-    const uint32_t op_type = cpu_dot_get(wtype)->operand_type;
-    const llmm_type_traits *op = llmm_type_get(op_type);
+    const uint32_t op_type = llmm__cpu_dot_get(wtype)->operand_type;
+    const llmm_type_traits *op = llmm__type_get(op_type);
     assert_non_null(op);
     assert_non_null(op->from_float);
-    size_t bytes = llmm_row_bytes(op_type, n);
+    size_t bytes = llmm__row_bytes(op_type, n);
     assert_true(bytes > 0);
     void *p = xmalloc(bytes);
     op->from_float(x, p, n);
@@ -266,7 +266,7 @@ static void *make_operand(uint32_t wtype, const float *x, size_t n) {
 static void *cpu_start(int n_threads) {
     const llmm_backend_config cfg = {.n_threads = n_threads};
     void *st = NULL;
-    assert_int_equal(llmm_cpu_backend.init(&cfg, &st), LLMM_OK);
+    assert_int_equal(llmm__cpu_backend.init(&cfg, &st), LLMM_OK);
     assert_non_null(st);
     return st;
 }
@@ -276,18 +276,18 @@ static void *cpu_start(int n_threads) {
 static void test_f16_all_patterns_roundtrip(void **state) {
     (void)state;
     for (uint32_t h = 0; h < 65536; h++) {
-        const float f = llmm_f16_to_f32((llmm_f16)h);
+        const float f = llmm__f16_to_f32((llmm_f16)h);
         const double want = ref_half((uint16_t)h);
         if (half_is_nan((uint16_t)h)) {
             assert_true(isnan(f));
-            const llmm_f16 back = llmm_f32_to_f16(f);
+            const llmm_f16 back = llmm__f32_to_f16(f);
             if (!half_is_nan(back)) fail_msg("NaN pattern 0x%04x came back as 0x%04x", h, back);
             assert_int_equal(back & 0x8000, h & 0x8000); /* sign kept */
             continue;
         }
         if (!((double)f == want) || !signbit(f) != !signbit(want))
             fail_msg("f16 0x%04x decoded to %.9g, want %.9g", h, (double)f, want);
-        const llmm_f16 back = llmm_f32_to_f16(f);
+        const llmm_f16 back = llmm__f32_to_f16(f);
         if (back != h) fail_msg("f16 0x%04x -> %.9g -> 0x%04x", h, (double)f, back);
     }
 }
@@ -305,59 +305,59 @@ static void test_f16_round_nearest_even(void **state) {
             assert_true((double)mid == (lo + hi) / 2);
             const float smid = neg ? -mid : mid;
             const uint16_t even = (uint16_t)(sign | ((h & 1) ? h + 1 : h));
-            const llmm_f16 got = llmm_f32_to_f16(smid);
+            const llmm_f16 got = llmm__f32_to_f16(smid);
             if (got != even) fail_msg("midpoint %.9g of 0x%04x/0x%04x -> 0x%04x", (double)smid, h, h + 1, got);
             const float below = nextafterf(smid, 0.0f), above = nextafterf(smid, neg ? -INFINITY : INFINITY);
-            assert_int_equal(llmm_f32_to_f16(below), sign | h);
-            assert_int_equal(llmm_f32_to_f16(above), sign | (h + 1));
+            assert_int_equal(llmm__f32_to_f16(below), sign | h);
+            assert_int_equal(llmm__f32_to_f16(above), sign | (h + 1));
         }
     }
     /* a few by value */
-    assert_int_equal(llmm_f32_to_f16(1.0f + 1.0f / 2048), 0x3c00);     /* 1 + half ulp: even is 1.0 */
-    assert_int_equal(llmm_f32_to_f16(1.0f + 3.0f / 2048), 0x3c02);     /* 1 + 1.5 ulp: even is 1+2ulp */
-    assert_int_equal(llmm_f32_to_f16(-(1.0f + 3.0f / 2048)), 0xbc02);
-    assert_int_equal(llmm_f32_to_f16(2049.0f), 0x6800);                /* 2048 */
-    assert_int_equal(llmm_f32_to_f16(2051.0f), 0x6802);                /* 2052 */
+    assert_int_equal(llmm__f32_to_f16(1.0f + 1.0f / 2048), 0x3c00);     /* 1 + half ulp: even is 1.0 */
+    assert_int_equal(llmm__f32_to_f16(1.0f + 3.0f / 2048), 0x3c02);     /* 1 + 1.5 ulp: even is 1+2ulp */
+    assert_int_equal(llmm__f32_to_f16(-(1.0f + 3.0f / 2048)), 0xbc02);
+    assert_int_equal(llmm__f32_to_f16(2049.0f), 0x6800);                /* 2048 */
+    assert_int_equal(llmm__f32_to_f16(2051.0f), 0x6802);                /* 2052 */
 }
 
 static void test_f16_overflow_and_specials(void **state) {
     (void)state;
-    assert_int_equal(llmm_f32_to_f16(65504.0f), 0x7bff);
-    assert_int_equal(llmm_f32_to_f16(nextafterf(65520.0f, 0.0f)), 0x7bff);
-    assert_int_equal(llmm_f32_to_f16(65520.0f), 0x7c00); /* tie: 65504 is odd -> inf */
-    assert_int_equal(llmm_f32_to_f16(-65520.0f), 0xfc00);
-    assert_int_equal(llmm_f32_to_f16(65536.0f), 0x7c00);
-    assert_int_equal(llmm_f32_to_f16(1e5f), 0x7c00);
-    assert_int_equal(llmm_f32_to_f16(FLT_MAX), 0x7c00);
-    assert_int_equal(llmm_f32_to_f16(-FLT_MAX), 0xfc00);
-    assert_int_equal(llmm_f32_to_f16(INFINITY), 0x7c00);
-    assert_int_equal(llmm_f32_to_f16(-INFINITY), 0xfc00);
-    assert_true(half_is_nan(llmm_f32_to_f16(NAN)));
-    assert_true(half_is_nan(llmm_f32_to_f16(f32_of_bits(0x7f800001u)))); /* signalling-style payload */
-    assert_true(half_is_nan(llmm_f32_to_f16(f32_of_bits(0xffc00000u))));
-    assert_int_equal(llmm_f32_to_f16(0.0f), 0x0000);
-    assert_int_equal(llmm_f32_to_f16(-0.0f), 0x8000);
-    assert_true(isinf(llmm_f16_to_f32(0x7c00)) && llmm_f16_to_f32(0x7c00) > 0);
-    assert_true(isinf(llmm_f16_to_f32(0xfc00)) && llmm_f16_to_f32(0xfc00) < 0);
+    assert_int_equal(llmm__f32_to_f16(65504.0f), 0x7bff);
+    assert_int_equal(llmm__f32_to_f16(nextafterf(65520.0f, 0.0f)), 0x7bff);
+    assert_int_equal(llmm__f32_to_f16(65520.0f), 0x7c00); /* tie: 65504 is odd -> inf */
+    assert_int_equal(llmm__f32_to_f16(-65520.0f), 0xfc00);
+    assert_int_equal(llmm__f32_to_f16(65536.0f), 0x7c00);
+    assert_int_equal(llmm__f32_to_f16(1e5f), 0x7c00);
+    assert_int_equal(llmm__f32_to_f16(FLT_MAX), 0x7c00);
+    assert_int_equal(llmm__f32_to_f16(-FLT_MAX), 0xfc00);
+    assert_int_equal(llmm__f32_to_f16(INFINITY), 0x7c00);
+    assert_int_equal(llmm__f32_to_f16(-INFINITY), 0xfc00);
+    assert_true(half_is_nan(llmm__f32_to_f16(NAN)));
+    assert_true(half_is_nan(llmm__f32_to_f16(f32_of_bits(0x7f800001u)))); /* signalling-style payload */
+    assert_true(half_is_nan(llmm__f32_to_f16(f32_of_bits(0xffc00000u))));
+    assert_int_equal(llmm__f32_to_f16(0.0f), 0x0000);
+    assert_int_equal(llmm__f32_to_f16(-0.0f), 0x8000);
+    assert_true(isinf(llmm__f16_to_f32(0x7c00)) && llmm__f16_to_f32(0x7c00) > 0);
+    assert_true(isinf(llmm__f16_to_f32(0xfc00)) && llmm__f16_to_f32(0xfc00) < 0);
 }
 
 static void test_f16_subnormals(void **state) {
     (void)state;
     const float s = ldexpf(1.0f, -24); /* smallest subnormal half */
-    assert_int_equal(llmm_f32_to_f16(s), 0x0001);
-    assert_int_equal(llmm_f32_to_f16(-s), 0x8001);
-    assert_int_equal(llmm_f32_to_f16(s / 2), 0x0000);                 /* tie -> even 0 */
-    assert_int_equal(llmm_f32_to_f16(-s / 2), 0x8000);
-    assert_int_equal(llmm_f32_to_f16(nextafterf(s / 2, 1.0f)), 0x0001);
-    assert_int_equal(llmm_f32_to_f16(s * 1.5f), 0x0002);              /* tie between 1 and 2 -> 2 */
-    assert_int_equal(llmm_f32_to_f16(s * 2.5f), 0x0002);              /* tie between 2 and 3 -> 2 */
-    assert_int_equal(llmm_f32_to_f16(s * 1023.0f), 0x03ff);           /* largest subnormal */
-    assert_int_equal(llmm_f32_to_f16(s * 1023.5f), 0x0400);           /* tie -> smallest normal */
-    assert_int_equal(llmm_f32_to_f16(ldexpf(1.0f, -14)), 0x0400);
-    assert_int_equal(llmm_f32_to_f16(ldexpf(1.0f, -30)), 0x0000);
-    assert_int_equal(llmm_f32_to_f16(f32_of_bits(0x00000001u)), 0x0000); /* f32 subnormal */
-    assert_int_equal(llmm_f32_to_f16(f32_of_bits(0x80400000u)), 0x8000);
-    for (uint16_t m = 1; m < 1024; m++) assert_true((double)llmm_f16_to_f32(m) == ldexp(m, -24));
+    assert_int_equal(llmm__f32_to_f16(s), 0x0001);
+    assert_int_equal(llmm__f32_to_f16(-s), 0x8001);
+    assert_int_equal(llmm__f32_to_f16(s / 2), 0x0000);                 /* tie -> even 0 */
+    assert_int_equal(llmm__f32_to_f16(-s / 2), 0x8000);
+    assert_int_equal(llmm__f32_to_f16(nextafterf(s / 2, 1.0f)), 0x0001);
+    assert_int_equal(llmm__f32_to_f16(s * 1.5f), 0x0002);              /* tie between 1 and 2 -> 2 */
+    assert_int_equal(llmm__f32_to_f16(s * 2.5f), 0x0002);              /* tie between 2 and 3 -> 2 */
+    assert_int_equal(llmm__f32_to_f16(s * 1023.0f), 0x03ff);           /* largest subnormal */
+    assert_int_equal(llmm__f32_to_f16(s * 1023.5f), 0x0400);           /* tie -> smallest normal */
+    assert_int_equal(llmm__f32_to_f16(ldexpf(1.0f, -14)), 0x0400);
+    assert_int_equal(llmm__f32_to_f16(ldexpf(1.0f, -30)), 0x0000);
+    assert_int_equal(llmm__f32_to_f16(f32_of_bits(0x00000001u)), 0x0000); /* f32 subnormal */
+    assert_int_equal(llmm__f32_to_f16(f32_of_bits(0x80400000u)), 0x8000);
+    for (uint16_t m = 1; m < 1024; m++) assert_true((double)llmm__f16_to_f32(m) == ldexp(m, -24));
 }
 
 /* Random floats over the whole half range (and past it), against the search reference. */
@@ -369,7 +369,7 @@ static void test_f16_random_vs_reference(void **state) {
         /* exponents 2^-30 .. 2^17, random mantissa and sign */
         const int e = (int)(r % 48) - 30;
         const float f = (float)ldexp(1.0 + (double)(rng_u32() & 0x7fffff) / 8388608.0, e) * ((r >> 8) & 1 ? -1.0f : 1.0f);
-        const llmm_f16 got = llmm_f32_to_f16(f), want = ref_f32_to_f16(f);
+        const llmm_f16 got = llmm__f32_to_f16(f), want = ref_f32_to_f16(f);
         if (got != want) fail_msg("f32_to_f16(%.9g) = 0x%04x, want 0x%04x", (double)f, got, want);
     }
 }
@@ -377,7 +377,7 @@ static void test_f16_random_vs_reference(void **state) {
 static void test_bf16_to_f32_all_patterns(void **state) {
     (void)state;
     for (uint32_t h = 0; h < 65536; h++) {
-        const float f = llmm_bf16_to_f32((llmm_bf16)h);
+        const float f = llmm__bf16_to_f32((llmm_bf16)h);
         const int is_nan = (h & 0x7f80) == 0x7f80 && (h & 0x7f) != 0;
         if (is_nan) {
             assert_true(isnan(f));
@@ -385,15 +385,15 @@ static void test_bf16_to_f32_all_patterns(void **state) {
         }
         if (bits_of_f32(f) != h << 16) fail_msg("bf16 0x%04x -> bits 0x%08x", h, bits_of_f32(f));
     }
-    assert_true(llmm_bf16_to_f32(0x3f80) == 1.0f);
-    assert_true(llmm_bf16_to_f32(0xc000) == -2.0f);
-    assert_true(isinf(llmm_bf16_to_f32(0x7f80)));
+    assert_true(llmm__bf16_to_f32(0x3f80) == 1.0f);
+    assert_true(llmm__bf16_to_f32(0xc000) == -2.0f);
+    assert_true(isinf(llmm__bf16_to_f32(0x7f80)));
 }
 
 /* The BF16 traits' from_float: nearest even, overflow to inf, NaN stays NaN. */
 static void test_bf16_from_float(void **state) {
     (void)state;
-    const llmm_type_traits *t = llmm_type_get(LLMM_TYPE_BF16);
+    const llmm_type_traits *t = llmm__type_get(LLMM_TYPE_BF16);
     assert_non_null(t);
     assert_non_null(t->from_float);
     rng_seed(102);
@@ -466,7 +466,7 @@ static void test_type_table(void **state) {
     (void)state;
     for (uint32_t id = 0; id <= 40; id++) {
         const type_row *want = find_type_row(id);
-        const llmm_type_traits *t = llmm_type_get(id);
+        const llmm_type_traits *t = llmm__type_get(id);
         if (!want) {
             if (t) fail_msg("type id %u should be unknown", id);
             continue;
@@ -477,20 +477,20 @@ static void test_type_table(void **state) {
         assert_int_equal(t->block_size, want->block_size);
         assert_int_equal(t->block_bytes, want->block_bytes);
         assert_int_equal(t->dequant_row != NULL, want->has_math);
-        const cpu_dot *dot = cpu_dot_get(id);
+        const cpu_dot *dot = llmm__cpu_dot_get(id);
         assert_int_equal(dot != NULL, want->has_math);
         if (want->has_math) {
             assert_int_equal(dot->operand_type, want->vec_dot_type);
-            const llmm_type_traits *op = llmm_type_get(dot->operand_type);
+            const llmm_type_traits *op = llmm__type_get(dot->operand_type);
             assert_non_null(op);
             assert_non_null(op->from_float); /* every operand type can be produced */
         }
-        assert_int_equal(llmm_cpu_backend.supports_type(id), want->has_math);
+        assert_int_equal(llmm__cpu_backend.supports_type(id), want->has_math);
     }
-    assert_null(llmm_type_get(41));
-    assert_null(llmm_type_get(1000));
-    assert_null(llmm_type_get(UINT32_MAX));
-    assert_int_equal(llmm_cpu_backend.supports_type(UINT32_MAX), 0);
+    assert_null(llmm__type_get(41));
+    assert_null(llmm__type_get(1000));
+    assert_null(llmm__type_get(UINT32_MAX));
+    assert_int_equal(llmm__cpu_backend.supports_type(UINT32_MAX), 0);
 }
 
 static void test_row_bytes(void **state) {
@@ -498,33 +498,33 @@ static void test_row_bytes(void **state) {
     for (uint32_t id = 0; id <= 40; id++) {
         const type_row *want = find_type_row(id);
         if (!want) {
-            assert_int_equal(llmm_row_bytes(id, 0), 0);
-            assert_int_equal(llmm_row_bytes(id, 32), 0);
-            assert_int_equal(llmm_row_bytes(id, 256), 0);
+            assert_int_equal(llmm__row_bytes(id, 0), 0);
+            assert_int_equal(llmm__row_bytes(id, 32), 0);
+            assert_int_equal(llmm__row_bytes(id, 256), 0);
             continue;
         }
         const uint64_t bs = want->block_size;
         for (uint64_t k = 1; k <= 9; k += 2)
-            assert_int_equal(llmm_row_bytes(id, k * bs), (size_t)(k * want->block_bytes));
-        assert_int_equal(llmm_row_bytes(id, 4096), (size_t)(4096 / bs * want->block_bytes));
-        assert_int_equal(llmm_row_bytes(id, 0), 0);
+            assert_int_equal(llmm__row_bytes(id, k * bs), (size_t)(k * want->block_bytes));
+        assert_int_equal(llmm__row_bytes(id, 4096), (size_t)(4096 / bs * want->block_bytes));
+        assert_int_equal(llmm__row_bytes(id, 0), 0);
         if (bs > 1) {
-            assert_int_equal(llmm_row_bytes(id, 1), 0);
-            assert_int_equal(llmm_row_bytes(id, bs - 1), 0);
-            assert_int_equal(llmm_row_bytes(id, bs + 1), 0);
-            assert_int_equal(llmm_row_bytes(id, 3 * bs + bs / 2), 0);
+            assert_int_equal(llmm__row_bytes(id, 1), 0);
+            assert_int_equal(llmm__row_bytes(id, bs - 1), 0);
+            assert_int_equal(llmm__row_bytes(id, bs + 1), 0);
+            assert_int_equal(llmm__row_bytes(id, 3 * bs + bs / 2), 0);
         } else {
-            assert_int_equal(llmm_row_bytes(id, 1001), (size_t)(1001 * want->block_bytes));
+            assert_int_equal(llmm__row_bytes(id, 1001), (size_t)(1001 * want->block_bytes));
         }
     }
-    assert_int_equal(llmm_row_bytes(41, 32), 0);
-    assert_int_equal(llmm_row_bytes(UINT32_MAX, 32), 0);
+    assert_int_equal(llmm__row_bytes(41, 32), 0);
+    assert_int_equal(llmm__row_bytes(UINT32_MAX, 32), 0);
 }
 
 /* ================================================================== 2. quantize / dequantize */
 
 static const size_t *sizes_for(uint32_t type, size_t *count) {
-    if (llmm_type_get(type)->block_size > 1) {
+    if (llmm__type_get(type)->block_size > 1) {
         *count = ARRAY_LEN(k_block_sizes);
         return k_block_sizes;
     }
@@ -535,7 +535,7 @@ static const size_t *sizes_for(uint32_t type, size_t *count) {
 /* dequant_row against the float64 dequantization from the block layout: exact, since
  * every dequantized value is a float exactly (see the header comment). */
 static void check_dequant(uint32_t type, uint64_t seed) {
-    const llmm_type_traits *t = llmm_type_get(type);
+    const llmm_type_traits *t = llmm__type_get(type);
     assert_non_null(t);
     assert_non_null(t->dequant_row);
     rng_seed(seed);
@@ -546,7 +546,7 @@ static void check_dequant(uint32_t type, uint64_t seed) {
         for (int rep = 0; rep < 4; rep++) {
             const float scale = rep == 3 ? 1e-3f : rep == 2 ? 300.0f : 1.0f; /* also tiny and large */
             float *x = rand_floats(n, -2.0f * scale, 2.0f * scale);
-            const size_t bytes = llmm_row_bytes(type, n);
+            const size_t bytes = llmm__row_bytes(type, n);
             assert_true(bytes > 0);
             void *enc = xmalloc(bytes);
             encode_row(type, x, enc, n);
@@ -593,7 +593,7 @@ static void test_dequant_f16(void **state) {
     rng_seed(2020);
     float *x = rand_floats(1001, -70000.0f, 70000.0f);
     uint16_t *h = xmalloc(1001 * sizeof *h);
-    llmm_type_get(LLMM_TYPE_F16)->from_float(x, h, 1001);
+    llmm__type_get(LLMM_TYPE_F16)->from_float(x, h, 1001);
     for (size_t i = 0; i < 1001; i++) assert_int_equal(h[i], ref_f32_to_f16(x[i]));
     free(x);
     free(h);
@@ -614,14 +614,14 @@ static void test_dequant_q4_0(void **state) {
     b.d = 0x3800; /* 0.5 */
     for (int j = 0; j < 16; j++) b.qs[j] = (uint8_t)(j | ((15 - j) << 4));
     float out[32];
-    llmm_type_get(LLMM_TYPE_Q4_0)->dequant_row(&b, out, 32);
+    llmm__type_get(LLMM_TYPE_Q4_0)->dequant_row(&b, out, 32);
     for (int j = 0; j < 16; j++) {
         assert_true(out[j] == 0.5f * (float)(j - 8));
         assert_true(out[j + 16] == 0.5f * (float)(7 - j));
     }
 }
 
-/* llmm_quantize_row_q8_0: d = f16(amax/127), |q| <= 127 and q = round(x / d) to within the
+/* llmm__quantize_row_q8_0: d = f16(amax/127), |q| <= 127 and q = round(x / d) to within the
  * float rounding of x * (127/amax); the largest magnitude maps to +-127; an all-zero block
  * gives d = 0, q = 0 (no division by zero). */
 static void test_quantize_q8_0(void **state) {
@@ -630,8 +630,8 @@ static void test_quantize_q8_0(void **state) {
     for (size_t si = 0; si < ARRAY_LEN(k_block_sizes); si++) {
         const size_t n = k_block_sizes[si];
         float *x = rand_floats(n, -2.0f, 2.0f);
-        block_q8_0 *y = xmalloc(llmm_row_bytes(LLMM_TYPE_Q8_0, n));
-        llmm_quantize_row_q8_0(x, y, n);
+        block_q8_0 *y = xmalloc(llmm__row_bytes(LLMM_TYPE_Q8_0, n));
+        llmm__quantize_row_q8_0(x, y, n);
         for (size_t b = 0; b < n / 32; b++) {
             float amax = 0;
             for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[b * 32 + j]));
@@ -652,7 +652,7 @@ static void test_quantize_q8_0(void **state) {
     zero[40] = 1.0f; /* second block not zero */
     block_q8_0 yz[2];
     memset(yz, 0x55, sizeof yz);
-    llmm_quantize_row_q8_0(zero, yz, 64);
+    llmm__quantize_row_q8_0(zero, yz, 64);
     assert_int_equal(yz[0].d, 0);
     for (int j = 0; j < 32; j++) assert_int_equal(yz[0].qs[j], 0);
     assert_int_equal(yz[1].qs[8], 127);
@@ -720,8 +720,8 @@ static double loose_tol_float(uint32_t type, const float *w, const float *x, siz
 }
 
 static void check_vec_dot(uint32_t type, uint64_t seed) {
-    const llmm_type_traits *t = llmm_type_get(type);
-    const cpu_dot *dot = cpu_dot_get(type);
+    const llmm_type_traits *t = llmm__type_get(type);
+    const cpu_dot *dot = llmm__cpu_dot_get(type);
     assert_non_null(t);
     assert_non_null(dot);
     rng_seed(seed);
@@ -733,7 +733,7 @@ static void check_vec_dot(uint32_t type, uint64_t seed) {
         const size_t n = sizes[si];
         for (int rep = 0; rep < 8; rep++) {
             float *w = rand_floats(n, -2.0f, 2.0f), *x = rand_floats(n, -2.0f, 2.0f);
-            void *wq = xmalloc(llmm_row_bytes(type, n));
+            void *wq = xmalloc(llmm__row_bytes(type, n));
             encode_row(type, w, wq, n);
             void *xq = make_operand(type, x, n);
             double *wd = xmalloc(n * sizeof *wd), *xd = xmalloc(n * sizeof *xd);
@@ -804,7 +804,7 @@ static void test_vec_dot_q4_0(void **state) {
     check_vec_dot(LLMM_TYPE_Q4_0, 305);
 }
 
-/* llmm_dot_f32 with n not a multiple of 8 and exact small integers: the tail is summed once. */
+/* llmm__dot_f32 with n not a multiple of 8 and exact small integers: the tail is summed once. */
 static void test_dot_f32_exact_integers(void **state) {
     (void)state;
     for (size_t n = 1; n <= 40; n++) {
@@ -815,7 +815,7 @@ static void test_dot_f32_exact_integers(void **state) {
             b[i] = (float)((int)(i % 5) + 1);
             want += (double)a[i] * b[i];
         }
-        assert_true((double)llmm_dot_f32(a, b, n) == want);
+        assert_true((double)llmm__dot_f32(a, b, n) == want);
     }
 }
 
@@ -825,16 +825,16 @@ static void test_matmul_unsupported_type(void **state) {
     uint8_t data[20] = {0};
     float x[32] = {0}, out[1] = {0};
     llmm_tensor w = {data, LLMM_TYPE_MXFP4, 32, 1, 17, NULL};
-    assert_int_equal(cpu_matmul(st, &w, x, 1, out), LLMM_ERR_UNSUPPORTED);
+    assert_int_equal(llmm__cpu_matmul(st, &w, x, 1, out), LLMM_ERR_UNSUPPORTED);
     llmm_tensor w2 = {data, 4 /* removed id */, 32, 1, 20, NULL};
-    assert_int_equal(cpu_matmul(st, &w2, x, 1, out), LLMM_ERR_UNSUPPORTED);
+    assert_int_equal(llmm__cpu_matmul(st, &w2, x, 1, out), LLMM_ERR_UNSUPPORTED);
     /* an unsupported type among matmul_multi's weights is refused, not skipped */
     uint8_t good_data[34] = {0};
     const llmm_tensor good = {good_data, LLMM_TYPE_Q8_0, 32, 1, 34, NULL};
     const llmm_tensor *pair[2] = {&good, &w};
     float out2[2], *pair_out[2] = {&out2[0], &out2[1]};
-    assert_int_equal(cpu_matmul_multi(st, pair, 2, x, 1, pair_out), LLMM_ERR_UNSUPPORTED);
-    llmm_cpu_backend.shutdown(st);
+    assert_int_equal(llmm__cpu_matmul_multi(st, pair, 2, x, 1, pair_out), LLMM_ERR_UNSUPPORTED);
+    llmm__cpu_backend.shutdown(st);
 }
 
 /* ================================================================== 5. kv_write, attention */
@@ -879,7 +879,7 @@ static void test_kv_write(void **state) {
         const llmm_kv_view views[N_ROWS] = {a, b, a, b, a};
         const int32_t pos[N_ROWS] = {3, 0, 9, 9, 0};
         float *k = rand_floats(N_ROWS * KV_DIM, -2.0f, 2.0f), *v = rand_floats(N_ROWS * KV_DIM, -2.0f, 2.0f);
-        assert_int_equal(cpu_kv_store_rows(views, pos, N_ROWS, k, v, KV_DIM), LLMM_OK);
+        assert_int_equal(llmm__cpu_kv_store_rows(views, pos, N_ROWS, k, v, KV_DIM), LLMM_OK);
         for (int seq = 0; seq < 2; seq++) {
             const float *kk = seq ? kb : ka, *vv = seq ? vb : va;
             const size_t stride = seq ? STRIDE_B : STRIDE_A;
@@ -898,16 +898,16 @@ static void test_kv_write(void **state) {
         }
         llmm_kv_view bad = flat_view(ka, va, STRIDE_A, NHKV, HD);
         bad.type = 7;
-        assert_int_equal(cpu_kv_store_rows(&bad, pos, 1, k, v, KV_DIM), LLMM_ERR_UNSUPPORTED);
+        assert_int_equal(llmm__cpu_kv_store_rows(&bad, pos, 1, k, v, KV_DIM), LLMM_ERR_UNSUPPORTED);
         bad = flat_view(ka, va, STRIDE_A, NHKV, HD + 1); /* heads x head_dim != kv_dim */
-        assert_int_equal(cpu_kv_store_rows(&bad, pos, 1, k, v, KV_DIM), LLMM_ERR_UNSUPPORTED);
+        assert_int_equal(llmm__cpu_kv_store_rows(&bad, pos, 1, k, v, KV_DIM), LLMM_ERR_UNSUPPORTED);
         free(ka);
         free(va);
         free(kb);
         free(vb);
         free(k);
         free(v);
-        llmm_cpu_backend.shutdown(st);
+        llmm__cpu_backend.shutdown(st);
     }
 }
 
@@ -968,7 +968,7 @@ static void check_attention(const cpu_attn_batch *b, int n_threads);
 static void attention_run(void *st, const cpu_attn_batch *b, int n_threads, int check, float *first, int take) {
     const size_t n = b->n_rows * b->n_head * b->head_dim;
     fill_nan(b->out, n);
-    assert_int_equal(cpu_attend(st, b), LLMM_OK);
+    assert_int_equal(llmm__cpu_attend(st, b), LLMM_OK);
     if (check) check_attention(b, n_threads);
     if (take) memcpy(first, b->out, n * sizeof *first);
     else if (memcmp(first, b->out, n * sizeof *first) != 0)
@@ -996,7 +996,7 @@ static void test_attention_paged(void **state) {
             int32_t pos[N_POS];
             llmm_kv_view views[N_POS];
             for (int i = 0; i < N_POS; i++) pos[i] = i, views[i] = pp.view;
-            assert_int_equal(cpu_kv_store_rows(views, pos, N_POS, k, v, KVD), LLMM_OK);
+            assert_int_equal(llmm__cpu_kv_store_rows(views, pos, N_POS, k, v, KVD), LLMM_OK);
             const uint32_t n_kv[N_ROWS] = {1, 3, 4, 5, 8, 16, 17, 33, 37};
             cpu_attn_row rows[N_ROWS];
             for (int r = 0; r < N_ROWS; r++) rows[r] = (cpu_attn_row){pp.view, n_kv[r], 0};
@@ -1004,7 +1004,7 @@ static void test_attention_paged(void **state) {
             for (size_t th = 0; th < ARRAY_LEN(k_threads); th++) {
                 void *st = cpu_start(k_threads[th]);
                 attention_run(st, &batch, k_threads[th], 1, first, th == 0 && bi == 0);
-                llmm_cpu_backend.shutdown(st);
+                llmm__cpu_backend.shutdown(st);
             }
             paged_pool_free(&pp);
         }
@@ -1037,8 +1037,8 @@ static void test_attention_row_blocks(void **state) {
             int32_t pos[N_POS];
             llmm_kv_view va[N_POS], vb[N_POS];
             for (int i = 0; i < N_POS; i++) pos[i] = i, va[i] = pa.view, vb[i] = pb.view;
-            assert_int_equal(cpu_kv_store_rows(va, pos, N_POS, k, v, kvd), LLMM_OK);
-            assert_int_equal(cpu_kv_store_rows(vb, pos, N_POS, v, k, kvd), LLMM_OK);
+            assert_int_equal(llmm__cpu_kv_store_rows(va, pos, N_POS, k, v, kvd), LLMM_OK);
+            assert_int_equal(llmm__cpu_kv_store_rows(vb, pos, N_POS, v, k, kvd), LLMM_OK);
             cpu_attn_row rows[N_ROWS];
             for (int r = 0; r < N_ROWS; r++)
                 rows[r] = r < SPLIT ? (cpu_attn_row){pa.view, (uint32_t)(8 + r), 0}
@@ -1047,16 +1047,16 @@ static void test_attention_row_blocks(void **state) {
                 void *st = cpu_start(k_threads[th]);
                 cpu_attn_batch batch = {q, out, N_ROWS, rows, nh, NHKV, hd, 1.0f / sqrtf((float)hd), 0.0f};
                 fill_nan(out, N_ROWS * qd);
-                assert_int_equal(cpu_attend(st, &batch), LLMM_OK);
+                assert_int_equal(llmm__cpu_attend(st, &batch), LLMM_OK);
                 for (int r = 0; r < N_ROWS; r++) {
                     cpu_attn_batch one = {q + r * qd, alone, 1, &rows[r], nh, NHKV, hd, batch.scale, 0.0f};
                     fill_nan(alone, qd);
-                    assert_int_equal(cpu_attend(st, &one), LLMM_OK);
+                    assert_int_equal(llmm__cpu_attend(st, &one), LLMM_OK);
                     if (memcmp(alone, out + r * qd, qd * sizeof *alone) != 0)
                         fail_msg("group %u hd %u kv type %u threads %d: row %d differs from the row alone",
                                  groups[gi], hd, types[ti], k_threads[th], r);
                 }
-                llmm_cpu_backend.shutdown(st);
+                llmm__cpu_backend.shutdown(st);
             }
             paged_pool_free(&pa);
             paged_pool_free(&pb);
@@ -1144,11 +1144,11 @@ static void test_attention_gqa(void **state) {
         /* unsupported: an unknown KV type, an empty row */
         cpu_attn_row bad_rows[1] = {{a, 0, 0}};
         cpu_attn_batch bad = {q, out, 1, bad_rows, NH, NHKV, HD, batch.scale, 0.0f};
-        assert_int_equal(cpu_attend(st, &bad), LLMM_ERR_UNSUPPORTED);
+        assert_int_equal(llmm__cpu_attend(st, &bad), LLMM_ERR_UNSUPPORTED);
         bad_rows[0].n_kv = 1;
         bad_rows[0].kv.type = 7;
-        assert_int_equal(cpu_attend(st, &bad), LLMM_ERR_UNSUPPORTED);
-        llmm_cpu_backend.shutdown(st);
+        assert_int_equal(llmm__cpu_attend(st, &bad), LLMM_ERR_UNSUPPORTED);
+        llmm__cpu_backend.shutdown(st);
     }
     free(ka);
     free(va);
@@ -1177,7 +1177,7 @@ static void test_attention_long(void **state) {
     for (size_t ti = 0; ti < ARRAY_LEN(k_threads); ti++) {
         void *st = cpu_start(k_threads[ti]);
         for (int rep = 0; rep < 8; rep++) attention_run(st, &batch, k_threads[ti], rep == 0, first, ti == 0 && rep == 0);
-        llmm_cpu_backend.shutdown(st);
+        llmm__cpu_backend.shutdown(st);
     }
     free(k);
     free(v);

@@ -46,7 +46,7 @@ static float v_tag(llmm_token t, uint32_t layer) { return -(float)t - 0.25f * (f
 /* The value of position p's K or V row in layer l of seq, read through the view: every
  * element of every head holds the same tag, so a disagreement returns NaN. */
 static float row_value(const llmm_kv_store *kv, uint32_t seq, uint32_t l, uint32_t p, int which) {
-    const llmm_kv_layout layout = kv_layout(kv);
+    const llmm_kv_layout layout = llmm__kv_layout(kv);
     const llmm_kv_view view = kv_layout_view(&layout, l, kv->seqs[seq].blocks);
     const float first = *(const float *)((const uint8_t *)(which ? view.v : view.k) + kv_row_offset(&view, p, 0));
     for (uint32_t h = 0; h < A_HEADS; h++) {
@@ -63,10 +63,10 @@ static void write_rows(alloc_run *r, uint32_t seq, const llmm_token *t, uint32_t
         for (uint32_t l = 0; l < A_LAYERS; l++) {
             float k[A_KV_DIM], v[A_KV_DIM];
             for (int e = 0; e < A_KV_DIM; e++) k[e] = k_tag(t[i], l), v[e] = v_tag(t[i], l);
-            const llmm_kv_layout layout = kv_layout(&r->kv);
+            const llmm_kv_layout layout = llmm__kv_layout(&r->kv);
             const llmm_kv_view view = kv_layout_view(&layout, l, r->kv.seqs[seq].blocks);
             const int32_t pos = (int32_t)(from + i);
-            assert_int_equal(cpu_kv_store_rows(&view, &pos, 1, k, v, A_KV_DIM), LLMM_OK);
+            assert_int_equal(llmm__cpu_kv_store_rows(&view, &pos, 1, k, v, A_KV_DIM), LLMM_OK);
         }
 }
 
@@ -115,17 +115,17 @@ static void op_append(alloc_run *r, uint32_t q, uint32_t n, uint32_t alphabet) {
     llmm_token t[A_CTX];
     for (uint32_t i = 0; i < n; i++) t[i] = 1 + (llmm_token)(rand() % (int)alphabet);
     const uint32_t before = m->len;
-    const uint32_t reused = kv_prefix_attach(&r->kv, q, t, n);
-    llmm_status st = kv_reserve(&r->kv, q, n - reused);
+    const uint32_t reused = llmm__kv_prefix_attach(&r->kv, q, t, n);
+    llmm_status st = llmm__kv_reserve(&r->kv, q, n - reused);
     r->reused += st ? 0 : reused;
     if (st == LLMM_ERR_CONTEXT_FULL) {
-        kv_truncate(&r->kv, q, before);
+        llmm__kv_truncate(&r->kv, q, before);
         r->full_refusals++;
         return;
     }
     assert_int_equal(st, LLMM_OK);
     write_rows(r, q, t + reused, before + reused, n - reused);
-    kv_commit(&r->kv, q, t + reused, n - reused);
+    llmm__kv_commit(&r->kv, q, t + reused, n - reused);
     memcpy(m->tok + before, t, n * sizeof *t);
     m->len += n;
 }
@@ -136,14 +136,14 @@ static void random_step(alloc_run *r, uint32_t alphabet) {
     switch (rand() % 6) {
     case 0: { /* create */
         const int32_t id = unused_seq(r);
-        assert_int_equal(kv_unused_seq(&r->kv), id);
+        assert_int_equal(llmm__kv_unused_seq(&r->kv), id);
         if (id >= 0) r->kv.seqs[id].created = r->m[id].created = 1;
         break;
     }
     case 1: { /* fork q */
         const int32_t dst = unused_seq(r);
         if (dst < 0 || (uint32_t)dst == q) break;
-        kv_fork(&r->kv, q, (uint32_t)dst);
+        llmm__kv_fork(&r->kv, q, (uint32_t)dst);
         r->m[dst] = *m;
         r->kv.seqs[dst].created = r->m[dst].created = 1;
         r->forks++;
@@ -155,12 +155,12 @@ static void random_step(alloc_run *r, uint32_t alphabet) {
         break;
     case 4: { /* truncate */
         const uint32_t keep = m->len ? (uint32_t)rand() % (m->len + 1) : 0;
-        kv_truncate(&r->kv, q, keep);
+        llmm__kv_truncate(&r->kv, q, keep);
         m->len = keep;
         break;
     }
     default: /* free */
-        kv_truncate(&r->kv, q, 0);
+        llmm__kv_truncate(&r->kv, q, 0);
         r->kv.seqs[q].created = 0;
         m->len = 0;
         m->created = 0;
@@ -171,10 +171,10 @@ static void run_allocator(int prefix_cache, unsigned seed) {
     alloc_run *r = calloc(1, sizeof *r);
     assert_non_null(r);
     const llmm_backend_config cfg = {.n_threads = 1};
-    assert_int_equal(llmm_cpu_backend.init(&cfg, &r->be), LLMM_OK);
+    assert_int_equal(llmm__cpu_backend.init(&cfg, &r->be), LLMM_OK);
     const kv_config kc = {A_LAYERS, A_HEADS, A_HEAD_DIM, A_SEQS, A_CTX, A_BS, LLMM_KV_F32, A_BLOCKS, prefix_cache};
     llmm_diag d = {{0}};
-    assert_int_equal(kv_init(&r->kv, &llmm_cpu_backend, r->be, NULL, &kc, &d), LLMM_OK);
+    assert_int_equal(llmm__kv_init(&r->kv, &llmm__cpu_backend, r->be, NULL, &kc, &d), LLMM_OK);
     srand(seed);
     /* a small alphabet makes prompts repeat, so the prefix cache finds blocks */
     const uint32_t alphabet = prefix_cache ? 2 : 1000;
@@ -186,16 +186,16 @@ static void run_allocator(int prefix_cache, unsigned seed) {
                   prefix_cache ? " with prefix cache" : "", r->forks, r->full_refusals, r->reused);
     assert_true(r->forks > 50 && r->full_refusals > 10);
     assert_true(prefix_cache ? r->reused > 100 : r->reused == 0);
-    for (uint32_t q = 0; q < A_SEQS; q++) kv_truncate(&r->kv, q, 0), r->m[q].len = 0;
+    for (uint32_t q = 0; q < A_SEQS; q++) llmm__kv_truncate(&r->kv, q, 0), r->m[q].len = 0;
     check_invariants(r);
     /* every cached block is evictable now; eviction hands each back with refcount 0 */
-    for (uint32_t b; (b = kv_prefix_evict(&r->kv)) != KV_NO_BLOCK;) {
+    for (uint32_t b; (b = llmm__kv_prefix_evict(&r->kv)) != KV_NO_BLOCK;) {
         assert_int_equal(r->kv.refcount[b], 0);
         r->kv.free_ids[r->kv.n_free++] = b;
     }
     assert_int_equal(r->kv.n_free, A_BLOCKS);
-    kv_free(&r->kv);
-    llmm_cpu_backend.shutdown(r->be);
+    llmm__kv_free(&r->kv);
+    llmm__cpu_backend.shutdown(r->be);
     free(r);
 }
 
@@ -684,7 +684,7 @@ static void test_estimate_memory_cpu(void **state) {
         llmm_context_free(c);
     }
     /* AUTO resolves as creation does: on a machine without CUDA, to the CPU */
-    if (backend_select(LLMM_BACKEND_AUTO) == &llmm_cpu_backend) {
+    if (llmm__backend_select(LLMM_BACKEND_AUTO) == &llmm__cpu_backend) {
         llmm_context_params p = ctx_params(256, 8, LLMM_KV_F16);
         llmm_context_memory cpu = {.size = sizeof cpu}, aut = {.size = sizeof aut};
         p.backend = LLMM_BACKEND_CPU;
@@ -703,7 +703,7 @@ static size_t fake_scratch_bytes(const llmm_step_shape *shape, int n_threads) {
     return 1000 + shape->max_rows;
 }
 
-/* Only what ctx_plan_for reads: the flags and the scratch size. */
+/* Only what llmm__ctx_plan_for reads: the flags and the scratch size. */
 static const llmm_backend_ops k_fake_device = {
     .api_version = LLMM_BACKEND_API_VERSION,
     .name = "fake-device",
@@ -714,7 +714,7 @@ static const llmm_backend_ops k_fake_device = {
 
 /* Bytes of the file's tensor of that name. */
 static size_t file_tensor_bytes(const llmm_model *m, const char *name) {
-    const gguf_tensor *t = gguf_find_tensor(m->gguf, name);
+    const gguf_tensor *t = llmm__gguf_find_tensor(m->gguf, name);
     assert_non_null(t);
     return (size_t)t->n_bytes;
 }
@@ -732,11 +732,11 @@ static void test_estimate_device_split(void **state) {
         llmm_context_params p = ctx_params(256, 8, LLMM_KV_Q8), q = p;
         llmm_diag d = {{0}};
         ctx_plan cpu, dev;
-        assert_int_equal(ctx_plan_for(m, &p, &llmm_cpu_backend, &cpu, &d), LLMM_OK);
-        assert_int_equal(ctx_plan_for(m, &q, &k_fake_device, &dev, &d), LLMM_OK);
+        assert_int_equal(llmm__ctx_plan_for(m, &p, &llmm__cpu_backend, &cpu, &d), LLMM_OK);
+        assert_int_equal(llmm__ctx_plan_for(m, &q, &k_fake_device, &dev, &d), LLMM_OK);
         assert_int_equal(cpu.device, 0);
         assert_int_equal(cpu.weights, 0);
-        assert_int_equal(cpu.host, ctx_plan_total(&cpu));
+        assert_int_equal(cpu.host, llmm__ctx_plan_total(&cpu));
 
         size_t file_bytes = 0;
         for (uint64_t i = 0; i < m->gguf->n_tensors; i++) file_bytes += (size_t)m->gguf->tensors[i].n_bytes;
@@ -747,7 +747,7 @@ static void test_estimate_device_split(void **state) {
         assert_int_equal(dev.device, dev.kv_pool + dev.activations + dev.scratch + dev.weights);
         assert_int_equal(dev.host, dev.kv_host + dev.step_host + dev.logits + dev.fixed);
         assert_int_equal(dev.host, cpu.host - cpu.kv_pool - cpu.activations - cpu.scratch);
-        assert_int_equal(dev.host + dev.device, ctx_plan_total(&dev));
+        assert_int_equal(dev.host + dev.device, llmm__ctx_plan_total(&dev));
 
         llmm_weights tied_w = *m->weights;
         tied_w.output = tied_w.tok_embd;
@@ -755,7 +755,7 @@ static void test_estimate_device_split(void **state) {
         tied.weights = &tied_w;
         llmm_context_params r = ctx_params(256, 8, LLMM_KV_Q8);
         ctx_plan dev_tied;
-        assert_int_equal(ctx_plan_for(&tied, &r, &k_fake_device, &dev_tied, &d), LLMM_OK);
+        assert_int_equal(llmm__ctx_plan_for(&tied, &r, &k_fake_device, &dev_tied, &d), LLMM_OK);
         assert_int_equal(dev_tied.weights, file_bytes - file_tensor_bytes(m, "output.weight"));
         llmm_model_free(m);
     }
@@ -849,7 +849,7 @@ static void estimate_memory_arguments(const llmm_model *m, size_t est) {
     assert_int_equal(llmm_context_estimate_memory(m, &p, &mem), LLMM_ERR_INVALID_ARG);
     p = ctx_params(32, 1, LLMM_KV_F16);
     p.backend = LLMM_BACKEND_CUDA;
-    if (!backend_select(LLMM_BACKEND_CUDA)) /* where creation would fail, so does the estimate */
+    if (!llmm__backend_select(LLMM_BACKEND_CUDA)) /* where creation would fail, so does the estimate */
         assert_int_equal(llmm_context_estimate_memory(m, &p, &mem), LLMM_ERR_BACKEND);
 
     char path[1024];

@@ -345,7 +345,7 @@ static block_decoder operand_decoder(uint32_t type) {
  * deliberately wrong layout the loose bound must reject). */
 static void decode_row(block_decoder dec, uint32_t type, const void *src, size_t n, double *out, double *mag,
                        int swap_halves) {
-    const llmm_type_traits *t = llmm_type_get(type);
+    const llmm_type_traits *t = llmm__type_get(type);
     for (size_t b = 0; b < n / t->block_size; b++)
         dec((const uint8_t *)src + b * t->block_bytes, out + b * t->block_size, mag + b * t->block_size);
     if (!swap_halves) return;
@@ -358,10 +358,10 @@ static void decode_row(block_decoder dec, uint32_t type, const void *src, size_t
 }
 
 static void *quantize(uint32_t type, const float *x, size_t n) {
-    const size_t bytes = llmm_row_bytes(type, n);
+    const size_t bytes = llmm__row_bytes(type, n);
     assert_true(bytes > 0);
     void *q = xmalloc(bytes);
-    llmm_type_get(type)->from_float(x, q, n);
+    llmm__type_get(type)->from_float(x, q, n);
     return q;
 }
 
@@ -371,22 +371,22 @@ static void test_table_rows(void **state) {
     (void)state;
     for (size_t k = 0; k < ARRAY_LEN(k_cases); k++) {
         const type_case *c = &k_cases[k];
-        const llmm_type_traits *t = llmm_type_get(c->type);
+        const llmm_type_traits *t = llmm__type_get(c->type);
         assert_non_null(t);
         assert_int_equal(t->block_size, c->block_size);
         assert_int_equal(t->block_bytes, c->block_bytes);
         assert_true(fabs(8.0 * c->block_bytes / c->block_size - c->bits_per_weight) < 1e-12);
         assert_non_null(t->dequant_row);
-        assert_non_null(cpu_dot_get(c->type));
+        assert_non_null(llmm__cpu_dot_get(c->type));
         assert_non_null(t->from_float);
-        assert_int_equal(cpu_dot_get(c->type)->operand_type, c->operand);
+        assert_int_equal(llmm__cpu_dot_get(c->type)->operand_type, c->operand);
     }
     /* the activation formats are produced, never stored as weights */
     const uint32_t operands[] = {LLMM_TYPE_Q8_1, LLMM_TYPE_Q8_K};
     for (size_t i = 0; i < ARRAY_LEN(operands); i++) {
-        const llmm_type_traits *t = llmm_type_get(operands[i]);
+        const llmm_type_traits *t = llmm__type_get(operands[i]);
         assert_non_null(t->from_float);
-        assert_null(cpu_dot_get(operands[i]));
+        assert_null(llmm__cpu_dot_get(operands[i]));
     }
     assert_int_equal(sizeof(block_q8_1), 36);
     assert_int_equal(sizeof(block_q8_K), 292);
@@ -397,20 +397,20 @@ static void test_table_rows(void **state) {
 static void test_every_dot_has_its_operand(void **state) {
     (void)state;
     for (uint32_t id = 0; id < LLMM_TYPE_COUNT; id++) {
-        const llmm_type_traits *t = llmm_type_get(id);
-        const cpu_dot *dot = cpu_dot_get(id);
+        const llmm_type_traits *t = llmm__type_get(id);
+        const cpu_dot *dot = llmm__cpu_dot_get(id);
         if (!t || !dot) continue;
         assert_non_null(t->dequant_row);
-        const llmm_type_traits *op = llmm_type_get(dot->operand_type);
+        const llmm_type_traits *op = llmm__type_get(dot->operand_type);
         if (!op || !op->from_float) fail_msg("%s: operand type %u cannot be produced", t->name, dot->operand_type);
-        assert_true(llmm_row_bytes(dot->operand_type, t->block_size) > 0);
+        assert_true(llmm__row_bytes(dot->operand_type, t->block_size) > 0);
     }
 }
 
 /* ================================================================== 2. round trip */
 
 static void check_roundtrip(const type_case *c, const float *x, size_t n, double *worst_rel) {
-    const llmm_type_traits *t = llmm_type_get(c->type);
+    const llmm_type_traits *t = llmm__type_get(c->type);
     void *q = quantize(c->type, x, n);
     float *y = xmalloc(n * sizeof *y);
     t->dequant_row(q, y, n);
@@ -450,7 +450,7 @@ static void test_roundtrip_error(void **state) {
                     free(x);
                 }
         print_message("%-6s round trip: worst relative RMS error %.2f of the bound 1.25 * 2^-%d\n",
-                      llmm_type_get(c->type)->name, worst, c->level_bits);
+                      llmm__type_get(c->type)->name, worst, c->level_bits);
     }
 }
 
@@ -466,10 +466,10 @@ static void test_degenerate_rows(void **state) {
         for (size_t v = 0; v < ARRAY_LEN(values); v++) {
             for (size_t i = 0; i < n; i++) x[i] = values[v];
             void *q = quantize(c->type, x, n);
-            llmm_type_get(c->type)->dequant_row(q, y, n);
+            llmm__type_get(c->type)->dequant_row(q, y, n);
             for (size_t i = 0; i < n; i++)
                 if (!(fabs((double)y[i] - x[i]) <= ldexp(1, 1 - c->level_bits) * fabs(x[i])))
-                    fail_msg("%s: constant %g came back as %.9g", llmm_type_get(c->type)->name, (double)x[i],
+                    fail_msg("%s: constant %g came back as %.9g", llmm__type_get(c->type)->name, (double)x[i],
                              (double)y[i]);
             free(q);
         }
@@ -481,7 +481,7 @@ static void test_degenerate_rows(void **state) {
 /* ================================================================== 3. layout */
 
 static void check_dequant_layout(const type_case *c, const void *q, size_t n) {
-    const llmm_type_traits *t = llmm_type_get(c->type);
+    const llmm_type_traits *t = llmm__type_get(c->type);
     float *y = xmalloc(n * sizeof *y);
     double *ref = xmalloc(n * sizeof *ref), *mag = xmalloc(n * sizeof *mag);
     for (size_t i = 0; i < n; i++) y[i] = NAN;
@@ -506,7 +506,7 @@ static uint16_t random_half(void) {
 
 /* Every bit pattern of the quants and sub-scales, not only what the quantizer writes. */
 static void *random_blocks(const type_case *c, size_t n) {
-    const size_t bytes = llmm_row_bytes(c->type, n);
+    const size_t bytes = llmm__row_bytes(c->type, n);
     uint8_t *p = xmalloc(bytes);
     for (size_t i = 0; i < bytes; i++) p[i] = (uint8_t)rng_u64();
     for (size_t b = 0; b < n / c->block_size; b++)
@@ -582,7 +582,7 @@ static double predicted_sigma(const type_case *c, const float *w, const float *x
     double sw2 = 0;
     for (size_t i = 0; i < n; i++) sw2 += (double)w[i] * w[i];
     const double sd_w = 1.25 * ldexp(1, -c->level_bits) * sqrt(sw2 / (double)n);
-    const size_t xb = llmm_type_get(c->operand)->block_size;
+    const size_t xb = llmm__type_get(c->operand)->block_size;
     double var = 0;
     for (size_t b0 = 0; b0 < n; b0 += xb) {
         double amax = 0, block_dot = 0;
@@ -598,13 +598,13 @@ static double predicted_sigma(const type_case *c, const float *w, const float *x
 }
 
 static void check_dot_case(const type_case *c, const float *w, const float *x, size_t n, dot_stats *st) {
-    const llmm_type_traits *t = llmm_type_get(c->type);
+    const llmm_type_traits *t = llmm__type_get(c->type);
     void *wq = quantize(c->type, w, n), *xq = quantize(c->operand, x, n);
     double *wd = xmalloc(n * sizeof *wd), *wmag = xmalloc(n * sizeof *wmag);
     double *xd = xmalloc(n * sizeof *xd), *xmag = xmalloc(n * sizeof *xmag);
     decode_row(c->decode, c->type, wq, n, wd, wmag, 0);
     decode_row(operand_decoder(c->operand), c->operand, xq, n, xd, xmag, 0);
-    const double got = cpu_dot_get(c->type)->vec_dot(wq, xq, n);
+    const double got = llmm__cpu_dot_get(c->type)->vec_dot(wq, xq, n);
     double exact = 0, orig = 0, abs_orig = 0;
     for (size_t i = 0; i < n; i++) {
         exact += wd[i] * xd[i];
@@ -650,10 +650,10 @@ static void test_vec_dot(void **state) {
             }
         const double z = sqrt(st.sum_z2 / st.n_cases), z_swapped = sqrt(st.sum_z2_swapped / st.n_cases);
         print_message("%-6s vec_dot: %d cases, worst |err|/tight %.3f, RMS err/sigma %.2f (swapped layout %.1f)\n",
-                      llmm_type_get(c->type)->name, st.n_cases, st.worst_tight, z, z_swapped);
+                      llmm__type_get(c->type)->name, st.n_cases, st.worst_tight, z, z_swapped);
         assert_true(z <= 1.5);
         if (!(z_swapped > 1.5))
-            fail_msg("the loose check cannot see a swapped %s layout", llmm_type_get(c->type)->name);
+            fail_msg("the loose check cannot see a swapped %s layout", llmm__type_get(c->type)->name);
     }
 }
 
@@ -672,7 +672,7 @@ static void test_reference_acceptance(void **state) {
     }
     for (size_t k = 0; k < ARRAY_LEN(k_cases); k++) {
         const type_case *c = &k_cases[k];
-        const llmm_type_traits *t = llmm_type_get(c->type);
+        const llmm_type_traits *t = llmm__type_get(c->type);
         void *q = quantize(c->type, x, N), *q2 = quantize(c->operand, x2, N);
         t->dequant_row(q, y, N);
         double se = 0, dot = 0;
@@ -680,7 +680,7 @@ static void test_reference_acceptance(void **state) {
             se += ((double)y[i] - x[i]) * ((double)y[i] - x[i]);
             dot += (double)x[i] * x2[i];
         }
-        const double total = sqrt(se) / N, dot_err = fabs(cpu_dot_get(c->type)->vec_dot(q, q2, N) - dot) / N;
+        const double total = sqrt(se) / N, dot_err = fabs(llmm__cpu_dot_get(c->type)->vec_dot(q, q2, N) - dot) / N;
         const double max_total = c->type == LLMM_TYPE_Q2_K ? 0.0075 : c->type == LLMM_TYPE_Q3_K ? 0.004 : 0.002;
         const double max_dot = c->type == LLMM_TYPE_Q2_K ? 0.04 : 0.02;
         print_message("%-6s reference acceptance: total error %.6f (< %.4f), dot error %.6f (< %.2f)\n", t->name,
@@ -700,11 +700,11 @@ static void test_reference_acceptance(void **state) {
 static void test_q8_1_operand(void **state) {
     (void)state;
     rng_seed(41);
-    const llmm_type_traits *t = llmm_type_get(LLMM_TYPE_Q8_1);
+    const llmm_type_traits *t = llmm__type_get(LLMM_TYPE_Q8_1);
     for (size_t r = 0; r < ARRAY_LEN(k_row_scales); r++) {
         const size_t n = 32 * 7;
         float *x = random_row(n, k_row_scales[r], (int)(r & 1));
-        block_q8_1 *q = xmalloc(llmm_row_bytes(LLMM_TYPE_Q8_1, n));
+        block_q8_1 *q = xmalloc(llmm__row_bytes(LLMM_TYPE_Q8_1, n));
         t->from_float(x, q, n);
         for (size_t b = 0; b < n / 32; b++) {
             const double d = half_at((const uint8_t *)&q[b].d);
@@ -726,11 +726,11 @@ static void test_q8_1_operand(void **state) {
 static void test_q8_K_operand(void **state) {
     (void)state;
     rng_seed(42);
-    const llmm_type_traits *t = llmm_type_get(LLMM_TYPE_Q8_K);
+    const llmm_type_traits *t = llmm__type_get(LLMM_TYPE_Q8_K);
     for (size_t r = 0; r < ARRAY_LEN(k_row_scales); r++) {
         const size_t n = 256 * 3;
         float *x = random_row(n, k_row_scales[r], (int)(r & 1));
-        block_q8_K *q = xmalloc(llmm_row_bytes(LLMM_TYPE_Q8_K, n));
+        block_q8_K *q = xmalloc(llmm__row_bytes(LLMM_TYPE_Q8_K, n));
         t->from_float(x, q, n);
         for (size_t b = 0; b < n / 256; b++) {
             const float *xb = x + b * 256;
@@ -788,16 +788,16 @@ static gguf_file *open_plan_model(gguf_builder *b, int tied, int fused_qkv) {
     assert_true(gb_finish(b));
     gguf_file *f = NULL;
     llmm_diag d;
-    if (gguf_open_memory(b->bytes, b->len, NULL, &f, &d)) fail_msg("plan model: %s", d.msg);
+    if (llmm__gguf_open_memory(b->bytes, b->len, NULL, &f, &d)) fail_msg("plan model: %s", d.msg);
     return f;
 }
 
 static uint32_t planned(const gguf_file *f, const char *recipe, const char *name) {
-    const gguf_tensor *t = gguf_find_tensor(f, name);
+    const gguf_tensor *t = llmm__gguf_find_tensor(f, name);
     assert_non_null(t);
-    const llmm_quant_recipe *r = llmm_quant_recipe_find(recipe);
+    const llmm_quant_recipe *r = llmm__quant_recipe_find(recipe);
     assert_non_null(r);
-    return llmm_quant_choose(r, f, t).type;
+    return llmm__quant_choose(r, f, t).type;
 }
 
 /* The reference's use_more_bits with 8 layers: layers 0 and 7 (first and last eighth) and
@@ -829,14 +829,14 @@ static void test_recipe_mixes(void **state) {
     assert_int_equal(planned(f, "q4_k", "output.weight"), LLMM_TYPE_Q4_K);
     assert_int_equal(planned(f, "q2_k", "blk.0.attn_v.weight"), LLMM_TYPE_Q2_K);
     assert_int_equal(planned(f, "f16", "blk.7.ffn_down.weight"), LLMM_TYPE_F16);
-    gguf_close(f);
+    llmm__gguf_close(f);
     gb_free(&b);
 
     f = open_plan_model(&b, 1, 1); /* tied embeddings, fused qkv */
     assert_int_equal(planned(f, "q4_k_m", "token_embd.weight"), LLMM_TYPE_Q6_K);
     assert_int_equal(planned(f, "q4_k_m", "blk.2.attn_qkv.weight"), LLMM_TYPE_Q5_K);
     assert_int_equal(planned(f, "q5_k_m", "blk.2.attn_qkv.weight"), LLMM_TYPE_Q6_K);
-    gguf_close(f);
+    llmm__gguf_close(f);
     gb_free(&b);
 }
 
@@ -844,7 +844,7 @@ static gguf_file *open_shared_model(const char *rel) {
     char path[1024];
     gguf_file *f = NULL;
     llmm_diag d;
-    if (gguf_open_file(shared_path(path, sizeof path, rel), 1, NULL, &f, &d)) return NULL;
+    if (llmm__gguf_open_file(shared_path(path, sizeof path, rel), 1, NULL, &f, &d)) return NULL;
     return f;
 }
 
@@ -876,12 +876,12 @@ static void test_recipe_fallbacks(void **state) {
     };
     for (size_t i = 0; i < ARRAY_LEN(rows); i++) {
         const llmm_quant_choice c =
-            llmm_quant_choose(llmm_quant_recipe_find(rows[i].recipe), f, gguf_find_tensor(f, rows[i].tensor));
+            llmm__quant_choose(llmm__quant_recipe_find(rows[i].recipe), f, llmm__gguf_find_tensor(f, rows[i].tensor));
         if (c.wanted != rows[i].wanted || c.type != rows[i].type || c.fell_back != (c.type != c.wanted))
             fail_msg("%s %s: wanted %u type %u fell_back %d", rows[i].recipe, rows[i].tensor, c.wanted, c.type,
                      c.fell_back);
     }
-    gguf_close(f);
+    llmm__gguf_close(f);
 }
 
 /* ================================================================== 7. whole models */
@@ -961,7 +961,7 @@ static void test_stories_greedy_agreement(void **state) {
     gguf_file *f = open_shared_model("models/stories260K.gguf");
     if (!f) skip();
     check_agreement(f, path, k_stories_cases, ARRAY_LEN(k_stories_cases), 64, "stories260K");
-    gguf_close(f);
+    llmm__gguf_close(f);
 }
 
 /* The reference's own q8_0/q4_0 conversions of stories260K (shared/models): every tensor they
@@ -973,13 +973,13 @@ static void compare_with_reference_file(const gguf_file *src, const char *recipe
     quantize_to_temp(src, recipe, path, sizeof path);
     gguf_file *ours = NULL;
     llmm_diag d;
-    if (gguf_open_file(path, 1, NULL, &ours, &d)) fail_msg("reopen: %s", d.msg);
+    if (llmm__gguf_open_file(path, 1, NULL, &ours, &d)) fail_msg("reopen: %s", d.msg);
     size_t compared = 0;
     for (uint64_t i = 0; i < ref->n_tensors; i++) {
         const gguf_tensor *r = &ref->tensors[i];
         char name[GGUF_MAX_NAME];
         snprintf(name, sizeof name, "%.*s", (int)r->name.len, r->name.ptr);
-        const gguf_tensor *o = gguf_find_tensor(ours, name);
+        const gguf_tensor *o = llmm__gguf_find_tensor(ours, name);
         assert_non_null(o);
         if (r->type != o->type || r->type == LLMM_TYPE_F32) continue;
         assert_int_equal(r->n_bytes, o->n_bytes);
@@ -989,9 +989,9 @@ static void compare_with_reference_file(const gguf_file *src, const char *recipe
     }
     print_message("%s: %zu quantized tensors byte-identical to %s\n", recipe, compared, ref_rel);
     assert_true(compared >= 30); /* all but the F32-kept ffn_down of 5 layers */
-    gguf_close(ours);
+    llmm__gguf_close(ours);
     unlink(path);
-    gguf_close(ref);
+    llmm__gguf_close(ref);
 }
 
 static void test_reference_encoding(void **state) {
@@ -1000,7 +1000,7 @@ static void test_reference_encoding(void **state) {
     if (!f) skip();
     compare_with_reference_file(f, "q8_0", "models/stories260K-q8_0.gguf");
     compare_with_reference_file(f, "q4_0", "models/stories260K-q4_0.gguf");
-    gguf_close(f);
+    llmm__gguf_close(f);
 }
 
 /* ------------------------------------------------------------------ stories260K, 256 wide
@@ -1064,17 +1064,17 @@ static void write_padded_kv(gguf_builder *b, const gguf_kv *kv) {
         float value;
     } changed[] = {{"llama.embedding_length", 256}, {"llama.feed_forward_length", 256}};
     for (size_t i = 0; i < ARRAY_LEN(changed); i++)
-        if (gguf_str_eq(kv->key, changed[i].key)) {
+        if (llmm__gguf_str_eq(kv->key, changed[i].key)) {
             gb_kv_u32(b, changed[i].key, (uint32_t)changed[i].value);
             return;
         }
-    if (gguf_str_eq(kv->key, "llama.attention.layer_norm_rms_epsilon")) {
+    if (llmm__gguf_str_eq(kv->key, "llama.attention.layer_norm_rms_epsilon")) {
         gb_kv_f32(b, "llama.attention.layer_norm_rms_epsilon", (float)kv->v.f64 / 4);
         return;
     }
     size_t value_bytes = kv->type == GGUF_TYPE_STRING ? 8 + (size_t)kv->v.str.len
                          : kv->type == GGUF_TYPE_ARRAY ? 12 + (size_t)kv->v.arr.bytes
-                                                       : gguf_scalar_size(kv->type);
+                                                       : llmm__gguf_scalar_size(kv->type);
     gb_bytes(b, (const uint8_t *)kv->key.ptr - 8, 8 + (size_t)kv->key.len + 4 + value_bytes);
 }
 
@@ -1111,7 +1111,7 @@ static gguf_file *pad_stories(const gguf_file *src, gguf_builder *b) {
     assert_true(gb_finish(b));
     gguf_file *f = NULL;
     llmm_diag d;
-    if (gguf_open_memory(b->bytes, b->len, NULL, &f, &d)) fail_msg("padded model: %s", d.msg);
+    if (llmm__gguf_open_memory(b->bytes, b->len, NULL, &f, &d)) fail_msg("padded model: %s", d.msg);
     return f;
 }
 
@@ -1139,9 +1139,9 @@ static void test_padded_stories_greedy_agreement(void **state) {
     /* 32 tokens: the bar is 16, and the scalar K-quant dots make longer runs slow */
     check_agreement(padded, path, k_padded_cases, ARRAY_LEN(k_padded_cases), 32, "stories260K-256");
     unlink(path);
-    gguf_close(padded);
+    llmm__gguf_close(padded);
     gb_free(&b);
-    gguf_close(src);
+    llmm__gguf_close(src);
 }
 
 int main(void) {

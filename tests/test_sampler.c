@@ -596,14 +596,14 @@ static void test_out_of_memory(void **state) {
         llmm_allocator a = failing_allocator(&f);
         llmm_sampler *s = (llmm_sampler *)&f;
         llmm_diag d = {{0}};
-        assert_int_equal(sampler_create(&p, &a, &s, &d), LLMM_ERR_NO_MEMORY);
+        assert_int_equal(llmm__sampler_create(&p, &a, &s, &d), LLMM_ERR_NO_MEMORY);
         assert_null(s);
         assert_string_not_equal(d.msg, "");
     }
     failing_alloc f = {3}; /* created, but no room for the candidates */
     llmm_allocator a = failing_allocator(&f);
     llmm_sampler *s = NULL;
-    assert_int_equal(sampler_create(&p, &a, &s, NULL), LLMM_OK);
+    assert_int_equal(llmm__sampler_create(&p, &a, &s, NULL), LLMM_OK);
     llmm_token t;
     assert_int_equal(llmm_sample(s, FIXED8, 8, &t), LLMM_ERR_NO_MEMORY);
     assert_string_not_equal(llmm_sampler_last_error(s), "");

@@ -7,8 +7,8 @@
  *
  * Tolerances (u = 2^-24):
  *  - Q8 and Q8_K operands (activation quantization), f16 operand rounding: exact (quants,
- *    scales and block or group sums equal to llmm_quantize_row_q8_0's and
- *    llmm_quantize_row_q8_K's; f16 values equal to the table's from_float).
+ *    scales and block or group sums equal to llmm__quantize_row_q8_0's and
+ *    llmm__quantize_row_q8_K's; f16 values equal to the table's from_float).
  *  - Q4_0 and Q8_0 matmul: the integer block sums are exact in any order and the kernels keep
  *    the scalar's float order, so outputs must equal the table's vec_dot bit for bit. With all
  *    scales 1.0 the output is the integer dot itself: checked equal to an int64 reference.
@@ -125,7 +125,7 @@ static void fill_nan(float *p, size_t n) {
 
 /* The table for isa, or NULL after printing why it is skipped. */
 static const cpu_kernels *simd_table(cpu_isa isa) {
-    const cpu_kernels *k = cpu_kernels_get(isa);
+    const cpu_kernels *k = llmm__cpu_kernels_get(isa);
     if (!k) print_message("skipped %s: this CPU lacks it\n", k_isa_names[isa]);
     return k;
 }
@@ -135,14 +135,14 @@ static const cpu_kernels *simd_table(cpu_isa isa) {
  * fall back to the generic path. */
 static const cpu_kernels *gemm_table(cpu_isa isa, uint32_t type) {
     const cpu_kernels *k = simd_table(isa);
-    if (k && !k->matmul[type].gemm) fail_msg("%s has no %s gemm", k->name, llmm_type_get(type)->name);
+    if (k && !k->matmul[type].gemm) fail_msg("%s has no %s gemm", k->name, llmm__type_get(type)->name);
     return k;
 }
 
-/* Q4_0 rows with the reference encoding (llmm_quantize_row_q4_0), others through from_float. */
+/* Q4_0 rows with the reference encoding (llmm__quantize_row_q4_0), others through from_float. */
 static void encode_row(uint32_t type, const float *x, void *dst, size_t n) {
-    if (type == LLMM_TYPE_Q4_0) llmm_quantize_row_q4_0(x, dst, n);
-    else llmm_type_get(type)->from_float(x, dst, n);
+    if (type == LLMM_TYPE_Q4_0) llmm__quantize_row_q4_0(x, dst, n);
+    else llmm__type_get(type)->from_float(x, dst, n);
 }
 
 /* ================================================================== operands */
@@ -164,17 +164,17 @@ static void fill_q8_cases(float *x, size_t n) {
     }
 }
 
-/* A table's Q8_1 operand fields against llmm_quantize_row_q8_1, bit for bit (s NaN for NaN). */
+/* A table's Q8_1 operand fields against llmm__quantize_row_q8_1, bit for bit (s NaN for NaN). */
 static void check_quantize_q8_1(const cpu_kernels *k, const float *x, size_t n) {
     const size_t nb = n / 32;
     block_q8_1 *ref = xmalloc(nb * sizeof *ref);
     int8_t *qs = xmalloc(n);
     float *d = xmalloc(nb * sizeof *d), *s = xmalloc(nb * sizeof *s);
-    llmm_quantize_row_q8_1(x, ref, n);
+    llmm__quantize_row_q8_1(x, ref, n);
     k->quantize_q8_1(x, qs, d, s, n);
     for (size_t b = 0; b < nb; b++) {
         assert_memory_equal(qs + b * 32, ref[b].qs, 32);
-        const float want_d = llmm_f16_to_f32(ref[b].d), want_s = llmm_f16_to_f32(ref[b].s);
+        const float want_d = llmm__f16_to_f32(ref[b].d), want_s = llmm__f16_to_f32(ref[b].s);
         if (bits_of(d[b]) != bits_of(want_d) || (bits_of(s[b]) != bits_of(want_s) && !(isnan(s[b]) && isnan(want_s))))
             fail_msg("%s q8_1 n=%zu block %zu: d %.9g s %.9g, want %.9g %.9g", k->name, n, b, (double)d[b],
                      (double)s[b], (double)want_d, (double)want_s);
@@ -197,7 +197,7 @@ static void test_quantize_q8_exact(void **state) {
             float *x = xmalloc(n * sizeof *x);
             fill_q8_cases(x, n);
             block_q8_0 *ref = xmalloc(nb * sizeof *ref);
-            llmm_quantize_row_q8_0(x, ref, n);
+            llmm__quantize_row_q8_0(x, ref, n);
             int8_t *qs = xmalloc(n);
             float *d = xmalloc(nb * sizeof *d);
             int32_t *sum = xmalloc(nb * sizeof *sum);
@@ -211,9 +211,9 @@ static void test_quantize_q8_exact(void **state) {
                                  qs[b * 32 + j], ref[b].qs[j], (double)x[b * 32 + j]);
                     want_sum += ref[b].qs[j];
                 }
-                if (bits_of(d[b]) != bits_of(llmm_f16_to_f32(ref[b].d)))
+                if (bits_of(d[b]) != bits_of(llmm__f16_to_f32(ref[b].d)))
                     fail_msg("%s q8 n=%zu block %zu scale %.9g want %.9g", k->name, n, b, (double)d[b],
-                             (double)llmm_f16_to_f32(ref[b].d));
+                             (double)llmm__f16_to_f32(ref[b].d));
                 assert_int_equal(sum[b], want_sum);
             }
             free(x);
@@ -334,7 +334,7 @@ static void test_quantize_q8k_exact(void **state) {
             int16_t *bsums = xmalloc(n / 16 * sizeof *bsums);
             for (size_t r = 0; r < ROWS; r++) {
                 for (size_t b = 0; b < nb; b++) fill_q8k_block(x + b * QK_K, (int)((b + r) % Q8K_KINDS));
-                llmm_quantize_row_q8_K(x, ref, n);
+                llmm__quantize_row_q8_K(x, ref, n);
                 memset(qs, 0x5a, n);
                 k->quantize_q8k(x, qs, d, bsums, n);
                 for (size_t b = 0; b < nb; b++, blocks++) {
@@ -374,12 +374,12 @@ static void test_round_f16_exact(void **state) {
             for (size_t i = 0; i < n; i += 3) x[i] *= 1e-6f;    /* and subnormal halves */
             llmm_f16 *h = xmalloc(n * sizeof *h);
             float *got = xmalloc(n * sizeof *got);
-            llmm_type_get(LLMM_TYPE_F16)->from_float(x, h, n);
+            llmm__type_get(LLMM_TYPE_F16)->from_float(x, h, n);
             k->round_f16(x, got, n);
             for (size_t i = 0; i < n; i++)
-                if (!(got[i] == llmm_f16_to_f32(h[i])))
+                if (!(got[i] == llmm__f16_to_f32(h[i])))
                     fail_msg("%s f16 rounding of %.9g: %.9g want %.9g", k->name, (double)x[i], (double)got[i],
-                             (double)llmm_f16_to_f32(h[i]));
+                             (double)llmm__f16_to_f32(h[i]));
             free(x);
             free(h);
             free(got);
@@ -388,7 +388,7 @@ static void test_round_f16_exact(void **state) {
 }
 
 /* bf16 rounding written out independently of llmm_bf16_round_bits, which the type table and
- * cpu_round_bf16 share: a NaN keeps its top bits and gets the quiet bit, anything else rounds
+ * llmm__cpu_round_bf16 share: a NaN keeps its top bits and gets the quiet bit, anything else rounds
  * to nearest with ties to even. */
 static uint16_t bf16_reference(uint32_t u) {
     if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
@@ -416,8 +416,8 @@ static void test_round_bf16_exact(void **state) {
     const size_t sizes[] = {1, 7, 8, 9, 33, N};
     for (size_t si = 0; si < ARRAY_LEN(sizes); si++) {
         const size_t n = sizes[si];
-        llmm_type_get(LLMM_TYPE_BF16)->from_float(x, h, n);
-        cpu_round_bf16(x, got, n);
+        llmm__type_get(LLMM_TYPE_BF16)->from_float(x, h, n);
+        llmm__cpu_round_bf16(x, got, n);
         for (size_t i = 0; i < n; i++) {
             const uint32_t want = (uint32_t)bf16_reference(bits[i]) << 16;
             uint32_t g;
@@ -435,7 +435,7 @@ static void test_round_bf16_exact(void **state) {
 
 /* ================================================================== matmul kernels */
 
-/* The kernel's operand, built with the kernel table's own preparation (as cpu_matmul does). */
+/* The kernel's operand, built with the kernel table's own preparation (as llmm__cpu_matmul does). */
 typedef struct operand_buf {
     cpu_operand op;
     int8_t *qs;
@@ -470,10 +470,10 @@ static void operand_make(const cpu_kernels *k, cpu_operand_kind kind, const floa
         o->d = xmalloc(n_rows * nb * sizeof *o->d);
         o->s = xmalloc(n_rows * nb * sizeof *o->s);
         for (size_t r = 0; r < n_rows; r++) {
-            llmm_quantize_row_q8_1(x + r * n, blk, n);
+            llmm__quantize_row_q8_1(x + r * n, blk, n);
             for (size_t b = 0; b < nb; b++) {
-                o->d[r * nb + b] = llmm_f16_to_f32(blk[b].d);
-                o->s[r * nb + b] = llmm_f16_to_f32(blk[b].s);
+                o->d[r * nb + b] = llmm__f16_to_f32(blk[b].d);
+                o->s[r * nb + b] = llmm__f16_to_f32(blk[b].s);
                 memcpy(o->qs + r * n + b * 32, blk[b].qs, 32);
             }
         }
@@ -489,7 +489,7 @@ static void operand_make(const cpu_kernels *k, cpu_operand_kind kind, const floa
         o->d = xmalloc(n_rows * nb * sizeof *o->d);
         o->bsums = xmalloc(n_rows * (n / 16) * sizeof *o->bsums);
         for (size_t r = 0; r < n_rows; r++) {
-            llmm_quantize_row_q8_K(x + r * n, blk, n);
+            llmm__quantize_row_q8_K(x + r * n, blk, n);
             for (size_t b = 0; b < nb; b++) {
                 o->d[r * nb + b] = blk[b].d;
                 memcpy(o->qs + r * n + b * QK_K, blk[b].qs, QK_K);
@@ -505,9 +505,9 @@ static void operand_make(const cpu_kernels *k, cpu_operand_kind kind, const floa
         uint16_t *h = xmalloc(n * sizeof *h);
         o->half = xmalloc(n_rows * n * sizeof *o->half);
         for (size_t r = 0; r < n_rows; r++) {
-            llmm_type_get(t)->from_float(x + r * n, h, n);
+            llmm__type_get(t)->from_float(x + r * n, h, n);
             for (size_t i = 0; i < n; i++)
-                o->half[r * n + i] = t == LLMM_TYPE_F16 ? llmm_f16_to_f32(h[i]) : llmm_bf16_to_f32(h[i]);
+                o->half[r * n + i] = t == LLMM_TYPE_F16 ? llmm__f16_to_f32(h[i]) : llmm__bf16_to_f32(h[i]);
         }
         o->op.f32 = o->half;
         free(h);
@@ -525,9 +525,9 @@ static void operand_free(operand_buf *o) {
 
 /* The dot table's operand row for vec_dot (cpu_dot.h), and sum |w x| of the dequantized values. */
 static void *table_operand(uint32_t wtype, const float *x, size_t n) {
-    const cpu_dot *dot = cpu_dot_get(wtype);
-    void *p = xmalloc(llmm_row_bytes(dot->operand_type, n));
-    llmm_type_get(dot->operand_type)->from_float(x, p, n);
+    const cpu_dot *dot = llmm__cpu_dot_get(wtype);
+    void *p = xmalloc(llmm__row_bytes(dot->operand_type, n));
+    llmm__type_get(dot->operand_type)->from_float(x, p, n);
     return p;
 }
 
@@ -545,8 +545,8 @@ typedef struct mm_stats {
 static void check_gemm_case(const cpu_kernels *k, const mm_case *c, mm_stats *st) {
     const cpu_matmul_kernel *mk = &k->matmul[c->type];
     assert_non_null(mk->gemm);
-    const llmm_type_traits *t = llmm_type_get(c->type);
-    const size_t rb = llmm_row_bytes(c->type, c->ne0);
+    const llmm_type_traits *t = llmm__type_get(c->type);
+    const size_t rb = llmm__row_bytes(c->type, c->ne0);
     float *wf = rand_floats(c->ne0 * c->ne1, -2.0f, 2.0f), *x = rand_floats(c->ne0 * c->n_rows, -2.0f, 2.0f);
     uint8_t *w = xmalloc(rb * c->ne1); /* exact size: over-reads trip ASan */
     for (size_t j = 0; j < c->ne1; j++) encode_row(c->type, wf + j * c->ne0, w + j * rb, c->ne0);
@@ -565,7 +565,7 @@ static void check_gemm_case(const cpu_kernels *k, const mm_case *c, mm_stats *st
     for (size_t r = 0; r < c->n_rows; r++) {
         void *xq = table_operand(c->type, x + r * c->ne0, c->ne0);
         for (size_t j = 0; j < c->ne1; j++) {
-            const float got = out[r * c->ne1 + j], want = cpu_dot_get(c->type)->vec_dot(w + j * rb, xq, c->ne0);
+            const float got = out[r * c->ne1 + j], want = llmm__cpu_dot_get(c->type)->vec_dot(w + j * rb, xq, c->ne0);
             st->outputs++;
             st->bit_equal += bits_of(got) == bits_of(want);
             if (bits_of(got) != bits_of(want))
@@ -621,7 +621,7 @@ static void check_gemm_case(const cpu_kernels *k, const mm_case *c, mm_stats *st
 
 static void check_gemm_type(uint32_t type, uint64_t seed) {
     const size_t ne0_float[] = {1, 7, 33, 173, 896}, ne0_block[] = {32, 96, 224, 736};
-    const int blocked = llmm_type_get(type)->block_size > 1;
+    const int blocked = llmm__type_get(type)->block_size > 1;
     const size_t *ne0s = blocked ? ne0_block : ne0_float;
     const size_t n_ne0 = blocked ? ARRAY_LEN(ne0_block) : ARRAY_LEN(ne0_float);
     const size_t ne1s[] = {1, 3, 5, 8, 37, 45};
@@ -647,7 +647,7 @@ static void check_gemm_type(uint32_t type, uint64_t seed) {
         /* more than the AMX tiles' 128 operand rows per packed segment, with a rest past the 16s */
         const mm_case more_rows = {type, blocked ? 32 * 23 : 173, 21, 157};
         check_gemm_case(k, &more_rows, &st);
-        print_message("%s %s gemm: %zu outputs, %zu bit-identical to vec_dot\n", k->name, llmm_type_get(type)->name,
+        print_message("%s %s gemm: %zu outputs, %zu bit-identical to vec_dot\n", k->name, llmm__type_get(type)->name,
                       st.outputs, st.bit_equal);
     }
 }
@@ -673,7 +673,7 @@ static void check_gemm_kquant(uint32_t type, uint64_t seed) {
          * operand rows than share one (64), whole and moved-back tiles */
         const mm_case many_rows = {type, 256 * 9, 37, 70};
         check_gemm_case(k, &many_rows, &st);
-        print_message("%s %s gemm: %zu outputs, %zu bit-identical to vec_dot\n", k->name, llmm_type_get(type)->name,
+        print_message("%s %s gemm: %zu outputs, %zu bit-identical to vec_dot\n", k->name, llmm__type_get(type)->name,
                       st.outputs, st.bit_equal);
     }
 }
@@ -750,7 +750,7 @@ static void check_integer_sums(uint32_t type) {
         const cpu_kernels *k = simd_table(k_simd_isas[ii]);
         if (!k) continue;
         rng_seed(2100 + type);
-        const size_t rb = llmm_row_bytes(type, NE0);
+        const size_t rb = llmm__row_bytes(type, NE0);
         uint8_t *w = xmalloc(rb * NE1);
         memset(w, 0, rb * NE1);
         int8_t *xq = xmalloc(NE0);
@@ -791,7 +791,7 @@ static void check_integer_sums(uint32_t type) {
         k->matmul[type].gemm(&wt, 0, NE1, &op, 1, out, NE1);
         for (size_t j = 0; j < NE1; j++)
             if (!((double)out[j] == (double)want[j]))
-                fail_msg("%s %s row %zu: integer dot %.1f want %lld", k->name, llmm_type_get(type)->name, j,
+                fail_msg("%s %s row %zu: integer dot %.1f want %lld", k->name, llmm__type_get(type)->name, j,
                          (double)out[j], (long long)want[j]);
         free(w);
         free(xq);
@@ -815,7 +815,7 @@ static void test_integer_sums_q8_0(void **state) {
 static void check_int8_extremes(uint32_t type) {
     enum { NE0 = 64, NE1 = 4, NB = NE0 / 32 };
     const int q4 = type == LLMM_TYPE_Q4_0, lo = q4 ? 0 : -128, hi = q4 ? 15 : 127;
-    const size_t rb = llmm_row_bytes(type, NE0), bb = rb / NB;
+    const size_t rb = llmm__row_bytes(type, NE0), bb = rb / NB;
     uint8_t *w = xmalloc(rb * NE1);
     memset(w, 0, rb * NE1);
     int64_t wsum[NE1] = {0};
@@ -849,7 +849,7 @@ static void check_int8_extremes(uint32_t type) {
             k->matmul[type].gemm(&wt, 0, NE1, &op, 1, out, NE1);
             for (size_t j = 0; j < NE1; j++)
                 if (!((double)out[j] == (double)(wsum[j] * xvals[xi])))
-                    fail_msg("%s %s row %zu x %d: %.1f want %lld", k->name, llmm_type_get(type)->name, j,
+                    fail_msg("%s %s row %zu x %d: %.1f want %lld", k->name, llmm__type_get(type)->name, j,
                              xvals[xi], (double)out[j], (long long)(wsum[j] * xvals[xi]));
         }
     }
@@ -870,12 +870,12 @@ static void test_int8_extremes(void **state) {
  * vec_dot with them. Operand quants are +-127 at the extremes. */
 static void check_integer_sums_kquant(uint32_t type, size_t d_off, size_t dmin_off, int has_min) {
     enum { NE0 = QK_K * 3, NE1 = 19, NB = NE0 / QK_K, NG = NE0 / 16, ROWS = 3 };
-    const llmm_type_traits *t = llmm_type_get(type);
+    const llmm_type_traits *t = llmm__type_get(type);
     for (size_t ii = 0; ii < ARRAY_LEN(k_simd_isas); ii++) {
         const cpu_kernels *k = gemm_table(k_simd_isas[ii], type);
         if (!k) continue;
         rng_seed(2200 + type);
-        const size_t rb = llmm_row_bytes(type, NE0);
+        const size_t rb = llmm__row_bytes(type, NE0);
         uint8_t *w = xmalloc(rb * NE1);
         for (size_t i = 0; i < rb * NE1; i++) w[i] = (uint8_t)rng_u64();
         for (size_t j = 0; j < NE1; j++)
@@ -922,7 +922,7 @@ static void check_integer_sums_kquant(uint32_t type, size_t d_off, size_t dmin_o
                     partial = (int64_t)fmax((double)partial, fabs((double)want));
                 }
                 assert_true(partial < (1 << 24)); /* the data's premise */
-                const float scalar = cpu_dot_get(type)->vec_dot(w + j * rb, xblk[r], NE0);
+                const float scalar = llmm__cpu_dot_get(type)->vec_dot(w + j * rb, xblk[r], NE0);
                 if (!((double)out[r * NE1 + j] == (double)want) || !((double)scalar == (double)want))
                     fail_msg("%s %s row %zu operand row %zu: integer dot %.1f (scalar %.1f) want %lld", k->name,
                              t->name, j, r, (double)out[r * NE1 + j], (double)scalar, (long long)want);
@@ -938,13 +938,13 @@ static void check_integer_sums_kquant(uint32_t type, size_t d_off, size_t dmin_o
  * the output is the integer dot sum_i w_i x_i, below 2^24. */
 static void check_integer_sums_legacy(uint32_t type) {
     enum { NE0 = 32 * 23, NE1 = 19, NB = NE0 / 32, ROWS = 3 };
-    const llmm_type_traits *t = llmm_type_get(type);
+    const llmm_type_traits *t = llmm__type_get(type);
     const int offset_type = type == LLMM_TYPE_Q4_1 || type == LLMM_TYPE_Q5_1;
     for (size_t ii = 0; ii < ARRAY_LEN(k_simd_isas); ii++) {
         const cpu_kernels *k = gemm_table(k_simd_isas[ii], type);
         if (!k) continue;
         rng_seed(2300 + type);
-        const size_t rb = llmm_row_bytes(type, NE0);
+        const size_t rb = llmm__row_bytes(type, NE0);
         uint8_t *w = xmalloc(rb * NE1);
         for (size_t i = 0; i < rb * NE1; i++) w[i] = (uint8_t)rng_u64();
         for (size_t j = 0; j < NE1; j++)
@@ -1185,7 +1185,7 @@ static void test_dot_axpy(void **state) {
             }
             CHECK_CLOSE(k->dot_f32(a, b, n), ref, ((double)(n / 8) + 4) * U_F32 * mag, "%s dot_f32 n=%zu", k->name, n);
             k->axpy(y1, 0.375f, a, n);
-            cpu_kernels_scalar.axpy(y2, 0.375f, a, n);
+            llmm__cpu_kernels_scalar.axpy(y2, 0.375f, a, n);
             assert_memory_equal(y1, y2, n * sizeof *y1);
             free(a);
             free(b);
@@ -1250,7 +1250,7 @@ static void test_attn_chunk(void **state) {
     (void)state;
     const size_t nhs[] = {1, 2, 3, 4, 7, 9, 28}, hds[] = {8, 24, 64, 72, 128, 13}, ns[] = {1, 3, 4, 5, 16};
     for (int isa = 0; isa < CPU_ISA_COUNT; isa++) {
-        const cpu_kernels *k = cpu_kernels_get((cpu_isa)isa);
+        const cpu_kernels *k = llmm__cpu_kernels_get((cpu_isa)isa);
         if (!k) continue;
         if (!k->attn_scores || !k->attn_values) {
             for (size_t ii = 0; ii < ARRAY_LEN(k_simd_isas); ii++)
@@ -1275,7 +1275,7 @@ static uint16_t rand_half(void) {
         const uint16_t h = (uint16_t)(r >> 16);
         return (h & 0x7c00) == 0x7c00 ? (uint16_t)(h & 0xbfff) : h; /* no infinities or NaNs */
     }
-    return llmm_f32_to_f16(rng_float(-2.0f, 2.0f));
+    return llmm__f32_to_f16(rng_float(-2.0f, 2.0f));
 }
 
 /* attn_scores_f16 and attn_values_f16 against the same table's attn_scores and attn_values on
@@ -1332,7 +1332,7 @@ static void test_attn_chunk_f16(void **state) {
     (void)state;
     const size_t nhs[] = {1, 2, 3, 4, 7, 9, 28}, hds[] = {1, 5, 13, 64, 67, 72, 128, 256}, ns[] = {1, 4, 7, 16};
     for (int isa = 0; isa < CPU_ISA_COUNT; isa++) {
-        const cpu_kernels *k = cpu_kernels_get((cpu_isa)isa);
+        const cpu_kernels *k = llmm__cpu_kernels_get((cpu_isa)isa);
         if (!k) continue;
         if (!k->attn_scores_f16 || !k->attn_values_f16) {
             for (size_t ii = 0; ii < ARRAY_LEN(k_simd_isas); ii++)
@@ -1370,7 +1370,7 @@ static void *cpu_start_isa(cpu_isa isa, int n_threads) {
     setenv("LLMM_CPU_KERNELS", k_isa_names[isa], 1);
     llmm_backend_config cfg = {.n_threads = n_threads};
     void *st = NULL;
-    assert_int_equal(llmm_cpu_backend.init(&cfg, &st), LLMM_OK);
+    assert_int_equal(llmm__cpu_backend.init(&cfg, &st), LLMM_OK);
     unsetenv("LLMM_CPU_KERNELS");
     assert_int_equal((int)((cpu_state *)st)->k->isa, (int)isa);
     return st;
@@ -1391,29 +1391,29 @@ static void test_backend_matmul_all_tables(void **state) {
     rng_seed(4001);
     for (size_t ti = 0; ti < ARRAY_LEN(types); ti++) {
         for (size_t di = 0; di < ARRAY_LEN(dims); di++) {
-            const int kq = llmm_type_get(types[ti])->block_size == QK_K;
+            const int kq = llmm__type_get(types[ti])->block_size == QK_K;
             const size_t ne0 = kq ? kdims[di][0] : dims[di][0], ne1 = kq ? kdims[di][1] : dims[di][1];
             const size_t n_rows = kq ? kdims[di][2] : dims[di][2];
-            const size_t rb = llmm_row_bytes(types[ti], ne0);
+            const size_t rb = llmm__row_bytes(types[ti], ne0);
             float *wf = rand_floats(ne0 * ne1, -2.0f, 2.0f), *x = rand_floats(ne0 * n_rows, -2.0f, 2.0f);
             uint8_t *w = xmalloc(rb * ne1);
             for (size_t j = 0; j < ne1; j++) encode_row(types[ti], wf + j * ne0, w + j * rb, ne0);
             const llmm_tensor wt = {w, types[ti], (int64_t)ne0, (int64_t)ne1, rb, NULL};
             float *ref = xmalloc(ne1 * n_rows * sizeof *ref), *out = xmalloc(ne1 * n_rows * sizeof *out);
             void *st = cpu_start_isa(CPU_ISA_SCALAR, 1);
-            assert_int_equal(llmm_cpu_backend.matmul(st, &wt, x, n_rows, ref), LLMM_OK);
-            llmm_cpu_backend.shutdown(st);
+            assert_int_equal(llmm__cpu_backend.matmul(st, &wt, x, n_rows, ref), LLMM_OK);
+            llmm__cpu_backend.shutdown(st);
             for (size_t ii = 0; ii < ARRAY_LEN(k_simd_isas); ii++) {
-                if (!cpu_kernels_get(k_simd_isas[ii])) continue;
+                if (!llmm__cpu_kernels_get(k_simd_isas[ii])) continue;
                 float *first = NULL;
                 for (size_t th = 0; th < ARRAY_LEN(threads); th++) {
                     st = cpu_start_isa(k_simd_isas[ii], threads[th]);
                     fill_nan(out, ne1 * n_rows);
-                    assert_int_equal(llmm_cpu_backend.matmul(st, &wt, x, n_rows, out), LLMM_OK);
-                    llmm_cpu_backend.shutdown(st);
+                    assert_int_equal(llmm__cpu_backend.matmul(st, &wt, x, n_rows, out), LLMM_OK);
+                    llmm__cpu_backend.shutdown(st);
                     if (memcmp(out, ref, ne1 * n_rows * sizeof *out) != 0)
                         fail_msg("%s %s %zux%zu rows %zu threads %d: differs from the scalar table",
-                                 k_isa_names[k_simd_isas[ii]], llmm_type_get(types[ti])->name, ne0, ne1, n_rows,
+                                 k_isa_names[k_simd_isas[ii]], llmm__type_get(types[ti])->name, ne0, ne1, n_rows,
                                  threads[th]);
                     for (size_t i = 0; i < ne1 * n_rows; i++) assert_false(isnan(out[i]));
                     if (!first) {
@@ -1421,7 +1421,7 @@ static void test_backend_matmul_all_tables(void **state) {
                         memcpy(first, out, ne1 * n_rows * sizeof *out);
                     } else if (memcmp(out, first, ne1 * n_rows * sizeof *out) != 0) {
                         fail_msg("%s %s: threads %d differ from threads 1", k_isa_names[k_simd_isas[ii]],
-                                 llmm_type_get(types[ti])->name, threads[th]);
+                                 llmm__type_get(types[ti])->name, threads[th]);
                     }
                 }
                 free(first);
@@ -1451,13 +1451,13 @@ static double now_s(void) {
 
 static double matmul_seconds(void *st, const llmm_tensor *wt, const float *x, size_t n_rows, float *out) {
     double t0 = now_s();
-    assert_int_equal(llmm_cpu_backend.matmul(st, wt, x, n_rows, out), LLMM_OK);
+    assert_int_equal(llmm__cpu_backend.matmul(st, wt, x, n_rows, out), LLMM_OK);
     const double first = now_s() - t0;
     const int reps = first > 0.05 ? 1 : (int)(0.05 / (first + 1e-9)) + 1;
     double best = first;
     for (int batch = 0; batch < 3 && reps > 1; batch++) {
         t0 = now_s();
-        for (int i = 0; i < reps; i++) assert_int_equal(llmm_cpu_backend.matmul(st, wt, x, n_rows, out), LLMM_OK);
+        for (int i = 0; i < reps; i++) assert_int_equal(llmm__cpu_backend.matmul(st, wt, x, n_rows, out), LLMM_OK);
         best = fmin(best, (now_s() - t0) / reps);
     }
     return best;
@@ -1491,11 +1491,11 @@ static void test_bench_kernels(void **state) {
         at += snprintf(head + at, sizeof head - (size_t)at, " %8s", k_isa_names[k_simd_isas[ii]]);
     print_message("%s   (scalar / each)\n", head);
     for (size_t ti = 0; ti < ARRAY_LEN(types); ti++) {
-        const llmm_type_traits *t = llmm_type_get(types[ti]);
+        const llmm_type_traits *t = llmm__type_get(types[ti]);
         if (strcmp(only, "1") != 0 && !strstr(only, t->name)) continue;
         for (size_t si = 0; si < ARRAY_LEN(shapes); si++) {
             const size_t ne0 = shapes[si][0] ? shapes[si][0] : t->block_size == QK_K ? 1024 : 896;
-            const size_t ne1 = shapes[si][1], n_rows = shapes[si][2], rb = llmm_row_bytes(types[ti], ne0);
+            const size_t ne1 = shapes[si][1], n_rows = shapes[si][2], rb = llmm__row_bytes(types[ti], ne0);
             /* one quantized row repeated: speed does not depend on the values */
             float *wf = rand_floats(ne0, -2.0f, 2.0f), *x = rand_floats(ne0 * n_rows, -2.0f, 2.0f);
             uint8_t *w = xmalloc(rb * ne1);
@@ -1505,10 +1505,10 @@ static void test_bench_kernels(void **state) {
             float *out = xmalloc(ne1 * n_rows * sizeof *out);
             double ns[CPU_ISA_COUNT] = {0};
             for (int isa = 0; isa < (int)CPU_ISA_COUNT; isa++) {
-                if (!cpu_kernels_get((cpu_isa)isa)) continue;
+                if (!llmm__cpu_kernels_get((cpu_isa)isa)) continue;
                 void *st = cpu_start_isa((cpu_isa)isa, 1);
                 ns[isa] = 1e9 * matmul_seconds(st, &wt, x, n_rows, out) / ((double)ne0 * ne1 * n_rows);
-                llmm_cpu_backend.shutdown(st);
+                llmm__cpu_backend.shutdown(st);
             }
             char line[160], ratios[64] = "";
             int n = snprintf(line, sizeof line, "%-5s %5zu x %4zu x %2zu     %8.4f", t->name, ne0, ne1, n_rows, ns[0]);
@@ -1540,7 +1540,7 @@ static void bench_attention(void) {
     float *q = rand_floats(NH * HD, -1.0f, 1.0f), *out = xmalloc(NH * HD * sizeof *out);
     print_message("decode attention, 0.5B shape, %d positions, ms per token (%d layers):\n", NPOS, L);
     for (int isa = 0; isa < (int)CPU_ISA_COUNT; isa++) {
-        if (!cpu_kernels_get((cpu_isa)isa)) continue;
+        if (!llmm__cpu_kernels_get((cpu_isa)isa)) continue;
         for (int threads = 1; threads <= 2; threads++) {
             void *st = cpu_start_isa((cpu_isa)isa, threads);
             double best = 1e9;
@@ -1555,13 +1555,13 @@ static void bench_attention(void) {
                                             .head_dim = HD, .type = LLMM_KV_F16};
                     const cpu_attn_row ar = {v, NPOS, 0};
                     const cpu_attn_batch b = {q, out, 1, &ar, NH, NHKV, HD, 0.125f, 0.0f};
-                    assert_int_equal(cpu_attend(st, &b), LLMM_OK);
+                    assert_int_equal(llmm__cpu_attend(st, &b), LLMM_OK);
                 }
                 best = fmin(best, now_s() - t0);
             }
-            print_message("  %-8s %d thread%s: %.3f ms\n", cpu_kernels_get((cpu_isa)isa)->name, threads,
+            print_message("  %-8s %d thread%s: %.3f ms\n", llmm__cpu_kernels_get((cpu_isa)isa)->name, threads,
                           threads > 1 ? "s" : "", 1e3 * best);
-            llmm_cpu_backend.shutdown(st);
+            llmm__cpu_backend.shutdown(st);
         }
     }
     free(pool);
@@ -1572,7 +1572,7 @@ static void bench_attention(void) {
 /* copies back-to-back copies of an ne0 x ne1 matrix of type whose rows all hold one random
  * row's encoding (streaming benchmarks: the bytes matter, not their values) */
 static uint8_t *replicated_weights(uint32_t type, size_t ne0, size_t ne1, size_t copies) {
-    const size_t rb = llmm_row_bytes(type, ne0);
+    const size_t rb = llmm__row_bytes(type, ne0);
     float *wf = rand_floats(ne0, -2.0f, 2.0f);
     uint8_t *w = xmalloc(rb * ne1 * copies);
     encode_row(type, wf, w, ne0);
@@ -1588,24 +1588,24 @@ static void bench_matmul_threads(void) {
     const size_t shapes[][2] = {{896, 151936}, {4864, 896}, {896, 4864}, {896, 896}}; /* ne0, ne1 */
     print_message("Q4_0 matmul, 1 operand row, weights streamed: GB/s with 1 and 2 threads\n");
     for (size_t si = 0; si < ARRAY_LEN(shapes); si++) {
-        const size_t ne0 = shapes[si][0], ne1 = shapes[si][1], rb = llmm_row_bytes(LLMM_TYPE_Q4_0, ne0);
+        const size_t ne0 = shapes[si][0], ne1 = shapes[si][1], rb = llmm__row_bytes(LLMM_TYPE_Q4_0, ne0);
         const size_t bytes = rb * ne1, copies = (200u << 20) / bytes + 1;
         float *x = rand_floats(ne0, -2.0f, 2.0f), *out = xmalloc(ne1 * sizeof *out);
         uint8_t *w = replicated_weights(LLMM_TYPE_Q4_0, ne0, ne1, copies);
         double gbs[3] = {0};
         for (int threads = 1; threads <= 2; threads++) {
-            void *st = cpu_start_isa(cpu_kernels_select(CPU_ISA_COUNT)->isa, threads);
+            void *st = cpu_start_isa(llmm__cpu_kernels_select(CPU_ISA_COUNT)->isa, threads);
             double best = 1e9;
             for (int rep = 0; rep < 5; rep++) {
                 const double t0 = now_s();
                 for (size_t c = 0; c < copies; c++) {
                     const llmm_tensor wt = {w + c * bytes, LLMM_TYPE_Q4_0, (int64_t)ne0, (int64_t)ne1, rb, NULL};
-                    assert_int_equal(llmm_cpu_backend.matmul(st, &wt, x, 1, out), LLMM_OK);
+                    assert_int_equal(llmm__cpu_backend.matmul(st, &wt, x, 1, out), LLMM_OK);
                 }
                 best = fmin(best, now_s() - t0);
             }
             gbs[threads] = (double)(bytes * copies) / best / 1e9;
-            llmm_cpu_backend.shutdown(st);
+            llmm__cpu_backend.shutdown(st);
         }
         print_message("  %5zu x %6zu: %5.1f -> %5.1f GB/s (%.2fx)\n", ne0, ne1, gbs[1], gbs[2], gbs[2] / gbs[1]);
         free(x);
@@ -1620,7 +1620,7 @@ static void bench_matmul_threads(void) {
  * weights as stored. */
 static double packed_decode_gbs(cpu_isa isa, uint32_t type, size_t ne0, size_t ne1, size_t total, int threads,
                                 size_t n_rows, int packed) {
-    const size_t rb = llmm_row_bytes(type, ne0), bytes = rb * ne1, copies = total / bytes + 1;
+    const size_t rb = llmm__row_bytes(type, ne0), bytes = rb * ne1, copies = total / bytes + 1;
     float *x = rand_floats(ne0 * n_rows, -2.0f, 2.0f), *out = xmalloc(ne1 * n_rows * sizeof *out);
     uint8_t *w = replicated_weights(type, ne0, ne1, copies);
     llmm_weight_copy *slot = xmalloc(copies * sizeof *slot);
@@ -1633,7 +1633,7 @@ static double packed_decode_gbs(cpu_isa isa, uint32_t type, size_t ne0, size_t n
         cw[c] = (cpu_weight){.copy = packed ? &slot[c] : NULL};
         wt[c] = (llmm_tensor){.data = w + c * bytes, .type = type, .ne0 = (int64_t)ne0, .ne1 = (int64_t)ne1,
                               .row_bytes = rb, .backend = &cw[c]};
-        assert_int_equal(llmm_cpu_backend.matmul(st, &wt[c], x, 1, out), LLMM_OK); /* makes the copy */
+        assert_int_equal(llmm__cpu_backend.matmul(st, &wt[c], x, 1, out), LLMM_OK); /* makes the copy */
         if (packed) assert_int_equal(atomic_load(&slot[c].state), LLMM_COPY_READY);
     }
     double best = 1e9;
@@ -1641,11 +1641,11 @@ static double packed_decode_gbs(cpu_isa isa, uint32_t type, size_t ne0, size_t n
     for (int rep = 0; rep < 5 || (rep < 200 && now_s() - start < 0.3); rep++) {
         const double t0 = now_s();
         for (size_t c = 0; c < copies; c++)
-            assert_int_equal(llmm_cpu_backend.matmul(st, &wt[c], x, n_rows, out), LLMM_OK);
+            assert_int_equal(llmm__cpu_backend.matmul(st, &wt[c], x, n_rows, out), LLMM_OK);
         best = fmin(best, now_s() - t0);
     }
     for (size_t c = 0; c < copies && packed; c++) slot[c].free_data(slot[c].data, slot[c].bytes);
-    llmm_cpu_backend.shutdown(st);
+    llmm__cpu_backend.shutdown(st);
     free(x);
     free(out);
     free(w);
@@ -1665,7 +1665,7 @@ static void bench_packed_decode(void) {
                               LLMM_TYPE_Q2_K, LLMM_TYPE_Q3_K};
     const cpu_isa isas[] = {CPU_ISA_AVX2, CPU_ISA_AVX_VNNI, CPU_ISA_AVX512, CPU_ISA_AMX};
     for (size_t ii = 0; ii < ARRAY_LEN(isas); ii++) {
-        const cpu_kernels *k = cpu_kernels_get(isas[ii]);
+        const cpu_kernels *k = llmm__cpu_kernels_get(isas[ii]);
         if (!k) continue;
         print_message("matmuls, GB/s of weights, as stored -> packed copy (%s)\n"
                       "type     1 row, 1 core, cache   1 row, 1 core, streamed   1 row, 2 threads, streamed"
@@ -1680,7 +1680,7 @@ static void bench_packed_decode(void) {
                 g[3][packed] = 64 * packed_decode_gbs(isas[ii], types[ti], 4864, 160, 0, 1, 64, packed);
             }
             print_message("%-7s %5.1f -> %5.1f           %5.1f -> %5.1f              %5.1f -> %5.1f"
-                          "                %6.0f -> %6.0f\n", llmm_type_get(types[ti])->name, g[0][0], g[0][1],
+                          "                %6.0f -> %6.0f\n", llmm__type_get(types[ti])->name, g[0][0], g[0][1],
                           g[1][0], g[1][1], g[2][0], g[2][1], g[3][0], g[3][1]);
         }
     }
@@ -1701,13 +1701,13 @@ static void bench_quantize_q8k(void) {
         int16_t *bsums = xmalloc(n / 16 * sizeof *bsums);
         const int reps = 20000;
         for (int isa = 0; isa < (int)CPU_ISA_COUNT; isa++) {
-            const cpu_kernels *k = cpu_kernels_get((cpu_isa)isa);
+            const cpu_kernels *k = llmm__cpu_kernels_get((cpu_isa)isa);
             if (!k || (isa != CPU_ISA_SCALAR && !k->quantize_q8k)) continue;
             double best = 1e9;
             for (int batch = 0; batch < 3; batch++) {
                 const double t0 = now_s();
                 for (int i = 0; i < reps; i++) {
-                    if (isa == CPU_ISA_SCALAR) llmm_quantize_row_q8_K(x, blk, n);
+                    if (isa == CPU_ISA_SCALAR) llmm__quantize_row_q8_K(x, blk, n);
                     else k->quantize_q8k(x, qs, d, bsums, n);
                 }
                 best = fmin(best, (now_s() - t0) / reps);
@@ -1726,20 +1726,20 @@ static void bench_quantize_q8k(void) {
 static void test_kernel_selection(void **state) {
     (void)state;
     setenv("LLMM_CPU_KERNELS", "no-such-isa", 1);
-    assert_int_equal((int)cpu_kernels_env_cap(), (int)CPU_ISA_COUNT);
+    assert_int_equal((int)llmm__cpu_kernels_env_cap(), (int)CPU_ISA_COUNT);
     unsetenv("LLMM_CPU_KERNELS");
-    assert_int_equal((int)cpu_kernels_env_cap(), (int)CPU_ISA_COUNT);
-    const cpu_kernels *best = cpu_kernels_select(CPU_ISA_COUNT);
+    assert_int_equal((int)llmm__cpu_kernels_env_cap(), (int)CPU_ISA_COUNT);
+    const cpu_kernels *best = llmm__cpu_kernels_select(CPU_ISA_COUNT);
     assert_non_null(best);
     print_message("best kernels on this CPU: %s\n", best->name);
-    assert_ptr_equal(cpu_kernels_select(CPU_ISA_SCALAR), &cpu_kernels_scalar);
+    assert_ptr_equal(llmm__cpu_kernels_select(CPU_ISA_SCALAR), &llmm__cpu_kernels_scalar);
     for (int isa = 0; isa < (int)CPU_ISA_COUNT; isa++) {
-        const cpu_kernels *k = cpu_kernels_select((cpu_isa)isa);
+        const cpu_kernels *k = llmm__cpu_kernels_select((cpu_isa)isa);
         assert_true((int)k->isa <= isa);
         assert_non_null(k->rms_norm_row);
-        if (cpu_kernels_get((cpu_isa)isa)) assert_int_equal((int)k->isa, isa);
+        if (llmm__cpu_kernels_get((cpu_isa)isa)) assert_int_equal((int)k->isa, isa);
     }
-    assert_ptr_equal(cpu_kernels_get(CPU_ISA_SCALAR), &cpu_kernels_scalar);
+    assert_ptr_equal(llmm__cpu_kernels_get(CPU_ISA_SCALAR), &llmm__cpu_kernels_scalar);
 }
 
 /* ================================================================== thread pool */
@@ -1780,7 +1780,7 @@ static void *map_as_file(const void *bytes, size_t n) {
  * bit, for 1, 3 and 37 operand rows. from_file: the weight is a file mapping the backend may
  * drop pages of, whose bytes must read back unchanged afterwards. */
 static void check_packed_copy(cpu_isa isa, uint32_t type, size_t ne0, size_t ne1, int threads, int from_file) {
-    const size_t rb = llmm_row_bytes(type, ne0), counts[] = {37, 1, 1, 3, 37};
+    const size_t rb = llmm__row_bytes(type, ne0), counts[] = {37, 1, 1, 3, 37};
     float *wf = rand_floats(ne0 * ne1, -2.0f, 2.0f), *x = rand_floats(ne0 * 37, -2.0f, 2.0f);
     uint8_t *w = xmalloc(rb * ne1);
     for (size_t j = 0; j < ne1; j++) encode_row(type, wf + j * ne0, w + j * rb, ne0);
@@ -1795,15 +1795,15 @@ static void check_packed_copy(cpu_isa isa, uint32_t type, size_t ne0, size_t ne1
     wt.backend = &cw;
     float *ref = xmalloc(ne1 * 37 * sizeof *ref), *out = xmalloc(ne1 * 37 * sizeof *out);
     void *scalar = cpu_start_isa(CPU_ISA_SCALAR, 1), *st = cpu_start_isa(isa, threads);
-    const char *table = cpu_kernels_get(isa)->name;
+    const char *table = llmm__cpu_kernels_get(isa)->name;
     for (size_t i = 0; i < ARRAY_LEN(counts); i++) {
         const size_t n_rows = counts[i];
-        assert_int_equal(llmm_cpu_backend.matmul(scalar, &plain, x, n_rows, ref), LLMM_OK);
+        assert_int_equal(llmm__cpu_backend.matmul(scalar, &plain, x, n_rows, ref), LLMM_OK);
         fill_nan(out, ne1 * n_rows);
-        assert_int_equal(llmm_cpu_backend.matmul(st, &wt, x, n_rows, out), LLMM_OK);
+        assert_int_equal(llmm__cpu_backend.matmul(st, &wt, x, n_rows, out), LLMM_OK);
         if (memcmp(out, ref, ne1 * n_rows * sizeof *out) != 0)
             fail_msg("%s %s %zux%zu, call %zu (%zu rows), threads %d: packed path differs from the scalar table",
-                     table, llmm_type_get(type)->name, ne0, ne1, i, n_rows, threads);
+                     table, llmm__type_get(type)->name, ne0, ne1, i, n_rows, threads);
         const uint32_t want = i == 0 ? LLMM_COPY_NONE : ne1 >= 16 ? LLMM_COPY_READY : LLMM_COPY_NEVER;
         assert_int_equal(atomic_load(&slot.state), want);
     }
@@ -1812,23 +1812,23 @@ static void check_packed_copy(cpu_isa isa, uint32_t type, size_t ne0, size_t ne1
         assert_int_equal(slot.bytes, ne1 / 16 * 16 * rb);
         /* the table's packer wrote what the reference packer writes */
         uint8_t *want = xmalloc(slot.bytes);
-        packed_tiles_pack(&plain, 0, ne1 / 16, want);
+        llmm__packed_tiles_pack(&plain, 0, ne1 / 16, want);
         if (memcmp(slot.data, want, slot.bytes) != 0)
             fail_msg("%s %s %zux%zu: the table's packer differs from packed_tiles_pack", table,
-                     llmm_type_get(type)->name, ne0, ne1);
+                     llmm__type_get(type)->name, ne0, ne1);
         free(want);
         /* every block reads back as the file holds it; lookups of a tied table read the copy */
-        const size_t bb = llmm_type_get(type)->block_bytes, bs = llmm_type_get(type)->block_size;
+        const size_t bb = llmm__type_get(type)->block_bytes, bs = llmm__type_get(type)->block_size;
         uint8_t block[PACKED_MAX_BLOCK_BYTES];
         for (size_t j = 0; j < ne1 / 16 * 16; j++)
             for (size_t b = 0; b < ne0 / bs; b++) {
-                packed_tiles_read_block(&wt, slot.data, j, b, block);
+                llmm__packed_tiles_read_block(&wt, slot.data, j, b, block);
                 assert_memory_equal(block, w + j * rb + b * bb, bb);
             }
         const llmm_token ids[] = {0, (llmm_token)(ne1 / 2), (llmm_token)(ne1 - 1), 5};
         float *e = xmalloc(ARRAY_LEN(ids) * ne0 * sizeof *e), *e_ref = xmalloc(ARRAY_LEN(ids) * ne0 * sizeof *e);
-        assert_int_equal(cpu_embed_rows(&wt, ids, ARRAY_LEN(ids), e), LLMM_OK);
-        assert_int_equal(cpu_embed_rows(&plain, ids, ARRAY_LEN(ids), e_ref), LLMM_OK);
+        assert_int_equal(llmm__cpu_embed_rows(&wt, ids, ARRAY_LEN(ids), e), LLMM_OK);
+        assert_int_equal(llmm__cpu_embed_rows(&plain, ids, ARRAY_LEN(ids), e_ref), LLMM_OK);
         assert_memory_equal(e, e_ref, ARRAY_LEN(ids) * ne0 * sizeof *e);
         free(e);
         free(e_ref);
@@ -1838,8 +1838,8 @@ static void check_packed_copy(cpu_isa isa, uint32_t type, size_t ne0, size_t ne1
         assert_memory_equal(mapped, w, rb * ne1);
         munmap(mapped, rb * ne1);
     }
-    llmm_cpu_backend.shutdown(st);
-    llmm_cpu_backend.shutdown(scalar);
+    llmm__cpu_backend.shutdown(st);
+    llmm__cpu_backend.shutdown(scalar);
     free(wf);
     free(x);
     free(w);
@@ -1858,7 +1858,7 @@ static void test_backend_packed_copies(void **state) {
     const cpu_isa isas[] = {CPU_ISA_AVX2, CPU_ISA_AVX_VNNI, CPU_ISA_AVX512, CPU_ISA_AMX};
     rng_seed(4101);
     for (size_t ii = 0; ii < ARRAY_LEN(isas); ii++) {
-        const cpu_kernels *k = cpu_kernels_get(isas[ii]);
+        const cpu_kernels *k = llmm__cpu_kernels_get(isas[ii]);
         if (!k) {
             print_message("packed copies: no %s table on this CPU or build\n", k_isa_names[isas[ii]]);
             continue;
@@ -1866,7 +1866,7 @@ static void test_backend_packed_copies(void **state) {
         size_t checked = 0;
         for (size_t ti = 0; ti < ARRAY_LEN(types); ti++) {
             if (!k->matmul_packed[types[ti]]) continue;
-            const int k_quant = llmm_type_get(types[ti])->block_size == 256;
+            const int k_quant = llmm__type_get(types[ti])->block_size == 256;
             for (size_t di = 0; di < ARRAY_LEN(dims); di++) {
                 const size_t *d = k_quant ? kdims[di] : dims[di];
                 check_packed_copy(isas[ii], types[ti], d[0], d[1], (int)d[2], di == 2);
@@ -1877,18 +1877,18 @@ static void test_backend_packed_copies(void **state) {
                       k->name, checked);
         /* the table's packer on every packable type, the ones it does not compute from too */
         for (size_t ti = 0; ti < ARRAY_LEN(types) && k->pack_tiles; ti++) {
-            const size_t ne0 = llmm_type_get(types[ti])->block_size == 256 ? 768 : 416, ne1 = 48;
-            const size_t rb = llmm_row_bytes(types[ti], ne0);
+            const size_t ne0 = llmm__type_get(types[ti])->block_size == 256 ? 768 : 416, ne1 = 48;
+            const size_t rb = llmm__row_bytes(types[ti], ne0);
             float *wf = rand_floats(ne0 * ne1, -2.0f, 2.0f);
             uint8_t *w = xmalloc(rb * ne1), *got = xmalloc(rb * ne1), *want = xmalloc(rb * ne1);
             for (size_t j = 0; j < ne1; j++) encode_row(types[ti], wf + j * ne0, w + j * rb, ne0);
             const llmm_tensor wt = {.data = w, .type = types[ti], .ne0 = (int64_t)ne0, .ne1 = (int64_t)ne1,
                                     .row_bytes = rb};
             k->pack_tiles(&wt, 1, 3, got); /* tiles 1 and 2 */
-            packed_tiles_pack(&wt, 1, 3, want);
+            llmm__packed_tiles_pack(&wt, 1, 3, want);
             if (memcmp(got + 16 * rb, want + 16 * rb, 32 * rb) != 0)
                 fail_msg("%s %s: the table's packer differs from packed_tiles_pack", k->name,
-                         llmm_type_get(types[ti])->name);
+                         llmm__type_get(types[ti])->name);
             free(wf);
             free(w);
             free(got);
@@ -1902,12 +1902,12 @@ static void test_backend_packed_copies(void **state) {
  * whole matrices while it lasts, a larger one only as the first of a step. */
 static void test_packing_step_budget(void **state) {
     (void)state;
-    if (!cpu_kernels_get(CPU_ISA_AVX512)) {
+    if (!llmm__cpu_kernels_get(CPU_ISA_AVX512)) {
         print_message("skipped: no AVX-512 on this CPU, whose table alone packs the Q8_0 weights used here\n");
         return;
     }
     enum { NE0 = 256, NW = 4 };
-    const size_t rows[NW] = {64, 64, 64, 160}, rb = llmm_row_bytes(LLMM_TYPE_Q8_0, NE0);
+    const size_t rows[NW] = {64, 64, 64, 160}, rb = llmm__row_bytes(LLMM_TYPE_Q8_0, NE0);
     uint8_t *w[NW];
     llmm_weight_copy slot[NW];
     cpu_weight cw[NW];
@@ -1934,16 +1934,16 @@ static void test_packing_step_budget(void **state) {
     const int ready[][NW] = {{0, 0, 0, 0}, {0, 0, 0, 0}, {1, 0, 0, 0}, {1, 1, 0, 0}, {1, 1, 1, 0}, {1, 1, 1, 1}};
     for (size_t step = 0; step < ARRAY_LEN(tokens); step++) {
         const llmm_step desc = matmul_step(kind[step], tokens[step]);
-        assert_int_equal(llmm_cpu_backend.step_begin(st, &desc), LLMM_OK);
-        for (size_t i = 0; i < NW; i++) assert_int_equal(llmm_cpu_backend.matmul(st, &wt[i], x, 1, out), LLMM_OK);
-        assert_int_equal(llmm_cpu_backend.step_end(st), LLMM_OK);
+        assert_int_equal(llmm__cpu_backend.step_begin(st, &desc), LLMM_OK);
+        for (size_t i = 0; i < NW; i++) assert_int_equal(llmm__cpu_backend.matmul(st, &wt[i], x, 1, out), LLMM_OK);
+        assert_int_equal(llmm__cpu_backend.step_end(st), LLMM_OK);
         for (size_t i = 0; i < NW; i++)
             if ((atomic_load(&slot[i].state) == LLMM_COPY_READY) != ready[step][i])
                 fail_msg("step %zu (%zu tokens, %s): weight %zu %s", step, tokens[step],
                          kind[step] == LLMM_STEP_DECODE ? "decode" : "prompt", i,
                          ready[step][i] ? "not packed" : "packed too early");
     }
-    llmm_cpu_backend.shutdown(st);
+    llmm__cpu_backend.shutdown(st);
     for (size_t i = 0; i < NW; i++) {
         slot[i].free_data(slot[i].data, slot[i].bytes);
         free(w[i]);
@@ -1960,8 +1960,8 @@ static void test_threadpool_chunks(void **state) {
     atomic_int count[MAX_CHUNKS];
     for (size_t ti = 0; ti < ARRAY_LEN(threads); ti++) {
         llmm_threadpool *pool = NULL;
-        assert_int_equal(threadpool_create(threads[ti], NULL, &pool), LLMM_OK);
-        assert_int_equal(threadpool_size(pool), threads[ti]);
+        assert_int_equal(llmm__threadpool_create(threads[ti], NULL, &pool), LLMM_OK);
+        assert_int_equal(llmm__threadpool_size(pool), threads[ti]);
         for (uint32_t run = 1; run <= RUNS; run++) {
             const size_t n = run % 7 == 0 ? 0 : (size_t)(run * 13 % MAX_CHUNKS) + 1;
             for (size_t c = 0; c < MAX_CHUNKS; c++) {
@@ -1970,7 +1970,7 @@ static void test_threadpool_chunks(void **state) {
             }
             pool_probe p = {.run = run, .seen = seen, .count = count, .n_threads = threads[ti]};
             atomic_init(&p.bad_ith, 0);
-            threadpool_run(pool, probe_chunk, &p, n);
+            llmm__threadpool_run(pool, probe_chunk, &p, n);
             for (size_t c = 0; c < MAX_CHUNKS; c++) {
                 const int want = c < n ? 1 : 0;
                 if (atomic_load(&count[c]) != want || (want && atomic_load(&seen[c]) != run))
@@ -1979,7 +1979,7 @@ static void test_threadpool_chunks(void **state) {
             }
             assert_int_equal(atomic_load(&p.bad_ith), 0);
         }
-        threadpool_free(pool);
+        llmm__threadpool_free(pool);
     }
 }
 
@@ -1996,7 +1996,7 @@ static void segment_chunk(void *arg, size_t chunk, int ith) {
     if (ith != 0) nanosleep(&(struct timespec){0, 5000000}, NULL); /* workers are slow: 5 ms a chunk */
 }
 
-/* Thread i runs segment i (threadpool_segment_start) front to back; other threads take from
+/* Thread i runs segment i (llmm__threadpool_segment_start) front to back; other threads take from
  * its back, last chunk first. So per segment the owner ran a prefix in order and the thieves
  * the rest, each thief back to front (two thieves' starts may interleave); with the workers
  * slowed down, the caller must have taken some of theirs. */
@@ -2006,7 +2006,7 @@ static void test_threadpool_segments(void **state) {
     const size_t counts[] = {16, 7, 40};
     for (size_t ti = 0; ti < ARRAY_LEN(threads); ti++) {
         llmm_threadpool *pool = NULL;
-        assert_int_equal(threadpool_create(threads[ti], NULL, &pool), LLMM_OK);
+        assert_int_equal(llmm__threadpool_create(threads[ti], NULL, &pool), LLMM_OK);
         for (size_t ci = 0; ci < ARRAY_LEN(counts); ci++) {
             const size_t n = counts[ci];
             segment_probe p;
@@ -2015,11 +2015,11 @@ static void test_threadpool_segments(void **state) {
                 atomic_init(&p.seq[c], -1);
             }
             atomic_init(&p.next_seq, 0);
-            threadpool_run(pool, segment_chunk, &p, n);
+            llmm__threadpool_run(pool, segment_chunk, &p, n);
             int caller_stole = 0;
             for (int seg = 0; seg < threads[ti]; seg++) {
-                const size_t c0 = threadpool_segment_start(n, threads[ti], seg);
-                const size_t c1 = threadpool_segment_start(n, threads[ti], seg + 1);
+                const size_t c0 = llmm__threadpool_segment_start(n, threads[ti], seg);
+                const size_t c1 = llmm__threadpool_segment_start(n, threads[ti], seg + 1);
                 size_t c = c0;
                 for (; c < c1 && atomic_load(&p.ith[c]) == seg; c++) /* the owner's prefix, in order */
                     if (c > c0) assert_true(atomic_load(&p.seq[c]) > atomic_load(&p.seq[c - 1]));
@@ -2034,12 +2034,12 @@ static void test_threadpool_segments(void **state) {
                     caller_stole |= by == 0;
                 }
             }
-            assert_int_equal(threadpool_segment_start(n, threads[ti], threads[ti]), n);
+            assert_int_equal(llmm__threadpool_segment_start(n, threads[ti], threads[ti]), n);
             /* with 13 or more slow chunks per worker the caller, idle after its own few, must
              * have taken some: a descheduled caller would have to miss 65 ms */
             if (n >= 10 * (size_t)threads[ti]) assert_true(caller_stole);
         }
-        threadpool_free(pool);
+        llmm__threadpool_free(pool);
     }
 }
 

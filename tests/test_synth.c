@@ -282,9 +282,9 @@ enum { QS_N = 24 }; /* positions compared: a 4-token prompt and 20 greedy F32 to
 static void quantize_file(const char *src_path, const char *recipe, char *path, size_t size) {
     gguf_file *src = NULL;
     llmm_diag d = {""};
-    if (gguf_open_file(src_path, 1, NULL, &src, &d)) fail_msg("open %s: %s", src_path, d.msg);
+    if (llmm__gguf_open_file(src_path, 1, NULL, &src, &d)) fail_msg("open %s: %s", src_path, d.msg);
     quantize_to_temp(src, recipe, path, size);
-    gguf_close(src);
+    llmm__gguf_close(src);
 }
 
 /* A 64-position context with F32 K/V, so only the weights differ between the runs compared. */

@@ -59,12 +59,12 @@ static int collect(void *user, const char *bytes, size_t n, int complete_utf8) {
 }
 
 static void init_stream(text_stream *ts, const char *const *stop, size_t n_stop) {
-    assert_int_equal(text_stream_init(ts, stop, n_stop, NULL), LLMM_OK);
+    assert_int_equal(llmm__text_stream_init(ts, stop, n_stop, NULL), LLMM_OK);
 }
 
 static int push(text_stream *ts, collector *c, const char *bytes, size_t n) {
     int stop = -2, cancelled = -2;
-    assert_int_equal(text_stream_push(ts, bytes, n, collect, c, &stop, &cancelled), LLMM_OK);
+    assert_int_equal(llmm__text_stream_push(ts, bytes, n, collect, c, &stop, &cancelled), LLMM_OK);
     assert_true(cancelled == 0 || cancelled == 1);
     return stop;
 }
@@ -73,7 +73,7 @@ static int push_str(text_stream *ts, collector *c, const char *s) { return push(
 
 static void finish(text_stream *ts, collector *c) {
     int cancelled = -2;
-    assert_int_equal(text_stream_finish(ts, collect, c, &cancelled), LLMM_OK);
+    assert_int_equal(llmm__text_stream_finish(ts, collect, c, &cancelled), LLMM_OK);
     assert_int_equal(cancelled, 0);
 }
 
@@ -111,7 +111,7 @@ static void test_multibyte_split_every_way(void **state) {
         assert_delivered(&c, text, n);
         assert_int_equal(c.n_incomplete, 0);
         assert_int_equal(c.bad_complete, 0);
-        text_stream_free(&ts);
+        llmm__text_stream_free(&ts);
     }
 }
 
@@ -127,7 +127,7 @@ static void test_incomplete_char_is_held_then_completed(void **state) {
     finish(&ts, &c);
     assert_int_equal(c.n_calls, 2);
     assert_int_equal(c.n_incomplete, 0);
-    text_stream_free(&ts);
+    llmm__text_stream_free(&ts);
 }
 
 static void test_invalid_bytes_delivered_incomplete(void **state) {
@@ -146,7 +146,7 @@ static void test_invalid_bytes_delivered_incomplete(void **state) {
     assert_delivered(&c, text, n);
     assert_int_equal(c.n_incomplete, 8);
     assert_int_equal(c.bad_complete, 0);
-    text_stream_free(&ts);
+    llmm__text_stream_free(&ts);
 }
 
 static void test_invalid_bytes_split_every_way(void **state) {
@@ -161,7 +161,7 @@ static void test_invalid_bytes_split_every_way(void **state) {
         assert_delivered(&c, text, n);
         assert_int_equal(c.bad_complete, 0);
         assert_true(c.n_incomplete >= 3);
-        text_stream_free(&ts);
+        llmm__text_stream_free(&ts);
     }
 }
 
@@ -174,7 +174,7 @@ static void test_stray_continuations_never_wait(void **state) {
     push_str(&ts, &c, "\x80\x80\x80\x80");
     assert_delivered(&c, "\x80\x80\x80\x80", 4);
     assert_int_equal(c.n_incomplete, 1);
-    text_stream_free(&ts);
+    llmm__text_stream_free(&ts);
 }
 
 /* ---------------------------------------------------------------- stop strings */
@@ -194,7 +194,7 @@ static void test_stop_string_across_pushes(void **state) {
     assert_int_equal(push_str(&ts, &c, "more"), 0); /* over: nothing more */
     finish(&ts, &c);
     assert_delivered(&c, "hello ", 6);
-    text_stream_free(&ts);
+    llmm__text_stream_free(&ts);
 }
 
 static void test_stop_string_split_every_way(void **state) {
@@ -209,7 +209,7 @@ static void test_stop_string_split_every_way(void **state) {
         assert_int_equal(push_split(&ts, &c, text, n, cuts), 1);
         assert_delivered(&c, "a\xC3\xA9</", 5);
         assert_int_equal(c.n_incomplete + c.bad_complete, 0);
-        text_stream_free(&ts);
+        llmm__text_stream_free(&ts);
     }
 }
 
@@ -227,7 +227,7 @@ static void test_diverging_prefix_is_delivered(void **state) {
     assert_delivered(&c, "aSTOxS", 6);
     finish(&ts, &c); /* an unfinished prefix at the end is plain text */
     assert_delivered(&c, "aSTOxSSTO", 9);
-    text_stream_free(&ts);
+    llmm__text_stream_free(&ts);
 }
 
 static void test_stop_string_at_start(void **state) {
@@ -239,7 +239,7 @@ static void test_stop_string_at_start(void **state) {
     assert_int_equal(push_str(&ts, &c, "###abc"), 0);
     finish(&ts, &c);
     assert_int_equal(c.n_calls, 0);
-    text_stream_free(&ts);
+    llmm__text_stream_free(&ts);
 }
 
 static int first_stop(const char *const *stops, size_t n_stop, const char *text, collector *c) {
@@ -247,7 +247,7 @@ static int first_stop(const char *const *stops, size_t n_stop, const char *text,
     init_stream(&ts, stops, n_stop);
     int stop = push_str(&ts, c, text);
     finish(&ts, c);
-    text_stream_free(&ts);
+    llmm__text_stream_free(&ts);
     return stop;
 }
 
@@ -266,7 +266,7 @@ static void test_stop_strings_prefix_of_each_other(void **state) {
     init_stream(&ts, long_first, 2);
     assert_int_equal(push_str(&ts, &c, "xa"), -1);
     assert_int_equal(push_str(&ts, &c, "b"), 1);
-    text_stream_free(&ts);
+    llmm__text_stream_free(&ts);
     /* a shorter one ending earlier wins over a longer one starting earlier */
     const char *overlap[] = {"abcd", "bc"};
     memset(&c, 0, sizeof c);
@@ -302,12 +302,12 @@ static void test_stop_detection_without_callback(void **state) {
     text_stream ts;
     init_stream(&ts, stops, 1);
     int stop = -2, cancelled = -2;
-    assert_int_equal(text_stream_push(&ts, "abcE", 4, NULL, NULL, &stop, &cancelled), LLMM_OK);
+    assert_int_equal(llmm__text_stream_push(&ts, "abcE", 4, NULL, NULL, &stop, &cancelled), LLMM_OK);
     assert_int_equal(stop, -1);
-    assert_int_equal(text_stream_push(&ts, "ND", 2, NULL, NULL, &stop, NULL), LLMM_OK);
+    assert_int_equal(llmm__text_stream_push(&ts, "ND", 2, NULL, NULL, &stop, NULL), LLMM_OK);
     assert_int_equal(stop, 0);
-    assert_int_equal(text_stream_finish(&ts, NULL, NULL, NULL), LLMM_OK);
-    text_stream_free(&ts);
+    assert_int_equal(llmm__text_stream_finish(&ts, NULL, NULL, NULL), LLMM_OK);
+    llmm__text_stream_free(&ts);
 }
 
 /* ---------------------------------------------------------------- cancel, errors */
@@ -319,33 +319,33 @@ static void test_callback_cancels(void **state) {
     c.cancel_at_call = 1;
     init_stream(&ts, NULL, 0);
     int stop = -2, cancelled = -2;
-    assert_int_equal(text_stream_push(&ts, "ab\xFF" "cd", 5, collect, &c, &stop, &cancelled), LLMM_OK);
+    assert_int_equal(llmm__text_stream_push(&ts, "ab\xFF" "cd", 5, collect, &c, &stop, &cancelled), LLMM_OK);
     assert_int_equal(cancelled, 1);
     assert_int_equal(stop, -1);
     assert_delivered(&c, "ab", 2); /* the chunks after the cancelling call are dropped */
     cancelled = 0;
-    assert_int_equal(text_stream_push(&ts, "more", 4, collect, &c, &stop, &cancelled), LLMM_OK);
+    assert_int_equal(llmm__text_stream_push(&ts, "more", 4, collect, &c, &stop, &cancelled), LLMM_OK);
     assert_int_equal(cancelled, 1);
-    assert_int_equal(text_stream_finish(&ts, collect, &c, &cancelled), LLMM_OK);
+    assert_int_equal(llmm__text_stream_finish(&ts, collect, &c, &cancelled), LLMM_OK);
     assert_int_equal(cancelled, 1);
     assert_int_equal(c.n_calls, 1);
-    text_stream_free(&ts);
+    llmm__text_stream_free(&ts);
 }
 
 static void test_invalid_arguments(void **state) {
     (void)state;
     text_stream ts;
     const char *with_null[] = {"a", NULL};
-    assert_int_equal(text_stream_init(NULL, NULL, 0, NULL), LLMM_ERR_INVALID_ARG);
-    assert_int_equal(text_stream_init(&ts, NULL, 1, NULL), LLMM_ERR_INVALID_ARG);
-    assert_int_equal(text_stream_init(&ts, with_null, 2, NULL), LLMM_ERR_INVALID_ARG);
+    assert_int_equal(llmm__text_stream_init(NULL, NULL, 0, NULL), LLMM_ERR_INVALID_ARG);
+    assert_int_equal(llmm__text_stream_init(&ts, NULL, 1, NULL), LLMM_ERR_INVALID_ARG);
+    assert_int_equal(llmm__text_stream_init(&ts, with_null, 2, NULL), LLMM_ERR_INVALID_ARG);
     init_stream(&ts, NULL, 0);
-    assert_int_equal(text_stream_push(&ts, NULL, 1, NULL, NULL, NULL, NULL), LLMM_ERR_INVALID_ARG);
-    assert_int_equal(text_stream_push(NULL, "a", 1, NULL, NULL, NULL, NULL), LLMM_ERR_INVALID_ARG);
-    assert_int_equal(text_stream_push(&ts, NULL, 0, NULL, NULL, NULL, NULL), LLMM_OK);
-    assert_int_equal(text_stream_finish(NULL, NULL, NULL, NULL), LLMM_ERR_INVALID_ARG);
-    text_stream_free(&ts);
-    text_stream_free(NULL);
+    assert_int_equal(llmm__text_stream_push(&ts, NULL, 1, NULL, NULL, NULL, NULL), LLMM_ERR_INVALID_ARG);
+    assert_int_equal(llmm__text_stream_push(NULL, "a", 1, NULL, NULL, NULL, NULL), LLMM_ERR_INVALID_ARG);
+    assert_int_equal(llmm__text_stream_push(&ts, NULL, 0, NULL, NULL, NULL, NULL), LLMM_OK);
+    assert_int_equal(llmm__text_stream_finish(NULL, NULL, NULL, NULL), LLMM_ERR_INVALID_ARG);
+    llmm__text_stream_free(&ts);
+    llmm__text_stream_free(NULL);
 }
 
 
@@ -355,17 +355,17 @@ static void test_out_of_memory(void **state) {
     failing_alloc f = {0};
     llmm_allocator a = failing_allocator(&f);
     text_stream ts;
-    assert_int_equal(text_stream_init(&ts, stops, 1, &a), LLMM_ERR_NO_MEMORY);
+    assert_int_equal(llmm__text_stream_init(&ts, stops, 1, &a), LLMM_ERR_NO_MEMORY);
     f.allowed = 1; /* the stop lengths, then no room to hold bytes */
-    assert_int_equal(text_stream_init(&ts, stops, 1, &a), LLMM_OK);
+    assert_int_equal(llmm__text_stream_init(&ts, stops, 1, &a), LLMM_OK);
     collector c = {0};
-    assert_int_equal(text_stream_push(&ts, "abc", 3, collect, &c, NULL, NULL), LLMM_ERR_NO_MEMORY);
+    assert_int_equal(llmm__text_stream_push(&ts, "abc", 3, collect, &c, NULL, NULL), LLMM_ERR_NO_MEMORY);
     assert_int_equal(c.n_calls, 0);
     f.allowed = 1; /* nothing was taken by the failed push: the retry gives all of it */
-    assert_int_equal(text_stream_push(&ts, "abc", 3, collect, &c, NULL, NULL), LLMM_OK);
+    assert_int_equal(llmm__text_stream_push(&ts, "abc", 3, collect, &c, NULL, NULL), LLMM_OK);
     finish(&ts, &c);
     assert_delivered(&c, "abc", 3);
-    text_stream_free(&ts);
+    llmm__text_stream_free(&ts);
 }
 
 int main(void) {

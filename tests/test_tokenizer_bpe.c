@@ -492,16 +492,16 @@ static llmm_status collect_word(void *user, const char *word, size_t len) {
 }
 
 static void split_with(const char *pre, const char *text, size_t len, words *w) {
-    const pretok_family *fam = pretok_family_find(pre, strlen(pre));
+    const pretok_family *fam = llmm__pretok_family_find(pre, strlen(pre));
     assert_non_null(fam);
     pretokenizer pt = {0};
     llmm_diag d = {""};
-    llmm_status st = pretok_compile(&pt, fam, NULL, &d);
+    llmm_status st = llmm__pretok_compile(&pt, fam, NULL, &d);
     if (st) print_message("%s: %s\n", pre, d.msg);
     assert_int_equal(st, LLMM_OK);
     memset(w, 0, sizeof *w);
-    assert_int_equal(pretok_split(&pt, text, len, NULL, collect_word, w), LLMM_OK);
-    pretok_free(&pt, NULL);
+    assert_int_equal(llmm__pretok_split(&pt, text, len, NULL, collect_word, w), LLMM_OK);
+    llmm__pretok_free(&pt, NULL);
 }
 
 static void assert_split(const char *pre, const char *text, const char *want) {
@@ -527,7 +527,7 @@ static void test_pretokenizer_splits(void **state) {
 static void test_pretokenizer_families_are_lossless(void **state) {
     (void)state;
     char names[1024];
-    pretok_family_list(names, sizeof names);
+    llmm__pretok_family_list(names, sizeof names);
     uint64_t seed = 42;
     char text[96];
     size_t families = 0;

@@ -114,7 +114,7 @@ static char *read_text(const char *path, size_t *len) {
     return NULL;
 }
 
-/* The text's tokens (no BOS: fidelity_run gives every window its own) into *out. */
+/* The text's tokens (no BOS: llmm__fidelity_run gives every window its own) into *out. */
 static llmm_status tokenize_file(const llmm_model *m, const char *path, llmm_token **out, size_t *n) {
     size_t len;
     char *text = read_text(path, &len);
@@ -147,14 +147,14 @@ typedef struct run_sinks {
 
 static llmm_status sink_row(void *user, size_t index, const float *logits, size_t n_vocab) {
     run_sinks *s = user;
-    llmm_status st = fidelity_records_put(s->records, index, logits, n_vocab);
-    if (!st && s->compare) st = fidelity_compare_put(s->compare, index, logits, n_vocab);
+    llmm_status st = llmm__fidelity_records_put(s->records, index, logits, n_vocab);
+    if (!st && s->compare) st = llmm__fidelity_compare_put(s->compare, index, logits, n_vocab);
     return st;
 }
 
 static int show_progress(void *user, size_t done, size_t total) {
     const fidelity_records *r = user;
-    fprintf(stderr, "\r[%zu/%zu tokens] perplexity so far %.4f", done, total, fidelity_records_perplexity(r));
+    fprintf(stderr, "\r[%zu/%zu tokens] perplexity so far %.4f", done, total, llmm__fidelity_records_perplexity(r));
     return 0;
 }
 
@@ -169,7 +169,7 @@ static int load_reference(const options *o, const fidelity_file_info *mine, cons
                           fidelity_records *ref) {
     fidelity_file_info theirs;
     llmm_diag d = {""};
-    llmm_status st = fidelity_load(o->compare_path, ref, &theirs, &d);
+    llmm_status st = llmm__fidelity_load(o->compare_path, ref, &theirs, &d);
     if (st) return fail("--compare", st, d.msg);
     char why[96] = "";
     if (theirs.vocab_hash != mine->vocab_hash) snprintf(why, sizeof why, "another vocabulary");
@@ -178,7 +178,7 @@ static int load_reference(const options *o, const fidelity_file_info *mine, cons
     else if (ref->n != n || memcmp(ref->target, text, n * sizeof *text)) snprintf(why, sizeof why, "another text");
     if (*why) {
         fprintf(stderr, "llmmini-perplexity: %s was made with %s\n", o->compare_path, why);
-        fidelity_records_free(ref);
+        llmm__fidelity_records_free(ref);
         return 1;
     }
     if (theirs.model_hash != mine->model_hash)
@@ -201,36 +201,36 @@ static int measure(const options *o, llmm_model *m, llmm_context *ctx, const llm
     llmm_model_info info = {.size = sizeof info};
     llmm_model_get_info(m, &info);
     fidelity_file_info mine = {.window = (uint32_t)o->n_ctx, .bos = model_bos(m)};
-    llmm_status st = fidelity_model_fingerprint(m, &mine);
+    llmm_status st = llmm__fidelity_model_fingerprint(m, &mine);
     if (st) return fail("fingerprint", st, NULL);
     fidelity_records ref = {0}, rec;
     fidelity_compare cmp = {0};
     if (o->compare_path && load_reference(o, &mine, text, n, &ref)) return 1;
     const uint32_t k = (uint32_t)o->top_k < info.n_vocab ? (uint32_t)o->top_k : info.n_vocab;
-    if ((st = fidelity_records_init(&rec, text, n, k, info.n_vocab)) ||
-        (o->compare_path && (st = fidelity_compare_init(&cmp, &ref)))) {
-        fidelity_records_free(&ref);
-        fidelity_records_free(&rec);
+    if ((st = llmm__fidelity_records_init(&rec, text, n, k, info.n_vocab)) ||
+        (o->compare_path && (st = llmm__fidelity_compare_init(&cmp, &ref)))) {
+        llmm__fidelity_records_free(&ref);
+        llmm__fidelity_records_free(&rec);
         return fail("memory", st, NULL);
     }
     run_sinks sinks = {&rec, o->compare_path ? &cmp : NULL};
     const fidelity_run_params rp = {.window = (size_t)o->n_ctx, .bos = mine.bos, .feed = FIDELITY_FEED_PREFILL,
                                     .progress = show_progress, .progress_user = &rec};
-    st = fidelity_run(ctx, text, n, &rp, sink_row, &sinks);
+    st = llmm__fidelity_run(ctx, text, n, &rp, sink_row, &sinks);
     fprintf(stderr, "\n");
     int rc = 0;
     if (st) {
         rc = fail("run failed", st, llmm_context_last_error(ctx));
     } else {
-        printf("perplexity: %.4f over %zu tokens (windows of %d, KV %s)\n", fidelity_records_perplexity(&rec),
-               fidelity_records_count(&rec), o->n_ctx, kv_type_name(o->kv_type));
-        if (o->compare_path) print_summary(fidelity_compare_summary(&cmp));
+        printf("perplexity: %.4f over %zu tokens (windows of %d, KV %s)\n", llmm__fidelity_records_perplexity(&rec),
+               llmm__fidelity_records_count(&rec), o->n_ctx, kv_type_name(o->kv_type));
+        if (o->compare_path) print_summary(llmm__fidelity_compare_summary(&cmp));
         llmm_diag d = {""};
-        if (o->save_path && (st = fidelity_save(o->save_path, &rec, &mine, &d))) rc = fail("--save-logits", st, d.msg);
+        if (o->save_path && (st = llmm__fidelity_save(o->save_path, &rec, &mine, &d))) rc = fail("--save-logits", st, d.msg);
     }
-    fidelity_compare_free(&cmp);
-    fidelity_records_free(&ref);
-    fidelity_records_free(&rec);
+    llmm__fidelity_compare_free(&cmp);
+    llmm__fidelity_records_free(&ref);
+    llmm__fidelity_records_free(&rec);
     return rc;
 }
 

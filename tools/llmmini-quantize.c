@@ -23,7 +23,7 @@ static int usage(int rc) {
     fprintf(f, "usage: llmmini-quantize IN.gguf OUT.gguf TYPE [--threads N]\n"
                "Writes IN with its 2-D weights converted to TYPE; norms stay F32, metadata is copied.\n"
                "TYPE:");
-    for (size_t i = 0; i < llmm_quant_recipe_count(); i++) fprintf(f, " %s", llmm_quant_recipe_at(i)->name);
+    for (size_t i = 0; i < llmm__quant_recipe_count(); i++) fprintf(f, " %s", llmm__quant_recipe_at(i)->name);
     fprintf(f, "\n  q4_k_m, q5_k_m: the reference engine's mixes (output and some attn_v/ffn_down in q6_k)\n"
                "  --threads N     convert rows with N threads (default: all online CPUs)\n");
     return rc;
@@ -65,7 +65,7 @@ static int parse_args(int argc, char **argv, options *o) {
     if (n_pos != 3) return usage(2);
     o->in = pos[0];
     o->out = pos[1];
-    o->recipe = llmm_quant_recipe_find(pos[2]);
+    o->recipe = llmm__quant_recipe_find(pos[2]);
     if (!o->recipe) {
         fprintf(stderr, "llmmini-quantize: unknown type '%s'\n", pos[2]);
         return usage(2);
@@ -90,11 +90,11 @@ static void on_progress(void *user, const llmm_quant_progress *p) {
     t->bytes_out += p->bytes_out;
     t->n_fallback += (uint64_t)p->choice.fell_back;
     fprintf(stderr, "[%4zu/%4zu] %-36.*s %-5s -> %-5s [%lld x %lld]", p->index + 1, p->count, (int)g->name.len,
-            g->name.ptr, llmm_type_get(g->type)->name, llmm_type_get(p->choice.type)->name, (long long)g->ne[0],
+            g->name.ptr, llmm__type_get(g->type)->name, llmm__type_get(p->choice.type)->name, (long long)g->ne[0],
             (long long)(g->n_elements / (uint64_t)(g->ne[0] ? g->ne[0] : 1)));
     if (p->choice.fell_back)
         fprintf(stderr, "  (rows of %lld do not fit %s blocks)", (long long)g->ne[0],
-                llmm_type_get(p->choice.wanted)->name);
+                llmm__type_get(p->choice.wanted)->name);
     fputc('\n', stderr);
 }
 
@@ -115,8 +115,8 @@ static int convert(const options *o, const gguf_file *in) {
     totals t = {0, 0, 0};
     llmm_quant_params p = {o->recipe, o->n_threads, on_progress, &t};
     llmm_diag d = {""};
-    llmm_status st = llmm_quantize_model(in, &p, out, &d);
-    if (fclose(out) != 0 && !st) st = diag_fail(&d, LLMM_ERR_IO, "closing the output failed: %s", strerror(errno));
+    llmm_status st = llmm__quantize_model(in, &p, out, &d);
+    if (fclose(out) != 0 && !st) st = llmm__diag_fail(&d, LLMM_ERR_IO, "closing the output failed: %s", strerror(errno));
     if (st) {
         fprintf(stderr, "llmmini-quantize: %s: %s\n", llmm_status_str(st), d.msg);
         if (removable) remove(o->out);
@@ -138,7 +138,7 @@ int main(int argc, char **argv) {
     }
     gguf_file *in = NULL;
     llmm_diag d = {""};
-    llmm_status st = gguf_open_file(o.in, 1, NULL, &in, &d);
+    llmm_status st = llmm__gguf_open_file(o.in, 1, NULL, &in, &d);
     if (st) {
         fprintf(stderr, "llmmini-quantize: cannot read '%s': %s: %s\n", o.in, llmm_status_str(st), d.msg);
         return 1;
@@ -146,6 +146,6 @@ int main(int argc, char **argv) {
     fprintf(stderr, "llmmini-quantize: %s -> %s as %s, %llu tensors, %d thread%s\n", o.in, o.out, o.recipe->name,
             (unsigned long long)in->n_tensors, o.n_threads, o.n_threads == 1 ? "" : "s");
     const int result = convert(&o, in);
-    gguf_close(in);
+    llmm__gguf_close(in);
     return result;
 }

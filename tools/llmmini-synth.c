@@ -143,7 +143,7 @@ static void copy_kv(writer *w, const gguf_kv *kv) {
     } else if (kv->type == GGUF_TYPE_F64) {
         put(w, &kv->v.f64, 8);
     } else {
-        put(w, &kv->v.u64, gguf_scalar_size(kv->type));
+        put(w, &kv->v.u64, llmm__gguf_scalar_size(kv->type));
     }
 }
 
@@ -156,16 +156,16 @@ typedef struct vocab_source {
 
 static int open_vocab(const char *path, vocab_source *v) {
     llmm_diag d = {{0}};
-    if (gguf_open_file(path, 1, NULL, &v->f, &d) != LLMM_OK) {
+    if (llmm__gguf_open_file(path, 1, NULL, &v->f, &d) != LLMM_OK) {
         fprintf(stderr, "llmmini-synth: --vocab %s: %s\n", path, d.msg);
         return -1;
     }
-    const gguf_kv *tokens = gguf_find_kv(v->f, "tokenizer.ggml.tokens");
+    const gguf_kv *tokens = llmm__gguf_find_kv(v->f, "tokenizer.ggml.tokens");
     if (!tokens || tokens->type != GGUF_TYPE_ARRAY || tokens->v.arr.elem_type != GGUF_TYPE_STRING ||
         tokens->v.arr.count == 0 || tokens->v.arr.count > UINT32_MAX) {
         fprintf(stderr, "llmmini-synth: --vocab %s: no tokenizer.ggml.tokens string array "
                         "(give a model or vocabulary-only GGUF)\n", path);
-        gguf_close(v->f);
+        llmm__gguf_close(v->f);
         v->f = NULL;
         return -1;
     }
@@ -316,7 +316,7 @@ static size_t build_tensor_list(const shape *s, const arch_layout *a, uint32_t w
     uint64_t off = 0;
     for (size_t i = 0; i < n; i++) {
         t[i].offset = off;
-        t[i].bytes = llmm_row_bytes(t[i].type, t[i].ne0) * t[i].ne1;
+        t[i].bytes = llmm__row_bytes(t[i].type, t[i].ne0) * t[i].ne1;
         off += (t[i].bytes + ALIGNMENT - 1) / ALIGNMENT * ALIGNMENT;
     }
     return n;
@@ -347,14 +347,14 @@ static void llama3_rope_factors(const shape *s, float *out, size_t n_pairs) {
  * layers. */
 static void write_tensor_data(writer *w, const shape *s, const tensor_spec *t, uint64_t *rng, float *row,
                               void *qrow) {
-    const llmm_type_traits *tt = llmm_type_get(t->type);
+    const llmm_type_traits *tt = llmm__type_get(t->type);
     const float scale = 1.0f / sqrtf((float)t->ne0);
     for (uint64_t r = 0; r < t->ne1 && !w->failed; r++) {
         if (t->fill == FILL_LLAMA3_ROPE) llama3_rope_factors(s, row, t->ne0);
         else
             for (uint64_t i = 0; i < t->ne0; i++) row[i] = t->fill == FILL_ONES ? 1.0f : next_float(rng) * scale;
         tt->from_float(row, qrow, t->ne0);
-        put(w, qrow, llmm_row_bytes(t->type, t->ne0));
+        put(w, qrow, llmm__row_bytes(t->type, t->ne0));
     }
     pad(w);
 }
@@ -429,7 +429,7 @@ static int shape_ok(const shape *s, const llmm_type_traits *tt, int copied_vocab
 
 static int write_model(const options *o, const arch_layout *layout, const gguf_file *vocab) {
     const shape *s = &o->s;
-    const llmm_type_traits *tt = llmm_type_get(o->wtype);
+    const llmm_type_traits *tt = llmm__type_get(o->wtype);
     tensor_spec *t = calloc(4 + 20 * (size_t)s->n_layer, sizeof *t);
     size_t widest = s->n_ff > s->n_embd ? s->n_ff : s->n_embd;
     if ((size_t)head_dim_of(s) * s->n_head > widest) widest = (size_t)head_dim_of(s) * s->n_head;
@@ -485,14 +485,14 @@ int main(int argc, char **argv) {
         if (open_vocab(o.vocab, &vocab)) return 1;
         o.s.n_vocab = vocab.n_tokens;
     }
-    const llmm_type_traits *tt = llmm_type_get(o.wtype);
+    const llmm_type_traits *tt = llmm__type_get(o.wtype);
     if (!o.out || !shape_ok(&o.s, tt, vocab.f != NULL)) {
         fprintf(stderr, "llmmini-synth: need -o, heads dividing dim, kv-heads dividing heads, vocab >= 300, "
                         "dim and ff multiples of the type's block size\n");
-        gguf_close(vocab.f);
+        llmm__gguf_close(vocab.f);
         return 2;
     }
     rc = write_model(&o, layout_of(o.s.arch), vocab.f);
-    gguf_close(vocab.f);
+    llmm__gguf_close(vocab.f);
     return rc;
 }

@@ -1,7 +1,7 @@
-// test_cuda_gemm: cuda/gemm.cu, under the SIMT emulation (make test: cu_lt_matmul is the
+// test_cuda_gemm: cuda/gemm.cu, under the SIMT emulation (make test: llmm__cu_lt_matmul is the
 // reference GEMM there) and on a GPU (the device build: cuBLASLt), against references of its
 // own and the CPU backend's dequantization:
-// - cu_lt_matmul against a double-precision GEMM on random shapes, for F32, F16 and BF16
+// - llmm__cu_lt_matmul against a double-precision GEMM on random shapes, for F32, F16 and BF16
 //   inputs, every transpose combination, leading dimensions above the minimum (the padding
 //   poisoned with NaN, so reading it shows), alpha and beta (beta == 0 over a NaN C, which must
 //   not be read), with and without the BIAS epilogue; C's padding rows must stay untouched.
@@ -9,11 +9,11 @@
 //   the reference, so only F32 accumulation and the final scaling round.
 // - its algorithm cache: a shape once, then hits (a pointer of another alignment is another
 //   key); more shapes than it holds stay bounded and still compute right after eviction.
-// - cu_gemm_dequant_tile bit for bit against the type's dequant_row rounded to F16 by the
-//   core's llmm_f32_to_f16, for every type, tiles that end mid-matrix and at its end, into an
+// - llmm__cu_gemm_dequant_tile bit for bit against the type's dequant_row rounded to F16 by the
+//   core's llmm__f32_to_f16, for every type, tiles that end mid-matrix and at its end, into an
 //   aligned destination (16-byte stores) and a misaligned one (2-byte stores); the row after
 //   the tile must stay poisoned.
-// - cu_gemm for every weight type, n_rows 1, 9, 33 and 130, ne1 = 300 in tiles of 128 (two
+// - llmm__cu_gemm for every weight type, n_rows 1, 9, 33 and 130, ne1 = 300 in tiles of 128 (two
 //   full and a partial one) and with the default tile, out poisoned with NaN:
 //   1. against a double reference over the operands the GEMM is given (weights dequantized as
 //      the CPU does and rounded to F16 when quantized, x rounded to F16, or BF16 for BF16
@@ -23,10 +23,10 @@
 //      above plus what rounding moves, sum_j dx_j |w_j| + dw_j |x_j| + dx_j dw_j, with
 //      dv = 2^-11 |v| + 2^-25 for a value rounded to F16 (half an ulp, or half the smallest
 //      subnormal), 2^-8 |v| for BF16, 0 for a value used as is.
-// - the scratch bound: cu_gemm refuses (cudaErrorInvalidValue, out untouched) one byte less
-//   than cu_gemm_scratch_bytes; the bound does not grow with ne1 past a tile; the tile is a
+// - the scratch bound: llmm__cu_gemm refuses (cudaErrorInvalidValue, out untouched) one byte less
+//   than llmm__cu_gemm_scratch_bytes; the bound does not grow with ne1 past a tile; the tile is a
 //   multiple of 128 rows within 16 MiB; bad types and partial blocks are refused.
-// - cu_gemm inside a stream capture with a cold cache, the graph then replayed: it must
+// - llmm__cu_gemm inside a stream capture with a cold cache, the graph then replayed: it must
 //   neither allocate nor synchronise (the emulation refuses both while capturing, as CUDA
 //   does) and give the same checked results.
 #include <cmath>
@@ -67,15 +67,15 @@ static uint32_t bits_of(float f) {
 
 static cu_lt *new_lt() {
     int err = -1;
-    cu_lt *lt = cu_lt_create(nullptr, &err);
+    cu_lt *lt = llmm__cu_lt_create(nullptr, &err);
     assert_non_null(lt);
     assert_int_equal(err, 0);
     return lt;
 }
 
-// ---------------------------------------------------------------- cu_lt_matmul
+// ---------------------------------------------------------------- llmm__cu_lt_matmul
 
-static uint16_t f16_bits(float v) { return llmm_f32_to_f16(v); }
+static uint16_t f16_bits(float v) { return llmm__f32_to_f16(v); }
 static uint16_t bf16_bits(float v) { return (uint16_t)(llmm_bf16_round_bits(bits_of(v)) >> 16); }
 
 // A rows x cols column-major operand with leading dimension ld, in ab_type: its device bytes
@@ -101,7 +101,7 @@ static operand random_operand(uint32_t ab_type, size_t rows, size_t cols, size_t
             } else {
                 const uint16_t h = ab_type == CU_LT_F16 ? f16_bits(v) : bf16_bits(v);
                 std::memcpy(p, &h, 2);
-                read = ab_type == CU_LT_F16 ? llmm_f16_to_f32(h) : llmm_bf16_to_f32(h);
+                read = ab_type == CU_LT_F16 ? llmm__f16_to_f32(h) : llmm__bf16_to_f32(h);
             }
             if (i < rows) op.values[i + j * rows] = read;
         }
@@ -116,7 +116,7 @@ struct lt_case {
     bool bias;
 };
 
-// Run one case through cu_lt_matmul and check every element of C, padding included.
+// Run one case through llmm__cu_lt_matmul and check every element of C, padding included.
 static void check_lt_case(cu_lt *lt, const lt_case &t) {
     const size_t a_rows = t.trans_a ? t.k : t.m, a_cols = t.trans_a ? t.m : t.k;
     const size_t b_rows = t.trans_b ? t.n : t.k, b_cols = t.trans_b ? t.k : t.n;
@@ -136,7 +136,7 @@ static void check_lt_case(cu_lt *lt, const lt_case &t) {
     g.alpha = t.alpha, g.beta = t.beta;
     g.epilogue = t.bias ? CU_LT_EPILOGUE_BIAS : CU_LT_EPILOGUE_NONE;
     g.bias = t.bias ? bias_dev : nullptr;
-    assert_int_equal(cu_lt_matmul(lt, nullptr, &g), 0);
+    assert_int_equal(llmm__cu_lt_matmul(lt, nullptr, &g), 0);
     assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
     const std::vector<float> got = from_device(c_dev, c.size());
 
@@ -194,13 +194,13 @@ static void test_lt_matmul(void **state) {
                 t.alpha = scalings[s].alpha, t.beta = scalings[s].beta, t.bias = scalings[s].bias;
                 check_lt_case(lt, t);
             }
-    // cu_gemm's layout at a size past one CTA tile in every dimension, and single rows/columns
+    // llmm__cu_gemm's layout at a size past one CTA tile in every dimension, and single rows/columns
     for (uint32_t ab_type : k_ab_types) {
         check_lt_case(lt, lt_case{ab_type, 1, 0, 130, 67, 257, 3, 1.0f, 0.0f, false});
         check_lt_case(lt, lt_case{ab_type, 1, 0, 1, 9, 64, 0, 1.0f, 0.0f, true});
         check_lt_case(lt, lt_case{ab_type, 0, 1, 37, 1, 5, 1, 2.0f, 0.25f, true});
     }
-    cu_lt_free(lt);
+    llmm__cu_lt_free(lt);
 }
 
 // The cache: one miss per key, bounded, and right after eviction.
@@ -218,32 +218,32 @@ static void test_lt_cache(void **state) {
     g.m = m, g.n = n, g.k = k, g.ab_type = CU_LT_F32, g.a = a_dev, g.lda = m, g.b = b_dev, g.ldb = k;
     g.c = c_dev, g.ldc = m, g.alpha = 1.0f;
     size_t entries = 99, misses = 99;
-    cu_lt_cache_stats(lt, &entries, &misses);
+    llmm__cu_lt_cache_stats(lt, &entries, &misses);
     assert_int_equal(entries, 0);
     assert_int_equal(misses, 0);
-    for (int i = 0; i < 3; i++) assert_int_equal(cu_lt_matmul(lt, nullptr, &g), 0);
-    cu_lt_cache_stats(lt, &entries, &misses);
+    for (int i = 0; i < 3; i++) assert_int_equal(llmm__cu_lt_matmul(lt, nullptr, &g), 0);
+    llmm__cu_lt_cache_stats(lt, &entries, &misses);
     assert_int_equal(entries, 1);
     assert_int_equal(misses, 1);
     g.c = c_dev + 1; // 4-byte aligned instead of 256: another key
-    assert_int_equal(cu_lt_matmul(lt, nullptr, &g), 0);
-    cu_lt_cache_stats(lt, &entries, &misses);
+    assert_int_equal(llmm__cu_lt_matmul(lt, nullptr, &g), 0);
+    llmm__cu_lt_cache_stats(lt, &entries, &misses);
     assert_int_equal(entries, 2);
     assert_int_equal(misses, 2);
     g.c = c_dev;
-    assert_int_equal(cu_lt_matmul(lt, nullptr, &g), 0);
-    cu_lt_cache_stats(lt, &entries, &misses);
+    assert_int_equal(llmm__cu_lt_matmul(lt, nullptr, &g), 0);
+    llmm__cu_lt_cache_stats(lt, &entries, &misses);
     assert_int_equal(misses, 2);
 
     // twice as many keys as entries (ldc m + i): the cache stays full, never larger
     for (size_t i = 1; i <= 2 * CU_LT_CACHE_ENTRIES; i++) {
         g.ldc = m + i;
-        assert_int_equal(cu_lt_matmul(lt, nullptr, &g), 0);
+        assert_int_equal(llmm__cu_lt_matmul(lt, nullptr, &g), 0);
     }
-    cu_lt_cache_stats(lt, &entries, &misses);
+    llmm__cu_lt_cache_stats(lt, &entries, &misses);
     assert_int_equal(entries, CU_LT_CACHE_ENTRIES);
     assert_int_equal(misses, 2 + 2 * CU_LT_CACHE_ENTRIES);
-    cu_lt_free(lt);
+    llmm__cu_lt_free(lt);
     cudaFree(a_dev), cudaFree(b_dev), cudaFree(c_dev);
 
     // an evicted key computes right when it comes back
@@ -251,9 +251,9 @@ static void test_lt_cache(void **state) {
     for (size_t i = 0; i < CU_LT_CACHE_ENTRIES + 3; i++)
         check_lt_case(lt, lt_case{CU_LT_F16, 1, 0, 8 + i % (CU_LT_CACHE_ENTRIES + 1), 5, 16, 0, 1.0f, 0.0f, false});
     // (not the misses: each case's fresh buffers may differ in alignment, hence in key)
-    cu_lt_cache_stats(lt, &entries, &misses);
+    llmm__cu_lt_cache_stats(lt, &entries, &misses);
     assert_int_equal(entries, CU_LT_CACHE_ENTRIES);
-    cu_lt_free(lt);
+    llmm__cu_lt_free(lt);
 }
 
 // Calls outside the contract are refused before anything is enqueued.
@@ -268,31 +268,31 @@ static void test_lt_refused(void **state) {
     good.c = dev, good.ldc = 4, good.alpha = 1.0f;
     cu_lt_gemm g = good;
     g.lda = 3;
-    assert_int_equal(cu_lt_matmul(lt, nullptr, &g), cudaErrorInvalidValue);
+    assert_int_equal(llmm__cu_lt_matmul(lt, nullptr, &g), cudaErrorInvalidValue);
     g = good, g.trans_b = 1, g.n = 5; // B stored n x k: ldb 4 < 5
-    assert_int_equal(cu_lt_matmul(lt, nullptr, &g), cudaErrorInvalidValue);
+    assert_int_equal(llmm__cu_lt_matmul(lt, nullptr, &g), cudaErrorInvalidValue);
     g = good, g.ldc = 3;
-    assert_int_equal(cu_lt_matmul(lt, nullptr, &g), cudaErrorInvalidValue);
+    assert_int_equal(llmm__cu_lt_matmul(lt, nullptr, &g), cudaErrorInvalidValue);
     g = good, g.k = 0;
-    assert_int_equal(cu_lt_matmul(lt, nullptr, &g), cudaErrorInvalidValue);
+    assert_int_equal(llmm__cu_lt_matmul(lt, nullptr, &g), cudaErrorInvalidValue);
     g = good, g.ab_type = 8; // Q8_0
-    assert_int_equal(cu_lt_matmul(lt, nullptr, &g), cudaErrorInvalidValue);
+    assert_int_equal(llmm__cu_lt_matmul(lt, nullptr, &g), cudaErrorInvalidValue);
     g = good, g.epilogue = CU_LT_EPILOGUE_BIAS; // without a bias
-    assert_int_equal(cu_lt_matmul(lt, nullptr, &g), cudaErrorInvalidValue);
+    assert_int_equal(llmm__cu_lt_matmul(lt, nullptr, &g), cudaErrorInvalidValue);
     g = good, g.bias = dev; // a bias without the epilogue
-    assert_int_equal(cu_lt_matmul(lt, nullptr, &g), cudaErrorInvalidValue);
+    assert_int_equal(llmm__cu_lt_matmul(lt, nullptr, &g), cudaErrorInvalidValue);
     g = good, g.epilogue = 7;
-    assert_int_equal(cu_lt_matmul(lt, nullptr, &g), cudaErrorInvalidValue);
-    assert_int_equal(cu_lt_matmul(lt, nullptr, nullptr), cudaErrorInvalidValue);
-    assert_int_equal(cu_lt_matmul(nullptr, nullptr, &good), cudaErrorInvalidValue);
+    assert_int_equal(llmm__cu_lt_matmul(lt, nullptr, &g), cudaErrorInvalidValue);
+    assert_int_equal(llmm__cu_lt_matmul(lt, nullptr, nullptr), cudaErrorInvalidValue);
+    assert_int_equal(llmm__cu_lt_matmul(nullptr, nullptr, &good), cudaErrorInvalidValue);
     const std::vector<float> after = from_device(dev, host.size());
     for (float v : after) assert_int_equal(bits_of(v), k_poison_bits);
     size_t entries = 99;
-    cu_lt_cache_stats(lt, &entries, nullptr);
+    llmm__cu_lt_cache_stats(lt, &entries, nullptr);
     assert_int_equal(entries, 0);
     cudaFree(dev);
-    cu_lt_free(lt);
-    cu_lt_free(nullptr);
+    llmm__cu_lt_free(lt);
+    llmm__cu_lt_free(nullptr);
 }
 
 // ---------------------------------------------------------------- weights
@@ -303,41 +303,41 @@ static const uint32_t k_types[] = {
     LLMM_TYPE_Q4_K, LLMM_TYPE_Q5_K, LLMM_TYPE_Q6_K, LLMM_TYPE_IQ4_NL, LLMM_TYPE_IQ4_XS,
 };
 
-static bool quantized(uint32_t type) { return llmm_type_get(type)->block_size > 1; }
+static bool quantized(uint32_t type) { return llmm__type_get(type)->block_size > 1; }
 
 // ne0 per type: whole blocks, not a multiple of 256 where the block is smaller; the element
 // types' 100 is not a multiple of 8 (the dequantization's 16-byte groups).
 static size_t ne0_of(uint32_t type, bool for_gemm) {
-    const uint32_t bs = llmm_type_get(type)->block_size;
+    const uint32_t bs = llmm__type_get(type)->block_size;
     return bs == 1 ? (for_gemm ? 200 : 100) : bs == 32 ? 160 : 512;
 }
 
 // Random weights of a type, as a file holds them (the core's reference quantizer).
 static std::vector<uint8_t> random_weights(uint32_t type, size_t ne0, size_t ne1) {
-    const size_t row_bytes = llmm_row_bytes(type, ne0);
+    const size_t row_bytes = llmm__row_bytes(type, ne0);
     std::vector<float> row(ne0);
     std::vector<uint8_t> w(ne1 * row_bytes);
     for (size_t o = 0; o < ne1; o++) {
         const float scale = uniform(0.05f, 2.0f);
         for (size_t j = 0; j < ne0; j++) row[j] = scale * uniform(-1.0f, 1.0f);
-        llmm_type_get(type)->from_float(row.data(), w.data() + o * row_bytes, ne0);
+        llmm__type_get(type)->from_float(row.data(), w.data() + o * row_bytes, ne0);
     }
     return w;
 }
 
 static void check_dequant_tile(uint32_t type, const std::vector<uint8_t> &w, const uint8_t *w_dev, size_t ne0,
                                size_t row0, size_t n, size_t dst_offset) {
-    const char *name = llmm_type_get(type)->name;
-    const size_t row_bytes = llmm_row_bytes(type, ne0), total = dst_offset + (n + 1) * ne0;
+    const char *name = llmm__type_get(type)->name;
+    const size_t row_bytes = llmm__row_bytes(type, ne0), total = dst_offset + (n + 1) * ne0;
     uint16_t *dst = to_device(std::vector<uint16_t>(total, 0xaaaa));
-    assert_int_equal(cu_gemm_dequant_tile(nullptr, w_dev, type, ne0, row0, n, dst + dst_offset), 0);
+    assert_int_equal(llmm__cu_gemm_dequant_tile(nullptr, w_dev, type, ne0, row0, n, dst + dst_offset), 0);
     assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
     const std::vector<uint16_t> got = from_device(dst, total);
     std::vector<float> want(ne0);
     for (size_t r = 0; r < n; r++) {
-        llmm_type_get(type)->dequant_row(&w[(row0 + r) * row_bytes], want.data(), ne0);
+        llmm__type_get(type)->dequant_row(&w[(row0 + r) * row_bytes], want.data(), ne0);
         for (size_t j = 0; j < ne0; j++) {
-            const uint16_t g = got[dst_offset + r * ne0 + j], h = llmm_f32_to_f16(want[j]);
+            const uint16_t g = got[dst_offset + r * ne0 + j], h = llmm__f32_to_f16(want[j]);
             if (g != h)
                 fail_msg("%s tile rows %zu+%zu (offset %zu): row %zu value %zu is 0x%04x, the CPU's %.9g -> 0x%04x",
                          name, row0, n, dst_offset, r, j, g, (double)want[j], h);
@@ -361,9 +361,9 @@ static void test_dequant_tile(void **state) {
         check_dequant_tile(type, w, w_dev, ne0, 11, 13, 1); // a destination only 2-byte aligned
         cudaFree(w_dev);
     }
-    assert_int_equal(cu_gemm_dequant_tile(nullptr, nullptr, LLMM_TYPE_IQ2_XXS, 256, 0, 1, nullptr),
+    assert_int_equal(llmm__cu_gemm_dequant_tile(nullptr, nullptr, LLMM_TYPE_IQ2_XXS, 256, 0, 1, nullptr),
                      cudaErrorInvalidValue);
-    assert_int_equal(cu_gemm_dequant_tile(nullptr, nullptr, LLMM_TYPE_Q4_K, 96, 0, 1, nullptr), cudaErrorInvalidValue);
+    assert_int_equal(llmm__cu_gemm_dequant_tile(nullptr, nullptr, LLMM_TYPE_Q4_K, 96, 0, 1, nullptr), cudaErrorInvalidValue);
 }
 
 // The conversion of x: F16 and BF16 as the core rounds, including ties, subnormals and overflow.
@@ -378,7 +378,7 @@ static void test_convert(void **state) {
     uint16_t *dst = nullptr;
     assert_int_equal(cudaMalloc(&dst, x.size() * 2), cudaSuccess);
     for (uint32_t type : {CU_LT_F16, CU_LT_BF16}) {
-        assert_int_equal(cu_gemm_convert(nullptr, x_dev, x.size(), type, dst), 0);
+        assert_int_equal(llmm__cu_gemm_convert(nullptr, x_dev, x.size(), type, dst), 0);
         const std::vector<uint16_t> got = from_device(dst, x.size());
         for (size_t i = 0; i < x.size(); i++) {
             const uint16_t want = type == CU_LT_F16 ? f16_bits(x[i]) : bf16_bits(x[i]);
@@ -386,11 +386,11 @@ static void test_convert(void **state) {
                 fail_msg("convert to type %u: %.9g became 0x%04x, the core's 0x%04x", type, (double)x[i], got[i], want);
         }
     }
-    assert_int_equal(cu_gemm_convert(nullptr, x_dev, x.size(), CU_LT_F32, dst), cudaErrorInvalidValue);
+    assert_int_equal(llmm__cu_gemm_convert(nullptr, x_dev, x.size(), CU_LT_F32, dst), cudaErrorInvalidValue);
     cudaFree(x_dev), cudaFree(dst);
 }
 
-// ---------------------------------------------------------------- cu_gemm
+// ---------------------------------------------------------------- llmm__cu_gemm
 
 static double rounding_bound(double v, uint32_t as) { // |v - v rounded to type as|, at most
     if (as == CU_LT_F16) return std::ldexp(std::fabs(v), -11) + std::ldexp(1.0, -25);
@@ -399,17 +399,17 @@ static double rounding_bound(double v, uint32_t as) { // |v - v rounded to type 
 }
 
 static float rounded(float v, uint32_t as) {
-    if (as == CU_LT_F16) return llmm_f16_to_f32(f16_bits(v));
-    if (as == CU_LT_BF16) return llmm_bf16_to_f32(bf16_bits(v));
+    if (as == CU_LT_F16) return llmm__f16_to_f32(f16_bits(v));
+    if (as == CU_LT_BF16) return llmm__bf16_to_f32(bf16_bits(v));
     return v;
 }
 
-// tile_rows 0: cu_gemm's own tile. captured: cu_gemm recorded in a stream capture (thread-local,
+// tile_rows 0: llmm__cu_gemm's own tile. captured: llmm__cu_gemm recorded in a stream capture (thread-local,
 // as backend.cu's graphs), the graph then launched.
 static void check_gemm(cu_lt *lt, uint32_t type, size_t ne0, size_t ne1, size_t n_rows, size_t tile_rows,
                        bool captured = false) {
-    const char *name = llmm_type_get(type)->name;
-    const size_t row_bytes = llmm_row_bytes(type, ne0);
+    const char *name = llmm__type_get(type)->name;
+    const size_t row_bytes = llmm__row_bytes(type, ne0);
     const std::vector<uint8_t> w = random_weights(type, ne0, ne1);
     std::vector<float> x(n_rows * ne0);
     for (size_t r = 0; r < n_rows; r++) {
@@ -419,8 +419,8 @@ static void check_gemm(cu_lt *lt, uint32_t type, size_t ne0, size_t ne1, size_t 
     uint8_t *w_dev = to_device(w);
     float *x_dev = to_device(x);
     float *out_dev = to_device(std::vector<float>(n_rows * ne1 + 1, poison_float()));
-    const size_t scratch_bytes = tile_rows ? cu_gemm_scratch_bytes_tiled(type, ne0, ne1, n_rows, tile_rows)
-                                           : cu_gemm_scratch_bytes(type, ne0, ne1, n_rows);
+    const size_t scratch_bytes = tile_rows ? llmm__cu_gemm_scratch_bytes_tiled(type, ne0, ne1, n_rows, tile_rows)
+                                           : llmm__cu_gemm_scratch_bytes(type, ne0, ne1, n_rows);
     void *scratch = nullptr;
     assert_int_equal(cudaMalloc(&scratch, scratch_bytes ? scratch_bytes : 1), cudaSuccess);
     cudaStream_t stream = nullptr;
@@ -428,9 +428,9 @@ static void check_gemm(cu_lt *lt, uint32_t type, size_t ne0, size_t ne1, size_t 
         assert_int_equal(cudaStreamCreate(&stream), cudaSuccess);
         assert_int_equal(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
     }
-    const int err = tile_rows ? cu_gemm_tiled(lt, stream, w_dev, type, ne0, ne1, x_dev, n_rows, out_dev, scratch,
+    const int err = tile_rows ? llmm__cu_gemm_tiled(lt, stream, w_dev, type, ne0, ne1, x_dev, n_rows, out_dev, scratch,
                                               scratch_bytes, tile_rows)
-                              : cu_gemm(lt, stream, w_dev, type, ne0, ne1, x_dev, n_rows, out_dev, scratch,
+                              : llmm__cu_gemm(lt, stream, w_dev, type, ne0, ne1, x_dev, n_rows, out_dev, scratch,
                                         scratch_bytes);
     if (captured) {
         cudaGraph_t graph = nullptr;
@@ -451,7 +451,7 @@ static void check_gemm(cu_lt *lt, uint32_t type, size_t ne0, size_t ne1, size_t 
     const uint32_t w_as = quantized(type) ? CU_LT_F16 : CU_LT_F32; // in place: exact
     const uint32_t x_as = type == LLMM_TYPE_F32 ? CU_LT_F32 : type == LLMM_TYPE_BF16 ? CU_LT_BF16 : CU_LT_F16;
     std::vector<float> w_deq(ne1 * ne0), w_used(ne1 * ne0), x_used(x.size());
-    for (size_t o = 0; o < ne1; o++) llmm_type_get(type)->dequant_row(&w[o * row_bytes], &w_deq[o * ne0], ne0);
+    for (size_t o = 0; o < ne1; o++) llmm__type_get(type)->dequant_row(&w[o * row_bytes], &w_deq[o * ne0], ne0);
     for (size_t i = 0; i < w_deq.size(); i++) w_used[i] = rounded(w_deq[i], w_as);
     for (size_t i = 0; i < x.size(); i++) x_used[i] = rounded(x[i], x_as);
 
@@ -486,34 +486,34 @@ template <uint32_t T> static void test_gemm(void **state) {
     const size_t ne0 = ne0_of(T, true), ne1 = 300; // tiles of 128: 128, 128, 44
     for (size_t n_rows : {1, 9, 33, 130}) check_gemm(lt, T, ne0, ne1, n_rows, 128);
     check_gemm(lt, T, ne0, ne1, 33, 0); // the default tile: one
-    cu_lt_free(lt);
+    llmm__cu_lt_free(lt);
     // in a stream capture, cold (the first use of each key inside it, as a graph's first step)
     lt = new_lt();
     check_gemm(lt, T, ne0, ne1, 17, 128, true);
-    cu_lt_free(lt);
+    llmm__cu_lt_free(lt);
 }
 
 static void test_gemm_scratch(void **state) {
     (void)state;
     // the tile: a multiple of 128 rows of at most 16 MiB of F16, or 128 rows of a wider row
     for (size_t ne0 : {32, 896, 4096, 5120, 14336, 1 << 20}) {
-        const size_t rows = cu_gemm_tile_rows(ne0);
+        const size_t rows = llmm__cu_gemm_tile_rows(ne0);
         assert_int_equal(rows % 128, 0);
         assert_true(rows == 128 || 2 * ne0 * rows <= ((size_t)16 << 20));
         assert_true(2 * ne0 * (rows + 128) > ((size_t)16 << 20));
     }
-    assert_int_equal(cu_gemm_tile_rows(4096), 2048);
-    assert_int_equal(cu_gemm_tile_rows(14336), 512);
+    assert_int_equal(llmm__cu_gemm_tile_rows(4096), 2048);
+    assert_int_equal(llmm__cu_gemm_tile_rows(14336), 512);
 
     // bounded in ne1: past one tile the width no longer matters
     const size_t x_part = 2 * 4096 * 512;
-    assert_int_equal(cu_gemm_scratch_bytes(LLMM_TYPE_Q4_K, 4096, SIZE_MAX, 512), x_part + 2 * 4096 * 2048);
-    assert_int_equal(cu_gemm_scratch_bytes(LLMM_TYPE_Q4_K, 4096, 2048, 512), x_part + 2 * 4096 * 2048);
-    assert_int_equal(cu_gemm_scratch_bytes(LLMM_TYPE_Q4_K, 4096, 1000, 512), x_part + 2 * 4096 * 1000);
-    assert_int_equal(cu_gemm_scratch_bytes(LLMM_TYPE_F16, 4096, SIZE_MAX, 512), x_part);
-    assert_int_equal(cu_gemm_scratch_bytes(LLMM_TYPE_BF16, 4096, SIZE_MAX, 512), x_part);
-    assert_int_equal(cu_gemm_scratch_bytes(LLMM_TYPE_F32, 4096, SIZE_MAX, 512), 0);
-    assert_int_equal(cu_gemm_scratch_bytes(LLMM_TYPE_IQ2_XXS, 4096, 64, 512), 0);
+    assert_int_equal(llmm__cu_gemm_scratch_bytes(LLMM_TYPE_Q4_K, 4096, SIZE_MAX, 512), x_part + 2 * 4096 * 2048);
+    assert_int_equal(llmm__cu_gemm_scratch_bytes(LLMM_TYPE_Q4_K, 4096, 2048, 512), x_part + 2 * 4096 * 2048);
+    assert_int_equal(llmm__cu_gemm_scratch_bytes(LLMM_TYPE_Q4_K, 4096, 1000, 512), x_part + 2 * 4096 * 1000);
+    assert_int_equal(llmm__cu_gemm_scratch_bytes(LLMM_TYPE_F16, 4096, SIZE_MAX, 512), x_part);
+    assert_int_equal(llmm__cu_gemm_scratch_bytes(LLMM_TYPE_BF16, 4096, SIZE_MAX, 512), x_part);
+    assert_int_equal(llmm__cu_gemm_scratch_bytes(LLMM_TYPE_F32, 4096, SIZE_MAX, 512), 0);
+    assert_int_equal(llmm__cu_gemm_scratch_bytes(LLMM_TYPE_IQ2_XXS, 4096, 64, 512), 0);
 
     // one byte short is refused, and nothing is written
     cu_lt *lt = new_lt();
@@ -524,29 +524,29 @@ static void test_gemm_scratch(void **state) {
         for (float &v : x) v = uniform(-1.0f, 1.0f);
         uint8_t *w_dev = to_device(w);
         float *x_dev = to_device(x), *out_dev = to_device(std::vector<float>(n_rows * ne1, poison_float()));
-        const size_t need = cu_gemm_scratch_bytes(type, ne0, ne1, n_rows);
+        const size_t need = llmm__cu_gemm_scratch_bytes(type, ne0, ne1, n_rows);
         assert_true(need > 0);
         void *scratch = nullptr;
         assert_int_equal(cudaMalloc(&scratch, need), cudaSuccess);
-        assert_int_equal(cu_gemm(lt, nullptr, w_dev, type, ne0, ne1, x_dev, n_rows, out_dev, scratch, need - 1),
+        assert_int_equal(llmm__cu_gemm(lt, nullptr, w_dev, type, ne0, ne1, x_dev, n_rows, out_dev, scratch, need - 1),
                          cudaErrorInvalidValue);
-        assert_int_equal(cu_gemm_tiled(lt, nullptr, w_dev, type, ne0, ne1, x_dev, n_rows, out_dev, scratch, need, 0),
+        assert_int_equal(llmm__cu_gemm_tiled(lt, nullptr, w_dev, type, ne0, ne1, x_dev, n_rows, out_dev, scratch, need, 0),
                          cudaErrorInvalidValue);
         assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
         for (float v : from_device(out_dev, n_rows * ne1)) assert_int_equal(bits_of(v), k_poison_bits);
-        assert_int_equal(cu_gemm(lt, nullptr, w_dev, type, ne0, ne1, x_dev, n_rows, out_dev, scratch, need), 0);
+        assert_int_equal(llmm__cu_gemm(lt, nullptr, w_dev, type, ne0, ne1, x_dev, n_rows, out_dev, scratch, need), 0);
         assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
         for (float v : from_device(out_dev, n_rows * ne1)) assert_true(std::isfinite(v));
         cudaFree(w_dev), cudaFree(x_dev), cudaFree(out_dev), cudaFree(scratch);
     }
     // types without math and partial blocks, whatever the scratch
-    assert_int_equal(cu_gemm(lt, nullptr, nullptr, LLMM_TYPE_IQ2_XXS, 256, 4, nullptr, 9, nullptr, nullptr, SIZE_MAX),
+    assert_int_equal(llmm__cu_gemm(lt, nullptr, nullptr, LLMM_TYPE_IQ2_XXS, 256, 4, nullptr, 9, nullptr, nullptr, SIZE_MAX),
                      cudaErrorInvalidValue);
-    assert_int_equal(cu_gemm(lt, nullptr, nullptr, LLMM_TYPE_Q4_K, 96, 4, nullptr, 9, nullptr, nullptr, SIZE_MAX),
+    assert_int_equal(llmm__cu_gemm(lt, nullptr, nullptr, LLMM_TYPE_Q4_K, 96, 4, nullptr, 9, nullptr, nullptr, SIZE_MAX),
                      cudaErrorInvalidValue);
-    assert_int_equal(cu_gemm(nullptr, nullptr, nullptr, LLMM_TYPE_F32, 96, 4, nullptr, 9, nullptr, nullptr, 0),
+    assert_int_equal(llmm__cu_gemm(nullptr, nullptr, nullptr, LLMM_TYPE_F32, 96, 4, nullptr, 9, nullptr, nullptr, 0),
                      cudaErrorInvalidValue);
-    cu_lt_free(lt);
+    llmm__cu_lt_free(lt);
 }
 
 int main(void) {

@@ -3,13 +3,13 @@
 // - mma_s8_m16n8k32, each lane packing its fragments from plain matrices as the PTX layout says
 //   and unpacking D the same way, equals A times B plus C in plain integers (random int8
 //   including -128 and 127, random C of both signs);
-// - cu_gemm_int8_f32 equals the CPU's scalar dot (cpu/cpu_dot.h vec_dot of the weight row with
+// - llmm__cu_gemm_int8_f32 equals the CPU's scalar dot (cpu/cpu_dot.h vec_dot of the weight row with
 //   the CPU-quantized Q8_0 operand row) bit for bit, for Q4_0, Q5_0, Q8_0 and IQ4_NL, with row
 //   counts and widths that are not multiples of the 64 x 64 tile (1, 17, 64 and 130 activation
-//   rows; 37 and 130 weight rows; 96 and 352 values: a last stage of 3 blocks), and cu_matmul
+//   rows; 37 and 130 weight rows; 96 and 352 values: a last stage of 3 blocks), and llmm__cu_matmul
 //   (gemv_quant.cu) on the same inputs agrees within the tolerance its own test holds it to,
 //   (ne0 / 32 + 4) * 2^-23 * sum_j |w_j x_j|;
-// - cu_gemm_int8 on operand bytes given directly, with the extremes a file and the quantizer
+// - llmm__cu_gemm_int8 on operand bytes given directly, with the extremes a file and the quantizer
 //   allow (weights -128 and 127, operand -127 and 127: block sums near 2^19), is the CPU's bit
 //   for bit;
 // - types without int8 weights and widths that are not whole blocks are refused.
@@ -100,33 +100,33 @@ static void test_mma_primitive(void **state) {
 // ---------------------------------------------------------------- the GEMM
 
 static std::vector<uint8_t> random_weights(uint32_t type, size_t ne0, size_t ne1) {
-    const size_t rb = llmm_row_bytes(type, ne0);
+    const size_t rb = llmm__row_bytes(type, ne0);
     std::vector<float> row(ne0);
     std::vector<uint8_t> w(ne1 * rb);
     for (size_t o = 0; o < ne1; o++) {
         const float scale = uniform(0.05f, 2.0f);
         for (size_t j = 0; j < ne0; j++) row[j] = scale * uniform(-1.0f, 1.0f);
-        llmm_type_get(type)->from_float(row.data(), w.data() + o * rb, ne0);
+        llmm__type_get(type)->from_float(row.data(), w.data() + o * rb, ne0);
     }
     return w;
 }
 
-// sum_j |w_j x_j| of one row pair as the dot sees them (dequantized), for cu_matmul's tolerance.
+// sum_j |w_j x_j| of one row pair as the dot sees them (dequantized), for llmm__cu_matmul's tolerance.
 static double magnitude(uint32_t type, const uint8_t *w, const uint8_t *xq, size_t ne0) {
     std::vector<float> wv(ne0), xv(ne0);
-    llmm_type_get(type)->dequant_row(w, wv.data(), ne0);
-    llmm_type_get(LLMM_TYPE_Q8_0)->dequant_row(xq, xv.data(), ne0);
+    llmm__type_get(type)->dequant_row(w, wv.data(), ne0);
+    llmm__type_get(LLMM_TYPE_Q8_0)->dequant_row(xq, xv.data(), ne0);
     double mag = 0;
     for (size_t j = 0; j < ne0; j++) mag += std::fabs((double)wv[j] * xv[j]);
     return mag;
 }
 
 static void check_gemm(uint32_t type, size_t ne0, size_t ne1, size_t n_rows) {
-    const char *name = llmm_type_get(type)->name;
-    const cpu_dot *dot = cpu_dot_get(type);
+    const char *name = llmm__type_get(type)->name;
+    const cpu_dot *dot = llmm__cpu_dot_get(type);
     assert_non_null(dot);
     assert_int_equal(dot->operand_type, LLMM_TYPE_Q8_0);
-    const size_t w_row = llmm_row_bytes(type, ne0), x_row = llmm_row_bytes(LLMM_TYPE_Q8_0, ne0);
+    const size_t w_row = llmm__row_bytes(type, ne0), x_row = llmm__row_bytes(LLMM_TYPE_Q8_0, ne0);
     const std::vector<uint8_t> w = random_weights(type, ne0, ne1);
     std::vector<float> x(n_rows * ne0);
     for (size_t r = 0; r < n_rows; r++) {
@@ -134,22 +134,22 @@ static void check_gemm(uint32_t type, size_t ne0, size_t ne1, size_t n_rows) {
         for (size_t j = 0; j < ne0; j++) x[r * ne0 + j] = scale * uniform(-1.0f, 1.0f);
     }
     std::vector<uint8_t> xq(n_rows * x_row);
-    for (size_t r = 0; r < n_rows; r++) llmm_type_get(LLMM_TYPE_Q8_0)->from_float(&x[r * ne0], &xq[r * x_row], ne0);
+    for (size_t r = 0; r < n_rows; r++) llmm__type_get(LLMM_TYPE_Q8_0)->from_float(&x[r * ne0], &xq[r * x_row], ne0);
 
     uint8_t *w_dev = to_device(w);
     float *x_dev = to_device(x), *out_dev = nullptr;
     assert_int_equal(cudaMalloc(&out_dev, n_rows * ne1 * sizeof(float)), cudaSuccess);
     void *scratch = nullptr;
-    assert_int_equal(cu_gemm_int8_scratch_bytes(ne0, n_rows), n_rows * x_row);
-    assert_int_equal(cu_matmul_scratch_bytes(type, ne0, n_rows), n_rows * x_row);
+    assert_int_equal(llmm__cu_gemm_int8_scratch_bytes(ne0, n_rows), n_rows * x_row);
+    assert_int_equal(llmm__cu_matmul_scratch_bytes(type, ne0, n_rows), n_rows * x_row);
     assert_int_equal(cudaMalloc(&scratch, n_rows * x_row), cudaSuccess);
 
     poison(out_dev, n_rows * ne1);
-    assert_int_equal(cu_gemm_int8_f32(nullptr, w_dev, type, ne0, ne1, x_dev, n_rows, out_dev, scratch), 0);
+    assert_int_equal(llmm__cu_gemm_int8_f32(nullptr, w_dev, type, ne0, ne1, x_dev, n_rows, out_dev, scratch), 0);
     assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
     const std::vector<float> got = from_device(out_dev, n_rows * ne1);
     poison(out_dev, n_rows * ne1);
-    assert_int_equal(cu_matmul(nullptr, w_dev, type, ne0, ne1, x_dev, n_rows, out_dev, scratch), 0);
+    assert_int_equal(llmm__cu_matmul(nullptr, w_dev, type, ne0, ne1, x_dev, n_rows, out_dev, scratch), 0);
     assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
     const std::vector<float> gemv = from_device(out_dev, n_rows * ne1);
 
@@ -191,8 +191,8 @@ static std::vector<uint8_t> raw_blocks(size_t n_blocks, size_t block_bytes, bool
 }
 
 static void check_raw(uint32_t type, size_t ne0, size_t ne1, size_t n_rows, bool extreme) {
-    const cpu_dot *dot = cpu_dot_get(type);
-    const size_t nb = ne0 / 32, w_row = llmm_row_bytes(type, ne0), x_row = llmm_row_bytes(LLMM_TYPE_Q8_0, ne0);
+    const cpu_dot *dot = llmm__cpu_dot_get(type);
+    const size_t nb = ne0 / 32, w_row = llmm__row_bytes(type, ne0), x_row = llmm__row_bytes(LLMM_TYPE_Q8_0, ne0);
     const std::vector<uint8_t> w = raw_blocks(ne1 * nb, w_row / nb, extreme, type == LLMM_TYPE_Q8_0 ? 0x80 : 0x00);
     std::vector<uint8_t> xq = raw_blocks(n_rows * nb, x_row / nb, extreme, 0x7f);
     for (size_t r = 1; extreme && r < n_rows; r += 2) // odd rows -127: sums of both signs
@@ -201,14 +201,14 @@ static void check_raw(uint32_t type, size_t ne0, size_t ne1, size_t n_rows, bool
     float *out_dev = nullptr;
     assert_int_equal(cudaMalloc(&out_dev, n_rows * ne1 * sizeof(float)), cudaSuccess);
     poison(out_dev, n_rows * ne1);
-    assert_int_equal(cu_gemm_int8(nullptr, w_dev, type, ne0, ne1, xq_dev, n_rows, out_dev), 0);
+    assert_int_equal(llmm__cu_gemm_int8(nullptr, w_dev, type, ne0, ne1, xq_dev, n_rows, out_dev), 0);
     assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
     const std::vector<float> got = from_device(out_dev, n_rows * ne1);
     for (size_t r = 0; r < n_rows; r++)
         for (size_t o = 0; o < ne1; o++) {
             const float want = dot->vec_dot(&w[o * w_row], &xq[r * x_row], ne0), g = got[r * ne1 + o];
             if (!same_bits(g, want))
-                fail_msg("%s raw%s ne0 %zu: out[%zu][%zu] = %.9g, the CPU's %.9g", llmm_type_get(type)->name,
+                fail_msg("%s raw%s ne0 %zu: out[%zu][%zu] = %.9g, the CPU's %.9g", llmm__type_get(type)->name,
                          extreme ? " extreme" : "", ne0, r, o, (double)g, (double)want);
         }
     cudaFree(w_dev), cudaFree(xq_dev), cudaFree(out_dev);
@@ -222,14 +222,14 @@ static void test_raw_blocks(void **state) {
 
 static void test_refused(void **state) {
     (void)state;
-    assert_true(cu_gemm_int8_supports(LLMM_TYPE_Q8_0));
-    assert_true(cu_gemm_int8_supports(LLMM_TYPE_Q4_0));
-    assert_false(cu_gemm_int8_supports(LLMM_TYPE_Q4_1));
-    assert_false(cu_gemm_int8_supports(LLMM_TYPE_Q4_K));
-    assert_false(cu_gemm_int8_supports(LLMM_TYPE_F16));
-    assert_int_equal(cu_gemm_int8(nullptr, nullptr, LLMM_TYPE_Q4_1, 64, 4, nullptr, 1, nullptr), cudaErrorInvalidValue);
-    assert_int_equal(cu_gemm_int8(nullptr, nullptr, LLMM_TYPE_Q4_0, 48, 4, nullptr, 1, nullptr), cudaErrorInvalidValue);
-    assert_int_equal(cu_gemm_int8_f32(nullptr, nullptr, LLMM_TYPE_Q8_0, 48, 4, nullptr, 1, nullptr, nullptr),
+    assert_true(llmm__cu_gemm_int8_supports(LLMM_TYPE_Q8_0));
+    assert_true(llmm__cu_gemm_int8_supports(LLMM_TYPE_Q4_0));
+    assert_false(llmm__cu_gemm_int8_supports(LLMM_TYPE_Q4_1));
+    assert_false(llmm__cu_gemm_int8_supports(LLMM_TYPE_Q4_K));
+    assert_false(llmm__cu_gemm_int8_supports(LLMM_TYPE_F16));
+    assert_int_equal(llmm__cu_gemm_int8(nullptr, nullptr, LLMM_TYPE_Q4_1, 64, 4, nullptr, 1, nullptr), cudaErrorInvalidValue);
+    assert_int_equal(llmm__cu_gemm_int8(nullptr, nullptr, LLMM_TYPE_Q4_0, 48, 4, nullptr, 1, nullptr), cudaErrorInvalidValue);
+    assert_int_equal(llmm__cu_gemm_int8_f32(nullptr, nullptr, LLMM_TYPE_Q8_0, 48, 4, nullptr, 1, nullptr, nullptr),
                      cudaErrorInvalidValue);
 }
 

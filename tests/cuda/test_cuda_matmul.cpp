@@ -1,14 +1,14 @@
 // test_cuda_matmul: cuda/gemv_quant.cu under the SIMT emulation against the CPU backend, for
 // each of the 15 weight types:
-// - the activations' operand (cu_quantize_operand) is byte for byte the CPU's from_float of
+// - the activations' operand (llmm__cu_quantize_operand) is byte for byte the CPU's from_float of
 //   the operand type the CPU's dot table names (cpu/cpu_dot.h), including an all-zero block,
 //   a largest magnitude reached by two values of opposite signs (Q8_K keeps the first) and
 //   values that round half to even;
-// - cu_matmul is the CPU's scalar dot (vec_dot of the weight row with that operand) within
+// - llmm__cu_matmul is the CPU's scalar dot (vec_dot of the weight row with that operand) within
 //   (ne0 / 32 + 4) * 2^-23 * sum_j |w_j x_j| (ne0 / 8 for F32, F16 and BF16), w and x as the
 //   dots see them (dequantized): each block's contribution rounds as the CPU's, only the order
 //   of the sum over blocks differs (a warp's lanes, then a shuffle tree);
-// - cu_embed is bit for bit the type's dequant_row, with NaN rows and the flag for tokens
+// - llmm__cu_embed is bit for bit the type's dequant_row, with NaN rows and the flag for tokens
 //   outside the table.
 // Shapes are odd on purpose: ne0 a multiple of the block but not of 256 where the block
 // allows, ne1 not a multiple of the warps per thread block, n_rows 1, 3, 8 and 17 (two full
@@ -37,12 +37,12 @@ extern "C" {
 static uint32_t rng_state = 0x2545f491u;
 static float uniform(float lo, float hi) { return xorshift32_uniform(&rng_state, lo, hi); }
 
-static size_t row_bytes(uint32_t type, size_t ne0) { return llmm_row_bytes(type, ne0); }
+static size_t row_bytes(uint32_t type, size_t ne0) { return llmm__row_bytes(type, ne0); }
 
 // Three ne0 per type: multiples of the block, not of 256 where the block is smaller.
 static size_t ne0_of(uint32_t type, int shape) {
     static const size_t elems[3] = {96, 136, 520}, legacy[3] = {96, 352, 160}, k[3] = {512, 768, 256};
-    const uint32_t bs = llmm_type_get(type)->block_size;
+    const uint32_t bs = llmm__type_get(type)->block_size;
     return bs == 1 ? elems[shape] : bs == 32 ? legacy[shape] : k[shape];
 }
 static const size_t ne1_of[3] = {37, 5, 130};
@@ -54,7 +54,7 @@ static std::vector<uint8_t> random_weights(uint32_t type, size_t ne0, size_t ne1
     for (size_t o = 0; o < ne1; o++) {
         const float scale = uniform(0.05f, 2.0f);
         for (size_t j = 0; j < ne0; j++) row[j] = scale * uniform(-1.0f, 1.0f);
-        llmm_type_get(type)->from_float(row.data(), w.data() + o * row_bytes(type, ne0), ne0);
+        llmm__type_get(type)->from_float(row.data(), w.data() + o * row_bytes(type, ne0), ne0);
     }
     return w;
 }
@@ -86,16 +86,16 @@ static std::vector<float> dequant_operand(uint32_t op, const uint8_t *row, size_
     for (size_t j = 0; j < ne0; j++) {
         switch (op) {
         case LLMM_TYPE_F32: std::memcpy(&v[j], row + 4 * j, 4); break;
-        case LLMM_TYPE_F16: v[j] = llmm_f16_to_f32(((const llmm_f16 *)row)[j]); break;
-        case LLMM_TYPE_BF16: v[j] = llmm_bf16_to_f32(((const llmm_bf16 *)row)[j]); break;
+        case LLMM_TYPE_F16: v[j] = llmm__f16_to_f32(((const llmm_f16 *)row)[j]); break;
+        case LLMM_TYPE_BF16: v[j] = llmm__bf16_to_f32(((const llmm_bf16 *)row)[j]); break;
         case LLMM_TYPE_Q8_0: {
             const block_q8_0 *b = (const block_q8_0 *)row + j / 32;
-            v[j] = llmm_f16_to_f32(b->d) * b->qs[j % 32];
+            v[j] = llmm__f16_to_f32(b->d) * b->qs[j % 32];
             break;
         }
         case LLMM_TYPE_Q8_1: {
             const block_q8_1 *b = (const block_q8_1 *)row + j / 32;
-            v[j] = llmm_f16_to_f32(b->d) * b->qs[j % 32];
+            v[j] = llmm__f16_to_f32(b->d) * b->qs[j % 32];
             break;
         }
         case LLMM_TYPE_Q8_K: {
@@ -109,46 +109,46 @@ static std::vector<float> dequant_operand(uint32_t op, const uint8_t *row, size_
 }
 
 static void check_matmul(uint32_t type, size_t ne0, size_t ne1, size_t n_rows) {
-    const char *name = llmm_type_get(type)->name;
-    const cpu_dot *dot = cpu_dot_get(type);
+    const char *name = llmm__type_get(type)->name;
+    const cpu_dot *dot = llmm__cpu_dot_get(type);
     assert_non_null(dot);
     const uint32_t op = dot->operand_type;
-    assert_int_equal(cu_matmul_operand_type(type), op);
+    assert_int_equal(llmm__cu_matmul_operand_type(type), op);
     const size_t w_row = row_bytes(type, ne0), op_row = row_bytes(op, ne0);
 
     const std::vector<uint8_t> w = random_weights(type, ne0, ne1);
     const std::vector<float> x = random_activations(ne0, n_rows);
     std::vector<uint8_t> xq(n_rows * op_row);
-    for (size_t r = 0; r < n_rows; r++) llmm_type_get(op)->from_float(&x[r * ne0], &xq[r * op_row], ne0);
+    for (size_t r = 0; r < n_rows; r++) llmm__type_get(op)->from_float(&x[r * ne0], &xq[r * op_row], ne0);
 
     uint8_t *w_dev = to_device(w);
     float *x_dev = to_device(x), *out_dev = nullptr;
     assert_int_equal(cudaMalloc(&out_dev, n_rows * ne1 * sizeof(float)), cudaSuccess);
-    const size_t scratch_bytes = cu_matmul_scratch_bytes(type, ne0, n_rows);
+    const size_t scratch_bytes = llmm__cu_matmul_scratch_bytes(type, ne0, n_rows);
     assert_int_equal(scratch_bytes, op == LLMM_TYPE_F32 ? 0 : n_rows * op_row);
     void *scratch = nullptr;
     assert_int_equal(cudaMalloc(&scratch, scratch_bytes + 1), cudaSuccess);
 
     if (op != LLMM_TYPE_F32) {
-        assert_int_equal(cu_quantize_operand(nullptr, x_dev, op, ne0, n_rows, scratch), 0);
+        assert_int_equal(llmm__cu_quantize_operand(nullptr, x_dev, op, ne0, n_rows, scratch), 0);
         const std::vector<uint8_t> got = from_device((const uint8_t *)scratch, n_rows * op_row);
         for (size_t i = 0; i < got.size(); i++)
             if (got[i] != xq[i])
                 fail_msg("%s operand %s, ne0 %zu: row %zu byte %zu is 0x%02x, the CPU's 0x%02x", name,
-                         llmm_type_get(op)->name, ne0, i / op_row, i % op_row, got[i], xq[i]);
+                         llmm__type_get(op)->name, ne0, i / op_row, i % op_row, got[i], xq[i]);
     }
 
-    assert_int_equal(cu_matmul(nullptr, w_dev, type, ne0, ne1, x_dev, n_rows, out_dev, scratch), 0);
+    assert_int_equal(llmm__cu_matmul(nullptr, w_dev, type, ne0, ne1, x_dev, n_rows, out_dev, scratch), 0);
     const std::vector<float> got = from_device(out_dev, n_rows * ne1);
     std::vector<float> w_deq(ne0);
     for (size_t r = 0; r < n_rows; r++) {
         const std::vector<float> x_deq = dequant_operand(op, &xq[r * op_row], ne0);
         for (size_t o = 0; o < ne1; o++) {
             const float want = dot->vec_dot(&w[o * w_row], &xq[r * op_row], ne0);
-            llmm_type_get(type)->dequant_row(&w[o * w_row], w_deq.data(), ne0);
+            llmm__type_get(type)->dequant_row(&w[o * w_row], w_deq.data(), ne0);
             double mag = 0;
             for (size_t j = 0; j < ne0; j++) mag += std::fabs((double)w_deq[j] * x_deq[j]);
-            const double terms = llmm_type_get(type)->block_size == 1 ? ne0 / 8.0 : ne0 / 32.0;
+            const double terms = llmm__type_get(type)->block_size == 1 ? ne0 / 8.0 : ne0 / 32.0;
             const double tol = (terms + 4) * std::ldexp(1.0, -23) * mag;
             const float g = got[r * ne1 + o];
             if (!(std::fabs((double)g - want) <= tol))
@@ -173,7 +173,7 @@ static uint32_t bits_of(float f) {
 }
 
 static void check_embed(uint32_t type) {
-    const char *name = llmm_type_get(type)->name;
+    const char *name = llmm__type_get(type)->name;
     const size_t ne0 = ne0_of(type, 0), ne1 = 37, w_row = row_bytes(type, ne0);
     const std::vector<uint8_t> table = random_weights(type, ne0, ne1);
     const std::vector<int32_t> tokens = {0, 36, 5, -1, 37, 5, 12, INT32_MIN};
@@ -187,16 +187,16 @@ static void check_embed(uint32_t type) {
 
     // only valid tokens first: the flag stays clear
     assert_int_equal(cudaMemset(bad_dev, 0, sizeof(int)), cudaSuccess);
-    assert_int_equal(cu_embed(nullptr, table_dev, type, ne0, ne1, tokens_dev, 3, out_dev, bad_dev), 0);
+    assert_int_equal(llmm__cu_embed(nullptr, table_dev, type, ne0, ne1, tokens_dev, 3, out_dev, bad_dev), 0);
     assert_int_equal(from_device(bad_dev, 1)[0], 0);
 
-    assert_int_equal(cu_embed(nullptr, table_dev, type, ne0, ne1, tokens_dev, n, out_dev, bad_dev), 0);
+    assert_int_equal(llmm__cu_embed(nullptr, table_dev, type, ne0, ne1, tokens_dev, n, out_dev, bad_dev), 0);
     assert_int_equal(from_device(bad_dev, 1)[0], 1);
     const std::vector<float> got = from_device(out_dev, n * ne0);
     std::vector<float> want(ne0);
     for (size_t i = 0; i < n; i++) {
         const bool valid = tokens[i] >= 0 && (size_t)tokens[i] < ne1;
-        if (valid) llmm_type_get(type)->dequant_row(&table[(size_t)tokens[i] * w_row], want.data(), ne0);
+        if (valid) llmm__type_get(type)->dequant_row(&table[(size_t)tokens[i] * w_row], want.data(), ne0);
         for (size_t j = 0; j < ne0; j++) {
             const float g = got[i * ne0 + j];
             if (valid ? bits_of(g) != bits_of(want[j]) : !std::isnan(g))
@@ -221,11 +221,11 @@ static void test_embed(void **state) {
 // A type without a kernel, or an ne0 that is not whole blocks, is refused before any launch.
 static void test_refused(void **state) {
     (void)state;
-    assert_int_equal(cu_matmul_operand_type(LLMM_TYPE_IQ2_XXS), UINT32_MAX);
-    assert_int_equal(cu_matmul_scratch_bytes(LLMM_TYPE_IQ2_XXS, 256, 1), 0);
-    assert_int_not_equal(cu_matmul(nullptr, nullptr, LLMM_TYPE_IQ2_XXS, 256, 4, nullptr, 1, nullptr, nullptr), 0);
-    assert_int_not_equal(cu_matmul(nullptr, nullptr, LLMM_TYPE_Q4_K, 96, 4, nullptr, 1, nullptr, nullptr), 0);
-    assert_int_not_equal(cu_embed(nullptr, nullptr, LLMM_TYPE_Q4_0, 48, 4, nullptr, 1, nullptr, nullptr), 0);
+    assert_int_equal(llmm__cu_matmul_operand_type(LLMM_TYPE_IQ2_XXS), UINT32_MAX);
+    assert_int_equal(llmm__cu_matmul_scratch_bytes(LLMM_TYPE_IQ2_XXS, 256, 1), 0);
+    assert_int_not_equal(llmm__cu_matmul(nullptr, nullptr, LLMM_TYPE_IQ2_XXS, 256, 4, nullptr, 1, nullptr, nullptr), 0);
+    assert_int_not_equal(llmm__cu_matmul(nullptr, nullptr, LLMM_TYPE_Q4_K, 96, 4, nullptr, 1, nullptr, nullptr), 0);
+    assert_int_not_equal(llmm__cu_embed(nullptr, nullptr, LLMM_TYPE_Q4_0, 48, 4, nullptr, 1, nullptr, nullptr), 0);
 }
 
 int main(void) {

@@ -48,10 +48,10 @@ typedef struct cpu_attn_batch {
     float scale;
     float softcap;
 } cpu_attn_batch;
-llmm_status cpu_attend(cpu_state *s, const cpu_attn_batch *b);
-llmm_status cpu_rope_rows(float *x, size_t n_rows, size_t n_heads, size_t head_dim, const int32_t *pos,
+llmm_status llmm__cpu_attend(cpu_state *s, const cpu_attn_batch *b);
+llmm_status llmm__cpu_rope_rows(float *x, size_t n_rows, size_t n_heads, size_t head_dim, const int32_t *pos,
                           const llmm_rope_params *rp);
-llmm_status cpu_kv_store_rows(const llmm_kv_view *views, const int32_t *pos, size_t n_rows, const float *k,
+llmm_status llmm__cpu_kv_store_rows(const llmm_kv_view *views, const int32_t *pos, size_t n_rows, const float *k,
                               const float *v, size_t kv_dim);
 }
 
@@ -96,10 +96,10 @@ int setup(void **) {
     llmm_backend_config cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.n_threads = 1;
-    return llmm_cpu_backend.init(&cfg, &g_cpu) == LLMM_OK ? 0 : -1;
+    return llmm__cpu_backend.init(&cfg, &g_cpu) == LLMM_OK ? 0 : -1;
 }
 int teardown(void **) {
-    llmm_cpu_backend.shutdown(g_cpu);
+    llmm__cpu_backend.shutdown(g_cpu);
     return 0;
 }
 
@@ -116,9 +116,9 @@ void test_rms_norm(void **) {
             std::vector<float> x = rand_floats(n, -2.0f, 2.0f), w = rand_floats(dim, -2.0f, 2.0f), cpu(n);
             float *xd = to_device(x.data(), n), *wd = to_device(w.data(), dim), *od = nullptr;
             assert_int_equal(cudaMalloc(&od, n * sizeof(float)), cudaSuccess);
-            assert_int_equal(cu_rms_norm(nullptr, xd, wd, od, n_rows, dim, eps), 0);
+            assert_int_equal(llmm__cu_rms_norm(nullptr, xd, wd, od, n_rows, dim, eps), 0);
             const std::vector<float> got = from_device(od, n);
-            assert_int_equal(llmm_cpu_backend.rms_norm(g_cpu, x.data(), w.data(), cpu.data(), n_rows, dim, eps), LLMM_OK);
+            assert_int_equal(llmm__cpu_backend.rms_norm(g_cpu, x.data(), w.data(), cpu.data(), n_rows, dim, eps), LLMM_OK);
             for (size_t r = 0; r < n_rows; r++) {
                 double ss = 0;
                 for (size_t i = 0; i < dim; i++) ss += (double)x[r * dim + i] * x[r * dim + i];
@@ -150,8 +150,8 @@ void test_elementwise(void **) {
 
         float *ad = to_device(a.data(), n);
         std::vector<float> cpu = a;
-        assert_int_equal(cu_add(nullptr, ad, bd, n), 0);
-        assert_int_equal(llmm_cpu_backend.add(g_cpu, cpu.data(), b.data(), n), LLMM_OK);
+        assert_int_equal(llmm__cu_add(nullptr, ad, bd, n), 0);
+        assert_int_equal(llmm__cpu_backend.add(g_cpu, cpu.data(), b.data(), n), LLMM_OK);
         std::vector<float> got = from_device(ad, n);
         for (size_t i = 0; i < n; i++)
             if (got[i] != cpu[i]) fail_msg("add value %zu: %.9g want %.9g", i, got[i], cpu[i]);
@@ -160,8 +160,8 @@ void test_elementwise(void **) {
         const float s = rng_float(-3.0f, 3.0f);
         ad = to_device(a.data(), n);
         cpu = a;
-        assert_int_equal(cu_scale(nullptr, ad, n, s), 0);
-        assert_int_equal(llmm_cpu_backend.scale(g_cpu, cpu.data(), n, s), LLMM_OK);
+        assert_int_equal(llmm__cu_scale(nullptr, ad, n, s), 0);
+        assert_int_equal(llmm__cpu_backend.scale(g_cpu, cpu.data(), n, s), LLMM_OK);
         got = from_device(ad, n);
         for (size_t i = 0; i < n; i++)
             if (got[i] != cpu[i]) fail_msg("scale value %zu: %.9g want %.9g", i, got[i], cpu[i]);
@@ -170,8 +170,8 @@ void test_elementwise(void **) {
         const float cap = si % 2 ? 30.0f : 5.0f;
         ad = to_device(a.data(), n);
         cpu = a;
-        assert_int_equal(cu_softcap(nullptr, ad, n, cap), 0);
-        assert_int_equal(llmm_cpu_backend.softcap(g_cpu, cpu.data(), n, cap), LLMM_OK);
+        assert_int_equal(llmm__cu_softcap(nullptr, ad, n, cap), 0);
+        assert_int_equal(llmm__cpu_backend.softcap(g_cpu, cpu.data(), n, cap), LLMM_OK);
         got = from_device(ad, n);
         for (size_t i = 0; i < n; i++) {
             const double ref = cap * tanh((double)a[i] / cap);
@@ -187,8 +187,8 @@ void test_elementwise(void **) {
             const std::vector<float> x = rand_floats(n, -2.0f, 2.0f), bias = rand_floats(dim, -2.0f, 2.0f);
             float *xd = to_device(x.data(), n), *bd = to_device(bias.data(), dim);
             std::vector<float> cpu = x;
-            assert_int_equal(cu_add_rows(nullptr, xd, bd, n_rows, dim), 0);
-            assert_int_equal(llmm_cpu_backend.add_rows(g_cpu, cpu.data(), bias.data(), n_rows, dim), LLMM_OK);
+            assert_int_equal(llmm__cu_add_rows(nullptr, xd, bd, n_rows, dim), 0);
+            assert_int_equal(llmm__cpu_backend.add_rows(g_cpu, cpu.data(), bias.data(), n_rows, dim), LLMM_OK);
             const std::vector<float> got = from_device(xd, n);
             for (size_t i = 0; i < n; i++)
                 if (got[i] != cpu[i]) fail_msg("add_rows value %zu: %.9g want %.9g", i, got[i], cpu[i]);
@@ -209,8 +209,8 @@ void test_glu(void **) {
             const std::vector<float> g = rand_floats(n, -range, range), up = rand_floats(n, -2.0f, 2.0f);
             float *gd_ = to_device(g.data(), n), *ud = to_device(up.data(), n);
             std::vector<float> cpu = g;
-            assert_int_equal(cu_glu(nullptr, gd_, ud, n, act), 0);
-            assert_int_equal(llmm_cpu_backend.glu(g_cpu, cpu.data(), up.data(), n, (llmm_activation)act), LLMM_OK);
+            assert_int_equal(llmm__cu_glu(nullptr, gd_, ud, n, act), 0);
+            assert_int_equal(llmm__cpu_backend.glu(g_cpu, cpu.data(), up.data(), n, (llmm_activation)act), LLMM_OK);
             const std::vector<float> got = from_device(gd_, n);
             for (size_t i = 0; i < n; i++) {
                 const double gd = g[i], u = up[i];
@@ -250,7 +250,7 @@ void test_rope(void **) {
                 float *xd = to_device(x.data(), n), *ffd = to_device(ff.data(), ff.size());
                 int32_t *posd = to_device(pos, N_ROWS);
                 const float freq_scale = scaled ? 0.25f : 1.0f, mscale = scaled ? 1.25f : 1.0f;
-                assert_int_equal(cu_rope(nullptr, xd, N_ROWS, N_HEADS, hd, posd, (uint32_t)n_rot, bases[bi], freq_scale,
+                assert_int_equal(llmm__cu_rope(nullptr, xd, N_ROWS, N_HEADS, hd, posd, (uint32_t)n_rot, bases[bi], freq_scale,
                                          mscale, kind, scaled ? ffd : nullptr),
                                  0);
                 const std::vector<float> y = from_device(xd, n);
@@ -263,7 +263,7 @@ void test_rope(void **) {
                 rp.kind = (llmm_rope_kind)kind;
                 rp.freq_factors = scaled ? ff.data() : nullptr;
                 std::vector<float> cpu = x;
-                assert_int_equal(cpu_rope_rows(cpu.data(), N_ROWS, N_HEADS, hd, pos, &rp), LLMM_OK);
+                assert_int_equal(llmm__cpu_rope_rows(cpu.data(), N_ROWS, N_HEADS, hd, pos, &rp), LLMM_OK);
                 for (size_t r = 0; r < N_ROWS; r++)
                     for (size_t h = 0; h < N_HEADS; h++) {
                         const size_t o = (r * N_HEADS + h) * hd;
@@ -338,7 +338,7 @@ void fill_pool_rows(pool &p) {
             const float f = rng_float(-2.0f, 2.0f);
             if (p.kv.type == LLMM_KV_F32) memcpy(row + 4 * e, &f, 4);
             else if (p.kv.type == LLMM_KV_F16) {
-                const llmm_f16 h = llmm_f32_to_f16(f);
+                const llmm_f16 h = llmm__f32_to_f16(f);
                 memcpy(row + 2 * e, &h, 2);
             } else row[4 + e] = (uint8_t)(int8_t)((int)rng_below(255) - 127);
         }
@@ -406,7 +406,7 @@ uint32_t plan_tables(const std::vector<int32_t> &pos, int prompt, uint32_t bs_sh
 // 11 and 40 (Q8 rows end in padding), 72 and 256, blocks of 1, 4, 16 and 32 positions: a decode
 // step of 4 sequences at different positions (layer 1) and a prompt step of 5 consecutive
 // positions of one sequence (layer 0), through shuffled, disjoint block tables; the whole pool
-// afterwards byte for byte the CPU's (cpu_kv_store_rows on the same bytes).
+// afterwards byte for byte the CPU's (llmm__cpu_kv_store_rows on the same bytes).
 void test_kv_write(void **) {
     rng_seed(81);
     enum { NL = 2 };
@@ -431,13 +431,13 @@ void test_kv_write(void **) {
                 dev_step ds = put_step(pos, starts, tables);
                 p.dev.pool = to_device(p.host.data(), p.bytes);
                 float *kd = to_device(k.data(), k.size()), *vd = to_device(v.data(), v.size());
-                assert_int_equal(cu_kv_write(nullptr, &p.dev, &ds.s, layer, kd, vd), 0);
-                assert_int_not_equal(cu_kv_write(nullptr, &p.dev, &ds.s, NL, kd, vd), 0);
+                assert_int_equal(llmm__cu_kv_write(nullptr, &p.dev, &ds.s, layer, kd, vd), 0);
+                assert_int_not_equal(llmm__cu_kv_write(nullptr, &p.dev, &ds.s, NL, kd, vd), 0);
                 const std::vector<uint8_t> got = from_device(p.dev.pool, p.bytes);
                 p.kv.pool = p.host.data();
                 std::vector<llmm_kv_view> views(n_rows);
                 for (size_t r = 0; r < n_rows; r++) views[r] = kv_layout_view(&p.kv, layer, tables.data() + starts[r]);
-                assert_int_equal(cpu_kv_store_rows(views.data(), pos.data(), n_rows, k.data(), v.data(), kvd), LLMM_OK);
+                assert_int_equal(llmm__cpu_kv_store_rows(views.data(), pos.data(), n_rows, k.data(), v.data(), kvd), LLMM_OK);
                 for (size_t i = 0; i < p.bytes; i++)
                     if (got[i] != p.host[i])
                         fail_msg("kv_write %s %s, %u K/V heads of %u, blocks of %u: pool byte %zu (row %zu, byte %zu "
@@ -552,7 +552,7 @@ void check_attn_row(const pool &p, uint32_t l, const uint32_t *table, int32_t po
         if (p.kv.type == LLMM_KV_F16) {
             llmm_f16 h;
             memcpy(&h, row + 2 * e, 2);
-            return llmm_f16_to_f32(h);
+            return llmm__f16_to_f32(h);
         }
         float s;
         memcpy(&s, row, 4);
@@ -634,10 +634,10 @@ void run_attn_case(const attn_case &c) {
         const std::vector<float> q = rand_floats(n_out, -1.0f, 1.0f), poison(n_out + GUARD, NAN);
         float *qd = to_device(q.data(), n_out), *od = to_device(poison.data(), poison.size());
 
-        const size_t need = cu_attention_scratch_bytes(n_rows, nh, hd, c.max_kv);
+        const size_t need = llmm__cu_attention_scratch_bytes(n_rows, nh, hd, c.max_kv);
         if (need) {
             assert_int_not_equal(
-                cu_attention(nullptr, &p.dev, &ds.s, LAYER, qd, od, nh, c.window, scale, c.softcap, c.max_kv, nullptr, 0),
+                llmm__cu_attention(nullptr, &p.dev, &ds.s, LAYER, qd, od, nh, c.window, scale, c.softcap, c.max_kv, nullptr, 0),
                 0);
             const std::vector<float> untouched = from_device(od, poison.size());
             for (size_t i = 0; i < poison.size(); i++)
@@ -645,7 +645,7 @@ void run_attn_case(const attn_case &c) {
         }
         const std::vector<uint8_t> fill(need + GUARD, 0xa5);
         uint8_t *scratch = to_device(fill.data(), fill.size());
-        assert_int_equal(cu_attention(nullptr, &p.dev, &ds.s, LAYER, qd, od, nh, c.window, scale, c.softcap, c.max_kv,
+        assert_int_equal(llmm__cu_attention(nullptr, &p.dev, &ds.s, LAYER, qd, od, nh, c.window, scale, c.softcap, c.max_kv,
                                       need ? scratch : nullptr, need),
                          0);
         const std::vector<float> got = from_device(od, poison.size());
@@ -672,7 +672,7 @@ void run_attn_case(const attn_case &c) {
         b.head_dim = hd;
         b.scale = scale;
         b.softcap = c.softcap;
-        assert_int_equal(cpu_attend((cpu_state *)g_cpu, &b), LLMM_OK);
+        assert_int_equal(llmm__cpu_attend((cpu_state *)g_cpu, &b), LLMM_OK);
         char what[160];
         snprintf(what, sizeof what, "%s, %s, %u heads over %u, head_dim %u, blocks of %u, row", c.name,
                  k_kv_names[type], nh, c.n_head_kv, hd, 1u << c.bs_shift);
@@ -721,7 +721,7 @@ void test_attention(void **) {
     for (const attn_case &c : cases) run_attn_case(c);
     for (size_t kv = 1; kv < 5000; kv += 97)
         for (size_t n = 1; n < 300; n++)
-            if (cu_attention_scratch_bytes(n, 8, 128, kv) < cu_attention_scratch_bytes(n - 1, 8, 128, kv))
+            if (llmm__cu_attention_scratch_bytes(n, 8, 128, kv) < llmm__cu_attention_scratch_bytes(n - 1, 8, 128, kv))
                 fail_msg("cu_attention_scratch_bytes(%zu rows, max_kv %zu) below %zu rows'", n, kv, n - 1);
 }
 

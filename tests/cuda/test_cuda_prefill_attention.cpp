@@ -1,6 +1,6 @@
-// test_cuda_prefill_attention: cuda/prefill_attention.cu (cu_prefill_attention) under the SIMT
+// test_cuda_prefill_attention: cuda/prefill_attention.cu (llmm__cu_prefill_attention) under the SIMT
 // emulation, against a float64 reference of the same math over the same pool bytes and against
-// cu_attention (attention.cu) on the same inputs.
+// llmm__cu_attention (attention.cu) on the same inputs.
 //
 // Each case is one step holding two prompt chunks of two sequences: A (rows [0, nA)) and B
 // (rows [nA, nA + nB)), each starting mid-block after earlier positions of its sequence, then
@@ -9,7 +9,7 @@
 // the chunk sees is random, so a read of a wrong block, slot, head or layer shows, and every
 // other row (positions no row sees: before a window, past the chunk's end, in a gap left behind
 // by a window; blocks of neither table) is NaN in every layer and head, so a kernel that lets
-// one into a sum (even times a zero weight) fails. cu_prefill_attention is called once per
+// one into a sum (even times a zero weight) fails. llmm__cu_prefill_attention is called once per
 // chunk with its row range; the output is poisoned with NaN first, so an unwritten value fails,
 // and the padding row and everything past the output must stay NaN. Shapes: blocks of 16 and 32
 // positions, chunks across block boundaries, windows (one leaving a whole tile of
@@ -24,14 +24,14 @@
 //   adds to join them, each product rounded once (Q8 values once more, scale times int8), so
 //   |err| <= (ceil(head_dim / 4) + 3 + q8) u sum|q k| before scaling, then u |raw| for the scale
 //   and 4u (|raw| + |capped|) for tanh and its two products: ds. The coefficient is taken at
-//   least backend_conformance.c's (head_dim / 8 + 10), so the bound covers cu_attention too.
+//   least backend_conformance.c's (head_dim / 8 + 10), so the bound covers llmm__cu_attention too.
 // - a weight e^(s - m_final) is computed as e^(s - m_k) times one rescaling factor
 //   e^(m_i - m_{i+1}) per later tile where the maximum grew: the rounded differences telescope
 //   to at most 4u max|s| in the exponent, each exp and product adds about 3u per tile; the
 //   softmax sum (a warp tree per tile, then one add per tile) and the weighted sum of V (one
 //   add per position) add (n + 10) u more:
 //     |err| <= sum_p w_p |v_p| (2 ds + (4 max|s| + n + 5 tiles + 10 + q8) u),  tiles = n/32 + 2.
-// cu_attention is within backend_conformance.c's smaller bound of the same reference, so the two
+// llmm__cu_attention is within backend_conformance.c's smaller bound of the same reference, so the two
 // kernels' results are within twice this bound of each other, which is checked too.
 #include <math.h>
 #include <stdarg.h>
@@ -125,7 +125,7 @@ void fill_pool_rows(pool &p) {
             const float f = rng_float(-2.0f, 2.0f);
             if (p.kv.type == LLMM_KV_F32) memcpy(row + 4 * e, &f, 4);
             else if (p.kv.type == LLMM_KV_F16) {
-                const llmm_f16 h = llmm_f32_to_f16(f);
+                const llmm_f16 h = llmm__f32_to_f16(f);
                 memcpy(row + 2 * e, &h, 2);
             } else row[4 + e] = (uint8_t)(int8_t)((int)rng_below(255) - 127);
         }
@@ -163,7 +163,7 @@ void poison_unseen(pool &p, const std::vector<std::vector<bool>> &visible) {
                                                   b * p.kv.block_stride + slot * p.kv.row_bytes]);
 }
 
-// Marks the positions rows at pos see (window as cu_prefill_attention's) in visible, through table.
+// Marks the positions rows at pos see (window as llmm__cu_prefill_attention's) in visible, through table.
 void mark_visible(std::vector<std::vector<bool>> &visible, const uint32_t *table, uint32_t bs_shift,
                   const std::vector<int32_t> &pos, uint32_t window) {
     for (int32_t p : pos) {
@@ -183,7 +183,7 @@ double kv_value(const pool &p, const uint8_t *row, size_t e) {
     if (p.kv.type == LLMM_KV_F16) {
         llmm_f16 h;
         memcpy(&h, row + 2 * e, 2);
-        return llmm_f16_to_f32(h);
+        return llmm__f16_to_f32(h);
     }
     float s;
     memcpy(&s, row, 4);
@@ -260,29 +260,29 @@ std::vector<int32_t> chunk_positions(const chunk &c) {
     return pos;
 }
 
-// Arguments cu_prefill_attention must refuse, each launching nothing (out stays poisoned).
+// Arguments llmm__cu_prefill_attention must refuse, each launching nothing (out stays poisoned).
 void check_refusals(const pool &p, const cu_step &s, uint32_t nl, const float *qd, float *od, size_t n_out,
                     uint32_t nh) {
     const size_t nr = s.n_rows;
-    assert_int_equal(cu_prefill_attention(nullptr, &p.dev, &s, 0, qd, od, nh, 0, 1.0f, 0.0f, 2, 2), 0); // empty range
-    assert_int_not_equal(cu_prefill_attention(nullptr, &p.dev, &s, 0, qd, od, nh, 0, 1.0f, 0.0f, 0, nr + 1), 0);
-    assert_int_not_equal(cu_prefill_attention(nullptr, &p.dev, &s, 0, qd, od, nh, 0, 1.0f, 0.0f, 2, 1), 0);
-    assert_int_not_equal(cu_prefill_attention(nullptr, &p.dev, &s, nl, qd, od, nh, 0, 1.0f, 0.0f, 0, 1), 0);
-    assert_int_not_equal(cu_prefill_attention(nullptr, &p.dev, &s, 0, qd, od, 0, 0, 1.0f, 0.0f, 0, 1), 0);
+    assert_int_equal(llmm__cu_prefill_attention(nullptr, &p.dev, &s, 0, qd, od, nh, 0, 1.0f, 0.0f, 2, 2), 0); // empty range
+    assert_int_not_equal(llmm__cu_prefill_attention(nullptr, &p.dev, &s, 0, qd, od, nh, 0, 1.0f, 0.0f, 0, nr + 1), 0);
+    assert_int_not_equal(llmm__cu_prefill_attention(nullptr, &p.dev, &s, 0, qd, od, nh, 0, 1.0f, 0.0f, 2, 1), 0);
+    assert_int_not_equal(llmm__cu_prefill_attention(nullptr, &p.dev, &s, nl, qd, od, nh, 0, 1.0f, 0.0f, 0, 1), 0);
+    assert_int_not_equal(llmm__cu_prefill_attention(nullptr, &p.dev, &s, 0, qd, od, 0, 0, 1.0f, 0.0f, 0, 1), 0);
     if (p.dev.n_head_kv > 1) // any n_head is a multiple of one K/V head
-        assert_int_not_equal(cu_prefill_attention(nullptr, &p.dev, &s, 0, qd, od, nh + 1, 0, 1.0f, 0.0f, 0, 1), 0);
+        assert_int_not_equal(llmm__cu_prefill_attention(nullptr, &p.dev, &s, 0, qd, od, nh + 1, 0, 1.0f, 0.0f, 0, 1), 0);
     cu_kv bad = p.dev;
     bad.head_dim = 0;
-    assert_int_not_equal(cu_prefill_attention(nullptr, &bad, &s, 0, qd, od, nh, 0, 1.0f, 0.0f, 0, 1), 0);
+    assert_int_not_equal(llmm__cu_prefill_attention(nullptr, &bad, &s, 0, qd, od, nh, 0, 1.0f, 0.0f, 0, 1), 0);
     bad.head_dim = 257;
-    assert_int_not_equal(cu_prefill_attention(nullptr, &bad, &s, 0, qd, od, nh, 0, 1.0f, 0.0f, 0, 1), 0);
+    assert_int_not_equal(llmm__cu_prefill_attention(nullptr, &bad, &s, 0, qd, od, nh, 0, 1.0f, 0.0f, 0, 1), 0);
     bad.head_dim = p.dev.head_dim;
     bad.pool = nullptr;
-    assert_int_not_equal(cu_prefill_attention(nullptr, &bad, &s, 0, qd, od, nh, 0, 1.0f, 0.0f, 0, 1), 0);
+    assert_int_not_equal(llmm__cu_prefill_attention(nullptr, &bad, &s, 0, qd, od, nh, 0, 1.0f, 0.0f, 0, 1), 0);
     bad = p.dev;
     bad.type = 3;
-    assert_int_not_equal(cu_prefill_attention(nullptr, &bad, &s, 0, qd, od, nh, 0, 1.0f, 0.0f, 0, 1), 0);
-    assert_int_not_equal(cu_prefill_attention(nullptr, &p.dev, &s, 0, nullptr, od, nh, 0, 1.0f, 0.0f, 0, 1), 0);
+    assert_int_not_equal(llmm__cu_prefill_attention(nullptr, &bad, &s, 0, qd, od, nh, 0, 1.0f, 0.0f, 0, 1), 0);
+    assert_int_not_equal(llmm__cu_prefill_attention(nullptr, &p.dev, &s, 0, nullptr, od, nh, 0, 1.0f, 0.0f, 0, 1), 0);
     const std::vector<float> got = from_device(od, n_out);
     for (size_t i = 0; i < n_out; i++)
         if (!isnan(got[i])) fail_msg("a refused call wrote value %zu", i);
@@ -342,18 +342,18 @@ void run_case(const pf_case &c) {
         if (type == 0) check_refusals(p, s, NL, qd, od, poison.size(), nh);
 
         assert_int_equal(
-            cu_prefill_attention(nullptr, &p.dev, &s, LAYER, qd, od, nh, c.window, scale, c.softcap, 0, na), 0);
-        assert_int_equal(cu_prefill_attention(nullptr, &p.dev, &s, LAYER, qd, od, nh, c.window, scale, c.softcap, na,
+            llmm__cu_prefill_attention(nullptr, &p.dev, &s, LAYER, qd, od, nh, c.window, scale, c.softcap, 0, na), 0);
+        assert_int_equal(llmm__cu_prefill_attention(nullptr, &p.dev, &s, LAYER, qd, od, nh, c.window, scale, c.softcap, na,
                                               na + nb_rows),
                          0);
         const std::vector<float> got = from_device(od, poison.size());
         for (size_t i = (na + nb_rows) * q_dim; i < got.size(); i++)
             if (!isnan(got[i])) fail_msg("%s: value %zu (padding row or past the output) changed", c.name, i);
 
-        const size_t max_kv = (size_t)max_pos + 1, need = cu_attention_scratch_bytes(n_rows, nh, hd, max_kv);
+        const size_t max_kv = (size_t)max_pos + 1, need = llmm__cu_attention_scratch_bytes(n_rows, nh, hd, max_kv);
         void *scratch = nullptr;
         if (need) assert_int_equal(cudaMalloc(&scratch, need), cudaSuccess);
-        assert_int_equal(cu_attention(nullptr, &p.dev, &s, LAYER, qd, od2, nh, c.window, scale, c.softcap, max_kv,
+        assert_int_equal(llmm__cu_attention(nullptr, &p.dev, &s, LAYER, qd, od2, nh, c.window, scale, c.softcap, max_kv,
                                       scratch, need),
                          0);
         const std::vector<float> other = from_device(od2, n_out);

@@ -1,11 +1,11 @@
 // test_cuda_sample: cuda/sample.cu under the SIMT emulation against lib/sampler.c.
-// - sampler_request: the penalty window as distinct ascending tokens with counts, nothing when
+// - llmm__sampler_request: the penalty window as distinct ascending tokens with counts, nothing when
 //   penalties are off, one draw exactly when llmm_sample would draw (the RNG states of a twin
 //   sampler that samples on the host stay equal), INVALID_ARG with the sampler's message and
 //   nothing drawn for an n_vocab llmm_sample refuses;
-// - cu_sample_pack: the layout cu_sample reads (rows, then every row's tokens, then counts),
-//   log(min_p) from the host, 0 when the staging buffer is too small; cu_sample refuses n_vocab 0;
-// - cu_sample against llmm_sample, token for token, for greedy, temperature alone, top-k (40
+// - llmm__cu_sample_pack: the layout llmm__cu_sample reads (rows, then every row's tokens, then counts),
+//   log(min_p) from the host, 0 when the staging buffer is too small; llmm__cu_sample refuses n_vocab 0;
+// - llmm__cu_sample against llmm_sample, token for token, for greedy, temperature alone, top-k (40
 //   and 1200: sorted in shared memory and in scratch, or off when the vocabulary is smaller),
 //   top-p, min-p, top-p then min-p, penalties (sampling and greedy) and everything combined:
 //   1,000 rows a mode, 5 rows a launch (one sampler pair per row, as a context's sequences),
@@ -92,10 +92,10 @@ struct device_buffers {
 
 static device_buffers device_alloc(int32_t window) {
     device_buffers d;
-    d.packed_bytes = cu_sample_staging_bytes(ROWS_PER_LAUNCH, (size_t)ROWS_PER_LAUNCH * (size_t)window);
+    d.packed_bytes = llmm__cu_sample_staging_bytes(ROWS_PER_LAUNCH, (size_t)ROWS_PER_LAUNCH * (size_t)window);
     assert_int_equal(cudaMalloc(&d.logits, ROWS_PER_LAUNCH * MAX_VOCAB * sizeof(float)), cudaSuccess);
     assert_int_equal(cudaMalloc(&d.packed, d.packed_bytes + 8), cudaSuccess);
-    assert_int_equal(cudaMalloc(&d.scratch, cu_sample_scratch_bytes(ROWS_PER_LAUNCH, MAX_VOCAB)), cudaSuccess);
+    assert_int_equal(cudaMalloc(&d.scratch, llmm__cu_sample_scratch_bytes(ROWS_PER_LAUNCH, MAX_VOCAB)), cudaSuccess);
     assert_int_equal(cudaMalloc(&d.out, ROWS_PER_LAUNCH * sizeof(int32_t)), cudaSuccess);
     return d;
 }
@@ -119,7 +119,7 @@ static llmm_sampler_params with_penalties(llmm_sampler_params p, float repeat, f
     return p;
 }
 
-// ROWS_PER_MODE rows of this mode through llmm_sample and through cu_sample, token for token.
+// ROWS_PER_MODE rows of this mode through llmm_sample and through llmm__cu_sample, token for token.
 static void check_mode(const char *mode, llmm_sampler_params params) {
     llmm_sampler *cpu[ROWS_PER_LAUNCH], *dev[ROWS_PER_LAUNCH];
     for (int b = 0; b < ROWS_PER_LAUNCH; b++) {
@@ -151,11 +151,11 @@ static void check_mode(const char *mode, llmm_sampler_params params) {
                                  : kind[b] == ROW_BROKEN ? LLMM_ERR_NUMERICAL
                                                          : LLMM_OK);
             want[b] = st ? -1 : t;
-            sampler_rng_save(dev[b], saved[b]);
-            assert_int_equal(sampler_request(dev[b], n, &req[b]), LLMM_OK);
+            llmm__sampler_rng_save(dev[b], saved[b]);
+            assert_int_equal(llmm__sampler_request(dev[b], n, &req[b]), LLMM_OK);
             penalized_seen += req[b].n_penalized;
         }
-        const size_t bytes = cu_sample_pack(req, ROWS_PER_LAUNCH, staging.data(), staging.size());
+        const size_t bytes = llmm__cu_sample_pack(req, ROWS_PER_LAUNCH, staging.data(), staging.size());
         assert_true(bytes > 0);
         assert_int_equal(cudaMemcpy(d.packed, staging.data(), bytes, cudaMemcpyHostToDevice), cudaSuccess);
         assert_int_equal(cudaMemcpy(d.logits, logits.data(), ROWS_PER_LAUNCH * n * sizeof(float),
@@ -163,7 +163,7 @@ static void check_mode(const char *mode, llmm_sampler_params params) {
                          cudaSuccess);
         assert_int_equal(cudaMemcpy(d.out, poison.data(), ROWS_PER_LAUNCH * sizeof(int32_t), cudaMemcpyHostToDevice),
                          cudaSuccess);
-        assert_int_equal(cu_sample(nullptr, d.logits, ROWS_PER_LAUNCH, n, d.packed, d.out, d.scratch), 0);
+        assert_int_equal(llmm__cu_sample(nullptr, d.logits, ROWS_PER_LAUNCH, n, d.packed, d.out, d.scratch), 0);
         int32_t got[ROWS_PER_LAUNCH];
         assert_int_equal(cudaMemcpy(got, d.out, sizeof got, cudaMemcpyDeviceToHost), cudaSuccess);
 
@@ -172,7 +172,7 @@ static void check_mode(const char *mode, llmm_sampler_params params) {
                 fail_msg("%s: launch %d row %d (%s, n_vocab %zu, %u penalized): device token %d, CPU %d", mode,
                          launch, b, kind_names[kind[b]], n, req[b].n_penalized, got[b], want[b]);
             if (want[b] < 0) {
-                sampler_rng_restore(dev[b], saved[b]);
+                llmm__sampler_rng_restore(dev[b], saved[b]);
                 continue;
             }
             assert_int_equal(llmm_sampler_accept(cpu[b], want[b]), LLMM_OK);
@@ -186,8 +186,8 @@ static void check_mode(const char *mode, llmm_sampler_params params) {
     }
     for (int b = 0; b < ROWS_PER_LAUNCH; b++) {
         uint64_t a[4], c[4];
-        sampler_rng_save(cpu[b], a);
-        sampler_rng_save(dev[b], c);
+        llmm__sampler_rng_save(cpu[b], a);
+        llmm__sampler_rng_save(dev[b], c);
         assert_memory_equal(a, c, sizeof a);
         llmm_sampler_free(cpu[b]);
         llmm_sampler_free(dev[b]);
@@ -249,7 +249,7 @@ static void test_request(void **state) {
     for (llmm_token t : window) assert_int_equal(llmm_sampler_accept(s, t), LLMM_OK);
 
     llmm_sample_request r;
-    assert_int_equal(sampler_request(s, 50, &r), LLMM_OK);
+    assert_int_equal(llmm__sampler_request(s, 50, &r), LLMM_OK);
     static const int32_t tokens[] = {2, 3, 5, 7, 9, 100};
     static const uint32_t counts[] = {2, 1, 2, 1, 1, 1};
     assert_int_equal(r.n_penalized, 6);
@@ -263,15 +263,15 @@ static void test_request(void **state) {
     llmm_token t;
     assert_int_equal(llmm_sample(twin, logits, 4, &t), LLMM_OK);
     uint64_t a[4], b[4];
-    sampler_rng_save(s, a);
-    sampler_rng_save(twin, b);
+    llmm__sampler_rng_save(s, a);
+    llmm__sampler_rng_save(twin, b);
     assert_memory_equal(a, b, sizeof a);
 
     // refused as llmm_sample refuses, nothing drawn
-    assert_int_equal(sampler_request(s, 0, &r), LLMM_ERR_INVALID_ARG);
+    assert_int_equal(llmm__sampler_request(s, 0, &r), LLMM_ERR_INVALID_ARG);
     assert_non_null(strstr(llmm_sampler_last_error(s), "n_vocab"));
-    assert_int_equal(sampler_request(s, (size_t)INT32_MAX + 1, &r), LLMM_ERR_INVALID_ARG);
-    sampler_rng_save(s, b);
+    assert_int_equal(llmm__sampler_request(s, (size_t)INT32_MAX + 1, &r), LLMM_ERR_INVALID_ARG);
+    llmm__sampler_rng_save(s, b);
     assert_memory_equal(a, b, sizeof a);
     llmm_sampler_free(s);
     llmm_sampler_free(twin);
@@ -281,9 +281,9 @@ static void test_request(void **state) {
     p.penalty_last_n = 8;
     assert_int_equal(llmm_sampler_create(&p, &s), LLMM_OK);
     assert_int_equal(llmm_sampler_accept(s, 4), LLMM_OK);
-    sampler_rng_save(s, a);
-    assert_int_equal(sampler_request(s, 50, &r), LLMM_OK);
-    sampler_rng_save(s, b);
+    llmm__sampler_rng_save(s, a);
+    assert_int_equal(llmm__sampler_request(s, 50, &r), LLMM_OK);
+    llmm__sampler_rng_save(s, b);
     assert_memory_equal(a, b, sizeof a);
     assert_int_equal(r.n_penalized, 0);
     assert_true(r.uniform == 0.0);
@@ -300,11 +300,11 @@ static void test_pack(void **state) {
     req[0].n_penalized = 2, req[0].penalized = tok0, req[0].counts = cnt0, req[0].uniform = 0.25;
     req[1] = req[0];
     req[1].min_p = 0.0f, req[1].n_penalized = 3, req[1].penalized = tok1, req[1].counts = cnt1;
-    const size_t bytes = cu_sample_staging_bytes(2, 5);
+    const size_t bytes = llmm__cu_sample_staging_bytes(2, 5);
     assert_int_equal(bytes, 2 * sizeof(cu_sample_row) + 10 * sizeof(uint32_t));
     std::vector<uint64_t> staging(bytes / 8 + 1);
-    assert_int_equal(cu_sample_pack(req, 2, staging.data(), bytes - 1), 0);
-    assert_int_equal(cu_sample_pack(req, 2, staging.data(), bytes), bytes);
+    assert_int_equal(llmm__cu_sample_pack(req, 2, staging.data(), bytes - 1), 0);
+    assert_int_equal(llmm__cu_sample_pack(req, 2, staging.data(), bytes), bytes);
     cu_sample_row rows[2];
     memcpy(rows, staging.data(), sizeof rows);
     const uint32_t *pen = (const uint32_t *)((const uint8_t *)staging.data() + sizeof rows);
@@ -318,7 +318,7 @@ static void test_pack(void **state) {
             assert_int_equal(pen[rows[r].counts_at + j], req[r].counts[j]);
         }
     }
-    assert_int_equal(cu_sample(nullptr, nullptr, 1, 0, nullptr, nullptr, nullptr), cudaErrorInvalidValue);
+    assert_int_equal(llmm__cu_sample(nullptr, nullptr, 1, 0, nullptr, nullptr, nullptr), cudaErrorInvalidValue);
 }
 
 int main(void) {

@@ -278,7 +278,7 @@ static const node *ref(int rule) {
     return n;
 }
 
-static size_t llmm__utf8_encode(uint32_t cp, char *out) {
+static size_t ref_utf8_encode(uint32_t cp, char *out) {
     if (cp < 0x80) return out[0] = (char)cp, 1;
     if (cp < 0x800) return out[0] = (char)(0xC0 | cp >> 6), out[1] = (char)(0x80 | (cp & 63)), 2;
     if (cp < 0x10000)
@@ -289,7 +289,7 @@ static size_t llmm__utf8_encode(uint32_t cp, char *out) {
 }
 
 /* Decode one UTF-8 character (strictly); 0 when malformed or at the end. */
-static size_t llmm__utf8_decode(const char *s, size_t len, uint32_t *cp) {
+static size_t ref_utf8_decode(const char *s, size_t len, uint32_t *cp) {
     if (len == 0) return 0;
     unsigned char c = (unsigned char)s[0];
     size_t n = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
@@ -407,7 +407,7 @@ static int match(recogniser *r, const node *n, size_t pos, const cont *k) {
     }
     case N_CLASS:
     case N_ANY:
-        used = llmm__utf8_decode(r->text + pos, r->len - pos, &cp);
+        used = ref_utf8_decode(r->text + pos, r->len - pos, &cp);
         return used && (n->kind == N_ANY || class_has(n, cp)) && run(r, k, pos + used);
     case N_SEQ: {
         cont c = {n, 0, k};
@@ -471,7 +471,7 @@ static void generate(const ref_grammar *g, const node *n, int depth, char *out, 
                 cp = palette[rnd(PALETTE_N)];
             }
             if (n->kind == N_ANY || class_has(n, cp)) {
-                emit(out, len, cap, buf, llmm__utf8_encode(cp, buf));
+                emit(out, len, cap, buf, ref_utf8_encode(cp, buf));
                 break;
             }
         }
@@ -502,7 +502,7 @@ static size_t mutate(char *s, size_t len, size_t cap) {
         if (len && at < len) memmove(s + at, s + at + 1, len - at - 1), len--;
         break;
     case 1: { /* insert a character */
-        size_t n = llmm__utf8_encode(palette[rnd(PALETTE_N)], buf);
+        size_t n = ref_utf8_encode(palette[rnd(PALETTE_N)], buf);
         if (len + n < cap) memmove(s + at + n, s + at, len - at), memcpy(s + at, buf, n), len += n;
         break;
     }
@@ -672,6 +672,97 @@ static void test_mask_equals_per_token_check(void **state) {
     llmm_model_free(m);
 }
 
+/* The allowed-token pattern of a state, as the mask writes it: 1 allowed, -inf refused. */
+static void mask_of(llmm_grammar_state *s, float *out, size_t n_vocab) {
+    for (size_t i = 0; i < n_vocab; i++) out[i] = 1.0f;
+    assert_int_equal(llmm_grammar_state_mask(s, out, n_vocab), LLMM_OK);
+}
+
+/* A random token the mask allows, or -1 when none is. */
+static llmm_token pick_allowed(const float *mask, size_t n_vocab) {
+    size_t n_allowed = 0;
+    for (size_t i = 0; i < n_vocab; i++) n_allowed += mask[i] == 1.0f;
+    if (!n_allowed) return -1;
+    size_t k = rnd((uint32_t)n_allowed);
+    for (size_t i = 0; i < n_vocab; i++)
+        if (mask[i] == 1.0f && k-- == 0) return (llmm_token)i;
+    return -1;
+}
+
+/* What a speculative round does with grammar states: a clone walks the draft's proposals, the
+ * target keeps a prefix of them and then a token of its own on another clone. The state the
+ * draft was cloned from must allow exactly what it allowed before; the target's state, after
+ * the kept prefix, exactly what the draft's allowed at that point; and it must go on after the
+ * draft's state is freed. */
+static void test_draft_clones_keep_independent_states(void **state) {
+    (void)state;
+    enum { K = 6 };
+    llmm_model *m = load_vocab("vocab/ggml-vocab-qwen2.gguf");
+    llmm_model_info info = {.size = sizeof info};
+    assert_int_equal(llmm_model_get_info(m, &info), LLMM_OK);
+    size_t n_vocab = info.n_vocab;
+    const char *gbnf = "root ::= \"{\" ws \"\\\"name\\\"\" ws \":\" ws str ws \"}\"\n"
+                       "str ::= \"\\\"\" ([^\"\\\\] | \"\\\\\" [\"\\\\n])* \"\\\"\"\n"
+                       "ws ::= [ \\n]{0,2}\n";
+    llmm_grammar *g = NULL;
+    assert_int_equal(llmm_grammar_create(m, gbnf, strlen(gbnf), NULL, &g, NULL, 0), LLMM_OK);
+    float *before = malloc(n_vocab * sizeof *before), *now = malloc(n_vocab * sizeof *now);
+    float *draft_masks = malloc((K + 1) * n_vocab * sizeof *draft_masks);
+    assert_non_null(before);
+    assert_non_null(now);
+    assert_non_null(draft_masks);
+    llmm_grammar_state *root = NULL;
+    assert_int_equal(llmm_grammar_state_create(g, &root), LLMM_OK);
+    assert_int_equal(llmm_grammar_state_accept_bytes(root, "{ \"name\":\"", 10), LLMM_OK);
+    mask_of(root, before, n_vocab);
+    int rounds_with_rejection = 0;
+    for (int trial = 0; trial < 24; trial++) {
+        llmm_grammar_state *draft = NULL, *target = NULL;
+        assert_int_equal(llmm_grammar_state_clone(root, &draft), LLMM_OK);
+        llmm_token proposed[K];
+        size_t n_proposed = 0;
+        mask_of(draft, draft_masks, n_vocab);
+        while (n_proposed < K) {
+            llmm_token t = pick_allowed(draft_masks + n_proposed * n_vocab, n_vocab);
+            if (t < 0) break;
+            assert_int_equal(llmm_grammar_state_accept_token(draft, t), LLMM_OK);
+            proposed[n_proposed++] = t;
+            mask_of(draft, draft_masks + n_proposed * n_vocab, n_vocab);
+        }
+        assert_true(n_proposed > 0);
+        mask_of(root, now, n_vocab);
+        assert_memory_equal(now, before, n_vocab * sizeof *now);
+
+        size_t kept = rnd((uint32_t)n_proposed + 1);
+        assert_int_equal(llmm_grammar_state_clone(root, &target), LLMM_OK);
+        for (size_t i = 0; i < kept; i++) assert_int_equal(llmm_grammar_state_accept_token(target, proposed[i]), LLMM_OK);
+        mask_of(target, now, n_vocab);
+        assert_memory_equal(now, draft_masks + kept * n_vocab, n_vocab * sizeof *now);
+        llmm_grammar_state_free(draft);
+        if (kept < n_proposed) {
+            /* the target's own token where it rejected the proposal */
+            llmm_token own = pick_allowed(now, n_vocab);
+            for (int tries = 0; own == proposed[kept] && tries < 8; tries++) own = pick_allowed(now, n_vocab);
+            if (own >= 0 && own != proposed[kept]) {
+                rounds_with_rejection++;
+                assert_int_equal(llmm_grammar_state_accept_token(target, own), LLMM_OK);
+                mask_of(target, now, n_vocab);
+            }
+        }
+        llmm_grammar_state_free(target);
+    }
+    mask_of(root, now, n_vocab);
+    assert_memory_equal(now, before, n_vocab * sizeof *now);
+    print_message("24 draft rounds, %d with a rejection\n", rounds_with_rejection);
+    assert_true(rounds_with_rejection > 0);
+    llmm_grammar_state_free(root);
+    llmm_grammar_free(g);
+    free(before);
+    free(now);
+    free(draft_masks);
+    llmm_model_free(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_literals_and_escapes),
@@ -683,6 +774,7 @@ int main(void) {
         cmocka_unit_test(test_malformed_grammars),
         cmocka_unit_test(test_matcher_agrees_with_backtracking),
         cmocka_unit_test(test_mask_equals_per_token_check),
+        cmocka_unit_test(test_draft_clones_keep_independent_states),
     };
     return cmocka_run_group_tests_name("grammar", tests, NULL, NULL);
 }

@@ -610,6 +610,11 @@ static llmm_model *load_vocab(const char *rel) {
     return m;
 }
 
+/* An object with one string member: strings cross every kind of token boundary. */
+static const char NAME_OBJECT_GBNF[] = "root ::= \"{\" ws \"\\\"name\\\"\" ws \":\" ws str ws \"}\"\n"
+                                       "str ::= \"\\\"\" ([^\"\\\\] | \"\\\\\" [\"\\\\n])* \"\\\"\"\n"
+                                       "ws ::= [ \\n]{0,2}\n";
+
 /* The mask of every state along a text must equal checking each token's bytes on a copy of
  * the state; EOS only where the text may end. */
 static void test_mask_equals_per_token_check(void **state) {
@@ -618,9 +623,7 @@ static void test_mask_equals_per_token_check(void **state) {
     llmm_model_info info = {.size = sizeof info};
     assert_int_equal(llmm_model_get_info(m, &info), LLMM_OK);
     size_t n_vocab = info.n_vocab;
-    const char *gbnf = "root ::= \"{\" ws \"\\\"name\\\"\" ws \":\" ws str ws \"}\"\n"
-                       "str ::= \"\\\"\" ([^\"\\\\] | \"\\\\\" [\"\\\\n])* \"\\\"\"\n"
-                       "ws ::= [ \\n]{0,2}\n";
+    const char *gbnf = NAME_OBJECT_GBNF;
     const char *text = "{ \"name\":\"h\xc3\xa9llo \\\"\xe4\xb8\x96\" }";
     llmm_grammar *g = NULL;
     char err[256];
@@ -701,9 +704,7 @@ static void test_draft_clones_keep_independent_states(void **state) {
     llmm_model_info info = {.size = sizeof info};
     assert_int_equal(llmm_model_get_info(m, &info), LLMM_OK);
     size_t n_vocab = info.n_vocab;
-    const char *gbnf = "root ::= \"{\" ws \"\\\"name\\\"\" ws \":\" ws str ws \"}\"\n"
-                       "str ::= \"\\\"\" ([^\"\\\\] | \"\\\\\" [\"\\\\n])* \"\\\"\"\n"
-                       "ws ::= [ \\n]{0,2}\n";
+    const char *gbnf = NAME_OBJECT_GBNF;
     llmm_grammar *g = NULL;
     assert_int_equal(llmm_grammar_create(m, gbnf, strlen(gbnf), NULL, &g, NULL, 0), LLMM_OK);
     float *before = malloc(n_vocab * sizeof *before), *now = malloc(n_vocab * sizeof *now);

@@ -530,7 +530,8 @@ LLMM_API llmm_status llmm_context_get_stats(llmm_context *ctx, llmm_context_stat
 /* Pay a context's one-time costs now rather than in the first request: runs dummy decode steps
  * of 1, 2, ... up to min(n_seq_max, 8) rows on sequence ids not in use, so that the CUDA backend
  * captures its decode graph for each of those batch sizes and loads every kernel, and the CPU
- * backend makes its packed weight copies. The dummy rows' K/V go to free blocks that are given
+ * backend makes all its packed weight copies (normal decode steps make them a bounded share at
+ * a time). The dummy rows' K/V go to free blocks that are given
  * back afterwards; no sequence in use, no logits readable with llmm_logits and no stats other
  * than warmup_ms and the graph fields change. Call it once after llmm_context_create, from the
  * thread that uses the context; calling it again is cheap. Errors: INVALID_ARG, CONTEXT_FULL

@@ -247,7 +247,8 @@ static llmm_status cpu_step_begin(void *state, const llmm_step *step) {
     if (st) return st;
     s->desc = *step;
     s->step = step->kind == LLMM_STEP_DECODE ? CPU_STEP_DECODE : CPU_STEP_PROMPT;
-    s->pack_budget = s->pack_step_bytes;
+    /* warm-up makes every copy at once: that is what the app called it for */
+    s->pack_budget = step->warmup ? SIZE_MAX : s->pack_step_bytes;
     return LLMM_OK;
 }
 

@@ -152,8 +152,8 @@ const cpu_kernels *llmm__cpu_kernels_get(cpu_isa isa) {
     case CPU_ISA_AMX: return &llmm__cpu_kernels_amx;
 #endif
 #if defined(__aarch64__)
-    case CPU_ISA_NEON: return &cpu_kernels_neon;
-    case CPU_ISA_NEON_DOTPROD: return &cpu_kernels_neon_dotprod;
+    case CPU_ISA_NEON: return &llmm__cpu_kernels_neon;
+    case CPU_ISA_NEON_DOTPROD: return &llmm__cpu_kernels_neon_dotprod;
 #endif
     default: return NULL;
     }

@@ -163,8 +163,8 @@ extern const cpu_kernels llmm__cpu_kernels_avx512;
 extern const cpu_kernels llmm__cpu_kernels_amx; /* the AVX-512 table with AMX tiles (gemm_amx.h) */
 #endif
 #if defined(__aarch64__)
-extern const cpu_kernels cpu_kernels_neon;
-extern const cpu_kernels cpu_kernels_neon_dotprod;
+extern const cpu_kernels llmm__cpu_kernels_neon;
+extern const cpu_kernels llmm__cpu_kernels_neon_dotprod;
 #endif
 
 #endif

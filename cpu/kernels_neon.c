@@ -48,7 +48,7 @@ static inline float round_f16(float v) { return vgetq_lane_f32(vcvt_f32_f16(vcvt
  * even), quants round(x * 127 / amax) to nearest even (FCVTNS, as nearbyintf under the default
  * rounding mode). |x * id| <= 127 up to a rounding, so the saturating narrows never clip a
  * value the scalar's clamp would not. */
-void neon_quantize_q8(const float *x, int8_t *qs, float *d, int32_t *sum, size_t n) {
+void llmm__neon_quantize_q8(const float *x, int8_t *qs, float *d, int32_t *sum, size_t n) {
     for (size_t b = 0; b < n / QK8_0; b++) {
         const float *xb = x + b * QK8_0;
         float32x4_t v[8];
@@ -89,7 +89,7 @@ static float first_of_magnitude(const float *xb, float amax) {
  * FMINNM return the number for a quiet NaN, so 0 * inf (a block whose largest value is
  * subnormal makes iscale infinite) gives -128 as the scalar's !(v > -128) does. Each group's
  * sum is one exact widening add across its 16 quants. */
-void neon_quantize_q8k(const float *x, int8_t *qs, float *d, int16_t *bsums, size_t n) {
+void llmm__neon_quantize_q8k(const float *x, int8_t *qs, float *d, int16_t *bsums, size_t n) {
     const float32x4_t lo = vdupq_n_f32(-128.0f), hi = vdupq_n_f32(127.0f);
     for (size_t b = 0; b < n / QK_K; b++) {
         const float *xb = x + b * QK_K;
@@ -120,7 +120,7 @@ void neon_quantize_q8k(const float *x, int8_t *qs, float *d, int16_t *bsums, siz
     }
 }
 
-void neon_round_f16(const float *x, float *out, size_t n) {
+void llmm__neon_round_f16(const float *x, float *out, size_t n) {
     size_t i = 0;
     for (; i + 4 <= n; i += 4) vst1q_f32(out + i, vcvt_f32_f16(vcvt_f16_f32(vld1q_f32(x + i))));
     for (; i < n; i++) out[i] = round_f16(x[i]);
@@ -164,7 +164,7 @@ static float f32_finish(const float32x4_t acc[2], const float *w, const float *x
     return sum;
 }
 
-void neon_gemm_f32(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows, float *out,
+void llmm__neon_gemm_f32(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows, float *out,
                    size_t ldo) {
     const size_t n = x->n, n8 = n / 8 * 8;
     for (size_t j = j0; j < j1; j += F32_ROWS) {
@@ -298,12 +298,12 @@ SIMD_ALWAYS_INLINE void gemm_half(const llmm_tensor *w, size_t j0, size_t j1, co
     }
 }
 
-void neon_gemm_f16(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows, float *out,
+void llmm__neon_gemm_f16(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows, float *out,
                    size_t ldo) {
     gemm_half(w, j0, j1, x, n_rows, out, ldo, 0);
 }
 
-void neon_gemm_bf16(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows, float *out,
+void llmm__neon_gemm_bf16(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows, float *out,
                     size_t ldo) {
     gemm_half(w, j0, j1, x, n_rows, out, ldo, 1);
 }
@@ -312,7 +312,7 @@ void neon_gemm_bf16(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operan
 
 /* Squares in float, their sum in double (four lanes at a time), then the scalar's float
  * scale and left-to-right products x * scale * w. */
-void neon_rms_norm_row(const float *x, const float *w, float *out, size_t dim, float eps) {
+void llmm__neon_rms_norm_row(const float *x, const float *w, float *out, size_t dim, float eps) {
     float64x2_t acc[2] = {vdupq_n_f64(0.0), vdupq_n_f64(0.0)};
     size_t i = 0;
     for (; i + 4 <= dim; i += 4) {
@@ -329,7 +329,7 @@ void neon_rms_norm_row(const float *x, const float *w, float *out, size_t dim, f
 }
 
 /* gate / (1 + e^-gate) * up, in the scalar's operation order. */
-void neon_silu_mul(float *gate, const float *up, size_t n) {
+void llmm__neon_silu_mul(float *gate, const float *up, size_t n) {
     const float32x4_t one = vdupq_n_f32(1.0f);
     size_t i = 0;
     for (; i + 4 <= n; i += 4) {
@@ -343,7 +343,7 @@ void neon_silu_mul(float *gate, const float *up, size_t n) {
 /* Attention's q.k: two FMA accumulators (eight lanes, as the x86 kernels) and an add tree, not
  * the scalar's eight sequential lane adds, whose dependency chain is as long as the products
  * at small head sizes. */
-float neon_dot_f32(const float *a, const float *b, size_t n) {
+float llmm__neon_dot_f32(const float *a, const float *b, size_t n) {
     float32x4_t acc0 = vdupq_n_f32(0.0f), acc1 = vdupq_n_f32(0.0f);
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {
@@ -355,7 +355,7 @@ float neon_dot_f32(const float *a, const float *b, size_t n) {
     return sum;
 }
 
-double neon_exp_sub_sum(float *s, size_t n, float max) {
+double llmm__neon_exp_sub_sum(float *s, size_t n, float max) {
     const float32x4_t vmax = vdupq_n_f32(max);
     float64x2_t acc[2] = {vdupq_n_f64(0.0), vdupq_n_f64(0.0)};
     size_t i = 0;
@@ -373,14 +373,14 @@ double neon_exp_sub_sum(float *s, size_t n, float max) {
 }
 
 /* One fused multiply-add per value: the scalar's fmaf, bit for bit. */
-void neon_axpy(float *y, float a, const float *x, size_t n) {
+void llmm__neon_axpy(float *y, float a, const float *x, size_t n) {
     size_t i = 0;
     for (; i + 4 <= n; i += 4) vst1q_f32(y + i, vfmaq_n_f32(vld1q_f32(y + i), vld1q_f32(x + i), a));
     for (; i < n; i++) y[i] = fmaf(a, x[i], y[i]);
 }
 
 /* fcvtl: every ARMv8 core widens halves in hardware. */
-void neon_f16_to_f32(const uint16_t *h, float *out, size_t n) {
+void llmm__neon_f16_to_f32(const uint16_t *h, float *out, size_t n) {
     size_t i = 0;
     for (; i + 4 <= n; i += 4) vst1q_f32(out + i, vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(h + i))));
     for (; i < n; i++) out[i] = vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h[i]))), 0);
@@ -399,7 +399,7 @@ SIMD_ALWAYS_INLINE float row_value(const cpu_attn_rows *rows, size_t j, size_t d
                : rows->f32[j][d];
 }
 
-/* q . row r[k] for four rows, each with neon_dot_f32's lanes (two FMA accumulators over eight
+/* q . row r[k] for four rows, each with llmm__neon_dot_f32's lanes (two FMA accumulators over eight
  * values) and its reduction order: vaddvq_f32 is two FADDPs, (l0 + l1) + (l2 + l3) (as GCC
  * and Clang lower it; tests/test_simd.c checks the bits), and three FADDPs over the four
  * rows' vectors add each row's lanes in that same order: one reduction for four scores
@@ -423,9 +423,9 @@ SIMD_ALWAYS_INLINE float32x4_t dot4_rows(const float *q, const cpu_attn_rows *ro
     return vpaddq_f32(vpaddq_f32(s[0], s[1]), vpaddq_f32(s[2], s[3]));
 }
 
-/* Scores four positions at a time, bit for bit neon_dot_f32 per pair (its tail added after
+/* Scores four positions at a time, bit for bit llmm__neon_dot_f32 per pair (its tail added after
  * the reduction, in order). A last group of fewer than four repeats its last row (as
- * neon_gemm_f32 pads its weight rows) and stores only its own lanes, so there is one code
+ * llmm__neon_gemm_f32 pads its weight rows) and stores only its own lanes, so there is one code
  * path and no call per pair. */
 SIMD_ALWAYS_INLINE void attn_scores_rows(const float *q, size_t nh, size_t hd, const cpu_attn_rows *rows, size_t n,
                                          float *scores, size_t ld, int f16) {
@@ -453,7 +453,7 @@ SIMD_ALWAYS_INLINE void attn_scores_rows(const float *q, size_t nh, size_t hd, c
 
 /* nv vectors (4 nv values) of one head's output, o, += wi[j] * (row j + d) for j in order,
  * held in registers across the chunk. Each lane is one fused multiply-add per position, as in
- * neon_axpy, and lanes are independent, so the grouping changes no bit. */
+ * llmm__neon_axpy, and lanes are independent, so the grouping changes no bit. */
 SIMD_ALWAYS_INLINE void values_block(float *o, const float *wi, const cpu_attn_rows *rows, size_t d, size_t n, int nv,
                                      int f16) {
     float32x4_t acc[8];
@@ -468,9 +468,9 @@ SIMD_ALWAYS_INLINE void values_block(float *o, const float *wi, const cpu_attn_r
     for (int c = 0; c < nv; c++) vst1q_f32(o + 4 * c, acc[c]);
 }
 
-/* out_i += w_ij * row j, bit for bit neon_axpy per pair in j order: 32 values of a head at a
+/* out_i += w_ij * row j, bit for bit llmm__neon_axpy per pair in j order: 32 values of a head at a
  * time (8 accumulators; with 16, GCC 12 hoists all 16 row loads and spills a register per
- * position), then 4, then the scalar tail, as neon_axpy's. */
+ * position), then 4, then the scalar tail, as llmm__neon_axpy's. */
 SIMD_ALWAYS_INLINE void attn_values_rows(float *out, size_t nh, size_t hd, const float *w, size_t ld,
                                          const cpu_attn_rows *rows, size_t n, int f16) {
     size_t d = 0;
@@ -484,38 +484,38 @@ SIMD_ALWAYS_INLINE void attn_values_rows(float *out, size_t nh, size_t hd, const
                 out[i * hd + d] = fmaf(w[i * ld + j], row_value(rows, j, d, f16), out[i * hd + d]);
 }
 
-void neon_attn_scores(const float *q, size_t nh, size_t hd, const float *const *rows, size_t n, float *scores,
+void llmm__neon_attn_scores(const float *q, size_t nh, size_t hd, const float *const *rows, size_t n, float *scores,
                       size_t ld) {
     attn_scores_rows(q, nh, hd, &(cpu_attn_rows){.f32 = rows}, n, scores, ld, 0);
 }
 
-void neon_attn_values(float *out, size_t nh, size_t hd, const float *w, size_t ld, const float *const *rows,
+void llmm__neon_attn_values(float *out, size_t nh, size_t hd, const float *w, size_t ld, const float *const *rows,
                       size_t n) {
     attn_values_rows(out, nh, hd, w, ld, &(cpu_attn_rows){.f32 = rows}, n, 0);
 }
 
 /* The F16 K/V rows of a block read where they lie (ops_attention.c does not widen them into scratch
  * and read them back): the same loops as over widened rows, so the same bits. */
-void neon_attn_scores_f16(const float *q, size_t nh, size_t hd, const uint16_t *rows, size_t row_stride, size_t n,
+void llmm__neon_attn_scores_f16(const float *q, size_t nh, size_t hd, const uint16_t *rows, size_t row_stride, size_t n,
                           float *scores, size_t ld) {
     attn_scores_rows(q, nh, hd, &(cpu_attn_rows){.f16 = rows, .stride = row_stride}, n, scores, ld, 1);
 }
 
-void neon_attn_values_f16(float *out, size_t nh, size_t hd, const float *w, size_t ld, const uint16_t *rows,
+void llmm__neon_attn_values_f16(float *out, size_t nh, size_t hd, const float *w, size_t ld, const uint16_t *rows,
                           size_t row_stride, size_t n) {
     attn_values_rows(out, nh, hd, w, ld, &(cpu_attn_rows){.f16 = rows, .stride = row_stride}, n, 1);
 }
 
 /* ---------------------------------------------------------------- the table */
 
-const cpu_kernels cpu_kernels_neon = {
+const cpu_kernels llmm__cpu_kernels_neon = {
     .name = "neon",
     .isa = CPU_ISA_NEON,
     .matmul =
         {
-            [LLMM_TYPE_F32] = {neon_gemm_f32, CPU_OPERAND_F32},
-            [LLMM_TYPE_F16] = {neon_gemm_f16, CPU_OPERAND_F16},
-            [LLMM_TYPE_BF16] = {neon_gemm_bf16, CPU_OPERAND_BF16},
+            [LLMM_TYPE_F32] = {llmm__neon_gemm_f32, CPU_OPERAND_F32},
+            [LLMM_TYPE_F16] = {llmm__neon_gemm_f16, CPU_OPERAND_F16},
+            [LLMM_TYPE_BF16] = {llmm__neon_gemm_bf16, CPU_OPERAND_BF16},
             [LLMM_TYPE_Q4_0] = {gemm_q4_0, CPU_OPERAND_Q8},
             [LLMM_TYPE_Q8_0] = {gemm_q8_0, CPU_OPERAND_Q8},
             [LLMM_TYPE_Q5_0] = {gemm_q5_0, CPU_OPERAND_Q8},
@@ -529,19 +529,19 @@ const cpu_kernels cpu_kernels_neon = {
             [LLMM_TYPE_Q5_K] = {gemm_q5_K, CPU_OPERAND_Q8K},
             [LLMM_TYPE_Q6_K] = {gemm_q6_K, CPU_OPERAND_Q8K},
         },
-    .quantize_q8 = neon_quantize_q8,
-    .quantize_q8k = neon_quantize_q8k,
-    .round_f16 = neon_round_f16,
-    .rms_norm_row = neon_rms_norm_row,
-    .silu_mul = neon_silu_mul,
-    .dot_f32 = neon_dot_f32,
-    .exp_sub_sum = neon_exp_sub_sum,
-    .axpy = neon_axpy,
-    .f16_to_f32 = neon_f16_to_f32,
-    .attn_scores = neon_attn_scores,
-    .attn_values = neon_attn_values,
-    .attn_scores_f16 = neon_attn_scores_f16,
-    .attn_values_f16 = neon_attn_values_f16,
+    .quantize_q8 = llmm__neon_quantize_q8,
+    .quantize_q8k = llmm__neon_quantize_q8k,
+    .round_f16 = llmm__neon_round_f16,
+    .rms_norm_row = llmm__neon_rms_norm_row,
+    .silu_mul = llmm__neon_silu_mul,
+    .dot_f32 = llmm__neon_dot_f32,
+    .exp_sub_sum = llmm__neon_exp_sub_sum,
+    .axpy = llmm__neon_axpy,
+    .f16_to_f32 = llmm__neon_f16_to_f32,
+    .attn_scores = llmm__neon_attn_scores,
+    .attn_values = llmm__neon_attn_values,
+    .attn_scores_f16 = llmm__neon_attn_scores_f16,
+    .attn_values_f16 = llmm__neon_attn_values_f16,
 };
 
 #endif

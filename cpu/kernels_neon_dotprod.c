@@ -30,14 +30,14 @@ static inline int32x4_t dot16_acc(int32x4_t acc, int8x16_t w, int8x16_t x) { ret
 #include "gemm_kquant_neon.h"
 #include "gemm_legacy_neon.h"
 
-const cpu_kernels cpu_kernels_neon_dotprod = {
+const cpu_kernels llmm__cpu_kernels_neon_dotprod = {
     .name = "dotprod",
     .isa = CPU_ISA_NEON_DOTPROD,
     .matmul =
         {
-            [LLMM_TYPE_F32] = {neon_gemm_f32, CPU_OPERAND_F32},
-            [LLMM_TYPE_F16] = {neon_gemm_f16, CPU_OPERAND_F16},
-            [LLMM_TYPE_BF16] = {neon_gemm_bf16, CPU_OPERAND_BF16},
+            [LLMM_TYPE_F32] = {llmm__neon_gemm_f32, CPU_OPERAND_F32},
+            [LLMM_TYPE_F16] = {llmm__neon_gemm_f16, CPU_OPERAND_F16},
+            [LLMM_TYPE_BF16] = {llmm__neon_gemm_bf16, CPU_OPERAND_BF16},
             [LLMM_TYPE_Q4_0] = {gemm_q4_0, CPU_OPERAND_Q8},
             [LLMM_TYPE_Q8_0] = {gemm_q8_0, CPU_OPERAND_Q8},
             [LLMM_TYPE_Q5_0] = {gemm_q5_0, CPU_OPERAND_Q8},
@@ -51,19 +51,19 @@ const cpu_kernels cpu_kernels_neon_dotprod = {
             [LLMM_TYPE_Q5_K] = {gemm_q5_K, CPU_OPERAND_Q8K},
             [LLMM_TYPE_Q6_K] = {gemm_q6_K, CPU_OPERAND_Q8K},
         },
-    .quantize_q8 = neon_quantize_q8,
-    .quantize_q8k = neon_quantize_q8k,
-    .round_f16 = neon_round_f16,
-    .rms_norm_row = neon_rms_norm_row,
-    .silu_mul = neon_silu_mul,
-    .dot_f32 = neon_dot_f32,
-    .exp_sub_sum = neon_exp_sub_sum,
-    .axpy = neon_axpy,
-    .f16_to_f32 = neon_f16_to_f32,
-    .attn_scores = neon_attn_scores,
-    .attn_values = neon_attn_values,
-    .attn_scores_f16 = neon_attn_scores_f16,
-    .attn_values_f16 = neon_attn_values_f16,
+    .quantize_q8 = llmm__neon_quantize_q8,
+    .quantize_q8k = llmm__neon_quantize_q8k,
+    .round_f16 = llmm__neon_round_f16,
+    .rms_norm_row = llmm__neon_rms_norm_row,
+    .silu_mul = llmm__neon_silu_mul,
+    .dot_f32 = llmm__neon_dot_f32,
+    .exp_sub_sum = llmm__neon_exp_sub_sum,
+    .axpy = llmm__neon_axpy,
+    .f16_to_f32 = llmm__neon_f16_to_f32,
+    .attn_scores = llmm__neon_attn_scores,
+    .attn_values = llmm__neon_attn_values,
+    .attn_scores_f16 = llmm__neon_attn_scores_f16,
+    .attn_values_f16 = llmm__neon_attn_values_f16,
 };
 
 #endif

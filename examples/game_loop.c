@@ -173,15 +173,10 @@ static llmm_status run_frames(npc *n, slice_deadline *deadline, double frame_ms,
 /* The loading screen: model, context (one thread, the deadline as its abort callback), warm-up,
  * sampler and the tokenized prompt. */
 static llmm_status load(const char *path, slice_deadline *deadline, llmm_model **model, npc *n) {
-    /* The CPU backend's packed weight copies (x86-64) are made during the first decode steps,
-     * 64 MiB of weights a step, in copies the abort callback cannot cut short, and
-     * llmm_context_warmup makes only one step's worth with one sequence: on a 0.5B Q4_0 model
-     * three later steps took 170 ms each. A frame loop needs every step bounded, so it computes
-     * from the file's bytes (docs/embedding.md, "Real-time use"). */
-    llmm_model_params mp;
-    llmm_model_params_default(&mp, sizeof mp);
-    mp.repack_weights = 0;
-    llmm_status st = llmm_model_load(path, &mp, model);
+    /* llmm_context_warmup below pays every one-time cost here, the CPU backend's packed weight
+     * copies included, which a decode step would otherwise make a share at a time in copies the
+     * abort callback cannot cut short (docs/embedding.md, "Real-time use"). */
+    llmm_status st = llmm_model_load(path, NULL, model);
     if (st != LLMM_OK) return st;
     n->model = *model;
     llmm_context_params cp;

@@ -7,15 +7,17 @@
 #include <unistd.h>
 
 #include "cli_names.h"
+#include "cli_files.h"
 #include "llmmini.h"
 
 typedef struct options {
     const char *model, *prompt, *dump_logits;
     int n_predict, n_threads, no_bos, print_ids;
-    int chat, n_ctx, device;
+    int chat, n_ctx, device, kv_block;
     const char *draft;           /* --draft: a draft model for speculative decoding */
     int draft_max, lookup;       /* --draft-max K, --lookup N */
     const char *template_name, *system_prompt;
+    const char *grammar_file, *schema_file;
     llmm_backend_kind backend;
     llmm_kv_type kv_type;
     llmm_sampler_params sampling;
@@ -34,8 +36,8 @@ static void usage(FILE *out) {
     fprintf(out,
             "usage: llmmini-run -m MODEL -p PROMPT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P]\n"
             "                   [--seed S] [-t THREADS] [-c N_CTX] [--backend B] [--device N] [--kv-type T]\n"
-            "                   [--no-bos] [--ids] [--draft MODEL [--draft-max K] | --lookup N]\n"
-            "                   [--dump-logits PATH] [--lora FILE[:SCALE]]...\n"
+            "                   [--kv-block N] [--no-bos] [--ids] [--draft MODEL [--draft-max K] | --lookup N]\n"
+            "                   [--dump-logits PATH] [--grammar FILE | --json-schema FILE] [--lora FILE[:SCALE]]...\n"
             "       llmmini-run -m MODEL --chat [--template NAME] [--system TEXT] [-n N] [sampling options]\n"
             "  -n N               tokens to generate (default 128)\n"
             "  --temp T           temperature; 0 is greedy (default 0.8)\n"
@@ -59,6 +61,9 @@ static void usage(FILE *out) {
             "  --draft-max K      guesses per step at most, 1..32 (default 8)\n"
             "  --lookup N         speculative decoding by prompt lookup: guess what followed the last\n"
             "                     N tokens where they occurred before (no draft model)\n"
+            "  --kv-block N       positions per KV block, a power of two in 1..1024 (default 16)\n"
+            "  --grammar FILE     constrain the output to the GBNF grammar in FILE (start rule root)\n"
+            "  --json-schema FILE constrain the output to JSON valid against the schema in FILE\n"
             "  --lora FILE[:SCALE] run with this LoRA adapter at SCALE (default 1); repeat for up\n"
             "                     to 8 adapters, summed\n"
             "  --chat             chat on stdin/stdout: one user message per line, '/reset' starts\n"
@@ -78,8 +83,8 @@ static int parse_number(const char *s, double *out) {
 
 /* Options that belong to one mode only. Returns 0 or 2 (message printed). */
 static int check_mode_options(const options *o) {
-    if (o->n_ctx < 0) {
-        fprintf(stderr, "llmmini-run: -c must be >= 0\n");
+    if (o->n_ctx < 0 || o->kv_block < 0) {
+        fprintf(stderr, "llmmini-run: -c and --kv-block must be >= 0\n");
         return 2;
     }
     if (o->chat && (o->prompt || o->print_ids || o->dump_logits)) {
@@ -96,6 +101,10 @@ static int check_mode_options(const options *o) {
     }
     if (!o->chat && (o->template_name || o->system_prompt)) {
         fprintf(stderr, "llmmini-run: --template and --system need --chat\n");
+        return 2;
+    }
+    if ((o->grammar_file || o->schema_file) && (o->chat || (o->grammar_file && o->schema_file))) {
+        fprintf(stderr, "llmmini-run: --grammar and --json-schema exclude each other and --chat\n");
         return 2;
     }
     return 0;
@@ -163,7 +172,8 @@ static int parse_args(int argc, char **argv, options *o) {
         double num = 0;
         int takes_number = !strcmp(a, "-n") || !strcmp(a, "--temp") || !strcmp(a, "--top-k") || !strcmp(a, "--top-p") ||
                            !strcmp(a, "--min-p") || !strcmp(a, "--seed") || !strcmp(a, "-t") || !strcmp(a, "-c") ||
-                           !strcmp(a, "--device") || !strcmp(a, "--draft-max") || !strcmp(a, "--lookup");
+                           !strcmp(a, "--device") || !strcmp(a, "--draft-max") || !strcmp(a, "--lookup") ||
+                           !strcmp(a, "--kv-block");
         if (takes_number && (!val || !parse_number(val, &num))) {
             fprintf(stderr, "llmmini-run: %s needs a number\n", a);
             return 2;
@@ -183,12 +193,15 @@ static int parse_args(int argc, char **argv, options *o) {
         else if (!strcmp(a, "--draft") && val) o->draft = argv[++i];
         else if (!strcmp(a, "--draft-max")) o->draft_max = (int)num, i++;
         else if (!strcmp(a, "--lookup")) o->lookup = (int)num, i++;
+        else if (!strcmp(a, "--kv-block")) o->kv_block = (int)num, i++;
         else if (!strcmp(a, "--kv-type") && val) {
             if (!parse_kv_type(argv[++i], &o->kv_type)) {
                 fprintf(stderr, "llmmini-run: --kv-type must be f16, q8 or f32, not '%s'\n", argv[i]);
                 return 2;
             }
         }
+        else if (!strcmp(a, "--grammar") && val) o->grammar_file = argv[++i];
+        else if (!strcmp(a, "--json-schema") && val) o->schema_file = argv[++i];
         else if (!strcmp(a, "--chat")) o->chat = 1;
         else if (!strcmp(a, "--template") && val) o->template_name = argv[++i];
         else if (!strcmp(a, "--system") && val) o->system_prompt = argv[++i];
@@ -255,6 +268,21 @@ static int fail(const char *what, llmm_status st, const char *detail) {
     return 1;
 }
 
+/* The grammar of --grammar or --json-schema into *out (NULL without either); 0 or 1 (printed). */
+static int load_grammar(const options *o, const llmm_model *m, llmm_grammar **out) {
+    *out = NULL;
+    const char *path = o->grammar_file ? o->grammar_file : o->schema_file;
+    if (!path) return 0;
+    size_t len = 0;
+    char *text = cli_read_file("llmmini-run", path, &len), err[512] = "";
+    if (!text) return 1;
+    llmm_status st = o->grammar_file ? llmm_grammar_create(m, text, len, "root", out, err, sizeof err)
+                                     : llmm_grammar_from_json_schema(m, text, len, out, err, sizeof err);
+    free(text);
+    if (st) fprintf(stderr, "llmmini-run: %s: %s (%s)\n", path, err, llmm_status_str(st));
+    return st != LLMM_OK;
+}
+
 static int run(const options *o, llmm_model *m, llmm_context *ctx, const llmm_model *draft) {
     uint32_t tok_flags = o->no_bos ? 0 : LLMM_TOKENIZE_ADD_SPECIAL;
     size_t n_prompt = 0;
@@ -279,6 +307,13 @@ static int run(const options *o, llmm_model *m, llmm_context *ctx, const llmm_mo
     gp.spec_draft_model = draft;
     gp.spec_ngram = o->lookup;
     if (o->draft_max > 0) gp.spec_max_tokens = o->draft_max;
+    llmm_grammar *grammar = NULL;
+    if (!st && load_grammar(o, m, &grammar)) {
+        free(prompt);
+        free(out);
+        return 1;
+    }
+    gp.grammar = grammar;
     llmm_generate_stats stats = {.size = sizeof stats};
     if (!st) st = llmm_generate(ctx, o->prompt, &gp, &stats);
     int rc = 0;
@@ -292,12 +327,12 @@ static int run(const options *o, llmm_model *m, llmm_context *ctx, const llmm_mo
             printf("\n");
         }
         static const char *const reasons[] = {"none", "max tokens", "end of text", "stop string", "callback",
-                                              "context full"};
+                                              "context full", "grammar complete"};
         fprintf(stderr,
                 "\nload %.1f ms | prompt %zu tokens, %.1f ms (%.1f tok/s) | first token %.1f ms | "
                 "generated %zu tokens, %.1f ms (%.1f tok/s) | stop: %s\n",
                 stats.load_ms, stats.n_prompt, stats.prompt_ms, stats.prompt_tokens_per_s, stats.first_token_ms,
-                stats.n_generated, stats.generate_ms, stats.generate_tokens_per_s, reasons[stats.stop_reason % 6]);
+                stats.n_generated, stats.generate_ms, stats.generate_tokens_per_s, reasons[stats.stop_reason % 7]);
         if (stats.spec_proposed)
             fprintf(stderr,
                     "speculative: %llu of %llu guesses kept (%.1f %%) | %llu target steps | draft %.1f ms | "
@@ -305,7 +340,11 @@ static int run(const options *o, llmm_model *m, llmm_context *ctx, const llmm_mo
                     (unsigned long long)stats.spec_accepted, (unsigned long long)stats.spec_proposed,
                     100.0 * stats.spec_acceptance, (unsigned long long)stats.n_target_steps, stats.spec_draft_ms,
                     stats.spec_speedup_estimate);
+        if (grammar)
+            fprintf(stderr, "grammar: %.1f ms in all, %.3f ms per token\n", stats.grammar_ms,
+                    stats.n_generated ? stats.grammar_ms / (double)stats.n_generated : 0.0);
     }
+    llmm_grammar_free(grammar);
     free(prompt);
     free(out);
     return rc;
@@ -643,6 +682,7 @@ int main(int argc, char **argv) {
     cp.device = o.device;
     cp.kv_type = o.kv_type;
     if (o.n_ctx > 0) cp.n_ctx = (uint32_t)o.n_ctx;
+    if (o.kv_block > 0) cp.kv_block_size = (uint32_t)o.kv_block;
     llmm_context *ctx = NULL;
     st = llmm_context_create(m, &cp, &ctx);
     if (st) {

@@ -645,7 +645,8 @@ LLMM_API llmm_status llmm_context_get_stats(llmm_context *ctx, llmm_context_stat
 /* Pay a context's one-time costs now rather than in the first request: runs dummy decode steps
  * of 1, 2, ... up to min(n_seq_max, 8) rows on sequence ids not in use, so that the CUDA backend
  * captures its decode graph for each of those batch sizes and loads every kernel, and the CPU
- * backend makes its packed weight copies. The dummy rows' K/V go to free blocks that are given
+ * backend makes all its packed weight copies (normal decode steps make them a bounded share at
+ * a time). The dummy rows' K/V go to free blocks that are given
  * back afterwards; no sequence in use, no logits readable with llmm_logits and no stats other
  * than warmup_ms and the graph fields change. Call it once after llmm_context_create, from the
  * thread that uses the context; calling it again is cheap. Errors: INVALID_ARG, CONTEXT_FULL
@@ -686,6 +687,78 @@ LLMM_API llmm_status llmm_sampler_accept(llmm_sampler *sampler, llmm_token token
 /* Forget accepted tokens and restart the RNG from the seed. */
 LLMM_API llmm_status llmm_sampler_reset(llmm_sampler *sampler);
 
+/* ---------------------------------------------------------------- grammars */
+
+/* GRAMMARS constrain sampling so that the generated text always belongs to a language: a GBNF
+ * grammar (the syntax of llama.cpp's grammars, docs/grammars.md) or a JSON Schema. An
+ * llmm_grammar is compiled once and is immutable apart from an internally locked cache of
+ * token masks: any number of threads may use it at once. An llmm_grammar_state is one
+ * sequence's position in it (the stacks of a pushdown matcher), used by one thread at a time
+ * together with the states cloned from it (they share the mask cache of their grammar only).
+ * Tokens are matched by the bytes llmm_token_to_piece gives them without flags, so a token may
+ * cross rule boundaries or end inside a UTF-8 character; tokens without bytes (control tokens)
+ * are never allowed, and end-of-generation tokens (LLMM_TOKEN_ATTR_EOS) are allowed exactly
+ * when the text so far is a complete sentence of the grammar. */
+typedef struct llmm_grammar llmm_grammar;
+typedef struct llmm_grammar_state llmm_grammar_state;
+
+/* Compile len bytes of GBNF text with start rule root (NULL = "root") into *out. model gives
+ * the vocabulary the grammar will mask (it must outlive the grammar); NULL compiles a grammar
+ * for llmm_grammar_state_accept_bytes only. The vocabulary's token table is built here (about
+ * 0.1 s for a 150k vocabulary), so compile once and share. err (err_size bytes, may be NULL)
+ * receives the reason for a failure: "line L, column C: expected ..." for syntax errors (columns
+ * count characters from 1), undefined rules, a missing start rule and left recursion.
+ * Errors: INVALID_ARG, NO_MEMORY. */
+LLMM_API llmm_status llmm_grammar_create(const llmm_model *model, const char *gbnf, size_t len, const char *root,
+                                         llmm_grammar **out, char *err, size_t err_size);
+/* The same from a JSON Schema (len bytes of JSON), converted to GBNF by the library's schema
+ * subset (docs/grammars.md); an unsupported keyword fails with INVALID_ARG and a message naming
+ * it. Errors: INVALID_ARG, NO_MEMORY. */
+LLMM_API llmm_status llmm_grammar_from_json_schema(const llmm_model *model, const char *schema, size_t len,
+                                                   llmm_grammar **out, char *err, size_t err_size);
+/* Free a grammar; every state made from it must be freed first. NULL is allowed. */
+LLMM_API void llmm_grammar_free(llmm_grammar *grammar);
+
+/* A state at the start of grammar (which must outlive it). Errors: INVALID_ARG, NO_MEMORY. */
+LLMM_API llmm_status llmm_grammar_state_create(const llmm_grammar *grammar, llmm_grammar_state **out);
+/* An independent copy of state, for a forked sequence or a speculative draft: advancing one
+ * never changes the other. Errors: INVALID_ARG, NO_MEMORY. */
+LLMM_API llmm_status llmm_grammar_state_clone(const llmm_grammar_state *state, llmm_grammar_state **out);
+/* Back to the start of the grammar. Errors: INVALID_ARG, NO_MEMORY. */
+LLMM_API llmm_status llmm_grammar_state_reset(llmm_grammar_state *state);
+/* NULL is allowed. */
+LLMM_API void llmm_grammar_state_free(llmm_grammar_state *state);
+/* The message of the state's last failure ("" when none); valid until the next call on it. */
+LLMM_API const char *llmm_grammar_state_last_error(const llmm_grammar_state *state);
+
+/* Advance by a token chosen for the sequence. An end-of-generation token is accepted when the
+ * text may end here and changes nothing. Errors: INVALID_ARG (NULL, no vocabulary, token out
+ * of range, or a token the grammar does not allow here: the state is then unchanged),
+ * NO_MEMORY. */
+LLMM_API llmm_status llmm_grammar_state_accept_token(llmm_grammar_state *state, llmm_token token);
+/* Advance by n bytes of text (a UTF-8 character may be split across calls). Errors: INVALID_ARG
+ * (the grammar does not allow these bytes here: the state is unchanged), NO_MEMORY. */
+LLMM_API llmm_status llmm_grammar_state_accept_bytes(llmm_grammar_state *state, const char *bytes, size_t n);
+/* *allowed = 1 when token may come next (see accept_token). Errors: INVALID_ARG, NO_MEMORY. */
+LLMM_API llmm_status llmm_grammar_state_allows(llmm_grammar_state *state, llmm_token token, int *allowed);
+/* *can_end = 1 when the text so far is a complete sentence (the grammar may end here);
+ * *must_end = 1 when, moreover, nothing may follow. Either pointer may be NULL. */
+LLMM_API llmm_status llmm_grammar_state_can_end(const llmm_grammar_state *state, int *can_end, int *must_end);
+/* Set to -INFINITY the logits of the n_vocab tokens (the model's vocabulary size) that may not
+ * come next. Errors: INVALID_ARG (n_vocab is not the grammar's vocabulary size), NO_MEMORY. */
+LLMM_API llmm_status llmm_grammar_state_mask(llmm_grammar_state *state, float *logits, size_t n_vocab);
+/* Choose the next token under the grammar: the sampler first samples the unmasked logits and,
+ * when that token is allowed, it is the answer; otherwise the disallowed logits are masked (on
+ * a copy: logits are not modified) and the sampler samples again. For greedy and for plain
+ * temperature sampling this is the same distribution as sampling the masked logits; with top-k,
+ * top-p or min-p the first draw's truncation sees the unmasked logits. Neither the sampler nor
+ * the state accepts the token: call llmm_sampler_accept and llmm_grammar_state_accept_token.
+ * Errors: those of llmm_sample, INVALID_ARG (n_vocab mismatch), NOT_FOUND (no token of the
+ * vocabulary may come next: the grammar must end and the vocabulary has no end token, or it
+ * needs a character no token holds), NO_MEMORY. */
+LLMM_API llmm_status llmm_grammar_sample(llmm_sampler *sampler, llmm_grammar_state *state, const float *logits,
+                                         size_t n_vocab, llmm_token *out);
+
 /* ---------------------------------------------------------------- generate */
 
 /* Receives output bytes as they are produced. complete_utf8 is 1 when the bytes end on a
@@ -699,7 +772,8 @@ typedef enum llmm_stop_reason {
     LLMM_STOP_EOS = 2,
     LLMM_STOP_STRING = 3,
     LLMM_STOP_CALLBACK = 4,
-    LLMM_STOP_CONTEXT_FULL = 5
+    LLMM_STOP_CONTEXT_FULL = 5,
+    LLMM_STOP_GRAMMAR = 6 /* the grammar's sentence is complete: nothing may follow */
 } llmm_stop_reason;
 
 typedef struct llmm_generate_params {
@@ -725,6 +799,10 @@ typedef struct llmm_generate_params {
     int32_t spec_ngram;            /* prompt lookup: propose what followed the last spec_ngram tokens
                                       earlier in the sequence (prompt and output); 0 = off (default) */
     int32_t spec_min_ngram;        /* shorter matches tried down to this length (default 1) */
+    /* --- since grammars (docs/grammars.md): the output is a sentence of the grammar --- */
+    const char *grammar_text;      /* optional NUL-terminated GBNF, start rule "root", compiled per call */
+    const llmm_grammar *grammar;   /* optional, compiled for the context's model; wins over grammar_text.
+                                      Not together with spec_draft_model or spec_ngram (INVALID_ARG) */
 } llmm_generate_params;
 
 typedef struct llmm_generate_stats {
@@ -748,6 +826,8 @@ typedef struct llmm_generate_stats {
                                  time: (n_generated / n_target_steps) * (1 - spec_draft_ms /
                                  generate_ms); what speculation gains where a verify step costs
                                  what a one-token step does (memory-bound decode) */
+    double grammar_ms;        /* the grammar's share of generate_ms: checking the sampled token,
+                                 masking and sampling again when it was refused, advancing the state */
 } llmm_generate_stats;
 
 LLMM_API llmm_status llmm_generate_params_default(llmm_generate_params *params, size_t struct_size);
@@ -755,9 +835,13 @@ LLMM_API llmm_status llmm_generate_params_default(llmm_generate_params *params, 
 /* Tokenize prompt, prefill it into params->seq, then sample and decode up to max_tokens,
  * streaming text through on_bytes. Stops on EOS, a stop string (its text is not streamed),
  * max_tokens, a non-zero callback return, or a full context. stats may be NULL.
+ * With a grammar (params->grammar or grammar_text) every token is chosen by llmm_grammar_sample
+ * (logits come back to the host each step), EOS is possible only where the grammar may end, and
+ * generation stops with LLMM_STOP_GRAMMAR as soon as nothing may follow.
  * Errors: those of llmm_prefill/llmm_decode; NUMERICAL when the model's logits hold a NaN or
- * +inf (the message names the sequence and position; that token is not produced); a stop is
- * not an error. */
+ * +inf (the message names the sequence and position; that token is not produced); INVALID_ARG
+ * for a grammar_text that does not compile (the message says where) or a grammar compiled for
+ * another model; NOT_FOUND when no token may continue the grammar; a stop is not an error. */
 LLMM_API llmm_status llmm_generate(llmm_context *ctx, const char *prompt,
                                    const llmm_generate_params *params, llmm_generate_stats *stats);
 

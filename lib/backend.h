@@ -20,7 +20,7 @@
 #include "common.h"
 #include "weights.h"
 
-#define LLMM_BACKEND_API_VERSION 9
+#define LLMM_BACKEND_API_VERSION 10
 
 /* llmm_backend_ops.flags */
 #define LLMM_BACKEND_DEVICE_MEMORY (1u << 0) /* buffers live in device memory, not the host's */
@@ -145,6 +145,8 @@ typedef struct llmm_step {
     const uint32_t *const *block_tables; /* host (n_seqs) */
     const uint32_t *n_blocks;            /* host (n_seqs) */
     const llmm_kv_layout *kv;            /* the context's KV pool */
+    int warmup;                          /* a dummy step of llmm_context_warmup: do all one-time
+                                            work now (the CPU's packed copies), unbounded */
 } llmm_step;
 
 /* Attention of the step's rows in one layer: row r's query heads see positions

@@ -42,6 +42,7 @@ struct llmm_context {
     int32_t *sampled;       /* (max_rows) the backend's answers */
     uint64_t (*sample_rng)[4]; /* (max_rows) each row's sampler RNG before its draw */
     llmm_kv_layout kv_layout;
+    int warming; /* inside llmm_context_warmup: steps are marked llmm_step.warmup */
     float *logits;          /* (logits_cap rows, n_vocab) */
     size_t logits_rows, logits_cap;
     int logits_on_device;   /* the last step's logits_rows rows are still only in act.logits:

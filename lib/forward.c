@@ -131,7 +131,7 @@ static llmm_step describe_step(llmm_context *ctx, llmm_step_kind kind, const llm
     ctx->kv_layout = llmm__kv_layout(&ctx->kv);
     return (llmm_step){.kind = kind, .n_rows = n, .tokens = tokens, .pos = pos, .row_seq = ctx->step_row_seq,
                        .n_seqs = n_seqs, .seq_ids = ctx->step_seq_ids, .block_tables = ctx->step_tables,
-                       .n_blocks = ctx->step_n_blocks, .kv = &ctx->kv_layout};
+                       .n_blocks = ctx->step_n_blocks, .kv = &ctx->kv_layout, .warmup = ctx->warming};
 }
 
 /* Everything between step_begin and step_end. */

@@ -1,7 +1,9 @@
 /* llmm_generate: the convenience loop over tokenize, prefill, sample, decode and streaming. */
+#include <stddef.h>
 #include <string.h>
 
 #include "context.h"
+#include "grammar_state.h"
 #include "sampler.h"
 #include "speculative.h"
 #include "text_stream.h"
@@ -24,6 +26,8 @@ typedef struct gen_run {
     llmm_token queued[1 + LLMM_SPEC_MAX_TOKENS]; /* chosen and accepted by the last round, not yet streamed */
     size_t n_queued, next_queued;
     size_t n_chosen;  /* tokens chosen so far, streamed or not */
+    llmm_grammar *own_grammar;  /* compiled from params grammar_text */
+    llmm_grammar_state *grammar; /* the sequence's position in the grammar, or NULL */
     llmm_token *prompt;
     char *piece;
     size_t piece_cap;
@@ -53,6 +57,36 @@ static llmm_status piece_of(gen_run *g, llmm_token t, size_t *n) {
     return llmm_token_to_piece(g->ctx->model, t, 0, g->piece, g->piece_cap, n);
 }
 
+/* ---------------------------------------------------------------- grammar */
+
+static llmm_status grammar_setup(gen_run *g) {
+    const llmm_grammar *grammar = g->p.grammar;
+    if (!grammar && g->p.grammar_text) {
+        char err[400];
+        const char *t = g->p.grammar_text;
+        llmm_status st = llmm_grammar_create(g->ctx->model, t, strlen(t), "root", &g->own_grammar, err, sizeof err);
+        if (st) return llmm__ctx_fail(g->ctx, st, "llmm_generate: grammar_text: %s", err);
+        grammar = g->own_grammar;
+    }
+    if (!grammar) return LLMM_OK;
+    if (!llmm__grammar_serves_model(grammar, g->ctx->model))
+        return llmm__ctx_fail(g->ctx, LLMM_ERR_INVALID_ARG, "llmm_generate: the grammar was compiled for another model");
+    llmm_status st = llmm_grammar_state_create(grammar, &g->grammar);
+    return st ? llmm__ctx_fail(g->ctx, st, "out of memory for the grammar state") : LLMM_OK;
+}
+
+static llmm_status grammar_step(gen_run *g, const float *logits, size_t n_vocab, llmm_token *tok) {
+    llmm_status st = llmm_grammar_sample(g->sampler, g->grammar, logits, n_vocab, tok);
+    if (!st) st = llmm_grammar_state_accept_token(g->grammar, *tok);
+    g->s.grammar_ms = g->grammar->spent_ms;
+    return st;
+}
+
+static int grammar_complete(const gen_run *g) {
+    int must_end = 0;
+    return g->grammar && !llmm_grammar_state_can_end(g->grammar, NULL, &must_end) && must_end;
+}
+
 /* One step: sample from the current logits, stream the token, decode it unless this is the
  * last. Sets stop_reason when generation ends. */
 static llmm_status step(gen_run *g, int is_last) {
@@ -64,10 +98,12 @@ static llmm_status step(gen_run *g, int is_last) {
     if (from_queue) tok = g->queued[g->next_queued++];
     else if (!g->have_next) {
         st = llmm_logits(g->ctx, 0, &logits, &n_vocab);
-        if (!st) st = llmm_sample(g->sampler, logits, n_vocab, &tok);
+        if (!st) st = g->grammar ? grammar_step(g, logits, n_vocab, &tok) : llmm_sample(g->sampler, logits, n_vocab, &tok);
     }
     g->have_next = 0;
     g->n_chosen++;
+    if (st && g->grammar && *llmm_grammar_state_last_error(g->grammar))
+        return llmm__ctx_fail(g->ctx, st, "grammar: %s", llmm_grammar_state_last_error(g->grammar));
     if (!st && !from_queue) st = llmm_sampler_accept(g->sampler, tok);
     if (st)
         return llmm__ctx_fail(g->ctx, st, "sampling (sequence %d, position %zu) failed: %s", (int)g->p.seq,
@@ -86,9 +122,11 @@ static llmm_status step(gen_run *g, int is_last) {
     if (stop_index >= 0) g->s.stop_reason = LLMM_STOP_STRING;
     else if (cancelled) g->s.stop_reason = LLMM_STOP_CALLBACK;
     else if (is_last) g->s.stop_reason = LLMM_STOP_MAX_TOKENS;
+    else if (grammar_complete(g)) g->s.stop_reason = LLMM_STOP_GRAMMAR;
     if (g->s.stop_reason != LLMM_STOP_NONE) return LLMM_OK;
     if (g->next_queued < g->n_queued) return LLMM_OK;
-    /* the next token is chosen with the decode: on a device only its id comes back */
+    /* the next token is chosen with the decode: on a device only its id comes back; a grammar
+     * needs the logits */
     llmm_seq_id seq = g->p.seq;
     if (g->spec) {
         g->next_queued = g->n_queued = 0;
@@ -97,12 +135,13 @@ static llmm_status step(gen_run *g, int is_last) {
         return st == LLMM_ERR_CONTEXT_FULL ? LLMM_OK : st;
     }
     g->s.n_target_steps++;
-    st = llmm_decode_sample(g->ctx, &seq, &tok, 1, &g->sampler, &g->next);
+    if (g->grammar) st = llmm_decode(g->ctx, &seq, &tok, 1);
+    else st = llmm_decode_sample(g->ctx, &seq, &tok, 1, &g->sampler, &g->next);
     if (st == LLMM_ERR_CONTEXT_FULL) {
         g->s.stop_reason = LLMM_STOP_CONTEXT_FULL;
         return LLMM_OK;
     }
-    g->have_next = st == LLMM_OK;
+    g->have_next = st == LLMM_OK && !g->grammar;
     return st;
 }
 
@@ -131,6 +170,7 @@ static llmm_status run(gen_run *g, const char *prompt) {
     if ((st = llmm__text_stream_init(&g->stream, g->p.stop_strings, g->p.n_stop, ctx->model->alloc)))
         return llmm__ctx_fail(ctx, st, "out of memory for stop strings");
     g->stream_ready = 1;
+    if ((st = grammar_setup(g))) return st;
     double t1 = llmm__time_now_ms();
     for (int32_t i = 0; i < g->p.max_tokens && g->s.stop_reason == LLMM_STOP_NONE; i++)
         if ((st = step(g, i + 1 == g->p.max_tokens))) return st;
@@ -165,6 +205,9 @@ LLMM_API llmm_status llmm_generate(llmm_context *ctx, const char *prompt, const 
     if (!prompt) return llmm__ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_generate: NULL prompt");
     if (g.p.max_tokens < 0 || (g.p.n_stop && !g.p.stop_strings) || (g.p.out_capacity && !g.p.out_tokens))
         return llmm__ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_generate: invalid max_tokens, stop strings or out buffer");
+    if ((g.p.grammar || g.p.grammar_text) && (g.p.spec_draft_model || g.p.spec_ngram > 0))
+        return llmm__ctx_fail(ctx, LLMM_ERR_INVALID_ARG,
+                        "llmm_generate: a grammar and speculative decoding in one call are not supported");
     if (stats && stats->size < GENERATE_STATS_V1_SIZE)
         return llmm__ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_generate: stats->size too small");
     llmm_status st = run(&g, prompt);
@@ -172,6 +215,8 @@ LLMM_API llmm_status llmm_generate(llmm_context *ctx, const char *prompt, const 
     if (g.stream_ready) llmm__text_stream_free(&g.stream);
     llmm_sampler_free(g.sampler);
     llmm_speculator_free(g.spec);
+    llmm_grammar_state_free(g.grammar);
+    llmm_grammar_free(g.own_grammar);
     llmm__mem_free(a, g.prompt);
     llmm__mem_free(a, g.piece);
     fill_rates(&g.s, ctx->model);

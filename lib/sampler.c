@@ -435,6 +435,8 @@ llmm_status llmm__sampler_request(llmm_sampler *s, size_t n_vocab, llmm_sample_r
     return LLMM_OK;
 }
 
+int llmm__sampler_uses_token_ids(const llmm_sampler *s) { return penalties_enabled(&s->params) && s->window_len > 0; }
+
 /* ---------------------------------------------------------------- RNG state */
 
 void llmm__sampler_rng_save(const llmm_sampler *s, uint64_t state[4]) { memcpy(state, s->rng, sizeof s->rng); }

@@ -18,6 +18,11 @@ llmm_status llmm__sampler_create(const llmm_sampler_params *params, const llmm_a
  * llmm_sample refuses it, nothing drawn. */
 llmm_status llmm__sampler_request(llmm_sampler *s, size_t n_vocab, llmm_sample_request *out);
 
+/* Whether llmm_sample's result depends on token ids beyond their order (the penalties look
+ * tokens up by id): if not, sampling a subset of the logits in id order gives the same token as
+ * sampling all of them with the rest at -inf. */
+int llmm__sampler_uses_token_ids(const llmm_sampler *s);
+
 /* The sampler's RNG state, saved and put back: llmm_decode_sample rewinds the draws it made for
  * a device that could not sample, before it samples the same rows on the host. */
 void llmm__sampler_rng_save(const llmm_sampler *s, uint64_t state[4]);

@@ -3,7 +3,8 @@
  * request. A decode step of n rows is what a backend captures per batch size, so the warm-up
  * runs one of each size up to WARMUP_MAX_ROWS on sequence ids nobody holds, at position 0,
  * and gives their blocks back: the sequences in use, the logits and the work counters stay as
- * they were. */
+ * they were. The steps are marked (llmm_step.warmup) so that the CPU backend makes all its
+ * copies in the first one, where a normal step makes a bounded share. */
 #include "context.h"
 #include "forward.h"
 
@@ -42,7 +43,9 @@ LLMM_API llmm_status llmm_context_warmup(llmm_context *ctx) {
         return llmm__ctx_fail(ctx, LLMM_ERR_CONTEXT_FULL,
                         "llmm_context_warmup: no unused sequence id or free KV block to run a dummy step on");
     const llmm_token tokens[WARMUP_MAX_ROWS] = {0}; /* every vocabulary has token 0 */
+    ctx->warming = 1;
     for (size_t n = 1; n <= rows && !st; n++) st = warm_step(ctx, ids, tokens, n);
+    ctx->warming = 0;
     ctx->warmup_ms += llmm__time_now_ms() - t0;
     if (st == LLMM_ERR_ABORTED) return llmm__ctx_fail(ctx, st, "llmm_context_warmup: aborted by the abort callback");
     if (st) return llmm__ctx_fail(ctx, st, "llmm_context_warmup: the %s backend failed: %s", ctx->be->name, llmm_status_str(st));

@@ -1899,7 +1899,8 @@ static void test_backend_packed_copies(void **state) {
 
 /* Within forward steps the decode steps make the copies, of any number of sequences, and
  * prompt steps none, however short; the copies a step makes are bounded by its budget:
- * whole matrices while it lasts, a larger one only as the first of a step. */
+ * whole matrices while it lasts, a larger one only as the first of a step; a warm-up step
+ * has no bound. */
 static void test_packing_step_budget(void **state) {
     (void)state;
     if (!llmm__cpu_kernels_get(CPU_ISA_AVX512)) {
@@ -1943,6 +1944,19 @@ static void test_packing_step_budget(void **state) {
                          kind[step] == LLMM_STEP_DECODE ? "decode" : "prompt", i,
                          ready[step][i] ? "not packed" : "packed too early");
     }
+    /* a warm-up step (llmm_context_warmup) makes every copy at once, whatever the budget */
+    for (size_t i = 0; i < NW; i++) {
+        slot[i].free_data(slot[i].data, slot[i].bytes);
+        slot[i].data = NULL;
+        atomic_store(&slot[i].state, LLMM_COPY_NONE);
+    }
+    llmm_step warm = matmul_step(LLMM_STEP_DECODE, 1);
+    warm.warmup = 1;
+    assert_int_equal(llmm__cpu_backend.step_begin(st, &warm), LLMM_OK);
+    for (size_t i = 0; i < NW; i++) assert_int_equal(llmm__cpu_backend.matmul(st, &wt[i], x, 1, out), LLMM_OK);
+    assert_int_equal(llmm__cpu_backend.step_end(st), LLMM_OK);
+    for (size_t i = 0; i < NW; i++)
+        if (atomic_load(&slot[i].state) != LLMM_COPY_READY) fail_msg("warm-up step: weight %zu not packed", i);
     llmm__cpu_backend.shutdown(st);
     for (size_t i = 0; i < NW; i++) {
         slot[i].free_data(slot[i].data, slot[i].bytes);

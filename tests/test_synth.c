@@ -1,8 +1,10 @@
 /* llmmini-synth as a user runs it: a model synthesized with another GGUF's tokenizer
  * (--vocab) loads, has that vocabulary's size, tokenizes exactly as the vocabulary file does
  * (the reference tokenizer's vectors), and generates; a bad --vocab fails before any output is
- * written. The tool is the one built next to this test (build/llmmini-synth for
- * build/tests/test_synth), run under $TEST_RUNNER when cross-built. */
+ * written. Its LoRA adapters (--lora-rank) have the layout of the reference adapters in
+ * $LLMM_SHARED/lora, key for key and tensor for tensor. The tool is the one built next to this
+ * test (build/llmmini-synth for build/tests/test_synth), run under $TEST_RUNNER when
+ * cross-built. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -19,6 +21,7 @@
 #include "gguf.h"
 #include "gguf_builder.h"
 #include "llmmini.h"
+#include "quant.h"
 #include "quant_temp.h"
 #include "shared_data.h"
 
@@ -36,27 +39,36 @@ static void locate_tool(const char *argv0) {
 }
 
 typedef struct temp_files {
-    char model[64], log[64];
+    char model[64], adapter[64], log[64];
 } temp_files;
 
 static void temp_names(temp_files *t) {
     static unsigned serial;
     snprintf(t->model, sizeof t->model, "/tmp/llmm-synth-%ld-%u.gguf", (long)getpid(), serial);
+    snprintf(t->adapter, sizeof t->adapter, "/tmp/llmm-synth-%ld-%u-lora.gguf", (long)getpid(), serial);
     snprintf(t->log, sizeof t->log, "/tmp/llmm-synth-%ld-%u.log", (long)getpid(), serial++);
 }
 
 static void temp_remove(const temp_files *t) {
     unlink(t->model);
+    unlink(t->adapter);
     unlink(t->log);
 }
 
-/* Runs the tool with args and -o t->model, stderr into t->log; its exit status, or -1. */
-static int run_synth(const temp_files *t, const char *args) {
+/* Runs the tool with args alone, stderr into t->log; its exit status, or -1. */
+static int run_tool(const temp_files *t, const char *args) {
     const char *runner = getenv("TEST_RUNNER");
     char cmd[4096];
-    snprintf(cmd, sizeof cmd, "%s '%s' -o '%s' %s 2>'%s'", runner ? runner : "", synth_tool, t->model, args, t->log);
+    snprintf(cmd, sizeof cmd, "%s '%s' %s 2>'%s'", runner ? runner : "", synth_tool, args, t->log);
     int st = system(cmd);
     return st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* Runs the tool with args and -o t->model. */
+static int run_synth(const temp_files *t, const char *args) {
+    char all[3072];
+    snprintf(all, sizeof all, "-o '%s' %s", t->model, args);
+    return run_tool(t, all);
 }
 
 /* Whether the tool's stderr holds needle (NULL: never); shows that stderr when not. */
@@ -399,6 +411,340 @@ static void test_quantized_synthetic_logits(void **state) {
     temp_remove(&t);
 }
 
+/* ------------------------------------------------------------------------ LoRA adapters */
+
+static gguf_file *open_gguf(const char *path) {
+    gguf_file *f = NULL;
+    llmm_diag d = {""};
+    if (llmm__gguf_open_file(path, 1, NULL, &f, &d)) fail_msg("open %s: %s", path, d.msg);
+    return f;
+}
+
+static void assert_kv_str(const gguf_file *f, const char *key, const char *want) {
+    const gguf_kv *kv = llmm__gguf_find_kv(f, key);
+    if (!kv || kv->type != GGUF_TYPE_STRING) fail_msg("no string %s", key);
+    if (!llmm__gguf_str_eq(kv->v.str, want))
+        fail_msg("%s is '%.*s', not '%s'", key, (int)kv->v.str.len, kv->v.str.ptr, want);
+}
+
+/* Whether the "blk.N.<stem>.weight" of name (a base tensor) has its stem in the comma list. */
+static int stem_listed(const char *name, const char *stems) {
+    const char *stem = strncmp(name, "blk.", 4) ? NULL : strchr(name + 4, '.');
+    if (!stem) return 0;
+    const size_t len = strlen(++stem) - strlen(".weight");
+    for (const char *p = stems; *p;) {
+        const size_t n = strcspn(p, ",");
+        if (n == len && !strncmp(p, stem, n)) return 1;
+        p += n + (p[n] == ',');
+    }
+    return 0;
+}
+
+/* What an adapter must hold for its base model. type: the requested one; rows that do not split
+ * into its blocks are F16, as the reference converter writes them. */
+typedef struct adapter_expect {
+    uint32_t rank;
+    double alpha;
+    uint32_t type;
+    size_t n_weights;
+    const char *stems; /* the adapted tensors of a layer, comma-separated */
+} adapter_expect;
+
+/* One lora_a or lora_b tensor: its name, dims, type and byte size. */
+static void assert_lora_tensor(const gguf_tensor *t, const char *name, int64_t ne0, int64_t ne1, uint32_t type) {
+    if (!llmm__gguf_str_eq(t->name, name))
+        fail_msg("tensor '%.*s', expected '%s'", (int)t->name.len, t->name.ptr, name);
+    if (t->n_dims != 2 || t->ne[0] != ne0 || t->ne[1] != ne1)
+        fail_msg("%s: dims [%lld, %lld] (%u), expected [%lld, %lld]", name, (long long)t->ne[0], (long long)t->ne[1],
+                 t->n_dims, (long long)ne0, (long long)ne1);
+    const uint32_t want = ne0 % llmm__type_get(type)->block_size ? LLMM_TYPE_F16 : type;
+    if (t->type != want) fail_msg("%s: type %u, expected %u", name, t->type, want);
+    assert_int_equal(t->n_bytes, llmm__row_bytes(want, (uint64_t)ne0) * (uint64_t)ne1);
+}
+
+/* The adapter as the reference engine reads it: exactly the four keys (alpha an F32),
+ * general.architecture the base's, and for each adapted weight W (a 2-D tensor of the base,
+ * GGUF dims [n_in, n_out], in the base's order) "W.lora_a" [n_in, rank] then "W.lora_b"
+ * [rank, n_out]; data aligned to 32 and ending where the file does. */
+static void assert_adapter_layout(const char *adapter_path, const char *base_path, const adapter_expect *e) {
+    gguf_file *ad = open_gguf(adapter_path), *base = open_gguf(base_path);
+    assert_int_equal(ad->version, 3);
+    assert_int_equal(ad->n_kv, 4);
+    assert_kv_str(ad, "general.type", "adapter");
+    assert_kv_str(ad, "adapter.type", "lora");
+    const gguf_kv *arch = llmm__gguf_find_kv(base, "general.architecture");
+    assert_non_null(arch);
+    char arch_name[64];
+    snprintf(arch_name, sizeof arch_name, "%.*s", (int)arch->v.str.len, arch->v.str.ptr);
+    assert_kv_str(ad, "general.architecture", arch_name);
+    const gguf_kv *alpha = llmm__gguf_find_kv(ad, "adapter.lora.alpha");
+    assert_non_null(alpha);
+    assert_int_equal(alpha->type, GGUF_TYPE_F32);
+    assert_true(alpha->v.f64 == e->alpha);
+    assert_int_equal(ad->alignment, 32);
+    assert_int_equal(ad->n_tensors, 2 * e->n_weights);
+
+    uint64_t prev_base = 0, end = 0;
+    for (size_t i = 0; i < e->n_weights; i++) {
+        const gguf_tensor *a = &ad->tensors[2 * i], *b = &ad->tensors[2 * i + 1];
+        char name[GGUF_MAX_NAME], want[GGUF_MAX_NAME + 8];
+        assert_true(a->name.len > 7 && a->name.len - 7 < sizeof name);
+        snprintf(name, sizeof name, "%.*s", (int)(a->name.len - 7), a->name.ptr);
+        const gguf_tensor *w = llmm__gguf_find_tensor(base, name);
+        if (!w) fail_msg("%.*s: the base has no %s", (int)a->name.len, a->name.ptr, name);
+        if (!stem_listed(name, e->stems)) fail_msg("%s is adapted; expected only %s", name, e->stems);
+        assert_int_equal(w->n_dims, 2);
+        const uint64_t at = (uint64_t)(w - base->tensors);
+        assert_true(i == 0 || at > prev_base); /* the base's order */
+        prev_base = at;
+        snprintf(want, sizeof want, "%s.lora_a", name);
+        assert_lora_tensor(a, want, w->ne[0], e->rank, e->type);
+        snprintf(want, sizeof want, "%s.lora_b", name);
+        assert_lora_tensor(b, want, e->rank, w->ne[1], e->type);
+        for (int k = 0; k < 2; k++) {
+            const gguf_tensor *t = k ? b : a;
+            assert_int_equal(t->offset % 32, 0);
+            assert_true(t->offset >= end); /* in file order, no overlap */
+            end = (t->offset + t->n_bytes + 31) / 32 * 32;
+        }
+    }
+    assert_int_equal(ad->data_offset % 32, 0);
+    assert_int_equal(ad->size, ad->data_offset + end);
+    llmm__gguf_close(ad);
+    llmm__gguf_close(base);
+}
+
+#define ALL_STEMS "attn_q,attn_k,attn_v,attn_output,ffn_gate,ffn_up,ffn_down"
+#define ATTN_STEMS "attn_q,attn_k,attn_v,attn_output"
+
+/* The check itself, on the reference adapters of stories260K: it passes on the converter's
+ * files, so the files below that pass it have their layout. */
+static void test_lora_reference_layout(void **state) {
+    (void)state;
+    char base[1024], r8[1024], r4[1024];
+    shared_path(base, sizeof base, "models/stories260K.gguf");
+    shared_path(r8, sizeof r8, "lora/stories260K-lora-r8.gguf");
+    shared_path(r4, sizeof r4, "lora/stories260K-lora-r4-attn-f16.gguf");
+    assert_adapter_layout(r8, base, &(adapter_expect){8, 16.0, LLMM_TYPE_F32, 5 * 7, ALL_STEMS});
+    assert_adapter_layout(r4, base, &(adapter_expect){4, 0.0, LLMM_TYPE_F16, 5 * 4, ATTN_STEMS});
+}
+
+/* --lora-base on stories260K with the reference adapters' options: the header (keys, tensor
+ * names, dims, types, offsets) is the reference's byte for byte and the files are the same
+ * size; only the random values differ. */
+static void assert_same_header_as(const char *ref_rel, const char *options) {
+    char base[1024], ref_path[1024], args[3072];
+    shared_path(base, sizeof base, "models/stories260K.gguf");
+    shared_path(ref_path, sizeof ref_path, ref_rel);
+    temp_files t;
+    temp_names(&t);
+    snprintf(args, sizeof args, "--lora-base '%s' --lora-out '%s' %s", base, t.adapter, options);
+    const int rc = run_tool(&t, args);
+    if (rc) log_contains(&t, NULL);
+    assert_int_equal(rc, 0);
+    size_t n_got = 0, n_ref = 0;
+    char *got = read_whole_file(t.adapter, &n_got), *ref = read_whole_file(ref_path, &n_ref);
+    assert_non_null(got);
+    assert_non_null(ref);
+    assert_int_equal(n_got, n_ref);
+    gguf_file *f = open_gguf(ref_path);
+    const size_t header = (size_t)f->data_offset;
+    llmm__gguf_close(f);
+    assert_memory_equal(got, ref, header);
+    assert_memory_not_equal(got + header, ref + header, n_ref - header);
+    free(got);
+    free(ref);
+    temp_remove(&t);
+}
+
+static void test_lora_base_file_has_reference_header(void **state) {
+    (void)state;
+    assert_same_header_as("lora/stories260K-lora-r8.gguf", "--lora-rank 8 --lora-alpha 16");
+    assert_same_header_as("lora/stories260K-lora-r4-attn-f16.gguf",
+                          "--lora-rank 4 --lora-alpha 0 --lora-type f16 --lora-targets q,k,v,o");
+}
+
+/* An adapter written with the synthesized tiny model, which still loads; the same adapter
+ * written alone (no -o) is the same file, another --lora-seed another file of the size. */
+static void test_lora_for_synth_model(void **state) {
+    (void)state;
+    temp_files t, u;
+    temp_names(&t);
+    temp_names(&u);
+    char args[1024];
+    snprintf(args, sizeof args, "--preset tiny --type f32 --n-vocab 400 --seed 5 --lora-rank 8 --lora-out '%s'",
+             t.adapter);
+    int rc = run_synth(&t, args);
+    if (rc) log_contains(&t, NULL);
+    assert_int_equal(rc, 0);
+    assert_true(log_contains(&t, "LoRA adapter for llama, rank 8, alpha 16, f32, 14 weights"));
+    assert_adapter_layout(t.adapter, t.model, &(adapter_expect){8, 16.0, LLMM_TYPE_F32, 2 * 7, ALL_STEMS});
+    llmm_model_free(load(t.model, 0));
+
+    size_t n_a = 0, n_b = 0, n_c = 0;
+    char *a = read_whole_file(t.adapter, &n_a);
+    snprintf(args, sizeof args, "--preset tiny --n-vocab 400 --seed 5 --lora-rank 8 --lora-out '%s'", u.adapter);
+    assert_int_equal(run_tool(&u, args), 0);
+    assert_int_equal(access(u.model, F_OK), -1);
+    char *b = read_whole_file(u.adapter, &n_b);
+    snprintf(args, sizeof args, "--preset tiny --n-vocab 400 --seed 5 --lora-seed 6 --lora-rank 8 --lora-out '%s'",
+             u.adapter);
+    assert_int_equal(run_tool(&u, args), 0);
+    char *c = read_whole_file(u.adapter, &n_c);
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_non_null(c);
+    assert_int_equal(n_a, n_b);
+    assert_memory_equal(a, b, n_a);
+    assert_int_equal(n_a, n_c);
+    assert_memory_not_equal(a, c, n_a);
+    free(a);
+    free(b);
+    free(c);
+    temp_remove(&t);
+    temp_remove(&u);
+}
+
+/* Model and adapter for preset (narrowed by shape) with the given adapter options. */
+static void synth_with_adapter(temp_files *t, const char *shape, const char *lora) {
+    char args[2048];
+    snprintf(args, sizeof args, "%s --lora-out '%s' %s", shape, t->adapter, lora);
+    const int rc = run_synth(t, args);
+    if (rc) log_contains(t, NULL);
+    assert_int_equal(rc, 0);
+}
+
+/* The Qwen2.5-0.5B layout (Q/K/V biases, not adapted; K/V narrower than Q) narrowed, Q8_0:
+ * lora_a rows (n_in) are Q8_0, lora_b rows (rank 16) F16 as the converter falls back, at rank
+ * 32 Q8_0 as well; BF16 and F16 keep every row. */
+static void test_lora_qwen2_shape_types(void **state) {
+    (void)state;
+    static const char shape[] =
+        "--preset qwen2.5-0.5b --dim 128 --heads 4 --kv-heads 2 --ff 320 --layers 2 --n-vocab 400 --type q8_0";
+    static const struct {
+        const char *opts;
+        adapter_expect e;
+    } cases[] = {
+        {"--lora-rank 16 --lora-type q8_0", {16, 32.0, LLMM_TYPE_Q8_0, 2 * 7, ALL_STEMS}},
+        {"--lora-rank 32 --lora-type q8_0 --lora-alpha 8", {32, 8.0, LLMM_TYPE_Q8_0, 2 * 7, ALL_STEMS}},
+        {"--lora-rank 3 --lora-type bf16 --lora-targets v,down", {3, 6.0, LLMM_TYPE_BF16, 2 * 2, "attn_v,ffn_down"}},
+        {"--lora-rank 5 --lora-type f16 --lora-targets o", {5, 10.0, LLMM_TYPE_F16, 2, "attn_output"}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        temp_files t;
+        temp_names(&t);
+        synth_with_adapter(&t, shape, cases[i].opts);
+        assert_adapter_layout(t.adapter, t.model, &cases[i].e);
+        temp_remove(&t);
+    }
+}
+
+/* Phi-3's fused layout: q, k, v adapt attn_qkv once, gate and up the fused ffn_up. */
+static void test_lora_fused_layout(void **state) {
+    (void)state;
+    temp_files t;
+    temp_names(&t);
+    synth_with_adapter(&t, "--preset phi3-mini --dim 128 --heads 4 --kv-heads 4 --ff 256 --layers 2 --n-vocab 400 "
+                           "--type f16", "--lora-rank 4");
+    assert_adapter_layout(t.adapter, t.model,
+                          &(adapter_expect){4, 8.0, LLMM_TYPE_F32, 2 * 4, "attn_qkv,attn_output,ffn_up,ffn_down"});
+    temp_remove(&t);
+}
+
+static double rms_of(const float *v, size_t n) {
+    double ss = 0;
+    for (size_t i = 0; i < n; i++) ss += (double)v[i] * v[i];
+    return sqrt(ss / (double)n);
+}
+
+/* The values: A's RMS is 1/sqrt(n_in), so A x keeps the RMS of x, and scale * B (A x) has 0.08
+ * times the RMS of x (the reference adapters measure 0.07-0.08) whatever the rank and alpha:
+ * the mean square ratio over every adapted weight and 8 random x each. W x of the synthesized
+ * weights has 0.58 times it, so outputs change clearly without being swamped. */
+static void assert_delta_scale(const char *opts, uint32_t rank, double scale) {
+    enum { N_X = 8 };
+    temp_files t;
+    temp_names(&t);
+    synth_with_adapter(&t, "--preset tiny --type f32 --dim 256 --ff 512 --n-vocab 400", opts);
+    gguf_file *ad = open_gguf(t.adapter);
+    uint64_t s = 12345;
+    double sum_ratio2 = 0;
+    for (size_t i = 0; i + 1 < ad->n_tensors; i += 2) {
+        const gguf_tensor *a = &ad->tensors[i], *b = &ad->tensors[i + 1];
+        const size_t n_in = (size_t)a->ne[0], n_out = (size_t)b->ne[1];
+        const float *A = a->data, *B = b->data; /* [rank][n_in], [n_out][rank] */
+        const double a_rms = rms_of(A, n_in * rank) * sqrt((double)n_in);
+        if (fabs(a_rms - 1) > 0.1) fail_msg("%.*s: RMS x sqrt(n_in) %.3f", (int)a->name.len, a->name.ptr, a_rms);
+        float x[512], ax[64], d[512];
+        assert_true(n_in <= 512 && n_out <= 512 && rank <= 64);
+        for (int rep = 0; rep < N_X; rep++) {
+            for (size_t k = 0; k < n_in; k++)
+                x[k] = (float)((s = s * 6364136223846793005ull + 1442695040888963407ull) >> 40) / (1 << 24) - 0.5f;
+            for (uint32_t r = 0; r < rank; r++) {
+                double acc = 0;
+                for (size_t k = 0; k < n_in; k++) acc += (double)A[r * n_in + k] * x[k];
+                ax[r] = (float)acc;
+            }
+            for (size_t o = 0; o < n_out; o++) {
+                double acc = 0;
+                for (uint32_t r = 0; r < rank; r++) acc += (double)B[o * rank + r] * ax[r];
+                d[o] = (float)(scale * acc);
+            }
+            const double rel = rms_of(d, n_out) / rms_of(x, n_in);
+            sum_ratio2 += rel * rel;
+        }
+    }
+    const double rel = sqrt(sum_ratio2 / (double)(ad->n_tensors / 2 * N_X));
+    print_message("%s: delta RMS / input RMS %.4f\n", opts, rel);
+    if (!(rel > 0.07 && rel < 0.09)) fail_msg("%s: delta RMS / input RMS %.4f, expected 0.08", opts, rel);
+    llmm__gguf_close(ad);
+    temp_remove(&t);
+}
+
+static void test_lora_delta_scale(void **state) {
+    (void)state;
+    assert_delta_scale("--lora-rank 8", 8, 16.0 / 8);
+    assert_delta_scale("--lora-rank 32 --lora-alpha 8", 32, 8.0 / 32);
+    assert_delta_scale("--lora-rank 4 --lora-alpha 0", 4, 1.0);
+}
+
+/* Bad combinations and values are refused with the reason, before any file is written.
+ * base: a shared file for --lora-base, or NULL; every case but the first has --lora-out. */
+static void test_lora_refusals(void **state) {
+    (void)state;
+    static const struct {
+        const char *base, *args, *message;
+    } cases[] = {
+        {NULL, "--preset tiny --lora-rank 8", "--lora-rank needs --lora-out"},
+        {NULL, "--preset tiny --lora-alpha 4", "need --lora-rank"},
+        {NULL, "--preset tiny --lora-rank 0", "--lora-rank 0: give 1 to 4096"},
+        {NULL, "--preset tiny --lora-rank 8x", "--lora-rank 8x"},
+        {NULL, "--preset tiny --lora-rank 8 --lora-type q4_0", "--lora-type q4_0"},
+        {NULL, "--preset tiny --lora-rank 8 --lora-alpha -1", "--lora-alpha -1"},
+        {NULL, "--preset tiny --lora-rank 8 --lora-targets q,,v", "empty or overlong entry"},
+        {NULL, "--preset tiny --lora-rank 8 --lora-targets q,qkv", "'qkv' matches no weight"},
+        {NULL, "--preset tiny --lora-rank 8 --lora-rnak 8", "unknown option --lora-rnak"},
+        {"models/stories260K.gguf", "-o /tmp/llmm-synth-never.gguf --lora-rank 8", "give no -o"},
+        {"lora/README.md", "--lora-rank 8", "not a GGUF"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        temp_files t;
+        temp_names(&t);
+        char base[1024] = "", args[3072];
+        if (cases[i].base) {
+            char path[900];
+            snprintf(base, sizeof base, "--lora-base '%s' ", shared_path(path, sizeof path, cases[i].base));
+        }
+        snprintf(args, sizeof args, "%s%s", base, cases[i].args);
+        if (i > 0) snprintf(args + strlen(args), sizeof args - strlen(args), " --lora-out '%s'", t.adapter);
+        const int rc = run_tool(&t, args);
+        if (!(rc > 0)) fail_msg("'%s' exited with %d", args, rc);
+        if (!log_contains(&t, cases[i].message)) fail_msg("'%s': no '%s'", args, cases[i].message);
+        assert_int_equal(access(t.adapter, F_OK), -1);
+        temp_remove(&t);
+    }
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     locate_tool(argv[0]);
@@ -411,6 +757,13 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_vocab_file_not_gguf),
         cmocka_unit_test(test_synthetic_vocab),
         cmocka_unit_test(test_quantized_synthetic_logits),
+        cmocka_unit_test(test_lora_reference_layout),
+        cmocka_unit_test(test_lora_base_file_has_reference_header),
+        cmocka_unit_test(test_lora_for_synth_model),
+        cmocka_unit_test(test_lora_qwen2_shape_types),
+        cmocka_unit_test(test_lora_fused_layout),
+        cmocka_unit_test(test_lora_delta_scale),
+        cmocka_unit_test(test_lora_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2,7 +2,9 @@
  * benchmarks at realistic sizes (0.1-8 B parameters) without downloading any weights. The
  * vocabulary is either a synthetic SentencePiece one (byte tokens plus generated pieces) or,
  * with --vocab, the tokenizer of another GGUF copied key for key, so prompts tokenize as they
- * would for the real model and the embedding and output matrices have its vocabulary's rows. */
+ * would for the real model and the embedding and output matrices have its vocabulary's rows.
+ * With --lora-rank it also writes a random LoRA adapter for that model (or, with --lora-base,
+ * for an existing model file) in the GGUF adapter layout of the reference engine's converter. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -359,6 +361,291 @@ static void write_tensor_data(writer *w, const shape *s, const tensor_spec *t, u
     pad(w);
 }
 
+/* ------------------------------------------------------------------------- LoRA adapters
+ * The layout of the reference engine's converter (tests/test_synth.c checks it against the
+ * converter's files in ../shared/lora): four keys (general.architecture, general.type "adapter", adapter.type
+ * "lora", adapter.lora.alpha f32), then per adapted weight W, in the base file's tensor order,
+ * "<W>.lora_a" with GGUF dims [n_in, rank] and "<W>.lora_b" with [rank, n_out]; the adapted
+ * output is W x + scale * B (A x), scale = user_scale * alpha / rank (user_scale when alpha is
+ * 0). Data aligned to 32 as the model files. */
+
+/* What --lora-targets names: the projection's tensor in each layer, and the fused tensor that
+ * holds it in layouts without its own (phi3: attn_qkv, and ffn_up holding gate and up). */
+static const struct lora_target {
+    const char *name, *tensor, *fused;
+} lora_targets[] = {
+    {"q", "attn_q.weight", "attn_qkv.weight"},
+    {"k", "attn_k.weight", "attn_qkv.weight"},
+    {"v", "attn_v.weight", "attn_qkv.weight"},
+    {"o", "attn_output.weight", NULL},
+    {"gate", "ffn_gate.weight", "ffn_up.weight"},
+    {"up", "ffn_up.weight", NULL},
+    {"down", "ffn_down.weight", NULL},
+};
+
+#define LORA_DEFAULT_TARGETS "q,k,v,o,gate,up,down"
+#define LORA_MAX_RANK 4096u
+#define LORA_MAX_TARGETS 16
+#define LORA_MAX_SUFFIX 48
+
+/* RMS of scale * B (A x) per output, relative to the RMS of x: the stories260K reference
+ * adapters measure 0.07 (rank 8, alpha 16) and 0.08 (rank 4, no alpha); a synthetic model's
+ * W x is 0.58, so outputs move clearly without the residual stream being swamped. */
+#define LORA_DELTA_RMS 0.08f
+
+typedef struct lora_options {
+    uint32_t rank;   /* 0: no adapter */
+    float alpha;     /* adapter.lora.alpha; negative: not given (2 x rank) */
+    uint32_t type;
+    uint64_t seed;   /* default: --seed */
+    const char *targets, *out, *base;
+} lora_options;
+
+/* A 2-D weight of the base model: its name and GGUF dims [n_in, n_out]. */
+typedef struct base_weight {
+    char name[GGUF_MAX_NAME];
+    uint64_t n_in, n_out;
+} base_weight;
+
+/* The part of "blk.N.<suffix>" after the layer number; NULL for tensors outside the layers. */
+static const char *layer_suffix(const char *name) {
+    if (strncmp(name, "blk.", 4)) return NULL;
+    const char *dot = strchr(name + 4, '.');
+    return dot ? dot + 1 : NULL;
+}
+
+static int has_suffix(const base_weight *w, size_t n, const char *suffix) {
+    for (size_t i = 0; i < n; i++) {
+        const char *s = layer_suffix(w[i].name);
+        if (s && !strcmp(s, suffix)) return 1;
+    }
+    return 0;
+}
+
+/* The tensor suffixes --lora-targets selects in this model (deduplicated; a fused layout's
+ * q, k and v all select attn_qkv). -1 with a message when a target matches no tensor. */
+static int select_suffixes(const char *targets, const base_weight *w, size_t n,
+                           char out[LORA_MAX_TARGETS][LORA_MAX_SUFFIX], size_t *n_out) {
+    *n_out = 0;
+    for (const char *p = targets; *p;) {
+        const size_t len = strcspn(p, ",");
+        char name[LORA_MAX_SUFFIX - 8], own[LORA_MAX_SUFFIX];
+        if (len == 0 || len >= sizeof name) {
+            fprintf(stderr, "llmmini-synth: --lora-targets '%s': empty or overlong entry\n", targets);
+            return -1;
+        }
+        memcpy(name, p, len);
+        name[len] = '\0';
+        p += len + (p[len] == ',');
+        const char *suffix = NULL, *fused = NULL;
+        for (size_t k = 0; k < sizeof lora_targets / sizeof *lora_targets && !suffix; k++)
+            if (!strcmp(lora_targets[k].name, name)) suffix = lora_targets[k].tensor, fused = lora_targets[k].fused;
+        if (!suffix) snprintf(own, sizeof own, "%s.weight", name), suffix = own;
+        if (!has_suffix(w, n, suffix)) suffix = fused && has_suffix(w, n, fused) ? fused : NULL;
+        if (!suffix) {
+            fprintf(stderr, "llmmini-synth: --lora-targets: '%s' matches no weight of this model "
+                            "(names: q, k, v, o, gate, up, down, or a tensor stem such as attn_q)\n", name);
+            return -1;
+        }
+        size_t k = 0;
+        while (k < *n_out && strcmp(out[k], suffix)) k++;
+        if (k == *n_out) {
+            if (*n_out == LORA_MAX_TARGETS) {
+                fprintf(stderr, "llmmini-synth: --lora-targets: more than %d tensors\n", LORA_MAX_TARGETS);
+                return -1;
+            }
+            snprintf(out[(*n_out)++], LORA_MAX_SUFFIX, "%s", suffix);
+        }
+    }
+    return 0;
+}
+
+/* Keeps, in order, the weights whose layer suffix is selected; the count kept. */
+static size_t keep_targets(base_weight *w, size_t n, char sel[LORA_MAX_TARGETS][LORA_MAX_SUFFIX], size_t n_sel) {
+    size_t kept = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *s = layer_suffix(w[i].name);
+        for (size_t k = 0; s && k < n_sel; k++)
+            if (!strcmp(s, sel[k])) {
+                w[kept++] = w[i];
+                break;
+            }
+    }
+    return kept;
+}
+
+/* The converter's rule: a row that does not split into whole blocks (lora_b's rows hold rank
+ * values) is written as F16 instead. */
+static uint32_t lora_tensor_type(uint32_t type, uint64_t ne0) {
+    return ne0 % llmm__type_get(type)->block_size ? LLMM_TYPE_F16 : type;
+}
+
+/* A standard normal value (Box-Muller over two uniforms of the stream). */
+static float next_gauss(uint64_t *s) {
+    const float u1 = 0.5f * (1.0f - next_float(s)); /* (0, 1] */
+    const float u2 = next_float(s);
+    return sqrtf(-2.0f * logf(u1)) * cosf(3.14159265f * u2);
+}
+
+/* ne1 rows of ne0 normal values times sd, in type (fallback applied), then the padding. */
+static void write_lora_rows(writer *w, uint32_t type, uint64_t ne0, uint64_t ne1, float sd, uint64_t *rng,
+                            float *row, void *qrow) {
+    type = lora_tensor_type(type, ne0);
+    const llmm_type_traits *tt = llmm__type_get(type);
+    for (uint64_t r = 0; r < ne1 && !w->failed; r++) {
+        for (uint64_t i = 0; i < ne0; i++) row[i] = next_gauss(rng) * sd;
+        tt->from_float(row, qrow, ne0);
+        put(w, qrow, llmm__row_bytes(type, ne0));
+    }
+    pad(w);
+}
+
+static uint64_t lora_tensor_bytes(uint32_t type, uint64_t ne0, uint64_t ne1) {
+    const uint64_t b = llmm__row_bytes(lora_tensor_type(type, ne0), ne0) * ne1;
+    return (b + ALIGNMENT - 1) / ALIGNMENT * ALIGNMENT;
+}
+
+static void put_tensor_info(writer *w, const char *base, const char *part, uint64_t ne0, uint64_t ne1,
+                            uint32_t type, uint64_t offset) {
+    char name[GGUF_MAX_NAME + 8];
+    snprintf(name, sizeof name, "%s.%s", base, part);
+    put_str(w, name);
+    put_u32(w, 2);
+    put_u64(w, ne0);
+    put_u64(w, ne1);
+    put_u32(w, lora_tensor_type(type, ne0));
+    put_u64(w, offset);
+}
+
+/* Writes the adapter for the selected weights w[0..n): A ~ N(0, 1/n_in), so each (A x)_j has
+ * the RMS of x, and B ~ N(0, sd_b) with sd_b chosen so that scale * B (A x) has
+ * LORA_DELTA_RMS times it whatever the rank and alpha. */
+static int write_adapter(const lora_options *lo, const char *arch, const base_weight *wt, size_t n) {
+    const float alpha = lo->alpha < 0 ? 2.0f * (float)lo->rank : lo->alpha;
+    const float scale = alpha > 0 ? alpha / (float)lo->rank : 1.0f;
+    const float sd_b = LORA_DELTA_RMS / (scale * sqrtf((float)lo->rank));
+    uint64_t widest = lo->rank;
+    for (size_t i = 0; i < n; i++) widest = wt[i].n_in > widest ? wt[i].n_in : widest;
+    float *row = malloc(sizeof(float) * widest);
+    void *qrow = malloc(sizeof(float) * widest);
+    writer w = {NULL, 0, 0, 0};
+    if (row && qrow) w.f = fopen(lo->out, "wb");
+    if (!w.f) {
+        fprintf(stderr, "llmmini-synth: cannot write '%s': %s\n", lo->out, strerror(errno));
+        free(row);
+        free(qrow);
+        return 1;
+    }
+    put(&w, "GGUF", 4);
+    put_u32(&w, 3);
+    put_u64(&w, 2 * (uint64_t)n);
+    put_u64(&w, 4);
+    kv_str(&w, "general.architecture", arch);
+    kv_str(&w, "general.type", "adapter");
+    kv_str(&w, "adapter.type", "lora");
+    kv_f32(&w, "adapter.lora.alpha", alpha);
+    uint64_t off = 0;
+    for (size_t i = 0; i < n; i++) {
+        put_tensor_info(&w, wt[i].name, "lora_a", wt[i].n_in, lo->rank, lo->type, off);
+        off += lora_tensor_bytes(lo->type, wt[i].n_in, lo->rank);
+        put_tensor_info(&w, wt[i].name, "lora_b", lo->rank, wt[i].n_out, lo->type, off);
+        off += lora_tensor_bytes(lo->type, lo->rank, wt[i].n_out);
+    }
+    pad(&w);
+    uint64_t rng = (lo->seed * 0x9E3779B97F4A7C15ull ^ 0xD1B54A32D192ED03ull) | 1; /* not the model's stream */
+    for (size_t i = 0; i < n && !w.failed; i++) {
+        write_lora_rows(&w, lo->type, wt[i].n_in, lo->rank, 1.0f / sqrtf((float)wt[i].n_in), &rng, row, qrow);
+        write_lora_rows(&w, lo->type, lo->rank, wt[i].n_out, sd_b, &rng, row, qrow);
+    }
+    int rc = w.failed | (fclose(w.f) != 0);
+    fprintf(stderr, "llmmini-synth: %s LoRA adapter for %s, rank %u, alpha %g, %s%s, %zu weights, %.1f MiB%s\n",
+            lo->out, arch, lo->rank, (double)alpha, llmm__type_get(lo->type)->name,
+            lora_tensor_type(lo->type, lo->rank) != lo->type ? " (lora_b f16: rank not whole blocks)" : "", n,
+            (double)w.pos / (1 << 20), rc ? " (WRITE FAILED)" : "");
+    free(row);
+    free(qrow);
+    return rc;
+}
+
+/* Selects the targets among the base weights w[0..n) (reordered in place) and writes. */
+static int write_adapter_for(const lora_options *lo, const char *arch, base_weight *w, size_t n) {
+    char sel[LORA_MAX_TARGETS][LORA_MAX_SUFFIX];
+    size_t n_sel;
+    if (select_suffixes(lo->targets, w, n, sel, &n_sel)) return 2;
+    return write_adapter(lo, arch, w, keep_targets(w, n, sel, n_sel));
+}
+
+/* The adapter for the model this run synthesizes (whether -o writes it or not). */
+static int write_adapter_for_shape(const shape *s, const arch_layout *a, const lora_options *lo) {
+    const size_t cap = 4 + 20 * (size_t)s->n_layer;
+    tensor_spec *t = calloc(cap, sizeof *t);
+    base_weight *w = calloc(cap, sizeof *w);
+    int rc = 1;
+    if (!t || !w) {
+        fprintf(stderr, "llmmini-synth: out of memory\n");
+    } else {
+        const size_t n_t = build_tensor_list(s, a, LLMM_TYPE_F32, t);
+        size_t n = 0;
+        for (size_t i = 0; i < n_t; i++)
+            if (t[i].ne1 != 1) {
+                snprintf(w[n].name, sizeof w[n].name, "%s", t[i].name);
+                w[n].n_in = t[i].ne0;
+                w[n++].n_out = t[i].ne1;
+            }
+        rc = write_adapter_for(lo, s->arch, w, n);
+    }
+    free(t);
+    free(w);
+    return rc;
+}
+
+/* The 2-D tensors of an existing model file; -1 with a message when one's adapter names would
+ * pass ggml's 64-byte name limit. */
+static int file_weights(const gguf_file *f, base_weight *w, size_t *n) {
+    *n = 0;
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        const gguf_tensor *t = &f->tensors[i];
+        if (t->n_dims != 2) continue;
+        if (t->name.len + sizeof ".lora_a" > GGUF_MAX_NAME) {
+            fprintf(stderr, "llmmini-synth: --lora-base: tensor '%.*s': name too long for its adapter tensors\n",
+                    (int)t->name.len, t->name.ptr);
+            return -1;
+        }
+        memcpy(w[*n].name, t->name.ptr, t->name.len);
+        w[*n].name[t->name.len] = '\0';
+        w[*n].n_in = (uint64_t)t->ne[0];
+        w[(*n)++].n_out = (uint64_t)t->ne[1];
+    }
+    return 0;
+}
+
+/* The adapter for --lora-base: its architecture, tensor names, order and shapes. */
+static int write_adapter_for_file(const lora_options *lo) {
+    gguf_file *f = NULL;
+    llmm_diag d = {{0}};
+    if (llmm__gguf_open_file(lo->base, 1, NULL, &f, &d) != LLMM_OK) {
+        fprintf(stderr, "llmmini-synth: --lora-base %s: %s\n", lo->base, d.msg);
+        return 1;
+    }
+    const gguf_kv *arch = llmm__gguf_find_kv(f, "general.architecture");
+    base_weight *w = calloc(f->n_tensors ? f->n_tensors : 1, sizeof *w);
+    char arch_name[64];
+    size_t n = 0;
+    int rc = 1;
+    if (!arch || arch->type != GGUF_TYPE_STRING || arch->v.str.len == 0 || arch->v.str.len >= sizeof arch_name) {
+        fprintf(stderr, "llmmini-synth: --lora-base %s: no general.architecture string\n", lo->base);
+    } else if (!w) {
+        fprintf(stderr, "llmmini-synth: out of memory\n");
+    } else if (!file_weights(f, w, &n)) {
+        memcpy(arch_name, arch->v.str.ptr, arch->v.str.len);
+        arch_name[arch->v.str.len] = '\0';
+        rc = write_adapter_for(lo, arch_name, w, n);
+    }
+    free(w);
+    llmm__gguf_close(f);
+    return rc;
+}
+
 static int usage(int rc) {
     fprintf(rc ? stderr : stdout,
             "usage: llmmini-synth -o OUT.gguf [--preset NAME] [--type f32|f16|bf16|q8_0|q4_0] [--vocab FILE.gguf]\n"
@@ -370,7 +657,18 @@ static int usage(int rc) {
             "  --vocab FILE  copy every tokenizer.* key of FILE (a model or vocabulary-only GGUF); its token\n"
             "                count sets the vocabulary size (--n-vocab is then ignored)\n"
             "  --n-vocab N   size of the synthetic SentencePiece vocabulary (without --vocab)\n"
-            "Other quantizations: convert the f16 or f32 output with llmmini-quantize.\n");
+            "Other quantizations: convert the f16 or f32 output with llmmini-quantize.\n"
+            "LoRA adapter (GGUF, the reference engine's layout) for the model above, or for --lora-base:\n"
+            "  --lora-rank R       write an adapter of rank R (1-4096); needs --lora-out, and -o only for\n"
+            "                      the model itself\n"
+            "  --lora-out FILE     the adapter's path\n"
+            "  --lora-base FILE    adapt an existing model GGUF instead (architecture, names, shapes); no -o\n"
+            "  --lora-targets L    comma-separated, default q,k,v,o,gate,up,down (or a tensor stem such as\n"
+            "                      attn_qkv); a fused layout's q/k/v adapt attn_qkv, its gate ffn_up\n"
+            "  --lora-alpha A      adapter.lora.alpha, default 2 x rank; 0: none (scale = user scale)\n"
+            "  --lora-type T       f32 (default), f16, bf16, q8_0 (rows not a multiple of 32: f16, as the\n"
+            "                      converter does)\n"
+            "  --lora-seed S       default: --seed\n");
     return rc;
 }
 
@@ -388,11 +686,57 @@ typedef struct options {
     uint32_t wtype;
     uint64_t seed;
     const char *out, *vocab;
+    lora_options lora;
+    int lora_given, lora_seed_given; /* a --lora-* option other than --lora-rank; --lora-seed */
 } options;
+
+/* A whole decimal number in [lo, hi]; -1 otherwise. */
+static int parse_uint(const char *v, unsigned long long lo, unsigned long long hi, unsigned long long *out) {
+    char *end = NULL;
+    errno = 0;
+    const unsigned long long x = strtoull(v, &end, 10);
+    if (*v < '0' || *v > '9' || *end || errno || x < lo || x > hi) return -1;
+    return *out = x, 0;
+}
+
+/* One --lora-* option and its value; -1 with a message when either is bad. */
+static int parse_lora_arg(const char *a, const char *v, options *o) {
+    lora_options *lo = &o->lora;
+    unsigned long long x;
+    char *end = NULL;
+    o->lora_given |= strcmp(a, "--lora-rank") != 0;
+    if (!strcmp(a, "--lora-rank")) {
+        if (parse_uint(v, 1, LORA_MAX_RANK, &x))
+            return fprintf(stderr, "llmmini-synth: --lora-rank %s: give 1 to %u\n", v, LORA_MAX_RANK), -1;
+        lo->rank = (uint32_t)x;
+    } else if (!strcmp(a, "--lora-alpha")) {
+        lo->alpha = strtof(v, &end);
+        if (end == v || *end || !(lo->alpha >= 0 && lo->alpha < 1e30f))
+            return fprintf(stderr, "llmmini-synth: --lora-alpha %s: give a number >= 0\n", v), -1;
+    } else if (!strcmp(a, "--lora-type")) {
+        if (parse_type(v, &lo->type) || lo->type == LLMM_TYPE_Q4_0)
+            return fprintf(stderr, "llmmini-synth: --lora-type %s: give f32, f16, bf16 or q8_0\n", v), -1;
+    } else if (!strcmp(a, "--lora-seed")) {
+        if (parse_uint(v, 0, UINT64_MAX, &x))
+            return fprintf(stderr, "llmmini-synth: --lora-seed %s: give a number\n", v), -1;
+        lo->seed = x;
+        o->lora_seed_given = 1;
+    } else if (!strcmp(a, "--lora-targets")) {
+        lo->targets = v;
+    } else if (!strcmp(a, "--lora-out")) {
+        lo->out = v;
+    } else if (!strcmp(a, "--lora-base")) {
+        lo->base = v;
+    } else {
+        return fprintf(stderr, "llmmini-synth: unknown option %s (see --help)\n", a), -1;
+    }
+    return 0;
+}
 
 /* 0: run; otherwise the exit status (0 after --help). */
 static int parse_args(int argc, char **argv, options *o, int *done) {
-    *o = (options){presets[1], LLMM_TYPE_Q4_0, 1, NULL, NULL};
+    *o = (options){presets[1], LLMM_TYPE_Q4_0, 1, NULL, NULL,
+                   {0, -1.0f, LLMM_TYPE_F32, 0, LORA_DEFAULT_TARGETS, NULL, NULL}, 0, 0};
     *done = 0;
     shape *s = &o->s;
     for (int i = 1; i < argc; i++) {
@@ -409,6 +753,8 @@ static int parse_args(int argc, char **argv, options *o, int *done) {
         else if (!strcmp(a, "--seed")) o->seed = strtoull(v, NULL, 10) | 1;
         else if (!strcmp(a, "--type")) {
             if (parse_type(v, &o->wtype)) return *done = 1, usage(2);
+        } else if (!strncmp(a, "--lora-", 7)) {
+            if (parse_lora_arg(a, v, o)) return *done = 1, 2;
         } else if (!strcmp(a, "--preset")) {
             size_t k = 0;
             while (k < sizeof presets / sizeof *presets && strcmp(presets[k].name, v)) k++;
@@ -418,7 +764,20 @@ static int parse_args(int argc, char **argv, options *o, int *done) {
             return *done = 1, usage(2);
         }
     }
+    if (!o->lora_seed_given) o->lora.seed = o->seed;
     return 0;
+}
+
+/* What no single option shows wrong; 1 with a message. */
+static int lora_conflicts(const options *o) {
+    const lora_options *lo = &o->lora;
+    const char *why = o->lora_given && !lo->rank ? "the --lora-* options need --lora-rank R"
+                    : lo->rank && !lo->out ? "--lora-rank needs --lora-out FILE"
+                    : lo->base && o->out ? "--lora-base writes only the adapter for that file: give no -o"
+                    : lo->out && o->out && !strcmp(lo->out, o->out) ? "--lora-out and -o name the same file"
+                    : NULL;
+    if (why) fprintf(stderr, "llmmini-synth: %s\n", why);
+    return why != NULL;
 }
 
 static int shape_ok(const shape *s, const llmm_type_traits *tt, int copied_vocab) {
@@ -480,19 +839,22 @@ int main(int argc, char **argv) {
     int done;
     int rc = parse_args(argc, argv, &o, &done);
     if (done) return rc;
+    if (lora_conflicts(&o)) return 2;
+    if (o.lora.base) return write_adapter_for_file(&o.lora);
     vocab_source vocab = {NULL, 0};
     if (o.vocab) {
         if (open_vocab(o.vocab, &vocab)) return 1;
         o.s.n_vocab = vocab.n_tokens;
     }
     const llmm_type_traits *tt = llmm__type_get(o.wtype);
-    if (!o.out || !shape_ok(&o.s, tt, vocab.f != NULL)) {
-        fprintf(stderr, "llmmini-synth: need -o, heads dividing dim, kv-heads dividing heads, vocab >= 300, "
-                        "dim and ff multiples of the type's block size\n");
+    if ((!o.out && !o.lora.rank) || !shape_ok(&o.s, tt, vocab.f != NULL)) {
+        fprintf(stderr, "llmmini-synth: need -o (or --lora-rank and --lora-out alone), heads dividing dim, "
+                        "kv-heads dividing heads, vocab >= 300, dim and ff multiples of the type's block size\n");
         llmm__gguf_close(vocab.f);
         return 2;
     }
-    rc = write_model(&o, layout_of(o.s.arch), vocab.f);
+    rc = o.out ? write_model(&o, layout_of(o.s.arch), vocab.f) : 0;
+    if (!rc && o.lora.rank) rc = write_adapter_for_shape(&o.s, layout_of(o.s.arch), &o.lora);
     llmm__gguf_close(vocab.f);
     return rc;
 }

@@ -295,6 +295,7 @@ const llmm_backend_ops llmm__cpu_backend = {
     .softcap = llmm__cpu_softcap,
     .kv_write = llmm__cpu_kv_write,
     .attention = llmm__cpu_attention,
+    .lora_delta = llmm__cpu_lora_delta,
     .copy = cpu_copy,
     .scratch_bytes = cpu_working_bytes,
     .reserve = cpu_reserve,

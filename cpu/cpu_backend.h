@@ -143,6 +143,8 @@ llmm_status llmm__cpu_softcap(void *state, float *x, size_t n, float cap);
 llmm_status llmm__cpu_glu(void *state, float *gate, const float *up, size_t n, llmm_activation act);
 llmm_status llmm__cpu_add(void *state, float *dst, const float *src, size_t n);
 llmm_status llmm__cpu_kv_write(void *state, uint32_t layer, const float *k, const float *v);
+llmm_status llmm__cpu_lora_delta(void *state, const float *x, size_t n_in, const llmm_lora_part *parts,
+                                 size_t n_parts, float *t);
 
 /* The kernels behind the step's ops, over host arrays (the ops above resolve the step
  * descriptor into them; the kernel tests call them with views of their own). */

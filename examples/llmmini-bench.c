@@ -39,7 +39,8 @@ typedef struct options {
     /* speculative decoding (bench_speculative): --draft MODEL or --lookup N, on -f FILE */
     const char *draft, *prompt_file;
     int lookup, draft_max;
-    const char *lora;      /* --lora FILE: decode with and without this adapter, swap latency */
+    const char *lora[4];   /* --lora FILE (up to 4): decode with and without adapters, swap latency */
+    int n_lora;
 } options;
 
 /* Smallest, median and largest of the repeats of one measurement (for a speed, max is the best). */
@@ -130,9 +131,11 @@ static void usage(FILE *out) {
             "  --lookup N         the same with prompt lookup (n-gram N) instead of a draft model\n"
             "  -f FILE            the prompt's text (default: a short story opening)\n"
             "  --lora FILE        LoRA instead of the tables above: adapter load time, decode tokens/s of\n"
-            "                     one sequence without and with the adapter, the cost of swapping a\n"
-            "                     loaded adapter, and with --parallel S, S sequences decoded together\n"
-            "                     without adapters and with 4 copies of it spread over them\n");
+            "                     one sequence without and with the (first) adapter, the cost of\n"
+            "                     swapping a loaded adapter, and with --parallel S, S sequences decoded\n"
+            "                     together without adapters and with 4 adapters spread over them.\n"
+            "                     Repeatable up to 4 files (fewer: the files are loaded again, as\n"
+            "                     separate adapters, to make 4)\n");
 }
 
 static int parse_index(const char *s, int *out) {
@@ -181,8 +184,13 @@ static int parse_args(int argc, char **argv, options *o) {
             i++;
         } else if (!strcmp(a, "-m") && val) o->model = argv[++i];
         else if (!strcmp(a, "--draft") && val) o->draft = argv[++i];
-        else if (!strcmp(a, "--lora") && val) o->lora = argv[++i];
-        else if (!strcmp(a, "-f") && val) o->prompt_file = argv[++i];
+        else if (!strcmp(a, "--lora") && val) {
+            if (o->n_lora == 4) {
+                fprintf(stderr, "llmmini-bench: at most 4 --lora files\n");
+                return 2;
+            }
+            o->lora[o->n_lora++] = argv[++i];
+        } else if (!strcmp(a, "-f") && val) o->prompt_file = argv[++i];
         else if (!strcmp(a, "--kv-type") && val) {
             if (!parse_kv_type(argv[++i], &o->kv_type)) {
                 fprintf(stderr, "llmmini-bench: --kv-type takes f16, q8 or f32\n");
@@ -1378,6 +1386,15 @@ static llmm_status lora_pair(llmm_context *ctx, const llmm_model *m, const optio
     return st;
 }
 
+/* The size of a file in MB (0 when it cannot be read). */
+static double file_mb(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    const long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    fclose(f);
+    return size > 0 ? (double)size / 1e6 : 0;
+}
+
 static int bench_lora(const options *o, llmm_model *m) {
     llmm_adapter *ads[LORA_COPIES] = {0};
     char err[512] = "";
@@ -1385,7 +1402,7 @@ static int bench_lora(const options *o, llmm_model *m) {
     double load_ms = 0;
     for (int i = 0; !st && i < LORA_COPIES; i++) {
         const double t0 = now_ms();
-        st = llmm_adapter_load(m, o->lora, &ads[i]);
+        st = llmm_adapter_load(m, o->lora[i % o->n_lora], &ads[i]);
         if (i == 0) load_ms = now_ms() - t0; /* the first: the others find the file cached as well */
     }
     if (st) {
@@ -1416,10 +1433,11 @@ static int bench_lora(const options *o, llmm_model *m) {
         for (int i = 0; i < LORA_COPIES; i++) llmm_adapter_free(ads[i]);
         return rc;
     }
-    printf("| model | adapter | rank | MB | load ms | decode tok/s base | with adapter | ratio | swap us |\n"
-           "|---|---|---|---|---|---|---|---|---|\n");
-    printf("| %s | %s | %u | %.2f | %.2f | %.1f | %.1f | %.2f | %.2f |\n", base_name(o->model), base_name(o->lora),
-           ai.rank, (double)ai.bytes / 1e6, load_ms, base, with, base > 0 ? with / base : 0, swap_us);
+    printf("| model | adapter | rank | file MB | MB held | load ms | decode tok/s base | with adapter | ratio | swap us |\n"
+           "|---|---|---|---|---|---|---|---|---|---|\n");
+    printf("| %s | %s | %u | %.2f | %.2f | %.2f | %.1f | %.1f | %.2f | %.2f |\n", base_name(o->model),
+           base_name(o->lora[0]), ai.rank, file_mb(o->lora[0]), (double)ai.bytes / 1e6, load_ms, base, with,
+           base > 0 ? with / base : 0, swap_us);
     if (o->parallel > 1)
         printf("\n| sequences | adapters | aggregate tok/s base | with adapters | ratio |\n|---|---|---|---|---|\n"
                "| %d | %d | %.1f | %.1f | %.2f |\n",
@@ -1442,7 +1460,7 @@ int main(int argc, char **argv) {
     llmm_status st = load_model(o.model, !o.no_repack, &alloc, &m, &res.load_ms, err, sizeof err);
     if (st) return fail("cannot load model", st, err);
     fprintf(stderr, "loaded in %.1f ms; threads: %d\n", res.load_ms, res.n_threads);
-    if (o.lora) {
+    if (o.n_lora) {
         rc = bench_lora(&o, m);
         llmm_model_free(m);
         return rc;

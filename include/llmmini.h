@@ -531,7 +531,8 @@ typedef struct llmm_adapter_info {
     uint32_t rank;        /* the largest rank of its tensors */
     float alpha;          /* adapter.lora.alpha; 0: none (the scale is the user's) */
     uint32_t n_tensors;   /* base tensors it adapts (a fused Q/K/V tensor counts once) */
-    uint64_t bytes;       /* bytes of its A and B tensors */
+    uint64_t bytes;       /* memory it holds: its A and B tensors and the copies made
+                           * at load for the kernels (B transposed; BF16/Q8_0 A widened) */
     uint64_t fingerprint; /* a hash of its tensors and alpha: equal adapters, equal numbers */
 } llmm_adapter_info;
 

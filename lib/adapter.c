@@ -1,12 +1,17 @@
 /* LoRA adapter files: the GGUF layout the reference engine's converter writes, checked
  * against the base model before anything uses it. The A and B tensors stay in the file's
- * bytes (mapped, or the caller's copy) and are read in place by the backend's matmul. */
+ * bytes (mapped, or the caller's copy); the operands of the backend's lora_delta (adapter.h)
+ * are made from them once, at load. */
+#define _DEFAULT_SOURCE /* madvise */
 #include "adapter.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
+#include "backend.h"
 #include "quant.h"
 
 static const char SUFFIX_A[] = ".lora_a", SUFFIX_B[] = ".lora_b";
@@ -14,8 +19,39 @@ static const char SUFFIX_A[] = ".lora_a", SUFFIX_B[] = ".lora_b";
 
 void llmm__adapter_retain(llmm_adapter *a) { atomic_fetch_add_explicit(&a->refs, 1, memory_order_relaxed); }
 
+/* Carving the operand copies out of one block (sized by a first pass over the slots), its pages
+ * faulted in by one call: a page fault per 4 KiB page cost more than the copying itself. */
+typedef struct copy_block {
+    uint8_t *next; /* NULL in the sizing pass */
+    size_t bytes;
+} copy_block;
+
+static void *copy_take(copy_block *cb, size_t bytes) {
+    bytes = (bytes + 63) / 64 * 64; /* each copy at a cache line, where the SIMD loads like it */
+    void *p = cb->next;
+    cb->bytes += bytes;
+    if (cb->next) cb->next += bytes;
+    return p;
+}
+
+/* Fault in the pages of [p, p + n) in one call (write: fresh memory; read: a file mapping), not
+ * one exception per page. Advice only: where it fails the pages fault in one by one. */
+static void populate(const void *p, size_t n, int write) {
+#if defined(MADV_POPULATE_WRITE) && defined(MADV_POPULATE_READ)
+    const long page_l = sysconf(_SC_PAGESIZE);
+    const uintptr_t page = page_l > 0 ? (uintptr_t)page_l : 4096;
+    const uintptr_t begin = (uintptr_t)p / page * page, end = ((uintptr_t)p + n + page - 1) / page * page;
+    if (end > begin) (void)madvise((void *)begin, end - begin, write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ);
+#else
+    (void)p;
+    (void)n;
+    (void)write;
+#endif
+}
+
 static void adapter_destroy(llmm_adapter *a) {
     const llmm_allocator *al = a->model->alloc;
+    llmm__mem_free(al, a->copies);
     if (a->gguf) llmm__gguf_close(a->gguf);
     if (a->owned) llmm__mem_free(al, a->owned);
     llmm__mem_free(al, a->slots);
@@ -142,15 +178,19 @@ static llmm_status place_pair(llmm_adapter *ad, const llmm_tensor *const *views,
     return LLMM_OK;
 }
 
-/* A 64-bit hash of bytes, eight at a time: cheap enough to run over every adapter at load. */
+/* A 64-bit hash of bytes, 32 at a time in four independent lanes (one multiply chain would
+ * take a third of an adapter's load time), the lanes folded into h at the end. */
 static uint64_t hash_bytes(uint64_t h, const uint8_t *p, size_t n) {
+    uint64_t lane[4] = {h, h ^ 0x9e3779b97f4a7c15ull, h ^ 0xbf58476d1ce4e5b9ull, h ^ 0x94d049bb133111ebull};
     size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t w;
-        memcpy(&w, p + i, 8);
-        h = (h ^ w) * 0x100000001b3ull;
-        h ^= h >> 29;
-    }
+    for (; i + 32 <= n; i += 32)
+        for (int k = 0; k < 4; k++) {
+            uint64_t w;
+            memcpy(&w, p + i + 8 * (size_t)k, 8);
+            lane[k] = (lane[k] ^ w) * 0x100000001b3ull;
+            lane[k] ^= lane[k] >> 29;
+        }
+    for (int k = 0; k < 4; k++) h = ((h ^ lane[k]) * 0x100000001b3ull) ^ (lane[k] >> 31);
     for (; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
     return h;
 }
@@ -209,6 +249,92 @@ static llmm_status add_pairs(llmm_adapter *ad, const llmm_tensor *const *views, 
     return LLMM_OK;
 }
 
+/* A's rows in F32 or F16: the file's, else widened once (a fused tensor's slots share one A). */
+static void prepare_a(llmm_adapter *ad, size_t slot, copy_block *cb) {
+    llmm__lora_pair *p = &ad->slots[slot];
+    if (p->a.type == LLMM_TYPE_F32 || p->a.type == LLMM_TYPE_F16) {
+        p->a_rows = p->a;
+        return;
+    }
+    for (size_t s = 0; s < slot; s++)
+        if (ad->slots[s].a.data == p->a.data) {
+            p->a_rows = ad->slots[s].a_rows;
+            return;
+        }
+    const size_t n_in = (size_t)p->a.ne0, rank = (size_t)p->a.ne1;
+    float *rows = copy_take(cb, rank * n_in * sizeof(float));
+    p->a_rows = (llmm_tensor){.data = rows, .type = LLMM_TYPE_F32, .ne0 = (int64_t)n_in, .ne1 = (int64_t)rank,
+                              .row_bytes = n_in * sizeof(float)};
+    if (!rows) return;
+    const llmm_dequant_row_fn dequant = llmm__type_get(p->a.type)->dequant_row;
+    for (size_t r = 0; r < rank; r++) dequant((const uint8_t *)p->a.data + r * p->a.row_bytes, rows + r * n_in, n_in);
+}
+
+/* B transposed into lora_delta's panels (backend.h, LLMM_LORA_PANEL): F16 when B is (moved as
+ * bits), else F32. Each panel is made from LLMM_LORA_PANEL consecutive rows of B, so both sides
+ * of the copy stay within a few cache lines. row: rank floats of scratch. */
+static void prepare_bt(llmm_adapter *ad, size_t slot, copy_block *cb, float *row) {
+    llmm__lora_pair *p = &ad->slots[slot];
+    const size_t n_out = (size_t)p->b.ne1, rank = (size_t)p->b.ne0, rb = p->b.row_bytes;
+    const uint8_t *b = p->b.data;
+    const int f16 = p->b.type == LLMM_TYPE_F16;
+    const size_t elem = f16 ? sizeof(uint16_t) : sizeof(float);
+    uint8_t *bt = copy_take(cb, rank * n_out * elem);
+    p->bt = (llmm_tensor){.data = bt, .type = f16 ? LLMM_TYPE_F16 : LLMM_TYPE_F32, .ne0 = (int64_t)n_out,
+                          .ne1 = (int64_t)rank, .row_bytes = n_out * elem};
+    if (!bt) return;
+    const llmm_dequant_row_fn dequant = llmm__type_get(p->b.type)->dequant_row;
+    for (size_t o0 = 0; o0 < n_out; o0 += LLMM_LORA_PANEL) {
+        const size_t w = LLMM_MIN((size_t)LLMM_LORA_PANEL, n_out - o0);
+        uint8_t *panel = bt + o0 * rank * elem;
+        for (size_t j = 0; j < w; j++) {
+            const uint8_t *src = b + (o0 + j) * rb;
+            if (f16) {
+                uint16_t h[LLMM_LORA_PANEL];
+                for (size_t r0 = 0; r0 < rank; r0 += LLMM_LORA_PANEL) {
+                    const size_t n = LLMM_MIN((size_t)LLMM_LORA_PANEL, rank - r0);
+                    memcpy(h, src + r0 * sizeof(uint16_t), n * sizeof(uint16_t));
+                    for (size_t r = 0; r < n; r++) ((uint16_t *)panel)[(r0 + r) * w + j] = h[r];
+                }
+            } else {
+                dequant(src, row, rank);
+                for (size_t r = 0; r < rank; r++) ((float *)panel)[r * w + j] = row[r];
+            }
+        }
+    }
+}
+
+/* The slots' operands, into cb (sizing only when cb->next is NULL). */
+static void place_operands(llmm_adapter *ad, copy_block *cb, float *row) {
+    const size_t embd_slot = llmm__lora_global_slot(ad, LLMM__LORA_EMBD);
+    for (size_t s = 0; s < ad->n_slots; s++) {
+        if (s == embd_slot || !ad->slots[s].a.data) continue;
+        prepare_a(ad, s, cb);
+        prepare_bt(ad, s, cb, row);
+    }
+}
+
+/* The lora_delta operands of every adapted matmul slot (the embedding's are composed). */
+static llmm_status prepare_operands(llmm_adapter *ad, llmm_diag *d) {
+    const llmm_allocator *al = ad->model->alloc;
+    copy_block cb = {0};
+    place_operands(ad, &cb, NULL);
+    if (cb.bytes == 0) return LLMM_OK;
+    ad->copies = llmm__mem_alloc(al, cb.bytes + 64);
+    float *row = llmm__mem_alloc(al, (size_t)ad->rank * sizeof(float));
+    if (!ad->copies || !row) {
+        llmm__mem_free(al, row);
+        return llmm__diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for an adapter's operands (%zu bytes)", cb.bytes);
+    }
+    populate(ad->copies, cb.bytes + 64, 1);
+    const size_t bytes = cb.bytes;
+    cb = (copy_block){.next = (uint8_t *)(((uintptr_t)ad->copies + 63) / 64 * 64)};
+    place_operands(ad, &cb, row);
+    llmm__mem_free(al, row);
+    ad->bytes += bytes;
+    return LLMM_OK;
+}
+
 llmm_status llmm__adapter_from_gguf(const llmm_model *m, gguf_file *f, llmm_adapter **out, llmm_diag *d) {
     const llmm_allocator *al = m->alloc;
     *out = NULL;
@@ -235,7 +361,9 @@ llmm_status llmm__adapter_from_gguf(const llmm_model *m, gguf_file *f, llmm_adap
         st = llmm__diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for an adapter");
     } else {
         model_slots(m, views, ad->n_slots);
+        if (f->mapping) populate(f->bytes, (size_t)f->size, 0); /* every byte is read: hash, copies */
         st = add_pairs(ad, views, d);
+        if (!st) st = prepare_operands(ad, d);
     }
     llmm__mem_free(al, views);
     if (st) {

@@ -3,8 +3,11 @@
  * to its matmuls (adapter_apply.c).
  *
  * An adapted weight W (n_out rows of n_in) gets y = W x + scale * B (A x) with A (rank rows of
- * n_in) and B (n_out rows of rank), both read in place from the adapter file in their own type
- * (F32, F16, BF16, Q8_0) through the backend's matmul, as the reference engine computes them.
+ * n_in) and B (n_out rows of rank). A is read in place from the adapter file where it is F32
+ * or F16 (BF16 and Q8_0 are widened to F32 at load); B is transposed at load, so that the
+ * backend's lora_delta expands t = A x into n_out columns with fused multiply-adds over
+ * contiguous memory. A backend without lora_delta gets the deltas composed from its matmul
+ * over A and B as the file holds them.
  * The embedding table is adapted the other way round (its "flipped layout"): A holds one row
  * of rank values per token and the delta of token t's row is scale * B A[t]. */
 #ifndef LLMM_ADAPTER_H
@@ -36,10 +39,14 @@ enum { LLMM__LORA_OUTPUT = 0, LLMM__LORA_EMBD = 1, LLMM__LORA_GLOBALS = 2 };
 #define LLMM__MAX_SEQ_ADAPTERS 8
 
 /* One adapted weight (or the slice of a fused one the forward pass uses as a weight). a.data
- * NULL: the slot is not adapted. Ordinary slot: a (rank rows of n_in), b (n_out rows of rank).
- * Embedding slot: a (n_vocab rows of rank), b (n_embd rows of rank). */
+ * NULL: the slot is not adapted. Ordinary slot: a (rank rows of n_in), b (n_out rows of rank),
+ * as the file holds them, and the operands of the backend's lora_delta: a_rows, A as F32 or
+ * F16 rows (the file's where A is one of those, else widened to F32), and bt, B transposed
+ * in the panels of backend.h's LLMM_LORA_PANEL (F16 when B is, else F32). Embedding slot: a (n_vocab rows of rank), b
+ * (n_embd rows of rank), no a_rows or bt. */
 typedef struct llmm__lora_pair {
     llmm_tensor a, b;
+    llmm_tensor a_rows, bt;
     uint32_t rank;
 } llmm__lora_pair;
 
@@ -47,12 +54,13 @@ struct llmm_adapter {
     const llmm_model *model;
     gguf_file *gguf;         /* the file; the pairs' data point into it */
     void *owned;             /* llmm_adapter_load_memory's copy of the caller's bytes, or NULL */
+    void *copies;            /* one block: the a_rows and bt the file does not hold as they are */
     size_t owned_size;
     atomic_uint refs;        /* the app's (until llmm_adapter_free) plus one per attachment */
     float alpha;             /* adapter.lora.alpha; 0: none */
     uint32_t rank;           /* the largest rank of its pairs */
     uint32_t n_tensors;      /* adapted base tensors (a fused tensor counts once) */
-    uint64_t bytes;          /* bytes of its A and B tensors */
+    uint64_t bytes;          /* bytes of its A and B tensors and of its copies */
     uint64_t fingerprint;    /* FNV-1a of the file's tensor data and alpha: identifies the
                                 adapter in prefix caches and saved states */
     size_t n_slots;          /* n_layer * LLMM__LORA_PER_LAYER + LLMM__LORA_GLOBALS */

@@ -2,12 +2,13 @@
  * forward pass adds after its matmuls.
  *
  * A step's rows are grouped by adapter once (llmm__lora_plan), S-LoRA/Punica style: the base
- * matmul runs once over all rows, then for each adapter in use its rows are gathered, pass
- * through A and B as two small matmuls, are scaled row by row and added back in place. A step
- * whose rows all share one adapter (a prompt, a single sequence) is not gathered. Everything
- * goes through the backend's own slots (copy, matmul, scale, add, embed), so the SIMD dispatch
- * is the matmul's; A and B are read where the adapter file lies, which is why a backend with
- * device memory cannot run adapters yet. */
+ * matmul runs once over all rows, then every adapter's rows get their deltas in one call of
+ * the backend's lora_delta (each row read where it lies, no gather). A backend without that
+ * slot gets them composed from its own slots: per adapter, its rows gathered (copy), passed
+ * through A and B as two small matmuls, scaled and added back; the embedding table's deltas
+ * are always composed so (embed of A's rows, matmul by B). A and B are host memory (the file,
+ * or the copies made at load), which is why a backend with device memory cannot run adapters
+ * yet. */
 #include <math.h>
 #include <string.h>
 
@@ -40,8 +41,13 @@ static llmm_status lora_ctx_create(llmm_context *ctx) {
     L->count = llmm__mem_calloc(al, uses, sizeof *L->count);
     L->rows = llmm__mem_calloc(al, uses, sizeof *L->rows);
     L->row_scale = llmm__mem_calloc(al, uses, sizeof *L->row_scale);
+    L->groups = llmm__mem_calloc(al, LLMM__LORA_MAX_PARTS * uses, sizeof *L->groups);
+    L->call_rows = llmm__mem_calloc(al, LLMM__LORA_MAX_PARTS * uses, sizeof *L->call_rows);
+    L->call_scale = llmm__mem_calloc(al, LLMM__LORA_MAX_PARTS * uses, sizeof *L->call_scale);
     ctx->lora = L; /* llmm__lora_free releases what was allocated, also on failure here */
-    if (!L->seqs || !L->used || !L->first || !L->count || !L->rows || !L->row_scale) return LLMM_ERR_NO_MEMORY;
+    if (!L->seqs || !L->used || !L->first || !L->count || !L->rows || !L->row_scale || !L->groups || !L->call_rows ||
+        !L->call_scale)
+        return LLMM_ERR_NO_MEMORY;
     L->x_cols = model_max_in(&ctx->model->hp);
     L->y_cols = model_max_out(ctx->model);
     llmm_status st = ctx->be->buffer_alloc(ctx->be_state, ctx->max_rows * L->x_cols * sizeof(float), (void **)&L->xg);
@@ -65,16 +71,23 @@ void llmm__lora_free(llmm_context *ctx) {
     llmm__mem_free(al, L->count);
     llmm__mem_free(al, L->rows);
     llmm__mem_free(al, L->row_scale);
+    llmm__mem_free(al, L->groups);
+    llmm__mem_free(al, L->call_rows);
+    llmm__mem_free(al, L->call_scale);
     llmm__mem_free(al, L);
     ctx->lora = NULL;
 }
 
-/* Room for rank columns in the A-output buffer (only grows). */
+/* Room for rank columns in the A-output buffer (only grows): a row for every use of an
+ * adapter by a step row in each of the matmuls of one lora_delta call, which its groups need
+ * together. */
 static llmm_status reserve_rank(llmm_context *ctx, uint32_t rank) {
     llmm__lora_ctx *L = ctx->lora;
     if (rank <= L->t_cols) return LLMM_OK;
     float *t = NULL;
-    TRY(ctx->be->buffer_alloc(ctx->be_state, ctx->max_rows * rank * sizeof(float), (void **)&t));
+    TRY(ctx->be->buffer_alloc(ctx->be_state,
+                              LLMM__LORA_MAX_PARTS * ctx->max_rows * LLMM__MAX_SEQ_ADAPTERS * rank * sizeof(float),
+                              (void **)&t));
     if (L->tg) ctx->be->buffer_free(ctx->be_state, L->tg);
     L->tg = t;
     L->t_cols = rank;
@@ -274,17 +287,65 @@ static size_t skip_rows_before(const uint32_t *rows, size_t c, size_t row0) {
     return k;
 }
 
-llmm_status llmm__lora_apply(llmm_context *ctx, size_t slot, const float *x, size_t n_in, float *out, size_t n_out,
-                             size_t row0, size_t n) {
+/* Adapter u's rows of the step from row0 on that slot adapts: their count (0 when the adapter
+ * leaves the slot alone), the first at *k0, the slot's pair in *p. */
+static size_t slot_rows(const llmm__lora_ctx *L, uint32_t u, size_t slot, size_t row0, const llmm__lora_pair **p,
+                        size_t *k0) {
+    *p = &L->used[u]->slots[slot];
+    if (!(*p)->a.data) return 0;
+    *k0 = L->first[u] + skip_rows_before(L->rows + L->first[u], L->first[u + 1] - L->first[u], row0);
+    return L->first[u + 1] - *k0;
+}
+
+/* The groups of slot's adapters (rows from row0 on) from *k on in the call buffers. */
+static size_t add_groups(llmm__lora_ctx *L, size_t slot, size_t row0, size_t *k) {
+    size_t n_groups = 0;
+    for (uint32_t u = 0; u < L->n_used; u++) {
+        const llmm_adapter *a = L->used[u];
+        const llmm__lora_pair *p;
+        size_t k0;
+        const size_t c = slot_rows(L, u, slot, row0, &p, &k0);
+        if (c == 0) continue;
+        for (size_t i = 0; i < c; i++) {
+            L->call_rows[*k + i] = L->rows[k0 + i] - (uint32_t)row0;
+            L->call_scale[*k + i] = llmm__lora_scale(a, p, L->row_scale[k0 + i]);
+        }
+        L->groups[n_groups + L->n_call_groups] = (llmm_lora_group){
+            .a = &p->a_rows, .bt = &p->bt, .rows = L->call_rows + *k, .scales = L->call_scale + *k, .count = c};
+        n_groups++;
+        *k += c;
+    }
+    L->n_call_groups += n_groups;
+    return n_groups;
+}
+
+/* Every adapter's deltas of the slots in one lora_delta call. */
+static llmm_status apply_delta(llmm_context *ctx, const llmm__lora_out *outs, size_t n_outs, const float *x,
+                               size_t n_in, size_t row0) {
     llmm__lora_ctx *L = ctx->lora;
-    if (!L || !L->n_used) return LLMM_OK;
+    llmm_lora_part parts[LLMM__LORA_MAX_PARTS];
+    size_t n_parts = 0, k = 0;
+    L->n_call_groups = 0;
+    for (size_t i = 0; i < n_outs; i++) {
+        const size_t g0 = L->n_call_groups, n_groups = add_groups(L, outs[i].slot, row0, &k);
+        if (n_groups)
+            parts[n_parts++] = (llmm_lora_part){.out = outs[i].out, .n_out = outs[i].n_out, .groups = L->groups + g0,
+                                                .n_groups = n_groups};
+    }
+    if (n_parts == 0) return LLMM_OK;
+    return ctx->be->lora_delta(ctx->be_state, x, n_in, parts, n_parts, L->tg);
+}
+
+/* One slot's deltas composed from the backend's matmul, copy, scale and add. */
+static llmm_status apply_composed(llmm_context *ctx, size_t slot, const float *x, size_t n_in, float *out,
+                                  size_t n_out, size_t row0, size_t n) {
+    llmm__lora_ctx *L = ctx->lora;
     const llmm_backend_ops *be = ctx->be;
     for (uint32_t u = 0; u < L->n_used; u++) {
         const llmm_adapter *a = L->used[u];
-        const llmm__lora_pair *p = &a->slots[slot];
-        if (!p->a.data) continue;
-        const size_t k0 = L->first[u] + skip_rows_before(L->rows + L->first[u], L->first[u + 1] - L->first[u], row0);
-        const size_t c = L->first[u + 1] - k0;
+        const llmm__lora_pair *p;
+        size_t k0;
+        const size_t c = slot_rows(L, u, slot, row0, &p, &k0);
         if (c == 0) continue;
         const int whole = c == n - row0;
         const float *in;
@@ -294,6 +355,22 @@ llmm_status llmm__lora_apply(llmm_context *ctx, size_t slot, const float *x, siz
         TRY(scatter_add(ctx, a, p, L->rows + k0, L->row_scale + k0, c, whole, row0, out, n_out));
     }
     return LLMM_OK;
+}
+
+llmm_status llmm__lora_apply_outs(llmm_context *ctx, const llmm__lora_out *outs, size_t n_outs, const float *x,
+                                  size_t n_in, size_t row0, size_t n) {
+    llmm__lora_ctx *L = ctx->lora;
+    if (!L || !L->n_used) return LLMM_OK;
+    if (ctx->be->lora_delta) return apply_delta(ctx, outs, n_outs, x, n_in, row0);
+    for (size_t i = 0; i < n_outs; i++)
+        TRY(apply_composed(ctx, outs[i].slot, x, n_in, outs[i].out, outs[i].n_out, row0, n));
+    return LLMM_OK;
+}
+
+llmm_status llmm__lora_apply(llmm_context *ctx, size_t slot, const float *x, size_t n_in, float *out, size_t n_out,
+                             size_t row0, size_t n) {
+    const llmm__lora_out one = {.slot = slot, .out = out, .n_out = n_out};
+    return llmm__lora_apply_outs(ctx, &one, 1, x, n_in, row0, n);
 }
 
 llmm_status llmm__lora_apply_embd(llmm_context *ctx, float *x, size_t n) {

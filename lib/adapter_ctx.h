@@ -4,6 +4,7 @@
 #define LLMM_ADAPTER_CTX_H
 
 #include "adapter.h"
+#include "backend.h"
 
 /* The adapters one sequence runs with (references held). */
 typedef struct llmm__seq_adapters {
@@ -11,6 +12,16 @@ typedef struct llmm__seq_adapters {
     llmm_adapter *a[LLMM__MAX_SEQ_ADAPTERS];
     float scale[LLMM__MAX_SEQ_ADAPTERS]; /* the user's scales */
 } llmm__seq_adapters;
+
+/* Matmuls over one input whose deltas one call computes (a layer's Q, K and V). */
+#define LLMM__LORA_MAX_PARTS 3
+
+/* A matmul output a delta is added to: the slot's weight produced out (rows of n_out). */
+typedef struct llmm__lora_out {
+    size_t slot;
+    float *out;
+    size_t n_out;
+} llmm__lora_out;
 
 /* Made by a context's first llmm_seq_set_adapters; until then the forward pass pays nothing. */
 typedef struct llmm__lora_ctx {
@@ -23,7 +34,14 @@ typedef struct llmm__lora_ctx {
     uint32_t *count;          /* (that) */
     uint32_t *rows;           /* (that) */
     float *row_scale;         /* (that) */
-    /* backend buffers, (max_rows, cols) each */
+    /* one lora_delta call: its groups, their rows relative to the call's first row and their
+     * multipliers (the user scale times alpha / rank) */
+    llmm_lora_group *groups;  /* (LLMM__LORA_MAX_PARTS * that) */
+    uint32_t *call_rows;      /* (LLMM__LORA_MAX_PARTS * that) */
+    float *call_scale;        /* (LLMM__LORA_MAX_PARTS * that) */
+    size_t n_call_groups;
+    /* backend buffers, (max_rows, cols) each; tg (LLMM__LORA_MAX_PARTS * max_rows *
+     * LLMM__MAX_SEQ_ADAPTERS, t_cols) */
     float *xg;                /* gathered inputs */
     float *tg;                /* A x */
     float *yg;                /* B (A x) */
@@ -48,6 +66,9 @@ void llmm__lora_plan(llmm_context *ctx, const llmm_seq_id *seqs, size_t n);
  * slot, from x (the same rows, n_in wide) */
 llmm_status llmm__lora_apply(llmm_context *ctx, size_t slot, const float *x, size_t n_in, float *out, size_t n_out,
                              size_t row0, size_t n);
+/* The same for up to LLMM__LORA_MAX_PARTS matmuls over the same x (Q, K, V; gate, up). */
+llmm_status llmm__lora_apply_outs(llmm_context *ctx, const llmm__lora_out *outs, size_t n_outs, const float *x,
+                                  size_t n_in, size_t row0, size_t n);
 /* x (n, n_embd) += the embedding table's deltas of the step's tokens */
 llmm_status llmm__lora_apply_embd(llmm_context *ctx, float *x, size_t n);
 

@@ -20,7 +20,7 @@
 #include "common.h"
 #include "weights.h"
 
-#define LLMM_BACKEND_API_VERSION 10
+#define LLMM_BACKEND_API_VERSION 11
 
 /* llmm_backend_ops.flags */
 #define LLMM_BACKEND_DEVICE_MEMORY (1u << 0) /* buffers live in device memory, not the host's */
@@ -203,6 +203,31 @@ typedef struct llmm_sample_request {
     double uniform;           /* the sampler's draw in [0, 1) */
 } llmm_sample_request;
 
+/* B transposed, as lora_delta reads it: panels of LLMM_LORA_PANEL output columns, panel p
+ * (columns [p P, p P + w), w = P or what the last panel has left) holding rank rows of w values,
+ * row after row, from element p P rank on. So the expansion of a block of columns streams one
+ * contiguous stretch instead of rank rows n_out apart. */
+#define LLMM_LORA_PANEL 64
+
+/* One adapter's rows in a low-rank delta (llmm_backend_ops.lora_delta). The tensors are host
+ * memory the core prepared at adapter load (adapter.h), not prepared weights. */
+typedef struct llmm_lora_group {
+    const llmm_tensor *a;  /* A: rank (ne1) rows of n_in (ne0) values, F32 or F16 */
+    const llmm_tensor *bt; /* B transposed (ne0 = n_out, ne1 = rank), F32 or F16, in panels */
+    const uint32_t *rows;  /* (count) rows of x and of the part's out, ascending */
+    const float *scales;   /* (count) each row's multiplier of B (A x) */
+    size_t count;
+} llmm_lora_group;
+
+/* The groups adding to one matmul output (the Q, K and V of a layer are three parts of one
+ * call: they share x). */
+typedef struct llmm_lora_part {
+    float *out; /* (rows, n_out) */
+    size_t n_out;
+    const llmm_lora_group *groups;
+    size_t n_groups;
+} llmm_lora_part;
+
 /* What a prepared weight is used for (prepare_weight). */
 typedef enum llmm_weight_role {
     LLMM_WEIGHT_MATRIX = 0, /* matmul's w; also the embedding table when the model ties them */
@@ -285,6 +310,15 @@ typedef struct llmm_backend_ops {
     llmm_status (*reserve)(void *state, const llmm_step_shape *shape);
     /* optional: the backend's counters (NULL: all zero) */
     void (*stats)(void *state, llmm_backend_stats *out);
+    /* optional: the LoRA deltas of matmuls over one input x (rows of n_in): for each part, each
+     * of its groups in order and each row r = rows[i] of the group, part.out[r] (n_out values)
+     * += scales[i] * B (A x[r]) (a row in several groups gets their deltas summed in that order).
+     * t is core scratch of at least sum(count * rank) floats over all groups. A row's result
+     * must not depend on the other rows, groups or parts of the call, so that a sequence
+     * decoded in a mixed batch gets what it gets alone. NULL: the core composes the deltas
+     * from matmul, copy, scale and add, several dispatches per adapter. */
+    llmm_status (*lora_delta)(void *state, const float *x, size_t n_in, const llmm_lora_part *parts, size_t n_parts,
+                              float *t);
     /* optional: out[i] (host) = the token req[i] chooses from logits row i (a buffer, (n_rows,
      * n_vocab), as the last step left it), or -1 when that row's logits are all -inf or NaN;
      * only the ids cross to the host. NULL: the core downloads the logits and samples on the

@@ -56,9 +56,10 @@ static llmm_status qkv_projections(llmm_context *ctx, const llmm_layer_weights *
     const llmm_tensor *const w_qkv[3] = {&l->wq, &l->wk, &l->wv};
     float *const qkv[3] = {a->q, a->k, a->v};
     TRY(matmuls(ctx, w_qkv, 3, a->xb, n, qkv));
-    TRY(llmm__lora_apply(ctx, llmm__lora_slot(il, LLMM__LORA_Q), a->xb, hp->n_embd, a->q, q_dim, 0, n));
-    TRY(llmm__lora_apply(ctx, llmm__lora_slot(il, LLMM__LORA_K), a->xb, hp->n_embd, a->k, kv_dim, 0, n));
-    TRY(llmm__lora_apply(ctx, llmm__lora_slot(il, LLMM__LORA_V), a->xb, hp->n_embd, a->v, kv_dim, 0, n));
+    const llmm__lora_out lora_qkv[3] = {{llmm__lora_slot(il, LLMM__LORA_Q), a->q, q_dim},
+                                        {llmm__lora_slot(il, LLMM__LORA_K), a->k, kv_dim},
+                                        {llmm__lora_slot(il, LLMM__LORA_V), a->v, kv_dim}};
+    TRY(llmm__lora_apply_outs(ctx, lora_qkv, 3, a->xb, hp->n_embd, 0, n));
     if (l->bq.data) TRY(be->add_rows(s, a->q, l->bq.data, n, q_dim));
     if (l->bk.data) TRY(be->add_rows(s, a->k, l->bk.data, n, kv_dim));
     if (l->bv.data) TRY(be->add_rows(s, a->v, l->bv.data, n, kv_dim));
@@ -104,8 +105,9 @@ static llmm_status ffn_block(llmm_context *ctx, const llmm_layer_weights *l, uin
     const llmm_tensor *const w_gate_up[2] = {&l->w_gate, &l->w_up};
     float *const gate_up[2] = {a->gate, a->up}; /* (n, n_ff) each */
     TRY(matmuls(ctx, w_gate_up, 2, a->xb, n, gate_up));
-    TRY(llmm__lora_apply(ctx, llmm__lora_slot(il, LLMM__LORA_GATE), a->xb, hp->n_embd, a->gate, hp->n_ff, 0, n));
-    TRY(llmm__lora_apply(ctx, llmm__lora_slot(il, LLMM__LORA_UP), a->xb, hp->n_embd, a->up, hp->n_ff, 0, n));
+    const llmm__lora_out lora_gate_up[2] = {{llmm__lora_slot(il, LLMM__LORA_GATE), a->gate, hp->n_ff},
+                                            {llmm__lora_slot(il, LLMM__LORA_UP), a->up, hp->n_ff}};
+    TRY(llmm__lora_apply_outs(ctx, lora_gate_up, 2, a->xb, hp->n_embd, 0, n));
     TRY(be->glu(s, a->gate, a->up, n * hp->n_ff, ctx->w.arch->act));
     TRY(be->matmul(s, &l->w_down, a->gate, n, a->xb)); /* (n, n_embd) */
     TRY(llmm__lora_apply(ctx, llmm__lora_slot(il, LLMM__LORA_DOWN), a->gate, hp->n_ff, a->xb, hp->n_embd, 0, n));

@@ -13,6 +13,8 @@
 #include <unistd.h>
 
 #include "alloc_hooks.h"
+#include "backend.h"
+#include "context.h"
 #include "gguf.h"
 #include "gguf_builder.h"
 #include "llmmini.h"
@@ -38,7 +40,8 @@ static llmm_adapter *load_adapter(const llmm_model *m, const char *rel) {
     return a;
 }
 
-static llmm_context *make_ctx(const llmm_model *m, uint32_t n_seq) {
+/* A context on backend be (NULL: the default one). */
+static llmm_context *make_ctx_on(const llmm_model *m, uint32_t n_seq, const llmm_backend_ops *be) {
     llmm_context_params cp;
     llmm_context_params_default(&cp, sizeof cp);
     cp.n_ctx = 128;
@@ -46,9 +49,11 @@ static llmm_context *make_ctx(const llmm_model *m, uint32_t n_seq) {
     cp.n_threads = 1;
     cp.kv_type = LLMM_KV_F32;
     llmm_context *c = NULL;
-    assert_int_equal(llmm_context_create(m, &cp, &c), LLMM_OK);
+    assert_int_equal(be ? llmm__context_create_on(m, &cp, be, &c) : llmm_context_create(m, &cp, &c), LLMM_OK);
     return c;
 }
+
+static llmm_context *make_ctx(const llmm_model *m, uint32_t n_seq) { return make_ctx_on(m, n_seq, NULL); }
 
 /* ---------------------------------------------------------------- crafting adapter files */
 
@@ -320,8 +325,9 @@ static void test_info(void **state) {
     assert_int_equal(ib.rank, 4);
     assert_true(ib.alpha == 0.f);
     assert_int_equal(ib.n_tensors, 5 * 4);
-    /* per layer, F16: q and o 2 x 512 bytes each, k and v 512 + 256 */
-    assert_int_equal(ib.bytes, 5 * (2 * 1024 + 2 * 768));
+    /* per layer, F16: A and B of q and o 2 x 512 bytes each, of k and v 512 + 256; and B
+     * transposed (the CPU's operand) once more: 512, 512, 256, 256 */
+    assert_int_equal(ib.bytes, 5 * (2 * 1024 + 2 * 768) + 5 * (2 * 512 + 2 * 256));
     assert_true(ia.fingerprint != ib.fingerprint);
     llmm_adapter_info small = {.size = 4};
     assert_int_equal(llmm_adapter_get_info(a, &small), LLMM_ERR_INVALID_ARG);
@@ -539,45 +545,68 @@ static void mixed_setup(llmm_context *c, const llmm_model *m, llmm_adapter *cons
     }
 }
 
+/* A third adapter for the mixed batches: an FFN weight, the output matrix and the embedding
+ * table (its flipped layout), random with this seed; f keeps its tensors until spec_free. */
+static llmm_adapter *load_third(const llmm_model *m, uint64_t seed, file_spec *f) {
+    llmm_adapter *third = NULL;
+    rng_state = seed;
+    spec_init(f, "llama", 4.f);
+    add_pair(f, "blk.1.ffn_up.weight", 64, 172, 2, 0, 0.5f);
+    add_pair(f, "output.weight", 64, 512, 2, 0, 0.5f);
+    add_pair(f, "token_embd.weight", 512, 64, 2, 1, 0.5f);
+    assert_int_equal(load_spec(m, f, &third), LLMM_OK);
+    return third;
+}
+
+/* The mixed batch against each sequence decoded alone, and against a backend without
+ * lora_delta, which gets the deltas composed from matmul, copy, scale and add. The composed
+ * path hands F16 adapter tensors activations rounded to F16 (the matmul's F16 operand),
+ * lora_delta keeps them in F32, hence a bound above float noise for it: 1e-3 on logits of
+ * magnitude ~10. */
 static void test_mixed_batch_equals_alone(void **state) {
     (void)state;
     llmm_model *m = load_model(STORIES);
-    llmm_adapter *r8 = load_adapter(m, R8), *r4 = load_adapter(m, R4F16), *third = NULL;
+    llmm_adapter *r8 = load_adapter(m, R8), *r4 = load_adapter(m, R4F16);
     file_spec f;
-    rng_state = 3;
-    spec_init(&f, "llama", 4.f);
-    add_pair(&f, "blk.1.ffn_up.weight", 64, 172, 2, 0, 0.5f);
-    add_pair(&f, "output.weight", 64, 512, 2, 0, 0.5f);
-    add_pair(&f, "token_embd.weight", 512, 64, 2, 1, 0.5f);
-    assert_int_equal(load_spec(m, &f, &third), LLMM_OK);
+    llmm_adapter *third = load_third(m, 3, &f);
     /* seqs 0..7: r8, r4, third, none, r8, r4, third, none (scales differ per sequence) */
     llmm_adapter *const ads[MIX_SEQS] = {r8, r4, third, NULL, r8, r4, third, NULL};
+    llmm_backend_ops composed = llmm__cpu_backend;
+    composed.lora_delta = NULL;
     llmm_context *together = make_ctx(m, MIX_SEQS), *alone = make_ctx(m, MIX_SEQS);
+    llmm_context *comp = make_ctx_on(m, MIX_SEQS, &composed);
     mixed_setup(together, m, ads, MIX_SEQS, 0, MIX_SEQS);
     mixed_setup(alone, m, ads, MIX_SEQS, 0, MIX_SEQS);
+    mixed_setup(comp, m, ads, MIX_SEQS, 0, MIX_SEQS);
     llmm_seq_id seqs[MIX_SEQS];
     for (int s = 0; s < MIX_SEQS; s++) seqs[s] = s;
-    double worst = 0;
+    double worst = 0, worst_composed = 0;
     for (int step = 0; step < MIX_STEPS; step++) {
         llmm_token toks[MIX_SEQS];
         for (int s = 0; s < MIX_SEQS; s++) toks[s] = (llmm_token)(30 + 5 * s + step);
         assert_int_equal(llmm_decode(together, seqs, toks, MIX_SEQS), LLMM_OK);
+        assert_int_equal(llmm_decode(comp, seqs, toks, MIX_SEQS), LLMM_OK);
         for (int s = 0; s < MIX_SEQS; s++) {
-            const float *lt, *la;
+            const float *lt, *la, *lc;
             size_t nv;
+            assert_int_equal(llmm_logits(comp, (size_t)s, &lc, &nv), LLMM_OK);
             assert_int_equal(llmm_logits(together, (size_t)s, &lt, &nv), LLMM_OK);
             float *keep = malloc(nv * sizeof *keep);
             assert_non_null(keep);
             memcpy(keep, lt, nv * sizeof *keep);
+            worst_composed = fmax(worst_composed, max_diff(keep, lc, nv));
             assert_int_equal(llmm_decode(alone, &seqs[s], &toks[s], 1), LLMM_OK);
             assert_int_equal(llmm_logits(alone, 0, &la, &nv), LLMM_OK);
             worst = fmax(worst, max_diff(keep, la, nv));
             free(keep);
         }
     }
-    print_message("mixed batch: max |together - alone| %.2e\n", worst);
+    print_message("mixed batch: max |together - alone| %.2e, |lora_delta - composed| %.2e\n", worst,
+                  worst_composed);
     assert_true(worst <= 1e-5);
+    assert_true(worst_composed <= 1e-3);
     llmm_context_free(together);
+    llmm_context_free(comp);
     llmm_context_free(alone);
     llmm_adapter_free(r8);
     llmm_adapter_free(r4);
@@ -992,7 +1021,8 @@ static void test_adapter_cache_budget(void **state) {
     char path[1024], files[4][64];
     llmm_model *m = NULL;
     assert_int_equal(llmm_model_load(shared_path(path, sizeof path, STORIES), &mp, &m), LLMM_OK);
-    const uint64_t each = 2 * 64 * 4 * sizeof(float); /* rank 4 on one 64 x 64 weight */
+    /* rank 4 on one 64 x 64 weight, F32: A, B and B transposed */
+    const uint64_t each = 3 * 64 * 4 * sizeof(float);
     for (int i = 0; i < 4; i++) {
         file_spec f;
         rng_state = 1000 + (uint64_t)i;

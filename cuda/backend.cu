@@ -115,6 +115,13 @@ struct cu_state {
     void *sample_packed, *sample_scratch, *sample_ids;
     size_t sample_packed_bytes, sample_scratch_bytes, sample_ids_bytes;
 
+    /* LoRA deltas (cu_lora_delta_op): the groups' rows and scales, appended call after call in
+     * a step to the host staging and its device copy (step_end's synchronisation frees both for
+     * the next step); grown at the first steps, kept */
+    uint8_t *lora_host;
+    void *lora_dev;
+    size_t lora_host_bytes, lora_dev_bytes, lora_used;
+
     int in_step;
     llmm_step desc;
     size_t pad_cap;     /* rows a decode step may be padded to: the reserved shape's max_rows (0:
@@ -343,6 +350,8 @@ void cu_shutdown(void *state) {
     cudaFree(s->sample_scratch);
     cudaFree(s->sample_ids);
     cu_host_free(s->alloc, s->sample_host);
+    cudaFree(s->lora_dev);
+    cu_host_free(s->alloc, s->lora_host);
     cu_host_free(s->alloc, s->ops);
     if (s->stream) cudaStreamDestroy(s->stream);
     cu_host_free(s->alloc, s);
@@ -549,6 +558,7 @@ llmm_status cu_step_end(void *state) {
     s->in_step = 0;
     s->desc = llmm_step{};
     s->step_rows = 0;
+    s->lora_used = 0;
     const int sync = cudaStreamSynchronize(s->stream);
     return cu_status(err ? err : sync);
 }
@@ -860,6 +870,90 @@ llmm_status cu_sample_op(void *state, const float *logits, size_t n_rows, size_t
     return cu_status(err ? err : sync);
 }
 
+/* Room for bytes more of LoRA rows and scales in the step's staging: when the buffers must
+ * grow, the stream is drained first (earlier calls' copies and launches read the old ones). */
+llmm_status lora_staging_room(cu_state *s, size_t bytes) {
+    if (s->lora_used + bytes <= s->lora_host_bytes && s->lora_used + bytes <= s->lora_dev_bytes) return LLMM_OK;
+    if (cudaStreamSynchronize(s->stream) != cudaSuccess) return LLMM_ERR_BACKEND;
+    const size_t want = 2 * (s->lora_used + bytes);
+    s->lora_used = 0;
+    if (want > s->lora_host_bytes) {
+        uint8_t *h = (uint8_t *)cu_host_alloc(s->alloc, want);
+        if (!h) return LLMM_ERR_NO_MEMORY;
+        cu_host_free(s->alloc, s->lora_host);
+        s->lora_host = h;
+        s->lora_host_bytes = want;
+    }
+    return grow_device_buffer(s, &s->lora_dev, &s->lora_dev_bytes, want);
+}
+
+int lora_operand_ok(const llmm_tensor *t) { return t->type == QB_F32 || t->type == QB_F16; }
+
+/* The lora_delta slot: every group's rows and scales staged in one upload, then per group its
+ * projection and expansion (kernels.h, lora.cu). The ops the step recorded so far are launched
+ * first and the rest of the step launches as it comes: the deltas' rows and scales change from
+ * step to step, which a captured graph cannot follow, so a decode step with adapters runs
+ * without one. */
+llmm_status cu_lora_delta_op(void *state, const float *x, size_t n_in, const llmm_lora_part *parts, size_t n_parts,
+                             float *t) {
+    cu_state *s = (cu_state *)state;
+    if (!x || !t || (n_parts && !parts)) return refuse(s, LLMM_ERR_INVALID_ARG);
+    size_t n = 0;
+    for (size_t pi = 0; pi < n_parts; pi++)
+        for (size_t gi = 0; gi < parts[pi].n_groups; gi++) {
+            const llmm_lora_group *g = &parts[pi].groups[gi];
+            if (!parts[pi].out || !g->a || !g->bt || !g->rows || !g->scales || !lora_operand_ok(g->a) ||
+                !lora_operand_ok(g->bt) || (size_t)g->a->ne0 != n_in || (size_t)g->bt->ne0 != parts[pi].n_out ||
+                g->a->ne1 != g->bt->ne1 || g->a->ne1 <= 0 || g->a->ne1 > 65535 || g->count > 65535)
+                return refuse(s, LLMM_ERR_INVALID_ARG);
+            n += g->count;
+        }
+    if (n == 0) return LLMM_OK;
+    llmm_status st = cu_status(use_device(s));
+    if (!st) st = cu_status(flush_record(s));
+    const size_t bytes = n * (sizeof(uint32_t) + sizeof(float));
+    if (!st) st = lora_staging_room(s, bytes);
+    if (st) return st;
+    uint8_t *host = s->lora_host + s->lora_used;
+    uint8_t *dev = (uint8_t *)s->lora_dev + s->lora_used;
+    size_t off = 0;
+    for (size_t pi = 0; pi < n_parts; pi++)
+        for (size_t gi = 0; gi < parts[pi].n_groups; gi++) {
+            const llmm_lora_group *g = &parts[pi].groups[gi];
+            memcpy(host + off * sizeof(uint32_t), g->rows, g->count * sizeof(uint32_t));
+            memcpy(host + n * sizeof(uint32_t) + off * sizeof(float), g->scales, g->count * sizeof(float));
+            off += g->count;
+        }
+    int err = cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, s->stream);
+    s->lora_used += (bytes + 255) / 256 * 256;
+    const uint32_t *rows = (const uint32_t *)dev;
+    const float *scales = (const float *)(dev + n * sizeof(uint32_t));
+    /* all projections (each group's t rows its own), then the expansions in group order */
+    float *tg = t;
+    off = 0;
+    for (size_t pi = 0; !err && pi < n_parts; pi++)
+        for (size_t gi = 0; !err && gi < parts[pi].n_groups; gi++) {
+            const llmm_lora_group *g = &parts[pi].groups[gi];
+            const size_t rank = (size_t)g->a->ne1;
+            err = llmm__cu_lora_project(s->stream, g->a->data, g->a->type == QB_F16, n_in, rank, x, rows + off,
+                                        scales + off, g->count, tg);
+            tg += g->count * rank;
+            off += g->count;
+        }
+    tg = t;
+    off = 0;
+    for (size_t pi = 0; !err && pi < n_parts; pi++)
+        for (size_t gi = 0; !err && gi < parts[pi].n_groups; gi++) {
+            const llmm_lora_group *g = &parts[pi].groups[gi];
+            const size_t rank = (size_t)g->a->ne1;
+            err = llmm__cu_lora_expand(s->stream, g->bt->data, g->bt->type == QB_F16, parts[pi].n_out, rank, tg,
+                                       rows + off, g->count, parts[pi].out);
+            tg += g->count * rank;
+            off += g->count;
+        }
+    return cu_status(err);
+}
+
 void cu_stats(void *state, llmm_backend_stats *out) {
     const cu_state *s = (const cu_state *)state;
     cu_graph_counters c = {};
@@ -906,6 +1000,7 @@ llmm_backend_ops make_table() {
     t.reserve = cu_reserve;
     t.stats = cu_stats;
     t.sample = cu_sample_op;
+    t.lora_delta = cu_lora_delta_op;
     return t;
 }
 

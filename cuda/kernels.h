@@ -95,6 +95,18 @@ int llmm__cu_attention(cudaStream_t stream, const cu_kv *kv, const cu_step *step
                  float *out, uint32_t n_head, uint32_t window, float scale, float softcap, size_t max_kv,
                  void *scratch, size_t scratch_bytes);
 
+/* ---------------------------------------------------------------- lora.cu */
+
+/* One adapter group of lora_delta (lib/backend.h). Projection: t[i * rank + r] = scales[i] *
+ * (A row r . x row rows[i]) for i < count, A rank rows of n_in values (F16 when a_f16, else
+ * F32). Expansion: out row rows[i] (n_out values) += t row i times B transposed (rank rows of
+ * n_out in LLMM_LORA_PANEL-column panels, F16 when bt_f16), rank products in order. rows and
+ * scales are device arrays; count and rank at most 65535. */
+int llmm__cu_lora_project(cudaStream_t stream, const void *a, uint32_t a_f16, size_t n_in, size_t rank,
+                          const float *x, const uint32_t *rows, const float *scales, size_t count, float *t);
+int llmm__cu_lora_expand(cudaStream_t stream, const void *bt, uint32_t bt_f16, size_t n_out, size_t rank,
+                         const float *t, const uint32_t *rows, size_t count, float *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -551,7 +551,9 @@ LLMM_API llmm_status llmm_adapter_get_info(const llmm_adapter *adapter, llmm_ada
  * working memory; later swaps allocate nothing. A scale of 0 skips that adapter's work.
  * Errors: INVALID_ARG (bad seq, n > LLMM_MAX_SEQ_ADAPTERS, NULL or repeated adapter, an
  * adapter of another model, a non-finite scale), UNSUPPORTED (the context's backend cannot
- * run adapters), NO_MEMORY. On error seq's adapters are unchanged. */
+ * run adapters, or on a GPU an adapter of token_embd), NO_MEMORY (also: the adapter's copy
+ * in device memory, made at its first attach in a GPU context). On error seq's adapters are
+ * unchanged. */
 LLMM_API llmm_status llmm_seq_set_adapters(llmm_context *ctx, llmm_seq_id seq, llmm_adapter *const *adapters,
                                            const float *scales, size_t n);
 /* seq's adapters and scales: up to capacity of each into adapters and scales (either may be

@@ -7,8 +7,8 @@
  * slot gets them composed from its own slots: per adapter, its rows gathered (copy), passed
  * through A and B as two small matmuls, scaled and added back; the embedding table's deltas
  * are always composed so (embed of A's rows, matmul by B). A and B are host memory (the file,
- * or the copies made at load), which is why a backend with device memory cannot run adapters
- * yet. */
+ * or the copies made at load); a backend with device memory gets the operands copied into its
+ * own buffers per context (adapter_device.c) and must have lora_delta. */
 #include <math.h>
 #include <string.h>
 
@@ -59,6 +59,7 @@ void llmm__lora_free(llmm_context *ctx) {
     llmm__lora_ctx *L = ctx->lora;
     if (!L) return;
     const llmm_allocator *al = ctx->model->alloc;
+    llmm__lora_dev_free(ctx);
     if (L->seqs)
         for (uint32_t s = 0; s < ctx->params.n_seq_max; s++)
             for (uint32_t i = 0; i < L->seqs[s].n; i++) llmm__adapter_release(L->seqs[s].a[i]);
@@ -98,6 +99,18 @@ static llmm_status check_adapter(llmm_context *ctx, const llmm_adapter *a, size_
     if (!a) return llmm__ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_seq_set_adapters: adapters[%zu] is NULL", i);
     if (a->model != ctx->model)
         return llmm__ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_seq_set_adapters: adapters[%zu] is of another model", i);
+    if (ctx->be->flags & LLMM_BACKEND_DEVICE_MEMORY) {
+        /* the device runs the deltas through lora_delta only; the embedding's are composed on
+         * the host's A rows */
+        if (!ctx->be->lora_delta)
+            return llmm__ctx_fail(ctx, LLMM_ERR_UNSUPPORTED, "the %s backend cannot run LoRA adapters (no lora_delta)",
+                                  ctx->be->name);
+        if (a->slots[llmm__lora_global_slot(a, LLMM__LORA_EMBD)].a.data)
+            return llmm__ctx_fail(ctx, LLMM_ERR_UNSUPPORTED,
+                                  "llmm_seq_set_adapters: adapters[%zu] adapts token_embd, which the %s backend "
+                                  "cannot run (matmul weights only)", i, ctx->be->name);
+        return LLMM_OK;
+    }
     for (size_t s = 0; s < a->n_slots; s++) {
         const llmm__lora_pair *p = &a->slots[s];
         if (p->a.data && (!ctx->be->supports_type(p->a.type) || !ctx->be->supports_type(p->b.type)))
@@ -122,9 +135,6 @@ static llmm_status check_set_args(llmm_context *ctx, llmm_seq_id seq, llmm_adapt
         if (scales && !isfinite(scales[i]))
             return llmm__ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_seq_set_adapters: scales[%zu] is not finite", i);
     }
-    if (n && (ctx->be->flags & LLMM_BACKEND_DEVICE_MEMORY))
-        return llmm__ctx_fail(ctx, LLMM_ERR_UNSUPPORTED, "the %s backend cannot run LoRA adapters yet (CPU only)",
-                        ctx->be->name);
     return LLMM_OK;
 }
 
@@ -158,6 +168,9 @@ LLMM_API llmm_status llmm_seq_set_adapters(llmm_context *ctx, llmm_seq_id seq, l
     uint32_t rank = 0;
     for (size_t i = 0; i < n; i++) rank = LLMM_MAX(rank, adapters[i]->rank);
     if ((st = reserve_rank(ctx, rank))) return llmm__ctx_fail(ctx, st, "out of memory for adapter working buffers");
+    for (size_t i = 0; (ctx->be->flags & LLMM_BACKEND_DEVICE_MEMORY) && i < n; i++)
+        if ((st = llmm__lora_dev_attach(ctx, adapters[i])))
+            return llmm__ctx_fail(ctx, st, "cannot copy adapter %zu to the %s backend's memory", i, ctx->be->name);
     llmm__seq_adapters *sa = &ctx->lora->seqs[seq];
     set_prefix_seed(ctx, seq, adapters, scales, n);
     /* take the new references before dropping the old: an adapter may be in both */
@@ -168,6 +181,7 @@ LLMM_API llmm_status llmm_seq_set_adapters(llmm_context *ctx, llmm_seq_id seq, l
         sa->a[i] = adapters[i];
         sa->scale[i] = scales ? scales[i] : 1.0f;
     }
+    llmm__lora_dev_sweep(ctx);
     return LLMM_OK;
 }
 
@@ -198,6 +212,7 @@ void llmm__lora_seq_drop(llmm_context *ctx, llmm_seq_id seq) {
     llmm__seq_adapters *sa = &ctx->lora->seqs[seq];
     for (uint32_t i = 0; i < sa->n; i++) llmm__adapter_release(sa->a[i]);
     sa->n = 0;
+    llmm__lora_dev_sweep(ctx);
 }
 
 void llmm__lora_seq_copy(llmm_context *ctx, llmm_seq_id src, llmm_seq_id dst) {
@@ -298,7 +313,9 @@ static size_t slot_rows(const llmm__lora_ctx *L, uint32_t u, size_t slot, size_t
 }
 
 /* The groups of slot's adapters (rows from row0 on) from *k on in the call buffers. */
-static size_t add_groups(llmm__lora_ctx *L, size_t slot, size_t row0, size_t *k) {
+static size_t add_groups(const llmm_context *ctx, size_t slot, size_t row0, size_t *k) {
+    llmm__lora_ctx *L = ctx->lora;
+    const int dev = (ctx->be->flags & LLMM_BACKEND_DEVICE_MEMORY) != 0;
     size_t n_groups = 0;
     for (uint32_t u = 0; u < L->n_used; u++) {
         const llmm_adapter *a = L->used[u];
@@ -310,8 +327,9 @@ static size_t add_groups(llmm__lora_ctx *L, size_t slot, size_t row0, size_t *k)
             L->call_rows[*k + i] = L->rows[k0 + i] - (uint32_t)row0;
             L->call_scale[*k + i] = llmm__lora_scale(a, p, L->row_scale[k0 + i]);
         }
+        const llmm__lora_pair *op = dev ? &llmm__lora_dev_slots(ctx, a)[slot] : p; /* attach made it */
         L->groups[n_groups + L->n_call_groups] = (llmm_lora_group){
-            .a = &p->a_rows, .bt = &p->bt, .rows = L->call_rows + *k, .scales = L->call_scale + *k, .count = c};
+            .a = &op->a_rows, .bt = &op->bt, .rows = L->call_rows + *k, .scales = L->call_scale + *k, .count = c};
         n_groups++;
         *k += c;
     }
@@ -327,7 +345,7 @@ static llmm_status apply_delta(llmm_context *ctx, const llmm__lora_out *outs, si
     size_t n_parts = 0, k = 0;
     L->n_call_groups = 0;
     for (size_t i = 0; i < n_outs; i++) {
-        const size_t g0 = L->n_call_groups, n_groups = add_groups(L, outs[i].slot, row0, &k);
+        const size_t g0 = L->n_call_groups, n_groups = add_groups(ctx, outs[i].slot, row0, &k);
         if (n_groups)
             parts[n_parts++] = (llmm_lora_part){.out = outs[i].out, .n_out = outs[i].n_out, .groups = L->groups + g0,
                                                 .n_groups = n_groups};

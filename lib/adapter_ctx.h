@@ -23,6 +23,9 @@ typedef struct llmm__lora_out {
     size_t n_out;
 } llmm__lora_out;
 
+/* A context's device copy of one adapter's operands (adapter_device.c). */
+typedef struct llmm__lora_dev llmm__lora_dev;
+
 /* Made by a context's first llmm_seq_set_adapters; until then the forward pass pays nothing. */
 typedef struct llmm__lora_ctx {
     llmm__seq_adapters *seqs; /* (n_seq_max) */
@@ -46,6 +49,9 @@ typedef struct llmm__lora_ctx {
     float *tg;                /* A x */
     float *yg;                /* B (A x) */
     size_t x_cols, t_cols, y_cols;
+    /* a backend with device memory: the adapters' operands there (adapter_device.c) */
+    llmm__lora_dev *dev;
+    size_t n_dev, dev_cap;
 } llmm__lora_ctx;
 
 /* The adapter cache (adapter_cache.c) and its release. */
@@ -59,6 +65,14 @@ const llmm__seq_adapters *llmm__lora_seq(const llmm_context *ctx, llmm_seq_id se
 /* seq runs without adapters (llmm_seq_free); dst runs with src's (llmm_seq_fork). */
 void llmm__lora_seq_drop(llmm_context *ctx, llmm_seq_id seq);
 void llmm__lora_seq_copy(llmm_context *ctx, llmm_seq_id src, llmm_seq_id dst);
+
+/* Device copies (backends with LLMM_BACKEND_DEVICE_MEMORY): made for a at its first attach in
+ * the context (no-op when present); the slots of a's copy, NULL when there is none; copies whose
+ * adapter nobody but the context holds any more released; all released (llmm__lora_free). */
+llmm_status llmm__lora_dev_attach(llmm_context *ctx, llmm_adapter *a);
+const llmm__lora_pair *llmm__lora_dev_slots(const llmm_context *ctx, const llmm_adapter *a);
+void llmm__lora_dev_sweep(llmm_context *ctx);
+void llmm__lora_dev_free(llmm_context *ctx);
 
 /* Group the rows of the step about to run (row r of sequence seqs[r]) by adapter. */
 void llmm__lora_plan(llmm_context *ctx, const llmm_seq_id *seqs, size_t n);

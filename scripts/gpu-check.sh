@@ -18,6 +18,8 @@
 #   prefill     on the two target models: TTFT and prompt tok/s for 128-, 512- and 2048-token
 #               prompts, aggregate decode tok/s of 1, 4, 16 and 64 sequences, and the 512-token
 #               prefill with each prompt matmul path forced (LLMM_CUDA_GEMM=gemv|lt|int8)
+#   lora        llmmini-bench --backend cuda --lora with four rank-16 F16 adapters on the first
+#               prefill model: decode tok/s with and without, 1 and 16 sequences (lora.log)
 # Each phase is timed; a failing phase is reported and the later ones still run. The summary
 # (a markdown table) is printed last and written, with a tarball of the logs, to $OUT when set
 # (the device tool copies $OUT back: few files, so the logs travel as one archive), else to
@@ -707,6 +709,33 @@ write_summary() {
     save_logs
 }
 
+# ---------------------------------------------------------------- LoRA
+
+# llmmini-bench --lora on the CUDA module: four rank-16 F16 adapters (llmmini-synth) on the
+# first prefill model (the Qwen2.5-0.5B Q4_0 shape; the tiny one when dry), one sequence and 16
+# sequences; the table lands in lora.log.
+lora_adapters() {
+    local model t0 rc=0 module i files=() entry=${PREFILL_MODELS%% *} n_gen=32
+    [ "$DRY" = 1 ] && n_gen=4
+    model=$(model_path "${entry%%:*}" "${entry#*:}")
+    t0=$(now_s)
+    if [ ! -s "$model" ]; then record "lora" "skipped: no model (synthesis failed)" 0 ""; return; fi
+    if [ $(($(now_s) - T_START)) -gt "$BUDGET_S" ]; then
+        record "lora" "skipped: time budget of $BUDGET_S s spent" 0 ""
+        return
+    fi
+    for i in 1 2 3 4; do
+        "$MODELS/bin/llmmini-synth" --lora-base "$model" --lora-rank 16 --lora-type f16 --lora-seed "$i" \
+            --lora-out "$MODELS/lora-$i.gguf" >> "$LOGS/lora-synth.log" 2>&1 || rc=$?
+        files+=(--lora "$MODELS/lora-$i.gguf")
+    done
+    if [ $rc != 0 ]; then record "lora" "FAILED: adapter synthesis (exit $rc)" $(($(now_s) - t0)) "lora-synth.log"; return; fi
+    if [ "$DRY" = 1 ]; then module=$ABS_BUILD/libllmmini-cuda-emu.so; else module=$ABS_BUILD/libllmmini-cuda.so; fi
+    LLMM_CUDA_MODULE="$module" timeout 120 "$ABS_BUILD/llmmini-bench" --backend cuda -m "$model" "${files[@]}" \
+        --parallel 16 -p 64 -n "$n_gen" -r 3 --no-bandwidth > "$LOGS/lora.log" 2>&1 || rc=$?
+    record "lora: $entry, rank 16 F16, 1 and 16 sequences" "$(status_of $rc)" $(($(now_s) - t0)) "lora*.log"
+}
+
 # ---------------------------------------------------------------- run
 
 preflight
@@ -719,6 +748,7 @@ sanitizers
 synth_wait
 benchmarks
 prefill_and_batches
+lora_adapters
 write_summary
 if [ -z "${OUT:-}" ]; then echo "gpu-check: logs in $LOGS" >&2; fi
 echo

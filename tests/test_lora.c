@@ -275,9 +275,15 @@ static float *prompt_logits(const llmm_model *m, llmm_adapter *const *ads, const
     return all;
 }
 
+/* Largest |a - b|, NaN when a difference is NaN. A branch, not fmax: aarch64 gcc 12's
+ * vectorizer fails with an internal error on the fmax reduction once inlined with a constant n. */
 static double max_diff(const float *a, const float *b, size_t n) {
     double m = 0;
-    for (size_t i = 0; i < n; i++) m = fmax(m, fabs((double)a[i] - b[i]));
+    for (size_t i = 0; i < n; i++) {
+        const double d = fabs((double)a[i] - b[i]);
+        if (isnan(d)) return d;
+        if (d > m) m = d;
+    }
     return m;
 }
 

@@ -143,6 +143,13 @@ llmm_status llmm__cpu_softcap(void *state, float *x, size_t n, float cap);
 llmm_status llmm__cpu_glu(void *state, float *gate, const float *up, size_t n, llmm_activation act);
 llmm_status llmm__cpu_add(void *state, float *dst, const float *src, size_t n);
 llmm_status llmm__cpu_kv_write(void *state, uint32_t layer, const float *k, const float *v);
+/* The kernel table's attn_scores / attn_values over float rows, or without them its dot_f32 /
+ * axpy per pair: scores[i * ld + j] = q_i . rows[j]; out_i += w[i * ld + j] * rows[j] for j in
+ * order (ops_attention.c; the LoRA passes use them too). */
+void llmm__cpu_scores_rows(const cpu_kernels *kern, const float *q, size_t nh, size_t hd, const float *const *rows,
+                           size_t n, float *scores, size_t ld);
+void llmm__cpu_values_rows(const cpu_kernels *kern, float *out, size_t nh, size_t hd, const float *w, size_t ld,
+                           const float *const *rows, size_t n);
 llmm_status llmm__cpu_lora_delta(void *state, const float *x, size_t n_in, const llmm_lora_part *parts,
                                  size_t n_parts, float *t);
 

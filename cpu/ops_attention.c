@@ -56,24 +56,24 @@ static const uint16_t *f16_stretch(const llmm_kv_view *kv, const void *base, uin
     return (const uint16_t *)(const void *)((const uint8_t *)base + kv_row_offset(kv, p, h));
 }
 
-static void scores_chunk(const cpu_kernels *kern, const float *q, uint32_t nh, size_t hd, const float *const *rows,
-                         size_t n, float *scores, size_t ld) {
+void llmm__cpu_scores_rows(const cpu_kernels *kern, const float *q, size_t nh, size_t hd, const float *const *rows,
+                           size_t n, float *scores, size_t ld) {
     if (kern->attn_scores) {
         kern->attn_scores(q, nh, hd, rows, n, scores, ld);
         return;
     }
-    for (uint32_t i = 0; i < nh; i++)
+    for (size_t i = 0; i < nh; i++)
         for (size_t j = 0; j < n; j++) scores[i * ld + j] = kern->dot_f32(q + i * hd, rows[j], hd);
 }
 
-static void values_chunk(const cpu_kernels *kern, float *out, uint32_t nh, size_t hd, const float *w, size_t ld,
-                         const float *const *rows, size_t n) {
+void llmm__cpu_values_rows(const cpu_kernels *kern, float *out, size_t nh, size_t hd, const float *w, size_t ld,
+                           const float *const *rows, size_t n) {
     if (kern->attn_values) {
         kern->attn_values(out, nh, hd, w, ld, rows, n);
         return;
     }
     for (size_t j = 0; j < n; j++)
-        for (uint32_t i = 0; i < nh; i++) kern->axpy(out + i * hd, w[i * ld + j], rows[j], hd);
+        for (size_t i = 0; i < nh; i++) kern->axpy(out + i * hd, w[i * ld + j], rows[j], hd);
 }
 
 /* s = s * scale (then soft-capped when softcap > 0); returns the largest. Loops over blocks
@@ -124,7 +124,7 @@ static void scores_pass(const cpu_kernels *kern, const llmm_kv_view *kv, uint32_
             continue;
         }
         chunk_rows(kern, kv, kv->k, p, n, kvh, row_buf, rows);
-        scores_chunk(kern, q, nq, hd, rows, n, scores + p, max_kv);
+        llmm__cpu_scores_rows(kern, q, nq, hd, rows, n, scores + p, max_kv);
     }
 }
 
@@ -153,7 +153,7 @@ static void softmax_values(const cpu_kernels *kern, const cpu_attn_batch *b, siz
             continue;
         }
         chunk_rows(kern, kv, kv->v, p, n, kvh, row_buf, rows);
-        values_chunk(kern, out, nh, hd, scores + p, max_kv, rows, n);
+        llmm__cpu_values_rows(kern, out, nh, hd, scores + p, max_kv, rows, n);
     }
 }
 

@@ -49,13 +49,9 @@ static void project_ranks(const cpu_kernels *k, const llmm_tensor *a, size_t r0,
         return;
     }
     const float *rows = (const float *)a->data + r0 * n_in;
-    if (!k->attn_scores) {
-        for (size_t j = 0; j < n; j++) dst[j] = k->dot_f32(q, rows + j * n_in, n_in);
-        return;
-    }
     const float *ptr[PROJECT_RANKS];
     for (size_t j = 0; j < n; j++) ptr[j] = rows + j * n_in;
-    k->attn_scores(q, 1, n_in, ptr, n, dst, n);
+    llmm__cpu_scores_rows(k, q, 1, n_in, ptr, n, dst, n);
 }
 
 /* Item c of pass 1: PROJECT_RANKS ranks of one row of one group (groups of all parts in order,
@@ -100,15 +96,11 @@ static void expand_panel(const cpu_kernels *k, const llmm_tensor *bt, const void
         return;
     }
     const float *rows = panel;
-    if (!k->attn_values) {
-        for (size_t r = 0; r < rank; r++) k->axpy(y, t[r], rows + r * w, w);
-        return;
-    }
     const float *ptr[ROW_PTRS];
     for (size_t r0 = 0; r0 < rank; r0 += ROW_PTRS) {
         const size_t n = LLMM_MIN((size_t)ROW_PTRS, rank - r0);
         for (size_t j = 0; j < n; j++) ptr[j] = rows + (r0 + j) * w;
-        k->attn_values(y, 1, w, t + r0, n, ptr, n);
+        llmm__cpu_values_rows(k, y, 1, w, t + r0, n, ptr, n);
     }
 }
 

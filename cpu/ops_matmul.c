@@ -89,7 +89,7 @@ static void pack_and_run(const matmul_task *t, const matmul_part *p, size_t r0, 
     const size_t step = LLMM_MAX((size_t)1, PACK_SLICE_BYTES / (PACKED_TILE_ROWS * rb)) * PACKED_TILE_ROWS;
     for (size_t a = r0; a < end; a += step) {
         const size_t b = LLMM_MIN(end, a + step);
-        llmm__packed_tiles_populate((uint8_t *)c->data + a * rb, (b - a) * rb);
+        llmm__mem_populate((uint8_t *)c->data + a * rb, (b - a) * rb, 1);
         p->pack(w, a / PACKED_TILE_ROWS, b / PACKED_TILE_ROWS, c->data);
         if (c->release_source) llmm__packed_tiles_drop_source((const uint8_t *)w->data + a * rb, (b - a) * rb);
         p->gemm_packed(&p->packed, a, b, &t->x, t->n_rows, p->out, (size_t)w->ne1);

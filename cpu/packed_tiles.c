@@ -183,17 +183,6 @@ static uintptr_t page_size(void) {
     return page > 0 ? (uintptr_t)page : 4096;
 }
 
-void llmm__packed_tiles_populate(void *p, size_t n) {
-#ifdef MADV_POPULATE_WRITE
-    const uintptr_t page = page_size();
-    const uintptr_t begin = (uintptr_t)p / page * page, end = ((uintptr_t)p + n + page - 1) / page * page;
-    (void)madvise((void *)begin, end - begin, MADV_POPULATE_WRITE);
-#else
-    (void)p;
-    (void)n;
-#endif
-}
-
 void llmm__packed_tiles_drop_source(const void *p, size_t n) {
     const uintptr_t page = page_size();
     const uintptr_t begin = ((uintptr_t)p + page - 1) / page * page, end = ((uintptr_t)p + n) / page * page;

@@ -89,9 +89,6 @@ void llmm__packed_tiles_read_block(const llmm_tensor *w, const uint8_t *copy, si
 void *llmm__packed_tiles_alloc(size_t bytes);
 void llmm__packed_tiles_free(void *data, size_t bytes);
 
-/* Faults in [p, p + n) of a copy in one call (advice: fewer, batched page faults). */
-void llmm__packed_tiles_populate(void *p, size_t n);
-
 /* Drops the whole pages of [p, p + n) from the process (they must be a read-only file mapping
  * that nothing writes: later reads fault them back in from the file). */
 void llmm__packed_tiles_drop_source(const void *p, size_t n);

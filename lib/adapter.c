@@ -2,14 +2,11 @@
  * against the base model before anything uses it. The A and B tensors stay in the file's
  * bytes (mapped, or the caller's copy); the operands of the backend's lora_delta (adapter.h)
  * are made from them once, at load. */
-#define _DEFAULT_SOURCE /* madvise */
 #include "adapter.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include "backend.h"
 #include "quant.h"
@@ -32,21 +29,6 @@ static void *copy_take(copy_block *cb, size_t bytes) {
     cb->bytes += bytes;
     if (cb->next) cb->next += bytes;
     return p;
-}
-
-/* Fault in the pages of [p, p + n) in one call (write: fresh memory; read: a file mapping), not
- * one exception per page. Advice only: where it fails the pages fault in one by one. */
-static void populate(const void *p, size_t n, int write) {
-#if defined(MADV_POPULATE_WRITE) && defined(MADV_POPULATE_READ)
-    const long page_l = sysconf(_SC_PAGESIZE);
-    const uintptr_t page = page_l > 0 ? (uintptr_t)page_l : 4096;
-    const uintptr_t begin = (uintptr_t)p / page * page, end = ((uintptr_t)p + n + page - 1) / page * page;
-    if (end > begin) (void)madvise((void *)begin, end - begin, write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ);
-#else
-    (void)p;
-    (void)n;
-    (void)write;
-#endif
 }
 
 static void adapter_destroy(llmm_adapter *a) {
@@ -290,12 +272,8 @@ static void prepare_bt(llmm_adapter *ad, size_t slot, copy_block *cb, float *row
         for (size_t j = 0; j < w; j++) {
             const uint8_t *src = b + (o0 + j) * rb;
             if (f16) {
-                uint16_t h[LLMM_LORA_PANEL];
-                for (size_t r0 = 0; r0 < rank; r0 += LLMM_LORA_PANEL) {
-                    const size_t n = LLMM_MIN((size_t)LLMM_LORA_PANEL, rank - r0);
-                    memcpy(h, src + r0 * sizeof(uint16_t), n * sizeof(uint16_t));
-                    for (size_t r = 0; r < n; r++) ((uint16_t *)panel)[(r0 + r) * w + j] = h[r];
-                }
+                const uint16_t *h = (const uint16_t *)(const void *)src;
+                for (size_t r = 0; r < rank; r++) ((uint16_t *)panel)[r * w + j] = h[r];
             } else {
                 dequant(src, row, rank);
                 for (size_t r = 0; r < rank; r++) ((float *)panel)[r * w + j] = row[r];
@@ -326,7 +304,7 @@ static llmm_status prepare_operands(llmm_adapter *ad, llmm_diag *d) {
         llmm__mem_free(al, row);
         return llmm__diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for an adapter's operands (%zu bytes)", cb.bytes);
     }
-    populate(ad->copies, cb.bytes + 64, 1);
+    llmm__mem_populate(ad->copies, cb.bytes + 64, 1);
     const size_t bytes = cb.bytes;
     cb = (copy_block){.next = (uint8_t *)(((uintptr_t)ad->copies + 63) / 64 * 64)};
     place_operands(ad, &cb, row);
@@ -361,7 +339,7 @@ llmm_status llmm__adapter_from_gguf(const llmm_model *m, gguf_file *f, llmm_adap
         st = llmm__diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for an adapter");
     } else {
         model_slots(m, views, ad->n_slots);
-        if (f->mapping) populate(f->bytes, (size_t)f->size, 0); /* every byte is read: hash, copies */
+        if (f->mapping) llmm__mem_populate(f->bytes, (size_t)f->size, 0); /* every byte is read: hash, copies */
         st = add_pairs(ad, views, d);
         if (!st) st = prepare_operands(ad, d);
     }

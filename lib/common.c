@@ -1,9 +1,12 @@
+#define _DEFAULT_SOURCE /* madvise */
 #include "common.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #define LLMM_ALIGN 64
 
@@ -55,6 +58,20 @@ llmm_status llmm__mem_reserve(const llmm_allocator *alloc, void **items, size_t 
     *items = p;
     *cap = new_cap;
     return LLMM_OK;
+}
+
+void llmm__mem_populate(const void *p, size_t n, int write) {
+#if defined(MADV_POPULATE_WRITE) && defined(MADV_POPULATE_READ)
+    const long page_l = sysconf(_SC_PAGESIZE);
+    const uintptr_t page = page_l > 0 ? (uintptr_t)page_l : 4096;
+    const uintptr_t begin = (uintptr_t)p / page * page, end = ((uintptr_t)p + n + page - 1) / page * page;
+    /* advice only: where it fails the pages fault in one by one */
+    if (end > begin) (void)madvise((void *)begin, end - begin, write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ);
+#else
+    (void)p;
+    (void)n;
+    (void)write;
+#endif
 }
 
 char *llmm__mem_strndup(const llmm_allocator *alloc, const char *s, size_t len) {

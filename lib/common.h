@@ -24,6 +24,10 @@ void *llmm__mem_grow(const llmm_allocator *alloc, void *ptr, size_t old_size, si
 /* Make room for need elements of elem_size in a growable array, doubling its capacity
  * (at least 16). *items and *cap change only on success. */
 llmm_status llmm__mem_reserve(const llmm_allocator *alloc, void **items, size_t *cap, size_t need, size_t elem_size);
+/* Fault in the pages of [p, p + n) in one call, for writing (fresh memory) or for reading (a
+ * file mapping): one system call instead of a fault per page. Advice only: where the kernel
+ * lacks it the pages fault in one by one when touched. */
+void llmm__mem_populate(const void *p, size_t n, int write);
 /* NUL-terminated copy of len bytes. */
 char *llmm__mem_strndup(const llmm_allocator *alloc, const char *s, size_t len);
 

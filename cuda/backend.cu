@@ -928,29 +928,22 @@ llmm_status cu_lora_delta_op(void *state, const float *x, size_t n_in, const llm
     s->lora_used += (bytes + 255) / 256 * 256;
     const uint32_t *rows = (const uint32_t *)dev;
     const float *scales = (const float *)(dev + n * sizeof(uint32_t));
-    /* all projections (each group's t rows its own), then the expansions in group order */
-    float *tg = t;
-    off = 0;
-    for (size_t pi = 0; !err && pi < n_parts; pi++)
-        for (size_t gi = 0; !err && gi < parts[pi].n_groups; gi++) {
-            const llmm_lora_group *g = &parts[pi].groups[gi];
-            const size_t rank = (size_t)g->a->ne1;
-            err = llmm__cu_lora_project(s->stream, g->a->data, g->a->type == QB_F16, n_in, rank, x, rows + off,
-                                        scales + off, g->count, tg);
-            tg += g->count * rank;
-            off += g->count;
-        }
-    tg = t;
-    off = 0;
-    for (size_t pi = 0; !err && pi < n_parts; pi++)
-        for (size_t gi = 0; !err && gi < parts[pi].n_groups; gi++) {
-            const llmm_lora_group *g = &parts[pi].groups[gi];
-            const size_t rank = (size_t)g->a->ne1;
-            err = llmm__cu_lora_expand(s->stream, g->bt->data, g->bt->type == QB_F16, parts[pi].n_out, rank, tg,
-                                       rows + off, g->count, parts[pi].out);
-            tg += g->count * rank;
-            off += g->count;
-        }
+    /* pass 0: all projections (each group's t rows its own); pass 1: the expansions in group order */
+    for (int pass = 0; pass < 2 && !err; pass++) {
+        float *tg = t;
+        off = 0;
+        for (size_t pi = 0; !err && pi < n_parts; pi++)
+            for (size_t gi = 0; !err && gi < parts[pi].n_groups; gi++) {
+                const llmm_lora_group *g = &parts[pi].groups[gi];
+                const size_t rank = (size_t)g->a->ne1;
+                err = pass == 0 ? llmm__cu_lora_project(s->stream, g->a->data, g->a->type == QB_F16, n_in, rank, x,
+                                                        rows + off, scales + off, g->count, tg)
+                                : llmm__cu_lora_expand(s->stream, g->bt->data, g->bt->type == QB_F16, parts[pi].n_out,
+                                                       rank, tg, rows + off, g->count, parts[pi].out);
+                tg += g->count * rank;
+                off += g->count;
+            }
+    }
     return cu_status(err);
 }
 

@@ -312,8 +312,9 @@ static size_t slot_rows(const llmm__lora_ctx *L, uint32_t u, size_t slot, size_t
     return L->first[u + 1] - *k0;
 }
 
-/* The groups of slot's adapters (rows from row0 on) from *k on in the call buffers. */
-static size_t add_groups(const llmm_context *ctx, size_t slot, size_t row0, size_t *k) {
+/* The groups of slot's adapters (rows from row0 on) into groups, their rows and scales from *k
+ * on in the call buffers; returns how many. */
+static size_t add_groups(const llmm_context *ctx, size_t slot, size_t row0, llmm_lora_group *groups, size_t *k) {
     llmm__lora_ctx *L = ctx->lora;
     const int dev = (ctx->be->flags & LLMM_BACKEND_DEVICE_MEMORY) != 0;
     size_t n_groups = 0;
@@ -328,12 +329,10 @@ static size_t add_groups(const llmm_context *ctx, size_t slot, size_t row0, size
             L->call_scale[*k + i] = llmm__lora_scale(a, p, L->row_scale[k0 + i]);
         }
         const llmm__lora_pair *op = dev ? &llmm__lora_dev_slots(ctx, a)[slot] : p; /* attach made it */
-        L->groups[n_groups + L->n_call_groups] = (llmm_lora_group){
+        groups[n_groups++] = (llmm_lora_group){
             .a = &op->a_rows, .bt = &op->bt, .rows = L->call_rows + *k, .scales = L->call_scale + *k, .count = c};
-        n_groups++;
         *k += c;
     }
-    L->n_call_groups += n_groups;
     return n_groups;
 }
 
@@ -342,13 +341,13 @@ static llmm_status apply_delta(llmm_context *ctx, const llmm__lora_out *outs, si
                                size_t n_in, size_t row0) {
     llmm__lora_ctx *L = ctx->lora;
     llmm_lora_part parts[LLMM__LORA_MAX_PARTS];
-    size_t n_parts = 0, k = 0;
-    L->n_call_groups = 0;
+    size_t n_parts = 0, k = 0, g0 = 0;
     for (size_t i = 0; i < n_outs; i++) {
-        const size_t g0 = L->n_call_groups, n_groups = add_groups(ctx, outs[i].slot, row0, &k);
+        const size_t n_groups = add_groups(ctx, outs[i].slot, row0, L->groups + g0, &k);
         if (n_groups)
             parts[n_parts++] = (llmm_lora_part){.out = outs[i].out, .n_out = outs[i].n_out, .groups = L->groups + g0,
                                                 .n_groups = n_groups};
+        g0 += n_groups;
     }
     if (n_parts == 0) return LLMM_OK;
     return ctx->be->lora_delta(ctx->be_state, x, n_in, parts, n_parts, L->tg);

@@ -42,7 +42,6 @@ typedef struct llmm__lora_ctx {
     llmm_lora_group *groups;  /* (LLMM__LORA_MAX_PARTS * that) */
     uint32_t *call_rows;      /* (LLMM__LORA_MAX_PARTS * that) */
     float *call_scale;        /* (LLMM__LORA_MAX_PARTS * that) */
-    size_t n_call_groups;
     /* backend buffers, (max_rows, cols) each; tg (LLMM__LORA_MAX_PARTS * max_rows *
      * LLMM__MAX_SEQ_ADAPTERS, t_cols) */
     float *xg;                /* gathered inputs */

@@ -24,9 +24,17 @@ static void dev_release(llmm_context *ctx, llmm__lora_dev *d) {
 
 static size_t operand_bytes(const llmm_tensor *t) { return t->row_bytes * (size_t)t->ne1; }
 
-/* Lay the slots' operands out from base on, 256-byte aligned, and upload them (base NULL: only
- * measure). A fused tensor's slots share one A. Returns the bytes used, or SIZE_MAX when an
- * upload failed (*st says why). */
+/* The next 256-byte aligned stretch from base on for a host operand, uploaded there (base NULL:
+ * only measured; an upload is skipped once *st holds a failure). */
+static const void *place(llmm_context *ctx, const llmm_tensor *host, uint8_t *base, size_t *end, llmm_status *st) {
+    uint8_t *dst = base ? base + *end : NULL;
+    *end += (operand_bytes(host) + 255) / 256 * 256;
+    if (dst && !*st) *st = ctx->be->upload(ctx->be_state, dst, host->data, operand_bytes(host));
+    return dst;
+}
+
+/* Lay the slots' operands out from base on and upload them (base NULL: only measure); returns
+ * the bytes used. A fused tensor's slots share one A, as on the host. */
 static size_t lay_out(llmm_context *ctx, llmm__lora_dev *d, uint8_t *base, llmm_status *st) {
     const llmm_adapter *a = d->adapter;
     const size_t embd_slot = llmm__lora_global_slot(a, LLMM__LORA_EMBD);
@@ -36,22 +44,10 @@ static size_t lay_out(llmm_context *ctx, llmm__lora_dev *d, uint8_t *base, llmm_
         if (s == embd_slot || !h->a.data) continue;
         llmm__lora_pair *p = &d->slots[s];
         *p = *h;
-        const llmm_tensor *host[2] = {&h->a_rows, &h->bt};
-        llmm_tensor *dev[2] = {&p->a_rows, &p->bt};
-        for (int k = 0; k < 2; k++) {
-            size_t shared = SIZE_MAX;
-            for (size_t e = 0; k == 0 && e < s && shared == SIZE_MAX; e++)
-                if (e != embd_slot && a->slots[e].a.data && a->slots[e].a_rows.data == h->a_rows.data) shared = e;
-            if (shared != SIZE_MAX) {
-                dev[k]->data = d->slots[shared].a_rows.data;
-                continue;
-            }
-            uint8_t *dst = base ? base + end : NULL;
-            dev[k]->data = dst;
-            if (dst && (*st = ctx->be->upload(ctx->be_state, dst, host[k]->data, operand_bytes(host[k]))))
-                return SIZE_MAX;
-            end += (operand_bytes(host[k]) + 255) / 256 * 256;
-        }
+        size_t e = 0;
+        while (e < s && a->slots[e].a_rows.data != h->a_rows.data) e++;
+        p->a_rows.data = e < s ? d->slots[e].a_rows.data : place(ctx, &h->a_rows, base, &end, st);
+        p->bt.data = place(ctx, &h->bt, base, &end, st);
     }
     return end;
 }

@@ -1332,6 +1332,178 @@ static void check_attention(const conformance_target *t) {
             }
 }
 
+/* ------------------------------------------------------------------ LoRA deltas */
+
+enum { LD_ADAPTERS = 3, LD_PARTS = 2, LD_ROWS = 11, LD_MAX_RANK = 12 };
+
+/* One adapter's operands for one part, as the core lays them out (backend.h): A rows, B
+ * transposed in panels; host copies in F32 for the reference. */
+typedef struct ld_operands {
+    float *a, *b; /* (rank, n_in), (n_out, rank) */
+    llmm_tensor ta, tbt;
+} ld_operands;
+
+static void *ld_encode(uint32_t type, const float *v, size_t n) {
+    if (type == LLMM_TYPE_F32) {
+        float *f = xmalloc(n * sizeof *f);
+        memcpy(f, v, n * sizeof *f);
+        return f;
+    }
+    uint16_t *h = xmalloc(n * sizeof *h);
+    for (size_t i = 0; i < n; i++) h[i] = llmm__f32_to_f16(v[i]);
+    return h;
+}
+
+static void ld_make(cf *c, ld_operands *o, uint32_t type, size_t n_in, size_t n_out, size_t rank) {
+    const size_t elem = type == LLMM_TYPE_F32 ? 4 : 2;
+    o->a = rand_floats(rank * n_in, -0.5f, 0.5f);
+    o->b = rand_floats(n_out * rank, -0.5f, 0.5f);
+    if (type == LLMM_TYPE_F16) /* the reference sees the values the backend gets */
+        for (size_t i = 0; i < rank * n_in; i++) o->a[i] = llmm__f16_to_f32(llmm__f32_to_f16(o->a[i]));
+    if (type == LLMM_TYPE_F16)
+        for (size_t i = 0; i < n_out * rank; i++) o->b[i] = llmm__f16_to_f32(llmm__f32_to_f16(o->b[i]));
+    float *panels = xmalloc(n_out * rank * sizeof *panels);
+    for (size_t o0 = 0; o0 < n_out; o0 += LLMM_LORA_PANEL) {
+        const size_t w = n_out - o0 < LLMM_LORA_PANEL ? n_out - o0 : LLMM_LORA_PANEL;
+        for (size_t r = 0; r < rank; r++)
+            for (size_t j = 0; j < w; j++) panels[o0 * rank + r * w + j] = o->b[(o0 + j) * rank + r];
+    }
+    void *ea = ld_encode(type, o->a, rank * n_in), *eb = ld_encode(type, panels, n_out * rank);
+    o->ta = (llmm_tensor){.data = cf_put(c, ea, rank * n_in * elem), .type = type, .ne0 = (int64_t)n_in,
+                          .ne1 = (int64_t)rank, .row_bytes = n_in * elem};
+    o->tbt = (llmm_tensor){.data = cf_put(c, eb, n_out * rank * elem), .type = type, .ne0 = (int64_t)n_out,
+                           .ne1 = (int64_t)rank, .row_bytes = n_out * elem};
+    free(ea);
+    free(eb);
+    free(panels);
+}
+
+/* Which step rows use which adapter: disjoint, or with rows 2 and 9 in two groups (their deltas
+ * summed in group order). Row 10 runs without an adapter in the first part. */
+typedef struct ld_layout {
+    const char *name;
+    uint32_t rows[LD_ADAPTERS][LD_ROWS];
+    size_t count[LD_ADAPTERS];
+} ld_layout;
+
+static const ld_layout k_ld_layouts[] = {
+    {"disjoint groups", {{0, 2, 3, 5, 6, 7, 9}, {1, 4, 8}, {10}}, {7, 3, 1}},
+    {"rows in two groups", {{0, 2, 3, 5, 6, 7, 9}, {1, 2, 4, 8, 9}, {10}}, {7, 5, 1}},
+};
+
+/* The groups of part pi (the first part skips the last adapter), restricted to row only (or all
+ * rows when only is LD_ROWS); returns their number. */
+static size_t ld_groups(const ld_layout *lay, ld_operands ops[LD_PARTS][LD_ADAPTERS], size_t pi, const float *scales,
+                        size_t only, uint32_t rows[LD_ADAPTERS][LD_ROWS], float sc[LD_ADAPTERS][LD_ROWS],
+                        llmm_lora_group *g) {
+    size_t n = 0;
+    for (size_t a = 0; a < (pi == 0 ? LD_ADAPTERS - 1 : LD_ADAPTERS); a++) {
+        size_t k = 0;
+        for (size_t i = 0; i < lay->count[a]; i++)
+            if (only == LD_ROWS || lay->rows[a][i] == only) {
+                sc[a][k] = scales[a * LD_ROWS + i];
+                rows[a][k++] = lay->rows[a][i];
+            }
+        if (k) g[n++] = (llmm_lora_group){.a = &ops[pi][a].ta, .bt = &ops[pi][a].tbt, .rows = rows[a],
+                                          .scales = sc[a], .count = k};
+    }
+    return n;
+}
+
+/* lora_delta against a double reference of s B (A x) added in group order, and each row's
+ * result bit for bit the same when the call holds that row alone (the slot's contract). */
+static void check_lora_delta(const conformance_target *t) {
+    if (!t->be->lora_delta) return;
+    rng_seed(17);
+    const size_t n_ins[] = {40, 1100}, n_outs[LD_PARTS] = {200, 24}, ranks[LD_ADAPTERS] = {12, 4, 8};
+    const uint32_t types[] = {LLMM_TYPE_F32, LLMM_TYPE_F16};
+    for (size_t ti = 0; ti < ARRAY_LEN(k_threads); ti++)
+        for (size_t ty = 0; ty < ARRAY_LEN(types); ty++)
+            for (size_t ii = 0; ii < ARRAY_LEN(n_ins); ii++)
+                for (size_t li = 0; li < ARRAY_LEN(k_ld_layouts); li++) {
+                    const ld_layout *lay = &k_ld_layouts[li];
+                    const size_t n_in = n_ins[ii];
+                    cf c;
+                    cf_open(&c, t, k_threads[ti], 0);
+                    cf_simple sp = {0};
+                    ld_operands ops[LD_PARTS][LD_ADAPTERS];
+                    for (size_t pi = 0; pi < LD_PARTS; pi++)
+                        for (size_t a = 0; a < LD_ADAPTERS; a++) ld_make(&c, &ops[pi][a], types[ty], n_in, n_outs[pi], ranks[a]);
+                    float scales[LD_ADAPTERS * LD_ROWS];
+                    for (size_t i = 0; i < ARRAY_LEN(scales); i++) scales[i] = rng_float(-2.0f, 2.0f);
+                    float *x = rand_floats(LD_ROWS * n_in, -1.0f, 1.0f);
+                    const float *xb = cf_put(&c, x, LD_ROWS * n_in * sizeof *x);
+                    float *y0[LD_PARTS], *out[LD_PARTS], *alone[LD_PARTS];
+                    for (size_t pi = 0; pi < LD_PARTS; pi++) {
+                        y0[pi] = rand_floats(LD_ROWS * n_outs[pi], -1.0f, 1.0f);
+                        out[pi] = cf_put(&c, y0[pi], LD_ROWS * n_outs[pi] * sizeof(float));
+                        alone[pi] = cf_put(&c, y0[pi], LD_ROWS * n_outs[pi] * sizeof(float));
+                    }
+                    float *tb = cf_alloc(&c, LD_ROWS * LD_ADAPTERS * LD_MAX_RANK * sizeof(float));
+                    cf_case(&c, "lora_delta", "%s, n_in %zu, %s operands", lay->name, n_in,
+                            llmm__type_get(types[ty])->name);
+                    for (size_t only = 0; only <= LD_ROWS; only++) { /* each row alone, then all together */
+                        uint32_t rows[LD_PARTS][LD_ADAPTERS][LD_ROWS];
+                        float sc[LD_PARTS][LD_ADAPTERS][LD_ROWS];
+                        llmm_lora_group g[LD_PARTS][LD_ADAPTERS];
+                        llmm_lora_part parts[LD_PARTS];
+                        size_t n_parts = 0;
+                        for (size_t pi = 0; pi < LD_PARTS; pi++) {
+                            const size_t n_groups = ld_groups(lay, ops, pi, scales, only, rows[pi], sc[pi], g[pi]);
+                            if (n_groups)
+                                parts[n_parts++] = (llmm_lora_part){.out = only == LD_ROWS ? out[pi] : alone[pi],
+                                                                    .n_out = n_outs[pi], .groups = g[pi],
+                                                                    .n_groups = n_groups};
+                        }
+                        if (!n_parts) continue;
+                        cf_simple_begin(&c, &sp, LD_ROWS, NULL, NULL, 0);
+                        cf_ok(&c, t->be->lora_delta(c.st, xb, n_in, parts, n_parts, tb), "lora_delta");
+                        cf_end(&c);
+                    }
+                    for (size_t pi = 0; pi < LD_PARTS; pi++) {
+                        const size_t n_out = n_outs[pi], n = LD_ROWS * n_out;
+                        float *got = xmalloc(n * sizeof *got), *one = xmalloc(n * sizeof *one);
+                        cf_get(&c, got, out[pi], n * sizeof *got);
+                        cf_get(&c, one, alone[pi], n * sizeof *one);
+                        for (size_t r = 0; r < LD_ROWS; r++) {
+                            double ref[256] = {0}, mag[256] = {0};
+                            for (size_t a = 0; a < (pi == 0 ? LD_ADAPTERS - 1 : LD_ADAPTERS); a++)
+                                for (size_t i = 0; i < lay->count[a]; i++) {
+                                    if (lay->rows[a][i] != r) continue;
+                                    const ld_operands *o = &ops[pi][a];
+                                    const double s = scales[a * LD_ROWS + i];
+                                    for (size_t k = 0; k < ranks[a]; k++) {
+                                        double tk = 0, tm = 0;
+                                        for (size_t d = 0; d < n_in; d++) {
+                                            tk += (double)o->a[k * n_in + d] * x[r * n_in + d];
+                                            tm += fabs((double)o->a[k * n_in + d] * x[r * n_in + d]);
+                                        }
+                                        for (size_t j = 0; j < n_out; j++) {
+                                            ref[j] += s * tk * o->b[j * ranks[a] + k];
+                                            mag[j] += fabs(s * o->b[j * ranks[a] + k]) * tm;
+                                        }
+                                    }
+                                }
+                            for (size_t j = 0; j < n_out; j++) {
+                                const double want = y0[pi][r * n_out + j] + ref[j];
+                                const double tol = 2.4e-7 * ((double)n_in + LD_MAX_RANK) * (mag[j] + 1) + 1e-6;
+                                cf_close_to(&c, got[r * n_out + j], want, tol, "part %zu row %zu column %zu", pi, r, j);
+                                if (bits_of_f32(got[r * n_out + j]) != bits_of_f32(one[r * n_out + j]))
+                                    cf_fail(&c, "part %zu row %zu column %zu: %.9g in the batch, %.9g alone", pi, r, j,
+                                            (double)got[r * n_out + j], (double)one[r * n_out + j]);
+                            }
+                        }
+                        free(got);
+                        free(one);
+                        free(y0[pi]);
+                    }
+                    for (size_t pi = 0; pi < LD_PARTS; pi++)
+                        for (size_t a = 0; a < LD_ADAPTERS; a++) free(ops[pi][a].a), free(ops[pi][a].b);
+                    free(x);
+                    cf_close(&c);
+                }
+}
+
 /* ------------------------------------------------------------------ the step's rules */
 
 /* The ops that read the step fail cleanly outside one (no crash, status not OK), and a step
@@ -1378,6 +1550,7 @@ void conformance_run(const conformance_target *t) {
     check_elementwise(t);
     check_kv_write(t);
     check_attention(t);
+    check_lora_delta(t);
     int n_types = 0;
     for (uint32_t type = 0; type < LLMM_TYPE_COUNT; type++) n_types += t->be->supports_type(type);
     print_message("[%s] %lu cases passed, %d weight types\n", t->label, n_cases, n_types);

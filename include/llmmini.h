@@ -353,9 +353,12 @@ LLMM_API llmm_status llmm_context_params_default(llmm_context_params *params, si
  * the backend's working memory and the sequence tables, host and device memory together (on
  * the CPU backend all of it is host memory; llmm_context_estimate_memory tells them apart).
  * The model's weights count only where the backend copies them per context (not on the CPU:
- * there they are the model's, shared by its contexts). params NULL = defaults. Computes only;
- * thread-safe. Errors: INVALID_ARG (also for params that llmm_context_create refuses),
- * VOCAB_ONLY. */
+ * there they are the model's, shared by its contexts). LoRA adapters are not counted: each holds
+ * llmm_adapter_info.bytes of host memory (the adapter cache up to adapter_budget_bytes of them),
+ * a context's first llmm_seq_set_adapters allocates its working buffers (docs/api.md, "LoRA
+ * adapters"), and a device backend copies each adapter its sequences run with. params NULL =
+ * defaults. Computes only; thread-safe. Errors: INVALID_ARG (also for params that
+ * llmm_context_create refuses), VOCAB_ONLY. */
 LLMM_API llmm_status llmm_context_estimate(const llmm_model *model, const llmm_context_params *params,
                                            size_t *bytes);
 

@@ -48,8 +48,11 @@ static llmm_status lora_ctx_create(llmm_context *ctx) {
     if (!L->seqs || !L->used || !L->first || !L->count || !L->rows || !L->row_scale || !L->groups || !L->call_rows ||
         !L->call_scale)
         return LLMM_ERR_NO_MEMORY;
-    L->x_cols = model_max_in(&ctx->model->hp);
-    L->y_cols = model_max_out(ctx->model);
+    /* with lora_delta only the embedding's delta is composed: A rows of rank <= n_embd gathered,
+     * B (A x) of n_embd; without it every matmul's is, up to the output's n_vocab columns */
+    const int composed = ctx->be->lora_delta == NULL;
+    L->x_cols = composed ? model_max_in(&ctx->model->hp) : ctx->model->hp.n_embd;
+    L->y_cols = composed ? model_max_out(ctx->model) : ctx->model->hp.n_embd;
     llmm_status st = ctx->be->buffer_alloc(ctx->be_state, ctx->max_rows * L->x_cols * sizeof(float), (void **)&L->xg);
     if (!st) st = ctx->be->buffer_alloc(ctx->be_state, ctx->max_rows * L->y_cols * sizeof(float), (void **)&L->yg);
     return st;

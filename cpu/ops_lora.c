@@ -83,7 +83,8 @@ static void project_tile(const cpu_kernels *k, const llmm_lora_group *g, size_t 
         const size_t len = LLMM_MIN((size_t)PROJECT_CHUNK, n_in - c0);
         const float *qs = x + (size_t)g->rows[i0] * n_in + c0;
         if (nq > 1) {
-            for (size_t i = 0; i < nq; i++) memcpy(q + i * len, x + (size_t)g->rows[i0 + i] * n_in + c0, len * sizeof(float));
+            for (size_t i = 0; i < nq; i++)
+                memcpy(q + i * len, x + (size_t)g->rows[i0 + i] * n_in + c0, len * sizeof(float));
             qs = q;
         }
         project_chunk(k, g->a, r0, n, c0, len, qs, nq, part);
@@ -120,23 +121,24 @@ static void project_item(void *arg, size_t c, int ith) {
 
 /* Rows y_i[0..w) += sum over r of t_i[r] * panel row r, r in order, for the n rows of a tile
  * (y_i = ys[i], t_i = t + i * rank; panel: rank rows of w values). The rows go through the
- * kernel as the heads of one attention values call (contiguous, in tile), so each panel value is
+ * kernel as the heads of one attention values call (contiguous in tile; a single row in place), so each panel value is
  * loaded (widened) once for all of them and their sums are independent chains; the kernel adds
  * each value's products in rank order onto its starting value whatever the number of heads, so
  * a row's result does not depend on the rows beside it. */
 static void expand_panel(const cpu_kernels *k, const llmm_tensor *bt, const void *panel, size_t w, const float *t,
                          float *const *ys, size_t n, float *tile) {
     const size_t rank = (size_t)bt->ne1;
-    for (size_t i = 0; i < n; i++) memcpy(tile + i * w, ys[i], w * sizeof(float));
+    float *const y = n == 1 ? ys[0] : tile; /* a single row is the tile already */
+    for (size_t i = 0; n > 1 && i < n; i++) memcpy(tile + i * w, ys[i], w * sizeof(float));
     if (bt->type == LLMM_TYPE_F16) {
         const uint16_t *rows = panel;
         if (k->attn_values_f16) {
-            k->attn_values_f16(tile, n, w, t, rank, rows, w, rank);
+            k->attn_values_f16(y, n, w, t, rank, rows, w, rank);
         } else {
             float wide[LLMM_LORA_PANEL];
             for (size_t r = 0; r < rank; r++) {
                 for (size_t j = 0; j < w; j++) wide[j] = llmm__f16_to_f32(rows[r * w + j]);
-                for (size_t i = 0; i < n; i++) k->axpy(tile + i * w, t[i * rank + r], wide, w);
+                for (size_t i = 0; i < n; i++) k->axpy(y + i * w, t[i * rank + r], wide, w);
             }
         }
     } else {
@@ -145,10 +147,10 @@ static void expand_panel(const cpu_kernels *k, const llmm_tensor *bt, const void
         for (size_t r0 = 0; r0 < rank; r0 += ROW_PTRS) {
             const size_t m = LLMM_MIN((size_t)ROW_PTRS, rank - r0);
             for (size_t j = 0; j < m; j++) ptr[j] = rows + (r0 + j) * w;
-            llmm__cpu_values_rows(k, tile, n, w, t + r0, rank, ptr, m);
+            llmm__cpu_values_rows(k, y, n, w, t + r0, rank, ptr, m);
         }
     }
-    for (size_t i = 0; i < n; i++) memcpy(ys[i], tile + i * w, w * sizeof(float));
+    for (size_t i = 0; n > 1 && i < n; i++) memcpy(ys[i], tile + i * w, w * sizeof(float));
 }
 
 /* Rows of group g (t: their projections) += their deltas over panels [p0, p1) of the part. */

@@ -1337,45 +1337,32 @@ static void check_attention(const conformance_target *t) {
 enum { LD_ADAPTERS = 3, LD_PARTS = 2, LD_ROWS = 11, LD_MAX_RANK = 12 };
 
 /* One adapter's operands for one part, as the core lays them out (backend.h): A rows, B
- * transposed in panels; host copies in F32 for the reference. */
+ * transposed in panels; the values they hold, for the reference. */
 typedef struct ld_operands {
-    float *a, *b; /* (rank, n_in), (n_out, rank) */
+    double *a, *b; /* (rank, n_in), (n_out, rank) */
     llmm_tensor ta, tbt;
 } ld_operands;
 
-static void *ld_encode(uint32_t type, const float *v, size_t n) {
-    if (type == LLMM_TYPE_F32) {
-        float *f = xmalloc(n * sizeof *f);
-        memcpy(f, v, n * sizeof *f);
-        return f;
-    }
-    uint16_t *h = xmalloc(n * sizeof *h);
-    for (size_t i = 0; i < n; i++) h[i] = llmm__f32_to_f16(v[i]);
-    return h;
-}
-
 static void ld_make(cf *c, ld_operands *o, uint32_t type, size_t n_in, size_t n_out, size_t rank) {
-    const size_t elem = type == LLMM_TYPE_F32 ? 4 : 2;
-    o->a = rand_floats(rank * n_in, -0.5f, 0.5f);
-    o->b = rand_floats(n_out * rank, -0.5f, 0.5f);
-    if (type == LLMM_TYPE_F16) /* the reference sees the values the backend gets */
-        for (size_t i = 0; i < rank * n_in; i++) o->a[i] = llmm__f16_to_f32(llmm__f32_to_f16(o->a[i]));
-    if (type == LLMM_TYPE_F16)
-        for (size_t i = 0; i < n_out * rank; i++) o->b[i] = llmm__f16_to_f32(llmm__f32_to_f16(o->b[i]));
-    float *panels = xmalloc(n_out * rank * sizeof *panels);
-    for (size_t o0 = 0; o0 < n_out; o0 += LLMM_LORA_PANEL) {
+    float *af = rand_floats(rank * n_in, -0.5f, 0.5f), *bf = rand_floats(n_out * rank, -0.5f, 0.5f);
+    uint8_t *ea = encode_rows(type, af, n_in, rank), *eb = encode_rows(type, bf, rank, n_out);
+    o->a = decode_rows(type, ea, n_in, rank);
+    o->b = decode_rows(type, eb, rank, n_out);
+    for (size_t o0 = 0; o0 < n_out; o0 += LLMM_LORA_PANEL) { /* exact: the values are the type's */
         const size_t w = n_out - o0 < LLMM_LORA_PANEL ? n_out - o0 : LLMM_LORA_PANEL;
         for (size_t r = 0; r < rank; r++)
-            for (size_t j = 0; j < w; j++) panels[o0 * rank + r * w + j] = o->b[(o0 + j) * rank + r];
+            for (size_t j = 0; j < w; j++) bf[o0 * rank + r * w + j] = (float)o->b[(o0 + j) * rank + r];
     }
-    void *ea = ld_encode(type, o->a, rank * n_in), *eb = ld_encode(type, panels, n_out * rank);
-    o->ta = (llmm_tensor){.data = cf_put(c, ea, rank * n_in * elem), .type = type, .ne0 = (int64_t)n_in,
-                          .ne1 = (int64_t)rank, .row_bytes = n_in * elem};
-    o->tbt = (llmm_tensor){.data = cf_put(c, eb, n_out * rank * elem), .type = type, .ne0 = (int64_t)n_out,
-                           .ne1 = (int64_t)rank, .row_bytes = n_out * elem};
+    uint8_t *ep = encode_rows(type, bf, n_out * rank, 1);
+    o->ta = (llmm_tensor){.data = cf_put(c, ea, rank * row_bytes(type, n_in)), .type = type, .ne0 = (int64_t)n_in,
+                          .ne1 = (int64_t)rank, .row_bytes = row_bytes(type, n_in)};
+    o->tbt = (llmm_tensor){.data = cf_put(c, ep, row_bytes(type, n_out * rank)), .type = type,
+                           .ne0 = (int64_t)n_out, .ne1 = (int64_t)rank, .row_bytes = row_bytes(type, n_out)};
+    free(af);
+    free(bf);
     free(ea);
     free(eb);
-    free(panels);
+    free(ep);
 }
 
 /* Which step rows use which adapter: disjoint, or with rows 2 and 9 in two groups (their deltas
@@ -1428,7 +1415,8 @@ static void check_lora_delta(const conformance_target *t) {
                     cf_simple sp = {0};
                     ld_operands ops[LD_PARTS][LD_ADAPTERS];
                     for (size_t pi = 0; pi < LD_PARTS; pi++)
-                        for (size_t a = 0; a < LD_ADAPTERS; a++) ld_make(&c, &ops[pi][a], types[ty], n_in, n_outs[pi], ranks[a]);
+                        for (size_t a = 0; a < LD_ADAPTERS; a++)
+                            ld_make(&c, &ops[pi][a], types[ty], n_in, n_outs[pi], ranks[a]);
                     float scales[LD_ADAPTERS * LD_ROWS];
                     for (size_t i = 0; i < ARRAY_LEN(scales); i++) scales[i] = rng_float(-2.0f, 2.0f);
                     float *x = rand_floats(LD_ROWS * n_in, -1.0f, 1.0f);
@@ -1475,8 +1463,8 @@ static void check_lora_delta(const conformance_target *t) {
                                     for (size_t k = 0; k < ranks[a]; k++) {
                                         double tk = 0, tm = 0;
                                         for (size_t d = 0; d < n_in; d++) {
-                                            tk += (double)o->a[k * n_in + d] * x[r * n_in + d];
-                                            tm += fabs((double)o->a[k * n_in + d] * x[r * n_in + d]);
+                                            tk += o->a[k * n_in + d] * x[r * n_in + d];
+                                            tm += fabs(o->a[k * n_in + d] * x[r * n_in + d]);
                                         }
                                         for (size_t j = 0; j < n_out; j++) {
                                             ref[j] += s * tk * o->b[j * ranks[a] + k];

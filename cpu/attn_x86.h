@@ -56,9 +56,10 @@ SIMD_ALWAYS_INLINE __m512 row_load16(const cpu_attn_rows *rows, size_t j, size_t
 
 #endif
 
-/* Attention's q.k: eight FMA partial sums and a shuffle tree, not the scalar's eight
- * sequential lane adds, whose 8-add dependency chain cost as much as the products at the
- * small head sizes of small models (head_dim 8 on stories260K). q . row j of rows. */
+/* Attention's q.k, bit for bit the scalar table's (cpu_kernels.c): eight FMA partial sums
+ * and hsum_ps's tree (not the matmul's eight sequential lane adds, whose 8-add dependency
+ * chain costs as much as the products at small head sizes), then the tail in order.
+ * q . row j of rows. */
 SIMD_ALWAYS_INLINE float dot_row(const float *q, const cpu_attn_rows *rows, size_t j, size_t n, int f16) {
     __m256 acc = _mm256_setzero_ps();
     size_t i = 0;

@@ -3,31 +3,62 @@
  * hardware capabilities on aarch64 Linux. */
 #define _DEFAULT_SOURCE /* syscall */
 #include "cpu_kernels.h"
+#include "exp_poly.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Sum of squares in double, scale in float: the reference engine's rms_norm, then the weight. */
+/* Eight lanes added as a tree, ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)): how the
+ * SIMD tables reduce their vectors (x86's hsum, the same pairs on NEON), so sums taken in eight
+ * lanes here give their bits. */
+static double sum_tree8(const double l[8]) { return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7])); }
+
+/* Sum of squares in double (eight lanes, the tree, the tail in order), scale in float: the
+ * reference engine's rms_norm, then the weight. */
 static void rms_norm_row_scalar(const float *x, const float *w, float *out, size_t dim, float eps) {
-    double sum = 0;
-    for (size_t i = 0; i < dim; i++) sum += (double)(x[i] * x[i]);
+    double l[8] = {0};
+    size_t i = 0;
+    for (; i + 8 <= dim; i += 8)
+        for (int k = 0; k < 8; k++) l[k] += (double)(x[i + k] * x[i + k]);
+    double sum = sum_tree8(l);
+    for (; i < dim; i++) sum += (double)(x[i] * x[i]);
     const float mean = (float)(sum / (double)dim);
     const float scale = 1.0f / sqrtf(mean + eps);
-    for (size_t i = 0; i < dim; i++) out[i] = x[i] * scale * w[i];
+    for (i = 0; i < dim; i++) out[i] = x[i] * scale * w[i];
 }
 
 static void silu_mul_scalar(float *gate, const float *up, size_t n) {
-    for (size_t i = 0; i < n; i++) gate[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+    for (size_t i = 0; i < n; i++) gate[i] = gate[i] / (1.0f + llmm_exp_poly(-gate[i])) * up[i];
 }
 
-static float dot_f32_scalar(const float *a, const float *b, size_t n) { return llmm__dot_f32(a, b, n); }
+/* Attention's q.k as every SIMD table computes it: eight lanes of fused multiply-adds over the
+ * whole groups of eight, sum_tree8's tree, then the n % 8 tail in order. With Q8 activations a
+ * one-ulp difference in a score can move an activation across a quantization step and redraw
+ * the quantization noise (docs/performance.md "Fidelity"), so the tables agree to the bit. */
+static float dot_f32_scalar(const float *a, const float *b, size_t n) {
+    float l[8] = {0};
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) l[k] = fmaf(a[i + k], b[i + k], l[k]);
+    float sum = ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+    for (; i < n; i++) sum += a[i] * b[i];
+    return sum;
+}
 
-/* The softmax numerator with a double-precision sum, as the reference engine does. */
+/* The softmax numerator with a double-precision sum, as the reference engine does (eight lanes,
+ * the tree, the tail in order). */
 static double exp_sub_sum_scalar(float *s, size_t n, float max) {
-    double sum = 0;
-    for (size_t i = 0; i < n; i++) {
-        s[i] = expf(s[i] - max);
+    double l[8] = {0};
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) {
+            s[i + k] = llmm_exp_poly(s[i + k] - max);
+            l[k] += s[i + k];
+        }
+    double sum = sum_tree8(l);
+    for (; i < n; i++) {
+        s[i] = llmm_exp_poly(s[i] - max);
         sum += s[i];
     }
     return sum;

@@ -17,8 +17,12 @@
  *  - F32 weights: bit for bit llmm__dot_f32 (eight partial sums, no FMA, tail first).
  *  - F16/BF16 weights: bit for bit the dot table's vec_dot (products exact in float, summed
  *    in 16 float lanes, the lanes added pairwise, then the tail in order; lib/quant.c).
- *  - norms, activations, softmax, attention's q.k: within a few float roundings (a
- *    vectorized expf within 2 ulp), bounds stated in tests/test_simd.c.
+ *  - attention's q.k (dot_f32, attn_scores): bit for bit the scalar table's: eight lanes of
+ *    fused multiply-adds, a tree, the tail; the value sums one fmaf per value.
+ *  - softmax and SiLU: bit for bit the scalar table's, through one exp (exp_poly.h, within 2 ulp
+ *    of expf; the vector exps take the same steps) and the same order of the softmax sum.
+ *  - RMSNorm: bit for bit (squares in float, summed in double).
+ * So every table, x86 or ARM, gives the same logits (tests/test_fidelity checks it).
  * The table holds only const data and function pointers: there is no mutable global. */
 #ifndef LLMM_CPU_KERNELS_H
 #define LLMM_CPU_KERNELS_H
@@ -117,7 +121,8 @@ typedef struct cpu_kernels {
     void (*rms_norm_row)(const float *x, const float *w, float *out, size_t dim, float eps);
     /* gate = gate / (1 + e^-gate) * up */
     void (*silu_mul)(float *gate, const float *up, size_t n);
-    /* a . b in float: within (n/8 + 4) u sum|a b| (the scalar table: llmm__dot_f32) */
+    /* a . b in float (attention's q.k), bit for bit in every table: eight lanes of fused
+     * multiply-adds, the lanes added as a tree, the n % 8 tail in order (cpu_kernels.c) */
     float (*dot_f32)(const float *a, const float *b, size_t n);
     /* s = e^(s - max) in place; returns the sum in double */
     double (*exp_sub_sum)(float *s, size_t n, float max);

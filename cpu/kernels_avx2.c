@@ -7,6 +7,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "exp_poly.h"
 #include "kernels_x86.h"
 #include "simd_x86.h"
 
@@ -453,7 +454,7 @@ void llmm__avx2_silu_mul(float *gate, const float *up, size_t n) {
         const __m256 s = _mm256_div_ps(g, _mm256_add_ps(one, exp256_ps(_mm256_xor_ps(g, sign))));
         _mm256_storeu_ps(gate + i, _mm256_mul_ps(s, _mm256_loadu_ps(up + i)));
     }
-    for (; i < n; i++) gate[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+    for (; i < n; i++) gate[i] = gate[i] / (1.0f + llmm_exp_poly(-gate[i])) * up[i];
 }
 
 double llmm__avx2_exp_sub_sum(float *s, size_t n, float max) {
@@ -468,7 +469,7 @@ double llmm__avx2_exp_sub_sum(float *s, size_t n, float max) {
     }
     double sum = hsum_pd(_mm256_add_pd(s0, s1));
     for (; i < n; i++) {
-        s[i] = expf(s[i] - max);
+        s[i] = llmm_exp_poly(s[i] - max);
         sum += s[i];
     }
     return sum;

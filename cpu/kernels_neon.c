@@ -8,6 +8,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "exp_poly.h"
 #include "kernels_neon.h"
 #include "simd_neon.h"
 
@@ -310,16 +311,17 @@ void llmm__neon_gemm_bf16(const llmm_tensor *w, size_t j0, size_t j1, const cpu_
 
 /* ---------------------------------------------------------------- elementwise */
 
-/* Squares in float, their sum in double (four lanes at a time), then the scalar's float
- * scale and left-to-right products x * scale * w. */
+/* Squares in float, their sum in double in eight lanes and the scalar table's tree, then the
+ * scalar's float scale and left-to-right products x * scale * w: its bits. */
 void llmm__neon_rms_norm_row(const float *x, const float *w, float *out, size_t dim, float eps) {
-    float64x2_t acc[2] = {vdupq_n_f64(0.0), vdupq_n_f64(0.0)};
+    float64x2_t lo[2] = {vdupq_n_f64(0.0), vdupq_n_f64(0.0)}, hi[2] = {vdupq_n_f64(0.0), vdupq_n_f64(0.0)};
     size_t i = 0;
-    for (; i + 4 <= dim; i += 4) {
-        const float32x4_t v = vld1q_f32(x + i);
-        add_widened(acc, vmulq_f32(v, v));
+    for (; i + 8 <= dim; i += 8) {
+        const float32x4_t v0 = vld1q_f32(x + i), v1 = vld1q_f32(x + i + 4);
+        add_widened(lo, vmulq_f32(v0, v0));
+        add_widened(hi, vmulq_f32(v1, v1));
     }
-    double sum = hsum_f64x2x2(acc);
+    double sum = sum_tree_f64x8(lo, hi);
     for (size_t t = i; t < dim; t++) sum += (double)(x[t] * x[t]);
     const float mean = (float)(sum / (double)dim);
     const float scale = 1.0f / sqrtf(mean + eps);
@@ -337,12 +339,11 @@ void llmm__neon_silu_mul(float *gate, const float *up, size_t n) {
         const float32x4_t s = vdivq_f32(g, vaddq_f32(one, exp_f32x4(vnegq_f32(g))));
         vst1q_f32(gate + i, vmulq_f32(s, vld1q_f32(up + i)));
     }
-    for (; i < n; i++) gate[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+    for (; i < n; i++) gate[i] = gate[i] / (1.0f + llmm_exp_poly(-gate[i])) * up[i];
 }
 
-/* Attention's q.k: two FMA accumulators (eight lanes, as the x86 kernels) and an add tree, not
- * the scalar's eight sequential lane adds, whose dependency chain is as long as the products
- * at small head sizes. */
+/* Attention's q.k, bit for bit the scalar table's (cpu_kernels.c): two FMA accumulators (eight
+ * lanes), the lanes added as a tree, then the tail in order. */
 float llmm__neon_dot_f32(const float *a, const float *b, size_t n) {
     float32x4_t acc0 = vdupq_n_f32(0.0f), acc1 = vdupq_n_f32(0.0f);
     size_t i = 0;
@@ -350,23 +351,28 @@ float llmm__neon_dot_f32(const float *a, const float *b, size_t n) {
         acc0 = vfmaq_f32(acc0, vld1q_f32(a + i), vld1q_f32(b + i));
         acc1 = vfmaq_f32(acc1, vld1q_f32(a + i + 4), vld1q_f32(b + i + 4));
     }
-    float sum = vaddvq_f32(vaddq_f32(acc0, acc1));
+    const float32x4_t s = vaddq_f32(acc0, acc1);
+    float sum = vpadds_f32(vadd_f32(vget_low_f32(s), vget_high_f32(s)));
     for (; i < n; i++) sum += a[i] * b[i];
     return sum;
 }
 
+/* The sum in eight double lanes and the scalar table's tree, then the tail in order: its bits. */
 double llmm__neon_exp_sub_sum(float *s, size_t n, float max) {
     const float32x4_t vmax = vdupq_n_f32(max);
-    float64x2_t acc[2] = {vdupq_n_f64(0.0), vdupq_n_f64(0.0)};
+    float64x2_t lo[2] = {vdupq_n_f64(0.0), vdupq_n_f64(0.0)}, hi[2] = {vdupq_n_f64(0.0), vdupq_n_f64(0.0)};
     size_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-        const float32x4_t e = exp_f32x4(vsubq_f32(vld1q_f32(s + i), vmax));
-        vst1q_f32(s + i, e);
-        add_widened(acc, e);
+    for (; i + 8 <= n; i += 8) {
+        const float32x4_t e0 = exp_f32x4(vsubq_f32(vld1q_f32(s + i), vmax));
+        const float32x4_t e1 = exp_f32x4(vsubq_f32(vld1q_f32(s + i + 4), vmax));
+        vst1q_f32(s + i, e0);
+        vst1q_f32(s + i + 4, e1);
+        add_widened(lo, e0); /* lanes 0-1, 2-3 */
+        add_widened(hi, e1); /* lanes 4-5, 6-7 */
     }
-    double sum = hsum_f64x2x2(acc);
+    double sum = sum_tree_f64x8(lo, hi);
     for (; i < n; i++) {
-        s[i] = expf(s[i] - max);
+        s[i] = llmm_exp_poly(s[i] - max);
         sum += s[i];
     }
     return sum;
@@ -399,11 +405,16 @@ SIMD_ALWAYS_INLINE float row_value(const cpu_attn_rows *rows, size_t j, size_t d
                : rows->f32[j][d];
 }
 
+/* (a0 + a2, a1 + a3, b0 + b2, b1 + b3) */
+SIMD_ALWAYS_INLINE float32x4_t add_halves(float32x4_t a, float32x4_t b) {
+    const float64x2_t a64 = vreinterpretq_f64_f32(a), b64 = vreinterpretq_f64_f32(b);
+    return vaddq_f32(vreinterpretq_f32_f64(vzip1q_f64(a64, b64)), vreinterpretq_f32_f64(vzip2q_f64(a64, b64)));
+}
+
 /* q . row r[k] for four rows, each with llmm__neon_dot_f32's lanes (two FMA accumulators over eight
- * values) and its reduction order: vaddvq_f32 is two FADDPs, (l0 + l1) + (l2 + l3) (as GCC
- * and Clang lower it; tests/test_simd.c checks the bits), and three FADDPs over the four
- * rows' vectors add each row's lanes in that same order: one reduction for four scores
- * instead of one per score. The tail (hd % 8 values) is the caller's. */
+ * values) and its reduction order, (l0 + l2) + (l1 + l3) of the halves' sums: the four rows'
+ * halves paired by ZIP and added, then one FADDP adds each row's two partial sums, so four
+ * scores take one reduction instead of one each. The tail (hd % 8 values) is the caller's. */
 SIMD_ALWAYS_INLINE float32x4_t dot4_rows(const float *q, const cpu_attn_rows *rows, const size_t r[4], size_t hd8,
                                          int f16) {
     float32x4_t lo[4], hi[4];
@@ -420,7 +431,7 @@ SIMD_ALWAYS_INLINE float32x4_t dot4_rows(const float *q, const cpu_attn_rows *ro
     float32x4_t s[4];
 #pragma GCC unroll 4
     for (int k = 0; k < 4; k++) s[k] = vaddq_f32(lo[k], hi[k]);
-    return vpaddq_f32(vpaddq_f32(s[0], s[1]), vpaddq_f32(s[2], s[3]));
+    return vpaddq_f32(add_halves(s[0], s[1]), add_halves(s[2], s[3]));
 }
 
 /* Scores four positions at a time, bit for bit llmm__neon_dot_f32 per pair (its tail added after

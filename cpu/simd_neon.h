@@ -41,7 +41,11 @@ SIMD_ALWAYS_INLINE void add_widened(float64x2_t acc[2], float32x4_t v) {
     acc[1] = vaddq_f64(acc[1], vcvt_high_f64_f32(v));
 }
 
-SIMD_ALWAYS_INLINE double hsum_f64x2x2(const float64x2_t acc[2]) { return vaddvq_f64(vaddq_f64(acc[0], acc[1])); }
+/* Eight double lanes, lo = {0-1, 2-3} and hi = {4-5, 6-7}, added as the scalar table's and
+ * the x86 tables' tree: ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)). */
+SIMD_ALWAYS_INLINE double sum_tree_f64x8(const float64x2_t lo[2], const float64x2_t hi[2]) {
+    return vaddvq_f64(vaddq_f64(vaddq_f64(lo[0], hi[0]), vaddq_f64(lo[1], hi[1])));
+}
 
 /* e^x, within 2 ulp of expf over the whole float range (tests/test_simd.c measures it): the
  * x86 kernels' algorithm (simd_x86.h), with the same fused steps, so both give the same bits.

@@ -23,13 +23,17 @@
  *  - attn_scores_f16, attn_values_f16 (the same over F16 rows, widened in registers): bit for
  *    bit the same table's attn_scores and attn_values on the rows widened beforehand.
  *  - dot_f32 (attention's q.k): (n/8 + 4) u sum|a b| against float64 (FMA partial sums, a
- *    tree of 3 adds, then the tail: at most n/8 + 4 roundings per term).
+ *    tree of 3 adds, then the tail: at most n/8 + 4 roundings per term), and bit for bit the
+ *    scalar table's, so every table scores attention alike.
  *  - F16 and BF16 matmul: bit for bit vec_dot (16 float lanes of exact products, lib/quant.c).
- *  - exp (through exp_sub_sum): within 2 ulp of the float64 e^x over [-103, 88.7], 0 below
- *    the subnormal range, +inf above FLT_MAX's logarithm.
- *  - silu_mul: 12u |ref| against float64 (the scalar's 8u plus 2 ulp = 4u for the vector exp).
- *  - rms_norm_row: 10u |ref| against float64, as for the scalar kernel.
- *  - exp_sub_sum's returned sum: (n + 4) 2u relative, against float64.
+ *  - exp (through exp_sub_sum), the scalar table's too: within 2 ulp of the float64 e^x over
+ *    [-103, 88.7], 0 below the subnormal range, +inf above FLT_MAX's logarithm.
+ *  - silu_mul: 12u |ref| against float64 (8u plus 2 ulp = 4u for the polynomial exp), and
+ *    bit for bit the scalar table's.
+ *  - rms_norm_row: 10u |ref| against float64, as for the scalar kernel, and bit for bit the
+ *    scalar table's (also for magnitudes spread over 2^40).
+ *  - exp_sub_sum's returned sum: (n + 4) 2u relative, against float64; its values and sum bit
+ *    for bit the scalar table's (lengths with and without a tail of each vector width).
  * Results must not depend on tiling: each matmul is also run as single-row calls over odd
  * row ranges and must give the same bits. */
 #include <stdarg.h>
@@ -1025,8 +1029,8 @@ static void test_exp_accuracy(void **state) {
     enum { N = 200003 };
     float *x = xmalloc(N * sizeof *x), *e = xmalloc(N * sizeof *e);
     for (size_t i = 0; i < N; i++) x[i] = -103.0f + (float)((88.7 + 103.0) * (double)i / (N - 1));
-    for (size_t ii = 0; ii < ARRAY_LEN(k_simd_isas); ii++) {
-        const cpu_kernels *k = simd_table(k_simd_isas[ii]);
+    for (size_t ii = 0; ii <= ARRAY_LEN(k_simd_isas); ii++) { /* the last: the scalar table */
+        const cpu_kernels *k = ii < ARRAY_LEN(k_simd_isas) ? simd_table(k_simd_isas[ii]) : &llmm__cpu_kernels_scalar;
         if (!k) continue;
         memcpy(e, x, N * sizeof *e);
         k->exp_sub_sum(e, N, 0.0f);
@@ -1055,7 +1059,7 @@ static void test_exp_accuracy(void **state) {
 
 static void test_exp_sub_sum(void **state) {
     (void)state;
-    const size_t sizes[] = {1, 7, 9, 64, 301};
+    const size_t sizes[] = {1, 7, 9, 13, 64, 301};
     for (size_t ii = 0; ii < ARRAY_LEN(k_simd_isas); ii++) {
         const cpu_kernels *k = simd_table(k_simd_isas[ii]);
         if (!k) continue;
@@ -1070,6 +1074,11 @@ static void test_exp_sub_sum(void **state) {
             double want = 0;
             for (size_t i = 0; i < n; i++) want += exp((double)orig[i] - max);
             CHECK_CLOSE(got, want, (n + 4.0) * 2 * U_F32 * want, "%s exp_sub_sum n=%zu", k->name, n);
+            /* the scalar table's bits: every value and the sum */
+            const double scalar_sum = llmm__cpu_kernels_scalar.exp_sub_sum(orig, n, max);
+            assert_memory_equal(s, orig, n * sizeof *s);
+            if (memcmp(&got, &scalar_sum, sizeof got) != 0)
+                fail_msg("%s exp_sub_sum n=%zu: sum %a, the scalar table's %a", k->name, n, got, scalar_sum);
             free(s);
             free(orig);
         }
@@ -1095,6 +1104,8 @@ static void test_silu_mul(void **state) {
                 CHECK_CLOSE(out[i], ref, 12 * U_F32 * fabs(ref), "%s silu n=%zu i=%zu g=%.9g", k->name, n, i,
                             (double)g[i]);
             }
+            llmm__cpu_kernels_scalar.silu_mul(g, up, n); /* the scalar table's bits */
+            assert_memory_equal(out, g, n * sizeof *out);
             free(g);
             free(up);
             free(out);
@@ -1124,6 +1135,15 @@ static void test_rms_norm_row(void **state) {
                 const double ref = (double)x[i] * inv * w[i];
                 CHECK_CLOSE(out[i], ref, 10 * U_F32 * fabs(ref), "%s rms_norm n=%zu i=%zu", k->name, n, i);
             }
+            /* the scalar table's bits, with magnitudes spread over 2^40 (the double sum's order is
+             * the scalar's too, cpu_kernels.c, though it would show in the float mean only once in
+             * about 2^29 rows) */
+            float *want = xmalloc(n * sizeof *want);
+            for (size_t i = 0; i < n; i++) x[i] = ldexpf(x[i], (int)(i * 7919 % 41) - 30);
+            k->rms_norm_row(x, w, out, n, 1e-5f);
+            llmm__cpu_kernels_scalar.rms_norm_row(x, w, want, n, 1e-5f);
+            assert_memory_equal(out, want, n * sizeof *out);
+            free(want);
             free(x);
             free(w);
             free(out);
@@ -1164,8 +1184,9 @@ static void test_f16_to_f32(void **state) {
     free(out);
 }
 
-/* dot_f32: within (n/8 + 4) u sum|a b| of the float64 dot (FMA partial sums and a tree);
- * axpy: bit for bit the scalar table's (one fused multiply-add per value). */
+/* dot_f32: within (n/8 + 4) u sum|a b| of the float64 dot (FMA partial sums and a tree) and
+ * bit for bit the scalar table's; axpy: bit for bit the scalar table's (one fused
+ * multiply-add per value). */
 static void test_dot_axpy(void **state) {
     (void)state;
     const size_t sizes[] = {1, 7, 8, 9, 33, 64, 173};
@@ -1183,7 +1204,11 @@ static void test_dot_axpy(void **state) {
                 ref += (double)a[i] * b[i];
                 mag += fabs((double)a[i] * b[i]);
             }
-            CHECK_CLOSE(k->dot_f32(a, b, n), ref, ((double)(n / 8) + 4) * U_F32 * mag, "%s dot_f32 n=%zu", k->name, n);
+            const float dot = k->dot_f32(a, b, n), scalar_dot = llmm__cpu_kernels_scalar.dot_f32(a, b, n);
+            CHECK_CLOSE(dot, ref, ((double)(n / 8) + 4) * U_F32 * mag, "%s dot_f32 n=%zu", k->name, n);
+            CHECK_CLOSE(scalar_dot, ref, ((double)(n / 8) + 4) * U_F32 * mag, "scalar dot_f32 n=%zu", n);
+            if (memcmp(&dot, &scalar_dot, sizeof dot) != 0)
+                fail_msg("%s dot_f32 n=%zu: %a, the scalar table's %a", k->name, n, dot, scalar_dot);
             k->axpy(y1, 0.375f, a, n);
             llmm__cpu_kernels_scalar.axpy(y2, 0.375f, a, n);
             assert_memory_equal(y1, y2, n * sizeof *y1);

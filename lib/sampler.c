@@ -28,6 +28,8 @@ struct llmm_sampler {
     size_t window_len, window_next;
     candidate *cands;            /* (cands_cap) scratch copy of the logits */
     size_t cands_cap;
+    candidate *sort_buf;         /* (sort_cap) sort_by_rank's other half, made on first use */
+    size_t sort_cap;
     llmm_diag error;
 };
 
@@ -95,6 +97,7 @@ static void sampler_release(llmm_sampler *s) {
     llmm__mem_free(a, s->window_sorted);
     llmm__mem_free(a, s->window_counts);
     llmm__mem_free(a, s->cands);
+    llmm__mem_free(a, s->sort_buf);
     llmm__mem_free(a, s);
 }
 
@@ -270,10 +273,58 @@ static void heap_sift_down(candidate *c, size_t k, size_t i) {
     }
 }
 
+/* An unsigned key that orders logits best first: higher logits give smaller keys. -0 becomes
+ * +0 first, since ranks_before ties them; NaN and +inf never reach the candidates. */
+static uint32_t rank_key(float logit) {
+    logit += 0.0f;
+    uint32_t u;
+    memcpy(&u, &logit, sizeof u);
+    u = u & 0x80000000u ? ~u : u | 0x80000000u; /* ascending with the logit */
+    return ~u;
+}
+
+/* Sorts c[0..n), which holds the ids 0..n-1 in any order, into rank order: scattered back into
+ * id order, then a stable radix sort on rank_key, 8 bits a pass, so equal logits keep
+ * ascending ids as ranks_before wants. O(n) where a comparison sort of a 150k vocabulary takes
+ * tens of milliseconds (top-p over a flat distribution needs most of it sorted). Returns 0,
+ * leaving c as it was, when its buffer cannot be allocated. */
+static int sort_by_rank(llmm_sampler *s, candidate *c, size_t n) {
+    if (n > s->sort_cap) {
+        size_t bytes;
+        if (!size_mul_ok(n, sizeof *s->sort_buf, &bytes)) return 0;
+        candidate *grown = llmm__mem_grow(s->alloc, s->sort_buf, 0, bytes);
+        if (!grown) return 0;
+        s->sort_buf = grown;
+        s->sort_cap = n;
+    }
+    candidate *from = s->sort_buf, *to = c;
+    for (size_t i = 0; i < n; i++) from[c[i].id] = c[i];
+    for (int shift = 0; shift < 32; shift += 8) {
+        size_t start[256] = {0};
+        for (size_t i = 0; i < n; i++) start[rank_key(from[i].logit) >> shift & 0xff]++;
+        for (size_t b = 0, sum = 0; b < 256; b++) {
+            const size_t count = start[b];
+            start[b] = sum;
+            sum += count;
+        }
+        for (size_t i = 0; i < n; i++) to[start[rank_key(from[i].logit) >> shift & 0xff]++] = from[i];
+        candidate *t = from;
+        from = to;
+        to = t;
+    }
+    memcpy(c, from, n * sizeof *c); /* four passes from the buffer end in the buffer */
+    return 1;
+}
+
+/* Beyond this many of a large vocabulary, sorting it all is cheaper than a heap of k. */
+#define TOP_K_SORT_ALL 2048
+
 /* Move the k best of c[0..n) to c[0..k), sorted; the rest stay behind them in some order
- * (swapped, not overwritten, so a larger k can be selected again). O(n log k): a full
- * sort of a 150k vocabulary costs more than the rest of the chain together. */
-static void select_top_k(candidate *c, size_t n, size_t k) {
+ * (swapped, not overwritten, so a larger k can be selected again). O(n log k) for small k,
+ * O(n) beyond TOP_K_SORT_ALL: a comparison sort of a 150k vocabulary costs more than the
+ * rest of the chain together. c holds the ids 0..n-1. */
+static void select_top_k(llmm_sampler *s, candidate *c, size_t n, size_t k) {
+    if (k >= TOP_K_SORT_ALL && k < n && sort_by_rank(s, c, n)) return;
     if (k < n) {
         for (size_t i = k / 2; i-- > 0;) heap_sift_down(c, k, i);
         for (size_t i = k; i < n; i++) {
@@ -300,12 +351,17 @@ static double fill_weights(candidate *c, size_t n, double temperature) {
 }
 
 /* Smallest prefix of the candidates, best first, holding top_p of the probability, at
- * least 1. Unsorted input is sorted only as far as needed: the top 256 usually hold
- * top_p of a model's distribution, else twice as many are selected, and so on. */
-static size_t keep_top_p(candidate *c, size_t n, double top_p, int sorted) {
+ * least 1. Unsorted input is sorted only as far as needed: the top 256 usually hold top_p
+ * of a model's distribution; otherwise (a flat one) everything is sorted, in O(n), or,
+ * without memory for that, twice as many are selected, and so on. */
+static size_t keep_top_p(llmm_sampler *s, candidate *c, size_t n, double top_p, int sorted) {
     double sum = fill_weights(c, n, 1.0);
     for (size_t k = sorted ? n : LLMM_MIN(n, (size_t)256);; k = LLMM_MIN(2 * k, n)) {
-        if (!sorted) select_top_k(c, n, k);
+        if (!sorted) {
+            if (k > 256 && sort_by_rank(s, c, n)) k = n;
+            else select_top_k(s, c, n, k);
+            sorted = k == n;
+        }
         double cum = 0;
         for (size_t i = 0; i < k; i++) {
             cum += c[i].weight;
@@ -326,14 +382,15 @@ static size_t keep_min_p(candidate *c, size_t n, double min_p) {
 }
 
 /* Apply top-k, top-p and min-p in the reference order; returns the candidates left. */
-static size_t truncate_candidates(candidate *c, size_t n, const llmm_sampler_params *p) {
+static size_t truncate_candidates(llmm_sampler *s, candidate *c, size_t n) {
+    const llmm_sampler_params *p = &s->params;
     int sorted = 0;
     if (p->top_k > 0 && (size_t)p->top_k < n) {
-        select_top_k(c, n, (size_t)p->top_k);
+        select_top_k(s, c, n, (size_t)p->top_k);
         n = (size_t)p->top_k;
         sorted = 1;
     }
-    if (p->top_p < 1.0f) n = keep_top_p(c, n, p->top_p, sorted);
+    if (p->top_p < 1.0f) n = keep_top_p(s, c, n, p->top_p, sorted);
     if (p->min_p > 0.0f) n = keep_min_p(c, n, p->min_p);
     return n;
 }
@@ -387,7 +444,7 @@ LLMM_API llmm_status llmm_sample(llmm_sampler *sampler, const float *logits, siz
         *out = c[best].id;
         return LLMM_OK;
     }
-    size_t n = truncate_candidates(c, n_vocab, &sampler->params);
+    size_t n = truncate_candidates(sampler, c, n_vocab);
     *out = draw(sampler, c, n);
     return LLMM_OK;
 }
@@ -455,7 +512,7 @@ llmm_status llmm__sampler_probs(llmm_sampler *s, const float *logits, size_t n_v
         probs[c[best].id] = 1.0f;
         return LLMM_OK;
     }
-    const size_t n = truncate_candidates(c, n_vocab, &s->params);
+    const size_t n = truncate_candidates(s, c, n_vocab);
     const double sum = fill_weights(c, n, s->params.temperature);
     for (size_t i = 0; i < n; i++) probs[c[i].id] = (float)(c[i].weight / sum);
     return LLMM_OK;

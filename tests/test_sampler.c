@@ -460,6 +460,60 @@ static void test_seed_42_golden_draws(void **state) {
     for (int i = 0; i < 16; i++) assert_int_equal(ref_pick(FIXED8, 8, ref_uniform(st)), golden[i]);
 }
 
+/* The draw walks the kept candidates in rank order (logit descending, lowest id first on
+ * ties, -0 tied with +0), so the token of each RNG draw is fixed: computed here from the
+ * documented generator, the sum in id order and the walk over the sorted prefix, for a flat
+ * row of many ties, signed zeros and masks where top-p keeps thousands (the sampler sorts them
+ * all) and for a large top-k. */
+static llmm_token ref_top_p_draw(const float *logits, const int *order, size_t n, int top_k_first, double top_p,
+                                 double u) {
+    double max = logits[order[0]], sum = 0, cum = 0;
+    /* top-p sums what it is given: the whole row in id order, or top-k's survivors in rank order */
+    for (size_t i = 0; i < n; i++) sum += exp((double)logits[top_k_first ? (size_t)order[i] : i] - max);
+    size_t kept = n;
+    for (size_t i = 0; i < n; i++)
+        if ((cum += exp((double)logits[order[i]] - max)) / sum >= top_p) {
+            kept = i + 1;
+            break;
+        }
+    double kept_sum = 0, walk = 0;
+    for (size_t i = 0; i < kept; i++) kept_sum += exp((double)logits[order[i]] - max);
+    for (size_t i = 0; i < kept; i++)
+        if (u * kept_sum < (walk += exp((double)logits[order[i]] - max))) return (llmm_token)order[i];
+    return (llmm_token)order[kept - 1];
+}
+
+static void test_wide_truncation_draws_in_rank_order(void **state) {
+    (void)state;
+    enum { N = 5000, DRAWS = 24 };
+    float *logits = malloc(N * sizeof *logits);
+    int *order = malloc(N * sizeof *order);
+    assert_true(logits && order);
+    uint32_t x = 7;
+    for (int i = 0; i < N; i++) {
+        const uint32_t r = lcg(&x) % 16;
+        logits[i] = r == 0 ? -INFINITY : r == 1 ? -0.0f : r == 2 ? 0.0f : (float)(r % 5) * 0.125f;
+        order[i] = i;
+    }
+    sort_logits = logits;
+    qsort(order, N, sizeof *order, cmp_by_sort_logits);
+    for (int variant = 0; variant < 2; variant++) {
+        llmm_sampler_params p = plain_params(1.0f, 1234 + (uint64_t)variant);
+        p.top_p = 0.95f;
+        p.top_k = variant ? 4000 : 0; /* past the heap's range: every candidate sorted */
+        llmm_sampler *s = make(&p);
+        uint64_t seed = p.seed, st[4];
+        for (int i = 0; i < 4; i++) st[i] = ref_splitmix64(&seed);
+        for (int d = 0; d < DRAWS; d++) {
+            const llmm_token want = ref_top_p_draw(logits, order, variant ? 4000 : N, variant, 0.95, ref_uniform(st));
+            assert_int_equal(sample_one(s, logits, N), want);
+        }
+        llmm_sampler_free(s);
+    }
+    free(logits);
+    free(order);
+}
+
 /* ---------------------------------------------------------------- errors */
 
 static void expect_rejected(llmm_sampler_params p) {
@@ -610,6 +664,24 @@ static void test_out_of_memory(void **state) {
     f.allowed = 1;
     assert_int_equal(llmm_sample(s, FIXED8, 8, &t), LLMM_OK);
     llmm_sampler_free(s);
+
+    /* no memory for the full sort of a wide top-p: the selection widens step by step instead,
+     * with the same draws */
+    enum { N = 3000 };
+    float *flat = malloc(N * sizeof *flat);
+    assert_non_null(flat);
+    uint32_t x = 5;
+    for (int i = 0; i < N; i++) flat[i] = (float)(lcg(&x) % 64) / 64.0f;
+    llmm_sampler_params wide = plain_params(1.0f, 77);
+    wide.top_p = 0.9f;
+    failing_alloc g = {4}; /* the sampler, its penalty window (two), its candidates; not the sort buffer */
+    llmm_allocator ga = failing_allocator(&g);
+    llmm_sampler *starved = NULL, *fed = make(&wide);
+    assert_int_equal(llmm__sampler_create(&wide, &ga, &starved, NULL), LLMM_OK);
+    for (int d = 0; d < 16; d++) assert_int_equal(sample_one(starved, flat, N), sample_one(fed, flat, N));
+    llmm_sampler_free(starved);
+    llmm_sampler_free(fed);
+    free(flat);
 }
 
 int main(void) {
@@ -630,6 +702,7 @@ int main(void) {
         cmocka_unit_test(test_reset_reproduces),
         cmocka_unit_test(test_frequencies_match_softmax),
         cmocka_unit_test(test_seed_42_golden_draws),
+        cmocka_unit_test(test_wide_truncation_draws_in_rank_order),
         cmocka_unit_test(test_invalid_params),
         cmocka_unit_test(test_non_finite_logits_are_an_error),
         cmocka_unit_test(test_softmax_of_huge_logits),

@@ -320,11 +320,12 @@ static int sort_by_rank(llmm_sampler *s, candidate *c, size_t n) {
 #define TOP_K_SORT_ALL 2048
 
 /* Move the k best of c[0..n) to c[0..k), sorted; the rest stay behind them in some order
- * (swapped, not overwritten, so a larger k can be selected again). O(n log k) for small k,
- * O(n) beyond TOP_K_SORT_ALL: a comparison sort of a 150k vocabulary costs more than the
- * rest of the chain together. c holds the ids 0..n-1. */
-static void select_top_k(llmm_sampler *s, candidate *c, size_t n, size_t k) {
-    if (k >= TOP_K_SORT_ALL && k < n && sort_by_rank(s, c, n)) return;
+ * (swapped, not overwritten, so a larger k can be selected again). Returns how many lead c
+ * sorted: k, or n when from TOP_K_SORT_ALL on everything was sorted. O(n log k) for small k,
+ * O(n) beyond: a comparison sort of a 150k vocabulary costs more than the rest of the chain
+ * together. c holds the ids 0..n-1. */
+static size_t select_top_k(llmm_sampler *s, candidate *c, size_t n, size_t k) {
+    if (LLMM_MIN(k, n) >= TOP_K_SORT_ALL && sort_by_rank(s, c, n)) return n;
     if (k < n) {
         for (size_t i = k / 2; i-- > 0;) heap_sift_down(c, k, i);
         for (size_t i = k; i < n; i++) {
@@ -336,6 +337,7 @@ static void select_top_k(llmm_sampler *s, candidate *c, size_t n, size_t k) {
         }
     }
     qsort(c, LLMM_MIN(k, n), sizeof *c, cmp_candidates);
+    return LLMM_MIN(k, n);
 }
 
 /* Fill weights with exp((logit - max) / temperature) and return their sum. */
@@ -352,22 +354,18 @@ static double fill_weights(candidate *c, size_t n, double temperature) {
 
 /* Smallest prefix of the candidates, best first, holding top_p of the probability, at
  * least 1. Unsorted input is sorted only as far as needed: the top 256 usually hold top_p
- * of a model's distribution; otherwise (a flat one) everything is sorted, in O(n), or,
- * without memory for that, twice as many are selected, and so on. */
+ * of a model's distribution, else twice as many are selected, and so on, until
+ * select_top_k sorts everything (a flat distribution). */
 static size_t keep_top_p(llmm_sampler *s, candidate *c, size_t n, double top_p, int sorted) {
     double sum = fill_weights(c, n, 1.0);
-    for (size_t k = sorted ? n : LLMM_MIN(n, (size_t)256);; k = LLMM_MIN(2 * k, n)) {
-        if (!sorted) {
-            if (k > 256 && sort_by_rank(s, c, n)) k = n;
-            else select_top_k(s, c, n, k);
-            sorted = k == n;
-        }
+    for (size_t k = LLMM_MIN(n, (size_t)256);; k = LLMM_MIN(2 * k, n)) {
+        const size_t led = sorted ? n : select_top_k(s, c, n, k);
         double cum = 0;
-        for (size_t i = 0; i < k; i++) {
+        for (size_t i = 0; i < led; i++) {
             cum += c[i].weight;
             if (cum / sum >= top_p) return i + 1;
         }
-        if (k == n) return n;
+        if (led == n) return n;
     }
 }
 

@@ -10,6 +10,11 @@ const char *shared_path(char *buf, size_t size, const char *rel) {
     return buf;
 }
 
+int under_emulator(void) {
+    const char *runner = getenv("TEST_RUNNER");
+    return runner && *runner;
+}
+
 char *read_whole_file(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;

@@ -7,6 +7,9 @@
 
 /* Path of rel inside the shared data folder, in a static-free caller buffer. */
 const char *shared_path(char *buf, size_t size, const char *rel);
+/* 1 when the tests run under an emulator ($TEST_RUNNER set, as make test-arm sets it to
+ * qemu-aarch64): suites whose model work is slow there run fewer of their repetitions. */
+int under_emulator(void);
 /* Whole file into a malloc'd, NUL-terminated buffer; NULL if unreadable. */
 char *read_whole_file(const char *path, size_t *len);
 

@@ -169,8 +169,7 @@ static int make_text(void **state) {
     size_t n_prefix = 0;
     assert_int_equal(llmm_tokenize(m, "", 0, LLMM_TOKENIZE_ADD_SPECIAL, &fx->bos, 1, &n_prefix), LLMM_OK);
     assert_int_equal(n_prefix, 1);
-    const char *runner = getenv("TEST_RUNNER");
-    const size_t text_tokens = runner && *runner ? TEXT_TOKENS_EMULATED : TEXT_TOKENS;
+    const size_t text_tokens = under_emulator() ? TEXT_TOKENS_EMULATED : TEXT_TOKENS;
     for (uint64_t seed = 1; fx->n < text_tokens; seed++) {
         static const char prompt[] = "Once upon a time";
         size_t np = 0;

@@ -375,7 +375,7 @@ static void test_random_qwen2_vocab_generations_parse(void **state) {
     /* Under an emulator (make test-arm, qemu) each sampled token's softmax over the 151,936-token
      * vocabulary is slow: 200 runs a grammar took the suite 10 minutes there. 50 still cover
      * every sampling mode and grammar on that architecture; the native run does all 200. */
-    generate_all(m, runner && *runner ? 50 : 200, 400);
+    generate_all(m, under_emulator() ? 50 : 200, 400);
     llmm_model_free(m);
 }
 

@@ -1057,8 +1057,7 @@ static void test_generation_validates(void **state) {
     /* Under an emulator (make test-arm, qemu) the model's float work is slow: 50 runs a schema
      * took the suite 5 minutes there. 12 still cover every sampling mode and schema on that
      * architecture; the native run does all 50. */
-    const char *runner = getenv("TEST_RUNNER");
-    const int runs = runner && *runner ? 12 : GEN_RUNS;
+    const int runs = under_emulator() ? 12 : GEN_RUNS;
     for (size_t si = 0; si < sizeof generation_schemas / sizeof *generation_schemas; si++) {
         const char *schema = generation_schemas[si];
         llmm_grammar *g = NULL;

@@ -38,7 +38,7 @@ ALL_CFLAGS := -std=c11 -D_POSIX_C_SOURCE=200809L $(WARN) -fPIC -fvisibility=hidd
 ALL_LDFLAGS := -pthread $(SAN_FLAGS) $(LDFLAGS)
 LIBS := -lzstd -lm
 
-LIB_SRC := $(wildcard lib/*.c) $(wildcard cpu/*.c)
+LIB_SRC := $(wildcard lib/*/*.c) $(wildcard cpu/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 STATIC_LIB := $(BUILD)/libllmmini.a
 SONAME := libllmmini.so.$(VERSION_MAJOR)

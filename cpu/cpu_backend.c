@@ -5,7 +5,7 @@
 
 #include "cpu_dot.h"
 #include "packed_tiles.h"
-#include "quant.h"
+#include "format/quant.h"
 
 void *llmm__cpu_scratch(cpu_state *s, size_t bytes) {
     if (bytes <= s->scratch_bytes) return s->scratch;

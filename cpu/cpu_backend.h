@@ -2,7 +2,7 @@
 #ifndef LLMM_CPU_BACKEND_H
 #define LLMM_CPU_BACKEND_H
 
-#include "backend.h"
+#include "backend/backend.h"
 #include "cpu_kernels.h"
 #include "threadpool.h"
 #include "weight_copy.h"

@@ -7,7 +7,7 @@
 
 #include <stdint.h>
 
-#include "quant.h"
+#include "format/quant.h"
 
 typedef struct cpu_dot {
     llmm_vec_dot_fn vec_dot;

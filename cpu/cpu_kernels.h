@@ -30,8 +30,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "quant.h"
-#include "weights.h"
+#include "format/quant.h"
+#include "model/weights.h"
 
 /* Higher is better within an architecture (llmm__cpu_kernels_select walks down); the other
  * architecture's values are never available, so they are simply passed over. */

@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "quant.h"
+#include "format/quant.h"
 
 #define BLOCK_KIND_INLINE static inline __attribute__((always_inline))
 

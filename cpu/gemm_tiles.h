@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common.h"
+#include "base/common.h"
 
 #define GEMM_WALK_TILES(w, j0, j1, TILE, ROWS)                                                              \
     do {                                                                                                    \

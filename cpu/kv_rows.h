@@ -6,8 +6,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "backend.h"
-#include "quant.h"
+#include "backend/backend.h"
+#include "format/quant.h"
 
 /* IEEE half to float without branches on the value, exact for every pattern (subnormals,
  * infinities, NaN): the exponent is rebiased by a float multiply, subnormals come from a

@@ -13,7 +13,7 @@
 
 #include "cpu_backend.h"
 #include "kv_rows.h"
-#include "quant.h"
+#include "format/quant.h"
 
 typedef struct attn_task {
     const cpu_attn_batch *b;

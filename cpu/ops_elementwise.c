@@ -6,7 +6,7 @@
 #include "cpu_backend.h"
 #include "kv_rows.h"
 #include "packed_tiles.h"
-#include "quant.h"
+#include "format/quant.h"
 
 /* Rows of a table that is also the output matrix (tied embeddings) come from its packed copy
  * once there is one (packed_tiles.h), block by block. */

@@ -19,7 +19,7 @@
  * number of query vectors (here: rows) in a call, so a row's delta is the same in any batch,
  * tile, item split or thread count (tests/backend_conformance.c checks it bit for bit). */
 #include "cpu_backend.h"
-#include "quant.h"
+#include "format/quant.h"
 
 #include <string.h>
 

@@ -21,7 +21,7 @@
 #include "cpu_backend.h"
 #include "cpu_dot.h"
 #include "packed_tiles.h"
-#include "quant.h"
+#include "format/quant.h"
 #include "weight_copy.h"
 
 /* Chunks per thread segment (sizes 1/2, 1/4, ... 1/32 of it, and the rest), weights one task

@@ -9,7 +9,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "quant.h"
+#include "format/quant.h"
 
 /* Where a packable type keeps its fields in a block: n_halves f16 fields from 0 (d, then the
  * min m of Q4_1 / Q5_1), the 5th-bit word qh (Q5_0, Q5_1), the quants; Q8_0's 32 quant bytes

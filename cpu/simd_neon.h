@@ -11,7 +11,7 @@
 #include <arm_neon.h>
 #include <string.h>
 
-#include "common.h"
+#include "base/common.h"
 
 #define SIMD_ALWAYS_INLINE static inline __attribute__((always_inline))
 

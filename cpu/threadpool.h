@@ -15,7 +15,7 @@
 
 #include <stddef.h>
 
-#include "common.h"
+#include "base/common.h"
 
 typedef void (*llmm_chunk_fn)(void *arg, size_t chunk, int ith);
 typedef struct llmm_threadpool llmm_threadpool;

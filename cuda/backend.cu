@@ -34,8 +34,8 @@
 
 #include "simt.h"
 
-#include "backend.h"
-#include "backend_module.h"
+#include "backend/backend.h"
+#include "backend/backend_module.h"
 #include "device_weights.h"
 #include "gemm.h"
 #include "gemm_int8.h"

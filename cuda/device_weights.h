@@ -13,8 +13,8 @@
 
 #include <stddef.h>
 
-#include "backend.h"
-#include "model.h"
+#include "backend/backend.h"
+#include "model/model.h"
 
 typedef struct cu_weight_set cu_weight_set;
 

@@ -10,7 +10,7 @@
 
 #include "simt.h"
 
-#include "backend.h"
+#include "backend/backend.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -24,7 +24,7 @@
 
 #include "backend_conformance.h"
 #include "cpu_dot.h"
-#include "quant.h"
+#include "format/quant.h"
 
 #define U_F32 (1.0 / 16777216.0) /* 2^-24 */
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))

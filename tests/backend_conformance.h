@@ -6,7 +6,7 @@
 #ifndef LLMM_TEST_BACKEND_CONFORMANCE_H
 #define LLMM_TEST_BACKEND_CONFORMANCE_H
 
-#include "backend.h"
+#include "backend/backend.h"
 
 /* How a conformance run starts its backend: the table, and a hook run before each init (e.g.
  * to set LLMM_CPU_KERNELS); label names the run in messages. */

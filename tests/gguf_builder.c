@@ -5,7 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gguf.h"
+#include "format/gguf.h"
 
 void gb_init(gguf_builder *b) { memset(b, 0, sizeof *b); }
 

@@ -17,7 +17,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "common.h"
+#include "base/common.h"
 
 _Static_assert(sizeof(uintptr_t) >= 8, "handles need 64-bit pointers");
 

@@ -3,7 +3,7 @@
 #ifndef LLMM_TEST_HANDLE_BACKEND_H
 #define LLMM_TEST_HANDLE_BACKEND_H
 
-#include "backend.h"
+#include "backend/backend.h"
 
 /* The handle backend: llmm__cpu_backend behind opaque buffer handles (see handle_backend.c). */
 const llmm_backend_ops *handle_backend_ops(void);

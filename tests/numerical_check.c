@@ -12,8 +12,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gguf.h"
-#include "quant.h"
+#include "format/gguf.h"
+#include "format/quant.h"
 #include "shared_data.h"
 
 uint8_t *read_model_with_bad_norm(const char *rel, float bad, size_t stride, size_t *n) {

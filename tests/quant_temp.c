@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "quant_file.h"
+#include "offline/quantize_file.h"
 
 void quantize_to_temp(const gguf_file *src, const char *recipe, char *path, size_t size) {
     snprintf(path, size, "/tmp/llmm-quant-XXXXXX");

@@ -5,7 +5,7 @@
 
 #include <stddef.h>
 
-#include "gguf.h"
+#include "format/gguf.h"
 
 /* Convert src with the named recipe into a new temp file, whose path goes to path (>= 32
  * bytes); the caller unlinks it. Fails the test on any error. */

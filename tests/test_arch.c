@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backend.h"
+#include "backend/backend.h"
 #include "cpu_backend.h"
 #include "llmmini.h"
 #include "golden_check.h"

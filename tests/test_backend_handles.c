@@ -13,12 +13,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "context.h"
+#include "context/context.h"
 #include "cpu_backend.h"
 #include "golden_check.h"
 #include "handle_backend.h"
 #include "llmmini.h"
-#include "quant.h"
+#include "format/quant.h"
 #include "shared_data.h"
 
 #define MAX_IDS GOLDEN_MAX_IDS

@@ -11,8 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "chat.h"
-#include "gguf.h"
+#include "text/chat.h"
+#include "format/gguf.h"
 #include "gguf_builder.h"
 #include "llmmini.h"
 #include "shared_data.h"

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "../cuda/quant_blocks.cuh"
-#include "quant.h"
+#include "format/quant.h"
 
 static uint64_t rng_state = 0x853c49e6748fea9bull;
 

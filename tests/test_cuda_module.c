@@ -25,13 +25,13 @@
 #include <time.h>
 
 #include "backend_conformance.h"
-#include "backend_module.h"
+#include "backend/backend_module.h"
 #include "decode_sample_check.h"
 #include "numerical_check.h"
 #include "golden_check.h"
-#include "quant.h"
+#include "format/quant.h"
 #include "llmmini.h"
-#include "model.h"
+#include "model/model.h"
 #include "shared_data.h"
 
 #define MAX_IDS GOLDEN_MAX_IDS

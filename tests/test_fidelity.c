@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "cpu_kernels.h"
-#include "fidelity.h"
+#include "offline/fidelity.h"
 #include "llmmini.h"
 #include "shared_data.h"
 

@@ -16,9 +16,9 @@
 
 #include <cmocka.h>
 
-#include "gguf.h"
+#include "format/gguf.h"
 #include "numerical_check.h"
-#include "quant.h"
+#include "format/quant.h"
 #include "shared_data.h"
 
 int fuzz_gguf_input(const uint8_t *data, size_t size);

@@ -15,7 +15,7 @@
 
 #include "llmmini.h"
 #include "golden_check.h"
-#include "gguf.h"
+#include "format/gguf.h"
 #include "quant_temp.h"
 #include "decode_sample_check.h"
 #include "shared_data.h"

@@ -15,10 +15,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gguf.h"
+#include "format/gguf.h"
 #include "gguf_builder.h"
 #include "llmmini.h"
-#include "quant.h"
+#include "format/quant.h"
 
 /* ------------------------------------------------------------------ helpers */
 

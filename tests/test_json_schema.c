@@ -14,8 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "json_schema.h"
-#include "json_value.h"
+#include "schema/json_schema.h"
+#include "base/json_value.h"
 #include "llmmini.h"
 #include "shared_data.h"
 

@@ -36,11 +36,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
+#include "backend/backend.h"
 #include "cpu_backend.h"
 #include "kv_rows.h"
 #include "cpu_dot.h"
-#include "quant.h"
+#include "format/quant.h"
 
 #define U_F32 (1.0 / 16777216.0) /* 2^-24 */
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))

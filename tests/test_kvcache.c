@@ -13,10 +13,10 @@
 #include <string.h>
 
 #include "alloc_hooks.h"
-#include "backend.h"
-#include "context.h"
+#include "backend/backend.h"
+#include "context/context.h"
 #include "cpu_backend.h"
-#include "kvcache.h"
+#include "kv/kvcache.h"
 #include "llmmini.h"
 #include "shared_data.h"
 

@@ -13,12 +13,12 @@
 #include <unistd.h>
 
 #include "alloc_hooks.h"
-#include "backend.h"
-#include "context.h"
-#include "gguf.h"
+#include "backend/backend.h"
+#include "context/context.h"
+#include "format/gguf.h"
 #include "gguf_builder.h"
 #include "llmmini.h"
-#include "quant.h"
+#include "format/quant.h"
 #include "shared_data.h"
 
 #define R8 "lora/stories260K-lora-r8.gguf"

@@ -48,12 +48,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gguf.h"
+#include "format/gguf.h"
 #include "gguf_builder.h"
 #include "llmmini.h"
 #include "cpu_dot.h"
-#include "quant.h"
-#include "quant_file.h"
+#include "format/quant.h"
+#include "offline/quantize_file.h"
 #include "quant_temp.h"
 #include "shared_data.h"
 

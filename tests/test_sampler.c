@@ -13,7 +13,7 @@
 
 #include "llmmini.h"
 #include "alloc_hooks.h"
-#include "sampler.h"
+#include "sampling/sampler.h"
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 

@@ -52,13 +52,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backend.h"
+#include "backend/backend.h"
 #include "cpu_backend.h"
 #include "cpu_dot.h"
 #include "cpu_kernels.h"
 #include "kv_rows.h"
 #include "packed_tiles.h"
-#include "quant.h"
+#include "format/quant.h"
 #include "threadpool.h"
 
 #define U_F32 (1.0 / 16777216.0)

@@ -20,7 +20,7 @@
 
 #include "llmmini.h"
 #include "shared_data.h"
-#include "speculative.h"
+#include "generate/speculative.h"
 
 #define MAX_OUT 96
 #define N_GEN 64

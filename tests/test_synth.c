@@ -18,10 +18,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "gguf.h"
+#include "format/gguf.h"
 #include "gguf_builder.h"
 #include "llmmini.h"
-#include "quant.h"
+#include "format/quant.h"
 #include "quant_temp.h"
 #include "shared_data.h"
 

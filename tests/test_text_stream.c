@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "alloc_hooks.h"
-#include "text_stream.h"
+#include "generate/text_stream.h"
 
 /* ---------------------------------------------------------------- helpers */
 

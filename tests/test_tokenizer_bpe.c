@@ -15,7 +15,7 @@
 #include "alloc_hooks.h"
 #include "gguf_builder.h"
 #include "llmmini.h"
-#include "pretokenizer.h" /* internal: the families without reference vectors are checked directly */
+#include "text/pretokenizer.h" /* internal: the families without reference vectors are checked directly */
 #include "shared_data.h"
 
 static llmm_model *load_with(const char *path, const llmm_allocator *alloc, llmm_status *status, char *err,

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "../examples/cli_names.h"
-#include "fidelity.h"
+#include "offline/fidelity.h"
 #include "llmmini.h"
 
 typedef struct options {

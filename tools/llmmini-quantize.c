@@ -8,9 +8,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "gguf.h"
-#include "quant.h"
-#include "quant_file.h"
+#include "format/gguf.h"
+#include "format/quant.h"
+#include "offline/quantize_file.h"
 
 typedef struct options {
     const char *in, *out;

@@ -41,7 +41,7 @@
 extern "C" {
 #include <cmocka.h>
 
-#include "quant.h"
+#include "format/quant.h"
 }
 
 #include "gemm.h"

@@ -27,7 +27,7 @@ extern "C" {
 #include <cmocka.h>
 
 #include "cpu_dot.h"
-#include "quant.h"
+#include "format/quant.h"
 }
 
 #include "gemm_int8.h"

@@ -26,7 +26,7 @@ extern "C" {
 #include <cmocka.h>
 
 #include "cpu_dot.h"
-#include "quant.h"
+#include "format/quant.h"
 }
 
 #include "gemv_quant.h"

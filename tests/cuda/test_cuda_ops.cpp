@@ -27,9 +27,9 @@ extern "C" { // this cmocka.h declares its functions without C linkage for C++
 #include "device_test_util.h"
 
 extern "C" {
-#include "arch.h"
-#include "backend.h"
-#include "quant.h"
+#include "model/arch.h"
+#include "backend/backend.h"
+#include "format/quant.h"
 
 // cpu/cpu_backend.h does not compile as C++ (C11 _Atomic, restrict), so the few CPU kernel
 // entry points and structs this test calls are declared here as that header declares them.

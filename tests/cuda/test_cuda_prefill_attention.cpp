@@ -53,8 +53,8 @@ extern "C" { // this cmocka.h declares its functions without C linkage for C++
 #include "device_test_util.h"
 
 extern "C" {
-#include "backend.h"
-#include "quant.h"
+#include "backend/backend.h"
+#include "format/quant.h"
 }
 
 #define U_F32 (1.0 / 16777216.0) /* 2^-24 */

@@ -34,7 +34,7 @@ extern "C" {
 #include <cmocka.h>
 
 #include "llmmini.h"
-#include "sampler.h"
+#include "sampling/sampler.h"
 }
 
 #include "sample.h"

@@ -13,7 +13,7 @@
 #include <pthread.h>
 #include <string.h>
 
-#include "backend_module.h"
+#include "backend/backend_module.h"
 #include "handle_backend.h"
 
 /* The symbol the core looks up (LLMM_BACKEND_MODULE_ENTRY); its type is llmm_backend_module_fn. */

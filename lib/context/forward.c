@@ -1,0 +1,178 @@
+/* The forward pass, top to bottom as in the paper: embed, then per layer attention and
+ * feed-forward blocks on the residual stream, then the final norm and the output head.
+ * Architecture differences come from the weights' arch table, never from copies of this.
+ * Weights come from the context's prepared table (ctx->w), never from the model's host
+ * pointers, and per-row inputs reach the backend once, in the step descriptor. */
+#include "forward.h"
+
+#include <math.h>
+
+#include "adapter_ctx.h"
+#include "model/weights.h"
+
+#define TRY(call)                                \
+    do {                                         \
+        llmm_status st_ = (call);                \
+        if (st_ != LLMM_OK) return st_;          \
+    } while (0)
+
+static int aborted(const llmm_context *ctx) {
+    return ctx->params.abort && ctx->params.abort(ctx->params.abort_user) != 0;
+}
+
+/* Rope settings for this context: LongRoPE files carry short and long factor sets, the long
+ * one for contexts beyond the original training length. */
+static llmm_rope_params rope_params(const llmm_context *ctx) {
+    const llmm_hparams *hp = &ctx->model->hp;
+    const llmm_weights *w = &ctx->w;
+    const float *factors = w->rope_freqs.data;
+    if (w->rope_factors_long.data || w->rope_factors_short.data) {
+        int use_long = hp->n_ctx_orig && ctx->params.n_ctx > hp->n_ctx_orig;
+        factors = use_long && w->rope_factors_long.data ? w->rope_factors_long.data : w->rope_factors_short.data;
+        if (!factors) factors = w->rope_factors_long.data;
+    }
+    return (llmm_rope_params){hp->n_rot, hp->rope_base, hp->rope_freq_scale, hp->rope_attn_factor, w->arch->rope,
+                              factors};
+}
+
+/* out[i] = w[i] x for weights sharing the input x: one backend call where it takes several. */
+static llmm_status matmuls(llmm_context *ctx, const llmm_tensor *const *w, size_t n_w, const float *x, size_t n,
+                           float *const *out) {
+    const llmm_backend_ops *be = ctx->be;
+    if (be->matmul_multi) return be->matmul_multi(ctx->be_state, w, n_w, x, n, out);
+    for (size_t i = 0; i < n_w; i++) TRY(be->matmul(ctx->be_state, w[i], x, n, out[i]));
+    return LLMM_OK;
+}
+
+/* Q, K, V of every row: projections, optional biases and per-head norms, then RoPE. */
+static llmm_status qkv_projections(llmm_context *ctx, const llmm_layer_weights *l, uint32_t il, size_t n) {
+    const llmm_backend_ops *be = ctx->be;
+    void *s = ctx->be_state;
+    const llmm_hparams *hp = &ctx->model->hp;
+    const llmm_activations *a = &ctx->act;
+    const size_t q_dim = (size_t)hp->n_head * hp->head_dim, kv_dim = (size_t)hp->n_head_kv * hp->head_dim;
+
+    /* q (n, n_head * head_dim), k and v (n, kv_dim) */
+    const llmm_tensor *const w_qkv[3] = {&l->wq, &l->wk, &l->wv};
+    float *const qkv[3] = {a->q, a->k, a->v};
+    TRY(matmuls(ctx, w_qkv, 3, a->xb, n, qkv));
+    const llmm__lora_out lora_qkv[3] = {{llmm__lora_slot(il, LLMM__LORA_Q), a->q, q_dim},
+                                        {llmm__lora_slot(il, LLMM__LORA_K), a->k, kv_dim},
+                                        {llmm__lora_slot(il, LLMM__LORA_V), a->v, kv_dim}};
+    TRY(llmm__lora_apply_outs(ctx, lora_qkv, 3, a->xb, hp->n_embd, 0, n));
+    if (l->bq.data) TRY(be->add_rows(s, a->q, l->bq.data, n, q_dim));
+    if (l->bk.data) TRY(be->add_rows(s, a->k, l->bk.data, n, kv_dim));
+    if (l->bv.data) TRY(be->add_rows(s, a->v, l->bv.data, n, kv_dim));
+    if (l->q_norm.data) TRY(be->rms_norm(s, a->q, l->q_norm.data, a->q, n * hp->n_head, hp->head_dim, hp->norm_eps));
+    if (l->k_norm.data) TRY(be->rms_norm(s, a->k, l->k_norm.data, a->k, n * hp->n_head_kv, hp->head_dim, hp->norm_eps));
+    const llmm_rope_params rp = rope_params(ctx);
+    TRY(be->rope(s, a->q, hp->n_head, hp->head_dim, &rp));
+    return be->rope(s, a->k, hp->n_head_kv, hp->head_dim, &rp);
+}
+
+/* x += Wo · attention(rope(Wq·norm(x)), rope(Wk·norm(x)), Wv·norm(x)) for every row */
+static llmm_status attention_block(llmm_context *ctx, const llmm_layer_weights *l, uint32_t il, size_t n) {
+    const llmm_backend_ops *be = ctx->be;
+    void *s = ctx->be_state;
+    const llmm_hparams *hp = &ctx->model->hp;
+    const llmm_activations *a = &ctx->act;
+
+    TRY(be->rms_norm(s, a->x, l->attn_norm.data, a->xb, n, hp->n_embd, hp->norm_eps));
+    TRY(qkv_projections(ctx, l, il, n));
+    TRY(be->kv_write(s, il, a->k, a->v));
+    const llmm_attn_batch batch = {
+        .q = a->q, .out = a->att, .n_rows = n,
+        .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim,
+        .window = l->sliding_window, .scale = 1.0f / sqrtf((float)hp->head_dim), .softcap = hp->attn_softcap,
+    };
+    TRY(be->attention(s, il, &batch));
+    const size_t q_dim = (size_t)hp->n_head * hp->head_dim;
+    TRY(be->matmul(s, &l->wo, a->att, n, a->xb));     /* (n, n_embd) */
+    TRY(llmm__lora_apply(ctx, llmm__lora_slot(il, LLMM__LORA_O), a->att, q_dim, a->xb, hp->n_embd, 0, n));
+    if (l->post_attn_norm.data)
+        TRY(be->rms_norm(s, a->xb, l->post_attn_norm.data, a->xb, n, hp->n_embd, hp->norm_eps));
+    return be->add(s, a->x, a->xb, n * hp->n_embd);
+}
+
+/* x += W_down · (act(W_gate·norm(x)) * W_up·norm(x)) */
+static llmm_status ffn_block(llmm_context *ctx, const llmm_layer_weights *l, uint32_t il, size_t n) {
+    const llmm_backend_ops *be = ctx->be;
+    void *s = ctx->be_state;
+    const llmm_hparams *hp = &ctx->model->hp;
+    const llmm_activations *a = &ctx->act;
+
+    TRY(be->rms_norm(s, a->x, l->ffn_norm.data, a->xb, n, hp->n_embd, hp->norm_eps));
+    const llmm_tensor *const w_gate_up[2] = {&l->w_gate, &l->w_up};
+    float *const gate_up[2] = {a->gate, a->up}; /* (n, n_ff) each */
+    TRY(matmuls(ctx, w_gate_up, 2, a->xb, n, gate_up));
+    const llmm__lora_out lora_gate_up[2] = {{llmm__lora_slot(il, LLMM__LORA_GATE), a->gate, hp->n_ff},
+                                            {llmm__lora_slot(il, LLMM__LORA_UP), a->up, hp->n_ff}};
+    TRY(llmm__lora_apply_outs(ctx, lora_gate_up, 2, a->xb, hp->n_embd, 0, n));
+    TRY(be->glu(s, a->gate, a->up, n * hp->n_ff, ctx->w.arch->act));
+    TRY(be->matmul(s, &l->w_down, a->gate, n, a->xb)); /* (n, n_embd) */
+    TRY(llmm__lora_apply(ctx, llmm__lora_slot(il, LLMM__LORA_DOWN), a->gate, hp->n_ff, a->xb, hp->n_embd, 0, n));
+    if (l->post_ffn_norm.data)
+        TRY(be->rms_norm(s, a->xb, l->post_ffn_norm.data, a->xb, n, hp->n_embd, hp->norm_eps));
+    return be->add(s, a->x, a->xb, n * hp->n_embd);
+}
+
+/* The step's sequences: consecutive rows of one sequence share its entry (a prompt's rows). */
+static llmm_step describe_step(llmm_context *ctx, llmm_step_kind kind, const llmm_token *tokens,
+                               const llmm_seq_id *seqs, const int32_t *pos, size_t n) {
+    uint32_t n_seqs = 0;
+    for (size_t r = 0; r < n; r++) {
+        if (r == 0 || seqs[r] != seqs[r - 1]) {
+            const kv_seq *sq = &ctx->kv.seqs[seqs[r]];
+            ctx->step_seq_ids[n_seqs] = seqs[r];
+            ctx->step_tables[n_seqs] = sq->blocks;
+            ctx->step_n_blocks[n_seqs] = sq->n_blocks;
+            n_seqs++;
+        }
+        ctx->step_row_seq[r] = n_seqs - 1;
+    }
+    ctx->kv_layout = llmm__kv_layout(&ctx->kv);
+    return (llmm_step){.kind = kind, .n_rows = n, .tokens = tokens, .pos = pos, .row_seq = ctx->step_row_seq,
+                       .n_seqs = n_seqs, .seq_ids = ctx->step_seq_ids, .block_tables = ctx->step_tables,
+                       .n_blocks = ctx->step_n_blocks, .kv = &ctx->kv_layout, .warmup = ctx->warming};
+}
+
+/* Everything between step_begin and step_end. */
+static llmm_status run_step(llmm_context *ctx, size_t n, size_t first_logit_row) {
+    const llmm_backend_ops *be = ctx->be;
+    void *s = ctx->be_state;
+    const llmm_weights *w = &ctx->w;
+    const llmm_hparams *hp = &ctx->model->hp;
+    const llmm_activations *a = &ctx->act;
+
+    TRY(be->embed(s, &w->tok_embd, a->x)); /* (n, n_embd) */
+    TRY(llmm__lora_apply_embd(ctx, a->x, n));
+    if (w->arch->flags & LLMM_ARCH_EMBED_SCALE) TRY(be->scale(s, a->x, n * hp->n_embd, sqrtf((float)hp->n_embd)));
+    for (uint32_t il = 0; il < hp->n_layer; il++) {
+        if (aborted(ctx)) return LLMM_ERR_ABORTED;
+        TRY(attention_block(ctx, &w->layers[il], il, n));
+        TRY(ffn_block(ctx, &w->layers[il], il, n));
+    }
+    if (first_logit_row < n) {
+        const size_t m = n - first_logit_row;
+        TRY(be->rms_norm(s, a->x + first_logit_row * hp->n_embd, w->output_norm.data, a->xb, m, hp->n_embd,
+                         hp->norm_eps));
+        TRY(be->matmul(s, &w->output, a->xb, m, a->logits)); /* (m, n_vocab) */
+        TRY(llmm__lora_apply(ctx, llmm__lora_slot(hp->n_layer, 0) + LLMM__LORA_OUTPUT, a->xb, hp->n_embd, a->logits,
+                             ctx->model->vocab.n_tokens, first_logit_row, n));
+        if (hp->final_softcap > 0.f)
+            TRY(be->softcap(s, a->logits, m * (size_t)ctx->model->vocab.n_tokens, hp->final_softcap));
+    }
+    return LLMM_OK;
+}
+
+/* step_end runs after every step_begin that succeeded, whatever the step's outcome: a GPU
+ * backend capturing the step must end its capture. */
+llmm_status llmm__forward_step(llmm_context *ctx, llmm_step_kind kind, const llmm_token *tokens, const llmm_seq_id *seqs,
+                         const int32_t *pos, size_t n, size_t first_logit_row) {
+    const llmm_step step = describe_step(ctx, kind, tokens, seqs, pos, n);
+    llmm__lora_plan(ctx, seqs, n);
+    TRY(ctx->be->step_begin(ctx->be_state, &step));
+    const llmm_status st = run_step(ctx, n, first_logit_row);
+    const llmm_status end = ctx->be->step_end(ctx->be_state);
+    return st != LLMM_OK ? st : end;
+}

@@ -1,0 +1,227 @@
+#include "weights.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "format/quant.h"
+
+#define MAX_LAYERS 4096
+
+typedef enum bind_kind {
+    BIND_MATRIX,   /* used by matmul (or the embedding lookup) */
+    BIND_VECTOR,   /* norms, biases, rope factors: f32 */
+} bind_kind;
+
+typedef struct bind_spec {
+    const char *name;
+    int64_t ne0, ne1;
+    bind_kind kind;
+    int optional;
+    llmm_tensor *dst;
+} bind_spec;
+
+static llmm_status bind(const llmm_model *m, const bind_spec *s, llmm_diag *d) {
+    const gguf_tensor *t = llmm__gguf_find_tensor(m->gguf, s->name);
+    s->dst->data = NULL;
+    if (!t) return s->optional ? LLMM_OK : llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "tensor '%s' is missing", s->name);
+    if (t->ne[0] != s->ne0 || t->ne[1] != s->ne1 || t->ne[2] != 1 || t->ne[3] != 1)
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]",
+                         s->name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3],
+                         (long long)s->ne0, (long long)s->ne1);
+    /* whether a backend computes a matrix's type is asked at context creation, of the
+     * backend that will (llmm_context_create) */
+    const llmm_type_traits *tt = llmm__type_get(t->type);
+    if (s->kind == BIND_VECTOR && t->type != LLMM_TYPE_F32)
+        return llmm__diag_fail(d, LLMM_ERR_UNSUPPORTED, "tensor '%s' has type %s, expected f32", s->name, tt->name);
+    *s->dst = (llmm_tensor){.data = t->data,
+                            .type = t->type,
+                            .ne0 = s->ne0,
+                            .ne1 = s->ne1,
+                            .row_bytes = llmm__row_bytes(t->type, (uint64_t)s->ne0)};
+    return LLMM_OK;
+}
+
+static llmm_status bind_all(const llmm_model *m, const bind_spec *specs, size_t n, llmm_diag *d) {
+    for (size_t i = 0; i < n; i++) {
+        llmm_status st = bind(m, &specs[i], d);
+        if (st) return st;
+    }
+    return LLMM_OK;
+}
+
+llmm_tensor llmm__tensor_rows(const llmm_tensor *t, int64_t first, int64_t n) {
+    llmm_tensor v = *t;
+    v.data = (const uint8_t *)t->data + (size_t)first * t->row_bytes;
+    v.ne1 = n;
+    return v;
+}
+
+static llmm_status check_hparams(const llmm_model *m, llmm_diag *d) {
+    const llmm_hparams *hp = &m->hp;
+    if (hp->n_embd == 0 || hp->n_layer == 0 || hp->n_head == 0 || hp->n_head_kv == 0 || hp->n_ff == 0 ||
+        hp->head_dim == 0)
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "missing hyper-parameters (embedding, layers, heads, feed-forward)");
+    if (hp->n_layer > MAX_LAYERS) return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "%u layers is implausible", hp->n_layer);
+    if (hp->n_head % hp->n_head_kv != 0)
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "head count %u is not a multiple of the KV head count %u", hp->n_head,
+                         hp->n_head_kv);
+    if (hp->n_rot > hp->head_dim || hp->n_rot % 2 != 0)
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "rope dimension %u does not fit head size %u", hp->n_rot, hp->head_dim);
+    if (!(hp->norm_eps > 0.f) || !(hp->rope_base > 0.f) || !(hp->attn_softcap >= 0.f) || !(hp->final_softcap >= 0.f))
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "norm epsilon and rope base must be positive, soft-caps not negative");
+    if (m->vocab.n_tokens == 0) return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "the model has no vocabulary");
+    return LLMM_OK;
+}
+
+/* Q, K, V (and gate, up) as views when the file fuses them into one tensor. */
+static llmm_status bind_fused(const llmm_model *m, uint32_t il, llmm_layer_weights *l, llmm_diag *d) {
+    const llmm_hparams *hp = &m->hp;
+    const uint32_t flags = m->weights->arch->flags;
+    const int64_t E = hp->n_embd, Q = (int64_t)hp->n_head * hp->head_dim, KV = (int64_t)hp->n_head_kv * hp->head_dim;
+    const int64_t F = hp->n_ff;
+    char name[GGUF_MAX_NAME];
+    llmm_status st;
+    if (flags & LLMM_ARCH_FUSED_QKV) {
+        llmm_tensor qkv;
+        snprintf(name, sizeof name, "blk.%u.attn_qkv.weight", il);
+        if ((st = bind(m, &(bind_spec){name, E, Q + 2 * KV, BIND_MATRIX, 0, &qkv}, d))) return st;
+        l->wq = llmm__tensor_rows(&qkv, 0, Q);
+        l->wk = llmm__tensor_rows(&qkv, Q, KV);
+        l->wv = llmm__tensor_rows(&qkv, Q + KV, KV);
+    }
+    if (flags & LLMM_ARCH_FUSED_GATE_UP) {
+        llmm_tensor gate_up;
+        snprintf(name, sizeof name, "blk.%u.ffn_up.weight", il);
+        if ((st = bind(m, &(bind_spec){name, E, 2 * F, BIND_MATRIX, 0, &gate_up}, d))) return st;
+        l->w_gate = llmm__tensor_rows(&gate_up, 0, F);
+        l->w_up = llmm__tensor_rows(&gate_up, F, F);
+    }
+    return LLMM_OK;
+}
+
+static llmm_status bind_layer(const llmm_model *m, uint32_t il, llmm_layer_weights *l, llmm_diag *d) {
+    const llmm_hparams *hp = &m->hp;
+    const llmm_arch *a = m->weights->arch;
+    const int64_t E = hp->n_embd, Q = (int64_t)hp->n_head * hp->head_dim, KV = (int64_t)hp->n_head_kv * hp->head_dim;
+    const int64_t F = hp->n_ff, HD = hp->head_dim;
+    const int fused_qkv = (a->flags & LLMM_ARCH_FUSED_QKV) != 0, fused_ffn = (a->flags & LLMM_ARCH_FUSED_GATE_UP) != 0;
+    const int qk_norm = (a->flags & LLMM_ARCH_QK_NORM) != 0, post = (a->flags & LLMM_ARCH_POST_NORMS) != 0;
+    struct {
+        const char *suffix;
+        int64_t ne0, ne1;
+        bind_kind kind;
+        int wanted, optional;
+        llmm_tensor *dst;
+    } spec[] = {
+        {"attn_norm.weight", E, 1, BIND_VECTOR, 1, 0, &l->attn_norm},
+        {"attn_q.weight", E, Q, BIND_MATRIX, !fused_qkv, 0, &l->wq},
+        {"attn_k.weight", E, KV, BIND_MATRIX, !fused_qkv, 0, &l->wk},
+        {"attn_v.weight", E, KV, BIND_MATRIX, !fused_qkv, 0, &l->wv},
+        {"attn_q.bias", Q, 1, BIND_VECTOR, 1, 1, &l->bq},
+        {"attn_k.bias", KV, 1, BIND_VECTOR, 1, 1, &l->bk},
+        {"attn_v.bias", KV, 1, BIND_VECTOR, 1, 1, &l->bv},
+        {"attn_q_norm.weight", HD, 1, BIND_VECTOR, qk_norm, 0, &l->q_norm},
+        {"attn_k_norm.weight", HD, 1, BIND_VECTOR, qk_norm, 0, &l->k_norm},
+        {"attn_output.weight", Q, E, BIND_MATRIX, 1, 0, &l->wo},
+        {a->post_attn_norm, E, 1, BIND_VECTOR, post, 0, &l->post_attn_norm},
+        {"ffn_norm.weight", E, 1, BIND_VECTOR, 1, 0, &l->ffn_norm},
+        {"ffn_gate.weight", E, F, BIND_MATRIX, !fused_ffn, 0, &l->w_gate},
+        {"ffn_up.weight", E, F, BIND_MATRIX, !fused_ffn, 0, &l->w_up},
+        {"ffn_down.weight", F, E, BIND_MATRIX, 1, 0, &l->w_down},
+        {a->post_ffn_norm, E, 1, BIND_VECTOR, post, 0, &l->post_ffn_norm},
+    };
+    for (size_t i = 0; i < sizeof spec / sizeof *spec; i++) {
+        if (!spec[i].wanted) continue;
+        char name[GGUF_MAX_NAME];
+        snprintf(name, sizeof name, "blk.%u.%s", il, spec[i].suffix);
+        bind_spec s = {name, spec[i].ne0, spec[i].ne1, spec[i].kind, spec[i].optional, spec[i].dst};
+        llmm_status st = bind(m, &s, d);
+        if (st) return st;
+    }
+    const uint32_t period = a->swa_layer_period;
+    if (hp->sliding_window && (period == 0 || il % period == 0)) l->sliding_window = hp->sliding_window;
+    return bind_fused(m, il, l, d);
+}
+
+int llmm__weights_tied(const llmm_weights *w) { return w->tok_embd.data == w->output.data; }
+
+/* Appends the present ones of cands with role to out (when not NULL) from index n, adding
+ * their bytes to *bytes; returns the new count. */
+static size_t take_present(llmm_tensor *const *cands, size_t n_cands, uint32_t role, llmm_weight_ref *out,
+                           size_t n, size_t *bytes) {
+    for (size_t i = 0; i < n_cands; i++)
+        if (cands[i]->data) {
+            if (out) out[n] = (llmm_weight_ref){cands[i], role};
+            *bytes += cands[i]->row_bytes * (size_t)cands[i]->ne1;
+            n++;
+        }
+    return n;
+}
+
+static size_t weights_walk(llmm_weights *w, uint32_t n_layer, llmm_weight_ref *out, size_t *bytes) {
+    llmm_tensor *const output[] = {&w->output};
+    size_t n = take_present(output, 1, LLMM_WEIGHT_MATRIX, out, 0, bytes);
+    if (!llmm__weights_tied(w)) {
+        llmm_tensor *const table[] = {&w->tok_embd};
+        n = take_present(table, 1, LLMM_WEIGHT_TABLE, out, n, bytes);
+    }
+    llmm_tensor *const globals[] = {&w->output_norm, &w->rope_freqs, &w->rope_factors_short, &w->rope_factors_long};
+    n = take_present(globals, sizeof globals / sizeof *globals, LLMM_WEIGHT_VECTOR, out, n, bytes);
+    for (uint32_t il = 0; il < n_layer; il++) {
+        llmm_layer_weights *l = &w->layers[il];
+        llmm_tensor *const mats[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down};
+        llmm_tensor *const vecs[] = {&l->attn_norm, &l->bq, &l->bk, &l->bv, &l->q_norm, &l->k_norm,
+                                     &l->post_attn_norm, &l->ffn_norm, &l->post_ffn_norm};
+        n = take_present(mats, sizeof mats / sizeof *mats, LLMM_WEIGHT_MATRIX, out, n, bytes);
+        n = take_present(vecs, sizeof vecs / sizeof *vecs, LLMM_WEIGHT_VECTOR, out, n, bytes);
+    }
+    return n;
+}
+
+size_t llmm__weights_list(llmm_weights *w, uint32_t n_layer, llmm_weight_ref *out) {
+    size_t bytes = 0;
+    return weights_walk(w, n_layer, out, &bytes);
+}
+
+size_t llmm__weights_bytes(llmm_weights *w, uint32_t n_layer) {
+    size_t bytes = 0;
+    weights_walk(w, n_layer, NULL, &bytes);
+    return bytes;
+}
+
+llmm_status llmm__weights_bind(llmm_model *m, llmm_diag *d) {
+    const llmm_arch *arch = llmm__arch_find(m->architecture);
+    if (!arch)
+        return llmm__diag_fail(d, LLMM_ERR_UNSUPPORTED, "architecture '%s' is not supported (supported: %s)",
+                         m->architecture, llmm__arch_supported_list());
+    llmm_status st = check_hparams(m, d);
+    if (st) return st;
+    llmm_weights *w = llmm__mem_calloc(m->alloc, 1, sizeof *w);
+    if (!w) return llmm__diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory");
+    m->weights = w;
+    w->arch = arch;
+    w->layers = llmm__mem_calloc(m->alloc, m->hp.n_layer, sizeof *w->layers);
+    if (!w->layers) return llmm__diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory");
+    const int64_t E = m->hp.n_embd, V = m->vocab.n_tokens, R = m->hp.n_rot / 2;
+    const bind_spec globals[] = {
+        {"token_embd.weight", E, V, BIND_MATRIX, 0, &w->tok_embd},
+        {"output_norm.weight", E, 1, BIND_VECTOR, 0, &w->output_norm},
+        {"output.weight", E, V, BIND_MATRIX, 1, &w->output},
+        {"rope_freqs.weight", R, 1, BIND_VECTOR, 1, &w->rope_freqs},
+        {"rope_factors_short.weight", R, 1, BIND_VECTOR, 1, &w->rope_factors_short},
+        {"rope_factors_long.weight", R, 1, BIND_VECTOR, 1, &w->rope_factors_long},
+    };
+    if ((st = bind_all(m, globals, sizeof globals / sizeof *globals, d))) return st;
+    if (!w->output.data) w->output = w->tok_embd; /* tied embeddings */
+    for (uint32_t il = 0; il < m->hp.n_layer; il++)
+        if ((st = bind_layer(m, il, &w->layers[il], d))) return st;
+    return LLMM_OK;
+}
+
+void llmm__weights_free(llmm_model *m) {
+    if (!m->weights) return;
+    llmm__mem_free(m->alloc, m->weights->layers);
+    llmm__mem_free(m->alloc, m->weights);
+    m->weights = NULL;
+}

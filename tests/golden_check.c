@@ -58,6 +58,28 @@ const arch_case arch_cases[] = {
 };
 const size_t n_arch_cases = sizeof arch_cases / sizeof *arch_cases;
 
+const char *const arch_unsupported[] = {"gemma3", "lfm2", "qwen35", "smollm3"};
+const size_t n_arch_unsupported = sizeof arch_unsupported / sizeof *arch_unsupported;
+
+int check_arch_unsupported(const char *file) {
+    const size_t len = strlen(file);
+    size_t a = 0;
+    while (a < n_arch_unsupported && !(len == strlen(arch_unsupported[a]) + 10 &&
+                                       strncmp(file + 5, arch_unsupported[a], len - 10) == 0))
+        a++;
+    if (a == n_arch_unsupported) return 0;
+    char rel[256], path[1024];
+    snprintf(rel, sizeof rel, "golden/arch/%s", file);
+    llmm_model_params mp;
+    llmm_model_params_default(&mp, sizeof mp);
+    llmm_model *m = NULL;
+    const llmm_status st = llmm_model_load(shared_path(path, sizeof path, rel), &mp, &m);
+    if (m) llmm_model_free(m);
+    if (st != LLMM_ERR_UNSUPPORTED)
+        fail_msg("%s loads with status %d: give its architecture a row in arch_cases (golden_check.c)", rel, (int)st);
+    return 1;
+}
+
 const golden_prompt arch_prompts[] = {{"once", "Once upon a time"}, {"dog", "The little dog"}};
 const size_t n_arch_prompts = sizeof arch_prompts / sizeof *arch_prompts;
 

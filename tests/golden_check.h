@@ -31,6 +31,14 @@ typedef struct arch_case {
 } arch_case;
 extern const arch_case arch_cases[];
 extern const size_t n_arch_cases;
+/* Architectures of golden/arch models that llmmini does not load yet: each must be refused with
+ * LLMM_ERR_UNSUPPORTED (check_arch_unsupported), so that loading one makes its test a row of
+ * arch_cases. */
+extern const char *const arch_unsupported[];
+extern const size_t n_arch_unsupported;
+/* 1 when golden/arch/FILE (tiny-ARCH.gguf) is of an arch_unsupported architecture and loads
+ * with LLMM_ERR_UNSUPPORTED; fails the test when it is of one but loads; 0 when it is of none. */
+int check_arch_unsupported(const char *file);
 typedef struct golden_prompt {
     const char *name, *text;
 } golden_prompt;

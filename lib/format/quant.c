@@ -3,53 +3,11 @@
 #include <math.h>
 #include <string.h>
 
-/* ---------------------------------------------------------------- scalar conversions */
-
-static inline float f32_from_bits(uint32_t u) {
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
 static inline uint32_t f32_bits(float f) {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     return u;
 }
-
-float llmm__f16_to_f32(llmm_f16 h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t exp = (h >> 10) & 0x1fu;
-    uint32_t man = h & 0x3ffu;
-    if (exp == 0x1f) return f32_from_bits(sign | 0x7f800000u | (man << 13));
-    if (exp == 0) {
-        /* subnormal: value = man * 2^-24 */
-        float v = (float)man * 5.9604644775390625e-8f;
-        return sign ? -v : v;
-    }
-    return f32_from_bits(sign | ((exp + 112) << 23) | (man << 13));
-}
-
-/* Round to nearest even, with overflow to infinity and gradual underflow, as the hardware
- * conversion (and so the reference engine) does. */
-llmm_f16 llmm__f32_to_f16(float f) {
-    uint32_t x = f32_bits(f);
-    uint32_t sign = (x >> 16) & 0x8000u;
-    uint32_t abs = x & 0x7fffffffu;
-    if (abs >= 0x7f800000u) /* inf or nan */
-        return (llmm_f16)(sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0));
-    if (abs >= 0x477ff000u) return (llmm_f16)(sign | 0x7c00u); /* rounds past 65504 */
-    if (abs < 0x38800000u) {
-        /* result is subnormal or zero: add 0.5 as float magic to get RNE in the low bits */
-        float v = f32_from_bits(abs) + 0.5f;
-        return (llmm_f16)(sign | (f32_bits(v) - 0x3f000000u));
-    }
-    uint32_t mant_odd = (abs >> 13) & 1u;
-    abs += 0xc8000fffu + mant_odd; /* rebias exponent (-112 << 23) and round */
-    return (llmm_f16)(sign | (abs >> 13));
-}
-
-float llmm__bf16_to_f32(llmm_bf16 h) { return f32_from_bits((uint32_t)h << 16); }
 
 static llmm_bf16 bf16_from_f32(float f) { return (llmm_bf16)(llmm_bf16_round_bits(f32_bits(f)) >> 16); }
 
@@ -203,42 +161,12 @@ float llmm__vec_dot_q4_0_q8_0(const void *w, const void *x, size_t n) {
 
 /* ---------------------------------------------------------------- the table */
 
-/* Block sizes and bytes of every ggml type id (from the published block structs), so a file
- * of any type is size-checked even before its math exists here. */
-static const llmm_type_traits type_table[LLMM_TYPE_COUNT] = {
-    [LLMM_TYPE_F32] = {"f32", 1, 4, dequant_f32, from_float_f32},
-    [LLMM_TYPE_F16] = {"f16", 1, 2, dequant_f16, from_float_f16},
-    [LLMM_TYPE_Q4_0] = {"q4_0", 32, 18, dequant_q4_0, llmm__quantize_row_q4_0},
-    [LLMM_TYPE_Q4_1] = {"q4_1", 32, 20, llmm__dequant_row_q4_1, llmm__quantize_row_q4_1},
-    [LLMM_TYPE_Q5_0] = {"q5_0", 32, 22, llmm__dequant_row_q5_0, llmm__quantize_row_q5_0},
-    [LLMM_TYPE_Q5_1] = {"q5_1", 32, 24, llmm__dequant_row_q5_1, llmm__quantize_row_q5_1},
-    [LLMM_TYPE_Q8_0] = {"q8_0", 32, 34, dequant_q8_0, llmm__quantize_row_q8_0},
-    [LLMM_TYPE_Q8_1] = {"q8_1", 32, 36, NULL, llmm__quantize_row_q8_1}, /* activations only */
-    [LLMM_TYPE_Q2_K] = {"q2_k", 256, 84, llmm__dequant_row_q2_K, llmm__quantize_row_q2_K},
-    [LLMM_TYPE_Q3_K] = {"q3_k", 256, 110, llmm__dequant_row_q3_K, llmm__quantize_row_q3_K},
-    [LLMM_TYPE_Q4_K] = {"q4_k", 256, 144, llmm__dequant_row_q4_K, llmm__quantize_row_q4_K},
-    [LLMM_TYPE_Q5_K] = {"q5_k", 256, 176, llmm__dequant_row_q5_K, llmm__quantize_row_q5_K},
-    [LLMM_TYPE_Q6_K] = {"q6_k", 256, 210, llmm__dequant_row_q6_K, llmm__quantize_row_q6_K},
-    [LLMM_TYPE_Q8_K] = {"q8_k", 256, 292, NULL, llmm__quantize_row_q8_K}, /* activations only */
-    [LLMM_TYPE_IQ2_XXS] = {"iq2_xxs", 256, 66, NULL, NULL},
-    [LLMM_TYPE_IQ2_XS] = {"iq2_xs", 256, 74, NULL, NULL},
-    [LLMM_TYPE_IQ3_XXS] = {"iq3_xxs", 256, 98, NULL, NULL},
-    [LLMM_TYPE_IQ1_S] = {"iq1_s", 256, 50, NULL, NULL},
-    [LLMM_TYPE_IQ4_NL] = {"iq4_nl", 32, 18, llmm__dequant_row_iq4_nl, llmm__quantize_row_iq4_nl},
-    [LLMM_TYPE_IQ3_S] = {"iq3_s", 256, 110, NULL, NULL},
-    [LLMM_TYPE_IQ2_S] = {"iq2_s", 256, 82, NULL, NULL},
-    [LLMM_TYPE_IQ4_XS] = {"iq4_xs", 256, 136, llmm__dequant_row_iq4_xs, llmm__quantize_row_iq4_xs},
-    [LLMM_TYPE_I8] = {"i8", 1, 1, NULL, NULL},
-    [LLMM_TYPE_I16] = {"i16", 1, 2, NULL, NULL},
-    [LLMM_TYPE_I32] = {"i32", 1, 4, NULL, NULL},
-    [LLMM_TYPE_I64] = {"i64", 1, 8, NULL, NULL},
-    [LLMM_TYPE_F64] = {"f64", 1, 8, NULL, NULL},
-    [LLMM_TYPE_IQ1_M] = {"iq1_m", 256, 56, NULL, NULL},
-    [LLMM_TYPE_BF16] = {"bf16", 1, 2, dequant_bf16, from_float_bf16},
-    [LLMM_TYPE_TQ1_0] = {"tq1_0", 256, 54, NULL, NULL},
-    [LLMM_TYPE_TQ2_0] = {"tq2_0", 256, 66, NULL, NULL},
-    [LLMM_TYPE_MXFP4] = {"mxfp4", 32, 17, NULL, NULL},
-};
+/* Every ggml type id, sizes from the published block structs (so a file of any type is
+ * size-checked even before its math exists here), from the rows of blocks.h. */
+#define TRAIT_ROW(T, id, name, block, bytes, operand, family, dequant, quantize, dot) \
+    [LLMM_TYPE_##T] = {name, block, bytes, LLMM_TYPE_##operand, LLMM_FAMILY_##family, dequant, quantize, dot},
+static const llmm_type_traits type_table[LLMM_TYPE_COUNT] = {LLMM_WEIGHT_TYPES(TRAIT_ROW)};
+#undef TRAIT_ROW
 
 const llmm_type_traits *llmm__type_get(uint32_t type) {
     if (type >= LLMM_TYPE_COUNT || type_table[type].block_size == 0) return NULL;

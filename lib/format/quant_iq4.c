@@ -17,7 +17,7 @@
 #define XS_SUBS (QK_K / QK)
 
 /* The reference's kvalues_iq4nl: a file's nibbles mean these values. */
-const int8_t llmm__iq4_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+const int8_t llmm__iq4_values[16] = LLMM_IQ4_VALUES;
 
 /* Midpoints between neighbouring codebook values: index k of the nearest value to v is the
  * number of midpoints below v (exact in float: halves of integers). */

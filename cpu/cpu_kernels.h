@@ -31,7 +31,7 @@
 #include <stdint.h>
 
 #include "format/quant.h"
-#include "model/weights.h"
+#include "backend/tensor.h"
 
 /* Higher is better within an architecture (llmm__cpu_kernels_select walks down); the other
  * architecture's values are never available, so they are simply passed over. */

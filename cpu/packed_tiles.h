@@ -42,7 +42,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model/weights.h"
+#include "backend/tensor.h"
 
 #define PACKED_TILE_ROWS 16
 #define PACKED_LAYOUT_ROWS16 1 /* llmm_weight_copy.layout of these copies */

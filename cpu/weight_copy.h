@@ -26,7 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model/weights.h"
+#include "backend/tensor.h"
 
 typedef enum llmm_copy_state {
     LLMM_COPY_NONE = 0,   /* not made yet */

@@ -14,7 +14,7 @@
 #include <stddef.h>
 
 #include "backend/backend.h"
-#include "model/model.h"
+#include "backend/tensor.h"
 
 typedef struct cu_weight_set cu_weight_set;
 

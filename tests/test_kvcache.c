@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "alloc_hooks.h"
-#include "backend/backend.h"
+#include "backend/select.h"
 #include "context/context.h"
 #include "cpu_backend.h"
 #include "kv/kvcache.h"

@@ -21,6 +21,7 @@
 #include "llmmini.h"
 #include "shared_data.h"
 #include "generate/speculative.h"
+#include "sampling/sampler.h"
 
 #define MAX_OUT 96
 #define N_GEN 64
@@ -330,14 +331,14 @@ static double test_uniform(uint64_t *x) {
  * residual, which favours the guesses' likely tokens. */
 static llmm_token biased_rejection(const float *p, const float *q, llmm_token g, double u1, double u2) {
     (void)q;
-    return llmm__spec_keep_guess(p, q, g, u1) ? g : llmm__spec_draw(p, N_IDS, u2);
+    return llmm__spec_keep_guess(p, q, g, u1) ? g : llmm__sample_draw(p, N_IDS, u2);
 }
 
 static llmm_token correct_rejection(const float *p, const float *q, llmm_token g, double u1, double u2) {
     float r[N_IDS];
     if (llmm__spec_keep_guess(p, q, g, u1)) return g;
     llmm__spec_residual(p, q, N_IDS, g, r);
-    return llmm__spec_draw(r, N_IDS, u2);
+    return llmm__sample_draw(r, N_IDS, u2);
 }
 
 /* Chi-square of N_DRAWS outputs of rule against p, guesses drawn from q (NULL: always id 2). */
@@ -346,7 +347,7 @@ static double chi_square(llmm_token (*rule)(const float *, const float *, llmm_t
     uint64_t rng = 12345;
     unsigned count[N_IDS] = {0};
     for (int i = 0; i < N_DRAWS; i++) {
-        const llmm_token g = q ? llmm__spec_draw(q, N_IDS, test_uniform(&rng)) : 2;
+        const llmm_token g = q ? llmm__sample_draw(q, N_IDS, test_uniform(&rng)) : 2;
         const double u1 = test_uniform(&rng), u2 = test_uniform(&rng);
         count[rule(p, q, g, u1, u2)]++;
     }

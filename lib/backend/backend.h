@@ -16,9 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model/arch.h"
-#include "base/common.h"
-#include "model/weights.h"
+#include "tensor.h"
 
 #define LLMM_BACKEND_API_VERSION 11
 
@@ -228,13 +226,6 @@ typedef struct llmm_lora_part {
     size_t n_groups;
 } llmm_lora_part;
 
-/* What a prepared weight is used for (prepare_weight). */
-typedef enum llmm_weight_role {
-    LLMM_WEIGHT_MATRIX = 0, /* matmul's w; also the embedding table when the model ties them */
-    LLMM_WEIGHT_TABLE = 1,  /* the embedding table alone */
-    LLMM_WEIGHT_VECTOR = 2, /* an f32 vector: norm weights, biases, rope factors */
-} llmm_weight_role;
-
 typedef struct llmm_backend_ops {
     uint32_t api_version; /* LLMM_BACKEND_API_VERSION of the table's build */
     const char *name;
@@ -331,27 +322,7 @@ typedef struct llmm_backend_ops {
 extern const llmm_backend_ops llmm__cpu_backend;
 
 /* 1 when a table is of this build's LLMM_BACKEND_API_VERSION, fills every required slot and
- * accepts the core's KV layout. */
+ * accepts the core's KV layout (table_check.c). */
 int llmm__backend_table_ok(const llmm_backend_ops *be);
-
-/* The built-in backend for a requested kind: AUTO picks the best available. NULL if none fits
- * (a table failing llmm__backend_table_ok is skipped). Modules are llmm__backend_acquire's. */
-const llmm_backend_ops *llmm__backend_select(llmm_backend_kind kind);
-
-/* A backend a context runs on: a built-in table (module NULL) or a loaded module's. */
-typedef struct backend_ref {
-    const llmm_backend_ops *ops;
-    void *module; /* the module's dlopen handle, or NULL */
-} backend_ref;
-
-/* The backend for a requested kind, as llmm_context_create picks it. CPU: the built-in table,
- * no module touched. CUDA: a built-in CUDA table when available, else the CUDA module
- * (backend_module.h), which must load, pass its checks and find a device; else
- * LLMM_ERR_BACKEND with the reason in d. AUTO: as CUDA, but a failure is one INFO line on log
- * (NULL: silent) and the CPU. *out holds the module until llmm__backend_release. */
-llmm_status llmm__backend_acquire(llmm_backend_kind kind, const llmm_logger *log, backend_ref *out, llmm_diag *d);
-
-/* Unload what llmm__backend_acquire loaded, after the shutdown of every state its table made. */
-void llmm__backend_release(backend_ref *ref);
 
 #endif

@@ -14,11 +14,9 @@
 #include <link.h>
 #endif
 
-#include "model/model.h" /* LLMM_BACKEND_KINDS */
-
 #define MODULE_PATH_MAX 4096
 
-/* The modules there are, by kind: a data table so that a second accelerator adds a row. */
+/* The modules there are, best first: a data table so that a second accelerator adds a row. */
 static const struct module_kind {
     llmm_backend_kind kind;
     const char *label, *env, *file;
@@ -39,6 +37,13 @@ static const struct module_kind *module_kind_of(llmm_backend_kind kind) {
     for (size_t i = 0; i < sizeof module_kinds / sizeof *module_kinds; i++)
         if (module_kinds[i].kind == kind) return &module_kinds[i];
     return NULL;
+}
+
+int llmm__backend_module_kind(size_t i, llmm_backend_kind *kind, const char **label) {
+    if (i >= sizeof module_kinds / sizeof *module_kinds) return 0;
+    *kind = module_kinds[i].kind;
+    *label = module_kinds[i].label;
+    return 1;
 }
 
 static const char *dl_why(void) {

@@ -32,6 +32,10 @@ typedef struct backend_module {
     const llmm_backend_ops *ops;
 } backend_module;
 
+/* The i-th kind that has a module, best first (AUTO tries them in this order), with the name
+ * messages give it; 0 past the last. */
+int llmm__backend_module_kind(size_t i, llmm_backend_kind *kind, const char **label);
+
 /* Load the module for a backend kind (only LLMM_BACKEND_CUDA has one) and check its table;
  * a module the app registered (llmm_backend_register, a static link) is used without loading
  * anything (handle NULL). On failure LLMM_ERR_BACKEND with the reason in d, and nothing is

@@ -83,6 +83,10 @@ size_t llmm__ctx_plan_total(const ctx_plan *plan);
 llmm_status llmm__context_create_on(const llmm_model *model, const llmm_context_params *params, const llmm_backend_ops *be,
                               llmm_context **out);
 
+/* Undo what creation did, as far as it went (context_free.c): adapters, buffers, the KV pool,
+ * prepared weights, the backend's state and module. The struct itself stays. */
+void llmm__ctx_teardown(llmm_context *ctx);
+
 /* Record a failure on ctx and return status. */
 llmm_status llmm__ctx_fail(llmm_context *ctx, llmm_status status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

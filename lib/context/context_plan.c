@@ -3,6 +3,8 @@
  * that the estimates and llmm_context_create agree by construction. */
 #include "context.h"
 
+#include "backend/select.h"
+
 #define DEFAULT_CTX_CAP 4096
 #define MAX_BLOCK_SIZE 1024
 
@@ -24,7 +26,7 @@ static llmm_status check_params(const llmm_model *m, llmm_context_params *p, llm
                          MAX_BLOCK_SIZE);
     if (p->prefix_cache != 0 && p->prefix_cache != 1)
         return llmm__diag_fail(d, LLMM_ERR_INVALID_ARG, "prefix_cache %d is not 0 or 1", p->prefix_cache);
-    if ((int)p->backend < LLMM_BACKEND_AUTO || (int)p->backend > LLMM_BACKEND_CUDA)
+    if ((int)p->backend < LLMM_BACKEND_AUTO || (int)p->backend >= LLMM_BACKEND_KINDS)
         return llmm__diag_fail(d, LLMM_ERR_INVALID_ARG, "unknown backend %d", p->backend);
     if (p->device < 0 || p->device > 1023)
         return llmm__diag_fail(d, LLMM_ERR_INVALID_ARG, "device %d not in 0..1023", p->device);

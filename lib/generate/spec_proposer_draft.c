@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "sampling/sampler.h"
-#include "speculative.h"
+#include "proposer.h"
 
 typedef struct draft_proposer {
     spec_proposer base;
@@ -61,7 +61,7 @@ static llmm_status draft_propose(spec_proposer *base, llmm_seq_id seq, const llm
         if (dp->sampler) {
             float *qi = q + i * nv;
             if ((st = llmm__sampler_probs(dp->sampler, logits, nv, qi))) break;
-            out[i] = llmm__spec_draw(qi, nv, llmm__sampler_uniform(dp->sampler));
+            out[i] = llmm__sample_draw(qi, nv, llmm__sampler_uniform(dp->sampler));
         } else {
             out[i] = (llmm_token)argmax_id(logits, nv);
         }

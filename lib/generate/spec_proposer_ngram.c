@@ -1,7 +1,7 @@
 /* Prompt lookup: guesses copied from earlier text of the sequence itself. When the last n
  * tokens occurred before, what followed them then is proposed now; quotes, code edits and
  * summaries repeat their input, and greedy loops repeat themselves. Costs no model. */
-#include "speculative.h"
+#include "proposer.h"
 
 typedef struct ngram_proposer {
     spec_proposer base;

@@ -59,21 +59,6 @@ void llmm__spec_residual(const float *p, const float *q, size_t n, llmm_token gu
     if (sum <= 0) memcpy(r, p, n * sizeof *r);
 }
 
-llmm_token llmm__spec_draw(const float *w, size_t n, double u) {
-    double sum = 0;
-    for (size_t i = 0; i < n; i++) sum += w[i];
-    const double target = u * sum;
-    double cum = 0;
-    size_t last_positive = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (w[i] <= 0) continue;
-        cum += w[i];
-        last_positive = i;
-        if (target < cum) return (llmm_token)i;
-    }
-    return (llmm_token)last_positive;
-}
-
 /* ---------------------------------------------------------------- lifetime */
 
 LLMM_API llmm_status llmm_speculator_params_default(llmm_speculator_params *params, size_t struct_size) {
@@ -335,7 +320,7 @@ static llmm_status judge_row(llmm_speculator *s, const spec_verified *v, size_t 
                 llmm__spec_residual(s->p, q, nv, guess, s->residual);
                 w = s->residual;
             }
-            *next = llmm__spec_draw(w, nv, llmm__sampler_uniform(sampler));
+            *next = llmm__sample_draw(w, nv, llmm__sampler_uniform(sampler));
         }
     }
     return llmm_sampler_accept(sampler, *kept ? guess : *next);

@@ -3,7 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "grammar_state.h"
+#include "grammar_mask.h"
+#include "grammar_parse.h"
 #include "schema/json_schema.h"
 #include "model/model.h"
 
@@ -184,12 +185,6 @@ static llmm_status advance(llmm_grammar_state *s, const uint8_t *bytes, size_t n
     return LLMM_OK;
 }
 
-static int is_eos(const token_trie *t, llmm_token token) {
-    for (uint32_t i = 0; i < t->n_eos; i++)
-        if (t->eos[i] == token) return 1;
-    return 0;
-}
-
 LLMM_API llmm_status llmm_grammar_state_accept_bytes(llmm_grammar_state *state, const char *bytes, size_t n) {
     if (!state || (!bytes && n)) return LLMM_ERR_INVALID_ARG;
     return advance(state, (const uint8_t *)bytes, n);
@@ -208,7 +203,7 @@ LLMM_API llmm_status llmm_grammar_state_accept_token(llmm_grammar_state *state, 
     llmm_status st = check_token(state, token, "llmm_grammar_state_accept_token");
     if (st) return st;
     const token_trie *t = &state->grammar->trie;
-    if (is_eos(t, token)) {
+    if (llmm__token_trie_is_eos(t, token)) {
         if (llmm__glevel_can_end(&state->stacks, &state->now)) return LLMM_OK;
         return llmm__diag_fail(&state->error, LLMM_ERR_INVALID_ARG, "end of generation before the grammar is complete");
     }
@@ -219,25 +214,6 @@ LLMM_API llmm_status llmm_grammar_state_accept_token(llmm_grammar_state *state, 
     st = advance(state, (const uint8_t *)t->bytes + t->start[k], t->length[k]);
     state->spent_ms += llmm__time_now_ms() - t0;
     return st;
-}
-
-int llmm__grammar_state_allows(llmm_grammar_state *s, llmm_token token) {
-    const token_trie *t = &s->grammar->trie;
-    if (is_eos(t, token)) return llmm__glevel_can_end(&s->stacks, &s->now);
-    uint32_t k = t->rank[token];
-    if (k == UINT32_MAX) return 0;
-    gstacks *gs = &s->stacks;
-    const uint8_t *b = (const uint8_t *)t->bytes + t->start[k];
-    glevel cur = s->now, next;
-    int ok = 1;
-    for (uint32_t i = 0; i < t->length[k] && ok; i++) {
-        llmm__gstacks_advance_byte(gs, &cur, b[i], &next);
-        ok = gs->failed ? -1 : next.n > 0;
-        cur = next;
-    }
-    gs->failed = 0;
-    llmm__gstacks_truncate(gs, &s->now);
-    return ok;
 }
 
 LLMM_API llmm_status llmm_grammar_state_allows(llmm_grammar_state *state, llmm_token token, int *allowed) {

@@ -6,7 +6,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "grammar_state.h"
+#include "grammar_mask.h"
 #include "sampling/sampler.h"
 
 #define MASK_CACHE_SLOTS 128 /* 128 masks of a 150k vocabulary: 2.4 MiB */
@@ -359,4 +359,23 @@ LLMM_API llmm_status llmm_grammar_sample(llmm_sampler *sampler, llmm_grammar_sta
     st = check_or_resample(sampler, state, logits, n_vocab, first, out);
     state->spent_ms += llmm__time_now_ms() - t0;
     return st;
+}
+
+int llmm__grammar_state_allows(llmm_grammar_state *s, llmm_token token) {
+    const token_trie *t = &s->grammar->trie;
+    if (llmm__token_trie_is_eos(t, token)) return llmm__glevel_can_end(&s->stacks, &s->now);
+    uint32_t k = t->rank[token];
+    if (k == UINT32_MAX) return 0;
+    gstacks *gs = &s->stacks;
+    const uint8_t *b = (const uint8_t *)t->bytes + t->start[k];
+    glevel cur = s->now, next;
+    int ok = 1;
+    for (uint32_t i = 0; i < t->length[k] && ok; i++) {
+        llmm__gstacks_advance_byte(gs, &cur, b[i], &next);
+        ok = gs->failed ? -1 : next.n > 0;
+        cur = next;
+    }
+    gs->failed = 0;
+    llmm__gstacks_truncate(gs, &s->now);
+    return ok;
 }

@@ -9,7 +9,7 @@
 
 #include <stdint.h>
 
-#include "grammar.h"
+#include "grammar_rules.h"
 
 #define GSTACK_NONE UINT32_MAX /* as a head: a stack that finished the start rule (the text may end) */
 

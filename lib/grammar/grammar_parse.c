@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "grammar.h"
+#include "grammar_parse.h"
 
 #define REPEAT_MAX 10000u      /* bound of {m,n}: every count costs elements or a rule */
 #define NESTING_MAX 256        /* parentheses: the parser recurses once per level */
@@ -631,22 +631,4 @@ llmm_status llmm__grammar_parse(const char *text, size_t len, const char *root, 
     llmm__mem_free(alloc, ps.ranges);
     if (ps.st) llmm__grammar_rules_free(out, alloc);
     return ps.st;
-}
-
-void llmm__grammar_rules_free(grammar_rules *g, const llmm_allocator *alloc) {
-    llmm__mem_free(alloc, g->elems);
-    llmm__mem_free(alloc, g->alt_start);
-    llmm__mem_free(alloc, g->rule_first_alt);
-    llmm__mem_free(alloc, g->sets);
-    llmm__mem_free(alloc, g->ranges);
-    memset(g, 0, sizeof *g);
-}
-
-int llmm__gcharset_meets(const grammar_rules *g, const gcharset *s, uint32_t lo, uint32_t hi) {
-    const gchar_range *r = g->ranges + s->first_range;
-    for (uint32_t i = 0; i < s->n_ranges; i++) {
-        if (s->negated && r[i].lo <= lo && r[i].hi >= hi) return 0; /* one merged range covers it all */
-        if (!s->negated && r[i].lo <= hi && r[i].hi >= lo) return 1;
-    }
-    return (int)s->negated;
 }

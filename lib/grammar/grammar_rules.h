@@ -3,8 +3,8 @@
  * sequence of elements (character sets and rule references) closed by GELEM_END. Groups and
  * repetitions of the source are rewritten into generated rules, so the matcher knows only
  * these three element kinds. */
-#ifndef LLMM_GRAMMAR_H
-#define LLMM_GRAMMAR_H
+#ifndef LLMM_GRAMMAR_RULES_H
+#define LLMM_GRAMMAR_RULES_H
 
 #include <stdint.h>
 
@@ -44,11 +44,7 @@ typedef struct grammar_rules {
     uint32_t root;           /* index of the start rule */
 } grammar_rules;
 
-/* Parse GBNF text (len bytes, need not be NUL-terminated) with start rule root (NULL = "root").
- * Errors: INVALID_ARG with "line L, column C: ..." in d (columns count code points from 1),
- * for syntax errors, undefined rules, a missing start rule and left recursion; NO_MEMORY. */
-llmm_status llmm__grammar_parse(const char *text, size_t len, const char *root, const llmm_allocator *alloc,
-                          grammar_rules *out, llmm_diag *d);
+/* Free a grammar's tables (grammar_parse.h made them). */
 void llmm__grammar_rules_free(grammar_rules *g, const llmm_allocator *alloc);
 
 /* Whether code point cp is in the set. */

@@ -5,7 +5,7 @@
 
 #include <pthread.h>
 
-#include "grammar.h"
+#include "grammar_rules.h"
 #include "grammar_match.h"
 #include "token_trie.h"
 
@@ -71,13 +71,5 @@ struct llmm_grammar_state {
 
 /* Whether g masks the tokens of model's vocabulary. */
 int llmm__grammar_serves_model(const llmm_grammar *g, const llmm_model *model);
-/* Whether the state may take token next (no bounds check on token). -1 when out of memory. */
-int llmm__grammar_state_allows(llmm_grammar_state *s, llmm_token token);
-/* The mask of the tokens allowed next into s->bits. Errors: NO_MEMORY. */
-llmm_status llmm__grammar_state_fill_mask(llmm_grammar_state *s);
-
-void llmm__walk_memo_free(walk_memo *m, const llmm_allocator *alloc);
-llmm_status llmm__mask_cache_create(mask_cache **out, const llmm_allocator *alloc);
-void llmm__mask_cache_free(mask_cache *c, const llmm_allocator *alloc);
 
 #endif

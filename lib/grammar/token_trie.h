@@ -29,4 +29,11 @@ typedef struct token_trie {
 llmm_status llmm__token_trie_build(token_trie *t, const llmm_model *model, const llmm_allocator *alloc, llmm_diag *d);
 void llmm__token_trie_free(token_trie *t, const llmm_allocator *alloc);
 
+/* Whether token is one of the trie's end-of-generation tokens. */
+static inline int llmm__token_trie_is_eos(const token_trie *t, llmm_token token) {
+    for (uint32_t i = 0; i < t->n_eos; i++)
+        if (t->eos[i] == token) return 1;
+    return 0;
+}
+
 #endif

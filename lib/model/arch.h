@@ -5,15 +5,7 @@
 
 #include <stdint.h>
 
-typedef enum llmm_rope_kind {
-    LLMM_ROPE_ADJACENT = 0, /* rotate pairs (x0,x1),(x2,x3)...: the reference's "normal" mode */
-    LLMM_ROPE_NEOX = 1      /* rotate pairs (x_i, x_{i+d/2}) */
-} llmm_rope_kind;
-
-typedef enum llmm_activation {
-    LLMM_ACT_SILU = 0,      /* SwiGLU: silu(gate) * up */
-    LLMM_ACT_GELU_TANH = 1  /* GeGLU with the tanh approximation */
-} llmm_activation;
+#include "backend/tensor.h" /* llmm_rope_kind, llmm_activation: the ops' vocabulary */
 
 /* Layout and block features, as flags of a row. Optional tensors (biases, rope factors) are
  * used whenever a file has them, for every architecture. */

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "text/vocab_load.h"
 #include "weights.h"
 
 llmm_status llmm__model_fail(const llmm_model *m, llmm_status status, const char *fmt, ...) {
@@ -140,14 +141,16 @@ static llmm_status load_into(llmm_model *m, const char *path, const llmm_model_p
     for (uint64_t i = 0; i < m->gguf->n_tensors; i++) m->n_params += m->gguf->tensors[i].n_elements;
     if ((st = llmm__vocab_load(&m->vocab, m->gguf, m->alloc, &m->log, d))) return st;
     if (report_progress(p, 0.6f)) return llmm__diag_fail(d, LLMM_ERR_ABORTED, "load cancelled by the progress callback");
-    if (!m->vocab_only && (st = llmm__weights_bind(m, d))) return st;
+    const llmm_weights_source src = {m->gguf, &m->hp, m->vocab.n_tokens, m->architecture, m->alloc};
+    if (!m->vocab_only && (st = llmm__weights_bind(&src, &m->weights, d))) return st;
     if (report_progress(p, 1.0f)) return llmm__diag_fail(d, LLMM_ERR_ABORTED, "load cancelled by the progress callback");
     return LLMM_OK;
 }
 
 static void model_release(llmm_model *m) {
     const llmm_allocator *a = m->alloc;
-    llmm__weights_free(m);
+    llmm__weights_free(m->weights, m->alloc);
+    m->weights = NULL;
     llmm__vocab_free(&m->vocab, a);
     if (m->gguf) {
         for (uint64_t i = 0; m->meta_keys && i < m->gguf->n_kv; i++) llmm__mem_free(a, m->meta_keys[i]);

@@ -4,41 +4,11 @@
 
 #include <pthread.h>
 
+#include "backend/tensor.h"
 #include "base/common.h"
+#include "hparams.h"
 #include "format/gguf.h"
 #include "text/vocab.h"
-
-typedef struct llmm_hparams {
-    uint32_t n_ctx_train;
-    uint32_t n_embd;
-    uint32_t n_layer;
-    uint32_t n_head;
-    uint32_t n_head_kv;
-    uint32_t n_ff;
-    uint32_t head_dim;  /* n_embd / n_head unless the metadata says otherwise */
-    uint32_t n_rot;     /* rotated dimensions per head */
-    float rope_base;
-    float rope_freq_scale;   /* 1 / rope.scaling.factor for linear scaling, else 1 */
-    float rope_attn_factor;  /* rope.scaling.attn_factor (LongRoPE), else 1 */
-    uint32_t n_ctx_orig;     /* rope.scaling.original_context_length, 0 if absent */
-    float norm_eps;
-    float attn_softcap;      /* attn_logit_softcapping, 0 = off */
-    float final_softcap;     /* final_logit_softcapping, 0 = off */
-    uint32_t sliding_window; /* attention.sliding_window, 0 = none */
-} llmm_hparams;
-
-/* Per-model memory that the contexts of one model share on one backend kind (the CPU keeps
- * its packed weight copies there, so that every context reads one): the model creates it
- * zeroed and destroys the lock; the backend creates and frees what data points to, under
- * lock, counting its users (backend.h, llmm_backend_config.shared). */
-typedef struct llmm_backend_shared {
-    pthread_mutex_t lock;
-    void *data;
-    uint32_t users;
-} llmm_backend_shared;
-
-/* Entries of llmm_model.backend_shared: one per llmm_backend_kind but AUTO. */
-#define LLMM_BACKEND_KINDS 3
 
 struct llmm_model {
     llmm_allocator alloc_copy;

@@ -21,7 +21,15 @@ typedef struct bind_spec {
     llmm_tensor *dst;
 } bind_spec;
 
-static llmm_status bind(const llmm_model *m, const bind_spec *s, llmm_diag *d) {
+/* A binding in progress: the source and the architecture's row. */
+typedef struct bind_ctx {
+    const gguf_file *gguf;
+    const llmm_hparams *hp;
+    uint32_t n_vocab;
+    const llmm_arch *arch;
+} bind_ctx;
+
+static llmm_status bind(const bind_ctx *m, const bind_spec *s, llmm_diag *d) {
     const gguf_tensor *t = llmm__gguf_find_tensor(m->gguf, s->name);
     s->dst->data = NULL;
     if (!t) return s->optional ? LLMM_OK : llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "tensor '%s' is missing", s->name);
@@ -42,7 +50,7 @@ static llmm_status bind(const llmm_model *m, const bind_spec *s, llmm_diag *d) {
     return LLMM_OK;
 }
 
-static llmm_status bind_all(const llmm_model *m, const bind_spec *specs, size_t n, llmm_diag *d) {
+static llmm_status bind_all(const bind_ctx *m, const bind_spec *specs, size_t n, llmm_diag *d) {
     for (size_t i = 0; i < n; i++) {
         llmm_status st = bind(m, &specs[i], d);
         if (st) return st;
@@ -57,8 +65,8 @@ llmm_tensor llmm__tensor_rows(const llmm_tensor *t, int64_t first, int64_t n) {
     return v;
 }
 
-static llmm_status check_hparams(const llmm_model *m, llmm_diag *d) {
-    const llmm_hparams *hp = &m->hp;
+static llmm_status check_hparams(const bind_ctx *m, llmm_diag *d) {
+    const llmm_hparams *hp = m->hp;
     if (hp->n_embd == 0 || hp->n_layer == 0 || hp->n_head == 0 || hp->n_head_kv == 0 || hp->n_ff == 0 ||
         hp->head_dim == 0)
         return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "missing hyper-parameters (embedding, layers, heads, feed-forward)");
@@ -70,14 +78,14 @@ static llmm_status check_hparams(const llmm_model *m, llmm_diag *d) {
         return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "rope dimension %u does not fit head size %u", hp->n_rot, hp->head_dim);
     if (!(hp->norm_eps > 0.f) || !(hp->rope_base > 0.f) || !(hp->attn_softcap >= 0.f) || !(hp->final_softcap >= 0.f))
         return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "norm epsilon and rope base must be positive, soft-caps not negative");
-    if (m->vocab.n_tokens == 0) return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "the model has no vocabulary");
+    if (m->n_vocab == 0) return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "the model has no vocabulary");
     return LLMM_OK;
 }
 
 /* Q, K, V (and gate, up) as views when the file fuses them into one tensor. */
-static llmm_status bind_fused(const llmm_model *m, uint32_t il, llmm_layer_weights *l, llmm_diag *d) {
-    const llmm_hparams *hp = &m->hp;
-    const uint32_t flags = m->weights->arch->flags;
+static llmm_status bind_fused(const bind_ctx *m, uint32_t il, llmm_layer_weights *l, llmm_diag *d) {
+    const llmm_hparams *hp = m->hp;
+    const uint32_t flags = m->arch->flags;
     const int64_t E = hp->n_embd, Q = (int64_t)hp->n_head * hp->head_dim, KV = (int64_t)hp->n_head_kv * hp->head_dim;
     const int64_t F = hp->n_ff;
     char name[GGUF_MAX_NAME];
@@ -100,9 +108,9 @@ static llmm_status bind_fused(const llmm_model *m, uint32_t il, llmm_layer_weigh
     return LLMM_OK;
 }
 
-static llmm_status bind_layer(const llmm_model *m, uint32_t il, llmm_layer_weights *l, llmm_diag *d) {
-    const llmm_hparams *hp = &m->hp;
-    const llmm_arch *a = m->weights->arch;
+static llmm_status bind_layer(const bind_ctx *m, uint32_t il, llmm_layer_weights *l, llmm_diag *d) {
+    const llmm_hparams *hp = m->hp;
+    const llmm_arch *a = m->arch;
     const int64_t E = hp->n_embd, Q = (int64_t)hp->n_head * hp->head_dim, KV = (int64_t)hp->n_head_kv * hp->head_dim;
     const int64_t F = hp->n_ff, HD = hp->head_dim;
     const int fused_qkv = (a->flags & LLMM_ARCH_FUSED_QKV) != 0, fused_ffn = (a->flags & LLMM_ARCH_FUSED_GATE_UP) != 0;
@@ -190,20 +198,22 @@ size_t llmm__weights_bytes(llmm_weights *w, uint32_t n_layer) {
     return bytes;
 }
 
-llmm_status llmm__weights_bind(llmm_model *m, llmm_diag *d) {
-    const llmm_arch *arch = llmm__arch_find(m->architecture);
+llmm_status llmm__weights_bind(const llmm_weights_source *src, llmm_weights **out, llmm_diag *d) {
+    *out = NULL;
+    const llmm_arch *arch = llmm__arch_find(src->architecture);
     if (!arch)
         return llmm__diag_fail(d, LLMM_ERR_UNSUPPORTED, "architecture '%s' is not supported (supported: %s)",
-                         m->architecture, llmm__arch_supported_list());
+                         src->architecture, llmm__arch_supported_list());
+    const bind_ctx b = {src->gguf, src->hp, src->n_vocab, arch}, *m = &b;
     llmm_status st = check_hparams(m, d);
     if (st) return st;
-    llmm_weights *w = llmm__mem_calloc(m->alloc, 1, sizeof *w);
+    llmm_weights *w = llmm__mem_calloc(src->alloc, 1, sizeof *w);
     if (!w) return llmm__diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory");
-    m->weights = w;
+    *out = w;
     w->arch = arch;
-    w->layers = llmm__mem_calloc(m->alloc, m->hp.n_layer, sizeof *w->layers);
+    w->layers = llmm__mem_calloc(src->alloc, m->hp->n_layer, sizeof *w->layers);
     if (!w->layers) return llmm__diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory");
-    const int64_t E = m->hp.n_embd, V = m->vocab.n_tokens, R = m->hp.n_rot / 2;
+    const int64_t E = m->hp->n_embd, V = m->n_vocab, R = m->hp->n_rot / 2;
     const bind_spec globals[] = {
         {"token_embd.weight", E, V, BIND_MATRIX, 0, &w->tok_embd},
         {"output_norm.weight", E, 1, BIND_VECTOR, 0, &w->output_norm},
@@ -214,14 +224,13 @@ llmm_status llmm__weights_bind(llmm_model *m, llmm_diag *d) {
     };
     if ((st = bind_all(m, globals, sizeof globals / sizeof *globals, d))) return st;
     if (!w->output.data) w->output = w->tok_embd; /* tied embeddings */
-    for (uint32_t il = 0; il < m->hp.n_layer; il++)
+    for (uint32_t il = 0; il < m->hp->n_layer; il++)
         if ((st = bind_layer(m, il, &w->layers[il], d))) return st;
     return LLMM_OK;
 }
 
-void llmm__weights_free(llmm_model *m) {
-    if (!m->weights) return;
-    llmm__mem_free(m->alloc, m->weights->layers);
-    llmm__mem_free(m->alloc, m->weights);
-    m->weights = NULL;
+void llmm__weights_free(llmm_weights *w, const llmm_allocator *alloc) {
+    if (!w) return;
+    llmm__mem_free(alloc, w->layers);
+    llmm__mem_free(alloc, w);
 }

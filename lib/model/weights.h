@@ -6,19 +6,9 @@
 #define LLMM_WEIGHTS_H
 
 #include "arch.h"
-#include "model.h"
-
-/* A 2-D view of a weight: ne0 values per row (the input dimension), ne1 rows. A view may
- * cover a slice of rows of a fused tensor (phi3's attn_qkv, ffn_up). data == NULL: absent.
- * In the model, data is host memory (the file mapping); in a context's prepared table, a
- * buffer of its backend, and backend whatever that backend keeps with the weight. */
-typedef struct llmm_tensor {
-    const void *data;
-    uint32_t type;
-    int64_t ne0, ne1;
-    size_t row_bytes;
-    void *backend;
-} llmm_tensor;
+#include "backend/tensor.h"
+#include "format/gguf.h"
+#include "hparams.h"
 
 typedef struct llmm_layer_weights {
     llmm_tensor attn_norm;      /* (n_embd) */
@@ -53,10 +43,21 @@ typedef struct llmm_weight_ref {
     uint32_t role;
 } llmm_weight_ref;
 
+/* What binding reads of a model being loaded. */
+typedef struct llmm_weights_source {
+    const gguf_file *gguf;
+    const llmm_hparams *hp;
+    uint32_t n_vocab;
+    const char *architecture; /* general.architecture */
+    const llmm_allocator *alloc;
+} llmm_weights_source;
+
 /* Find and check every tensor the architecture needs. UNSUPPORTED for an unknown
- * architecture or a weight type without kernels; BAD_FILE for missing or misshapen tensors. */
-llmm_status llmm__weights_bind(llmm_model *m, llmm_diag *d);
-void llmm__weights_free(llmm_model *m);
+ * architecture or a weight type without kernels; BAD_FILE for missing or misshapen tensors.
+ * *out is set as soon as the structure exists, also when binding then fails: free it with
+ * llmm__weights_free. */
+llmm_status llmm__weights_bind(const llmm_weights_source *src, llmm_weights **out, llmm_diag *d);
+void llmm__weights_free(llmm_weights *w, const llmm_allocator *alloc);
 
 /* Every weight present that the forward pass reads, each once (a tied embedding table is the
  * output matrix's entry), in an order that depends only on the model: index i of one

@@ -519,3 +519,18 @@ llmm_status llmm__sampler_probs(llmm_sampler *s, const float *logits, size_t n_v
 double llmm__sampler_uniform(llmm_sampler *s) { return rng_uniform(s->rng); }
 
 int llmm__sampler_is_greedy(const llmm_sampler *s) { return s->params.temperature <= 0; }
+
+llmm_token llmm__sample_draw(const float *w, size_t n, double u) {
+    double sum = 0;
+    for (size_t i = 0; i < n; i++) sum += w[i];
+    const double target = u * sum;
+    double cum = 0;
+    size_t last_positive = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (w[i] <= 0) continue;
+        cum += w[i];
+        last_positive = i;
+        if (target < cum) return (llmm_token)i;
+    }
+    return (llmm_token)last_positive;
+}

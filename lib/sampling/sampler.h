@@ -35,6 +35,10 @@ void llmm__sampler_rng_restore(llmm_sampler *s, const uint64_t state[4]);
 llmm_status llmm__sampler_probs(llmm_sampler *s, const float *logits, size_t n_vocab, float *probs);
 /* The next number of the sampler's RNG stream, uniform in [0, 1). */
 double llmm__sampler_uniform(llmm_sampler *s);
+/* A draw from the weights w[0..n), normalized, with u uniform in [0, 1): the first id at which
+ * the running sum exceeds u * sum(w) (the last positive one when rounding leaves u beyond).
+ * Speculative decoding draws its guesses and residuals with it. */
+llmm_token llmm__sample_draw(const float *w, size_t n, double u);
 /* Temperature <= 0: llmm_sample takes the argmax and draws nothing. */
 int llmm__sampler_is_greedy(const llmm_sampler *s);
 

@@ -6,8 +6,6 @@
 
 #include <string.h>
 
-#include "model/model.h"
-
 /* One list of the formats, expanded into the ids, the name table and the comma-separated
  * list, so the three can never disagree. Order = the order apps see in the list. */
 #define CHAT_FORMATS(X)                            \
@@ -315,83 +313,63 @@ static void render(const chat_format *f, const llmm_chat_message *m, size_t n, i
     if (add_generation_prompt) out_str(o, f->gen_prompt);
 }
 
-/* ---------------------------------------------------------------- public API */
+/* ---------------------------------------------------------------- checks and rendering */
 
-static llmm_status check_messages(const llmm_model *model, const llmm_chat_message *m, size_t n) {
-    if (n > 0 && !m) return llmm__model_fail(model, LLMM_ERR_INVALID_ARG, "llmm_chat_format: messages is NULL, n = %zu", n);
+llmm_status llmm__chat_check_messages(const llmm_chat_message *m, size_t n, llmm_diag *d) {
+    if (n > 0 && !m) return llmm__diag_fail(d, LLMM_ERR_INVALID_ARG, "llmm_chat_format: messages is NULL, n = %zu", n);
     for (size_t i = 0; i < n; i++) {
         if (!m[i].role || !m[i].content)
-            return llmm__model_fail(model, LLMM_ERR_INVALID_ARG, "llmm_chat_format: message %zu has a NULL %s", i,
-                              m[i].role ? "content" : "role");
+            return llmm__diag_fail(d, LLMM_ERR_INVALID_ARG, "llmm_chat_format: message %zu has a NULL %s", i,
+                                   m[i].role ? "content" : "role");
         if (role_of(m[i].role) < 0)
-            return llmm__model_fail(model, LLMM_ERR_INVALID_ARG,
-                              "llmm_chat_format: message %zu has role '%.32s' (system, user or assistant)", i,
-                              m[i].role);
+            return llmm__diag_fail(d, LLMM_ERR_INVALID_ARG,
+                                   "llmm_chat_format: message %zu has role '%.32s' (system, user or assistant)", i,
+                                   m[i].role);
     }
     return LLMM_OK;
 }
 
-/* The format the model's own template asks for. */
-static llmm_status detect_for_model(const llmm_model *model, int *index) {
-    const char *text = NULL;
-    llmm_status st = llmm_model_meta_str(model, "tokenizer.chat_template", &text);
-    if (st == LLMM_ERR_NOT_FOUND)
-        return llmm__model_fail(model, LLMM_ERR_UNSUPPORTED,
-                          "the model has no chat template (tokenizer.chat_template); name one of: %s",
-                          format_names_csv + 1);
-    if (st)
-        return llmm__model_fail(model, LLMM_ERR_UNSUPPORTED, "tokenizer.chat_template is not a string; name one of: %s",
-                          format_names_csv + 1);
+/* The format a model's own template asks for. */
+static llmm_status detect_for_template(const char *text, llmm_status text_status, int *index, llmm_diag *d) {
+    if (text_status == LLMM_ERR_NOT_FOUND)
+        return llmm__diag_fail(d, LLMM_ERR_UNSUPPORTED,
+                               "the model has no chat template (tokenizer.chat_template); name one of: %s",
+                               format_names_csv + 1);
+    if (text_status)
+        return llmm__diag_fail(d, LLMM_ERR_UNSUPPORTED, "tokenizer.chat_template is not a string; name one of: %s",
+                               format_names_csv + 1);
     const char *family;
     *index = llmm__chat_detect(text, &family);
     if (*index >= 0) return LLMM_OK;
     if (family)
-        return llmm__model_fail(model, LLMM_ERR_UNSUPPORTED,
-                          "the model's chat template is of the '%s' family, which llmmini does not build in; "
-                          "name one of: %s",
-                          family, format_names_csv + 1);
-    return llmm__model_fail(model, LLMM_ERR_UNSUPPORTED, "the model's chat template is not recognised; name one of: %s",
-                      format_names_csv + 1);
+        return llmm__diag_fail(d, LLMM_ERR_UNSUPPORTED,
+                               "the model's chat template is of the '%s' family, which llmmini does not build in; "
+                               "name one of: %s",
+                               family, format_names_csv + 1);
+    return llmm__diag_fail(d, LLMM_ERR_UNSUPPORTED, "the model's chat template is not recognised; name one of: %s",
+                           format_names_csv + 1);
 }
 
-static llmm_status resolve_format(const llmm_model *model, const char *template_name, int *index) {
-    if (!template_name) return detect_for_model(model, index);
+llmm_status llmm__chat_resolve(const char *template_name, const char *model_template, llmm_status template_status,
+                               int *index, llmm_diag *d) {
+    if (!template_name) return detect_for_template(model_template, template_status, index, d);
     *index = llmm__chat_format_find(template_name);
     if (*index >= 0) return LLMM_OK;
-    return llmm__model_fail(model, LLMM_ERR_UNSUPPORTED, "no built-in chat template '%.64s'; the names are: %s",
-                      template_name, format_names_csv + 1);
+    return llmm__diag_fail(d, LLMM_ERR_UNSUPPORTED, "no built-in chat template '%.64s'; the names are: %s",
+                           template_name, format_names_csv + 1);
 }
 
-LLMM_API llmm_status llmm_chat_format(const llmm_model *model, const char *template_name,
-                                      const llmm_chat_message *messages, size_t n, int add_generation_prompt,
-                                      char *buf, size_t capacity, size_t *needed) {
-    if (!model) return LLMM_ERR_INVALID_ARG;
-    if (!needed || (!buf && capacity > 0))
-        return llmm__model_fail(model, LLMM_ERR_INVALID_ARG, "llmm_chat_format: NULL needed, or NULL buf with capacity > 0");
-    *needed = 0;
-    llmm_status st = check_messages(model, messages, n);
-    int index = -1;
-    if (!st) st = resolve_format(model, template_name, &index);
-    if (st) return st;
+llmm_status llmm__chat_render(int index, const llmm_chat_message *messages, size_t n, int add_generation_prompt,
+                              char *buf, size_t capacity, size_t *needed, llmm_diag *d) {
     chat_out o = {.buf = buf, .cap = capacity};
     render(&formats[index], messages, n, add_generation_prompt, &o);
-    if (o.overflow) return llmm__model_fail(model, LLMM_ERR_INVALID_ARG, "llmm_chat_format: the output exceeds SIZE_MAX");
+    if (o.overflow) return llmm__diag_fail(d, LLMM_ERR_INVALID_ARG, "llmm_chat_format: the output exceeds SIZE_MAX");
     *needed = o.len;
     if (o.len > capacity)
-        return llmm__model_fail(model, LLMM_ERR_BUFFER_TOO_SMALL, "llmm_chat_format: %zu bytes needed, capacity %zu", o.len,
-                          capacity);
+        return llmm__diag_fail(d, LLMM_ERR_BUFFER_TOO_SMALL, "llmm_chat_format: %zu bytes needed, capacity %zu", o.len,
+                               capacity);
     if (o.len < capacity) buf[o.len] = '\0';
     return LLMM_OK;
-}
-
-LLMM_API llmm_status llmm_chat_template_detect(const llmm_model *model, const char **name) {
-    if (!model) return LLMM_ERR_INVALID_ARG;
-    if (!name) return llmm__model_fail(model, LLMM_ERR_INVALID_ARG, "llmm_chat_template_detect: name is NULL");
-    *name = NULL;
-    int index = -1;
-    llmm_status st = detect_for_model(model, &index);
-    if (!st) *name = format_names[index];
-    return st;
 }
 
 LLMM_API llmm_status llmm_chat_template_names(const char **names_csv) {

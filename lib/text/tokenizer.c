@@ -1,8 +1,9 @@
-/* Public tokenizer entry points: special-token partitioning, then the vocab's algorithm;
- * and the reverse, ids to bytes. */
+/* Tokenizing a vocab's text: special-token partitioning, then the vocab's algorithm; and the
+ * reverse, ids to bytes. */
+#include "tokenizer.h"
+
 #include <string.h>
 
-#include "model/model.h"
 #include "tokenizer_bpe.h"
 #include "tokenizer_spm.h"
 
@@ -140,46 +141,21 @@ static llmm_status tokenize_bpe(const llmm_vocab *v, const char *text, const fra
     return st;
 }
 
-LLMM_API llmm_status llmm_tokenize(const llmm_model *model, const char *text, size_t text_len,
-                                   uint32_t flags, llmm_token *out, size_t capacity, size_t *n_tokens) {
-    if (!model) return LLMM_ERR_INVALID_ARG;
-    if (!n_tokens || (!text && text_len) || (!out && capacity))
-        return llmm__model_fail(model, LLMM_ERR_INVALID_ARG, "llmm_tokenize: NULL text, n_tokens or out");
-    if (flags & ~(LLMM_TOKENIZE_ADD_SPECIAL | LLMM_TOKENIZE_PARSE_SPECIAL))
-        return llmm__model_fail(model, LLMM_ERR_INVALID_ARG, "llmm_tokenize: unknown flags 0x%x", flags);
-    const llmm_vocab *v = &model->vocab;
-    if (v->kind == LLMM_TOKENIZER_NONE)
-        return llmm__model_fail(model, LLMM_ERR_UNSUPPORTED, "the model has no tokenizer");
-    *n_tokens = 0;
-    const llmm_allocator *a = model->alloc;
+llmm_status llmm__vocab_tokenize(const llmm_vocab *v, const llmm_allocator *a, const char *text, size_t text_len,
+                                 uint32_t flags, token_list *out) {
     fragment_list frags = {0};
-    token_list ids = {.alloc = a};
     llmm_status st = LLMM_OK;
     if (text_len > 0) st = partition(v, text, text_len, (flags & LLMM_TOKENIZE_PARSE_SPECIAL) != 0, &frags, a);
     if (!st) {
         int add_special = (flags & LLMM_TOKENIZE_ADD_SPECIAL) != 0;
-        st = v->kind == LLMM_TOKENIZER_BPE ? tokenize_bpe(v, text, &frags, add_special, &ids)
-                                           : tokenize_spm(v, text, &frags, add_special, &ids);
-    }
-    if (!st) {
-        *n_tokens = ids.n;
-        if (ids.n > capacity)
-            st = llmm__model_fail(model, LLMM_ERR_BUFFER_TOO_SMALL, "llmm_tokenize: %zu tokens, buffer holds %zu",
-                            ids.n, capacity);
-        else if (ids.n)
-            memcpy(out, ids.ids, ids.n * sizeof *out);
-    } else if (st == LLMM_ERR_NO_MEMORY) {
-        llmm__model_fail(model, st, "llmm_tokenize: out of memory for %zu bytes of text", text_len);
-    } else {
-        llmm__model_fail(model, st, "llmm_tokenize: the vocabulary cannot represent a byte of the input");
+        st = v->kind == LLMM_TOKENIZER_BPE ? tokenize_bpe(v, text, &frags, add_special, out)
+                                           : tokenize_spm(v, text, &frags, add_special, out);
     }
     llmm__mem_free(a, frags.items);
-    llmm__token_list_free(&ids);
     return st;
 }
 
-/* The piece's bytes; *borrowed is set when they can be read from the vocab in place. */
-static size_t piece_of(const llmm_vocab *v, llmm_token t, uint32_t flags, char *scratch, size_t scratch_cap) {
+size_t llmm__vocab_piece(const llmm_vocab *v, llmm_token t, uint32_t flags, char *scratch, size_t scratch_cap) {
     uint32_t attr = v->attrs[t];
     gguf_str s = v->text[t];
     size_t n = 0;
@@ -216,71 +192,4 @@ static size_t piece_of(const llmm_vocab *v, llmm_token t, uint32_t flags, char *
         memmove(scratch, scratch + 1, --n);
     }
     return n;
-}
-
-static llmm_status check_token(const llmm_model *model, llmm_token t) {
-    if (model->vocab.kind == LLMM_TOKENIZER_NONE)
-        return llmm__model_fail(model, LLMM_ERR_UNSUPPORTED, "the model has no tokenizer");
-    if (t < 0 || (uint32_t)t >= model->vocab.n_tokens)
-        return llmm__model_fail(model, LLMM_ERR_INVALID_ARG, "token %d is out of range (vocab of %u)", t,
-                          model->vocab.n_tokens);
-    return LLMM_OK;
-}
-
-LLMM_API llmm_status llmm_detokenize(const llmm_model *model, const llmm_token *tokens, size_t n, uint32_t flags,
-                                     char *buf, size_t capacity, size_t *n_bytes) {
-    if (!model) return LLMM_ERR_INVALID_ARG;
-    if (!n_bytes || (!tokens && n) || (!buf && capacity))
-        return llmm__model_fail(model, LLMM_ERR_INVALID_ARG, "llmm_detokenize: NULL argument");
-    if (flags & ~(LLMM_PIECE_RENDER_SPECIAL | LLMM_PIECE_STRIP_SPACE))
-        return llmm__model_fail(model, LLMM_ERR_INVALID_ARG, "llmm_detokenize: unknown flags 0x%x", flags);
-    *n_bytes = 0;
-    for (size_t i = 0; i < n; i++) {
-        llmm_status st = check_token(model, tokens[i]);
-        if (st) return st;
-    }
-    /* a piece is at most its text length, or 3 bytes for the unknown marker */
-    size_t scratch_cap = 16;
-    for (size_t i = 0; i < n; i++)
-        scratch_cap = LLMM_MAX(scratch_cap, (size_t)model->vocab.text[tokens[i]].len);
-    char *scratch = llmm__mem_alloc(model->alloc, scratch_cap);
-    if (!scratch) return llmm__model_fail(model, LLMM_ERR_NO_MEMORY, "llmm_detokenize: out of memory");
-    size_t total = 0;
-    for (size_t i = 0; i < n; i++) {
-        uint32_t f = i == 0 ? flags : (flags & ~LLMM_PIECE_STRIP_SPACE);
-        size_t k = piece_of(&model->vocab, tokens[i], f, scratch, scratch_cap);
-        /* k == 0 too: buf may be NULL (a size query), and NULL + 0 is undefined in C */
-        if (k && total + k <= capacity) memcpy(buf + total, scratch, k);
-        total += k;
-    }
-    llmm__mem_free(model->alloc, scratch);
-    *n_bytes = total;
-    if (total > capacity)
-        return llmm__model_fail(model, LLMM_ERR_BUFFER_TOO_SMALL, "llmm_detokenize: %zu bytes, buffer holds %zu",
-                          total, capacity);
-    return LLMM_OK;
-}
-
-LLMM_API llmm_status llmm_token_to_piece(const llmm_model *model, llmm_token token, uint32_t flags, char *buf,
-                                         size_t capacity, size_t *n_bytes) {
-    return llmm_detokenize(model, &token, 1, flags, buf, capacity, n_bytes);
-}
-
-LLMM_API llmm_status llmm_token_attrs(const llmm_model *model, llmm_token token, uint32_t *attrs) {
-    if (!model) return LLMM_ERR_INVALID_ARG;
-    if (!attrs) return llmm__model_fail(model, LLMM_ERR_INVALID_ARG, "llmm_token_attrs: NULL attrs");
-    llmm_status st = check_token(model, token);
-    if (st) return st;
-    *attrs = model->vocab.attrs[token];
-    return LLMM_OK;
-}
-
-LLMM_API llmm_status llmm_model_special_token(const llmm_model *model, llmm_special_token which, llmm_token *out) {
-    if (!model) return LLMM_ERR_INVALID_ARG;
-    if (!out || (int)which < 0 || (int)which >= 6)
-        return llmm__model_fail(model, LLMM_ERR_INVALID_ARG, "llmm_model_special_token: bad argument");
-    int32_t id = model->vocab.special[which];
-    if (id < 0) return llmm__model_fail(model, LLMM_ERR_NOT_FOUND, "the model defines no such special token");
-    *out = id;
-    return LLMM_OK;
 }

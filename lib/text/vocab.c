@@ -4,7 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tokenizer_bpe.h"
 
 /* GGUF tokenizer.ggml.token_type values */
 enum { TOKTYPE_UNDEFINED, TOKTYPE_NORMAL, TOKTYPE_UNKNOWN, TOKTYPE_CONTROL, TOKTYPE_USER_DEFINED,
@@ -242,8 +241,8 @@ static void index_byte_tokens(llmm_vocab *v) {
     }
 }
 
-llmm_status llmm__vocab_load(llmm_vocab *v, const gguf_file *f, const llmm_allocator *alloc,
-                       const llmm_logger *log, llmm_diag *d) {
+llmm_status llmm__vocab_load_tokens(llmm_vocab *v, const gguf_file *f, const llmm_allocator *alloc,
+                                    const llmm_logger *log, llmm_diag *d) {
     memset(v, 0, sizeof *v);
     for (int s = 0; s < 6; s++) v->special[s] = -1;
     for (int b = 0; b < 256; b++) v->byte_token[b] = -1;
@@ -262,31 +261,33 @@ llmm_status llmm__vocab_load(llmm_vocab *v, const gguf_file *f, const llmm_alloc
                          "tokenizer model '%.*s' is not supported (supported: llama = SentencePiece, gpt2 = "
                          "byte-level BPE)",
                          (int)LLMM_MIN(kv->v.str.len, 64u), kv->v.str.ptr);
+    v->model = tm;
     v->kind = tm->kind;
     v->add_bos = tm->add_bos;
     v->add_eos = tm->add_eos;
     v->add_space_prefix = tm->add_space_prefix;
     llmm_status st = load_tokens(v, f, alloc, d);
     if (!st) st = load_scores_and_types(v, f, d);
-    if (!st && v->kind == LLMM_TOKENIZER_BPE) st = llmm__bpe_load(v, f, alloc, log, d);
-    if (!st) mark_end_of_turn_tokens(v); /* before the index: it may make tokens control tokens */
-    if (!st) st = index_specials(v, alloc, d);
-    if (st) {
-        llmm__vocab_free(v, alloc);
-        return st;
-    }
+    return st;
+}
+
+llmm_status llmm__vocab_load_finish(llmm_vocab *v, const gguf_file *f, const llmm_allocator *alloc,
+                                    const llmm_logger *log, llmm_diag *d) {
+    if (!v->model) return LLMM_OK;
+    mark_end_of_turn_tokens(v); /* before the index: it may make tokens control tokens */
+    llmm_status st = index_specials(v, alloc, d);
+    if (st) return st;
     load_flag(f, "tokenizer.ggml.add_bos_token", &v->add_bos, log);
     load_flag(f, "tokenizer.ggml.add_eos_token", &v->add_eos, log);
     load_flag(f, "tokenizer.ggml.add_space_prefix", &v->add_space_prefix, log);
-    load_special_ids(v, f, tm, log);
+    load_special_ids(v, f, v->model, log);
     if (v->add_bos && v->special[LLMM_SPECIAL_BOS] < 0) v->add_bos = 0;
     if (v->add_eos && v->special[LLMM_SPECIAL_EOS] < 0) v->add_eos = 0;
     index_byte_tokens(v);
     return LLMM_OK;
 }
 
-void llmm__vocab_free(llmm_vocab *v, const llmm_allocator *alloc) {
-    llmm__bpe_free(v, alloc);
+void llmm__vocab_release(llmm_vocab *v, const llmm_allocator *alloc) {
     llmm__mem_free(alloc, v->text);
     llmm__mem_free(alloc, v->score);
     llmm__mem_free(alloc, v->attrs);

@@ -21,14 +21,21 @@ typedef struct llmm_vocab {
     uint32_t *special_by_len; /* ids parsed out of text before tokenizing, longest first */
     uint32_t n_special_by_len;
     int add_bos, add_eos, add_space_prefix;
-    struct bpe_model *bpe; /* merges and pre-tokenizer of a BPE vocab (lib/tokenizer_bpe.h), else NULL */
+    struct bpe_model *bpe; /* merges and pre-tokenizer of a BPE vocab (tokenizer_bpe.h), else NULL */
+    const struct tokenizer_model *model; /* the row of tokenizer.ggml.model (vocab.c); NULL: none */
 } llmm_vocab;
 
-/* Read the tokenizer.ggml.* keys. Returns UNSUPPORTED for a tokenizer model this build does
- * not implement, BAD_FILE for malformed arrays (wrong element type, wrong length). */
-llmm_status llmm__vocab_load(llmm_vocab *v, const gguf_file *f, const llmm_allocator *alloc,
-                       const llmm_logger *log, llmm_diag *d);
-void llmm__vocab_free(llmm_vocab *v, const llmm_allocator *alloc);
+/* The two halves of reading the tokenizer.ggml.* keys (vocab_load.h runs them, with the
+ * tokenizer's own data between them). Tokens: the tokenizer model, texts, scores and types;
+ * UNSUPPORTED for a tokenizer model this build does not implement, BAD_FILE for malformed
+ * arrays (wrong element type, wrong length); no tokenizer.ggml.model leaves the vocab empty
+ * (kind NONE). Finish: special tokens, flags and the byte tokens; nothing for an empty vocab. */
+llmm_status llmm__vocab_load_tokens(llmm_vocab *v, const gguf_file *f, const llmm_allocator *alloc,
+                                    const llmm_logger *log, llmm_diag *d);
+llmm_status llmm__vocab_load_finish(llmm_vocab *v, const gguf_file *f, const llmm_allocator *alloc,
+                                    const llmm_logger *log, llmm_diag *d);
+/* Free what the vocab itself holds (not the tokenizer's data: llmm__vocab_free). */
+void llmm__vocab_release(llmm_vocab *v, const llmm_allocator *alloc);
 
 /* Id of the token whose text is exactly these bytes; -1 if none. With duplicate texts the
  * highest id wins, as in the reference engine. */

@@ -53,6 +53,18 @@ class AbortState:
             self.interrupted = False
             raise KeyboardInterrupt
 
+    @contextlib.contextmanager
+    def running(self, run: Any) -> Iterator[None]:
+        """Around llmm_generate on a generation's worker thread: clears the flags and lets
+        run.cancel stop the call too. Ctrl-C is not routed: signals reach the main thread,
+        which is iterating the generation and stops it through run.cancel."""
+        self.cancel = self.interrupted = False
+        self.run = run
+        try:
+            yield
+        finally:
+            self.run = None
+
 
 @contextlib.contextmanager
 def sigint_routed(handler: Callable[[int, Any], None]) -> Iterator[None]:

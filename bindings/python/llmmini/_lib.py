@@ -18,7 +18,7 @@ from ctypes import POINTER, c_char_p, c_double, c_int, c_int32, c_size_t, c_uint
 from typing import List, Optional, Tuple
 
 from . import _structs as S
-from .errors import LibraryError, error_for
+from .errors import LLMM_OK, LibraryError, error_for
 
 # The ABI version (llmm_abi_version / LLMM_ABI_VERSION) the structs in _structs.py mirror.
 ABI_VERSION = 1
@@ -161,5 +161,5 @@ def status_name(status: int) -> str:
 
 def check(status: int, message: str = "") -> None:
     """Raise the LlmminiError subclass for a failed status (no-op for LLMM_OK)."""
-    if status != 0:
+    if status != LLMM_OK:
         raise error_for(status, status_name(status), message)

@@ -194,6 +194,11 @@ STRUCTS = {
 }
 
 
+def tokenize_flags(add_special: bool, parse_special: bool) -> int:
+    """The llmm_tokenize flags for the two options (also llmm_generate_params.tokenize_flags)."""
+    return (TOKENIZE_ADD_SPECIAL if add_special else 0) | (TOKENIZE_PARSE_SPECIAL if parse_special else 0)
+
+
 def sized(struct_type: type) -> Structure:
     """A zeroed instance of a size-prefixed struct with its size field set."""
     s = struct_type()

@@ -6,15 +6,15 @@ import os
 import threading
 import weakref
 from dataclasses import dataclass, fields
-from typing import Any, List, Optional, Sequence, Union
+from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
 from . import _lib
 from . import _structs as S
 from ._abort import AbortState
 from ._handle import HandleOwner
-from .errors import invalid_arg
+from .errors import LLMM_ERR_BUFFER_TOO_SMALL, LLMM_OK, _token_array, _unsigned, invalid_arg
 from .generate import Generation, start_generation
-from .model import Message, Model, _token_array, _unsigned
+from .model import Message, Model
 
 try:  # numpy is optional: only Context.logits_array needs it
     import numpy as _np
@@ -123,7 +123,7 @@ class Context(HandleOwner):
         model_handle = model._acquire()
         handle = ctypes.c_void_p()
         status = self._lib.llmm_context_create(model_handle, ctypes.byref(params), ctypes.byref(handle))
-        if status != 0:
+        if status != LLMM_OK:
             try:
                 model._check(status)  # the library keeps a failed creation's message on the model
             finally:
@@ -159,9 +159,13 @@ class Context(HandleOwner):
 
     def _check(self, status: int) -> None:
         """Raise for a failed call on this context, with the context's last message."""
-        if status != 0:
-            msg = self._lib.llmm_context_last_error(self._handle) if not self._closed else b""
-            _lib.check(status, (msg or b"").decode("utf-8", "replace"))
+        if status != LLMM_OK:
+            _lib.check(status, self._last_error())
+
+    def _last_error(self) -> str:
+        """The library's message for the last failed call on this context ("" once closed)."""
+        msg = self._lib.llmm_context_last_error(self._handle) if not self._closed else b""
+        return (msg or b"").decode("utf-8", "replace")
 
     def _release_views(self) -> None:
         """Logits views end where the library's buffer may change: make them raise instead of
@@ -282,7 +286,7 @@ class Context(HandleOwner):
                 return None
             n = ctypes.c_size_t()
             status = self._lib.llmm_seq_save_buffer(h, _seq(seq), level, None, 0, ctypes.byref(n))
-            if status != -6:  # LLMM_ERR_BUFFER_TOO_SMALL gives the bound
+            if status != LLMM_ERR_BUFFER_TOO_SMALL:  # the expected answer, with the bound in n
                 self._check(status)
             buf = ctypes.create_string_buffer(n.value)
             self._check(self._lib.llmm_seq_save_buffer(h, _seq(seq), level, buf, n.value, ctypes.byref(n)))
@@ -329,9 +333,9 @@ class Context(HandleOwner):
         The library runs in a worker thread while the caller iterates; breaking out of the loop
         (or ``close()``) stops it. Ctrl-C while iterating stops it and raises
         KeyboardInterrupt; the context's abort_event raises AbortedError from the iterator."""
-        return start_generation(self, prompt, max_tokens=max_tokens, temperature=temperature, top_k=top_k,
-                                top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty, seed=seed, stop=stop,
-                                seq=_seq(seq), add_special=add_special, parse_special=parse_special)
+        return start_generation(self._run_generation, prompt, max_tokens=max_tokens, temperature=temperature,
+                                top_k=top_k, top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty, seed=seed,
+                                stop=stop, seq=_seq(seq), add_special=add_special, parse_special=parse_special)
 
     def chat(self, messages: Sequence[Message], *, template: Optional[str] = None, **kwargs: Any) -> Generation:
         """Generate the assistant's reply to messages: the model's chat format (or the built-in
@@ -340,6 +344,19 @@ class Context(HandleOwner):
         prompt = self.model.chat_format(messages, template=template, add_generation_prompt=True)
         kwargs.setdefault("parse_special", True)
         return self.generate(prompt, **kwargs)
+
+    def _run_generation(self, run: Any, call: Callable[[int], int]) -> Tuple[int, str]:
+        """Internal: the one way generate.py uses a context (see generate.GenerationHost).
+        Runs call(handle), a llmm_generate on the generation's worker thread, holding the
+        context's lock, with the logits views released and run registered with the abort
+        callback (run.cancel stops the call). Returns the status and, when it failed, the
+        context's message. Raises InvalidArgError once closed."""
+        with self._lock:
+            h = self._h()
+            self._release_views()
+            with self._abort.running(run):
+                status = call(h)
+            return status, (self._last_error() if status != LLMM_OK else "")
 
     def __repr__(self) -> str:
         return f"<llmmini.Context on {self.model!r} {'closed' if self._closed else 'open'}>"

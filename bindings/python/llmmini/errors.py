@@ -3,10 +3,36 @@
 Every failure of a library call raises a subclass of :class:`LlmminiError` chosen by the
 status code the call returned; a status this package does not know (one added to a newer
 library) raises :class:`LlmminiError` itself, still with its code and name.
-"""
+
+Also, for the package's own modules: the ``llmm_status`` codes of include/llmmini.h by their C
+names (every status the package compares is written with them), and the argument checks that
+raise InvalidArgError before a value reaches C (``_unsigned``, ``_token``, ``_token_array``).
+They live here because the exceptions are keyed by the codes and the checks raise them; a
+module of their own would import this one while this one imports it. They are not part of
+the public API (``llmmini.__all__``)."""
 from __future__ import annotations
 
-from typing import Dict, Optional, Type
+import ctypes
+from typing import Dict, Optional, Sequence, Type
+
+from ._structs import llmm_token
+
+# llmm_status (include/llmmini.h; tests/python/test_abi_layout.py compares them with the header)
+LLMM_OK = 0
+LLMM_ERR_INVALID_ARG = -1
+LLMM_ERR_NO_MEMORY = -2
+LLMM_ERR_IO = -3
+LLMM_ERR_BAD_FILE = -4
+LLMM_ERR_UNSUPPORTED = -5
+LLMM_ERR_BUFFER_TOO_SMALL = -6
+LLMM_ERR_NOT_FOUND = -7
+LLMM_ERR_WRONG_TYPE = -8
+LLMM_ERR_CONTEXT_FULL = -9
+LLMM_ERR_ABORTED = -10
+LLMM_ERR_BACKEND = -11
+LLMM_ERR_VOCAB_ONLY = -12
+LLMM_ERR_INTERNAL = -13
+LLMM_ERR_NUMERICAL = -14  # no subclass yet: raises LlmminiError itself
 
 
 class LlmminiError(Exception):
@@ -90,19 +116,19 @@ class LibraryError(LlmminiError, ImportError):
 
 
 ERRORS_BY_STATUS: Dict[int, Type[LlmminiError]] = {
-    -1: InvalidArgError,
-    -2: NoMemoryError,
-    -3: IoError,
-    -4: BadFileError,
-    -5: UnsupportedError,
-    -6: BufferTooSmallError,
-    -7: NotFoundError,
-    -8: WrongTypeError,
-    -9: ContextFullError,
-    -10: AbortedError,
-    -11: BackendError,
-    -12: VocabOnlyError,
-    -13: InternalError,
+    LLMM_ERR_INVALID_ARG: InvalidArgError,
+    LLMM_ERR_NO_MEMORY: NoMemoryError,
+    LLMM_ERR_IO: IoError,
+    LLMM_ERR_BAD_FILE: BadFileError,
+    LLMM_ERR_UNSUPPORTED: UnsupportedError,
+    LLMM_ERR_BUFFER_TOO_SMALL: BufferTooSmallError,
+    LLMM_ERR_NOT_FOUND: NotFoundError,
+    LLMM_ERR_WRONG_TYPE: WrongTypeError,
+    LLMM_ERR_CONTEXT_FULL: ContextFullError,
+    LLMM_ERR_ABORTED: AbortedError,
+    LLMM_ERR_BACKEND: BackendError,
+    LLMM_ERR_VOCAB_ONLY: VocabOnlyError,
+    LLMM_ERR_INTERNAL: InternalError,
 }
 
 
@@ -114,4 +140,31 @@ def error_for(status: int, status_name: str, message: str) -> LlmminiError:
 
 def invalid_arg(message: str) -> InvalidArgError:
     """The error for an argument this package rejects before calling the library."""
-    return InvalidArgError(-1, "invalid argument", message)
+    return InvalidArgError(LLMM_ERR_INVALID_ARG, "invalid argument", message)
+
+
+def _unsigned(name: str, value: int, bits: int = 32) -> int:
+    """value checked to fit a C unsigned field of that many bits."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < (1 << bits):
+        raise invalid_arg(f"{name} must be an int in 0..{(1 << bits) - 1}, not {value!r}")
+    return value
+
+
+_INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
+
+
+def _token(t: int) -> int:
+    """t as an llmm_token, rejecting what C would silently wrap."""
+    if isinstance(t, bool) or not isinstance(t, int):
+        try:
+            t = t.__index__()  # numpy integers
+        except AttributeError:
+            raise invalid_arg(f"a token id is an int, not {type(t).__name__}") from None
+    if not _INT32_MIN <= t <= _INT32_MAX:
+        raise invalid_arg(f"token id {t} out of range")
+    return t
+
+
+def _token_array(ids: Sequence[int]) -> "ctypes.Array[llmm_token]":
+    """ids checked (``_token``) as a C array of llmm_token."""
+    return (llmm_token * len(ids))(*[_token(t) for t in ids])

@@ -3,6 +3,9 @@
 llmm_generate streams through a callback and returns when done, so it runs in a worker thread
 that hands each piece to the iterating thread through a queue. The library releases the GIL
 while it computes, and the callback (on the worker) only decodes bytes and queues them.
+
+This module does not know Context (context.py imports it, not the other way round): a context
+hands start_generation its GenerationHost, the one internal method it offers for this.
 """
 from __future__ import annotations
 
@@ -11,14 +14,11 @@ import queue
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator, List, Optional, Sequence, Union
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple, Union
 
 from . import _lib
 from . import _structs as S
-from .errors import invalid_arg
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .context import Context
+from .errors import LLMM_ERR_ABORTED, LLMM_OK, _unsigned, invalid_arg
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,8 @@ class Generation(Iterator[str]):
         self.tokens = list(self._out[:min(s.n_generated, len(self._out))])
         if done.error is not None:
             raise done.error
-        if done.status != 0 and not (self._run.cancel and done.status == -10):  # our own stop
+        our_stop = self._run.cancel and done.status == LLMM_ERR_ABORTED
+        if done.status != LLMM_OK and not our_stop:
             _lib.check(done.status, done.message)
 
     def close(self) -> None:
@@ -142,17 +143,23 @@ class Generation(Iterator[str]):
         self.close()
 
 
-def start_generation(ctx: "Context", prompt: Union[str, bytes], *, max_tokens: int, temperature: Optional[float],
-                     top_k: Optional[int], top_p: Optional[float], min_p: Optional[float],
-                     repeat_penalty: Optional[float], seed: Optional[int], stop: Sequence[str], seq: int,
-                     add_special: bool, parse_special: bool) -> Generation:
+GenerationHost = Callable[[_Run, Callable[[int], int]], Tuple[int, str]]
+"""All a generation needs of its context (Context._run_generation): host(run, call) runs
+call(handle) on the worker thread with the context held (its lock, its logits views released)
+and run.cancel able to stop the call, and returns (status, the context's message when the
+status is a failure). Raises InvalidArgError when the context is closed."""
+
+
+def start_generation(host: GenerationHost, prompt: Union[str, bytes], *, max_tokens: int,
+                     temperature: Optional[float], top_k: Optional[int], top_p: Optional[float],
+                     min_p: Optional[float], repeat_penalty: Optional[float], seed: Optional[int],
+                     stop: Sequence[str], seq: int, add_special: bool, parse_special: bool) -> Generation:
     """Check the arguments, prepare the structs and start the worker (Context.generate)."""
-    lib = ctx._lib
+    lib = _lib.lib()
     data = prompt.encode("utf-8") if isinstance(prompt, str) else bytes(prompt)
     if b"\0" in data:
         raise invalid_arg("the prompt contains a NUL character")
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not 0 <= max_tokens < (1 << 31):
-        raise invalid_arg(f"max_tokens must be an int in 0..{(1 << 31) - 1}, not {max_tokens!r}")
+    _unsigned("max_tokens", max_tokens, 31)
     if isinstance(stop, (str, bytes)):
         stop = [stop]  # type: ignore[list-item]
     stop_bytes = [s.encode("utf-8") if isinstance(s, str) else bytes(s) for s in stop]
@@ -179,8 +186,7 @@ def start_generation(ctx: "Context", prompt: Union[str, bytes], *, max_tokens: i
     _lib.check(lib.llmm_generate_params_default(ctypes.byref(params), ctypes.sizeof(params)))
     params.seq = seq
     params.max_tokens = max_tokens
-    params.tokenize_flags = ((S.TOKENIZE_ADD_SPECIAL if add_special else 0)
-                             | (S.TOKENIZE_PARSE_SPECIAL if parse_special else 0))
+    params.tokenize_flags = S.tokenize_flags(add_special, parse_special)
     params.sampling = ctypes.pointer(sampling)
     stop_arr = (ctypes.c_char_p * max(len(stop_bytes), 1))(*stop_bytes)
     params.stop_strings = stop_arr
@@ -193,22 +199,15 @@ def start_generation(ctx: "Context", prompt: Union[str, bytes], *, max_tokens: i
     # everything the library reads during the call stays referenced by the worker's closure
     keep = (data, sampling, stop_bytes, stop_arr, params, out_tokens, stats)
 
+    def call(handle: int) -> int:
+        return lib.llmm_generate(handle, keep[0], ctypes.byref(params), ctypes.byref(stats))
+
     def work() -> None:
         try:
-            with ctx._lock:
-                h = ctx._h()
-                ctx._release_views()
-                abort = ctx._abort
-                abort.cancel = abort.interrupted = False
-                abort.run = run
-                try:
-                    status = lib.llmm_generate(h, keep[0], ctypes.byref(params), ctypes.byref(stats))
-                finally:
-                    abort.run = None
-                message = (lib.llmm_context_last_error(h) or b"").decode("utf-8", "replace") if status else ""
+            status, message = host(run, call)
             run.pieces.put(_Done(status, message))
         except BaseException as e:  # noqa: B902 - delivered to the iterating thread
-            run.pieces.put(_Done(0, "", e))
+            run.pieces.put(_Done(LLMM_OK, "", e))
 
     worker = threading.Thread(target=work, name="llmmini-generate", daemon=True)
     worker.start()

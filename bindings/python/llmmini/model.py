@@ -13,7 +13,8 @@ from . import _lib
 from . import _structs as S
 from ._abort import sigint_routed
 from ._handle import HandleOwner
-from .errors import invalid_arg
+from .errors import (LLMM_ERR_BUFFER_TOO_SMALL, LLMM_ERR_NOT_FOUND, LLMM_ERR_UNSUPPORTED, LLMM_ERR_WRONG_TYPE,
+                     LLMM_OK, _token, _token_array, invalid_arg)
 
 Message = Union[Mapping, Tuple[str, str]]
 """A chat message: ``{"role": ..., "content": ...}`` or a ``(role, content)`` pair."""
@@ -160,7 +161,7 @@ class Model(HandleOwner):
 
     def _check(self, status: int) -> None:
         """Raise for a failed call on this model, with the model's last message."""
-        if status != 0:
+        if status != LLMM_OK:
             buf = ctypes.create_string_buffer(_ERROR_BUF_SIZE)
             self._lib.llmm_model_last_error(self._handle, buf, _ERROR_BUF_SIZE)
             _lib.check(status, buf.value.decode("utf-8", "replace"))
@@ -200,7 +201,7 @@ class Model(HandleOwner):
             raise invalid_arg(f"special token {which!r}: one of {list(S.SPECIAL_TOKENS)}")
         out = S.llmm_token()
         status = self._lib.llmm_model_special_token(self._h(), S.SPECIAL_TOKENS[which], ctypes.byref(out))
-        if status == -7:  # LLMM_ERR_NOT_FOUND
+        if status == LLMM_ERR_NOT_FOUND:
             return None
         self._check(status)
         return out.value
@@ -211,13 +212,13 @@ class Model(HandleOwner):
         """Token ids of text (str, or bytes taken as they are). add_special adds BOS/EOS as the
         model's metadata asks; parse_special turns text such as "<s>" into control tokens."""
         data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
-        flags = (S.TOKENIZE_ADD_SPECIAL if add_special else 0) | (S.TOKENIZE_PARSE_SPECIAL if parse_special else 0)
+        flags = S.tokenize_flags(add_special, parse_special)
         n = ctypes.c_size_t()
         capacity = len(data) + 8
         while True:
             ids = (S.llmm_token * capacity)()
             status = self._lib.llmm_tokenize(self._h(), data, len(data), flags, ids, capacity, ctypes.byref(n))
-            if status == -6 and n.value > capacity:  # LLMM_ERR_BUFFER_TOO_SMALL
+            if status == LLMM_ERR_BUFFER_TOO_SMALL and n.value > capacity:
                 capacity = n.value
                 continue
             self._check(status)
@@ -248,7 +249,7 @@ class Model(HandleOwner):
         while True:
             buf = ctypes.create_string_buffer(max(capacity, 1))
             status = call(buf, capacity, ctypes.byref(n))
-            if status == -6 and n.value > capacity:
+            if status == LLMM_ERR_BUFFER_TOO_SMALL and n.value > capacity:
                 capacity = n.value
                 continue
             self._check(status)
@@ -275,7 +276,7 @@ class Model(HandleOwner):
         """The built-in chat format the model's template maps to, or None."""
         out = ctypes.c_char_p()
         status = self._lib.llmm_chat_template_detect(self._h(), ctypes.byref(out))
-        if status == -5:  # LLMM_ERR_UNSUPPORTED: no template, or none built in
+        if status == LLMM_ERR_UNSUPPORTED:  # no template, or none built in
             return None
         self._check(status)
         return out.value.decode("utf-8") if out.value else None
@@ -310,17 +311,17 @@ class Metadata(Mapping):
         lib, h, k = self._model._lib, self._model._h(), key.encode("utf-8")
         s = ctypes.c_char_p()
         status = lib.llmm_model_meta_str(h, k, ctypes.byref(s))
-        if status == 0:
+        if status == LLMM_OK:
             return s.value.decode("utf-8", "replace")
         i = ctypes.c_int64()
         status = lib.llmm_model_meta_int(h, k, ctypes.byref(i))
-        if status == 0:
+        if status == LLMM_OK:
             return i.value
         f = ctypes.c_double()
         status = lib.llmm_model_meta_float(h, k, ctypes.byref(f))
-        if status == 0:
+        if status == LLMM_OK:
             return f.value
-        if status == -8:  # LLMM_ERR_WRONG_TYPE: an array
+        if status == LLMM_ERR_WRONG_TYPE:  # an array
             return None
         self._model._check(status)
         return None
@@ -353,32 +354,6 @@ def _message(m: Message) -> Tuple[bytes, bytes]:
     if not isinstance(role, str) or not isinstance(content, str):
         raise invalid_arg(f"a chat message needs str role and content: {m!r}")
     return role.encode("utf-8"), content.encode("utf-8")
-
-
-_INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
-
-
-def _token(t: int) -> int:
-    """t as an llmm_token, rejecting what C would silently wrap."""
-    if isinstance(t, bool) or not isinstance(t, int):
-        try:
-            t = t.__index__()  # numpy integers
-        except AttributeError:
-            raise invalid_arg(f"a token id is an int, not {type(t).__name__}") from None
-    if not _INT32_MIN <= t <= _INT32_MAX:
-        raise invalid_arg(f"token id {t} out of range")
-    return t
-
-
-def _token_array(ids: Sequence[int]) -> "ctypes.Array[S.llmm_token]":
-    return (S.llmm_token * len(ids))(*[_token(t) for t in ids])
-
-
-def _unsigned(name: str, value: int, bits: int = 32) -> int:
-    """value checked to fit a C unsigned field of that many bits."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < (1 << bits):
-        raise invalid_arg(f"{name} must be an int in 0..{(1 << bits) - 1}, not {value!r}")
-    return value
 
 
 __all__ = ["Model", "ModelInfo", "Metadata", "Message", "chat_template_names"]

@@ -512,7 +512,7 @@ static double weight_bytes_per_token(const llmm_model_info *i, int *output_tied)
 }
 
 /* Bytes of one position's row of one K/V head of one layer, laid out as the library stores
- * it (lib/backend.h kv_row_bytes, which the public header does not expose): f32 4 and f16 2
+ * it (lib/backend/backend.h kv_row_bytes, which the public header does not expose): f32 4 and f16 2
  * bytes per value; q8 one float scale, then one byte per value padded to 4 bytes. */
 static double kv_row_bytes(llmm_kv_type type, uint32_t head_dim) {
     switch (type) {

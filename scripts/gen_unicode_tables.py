@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""Generate lib/unicode_tables.c: code point properties for the BPE pre-tokenizers.
+"""Generate lib/base/unicode_tables.c: code point properties for the BPE pre-tokenizers.
 
 Reads UnicodeData.txt (general categories) and PropList.txt (White_Space) from the
 Unicode Character Database; on Debian they come with `apt-get install -y unicode-data`
 in /usr/share/unicode. The generated C file is committed, so building never needs Python
 or the package; rerun this only to move to a newer Unicode version:
 
-    python3 scripts/gen_unicode_tables.py > lib/unicode_tables.c
+    python3 scripts/gen_unicode_tables.py > lib/base/unicode_tables.c
 
 Output: one sorted table of (first code point, property bits) ranges, each range running to
 the next one's start, searched by binary search; plus a direct table for ASCII, the hot path.
@@ -18,7 +18,7 @@ import sys
 
 MAX_CP = 0x110000
 
-# Property bits, named as in lib/unicode.h. Letters keep their sub-category because some
+# Property bits, named as in lib/base/unicode.h. Letters keep their sub-category because some
 # pre-tokenizers (tekken-style, gpt-4o-style) distinguish upper from lower case letters.
 MAJOR = {"L": "UNI_L", "M": "UNI_M", "N": "UNI_N", "P": "UNI_P", "S": "UNI_S", "Z": "UNI_Z", "C": "UNI_C"}
 LETTER_SUB = {"Lu": "UNI_LU", "Ll": "UNI_LL", "Lt": "UNI_LT", "Lm": "UNI_LM", "Lo": "UNI_LO"}

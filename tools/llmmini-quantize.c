@@ -1,6 +1,6 @@
 /* llmmini-quantize: rewrite a GGUF model with its weights in another type, or in one of the
  * reference engine's mixed recipes (q4_k_m, q5_k_m). The rules for which tensor gets which
- * type are in lib/quant_file.c and docs/quantization.md. */
+ * type are in lib/offline/quantize_file.c and docs/quantization.md. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

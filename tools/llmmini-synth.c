@@ -54,7 +54,7 @@ static const shape presets[] = {
     {"gemma2-2b", "gemma2", 2304, 26, 8, 4, 9216, 256000, 8192, 256, 10000.f, 1e-6f, 1, NO_LLAMA3},
 };
 
-/* What each architecture adds to the llama layout (see lib/arch.c). */
+/* What each architecture adds to the llama layout (see lib/model/arch.c). */
 typedef struct arch_layout {
     const char *arch;
     int qkv_bias, qk_norm, fused_qkv, fused_gate_up, post_norms, softcaps;

@@ -184,8 +184,8 @@ typedef struct llmm_step_shape {
 } llmm_step_shape;
 
 /* One row's sampling as data: what llmm_sample would do with that row's logits, prepared by the
- * core from an llmm_sampler (lib/sampler.h llmm__sampler_request), for a backend that samples where the
- * logits are (the optional sample slot). A backend reproduces lib/sampler.c step for step:
+ * core from an llmm_sampler (lib/sampling/sampler.h llmm__sampler_request), for a backend that samples where the
+ * logits are (the optional sample slot). A backend reproduces lib/sampling/sampler.c step for step:
  * logits sanitized (NaN -> -inf, +inf -> FLT_MAX), penalties, then greedy argmax (lowest id on
  * ties) when temperature <= 0, else top-k, top-p, min-p and a draw of `uniform` over
  * exp((logit - max) / temperature) of the candidates left. */
@@ -313,7 +313,7 @@ typedef struct llmm_backend_ops {
     /* optional: out[i] (host) = the token req[i] chooses from logits row i (a buffer, (n_rows,
      * n_vocab), as the last step left it), or -1 when that row's logits are all -inf or NaN;
      * only the ids cross to the host. NULL: the core downloads the logits and samples on the
-     * host (lib/sampler.c), which gives the same tokens. */
+     * host (lib/sampling/sampler.c), which gives the same tokens. */
     llmm_status (*sample)(void *state, const float *logits, size_t n_rows, size_t n_vocab,
                           const llmm_sample_request *req, int32_t *out);
 } llmm_backend_ops;

@@ -1,5 +1,5 @@
 /* Code point facts for the BPE pre-tokenizers: general category and White_Space bits from
- * generated tables (lib/unicode_tables.c), a UTF-8 decoder that never fails, and GPT-2's
+ * generated tables (lib/base/unicode_tables.c), a UTF-8 decoder that never fails, and GPT-2's
  * byte <-> code point map. All tables are const; nothing here has state. */
 #ifndef LLMM_UNICODE_H
 #define LLMM_UNICODE_H

@@ -330,7 +330,8 @@ static llmm_status judge_row(llmm_speculator *s, const spec_verified *v, size_t 
  * what was kept plus one. A round that kept nothing also pauses the guessing for 1, 2, 4, ...
  * up to SPEC_MAX_PAUSE rounds (reset by any kept guess): a useless proposer then costs one
  * guess, one more verify row and its own time once in that many steps, not in every one
- * (a never-right draft measured 0.82x plain decode without pauses: docs/performance.md). */
+ * (what a never-right draft costs with and without pauses: docs/performance.md
+ * "Speculative decoding"). */
 #define SPEC_MAX_PAUSE 16u
 static void adapt(llmm_speculator *s, spec_seq *sq, size_t n, size_t kept) {
     if (n == 0) return;

@@ -31,7 +31,7 @@ void llmm__sampler_rng_restore(llmm_sampler *s, const uint64_t state[4]);
 /* The distribution llmm_sample draws from for these logits, over every id (0 for the ids that
  * penalties, top-k, top-p and min-p leave out; a one-hot argmax when greedy), into probs
  * (n_vocab). Draws nothing. Errors as llmm_sample's, recorded on s. Speculative decoding's
- * sampled acceptance (lib/speculative.c) compares these with the proposer's. */
+ * sampled acceptance (lib/generate/speculative.c) compares these with the proposer's. */
 llmm_status llmm__sampler_probs(llmm_sampler *s, const float *logits, size_t n_vocab, float *probs);
 /* The next number of the sampler's RNG stream, uniform in [0, 1). */
 double llmm__sampler_uniform(llmm_sampler *s);

@@ -8,7 +8,7 @@
 
 /* The regexes are the reference engine's (llama.cpp src/llama-vocab.cpp), which adapt each
  * model's tokenizer.json pattern: "(?i:'s|..)" is spelled "'[sS]|..", and possessive or
- * Unicode-set syntax is rewritten. Non-ASCII literals are written \x{..} (see lib/uregex.c). */
+ * Unicode-set syntax is rewritten. Non-ASCII literals are written \x{..} (see lib/text/uregex.c). */
 
 #define RE_GPT2 "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)"
 #define RE_CONTRACTIONS "'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD]"

@@ -7,7 +7,7 @@
  * backtracking, as in ECMAScript (std::regex) and the reference engine's hand-written splitters.
  * A pattern that can match the empty string is not supported (an empty match counts as none).
  *
- * Programs have fixed capacities (the patterns are compile-time data of lib/pretokenizer.c),
+ * Programs have fixed capacities (the patterns are compile-time data of lib/text/pretokenizer.c),
  * so compiling allocates nothing and a program is one flat, read-only struct. */
 #ifndef LLMM_UREGEX_H
 #define LLMM_UREGEX_H

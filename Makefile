@@ -520,6 +520,17 @@ $(SYMBOL_CHECK): tests/check-symbols.sh Makefile
 TEST_BIN += $(SYMBOL_CHECK)
 test: $(SYMBOL_CHECK)
 
+# The house plan (docs/architecture.md): tests/check-layers.sh on the sources and this build's
+# library objects (through the nm matching $(CC)), after its self-test shows it catches faults.
+LAYER_CHECK := $(BUILD)/tests/check-layers.sh
+$(LAYER_CHECK): tests/check-layers.sh Makefile $(STATIC_LIB)
+	@mkdir -p $(@D)
+	printf '#!/bin/sh\nsh tests/check-layers.sh --self-test && exec sh tests/check-layers.sh "%s" "%s"\n' \
+	    "$(SYMBOL_NM)" "$(BUILD)" > $@
+	chmod +x $@
+TEST_BIN += $(LAYER_CHECK)
+test: $(LAYER_CHECK)
+
 clean:
 	rm -rf build
 

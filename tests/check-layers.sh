@@ -10,7 +10,39 @@
 # object of lib/ calling a function defined in a higher layer, or objects calling each other in
 # a circle, fail too (includes miss calls declared in another file's header).
 # Usage: tests/check-layers.sh [NM BUILD]   (from the repository root)
+#        tests/check-layers.sh --self-test    (the check fails on faults put into a copy)
 set -eu
+
+# The check must fail on what it is there to catch: each fault goes into a fresh copy of the
+# tree, and the check run there must fail naming it.
+if [ "${1:-}" = "--self-test" ]; then
+    self=$(cd "$(dirname "$0")" && pwd)/check-layers.sh
+    tmp=$(mktemp -d "${TMPDIR:-/tmp}/llmm-layers-self.XXXXXX")
+    trap 'rm -rf "$tmp"' EXIT
+    fail=0
+    expect() { # fault description, file, line to append, message the check must print
+        rm -rf "$tmp/tree" && mkdir -p "$tmp/tree/tests" && cp -R include lib cpu cuda "$tmp/tree/"
+        cp tests/check-layers.sh "$tmp/tree/tests/"
+        printf '%s\n' "$3" >> "$tmp/tree/$2"
+        if (cd "$tmp/tree" && sh "$self") > "$tmp/out" 2>&1; then
+            echo "check-layers self-test: $1 ($2) passed the check"; fail=1
+        elif ! grep -q "$4" "$tmp/out"; then
+            echo "check-layers self-test: $1 ($2) failed without \"$4\":"; cat "$tmp/out"; fail=1
+        fi
+    }
+    expect "an upward include" lib/format/gguf.c '#include "context/context.h"' \
+        'lib/format/gguf.c:.*layer format includes from the higher layer context'
+    expect "a backend using the model" cpu/threadpool.c '#include "model/model.h"' \
+        'cpu/threadpool.c:.*may include from lib/ only'
+    expect "lib/ including a backend" lib/context/forward.c '#include "../../cpu/threadpool.h"' \
+        'lib/context/forward.c:.*lib/ includes a backend'
+    expect "shipped code including a test file" lib/base/common.c '#include "../../tests/check-layers.sh"' \
+        'shipped code includes tests/'
+    expect "an include circle" lib/text/vocab.c '#include "tokenizer_bpe.h"' \
+        'lib/text/vocab.c:.*part of an include circle (lib/text/vocab -> lib/text/tokenizer_bpe)'
+    [ "$fail" = 0 ] && echo "check-layers self-test: OK (5 faults caught)"
+    exit "$fail"
+fi
 
 LAYERS="base format backend text model kv sampling adapter context schema grammar generate offline"
 # what cpu/ and cuda/ may include from lib/: the backend seam and what it stands on

@@ -340,7 +340,7 @@ $(CUDA_DEVICE_TESTS): $(BUILD)/tests/device/%: $(BUILD)/obj/tests/cuda-device/%.
 	@mkdir -p $(@D)
 	$(CXX) -pthread $(LDFLAGS) -o $@ $< $(CUDA_MODULE_STATIC) $(TEST_SUPPORT_OBJ) $(STATIC_LIB) -lcmocka $(LIBS) \
 	    -L$(CUDA_LIB) -lcublasLt -lcudart -Wl,-rpath,$(CUDA_LIB)
-# The static link an app makes (include/llmmini.h "STATIC BACKENDS"), with the real archive:
+# The static link an app makes (include/llmmini.h, section "backends"), with the real archive:
 # built here so that the documented link line keeps linking; run on a GPU by gpu-check.sh.
 # cuBLASLt (gemm.cu) links statically where the toolkit ships libcublasLt_static.a (JetPack,
 # the full toolkit; it needs culibos); where it does not (this machine's toolkit has only

@@ -1,4 +1,4 @@
-/* llmm_cuda_register (include/llmmini.h, "STATIC BACKENDS"): the registration function of the
+/* llmm_cuda_register (include/llmmini.h, section "backends"): the registration function of the
  * static archive, libllmmini-cuda.a. Only in the archives: the shared module
  * (libllmmini-cuda.so) is found by the core's loader instead, and links no core symbol, which
  * this file's call to llmm_backend_register would be. */

@@ -1,4 +1,4 @@
-/* A statically linked CUDA backend (include/llmmini.h, "STATIC BACKENDS"): this program links
+/* A statically linked CUDA backend (include/llmmini.h, section "backends"): this program links
  * libllmmini.a with the CUDA archive (in make test the emulated one, libllmmini-cuda-emu.a;
  * on a GPU machine libllmmini-cuda.a with cudart_static, as $(BUILD)/tests/device/) and calls
  * llmm_cuda_register. Contexts asking for CUDA must then run on it without loading any module,

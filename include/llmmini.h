@@ -1,5 +1,6 @@
 /*
- * llmmini.h: the one public header of llmmini, an embeddable LLM inference library.
+ * llmmini.h: the public header of llmmini, an embeddable LLM inference library. (An app that
+ * links the CUDA backend statically also includes llmmini-cuda.h, for llmm_cuda_register.)
  *
  * THREAD CONTRACT
  *   A model (llmm_model) is immutable once loaded: any number of contexts, on any
@@ -967,7 +968,7 @@ LLMM_API llmm_status llmm_context_get_stats(llmm_context *ctx, llmm_context_stat
  *     cc app.o -lllmmini-cuda -lllmmini -L$CUDA_HOME/lib64 -lcublasLt_static -lculibos \
  *        -lcudart_static -lstdc++ -lzstd -lpthread -ldl -lrt -lm
  *   (-lcublasLt for -lcublasLt_static -lculibos where the toolkit has no static cuBLASLt)
- *     llmm_cuda_register();   (defined by libllmmini-cuda.a)
+ *     llmm_cuda_register();   (llmmini-cuda.h; defined by libllmmini-cuda.a)
  * Contexts asking for CUDA or AUTO then use the registered backend and load no module. */
 
 /* A backend module's entry point (what libllmmini-cuda.so exports): its table for the given
@@ -980,11 +981,6 @@ typedef const void *(*llmm_backend_entry_fn)(uint32_t backend_api_version);
  * contexts created afterwards. Thread-safe. Errors: INVALID_ARG (other kind, NULL entry),
  * BACKEND (the entry's table is of another API version or incomplete). */
 LLMM_API llmm_status llmm_backend_register(llmm_backend_kind kind, llmm_backend_entry_fn entry);
-
-/* Defined by libllmmini-cuda.a only: registers the CUDA backend it holds
- * (llmm_backend_register). Not in libllmmini; calling it without linking that archive fails
- * at link time. */
-LLMM_API llmm_status llmm_cuda_register(void);
 
 #ifdef __cplusplus
 }

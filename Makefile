@@ -340,7 +340,7 @@ $(CUDA_DEVICE_TESTS): $(BUILD)/tests/device/%: $(BUILD)/obj/tests/cuda-device/%.
 	@mkdir -p $(@D)
 	$(CXX) -pthread $(LDFLAGS) -o $@ $< $(CUDA_MODULE_STATIC) $(TEST_SUPPORT_OBJ) $(STATIC_LIB) -lcmocka $(LIBS) \
 	    -L$(CUDA_LIB) -lcublasLt -lcudart -Wl,-rpath,$(CUDA_LIB)
-# The static link an app makes (include/llmmini.h "STATIC BACKENDS"), with the real archive:
+# The static link an app makes (include/llmmini-cuda.h), with the real archive:
 # built here so that the documented link line keeps linking; run on a GPU by gpu-check.sh.
 # cuBLASLt (gemm.cu) links statically where the toolkit ships libcublasLt_static.a (JetPack,
 # the full toolkit; it needs culibos); where it does not (this machine's toolkit has only
@@ -441,7 +441,7 @@ $(BUILD)/llmmini.pc: pkgconfig/llmmini.pc.in Makefile $(PC_PREFIX_STAMP)
 
 install: all $(BUILD)/llmmini.pc
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
-	install -m 644 include/llmmini.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 include/llmmini.h include/llmmini-cuda.h $(DESTDIR)$(PREFIX)/include/
 	install -m 644 $(STATIC_LIB) $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(SHARED) $(DESTDIR)$(PREFIX)/lib/
 	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libllmmini.so

@@ -1,8 +1,9 @@
-/* llmm_cuda_register (include/llmmini.h, "STATIC BACKENDS"): the registration function of the
- * static archive, libllmmini-cuda.a. Only in the archives: the shared module
- * (libllmmini-cuda.so) is found by the core's loader instead, and links no core symbol, which
- * this file's call to llmm_backend_register would be. */
+/* llmm_cuda_register (include/llmmini-cuda.h): the registration function of the static
+ * archive, libllmmini-cuda.a. Only in the archives: the shared module (libllmmini-cuda.so) is
+ * found by the core's loader instead, and links no core symbol, which this file's call to
+ * llmm_backend_register would be. */
 #include "backend/backend.h"
+#include "llmmini-cuda.h"
 
 /* The archive's copy of the module entry point (cuda/backend.cu). */
 const llmm_backend_ops *llmm_backend_module(uint32_t core_api_version);

@@ -9,6 +9,9 @@
 #include "cli_names.h"
 #include "cli_files.h"
 #include "llmmini.h"
+#ifdef LLMM_REGISTER_CUDA
+#include "llmmini-cuda.h"
+#endif
 
 typedef struct options {
     const char *model, *prompt, *dump_logits;

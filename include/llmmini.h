@@ -1,5 +1,6 @@
 /*
- * llmmini.h: the one public header of llmmini, an embeddable LLM inference library.
+ * llmmini.h: the public header of llmmini, an embeddable LLM inference library. (An app that
+ * links the CUDA backend statically also includes llmmini-cuda.h, for llmm_cuda_register.)
  *
  * THREAD CONTRACT
  *   A model (llmm_model) is immutable once loaded: any number of contexts, on any
@@ -20,7 +21,11 @@
  *   llmm_*_params_default(&p, sizeof p) (or by setting .size = sizeof s for results):
  *   the library only reads and writes the fields that the caller's struct size covers,
  *   so a binary built against an older header keeps working. Enum values are explicit and
- *   never reused. Before 1.0, breaking changes are listed in CHANGELOG.md.
+ *   never reused. Before 1.0, breaking changes are listed in CHANGELOG.md. Fields appended
+ *   to a struct follow a marker "--- since V (ABI n) ---": V is the release whose header first
+ *   had them (LLMM_VERSION_MAJOR.MINOR, as in docs/api.md's "since" column; "unreleased" until
+ *   the next release is numbered), n its LLMM_ABI_VERSION. A caller's struct may end at any
+ *   marker. 0.1 is the first release: its markers divide fields appended while it was made.
  */
 #ifndef LLMMINI_H
 #define LLMMINI_H
@@ -40,20 +45,7 @@ extern "C" {
 #define LLMM_API
 #endif
 
-/* ---------------------------------------------------------------- version */
-
-#define LLMM_VERSION_MAJOR 0
-#define LLMM_VERSION_MINOR 1
-#define LLMM_VERSION_PATCH 0
-/* Bumped on every ABI-breaking change (before 1.0 too). */
-#define LLMM_ABI_VERSION 1
-
-/* The library's version as "MAJOR.MINOR.PATCH". Static storage; thread-safe. */
-LLMM_API const char *llmm_version(void);
-/* The ABI version the library was built with; compare with LLMM_ABI_VERSION. */
-LLMM_API uint32_t llmm_abi_version(void);
-
-/* ---------------------------------------------------------------- status */
+/* ---------------------------------------------------------------- errors */
 
 typedef enum llmm_status {
     LLMM_OK = 0,
@@ -76,6 +68,19 @@ typedef enum llmm_status {
 /* A short constant English name for a status ("invalid argument"); never NULL, also for
  * unknown codes. Thread-safe. */
 LLMM_API const char *llmm_status_str(llmm_status status);
+
+/* ---------------------------------------------------------------- versions */
+
+#define LLMM_VERSION_MAJOR 0
+#define LLMM_VERSION_MINOR 1
+#define LLMM_VERSION_PATCH 0
+/* Bumped on every ABI-breaking change (before 1.0 too). */
+#define LLMM_ABI_VERSION 1
+
+/* The library's version as "MAJOR.MINOR.PATCH". Static storage; thread-safe. */
+LLMM_API const char *llmm_version(void);
+/* The ABI version the library was built with; compare with LLMM_ABI_VERSION. */
+LLMM_API uint32_t llmm_abi_version(void);
 
 /* ---------------------------------------------------------------- hooks */
 
@@ -107,7 +112,7 @@ typedef int (*llmm_progress_fn)(void *user, float fraction);
  * The sequence being computed is then left as it was before the call. */
 typedef int (*llmm_abort_fn)(void *user);
 
-/* ---------------------------------------------------------------- model */
+/* ---------------------------------------------------------------- models */
 
 typedef struct llmm_model llmm_model;
 typedef int32_t llmm_token;
@@ -124,7 +129,7 @@ typedef struct llmm_model_params {
     const llmm_allocator *allocator; /* optional; must outlive the model */
     char *error_buf;        /* optional: receives the message of a failed load, NUL-terminated */
     size_t error_buf_size;
-    /* --- since packed weights --- */
+    /* --- since 0.1 (ABI 1), as the fields above: appended before that release --- */
     /* 1 (default): a backend may replace weights it reads often by a copy in its own faster
      * layout, made at their first use: the CPU backend, on x86-64 CPUs with AVX2 or AVX-512,
      * packs most quantized matrices (docs/api.md) during the first decode steps, up to 64 MiB
@@ -261,11 +266,52 @@ typedef enum llmm_special_token {
 LLMM_API llmm_status llmm_model_special_token(const llmm_model *model, llmm_special_token which,
                                               llmm_token *out);
 
-/* ---------------------------------------------------------------- context */
+/* ---------------------------------------------------------------- chat templates */
+
+/* One message of a conversation. role is "system", "user" or "assistant" (exactly, lower
+ * case); content is NUL-terminated UTF-8 and is copied verbatim (some formats trim ASCII
+ * whitespace from its ends, as the reference engine does). Both stay owned by the caller. */
+typedef struct llmm_chat_message {
+    const char *role;
+    const char *content;
+} llmm_chat_message;
+
+/* Render n messages as the prompt text a chat model expects, using a built-in format (no
+ * Jinja is evaluated; the bytes match the reference engine's llama_chat_apply_template).
+ * template_name forces a built-in format by name (see llmm_chat_template_names); NULL detects
+ * it from the model's tokenizer.chat_template. add_generation_prompt != 0 appends the header
+ * that opens the assistant's turn (formats whose prompt already ends where the model answers,
+ * such as llama2 and mistral "[/INST]", add nothing).
+ * The text holds special-token text ("<|im_start|>", "[INST]") but no leading BOS: tokenize it
+ * with LLMM_TOKENIZE_PARSE_SPECIAL, and with LLMM_TOKENIZE_ADD_SPECIAL to add BOS as the
+ * model's metadata asks. (llama2-sys-bos writes "<s>" between turns, as its template does.)
+ * Buffer: writes the text into buf and its length in bytes into *needed. The text is
+ * NUL-terminated only when capacity > *needed; capacity == *needed is enough for the bytes.
+ * When capacity is smaller, returns LLMM_ERR_BUFFER_TOO_SMALL with *needed set and buf's
+ * contents unspecified; buf may be NULL with capacity 0 to ask for the size. Allocates
+ * nothing. Thread-safe (the model is only read; a failure's message is kept on the model).
+ * Errors: INVALID_ARG (NULL model or needed, NULL messages with n > 0, a NULL role or content,
+ * a role other than the three), UNSUPPORTED (template_name is not built in; or, with NULL,
+ * the model has no chat template or one of no built-in family: the message names the
+ * formats the app may force), BUFFER_TOO_SMALL. */
+LLMM_API llmm_status llmm_chat_format(const llmm_model *model, const char *template_name,
+                                      const llmm_chat_message *messages, size_t n,
+                                      int add_generation_prompt, char *buf, size_t capacity,
+                                      size_t *needed);
+
+/* The name of the built-in format llmm_chat_format(model, NULL, ...) would use, from the
+ * model's tokenizer.chat_template. *name is static storage. Thread-safe.
+ * Errors: INVALID_ARG, UNSUPPORTED (no template, or none built in; see llmm_chat_format). */
+LLMM_API llmm_status llmm_chat_template_detect(const llmm_model *model, const char **name);
+
+/* The names of the built-in formats, comma-separated ("chatml,llama2,..."), static storage.
+ * New names may be added in later versions; none is removed. Thread-safe.
+ * Errors: INVALID_ARG (NULL). */
+LLMM_API llmm_status llmm_chat_template_names(const char **names_csv);
+
+/* ---------------------------------------------------------------- contexts and memory */
 
 typedef struct llmm_context llmm_context;
-typedef struct llmm_sampler llmm_sampler; /* the sampler section below */
-typedef int32_t llmm_seq_id;
 
 /* Where a context computes. CUDA is a module loaded at run time (libllmmini-cuda.so next to
  * this library, or the file the LLMM_CUDA_MODULE environment variable names): CUDA fails
@@ -276,31 +322,6 @@ typedef enum llmm_backend_kind {
     LLMM_BACKEND_CPU = 1,
     LLMM_BACKEND_CUDA = 2
 } llmm_backend_kind;
-
-/* STATIC BACKENDS
- * An app linked statically (libllmmini.a) cannot dlopen a module into itself; it links the
- * module's archive instead and registers it once, before creating contexts:
- *     cc app.o -lllmmini-cuda -lllmmini -L$CUDA_HOME/lib64 -lcublasLt_static -lculibos \
- *        -lcudart_static -lstdc++ -lzstd -lpthread -ldl -lrt -lm
- *   (-lcublasLt for -lcublasLt_static -lculibos where the toolkit has no static cuBLASLt)
- *     llmm_cuda_register();   (defined by libllmmini-cuda.a)
- * Contexts asking for CUDA or AUTO then use the registered backend and load no module. */
-
-/* A backend module's entry point (what libllmmini-cuda.so exports): its table for the given
- * backend API version, or NULL when it was built for another. */
-typedef const void *(*llmm_backend_entry_fn)(uint32_t backend_api_version);
-
-/* Register a statically linked backend for kind (only LLMM_BACKEND_CUDA today), in place of
- * its module, for the whole process. The entry is checked as a loaded module is (API version,
- * required slots); registering the same entry again is harmless, another one replaces it for
- * contexts created afterwards. Thread-safe. Errors: INVALID_ARG (other kind, NULL entry),
- * BACKEND (the entry's table is of another API version or incomplete). */
-LLMM_API llmm_status llmm_backend_register(llmm_backend_kind kind, llmm_backend_entry_fn entry);
-
-/* Defined by libllmmini-cuda.a only: registers the CUDA backend it holds
- * (llmm_backend_register). Not in libllmmini; calling it without linking that archive fails
- * at link time. */
-LLMM_API llmm_status llmm_cuda_register(void);
 
 /* How the KV cache stores each key and value. */
 typedef enum llmm_kv_type {
@@ -323,7 +344,7 @@ typedef struct llmm_context_params {
     llmm_log_fn log;        /* optional */
     void *log_user;
     llmm_log_level log_level;
-    /* --- since the paged KV cache --- */
+    /* --- since 0.1 (ABI 1), as the fields above: appended before that release --- */
     uint32_t kv_block_size; /* positions per KV block, a power of two in 1..1024 (default 16) */
     uint32_t n_ctx_total;   /* tokens the KV pool holds over all sequences together; 0 = enough
                                for every sequence to reach n_ctx (n_seq_max x n_ctx) */
@@ -331,7 +352,6 @@ typedef struct llmm_context_params {
                                n_ctx_total); llmm_context_estimate tells what a budget buys */
     int32_t prefix_cache;   /* 1: keep full blocks of prompts for reuse by later sequences that
                                start with the same tokens (default 0) */
-    /* --- since the CUDA backend --- */
     int32_t device;         /* which accelerator a CUDA context runs on, 0 .. devices - 1 (default
                                0); a missing device fails CUDA with LLMM_ERR_BACKEND and sends
                                AUTO to the CPU. Ignored by the CPU backend. */
@@ -340,7 +360,7 @@ typedef struct llmm_context_params {
                                device pays), fraction of their bytes; non-zero cancels the
                                creation with LLMM_ERR_ABORTED */
     void *progress_user;
-    /* --- since LoRA adapters --- */
+    /* --- since unreleased (ABI 1) --- */
     uint64_t adapter_budget_bytes; /* the adapter cache (llmm_adapter_register): adapters loaded
                                through it stay loaded up to this many bytes of A and B tensors,
                                least recently used evicted first, never one a sequence runs with;
@@ -404,46 +424,23 @@ LLMM_API void llmm_context_free(llmm_context *ctx);
 /* The message of the last failed call on ctx, "" if none. Valid until the next call on ctx. */
 LLMM_API const char *llmm_context_last_error(const llmm_context *ctx);
 
-/* Flags for llmm_prefill. */
-#define LLMM_PREFILL_ALL_LOGITS 1u /* keep logits of every position (default: the last) */
+/* Pay a context's one-time costs now rather than in the first request: runs dummy decode steps
+ * of 1, 2, ... up to min(n_seq_max, 8) rows on sequence ids not in use, so that the CUDA backend
+ * captures its decode graph for each of those batch sizes and loads every kernel, and the CPU
+ * backend makes all its packed weight copies (normal decode steps make them a bounded share at
+ * a time). The dummy rows' K/V go to free blocks that are given
+ * back afterwards; no sequence in use, no logits readable with llmm_logits and no stats other
+ * than warmup_ms and the graph fields change. Call it once after llmm_context_create, from the
+ * thread that uses the context; calling it again is cheap. Errors: INVALID_ARG, CONTEXT_FULL
+ * (no unused sequence id or no free KV block: nothing was warmed; blocks of
+ * the prefix cache are never evicted for it), BACKEND, NO_MEMORY. */
+LLMM_API llmm_status llmm_context_warmup(llmm_context *ctx);
 
-/* Append n tokens to sequence seq (0 <= seq < n_seq_max) and run them through the model in
- * chunks of n_batch, writing their K/V. Afterwards llmm_logits(ctx, i) gives the logits of the
- * last position (i = 0) or, with LLMM_PREFILL_ALL_LOGITS, of position i of these n tokens.
- * Errors: INVALID_ARG, CONTEXT_FULL (the sequence would exceed n_ctx; nothing is written),
- * ABORTED (the sequence is restored to its previous length), NO_MEMORY. */
-LLMM_API llmm_status llmm_prefill(llmm_context *ctx, llmm_seq_id seq, const llmm_token *tokens,
-                                  size_t n, uint32_t flags);
+/* ---------------------------------------------------------------- sequences and their KV blocks */
 
-/* One new token for each of n sequences (seqs distinct): appends tokens[i] to seqs[i] and
- * computes its logits, read with llmm_logits(ctx, i). Same errors as llmm_prefill; on any
- * error no sequence changes. */
-LLMM_API llmm_status llmm_decode(llmm_context *ctx, const llmm_seq_id *seqs,
-                                 const llmm_token *tokens, size_t n);
+typedef int32_t llmm_seq_id;
 
-/* llmm_decode, then out[i] = the token samplers[i] chooses from row i's logits, exactly as
- * llmm_sample(samplers[i], row i) would: the same tokens and the same RNG stream on every backend
- * (rows in order; a sampler may serve several rows). Like llmm_sample it does not accept the
- * tokens: call llmm_sampler_accept. On a backend with device memory (CUDA) the sampling runs
- * where the logits are and only the ids come back; the logits stay readable with llmm_logits,
- * which copies them to the host at its first call after this one. (A draw can differ from the
- * host's only when it lands within double rounding, about 1e-16, of the boundary between two
- * tokens: sums on a device add in another order.)
- * Errors: those of llmm_decode (then no sequence changes and out is untouched); INVALID_ARG for
- * NULL samplers, a NULL samplers[i] or out; after the decode succeeded, the sampling errors of
- * llmm_sample (a row with a NaN or +inf logit: NUMERICAL; a row whose logits are all -inf:
- * INVALID_ARG; either names the row, its sequence and position, out[row] = -1, the tokens stay
- * appended and the logits readable), BACKEND. */
-LLMM_API llmm_status llmm_decode_sample(llmm_context *ctx, const llmm_seq_id *seqs, const llmm_token *tokens,
-                                        size_t n, llmm_sampler *const *samplers, llmm_token *out);
-
-/* Logits row i of the last prefill/decode: *out points to n_vocab floats owned by ctx,
- * valid until the next call that computes. Errors: INVALID_ARG, NOT_FOUND (no such row),
- * BACKEND (after llmm_decode_sample, copying the logits from the device failed). */
-LLMM_API llmm_status llmm_logits(llmm_context *ctx, size_t i, const float **out, size_t *n_vocab);
-
-/* SEQUENCES
- * A sequence is an id in 0..n_seq_max-1 of one context, with the tokens it holds and their
+/* A sequence is an id in 0..n_seq_max-1 of one context, with the tokens it holds and their
  * K/V in blocks of the context's pool. Any id may be used directly (an id with no tokens is
  * simply empty), or obtained from llmm_seq_create/llmm_seq_fork so that ids are handed out
  * without collisions. Like every context call, these are for the thread using the context. */
@@ -471,8 +468,9 @@ LLMM_API llmm_status llmm_seq_free(llmm_context *ctx, llmm_seq_id seq);
  * (no unused id). */
 LLMM_API llmm_status llmm_seq_fork(llmm_context *ctx, llmm_seq_id src, llmm_seq_id *dst);
 
-/* SAVED STATES
- * A sequence's tokens and K/V, in a small versioned container: a header (magic, version, a
+/* ---------------------------------------------------------------- saved states */
+
+/* A sequence's tokens and K/V, in a small versioned container: a header (magic, version, a
  * fingerprint of the model and the KV type, sizes, checksums) and a zstd-compressed payload
  * laid out by position (independent of the block size). Loading it into a context of the
  * same model and KV type restores the sequence exactly, skipping its prefill; generation can
@@ -497,10 +495,245 @@ LLMM_API llmm_status llmm_seq_load(llmm_context *ctx, llmm_seq_id seq, const cha
 /* The same from n_bytes of memory (not retained). */
 LLMM_API llmm_status llmm_seq_load_buffer(llmm_context *ctx, llmm_seq_id seq, const void *buf, size_t n_bytes);
 
+/* ---------------------------------------------------------------- prefill, decode, logits */
+
+/* Flags for llmm_prefill. */
+#define LLMM_PREFILL_ALL_LOGITS 1u /* keep logits of every position (default: the last) */
+
+/* Append n tokens to sequence seq (0 <= seq < n_seq_max) and run them through the model in
+ * chunks of n_batch, writing their K/V. Afterwards llmm_logits(ctx, i) gives the logits of the
+ * last position (i = 0) or, with LLMM_PREFILL_ALL_LOGITS, of position i of these n tokens.
+ * Errors: INVALID_ARG, CONTEXT_FULL (the sequence would exceed n_ctx; nothing is written),
+ * ABORTED (the sequence is restored to its previous length), NO_MEMORY. */
+LLMM_API llmm_status llmm_prefill(llmm_context *ctx, llmm_seq_id seq, const llmm_token *tokens,
+                                  size_t n, uint32_t flags);
+
+/* One new token for each of n sequences (seqs distinct): appends tokens[i] to seqs[i] and
+ * computes its logits, read with llmm_logits(ctx, i). Same errors as llmm_prefill; on any
+ * error no sequence changes. */
+LLMM_API llmm_status llmm_decode(llmm_context *ctx, const llmm_seq_id *seqs,
+                                 const llmm_token *tokens, size_t n);
+
+typedef struct llmm_sampler llmm_sampler; /* the sampling section below */
+
+/* llmm_decode, then out[i] = the token samplers[i] chooses from row i's logits, exactly as
+ * llmm_sample(samplers[i], row i) would: the same tokens and the same RNG stream on every backend
+ * (rows in order; a sampler may serve several rows). Like llmm_sample it does not accept the
+ * tokens: call llmm_sampler_accept. On a backend with device memory (CUDA) the sampling runs
+ * where the logits are and only the ids come back; the logits stay readable with llmm_logits,
+ * which copies them to the host at its first call after this one. (A draw can differ from the
+ * host's only when it lands within double rounding, about 1e-16, of the boundary between two
+ * tokens: sums on a device add in another order.)
+ * Errors: those of llmm_decode (then no sequence changes and out is untouched); INVALID_ARG for
+ * NULL samplers, a NULL samplers[i] or out; after the decode succeeded, the sampling errors of
+ * llmm_sample (a row with a NaN or +inf logit: NUMERICAL; a row whose logits are all -inf:
+ * INVALID_ARG; either names the row, its sequence and position, out[row] = -1, the tokens stay
+ * appended and the logits readable), BACKEND. */
+LLMM_API llmm_status llmm_decode_sample(llmm_context *ctx, const llmm_seq_id *seqs, const llmm_token *tokens,
+                                        size_t n, llmm_sampler *const *samplers, llmm_token *out);
+
+/* Logits row i of the last prefill/decode: *out points to n_vocab floats owned by ctx,
+ * valid until the next call that computes. Errors: INVALID_ARG, NOT_FOUND (no such row),
+ * BACKEND (after llmm_decode_sample, copying the logits from the device failed). */
+LLMM_API llmm_status llmm_logits(llmm_context *ctx, size_t i, const float **out, size_t *n_vocab);
+
+/* ---------------------------------------------------------------- sampling */
+
+typedef struct llmm_sampler_params {
+    uint32_t size;           /* sizeof(llmm_sampler_params) */
+    float temperature;       /* 0 = greedy (argmax, lowest id on ties); default 0.8 */
+    int32_t top_k;           /* 0 = off; default 40 */
+    float top_p;             /* 1 = off; default 0.95 */
+    float min_p;             /* 0 = off; default 0.05 */
+    float repeat_penalty;    /* 1 = off (default) */
+    float frequency_penalty; /* 0 = off (default) */
+    float presence_penalty;  /* 0 = off (default) */
+    int32_t penalty_last_n;  /* window of accepted tokens the penalties see (default 64) */
+    uint64_t seed;           /* same seed, same draws on every platform (default 0) */
+} llmm_sampler_params;
+
+LLMM_API llmm_status llmm_sampler_params_default(llmm_sampler_params *params, size_t struct_size);
+/* Create a sampler (params NULL = defaults). Errors: INVALID_ARG, NO_MEMORY. */
+LLMM_API llmm_status llmm_sampler_create(const llmm_sampler_params *params, llmm_sampler **out);
+LLMM_API void llmm_sampler_free(llmm_sampler *sampler);
+LLMM_API const char *llmm_sampler_last_error(const llmm_sampler *sampler);
+/* Choose a token from n_vocab logits (not modified). Does not accept it: call
+ * llmm_sampler_accept with the token actually used, so the penalties see it. -inf masks a
+ * token. Errors: INVALID_ARG (NULL, n_vocab 0 or above INT32_MAX, every logit -inf), NUMERICAL
+ * (a NaN or +inf logit, which only broken or hostile weights give: the message names the first;
+ * no token, nothing drawn), NO_MEMORY. Softmax runs in double after subtracting the largest
+ * logit, so finite logits of any size (+-1e30, +-FLT_MAX) are safe. */
+LLMM_API llmm_status llmm_sample(llmm_sampler *sampler, const float *logits, size_t n_vocab,
+                                 llmm_token *out);
+LLMM_API llmm_status llmm_sampler_accept(llmm_sampler *sampler, llmm_token token);
+/* Forget accepted tokens and restart the RNG from the seed. */
+LLMM_API llmm_status llmm_sampler_reset(llmm_sampler *sampler);
+
+/* ---------------------------------------------------------------- generation */
+
+/* Receives output bytes as they are produced. complete_utf8 is 1 when the bytes end on a
+ * complete UTF-8 character (an incomplete tail is delivered again, completed, never split
+ * across calls unless the model emits invalid UTF-8). Return non-zero to stop. */
+typedef int (*llmm_stream_fn)(void *user, const char *bytes, size_t n, int complete_utf8);
+
+typedef enum llmm_stop_reason {
+    LLMM_STOP_NONE = 0,
+    LLMM_STOP_MAX_TOKENS = 1,
+    LLMM_STOP_EOS = 2,
+    LLMM_STOP_STRING = 3,
+    LLMM_STOP_CALLBACK = 4,
+    LLMM_STOP_CONTEXT_FULL = 5,
+    LLMM_STOP_GRAMMAR = 6 /* the grammar's sentence is complete: nothing may follow */
+} llmm_stop_reason;
+
+typedef struct llmm_grammar llmm_grammar; /* the grammars section below */
+
+typedef struct llmm_generate_params {
+    uint32_t size;                 /* sizeof(llmm_generate_params) */
+    llmm_seq_id seq;               /* sequence to use (default 0); cleared first */
+    int32_t max_tokens;            /* default 128 */
+    uint32_t tokenize_flags;       /* default LLMM_TOKENIZE_ADD_SPECIAL */
+    const llmm_sampler_params *sampling; /* NULL = llmm_sampler_params_default */
+    const char *const *stop_strings;     /* optional, n_stop NUL-terminated strings */
+    size_t n_stop;
+    llmm_stream_fn on_bytes;       /* optional */
+    void *user;
+    llmm_token *out_tokens;        /* optional: generated ids are written here */
+    size_t out_capacity;
+    /* --- since unreleased (ABI 1) --- */
+    /* speculative decoding (docs/api.md "Speculative decoding"): each step verifies the tokens
+       a proposer guessed in one forward pass; greedy output is the same token for token as
+       without, sampled output follows the same distribution */
+    const llmm_model *spec_draft_model; /* optional draft model with the target's vocabulary (same
+                                      tokens and special ids, else INVALID_ARG); it gets a
+                                      context of its own for the call. Wins over spec_ngram */
+    int32_t spec_max_tokens;       /* proposals per step at most, 1..LLMM_SPEC_MAX_TOKENS (default 8);
+                                      a draft's length adapts within [1, spec_max_tokens] */
+    int32_t spec_ngram;            /* prompt lookup: propose what followed the last spec_ngram tokens
+                                      earlier in the sequence (prompt and output); 0 = off (default) */
+    int32_t spec_min_ngram;        /* shorter matches tried down to this length (default 1) */
+    /* grammars (docs/grammars.md): the output is a sentence of the grammar */
+    const char *grammar_text;      /* optional NUL-terminated GBNF, start rule "root", compiled per call */
+    const llmm_grammar *grammar;   /* optional, compiled for the context's model; wins over grammar_text.
+                                      Not together with spec_draft_model or spec_ngram (INVALID_ARG) */
+} llmm_generate_params;
+
+typedef struct llmm_generate_stats {
+    uint32_t size;            /* set to sizeof(llmm_generate_stats) before the call */
+    size_t n_prompt;
+    size_t n_generated;
+    double load_ms;           /* the model's load time */
+    double prompt_ms;         /* prefill time */
+    double first_token_ms;    /* from the call's start to the first generated token */
+    double generate_ms;       /* time of all decode steps */
+    double prompt_tokens_per_s;
+    double generate_tokens_per_s;
+    llmm_stop_reason stop_reason;
+    /* --- since unreleased (ABI 1) --- */
+    /* speculative decoding (all 0 without it, except n_target_steps) */
+    uint64_t spec_proposed;   /* tokens the proposer guessed */
+    uint64_t spec_accepted;   /* of those, tokens the target kept */
+    double spec_acceptance;   /* spec_accepted / spec_proposed */
+    uint64_t n_target_steps;  /* the target's forward steps after the prompt (verify or decode) */
+    double spec_draft_ms;     /* time the proposer took (a draft model's prefill and decode) */
+    double spec_speedup_estimate; /* generated tokens per target step, discounted by the draft's
+                                 time: (n_generated / n_target_steps) * (1 - spec_draft_ms /
+                                 generate_ms); what speculation gains where a verify step costs
+                                 what a one-token step does (memory-bound decode) */
+    double grammar_ms;        /* the grammar's share of generate_ms: checking the sampled token,
+                                 masking and sampling again when it was refused, advancing the state */
+} llmm_generate_stats;
+
+LLMM_API llmm_status llmm_generate_params_default(llmm_generate_params *params, size_t struct_size);
+
+/* Tokenize prompt, prefill it into params->seq, then sample and decode up to max_tokens,
+ * streaming text through on_bytes. Stops on EOS, a stop string (its text is not streamed),
+ * max_tokens, a non-zero callback return, or a full context. stats may be NULL.
+ * With a grammar (params->grammar or grammar_text) every token is chosen by llmm_grammar_sample
+ * (logits come back to the host each step), EOS is possible only where the grammar may end, and
+ * generation stops with LLMM_STOP_GRAMMAR as soon as nothing may follow.
+ * Errors: those of llmm_prefill/llmm_decode; NUMERICAL when the model's logits hold a NaN or
+ * +inf (the message names the sequence and position; that token is not produced); INVALID_ARG
+ * for a grammar_text that does not compile (the message says where) or a grammar compiled for
+ * another model; NOT_FOUND when no token may continue the grammar; a stop is not an error. */
+LLMM_API llmm_status llmm_generate(llmm_context *ctx, const char *prompt,
+                                   const llmm_generate_params *params, llmm_generate_stats *stats);
+
+/* ---------------------------------------------------------------- grammars */
+
+/* Grammars constrain sampling so that the generated text always belongs to a language: a GBNF
+ * grammar (the syntax of llama.cpp's grammars, docs/grammars.md) or a JSON Schema. An
+ * llmm_grammar is compiled once and is immutable apart from an internally locked cache of
+ * token masks: any number of threads may use it at once. An llmm_grammar_state is one
+ * sequence's position in it (the stacks of a pushdown matcher), used by one thread at a time
+ * together with the states cloned from it (they share the mask cache of their grammar only).
+ * Tokens are matched by the bytes llmm_token_to_piece gives them without flags, so a token may
+ * cross rule boundaries or end inside a UTF-8 character; tokens without bytes (control tokens)
+ * are never allowed, and end-of-generation tokens (LLMM_TOKEN_ATTR_EOS) are allowed exactly
+ * when the text so far is a complete sentence of the grammar. (The llmm_grammar typedef is in
+ * the generation section: llmm_generate_params takes one.) */
+typedef struct llmm_grammar_state llmm_grammar_state;
+
+/* Compile len bytes of GBNF text with start rule root (NULL = "root") into *out. model gives
+ * the vocabulary the grammar will mask (it must outlive the grammar); NULL compiles a grammar
+ * for llmm_grammar_state_accept_bytes only. The vocabulary's token table is built here (about
+ * 0.1 s for a 150k vocabulary), so compile once and share. err (err_size bytes, may be NULL)
+ * receives the reason for a failure: "line L, column C: expected ..." for syntax errors (columns
+ * count characters from 1), undefined rules, a missing start rule and left recursion.
+ * Errors: INVALID_ARG, NO_MEMORY. */
+LLMM_API llmm_status llmm_grammar_create(const llmm_model *model, const char *gbnf, size_t len, const char *root,
+                                         llmm_grammar **out, char *err, size_t err_size);
+/* The same from a JSON Schema (len bytes of JSON), converted to GBNF by the library's schema
+ * subset (docs/grammars.md); an unsupported keyword fails with INVALID_ARG and a message naming
+ * it. Errors: INVALID_ARG, NO_MEMORY. */
+LLMM_API llmm_status llmm_grammar_from_json_schema(const llmm_model *model, const char *schema, size_t len,
+                                                   llmm_grammar **out, char *err, size_t err_size);
+/* Free a grammar; every state made from it must be freed first. NULL is allowed. */
+LLMM_API void llmm_grammar_free(llmm_grammar *grammar);
+
+/* A state at the start of grammar (which must outlive it). Errors: INVALID_ARG, NO_MEMORY. */
+LLMM_API llmm_status llmm_grammar_state_create(const llmm_grammar *grammar, llmm_grammar_state **out);
+/* An independent copy of state, for a forked sequence or a speculative draft: advancing one
+ * never changes the other. Errors: INVALID_ARG, NO_MEMORY. */
+LLMM_API llmm_status llmm_grammar_state_clone(const llmm_grammar_state *state, llmm_grammar_state **out);
+/* Back to the start of the grammar. Errors: INVALID_ARG, NO_MEMORY. */
+LLMM_API llmm_status llmm_grammar_state_reset(llmm_grammar_state *state);
+/* NULL is allowed. */
+LLMM_API void llmm_grammar_state_free(llmm_grammar_state *state);
+/* The message of the state's last failure ("" when none); valid until the next call on it. */
+LLMM_API const char *llmm_grammar_state_last_error(const llmm_grammar_state *state);
+
+/* Advance by a token chosen for the sequence. An end-of-generation token is accepted when the
+ * text may end here and changes nothing. Errors: INVALID_ARG (NULL, no vocabulary, token out
+ * of range, or a token the grammar does not allow here: the state is then unchanged),
+ * NO_MEMORY. */
+LLMM_API llmm_status llmm_grammar_state_accept_token(llmm_grammar_state *state, llmm_token token);
+/* Advance by n bytes of text (a UTF-8 character may be split across calls). Errors: INVALID_ARG
+ * (the grammar does not allow these bytes here: the state is unchanged), NO_MEMORY. */
+LLMM_API llmm_status llmm_grammar_state_accept_bytes(llmm_grammar_state *state, const char *bytes, size_t n);
+/* *allowed = 1 when token may come next (see accept_token). Errors: INVALID_ARG, NO_MEMORY. */
+LLMM_API llmm_status llmm_grammar_state_allows(llmm_grammar_state *state, llmm_token token, int *allowed);
+/* *can_end = 1 when the text so far is a complete sentence (the grammar may end here);
+ * *must_end = 1 when, moreover, nothing may follow. Either pointer may be NULL. */
+LLMM_API llmm_status llmm_grammar_state_can_end(const llmm_grammar_state *state, int *can_end, int *must_end);
+/* Set to -INFINITY the logits of the n_vocab tokens (the model's vocabulary size) that may not
+ * come next. Errors: INVALID_ARG (n_vocab is not the grammar's vocabulary size), NO_MEMORY. */
+LLMM_API llmm_status llmm_grammar_state_mask(llmm_grammar_state *state, float *logits, size_t n_vocab);
+/* Choose the next token under the grammar: the sampler first samples the unmasked logits and,
+ * when that token is allowed, it is the answer; otherwise the disallowed logits are masked (on
+ * a copy: logits are not modified) and the sampler samples again. For greedy and for plain
+ * temperature sampling this is the same distribution as sampling the masked logits; with top-k,
+ * top-p or min-p the first draw's truncation sees the unmasked logits. Neither the sampler nor
+ * the state accepts the token: call llmm_sampler_accept and llmm_grammar_state_accept_token.
+ * Errors: those of llmm_sample, INVALID_ARG (n_vocab mismatch), NOT_FOUND (no token of the
+ * vocabulary may come next: the grammar must end and the vocabulary has no end token, or it
+ * needs a character no token holds), NO_MEMORY. */
+LLMM_API llmm_status llmm_grammar_sample(llmm_sampler *sampler, llmm_grammar_state *state, const float *logits,
+                                         size_t n_vocab, llmm_token *out);
+
 /* ---------------------------------------------------------------- LoRA adapters */
 
-/* LORA ADAPTERS
- * An adapter is a small file of low-rank weight deltas for one base model, in the GGUF LoRA
+/* An adapter is a small file of low-rank weight deltas for one base model, in the GGUF LoRA
  * layout the reference engine's converter writes (general.type "adapter", adapter.type "lora",
  * adapter.lora.alpha, tensors "<base tensor>.lora_a" [n_in, rank] and ".lora_b" [rank, n_out]).
  * A sequence running with adapter X at user scale s computes every adapted matmul as
@@ -565,8 +798,9 @@ LLMM_API llmm_status llmm_seq_set_adapters(llmm_context *ctx, llmm_seq_id seq, l
 LLMM_API llmm_status llmm_seq_get_adapters(llmm_context *ctx, llmm_seq_id seq, llmm_adapter **adapters,
                                            float *scales, size_t capacity, size_t *n);
 
-/* ADAPTER CACHE
- * A context can hold adapters by path: registered once (no I/O), loaded at their first use
+/* ---------------------------------------------------------------- adapter cache */
+
+/* A context can hold adapters by path: registered once (no I/O), loaded at their first use
  * by llmm_seq_use_adapters, kept loaded while they fit in adapter_budget_bytes and evicted
  * least recently used first when a load exceeds it. An adapter a sequence runs with is never
  * evicted (the cache may then hold more than its budget until it is detached). Using an adapter
@@ -610,250 +844,9 @@ typedef struct llmm_adapter_cache_entry {
 /* Fill *entry (entry->size must be set) for a registered id. Errors: INVALID_ARG, NOT_FOUND. */
 LLMM_API llmm_status llmm_adapter_cache_get_entry(llmm_context *ctx, int32_t id, llmm_adapter_cache_entry *entry);
 
-/* ---------------------------------------------------------------- context stats */
-
-typedef struct llmm_context_stats {
-    uint32_t size;              /* set to sizeof(llmm_context_stats) before the call */
-    llmm_kv_type kv_type;
-    uint32_t block_size;        /* positions per block */
-    uint32_t n_seq_used;        /* sequence ids in use (created, or holding tokens) */
-    uint64_t blocks_total;
-    uint64_t blocks_used;       /* held by at least one sequence */
-    uint64_t blocks_free;       /* free, plus cached prefix blocks that may be evicted */
-    uint64_t blocks_shared;     /* held by more than one sequence */
-    uint64_t blocks_cached;     /* prefix-cache blocks held by no sequence (evictable) */
-    uint64_t kv_bytes;          /* bytes of the KV pool */
-    uint64_t block_bytes;       /* bytes of one block (all layers, K and V) */
-    double fragmentation;       /* unused slots in partly filled blocks / slots of used blocks */
-    uint64_t tokens_prefilled;  /* since the context was created */
-    uint64_t tokens_decoded;
-    double prefill_ms;          /* wall time spent in llmm_prefill */
-    double decode_ms;           /* wall time spent in llmm_decode */
-    uint64_t prefix_hits;       /* tokens whose prefill the prefix cache saved */
-    /* --- since the CUDA backend: where a context's cold start went, in wall milliseconds (0 for
-       a phase that did not happen) --- */
-    double module_load_ms;      /* loading and checking the backend module (0 for the CPU's) */
-    double backend_init_ms;     /* the backend's start: on CUDA the device context and stream */
-    double weights_ms;          /* preparing the weights: uploading them (CUDA; only the model's
-                                   first context on a device pays it) or the CPU's checks */
-    double warmup_ms;           /* llmm_context_warmup, all calls */
-    double graph_capture_ms;    /* capturing decode steps as CUDA graphs, warm-up included */
-    double first_token_ms;      /* the first llmm_prefill or llmm_decode: its whole wall time */
-    uint32_t graphs;            /* decode-step graphs the backend holds (one per batch size) */
-    uint64_t graph_replays;     /* decode steps run by replaying a graph */
-} llmm_context_stats;
-
-/* Fill *stats (stats->size must be set) with the KV pool's occupancy, the work done so far and
- * the cold-start breakdown. Callers built before the cold-start fields pass the smaller size
- * and get the fields they know. Errors: INVALID_ARG. */
-LLMM_API llmm_status llmm_context_get_stats(llmm_context *ctx, llmm_context_stats *stats);
-
-/* Pay a context's one-time costs now rather than in the first request: runs dummy decode steps
- * of 1, 2, ... up to min(n_seq_max, 8) rows on sequence ids not in use, so that the CUDA backend
- * captures its decode graph for each of those batch sizes and loads every kernel, and the CPU
- * backend makes all its packed weight copies (normal decode steps make them a bounded share at
- * a time). The dummy rows' K/V go to free blocks that are given
- * back afterwards; no sequence in use, no logits readable with llmm_logits and no stats other
- * than warmup_ms and the graph fields change. Call it once after llmm_context_create, from the
- * thread that uses the context; calling it again is cheap. Errors: INVALID_ARG, CONTEXT_FULL
- * (no unused sequence id or no free KV block: nothing was warmed; blocks of
- * the prefix cache are never evicted for it), BACKEND, NO_MEMORY. */
-LLMM_API llmm_status llmm_context_warmup(llmm_context *ctx);
-
-/* ---------------------------------------------------------------- sampler */
-
-
-typedef struct llmm_sampler_params {
-    uint32_t size;           /* sizeof(llmm_sampler_params) */
-    float temperature;       /* 0 = greedy (argmax, lowest id on ties); default 0.8 */
-    int32_t top_k;           /* 0 = off; default 40 */
-    float top_p;             /* 1 = off; default 0.95 */
-    float min_p;             /* 0 = off; default 0.05 */
-    float repeat_penalty;    /* 1 = off (default) */
-    float frequency_penalty; /* 0 = off (default) */
-    float presence_penalty;  /* 0 = off (default) */
-    int32_t penalty_last_n;  /* window of accepted tokens the penalties see (default 64) */
-    uint64_t seed;           /* same seed, same draws on every platform (default 0) */
-} llmm_sampler_params;
-
-LLMM_API llmm_status llmm_sampler_params_default(llmm_sampler_params *params, size_t struct_size);
-/* Create a sampler (params NULL = defaults). Errors: INVALID_ARG, NO_MEMORY. */
-LLMM_API llmm_status llmm_sampler_create(const llmm_sampler_params *params, llmm_sampler **out);
-LLMM_API void llmm_sampler_free(llmm_sampler *sampler);
-LLMM_API const char *llmm_sampler_last_error(const llmm_sampler *sampler);
-/* Choose a token from n_vocab logits (not modified). Does not accept it: call
- * llmm_sampler_accept with the token actually used, so the penalties see it. -inf masks a
- * token. Errors: INVALID_ARG (NULL, n_vocab 0 or above INT32_MAX, every logit -inf), NUMERICAL
- * (a NaN or +inf logit, which only broken or hostile weights give: the message names the first;
- * no token, nothing drawn), NO_MEMORY. Softmax runs in double after subtracting the largest
- * logit, so finite logits of any size (+-1e30, +-FLT_MAX) are safe. */
-LLMM_API llmm_status llmm_sample(llmm_sampler *sampler, const float *logits, size_t n_vocab,
-                                 llmm_token *out);
-LLMM_API llmm_status llmm_sampler_accept(llmm_sampler *sampler, llmm_token token);
-/* Forget accepted tokens and restart the RNG from the seed. */
-LLMM_API llmm_status llmm_sampler_reset(llmm_sampler *sampler);
-
-/* ---------------------------------------------------------------- grammars */
-
-/* GRAMMARS constrain sampling so that the generated text always belongs to a language: a GBNF
- * grammar (the syntax of llama.cpp's grammars, docs/grammars.md) or a JSON Schema. An
- * llmm_grammar is compiled once and is immutable apart from an internally locked cache of
- * token masks: any number of threads may use it at once. An llmm_grammar_state is one
- * sequence's position in it (the stacks of a pushdown matcher), used by one thread at a time
- * together with the states cloned from it (they share the mask cache of their grammar only).
- * Tokens are matched by the bytes llmm_token_to_piece gives them without flags, so a token may
- * cross rule boundaries or end inside a UTF-8 character; tokens without bytes (control tokens)
- * are never allowed, and end-of-generation tokens (LLMM_TOKEN_ATTR_EOS) are allowed exactly
- * when the text so far is a complete sentence of the grammar. */
-typedef struct llmm_grammar llmm_grammar;
-typedef struct llmm_grammar_state llmm_grammar_state;
-
-/* Compile len bytes of GBNF text with start rule root (NULL = "root") into *out. model gives
- * the vocabulary the grammar will mask (it must outlive the grammar); NULL compiles a grammar
- * for llmm_grammar_state_accept_bytes only. The vocabulary's token table is built here (about
- * 0.1 s for a 150k vocabulary), so compile once and share. err (err_size bytes, may be NULL)
- * receives the reason for a failure: "line L, column C: expected ..." for syntax errors (columns
- * count characters from 1), undefined rules, a missing start rule and left recursion.
- * Errors: INVALID_ARG, NO_MEMORY. */
-LLMM_API llmm_status llmm_grammar_create(const llmm_model *model, const char *gbnf, size_t len, const char *root,
-                                         llmm_grammar **out, char *err, size_t err_size);
-/* The same from a JSON Schema (len bytes of JSON), converted to GBNF by the library's schema
- * subset (docs/grammars.md); an unsupported keyword fails with INVALID_ARG and a message naming
- * it. Errors: INVALID_ARG, NO_MEMORY. */
-LLMM_API llmm_status llmm_grammar_from_json_schema(const llmm_model *model, const char *schema, size_t len,
-                                                   llmm_grammar **out, char *err, size_t err_size);
-/* Free a grammar; every state made from it must be freed first. NULL is allowed. */
-LLMM_API void llmm_grammar_free(llmm_grammar *grammar);
-
-/* A state at the start of grammar (which must outlive it). Errors: INVALID_ARG, NO_MEMORY. */
-LLMM_API llmm_status llmm_grammar_state_create(const llmm_grammar *grammar, llmm_grammar_state **out);
-/* An independent copy of state, for a forked sequence or a speculative draft: advancing one
- * never changes the other. Errors: INVALID_ARG, NO_MEMORY. */
-LLMM_API llmm_status llmm_grammar_state_clone(const llmm_grammar_state *state, llmm_grammar_state **out);
-/* Back to the start of the grammar. Errors: INVALID_ARG, NO_MEMORY. */
-LLMM_API llmm_status llmm_grammar_state_reset(llmm_grammar_state *state);
-/* NULL is allowed. */
-LLMM_API void llmm_grammar_state_free(llmm_grammar_state *state);
-/* The message of the state's last failure ("" when none); valid until the next call on it. */
-LLMM_API const char *llmm_grammar_state_last_error(const llmm_grammar_state *state);
-
-/* Advance by a token chosen for the sequence. An end-of-generation token is accepted when the
- * text may end here and changes nothing. Errors: INVALID_ARG (NULL, no vocabulary, token out
- * of range, or a token the grammar does not allow here: the state is then unchanged),
- * NO_MEMORY. */
-LLMM_API llmm_status llmm_grammar_state_accept_token(llmm_grammar_state *state, llmm_token token);
-/* Advance by n bytes of text (a UTF-8 character may be split across calls). Errors: INVALID_ARG
- * (the grammar does not allow these bytes here: the state is unchanged), NO_MEMORY. */
-LLMM_API llmm_status llmm_grammar_state_accept_bytes(llmm_grammar_state *state, const char *bytes, size_t n);
-/* *allowed = 1 when token may come next (see accept_token). Errors: INVALID_ARG, NO_MEMORY. */
-LLMM_API llmm_status llmm_grammar_state_allows(llmm_grammar_state *state, llmm_token token, int *allowed);
-/* *can_end = 1 when the text so far is a complete sentence (the grammar may end here);
- * *must_end = 1 when, moreover, nothing may follow. Either pointer may be NULL. */
-LLMM_API llmm_status llmm_grammar_state_can_end(const llmm_grammar_state *state, int *can_end, int *must_end);
-/* Set to -INFINITY the logits of the n_vocab tokens (the model's vocabulary size) that may not
- * come next. Errors: INVALID_ARG (n_vocab is not the grammar's vocabulary size), NO_MEMORY. */
-LLMM_API llmm_status llmm_grammar_state_mask(llmm_grammar_state *state, float *logits, size_t n_vocab);
-/* Choose the next token under the grammar: the sampler first samples the unmasked logits and,
- * when that token is allowed, it is the answer; otherwise the disallowed logits are masked (on
- * a copy: logits are not modified) and the sampler samples again. For greedy and for plain
- * temperature sampling this is the same distribution as sampling the masked logits; with top-k,
- * top-p or min-p the first draw's truncation sees the unmasked logits. Neither the sampler nor
- * the state accepts the token: call llmm_sampler_accept and llmm_grammar_state_accept_token.
- * Errors: those of llmm_sample, INVALID_ARG (n_vocab mismatch), NOT_FOUND (no token of the
- * vocabulary may come next: the grammar must end and the vocabulary has no end token, or it
- * needs a character no token holds), NO_MEMORY. */
-LLMM_API llmm_status llmm_grammar_sample(llmm_sampler *sampler, llmm_grammar_state *state, const float *logits,
-                                         size_t n_vocab, llmm_token *out);
-
-/* ---------------------------------------------------------------- generate */
-
-/* Receives output bytes as they are produced. complete_utf8 is 1 when the bytes end on a
- * complete UTF-8 character (an incomplete tail is delivered again, completed, never split
- * across calls unless the model emits invalid UTF-8). Return non-zero to stop. */
-typedef int (*llmm_stream_fn)(void *user, const char *bytes, size_t n, int complete_utf8);
-
-typedef enum llmm_stop_reason {
-    LLMM_STOP_NONE = 0,
-    LLMM_STOP_MAX_TOKENS = 1,
-    LLMM_STOP_EOS = 2,
-    LLMM_STOP_STRING = 3,
-    LLMM_STOP_CALLBACK = 4,
-    LLMM_STOP_CONTEXT_FULL = 5,
-    LLMM_STOP_GRAMMAR = 6 /* the grammar's sentence is complete: nothing may follow */
-} llmm_stop_reason;
-
-typedef struct llmm_generate_params {
-    uint32_t size;                 /* sizeof(llmm_generate_params) */
-    llmm_seq_id seq;               /* sequence to use (default 0); cleared first */
-    int32_t max_tokens;            /* default 128 */
-    uint32_t tokenize_flags;       /* default LLMM_TOKENIZE_ADD_SPECIAL */
-    const llmm_sampler_params *sampling; /* NULL = llmm_sampler_params_default */
-    const char *const *stop_strings;     /* optional, n_stop NUL-terminated strings */
-    size_t n_stop;
-    llmm_stream_fn on_bytes;       /* optional */
-    void *user;
-    llmm_token *out_tokens;        /* optional: generated ids are written here */
-    size_t out_capacity;
-    /* --- since speculative decoding (docs/api.md "Speculative decoding"): each step verifies
-       the tokens a proposer guessed in one forward pass; greedy output is the same token for
-       token as without, sampled output follows the same distribution --- */
-    const llmm_model *spec_draft_model; /* optional draft model with the target's vocabulary (same
-                                      tokens and special ids, else INVALID_ARG); it gets a
-                                      context of its own for the call. Wins over spec_ngram */
-    int32_t spec_max_tokens;       /* proposals per step at most, 1..LLMM_SPEC_MAX_TOKENS (default 8);
-                                      a draft's length adapts within [1, spec_max_tokens] */
-    int32_t spec_ngram;            /* prompt lookup: propose what followed the last spec_ngram tokens
-                                      earlier in the sequence (prompt and output); 0 = off (default) */
-    int32_t spec_min_ngram;        /* shorter matches tried down to this length (default 1) */
-    /* --- since grammars (docs/grammars.md): the output is a sentence of the grammar --- */
-    const char *grammar_text;      /* optional NUL-terminated GBNF, start rule "root", compiled per call */
-    const llmm_grammar *grammar;   /* optional, compiled for the context's model; wins over grammar_text.
-                                      Not together with spec_draft_model or spec_ngram (INVALID_ARG) */
-} llmm_generate_params;
-
-typedef struct llmm_generate_stats {
-    uint32_t size;            /* set to sizeof(llmm_generate_stats) before the call */
-    size_t n_prompt;
-    size_t n_generated;
-    double load_ms;           /* the model's load time */
-    double prompt_ms;         /* prefill time */
-    double first_token_ms;    /* from the call's start to the first generated token */
-    double generate_ms;       /* time of all decode steps */
-    double prompt_tokens_per_s;
-    double generate_tokens_per_s;
-    llmm_stop_reason stop_reason;
-    /* --- since speculative decoding (all 0 without it, except n_target_steps) --- */
-    uint64_t spec_proposed;   /* tokens the proposer guessed */
-    uint64_t spec_accepted;   /* of those, tokens the target kept */
-    double spec_acceptance;   /* spec_accepted / spec_proposed */
-    uint64_t n_target_steps;  /* the target's forward steps after the prompt (verify or decode) */
-    double spec_draft_ms;     /* time the proposer took (a draft model's prefill and decode) */
-    double spec_speedup_estimate; /* generated tokens per target step, discounted by the draft's
-                                 time: (n_generated / n_target_steps) * (1 - spec_draft_ms /
-                                 generate_ms); what speculation gains where a verify step costs
-                                 what a one-token step does (memory-bound decode) */
-    double grammar_ms;        /* the grammar's share of generate_ms: checking the sampled token,
-                                 masking and sampling again when it was refused, advancing the state */
-} llmm_generate_stats;
-
-LLMM_API llmm_status llmm_generate_params_default(llmm_generate_params *params, size_t struct_size);
-
-/* Tokenize prompt, prefill it into params->seq, then sample and decode up to max_tokens,
- * streaming text through on_bytes. Stops on EOS, a stop string (its text is not streamed),
- * max_tokens, a non-zero callback return, or a full context. stats may be NULL.
- * With a grammar (params->grammar or grammar_text) every token is chosen by llmm_grammar_sample
- * (logits come back to the host each step), EOS is possible only where the grammar may end, and
- * generation stops with LLMM_STOP_GRAMMAR as soon as nothing may follow.
- * Errors: those of llmm_prefill/llmm_decode; NUMERICAL when the model's logits hold a NaN or
- * +inf (the message names the sequence and position; that token is not produced); INVALID_ARG
- * for a grammar_text that does not compile (the message says where) or a grammar compiled for
- * another model; NOT_FOUND when no token may continue the grammar; a stop is not an error. */
-LLMM_API llmm_status llmm_generate(llmm_context *ctx, const char *prompt,
-                                   const llmm_generate_params *params, llmm_generate_stats *stats);
-
 /* ---------------------------------------------------------------- speculative decoding */
 
-/* SPECULATIVE DECODING, for apps that run their own decode loop (llmm_generate does this
+/* Speculative decoding, for apps that run their own decode loop (llmm_generate does this
  * itself with the spec_* params). A speculator belongs to one context and, like it, to one
  * thread at a time. One round per sequence:
  *   1. llmm_speculator_propose: up to k guesses for what follows the sequence's tokens and its
@@ -928,48 +921,66 @@ LLMM_API llmm_status llmm_speculator_verify(llmm_speculator *spec, const llmm_sp
 LLMM_API llmm_status llmm_speculator_accept(llmm_speculator *spec, size_t item, llmm_sampler *sampler,
                                             llmm_token *out, size_t capacity, size_t *n_out);
 
-/* ---------------------------------------------------------------- chat */
+/* ---------------------------------------------------------------- context stats */
 
-/* One message of a conversation. role is "system", "user" or "assistant" (exactly, lower
- * case); content is NUL-terminated UTF-8 and is copied verbatim (some formats trim ASCII
- * whitespace from its ends, as the reference engine does). Both stay owned by the caller. */
-typedef struct llmm_chat_message {
-    const char *role;
-    const char *content;
-} llmm_chat_message;
+typedef struct llmm_context_stats {
+    uint32_t size;              /* set to sizeof(llmm_context_stats) before the call */
+    llmm_kv_type kv_type;
+    uint32_t block_size;        /* positions per block */
+    uint32_t n_seq_used;        /* sequence ids in use (created, or holding tokens) */
+    uint64_t blocks_total;
+    uint64_t blocks_used;       /* held by at least one sequence */
+    uint64_t blocks_free;       /* free, plus cached prefix blocks that may be evicted */
+    uint64_t blocks_shared;     /* held by more than one sequence */
+    uint64_t blocks_cached;     /* prefix-cache blocks held by no sequence (evictable) */
+    uint64_t kv_bytes;          /* bytes of the KV pool */
+    uint64_t block_bytes;       /* bytes of one block (all layers, K and V) */
+    double fragmentation;       /* unused slots in partly filled blocks / slots of used blocks */
+    uint64_t tokens_prefilled;  /* since the context was created */
+    uint64_t tokens_decoded;
+    double prefill_ms;          /* wall time spent in llmm_prefill */
+    double decode_ms;           /* wall time spent in llmm_decode */
+    uint64_t prefix_hits;       /* tokens whose prefill the prefix cache saved */
+    /* --- since 0.1 (ABI 1), as the fields above: appended before that release --- */
+    /* where a context's cold start went, in wall milliseconds (0 for a phase that did not happen) */
+    double module_load_ms;      /* loading and checking the backend module (0 for the CPU's) */
+    double backend_init_ms;     /* the backend's start: on CUDA the device context and stream */
+    double weights_ms;          /* preparing the weights: uploading them (CUDA; only the model's
+                                   first context on a device pays it) or the CPU's checks */
+    double warmup_ms;           /* llmm_context_warmup, all calls */
+    double graph_capture_ms;    /* capturing decode steps as CUDA graphs, warm-up included */
+    double first_token_ms;      /* the first llmm_prefill or llmm_decode: its whole wall time */
+    uint32_t graphs;            /* decode-step graphs the backend holds (one per batch size) */
+    uint64_t graph_replays;     /* decode steps run by replaying a graph */
+} llmm_context_stats;
 
-/* Render n messages as the prompt text a chat model expects, using a built-in format (no
- * Jinja is evaluated; the bytes match the reference engine's llama_chat_apply_template).
- * template_name forces a built-in format by name (see llmm_chat_template_names); NULL detects
- * it from the model's tokenizer.chat_template. add_generation_prompt != 0 appends the header
- * that opens the assistant's turn (formats whose prompt already ends where the model answers,
- * such as llama2 and mistral "[/INST]", add nothing).
- * The text holds special-token text ("<|im_start|>", "[INST]") but no leading BOS: tokenize it
- * with LLMM_TOKENIZE_PARSE_SPECIAL, and with LLMM_TOKENIZE_ADD_SPECIAL to add BOS as the
- * model's metadata asks. (llama2-sys-bos writes "<s>" between turns, as its template does.)
- * Buffer: writes the text into buf and its length in bytes into *needed. The text is
- * NUL-terminated only when capacity > *needed; capacity == *needed is enough for the bytes.
- * When capacity is smaller, returns LLMM_ERR_BUFFER_TOO_SMALL with *needed set and buf's
- * contents unspecified; buf may be NULL with capacity 0 to ask for the size. Allocates
- * nothing. Thread-safe (the model is only read; a failure's message is kept on the model).
- * Errors: INVALID_ARG (NULL model or needed, NULL messages with n > 0, a NULL role or content,
- * a role other than the three), UNSUPPORTED (template_name is not built in; or, with NULL,
- * the model has no chat template or one of no built-in family: the message names the
- * formats the app may force), BUFFER_TOO_SMALL. */
-LLMM_API llmm_status llmm_chat_format(const llmm_model *model, const char *template_name,
-                                      const llmm_chat_message *messages, size_t n,
-                                      int add_generation_prompt, char *buf, size_t capacity,
-                                      size_t *needed);
+/* Fill *stats (stats->size must be set) with the KV pool's occupancy, the work done so far and
+ * the cold-start breakdown. Callers built before the cold-start fields pass the smaller size
+ * and get the fields they know. Errors: INVALID_ARG. */
+LLMM_API llmm_status llmm_context_get_stats(llmm_context *ctx, llmm_context_stats *stats);
 
-/* The name of the built-in format llmm_chat_format(model, NULL, ...) would use, from the
- * model's tokenizer.chat_template. *name is static storage. Thread-safe.
- * Errors: INVALID_ARG, UNSUPPORTED (no template, or none built in; see llmm_chat_format). */
-LLMM_API llmm_status llmm_chat_template_detect(const llmm_model *model, const char **name);
+/* ---------------------------------------------------------------- backends */
 
-/* The names of the built-in formats, comma-separated ("chatml,llama2,..."), static storage.
- * New names may be added in later versions; none is removed. Thread-safe.
- * Errors: INVALID_ARG (NULL). */
-LLMM_API llmm_status llmm_chat_template_names(const char **names_csv);
+/* A context picks its backend with llmm_context_params.backend (llmm_backend_kind, in the
+ * contexts section); the CUDA backend is a module the library loads at run time. An app linked
+ * statically (libllmmini.a) cannot dlopen a module into itself; it links the module's archive
+ * instead and registers it once, before creating contexts:
+ *     cc app.o -lllmmini-cuda -lllmmini -L$CUDA_HOME/lib64 -lcublasLt_static -lculibos \
+ *        -lcudart_static -lstdc++ -lzstd -lpthread -ldl -lrt -lm
+ *   (-lcublasLt for -lcublasLt_static -lculibos where the toolkit has no static cuBLASLt)
+ *     llmm_cuda_register();   (llmmini-cuda.h; defined by libllmmini-cuda.a)
+ * Contexts asking for CUDA or AUTO then use the registered backend and load no module. */
+
+/* A backend module's entry point (what libllmmini-cuda.so exports): its table for the given
+ * backend API version, or NULL when it was built for another. */
+typedef const void *(*llmm_backend_entry_fn)(uint32_t backend_api_version);
+
+/* Register a statically linked backend for kind (only LLMM_BACKEND_CUDA today), in place of
+ * its module, for the whole process. The entry is checked as a loaded module is (API version,
+ * required slots); registering the same entry again is harmless, another one replaces it for
+ * contexts created afterwards. Thread-safe. Errors: INVALID_ARG (other kind, NULL entry),
+ * BACKEND (the entry's table is of another API version or incomplete). */
+LLMM_API llmm_status llmm_backend_register(llmm_backend_kind kind, llmm_backend_entry_fn entry);
 
 #ifdef __cplusplus
 }

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Symbol hygiene of the static archives (docs/abi.md): an application that links libllmmini.a
 # must not clash with our internals, so every global symbol the archives define is public
-# (an llmm_ identifier of include/llmmini.h, or a module entry point listed in a *.map file)
+# (an llmm_ identifier of include/llmmini*.h, or a module entry point listed in a *.map file)
 # or carries the internal prefix llmm__. Usage: sh tests/check-symbols.sh NM BUILD
 # Checks BUILD/libllmmini.a and, where built, libllmmini-cuda.a and libllmmini-cuda-emu.a.
 # C++ names (mangled, _Z...) of the CUDA archives are counted but not checked: a C program
@@ -11,7 +11,7 @@ set -u
 nm_tool=$1 build=$2
 public=$(mktemp)
 trap 'rm -f "$public"' EXIT
-{ grep -o 'llmm_[A-Za-z0-9_]*' include/llmmini.h; cat cuda/*.map lib/*.map | grep -o 'llmm_[A-Za-z0-9_]*'; } |
+{ grep -ho 'llmm_[A-Za-z0-9_]*' include/llmmini*.h; cat cuda/*.map lib/*.map | grep -o 'llmm_[A-Za-z0-9_]*'; } |
     sort -u > "$public"
 failed=0
 for archive in "$build/libllmmini.a" "$build/libllmmini-cuda.a" "$build/libllmmini-cuda-emu.a"; do

@@ -1,4 +1,4 @@
-/* A statically linked CUDA backend (include/llmmini.h, "STATIC BACKENDS"): this program links
+/* A statically linked CUDA backend (include/llmmini-cuda.h): this program links
  * libllmmini.a with the CUDA archive (in make test the emulated one, libllmmini-cuda-emu.a;
  * on a GPU machine libllmmini-cuda.a with cudart_static, as $(BUILD)/tests/device/) and calls
  * llmm_cuda_register. Contexts asking for CUDA must then run on it without loading any module,
@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "golden_check.h"
-#include "llmmini.h"
+#include "llmmini-cuda.h"
 #include "shared_data.h"
 
 static void test_registered_backend_runs_the_goldens(void **state) {

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "arch.h"
 #include "text/vocab_load.h"
 #include "weights.h"
 
@@ -137,6 +138,11 @@ static llmm_status load_into(llmm_model *m, const char *path, const llmm_model_p
     m->architecture = llmm__mem_strndup(m->alloc, arch ? arch->v.str.ptr : "", arch ? (size_t)arch->v.str.len : 0);
     m->name = llmm__mem_strndup(m->alloc, meta_string_or(m, "general.name", ""), strlen(meta_string_or(m, "general.name", "")));
     if (!m->architecture || !m->name) return llmm__diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory");
+    /* an architecture this build lacks is UNSUPPORTED whatever its keys hold (LFM2 stores
+     * head_count_kv per layer): its hyper-parameters would only be misread */
+    if (!m->vocab_only && !llmm__arch_find(m->architecture))
+        return llmm__diag_fail(d, LLMM_ERR_UNSUPPORTED, "architecture '%s' is not supported (supported: %s)",
+                               m->architecture, llmm__arch_supported_list());
     if ((st = read_hparams(m, d))) return st;
     for (uint64_t i = 0; i < m->gguf->n_tensors; i++) m->n_params += m->gguf->tensors[i].n_elements;
     if ((st = llmm__vocab_load(&m->vocab, m->gguf, m->alloc, &m->log, d))) return st;

@@ -1,7 +1,7 @@
 /* The CPU backend's dot products per weight type: which operand format the activations are
  * quantized to and the scalar dot of a weight row with an operand row (lib/quant*.c). The
  * matmul's generic path (the scalar kernel table, and types without SIMD kernels) calls it; the
- * SIMD kernels give its results bit for bit (cpu_kernels.h). */
+ * SIMD kernels give its results bit for bit (kernel_table.h). */
 #ifndef LLMM_CPU_DOT_H
 #define LLMM_CPU_DOT_H
 

@@ -55,7 +55,7 @@
 #include "backend/backend.h"
 #include "cpu_backend.h"
 #include "cpu_dot.h"
-#include "cpu_kernels.h"
+#include "kernel_table.h"
 #include "kv_rows.h"
 #include "packed_tiles.h"
 #include "format/quant.h"
@@ -1136,7 +1136,7 @@ static void test_rms_norm_row(void **state) {
                 CHECK_CLOSE(out[i], ref, 10 * U_F32 * fabs(ref), "%s rms_norm n=%zu i=%zu", k->name, n, i);
             }
             /* the scalar table's bits, with magnitudes spread over 2^40 (the double sum's order is
-             * the scalar's too, cpu_kernels.c, though it would show in the float mean only once in
+             * the scalar's too, cpu/kernel_table.c, though it would show in the float mean only once in
              * about 2^29 rows) */
             float *want = xmalloc(n * sizeof *want);
             for (size_t i = 0; i < n; i++) x[i] = ldexpf(x[i], (int)(i * 7919 % 41) - 30);
@@ -1713,7 +1713,7 @@ static void bench_packed_decode(void) {
 
 /* Activation rows to Q8_K (the K-quant matmuls' operand), the 0.5B model's FFN row lengths
  * (896 and 4864 rounded to multiples of 256): ns per value of the type table's quantizer (the
- * scalar path, which ops_matmul.c also copies into the split fields) and of each table's
+ * scalar path, which cpu/ops/matmul.c also copies into the split fields) and of each table's
  * quantize_q8k, best of 3 batches, the row in L1. With LLMM_BENCH_KERNELS=q8k (or =1). */
 static void bench_quantize_q8k(void) {
     const size_t sizes[] = {1024, 4608};

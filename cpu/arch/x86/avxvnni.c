@@ -74,9 +74,7 @@ const cpu_kernels AVXVNNI_TABLE = {
     .isa = CPU_ISA_AVX_VNNI,
     .matmul =
         {
-            [LLMM_TYPE_F32] = {llmm__avx2_gemm_f32, CPU_OPERAND_F32},
-            [LLMM_TYPE_F16] = {llmm__avx2_gemm_f16, CPU_OPERAND_F16},
-            [LLMM_TYPE_BF16] = {llmm__avx2_gemm_bf16, CPU_OPERAND_BF16},
+            AVX2_FLOAT_MATMULS,
             [LLMM_TYPE_Q4_0] = {vnni_q4_0, CPU_OPERAND_Q8},
             [LLMM_TYPE_Q8_0] = {vnni_q8_0, CPU_OPERAND_Q8},
             [LLMM_TYPE_Q5_0] = {vnni_q5_0, CPU_OPERAND_Q8},

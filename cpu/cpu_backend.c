@@ -3,7 +3,6 @@
 
 #include <string.h>
 
-#include "cpu_dot.h"
 #include "packed_tiles.h"
 #include "format/quant.h"
 
@@ -45,7 +44,7 @@ static int cpu_available(void) { return 1; }
 
 static int cpu_supports_type(uint32_t type) {
     const llmm_type_traits *t = llmm__type_get(type);
-    return t && t->dequant_row && llmm__cpu_dot_get(type);
+    return t && t->dequant_row && t->vec_dot; /* a kernel of this ISA, or the generic path over vec_dot */
 }
 
 /* Joins the model's copy set, creating it for the first context (under the share's lock:

@@ -4,18 +4,18 @@
  * any aarch64 CPU.
  *
  * Every SIMD kernel computes what the scalar reference computes:
- *  - int8 dots (Q4_0, Q8_0 weights): bit for bit the dot table's vec_dot (cpu/cpu_dot.h). The per-block
+ *  - int8 dots (Q4_0, Q8_0 weights): bit for bit the type's vec_dot (its trait, format/quant.h). The per-block
  *    integer sums are exact in any order; the float part, sum += (float)isum * (d_w * d_x),
  *    runs in block order with one float lane per weight row (no FMA), as the scalar loop does.
- *  - K-quant dots (Q2_K..Q6_K weights, Q8_K operand): bit for bit the dot table's vec_dot. The
+ *  - K-quant dots (Q2_K..Q6_K weights, Q8_K operand): bit for bit the type's vec_dot. The
  *    per-super-block integer sums are exact in any order; the float part,
  *    sum += x_d * (d * sum_q - dmin * sum_m), runs in block order, one lane per row, no FMA.
- *  - Q5_0, Q4_1, Q5_1, IQ4_NL weights: bit for bit the dot table's vec_dot, as Q4_0 (the min's
+ *  - Q5_0, Q4_1, Q5_1, IQ4_NL weights: bit for bit the type's vec_dot, as Q4_0 (the min's
  *    m * s_x added to each block's product before the block is summed, as the scalar does).
  *  - IQ4_XS weights (Q8_K operand): bit for bit; per super-block one exact int32 sum of the
  *    sub-block sums times their integer scales, then sum += (float)isum * (d_w * d_x).
  *  - F32 weights: bit for bit llmm__dot_f32 (eight partial sums, no FMA, tail first).
- *  - F16/BF16 weights: bit for bit the dot table's vec_dot (products exact in float, summed
+ *  - F16/BF16 weights: bit for bit the type's vec_dot (products exact in float, summed
  *    in 16 float lanes, the lanes added pairwise, then the tail in order; lib/quant.c).
  *  - attention's q.k (dot_f32, attn_scores): bit for bit the scalar table's: eight lanes of
  *    fused multiply-adds, a tree, the tail; the value sums one fmaf per value.
@@ -46,15 +46,23 @@ typedef enum cpu_isa {
     CPU_ISA_COUNT
 } cpu_isa;
 
-/* How a matmul kernel wants its activation rows; the matmul op prepares them once per call. */
+/* How a matmul kernel wants its activation rows: in the weight type's operand format (its
+ * trait's operand_type, format/blocks.h), laid out as below; the matmul op prepares them once
+ * per call. The values are the operand types' ids, so a weight type's kind is read from its
+ * row (cpu_operand_of), never restated per kernel. */
 typedef enum cpu_operand_kind {
-    CPU_OPERAND_F32,       /* the activations as they are */
-    CPU_OPERAND_F16,       /* rounded to f16 (the type table's operand), as floats in cpu_operand.f32 */
-    CPU_OPERAND_BF16,      /* rounded to bf16, as floats in cpu_operand.f32 */
-    CPU_OPERAND_Q8,        /* Q8_0 quants, split by field (cpu_operand.qs/d/sum) */
-    CPU_OPERAND_Q8K,       /* Q8_K quants, split by field (cpu_operand.qs/d/bsums) */
-    CPU_OPERAND_Q8_1,      /* Q8_1 quants, split by field (cpu_operand.qs/d/s) */
+    CPU_OPERAND_F32 = LLMM_TYPE_F32,   /* the activations as they are */
+    CPU_OPERAND_F16 = LLMM_TYPE_F16,   /* rounded to f16, as floats in cpu_operand.f32 */
+    CPU_OPERAND_BF16 = LLMM_TYPE_BF16, /* rounded to bf16, as floats in cpu_operand.f32 */
+    CPU_OPERAND_Q8 = LLMM_TYPE_Q8_0,   /* Q8_0 quants, split by field (cpu_operand.qs/d/sum) */
+    CPU_OPERAND_Q8K = LLMM_TYPE_Q8_K,  /* Q8_K quants, split by field (cpu_operand.qs/d/bsums) */
+    CPU_OPERAND_Q8_1 = LLMM_TYPE_Q8_1, /* Q8_1 quants, split by field (cpu_operand.qs/d/s) */
 } cpu_operand_kind;
+
+/* The operand a matmul by weight_type takes: a type the CPU multiplies (its trait has a vec_dot). */
+static inline cpu_operand_kind cpu_operand_of(uint32_t weight_type) {
+    return (cpu_operand_kind)llmm__type_get(weight_type)->operand_type;
+}
 
 /* n_rows activation rows of n values, prepared. The Q8 fields hold exactly the quants and
  * scales llmm__quantize_row_q8_0 produces, but split so that the int8 kernels load a block's
@@ -80,11 +88,6 @@ typedef struct cpu_operand {
 typedef void (*cpu_gemm_fn)(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows,
                             float *out, size_t ldo);
 
-typedef struct cpu_matmul_kernel {
-    cpu_gemm_fn gemm; /* NULL: the generic path through the dot table's vec_dot */
-    cpu_operand_kind operand;
-} cpu_matmul_kernel;
-
 /* The K or V rows of one attention chunk as the kernel files walk them: float rows anywhere
  * (row j at f32[j]) or F16 rows at a fixed stride (row j at f16 + j * stride). Each file
  * writes its attention loops once over this, with the row format a constant at each entry
@@ -98,11 +101,12 @@ typedef struct cpu_attn_rows {
 typedef struct cpu_kernels {
     const char *name;
     cpu_isa isa;
-    cpu_matmul_kernel matmul[LLMM_TYPE_COUNT];
+    /* By weight type: this ISA's kernel, over operand rows of cpu_operand_of(type); NULL: the
+     * generic path through the type's vec_dot (every type in the scalar table). */
+    cpu_gemm_fn matmul[LLMM_TYPE_COUNT];
     /* The same matmul over a packed copy of the weight (packed_tiles.h: w->data the copy,
-     * w->ne1 its whole tiles' rows), matmul[type]'s operand, bit for bit its results; NULL
-     * where this table does not pack the type (the scalar and NEON tables pack none; AVX2 (and AVX-VNNI) packs
-     * Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q4_K, Q5_K and Q6_K, AVX-512 those and IQ4_XS). */
+     * w->ne1 its whole tiles' rows), bit for bit its results; NULL where this table does not
+     * pack the type (the scalar and NEON tables pack none). */
     cpu_gemm_fn matmul_packed[LLMM_TYPE_COUNT];
     /* Tiles [t0, t1) of w (a type matmul_packed reads) into copy, byte for byte
      * llmm__packed_tiles_pack's result; NULL where matmul_packed is all NULL */

@@ -1,4 +1,4 @@
-/* The weight-block families the K-quant and legacy matmul kernels handle, and where each
+/* The weight-block families the int8, K-quant and legacy matmul kernels handle, and where each
  * block keeps its fields: ISA-independent, shared by the x86 and NEON kernel headers. Every
  * function takes a kind that is a constant at its call sites, so it folds to a number. */
 #ifndef LLMM_CPU_BLOCK_KINDS_H
@@ -10,6 +10,14 @@
 #include "format/quant.h"
 
 #define BLOCK_KIND_INLINE static inline __attribute__((always_inline))
+
+/* The types of the int8 tiles (gemm_int8.h of each architecture): Q4_0, Q8_0 and IQ4_NL (Q4_0's
+ * layout, each nibble an index into a codebook). */
+typedef enum q_kind { Q_Q4_0, Q_Q8_0, Q_IQ4_NL } q_kind;
+
+BLOCK_KIND_INLINE size_t q_block_bytes(q_kind k) {
+    return k == Q_Q8_0 ? sizeof(block_q8_0) : k == Q_Q4_0 ? sizeof(block_q4_0) : sizeof(block_iq4_nl);
+}
 
 typedef enum kq_kind { KQ_Q2, KQ_Q3, KQ_Q4, KQ_Q5, KQ_Q6 } kq_kind;
 

@@ -1,8 +1,9 @@
 /* y = W x for a batch of rows: the one op that reads the weights, so the one that sets decode
- * speed. Activations are converted once per call to the weight type's dot operand (Q8_0 for
- * the quantized types, as the reference engine does); weight rows are then split into one
- * contiguous stretch per thread (the pool's segments), each cut into chunks of halving size
- * (chunk_tiles), each chunk computing its rows for every activation row. So a thread streams
+ * speed. Activations are converted once per call to the weight type's dot operand (its
+ * trait's operand_type: Q8_0, Q8_1 or Q8_K for the quantized types, as the reference engine
+ * does); weight rows are then split into one contiguous stretch per thread (the pool's
+ * segments), each cut into chunks of halving size (chunk_tiles), each chunk computing its rows
+ * for every activation row. So a thread streams
  * its stretch front to back, the kernels prefetching across chunk boundaries, and a thread
  * that finishes early takes the small chunks at the back of another's stretch.
  *
@@ -19,7 +20,6 @@
 #include <string.h>
 
 #include "cpu_backend.h"
-#include "cpu_dot.h"
 #include "packed_tiles.h"
 #include "format/quant.h"
 #include "weight_copy.h"
@@ -187,7 +187,7 @@ static void run_task(cpu_state *s, matmul_task *t, const llmm_tensor *const *w, 
     t->n_tiles = 0;
     for (size_t i = 0; i < n_w; i++) {
         t->part[i] = (matmul_part){
-            .w = w[i], .out = out[i], .gemm = s->k->matmul[w[i]->type].gemm, .first_tile = t->n_tiles};
+            .w = w[i], .out = out[i], .gemm = s->k->matmul[w[i]->type], .first_tile = t->n_tiles};
         use_copy(s, &t->part[i], t->n_rows);
         t->n_tiles += ((size_t)w[i]->ne1 + TILE_ROWS - 1) / TILE_ROWS;
     }
@@ -353,16 +353,16 @@ static llmm_status prepare_operand(cpu_state *s, cpu_operand_kind kind, const fl
     return LLMM_OK;
 }
 
-static llmm_status prepare_generic(cpu_state *s, const cpu_dot *dot, const float *x, size_t n_rows, size_t ne0,
-                                   matmul_task *t) {
-    t->dot = dot->vec_dot;
-    if (dot->operand_type == LLMM_TYPE_F32) {
+static llmm_status prepare_generic(cpu_state *s, const llmm_type_traits *tt, const float *x, size_t n_rows,
+                                   size_t ne0, matmul_task *t) {
+    t->dot = tt->vec_dot;
+    if (tt->operand_type == LLMM_TYPE_F32) {
         t->xq = x;
         t->xq_row_bytes = ne0 * sizeof(float);
         return LLMM_OK;
     }
-    const llmm_type_traits *op = llmm__type_get(dot->operand_type);
-    t->xq_row_bytes = llmm__row_bytes(dot->operand_type, ne0);
+    const llmm_type_traits *op = llmm__type_get(tt->operand_type);
+    t->xq_row_bytes = llmm__row_bytes(tt->operand_type, ne0);
     void *xq = llmm__cpu_scratch(s, t->xq_row_bytes * n_rows);
     if (!xq) return LLMM_ERR_NO_MEMORY;
     for (size_t r = 0; r < n_rows; r++) op->from_float(x + r * ne0, (uint8_t *)xq + r * t->xq_row_bytes, ne0);
@@ -375,10 +375,9 @@ llmm_status llmm__cpu_matmul_multi(void *state, const llmm_tensor *const *w, siz
                              float *const *out) {
     cpu_state *s = state;
     int one_operand = n_w >= 1 && n_w <= MATMUL_MAX_PARTS;
-    for (size_t i = 0; i < n_w && one_operand; i++) {
-        const cpu_matmul_kernel *k = &s->k->matmul[w[i]->type];
-        one_operand = k->gemm && k->operand == s->k->matmul[w[0]->type].operand && w[i]->ne0 == w[0]->ne0;
-    }
+    for (size_t i = 0; i < n_w && one_operand; i++)
+        one_operand = s->k->matmul[w[i]->type] && cpu_operand_of(w[i]->type) == cpu_operand_of(w[0]->type) &&
+                      w[i]->ne0 == w[0]->ne0;
     if (!one_operand) { /* types without a kernel, or wanting different operands: one by one */
         for (size_t i = 0; i < n_w; i++) {
             llmm_status st = llmm__cpu_matmul(state, w[i], x, n_rows, out[i]);
@@ -386,9 +385,8 @@ llmm_status llmm__cpu_matmul_multi(void *state, const llmm_tensor *const *w, siz
         }
         return LLMM_OK;
     }
-    const cpu_matmul_kernel *kern = &s->k->matmul[w[0]->type];
     matmul_task t = {.n_rows = n_rows};
-    llmm_status st = prepare_operand(s, kern->operand, x, n_rows, (size_t)w[0]->ne0, &t.x);
+    llmm_status st = prepare_operand(s, cpu_operand_of(w[0]->type), x, n_rows, (size_t)w[0]->ne0, &t.x);
     if (st) return st;
     run_task(s, &t, w, n_w, out);
     return LLMM_OK;
@@ -396,13 +394,12 @@ llmm_status llmm__cpu_matmul_multi(void *state, const llmm_tensor *const *w, siz
 
 llmm_status llmm__cpu_matmul(void *state, const llmm_tensor *w, const float *x, size_t n_rows, float *out) {
     cpu_state *s = state;
-    const cpu_dot *dot = llmm__cpu_dot_get(w->type);
-    if (!dot) return LLMM_ERR_UNSUPPORTED;
+    const llmm_type_traits *tt = llmm__type_get(w->type);
+    if (!tt || !tt->vec_dot) return LLMM_ERR_UNSUPPORTED;
     const size_t ne0 = (size_t)w->ne0;
-    const cpu_matmul_kernel *kern = &s->k->matmul[w->type];
     matmul_task t = {.n_rows = n_rows};
-    llmm_status st = kern->gemm ? prepare_operand(s, kern->operand, x, n_rows, ne0, &t.x)
-                                : prepare_generic(s, dot, x, n_rows, ne0, &t);
+    llmm_status st = s->k->matmul[w->type] ? prepare_operand(s, cpu_operand_of(w->type), x, n_rows, ne0, &t.x)
+                                           : prepare_generic(s, tt, x, n_rows, ne0, &t);
     if (st) return st;
     run_task(s, &t, &w, 1, &out);
     return LLMM_OK;

@@ -24,15 +24,10 @@
 
 #include "kernel_table.h"
 #include "simd.h"
+#include "kernels/block_kinds.h"
 #include "kernels/gemm_tiles.h"
 
 #define Q_ROWS 4 /* weight rows per tile: one per float lane */
-
-typedef enum q_kind { Q_Q4_0, Q_Q8_0, Q_IQ4_NL } q_kind;
-
-SIMD_ALWAYS_INLINE size_t q_block_bytes(q_kind k) {
-    return k == Q_Q8_0 ? sizeof(block_q8_0) : k == Q_Q4_0 ? sizeof(block_q4_0) : sizeof(block_iq4_nl);
-}
 
 /* Lane i: weight row i's block sum, from the four rows' partial sums v[i]. */
 SIMD_ALWAYS_INLINE int32x4_t block_sums(const int32x4_t v[Q_ROWS]) {

@@ -3,7 +3,7 @@
  * and float fold it reuses, and gets gemm_iq4_xs (cpu_gemm_fn). The x86 version
  * (arch/x86/gemm_iq4_xs.h) says how: per sub-block of 32 the rows' integer sums, times the rows'
  * factors ls - 32, summed over the super-block in int32, then scaled once as the scalar dot
- * does, so bit-identical to the dot table's vec_dot. */
+ * does, so bit-identical to the type's vec_dot. */
 #ifndef LLMM_GEMM_IQ4_XS_NEON_H
 #define LLMM_GEMM_IQ4_XS_NEON_H
 

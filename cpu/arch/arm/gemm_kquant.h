@@ -12,7 +12,7 @@
  * sum += x_d * (d * sum_q - dmin * sum_m). The integer sums here are the same integers, added in
  * another order (exact: |sum_q| < 2^28); the float part runs lane by lane (lane i = weight row
  * i) in block order, in the scalar's operation order, without FMA: every output is
- * bit-identical to the dot table's vec_dot.
+ * bit-identical to the type's vec_dot.
  *
  * Layout of the work: a tile is 4 weight rows times up to KQ_TILE_X operand rows. Per super-
  * block, each weight row is decoded once into 256 signed quants (16 vectors in weight order,

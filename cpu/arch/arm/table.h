@@ -39,21 +39,21 @@ void llmm__neon_attn_values_f16(float *out, size_t nh, size_t hd, const float *w
  * K-quant kernels (see the top). */
 #define NEON_MATMUL_KERNELS                                                                                     \
     .matmul = {                                                                                                 \
-        [LLMM_TYPE_F32] = {llmm__neon_gemm_f32, CPU_OPERAND_F32},                                              \
-        [LLMM_TYPE_F16] = {llmm__neon_gemm_f16, CPU_OPERAND_F16},                                              \
-        [LLMM_TYPE_BF16] = {llmm__neon_gemm_bf16, CPU_OPERAND_BF16},                                           \
-        [LLMM_TYPE_Q4_0] = {gemm_q4_0, CPU_OPERAND_Q8},                                                        \
-        [LLMM_TYPE_Q8_0] = {gemm_q8_0, CPU_OPERAND_Q8},                                                        \
-        [LLMM_TYPE_Q5_0] = {gemm_q5_0, CPU_OPERAND_Q8},                                                        \
-        [LLMM_TYPE_IQ4_NL] = {gemm_iq4_nl, CPU_OPERAND_Q8},                                                    \
-        [LLMM_TYPE_IQ4_XS] = {gemm_iq4_xs, CPU_OPERAND_Q8K},                                                   \
-        [LLMM_TYPE_Q4_1] = {gemm_q4_1, CPU_OPERAND_Q8_1},                                                      \
-        [LLMM_TYPE_Q5_1] = {gemm_q5_1, CPU_OPERAND_Q8_1},                                                      \
-        [LLMM_TYPE_Q2_K] = {gemm_q2_K, CPU_OPERAND_Q8K},                                                       \
-        [LLMM_TYPE_Q3_K] = {gemm_q3_K, CPU_OPERAND_Q8K},                                                       \
-        [LLMM_TYPE_Q4_K] = {gemm_q4_K, CPU_OPERAND_Q8K},                                                       \
-        [LLMM_TYPE_Q5_K] = {gemm_q5_K, CPU_OPERAND_Q8K},                                                       \
-        [LLMM_TYPE_Q6_K] = {gemm_q6_K, CPU_OPERAND_Q8K},                                                       \
+        [LLMM_TYPE_F32] = llmm__neon_gemm_f32,                                              \
+        [LLMM_TYPE_F16] = llmm__neon_gemm_f16,                                              \
+        [LLMM_TYPE_BF16] = llmm__neon_gemm_bf16,                                            \
+        [LLMM_TYPE_Q4_0] = gemm_q4_0,                                                       \
+        [LLMM_TYPE_Q8_0] = gemm_q8_0,                                                       \
+        [LLMM_TYPE_Q5_0] = gemm_q5_0,                                                       \
+        [LLMM_TYPE_IQ4_NL] = gemm_iq4_nl,                                                   \
+        [LLMM_TYPE_IQ4_XS] = gemm_iq4_xs,                                                   \
+        [LLMM_TYPE_Q4_1] = gemm_q4_1,                                                       \
+        [LLMM_TYPE_Q5_1] = gemm_q5_1,                                                       \
+        [LLMM_TYPE_Q2_K] = gemm_q2_K,                                                       \
+        [LLMM_TYPE_Q3_K] = gemm_q3_K,                                                       \
+        [LLMM_TYPE_Q4_K] = gemm_q4_K,                                                       \
+        [LLMM_TYPE_Q5_K] = gemm_q5_K,                                                       \
+        [LLMM_TYPE_Q6_K] = gemm_q6_K,                                                       \
     }
 /* The operand, row and element-wise entries of neon.c. */
 #define NEON_ROW_KERNELS                                                                                        \

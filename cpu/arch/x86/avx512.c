@@ -135,21 +135,21 @@ static void avx512_attn_values_f16(float *out, size_t nh, size_t hd, const float
         .isa = ISA,                                                                                      \
         .matmul =                                                                                        \
             {                                                                                            \
-                [LLMM_TYPE_F32] = {llmm__avx2_gemm_f32, CPU_OPERAND_F32},                                      \
-                [LLMM_TYPE_F16] = {gemm_f16_rows_avx512, CPU_OPERAND_F16},                               \
-                [LLMM_TYPE_BF16] = {gemm_bf16_rows_avx512, CPU_OPERAND_BF16},                            \
-                [LLMM_TYPE_Q4_0] = {Q4_0, CPU_OPERAND_Q8},                                               \
-                [LLMM_TYPE_Q8_0] = {Q8_0, CPU_OPERAND_Q8},                                               \
-                [LLMM_TYPE_Q5_0] = {Q5_0, CPU_OPERAND_Q8},                                               \
-                [LLMM_TYPE_Q4_1] = {gemm_q4_1_rows16, CPU_OPERAND_Q8_1},                                 \
-                [LLMM_TYPE_Q5_1] = {gemm_q5_1_rows16, CPU_OPERAND_Q8_1},                                 \
-                [LLMM_TYPE_IQ4_NL] = {gemm_iq4_nl_avx512, CPU_OPERAND_Q8},                               \
-                [LLMM_TYPE_IQ4_XS] = {gemm_iq4_xs_avx512, CPU_OPERAND_Q8K},                              \
-                [LLMM_TYPE_Q2_K] = {gemm_q2_K_avx512, CPU_OPERAND_Q8K},                                  \
-                [LLMM_TYPE_Q3_K] = {gemm_q3_K_avx512, CPU_OPERAND_Q8K},                                  \
-                [LLMM_TYPE_Q4_K] = {gemm_q4_K_avx512, CPU_OPERAND_Q8K},                                  \
-                [LLMM_TYPE_Q5_K] = {gemm_q5_K_avx512, CPU_OPERAND_Q8K},                                  \
-                [LLMM_TYPE_Q6_K] = {gemm_q6_K_avx512, CPU_OPERAND_Q8K},                                  \
+                [LLMM_TYPE_F32] = llmm__avx2_gemm_f32,                                                   \
+                [LLMM_TYPE_F16] = gemm_f16_rows_avx512,                                                  \
+                [LLMM_TYPE_BF16] = gemm_bf16_rows_avx512,                                                \
+                [LLMM_TYPE_Q4_0] = Q4_0,                                                                 \
+                [LLMM_TYPE_Q8_0] = Q8_0,                                                                 \
+                [LLMM_TYPE_Q5_0] = Q5_0,                                                                 \
+                [LLMM_TYPE_Q4_1] = gemm_q4_1_rows16,                                                     \
+                [LLMM_TYPE_Q5_1] = gemm_q5_1_rows16,                                                     \
+                [LLMM_TYPE_IQ4_NL] = gemm_iq4_nl_avx512,                                                 \
+                [LLMM_TYPE_IQ4_XS] = gemm_iq4_xs_avx512,                                                 \
+                [LLMM_TYPE_Q2_K] = gemm_q2_K_avx512,                                                     \
+                [LLMM_TYPE_Q3_K] = gemm_q3_K_avx512,                                                     \
+                [LLMM_TYPE_Q4_K] = gemm_q4_K_avx512,                                                     \
+                [LLMM_TYPE_Q5_K] = gemm_q5_K_avx512,                                                     \
+                [LLMM_TYPE_Q6_K] = gemm_q6_K_avx512,                                                     \
             },                                                                                           \
         .matmul_packed =                                                                                 \
             {                                                                                            \

@@ -41,7 +41,7 @@
 #define AVX2_MATMUL(NAME, TYPE)                                                                                \
     static void NAME(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows,         \
                      float *out, size_t ldo) {                                                                \
-        llmm__cpu_kernels_avx2.matmul[TYPE].gemm(w, j0, j1, x, n_rows, out, ldo);                                  \
+        llmm__cpu_kernels_avx2.matmul[TYPE](w, j0, j1, x, n_rows, out, ldo);                                  \
     }
 AVX2_MATMUL(avx2_q4_0, LLMM_TYPE_Q4_0)
 AVX2_MATMUL(avx2_q5_0, LLMM_TYPE_Q5_0)
@@ -75,18 +75,18 @@ const cpu_kernels AVXVNNI_TABLE = {
     .matmul =
         {
             AVX2_FLOAT_MATMULS,
-            [LLMM_TYPE_Q4_0] = {vnni_q4_0, CPU_OPERAND_Q8},
-            [LLMM_TYPE_Q8_0] = {vnni_q8_0, CPU_OPERAND_Q8},
-            [LLMM_TYPE_Q5_0] = {vnni_q5_0, CPU_OPERAND_Q8},
-            [LLMM_TYPE_IQ4_NL] = {vnni_iq4_nl, CPU_OPERAND_Q8},
-            [LLMM_TYPE_IQ4_XS] = {vnni_iq4_xs, CPU_OPERAND_Q8K},
-            [LLMM_TYPE_Q4_1] = {vnni_q4_1, CPU_OPERAND_Q8_1},
-            [LLMM_TYPE_Q5_1] = {vnni_q5_1, CPU_OPERAND_Q8_1},
-            [LLMM_TYPE_Q2_K] = {avx2_q2_K, CPU_OPERAND_Q8K},
-            [LLMM_TYPE_Q3_K] = {avx2_q3_K, CPU_OPERAND_Q8K},
-            [LLMM_TYPE_Q4_K] = {vnni_q4_K, CPU_OPERAND_Q8K},
-            [LLMM_TYPE_Q5_K] = {vnni_q5_K, CPU_OPERAND_Q8K},
-            [LLMM_TYPE_Q6_K] = {vnni_q6_K, CPU_OPERAND_Q8K},
+            [LLMM_TYPE_Q4_0] = vnni_q4_0,
+            [LLMM_TYPE_Q8_0] = vnni_q8_0,
+            [LLMM_TYPE_Q5_0] = vnni_q5_0,
+            [LLMM_TYPE_IQ4_NL] = vnni_iq4_nl,
+            [LLMM_TYPE_IQ4_XS] = vnni_iq4_xs,
+            [LLMM_TYPE_Q4_1] = vnni_q4_1,
+            [LLMM_TYPE_Q5_1] = vnni_q5_1,
+            [LLMM_TYPE_Q2_K] = avx2_q2_K,
+            [LLMM_TYPE_Q3_K] = avx2_q3_K,
+            [LLMM_TYPE_Q4_K] = vnni_q4_K,
+            [LLMM_TYPE_Q5_K] = vnni_q5_K,
+            [LLMM_TYPE_Q6_K] = vnni_q6_K,
         },
     PK_PACKED8_ENTRIES,
     AVX2_ROW_KERNELS,

@@ -26,7 +26,7 @@
  * overlap it with the tile work only partly.
  *
  * Numerics: each block's integer sum is exact; per output the float part is the AVX-512 tile's
- * (cvt(isum) x (d_w x d_x), added in block order): bit-identical to the dot table's vec_dot.
+ * (cvt(isum) x (d_w x d_x), added in block order): bit-identical to the type's vec_dot.
  * Operand rows past the last whole 16 take the AVX-512 tiles. */
 #ifndef LLMM_GEMM_AMX_H
 #define LLMM_GEMM_AMX_H

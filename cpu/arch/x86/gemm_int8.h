@@ -29,15 +29,10 @@
 
 #include "kernel_table.h"
 #include "simd.h"
+#include "kernels/block_kinds.h"
 #include "kernels/gemm_tiles.h"
 
 #define Q_ROWS 8 /* weight rows per tile: one per float lane */
-
-typedef enum q_kind { Q_Q4_0, Q_Q8_0, Q_IQ4_NL } q_kind;
-
-SIMD_ALWAYS_INLINE size_t q_block_bytes(q_kind k) {
-    return k == Q_Q8_0 ? sizeof(block_q8_0) : k == Q_Q4_0 ? sizeof(block_q4_0) : sizeof(block_iq4_nl);
-}
 
 /* The quants of one IQ4_NL block of rows a and b laid out as prep_q4_0_pair's ([a | b],
  * weights 0-15 in lo, 16-31 in hi), looked up in the codebook and prepared for dot_q8_0. */

@@ -7,7 +7,7 @@
  * one vector (lane i = weight row i) as IQ4_NL's do; they are multiplied by the rows' factors
  * and summed over the super-block in int32 (exact: |sum| <= 8 x 32 x 32 x 127 x 127 < 2^31),
  * then scaled once, sum += (float)isum * (d_w * d_x) lane by lane in block order without FMA:
- * bit-identical to the dot table's vec_dot. The factors and d of a tile's super-block are
+ * bit-identical to the type's vec_dot. The factors and d of a tile's super-block are
  * decoded from the 8 rows' block heads first (8 bytes per row and 256 weights). */
 #ifndef LLMM_GEMM_IQ4_XS_X86_H
 #define LLMM_GEMM_IQ4_XS_X86_H

@@ -12,7 +12,7 @@
  * against the operand's bytes broadcast, starting from -128 times the operand's sum over those
  * 32 quants (two of its group sums). Numerics as gemm_iq4_xs.h: per lane an exact int32
  * sum over the super-block, then sum += (float)isum * (d_w * d_x) without FMA, bit-identical
- * to the dot table's vec_dot. */
+ * to the type's vec_dot. */
 #ifndef LLMM_GEMM_IQ4_XS_ROWS16_AVX512_H
 #define LLMM_GEMM_IQ4_XS_ROWS16_AVX512_H
 

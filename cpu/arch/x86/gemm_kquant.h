@@ -13,7 +13,7 @@
  * sum += x_d * (d * sum_q - dmin * sum_m). The integer sums are exact in any order (|sum_q| <=
  * 256 x 128 x 63 x 128 < 2^31 even with the unsigned quants used here); the float part runs lane
  * by lane (lane i = weight row i) in block order, in the same operation order and without FMA,
- * so every output is bit-identical to the dot table's vec_dot.
+ * so every output is bit-identical to the type's vec_dot.
  *
  * Layout of the work: a tile is 8 weight rows times up to KQ_TILE_X operand rows. Per super-
  * block, each weight row's quants are unpacked 32 at a time into unsigned bytes, with the

@@ -20,7 +20,7 @@
  *
  * Numerics: the integer sums are exact in any order (gemm_kquant.h), and per lane the float
  * part is the scalar's x_d * (d * sum_q - dmin * sum_m), added to the row's sum super-block by
- * super-block without FMA: bit-identical to the dot table's vec_dot. */
+ * super-block without FMA: bit-identical to the type's vec_dot. */
 #ifndef LLMM_GEMM_KQUANT_ROWS16_AVX512_H
 #define LLMM_GEMM_KQUANT_ROWS16_AVX512_H
 

@@ -23,7 +23,7 @@
  * the operand quants are within [-127, 127], llmm__quantize_row_q8_0's range), each pair sum
  * widened at once. The integer sums are exact, so in any order; the float part is the AVX-512
  * tiles' (gemm_rows16.h, gemm_kquant_rows16.h), lane by lane in block order
- * without FMA: bit-identical to the dot table's vec_dot.
+ * without FMA: bit-identical to the type's vec_dot.
  *
  * With PK_VNNI (avxvnni.c: AVX-VNNI, or its EVEX form on AVX-512 CPUs), pk_dpbusd sums
  * four u8 x s8 products into each int32 lane in one instruction: no int16 step, so no
@@ -772,13 +772,7 @@ SIMD_ALWAYS_INLINE uint32_t pk_type(pk_kind k) {
         [PK_IQ4_XS] = LLMM_TYPE_IQ4_XS};
     return types[k];
 }
-SIMD_ALWAYS_INLINE size_t pk_block_bytes(pk_kind k) {
-    return pk_legacy(k) ? r16_block_bytes(pk_legacy_kind(k))
-           : k == PK_Q4_K ? sizeof(block_q4_K)
-           : k == PK_Q5_K ? sizeof(block_q5_K)
-           : k == PK_Q6_K ? sizeof(block_q6_K)
-                          : sizeof(block_iq4_xs);
-}
+SIMD_ALWAYS_INLINE size_t pk_block_bytes(pk_kind k) { return llmm_type_block_bytes(pk_type(k)); }
 
 /* All operand rows against the 16 weight rows base + i * rb as stored: each segment of the
  * tile's blocks packed into a buffer (llmm__packed_tiles_pack_groups), once per PK_FLY_ROWS operand

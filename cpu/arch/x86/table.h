@@ -41,8 +41,8 @@ void llmm__avx2_attn_values_f16(float *out, size_t nh, size_t hd, const float *w
 
 /* The float matmuls of the AVX2 and AVX-VNNI tables: elements of a .matmul initializer. */
 #define AVX2_FLOAT_MATMULS                                                                                      \
-    [LLMM_TYPE_F32] = {llmm__avx2_gemm_f32, CPU_OPERAND_F32}, [LLMM_TYPE_F16] = {llmm__avx2_gemm_f16, CPU_OPERAND_F16}, \
-    [LLMM_TYPE_BF16] = {llmm__avx2_gemm_bf16, CPU_OPERAND_BF16}
+    [LLMM_TYPE_F32] = llmm__avx2_gemm_f32, [LLMM_TYPE_F16] = llmm__avx2_gemm_f16,                               \
+    [LLMM_TYPE_BF16] = llmm__avx2_gemm_bf16
 /* The operand, row and element-wise entries every x86 table takes from the AVX2 code. */
 #define AVX2_ROW_KERNELS                                                                                    \
     .quantize_q8 = llmm__avx2_quantize_q8, .quantize_q8_1 = llmm__avx2_quantize_q8_1, .quantize_q8k = llmm__avx2_quantize_q8k, \

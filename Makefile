@@ -38,7 +38,7 @@ ALL_CFLAGS := -std=c11 -D_POSIX_C_SOURCE=200809L $(WARN) -fPIC -fvisibility=hidd
 ALL_LDFLAGS := -pthread $(SAN_FLAGS) $(LDFLAGS)
 LIBS := -lzstd -lm
 
-LIB_SRC := $(wildcard lib/*/*.c) $(wildcard cpu/*.c)
+LIB_SRC := $(wildcard lib/*/*.c) $(wildcard cpu/*.c cpu/*/*.c cpu/*/*/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 STATIC_LIB := $(BUILD)/libllmmini.a
 SONAME := libllmmini.so.$(VERSION_MAJOR)
@@ -70,31 +70,34 @@ $(BUILD)/obj/%.o: %.c | $(DEPS_OK)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
 
-# x86 SIMD kernels: only these files get target flags, so the rest of the library stays baseline
-# x86-64 and the kernels run only after the cpuid check (cpu/cpu_kernels.c). On other targets
-# the files compile to nothing. -ffp-contract=off: no fused multiply-add unless written, since
-# the kernels must round exactly as the scalar reference does.
+# x86 SIMD kernels (cpu/arch/x86/, one file per kernel table): only these files get target flags,
+# so the rest of the library stays baseline x86-64 and the kernels run only after the cpuid
+# check (cpu/kernel_table.c). On other targets the files compile to nothing. -ffp-contract=off:
+# no fused multiply-add unless written, since the kernels must round exactly as the scalar
+# reference does.
+X86_OBJ := $(BUILD)/obj/cpu/arch/x86
 ifneq ($(filter x86_64%,$(shell $(CC) -dumpmachine)),)
 SIMD_AVX2_FLAGS := -mavx2 -mfma -mf16c -ffp-contract=off
 SIMD_AVX512_FLAGS := $(SIMD_AVX2_FLAGS) -mavx512f -mavx512bw -mavx512vl -mavx512vnni
-$(BUILD)/obj/cpu/%_avx2.o: ALL_CFLAGS += $(SIMD_AVX2_FLAGS)
-$(BUILD)/obj/cpu/%_avxvnni.o: ALL_CFLAGS += $(SIMD_AVX2_FLAGS) -mavxvnni
+$(X86_OBJ)/avx2.o: ALL_CFLAGS += $(SIMD_AVX2_FLAGS)
+$(X86_OBJ)/avxvnni.o: ALL_CFLAGS += $(SIMD_AVX2_FLAGS) -mavxvnni
 # the EVEX copy of the AVX-VNNI table keeps to AVX2's 16 vector registers, so that it spills
 # (and is timed) as the VEX code on a CPU with AVX-VNNI would (GCC only: clang lacks the flag)
 ifeq ($(shell $(CC) --version 2>/dev/null | grep -c clang),0)
 AVX2_REGISTERS_ONLY := $(foreach r,$(shell seq 16 31),-ffixed-xmm$(r))
 endif
-$(BUILD)/obj/cpu/%_avxvnni_evex.o: ALL_CFLAGS += $(SIMD_AVX512_FLAGS) $(AVX2_REGISTERS_ONLY)
-$(BUILD)/obj/cpu/%_avx512.o: ALL_CFLAGS += $(SIMD_AVX512_FLAGS) -mamx-tile -mamx-int8
+$(X86_OBJ)/avxvnni_evex.o: ALL_CFLAGS += $(SIMD_AVX512_FLAGS) $(AVX2_REGISTERS_ONLY)
+$(X86_OBJ)/avx512.o: ALL_CFLAGS += $(SIMD_AVX512_FLAGS) -mamx-tile -mamx-int8
 endif
 
-# aarch64 NEON kernels: Advanced SIMD is baseline, so kernels_neon.c needs no target flag; only
-# the dotprod file gets ARMv8.2's SDOT, and runs only after the hwcap check (cpu/cpu_kernels.c).
-# -ffp-contract=off as for x86 (already implied by -std=c11, said here because the bit-exact
-# F32 matmul and axpy depend on it).
+# aarch64 NEON kernels (cpu/arch/arm/): Advanced SIMD is baseline, so neon.c needs no target
+# flag; only dotprod.c gets ARMv8.2's SDOT, and runs only after the hwcap check
+# (cpu/kernel_table.c). -ffp-contract=off as for x86 (already implied by -std=c11, said here
+# because the bit-exact F32 matmul and axpy depend on it).
+ARM_OBJ := $(BUILD)/obj/cpu/arch/arm
 ifneq ($(filter aarch64%,$(shell $(CC) -dumpmachine)),)
-$(BUILD)/obj/cpu/kernels_neon.o: ALL_CFLAGS += -ffp-contract=off
-$(BUILD)/obj/cpu/%_dotprod.o: ALL_CFLAGS += -march=armv8.2-a+dotprod -ffp-contract=off
+$(ARM_OBJ)/neon.o: ALL_CFLAGS += -ffp-contract=off
+$(ARM_OBJ)/dotprod.o: ALL_CFLAGS += -march=armv8.2-a+dotprod -ffp-contract=off
 endif
 
 $(STATIC_LIB): $(LIB_OBJ)

@@ -3,7 +3,6 @@
 
 #include <string.h>
 
-#include "cpu_dot.h"
 #include "packed_tiles.h"
 #include "format/quant.h"
 
@@ -45,7 +44,7 @@ static int cpu_available(void) { return 1; }
 
 static int cpu_supports_type(uint32_t type) {
     const llmm_type_traits *t = llmm__type_get(type);
-    return t && t->dequant_row && llmm__cpu_dot_get(type);
+    return t && t->dequant_row && t->vec_dot; /* a kernel of this ISA, or the generic path over vec_dot */
 }
 
 /* Joins the model's copy set, creating it for the first context (under the share's lock:
@@ -140,7 +139,7 @@ static llmm_status cpu_buffer_alloc(void *state, size_t bytes, void **out) {
 static void cpu_buffer_free(void *state, void *buffer) { llmm__mem_free(((cpu_state *)state)->alloc, buffer); }
 
 /* The mapping itself, with the matrix's slot in the model's copy set (the copy is made by the
- * first decode steps, ops_matmul.c); vectors are copied out of the mapping when copies may
+ * first decode steps, ops/matmul.c); vectors are copied out of the mapping when copies may
  * drop its pages, so that reading one never faults a dropped folio back in. */
 static llmm_status cpu_prepare_weight(void *state, size_t index, llmm_weight_role role, const llmm_tensor *host,
                                       llmm_tensor *out) {
@@ -208,7 +207,7 @@ static llmm_status cpu_copy(void *state, void *dst, const void *src, size_t byte
  * operands (F16/BF16 weights take doubles, 8 bytes per value; the 8-bit operands of the
  * quantized types at most 2; F32 weights use the activations as they are) and the
  * attention's per-thread scores and query vectors of up to one block of rows times one group
- * of query heads, plus LLMM_ATTN_CHUNK converted K/V head rows (ops_attention.c). */
+ * of query heads, plus LLMM_ATTN_CHUNK converted K/V head rows (ops/attention.c). */
 static size_t cpu_scratch_bytes(const llmm_step_shape *shape, int n_threads) {
     const size_t threads = (size_t)(n_threads > 0 ? n_threads : llmm__cpu_physical_cores());
     const uint64_t wide = (1ull << LLMM_TYPE_F16) | (1ull << LLMM_TYPE_BF16);
@@ -227,7 +226,7 @@ static size_t cpu_working_bytes(const llmm_step_shape *shape, int n_threads) {
            shape->max_rows * (sizeof(llmm_kv_view) + sizeof(cpu_attn_row)) + sizeof(cpu_state);
 }
 
-/* The step's kind decides which matmuls may make packed weight copies (ops_matmul.c): a
+/* The step's kind decides which matmuls may make packed weight copies (ops/matmul.c): a
  * decode step's, of any number of sequences; not a prompt's, not even its last-position
  * logits (a one-row matmul), so that the first token never waits for packing. */
 static llmm_status cpu_step_begin(void *state, const llmm_step *step) {

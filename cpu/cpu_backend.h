@@ -3,7 +3,7 @@
 #define LLMM_CPU_BACKEND_H
 
 #include "backend/backend.h"
-#include "cpu_kernels.h"
+#include "kernel_table.h"
 #include "threadpool.h"
 #include "weight_copy.h"
 
@@ -54,7 +54,7 @@ typedef struct cpu_state {
     cpu_copy_set *copies;
     int own_vectors;      /* prepare_weight copies vectors out of the file mapping */
     size_t pack_step_bytes; /* CPU_PACK_STEP_BYTES (tests lower it) */
-    size_t pack_budget;   /* bytes of packed weight copies the step may still make (ops_matmul.c) */
+    size_t pack_budget;   /* bytes of packed weight copies the step may still make (ops/matmul.c) */
     size_t scratch_bytes;
 } cpu_state;
 
@@ -82,9 +82,9 @@ void *llmm__cpu_scratch(cpu_state *s, size_t bytes);
 typedef void (*cpu_range_fn)(void *arg, size_t i0, size_t i1);
 
 /* out = x rounded to bf16 (nearest even, NaN quieted) and widened back: the BF16 matmul
- * operand, bit for bit the type table's from_float (ops_matmul.c). */
+ * operand, bit for bit the type table's from_float (ops/matmul.c). */
 void llmm__cpu_round_bf16(const float *x, float *out, size_t n);
-/* dst += src, n values (not overlapping), vectorized (ops_elementwise.c). */
+/* dst += src, n values (not overlapping), vectorized (ops/elementwise.c). */
 void llmm__cpu_add_floats(float *restrict dst, const float *restrict src, size_t n);
 void llmm__cpu_parallel_range(cpu_state *s, size_t n, size_t align, size_t min_parallel, cpu_range_fn fn, void *arg);
 
@@ -145,7 +145,7 @@ llmm_status llmm__cpu_add(void *state, float *dst, const float *src, size_t n);
 llmm_status llmm__cpu_kv_write(void *state, uint32_t layer, const float *k, const float *v);
 /* The kernel table's attn_scores / attn_values over float rows, or without them its dot_f32 /
  * axpy per pair: scores[i * ld + j] = q_i . rows[j]; out_i += w[i * ld + j] * rows[j] for j in
- * order (ops_attention.c; the LoRA passes use them too). */
+ * order (ops/attention.c; the LoRA passes use them too). */
 void llmm__cpu_scores_rows(const cpu_kernels *kern, const float *q, size_t nh, size_t hd, const float *const *rows,
                            size_t n, float *scores, size_t ld);
 void llmm__cpu_values_rows(const cpu_kernels *kern, float *out, size_t nh, size_t hd, const float *w, size_t ld,

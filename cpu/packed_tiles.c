@@ -13,9 +13,10 @@
 
 /* Where a packable type keeps its fields in a block: n_halves f16 fields from 0 (d, then the
  * min m of Q4_1 / Q5_1), the 5th-bit word qh (Q5_0, Q5_1), the quants; Q8_0's 32 quant bytes
- * are 8 vectors' worth. The K-quants and IQ4_XS are vectors from byte 0 ("quants"): Q6_K's
- * whole 16-byte pieces in the order pieces gives, then the bytes after them (its d) in lane
- * order (block_tail). */
+ * are 8 vectors' worth. The super-block types (the K-quants, IQ4_XS: family BLOCK256 in their
+ * row) are vectors from byte 0 ("quants"), as many whole 4-byte words as the row's block
+ * bytes hold, then the bytes after them in lane order (block_tail); Q6_K's whole 16-byte
+ * pieces in the order pieces gives, then the bytes after them (its d). */
 typedef struct block_fields {
     int packable, n_halves, has_qh;
     size_t qh, qs;
@@ -32,14 +33,12 @@ static block_fields fields_of(uint32_t type) {
     case LLMM_TYPE_Q5_0: return (block_fields){1, 1, 1, offsetof(block_q5_0, qh), offsetof(block_q5_0, qs), 4, 0, NULL};
     case LLMM_TYPE_Q4_1: return (block_fields){1, 2, 0, 0, offsetof(block_q4_1, qs), 4, 0, NULL};
     case LLMM_TYPE_Q5_1: return (block_fields){1, 2, 1, offsetof(block_q5_1, qh), offsetof(block_q5_1, qs), 4, 0, NULL};
-    case LLMM_TYPE_Q2_K: return (block_fields){1, 0, 0, 0, 0, sizeof(block_q2_K) / 4, 0, NULL};
-    case LLMM_TYPE_Q3_K: return (block_fields){1, 0, 0, 0, 0, sizeof(block_q3_K) / 4, 0, NULL};
-    case LLMM_TYPE_Q4_K: return (block_fields){1, 0, 0, 0, 0, sizeof(block_q4_K) / 4, 0, NULL};
-    case LLMM_TYPE_Q5_K: return (block_fields){1, 0, 0, 0, 0, sizeof(block_q5_K) / 4, 0, NULL};
-    case LLMM_TYPE_IQ4_XS: return (block_fields){1, 0, 0, 0, 0, sizeof(block_iq4_xs) / 4, 0, NULL};
     case LLMM_TYPE_Q6_K: return (block_fields){1, 0, 0, 0, 0, sizeof(block_q6_K) / 16 * 4, 0, packed_q6_k_pieces};
-    default: return (block_fields){0};
+    default: break;
     }
+    if (llmm_type_family(type) == LLMM_FAMILY_BLOCK256)
+        return (block_fields){1, 0, 0, 0, 0, (int)(llmm_type_block_bytes(type) / 4), 0, NULL};
+    return (block_fields){0};
 }
 
 /* Bytes of a block after its vectors (Q6_K: its d), stored after them in lane order. */

@@ -1,8 +1,8 @@
 /* Weights packed in the AVX-512 kernels' 16-row tile layout: the copy a weight's slot
- * (weight_copy.h) holds on this backend, made during the first decode steps (ops_matmul.c).
- * The AVX2 table reads the same layout as two 8-row halves (gemm_packed16_avx2.h).
+ * (weight_copy.h) holds on this backend, made during the first decode steps (ops/matmul.c).
+ * The AVX2 table reads the same layout as two 8-row halves (arch/x86/gemm_packed8.h).
  *
- * Why: the 16-row kernels (gemm_rows16_avx512.h) transpose each block of 16 weight rows in
+ * Why: the 16-row kernels (arch/x86/gemm_rows16.h) transpose each block of 16 weight rows in
  * registers (16 loads, 12 inserts and 8 unpacks per block, plus for Q5_0 the 5th-bit words and
  * 4 shuffles) so that vpdpbusd leaves each row's block sum in its own lane. With one operand
  * row (decode) nothing shares that work, and Q5_0's decode was bound by it. Stored the way the
@@ -26,7 +26,7 @@
  *           (sign bit flipped: unsigned for vpdpbusd)
  * Q4_K, Q5_K and Q6_K (blocks of 144, 176 and 210 bytes) are stored whole in that form: vector
  * j bytes 4q..4q+3 = the row's block bytes 4j..4j+3 for every whole 16-byte piece of the block
- * (36, 44 or 52 vectors), so the 16-row K-quant kernels (gemm_kquant_rows16_avx512.h) load, at
+ * (36, 44 or 52 vectors), so the 16-row K-quant kernels (arch/x86/gemm_kquant_rows16.h) load, at
  * 256 p, what they transpose from each row's bytes 16p..16p+15; then the bytes left (Q6_K's
  * f16 d) of the 16 rows, lane order. Q6_K's pieces are stored in the order its kernel reads
  * them (packed_q6_k_pieces): from memory, its jumps back and forth within the group made

@@ -7,7 +7,7 @@
  *
  * Tolerances are those of the kernel tests (test_kernels.c), stated at each check; u = 2^-24.
  * Matmul references use the operand the CPU backend quantizes the activations to
- * (llmm__cpu_dot_get): that is the contract a backend's matmul is held to, whatever its kernels. */
+ * (the type's operand_type, format/quant.h): that is the contract a backend's matmul is held to, whatever its kernels. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -23,7 +23,6 @@
 #include <unistd.h>
 
 #include "backend_conformance.h"
-#include "cpu_dot.h"
 #include "format/quant.h"
 
 #define U_F32 (1.0 / 16777216.0) /* 2^-24 */
@@ -385,7 +384,7 @@ typedef struct operand_ref {
 } operand_ref;
 
 static operand_ref make_operand_ref(uint32_t wtype, const float *x, size_t n) {
-    const uint32_t ot = llmm__cpu_dot_get(wtype)->operand_type;
+    const uint32_t ot = llmm__type_get(wtype)->operand_type;
     operand_ref r = {.x = xmalloc(n * sizeof(double)), .s_err = NULL};
     if (ot == LLMM_TYPE_F32) {
         for (size_t i = 0; i < n; i++) r.x[i] = x[i];
@@ -669,7 +668,7 @@ static void check_matmul(const conformance_target *t) {
         for (uint32_t type = 0; type < LLMM_TYPE_COUNT; type++) {
             if (!t->be->supports_type(type)) continue;
             const llmm_type_traits *tt = llmm__type_get(type);
-            if (!tt || !tt->from_float || !tt->dequant_row || !llmm__cpu_dot_get(type))
+            if (!tt || !tt->from_float || !tt->dequant_row || !tt->vec_dot)
                 fail_msg("[%s] supports_type(%u) but the type table cannot encode it", t->label, type);
             cf c;
             cf_open(&c, t, k_threads[ti], 0);

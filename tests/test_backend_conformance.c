@@ -12,10 +12,10 @@
 #include <stdlib.h>
 
 #include "backend_conformance.h"
-#include "cpu_kernels.h"
+#include "kernel_table.h"
 #include "handle_backend.h"
 
-/* cpu_kernels.c's names for LLMM_CPU_KERNELS, by cpu_isa */
+/* cpu/kernel_table.c's names for LLMM_CPU_KERNELS, by cpu_isa */
 static const char *const k_isa_names[CPU_ISA_COUNT] = {"scalar", "avx2", "avxvnni", "avx512", "neon", "dotprod", "amx"};
 
 static cpu_isa g_isa; /* the table the next init forces */

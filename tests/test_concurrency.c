@@ -152,7 +152,7 @@ static void test_eight_threads_share_a_model(void **state) {
     check_shared_model("models/stories260K.gguf");
 }
 
-/* Q8_0 weights are repacked on first use by whichever context claims each one (cpu/ops_matmul.c),
+/* Q8_0 weights are repacked on first use by whichever context claims each one (cpu/ops/matmul.c),
  * so here eight threads race for the same claims. */
 static void test_eight_threads_share_a_repacked_model(void **state) {
     (void)state;

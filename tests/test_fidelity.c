@@ -18,7 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cpu_kernels.h"
+#include "kernel_table.h"
 #include "offline/fidelity.h"
 #include "llmmini.h"
 #include "shared_data.h"
@@ -69,7 +69,7 @@ static const model_case k_models[] = {
 };
 #define N_MODELS (sizeof k_models / sizeof *k_models)
 
-/* cpu_kernels.c's names for LLMM_CPU_KERNELS, by cpu_isa */
+/* cpu/kernel_table.c's names for LLMM_CPU_KERNELS, by cpu_isa */
 static const char *const k_isa_names[CPU_ISA_COUNT] = {"scalar", "avx2", "avxvnni", "avx512", "neon", "dotprod", "amx"};
 
 /* One way to run the text. */
@@ -208,7 +208,7 @@ static void test_kernel_tables_agree(void **state) {
             snprintf(what, sizeof what, "%s vs scalar", k_isa_names[isa]);
             const fidelity_summary s = compare(m, fx, &ref, &rc);
             check(k_models[mi].path, what, s, k_same_math);
-            /* more than the bound: every table computes the same bits (cpu_kernels.h) */
+            /* more than the bound: every table computes the same bits (cpu/kernel_table.h) */
             if (s.max_dlogit != 0 || s.kld_max != 0)
                 fail_msg("%s, %s: logits differ (max |dlogit| %.3g, max KL %.3g)", k_models[mi].path, what,
                          s.max_dlogit, s.kld_max);

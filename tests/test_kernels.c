@@ -1,4 +1,4 @@
-/* Kernel tests: the type table (lib/quant.c), the CPU backend's dots (cpu/cpu_dot.c) and the
+/* Kernel tests: the type table (lib/quant.c), the scalar dots the CPU backend computes with (the trait's vec_dot) and the
  * kernels behind its step ops over views the core never builds (heads side by side, padded
  * rows, rows of two sequences in one attention block), each checked against a float64
  * reference computed here, on seeded random data (uniform in [-2, 2], never zero) and odd
@@ -39,7 +39,6 @@
 #include "backend/backend.h"
 #include "cpu_backend.h"
 #include "kv_rows.h"
-#include "cpu_dot.h"
 #include "format/quant.h"
 
 #define U_F32 (1.0 / 16777216.0) /* 2^-24 */
@@ -252,7 +251,7 @@ static void encode_row(uint32_t type, const float *x, void *dst, size_t n) {
 
 /* The vec_dot operand of x, as llmm__cpu_matmul prepares it. */
 static void *make_operand(uint32_t wtype, const float *x, size_t n) {
-    const uint32_t op_type = llmm__cpu_dot_get(wtype)->operand_type;
+    const uint32_t op_type = llmm__type_get(wtype)->operand_type;
     const llmm_type_traits *op = llmm__type_get(op_type);
     assert_non_null(op);
     assert_non_null(op->from_float);
@@ -477,11 +476,10 @@ static void test_type_table(void **state) {
         assert_int_equal(t->block_size, want->block_size);
         assert_int_equal(t->block_bytes, want->block_bytes);
         assert_int_equal(t->dequant_row != NULL, want->has_math);
-        const cpu_dot *dot = llmm__cpu_dot_get(id);
-        assert_int_equal(dot != NULL, want->has_math);
+        assert_int_equal(t->vec_dot != NULL, want->has_math);
         if (want->has_math) {
-            assert_int_equal(dot->operand_type, want->vec_dot_type);
-            const llmm_type_traits *op = llmm__type_get(dot->operand_type);
+            assert_int_equal(t->operand_type, want->vec_dot_type);
+            const llmm_type_traits *op = llmm__type_get(t->operand_type);
             assert_non_null(op);
             assert_non_null(op->from_float); /* every operand type can be produced */
         }
@@ -721,9 +719,8 @@ static double loose_tol_float(uint32_t type, const float *w, const float *x, siz
 
 static void check_vec_dot(uint32_t type, uint64_t seed) {
     const llmm_type_traits *t = llmm__type_get(type);
-    const cpu_dot *dot = llmm__cpu_dot_get(type);
     assert_non_null(t);
-    assert_non_null(dot);
+    assert_non_null(t->vec_dot);
     rng_seed(seed);
     size_t n_sizes;
     const size_t *sizes = sizes_for(type, &n_sizes);
@@ -738,9 +735,9 @@ static void check_vec_dot(uint32_t type, uint64_t seed) {
             void *xq = make_operand(type, x, n);
             double *wd = xmalloc(n * sizeof *wd), *xd = xmalloc(n * sizeof *xd);
             ref_dequant(type, wq, wd, n);
-            ref_dequant(dot->operand_type, xq, xd, n);
+            ref_dequant(t->operand_type, xq, xd, n);
 
-            const float got = dot->vec_dot(wq, xq, n);
+            const float got = t->vec_dot(wq, xq, n);
             double exact = 0, sum_abs = 0, orig = 0;
             for (size_t i = 0; i < n; i++) {
                 exact += wd[i] * xd[i];

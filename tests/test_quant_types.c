@@ -51,7 +51,6 @@
 #include "format/gguf.h"
 #include "gguf_builder.h"
 #include "llmmini.h"
-#include "cpu_dot.h"
 #include "format/quant.h"
 #include "offline/quantize_file.h"
 #include "quant_temp.h"
@@ -377,16 +376,16 @@ static void test_table_rows(void **state) {
         assert_int_equal(t->block_bytes, c->block_bytes);
         assert_true(fabs(8.0 * c->block_bytes / c->block_size - c->bits_per_weight) < 1e-12);
         assert_non_null(t->dequant_row);
-        assert_non_null(llmm__cpu_dot_get(c->type));
+        assert_non_null(t->vec_dot);
         assert_non_null(t->from_float);
-        assert_int_equal(llmm__cpu_dot_get(c->type)->operand_type, c->operand);
+        assert_int_equal(t->operand_type, c->operand);
     }
     /* the activation formats are produced, never stored as weights */
     const uint32_t operands[] = {LLMM_TYPE_Q8_1, LLMM_TYPE_Q8_K};
     for (size_t i = 0; i < ARRAY_LEN(operands); i++) {
         const llmm_type_traits *t = llmm__type_get(operands[i]);
         assert_non_null(t->from_float);
-        assert_null(llmm__cpu_dot_get(operands[i]));
+        assert_null(t->vec_dot);
     }
     assert_int_equal(sizeof(block_q8_1), 36);
     assert_int_equal(sizeof(block_q8_K), 292);
@@ -398,12 +397,11 @@ static void test_every_dot_has_its_operand(void **state) {
     (void)state;
     for (uint32_t id = 0; id < LLMM_TYPE_COUNT; id++) {
         const llmm_type_traits *t = llmm__type_get(id);
-        const cpu_dot *dot = llmm__cpu_dot_get(id);
-        if (!t || !dot) continue;
+        if (!t || !t->vec_dot) continue;
         assert_non_null(t->dequant_row);
-        const llmm_type_traits *op = llmm__type_get(dot->operand_type);
-        if (!op || !op->from_float) fail_msg("%s: operand type %u cannot be produced", t->name, dot->operand_type);
-        assert_true(llmm__row_bytes(dot->operand_type, t->block_size) > 0);
+        const llmm_type_traits *op = llmm__type_get(t->operand_type);
+        if (!op || !op->from_float) fail_msg("%s: operand type %u cannot be produced", t->name, t->operand_type);
+        assert_true(llmm__row_bytes(t->operand_type, t->block_size) > 0);
     }
 }
 
@@ -604,7 +602,7 @@ static void check_dot_case(const type_case *c, const float *w, const float *x, s
     double *xd = xmalloc(n * sizeof *xd), *xmag = xmalloc(n * sizeof *xmag);
     decode_row(c->decode, c->type, wq, n, wd, wmag, 0);
     decode_row(operand_decoder(c->operand), c->operand, xq, n, xd, xmag, 0);
-    const double got = llmm__cpu_dot_get(c->type)->vec_dot(wq, xq, n);
+    const double got = llmm__type_get(c->type)->vec_dot(wq, xq, n);
     double exact = 0, orig = 0, abs_orig = 0;
     for (size_t i = 0; i < n; i++) {
         exact += wd[i] * xd[i];
@@ -680,7 +678,7 @@ static void test_reference_acceptance(void **state) {
             se += ((double)y[i] - x[i]) * ((double)y[i] - x[i]);
             dot += (double)x[i] * x2[i];
         }
-        const double total = sqrt(se) / N, dot_err = fabs(llmm__cpu_dot_get(c->type)->vec_dot(q, q2, N) - dot) / N;
+        const double total = sqrt(se) / N, dot_err = fabs(llmm__type_get(c->type)->vec_dot(q, q2, N) - dot) / N;
         const double max_total = c->type == LLMM_TYPE_Q2_K ? 0.0075 : c->type == LLMM_TYPE_Q3_K ? 0.004 : 0.002;
         const double max_dot = c->type == LLMM_TYPE_Q2_K ? 0.04 : 0.02;
         print_message("%-6s reference acceptance: total error %.6f (< %.4f), dot error %.6f (< %.2f)\n", t->name,

@@ -1,5 +1,5 @@
 /* SIMD kernel tests: every kernel of every table this CPU supports (AVX2, AVX-512 on x86-64;
- * NEON, NEON dotprod on aarch64), against the scalar reference (the dot table's vec_dot, the
+ * NEON, NEON dotprod on aarch64), against the scalar reference (the type's vec_dot, the
  * scalar kernel table) on seeded random data (never zeros) and odd sizes; a table the CPU
  * lacks is skipped with a printed reason.
  * Then the CPU backend with each table forced (LLMM_CPU_KERNELS) at 1, 2 and 3 threads, and
@@ -54,8 +54,7 @@
 
 #include "backend/backend.h"
 #include "cpu_backend.h"
-#include "cpu_dot.h"
-#include "cpu_kernels.h"
+#include "kernel_table.h"
 #include "kv_rows.h"
 #include "packed_tiles.h"
 #include "format/quant.h"
@@ -139,7 +138,7 @@ static const cpu_kernels *simd_table(cpu_isa isa) {
  * fall back to the generic path. */
 static const cpu_kernels *gemm_table(cpu_isa isa, uint32_t type) {
     const cpu_kernels *k = simd_table(isa);
-    if (k && !k->matmul[type].gemm) fail_msg("%s has no %s gemm", k->name, llmm__type_get(type)->name);
+    if (k && !k->matmul[type]) fail_msg("%s has no %s gemm", k->name, llmm__type_get(type)->name);
     return k;
 }
 
@@ -527,11 +526,11 @@ static void operand_free(operand_buf *o) {
     free(o->half);
 }
 
-/* The dot table's operand row for vec_dot (cpu_dot.h), and sum |w x| of the dequantized values. */
+/* The operand row for the type's vec_dot (its trait's operand_type, format/quant.h). */
 static void *table_operand(uint32_t wtype, const float *x, size_t n) {
-    const cpu_dot *dot = llmm__cpu_dot_get(wtype);
-    void *p = xmalloc(llmm__row_bytes(dot->operand_type, n));
-    llmm__type_get(dot->operand_type)->from_float(x, p, n);
+    const uint32_t op = llmm__type_get(wtype)->operand_type;
+    void *p = xmalloc(llmm__row_bytes(op, n));
+    llmm__type_get(op)->from_float(x, p, n);
     return p;
 }
 
@@ -547,8 +546,8 @@ typedef struct mm_stats {
 /* One case: the kernel over all rows at once against vec_dot per output, then the same
  * product as single weight rows and odd row ranges, which must give identical bits. */
 static void check_gemm_case(const cpu_kernels *k, const mm_case *c, mm_stats *st) {
-    const cpu_matmul_kernel *mk = &k->matmul[c->type];
-    assert_non_null(mk->gemm);
+    const cpu_gemm_fn gemm = k->matmul[c->type];
+    assert_non_null(gemm);
     const llmm_type_traits *t = llmm__type_get(c->type);
     const size_t rb = llmm__row_bytes(c->type, c->ne0);
     float *wf = rand_floats(c->ne0 * c->ne1, -2.0f, 2.0f), *x = rand_floats(c->ne0 * c->n_rows, -2.0f, 2.0f);
@@ -557,19 +556,19 @@ static void check_gemm_case(const cpu_kernels *k, const mm_case *c, mm_stats *st
     const llmm_tensor wt = {
         .data = w, .type = c->type, .ne0 = (int64_t)c->ne0, .ne1 = (int64_t)c->ne1, .row_bytes = rb};
     operand_buf ob;
-    operand_make(k, mk->operand, x, c->n_rows, c->ne0, &ob);
+    operand_make(k, cpu_operand_of(c->type), x, c->n_rows, c->ne0, &ob);
     /* one guard value on each side of the output catches writes past it */
     const size_t n_out = c->n_rows * c->ne1;
     float *buf = xmalloc((n_out + 2) * sizeof *buf), *out = buf + 1, *again = xmalloc(n_out * sizeof *again);
     fill_nan(buf, n_out + 2);
     buf[0] = buf[n_out + 1] = -7.0f;
-    mk->gemm(&wt, 0, c->ne1, &ob.op, c->n_rows, out, c->ne1);
+    gemm(&wt, 0, c->ne1, &ob.op, c->n_rows, out, c->ne1);
     assert_true(buf[0] == -7.0f && buf[n_out + 1] == -7.0f);
 
     for (size_t r = 0; r < c->n_rows; r++) {
         void *xq = table_operand(c->type, x + r * c->ne0, c->ne0);
         for (size_t j = 0; j < c->ne1; j++) {
-            const float got = out[r * c->ne1 + j], want = llmm__cpu_dot_get(c->type)->vec_dot(w + j * rb, xq, c->ne0);
+            const float got = out[r * c->ne1 + j], want = t->vec_dot(w + j * rb, xq, c->ne0);
             st->outputs++;
             st->bit_equal += bits_of(got) == bits_of(want);
             if (bits_of(got) != bits_of(want))
@@ -586,7 +585,7 @@ static void check_gemm_case(const cpu_kernels *k, const mm_case *c, mm_stats *st
     for (size_t si = 0; si < ARRAY_LEN(steps); si++) {
         fill_nan(again, n_out);
         for (size_t j0 = 0; j0 < c->ne1; j0 += steps[si])
-            mk->gemm(&wt, j0, LLMM_MIN(c->ne1, j0 + steps[si]), &ob.op, c->n_rows, again, c->ne1);
+            gemm(&wt, j0, LLMM_MIN(c->ne1, j0 + steps[si]), &ob.op, c->n_rows, again, c->ne1);
         if (memcmp(out, again, n_out * sizeof *out) != 0)
             fail_msg("%s %s ne0=%zu ne1=%zu rows=%zu: row ranges of %zu, all operand rows, give other bits", k->name,
                      t->name, c->ne0, c->ne1, c->n_rows, steps[si]);
@@ -609,7 +608,7 @@ static void check_gemm_case(const cpu_kernels *k, const mm_case *c, mm_stats *st
                 one.sum += r * nb;
             }
             for (size_t j0 = 0; j0 < c->ne1; j0 += steps[si])
-                mk->gemm(&wt, j0, LLMM_MIN(c->ne1, j0 + steps[si]), &one, 1, again + r * c->ne1, c->ne1);
+                gemm(&wt, j0, LLMM_MIN(c->ne1, j0 + steps[si]), &one, 1, again + r * c->ne1, c->ne1);
         }
         if (memcmp(out, again, n_out * sizeof *out) != 0)
             fail_msg("%s %s ne0=%zu ne1=%zu rows=%zu: row ranges of %zu give other bits", k->name, t->name, c->ne0,
@@ -792,7 +791,7 @@ static void check_integer_sums(uint32_t type) {
         const llmm_tensor wt = {.data = w, .type = type, .ne0 = NE0, .ne1 = NE1, .row_bytes = rb};
         const cpu_operand op = {.n = NE0, .qs = xq, .d = xd, .sum = xs};
         float out[NE1];
-        k->matmul[type].gemm(&wt, 0, NE1, &op, 1, out, NE1);
+        k->matmul[type](&wt, 0, NE1, &op, 1, out, NE1);
         for (size_t j = 0; j < NE1; j++)
             if (!((double)out[j] == (double)want[j]))
                 fail_msg("%s %s row %zu: integer dot %.1f want %lld", k->name, llmm__type_get(type)->name, j,
@@ -850,7 +849,7 @@ static void check_int8_extremes(uint32_t type) {
             }
             const cpu_operand op = {.n = NE0, .qs = xq, .d = xd, .sum = xs};
             float out[NE1];
-            k->matmul[type].gemm(&wt, 0, NE1, &op, 1, out, NE1);
+            k->matmul[type](&wt, 0, NE1, &op, 1, out, NE1);
             for (size_t j = 0; j < NE1; j++)
                 if (!((double)out[j] == (double)(wsum[j] * xvals[xi])))
                     fail_msg("%s %s row %zu x %d: %.1f want %lld", k->name, llmm__type_get(type)->name, j,
@@ -916,7 +915,7 @@ static void check_integer_sums_kquant(uint32_t type, size_t d_off, size_t dmin_o
         const llmm_tensor wt = {.data = w, .type = type, .ne0 = NE0, .ne1 = NE1, .row_bytes = rb};
         const cpu_operand op = {.n = NE0, .qs = xq, .d = xd, .bsums = bs};
         float out[ROWS * NE1], wd[NE0];
-        k->matmul[type].gemm(&wt, 0, NE1, &op, ROWS, out, NE1);
+        k->matmul[type](&wt, 0, NE1, &op, ROWS, out, NE1);
         for (size_t j = 0; j < NE1; j++) {
             t->dequant_row(w + j * rb, wd, NE0);
             for (size_t r = 0; r < ROWS; r++) {
@@ -926,7 +925,7 @@ static void check_integer_sums_kquant(uint32_t type, size_t d_off, size_t dmin_o
                     partial = (int64_t)fmax((double)partial, fabs((double)want));
                 }
                 assert_true(partial < (1 << 24)); /* the data's premise */
-                const float scalar = llmm__cpu_dot_get(type)->vec_dot(w + j * rb, xblk[r], NE0);
+                const float scalar = t->vec_dot(w + j * rb, xblk[r], NE0);
                 if (!((double)out[r * NE1 + j] == (double)want) || !((double)scalar == (double)want))
                     fail_msg("%s %s row %zu operand row %zu: integer dot %.1f (scalar %.1f) want %lld", k->name,
                              t->name, j, r, (double)out[r * NE1 + j], (double)scalar, (long long)want);
@@ -982,7 +981,7 @@ static void check_integer_sums_legacy(uint32_t type) {
         if (offset_type) op.s = xs;
         else op.sum = xsum;
         float out[ROWS * NE1], wd[NE0];
-        k->matmul[type].gemm(&wt, 0, NE1, &op, ROWS, out, NE1);
+        k->matmul[type](&wt, 0, NE1, &op, ROWS, out, NE1);
         for (size_t j = 0; j < NE1; j++) {
             t->dequant_row(w + j * rb, wd, NE0);
             for (size_t r = 0; r < ROWS; r++) {
@@ -1136,7 +1135,7 @@ static void test_rms_norm_row(void **state) {
                 CHECK_CLOSE(out[i], ref, 10 * U_F32 * fabs(ref), "%s rms_norm n=%zu i=%zu", k->name, n, i);
             }
             /* the scalar table's bits, with magnitudes spread over 2^40 (the double sum's order is
-             * the scalar's too, cpu_kernels.c, though it would show in the float mean only once in
+             * the scalar's too, cpu/kernel_table.c, though it would show in the float mean only once in
              * about 2^29 rows) */
             float *want = xmalloc(n * sizeof *want);
             for (size_t i = 0; i < n; i++) x[i] = ldexpf(x[i], (int)(i * 7919 % 41) - 30);
@@ -1713,7 +1712,7 @@ static void bench_packed_decode(void) {
 
 /* Activation rows to Q8_K (the K-quant matmuls' operand), the 0.5B model's FFN row lengths
  * (896 and 4864 rounded to multiples of 256): ns per value of the type table's quantizer (the
- * scalar path, which ops_matmul.c also copies into the split fields) and of each table's
+ * scalar path, which cpu/ops/matmul.c also copies into the split fields) and of each table's
  * quantize_q8k, best of 3 batches, the row in L1. With LLMM_BENCH_KERNELS=q8k (or =1). */
 static void bench_quantize_q8k(void) {
     const size_t sizes[] = {1024, 4608};

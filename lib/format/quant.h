@@ -50,7 +50,7 @@ size_t llmm__row_bytes(uint32_t type, uint64_t n);
 /* Float dot product with eight partial sums (the reference kernels' rounding order). */
 float llmm__dot_f32(const void *a, const void *b, size_t n);
 /* The scalar dot products of a weight row with its operand row: the reference results every
- * matmul kernel is checked against (the CPU backend's table of them: cpu/cpu_dot.h). */
+ * matmul kernel is checked against (the CPU backend's generic matmul path calls them). */
 float llmm__vec_dot_f16(const void *w, const void *x, size_t n);
 float llmm__vec_dot_bf16(const void *w, const void *x, size_t n);
 float llmm__vec_dot_q8_0_q8_0(const void *w, const void *x, size_t n);

@@ -3,8 +3,8 @@
 // - mma_s8_m16n8k32, each lane packing its fragments from plain matrices as the PTX layout says
 //   and unpacking D the same way, equals A times B plus C in plain integers (random int8
 //   including -128 and 127, random C of both signs);
-// - llmm__cu_gemm_int8_f32 equals the CPU's scalar dot (cpu/cpu_dot.h vec_dot of the weight row with
-//   the CPU-quantized Q8_0 operand row) bit for bit, for Q4_0, Q5_0, Q8_0 and IQ4_NL, with row
+// - llmm__cu_gemm_int8_f32 equals the CPU's scalar dot (the type's vec_dot, format/quant.h, of
+//   the weight row with the CPU-quantized Q8_0 operand row) bit for bit, for Q4_0, Q5_0, Q8_0 and IQ4_NL, with row
 //   counts and widths that are not multiples of the 64 x 64 tile (1, 17, 64 and 130 activation
 //   rows; 37 and 130 weight rows; 96 and 352 values: a last stage of 3 blocks), and llmm__cu_matmul
 //   (gemv_quant.cu) on the same inputs agrees within the tolerance its own test holds it to,
@@ -26,7 +26,6 @@
 extern "C" {
 #include <cmocka.h>
 
-#include "cpu_dot.h"
 #include "format/quant.h"
 }
 
@@ -123,7 +122,7 @@ static double magnitude(uint32_t type, const uint8_t *w, const uint8_t *xq, size
 
 static void check_gemm(uint32_t type, size_t ne0, size_t ne1, size_t n_rows) {
     const char *name = llmm__type_get(type)->name;
-    const cpu_dot *dot = llmm__cpu_dot_get(type);
+    const llmm_type_traits *dot = llmm__type_get(type);
     assert_non_null(dot);
     assert_int_equal(dot->operand_type, LLMM_TYPE_Q8_0);
     const size_t w_row = llmm__row_bytes(type, ne0), x_row = llmm__row_bytes(LLMM_TYPE_Q8_0, ne0);
@@ -191,7 +190,7 @@ static std::vector<uint8_t> raw_blocks(size_t n_blocks, size_t block_bytes, bool
 }
 
 static void check_raw(uint32_t type, size_t ne0, size_t ne1, size_t n_rows, bool extreme) {
-    const cpu_dot *dot = llmm__cpu_dot_get(type);
+    const llmm_type_traits *dot = llmm__type_get(type);
     const size_t nb = ne0 / 32, w_row = llmm__row_bytes(type, ne0), x_row = llmm__row_bytes(LLMM_TYPE_Q8_0, ne0);
     const std::vector<uint8_t> w = raw_blocks(ne1 * nb, w_row / nb, extreme, type == LLMM_TYPE_Q8_0 ? 0x80 : 0x00);
     std::vector<uint8_t> xq = raw_blocks(n_rows * nb, x_row / nb, extreme, 0x7f);

@@ -1,7 +1,7 @@
 // test_cuda_matmul: cuda/gemv_quant.cu under the SIMT emulation against the CPU backend, for
 // each of the 15 weight types:
 // - the activations' operand (llmm__cu_quantize_operand) is byte for byte the CPU's from_float of
-//   the operand type the CPU's dot table names (cpu/cpu_dot.h), including an all-zero block,
+//   the operand type the weight type's trait names (format/quant.h), including an all-zero block,
 //   a largest magnitude reached by two values of opposite signs (Q8_K keeps the first) and
 //   values that round half to even;
 // - llmm__cu_matmul is the CPU's scalar dot (vec_dot of the weight row with that operand) within
@@ -25,7 +25,6 @@
 extern "C" {
 #include <cmocka.h>
 
-#include "cpu_dot.h"
 #include "format/quant.h"
 }
 
@@ -110,7 +109,7 @@ static std::vector<float> dequant_operand(uint32_t op, const uint8_t *row, size_
 
 static void check_matmul(uint32_t type, size_t ne0, size_t ne1, size_t n_rows) {
     const char *name = llmm__type_get(type)->name;
-    const cpu_dot *dot = llmm__cpu_dot_get(type);
+    const llmm_type_traits *dot = llmm__type_get(type);
     assert_non_null(dot);
     const uint32_t op = dot->operand_type;
     assert_int_equal(llmm__cu_matmul_operand_type(type), op);

@@ -32,7 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "simt.h"
+#include "portable.h"
 
 #include "backend/backend.h"
 #include "backend/backend_module.h"

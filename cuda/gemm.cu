@@ -13,7 +13,7 @@
  * (gemm.h llmm__cu_gemm_tile_rows) keeps that traffic in the L2. */
 #include <string.h>
 
-#include "simt.h"
+#include "portable.h"
 #if !SIMT_EMULATED
 #include <cublasLt.h>
 #endif

@@ -34,7 +34,7 @@
  * staging cost, only a GPU shows: scripts/gpu-check.sh's prefill table (LLMM_CUDA_GEMM). The
  * emulation checks the sums, the fragment layout (mma_s8.cuh) and the edges (rows and blocks
  * past the ends stage as zero and are never written). */
-#include "simt.h"
+#include "portable.h"
 
 #include "gemm_int8.h"
 #include "gemv_quant.h"

@@ -19,7 +19,7 @@
  * padded to 4 or 16 bytes, or scales split from quants), which the loader does not make yet. */
 #include <math.h>
 
-#include "simt.h"
+#include "portable.h"
 
 #include "gemv_quant.h"
 #include "kernels.h"

@@ -44,6 +44,9 @@ typedef struct cu_step {
 
 /* ---------------------------------------------------------------- gemv_quant.cu */
 
+/* Whether llmm__cu_matmul and llmm__cu_embed have a kernel for weights of this type (the
+ * backend's supports_type). */
+int llmm__cu_matmul_supports(uint32_t type);
 /* Device scratch bytes llmm__cu_matmul needs for n_rows activation rows of ne0 values against a
  * weight of this type (its operand: the activations quantized as the CPU backend's dot table
  * says, cpu/cpu_dot.h). */

@@ -234,20 +234,24 @@ NVCC_ARCH := -gencode arch=compute_87,code=sm_87 -gencode arch=compute_90,code=s
 NVCC := $(CUDA_HOME)/bin/nvcc -ccbin $(CXX)
 CUDA_LIB ?= $(CUDA_HOME)/lib64
 SIMT_NVCC_OBJ := $(BUILD)/obj/tests/simt/sample_kernels.o
-$(SIMT_NVCC_OBJ): tests/simt/sample_kernels.cu tests/simt/sample_kernels.cuh $(wildcard tests/simt/simt*.h)
+$(SIMT_NVCC_OBJ): tests/simt/sample_kernels.cu tests/simt/sample_kernels.cuh $(wildcard tests/simt/simt*.h) \
+        cuda/portable.h
 	@mkdir -p $(@D)
-	$(NVCC) -std=c++17 $(NVCC_ARCH) -Itests/simt -c $< -o $@
+	$(NVCC) -std=c++17 $(NVCC_ARCH) -Itests/simt -Icuda -c $< -o $@
 all: $(SIMT_NVCC_OBJ)
 endif
 -include $(wildcard $(BUILD)/obj/tests/simt/*.d)
 
 # CUDA backend (cuda/)
-# Every cuda/*.cu compiles twice: by nvcc for the GPU (make CUDA=1) and by the host C++
-# compiler against the SIMT emulation (tests/simt/simt.h) for make test. The emulated objects
-# are test-only; tests/cuda/test_*.cpp check them against the CPU backend's references (each
-# names the emulated objects it needs: `$(BUILD)/tests/test_cuda_X: $(BUILD)/obj/cuda-emu/X.o`).
+# Every cuda/*.cu compiles twice (cuda/portable.h): by nvcc for the GPU (make CUDA=1), which
+# needs nothing of tests/, and by the host C++ compiler against the SIMT emulation
+# (tests/simt/simt.h) for make test: SIMT_RUNTIME hands portable.h the emulation, so only these
+# test-only compile lines name it. The emulated objects are test-only; tests/cuda/test_*.cpp
+# check them against the CPU backend's references (each names the emulated objects it needs:
+# `$(BUILD)/tests/test_cuda_X: $(BUILD)/obj/cuda-emu/X.o`).
 CUDA_SRC := $(wildcard cuda/*.cu)
-CUDA_EMU_CXXFLAGS := -std=c++17 -O2 -g -Wall -Wextra -Werror -fPIC -ffp-contract=off -Icuda -Itests/simt \
+SIMT_RUNTIME := -Itests/simt -DLLMM_SIMT_HEADER='"simt.h"'
+CUDA_EMU_CXXFLAGS := -std=c++17 -O2 -g -Wall -Wextra -Werror -fPIC -ffp-contract=off -Icuda $(SIMT_RUNTIME) \
                      -Iinclude -Ilib -Icpu -MMD -MP -pthread $(SAN_FLAGS)
 $(BUILD)/obj/cuda-emu/%.o: cuda/%.cu | $(DEPS_OK)
 	@mkdir -p $(@D)
@@ -266,10 +270,10 @@ ifeq ($(CUDA),1)
 CUDA_OBJ := $(CUDA_SRC:cuda/%.cu=$(BUILD)/obj/cuda/%.o)
 $(BUILD)/obj/cuda/%.o: cuda/%.cu
 	@mkdir -p $(@D)
-	$(NVCC) -std=c++17 $(NVCC_ARCH) -Xcompiler -fPIC -Icuda -Itests/simt -Iinclude -Ilib -c $< -o $@
+	$(NVCC) -std=c++17 $(NVCC_ARCH) -Xcompiler -fPIC -MMD -MP -Icuda -Iinclude -Ilib -c $< -o $@
 all: $(CUDA_OBJ)
 endif
--include $(wildcard $(BUILD)/obj/cuda-emu/*.d) $(wildcard $(BUILD)/obj/tests/cuda/*.d)
+-include $(wildcard $(BUILD)/obj/cuda-emu/*.d) $(wildcard $(BUILD)/obj/tests/cuda/*.d) $(wildcard $(BUILD)/obj/cuda/*.d)
 $(BUILD)/tests/test_cuda_ops: $(BUILD)/obj/cuda-emu/norm_rope_act.o $(BUILD)/obj/cuda-emu/attention.o
 $(BUILD)/tests/test_cuda_matmul: $(BUILD)/obj/cuda-emu/gemv_quant.o
 $(BUILD)/tests/test_cuda_sample: $(BUILD)/obj/cuda-emu/sample.o
@@ -328,7 +332,7 @@ install-cuda: $(CUDA_MODULE) $(CUDA_MODULE_STATIC)
 
 # Kernel tests on a GPU (make CUDA=1 cuda-device-tests; `make CUDA=1` builds them too, so that
 # they keep compiling where no GPU is): each tests/cuda/test_*.cpp compiled by nvcc as CUDA
-# (-x cu, where simt.h is the real runtime) and linked with the nvcc kernels of
+# (-x cu, where simt.h is cuda/portable.h's real runtime) and linked with the nvcc kernels of
 # libllmmini-cuda.a (an archive: a test pulls in only the kernel files it calls), as
 # $(BUILD)/tests/device/test_cuda_X. The tests reach device memory only through cudaMalloc and
 # cudaMemcpy, which the emulation maps to host memory, so one source serves both builds.

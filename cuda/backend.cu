@@ -32,10 +32,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "simt.h"
+#include "portable.h"
 
 #include "backend/backend.h"
 #include "backend/backend_module.h"
+#include "format/blocks.h"
 #include "device_weights.h"
 #include "gemm.h"
 #include "gemm_int8.h"
@@ -44,7 +45,6 @@
 #include "kernels.h"
 #include "prefill_attention.h"
 #include "sample.h"
-#include "quant_blocks.cuh"
 
 namespace {
 
@@ -283,7 +283,7 @@ int cu_available(void) {
     return n > 0;
 }
 
-int cu_supports_type(uint32_t type) { return qb_block_size(type) > 0; }
+int cu_supports_type(uint32_t type) { return llmm__cu_matmul_supports(type); }
 
 /* LLMM_CUDA_GEMM: gemv, lt or int8 forces that path; anything else is GEMM_AUTO. */
 uint32_t gemm_path_wanted(void) {
@@ -788,7 +788,7 @@ size_t shape_tables(const llmm_step_shape *shape) {
 size_t shape_matmul_scratch(const llmm_step_shape *shape) {
     size_t most = 0;
     for (uint32_t t = 0; t < 64; t++)
-        if (shape->weight_types >> t & 1 && qb_block_size(t) > 0) {
+        if (shape->weight_types >> t & 1 && llmm__cu_matmul_supports(t)) {
             size_t b = llmm__cu_matmul_scratch_bytes(t, shape->max_in, shape->max_rows);
             if (shape->max_rows > GEMV_MAX_ROWS) {
                 const size_t g = llmm__cu_gemm_scratch_bytes(t, shape->max_in, SIZE_MAX, shape->max_rows);
@@ -887,7 +887,7 @@ llmm_status lora_staging_room(cu_state *s, size_t bytes) {
     return grow_device_buffer(s, &s->lora_dev, &s->lora_dev_bytes, want);
 }
 
-int lora_operand_ok(const llmm_tensor *t) { return t->type == QB_F32 || t->type == QB_F16; }
+int lora_operand_ok(const llmm_tensor *t) { return t->type == LLMM_TYPE_F32 || t->type == LLMM_TYPE_F16; }
 
 /* The lora_delta slot: every group's rows and scales staged in one upload, then per group its
  * projection and expansion (kernels.h, lora.cu). The ops the step recorded so far are launched
@@ -936,10 +936,11 @@ llmm_status cu_lora_delta_op(void *state, const float *x, size_t n_in, const llm
             for (size_t gi = 0; !err && gi < parts[pi].n_groups; gi++) {
                 const llmm_lora_group *g = &parts[pi].groups[gi];
                 const size_t rank = (size_t)g->a->ne1;
-                err = pass == 0 ? llmm__cu_lora_project(s->stream, g->a->data, g->a->type == QB_F16, n_in, rank, x,
-                                                        rows + off, scales + off, g->count, tg)
-                                : llmm__cu_lora_expand(s->stream, g->bt->data, g->bt->type == QB_F16, parts[pi].n_out,
-                                                       rank, tg, rows + off, g->count, parts[pi].out);
+                const uint32_t a_f16 = g->a->type == LLMM_TYPE_F16, bt_f16 = g->bt->type == LLMM_TYPE_F16;
+                err = pass == 0 ? llmm__cu_lora_project(s->stream, g->a->data, a_f16, n_in, rank, x, rows + off,
+                                                        scales + off, g->count, tg)
+                                : llmm__cu_lora_expand(s->stream, g->bt->data, bt_f16, parts[pi].n_out, rank, tg,
+                                                       rows + off, g->count, parts[pi].out);
                 tg += g->count * rank;
                 off += g->count;
             }

@@ -1,7 +1,7 @@
 /* Weight sets per model and device (device_weights.h). */
 #include <pthread.h>
 
-#include "simt.h"
+#include "portable.h"
 
 #include "device_weights.h"
 #include "host_memory.h"

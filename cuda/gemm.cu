@@ -13,7 +13,7 @@
  * (gemm.h llmm__cu_gemm_tile_rows) keeps that traffic in the L2. */
 #include <string.h>
 
-#include "simt.h"
+#include "portable.h"
 #if !SIMT_EMULATED
 #include <cublasLt.h>
 #endif
@@ -329,7 +329,7 @@ __global__ void dequant_tile_kernel(const uint8_t *w, size_t row_bytes, size_t n
     const size_t g = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (g >= n_groups) return;
     const size_t r = g / groups_per_row, j0 = g % groups_per_row * GEMM_GROUP;
-    const size_t qk = (size_t)qb_block_size(T), block_bytes = (size_t)qb_block_bytes(T);
+    const size_t qk = qb_type<T>::block_size, block_bytes = qb_type<T>::block_bytes;
     const uint8_t *row = w + r * row_bytes;
     uint16_t h[GEMM_GROUP];
 GEMM_UNROLL
@@ -355,34 +355,35 @@ GEMM_UNROLL
 
 typedef void (*dequant_fn)(const uint8_t *, size_t, size_t, size_t, size_t, int, uint16_t *);
 
+/* The one kernel per weight type: the types llmm__cu_gemm takes. */
 static dequant_fn dequant_for(uint32_t type) {
     switch (type) {
-    case QB_F32: return &dequant_tile_kernel<QB_F32>;
-    case QB_F16: return &dequant_tile_kernel<QB_F16>;
-    case QB_BF16: return &dequant_tile_kernel<QB_BF16>;
-    case QB_Q4_0: return &dequant_tile_kernel<QB_Q4_0>;
-    case QB_Q4_1: return &dequant_tile_kernel<QB_Q4_1>;
-    case QB_Q5_0: return &dequant_tile_kernel<QB_Q5_0>;
-    case QB_Q5_1: return &dequant_tile_kernel<QB_Q5_1>;
-    case QB_Q8_0: return &dequant_tile_kernel<QB_Q8_0>;
-    case QB_IQ4_NL: return &dequant_tile_kernel<QB_IQ4_NL>;
-    case QB_Q2_K: return &dequant_tile_kernel<QB_Q2_K>;
-    case QB_Q3_K: return &dequant_tile_kernel<QB_Q3_K>;
-    case QB_Q4_K: return &dequant_tile_kernel<QB_Q4_K>;
-    case QB_Q5_K: return &dequant_tile_kernel<QB_Q5_K>;
-    case QB_Q6_K: return &dequant_tile_kernel<QB_Q6_K>;
-    case QB_IQ4_XS: return &dequant_tile_kernel<QB_IQ4_XS>;
+    case LLMM_TYPE_F32: return &dequant_tile_kernel<LLMM_TYPE_F32>;
+    case LLMM_TYPE_F16: return &dequant_tile_kernel<LLMM_TYPE_F16>;
+    case LLMM_TYPE_BF16: return &dequant_tile_kernel<LLMM_TYPE_BF16>;
+    case LLMM_TYPE_Q4_0: return &dequant_tile_kernel<LLMM_TYPE_Q4_0>;
+    case LLMM_TYPE_Q4_1: return &dequant_tile_kernel<LLMM_TYPE_Q4_1>;
+    case LLMM_TYPE_Q5_0: return &dequant_tile_kernel<LLMM_TYPE_Q5_0>;
+    case LLMM_TYPE_Q5_1: return &dequant_tile_kernel<LLMM_TYPE_Q5_1>;
+    case LLMM_TYPE_Q8_0: return &dequant_tile_kernel<LLMM_TYPE_Q8_0>;
+    case LLMM_TYPE_IQ4_NL: return &dequant_tile_kernel<LLMM_TYPE_IQ4_NL>;
+    case LLMM_TYPE_Q2_K: return &dequant_tile_kernel<LLMM_TYPE_Q2_K>;
+    case LLMM_TYPE_Q3_K: return &dequant_tile_kernel<LLMM_TYPE_Q3_K>;
+    case LLMM_TYPE_Q4_K: return &dequant_tile_kernel<LLMM_TYPE_Q4_K>;
+    case LLMM_TYPE_Q5_K: return &dequant_tile_kernel<LLMM_TYPE_Q5_K>;
+    case LLMM_TYPE_Q6_K: return &dequant_tile_kernel<LLMM_TYPE_Q6_K>;
+    case LLMM_TYPE_IQ4_XS: return &dequant_tile_kernel<LLMM_TYPE_IQ4_XS>;
     }
     return NULL;
 }
 
+/* A type llmm__cu_gemm takes, in rows of whole blocks. */
 static bool whole_blocks(uint32_t type, size_t ne0) {
-    const int qk = qb_block_size(type);
-    return qk > 0 && ne0 % (size_t)qk == 0;
+    return dequant_for(type) && ne0 % llmm_type_block_size(type) == 0;
 }
 
 static size_t row_bytes_of(uint32_t type, size_t ne0) {
-    return ne0 / (size_t)qb_block_size(type) * (size_t)qb_block_bytes(type);
+    return ne0 / llmm_type_block_size(type) * llmm_type_block_bytes(type);
 }
 
 extern "C" int llmm__cu_gemm_dequant_tile(cudaStream_t stream, const void *w, uint32_t type, size_t ne0, size_t row0,
@@ -406,7 +407,8 @@ extern "C" int llmm__cu_gemm_dequant_tile(cudaStream_t stream, const void *w, ui
 
 static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
-static bool in_place_type(uint32_t type) { return type == QB_F32 || type == QB_F16 || type == QB_BF16; }
+/* F32, F16, BF16: weights cuBLASLt reads as they are, no dequantized tile. */
+static bool in_place_type(uint32_t type) { return llmm_type_family(type) == LLMM_FAMILY_FLOAT; }
 
 extern "C" size_t llmm__cu_gemm_tile_rows(size_t ne0) {
     const size_t rows = ne0 ? GEMM_TILE_BYTES / (2 * ne0) / GEMM_TILE_ALIGN * GEMM_TILE_ALIGN : 0;
@@ -418,7 +420,7 @@ static size_t x_scratch_bytes(size_t ne0, size_t n_rows) { return round_up(2 * n
 
 extern "C" size_t llmm__cu_gemm_scratch_bytes_tiled(uint32_t type, size_t ne0, size_t ne1, size_t n_rows,
                                               size_t tile_rows) {
-    if (!whole_blocks(type, ne0) || type == QB_F32) return 0;
+    if (!whole_blocks(type, ne0) || type == LLMM_TYPE_F32) return 0;
     const size_t tile = in_place_type(type) ? 0 : 2 * ne0 * (ne1 < tile_rows ? ne1 : tile_rows);
     return x_scratch_bytes(ne0, n_rows) + tile;
 }
@@ -443,9 +445,9 @@ extern "C" int llmm__cu_gemm_tiled(cu_lt *lt, cudaStream_t stream, const void *w
     g.alpha = 1.0f, g.beta = 0.0f;
     g.epilogue = CU_LT_EPILOGUE_NONE;
     g.ab_type = CU_LT_F32;
-    if (type == QB_F32) return llmm__cu_lt_matmul(lt, stream, &g);
+    if (type == LLMM_TYPE_F32) return llmm__cu_lt_matmul(lt, stream, &g);
 
-    g.ab_type = type == QB_BF16 ? CU_LT_BF16 : CU_LT_F16;
+    g.ab_type = type == LLMM_TYPE_BF16 ? CU_LT_BF16 : CU_LT_F16;
     uint16_t *x16 = (uint16_t *)scratch;
     int err = llmm__cu_gemm_convert(stream, x, n_rows * ne0, g.ab_type, x16);
     if (err) return err;

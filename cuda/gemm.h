@@ -22,7 +22,7 @@
 #include <stdint.h>
 
 #include "llmmini.h"
-#include "simt.h"
+#include "portable.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -34,7 +34,7 @@
  * staging cost, only a GPU shows: scripts/gpu-check.sh's prefill table (LLMM_CUDA_GEMM). The
  * emulation checks the sums, the fragment layout (mma_s8.cuh) and the edges (rows and blocks
  * past the ends stage as zero and are never written). */
-#include "simt.h"
+#include "portable.h"
 
 #include "gemm_int8.h"
 #include "gemv_quant.h"
@@ -48,7 +48,6 @@
 #define GI_WARP_N 32                /* activation rows per warp: 4 mma n-tiles of 8 */
 #define GI_KB 4                     /* 32-value blocks of k per stage */
 #define GI_ROW_WORDS (GI_KB * 8 + 4) /* words per staged row: 36 = 4 mod 32, see the top */
-#define GI_Q8_BYTES 34              /* a Q8_0 operand block: f16 d, 32 int8 */
 
 #if SIMT_EMULATED
 #define GI_UNROLL
@@ -58,19 +57,30 @@
 
 namespace {
 
-/* The IQ4 codebook (qb_iq4_value) as 16 int8 in two 64-bit constants, entry c in byte c % 8 of
- * the lower (c < 8) or upper one: qb_iq4_value's array indexed at run time lives in local
- * memory, stored anew at every lookup, where shifts of a register cost a few instructions. */
+/* The IQ4 codebook (format/blocks.h LLMM_IQ4_VALUES, as qb_iq4_value) as 16 int8 in two 64-bit
+ * constants, entry c in byte c % 8 of the lower (c < 8) or upper one: qb_iq4_value's array
+ * indexed at run time lives in local memory, stored anew at every lookup, where shifts of a
+ * register cost a few instructions. Packed at compile time from the initializer. */
+struct iq4_codebook {
+    int8_t v[16];
+};
+constexpr iq4_codebook k_iq4 = {LLMM_IQ4_VALUES};
+constexpr uint64_t iq4_packed(int half) {
+    uint64_t word = 0;
+    for (int c = 0; c < 8; c++) word |= (uint64_t)(uint8_t)k_iq4.v[8 * half + c] << (8 * c);
+    return word;
+}
+constexpr uint64_t k_iq4_lower = iq4_packed(0), k_iq4_upper = iq4_packed(1);
+
 __device__ __forceinline__ int iq4_value(int code) {
-    const uint64_t lower = 0xf6eaddcfbfad9881ull, upper = 0x7159453526190d01ull;
-    return (int8_t)(uint8_t)((code & 8 ? upper : lower) >> (8 * (code & 7)));
+    return (int8_t)(uint8_t)((code & 8 ? k_iq4_upper : k_iq4_lower) >> (8 * (code & 7)));
 }
 
 /* Weight j of a block of type T as its integer q (w_j = d * q). */
 template <uint32_t T> __device__ __forceinline__ int block_q(const uint8_t *b, int j) {
-    if constexpr (T == QB_Q4_0) return qb_nibble32(b + 2, j) - 8;
-    else if constexpr (T == QB_Q5_0) return (qb_nibble32(b + 6, j) | qb_high_bit32(b + 2, j) << 4) - 16;
-    else if constexpr (T == QB_Q8_0) return (int8_t)b[2 + j];
+    if constexpr (T == LLMM_TYPE_Q4_0) return qb_nibble32(b + 2, j) - 8;
+    else if constexpr (T == LLMM_TYPE_Q5_0) return (qb_nibble32(b + 6, j) | qb_high_bit32(b + 2, j) << 4) - 16;
+    else if constexpr (T == LLMM_TYPE_Q8_0) return (int8_t)b[2 + j];
     else return iq4_value(qb_nibble32(b + 2, j)); /* IQ4_NL */
 }
 
@@ -98,7 +108,7 @@ __device__ __forceinline__ void stage_tile(const uint8_t *src, size_t row_bytes,
         uint32_t *dst = q + r * GI_ROW_WORDS + kb * 8;
         const size_t row = row0 + r, blk = blk0 + kb;
         if (row < n_rows && blk < nb) {
-            d[r * GI_KB + kb] = stage_block<T>(src + row * row_bytes + blk * qb_block_bytes(T), dst);
+            d[r * GI_KB + kb] = stage_block<T>(src + row * row_bytes + blk * qb_type<T>::block_bytes, dst);
         } else {
             for (int wi = 0; wi < 8; wi++) dst[wi] = 0;
             d[r * GI_KB + kb] = 0.f;
@@ -120,6 +130,8 @@ template <uint32_t T>
 __global__ void __launch_bounds__(32 * GI_WARPS)
     gemm_int8_kernel(const uint8_t *w, size_t w_row_bytes, size_t nb, size_t ne1, const uint8_t *xq, size_t n_rows,
                      float *out) {
+    static_assert(qb_type<T>::block_size == 32 && qb_type<T>::operand_type == LLMM_TYPE_Q8_0,
+                  "gemm_int8_kernel: a block is one k = 32 step against a Q8_0 operand block");
     __shared__ uint32_t wq[GI_M * GI_ROW_WORDS];
     __shared__ uint32_t xs[GI_N * GI_ROW_WORDS];
     __shared__ float wd[GI_M * GI_KB];
@@ -142,7 +154,7 @@ GI_UNROLL
 
     for (size_t k0 = 0; k0 < nb; k0 += GI_KB) {
         stage_tile<T>(w, w_row_bytes, m0, ne1, k0, nb, GI_M, wq, wd);
-        stage_tile<QB_Q8_0>(xq, nb * GI_Q8_BYTES, n0, n_rows, k0, nb, GI_N, xs, xd);
+        stage_tile<LLMM_TYPE_Q8_0>(xq, nb * sizeof(block_q8_0), n0, n_rows, k0, nb, GI_N, xs, xd);
         __syncthreads();
         const unsigned kb_end = nb - k0 < GI_KB ? (unsigned)(nb - k0) : GI_KB;
         for (unsigned kb = 0; kb < kb_end; kb++) {
@@ -191,33 +203,43 @@ GI_UNROLL
 
 } // namespace
 
-extern "C" int llmm__cu_gemm_int8_supports(uint32_t type) {
-    return type == QB_Q4_0 || type == QB_Q5_0 || type == QB_Q8_0 || type == QB_IQ4_NL;
+typedef void (*gemm_int8_fn)(const uint8_t *, size_t, size_t, size_t, const uint8_t *, size_t, float *);
+
+/* The one kernel per weight type: the types whose weights are d * q (block_q above). */
+static gemm_int8_fn gemm_int8_for(uint32_t type) {
+    switch (type) {
+    case LLMM_TYPE_Q4_0: return &gemm_int8_kernel<LLMM_TYPE_Q4_0>;
+    case LLMM_TYPE_Q5_0: return &gemm_int8_kernel<LLMM_TYPE_Q5_0>;
+    case LLMM_TYPE_Q8_0: return &gemm_int8_kernel<LLMM_TYPE_Q8_0>;
+    case LLMM_TYPE_IQ4_NL: return &gemm_int8_kernel<LLMM_TYPE_IQ4_NL>;
+    }
+    return NULL;
 }
+
+extern "C" int llmm__cu_gemm_int8_supports(uint32_t type) { return gemm_int8_for(type) != NULL; }
 
 extern "C" int llmm__cu_gemm_int8(cudaStream_t stream, const void *w, uint32_t type, size_t ne0, size_t ne1,
                             const void *x_q8, size_t n_rows, float *out) {
-    if (!llmm__cu_gemm_int8_supports(type) || ne0 == 0 || ne0 % 32 != 0) return cudaErrorInvalidValue;
+    const gemm_int8_fn kernel = gemm_int8_for(type);
+    if (!kernel || ne0 == 0 || ne0 % QK8_0 != 0) return cudaErrorInvalidValue;
     if (n_rows == 0 || ne1 == 0) return 0;
     const size_t m_blocks = (ne1 + GI_M - 1) / GI_M, n_blocks = (n_rows + GI_N - 1) / GI_N;
     if (m_blocks > 0x7fffffffu || n_blocks > 65535) return cudaErrorInvalidValue; /* grid limits */
-    const size_t nb = ne0 / 32, row_bytes = nb * qb_block_bytes(type);
+    const size_t nb = ne0 / QK8_0, row_bytes = nb * llmm_type_block_bytes(type);
     const dim3 grid((unsigned)m_blocks, (unsigned)n_blocks);
     const uint8_t *wb = (const uint8_t *)w, *xb = (const uint8_t *)x_q8;
-    auto *kernel = type == QB_Q4_0   ? &gemm_int8_kernel<QB_Q4_0>
-                   : type == QB_Q5_0 ? &gemm_int8_kernel<QB_Q5_0>
-                   : type == QB_Q8_0 ? &gemm_int8_kernel<QB_Q8_0>
-                                     : &gemm_int8_kernel<QB_IQ4_NL>;
     SIMT_LAUNCH(kernel, grid, 32 * GI_WARPS, 0, stream, wb, row_bytes, nb, ne1, xb, n_rows, out);
     return (int)cudaGetLastError();
 }
 
-extern "C" size_t llmm__cu_gemm_int8_scratch_bytes(size_t ne0, size_t n_rows) { return ne0 / 32 * GI_Q8_BYTES * n_rows; }
+extern "C" size_t llmm__cu_gemm_int8_scratch_bytes(size_t ne0, size_t n_rows) {
+    return ne0 / QK8_0 * sizeof(block_q8_0) * n_rows;
+}
 
 extern "C" int llmm__cu_gemm_int8_f32(cudaStream_t stream, const void *w, uint32_t type, size_t ne0, size_t ne1,
                                 const float *x, size_t n_rows, float *out, void *scratch) {
-    if (!llmm__cu_gemm_int8_supports(type) || ne0 == 0 || ne0 % 32 != 0) return cudaErrorInvalidValue;
+    if (!llmm__cu_gemm_int8_supports(type) || ne0 == 0 || ne0 % QK8_0 != 0) return cudaErrorInvalidValue;
     if (n_rows == 0 || ne1 == 0) return 0;
-    const int err = llmm__cu_quantize_operand(stream, x, QB_Q8_0, ne0, n_rows, scratch);
+    const int err = llmm__cu_quantize_operand(stream, x, llmm_type_operand(type), ne0, n_rows, scratch);
     return err ? err : llmm__cu_gemm_int8(stream, w, type, ne0, ne1, scratch, n_rows, out);
 }

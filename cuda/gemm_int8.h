@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "simt.h"
+#include "portable.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -19,7 +19,7 @@
  * padded to 4 or 16 bytes, or scales split from quants), which the loader does not make yet. */
 #include <math.h>
 
-#include "simt.h"
+#include "portable.h"
 
 #include "gemv_quant.h"
 #include "kernels.h"
@@ -36,11 +36,6 @@
 #else
 #define GQ_UNROLL _Pragma("unroll")
 #endif
-
-/* operand type ids beyond quant_blocks.cuh's (lib/quant.h enum llmm_type) */
-enum { GQ_Q8_1 = 9, GQ_Q8_K = 15 };
-/* operand block bytes (lib/quant.h block_q8_0 / block_q8_1 / block_q8_K) */
-enum { GQ_Q8_0_BYTES = 34, GQ_Q8_1_BYTES = 36, GQ_Q8_K_BYTES = 292, GQ_QK_K = 256 };
 
 /* ---------------------------------------------------------------- bit-exact scalar helpers */
 
@@ -111,7 +106,7 @@ __global__ void quantize_q8_32_kernel(const float *x, uint8_t *dst) {
     const float d = amax / 127.f;
     const float id = amax != 0.f ? 127.f / amax : 0.f;
     const int q = gq_round_clamp(qb_mul(v, id), -127, 127);
-    uint8_t *y = dst + (WITH_SUM ? GQ_Q8_1_BYTES : GQ_Q8_0_BYTES) * b;
+    uint8_t *y = dst + (WITH_SUM ? sizeof(block_q8_1) : sizeof(block_q8_0)) * b;
     y[(WITH_SUM ? 4 : 2) + j] = (uint8_t)(int8_t)q;
     const int sum = WITH_SUM ? gq_warp_sum(q) : 0;
     if (j == 0) {
@@ -127,9 +122,9 @@ __global__ void quantize_q8_32_kernel(const float *x, uint8_t *dst) {
 __global__ void quantize_q8_k_kernel(const float *x, uint8_t *dst) {
     const size_t b = blockIdx.x;
     const int lane = threadIdx.x;
-    const float *xs = x + (size_t)GQ_QK_K * b + 8 * lane;
+    const float *xs = x + (size_t)QK_K * b + 8 * lane;
     float v[8], amax = 0.f, max = 0.f;
-    int first = GQ_QK_K; /* index of max; past the end when nothing beats 0 */
+    int first = QK_K; /* index of max; past the end when nothing beats 0 */
     for (int k = 0; k < 8; k++) {
         v[k] = xs[k];
         if (fabsf(v[k]) > amax) {
@@ -148,7 +143,7 @@ __global__ void quantize_q8_k_kernel(const float *x, uint8_t *dst) {
             first = o_first;
         }
     }
-    uint8_t *y = dst + (size_t)GQ_Q8_K_BYTES * b;
+    uint8_t *y = dst + sizeof(block_q8_K) * b;
     int q[8] = {0}, bsum = 0;
     const float iscale = amax != 0.f ? -127.f / max : 0.f;
     if (amax != 0.f)
@@ -169,48 +164,35 @@ __global__ void quantize_half_kernel(const float *x, uint16_t *dst, size_t n) {
     if (i < n) dst[i] = BF16 ? gq_f32_to_bf16(x[i]) : gq_f32_to_f16(x[i]);
 }
 
+/* Bytes of a row of ne0 values of an operand type (a multiple of its block size). */
 static size_t operand_row_bytes(uint32_t operand, size_t ne0) {
-    switch (operand) {
-    case QB_F32: return 4 * ne0;
-    case QB_F16: case QB_BF16: return 2 * ne0;
-    case QB_Q8_0: return ne0 / 32 * GQ_Q8_0_BYTES;
-    case GQ_Q8_1: return ne0 / 32 * GQ_Q8_1_BYTES;
-    case GQ_Q8_K: return ne0 / GQ_QK_K * GQ_Q8_K_BYTES;
-    }
-    return 0;
+    return ne0 / llmm_type_block_size(operand) * llmm_type_block_bytes(operand);
 }
 
-static size_t operand_block_size(uint32_t operand) {
-    return operand == GQ_Q8_K ? GQ_QK_K : operand == QB_Q8_0 || operand == GQ_Q8_1 ? 32 : 1;
-}
-
-extern "C" uint32_t llmm__cu_matmul_operand_type(uint32_t weight_type) {
-    switch (weight_type) {
-    case QB_F32: case QB_F16: case QB_BF16: return weight_type;
-    case QB_Q4_0: case QB_Q5_0: case QB_Q8_0: case QB_IQ4_NL: return QB_Q8_0;
-    case QB_Q4_1: case QB_Q5_1: return GQ_Q8_1;
-    case QB_Q2_K: case QB_Q3_K: case QB_Q4_K: case QB_Q5_K: case QB_Q6_K: case QB_IQ4_XS: return GQ_Q8_K;
-    }
-    return UINT32_MAX;
+/* The operand types the kernels above write. */
+static bool has_quantizer(uint32_t type) {
+    return type == LLMM_TYPE_F16 || type == LLMM_TYPE_BF16 || type == LLMM_TYPE_Q8_0 || type == LLMM_TYPE_Q8_1 ||
+           type == LLMM_TYPE_Q8_K;
 }
 
 extern "C" int llmm__cu_quantize_operand(cudaStream_t stream, const float *x, uint32_t operand_type, size_t ne0,
                                    size_t n_rows, void *dst) {
-    const size_t qk = operand_block_size(operand_type), n = ne0 * n_rows;
-    if (operand_type == QB_F32 || !operand_row_bytes(operand_type, ne0) || ne0 % qk != 0) return cudaErrorInvalidValue;
+    if (!has_quantizer(operand_type)) return cudaErrorInvalidValue;
+    const size_t qk = llmm_type_block_size(operand_type), n = ne0 * n_rows;
+    if (ne0 % qk != 0) return cudaErrorInvalidValue;
     if (n == 0) return 0;
     uint8_t *y = (uint8_t *)dst;
     const unsigned blocks = (unsigned)(n / qk);
-    if (operand_type == QB_Q8_0) {
+    if (operand_type == LLMM_TYPE_Q8_0) {
         auto *k = &quantize_q8_32_kernel<false>;
         SIMT_LAUNCH(k, blocks, 32, 0, stream, x, y);
-    } else if (operand_type == GQ_Q8_1) {
+    } else if (operand_type == LLMM_TYPE_Q8_1) {
         auto *k = &quantize_q8_32_kernel<true>;
         SIMT_LAUNCH(k, blocks, 32, 0, stream, x, y);
-    } else if (operand_type == GQ_Q8_K) {
+    } else if (operand_type == LLMM_TYPE_Q8_K) {
         SIMT_LAUNCH(quantize_q8_k_kernel, blocks, 32, 0, stream, x, y);
     } else {
-        auto *k = operand_type == QB_BF16 ? &quantize_half_kernel<true> : &quantize_half_kernel<false>;
+        auto *k = operand_type == LLMM_TYPE_BF16 ? &quantize_half_kernel<true> : &quantize_half_kernel<false>;
         SIMT_LAUNCH(k, (unsigned)((n + 255) / 256), 256, 0, stream, x, (uint16_t *)dst, n);
     }
     return (int)cudaGetLastError();
@@ -218,21 +200,21 @@ extern "C" int llmm__cu_quantize_operand(cudaStream_t stream, const float *x, ui
 
 /* ---------------------------------------------------------------- 2. the dot */
 
-/* A 32-weight block as integers: w_j = d * q_j (+ m for the offset types), quant_legacy.c's
- * unpacking. */
+/* A 32-weight block as integers: w_j = d * q_j (+ m for the offset types, Q4_1 and Q5_1: those
+ * whose operand, Q8_1, carries each block's sum for the m term), quant_legacy.c's unpacking. */
 template <uint32_t T>
 __device__ __forceinline__ void decode_block32(const uint8_t *b, int q[32], float *d, float *m) {
     *d = qb_f16_at(b);
     *m = 0.f;
     for (int j = 0; j < 32; j++) {
-        if constexpr (T == QB_Q4_0) q[j] = qb_nibble32(b + 2, j) - 8;
-        else if constexpr (T == QB_Q4_1) q[j] = qb_nibble32(b + 4, j);
-        else if constexpr (T == QB_Q5_0) q[j] = (qb_nibble32(b + 6, j) | qb_high_bit32(b + 2, j) << 4) - 16;
-        else if constexpr (T == QB_Q5_1) q[j] = qb_nibble32(b + 8, j) | qb_high_bit32(b + 4, j) << 4;
-        else if constexpr (T == QB_Q8_0) q[j] = (int8_t)b[2 + j];
+        if constexpr (T == LLMM_TYPE_Q4_0) q[j] = qb_nibble32(b + 2, j) - 8;
+        else if constexpr (T == LLMM_TYPE_Q4_1) q[j] = qb_nibble32(b + 4, j);
+        else if constexpr (T == LLMM_TYPE_Q5_0) q[j] = (qb_nibble32(b + 6, j) | qb_high_bit32(b + 2, j) << 4) - 16;
+        else if constexpr (T == LLMM_TYPE_Q5_1) q[j] = qb_nibble32(b + 8, j) | qb_high_bit32(b + 4, j) << 4;
+        else if constexpr (T == LLMM_TYPE_Q8_0) q[j] = (int8_t)b[2 + j];
         else q[j] = qb_iq4_value(qb_nibble32(b + 2, j)); /* IQ4_NL */
     }
-    if constexpr (T == QB_Q4_1 || T == QB_Q5_1) *m = qb_f16_at(b + 2);
+    if constexpr (qb_type<T>::operand_type == LLMM_TYPE_Q8_1) *m = qb_f16_at(b + 2);
 }
 
 /* Weights 16c..16c+15 of a 256-weight block as integers, with their sub-block's integer scale
@@ -243,28 +225,28 @@ __device__ __forceinline__ void decode_chunk16(const uint8_t *b, int c, int q[16
                                                float *dmin) {
     *min = 0;
     *dmin = 0.f;
-    if constexpr (T == QB_Q2_K) {
+    if constexpr (T == LLMM_TYPE_Q2_K) {
         *d = qb_f16_at(b + 80);
         *dmin = qb_f16_at(b + 82);
         *scale = b[c] & 15;
         *min = b[c] >> 4;
         for (int k = 0; k < 16; k++) q[k] = qb_2bit(b + 16, 16 * c + k);
-    } else if constexpr (T == QB_Q3_K) {
+    } else if constexpr (T == LLMM_TYPE_Q3_K) {
         const uint8_t *sc = b + 96;
         *d = qb_f16_at(b + 108);
         const int lo = c < 8 ? sc[c] & 15 : sc[c - 8] >> 4, hi = (sc[8 + c % 4] >> (2 * (c / 4))) & 3;
         *scale = (lo | hi << 4) - 32;
         for (int k = 0; k < 16; k++) q[k] = qb_2bit(b + 32, 16 * c + k) + 4 * qb_k_high_bit(b, 16 * c + k) - 4;
-    } else if constexpr (T == QB_Q4_K || T == QB_Q5_K) {
+    } else if constexpr (T == LLMM_TYPE_Q4_K || T == LLMM_TYPE_Q5_K) {
         *d = qb_f16_at(b);
         *dmin = qb_f16_at(b + 2);
         qb_k4_scale_min(b + 4, c / 2, scale, min);
         for (int k = 0; k < 16; k++) {
             const int i = 16 * c + k;
-            if constexpr (T == QB_Q4_K) q[k] = qb_k_nibble(b + 16, i);
+            if constexpr (T == LLMM_TYPE_Q4_K) q[k] = qb_k_nibble(b + 16, i);
             else q[k] = qb_k_nibble(b + 48, i) + 16 * qb_k_high_bit(b + 16, i);
         }
-    } else if constexpr (T == QB_Q6_K) {
+    } else if constexpr (T == LLMM_TYPE_Q6_K) {
         *d = qb_f16_at(b + 208);
         *scale = (int8_t)b[192 + c];
         for (int k = 0; k < 16; k++) {
@@ -276,7 +258,7 @@ __device__ __forceinline__ void decode_chunk16(const uint8_t *b, int c, int q[16
     } else { /* IQ4_XS */
         const int ib = c / 2;
         *d = qb_f16_at(b);
-        *scale = (int)(((unsigned)b[4 + ib / 2] >> 4 * (ib % 2) & 15u) | (qb_u16(b + 2) >> 2 * ib & 3u) << 4) - 32;
+        *scale = llmm_iq4_xs_scale(b, ib) - 32;
         for (int k = 0; k < 16; k++) q[k] = qb_iq4_value(qb_nibble32(b + 8 + 16 * ib, 16 * (c % 2) + k));
     }
 }
@@ -306,35 +288,34 @@ __global__ void gemv_kernel(const uint8_t *w, size_t row_bytes, size_t nb, size_
 GQ_UNROLL
     for (int r = 0; r < GQ_MAX_ROWS; r++) acc[r] = 0.f;
 
-    if constexpr (T == QB_F32 || T == QB_F16 || T == QB_BF16) {
+    if constexpr (qb_type<T>::kernel_family == LLMM_FAMILY_FLOAT) {
         /* Element rows are naturally aligned (GGUF aligns the tensor, rows are whole elements),
          * so these load whole values; lanes take consecutive elements for coalescing. The
          * products of two halves are exact, as in the CPU's half_dot. */
         for (size_t i = lane; i < nb; i += 32) {
             float wv;
-            if constexpr (T == QB_F32) wv = ((const float *)wrow)[i];
-            else if constexpr (T == QB_F16) wv = qb_half_to_float(((const uint16_t *)wrow)[i]);
+            if constexpr (T == LLMM_TYPE_F32) wv = ((const float *)wrow)[i];
+            else if constexpr (T == LLMM_TYPE_F16) wv = qb_half_to_float(((const uint16_t *)wrow)[i]);
             else wv = qb_bf16_to_float(((const uint16_t *)wrow)[i]);
 GQ_UNROLL
             for (int r = 0; r < GQ_MAX_ROWS; r++) {
                 if (r >= nr) break;
                 const uint8_t *xr = xq + r * xq_row_bytes;
                 float xv;
-                if constexpr (T == QB_F32) xv = ((const float *)xr)[i];
-                else if constexpr (T == QB_F16) xv = qb_half_to_float(((const uint16_t *)xr)[i]);
+                if constexpr (T == LLMM_TYPE_F32) xv = ((const float *)xr)[i];
+                else if constexpr (T == LLMM_TYPE_F16) xv = qb_half_to_float(((const uint16_t *)xr)[i]);
                 else xv = qb_bf16_to_float(((const uint16_t *)xr)[i]);
                 acc[r] = qb_add(acc[r], qb_mul(wv, xv));
             }
         }
-    } else if constexpr (T == QB_Q4_0 || T == QB_Q4_1 || T == QB_Q5_0 || T == QB_Q5_1 || T == QB_Q8_0 ||
-                         T == QB_IQ4_NL) {
+    } else if constexpr (qb_type<T>::kernel_family == LLMM_FAMILY_BLOCK32) {
         /* A lane per block: the whole block's integer dot needs no cross-lane step. */
-        constexpr bool offset_type = T == QB_Q4_1 || T == QB_Q5_1;
-        constexpr size_t xb_bytes = offset_type ? GQ_Q8_1_BYTES : GQ_Q8_0_BYTES;
+        constexpr bool offset_type = qb_type<T>::operand_type == LLMM_TYPE_Q8_1;
+        constexpr size_t xb_bytes = qb_type<qb_type<T>::operand_type>::block_bytes;
         for (size_t b = lane; b < nb; b += 32) {
             int q[32];
             float d, m;
-            decode_block32<T>(wrow + b * qb_block_bytes(T), q, &d, &m);
+            decode_block32<T>(wrow + b * qb_type<T>::block_bytes, q, &d, &m);
 GQ_UNROLL
             for (int r = 0; r < GQ_MAX_ROWS; r++) {
                 if (r >= nr) break;
@@ -349,6 +330,8 @@ GQ_UNROLL
             }
         }
     } else {
+        static_assert(qb_type<T>::kernel_family == LLMM_FAMILY_BLOCK256, "gemv_kernel: a type of no kernel family");
+        constexpr size_t xb_bytes = qb_type<qb_type<T>::operand_type>::block_bytes;
         /* 256-weight blocks: a half-warp per block, lane c of it on weights 16c..16c+15 (one
          * Q8_K bsum each), so a block's integer sums are whole after a 16-lane reduction and
          * its float contribution is the CPU's. The loop bound is the warp's, not the lane's:
@@ -359,11 +342,11 @@ GQ_UNROLL
             const bool valid = b < nb;
             int q[16] = {0}, scale = 0, min = 0;
             float d = 0.f, dmin = 0.f;
-            if (valid) decode_chunk16<T>(wrow + b * qb_block_bytes(T), c, q, &scale, &min, &d, &dmin);
+            if (valid) decode_chunk16<T>(wrow + b * qb_type<T>::block_bytes, c, q, &scale, &min, &d, &dmin);
 GQ_UNROLL
             for (int r = 0; r < GQ_MAX_ROWS; r++) {
                 if (r >= nr) break;
-                const uint8_t *y = xq + r * xq_row_bytes + b * GQ_Q8_K_BYTES;
+                const uint8_t *y = xq + r * xq_row_bytes + b * xb_bytes;
                 int sum_q = 0, sum_m = 0;
                 if (valid) {
                     const int8_t *ys = (const int8_t *)(y + 4 + 16 * c);
@@ -379,7 +362,7 @@ GQ_UNROLL
                 if (valid && c == 0) {
                     const float yd = gq_f32_at(y);
                     float contrib;
-                    if constexpr (T == QB_IQ4_XS) /* llmm__vec_dot_iq4_xs_q8_K */
+                    if constexpr (T == LLMM_TYPE_IQ4_XS) /* llmm__vec_dot_iq4_xs_q8_K */
                         contrib = qb_mul((float)sum_q, qb_mul(d, yd));
                     else /* quant_k.c kq_block_dot */
                         contrib = qb_mul(yd, qb_sub(qb_mul(d, (float)sum_q), qb_mul(dmin, (float)sum_m)));
@@ -393,46 +376,55 @@ GQ_UNROLL
 
 typedef void (*gemv_fn)(const uint8_t *, size_t, size_t, size_t, const uint8_t *, size_t, int, float *);
 
+/* The one kernel per weight type: which types the backend multiplies by (the rest of what a
+ * type is comes from its row, format/blocks.h). */
 static gemv_fn gemv_for(uint32_t type) {
     switch (type) {
-    case QB_F32: return &gemv_kernel<QB_F32>;
-    case QB_F16: return &gemv_kernel<QB_F16>;
-    case QB_BF16: return &gemv_kernel<QB_BF16>;
-    case QB_Q4_0: return &gemv_kernel<QB_Q4_0>;
-    case QB_Q4_1: return &gemv_kernel<QB_Q4_1>;
-    case QB_Q5_0: return &gemv_kernel<QB_Q5_0>;
-    case QB_Q5_1: return &gemv_kernel<QB_Q5_1>;
-    case QB_Q8_0: return &gemv_kernel<QB_Q8_0>;
-    case QB_IQ4_NL: return &gemv_kernel<QB_IQ4_NL>;
-    case QB_Q2_K: return &gemv_kernel<QB_Q2_K>;
-    case QB_Q3_K: return &gemv_kernel<QB_Q3_K>;
-    case QB_Q4_K: return &gemv_kernel<QB_Q4_K>;
-    case QB_Q5_K: return &gemv_kernel<QB_Q5_K>;
-    case QB_Q6_K: return &gemv_kernel<QB_Q6_K>;
-    case QB_IQ4_XS: return &gemv_kernel<QB_IQ4_XS>;
+    case LLMM_TYPE_F32: return &gemv_kernel<LLMM_TYPE_F32>;
+    case LLMM_TYPE_F16: return &gemv_kernel<LLMM_TYPE_F16>;
+    case LLMM_TYPE_BF16: return &gemv_kernel<LLMM_TYPE_BF16>;
+    case LLMM_TYPE_Q4_0: return &gemv_kernel<LLMM_TYPE_Q4_0>;
+    case LLMM_TYPE_Q4_1: return &gemv_kernel<LLMM_TYPE_Q4_1>;
+    case LLMM_TYPE_Q5_0: return &gemv_kernel<LLMM_TYPE_Q5_0>;
+    case LLMM_TYPE_Q5_1: return &gemv_kernel<LLMM_TYPE_Q5_1>;
+    case LLMM_TYPE_Q8_0: return &gemv_kernel<LLMM_TYPE_Q8_0>;
+    case LLMM_TYPE_IQ4_NL: return &gemv_kernel<LLMM_TYPE_IQ4_NL>;
+    case LLMM_TYPE_Q2_K: return &gemv_kernel<LLMM_TYPE_Q2_K>;
+    case LLMM_TYPE_Q3_K: return &gemv_kernel<LLMM_TYPE_Q3_K>;
+    case LLMM_TYPE_Q4_K: return &gemv_kernel<LLMM_TYPE_Q4_K>;
+    case LLMM_TYPE_Q5_K: return &gemv_kernel<LLMM_TYPE_Q5_K>;
+    case LLMM_TYPE_Q6_K: return &gemv_kernel<LLMM_TYPE_Q6_K>;
+    case LLMM_TYPE_IQ4_XS: return &gemv_kernel<LLMM_TYPE_IQ4_XS>;
     }
     return NULL;
 }
 
+extern "C" int llmm__cu_matmul_supports(uint32_t type) { return gemv_for(type) != NULL; }
+
+/* The operand of the type's row (F32, F16 and BF16 are their own). */
+extern "C" uint32_t llmm__cu_matmul_operand_type(uint32_t weight_type) {
+    return gemv_for(weight_type) ? llmm_type_operand(weight_type) : UINT32_MAX;
+}
+
 extern "C" size_t llmm__cu_matmul_scratch_bytes(uint32_t type, size_t ne0, size_t n_rows) {
     const uint32_t operand = llmm__cu_matmul_operand_type(type);
-    if (operand == UINT32_MAX || operand == QB_F32) return 0; /* F32 multiplies the rows as given */
+    if (operand == UINT32_MAX || operand == LLMM_TYPE_F32) return 0; /* F32 multiplies the rows as given */
     return n_rows * operand_row_bytes(operand, ne0);
 }
 
 extern "C" int llmm__cu_matmul(cudaStream_t stream, const void *w, uint32_t type, size_t ne0, size_t ne1, const float *x,
                          size_t n_rows, float *out, void *scratch) {
     const gemv_fn kernel = gemv_for(type);
-    if (!kernel || ne0 % (size_t)qb_block_size(type) != 0) return cudaErrorInvalidValue;
+    if (!kernel || ne0 % llmm_type_block_size(type) != 0) return cudaErrorInvalidValue;
     if (n_rows == 0 || ne1 == 0 || ne0 == 0) return 0;
     const uint32_t operand = llmm__cu_matmul_operand_type(type);
     const uint8_t *xq = (const uint8_t *)x;
-    if (operand != QB_F32) {
+    if (operand != LLMM_TYPE_F32) {
         const int err = llmm__cu_quantize_operand(stream, x, operand, ne0, n_rows, scratch);
         if (err) return err;
         xq = (const uint8_t *)scratch;
     }
-    const size_t nb = ne0 / (size_t)qb_block_size(type), row_bytes = nb * (size_t)qb_block_bytes(type);
+    const size_t nb = ne0 / llmm_type_block_size(type), row_bytes = nb * llmm_type_block_bytes(type);
     const size_t xq_row_bytes = operand_row_bytes(operand, ne0);
     const unsigned grid = (unsigned)((ne1 + GQ_WARPS - 1) / GQ_WARPS);
     for (size_t r0 = 0; r0 < n_rows; r0 += GQ_MAX_ROWS) {
@@ -457,16 +449,16 @@ __global__ void embed_kernel(const uint8_t *table, uint32_t type, size_t ne0, si
         return;
     }
     const uint8_t *row = table + (size_t)token * row_bytes;
-    const size_t qk = (size_t)qb_block_size(type), bytes = (size_t)qb_block_bytes(type);
+    const size_t qk = llmm_type_block_size(type), bytes = llmm_type_block_bytes(type);
     for (size_t i = threadIdx.x; i < ne0; i += blockDim.x)
         o[i] = qb_block_value(type, row + i / qk * bytes, (int)(i % qk));
 }
 
 extern "C" int llmm__cu_embed(cudaStream_t stream, const void *table, uint32_t type, size_t ne0, size_t ne1,
                         const int32_t *tokens, size_t n, float *out, int *bad) {
-    if (!gemv_for(type) || ne0 % (size_t)qb_block_size(type) != 0) return cudaErrorInvalidValue;
+    if (!gemv_for(type) || ne0 % llmm_type_block_size(type) != 0) return cudaErrorInvalidValue;
     if (n == 0 || ne0 == 0) return 0;
-    const size_t row_bytes = ne0 / (size_t)qb_block_size(type) * (size_t)qb_block_bytes(type);
+    const size_t row_bytes = ne0 / llmm_type_block_size(type) * llmm_type_block_bytes(type);
     SIMT_LAUNCH(embed_kernel, (unsigned)n, 256, 0, stream, (const uint8_t *)table, type, ne0, ne1, row_bytes, tokens,
                 out, bad);
     return (int)cudaGetLastError();

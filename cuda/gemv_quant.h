@@ -7,15 +7,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "simt.h"
+#include "portable.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* The type llmm__cu_matmul quantizes activations to for a weight of this type (the CPU backend's
- * dot table: F32, F16, BF16, Q8_0 = 8, Q8_1 = 9, Q8_K = 15); UINT32_MAX for a type it cannot
- * multiply by. */
+/* The type llmm__cu_matmul quantizes activations to for a weight of this type: the operand of
+ * its row (format/blocks.h llmm_type_operand: F32, F16, BF16, Q8_0, Q8_1 or Q8_K, as the CPU
+ * backend's dots take them); UINT32_MAX for a type it cannot multiply by. */
 uint32_t llmm__cu_matmul_operand_type(uint32_t weight_type);
 
 /* dst (n_rows rows of ne0 values in the operand type, rows back to back, as the CPU's

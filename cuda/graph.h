@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "llmmini.h"
-#include "simt.h"
+#include "portable.h"
 
 /* One recorded op. Its bytes are its identity (records are compared with memcmp), so every
  * record starts zeroed (cu_op_zero) and holds values only, never host pointers whose target

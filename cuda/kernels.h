@@ -4,9 +4,9 @@
  * launchers enqueue on the stream and return without synchronising. They return 0, or a
  * nonzero cudaError_t when a launch failed.
  *
- * Each .cu file is compiled twice: by nvcc for the GPU and, in `make test`, by the host C++
- * compiler against tests/simt/simt.h, whose emulation runs every launch on the CPU (the
- * emulated build is synchronous). The per-element math that must match the CPU backend lives
+ * Each .cu file is compiled twice (portable.h): by nvcc for the GPU and, in `make test`, by the
+ * host C++ compiler against the test-only SIMT emulation (tests/simt/simt.h), which runs every
+ * launch on the CPU (the emulated build is synchronous). The per-element math that must match the CPU backend lives
  * in __host__ __device__ headers (quant_blocks.cuh, softmax_merge.cuh). */
 #ifndef LLMM_CUDA_KERNELS_H
 #define LLMM_CUDA_KERNELS_H
@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "simt.h"
+#include "portable.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -44,6 +44,9 @@ typedef struct cu_step {
 
 /* ---------------------------------------------------------------- gemv_quant.cu */
 
+/* Whether llmm__cu_matmul and llmm__cu_embed have a kernel for weights of this type (the
+ * backend's supports_type). */
+int llmm__cu_matmul_supports(uint32_t type);
 /* Device scratch bytes llmm__cu_matmul needs for n_rows activation rows of ne0 values against a
  * weight of this type (its operand: the activations quantized as the CPU backend's dot table
  * says, cpu/cpu_dot.h). */

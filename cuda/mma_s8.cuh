@@ -21,7 +21,7 @@
 
 #include <stdint.h>
 
-#include "simt.h"
+#include "portable.h"
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
 #error "mma_s8.cuh: mma.sync m16n8k32 with int8 operands needs sm_80 or later (the module targets sm_87 and sm_90)"

@@ -1,7 +1,7 @@
 /* The GGUF block formats' per-weight math, shared by the CUDA kernels (nvcc) and their
  * emulated build (the host C++ compiler, tests/simt/simt.h): weight i of one block as the
- * CPU's dequantization gives it (lib/quant.c, quant_legacy.c, quant_k.c, quant_iq4.c), bit for
- * bit, so a GPU matmul over dequantized weights can be held to the CPU's results.
+ * CPU's dequantization gives it (lib/format/quant.c, quant_legacy.c, quant_k.c, quant_iq4.c),
+ * bit for bit, so a GPU matmul over dequantized weights can be held to the CPU's results.
  *
  * Bit for bit needs the same roundings in the same order. Every product here is exact in float
  * (an f16 scale times a small integer), so a fused multiply-add would round as the CPU does; the
@@ -11,11 +11,18 @@
  *
  * Blocks are read byte by byte (little-endian): GGUF aligns a tensor's data, not its blocks'
  * fields (a Q4_0 block is 18 bytes), so no wider load is assumed here; the kernels that load
- * wide do so on whole blocks of their own layout. Layouts: lib/quant.h. */
+ * wide do so on whole blocks of their own layout.
+ *
+ * What a type is (id, block size and bytes, operand, kernel family) and the layouts are
+ * format/blocks.h's rows and structs, the CPU's too; this header adds the math only. Generic
+ * code reads the rows with llmm_type_block_size() and the other lookups there, kernels
+ * specialized on a type T with qb_type<T> below. */
 #ifndef LLMM_CUDA_QUANT_BLOCKS_CUH
 #define LLMM_CUDA_QUANT_BLOCKS_CUH
 
 #include <stdint.h>
+
+#include "format/blocks.h"
 
 #if defined(__CUDACC__)
 #define QB_FN __host__ __device__ __forceinline__
@@ -23,12 +30,20 @@
 #define QB_FN static inline
 #endif
 
-/* ggml type ids (lib/quant.h enum llmm_type): the ones with math on the GPU path. */
-enum {
-    QB_F32 = 0, QB_F16 = 1, QB_Q4_0 = 2, QB_Q4_1 = 3, QB_Q5_0 = 6, QB_Q5_1 = 7, QB_Q8_0 = 8,
-    QB_Q2_K = 10, QB_Q3_K = 11, QB_Q4_K = 12, QB_Q5_K = 13, QB_Q6_K = 14, QB_IQ4_NL = 20,
-    QB_IQ4_XS = 23, QB_BF16 = 30,
-};
+#if defined(__cplusplus)
+/* Type T's row of LLMM_WEIGHT_TYPES as constants, for kernels specialized per type (`if
+ * constexpr` on the family, a block's bytes as a compile-time stride): the lookups of
+ * format/blocks.h are functions, not constant expressions. */
+template <uint32_t T> struct qb_type;
+#define QB_TYPE_ROW(T, id, name, block, bytes, operand, family, ...)         \
+    template <> struct qb_type<id> {                                         \
+        static constexpr uint32_t block_size = block, block_bytes = bytes;   \
+        static constexpr uint32_t operand_type = LLMM_TYPE_##operand;        \
+        static constexpr uint32_t kernel_family = LLMM_FAMILY_##family;      \
+    };
+LLMM_WEIGHT_TYPES(QB_TYPE_ROW)
+#undef QB_TYPE_ROW
+#endif
 
 QB_FN float qb_mul(float a, float b) {
 #if defined(__CUDA_ARCH__)
@@ -87,10 +102,10 @@ QB_FN float qb_bf16_to_float(uint16_t h) { return qb_bits_to_float((uint32_t)h <
 QB_FN uint16_t qb_u16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
 QB_FN float qb_f16_at(const uint8_t *p) { return qb_half_to_float(qb_u16(p)); }
 
-/* The IQ4 codebook (lib/quant_iq4.c llmm__iq4_values), as a function so that it needs no
+/* The IQ4 codebook (format/blocks.h LLMM_IQ4_VALUES), as a function so that it needs no
  * device constant memory of its own. */
 QB_FN int qb_iq4_value(int code) {
-    const int8_t values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+    const int8_t values[16] = LLMM_IQ4_VALUES;
     return values[code & 15];
 }
 
@@ -194,63 +209,33 @@ QB_FN float qb_q6_k(const uint8_t *b, int i) {
  * order, w = (d * (ls - 32)) * value[q] */
 QB_FN float qb_iq4_xs(const uint8_t *b, int i) {
     const int ib = i / 32, j = i % 32;
-    const unsigned scales_h = qb_u16(b + 2);
-    const int ls = (int)(((unsigned)b[4 + ib / 2] >> 4 * (ib % 2) & 15u) | (scales_h >> 2 * ib & 3u) << 4);
-    const float dl = qb_mul(qb_f16_at(b), (float)(ls - 32));
+    const float dl = qb_mul(qb_f16_at(b), (float)(llmm_iq4_xs_scale(b, ib) - 32));
     return qb_mul(dl, (float)qb_iq4_value(qb_nibble32(b + 8 + 16 * ib, j)));
 }
 
 /* ---------------------------------------------------------------- any type */
 
-/* Weights per block and bytes per block of a type with math here; 0 for another. */
-QB_FN int qb_block_size(uint32_t type) {
-    switch (type) {
-    case QB_F32: case QB_F16: case QB_BF16: return 1;
-    case QB_Q4_0: case QB_Q4_1: case QB_Q5_0: case QB_Q5_1: case QB_Q8_0: case QB_IQ4_NL: return 32;
-    case QB_Q2_K: case QB_Q3_K: case QB_Q4_K: case QB_Q5_K: case QB_Q6_K: case QB_IQ4_XS: return 256;
-    }
-    return 0;
-}
-
-QB_FN int qb_block_bytes(uint32_t type) {
-    switch (type) {
-    case QB_F32: return 4;
-    case QB_F16: case QB_BF16: return 2;
-    case QB_Q4_0: case QB_IQ4_NL: return 18;
-    case QB_Q4_1: return 20;
-    case QB_Q5_0: return 22;
-    case QB_Q5_1: return 24;
-    case QB_Q8_0: return 34;
-    case QB_Q2_K: return 84;
-    case QB_Q3_K: return 110;
-    case QB_Q4_K: return 144;
-    case QB_Q5_K: return 176;
-    case QB_Q6_K: return 210;
-    case QB_IQ4_XS: return 136;
-    }
-    return 0;
-}
-
-/* Weight i (0 .. block size - 1) of the block at b. A kernel specialized per type calls the
- * type's function directly; this switch serves generic code and the tests. */
+/* Weight i (0 .. block size - 1) of the block at b: each type's function, the one place here
+ * that maps ids to math. A kernel specialized per type calls the type's function directly;
+ * this switch serves generic code and the tests. 0 for a type without math here. */
 QB_FN float qb_block_value(uint32_t type, const uint8_t *b, int i) {
     switch (type) {
-    case QB_F32: return qb_bits_to_float((uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
-                                         (uint32_t)b[3] << 24);
-    case QB_F16: return qb_f16_at(b);
-    case QB_BF16: return qb_bf16_to_float(qb_u16(b));
-    case QB_Q4_0: return qb_q4_0(b, i);
-    case QB_Q4_1: return qb_q4_1(b, i);
-    case QB_Q5_0: return qb_q5_0(b, i);
-    case QB_Q5_1: return qb_q5_1(b, i);
-    case QB_Q8_0: return qb_q8_0(b, i);
-    case QB_IQ4_NL: return qb_iq4_nl(b, i);
-    case QB_Q2_K: return qb_q2_k(b, i);
-    case QB_Q3_K: return qb_q3_k(b, i);
-    case QB_Q4_K: return qb_q4_k(b, i);
-    case QB_Q5_K: return qb_q5_k(b, i);
-    case QB_Q6_K: return qb_q6_k(b, i);
-    case QB_IQ4_XS: return qb_iq4_xs(b, i);
+    case LLMM_TYPE_F32: return qb_bits_to_float((uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
+                                                (uint32_t)b[3] << 24);
+    case LLMM_TYPE_F16: return qb_f16_at(b);
+    case LLMM_TYPE_BF16: return qb_bf16_to_float(qb_u16(b));
+    case LLMM_TYPE_Q4_0: return qb_q4_0(b, i);
+    case LLMM_TYPE_Q4_1: return qb_q4_1(b, i);
+    case LLMM_TYPE_Q5_0: return qb_q5_0(b, i);
+    case LLMM_TYPE_Q5_1: return qb_q5_1(b, i);
+    case LLMM_TYPE_Q8_0: return qb_q8_0(b, i);
+    case LLMM_TYPE_IQ4_NL: return qb_iq4_nl(b, i);
+    case LLMM_TYPE_Q2_K: return qb_q2_k(b, i);
+    case LLMM_TYPE_Q3_K: return qb_q3_k(b, i);
+    case LLMM_TYPE_Q4_K: return qb_q4_k(b, i);
+    case LLMM_TYPE_Q5_K: return qb_q5_k(b, i);
+    case LLMM_TYPE_Q6_K: return qb_q6_k(b, i);
+    case LLMM_TYPE_IQ4_XS: return qb_iq4_xs(b, i);
     }
     return 0.0f;
 }

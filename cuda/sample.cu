@@ -43,7 +43,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "simt.h"
+#include "portable.h"
 
 #include "sample.h"
 

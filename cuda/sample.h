@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "simt.h"
+#include "portable.h"
 
 #include "backend/backend.h"
 

@@ -1,14 +1,19 @@
 // simt.h: one kernel source, two builds. Test-only; never linked into libllmmini.
 //
-// A CUDA kernel file includes this header first and is compiled twice:
-//   nvcc -std=c++17 ...        __CUDACC__ is defined: this header only includes the CUDA headers
-//                              and maps the SIMT_* portability macros onto CUDA syntax.
+// A CUDA kernel file is compiled twice:
+//   nvcc -std=c++17 ...        __CUDACC__ is defined: the real CUDA runtime, and the SIMT_*
+//                              portability macros spelled as CUDA syntax (cuda/portable.h, which
+//                              this header includes then: test code compiled by nvcc passes -Icuda).
 //   g++ -std=c++17 -x c++ ...  the SIMT emulation below runs each launch on the calling CPU
 //                              thread with GPU semantics, so `make test` executes every kernel on
 //                              a machine without a GPU (and under ASan/UBSan).
+// Shipped kernels (cuda/) include cuda/portable.h, never this header: their emulated build
+// names it on its compile line (-DLLMM_SIMT_HEADER='"simt.h"' -Itests/simt), so the real CUDA
+// build needs nothing of tests/. Test code (test_simt.cpp, sample_kernels.cu, tests/cuda/)
+// includes this header directly.
 //
 // How a kernel file is written (see sample_kernels.cuh for complete examples):
-//   #include "simt.h"
+//   #include "portable.h"                          // test code: "simt.h"
 //   __global__ void scale(float *y, const float *x, float s, int n) {
 //       SIMT_DYNAMIC_SHARED(float, tile);            // not `extern __shared__ float tile[]`
 //       __shared__ float partial[32];                // static shared memory: as in CUDA
@@ -73,18 +78,8 @@
 
 #ifdef __CUDACC__
 
-#include <cuda_runtime.h>
-#include <cuda_fp16.h>
-#include <cuda_bf16.h>
-
-#define SIMT_LAUNCH(kernel, grid, block, shmem_bytes, stream, ...) \
-    kernel<<<(grid), (block), (shmem_bytes), (stream)>>>(__VA_ARGS__)
-// One byte array for every kernel: `extern __shared__ T name[]` with different T in one file is
-// an nvcc error ("declaration is incompatible").
-#define SIMT_DYNAMIC_SHARED(type, name)                              \
-    extern __shared__ __align__(16) unsigned char simt_dynamic_smem_[]; \
-    type *name = reinterpret_cast<type *>(simt_dynamic_smem_)
-#define SIMT_EMULATED 0
+// the real runtime and the macros' CUDA spelling, defined once for shipped and test code
+#include "portable.h"
 
 #else
 

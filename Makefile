@@ -282,7 +282,7 @@ $(BUILD)/tests/test_cuda_gemm: $(BUILD)/obj/cuda-emu/gemm.o
 $(BUILD)/tests/test_cuda_gemm_int8: $(BUILD)/obj/cuda-emu/gemm_int8.o $(BUILD)/obj/cuda-emu/gemv_quant.o
 
 # CUDA module (cuda/backend.cu)
-# The backend table and its entry point (lib/backend_module.h) with every kernel file, as the
+# The backend table and its entry point (lib/backend/backend_module.h) with every kernel file, as the
 # module the core dlopens: exporting the entry point alone (cuda/module.map) and linking nothing
 # of the core (-z defs: every symbol it uses is its own or the C/C++ runtime's, cudart's).
 #  - libllmmini-cuda-emu.so (make test, make cuda-emu): the emulated objects, test-only;
@@ -455,7 +455,7 @@ install: all $(BUILD)/llmmini.pc
 	install -m 644 $(BUILD)/llmmini.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
 
 # backend modules
-# The core loads accelerator backends at run time (lib/backend_module.c) and links -ldl only
+# The core loads accelerator backends at run time (lib/backend/backend_module.c) and links -ldl only
 # where dlopen is not in libc (glibc before 2.34; Debian 12's 2.36 has it there). $(LIBS)
 # carries it to every static-archive link line (examples, tests) and to llmmini.pc.
 DL_LIBS := $(shell printf '\043include <dlfcn.h>\nint main(void) { return dlopen(0, 0) != 0; }\n' | \

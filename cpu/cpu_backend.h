@@ -59,8 +59,9 @@ typedef struct cpu_state {
 } cpu_state;
 
 /* Bytes of packed weight copies one forward step makes at most (a larger matrix is made alone,
- * first in its step): the making is spread over the first decode steps, tens of ms each, not
- * one stall of the whole model's worth (0.15-0.25 s for a 0.5B model here, seconds for 8B). */
+ * first in its step): the making is spread over the first decode steps, a bounded share each,
+ * not one stall of the whole model's worth (docs/performance.md, "Design choices behind the
+ * CPU figures": packed copies). */
 #define CPU_PACK_STEP_BYTES ((size_t)64 << 20)
 
 /* Below this many multiply-adds an op runs on the calling thread alone: handing so little

@@ -16,7 +16,7 @@
  *    sub-block sums times their integer scales, then sum += (float)isum * (d_w * d_x).
  *  - F32 weights: bit for bit llmm__dot_f32 (eight partial sums, no FMA, tail first).
  *  - F16/BF16 weights: bit for bit the type's vec_dot (products exact in float, summed
- *    in 16 float lanes, the lanes added pairwise, then the tail in order; lib/quant.c).
+ *    in 16 float lanes, the lanes added pairwise, then the tail in order; lib/format/quant.c).
  *  - attention's q.k (dot_f32, attn_scores): bit for bit the scalar table's: eight lanes of
  *    fused multiply-adds, a tree, the tail; the value sums one fmaf per value.
  *  - softmax and SiLU: bit for bit the scalar table's, through one exp (kernels/exp_poly.h, within 2 ulp

@@ -31,7 +31,7 @@
  * chunks (for a matmul: one unbroken stream of weight rows, prefetched across its chunk
  * boundaries), and a thread that lost its CPU still costs at most the chunk it holds.
  * Chunks claimed in order from one counter start a cold stream at each chunk, measurably
- * slower (docs/performance.md, "CPU kernel choices").
+ * slower (docs/performance.md, "CPU kernel choices, measured").
  *
  * Each segment is one word, (run generation, front, back): claiming from either end is one
  * compare-and-swap that checks the run and the bounds together, so a worker that wakes late

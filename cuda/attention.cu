@@ -1,5 +1,5 @@
 // The paged KV cache on the device: storing the step's K and V rows (llmm__cu_kv_write) and
-// attention over them (llmm__cu_attention), in the core's layout (lib/backend.h llmm_kv_layout) and
+// attention over them (llmm__cu_attention), in the core's layout (lib/backend/backend.h llmm_kv_layout) and
 // the CPU backend's row formats and rounding (cpu/kv_rows.h), so that a pool written here
 // reads back the same on either backend.
 //
@@ -65,7 +65,7 @@ constexpr uint32_t ATTN_MAX_HEAD_DIM = 32 * ATTN_MAX_LANE_VALUES;
 constexpr int MERGE_THREADS = 128;
 
 // Byte offset of the (K or V: which, layer, head h) row at position p of the sequence whose
-// block table is table, from the pool's start (lib/backend.h kv_layout_view, kv_row_offset).
+// block table is table, from the pool's start (lib/backend/backend.h kv_layout_view, kv_row_offset).
 __device__ inline size_t kv_offset(const cu_kv &kv, uint32_t which, uint32_t layer, uint32_t h,
                                    const uint32_t *table, uint32_t p) {
     const size_t region = ((size_t)which * kv.n_layer + layer) * kv.n_head_kv + h;

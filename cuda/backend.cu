@@ -1,4 +1,4 @@
-/* The CUDA backend's table (lib/backend.h) and its module entry point (lib/backend_module.h):
+/* The CUDA backend's table (lib/backend/backend.h) and its module entry point (lib/backend/backend_module.h):
  * device buffers, the context's stream, the step's per-row inputs in fixed device buffers, and
  * each op as one launch of the kernels in kernels.h, recorded for a graph in decode steps.
  *

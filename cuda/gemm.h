@@ -39,7 +39,7 @@ extern "C" {
  * least recently used is replaced when full. */
 #define CU_LT_CACHE_ENTRIES 64
 
-/* A and B element types: lib/quant.h type ids. */
+/* A and B element types: lib/format/quant.h type ids. */
 enum { CU_LT_F32 = 0, CU_LT_F16 = 1, CU_LT_BF16 = 30 };
 enum { CU_LT_EPILOGUE_NONE = 0, CU_LT_EPILOGUE_BIAS = 1 };
 
@@ -133,7 +133,7 @@ int llmm__cu_gemm_dequant_tile(cudaStream_t stream, const void *w, uint32_t type
                          uint16_t *dst);
 
 /* dst (n values of F16, or BF16 when type is CU_LT_BF16) = x (n floats), rounded to nearest
- * even as lib/quant.c's conversions (a NaN may come out as another NaN). */
+ * even as lib/format/quant.c's conversions (a NaN may come out as another NaN). */
 int llmm__cu_gemm_convert(cudaStream_t stream, const float *x, size_t n, uint32_t type, uint16_t *dst);
 
 #ifdef __cplusplus

@@ -1,7 +1,7 @@
 /* Quantized GEMV (llmm__cu_matmul) and embedding lookup (llmm__cu_embed) for the 15 weight types the CPU
  * backend multiplies by.
  *
- * llmm__cu_matmul follows the CPU backend's numerics (cpu/cpu_dot.c) in two launches:
+ * llmm__cu_matmul follows the CPU backend's numerics (the scalar dots its row in lib/format/blocks.h names) in two launches:
  * 1. The activations are quantized to the weight type's operand (F16, BF16, Q8_0, Q8_1 or
  *    Q8_K; F32 weights take the float rows as they are) into the caller's scratch, byte for
  *    byte what the CPU's from_float writes: the same float operations in the same order, and
@@ -39,7 +39,7 @@
 
 /* ---------------------------------------------------------------- bit-exact scalar helpers */
 
-/* lib/quant.c llmm__f32_to_f16, operation for operation: CUDA's __float2half differs on NaN. */
+/* lib/format/quant.c llmm__f32_to_f16, operation for operation: CUDA's __float2half differs on NaN. */
 __device__ __forceinline__ uint16_t gq_f32_to_f16(float f) {
     const uint32_t x = __float_as_uint(f);
     const uint32_t sign = (x >> 16) & 0x8000u;
@@ -55,14 +55,14 @@ __device__ __forceinline__ uint16_t gq_f32_to_f16(float f) {
     return (uint16_t)(sign | (abs >> 13));
 }
 
-/* lib/quant.h llmm_bf16_round_bits: nearest even, NaN kept quiet. */
+/* lib/format/quant.h llmm_bf16_round_bits: nearest even, NaN kept quiet. */
 __device__ __forceinline__ uint16_t gq_f32_to_bf16(float f) {
     const uint32_t u = __float_as_uint(f);
     const int nan = (int32_t)(u & 0x7fffffffu) > (int32_t)0x7f800000;
     return (uint16_t)((nan ? (u | 0x00400000u) & 0xffff0000u : (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u) >> 16);
 }
 
-/* lib/quant.h llmm_round_clamp: rintf rounds to nearest even as nearbyintf does. */
+/* lib/format/quant.h llmm_round_clamp: rintf rounds to nearest even as nearbyintf does. */
 __device__ __forceinline__ int gq_round_clamp(float v, int lo, int hi) {
     if (!(v > (float)lo)) return lo;
     if (v > (float)hi) return hi;
@@ -92,7 +92,7 @@ __device__ __forceinline__ int gq_warp_sum(int v) {
 
 /* ---------------------------------------------------------------- 1. the operand */
 
-/* Q8_0 and Q8_1 (lib/quant.c llmm__quantize_row_q8_0, quant_legacy.c llmm__quantize_row_q8_1):
+/* Q8_0 and Q8_1 (lib/format/quant.c llmm__quantize_row_q8_0, quant_legacy.c llmm__quantize_row_q8_1):
  * one warp per 32-value block, lane j quantizes value j. The rows are back to back and ne0 is
  * a multiple of 32, so block b of the whole batch is x + 32 b. */
 template <bool WITH_SUM>
@@ -115,7 +115,7 @@ __global__ void quantize_q8_32_kernel(const float *x, uint8_t *dst) {
     }
 }
 
-/* Q8_K (lib/quant_k.c llmm__quantize_row_q8_K): one warp per 256-value block, lane l takes
+/* Q8_K (lib/format/quant_k.c llmm__quantize_row_q8_K): one warp per 256-value block, lane l takes
  * values 8l..8l+7, so lane pairs make up the 16-value bsums. The scale comes from the signed
  * value of largest magnitude, the first such in order on ties (llmm_signed_absmax), hence the
  * index carried through the reduction. */

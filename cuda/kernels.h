@@ -20,7 +20,7 @@
 extern "C" {
 #endif
 
-/* The KV pool as the core lays it out (lib/backend.h llmm_kv_layout), on the device. */
+/* The KV pool as the core lays it out (lib/backend/backend.h llmm_kv_layout), on the device. */
 typedef struct cu_kv {
     uint8_t *pool;
     uint32_t n_layer, n_head_kv, head_dim;
@@ -49,7 +49,7 @@ typedef struct cu_step {
 int llmm__cu_matmul_supports(uint32_t type);
 /* Device scratch bytes llmm__cu_matmul needs for n_rows activation rows of ne0 values against a
  * weight of this type (its operand: the activations quantized as the CPU backend's dot table
- * says, cpu/cpu_dot.h). */
+ * says: the operand type of its row in lib/format/blocks.h). */
 size_t llmm__cu_matmul_scratch_bytes(uint32_t type, size_t ne0, size_t n_rows);
 /* out (n_rows, ne1) = x (n_rows, ne0) times w (ne1 rows of ne0 values of type, as stored in
  * the GGUF file) transposed. scratch: llmm__cu_matmul_scratch_bytes of device memory. */
@@ -68,9 +68,9 @@ int llmm__cu_add(cudaStream_t stream, float *dst, const float *src, size_t n);
 int llmm__cu_add_rows(cudaStream_t stream, float *x, const float *bias, size_t n_rows, size_t dim);
 int llmm__cu_scale(cudaStream_t stream, float *x, size_t n, float s);
 int llmm__cu_softcap(cudaStream_t stream, float *x, size_t n, float cap);
-/* act: 0 SiLU, 1 GELU (tanh), as lib/arch.h llmm_activation */
+/* act: 0 SiLU, 1 GELU (tanh), as lib/model/arch.h llmm_activation */
 int llmm__cu_glu(cudaStream_t stream, float *gate, const float *up, size_t n, uint32_t act);
-/* kind: lib/arch.h llmm_rope_kind (0 adjacent pairs, 1 NeoX halves); freq_factors: device
+/* kind: lib/model/arch.h llmm_rope_kind (0 adjacent pairs, 1 NeoX halves); freq_factors: device
  * (n_rot / 2) or NULL */
 int llmm__cu_rope(cudaStream_t stream, float *x, size_t n_rows, size_t n_heads, size_t head_dim, const int32_t *pos,
             uint32_t n_rot, float base, float freq_scale, float mscale, uint32_t kind, const float *freq_factors);
@@ -100,7 +100,7 @@ int llmm__cu_attention(cudaStream_t stream, const cu_kv *kv, const cu_step *step
 
 /* ---------------------------------------------------------------- lora.cu */
 
-/* One adapter group of lora_delta (lib/backend.h). Projection: t[i * rank + r] = scales[i] *
+/* One adapter group of lora_delta (lib/backend/backend.h). Projection: t[i * rank + r] = scales[i] *
  * (A row r . x row rows[i]) for i < count, A rank rows of n_in values (F16 when a_f16, else
  * F32). Expansion: out row rows[i] (n_out values) += t row i times B transposed (rank rows of
  * n_out in LLMM_LORA_PANEL-column panels, F16 when bt_f16), rank products in order. rows and

@@ -1,4 +1,4 @@
-// LoRA deltas on the device: the two passes of lib/backend.h's lora_delta for one adapter group
+// LoRA deltas on the device: the two passes of lib/backend/backend.h's lora_delta for one adapter group
 // (the glue, backend.cu, launches them group after group, so that a row in several groups gets
 // their deltas in the groups' order). The projection is one block per (rank, row): a dot of
 // n_in values, reduced across the block; the expansion one thread per output column of a row,
@@ -12,7 +12,7 @@ namespace {
 
 constexpr int PROJECT_THREADS = 128;
 constexpr int EXPAND_THREADS = 256;
-constexpr size_t PANEL = 64; // lib/backend.h LLMM_LORA_PANEL
+constexpr size_t PANEL = 64; // lib/backend/backend.h LLMM_LORA_PANEL
 
 __device__ inline float operand_at(const void *p, uint32_t f16, size_t i) {
     return f16 ? qb_half_to_float(((const uint16_t *)p)[i]) : ((const float *)p)[i];

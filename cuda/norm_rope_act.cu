@@ -1,5 +1,5 @@
 // Norms, rotary embedding, activations and the element-wise ops: the CPU backend's
-// ops_elementwise.c and ops_rowwise.c on the device, with their float/double choices and
+// cpu/ops/elementwise.c and cpu/ops/rowwise.c on the device, with their float/double choices and
 // operation orders, so that results round alike (tests/cuda/test_cuda_ops.cpp).
 #include <math.h>
 
@@ -18,7 +18,7 @@ unsigned elem_blocks(size_t n) {
     return (unsigned)(b < ELEM_MAX_BLOCKS ? b : ELEM_MAX_BLOCKS);
 }
 
-// The sum of squares in double, as the CPU (cpu_kernels.c rms_norm_row_scalar): each square
+// The sum of squares in double, as the CPU (cpu/kernel_table.c rms_norm_row_scalar): each square
 // rounded to float first, then summed in double. FP64 runs at full rate on sm_90, and on sm_87
 // the row's few thousand adds are still small next to the loads; the order of the double sum
 // differs from the CPU's, which the rounding of the mean to float hides almost always.
@@ -58,7 +58,7 @@ __global__ void scale_kernel(float *x, size_t n, float s) {
         x[i] *= s;
 }
 
-// Reciprocal, product, tanh, product: the CPU's order (ops_rowwise.c), not x / cap.
+// Reciprocal, product, tanh, product: the CPU's order (cpu/ops/rowwise.c), not x / cap.
 __global__ void softcap_kernel(float *x, size_t n, float cap) {
     const float inv = 1.0f / cap;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)

@@ -1,12 +1,12 @@
-/* Token sampling on the device (llmm__cu_sample): for each row of logits, the token lib/sampler.c
+/* Token sampling on the device (llmm__cu_sample): for each row of logits, the token lib/sampling/sampler.c
  * would choose with the same request, so that a step ends with n ids crossing to the host
  * instead of n rows of logits.
  *
- * One thread block per row follows lib/sampler.c step for step, so that the same candidates
+ * One thread block per row follows lib/sampling/sampler.c step for step, so that the same candidates
  * survive in the same order:
  * 1. The row is copied to scratch; a NaN or +inf in it (broken weights) makes the row's token -1,
  *    as a row of all -inf does, and the host then reports LLMM_ERR_NUMERICAL through
- *    llmm_sample (lib/context.c); one block reduction, the copy reads the row anyway. The
+ *    llmm_sample (lib/context/context_step.c); one block reduction, the copy reads the row anyway. The
  *    penalized tokens (distinct, so one thread each) take the CPU's float operations, with _rn
  *    intrinsics so that nvcc cannot contract them into an FMA the CPU does not make, and their
  *    results are sanitized as the CPU's are (NaN -> -inf, +inf -> FLT_MAX).
@@ -52,7 +52,7 @@
 #define SP_ITEMS 4 /* consecutive candidates a thread walks in a chunk */
 #define SP_CHUNK (SP_THREADS * SP_ITEMS)
 #define SP_SHARED_KEYS 1024 /* selections up to this many keys are sorted in shared memory */
-#define SP_FIRST_TOP_P 256  /* lib/sampler.c keep_top_p's first selection */
+#define SP_FIRST_TOP_P 256  /* lib/sampling/sampler.c keep_top_p's first selection */
 #define SP_FULL_MASK 0xffffffffu
 #define SP_NONE UINT32_MAX
 
@@ -70,13 +70,13 @@ struct sp_shared {
 
 /* ---------------------------------------------------------------- per candidate */
 
-/* lib/sampler.c sanitize_logit, for the penalties' results */
+/* lib/sampling/sampler.c sanitize_logit, for the penalties' results */
 __device__ __forceinline__ float sp_sanitize(float l) {
     if (isnan(l)) return -INFINITY;
     return l == INFINITY ? FLT_MAX : l;
 }
 
-/* lib/sampler.c apply_penalties for one token seen count times, operation for operation */
+/* lib/sampling/sampler.c apply_penalties for one token seen count times, operation for operation */
 __device__ __forceinline__ float sp_penalize(float l, uint32_t count, const cu_sample_row &p) {
     l = l > 0 ? l / p.repeat_penalty : l * p.repeat_penalty;
     return sp_sanitize(__fsub_rn(l, __fadd_rn(__fmul_rn((float)count, p.frequency_penalty), p.presence_penalty)));
@@ -223,7 +223,7 @@ __device__ uint64_t *sp_sort_desc(uint64_t *a, uint64_t *b, uint32_t k) {
     return a;
 }
 
-/* lib/sampler.c select_top_k: the k best of lg[0..n) (k <= n), sorted by rank. */
+/* lib/sampling/sampler.c select_top_k: the k best of lg[0..n) (k <= n), sorted by rank. */
 __device__ const uint64_t *sp_best_sorted(const float *lg, uint32_t n, uint32_t k, uint64_t *scratch_a,
                                           uint64_t *scratch_b, sp_shared &sh) {
     const uint64_t threshold = k < n ? sp_select_threshold(lg, n, k, sh) : 0; /* every key is > 0 */
@@ -272,7 +272,7 @@ __device__ double sp_sum_weights(uint32_t n, Weight weight, sp_shared &sh) {
     return sp_walk_weights(n, weight, [](double, double) { return false; }, sh).total;
 }
 
-/* lib/sampler.c draw's fallback: the last candidate with a positive weight (0 when none). */
+/* lib/sampling/sampler.c draw's fallback: the last candidate with a positive weight (0 when none). */
 template <class Weight>
 __device__ uint32_t sp_last_positive(uint32_t n, Weight weight, sp_shared &sh) {
     uint64_t last = 0; /* index + 1 */
@@ -299,7 +299,7 @@ __global__ void sample_kernel(const float *logits, uint32_t n, const cu_sample_r
     uint64_t *scratch_a = (uint64_t *)(mine + logits_bytes), *scratch_b = scratch_a + n;
 
     const float *x = logits + (size_t)row * n;
-    uint32_t broken = 0; /* lib/sampler.c load_candidates: NaN or +inf gives no token */
+    uint32_t broken = 0; /* lib/sampling/sampler.c load_candidates: NaN or +inf gives no token */
     for (uint32_t i = threadIdx.x; i < n; i += SP_THREADS) {
         const float l = x[i];
         broken |= isnan(l) || l == INFINITY;
@@ -328,7 +328,7 @@ __global__ void sample_kernel(const float *logits, uint32_t n, const cu_sample_r
     }
     const double max = best_logit;
 
-    /* lib/sampler.c truncate_candidates: ranked (when set) holds the candidates in rank order */
+    /* lib/sampling/sampler.c truncate_candidates: ranked (when set) holds the candidates in rank order */
     const uint64_t *ranked = nullptr;
     uint32_t m = n;
     auto ranked_p_weight = [&](uint32_t i) { return exp((double)sp_key_logit(ranked[i]) - max); };
@@ -365,7 +365,7 @@ __global__ void sample_kernel(const float *logits, uint32_t n, const cu_sample_r
         m = sp_block_reduce(kept, sp_add_u32(), sh.ipart);
     }
 
-    /* lib/sampler.c draw; min-p without a sorted list drops candidates in id order, which is
+    /* lib/sampling/sampler.c draw; min-p without a sorted list drops candidates in id order, which is
      * a weight of 0 here: the walk skips those as the CPU skips underflowed weights */
     const double temperature = p.temperature;
     auto weight = [&](uint32_t i) {

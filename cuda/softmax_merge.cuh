@@ -47,7 +47,7 @@ SM_FN sm_partial sm_merge(sm_partial x, sm_partial y) {
 /* The softmax-weighted value of a non-empty partial. */
 SM_FN float sm_result(sm_partial p) { return p.a / p.l; }
 
-/* A score from its dot product q.k, in the CPU backend's order (cpu/ops_attention.c
+/* A score from its dot product q.k, in the CPU backend's order (cpu/ops/attention.c
  * scale_and_max): scaled, then soft-capped as softcap * tanh(score / softcap) with the
  * quotient taken as a product by 1 / softcap. */
 SM_FN float sm_score(float dot, float scale, float softcap) {

@@ -7,7 +7,7 @@
  *   KQ_TILE_X          operand rows per tile
  * and gets gemm_q2_K, gemm_q3_K, gemm_q4_K, gemm_q5_K, gemm_q6_K (cpu_gemm_fn).
  *
- * Numerics: the scalar kq_block_dot (lib/quant_k.c) computes per super-block two integer sums,
+ * Numerics: the scalar kq_block_dot (lib/format/quant_k.c) computes per super-block two integer sums,
  * sum_q = sum_s sc_s (q . x)_s and sum_m = sum_s m_s bsum_s, then
  * sum += x_d * (d * sum_q - dmin * sum_m). The integer sums here are the same integers, added in
  * another order (exact: |sum_q| < 2^28); the float part runs lane by lane (lane i = weight row
@@ -51,7 +51,7 @@ SIMD_ALWAYS_INLINE uint8x16_t kq_bit(uint8x16_t h, int bit, uint8_t v) {
 
 /* Q4_K and Q5_K: chunk c of 64 weights is the low nibbles (weights 64c .. 64c+31) then the high
  * nibbles of qs[32c .. 32c+31]; Q5_K's 5th bit of weight i is bit i/32 of qh[i%32]. The 6-bit
- * scales and mins as lib/quant_k.c's k4_scale_min. */
+ * scales and mins as lib/format/quant_k.c's k4_scale_min. */
 SIMD_ALWAYS_INLINE void kq_decode_k4(const uint8_t *blk, int q5, kq_dec *w) {
     const uint8_t *sc = blk + offsetof(block_q4_K, scales);
     int16_t mins[KQ_VECS];
@@ -139,7 +139,7 @@ SIMD_ALWAYS_INLINE void kq_decode_q2(const uint8_t *blk, kq_dec *w) {
     kq_decode_2bit(blk + offsetof(block_q2_K, qs), NULL, w);
 }
 
-/* Q3_K: 6-bit scales stored with +32, as lib/quant_k.c's q3_scale. */
+/* Q3_K: 6-bit scales stored with +32, as lib/format/quant_k.c's q3_scale. */
 SIMD_ALWAYS_INLINE void kq_decode_q3(const uint8_t *blk, kq_dec *w) {
     const uint8_t *sc = blk + offsetof(block_q3_K, scales);
     for (int j = 0; j < KQ_VECS; j++) {

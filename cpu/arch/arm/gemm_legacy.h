@@ -3,7 +3,7 @@
  * gathering and lane gathering it shares: these are Q4_0's tiles with a 5th bit (Q5_0, Q5_1)
  * or a per-block min (Q4_1, Q5_1). Gets gemm_q5_0, gemm_q4_1, gemm_q5_1 (cpu_gemm_fn).
  *
- * Numerics, as the scalar dots in lib/quant_legacy.c, lane i = weight row i, blocks in order,
+ * Numerics, as the scalar dots in lib/format/quant_legacy.c, lane i = weight row i, blocks in order,
  * no FMA, so bit for bit the type's vec_dot:
  *   Q5_0: sum += (float)((q - 16) . x) * (d * d_x)   (q - 16 made signed before the dot)
  *   Q4_1, Q5_1: sum += (float)(q . x) * (d * d_x) + m * s_x   (s_x: the operand's d sum(x))

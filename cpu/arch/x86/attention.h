@@ -81,7 +81,8 @@ SIMD_ALWAYS_INLINE void scores_tail4(const float *q, size_t hd8, size_t hd, cons
 
 /* Scores of nh heads (a constant at every call, at most ATTN_SCORE_HEADS) four positions at
  * a time: each row slice is loaded (for F16, widened) once for all of them, and the 4 nh sums
- * are independent FMA chains. Two heads per tile on AVX2 measured faster than one. */
+ * are independent FMA chains. Two heads per tile on AVX2 measured faster than one
+ * (docs/performance.md, "CPU kernel choices, measured"). */
 SIMD_ALWAYS_INLINE void scores_tile(const float *q, size_t nh, size_t hd, const cpu_attn_rows *rows, size_t n,
                                     float *scores, size_t ld, int f16) {
     const size_t hd8 = hd & ~(size_t)7;
@@ -288,7 +289,8 @@ SIMD_ALWAYS_INLINE void attn_values_rows(float *out, size_t nh, size_t hd, const
     for (; d + 64 <= hd; d += 64)
         for (size_t i = 0; i < nh; i++) {
             float *o = out + i * hd + d;
-            /* unrolled so acc stays in registers (a rolled loop kept it on the stack: 4x slower) */
+            /* unrolled so acc stays in registers (a rolled loop kept it on the stack, several times
+             * slower) */
             __m256 acc[8];
 #pragma GCC unroll 8
             for (int c = 0; c < 8; c++) acc[c] = _mm256_loadu_ps(o + 8 * c);

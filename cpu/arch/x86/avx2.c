@@ -317,7 +317,7 @@ void llmm__avx2_gemm_f32(const llmm_tensor *w, size_t j0, size_t j1, const cpu_o
 
 /* ---------------------------------------------------------------- F16 / BF16 weights */
 
-/* The type table's order (lib/quant.c, half_dot): per (weight row, operand row) pair, 16
+/* The type table's order (lib/format/quant.c, half_dot): per (weight row, operand row) pair, 16
  * float lanes, 0-7 in one vector and 8-15 in another. A product of two halves is exact in
  * float, so fma(w, x, acc) adds exactly what the scalar's `lane += w * x` adds; adding the
  * two vectors and then hsum_ps pairs the lanes as the scalar does (l + 8, + 4, + 2, + 1). */

@@ -66,7 +66,8 @@ GEMM_BY_ROWS(gemm_iq4_xs_avx512, gemm_iq4_xs, gemm_iq4_xs_rows16)
 
 /* vpdpwssd: the K-quants' scale multiply and the add in one instruction */
 static inline __m256i kq_madd_acc(__m256i acc, __m256i p, __m256i s) { return _mm256_dpwssd_epi32(acc, p, s); }
-/* as Q_TILE_X: 8 operand rows per tile measured faster than 4 for every K-quant */
+/* as Q_TILE_X: 8 operand rows per tile measured faster than 4 for every K-quant
+ * (docs/performance.md, "CPU kernel choices, measured") */
 #define KQ_TILE_X 8
 #define KQ_ROW_AVX512 1 /* one operand row (decode) on 512-bit vectors (gemm_kquant.h) */
 

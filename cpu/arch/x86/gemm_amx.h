@@ -5,8 +5,8 @@
  * packed into the same layout a segment at a time on the fly (cpu_gemm_fn).
  *
  * Why: a prompt's matmuls are arithmetic. vpdpbusd adds 64 products per instruction; one
- * tdpbssd adds up to 16 x 16 x 64, and a core here runs a chain of them at about 2.9 T products
- * per second, against at most 0.4 T for two vpdpbusd a cycle. Each block (32 weights) has its
+ * tdpbssd adds up to 16 x 16 x 64, and a chain of them runs several times the products per
+ * second of two vpdpbusd a cycle (docs/performance.md, "CPU kernel choices, measured": AMX tiles). Each block (32 weights) has its
  * own scales, so a tile instruction covers one block of 16 operand rows x 16 weight rows
  * (K = 32), and the scaling becomes the work.
  *
@@ -222,8 +222,7 @@ SIMD_ALWAYS_INLINE void amx_fly_tile(r16_kind kind, const uint8_t *base, size_t 
 /* The AMX table's matmul for a type as stored: rows16 (the AVX-512 table's, bit for bit the
  * same) for calls of fewer than AMX_FLY_MIN_ROWS operand rows, for weights of fewer than 16
  * rows, and for the rows past the last whole 16. The threshold is where packing on the fly
- * starts to pay: at 32 prompt rows the AVX-512 tiles were as fast or faster, at 48 the AMX
- * ones were faster for Q4_0 and Q8_0. */
+ * started to pay against the AVX-512 tiles (docs/performance.md, "CPU kernel choices, measured": AMX only from 48 prompt rows). */
 #define AMX_FLY_MIN_ROWS 48
 
 SIMD_ALWAYS_INLINE void gemm_amx_fly(r16_kind kind, cpu_gemm_fn rows16, const llmm_tensor *w, size_t j0, size_t j1,

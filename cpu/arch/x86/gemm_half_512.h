@@ -8,7 +8,7 @@
  * over it. One operand row (decode) takes the same tiles with one column of accumulators,
  * streaming the weights with the AVX2 kernel's prefetch.
  *
- * Numerics: the type's vec_dot bit for bit (lib/quant.c, half_dot). One vector is a
+ * Numerics: the type's vec_dot bit for bit (lib/format/quant.c, half_dot). One vector is a
  * pair's 16 float lanes; a product of two halves is exact in float, so each FMA adds what the
  * scalar's `lane += w * x` adds; its two 256-bit halves added, then hsum_ps, pair the lanes
  * as the scalar does (l + 8, + 4, + 2, + 1), and the tail past a multiple of 16 is added in

@@ -8,7 +8,7 @@
  *                      512-bit vectors
  * and gets gemm_q2_K, gemm_q3_K, gemm_q4_K, gemm_q5_K, gemm_q6_K (cpu_gemm_fn).
  *
- * Numerics: the scalar kq_block_dot (lib/quant_k.c) computes per super-block two integer sums,
+ * Numerics: the scalar kq_block_dot (lib/format/quant_k.c) computes per super-block two integer sums,
  * sum_q = sum_s sc_s (q . x)_s and sum_m = sum_s m_s bsum_s, then
  * sum += x_d * (d * sum_q - dmin * sum_m). The integer sums are exact in any order (|sum_q| <=
  * 256 x 128 x 63 x 128 < 2^31 even with the unsigned quants used here); the float part runs lane

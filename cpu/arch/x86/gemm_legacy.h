@@ -9,7 +9,7 @@
  *                      is set, and to byte k of hi for [ha's high 16 | hb's high 16]
  * and gets gemm_q5_0, gemm_q4_1, gemm_q5_1 (cpu_gemm_fn).
  *
- * Numerics, as the scalar dots in lib/quant_legacy.c, lane i = weight row i, blocks in order,
+ * Numerics, as the scalar dots in lib/format/quant_legacy.c, lane i = weight row i, blocks in order,
  * no FMA, so bit for bit the type's vec_dot:
  *   Q5_0: sum += (float)(q . x - 16 sum(x)) * (d * d_x)   (q unsigned, 0..31)
  *   Q4_1, Q5_1: sum += (float)(q . x) * (d * d_x) + m * s_x   (s_x: the operand's d sum(x)) */

@@ -37,8 +37,8 @@
 
 #define R16_ROWS PACKED_TILE_ROWS
 /* operand rows per tile: 16 accumulators, the block's 8 weight vectors and one dot chain fit
- * the 32 registers, and 16 rows measured faster than Q_TILE_X's 8; the K-quant tiles, with
- * twice the accumulators, keep Q_TILE_X */
+ * the 32 registers, and 16 rows measured faster than Q_TILE_X's 8 (docs/performance.md, "CPU kernel choices, measured");
+ * the K-quant tiles, with twice the accumulators, keep Q_TILE_X */
 #define R16_TILE_X 16
 /* blocks whose scales are gathered at a time: 2 KiB on the stack (a row of 64 blocks, 2048
  * values, is gathered once per tile; longer rows once per segment and tile of operand rows) */

@@ -11,8 +11,8 @@
 #include <unistd.h>
 
 #include "llmmini.h"
-#include "alloc_hooks.h"
-#include "shared_data.h"
+#include "support/alloc_hooks.h"
+#include "support/shared_data.h"
 
 static const char *stories_path(char *buf, size_t n) { return shared_path(buf, n, "models/stories260K.gguf"); }
 

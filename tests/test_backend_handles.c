@@ -15,11 +15,11 @@
 
 #include "context/context.h"
 #include "cpu_backend.h"
-#include "golden_check.h"
-#include "handle_backend.h"
+#include "support/golden_check.h"
+#include "support/handle_backend.h"
 #include "llmmini.h"
 #include "format/quant.h"
-#include "shared_data.h"
+#include "support/shared_data.h"
 
 #define MAX_IDS GOLDEN_MAX_IDS
 

@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "llmmini.h"
-#include "shared_data.h"
+#include "support/shared_data.h"
 
 #define N_GEN 24
 #define PROMPT "Once upon a time"

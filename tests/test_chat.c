@@ -13,9 +13,9 @@
 
 #include "text/chat.h"
 #include "format/gguf.h"
-#include "gguf_builder.h"
+#include "support/gguf_builder.h"
 #include "llmmini.h"
-#include "shared_data.h"
+#include "support/shared_data.h"
 
 /* ---------------------------------------------------------------- helpers */
 

@@ -18,7 +18,7 @@
 #include <time.h>
 
 #include "llmmini.h"
-#include "shared_data.h"
+#include "support/shared_data.h"
 
 #define N_THREADS 8
 #define MAX_NEW_TOKENS 48

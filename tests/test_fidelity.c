@@ -21,7 +21,7 @@
 #include "cpu_kernels.h"
 #include "offline/fidelity.h"
 #include "llmmini.h"
-#include "shared_data.h"
+#include "support/shared_data.h"
 
 #define TEXT_TOKENS 1100 /* at least; make_text's stories come to 1,280 */
 /* Under an emulator (make test-arm, qemu) the suite took 6-8 minutes: there the text is cut to

@@ -17,9 +17,9 @@
 #include <cmocka.h>
 
 #include "format/gguf.h"
-#include "numerical_check.h"
+#include "support/numerical_check.h"
 #include "format/quant.h"
-#include "shared_data.h"
+#include "support/shared_data.h"
 
 int fuzz_gguf_input(const uint8_t *data, size_t size);
 int fuzz_tokenize_init(int *argc, char ***argv);

@@ -14,11 +14,11 @@
 #include <unistd.h>
 
 #include "llmmini.h"
-#include "golden_check.h"
+#include "support/golden_check.h"
 #include "format/gguf.h"
-#include "quant_temp.h"
-#include "decode_sample_check.h"
-#include "shared_data.h"
+#include "support/quant_temp.h"
+#include "support/decode_sample_check.h"
+#include "support/shared_data.h"
 
 #define MAX_IDS GOLDEN_MAX_IDS
 

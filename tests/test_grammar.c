@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "llmmini.h"
-#include "shared_data.h"
+#include "support/shared_data.h"
 
 /* ---------------------------------------------------------------- helpers */
 

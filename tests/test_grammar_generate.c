@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "llmmini.h"
-#include "shared_data.h"
+#include "support/shared_data.h"
 
 /* ---------------------------------------------------------------- checkers */
 

@@ -17,7 +17,7 @@
 #include "schema/json_schema.h"
 #include "base/json_value.h"
 #include "llmmini.h"
-#include "shared_data.h"
+#include "support/shared_data.h"
 
 /* ---------------------------------------------------------------- a GBNF recogniser */
 

@@ -12,13 +12,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "alloc_hooks.h"
+#include "support/alloc_hooks.h"
 #include "backend/select.h"
 #include "context/context.h"
 #include "cpu_backend.h"
 #include "kv/kvcache.h"
 #include "llmmini.h"
-#include "shared_data.h"
+#include "support/shared_data.h"
 
 #define MAX_IDS 512
 

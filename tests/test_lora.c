@@ -12,14 +12,14 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "alloc_hooks.h"
+#include "support/alloc_hooks.h"
 #include "backend/backend.h"
 #include "context/context.h"
 #include "format/gguf.h"
-#include "gguf_builder.h"
+#include "support/gguf_builder.h"
 #include "llmmini.h"
 #include "format/quant.h"
-#include "shared_data.h"
+#include "support/shared_data.h"
 
 #define R8 "lora/stories260K-lora-r8.gguf"
 #define R4F16 "lora/stories260K-lora-r4-attn-f16.gguf"

@@ -49,13 +49,13 @@
 #include <unistd.h>
 
 #include "format/gguf.h"
-#include "gguf_builder.h"
+#include "support/gguf_builder.h"
 #include "llmmini.h"
 #include "cpu_dot.h"
 #include "format/quant.h"
 #include "offline/quantize_file.h"
-#include "quant_temp.h"
-#include "shared_data.h"
+#include "support/quant_temp.h"
+#include "support/shared_data.h"
 
 #define U_F32 (1.0 / 16777216.0) /* 2^-24 */
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))

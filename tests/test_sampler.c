@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "llmmini.h"
-#include "alloc_hooks.h"
+#include "support/alloc_hooks.h"
 #include "sampling/sampler.h"
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))

@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "llmmini.h"
-#include "shared_data.h"
+#include "support/shared_data.h"
 #include "generate/speculative.h"
 #include "sampling/sampler.h"
 

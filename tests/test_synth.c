@@ -19,11 +19,11 @@
 #include <unistd.h>
 
 #include "format/gguf.h"
-#include "gguf_builder.h"
+#include "support/gguf_builder.h"
 #include "llmmini.h"
 #include "format/quant.h"
-#include "quant_temp.h"
-#include "shared_data.h"
+#include "support/quant_temp.h"
+#include "support/shared_data.h"
 
 static char synth_tool[1024];
 

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "llmmini.h"
-#include "shared_data.h"
+#include "support/shared_data.h"
 
 static llmm_model *load_vocab(const char *rel, llmm_status *status) {
     char path[1024];

@@ -12,11 +12,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "alloc_hooks.h"
-#include "gguf_builder.h"
+#include "support/alloc_hooks.h"
+#include "support/gguf_builder.h"
 #include "llmmini.h"
 #include "text/pretokenizer.h" /* internal: the families without reference vectors are checked directly */
-#include "shared_data.h"
+#include "support/shared_data.h"
 
 static llmm_model *load_with(const char *path, const llmm_allocator *alloc, llmm_status *status, char *err,
                              size_t err_size) {

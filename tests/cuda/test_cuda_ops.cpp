@@ -1,7 +1,7 @@
 // The kernels of cuda/norm_rope_act.cu and cuda/attention.cu, run on the CPU by the SIMT
 // emulation (tests/simt/simt.h), against the CPU backend's own implementations of the same ops
 // and a float64 reference, on seeded random odd-sized data (never zero). Tolerances are
-// tests/backend_conformance.c's for the same ops (cited at each check), measured against the
+// tests/support/backend_conformance.c's for the same ops (cited at each check), measured against the
 // float64 reference; the CPU backend passes the same bounds there, so device and CPU results
 // lie within twice the bound of each other, which is checked too. Exact where the conformance
 // test is exact (add, add_rows, scale) and where the formats allow (kv_write: the pool's bytes

@@ -14,9 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "golden_check.h"
+#include "support/golden_check.h"
 #include "llmmini.h"
-#include "shared_data.h"
+#include "support/shared_data.h"
 
 static void test_registered_backend_runs_the_goldens(void **state) {
     (void)state;

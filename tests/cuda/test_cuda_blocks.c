@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../cuda/quant_blocks.cuh"
+#include "quant_blocks.cuh" /* cuda/, on the CUDA suites' include path */
 #include "format/quant.h"
 
 static uint64_t rng_state = 0x853c49e6748fea9bull;

@@ -1,4 +1,4 @@
-#include "shared_data.h"
+#include "support/shared_data.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-#include "numerical_check.h"
+#include "support/numerical_check.h"
 
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,7 +14,7 @@
 
 #include "format/gguf.h"
 #include "format/quant.h"
-#include "shared_data.h"
+#include "support/shared_data.h"
 
 uint8_t *read_model_with_bad_norm(const char *rel, float bad, size_t stride, size_t *n) {
     char src[1024];

@@ -1,4 +1,4 @@
-#include "golden_check.h"
+#include "support/golden_check.h"
 
 #include <stdarg.h>
 #include <stdint.h>

@@ -24,15 +24,15 @@
 #include <string.h>
 #include <time.h>
 
-#include "backend_conformance.h"
+#include "support/backend_conformance.h"
 #include "backend/backend_module.h"
-#include "decode_sample_check.h"
-#include "numerical_check.h"
-#include "golden_check.h"
+#include "support/decode_sample_check.h"
+#include "support/numerical_check.h"
+#include "support/golden_check.h"
 #include "format/quant.h"
 #include "llmmini.h"
 #include "model/model.h"
-#include "shared_data.h"
+#include "support/shared_data.h"
 
 #define MAX_IDS GOLDEN_MAX_IDS
 

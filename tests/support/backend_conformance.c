@@ -22,7 +22,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "backend_conformance.h"
+#include "support/backend_conformance.h"
 #include "cpu_dot.h"
 #include "format/quant.h"
 

@@ -1,5 +1,5 @@
 /* llmm_decode_sample against the host sampler (decode_sample_check.h). */
-#include "decode_sample_check.h"
+#include "support/decode_sample_check.h"
 
 #include <setjmp.h>
 #include <stdarg.h>

@@ -41,130 +41,20 @@
 #include "kv_rows.h"
 #include "cpu_dot.h"
 #include "format/quant.h"
-
-#define U_F32 (1.0 / 16777216.0) /* 2^-24 */
-#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+#include "support/alloc.h"
+#include "support/fixtures.h"
+#include "support/numeric.h"
+#include "support/rng.h"
 
 static const int k_threads[] = {1, 2, 3};
 static const size_t k_float_sizes[] = {1, 7, 31, 33, 173, 1001};
 static const size_t k_block_sizes[] = {32, 96, 224, 736};
 
-/* ------------------------------------------------------------------ random numbers */
+/* The data stream: every test seeds it (rng_seed) before drawing. */
+static test_rng rng;
 
-static uint64_t rng_state;
-
-static void rng_seed(uint64_t s) { rng_state = s * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull; }
-
-/* splitmix64 */
-static uint64_t rng_u64(void) {
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static uint32_t rng_u32(void) { return (uint32_t)(rng_u64() >> 32); }
-
-/* uniform in [lo, hi), never exactly zero */
-static float rng_float(float lo, float hi) {
-    for (;;) {
-        double t = (double)(rng_u64() >> 11) * (1.0 / 9007199254740992.0);
-        float v = (float)(lo + (hi - lo) * t);
-        if (v != 0.0f) return v;
-    }
-}
-
-static float *rand_floats(size_t n, float lo, float hi) {
-    float *p = malloc((n ? n : 1) * sizeof *p);
-    assert_non_null(p);
-    for (size_t i = 0; i < n; i++) p[i] = rng_float(lo, hi);
-    return p;
-}
-
-static void *xmalloc(size_t bytes) {
-    void *p = malloc(bytes ? bytes : 1);
-    assert_non_null(p);
-    return p;
-}
-
-static float f32_of_bits(uint32_t u) {
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-static uint32_t bits_of_f32(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-/* Fill with a quiet NaN so any output a kernel forgets to write shows up. */
-static void fill_nan(float *p, size_t n) {
-    for (size_t i = 0; i < n; i++) p[i] = NAN;
-}
-
-/* Report one out-of-tolerance value and fail. */
-#define CHECK_CLOSE(got, ref, tol, ...)                                                                  \
-    do {                                                                                                 \
-        double g_ = (double)(got), r_ = (double)(ref), t_ = (double)(tol);                               \
-        if (!(fabs(g_ - r_) <= t_)) {                                                                    \
-            print_error(__VA_ARGS__);                                                                    \
-            print_error(": got %.9g ref %.9g |diff| %.3g tol %.3g\n", g_, r_, fabs(g_ - r_), t_);        \
-            fail();                                                                                      \
-        }                                                                                                \
-    } while (0)
-
-/* ------------------------------------------------------------------ float64 references */
-
-/* Value of an IEEE half, from the bit layout alone. */
-static double ref_half(uint16_t h) {
-    const int e = (h >> 10) & 31, m = h & 1023;
-    double v;
-    if (e == 31) v = m ? NAN : INFINITY;
-    else if (e == 0) v = ldexp((double)m, -24);
-    else v = ldexp(1024.0 + m, e - 25);
-    return (h & 0x8000) ? -v : v;
-}
-
-static int half_is_nan(uint16_t h) { return (h & 0x7c00) == 0x7c00 && (h & 0x3ff) != 0; }
-
-/* Nearest half to a (non-NaN) float, ties to even, overflow to infinity: the largest
- * finite half is 65504 and the next step would be 65536, so values from the midpoint 65520
- * up round to infinity (65504's mantissa is odd). Found by binary search over the ordered
- * positive patterns, independent of the bit tricks in quant.c. */
-static uint16_t ref_f32_to_f16(float f) {
-    const uint16_t sign = signbit(f) ? 0x8000 : 0;
-    const double a = fabs((double)f);
-    if (a >= 65520.0) return sign | 0x7c00;
-    uint32_t lo = 0, hi = 0x7bff; /* largest h with ref_half(h) <= a */
-    while (lo < hi) {
-        uint32_t mid = (lo + hi + 1) / 2;
-        if (ref_half((uint16_t)mid) <= a) lo = mid;
-        else hi = mid - 1;
-    }
-    if (lo == 0x7bff) return sign | 0x7bff;
-    const double dl = a - ref_half((uint16_t)lo), dh = ref_half((uint16_t)(lo + 1)) - a;
-    uint32_t r = dl < dh ? lo : dh < dl ? lo + 1 : ((lo & 1) ? lo + 1 : lo);
-    return (uint16_t)(sign | r);
-}
-
-static double ref_bf16(uint16_t h) { return (double)f32_of_bits((uint32_t)h << 16); }
-
-/* Nearest bfloat16 to a float (non-NaN), ties to even, overflow to infinity (the step above
- * the largest finite bf16 is 2^128). */
-static uint16_t ref_f32_to_bf16(float f) {
-    const uint32_t u = bits_of_f32(f);
-    const uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
-    const uint32_t au = u & 0x7fffffffu;
-    if (au == 0x7f800000u) return sign | 0x7f80;
-    const uint16_t lo = (uint16_t)(au >> 16);
-    const double a = fabs((double)f);
-    const double vlo = ref_bf16(lo), vhi = lo + 1 == 0x7f80 ? ldexp(1.0, 128) : ref_bf16((uint16_t)(lo + 1));
-    const double dl = a - vlo, dh = vhi - a;
-    uint16_t r = dl < dh ? lo : dh < dl ? (uint16_t)(lo + 1) : ((lo & 1) ? (uint16_t)(lo + 1) : lo);
-    return sign | r;
-}
+/* ------------------------------------------------------------------ float64 references
+ * (the half formats': support/numeric.h) */
 
 /* Q4_0 blocks built by hand per the block_q4_0 layout, with the reference engine's
  * convention: d = (signed value of largest magnitude) / -8, q = clamp(round(x/d) + 8),
@@ -363,12 +253,12 @@ static void test_f16_subnormals(void **state) {
 /* Random floats over the whole half range (and past it), against the search reference. */
 static void test_f16_random_vs_reference(void **state) {
     (void)state;
-    rng_seed(101);
+    rng_seed(&rng, 101);
     for (int i = 0; i < 300000; i++) {
-        const uint32_t r = rng_u32();
+        const uint32_t r = rng_u32(&rng);
         /* exponents 2^-30 .. 2^17, random mantissa and sign */
         const int e = (int)(r % 48) - 30;
-        const float f = (float)ldexp(1.0 + (double)(rng_u32() & 0x7fffff) / 8388608.0, e) * ((r >> 8) & 1 ? -1.0f : 1.0f);
+        const float f = (float)ldexp(1.0 + (double)(rng_u32(&rng) & 0x7fffff) / 8388608.0, e) * ((r >> 8) & 1 ? -1.0f : 1.0f);
         const llmm_f16 got = llmm__f32_to_f16(f), want = ref_f32_to_f16(f);
         if (got != want) fail_msg("f32_to_f16(%.9g) = 0x%04x, want 0x%04x", (double)f, got, want);
     }
@@ -396,13 +286,13 @@ static void test_bf16_from_float(void **state) {
     const llmm_type_traits *t = llmm__type_get(LLMM_TYPE_BF16);
     assert_non_null(t);
     assert_non_null(t->from_float);
-    rng_seed(102);
+    rng_seed(&rng, 102);
     enum { N = 4096 };
     float *x = xmalloc(N * sizeof *x);
     uint16_t *y = xmalloc(N * sizeof *y);
     for (int round = 0; round < 40; round++) {
         for (int i = 0; i < N; i++) {
-            uint32_t u = rng_u32();
+            uint32_t u = rng_u32(&rng);
             if (i % 3 == 0) u = (u & 0xffff0000u) | 0x8000u; /* exact midpoints */
             if ((u & 0x7f800000u) == 0x7f800000u) u &= 0xbfffffffu; /* keep finite */
             x[i] = f32_of_bits(u);
@@ -538,14 +428,14 @@ static void check_dequant(uint32_t type, uint64_t seed) {
     const llmm_type_traits *t = llmm__type_get(type);
     assert_non_null(t);
     assert_non_null(t->dequant_row);
-    rng_seed(seed);
+    rng_seed(&rng, seed);
     size_t n_sizes;
     const size_t *sizes = sizes_for(type, &n_sizes);
     for (size_t si = 0; si < n_sizes; si++) {
         const size_t n = sizes[si];
         for (int rep = 0; rep < 4; rep++) {
             const float scale = rep == 3 ? 1e-3f : rep == 2 ? 300.0f : 1.0f; /* also tiny and large */
-            float *x = rand_floats(n, -2.0f * scale, 2.0f * scale);
+            float *x = rng_floats(&rng, n, -2.0f * scale, 2.0f * scale);
             const size_t bytes = llmm__row_bytes(type, n);
             assert_true(bytes > 0);
             void *enc = xmalloc(bytes);
@@ -590,8 +480,8 @@ static void test_dequant_f16(void **state) {
     (void)state;
     check_dequant(LLMM_TYPE_F16, 202);
     /* the traits' from_float is the scalar conversion */
-    rng_seed(2020);
-    float *x = rand_floats(1001, -70000.0f, 70000.0f);
+    rng_seed(&rng, 2020);
+    float *x = rng_floats(&rng, 1001, -70000.0f, 70000.0f);
     uint16_t *h = xmalloc(1001 * sizeof *h);
     llmm__type_get(LLMM_TYPE_F16)->from_float(x, h, 1001);
     for (size_t i = 0; i < 1001; i++) assert_int_equal(h[i], ref_f32_to_f16(x[i]));
@@ -626,10 +516,10 @@ static void test_dequant_q4_0(void **state) {
  * gives d = 0, q = 0 (no division by zero). */
 static void test_quantize_q8_0(void **state) {
     (void)state;
-    rng_seed(206);
+    rng_seed(&rng, 206);
     for (size_t si = 0; si < ARRAY_LEN(k_block_sizes); si++) {
         const size_t n = k_block_sizes[si];
-        float *x = rand_floats(n, -2.0f, 2.0f);
+        float *x = rng_floats(&rng, n, -2.0f, 2.0f);
         block_q8_0 *y = xmalloc(llmm__row_bytes(LLMM_TYPE_Q8_0, n));
         llmm__quantize_row_q8_0(x, y, n);
         for (size_t b = 0; b < n / 32; b++) {
@@ -724,7 +614,7 @@ static void check_vec_dot(uint32_t type, uint64_t seed) {
     const cpu_dot *dot = llmm__cpu_dot_get(type);
     assert_non_null(t);
     assert_non_null(dot);
-    rng_seed(seed);
+    rng_seed(&rng, seed);
     size_t n_sizes;
     const size_t *sizes = sizes_for(type, &n_sizes);
     int n_cases = 0, n_swap_caught = 0;
@@ -732,7 +622,7 @@ static void check_vec_dot(uint32_t type, uint64_t seed) {
     for (size_t si = 0; si < n_sizes; si++) {
         const size_t n = sizes[si];
         for (int rep = 0; rep < 8; rep++) {
-            float *w = rand_floats(n, -2.0f, 2.0f), *x = rand_floats(n, -2.0f, 2.0f);
+            float *w = rng_floats(&rng, n, -2.0f, 2.0f), *x = rng_floats(&rng, n, -2.0f, 2.0f);
             void *wq = xmalloc(llmm__row_bytes(type, n));
             encode_row(type, w, wq, n);
             void *xq = make_operand(type, x, n);
@@ -866,7 +756,7 @@ static double view_value(const llmm_kv_view *view, const void *base, uint32_t p,
 
 static void test_kv_write(void **state) {
     (void)state;
-    rng_seed(701);
+    rng_seed(&rng, 701);
     enum { NHKV = 3, HD = 4, KV_DIM = NHKV * HD, STRIDE_A = 12, STRIDE_B = 17, CAP = 10, N_ROWS = 5 };
     const float sentinel = -12345.0f;
     for (size_t ti = 0; ti < ARRAY_LEN(k_threads); ti++) {
@@ -878,7 +768,7 @@ static void test_kv_write(void **state) {
         const llmm_kv_view a = flat_view(ka, va, STRIDE_A, NHKV, HD), b = flat_view(kb, vb, STRIDE_B, NHKV, HD);
         const llmm_kv_view views[N_ROWS] = {a, b, a, b, a};
         const int32_t pos[N_ROWS] = {3, 0, 9, 9, 0};
-        float *k = rand_floats(N_ROWS * KV_DIM, -2.0f, 2.0f), *v = rand_floats(N_ROWS * KV_DIM, -2.0f, 2.0f);
+        float *k = rng_floats(&rng, N_ROWS * KV_DIM, -2.0f, 2.0f), *v = rng_floats(&rng, N_ROWS * KV_DIM, -2.0f, 2.0f);
         assert_int_equal(llmm__cpu_kv_store_rows(views, pos, N_ROWS, k, v, KV_DIM), LLMM_OK);
         for (int seq = 0; seq < 2; seq++) {
             const float *kk = seq ? kb : ka, *vv = seq ? vb : va;
@@ -930,7 +820,7 @@ static paged_pool paged_pool_make(uint32_t type, uint32_t n_head_kv, uint32_t he
     pp.table = xmalloc(n_blocks * sizeof *pp.table);
     for (uint32_t i = 0; i < n_blocks; i++) pp.table[i] = i;
     for (uint32_t i = n_blocks - 1; i > 0; i--) {
-        uint32_t j = rng_u32() % (i + 1), t = pp.table[i];
+        uint32_t j = rng_u32(&rng) % (i + 1), t = pp.table[i];
         pp.table[i] = pp.table[j];
         pp.table[j] = t;
     }
@@ -981,12 +871,12 @@ static void attention_run(void *st, const cpu_attn_batch *b, int n_threads, int 
  * check_attention's bound and be bitwise identical across thread counts and block sizes. */
 static void test_attention_paged(void **state) {
     (void)state;
-    rng_seed(803);
+    rng_seed(&rng, 803);
     enum { NH = 6, NHKV = 3, HD = 16, KVD = NHKV * HD, N_POS = 37, N_ROWS = 9, QD = NH * HD };
     const uint32_t types[] = {LLMM_KV_F32, LLMM_KV_F16, LLMM_KV_Q8}, block_sizes[] = {4, 16, 32};
     for (size_t ti = 0; ti < ARRAY_LEN(types); ti++) {
-        float *k = rand_floats(N_POS * KVD, -2.0f, 2.0f), *v = rand_floats(N_POS * KVD, -2.0f, 2.0f);
-        float *q = rand_floats(N_ROWS * QD, -2.0f, 2.0f);
+        float *k = rng_floats(&rng, N_POS * KVD, -2.0f, 2.0f), *v = rng_floats(&rng, N_POS * KVD, -2.0f, 2.0f);
+        float *q = rng_floats(&rng, N_ROWS * QD, -2.0f, 2.0f);
         float *out = xmalloc(N_ROWS * QD * sizeof *out), *first = xmalloc(N_ROWS * QD * sizeof *first);
         /* block size 4: chunks of 16 positions span blocks (rows converted one by one); 16 and
          * 32: a chunk lies in one block (converted at once); the results must not differ */
@@ -1023,7 +913,7 @@ static void test_attention_paged(void **state) {
  * threads; rows 0..33 read sequence A, 34..39 sequence B, so one block holds both. */
 static void test_attention_row_blocks(void **state) {
     (void)state;
-    rng_seed(805);
+    rng_seed(&rng, 805);
     enum { NHKV = 2, N_POS = 48, N_ROWS = 40, SPLIT = 34, BS = 16 };
     const uint32_t groups[] = {7, 2}, hds[] = {64, 8}, types[] = {LLMM_KV_F16, LLMM_KV_F32};
     for (size_t gi = 0; gi < ARRAY_LEN(groups); gi++)
@@ -1031,8 +921,8 @@ static void test_attention_row_blocks(void **state) {
             const uint32_t nh = NHKV * groups[gi], hd = hds[gi], kvd = NHKV * hd, qd = nh * hd;
             paged_pool pa = paged_pool_make(types[ti], NHKV, hd, BS, N_POS / BS);
             paged_pool pb = paged_pool_make(types[ti], NHKV, hd, BS, N_POS / BS);
-            float *k = rand_floats(N_POS * kvd, -2.0f, 2.0f), *v = rand_floats(N_POS * kvd, -2.0f, 2.0f);
-            float *q = rand_floats(N_ROWS * qd, -2.0f, 2.0f);
+            float *k = rng_floats(&rng, N_POS * kvd, -2.0f, 2.0f), *v = rng_floats(&rng, N_POS * kvd, -2.0f, 2.0f);
+            float *q = rng_floats(&rng, N_ROWS * qd, -2.0f, 2.0f);
             float *out = xmalloc(N_ROWS * qd * sizeof *out), *alone = xmalloc(qd * sizeof *alone);
             int32_t pos[N_POS];
             llmm_kv_view va[N_POS], vb[N_POS];
@@ -1118,11 +1008,11 @@ static void check_attention(const cpu_attn_batch *b, int n_threads) {
  * sequence A, rows 9..11 see 5, 2 and 3 of sequence B. Tolerance: see check_attention. */
 static void test_attention_gqa(void **state) {
     (void)state;
-    rng_seed(801);
+    rng_seed(&rng, 801);
     enum { NH = 4, NHKV = 2, HD = 8, KVD = NHKV * HD, CAP_A = 9, CAP_B = 7, STRIDE_A = KVD, STRIDE_B = KVD + 5 };
     enum { N_ROWS = 12, QD = NH * HD };
-    float *ka = rand_floats(CAP_A * STRIDE_A, -2.0f, 2.0f), *va = rand_floats(CAP_A * STRIDE_A, -2.0f, 2.0f);
-    float *kb = rand_floats(CAP_B * STRIDE_B, -2.0f, 2.0f), *vb = rand_floats(CAP_B * STRIDE_B, -2.0f, 2.0f);
+    float *ka = rng_floats(&rng, CAP_A * STRIDE_A, -2.0f, 2.0f), *va = rng_floats(&rng, CAP_A * STRIDE_A, -2.0f, 2.0f);
+    float *kb = rng_floats(&rng, CAP_B * STRIDE_B, -2.0f, 2.0f), *vb = rng_floats(&rng, CAP_B * STRIDE_B, -2.0f, 2.0f);
     const uint32_t n_kv[N_ROWS] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 5, 2, 3};
     for (size_t p = 0; p < CAP_B; p++)
         for (size_t i = 0; i < STRIDE_B; i++)
@@ -1130,7 +1020,7 @@ static void test_attention_gqa(void **state) {
     const llmm_kv_view a = flat_view(ka, va, STRIDE_A, NHKV, HD), b = flat_view(kb, vb, STRIDE_B, NHKV, HD);
     cpu_attn_row rows[N_ROWS];
     for (int r = 0; r < N_ROWS; r++) rows[r] = (cpu_attn_row){r < 9 ? a : b, n_kv[r], 0};
-    float *q = rand_floats(N_ROWS * QD, -2.0f, 2.0f);
+    float *q = rng_floats(&rng, N_ROWS * QD, -2.0f, 2.0f);
     float *out = xmalloc(N_ROWS * QD * sizeof *out), *first = xmalloc(N_ROWS * QD * sizeof *first);
     cpu_attn_batch batch = {q, out, N_ROWS, rows, NH, NHKV, HD, 1.0f / sqrtf((float)HD), 0.0f};
     for (size_t ti = 0; ti < ARRAY_LEN(k_threads); ti++) {
@@ -1165,13 +1055,13 @@ static void test_attention_gqa(void **state) {
  * the 8-lane dot), one sequence with padded rows. */
 static void test_attention_long(void **state) {
     (void)state;
-    rng_seed(802);
+    rng_seed(&rng, 802);
     enum { NH = 8, NHKV = 2, HD = 24, KVD = NHKV * HD, STRIDE = KVD + 3, CAP = 500, N_ROWS = 29, QD = NH * HD };
-    float *k = rand_floats(CAP * STRIDE, -2.0f, 2.0f), *v = rand_floats(CAP * STRIDE, -2.0f, 2.0f);
+    float *k = rng_floats(&rng, CAP * STRIDE, -2.0f, 2.0f), *v = rng_floats(&rng, CAP * STRIDE, -2.0f, 2.0f);
     const llmm_kv_view view = flat_view(k, v, STRIDE, NHKV, HD);
     cpu_attn_row rows[N_ROWS];
     for (int r = 0; r < N_ROWS; r++) rows[r] = (cpu_attn_row){view, (uint32_t)(301 + 7 * r), 0};
-    float *q = rand_floats(N_ROWS * QD, -2.0f, 2.0f);
+    float *q = rng_floats(&rng, N_ROWS * QD, -2.0f, 2.0f);
     float *out = xmalloc(N_ROWS * QD * sizeof *out), *first = xmalloc(N_ROWS * QD * sizeof *first);
     const cpu_attn_batch batch = {q, out, N_ROWS, rows, NH, NHKV, HD, 1.0f / sqrtf((float)HD), 0.0f};
     for (size_t ti = 0; ti < ARRAY_LEN(k_threads); ti++) {

@@ -54,47 +54,25 @@
 #include "cpu_dot.h"
 #include "format/quant.h"
 #include "offline/quantize_file.h"
+#include "support/alloc.h"
+#include "support/fixtures.h"
+#include "support/numeric.h"
+#include "support/rng.h"
 #include "support/quant_temp.h"
 #include "support/shared_data.h"
 
-#define U_F32 (1.0 / 16777216.0) /* 2^-24 */
-#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 #define MAX_IDS 128
 
 /* ================================================================== random numbers */
 
-static uint64_t rng_state;
-
-static void rng_seed(uint64_t s) { rng_state = s * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull; }
-
-static uint64_t rng_u64(void) { /* splitmix64 */
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static double rng_unit(void) { return (double)(rng_u64() >> 11) * (1.0 / 9007199254740992.0); }
-
-/* uniform in [lo, hi), never exactly zero */
-static float rng_float(float lo, float hi) {
-    for (;;) {
-        const float v = (float)(lo + (hi - lo) * rng_unit());
-        if (v != 0.0f) return v;
-    }
-}
-
-static void *xmalloc(size_t bytes) {
-    void *p = malloc(bytes ? bytes : 1);
-    assert_non_null(p);
-    return p;
-}
+/* The data stream: every test seeds it (rng_seed) before drawing. */
+static test_rng rng;
 
 /* A row of n values: uniform in [-1, 1) times scale, or in [0.5, 2.5) times scale when
  * shifted (all positive, so the offset formats need their mins). */
 static float *random_row(size_t n, float scale, int shifted) {
     float *x = xmalloc(n * sizeof *x);
-    for (size_t i = 0; i < n; i++) x[i] = (shifted ? rng_float(0.5f, 2.5f) : rng_float(-1.f, 1.f)) * scale;
+    for (size_t i = 0; i < n; i++) x[i] = (shifted ? rng_float(&rng, 0.5f, 2.5f) : rng_float(&rng, -1.f, 1.f)) * scale;
     return x;
 }
 
@@ -437,7 +415,7 @@ static void check_roundtrip(const type_case *c, const float *x, size_t n, double
 
 static void test_roundtrip_error(void **state) {
     (void)state;
-    rng_seed(11);
+    rng_seed(&rng, 11);
     for (size_t k = 0; k < ARRAY_LEN(k_cases); k++) {
         const type_case *c = &k_cases[k];
         double worst = 0;
@@ -500,15 +478,15 @@ static void check_dequant_layout(const type_case *c, const void *q, size_t n) {
 
 /* A random finite half in [2^-14, 2^6), random sign. */
 static uint16_t random_half(void) {
-    const unsigned e = 1 + (unsigned)(rng_u64() % 20), m = (unsigned)(rng_u64() & 1023);
-    return (uint16_t)((rng_u64() & 1) << 15 | e << 10 | m);
+    const unsigned e = 1 + (unsigned)(rng_u64(&rng) % 20), m = (unsigned)(rng_u64(&rng) & 1023);
+    return (uint16_t)((rng_u64(&rng) & 1) << 15 | e << 10 | m);
 }
 
 /* Every bit pattern of the quants and sub-scales, not only what the quantizer writes. */
 static void *random_blocks(const type_case *c, size_t n) {
     const size_t bytes = llmm__row_bytes(c->type, n);
     uint8_t *p = xmalloc(bytes);
-    for (size_t i = 0; i < bytes; i++) p[i] = (uint8_t)rng_u64();
+    for (size_t i = 0; i < bytes; i++) p[i] = (uint8_t)rng_u64(&rng);
     for (size_t b = 0; b < n / c->block_size; b++)
         for (int f = 0; f < c->n_f16; f++) {
             const uint16_t h = random_half();
@@ -521,7 +499,7 @@ static void *random_blocks(const type_case *c, size_t n) {
 
 static void test_dequant_matches_layout(void **state) {
     (void)state;
-    rng_seed(21);
+    rng_seed(&rng, 21);
     for (size_t k = 0; k < ARRAY_LEN(k_cases); k++) {
         const type_case *c = &k_cases[k];
         for (size_t si = 0; si < n_sizes(c); si++) {
@@ -635,7 +613,7 @@ static void check_dot_case(const type_case *c, const float *w, const float *x, s
 
 static void test_vec_dot(void **state) {
     (void)state;
-    rng_seed(31);
+    rng_seed(&rng, 31);
     for (size_t k = 0; k < ARRAY_LEN(k_cases); k++) {
         const type_case *c = &k_cases[k];
         dot_stats st = {0, 0, 0, 0};
@@ -699,7 +677,7 @@ static void test_reference_acceptance(void **state) {
 
 static void test_q8_1_operand(void **state) {
     (void)state;
-    rng_seed(41);
+    rng_seed(&rng, 41);
     const llmm_type_traits *t = llmm__type_get(LLMM_TYPE_Q8_1);
     for (size_t r = 0; r < ARRAY_LEN(k_row_scales); r++) {
         const size_t n = 32 * 7;
@@ -725,7 +703,7 @@ static void test_q8_1_operand(void **state) {
 
 static void test_q8_K_operand(void **state) {
     (void)state;
-    rng_seed(42);
+    rng_seed(&rng, 42);
     const llmm_type_traits *t = llmm__type_get(LLMM_TYPE_Q8_K);
     for (size_t r = 0; r < ARRAY_LEN(k_row_scales); r++) {
         const size_t n = 256 * 3;
@@ -888,19 +866,12 @@ static void test_recipe_fallbacks(void **state) {
 
 /* Greedy continuation of "Once upon a time"; returns the number of tokens. */
 static size_t greedy(const char *model_path, llmm_token *out, size_t n_predict) {
-    llmm_model *m = NULL;
-    char err[512] = "";
-    llmm_model_params mp;
-    llmm_model_params_default(&mp, sizeof mp);
-    mp.error_buf = err;
-    mp.error_buf_size = sizeof err;
-    if (llmm_model_load(model_path, &mp, &m)) fail_msg("load %s: %s", model_path, err);
+    llmm_model *m = load_model(model_path, NULL);
     llmm_context_params cp;
     llmm_context_params_default(&cp, sizeof cp);
     cp.n_ctx = 256;
     cp.n_threads = 2;
-    llmm_context *c = NULL;
-    assert_int_equal(llmm_context_create(m, &cp, &c), LLMM_OK);
+    llmm_context *c = make_context(m, &cp);
     llmm_sampler_params sp;
     llmm_sampler_params_default(&sp, sizeof sp);
     sp.temperature = 0;

@@ -157,13 +157,13 @@ test: all $(TEST_BIN)
 	@TEST_RUNNER="$(TEST_RUNNER)" sh scripts/run-tests.sh $(TEST_RUN)
 
 # ThreadSanitizer: `make tsan` builds and runs, in build/tsan, the suites that run threads: the
-# thread contract under load (test_concurrency), the thread pool (test_simd) and generation with
+# thread contract under load (test_concurrency), the thread pool (test_simd_kernels) and generation with
 # 2-thread contexts and two threads repacking one model (test_generate). `make test
 # SANITIZE=thread` builds everything with TSan but runs only these: the SIMT emulation switches
 # stacks behind TSan's back (tests/simt/simt_switch.h), so the CUDA emulation suites cannot run
 # under it, and the single-threaded suites have nothing to race. A race fails the suite (TSan's
 # exit code 66); scripts/tsan.supp lists the suppressions, each with why it is a false positive.
-TSAN_TESTS := $(addprefix $(BUILD)/tests/,test_concurrency test_simd test_generate)
+TSAN_TESTS := $(addprefix $(BUILD)/tests/,test_concurrency test_simd_kernels test_generate)
 ifneq ($(filter thread,$(subst $(comma), ,$(SANITIZE))),)
 TEST_RUN := $(TSAN_TESTS)
 export TSAN_OPTIONS ?= suppressions=$(CURDIR)/scripts/tsan.supp halt_on_error=1 second_deadlock_stack=1
@@ -182,7 +182,7 @@ tsan-run: $(TSAN_TESTS)
 # (definite, indirect or possible) fails the suite. cmocka runs the tests in its own process
 # (no fork), so memcheck sees them all. Under valgrind the CPU reports no AVX-512, so the AVX2
 # kernels run. VALGRIND_TESTS picks a subset (.ci/run does).
-VALGRIND_TESTS ?= $(addprefix $(BUILD)/tests/,test_generate test_kvcache test_tokenizer test_tokenizer_bpe)
+VALGRIND_TESTS ?= $(addprefix $(BUILD)/tests/,test_generate test_kvcache test_tokenizer_spm test_tokenizer_bpe)
 VALGRIND := valgrind --quiet --error-exitcode=99 --leak-check=full --show-leak-kinds=definite,indirect,possible \
             --errors-for-leak-kinds=definite,indirect,possible --fair-sched=yes
 .PHONY: valgrind

@@ -109,7 +109,7 @@ static void test_chunked_prefill_matches(void **state) {
  * matrices during the first decode steps and one that never does give the same logits at
  * every step, and again for a second prompt prefilled after the packing (which reads the
  * copies). On a CPU without AVX-512 neither packs and the test only checks determinism;
- * test_simd checks the packed kernels themselves. */
+ * test_simd_kernels checks the packed kernels themselves. */
 /* file loaded twice, m[0] packing its weights and m[1] never, each with a context of n_seq
  * sequences on 2 threads. */
 static void open_repack_pair(const char *file, uint32_t n_ctx, uint32_t n_seq, llmm_model *m[2], llmm_context *c[2]) {

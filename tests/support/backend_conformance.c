@@ -5,7 +5,7 @@
  * step, releases the weights, frees the buffers and shuts down. Buffers are only ever reached
  * through upload/download (a backend may hand out device memory or opaque handles).
  *
- * Tolerances are those of the kernel tests (test_kernels.c), stated at each check; u = 2^-24.
+ * Tolerances are those of the kernel tests (test_cpu_attention.c), stated at each check; u = 2^-24.
  * Matmul references use the operand the CPU backend quantizes the activations to
  * (llmm__cpu_dot_get): that is the contract a backend's matmul is held to, whatever its kernels. */
 #include <stdarg.h>
@@ -393,7 +393,7 @@ static double block_min(const uint8_t *block) {
 }
 
 /* Tolerance of one matmul output against the float64 dot of the exact operand values, as
- * test_kernels.c states it: the f32 dot keeps 8 float partial sums, (n/8 + 10) u; the
+ * test_cpu_attention.c states it: the f32 dot keeps 8 float partial sums, (n/8 + 10) u; the
  * f16/bf16 dots 16 float lanes, (n/16 + 20) u; the quantized dots add one scale product and
  * one float sum per block of 32 (integer block sums are exact), (n/32 + 3) u; all times
  * sum |w_i x_i|. The K-quants (integer sub-block sums scaled per super-block) stay within the
@@ -883,7 +883,7 @@ static void check_mapped(const conformance_target *t) {
 
 /* Pair i of the first n_rot values of a head rotates by theta_i = pos * freq_scale *
  * base^(-2i/n_rot) / ff_i, cos and sin scaled by mscale: ADJACENT pairs (2i, 2i+1), NEOX
- * pairs (i, i + n_rot/2); values past n_rot are untouched. test_kernels.c's bound: theta_i
+ * pairs (i, i + n_rot/2); values past n_rot are untouched. test_cpu_attention.c's bound: theta_i
  * built by i float multiplications carries (i (3 + 2 ln(base)/n_rot) + 1) u relative, the
  * frequency scale and factor two more roundings; cos/sin, mscale and the rotation a few u:
  * |err| <= mscale (|x0| + |x1|) (2 |d theta_i| + 8u). */
@@ -950,7 +950,7 @@ static const size_t k_elem_sizes[] = {1, 7, 31, 33, 173, 1001, 70001}; /* the la
 
 /* silu(g) * up = g / (1 + e^-g) * up: tolerance 8u |ref|. gelu_tanh(g) * up = 0.5 g (1 +
  * tanh(z)) up, z = sqrt(2/pi) (g + 0.044715 g^3): z carries ~5 roundings and 1 + tanh(z)
- * cancels for negative g, so |err| <= 0.5 |g up| (5u |z| + 4u) + 6u |ref| (test_kernels.c). */
+ * cancels for negative g, so |err| <= 0.5 |g up| (5u |z| + 4u) + 6u |ref| (test_cpu_attention.c). */
 static void check_glu(const conformance_target *t) {
     rng_seed(&rng, 71);
     for (size_t ti = 0; ti < ARRAY_LEN(k_threads); ti++) {
@@ -1192,7 +1192,7 @@ typedef struct attn_case {
     float scale_mul; /* of 1/sqrt(head_dim) */
 } attn_case;
 
-/* One row's output against float64 softmax attention over the stored values (test_kernels.c's
+/* One row's output against float64 softmax attention over the stored values (test_cpu_attention.c's
  * bound): a score is off by at most ds = scale (hd/8 + 10) u sum|q k| + u |s| (8-lane float
  * dot, then the scale; soft-capping adds 4u (|s| + |capped s|)); each softmax weight then by
  * 2 ds + 4u relative, and the float sum over the n positions adds (n + 1) u:

@@ -1417,7 +1417,7 @@ static void test_backend_matmul_all_tables(void **state) {
  * model's FFN shapes, 896 x 4864 standing in as 1024 x 4864 for the K-quants (whose rows are
  * multiples of 256). The weights (2-5 MB) stay in the L2/L3 caches between calls, so decode
  * figures are the kernels' compute, not DRAM streaming. Timing is slow and noisy, so it runs
- * only when LLMM_BENCH_KERNELS is set: `LLMM_BENCH_KERNELS=1 build/tests/test_simd` (or =q4_k,q6_k for some types,
+ * only when LLMM_BENCH_KERNELS is set: `LLMM_BENCH_KERNELS=1 build/tests/test_simd_kernels` (or =q4_k,q6_k for some types,
  * =attention, =threads, =packed or =q8k for bench_attention, bench_matmul_threads,
  * bench_packed_decode and bench_quantize_q8k below). */
 static double matmul_seconds(void *st, const llmm_tensor *wt, const float *x, size_t n_rows, float *out) {

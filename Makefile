@@ -157,13 +157,14 @@ test: all $(TEST_BIN)
 	@TEST_RUNNER="$(TEST_RUNNER)" sh scripts/run-tests.sh $(TEST_RUN)
 
 # ThreadSanitizer: `make tsan` builds and runs, in build/tsan, the suites that run threads: the
-# thread contract under load (test_concurrency), the thread pool (test_simd_kernels) and generation with
-# 2-thread contexts and two threads repacking one model (test_generate). `make test
+# thread contract under load (test_concurrency), the thread pool (test_threadpool), the kernels
+# and packed copies on the pool's threads (test_simd_kernels) and generation with 2-thread
+# contexts and two threads repacking one model (test_generate). `make test
 # SANITIZE=thread` builds everything with TSan but runs only these: the SIMT emulation switches
 # stacks behind TSan's back (tests/simt/simt_switch.h), so the CUDA emulation suites cannot run
 # under it, and the single-threaded suites have nothing to race. A race fails the suite (TSan's
 # exit code 66); scripts/tsan.supp lists the suppressions, each with why it is a false positive.
-TSAN_TESTS := $(addprefix $(BUILD)/tests/,test_concurrency test_simd_kernels test_generate)
+TSAN_TESTS := $(addprefix $(BUILD)/tests/,test_concurrency test_threadpool test_simd_kernels test_generate)
 ifneq ($(filter thread,$(subst $(comma), ,$(SANITIZE))),)
 TEST_RUN := $(TSAN_TESTS)
 export TSAN_OPTIONS ?= suppressions=$(CURDIR)/scripts/tsan.supp halt_on_error=1 second_deadlock_stack=1

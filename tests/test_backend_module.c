@@ -78,18 +78,7 @@ static llmm_status create(llmm_model *m, llmm_backend_kind backend, log_capture 
 }
 
 static void greedy(llmm_context *c, llmm_token out[N_GEN]) {
-    llmm_sampler_params sp;
-    llmm_sampler_params_default(&sp, sizeof sp);
-    sp.temperature = 0;
-    llmm_generate_params gp;
-    llmm_generate_params_default(&gp, sizeof gp);
-    gp.sampling = &sp;
-    gp.max_tokens = N_GEN;
-    gp.out_tokens = out;
-    gp.out_capacity = N_GEN;
-    llmm_generate_stats st = {.size = sizeof st};
-    assert_int_equal(llmm_generate(c, PROMPT, &gp, &st), LLMM_OK);
-    assert_int_equal(st.n_generated, N_GEN);
+    assert_int_equal(generate_greedy(c, PROMPT, out, N_GEN, NULL), N_GEN);
 }
 
 static void assert_contains(const char *haystack, const char *needle) {
@@ -151,14 +140,7 @@ static void *run_on_module(void *arg) {
     if (r->st) return NULL;
     /* sampling here is the library's: cmocka's asserts belong to the main thread */
     llmm_sampler_params sp;
-    llmm_sampler_params_default(&sp, sizeof sp);
-    sp.temperature = 0;
-    llmm_generate_params gp;
-    llmm_generate_params_default(&gp, sizeof gp);
-    gp.sampling = &sp;
-    gp.max_tokens = N_GEN;
-    gp.out_tokens = r->got;
-    gp.out_capacity = N_GEN;
+    const llmm_generate_params gp = greedy_params(&sp, r->got, N_GEN);
     r->st = llmm_generate(c, PROMPT, &gp, NULL);
     llmm_context_free(c);
     return NULL;

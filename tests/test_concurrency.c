@@ -36,7 +36,7 @@ static double seconds_per_thread(void) {
 }
 
 /* One thread's own context: the library's own threads off (n_threads 1), so that eight of
- * these share the CPUs without spinning pools; tests/test_simd_kernels.c checks the pool itself. */
+ * these share the CPUs without spinning pools; tests/test_threadpool.c checks the pool itself. */
 static llmm_status context_for_thread(llmm_model *m, llmm_context **out) {
     llmm_context_params p;
     llmm_context_params_default(&p, sizeof p);

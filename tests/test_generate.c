@@ -446,14 +446,8 @@ static void test_generate_streaming(void **state) {
     llmm_model *m = load_model("stories260K.gguf", NULL);
     llmm_context *c = new_context(m, 256, 1, 64, 2);
     llmm_sampler_params sp;
-    llmm_sampler_params_default(&sp, sizeof sp);
-    sp.temperature = 0;
-    llmm_generate_params gp;
-    llmm_generate_params_default(&gp, sizeof gp);
-    gp.sampling = &sp;
-    gp.max_tokens = 40;
     llmm_token out[64];
-    gp.out_tokens = out;
+    llmm_generate_params gp = greedy_params(&sp, out, 40);
     gp.out_capacity = 64;
     collected col = {0};
     gp.on_bytes = collect;

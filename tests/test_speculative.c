@@ -60,13 +60,7 @@ typedef struct spec_config {
 static size_t generate(llmm_context *c, const char *prompt, const spec_config *sc, llmm_token *out,
                        llmm_generate_stats *stats) {
     llmm_sampler_params sp;
-    llmm_sampler_params_default(&sp, sizeof sp);
-    sp.temperature = 0;
-    llmm_generate_params gp;
-    llmm_generate_params_default(&gp, sizeof gp);
-    gp.max_tokens = N_GEN;
-    gp.sampling = &sp;
-    gp.out_tokens = out;
+    llmm_generate_params gp = greedy_params(&sp, out, N_GEN);
     gp.out_capacity = MAX_OUT;
     if (sc) {
         gp.spec_draft_model = sc->draft;

@@ -5,7 +5,8 @@
  * step, releases the weights, frees the buffers and shuts down. Buffers are only ever reached
  * through upload/download (a backend may hand out device memory or opaque handles).
  *
- * Tolerances are those of the kernel tests (test_cpu_attention.c), stated at each check; u = 2^-24.
+ * Tolerances are those of the kernel suites (test_weight_formats.c, test_cpu_attention.c), stated
+ * at each check; u = 2^-24.
  * Matmul references use the operand the CPU backend quantizes the activations to
  * (llmm__cpu_dot_get): that is the contract a backend's matmul is held to, whatever its kernels. */
 #include <stdarg.h>
@@ -393,7 +394,7 @@ static double block_min(const uint8_t *block) {
 }
 
 /* Tolerance of one matmul output against the float64 dot of the exact operand values, as
- * test_cpu_attention.c states it: the f32 dot keeps 8 float partial sums, (n/8 + 10) u; the
+ * test_weight_formats.c states it: the f32 dot keeps 8 float partial sums, (n/8 + 10) u; the
  * f16/bf16 dots 16 float lanes, (n/16 + 20) u; the quantized dots add one scale product and
  * one float sum per block of 32 (integer block sums are exact), (n/32 + 3) u; all times
  * sum |w_i x_i|. The K-quants (integer sub-block sums scaled per super-block) stay within the
@@ -883,7 +884,7 @@ static void check_mapped(const conformance_target *t) {
 
 /* Pair i of the first n_rot values of a head rotates by theta_i = pos * freq_scale *
  * base^(-2i/n_rot) / ff_i, cos and sin scaled by mscale: ADJACENT pairs (2i, 2i+1), NEOX
- * pairs (i, i + n_rot/2); values past n_rot are untouched. test_cpu_attention.c's bound: theta_i
+ * pairs (i, i + n_rot/2); values past n_rot are untouched. The bound: theta_i
  * built by i float multiplications carries (i (3 + 2 ln(base)/n_rot) + 1) u relative, the
  * frequency scale and factor two more roundings; cos/sin, mscale and the rotation a few u:
  * |err| <= mscale (|x0| + |x1|) (2 |d theta_i| + 8u). */
@@ -950,7 +951,7 @@ static const size_t k_elem_sizes[] = {1, 7, 31, 33, 173, 1001, 70001}; /* the la
 
 /* silu(g) * up = g / (1 + e^-g) * up: tolerance 8u |ref|. gelu_tanh(g) * up = 0.5 g (1 +
  * tanh(z)) up, z = sqrt(2/pi) (g + 0.044715 g^3): z carries ~5 roundings and 1 + tanh(z)
- * cancels for negative g, so |err| <= 0.5 |g up| (5u |z| + 4u) + 6u |ref| (test_cpu_attention.c). */
+ * cancels for negative g, so |err| <= 0.5 |g up| (5u |z| + 4u) + 6u |ref|. */
 static void check_glu(const conformance_target *t) {
     rng_seed(&rng, 71);
     for (size_t ti = 0; ti < ARRAY_LEN(k_threads); ti++) {

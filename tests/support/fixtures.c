@@ -63,6 +63,29 @@ size_t tokenize(const llmm_model *m, const char *text, llmm_token *ids, size_t c
     return tokenize_flags(m, text, strlen(text), LLMM_TOKENIZE_ADD_SPECIAL, ids, cap);
 }
 
+llmm_generate_params greedy_params(llmm_sampler_params *sp, llmm_token *out, size_t max_tokens) {
+    llmm_sampler_params_default(sp, sizeof *sp);
+    sp->temperature = 0;
+    llmm_generate_params gp;
+    llmm_generate_params_default(&gp, sizeof gp);
+    gp.sampling = sp;
+    gp.max_tokens = (int32_t)max_tokens;
+    gp.out_tokens = out;
+    gp.out_capacity = max_tokens;
+    return gp;
+}
+
+size_t generate_greedy(llmm_context *c, const char *prompt, llmm_token *out, size_t max_tokens,
+                       llmm_generate_stats *stats) {
+    llmm_sampler_params sp;
+    const llmm_generate_params gp = greedy_params(&sp, out, max_tokens);
+    llmm_generate_stats st = {.size = sizeof st};
+    const llmm_status status = llmm_generate(c, prompt, &gp, &st);
+    if (status != LLMM_OK) fail_msg("llmm_generate: %s: %s", llmm_status_str(status), llmm_context_last_error(c));
+    if (stats) *stats = st;
+    return st.n_generated;
+}
+
 llmm_token argmax(const float *v, size_t n) {
     size_t best = 0;
     for (size_t i = 1; i < n; i++)

@@ -34,6 +34,15 @@ size_t tokenize(const llmm_model *m, const char *text, llmm_token *ids, size_t c
 size_t tokenize_flags(const llmm_model *m, const char *text, size_t len, uint32_t flags, llmm_token *ids,
                       size_t cap);
 
+/* llmm_generate parameters for greedy generation: sp (filled here: temperature 0, the rest its
+ * defaults) as the sampling, at most max_tokens tokens into out (room for max_tokens), every
+ * other field its default. Asserts nothing, so a test's own threads may use it too. */
+llmm_generate_params greedy_params(llmm_sampler_params *sp, llmm_token *out, size_t max_tokens);
+/* llmm_generate with greedy_params after prompt; the run's figures into *stats unless stats is
+ * NULL. Returns the tokens generated. */
+size_t generate_greedy(llmm_context *c, const char *prompt, llmm_token *out, size_t max_tokens,
+                       llmm_generate_stats *stats);
+
 /* Index of the largest of v[0..n) (the first of equals): the greedy token of a logits row. */
 llmm_token argmax(const float *v, size_t n);
 

@@ -35,18 +35,9 @@ golden_result golden_compare(const llmm_model *m, llmm_context *c, const golden_
     assert_int_equal(n_vocab, g->n_logits);
     for (size_t i = 0; i < n_vocab; i++) r.max_logit_diff = fmax(r.max_logit_diff, fabs((double)logits[i] - g->logits[i]));
 
-    llmm_sampler_params sp;
-    llmm_sampler_params_default(&sp, sizeof sp);
-    sp.temperature = 0;
-    llmm_generate_params gp;
-    llmm_generate_params_default(&gp, sizeof gp);
-    gp.sampling = &sp;
-    gp.max_tokens = (int32_t)g->n_generated;
     llmm_token out[GOLDEN_MAX_IDS];
-    gp.out_tokens = out;
-    gp.out_capacity = GOLDEN_MAX_IDS;
-    llmm_generate_stats st = {.size = sizeof st};
-    assert_int_equal(llmm_generate(c, prompt, &gp, &st), LLMM_OK);
+    llmm_generate_stats st;
+    generate_greedy(c, prompt, out, g->n_generated, &st);
     assert_int_equal(st.n_prompt, n);
     while (r.agree < st.n_generated && r.agree < g->n_generated && out[r.agree] == g->generated[r.agree]) r.agree++;
     return r;

@@ -55,18 +55,6 @@ static void assert_round_trip(const llmm_model *m, const llmm_token *ids, size_t
     free(back);
 }
 
-static int ids_equal_line(const llmm_token *ids, size_t n, const char *line) {
-    char *end;
-    size_t i = 0;
-    for (const char *p = line;; p = end) {
-        long v = strtol(p, &end, 10);
-        if (end == p) break;
-        if (i >= n || ids[i] != v) return 0;
-        i++;
-    }
-    return i == n;
-}
-
 static void print_ids(const char *what, const llmm_token *ids, size_t n) {
     char line[2048];
     size_t used = 0;
@@ -88,7 +76,7 @@ static void check_vector_file(const llmm_model *m, const char *name, size_t *mat
     assert_non_null(ids);
     for (size_t i = 0; i < vc.n; i++) {
         size_t n = tokenize_flags(m, vc.text[i], vc.text_len[i], 0, ids, cap);
-        if (ids_equal_line(ids, n, vc.expected[i])) {
+        if (vocab_case_matches(&vc, i, ids, n)) {
             ok++;
         } else {
             print_message("%s case %zu mismatch: expected [%s]\n", name, i, vc.expected[i]);

@@ -48,10 +48,14 @@ EXAMPLES := $(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/llmmini-*.c))
 # tools/: programs that need the library's internals (lib/*.h) and link the static archive:
 # the model converter and the synthetic-model generator. Examples see include/ alone.
 TOOLS := $(patsubst tools/%.c,$(BUILD)/%,$(wildcard tools/llmmini-*.c))
+# Test suites: tests/test_*.c, one program each ($(BUILD)/tests/test_X); the CUDA backend's are
+# in tests/cuda/ (below). tests/support/*.c is linked into every suite, and every test object
+# finds its headers as "support/NAME.h" (tests/README.md).
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
-TEST_SUPPORT := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
+TEST_SUPPORT := $(wildcard tests/support/*.c)
 TEST_SUPPORT_OBJ := $(TEST_SUPPORT:%.c=$(BUILD)/obj/%.o)
+$(BUILD)/obj/tests/%.o: ALL_CFLAGS += -Itests
 DEPS_OK := $(BUILD)/.deps-ok
 
 .PHONY: all lib examples tools test test-arm demo bench fuzz install clean deps
@@ -138,9 +142,11 @@ $(EXAMPLES_TEST): tests/test_examples.sh
 TEST_BIN += $(EXAMPLES_TEST)
 -include $(wildcard $(BUILD)/obj/examples/app/*.d)
 
+# tests/X.c, and the C suites of tests/cuda/ (CUDA_C_TESTS below), into $(BUILD)/tests/X
+LINK_TEST = $(CC) $(ALL_LDFLAGS) -o $@ $< $(TEST_EXTRA_OBJ) $(TEST_SUPPORT_OBJ) $(STATIC_LIB) -lcmocka $(LIBS)
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_SUPPORT_OBJ) $(STATIC_LIB)
 	@mkdir -p $(@D)
-	$(CC) $(ALL_LDFLAGS) -o $@ $< $(TEST_EXTRA_OBJ) $(TEST_SUPPORT_OBJ) $(STATIC_LIB) -lcmocka $(LIBS)
+	$(LINK_TEST)
 
 # tests/test_fuzz_replay.c links both fuzz harnesses, each with its entry points renamed
 FUZZ_REPLAY_OBJ := $(BUILD)/obj/tests/fuzz/gguf_replay.o $(BUILD)/obj/tests/fuzz/tokenize_replay.o
@@ -154,13 +160,14 @@ test: all $(TEST_BIN)
 	@TEST_RUNNER="$(TEST_RUNNER)" sh scripts/run-tests.sh $(TEST_RUN)
 
 # ThreadSanitizer: `make tsan` builds and runs, in build/tsan, the suites that run threads: the
-# thread contract under load (test_concurrency), the thread pool (test_simd) and generation with
-# 2-thread contexts and two threads repacking one model (test_generate). `make test
+# thread contract under load (test_concurrency), the thread pool (test_threadpool), the kernels
+# and packed copies on the pool's threads (test_simd_kernels) and generation with 2-thread
+# contexts and two threads repacking one model (test_generate). `make test
 # SANITIZE=thread` builds everything with TSan but runs only these: the SIMT emulation switches
 # stacks behind TSan's back (tests/simt/simt_switch.h), so the CUDA emulation suites cannot run
 # under it, and the single-threaded suites have nothing to race. A race fails the suite (TSan's
 # exit code 66); scripts/tsan.supp lists the suppressions, each with why it is a false positive.
-TSAN_TESTS := $(addprefix $(BUILD)/tests/,test_concurrency test_simd test_generate)
+TSAN_TESTS := $(addprefix $(BUILD)/tests/,test_concurrency test_threadpool test_simd_kernels test_generate)
 ifneq ($(filter thread,$(subst $(comma), ,$(SANITIZE))),)
 TEST_RUN := $(TSAN_TESTS)
 export TSAN_OPTIONS ?= suppressions=$(CURDIR)/scripts/tsan.supp halt_on_error=1 second_deadlock_stack=1
@@ -179,7 +186,7 @@ tsan-run: $(TSAN_TESTS)
 # (definite, indirect or possible) fails the suite. cmocka runs the tests in its own process
 # (no fork), so memcheck sees them all. Under valgrind the CPU reports no AVX-512, so the AVX2
 # kernels run. VALGRIND_TESTS picks a subset (.ci/run does).
-VALGRIND_TESTS ?= $(addprefix $(BUILD)/tests/,test_generate test_kvcache test_tokenizer test_tokenizer_bpe)
+VALGRIND_TESTS ?= $(addprefix $(BUILD)/tests/,test_generate test_kvcache test_tokenizer_spm test_tokenizer_bpe)
 VALGRIND := valgrind --quiet --error-exitcode=99 --leak-check=full --show-leak-kinds=definite,indirect,possible \
             --errors-for-leak-kinds=definite,indirect,possible --fair-sched=yes
 .PHONY: valgrind
@@ -259,6 +266,17 @@ $(BUILD)/obj/cuda-emu/%.o: cuda/%.cu | $(DEPS_OK)
 $(BUILD)/obj/tests/cuda/%.o: tests/cuda/%.cpp | $(DEPS_OK)
 	@mkdir -p $(@D)
 	$(CXX) $(CUDA_EMU_CXXFLAGS) -Itests -c $< -o $@
+# The C suites of the CUDA backend, tests/cuda/test_*.c: the block math of cuda/quant_blocks.cuh
+# as C (test_cuda_blocks), the emulated module (test_cuda_module) and the emulated static archive
+# (test_cuda_static), each linked as the suites of tests/ are, into $(BUILD)/tests/ (where
+# test_cuda_module finds the module, ../libllmmini-cuda-emu.so).
+CUDA_C_TESTS := $(patsubst tests/cuda/%.c,$(BUILD)/tests/%,$(wildcard tests/cuda/test_*.c))
+$(BUILD)/obj/tests/cuda/%.o: ALL_CFLAGS += -Icuda
+$(CUDA_C_TESTS): $(BUILD)/tests/%: $(BUILD)/obj/tests/cuda/%.o $(TEST_SUPPORT_OBJ) $(STATIC_LIB)
+	@mkdir -p $(@D)
+	$(LINK_TEST)
+TEST_BIN += $(CUDA_C_TESTS)
+test: $(CUDA_C_TESTS)
 CUDA_EMU_TESTS := $(patsubst tests/cuda/%.cpp,$(BUILD)/tests/%,$(wildcard tests/cuda/test_*.cpp))
 $(CUDA_EMU_TESTS): $(BUILD)/tests/%: $(BUILD)/obj/tests/cuda/%.o $(TEST_SUPPORT_OBJ) $(STATIC_LIB)
 	@mkdir -p $(@D)
@@ -286,7 +304,7 @@ $(BUILD)/tests/test_cuda_gemm_int8: $(BUILD)/obj/cuda-emu/gemm_int8.o $(BUILD)/o
 # module the core dlopens: exporting the entry point alone (cuda/module.map) and linking nothing
 # of the core (-z defs: every symbol it uses is its own or the C/C++ runtime's, cudart's).
 #  - libllmmini-cuda-emu.so (make test, make cuda-emu): the emulated objects, test-only;
-#    tests/test_cuda_module.c loads it as LLMM_CUDA_MODULE (and `LLMM_CUDA_MODULE=
+#    tests/cuda/test_cuda_module.c loads it as LLMM_CUDA_MODULE (and `LLMM_CUDA_MODULE=
 #    build/libllmmini-cuda-emu.so build/llmmini-run --backend cuda ...` runs the CLI on it).
 #    -z nodelete: the emulation installs a signal handler and thread-locals, so it stays mapped.
 #  - libllmmini-cuda.so and libllmmini-cuda.a (make CUDA=1): the nvcc objects with cudart.
@@ -301,7 +319,7 @@ $(BUILD)/tests/test_cuda_module: $(CUDA_MODULE_EMU)
 test: $(CUDA_MODULE_EMU)
 # The static archives (libllmmini-cuda-emu.a here, libllmmini-cuda.a below) add
 # llmm_cuda_register (cuda/register.c), which calls into the core: a static app links the
-# archive with libllmmini.a. tests/test_cuda_static.c links the emulated one that way.
+# archive with libllmmini.a. tests/cuda/test_cuda_static.c links the emulated one that way.
 CUDA_REGISTER_OBJ := $(BUILD)/obj/cuda/register.o
 $(CUDA_REGISTER_OBJ): cuda/register.c | $(DEPS_OK)
 	@mkdir -p $(@D)
@@ -358,7 +376,7 @@ else
 CUBLASLT_STATIC_LIBS := -lcublasLt -Wl,-rpath,$(CUDA_LIB)
 endif
 CUDA_STATIC_TEST := $(BUILD)/tests/device/test_cuda_static
-$(CUDA_STATIC_TEST): $(BUILD)/obj/tests/test_cuda_static.o $(CUDA_MODULE_STATIC) $(TEST_SUPPORT_OBJ) $(STATIC_LIB)
+$(CUDA_STATIC_TEST): $(BUILD)/obj/tests/cuda/test_cuda_static.o $(CUDA_MODULE_STATIC) $(TEST_SUPPORT_OBJ) $(STATIC_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_LDFLAGS) -o $@ $< $(TEST_SUPPORT_OBJ) $(CUDA_MODULE_STATIC) $(STATIC_LIB) -lcmocka \
 	    -L$(CUDA_LIB) $(CUBLASLT_STATIC_LIBS) -lcudart_static -lstdc++ $(LIBS) -ldl -lrt
@@ -476,9 +494,10 @@ TEST_MODULES := $(foreach v,$(TEST_MODULE_VARIANTS),$(call test_module_so,$v))
 TEST_MODULE_OBJ := $(TEST_MODULE_VARIANTS:%=$(BUILD)/obj/tests/module/test_module-%.o)
 $(TEST_MODULE_OBJ): $(BUILD)/obj/tests/module/test_module-%.o: tests/module/test_module.c | $(DEPS_OK)
 	@mkdir -p $(@D)
-	$(CC) $(ALL_CFLAGS) -Itests $(TEST_MODULE_DEFS_$*) -c $< -o $@
+	$(CC) $(ALL_CFLAGS) $(TEST_MODULE_DEFS_$*) -c $< -o $@
 define TEST_MODULE_RULE
-$(call test_module_so,$1): $(BUILD)/obj/tests/module/test_module-$1.o $(BUILD)/obj/tests/handle_backend.o $(STATIC_LIB) \
+$(call test_module_so,$1): $(BUILD)/obj/tests/module/test_module-$1.o $(BUILD)/obj/tests/support/handle_backend.o \
+        $(STATIC_LIB) \
         tests/module/test_module.map
 	@mkdir -p $$(@D)
 	$$(CC) -shared -Wl,--version-script=tests/module/test_module.map $$(ALL_LDFLAGS) -o $$@ $$(filter %.o,$$^) \

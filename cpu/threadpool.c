@@ -37,7 +37,7 @@
  * compare-and-swap that checks the run and the bounds together, so a worker that wakes late
  * for run g can never take a chunk of run g+1 believing it is g's (with the bounds and the run
  * in separate words a late worker could read run g+1's bounds while believing them g's;
- * tests/test_simd.c caught that in the single-counter version). The ticket word publishes the
+ * tests/test_threadpool.c caught that in the single-counter version). The ticket word publishes the
  * run: its generation, read with acquire, makes the segment words, fn, arg and n_chunks of that
  * run visible. fn, arg and n_chunks are read only after winning a chunk of run g, when run g
  * cannot have ended (its chunk is unfinished), so they are still g's. They are atomics

@@ -4,7 +4,7 @@
  *
  * Built twice, like every file of cuda/: by nvcc into libllmmini-cuda.so and .a (make CUDA=1,
  * with cudart) and by the host C++ compiler against the SIMT emulation into
- * libllmmini-cuda-emu.so (make test, make cuda-emu), which tests/test_cuda_module.c loads as
+ * libllmmini-cuda-emu.so (make test, make cuda-emu), which tests/cuda/test_cuda_module.c loads as
  * the CUDA module. The module calls nothing of the core: it uses the table's types and the
  * kernels only, and takes host memory from the app's allocator hooks (host_memory.h).
  *

@@ -7,7 +7,7 @@
 #   bandwidth   the device's memory bandwidth: a device-to-device copy (read + write counted)
 #               and the nominal figure of its attributes
 #   kernels     tests/cuda/test_*.cpp on the device
-#   make test   the whole suite, with tests/test_cuda_module on the real libllmmini-cuda.so
+#   make test   the whole suite, with tests/cuda/test_cuda_module on the real libllmmini-cuda.so
 #   sanitizers  the kernel tests under compute-sanitizer memcheck and racecheck (skipped, saying
 #               so, when compute-sanitizer is absent)
 #   synthesis   Qwen2.5-0.5B- and Llama-3.2-1B-shaped models in Q4_0, Q4_K_M and F16
@@ -384,7 +384,7 @@ make_test() {
         module=$ABS_BUILD/libllmmini-cuda.so
         note="module: libllmmini-cuda.so on the device"
     fi
-    # tests/test_cuda_module loads the module LLMM_CUDA_EMU_MODULE names (else the emulated one)
+    # tests/cuda/test_cuda_module.c loads the module LLMM_CUDA_EMU_MODULE names (else the emulated one)
     LLMM_CUDA_EMU_MODULE=$module timeout 180 make -j"$JOBS" "${MAKE_ARGS[@]}" test > "$LOGS/make-test.log" 2>&1 ||
         rc=$?
     summary=$(grep -E '^test suites:' "$LOGS/make-test.log" | tail -n 1 || true)

@@ -11,20 +11,13 @@
 #include <unistd.h>
 
 #include "llmmini.h"
-#include "alloc_hooks.h"
-#include "shared_data.h"
+#include "support/alloc_hooks.h"
+#include "support/alloc.h"
+#include "support/fixtures.h"
+#include "support/rng.h"
+#include "support/shared_data.h"
 
 static const char *stories_path(char *buf, size_t n) { return shared_path(buf, n, "models/stories260K.gguf"); }
-
-static llmm_model *load_stories(int vocab_only) {
-    char path[1024];
-    llmm_model_params p;
-    llmm_model_params_default(&p, sizeof p);
-    p.vocab_only = vocab_only;
-    llmm_model *m = NULL;
-    assert_int_equal(llmm_model_load(stories_path(path, sizeof path), &p, &m), LLMM_OK);
-    return m;
-}
 
 static void test_version(void **state) {
     (void)state;
@@ -122,7 +115,7 @@ static void test_null_model_calls(void **state) {
 
 static void test_invalid_arguments_on_model(void **state) {
     (void)state;
-    llmm_model *m = load_stories(1);
+    llmm_model *m = load_vocab("stories260K.gguf");
     size_t n;
     llmm_token t;
     assert_int_equal(llmm_tokenize(m, NULL, 1, 0, &t, 1, &n), LLMM_ERR_INVALID_ARG);
@@ -145,7 +138,7 @@ static void test_invalid_arguments_on_model(void **state) {
 
 static void test_info_and_metadata(void **state) {
     (void)state;
-    llmm_model *m = load_stories(0);
+    llmm_model *m = load_model("stories260K.gguf", NULL);
     llmm_model_info info = {.size = sizeof info};
     assert_int_equal(llmm_model_get_info(m, &info), LLMM_OK);
     assert_string_equal(info.architecture, "llama");
@@ -197,12 +190,9 @@ static void test_allocator_hook_sees_everything(void **state) {
     llmm_model_params_default(&p, sizeof p);
     p.allocator = &a;
     p.use_mmap = 0;
-    char path[1024];
-    llmm_model *m = NULL;
-    assert_int_equal(llmm_model_load(stories_path(path, sizeof path), &p, &m), LLMM_OK);
+    llmm_model *m = load_model("stories260K.gguf", &p);
     llmm_token ids[8];
-    size_t n;
-    assert_int_equal(llmm_tokenize(m, "Once upon a time", 16, LLMM_TOKENIZE_ADD_SPECIAL, ids, 8, &n), LLMM_OK);
+    tokenize(m, "Once upon a time", ids, 8);
     llmm_model_free(m);
     assert_true(c.allocs > 5);
     assert_int_equal(c.allocs, c.frees);
@@ -263,27 +253,20 @@ static void test_log_callback(void **state) {
  * load or fail with a file-level status, and a model that loads must tokenize, prefill and
  * decode without crashing (any status; damaged weights may well give NaN logits). Under
  * SANITIZE=address,undefined this is the memory-safety check of the whole load path. */
-static uint64_t damage_next(uint64_t *s) {
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
-}
-
-static void damage(uint8_t *buf, size_t *len, size_t region, uint64_t *rng) {
+static void damage(uint8_t *buf, size_t *len, size_t region, test_rng *rng) {
     static const uint64_t values[] = {0, 1, 31, 32, 255, 256, 0xffff, 0x7fffffff, 0x80000000, 0xffffffff,
                                       0x100000000ull, 0x7fffffffffffffffull, 0xffffffffffffffffull};
-    const int kind = (int)(damage_next(rng) % 10), n = 1 + (int)(damage_next(rng) % 6);
+    const int kind = (int)(rng_u64(rng) % 10), n = 1 + (int)(rng_u64(rng) % 6);
     if (region > *len) region = *len;
     for (int m = 0; m < n; m++) {
-        const size_t at = damage_next(rng) % region;
-        if (kind < 5) buf[at] ^= (uint8_t)(1u << (damage_next(rng) % 8));
+        const size_t at = rng_u64(rng) % region;
+        if (kind < 5) buf[at] ^= (uint8_t)(1u << (rng_u64(rng) % 8));
         else if (kind < 8) {
-            const uint64_t v = values[damage_next(rng) % (sizeof values / sizeof values[0])];
-            const size_t width = damage_next(rng) % 2 ? 8 : 4;
+            const uint64_t v = values[rng_u64(rng) % (sizeof values / sizeof values[0])];
+            const size_t width = rng_u64(rng) % 2 ? 8 : 4;
             if (at + width <= *len) memcpy(buf + at, &v, width);
-        } else if (kind == 8) buf[at] = (uint8_t)damage_next(rng);
-        else *len = damage_next(rng) % *len;
+        } else if (kind == 8) buf[at] = (uint8_t)rng_u64(rng);
+        else *len = rng_u64(rng) % *len;
     }
 }
 
@@ -295,8 +278,8 @@ static int damaged_runs(const char *rel, int vocab_only, size_t region, int runs
         print_message("skipped %s: not readable\n", src);
         return 0;
     }
-    uint8_t *buf = malloc(n);
-    assert_non_null(buf);
+    uint8_t *buf = xmalloc(n);
+    test_rng rng = rng_seeded(seed);
     const int fd = mkstemp(path);
     assert_true(fd >= 0);
     close(fd);
@@ -304,7 +287,7 @@ static int damaged_runs(const char *rel, int vocab_only, size_t region, int runs
     for (int run = 0; run < runs; run++) {
         size_t len = n;
         memcpy(buf, orig, n);
-        damage(buf, &len, region, &seed);
+        damage(buf, &len, region, &rng);
         FILE *f = fopen(path, "wb");
         assert_non_null(f);
         assert_int_equal(fwrite(buf, 1, len, f), len);
@@ -391,11 +374,9 @@ static void test_unsupported_weight_type_fails_at_context(void **state) {
     assert_true(fd >= 0);
     assert_int_equal(write(fd, buf, n), (ssize_t)n);
     close(fd);
-    llmm_model *m = NULL;
-    assert_int_equal(llmm_model_load(path, NULL, &m), LLMM_OK);
+    llmm_model *m = load_model(path, NULL);
     llmm_token toks[16];
-    size_t nt = 0;
-    assert_int_equal(llmm_tokenize(m, "Once upon", 9, 0, toks, 16, &nt), LLMM_OK);
+    tokenize_flags(m, "Once upon", 9, 0, toks, 16);
     llmm_context *ctx = NULL;
     assert_int_equal(llmm_context_create(m, NULL, &ctx), LLMM_ERR_UNSUPPORTED);
     assert_null(ctx);
@@ -423,7 +404,7 @@ static llmm_context_params cpu_params(uint32_t n_ctx, uint32_t n_seq_max) {
  * smaller stats struct still works. */
 static void test_warmup_and_cold_start_stats(void **state) {
     (void)state;
-    llmm_model *m = load_stories(0);
+    llmm_model *m = load_model("stories260K.gguf", NULL);
     const llmm_context_params p = cpu_params(32, 2);
     llmm_context *c = NULL;
     assert_int_equal(llmm_context_create(m, &p, &c), LLMM_OK);
@@ -486,7 +467,7 @@ static int note_progress(void *user, float fraction) {
  * a non-zero return cancels the creation. */
 static void test_context_progress(void **state) {
     (void)state;
-    llmm_model *m = load_stories(0);
+    llmm_model *m = load_model("stories260K.gguf", NULL);
     llmm_context_params p = cpu_params(32, 1);
     progress_seen ps = {0, 0, 0.0f};
     p.progress = note_progress;

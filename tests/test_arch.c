@@ -15,8 +15,8 @@
 #include "backend/backend.h"
 #include "cpu_backend.h"
 #include "llmmini.h"
-#include "golden_check.h"
-#include "shared_data.h"
+#include "support/golden_check.h"
+#include "support/shared_data.h"
 
 static void test_architectures_match_reference(void **state) {
     (void)state;

@@ -1,7 +1,7 @@
 /* The backend conformance suite (backend_conformance.h) against the CPU backend under each
  * kernel table this machine and build have, forced through LLMM_CPU_KERNELS (a table the CPU
  * lacks is skipped: the backend would silently fall back to a lower one), and against the
- * handle backend (tests/handle_backend.h), whose buffers are not host addresses. */
+ * handle backend (tests/support/handle_backend.h), whose buffers are not host addresses. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -11,9 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "backend_conformance.h"
+#include "support/backend_conformance.h"
 #include "kernel_table.h"
-#include "handle_backend.h"
+#include "support/handle_backend.h"
 
 /* cpu/kernel_table.c's names for LLMM_CPU_KERNELS, by cpu_isa */
 static const char *const k_isa_names[CPU_ISA_COUNT] = {"scalar", "avx2", "avxvnni", "avx512", "neon", "dotprod", "amx"};

@@ -15,11 +15,12 @@
 
 #include "context/context.h"
 #include "cpu_backend.h"
-#include "golden_check.h"
-#include "handle_backend.h"
+#include "support/golden_check.h"
+#include "support/fixtures.h"
+#include "support/handle_backend.h"
 #include "llmmini.h"
 #include "format/quant.h"
-#include "shared_data.h"
+#include "support/shared_data.h"
 
 #define MAX_IDS GOLDEN_MAX_IDS
 
@@ -29,19 +30,16 @@ static void print_errors(void *user, llmm_log_level level, const char *message) 
     if (level == LLMM_LOG_ERROR) print_message("%s\n", message);
 }
 
-static llmm_model *load_model(const char *name, int repack) {
-    char rel[512], path[1024];
-    snprintf(rel, sizeof rel, "models/%s", name);
+/* name (a model of the shared data, as load_model takes it) packing its weights or not. */
+static llmm_model *load_repacked(const char *name, int repack) {
     llmm_model_params mp;
     llmm_model_params_default(&mp, sizeof mp);
     mp.repack_weights = repack;
-    llmm_model *m = NULL;
-    assert_int_equal(llmm_model_load(shared_path(path, sizeof path, rel), &mp, &m), LLMM_OK);
-    return m;
+    return load_model(name, &mp);
 }
 
 /* A context on the handle backend (handles = 1) or the plain CPU one. */
-static llmm_context *make_context(const llmm_model *m, int handles, const llmm_context_params *base) {
+static llmm_context *backend_context(const llmm_model *m, int handles, const llmm_context_params *base) {
     llmm_context_params p = *base;
     if (!p.log) p.log = print_errors;
     p.log_level = LLMM_LOG_ERROR;
@@ -62,28 +60,15 @@ static llmm_context_params context_params(uint32_t n_ctx, uint32_t n_seq, uint32
     return p;
 }
 
-static size_t tokenize(const llmm_model *m, const char *text, llmm_token *ids) {
-    size_t n = 0;
-    assert_int_equal(llmm_tokenize(m, text, strlen(text), LLMM_TOKENIZE_ADD_SPECIAL, ids, MAX_IDS, &n), LLMM_OK);
-    return n;
-}
-
-static llmm_token argmax(const float *v, size_t n) {
-    size_t best = 0;
-    for (size_t i = 1; i < n; i++)
-        if (v[i] > v[best]) best = i;
-    return (llmm_token)best;
-}
-
 /* ---------------------------------------------------------------- golden continuations */
 
 /* The golden figures hold through handles as on the CPU: F32 KV, as the goldens were made. */
 static void check_golden(const golden_case *gc, int repack) {
     golden_run g;
     assert_int_equal(golden_load("golden/stories260K", gc->golden, &g), 0);
-    llmm_model *m = load_model(gc->model, repack);
+    llmm_model *m = load_repacked(gc->model, repack);
     const llmm_context_params p = context_params(256, 1, 256, LLMM_KV_F32);
-    llmm_context *c = make_context(m, 1, &p);
+    llmm_context *c = backend_context(m, 1, &p);
     const golden_result r = golden_compare(m, c, &g, gc->prompt);
     const size_t bar = gc->hard_steps < g.n_generated ? gc->hard_steps : g.n_generated;
     if (r.max_logit_diff >= 1e-3 || r.agree < bar)
@@ -143,11 +128,11 @@ static size_t packed_copies(const llmm_model *m) {
  * (the same kernels read the same bytes). The handle context goes first, so that with repack
  * on it is the one making the model's packed copies in its decode steps. */
 static void check_same_bits(const char *file, int repack, const llmm_context_params *p, scenario_fn run) {
-    llmm_model *m = load_model(file, repack);
+    llmm_model *m = load_repacked(file, repack);
     const unsigned long before = handle_backend_bad_pointers();
     trace t[2] = {{0}};
     for (int handles = 1; handles >= 0; handles--) {
-        llmm_context *c = make_context(m, handles, p);
+        llmm_context *c = backend_context(m, handles, p);
         run(c, m, &t[handles]);
         if (handles && repack) print_message("%s: %zu packed copies made through handles\n", file, packed_copies(m));
         llmm_context_free(c);
@@ -178,7 +163,7 @@ static void batched_decode(llmm_context *c, const llmm_model *m, trace *t) {
     llmm_token next[S];
     for (int s = 0; s < S; s++) {
         llmm_token ids[MAX_IDS];
-        const size_t n = tokenize(m, prompts[s], ids);
+        const size_t n = tokenize(m, prompts[s], ids, MAX_IDS);
         seqs[s] = s;
         assert_int_equal(llmm_prefill(c, s, ids, n, LLMM_PREFILL_ALL_LOGITS), LLMM_OK);
         for (size_t i = 0; i < n; i++) trace_row(c, t, i);
@@ -215,7 +200,7 @@ static void test_batched_decode_through_handles(void **state) {
 static void fork_prefix_state(llmm_context *c, const llmm_model *m, trace *t) {
     const size_t nv = n_vocab_of(m);
     llmm_token ids[MAX_IDS];
-    const size_t n = tokenize(m, "Once upon a time there was a little dog", ids);
+    const size_t n = tokenize(m, "Once upon a time there was a little dog", ids, MAX_IDS);
     assert_true(n % 4 != 0); /* the last block is shared partly filled */
     assert_int_equal(llmm_prefill(c, 0, ids, n, 0), LLMM_OK);
     trace_row(c, t, 0);
@@ -271,14 +256,14 @@ static int abort_after(void *user) { return --*(int *)user < 0; }
 static void test_abort_then_prefill(void **state) {
     (void)state;
     const unsigned long before = handle_backend_bad_pointers();
-    llmm_model *m = load_model("stories260K.gguf", 1);
+    llmm_model *m = load_repacked("stories260K.gguf", 1);
     llmm_token ids[MAX_IDS];
-    const size_t n = tokenize(m, "Once upon a time there was", ids);
+    const size_t n = tokenize(m, "Once upon a time there was", ids, MAX_IDS);
     int budget = 2;
     llmm_context_params p = context_params(64, 1, 4, LLMM_KV_F32);
     p.abort = abort_after;
     p.abort_user = &budget;
-    llmm_context *c = make_context(m, 1, &p);
+    llmm_context *c = backend_context(m, 1, &p);
     assert_int_equal(llmm_prefill(c, 0, ids, n, 0), LLMM_ERR_ABORTED);
     size_t len;
     assert_int_equal(llmm_seq_length(c, 0, &len), LLMM_OK);
@@ -290,7 +275,7 @@ static void test_abort_then_prefill(void **state) {
     assert_int_equal(llmm_logits(c, 0, &got, &nv), LLMM_OK);
 
     llmm_context_params plain = context_params(64, 1, 4, LLMM_KV_F32);
-    llmm_context *cpu = make_context(m, 0, &plain);
+    llmm_context *cpu = backend_context(m, 0, &plain);
     assert_int_equal(llmm_prefill(cpu, 0, ids, n, 0), LLMM_OK);
     const float *want;
     assert_int_equal(llmm_logits(cpu, 0, &want, &nv), LLMM_OK);
@@ -386,14 +371,14 @@ static void test_host_pointer_refused(void **state) {
  * CPU's logits. */
 static void test_refusal_inside_a_context(void **state) {
     (void)state;
-    llmm_model *m = load_model("stories260K.gguf", 1);
+    llmm_model *m = load_repacked("stories260K.gguf", 1);
     llmm_token ids[MAX_IDS];
-    const size_t n = tokenize(m, "The little dog", ids);
+    const size_t n = tokenize(m, "The little dog", ids, MAX_IDS);
     last_log log = {{0}, 0};
     llmm_context_params p = context_params(64, 1, 16, LLMM_KV_F32);
     p.log = keep_last;
     p.log_user = &log;
-    llmm_context *c = make_context(m, 1, &p);
+    llmm_context *c = backend_context(m, 1, &p);
     unsigned long count = handle_backend_state_bad_pointers(c->be_state);
     assert_int_equal(count, 0);
     assert_int_equal(llmm_prefill(c, 0, ids, n, 0), LLMM_OK);
@@ -409,7 +394,7 @@ static void test_refusal_inside_a_context(void **state) {
     size_t nv;
     assert_int_equal(llmm_logits(c, 0, &got, &nv), LLMM_OK);
 
-    llmm_context *cpu = make_context(m, 0, &p);
+    llmm_context *cpu = backend_context(m, 0, &p);
     assert_int_equal(llmm_prefill(cpu, 0, ids, n, 0), LLMM_OK);
     assert_int_equal(llmm_decode(cpu, &seq, &ids[1], 1), LLMM_OK);
     const float *want;

@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "llmmini.h"
-#include "shared_data.h"
+#include "support/fixtures.h"
 
 #define N_GEN 24
 #define PROMPT "Once upon a time"
@@ -60,13 +60,6 @@ static int module_loaded(const char *variant) {
     return h != NULL;
 }
 
-static llmm_model *load_model(void) {
-    char path[1024];
-    llmm_model *m = NULL;
-    assert_int_equal(llmm_model_load(shared_path(path, sizeof path, "models/stories260K.gguf"), NULL, &m), LLMM_OK);
-    return m;
-}
-
 static llmm_context_params ctx_params(llmm_backend_kind backend, log_capture *log) {
     llmm_context_params p;
     llmm_context_params_default(&p, sizeof p);
@@ -85,18 +78,7 @@ static llmm_status create(llmm_model *m, llmm_backend_kind backend, log_capture 
 }
 
 static void greedy(llmm_context *c, llmm_token out[N_GEN]) {
-    llmm_sampler_params sp;
-    llmm_sampler_params_default(&sp, sizeof sp);
-    sp.temperature = 0;
-    llmm_generate_params gp;
-    llmm_generate_params_default(&gp, sizeof gp);
-    gp.sampling = &sp;
-    gp.max_tokens = N_GEN;
-    gp.out_tokens = out;
-    gp.out_capacity = N_GEN;
-    llmm_generate_stats st = {.size = sizeof st};
-    assert_int_equal(llmm_generate(c, PROMPT, &gp, &st), LLMM_OK);
-    assert_int_equal(st.n_generated, N_GEN);
+    assert_int_equal(generate_greedy(c, PROMPT, out, N_GEN, NULL), N_GEN);
 }
 
 static void assert_contains(const char *haystack, const char *needle) {
@@ -107,7 +89,7 @@ static void assert_contains(const char *haystack, const char *needle) {
  * is unloaded when its last context is freed. */
 static void test_module_runs_like_cpu(void **state) {
     (void)state;
-    llmm_model *m = load_model();
+    llmm_model *m = load_model("stories260K.gguf", NULL);
     log_capture log;
     llmm_context *cpu = NULL, *cuda = NULL, *aut = NULL;
     use_module("");
@@ -158,14 +140,7 @@ static void *run_on_module(void *arg) {
     if (r->st) return NULL;
     /* sampling here is the library's: cmocka's asserts belong to the main thread */
     llmm_sampler_params sp;
-    llmm_sampler_params_default(&sp, sizeof sp);
-    sp.temperature = 0;
-    llmm_generate_params gp;
-    llmm_generate_params_default(&gp, sizeof gp);
-    gp.sampling = &sp;
-    gp.max_tokens = N_GEN;
-    gp.out_tokens = r->got;
-    gp.out_capacity = N_GEN;
+    const llmm_generate_params gp = greedy_params(&sp, r->got, N_GEN);
     r->st = llmm_generate(c, PROMPT, &gp, NULL);
     llmm_context_free(c);
     return NULL;
@@ -175,7 +150,7 @@ static void *run_on_module(void *arg) {
  * handle, so none unloads it under another. */
 static void test_module_from_threads(void **state) {
     (void)state;
-    llmm_model *m = load_model();
+    llmm_model *m = load_model("stories260K.gguf", NULL);
     use_module("");
     enum { N_THREADS = 4, ROUNDS = 3 };
     log_capture log;
@@ -217,7 +192,7 @@ static const struct refusal {
  * refused module unloaded again. */
 static void test_module_refusals(void **state) {
     (void)state;
-    llmm_model *m = load_model();
+    llmm_model *m = load_model("stories260K.gguf", NULL);
     for (size_t i = 0; i < sizeof refusals / sizeof *refusals; i++) {
         const struct refusal *r = &refusals[i];
         if (r->variant) use_module(r->variant);
@@ -256,7 +231,7 @@ static void test_module_refusals(void **state) {
  * AUTO tears it down and runs on the CPU, with one INFO line saying why. */
 static void test_module_fails_at_init(void **state) {
     (void)state;
-    llmm_model *m = load_model();
+    llmm_model *m = load_model("stories260K.gguf", NULL);
     use_module("-no-types");
     log_capture log;
     llmm_context *c = NULL;
@@ -284,7 +259,7 @@ static void test_module_fails_at_init(void **state) {
 /* The estimates resolve the backend as creation does, and hold no module afterwards. */
 static void test_module_estimates(void **state) {
     (void)state;
-    llmm_model *m = load_model();
+    llmm_model *m = load_model("stories260K.gguf", NULL);
     log_capture log = {.len = 0};
     llmm_context_params p = ctx_params(LLMM_BACKEND_CUDA, &log);
     llmm_context_memory mem = {.size = sizeof mem};
@@ -319,7 +294,7 @@ static void test_module_estimates(void **state) {
 static void test_no_module_anywhere(void **state) {
     (void)state;
     assert_int_equal(unsetenv("LLMM_CUDA_MODULE"), 0);
-    llmm_model *m = load_model();
+    llmm_model *m = load_model("stories260K.gguf", NULL);
     log_capture log;
     llmm_context *c = NULL;
     const llmm_status st = create(m, LLMM_BACKEND_CUDA, &log, &c);

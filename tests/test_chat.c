@@ -13,9 +13,10 @@
 
 #include "text/chat.h"
 #include "format/gguf.h"
-#include "gguf_builder.h"
+#include "support/gguf_builder.h"
 #include "llmmini.h"
-#include "shared_data.h"
+#include "support/shared_data.h"
+#include "support/fixtures.h"
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -587,16 +588,15 @@ static void test_tokenized_with_special_tokens(void **state) {
     char *text = format_or_die(m, "llama2-sys-bos", conversation, N_CONVERSATION, 1);
     assert_int_not_equal(strncmp(text, "<s>", 3), 0); /* no BOS text in front */
     llmm_token ids[512];
-    size_t n = 0;
-    uint32_t flags = LLMM_TOKENIZE_ADD_SPECIAL | LLMM_TOKENIZE_PARSE_SPECIAL;
-    assert_int_equal(llmm_tokenize(m, text, strlen(text), flags, ids, 512, &n), LLMM_OK);
+    const uint32_t flags = LLMM_TOKENIZE_ADD_SPECIAL | LLMM_TOKENIZE_PARSE_SPECIAL;
+    size_t n = tokenize_flags(m, text, strlen(text), flags, ids, 512);
     size_t n_bos = 0, n_eos = 0;
     for (size_t i = 0; i < n; i++) n_bos += ids[i] == bos, n_eos += ids[i] == eos;
     assert_int_equal(ids[0], bos);
     assert_int_equal(n_bos, 3); /* the added one and the two between turns */
     assert_int_equal(n_eos, 2); /* the end of each reply */
     /* without PARSE_SPECIAL the markers stay text */
-    assert_int_equal(llmm_tokenize(m, text, strlen(text), LLMM_TOKENIZE_ADD_SPECIAL, ids, 512, &n), LLMM_OK);
+    n = tokenize(m, text, ids, 512);
     n_bos = 0;
     for (size_t i = 0; i < n; i++) n_bos += ids[i] == bos;
     assert_int_equal(n_bos, 1);

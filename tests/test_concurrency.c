@@ -18,7 +18,7 @@
 #include <time.h>
 
 #include "llmmini.h"
-#include "shared_data.h"
+#include "support/fixtures.h"
 
 #define N_THREADS 8
 #define MAX_NEW_TOKENS 48
@@ -29,27 +29,14 @@ static const char *const prompts[N_THREADS] = {
     "One day, a big", "Sam and his mom", "There was a cat who", "The sun was",
 };
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 static double seconds_per_thread(void) {
     const char *s = getenv("LLMM_CONCURRENCY_SECONDS");
     const double v = s ? atof(s) : 2.0;
     return v > 0 ? v : 0;
 }
 
-static llmm_model *load_shared_model(const char *rel) {
-    char path[1024];
-    llmm_model *m = NULL;
-    assert_int_equal(llmm_model_load(shared_path(path, sizeof path, rel), NULL, &m), LLMM_OK);
-    return m;
-}
-
 /* One thread's own context: the library's own threads off (n_threads 1), so that eight of
- * these share the CPUs without spinning pools; tests/test_simd.c checks the pool itself. */
+ * these share the CPUs without spinning pools; tests/test_threadpool.c checks the pool itself. */
 static llmm_status context_for_thread(llmm_model *m, llmm_context **out) {
     llmm_context_params p;
     llmm_context_params_default(&p, sizeof p);
@@ -112,7 +99,7 @@ static void *generate_for_a_while(void *arg) {
 }
 
 static void check_shared_model(const char *model_rel) {
-    llmm_model *m = load_shared_model(model_rel);
+    llmm_model *m = load_model(model_rel, NULL);
     generation expected[N_THREADS];
     llmm_context *ctx = NULL;
     assert_int_equal(context_for_thread(m, &ctx), LLMM_OK);
@@ -189,7 +176,7 @@ static void *cycle_contexts(void *arg) {
 
 static void test_contexts_created_and_freed_concurrently(void **state) {
     (void)state;
-    llmm_model *m = load_shared_model("models/stories260K-q8_0.gguf");
+    llmm_model *m = load_model("models/stories260K-q8_0.gguf", NULL);
     cycler c[N_THREADS];
     pthread_t th[N_THREADS];
     for (int i = 0; i < N_THREADS; i++) {

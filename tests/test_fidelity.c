@@ -21,7 +21,8 @@
 #include "kernel_table.h"
 #include "offline/fidelity.h"
 #include "llmmini.h"
-#include "shared_data.h"
+#include "support/shared_data.h"
+#include "support/fixtures.h"
 
 #define TEXT_TOKENS 1100 /* at least; make_text's stories come to 1,280 */
 /* Under an emulator (make test-arm, qemu) the suite took 6-8 minutes: there the text is cut to
@@ -87,14 +88,7 @@ typedef struct fixture {
     llmm_token bos;
 } fixture;
 
-static llmm_model *load(const char *rel) {
-    char path[1024];
-    llmm_model *m = NULL;
-    assert_int_equal(llmm_model_load(shared_path(path, sizeof path, rel), NULL, &m), LLMM_OK);
-    return m;
-}
-
-static llmm_context *make_context(llmm_model *m, const run_config *rc) {
+static llmm_context *run_context(llmm_model *m, const run_config *rc) {
     llmm_context_params p;
     llmm_context_params_default(&p, sizeof p);
     p.n_ctx = WINDOW;
@@ -104,14 +98,13 @@ static llmm_context *make_context(llmm_model *m, const run_config *rc) {
     p.kv_type = rc->kv;
     p.backend = LLMM_BACKEND_CPU;
     if (rc->table) setenv("LLMM_CPU_KERNELS", rc->table, 1);
-    llmm_context *c = NULL;
-    assert_int_equal(llmm_context_create(m, &p, &c), LLMM_OK);
+    llmm_context *c = make_context(m, &p);
     unsetenv("LLMM_CPU_KERNELS");
     return c;
 }
 
 static void run(llmm_model *m, const fixture *fx, const run_config *rc, fidelity_row_fn row, void *user) {
-    llmm_context *c = make_context(m, rc);
+    llmm_context *c = run_context(m, rc);
     const fidelity_run_params p = {.window = WINDOW, .bos = fx->bos, .feed = rc->feed, .n_parallel = rc->n_parallel};
     assert_int_equal(llmm__fidelity_run(c, fx->text, fx->n, &p, row, user), LLMM_OK);
     llmm_context_free(c);
@@ -152,9 +145,9 @@ static int make_text(void **state) {
     assert_non_null(fx);
     fx->text = malloc((TEXT_TOKENS + 512) * sizeof *fx->text);
     assert_non_null(fx->text);
-    llmm_model *m = load("models/stories260K.gguf");
+    llmm_model *m = load_model("models/stories260K.gguf", NULL);
     const run_config rc = {.table = "scalar", .kv = LLMM_KV_F32};
-    llmm_context *c = make_context(m, &rc);
+    llmm_context *c = run_context(m, &rc);
     llmm_sampler_params sp;
     llmm_sampler_params_default(&sp, sizeof sp);
     sp.temperature = 1.0f;
@@ -166,14 +159,11 @@ static int make_text(void **state) {
     gp.sampling = &sp;
     gp.max_tokens = 400;
     gp.out_capacity = 400;
-    size_t n_prefix = 0;
-    assert_int_equal(llmm_tokenize(m, "", 0, LLMM_TOKENIZE_ADD_SPECIAL, &fx->bos, 1, &n_prefix), LLMM_OK);
-    assert_int_equal(n_prefix, 1);
+    assert_int_equal(tokenize(m, "", &fx->bos, 1), 1);
     const size_t text_tokens = under_emulator() ? TEXT_TOKENS_EMULATED : TEXT_TOKENS;
     for (uint64_t seed = 1; fx->n < text_tokens; seed++) {
         static const char prompt[] = "Once upon a time";
-        size_t np = 0;
-        assert_int_equal(llmm_tokenize(m, prompt, strlen(prompt), 0, fx->text + fx->n, 16, &np), LLMM_OK);
+        const size_t np = tokenize_flags(m, prompt, strlen(prompt), 0, fx->text + fx->n, 16);
         sp.seed = seed;
         gp.out_tokens = fx->text + fx->n + np;
         llmm_generate_stats st = {.size = sizeof st};
@@ -198,7 +188,7 @@ static int free_text(void **state) {
 static void test_kernel_tables_agree(void **state) {
     const fixture *fx = *state;
     for (size_t mi = 0; mi < N_MODELS; mi++) {
-        llmm_model *m = load(k_models[mi].path);
+        llmm_model *m = load_model(k_models[mi].path, NULL);
         const run_config scalar = {.table = "scalar", .kv = LLMM_KV_F32};
         fidelity_records ref = reference(m, fx, &scalar);
         for (int isa = CPU_ISA_SCALAR + 1; isa < CPU_ISA_COUNT; isa++) {
@@ -222,7 +212,7 @@ static void test_kernel_tables_agree(void **state) {
 static void test_kv_types_agree(void **state) {
     const fixture *fx = *state;
     for (size_t mi = 0; mi < N_MODELS; mi++) {
-        llmm_model *m = load(k_models[mi].path);
+        llmm_model *m = load_model(k_models[mi].path, NULL);
         const run_config f32 = {.kv = LLMM_KV_F32}, f16 = {.kv = LLMM_KV_F16}, q8 = {.kv = LLMM_KV_Q8};
         fidelity_records ref = reference(m, fx, &f32);
         check(k_models[mi].path, "F16 KV vs F32 KV", compare(m, fx, &ref, &f16), k_models[mi].f16_kv);
@@ -237,12 +227,12 @@ static void test_kv_types_agree(void **state) {
  * 1.032e-1 vs 1.033e-1 (Q4_0). */
 static void test_f16_kv_adds_no_error(void **state) {
     const fixture *fx = *state;
-    llmm_model *f32 = load("models/stories260K.gguf");
+    llmm_model *f32 = load_model("models/stories260K.gguf", NULL);
     const run_config exact = {.kv = LLMM_KV_F32}, f16 = {.kv = LLMM_KV_F16};
     fidelity_records truth = reference(f32, fx, &exact);
     static const char *const quantized[] = {"models/stories260K-q8_0.gguf", "models/stories260K-q4_0.gguf"};
     for (size_t i = 0; i < 2; i++) {
-        llmm_model *m = load(quantized[i]);
+        llmm_model *m = load_model(quantized[i], NULL);
         const fidelity_summary with_f32 = compare(m, fx, &truth, &exact), with_f16 = compare(m, fx, &truth, &f16);
         print_message("%-30s vs F32 weights: KL mean %.3e with F32 KV, %.3e with F16 KV; top-1 %.2f %% / %.2f %%\n",
                       quantized[i], with_f32.kld_mean, with_f16.kld_mean, 100 * with_f32.top1_agree,
@@ -260,7 +250,7 @@ static void test_f16_kv_adds_no_error(void **state) {
 static void test_batching_agrees(void **state) {
     const fixture *fx = *state;
     for (size_t mi = 0; mi < N_MODELS; mi++) {
-        llmm_model *m = load(k_models[mi].path);
+        llmm_model *m = load_model(k_models[mi].path, NULL);
         const run_config single = {.kv = LLMM_KV_F16, .feed = FIDELITY_FEED_DECODE, .n_parallel = 1};
         const run_config batched = {.kv = LLMM_KV_F16, .feed = FIDELITY_FEED_DECODE, .n_parallel = 4};
         fidelity_records ref = reference(m, fx, &single);
@@ -278,7 +268,7 @@ static void test_batching_agrees(void **state) {
  * divergence at most the exact one and close to it. */
 static void test_measures_discriminate(void **state) {
     const fixture *fx = *state;
-    llmm_model *f32 = load("models/stories260K.gguf"), *q4 = load("models/stories260K-q4_0.gguf");
+    llmm_model *f32 = load_model("stories260K.gguf", NULL), *q4 = load_model("stories260K-q4_0.gguf", NULL);
     const run_config rc = {.kv = LLMM_KV_F32};
     fidelity_records full = reference(f32, fx, &rc), top;
     assert_int_equal(llmm__fidelity_records_init(&top, fx->text, fx->n, 32, 512), LLMM_OK);
@@ -301,7 +291,7 @@ static void test_measures_discriminate(void **state) {
 /* llmmini-perplexity's file: what is written is read back exactly; damaged files are refused. */
 static void test_logits_file(void **state) {
     const fixture *fx = *state;
-    llmm_model *m = load("models/stories260K.gguf");
+    llmm_model *m = load_model("models/stories260K.gguf", NULL);
     const run_config rc = {.kv = LLMM_KV_F32};
     fidelity_records r, back;
     assert_int_equal(llmm__fidelity_records_init(&r, fx->text, fx->n, 8, 512), LLMM_OK);

@@ -17,15 +17,14 @@
 #include <cmocka.h>
 
 #include "format/gguf.h"
-#include "numerical_check.h"
+#include "support/numerical_check.h"
+#include "support/fixtures.h"
 #include "format/quant.h"
-#include "shared_data.h"
+#include "support/shared_data.h"
 
 int fuzz_gguf_input(const uint8_t *data, size_t size);
 int fuzz_tokenize_init(int *argc, char ***argv);
 int fuzz_tokenize_input(const uint8_t *data, size_t size);
-
-#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 static void test_gguf_harness_on_reference_files(void **state) {
     (void)state;

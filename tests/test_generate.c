@@ -14,24 +14,17 @@
 #include <unistd.h>
 
 #include "llmmini.h"
-#include "golden_check.h"
+#include "support/golden_check.h"
 #include "format/gguf.h"
-#include "quant_temp.h"
-#include "decode_sample_check.h"
-#include "shared_data.h"
+#include "support/quant_temp.h"
+#include "support/decode_sample_check.h"
+#include "support/fixtures.h"
+#include "support/shared_data.h"
 
 #define MAX_IDS GOLDEN_MAX_IDS
 
-static llmm_model *load_model(const char *name) {
-    char rel[512], path[1024];
-    snprintf(rel, sizeof rel, "models/%s", name);
-    llmm_model *m = NULL;
-    assert_int_equal(llmm_model_load(shared_path(path, sizeof path, rel), NULL, &m), LLMM_OK);
-    return m;
-}
-
-static llmm_context *make_context_kv(llmm_model *m, uint32_t n_ctx, uint32_t n_seq, uint32_t n_batch, int threads,
-                                     llmm_kv_type kv_type) {
+static llmm_context *new_context_kv(llmm_model *m, uint32_t n_ctx, uint32_t n_seq, uint32_t n_batch, int threads,
+                                    llmm_kv_type kv_type) {
     llmm_context_params p;
     llmm_context_params_default(&p, sizeof p);
     p.n_ctx = n_ctx;
@@ -39,27 +32,12 @@ static llmm_context *make_context_kv(llmm_model *m, uint32_t n_ctx, uint32_t n_s
     p.n_batch = n_batch;
     p.n_threads = threads;
     p.kv_type = kv_type;
-    llmm_context *c = NULL;
-    assert_int_equal(llmm_context_create(m, &p, &c), LLMM_OK);
-    return c;
+    return make_context(m, &p);
 }
 
 /* A context with the default KV type (F16). */
-static llmm_context *make_context(llmm_model *m, uint32_t n_ctx, uint32_t n_seq, uint32_t n_batch, int threads) {
-    return make_context_kv(m, n_ctx, n_seq, n_batch, threads, LLMM_KV_F16);
-}
-
-static size_t tokenize(const llmm_model *m, const char *text, llmm_token *ids) {
-    size_t n = 0;
-    assert_int_equal(llmm_tokenize(m, text, strlen(text), LLMM_TOKENIZE_ADD_SPECIAL, ids, MAX_IDS, &n), LLMM_OK);
-    return n;
-}
-
-static llmm_token argmax(const float *v, size_t n) {
-    size_t best = 0;
-    for (size_t i = 1; i < n; i++)
-        if (v[i] > v[best]) best = i;
-    return (llmm_token)best;
+static llmm_context *new_context(llmm_model *m, uint32_t n_ctx, uint32_t n_seq, uint32_t n_batch, int threads) {
+    return new_context_kv(m, n_ctx, n_seq, n_batch, threads, LLMM_KV_F16);
 }
 
 static const char *const kv_names[] = {"f32", "f16", "q8"};
@@ -71,8 +49,8 @@ static const char *const kv_names[] = {"f32", "f16", "q8"};
 static void check_golden_case(const golden_case *gc, llmm_kv_type kv_type) {
     golden_run g;
     assert_int_equal(golden_load("golden/stories260K", gc->golden, &g), 0);
-    llmm_model *m = load_model(gc->model);
-    llmm_context *c = make_context_kv(m, 256, 1, 256, 2, kv_type);
+    llmm_model *m = load_model(gc->model, NULL);
+    llmm_context *c = new_context_kv(m, 256, 1, 256, 2, kv_type);
     const golden_result r = golden_compare(m, c, &g, gc->prompt);
     const double max_diff = r.max_logit_diff;
     const size_t agree = r.agree;
@@ -106,11 +84,11 @@ static void test_golden_outputs_q8_kv(void **state) {
  * is split into chunks or on the thread count. */
 static void test_chunked_prefill_matches(void **state) {
     (void)state;
-    llmm_model *m = load_model("stories260K.gguf");
+    llmm_model *m = load_model("stories260K.gguf", NULL);
     llmm_token ids[MAX_IDS];
-    size_t n = tokenize(m, "Once upon a time there was a little dog who liked to run.", ids);
-    llmm_context *one = make_context(m, 128, 1, 256, 1);
-    llmm_context *chunked = make_context(m, 128, 1, 3, 2);
+    size_t n = tokenize(m, "Once upon a time there was a little dog who liked to run.", ids, MAX_IDS);
+    llmm_context *one = new_context(m, 128, 1, 256, 1);
+    llmm_context *chunked = new_context(m, 128, 1, 3, 2);
     assert_int_equal(llmm_prefill(one, 0, ids, n, LLMM_PREFILL_ALL_LOGITS), LLMM_OK);
     assert_int_equal(llmm_prefill(chunked, 0, ids, n, LLMM_PREFILL_ALL_LOGITS), LLMM_OK);
     for (size_t i = 0; i < n; i++) {
@@ -131,7 +109,7 @@ static void test_chunked_prefill_matches(void **state) {
  * matrices during the first decode steps and one that never does give the same logits at
  * every step, and again for a second prompt prefilled after the packing (which reads the
  * copies). On a CPU without AVX-512 neither packs and the test only checks determinism;
- * test_simd checks the packed kernels themselves. */
+ * test_simd_kernels checks the packed kernels themselves. */
 /* file loaded twice, m[0] packing its weights and m[1] never, each with a context of n_seq
  * sequences on 2 threads. */
 static void open_repack_pair(const char *file, uint32_t n_ctx, uint32_t n_seq, llmm_model *m[2], llmm_context *c[2]) {
@@ -139,8 +117,8 @@ static void open_repack_pair(const char *file, uint32_t n_ctx, uint32_t n_seq, l
         llmm_model_params mp;
         llmm_model_params_default(&mp, sizeof mp);
         mp.repack_weights = i == 0;
-        assert_int_equal(llmm_model_load(file, &mp, &m[i]), LLMM_OK);
-        c[i] = make_context(m[i], n_ctx, n_seq, 16, 2);
+        m[i] = load_model(file, &mp);
+        c[i] = new_context(m[i], n_ctx, n_seq, 16, 2);
     }
 }
 
@@ -158,7 +136,7 @@ static void check_repacked_same_logits(const char *file) {
     const char *prompts[] = {"Once upon a time", "The little dog saw a big red ball in the park and"};
     for (size_t pi = 0; pi < 2; pi++) {
         llmm_token ids[MAX_IDS];
-        const size_t n = tokenize(m[0], prompts[pi], ids);
+        const size_t n = tokenize(m[0], prompts[pi], ids, MAX_IDS);
         const float *l[2];
         size_t nv = 0;
         for (int i = 0; i < 2; i++) {
@@ -218,7 +196,7 @@ static void check_batched_repack_same_logits(const char *file) {
     llmm_token next[S];
     for (int s = 0; s < S; s++) {
         llmm_token ids[MAX_IDS];
-        const size_t n = tokenize(m[0], prompts[s], ids);
+        const size_t n = tokenize(m[0], prompts[s], ids, MAX_IDS);
         seqs[s] = s;
         for (int i = 0; i < 2; i++) assert_int_equal(llmm_prefill(c[i], s, ids, n, 0), LLMM_OK);
         const float *l;
@@ -274,18 +252,15 @@ static void *decode_eight(void *arg) {
 
 static void test_repacking_from_two_threads(void **state) {
     (void)state;
-    char path[1024];
-    shared_path(path, sizeof path, "models/stories260K-q8_0.gguf");
-    llmm_model *shared = NULL, *plain = NULL;
     llmm_model_params mp;
     llmm_model_params_default(&mp, sizeof mp);
-    assert_int_equal(llmm_model_load(path, &mp, &shared), LLMM_OK);
+    llmm_model *shared = load_model("stories260K-q8_0.gguf", &mp);
     mp.repack_weights = 0;
-    assert_int_equal(llmm_model_load(path, &mp, &plain), LLMM_OK);
+    llmm_model *plain = load_model("stories260K-q8_0.gguf", &mp);
     static decode_job jobs[3];
-    jobs[0].ctx = make_context(shared, 64, 1, 16, 1);
-    jobs[1].ctx = make_context(shared, 64, 1, 16, 1);
-    jobs[2].ctx = make_context(plain, 64, 1, 16, 1);
+    jobs[0].ctx = new_context(shared, 64, 1, 16, 1);
+    jobs[1].ctx = new_context(shared, 64, 1, 16, 1);
+    jobs[2].ctx = new_context(plain, 64, 1, 16, 1);
     pthread_t th[2];
     for (int i = 0; i < 2; i++) assert_int_equal(pthread_create(&th[i], NULL, decode_eight, &jobs[i]), 0);
     for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
@@ -303,11 +278,11 @@ static void test_repacking_from_two_threads(void **state) {
 /* Two sequences decoded in one batch give what each gives alone. */
 static void test_multi_sequence_decode(void **state) {
     (void)state;
-    llmm_model *m = load_model("stories260K-q8_0.gguf");
+    llmm_model *m = load_model("stories260K-q8_0.gguf", NULL);
     llmm_token a[MAX_IDS], b[MAX_IDS];
-    size_t na = tokenize(m, "Once upon a time", a), nb = tokenize(m, "The little dog", b);
-    llmm_context *both = make_context(m, 64, 2, 16, 2);
-    llmm_context *solo = make_context(m, 64, 1, 16, 2);
+    size_t na = tokenize(m, "Once upon a time", a, MAX_IDS), nb = tokenize(m, "The little dog", b, MAX_IDS);
+    llmm_context *both = new_context(m, 64, 2, 16, 2);
+    llmm_context *solo = new_context(m, 64, 1, 16, 2);
     assert_int_equal(llmm_prefill(both, 0, a, na, 0), LLMM_OK);
     assert_int_equal(llmm_prefill(both, 1, b, nb, 0), LLMM_OK);
     llmm_seq_id seqs[2] = {0, 1};
@@ -348,10 +323,10 @@ static void test_multi_sequence_decode(void **state) {
 
 static void test_context_full_and_truncate(void **state) {
     (void)state;
-    llmm_model *m = load_model("stories260K.gguf");
-    llmm_context *c = make_context(m, 8, 1, 4, 1);
+    llmm_model *m = load_model("stories260K.gguf", NULL);
+    llmm_context *c = new_context(m, 8, 1, 4, 1);
     llmm_token ids[MAX_IDS];
-    size_t n = tokenize(m, "Once upon a time", ids); /* 5 tokens */
+    size_t n = tokenize(m, "Once upon a time", ids, MAX_IDS); /* 5 tokens */
     assert_int_equal(llmm_prefill(c, 0, ids, n, 0), LLMM_OK);
     const float *l;
     size_t nv;
@@ -385,7 +360,7 @@ static int abort_after(void *user) { return --*(int *)user < 0; }
 
 static void test_abort_restores_sequence(void **state) {
     (void)state;
-    llmm_model *m = load_model("stories260K.gguf");
+    llmm_model *m = load_model("stories260K.gguf", NULL);
     int budget = 2;
     llmm_context_params p;
     llmm_context_params_default(&p, sizeof p);
@@ -393,10 +368,9 @@ static void test_abort_restores_sequence(void **state) {
     p.n_batch = 2;
     p.abort = abort_after;
     p.abort_user = &budget;
-    llmm_context *c = NULL;
-    assert_int_equal(llmm_context_create(m, &p, &c), LLMM_OK);
+    llmm_context *c = make_context(m, &p);
     llmm_token ids[MAX_IDS];
-    size_t n = tokenize(m, "Once upon a time there was", ids);
+    size_t n = tokenize(m, "Once upon a time there was", ids, MAX_IDS);
     assert_int_equal(llmm_prefill(c, 0, ids, n, 0), LLMM_ERR_ABORTED);
     size_t len;
     assert_int_equal(llmm_seq_length(c, 0, &len), LLMM_OK);
@@ -411,7 +385,7 @@ static void test_abort_restores_sequence(void **state) {
 
 static void test_context_bad_arguments(void **state) {
     (void)state;
-    llmm_model *m = load_model("stories260K.gguf");
+    llmm_model *m = load_model("stories260K.gguf", NULL);
     llmm_context *c = NULL;
     assert_int_equal(llmm_context_create(NULL, NULL, &c), LLMM_ERR_INVALID_ARG);
     assert_int_equal(llmm_context_create(m, NULL, NULL), LLMM_ERR_INVALID_ARG);
@@ -426,7 +400,7 @@ static void test_context_bad_arguments(void **state) {
     llmm_context_params_default(&p, sizeof p);
     p.kv_block_size = 24; /* not a power of two */
     assert_int_equal(llmm_context_create(m, &p, &c), LLMM_ERR_INVALID_ARG);
-    c = make_context(m, 16, 2, 8, 1);
+    c = new_context(m, 16, 2, 8, 1);
     llmm_token t = 5, bad = 9999;
     llmm_seq_id s = 0, s_bad = 2;
     assert_int_equal(llmm_prefill(NULL, 0, &t, 1, 0), LLMM_ERR_INVALID_ARG);
@@ -446,11 +420,7 @@ static void test_context_bad_arguments(void **state) {
     llmm_context_free(NULL);
     llmm_model_free(m);
     /* a vocabulary-only model cannot compute */
-    char path[1024];
-    llmm_model_params mp;
-    llmm_model_params_default(&mp, sizeof mp);
-    mp.vocab_only = 1;
-    assert_int_equal(llmm_model_load(shared_path(path, sizeof path, "models/stories260K.gguf"), &mp, &m), LLMM_OK);
+    m = load_vocab("stories260K.gguf");
     assert_int_equal(llmm_context_create(m, NULL, &c), LLMM_ERR_VOCAB_ONLY);
     llmm_model_free(m);
 }
@@ -473,17 +443,11 @@ static int collect(void *user, const char *bytes, size_t n, int complete_utf8) {
 
 static void test_generate_streaming(void **state) {
     (void)state;
-    llmm_model *m = load_model("stories260K.gguf");
-    llmm_context *c = make_context(m, 256, 1, 64, 2);
+    llmm_model *m = load_model("stories260K.gguf", NULL);
+    llmm_context *c = new_context(m, 256, 1, 64, 2);
     llmm_sampler_params sp;
-    llmm_sampler_params_default(&sp, sizeof sp);
-    sp.temperature = 0;
-    llmm_generate_params gp;
-    llmm_generate_params_default(&gp, sizeof gp);
-    gp.sampling = &sp;
-    gp.max_tokens = 40;
     llmm_token out[64];
-    gp.out_tokens = out;
+    llmm_generate_params gp = greedy_params(&sp, out, 40);
     gp.out_capacity = 64;
     collected col = {0};
     gp.on_bytes = collect;
@@ -522,7 +486,7 @@ static void test_generate_streaming(void **state) {
     assert_int_equal(cancel.calls, 3);
 
     /* a full context ends generation without an error */
-    llmm_context *small = make_context(m, 10, 1, 64, 1);
+    llmm_context *small = new_context(m, 10, 1, 64, 1);
     gp.user = &(collected){0};
     assert_int_equal(llmm_generate(small, "Once upon a time", &gp, &st), LLMM_OK);
     assert_int_equal(st.stop_reason, LLMM_STOP_CONTEXT_FULL);
@@ -535,8 +499,8 @@ static void test_generate_streaming(void **state) {
 /* Same seed, same text; the sampler is driven through llmm_generate. */
 static void test_generate_seeded_sampling(void **state) {
     (void)state;
-    llmm_model *m = load_model("stories260K.gguf");
-    llmm_context *c = make_context(m, 256, 1, 64, 1);
+    llmm_model *m = load_model("stories260K.gguf", NULL);
+    llmm_context *c = new_context(m, 256, 1, 64, 1);
     llmm_sampler_params sp;
     llmm_sampler_params_default(&sp, sizeof sp);
     sp.seed = 1234;
@@ -558,7 +522,7 @@ static void test_generate_seeded_sampling(void **state) {
 /* llmm_decode_sample on the CPU: the host sampler's tokens and RNG streams, logits readable. */
 static void test_decode_sample(void **state) {
     (void)state;
-    llmm_model *m = load_model("stories260K.gguf");
+    llmm_model *m = load_model("stories260K.gguf", NULL);
     llmm_context_params p;
     llmm_context_params_default(&p, sizeof p);
     p.n_ctx = 64;

@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "format/gguf.h"
-#include "gguf_builder.h"
+#include "support/gguf_builder.h"
 #include "llmmini.h"
 #include "format/quant.h"
 

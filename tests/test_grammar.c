@@ -14,7 +14,8 @@
 #include <string.h>
 
 #include "llmmini.h"
-#include "shared_data.h"
+#include "support/fixtures.h"
+#include "support/rng.h"
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -434,13 +435,8 @@ static int recognises(const ref_grammar *g, const char *text, size_t len) {
 
 /* ---------------------------------------------------------------- generator */
 
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-static uint32_t rnd(uint32_t n) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state % n);
-}
+/* The generator's and the mutations' stream, seeded by each test that draws from it. */
+static test_rng rng;
 
 /* characters the generator draws from when a class is negated, and mutations insert */
 static const uint32_t palette[] = {'a', 'b', 'c', 'x', 'y', 'z', '0', '5', '9', '"', '\\', ',', ':', '{', '}', '[', ']',
@@ -465,10 +461,10 @@ static void generate(const ref_grammar *g, const node *n, int depth, char *out, 
         for (;;) {
             uint32_t cp;
             if (n->kind == N_CLASS && !n->negated) {
-                int i = (int)rnd((uint32_t)n->n_ranges);
-                cp = n->ranges[i][0] + rnd(n->ranges[i][1] - n->ranges[i][0] + 1);
+                int i = (int)rng_below(&rng, (uint32_t)n->n_ranges);
+                cp = n->ranges[i][0] + rng_below(&rng, n->ranges[i][1] - n->ranges[i][0] + 1);
             } else {
-                cp = palette[rnd(PALETTE_N)];
+                cp = palette[rng_below(&rng, PALETTE_N)];
             }
             if (n->kind == N_ANY || class_has(n, cp)) {
                 emit(out, len, cap, buf, ref_utf8_encode(cp, buf));
@@ -480,11 +476,11 @@ static void generate(const ref_grammar *g, const node *n, int depth, char *out, 
         for (int i = 0; i < n->n_kids; i++) generate(g, n->kids[i], depth + 1, out, len, cap);
         break;
     case N_ALT:
-        generate(g, n->kids[deep ? 0 : rnd((uint32_t)n->n_kids)], depth + 1, out, len, cap);
+        generate(g, n->kids[deep ? 0 : rng_below(&rng, (uint32_t)n->n_kids)], depth + 1, out, len, cap);
         break;
     case N_REP: {
         int max = n->max == -1 ? n->min + 3 : n->max;
-        int count = deep ? n->min : n->min + (int)rnd((uint32_t)(max - n->min + 1));
+        int count = deep ? n->min : n->min + (int)rng_below(&rng, (uint32_t)(max - n->min + 1));
         for (int i = 0; i < count; i++) generate(g, n->kids[0], depth + 1, out, len, cap);
         break;
     }
@@ -496,18 +492,18 @@ static void generate(const ref_grammar *g, const node *n, int depth, char *out, 
 
 static size_t mutate(char *s, size_t len, size_t cap) {
     char buf[4];
-    size_t at = len ? rnd((uint32_t)len + 1) : 0;
-    switch (rnd(4)) {
+    size_t at = len ? rng_below(&rng, (uint32_t)len + 1) : 0;
+    switch (rng_below(&rng, 4)) {
     case 0: /* delete a byte */
         if (len && at < len) memmove(s + at, s + at + 1, len - at - 1), len--;
         break;
     case 1: { /* insert a character */
-        size_t n = ref_utf8_encode(palette[rnd(PALETTE_N)], buf);
+        size_t n = ref_utf8_encode(palette[rng_below(&rng, PALETTE_N)], buf);
         if (len + n < cap) memmove(s + at + n, s + at, len - at), memcpy(s + at, buf, n), len += n;
         break;
     }
     case 2: /* replace a byte with an ASCII one */
-        if (at < len) s[at] = (char)palette[rnd(23)];
+        if (at < len) s[at] = (char)palette[rng_below(&rng, 23)];
         break;
     default: /* cut the end */
         len = at;
@@ -566,6 +562,7 @@ static void build_reference_grammars(ref_grammar *out, int *n) {
 
 static void test_matcher_agrees_with_backtracking(void **state) {
     (void)state;
+    rng_seed(&rng, 1);
     ref_grammar gs[8];
     int n_grammars;
     build_reference_grammars(gs, &n_grammars);
@@ -599,16 +596,6 @@ static void test_matcher_agrees_with_backtracking(void **state) {
 }
 
 /* ---------------------------------------------------------------- token masks */
-
-static llmm_model *load_vocab(const char *rel) {
-    char path[1024];
-    llmm_model_params p;
-    llmm_model_params_default(&p, sizeof p);
-    p.vocab_only = 1;
-    llmm_model *m = NULL;
-    assert_int_equal(llmm_model_load(shared_path(path, sizeof path, rel), &p, &m), LLMM_OK);
-    return m;
-}
 
 /* An object with one string member: strings cross every kind of token boundary. */
 static const char NAME_OBJECT_GBNF[] = "root ::= \"{\" ws \"\\\"name\\\"\" ws \":\" ws str ws \"}\"\n"
@@ -686,7 +673,7 @@ static llmm_token pick_allowed(const float *mask, size_t n_vocab) {
     size_t n_allowed = 0;
     for (size_t i = 0; i < n_vocab; i++) n_allowed += mask[i] == 1.0f;
     if (!n_allowed) return -1;
-    size_t k = rnd((uint32_t)n_allowed);
+    size_t k = rng_below(&rng, (uint32_t)n_allowed);
     for (size_t i = 0; i < n_vocab; i++)
         if (mask[i] == 1.0f && k-- == 0) return (llmm_token)i;
     return -1;
@@ -699,6 +686,7 @@ static llmm_token pick_allowed(const float *mask, size_t n_vocab) {
  * draft's state is freed. */
 static void test_draft_clones_keep_independent_states(void **state) {
     (void)state;
+    rng_seed(&rng, 2);
     enum { K = 6 };
     llmm_model *m = load_vocab("vocab/ggml-vocab-qwen2.gguf");
     llmm_model_info info = {.size = sizeof info};
@@ -734,7 +722,7 @@ static void test_draft_clones_keep_independent_states(void **state) {
         mask_of(root, now, n_vocab);
         assert_memory_equal(now, before, n_vocab * sizeof *now);
 
-        size_t kept = rnd((uint32_t)n_proposed + 1);
+        size_t kept = rng_below(&rng, (uint32_t)n_proposed + 1);
         assert_int_equal(llmm_grammar_state_clone(root, &target), LLMM_OK);
         for (size_t i = 0; i < kept; i++) assert_int_equal(llmm_grammar_state_accept_token(target, proposed[i]), LLMM_OK);
         mask_of(target, now, n_vocab);

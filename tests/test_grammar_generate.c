@@ -17,7 +17,8 @@
 #include <unistd.h>
 
 #include "llmmini.h"
-#include "shared_data.h"
+#include "support/shared_data.h"
+#include "support/fixtures.h"
 
 /* ---------------------------------------------------------------- checkers */
 
@@ -271,8 +272,7 @@ static void generate_all(llmm_model *m, int n_runs, int max_tokens) {
     llmm_context_params_default(&cp, sizeof cp);
     cp.n_ctx = 512;
     cp.n_threads = 1;
-    llmm_context *ctx = NULL;
-    assert_int_equal(llmm_context_create(m, &cp, &ctx), LLMM_OK);
+    llmm_context *ctx = make_context(m, &cp);
     for (size_t gi = 0; gi < N_CASES; gi++) {
         llmm_grammar *g = NULL;
         char err[256];
@@ -342,16 +342,9 @@ static void generate_all(llmm_model *m, int n_runs, int max_tokens) {
     llmm_context_free(ctx);
 }
 
-static llmm_model *load_shared_model(const char *rel) {
-    char path[1024];
-    llmm_model *m = NULL;
-    assert_int_equal(llmm_model_load(shared_path(path, sizeof path, rel), NULL, &m), LLMM_OK);
-    return m;
-}
-
 static void test_stories260k_generations_parse(void **state) {
     (void)state;
-    llmm_model *m = load_shared_model("models/stories260K.gguf");
+    llmm_model *m = load_model("models/stories260K.gguf", NULL);
     generate_all(m, 200, 400);
     llmm_model_free(m);
 }
@@ -369,8 +362,7 @@ static void test_random_qwen2_vocab_generations_parse(void **state) {
              "--ff 64 --vocab '%s' 2>/dev/null", runner ? runner : "", synth_tool, qwen_model_path, vocab);
     int rc = system(cmd);
     assert_true(rc != -1 && WIFEXITED(rc) && WEXITSTATUS(rc) == 0);
-    llmm_model *m = NULL;
-    assert_int_equal(llmm_model_load(qwen_model_path, NULL, &m), LLMM_OK);
+    llmm_model *m = load_model(qwen_model_path, NULL);
     unlink(qwen_model_path);
     /* Under an emulator (make test-arm, qemu) each sampled token's softmax over the 151,936-token
      * vocabulary is slow: 200 runs a grammar took the suite 10 minutes there. 50 still cover
@@ -420,13 +412,12 @@ static llmm_sampler *hot_sampler(uint64_t seed) {
  * were the states shared, each would see the other's tokens and break. */
 static void test_forks_keep_independent_states(void **state) {
     (void)state;
-    llmm_model *m = load_shared_model("models/stories260K.gguf");
+    llmm_model *m = load_model("models/stories260K.gguf", NULL);
     llmm_context_params cp;
     llmm_context_params_default(&cp, sizeof cp);
     cp.n_ctx = 512;
     cp.n_seq_max = 2;
-    llmm_context *ctx = NULL;
-    assert_int_equal(llmm_context_create(m, &cp, &ctx), LLMM_OK);
+    llmm_context *ctx = make_context(m, &cp);
     const char *gbnf = CASES[0].gbnf;
     llmm_grammar *g = NULL;
     assert_int_equal(llmm_grammar_create(m, gbnf, strlen(gbnf), NULL, &g, NULL, 0), LLMM_OK);
@@ -436,8 +427,7 @@ static void test_forks_keep_independent_states(void **state) {
         llmm_grammar_state *gs[2] = {NULL, NULL};
         assert_int_equal(llmm_grammar_state_create(g, &gs[0]), LLMM_OK);
         llmm_token prompt[16], t;
-        size_t n_prompt = 0;
-        assert_int_equal(llmm_tokenize(m, "Once", 4, LLMM_TOKENIZE_ADD_SPECIAL, prompt, 16, &n_prompt), LLMM_OK);
+        const size_t n_prompt = tokenize(m, "Once", prompt, 16);
         llmm_seq_id seqs[2] = {0, -1};
         assert_int_equal(llmm_seq_clear(ctx, 0), LLMM_OK);
         assert_int_equal(llmm_prefill(ctx, 0, prompt, n_prompt, 0), LLMM_OK);

@@ -17,7 +17,9 @@
 #include "schema/json_schema.h"
 #include "base/json_value.h"
 #include "llmmini.h"
-#include "shared_data.h"
+#include "support/shared_data.h"
+#include "support/fixtures.h"
+#include "support/rng.h"
 
 /* ---------------------------------------------------------------- a GBNF recogniser */
 
@@ -753,7 +755,7 @@ static void test_hostile_input(void **state) {
     assert_int_equal(llmm__json_schema_to_gbnf(chain, n, &gbnf, err, sizeof err), LLMM_ERR_INVALID_ARG);
     assert_string_equal(err, "schemas nested deeper than 64 at #/$defs/d63");
     /* every case schema cut short and with bytes flipped: an answer, never a crash */
-    uint64_t rng = 0x2545F4914F6CDD1Dull;
+    test_rng rng = rng_seeded(0x2545F4914F6CDD1Dull);
     size_t n_ok = 0, n_refused = 0;
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         size_t len = strlen(cases[c].schema);
@@ -763,8 +765,8 @@ static void test_hostile_input(void **state) {
             memcpy(buf, cases[c].schema, len);
             size_t use = trial < 20 ? (size_t)trial * len / 20 : len;
             for (int k = 0; trial >= 20 && k < 3; k++) {
-                rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-                buf[rng % len] = "{}[]\",:0-e\\ab$#/"[(rng >> 32) % 16];
+                const uint64_t r = rng_u64(&rng);
+                buf[r % len] = "{}[]\",:0-e\\ab$#/"[(r >> 32) % 16];
             }
             llmm_status st = llmm__json_schema_to_gbnf(buf, use, &gbnf, err, sizeof err);
             if (st == LLMM_OK) {
@@ -1004,9 +1006,9 @@ static const char *const generation_schemas[] = {
 static int generate_under(llmm_context *ctx, const llmm_model *m, const llmm_grammar *g, llmm_sampler *smp,
                           const char *prompt, char *out, size_t cap, size_t *n_out) {
     llmm_token prompt_ids[64], tok;
-    size_t n_prompt = 0, n = 0;
+    size_t n = 0;
     assert_int_equal(llmm_seq_clear(ctx, 0), LLMM_OK);
-    assert_int_equal(llmm_tokenize(m, prompt, strlen(prompt), LLMM_TOKENIZE_ADD_SPECIAL, prompt_ids, 64, &n_prompt), LLMM_OK);
+    const size_t n_prompt = tokenize(m, prompt, prompt_ids, 64);
     assert_int_equal(llmm_prefill(ctx, 0, prompt_ids, n_prompt, 0), LLMM_OK);
     llmm_grammar_state *gs = NULL;
     assert_int_equal(llmm_grammar_state_create(g, &gs), LLMM_OK);
@@ -1044,15 +1046,12 @@ static int generate_under(llmm_context *ctx, const llmm_model *m, const llmm_gra
  * an instance, checked by the validator above (not by the grammar). */
 static void test_generation_validates(void **state) {
     (void)state;
-    char path[1024];
-    llmm_model *m = NULL;
-    assert_int_equal(llmm_model_load(shared_path(path, sizeof path, "models/stories260K.gguf"), NULL, &m), LLMM_OK);
+    llmm_model *m = load_model("stories260K.gguf", NULL);
     llmm_context_params cp;
     llmm_context_params_default(&cp, sizeof cp);
     cp.n_ctx = 1280;
     cp.n_threads = 1;
-    llmm_context *ctx = NULL;
-    assert_int_equal(llmm_context_create(m, &cp, &ctx), LLMM_OK);
+    llmm_context *ctx = make_context(m, &cp);
     static char out[16384];
     /* Under an emulator (make test-arm, qemu) the model's float work is slow: 50 runs a schema
      * took the suite 5 minutes there. 12 still cover every sampling mode and schema on that

@@ -12,13 +12,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "alloc_hooks.h"
+#include "support/alloc_hooks.h"
 #include "backend/select.h"
 #include "context/context.h"
 #include "cpu_backend.h"
 #include "kv/kvcache.h"
 #include "llmmini.h"
-#include "shared_data.h"
+#include "support/fixtures.h"
+#include "support/rng.h"
 
 #define MAX_IDS 512
 
@@ -31,6 +32,9 @@ typedef struct model_seq {
     uint32_t len;
     int created;
 } model_seq;
+
+/* The operations' stream, seeded by each run. */
+static test_rng rng;
 
 typedef struct alloc_run {
     llmm_kv_store kv;
@@ -113,7 +117,7 @@ static void op_append(alloc_run *r, uint32_t q, uint32_t n, uint32_t alphabet) {
     model_seq *m = &r->m[q];
     if (n > A_CTX - m->len) n = A_CTX - m->len;
     llmm_token t[A_CTX];
-    for (uint32_t i = 0; i < n; i++) t[i] = 1 + (llmm_token)(rand() % (int)alphabet);
+    for (uint32_t i = 0; i < n; i++) t[i] = 1 + (llmm_token)rng_below(&rng, alphabet);
     const uint32_t before = m->len;
     const uint32_t reused = llmm__kv_prefix_attach(&r->kv, q, t, n);
     llmm_status st = llmm__kv_reserve(&r->kv, q, n - reused);
@@ -131,9 +135,9 @@ static void op_append(alloc_run *r, uint32_t q, uint32_t n, uint32_t alphabet) {
 }
 
 static void random_step(alloc_run *r, uint32_t alphabet) {
-    const uint32_t q = (uint32_t)rand() % A_SEQS;
+    const uint32_t q = rng_below(&rng, A_SEQS);
     model_seq *m = &r->m[q];
-    switch (rand() % 6) {
+    switch (rng_below(&rng, 6)) {
     case 0: { /* create */
         const int32_t id = unused_seq(r);
         assert_int_equal(llmm__kv_unused_seq(&r->kv), id);
@@ -151,10 +155,10 @@ static void random_step(alloc_run *r, uint32_t alphabet) {
     }
     case 2:
     case 3: /* append */
-        op_append(r, q, 1 + (uint32_t)rand() % 9, alphabet);
+        op_append(r, q, 1 + rng_below(&rng, 9), alphabet);
         break;
     case 4: { /* truncate */
-        const uint32_t keep = m->len ? (uint32_t)rand() % (m->len + 1) : 0;
+        const uint32_t keep = m->len ? rng_below(&rng, m->len + 1) : 0;
         llmm__kv_truncate(&r->kv, q, keep);
         m->len = keep;
         break;
@@ -175,7 +179,7 @@ static void run_allocator(int prefix_cache, unsigned seed) {
     const kv_config kc = {A_LAYERS, A_HEADS, A_HEAD_DIM, A_SEQS, A_CTX, A_BS, LLMM_KV_F32, A_BLOCKS, prefix_cache};
     llmm_diag d = {{0}};
     assert_int_equal(llmm__kv_init(&r->kv, &llmm__cpu_backend, r->be, NULL, &kc, &d), LLMM_OK);
-    srand(seed);
+    rng_seed(&rng, seed);
     /* a small alphabet makes prompts repeat, so the prefix cache finds blocks */
     const uint32_t alphabet = prefix_cache ? 2 : 1000;
     for (int step = 0; step < 4000; step++) {
@@ -212,17 +216,11 @@ static void test_allocator_random_ops_prefix_cache(void **state) {
 /* ================================================================== through the public API */
 
 static llmm_model *load_model_with(const char *name, const llmm_allocator *alloc) {
-    char rel[512], path[1024];
-    snprintf(rel, sizeof rel, "models/%s", name);
     llmm_model_params mp;
     llmm_model_params_default(&mp, sizeof mp);
     mp.allocator = alloc;
-    llmm_model *m = NULL;
-    assert_int_equal(llmm_model_load(shared_path(path, sizeof path, rel), &mp, &m), LLMM_OK);
-    return m;
+    return load_model(name, &mp);
 }
-
-static llmm_model *load_model(const char *name) { return load_model_with(name, NULL); }
 
 static llmm_context_params ctx_params(uint32_t n_ctx, uint32_t n_seq, llmm_kv_type kv_type) {
     llmm_context_params p;
@@ -233,18 +231,6 @@ static llmm_context_params ctx_params(uint32_t n_ctx, uint32_t n_seq, llmm_kv_ty
     p.n_threads = 1;
     p.kv_type = kv_type;
     return p;
-}
-
-static llmm_context *make_ctx(const llmm_model *m, const llmm_context_params *p) {
-    llmm_context *c = NULL;
-    assert_int_equal(llmm_context_create(m, p, &c), LLMM_OK);
-    return c;
-}
-
-static size_t tokenize(const llmm_model *m, const char *text, llmm_token *ids) {
-    size_t n = 0;
-    assert_int_equal(llmm_tokenize(m, text, strlen(text), LLMM_TOKENIZE_ADD_SPECIAL, ids, MAX_IDS, &n), LLMM_OK);
-    return n;
 }
 
 static const float *logits_row(llmm_context *c, size_t i) {
@@ -281,13 +267,13 @@ static double worst_relative_difference(const float *a, const float *b, size_t n
  * unforked run of the same tokens in a context of its own. */
 static void test_fork_copy_on_write(void **state) {
     (void)state;
-    llmm_model *m = load_model("stories260K.gguf");
+    llmm_model *m = load_model("stories260K.gguf", NULL);
     llmm_token ids[MAX_IDS];
-    const size_t n = tokenize(m, k_prompt, ids);
+    const size_t n = tokenize(m, k_prompt, ids, MAX_IDS);
     assert_true(n % 16 != 0);
     const llmm_token xs[4] = {30, 31, 32, 33}, ys[4] = {40, 41, 42, 43};
     llmm_context_params p = ctx_params(64, 4, LLMM_KV_F16);
-    llmm_context *c = make_ctx(m, &p);
+    llmm_context *c = make_context(m, &p);
     assert_int_equal(llmm_prefill(c, 0, ids, n, 0), LLMM_OK);
     llmm_seq_id b = -1;
     assert_int_equal(llmm_seq_fork(c, 0, &b), LLMM_OK);
@@ -308,7 +294,7 @@ static void test_fork_copy_on_write(void **state) {
     assert_int_equal(st.blocks_shared, 1); /* the full first block; the tail was copied */
     assert_int_equal(st.blocks_used, 3);
     for (int side = 0; side < 2; side++) {
-        llmm_context *solo = make_ctx(m, &p);
+        llmm_context *solo = make_context(m, &p);
         assert_int_equal(llmm_prefill(solo, 0, ids, n, 0), LLMM_OK);
         for (int i = 0; i < 4; i++) decode_one(solo, 0, side ? ys[i] : xs[i]);
         /* a batch of two rows may take other kernel tiles than a single row: equal within
@@ -327,18 +313,18 @@ static void test_fork_copy_on_write(void **state) {
  * relative), for S = 1, 4, 16, 64. The sequences have different lengths and tokens. */
 static void test_batched_decode_matches_single(void **state) {
     (void)state;
-    llmm_model *m = load_model("stories260K.gguf");
+    llmm_model *m = load_model("stories260K.gguf", NULL);
     llmm_token ids[MAX_IDS];
-    const size_t n = tokenize(m, k_prompt, ids);
+    const size_t n = tokenize(m, k_prompt, ids, MAX_IDS);
     const size_t sizes[] = {1, 4, 16, 64};
     llmm_context_params p = ctx_params(64, 64, LLMM_KV_F16);
     llmm_context_params p1 = ctx_params(64, 1, LLMM_KV_F16);
-    llmm_context *solo = make_ctx(m, &p1);
+    llmm_context *solo = make_context(m, &p1);
     float *batched = malloc(64 * N_VOCAB * sizeof *batched);
     assert_non_null(batched);
     for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++) {
         const size_t S = sizes[si];
-        llmm_context *c = make_ctx(m, &p);
+        llmm_context *c = make_context(m, &p);
         llmm_seq_id seqs[64];
         llmm_token next[64];
         for (size_t s = 0; s < S; s++) {
@@ -373,12 +359,12 @@ static void test_batched_decode_matches_single(void **state) {
  * runs all 256 rows, and freeing an id makes it available again. */
 static void test_256_sequences(void **state) {
     (void)state;
-    llmm_model *m = load_model("stories260K.gguf");
+    llmm_model *m = load_model("stories260K.gguf", NULL);
     llmm_token ids[MAX_IDS];
-    const size_t n = tokenize(m, k_prompt, ids);
+    const size_t n = tokenize(m, k_prompt, ids, MAX_IDS);
     llmm_context_params p = ctx_params(32, 256, LLMM_KV_Q8);
     p.n_ctx_total = 258 * 16; /* the shared full block, and a tail per sequence (+1) */
-    llmm_context *c = make_ctx(m, &p);
+    llmm_context *c = make_context(m, &p);
     llmm_seq_id first;
     assert_int_equal(llmm_seq_create(c, &first), LLMM_OK);
     assert_int_equal(first, 0);
@@ -402,7 +388,7 @@ static void test_256_sequences(void **state) {
     assert_int_equal(extra, seqs[77]);
     /* the same row alone */
     llmm_context_params p1 = ctx_params(32, 1, LLMM_KV_Q8);
-    llmm_context *solo = make_ctx(m, &p1);
+    llmm_context *solo = make_context(m, &p1);
     assert_int_equal(llmm_prefill(solo, 0, ids, n, 0), LLMM_OK);
     decode_one(solo, 0, toks[200]);
     const float *one = logits_row(solo, 0);
@@ -428,16 +414,16 @@ static uint8_t *save_state(llmm_context *c, llmm_seq_id s, size_t *n) {
  * are bit-identical, for each KV type, through a buffer and through a file. */
 static void test_save_load_round_trip(void **state) {
     (void)state;
-    llmm_model *m = load_model("stories260K.gguf");
+    llmm_model *m = load_model("stories260K.gguf", NULL);
     llmm_token ids[MAX_IDS];
-    const size_t n = tokenize(m, k_prompt, ids);
+    const size_t n = tokenize(m, k_prompt, ids, MAX_IDS);
     const llmm_kv_type types[] = {LLMM_KV_F32, LLMM_KV_F16, LLMM_KV_Q8};
     for (size_t ti = 0; ti < 3; ti++) {
         llmm_context_params p = ctx_params(64, 4, types[ti]);
         p.kv_block_size = ti == 1 ? 4 : 16; /* the layout does not depend on the block size */
-        llmm_context *a = make_ctx(m, &p);
+        llmm_context *a = make_context(m, &p);
         p.kv_block_size = 16;
-        llmm_context *b = make_ctx(m, &p);
+        llmm_context *b = make_context(m, &p);
         assert_int_equal(llmm_prefill(a, 0, ids, n, 0), LLMM_OK);
         size_t bytes;
         uint8_t *img = save_state(a, 0, &bytes);
@@ -479,11 +465,11 @@ static void expect_refused(llmm_context *c, const uint8_t *img, size_t n, const 
 
 static void test_corrupted_states_refused(void **state) {
     (void)state;
-    llmm_model *m = load_model("stories260K.gguf");
+    llmm_model *m = load_model("stories260K.gguf", NULL);
     llmm_token ids[MAX_IDS];
-    const size_t n = tokenize(m, k_prompt, ids);
+    const size_t n = tokenize(m, k_prompt, ids, MAX_IDS);
     llmm_context_params p = ctx_params(64, 2, LLMM_KV_F16);
-    llmm_context *c = make_ctx(m, &p);
+    llmm_context *c = make_context(m, &p);
     assert_int_equal(llmm_prefill(c, 0, ids, n, 0), LLMM_OK);
     assert_int_equal(llmm_prefill(c, 1, ids, 3, 0), LLMM_OK); /* the target, must survive */
     size_t bytes;
@@ -511,17 +497,17 @@ static void test_corrupted_states_refused(void **state) {
     expect_refused(c, bad, bytes + 1, "trailing");
     /* another KV type */
     llmm_context_params pq = ctx_params(64, 2, LLMM_KV_Q8);
-    llmm_context *q8 = make_ctx(m, &pq);
+    llmm_context *q8 = make_context(m, &pq);
     assert_int_equal(llmm_seq_load_buffer(q8, 0, img, bytes), LLMM_ERR_BAD_FILE);
     assert_non_null(strstr(llmm_context_last_error(q8), "KV type f16"));
     llmm_context_free(q8);
     /* other models: same shapes with other weights, and another shape */
     const char *others[2] = {"stories260K-q8_0.gguf", "llama-2-tiny-random.gguf"};
     for (int i = 0; i < 2; i++) {
-        llmm_model *om = load_model(others[i]);
-        llmm_context *oc = make_ctx(om, &p);
+        llmm_model *om = load_model(others[i], NULL);
+        llmm_context *oc = make_context(om, &p);
         llmm_token oid[MAX_IDS];
-        const size_t on = tokenize(om, "Once upon", oid);
+        const size_t on = tokenize(om, "Once upon", oid, MAX_IDS);
         assert_int_equal(llmm_prefill(oc, 0, oid, on, 0), LLMM_OK);
         size_t ob;
         uint8_t *oimg = save_state(oc, 0, &ob);
@@ -556,12 +542,12 @@ static void test_corrupted_states_refused(void **state) {
  * a copy-on-write that needs a block fails; every failure leaves every sequence intact. */
 static void test_pool_exhausted(void **state) {
     (void)state;
-    llmm_model *m = load_model("stories260K.gguf");
+    llmm_model *m = load_model("stories260K.gguf", NULL);
     llmm_token ids[MAX_IDS];
-    const size_t n = tokenize(m, k_prompt, ids); /* 25: a full block and 9 */
+    const size_t n = tokenize(m, k_prompt, ids, MAX_IDS); /* 25: a full block and 9 */
     llmm_context_params p = ctx_params(64, 4, LLMM_KV_F16);
     p.n_ctx_total = 32;
-    llmm_context *c = make_ctx(m, &p);
+    llmm_context *c = make_context(m, &p);
     assert_int_equal(llmm_prefill(c, 0, ids, n, 0), LLMM_OK);
     float before[N_VOCAB];
     copy_logits(c, 0, before, N_VOCAB);
@@ -619,7 +605,7 @@ static void test_estimate_matches_creation(void **state) {
         size_t est = 0;
         assert_int_equal(llmm_context_estimate(m, &p, &est), LLMM_OK);
         const size_t before = counter.bytes;
-        llmm_context *c = make_ctx(m, &p);
+        llmm_context *c = make_context(m, &p);
         const size_t created = counter.bytes - before;
         llmm_token ids[MAX_IDS];
         for (size_t k = 0; k < 256; k++) ids[k] = (llmm_token)(1 + k % 500);
@@ -647,7 +633,7 @@ static void test_estimate_matches_creation(void **state) {
     /* a budget: the pool is what it buys */
     llmm_context_params p = ctx_params(256, 8, LLMM_KV_F16);
     p.kv_budget_bytes = 1 << 20;
-    llmm_context *c = make_ctx(m, &p);
+    llmm_context *c = make_context(m, &p);
     llmm_context_stats st = {.size = sizeof st};
     assert_int_equal(llmm_context_get_stats(c, &st), LLMM_OK);
     assert_int_equal(st.blocks_total, (1 << 20) / st.block_bytes);
@@ -660,7 +646,7 @@ static void test_estimate_matches_creation(void **state) {
  * number, the parts add up to it and the KV pool is the one a created context reports. */
 static void test_estimate_memory_cpu(void **state) {
     (void)state;
-    llmm_model *m = load_model("stories260K.gguf");
+    llmm_model *m = load_model("stories260K.gguf", NULL);
     for (int i = 0; i < 3; i++) {
         llmm_context_params p = ctx_params(256, 8, i == 1 ? LLMM_KV_Q8 : LLMM_KV_F16);
         p.prefix_cache = i == 1;
@@ -677,7 +663,7 @@ static void test_estimate_memory_cpu(void **state) {
         assert_int_equal(mem.host_bytes + mem.device_bytes, mem.kv_pool_bytes + mem.weights_bytes +
                                                                 mem.activations_bytes + mem.scratch_bytes +
                                                                 mem.other_host_bytes);
-        llmm_context *c = make_ctx(m, &p);
+        llmm_context *c = make_context(m, &p);
         llmm_context_stats st = {.size = sizeof st};
         assert_int_equal(llmm_context_get_stats(c, &st), LLMM_OK);
         assert_int_equal(mem.kv_pool_bytes, st.kv_bytes);
@@ -728,7 +714,7 @@ static void test_estimate_device_split(void **state) {
     (void)state;
     const char *files[] = {"stories260K.gguf", "stories260K-q4_0.gguf"};
     for (size_t fi = 0; fi < 2; fi++) {
-        llmm_model *m = load_model(files[fi]);
+        llmm_model *m = load_model(files[fi], NULL);
         llmm_context_params p = ctx_params(256, 8, LLMM_KV_Q8), q = p;
         llmm_diag d = {{0}};
         ctx_plan cpu, dev;
@@ -768,15 +754,15 @@ static void test_estimate_device_split(void **state) {
  * least recently used first, when the pool runs out. */
 static void test_prefix_cache(void **state) {
     (void)state;
-    llmm_model *m = load_model("stories260K.gguf");
+    llmm_model *m = load_model("stories260K.gguf", NULL);
     llmm_token ids[MAX_IDS];
-    size_t n = tokenize(m, k_prompt, ids);
+    size_t n = tokenize(m, k_prompt, ids, MAX_IDS);
     for (size_t k = n; k < 40; k++) ids[k] = (llmm_token)(100 + k);
     n = 40; /* two full blocks of 16, then 8 */
     llmm_context_params p = ctx_params(64, 4, LLMM_KV_F16);
     p.n_ctx_total = 96; /* 6 blocks */
     p.prefix_cache = 1;
-    llmm_context *c = make_ctx(m, &p);
+    llmm_context *c = make_context(m, &p);
     assert_int_equal(llmm_prefill(c, 0, ids, n, 0), LLMM_OK);
     float first[N_VOCAB];
     copy_logits(c, 0, first, N_VOCAB);
@@ -852,22 +838,16 @@ static void estimate_memory_arguments(const llmm_model *m, size_t est) {
     if (!llmm__backend_select(LLMM_BACKEND_CUDA)) /* where creation would fail, so does the estimate */
         assert_int_equal(llmm_context_estimate_memory(m, &p, &mem), LLMM_ERR_BACKEND);
 
-    char path[1024];
-    llmm_model_params mp;
-    llmm_model_params_default(&mp, sizeof mp);
-    mp.vocab_only = 1;
-    llmm_model *vocab = NULL;
-    assert_int_equal(llmm_model_load(shared_path(path, sizeof path, "models/stories260K.gguf"), &mp, &vocab),
-                     LLMM_OK);
+    llmm_model *vocab = load_vocab("stories260K.gguf");
     assert_int_equal(llmm_context_estimate_memory(vocab, NULL, &mem), LLMM_ERR_VOCAB_ONLY);
     llmm_model_free(vocab);
 }
 
 static void test_sequence_arguments(void **state) {
     (void)state;
-    llmm_model *m = load_model("stories260K.gguf");
+    llmm_model *m = load_model("stories260K.gguf", NULL);
     llmm_context_params p = ctx_params(32, 2, LLMM_KV_F16);
-    llmm_context *c = make_ctx(m, &p);
+    llmm_context *c = make_context(m, &p);
     llmm_seq_id s;
     assert_int_equal(llmm_seq_create(NULL, &s), LLMM_ERR_INVALID_ARG);
     assert_int_equal(llmm_seq_create(c, NULL), LLMM_ERR_INVALID_ARG);

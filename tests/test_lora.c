@@ -12,26 +12,21 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "alloc_hooks.h"
+#include "support/alloc_hooks.h"
 #include "backend/backend.h"
 #include "context/context.h"
 #include "format/gguf.h"
-#include "gguf_builder.h"
+#include "support/gguf_builder.h"
 #include "llmmini.h"
 #include "format/quant.h"
-#include "shared_data.h"
+#include "support/fixtures.h"
+#include "support/rng.h"
+#include "support/shared_data.h"
 
 #define R8 "lora/stories260K-lora-r8.gguf"
 #define R4F16 "lora/stories260K-lora-r4-attn-f16.gguf"
 #define STORIES "models/stories260K.gguf"
 #define PHI3 "golden/arch/tiny-phi3.gguf"
-
-static llmm_model *load_model(const char *rel) {
-    char path[1024];
-    llmm_model *m = NULL;
-    assert_int_equal(llmm_model_load(shared_path(path, sizeof path, rel), NULL, &m), LLMM_OK);
-    return m;
-}
 
 static llmm_adapter *load_adapter(const llmm_model *m, const char *rel) {
     char path[1024];
@@ -48,8 +43,9 @@ static llmm_context *make_ctx_on(const llmm_model *m, uint32_t n_seq, const llmm
     cp.n_seq_max = n_seq;
     cp.n_threads = 1;
     cp.kv_type = LLMM_KV_F32;
+    if (!be) return make_context(m, &cp);
     llmm_context *c = NULL;
-    assert_int_equal(be ? llmm__context_create_on(m, &cp, be, &c) : llmm_context_create(m, &cp, &c), LLMM_OK);
+    assert_int_equal(llmm__context_create_on(m, &cp, be, &c), LLMM_OK);
     return c;
 }
 
@@ -73,11 +69,8 @@ typedef struct file_spec {
     tensor_spec t[64];
 } file_spec;
 
-static uint64_t rng_state = 12345;
-static float rnd(void) {
-    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)((rng_state >> 40) & 0xffffff) / (float)0x1000000 - 0.5f;
-}
+/* The adapters' values: seeded in main, and again by the tests whose values matter. */
+static test_rng rng;
 
 /* A tensor of random (or zero) values in type (F32 or F16, or raw bytes for other types). */
 static void add_tensor(file_spec *f, const char *name, uint32_t type, uint64_t ne0, uint64_t ne1, float amp) {
@@ -96,7 +89,7 @@ static void add_tensor(file_spec *f, const char *name, uint32_t type, uint64_t n
     float *row = malloc(ne0 * sizeof *row);
     assert_non_null(row);
     for (uint64_t r = 0; r < ne1; r++) {
-        for (uint64_t i = 0; i < ne0; i++) row[i] = amp * rnd();
+        for (uint64_t i = 0; i < ne0; i++) row[i] = amp * rng_float(&rng, -0.5f, 0.5f);
         tt->from_float(row, (uint8_t *)t->data + r * rb, ne0);
     }
     free(row);
@@ -240,9 +233,7 @@ static llmm_model *merged_model(const char *rel, const merge_input *in, size_t n
     assert_int_equal(write(fd, bytes, len), (ssize_t)len);
     close(fd);
     free(bytes);
-    llmm_model *m = NULL;
-    assert_int_equal(llmm_model_load(tmp, NULL, &m), LLMM_OK);
-    return m;
+    return load_model(tmp, NULL);
 }
 
 static const char *const PROMPT = "Once upon a time, a little dog";
@@ -253,8 +244,7 @@ static float *prompt_logits(const llmm_model *m, llmm_adapter *const *ads, const
     llmm_context *c = make_ctx(m, 1);
     assert_int_equal(llmm_seq_set_adapters(c, 0, ads, scales, n_ads), LLMM_OK);
     llmm_token ids[64];
-    size_t n = 0;
-    assert_int_equal(llmm_tokenize(m, PROMPT, strlen(PROMPT), LLMM_TOKENIZE_ADD_SPECIAL, ids, 64, &n), LLMM_OK);
+    const size_t n = tokenize(m, PROMPT, ids, 64);
     assert_int_equal(llmm_prefill(c, 0, ids, n, LLMM_PREFILL_ALL_LOGITS), LLMM_OK);
     const float *row;
     assert_int_equal(llmm_logits(c, 0, &row, n_vocab), LLMM_OK);
@@ -320,7 +310,7 @@ static void check_against_merged(const llmm_model *m, const char *model_rel, llm
 
 static void test_info(void **state) {
     (void)state;
-    llmm_model *m = load_model(STORIES);
+    llmm_model *m = load_model(STORIES, NULL);
     llmm_adapter *a = load_adapter(m, R8), *b = load_adapter(m, R4F16);
     llmm_adapter_info ia = {.size = sizeof ia}, ib = {.size = sizeof ib};
     assert_int_equal(llmm_adapter_get_info(a, &ia), LLMM_OK);
@@ -350,12 +340,12 @@ static void test_merged_stories(void **state) {
     size_t len;
     char *r8 = read_whole_file(shared_path(path, sizeof path, R8), &len);
     assert_non_null(r8);
-    llmm_model *m = load_model(STORIES);
+    llmm_model *m = load_model(STORIES, NULL);
     llmm_adapter *a = NULL;
     assert_int_equal(llmm_adapter_load_memory(m, r8, len, &a), LLMM_OK);
     /* a second adapter on what r8 leaves alone: the output and the embedding table */
     file_spec f;
-    rng_state = 7;
+    rng_seed(&rng, 7);
     spec_init(&f, "llama", 0.f);
     add_pair(&f, "output.weight", 64, 512, 4, 0, 0.5f);
     add_pair(&f, "token_embd.weight", 512, 64, 4, 1, 0.5f);
@@ -379,9 +369,9 @@ static void test_merged_stories(void **state) {
 /* phi3: fused Q/K/V and gate/up tensors, each adapted as one */
 static void test_merged_tiny_phi3(void **state) {
     (void)state;
-    llmm_model *m = load_model(PHI3);
+    llmm_model *m = load_model(PHI3, NULL);
     file_spec f;
-    rng_state = 99;
+    rng_seed(&rng, 99);
     spec_init(&f, "phi3", 8.f);
     for (int il = 0; il < 2; il++) {
         char name[64];
@@ -414,7 +404,7 @@ static void test_merged_tiny_phi3(void **state) {
 /* A zero B, or a scale of 0, leaves the base logits bit for bit. */
 static void test_zero_b_and_zero_scale_are_exact(void **state) {
     (void)state;
-    llmm_model *m = load_model(STORIES);
+    llmm_model *m = load_model(STORIES, NULL);
     file_spec f;
     spec_init(&f, "llama", 16.f);
     add_pair(&f, "blk.0.attn_q.weight", 64, 64, 8, 0, 0.f);
@@ -451,8 +441,7 @@ typedef struct golden_outcome {
 static golden_outcome greedy_against(const llmm_model *m, llmm_context *c, const char *prompt, const char *want) {
     assert_int_equal(llmm_seq_clear(c, 0), LLMM_OK);
     llmm_token ids[128];
-    size_t n = 0;
-    assert_int_equal(llmm_tokenize(m, prompt, strlen(prompt), LLMM_TOKENIZE_ADD_SPECIAL, ids, 128, &n), LLMM_OK);
+    const size_t n = tokenize(m, prompt, ids, 128);
     assert_int_equal(llmm_prefill(c, 0, ids, n, 0), LLMM_OK);
     const size_t want_len = strlen(want);
     size_t at = 0;
@@ -490,7 +479,7 @@ static void test_reference_goldens(void **state) {
     size_t len;
     char *tsv = read_whole_file(shared_path(path, sizeof path, "lora/golden.tsv"), &len);
     assert_non_null(tsv);
-    llmm_model *m = load_model(STORIES);
+    llmm_model *m = load_model(STORIES, NULL);
     llmm_adapter *r8 = load_adapter(m, R8), *r4 = load_adapter(m, R4F16);
     llmm_context *c = make_ctx(m, 1);
     size_t checked = 0, mismatches = 0;
@@ -555,7 +544,7 @@ static void mixed_setup(llmm_context *c, const llmm_model *m, llmm_adapter *cons
  * table (its flipped layout), random with this seed; f keeps its tensors until spec_free. */
 static llmm_adapter *load_third(const llmm_model *m, uint64_t seed, file_spec *f) {
     llmm_adapter *third = NULL;
-    rng_state = seed;
+    rng_seed(&rng, seed);
     spec_init(f, "llama", 4.f);
     add_pair(f, "blk.1.ffn_up.weight", 64, 172, 2, 0, 0.5f);
     add_pair(f, "output.weight", 64, 512, 2, 0, 0.5f);
@@ -571,7 +560,7 @@ static llmm_adapter *load_third(const llmm_model *m, uint64_t seed, file_spec *f
  * magnitude ~10. */
 static void test_mixed_batch_equals_alone(void **state) {
     (void)state;
-    llmm_model *m = load_model(STORIES);
+    llmm_model *m = load_model(STORIES, NULL);
     llmm_adapter *r8 = load_adapter(m, R8), *r4 = load_adapter(m, R4F16);
     file_spec f;
     llmm_adapter *third = load_third(m, 3, &f);
@@ -624,7 +613,7 @@ static void test_mixed_batch_equals_alone(void **state) {
 /* Seq 1 swaps adapters between decode steps; the other sequences' logits do not move. */
 static void test_hot_swap_leaves_others(void **state) {
     (void)state;
-    llmm_model *m = load_model(STORIES);
+    llmm_model *m = load_model(STORIES, NULL);
     llmm_adapter *r8 = load_adapter(m, R8), *r4 = load_adapter(m, R4F16);
     llmm_adapter *const ads[4] = {r8, r4, NULL, r8};
     llmm_context *swap = make_ctx(m, 4), *keep = make_ctx(m, 4);
@@ -691,7 +680,7 @@ static void expect_refused(const llmm_model *m, file_spec *f, const char *what, 
 
 static void test_hostile_files(void **state) {
     (void)state;
-    llmm_model *m = load_model(STORIES);
+    llmm_model *m = load_model(STORIES, NULL);
     file_spec f;
     int cases = 0;
 
@@ -787,8 +776,7 @@ static void test_alloc_failure_leaks_nothing(void **state) {
     llmm_model_params_default(&mp, sizeof mp);
     mp.allocator = &al;
     char path[1024];
-    llmm_model *m = NULL;
-    assert_int_equal(llmm_model_load(shared_path(path, sizeof path, STORIES), &mp, &m), LLMM_OK);
+    llmm_model *m = load_model(STORIES, &mp);
     size_t len;
     char *bytes = read_whole_file(shared_path(path, sizeof path, R8), &len);
     assert_non_null(bytes);
@@ -841,9 +829,7 @@ static void test_refcount_and_arguments(void **state) {
     llmm_model_params mp;
     llmm_model_params_default(&mp, sizeof mp);
     mp.allocator = &al;
-    char path[1024];
-    llmm_model *m = NULL, *other = load_model(PHI3);
-    assert_int_equal(llmm_model_load(shared_path(path, sizeof path, STORIES), &mp, &m), LLMM_OK);
+    llmm_model *m = load_model(STORIES, &mp), *other = load_model(PHI3, NULL);
     llmm_adapter *a = load_adapter(m, R8), *b = load_adapter(m, R4F16), *foreign = NULL;
     llmm_context *c = make_ctx(m, 3);
     assert_int_equal(llmm_seq_set_adapters(c, 0, &a, NULL, 1), LLMM_OK);
@@ -902,7 +888,7 @@ static void test_refcount_and_arguments(void **state) {
 /* The prefix cache shares blocks only between sequences with the same adapters and scales. */
 static void test_prefix_cache_knows_adapters(void **state) {
     (void)state;
-    llmm_model *m = load_model(STORIES);
+    llmm_model *m = load_model(STORIES, NULL);
     llmm_adapter *r8 = load_adapter(m, R8);
     llmm_context_params cp;
     llmm_context_params_default(&cp, sizeof cp);
@@ -912,8 +898,7 @@ static void test_prefix_cache_knows_adapters(void **state) {
     cp.kv_type = LLMM_KV_F32;
     cp.kv_block_size = 4;
     cp.prefix_cache = 1;
-    llmm_context *c = NULL, *fresh = make_ctx(m, 1);
-    assert_int_equal(llmm_context_create(m, &cp, &c), LLMM_OK);
+    llmm_context *c = make_context(m, &cp), *fresh = make_ctx(m, 1);
     const llmm_token prompt[13] = {1, 20, 30, 40, 50, 60, 70, 80, 90, 100, 110, 120, 130};
     llmm_context_stats st = {.size = sizeof st};
     float *logits[5];
@@ -969,7 +954,7 @@ static void test_prefix_cache_knows_adapters(void **state) {
 /* A saved state records the adapters it was computed with. */
 static void test_saved_state_knows_adapters(void **state) {
     (void)state;
-    llmm_model *m = load_model(STORIES);
+    llmm_model *m = load_model(STORIES, NULL);
     llmm_adapter *r8 = load_adapter(m, R8), *r4 = load_adapter(m, R4F16);
     llmm_context *c = make_ctx(m, 4);
     const llmm_token prompt[6] = {1, 20, 30, 40, 50, 60};
@@ -1024,14 +1009,13 @@ static void test_adapter_cache_budget(void **state) {
     llmm_model_params mp;
     llmm_model_params_default(&mp, sizeof mp);
     mp.allocator = &al;
-    char path[1024], files[4][64];
-    llmm_model *m = NULL;
-    assert_int_equal(llmm_model_load(shared_path(path, sizeof path, STORIES), &mp, &m), LLMM_OK);
+    char files[4][64];
+    llmm_model *m = load_model(STORIES, &mp);
     /* rank 4 on one 64 x 64 weight, F32: A, B and B transposed */
     const uint64_t each = 3 * 64 * 4 * sizeof(float);
     for (int i = 0; i < 4; i++) {
         file_spec f;
-        rng_state = 1000 + (uint64_t)i;
+        rng_seed(&rng, 1000 + (uint64_t)i);
         spec_init(&f, "llama", 0.f);
         add_pair(&f, "blk.0.attn_q.weight", 64, 64, 4, 0, 0.5f);
         gguf_builder b;
@@ -1046,8 +1030,7 @@ static void test_adapter_cache_budget(void **state) {
     cp.n_seq_max = 3;
     cp.n_threads = 1;
     cp.adapter_budget_bytes = each * 5 / 2;
-    llmm_context *c = NULL;
-    assert_int_equal(llmm_context_create(m, &cp, &c), LLMM_OK);
+    llmm_context *c = make_context(m, &cp);
     int32_t id[4];
     for (int i = 0; i < 4; i++) assert_int_equal(llmm_adapter_register(c, files[i], &id[i]), LLMM_OK);
     int32_t again = -1;
@@ -1117,11 +1100,11 @@ static void test_adapter_cache_budget(void **state) {
 /* A and B in BF16 and Q8_0 (rank 32: Q8_0 rows are 32-blocks) */
 static void test_merged_bf16_q8_0(void **state) {
     (void)state;
-    llmm_model *m = load_model(STORIES);
+    llmm_model *m = load_model(STORIES, NULL);
     const uint32_t types[2] = {LLMM_TYPE_BF16, LLMM_TYPE_Q8_0};
     for (int k = 0; k < 2; k++) {
         file_spec f;
-        rng_state = 500 + (uint64_t)k;
+        rng_seed(&rng, 500 + (uint64_t)k);
         spec_init(&f, "llama", 32.f);
         add_pair_typed(&f, "blk.0.attn_v.weight", 64, 32, 32, types[k]);
         add_pair_typed(&f, "blk.3.ffn_up.weight", 64, 172, 32, types[k]);
@@ -1140,6 +1123,7 @@ static void test_merged_bf16_q8_0(void **state) {
 }
 
 int main(void) {
+    rng_seed(&rng, 12345);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_info),
         cmocka_unit_test(test_merged_stories),

@@ -1,5 +1,5 @@
 /* LLMM_ERR_NUMERICAL from a model with NaN or +inf norm weights, on the CPU backend
- * (tests/numerical_check.h). */
+ * (tests/support/numerical_check.h). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -7,7 +7,7 @@
 #include <cmocka.h>
 
 #include "llmmini.h"
-#include "numerical_check.h"
+#include "support/numerical_check.h"
 
 static void test_broken_model_gives_no_token(void **state) {
     (void)state;

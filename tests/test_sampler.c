@@ -12,10 +12,10 @@
 #include <string.h>
 
 #include "llmmini.h"
-#include "alloc_hooks.h"
+#include "support/alloc_hooks.h"
+#include "support/fixtures.h"
+#include "support/rng.h"
 #include "sampling/sampler.h"
-
-#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 /* Sampling with nothing cut off and no penalties: only temperature and the draw. */
 static llmm_sampler_params plain_params(float temperature, uint64_t seed) {
@@ -54,12 +54,6 @@ static llmm_token greedy_of(const llmm_sampler_params *base, const float *logits
     return t;
 }
 
-/* Deterministic pseudo-random test data, independent of the library's RNG. */
-static uint32_t lcg(uint32_t *x) {
-    *x = *x * 1664525u + 1013904223u;
-    return *x >> 8;
-}
-
 static void softmax(const float *logits, size_t n, double temperature, double *p) {
     double max = logits[0], sum = 0;
     for (size_t i = 1; i < n; i++) max = logits[i] > max ? logits[i] : max;
@@ -87,8 +81,8 @@ static void test_greedy_is_argmax_lowest_id(void **state) {
 static void test_logits_not_modified(void **state) {
     (void)state;
     float logits[64], copy[64];
-    uint32_t x = 5;
-    for (size_t i = 0; i < 64; i++) logits[i] = (float)(lcg(&x) % 1000) / 100.0f - 5.0f;
+    test_rng x = rng_seeded(5); /* the data, independent of the library's RNG */
+    for (size_t i = 0; i < 64; i++) logits[i] = (float)rng_below(&x, 1000) / 100.0f - 5.0f;
     logits[3] = -INFINITY;
     logits[9] = 1e30f;
     memcpy(copy, logits, sizeof logits);
@@ -111,11 +105,11 @@ static void test_logits_not_modified(void **state) {
 static void test_top_k_1_is_greedy(void **state) {
     (void)state;
     const float temps[] = {0.01f, 0.5f, 1.0f, 3.0f, 100.0f};
-    uint32_t x = 11;
+    test_rng x = rng_seeded(11);
     float logits[200];
     for (int round = 0; round < 20; round++) {
         /* coarse values make ties common, so the lowest-id rule is exercised too */
-        for (size_t i = 0; i < ARRAY_LEN(logits); i++) logits[i] = (float)(lcg(&x) % 16);
+        for (size_t i = 0; i < ARRAY_LEN(logits); i++) logits[i] = (float)rng_below(&x, 16);
         llmm_sampler_params g = plain_params(0, 0);
         llmm_token want = greedy_of(&g, logits, ARRAY_LEN(logits), NULL, 0);
         for (size_t t = 0; t < ARRAY_LEN(temps); t++) {
@@ -216,9 +210,9 @@ static void test_top_k_large_vocab_matches_full_sort(void **state) {
     int *order = malloc(N * sizeof *order);
     char *drawn = calloc(N, 1);
     assert_true(logits && order && drawn);
-    uint32_t x = 99;
+    test_rng x = rng_seeded(99);
     for (int i = 0; i < N; i++) {
-        logits[i] = (float)(lcg(&x) % 4000) / 100.0f;
+        logits[i] = (float)rng_below(&x, 4000) / 100.0f;
         order[i] = i;
     }
     sort_logits = logits;
@@ -247,12 +241,12 @@ static void test_top_p_wide_selection_matches_full_sort(void **state) {
     int *order = malloc(N * sizeof *order);
     char *drawn = calloc(N, 1);
     assert_true(logits && order && drawn);
-    uint32_t x = 42;
+    test_rng x = rng_seeded(42);
     for (int i = 0; i < N; i++) {
         logits[i] = -10.0f;
         order[i] = i;
     }
-    for (int i = 0; i < HOT; i++) logits[lcg(&x) % N] = 10.0f + (float)(lcg(&x) % 100) / 100.0f;
+    for (int i = 0; i < HOT; i++) logits[rng_below(&x, N)] = 10.0f + (float)rng_below(&x, 100) / 100.0f;
     sort_logits = logits;
     qsort(order, N, sizeof *order, cmp_by_sort_logits);
     double sum = 0, cum = 0;
@@ -410,15 +404,8 @@ static void test_frequencies_match_softmax(void **state) {
     check_frequencies(0.5f, 365); /* and sharpens */
 }
 
-/* The documented generator, written out again: splitmix64 seeds xoshiro256**, and a
- * uniform double is the top 53 bits of an output times 2^-53. */
-static uint64_t ref_splitmix64(uint64_t *x) {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
+/* The documented generator, written out again: splitmix64 (the tests' own, support/rng.h)
+ * seeds xoshiro256**, and a uniform double is the top 53 bits of an output times 2^-53. */
 static double ref_uniform(uint64_t s[4]) {
     uint64_t r = s[1] * 5;
     r = ((r << 7) | (r >> 57)) * 9;
@@ -454,9 +441,9 @@ static void test_seed_42_golden_draws(void **state) {
     llmm_sampler_free(s);
 
     uint64_t zero = 0;
-    assert_true(ref_splitmix64(&zero) == 0xe220a8397b1dcdafull); /* published first output */
+    assert_true(splitmix64_next(&zero) == 0xe220a8397b1dcdafull); /* published first output */
     uint64_t seed = 42, st[4];
-    for (int i = 0; i < 4; i++) st[i] = ref_splitmix64(&seed);
+    for (int i = 0; i < 4; i++) st[i] = splitmix64_next(&seed);
     for (int i = 0; i < 16; i++) assert_int_equal(ref_pick(FIXED8, 8, ref_uniform(st)), golden[i]);
 }
 
@@ -489,9 +476,9 @@ static void test_wide_truncation_draws_in_rank_order(void **state) {
     float *logits = malloc(N * sizeof *logits);
     int *order = malloc(N * sizeof *order);
     assert_true(logits && order);
-    uint32_t x = 7;
+    test_rng x = rng_seeded(7);
     for (int i = 0; i < N; i++) {
-        const uint32_t r = lcg(&x) % 16;
+        const uint32_t r = rng_below(&x, 16);
         logits[i] = r == 0 ? -INFINITY : r == 1 ? -0.0f : r == 2 ? 0.0f : (float)(r % 5) * 0.125f;
         order[i] = i;
     }
@@ -503,7 +490,7 @@ static void test_wide_truncation_draws_in_rank_order(void **state) {
         p.top_k = variant ? 4000 : 0; /* past the heap's range: every candidate sorted */
         llmm_sampler *s = make(&p);
         uint64_t seed = p.seed, st[4];
-        for (int i = 0; i < 4; i++) st[i] = ref_splitmix64(&seed);
+        for (int i = 0; i < 4; i++) st[i] = splitmix64_next(&seed);
         for (int d = 0; d < DRAWS; d++) {
             const llmm_token want = ref_top_p_draw(logits, order, variant ? 4000 : N, variant, 0.95, ref_uniform(st));
             assert_int_equal(sample_one(s, logits, N), want);
@@ -559,8 +546,8 @@ static void test_invalid_params(void **state) {
 static void test_non_finite_logits_are_an_error(void **state) {
     (void)state;
     float row[300];
-    uint32_t x = 11;
-    for (size_t i = 0; i < 300; i++) row[i] = (float)(lcg(&x) % 1000) / 100.0f - 5.0f;
+    test_rng x = rng_seeded(11);
+    for (size_t i = 0; i < 300; i++) row[i] = (float)rng_below(&x, 1000) / 100.0f - 5.0f;
     const float bad[] = {NAN, INFINITY, -NAN};
     const size_t where[] = {0, 150, 299};
     for (int greedy = 0; greedy < 2; greedy++) {
@@ -670,8 +657,8 @@ static void test_out_of_memory(void **state) {
     enum { N = 3000 };
     float *flat = malloc(N * sizeof *flat);
     assert_non_null(flat);
-    uint32_t x = 5;
-    for (int i = 0; i < N; i++) flat[i] = (float)(lcg(&x) % 64) / 64.0f;
+    test_rng x = rng_seeded(5);
+    for (int i = 0; i < N; i++) flat[i] = (float)rng_below(&x, 64) / 64.0f;
     llmm_sampler_params wide = plain_params(1.0f, 77);
     wide.top_p = 0.9f;
     failing_alloc g = {4}; /* the sampler, its penalty window (two), its candidates; not the sort buffer */

@@ -19,7 +19,9 @@
 #include <unistd.h>
 
 #include "llmmini.h"
-#include "shared_data.h"
+#include "support/shared_data.h"
+#include "support/fixtures.h"
+#include "support/rng.h"
 #include "generate/speculative.h"
 #include "sampling/sampler.h"
 
@@ -28,19 +30,6 @@
 
 static char draft_path[128]; /* the random same-vocabulary draft, made once by llmmini-synth */
 static char synth_tool[1024];
-
-static llmm_model *load_rel(const char *rel) {
-    char path[1024];
-    llmm_model *m = NULL;
-    assert_int_equal(llmm_model_load(shared_path(path, sizeof path, rel), NULL, &m), LLMM_OK);
-    return m;
-}
-
-static llmm_model *load_draft(void) {
-    llmm_model *m = NULL;
-    assert_int_equal(llmm_model_load(draft_path, NULL, &m), LLMM_OK);
-    return m;
-}
 
 static llmm_sampler *greedy_sampler(void) {
     llmm_sampler_params sp;
@@ -51,7 +40,7 @@ static llmm_sampler *greedy_sampler(void) {
     return smp;
 }
 
-static llmm_context *make_context(llmm_model *m, uint32_t n_seq, uint32_t block_size) {
+static llmm_context *spec_context(llmm_model *m, uint32_t n_seq, uint32_t block_size) {
     llmm_context_params p;
     llmm_context_params_default(&p, sizeof p);
     p.n_ctx = 256;
@@ -59,9 +48,7 @@ static llmm_context *make_context(llmm_model *m, uint32_t n_seq, uint32_t block_
     p.n_threads = 2;
     p.kv_type = LLMM_KV_F32;
     p.kv_block_size = block_size;
-    llmm_context *c = NULL;
-    assert_int_equal(llmm_context_create(m, &p, &c), LLMM_OK);
-    return c;
+    return make_context(m, &p);
 }
 
 typedef struct spec_config {
@@ -73,13 +60,7 @@ typedef struct spec_config {
 static size_t generate(llmm_context *c, const char *prompt, const spec_config *sc, llmm_token *out,
                        llmm_generate_stats *stats) {
     llmm_sampler_params sp;
-    llmm_sampler_params_default(&sp, sizeof sp);
-    sp.temperature = 0;
-    llmm_generate_params gp;
-    llmm_generate_params_default(&gp, sizeof gp);
-    gp.max_tokens = N_GEN;
-    gp.sampling = &sp;
-    gp.out_tokens = out;
+    llmm_generate_params gp = greedy_params(&sp, out, N_GEN);
     gp.out_capacity = MAX_OUT;
     if (sc) {
         gp.spec_draft_model = sc->draft;
@@ -96,7 +77,7 @@ static size_t generate(llmm_context *c, const char *prompt, const spec_config *s
  * acceptance summed over the runs (proposed, accepted). */
 static void check_identical(llmm_model *m, const char *prompt, spec_config sc, uint64_t *proposed,
                             uint64_t *accepted) {
-    llmm_context *c = make_context(m, 1, 16);
+    llmm_context *c = spec_context(m, 1, 16);
     llmm_token plain[MAX_OUT], spec[MAX_OUT];
     llmm_generate_stats ps, ss;
     const size_t n = generate(c, prompt, NULL, plain, &ps);
@@ -126,7 +107,7 @@ static const char *const prompts[] = {"Once upon a time", "The little dog"};
 static void test_lookup_greedy_identical(void **state) {
     (void)state;
     for (size_t mi = 0; mi < sizeof models / sizeof *models; mi++) {
-        llmm_model *m = load_rel(models[mi]);
+        llmm_model *m = load_model(models[mi], NULL);
         uint64_t proposed = 0, accepted = 0;
         for (size_t pi = 0; pi < 2; pi++) check_identical(m, prompts[pi], (spec_config){.ngram = 3}, &proposed, &accepted);
         print_message("%s: prompt lookup kept %llu of %llu guesses\n", models[mi], (unsigned long long)accepted,
@@ -139,7 +120,7 @@ static void test_lookup_greedy_identical(void **state) {
 static void test_same_model_draft_greedy_identical(void **state) {
     (void)state;
     for (size_t mi = 0; mi < 3; mi++) {
-        llmm_model *m = load_rel(models[mi]);
+        llmm_model *m = load_model(models[mi], NULL);
         uint64_t proposed = 0, accepted = 0;
         for (size_t pi = 0; pi < 2; pi++) check_identical(m, prompts[pi], (spec_config){.draft = m}, &proposed, &accepted);
         print_message("%s as its own draft: kept %llu of %llu guesses\n", models[mi], (unsigned long long)accepted,
@@ -152,9 +133,9 @@ static void test_same_model_draft_greedy_identical(void **state) {
 
 static void test_random_draft_greedy_identical(void **state) {
     (void)state;
-    llmm_model *draft = load_draft();
+    llmm_model *draft = load_model(draft_path, NULL);
     for (size_t mi = 0; mi < 3; mi++) {
-        llmm_model *m = load_rel(models[mi]);
+        llmm_model *m = load_model(models[mi], NULL);
         uint64_t proposed = 0, accepted = 0;
         for (size_t pi = 0; pi < 2; pi++)
             check_identical(m, prompts[pi], (spec_config){.draft = draft}, &proposed, &accepted);
@@ -171,7 +152,7 @@ static void test_random_draft_greedy_identical(void **state) {
  * round, against each one's plain greedy tokens. */
 static void run_batch(llmm_model *m, const llmm_speculator_params *sp, const llmm_token plain[3][MAX_OUT],
                       const llmm_token ids[3][64], const size_t n_ids[3]) {
-    llmm_context *c = make_context(m, 3, 16);
+    llmm_context *c = spec_context(m, 3, 16);
     llmm_speculator *spec = NULL;
     assert_int_equal(llmm_speculator_create(c, sp, &spec), LLMM_OK);
     llmm_sampler *smp[3];
@@ -222,15 +203,14 @@ static void run_batch(llmm_model *m, const llmm_speculator_params *sp, const llm
 
 static void test_batch_verify_identical(void **state) {
     (void)state;
-    llmm_model *m = load_rel("models/stories260K.gguf");
-    llmm_model *draft = load_draft();
+    llmm_model *m = load_model("models/stories260K.gguf", NULL);
+    llmm_model *draft = load_model(draft_path, NULL);
     const char *texts[3] = {"Once upon a time", "The little dog", "Lily and Ben went to the park"};
     llmm_token ids[3][64], plain[3][MAX_OUT];
     size_t n_ids[3];
-    llmm_context *c = make_context(m, 1, 16);
+    llmm_context *c = spec_context(m, 1, 16);
     for (int s = 0; s < 3; s++) {
-        assert_int_equal(llmm_tokenize(m, texts[s], strlen(texts[s]), LLMM_TOKENIZE_ADD_SPECIAL, ids[s], 64, &n_ids[s]),
-                         LLMM_OK);
+        n_ids[s] = tokenize(m, texts[s], ids[s], 64);
         llmm_generate_stats st;
         assert_int_equal(generate(c, texts[s], NULL, plain[s], &st), N_GEN);
     }
@@ -265,10 +245,7 @@ static size_t verify_wrong(llmm_context *c, llmm_speculator *spec, llmm_seq_id s
     const float *l;
     size_t nv, n_out = 0;
     assert_int_equal(llmm_logits(c, 0, &l, &nv), LLMM_OK);
-    size_t best = 0;
-    for (size_t i = 1; i < nv; i++)
-        if (l[i] > l[best]) best = i;
-    assert_true((llmm_token)best != guess[0]);
+    assert_true(argmax(l, nv) != guess[0]);
     llmm_sampler *smp = greedy_sampler();
     assert_int_equal(llmm_speculator_accept(spec, 0, smp, out, sizeof out / sizeof *out, &n_out), LLMM_OK);
     llmm_sampler_free(smp);
@@ -279,13 +256,12 @@ static size_t verify_wrong(llmm_context *c, llmm_speculator *spec, llmm_seq_id s
  * back, and a fork sharing the blocks keeps its own copy only of the block it wrote. */
 static void test_rollback_frees_rejected_blocks(void **state) {
     (void)state;
-    llmm_model *m = load_rel("models/stories260K.gguf");
-    llmm_context *c = make_context(m, 2, 4);
+    llmm_model *m = load_model("models/stories260K.gguf", NULL);
+    llmm_context *c = spec_context(m, 2, 4);
     llmm_speculator *spec = NULL;
     assert_int_equal(llmm_speculator_create(c, NULL, &spec), LLMM_OK);
     llmm_token ids[64];
-    size_t n;
-    assert_int_equal(llmm_tokenize(m, "Once upon a time there", 22, LLMM_TOKENIZE_ADD_SPECIAL, ids, 64, &n), LLMM_OK);
+    const size_t n = tokenize(m, "Once upon a time there", ids, 64);
     assert_int_equal(llmm_prefill(c, 0, ids, n, 0), LLMM_OK);
     const uint64_t before = blocks_used(c); /* ceil(n / 4) */
     assert_int_equal(before, (n + 3) / 4);
@@ -317,13 +293,6 @@ static void test_rollback_frees_rejected_blocks(void **state) {
 
 /* ---------------------------------------------------------------- sampled acceptance */
 
-static double test_uniform(uint64_t *x) {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return (double)((z ^ (z >> 31)) >> 11) * 0x1.0p-53;
-}
-
 #define N_IDS 6
 #define N_DRAWS 20000
 
@@ -344,11 +313,11 @@ static llmm_token correct_rejection(const float *p, const float *q, llmm_token g
 /* Chi-square of N_DRAWS outputs of rule against p, guesses drawn from q (NULL: always id 2). */
 static double chi_square(llmm_token (*rule)(const float *, const float *, llmm_token, double, double), const float *p,
                          const float *q) {
-    uint64_t rng = 12345;
+    test_rng rng = {.state = 12345}; /* the raw state the chi-square bounds were set with */
     unsigned count[N_IDS] = {0};
     for (int i = 0; i < N_DRAWS; i++) {
-        const llmm_token g = q ? llmm__sample_draw(q, N_IDS, test_uniform(&rng)) : 2;
-        const double u1 = test_uniform(&rng), u2 = test_uniform(&rng);
+        const llmm_token g = q ? llmm__sample_draw(q, N_IDS, rng_unit(&rng)) : 2;
+        const double u1 = rng_unit(&rng), u2 = rng_unit(&rng);
         count[rule(p, q, g, u1, u2)]++;
     }
     double chi = 0;
@@ -383,11 +352,10 @@ static void test_sampled_acceptance_distribution(void **state) {
 #define N_ROUNDS 6000
 static void test_sampled_rounds_follow_target(void **state) {
     (void)state;
-    llmm_model *m = load_rel("models/stories260K.gguf");
-    llmm_context *c = make_context(m, 2, 16);
+    llmm_model *m = load_model("models/stories260K.gguf", NULL);
+    llmm_context *c = spec_context(m, 2, 16);
     llmm_token ids[64];
-    size_t n;
-    assert_int_equal(llmm_tokenize(m, "Once upon a time", 16, LLMM_TOKENIZE_ADD_SPECIAL, ids, 63, &n), LLMM_OK);
+    const size_t n = tokenize(m, "Once upon a time", ids, 63);
     const llmm_token pending = 261;
     /* the target's distribution after prompt + pending, from sequence 1 */
     ids[n] = pending;
@@ -465,9 +433,9 @@ static void test_sampled_rounds_follow_target(void **state) {
  * the same text. */
 static void test_sampled_generate_reproducible(void **state) {
     (void)state;
-    llmm_model *m = load_rel("models/stories260K.gguf");
-    llmm_model *draft = load_draft();
-    llmm_context *c = make_context(m, 1, 16);
+    llmm_model *m = load_model("models/stories260K.gguf", NULL);
+    llmm_model *draft = load_model(draft_path, NULL);
+    llmm_context *c = spec_context(m, 1, 16);
     llmm_sampler_params sp;
     llmm_sampler_params_default(&sp, sizeof sp);
     sp.seed = 7;
@@ -498,7 +466,7 @@ static void test_sampled_generate_reproducible(void **state) {
 /* Another vocabulary, of another size (llama-2-tiny-random, 32000 tokens) or of the same size
  * with other tokens (a synthetic 512-token one), is refused with a message. */
 static void check_refused(llmm_model *m, const llmm_model *other, const char *why) {
-    llmm_context *c = make_context(m, 1, 16);
+    llmm_context *c = spec_context(m, 1, 16);
     llmm_speculator_params sp;
     llmm_speculator_params_default(&sp, sizeof sp);
     sp.draft_model = other;
@@ -517,7 +485,7 @@ static void check_refused(llmm_model *m, const llmm_model *other, const char *wh
 
 static void test_vocab_mismatch_refused(void **state) {
     (void)state;
-    llmm_model *m = load_rel("models/stories260K.gguf"), *other = load_rel("models/llama-2-tiny-random.gguf");
+    llmm_model *m = load_model("models/stories260K.gguf", NULL), *other = load_model("models/llama-2-tiny-random.gguf", NULL);
     check_refused(m, other, "vocabularies differ");
     llmm_model_free(other);
     char path[160], cmd[2048];
@@ -526,7 +494,7 @@ static void test_vocab_mismatch_refused(void **state) {
     snprintf(cmd, sizeof cmd, "%s '%s' -o '%s' --n-vocab 512 --type f32 --dim 32 --layers 1 --heads 2 --kv-heads 2 "
              "--ff 64 >/dev/null", runner ? runner : "", synth_tool, path);
     assert_int_equal(system(cmd), 0);
-    assert_int_equal(llmm_model_load(path, NULL, &other), LLMM_OK);
+    other = load_model(path, NULL);
     unlink(path);
     check_refused(m, other, "draft model");
     llmm_model_free(other);
@@ -537,8 +505,8 @@ static void test_vocab_mismatch_refused(void **state) {
  * buffer, an item decided twice or after the context computed again. */
 static void test_speculator_errors(void **state) {
     (void)state;
-    llmm_model *m = load_rel("models/stories260K.gguf");
-    llmm_context *c = make_context(m, 2, 16);
+    llmm_model *m = load_model("models/stories260K.gguf", NULL);
+    llmm_context *c = spec_context(m, 2, 16);
     llmm_speculator_params sp;
     llmm_speculator_params_default(&sp, sizeof sp);
     llmm_speculator *spec = NULL;
@@ -609,8 +577,8 @@ static void test_older_struct_sizes(void **state) {
     assert_int_equal(gp.bytes[old_params], 0xAB); /* nothing written past the caller's struct */
     assert_int_equal(llmm_generate_params_default(&gp.p, old_params - 1), LLMM_ERR_INVALID_ARG);
     gp.p.max_tokens = 8;
-    llmm_model *m = load_rel("models/stories260K.gguf");
-    llmm_context *c = make_context(m, 1, 16);
+    llmm_model *m = load_model("models/stories260K.gguf", NULL);
+    llmm_context *c = spec_context(m, 1, 16);
     union {
         llmm_generate_stats s;
         unsigned char bytes[sizeof(llmm_generate_stats) + 64];

@@ -19,11 +19,13 @@
 #include <unistd.h>
 
 #include "format/gguf.h"
-#include "gguf_builder.h"
+#include "support/gguf_builder.h"
 #include "llmmini.h"
 #include "format/quant.h"
-#include "quant_temp.h"
-#include "shared_data.h"
+#include "support/quant_temp.h"
+#include "support/fixtures.h"
+#include "support/rng.h"
+#include "support/shared_data.h"
 
 static char synth_tool[1024];
 
@@ -80,33 +82,12 @@ static int log_contains(const temp_files *t, const char *needle) {
     return found;
 }
 
-static llmm_model *load(const char *path, int vocab_only) {
-    llmm_model_params p;
-    llmm_model_params_default(&p, sizeof p);
-    p.vocab_only = vocab_only;
-    char err[512] = "";
-    p.error_buf = err;
-    p.error_buf_size = sizeof err;
-    llmm_model *m = NULL;
-    llmm_status st = llmm_model_load(path, &p, &m);
-    if (st != LLMM_OK) print_message("%s: %s\n", path, err);
-    assert_int_equal(st, LLMM_OK);
-    return m;
-}
-
 static llmm_model_info info_of(const llmm_model *m) {
     llmm_model_info info;
     memset(&info, 0, sizeof info);
     info.size = sizeof info;
     assert_int_equal(llmm_model_get_info(m, &info), LLMM_OK);
     return info;
-}
-
-static size_t tokenize(const llmm_model *m, const char *text, size_t len, uint32_t flags, llmm_token *ids,
-                       size_t cap) {
-    size_t n = 0;
-    assert_int_equal(llmm_tokenize(m, text, len, flags, ids, cap, &n), LLMM_OK);
-    return n;
 }
 
 /* Every reference vector of the vocabulary, and one sentence with special tokens added,
@@ -118,8 +99,8 @@ static void assert_same_tokenizer(const llmm_model *synth, const llmm_model *ref
     assert_non_null(b);
     static const char sentence[] = "Hello world, this is a test of the copied tokenizer: 3.14159!";
     for (uint32_t flags = 0; flags <= LLMM_TOKENIZE_ADD_SPECIAL; flags++) {
-        size_t na = tokenize(synth, sentence, strlen(sentence), flags, a, CAP);
-        size_t nb = tokenize(ref, sentence, strlen(sentence), flags, b, CAP);
+        size_t na = tokenize_flags(synth, sentence, strlen(sentence), flags, a, CAP);
+        size_t nb = tokenize_flags(ref, sentence, strlen(sentence), flags, b, CAP);
         assert_true(na > 5);
         assert_int_equal(na, nb);
         assert_memory_equal(a, b, na * sizeof *a);
@@ -133,8 +114,8 @@ static void assert_same_tokenizer(const llmm_model *synth, const llmm_model *ref
     assert_int_equal(vocab_cases_load(inp, out, &vc), 0);
     assert_true(vc.n > 10);
     for (size_t i = 0; i < vc.n; i++) {
-        size_t na = tokenize(synth, vc.text[i], vc.text_len[i], 0, a, CAP);
-        size_t nb = tokenize(ref, vc.text[i], vc.text_len[i], 0, b, CAP);
+        size_t na = tokenize_flags(synth, vc.text[i], vc.text_len[i], 0, a, CAP);
+        size_t nb = tokenize_flags(ref, vc.text[i], vc.text_len[i], 0, b, CAP);
         assert_int_equal(na, nb);
         assert_memory_equal(a, b, na * sizeof *a);
     }
@@ -148,22 +129,10 @@ static void assert_generates(llmm_model *m, uint32_t n_vocab) {
     llmm_context_params cp;
     llmm_context_params_default(&cp, sizeof cp);
     cp.n_ctx = 64;
-    llmm_context *ctx = NULL;
-    assert_int_equal(llmm_context_create(m, &cp, &ctx), LLMM_OK);
-    llmm_sampler_params sp;
-    llmm_sampler_params_default(&sp, sizeof sp);
-    sp.temperature = 0;
-    llmm_generate_params gp;
-    llmm_generate_params_default(&gp, sizeof gp);
-    gp.max_tokens = 4;
-    gp.sampling = &sp;
+    llmm_context *ctx = make_context(m, &cp);
     llmm_token out[4];
-    gp.out_tokens = out;
-    gp.out_capacity = 4;
     llmm_generate_stats stats;
-    memset(&stats, 0, sizeof stats);
-    stats.size = sizeof stats;
-    assert_int_equal(llmm_generate(ctx, "Once upon a time", &gp, &stats), LLMM_OK);
+    generate_greedy(ctx, "Once upon a time", out, 4, &stats);
     assert_true(stats.n_prompt > 0);
     assert_true(stats.n_generated >= 1 && stats.n_generated <= 4);
     for (size_t i = 0; i < stats.n_generated; i++) assert_true(out[i] >= 0 && (uint32_t)out[i] < n_vocab);
@@ -188,7 +157,7 @@ static void check_copied_vocab(const char *vocab_name, const char *extra, uint32
     if (rc != 0) log_contains(&t, NULL);
     assert_int_equal(rc, 0);
 
-    llmm_model *ref = load(vocab_path, 1), *m = load(t.model, 0);
+    llmm_model *ref = load_vocab(rel), *m = load_model(t.model, NULL);
     const llmm_model_info ri = info_of(ref), mi = info_of(m);
     assert_true(ri.n_vocab > 1000);
     assert_int_equal(mi.n_vocab, ri.n_vocab);
@@ -277,7 +246,7 @@ static void test_synthetic_vocab(void **state) {
     temp_files t;
     temp_names(&t);
     assert_int_equal(run_synth(&t, "--preset tiny --type f32 --n-vocab 400"), 0);
-    llmm_model *m = load(t.model, 0);
+    llmm_model *m = load_model(t.model, NULL);
     const llmm_model_info mi = info_of(m);
     assert_int_equal(mi.n_vocab, 400);
     assert_int_equal(mi.tokenizer, LLMM_TOKENIZER_SPM);
@@ -305,14 +274,12 @@ static llmm_context *f32_kv_context(llmm_model *m) {
     llmm_context_params_default(&cp, sizeof cp);
     cp.n_ctx = 64;
     cp.kv_type = LLMM_KV_F32;
-    llmm_context *ctx = NULL;
-    assert_int_equal(llmm_context_create(m, &cp, &ctx), LLMM_OK);
-    return ctx;
+    return make_context(m, &cp);
 }
 
 /* Logits of every position of ids (n_vocab each) into out. */
 static void all_logits(const char *path, const llmm_token *ids, size_t n, float *out, uint32_t n_vocab) {
-    llmm_model *m = load(path, 0);
+    llmm_model *m = load_model(path, NULL);
     llmm_context *ctx = f32_kv_context(m);
     assert_int_equal(llmm_prefill(ctx, 0, ids, n, LLMM_PREFILL_ALL_LOGITS), LLMM_OK);
     for (size_t i = 0; i < n; i++) {
@@ -326,16 +293,9 @@ static void all_logits(const char *path, const llmm_token *ids, size_t n, float 
     llmm_model_free(m);
 }
 
-static size_t argmax_of(const float *v, size_t n) {
-    size_t best = 0;
-    for (size_t i = 1; i < n; i++)
-        if (v[i] > v[best]) best = i;
-    return best;
-}
-
 /* ids[n .. n_total) = the model's greedy continuation of ids[0 .. n), one context. */
 static void greedy_extend(const char *path, llmm_token *ids, size_t n, size_t n_total) {
-    llmm_model *m = load(path, 0);
+    llmm_model *m = load_model(path, NULL);
     llmm_context *ctx = f32_kv_context(m);
     assert_int_equal(llmm_prefill(ctx, 0, ids, n, 0), LLMM_OK);
     const llmm_seq_id seq = 0;
@@ -343,7 +303,7 @@ static void greedy_extend(const char *path, llmm_token *ids, size_t n, size_t n_
         const float *l;
         size_t nv;
         assert_int_equal(llmm_logits(ctx, 0, &l, &nv), LLMM_OK);
-        ids[n] = (llmm_token)argmax_of(l, nv);
+        ids[n] = argmax(l, nv);
         if (n + 1 < n_total) assert_int_equal(llmm_decode(ctx, &seq, &ids[n], 1), LLMM_OK);
     }
     llmm_context_free(ctx);
@@ -371,10 +331,10 @@ static void test_quantized_synthetic_logits(void **state) {
     temp_names(&t);
     assert_int_equal(run_synth(&t, "--preset tiny --type f32 --dim 256 --layers 4 --heads 4 --kv-heads 2 --ff 768 "
                                    "--n-vocab 512 --seed 11"), 0);
-    llmm_model *m = load(t.model, 0);
+    llmm_model *m = load_model(t.model, NULL);
     const uint32_t n_vocab = info_of(m).n_vocab;
     llmm_token ids[QS_N];
-    size_t n = tokenize(m, "Once upon a", 11, LLMM_TOKENIZE_ADD_SPECIAL, ids, QS_N);
+    size_t n = tokenize_flags(m, "Once upon a", 11, LLMM_TOKENIZE_ADD_SPECIAL, ids, QS_N);
     assert_true(n >= 2 && n < QS_N);
     llmm_model_free(m);
     float *ref = malloc(QS_N * n_vocab * sizeof *ref), *got = malloc(QS_N * n_vocab * sizeof *got);
@@ -399,7 +359,7 @@ static void test_quantized_synthetic_logits(void **state) {
                 se += e * e;
             }
             worst = fmax(worst, sqrt(se / ss));
-            flips += argmax_of(r, n_vocab) != argmax_of(g, n_vocab);
+            flips += argmax(r, n_vocab) != argmax(g, n_vocab);
         }
         print_message("%-7s RMS logit error / RMS logit: worst position %.4f (bound %.3f); argmax differs at %zu of %zu\n",
                       cases[c].recipe, worst, cases[c].bound, flips, n);
@@ -579,7 +539,7 @@ static void test_lora_for_synth_model(void **state) {
     assert_int_equal(rc, 0);
     assert_true(log_contains(&t, "LoRA adapter for llama, rank 8, alpha 16, f32, 14 weights"));
     assert_adapter_layout(t.adapter, t.model, &(adapter_expect){8, 16.0, LLMM_TYPE_F32, 2 * 7, ALL_STEMS});
-    llmm_model_free(load(t.model, 0));
+    llmm_model_free(load_model(t.model, NULL));
 
     size_t n_a = 0, n_b = 0, n_c = 0;
     char *a = read_whole_file(t.adapter, &n_a);
@@ -667,7 +627,7 @@ static void assert_delta_scale(const char *opts, uint32_t rank, double scale) {
     temp_names(&t);
     synth_with_adapter(&t, "--preset tiny --type f32 --dim 256 --ff 512 --n-vocab 400", opts);
     gguf_file *ad = open_gguf(t.adapter);
-    uint64_t s = 12345;
+    test_rng rng = rng_seeded(12345);
     double sum_ratio2 = 0;
     for (size_t i = 0; i + 1 < ad->n_tensors; i += 2) {
         const gguf_tensor *a = &ad->tensors[i], *b = &ad->tensors[i + 1];
@@ -679,7 +639,7 @@ static void assert_delta_scale(const char *opts, uint32_t rank, double scale) {
         assert_true(n_in <= 512 && n_out <= 512 && rank <= 64);
         for (int rep = 0; rep < N_X; rep++) {
             for (size_t k = 0; k < n_in; k++)
-                x[k] = (float)((s = s * 6364136223846793005ull + 1442695040888963407ull) >> 40) / (1 << 24) - 0.5f;
+                x[k] = rng_float(&rng, -0.5f, 0.5f);
             for (uint32_t r = 0; r < rank; r++) {
                 double acc = 0;
                 for (size_t k = 0; k < n_in; k++) acc += (double)A[r * n_in + k] * x[k];

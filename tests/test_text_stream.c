@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "alloc_hooks.h"
+#include "support/alloc_hooks.h"
 #include "generate/text_stream.h"
 
 /* ---------------------------------------------------------------- helpers */

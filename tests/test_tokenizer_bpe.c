@@ -12,11 +12,13 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "alloc_hooks.h"
-#include "gguf_builder.h"
+#include "support/alloc_hooks.h"
+#include "support/gguf_builder.h"
 #include "llmmini.h"
 #include "text/pretokenizer.h" /* internal: the families without reference vectors are checked directly */
-#include "shared_data.h"
+#include "support/fixtures.h"
+#include "support/rng.h"
+#include "support/shared_data.h"
 
 static llmm_model *load_with(const char *path, const llmm_allocator *alloc, llmm_status *status, char *err,
                              size_t err_size) {
@@ -35,21 +37,11 @@ static llmm_model *load_path(const char *path, llmm_status *status, char *err, s
     return load_with(path, NULL, status, err, err_size);
 }
 
-static llmm_model *load_vocab(const char *name) {
-    char path[1024], rel[256], err[512] = "";
+/* vocab/name of the shared data, vocabulary only. */
+static llmm_model *load_vocab_file(const char *name) {
+    char rel[256];
     snprintf(rel, sizeof rel, "vocab/%s", name);
-    llmm_status st;
-    llmm_model *m = load_path(shared_path(path, sizeof path, rel), &st, err, sizeof err);
-    if (st != LLMM_OK) print_message("%s: %s\n", name, err);
-    assert_int_equal(st, LLMM_OK);
-    return m;
-}
-
-static size_t tokenize(const llmm_model *m, const char *text, size_t len, uint32_t flags, llmm_token *ids,
-                       size_t cap) {
-    size_t n = 0;
-    assert_int_equal(llmm_tokenize(m, text, len, flags, ids, cap, &n), LLMM_OK);
-    return n;
+    return load_vocab(rel);
 }
 
 /* detokenize(ids) must give back exactly the text */
@@ -61,18 +53,6 @@ static void assert_round_trip(const llmm_model *m, const llmm_token *ids, size_t
     assert_int_equal(nb, len);
     assert_memory_equal(back, text, len);
     free(back);
-}
-
-static int ids_equal_line(const llmm_token *ids, size_t n, const char *line) {
-    char *end;
-    size_t i = 0;
-    for (const char *p = line;; p = end) {
-        long v = strtol(p, &end, 10);
-        if (end == p) break;
-        if (i >= n || ids[i] != v) return 0;
-        i++;
-    }
-    return i == n;
 }
 
 static void print_ids(const char *what, const llmm_token *ids, size_t n) {
@@ -95,8 +75,8 @@ static void check_vector_file(const llmm_model *m, const char *name, size_t *mat
     llmm_token *ids = malloc(cap * sizeof *ids);
     assert_non_null(ids);
     for (size_t i = 0; i < vc.n; i++) {
-        size_t n = tokenize(m, vc.text[i], vc.text_len[i], 0, ids, cap);
-        if (ids_equal_line(ids, n, vc.expected[i])) {
+        size_t n = tokenize_flags(m, vc.text[i], vc.text_len[i], 0, ids, cap);
+        if (vocab_case_matches(&vc, i, ids, n)) {
             ok++;
         } else {
             print_message("%s case %zu mismatch: expected [%s]\n", name, i, vc.expected[i]);
@@ -163,10 +143,10 @@ static int contains(const llmm_token *ids, size_t n, llmm_token id) {
  * parse_special, as the reference engine and Hugging Face tokenizers do. */
 static void test_user_defined_token_is_one_token(void **state) {
     (void)state;
-    llmm_model *m = load_vocab(QWEN2);
+    llmm_model *m = load_vocab_file(QWEN2);
     const char *text = "Let me see.<think>\nplan</think>Done";
     llmm_token ids[64];
-    size_t n = tokenize(m, text, strlen(text), 0, ids, 64);
+    size_t n = tokenize_flags(m, text, strlen(text), 0, ids, 64);
     assert_true(contains(ids, n, QWEN_THINK));
     assert_true(contains(ids, n, QWEN_THINK_END));
     assert_round_trip(m, ids, n, text, strlen(text));
@@ -183,14 +163,14 @@ static void test_user_defined_token_is_one_token(void **state) {
 
 static void test_control_tokens_need_parse_special(void **state) {
     (void)state;
-    llmm_model *m = load_vocab(QWEN2);
+    llmm_model *m = load_vocab_file(QWEN2);
     const char *text = "<|im_start|>user\nHi<|im_end|>";
     llmm_token ids[64];
-    size_t n = tokenize(m, text, strlen(text), LLMM_TOKENIZE_PARSE_SPECIAL, ids, 64);
+    size_t n = tokenize_flags(m, text, strlen(text), LLMM_TOKENIZE_PARSE_SPECIAL, ids, 64);
     assert_true(n >= 4);
     assert_int_equal(ids[0], QWEN_IM_START);
     assert_int_equal(ids[n - 1], QWEN_IM_END);
-    size_t plain = tokenize(m, text, strlen(text), 0, ids, 64);
+    size_t plain = tokenize_flags(m, text, strlen(text), 0, ids, 64);
     assert_false(contains(ids, plain, QWEN_IM_START));
     assert_false(contains(ids, plain, QWEN_IM_END));
     assert_round_trip(m, ids, plain, text, strlen(text));
@@ -217,7 +197,7 @@ static void assert_piece(const llmm_model *m, llmm_token t, const char *want) {
 /* Token text is GPT-2 byte symbols: U+0120 is a space, U+010A a newline. */
 static void test_pieces_decode_the_byte_map(void **state) {
     (void)state;
-    llmm_model *m = load_vocab(QWEN2);
+    llmm_model *m = load_vocab_file(QWEN2);
     assert_piece(m, 21927, " Hello");
     assert_piece(m, 220, " ");
     assert_piece(m, 198, "\n");
@@ -230,8 +210,8 @@ static void test_bos_eos_and_end_of_turn(void **state) {
     llmm_token ids[16], t;
     uint32_t attrs;
     /* Llama 3: add_bos, <|eot_id|> found by text as EOT and marked end-of-generation */
-    llmm_model *m = load_vocab("ggml-vocab-llama-bpe.gguf");
-    size_t n = tokenize(m, "Hi", 2, LLMM_TOKENIZE_ADD_SPECIAL, ids, 16);
+    llmm_model *m = load_vocab_file("ggml-vocab-llama-bpe.gguf");
+    size_t n = tokenize_flags(m, "Hi", 2, LLMM_TOKENIZE_ADD_SPECIAL, ids, 16);
     assert_int_equal(n, 2);
     assert_int_equal(ids[0], 128000);
     assert_int_equal(llmm_model_special_token(m, LLMM_SPECIAL_EOT, &t), LLMM_OK);
@@ -242,8 +222,8 @@ static void test_bos_eos_and_end_of_turn(void **state) {
     assert_true(attrs & LLMM_TOKEN_ATTR_EOS);
     llmm_model_free(m);
     /* Qwen: no BOS (the file says so); EOS <|im_end|>, <|endoftext|> also ends generation */
-    m = load_vocab(QWEN2);
-    n = tokenize(m, "Hi", 2, LLMM_TOKENIZE_ADD_SPECIAL, ids, 16);
+    m = load_vocab_file(QWEN2);
+    n = tokenize_flags(m, "Hi", 2, LLMM_TOKENIZE_ADD_SPECIAL, ids, 16);
     assert_int_equal(n, 1);
     assert_int_equal(llmm_model_special_token(m, LLMM_SPECIAL_EOS, &t), LLMM_OK);
     assert_int_equal(t, QWEN_IM_END);
@@ -251,37 +231,29 @@ static void test_bos_eos_and_end_of_turn(void **state) {
     assert_true(attrs & LLMM_TOKEN_ATTR_EOS);
     llmm_model_free(m);
     /* GPT-2: the family's default is no BOS */
-    m = load_vocab("ggml-vocab-gpt-2.gguf");
-    n = tokenize(m, "Hi", 2, LLMM_TOKENIZE_ADD_SPECIAL, ids, 16);
+    m = load_vocab_file("ggml-vocab-gpt-2.gguf");
+    n = tokenize_flags(m, "Hi", 2, LLMM_TOKENIZE_ADD_SPECIAL, ids, 16);
     assert_int_equal(n, 1);
-    assert_int_equal(tokenize(m, "", 0, LLMM_TOKENIZE_ADD_SPECIAL, ids, 16), 0);
+    assert_int_equal(tokenize_flags(m, "", 0, LLMM_TOKENIZE_ADD_SPECIAL, ids, 16), 0);
     llmm_model_free(m);
-}
-
-/* A small fixed-seed generator (xorshift64*), so a failure reproduces. */
-static uint64_t next_random(uint64_t *s) {
-    *s ^= *s >> 12;
-    *s ^= *s << 25;
-    *s ^= *s >> 27;
-    return *s * 0x2545F4914F6CDD1Dull;
 }
 
 /* Random bytes half the time; otherwise random pieces that stress the pre-tokenizers (runs of
  * spaces and newlines, digits, contractions, multi-byte letters, marks, invalid sequences). */
-static size_t random_text(uint64_t *seed, char *buf, size_t cap) {
+static size_t random_text(test_rng *rng, char *buf, size_t cap) {
     static const char *const pieces[] = {
         " ",  "  ", "\n", "\r\n", "\t", "'s", "'LL", "a", "Zb", "123", "4", "\xc3\xa9", "\xe4\xb8\xad",
         "\xf0\x9f\x98\x80", "\xcc\x81", "\xe3\x80\x80", "\xc2\xa0", "!", "...", "$", "\xe2\x80\x99", "\x80", "\xc3",
         "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xff", "<think>", "<|im_end|>", "Hello", " world", "\x00",
     };
-    size_t len = next_random(seed) % cap;
-    if (next_random(seed) & 1) {
-        for (size_t i = 0; i < len; i++) buf[i] = (char)next_random(seed);
+    size_t len = rng_u64(rng) % cap;
+    if (rng_u64(rng) & 1) {
+        for (size_t i = 0; i < len; i++) buf[i] = (char)rng_u64(rng);
         return len;
     }
     size_t n = 0;
     while (n < len) {
-        const char *p = pieces[next_random(seed) % (sizeof pieces / sizeof *pieces)];
+        const char *p = pieces[rng_u64(rng) % (sizeof pieces / sizeof *pieces)];
         size_t k = p[0] ? strlen(p) : 1;
         if (n + k > cap) break;
         memcpy(buf + n, p, k);
@@ -296,7 +268,7 @@ static int representable_bytes(const llmm_model *m, int have[256]) {
     for (int b = 0; b < 256; b++) {
         char c = (char)b;
         llmm_token ids[4];
-        have[b] = tokenize(m, &c, 1, 0, ids, 4) > 0;
+        have[b] = tokenize_flags(m, &c, 1, 0, ids, 4) > 0;
         all &= have[b];
     }
     return all;
@@ -311,18 +283,18 @@ static void test_fuzz_random_bytes_round_trip(void **state) {
         int complete; /* all 256 byte symbols present */
     } vocabs[] = {{QWEN2, 1}, {"ggml-vocab-llama-bpe.gguf", 1}, {"ggml-vocab-gpt-2.gguf", 1},
                   {"ggml-vocab-deepseek-llm.gguf", 0}, {"ggml-vocab-falcon.gguf", 0}, {"ggml-vocab-starcoder.gguf", 0}};
-    uint64_t seed = 0x9E3779B97F4A7C15ull;
+    test_rng rng = rng_seeded(0x9E3779B97F4A7C15ull); /* fixed, so that a failure reproduces */
     char text[96], kept[96];
     llmm_token ids[256];
     int have[256];
     for (size_t v = 0; v < sizeof vocabs / sizeof *vocabs; v++) {
-        llmm_model *m = load_vocab(vocabs[v].name);
+        llmm_model *m = load_vocab_file(vocabs[v].name);
         assert_int_equal(representable_bytes(m, have), vocabs[v].complete);
         for (int i = 0; i < 10000; i++) {
-            size_t len = random_text(&seed, text, sizeof text), n_kept = 0;
+            size_t len = random_text(&rng, text, sizeof text), n_kept = 0;
             for (size_t k = 0; k < len; k++)
                 if (have[(uint8_t)text[k]]) kept[n_kept++] = text[k];
-            size_t n = tokenize(m, text, len, 0, ids, 256);
+            size_t n = tokenize_flags(m, text, len, 0, ids, 256);
             assert_round_trip(m, ids, n, kept, n_kept);
         }
         llmm_model_free(m);
@@ -332,7 +304,7 @@ static void test_fuzz_random_bytes_round_trip(void **state) {
 /* Long runs: whitespace, digits and letters far past any fixed buffer. */
 static void test_long_runs_round_trip(void **state) {
     (void)state;
-    llmm_model *m = load_vocab("ggml-vocab-deepseek-llm.gguf");
+    llmm_model *m = load_vocab_file("ggml-vocab-deepseek-llm.gguf");
     size_t len = 100000;
     char *text = malloc(len);
     assert_non_null(text);
@@ -341,7 +313,7 @@ static void test_long_runs_round_trip(void **state) {
     assert_int_equal(llmm_tokenize(m, text, len, 0, NULL, 0, &n), LLMM_ERR_BUFFER_TOO_SMALL);
     llmm_token *ids = malloc(n * sizeof *ids);
     assert_non_null(ids);
-    assert_int_equal(tokenize(m, text, len, 0, ids, n), n);
+    assert_int_equal(tokenize_flags(m, text, len, 0, ids, n), n);
     assert_round_trip(m, ids, n, text, len);
     free(ids);
     free(text);
@@ -430,16 +402,16 @@ static void test_loader_errors(void **state) {
     /* a working one: "ab" merges; no tokenizer.ggml.pre means the default family */
     assert_int_equal(load_synthetic(NULL, 1, -1, err, sizeof err, &m), LLMM_OK);
     llmm_token ids[8];
-    assert_int_equal(tokenize(m, "ab", 2, 0, ids, 8), 1);
+    assert_int_equal(tokenize_flags(m, "ab", 2, 0, ids, 8), 1);
     assert_int_equal(ids[0], 256);
     llmm_model_free(m);
     /* a vocabulary without the symbol of byte 'z' drops it (as the reference does), and it
      * still keeps "a" and "b" apart */
     assert_int_equal(load_synthetic("gpt-2", 1, 'z', err, sizeof err, &m), LLMM_OK);
-    assert_int_equal(tokenize(m, "azb", 3, 0, ids, 8), 2);
+    assert_int_equal(tokenize_flags(m, "azb", 3, 0, ids, 8), 2);
     assert_int_equal(ids[0], 'a'); /* token i is byte i's symbol below the dropped one */
     assert_int_equal(ids[1], 'b');
-    assert_int_equal(tokenize(m, "ab", 2, 0, ids, 8), 1);
+    assert_int_equal(tokenize_flags(m, "ab", 2, 0, ids, 8), 1);
     llmm_model_free(m);
 }
 
@@ -528,13 +500,13 @@ static void test_pretokenizer_families_are_lossless(void **state) {
     (void)state;
     char names[1024];
     llmm__pretok_family_list(names, sizeof names);
-    uint64_t seed = 42;
+    test_rng rng = rng_seeded(42);
     char text[96];
     size_t families = 0;
     for (char *name = strtok(names, ", "); name; name = strtok(NULL, ", ")) {
         families++;
         for (int i = 0; i < 300; i++) {
-            size_t len = random_text(&seed, text, sizeof text);
+            size_t len = random_text(&rng, text, sizeof text);
             words w;
             split_with(name, text, len, &w);
             assert_int_equal(w.bytes, len);

@@ -2,7 +2,7 @@
  * (arch/x86/simd.h exp256_ps, arch/arm/simd.h exp_f32x4): the scalar table and the SIMD tables' tails
  * take it, so that softmax and SiLU give the same bits in every table, whatever the length of
  * a row (a tail of 5 on AVX2 is a vector and a tail of 1 on NEON). Within 2 ulp of expf
- * (tests/test_simd.c). For finite x; NaN stays NaN here (the x86 vector clamps it to -104). */
+ * (tests/test_simd_kernels.c). For finite x; NaN stays NaN here (the x86 vector clamps it to -104). */
 #ifndef LLMM_EXP_POLY_H
 #define LLMM_EXP_POLY_H
 

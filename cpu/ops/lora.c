@@ -17,7 +17,7 @@
  * Both passes go through the kernel table's attention kernels (attn_scores, attn_values and
  * their F16 forms), which compute each output from its row and column alone, whatever the
  * number of query vectors (here: rows) in a call, so a row's delta is the same in any batch,
- * tile, item split or thread count (tests/backend_conformance.c checks it bit for bit). */
+ * tile, item split or thread count (tests/support/backend_conformance.c checks it bit for bit). */
 #include "cpu_backend.h"
 #include "format/quant.h"
 

@@ -1,7 +1,7 @@
-// What the kernel tests (tests/cuda/test_*.cpp) share: a seeded xorshift32 stream and copies of
-// host arrays to and from device memory that fail the running cmocka test on a CUDA error.
-// Include after <cmocka.h>. The copies go through cudaMalloc and cudaMemcpy only, which the
-// SIMT emulation maps to host memory, so a test is one source for both builds.
+// What the kernel tests (tests/cuda/test_*.cpp) share beyond tests/support/ (whose RNG they draw
+// their data from): copies of host arrays to and from device memory that fail the running cmocka
+// test on a CUDA error. Include after <cmocka.h>. The copies go through cudaMalloc and cudaMemcpy
+// only, which the SIMT emulation maps to host memory, so a test is one source for both builds.
 #ifndef LLMM_TEST_CUDA_DEVICE_TEST_UTIL_H
 #define LLMM_TEST_CUDA_DEVICE_TEST_UTIL_H
 
@@ -10,18 +10,6 @@
 #include <vector>
 
 #include "simt.h"
-
-// One step of Marsaglia's xorshift32 on *state (never 0).
-static inline uint32_t xorshift32(uint32_t *state) {
-    uint32_t x = *state;
-    x ^= x << 13, x ^= x >> 17, x ^= x << 5;
-    return *state = x;
-}
-
-// Uniform in [lo, hi) from 24 bits of the stream.
-static inline float xorshift32_uniform(uint32_t *state, float lo, float hi) {
-    return lo + (hi - lo) * (float)(xorshift32(state) >> 8) / 16777216.0f;
-}
 
 // A device copy of host[0..n), one byte longer (so that n = 0 still allocates).
 template <class T> static T *to_device(const T *host, size_t n) {

@@ -47,10 +47,12 @@ extern "C" {
 #include "gemm.h"
 
 #include "device_test_util.h"
+#include "support/numeric.h"
+#include "support/rng.h"
 
-static uint32_t rng_state = 0x6a09e667u;
-static uint32_t rng() { return xorshift32(&rng_state); }
-static float uniform(float lo, float hi) { return xorshift32_uniform(&rng_state, lo, hi); }
+static test_rng rng_state = rng_seeded(0x6a09e667u); // the data stream (support/rng.h)
+static uint32_t rng() { return rng_u32(&rng_state); }
+static float uniform(float lo, float hi) { return rng_float(&rng_state, lo, hi); }
 static size_t below(size_t n) { return rng() % n; }
 
 static const uint32_t k_poison_bits = 0x7fa5a5a5u; // a NaN no computation makes
@@ -58,11 +60,6 @@ static float poison_float() {
     float f;
     std::memcpy(&f, &k_poison_bits, sizeof f);
     return f;
-}
-static uint32_t bits_of(float f) {
-    uint32_t u;
-    std::memcpy(&u, &f, sizeof u);
-    return u;
 }
 
 static cu_lt *new_lt() {
@@ -76,7 +73,7 @@ static cu_lt *new_lt() {
 // ---------------------------------------------------------------- llmm__cu_lt_matmul
 
 static uint16_t f16_bits(float v) { return llmm__f32_to_f16(v); }
-static uint16_t bf16_bits(float v) { return (uint16_t)(llmm_bf16_round_bits(bits_of(v)) >> 16); }
+static uint16_t bf16_bits(float v) { return (uint16_t)(llmm_bf16_round_bits(bits_of_f32(v)) >> 16); }
 
 // A rows x cols column-major operand with leading dimension ld, in ab_type: its device bytes
 // (padding rows NaN) and its values as the GEMM reads them (rounded to the type), unpadded.
@@ -144,7 +141,7 @@ static void check_lt_case(cu_lt *lt, const lt_case &t) {
         for (size_t i = 0; i < ldc; i++) {
             const float gv = got[i + j * ldc];
             if (i >= t.m) {
-                if (bits_of(gv) != k_poison_bits)
+                if (bits_of_f32(gv) != k_poison_bits)
                     fail_msg("type %u trans %d%d m %zu n %zu k %zu: padding C[%zu][%zu] written (%.9g)", t.ab_type,
                              t.trans_a, t.trans_b, t.m, t.n, t.k, i, j, (double)gv);
                 continue;
@@ -286,7 +283,7 @@ static void test_lt_refused(void **state) {
     assert_int_equal(llmm__cu_lt_matmul(lt, nullptr, nullptr), cudaErrorInvalidValue);
     assert_int_equal(llmm__cu_lt_matmul(nullptr, nullptr, &good), cudaErrorInvalidValue);
     const std::vector<float> after = from_device(dev, host.size());
-    for (float v : after) assert_int_equal(bits_of(v), k_poison_bits);
+    for (float v : after) assert_int_equal(bits_of_f32(v), k_poison_bits);
     size_t entries = 99;
     llmm__cu_lt_cache_stats(lt, &entries, nullptr);
     assert_int_equal(entries, 0);
@@ -445,7 +442,7 @@ static void check_gemm(cu_lt *lt, uint32_t type, size_t ne0, size_t ne1, size_t 
     assert_int_equal(err, 0);
     assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
     const std::vector<float> got = from_device(out_dev, n_rows * ne1 + 1);
-    assert_int_equal(bits_of(got[n_rows * ne1]), k_poison_bits);
+    assert_int_equal(bits_of_f32(got[n_rows * ne1]), k_poison_bits);
 
     // the operands as the GEMM sees them
     const uint32_t w_as = quantized(type) ? CU_LT_F16 : CU_LT_F32; // in place: exact
@@ -533,7 +530,7 @@ static void test_gemm_scratch(void **state) {
         assert_int_equal(llmm__cu_gemm_tiled(lt, nullptr, w_dev, type, ne0, ne1, x_dev, n_rows, out_dev, scratch, need, 0),
                          cudaErrorInvalidValue);
         assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
-        for (float v : from_device(out_dev, n_rows * ne1)) assert_int_equal(bits_of(v), k_poison_bits);
+        for (float v : from_device(out_dev, n_rows * ne1)) assert_int_equal(bits_of_f32(v), k_poison_bits);
         assert_int_equal(llmm__cu_gemm(lt, nullptr, w_dev, type, ne0, ne1, x_dev, n_rows, out_dev, scratch, need), 0);
         assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
         for (float v : from_device(out_dev, n_rows * ne1)) assert_true(std::isfinite(v));

@@ -35,10 +35,11 @@ extern "C" {
 #include "mma_s8.cuh"
 
 #include "device_test_util.h"
+#include "support/rng.h"
 
-static uint32_t rng_state = 0x6d2b79f5u;
-static uint32_t rng() { return xorshift32(&rng_state); }
-static float uniform(float lo, float hi) { return xorshift32_uniform(&rng_state, lo, hi); }
+static test_rng rng_state = rng_seeded(0x6d2b79f5u); // the data stream (support/rng.h)
+static uint32_t rng() { return rng_u32(&rng_state); }
+static float uniform(float lo, float hi) { return rng_float(&rng_state, lo, hi); }
 
 static void poison(float *dev, size_t n) {
     const std::vector<float> nan(n, NAN);

@@ -32,9 +32,11 @@ extern "C" {
 #include "kernels.h"
 
 #include "device_test_util.h"
+#include "support/numeric.h"
+#include "support/rng.h"
 
-static uint32_t rng_state = 0x2545f491u;
-static float uniform(float lo, float hi) { return xorshift32_uniform(&rng_state, lo, hi); }
+static test_rng rng_state = rng_seeded(0x2545f491u); // the data stream (support/rng.h)
+static float uniform(float lo, float hi) { return rng_float(&rng_state, lo, hi); }
 
 static size_t row_bytes(uint32_t type, size_t ne0) { return llmm__row_bytes(type, ne0); }
 
@@ -165,12 +167,6 @@ template <uint32_t T> static void test_matmul(void **state) {
         for (size_t n_rows : row_counts) check_matmul(T, ne0_of(T, shape), ne1_of[shape], n_rows);
 }
 
-static uint32_t bits_of(float f) {
-    uint32_t u;
-    std::memcpy(&u, &f, sizeof u);
-    return u;
-}
-
 static void check_embed(uint32_t type) {
     const char *name = llmm__type_get(type)->name;
     const size_t ne0 = ne0_of(type, 0), ne1 = 37, w_row = row_bytes(type, ne0);
@@ -198,7 +194,7 @@ static void check_embed(uint32_t type) {
         if (valid) llmm__type_get(type)->dequant_row(&table[(size_t)tokens[i] * w_row], want.data(), ne0);
         for (size_t j = 0; j < ne0; j++) {
             const float g = got[i * ne0 + j];
-            if (valid ? bits_of(g) != bits_of(want[j]) : !std::isnan(g))
+            if (valid ? bits_of_f32(g) != bits_of_f32(want[j]) : !std::isnan(g))
                 fail_msg("%s embed of token %d: value %zu is %.9g, want %.9g", name, tokens[i], j, (double)g,
                          valid ? (double)want[j] : NAN);
         }

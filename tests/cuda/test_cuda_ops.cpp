@@ -1,7 +1,7 @@
 // The kernels of cuda/norm_rope_act.cu and cuda/attention.cu, run on the CPU by the SIMT
 // emulation (tests/simt/simt.h), against the CPU backend's own implementations of the same ops
 // and a float64 reference, on seeded random odd-sized data (never zero). Tolerances are
-// tests/backend_conformance.c's for the same ops (cited at each check), measured against the
+// tests/support/backend_conformance.c's for the same ops (cited at each check), measured against the
 // float64 reference; the CPU backend passes the same bounds there, so device and CPU results
 // lie within twice the bound of each other, which is checked too. Exact where the conformance
 // test is exact (add, add_rows, scale) and where the formats allow (kv_write: the pool's bytes
@@ -25,6 +25,8 @@ extern "C" { // this cmocka.h declares its functions without C linkage for C++
 #include "kernels.h"
 #include "softmax_merge.cuh"
 #include "device_test_util.h"
+#include "support/numeric.h"
+#include "support/rng.h"
 
 extern "C" {
 #include "model/arch.h"
@@ -55,33 +57,16 @@ llmm_status llmm__cpu_kv_store_rows(const llmm_kv_view *views, const int32_t *po
                               const float *v, size_t kv_dim);
 }
 
-#define U_F32 (1.0 / 16777216.0) /* 2^-24 */
-
 namespace {
 
 void *g_cpu; // the CPU backend's state, one thread (its table's slots take host pointers)
 
 // ------------------------------------------------------------------ random data, device memory
 
-uint64_t g_rng;
-void rng_seed(uint64_t s) { g_rng = s * 0x9e3779b97f4a7c15ull + 1; }
-uint64_t rng_u64() {
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return g_rng;
-}
-uint32_t rng_below(uint32_t n) { return (uint32_t)(rng_u64() % n); }
-// Uniform in [lo, hi), never 0, so a value that is skipped or zeroed shows.
-float rng_float(float lo, float hi) {
-    for (;;) {
-        const float f = lo + (hi - lo) * (float)((rng_u64() >> 40) * (1.0 / 16777216.0));
-        if (f != 0.0f) return f;
-    }
-}
+test_rng g_rng; // the data stream (support/rng.h: uniform floats never 0), seeded by each test
 std::vector<float> rand_floats(size_t n, float lo, float hi) {
     std::vector<float> v(n);
-    for (float &f : v) f = rng_float(lo, hi);
+    for (float &f : v) f = rng_float(&g_rng, lo, hi);
     return v;
 }
 
@@ -107,7 +92,7 @@ int teardown(void **) {
 
 // backend_conformance.c check_rms_norm: at most 7 float roundings, tolerance 10u |ref|.
 void test_rms_norm(void **) {
-    rng_seed(31);
+    rng_seed(&g_rng, 31);
     const size_t dims[] = {1, 7, 33, 173, 1001, 4099}, rows[] = {1, 3, 5};
     for (size_t di = 0; di < sizeof dims / sizeof *dims; di++)
         for (size_t ri = 0; ri < sizeof rows / sizeof *rows; ri++) {
@@ -142,7 +127,7 @@ const size_t k_elem_sizes[] = {1, 7, 31, 33, 173, 1001, 70001};
 // add and scale: one float operation per value, exact (check_elementwise). softcap: cap *
 // tanh(x / cap) with the quotient rounded twice and tanh within two ulps: 4u (|x| + |ref|).
 void test_elementwise(void **) {
-    rng_seed(72);
+    rng_seed(&g_rng, 72);
     for (size_t si = 0; si < sizeof k_elem_sizes / sizeof *k_elem_sizes; si++) {
         const size_t n = k_elem_sizes[si];
         const std::vector<float> a = rand_floats(n, -50.0f, 50.0f), b = rand_floats(n, -2.0f, 2.0f);
@@ -157,7 +142,7 @@ void test_elementwise(void **) {
             if (got[i] != cpu[i]) fail_msg("add value %zu: %.9g want %.9g", i, got[i], cpu[i]);
         cudaFree(ad);
 
-        const float s = rng_float(-3.0f, 3.0f);
+        const float s = rng_float(&g_rng, -3.0f, 3.0f);
         ad = to_device(a.data(), n);
         cpu = a;
         assert_int_equal(llmm__cu_scale(nullptr, ad, n, s), 0);
@@ -201,7 +186,7 @@ void test_elementwise(void **) {
 // sqrt(2/pi) (g + 0.044715 g^3) carries ~5 roundings and 1 + tanh(z) cancels for negative g,
 // within 0.5 |g up| (5u |z| + 4u) + 6u |ref|.
 void test_glu(void **) {
-    rng_seed(71);
+    rng_seed(&g_rng, 71);
     for (uint32_t act = 0; act < 2; act++)
         for (size_t si = 0; si < sizeof k_elem_sizes / sizeof *k_elem_sizes; si++) {
             const size_t n = k_elem_sizes[si];
@@ -236,7 +221,7 @@ void test_glu(void **) {
 // relative (with the frequency scale and factor); cos/sin, mscale and the rotation a few u:
 // |err| <= mscale (|x0| + |x1|) (2 |d theta_i| + 8u). Values past n_rot stay bit for bit.
 void test_rope(void **) {
-    rng_seed(61);
+    rng_seed(&g_rng, 61);
     const size_t shapes[][2] = {{8, 8}, {64, 64}, {10, 6}, {64, 32}, {2, 2}, {24, 24}, {12, 4}, {128, 128}};
     const float bases[] = {10000.0f, 1000000.0f};
     enum { N_ROWS = 7, N_HEADS = 3 };
@@ -245,7 +230,7 @@ void test_rope(void **) {
             for (size_t bi = 0; bi < 2; bi++) {
                 const size_t hd = shapes[sh][0], n_rot = shapes[sh][1], n = (size_t)N_ROWS * N_HEADS * hd;
                 const int scaled = (int)((sh + bi) % 2); // freq factors, freq_scale, mscale
-                const int32_t pos[N_ROWS] = {0, 1, 7, 101, 1023, 3999, (int32_t)(2 * rng_below(2000) + 1)};
+                const int32_t pos[N_ROWS] = {0, 1, 7, 101, 1023, 3999, (int32_t)(2 * rng_below(&g_rng, 2000) + 1)};
                 const std::vector<float> ff = rand_floats(n_rot / 2, 1.0f, 8.0f), x = rand_floats(n, -2.0f, 2.0f);
                 float *xd = to_device(x.data(), n), *ffd = to_device(ff.data(), ff.size());
                 int32_t *posd = to_device(pos, N_ROWS);
@@ -335,15 +320,15 @@ void fill_pool_rows(pool &p) {
     for (size_t r = 0; r < n_rows; r++) {
         uint8_t *row = &p.host[r * p.kv.row_bytes];
         for (size_t e = 0; e < p.kv.head_dim; e++) {
-            const float f = rng_float(-2.0f, 2.0f);
+            const float f = rng_float(&g_rng, -2.0f, 2.0f);
             if (p.kv.type == LLMM_KV_F32) memcpy(row + 4 * e, &f, 4);
             else if (p.kv.type == LLMM_KV_F16) {
                 const llmm_f16 h = llmm__f32_to_f16(f);
                 memcpy(row + 2 * e, &h, 2);
-            } else row[4 + e] = (uint8_t)(int8_t)((int)rng_below(255) - 127);
+            } else row[4 + e] = (uint8_t)(int8_t)((int)rng_below(&g_rng, 255) - 127);
         }
         if (p.kv.type == LLMM_KV_Q8) {
-            const float scale = rng_float(0.004f, 0.016f);
+            const float scale = rng_float(&g_rng, 0.004f, 0.016f);
             memcpy(row, &scale, 4);
         }
     }
@@ -351,7 +336,7 @@ void fill_pool_rows(pool &p) {
 
 void shuffled_ids(uint32_t *ids, uint32_t n) {
     for (uint32_t i = 0; i < n; i++) ids[i] = i;
-    for (uint32_t i = n - 1; i > 0; i--) std::swap(ids[i], ids[rng_below(i + 1)]);
+    for (uint32_t i = n - 1; i > 0; i--) std::swap(ids[i], ids[rng_below(&g_rng, i + 1)]);
 }
 
 // One step on the device: positions, and per row the offset of its block table in tables.
@@ -408,7 +393,7 @@ uint32_t plan_tables(const std::vector<int32_t> &pos, int prompt, uint32_t bs_sh
 // positions of one sequence (layer 0), through shuffled, disjoint block tables; the whole pool
 // afterwards byte for byte the CPU's (llmm__cpu_kv_store_rows on the same bytes).
 void test_kv_write(void **) {
-    rng_seed(81);
+    rng_seed(&g_rng, 81);
     enum { NL = 2 };
     const uint32_t shapes[][3] = {{3, 11, 2}, {1, 256, 5}, {2, 72, 0}, {3, 40, 4}}; // n_head_kv, head_dim, bs_shift
     for (const auto &sh : shapes)
@@ -421,7 +406,7 @@ void test_kv_write(void **) {
                 std::vector<uint32_t> starts;
                 const uint32_t nb = plan_tables(pos, prompt, bs_shift, starts) + 3; // spare blocks stay as they were
                 pool p = make_pool(type, NL, nhkv, hd, bs_shift, nb);
-                for (uint8_t &b : p.host) b = (uint8_t)rng_u64();
+                for (uint8_t &b : p.host) b = (uint8_t)rng_u64(&g_rng);
                 std::vector<uint32_t> tables(nb);
                 shuffled_ids(tables.data(), nb);
                 const uint32_t layer = prompt ? 0 : 1;
@@ -480,9 +465,9 @@ bool same_bits(sm_partial x, sm_partial y) { return memcmp(&x, &y, sizeof x) == 
 // Scores spread over +-60 make most rescaling factors tiny or 0. The empty partial is the
 // identity bit for bit; sm_score is the CPU's scaled and soft-capped score.
 void test_softmax_merge(void **) {
-    rng_seed(101);
+    rng_seed(&g_rng, 101);
     for (int trial = 0; trial < 300; trial++) {
-        const size_t n = 1 + rng_below(400);
+        const size_t n = 1 + rng_below(&g_rng, 400);
         const float spread = trial % 3 ? 8.0f : 60.0f;
         const std::vector<float> s = rand_floats(n, -spread, spread), v = rand_floats(n, -2.0f, 2.0f);
         double smax = -INFINITY, sum = 0, ref = 0, mag = 0;
@@ -494,12 +479,12 @@ void test_softmax_merge(void **) {
         }
         std::vector<sm_partial> parts;
         for (size_t i = 0; i < n;) {
-            const size_t len = 1 + rng_below((uint32_t)std::min<size_t>(n - i, 48));
+            const size_t len = 1 + rng_below(&g_rng, (uint32_t)std::min<size_t>(n - i, 48));
             parts.push_back(partial_of(s, v, i, len));
-            if (rng_below(4) == 0) parts.push_back(sm_empty());
+            if (rng_below(&g_rng, 4) == 0) parts.push_back(sm_empty());
             i += len;
         }
-        for (size_t i = parts.size() - 1; i > 0; i--) std::swap(parts[i], parts[rng_below((uint32_t)i + 1)]);
+        for (size_t i = parts.size() - 1; i > 0; i--) std::swap(parts[i], parts[rng_below(&g_rng, (uint32_t)i + 1)]);
         sm_partial lr = sm_empty(), rl = sm_empty();
         for (const sm_partial &p : parts) lr = sm_merge(lr, p);
         for (size_t i = parts.size(); i-- > 0;) rl = sm_merge(parts[i], rl);
@@ -522,7 +507,7 @@ void test_softmax_merge(void **) {
     assert_true(e.m == -INFINITY && e.l == 0.0f && e.a == 0.0f);
     assert_true(sm_rescale(-INFINITY, 3.0f) == 0.0f && sm_rescale(2.0f, 2.0f) == 1.0f);
     for (int i = 0; i < 1000; i++) {
-        const float dot = rng_float(-40.0f, 40.0f), scale = rng_float(0.05f, 1.0f), cap = rng_float(0.5f, 50.0f);
+        const float dot = rng_float(&g_rng, -40.0f, 40.0f), scale = rng_float(&g_rng, 0.05f, 1.0f), cap = rng_float(&g_rng, 0.5f, 50.0f);
         if (sm_score(dot, scale, 0.0f) != dot * scale) fail_msg("sm_score without a cap: not dot * scale");
         const double raw = (double)dot * scale, capped = cap * tanh(raw / cap), got = sm_score(dot, scale, cap);
         if (!(fabs(got - capped) <= 6 * U_F32 * (fabs(raw) + fabs(capped))))
@@ -696,9 +681,9 @@ void run_attn_case(const attn_case &c) {
 // makes splits of 300 positions (two chunks each); prompt steps of one sequence; a pool that
 // is not 16-byte aligned (narrower loads). The scratch bytes only grow with the rows.
 void test_attention(void **) {
-    rng_seed(91);
+    rng_seed(&g_rng, 91);
     std::vector<int32_t> many(100);
-    for (int32_t &p : many) p = (int32_t)rng_below(40);
+    for (int32_t &p : many) p = (int32_t)rng_below(&g_rng, 40);
     many[37] = 2999;
     std::vector<int32_t> prompt12, prompt5;
     for (int32_t i = 0; i < 12; i++) prompt12.push_back(18 + i);

@@ -51,32 +51,17 @@ extern "C" { // this cmocka.h declares its functions without C linkage for C++
 #include "kernels.h"
 #include "prefill_attention.h"
 #include "device_test_util.h"
+#include "support/numeric.h"
+#include "support/rng.h"
 
 extern "C" {
 #include "backend/backend.h"
 #include "format/quant.h"
 }
 
-#define U_F32 (1.0 / 16777216.0) /* 2^-24 */
-
 namespace {
 
-uint64_t g_rng;
-void rng_seed(uint64_t s) { g_rng = s * 0x9e3779b97f4a7c15ull + 1; }
-uint64_t rng_u64() {
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return g_rng;
-}
-uint32_t rng_below(uint32_t n) { return (uint32_t)(rng_u64() % n); }
-// Uniform in [lo, hi), never 0, so a value that is skipped or zeroed shows.
-float rng_float(float lo, float hi) {
-    for (;;) {
-        const float f = lo + (hi - lo) * (float)((rng_u64() >> 40) * (1.0 / 16777216.0));
-        if (f != 0.0f) return f;
-    }
-}
+test_rng g_rng; // the data stream (support/rng.h: uniform floats never 0), seeded by each test
 
 
 // A pool of nb blocks of 1 << bs_shift positions per (K or V, layer, head), as the core lays it
@@ -122,15 +107,15 @@ void fill_pool_rows(pool &p) {
     for (size_t r = 0; r < n_rows; r++) {
         uint8_t *row = &p.host[r * p.kv.row_bytes];
         for (size_t e = 0; e < p.kv.head_dim; e++) {
-            const float f = rng_float(-2.0f, 2.0f);
+            const float f = rng_float(&g_rng, -2.0f, 2.0f);
             if (p.kv.type == LLMM_KV_F32) memcpy(row + 4 * e, &f, 4);
             else if (p.kv.type == LLMM_KV_F16) {
                 const llmm_f16 h = llmm__f32_to_f16(f);
                 memcpy(row + 2 * e, &h, 2);
-            } else row[4 + e] = (uint8_t)(int8_t)((int)rng_below(255) - 127);
+            } else row[4 + e] = (uint8_t)(int8_t)((int)rng_below(&g_rng, 255) - 127);
         }
         if (p.kv.type == LLMM_KV_Q8) {
-            const float scale = rng_float(0.004f, 0.016f);
+            const float scale = rng_float(&g_rng, 0.004f, 0.016f);
             memcpy(row, &scale, 4);
         }
     }
@@ -309,7 +294,7 @@ void run_case(const pf_case &c) {
         // B's table, one stray block id, A's table: non-contiguous block ids, apart in the array
         std::vector<uint32_t> ids(n_blocks), tables;
         for (uint32_t i = 0; i < n_blocks; i++) ids[i] = i;
-        for (uint32_t i = n_blocks - 1; i > 0; i--) std::swap(ids[i], ids[rng_below(i + 1)]);
+        for (uint32_t i = n_blocks - 1; i > 0; i--) std::swap(ids[i], ids[rng_below(&g_rng, i + 1)]);
         tables.insert(tables.end(), ids.begin() + blocks_a, ids.begin() + blocks_a + blocks_b);
         tables.push_back(ids[n_blocks - 1]);
         tables.insert(tables.end(), ids.begin(), ids.begin() + blocks_a);
@@ -335,7 +320,7 @@ void run_case(const pf_case &c) {
         // a score scale larger than 1/sqrt(hd) so that the softmax is far from uniform
         const float scale = 4.0f / sqrtf((float)hd);
         std::vector<float> q(n_out);
-        for (float &f : q) f = rng_float(-1.0f, 1.0f);
+        for (float &f : q) f = rng_float(&g_rng, -1.0f, 1.0f);
         const std::vector<float> poison(n_out + GUARD, NAN);
         float *qd = to_device(q.data(), n_out), *od = to_device(poison.data(), poison.size());
         float *od2 = to_device(poison.data(), poison.size());
@@ -378,7 +363,7 @@ void run_case(const pf_case &c) {
 }
 
 void test_prefill_attention(void **) {
-    rng_seed(2024);
+    rng_seed(&g_rng, 2024);
     const pf_case cases[] = {
         // name, K/V heads, group, head_dim, log2 block, window, softcap, chunk A, chunk B
         {"group 1, head_dim 64, blocks of 16", 2, 1, 64, 4, 0, 0.0f, {21, 37, 0, 0}, {0, 5, 0, 0}},

@@ -40,10 +40,11 @@ extern "C" {
 #include "sample.h"
 
 #include "device_test_util.h"
+#include "support/rng.h"
 
-static uint32_t rng_state = 0x9e3779b9u;
-static uint32_t rng() { return xorshift32(&rng_state); }
-static float uniform(float lo, float hi) { return xorshift32_uniform(&rng_state, lo, hi); }
+static test_rng rng_state = rng_seeded(0x9e3779b9u); // the data stream (support/rng.h)
+static uint32_t rng() { return rng_u32(&rng_state); }
+static float uniform(float lo, float hi) { return rng_float(&rng_state, lo, hi); }
 
 static const int ROWS_PER_LAUNCH = 5, ROWS_PER_MODE = 1000, POISON = -7;
 static const size_t MAX_VOCAB = 32000;

@@ -1,4 +1,4 @@
-/* A backend module for tests (lib/backend_module.h): the handle backend (tests/handle_backend.h,
+/* A backend module for tests (lib/backend_module.h): the handle backend (tests/support/handle_backend.h,
  * the CPU backend behind opaque buffers) posing as a CUDA backend, so that the core's module
  * loading, selection and unloading run on a machine without a GPU. One variant per refusal the
  * loader must make, chosen by a define:
@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "backend/backend_module.h"
-#include "handle_backend.h"
+#include "support/handle_backend.h"
 
 /* The symbol the core looks up (LLMM_BACKEND_MODULE_ENTRY); its type is llmm_backend_module_fn. */
 __attribute__((visibility("default"))) const llmm_backend_ops *llmm_backend_module(uint32_t core_api_version);

@@ -2,10 +2,18 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import unittest
 import sys
 from typing import Dict, List, Optional
+
+# A process started with SIGINT ignored (a background job of a non-interactive shell, nohup)
+# keeps it ignored, and Python then installs no KeyboardInterrupt handler: the Ctrl-C tests
+# (test_errors, test_generate) would send their SIGINT into nothing. Python's own handler, as
+# in a terminal, so that the suite does not depend on how it was started.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 SHARED = os.environ.get("LLMM_SHARED", "../shared")
 MODEL = os.path.join(SHARED, "models", "stories260K.gguf")

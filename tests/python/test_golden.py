@@ -10,7 +10,7 @@ from support import golden_ids, golden_logits, shared
 # the CUDA backend's kernels emulated on the CPU (make test builds it): the CUDA code path
 CUDA_EMU = os.path.join(os.environ.get("LLMM_BUILD", "build"), "libllmmini-cuda-emu.so")
 
-# (model file, golden case, prompt, tokens that are a hard reference): tests/golden_check.c
+# (model file, golden case, prompt, tokens that are a hard reference): tests/support/golden_check.c
 CASES = [
     ("stories260K.gguf", "stories260K.f32.once", "Once upon a time", 64),
     ("stories260K.gguf", "stories260K.f32.dog", "The little dog", 64),

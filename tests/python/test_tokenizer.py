@@ -11,7 +11,7 @@ SEPARATOR = b"\n__ggml_vocab_test__\n"
 
 
 def read_cases(name: str):
-    """(text bytes, expected ids) of vocab/NAME.inp and NAME.out (tests/shared_data.c)."""
+    """(text bytes, expected ids) of vocab/NAME.inp and NAME.out (tests/support/shared_data.c)."""
     with open(shared("vocab", name + ".inp"), "rb") as f:
         texts = f.read().split(SEPARATOR)
     with open(shared("vocab", name + ".out")) as f:

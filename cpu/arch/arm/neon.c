@@ -249,7 +249,7 @@ SIMD_ALWAYS_INLINE float half_finish(const half_acc acc, const uint16_t *w, cons
  * weight vector serves two prompt rows (16 accumulators and 8 weight vectors of the 32
  * registers; the operand is loaded at each use), over blocks of HALF_BLOCK x HALF_BLOCK rows
  * that stay in cache. Each pair's lanes sum the same positions in the same order as
- * half_tile's: the same bits (test_simd compares each operand row alone with all at once).
+ * half_tile's: the same bits (test_simd_kernels compares each operand row alone with all at once).
  * Untimed: no ARM hardware here. */
 #define HALF_TILE_X 2
 #define HALF_BLOCK 16

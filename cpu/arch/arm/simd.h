@@ -47,7 +47,7 @@ SIMD_ALWAYS_INLINE double sum_tree_f64x8(const float64x2_t lo[2], const float64x
     return vaddvq_f64(vaddq_f64(vaddq_f64(lo[0], hi[0]), vaddq_f64(lo[1], hi[1])));
 }
 
-/* e^x, within 2 ulp of expf over the whole float range (tests/test_simd.c measures it): the
+/* e^x, within 2 ulp of expf over the whole float range (tests/test_simd_kernels.c measures it): the
  * x86 kernels' algorithm (arch/x86/simd.h), with the same fused steps, so both give the same bits.
  * x = n ln2 + r with |r| <= ln2/2 (ln2 in two parts, so r is exact to float rounding), e^r by
  * the Cephes degree-6 polynomial, then 2^n as two power-of-two factors so that n from -151 to

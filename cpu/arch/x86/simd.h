@@ -93,7 +93,7 @@ SIMD_ALWAYS_INLINE double hsum_pd(__m256d v) {
 SIMD_ALWAYS_INLINE __m256d widen_lo(__m256 v) { return _mm256_cvtps_pd(_mm256_castps256_ps128(v)); }
 SIMD_ALWAYS_INLINE __m256d widen_hi(__m256 v) { return _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)); }
 
-/* e^x, within 2 ulp of expf over the whole float range (tests/test_simd.c measures it):
+/* e^x, within 2 ulp of expf over the whole float range (tests/test_simd_kernels.c measures it):
  * x = n ln2 + r with |r| <= ln2/2 (ln2 in two parts, so r is exact to float rounding), e^r by
  * the Cephes degree-6 polynomial, then 2^n as two power-of-two factors so that n from -151 to
  * 129 neither wraps the exponent field nor loses the gradual underflow: results past the

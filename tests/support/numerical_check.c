@@ -1,4 +1,4 @@
-#include "numerical_check.h"
+#include "support/numerical_check.h"
 
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,7 +14,8 @@
 
 #include "format/gguf.h"
 #include "format/quant.h"
-#include "shared_data.h"
+#include "support/fixtures.h"
+#include "support/shared_data.h"
 
 uint8_t *read_model_with_bad_norm(const char *rel, float bad, size_t stride, size_t *n) {
     char src[1024];
@@ -55,8 +56,8 @@ typedef struct damaged {
 
 static void open_damaged(damaged *dm, float bad, const llmm_context_params *p) {
     write_damaged_model(bad, dm->path, sizeof dm->path);
-    assert_int_equal(llmm_model_load(dm->path, NULL, &dm->model), LLMM_OK);
-    assert_int_equal(llmm_context_create(dm->model, p, &dm->ctx), LLMM_OK);
+    dm->model = load_model(dm->path, NULL);
+    dm->ctx = make_context(dm->model, p);
 }
 
 static void close_damaged(damaged *dm) {

@@ -24,25 +24,20 @@
 #include <string.h>
 #include <time.h>
 
-#include "backend_conformance.h"
+#include "support/backend_conformance.h"
 #include "backend/backend_module.h"
-#include "decode_sample_check.h"
-#include "numerical_check.h"
-#include "golden_check.h"
+#include "support/decode_sample_check.h"
+#include "support/fixtures.h"
+#include "support/numerical_check.h"
+#include "support/golden_check.h"
 #include "format/quant.h"
 #include "llmmini.h"
 #include "model/model.h"
-#include "shared_data.h"
+#include "support/shared_data.h"
 
 #define MAX_IDS GOLDEN_MAX_IDS
 
 static char module_path[4096];
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static void find_module(const char *argv0) {
     const char *env = getenv("LLMM_CUDA_EMU_MODULE");
@@ -130,14 +125,6 @@ static void test_weight_sharing(void **state) {
 
 /* ------------------------------------------------------------------ whole models */
 
-static llmm_model *load_model(const char *name) {
-    char rel[512], path[1024];
-    snprintf(rel, sizeof rel, "models/%s", name);
-    llmm_model *m = NULL;
-    assert_int_equal(llmm_model_load(shared_path(path, sizeof path, rel), NULL, &m), LLMM_OK);
-    return m;
-}
-
 static llmm_context_params context_params(llmm_backend_kind backend, uint32_t n_ctx, uint32_t n_seq, uint32_t n_batch,
                                           llmm_kv_type kv_type) {
     llmm_context_params p;
@@ -151,27 +138,10 @@ static llmm_context_params context_params(llmm_backend_kind backend, uint32_t n_
     return p;
 }
 
-static llmm_context *make_context(llmm_model *m, const llmm_context_params *p) {
-    llmm_context *c = NULL;
-    const llmm_status st = llmm_context_create(m, p, &c);
-    if (st != LLMM_OK) {
-        char msg[512] = "";
-        llmm_model_last_error(m, msg, sizeof msg);
-        fail_msg("llmm_context_create on backend %d: %s: %s", (int)p->backend, llmm_status_str(st), msg);
-    }
-    return c;
-}
-
 static llmm_context *cuda_context(llmm_model *m, uint32_t n_ctx, uint32_t n_seq, uint32_t n_batch,
                                   llmm_kv_type kv_type) {
     const llmm_context_params p = context_params(LLMM_BACKEND_CUDA, n_ctx, n_seq, n_batch, kv_type);
     return make_context(m, &p);
-}
-
-static size_t tokenize(const llmm_model *m, const char *text, llmm_token *ids) {
-    size_t n = 0;
-    assert_int_equal(llmm_tokenize(m, text, strlen(text), LLMM_TOKENIZE_ADD_SPECIAL, ids, MAX_IDS, &n), LLMM_OK);
-    return n;
 }
 
 static size_t vocab_size(const llmm_model *m) {
@@ -199,7 +169,7 @@ static void test_golden(void **state) {
     const double t0 = now_s();
     {
         /* the CUDA backend resolves to the module, which keeps its buffers in device memory */
-        llmm_model *m = load_model("stories260K.gguf");
+        llmm_model *m = load_model("stories260K.gguf", NULL);
         llmm_context_params p;
         llmm_context_params_default(&p, sizeof p);
         p.backend = LLMM_BACKEND_CUDA;
@@ -213,7 +183,7 @@ static void test_golden(void **state) {
         if (strncmp(gc->model, "stories260K", 11) != 0) continue;
         golden_run g;
         assert_int_equal(golden_load("golden/stories260K", gc->golden, &g), 0);
-        llmm_model *m = load_model(gc->model);
+        llmm_model *m = load_model(gc->model, NULL);
         llmm_context *c = cuda_context(m, 256, 1, 256, LLMM_KV_F32);
         const golden_result r = golden_compare(m, c, &g, gc->prompt);
         print_message("%-30s cuda-emu, KV f32: max |logit diff| %.2e, greedy agreement %zu/%zu (hard bar %zu)\n",
@@ -228,13 +198,6 @@ static void test_golden(void **state) {
     }
     assert_true(n >= 7);
     print_message("golden cases on the emulated CUDA module: %.1f s\n", now_s() - t0);
-}
-
-static llmm_token argmax(const float *v, size_t n) {
-    size_t best = 0;
-    for (size_t i = 1; i < n; i++)
-        if (v[i] > v[best]) best = i;
-    return (llmm_token)best;
 }
 
 /* ------------------------------------------------------------------ architectures */
@@ -405,9 +368,9 @@ static double check_state_exchange(llmm_model *m, llmm_kv_type kv, const llmm_to
 /* One file with one KV type on both backends: every logits row within kv_tolerance, the same
  * greedy tokens, and a decode on exchanged K/V within CPU_LOGITS_TOLERANCE. */
 static void check_file_against_cpu(const char *file, llmm_kv_type kv) {
-    llmm_model *m = load_model(file);
+    llmm_model *m = load_model(file, NULL);
     llmm_token ids[MAX_IDS];
-    const size_t n = tokenize(m, k_long_prompt, ids);
+    const size_t n = tokenize(m, k_long_prompt, ids, MAX_IDS);
     assert_true(n > 16 && n > PREFILL_CHUNK);
     greedy_trace cpu, cuda, cpu_f32 = {.logits = NULL};
     run_greedy(m, LLMM_BACKEND_CPU, kv, ids, n, NULL, &cpu);
@@ -514,9 +477,9 @@ static size_t fork_row(int s, int k) {
 }
 
 static void check_fork(llmm_kv_type kv) {
-    llmm_model *m = load_model("stories260K.gguf");
+    llmm_model *m = load_model("stories260K.gguf", NULL);
     llmm_token ids[MAX_IDS];
-    const size_t n = tokenize(m, k_long_prompt, ids);
+    const size_t n = tokenize(m, k_long_prompt, ids, MAX_IDS);
     assert_true(n % FORK_BLOCK != 0 && n > FORK_BLOCK); /* the fork's tail block is partly filled */
     llmm_context_params p = context_params(LLMM_BACKEND_CPU, 64, 4, 16, kv);
     p.kv_block_size = FORK_BLOCK;
@@ -594,13 +557,13 @@ static void test_prefill_whole_and_chunked(void **state) {
     static const char *const prompts[] = {k_long_prompt, "Once upon a time", "The little dog"};
     static const char *const paths[] = {"default", "lt"};
     for (size_t f = 0; f < sizeof files / sizeof *files; f++) {
-        llmm_model *m = load_model(files[f]);
+        llmm_model *m = load_model(files[f], NULL);
         const size_t nv = vocab_size(m);
         for (size_t pa = 0; pa < (f == 0 ? 1u : 2u); pa++) {
             const double bound = pa == 0 ? CPU_LOGITS_TOLERANCE : 0.5;
             for (size_t pi = 0; pi < sizeof prompts / sizeof *prompts; pi++) {
                 llmm_token ids[MAX_IDS];
-                const size_t n = tokenize(m, prompts[pi], ids);
+                const size_t n = tokenize(m, prompts[pi], ids, MAX_IDS);
                 double worst[2] = {0, 0};
                 size_t agree[2] = {0, 0};
                 llmm_context_params p = context_params(LLMM_BACKEND_CPU, 64, 1, 64, LLMM_KV_F32);
@@ -644,11 +607,11 @@ static void test_prefill_whole_and_chunked(void **state) {
 static void test_batched_decode(void **state) {
     (void)state;
     enum { STEPS = 8, N_SEQ = 3, BLOCK = 8 };
-    llmm_model *m = load_model("stories260K-q8_0.gguf");
+    llmm_model *m = load_model("stories260K-q8_0.gguf", NULL);
     const char *prompts[N_SEQ] = {"", "Once upon a time", k_long_prompt};
     llmm_token ids[N_SEQ][MAX_IDS];
     size_t n_ids[N_SEQ];
-    for (int s = 0; s < N_SEQ; s++) n_ids[s] = tokenize(m, prompts[s], ids[s]);
+    for (int s = 0; s < N_SEQ; s++) n_ids[s] = tokenize(m, prompts[s], ids[s], MAX_IDS);
     assert_true(n_ids[0] < n_ids[1] && n_ids[1] < n_ids[2] && n_ids[2] > 2 * BLOCK);
     for (int s = 0; s < N_SEQ; s++) assert_true(n_ids[s] / BLOCK != (n_ids[s] + STEPS - 1) / BLOCK);
     llmm_context_params p = context_params(LLMM_BACKEND_CUDA, 64, N_SEQ, 32, LLMM_KV_F16);
@@ -716,7 +679,7 @@ static void test_sixteen_sequences(void **state) {
     static const char *const words[] = {"Once", "upon", "a", "time", "there", "was", "a", "little", "girl", "named",
                                         "Lily", "who", "liked", "to", "play", "in", "the", "park", "with", "her",
                                         "dog", "and", "her", "friend", "Tom", "."};
-    llmm_model *m = load_model("stories260K-q8_0.gguf");
+    llmm_model *m = load_model("stories260K-q8_0.gguf", NULL);
     const size_t nv = vocab_size(m);
     llmm_token ids[N_SEQ][MAX_IDS];
     size_t n_ids[N_SEQ];
@@ -727,7 +690,7 @@ static void test_sixteen_sequences(void **state) {
             if (w) strcat(text, " ");
             strcat(text, words[(w + (size_t)s) % (sizeof words / sizeof *words)]);
         }
-        n_ids[s] = tokenize(m, text, ids[s]);
+        n_ids[s] = tokenize(m, text, ids[s], MAX_IDS);
     }
     llmm_context_params p = context_params(LLMM_BACKEND_CUDA, 64, N_SEQ, 32, LLMM_KV_F16);
     p.kv_block_size = BLOCK;
@@ -803,9 +766,9 @@ static void decode_greedy(llmm_context *c, const llmm_token *ids, size_t n_ids, 
 static void test_graphs_and_warmup(void **state) {
     (void)state;
     enum { STEPS = 6, N_SEQ = 3 };
-    llmm_model *m = load_model("stories260K-q8_0.gguf");
+    llmm_model *m = load_model("stories260K-q8_0.gguf", NULL);
     llmm_token ids[MAX_IDS];
-    const size_t n_ids = tokenize(m, "Once upon a time", ids), nv = vocab_size(m);
+    const size_t n_ids = tokenize(m, "Once upon a time", ids, MAX_IDS), nv = vocab_size(m);
     float *graphed = malloc((size_t)STEPS * nv * sizeof *graphed), *eager = malloc((size_t)STEPS * nv * sizeof *eager);
     assert_non_null(graphed);
     assert_non_null(eager);
@@ -851,7 +814,7 @@ static void test_graphs_and_warmup(void **state) {
  * different sampler settings decoded together; the logits copied back when llmm_logits asks. */
 static void test_decode_sample(void **state) {
     (void)state;
-    llmm_model *m = load_model("stories260K-q8_0.gguf");
+    llmm_model *m = load_model("stories260K-q8_0.gguf", NULL);
     const llmm_context_params p = context_params(LLMM_BACKEND_CUDA, 64, 3, 16, LLMM_KV_F16);
     assert_int_equal(check_decode_sample(m, &p, 12), 36);
     llmm_model_free(m);
@@ -886,7 +849,7 @@ static llmm_adapter *load_lora(const llmm_model *m, const char *rel) {
 static void test_lora_matches_cpu(void **state) {
     (void)state;
     enum { N_SEQ = 4, STEPS = 4 };
-    llmm_model *m = load_model("stories260K.gguf");
+    llmm_model *m = load_model("stories260K.gguf", NULL);
     llmm_adapter *r8 = load_lora(m, "lora/stories260K-lora-r8.gguf");
     llmm_adapter *r4 = load_lora(m, "lora/stories260K-lora-r4-attn-f16.gguf");
     llmm_adapter *const ads[N_SEQ][2] = {{r8, NULL}, {r4, NULL}, {NULL, NULL}, {r8, r4}};
@@ -898,7 +861,7 @@ static void test_lora_matches_cpu(void **state) {
     p.backend = LLMM_BACKEND_CUDA;
     ctx[1] = make_context(m, &p);
     llmm_token ids[MAX_IDS];
-    const size_t n = tokenize(m, "Once upon a time", ids);
+    const size_t n = tokenize(m, "Once upon a time", ids, MAX_IDS);
     const size_t nv = vocab_size(m);
     float *rows = malloc(2 * nv * sizeof *rows);
     assert_non_null(rows);
@@ -946,7 +909,7 @@ static void test_lora_matches_cpu(void **state) {
 
 static void test_missing_device(void **state) {
     (void)state;
-    llmm_model *m = load_model("stories260K.gguf");
+    llmm_model *m = load_model("stories260K.gguf", NULL);
     llmm_context_params p = context_params(LLMM_BACKEND_CUDA, 32, 1, 8, LLMM_KV_F16);
     p.device = 1;
     llmm_context *c = NULL;

@@ -1,4 +1,4 @@
-#include "gguf_builder.h"
+#include "support/gguf_builder.h"
 
 #include <errno.h>
 #include <stdlib.h>

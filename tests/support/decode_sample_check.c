@@ -1,5 +1,6 @@
 /* llmm_decode_sample against the host sampler (decode_sample_check.h). */
-#include "decode_sample_check.h"
+#include "support/decode_sample_check.h"
+#include "support/fixtures.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -40,17 +41,13 @@ static llmm_sampler *make_sampler(int row, uint64_t seed) {
 
 size_t check_decode_sample(llmm_model *m, const llmm_context_params *p, int steps) {
     static const char *const prompts[N_ROWS] = {"Once upon a time", "The little dog", "Lily and Tom went to the"};
-    llmm_context *dev = NULL, *host = NULL;
-    assert_int_equal(llmm_context_create(m, p, &dev), LLMM_OK);
-    assert_int_equal(llmm_context_create(m, p, &host), LLMM_OK);
+    llmm_context *dev = make_context(m, p), *host = make_context(m, p);
     llmm_sampler *sd[N_ROWS], *sh[N_ROWS];
     llmm_token next_d[N_ROWS], next_h[N_ROWS];
     const llmm_seq_id seqs[N_ROWS] = {1, 0, 2};
     for (int i = 0; i < N_ROWS; i++) {
         llmm_token ids[MAX_PROMPT];
-        size_t n = 0;
-        assert_int_equal(llmm_tokenize(m, prompts[i], strlen(prompts[i]), LLMM_TOKENIZE_ADD_SPECIAL, ids, MAX_PROMPT, &n),
-                         LLMM_OK);
+        const size_t n = tokenize(m, prompts[i], ids, MAX_PROMPT);
         assert_int_equal(llmm_prefill(dev, seqs[i], ids, n, 0), LLMM_OK);
         assert_int_equal(llmm_prefill(host, seqs[i], ids, n, 0), LLMM_OK);
         next_d[i] = next_h[i] = ids[n - 1];

@@ -2,8 +2,9 @@
  * NEON, NEON dotprod on aarch64), against the scalar reference (the type's vec_dot, the
  * scalar kernel table) on seeded random data (never zeros) and odd sizes; a table the CPU
  * lacks is skipped with a printed reason.
- * Then the CPU backend with each table forced (LLMM_CPU_KERNELS) at 1, 2 and 3 threads, and
- * the thread pool's chunk hand-out.
+ * Then the CPU backend with each table forced (LLMM_CPU_KERNELS) at 1, 2 and 3 threads, the
+ * kernel selection, and the packed weight copies the tables make. (The scalar dots against
+ * float64: test_weight_formats.c; the thread pool: test_threadpool.c.)
  *
  * Tolerances (u = 2^-24):
  *  - Q8 and Q8_K operands (activation quantization), f16 operand rounding: exact (quants,
@@ -49,7 +50,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "backend/backend.h"
@@ -57,11 +57,11 @@
 #include "kernel_table.h"
 #include "kv_rows.h"
 #include "packed_tiles.h"
+#include "support/alloc.h"
+#include "support/fixtures.h"
+#include "support/numeric.h"
+#include "support/rng.h"
 #include "format/quant.h"
-#include "threadpool.h"
-
-#define U_F32 (1.0 / 16777216.0)
-#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 /* The tables of this build's architecture (the others compile to nothing). */
 #if defined(__aarch64__)
@@ -74,57 +74,8 @@ static const char *const k_isa_names[CPU_ISA_COUNT] = {"scalar", "avx2",    "avx
 
 /* ------------------------------------------------------------------ helpers */
 
-static uint64_t rng_state;
-
-static void rng_seed(uint64_t s) { rng_state = s * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull; }
-
-static uint64_t rng_u64(void) {
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-/* uniform in [lo, hi), never exactly zero */
-static float rng_float(float lo, float hi) {
-    for (;;) {
-        const double t = (double)(rng_u64() >> 11) * (1.0 / 9007199254740992.0);
-        const float v = (float)(lo + (hi - lo) * t);
-        if (v != 0.0f) return v;
-    }
-}
-
-static void *xmalloc(size_t bytes) {
-    void *p = malloc(bytes ? bytes : 1);
-    assert_non_null(p);
-    return p;
-}
-
-static float *rand_floats(size_t n, float lo, float hi) {
-    float *p = xmalloc(n * sizeof *p);
-    for (size_t i = 0; i < n; i++) p[i] = rng_float(lo, hi);
-    return p;
-}
-
-static uint32_t bits_of(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-static void fill_nan(float *p, size_t n) {
-    for (size_t i = 0; i < n; i++) p[i] = NAN;
-}
-
-#define CHECK_CLOSE(got, ref, tol, ...)                                                                  \
-    do {                                                                                                 \
-        const double g_ = (double)(got), r_ = (double)(ref), t_ = (double)(tol);                         \
-        if (!(fabs(g_ - r_) <= t_)) {                                                                    \
-            print_error(__VA_ARGS__);                                                                    \
-            print_error(": got %.9g ref %.9g |diff| %.3g tol %.3g\n", g_, r_, fabs(g_ - r_), t_);        \
-            fail();                                                                                      \
-        }                                                                                                \
-    } while (0)
+/* The data stream: every test seeds it (rng_seed) before drawing. */
+static test_rng rng;
 
 /* The table for isa, or NULL after printing why it is skipped. */
 static const cpu_kernels *simd_table(cpu_isa isa) {
@@ -157,7 +108,7 @@ static void fill_q8_cases(float *x, size_t n) {
         float *xb = x + b * 32;
         const int kind = (int)(b % 5);
         const float scale = kind == 0 ? 1e-3f : kind == 1 ? 300.0f : 1.0f;
-        for (int j = 0; j < 32; j++) xb[j] = rng_float(-2.0f * scale, 2.0f * scale);
+        for (int j = 0; j < 32; j++) xb[j] = rng_float(&rng, -2.0f * scale, 2.0f * scale);
         if (kind == 2)
             for (int j = 0; j < 32; j++) xb[j] = j == 0 ? 127.0f : (float)(j % 2 ? 1 : -1) * ((float)(j % 40) + 0.5f);
         if (kind == 3)
@@ -178,7 +129,7 @@ static void check_quantize_q8_1(const cpu_kernels *k, const float *x, size_t n) 
     for (size_t b = 0; b < nb; b++) {
         assert_memory_equal(qs + b * 32, ref[b].qs, 32);
         const float want_d = llmm__f16_to_f32(ref[b].d), want_s = llmm__f16_to_f32(ref[b].s);
-        if (bits_of(d[b]) != bits_of(want_d) || (bits_of(s[b]) != bits_of(want_s) && !(isnan(s[b]) && isnan(want_s))))
+        if (bits_of_f32(d[b]) != bits_of_f32(want_d) || (bits_of_f32(s[b]) != bits_of_f32(want_s) && !(isnan(s[b]) && isnan(want_s))))
             fail_msg("%s q8_1 n=%zu block %zu: d %.9g s %.9g, want %.9g %.9g", k->name, n, b, (double)d[b],
                      (double)s[b], (double)want_d, (double)want_s);
     }
@@ -194,7 +145,7 @@ static void test_quantize_q8_exact(void **state) {
     for (size_t ii = 0; ii < ARRAY_LEN(k_simd_isas); ii++) {
         const cpu_kernels *k = simd_table(k_simd_isas[ii]);
         if (!k) continue;
-        rng_seed(1001);
+        rng_seed(&rng, 1001);
         for (size_t si = 0; si < ARRAY_LEN(sizes); si++) {
             const size_t n = sizes[si], nb = n / 32;
             float *x = xmalloc(n * sizeof *x);
@@ -214,7 +165,7 @@ static void test_quantize_q8_exact(void **state) {
                                  qs[b * 32 + j], ref[b].qs[j], (double)x[b * 32 + j]);
                     want_sum += ref[b].qs[j];
                 }
-                if (bits_of(d[b]) != bits_of(llmm__f16_to_f32(ref[b].d)))
+                if (bits_of_f32(d[b]) != bits_of_f32(llmm__f16_to_f32(ref[b].d)))
                     fail_msg("%s q8 n=%zu block %zu scale %.9g want %.9g", k->name, n, b, (double)d[b],
                              (double)llmm__f16_to_f32(ref[b].d));
                 assert_int_equal(sum[b], want_sum);
@@ -238,11 +189,11 @@ static void test_quantize_q8_non_finite(void **state) {
     for (size_t ii = 0; ii < ARRAY_LEN(k_simd_isas); ii++) {
         const cpu_kernels *k = simd_table(k_simd_isas[ii]);
         if (!k) continue;
-        rng_seed(1003);
+        rng_seed(&rng, 1003);
         float *x = xmalloc(N * sizeof *x), *d = xmalloc(N / 32 * sizeof *d);
         int8_t *qs = xmalloc(N);
         int32_t *sum = xmalloc(N / 32 * sizeof *sum);
-        for (size_t i = 0; i < N; i++) x[i] = rng_float(-3.0f, 3.0f);
+        for (size_t i = 0; i < N; i++) x[i] = rng_float(&rng, -3.0f, 3.0f);
         for (size_t b = 0; b < N / 32; b++) {
             const float bad[3] = {NAN, INFINITY, -INFINITY};
             for (size_t j = 0; j <= b % 4; j++) x[b * 32 + (b * 7 + j * 13) % 32] = bad[(b + j) % 3];
@@ -278,42 +229,42 @@ static void test_quantize_q8_non_finite(void **state) {
 enum { Q8K_KINDS = 13 };
 static void fill_q8k_block(float *x, int kind) {
     const float scale = kind == 0 ? 1e-3f : kind == 1 ? 300.0f : 1.0f;
-    for (int j = 0; j < QK_K; j++) x[j] = rng_float(-2.0f * scale, 2.0f * scale);
+    for (int j = 0; j < QK_K; j++) x[j] = rng_float(&rng, -2.0f * scale, 2.0f * scale);
     switch (kind) {
     case 2:
         for (int j = 0; j < QK_K; j++)
-            x[j] = ldexpf(rng_float(1.0f, 2.0f), (int)(rng_u64() % 121) - 60) * (j % 3 ? 1.0f : -1.0f);
+            x[j] = ldexpf(rng_float(&rng, 1.0f, 2.0f), (int)(rng_u64(&rng) % 121) - 60) * (j % 3 ? 1.0f : -1.0f);
         break;
     case 3:
         for (int j = 0; j < QK_K; j++) x[j] = j % 5 ? 0.0f : -0.0f;
         break;
-    case 4: x[rng_u64() % QK_K] = -1e30f; break;
+    case 4: x[rng_u64(&rng) % QK_K] = -1e30f; break;
     case 5:
     case 6:
     case 7: {
         const float max = kind == 5 ? -127.0f : kind == 6 ? 127.0f : -254.0f, step = kind == 7 ? 2.0f : 1.0f;
         for (int j = 0; j < QK_K; j++) x[j] = (float)(j % 2 ? 1 : -1) * step * ((float)(j % 127) + 0.5f);
-        x[rng_u64() % QK_K] = max;
+        x[rng_u64(&rng) % QK_K] = max;
         break;
     }
     case 8:
-        for (int j = 0; j < QK_K; j++) x[j] = j % 4 ? rng_float(-1e-39f, 1e-39f) : 0.0f;
+        for (int j = 0; j < QK_K; j++) x[j] = j % 4 ? rng_float(&rng, -1e-39f, 1e-39f) : 0.0f;
         break;
     case 9:
-        for (int j = 0; j < QK_K; j++) x[j] = rng_float(-FLT_MAX, FLT_MAX);
+        for (int j = 0; j < QK_K; j++) x[j] = rng_float(&rng, -FLT_MAX, FLT_MAX);
         x[17] = -FLT_MAX;
         break;
     case 10: {
-        const size_t a = rng_u64() % QK_K, b = rng_u64() % QK_K;
+        const size_t a = rng_u64(&rng) % QK_K, b = rng_u64(&rng) % QK_K;
         const float m = a % 2 ? 3.5f : -3.5f;
         x[a] = m;
         if (b != a) x[b] = -m;
         break;
     }
-    case 11: x[QK_K - 1] = rng_u64() % 2 ? 7.0f : -7.0f; break;
+    case 11: x[QK_K - 1] = rng_u64(&rng) % 2 ? 7.0f : -7.0f; break;
     case 12:
         for (int j = 0; j < QK_K; j++) x[j] = 0.0f;
-        x[rng_u64() % QK_K] = rng_float(-1e-20f, 1e-20f);
+        x[rng_u64(&rng) % QK_K] = rng_float(&rng, -1e-20f, 1e-20f);
         break;
     default: break;
     }
@@ -327,7 +278,7 @@ static void test_quantize_q8k_exact(void **state) {
         const cpu_kernels *k = simd_table(k_simd_isas[ii]);
         if (!k) continue;
         if (!k->quantize_q8k) fail_msg("%s has no quantize_q8k", k->name);
-        rng_seed(1002);
+        rng_seed(&rng, 1002);
         size_t blocks = 0;
         for (size_t si = 0; si < ARRAY_LEN(sizes); si++) {
             const size_t n = sizes[si], nb = n / QK_K;
@@ -342,7 +293,7 @@ static void test_quantize_q8k_exact(void **state) {
                 k->quantize_q8k(x, qs, d, bsums, n);
                 for (size_t b = 0; b < nb; b++, blocks++) {
                     const int kind = (int)((b + r) % Q8K_KINDS);
-                    if (bits_of(d[b]) != bits_of(ref[b].d))
+                    if (bits_of_f32(d[b]) != bits_of_f32(ref[b].d))
                         fail_msg("%s q8k n=%zu row %zu block %zu (kind %d): d %.9g want %.9g", k->name, n, r, b, kind,
                                  (double)d[b], (double)ref[b].d);
                     for (int j = 0; j < QK_K; j++)
@@ -370,10 +321,10 @@ static void test_round_f16_exact(void **state) {
     for (size_t ii = 0; ii < ARRAY_LEN(k_simd_isas); ii++) {
         const cpu_kernels *k = simd_table(k_simd_isas[ii]);
         if (!k) continue;
-        rng_seed(1002);
+        rng_seed(&rng, 1002);
         for (size_t si = 0; si < ARRAY_LEN(sizes); si++) {
             const size_t n = sizes[si];
-            float *x = rand_floats(n, -70000.0f, 70000.0f); /* past the f16 range: inf */
+            float *x = rng_floats(&rng, n, -70000.0f, 70000.0f); /* past the f16 range: inf */
             for (size_t i = 0; i < n; i += 3) x[i] *= 1e-6f;    /* and subnormal halves */
             llmm_f16 *h = xmalloc(n * sizeof *h);
             float *got = xmalloc(n * sizeof *got);
@@ -409,8 +360,8 @@ static void test_round_bf16_exact(void **state) {
     uint32_t *bits = xmalloc(N * sizeof *bits);
     float *x = xmalloc(N * sizeof *x), *got = xmalloc(N * sizeof *got);
     llmm_bf16 *h = xmalloc(N * sizeof *h);
-    rng_seed(1003);
-    for (size_t i = 0; i < N; i++) bits[i] = (uint32_t)rng_u64();
+    rng_seed(&rng, 1003);
+    for (size_t i = 0; i < N; i++) bits[i] = (uint32_t)rng_u64(&rng);
     const uint32_t special[] = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0x7f800001u,
                                 0xffbfffffu, 0x00000001u, 0x007fffffu, 0x7f7fffffu, 0x7f7f8000u, 0x3f808000u,
                                 0x3f818000u, 0x3f807fffu, 0x3f818001u, 0xbf808000u};
@@ -550,7 +501,7 @@ static void check_gemm_case(const cpu_kernels *k, const mm_case *c, mm_stats *st
     assert_non_null(gemm);
     const llmm_type_traits *t = llmm__type_get(c->type);
     const size_t rb = llmm__row_bytes(c->type, c->ne0);
-    float *wf = rand_floats(c->ne0 * c->ne1, -2.0f, 2.0f), *x = rand_floats(c->ne0 * c->n_rows, -2.0f, 2.0f);
+    float *wf = rng_floats(&rng, c->ne0 * c->ne1, -2.0f, 2.0f), *x = rng_floats(&rng, c->ne0 * c->n_rows, -2.0f, 2.0f);
     uint8_t *w = xmalloc(rb * c->ne1); /* exact size: over-reads trip ASan */
     for (size_t j = 0; j < c->ne1; j++) encode_row(c->type, wf + j * c->ne0, w + j * rb, c->ne0);
     const llmm_tensor wt = {
@@ -570,8 +521,8 @@ static void check_gemm_case(const cpu_kernels *k, const mm_case *c, mm_stats *st
         for (size_t j = 0; j < c->ne1; j++) {
             const float got = out[r * c->ne1 + j], want = t->vec_dot(w + j * rb, xq, c->ne0);
             st->outputs++;
-            st->bit_equal += bits_of(got) == bits_of(want);
-            if (bits_of(got) != bits_of(want))
+            st->bit_equal += bits_of_f32(got) == bits_of_f32(want);
+            if (bits_of_f32(got) != bits_of_f32(want))
                 fail_msg("%s %s ne0=%zu ne1=%zu rows=%zu out[%zu][%zu] = %.9g, vec_dot %.9g", k->name, t->name,
                          c->ne0, c->ne1, c->n_rows, r, j, (double)got, (double)want);
         }
@@ -632,7 +583,7 @@ static void check_gemm_type(uint32_t type, uint64_t seed) {
     for (size_t ii = 0; ii < ARRAY_LEN(k_simd_isas); ii++) {
         const cpu_kernels *k = gemm_table(k_simd_isas[ii], type);
         if (!k) continue;
-        rng_seed(seed);
+        rng_seed(&rng, seed);
         mm_stats st = {0, 0};
         for (size_t a = 0; a < n_ne0; a++)
             for (size_t b = 0; b < ARRAY_LEN(ne1s); b++)
@@ -662,7 +613,7 @@ static void check_gemm_kquant(uint32_t type, uint64_t seed) {
     for (size_t ii = 0; ii < ARRAY_LEN(k_simd_isas); ii++) {
         const cpu_kernels *k = gemm_table(k_simd_isas[ii], type);
         if (!k) continue;
-        rng_seed(seed);
+        rng_seed(&rng, seed);
         mm_stats st = {0, 0};
         for (size_t a = 0; a < ARRAY_LEN(ne0s); a++)
             for (size_t b = 0; b < ARRAY_LEN(ne1s); b++)
@@ -752,7 +703,7 @@ static void check_integer_sums(uint32_t type) {
     for (size_t ii = 0; ii < ARRAY_LEN(k_simd_isas); ii++) {
         const cpu_kernels *k = simd_table(k_simd_isas[ii]);
         if (!k) continue;
-        rng_seed(2100 + type);
+        rng_seed(&rng, 2100 + type);
         const size_t rb = llmm__row_bytes(type, NE0);
         uint8_t *w = xmalloc(rb * NE1);
         memset(w, 0, rb * NE1);
@@ -760,7 +711,7 @@ static void check_integer_sums(uint32_t type) {
         float xd[NB];
         int32_t xs[NB];
         for (size_t i = 0; i < NE0; i++)
-            xq[i] = (int8_t)(i % 17 == 0 ? 127 : i % 19 == 0 ? -127 : (int)(rng_u64() % 255) - 127);
+            xq[i] = (int8_t)(i % 17 == 0 ? 127 : i % 19 == 0 ? -127 : (int)(rng_u64(&rng) % 255) - 127);
         for (size_t b = 0; b < NB; b++) {
             xd[b] = 1.0f;
             xs[b] = 0;
@@ -776,10 +727,10 @@ static void check_integer_sums(uint32_t type) {
                 for (int e = 0; e < 32; e++) {
                     int q;
                     if (type == LLMM_TYPE_Q8_0) {
-                        q = e == 3 ? -128 : e == 4 ? 127 : (int)(rng_u64() % 256) - 128;
+                        q = e == 3 ? -128 : e == 4 ? 127 : (int)(rng_u64(&rng) % 256) - 128;
                         blk[2 + e] = (uint8_t)(int8_t)q;
                     } else {
-                        const int nib = e == 0 ? 0 : e == 1 ? 15 : (int)(rng_u64() % 16);
+                        const int nib = e == 0 ? 0 : e == 1 ? 15 : (int)(rng_u64(&rng) % 16);
                         const int at = e % 16;
                         blk[2 + at] = (uint8_t)(e < 16 ? (blk[2 + at] & 0xf0) | nib : (blk[2 + at] & 0x0f) | nib << 4);
                         q = nib - 8;
@@ -877,10 +828,10 @@ static void check_integer_sums_kquant(uint32_t type, size_t d_off, size_t dmin_o
     for (size_t ii = 0; ii < ARRAY_LEN(k_simd_isas); ii++) {
         const cpu_kernels *k = gemm_table(k_simd_isas[ii], type);
         if (!k) continue;
-        rng_seed(2200 + type);
+        rng_seed(&rng, 2200 + type);
         const size_t rb = llmm__row_bytes(type, NE0);
         uint8_t *w = xmalloc(rb * NE1);
-        for (size_t i = 0; i < rb * NE1; i++) w[i] = (uint8_t)rng_u64();
+        for (size_t i = 0; i < rb * NE1; i++) w[i] = (uint8_t)rng_u64(&rng);
         for (size_t j = 0; j < NE1; j++)
             for (size_t b = 0; b < NB; b++) {
                 uint8_t *blk = w + j * rb + b * t->block_bytes;
@@ -897,7 +848,7 @@ static void check_integer_sums_kquant(uint32_t type, size_t d_off, size_t dmin_o
         block_q8_K xblk[ROWS][NB];
         for (size_t r = 0; r < ROWS; r++) {
             for (size_t i = 0; i < NE0; i++) {
-                const int v = i % 17 == 0 ? 127 : i % 19 == 0 ? -127 : (int)(rng_u64() % 255) - 127;
+                const int v = i % 17 == 0 ? 127 : i % 19 == 0 ? -127 : (int)(rng_u64(&rng) % 255) - 127;
                 xq[r * NE0 + i] = (int8_t)v;
             }
             for (size_t g = 0; g < NG; g++) {
@@ -946,10 +897,10 @@ static void check_integer_sums_legacy(uint32_t type) {
     for (size_t ii = 0; ii < ARRAY_LEN(k_simd_isas); ii++) {
         const cpu_kernels *k = gemm_table(k_simd_isas[ii], type);
         if (!k) continue;
-        rng_seed(2300 + type);
+        rng_seed(&rng, 2300 + type);
         const size_t rb = llmm__row_bytes(type, NE0);
         uint8_t *w = xmalloc(rb * NE1);
-        for (size_t i = 0; i < rb * NE1; i++) w[i] = (uint8_t)rng_u64();
+        for (size_t i = 0; i < rb * NE1; i++) w[i] = (uint8_t)rng_u64(&rng);
         for (size_t j = 0; j < NE1; j++)
             for (size_t b = 0; b < NB; b++) {
                 uint8_t *blk = w + j * rb + b * t->block_bytes;
@@ -968,7 +919,7 @@ static void check_integer_sums_legacy(uint32_t type) {
                 int sum = 0;
                 for (size_t e = 0; e < 32; e++) {
                     const size_t i = b * 32 + e;
-                    const int v = i % 17 == 0 ? 127 : i % 19 == 0 ? -127 : (int)(rng_u64() % 255) - 127;
+                    const int v = i % 17 == 0 ? 127 : i % 19 == 0 ? -127 : (int)(rng_u64(&rng) % 255) - 127;
                     xq[r * NE0 + i] = (int8_t)v;
                     sum += v;
                 }
@@ -1062,10 +1013,10 @@ static void test_exp_sub_sum(void **state) {
     for (size_t ii = 0; ii < ARRAY_LEN(k_simd_isas); ii++) {
         const cpu_kernels *k = simd_table(k_simd_isas[ii]);
         if (!k) continue;
-        rng_seed(3001);
+        rng_seed(&rng, 3001);
         for (size_t si = 0; si < ARRAY_LEN(sizes); si++) {
             const size_t n = sizes[si];
-            float *s = rand_floats(n, -20.0f, 5.0f), *orig = xmalloc(n * sizeof *orig);
+            float *s = rng_floats(&rng, n, -20.0f, 5.0f), *orig = xmalloc(n * sizeof *orig);
             memcpy(orig, s, n * sizeof *s);
             float max = -INFINITY;
             for (size_t i = 0; i < n; i++) max = fmaxf(max, s[i]);
@@ -1090,11 +1041,11 @@ static void test_silu_mul(void **state) {
     for (size_t ii = 0; ii < ARRAY_LEN(k_simd_isas); ii++) {
         const cpu_kernels *k = simd_table(k_simd_isas[ii]);
         if (!k) continue;
-        rng_seed(3002);
+        rng_seed(&rng, 3002);
         for (size_t si = 0; si < ARRAY_LEN(sizes); si++) {
             const size_t n = sizes[si];
             const float range = si % 2 ? 20.0f : 3.0f;
-            float *g = rand_floats(n, -range, range), *up = rand_floats(n, -2.0f, 2.0f);
+            float *g = rng_floats(&rng, n, -range, range), *up = rng_floats(&rng, n, -2.0f, 2.0f);
             float *out = xmalloc(n * sizeof *out);
             memcpy(out, g, n * sizeof *out);
             k->silu_mul(out, up, n);
@@ -1122,10 +1073,10 @@ static void test_rms_norm_row(void **state) {
     for (size_t ii = 0; ii < ARRAY_LEN(k_simd_isas); ii++) {
         const cpu_kernels *k = simd_table(k_simd_isas[ii]);
         if (!k) continue;
-        rng_seed(3003);
+        rng_seed(&rng, 3003);
         for (size_t si = 0; si < ARRAY_LEN(sizes); si++) {
             const size_t n = sizes[si];
-            float *x = rand_floats(n, -2.0f, 2.0f), *w = rand_floats(n, -2.0f, 2.0f), *out = xmalloc(n * sizeof *out);
+            float *x = rng_floats(&rng, n, -2.0f, 2.0f), *w = rng_floats(&rng, n, -2.0f, 2.0f), *out = xmalloc(n * sizeof *out);
             k->rms_norm_row(x, w, out, n, 1e-5f);
             double ss = 0;
             for (size_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
@@ -1173,7 +1124,7 @@ static void test_f16_to_f32(void **state) {
                 if (isnan(want)) {
                     if (!isnan(out[i]) || signbit(out[i]) != signbit(want))
                         fail_msg("%s f16 0x%04zx: not a NaN of the same sign", k->name, i);
-                } else if (bits_of(out[i]) != bits_of(want)) {
+                } else if (bits_of_f32(out[i]) != bits_of_f32(want)) {
                     fail_msg("%s f16 0x%04zx: %a, want %a", k->name, i, (double)out[i], (double)want);
                 }
             }
@@ -1192,11 +1143,11 @@ static void test_dot_axpy(void **state) {
     for (size_t ii = 0; ii < ARRAY_LEN(k_simd_isas); ii++) {
         const cpu_kernels *k = simd_table(k_simd_isas[ii]);
         if (!k) continue;
-        rng_seed(3004);
+        rng_seed(&rng, 3004);
         for (size_t si = 0; si < ARRAY_LEN(sizes); si++) {
             const size_t n = sizes[si];
-            float *a = rand_floats(n, -2.0f, 2.0f), *b = rand_floats(n, -2.0f, 2.0f);
-            float *y1 = rand_floats(n, -2.0f, 2.0f), *y2 = xmalloc(n * sizeof *y2);
+            float *a = rng_floats(&rng, n, -2.0f, 2.0f), *b = rng_floats(&rng, n, -2.0f, 2.0f);
+            float *y1 = rng_floats(&rng, n, -2.0f, 2.0f), *y2 = xmalloc(n * sizeof *y2);
             memcpy(y2, y1, n * sizeof *y1);
             double ref = 0, mag = 0;
             for (size_t i = 0; i < n; i++) {
@@ -1222,7 +1173,7 @@ static void test_dot_axpy(void **state) {
 /* The first float of got[0 .. n) whose bits differ from want's, or n. */
 static size_t first_diff(const float *got, const float *want, size_t n) {
     for (size_t i = 0; i < n; i++)
-        if (bits_of(got[i]) != bits_of(want[i])) return i;
+        if (bits_of_f32(got[i]) != bits_of_f32(want[i])) return i;
     return n;
 }
 
@@ -1230,8 +1181,8 @@ static size_t first_diff(const float *got, const float *want, size_t n) {
  * unaligned rows, as the pool's pointers are), scores and weights at stride ld > n. */
 static void check_attn_case(const cpu_kernels *k, size_t nh, size_t hd, size_t n) {
     const size_t ld = n + 5, stride = hd + 1;
-    float *q = rand_floats(nh * hd, -2.0f, 2.0f), *row_buf = rand_floats(n * stride + 1, -2.0f, 2.0f);
-    float *w = rand_floats(nh * ld, 0.0f, 1.0f), *out1 = rand_floats(nh * hd, -2.0f, 2.0f);
+    float *q = rng_floats(&rng, nh * hd, -2.0f, 2.0f), *row_buf = rng_floats(&rng, n * stride + 1, -2.0f, 2.0f);
+    float *w = rng_floats(&rng, nh * ld, 0.0f, 1.0f), *out1 = rng_floats(&rng, nh * hd, -2.0f, 2.0f);
     float *out2 = xmalloc(nh * hd * sizeof *out2), *s1 = xmalloc(nh * ld * sizeof *s1);
     float *s2 = xmalloc(nh * ld * sizeof *s2);
     const float *rows[16];
@@ -1282,7 +1233,7 @@ static void test_attn_chunk(void **state) {
             print_message("skipped %s: no attention chunk kernels\n", k->name);
             continue;
         }
-        rng_seed(3005);
+        rng_seed(&rng, 3005);
         for (size_t a = 0; a < ARRAY_LEN(nhs); a++)
             for (size_t b = 0; b < ARRAY_LEN(hds); b++)
                 for (size_t c = 0; c < ARRAY_LEN(ns); c++) check_attn_case(k, nhs[a], hds[b], ns[c]);
@@ -1294,12 +1245,12 @@ static void test_attn_chunk(void **state) {
 /* A random finite half: one in four any finite pattern (subnormals up to 65504, so the sums
  * mix magnitudes and an order change shows), else a value in [-2, 2] rounded to f16. */
 static uint16_t rand_half(void) {
-    const uint64_t r = rng_u64();
+    const uint64_t r = rng_u64(&rng);
     if ((r & 3) == 0) {
         const uint16_t h = (uint16_t)(r >> 16);
         return (h & 0x7c00) == 0x7c00 ? (uint16_t)(h & 0xbfff) : h; /* no infinities or NaNs */
     }
-    return llmm__f32_to_f16(rng_float(-2.0f, 2.0f));
+    return llmm__f32_to_f16(rng_float(&rng, -2.0f, 2.0f));
 }
 
 /* attn_scores_f16 and attn_values_f16 against the same table's attn_scores and attn_values on
@@ -1309,11 +1260,11 @@ static void check_attn_f16_case(const cpu_kernels *k, size_t nh, size_t hd, size
     const size_t ld = n + 5, row_stride = hd + 3;
     uint16_t *halves = xmalloc(n * row_stride * sizeof *halves);
     float *widened = xmalloc(n * hd * sizeof *widened);
-    float *q = rand_floats(nh * hd, -2.0f, 2.0f), *w = rand_floats(nh * ld, 0.0f, 1.0f);
-    float *out1 = rand_floats(nh * hd, -2.0f, 2.0f), *out2 = xmalloc(nh * hd * sizeof *out2);
+    float *q = rng_floats(&rng, nh * hd, -2.0f, 2.0f), *w = rng_floats(&rng, nh * ld, 0.0f, 1.0f);
+    float *out1 = rng_floats(&rng, nh * hd, -2.0f, 2.0f), *out2 = xmalloc(nh * hd * sizeof *out2);
     float *s1 = xmalloc(nh * ld * sizeof *s1), *s2 = xmalloc(nh * ld * sizeof *s2);
-    for (size_t i = 0; i < nh * hd; i++) q[i] = ldexpf(q[i], (int)(rng_u64() % 31) - 20);
-    for (size_t i = 0; i < nh * ld; i++) w[i] = ldexpf(w[i], (int)(rng_u64() % 11) - 5);
+    for (size_t i = 0; i < nh * hd; i++) q[i] = ldexpf(q[i], (int)(rng_u64(&rng) % 31) - 20);
+    for (size_t i = 0; i < nh * ld; i++) w[i] = ldexpf(w[i], (int)(rng_u64(&rng) % 11) - 5);
     const float *rows[16];
     assert_true(n <= ARRAY_LEN(rows));
     for (size_t j = 0; j < n; j++) {
@@ -1364,7 +1315,7 @@ static void test_attn_chunk_f16(void **state) {
             print_message("skipped %s: no F16 attention chunk kernels\n", k->name);
             continue;
         }
-        rng_seed(3006);
+        rng_seed(&rng, 3006);
         for (size_t a = 0; a < ARRAY_LEN(nhs); a++)
             for (size_t b = 0; b < ARRAY_LEN(hds); b++)
                 for (size_t c = 0; c < ARRAY_LEN(ns); c++) check_attn_f16_case(k, nhs[a], hds[b], ns[c]);
@@ -1412,14 +1363,14 @@ static void test_backend_matmul_all_tables(void **state) {
     const size_t dims[][3] = {{256, 1003, 1}, {96, 77, 5}, {416, 45, 37}}; /* ne0, ne1, n_rows */
     const size_t kdims[][3] = {{256, 1003, 1}, {512, 77, 5}, {768, 45, 37}}; /* K-quants: 256 | ne0 */
     const int threads[] = {1, 2, 3};
-    rng_seed(4001);
+    rng_seed(&rng, 4001);
     for (size_t ti = 0; ti < ARRAY_LEN(types); ti++) {
         for (size_t di = 0; di < ARRAY_LEN(dims); di++) {
             const int kq = llmm__type_get(types[ti])->block_size == QK_K;
             const size_t ne0 = kq ? kdims[di][0] : dims[di][0], ne1 = kq ? kdims[di][1] : dims[di][1];
             const size_t n_rows = kq ? kdims[di][2] : dims[di][2];
             const size_t rb = llmm__row_bytes(types[ti], ne0);
-            float *wf = rand_floats(ne0 * ne1, -2.0f, 2.0f), *x = rand_floats(ne0 * n_rows, -2.0f, 2.0f);
+            float *wf = rng_floats(&rng, ne0 * ne1, -2.0f, 2.0f), *x = rng_floats(&rng, ne0 * n_rows, -2.0f, 2.0f);
             uint8_t *w = xmalloc(rb * ne1);
             for (size_t j = 0; j < ne1; j++) encode_row(types[ti], wf + j * ne0, w + j * rb, ne0);
             const llmm_tensor wt = {w, types[ti], (int64_t)ne0, (int64_t)ne1, rb, NULL};
@@ -1464,15 +1415,9 @@ static void test_backend_matmul_all_tables(void **state) {
  * model's FFN shapes, 896 x 4864 standing in as 1024 x 4864 for the K-quants (whose rows are
  * multiples of 256). The weights (2-5 MB) stay in the L2/L3 caches between calls, so decode
  * figures are the kernels' compute, not DRAM streaming. Timing is slow and noisy, so it runs
- * only when LLMM_BENCH_KERNELS is set: `LLMM_BENCH_KERNELS=1 build/tests/test_simd` (or =q4_k,q6_k for some types,
+ * only when LLMM_BENCH_KERNELS is set: `LLMM_BENCH_KERNELS=1 build/tests/test_simd_kernels` (or =q4_k,q6_k for some types,
  * =attention, =threads, =packed or =q8k for bench_attention, bench_matmul_threads,
  * bench_packed_decode and bench_quantize_q8k below). */
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static double matmul_seconds(void *st, const llmm_tensor *wt, const float *x, size_t n_rows, float *out) {
     double t0 = now_s();
     assert_int_equal(llmm__cpu_backend.matmul(st, wt, x, n_rows, out), LLMM_OK);
@@ -1508,7 +1453,7 @@ static void test_bench_kernels(void **state) {
                               LLMM_TYPE_Q4_1, LLMM_TYPE_Q5_1, LLMM_TYPE_IQ4_NL, LLMM_TYPE_IQ4_XS,
                               LLMM_TYPE_F16,  LLMM_TYPE_BF16};
     const size_t shapes[][3] = {{4864, 896, 1}, {0, 4864, 1}, {0, 151936, 1}, {4864, 896, 64}, {0, 4864, 64}}; /* ne0 0: 896 */
-    rng_seed(5001);
+    rng_seed(&rng, 5001);
     char head[128];
     int at = snprintf(head, sizeof head, "type   ne0 x ne1 x rows     ns/weight: scalar");
     for (size_t ii = 0; ii < ARRAY_LEN(k_simd_isas); ii++)
@@ -1521,7 +1466,7 @@ static void test_bench_kernels(void **state) {
             const size_t ne0 = shapes[si][0] ? shapes[si][0] : t->block_size == QK_K ? 1024 : 896;
             const size_t ne1 = shapes[si][1], n_rows = shapes[si][2], rb = llmm__row_bytes(types[ti], ne0);
             /* one quantized row repeated: speed does not depend on the values */
-            float *wf = rand_floats(ne0, -2.0f, 2.0f), *x = rand_floats(ne0 * n_rows, -2.0f, 2.0f);
+            float *wf = rng_floats(&rng, ne0, -2.0f, 2.0f), *x = rng_floats(&rng, ne0 * n_rows, -2.0f, 2.0f);
             uint8_t *w = xmalloc(rb * ne1);
             encode_row(types[ti], wf, w, ne0);
             for (size_t j = 1; j < ne1; j++) memcpy(w + j * rb, w, rb);
@@ -1558,10 +1503,10 @@ static void bench_attention(void) {
     enum { L = 24, NH = 14, NHKV = 2, HD = 64, BS = 16, NPOS = 544, NBLK = NPOS / BS };
     const size_t row = HD * 2, seg = BS * row, region = seg * NBLK;
     uint16_t *pool = xmalloc(2 * L * NHKV * region);
-    for (size_t i = 0; i < L * NHKV * region; i++) pool[i] = (uint16_t)(0x3800 | (rng_u64() & 0x83ff));
+    for (size_t i = 0; i < L * NHKV * region; i++) pool[i] = (uint16_t)(0x3800 | (rng_u64(&rng) & 0x83ff));
     uint32_t blocks[NBLK];
     for (uint32_t i = 0; i < NBLK; i++) blocks[i] = i;
-    float *q = rand_floats(NH * HD, -1.0f, 1.0f), *out = xmalloc(NH * HD * sizeof *out);
+    float *q = rng_floats(&rng, NH * HD, -1.0f, 1.0f), *out = xmalloc(NH * HD * sizeof *out);
     print_message("decode attention, 0.5B shape, %d positions, ms per token (%d layers):\n", NPOS, L);
     for (int isa = 0; isa < (int)CPU_ISA_COUNT; isa++) {
         if (!llmm__cpu_kernels_get((cpu_isa)isa)) continue;
@@ -1597,7 +1542,7 @@ static void bench_attention(void) {
  * row's encoding (streaming benchmarks: the bytes matter, not their values) */
 static uint8_t *replicated_weights(uint32_t type, size_t ne0, size_t ne1, size_t copies) {
     const size_t rb = llmm__row_bytes(type, ne0);
-    float *wf = rand_floats(ne0, -2.0f, 2.0f);
+    float *wf = rng_floats(&rng, ne0, -2.0f, 2.0f);
     uint8_t *w = xmalloc(rb * ne1 * copies);
     encode_row(type, wf, w, ne0);
     for (size_t j = 1; j < ne1 * copies; j++) memcpy(w + j * rb, w, rb);
@@ -1614,7 +1559,7 @@ static void bench_matmul_threads(void) {
     for (size_t si = 0; si < ARRAY_LEN(shapes); si++) {
         const size_t ne0 = shapes[si][0], ne1 = shapes[si][1], rb = llmm__row_bytes(LLMM_TYPE_Q4_0, ne0);
         const size_t bytes = rb * ne1, copies = (200u << 20) / bytes + 1;
-        float *x = rand_floats(ne0, -2.0f, 2.0f), *out = xmalloc(ne1 * sizeof *out);
+        float *x = rng_floats(&rng, ne0, -2.0f, 2.0f), *out = xmalloc(ne1 * sizeof *out);
         uint8_t *w = replicated_weights(LLMM_TYPE_Q4_0, ne0, ne1, copies);
         double gbs[3] = {0};
         for (int threads = 1; threads <= 2; threads++) {
@@ -1645,7 +1590,7 @@ static void bench_matmul_threads(void) {
 static double packed_decode_gbs(cpu_isa isa, uint32_t type, size_t ne0, size_t ne1, size_t total, int threads,
                                 size_t n_rows, int packed) {
     const size_t rb = llmm__row_bytes(type, ne0), bytes = rb * ne1, copies = total / bytes + 1;
-    float *x = rand_floats(ne0 * n_rows, -2.0f, 2.0f), *out = xmalloc(ne1 * n_rows * sizeof *out);
+    float *x = rng_floats(&rng, ne0 * n_rows, -2.0f, 2.0f), *out = xmalloc(ne1 * n_rows * sizeof *out);
     uint8_t *w = replicated_weights(type, ne0, ne1, copies);
     llmm_weight_copy *slot = xmalloc(copies * sizeof *slot);
     cpu_weight *cw = xmalloc(copies * sizeof *cw);
@@ -1719,7 +1664,7 @@ static void bench_quantize_q8k(void) {
     print_message("Q8_K activation quantizer, ns per value: scalar, then each table\n");
     for (size_t si = 0; si < ARRAY_LEN(sizes); si++) {
         const size_t n = sizes[si], nb = n / QK_K;
-        float *x = rand_floats(n, -2.0f, 2.0f), *d = xmalloc(nb * sizeof *d);
+        float *x = rng_floats(&rng, n, -2.0f, 2.0f), *d = xmalloc(nb * sizeof *d);
         block_q8_K *blk = xmalloc(nb * sizeof *blk);
         int8_t *qs = xmalloc(n);
         int16_t *bsums = xmalloc(n / 16 * sizeof *bsums);
@@ -1766,26 +1711,8 @@ static void test_kernel_selection(void **state) {
     assert_ptr_equal(llmm__cpu_kernels_get(CPU_ISA_SCALAR), &llmm__cpu_kernels_scalar);
 }
 
-/* ================================================================== thread pool */
+/* ================================================================== packed weight copies */
 
-typedef struct pool_probe {
-    uint32_t run;            /* this run's id */
-    _Atomic uint32_t *seen;  /* per chunk: the run id that executed it */
-    atomic_int *count;       /* per chunk: executions in this run */
-    atomic_int bad_ith;
-    int n_threads;
-} pool_probe;
-
-static void probe_chunk(void *arg, size_t chunk, int ith) {
-    pool_probe *p = arg;
-    if (ith < 0 || ith >= p->n_threads) atomic_store(&p->bad_ith, 1);
-    atomic_fetch_add(&p->count[chunk], 1);
-    atomic_store(&p->seen[chunk], p->run);
-}
-
-/* Many short runs back to back, chunk counts from 0 to more than the threads, and more threads
- * than CPUs: every chunk of every run runs exactly once, within its own run (a late worker
- * must never take a chunk of the next run for its own). */
 /* A copy of bytes in a file of its own, mapped read-only and private as a model's file is
  * (so the backend may drop pages it packed); NULL when /tmp is not writable. */
 static void *map_as_file(const void *bytes, size_t n) {
@@ -1805,7 +1732,7 @@ static void *map_as_file(const void *bytes, size_t n) {
  * drop pages of, whose bytes must read back unchanged afterwards. */
 static void check_packed_copy(cpu_isa isa, uint32_t type, size_t ne0, size_t ne1, int threads, int from_file) {
     const size_t rb = llmm__row_bytes(type, ne0), counts[] = {37, 1, 1, 3, 37};
-    float *wf = rand_floats(ne0 * ne1, -2.0f, 2.0f), *x = rand_floats(ne0 * 37, -2.0f, 2.0f);
+    float *wf = rng_floats(&rng, ne0 * ne1, -2.0f, 2.0f), *x = rng_floats(&rng, ne0 * 37, -2.0f, 2.0f);
     uint8_t *w = xmalloc(rb * ne1);
     for (size_t j = 0; j < ne1; j++) encode_row(type, wf + j * ne0, w + j * rb, ne0);
     void *mapped = from_file ? map_as_file(w, rb * ne1) : NULL;
@@ -1880,7 +1807,7 @@ static void test_backend_packed_copies(void **state) {
     const size_t dims[][3] = {{96, 77, 2}, {416, 45, 3}, {256, 1003, 2}, {64, 7, 2}, {1184, 16, 1}};
     const size_t kdims[][3] = {{256, 77, 2}, {768, 45, 3}, {512, 1003, 2}, {256, 7, 2}, {1280, 16, 1}};
     const cpu_isa isas[] = {CPU_ISA_AVX2, CPU_ISA_AVX_VNNI, CPU_ISA_AVX512, CPU_ISA_AMX};
-    rng_seed(4101);
+    rng_seed(&rng, 4101);
     for (size_t ii = 0; ii < ARRAY_LEN(isas); ii++) {
         const cpu_kernels *k = llmm__cpu_kernels_get(isas[ii]);
         if (!k) {
@@ -1903,7 +1830,7 @@ static void test_backend_packed_copies(void **state) {
         for (size_t ti = 0; ti < ARRAY_LEN(types) && k->pack_tiles; ti++) {
             const size_t ne0 = llmm__type_get(types[ti])->block_size == 256 ? 768 : 416, ne1 = 48;
             const size_t rb = llmm__row_bytes(types[ti], ne0);
-            float *wf = rand_floats(ne0 * ne1, -2.0f, 2.0f);
+            float *wf = rng_floats(&rng, ne0 * ne1, -2.0f, 2.0f);
             uint8_t *w = xmalloc(rb * ne1), *got = xmalloc(rb * ne1), *want = xmalloc(rb * ne1);
             for (size_t j = 0; j < ne1; j++) encode_row(types[ti], wf + j * ne0, w + j * rb, ne0);
             const llmm_tensor wt = {.data = w, .type = types[ti], .ne0 = (int64_t)ne0, .ne1 = (int64_t)ne1,
@@ -1937,10 +1864,10 @@ static void test_packing_step_budget(void **state) {
     llmm_weight_copy slot[NW];
     cpu_weight cw[NW];
     llmm_tensor wt[NW];
-    rng_seed(4102);
-    float *x = rand_floats(NE0, -2.0f, 2.0f), *out = xmalloc(160 * sizeof *out);
+    rng_seed(&rng, 4102);
+    float *x = rng_floats(&rng, NE0, -2.0f, 2.0f), *out = xmalloc(160 * sizeof *out);
     for (size_t i = 0; i < NW; i++) {
-        float *wf = rand_floats(NE0 * rows[i], -2.0f, 2.0f);
+        float *wf = rng_floats(&rng, NE0 * rows[i], -2.0f, 2.0f);
         w[i] = xmalloc(rb * rows[i]);
         for (size_t j = 0; j < rows[i]; j++) encode_row(LLMM_TYPE_Q8_0, wf + j * NE0, w[i] + j * rb, NE0);
         free(wf);
@@ -1990,97 +1917,6 @@ static void test_packing_step_budget(void **state) {
     free(out);
 }
 
-static void test_threadpool_chunks(void **state) {
-    (void)state;
-    enum { MAX_CHUNKS = 67, RUNS = 1000 };
-    const int threads[] = {1, 2, 3, 5};
-    _Atomic uint32_t seen[MAX_CHUNKS];
-    atomic_int count[MAX_CHUNKS];
-    for (size_t ti = 0; ti < ARRAY_LEN(threads); ti++) {
-        llmm_threadpool *pool = NULL;
-        assert_int_equal(llmm__threadpool_create(threads[ti], NULL, &pool), LLMM_OK);
-        assert_int_equal(llmm__threadpool_size(pool), threads[ti]);
-        for (uint32_t run = 1; run <= RUNS; run++) {
-            const size_t n = run % 7 == 0 ? 0 : (size_t)(run * 13 % MAX_CHUNKS) + 1;
-            for (size_t c = 0; c < MAX_CHUNKS; c++) {
-                atomic_init(&seen[c], 0);
-                atomic_init(&count[c], 0);
-            }
-            pool_probe p = {.run = run, .seen = seen, .count = count, .n_threads = threads[ti]};
-            atomic_init(&p.bad_ith, 0);
-            llmm__threadpool_run(pool, probe_chunk, &p, n);
-            for (size_t c = 0; c < MAX_CHUNKS; c++) {
-                const int want = c < n ? 1 : 0;
-                if (atomic_load(&count[c]) != want || (want && atomic_load(&seen[c]) != run))
-                    fail_msg("threads %d run %u chunk %zu of %zu: ran %d times (run %u)", threads[ti], run, c, n,
-                             atomic_load(&count[c]), atomic_load(&seen[c]));
-            }
-            assert_int_equal(atomic_load(&p.bad_ith), 0);
-        }
-        llmm__threadpool_free(pool);
-    }
-}
-
-typedef struct segment_probe {
-    atomic_int ith[64];  /* per chunk: the thread that ran it */
-    atomic_int seq[64];  /* per chunk: its place in the run's order of starts */
-    atomic_int next_seq;
-} segment_probe;
-
-static void segment_chunk(void *arg, size_t chunk, int ith) {
-    segment_probe *p = arg;
-    atomic_store(&p->seq[chunk], atomic_fetch_add(&p->next_seq, 1));
-    atomic_store(&p->ith[chunk], ith);
-    if (ith != 0) nanosleep(&(struct timespec){0, 5000000}, NULL); /* workers are slow: 5 ms a chunk */
-}
-
-/* Thread i runs segment i (llmm__threadpool_segment_start) front to back; other threads take from
- * its back, last chunk first. So per segment the owner ran a prefix in order and the thieves
- * the rest, each thief back to front (two thieves' starts may interleave); with the workers
- * slowed down, the caller must have taken some of theirs. */
-static void test_threadpool_segments(void **state) {
-    (void)state;
-    const int threads[] = {2, 3};
-    const size_t counts[] = {16, 7, 40};
-    for (size_t ti = 0; ti < ARRAY_LEN(threads); ti++) {
-        llmm_threadpool *pool = NULL;
-        assert_int_equal(llmm__threadpool_create(threads[ti], NULL, &pool), LLMM_OK);
-        for (size_t ci = 0; ci < ARRAY_LEN(counts); ci++) {
-            const size_t n = counts[ci];
-            segment_probe p;
-            for (size_t c = 0; c < ARRAY_LEN(p.ith); c++) {
-                atomic_init(&p.ith[c], -1);
-                atomic_init(&p.seq[c], -1);
-            }
-            atomic_init(&p.next_seq, 0);
-            llmm__threadpool_run(pool, segment_chunk, &p, n);
-            int caller_stole = 0;
-            for (int seg = 0; seg < threads[ti]; seg++) {
-                const size_t c0 = llmm__threadpool_segment_start(n, threads[ti], seg);
-                const size_t c1 = llmm__threadpool_segment_start(n, threads[ti], seg + 1);
-                size_t c = c0;
-                for (; c < c1 && atomic_load(&p.ith[c]) == seg; c++) /* the owner's prefix, in order */
-                    if (c > c0) assert_true(atomic_load(&p.seq[c]) > atomic_load(&p.seq[c - 1]));
-                int last_seq[8]; /* per thief: when it started its previous (higher-numbered) chunk */
-                for (int k = 0; k < 8; k++) last_seq[k] = -1;
-                for (size_t b = c1; b-- > c;) { /* the thieves' suffix, each thief's back to front */
-                    const int by = atomic_load(&p.ith[b]);
-                    if (by == seg || by < 0) fail_msg("segment %d chunk %zu: ran on thread %d", seg, b, by);
-                    if (atomic_load(&p.seq[b]) < last_seq[by])
-                        fail_msg("segment %d: thread %d took chunk %zu before a higher one", seg, by, b);
-                    last_seq[by] = atomic_load(&p.seq[b]);
-                    caller_stole |= by == 0;
-                }
-            }
-            assert_int_equal(llmm__threadpool_segment_start(n, threads[ti], threads[ti]), n);
-            /* with 13 or more slow chunks per worker the caller, idle after its own few, must
-             * have taken some: a descheduled caller would have to miss 65 ms */
-            if (n >= 10 * (size_t)threads[ti]) assert_true(caller_stole);
-        }
-        llmm__threadpool_free(pool);
-    }
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kernel_selection),
@@ -2120,8 +1956,6 @@ int main(void) {
         cmocka_unit_test(test_backend_matmul_all_tables),
         cmocka_unit_test(test_backend_packed_copies),
         cmocka_unit_test(test_packing_step_budget),
-        cmocka_unit_test(test_threadpool_chunks),
-        cmocka_unit_test(test_threadpool_segments),
         cmocka_unit_test(test_bench_kernels),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

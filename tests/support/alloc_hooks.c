@@ -1,4 +1,4 @@
-#include "alloc_hooks.h"
+#include "support/alloc_hooks.h"
 
 #include <stdlib.h>
 

@@ -1,4 +1,5 @@
-#include "golden_check.h"
+#include "support/golden_check.h"
+#include "support/fixtures.h"
 
 #include <stdarg.h>
 #include <stdint.h>
@@ -24,9 +25,7 @@ const size_t n_golden_cases = sizeof golden_cases / sizeof *golden_cases;
 golden_result golden_compare(const llmm_model *m, llmm_context *c, const golden_run *g, const char *prompt) {
     golden_result r = {0, 0};
     llmm_token ids[GOLDEN_MAX_IDS];
-    size_t n = 0;
-    assert_int_equal(llmm_tokenize(m, prompt, strlen(prompt), LLMM_TOKENIZE_ADD_SPECIAL, ids, GOLDEN_MAX_IDS, &n),
-                     LLMM_OK);
+    const size_t n = tokenize(m, prompt, ids, GOLDEN_MAX_IDS);
     assert_int_equal(n, g->n_prompt);
     assert_memory_equal(ids, g->prompt, n * sizeof *ids);
     assert_int_equal(llmm_prefill(c, 0, ids, n, 0), LLMM_OK);
@@ -36,18 +35,9 @@ golden_result golden_compare(const llmm_model *m, llmm_context *c, const golden_
     assert_int_equal(n_vocab, g->n_logits);
     for (size_t i = 0; i < n_vocab; i++) r.max_logit_diff = fmax(r.max_logit_diff, fabs((double)logits[i] - g->logits[i]));
 
-    llmm_sampler_params sp;
-    llmm_sampler_params_default(&sp, sizeof sp);
-    sp.temperature = 0;
-    llmm_generate_params gp;
-    llmm_generate_params_default(&gp, sizeof gp);
-    gp.sampling = &sp;
-    gp.max_tokens = (int32_t)g->n_generated;
     llmm_token out[GOLDEN_MAX_IDS];
-    gp.out_tokens = out;
-    gp.out_capacity = GOLDEN_MAX_IDS;
-    llmm_generate_stats st = {.size = sizeof st};
-    assert_int_equal(llmm_generate(c, prompt, &gp, &st), LLMM_OK);
+    llmm_generate_stats st;
+    generate_greedy(c, prompt, out, g->n_generated, &st);
     assert_int_equal(st.n_prompt, n);
     while (r.agree < st.n_generated && r.agree < g->n_generated && out[r.agree] == g->generated[r.agree]) r.agree++;
     return r;
@@ -85,14 +75,13 @@ const size_t n_arch_prompts = sizeof arch_prompts / sizeof *arch_prompts;
 
 golden_result check_arch_prompt(const arch_case *ac, const char *prompt_name, const char *prompt,
                                 llmm_backend_kind backend, const char *label) {
-    char name[64], rel[256], path[1024];
+    char name[64], rel[256];
     snprintf(name, sizeof name, "tiny-%s.%s", ac->arch, prompt_name);
     golden_run g;
     assert_int_equal(golden_load("golden/arch", name, &g), 0);
     assert_true(g.reliable_steps >= 0);
     snprintf(rel, sizeof rel, "golden/arch/tiny-%s.gguf", ac->arch);
-    llmm_model *m = NULL;
-    assert_int_equal(llmm_model_load(shared_path(path, sizeof path, rel), NULL, &m), LLMM_OK);
+    llmm_model *m = load_model(rel, NULL);
     llmm_model_info info = {.size = sizeof info};
     assert_int_equal(llmm_model_get_info(m, &info), LLMM_OK);
     assert_string_equal(info.architecture, ac->arch);
@@ -101,8 +90,7 @@ golden_result check_arch_prompt(const arch_case *ac, const char *prompt_name, co
     cp.n_ctx = 128;
     cp.kv_type = LLMM_KV_F32; /* as the golden outputs were made */
     cp.backend = backend;
-    llmm_context *c = NULL;
-    assert_int_equal(llmm_context_create(m, &cp, &c), LLMM_OK);
+    llmm_context *c = make_context(m, &cp);
 
     const golden_result r = golden_compare(m, c, &g, prompt);
     print_message("%-18s %s max |logit diff| %.2e (tolerance %.0e), greedy agreement %zu/%zu (reliable %ld)\n", name,

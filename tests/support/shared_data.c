@@ -1,4 +1,4 @@
-#include "shared_data.h"
+#include "support/shared_data.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -157,4 +157,16 @@ void vocab_cases_free(vocab_cases *vc) {
     free(vc->text_len);
     free(vc->expected);
     memset(vc, 0, sizeof *vc);
+}
+
+int vocab_case_matches(const vocab_cases *vc, size_t i, const int32_t *ids, size_t n) {
+    char *end;
+    size_t k = 0;
+    for (const char *p = vc->expected[i];; p = end) {
+        const long v = strtol(p, &end, 10);
+        if (end == p) break;
+        if (k >= n || ids[k] != v) return 0;
+        k++;
+    }
+    return k == n;
 }

@@ -10,7 +10,7 @@
  * arithmetic (row k of the logits, a KV segment) only moves the offset, which every op checks
  * against its buffer's size. Entries are never reused, so a freed buffer's handle stays
  * invalid. */
-#include "handle_backend.h"
+#include "support/handle_backend.h"
 
 #include <stdarg.h>
 #include <stdatomic.h>

@@ -1,5 +1,10 @@
-/* Weight types Q4_1, Q5_0, Q5_1, Q2_K..Q6_K, IQ4_NL, IQ4_XS (and Q4_0, Q8_0 alongside), their
- * activation formats Q8_1 and Q8_K, and whole-model conversion (lib/quant_file.c).
+/* The weight formats of the type table (lib/format/quant.c, format/blocks.h) and their scalar
+ * dots (the trait's vec_dot, which the CPU backend computes with): the whole table and row sizes; every type's quantize, dequantize and
+ * dot against float64 references written here from the block layouts; the activation formats
+ * Q8_1 and Q8_K. (The half conversions: test_half.c; whole-model conversion:
+ * test_quantize_file.c; the SIMD tables against these scalar kernels: test_simd_kernels.c.)
+ *
+ * Sections 1-5, Q4_1, Q5_0, Q5_1, Q2_K..Q6_K, IQ4_NL, IQ4_XS (and Q4_0, Q8_0 alongside):
  *
  * Data: seeded uniform random values, never zero, in rows scaled from 0.02 to 1e3, some
  * shifted to all-positive (which exercises the offset formats' mins); row lengths 32 k with
@@ -32,10 +37,23 @@
  *    check, for every type; the test checks that it would.
  *  - the reference engine's own acceptance thresholds (test-quantize-fns) on its synthetic
  *    data, stated at test_reference_acceptance.
- *  - models: stories260K quantized to each type and recipe runs greedy and must agree with
- *    the F32 run for at least 16 leading tokens. stories260K's rows
- *    (64, 172) cannot hold 256-blocks, so the K-quants and IQ4_XS are also run on the same model
- *    embedded in 256-wide matrices (zero padding, exact in F32; see pad_stories). */
+ *
+ * Sections 6-8, the whole table, and F32, F16, BF16, Q8_0 and Q4_0 against the block structs,
+ * on seeded uniform data in [-2, 2] (never zero) and odd sizes:
+ *  - conversions, dequantization: exact (bit or value equality). The dequantized value of
+ *    every one of these formats (f16/bf16 widened, d_f16 * small int) is exactly
+ *    representable in float, so there is nothing to round.
+ *  - f32 dot: the kernel keeps 8 float partial sums, so each term passes through at most
+ *    n/8 + 10 float roundings: |err| <= (n/8 + 10) u sum|a_i b_i| (rigorous; dropping or
+ *    doubling a single term, about sum|a_i b_i| / n, is far larger for every n tested).
+ *  - f16/bf16 dots: 16 float lanes of exact products, |err| <= (n/16 + 20) u sum|a_i b_i|
+ *    against the float64 dot of the same f16/bf16 values; against the original floats each
+ *    operand carries its format's rounding (2^-11 for f16, 2^-8 for bf16), bounded term by term.
+ *  - q8_0/q4_0 dots: the integer block sums are exact, each block adds a scale product and a
+ *    float sum: |err| <= (n/32 + 3) u sum|a_i b_i| against the float64 dot of exactly the
+ *    dequantized weights and the Q8_0-quantized activations. Against the original floats a
+ *    loose, statistical bound (see loose_tol_quant) that still fails for a nibble-swapped
+ *    Q4_0 layout; the test checks that it would. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -48,58 +66,34 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "format/gguf.h"
-#include "gguf_builder.h"
 #include "llmmini.h"
+#include "cpu_backend.h"
 #include "format/quant.h"
-#include "offline/quantize_file.h"
-#include "quant_temp.h"
-#include "shared_data.h"
-
-#define U_F32 (1.0 / 16777216.0) /* 2^-24 */
-#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
-#define MAX_IDS 128
+#include "support/alloc.h"
+#include "support/fixtures.h"
+#include "support/numeric.h"
+#include "support/rng.h"
 
 /* ================================================================== random numbers */
 
-static uint64_t rng_state;
-
-static void rng_seed(uint64_t s) { rng_state = s * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull; }
-
-static uint64_t rng_u64(void) { /* splitmix64 */
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static double rng_unit(void) { return (double)(rng_u64() >> 11) * (1.0 / 9007199254740992.0); }
-
-/* uniform in [lo, hi), never exactly zero */
-static float rng_float(float lo, float hi) {
-    for (;;) {
-        const float v = (float)(lo + (hi - lo) * rng_unit());
-        if (v != 0.0f) return v;
-    }
-}
-
-static void *xmalloc(size_t bytes) {
-    void *p = malloc(bytes ? bytes : 1);
-    assert_non_null(p);
-    return p;
-}
+/* The data stream: every test seeds it (rng_seed) before drawing. */
+static test_rng rng;
 
 /* A row of n values: uniform in [-1, 1) times scale, or in [0.5, 2.5) times scale when
  * shifted (all positive, so the offset formats need their mins). */
 static float *random_row(size_t n, float scale, int shifted) {
     float *x = xmalloc(n * sizeof *x);
-    for (size_t i = 0; i < n; i++) x[i] = (shifted ? rng_float(0.5f, 2.5f) : rng_float(-1.f, 1.f)) * scale;
+    for (size_t i = 0; i < n; i++) x[i] = (shifted ? rng_float(&rng, 0.5f, 2.5f) : rng_float(&rng, -1.f, 1.f)) * scale;
     return x;
 }
 
 /* Below about 0.02 the f16 super-scale of Q6_K (d = amax / 4096) falls among the f16
  * subnormals and loses relative precision, in the reference engine as here. */
 static const float k_row_scales[] = {0.02f, 0.37f, 1.0f, 41.0f, 1e3f};
+
+/* Row sizes of sections 7 and 8: odd counts of floats, odd counts of 32-blocks. */
+static const size_t k_float_sizes[] = {1, 7, 31, 33, 173, 1001};
+static const size_t k_block_sizes[] = {32, 96, 224, 736};
 
 /* ================================================================== float64 decoders
  * Written from the byte layout (offsets, not the structs in quant.h), in the shape of the
@@ -435,7 +429,7 @@ static void check_roundtrip(const type_case *c, const float *x, size_t n, double
 
 static void test_roundtrip_error(void **state) {
     (void)state;
-    rng_seed(11);
+    rng_seed(&rng, 11);
     for (size_t k = 0; k < ARRAY_LEN(k_cases); k++) {
         const type_case *c = &k_cases[k];
         double worst = 0;
@@ -498,15 +492,15 @@ static void check_dequant_layout(const type_case *c, const void *q, size_t n) {
 
 /* A random finite half in [2^-14, 2^6), random sign. */
 static uint16_t random_half(void) {
-    const unsigned e = 1 + (unsigned)(rng_u64() % 20), m = (unsigned)(rng_u64() & 1023);
-    return (uint16_t)((rng_u64() & 1) << 15 | e << 10 | m);
+    const unsigned e = 1 + (unsigned)(rng_u64(&rng) % 20), m = (unsigned)(rng_u64(&rng) & 1023);
+    return (uint16_t)((rng_u64(&rng) & 1) << 15 | e << 10 | m);
 }
 
 /* Every bit pattern of the quants and sub-scales, not only what the quantizer writes. */
 static void *random_blocks(const type_case *c, size_t n) {
     const size_t bytes = llmm__row_bytes(c->type, n);
     uint8_t *p = xmalloc(bytes);
-    for (size_t i = 0; i < bytes; i++) p[i] = (uint8_t)rng_u64();
+    for (size_t i = 0; i < bytes; i++) p[i] = (uint8_t)rng_u64(&rng);
     for (size_t b = 0; b < n / c->block_size; b++)
         for (int f = 0; f < c->n_f16; f++) {
             const uint16_t h = random_half();
@@ -519,7 +513,7 @@ static void *random_blocks(const type_case *c, size_t n) {
 
 static void test_dequant_matches_layout(void **state) {
     (void)state;
-    rng_seed(21);
+    rng_seed(&rng, 21);
     for (size_t k = 0; k < ARRAY_LEN(k_cases); k++) {
         const type_case *c = &k_cases[k];
         for (size_t si = 0; si < n_sizes(c); si++) {
@@ -633,7 +627,7 @@ static void check_dot_case(const type_case *c, const float *w, const float *x, s
 
 static void test_vec_dot(void **state) {
     (void)state;
-    rng_seed(31);
+    rng_seed(&rng, 31);
     for (size_t k = 0; k < ARRAY_LEN(k_cases); k++) {
         const type_case *c = &k_cases[k];
         dot_stats st = {0, 0, 0, 0};
@@ -697,7 +691,7 @@ static void test_reference_acceptance(void **state) {
 
 static void test_q8_1_operand(void **state) {
     (void)state;
-    rng_seed(41);
+    rng_seed(&rng, 41);
     const llmm_type_traits *t = llmm__type_get(LLMM_TYPE_Q8_1);
     for (size_t r = 0; r < ARRAY_LEN(k_row_scales); r++) {
         const size_t n = 32 * 7;
@@ -723,7 +717,7 @@ static void test_q8_1_operand(void **state) {
 
 static void test_q8_K_operand(void **state) {
     (void)state;
-    rng_seed(42);
+    rng_seed(&rng, 42);
     const llmm_type_traits *t = llmm__type_get(LLMM_TYPE_Q8_K);
     for (size_t r = 0; r < ARRAY_LEN(k_row_scales); r++) {
         const size_t n = 256 * 3;
@@ -751,399 +745,518 @@ static void test_q8_K_operand(void **state) {
     }
 }
 
-/* ================================================================== 6. recipes */
+/* ================================================================== the float formats, Q8_0 and Q4_0
+ * Their float64 references (the half formats': support/numeric.h), from the block structs of
+ * quant.h. */
 
-/* A llama-shaped file with 8 layers of 256-wide weights (2 rows each: only names and row
- * lengths matter to the recipes), as a gguf_file in memory. tied: no output.weight. */
-static gguf_file *open_plan_model(gguf_builder *b, int tied, int fused_qkv) {
-    static const char *const per_layer[] = {"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
-                                            "ffn_norm", "ffn_gate", "ffn_up", "ffn_down"};
-    const int n_layers = 8;
-    const uint64_t n_tensors = 3 + (uint64_t)n_layers * ARRAY_LEN(per_layer) - (tied ? 1 : 0);
-    gb_init(b);
-    gb_header(b, 3, n_tensors, 1);
-    gb_kv_str(b, "general.architecture", "llama");
-    uint64_t off = 0;
-    const uint64_t mat[2] = {256, 2}, vec[1] = {256}, down[2] = {512, 2};
-    gb_tensor_info(b, "token_embd.weight", 2, mat, LLMM_TYPE_F32, off);
-    gb_tensor_info(b, "output_norm.weight", 1, vec, LLMM_TYPE_F32, off + 2048);
-    off += 3072;
-    if (!tied) {
-        gb_tensor_info(b, "output.weight", 2, mat, LLMM_TYPE_F32, off);
-        off += 2048;
-    }
-    for (int l = 0; l < n_layers; l++)
-        for (size_t k = 0; k < ARRAY_LEN(per_layer); k++) {
-            char name[64];
-            const char *suffix = fused_qkv && k == 1 ? "attn_qkv" : per_layer[k];
-            snprintf(name, sizeof name, "blk.%d.%s.weight", l, suffix);
-            const int is_vec = strstr(suffix, "norm") != NULL, is_down = !strcmp(suffix, "ffn_down");
-            gb_tensor_info(b, name, is_vec ? 1 : 2, is_vec ? vec : is_down ? down : mat, LLMM_TYPE_F32, off);
-            off += is_vec ? 1024 : is_down ? 4096 : 2048;
+/* Q4_0 blocks built by hand per the block_q4_0 layout, with the reference engine's
+ * convention: d = (signed value of largest magnitude) / -8, q = clamp(round(x/d) + 8),
+ * element j in the low nibble of qs[j], element j+16 in its high nibble. */
+static void ref_quantize_q4_0(const float *x, void *dst, size_t n) {
+    block_q4_0 *y = dst;
+    for (size_t b = 0; b < n / QK4_0; b++) {
+        const float *xb = x + b * QK4_0;
+        float amax = 0, max = 0;
+        for (int j = 0; j < QK4_0; j++)
+            if (fabsf(xb[j]) > amax) {
+                amax = fabsf(xb[j]);
+                max = xb[j];
+            }
+        const float d = max / -8.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[b].d = ref_f32_to_f16(d);
+        for (int j = 0; j < QK4_0 / 2; j++) {
+            int q0 = (int)(xb[j] * id + 8.5f), q1 = (int)(xb[j + QK4_0 / 2] * id + 8.5f);
+            q0 = q0 > 15 ? 15 : q0 < 0 ? 0 : q0;
+            q1 = q1 > 15 ? 15 : q1 < 0 ? 0 : q1;
+            y[b].qs[j] = (uint8_t)(q0 | (q1 << 4));
         }
-    gb_pad_to(b, 32);
-    gb_fill(b, 0, (size_t)off);
-    assert_true(gb_finish(b));
-    gguf_file *f = NULL;
-    llmm_diag d;
-    if (llmm__gguf_open_memory(b->bytes, b->len, NULL, &f, &d)) fail_msg("plan model: %s", d.msg);
-    return f;
+    }
 }
 
-static uint32_t planned(const gguf_file *f, const char *recipe, const char *name) {
-    const gguf_tensor *t = llmm__gguf_find_tensor(f, name);
+/* Dequantize per the block layouts documented in quant.h. swap_nibbles reads Q4_0 with the
+ * nibble halves exchanged: a deliberately wrong layout the loose tolerance must reject. */
+static void ref_dequant_ex(uint32_t type, const void *src, double *out, size_t n, int swap_nibbles) {
+    switch (type) {
+    case LLMM_TYPE_F32: {
+        const float *s = src;
+        for (size_t i = 0; i < n; i++) out[i] = s[i];
+        break;
+    }
+    case LLMM_TYPE_F16: {
+        const uint16_t *s = src;
+        for (size_t i = 0; i < n; i++) out[i] = ref_half(s[i]);
+        break;
+    }
+    case LLMM_TYPE_BF16: {
+        const uint16_t *s = src;
+        for (size_t i = 0; i < n; i++) out[i] = ref_bf16(s[i]);
+        break;
+    }
+    case LLMM_TYPE_Q8_0: {
+        const block_q8_0 *s = src;
+        for (size_t b = 0; b < n / QK8_0; b++)
+            for (int j = 0; j < QK8_0; j++) out[b * QK8_0 + j] = ref_half(s[b].d) * s[b].qs[j];
+        break;
+    }
+    case LLMM_TYPE_Q4_0: {
+        const block_q4_0 *s = src;
+        for (size_t b = 0; b < n / QK4_0; b++) {
+            const double d = ref_half(s[b].d);
+            for (int j = 0; j < QK4_0 / 2; j++) {
+                const int lo = (s[b].qs[j] & 15) - 8, hi = (s[b].qs[j] >> 4) - 8;
+                out[b * QK4_0 + j] = d * (swap_nibbles ? hi : lo);
+                out[b * QK4_0 + j + QK4_0 / 2] = d * (swap_nibbles ? lo : hi);
+            }
+        }
+        break;
+    }
+    default:
+        fail_msg("no reference dequantization for type %u", type);
+    }
+}
+
+static void ref_dequant(uint32_t type, const void *src, double *out, size_t n) {
+    ref_dequant_ex(type, src, out, n, 0);
+}
+
+/* A float row in type's storage: the traits' from_float where the type has one (F32, F16,
+ * BF16, Q8_0), the hand-built encoder for Q4_0. */
+static void encode_row(uint32_t type, const float *x, void *dst, size_t n) {
+    if (type == LLMM_TYPE_Q4_0) {
+        ref_quantize_q4_0(x, dst, n);
+        return;
+    }
+    const llmm_type_traits *t = llmm__type_get(type);
     assert_non_null(t);
-    const llmm_quant_recipe *r = llmm__quant_recipe_find(recipe);
-    assert_non_null(r);
-    return llmm__quant_choose(r, f, t).type;
+    assert_non_null(t->from_float);
+    t->from_float(x, dst, n);
 }
 
-/* The reference's use_more_bits with 8 layers: layers 0 and 7 (first and last eighth) and
- * 3, 6 ((i - 1) % 3 == 2) get Q6_K attn_v and ffn_down in q4_k_m and q5_k_m. */
-static void test_recipe_mixes(void **state) {
-    (void)state;
-    gguf_builder b;
-    gguf_file *f = open_plan_model(&b, 0, 0);
-    const int more_bits[8] = {1, 0, 0, 1, 0, 0, 1, 1};
-    const char *const mixes[] = {"q4_k_m", "q5_k_m"};
-    const uint32_t base[] = {LLMM_TYPE_Q4_K, LLMM_TYPE_Q5_K};
-    for (size_t m = 0; m < 2; m++) {
-        for (int l = 0; l < 8; l++) {
-            char v[64], down[64], q[64], norm[64];
-            snprintf(v, sizeof v, "blk.%d.attn_v.weight", l);
-            snprintf(down, sizeof down, "blk.%d.ffn_down.weight", l);
-            snprintf(q, sizeof q, "blk.%d.attn_q.weight", l);
-            snprintf(norm, sizeof norm, "blk.%d.ffn_norm.weight", l);
-            const uint32_t want = more_bits[l] ? LLMM_TYPE_Q6_K : base[m];
-            assert_int_equal(planned(f, mixes[m], v), want);
-            assert_int_equal(planned(f, mixes[m], down), want);
-            assert_int_equal(planned(f, mixes[m], q), base[m]);
-            assert_int_equal(planned(f, mixes[m], norm), LLMM_TYPE_F32);
-        }
-        assert_int_equal(planned(f, mixes[m], "output.weight"), LLMM_TYPE_Q6_K);
-        assert_int_equal(planned(f, mixes[m], "token_embd.weight"), base[m]);
-    }
-    /* pure recipes: every weight the same type */
-    assert_int_equal(planned(f, "q4_k", "output.weight"), LLMM_TYPE_Q4_K);
-    assert_int_equal(planned(f, "q2_k", "blk.0.attn_v.weight"), LLMM_TYPE_Q2_K);
-    assert_int_equal(planned(f, "f16", "blk.7.ffn_down.weight"), LLMM_TYPE_F16);
-    llmm__gguf_close(f);
-    gb_free(&b);
-
-    f = open_plan_model(&b, 1, 1); /* tied embeddings, fused qkv */
-    assert_int_equal(planned(f, "q4_k_m", "token_embd.weight"), LLMM_TYPE_Q6_K);
-    assert_int_equal(planned(f, "q4_k_m", "blk.2.attn_qkv.weight"), LLMM_TYPE_Q5_K);
-    assert_int_equal(planned(f, "q5_k_m", "blk.2.attn_qkv.weight"), LLMM_TYPE_Q6_K);
-    llmm__gguf_close(f);
-    gb_free(&b);
+/* The vec_dot operand of x, as llmm__cpu_matmul prepares it. */
+static void *make_operand(uint32_t wtype, const float *x, size_t n) {
+    const uint32_t op_type = llmm__type_get(wtype)->operand_type;
+    const llmm_type_traits *op = llmm__type_get(op_type);
+    assert_non_null(op);
+    assert_non_null(op->from_float);
+    size_t bytes = llmm__row_bytes(op_type, n);
+    assert_true(bytes > 0);
+    void *p = xmalloc(bytes);
+    op->from_float(x, p, n);
+    return p;
 }
 
-static gguf_file *open_shared_model(const char *rel) {
-    char path[1024];
-    gguf_file *f = NULL;
-    llmm_diag d;
-    if (llmm__gguf_open_file(shared_path(path, sizeof path, rel), 1, NULL, &f, &d)) return NULL;
-    return f;
-}
+/* ================================================================== 6. the whole table and row sizes */
 
-/* stories260K: rows of 64 fall back Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, Q2_K/Q3_K ->
- * Q4_0, IQ4_XS -> IQ4_NL; rows of 172 fit no block and become F16. */
-static void test_recipe_fallbacks(void **state) {
-    (void)state;
-    gguf_file *f = open_shared_model("models/stories260K.gguf");
-    if (!f) skip();
-    const struct {
-        const char *recipe, *tensor;
-        uint32_t wanted, type;
-    } rows[] = {
-        {"q4_k", "blk.0.attn_q.weight", LLMM_TYPE_Q4_K, LLMM_TYPE_Q5_0},
-        {"q5_k", "blk.0.attn_q.weight", LLMM_TYPE_Q5_K, LLMM_TYPE_Q5_1},
-        {"q6_k", "blk.0.attn_q.weight", LLMM_TYPE_Q6_K, LLMM_TYPE_Q8_0},
-        {"q2_k", "blk.0.attn_q.weight", LLMM_TYPE_Q2_K, LLMM_TYPE_Q4_0},
-        {"q3_k", "token_embd.weight", LLMM_TYPE_Q3_K, LLMM_TYPE_Q4_0},
-        {"q4_k", "blk.0.ffn_down.weight", LLMM_TYPE_Q4_K, LLMM_TYPE_F16},
-        {"q4_0", "blk.0.ffn_down.weight", LLMM_TYPE_Q4_0, LLMM_TYPE_F16},
-        {"q4_k_m", "blk.2.attn_v.weight", LLMM_TYPE_Q6_K, LLMM_TYPE_Q8_0},
-        {"q4_k_m", "blk.1.attn_v.weight", LLMM_TYPE_Q4_K, LLMM_TYPE_Q5_0},
-        {"q4_k_m", "output.weight", LLMM_TYPE_Q8_0, LLMM_TYPE_Q8_0}, /* 64 % 256: the reference's Q8_0 */
-        {"q8_0", "output_norm.weight", LLMM_TYPE_F32, LLMM_TYPE_F32},
-        {"f16", "blk.0.ffn_down.weight", LLMM_TYPE_F16, LLMM_TYPE_F16},
-        {"iq4_xs", "blk.0.attn_q.weight", LLMM_TYPE_IQ4_XS, LLMM_TYPE_IQ4_NL},
-        {"iq4_xs", "blk.0.ffn_down.weight", LLMM_TYPE_IQ4_XS, LLMM_TYPE_F16},
-        {"iq4_nl", "blk.0.ffn_down.weight", LLMM_TYPE_IQ4_NL, LLMM_TYPE_F16},
-    };
-    for (size_t i = 0; i < ARRAY_LEN(rows); i++) {
-        const llmm_quant_choice c =
-            llmm__quant_choose(llmm__quant_recipe_find(rows[i].recipe), f, llmm__gguf_find_tensor(f, rows[i].tensor));
-        if (c.wanted != rows[i].wanted || c.type != rows[i].type || c.fell_back != (c.type != c.wanted))
-            fail_msg("%s %s: wanted %u type %u fell_back %d", rows[i].recipe, rows[i].tensor, c.wanted, c.type,
-                     c.fell_back);
-    }
-    llmm__gguf_close(f);
-}
+typedef struct type_row {
+    uint32_t id, block_size, block_bytes;
+    int has_math;
+    uint32_t vec_dot_type;
+} type_row;
 
-/* ================================================================== 7. whole models */
-
-/* Greedy continuation of "Once upon a time"; returns the number of tokens. */
-static size_t greedy(const char *model_path, llmm_token *out, size_t n_predict) {
-    llmm_model *m = NULL;
-    char err[512] = "";
-    llmm_model_params mp;
-    llmm_model_params_default(&mp, sizeof mp);
-    mp.error_buf = err;
-    mp.error_buf_size = sizeof err;
-    if (llmm_model_load(model_path, &mp, &m)) fail_msg("load %s: %s", model_path, err);
-    llmm_context_params cp;
-    llmm_context_params_default(&cp, sizeof cp);
-    cp.n_ctx = 256;
-    cp.n_threads = 2;
-    llmm_context *c = NULL;
-    assert_int_equal(llmm_context_create(m, &cp, &c), LLMM_OK);
-    llmm_sampler_params sp;
-    llmm_sampler_params_default(&sp, sizeof sp);
-    sp.temperature = 0;
-    llmm_generate_params gp;
-    llmm_generate_params_default(&gp, sizeof gp);
-    gp.max_tokens = (int32_t)n_predict;
-    gp.sampling = &sp;
-    gp.out_tokens = out;
-    gp.out_capacity = n_predict;
-    llmm_generate_stats stats = {.size = sizeof stats};
-    assert_int_equal(llmm_generate(c, "Once upon a time", &gp, &stats), LLMM_OK);
-    llmm_context_free(c);
-    llmm_model_free(m);
-    return stats.n_generated;
-}
-
-static size_t leading_agreement(const llmm_token *a, size_t na, const llmm_token *b, size_t nb) {
-    size_t k = 0;
-    while (k < na && k < nb && a[k] == b[k]) k++;
-    return k;
-}
-
-typedef struct agreement_case {
-    const char *recipe;
-    size_t required; /* leading tokens that must agree with F32; 0: reported only */
-} agreement_case;
-
-static void check_agreement(const gguf_file *src, const char *src_path, const agreement_case *cases, size_t n_cases,
-                            size_t n_predict, const char *label) {
-    llmm_token ref[MAX_IDS], got[MAX_IDS];
-    const size_t n_ref = greedy(src_path, ref, n_predict);
-    assert_true(n_ref > 16);
-    for (size_t i = 0; i < n_cases; i++) {
-        char path[64];
-        quantize_to_temp(src, cases[i].recipe, path, sizeof path);
-        const size_t n = greedy(path, got, n_predict);
-        unlink(path);
-        const size_t agree = leading_agreement(ref, n_ref, got, n);
-        print_message("%s %-7s greedy agreement with F32: %2zu/%zu leading tokens%s\n", label, cases[i].recipe, agree,
-                      n_ref, cases[i].required ? " (required >= 16)" : "");
-        if (agree < cases[i].required) fail_msg("%s %s: only %zu leading tokens agree", label, cases[i].recipe, agree);
-    }
-}
-
-/* Every type and recipe: the issue's bar (16 leading tokens). The K-quants fall back to
- * 32-blocks on stories260K's 64-wide rows, as the reference does, and IQ4_XS to IQ4_NL (so
- * both convert every matrix alike; they agree for exactly 16 tokens, scalar, AVX2, AVX-512). */
-static const agreement_case k_stories_cases[] = {
-    {"f16", 16},  {"bf16", 16}, {"q8_0", 16}, {"q4_0", 16}, {"q4_1", 16},   {"q5_0", 16},   {"q5_1", 16},
-    {"q2_k", 16}, {"q3_k", 16}, {"q4_k", 16}, {"q5_k", 16}, {"q6_k", 16}, {"q4_k_m", 16}, {"q5_k_m", 16},
-    {"iq4_nl", 16}, {"iq4_xs", 16},
+/* ggml's published block structs. Ids 4, 5, 31-33 and 36-38 were removed from ggml. */
+static const type_row k_types[] = {
+    {LLMM_TYPE_F32, 1, 4, 1, LLMM_TYPE_F32},       {LLMM_TYPE_F16, 1, 2, 1, LLMM_TYPE_F16},
+    {LLMM_TYPE_Q4_0, 32, 18, 1, LLMM_TYPE_Q8_0},   {LLMM_TYPE_Q4_1, 32, 20, 1, LLMM_TYPE_Q8_1},
+    {LLMM_TYPE_Q5_0, 32, 22, 1, LLMM_TYPE_Q8_0},                {LLMM_TYPE_Q5_1, 32, 24, 1, LLMM_TYPE_Q8_1},
+    {LLMM_TYPE_Q8_0, 32, 34, 1, LLMM_TYPE_Q8_0},   {LLMM_TYPE_Q8_1, 32, 36, 0, 0},
+    {LLMM_TYPE_Q2_K, 256, 84, 1, LLMM_TYPE_Q8_K},               {LLMM_TYPE_Q3_K, 256, 110, 1, LLMM_TYPE_Q8_K},
+    {LLMM_TYPE_Q4_K, 256, 144, 1, LLMM_TYPE_Q8_K},              {LLMM_TYPE_Q5_K, 256, 176, 1, LLMM_TYPE_Q8_K},
+    {LLMM_TYPE_Q6_K, 256, 210, 1, LLMM_TYPE_Q8_K},              {LLMM_TYPE_Q8_K, 256, 292, 0, 0},
+    {LLMM_TYPE_IQ2_XXS, 256, 66, 0, 0},            {LLMM_TYPE_IQ2_XS, 256, 74, 0, 0},
+    {LLMM_TYPE_IQ3_XXS, 256, 98, 0, 0},            {LLMM_TYPE_IQ1_S, 256, 50, 0, 0},
+    {LLMM_TYPE_IQ4_NL, 32, 18, 1, LLMM_TYPE_Q8_0}, {LLMM_TYPE_IQ3_S, 256, 110, 0, 0},
+    {LLMM_TYPE_IQ2_S, 256, 82, 0, 0},              {LLMM_TYPE_IQ4_XS, 256, 136, 1, LLMM_TYPE_Q8_K},
+    {LLMM_TYPE_I8, 1, 1, 0, 0},                    {LLMM_TYPE_I16, 1, 2, 0, 0},
+    {LLMM_TYPE_I32, 1, 4, 0, 0},                   {LLMM_TYPE_I64, 1, 8, 0, 0},
+    {LLMM_TYPE_F64, 1, 8, 0, 0},                   {LLMM_TYPE_IQ1_M, 256, 56, 0, 0},
+    {LLMM_TYPE_BF16, 1, 2, 1, LLMM_TYPE_BF16},     {LLMM_TYPE_TQ1_0, 256, 54, 0, 0},
+    {LLMM_TYPE_TQ2_0, 256, 66, 0, 0},              {LLMM_TYPE_MXFP4, 32, 17, 0, 0},
 };
 
-static void test_stories_greedy_agreement(void **state) {
-    (void)state;
-    char path[1024];
-    shared_path(path, sizeof path, "models/stories260K.gguf");
-    gguf_file *f = open_shared_model("models/stories260K.gguf");
-    if (!f) skip();
-    check_agreement(f, path, k_stories_cases, ARRAY_LEN(k_stories_cases), 64, "stories260K");
-    llmm__gguf_close(f);
-}
-
-/* The reference's own q8_0/q4_0 conversions of stories260K (shared/models): every tensor they
- * quantized must come out of llmmini byte for byte, the reference encoding. */
-static void compare_with_reference_file(const gguf_file *src, const char *recipe, const char *ref_rel) {
-    gguf_file *ref = open_shared_model(ref_rel);
-    if (!ref) return;
-    char path[64];
-    quantize_to_temp(src, recipe, path, sizeof path);
-    gguf_file *ours = NULL;
-    llmm_diag d;
-    if (llmm__gguf_open_file(path, 1, NULL, &ours, &d)) fail_msg("reopen: %s", d.msg);
-    size_t compared = 0;
-    for (uint64_t i = 0; i < ref->n_tensors; i++) {
-        const gguf_tensor *r = &ref->tensors[i];
-        char name[GGUF_MAX_NAME];
-        snprintf(name, sizeof name, "%.*s", (int)r->name.len, r->name.ptr);
-        const gguf_tensor *o = llmm__gguf_find_tensor(ours, name);
-        assert_non_null(o);
-        if (r->type != o->type || r->type == LLMM_TYPE_F32) continue;
-        assert_int_equal(r->n_bytes, o->n_bytes);
-        if (memcmp(r->data, o->data, (size_t)r->n_bytes))
-            fail_msg("%s: tensor %s differs from the reference's", recipe, name);
-        compared++;
-    }
-    print_message("%s: %zu quantized tensors byte-identical to %s\n", recipe, compared, ref_rel);
-    assert_true(compared >= 30); /* all but the F32-kept ffn_down of 5 layers */
-    llmm__gguf_close(ours);
-    unlink(path);
-    llmm__gguf_close(ref);
-}
-
-static void test_reference_encoding(void **state) {
-    (void)state;
-    gguf_file *f = open_shared_model("models/stories260K.gguf");
-    if (!f) skip();
-    compare_with_reference_file(f, "q8_0", "models/stories260K-q8_0.gguf");
-    compare_with_reference_file(f, "q4_0", "models/stories260K-q4_0.gguf");
-    llmm__gguf_close(f);
-}
-
-/* ------------------------------------------------------------------ stories260K, 256 wide
- * The same network embedded in 256-wide matrices so every K-quant applies without fallback:
- * n_embd 64 -> 256 and n_ff 172 -> 256 with zero rows and columns; heads 8 -> 32 dims each
- * (the first 8 real, rope.dimension_count stays 8 so the rotation is unchanged). Norm
- * weights are halved and eps quartered (the mean of squares over 256 is a quarter of that
- * over 64), q is doubled (1/sqrt(32) vs 1/sqrt(8)): all exact scalings, so the F32 model
- * computes what stories260K computes. */
-
-typedef enum dim_kind { DIM_EMBD, DIM_Q, DIM_KV, DIM_FF, DIM_SAME } dim_kind;
-
-static int64_t padded_size(dim_kind k, int64_t old) {
-    switch (k) {
-    case DIM_EMBD: return 256;
-    case DIM_Q: return 8 * 32;
-    case DIM_KV: return 4 * 32;
-    case DIM_FF: return 256;
-    default: return old;
-    }
-}
-
-/* The old index a new index comes from, or -1 for padding. */
-static int64_t padded_source(dim_kind k, int64_t i) {
-    switch (k) {
-    case DIM_EMBD: return i < 64 ? i : -1;
-    case DIM_Q:
-    case DIM_KV: return i % 32 < 8 ? (i / 32) * 8 + i % 32 : -1;
-    case DIM_FF: return i < 172 ? i : -1;
-    default: return i;
-    }
-}
-
-typedef struct pad_rule {
-    const char *suffix;
-    dim_kind in, out; /* ne0, ne1 */
-    float scale;
-} pad_rule;
-
-static const pad_rule k_pad_rules[] = {
-    {"attn_output.weight", DIM_Q, DIM_EMBD, 1},    {"token_embd.weight", DIM_EMBD, DIM_SAME, 1},
-    {"output.weight", DIM_EMBD, DIM_SAME, 1},      {"_norm.weight", DIM_EMBD, DIM_SAME, 0.5f},
-    {"attn_q.weight", DIM_EMBD, DIM_Q, 2},         {"attn_k.weight", DIM_EMBD, DIM_KV, 1},
-    {"attn_v.weight", DIM_EMBD, DIM_KV, 1},        {"ffn_gate.weight", DIM_EMBD, DIM_FF, 1},
-    {"ffn_up.weight", DIM_EMBD, DIM_FF, 1},        {"ffn_down.weight", DIM_FF, DIM_EMBD, 1},
-};
-
-/* The first rule whose suffix ends the name (attn_output before output). */
-static const pad_rule *pad_rule_for(gguf_str name) {
-    for (size_t i = 0; i < ARRAY_LEN(k_pad_rules); i++) {
-        const size_t n = strlen(k_pad_rules[i].suffix);
-        if (name.len >= n && !memcmp(name.ptr + name.len - n, k_pad_rules[i].suffix, n)) return &k_pad_rules[i];
-    }
-    fail_msg("no padding rule for %.*s", (int)name.len, name.ptr);
+static const type_row *find_type_row(uint32_t id) {
+    for (size_t i = 0; i < ARRAY_LEN(k_types); i++)
+        if (k_types[i].id == id) return &k_types[i];
     return NULL;
 }
 
-static void write_padded_kv(gguf_builder *b, const gguf_kv *kv) {
-    static const struct {
-        const char *key;
-        float value;
-    } changed[] = {{"llama.embedding_length", 256}, {"llama.feed_forward_length", 256}};
-    for (size_t i = 0; i < ARRAY_LEN(changed); i++)
-        if (llmm__gguf_str_eq(kv->key, changed[i].key)) {
-            gb_kv_u32(b, changed[i].key, (uint32_t)changed[i].value);
-            return;
-        }
-    if (llmm__gguf_str_eq(kv->key, "llama.attention.layer_norm_rms_epsilon")) {
-        gb_kv_f32(b, "llama.attention.layer_norm_rms_epsilon", (float)kv->v.f64 / 4);
-        return;
-    }
-    size_t value_bytes = kv->type == GGUF_TYPE_STRING ? 8 + (size_t)kv->v.str.len
-                         : kv->type == GGUF_TYPE_ARRAY ? 12 + (size_t)kv->v.arr.bytes
-                                                       : llmm__gguf_scalar_size(kv->type);
-    gb_bytes(b, (const uint8_t *)kv->key.ptr - 8, 8 + (size_t)kv->key.len + 4 + value_bytes);
-}
-
-static void write_padded_data(gguf_builder *b, const gguf_tensor *t, const pad_rule *r, int64_t ne0, int64_t ne1) {
-    const float *src = t->data;
-    for (int64_t row = 0; row < ne1; row++)
-        for (int64_t col = 0; col < ne0; col++) {
-            const int64_t sr = padded_source(r->out, row), sc = padded_source(r->in, col);
-            gb_f32(b, sr < 0 || sc < 0 ? 0.0f : src[sr * t->ne[0] + sc] * r->scale);
-        }
-    gb_pad_to(b, 32);
-}
-
-static gguf_file *pad_stories(const gguf_file *src, gguf_builder *b) {
-    gb_init(b);
-    gb_header(b, 3, src->n_tensors, src->n_kv);
-    for (uint64_t i = 0; i < src->n_kv; i++) write_padded_kv(b, &src->kv[i]);
-    uint64_t off = 0;
-    for (uint64_t i = 0; i < src->n_tensors; i++) {
-        const gguf_tensor *t = &src->tensors[i];
-        const pad_rule *r = pad_rule_for(t->name);
-        const uint64_t ne[2] = {(uint64_t)padded_size(r->in, t->ne[0]), (uint64_t)padded_size(r->out, t->ne[1])};
-        char name[GGUF_MAX_NAME];
-        snprintf(name, sizeof name, "%.*s", (int)t->name.len, t->name.ptr);
-        gb_tensor_info(b, name, t->n_dims, ne, LLMM_TYPE_F32, off);
-        off += (ne[0] * ne[1] * 4 + 31) / 32 * 32;
-    }
-    gb_pad_to(b, 32);
-    for (uint64_t i = 0; i < src->n_tensors; i++) {
-        const gguf_tensor *t = &src->tensors[i];
-        const pad_rule *r = pad_rule_for(t->name);
-        write_padded_data(b, t, r, padded_size(r->in, t->ne[0]), padded_size(r->out, t->ne[1]));
-    }
-    assert_true(gb_finish(b));
-    gguf_file *f = NULL;
-    llmm_diag d;
-    if (llmm__gguf_open_memory(b->bytes, b->len, NULL, &f, &d)) fail_msg("padded model: %s", d.msg);
-    return f;
-}
-
-static const agreement_case k_padded_cases[] = {
-    {"q8_0", 16}, {"q6_k", 16}, {"q5_k", 0}, {"q4_k", 0}, {"q3_k", 0}, {"q2_k", 0}, {"q4_k_m", 0}, {"q5_k_m", 0},
-    {"iq4_xs", 16},
-};
-
-static void test_padded_stories_greedy_agreement(void **state) {
+static void test_type_table(void **state) {
     (void)state;
-    gguf_file *src = open_shared_model("models/stories260K.gguf");
-    if (!src) skip();
-    char orig_path[1024];
-    shared_path(orig_path, sizeof orig_path, "models/stories260K.gguf");
-    gguf_builder b;
-    gguf_file *padded = pad_stories(src, &b);
-    char path[64] = "/tmp/llmm-padded-XXXXXX";
-    assert_true(gb_write_temp(&b, path, sizeof path) == 0);
-    /* the padded F32 model is the same network */
-    llmm_token a[MAX_IDS], p[MAX_IDS];
-    const size_t na = greedy(orig_path, a, 64), np = greedy(path, p, 64);
-    print_message("stories260K padded to 256: F32 agrees with the original for %zu/%zu tokens\n",
-                  leading_agreement(a, na, p, np), na);
-    assert_true(leading_agreement(a, na, p, np) >= 32);
-    /* 32 tokens: the bar is 16, and the scalar K-quant dots make longer runs slow */
-    check_agreement(padded, path, k_padded_cases, ARRAY_LEN(k_padded_cases), 32, "stories260K-256");
-    unlink(path);
-    llmm__gguf_close(padded);
-    gb_free(&b);
-    llmm__gguf_close(src);
+    for (uint32_t id = 0; id <= 40; id++) {
+        const type_row *want = find_type_row(id);
+        const llmm_type_traits *t = llmm__type_get(id);
+        if (!want) {
+            if (t) fail_msg("type id %u should be unknown", id);
+            continue;
+        }
+        if (!t) fail_msg("type id %u missing", id);
+        assert_non_null(t->name);
+        assert_true(strlen(t->name) > 0);
+        assert_int_equal(t->block_size, want->block_size);
+        assert_int_equal(t->block_bytes, want->block_bytes);
+        assert_int_equal(t->dequant_row != NULL, want->has_math);
+        assert_int_equal(t->vec_dot != NULL, want->has_math);
+        if (want->has_math) {
+            assert_int_equal(t->operand_type, want->vec_dot_type);
+            const llmm_type_traits *op = llmm__type_get(t->operand_type);
+            assert_non_null(op);
+            assert_non_null(op->from_float); /* every operand type can be produced */
+        }
+        assert_int_equal(llmm__cpu_backend.supports_type(id), want->has_math);
+    }
+    assert_null(llmm__type_get(41));
+    assert_null(llmm__type_get(1000));
+    assert_null(llmm__type_get(UINT32_MAX));
+    assert_int_equal(llmm__cpu_backend.supports_type(UINT32_MAX), 0);
+}
+
+static void test_row_bytes(void **state) {
+    (void)state;
+    for (uint32_t id = 0; id <= 40; id++) {
+        const type_row *want = find_type_row(id);
+        if (!want) {
+            assert_int_equal(llmm__row_bytes(id, 0), 0);
+            assert_int_equal(llmm__row_bytes(id, 32), 0);
+            assert_int_equal(llmm__row_bytes(id, 256), 0);
+            continue;
+        }
+        const uint64_t bs = want->block_size;
+        for (uint64_t k = 1; k <= 9; k += 2)
+            assert_int_equal(llmm__row_bytes(id, k * bs), (size_t)(k * want->block_bytes));
+        assert_int_equal(llmm__row_bytes(id, 4096), (size_t)(4096 / bs * want->block_bytes));
+        assert_int_equal(llmm__row_bytes(id, 0), 0);
+        if (bs > 1) {
+            assert_int_equal(llmm__row_bytes(id, 1), 0);
+            assert_int_equal(llmm__row_bytes(id, bs - 1), 0);
+            assert_int_equal(llmm__row_bytes(id, bs + 1), 0);
+            assert_int_equal(llmm__row_bytes(id, 3 * bs + bs / 2), 0);
+        } else {
+            assert_int_equal(llmm__row_bytes(id, 1001), (size_t)(1001 * want->block_bytes));
+        }
+    }
+    assert_int_equal(llmm__row_bytes(41, 32), 0);
+    assert_int_equal(llmm__row_bytes(UINT32_MAX, 32), 0);
+}
+
+/* ================================================================== 7. F32, F16, BF16, Q8_0, Q4_0: quantize / dequantize */
+
+static const size_t *sizes_for(uint32_t type, size_t *count) {
+    if (llmm__type_get(type)->block_size > 1) {
+        *count = ARRAY_LEN(k_block_sizes);
+        return k_block_sizes;
+    }
+    *count = ARRAY_LEN(k_float_sizes);
+    return k_float_sizes;
+}
+
+/* dequant_row against the float64 dequantization from the block layout: exact, since
+ * every dequantized value is a float exactly (see the header comment). */
+static void check_dequant(uint32_t type, uint64_t seed) {
+    const llmm_type_traits *t = llmm__type_get(type);
+    assert_non_null(t);
+    assert_non_null(t->dequant_row);
+    rng_seed(&rng, seed);
+    size_t n_sizes;
+    const size_t *sizes = sizes_for(type, &n_sizes);
+    for (size_t si = 0; si < n_sizes; si++) {
+        const size_t n = sizes[si];
+        for (int rep = 0; rep < 4; rep++) {
+            const float scale = rep == 3 ? 1e-3f : rep == 2 ? 300.0f : 1.0f; /* also tiny and large */
+            float *x = rng_floats(&rng, n, -2.0f * scale, 2.0f * scale);
+            const size_t bytes = llmm__row_bytes(type, n);
+            assert_true(bytes > 0);
+            void *enc = xmalloc(bytes);
+            encode_row(type, x, enc, n);
+            float *got = xmalloc(n * sizeof *got);
+            double *want = xmalloc(n * sizeof *want);
+            fill_nan(got, n);
+            t->dequant_row(enc, got, n);
+            ref_dequant(type, enc, want, n);
+            for (size_t i = 0; i < n; i++)
+                if (!((double)got[i] == want[i]))
+                    fail_msg("%s dequant n=%zu i=%zu: got %.9g want %.9g", t->name, n, i, (double)got[i], want[i]);
+            /* the encoding itself is sane: close to the input (format's own precision) */
+            for (size_t i = 0; i < n; i++) {
+                double tol;
+                if (type == LLMM_TYPE_F32) tol = 0;
+                else if (type == LLMM_TYPE_F16) tol = fmax(fabs(x[i]) * ldexp(1, -11), ldexp(1, -25));
+                else if (type == LLMM_TYPE_BF16) tol = fabs(x[i]) * ldexp(1, -8);
+                else {
+                    /* within one step of the block's scale (Q8_0: amax/127, Q4_0: amax/8,
+                     * the clamped extreme of Q4_0 may sit a full step away) */
+                    size_t b0 = i / 32 * 32;
+                    double amax = 0;
+                    for (size_t j = b0; j < b0 + 32; j++) amax = fmax(amax, fabs(x[j]));
+                    tol = amax / (type == LLMM_TYPE_Q8_0 ? 127.0 : 8.0) * 1.01;
+                }
+                CHECK_CLOSE(want[i], x[i], tol, "%s encode n=%zu i=%zu", t->name, n, i);
+            }
+            free(x);
+            free(enc);
+            free(got);
+            free(want);
+        }
+    }
+}
+
+/* The types check_dequant covers alone: one test each, each with its own seed. */
+#define DEQUANT_TEST(name, type, seed)              \
+    static void test_dequant_##name(void **state) { \
+        (void)state;                                \
+        check_dequant(type, seed);                  \
+    }
+DEQUANT_TEST(f32, LLMM_TYPE_F32, 201)
+DEQUANT_TEST(bf16, LLMM_TYPE_BF16, 203)
+DEQUANT_TEST(q8_0, LLMM_TYPE_Q8_0, 204)
+
+static void test_dequant_f16(void **state) {
+    (void)state;
+    check_dequant(LLMM_TYPE_F16, 202);
+    /* the traits' from_float is the scalar conversion */
+    rng_seed(&rng, 2020);
+    float *x = rng_floats(&rng, 1001, -70000.0f, 70000.0f);
+    uint16_t *h = xmalloc(1001 * sizeof *h);
+    llmm__type_get(LLMM_TYPE_F16)->from_float(x, h, 1001);
+    for (size_t i = 0; i < 1001; i++) assert_int_equal(h[i], ref_f32_to_f16(x[i]));
+    free(x);
+    free(h);
+}
+static void test_dequant_q4_0(void **state) {
+    (void)state;
+    check_dequant(LLMM_TYPE_Q4_0, 205);
+    /* a hand-made block with known nibbles: element j = d*(j%16 - 8) low, high = 7 - j%16 */
+    block_q4_0 b;
+    b.d = 0x3800; /* 0.5 */
+    for (int j = 0; j < 16; j++) b.qs[j] = (uint8_t)(j | ((15 - j) << 4));
+    float out[32];
+    llmm__type_get(LLMM_TYPE_Q4_0)->dequant_row(&b, out, 32);
+    for (int j = 0; j < 16; j++) {
+        assert_true(out[j] == 0.5f * (float)(j - 8));
+        assert_true(out[j + 16] == 0.5f * (float)(7 - j));
+    }
+}
+
+/* llmm__quantize_row_q8_0: d = f16(amax/127), |q| <= 127 and q = round(x / d) to within the
+ * float rounding of x * (127/amax); the largest magnitude maps to +-127; an all-zero block
+ * gives d = 0, q = 0 (no division by zero). */
+static void test_quantize_q8_0(void **state) {
+    (void)state;
+    rng_seed(&rng, 206);
+    for (size_t si = 0; si < ARRAY_LEN(k_block_sizes); si++) {
+        const size_t n = k_block_sizes[si];
+        float *x = rng_floats(&rng, n, -2.0f, 2.0f);
+        block_q8_0 *y = xmalloc(llmm__row_bytes(LLMM_TYPE_Q8_0, n));
+        llmm__quantize_row_q8_0(x, y, n);
+        for (size_t b = 0; b < n / 32; b++) {
+            float amax = 0;
+            for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[b * 32 + j]));
+            assert_int_equal(y[b].d, ref_f32_to_f16(amax / 127.0f));
+            int saw_max = 0;
+            for (int j = 0; j < 32; j++) {
+                const double exact = (double)x[b * 32 + j] * 127.0 / amax;
+                assert_true(y[b].qs[j] >= -127 && y[b].qs[j] <= 127);
+                CHECK_CLOSE(y[b].qs[j], exact, 0.5 + 1e-5, "q8_0 n=%zu block %zu elem %d", n, b, j);
+                if (fabsf(x[b * 32 + j]) == amax) saw_max |= abs(y[b].qs[j]) == 127;
+            }
+            assert_true(saw_max);
+        }
+        free(x);
+        free(y);
+    }
+    float zero[64] = {0};
+    zero[40] = 1.0f; /* second block not zero */
+    block_q8_0 yz[2];
+    memset(yz, 0x55, sizeof yz);
+    llmm__quantize_row_q8_0(zero, yz, 64);
+    assert_int_equal(yz[0].d, 0);
+    for (int j = 0; j < 32; j++) assert_int_equal(yz[0].qs[j], 0);
+    assert_int_equal(yz[1].qs[8], 127);
+}
+
+/* ================================================================== 8. F32, F16, BF16, Q8_0, Q4_0: vec_dot */
+
+/* Tight tolerance of a kernel dot against the float64 dot of the exact operand values. */
+static double tight_tol(uint32_t type, size_t n, double sum_abs) {
+    switch (type) {
+    case LLMM_TYPE_F32: return ((double)(n / 8) + 10.0) * U_F32 * sum_abs;
+    case LLMM_TYPE_F16:
+    case LLMM_TYPE_BF16: return ((double)(n / 16) + 20.0) * U_F32 * sum_abs; /* 16 float lanes, lib/quant.c */
+    default: return ((double)(n / 32) + 3.0) * U_F32 * sum_abs;
+    }
+}
+
+/* Loose tolerance of the quantized dot against the original floats w, x:
+ *   w~ = w + r_w + s_w, x~ = x + r_x + s_x, with rounding errors |r| <= h = step/2 per block
+ *   (Q8_0 step amax/127, Q4_0 step amax/8; independent, zero-mean, standard deviation
+ *   step/sqrt(12)) and scale errors |s| <= 2^-11 |w~| from storing d as f16. So
+ *   |sum w~x~ - sum wx| <= 2^-10 sum (|w|+h_w)(|x|+h_x)                 (scales, worst case)
+ *                        + 6 sqrt(sum w^2 sd_x^2 + x^2 sd_w^2)             (roundings: 6 sd)
+ *                        + sum 2 h_w h_x                                   (cross terms, worst
+ *                          case, doubled for the clamped Q4_0 extreme).
+ * Not a worst-case bound (that one, ~n h, could not tell a wrong layout from noise), but 6
+ * standard deviations: a nibble-swapped Q4_0 row misses by ~20 sd on average. */
+static double loose_tol_quant(uint32_t type, const float *w, const float *x, size_t n) {
+    double sys = 0, var = 0, cross = 0;
+    for (size_t b = 0; b < n / 32; b++) {
+        double aw = 0, ax = 0;
+        for (size_t j = b * 32; j < b * 32 + 32; j++) {
+            aw = fmax(aw, fabs(w[j]));
+            ax = fmax(ax, fabs(x[j]));
+        }
+        const double step_w = aw / (type == LLMM_TYPE_Q4_0 ? 8.0 : 127.0), step_x = ax / 127.0;
+        const double hw = step_w / 2, hx = step_x / 2;
+        const double vw = step_w * step_w / 12, vx = step_x * step_x / 12;
+        for (size_t j = b * 32; j < b * 32 + 32; j++) {
+            sys += (fabs(w[j]) + hw) * (fabs(x[j]) + hx);
+            var += (double)w[j] * w[j] * vx + (double)x[j] * x[j] * vw;
+            cross += 2 * hw * hx;
+        }
+    }
+    return ldexp(sys, -10) + 6.0 * sqrt(var) + cross;
+}
+
+/* Loose tolerance for f16/bf16 operands against the original floats, term by term. */
+static double loose_tol_float(uint32_t type, const float *w, const float *x, size_t n) {
+    double tol = 0;
+    for (size_t i = 0; i < n; i++) {
+        double ew, ex;
+        if (type == LLMM_TYPE_F16) {
+            ew = fmax(fabs(w[i]) * ldexp(1, -11), ldexp(1, -25));
+            ex = fmax(fabs(x[i]) * ldexp(1, -11), ldexp(1, -25));
+        } else if (type == LLMM_TYPE_BF16) {
+            ew = fabs(w[i]) * ldexp(1, -8);
+            ex = fabs(x[i]) * ldexp(1, -8);
+        } else {
+            ew = ex = 0;
+        }
+        tol += fabs(w[i]) * ex + fabs(x[i]) * ew + ew * ex;
+    }
+    return tol;
+}
+
+static void check_vec_dot(uint32_t type, uint64_t seed) {
+    const llmm_type_traits *t = llmm__type_get(type);
+    assert_non_null(t);
+    assert_non_null(t->vec_dot);
+    rng_seed(&rng, seed);
+    size_t n_sizes;
+    const size_t *sizes = sizes_for(type, &n_sizes);
+    int n_cases = 0, n_swap_caught = 0;
+    double worst_tight = 0, worst_loose = 0;
+    for (size_t si = 0; si < n_sizes; si++) {
+        const size_t n = sizes[si];
+        for (int rep = 0; rep < 8; rep++) {
+            float *w = rng_floats(&rng, n, -2.0f, 2.0f), *x = rng_floats(&rng, n, -2.0f, 2.0f);
+            void *wq = xmalloc(llmm__row_bytes(type, n));
+            encode_row(type, w, wq, n);
+            void *xq = make_operand(type, x, n);
+            double *wd = xmalloc(n * sizeof *wd), *xd = xmalloc(n * sizeof *xd);
+            ref_dequant(type, wq, wd, n);
+            ref_dequant(t->operand_type, xq, xd, n);
+
+            const float got = t->vec_dot(wq, xq, n);
+            double exact = 0, sum_abs = 0, orig = 0;
+            for (size_t i = 0; i < n; i++) {
+                exact += wd[i] * xd[i];
+                sum_abs += fabs(wd[i] * xd[i]);
+                orig += (double)w[i] * x[i];
+            }
+            const double tt = tight_tol(type, n, sum_abs);
+            CHECK_CLOSE(got, exact, tt, "%s vec_dot n=%zu rep %d vs dequantized operands", t->name, n, rep);
+            if (tt > 0) worst_tight = fmax(worst_tight, fabs(got - exact) / tt);
+
+            const int quant = t->block_size > 1;
+            const double lt = tt + (quant ? loose_tol_quant(type, w, x, n) : loose_tol_float(type, w, x, n));
+            CHECK_CLOSE(got, orig, lt, "%s vec_dot n=%zu rep %d vs original floats", t->name, n, rep);
+            worst_loose = fmax(worst_loose, fabs(got - orig) / lt);
+
+            if (type == LLMM_TYPE_Q4_0) {
+                /* the loose bound must be able to see a swapped nibble layout */
+                ref_dequant_ex(type, wq, wd, n, 1);
+                double swapped = 0;
+                for (size_t i = 0; i < n; i++) swapped += wd[i] * xd[i];
+                n_swap_caught += fabs(swapped - orig) > lt;
+            }
+            n_cases++;
+            free(w);
+            free(x);
+            free(wq);
+            free(xq);
+            free(wd);
+            free(xd);
+        }
+    }
+    print_message("%s vec_dot: %d cases, worst |err|/tight_tol %.3f, worst |err|/loose_tol %.3f\n", t->name,
+                  n_cases, worst_tight, worst_loose);
+    if (type == LLMM_TYPE_Q4_0) {
+        /* a swapped layout would fail this test if it failed any one case; require that it
+         * would fail most, so the tolerance stays meaningful if someone loosens it */
+        print_message("q4_0: loose tolerance rejects a nibble-swapped layout in %d of %d cases\n", n_swap_caught,
+                      n_cases);
+        assert_true(n_swap_caught * 2 > n_cases);
+    }
+}
+
+static void test_vec_dot_f32(void **state) {
+    (void)state;
+    check_vec_dot(LLMM_TYPE_F32, 301);
+}
+static void test_vec_dot_f16(void **state) {
+    (void)state;
+    check_vec_dot(LLMM_TYPE_F16, 302);
+}
+static void test_vec_dot_bf16(void **state) {
+    (void)state;
+    check_vec_dot(LLMM_TYPE_BF16, 303);
+}
+static void test_vec_dot_q8_0(void **state) {
+    (void)state;
+    check_vec_dot(LLMM_TYPE_Q8_0, 304);
+}
+static void test_vec_dot_q4_0(void **state) {
+    (void)state;
+    check_vec_dot(LLMM_TYPE_Q4_0, 305);
+}
+
+/* llmm__dot_f32 with n not a multiple of 8 and exact small integers: the tail is summed once. */
+static void test_dot_f32_exact_integers(void **state) {
+    (void)state;
+    for (size_t n = 1; n <= 40; n++) {
+        float a[40], b[40];
+        double want = 0;
+        for (size_t i = 0; i < n; i++) {
+            a[i] = (float)((int)(i % 7) - 3 + (i % 7 == 3 ? 5 : 0));
+            b[i] = (float)((int)(i % 5) + 1);
+            want += (double)a[i] * b[i];
+        }
+        assert_true((double)llmm__dot_f32(a, b, n) == want);
+    }
+}
+
+static void test_matmul_unsupported_type(void **state) {
+    (void)state;
+    const llmm_backend_config cfg = {.n_threads = 1};
+    void *st = NULL;
+    assert_int_equal(llmm__cpu_backend.init(&cfg, &st), LLMM_OK);
+    uint8_t data[20] = {0};
+    float x[32] = {0}, out[1] = {0};
+    llmm_tensor w = {data, LLMM_TYPE_MXFP4, 32, 1, 17, NULL};
+    assert_int_equal(llmm__cpu_matmul(st, &w, x, 1, out), LLMM_ERR_UNSUPPORTED);
+    llmm_tensor w2 = {data, 4 /* removed id */, 32, 1, 20, NULL};
+    assert_int_equal(llmm__cpu_matmul(st, &w2, x, 1, out), LLMM_ERR_UNSUPPORTED);
+    /* an unsupported type among matmul_multi's weights is refused, not skipped */
+    uint8_t good_data[34] = {0};
+    const llmm_tensor good = {good_data, LLMM_TYPE_Q8_0, 32, 1, 34, NULL};
+    const llmm_tensor *pair[2] = {&good, &w};
+    float out2[2], *pair_out[2] = {&out2[0], &out2[1]};
+    assert_int_equal(llmm__cpu_matmul_multi(st, pair, 2, x, 1, pair_out), LLMM_ERR_UNSUPPORTED);
+    llmm__cpu_backend.shutdown(st);
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_type_table),
+        cmocka_unit_test(test_row_bytes),
         cmocka_unit_test(test_table_rows),
         cmocka_unit_test(test_every_dot_has_its_operand),
         cmocka_unit_test(test_roundtrip_error),
@@ -1153,11 +1266,19 @@ int main(void) {
         cmocka_unit_test(test_reference_acceptance),
         cmocka_unit_test(test_q8_1_operand),
         cmocka_unit_test(test_q8_K_operand),
-        cmocka_unit_test(test_recipe_mixes),
-        cmocka_unit_test(test_recipe_fallbacks),
-        cmocka_unit_test(test_reference_encoding),
-        cmocka_unit_test(test_stories_greedy_agreement),
-        cmocka_unit_test(test_padded_stories_greedy_agreement),
+        cmocka_unit_test(test_dequant_f32),
+        cmocka_unit_test(test_dequant_f16),
+        cmocka_unit_test(test_dequant_bf16),
+        cmocka_unit_test(test_dequant_q8_0),
+        cmocka_unit_test(test_dequant_q4_0),
+        cmocka_unit_test(test_quantize_q8_0),
+        cmocka_unit_test(test_vec_dot_f32),
+        cmocka_unit_test(test_vec_dot_f16),
+        cmocka_unit_test(test_vec_dot_bf16),
+        cmocka_unit_test(test_vec_dot_q8_0),
+        cmocka_unit_test(test_vec_dot_q4_0),
+        cmocka_unit_test(test_dot_f32_exact_integers),
+        cmocka_unit_test(test_matmul_unsupported_type),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,4 +1,4 @@
-#include "quant_temp.h"
+#include "support/quant_temp.h"
 
 #include <stdarg.h>
 #include <stdint.h>

@@ -6,7 +6,7 @@
 #include <stddef.h>
 
 #include "llmmini.h"
-#include "shared_data.h"
+#include "support/shared_data.h"
 
 typedef struct golden_result {
     double max_logit_diff; /* over the last prompt position's logits */

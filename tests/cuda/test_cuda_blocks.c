@@ -13,26 +13,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../cuda/quant_blocks.cuh"
+#include "quant_blocks.cuh" /* cuda/, on the CUDA suites' include path */
 #include "format/quant.h"
+#include "support/numeric.h"
+#include "support/rng.h"
 
-static uint64_t rng_state = 0x853c49e6748fea9bull;
-
-static uint64_t rng_u64(void) {
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static uint32_t bits_of(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
+/* The data stream, at the raw state the suite was written with. */
+static test_rng rng = {.state = 0x853c49e6748fea9bull};
 
 /* Equal bits, or both NaN (a NaN's payload is not part of the contract). */
-static int same_value(float a, float b) { return bits_of(a) == bits_of(b) || (isnan(a) && isnan(b)); }
+static int same_value(float a, float b) { return bits_of_f32(a) == bits_of_f32(b) || (isnan(a) && isnan(b)); }
 
 static void test_half_and_bf16_patterns(void **state) {
     (void)state;
@@ -48,8 +38,8 @@ static void test_half_and_bf16_patterns(void **state) {
  * random 16-bit pattern is often a NaN or an infinity, which would make most weights compare as
  * NaN and test nothing). */
 static void random_block(uint32_t type, uint8_t *b, int bytes) {
-    for (int i = 0; i < bytes; i++) b[i] = (uint8_t)rng_u64();
-    const float scale = (float)(rng_u64() % 2000) / 1000.0f - 1.0f;
+    for (int i = 0; i < bytes; i++) b[i] = (uint8_t)rng_u64(&rng);
+    const float scale = (float)(rng_u64(&rng) % 2000) / 1000.0f - 1.0f;
     const llmm_f16 d = llmm__f32_to_f16(scale), m = llmm__f32_to_f16(-scale / 3.0f);
     int at_d = -1, at_m = -1;
     switch (type) {

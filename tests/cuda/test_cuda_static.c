@@ -14,16 +14,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "golden_check.h"
+#include "support/golden_check.h"
+#include "support/fixtures.h"
 #include "llmmini-cuda.h"
-#include "shared_data.h"
+#include "support/shared_data.h"
 
 static void test_registered_backend_runs_the_goldens(void **state) {
     (void)state;
     setenv("LLMM_CUDA_MODULE", "/nonexistent/libllmmini-cuda.so", 1);
-    char path[1024];
-    llmm_model *m = NULL;
-    assert_int_equal(llmm_model_load(shared_path(path, sizeof path, "models/stories260K.gguf"), NULL, &m), LLMM_OK);
+    llmm_model *m = load_model("stories260K.gguf", NULL);
     llmm_context_params p;
     llmm_context_params_default(&p, sizeof p);
     p.backend = LLMM_BACKEND_CUDA;

@@ -38,5 +38,7 @@ void golden_free(golden_run *g);
 
 int vocab_cases_load(const char *inp_path, const char *out_path, vocab_cases *vc);
 void vocab_cases_free(vocab_cases *vc);
+/* 1 when ids[0..n) are exactly case i's expected ids. */
+int vocab_case_matches(const vocab_cases *vc, size_t i, const int32_t *ids, size_t n);
 
 #endif

@@ -5,7 +5,8 @@
  * step, releases the weights, frees the buffers and shuts down. Buffers are only ever reached
  * through upload/download (a backend may hand out device memory or opaque handles).
  *
- * Tolerances are those of the kernel tests (test_kernels.c), stated at each check; u = 2^-24.
+ * Tolerances are those of the kernel suites (test_weight_formats.c, test_cpu_attention.c), stated
+ * at each check; u = 2^-24.
  * Matmul references use the operand the CPU backend quantizes the activations to
  * (the type's operand_type, format/quant.h): that is the contract a backend's matmul is held to, whatever its kernels. */
 #include <stdarg.h>
@@ -22,11 +23,12 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "backend_conformance.h"
+#include "support/backend_conformance.h"
+#include "support/alloc.h"
+#include "support/fixtures.h"
+#include "support/numeric.h"
+#include "support/rng.h"
 #include "format/quant.h"
-
-#define U_F32 (1.0 / 16777216.0) /* 2^-24 */
-#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 enum {
     CF_WEIGHTS = 32, /* llmm_backend_config.n_weights of every run */
@@ -36,55 +38,15 @@ enum {
 
 static const int k_threads[] = {1, 2};
 
-/* ------------------------------------------------------------------ random numbers */
-
-static uint64_t rng_state;
-
-static void rng_seed(uint64_t s) { rng_state = s * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull; }
-
-/* splitmix64 */
-static uint64_t rng_u64(void) {
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static uint32_t rng_below(uint32_t n) { return (uint32_t)((rng_u64() >> 32) % n); }
-
-/* uniform in [lo, hi), never exactly zero */
-static float rng_float(float lo, float hi) {
-    for (;;) {
-        const double t = (double)(rng_u64() >> 11) * (1.0 / 9007199254740992.0);
-        const float v = (float)(lo + (hi - lo) * t);
-        if (v != 0.0f) return v;
-    }
-}
-
-static void *xmalloc(size_t bytes) {
-    void *p = malloc(bytes ? bytes : 1);
-    if (!p) fail_msg("out of memory (%zu bytes)", bytes);
-    return p;
-}
-
-static float *rand_floats(size_t n, float lo, float hi) {
-    float *p = xmalloc(n * sizeof *p);
-    for (size_t i = 0; i < n; i++) p[i] = rng_float(lo, hi);
-    return p;
-}
-
-static uint32_t bits_of_f32(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
+/* The data stream: every check seeds it (rng_seed) before drawing. */
+static test_rng rng;
 
 /* A random permutation of 0 .. n-1: block tables taken from it are non-contiguous and
  * disjoint between sequences. */
 static void shuffled_ids(uint32_t *ids, uint32_t n) {
     for (uint32_t i = 0; i < n; i++) ids[i] = i;
     for (uint32_t i = n - 1; i > 0; i--) {
-        const uint32_t j = rng_below(i + 1), t = ids[i];
+        const uint32_t j = rng_below(&rng, i + 1), t = ids[i];
         ids[i] = ids[j];
         ids[j] = t;
     }
@@ -431,7 +393,7 @@ static double block_min(const uint8_t *block) {
 }
 
 /* Tolerance of one matmul output against the float64 dot of the exact operand values, as
- * test_kernels.c states it: the f32 dot keeps 8 float partial sums, (n/8 + 10) u; the
+ * test_weight_formats.c states it: the f32 dot keeps 8 float partial sums, (n/8 + 10) u; the
  * f16/bf16 dots 16 float lanes, (n/16 + 20) u; the quantized dots add one scale product and
  * one float sum per block of 32 (integer block sums are exact), (n/32 + 3) u; all times
  * sum |w_i x_i|. The K-quants (integer sub-block sums scaled per super-block) stay within the
@@ -498,13 +460,13 @@ static void check_f16_gemm_out(const cf *c, const double *wd, size_t ne0, size_t
 static void check_buffers(const conformance_target *t) {
     if (!llmm__backend_table_ok(t->be)) fail_msg("[%s] backend_table_ok refuses the table", t->label);
     if (!t->be->available()) fail_msg("[%s] available() is 0", t->label);
-    rng_seed(11);
+    rng_seed(&rng, 11);
     enum { N = 1001, DST_AT = 3, SRC_AT = 5, LEN = 777 };
     for (size_t ti = 0; ti < ARRAY_LEN(k_threads); ti++) {
         cf c;
         cf_open(&c, t, k_threads[ti], 0);
         uint8_t a[N], b[N], back[N];
-        for (size_t i = 0; i < N; i++) a[i] = (uint8_t)(rng_u64() | 1), b[i] = (uint8_t)(rng_u64() | 1);
+        for (size_t i = 0; i < N; i++) a[i] = (uint8_t)(rng_u64(&rng) | 1), b[i] = (uint8_t)(rng_u64(&rng) | 1);
         cf_case(&c, "upload/download", "%d bytes", N);
         void *ba = cf_put(&c, a, N), *bb = cf_put(&c, b, N);
         cf_get(&c, back, ba, N);
@@ -530,7 +492,7 @@ static void check_buffers(const conformance_target *t) {
  * token out of range fails the op (or the step), and the step ends cleanly after it; the next
  * step works. */
 static void check_embed(const conformance_target *t) {
-    rng_seed(21);
+    rng_seed(&rng, 21);
     enum { NE1 = 11, N_IDS = 6 };
     const llmm_token ids[N_IDS] = {0, 10, 5, 5, 3, 7};
     for (size_t ti = 0; ti < ARRAY_LEN(k_threads); ti++) {
@@ -541,7 +503,7 @@ static void check_embed(const conformance_target *t) {
             if (!t->be->supports_type(type)) continue;
             const llmm_type_traits *tt = llmm__type_get(type);
             const size_t ne0 = tt->block_size == 256 ? 256 : tt->block_size == 32 ? 96 : 33;
-            float *f = rand_floats(ne0 * NE1, -2.0f, 2.0f);
+            float *f = rng_floats(&rng, ne0 * NE1, -2.0f, 2.0f);
             uint8_t *q = encode_rows(type, f, ne0, NE1);
             double *want = decode_rows(type, q, ne0, NE1);
             float *got = xmalloc(N_IDS * ne0 * sizeof *got);
@@ -605,7 +567,7 @@ static void check_embed(const conformance_target *t) {
 
 /* out = x / sqrt(mean(x^2) + eps) * w: at most 7 float roundings, tolerance 10u |ref|. */
 static void check_rms_norm(const conformance_target *t) {
-    rng_seed(31);
+    rng_seed(&rng, 31);
     const size_t dims[] = {1, 7, 33, 173, 1001}, rows[] = {1, 3, 5, 17};
     const float eps_list[] = {1e-5f, 1e-6f};
     for (size_t ti = 0; ti < ARRAY_LEN(k_threads); ti++) {
@@ -616,7 +578,7 @@ static void check_rms_norm(const conformance_target *t) {
             for (size_t ri = 0; ri < ARRAY_LEN(rows); ri++) {
                 const size_t dim = dims[di], n_rows = rows[ri];
                 const float eps = eps_list[(di + ri) % 2];
-                float *x = rand_floats(dim * n_rows, -2.0f, 2.0f), *wt = rand_floats(dim, -2.0f, 2.0f);
+                float *x = rng_floats(&rng, dim * n_rows, -2.0f, 2.0f), *wt = rng_floats(&rng, dim, -2.0f, 2.0f);
                 float *got = xmalloc(dim * n_rows * sizeof *got);
                 const float *wb = cf_vector(&c, wt, dim);
                 const float *xb = cf_put(&c, x, dim * n_rows * sizeof *x);
@@ -662,7 +624,7 @@ static size_t matmul_ne0s(uint32_t type, size_t out[3]) {
  * exact weight values and operand values (matmul_tol). Decode steps for up to 4 rows,
  * prompt steps beyond. */
 static void check_matmul(const conformance_target *t) {
-    rng_seed(41);
+    rng_seed(&rng, 41);
     const size_t ne1s[] = {37, 5}, rows[] = {1, 3, 4, 17};
     for (size_t ti = 0; ti < ARRAY_LEN(k_threads); ti++) {
         for (uint32_t type = 0; type < LLMM_TYPE_COUNT; type++) {
@@ -678,13 +640,13 @@ static void check_matmul(const conformance_target *t) {
             for (size_t a = 0; a < n_ne0; a++)
                 for (size_t b = 0; b < ARRAY_LEN(ne1s); b++) {
                     const size_t ne0 = ne0s[a], ne1 = ne1s[b];
-                    float *wf = rand_floats(ne0 * ne1, -2.0f, 2.0f);
+                    float *wf = rng_floats(&rng, ne0 * ne1, -2.0f, 2.0f);
                     uint8_t *wq = encode_rows(type, wf, ne0, ne1);
                     double *wd = decode_rows(type, wq, ne0, ne1);
                     const llmm_tensor *w = cf_weight(&c, LLMM_WEIGHT_MATRIX, type, ne0, ne1, wq);
                     for (size_t d = 0; d < ARRAY_LEN(rows); d++) {
                         const size_t n_rows = rows[d];
-                        float *x = rand_floats(n_rows * ne0, -2.0f, 2.0f);
+                        float *x = rng_floats(&rng, n_rows * ne0, -2.0f, 2.0f);
                         float *got = xmalloc(n_rows * ne1 * sizeof *got);
                         operand_ref xr[CF_ROWS];
                         for (size_t r = 0; r < n_rows; r++) xr[r] = make_operand_ref(type, x + r * ne0, ne0);
@@ -717,7 +679,7 @@ static void check_matmul(const conformance_target *t) {
  * different ones (F16, Q4_0, F32) and more weights than one dispatch of the CPU takes. */
 static void check_matmul_multi(const conformance_target *t) {
     if (!t->be->matmul_multi) return;
-    rng_seed(42);
+    rng_seed(&rng, 42);
     enum { NE0 = 256, MAX_W = 5 };
     const uint32_t sets[][MAX_W] = {
         {LLMM_TYPE_Q4_0, LLMM_TYPE_Q4_0, LLMM_TYPE_Q4_0},
@@ -737,7 +699,7 @@ static void check_matmul_multi(const conformance_target *t) {
             cf_simple sp = {0};
             const llmm_tensor *w[MAX_W];
             for (size_t i = 0; i < set_len[si]; i++) {
-                float *wf = rand_floats(NE0 * ne1s[i], -2.0f, 2.0f);
+                float *wf = rng_floats(&rng, NE0 * ne1s[i], -2.0f, 2.0f);
                 uint8_t *wq = encode_rows(sets[si][i], wf, NE0, ne1s[i]);
                 w[i] = cf_weight(&c, LLMM_WEIGHT_MATRIX, sets[si][i], NE0, ne1s[i], wq);
                 free(wf);
@@ -745,7 +707,7 @@ static void check_matmul_multi(const conformance_target *t) {
             }
             for (size_t d = 0; d < ARRAY_LEN(rows); d++) {
                 const size_t n_rows = rows[d];
-                float *x = rand_floats(n_rows * NE0, -2.0f, 2.0f);
+                float *x = rng_floats(&rng, n_rows * NE0, -2.0f, 2.0f);
                 const float *xb = cf_put(&c, x, n_rows * NE0 * sizeof *x);
                 float *out[MAX_W], *want[MAX_W];
                 for (size_t i = 0; i < set_len[si]; i++) {
@@ -810,7 +772,7 @@ static uint8_t *map_weights(uint8_t *const *data, const size_t *bytes, size_t n,
  * and reading them), embed rows from every weight and rms_norm by a mapped vector: all
  * against the references. */
 static void check_mapped(const conformance_target *t) {
-    rng_seed(51);
+    rng_seed(&rng, 51);
     enum { NE1 = 37, MAX_T = LLMM_TYPE_COUNT, DIM = 96 };
     uint32_t types[MAX_T];
     size_t n_types = 0;
@@ -823,13 +785,13 @@ static void check_mapped(const conformance_target *t) {
     for (size_t i = 0; i < n_types; i++) {
         const uint32_t bs = llmm__type_get(types[i])->block_size;
         ne0[i] = bs == 256 ? 256 : bs == 32 ? 96 : 33;
-        float *f = rand_floats(ne0[i] * NE1, -2.0f, 2.0f);
+        float *f = rng_floats(&rng, ne0[i] * NE1, -2.0f, 2.0f);
         data[i] = encode_rows(types[i], f, ne0[i], NE1);
         wd[i] = decode_rows(types[i], data[i], ne0[i], NE1);
         bytes[i] = llmm__row_bytes(types[i], ne0[i]) * NE1;
         free(f);
     }
-    float *norm = rand_floats(DIM, -2.0f, 2.0f);
+    float *norm = rng_floats(&rng, DIM, -2.0f, 2.0f);
     data[n_types] = (uint8_t *)norm;
     bytes[n_types] = DIM * sizeof(float);
     uint8_t *map = map_weights(data, bytes, n_types + 1, offsets, &total);
@@ -852,7 +814,7 @@ static void check_mapped(const conformance_target *t) {
         for (size_t pi = 0; pi < ARRAY_LEN(passes); pi++) {
             const size_t n_rows = passes[pi][0];
             const int decode = (int)passes[pi][1];
-            float *x = rand_floats(n_rows * 256, -2.0f, 2.0f);
+            float *x = rng_floats(&rng, n_rows * 256, -2.0f, 2.0f);
             const float *xb = cf_put(&c, x, n_rows * 256 * sizeof *x);
             float *ob[MAX_T];
             for (size_t i = 0; i < n_types; i++) ob[i] = cf_alloc(&c, n_rows * NE1 * sizeof(float));
@@ -893,7 +855,7 @@ static void check_mapped(const conformance_target *t) {
         }
         /* a norm by a mapped vector */
         float x[DIM], got[DIM];
-        for (size_t i = 0; i < DIM; i++) x[i] = rng_float(-2.0f, 2.0f);
+        for (size_t i = 0; i < DIM; i++) x[i] = rng_float(&rng, -2.0f, 2.0f);
         const float *xb = cf_put(&c, x, sizeof x);
         float *ob = cf_alloc(&c, sizeof got);
         cf_case(&c, "rms_norm", "mapped weight vector");
@@ -921,12 +883,12 @@ static void check_mapped(const conformance_target *t) {
 
 /* Pair i of the first n_rot values of a head rotates by theta_i = pos * freq_scale *
  * base^(-2i/n_rot) / ff_i, cos and sin scaled by mscale: ADJACENT pairs (2i, 2i+1), NEOX
- * pairs (i, i + n_rot/2); values past n_rot are untouched. test_kernels.c's bound: theta_i
+ * pairs (i, i + n_rot/2); values past n_rot are untouched. The bound: theta_i
  * built by i float multiplications carries (i (3 + 2 ln(base)/n_rot) + 1) u relative, the
  * frequency scale and factor two more roundings; cos/sin, mscale and the rotation a few u:
  * |err| <= mscale (|x0| + |x1|) (2 |d theta_i| + 8u). */
 static void check_rope(const conformance_target *t) {
-    rng_seed(61);
+    rng_seed(&rng, 61);
     const size_t shapes[][2] = {{8, 8}, {64, 64}, {10, 6}, {64, 32}, {2, 2}, {24, 24}, {12, 4}};
     const float bases[] = {10000.0f, 1000000.0f};
     enum { N_ROWS = 7, N_HEADS = 3 };
@@ -939,10 +901,10 @@ static void check_rope(const conformance_target *t) {
                 for (size_t bi = 0; bi < ARRAY_LEN(bases); bi++) {
                     const size_t hd = shapes[sh][0], n_rot = shapes[sh][1], n = (size_t)N_ROWS * N_HEADS * hd;
                     const int scaled = (int)((sh + bi) % 2); /* freq factors, freq_scale, mscale */
-                    const int32_t pos[N_ROWS] = {0, 1, 7, 101, 1023, 3999, (int32_t)(2 * rng_below(2000) + 1)};
+                    const int32_t pos[N_ROWS] = {0, 1, 7, 101, 1023, 3999, (int32_t)(2 * rng_below(&rng, 2000) + 1)};
                     float ff[64];
-                    for (size_t i = 0; i < n_rot / 2; i++) ff[i] = rng_float(1.0f, 8.0f);
-                    float *x = rand_floats(n, -2.0f, 2.0f), *y = xmalloc(n * sizeof *y);
+                    for (size_t i = 0; i < n_rot / 2; i++) ff[i] = rng_float(&rng, 1.0f, 8.0f);
+                    float *x = rng_floats(&rng, n, -2.0f, 2.0f), *y = xmalloc(n * sizeof *y);
                     float *xb = cf_put(&c, x, n * sizeof *x);
                     const llmm_rope_params rp = {.n_rot = (uint32_t)n_rot, .base = bases[bi],
                                                  .freq_scale = scaled ? 0.25f : 1.0f, .mscale = scaled ? 1.25f : 1.0f,
@@ -988,9 +950,9 @@ static const size_t k_elem_sizes[] = {1, 7, 31, 33, 173, 1001, 70001}; /* the la
 
 /* silu(g) * up = g / (1 + e^-g) * up: tolerance 8u |ref|. gelu_tanh(g) * up = 0.5 g (1 +
  * tanh(z)) up, z = sqrt(2/pi) (g + 0.044715 g^3): z carries ~5 roundings and 1 + tanh(z)
- * cancels for negative g, so |err| <= 0.5 |g up| (5u |z| + 4u) + 6u |ref| (test_kernels.c). */
+ * cancels for negative g, so |err| <= 0.5 |g up| (5u |z| + 4u) + 6u |ref|. */
 static void check_glu(const conformance_target *t) {
-    rng_seed(71);
+    rng_seed(&rng, 71);
     for (size_t ti = 0; ti < ARRAY_LEN(k_threads); ti++) {
         cf c;
         cf_open(&c, t, k_threads[ti], 0);
@@ -999,7 +961,7 @@ static void check_glu(const conformance_target *t) {
             for (size_t si = 0; si < ARRAY_LEN(k_elem_sizes); si++) {
                 const size_t n = k_elem_sizes[si];
                 const float range = si % 2 ? 8.0f : 2.0f; /* [-8, 8] saturates */
-                float *g = rand_floats(n, -range, range), *up = rand_floats(n, -2.0f, 2.0f);
+                float *g = rng_floats(&rng, n, -range, range), *up = rng_floats(&rng, n, -2.0f, 2.0f);
                 float *got = xmalloc(n * sizeof *got);
                 float *gb = cf_put(&c, g, n * sizeof *g);
                 const float *ub = cf_put(&c, up, n * sizeof *up);
@@ -1033,14 +995,14 @@ static void check_glu(const conformance_target *t) {
  * against it. softcap: cap * tanh(x / cap) with the quotient rounded twice (reciprocal,
  * product) and tanh within two ulps: |err| <= 4u (|x| + |ref|). */
 static void check_elementwise(const conformance_target *t) {
-    rng_seed(72);
+    rng_seed(&rng, 72);
     for (size_t ti = 0; ti < ARRAY_LEN(k_threads); ti++) {
         cf c;
         cf_open(&c, t, k_threads[ti], 0);
         cf_simple sp = {0};
         for (size_t si = 0; si < ARRAY_LEN(k_elem_sizes); si++) {
             const size_t n = k_elem_sizes[si];
-            float *a = rand_floats(n, -50.0f, 50.0f), *b = rand_floats(n, -2.0f, 2.0f);
+            float *a = rng_floats(&rng, n, -50.0f, 50.0f), *b = rng_floats(&rng, n, -2.0f, 2.0f);
             float *got = xmalloc(n * sizeof *got);
             float *ab = cf_put(&c, a, n * sizeof *a);
             const float *bb = cf_put(&c, b, n * sizeof *b);
@@ -1053,7 +1015,7 @@ static void check_elementwise(const conformance_target *t) {
                 if (got[i] != a[i] + b[i])
                     cf_fail(&c, "value %zu: %.9g want %.9g", i, (double)got[i], (double)(a[i] + b[i]));
 
-            const float s = rng_float(-3.0f, 3.0f);
+            const float s = rng_float(&rng, -3.0f, 3.0f);
             float *xb = cf_put(&c, a, n * sizeof *a);
             cf_case(&c, "scale", "%zu values by %g", n, (double)s);
             cf_simple_begin(&c, &sp, 1, NULL, NULL, 1);
@@ -1083,7 +1045,7 @@ static void check_elementwise(const conformance_target *t) {
         for (size_t di = 0; di < ARRAY_LEN(dims); di++)
             for (size_t ri = 0; ri < ARRAY_LEN(rows); ri++) {
                 const size_t dim = dims[di], n_rows = rows[ri], n = dim * n_rows;
-                float *x = rand_floats(n, -2.0f, 2.0f), *bias = rand_floats(dim, -2.0f, 2.0f);
+                float *x = rng_floats(&rng, n, -2.0f, 2.0f), *bias = rng_floats(&rng, dim, -2.0f, 2.0f);
                 float *got = xmalloc(n * sizeof *got);
                 const float *bv = cf_vector(&c, bias, dim);
                 float *xb = cf_put(&c, x, n * sizeof *x);
@@ -1153,7 +1115,7 @@ static void check_kv_pool(const cf *c, const llmm_kv_layout *kv, const uint8_t *
  * a prompt step of 5 consecutive positions of one sequence (layer 0), through shuffled,
  * disjoint block tables; a layer past the pool's fails. */
 static void check_kv_write(const conformance_target *t) {
-    rng_seed(81);
+    rng_seed(&rng, 81);
     enum { NL = 2, NHKV = 2, HD = 11, KVD = NHKV * HD, BS = 4, NB = 16 };
     for (size_t ti = 0; ti < ARRAY_LEN(k_threads); ti++)
         for (size_t ki = 0; ki < ARRAY_LEN(k_kv_types); ki++) {
@@ -1162,7 +1124,7 @@ static void check_kv_write(const conformance_target *t) {
             size_t bytes;
             const llmm_kv_layout kv = cf_pool(&c, k_kv_types[ki], NL, NHKV, HD, BS, NB, &bytes);
             uint8_t *before = xmalloc(bytes), *got = xmalloc(bytes);
-            for (size_t i = 0; i < bytes; i++) before[i] = (uint8_t)rng_u64();
+            for (size_t i = 0; i < bytes; i++) before[i] = (uint8_t)rng_u64(&rng);
             uint32_t perm[NB];
             shuffled_ids(perm, NB);
             for (int prompt = 0; prompt < 2; prompt++) {
@@ -1174,7 +1136,7 @@ static void check_kv_write(const conformance_target *t) {
                 else step_decode(&s, &kv, 4, NULL, dpos, tables, n_blocks);
                 const uint32_t layer = prompt ? 0 : 1;
                 const size_t n_rows = s.s.n_rows;
-                float *k = rand_floats(n_rows * KVD, -3.0f, 3.0f), *v = rand_floats(n_rows * KVD, -3.0f, 3.0f);
+                float *k = rng_floats(&rng, n_rows * KVD, -3.0f, 3.0f), *v = rng_floats(&rng, n_rows * KVD, -3.0f, 3.0f);
                 const float *kb = cf_put(&c, k, n_rows * KVD * sizeof *k),
                             *vb = cf_put(&c, v, n_rows * KVD * sizeof *v);
                 cf_case(&c, "kv_write", "%s pool, %s step of %zu rows, layer %u", k_kv_names[ki],
@@ -1207,15 +1169,15 @@ static uint8_t *random_pool(const llmm_kv_layout *kv, size_t bytes) {
     for (size_t r = 0; r < n_rows; r++) {
         uint8_t *row = p + r * kv->row_bytes;
         for (size_t e = 0; e < kv->head_dim; e++) {
-            const float f = rng_float(-2.0f, 2.0f);
+            const float f = rng_float(&rng, -2.0f, 2.0f);
             if (kv->type == LLMM_KV_F32) memcpy(row + 4 * e, &f, 4);
             else if (kv->type == LLMM_KV_F16) {
                 const llmm_f16 h = llmm__f32_to_f16(f);
                 memcpy(row + 2 * e, &h, 2);
-            } else row[4 + e] = (uint8_t)(int8_t)((int)rng_below(255) - 127);
+            } else row[4 + e] = (uint8_t)(int8_t)((int)rng_below(&rng, 255) - 127);
         }
         if (kv->type == LLMM_KV_Q8) {
-            const float scale = rng_float(0.004f, 0.016f);
+            const float scale = rng_float(&rng, 0.004f, 0.016f);
             memcpy(row, &scale, 4);
         }
     }
@@ -1230,7 +1192,7 @@ typedef struct attn_case {
     float scale_mul; /* of 1/sqrt(head_dim) */
 } attn_case;
 
-/* One row's output against float64 softmax attention over the stored values (test_kernels.c's
+/* One row's output against float64 softmax attention over the stored values (test_cpu_attention.c's
  * bound): a score is off by at most ds = scale (hd/8 + 10) u sum|q k| + u |s| (8-lane float
  * dot, then the scale; soft-capping adds 4u (|s| + |capped s|)); each softmax weight then by
  * 2 ds + 4u relative, and the float sum over the n positions adds (n + 1) u:
@@ -1280,7 +1242,7 @@ static void check_attn_row(const cf *c, const llmm_kv_layout *kv, const uint8_t 
  * disjoint block tables of 8-position blocks, in layer 1 of 2; plain, with a sliding window
  * (5 and 9 positions), soft-capped. The pool is uploaded, not written by kv_write. */
 static void check_attention(const conformance_target *t) {
-    rng_seed(91);
+    rng_seed(&rng, 91);
     enum { NL = 2, NH = 4, NHKV = 2, BS = 8, NB = 24, P_ROWS = 20 };
     const uint32_t hds[] = {24, 40};
     const attn_case cases[] = {
@@ -1303,7 +1265,7 @@ static void check_attention(const conformance_target *t) {
                 const uint32_t *tables[4] = {perm, perm + 1, perm + 2, perm + 5}, n_blocks[4] = {1, 1, 3, 5};
                 int32_t ppos[P_ROWS];
                 for (int i = 0; i < P_ROWS; i++) ppos[i] = 18 + i;
-                float *q = rand_floats(P_ROWS * qd, -2.0f, 2.0f), *got = xmalloc(P_ROWS * qd * sizeof *got);
+                float *q = rng_floats(&rng, P_ROWS * qd, -2.0f, 2.0f), *got = xmalloc(P_ROWS * qd * sizeof *got);
                 const float *qb = cf_put(&c, q, P_ROWS * qd * sizeof *q);
                 float *ob = cf_alloc(&c, P_ROWS * qd * sizeof *got);
                 for (size_t ci = 0; ci < ARRAY_LEN(cases); ci++) {
@@ -1343,7 +1305,7 @@ typedef struct ld_operands {
 } ld_operands;
 
 static void ld_make(cf *c, ld_operands *o, uint32_t type, size_t n_in, size_t n_out, size_t rank) {
-    float *af = rand_floats(rank * n_in, -0.5f, 0.5f), *bf = rand_floats(n_out * rank, -0.5f, 0.5f);
+    float *af = rng_floats(&rng, rank * n_in, -0.5f, 0.5f), *bf = rng_floats(&rng, n_out * rank, -0.5f, 0.5f);
     uint8_t *ea = encode_rows(type, af, n_in, rank), *eb = encode_rows(type, bf, rank, n_out);
     o->a = decode_rows(type, ea, n_in, rank);
     o->b = decode_rows(type, eb, rank, n_out);
@@ -1400,7 +1362,7 @@ static size_t ld_groups(const ld_layout *lay, ld_operands ops[LD_PARTS][LD_ADAPT
  * result bit for bit the same when the call holds that row alone (the slot's contract). */
 static void check_lora_delta(const conformance_target *t) {
     if (!t->be->lora_delta) return;
-    rng_seed(17);
+    rng_seed(&rng, 17);
     const size_t n_ins[] = {40, 1100}, n_outs[LD_PARTS] = {200, 24}, ranks[LD_ADAPTERS] = {12, 4, 8};
     const uint32_t types[] = {LLMM_TYPE_F32, LLMM_TYPE_F16};
     for (size_t ti = 0; ti < ARRAY_LEN(k_threads); ti++)
@@ -1417,12 +1379,12 @@ static void check_lora_delta(const conformance_target *t) {
                         for (size_t a = 0; a < LD_ADAPTERS; a++)
                             ld_make(&c, &ops[pi][a], types[ty], n_in, n_outs[pi], ranks[a]);
                     float scales[LD_ADAPTERS * LD_ROWS];
-                    for (size_t i = 0; i < ARRAY_LEN(scales); i++) scales[i] = rng_float(-2.0f, 2.0f);
-                    float *x = rand_floats(LD_ROWS * n_in, -1.0f, 1.0f);
+                    for (size_t i = 0; i < ARRAY_LEN(scales); i++) scales[i] = rng_float(&rng, -2.0f, 2.0f);
+                    float *x = rng_floats(&rng, LD_ROWS * n_in, -1.0f, 1.0f);
                     const float *xb = cf_put(&c, x, LD_ROWS * n_in * sizeof *x);
                     float *y0[LD_PARTS], *out[LD_PARTS], *alone[LD_PARTS];
                     for (size_t pi = 0; pi < LD_PARTS; pi++) {
-                        y0[pi] = rand_floats(LD_ROWS * n_outs[pi], -1.0f, 1.0f);
+                        y0[pi] = rng_floats(&rng, LD_ROWS * n_outs[pi], -1.0f, 1.0f);
                         out[pi] = cf_put(&c, y0[pi], LD_ROWS * n_outs[pi] * sizeof(float));
                         alone[pi] = cf_put(&c, y0[pi], LD_ROWS * n_outs[pi] * sizeof(float));
                     }

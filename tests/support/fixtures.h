@@ -1,0 +1,56 @@
+/* Fixtures every suite shares: models from the shared data, contexts, prompts as token ids,
+ * the greedy token of a logits row, a clock. Each fails the running cmocka test, with the
+ * library's message, where the suite would otherwise go on with a NULL handle; a test that
+ * expects a failure calls the library itself. C and C++. */
+#ifndef LLMM_TEST_SUPPORT_FIXTURES_H
+#define LLMM_TEST_SUPPORT_FIXTURES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "llmmini.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+/* The model file name, loaded with params (NULL: the defaults). name is a file of the shared
+ * data's models/ folder ("stories260K.gguf"), a path under the shared data folder
+ * ("golden/arch/tiny-llama.gguf", shared_data.h), or a path as it stands: one starting with '/'
+ * or '.' (a file the test wrote) or a shared_path result. */
+llmm_model *load_model(const char *name, const llmm_model_params *params);
+/* The same, vocabulary and metadata only (vocab_only, the other parameters their defaults). */
+llmm_model *load_vocab(const char *name);
+
+/* A context on m with p (NULL: the defaults). */
+llmm_context *make_context(const llmm_model *m, const llmm_context_params *p);
+
+/* A prompt as the suites feed one: the NUL-terminated text with the model's special tokens
+ * added (LLMM_TOKENIZE_ADD_SPECIAL), at most cap ids into ids. Returns the count. */
+size_t tokenize(const llmm_model *m, const char *text, llmm_token *ids, size_t cap);
+/* len bytes of text (NULs allowed) with the given LLMM_TOKENIZE_* flags. Returns the count. */
+size_t tokenize_flags(const llmm_model *m, const char *text, size_t len, uint32_t flags, llmm_token *ids,
+                      size_t cap);
+
+/* llmm_generate parameters for greedy generation: sp (filled here: temperature 0, the rest its
+ * defaults) as the sampling, at most max_tokens tokens into out (room for max_tokens), every
+ * other field its default. Asserts nothing, so a test's own threads may use it too. */
+llmm_generate_params greedy_params(llmm_sampler_params *sp, llmm_token *out, size_t max_tokens);
+/* llmm_generate with greedy_params after prompt; the run's figures into *stats unless stats is
+ * NULL. Returns the tokens generated. */
+size_t generate_greedy(llmm_context *c, const char *prompt, llmm_token *out, size_t max_tokens,
+                       llmm_generate_stats *stats);
+
+/* Index of the largest of v[0..n) (the first of equals): the greedy token of a logits row. */
+llmm_token argmax(const float *v, size_t n);
+
+/* Seconds on the monotonic clock, for durations. */
+double now_s(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,7 +1,7 @@
 /* GGUF reader tests: valid files read back exactly, hostile files are refused with
  * LLMM_ERR_BAD_FILE (or the stated status) and a message, and nothing crashes or leaks.
  *
- * Images are built in memory by tests/gguf_builder.c and handed to llmm__gguf_open_memory from
+ * Images are built in memory by tests/support/gguf_builder.c and handed to llmm__gguf_open_memory from
  * an exact-size heap buffer, so under -fsanitize=address a read one byte past the end of
  * the image is caught, not hidden by spare buffer capacity. */
 #include <stdarg.h>

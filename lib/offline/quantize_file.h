@@ -1,12 +1,12 @@
-#ifndef LLMM_QUANT_FILE_H
-#define LLMM_QUANT_FILE_H
+#ifndef LLMM_QUANTIZE_FILE_H
+#define LLMM_QUANTIZE_FILE_H
 
 #include <stdio.h>
 
 #include "format/gguf.h"
 #include "format/quant.h"
 
-/* Whole-model conversion (quant_file.c): rewrite a GGUF model with its weights in another
+/* Whole-model conversion (quantize_file.c): rewrite a GGUF model with its weights in another
  * type, as the reference engine's llama_model_quantize does (docs/quantization.md has the
  * rules). Used by tools/llmmini-quantize and the tests; not part of the public ABI. */
 

@@ -15,8 +15,8 @@
  * position order by one fused multiply-add, which is llmm__avx2_axpy (and the scalar table's). So
  * the AVX2 and AVX-512 tables give the same bits, and ops/attention.c's split of heads into
  * items does not matter. */
-#ifndef LLMM_ATTN_X86_H
-#define LLMM_ATTN_X86_H
+#ifndef LLMM_CPU_X86_ATTENTION_H
+#define LLMM_CPU_X86_ATTENTION_H
 
 #include <math.h>
 

@@ -140,14 +140,15 @@ static llmm_status load_into(llmm_model *m, const char *path, const llmm_model_p
     if (!m->architecture || !m->name) return llmm__diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory");
     /* an architecture this build lacks is UNSUPPORTED whatever its keys hold (LFM2 stores
      * head_count_kv per layer): its hyper-parameters would only be misread */
-    if (!m->vocab_only && !llmm__arch_find(m->architecture))
+    const llmm_arch *row = llmm__arch_find(m->architecture);
+    if (!m->vocab_only && !row)
         return llmm__diag_fail(d, LLMM_ERR_UNSUPPORTED, "architecture '%s' is not supported (supported: %s)",
                                m->architecture, llmm__arch_supported_list());
     if ((st = read_hparams(m, d))) return st;
     for (uint64_t i = 0; i < m->gguf->n_tensors; i++) m->n_params += m->gguf->tensors[i].n_elements;
     if ((st = llmm__vocab_load(&m->vocab, m->gguf, m->alloc, &m->log, d))) return st;
     if (report_progress(p, 0.6f)) return llmm__diag_fail(d, LLMM_ERR_ABORTED, "load cancelled by the progress callback");
-    const llmm_weights_source src = {m->gguf, &m->hp, m->vocab.n_tokens, m->architecture, m->alloc};
+    const llmm_weights_source src = {m->gguf, &m->hp, m->vocab.n_tokens, row, m->alloc};
     if (!m->vocab_only && (st = llmm__weights_bind(&src, &m->weights, d))) return st;
     if (report_progress(p, 1.0f)) return llmm__diag_fail(d, LLMM_ERR_ABORTED, "load cancelled by the progress callback");
     return LLMM_OK;

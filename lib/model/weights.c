@@ -200,10 +200,7 @@ size_t llmm__weights_bytes(llmm_weights *w, uint32_t n_layer) {
 
 llmm_status llmm__weights_bind(const llmm_weights_source *src, llmm_weights **out, llmm_diag *d) {
     *out = NULL;
-    const llmm_arch *arch = llmm__arch_find(src->architecture);
-    if (!arch)
-        return llmm__diag_fail(d, LLMM_ERR_UNSUPPORTED, "architecture '%s' is not supported (supported: %s)",
-                         src->architecture, llmm__arch_supported_list());
+    const llmm_arch *arch = src->arch;
     const bind_ctx b = {src->gguf, src->hp, src->n_vocab, arch}, *m = &b;
     llmm_status st = check_hparams(m, d);
     if (st) return st;

@@ -48,12 +48,12 @@ typedef struct llmm_weights_source {
     const gguf_file *gguf;
     const llmm_hparams *hp;
     uint32_t n_vocab;
-    const char *architecture; /* general.architecture */
+    const llmm_arch *arch;    /* the architecture's row (the loader refused unknown ones) */
     const llmm_allocator *alloc;
 } llmm_weights_source;
 
-/* Find and check every tensor the architecture needs. UNSUPPORTED for an unknown
- * architecture or a weight type without kernels; BAD_FILE for missing or misshapen tensors.
+/* Find and check every tensor the architecture needs. UNSUPPORTED for a weight type without
+ * kernels; BAD_FILE for missing or misshapen tensors.
  * *out is set as soon as the structure exists, also when binding then fails: free it with
  * llmm__weights_free. */
 llmm_status llmm__weights_bind(const llmm_weights_source *src, llmm_weights **out, llmm_diag *d);

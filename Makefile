@@ -308,6 +308,10 @@ $(BUILD)/tests/test_cuda_gemm_int8: $(BUILD)/obj/cuda-emu/gemm_int8.o $(BUILD)/o
 #    build/libllmmini-cuda-emu.so build/llmmini-run --backend cuda ...` runs the CLI on it).
 #    -z nodelete: the emulation installs a signal handler and thread-locals, so it stays mapped.
 #  - libllmmini-cuda.so and libllmmini-cuda.a (make CUDA=1): the nvcc objects with cudart.
+#    -z nodelete: cudart and cuBLASLt do not unload cleanly, so a process that created and freed
+#    AUTO contexts on a machine without a device loaded and unloaded them each time, growing
+#    (44 MB over 1,000 contexts, test_lifecycle) and slow (Python suite 88 s instead of 3.5 s);
+#    the first load now stays, and later ones only count.
 CUDA_MODULE_EMU := $(BUILD)/libllmmini-cuda-emu.so
 CUDA_EMU_OBJ := $(CUDA_SRC:cuda/%.cu=$(BUILD)/obj/cuda-emu/%.o)
 $(CUDA_MODULE_EMU): $(CUDA_EMU_OBJ) cuda/module.map
@@ -335,8 +339,8 @@ ifeq ($(CUDA),1)
 CUDA_MODULE := $(BUILD)/libllmmini-cuda.so
 CUDA_MODULE_STATIC := $(BUILD)/libllmmini-cuda.a
 $(CUDA_MODULE): $(CUDA_OBJ) cuda/module.map
-	$(CXX) -shared -Wl,--version-script=cuda/module.map -Wl,-z,defs -pthread $(LDFLAGS) -o $@ $(CUDA_OBJ) \
-	    -L$(CUDA_LIB) -lcublasLt -lcudart
+	$(CXX) -shared -Wl,--version-script=cuda/module.map -Wl,-z,defs -Wl,-z,nodelete -pthread $(LDFLAGS) -o $@ \
+	    $(CUDA_OBJ) -L$(CUDA_LIB) -lcublasLt -lcudart
 $(CUDA_MODULE_STATIC): $(CUDA_OBJ) $(CUDA_REGISTER_OBJ)
 	@rm -f $@
 	ar rcs $@ $^

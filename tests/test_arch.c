@@ -14,51 +14,110 @@
 
 #include "backend/backend.h"
 #include "cpu_backend.h"
+#include "kernel_table.h"
 #include "llmmini.h"
 #include "support/golden_check.h"
 #include "support/shared_data.h"
 
+/* cpu/kernel_table.c's names for LLMM_CPU_KERNELS, by cpu_isa */
+static const char *const k_isa_names[CPU_ISA_COUNT] = {"scalar", "avx2", "avxvnni", "avx512", "neon", "dotprod", "amx"};
+
+/* Under each kernel table this CPU and build have, forced as test_backend_conformance forces
+ * them: an architecture's new steps must hold on every table, not only on the best. */
 static void test_architectures_match_reference(void **state) {
     (void)state;
-    for (size_t a = 0; a < n_arch_cases; a++)
-        for (size_t p = 0; p < n_arch_prompts; p++)
-            check_arch_prompt(&arch_cases[a], arch_prompts[p].name, arch_prompts[p].text, LLMM_BACKEND_AUTO, "");
+    for (int isa = 0; isa < CPU_ISA_COUNT; isa++) {
+        if (!llmm__cpu_kernels_get((cpu_isa)isa)) continue;
+        setenv("LLMM_CPU_KERNELS", k_isa_names[isa], 1);
+        char label[32];
+        snprintf(label, sizeof label, "cpu/%s", k_isa_names[isa]);
+        for (size_t a = 0; a < n_arch_cases; a++)
+            for (size_t p = 0; p < n_arch_prompts; p++)
+                check_arch_prompt(&arch_cases[a], arch_prompts[p].name, arch_prompts[p].text, LLMM_BACKEND_CPU, label);
+    }
+    unsetenv("LLMM_CPU_KERNELS");
 }
 
-/* A file of an architecture without a row fails at load and names it. */
-static void test_unknown_architecture_rejected(void **state) {
-    (void)state;
+/* A copy of a shared file in a temp file (path in tmp), with n bytes replaced at `skip` bytes
+ * after the first occurrence of marker. */
+static void write_patched(const char *rel, const char *marker, size_t skip, const void *patch, size_t n, char *tmp) {
     char path[1024];
     size_t len;
-    char *bytes = read_whole_file(shared_path(path, sizeof path, "golden/arch/tiny-llama.gguf"), &len);
+    char *bytes = read_whole_file(shared_path(path, sizeof path, rel), &len);
     assert_non_null(bytes);
-    const char key[] = "general.architecture";
+    const size_t key_len = strlen(marker);
     char *at = NULL;
-    for (size_t i = 0; !at && i + sizeof key <= len; i++)
-        if (memcmp(bytes + i, key, sizeof key - 1) == 0) at = bytes + i;
+    for (size_t i = 0; !at && i + key_len <= len; i++)
+        if (memcmp(bytes + i, marker, key_len) == 0) at = bytes + i;
     assert_non_null(at);
-    char *value = at + sizeof key - 1 + 4 + 8; /* type, then the string's length */
-    assert_memory_equal(value, "llama", 5);
-    memcpy(value, "mamba", 5);
-    char tmp[] = "/tmp/llmm-arch-XXXXXX";
+    assert_true((size_t)(at - bytes) + key_len + skip + n <= len);
+    memcpy(at + key_len + skip, patch, n);
     int fd = mkstemp(tmp);
     assert_true(fd >= 0);
     assert_int_equal(write(fd, bytes, len), (ssize_t)len);
     close(fd);
+    free(bytes);
+}
+
+/* Loads path expecting status want and a message containing want_msg. */
+static void expect_load_failure(const char *path, int vocab_only, llmm_status want, const char *want_msg) {
     char err[256] = "";
     llmm_model_params p;
     llmm_model_params_default(&p, sizeof p);
     p.error_buf = err;
     p.error_buf_size = sizeof err;
+    p.vocab_only = vocab_only;
     llmm_model *m = NULL;
-    assert_int_equal(llmm_model_load(tmp, &p, &m), LLMM_ERR_UNSUPPORTED);
+    assert_int_equal(llmm_model_load(path, &p, &m), want);
     assert_null(m);
-    assert_non_null(strstr(err, "'mamba'"));
+    if (!strstr(err, want_msg)) fail_msg("load error '%s' does not name '%s'", err, want_msg);
+}
+
+/* A file of an architecture without a row fails at load and names it. */
+static void test_unknown_architecture_rejected(void **state) {
+    (void)state;
+    char tmp[] = "/tmp/llmm-arch-XXXXXX";
+    /* the string's type and length come between the key and the value */
+    write_patched("golden/arch/tiny-llama.gguf", "general.architecture", 4 + 8, "mamba", 5, tmp);
+    expect_load_failure(tmp, 0, LLMM_ERR_UNSUPPORTED, "'mamba'");
+    llmm_model_params p;
+    llmm_model_params_default(&p, sizeof p);
     p.vocab_only = 1; /* the tokenizer alone still loads */
+    llmm_model *m = NULL;
     assert_int_equal(llmm_model_load(tmp, &p, &m), LLMM_OK);
     llmm_model_free(m);
     unlink(tmp);
-    free(bytes);
+}
+
+/* The new rows' files, damaged one way each: refused at load, with a message naming the fault.
+ * A key's value sits 4 bytes (its type) after the key; a tensor's ne[0] 4 bytes (n_dims)
+ * after its name, ne[1] 8 bytes further. */
+static void test_hostile_arch_files(void **state) {
+    (void)state;
+    const float minus_one = -1.f, minus_eight = -8.f;
+    const uint32_t many_layers = 100000;
+    const uint64_t half_head = 16, odd_kv_rows = 24;
+    const struct {
+        const char *file, *marker;
+        size_t skip;
+        const void *patch;
+        size_t n;
+        const char *want_msg;
+    } cases[] = {
+        {"tiny-gemma3", "blk.5.post_ffw_norm.weigh", 0, "x", 1, "'blk.5.post_ffw_norm.weight' is missing"},
+        {"tiny-gemma3", "blk.0.attn_q_norm.weight", 4, &half_head, 8, "'blk.0.attn_q_norm.weight' has shape"},
+        {"tiny-gemma3", "gemma3.rope.freq_base", 4, &minus_one, 4, "rope bases must be positive"},
+        {"tiny-gemma3", "gemma3.rope.scaling.factor", 4, &minus_eight, 4, "rope.scaling.factor -8"},
+        {"tiny-smollm3", "smollm3.block_count", 4, &many_layers, 4, "100000 layers is implausible"},
+        {"tiny-smollm3", "blk.3.attn_k.weight", 12, &odd_kv_rows, 8, "'blk.3.attn_k.weight' has shape"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char rel[128], tmp[] = "/tmp/llmm-arch-XXXXXX";
+        snprintf(rel, sizeof rel, "golden/arch/%s.gguf", cases[i].file);
+        write_patched(rel, cases[i].marker, cases[i].skip, cases[i].patch, cases[i].n, tmp);
+        expect_load_failure(tmp, 0, LLMM_ERR_BAD_FILE, cases[i].want_msg);
+        unlink(tmp);
+    }
 }
 
 static void *start_cpu(void) {
@@ -143,6 +202,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_architectures_match_reference),
         cmocka_unit_test(test_unknown_architecture_rejected),
+        cmocka_unit_test(test_hostile_arch_files),
         cmocka_unit_test(test_rowwise_ops),
         cmocka_unit_test(test_rope_scaling),
         cmocka_unit_test(test_attention_window_and_softcap),

@@ -196,6 +196,25 @@ static void test_llama3_preset_with_llama_bpe_vocab(void **state) {
                        3 + 1 * 9);
 }
 
+/* The Gemma 3 1B layout, narrowed (Gemma's own 262k vocabulary is not in the shared data):
+ * tied output, and per layer the 9 llama tensors plus Q/K norms and the post-attention and
+ * post-FFN norms; the model loads as gemma3 and generates. */
+static void test_gemma3_preset(void **state) {
+    (void)state;
+    check_copied_vocab("ggml-vocab-llama-spm.gguf",
+                       "--preset gemma3-1b --dim 128 --heads 2 --kv-heads 1 --ff 256 --layers 6 --type f16",
+                       2 + 6 * 13);
+}
+
+/* SmolLM3 3B narrowed, with the Llama 3 tokenizer it uses: tied output, llama's 9 tensors
+ * per layer (its NoPE layers have no tensors of their own). */
+static void test_smollm3_preset(void **state) {
+    (void)state;
+    check_copied_vocab("ggml-vocab-llama-bpe.gguf",
+                       "--preset smollm3-3b --dim 128 --heads 2 --kv-heads 1 --ff 256 --layers 4 --type f16",
+                       2 + 4 * 9);
+}
+
 /* The SentencePiece vocabulary of Llama 2, into an F32 model. */
 static void test_spm_vocab_f32(void **state) {
     (void)state;
@@ -711,6 +730,8 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_qwen2_vocab),
         cmocka_unit_test(test_llama3_preset_with_llama_bpe_vocab),
+        cmocka_unit_test(test_gemma3_preset),
+        cmocka_unit_test(test_smollm3_preset),
         cmocka_unit_test(test_spm_vocab_f32),
         cmocka_unit_test(test_missing_vocab_file),
         cmocka_unit_test(test_vocab_file_without_tokens),

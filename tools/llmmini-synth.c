@@ -52,20 +52,27 @@ static const shape presets[] = {
     {"qwen3-0.6b", "qwen3", 1024, 28, 16, 8, 3072, 151936, 40960, 128, 1000000.f, 1e-6f, 1, NO_LLAMA3},
     {"phi3-mini", "phi3", 3072, 32, 32, 32, 8192, 32064, 4096, 0, 10000.f, 1e-5f, 0, NO_LLAMA3},
     {"gemma2-2b", "gemma2", 2304, 26, 8, 4, 9216, 256000, 8192, 256, 10000.f, 1e-6f, 1, NO_LLAMA3},
+    {"gemma3-270m", "gemma3", 640, 18, 4, 1, 2048, 262144, 32768, 256, 1000000.f, 1e-6f, 1, NO_LLAMA3},
+    {"gemma3-1b", "gemma3", 1152, 26, 4, 1, 6912, 262144, 32768, 256, 1000000.f, 1e-6f, 1, NO_LLAMA3},
+    {"smollm3-3b", "smollm3", 2048, 36, 16, 4, 11008, 128256, 65536, 128, 5000000.f, 1e-6f, 1, NO_LLAMA3},
 };
 
 /* What each architecture adds to the llama layout (see lib/model/arch.c). */
 typedef struct arch_layout {
     const char *arch;
     int qkv_bias, qk_norm, fused_qkv, fused_gate_up, post_norms, softcaps;
+    uint32_t sliding_window; /* attention.sliding_window, 0: none */
 } arch_layout;
 
 static const arch_layout layouts[] = {
-    {"llama", 0, 0, 0, 0, 0, 0},
-    {"qwen2", 1, 0, 0, 0, 0, 0},
-    {"qwen3", 0, 1, 0, 0, 0, 0},
-    {"phi3", 0, 0, 1, 1, 0, 0},
-    {"gemma2", 0, 0, 0, 0, 1, 1},
+    {"llama", 0, 0, 0, 0, 0, 0, 0},
+    {"qwen2", 1, 0, 0, 0, 0, 0, 0},
+    {"qwen3", 0, 1, 0, 0, 0, 0, 0},
+    {"phi3", 0, 0, 1, 1, 0, 0, 0},
+    {"gemma2", 0, 0, 0, 0, 1, 1, 4096},
+    /* local layers' rope base: the reference's default 10000, as the converter writes no key */
+    {"gemma3", 0, 1, 0, 0, 1, 0, 512},
+    {"smollm3", 0, 0, 0, 0, 0, 0, 0}, /* NoPE layers: fixed by the architecture, no key */
 };
 
 static const arch_layout *layout_of(const char *arch) {
@@ -254,8 +261,8 @@ static void write_metadata(writer *w, const shape *s, const arch_layout *layout,
     if (layout->softcaps) {
         arch_kv_f32(w, s->arch, "attn_logit_softcapping", 50.f);
         arch_kv_f32(w, s->arch, "final_logit_softcapping", 30.f);
-        arch_kv_u32(w, s->arch, "attention.sliding_window", 4096);
     }
+    if (layout->sliding_window) arch_kv_u32(w, s->arch, "attention.sliding_window", layout->sliding_window);
     if (vocab) copy_tokenizer(w, vocab);
     else write_synthetic_vocab(w, s->n_vocab);
 }
@@ -652,7 +659,7 @@ static int usage(int rc) {
             "                     [--dim N] [--layers N] [--heads N] [--kv-heads N] [--ff N] [--n-vocab N] [--seed S]\n"
             "Writes a GGUF with seeded random weights (default preset 0.5b, type q4_0). Presets:\n"
             "  real models: tinyllama-1.1b, llama-3.2-1b, smollm2-135m, qwen2.5-0.5b, qwen3-0.6b,\n"
-            "               phi3-mini, gemma2-2b\n"
+            "               phi3-mini, gemma2-2b, gemma3-270m, gemma3-1b, smollm3-3b\n"
             "  sizes (llama, 32000 vocab): tiny, 0.5b, 1b, 3b, 8b\n"
             "  --vocab FILE  copy every tokenizer.* key of FILE (a model or vocabulary-only GGUF); its token\n"
             "                count sets the vocabulary size (--n-vocab is then ignored)\n"

@@ -22,7 +22,7 @@ static int aborted(const llmm_context *ctx) {
 
 /* Rope settings for this context: LongRoPE files carry short and long factor sets, the long
  * one for contexts beyond the original training length. */
-static llmm_rope_params rope_params(const llmm_context *ctx) {
+static llmm_rope_params rope_params(const llmm_context *ctx, const llmm_layer_weights *l) {
     const llmm_hparams *hp = &ctx->model->hp;
     const llmm_weights *w = &ctx->w;
     const float *factors = w->rope_freqs.data;
@@ -31,7 +31,7 @@ static llmm_rope_params rope_params(const llmm_context *ctx) {
         factors = use_long && w->rope_factors_long.data ? w->rope_factors_long.data : w->rope_factors_short.data;
         if (!factors) factors = w->rope_factors_long.data;
     }
-    return (llmm_rope_params){hp->n_rot, hp->rope_base, hp->rope_freq_scale, hp->rope_attn_factor, w->arch->rope,
+    return (llmm_rope_params){hp->n_rot, l->rope_base, l->rope_freq_scale, hp->rope_attn_factor, w->arch->rope,
                               factors};
 }
 
@@ -65,7 +65,8 @@ static llmm_status qkv_projections(llmm_context *ctx, const llmm_layer_weights *
     if (l->bv.data) TRY(be->add_rows(s, a->v, l->bv.data, n, kv_dim));
     if (l->q_norm.data) TRY(be->rms_norm(s, a->q, l->q_norm.data, a->q, n * hp->n_head, hp->head_dim, hp->norm_eps));
     if (l->k_norm.data) TRY(be->rms_norm(s, a->k, l->k_norm.data, a->k, n * hp->n_head_kv, hp->head_dim, hp->norm_eps));
-    const llmm_rope_params rp = rope_params(ctx);
+    if (l->rope_off) return LLMM_OK;
+    const llmm_rope_params rp = rope_params(ctx, l);
     TRY(be->rope(s, a->q, hp->n_head, hp->head_dim, &rp));
     return be->rope(s, a->k, hp->n_head_kv, hp->head_dim, &rp);
 }

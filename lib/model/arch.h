@@ -22,9 +22,17 @@ typedef struct llmm_arch {
     llmm_rope_kind rope;
     llmm_activation act;
     uint32_t flags;
-    /* Sliding-window attention (window from {arch}.attention.sliding_window): 0 = every layer
-     * when the key is present, 2 = layers 0, 2, 4, ... (alternating). */
-    uint32_t swa_layer_period;
+    /* Sliding-window attention (window from {arch}.attention.sliding_window): in each run of
+     * swa_period layers the first swa_local are local, the rest global (gemma2: 2 and 1,
+     * alternating; gemma3: 6 and 5). swa_period 0: every layer, when the key is present. */
+    uint32_t swa_period, swa_local;
+    /* > 0: local layers rotate with their own base ({arch}.rope.freq_base_swa, this when the
+     * key is absent) and without the file's linear scaling, which is for the global layers
+     * (gemma3). 0: local layers rotate as the global ones. */
+    float swa_rope_base;
+    /* > 0: layer il applies no RoPE when (il + 1) % nope_period == 0 (SmolLM3's NoPE layers;
+     * no GGUF key carries the period). */
+    uint32_t nope_period;
     const char *post_attn_norm; /* tensor suffixes for LLMM_ARCH_POST_NORMS */
     const char *post_ffn_norm;
 } llmm_arch;

@@ -21,6 +21,7 @@ typedef struct llmm_hparams {
     float attn_softcap;      /* attn_logit_softcapping, 0 = off */
     float final_softcap;     /* final_logit_softcapping, 0 = off */
     uint32_t sliding_window; /* attention.sliding_window, 0 = none */
+    float rope_base_swa;     /* rope.freq_base_swa, 0 = absent */
 } llmm_hparams;
 
 #endif

@@ -74,6 +74,7 @@ static llmm_status read_optional_hparams(llmm_model *m, llmm_diag *d) {
     if ((st = arch_f32(m, "attn_logit_softcapping", &hp->attn_softcap, d)) ||
         (st = arch_f32(m, "final_logit_softcapping", &hp->final_softcap, d)) ||
         (st = arch_u32(m, "attention.sliding_window", &hp->sliding_window, d)) ||
+        (st = arch_f32(m, "rope.freq_base_swa", &hp->rope_base_swa, d)) ||
         (st = arch_f32(m, "rope.scaling.attn_factor", &hp->rope_attn_factor, d)) ||
         (st = arch_u32(m, "rope.scaling.original_context_length", &hp->n_ctx_orig, d)) ||
         (st = arch_f32(m, "rope.scaling.factor", &scaling_factor, d)))
@@ -82,6 +83,10 @@ static llmm_status read_optional_hparams(llmm_model *m, llmm_diag *d) {
     char key[128];
     snprintf(key, sizeof key, "%s.rope.scaling.type", m->architecture);
     const char *type = meta_string_or(m, key, "");
+    /* 0 (or absent) means no scaling, as the reference reads it */
+    if (!(scaling_factor >= 0.f) || scaling_factor > 1e6f)
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "%s.rope.scaling.factor %g is not in 0..1e6", m->architecture,
+                               (double)scaling_factor);
     if (strcmp(type, "linear") == 0 && scaling_factor > 0.f) hp->rope_freq_scale = 1.f / scaling_factor;
     return LLMM_OK;
 }

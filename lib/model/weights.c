@@ -1,5 +1,6 @@
 #include "weights.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -76,8 +77,12 @@ static llmm_status check_hparams(const bind_ctx *m, llmm_diag *d) {
                          hp->n_head_kv);
     if (hp->n_rot > hp->head_dim || hp->n_rot % 2 != 0)
         return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "rope dimension %u does not fit head size %u", hp->n_rot, hp->head_dim);
-    if (!(hp->norm_eps > 0.f) || !(hp->rope_base > 0.f) || !(hp->attn_softcap >= 0.f) || !(hp->final_softcap >= 0.f))
-        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "norm epsilon and rope base must be positive, soft-caps not negative");
+    if (!(hp->norm_eps > 0.f) || !(hp->rope_base > 0.f) || !(hp->rope_base_swa >= 0.f) || !(hp->attn_softcap >= 0.f) ||
+        !(hp->final_softcap >= 0.f) || !isfinite(hp->rope_base) || !isfinite(hp->rope_base_swa))
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE,
+                               "norm epsilon and rope bases must be positive and finite, soft-caps not negative");
+    if (!(hp->rope_freq_scale > 0.f) || !isfinite(hp->rope_freq_scale))
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "rope scaling factor must be positive and finite");
     if (m->n_vocab == 0) return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "the model has no vocabulary");
     return LLMM_OK;
 }
@@ -106,6 +111,19 @@ static llmm_status bind_fused(const bind_ctx *m, uint32_t il, llmm_layer_weights
         l->w_up = llmm__tensor_rows(&gate_up, F, F);
     }
     return LLMM_OK;
+}
+
+/* How a layer sees positions: its attention window and its rotation (arch.h). */
+static void layer_positions(const llmm_arch *a, const llmm_hparams *hp, uint32_t il, llmm_layer_weights *l) {
+    const int local = hp->sliding_window && (a->swa_period == 0 || il % a->swa_period < a->swa_local);
+    l->sliding_window = local ? hp->sliding_window : 0;
+    l->rope_off = a->nope_period && (il + 1) % a->nope_period == 0;
+    l->rope_base = hp->rope_base;
+    l->rope_freq_scale = hp->rope_freq_scale;
+    if (local && a->swa_rope_base > 0.f) {
+        l->rope_base = hp->rope_base_swa > 0.f ? hp->rope_base_swa : a->swa_rope_base;
+        l->rope_freq_scale = 1.f;
+    }
 }
 
 static llmm_status bind_layer(const bind_ctx *m, uint32_t il, llmm_layer_weights *l, llmm_diag *d) {
@@ -147,8 +165,7 @@ static llmm_status bind_layer(const bind_ctx *m, uint32_t il, llmm_layer_weights
         llmm_status st = bind(m, &s, d);
         if (st) return st;
     }
-    const uint32_t period = a->swa_layer_period;
-    if (hp->sliding_window && (period == 0 || il % period == 0)) l->sliding_window = hp->sliding_window;
+    layer_positions(a, hp, il, l);
     return bind_fused(m, il, l, d);
 }
 

@@ -25,6 +25,9 @@ typedef struct llmm_layer_weights {
     llmm_tensor w_down;         /* (n_ff -> n_embd) */
     llmm_tensor post_ffn_norm;  /* LLMM_ARCH_POST_NORMS: (n_embd) */
     uint32_t sliding_window;    /* 0: full attention in this layer */
+    int rope_off;               /* 1: this layer applies no RoPE (a NoPE layer) */
+    float rope_base;            /* this layer's RoPE base and linear frequency scale */
+    float rope_freq_scale;
 } llmm_layer_weights;
 
 typedef struct llmm_weights {

@@ -295,6 +295,7 @@ const llmm_backend_ops llmm__cpu_backend = {
     .kv_write = llmm__cpu_kv_write,
     .attention = llmm__cpu_attention,
     .lora_delta = llmm__cpu_lora_delta,
+    .short_conv = llmm__cpu_short_conv,
     .copy = cpu_copy,
     .scratch_bytes = cpu_working_bytes,
     .reserve = cpu_reserve,

@@ -389,7 +389,9 @@ typedef struct llmm_context_memory {
     uint32_t size;              /* set to sizeof(llmm_context_memory) before the call */
     uint64_t host_bytes;        /* the process's memory; llmm_context_estimate's number on the CPU */
     uint64_t device_bytes;      /* the accelerator's memory; 0 on the CPU backend */
-    uint64_t kv_pool_bytes;     /* the KV pool: n_ctx_total or kv_budget_bytes bound it */
+    uint64_t kv_pool_bytes;     /* the KV pool: n_ctx_total or kv_budget_bytes bound it; for a
+                                   model with recurrent layers (lfm2) also their state slots,
+                                   two per sequence id (n_seq_max) */
     uint64_t weights_bytes;     /* the backend's own copy of the model's weights, counted in full
                                    (on CUDA it is made by a model's first context on a device and
                                    shared by the later ones); 0 on the CPU, where contexts read the

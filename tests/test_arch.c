@@ -89,14 +89,16 @@ static void test_unknown_architecture_rejected(void **state) {
     unlink(tmp);
 }
 
-/* The new rows' files, damaged one way each: refused at load, with a message naming the fault.
+/* The new rows' files, damaged one way each (lfm2: absurd convolution sizes too): refused at load, with a message naming the fault.
  * A key's value sits 4 bytes (its type) after the key; a tensor's ne[0] 4 bytes (n_dims)
  * after its name, ne[1] 8 bytes further. */
 static void test_hostile_arch_files(void **state) {
     (void)state;
     const float minus_one = -1.f, minus_eight = -8.f;
     const uint32_t many_layers = 100000;
-    const uint64_t half_head = 16, odd_kv_rows = 24;
+    const uint64_t half_head = 16, odd_kv_rows = 24, two_taps = 2;
+    const uint32_t no_taps = 0, many_taps = 1000;
+    const int32_t one_kv_head = 1;
     const struct {
         const char *file, *marker;
         size_t skip;
@@ -110,6 +112,12 @@ static void test_hostile_arch_files(void **state) {
         {"tiny-gemma3", "gemma3.rope.scaling.factor", 4, &minus_eight, 4, "rope.scaling.factor -8"},
         {"tiny-smollm3", "smollm3.block_count", 4, &many_layers, 4, "100000 layers is implausible"},
         {"tiny-smollm3", "blk.3.attn_k.weight", 12, &odd_kv_rows, 8, "'blk.3.attn_k.weight' has shape"},
+        {"tiny-lfm2", "lfm2.shortconv.l_cache", 4, &no_taps, 4, "short convolution of 0 taps"},
+        {"tiny-lfm2", "lfm2.shortconv.l_cache", 4, &many_taps, 4, "short convolution of 1000 taps"},
+        {"tiny-lfm2", "blk.2.shortconv.out_proj.weigh", 0, "x", 1, "'blk.2.shortconv.out_proj.weight' is missing"},
+        {"tiny-lfm2", "blk.0.shortconv.conv.weight", 4, &two_taps, 8, "'blk.0.shortconv.conv.weight' has shape"},
+        /* the array's type, element type and count, then entry 1 */
+        {"tiny-lfm2", "lfm2.attention.head_count_kv", 4 + 4 + 8 + 4, &one_kv_head, 4, "layer 1 has 1 KV heads"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         char rel[128], tmp[] = "/tmp/llmm-arch-XXXXXX";

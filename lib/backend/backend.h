@@ -18,7 +18,7 @@
 
 #include "tensor.h"
 
-#define LLMM_BACKEND_API_VERSION 11
+#define LLMM_BACKEND_API_VERSION 12
 
 /* llmm_backend_ops.flags */
 #define LLMM_BACKEND_DEVICE_MEMORY (1u << 0) /* buffers live in device memory, not the host's */
@@ -159,6 +159,24 @@ typedef struct llmm_attn_batch {
     float scale;     /* applied to q.k before the softmax */
     float softcap;   /* > 0: scores become softcap * tanh(score / softcap) before the softmax */
 } llmm_attn_batch;
+
+/* A gated short convolution (LFM2) of the step's rows in one recurrent layer. Row r, the
+ * token at position p of its sequence, has u_p = B * X (elementwise) from its bcx row, and its
+ * out row is C * y_p, where y_p[c] = sum over j < kernel of taps[c * kernel + j] * u_{p-kernel+1+j}[c]
+ * and u before position 0 is zero. The u of positions before a sequence's first row in the
+ * step come from its state, (kernel - 1) rows of dim floats at states + seq_id * seq_stride,
+ * oldest first, ending at that first row's position - 1 (rows of positions below 0 are never
+ * read); after the call the state holds the sequence's kernel - 1 latest u. A sequence's rows
+ * are consecutive and in position order (llmm_step). */
+typedef struct llmm_conv_batch {
+    const float *bcx;  /* buffer (n_rows, 3 * dim): B, C, X */
+    float *out;        /* buffer (n_rows, dim) */
+    const float *taps; /* prepared vector (dim rows of kernel taps) */
+    float *states;     /* buffer: this layer's state of sequence id 0 */
+    size_t seq_stride; /* floats from one sequence id's state to the next */
+    size_t n_rows;
+    uint32_t dim, kernel;
+} llmm_conv_batch;
 
 /* Rotary embedding of the first n_rot values of each head. Angle of pair i at position p:
  * p * freq_scale * base^(-2i/n_rot) / freq_factors[i]; cos and sin are scaled by mscale. */
@@ -316,6 +334,9 @@ typedef struct llmm_backend_ops {
      * host (lib/sampling/sampler.c), which gives the same tokens. */
     llmm_status (*sample)(void *state, const float *logits, size_t n_rows, size_t n_vocab,
                           const llmm_sample_request *req, int32_t *out);
+    /* optional: the gated short convolution of the step's rows (llmm_conv_batch). NULL: the
+     * backend cannot run models with short-convolution layers (context creation says so). */
+    llmm_status (*short_conv)(void *state, const llmm_conv_batch *b);
 } llmm_backend_ops;
 
 /* The CPU backend, always present. */

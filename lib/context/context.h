@@ -16,7 +16,19 @@ typedef struct llmm_activations {
     float *att;    /* attention output (n_head * head_dim) */
     float *gate, *up; /* (n_ff) */
     float *logits; /* (n_vocab) */
+    float *conv;   /* short-convolution layers only: B, C, X (3 * n_embd); NULL without them */
 } llmm_activations;
+
+/* The recurrent state of the short-convolution layers (LFM2), in one backend buffer: for each
+ * sequence id, for each recurrent layer, (conv_kernel - 1) rows of n_embd floats (backend.h
+ * llmm_conv_batch). Its second half holds a copy of each sequence's state taken before a
+ * step changes it, put back when the step fails, so that a failed call changes nothing. */
+typedef struct llmm_recurrent {
+    float *states;      /* buffer (2 * n_seq * seq_floats), NULL: the model has no recurrent layers */
+    size_t seq_floats;  /* one sequence id's state, every recurrent layer */
+    size_t layer_floats;
+    uint32_t n_seq;
+} llmm_recurrent;
 
 struct llmm_context {
     const llmm_model *model;
@@ -30,6 +42,7 @@ struct llmm_context {
     size_t n_prepared;
     llmm_kv_store kv;
     llmm_activations act;
+    llmm_recurrent rec;
     size_t max_rows;        /* rows one forward step handles: max(n_batch, n_seq_max) */
     /* host side of a step: the arrays of its descriptor (backend.h llmm_step) */
     int32_t *pos;           /* (max_rows) */
@@ -69,6 +82,7 @@ typedef struct ctx_plan {
     kv_config kv;
     llmm_step_shape shape;
     size_t kv_pool, kv_host, activations, step_host, logits, scratch, fixed;
+    size_t recurrent;    /* llmm_recurrent.states: 0 without recurrent layers */
     size_t weights;      /* 0 on a host-memory backend: it reads the model's, shared by contexts */
     size_t host, device; /* the parts above by side; host + device = llmm__ctx_plan_total */
 } ctx_plan;
@@ -97,6 +111,15 @@ llmm_status llmm__ctx_settle_logits(llmm_context *ctx);
 llmm_status llmm__ctx_ensure_logit_rows(llmm_context *ctx, size_t rows);
 /* Copy logits rows [0, m) of the step just run to host rows starting at dst_row. */
 llmm_status llmm__ctx_fetch_logits(llmm_context *ctx, size_t dst_row, size_t m);
+/* Recurrent state (recurrent.c): bytes for a model and n_seq sequences; allocation; a
+ * sequence's state copied to another (fork); the states of the given sequences saved before a
+ * step and put back after a failed one. All no-ops for models without recurrent layers. */
+size_t llmm__recurrent_bytes(const llmm_model *m, uint32_t n_seq);
+llmm_status llmm__recurrent_init(llmm_context *ctx, llmm_diag *d);
+void llmm__recurrent_free(llmm_context *ctx);
+llmm_status llmm__recurrent_copy(llmm_context *ctx, llmm_seq_id src, llmm_seq_id dst);
+llmm_status llmm__recurrent_save(llmm_context *ctx, const llmm_seq_id *seqs, size_t n);
+void llmm__recurrent_restore(llmm_context *ctx, const llmm_seq_id *seqs, size_t n);
 /* INVALID_ARG (recorded) unless 0 <= seq < n_seq_max. */
 llmm_status llmm__ctx_check_seq(llmm_context *ctx, llmm_seq_id seq);
 

@@ -24,6 +24,7 @@ static llmm_status alloc_activations(llmm_context *ctx) {
         (st = alloc_rows(ctx, &a->gate, hp->n_ff)) || (st = alloc_rows(ctx, &a->up, hp->n_ff)) ||
         (st = alloc_rows(ctx, &a->logits, ctx->model->vocab.n_tokens)))
         return st;
+    if (ctx->model->weights->n_recurrent && (st = alloc_rows(ctx, &a->conv, 3 * (size_t)hp->n_embd))) return st;
     const llmm_allocator *al = ctx->model->alloc;
     ctx->pos = llmm__mem_calloc(al, ctx->max_rows, sizeof *ctx->pos);
     ctx->row_seq = llmm__mem_calloc(al, ctx->max_rows, sizeof *ctx->row_seq);
@@ -144,6 +145,7 @@ static llmm_status context_init(llmm_context *ctx, llmm_diag *d) {
     if (ctx->be->reserve && (st = ctx->be->reserve(ctx->be_state, &plan.shape)))
         return llmm__diag_fail(d, st, "out of memory for %zu bytes of backend scratch", plan.scratch);
     if ((st = llmm__kv_init(&ctx->kv, ctx->be, ctx->be_state, m->alloc, &plan.kv, d))) return st;
+    if ((st = llmm__recurrent_init(ctx, d))) return st;
     if (m->hp.n_ctx_train && p->n_ctx > m->hp.n_ctx_train)
         llmm__log_msg(&ctx->log, LLMM_LOG_WARN, "n_ctx %u exceeds the training context %u", p->n_ctx, m->hp.n_ctx_train);
     llmm__log_msg(&ctx->log, LLMM_LOG_INFO, "context: backend %s, n_ctx %u, %u sequences, KV pool %u blocks of %u (%.1f MiB)",

@@ -7,7 +7,7 @@
 
 static void free_activations(llmm_context *ctx) {
     float **bufs[] = {&ctx->act.x, &ctx->act.xb, &ctx->act.q, &ctx->act.k, &ctx->act.v,
-                      &ctx->act.att, &ctx->act.gate, &ctx->act.up, &ctx->act.logits};
+                      &ctx->act.att, &ctx->act.gate, &ctx->act.up, &ctx->act.logits, &ctx->act.conv};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (*bufs[i]) ctx->be->buffer_free(ctx->be_state, *bufs[i]);
     const llmm_allocator *al = ctx->model->alloc;
@@ -40,6 +40,7 @@ void llmm__ctx_teardown(llmm_context *ctx) {
         llmm__adapter_cache_free(ctx);
         free_activations(ctx);
         llmm__kv_free(&ctx->kv);
+        llmm__recurrent_free(ctx);
         release_weights(ctx);
         ctx->be->shutdown(ctx->be_state);
     }

@@ -63,8 +63,9 @@ static void plan_sizes(const llmm_model *m, const llmm_context_params *p, const 
     const size_t q_dim = (size_t)hp->n_head * hp->head_dim, kv_dim = (size_t)hp->n_head_kv * hp->head_dim;
     const size_t n_vocab = m->vocab.n_tokens, rows = pl->shape.max_rows;
     /* x, xb, q, k, v, att, gate, up, logits: see alloc_activations */
+    const size_t conv = m->weights->n_recurrent ? 3 * (size_t)hp->n_embd : 0; /* act.conv */
     const size_t widths = hp->n_embd + LLMM_MAX(hp->n_embd, q_dim) + 2 * q_dim + 2 * kv_dim + 2 * (size_t)hp->n_ff +
-                          n_vocab;
+                          n_vocab + conv;
     pl->activations = rows * widths * sizeof(float);
     /* pos, row_seq, the step descriptor's arrays and llmm_decode_sample's (context.h) */
     pl->step_host = rows * (2 * sizeof(int32_t) + 2 * sizeof(llmm_seq_id) + 2 * sizeof(uint32_t) + sizeof(uint32_t *) +
@@ -78,7 +79,8 @@ static void plan_sizes(const llmm_model *m, const llmm_context_params *p, const 
     /* a backend computing from its own memory holds its copy of the weights, as stored */
     const int on_device = be && (be->flags & LLMM_BACKEND_DEVICE_MEMORY);
     pl->weights = on_device ? llmm__weights_bytes(m->weights, hp->n_layer) : 0;
-    pl->device = on_device ? pl->kv_pool + pl->activations + pl->scratch + pl->weights : 0;
+    pl->recurrent = llmm__recurrent_bytes(m, p->n_seq_max);
+    pl->device = on_device ? pl->kv_pool + pl->activations + pl->scratch + pl->weights + pl->recurrent : 0;
     pl->host = llmm__ctx_plan_total(pl) - pl->device;
 }
 
@@ -88,7 +90,8 @@ static uint64_t matmul_weight_types(const llmm_model *m) {
     uint64_t set = 1ull << (w->output.type & 63);
     for (uint32_t il = 0; il < m->hp.n_layer; il++) {
         const llmm_layer_weights *l = &w->layers[il];
-        const llmm_tensor *mats[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down};
+        const llmm_tensor *mats[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down,
+                                     &l->conv_in, &l->conv_out};
         for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) set |= 1ull << (mats[i]->type & 63);
     }
     return set;
@@ -121,7 +124,7 @@ llmm_status llmm__ctx_plan_for(const llmm_model *m, llmm_context_params *p, cons
 
 size_t llmm__ctx_plan_total(const ctx_plan *pl) {
     return pl->kv_pool + pl->kv_host + pl->activations + pl->step_host + pl->logits + pl->scratch + pl->fixed +
-           pl->weights;
+           pl->weights + pl->recurrent;
 }
 
 /* The plan llmm_context_create would make from these params, on the backend it would pick
@@ -176,7 +179,7 @@ LLMM_API llmm_status llmm_context_estimate_memory(const llmm_model *model, const
         .size = sizeof mem,
         .host_bytes = plan.host,
         .device_bytes = plan.device,
-        .kv_pool_bytes = plan.kv_pool,
+        .kv_pool_bytes = plan.kv_pool + plan.recurrent,
         .weights_bytes = plan.weights,
         .activations_bytes = plan.activations,
         .scratch_bytes = plan.scratch,

@@ -71,8 +71,11 @@ LLMM_API llmm_status llmm_prefill(llmm_context *ctx, llmm_seq_id seq, const llmm
     const double t0 = llmm__time_now_ms();
     ctx->logits_rows = 0;
     ctx->logits_on_device = 0;
-    /* every position's logits need every position computed: no prefix reuse then */
-    const size_t reused = all ? 0 : llmm__kv_prefix_attach(kv, (uint32_t)seq, tokens, (uint32_t)n);
+    /* every position's logits need every position computed: no prefix reuse then; nor with
+     * recurrent layers, whose state a cached prefix does not carry */
+    const int reuse = !all && !ctx->rec.states;
+    const size_t reused = reuse ? llmm__kv_prefix_attach(kv, (uint32_t)seq, tokens, (uint32_t)n) : 0;
+    if ((st = llmm__recurrent_save(ctx, &seq, 1))) return step_failed(ctx, st);
     st = llmm__kv_reserve(kv, (uint32_t)seq, (uint32_t)(n - reused));
     if (st == LLMM_ERR_CONTEXT_FULL) {
         llmm__kv_truncate(kv, (uint32_t)seq, start);
@@ -82,6 +85,7 @@ LLMM_API llmm_status llmm_prefill(llmm_context *ctx, llmm_seq_id seq, const llmm
     ctx->prefill_ms += llmm__time_now_ms() - t0;
     if (st) {
         llmm__kv_truncate(kv, (uint32_t)seq, start);
+        llmm__recurrent_restore(ctx, &seq, 1);
         return step_failed(ctx, st);
     }
     ctx->tokens_prefilled += n - reused;
@@ -124,10 +128,12 @@ static llmm_status decode_rows(llmm_context *ctx, const llmm_seq_id *seqs, const
     const double t0 = llmm__time_now_ms();
     ctx->logits_rows = 0;
     ctx->logits_on_device = 0;
+    if ((st = llmm__recurrent_save(ctx, seqs, n))) return step_failed(ctx, st);
     if ((st = reserve_rows(ctx, seqs, n))) return st;
     st = llmm__forward_step(ctx, LLMM_STEP_DECODE, tokens, seqs, ctx->pos, n, 0);
     if (!st && fetch) st = llmm__ctx_fetch_logits(ctx, 0, n);
     if (st) {
+        llmm__recurrent_restore(ctx, seqs, n);
         for (size_t i = 0; i < n; i++) llmm__kv_truncate(&ctx->kv, (uint32_t)seqs[i], (uint32_t)ctx->pos[i]);
         ctx->decode_ms += llmm__time_now_ms() - t0;
         return step_failed(ctx, st);

@@ -117,6 +117,26 @@ static llmm_status ffn_block(llmm_context *ctx, const llmm_layer_weights *l, uin
     return be->add(s, a->x, a->xb, n * hp->n_embd);
 }
 
+/* x += W_out · (C ⊙ conv(B ⊙ X)), [B; C; X] = W_in · norm(x): LFM2's gated short convolution,
+ * its history in the sequences' recurrent state */
+static llmm_status short_conv_block(llmm_context *ctx, const llmm_layer_weights *l, size_t n) {
+    const llmm_backend_ops *be = ctx->be;
+    void *s = ctx->be_state;
+    const llmm_hparams *hp = &ctx->model->hp;
+    const llmm_activations *a = &ctx->act;
+
+    TRY(be->rms_norm(s, a->x, l->attn_norm.data, a->xb, n, hp->n_embd, hp->norm_eps));
+    TRY(be->matmul(s, &l->conv_in, a->xb, n, a->conv)); /* (n, 3 * n_embd) */
+    const llmm_conv_batch batch = {
+        .bcx = a->conv, .out = a->xb, .taps = l->conv_taps.data,
+        .states = ctx->rec.states + (size_t)l->state_index * ctx->rec.layer_floats,
+        .seq_stride = ctx->rec.seq_floats, .n_rows = n, .dim = hp->n_embd, .kernel = hp->conv_kernel,
+    };
+    TRY(be->short_conv(s, &batch));                      /* xb (n, n_embd) */
+    TRY(be->matmul(s, &l->conv_out, a->xb, n, a->conv)); /* (n, n_embd) */
+    return be->add(s, a->x, a->conv, n * hp->n_embd);
+}
+
 /* The step's sequences: consecutive rows of one sequence share its entry (a prompt's rows). */
 static llmm_step describe_step(llmm_context *ctx, llmm_step_kind kind, const llmm_token *tokens,
                                const llmm_seq_id *seqs, const int32_t *pos, size_t n) {
@@ -150,7 +170,8 @@ static llmm_status run_step(llmm_context *ctx, size_t n, size_t first_logit_row)
     if (w->arch->flags & LLMM_ARCH_EMBED_SCALE) TRY(be->scale(s, a->x, n * hp->n_embd, sqrtf((float)hp->n_embd)));
     for (uint32_t il = 0; il < hp->n_layer; il++) {
         if (aborted(ctx)) return LLMM_ERR_ABORTED;
-        TRY(attention_block(ctx, &w->layers[il], il, n));
+        if (w->layers[il].recurrent) TRY(short_conv_block(ctx, &w->layers[il], n));
+        else TRY(attention_block(ctx, &w->layers[il], il, n));
         TRY(ffn_block(ctx, &w->layers[il], il, n));
     }
     if (first_logit_row < n) {

@@ -11,7 +11,10 @@
  *     tokens (n_tokens x i32), then for each layer and K/V head the K rows of positions
  *     0..n-1, then the same for V; each row one head's head_dim values in the KV type's format
  *     (backend.h), so the layout does not depend on the block size or on where the blocks
- *     were in the pool. Version 1 (before the head-major pool) stored whole-position rows
+ *     were in the pool; then, for a model with recurrent layers (lfm2), the sequence's
+ *     recurrent state as the context holds it (context.h llmm_recurrent, floats). Version 3
+ *     added that state; version 2 files (no state) still load into attention-only models, and
+ *     are refused by models with recurrent layers. Version 1 (before the head-major pool) stored whole-position rows
  *     with one Q8 scale per position; it is refused with a message.
  * Every field is checked before anything is loaded; the sequence changes only once the whole
  * state has been decompressed and validated. */
@@ -25,7 +28,7 @@
 #include "context.h"
 
 #define STATE_MAGIC "LLMMSEQ"
-#define STATE_VERSION 2u
+#define STATE_VERSION 3u
 #define STATE_HEADER_BYTES 112u
 #define STATE_ARCH_BYTES 32u
 #define STATE_DEFAULT_LEVEL 3
@@ -125,7 +128,8 @@ static llmm_status header_decode(const uint8_t *in, size_t n, state_header *h, l
     if (memcmp(in, STATE_MAGIC, sizeof STATE_MAGIC) != 0)
         return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "not an llmmini saved state (bad magic)");
     h->version = get_u32(in + 8);
-    if (h->version != STATE_VERSION || get_u32(in + 12) != STATE_HEADER_BYTES)
+    /* version 2 is version 3 without recurrent state: it serves attention-only models */
+    if ((h->version != STATE_VERSION && h->version != 2) || get_u32(in + 12) != STATE_HEADER_BYTES)
         return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "saved state version %u (header %u bytes); this library reads version %u",
                          h->version, get_u32(in + 12), STATE_VERSION);
     if (load_le64(in + 104) != hash_bytes(in, 104, 0))
@@ -194,6 +198,13 @@ static size_t raw_bytes_for(const llmm_kv_store *kv, uint32_t n_tokens) {
            2 * (size_t)kv->cfg.n_layer * kv->cfg.n_head_kv * n_tokens * kv->row_bytes;
 }
 
+/* Bytes of a sequence's recurrent state in a payload: 0 for attention-only models. */
+static size_t recurrent_bytes(const llmm_context *ctx) { return ctx->rec.states ? ctx->rec.seq_floats * sizeof(float) : 0; }
+
+static float *recurrent_slot(const llmm_context *ctx, uint32_t seq) {
+    return ctx->rec.states + (size_t)seq * ctx->rec.seq_floats;
+}
+
 /* Copy rows between the pool and a payload ordered by (K/V, layer, head, position), one
  * block's segment at a time. */
 static llmm_status move_rows(llmm_kv_store *kv, const kv_seq *s, uint8_t *rows, uint32_t n, int to_pool) {
@@ -257,7 +268,8 @@ static llmm_status save_into(llmm_context *ctx, llmm_seq_id seq, int level, uint
     llmm_kv_store *kv = &ctx->kv;
     state_header h = fingerprint(ctx, seq);
     h.n_tokens = kv->seqs[seq].len;
-    h.raw_bytes = raw_bytes_for(kv, h.n_tokens);
+    const uint64_t kv_bytes = raw_bytes_for(kv, h.n_tokens);
+    h.raw_bytes = kv_bytes + recurrent_bytes(ctx);
     const size_t bound = STATE_HEADER_BYTES + ZSTD_compressBound((size_t)h.raw_bytes);
     if (cap <= STATE_HEADER_BYTES) {
         *n = bound;
@@ -267,6 +279,8 @@ static llmm_status save_into(llmm_context *ctx, llmm_seq_id seq, int level, uint
     if (!raw) return llmm__ctx_fail(ctx, LLMM_ERR_NO_MEMORY, "out of memory for a state of %llu bytes",
                               (unsigned long long)h.raw_bytes);
     llmm_status st = gather(kv, (uint32_t)seq, raw);
+    if (!st && recurrent_bytes(ctx))
+        st = ctx->be->download(ctx->be_state, raw + kv_bytes, recurrent_slot(ctx, (uint32_t)seq), recurrent_bytes(ctx));
     size_t stored = 0;
     if (!st) st = compress(ctx, level, raw, (size_t)h.raw_bytes, buf + STATE_HEADER_BYTES, cap - STATE_HEADER_BYTES,
                            &stored);
@@ -329,7 +343,10 @@ static llmm_status check_state(llmm_context *ctx, uint32_t seq, const uint8_t *b
     if (h->n_tokens > ctx->params.n_ctx)
         return llmm__diag_fail(d, LLMM_ERR_CONTEXT_FULL, "saved state holds %u tokens, more than n_ctx %u", h->n_tokens,
                          ctx->params.n_ctx);
-    if (h->raw_bytes != raw_bytes_for(&ctx->kv, h->n_tokens))
+    if (h->version == 2 && recurrent_bytes(ctx))
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "saved state version 2 has no recurrent state, which %s needs",
+                               ctx->model->architecture);
+    if (h->raw_bytes != raw_bytes_for(&ctx->kv, h->n_tokens) + recurrent_bytes(ctx))
         return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "saved state payload size %llu does not fit %u tokens",
                          (unsigned long long)h->raw_bytes, h->n_tokens);
     if (h->payload_bytes != n - STATE_HEADER_BYTES)
@@ -388,6 +405,8 @@ static llmm_status install(llmm_context *ctx, uint32_t seq, const uint8_t *raw, 
         llmm__kv_truncate(kv, seq, 0);
         st = llmm__kv_reserve(kv, seq, n);
         if (!st) st = move_rows(kv, &kv->seqs[seq], (uint8_t *)raw + 4 * (size_t)n, n, 1);
+        if (!st && recurrent_bytes(ctx))
+            st = ctx->be->upload(ctx->be_state, recurrent_slot(ctx, seq), raw + raw_bytes_for(kv, n), recurrent_bytes(ctx));
         if (!st) llmm__kv_commit(kv, seq, tokens, n);
     }
     if (st && !d->msg[0]) {

@@ -12,6 +12,13 @@ LLMM_API llmm_status llmm_seq_truncate(llmm_context *ctx, llmm_seq_id seq, size_
     const uint32_t len = ctx->kv.seqs[seq].len;
     if (n_keep > len)
         return llmm__ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "sequence %d holds %u tokens, cannot keep %zu", seq, len, n_keep);
+    /* a recurrent state is the sequence's history folded into one state: it holds no earlier
+     * position to go back to (a cleared sequence starts from nothing and needs none) */
+    if (ctx->rec.states && n_keep > 0 && n_keep < len)
+        return llmm__ctx_fail(ctx, LLMM_ERR_UNSUPPORTED,
+                              "sequence %d: %s keeps a recurrent state, which cannot go back from %u tokens to %zu "
+                              "(clear the sequence, or fork it before the tokens to drop)",
+                              seq, ctx->model->architecture, len, n_keep);
     llmm__kv_truncate(&ctx->kv, (uint32_t)seq, (uint32_t)n_keep);
     return LLMM_OK;
 }
@@ -60,6 +67,10 @@ LLMM_API llmm_status llmm_seq_fork(llmm_context *ctx, llmm_seq_id src, llmm_seq_
     llmm_status st = llmm__ctx_check_seq(ctx, src);
     if (!st) st = take_unused_id(ctx, src, dst);
     if (st) return st;
+    if ((st = llmm__recurrent_copy(ctx, src, *dst))) {
+        ctx->kv.seqs[*dst].created = 0;
+        return llmm__ctx_fail(ctx, st, "llmm_seq_fork: copying the recurrent state failed");
+    }
     llmm__kv_fork(&ctx->kv, (uint32_t)src, (uint32_t)*dst);
     llmm__lora_seq_copy(ctx, src, *dst); /* its tokens were computed with src's adapters */
     return LLMM_OK;

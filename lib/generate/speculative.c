@@ -110,6 +110,12 @@ LLMM_API llmm_status llmm_speculator_create(llmm_context *ctx, const llmm_specul
         return llmm__ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_speculator_create: params->size too small");
     const char *problem = params_problem(&p);
     if (problem) return llmm__ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_speculator_create: %s", problem);
+    /* rejected guesses are rolled back by position, which a recurrent state cannot follow
+     * (it would need a checkpoint before the verify step) */
+    if (ctx->rec.states)
+        return llmm__ctx_fail(ctx, LLMM_ERR_UNSUPPORTED,
+                              "llmm_speculator_create: %s keeps a recurrent state; speculative decoding on it is "
+                              "not supported yet", ctx->model->architecture);
     const llmm_allocator *a = ctx->model->alloc;
     llmm_speculator *s = llmm__mem_calloc(a, 1, sizeof *s);
     if (!s) return llmm__ctx_fail(ctx, LLMM_ERR_NO_MEMORY, "out of memory for the speculator");

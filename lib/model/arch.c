@@ -14,6 +14,8 @@ static const llmm_arch arch_table[] = {
     {.name = "gemma3", .rope = LLMM_ROPE_NEOX, .act = LLMM_ACT_GELU_TANH,
      .flags = LLMM_ARCH_POST_NORMS | LLMM_ARCH_EMBED_SCALE | LLMM_ARCH_QK_NORM, .swa_period = 6, .swa_local = 5,
      .swa_rope_base = 10000.f, .post_attn_norm = "post_attention_norm.weight", .post_ffn_norm = "post_ffw_norm.weight"},
+    {.name = "lfm2", .rope = LLMM_ROPE_NEOX, .act = LLMM_ACT_SILU, .flags = LLMM_ARCH_QK_NORM | LLMM_ARCH_SHORT_CONV,
+     .output_norm = "token_embd_norm.weight"},
     {.name = "smollm3", .rope = LLMM_ROPE_ADJACENT, .act = LLMM_ACT_SILU, .nope_period = 4},
 };
 
@@ -23,4 +25,4 @@ const llmm_arch *llmm__arch_find(const char *name) {
     return NULL;
 }
 
-const char *llmm__arch_supported_list(void) { return "llama, qwen2, qwen3, phi3, gemma2, gemma3, smollm3"; }
+const char *llmm__arch_supported_list(void) { return "llama, qwen2, qwen3, phi3, gemma2, gemma3, lfm2, smollm3"; }

@@ -15,6 +15,9 @@ enum llmm_arch_flags {
     LLMM_ARCH_QK_NORM = 1u << 2,       /* per-head RMSNorm of Q and K before RoPE */
     LLMM_ARCH_POST_NORMS = 1u << 3,    /* RMSNorm on the attention and FFN outputs */
     LLMM_ARCH_EMBED_SCALE = 1u << 4,   /* embeddings times sqrt(n_embd) */
+    /* layers whose {arch}.attention.head_count_kv entry is 0 are gated short convolutions
+     * (LFM2) with a recurrent state per sequence, the others attention */
+    LLMM_ARCH_SHORT_CONV = 1u << 5,
 };
 
 typedef struct llmm_arch {
@@ -33,6 +36,7 @@ typedef struct llmm_arch {
     /* > 0: layer il applies no RoPE when (il + 1) % nope_period == 0 (SmolLM3's NoPE layers;
      * no GGUF key carries the period). */
     uint32_t nope_period;
+    const char *output_norm;    /* the final norm's tensor; NULL: output_norm.weight */
     const char *post_attn_norm; /* tensor suffixes for LLMM_ARCH_POST_NORMS */
     const char *post_ffn_norm;
 } llmm_arch;

@@ -4,6 +4,10 @@
 
 #include <stdint.h>
 
+/* Taps of a short convolution a file may ask for (LFM2 uses 3): its state per sequence and
+ * layer is taps - 1 rows. */
+#define LLMM_MAX_CONV_KERNEL 64
+
 typedef struct llmm_hparams {
     uint32_t n_ctx_train;
     uint32_t n_embd;
@@ -22,6 +26,7 @@ typedef struct llmm_hparams {
     float final_softcap;     /* final_logit_softcapping, 0 = off */
     uint32_t sliding_window; /* attention.sliding_window, 0 = none */
     float rope_base_swa;     /* rope.freq_base_swa, 0 = absent */
+    uint32_t conv_kernel;    /* shortconv.l_cache: taps of a short convolution (LFM2), 0 = none */
 } llmm_hparams;
 
 #endif

@@ -91,6 +91,28 @@ static llmm_status read_optional_hparams(llmm_model *m, llmm_diag *d) {
     return LLMM_OK;
 }
 
+/* attention.head_count_kv: one number, or (LFM2) one per layer, 0 for a layer without
+ * attention; the widest layer's count sizes the KV cache (weights.c reads the entries). */
+static llmm_status read_kv_heads(llmm_model *m, llmm_diag *d) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.head_count_kv", m->architecture);
+    const gguf_kv *kv = llmm__gguf_find_kv(m->gguf, key);
+    if (!kv || kv->type != GGUF_TYPE_ARRAY) return arch_u32(m, "attention.head_count_kv", &m->hp.n_head_kv, d);
+    const gguf_array *a = &kv->v.arr;
+    if (!llmm__gguf_scalar_size(a->elem_type) || a->elem_type == GGUF_TYPE_F32 || a->elem_type == GGUF_TYPE_F64 ||
+        a->count != m->hp.n_layer)
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "%s must be an integer array of one entry per layer (%u)", key,
+                               m->hp.n_layer);
+    m->hp.n_head_kv = 0;
+    for (uint64_t i = 0; i < a->count; i++) {
+        const int64_t v = llmm__gguf_array_get_i64(a, i);
+        if (v < 0 || v > UINT32_MAX) return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "%s[%llu] = %lld is out of range", key,
+                                                           (unsigned long long)i, (long long)v);
+        if ((uint32_t)v > m->hp.n_head_kv) m->hp.n_head_kv = (uint32_t)v;
+    }
+    return LLMM_OK;
+}
+
 static llmm_status read_hparams(llmm_model *m, llmm_diag *d) {
     llmm_hparams *hp = &m->hp;
     hp->rope_base = 10000.f;
@@ -105,7 +127,8 @@ static llmm_status read_hparams(llmm_model *m, llmm_diag *d) {
         (st = arch_f32(m, "attention.layer_norm_rms_epsilon", &hp->norm_eps, d)))
         return st;
     hp->n_head_kv = hp->n_head;
-    if ((st = arch_u32(m, "attention.head_count_kv", &hp->n_head_kv, d))) return st;
+    if ((st = read_kv_heads(m, d))) return st;
+    if ((st = arch_u32(m, "shortconv.l_cache", &hp->conv_kernel, d))) return st;
     hp->head_dim = hp->n_head ? hp->n_embd / hp->n_head : 0;
     if ((st = arch_u32(m, "attention.key_length", &hp->head_dim, d))) return st;
     hp->n_rot = hp->head_dim;

@@ -126,9 +126,67 @@ static void layer_positions(const llmm_arch *a, const llmm_hparams *hp, uint32_t
     }
 }
 
+/* Layer il's KV heads: the per-layer entry when the file has an array (model.c checked it),
+ * else the model's count. */
+static uint32_t layer_kv_heads(const bind_ctx *m, uint32_t il) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.head_count_kv", m->arch->name);
+    const gguf_kv *kv = llmm__gguf_find_kv(m->gguf, key);
+    if (!kv || kv->type != GGUF_TYPE_ARRAY) return m->hp->n_head_kv;
+    return (uint32_t)llmm__gguf_array_get_i64(&kv->v.arr, il);
+}
+
+/* The tensors of a short-convolution layer (LFM2): in_proj to B, C, X, the depthwise taps,
+ * out_proj; then the FFN as in every layer. */
+static llmm_status bind_short_conv(const bind_ctx *m, uint32_t il, llmm_layer_weights *l, llmm_diag *d) {
+    const int64_t E = m->hp->n_embd, F = m->hp->n_ff, L = m->hp->conv_kernel;
+    struct {
+        const char *suffix;
+        int64_t ne0, ne1;
+        bind_kind kind;
+        llmm_tensor *dst;
+    } spec[] = {
+        {"attn_norm.weight", E, 1, BIND_VECTOR, &l->attn_norm},
+        {"shortconv.in_proj.weight", E, 3 * E, BIND_MATRIX, &l->conv_in},
+        {"shortconv.conv.weight", L, E, BIND_VECTOR, &l->conv_taps},
+        {"shortconv.out_proj.weight", E, E, BIND_MATRIX, &l->conv_out},
+        {"ffn_norm.weight", E, 1, BIND_VECTOR, &l->ffn_norm},
+        {"ffn_gate.weight", E, F, BIND_MATRIX, &l->w_gate},
+        {"ffn_up.weight", E, F, BIND_MATRIX, &l->w_up},
+        {"ffn_down.weight", F, E, BIND_MATRIX, &l->w_down},
+    };
+    for (size_t i = 0; i < sizeof spec / sizeof *spec; i++) {
+        char name[GGUF_MAX_NAME];
+        snprintf(name, sizeof name, "blk.%u.%s", il, spec[i].suffix);
+        const bind_spec bs = {name, spec[i].ne0, spec[i].ne1, spec[i].kind, 0, spec[i].dst};
+        llmm_status st = bind(m, &bs, d);
+        if (st) return st;
+    }
+    l->recurrent = 1;
+    return LLMM_OK;
+}
+
+/* Which kind layer il is: attention, or (LLMM_ARCH_SHORT_CONV, 0 KV heads) a short
+ * convolution. Every attention layer has the model's KV heads: the cache has one layout. */
+static llmm_status check_layer_kind(const bind_ctx *m, uint32_t il, int *conv, llmm_diag *d) {
+    const uint32_t kv_heads = layer_kv_heads(m, il);
+    *conv = kv_heads == 0 && (m->arch->flags & LLMM_ARCH_SHORT_CONV);
+    if (*conv && (m->hp->conv_kernel < 1 || m->hp->conv_kernel > LLMM_MAX_CONV_KERNEL))
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "short convolution of %u taps (layer %u): expected 1..%u",
+                               m->hp->conv_kernel, il, LLMM_MAX_CONV_KERNEL);
+    if (!*conv && kv_heads != m->hp->n_head_kv)
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "layer %u has %u KV heads, the others %u: not supported for %s", il,
+                               kv_heads, m->hp->n_head_kv, m->arch->name);
+    return LLMM_OK;
+}
+
 static llmm_status bind_layer(const bind_ctx *m, uint32_t il, llmm_layer_weights *l, llmm_diag *d) {
     const llmm_hparams *hp = m->hp;
     const llmm_arch *a = m->arch;
+    int conv;
+    llmm_status st0 = check_layer_kind(m, il, &conv, d);
+    if (st0) return st0;
+    if (conv) return bind_short_conv(m, il, l, d);
     const int64_t E = hp->n_embd, Q = (int64_t)hp->n_head * hp->head_dim, KV = (int64_t)hp->n_head_kv * hp->head_dim;
     const int64_t F = hp->n_ff, HD = hp->head_dim;
     const int fused_qkv = (a->flags & LLMM_ARCH_FUSED_QKV) != 0, fused_ffn = (a->flags & LLMM_ARCH_FUSED_GATE_UP) != 0;
@@ -195,9 +253,10 @@ static size_t weights_walk(llmm_weights *w, uint32_t n_layer, llmm_weight_ref *o
     n = take_present(globals, sizeof globals / sizeof *globals, LLMM_WEIGHT_VECTOR, out, n, bytes);
     for (uint32_t il = 0; il < n_layer; il++) {
         llmm_layer_weights *l = &w->layers[il];
-        llmm_tensor *const mats[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down};
+        llmm_tensor *const mats[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down,
+                                     &l->conv_in, &l->conv_out};
         llmm_tensor *const vecs[] = {&l->attn_norm, &l->bq, &l->bk, &l->bv, &l->q_norm, &l->k_norm,
-                                     &l->post_attn_norm, &l->ffn_norm, &l->post_ffn_norm};
+                                     &l->post_attn_norm, &l->ffn_norm, &l->post_ffn_norm, &l->conv_taps};
         n = take_present(mats, sizeof mats / sizeof *mats, LLMM_WEIGHT_MATRIX, out, n, bytes);
         n = take_present(vecs, sizeof vecs / sizeof *vecs, LLMM_WEIGHT_VECTOR, out, n, bytes);
     }
@@ -230,7 +289,7 @@ llmm_status llmm__weights_bind(const llmm_weights_source *src, llmm_weights **ou
     const int64_t E = m->hp->n_embd, V = m->n_vocab, R = m->hp->n_rot / 2;
     const bind_spec globals[] = {
         {"token_embd.weight", E, V, BIND_MATRIX, 0, &w->tok_embd},
-        {"output_norm.weight", E, 1, BIND_VECTOR, 0, &w->output_norm},
+        {arch->output_norm ? arch->output_norm : "output_norm.weight", E, 1, BIND_VECTOR, 0, &w->output_norm},
         {"output.weight", E, V, BIND_MATRIX, 1, &w->output},
         {"rope_freqs.weight", R, 1, BIND_VECTOR, 1, &w->rope_freqs},
         {"rope_factors_short.weight", R, 1, BIND_VECTOR, 1, &w->rope_factors_short},
@@ -238,8 +297,10 @@ llmm_status llmm__weights_bind(const llmm_weights_source *src, llmm_weights **ou
     };
     if ((st = bind_all(m, globals, sizeof globals / sizeof *globals, d))) return st;
     if (!w->output.data) w->output = w->tok_embd; /* tied embeddings */
-    for (uint32_t il = 0; il < m->hp->n_layer; il++)
+    for (uint32_t il = 0; il < m->hp->n_layer; il++) {
         if ((st = bind_layer(m, il, &w->layers[il], d))) return st;
+        if (w->layers[il].recurrent) w->layers[il].state_index = w->n_recurrent++;
+    }
     return LLMM_OK;
 }
 

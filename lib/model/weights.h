@@ -24,6 +24,13 @@ typedef struct llmm_layer_weights {
     llmm_tensor w_up;           /* (n_embd -> n_ff) */
     llmm_tensor w_down;         /* (n_ff -> n_embd) */
     llmm_tensor post_ffn_norm;  /* LLMM_ARCH_POST_NORMS: (n_embd) */
+    /* A short-convolution layer (LLMM_ARCH_SHORT_CONV) has these in place of the attention
+     * tensors: */
+    llmm_tensor conv_in;        /* (n_embd -> 3 * n_embd): B, C, X */
+    llmm_tensor conv_taps;      /* (n_embd rows of conv_kernel taps; the last one is the current token's) */
+    llmm_tensor conv_out;       /* (n_embd -> n_embd) */
+    int recurrent;              /* 1: a short-convolution layer */
+    uint32_t state_index;       /* recurrent layers: this layer's place among them */
     uint32_t sliding_window;    /* 0: full attention in this layer */
     int rope_off;               /* 1: this layer applies no RoPE (a NoPE layer) */
     float rope_base;            /* this layer's RoPE base and linear frequency scale */
@@ -38,6 +45,7 @@ typedef struct llmm_weights {
     llmm_tensor rope_freqs;  /* optional (n_rot / 2): Llama 3 frequency factors */
     llmm_tensor rope_factors_short, rope_factors_long; /* optional (n_rot / 2): LongRoPE */
     llmm_layer_weights *layers; /* (n_layer) */
+    uint32_t n_recurrent;       /* layers with a recurrent state per sequence */
 } llmm_weights;
 
 /* One weight of the forward pass and what it is used for (enum llmm_weight_role). */

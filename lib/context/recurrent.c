@@ -1,0 +1,61 @@
+/* The recurrent state of a context's sequences (context.h llmm_recurrent): a fixed-size state
+ * per sequence id beside the KV pool, for models with short-convolution layers. Unlike K/V
+ * rows, which are kept per position, a state exists only for "after the last token": a fork
+ * copies it, a failed step puts it back, and a truncation to an earlier position cannot be
+ * served (sequence.c refuses it). */
+#include "context.h"
+
+size_t llmm__recurrent_bytes(const llmm_model *m, uint32_t n_seq) {
+    const llmm_weights *w = m->weights;
+    if (!w || !w->n_recurrent || m->hp.conv_kernel < 2) return 0;
+    /* the factors are bounded at load (layers, n_embd, taps) and n_seq by the params */
+    return 2 * (size_t)n_seq * w->n_recurrent * (m->hp.conv_kernel - 1) * (size_t)m->hp.n_embd * sizeof(float);
+}
+
+llmm_status llmm__recurrent_init(llmm_context *ctx, llmm_diag *d) {
+    const llmm_model *m = ctx->model;
+    if (!m->weights->n_recurrent) return LLMM_OK;
+    if (!ctx->be->short_conv)
+        return llmm__diag_fail(d, LLMM_ERR_UNSUPPORTED, "the %s backend has no short convolution, which %s layers need",
+                               ctx->be->name, m->architecture);
+    llmm_recurrent *rec = &ctx->rec;
+    rec->n_seq = ctx->params.n_seq_max;
+    rec->layer_floats = (size_t)(m->hp.conv_kernel - 1) * m->hp.n_embd;
+    rec->seq_floats = rec->layer_floats * m->weights->n_recurrent;
+    const size_t bytes = llmm__recurrent_bytes(m, rec->n_seq);
+    if (bytes && ctx->be->buffer_alloc(ctx->be_state, bytes, (void **)&rec->states))
+        return llmm__diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for %zu bytes of recurrent state", bytes);
+    return LLMM_OK;
+}
+
+void llmm__recurrent_free(llmm_context *ctx) {
+    if (ctx->rec.states) ctx->be->buffer_free(ctx->be_state, ctx->rec.states);
+    ctx->rec.states = NULL;
+}
+
+static float *seq_state(const llmm_recurrent *rec, size_t slot) { return rec->states + slot * rec->seq_floats; }
+
+llmm_status llmm__recurrent_copy(llmm_context *ctx, llmm_seq_id src, llmm_seq_id dst) {
+    const llmm_recurrent *rec = &ctx->rec;
+    if (!rec->states) return LLMM_OK;
+    return ctx->be->copy(ctx->be_state, seq_state(rec, (size_t)dst), seq_state(rec, (size_t)src),
+                         rec->seq_floats * sizeof(float));
+}
+
+llmm_status llmm__recurrent_save(llmm_context *ctx, const llmm_seq_id *seqs, size_t n) {
+    const llmm_recurrent *rec = &ctx->rec;
+    for (size_t i = 0; rec->states && i < n; i++) {
+        llmm_status st = ctx->be->copy(ctx->be_state, seq_state(rec, rec->n_seq + (size_t)seqs[i]),
+                                       seq_state(rec, (size_t)seqs[i]), rec->seq_floats * sizeof(float));
+        if (st) return st;
+    }
+    return LLMM_OK;
+}
+
+void llmm__recurrent_restore(llmm_context *ctx, const llmm_seq_id *seqs, size_t n) {
+    const llmm_recurrent *rec = &ctx->rec;
+    /* a copy within one buffer that already succeeded the other way: its status adds nothing */
+    for (size_t i = 0; rec->states && i < n; i++)
+        (void)ctx->be->copy(ctx->be_state, seq_state(rec, (size_t)seqs[i]), seq_state(rec, rec->n_seq + (size_t)seqs[i]),
+                            rec->seq_floats * sizeof(float));
+}

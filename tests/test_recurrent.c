@@ -1,0 +1,357 @@
+/* Recurrent state (lfm2's short-convolution layers) through every sequence operation: a prompt
+ * fed whole, in chunks or token by token; forks; saved states; batches of sequences at mixed
+ * positions; truncation, which the state cannot serve; the memory estimate. The reference is
+ * always the same model run plainly, so each case shows that an operation keeps the state
+ * exactly as an uninterrupted run would. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "llmmini.h"
+#include "support/fixtures.h"
+
+#define MODEL "golden/arch/tiny-lfm2.gguf"
+#define N_STEPS 12
+#define TOL 1e-4
+
+static llmm_model *g_model;
+static size_t g_vocab;
+
+static int setup(void **state) {
+    (void)state;
+    g_model = load_model(MODEL, NULL);
+    llmm_model_info info = {.size = sizeof info};
+    if (llmm_model_get_info(g_model, &info) != LLMM_OK) return -1;
+    g_vocab = info.n_vocab;
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    llmm_model_free(g_model);
+    return 0;
+}
+
+/* The suite's contexts: F32 KV on the CPU, prompt steps of n_batch rows, n_seq sequences. */
+static llmm_context_params params_with(uint32_t n_batch, uint32_t n_seq) {
+    llmm_context_params cp;
+    llmm_context_params_default(&cp, sizeof cp);
+    cp.n_ctx = 128;
+    cp.n_batch = n_batch;
+    cp.n_seq_max = n_seq;
+    cp.kv_type = LLMM_KV_F32;
+    cp.backend = LLMM_BACKEND_CPU;
+    return cp;
+}
+
+static llmm_context *context_with(uint32_t n_batch, uint32_t n_seq) {
+    const llmm_context_params cp = params_with(n_batch, n_seq);
+    return make_context(g_model, &cp);
+}
+
+/* A run's visible outcome: greedy tokens and the logits that chose each. */
+typedef struct run {
+    llmm_token tokens[N_STEPS];
+    float *logits; /* (N_STEPS, n_vocab) */
+} run;
+
+static void run_init(run *r) { r->logits = calloc(N_STEPS * g_vocab, sizeof *r->logits); }
+
+/* Row `row` of the last call's logits (llmm_logits) as step `step` of r. */
+static void take_logits(llmm_context *c, size_t row, run *r, size_t step) {
+    const float *lg;
+    size_t n;
+    assert_int_equal(llmm_logits(c, row, &lg, &n), LLMM_OK);
+    assert_int_equal(n, g_vocab);
+    memcpy(r->logits + step * g_vocab, lg, n * sizeof *lg);
+    r->tokens[step] = argmax(lg, n);
+}
+
+/* Greedy steps of seq from the last call's logits (one row), each token decoded alone. */
+static void continue_greedy(llmm_context *c, llmm_seq_id seq, run *r, size_t from) {
+    for (size_t i = from; i < N_STEPS; i++) {
+        take_logits(c, 0, r, i);
+        if (i + 1 < N_STEPS) assert_int_equal(llmm_decode(c, &seq, &r->tokens[i], 1), LLMM_OK);
+    }
+}
+
+static void assert_same_run(const run *a, const run *b, const char *what) {
+    double worst = 0;
+    for (size_t i = 0; i < N_STEPS * g_vocab; i++) worst = fmax(worst, fabs((double)a->logits[i] - b->logits[i]));
+    print_message("%-34s max |logit diff| %.2e\n", what, worst);
+    assert_memory_equal(a->tokens, b->tokens, sizeof a->tokens);
+    assert_true(worst <= TOL);
+}
+
+static size_t prompt_ids(const char *text, llmm_token *ids, size_t cap) { return tokenize(g_model, text, ids, cap); }
+
+/* The prompt in one prefill (n_batch 512) and the greedy continuation. */
+static void plain_run(const llmm_token *ids, size_t n, run *r) {
+    run_init(r);
+    llmm_context *c = context_with(512, 1);
+    assert_int_equal(llmm_prefill(c, 0, ids, n, 0), LLMM_OK);
+    continue_greedy(c, 0, r, 0);
+    llmm_context_free(c);
+}
+
+static void test_chunks_and_single_tokens(void **state) {
+    (void)state;
+    llmm_token ids[64];
+    const size_t n = prompt_ids("Once upon a time there was a little dog", ids, 64);
+    run whole, chunks, single;
+    plain_run(ids, n, &whole);
+    run_init(&chunks);
+    llmm_context *c = context_with(3, 1); /* prefill steps of 3 rows */
+    assert_int_equal(llmm_prefill(c, 0, ids, n, 0), LLMM_OK);
+    continue_greedy(c, 0, &chunks, 0);
+    llmm_context_free(c);
+    run_init(&single);
+    c = context_with(512, 1);
+    assert_int_equal(llmm_prefill(c, 0, ids, 1, 0), LLMM_OK);
+    for (size_t i = 1; i < n; i++) {
+        llmm_seq_id s = 0;
+        assert_int_equal(llmm_decode(c, &s, &ids[i], 1), LLMM_OK);
+    }
+    continue_greedy(c, 0, &single, 0);
+    llmm_context_free(c);
+    assert_same_run(&whole, &chunks, "prefill in chunks of 3");
+    assert_same_run(&whole, &single, "prompt token by token");
+    free(whole.logits), free(chunks.logits), free(single.logits);
+}
+
+/* Fork after the prompt, then each branch takes its own next token: each equals a fresh run
+ * of its whole text. */
+static void test_fork_mid_sequence(void **state) {
+    (void)state;
+    llmm_token ids[64];
+    const size_t n = prompt_ids("The little dog", ids, 63);
+    const llmm_token branch_tok[2] = {ids[1], ids[2]};
+    llmm_context *c = context_with(512, 2);
+    assert_int_equal(llmm_prefill(c, 0, ids, n, 0), LLMM_OK);
+    llmm_seq_id other;
+    assert_int_equal(llmm_seq_fork(c, 0, &other), LLMM_OK);
+    run forked[2], fresh[2];
+    const llmm_seq_id seqs[2] = {0, other};
+    for (int b = 0; b < 2; b++) run_init(&forked[b]);
+    /* both branches' first tokens in one step, then each branch on its own */
+    assert_int_equal(llmm_decode(c, seqs, branch_tok, 2), LLMM_OK);
+    take_logits(c, 1, &forked[1], 0);
+    take_logits(c, 0, &forked[0], 0);
+    for (int b = 0; b < 2; b++) {
+        llmm_seq_id s = seqs[b];
+        assert_int_equal(llmm_decode(c, &s, &forked[b].tokens[0], 1), LLMM_OK);
+        continue_greedy(c, seqs[b], &forked[b], 1);
+    }
+    llmm_context_free(c);
+    for (int b = 0; b < 2; b++) {
+        llmm_token whole[64];
+        memcpy(whole, ids, n * sizeof *ids);
+        whole[n] = branch_tok[b];
+        plain_run(whole, n + 1, &fresh[b]);
+        assert_same_run(&fresh[b], &forked[b], b ? "fork: the copy" : "fork: the original");
+        free(fresh[b].logits), free(forked[b].logits);
+    }
+}
+
+/* Saved after the prompt, loaded into another context, continued: as if never interrupted. */
+static void test_save_restore(void **state) {
+    (void)state;
+    llmm_token ids[64];
+    const size_t n = prompt_ids("Once upon a time", ids, 64);
+    run plain, restored;
+    plain_run(ids, n, &plain);
+    llmm_context *c = context_with(512, 1);
+    assert_int_equal(llmm_prefill(c, 0, ids, n, 0), LLMM_OK);
+    size_t need = 0;
+    assert_int_equal(llmm_seq_save_buffer(c, 0, 0, NULL, 0, &need), LLMM_ERR_BUFFER_TOO_SMALL);
+    unsigned char *buf = malloc(need);
+    size_t used = 0;
+    assert_int_equal(llmm_seq_save_buffer(c, 0, 0, buf, need, &used), LLMM_OK);
+    llmm_context_free(c);
+    c = context_with(512, 2);
+    assert_int_equal(llmm_seq_load_buffer(c, 1, buf, used), LLMM_OK);
+    /* the loaded state has no logits: feed the prompt's last token again from a copy that
+     * stops one short, so both runs start from the same logits */
+    run_init(&restored);
+    size_t len = 0;
+    assert_int_equal(llmm_seq_length(c, 1, &len), LLMM_OK);
+    assert_int_equal(len, n);
+    llmm_seq_id s = 1;
+    assert_int_equal(llmm_decode(c, &s, &plain.tokens[0], 1), LLMM_OK);
+    continue_greedy(c, 1, &restored, 1);
+    memcpy(restored.logits, plain.logits, g_vocab * sizeof *plain.logits);
+    restored.tokens[0] = plain.tokens[0];
+    assert_same_run(&plain, &restored, "saved, loaded, continued");
+    llmm_context_free(c);
+    free(buf);
+    free(plain.logits), free(restored.logits);
+}
+
+/* Six sequences of different prompt lengths decoded in one batch per step: each row equals
+ * its sequence run alone. */
+static void test_six_sequences_batched(void **state) {
+    (void)state;
+    static const char *const prompts[6] = {"Once", "The little dog", "Once upon a time", "A cat sat",
+                                           "There was a big red ball and", "Lily"};
+    enum { N = 6 };
+    run alone[N], batched[N];
+    llmm_context *c = context_with(512, N);
+    llmm_seq_id seqs[N];
+    for (int i = 0; i < N; i++) {
+        llmm_token ids[64];
+        const size_t n = prompt_ids(prompts[i], ids, 64);
+        plain_run(ids, n, &alone[i]);
+        run_init(&batched[i]);
+        seqs[i] = i;
+        assert_int_equal(llmm_prefill(c, i, ids, n, 0), LLMM_OK);
+        take_logits(c, 0, &batched[i], 0);
+    }
+    for (size_t step = 1; step < N_STEPS; step++) {
+        llmm_token next[N];
+        for (int i = 0; i < N; i++) next[i] = batched[i].tokens[step - 1];
+        assert_int_equal(llmm_decode(c, seqs, next, N), LLMM_OK);
+        for (int i = 0; i < N; i++) take_logits(c, i, &batched[i], step);
+    }
+    for (int i = 0; i < N; i++) {
+        assert_same_run(&alone[i], &batched[i], prompts[i]);
+        free(alone[i].logits), free(batched[i].logits);
+    }
+    llmm_context_free(c);
+}
+
+/* Going back to an earlier position is refused with UNSUPPORTED and changes nothing; clearing
+ * (back to 0) is allowed and the sequence then runs as new. */
+static void test_truncate_refused(void **state) {
+    (void)state;
+    llmm_token ids[64];
+    const size_t n = prompt_ids("Once upon a time", ids, 64);
+    run plain, after;
+    plain_run(ids, n, &plain);
+    run_init(&after);
+    llmm_context *c = context_with(512, 1);
+    assert_int_equal(llmm_prefill(c, 0, ids, n, 0), LLMM_OK);
+    assert_int_equal(llmm_seq_truncate(c, 0, n - 2), LLMM_ERR_UNSUPPORTED);
+    assert_non_null(strstr(llmm_context_last_error(c), "recurrent state"));
+    size_t len = 0;
+    assert_int_equal(llmm_seq_length(c, 0, &len), LLMM_OK);
+    assert_int_equal(len, n);
+    assert_int_equal(llmm_seq_truncate(c, 0, n), LLMM_OK); /* keeping everything is no change */
+    continue_greedy(c, 0, &after, 0);
+    assert_same_run(&plain, &after, "after a refused truncation");
+    assert_int_equal(llmm_seq_clear(c, 0), LLMM_OK);
+    memset(after.tokens, 0, sizeof after.tokens);
+    assert_int_equal(llmm_prefill(c, 0, ids, n, 0), LLMM_OK);
+    continue_greedy(c, 0, &after, 0);
+    assert_same_run(&plain, &after, "cleared, then run again");
+    llmm_context_free(c);
+    free(plain.logits), free(after.logits);
+}
+
+static int abort_after(void *user) {
+    int *left = user;
+    return (*left)-- <= 0;
+}
+
+/* A prefill aborted midway (after its first chunk and a layer of the second) leaves the
+ * sequence as it was, recurrent state included: the same prefill then runs as if alone. */
+static void test_failed_step_changes_nothing(void **state) {
+    (void)state;
+    llmm_token ids[64];
+    const size_t n = prompt_ids("Once upon a time there was a little dog", ids, 64);
+    const size_t head = 3;
+    run plain, again;
+    plain_run(ids, n, &plain);
+    run_init(&again);
+    int left = 1000;
+    llmm_context_params cp = params_with(4, 1);
+    cp.abort = abort_after;
+    cp.abort_user = &left;
+    llmm_context *c = make_context(g_model, &cp);
+    assert_int_equal(llmm_prefill(c, 0, ids, head, 0), LLMM_OK);
+    left = 6; /* the first chunk's 4 layers, then 2 of the second's */
+    assert_int_equal(llmm_prefill(c, 0, ids + head, n - head, 0), LLMM_ERR_ABORTED);
+    size_t len = 0;
+    assert_int_equal(llmm_seq_length(c, 0, &len), LLMM_OK);
+    assert_int_equal(len, head);
+    left = 1000;
+    assert_int_equal(llmm_prefill(c, 0, ids + head, n - head, 0), LLMM_OK);
+    continue_greedy(c, 0, &again, 0);
+    assert_same_run(&plain, &again, "after an aborted prefill");
+    llmm_context_free(c);
+    free(plain.logits), free(again.logits);
+}
+
+/* With the prefix cache on, a second sequence with the same prompt is computed in full (a
+ * cached prefix holds K/V, not the recurrent state at its end): it equals the first. */
+static void test_prefix_cache_not_reused(void **state) {
+    (void)state;
+    llmm_token ids[64];
+    const size_t n = prompt_ids("Once upon a time there was a little dog", ids, 64);
+    llmm_context_params cp = params_with(512, 2);
+    cp.kv_block_size = 4;
+    cp.prefix_cache = 1;
+    llmm_context *c = make_context(g_model, &cp);
+    run first, second;
+    run_init(&first);
+    run_init(&second);
+    assert_int_equal(llmm_prefill(c, 0, ids, n, 0), LLMM_OK);
+    continue_greedy(c, 0, &first, 0);
+    assert_int_equal(llmm_prefill(c, 1, ids, n, 0), LLMM_OK);
+    continue_greedy(c, 1, &second, 0);
+    llmm_context_stats st = {.size = sizeof st};
+    assert_int_equal(llmm_context_get_stats(c, &st), LLMM_OK);
+    assert_int_equal(st.prefix_hits, 0);
+    assert_same_run(&first, &second, "same prompt, prefix cache on");
+    llmm_context_free(c);
+    free(first.logits), free(second.logits);
+}
+
+/* Speculative decoding would roll rejected guesses back by position: refused for now. */
+static void test_speculator_refused(void **state) {
+    (void)state;
+    llmm_context *c = context_with(512, 1);
+    llmm_speculator_params sp;
+    llmm_speculator_params_default(&sp, sizeof sp);
+    sp.ngram = 2;
+    llmm_speculator *s = NULL;
+    assert_int_equal(llmm_speculator_create(c, &sp, &s), LLMM_ERR_UNSUPPORTED);
+    assert_null(s);
+    assert_non_null(strstr(llmm_context_last_error(c), "recurrent state"));
+    llmm_context_free(c);
+}
+
+/* The state slots are counted: two per sequence id (live and the copy a failed step restores),
+ * each layers 0 and 2 x (3 - 1) taps x 64 floats. */
+static void test_memory_estimate_counts_state(void **state) {
+    (void)state;
+    llmm_context_params cp = params_with(512, 1);
+    cp.n_ctx_total = 256;
+    llmm_context_memory one = {.size = sizeof one}, four = {.size = sizeof four};
+    cp.n_seq_max = 1;
+    assert_int_equal(llmm_context_estimate_memory(g_model, &cp, &one), LLMM_OK);
+    cp.n_seq_max = 4;
+    assert_int_equal(llmm_context_estimate_memory(g_model, &cp, &four), LLMM_OK);
+    const uint64_t per_seq = 2ull * 2 * (3 - 1) * 64 * sizeof(float);
+    assert_int_equal(four.kv_pool_bytes - one.kv_pool_bytes, 3 * per_seq);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_chunks_and_single_tokens),
+        cmocka_unit_test(test_fork_mid_sequence),
+        cmocka_unit_test(test_save_restore),
+        cmocka_unit_test(test_six_sequences_batched),
+        cmocka_unit_test(test_truncate_refused),
+        cmocka_unit_test(test_failed_step_changes_nothing),
+        cmocka_unit_test(test_prefix_cache_not_reused),
+        cmocka_unit_test(test_speculator_refused),
+        cmocka_unit_test(test_memory_estimate_counts_state),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -17,6 +17,7 @@
 #include "kernel_table.h"
 #include "llmmini.h"
 #include "support/golden_check.h"
+#include "support/rng.h"
 #include "support/shared_data.h"
 
 /* cpu/kernel_table.c's names for LLMM_CPU_KERNELS, by cpu_isa */
@@ -206,6 +207,93 @@ static void test_attention_window_and_softcap(void **state) {
     llmm__cpu_backend.shutdown(st);
 }
 
+/* The short convolution (lfm2) of one step against float64: sequences at mixed positions,
+ * some so young that their window reaches before position 0, and one prompt step whose window
+ * spans its state and its own rows; the state must end as the sequence's last kernel - 1 u. */
+enum { SC_DIM = 7, SC_K = 4, SC_SEQS = 5, SC_MAX_POS = 12 };
+
+typedef struct conv_case {
+    uint32_t n_rows;
+    llmm_step_kind kind;
+    llmm_seq_id seqs[4];    /* the step's sequences (one per row, or one for a prompt) */
+    int32_t pos[4];         /* each row's position */
+} conv_case;
+
+/* u[s][p]: sequence s's input at position p; rows of the step take theirs as B * X. */
+static void check_conv_step(void *st, const conv_case *cc, float u[SC_SEQS][SC_MAX_POS][SC_DIM], test_rng *rng) {
+    const float *taps = rng_floats(rng, SC_DIM * SC_K, -1.f, 1.f);
+    float states[SC_SEQS][SC_K - 1][SC_DIM], bcx[4][3 * SC_DIM], out[4][SC_DIM];
+    /* each sequence's state: u of the kernel - 1 positions before its first row (garbage
+     * where that is before 0: the kernel must not read it) */
+    for (uint32_t r = 0; r < cc->n_rows; r++) {
+        const llmm_seq_id q = cc->kind == LLMM_STEP_PROMPT ? cc->seqs[0] : cc->seqs[r];
+        if (r > 0 && cc->kind == LLMM_STEP_PROMPT) continue;
+        for (int i = 0; i < SC_K - 1; i++) {
+            const int p = cc->pos[r] - (SC_K - 1) + i;
+            for (int c = 0; c < SC_DIM; c++) states[q][i][c] = p >= 0 ? u[q][p][c] : 1e30f;
+        }
+    }
+    for (uint32_t r = 0; r < cc->n_rows; r++) {
+        const llmm_seq_id q = cc->kind == LLMM_STEP_PROMPT ? cc->seqs[0] : cc->seqs[r];
+        for (int c = 0; c < SC_DIM; c++) {
+            bcx[r][c] = rng_float(rng, -1.f, 1.f);
+            bcx[r][SC_DIM + c] = rng_float(rng, -1.f, 1.f);
+            bcx[r][2 * SC_DIM + c] = rng_float(rng, -1.f, 1.f);
+            u[q][cc->pos[r]][c] = bcx[r][c] * bcx[r][2 * SC_DIM + c];
+        }
+    }
+    const uint32_t n_seqs = cc->kind == LLMM_STEP_PROMPT ? 1 : cc->n_rows;
+    uint32_t row_seq[4], n_blocks[4] = {1, 1, 1, 1};
+    static const uint32_t table[1] = {0};
+    const uint32_t *tables[4] = {table, table, table, table};
+    for (uint32_t r = 0; r < cc->n_rows; r++) row_seq[r] = cc->kind == LLMM_STEP_PROMPT ? 0 : r;
+    const llmm_kv_layout kv = {.layout = LLMM_KV_LAYOUT_HEAD_REGIONS, .block_size = 1u << 10, .block_shift = 10,
+                               .n_blocks = 1};
+    const llmm_token tokens[4] = {0};
+    const llmm_step step = {.kind = cc->kind, .n_rows = cc->n_rows, .tokens = tokens, .pos = cc->pos,
+                            .row_seq = row_seq, .n_seqs = n_seqs, .seq_ids = cc->seqs, .block_tables = tables,
+                            .n_blocks = n_blocks, .kv = &kv};
+    assert_int_equal(llmm__cpu_backend.step_begin(st, &step), LLMM_OK);
+    const llmm_conv_batch b = {&bcx[0][0], &out[0][0], taps, &states[0][0][0], (SC_K - 1) * SC_DIM, cc->n_rows,
+                               SC_DIM, SC_K};
+    assert_int_equal(llmm__cpu_backend.short_conv(st, &b), LLMM_OK);
+    assert_int_equal(llmm__cpu_backend.step_end(st), LLMM_OK);
+    for (uint32_t r = 0; r < cc->n_rows; r++) {
+        const llmm_seq_id q = cc->kind == LLMM_STEP_PROMPT ? cc->seqs[0] : cc->seqs[r];
+        for (int c = 0; c < SC_DIM; c++) {
+            double y = 0;
+            for (int j = 0; j < SC_K; j++) {
+                const int p = cc->pos[r] - SC_K + 1 + j;
+                y += p >= 0 ? (double)taps[c * SC_K + j] * u[q][p][c] : 0.0;
+            }
+            assert_true(fabs(out[r][c] - bcx[r][SC_DIM + c] * y) < 1e-5);
+        }
+        const uint32_t last = cc->kind == LLMM_STEP_PROMPT ? cc->n_rows - 1 : r;
+        if (cc->kind == LLMM_STEP_PROMPT && r != last) continue;
+        for (int i = 0; i < SC_K - 1; i++) {
+            const int p = cc->pos[last] - (SC_K - 2) + i;
+            if (p >= 0) assert_memory_equal(states[q][i], u[q][p], sizeof states[q][i]);
+        }
+    }
+    free((void *)taps);
+}
+
+static void test_short_conv_against_float64(void **state) {
+    (void)state;
+    void *st = start_cpu();
+    test_rng rng = rng_seeded(46);
+    static float u[SC_SEQS][SC_MAX_POS][SC_DIM];
+    const conv_case decode = {3, LLMM_STEP_DECODE, {4, 0, 2}, {0, 1, 7}};
+    const conv_case prompt = {4, LLMM_STEP_PROMPT, {3}, {2, 3, 4, 5}};
+    /* histories before the steps' first positions */
+    for (int q = 0; q < SC_SEQS; q++)
+        for (int p = 0; p < SC_MAX_POS; p++)
+            for (int c = 0; c < SC_DIM; c++) u[q][p][c] = rng_float(&rng, -1.f, 1.f);
+    check_conv_step(st, &decode, u, &rng);
+    check_conv_step(st, &prompt, u, &rng);
+    llmm__cpu_backend.shutdown(st);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_architectures_match_reference),
@@ -214,6 +302,7 @@ int main(void) {
         cmocka_unit_test(test_rowwise_ops),
         cmocka_unit_test(test_rope_scaling),
         cmocka_unit_test(test_attention_window_and_softcap),
+        cmocka_unit_test(test_short_conv_against_float64),
     };
     return cmocka_run_group_tests_name("arch", tests, NULL, NULL);
 }

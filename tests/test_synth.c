@@ -215,6 +215,16 @@ static void test_smollm3_preset(void **state) {
                        2 + 4 * 9);
 }
 
+/* LFM2 1.2B narrowed to 6 layers: attention in layers 2 and 5 (llama's 9 tensors and Q/K
+ * norms), short convolutions in the others (norms, in_proj, F32 taps, out_proj, the FFN), the
+ * final norm as token_embd_norm, tied output; it loads as lfm2 and generates. */
+static void test_lfm2_preset(void **state) {
+    (void)state;
+    check_copied_vocab("ggml-vocab-llama-bpe.gguf",
+                       "--preset lfm2-1.2b --dim 128 --heads 4 --kv-heads 2 --ff 256 --layers 6 --type f16",
+                       2 + 2 * 11 + 4 * 8);
+}
+
 /* The SentencePiece vocabulary of Llama 2, into an F32 model. */
 static void test_spm_vocab_f32(void **state) {
     (void)state;
@@ -732,6 +742,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_llama3_preset_with_llama_bpe_vocab),
         cmocka_unit_test(test_gemma3_preset),
         cmocka_unit_test(test_smollm3_preset),
+        cmocka_unit_test(test_lfm2_preset),
         cmocka_unit_test(test_spm_vocab_f32),
         cmocka_unit_test(test_missing_vocab_file),
         cmocka_unit_test(test_vocab_file_without_tokens),

@@ -55,6 +55,10 @@ static const shape presets[] = {
     {"gemma3-270m", "gemma3", 640, 18, 4, 1, 2048, 262144, 32768, 256, 1000000.f, 1e-6f, 1, NO_LLAMA3},
     {"gemma3-1b", "gemma3", 1152, 26, 4, 1, 6912, 262144, 32768, 256, 1000000.f, 1e-6f, 1, NO_LLAMA3},
     {"smollm3-3b", "smollm3", 2048, 36, 16, 4, 11008, 128256, 65536, 128, 5000000.f, 1e-6f, 1, NO_LLAMA3},
+    /* intermediate_size as the converter writes it: block_ff_dim 6656 / 12288 auto-adjusted
+     * (2/3, rounded up to a multiple of 256) */
+    {"lfm2-350m", "lfm2", 1024, 16, 16, 8, 4608, 65536, 128000, 0, 1000000.f, 1e-5f, 1, NO_LLAMA3},
+    {"lfm2-1.2b", "lfm2", 2048, 16, 32, 8, 8192, 65536, 128000, 0, 1000000.f, 1e-5f, 1, NO_LLAMA3},
 };
 
 /* What each architecture adds to the llama layout (see lib/model/arch.c). */
@@ -62,18 +66,31 @@ typedef struct arch_layout {
     const char *arch;
     int qkv_bias, qk_norm, fused_qkv, fused_gate_up, post_norms, softcaps;
     uint32_t sliding_window; /* attention.sliding_window, 0: none */
+    /* short-convolution hybrids (lfm2): bit il set = layer il is attention, the others gated
+     * short convolutions of conv_kernel taps; 0: every layer attention */
+    uint64_t attn_layers;
+    uint32_t conv_kernel;
 } arch_layout;
 
+#define LFM2_ATTN_LAYERS ((1ull << 2) | (1ull << 5) | (1ull << 8) | (1ull << 10) | (1ull << 12) | (1ull << 14))
+
 static const arch_layout layouts[] = {
-    {"llama", 0, 0, 0, 0, 0, 0, 0},
-    {"qwen2", 1, 0, 0, 0, 0, 0, 0},
-    {"qwen3", 0, 1, 0, 0, 0, 0, 0},
-    {"phi3", 0, 0, 1, 1, 0, 0, 0},
-    {"gemma2", 0, 0, 0, 0, 1, 1, 4096},
+    {"llama", 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"qwen2", 1, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"qwen3", 0, 1, 0, 0, 0, 0, 0, 0, 0},
+    {"phi3", 0, 0, 1, 1, 0, 0, 0, 0, 0},
+    {"gemma2", 0, 0, 0, 0, 1, 1, 4096, 0, 0},
     /* local layers' rope base: the reference's default 10000, as the converter writes no key */
-    {"gemma3", 0, 1, 0, 0, 1, 0, 512},
-    {"smollm3", 0, 0, 0, 0, 0, 0, 0}, /* NoPE layers: fixed by the architecture, no key */
+    {"gemma3", 0, 1, 0, 0, 1, 0, 512, 0, 0},
+    {"smollm3", 0, 0, 0, 0, 0, 0, 0, 0, 0}, /* NoPE layers: fixed by the architecture, no key */
+    /* full_attn_idxs of LFM2 350M and 1.2B; head size n_embd / n_head, no key for it */
+    {"lfm2", 0, 1, 0, 0, 0, 0, 0, LFM2_ATTN_LAYERS, 3},
 };
+
+/* Layer il of a short-convolution hybrid is a convolution. */
+static int is_conv_layer(const arch_layout *a, uint32_t il) {
+    return a->conv_kernel && !(il < 64 && (a->attn_layers >> il & 1));
+}
 
 static const arch_layout *layout_of(const char *arch) {
     for (size_t i = 0; i < sizeof layouts / sizeof *layouts; i++)
@@ -253,9 +270,19 @@ static void write_metadata(writer *w, const shape *s, const arch_layout *layout,
     arch_kv_u32(w, s->arch, "block_count", s->n_layer);
     arch_kv_u32(w, s->arch, "feed_forward_length", s->n_ff);
     arch_kv_u32(w, s->arch, "attention.head_count", s->n_head);
-    arch_kv_u32(w, s->arch, "attention.head_count_kv", s->n_head_kv);
-    arch_kv_u32(w, s->arch, "attention.key_length", head_dim_of(s));
-    arch_kv_u32(w, s->arch, "rope.dimension_count", head_dim_of(s));
+    if (layout->conv_kernel) { /* lfm2: KV heads per layer, 0 for a convolution; no head size keys */
+        char key[128];
+        snprintf(key, sizeof key, "%s.attention.head_count_kv", s->arch);
+        kv_head(w, key, GGUF_TYPE_ARRAY);
+        put_u32(w, GGUF_TYPE_I32);
+        put_u64(w, s->n_layer);
+        for (uint32_t il = 0; il < s->n_layer; il++) put_u32(w, is_conv_layer(layout, il) ? 0 : s->n_head_kv);
+        arch_kv_u32(w, s->arch, "shortconv.l_cache", layout->conv_kernel);
+    } else {
+        arch_kv_u32(w, s->arch, "attention.head_count_kv", s->n_head_kv);
+        arch_kv_u32(w, s->arch, "attention.key_length", head_dim_of(s));
+        arch_kv_u32(w, s->arch, "rope.dimension_count", head_dim_of(s));
+    }
     arch_kv_f32(w, s->arch, "attention.layer_norm_rms_epsilon", s->norm_eps);
     arch_kv_f32(w, s->arch, "rope.freq_base", s->rope_base);
     if (layout->softcaps) {
@@ -281,11 +308,18 @@ typedef struct tensor_spec {
 
 /* One layer's tensors in the architecture's layout: {suffix, ne0, ne1}; ne1 == 1 is a
  * vector (f32). */
-static size_t layer_tensors(const shape *s, const arch_layout *a, const char *names[20], uint64_t dims[20][2]) {
+static size_t layer_tensors(const shape *s, const arch_layout *a, uint32_t il, const char *names[20],
+                            uint64_t dims[20][2]) {
     const uint64_t E = s->n_embd, hd = head_dim_of(s), Q = hd * s->n_head, KV = hd * s->n_head_kv, F = s->n_ff;
     size_t n = 0;
 #define T(nm, a0, a1) (names[n] = nm, dims[n][0] = a0, dims[n][1] = a1, n++)
     T("attn_norm.weight", E, 1);
+    if (is_conv_layer(a, il)) {
+        T("shortconv.in_proj.weight", E, 3 * E), T("shortconv.conv.weight", a->conv_kernel, E);
+        T("shortconv.out_proj.weight", E, E);
+        T("ffn_norm.weight", E, 1), T("ffn_gate.weight", E, F), T("ffn_up.weight", E, F), T("ffn_down.weight", F, E);
+        return n;
+    }
     if (a->fused_qkv) T("attn_qkv.weight", E, Q + 2 * KV);
     else T("attn_q.weight", E, Q), T("attn_k.weight", E, KV), T("attn_v.weight", E, KV);
     if (a->qkv_bias) T("attn_q.bias", Q, 1), T("attn_k.bias", KV, 1), T("attn_v.bias", KV, 1);
@@ -307,17 +341,20 @@ static size_t build_tensor_list(const shape *s, const arch_layout *a, uint32_t w
 #define ADD(nm, a0, b0, ty, fl) \
     (snprintf(t[n].name, 64, "%s", nm), t[n].ne0 = a0, t[n].ne1 = b0, t[n].type = ty, t[n].fill = fl, n++)
     ADD("token_embd.weight", E, s->n_vocab, wtype, FILL_NOISE);
-    ADD("output_norm.weight", E, 1, LLMM_TYPE_F32, FILL_ONES);
+    /* lfm2's final norm is named for the embedding, as its converter writes it */
+    ADD(a->conv_kernel ? "token_embd_norm.weight" : "output_norm.weight", E, 1, LLMM_TYPE_F32, FILL_ONES);
     if (!s->tied) ADD("output.weight", E, s->n_vocab, wtype, FILL_NOISE);
     if (s->llama3.factor > 0) ADD("rope_freqs.weight", head_dim_of(s) / 2, 1, LLMM_TYPE_F32, FILL_LLAMA3_ROPE);
     for (uint32_t l = 0; l < s->n_layer; l++) {
         const char *names[20];
         uint64_t dims[20][2];
-        size_t k_n = layer_tensors(s, a, names, dims);
+        size_t k_n = layer_tensors(s, a, l, names, dims);
         for (size_t k = 0; k < k_n; k++) {
             char nm[64];
             snprintf(nm, sizeof nm, "blk.%u.%s", l, names[k]);
             if (dims[k][1] == 1) ADD(nm, dims[k][0], 1, LLMM_TYPE_F32, FILL_ONES);
+            else if (!strcmp(names[k], "shortconv.conv.weight")) /* taps: F32, as the engine reads them */
+                ADD(nm, dims[k][0], dims[k][1], LLMM_TYPE_F32, FILL_NOISE);
             else ADD(nm, dims[k][0], dims[k][1], wtype, FILL_NOISE);
         }
     }
@@ -659,7 +696,7 @@ static int usage(int rc) {
             "                     [--dim N] [--layers N] [--heads N] [--kv-heads N] [--ff N] [--n-vocab N] [--seed S]\n"
             "Writes a GGUF with seeded random weights (default preset 0.5b, type q4_0). Presets:\n"
             "  real models: tinyllama-1.1b, llama-3.2-1b, smollm2-135m, qwen2.5-0.5b, qwen3-0.6b,\n"
-            "               phi3-mini, gemma2-2b, gemma3-270m, gemma3-1b, smollm3-3b\n"
+            "               phi3-mini, gemma2-2b, gemma3-270m, gemma3-1b, smollm3-3b, lfm2-350m, lfm2-1.2b\n"
             "  sizes (llama, 32000 vocab): tiny, 0.5b, 1b, 3b, 8b\n"
             "  --vocab FILE  copy every tokenizer.* key of FILE (a model or vocabulary-only GGUF); its token\n"
             "                count sets the vocabulary size (--n-vocab is then ignored)\n"

@@ -948,6 +948,31 @@ llmm_status cu_lora_delta_op(void *state, const float *x, size_t n_in, const llm
     return cu_status(err);
 }
 
+/* The short_conv slot (kernels.h, short_conv.cu): the rows' sequence ids staged with the LoRA
+ * rows' staging, and, as there, the step launched as it comes from here on: the states the rows
+ * read change with the step's sequences, which a captured graph cannot follow, so a decode step
+ * of a model with short-convolution layers runs without one. */
+llmm_status cu_short_conv_op(void *state, const llmm_conv_batch *b) {
+    cu_state *s = (cu_state *)state;
+    if (!s->in_step || !b || b->n_rows != s->desc.n_rows || b->kernel == 0 || b->n_rows > UINT32_MAX)
+        return refuse(s, LLMM_ERR_INVALID_ARG);
+    const size_t n = b->n_rows, bytes = n * sizeof(uint32_t);
+    if (n == 0) return LLMM_OK;
+    llmm_status st = cu_status(use_device(s));
+    if (!st) st = cu_status(flush_record(s));
+    if (!st) st = lora_staging_room(s, bytes);
+    if (st) return st;
+    uint32_t *host = (uint32_t *)(s->lora_host + s->lora_used);
+    uint8_t *dev = (uint8_t *)s->lora_dev + s->lora_used;
+    for (size_t r = 0; r < n; r++) host[r] = (uint32_t)s->desc.seq_ids[s->desc.row_seq[r]];
+    int err = cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, s->stream);
+    s->lora_used += (bytes + 255) / 256 * 256;
+    if (!err)
+        err = llmm__cu_short_conv(s->stream, b->bcx, b->out, b->taps, b->states, b->seq_stride, (uint32_t)n, b->dim,
+                                  b->kernel, s->step.pos, (const uint32_t *)dev);
+    return cu_status(err);
+}
+
 void cu_stats(void *state, llmm_backend_stats *out) {
     const cu_state *s = (const cu_state *)state;
     cu_graph_counters c = {};
@@ -995,6 +1020,7 @@ llmm_backend_ops make_table() {
     t.stats = cu_stats;
     t.sample = cu_sample_op;
     t.lora_delta = cu_lora_delta_op;
+    t.short_conv = cu_short_conv_op;
     return t;
 }
 

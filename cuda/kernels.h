@@ -110,6 +110,16 @@ int llmm__cu_lora_project(cudaStream_t stream, const void *a, uint32_t a_f16, si
 int llmm__cu_lora_expand(cudaStream_t stream, const void *bt, uint32_t bt_f16, size_t n_out, size_t rank,
                          const float *t, const uint32_t *rows, size_t count, float *out);
 
+/* ---------------------------------------------------------------- short_conv.cu */
+
+/* The gated short convolution of one recurrent layer (lib/backend/backend.h llmm_conv_batch)
+ * over n_rows rows: bcx (n_rows, 3 * dim), out (n_rows, dim), taps (dim rows of kernel), the
+ * layer's state of sequence id 0 at states and seq_stride floats per id; row r is at position
+ * pos[r] of sequence id seq[r] (device arrays), a sequence's rows consecutive and in order. */
+int llmm__cu_short_conv(cudaStream_t stream, const float *bcx, float *out, const float *taps, float *states,
+                        size_t seq_stride, uint32_t n_rows, uint32_t dim, uint32_t kernel, const int32_t *pos,
+                        const uint32_t *seq);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,8 +1,10 @@
 /* Recurrent state (lfm2's short-convolution layers) through every sequence operation: a prompt
  * fed whole, in chunks or token by token; forks; saved states; batches of sequences at mixed
  * positions; truncation, which the state cannot serve; the memory estimate. The reference is
- * always the same model run plainly, so each case shows that an operation keeps the state
- * exactly as an uninterrupted run would. */
+ * always the same model run plainly on the same backend, so each case shows that an operation
+ * keeps the state exactly as an uninterrupted run would. The suite runs on the CPU, then on the
+ * emulated CUDA module when it is built (build/libllmmini-cuda-emu.so, or
+ * $LLMM_CUDA_EMU_MODULE), which moves the state with device copies. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -10,6 +12,7 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,6 +25,7 @@
 
 static llmm_model *g_model;
 static size_t g_vocab;
+static llmm_backend_kind g_backend = LLMM_BACKEND_CPU; /* the backend of this pass */
 
 static int setup(void **state) {
     (void)state;
@@ -46,7 +50,7 @@ static llmm_context_params params_with(uint32_t n_batch, uint32_t n_seq) {
     cp.n_batch = n_batch;
     cp.n_seq_max = n_seq;
     cp.kv_type = LLMM_KV_F32;
-    cp.backend = LLMM_BACKEND_CPU;
+    cp.backend = g_backend;
     return cp;
 }
 
@@ -341,7 +345,8 @@ static void test_memory_estimate_counts_state(void **state) {
     assert_int_equal(four.kv_pool_bytes - one.kv_pool_bytes, 3 * per_seq);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    (void)argc;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chunks_and_single_tokens),
         cmocka_unit_test(test_fork_mid_sequence),
@@ -353,5 +358,13 @@ int main(void) {
         cmocka_unit_test(test_speculator_refused),
         cmocka_unit_test(test_memory_estimate_counts_state),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    int failed = cmocka_run_group_tests_name("recurrent state, cpu", tests, setup, teardown);
+    char module[1024];
+    if (!emulated_cuda_module(argv[0], module, sizeof module)) {
+        printf("recurrent state on CUDA: skipped, no emulated module at %s\n", module);
+        return failed;
+    }
+    setenv("LLMM_CUDA_MODULE", module, 1);
+    g_backend = LLMM_BACKEND_CUDA;
+    return failed + cmocka_run_group_tests_name("recurrent state, cuda-emu", tests, setup, teardown);
 }

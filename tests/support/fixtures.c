@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #include "support/shared_data.h"
 
@@ -91,6 +93,17 @@ llmm_token argmax(const float *v, size_t n) {
     for (size_t i = 1; i < n; i++)
         if (v[i] > v[best]) best = i;
     return (llmm_token)best;
+}
+
+int emulated_cuda_module(const char *argv0, char *path, size_t cap) {
+    const char *env = getenv("LLMM_CUDA_EMU_MODULE");
+    if (env && *env) {
+        snprintf(path, cap, "%s", env);
+    } else {
+        const char *slash = strrchr(argv0, '/');
+        snprintf(path, cap, "%.*s/../libllmmini-cuda-emu.so", slash ? (int)(slash - argv0) : 1, slash ? argv0 : ".");
+    }
+    return access(path, R_OK) == 0;
 }
 
 double now_s(void) {

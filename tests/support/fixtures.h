@@ -46,6 +46,11 @@ size_t generate_greedy(llmm_context *c, const char *prompt, llmm_token *out, siz
 /* Index of the largest of v[0..n) (the first of equals): the greedy token of a logits row. */
 llmm_token argmax(const float *v, size_t n);
 
+/* The emulated CUDA module (libllmmini-cuda-emu.so) of the build a suite at argv0 belongs to:
+ * $LLMM_CUDA_EMU_MODULE, else ../libllmmini-cuda-emu.so from the suite's folder, into path.
+ * Returns 1 when that file is readable. */
+int emulated_cuda_module(const char *argv0, char *path, size_t cap);
+
 /* Seconds on the monotonic clock, for durations. */
 double now_s(void);
 

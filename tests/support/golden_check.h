@@ -28,7 +28,6 @@ extern const size_t n_golden_cases;
 typedef struct arch_case {
     const char *arch;
     double logit_tolerance; /* golden/README.md: 1e-3, gemma2 1e-2 (the reference's f16 GELU table) */
-    int cpu_only;           /* the CUDA backend lacks a layer kind of this row (lfm2: short_conv) */
 } arch_case;
 extern const arch_case arch_cases[];
 extern const size_t n_arch_cases;

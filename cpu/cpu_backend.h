@@ -145,6 +145,8 @@ llmm_status llmm__cpu_glu(void *state, float *gate, const float *up, size_t n, l
 llmm_status llmm__cpu_add(void *state, float *dst, const float *src, size_t n);
 llmm_status llmm__cpu_kv_write(void *state, uint32_t layer, const float *k, const float *v);
 llmm_status llmm__cpu_short_conv(void *state, const llmm_conv_batch *b);
+llmm_status llmm__cpu_split_halves(void *state, const float *src, float *a, float *b, size_t n_groups, size_t width);
+llmm_status llmm__cpu_gated_delta_net(void *state, const llmm_delta_batch *b);
 /* The kernel table's attn_scores / attn_values over float rows, or without them its dot_f32 /
  * axpy per pair: scores[i * ld + j] = q_i . rows[j]; out_i += w[i * ld + j] * rows[j] for j in
  * order (ops/attention.c; the LoRA passes use them too). */

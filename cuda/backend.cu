@@ -663,6 +663,7 @@ llmm_status cu_rope_op(void *state, float *x, size_t n_heads, size_t head_dim, c
 
 llmm_status cu_glu_op(void *state, float *gate, const float *up, size_t n, llmm_activation act) {
     cu_state *s = (cu_state *)state;
+    if (act != LLMM_ACT_SILU && act != LLMM_ACT_GELU_TANH) return refuse(s, LLMM_ERR_INVALID_ARG); /* norm_rope_act.cu's */
     if (!n) return LLMM_OK;
     cu_op op = cu_op_zero(OP_GLU);
     op.p[0] = gate;

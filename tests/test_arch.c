@@ -90,7 +90,8 @@ static void test_unknown_architecture_rejected(void **state) {
     unlink(tmp);
 }
 
-/* The new rows' files, damaged one way each (lfm2: absurd convolution sizes too): refused at load, with a message naming the fault.
+/* The new rows' files, damaged one way each (lfm2, qwen35: absurd convolution and state sizes
+ * too): refused at load, with a message naming the fault.
  * A key's value sits 4 bytes (its type) after the key; a tensor's ne[0] 4 bytes (n_dims)
  * after its name, ne[1] 8 bytes further. */
 static void test_hostile_arch_files(void **state) {
@@ -119,6 +120,12 @@ static void test_hostile_arch_files(void **state) {
         {"tiny-lfm2", "blk.0.shortconv.conv.weight", 4, &two_taps, 8, "'blk.0.shortconv.conv.weight' has shape"},
         /* the array's type, element type and count, then entry 1 */
         {"tiny-lfm2", "lfm2.attention.head_count_kv", 4 + 4 + 8 + 4, &one_kv_head, 4, "layer 1 has 1 KV heads"},
+        {"tiny-qwen35", "qwen35.ssm.state_size", 4, &no_taps, 4, "ssm.state_size 0"},
+        {"tiny-qwen35", "qwen35.ssm.inner_size", 4, &many_taps, 4, "ssm.inner_size 1000 is not"},
+        {"tiny-qwen35", "qwen35.ssm.conv_kernel", 4, &many_taps, 4, "ssm.conv_kernel 1000"},
+        {"tiny-qwen35", "qwen35.full_attention_interval", 4, &no_taps, 4, "full_attention_interval 0"},
+        {"tiny-qwen35", "blk.1.ssm_out.weigh", 0, "x", 1, "'blk.1.ssm_out.weight' is missing"},
+        {"tiny-qwen35", "blk.2.ssm_conv1d.weight", 4, &two_taps, 8, "'blk.2.ssm_conv1d.weight' has shape"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         char rel[128], tmp[] = "/tmp/llmm-arch-XXXXXX";

@@ -1,10 +1,11 @@
-/* Recurrent state (lfm2's short-convolution layers) through every sequence operation: a prompt
+/* Recurrent state (lfm2's short convolutions, qwen35's Gated DeltaNet) through every sequence
+ * operation: a prompt
  * fed whole, in chunks or token by token; forks; saved states; batches of sequences at mixed
  * positions; truncation, which the state cannot serve; the memory estimate. The reference is
  * always the same model run plainly on the same backend, so each case shows that an operation
- * keeps the state exactly as an uninterrupted run would. The suite runs on the CPU, then on the
- * emulated CUDA module when it is built (build/libllmmini-cuda-emu.so, or
- * $LLMM_CUDA_EMU_MODULE), which moves the state with device copies. */
+ * keeps the state exactly as an uninterrupted run would. The suite runs for each model on the
+ * CPU, then on the emulated CUDA module when it is built (build/libllmmini-cuda-emu.so, or
+ * $LLMM_CUDA_EMU_MODULE) and has the model's layer kinds, moving the state with device copies. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -19,7 +20,18 @@
 #include "llmmini.h"
 #include "support/fixtures.h"
 
-#define MODEL "golden/arch/tiny-lfm2.gguf"
+/* The models, and one sequence's state in bytes (both slots): lfm2 has 2 short-convolution
+ * layers of (3 - 1) taps x 64 channels; qwen35 3 DeltaNet layers of (4 - 1) x 128 convolution
+ * inputs and 4 heads of 16 x 16. */
+static const struct recurrent_model {
+    const char *file;
+    uint64_t state_bytes;
+    int on_cuda;
+} models[] = {
+    {"golden/arch/tiny-lfm2.gguf", 2ull * 2 * (3 - 1) * 64 * sizeof(float), 1},
+    {"golden/arch/tiny-qwen35.gguf", 2ull * 3 * ((4 - 1) * 128 + 4 * 16 * 16) * sizeof(float), 0},
+};
+static const struct recurrent_model *g_case;
 #define N_STEPS 12
 #define TOL 1e-4
 
@@ -29,7 +41,7 @@ static llmm_backend_kind g_backend = LLMM_BACKEND_CPU; /* the backend of this pa
 
 static int setup(void **state) {
     (void)state;
-    g_model = load_model(MODEL, NULL);
+    g_model = load_model(g_case->file, NULL);
     llmm_model_info info = {.size = sizeof info};
     if (llmm_model_get_info(g_model, &info) != LLMM_OK) return -1;
     g_vocab = info.n_vocab;
@@ -331,7 +343,7 @@ static void test_speculator_refused(void **state) {
 }
 
 /* The state slots are counted: two per sequence id (live and the copy a failed step restores),
- * each layers 0 and 2 x (3 - 1) taps x 64 floats. */
+ * each the model's state (models[]). */
 static void test_memory_estimate_counts_state(void **state) {
     (void)state;
     llmm_context_params cp = params_with(512, 1);
@@ -341,8 +353,7 @@ static void test_memory_estimate_counts_state(void **state) {
     assert_int_equal(llmm_context_estimate_memory(g_model, &cp, &one), LLMM_OK);
     cp.n_seq_max = 4;
     assert_int_equal(llmm_context_estimate_memory(g_model, &cp, &four), LLMM_OK);
-    const uint64_t per_seq = 2ull * 2 * (3 - 1) * 64 * sizeof(float);
-    assert_int_equal(four.kv_pool_bytes - one.kv_pool_bytes, 3 * per_seq);
+    assert_int_equal(four.kv_pool_bytes - one.kv_pool_bytes, 3 * g_case->state_bytes);
 }
 
 int main(int argc, char **argv) {
@@ -358,13 +369,20 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_speculator_refused),
         cmocka_unit_test(test_memory_estimate_counts_state),
     };
-    int failed = cmocka_run_group_tests_name("recurrent state, cpu", tests, setup, teardown);
     char module[1024];
-    if (!emulated_cuda_module(argv[0], module, sizeof module)) {
-        printf("recurrent state on CUDA: skipped, no emulated module at %s\n", module);
-        return failed;
+    const int have_cuda = emulated_cuda_module(argv[0], module, sizeof module);
+    if (have_cuda) setenv("LLMM_CUDA_MODULE", module, 1);
+    else printf("recurrent state on CUDA: skipped, no emulated module at %s\n", module);
+    int failed = 0;
+    for (size_t m = 0; m < sizeof models / sizeof *models; m++) {
+        g_case = &models[m];
+        g_backend = LLMM_BACKEND_CPU;
+        printf("%s on the CPU\n", g_case->file);
+        failed += cmocka_run_group_tests_name("recurrent state, cpu", tests, setup, teardown);
+        if (!have_cuda || !g_case->on_cuda) continue;
+        g_backend = LLMM_BACKEND_CUDA;
+        printf("%s on the emulated CUDA module\n", g_case->file);
+        failed += cmocka_run_group_tests_name("recurrent state, cuda-emu", tests, setup, teardown);
     }
-    setenv("LLMM_CUDA_MODULE", module, 1);
-    g_backend = LLMM_BACKEND_CUDA;
-    return failed + cmocka_run_group_tests_name("recurrent state, cuda-emu", tests, setup, teardown);
+    return failed;
 }

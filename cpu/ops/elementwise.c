@@ -149,6 +149,8 @@ typedef struct glu_task {
 static void glu_range(void *arg, size_t i0, size_t i1) {
     const glu_task *t = arg;
     if (t->act == LLMM_ACT_SILU) t->k->silu_mul(t->gate + i0, t->up + i0, i1 - i0);
+    else if (t->act == LLMM_ACT_SIGMOID)
+        for (size_t i = i0; i < i1; i++) t->gate[i] = t->up[i] * (1.0f / (1.0f + expf(-t->gate[i])));
     else
         for (size_t i = i0; i < i1; i++) t->gate[i] = gelu_tanh(t->gate[i]) * t->up[i];
 }

@@ -178,6 +178,39 @@ typedef struct llmm_conv_batch {
     uint32_t dim, kernel;
 } llmm_conv_batch;
 
+/* A Gated DeltaNet mixer (qwen35) over the step's rows in one recurrent layer, rows of a
+ * sequence consecutive and in position order (llmm_step). Per row: the qkv channels (conv_dim
+ * = 2 * n_k_heads * head_dim + n_v_heads * head_dim: queries, keys, values) go through a
+ * depthwise causal convolution over positions (taps as llmm_conv_batch's, the inputs before
+ * position 0 zero) and SiLU; each query and key head is divided by max(its L2 norm, eps); then
+ * for each value head j, reading query/key head j % n_k_heads, with beta = sigmoid(beta_raw[j])
+ * and g = softplus(alpha_raw[j] + dt_bias[j]) * a[j] (softplus(x) = x above 20), the head's
+ * state matrix S (head_dim x head_dim, S[i][v]: key dim i, value dim v) becomes
+ *     S = exp(g) S;  d = beta (v - S^T k);  S = S + k d^T;  o = S^T q / sqrt(head_dim),
+ * and out = rms_norm(o, eps) * norm * silu(z) for the head's head_dim values. The state of
+ * sequence id s is at states + s * seq_stride: the convolution's last kernel - 1 input rows
+ * (conv_dim floats each, oldest first, positions before 0 never read), then the n_v_heads
+ * matrices, row-major by key dim, which are zero for a sequence whose first row in the call is
+ * at position 0 (the slot's content is then ignored); the call leaves the state at the
+ * sequence's last row. */
+#define LLMM_MAX_SSM_HEAD 256 /* the largest head_dim of a llmm_delta_batch */
+typedef struct llmm_delta_batch {
+    const float *qkv;       /* buffer (n_rows, conv_dim) before the convolution */
+    float *work;            /* buffer (n_rows, conv_dim): the backend's scratch */
+    const float *z;         /* buffer (n_rows, n_v_heads * head_dim) */
+    const float *beta_raw;  /* buffer (n_rows, n_v_heads) */
+    const float *alpha_raw; /* buffer (n_rows, n_v_heads) */
+    const float *taps;      /* prepared vector (conv_dim rows of kernel taps) */
+    const float *dt_bias, *a; /* prepared vectors (n_v_heads) */
+    const float *norm;      /* prepared vector (head_dim) */
+    float *out;             /* buffer (n_rows, n_v_heads * head_dim) */
+    float *states;          /* buffer: this layer's state of sequence id 0 */
+    size_t seq_stride;      /* floats from one sequence id's state to the next */
+    size_t n_rows;
+    uint32_t n_k_heads, n_v_heads, head_dim, kernel;
+    float eps;
+} llmm_delta_batch;
+
 /* Rotary embedding of the first n_rot values of each head. Angle of pair i at position p:
  * p * freq_scale * base^(-2i/n_rot) / freq_factors[i]; cos and sin are scaled by mscale. */
 typedef struct llmm_rope_params {
@@ -337,6 +370,12 @@ typedef struct llmm_backend_ops {
     /* optional: the gated short convolution of the step's rows (llmm_conv_batch). NULL: the
      * backend cannot run models with short-convolution layers (context creation says so). */
     llmm_status (*short_conv)(void *state, const llmm_conv_batch *b);
+    /* optional: split n_groups rows of 2 * width values into their halves, a (n_groups, width)
+     * and b (n_groups, width) (qwen35's query rows hold each head's query, then its gate) */
+    llmm_status (*split_halves)(void *state, const float *src, float *a, float *b, size_t n_groups, size_t width);
+    /* optional: the Gated DeltaNet mixer (llmm_delta_batch), with glu's LLMM_ACT_SIGMOID. NULL:
+     * the backend cannot run qwen35 (context creation says so). */
+    llmm_status (*gated_delta_net)(void *state, const llmm_delta_batch *b);
 } llmm_backend_ops;
 
 /* The CPU backend, always present. */

@@ -36,7 +36,9 @@ typedef enum llmm_rope_kind {
 
 typedef enum llmm_activation {
     LLMM_ACT_SILU = 0,      /* SwiGLU: silu(gate) * up */
-    LLMM_ACT_GELU_TANH = 1  /* GeGLU with the tanh approximation */
+    LLMM_ACT_GELU_TANH = 1, /* GeGLU with the tanh approximation */
+    LLMM_ACT_SIGMOID = 2    /* sigmoid(gate) * up: gated attention outputs (qwen35); only
+                               backends with the gated_delta_net slot meet it */
 } llmm_activation;
 
 /* Per-model memory that the contexts of one model share on one backend kind (the CPU keeps

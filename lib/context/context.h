@@ -16,12 +16,13 @@ typedef struct llmm_activations {
     float *att;    /* attention output (n_head * head_dim) */
     float *gate, *up; /* (n_ff) */
     float *logits; /* (n_vocab) */
-    float *conv;   /* short-convolution layers only: B, C, X (3 * n_embd); NULL without them */
+    float *mix;    /* recurrent layers and gated queries only (llmm_weights.mixer_floats wide, laid
+                      out by forward.c); NULL without them */
 } llmm_activations;
 
-/* The recurrent state of the short-convolution layers (LFM2), in one backend buffer: for each
- * sequence id, for each recurrent layer, (conv_kernel - 1) rows of n_embd floats (backend.h
- * llmm_conv_batch). Its second half holds a copy of each sequence's state taken before a
+/* The recurrent state of the short-convolution (lfm2) or Gated DeltaNet (qwen35) layers, in
+ * one backend buffer: for each sequence id, for each recurrent layer, llmm_weights.state_floats
+ * (backend.h llmm_conv_batch, llmm_delta_batch). Its second half holds a copy of each sequence's state taken before a
  * step changes it, put back when the step fails, so that a failed call changes nothing. */
 typedef struct llmm_recurrent {
     float *states;      /* buffer (2 * n_seq * seq_floats), NULL: the model has no recurrent layers */

@@ -24,7 +24,8 @@ static llmm_status alloc_activations(llmm_context *ctx) {
         (st = alloc_rows(ctx, &a->gate, hp->n_ff)) || (st = alloc_rows(ctx, &a->up, hp->n_ff)) ||
         (st = alloc_rows(ctx, &a->logits, ctx->model->vocab.n_tokens)))
         return st;
-    if (ctx->model->weights->n_recurrent && (st = alloc_rows(ctx, &a->conv, 3 * (size_t)hp->n_embd))) return st;
+    if (ctx->model->weights->mixer_floats && (st = alloc_rows(ctx, &a->mix, ctx->model->weights->mixer_floats)))
+        return st;
     const llmm_allocator *al = ctx->model->alloc;
     ctx->pos = llmm__mem_calloc(al, ctx->max_rows, sizeof *ctx->pos);
     ctx->row_seq = llmm__mem_calloc(al, ctx->max_rows, sizeof *ctx->row_seq);

@@ -7,7 +7,7 @@
 
 static void free_activations(llmm_context *ctx) {
     float **bufs[] = {&ctx->act.x, &ctx->act.xb, &ctx->act.q, &ctx->act.k, &ctx->act.v,
-                      &ctx->act.att, &ctx->act.gate, &ctx->act.up, &ctx->act.logits, &ctx->act.conv};
+                      &ctx->act.att, &ctx->act.gate, &ctx->act.up, &ctx->act.logits, &ctx->act.mix};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (*bufs[i]) ctx->be->buffer_free(ctx->be_state, *bufs[i]);
     const llmm_allocator *al = ctx->model->alloc;

@@ -63,9 +63,8 @@ static void plan_sizes(const llmm_model *m, const llmm_context_params *p, const 
     const size_t q_dim = (size_t)hp->n_head * hp->head_dim, kv_dim = (size_t)hp->n_head_kv * hp->head_dim;
     const size_t n_vocab = m->vocab.n_tokens, rows = pl->shape.max_rows;
     /* x, xb, q, k, v, att, gate, up, logits: see alloc_activations */
-    const size_t conv = m->weights->n_recurrent ? 3 * (size_t)hp->n_embd : 0; /* act.conv */
     const size_t widths = hp->n_embd + LLMM_MAX(hp->n_embd, q_dim) + 2 * q_dim + 2 * kv_dim + 2 * (size_t)hp->n_ff +
-                          n_vocab + conv;
+                          n_vocab + m->weights->mixer_floats; /* the last: act.mix */
     pl->activations = rows * widths * sizeof(float);
     /* pos, row_seq, the step descriptor's arrays and llmm_decode_sample's (context.h) */
     pl->step_host = rows * (2 * sizeof(int32_t) + 2 * sizeof(llmm_seq_id) + 2 * sizeof(uint32_t) + sizeof(uint32_t *) +
@@ -91,7 +90,8 @@ static uint64_t matmul_weight_types(const llmm_model *m) {
     for (uint32_t il = 0; il < m->hp.n_layer; il++) {
         const llmm_layer_weights *l = &w->layers[il];
         const llmm_tensor *mats[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down,
-                                     &l->conv_in, &l->conv_out};
+                                     &l->conv_in, &l->conv_out, &l->ssm_qkv, &l->ssm_z, &l->ssm_beta,
+                                     &l->ssm_alpha, &l->ssm_out};
         for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) set |= 1ull << (mats[i]->type & 63);
     }
     return set;
@@ -110,7 +110,8 @@ llmm_status llmm__ctx_plan_for(const llmm_model *m, llmm_context_params *p, cons
     if (!llmm__kv_pool_bytes(&pl->kv, &pl->kv_pool)) return llmm__diag_fail(d, LLMM_ERR_INVALID_ARG, "KV pool size overflows");
     pl->shape = (llmm_step_shape){
         .max_rows = LLMM_MAX(p->n_batch, p->n_seq_max),
-        .max_in = LLMM_MAX(LLMM_MAX((size_t)hp->n_embd, (size_t)hp->n_head * hp->head_dim), (size_t)hp->n_ff),
+        .max_in = LLMM_MAX(LLMM_MAX((size_t)hp->n_embd, (size_t)hp->n_head * hp->head_dim),
+                           LLMM_MAX((size_t)hp->n_ff, (size_t)hp->ssm_inner)),
         .max_kv = p->n_ctx,
         .head_dim = hp->head_dim,
         .heads_per_kv = hp->n_head_kv ? hp->n_head / hp->n_head_kv : 1,

@@ -52,10 +52,13 @@ static llmm_status qkv_projections(llmm_context *ctx, const llmm_layer_weights *
     const llmm_activations *a = &ctx->act;
     const size_t q_dim = (size_t)hp->n_head * hp->head_dim, kv_dim = (size_t)hp->n_head_kv * hp->head_dim;
 
-    /* q (n, n_head * head_dim), k and v (n, kv_dim) */
+    /* q (n, n_head * head_dim), k and v (n, kv_dim); gated queries come with their gates, head
+     * by head, in mix (n, 2 * q_dim) and are split into q and the gates (mix + max_rows * 2 * q_dim) */
     const llmm_tensor *const w_qkv[3] = {&l->wq, &l->wk, &l->wv};
-    float *const qkv[3] = {a->q, a->k, a->v};
+    float *const qkv[3] = {l->gated_q ? a->mix : a->q, a->k, a->v};
     TRY(matmuls(ctx, w_qkv, 3, a->xb, n, qkv));
+    if (l->gated_q)
+        TRY(be->split_halves(s, a->mix, a->q, a->mix + ctx->max_rows * 2 * q_dim, n * hp->n_head, hp->head_dim));
     const llmm__lora_out lora_qkv[3] = {{llmm__lora_slot(il, LLMM__LORA_Q), a->q, q_dim},
                                         {llmm__lora_slot(il, LLMM__LORA_K), a->k, kv_dim},
                                         {llmm__lora_slot(il, LLMM__LORA_V), a->v, kv_dim}};
@@ -88,8 +91,11 @@ static llmm_status attention_block(llmm_context *ctx, const llmm_layer_weights *
     };
     TRY(be->attention(s, il, &batch));
     const size_t q_dim = (size_t)hp->n_head * hp->head_dim;
-    TRY(be->matmul(s, &l->wo, a->att, n, a->xb));     /* (n, n_embd) */
-    TRY(llmm__lora_apply(ctx, llmm__lora_slot(il, LLMM__LORA_O), a->att, q_dim, a->xb, hp->n_embd, 0, n));
+    if (l->gated_q) /* att *= sigmoid(gate), the gates where qkv_projections split them to */
+        TRY(be->glu(s, a->mix + ctx->max_rows * 2 * q_dim, a->att, n * q_dim, LLMM_ACT_SIGMOID));
+    const float *att = l->gated_q ? a->mix + ctx->max_rows * 2 * q_dim : a->att;
+    TRY(be->matmul(s, &l->wo, att, n, a->xb));     /* (n, n_embd) */
+    TRY(llmm__lora_apply(ctx, llmm__lora_slot(il, LLMM__LORA_O), att, q_dim, a->xb, hp->n_embd, 0, n));
     if (l->post_attn_norm.data)
         TRY(be->rms_norm(s, a->xb, l->post_attn_norm.data, a->xb, n, hp->n_embd, hp->norm_eps));
     return be->add(s, a->x, a->xb, n * hp->n_embd);
@@ -126,15 +132,44 @@ static llmm_status short_conv_block(llmm_context *ctx, const llmm_layer_weights 
     const llmm_activations *a = &ctx->act;
 
     TRY(be->rms_norm(s, a->x, l->attn_norm.data, a->xb, n, hp->n_embd, hp->norm_eps));
-    TRY(be->matmul(s, &l->conv_in, a->xb, n, a->conv)); /* (n, 3 * n_embd) */
+    TRY(be->matmul(s, &l->conv_in, a->xb, n, a->mix)); /* (n, 3 * n_embd) */
     const llmm_conv_batch batch = {
-        .bcx = a->conv, .out = a->xb, .taps = l->conv_taps.data,
+        .bcx = a->mix, .out = a->xb, .taps = l->conv_taps.data,
         .states = ctx->rec.states + (size_t)l->state_index * ctx->rec.layer_floats,
         .seq_stride = ctx->rec.seq_floats, .n_rows = n, .dim = hp->n_embd, .kernel = hp->conv_kernel,
     };
     TRY(be->short_conv(s, &batch));                      /* xb (n, n_embd) */
-    TRY(be->matmul(s, &l->conv_out, a->xb, n, a->conv)); /* (n, n_embd) */
-    return be->add(s, a->x, a->conv, n * hp->n_embd);
+    TRY(be->matmul(s, &l->conv_out, a->xb, n, a->mix)); /* (n, n_embd) */
+    return be->add(s, a->x, a->mix, n * hp->n_embd);
+}
+
+/* x += W_out · gated_delta_net(W_qkv·h, W_z·h, W_beta·h, W_alpha·h), h = norm(x): qwen35's
+ * linear attention, its convolution history and state matrices in the sequences' recurrent
+ * state. mix holds, max_rows rows each: qkv, the backend's work (conv_dim), z, out (inner),
+ * beta, alpha (v_heads). */
+static llmm_status delta_net_block(llmm_context *ctx, const llmm_layer_weights *l, size_t n) {
+    const llmm_backend_ops *be = ctx->be;
+    void *s = ctx->be_state;
+    const llmm_hparams *hp = &ctx->model->hp;
+    const llmm_activations *a = &ctx->act;
+    const size_t R = ctx->max_rows, conv_dim = 2 * (size_t)hp->ssm_k_heads * hp->ssm_state + hp->ssm_inner;
+    float *qkv = a->mix, *work = qkv + R * conv_dim, *z = work + R * conv_dim, *out = z + R * hp->ssm_inner;
+    float *beta = out + R * hp->ssm_inner, *alpha = beta + R * hp->ssm_v_heads;
+
+    TRY(be->rms_norm(s, a->x, l->attn_norm.data, a->xb, n, hp->n_embd, hp->norm_eps));
+    const llmm_tensor *const w_in[4] = {&l->ssm_qkv, &l->ssm_z, &l->ssm_beta, &l->ssm_alpha};
+    float *const in[4] = {qkv, z, beta, alpha};
+    TRY(matmuls(ctx, w_in, 4, a->xb, n, in));
+    const llmm_delta_batch batch = {
+        .qkv = qkv, .work = work, .z = z, .beta_raw = beta, .alpha_raw = alpha, .taps = l->conv_taps.data,
+        .dt_bias = l->ssm_dt_bias.data, .a = l->ssm_a.data, .norm = l->ssm_norm.data, .out = out,
+        .states = ctx->rec.states + (size_t)l->state_index * ctx->rec.layer_floats,
+        .seq_stride = ctx->rec.seq_floats, .n_rows = n, .n_k_heads = hp->ssm_k_heads, .n_v_heads = hp->ssm_v_heads,
+        .head_dim = hp->ssm_state, .kernel = hp->ssm_conv_kernel, .eps = hp->norm_eps,
+    };
+    TRY(be->gated_delta_net(s, &batch));
+    TRY(be->matmul(s, &l->ssm_out, out, n, a->xb)); /* (n, n_embd) */
+    return be->add(s, a->x, a->xb, n * hp->n_embd);
 }
 
 /* The step's sequences: consecutive rows of one sequence share its entry (a prompt's rows). */
@@ -170,8 +205,10 @@ static llmm_status run_step(llmm_context *ctx, size_t n, size_t first_logit_row)
     if (w->arch->flags & LLMM_ARCH_EMBED_SCALE) TRY(be->scale(s, a->x, n * hp->n_embd, sqrtf((float)hp->n_embd)));
     for (uint32_t il = 0; il < hp->n_layer; il++) {
         if (aborted(ctx)) return LLMM_ERR_ABORTED;
-        if (w->layers[il].recurrent) TRY(short_conv_block(ctx, &w->layers[il], n));
-        else TRY(attention_block(ctx, &w->layers[il], il, n));
+        const llmm_layer_weights *l = &w->layers[il];
+        if (l->kind == LLMM_LAYER_SHORT_CONV) TRY(short_conv_block(ctx, l, n));
+        else if (l->kind == LLMM_LAYER_DELTA_NET) TRY(delta_net_block(ctx, l, n));
+        else TRY(attention_block(ctx, l, il, n));
         TRY(ffn_block(ctx, &w->layers[il], il, n));
     }
     if (first_logit_row < n) {

@@ -1,5 +1,5 @@
 /* The recurrent state of a context's sequences (context.h llmm_recurrent): a fixed-size state
- * per sequence id beside the KV pool, for models with short-convolution layers. Unlike K/V
+ * per sequence id beside the KV pool, for models with recurrent layers (lfm2, qwen35). Unlike K/V
  * rows, which are kept per position, a state exists only for "after the last token": a fork
  * copies it, a failed step puts it back, and a truncation to an earlier position cannot be
  * served (sequence.c refuses it). */
@@ -7,20 +7,32 @@
 
 size_t llmm__recurrent_bytes(const llmm_model *m, uint32_t n_seq) {
     const llmm_weights *w = m->weights;
-    if (!w || !w->n_recurrent || m->hp.conv_kernel < 2) return 0;
-    /* the factors are bounded at load (layers, n_embd, taps) and n_seq by the params */
-    return 2 * (size_t)n_seq * w->n_recurrent * (m->hp.conv_kernel - 1) * (size_t)m->hp.n_embd * sizeof(float);
+    if (!w || !w->n_recurrent) return 0;
+    /* the factors are bounded at load (layers, widths, taps, heads) and n_seq by the params */
+    return 2 * (size_t)n_seq * w->n_recurrent * w->state_floats * sizeof(float);
+}
+
+/* The backend slots the model's layers need, by layer kind. */
+static const char *missing_slot(const llmm_backend_ops *be, const llmm_weights *w, uint32_t n_layer) {
+    for (uint32_t il = 0; il < n_layer; il++) {
+        const llmm_layer_weights *l = &w->layers[il];
+        if (l->kind == LLMM_LAYER_SHORT_CONV && !be->short_conv) return "short convolution (short_conv)";
+        if (l->kind == LLMM_LAYER_DELTA_NET && !be->gated_delta_net) return "Gated DeltaNet (gated_delta_net)";
+        if (l->gated_q && !be->split_halves) return "gated query split (split_halves)";
+    }
+    return NULL;
 }
 
 llmm_status llmm__recurrent_init(llmm_context *ctx, llmm_diag *d) {
     const llmm_model *m = ctx->model;
+    const char *missing = missing_slot(ctx->be, m->weights, m->hp.n_layer);
+    if (missing)
+        return llmm__diag_fail(d, LLMM_ERR_UNSUPPORTED, "the %s backend has no %s, which %s layers need", ctx->be->name,
+                               missing, m->architecture);
     if (!m->weights->n_recurrent) return LLMM_OK;
-    if (!ctx->be->short_conv)
-        return llmm__diag_fail(d, LLMM_ERR_UNSUPPORTED, "the %s backend has no short convolution, which %s layers need",
-                               ctx->be->name, m->architecture);
     llmm_recurrent *rec = &ctx->rec;
     rec->n_seq = ctx->params.n_seq_max;
-    rec->layer_floats = (size_t)(m->hp.conv_kernel - 1) * m->hp.n_embd;
+    rec->layer_floats = m->weights->state_floats;
     rec->seq_floats = rec->layer_floats * m->weights->n_recurrent;
     const size_t bytes = llmm__recurrent_bytes(m, rec->n_seq);
     if (bytes && ctx->be->buffer_alloc(ctx->be_state, bytes, (void **)&rec->states))

@@ -16,6 +16,8 @@ static const llmm_arch arch_table[] = {
      .swa_rope_base = 10000.f, .post_attn_norm = "post_attention_norm.weight", .post_ffn_norm = "post_ffw_norm.weight"},
     {.name = "lfm2", .rope = LLMM_ROPE_NEOX, .act = LLMM_ACT_SILU, .flags = LLMM_ARCH_QK_NORM | LLMM_ARCH_SHORT_CONV,
      .output_norm = "token_embd_norm.weight"},
+    {.name = "qwen35", .rope = LLMM_ROPE_NEOX, .act = LLMM_ACT_SILU,
+     .flags = LLMM_ARCH_QK_NORM | LLMM_ARCH_DELTA_NET | LLMM_ARCH_GATED_Q, .ffn_norm = "post_attention_norm.weight"},
     {.name = "smollm3", .rope = LLMM_ROPE_ADJACENT, .act = LLMM_ACT_SILU, .nope_period = 4},
 };
 
@@ -25,4 +27,4 @@ const llmm_arch *llmm__arch_find(const char *name) {
     return NULL;
 }
 
-const char *llmm__arch_supported_list(void) { return "llama, qwen2, qwen3, phi3, gemma2, gemma3, lfm2, smollm3"; }
+const char *llmm__arch_supported_list(void) { return "llama, qwen2, qwen3, phi3, gemma2, gemma3, lfm2, qwen35, smollm3"; }

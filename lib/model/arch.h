@@ -18,6 +18,12 @@ enum llmm_arch_flags {
     /* layers whose {arch}.attention.head_count_kv entry is 0 are gated short convolutions
      * (LFM2) with a recurrent state per sequence, the others attention */
     LLMM_ARCH_SHORT_CONV = 1u << 5,
+    /* layer il is Gated DeltaNet linear attention with a recurrent state per sequence unless
+     * (il + 1) % {arch}.full_attention_interval == 0 (qwen35) */
+    LLMM_ARCH_DELTA_NET = 1u << 6,
+    /* attn_q holds, per head, the query then a gate; the attention output is multiplied by
+     * sigmoid(gate) before attn_output (qwen35) */
+    LLMM_ARCH_GATED_Q = 1u << 7,
 };
 
 typedef struct llmm_arch {
@@ -37,6 +43,7 @@ typedef struct llmm_arch {
      * no GGUF key carries the period). */
     uint32_t nope_period;
     const char *output_norm;    /* the final norm's tensor; NULL: output_norm.weight */
+    const char *ffn_norm;       /* the pre-FFN norm's suffix; NULL: ffn_norm.weight */
     const char *post_attn_norm; /* tensor suffixes for LLMM_ARCH_POST_NORMS */
     const char *post_ffn_norm;
 } llmm_arch;

@@ -27,6 +27,10 @@ typedef struct llmm_hparams {
     uint32_t sliding_window; /* attention.sliding_window, 0 = none */
     float rope_base_swa;     /* rope.freq_base_swa, 0 = absent */
     uint32_t conv_kernel;    /* shortconv.l_cache: taps of a short convolution (LFM2), 0 = none */
+    /* Gated DeltaNet (qwen35): full_attention_interval, ssm.conv_kernel, ssm.state_size (the
+     * key and value head size), ssm.group_count (key heads), ssm.time_step_rank (value
+     * heads), ssm.inner_size (value heads x state size); 0 when absent */
+    uint32_t full_attn_interval, ssm_conv_kernel, ssm_state, ssm_k_heads, ssm_v_heads, ssm_inner;
 } llmm_hparams;
 
 #endif

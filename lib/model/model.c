@@ -128,7 +128,14 @@ static llmm_status read_hparams(llmm_model *m, llmm_diag *d) {
         return st;
     hp->n_head_kv = hp->n_head;
     if ((st = read_kv_heads(m, d))) return st;
-    if ((st = arch_u32(m, "shortconv.l_cache", &hp->conv_kernel, d))) return st;
+    if ((st = arch_u32(m, "shortconv.l_cache", &hp->conv_kernel, d)) ||
+        (st = arch_u32(m, "full_attention_interval", &hp->full_attn_interval, d)) ||
+        (st = arch_u32(m, "ssm.conv_kernel", &hp->ssm_conv_kernel, d)) ||
+        (st = arch_u32(m, "ssm.state_size", &hp->ssm_state, d)) ||
+        (st = arch_u32(m, "ssm.group_count", &hp->ssm_k_heads, d)) ||
+        (st = arch_u32(m, "ssm.time_step_rank", &hp->ssm_v_heads, d)) ||
+        (st = arch_u32(m, "ssm.inner_size", &hp->ssm_inner, d)))
+        return st;
     hp->head_dim = hp->n_head ? hp->n_embd / hp->n_head : 0;
     if ((st = arch_u32(m, "attention.key_length", &hp->head_dim, d))) return st;
     hp->n_rot = hp->head_dim;

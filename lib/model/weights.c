@@ -138,43 +138,91 @@ static uint32_t layer_kv_heads(const bind_ctx *m, uint32_t il) {
 
 /* The tensors of a short-convolution layer (LFM2): in_proj to B, C, X, the depthwise taps,
  * out_proj; then the FFN as in every layer. */
-static llmm_status bind_short_conv(const bind_ctx *m, uint32_t il, llmm_layer_weights *l, llmm_diag *d) {
-    const int64_t E = m->hp->n_embd, F = m->hp->n_ff, L = m->hp->conv_kernel;
-    struct {
-        const char *suffix;
-        int64_t ne0, ne1;
-        bind_kind kind;
-        llmm_tensor *dst;
-    } spec[] = {
-        {"attn_norm.weight", E, 1, BIND_VECTOR, &l->attn_norm},
-        {"shortconv.in_proj.weight", E, 3 * E, BIND_MATRIX, &l->conv_in},
-        {"shortconv.conv.weight", L, E, BIND_VECTOR, &l->conv_taps},
-        {"shortconv.out_proj.weight", E, E, BIND_MATRIX, &l->conv_out},
-        {"ffn_norm.weight", E, 1, BIND_VECTOR, &l->ffn_norm},
-        {"ffn_gate.weight", E, F, BIND_MATRIX, &l->w_gate},
-        {"ffn_up.weight", E, F, BIND_MATRIX, &l->w_up},
-        {"ffn_down.weight", F, E, BIND_MATRIX, &l->w_down},
-    };
-    for (size_t i = 0; i < sizeof spec / sizeof *spec; i++) {
+typedef struct layer_spec {
+    const char *suffix;
+    int64_t ne0, ne1;
+    bind_kind kind;
+    llmm_tensor *dst;
+} layer_spec;
+
+/* Required tensors blk.{il}.{suffix}. */
+static llmm_status bind_layer_specs(const bind_ctx *m, uint32_t il, const layer_spec *spec, size_t n, llmm_diag *d) {
+    for (size_t i = 0; i < n; i++) {
         char name[GGUF_MAX_NAME];
         snprintf(name, sizeof name, "blk.%u.%s", il, spec[i].suffix);
         const bind_spec bs = {name, spec[i].ne0, spec[i].ne1, spec[i].kind, 0, spec[i].dst};
         llmm_status st = bind(m, &bs, d);
         if (st) return st;
     }
-    l->recurrent = 1;
     return LLMM_OK;
+}
+
+/* The FFN of a recurrent layer: its norm (under the architecture's name) and SwiGLU. */
+static llmm_status bind_ffn(const bind_ctx *m, uint32_t il, llmm_layer_weights *l, llmm_diag *d) {
+    const int64_t E = m->hp->n_embd, F = m->hp->n_ff;
+    const layer_spec spec[] = {
+        {m->arch->ffn_norm ? m->arch->ffn_norm : "ffn_norm.weight", E, 1, BIND_VECTOR, &l->ffn_norm},
+        {"ffn_gate.weight", E, F, BIND_MATRIX, &l->w_gate},
+        {"ffn_up.weight", E, F, BIND_MATRIX, &l->w_up},
+        {"ffn_down.weight", F, E, BIND_MATRIX, &l->w_down},
+    };
+    return bind_layer_specs(m, il, spec, sizeof spec / sizeof *spec, d);
+}
+
+static llmm_status bind_short_conv(const bind_ctx *m, uint32_t il, llmm_layer_weights *l, llmm_diag *d) {
+    const int64_t E = m->hp->n_embd, L = m->hp->conv_kernel;
+    const layer_spec spec[] = {
+        {"attn_norm.weight", E, 1, BIND_VECTOR, &l->attn_norm},
+        {"shortconv.in_proj.weight", E, 3 * E, BIND_MATRIX, &l->conv_in},
+        {"shortconv.conv.weight", L, E, BIND_VECTOR, &l->conv_taps},
+        {"shortconv.out_proj.weight", E, E, BIND_MATRIX, &l->conv_out},
+    };
+    llmm_status st = bind_layer_specs(m, il, spec, sizeof spec / sizeof *spec, d);
+    if (!st) st = bind_ffn(m, il, l, d);
+    l->kind = LLMM_LAYER_SHORT_CONV;
+    l->recurrent = 1;
+    return st;
+}
+
+/* The tensors of a Gated DeltaNet layer (qwen35), then its FFN. */
+static llmm_status bind_delta_net(const bind_ctx *m, uint32_t il, llmm_layer_weights *l, llmm_diag *d) {
+    const llmm_hparams *hp = m->hp;
+    const int64_t E = hp->n_embd, V = hp->ssm_v_heads, I = hp->ssm_inner, S = hp->ssm_state;
+    const int64_t C = 2 * (int64_t)hp->ssm_k_heads * S + I; /* conv_dim */
+    const layer_spec spec[] = {
+        {"attn_norm.weight", E, 1, BIND_VECTOR, &l->attn_norm},
+        {"attn_qkv.weight", E, C, BIND_MATRIX, &l->ssm_qkv},
+        {"attn_gate.weight", E, I, BIND_MATRIX, &l->ssm_z},
+        {"ssm_conv1d.weight", hp->ssm_conv_kernel, C, BIND_VECTOR, &l->conv_taps},
+        {"ssm_dt.bias", V, 1, BIND_VECTOR, &l->ssm_dt_bias},
+        {"ssm_a", V, 1, BIND_VECTOR, &l->ssm_a},
+        {"ssm_beta.weight", E, V, BIND_MATRIX, &l->ssm_beta},
+        {"ssm_alpha.weight", E, V, BIND_MATRIX, &l->ssm_alpha},
+        {"ssm_norm.weight", S, 1, BIND_VECTOR, &l->ssm_norm},
+        {"ssm_out.weight", I, E, BIND_MATRIX, &l->ssm_out},
+    };
+    llmm_status st = bind_layer_specs(m, il, spec, sizeof spec / sizeof *spec, d);
+    if (!st) st = bind_ffn(m, il, l, d);
+    l->kind = LLMM_LAYER_DELTA_NET;
+    l->recurrent = 1;
+    return st;
 }
 
 /* Which kind layer il is: attention, or (LLMM_ARCH_SHORT_CONV, 0 KV heads) a short
  * convolution. Every attention layer has the model's KV heads: the cache has one layout. */
-static llmm_status check_layer_kind(const bind_ctx *m, uint32_t il, int *conv, llmm_diag *d) {
+static llmm_status check_layer_kind(const bind_ctx *m, uint32_t il, llmm_layer_kind *kind, llmm_diag *d) {
     const uint32_t kv_heads = layer_kv_heads(m, il);
-    *conv = kv_heads == 0 && (m->arch->flags & LLMM_ARCH_SHORT_CONV);
-    if (*conv && (m->hp->conv_kernel < 1 || m->hp->conv_kernel > LLMM_MAX_CONV_KERNEL))
+    if (m->arch->flags & LLMM_ARCH_DELTA_NET) {
+        /* the interval and the DeltaNet sizes were checked once (check_delta_net) */
+        *kind = (il + 1) % m->hp->full_attn_interval == 0 ? LLMM_LAYER_ATTENTION : LLMM_LAYER_DELTA_NET;
+        return LLMM_OK;
+    }
+    const int conv_layer = kv_heads == 0 && (m->arch->flags & LLMM_ARCH_SHORT_CONV);
+    *kind = conv_layer ? LLMM_LAYER_SHORT_CONV : LLMM_LAYER_ATTENTION;
+    if (conv_layer && (m->hp->conv_kernel < 1 || m->hp->conv_kernel > LLMM_MAX_CONV_KERNEL))
         return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "short convolution of %u taps (layer %u): expected 1..%u",
                                m->hp->conv_kernel, il, LLMM_MAX_CONV_KERNEL);
-    if (!*conv && kv_heads != m->hp->n_head_kv)
+    if (!conv_layer && kv_heads != m->hp->n_head_kv)
         return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "layer %u has %u KV heads, the others %u: not supported for %s", il,
                                kv_heads, m->hp->n_head_kv, m->arch->name);
     return LLMM_OK;
@@ -183,10 +231,12 @@ static llmm_status check_layer_kind(const bind_ctx *m, uint32_t il, int *conv, l
 static llmm_status bind_layer(const bind_ctx *m, uint32_t il, llmm_layer_weights *l, llmm_diag *d) {
     const llmm_hparams *hp = m->hp;
     const llmm_arch *a = m->arch;
-    int conv;
-    llmm_status st0 = check_layer_kind(m, il, &conv, d);
+    llmm_layer_kind kind;
+    llmm_status st0 = check_layer_kind(m, il, &kind, d);
     if (st0) return st0;
-    if (conv) return bind_short_conv(m, il, l, d);
+    if (kind == LLMM_LAYER_SHORT_CONV) return bind_short_conv(m, il, l, d);
+    if (kind == LLMM_LAYER_DELTA_NET) return bind_delta_net(m, il, l, d);
+    l->gated_q = (a->flags & LLMM_ARCH_GATED_Q) != 0;
     const int64_t E = hp->n_embd, Q = (int64_t)hp->n_head * hp->head_dim, KV = (int64_t)hp->n_head_kv * hp->head_dim;
     const int64_t F = hp->n_ff, HD = hp->head_dim;
     const int fused_qkv = (a->flags & LLMM_ARCH_FUSED_QKV) != 0, fused_ffn = (a->flags & LLMM_ARCH_FUSED_GATE_UP) != 0;
@@ -199,7 +249,7 @@ static llmm_status bind_layer(const bind_ctx *m, uint32_t il, llmm_layer_weights
         llmm_tensor *dst;
     } spec[] = {
         {"attn_norm.weight", E, 1, BIND_VECTOR, 1, 0, &l->attn_norm},
-        {"attn_q.weight", E, Q, BIND_MATRIX, !fused_qkv, 0, &l->wq},
+        {"attn_q.weight", E, (a->flags & LLMM_ARCH_GATED_Q) ? 2 * Q : Q, BIND_MATRIX, !fused_qkv, 0, &l->wq},
         {"attn_k.weight", E, KV, BIND_MATRIX, !fused_qkv, 0, &l->wk},
         {"attn_v.weight", E, KV, BIND_MATRIX, !fused_qkv, 0, &l->wv},
         {"attn_q.bias", Q, 1, BIND_VECTOR, 1, 1, &l->bq},
@@ -209,7 +259,7 @@ static llmm_status bind_layer(const bind_ctx *m, uint32_t il, llmm_layer_weights
         {"attn_k_norm.weight", HD, 1, BIND_VECTOR, qk_norm, 0, &l->k_norm},
         {"attn_output.weight", Q, E, BIND_MATRIX, 1, 0, &l->wo},
         {a->post_attn_norm, E, 1, BIND_VECTOR, post, 0, &l->post_attn_norm},
-        {"ffn_norm.weight", E, 1, BIND_VECTOR, 1, 0, &l->ffn_norm},
+        {a->ffn_norm ? a->ffn_norm : "ffn_norm.weight", E, 1, BIND_VECTOR, 1, 0, &l->ffn_norm},
         {"ffn_gate.weight", E, F, BIND_MATRIX, !fused_ffn, 0, &l->w_gate},
         {"ffn_up.weight", E, F, BIND_MATRIX, !fused_ffn, 0, &l->w_up},
         {"ffn_down.weight", F, E, BIND_MATRIX, 1, 0, &l->w_down},
@@ -254,9 +304,11 @@ static size_t weights_walk(llmm_weights *w, uint32_t n_layer, llmm_weight_ref *o
     for (uint32_t il = 0; il < n_layer; il++) {
         llmm_layer_weights *l = &w->layers[il];
         llmm_tensor *const mats[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down,
-                                     &l->conv_in, &l->conv_out};
+                                     &l->conv_in, &l->conv_out, &l->ssm_qkv, &l->ssm_z, &l->ssm_beta,
+                                     &l->ssm_alpha, &l->ssm_out};
         llmm_tensor *const vecs[] = {&l->attn_norm, &l->bq, &l->bk, &l->bv, &l->q_norm, &l->k_norm,
-                                     &l->post_attn_norm, &l->ffn_norm, &l->post_ffn_norm, &l->conv_taps};
+                                     &l->post_attn_norm, &l->ffn_norm, &l->post_ffn_norm, &l->conv_taps,
+                                     &l->ssm_dt_bias, &l->ssm_a, &l->ssm_norm};
         n = take_present(mats, sizeof mats / sizeof *mats, LLMM_WEIGHT_MATRIX, out, n, bytes);
         n = take_present(vecs, sizeof vecs / sizeof *vecs, LLMM_WEIGHT_VECTOR, out, n, bytes);
     }
@@ -274,11 +326,53 @@ size_t llmm__weights_bytes(llmm_weights *w, uint32_t n_layer) {
     return bytes;
 }
 
+/* Gated DeltaNet sizes (qwen35): each bounded, and the derived ones consistent. */
+static llmm_status check_delta_net(const llmm_hparams *hp, llmm_diag *d) {
+    if (hp->full_attn_interval < 1 || hp->full_attn_interval > MAX_LAYERS)
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "full_attention_interval %u is not in 1..%u", hp->full_attn_interval,
+                               MAX_LAYERS);
+    if (hp->ssm_conv_kernel < 1 || hp->ssm_conv_kernel > LLMM_MAX_CONV_KERNEL)
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "ssm.conv_kernel %u is not in 1..%u", hp->ssm_conv_kernel,
+                               LLMM_MAX_CONV_KERNEL);
+    if (hp->ssm_state < 1 || hp->ssm_state > LLMM_MAX_SSM_HEAD || hp->ssm_k_heads < 1 || hp->ssm_k_heads > 4096 ||
+        hp->ssm_v_heads < 1 || hp->ssm_v_heads > 4096)
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE,
+                               "ssm.state_size %u, group_count %u, time_step_rank %u: expected 1..%u, 1..4096, 1..4096",
+                               hp->ssm_state, hp->ssm_k_heads, hp->ssm_v_heads, LLMM_MAX_SSM_HEAD);
+    if ((uint64_t)hp->ssm_v_heads * hp->ssm_state != hp->ssm_inner)
+        return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "ssm.inner_size %u is not time_step_rank %u x state_size %u",
+                               hp->ssm_inner, hp->ssm_v_heads, hp->ssm_state);
+    return LLMM_OK;
+}
+
+/* Per recurrent layer and sequence, the state's floats; per row, the mixer scratch (forward.c
+ * lays both out). */
+static void size_mixers(const llmm_hparams *hp, llmm_weights *w) {
+    const size_t E = hp->n_embd, Q = (size_t)hp->n_head * hp->head_dim;
+    const size_t conv_dim = 2 * (size_t)hp->ssm_k_heads * hp->ssm_state + hp->ssm_inner;
+    for (uint32_t il = 0; il < hp->n_layer; il++) {
+        const llmm_layer_weights *l = &w->layers[il];
+        size_t state = 0, mixer = 0;
+        if (l->kind == LLMM_LAYER_SHORT_CONV) {
+            state = (size_t)(hp->conv_kernel - 1) * E;
+            mixer = 3 * E;
+        } else if (l->kind == LLMM_LAYER_DELTA_NET) {
+            state = (size_t)(hp->ssm_conv_kernel - 1) * conv_dim + (size_t)hp->ssm_v_heads * hp->ssm_state * hp->ssm_state;
+            mixer = 2 * conv_dim + 2 * (size_t)hp->ssm_inner + 2 * (size_t)hp->ssm_v_heads;
+        } else if (l->gated_q) {
+            mixer = 3 * Q; /* queries with their gates, then the gates alone */
+        }
+        w->state_floats = LLMM_MAX(w->state_floats, state);
+        w->mixer_floats = LLMM_MAX(w->mixer_floats, mixer);
+    }
+}
+
 llmm_status llmm__weights_bind(const llmm_weights_source *src, llmm_weights **out, llmm_diag *d) {
     *out = NULL;
     const llmm_arch *arch = src->arch;
     const bind_ctx b = {src->gguf, src->hp, src->n_vocab, arch}, *m = &b;
     llmm_status st = check_hparams(m, d);
+    if (!st && (arch->flags & LLMM_ARCH_DELTA_NET)) st = check_delta_net(m->hp, d);
     if (st) return st;
     llmm_weights *w = llmm__mem_calloc(src->alloc, 1, sizeof *w);
     if (!w) return llmm__diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory");
@@ -301,6 +395,7 @@ llmm_status llmm__weights_bind(const llmm_weights_source *src, llmm_weights **ou
         if ((st = bind_layer(m, il, &w->layers[il], d))) return st;
         if (w->layers[il].recurrent) w->layers[il].state_index = w->n_recurrent++;
     }
+    size_mixers(m->hp, w);
     return LLMM_OK;
 }
 

@@ -10,6 +10,13 @@
 #include "format/gguf.h"
 #include "hparams.h"
 
+/* What a layer mixes the positions with. */
+typedef enum llmm_layer_kind {
+    LLMM_LAYER_ATTENTION = 0,
+    LLMM_LAYER_SHORT_CONV = 1, /* LLMM_ARCH_SHORT_CONV */
+    LLMM_LAYER_DELTA_NET = 2,  /* LLMM_ARCH_DELTA_NET */
+} llmm_layer_kind;
+
 typedef struct llmm_layer_weights {
     llmm_tensor attn_norm;      /* (n_embd) */
     llmm_tensor wq;             /* (n_embd -> n_head * head_dim) */
@@ -29,7 +36,19 @@ typedef struct llmm_layer_weights {
     llmm_tensor conv_in;        /* (n_embd -> 3 * n_embd): B, C, X */
     llmm_tensor conv_taps;      /* (n_embd rows of conv_kernel taps; the last one is the current token's) */
     llmm_tensor conv_out;       /* (n_embd -> n_embd) */
-    int recurrent;              /* 1: a short-convolution layer */
+    /* A Gated DeltaNet layer (LLMM_ARCH_DELTA_NET) has these, and conv_taps (conv_dim rows of
+     * ssm_conv_kernel taps), in place of the attention tensors: */
+    llmm_tensor ssm_qkv;        /* (n_embd -> conv_dim): queries, keys, values before the convolution */
+    llmm_tensor ssm_z;          /* (n_embd -> ssm_inner): the output gate */
+    llmm_tensor ssm_beta;       /* (n_embd -> ssm_v_heads) */
+    llmm_tensor ssm_alpha;      /* (n_embd -> ssm_v_heads) */
+    llmm_tensor ssm_dt_bias;    /* (ssm_v_heads) */
+    llmm_tensor ssm_a;          /* (ssm_v_heads): -exp(A_log) */
+    llmm_tensor ssm_norm;       /* (ssm_state) */
+    llmm_tensor ssm_out;        /* (ssm_inner -> n_embd) */
+    llmm_layer_kind kind;
+    int recurrent;              /* 1: a layer with a recurrent state (kind is not attention) */
+    int gated_q;                /* LLMM_ARCH_GATED_Q: wq is (n_embd -> 2 * n_head * head_dim) */
     uint32_t state_index;       /* recurrent layers: this layer's place among them */
     uint32_t sliding_window;    /* 0: full attention in this layer */
     int rope_off;               /* 1: this layer applies no RoPE (a NoPE layer) */
@@ -46,6 +65,9 @@ typedef struct llmm_weights {
     llmm_tensor rope_factors_short, rope_factors_long; /* optional (n_rot / 2): LongRoPE */
     llmm_layer_weights *layers; /* (n_layer) */
     uint32_t n_recurrent;       /* layers with a recurrent state per sequence */
+    size_t state_floats;        /* one such layer's state of one sequence (backend.h llmm_conv_batch,
+                                   llmm_delta_batch) */
+    size_t mixer_floats;        /* per row: the mixer scratch those layers and gated queries need */
 } llmm_weights;
 
 /* One weight of the forward pass and what it is used for (enum llmm_weight_role). */

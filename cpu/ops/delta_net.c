@@ -1,0 +1,119 @@
+/* qwen35's Gated DeltaNet layers (backend.h llmm_delta_batch) and the split of its gated query
+ * rows. The recurrence runs token by token, the form that equals the chunked one of the
+ * reference within float rounding; its cost per token is heads x head_dim^2, small beside the
+ * layer's matmuls at these sizes, so it runs on the calling thread. */
+#include <math.h>
+#include <string.h>
+
+#include "cpu_backend.h"
+
+llmm_status llmm__cpu_split_halves(void *state, const float *src, float *a, float *b, size_t n_groups, size_t width) {
+    (void)state;
+    for (size_t g = 0; g < n_groups; g++) {
+        memcpy(a + g * width, src + 2 * g * width, width * sizeof *a);
+        memcpy(b + g * width, src + (2 * g + 1) * width, width * sizeof *b);
+    }
+    return LLMM_OK;
+}
+
+static float silu(float x) { return x / (1.0f + expf(-x)); }
+static float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+/* The convolution input of position q, channel c: rows of the step from p0 on, the state
+ * (kernel - 1 rows, ending at p0 - 1) before, zero before position 0. */
+static float conv_in(const llmm_delta_batch *b, size_t conv_dim, const float *state, size_t r0, int64_t p0,
+                     int64_t q, size_t c) {
+    if (q < 0) return 0.f;
+    if (q >= p0) return b->qkv[(r0 + (size_t)(q - p0)) * conv_dim + c];
+    return state[(size_t)((int64_t)b->kernel - 1 - (p0 - q)) * conv_dim + c];
+}
+
+/* Rows [r0, r1) of one sequence through the convolution and SiLU into work; then its
+ * convolution state moves to the last row (ascending: a row still needed sits higher). */
+static void conv_rows(const llmm_delta_batch *b, size_t conv_dim, const int32_t *pos, size_t r0, size_t r1,
+                      float *state) {
+    const size_t K = b->kernel;
+    const int64_t p0 = pos[r0];
+    for (size_t r = r0; r < r1; r++)
+        for (size_t c = 0; c < conv_dim; c++) {
+            float y = 0.f;
+            for (size_t j = 0; j < K; j++)
+                y += conv_in(b, conv_dim, state, r0, p0, (int64_t)pos[r] - (int64_t)K + 1 + (int64_t)j, c) *
+                     b->taps[c * K + j];
+            b->work[r * conv_dim + c] = silu(y);
+        }
+    const int64_t p_last = pos[r1 - 1];
+    for (size_t i = 0; i + 1 < K; i++)
+        for (size_t c = 0; c < conv_dim; c++)
+            state[i * conv_dim + c] = conv_in(b, conv_dim, state, r0, p0, p_last - (int64_t)K + 2 + (int64_t)i, c);
+}
+
+static void l2_normalize(float *x, size_t n, float eps) {
+    float sum = 0.f;
+    for (size_t i = 0; i < n; i++) sum += x[i] * x[i];
+    const float scale = 1.0f / fmaxf(sqrtf(sum), eps);
+    for (size_t i = 0; i < n; i++) x[i] *= scale;
+}
+
+/* One value head of one row: the state matrix S (d x d) decays, takes the delta-rule update
+ * and is read out with q; o gets the head's d outputs before the norm. */
+static void delta_head(float *S, const float *q, const float *k, const float *v, float beta, float decay, size_t d,
+                       float *o) {
+    float delta[LLMM_MAX_SSM_HEAD];
+    for (size_t i = 0; i < d * d; i++) S[i] *= decay;
+    for (size_t j = 0; j < d; j++) {
+        float kv = 0.f; /* (S^T k)[j] */
+        for (size_t i = 0; i < d; i++) kv += S[i * d + j] * k[i];
+        delta[j] = beta * (v[j] - kv);
+    }
+    for (size_t i = 0; i < d; i++)
+        for (size_t j = 0; j < d; j++) S[i * d + j] += k[i] * delta[j];
+    const float scale = 1.0f / sqrtf((float)d);
+    for (size_t j = 0; j < d; j++) {
+        float acc = 0.f;
+        for (size_t i = 0; i < d; i++) acc += S[i * d + j] * q[i];
+        o[j] = acc * scale;
+    }
+}
+
+/* Row r after its convolution: normalized q and k, every value head's update, the gated norm. */
+static void delta_row(const llmm_delta_batch *b, size_t conv_dim, size_t r, float *S) {
+    const size_t d = b->head_dim, G = b->n_k_heads, V = b->n_v_heads;
+    float *x = b->work + r * conv_dim, *q = x, *k = x + G * d, *v = x + 2 * G * d;
+    for (size_t h = 0; h < G; h++) {
+        l2_normalize(q + h * d, d, b->eps);
+        l2_normalize(k + h * d, d, b->eps);
+    }
+    for (size_t j = 0; j < V; j++) {
+        const float beta = 1.0f / (1.0f + expf(-b->beta_raw[r * V + j]));
+        const float g = softplus(b->alpha_raw[r * V + j] + b->dt_bias[j]) * b->a[j];
+        float *o = b->out + r * V * d + j * d;
+        delta_head(S + j * d * d, q + (j % G) * d, k + (j % G) * d, v + j * d, beta, expf(g), d, o);
+        float sum = 0.f;
+        for (size_t i = 0; i < d; i++) sum += o[i] * o[i];
+        const float inv = 1.0f / sqrtf(sum / (float)d + b->eps);
+        const float *z = b->z + r * V * d + j * d;
+        for (size_t i = 0; i < d; i++) o[i] = o[i] * inv * b->norm[i] * silu(z[i]);
+    }
+}
+
+llmm_status llmm__cpu_gated_delta_net(void *st, const llmm_delta_batch *b) {
+    cpu_state *s = st;
+    if (s->step == CPU_STEP_NONE || b->n_rows != s->desc.n_rows || b->kernel == 0 || b->n_k_heads == 0 ||
+        b->head_dim == 0 || b->head_dim > LLMM_MAX_SSM_HEAD)
+        return LLMM_ERR_INVALID_ARG;
+    const llmm_step *step = &s->desc;
+    const size_t conv_dim = 2 * (size_t)b->n_k_heads * b->head_dim + (size_t)b->n_v_heads * b->head_dim;
+    for (size_t r0 = 0; r0 < b->n_rows;) {
+        size_t r1 = r0 + 1;
+        while (r1 < b->n_rows && step->row_seq[r1] == step->row_seq[r0]) r1++;
+        float *state = b->states + (size_t)step->seq_ids[step->row_seq[r0]] * b->seq_stride;
+        conv_rows(b, conv_dim, step->pos, r0, r1, state);
+        float *S = state + (size_t)(b->kernel - 1) * conv_dim;
+        /* a sequence starting at position 0 starts from empty matrices, whatever its slot held */
+        if (step->pos[r0] == 0) memset(S, 0, (size_t)b->n_v_heads * b->head_dim * b->head_dim * sizeof *S);
+        for (size_t r = r0; r < r1; r++) delta_row(b, conv_dim, r, S);
+        r0 = r1;
+    }
+    return LLMM_OK;
+}

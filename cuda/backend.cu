@@ -663,6 +663,11 @@ llmm_status cu_rope_op(void *state, float *x, size_t n_heads, size_t head_dim, c
 
 llmm_status cu_glu_op(void *state, float *gate, const float *up, size_t n, llmm_activation act) {
     cu_state *s = (cu_state *)state;
+    if (act == LLMM_ACT_SIGMOID) { /* qwen35's attention gate (delta_net.cu), as split_halves */
+        llmm_status st = cu_status(use_device(s));
+        if (!st) st = cu_status(flush_record(s));
+        return st ? st : cu_status(llmm__cu_sigmoid_mul(s->stream, gate, up, n));
+    }
     if (act != LLMM_ACT_SILU && act != LLMM_ACT_GELU_TANH) return refuse(s, LLMM_ERR_INVALID_ARG); /* norm_rope_act.cu's */
     if (!n) return LLMM_OK;
     cu_op op = cu_op_zero(OP_GLU);
@@ -949,16 +954,12 @@ llmm_status cu_lora_delta_op(void *state, const float *x, size_t n_in, const llm
     return cu_status(err);
 }
 
-/* The short_conv slot (kernels.h, short_conv.cu): the rows' sequence ids staged with the LoRA
- * rows' staging, and, as there, the step launched as it comes from here on: the states the rows
- * read change with the step's sequences, which a captured graph cannot follow, so a decode step
- * of a model with short-convolution layers runs without one. */
-llmm_status cu_short_conv_op(void *state, const llmm_conv_batch *b) {
-    cu_state *s = (cu_state *)state;
-    if (!s->in_step || !b || b->n_rows != s->desc.n_rows || b->kernel == 0 || b->n_rows > UINT32_MAX)
-        return refuse(s, LLMM_ERR_INVALID_ARG);
-    const size_t n = b->n_rows, bytes = n * sizeof(uint32_t);
-    if (n == 0) return LLMM_OK;
+/* The recurrent layers' ops (short_conv.cu, delta_net.cu) read each row's sequence id, staged
+ * here with the LoRA rows' staging into *seq (device); as there, the step is launched as it
+ * comes from here on: the states the rows read change with the step's sequences, which a
+ * captured graph cannot follow, so a decode step of a model with such layers runs without one. */
+llmm_status stage_row_seqs(cu_state *s, size_t n, const uint32_t **seq) {
+    const size_t bytes = n * sizeof(uint32_t);
     llmm_status st = cu_status(use_device(s));
     if (!st) st = cu_status(flush_record(s));
     if (!st) st = lora_staging_room(s, bytes);
@@ -966,12 +967,44 @@ llmm_status cu_short_conv_op(void *state, const llmm_conv_batch *b) {
     uint32_t *host = (uint32_t *)(s->lora_host + s->lora_used);
     uint8_t *dev = (uint8_t *)s->lora_dev + s->lora_used;
     for (size_t r = 0; r < n; r++) host[r] = (uint32_t)s->desc.seq_ids[s->desc.row_seq[r]];
-    int err = cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, s->stream);
+    const int err = cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, s->stream);
     s->lora_used += (bytes + 255) / 256 * 256;
-    if (!err)
-        err = llmm__cu_short_conv(s->stream, b->bcx, b->out, b->taps, b->states, b->seq_stride, (uint32_t)n, b->dim,
-                                  b->kernel, s->step.pos, (const uint32_t *)dev);
+    *seq = (const uint32_t *)dev;
     return cu_status(err);
+}
+
+/* The short_conv slot (kernels.h, short_conv.cu). */
+llmm_status cu_short_conv_op(void *state, const llmm_conv_batch *b) {
+    cu_state *s = (cu_state *)state;
+    if (!s->in_step || !b || b->n_rows != s->desc.n_rows || b->kernel == 0 || b->n_rows > UINT32_MAX)
+        return refuse(s, LLMM_ERR_INVALID_ARG);
+    if (b->n_rows == 0) return LLMM_OK;
+    const uint32_t *seq = NULL;
+    llmm_status st = stage_row_seqs(s, b->n_rows, &seq);
+    if (st) return st;
+    return cu_status(llmm__cu_short_conv(s->stream, b->bcx, b->out, b->taps, b->states, b->seq_stride,
+                                         (uint32_t)b->n_rows, b->dim, b->kernel, s->step.pos, seq));
+}
+
+/* The gated_delta_net slot (kernels.h, delta_net.cu). */
+llmm_status cu_gated_delta_net_op(void *state, const llmm_delta_batch *b) {
+    cu_state *s = (cu_state *)state;
+    if (!s->in_step || !b || b->n_rows != s->desc.n_rows || b->n_rows > UINT32_MAX)
+        return refuse(s, LLMM_ERR_INVALID_ARG);
+    if (b->n_rows == 0) return LLMM_OK;
+    const uint32_t *seq = NULL;
+    llmm_status st = stage_row_seqs(s, b->n_rows, &seq);
+    if (st) return st;
+    return cu_status(llmm__cu_gated_delta_net(s->stream, b, s->step.pos, seq));
+}
+
+/* split_halves: launched at once, after what the step recorded (it is rare: qwen35's attention
+ * layers, in steps that run without a graph anyway). */
+llmm_status cu_split_halves_op(void *state, const float *src, float *a, float *b, size_t n_groups, size_t width) {
+    cu_state *s = (cu_state *)state;
+    llmm_status st = cu_status(use_device(s));
+    if (!st) st = cu_status(flush_record(s));
+    return st ? st : cu_status(llmm__cu_split_halves(s->stream, src, a, b, n_groups, width));
 }
 
 void cu_stats(void *state, llmm_backend_stats *out) {
@@ -1022,6 +1055,8 @@ llmm_backend_ops make_table() {
     t.sample = cu_sample_op;
     t.lora_delta = cu_lora_delta_op;
     t.short_conv = cu_short_conv_op;
+    t.split_halves = cu_split_halves_op;
+    t.gated_delta_net = cu_gated_delta_net_op;
     return t;
 }
 

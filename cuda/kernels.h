@@ -120,6 +120,18 @@ int llmm__cu_short_conv(cudaStream_t stream, const float *bcx, float *out, const
                         size_t seq_stride, uint32_t n_rows, uint32_t dim, uint32_t kernel, const int32_t *pos,
                         const uint32_t *seq);
 
+/* ---------------------------------------------------------------- delta_net.cu */
+
+/* qwen35's query rows: n_groups rows of 2 * width into their halves a and b (n_groups, width). */
+int llmm__cu_split_halves(cudaStream_t stream, const float *src, float *a, float *b, size_t n_groups, size_t width);
+/* gate = up * sigmoid(gate) over n values (glu's LLMM_ACT_SIGMOID) */
+int llmm__cu_sigmoid_mul(cudaStream_t stream, float *gate, const float *up, size_t n);
+/* The Gated DeltaNet mixer of lib/backend/backend.h llmm_delta_batch (its pointers device
+ * memory) over its rows; row r at position pos[r] of sequence id seq[r] (device arrays). */
+struct llmm_delta_batch;
+int llmm__cu_gated_delta_net(cudaStream_t stream, const struct llmm_delta_batch *b, const int32_t *pos,
+                             const uint32_t *seq);
+
 #ifdef __cplusplus
 }
 #endif

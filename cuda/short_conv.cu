@@ -3,6 +3,7 @@
 // then the taps summed in order from 0, then C * y), so that results are the CPU's bit for bit
 // under -fmad=false.
 #include "kernels.h"
+#include "sequence_rows.cuh"
 
 namespace {
 
@@ -28,9 +29,8 @@ __global__ void short_conv_kernel(const float *bcx, float *out, const float *tap
                                   const uint32_t *seq) {
     const uint32_t r0 = blockIdx.x;
     const uint32_t c = blockIdx.y * blockDim.x + threadIdx.x;
-    if (c >= dim || (r0 > 0 && seq[r0] == seq[r0 - 1])) return;
-    uint32_t r1 = r0 + 1;
-    while (r1 < n_rows && seq[r1] == seq[r0]) r1++;
+    const uint32_t r1 = sequence_rows_end(seq, r0, n_rows);
+    if (c >= dim || r1 == 0) return;
     float *state = states + (size_t)seq[r0] * seq_stride;
     const int64_t p0 = pos[r0];
     for (uint32_t r = r0; r < r1; r++) {

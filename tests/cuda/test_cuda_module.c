@@ -221,15 +221,10 @@ static void test_arch_golden(void **state) {
     assert_int_equal(n_models, n_arch_cases);
     if (n_refused) print_message("%zu golden architecture(s) refused as not supported yet\n", n_refused);
     const double t0 = now_s();
-    for (size_t a = 0; a < n_arch_cases; a++) {
-        if (arch_cases[a].cpu_only) {
-            print_message("tiny-%s: not on CUDA yet (the module lacks one of its layer kinds)\n", arch_cases[a].arch);
-            continue;
-        }
+    for (size_t a = 0; a < n_arch_cases; a++)
         for (size_t p = 0; p < n_arch_prompts; p++)
             check_arch_prompt(&arch_cases[a], arch_prompts[p].name, arch_prompts[p].text, LLMM_BACKEND_CUDA,
                               "cuda-emu,");
-    }
     print_message("architecture goldens on the emulated CUDA module: %.1f s\n", now_s() - t0);
 }
 

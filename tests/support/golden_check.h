@@ -28,7 +28,6 @@ extern const size_t n_golden_cases;
 typedef struct arch_case {
     const char *arch;
     double logit_tolerance; /* golden/README.md: 1e-3, gemma2 1e-2 (the reference's f16 GELU table) */
-    int cpu_only;           /* the CUDA module lacks one of the row's layer kinds (qwen35) */
 } arch_case;
 extern const arch_case arch_cases[];
 extern const size_t n_arch_cases;

@@ -207,7 +207,8 @@ static float *recurrent_slot(const llmm_context *ctx, uint32_t seq) {
 
 /* Copy rows between the pool and a payload ordered by (K/V, layer, head, position), one
  * block's segment at a time. */
-static llmm_status move_rows(llmm_kv_store *kv, const kv_seq *s, uint8_t *rows, uint32_t n, int to_pool) {
+static llmm_status move_rows(const llmm_context *ctx, llmm_kv_store *kv, const kv_seq *s, uint8_t *rows, uint32_t n,
+                             int to_pool) {
     const uint32_t bs = kv->cfg.block_size;
     for (int which = 0; which < 2; which++)
         for (uint32_t l = 0; l < kv->cfg.n_layer; l++)
@@ -215,18 +216,24 @@ static llmm_status move_rows(llmm_kv_store *kv, const kv_seq *s, uint8_t *rows, 
                 for (uint32_t i = 0; i * bs < n; i++) {
                     const size_t bytes = (size_t)LLMM_MIN(bs, n - i * bs) * kv->row_bytes;
                     uint8_t *pool_rows = llmm__kv_segment(kv, which, l, h, s->blocks[i]);
-                    llmm_status st = to_pool ? kv->be->upload(kv->be_state, pool_rows, rows, bytes)
-                                             : kv->be->download(kv->be_state, rows, pool_rows, bytes);
+                    llmm_status st = LLMM_OK;
+                    /* a recurrent layer never writes its rows of the pool: zeros stand for them */
+                    if (ctx->w.layers[l].recurrent) {
+                        if (!to_pool) memset(rows, 0, bytes);
+                    } else {
+                        st = to_pool ? kv->be->upload(kv->be_state, pool_rows, rows, bytes)
+                                     : kv->be->download(kv->be_state, rows, pool_rows, bytes);
+                    }
                     if (st) return st;
                     rows += bytes;
                 }
     return LLMM_OK;
 }
 
-static llmm_status gather(llmm_kv_store *kv, uint32_t seq, uint8_t *raw) {
+static llmm_status gather(const llmm_context *ctx, llmm_kv_store *kv, uint32_t seq, uint8_t *raw) {
     const kv_seq *s = &kv->seqs[seq];
     for (uint32_t i = 0; i < s->len; i++) put_u32(raw + 4 * (size_t)i, (uint32_t)s->tokens[i]);
-    return move_rows(kv, s, raw + 4 * (size_t)s->len, s->len, 0);
+    return move_rows(ctx, kv, s, raw + 4 * (size_t)s->len, s->len, 0);
 }
 
 /* ---------------------------------------------------------------- zstd with our allocator */
@@ -278,7 +285,7 @@ static llmm_status save_into(llmm_context *ctx, llmm_seq_id seq, int level, uint
     uint8_t *raw = llmm__mem_alloc(ctx->model->alloc, (size_t)h.raw_bytes ? (size_t)h.raw_bytes : 1);
     if (!raw) return llmm__ctx_fail(ctx, LLMM_ERR_NO_MEMORY, "out of memory for a state of %llu bytes",
                               (unsigned long long)h.raw_bytes);
-    llmm_status st = gather(kv, (uint32_t)seq, raw);
+    llmm_status st = gather(ctx, kv, (uint32_t)seq, raw);
     if (!st && recurrent_bytes(ctx))
         st = ctx->be->download(ctx->be_state, raw + kv_bytes, recurrent_slot(ctx, (uint32_t)seq), recurrent_bytes(ctx));
     size_t stored = 0;
@@ -404,7 +411,7 @@ static llmm_status install(llmm_context *ctx, uint32_t seq, const uint8_t *raw, 
     if (!st) {
         llmm__kv_truncate(kv, seq, 0);
         st = llmm__kv_reserve(kv, seq, n);
-        if (!st) st = move_rows(kv, &kv->seqs[seq], (uint8_t *)raw + 4 * (size_t)n, n, 1);
+        if (!st) st = move_rows(ctx, kv, &kv->seqs[seq], (uint8_t *)raw + 4 * (size_t)n, n, 1);
         if (!st && recurrent_bytes(ctx))
             st = ctx->be->upload(ctx->be_state, recurrent_slot(ctx, seq), raw + raw_bytes_for(kv, n), recurrent_bytes(ctx));
         if (!st) llmm__kv_commit(kv, seq, tokens, n);

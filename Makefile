@@ -292,7 +292,7 @@ $(BUILD)/obj/cuda/%.o: cuda/%.cu
 all: $(CUDA_OBJ)
 endif
 -include $(wildcard $(BUILD)/obj/cuda-emu/*.d) $(wildcard $(BUILD)/obj/tests/cuda/*.d) $(wildcard $(BUILD)/obj/cuda/*.d)
-$(BUILD)/tests/test_cuda_ops: $(BUILD)/obj/cuda-emu/norm_rope_act.o $(BUILD)/obj/cuda-emu/attention.o
+$(BUILD)/tests/test_cuda_ops: $(BUILD)/obj/cuda-emu/norm_rope_act.o $(BUILD)/obj/cuda-emu/attention.o $(BUILD)/obj/cuda-emu/graph.o
 $(BUILD)/tests/test_cuda_matmul: $(BUILD)/obj/cuda-emu/gemv_quant.o
 $(BUILD)/tests/test_cuda_sample: $(BUILD)/obj/cuda-emu/sample.o
 $(BUILD)/tests/test_cuda_prefill_attention: $(BUILD)/obj/cuda-emu/prefill_attention.o $(BUILD)/obj/cuda-emu/attention.o
@@ -319,7 +319,7 @@ $(CUDA_MODULE_EMU): $(CUDA_EMU_OBJ) cuda/module.map
 	    $(LDFLAGS) -o $@ $(CUDA_EMU_OBJ)
 .PHONY: cuda-emu
 cuda-emu: $(CUDA_MODULE_EMU)
-$(BUILD)/tests/test_cuda_module: $(CUDA_MODULE_EMU)
+$(BUILD)/tests/test_cuda_module: $(CUDA_MODULE_EMU) $(BUILD)/llmmini-synth
 test: $(CUDA_MODULE_EMU)
 # The static archives (libllmmini-cuda-emu.a here, libllmmini-cuda.a below) add
 # llmm_cuda_register (cuda/register.c), which calls into the core: a static app links the

@@ -150,6 +150,19 @@ int use_device(const cu_state *s) { return cudaSetDevice(s->device); }
 
 /* ---------------------------------------------------------------- recorded ops */
 
+/* What runs a prompt matmul that cuBLASLt cannot: int8 tensor cores for the types they take,
+ * else the GEMV's row tiles; both the CPU's numerics. */
+uint32_t gemm_fallback_kind(uint32_t type) { return llmm__cu_gemm_int8_supports(type) ? OP_GEMM_INT8 : OP_MATMUL; }
+
+size_t matmul_scratch_bytes(uint32_t kind, const llmm_tensor *w, size_t n_rows) {
+    const size_t ne0 = (size_t)w->ne0, ne1 = (size_t)w->ne1;
+    if (kind == OP_GEMM_INT8) return llmm__cu_gemm_int8_scratch_bytes(ne0, n_rows);
+    if (kind == OP_MATMUL) return llmm__cu_matmul_scratch_bytes(w->type, ne0, n_rows);
+    const size_t gemm = llmm__cu_gemm_scratch_bytes(w->type, ne0, ne1, n_rows);
+    const size_t fallback = matmul_scratch_bytes(gemm_fallback_kind(w->type), w, n_rows);
+    return gemm > fallback ? gemm : fallback;
+}
+
 /* Launch one op (the fields of cu_op by kind are set by the op functions below). */
 int run_op(cu_state *s, const cu_op *op) {
     switch (op->kind) {
@@ -182,9 +195,16 @@ int run_op(cu_state *s, const cu_op *op) {
         return llmm__cu_attention(s->stream, &s->kv, &s->step, op->u[0], (const float *)op->p[0], (float *)op->p[1],
                             op->u[1], op->u[2], op->f[0], op->f[1], op->n[0], s->attn_scratch,
                             s->attn_scratch_bytes);
-    case OP_GEMM: /* as OP_MATMUL */
-        return llmm__cu_gemm(s->lt, s->stream, op->p[0], op->u[0], op->n[0], op->n[1], (const float *)op->p[1], op->n[2],
-                       (float *)op->p[2], s->scratch, s->scratch_bytes);
+    case OP_GEMM: { /* as OP_MATMUL */
+        const int err = llmm__cu_gemm(s->lt, s->stream, op->p[0], op->u[0], op->n[0], op->n[1], (const float *)op->p[1],
+                                      op->n[2], (float *)op->p[2], s->scratch, s->scratch_bytes);
+        /* cuBLASLt has no algorithm for this shape on this device: the GEMM_INT8 or GEMV path
+         * computes it (cu_matmul_op reserved scratch for both); any other error is the answer */
+        if (err != cudaErrorNotSupported) return err;
+        cu_op fallback = *op;
+        fallback.kind = gemm_fallback_kind(op->u[0]);
+        return run_op(s, &fallback);
+    }
     case OP_GEMM_INT8: /* as OP_MATMUL */
         return llmm__cu_gemm_int8_f32(s->stream, op->p[0], op->u[0], op->n[0], op->n[1], (const float *)op->p[1],
                                 op->n[2], (float *)op->p[2], s->scratch);
@@ -627,10 +647,7 @@ llmm_status cu_matmul_op(void *state, const llmm_tensor *w, const float *x, size
     if (!n_rows || !w->ne1) return LLMM_OK;
     n_rows = launch_rows(s, n_rows);
     const uint32_t kind = matmul_kind(s, w->type, n_rows);
-    const size_t need = kind == OP_GEMM        ? llmm__cu_gemm_scratch_bytes(w->type, (size_t)w->ne0, (size_t)w->ne1, n_rows)
-                        : kind == OP_GEMM_INT8 ? llmm__cu_gemm_int8_scratch_bytes((size_t)w->ne0, n_rows)
-                                               : llmm__cu_matmul_scratch_bytes(w->type, (size_t)w->ne0, n_rows);
-    llmm_status st = reserve_scratch(s, need);
+    llmm_status st = reserve_scratch(s, matmul_scratch_bytes(kind, w, n_rows));
     if (st) return refuse(s, st);
     cu_op op = cu_op_zero(kind);
     op.p[0] = w->data;

@@ -34,6 +34,10 @@
 #include "llmmini.h"
 #include "model/model.h"
 #include "support/shared_data.h"
+#include "support/quant_temp.h"
+#include "format/gguf.h"
+#include <sys/wait.h>
+#include <unistd.h>
 
 #define MAX_IDS GOLDEN_MAX_IDS
 
@@ -48,6 +52,14 @@ static void find_module(const char *argv0) {
     const char *slash = strrchr(argv0, '/');
     const int dir_len = slash ? (int)(slash - argv0) : 1;
     snprintf(module_path, sizeof module_path, "%.*s/../libllmmini-cuda-emu.so", dir_len, slash ? argv0 : ".");
+}
+
+/* llmmini-synth, built next to the module ($(BUILD)/tests/ -> $(BUILD)/). */
+static char synth_tool[1024];
+static void find_synth(const char *argv0) {
+    const char *slash = strrchr(argv0, '/');
+    const int dir_len = slash ? (int)(slash - argv0) : 1;
+    snprintf(synth_tool, sizeof synth_tool, "%.*s/../llmmini-synth", dir_len, slash ? argv0 : ".");
 }
 
 /* ------------------------------------------------------------------ the table */
@@ -929,9 +941,168 @@ static void test_missing_device(void **state) {
     llmm_model_free(m);
 }
 
+/* ------------------------------------------------------------------ large activations */
+
+/* A llama-shaped model (llmmini-synth, n_embd 256, n_ff 512, two layers) whose layer-0
+ * ffn_norm weights are scaled by LARGE_NORM_SCALE: the SwiGLU output that feeds ffn_down then
+ * reaches ~LARGE_FFN_DOWN_IN, past F16's largest finite value (65504), as in models whose
+ * activations have outliers. Rounding such an activation to F16 makes it infinite, and the
+ * logits NaN. */
+#define LARGE_NORM_SCALE 400.0f
+enum { LARGE_PROMPT = 20, LARGE_STEPS = 4, LARGE_ROWS = LARGE_PROMPT + LARGE_STEPS };
+
+/* The F32 synthesized model with its scaled norm, as file bytes (malloc'd, *n bytes). */
+static uint8_t *large_activation_model(size_t *n) {
+    char path[64], cmd[2048];
+    snprintf(path, sizeof path, "/tmp/llmm-large-act-%ld.gguf", (long)getpid());
+    const char *runner = getenv("TEST_RUNNER");
+    snprintf(cmd, sizeof cmd,
+             "%s '%s' -o '%s' --preset tiny --type f32 --dim 256 --layers 2 --heads 4 --kv-heads 2 --ff 512 "
+             "--seed 7 >/dev/null 2>&1",
+             runner ? runner : "", synth_tool, path);
+    const int rc = system(cmd);
+    assert_true(rc != -1 && WIFEXITED(rc) && WEXITSTATUS(rc) == 0);
+    uint8_t *data = (uint8_t *)read_whole_file(path, n);
+    unlink(path);
+    assert_non_null(data);
+    gguf_file *f = NULL;
+    llmm_diag d = {{0}};
+    assert_int_equal(llmm__gguf_open_memory(data, *n, NULL, &f, &d), LLMM_OK);
+    const gguf_tensor *t = llmm__gguf_find_tensor(f, "blk.0.ffn_norm.weight");
+    assert_non_null(t);
+    assert_int_equal(t->type, LLMM_TYPE_F32);
+    float *w = (float *)(data + ((const uint8_t *)t->data - data));
+    for (size_t i = 0; i < t->n_elements; i++) w[i] *= LARGE_NORM_SCALE;
+    llmm__gguf_close(f);
+    return data;
+}
+
+/* Every logits row of a LARGE_PROMPT-token prompt in one step (n_batch 32: a prompt matmul of
+ * more than 8 rows), then LARGE_STEPS decode steps of feed's tokens (NULL: each row's argmax,
+ * written to feed_out). rows: LARGE_ROWS x nv. */
+static void run_large(llmm_model *m, llmm_backend_kind backend, const char *gemm, const llmm_token *feed,
+                      llmm_token *feed_out, float *rows, size_t nv) {
+    llmm_token ids[LARGE_PROMPT];
+    for (size_t i = 0; i < LARGE_PROMPT; i++) ids[i] = (llmm_token)(3 + (i * 37) % 500);
+    llmm_context_params p = context_params(backend, 64, 1, 32, LLMM_KV_F32);
+    if (gemm) setenv("LLMM_CUDA_GEMM", gemm, 1);
+    llmm_context *c = make_context(m, &p);
+    unsetenv("LLMM_CUDA_GEMM");
+    assert_int_equal(llmm_prefill(c, 0, ids, LARGE_PROMPT, LLMM_PREFILL_ALL_LOGITS), LLMM_OK);
+    for (size_t i = 0; i < LARGE_PROMPT; i++) copy_row(c, i, rows + i * nv, nv);
+    for (size_t s = 0; s < LARGE_STEPS; s++) {
+        const float *last = rows + (LARGE_PROMPT - 1 + s) * nv;
+        const llmm_token tok = feed ? feed[s] : argmax(last, nv);
+        if (feed_out) feed_out[s] = tok;
+        const llmm_seq_id s0 = 0;
+        assert_int_equal(llmm_decode(c, &s0, &tok, 1), LLMM_OK);
+        copy_row(c, 0, rows + (LARGE_PROMPT + s) * nv, nv);
+    }
+    llmm_context_free(c);
+}
+
+static int all_finite(const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return 0;
+    return 1;
+}
+
+/* The model in Q4_K_M, Q4_0, Q8_0 and F16, on the CPU and on the module with each prompt matmul
+ * path (LLMM_CUDA_GEMM), and with cuBLASLt finding no algorithm (the emulated cuBLASLt told so:
+ * the prompt's matmuls fall back to the int8 or GEMV path).
+ * Quantized weights: the CPU's activation operand is Q8 with a float (Q8_K) or F16 (Q8_0: up to
+ * 127 * 65504) scale, so it stays finite; so must every CUDA path. The GEMV and int8 paths (and the
+ * fallback) are the CPU's numerics: 1e-3 (CPU_LOGITS_TOLERANCE). The cuBLASLt path rounds
+ * activations to F16 after a per-row power-of-two scale (cuda/gemm.h) where the CPU quantizes
+ * them to Q8: the bound of test_prefill_whole_and_chunked for that path, 0.5, and, as this random
+ * model's logits are nearly flat (top-1 margins of a few hundredths), top-1 agreement and KL as
+ * test_fidelity measures them: measured 22/24, 23/24, 24/24 rows and mean KL 5.9e-5, 3.3e-5,
+ * 2.7e-5 (Q4_K_M, Q4_0, Q8_0); bounds 90 % and 2e-4. Before the scale, |x| > 65504 became inf there and the logits NaN for
+ * Q4_K_M with every path but gemv (LLMM_CUDA_GEMM=int8 sends the K-quants, which int8 does not
+ * take, to cuBLASLt) and for Q4_0 and Q8_0 with lt.
+ * F16 weights: the CPU's operand is F16 (the reference engine's too), so such activations are
+ * infinite on the CPU and every logit row is NaN (LLMM_ERR_NUMERICAL at sampling: test_numerical);
+ * every CUDA path rounds to the same F16 operand and must give non-finite rows where the CPU
+ * does, not a different finite answer. */
+/* KL(p || q) in nats of the softmaxes of two logit rows. */
+static double row_kl(const float *p_logits, const float *q_logits, size_t n) {
+    double pmax = -INFINITY, qmax = -INFINITY, ps = 0, qs = 0, kl = 0;
+    for (size_t i = 0; i < n; i++) pmax = fmax(pmax, p_logits[i]), qmax = fmax(qmax, q_logits[i]);
+    for (size_t i = 0; i < n; i++) ps += exp(p_logits[i] - pmax), qs += exp(q_logits[i] - qmax);
+    for (size_t i = 0; i < n; i++) {
+        const double lp = p_logits[i] - pmax - log(ps), lq = q_logits[i] - qmax - log(qs);
+        kl += exp(lp) * (lp - lq);
+    }
+    return kl;
+}
+
+static void test_large_activations(void **state) {
+    (void)state;
+    static const char *const recipes[] = {"q4_k_m", "q4_0", "q8_0", "f16"};
+    static const char *const paths[] = {"gemv", "lt", "int8", NULL, "lt"};
+    enum { NO_ALGORITHM = 4 }; /* paths[NO_ALGORITHM]: lt with no algorithm */
+    size_t n_bytes = 0;
+    uint8_t *f32 = large_activation_model(&n_bytes);
+    gguf_file *src = NULL;
+    llmm_diag d = {{0}};
+    assert_int_equal(llmm__gguf_open_memory(f32, n_bytes, NULL, &src, &d), LLMM_OK);
+    const double t0 = now_s();
+    for (size_t r = 0; r < sizeof recipes / sizeof *recipes; r++) {
+        char path[64];
+        quantize_to_temp(src, recipes[r], path, sizeof path);
+        llmm_model *m = load_model(path, NULL);
+        unlink(path);
+        const size_t nv = vocab_size(m);
+        const int f16 = strcmp(recipes[r], "f16") == 0;
+        float *cpu = malloc(LARGE_ROWS * nv * sizeof *cpu), *gpu = malloc(LARGE_ROWS * nv * sizeof *gpu);
+        assert_non_null(cpu);
+        assert_non_null(gpu);
+        llmm_token feed[LARGE_STEPS];
+        run_large(m, LLMM_BACKEND_CPU, NULL, NULL, feed, cpu, nv);
+        for (size_t i = 0; i < LARGE_ROWS; i++) assert_int_equal(all_finite(cpu + i * nv, nv), !f16);
+        for (size_t pa = 0; pa < sizeof paths / sizeof *paths; pa++) {
+            if (pa == NO_ALGORITHM) setenv("LLMM_CUDA_EMU_LT_NO_ALGORITHM", "1", 1);
+            run_large(m, LLMM_BACKEND_CUDA, paths[pa], feed, NULL, gpu, nv);
+            unsetenv("LLMM_CUDA_EMU_LT_NO_ALGORITHM");
+            double worst = 0, kl = 0;
+            size_t agree = 0, finite = 0;
+            for (size_t i = 0; i < LARGE_ROWS; i++) {
+                worst = fmax(worst, max_abs_diff(cpu + i * nv, gpu + i * nv, nv));
+                if (!f16) kl += row_kl(cpu + i * nv, gpu + i * nv, nv) / LARGE_ROWS;
+                agree += argmax(cpu + i * nv, nv) == argmax(gpu + i * nv, nv);
+                finite += all_finite(gpu + i * nv, nv);
+            }
+            const int lt = pa == 1 || (pa != 0 && pa != NO_ALGORITHM && strcmp(recipes[r], "q4_k_m") == 0);
+            print_message("%-7s %-16s cuda-emu vs cpu, %d prompt + %d decode rows: max |logit diff| %.2e, greedy "
+                          "%zu/%d, mean KL %.2e, finite rows %zu\n",
+                          recipes[r], pa == NO_ALGORITHM ? "lt, no algorithm" : paths[pa] ? paths[pa] : "default",
+                          LARGE_PROMPT, LARGE_STEPS, f16 ? 0.0 : worst, agree, LARGE_ROWS, kl, finite);
+            if (f16) {
+                assert_int_equal(finite, 0);
+                continue;
+            }
+            assert_int_equal(finite, LARGE_ROWS);
+            assert_true(worst <= (lt ? 0.5 : CPU_LOGITS_TOLERANCE));
+            if (lt) { /* nearly flat random logits (|logit| < 2.3): a measured bound, as test_fidelity */
+                assert_true(kl <= 2e-4);
+                assert_true(agree * 10 >= LARGE_ROWS * 9);
+            } else {
+                assert_int_equal(agree, LARGE_ROWS);
+            }
+        }
+        free(cpu);
+        free(gpu);
+        llmm_model_free(m);
+    }
+    llmm__gguf_close(src);
+    free(f32);
+    print_message("large activations on the emulated CUDA module: %.1f s\n", now_s() - t0);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     find_module(argv[0]);
+    find_synth(argv[0]);
     setenv(LLMM_CUDA_MODULE_ENV, module_path, 1);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conformance),
@@ -941,6 +1112,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_files_and_kv_types_match_cpu),
         cmocka_unit_test(test_fork_copy_on_write),
         cmocka_unit_test(test_prefill_whole_and_chunked),
+        cmocka_unit_test(test_large_activations),
         cmocka_unit_test(test_batched_decode),
         cmocka_unit_test(test_sixteen_sequences),
         cmocka_unit_test(test_graphs_and_warmup),

@@ -92,7 +92,11 @@ struct cu_state {
     llmm_backend_shared *shared; /* the model's share, or NULL: a private weight set */
     cu_weight_set *weights;
 
-    /* step inputs: device buffer and host staging of the same layout, in uint32 words:
+    /* weight uploads' pinned staging (device_weights.h): allocated by the first weight this
+     * context uploads, freed at its first step (every weight is prepared before) */
+    void *upload_pinned;
+
+    /* step inputs: device buffer and pinned host staging of the same layout, in uint32 words:
      * tokens [0, rows_cap), pos [rows_cap, 2 rows_cap), table_start [2 rows_cap, 3 rows_cap),
      * tables [3 rows_cap, 3 rows_cap + tables_cap) */
     uint32_t *step_dev;
@@ -139,6 +143,21 @@ struct cu_state {
     cu_op *ops;           /* (ops_cap) the record */
     size_t n_ops, ops_cap;
 };
+
+/* Host staging that the device copies from with cudaMemcpyAsync: pinned (page-locked), so that
+ * the copy is asynchronous; from pageable memory CUDA stages it synchronously, stalling the
+ * step. CUDA's allocation, not the app's hooks: only the runtime can pin. */
+void *cu_pinned_alloc(size_t bytes) {
+    void *p = NULL;
+    return cudaMallocHost(&p, bytes ? bytes : 1) == cudaSuccess ? p : NULL;
+}
+
+void cu_pinned_free(void *p) {
+    if (p) cudaFreeHost(p);
+}
+
+/* Pinned staging of weight uploads: large enough that a chunk's copy outweighs its sync. */
+const size_t UPLOAD_STAGING_BYTES = (size_t)4 << 20;
 
 llmm_status cu_status(int err) {
     if (err == 0) return LLMM_OK;
@@ -334,7 +353,9 @@ llmm_status cu_init(const llmm_backend_config *cfg, void **out) {
     s->device = cfg->device;
     s->shared = cfg->shared;
     llmm_status st = cu_status(use_device(s));
-    if (!st) st = cu_status(cudaStreamCreate(&s->stream));
+    /* non-blocking: independent of the legacy stream, so that one context's graph capture and
+     * another's work (or a library's on stream 0) never meet (cudaErrorStreamCaptureImplicit) */
+    if (!st) st = cu_status(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
     if (!st) st = cu_status(cudaMalloc((void **)&s->bad, sizeof(int)));
     if (!st && graphs_wanted() && !(s->graphs = cu_graphs_new(s->alloc))) st = LLMM_ERR_NO_MEMORY;
     s->gemm_path = gemm_path_wanted();
@@ -362,16 +383,17 @@ void cu_shutdown(void *state) {
      * returns: the module may be unloaded right after */
     cu_weights_leave(s->shared, s->weights);
     cudaFree(s->step_dev);
-    cu_host_free(s->alloc, s->step_host);
+    cu_pinned_free(s->step_host);
+    cu_pinned_free(s->upload_pinned);
     cudaFree(s->scratch);
     cudaFree(s->attn_scratch);
     cudaFree(s->bad);
     cudaFree(s->sample_packed);
     cudaFree(s->sample_scratch);
     cudaFree(s->sample_ids);
-    cu_host_free(s->alloc, s->sample_host);
+    cu_pinned_free(s->sample_host);
     cudaFree(s->lora_dev);
-    cu_host_free(s->alloc, s->lora_host);
+    cu_pinned_free(s->lora_host);
     cu_host_free(s->alloc, s->ops);
     if (s->stream) cudaStreamDestroy(s->stream);
     cu_host_free(s->alloc, s);
@@ -431,7 +453,11 @@ llmm_status cu_prepare_weight(void *state, size_t index, llmm_weight_role role, 
     if (!host->data || host->ne1 < 0) return LLMM_ERR_INVALID_ARG;
     void *dev = NULL;
     llmm_status st = cu_status(use_device(s));
-    if (!st) st = cu_weights_get(s->shared, s->weights, index, host->data, host->row_bytes * (size_t)host->ne1, &dev);
+    if (!st && !s->upload_pinned && !(s->upload_pinned = cu_pinned_alloc(UPLOAD_STAGING_BYTES))) st = LLMM_ERR_NO_MEMORY;
+    const cu_staging staging = {s->upload_pinned, UPLOAD_STAGING_BYTES, s->stream};
+    if (!st)
+        st = cu_weights_get(s->shared, s->weights, index, host->data, host->row_bytes * (size_t)host->ne1, &staging,
+                            &dev);
     if (st) return st;
     *out = *host;
     out->data = dev;
@@ -452,16 +478,18 @@ llmm_status reserve_step(cu_state *s, size_t rows, size_t tables) {
     rows = rows > s->rows_cap ? rows : s->rows_cap;
     tables = tables > s->tables_cap ? tables : s->tables_cap;
     const size_t words = 3 * rows + tables;
-    uint32_t *host = (uint32_t *)cu_host_calloc(s->alloc, words, sizeof *host);
+    if (words > SIZE_MAX / sizeof(uint32_t)) return LLMM_ERR_NO_MEMORY;
+    uint32_t *host = (uint32_t *)cu_pinned_alloc(words * sizeof *host);
     if (!host) return LLMM_ERR_NO_MEMORY;
+    memset(host, 0, words * sizeof *host);
     uint32_t *dev = NULL;
     if (cudaMalloc((void **)&dev, words * sizeof *dev) != cudaSuccess) {
-        cu_host_free(s->alloc, host);
+        cu_pinned_free(host);
         return LLMM_ERR_NO_MEMORY;
     }
     if (s->step_dev) cudaStreamSynchronize(s->stream);
     cudaFree(s->step_dev);
-    cu_host_free(s->alloc, s->step_host);
+    cu_pinned_free(s->step_host);
     s->step_dev = dev;
     s->step_host = host;
     s->rows_cap = rows;
@@ -521,6 +549,10 @@ llmm_status cu_step_begin(void *state, const llmm_step *step) {
     if (tables > UINT32_MAX) return LLMM_ERR_INVALID_ARG;
     llmm_status st = reserve_step(s, step->n_rows, tables);
     if (st) return st;
+    if (s->upload_pinned) { /* the weights are on the device: their staging is not needed */
+        cu_pinned_free(s->upload_pinned);
+        s->upload_pinned = NULL;
+    }
 
     /* the staging array, as the device buffer lays it out */
     const size_t n = step->n_rows, cap = s->rows_cap;
@@ -865,9 +897,9 @@ llmm_status cu_sample_op(void *state, const float *logits, size_t n_rows, size_t
     const size_t packed = llmm__cu_sample_staging_bytes(n_rows, total);
     llmm_status st = cu_status(use_device(s));
     if (!st && packed > s->sample_host_bytes) {
-        void *h = cu_host_alloc(s->alloc, packed);
+        void *h = cu_pinned_alloc(packed);
         if (!h) return LLMM_ERR_NO_MEMORY;
-        cu_host_free(s->alloc, s->sample_host);
+        cu_pinned_free(s->sample_host);
         s->sample_host = h;
         s->sample_host_bytes = packed;
     }
@@ -895,9 +927,9 @@ llmm_status lora_staging_room(cu_state *s, size_t bytes) {
     const size_t want = 2 * (s->lora_used + bytes);
     s->lora_used = 0;
     if (want > s->lora_host_bytes) {
-        uint8_t *h = (uint8_t *)cu_host_alloc(s->alloc, want);
+        uint8_t *h = (uint8_t *)cu_pinned_alloc(want);
         if (!h) return LLMM_ERR_NO_MEMORY;
-        cu_host_free(s->alloc, s->lora_host);
+        cu_pinned_free(s->lora_host);
         s->lora_host = h;
         s->lora_host_bytes = want;
     }

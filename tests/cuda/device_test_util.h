@@ -27,7 +27,7 @@ template <class T> static T *to_device(const std::vector<T> &host) { return to_d
 // and their FNV-1a hash): scripts/gpu-check.sh runs a kernel test on the device and on the
 // emulator and compares the two files line by line, which tells, per test, whether the device's
 // results equal the emulator's bit for bit (the inputs are the same seeded data in both).
-static void digest_readback(const void *bytes, size_t n) {
+static inline void digest_readback(const void *bytes, size_t n) {
     const char *path = getenv("LLMM_KERNEL_DIGEST");
     if (!path || !*path) return;
     uint64_t h = 0xcbf29ce484222325ull;

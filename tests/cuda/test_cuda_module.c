@@ -1018,7 +1018,7 @@ static void test_auto_without_device(void **state) {
     /* under 1 ms a context, with the median as the bar: on a loaded machine (two cores shared
      * with other builds) the tail is scheduling delay, not the library's (measured there: median
      * 0.035 ms, p99 16 ms; resident +68 KiB over the 1,000) */
-    assert_true(ms[CYCLES / 2] < 1.0);
+    if (!under_emulator()) assert_true(ms[CYCLES / 2] < 1.0); /* qemu (make test-arm): no timing */
     assert_true(rss_end - rss_settled < 512);
     llmm_model_free(m);
 }
@@ -1094,12 +1094,13 @@ static int all_finite(const float *x, size_t n) {
  * the prompt's matmuls fall back to the int8 or GEMV path).
  * Quantized weights: the CPU's activation operand is Q8 with a float (Q8_K) or F16 (Q8_0: up to
  * 127 * 65504) scale, so it stays finite; so must every CUDA path. The GEMV and int8 paths (and the
- * fallback) are the CPU's numerics: 1e-3 (CPU_LOGITS_TOLERANCE). The cuBLASLt path rounds
- * activations to F16 after a per-row power-of-two scale (cuda/gemm.h) where the CPU quantizes
- * them to Q8: the bound of test_prefill_whole_and_chunked for that path, 0.5, and, as this random
+ * fallback) are the CPU's matmul numerics (measured 2.4e-7 from the CPU's logits), but the device's
+ * expf may flip a Q8 step (test_prefill_whole_and_chunked), so they are held to the bounds of
+ * the cuBLASLt path, which rounds activations to F16 after a per-row power-of-two scale
+ * (cuda/gemm.h) where the CPU quantizes them to Q8: a flipped step's 0.5 and, as this random
  * model's logits are nearly flat (top-1 margins of a few hundredths), top-1 agreement and KL as
- * test_fidelity measures them: measured 22/24, 23/24, 24/24 rows and mean KL 5.9e-5, 3.3e-5,
- * 2.7e-5 (Q4_K_M, Q4_0, Q8_0); bounds 90 % and 2e-4. Before the scale, |x| > 65504 became inf there and the logits NaN for
+ * test_fidelity measures them: measured for lt 22/24, 23/24, 24/24 rows and mean KL 5.9e-5,
+ * 3.3e-5, 2.7e-5 (Q4_K_M, Q4_0, Q8_0); bounds 90 % and 2e-4. Before the scale, |x| > 65504 became inf there and the logits NaN for
  * Q4_K_M with every path but gemv (LLMM_CUDA_GEMM=int8 sends the K-quants, which int8 does not
  * take, to cuBLASLt) and for Q4_0 and Q8_0 with lt.
  * F16 weights: the CPU's operand is F16 (the reference engine's too), so such activations are
@@ -1153,7 +1154,6 @@ static void test_large_activations(void **state) {
                 agree += argmax(cpu + i * nv, nv) == argmax(gpu + i * nv, nv);
                 finite += all_finite(gpu + i * nv, nv);
             }
-            const int lt = pa == 1 || (pa != 0 && pa != NO_ALGORITHM && strcmp(recipes[r], "q4_k_m") == 0);
             print_message("%-7s %-16s cuda-emu vs cpu, %d prompt + %d decode rows: max |logit diff| %.2e, greedy "
                           "%zu/%d, mean KL %.2e, finite rows %zu\n",
                           recipes[r], pa == NO_ALGORITHM ? "lt, no algorithm" : paths[pa] ? paths[pa] : "default",
@@ -1163,13 +1163,10 @@ static void test_large_activations(void **state) {
                 continue;
             }
             assert_int_equal(finite, LARGE_ROWS);
-            assert_true(worst <= (lt ? 0.5 : CPU_LOGITS_TOLERANCE));
-            if (lt) { /* nearly flat random logits (|logit| < 2.3): a measured bound, as test_fidelity */
-                assert_true(kl <= 2e-4);
-                assert_true(agree * 10 >= LARGE_ROWS * 9);
-            } else {
-                assert_int_equal(agree, LARGE_ROWS);
-            }
+            /* nearly flat random logits (|logit| < 2.3): measured bounds, as test_fidelity's */
+            assert_true(worst <= Q8_FLIP_TOLERANCE);
+            assert_true(kl <= 2e-4);
+            assert_true(agree * 10 >= LARGE_ROWS * 9);
         }
         free(cpu);
         free(gpu);

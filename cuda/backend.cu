@@ -554,7 +554,8 @@ llmm_status cu_step_begin(void *state, const llmm_step *step) {
         s->upload_pinned = NULL;
     }
 
-    /* the staging array, as the device buffer lays it out */
+    /* the staging array, as the device buffer lays it out; pinned, so the copy below is truly
+     * asynchronous: the previous step's copy from it is done, since step_end synchronized */
     const size_t n = step->n_rows, cap = s->rows_cap;
     uint32_t *h = s->step_host;
     uint32_t *starts = h + 2 * cap, *tab = h + 3 * cap;

@@ -238,7 +238,10 @@ NVCC_ARCH := -gencode arch=compute_87,code=sm_87 -gencode arch=compute_90,code=s
 # nvcc compiles host code with $(CXX), so that CC=aarch64-linux-gnu-gcc cross-builds the module
 # for Jetson; the CUDA libraries of the target (a cross toolkit keeps aarch64's under
 # targets/aarch64-linux/lib: docs/embedding.md)
-NVCC := $(CUDA_HOME)/bin/nvcc -ccbin $(CXX)
+# -fmad=false: nvcc contracts a * b + c into an FMA by default, which the emulated build (and the
+# CPU, -ffp-contract=off) never does; a kernel that wants one writes __fmaf_rn (cuda/README.md,
+# "Numerics")
+NVCC := $(CUDA_HOME)/bin/nvcc -ccbin $(CXX) -fmad=false
 CUDA_LIB ?= $(CUDA_HOME)/lib64
 SIMT_NVCC_OBJ := $(BUILD)/obj/tests/simt/sample_kernels.o
 $(SIMT_NVCC_OBJ): tests/simt/sample_kernels.cu tests/simt/sample_kernels.cuh $(wildcard tests/simt/simt*.h) \
@@ -292,7 +295,7 @@ $(BUILD)/obj/cuda/%.o: cuda/%.cu
 all: $(CUDA_OBJ)
 endif
 -include $(wildcard $(BUILD)/obj/cuda-emu/*.d) $(wildcard $(BUILD)/obj/tests/cuda/*.d) $(wildcard $(BUILD)/obj/cuda/*.d)
-$(BUILD)/tests/test_cuda_ops: $(BUILD)/obj/cuda-emu/norm_rope_act.o $(BUILD)/obj/cuda-emu/attention.o
+$(BUILD)/tests/test_cuda_ops: $(BUILD)/obj/cuda-emu/norm_rope_act.o $(BUILD)/obj/cuda-emu/attention.o $(BUILD)/obj/cuda-emu/graph.o
 $(BUILD)/tests/test_cuda_matmul: $(BUILD)/obj/cuda-emu/gemv_quant.o
 $(BUILD)/tests/test_cuda_sample: $(BUILD)/obj/cuda-emu/sample.o
 $(BUILD)/tests/test_cuda_prefill_attention: $(BUILD)/obj/cuda-emu/prefill_attention.o $(BUILD)/obj/cuda-emu/attention.o
@@ -307,6 +310,7 @@ $(BUILD)/tests/test_cuda_gemm_int8: $(BUILD)/obj/cuda-emu/gemm_int8.o $(BUILD)/o
 #    tests/cuda/test_cuda_module.c loads it as LLMM_CUDA_MODULE (and `LLMM_CUDA_MODULE=
 #    build/libllmmini-cuda-emu.so build/llmmini-run --backend cuda ...` runs the CLI on it).
 #    -z nodelete: the emulation installs a signal handler and thread-locals, so it stays mapped.
+#    Its map (tests/simt/module-emu.map) also exports the emulated runtime's counters for tests.
 #  - libllmmini-cuda.so and libllmmini-cuda.a (make CUDA=1): the nvcc objects with cudart.
 #    -z nodelete: cudart and cuBLASLt do not unload cleanly, so a process that created and freed
 #    AUTO contexts on a machine without a device loaded and unloaded them each time, growing
@@ -314,12 +318,12 @@ $(BUILD)/tests/test_cuda_gemm_int8: $(BUILD)/obj/cuda-emu/gemm_int8.o $(BUILD)/o
 #    the first load now stays, and later ones only count.
 CUDA_MODULE_EMU := $(BUILD)/libllmmini-cuda-emu.so
 CUDA_EMU_OBJ := $(CUDA_SRC:cuda/%.cu=$(BUILD)/obj/cuda-emu/%.o)
-$(CUDA_MODULE_EMU): $(CUDA_EMU_OBJ) cuda/module.map
-	$(CXX) -shared -Wl,--version-script=cuda/module.map -Wl,-z,defs -Wl,-z,nodelete -pthread $(SAN_FLAGS) \
+$(CUDA_MODULE_EMU): $(CUDA_EMU_OBJ) tests/simt/module-emu.map
+	$(CXX) -shared -Wl,--version-script=tests/simt/module-emu.map -Wl,-z,defs -Wl,-z,nodelete -pthread $(SAN_FLAGS) \
 	    $(LDFLAGS) -o $@ $(CUDA_EMU_OBJ)
 .PHONY: cuda-emu
 cuda-emu: $(CUDA_MODULE_EMU)
-$(BUILD)/tests/test_cuda_module: $(CUDA_MODULE_EMU)
+$(BUILD)/tests/test_cuda_module: $(CUDA_MODULE_EMU) $(BUILD)/llmmini-synth
 test: $(CUDA_MODULE_EMU)
 # The static archives (libllmmini-cuda-emu.a here, libllmmini-cuda.a below) add
 # llmm_cuda_register (cuda/register.c), which calls into the core: a static app links the

@@ -92,7 +92,11 @@ struct cu_state {
     llmm_backend_shared *shared; /* the model's share, or NULL: a private weight set */
     cu_weight_set *weights;
 
-    /* step inputs: device buffer and host staging of the same layout, in uint32 words:
+    /* weight uploads' pinned staging (device_weights.h): allocated by the first weight this
+     * context uploads, freed at its first step (every weight is prepared before) */
+    void *upload_pinned;
+
+    /* step inputs: device buffer and pinned host staging of the same layout, in uint32 words:
      * tokens [0, rows_cap), pos [rows_cap, 2 rows_cap), table_start [2 rows_cap, 3 rows_cap),
      * tables [3 rows_cap, 3 rows_cap + tables_cap) */
     uint32_t *step_dev;
@@ -140,6 +144,21 @@ struct cu_state {
     size_t n_ops, ops_cap;
 };
 
+/* Host staging that the device copies from with cudaMemcpyAsync: pinned (page-locked), so that
+ * the copy is asynchronous; from pageable memory CUDA stages it synchronously, stalling the
+ * step. CUDA's allocation, not the app's hooks: only the runtime can pin. */
+void *cu_pinned_alloc(size_t bytes) {
+    void *p = NULL;
+    return cudaMallocHost(&p, bytes ? bytes : 1) == cudaSuccess ? p : NULL;
+}
+
+void cu_pinned_free(void *p) {
+    if (p) cudaFreeHost(p);
+}
+
+/* Pinned staging of weight uploads: large enough that a chunk's copy outweighs its sync. */
+const size_t UPLOAD_STAGING_BYTES = (size_t)4 << 20;
+
 llmm_status cu_status(int err) {
     if (err == 0) return LLMM_OK;
     return err == cudaErrorMemoryAllocation ? LLMM_ERR_NO_MEMORY : LLMM_ERR_BACKEND;
@@ -149,6 +168,19 @@ llmm_status cu_status(int err) {
 int use_device(const cu_state *s) { return cudaSetDevice(s->device); }
 
 /* ---------------------------------------------------------------- recorded ops */
+
+/* What runs a prompt matmul that cuBLASLt cannot: int8 tensor cores for the types they take,
+ * else the GEMV's row tiles; both the CPU's numerics. */
+uint32_t gemm_fallback_kind(uint32_t type) { return llmm__cu_gemm_int8_supports(type) ? OP_GEMM_INT8 : OP_MATMUL; }
+
+size_t matmul_scratch_bytes(uint32_t kind, const llmm_tensor *w, size_t n_rows) {
+    const size_t ne0 = (size_t)w->ne0, ne1 = (size_t)w->ne1;
+    if (kind == OP_GEMM_INT8) return llmm__cu_gemm_int8_scratch_bytes(ne0, n_rows);
+    if (kind == OP_MATMUL) return llmm__cu_matmul_scratch_bytes(w->type, ne0, n_rows);
+    const size_t gemm = llmm__cu_gemm_scratch_bytes(w->type, ne0, ne1, n_rows);
+    const size_t fallback = matmul_scratch_bytes(gemm_fallback_kind(w->type), w, n_rows);
+    return gemm > fallback ? gemm : fallback;
+}
 
 /* Launch one op (the fields of cu_op by kind are set by the op functions below). */
 int run_op(cu_state *s, const cu_op *op) {
@@ -182,9 +214,16 @@ int run_op(cu_state *s, const cu_op *op) {
         return llmm__cu_attention(s->stream, &s->kv, &s->step, op->u[0], (const float *)op->p[0], (float *)op->p[1],
                             op->u[1], op->u[2], op->f[0], op->f[1], op->n[0], s->attn_scratch,
                             s->attn_scratch_bytes);
-    case OP_GEMM: /* as OP_MATMUL */
-        return llmm__cu_gemm(s->lt, s->stream, op->p[0], op->u[0], op->n[0], op->n[1], (const float *)op->p[1], op->n[2],
-                       (float *)op->p[2], s->scratch, s->scratch_bytes);
+    case OP_GEMM: { /* as OP_MATMUL */
+        const int err = llmm__cu_gemm(s->lt, s->stream, op->p[0], op->u[0], op->n[0], op->n[1], (const float *)op->p[1],
+                                      op->n[2], (float *)op->p[2], s->scratch, s->scratch_bytes);
+        /* cuBLASLt has no algorithm for this shape on this device: the GEMM_INT8 or GEMV path
+         * computes it (cu_matmul_op reserved scratch for both); any other error is the answer */
+        if (err != cudaErrorNotSupported) return err;
+        cu_op fallback = *op;
+        fallback.kind = gemm_fallback_kind(op->u[0]);
+        return run_op(s, &fallback);
+    }
     case OP_GEMM_INT8: /* as OP_MATMUL */
         return llmm__cu_gemm_int8_f32(s->stream, op->p[0], op->u[0], op->n[0], op->n[1], (const float *)op->p[1],
                                 op->n[2], (float *)op->p[2], s->scratch);
@@ -314,7 +353,9 @@ llmm_status cu_init(const llmm_backend_config *cfg, void **out) {
     s->device = cfg->device;
     s->shared = cfg->shared;
     llmm_status st = cu_status(use_device(s));
-    if (!st) st = cu_status(cudaStreamCreate(&s->stream));
+    /* non-blocking: independent of the legacy stream, so that one context's graph capture and
+     * another's work (or a library's on stream 0) never meet (cudaErrorStreamCaptureImplicit) */
+    if (!st) st = cu_status(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
     if (!st) st = cu_status(cudaMalloc((void **)&s->bad, sizeof(int)));
     if (!st && graphs_wanted() && !(s->graphs = cu_graphs_new(s->alloc))) st = LLMM_ERR_NO_MEMORY;
     s->gemm_path = gemm_path_wanted();
@@ -342,16 +383,17 @@ void cu_shutdown(void *state) {
      * returns: the module may be unloaded right after */
     cu_weights_leave(s->shared, s->weights);
     cudaFree(s->step_dev);
-    cu_host_free(s->alloc, s->step_host);
+    cu_pinned_free(s->step_host);
+    cu_pinned_free(s->upload_pinned);
     cudaFree(s->scratch);
     cudaFree(s->attn_scratch);
     cudaFree(s->bad);
     cudaFree(s->sample_packed);
     cudaFree(s->sample_scratch);
     cudaFree(s->sample_ids);
-    cu_host_free(s->alloc, s->sample_host);
+    cu_pinned_free(s->sample_host);
     cudaFree(s->lora_dev);
-    cu_host_free(s->alloc, s->lora_host);
+    cu_pinned_free(s->lora_host);
     cu_host_free(s->alloc, s->ops);
     if (s->stream) cudaStreamDestroy(s->stream);
     cu_host_free(s->alloc, s);
@@ -411,7 +453,11 @@ llmm_status cu_prepare_weight(void *state, size_t index, llmm_weight_role role, 
     if (!host->data || host->ne1 < 0) return LLMM_ERR_INVALID_ARG;
     void *dev = NULL;
     llmm_status st = cu_status(use_device(s));
-    if (!st) st = cu_weights_get(s->shared, s->weights, index, host->data, host->row_bytes * (size_t)host->ne1, &dev);
+    if (!st && !s->upload_pinned && !(s->upload_pinned = cu_pinned_alloc(UPLOAD_STAGING_BYTES))) st = LLMM_ERR_NO_MEMORY;
+    const cu_staging staging = {s->upload_pinned, UPLOAD_STAGING_BYTES, s->stream};
+    if (!st)
+        st = cu_weights_get(s->shared, s->weights, index, host->data, host->row_bytes * (size_t)host->ne1, &staging,
+                            &dev);
     if (st) return st;
     *out = *host;
     out->data = dev;
@@ -432,16 +478,18 @@ llmm_status reserve_step(cu_state *s, size_t rows, size_t tables) {
     rows = rows > s->rows_cap ? rows : s->rows_cap;
     tables = tables > s->tables_cap ? tables : s->tables_cap;
     const size_t words = 3 * rows + tables;
-    uint32_t *host = (uint32_t *)cu_host_calloc(s->alloc, words, sizeof *host);
+    if (words > SIZE_MAX / sizeof(uint32_t)) return LLMM_ERR_NO_MEMORY;
+    uint32_t *host = (uint32_t *)cu_pinned_alloc(words * sizeof *host);
     if (!host) return LLMM_ERR_NO_MEMORY;
+    memset(host, 0, words * sizeof *host);
     uint32_t *dev = NULL;
     if (cudaMalloc((void **)&dev, words * sizeof *dev) != cudaSuccess) {
-        cu_host_free(s->alloc, host);
+        cu_pinned_free(host);
         return LLMM_ERR_NO_MEMORY;
     }
     if (s->step_dev) cudaStreamSynchronize(s->stream);
     cudaFree(s->step_dev);
-    cu_host_free(s->alloc, s->step_host);
+    cu_pinned_free(s->step_host);
     s->step_dev = dev;
     s->step_host = host;
     s->rows_cap = rows;
@@ -501,8 +549,13 @@ llmm_status cu_step_begin(void *state, const llmm_step *step) {
     if (tables > UINT32_MAX) return LLMM_ERR_INVALID_ARG;
     llmm_status st = reserve_step(s, step->n_rows, tables);
     if (st) return st;
+    if (s->upload_pinned) { /* the weights are on the device: their staging is not needed */
+        cu_pinned_free(s->upload_pinned);
+        s->upload_pinned = NULL;
+    }
 
-    /* the staging array, as the device buffer lays it out */
+    /* the staging array, as the device buffer lays it out; pinned, so the copy below is truly
+     * asynchronous: the previous step's copy from it is done, since step_end synchronized */
     const size_t n = step->n_rows, cap = s->rows_cap;
     uint32_t *h = s->step_host;
     uint32_t *starts = h + 2 * cap, *tab = h + 3 * cap;
@@ -627,10 +680,7 @@ llmm_status cu_matmul_op(void *state, const llmm_tensor *w, const float *x, size
     if (!n_rows || !w->ne1) return LLMM_OK;
     n_rows = launch_rows(s, n_rows);
     const uint32_t kind = matmul_kind(s, w->type, n_rows);
-    const size_t need = kind == OP_GEMM        ? llmm__cu_gemm_scratch_bytes(w->type, (size_t)w->ne0, (size_t)w->ne1, n_rows)
-                        : kind == OP_GEMM_INT8 ? llmm__cu_gemm_int8_scratch_bytes((size_t)w->ne0, n_rows)
-                                               : llmm__cu_matmul_scratch_bytes(w->type, (size_t)w->ne0, n_rows);
-    llmm_status st = reserve_scratch(s, need);
+    llmm_status st = reserve_scratch(s, matmul_scratch_bytes(kind, w, n_rows));
     if (st) return refuse(s, st);
     cu_op op = cu_op_zero(kind);
     op.p[0] = w->data;
@@ -854,9 +904,9 @@ llmm_status cu_sample_op(void *state, const float *logits, size_t n_rows, size_t
     const size_t packed = llmm__cu_sample_staging_bytes(n_rows, total);
     llmm_status st = cu_status(use_device(s));
     if (!st && packed > s->sample_host_bytes) {
-        void *h = cu_host_alloc(s->alloc, packed);
+        void *h = cu_pinned_alloc(packed);
         if (!h) return LLMM_ERR_NO_MEMORY;
-        cu_host_free(s->alloc, s->sample_host);
+        cu_pinned_free(s->sample_host);
         s->sample_host = h;
         s->sample_host_bytes = packed;
     }
@@ -884,9 +934,9 @@ llmm_status lora_staging_room(cu_state *s, size_t bytes) {
     const size_t want = 2 * (s->lora_used + bytes);
     s->lora_used = 0;
     if (want > s->lora_host_bytes) {
-        uint8_t *h = (uint8_t *)cu_host_alloc(s->alloc, want);
+        uint8_t *h = (uint8_t *)cu_pinned_alloc(want);
         if (!h) return LLMM_ERR_NO_MEMORY;
-        cu_host_free(s->alloc, s->lora_host);
+        cu_pinned_free(s->lora_host);
         s->lora_host = h;
         s->lora_host_bytes = want;
     }

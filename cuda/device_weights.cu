@@ -1,5 +1,6 @@
 /* Weight sets per model and device (device_weights.h). */
 #include <pthread.h>
+#include <string.h>
 
 #include "portable.h"
 
@@ -92,8 +93,25 @@ void cu_weights_leave(llmm_backend_shared *shared, cu_weight_set *set) {
     pthread_mutex_unlock(&shared->lock);
 }
 
+namespace {
+
+/* bytes at host to dev, through the staging a chunk at a time (each chunk's copy must have
+ * read the staging before the next memcpy overwrites it). */
+int upload(void *dev, const void *host, size_t bytes, const cu_staging *staging) {
+    int err = 0;
+    for (size_t off = 0; off < bytes && !err; off += staging->bytes) {
+        const size_t n = bytes - off < staging->bytes ? bytes - off : staging->bytes;
+        memcpy(staging->pinned, (const uint8_t *)host + off, n);
+        err = cudaMemcpyAsync((uint8_t *)dev + off, staging->pinned, n, cudaMemcpyHostToDevice, staging->stream);
+        if (!err) err = cudaStreamSynchronize(staging->stream);
+    }
+    return err;
+}
+
+} // namespace
+
 llmm_status cu_weights_get(llmm_backend_shared *shared, cu_weight_set *set, size_t index, const void *host,
-                           size_t bytes, void **dev) {
+                           size_t bytes, const cu_staging *staging, void **dev) {
     if (index >= set->n) return LLMM_ERR_INVALID_ARG;
     weight_slot *slot = &set->slot[index];
     /* under the lock, so that contexts created at the same time upload a weight once */
@@ -103,7 +121,7 @@ llmm_status cu_weights_get(llmm_backend_shared *shared, cu_weight_set *set, size
     if (!st && !slot->dev) {
         void *p = NULL;
         int err = cudaMalloc(&p, bytes ? bytes : 1);
-        if (!err) err = cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice);
+        if (!err) err = upload(p, host, bytes, staging);
         if (err) {
             cudaFree(p);
             st = err == cudaErrorMemoryAllocation ? LLMM_ERR_NO_MEMORY : LLMM_ERR_BACKEND;

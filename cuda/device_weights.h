@@ -13,6 +13,8 @@
 
 #include <stddef.h>
 
+#include "portable.h"
+
 #include "backend/backend.h"
 #include "backend/tensor.h"
 
@@ -24,8 +26,19 @@ llmm_status cu_weights_join(llmm_backend_shared *shared, const llmm_allocator *a
                             cu_weight_set **out);
 /* Leave it; the last user frees its device memory (call with the set's device current). */
 void cu_weights_leave(llmm_backend_shared *shared, cu_weight_set *set);
-/* The device copy of weight index (bytes bytes at host), uploaded now if no context did. */
+/* How a weight is uploaded: through pinned host staging (bytes > 0, page-locked: cudaMallocHost)
+ * on the caller's stream, a chunk at a time, each followed by a sync of that stream. Never the
+ * legacy stream nor a synchronous cudaMemcpy: while another context's blocking stream captured
+ * a graph, either would fail (cudaErrorStreamCaptureImplicit) and invalidate that capture. */
+typedef struct cu_staging {
+    void *pinned;
+    size_t bytes;
+    cudaStream_t stream;
+} cu_staging;
+
+/* The device copy of weight index (bytes bytes at host), uploaded now through staging if no
+ * context did. */
 llmm_status cu_weights_get(llmm_backend_shared *shared, cu_weight_set *set, size_t index, const void *host,
-                           size_t bytes, void **dev);
+                           size_t bytes, const cu_staging *staging, void **dev);
 
 #endif

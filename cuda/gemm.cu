@@ -11,6 +11,7 @@
  * The dequantized tile costs its F16 bytes twice (written, then read by the GEMM), against the
  * file's fraction of a byte per weight that llmm__cu_matmul reads once per 8 rows; the tile's size
  * (gemm.h llmm__cu_gemm_tile_rows) keeps that traffic in the L2. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "portable.h"
@@ -132,8 +133,8 @@ static int lt_error(cublasStatus_t status) {
     case CUBLAS_STATUS_INVALID_VALUE: return cudaErrorInvalidValue;
     case CUBLAS_STATUS_NOT_SUPPORTED: case CUBLAS_STATUS_ARCH_MISMATCH: return cudaErrorNotSupported;
     case CUBLAS_STATUS_NOT_INITIALIZED: return cudaErrorInitializationError;
-    case CUBLAS_STATUS_EXECUTION_FAILED: {
-        const cudaError_t launch = cudaGetLastError();
+    case CUBLAS_STATUS_EXECUTION_FAILED: { /* peeked, not cleared: the caller reports it */
+        const cudaError_t launch = cudaPeekAtLastError();
         return launch != cudaSuccess ? (int)launch : (int)cudaErrorLaunchFailure;
     }
     default: return cudaErrorUnknown;
@@ -230,9 +231,12 @@ __global__ void reference_gemm_kernel(cu_lt_gemm g) {
 
 static void lt_entry_release(lt_entry *e) { e->last_use = 0; }
 
+/* LLMM_CUDA_EMU_LT_NO_ALGORITHM=1 (emulated build only, for tests): the heuristic finds no
+ * algorithm for any shape, as cuBLASLt may on a device or for a layout it does not serve. */
 static int lt_entry_prepare(cu_lt *lt, lt_entry *e, const lt_key *key, const cu_lt_gemm *g) {
     (void)lt, (void)e, (void)key, (void)g;
-    return 0;
+    const char *none = getenv("LLMM_CUDA_EMU_LT_NO_ALGORITHM");
+    return none && strcmp(none, "1") == 0 ? (int)cudaErrorNotSupported : 0;
 }
 
 static int lt_run(cu_lt *lt, lt_entry *e, cudaStream_t stream, const cu_lt_gemm *g) {
@@ -316,6 +320,70 @@ extern "C" int llmm__cu_gemm_convert(cudaStream_t stream, const float *x, size_t
     if (blocks > 0x7fffffffu) return cudaErrorInvalidValue;
     auto *kernel = type == CU_LT_BF16 ? &convert_kernel<true> : &convert_kernel<false>;
     SIMT_LAUNCH(kernel, (unsigned)blocks, GEMM_THREADS, 0, stream, x, n, dst);
+    return (int)cudaGetLastError();
+}
+
+/* F16 activations that cannot overflow: a row whose largest |x| reaches F16_ROW_LIMIT is scaled
+ * by the power of two that brings it below (exact, the significands unchanged) before rounding,
+ * and its outputs by the inverse after the GEMM (exact again). A plain rounding turned such a
+ * value (SwiGLU outputs feeding ffn_down reach 1e5 in some models) into inf and the logits into
+ * NaN. Per row, not per tensor: a row's outputs depend on its own activations only, so each row
+ * keeps F16's 11 significant bits relative to its own largest value; BF16 would never overflow
+ * but keeps 8. Measured against the CPU on test_cuda_module's large-activation model (mean KL
+ * of the logits over 24 rows, Q4_K_M / Q4_0 / Q8_0): scaled F16 5.9e-5 / 3.3e-5 / 2.7e-5,
+ * activations rounded to BF16 (weights still F16) 6.3e-5 / 3.6e-5 / 3.1e-5; a BF16 GEMM would
+ * round the dequantized weights to BF16 too.
+ * Rows below the limit, every row of an ordinary model, are rounded exactly as before.
+ * 2^15: the largest scaled value rounds to at most 2^15, far below 65504. */
+#define F16_ROW_LIMIT 32768.0f
+
+/* One thread block per row: the row's largest |x| (a NaN is skipped by fmaxf and stays NaN in
+ * the conversion; an infinite row is not scaled and stays infinite, as on the CPU), its scale,
+ * then the row rounded. unscale[row] receives the factor that undoes the scale. */
+__global__ void convert_rows_f16_scaled_kernel(const float *x, size_t ne0, uint16_t *dst, float *unscale) {
+    __shared__ float part[GEMM_THREADS];
+    const size_t row = blockIdx.x;
+    const float *xr = x + row * ne0;
+    float amax = 0.0f;
+    for (size_t i = threadIdx.x; i < ne0; i += blockDim.x) amax = fmaxf(amax, fabsf(xr[i]));
+    part[threadIdx.x] = amax;
+    __syncthreads();
+    for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
+        if (threadIdx.x < half) part[threadIdx.x] = fmaxf(part[threadIdx.x], part[threadIdx.x + half]);
+        __syncthreads();
+    }
+    float scale = 1.0f, inverse = 1.0f;
+    amax = part[0];
+    if (amax < INFINITY) /* both factors powers of two: every product below is exact */
+        while (qb_mul(amax, scale) >= F16_ROW_LIMIT) scale = qb_mul(scale, 0.5f), inverse = qb_mul(inverse, 2.0f);
+    if (threadIdx.x == 0) unscale[row] = inverse;
+    uint16_t *dr = dst + row * ne0;
+    for (size_t i = threadIdx.x; i < ne0; i += blockDim.x) dr[i] = __half_as_ushort(__float2half_rn(qb_mul(xr[i], scale)));
+}
+
+/* out (n_rows, ne1) row by row times the row's unscale factor, where it is not 1. */
+__global__ void unscale_rows_kernel(float *out, size_t ne1, size_t n, const float *unscale) {
+    const size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= n) return;
+    const float u = unscale[e / ne1];
+    if (u != 1.0f) out[e] = qb_mul(out[e], u);
+}
+
+extern "C" int llmm__cu_gemm_convert_f16_scaled(cudaStream_t stream, const float *x, size_t ne0, size_t n_rows,
+                                                uint16_t *dst, float *unscale) {
+    if (n_rows == 0 || ne0 == 0) return 0;
+    if (n_rows > 0x7fffffffu) return cudaErrorInvalidValue;
+    SIMT_LAUNCH(convert_rows_f16_scaled_kernel, (unsigned)n_rows, GEMM_THREADS, 0, stream, x, ne0, dst, unscale);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int llmm__cu_gemm_unscale_rows(cudaStream_t stream, float *out, size_t ne1, size_t n_rows,
+                                          const float *unscale) {
+    const size_t n = ne1 * n_rows;
+    if (n == 0) return 0;
+    const size_t blocks = (n + GEMM_THREADS - 1) / GEMM_THREADS;
+    if (blocks > 0x7fffffffu) return cudaErrorInvalidValue;
+    SIMT_LAUNCH(unscale_rows_kernel, (unsigned)blocks, GEMM_THREADS, 0, stream, out, ne1, n, unscale);
     return (int)cudaGetLastError();
 }
 
@@ -415,14 +483,16 @@ extern "C" size_t llmm__cu_gemm_tile_rows(size_t ne0) {
     return rows > GEMM_TILE_ALIGN ? rows : GEMM_TILE_ALIGN;
 }
 
-/* scratch: x in F16/BF16, padded to GEMM_SCRATCH_ALIGN, then the tile */
-static size_t x_scratch_bytes(size_t ne0, size_t n_rows) { return round_up(2 * ne0 * n_rows, GEMM_SCRATCH_ALIGN); }
+/* scratch: x in F16/BF16, padded to GEMM_SCRATCH_ALIGN; for quantized weights then each row's
+ * unscale factor, padded likewise, and the tile */
+static size_t x_bytes(size_t ne0, size_t n_rows) { return round_up(2 * ne0 * n_rows, GEMM_SCRATCH_ALIGN); }
+static size_t unscale_bytes(size_t n_rows) { return round_up(sizeof(float) * n_rows, GEMM_SCRATCH_ALIGN); }
 
 extern "C" size_t llmm__cu_gemm_scratch_bytes_tiled(uint32_t type, size_t ne0, size_t ne1, size_t n_rows,
                                               size_t tile_rows) {
     if (!whole_blocks(type, ne0) || type == LLMM_TYPE_F32) return 0;
-    const size_t tile = in_place_type(type) ? 0 : 2 * ne0 * (ne1 < tile_rows ? ne1 : tile_rows);
-    return x_scratch_bytes(ne0, n_rows) + tile;
+    if (in_place_type(type)) return x_bytes(ne0, n_rows);
+    return x_bytes(ne0, n_rows) + unscale_bytes(n_rows) + 2 * ne0 * (ne1 < tile_rows ? ne1 : tile_rows);
 }
 
 extern "C" size_t llmm__cu_gemm_scratch_bytes(uint32_t type, size_t ne0, size_t ne1, size_t n_rows) {
@@ -449,21 +519,29 @@ extern "C" int llmm__cu_gemm_tiled(cu_lt *lt, cudaStream_t stream, const void *w
 
     g.ab_type = type == LLMM_TYPE_BF16 ? CU_LT_BF16 : CU_LT_F16;
     uint16_t *x16 = (uint16_t *)scratch;
-    int err = llmm__cu_gemm_convert(stream, x, n_rows * ne0, g.ab_type, x16);
+    float *unscale = (float *)((uint8_t *)scratch + x_bytes(ne0, n_rows));
+
+    /* F16 and BF16 weights take x rounded to their type, the CPU's operand for them (an F16
+     * activation past 65504 is infinite on both); quantized weights take it scaled per row */
+    if (in_place_type(type)) {
+        int err = llmm__cu_gemm_convert(stream, x, n_rows * ne0, g.ab_type, x16);
+        g.b = x16;
+        return err ? err : llmm__cu_lt_matmul(lt, stream, &g);
+    }
+    int err = llmm__cu_gemm_convert_f16_scaled(stream, x, ne0, n_rows, x16, unscale);
     if (err) return err;
     g.b = x16;
-    if (in_place_type(type)) return llmm__cu_lt_matmul(lt, stream, &g);
 
     /* one tile buffer, reused: the stream orders each dequantization after the GEMM that read
      * the previous tile */
-    uint16_t *tile = (uint16_t *)((uint8_t *)scratch + x_scratch_bytes(ne0, n_rows));
+    uint16_t *tile = (uint16_t *)((uint8_t *)unscale + unscale_bytes(n_rows));
     for (size_t o0 = 0; o0 < ne1 && !err; o0 += tile_rows) {
         const size_t rows = ne1 - o0 < tile_rows ? ne1 - o0 : tile_rows;
         err = llmm__cu_gemm_dequant_tile(stream, w, type, ne0, o0, rows, tile);
         g.m = rows, g.a = tile, g.c = out + o0;
         if (!err) err = llmm__cu_lt_matmul(lt, stream, &g);
     }
-    return err;
+    return err ? err : llmm__cu_gemm_unscale_rows(stream, out, ne1, n_rows, unscale);
 }
 
 extern "C" int llmm__cu_gemm(cu_lt *lt, cudaStream_t stream, const void *w, uint32_t type, size_t ne0, size_t ne1,

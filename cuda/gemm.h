@@ -93,7 +93,8 @@ void llmm__cu_lt_cache_stats(const cu_lt *lt, size_t *entries, size_t *misses);
 /* ---------------------------------------------------------------- llmm__cu_gemm */
 
 /* Device scratch bytes llmm__cu_gemm needs: x converted to F16 (BF16 for BF16 weights; nothing for
- * F32 weights, an F32 GEMM) and, for quantized weights, one dequantized F16 tile of
+ * F32 weights, an F32 GEMM) and, for quantized weights, a float per row (its unscale factor,
+ * rounded up to 256 bytes) and one dequantized F16 tile of
  * llmm__cu_gemm_tile_rows(ne0) rows of w (fewer when ne1 is smaller). Bounded in ne1: reserve for
  * any width with ne1 = SIZE_MAX. 0 for a type llmm__cu_gemm does not take. */
 size_t llmm__cu_gemm_scratch_bytes(uint32_t type, size_t ne0, size_t ne1, size_t n_rows);
@@ -103,9 +104,13 @@ size_t llmm__cu_gemm_scratch_bytes(uint32_t type, size_t ne0, size_t ne1, size_t
  * IQ4_NL, IQ4_XS) as the GGUF file stores them. n_rows >= 1, any count.
  * F16 and BF16 weights are used in place against x rounded to their type; F32 weights make an
  * F32 GEMM; quantized weights are dequantized to F16 a tile of rows at a time, one llmm__cu_lt_matmul
- * per tile writing its columns of out. Numerics: x rounded to F16 (|x| > 65504 becomes
- * infinite), quantized weights' CPU values rounded to F16 (likewise), products summed in F32;
- * the CPU rounds x coarser (Q8 blocks) for quantized weights.
+ * per tile writing its columns of out. Numerics: for quantized weights, x rounded to F16 after
+ * scaling each row by the power of two that brings its largest |x| below 2^15 when it is not
+ * already (undone exactly on the row's outputs: no finite activation becomes infinite, where
+ * the CPU's Q8 operand has no such limit either), and the weights' CPU values rounded to F16;
+ * for F16 and BF16 weights, x rounded to their type as the CPU's operand is (|x| > 65504 is
+ * infinite in F16 on both); products summed in F32. The CPU rounds x coarser (Q8 blocks) for
+ * quantized weights.
  * scratch: device memory of scratch_bytes >= llmm__cu_gemm_scratch_bytes(type, ne0, ne1, n_rows),
  * else cudaErrorInvalidValue and nothing enqueued; so is a type without math here or an ne0
  * that is not whole blocks. */
@@ -131,6 +136,14 @@ int llmm__cu_gemm_tiled(cu_lt *lt, cudaStream_t stream, const void *w, uint32_t 
  * for bit) rounded to nearest-even F16. Any type of quant_blocks.cuh. */
 int llmm__cu_gemm_dequant_tile(cudaStream_t stream, const void *w, uint32_t type, size_t ne0, size_t row0, size_t n,
                          uint16_t *dst);
+
+/* dst (n_rows rows of ne0 F16 values) = x (n_rows, ne0), each row times a power of two s_r: 1
+ * when the row's largest |x| is below 2^15 (or infinite), else the largest that brings it
+ * below; unscale[r] = 1 / s_r (device memory, n_rows floats). Then
+ * llmm__cu_gemm_unscale_rows multiplies out's row r (ne1 floats) by unscale[r]. */
+int llmm__cu_gemm_convert_f16_scaled(cudaStream_t stream, const float *x, size_t ne0, size_t n_rows, uint16_t *dst,
+                                     float *unscale);
+int llmm__cu_gemm_unscale_rows(cudaStream_t stream, float *out, size_t ne1, size_t n_rows, const float *unscale);
 
 /* dst (n values of F16, or BF16 when type is CU_LT_BF16) = x (n floats), rounded to nearest
  * even as lib/format/quant.c's conversions (a NaN may come out as another NaN). */

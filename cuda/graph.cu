@@ -55,6 +55,26 @@ graph_entry *entry_for(cu_graphs *g, uint32_t key) {
     return oldest;
 }
 
+/* Field by field: cu_op has padding (after u[], before n[]) whose bytes no assignment sets, so a
+ * memcmp of two equal records would depend on how each was built. Floats compare by their bits,
+ * as a graph's captured arguments do (0.0f and -0.0f are different launches). */
+bool op_equal(const cu_op &a, const cu_op &b) {
+    if (a.kind != b.kind) return false;
+    for (int i = 0; i < 4; i++)
+        if (a.u[i] != b.u[i]) return false;
+    for (int i = 0; i < 3; i++)
+        if (a.n[i] != b.n[i]) return false;
+    for (int i = 0; i < 5; i++)
+        if (a.p[i] != b.p[i]) return false;
+    return memcmp(a.f, b.f, sizeof a.f) == 0; /* an array of floats: no padding */
+}
+
+bool ops_equal(const cu_op *a, const cu_op *b, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!op_equal(a[i], b[i])) return false;
+    return true;
+}
+
 /* Capture the ops as e's graph; 0 or the capture's cudaError_t (nothing launched then). */
 int capture(cu_graphs *g, graph_entry *e, cudaStream_t stream, const cu_op *ops, size_t n_ops, cu_run_ops_fn run,
             void *ctx) {
@@ -100,7 +120,7 @@ int cu_graphs_run(cu_graphs *g, cudaStream_t stream, uint32_t key, const cu_op *
     if (g->broken || key == 0 || n_ops == 0) return run(ctx, ops, n_ops);
     graph_entry *e = entry_for(g, key);
     e->last_use = ++g->clock;
-    if (e->key == key && e->exec && e->n_ops == n_ops && !memcmp(e->ops, ops, n_ops * sizeof *ops)) {
+    if (e->key == key && e->exec && e->n_ops == n_ops && ops_equal(e->ops, ops, n_ops)) {
         g->counters.replays++;
         return cudaGraphLaunch(e->exec, stream);
     }

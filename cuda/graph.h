@@ -24,9 +24,10 @@
 #include "llmmini.h"
 #include "portable.h"
 
-/* One recorded op. Its bytes are its identity (records are compared with memcmp), so every
- * record starts zeroed (cu_op_zero) and holds values only, never host pointers whose target
- * may change: what each field means per kind is the glue's (backend.cu run_op). */
+/* One recorded op. Its fields are its identity (records are compared field by field, floats by
+ * their bits: graph.cu op_equal, so padding bytes never matter), so every record starts with
+ * every field zero (cu_op_zero) and holds values only, never host pointers whose target may
+ * change: what each field means per kind is the glue's (backend.cu run_op). */
 typedef struct cu_op {
     uint32_t kind;
     uint32_t u[4];

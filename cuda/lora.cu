@@ -47,7 +47,7 @@ __global__ void lora_expand_kernel(const void *bt, uint32_t bt_f16, size_t n_out
     const float *ti = t + i * rank;
     float *y = out + (size_t)rows[i] * n_out + o;
     float acc = *y;
-    for (size_t r = 0; r < rank; r++) acc = fmaf(ti[r], operand_at(bt, bt_f16, base + r * w), acc);
+    for (size_t r = 0; r < rank; r++) acc = __fmaf_rn(ti[r], operand_at(bt, bt_f16, base + r * w), acc);
     *y = acc;
 }
 

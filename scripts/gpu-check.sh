@@ -6,7 +6,10 @@
 #               (make cuda-device-tests) and scripts/gpu-bandwidth.cu
 #   bandwidth   the device's memory bandwidth: a device-to-device copy (read + write counted)
 #               and the nominal figure of its attributes
-#   kernels     tests/cuda/test_*.cpp on the device
+#   kernels     tests/cuda/test_*.cpp on the device, and each on the strict emulator: per test,
+#               whether the device's read-backs equal the emulator's bit for bit
+#   concurrency test_cuda_module's four-thread test (captures while other threads load) on the
+#               real module
 #   make test   the whole suite, with tests/cuda/test_cuda_module on the real libllmmini-cuda.so
 #   sanitizers  the kernel tests under compute-sanitizer memcheck and racecheck (skipped, saying
 #               so, when compute-sanitizer is absent)
@@ -312,9 +315,46 @@ kernel_tests() {
             record "kernels: $t" "skipped: $bin not built" 0 ""
             continue
         fi
-        timeout 60 "$bin" > "$LOGS/$log" 2>&1 || rc=$?
+        rm -f "$LOGS/digest-$t-run.txt" "$LOGS/digest-$t-emu.txt"
+        LLMM_KERNEL_DIGEST=$LOGS/digest-$t-run.txt timeout 60 "$bin" > "$LOGS/$log" 2>&1 || rc=$?
+        note="$note; $(digest_compare "$t")"
         record "kernels: $t" "$(status_of $rc): $(cmocka_counts "$LOGS/$log"); $note" $(($(now_s) - t0)) "$log"
     done
+}
+
+# The test's read-backs on the device against the same test on the strict emulator
+# (tests/cuda/device_test_util.h LLMM_KERNEL_DIGEST): how many arrays are equal bit for bit, and
+# the first that is not. The emulator moves transcendentals within CUDA's ulp bounds, so arrays
+# through expf/tanhf/sinf/cosf may differ while both pass their bounds; an integer or
+# exactly-rounded result that differs is a finding.
+digest_compare() { # test
+    local t=$1 emu=$ABS_BUILD/tests/$1 run=$LOGS/digest-$1-run.txt ref=$LOGS/digest-$1-emu.txt
+    [ -x "$emu" ] || { echo "no emulated twin to compare with"; return; }
+    LLMM_KERNEL_DIGEST=$ref timeout 120 "$emu" > "$LOGS/kernels-$t-emu.log" 2>&1 || true
+    [ -s "$run" ] && [ -s "$ref" ] || { echo "no read-backs recorded"; return; }
+    paste -d ' ' "$run" "$ref" | awk -v nr="$(wc -l < "$run")" -v ne="$(wc -l < "$ref")" '
+        { if ($1 == $3 && $2 == $4) same++; else if (!first) first = NR }
+        END { printf "device = emulator: %d of %d read-backs bit for bit", same, nr
+              if (nr != ne) printf " (emulator: %d read-backs)", ne
+              if (first) printf ", first difference: read-back %d", first }'
+}
+
+# The four-thread test (tests/cuda/test_cuda_module.c test_four_threads_capture_and_load) on the
+# module under test: two threads warm up and capture graphs while two load a second model and
+# decode, each equal to the same run alone, no backend error, graphs still on.
+concurrency() {
+    local t0 rc=0 module bin=$ABS_BUILD/tests/test_cuda_module
+    t0=$(now_s)
+    module=$ABS_BUILD/libllmmini-cuda.so
+    [ "$DRY" = 1 ] && module=$ABS_BUILD/libllmmini-cuda-emu.so
+    if [ ! -x "$bin" ] || [ ! -f "$module" ]; then
+        record "concurrency" "skipped: test_cuda_module or $(basename "$module") not built" 0 ""
+        return
+    fi
+    LLMM_CUDA_EMU_MODULE=$module timeout 180 "$bin" test_four_threads_capture_and_load \
+        > "$LOGS/concurrency.log" 2>&1 || rc=$?
+    record "concurrency" "$(status_of $rc): $(cmocka_counts "$LOGS/concurrency.log"); $(basename "$module"); \
+$(grep -m1 -E '^4 threads' "$LOGS/concurrency.log" || true)" $(($(now_s) - t0)) concurrency.log
 }
 
 # compute-sanitizer's own summary line (memcheck: ERROR SUMMARY; racecheck: RACECHECK SUMMARY).
@@ -743,6 +783,7 @@ build
 synth_start
 bandwidth
 kernel_tests
+concurrency
 make_test
 sanitizers
 synth_wait

@@ -490,6 +490,39 @@ template <uint32_t T> static void test_gemm(void **state) {
     llmm__cu_lt_free(lt);
 }
 
+// llmm__cu_gemm_convert_f16_scaled: a row whose largest |x| is below 2^15 is rounded as plain
+// F16 (unscale 1); a larger one (1e5, and the largest float) is scaled by the power of two that
+// brings it below 2^15, so nothing finite becomes infinite, and F16 value times unscale is the
+// F16 rounding of x / unscale; an infinite row stays infinite. Then unscale_rows undoes it.
+static void test_convert_f16_scaled(void **state) {
+    (void)state;
+    const size_t ne0 = 300, n_rows = 4;
+    const float peak[n_rows] = {30000.0f, 1.0e5f, 3.0e38f, INFINITY};
+    std::vector<float> x(n_rows * ne0);
+    for (size_t r = 0; r < n_rows; r++)
+        for (size_t i = 0; i < ne0; i++) x[r * ne0 + i] = i == 17 ? -peak[r] : uniform(-1.0f, 1.0f) * 1000.0f;
+    float *x_dev = to_device(x), *unscale_dev = to_device(std::vector<float>(n_rows, poison_float()));
+    uint16_t *h_dev = to_device(std::vector<uint16_t>(n_rows * ne0));
+    assert_int_equal(llmm__cu_gemm_convert_f16_scaled(nullptr, x_dev, ne0, n_rows, h_dev, unscale_dev), cudaSuccess);
+    const std::vector<uint16_t> h = from_device(h_dev, n_rows * ne0);
+    const std::vector<float> unscale = from_device(unscale_dev, n_rows);
+    const float want_unscale[n_rows] = {1.0f, 4.0f, 0x1p113f, 1.0f}; /* 1e5 / 4 < 2^15 <= 1e5 / 2 */
+    for (size_t r = 0; r < n_rows; r++) {
+        assert_true(unscale[r] == want_unscale[r]);
+        for (size_t i = 0; i < ne0; i++) {
+            const float v = x[r * ne0 + i];
+            const uint16_t want = f16_bits(v / unscale[r]);
+            if (h[r * ne0 + i] != want) fail_msg("row %zu, x[%zu] = %g: F16 %#x, want %#x", r, i, v, h[r * ne0 + i], want);
+            if (r < 3) assert_true(isfinite(llmm__f16_to_f32(h[r * ne0 + i])));
+        }
+    }
+    float *out_dev = to_device(std::vector<float>(n_rows * 3, 1.5f));
+    assert_int_equal(llmm__cu_gemm_unscale_rows(nullptr, out_dev, 3, n_rows, unscale_dev), cudaSuccess);
+    const std::vector<float> out = from_device(out_dev, n_rows * 3);
+    for (size_t e = 0; e < n_rows * 3; e++) assert_true(out[e] == 1.5f * want_unscale[e / 3]);
+    cudaFree(x_dev), cudaFree(unscale_dev), cudaFree(h_dev), cudaFree(out_dev);
+}
+
 static void test_gemm_scratch(void **state) {
     (void)state;
     // the tile: a multiple of 128 rows of at most 16 MiB of F16, or 128 rows of a wider row
@@ -503,10 +536,11 @@ static void test_gemm_scratch(void **state) {
     assert_int_equal(llmm__cu_gemm_tile_rows(14336), 512);
 
     // bounded in ne1: past one tile the width no longer matters
-    const size_t x_part = 2 * 4096 * 512;
-    assert_int_equal(llmm__cu_gemm_scratch_bytes(LLMM_TYPE_Q4_K, 4096, SIZE_MAX, 512), x_part + 2 * 4096 * 2048);
-    assert_int_equal(llmm__cu_gemm_scratch_bytes(LLMM_TYPE_Q4_K, 4096, 2048, 512), x_part + 2 * 4096 * 2048);
-    assert_int_equal(llmm__cu_gemm_scratch_bytes(LLMM_TYPE_Q4_K, 4096, 1000, 512), x_part + 2 * 4096 * 1000);
+    const size_t x_part = 2 * 4096 * 512, unscale_part = 4 * 512;
+    assert_int_equal(llmm__cu_gemm_scratch_bytes(LLMM_TYPE_Q4_K, 4096, SIZE_MAX, 512),
+                     x_part + unscale_part + 2 * 4096 * 2048);
+    assert_int_equal(llmm__cu_gemm_scratch_bytes(LLMM_TYPE_Q4_K, 4096, 2048, 512), x_part + unscale_part + 2 * 4096 * 2048);
+    assert_int_equal(llmm__cu_gemm_scratch_bytes(LLMM_TYPE_Q4_K, 4096, 1000, 512), x_part + unscale_part + 2 * 4096 * 1000);
     assert_int_equal(llmm__cu_gemm_scratch_bytes(LLMM_TYPE_F16, 4096, SIZE_MAX, 512), x_part);
     assert_int_equal(llmm__cu_gemm_scratch_bytes(LLMM_TYPE_BF16, 4096, SIZE_MAX, 512), x_part);
     assert_int_equal(llmm__cu_gemm_scratch_bytes(LLMM_TYPE_F32, 4096, SIZE_MAX, 512), 0);
@@ -568,6 +602,7 @@ int main(void) {
         cmocka_unit_test(test_gemm<LLMM_TYPE_Q5_K>),
         cmocka_unit_test(test_gemm<LLMM_TYPE_Q6_K>),
         cmocka_unit_test(test_gemm<LLMM_TYPE_IQ4_XS>),
+        cmocka_unit_test(test_convert_f16_scaled),
         cmocka_unit_test(test_gemm_scratch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -34,12 +34,24 @@
 #include "llmmini.h"
 #include "model/model.h"
 #include "support/shared_data.h"
+#include "support/quant_temp.h"
+#include "format/gguf.h"
+#include <sys/wait.h>
+#include <unistd.h>
 
 #define MAX_IDS GOLDEN_MAX_IDS
 
 static char module_path[4096];
 
 static void find_module(const char *argv0) { emulated_cuda_module(argv0, module_path, sizeof module_path); }
+
+/* llmmini-synth, built next to the module ($(BUILD)/tests/ -> $(BUILD)/). */
+static char synth_tool[1024];
+static void find_synth(const char *argv0) {
+    const char *slash = strrchr(argv0, '/');
+    const int dir_len = slash ? (int)(slash - argv0) : 1;
+    snprintf(synth_tool, sizeof synth_tool, "%.*s/../llmmini-synth", dir_len, slash ? argv0 : ".");
+}
 
 /* ------------------------------------------------------------------ the table */
 
@@ -152,6 +164,18 @@ static double max_abs_diff(const float *a, const float *b, size_t n) {
     return worst;
 }
 
+/* KL(p || q) in nats of the softmaxes of two logit rows. */
+static double row_kl(const float *p_logits, const float *q_logits, size_t n) {
+    double pmax = -INFINITY, qmax = -INFINITY, ps = 0, qs = 0, kl = 0;
+    for (size_t i = 0; i < n; i++) pmax = fmax(pmax, p_logits[i]), qmax = fmax(qmax, q_logits[i]);
+    for (size_t i = 0; i < n; i++) ps += exp(p_logits[i] - pmax), qs += exp(q_logits[i] - qmax);
+    for (size_t i = 0; i < n; i++) {
+        const double lp = p_logits[i] - pmax - log(ps), lq = q_logits[i] - qmax - log(qs);
+        kl += exp(lp) * (lp - lq);
+    }
+    return kl;
+}
+
 /* As test_generate.c's F32 KV golden check: logits within 1e-3, greedy tokens up to the
  * case's hard bar. */
 static void test_golden(void **state) {
@@ -254,15 +278,18 @@ static const char *const kv_names[] = {"f32", "f16", "q8"};
  * twice the format's own effect, measured on the CPU on the same tokens (max |logits with the
  * type - logits with F32 KV|), and the tight check is check_state_exchange.
  * The quantized files quantize the activations to Q8_0 before each matmul, which rounds away
- * such last-bit differences (these runs are bit for bit the CPU's with F32 KV) but amplifies
- * the rare one that crosses a rounding boundary: on other prompts a single flipped activation
- * in layer 0 moves the logits by ~0.25 even with F32 KV. The prompt here crosses no such
- * boundary with F32 KV; a kernel change that brings one fails the whole-run bound while the
- * exchanged-K/V check (one step on equal inputs) still passes, which tells the two apart. */
+ * such last-bit differences but amplifies the rare one that crosses a rounding boundary: a
+ * single flipped activation in layer 0 moves the logits by ~0.25 even with F32 KV. These runs
+ * were held to 1e-3 as "bit for bit the CPU's with F32 KV"; that held only while the emulator
+ * used glibc's expf and tanhf: a device's (within 2 ulps, which the strict emulator now
+ * reproduces) may flip such a step on any prompt (it does on test_prefill_whole_and_chunked's).
+ * So quantized files are held to the bound of one flipped step, Q8_FLIP_TOLERANCE, with every
+ * greedy token the CPU's (measured with the strict emulator: 0 here, 8e-2 there). */
 #define CPU_LOGITS_TOLERANCE 1e-3
+#define Q8_FLIP_TOLERANCE 0.5
 
-static double kv_tolerance(llmm_kv_type kv, double format_effect) {
-    return CPU_LOGITS_TOLERANCE + (kv == LLMM_KV_F32 ? 0.0 : 2.0 * format_effect);
+static double kv_tolerance(int quantized, llmm_kv_type kv, double format_effect) {
+    return (quantized ? Q8_FLIP_TOLERANCE : CPU_LOGITS_TOLERANCE) + (kv == LLMM_KV_F32 ? 0.0 : 2.0 * format_effect);
 }
 
 /* A prompt long enough to cross a KV block (16 positions by default) and to take two prefill
@@ -373,7 +400,8 @@ static void check_file_against_cpu(const char *file, llmm_kv_type kv) {
         run_greedy(m, LLMM_BACKEND_CPU, LLMM_KV_F32, ids, n, cpu.tokens, &cpu_f32);
         format_effect = trace_diff(&cpu, &cpu_f32, &effect_row);
     }
-    const double worst = trace_diff(&cpu, &cuda, &worst_row), tol = kv_tolerance(kv, format_effect);
+    const int quantized = strcmp(file, "stories260K.gguf") != 0;
+    const double worst = trace_diff(&cpu, &cuda, &worst_row), tol = kv_tolerance(quantized, kv, format_effect);
     while (agree < GREEDY_STEPS && cpu.tokens[agree] == cuda.tokens[agree]) agree++;
     const double exchanged = check_state_exchange(m, kv, ids, n, cpu.tokens[0]);
     print_message("%-22s KV %-3s %zu+%d tokens: cuda-emu vs cpu max |logit diff| %.2e (row %zu; bound %.2e, KV "
@@ -382,7 +410,7 @@ static void check_file_against_cpu(const char *file, llmm_kv_type kv) {
                   exchanged);
     assert_true(worst <= tol);
     assert_int_equal(agree, GREEDY_STEPS);
-    assert_true(exchanged <= CPU_LOGITS_TOLERANCE);
+    assert_true(exchanged <= (quantized ? Q8_FLIP_TOLERANCE : CPU_LOGITS_TOLERANCE));
     free(cpu.logits);
     free(cuda.logits);
     free(cpu_f32.logits);
@@ -511,7 +539,7 @@ static void check_fork(llmm_kv_type kv) {
             vs_unforked = fmax(vs_unforked, max_abs_diff(row, rows[1] + fork_row(s, k) * nv, nv));
         }
     }
-    const double tol = kv_tolerance(kv, format_effect);
+    const double tol = kv_tolerance(0, kv, format_effect); /* stories260K.gguf: F32 weights */
     print_message("fork at %zu of %d-position blocks, KV %-3s: cuda-emu vs cpu max |logit diff| %.2e over %d rows "
                   "(bound %.2e), forked vs unforked on cuda-emu %.2e\n",
                   n, FORK_BLOCK, kv_names[kv], vs_cpu, FORK_ROWS, tol, vs_unforked);
@@ -536,12 +564,19 @@ static void test_fork_copy_on_write(void **state) {
  * and to itself), every position's logits (LLMM_PREFILL_ALL_LOGITS) against the CPU's, for the
  * golden prompts on each stories260K file, with 8-position KV blocks and F32 KV.
  * F32 weights run an F32 GEMM: the CPU backend's 1e-3 bar. Q8_0 and Q4_0 run the int8
- * tensor-core GEMM by default (cuda/gemm_int8.h), the CPU's numerics bit for bit: the same bar.
+ * tensor-core GEMM by default (cuda/gemm_int8.h), the CPU's matmul numerics bit for bit; but the
+ * activations it quantizes come through SiLU and softmax, whose expf is the device's (within
+ * 2 ulps, tests/simt/simt_math.h), not glibc's, so now and then one of them lands on the other
+ * side of a Q8 rounding step and moves the logits by ~0.1-0.25 (measured with the strict
+ * emulator: 8.0e-2 on Q4_0's 17-token prompt, 0 elsewhere). This test once held these runs to
+ * 1e-3 as "bit for bit": a device would have broken that. The bound is now the one of a flipped
+ * step, 0.5, with every position's greedy token the CPU's and the mean KL of the rows' softmaxes
+ * within 1e-3 (measured: at most 6.3e-5, on the lt path).
  * With LLMM_CUDA_GEMM=lt they run llmm__cu_gemm, which rounds activations and dequantized weights to
  * F16 where the CPU quantizes activations to Q8_0 (steps of |x|max / 127 per 32 values), so the
  * two differ by the CPU's own rounding, measured here as up to 0.2 on these logits (the size of
- * the ~0.1-0.25 moves one flipped Q8 step makes on stories260K): the bound is 0.5 there, and the
- * greedy token of every position must agree (a kernel error moves logits by whole units). */
+ * the ~0.1-0.25 moves one flipped Q8 step makes on stories260K): the same bounds there (a kernel
+ * error moves logits by whole units). */
 static void test_prefill_whole_and_chunked(void **state) {
     (void)state;
     static const char *const files[] = {"stories260K.gguf", "stories260K-q8_0.gguf", "stories260K-q4_0.gguf"};
@@ -551,11 +586,11 @@ static void test_prefill_whole_and_chunked(void **state) {
         llmm_model *m = load_model(files[f], NULL);
         const size_t nv = vocab_size(m);
         for (size_t pa = 0; pa < (f == 0 ? 1u : 2u); pa++) {
-            const double bound = pa == 0 ? CPU_LOGITS_TOLERANCE : 0.5;
+            const double bound = f == 0 ? CPU_LOGITS_TOLERANCE : Q8_FLIP_TOLERANCE;
             for (size_t pi = 0; pi < sizeof prompts / sizeof *prompts; pi++) {
                 llmm_token ids[MAX_IDS];
                 const size_t n = tokenize(m, prompts[pi], ids, MAX_IDS);
-                double worst[2] = {0, 0};
+                double worst[2] = {0, 0}, kl[2] = {0, 0};
                 size_t agree[2] = {0, 0};
                 llmm_context_params p = context_params(LLMM_BACKEND_CPU, 64, 1, 64, LLMM_KV_F32);
                 p.kv_block_size = 8;
@@ -573,14 +608,16 @@ static void test_prefill_whole_and_chunked(void **state) {
                         assert_int_equal(llmm_logits(cpu, i, &a, NULL), LLMM_OK);
                         assert_int_equal(llmm_logits(gpu, i, &b, NULL), LLMM_OK);
                         worst[chunked] = fmax(worst[chunked], max_abs_diff(a, b, nv));
+                        kl[chunked] += row_kl(a, b, nv) / (double)n;
                         agree[chunked] += argmax(a, nv) == argmax(b, nv);
                     }
                     llmm_context_free(gpu);
                 }
                 print_message("%-22s %-7s %2zu-token prompt: cuda-emu vs cpu at every position: one chunk %.2e (greedy "
-                              "%zu/%zu), chunks of 3 %.2e (greedy %zu/%zu); bound %.0e\n",
-                              files[f], paths[pa], n, worst[0], agree[0], n, worst[1], agree[1], n, bound);
+                              "%zu/%zu, mean KL %.1e), chunks of 3 %.2e (greedy %zu/%zu, mean KL %.1e); bound %.0e\n",
+                              files[f], paths[pa], n, worst[0], agree[0], n, kl[0], worst[1], agree[1], n, kl[1], bound);
                 assert_true(worst[0] <= bound && worst[1] <= bound);
+                assert_true(kl[0] <= 1e-3 && kl[1] <= 1e-3);
                 assert_int_equal(agree[0], n);
                 assert_int_equal(agree[1], n);
                 llmm_context_free(cpu);
@@ -920,9 +957,378 @@ static void test_missing_device(void **state) {
     llmm_model_free(m);
 }
 
+/* The module present, no device (the emulated runtime told so: LLMM_SIMT_DEVICES=0, as the real
+ * module with cudart on a machine without a GPU): 1,000 AUTO contexts each fall back to the CPU
+ * at about the CPU's own cost and resident memory stays flat. The first load of the module
+ * stays (-z nodelete); later contexts only count its references; the probe that fails frees
+ * nothing it keeps. (What cudart itself costs per probe only a machine with the real module and
+ * no GPU shows: tests/python/test_lifecycle.py there.) */
+static long resident_kb(void) {
+    long pages = 0, resident = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f) return -1;
+    const int got = fscanf(f, "%ld %ld", &pages, &resident);
+    fclose(f);
+    return got == 2 ? resident * (sysconf(_SC_PAGESIZE) / 1024) : -1;
+}
+
+static int compare_doubles(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void test_auto_without_device(void **state) {
+    (void)state;
+    enum { CYCLES = 1000, SETTLE = 50 };
+    setenv("LLMM_SIMT_DEVICES", "0", 1);
+    llmm_model *m = load_model("stories260K.gguf", NULL);
+    llmm_context_params p = context_params(LLMM_BACKEND_CUDA, 32, 1, 8, LLMM_KV_F32);
+    llmm_context *c = NULL;
+    assert_int_equal(llmm_context_create(m, &p, &c), LLMM_ERR_BACKEND); /* asked for: an error */
+    p.backend = LLMM_BACKEND_AUTO;
+    double first = now_s();
+    c = make_context(m, &p);
+    first = now_s() - first;
+    assert_true(stats_of(c).module_load_ms == 0); /* the CPU's */
+    llmm_context_free(c);
+    static double ms[CYCLES];
+    long rss_settled = 0;
+    for (int i = 0; i < SETTLE + CYCLES; i++) {
+        if (i == SETTLE) rss_settled = resident_kb();
+        const double t0 = now_s();
+        assert_int_equal(llmm_context_create(m, &p, &c), LLMM_OK);
+        llmm_context_free(c);
+        if (i >= SETTLE) ms[i - SETTLE] = (now_s() - t0) * 1e3;
+    }
+    const long rss_end = resident_kb();
+    qsort(ms, CYCLES, sizeof *ms, compare_doubles);
+    print_message("AUTO without a device: first context %.2f ms; %d more: median %.3f ms, p99 %.3f ms, max %.3f ms; "
+                  "resident %ld -> %ld KiB\n",
+                  first * 1e3, CYCLES, ms[CYCLES / 2], ms[CYCLES * 99 / 100], ms[CYCLES - 1], rss_settled, rss_end);
+    unsetenv("LLMM_SIMT_DEVICES");
+    /* under 1 ms a context, with the median as the bar: on a loaded machine (two cores shared
+     * with other builds) the tail is scheduling delay, not the library's (measured there: median
+     * 0.035 ms, p99 16 ms; resident +68 KiB over the 1,000) */
+    if (!under_emulator()) assert_true(ms[CYCLES / 2] < 1.0); /* qemu (make test-arm): no timing */
+    assert_true(rss_end - rss_settled < 512);
+    llmm_model_free(m);
+}
+
+/* ------------------------------------------------------------------ large activations */
+
+/* A llama-shaped model (llmmini-synth, n_embd 256, n_ff 512, two layers) whose layer-0
+ * ffn_norm weights are scaled by LARGE_NORM_SCALE: the SwiGLU output that feeds ffn_down then
+ * passes F16's largest finite value (65504), as in models whose activations have outliers
+ * (the F16 file's logits are NaN on the CPU, whose F16 operand overflows: checked below).
+ * Rounding such an activation to F16 makes it infinite, and the logits NaN. */
+#define LARGE_NORM_SCALE 400.0f
+enum { LARGE_PROMPT = 20, LARGE_STEPS = 4, LARGE_ROWS = LARGE_PROMPT + LARGE_STEPS };
+
+/* The F32 synthesized model with its scaled norm, as file bytes (malloc'd, *n bytes). */
+static uint8_t *large_activation_model(size_t *n) {
+    char path[64], cmd[2048];
+    snprintf(path, sizeof path, "/tmp/llmm-large-act-%ld.gguf", (long)getpid());
+    const char *runner = getenv("TEST_RUNNER");
+    snprintf(cmd, sizeof cmd,
+             "%s '%s' -o '%s' --preset tiny --type f32 --dim 256 --layers 2 --heads 4 --kv-heads 2 --ff 512 "
+             "--seed 7 >/dev/null 2>&1",
+             runner ? runner : "", synth_tool, path);
+    const int rc = system(cmd);
+    assert_true(rc != -1 && WIFEXITED(rc) && WEXITSTATUS(rc) == 0);
+    uint8_t *data = (uint8_t *)read_whole_file(path, n);
+    unlink(path);
+    assert_non_null(data);
+    gguf_file *f = NULL;
+    llmm_diag d = {{0}};
+    assert_int_equal(llmm__gguf_open_memory(data, *n, NULL, &f, &d), LLMM_OK);
+    const gguf_tensor *t = llmm__gguf_find_tensor(f, "blk.0.ffn_norm.weight");
+    assert_non_null(t);
+    assert_int_equal(t->type, LLMM_TYPE_F32);
+    float *w = (float *)(data + ((const uint8_t *)t->data - data));
+    for (size_t i = 0; i < t->n_elements; i++) w[i] *= LARGE_NORM_SCALE;
+    llmm__gguf_close(f);
+    return data;
+}
+
+/* Every logits row of a LARGE_PROMPT-token prompt in one step (n_batch 32: a prompt matmul of
+ * more than 8 rows), then LARGE_STEPS decode steps of feed's tokens (NULL: each row's argmax,
+ * written to feed_out). rows: LARGE_ROWS x nv. */
+static void run_large(llmm_model *m, llmm_backend_kind backend, const char *gemm, const llmm_token *feed,
+                      llmm_token *feed_out, float *rows, size_t nv) {
+    llmm_token ids[LARGE_PROMPT];
+    for (size_t i = 0; i < LARGE_PROMPT; i++) ids[i] = (llmm_token)(3 + (i * 37) % 500);
+    llmm_context_params p = context_params(backend, 64, 1, 32, LLMM_KV_F32);
+    if (gemm) setenv("LLMM_CUDA_GEMM", gemm, 1);
+    llmm_context *c = make_context(m, &p);
+    unsetenv("LLMM_CUDA_GEMM");
+    assert_int_equal(llmm_prefill(c, 0, ids, LARGE_PROMPT, LLMM_PREFILL_ALL_LOGITS), LLMM_OK);
+    for (size_t i = 0; i < LARGE_PROMPT; i++) copy_row(c, i, rows + i * nv, nv);
+    for (size_t s = 0; s < LARGE_STEPS; s++) {
+        const float *last = rows + (LARGE_PROMPT - 1 + s) * nv;
+        const llmm_token tok = feed ? feed[s] : argmax(last, nv);
+        if (feed_out) feed_out[s] = tok;
+        const llmm_seq_id s0 = 0;
+        assert_int_equal(llmm_decode(c, &s0, &tok, 1), LLMM_OK);
+        copy_row(c, 0, rows + (LARGE_PROMPT + s) * nv, nv);
+    }
+    llmm_context_free(c);
+}
+
+static int all_finite(const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return 0;
+    return 1;
+}
+
+/* The model in Q4_K_M, Q4_0, Q8_0 and F16, on the CPU and on the module with each prompt matmul
+ * path (LLMM_CUDA_GEMM), and with cuBLASLt finding no algorithm (the emulated cuBLASLt told so:
+ * the prompt's matmuls fall back to the int8 or GEMV path).
+ * Quantized weights: the CPU's activation operand is Q8 with a float (Q8_K) or F16 (Q8_0: up to
+ * 127 * 65504) scale, so it stays finite; so must every CUDA path. The GEMV and int8 paths (and the
+ * fallback) are the CPU's matmul numerics (measured 2.4e-7 from the CPU's logits), but the device's
+ * expf may flip a Q8 step (test_prefill_whole_and_chunked), so they are held to the bounds of
+ * the cuBLASLt path, which rounds activations to F16 after a per-row power-of-two scale
+ * (cuda/gemm.h) where the CPU quantizes them to Q8: a flipped step's 0.5 and, as this random
+ * model's logits are nearly flat (top-1 margins of a few hundredths), top-1 agreement and KL as
+ * test_fidelity measures them: measured for lt 22/24, 23/24, 24/24 rows and mean KL 5.9e-5,
+ * 3.3e-5, 2.7e-5 (Q4_K_M, Q4_0, Q8_0); bounds 90 % and 2e-4. Before the scale, |x| > 65504 became inf there and the logits NaN for
+ * Q4_K_M with every path but gemv (LLMM_CUDA_GEMM=int8 sends the K-quants, which int8 does not
+ * take, to cuBLASLt) and for Q4_0 and Q8_0 with lt.
+ * F16 weights: the CPU's operand is F16 (the reference engine's too), so such activations are
+ * infinite on the CPU and every logit row is NaN (LLMM_ERR_NUMERICAL at sampling: test_numerical);
+ * every CUDA path rounds to the same F16 operand and must give non-finite rows where the CPU
+ * does, not a different finite answer. */
+/* Whether the module is the emulated one (its runtime's counters are exported): its knobs
+ * (LLMM_CUDA_EMU_LT_NO_ALGORITHM) do nothing on the real module. */
+static int module_is_emulated(void) {
+    void *h = dlopen(module_path, RTLD_NOW | RTLD_LOCAL);
+    const int emulated = h && dlsym(h, "simt_pageable_async_copies") != NULL;
+    if (h) dlclose(h);
+    return emulated;
+}
+
+static void test_large_activations(void **state) {
+    (void)state;
+    const int emulated = module_is_emulated();
+    static const char *const recipes[] = {"q4_k_m", "q4_0", "q8_0", "f16"};
+    static const char *const paths[] = {"gemv", "lt", "int8", NULL, "lt"};
+    enum { NO_ALGORITHM = 4 }; /* paths[NO_ALGORITHM]: lt with no algorithm */
+    size_t n_bytes = 0;
+    uint8_t *f32 = large_activation_model(&n_bytes);
+    gguf_file *src = NULL;
+    llmm_diag d = {{0}};
+    assert_int_equal(llmm__gguf_open_memory(f32, n_bytes, NULL, &src, &d), LLMM_OK);
+    const double t0 = now_s();
+    for (size_t r = 0; r < sizeof recipes / sizeof *recipes; r++) {
+        char path[64];
+        quantize_to_temp(src, recipes[r], path, sizeof path);
+        llmm_model *m = load_model(path, NULL);
+        unlink(path);
+        const size_t nv = vocab_size(m);
+        const int f16 = strcmp(recipes[r], "f16") == 0;
+        float *cpu = malloc(LARGE_ROWS * nv * sizeof *cpu), *gpu = malloc(LARGE_ROWS * nv * sizeof *gpu);
+        assert_non_null(cpu);
+        assert_non_null(gpu);
+        llmm_token feed[LARGE_STEPS];
+        run_large(m, LLMM_BACKEND_CPU, NULL, NULL, feed, cpu, nv);
+        for (size_t i = 0; i < LARGE_ROWS; i++) assert_int_equal(all_finite(cpu + i * nv, nv), !f16);
+        for (size_t pa = 0; pa < sizeof paths / sizeof *paths; pa++) {
+            if (pa == NO_ALGORITHM && !emulated) continue;
+            if (pa == NO_ALGORITHM) setenv("LLMM_CUDA_EMU_LT_NO_ALGORITHM", "1", 1);
+            run_large(m, LLMM_BACKEND_CUDA, paths[pa], feed, NULL, gpu, nv);
+            unsetenv("LLMM_CUDA_EMU_LT_NO_ALGORITHM");
+            double worst = 0, kl = 0;
+            size_t agree = 0, finite = 0;
+            for (size_t i = 0; i < LARGE_ROWS; i++) {
+                worst = fmax(worst, max_abs_diff(cpu + i * nv, gpu + i * nv, nv));
+                if (!f16) kl += row_kl(cpu + i * nv, gpu + i * nv, nv) / LARGE_ROWS;
+                agree += argmax(cpu + i * nv, nv) == argmax(gpu + i * nv, nv);
+                finite += all_finite(gpu + i * nv, nv);
+            }
+            print_message("%-7s %-16s cuda-emu vs cpu, %d prompt + %d decode rows: max |logit diff| %.2e, greedy "
+                          "%zu/%d, mean KL %.2e, finite rows %zu\n",
+                          recipes[r], pa == NO_ALGORITHM ? "lt, no algorithm" : paths[pa] ? paths[pa] : "default",
+                          LARGE_PROMPT, LARGE_STEPS, f16 ? 0.0 : worst, agree, LARGE_ROWS, kl, finite);
+            if (f16) {
+                assert_int_equal(finite, 0);
+                continue;
+            }
+            assert_int_equal(finite, LARGE_ROWS);
+            /* nearly flat random logits (|logit| < 2.3): measured bounds, as test_fidelity's */
+            assert_true(worst <= Q8_FLIP_TOLERANCE);
+            assert_true(kl <= 2e-4);
+            assert_true(agree * 10 >= LARGE_ROWS * 9);
+        }
+        free(cpu);
+        free(gpu);
+        llmm_model_free(m);
+    }
+    llmm__gguf_close(src);
+    free(f32);
+    print_message("large activations on the emulated CUDA module: %.1f s\n", now_s() - t0);
+}
+
+/* ------------------------------------------------------------------ contexts on four threads */
+
+/* Four threads, each with its own contexts: two warm up (capturing decode graphs for 1 to 4
+ * rows) and decode with graphs, over and over, while the other two load a second model (every
+ * weight uploaded anew) and decode on it. Each thread's logits must equal the same run alone,
+ * bit for bit (one code path, one device), no call may fail, the capturing contexts must keep
+ * their graphs (4 after the warm-up, replays on every decode step), and no copy may read
+ * pageable host memory (the emulated runtime counts them; CUDA would stage them synchronously).
+ * Before contexts had non-blocking streams and uploads ran through pinned staging on them, a
+ * load (cudaMemcpy on the legacy stream) during a capture on a blocking stream failed with
+ * cudaErrorStreamCaptureImplicit (LLMM_ERR_BACKEND) and invalidated that capture (graphs off). */
+enum { MT_CHURN = 6, MT_ROUNDS = 3, MT_STEPS = 4, MT_THREADS = 4 };
+
+typedef struct mt_job {
+    const char *model_file;
+    llmm_model *shared_model; /* the capturing threads' model; NULL: load model_file each round */
+    int capture;
+    float *logits;            /* (MT_ROUNDS x MT_STEPS x n_vocab) */
+    size_t n_vocab;
+    llmm_status status;       /* the first failure */
+    uint32_t graphs_after_warmup, min_graphs;
+    uint64_t replays;
+} mt_job;
+
+/* The job's model (loaded now unless shared) and a CUDA context on it, warmed up (its 4 graphs
+ * captured, their count kept in *graphs) when the job captures. */
+static llmm_status mt_open(mt_job *j, llmm_model **m, llmm_context **c, uint32_t *graphs) {
+    *m = j->shared_model;
+    *c = NULL;
+    llmm_status st = LLMM_OK;
+    if (!*m) {
+        char path[1024];
+        llmm_model_params mp;
+        llmm_model_params_default(&mp, sizeof mp);
+        st = llmm_model_load(shared_path(path, sizeof path, j->model_file), &mp, m);
+        if (st) return st;
+    }
+    llmm_context_params p = context_params(LLMM_BACKEND_CUDA, 64, 4, 16, LLMM_KV_F32);
+    st = llmm_context_create(*m, &p, c);
+    if (!st && j->capture) {
+        st = llmm_context_warmup(*c);
+        llmm_context_stats cs = {.size = sizeof cs};
+        if (!st) st = llmm_context_get_stats(*c, &cs);
+        if (!st) *graphs = cs.graphs;
+    }
+    return st;
+}
+
+static void mt_close(mt_job *j, llmm_model *m, llmm_context *c) {
+    llmm_context_free(c);
+    if (!j->shared_model) llmm_model_free(m);
+}
+
+/* The prompt and MT_STEPS greedy steps, each step's logits into rows. */
+static llmm_status mt_round(mt_job *j, float *rows) {
+    llmm_model *m = NULL;
+    llmm_context *c = NULL;
+    llmm_status st = mt_open(j, &m, &c, &j->graphs_after_warmup);
+    llmm_token ids[MAX_IDS];
+    size_t n = 0;
+    if (!st) st = llmm_tokenize(m, k_long_prompt, strlen(k_long_prompt), LLMM_TOKENIZE_ADD_SPECIAL, ids, MAX_IDS, &n);
+    if (!st) st = llmm_prefill(c, 0, ids, n, 0);
+    const float *l = NULL;
+    size_t nv = 0;
+    if (!st) st = llmm_logits(c, 0, &l, &nv);
+    for (int step = 0; !st && step < MT_STEPS; step++) {
+        const llmm_token tok = argmax(l, nv);
+        const llmm_seq_id s0 = 0;
+        st = llmm_decode(c, &s0, &tok, 1);
+        if (!st) st = llmm_logits(c, 0, &l, &nv);
+        if (!st) memcpy(rows + (size_t)step * nv, l, nv * sizeof *l);
+    }
+    if (!st && j->capture) {
+        llmm_context_stats cs = {.size = sizeof cs};
+        st = llmm_context_get_stats(c, &cs);
+        if (cs.graphs < j->min_graphs) j->min_graphs = cs.graphs;
+        j->replays += cs.graph_replays;
+    }
+    mt_close(j, m, c);
+    return st;
+}
+
+/* Only what meets across threads, many times over: a context created and warmed up (4
+ * captures), or a model loaded and a context created on it (every weight uploaded). */
+static llmm_status mt_churn(mt_job *j) {
+    llmm_model *m = NULL;
+    llmm_context *c = NULL;
+    uint32_t graphs = UINT32_MAX;
+    const llmm_status st = mt_open(j, &m, &c, &graphs);
+    if (j->capture && graphs < j->min_graphs) j->min_graphs = graphs;
+    if (m) mt_close(j, m, c);
+    return st;
+}
+
+static void *mt_run(void *arg) {
+    mt_job *j = (mt_job *)arg;
+    for (int r = 0; r < MT_CHURN && !j->status; r++) j->status = mt_churn(j);
+    for (int r = 0; r < MT_ROUNDS && !j->status; r++)
+        j->status = mt_round(j, j->logits + (size_t)r * MT_STEPS * j->n_vocab);
+    return NULL;
+}
+
+static void test_four_threads_capture_and_load(void **state) {
+    (void)state;
+    llmm_model *shared = load_model("stories260K-q8_0.gguf", NULL);
+    const size_t nv = vocab_size(shared);
+    void *module = dlopen(module_path, RTLD_NOW | RTLD_LOCAL);
+    if (!module) fail_msg("dlopen %s: %s", module_path, dlerror());
+    /* the emulated runtime's counter; the real module has none (gpu-check.sh runs this on it) */
+    unsigned long long *(*pageable)(void) = (unsigned long long *(*)(void))dlsym(module, "simt_pageable_async_copies");
+    mt_job jobs[MT_THREADS], alone[MT_THREADS];
+    for (int t = 0; t < MT_THREADS; t++) {
+        const int capture = t < 2;
+        jobs[t] = (mt_job){.model_file = capture ? "models/stories260K-q8_0.gguf" : "models/stories260K-q4_0.gguf",
+                           .shared_model = capture ? shared : NULL, .capture = capture, .n_vocab = nv,
+                           .min_graphs = UINT32_MAX};
+        jobs[t].logits = calloc((size_t)MT_ROUNDS * MT_STEPS * nv, sizeof(float));
+        assert_non_null(jobs[t].logits);
+        alone[t] = jobs[t];
+        alone[t].logits = calloc((size_t)MT_ROUNDS * MT_STEPS * nv, sizeof(float));
+        assert_non_null(alone[t].logits);
+        mt_run(&alone[t]);
+        assert_int_equal(alone[t].status, LLMM_OK);
+    }
+    const unsigned long long pageable_before = pageable ? *pageable() : 0;
+    const double t0 = now_s();
+    /* every capture held open 20 ms (the emulated runtime's knob): the loads meet captures */
+    setenv("LLMM_SIMT_CAPTURE_HOLD_MS", "20", 1);
+    pthread_t th[MT_THREADS];
+    for (int t = 0; t < MT_THREADS; t++) assert_int_equal(pthread_create(&th[t], NULL, mt_run, &jobs[t]), 0);
+    for (int t = 0; t < MT_THREADS; t++) pthread_join(th[t], NULL);
+    unsetenv("LLMM_SIMT_CAPTURE_HOLD_MS");
+    const unsigned long long pageable_copies = pageable ? *pageable() - pageable_before : 0;
+    for (int t = 0; t < MT_THREADS; t++)
+        print_message("thread %d (%s): %s; graphs after warm-up %u, at least %u held, %llu replays\n", t,
+                      jobs[t].capture ? "warm-up and graphs" : "load and decode", llmm_status_str(jobs[t].status),
+                      jobs[t].graphs_after_warmup, jobs[t].capture ? jobs[t].min_graphs : 0,
+                      (unsigned long long)jobs[t].replays);
+    for (int t = 0; t < MT_THREADS; t++) {
+        assert_int_equal(jobs[t].status, LLMM_OK);
+        assert_memory_equal(jobs[t].logits, alone[t].logits, (size_t)MT_ROUNDS * MT_STEPS * nv * sizeof(float));
+        if (jobs[t].capture) {
+            assert_int_equal(jobs[t].graphs_after_warmup, 4);
+            assert_true(jobs[t].min_graphs >= 4);
+            assert_int_equal(jobs[t].replays, (uint64_t)MT_ROUNDS * MT_STEPS);
+        }
+        free(jobs[t].logits);
+        free(alone[t].logits);
+    }
+    print_message("4 threads: %.1f s, %llu copies from pageable memory\n", now_s() - t0, pageable_copies);
+    assert_int_equal(pageable_copies, 0);
+    dlclose(module);
+    llmm_model_free(shared);
+}
+
+/* test_cuda_module [PATTERN]: only the tests whose names match (scripts/gpu-check.sh runs the
+ * four-thread test alone on the real module). */
 int main(int argc, char **argv) {
-    (void)argc;
+    if (argc > 1) cmocka_set_test_filter(argv[1]);
     find_module(argv[0]);
+    find_synth(argv[0]);
     setenv(LLMM_CUDA_MODULE_ENV, module_path, 1);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conformance),
@@ -932,13 +1338,16 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_files_and_kv_types_match_cpu),
         cmocka_unit_test(test_fork_copy_on_write),
         cmocka_unit_test(test_prefill_whole_and_chunked),
+        cmocka_unit_test(test_large_activations),
         cmocka_unit_test(test_batched_decode),
         cmocka_unit_test(test_sixteen_sequences),
         cmocka_unit_test(test_graphs_and_warmup),
+        cmocka_unit_test(test_four_threads_capture_and_load),
         cmocka_unit_test(test_decode_sample),
         cmocka_unit_test(test_numerical_errors),
         cmocka_unit_test(test_lora_matches_cpu),
         cmocka_unit_test(test_missing_device),
+        cmocka_unit_test(test_auto_without_device),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

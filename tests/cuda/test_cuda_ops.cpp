@@ -22,6 +22,7 @@ extern "C" { // this cmocka.h declares its functions without C linkage for C++
 #include <algorithm>
 #include <vector>
 
+#include "graph.h"
 #include "kernels.h"
 #include "softmax_merge.cuh"
 #include "device_test_util.h"
@@ -710,13 +711,52 @@ void test_attention(void **) {
                 fail_msg("cu_attention_scratch_bytes(%zu rows, max_kv %zu) below %zu rows'", n, kv, n - 1);
 }
 
+/* ---------------------------------------------------------------- graph records (graph.cu) */
+
+int count_runs(void *ctx, const cu_op *ops, size_t n_ops) {
+    (void)ops, (void)n_ops;
+    ++*(int *)ctx;
+    return 0;
+}
+
+/* A record equal field by field to the one a graph was captured from replays that graph,
+ * whatever its padding bytes hold (here 0xff: a record not built by cu_op_zero); one whose
+ * float differs only in sign is another launch and is captured anew. */
+void test_graph_record_fields(void **state) {
+    (void)state;
+    cudaStream_t stream = NULL;
+    assert_int_equal(cudaStreamCreate(&stream), cudaSuccess);
+    cu_graphs *g = cu_graphs_new(NULL);
+    assert_non_null(g);
+    cu_op a = cu_op_zero(7), b;
+    a.u[1] = 3, a.n[2] = 5, a.p[0] = &a, a.f[3] = 0.0f;
+    memset(&b, 0xff, sizeof b);
+    b.kind = a.kind;
+    memcpy(b.u, a.u, sizeof b.u);
+    memcpy(b.n, a.n, sizeof b.n);
+    memcpy(b.p, a.p, sizeof b.p);
+    memcpy(b.f, a.f, sizeof b.f);
+    int runs = 0;
+    assert_int_equal(cu_graphs_run(g, stream, 1, &a, 1, count_runs, &runs), 0); /* captured */
+    assert_int_equal(cu_graphs_run(g, stream, 1, &b, 1, count_runs, &runs), 0); /* replayed */
+    cu_graph_counters counters;
+    cu_graphs_get_counters(g, &counters);
+    assert_int_equal(runs, 1);
+    assert_int_equal(counters.replays, 1);
+    b.f[3] = -0.0f;
+    assert_int_equal(cu_graphs_run(g, stream, 1, &b, 1, count_runs, &runs), 0); /* captured anew */
+    assert_int_equal(runs, 2);
+    cu_graphs_free(g);
+    cudaStreamDestroy(stream);
+}
+
 } // namespace
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rms_norm), cmocka_unit_test(test_elementwise), cmocka_unit_test(test_glu),
         cmocka_unit_test(test_rope),     cmocka_unit_test(test_kv_write),    cmocka_unit_test(test_softmax_merge),
-        cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_attention), cmocka_unit_test(test_graph_record_fields),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

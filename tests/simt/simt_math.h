@@ -2,9 +2,9 @@
 // (included by simt.h).
 //
 // Atomics are plain read-modify-writes: threads switch only at barriers and warp primitives, so
-// nothing can interleave with them. Fast-math intrinsics (__expf, __fdividef, ...) compute the
-// accurate function: tests compare kernels with a tolerance for the GPU's few ulps anyway, and
-// a more accurate emulation cannot hide an error larger than that.
+// nothing can interleave with them. Transcendentals are moved within CUDA's ulp bounds (below);
+// the other fast-math intrinsics (__logf, __sinf, __fdividef, ...) compute the accurate
+// function.
 #ifndef LLMMINI_SIMT_MATH_H
 #define LLMMINI_SIMT_MATH_H
 
@@ -79,9 +79,69 @@ inline float __int_as_float(int i) {
 }
 inline float __uint_as_float(unsigned u) { return __int_as_float((int)u); }
 
+// ---- transcendentals as the device rounds them
+//
+// CUDA's math functions return a result within a documented number of ulps of the correctly
+// rounded one (CUDA C++ Programming Guide, "Mathematical Functions": expf, exp2f, sinf, cosf,
+// tanhf, rsqrtf 2; logf, log2f 1; __expf 2 + floor(|1.173 x|)), not glibc's. In kernels these
+// names give the correctly rounded value (from double) moved by k ulps, |k| at most that bound,
+// k chosen by a hash of the argument's bits and the function: deterministic, different from
+// libm's value for about four arguments in five, so a test that silently needs libm's exact
+// value (or a kernel that needs the CPU's) fails in make test as it would on a GPU. Exact
+// results (exp(0), tanh(0), infinities) and the range ([-1, 1], >= 0) and sign of the result
+// are kept.
+namespace simt {
+namespace detail {
+inline uint32_t mix_bits(uint32_t x) {
+    x ^= x >> 16;
+    x *= 0x7feb352du;
+    x ^= x >> 15;
+    x *= 0x846ca68bu;
+    x ^= x >> 16;
+    return x;
+}
+inline float within_ulps(float x, double exact, int max_ulps, uint32_t salt, float lo, float hi) {
+    const float nearest = (float)exact;
+    if (!std::isfinite(nearest) || (double)nearest == exact || max_ulps <= 0)
+        return nearest;
+    uint32_t bits;
+    std::memcpy(&bits, &x, sizeof bits);
+    const int k = (int)(mix_bits(bits ^ salt * 0x9e3779b9u) % (2u * (unsigned)max_ulps + 1)) - max_ulps;
+    float r = nearest;
+    for (int i = 0; i < k; i++)
+        r = nextafterf(r, INFINITY);
+    for (int i = 0; i > k; i--)
+        r = nextafterf(r, -INFINITY);
+    if (!std::isfinite(r) || r < lo || r > hi || r == 0.0f || std::signbit(r) != std::signbit(nearest))
+        return nearest;
+    return r;
+}
+} // namespace detail
+} // namespace simt
+
+inline float simt_device_expf(float x) { return simt::detail::within_ulps(x, std::exp((double)x), 2, 1, 0.0f, INFINITY); }
+inline float simt_device_exp2f(float x) { return simt::detail::within_ulps(x, std::exp2((double)x), 2, 2, 0.0f, INFINITY); }
+inline float simt_device_logf(float x) { return simt::detail::within_ulps(x, std::log((double)x), 1, 3, -INFINITY, INFINITY); }
+inline float simt_device_log2f(float x) { return simt::detail::within_ulps(x, std::log2((double)x), 1, 4, -INFINITY, INFINITY); }
+inline float simt_device_sinf(float x) { return simt::detail::within_ulps(x, std::sin((double)x), 2, 5, -1.0f, 1.0f); }
+inline float simt_device_cosf(float x) { return simt::detail::within_ulps(x, std::cos((double)x), 2, 6, -1.0f, 1.0f); }
+inline float simt_device_tanhf(float x) { return simt::detail::within_ulps(x, std::tanh((double)x), 2, 7, -1.0f, 1.0f); }
+inline float simt_device_rsqrtf(float x) { return simt::detail::within_ulps(x, 1.0 / std::sqrt((double)x), 2, 8, 0.0f, INFINITY); }
+inline float simt_device_fast_expf(float x) {
+    const double bound = 2.0 + std::floor(std::fabs(1.173 * (double)x));
+    return simt::detail::within_ulps(x, std::exp((double)x), bound < 64.0 ? (int)bound : 64, 9, 0.0f, INFINITY);
+}
+#define expf(x) simt_device_expf(x)
+#define exp2f(x) simt_device_exp2f(x)
+#define logf(x) simt_device_logf(x)
+#define log2f(x) simt_device_log2f(x)
+#define sinf(x) simt_device_sinf(x)
+#define cosf(x) simt_device_cosf(x)
+#define tanhf(x) simt_device_tanhf(x)
+
 // ---- float intrinsics
 
-inline float __expf(float x) { return expf(x); }
+inline float __expf(float x) { return simt_device_fast_expf(x); }
 inline float __exp10f(float x) { return powf(10.0f, x); }
 inline float __logf(float x) { return logf(x); }
 inline float __log2f(float x) { return log2f(x); }
@@ -92,7 +152,7 @@ inline float __powf(float x, float y) { return powf(x, y); }
 inline float __fdividef(float x, float y) { return x / y; }
 inline float __frcp_rn(float x) { return 1.0f / x; }
 inline float __fsqrt_rn(float x) { return sqrtf(x); }
-inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+inline float rsqrtf(float x) { return simt_device_rsqrtf(x); }
 // correctly rounded: 1/sqrt in double is exact to well past float's 24 bits
 inline float __frsqrt_rn(float x) { return (float)(1.0 / sqrt((double)x)); }
 inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }

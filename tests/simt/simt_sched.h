@@ -468,6 +468,8 @@ namespace detail {
 // than run, and recording one.
 inline bool stream_capturing(cudaStream_t stream);
 inline void capture_node(cudaStream_t stream, std::function<void()> node);
+inline bool legacy_stream_conflicts(const char *call);
+inline void refuse_legacy_launch(); // cudaErrorStreamCaptureImplicit for cudaGetLastError
 } // namespace detail
 
 // The arguments are converted to the kernel's parameter types once, at the launch, as CUDA
@@ -477,6 +479,10 @@ template <class... P, class... A>
 void launch(const char *name, dim3 grid, dim3 block, size_t shmem, cudaStream_t stream,
             void (*kernel)(P...), A &&...args) {
     detail::KernelCall<P...> call{kernel, std::tuple<std::decay_t<P>...>(std::forward<A>(args)...)};
+    if (!stream && detail::legacy_stream_conflicts(name)) { // a blocking stream captures: refused
+        detail::refuse_legacy_launch();
+        return;
+    }
     if (detail::stream_capturing(stream)) {
         detail::capture_node(stream, [name, grid, block, shmem, call]() {
             detail::KernelCall<P...> copy = call;

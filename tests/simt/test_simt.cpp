@@ -606,6 +606,83 @@ static void test_intrinsics(void **state) {
     assert_true(__saturatef(1.5f) == 1.0f && __saturatef(-1.0f) == 0.0f);
 }
 
+// ---- device rounding
+
+// Each transcendental of a kernel, on 4096 arguments, as the device may return it.
+__global__ void transcendentals(const float *x, float *out, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n)
+        return;
+    const float v = x[i], a = fabsf(v) + 0.01f;
+    float *o = out + 9 * i;
+    o[0] = expf(v), o[1] = exp2f(v), o[2] = logf(a), o[3] = log2f(a), o[4] = sinf(v);
+    o[5] = cosf(v), o[6] = tanhf(v), o[7] = rsqrtf(a), o[8] = __expf(v);
+}
+
+static int64_t float_order(float f) { // consecutive floats map to consecutive integers
+    int32_t i;
+    std::memcpy(&i, &f, sizeof i);
+    return i < 0 ? -(int64_t)(i & 0x7fffffff) : i;
+}
+
+// The results are within CUDA's documented bounds of the correctly rounded value (computed here
+// in double), the same on every run, and not always libm's: a check that a kernel's expf equals
+// the host's (what "bit for bit the CPU's" through a transcendental would need) fails here, as
+// it would on a GPU, where before it passed by construction.
+static void test_transcendentals_move_within_cuda_ulps(void **state) {
+    (void)state;
+    const int n = 4096;
+    std::vector<float> x(n), out(9 * (size_t)n), again(9 * (size_t)n);
+    for (int i = 0; i < n; i++)
+        x[i] = (float)(random_nonzero(2001) - 1001) * 0.0173f;
+    for (std::vector<float> *o : {&out, &again})
+        SIMT_LAUNCH(transcendentals, (n + 127) / 128, 128, 0, 0, x.data(), o->data(), n);
+    assert_memory_equal(out.data(), again.data(), out.size() * sizeof(float));
+    const int bound[9] = {2, 2, 1, 1, 2, 2, 2, 2, 0};
+    size_t moved[9] = {0};
+    for (int i = 0; i < n; i++) {
+        const double v = x[i], a = (double)(std::fabs(x[i]) + 0.01f); // the kernel's float argument
+        const double exact[9] = {std::exp(v), std::exp2(v), std::log(a), std::log2(a), std::sin(v),
+                                 std::cos(v), std::tanh(v), 1.0 / std::sqrt(a), std::exp(v)};
+        for (int f = 0; f < 9; f++) {
+            const float nearest = (float)exact[f], got = out[9 * (size_t)i + f];
+            const int64_t ulps = std::llabs(float_order(got) - float_order(nearest));
+            const int64_t allowed = f == 8 ? 2 + (int64_t)std::floor(std::fabs(1.173 * v)) : bound[f];
+            if (ulps > allowed)
+                fail_msg("function %d at %a: %a is %lld ulps from %a (bound %lld)", f, x[i], got, (long long)ulps,
+                         nearest, (long long)allowed);
+            moved[f] += got != nearest;
+        }
+    }
+    for (int f = 0; f < 9; f++)
+        assert_true(moved[f] > (size_t)n / 4); // most results are not the correctly rounded one
+}
+
+// a * b + c: never contracted (the emulated build has -ffp-contract=off, the device build
+// -fmad=false), so a kernel that needs the fused result must say __fmaf_rn. The low part of a
+// product, a * b - p with p = a * b rounded, is 0 unfused and the exact error fused.
+__global__ void product_error(const float *a, const float *b, float *fused, float *unfused) {
+    const int i = threadIdx.x;
+    const float p = a[i] * b[i];
+    fused[i] = __fmaf_rn(a[i], b[i], -p);
+    unfused[i] = a[i] * b[i] - p;
+}
+
+static void test_fma_only_when_written(void **state) {
+    (void)state;
+    std::vector<float> a(32), b(32), fused(32), unfused(32);
+    for (int i = 0; i < 32; i++)
+        a[i] = 1.0f + (float)random_nonzero(1 << 20) * 0x1p-21f, b[i] = 1.0f + (float)random_nonzero(1 << 20) * 0x1p-22f;
+    SIMT_LAUNCH(product_error, 1, 32, 0, 0, a.data(), b.data(), fused.data(), unfused.data());
+    size_t nonzero = 0;
+    for (int i = 0; i < 32; i++) {
+        assert_true(unfused[i] == 0.0f);
+        assert_true((double)fused[i] == (double)a[i] * (double)b[i] - (double)(a[i] * b[i]));
+        nonzero += fused[i] != 0.0f;
+    }
+    assert_true(nonzero > 16);
+}
+
 // ---- host glue and launch limits
 
 static void test_template_kernel_and_big_shared(void **state) {
@@ -682,6 +759,111 @@ static void test_capture_refuses_allocation_and_sync(void **state) {
     void *p = nullptr; // after the capture, allocation works again
     assert_int_equal(cudaMalloc(&p, 16), cudaSuccess);
     cudaFree(p);
+    cudaStreamDestroy(stream);
+}
+
+// Across threads, as the runtime documents capture: while a blocking stream (cudaStreamCreate)
+// captures, work on the legacy stream from another thread (a synchronous copy, a launch on
+// stream 0) fails with cudaErrorStreamCaptureImplicit and invalidates the capture, even in
+// thread-local mode; a non-blocking stream's capture is not affected.
+static void test_legacy_stream_against_blocking_capture(void **state) {
+    (void)state;
+    unsigned *dev = nullptr;
+    assert_int_equal(cudaMalloc(&dev, 64 * sizeof *dev), cudaSuccess);
+    std::vector<unsigned> host(64, 1);
+    for (int non_blocking = 0; non_blocking < 2; non_blocking++) {
+        cudaStream_t stream;
+        assert_int_equal(cudaStreamCreateWithFlags(&stream, non_blocking ? cudaStreamNonBlocking : cudaStreamDefault),
+                         cudaSuccess);
+        assert_int_equal(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+        cudaError_t copy = cudaSuccess, launch = cudaSuccess;
+        std::thread other([&] {
+            copy = cudaMemcpy(dev, host.data(), 64 * sizeof *dev, cudaMemcpyHostToDevice);
+            SIMT_LAUNCH(fill_value<1>, 1, 32, 0, 0, (int *)dev);
+            launch = cudaGetLastError();
+        });
+        other.join();
+        cudaGraph_t graph = nullptr;
+        const cudaError_t end = cudaStreamEndCapture(stream, &graph);
+        if (non_blocking) {
+            assert_int_equal(copy, cudaSuccess);
+            assert_int_equal(launch, cudaSuccess);
+            assert_int_equal(end, cudaSuccess);
+            cudaGraphDestroy(graph);
+        } else {
+            assert_int_equal(copy, cudaErrorStreamCaptureImplicit);
+            assert_int_equal(launch, cudaErrorStreamCaptureImplicit);
+            assert_int_equal(end, cudaErrorStreamCaptureInvalidated);
+            assert_null(graph);
+        }
+        cudaGetLastError();
+        cudaStreamDestroy(stream);
+    }
+    cudaFree(dev);
+}
+
+// A global-mode capture forbids unsafe calls (cudaMalloc, a synchronous copy) to every thread
+// and is invalidated by them; a thread-local one only to its own thread; a relaxed one to none.
+static void test_capture_modes_across_threads(void **state) {
+    (void)state;
+    const cudaStreamCaptureMode modes[3] = {cudaStreamCaptureModeGlobal, cudaStreamCaptureModeThreadLocal,
+                                            cudaStreamCaptureModeRelaxed};
+    for (cudaStreamCaptureMode mode : modes) {
+        cudaStream_t stream;
+        assert_int_equal(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+        assert_int_equal(cudaStreamBeginCapture(stream, mode), cudaSuccess);
+        cudaError_t other_malloc = cudaSuccess;
+        std::thread other([&] {
+            void *p = nullptr;
+            other_malloc = cudaMalloc(&p, 16);
+            cudaFree(p);
+            cudaGetLastError();
+        });
+        other.join();
+        void *own = nullptr;
+        const cudaError_t own_malloc = cudaMalloc(&own, 16);
+        cudaFree(own);
+        cudaGraph_t graph = nullptr;
+        const cudaError_t end = cudaStreamEndCapture(stream, &graph);
+        assert_int_equal(other_malloc, mode == cudaStreamCaptureModeGlobal ? cudaErrorStreamCaptureUnsupported : cudaSuccess);
+        assert_int_equal(own_malloc, mode == cudaStreamCaptureModeRelaxed ? cudaSuccess : cudaErrorStreamCaptureUnsupported);
+        assert_int_equal(end, mode == cudaStreamCaptureModeRelaxed ? cudaSuccess : cudaErrorStreamCaptureInvalidated);
+        if (graph)
+            cudaGraphDestroy(graph);
+        cudaGetLastError();
+        cudaStreamDestroy(stream);
+    }
+}
+
+// cudaMemcpyAsync from pageable host memory (neither cudaMallocHost'd nor cudaHostRegister'd)
+// is counted: CUDA stages it synchronously. Pinned, device-to-device and device-to-host copies
+// are not.
+static void test_pageable_async_copies_counted(void **state) {
+    (void)state;
+    cudaStream_t stream;
+    assert_int_equal(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    unsigned long long *count = simt_pageable_async_copies();
+    const unsigned long long before = *count;
+    std::vector<char> pageable(256), registered(256);
+    char *pinned = nullptr, *dev = nullptr, *dev2 = nullptr;
+    assert_int_equal(cudaMallocHost((void **)&pinned, 256), cudaSuccess);
+    assert_int_equal(cudaHostRegister(registered.data(), registered.size(), cudaHostRegisterDefault), cudaSuccess);
+    assert_int_equal(cudaMalloc(&dev, 256), cudaSuccess);
+    assert_int_equal(cudaMalloc(&dev2, 256), cudaSuccess);
+    assert_int_equal(cudaMemcpyAsync(dev, pinned + 8, 64, cudaMemcpyHostToDevice, stream), cudaSuccess);
+    assert_int_equal(cudaMemcpyAsync(registered.data() + 100, dev, 64, cudaMemcpyDeviceToHost, stream), cudaSuccess);
+    assert_int_equal(cudaMemcpyAsync(dev2, dev, 64, cudaMemcpyDeviceToDevice, stream), cudaSuccess);
+    assert_int_equal(*count, before);
+    assert_int_equal(cudaMemcpyAsync(dev, pageable.data(), 64, cudaMemcpyHostToDevice, stream), cudaSuccess);
+    assert_int_equal(cudaMemcpyAsync(dev2, pageable.data() + 3, 64, cudaMemcpyDefault, stream), cudaSuccess);
+    assert_int_equal(cudaMemcpyAsync(pageable.data(), dev, 64, cudaMemcpyDefault, stream), cudaSuccess);
+    assert_int_equal(*count, before + 2);
+    assert_int_equal(cudaHostUnregister(registered.data()), cudaSuccess);
+    assert_int_equal(cudaMemcpyAsync(dev, registered.data(), 64, cudaMemcpyHostToDevice, stream), cudaSuccess);
+    assert_int_equal(*count, before + 3);
+    cudaFreeHost(pinned);
+    cudaFree(dev);
+    cudaFree(dev2);
     cudaStreamDestroy(stream);
 }
 
@@ -783,9 +965,14 @@ int main(void) {
         cmocka_unit_test(test_bfloat16_conversions),
         cmocka_unit_test(test_conversions_in_a_kernel),
         cmocka_unit_test(test_intrinsics),
+        cmocka_unit_test(test_transcendentals_move_within_cuda_ulps),
+        cmocka_unit_test(test_fma_only_when_written),
         cmocka_unit_test(test_template_kernel_and_big_shared),
         cmocka_unit_test(test_stream_capture_and_graph_replay),
         cmocka_unit_test(test_capture_refuses_allocation_and_sync),
+        cmocka_unit_test(test_legacy_stream_against_blocking_capture),
+        cmocka_unit_test(test_capture_modes_across_threads),
+        cmocka_unit_test(test_pageable_async_copies_counted),
         cmocka_unit_test(test_launch_limits_abort),
         cmocka_unit_test(test_divergent_barrier_aborts),
         cmocka_unit_test(test_warp_primitive_with_exited_lane_aborts),

@@ -364,6 +364,9 @@ typedef struct llmm_chat_request {
     size_t n_tools;
     int32_t add_generation_prompt; /* nonzero (default 1): end with the assistant's header */
     int32_t enable_thinking;       /* -1 (default): the family's default; 0 off; 1 on */
+    const char *date_string;       /* "Today Date" of Llama 3.x prompts; NULL (default): the
+                                      template's own "26 Jul 2024" (the reference writes
+                                      today's date unless the request pins one) */
 } llmm_chat_request;
 
 LLMM_API llmm_status llmm_chat_request_default(llmm_chat_request *request, size_t struct_size);

@@ -19,8 +19,10 @@
 #include "text/chat_tools.h"
 
 /* The families whose renderings llmmini claims, and those whose output it parses. */
-static const char *const rendered_families[] = {"qwen2_5", "qwen3", "granite4"};
-static const char *const parsed_families[] = {"qwen2_5", "qwen3", "hermes3", "granite4", "smollm3"};
+static const char *const rendered_families[] = {"qwen2_5",  "qwen3",    "granite4",
+                                                "llama3_1", "llama3_2", "mistral_nemo"};
+static const char *const parsed_families[] = {"qwen2_5",  "qwen3",    "hermes3",      "granite4",
+                                              "llama3_1", "llama3_2", "mistral_nemo", "smollm3"};
 static const char *const cases[] = {"plain", "no_system", "tools", "tool_result", "after_tool", "two_calls", "unicode"};
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof *(a))
@@ -30,7 +32,7 @@ static const char *const cases[] = {"plain", "no_system", "tools", "tool_result"
 typedef struct json_file {
     char *text;
     json_doc doc;
-    char *copies[512]; /* NUL-terminated strings handed out, freed with the file */
+    char *copies[8192]; /* NUL-terminated strings handed out, freed with the file */
     size_t n_copies;
 } json_file;
 
@@ -152,11 +154,18 @@ static void test_render_every_claimed_case(void **state) {
             snprintf(rel, sizeof rel, "chat/render/%s.%s.txt", rendered_families[fam], cases[c]);
             size_t len = 0;
             char *expected = read_whole_file(shared_path(path, sizeof path, rel), &len);
-            assert_non_null(expected);
             built_request b;
             build_request(&f, cases[c], &b);
             llmm_status st;
             char *got = render(rendered_families[fam], &b.request, &st);
+            if (!expected) { /* the reference's template refuses this case (.error): so does llmmini */
+                snprintf(rel, sizeof rel, "chat/render/%s.%s.error", rendered_families[fam], cases[c]);
+                char *error = read_whole_file(shared_path(path, sizeof path, rel), &len);
+                assert_non_null(error);
+                assert_int_equal(st, LLMM_ERR_INVALID_ARG);
+                free(error);
+                continue;
+            }
             assert_int_equal(st, LLMM_OK);
             if (strcmp(got, expected) != 0) print_message("%s differs:\n%s\n---\n%s\n", rel, got, expected);
             assert_string_equal(got, expected);
@@ -196,8 +205,9 @@ static void test_detect_real_templates(void **state) {
         {"NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja", "hermes3"},
         {"ibm-granite-granite-4.0.jinja", "granite4"},
         {"HuggingFaceTB-SmolLM3-3B.jinja", "smollm3"},
-        {"meta-llama-Llama-3.1-8B-Instruct.jinja", NULL},
-        {"mistralai-Mistral-Nemo-Instruct-2407.jinja", NULL},
+        {"meta-llama-Llama-3.1-8B-Instruct.jinja", "llama3_1"},
+        {"meta-llama-Llama-3.2-3B-Instruct.jinja", "llama3_2"},
+        {"mistralai-Mistral-Nemo-Instruct-2407.jinja", "mistral_nemo"},
         {"google-gemma-2-2b-it.jinja", NULL},
         {"microsoft-Phi-3.5-mini-instruct.jinja", NULL},
         {"LFM2.5-Instruct.jinja", NULL},
@@ -319,7 +329,10 @@ static void expect_args(const char *got, const char *want) {
 static void check_result(json_file *f, const char *which, const llmm_chat_parse_result *r, const char *label) {
     size_t e = member(f, 0, which);
     assert_true(e != JSON_NONE);
-    assert_int_equal(f->doc.nodes[member(f, e, "ok")].kind, JSON_TRUE);
+    if (f->doc.nodes[member(f, e, "ok")].kind != JSON_TRUE) { /* the reference refuses the output */
+        assert_int_equal(r->malformed, 1);
+        return;
+    }
     if (strcmp(r->content, str_member(f, e, "content")) != 0)
         print_message("%s %s content: got [%s] want [%s]\n", label, which, r->content, str_member(f, e, "content"));
     assert_string_equal(r->content, str_member(f, e, "content"));
@@ -362,9 +375,10 @@ static int check_parse_file(const char *family, int n) {
     for (size_t i = 0; i < len; i++) {
         assert_int_equal(llmm_chat_parser_feed(streamed, raw + i, 1), LLMM_OK);
         assert_int_equal(llmm_chat_parser_result(streamed, 0, &r), LLMM_OK);
-        assert_true(strlen(r.content) >= shown || r.malformed);
+        assert_true(strlen(r.content) >= shown);
         shown = strlen(r.content);
-        assert_true(r.n_calls >= n_calls);
+        if (r.n_calls < n_calls && !r.malformed) print_message("%s: calls %zu after %zu at byte %zu\n", rel, r.n_calls, n_calls, i);
+        assert_true(r.n_calls >= n_calls || r.malformed);
         n_calls = r.n_calls;
     }
     check_result(&f, "streaming", &r, rel);
@@ -381,7 +395,7 @@ static void test_parse_every_file(void **state) {
     int checked = 0;
     for (size_t fam = 0; fam < ARRAY_LEN(parsed_families); fam++)
         for (int n = 1; n <= 5; n++) checked += check_parse_file(parsed_families[fam], n);
-    assert_int_equal(checked, 4 * 5 + 3); /* every file of these families (smollm3 has 3) */
+    assert_int_equal(checked, 7 * 5 + 3); /* every file of these families (smollm3 has 3) */
 }
 
 /* Partial and malformed calls are reported as such. */

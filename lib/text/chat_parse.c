@@ -9,6 +9,8 @@
 #define CALL_OPEN "<tool_call>"
 #define CALL_CLOSE "</tool_call>"
 #define THINK_OPEN "<think>"
+#define BARE_CALL_OPEN "{\"name\""
+#define LIST_CALL_OPEN "[TOOL_CALLS]"
 #define THINK_CLOSE "</think>"
 
 static int is_space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
@@ -90,10 +92,22 @@ static size_t value_end(const char *t, size_t n, size_t i) {
     return n;
 }
 
-/* One call object {"name": ..., "arguments": ..., "id": ...} at t[i]. Returns 1 and the end
- * (one past '}') when the object closed, 0 when the text ended inside it, -1 when it is not a
- * call. Sets what it saw in c. */
-static int scan_call_object(const char *t, size_t n, size_t i, parsed_call *c, size_t *end) {
+/* What a family's call object must hold. */
+typedef struct call_rules {
+    const char *args_key; /* "arguments" or "parameters" */
+    int needs_id;         /* Mistral Nemo: a closed call without "id" is refused */
+} call_rules;
+
+static int key_is(const char *t, size_t key, size_t key_len, const char *word) {
+    return key_len == strlen(word) && memcmp(t + key, word, key_len) == 0;
+}
+
+/* One call object {"name": ..., <args_key>: ..., "id": ...} at t[i]. Returns 1 and the end
+ * (one past '}') when the object closed as a call, 0 when the text ended inside it, -1 when it
+ * is not a call. Sets what it saw in c. */
+static int scan_call_object(const char *t, size_t n, size_t i, const call_rules *rules, parsed_call *c,
+                            size_t *end) {
+    int has_args = 0;
     if (i >= n) return 0;
     if (t[i] != '{') return -1;
     i++;
@@ -102,7 +116,7 @@ static int scan_call_object(const char *t, size_t n, size_t i, parsed_call *c, s
         if (i >= n) return 0;
         if (t[i] == '}') {
             *end = i + 1;
-            return c->name.len ? 1 : -1;
+            return c->name.len && has_args && (c->has_id || !rules->needs_id) ? 1 : -1;
         }
         if (t[i] != '"') return -1;
         size_t key = i + 1, key_end = string_end(t, n, i);
@@ -114,14 +128,15 @@ static int scan_call_object(const char *t, size_t n, size_t i, parsed_call *c, s
         size_t v = skip_space(t, n, i + 1);
         if (v >= n) return 0;
         size_t v_end = value_end(t, n, v);
-        int is_args = (key_len == 9 && memcmp(t + key, "arguments", 9) == 0) ||
-                      (key_len == 10 && memcmp(t + key, "parameters", 10) == 0);
-        if (is_args) c->arguments = (text_span){v, v_end - v};
+        if (key_is(t, key, key_len, rules->args_key)) {
+            c->arguments = (text_span){v, v_end - v};
+            has_args = 1;
+        }
         if (v_end >= n) return 0;
-        if (key_len == 4 && memcmp(t + key, "name", 4) == 0) {
+        if (key_is(t, key, key_len, "name")) {
             if (t[v] != '"' || v_end - v < 2) return -1;
             c->name = (text_span){v + 1, v_end - v - 2};
-        } else if (key_len == 2 && memcmp(t + key, "id", 2) == 0 && t[v] == '"') {
+        } else if (key_is(t, key, key_len, "id") && t[v] == '"') {
             c->id = (text_span){v + 1, v_end - v - 2};
             c->has_id = 1;
         }
@@ -132,31 +147,50 @@ static int scan_call_object(const char *t, size_t n, size_t i, parsed_call *c, s
     }
 }
 
+static llmm_status add_call(chat_parse *p, const parsed_call *c) {
+    if (llmm__mem_reserve(NULL, (void **)&p->calls, &p->cap_calls, p->n_calls + 1, sizeof *p->calls))
+        return LLMM_ERR_NO_MEMORY;
+    p->calls[p->n_calls++] = *c;
+    return LLMM_OK;
+}
+
+/* Text from `at` on is no call. The reference refuses such output; llmmini flags it and, once
+ * the output has ended, shows it as content (while streaming it stays held back, as the
+ * reference's streaming view shows nothing of it). */
+static llmm_status not_a_call(chat_parse *p, const char *t, size_t n, size_t at, int final) {
+    (void)t;
+    p->malformed = 1;
+    return final ? add_content(p, at, n - at) : LLMM_OK;
+}
+
 /* ---------------------------------------------------------------- the syntaxes */
 
-/* <tool_call> JSON </tool_call> blocks from t[pos]; content before and between them. */
+/* Content up to the marker's next occurrence from pos; returns where it starts, or n (then the
+ * rest is content, less a tail that may become the marker while streaming). */
+static size_t content_until(chat_parse *p, const char *t, size_t n, size_t pos, const char *marker, int final,
+                            llmm_status *st) {
+    size_t open = find(t, n, pos, marker);
+    size_t held = open == n && !final ? partial_marker(t, n, pos, marker) : 0;
+    *st = add_content(p, pos, open - pos - held);
+    return open;
+}
+
+/* <tool_call> JSON </tool_call> blocks from t[pos]; content before them. */
 static llmm_status parse_tagged_json(const char *t, size_t n, size_t pos, int final, chat_parse *p) {
+    static const call_rules rules = {"arguments", 0};
     for (;;) {
-        size_t open = find(t, n, pos, CALL_OPEN);
-        if (open == n) {
-            size_t held = final ? 0 : partial_marker(t, n, pos, CALL_OPEN);
-            return add_content(p, pos, n - pos - held);
-        }
-        if (add_content(p, pos, open - pos)) return LLMM_ERR_NO_MEMORY;
+        llmm_status st;
+        size_t open = content_until(p, t, n, pos, CALL_OPEN, final, &st);
+        if (st || open == n) return st;
         parsed_call c = {{0, 0}, {0, 0}, {0, 0}, 0, 0};
         size_t body = skip_space(t, n, open + strlen(CALL_OPEN)), obj_end = n;
-        int got = scan_call_object(t, n, body, &c, &obj_end);
-        if (got < 0 || (got == 0 && c.name.len == 0 && final)) {
-            p->malformed = 1;
-            return add_content(p, open, n - open);
-        }
+        int got = scan_call_object(t, n, body, &rules, &c, &obj_end);
+        if (got < 0 || (got == 0 && c.name.len == 0 && final)) return not_a_call(p, t, n, open, final);
         if (got == 0 && c.name.len == 0) return LLMM_OK; /* its name is still being written */
         size_t close = got == 1 ? skip_space(t, n, obj_end) : n;
         c.complete = starts_at(t, n, close, CALL_CLOSE);
         if (got == 1 && !c.complete && !prefix_at(t, n, close, CALL_CLOSE)) p->malformed = 1;
-        if (llmm__mem_reserve(NULL, (void **)&p->calls, &p->cap_calls, p->n_calls + 1, sizeof *p->calls))
-            return LLMM_ERR_NO_MEMORY;
-        p->calls[p->n_calls++] = c;
+        if (add_call(p, &c)) return LLMM_ERR_NO_MEMORY;
         if (!c.complete) return LLMM_OK;
         p->call_end = close + strlen(CALL_CLOSE);
         pos = skip_space(t, n, p->call_end); /* whitespace between or after calls is markup */
@@ -164,6 +198,58 @@ static llmm_status parse_tagged_json(const char *t, size_t n, size_t pos, int fi
         if (!final && prefix_at(t, n, pos, CALL_OPEN)) return LLMM_OK;
         p->malformed = 1; /* the reference refuses text after a call; kept here as content */
         return add_content(p, pos, n - pos);
+    }
+}
+
+/* Llama 3: content, then at most one bare {"name": ..., "parameters": ...} ending the message. */
+static llmm_status parse_bare_json(const char *t, size_t n, size_t pos, int final, chat_parse *p) {
+    static const call_rules rules = {"parameters", 0};
+    llmm_status st;
+    size_t open = content_until(p, t, n, pos, BARE_CALL_OPEN, final, &st);
+    if (st || open == n) return st;
+    parsed_call c = {{0, 0}, {0, 0}, {0, 0}, 0, 0};
+    size_t obj_end = n;
+    int got = scan_call_object(t, n, open, &rules, &c, &obj_end);
+    if (got < 0 || (got == 0 && final && c.name.len == 0)) return not_a_call(p, t, n, open, final);
+    if (got == 0 && (c.name.len == 0 || !c.arguments.len)) return LLMM_OK; /* not yet a call */
+    c.complete = got == 1;
+    if (add_call(p, &c)) return LLMM_ERR_NO_MEMORY;
+    if (got == 1) {
+        p->call_end = obj_end;
+        size_t rest = skip_space(t, n, obj_end);
+        if (rest < n) return not_a_call(p, t, n, rest, final);
+    }
+    return LLMM_OK;
+}
+
+/* Mistral Nemo: content, then [TOOL_CALLS][{...}, {...}]. */
+static llmm_status parse_list_json(const char *t, size_t n, size_t pos, int final, chat_parse *p) {
+    static const call_rules rules = {"arguments", 1};
+    llmm_status st;
+    size_t open = content_until(p, t, n, pos, LIST_CALL_OPEN, final, &st);
+    if (st || open == n) return st;
+    size_t i = skip_space(t, n, open + strlen(LIST_CALL_OPEN));
+    if (i < n && t[i] != '[') return not_a_call(p, t, n, open, final);
+    for (i++;;) {
+        parsed_call c = {{0, 0}, {0, 0}, {0, 0}, 0, 0};
+        size_t obj_end = n;
+        int got = scan_call_object(t, n, skip_space(t, n, i), &rules, &c, &obj_end);
+        if (got < 0) return not_a_call(p, t, n, open, final);
+        if (got == 0 && c.name.len == 0) return final ? not_a_call(p, t, n, open, final) : LLMM_OK;
+        c.complete = got == 1;
+        if (add_call(p, &c)) return LLMM_ERR_NO_MEMORY;
+        if (got == 0) return LLMM_OK;
+        i = skip_space(t, n, obj_end);
+        if (i < n && t[i] == ',') {
+            i++;
+            continue;
+        }
+        if (i < n && t[i] == ']') {
+            p->call_end = i + 1;
+            size_t rest = skip_space(t, n, i + 1);
+            return rest < n ? not_a_call(p, t, n, rest, final) : LLMM_OK;
+        }
+        return i < n ? not_a_call(p, t, n, open, final) : LLMM_OK;
     }
 }
 
@@ -198,8 +284,13 @@ llmm_status llmm__chat_parse(const tool_family_info *f, int thinking, const char
     out->malformed = 0;
     out->call_end = 0;
     size_t pos = parse_reasoning(f, thinking, text, n, final, out);
-    if (f->syntax == TOOL_SYNTAX_NONE) return add_content(out, pos, n - pos);
-    return parse_tagged_json(text, n, pos, final, out);
+    switch (f->syntax) {
+    case TOOL_SYNTAX_TAGGED_JSON: return parse_tagged_json(text, n, pos, final, out);
+    case TOOL_SYNTAX_BARE_JSON: return parse_bare_json(text, n, pos, final, out);
+    case TOOL_SYNTAX_LIST_JSON: return parse_list_json(text, n, pos, final, out);
+    case TOOL_SYNTAX_NONE: break;
+    }
+    return add_content(out, pos, n - pos);
 }
 
 void llmm__chat_parse_free(chat_parse *p) {

@@ -21,6 +21,7 @@ typedef struct options {
     int draft_max, lookup;       /* --draft-max K, --lookup N */
     const char *template_name, *system_prompt;
     const char *grammar_file, *schema_file;
+    int json_ws_free; /* --json-ws free: bounded whitespace between JSON tokens */
     llmm_backend_kind backend;
     llmm_kv_type kv_type;
     llmm_sampler_params sampling;
@@ -40,7 +41,8 @@ static void usage(FILE *out) {
             "usage: llmmini-run -m MODEL -p PROMPT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P]\n"
             "                   [--seed S] [-t THREADS] [-c N_CTX] [--backend B] [--device N] [--kv-type T]\n"
             "                   [--kv-block N] [--no-bos] [--ids] [--draft MODEL [--draft-max K] | --lookup N]\n"
-            "                   [--dump-logits PATH] [--grammar FILE | --json-schema FILE] [--lora FILE[:SCALE]]...\n"
+            "                   [--dump-logits PATH] [--grammar FILE | --json-schema FILE [--json-ws MODE]]\n"
+            "                   [--lora FILE[:SCALE]]...\n"
             "       llmmini-run -m MODEL --chat [--template NAME] [--system TEXT] [-n N] [sampling options]\n"
             "  -n N               tokens to generate (default 128)\n"
             "  --temp T           temperature; 0 is greedy (default 0.8)\n"
@@ -67,6 +69,8 @@ static void usage(FILE *out) {
             "  --kv-block N       positions per KV block, a power of two in 1..1024 (default 16)\n"
             "  --grammar FILE     constrain the output to the GBNF grammar in FILE (start rule root)\n"
             "  --json-schema FILE constrain the output to JSON valid against the schema in FILE\n"
+            "  --json-ws MODE     whitespace between JSON tokens: compact (default, none) or free\n"
+            "                     (a line break and 20 spaces at most in each gap)\n"
             "  --lora FILE[:SCALE] run with this LoRA adapter at SCALE (default 1); repeat for up\n"
             "                     to 8 adapters, summed\n"
             "  --chat             chat on stdin/stdout: one user message per line, '/reset' starts\n"
@@ -205,6 +209,14 @@ static int parse_args(int argc, char **argv, options *o) {
         }
         else if (!strcmp(a, "--grammar") && val) o->grammar_file = argv[++i];
         else if (!strcmp(a, "--json-schema") && val) o->schema_file = argv[++i];
+        else if (!strcmp(a, "--json-ws") && val) {
+            const char *mode = argv[++i];
+            if (strcmp(mode, "compact") != 0 && strcmp(mode, "free") != 0) {
+                fprintf(stderr, "llmmini-run: --json-ws must be compact or free, not '%s'\n", mode);
+                return 2;
+            }
+            o->json_ws_free = strcmp(mode, "free") == 0;
+        }
         else if (!strcmp(a, "--chat")) o->chat = 1;
         else if (!strcmp(a, "--template") && val) o->template_name = argv[++i];
         else if (!strcmp(a, "--system") && val) o->system_prompt = argv[++i];
@@ -280,7 +292,10 @@ static int load_grammar(const options *o, const llmm_model *m, llmm_grammar **ou
     char *text = cli_read_file("llmmini-run", path, &len), err[512] = "";
     if (!text) return 1;
     llmm_status st = o->grammar_file ? llmm_grammar_create(m, text, len, "root", out, err, sizeof err)
-                                     : llmm_grammar_from_json_schema(m, text, len, out, err, sizeof err);
+                                     : llmm_grammar_from_json_schema_ws(m, text, len,
+                                                                        o->json_ws_free ? LLMM_JSON_WS_FREE
+                                                                                        : LLMM_JSON_WS_COMPACT,
+                                                                        out, err, sizeof err);
     free(text);
     if (st) fprintf(stderr, "llmmini-run: %s: %s (%s)\n", path, err, llmm_status_str(st));
     return st != LLMM_OK;

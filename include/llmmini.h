@@ -809,9 +809,22 @@ LLMM_API llmm_status llmm_grammar_create(const llmm_model *model, const char *gb
                                          llmm_grammar **out, char *err, size_t err_size);
 /* The same from a JSON Schema (len bytes of JSON), converted to GBNF by the library's schema
  * subset (docs/grammars.md); an unsupported keyword fails with INVALID_ARG and a message naming
- * it. Errors: INVALID_ARG, NO_MEMORY. */
+ * it. The JSON is compact (no whitespace between tokens; before this release it allowed the
+ * bounded whitespace LLMM_JSON_WS_FREE describes). Errors: INVALID_ARG, NO_MEMORY. */
 LLMM_API llmm_status llmm_grammar_from_json_schema(const llmm_model *model, const char *schema, size_t len,
                                                    llmm_grammar **out, char *err, size_t err_size);
+
+/* Whitespace between the tokens of constrained JSON. */
+typedef enum llmm_json_whitespace {
+    LLMM_JSON_WS_COMPACT = 0, /* none: {"a":1,"b":[2,3]}: fewer tokens, nowhere to wander */
+    LLMM_JSON_WS_FREE = 1     /* at most a line break then 20 spaces or tabs in each gap */
+} llmm_json_whitespace;
+
+/* llmm_grammar_from_json_schema with a choice of whitespace.
+ * Errors: INVALID_ARG (also an unknown whitespace value), NO_MEMORY. */
+LLMM_API llmm_status llmm_grammar_from_json_schema_ws(const llmm_model *model, const char *schema, size_t len,
+                                                      llmm_json_whitespace whitespace, llmm_grammar **out,
+                                                      char *err, size_t err_size);
 /* Free a grammar; every state made from it must be freed first. NULL is allowed. */
 LLMM_API void llmm_grammar_free(llmm_grammar *grammar);
 

@@ -825,6 +825,16 @@ typedef enum llmm_json_whitespace {
 LLMM_API llmm_status llmm_grammar_from_json_schema_ws(const llmm_model *model, const char *schema, size_t len,
                                                       llmm_json_whitespace whitespace, llmm_grammar **out,
                                                       char *err, size_t err_size);
+/* A grammar whose sentences are exactly one tool call in a tool family's syntax (see "tools"
+ * above: llmm_chat_tool_families) to one of n_tools tools, its arguments compact JSON valid
+ * against that tool's parameters schema: the "required" tool choice. family NULL detects it
+ * from the model. The call is framed as the family's template writes calls, e.g.
+ * <tool_call>\n{"name": "get_weather", "arguments": {...}}\n</tool_call> for qwen2_5.
+ * Errors: INVALID_ARG (a tool refused as by llmm_chat_format_request, or its schema refused by
+ * the JSON-Schema subset: the reason in err), UNSUPPORTED (no such family, or one without a
+ * call syntax), NO_MEMORY. */
+LLMM_API llmm_status llmm_grammar_from_tools(const llmm_model *model, const char *family, const llmm_tool *tools,
+                                             size_t n_tools, llmm_grammar **out, char *err, size_t err_size);
 /* Free a grammar; every state made from it must be freed first. NULL is allowed. */
 LLMM_API void llmm_grammar_free(llmm_grammar *grammar);
 

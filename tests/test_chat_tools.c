@@ -15,6 +15,7 @@
 #include "base/json_value.h"
 #include "base/json_write.h"
 #include "llmmini.h"
+#include "support/fixtures.h"
 #include "support/shared_data.h"
 #include "text/chat_tools.h"
 
@@ -25,7 +26,7 @@ static const char *const parsed_families[] = {"qwen2_5",  "qwen3",    "hermes3",
                                               "llama3_1", "llama3_2", "mistral_nemo", "smollm3"};
 static const char *const cases[] = {"plain", "no_system", "tools", "tool_result", "after_tool", "two_calls", "unicode"};
 
-#define ARRAY_LEN(a) (sizeof(a) / sizeof *(a))
+
 
 /* ---------------------------------------------------------------- reading the shared JSON */
 
@@ -465,6 +466,160 @@ static void test_parse_every_prefix_of_odd_text(void **state) {
     }
 }
 
+
+/* ---------------------------------------------------------------- constrained calls */
+
+static const llmm_tool demo_tools[] = {
+    {"get_weather", "Get the current weather for a location.",
+     "{\"type\": \"object\", \"properties\": {\"location\": {\"type\": \"string\", \"maxLength\": 24}, \"unit\": "
+     "{\"type\": \"string\", \"enum\": [\"celsius\", \"fahrenheit\"]}}, \"required\": [\"location\"]}"},
+    {"set_timer", "Start a countdown timer.",
+     "{\"type\": \"object\", \"properties\": {\"minutes\": {\"type\": \"integer\", \"minimum\": 1, \"maximum\": 120}, "
+     "\"label\": {\"type\": \"string\", \"maxLength\": 16}}, \"required\": [\"minutes\"]}"},
+};
+
+static int str_is(const json_doc *doc, size_t node, const char *s) {
+    return doc->nodes[node].str_len == strlen(s) && memcmp(json_str(doc, node), s, strlen(s)) == 0;
+}
+
+/* The two demo schemas checked by hand (independently of the converter that made the grammar):
+ * required members present, types, the enum, the range, no other members. */
+static int valid_arguments(const char *tool, const char *args, char *why, size_t why_size) {
+    json_doc doc;
+    char err[64];
+    if (llmm__json_parse(&doc, args, strlen(args), err, sizeof err) != LLMM_OK) {
+        snprintf(why, why_size, "not JSON: %.64s", err);
+        return 0;
+    }
+    int ok = doc.nodes[0].kind == JSON_OBJECT;
+    for (size_t m = ok ? doc.nodes[0].first : JSON_NONE; m != JSON_NONE && ok; m = doc.nodes[m].next) {
+        const char *key = json_key(&doc, m);
+        size_t key_len = doc.nodes[m].key_len;
+        json_kind kind = doc.nodes[m].kind;
+        if (!strcmp(tool, "get_weather") && key_len == 8 && !memcmp(key, "location", 8)) ok = kind == JSON_STRING;
+        else if (!strcmp(tool, "get_weather") && key_len == 4 && !memcmp(key, "unit", 4))
+            ok = kind == JSON_STRING && (str_is(&doc, m, "celsius") || str_is(&doc, m, "fahrenheit"));
+        else if (!strcmp(tool, "set_timer") && key_len == 7 && !memcmp(key, "minutes", 7)) {
+            long v = kind == JSON_NUMBER ? strtol(doc.src + doc.nodes[m].src, NULL, 10) : 0;
+            ok = kind == JSON_NUMBER && !memchr(doc.src + doc.nodes[m].src, '.', doc.nodes[m].src_len) && v >= 1 &&
+                 v <= 120;
+        } else if (!strcmp(tool, "set_timer") && key_len == 5 && !memcmp(key, "label", 5)) ok = kind == JSON_STRING;
+        else ok = 0;
+    }
+    const char *required = !strcmp(tool, "get_weather") ? "location" : "minutes";
+    if (ok && llmm__json_member(&doc, 0, required) == JSON_NONE) ok = 0;
+    if (!ok) snprintf(why, why_size, "does not validate");
+    llmm__json_doc_free(&doc);
+    return ok;
+}
+
+typedef struct text_out {
+    char bytes[4096];
+    size_t n;
+} text_out;
+
+static int collect(void *user, const char *bytes, size_t n, int complete_utf8) {
+    (void)complete_utf8;
+    text_out *o = user;
+    if (o->n + n >= sizeof o->bytes) return 1;
+    memcpy(o->bytes + o->n, bytes, n);
+    o->n += n;
+    o->bytes[o->n] = '\0';
+    return 0;
+}
+
+/* 100 calls per tool sampled at temperature 1 under the "required" grammar: every one parses
+ * as exactly one complete call to that tool, and its arguments validate. stories260K knows no
+ * tools: only the constraint makes the calls right. */
+static void sample_calls(llmm_model *m, const char *family, int runs) {
+    llmm_context_params cp;
+    llmm_context_params_default(&cp, sizeof cp);
+    cp.n_ctx = 512;
+    cp.n_threads = 1;
+    llmm_context *ctx = make_context(m, &cp);
+    size_t tokens = 0;
+    for (size_t t = 0; t < ARRAY_LEN(demo_tools); t++) {
+        llmm_grammar *g = NULL;
+        char err[512];
+        if (llmm_grammar_from_tools(m, family, &demo_tools[t], 1, &g, err, sizeof err) != LLMM_OK)
+            fail_msg("%s: %s", family, err);
+        for (int run = 0; run < runs; run++) {
+            llmm_sampler_params sp;
+            llmm_sampler_params_default(&sp, sizeof sp);
+            sp.seed = (uint64_t)run * 131u + t;
+            sp.temperature = 1.0f;
+            sp.top_k = 0;
+            sp.top_p = 1.0f;
+            sp.min_p = 0.0f;
+            text_out out = {.n = 0};
+            llmm_generate_params gp;
+            llmm_generate_params_default(&gp, sizeof gp);
+            gp.max_tokens = 400;
+            gp.sampling = &sp;
+            gp.on_bytes = collect;
+            gp.user = &out;
+            gp.grammar = g;
+            llmm_generate_stats st = {.size = sizeof st};
+            assert_int_equal(llmm_generate(ctx, "Once upon a time", &gp, &st), LLMM_OK);
+            tokens += st.n_generated;
+            llmm_chat_parser *p = NULL;
+            llmm_chat_parse_result r = {.size = sizeof r};
+            assert_int_equal(llmm_chat_parser_create(family, 0, &p), LLMM_OK);
+            assert_int_equal(llmm_chat_parser_feed(p, out.bytes, out.n), LLMM_OK);
+            assert_int_equal(llmm_chat_parser_result(p, 1, &r), LLMM_OK);
+            char why[128] = "";
+            if (r.n_calls != 1 || !r.calls[0].complete || r.malformed || strcmp(r.calls[0].name, demo_tools[t].name) ||
+                !valid_arguments(demo_tools[t].name, r.calls[0].arguments, why, sizeof why))
+                fail_msg("%s run %d: '%s' is not one valid call (%zu calls) %s", family, run, out.bytes, r.n_calls, why);
+            llmm_chat_parser_free(p);
+        }
+        llmm_grammar_free(g);
+    }
+    print_message("%s: %d calls per tool valid, %.1f tokens per call\n", family, runs,
+                  (double)tokens / (double)(runs * (int)ARRAY_LEN(demo_tools)));
+    llmm_context_free(ctx);
+}
+
+static void test_constrained_calls_validate(void **state) {
+    (void)state;
+    llmm_model *m = load_model("models/stories260K.gguf", NULL);
+    int runs = under_emulator() ? 20 : 100;
+    static const char *const families[] = {"qwen2_5", "llama3_1", "mistral_nemo"};
+    for (size_t f = 0; f < ARRAY_LEN(families); f++) sample_calls(m, families[f], runs);
+    llmm_model_free(m);
+}
+
+static void test_tool_grammar_refusals(void **state) {
+    (void)state;
+    llmm_grammar *g = NULL;
+    char err[256];
+    llmm_tool bad = {"x", NULL, "{\"type\": \"object\", \"allOf\": []}"};
+    assert_int_equal(llmm_grammar_from_tools(NULL, "qwen2_5", &bad, 1, &g, err, sizeof err), LLMM_ERR_INVALID_ARG);
+    assert_non_null(strstr(err, "allOf"));
+    llmm_tool deep = {"x", NULL, "{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":"
+                                 "{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":1}}}}}}}}}}}}}}}}}"};
+    assert_int_equal(llmm_grammar_from_tools(NULL, "qwen2_5", &deep, 1, &g, err, sizeof err), LLMM_ERR_INVALID_ARG);
+    assert_non_null(strstr(err, "deeper"));
+    /* a recursive schema is a recursive rule (bounded per step by the matcher), not a refusal;
+     * one that recurses before any object opens is left recursion, refused */
+    llmm_tool loop = {"x", NULL, "{\"$ref\": \"#\"}"};
+    assert_int_equal(llmm_grammar_from_tools(NULL, "qwen2_5", &loop, 1, &g, err, sizeof err), LLMM_ERR_INVALID_ARG);
+    assert_int_equal(llmm_grammar_from_tools(NULL, "smollm3", demo_tools, 1, &g, err, sizeof err), LLMM_ERR_UNSUPPORTED);
+    assert_int_equal(llmm_grammar_from_tools(NULL, "qwen2_5", demo_tools, 0, &g, err, sizeof err), LLMM_ERR_INVALID_ARG);
+    assert_int_equal(llmm_grammar_from_tools(NULL, NULL, demo_tools, 1, &g, err, sizeof err), LLMM_ERR_INVALID_ARG);
+    assert_int_equal(llmm_grammar_from_tools(NULL, "qwen2_5", demo_tools, 2, &g, err, sizeof err), LLMM_OK);
+    /* both tools in one grammar: each call is a sentence, with the template's spacing */
+    llmm_grammar_state *s = NULL;
+    assert_int_equal(llmm_grammar_state_create(g, &s), LLMM_OK);
+    const char *call = "<tool_call>\n{\"name\": \"set_timer\", \"arguments\": {\"minutes\":10}}\n</tool_call>";
+    assert_int_equal(llmm_grammar_state_accept_bytes(s, call, strlen(call)), LLMM_OK);
+    int can_end = 0, must_end = 0;
+    assert_int_equal(llmm_grammar_state_can_end(s, &can_end, &must_end), LLMM_OK);
+    assert_true(can_end);
+    llmm_grammar_state_free(s);
+    llmm_grammar_free(g);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_render_every_claimed_case),
@@ -474,6 +629,8 @@ int main(void) {
         cmocka_unit_test(test_parse_every_file),
         cmocka_unit_test(test_parse_partial_and_malformed),
         cmocka_unit_test(test_parse_every_prefix_of_odd_text),
+        cmocka_unit_test(test_tool_grammar_refusals),
+        cmocka_unit_test(test_constrained_calls_validate),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

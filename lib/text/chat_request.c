@@ -69,10 +69,10 @@ static llmm_status build_tool_object(const llmm_tool *t, char **text, json_doc *
     return LLMM_OK;
 }
 
-static llmm_status check_tool(const llmm_tool *t, size_t i, char **text, json_doc *doc, llmm_diag *d) {
+llmm_status llmm__chat_tool_check(const llmm_tool *t, size_t i, llmm_diag *d) {
     if (!t->name || !name_ok(t->name))
         return llmm__diag_fail(d, LLMM_ERR_INVALID_ARG, "tool %zu: the name must be 1 to 64 of [A-Za-z0-9_-]", i);
-    if (!t->parameters) return build_tool_object(t, text, doc, d);
+    if (!t->parameters) return LLMM_OK;
     json_doc schema_doc = {0}, *schema = &schema_doc;
     size_t len = strlen(t->parameters);
     if (len > LLMM_TOOL_SCHEMA_MAX_BYTES)
@@ -89,7 +89,12 @@ static llmm_status check_tool(const llmm_tool *t, size_t i, char **text, json_do
     if (depth > LLMM_TOOL_SCHEMA_MAX_DEPTH)
         return llmm__diag_fail(d, LLMM_ERR_INVALID_ARG, "tool '%s': the parameters schema nests deeper than %d",
                                t->name, LLMM_TOOL_SCHEMA_MAX_DEPTH);
-    return build_tool_object(t, text, doc, d);
+    return LLMM_OK;
+}
+
+static llmm_status check_tool(const llmm_tool *t, size_t i, char **text, json_doc *doc, llmm_diag *d) {
+    llmm_status st = llmm__chat_tool_check(t, i, d);
+    return st ? st : build_tool_object(t, text, doc, d);
 }
 
 static int role_known(const char *role) {

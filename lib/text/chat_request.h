@@ -20,6 +20,10 @@ typedef struct parsed_request {
     size_t n_tools, n_messages;
 } parsed_request;
 
+/* A tool definition's checks (name, schema size, JSON, object, depth): INVALID_ARG with the
+ * reason, NO_MEMORY. */
+llmm_status llmm__chat_tool_check(const llmm_tool *t, size_t i, llmm_diag *d);
+
 /* INVALID_ARG with the reason (a bad role, tool name, schema or call), NO_MEMORY. On failure
  * p still needs llmm__chat_request_free. */
 llmm_status llmm__chat_request_parse(const llmm_chat_request *r, parsed_request *p, llmm_diag *d);

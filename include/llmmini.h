@@ -740,7 +740,15 @@ typedef struct llmm_generate_params {
     const char *grammar_text;      /* optional NUL-terminated GBNF, start rule "root", compiled per call */
     const llmm_grammar *grammar;   /* optional, compiled for the context's model; wins over grammar_text.
                                       Not together with spec_draft_model or spec_ngram (INVALID_ARG) */
+    const char *grammar_trigger;   /* optional, with a grammar: a lazy grammar. Output is free until
+                                      it contains this text (1..LLMM_GRAMMAR_TRIGGER_MAX bytes); from
+                                      the trigger's first byte on it must be a sentence of the grammar,
+                                      which therefore starts with the trigger (e.g. "<tool_call>" and
+                                      llmm_grammar_from_tools: free text, then a valid call, and the
+                                      call's end stops generation with LLMM_STOP_GRAMMAR) */
 } llmm_generate_params;
+
+#define LLMM_GRAMMAR_TRIGGER_MAX 64
 
 typedef struct llmm_generate_stats {
     uint32_t size;            /* set to sizeof(llmm_generate_stats) before the call */

@@ -620,6 +620,71 @@ static void test_tool_grammar_refusals(void **state) {
     llmm_grammar_free(g);
 }
 
+/* A lazy grammar: greedy output is free, exactly as without the grammar, until it contains the
+ * trigger; from there the grammar writes the rest and its end stops generation. The trigger is
+ * a token the free output chose, so greedy decoding reaches it with or without the grammar. */
+static void test_lazy_grammar_starts_at_trigger(void **state) {
+    (void)state;
+    llmm_model *m = load_model("models/stories260K.gguf", NULL);
+    llmm_context_params cp;
+    llmm_context_params_default(&cp, sizeof cp);
+    cp.n_ctx = 256;
+    cp.n_threads = 1;
+    llmm_context *ctx = make_context(m, &cp);
+    llmm_sampler_params sp;
+    llmm_sampler_params_default(&sp, sizeof sp);
+    sp.temperature = 0.0f;
+    text_out free_text = {.n = 0};
+    llmm_token ids[64];
+    llmm_generate_params gp;
+    llmm_generate_params_default(&gp, sizeof gp);
+    gp.max_tokens = 64;
+    gp.sampling = &sp;
+    gp.on_bytes = collect;
+    gp.user = &free_text;
+    gp.out_tokens = ids;
+    gp.out_capacity = 64;
+    llmm_generate_stats st = {.size = sizeof st};
+    assert_int_equal(llmm_generate(ctx, "Once upon a time", &gp, &st), LLMM_OK);
+    /* the first token of 3+ letters whose text has not occurred before it */
+    char trigger[64] = "";
+    size_t start = 0, at = 0;
+    for (size_t j = 0; j < st.n_generated && !trigger[0]; j++) {
+        char piece[64];
+        size_t n = 0;
+        assert_int_equal(llmm_token_to_piece(m, ids[j], 0, piece, sizeof piece - 1, &n), LLMM_OK);
+        piece[n] = '\0';
+        int letters = n >= 3;
+        for (size_t c = 0; c < n; c++) letters &= piece[c] == ' ' || (piece[c] >= 'a' && piece[c] <= 'z');
+        char before[4096];
+        memcpy(before, free_text.bytes, at + n);
+        before[at + n] = '\0';
+        if (letters && strstr(before, piece) == before + at) {
+            snprintf(trigger, sizeof trigger, "%s", piece);
+            start = at;
+        }
+        at += n;
+    }
+    assert_true(trigger[0] != '\0');
+    char gbnf[256];
+    snprintf(gbnf, sizeof gbnf, "root ::= \"%s\" \" and the end.\"", trigger);
+    text_out lazy_text = {.n = 0};
+    gp.user = &lazy_text;
+    gp.grammar_text = gbnf;
+    gp.grammar_trigger = trigger;
+    assert_int_equal(llmm_generate(ctx, "Once upon a time", &gp, &st), LLMM_OK);
+    assert_int_equal(st.stop_reason, LLMM_STOP_GRAMMAR);
+    char want[4096];
+    snprintf(want, sizeof want, "%.*s%s and the end.", (int)start, free_text.bytes, trigger);
+    print_message("trigger [%s]: %s\n", trigger, lazy_text.bytes);
+    assert_string_equal(lazy_text.bytes, want);
+    /* a trigger without a grammar, or too long, is refused */
+    gp.grammar_text = NULL;
+    assert_int_equal(llmm_generate(ctx, "Once upon a time", &gp, &st), LLMM_ERR_INVALID_ARG);
+    llmm_context_free(ctx);
+    llmm_model_free(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_render_every_claimed_case),
@@ -631,6 +696,7 @@ int main(void) {
         cmocka_unit_test(test_parse_every_prefix_of_odd_text),
         cmocka_unit_test(test_tool_grammar_refusals),
         cmocka_unit_test(test_constrained_calls_validate),
+        cmocka_unit_test(test_lazy_grammar_starts_at_trigger),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -24,6 +24,8 @@
 
 int fuzz_gguf_input(const uint8_t *data, size_t size);
 int fuzz_tokenize_init(int *argc, char ***argv);
+int fuzz_chat_parse_init(int *argc, char ***argv);
+int fuzz_chat_parse_input(const uint8_t *data, size_t size);
 int fuzz_tokenize_input(const uint8_t *data, size_t size);
 
 static void test_gguf_harness_on_reference_files(void **state) {
@@ -87,8 +89,35 @@ static void test_tokenize_harness_on_test_inputs(void **state) {
     fuzz_tokenize_input(detokenize_null_buffer, sizeof detokenize_null_buffer);
 }
 
+/* Every reference parse file's raw output, for every family and split, thinking or not. */
+static void test_chat_parse_harness_on_reference_outputs(void **state) {
+    (void)state;
+    fuzz_chat_parse_init(NULL, NULL);
+    static const char *const files[] = {"qwen2_5.4", "qwen3.4", "qwen3.5", "hermes3.3", "granite4.5", "llama3_1.4",
+                                        "llama3_2.5", "mistral_nemo.3", "mistral_nemo.5", "smollm3.2", "qwen3_5.2",
+                                        "gemma4.2", "lfm2_5.2"};
+    for (size_t f = 0; f < ARRAY_LEN(files); f++) {
+        char rel[128], path[1024];
+        snprintf(rel, sizeof rel, "chat/parse/%s.json", files[f]);
+        size_t n = 0;
+        char *text = read_whole_file(shared_path(path, sizeof path, rel), &n);
+        if (!text) fail_msg("cannot read %s", path);
+        uint8_t *input = malloc(n + 2);
+        assert_non_null(input);
+        memcpy(input + 2, text, n); /* the whole JSON file as output: markers, quotes, escapes */
+        for (unsigned pick = 0; pick < 32; pick++) {
+            input[0] = (uint8_t)pick;
+            input[1] = (uint8_t)(pick * 5);
+            fuzz_chat_parse_input(input, n + 2);
+        }
+        free(input);
+        free(text);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_chat_parse_harness_on_reference_outputs),
         cmocka_unit_test(test_gguf_harness_on_reference_files),
         cmocka_unit_test(test_gguf_harness_on_nan_activations),
         cmocka_unit_test(test_tokenize_harness_on_test_inputs),

@@ -394,6 +394,22 @@ LLMM_API llmm_status llmm_chat_format_request(const llmm_model *model, const cha
                                               const llmm_chat_request *request, char *buf,
                                               size_t capacity, size_t *needed);
 
+/* Tool definitions from JSON as OpenAI-style chat APIs take them: an array of
+ * {"type": "function", "function": {"name", "description", "parameters"}} or of the inner
+ * objects. Each is checked as llmm_chat_format_request checks tools. The list owns its strings.
+ * Errors: INVALID_ARG (the reason in err), NO_MEMORY. */
+typedef struct llmm_tool_list llmm_tool_list;
+LLMM_API llmm_status llmm_tool_list_from_json(const char *json, size_t len, llmm_tool_list **out, char *err,
+                                              size_t err_size);
+/* The list's tools (valid until llmm_tool_list_free). Errors: INVALID_ARG. */
+LLMM_API llmm_status llmm_tool_list_get(const llmm_tool_list *list, const llmm_tool **tools, size_t *n);
+LLMM_API void llmm_tool_list_free(llmm_tool_list *list);
+
+/* The text that opens a call in the family's output ("<tool_call>", "[TOOL_CALLS]", and
+ * "{\"name\"" for Llama 3's bare JSON): the grammar_trigger of a lazy tool-call grammar.
+ * Static storage. Errors: INVALID_ARG, UNSUPPORTED (no such family, or one without calls). */
+LLMM_API llmm_status llmm_chat_tool_trigger(const char *family, const char **trigger);
+
 /* A parser of a model's output in a tool family's syntax: feed it the generated text as it
  * comes (any split, even inside a UTF-8 character or a marker), read the content, reasoning
  * and calls so far at any time. A parser is used by one thread at a time. */

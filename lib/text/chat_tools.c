@@ -94,3 +94,19 @@ LLMM_API llmm_status llmm_chat_tool_families(const char **names_csv) {
     *names_csv = llmm__tool_families_csv();
     return LLMM_OK;
 }
+
+LLMM_API llmm_status llmm_chat_tool_trigger(const char *family, const char **trigger) {
+    static const char *const triggers[] = {
+        [TOOL_SYNTAX_NONE] = NULL,
+        [TOOL_SYNTAX_TAGGED_JSON] = "<tool_call>",
+        [TOOL_SYNTAX_BARE_JSON] = "{\"name\"",
+        [TOOL_SYNTAX_LIST_JSON] = "[TOOL_CALLS]",
+    };
+    if (!trigger) return LLMM_ERR_INVALID_ARG;
+    *trigger = NULL;
+    if (!family) return LLMM_ERR_INVALID_ARG;
+    const tool_family_info *f = llmm__tool_family_find(family);
+    if (!f || !triggers[f->syntax]) return LLMM_ERR_UNSUPPORTED;
+    *trigger = triggers[f->syntax];
+    return LLMM_OK;
+}

@@ -421,8 +421,7 @@ typedef struct llmm_chat_parser llmm_chat_parser;
 typedef struct llmm_chat_parsed_call {
     const char *id;        /* the id the model wrote, or NULL */
     const char *name;      /* the tool's name ("" while it is still being written) */
-    const char *arguments; /* JSON text as the model wrote it (compact JSON for families whose
-                              calls are not JSON, e.g. Python-style) */
+    const char *arguments; /* JSON text as the model wrote it */
     int32_t complete;      /* the call's closing marker (or its end) was seen */
 } llmm_chat_parsed_call;
 
@@ -432,8 +431,9 @@ typedef struct llmm_chat_parse_result {
     const char *reasoning;  /* NUL-terminated, "" when none */
     const llmm_chat_parsed_call *calls;
     size_t n_calls;
-    int32_t malformed;      /* 1: the text after a call's opening marker is no call: kept as
-                               content from that marker on, as the reference does */
+    int32_t malformed;      /* 1: text after a call's opening marker is no call of the family's
+                               syntax, or text follows the calls (the reference refuses such
+                               output): shown as content when final, held back while streaming */
 } llmm_chat_parse_result;
 
 /* family: a tool family name (NULL is INVALID_ARG). thinking: nonzero when the generation

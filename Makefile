@@ -149,7 +149,8 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_SUPPORT_OBJ) $(STATIC_LIB)
 	$(LINK_TEST)
 
 # tests/test_fuzz_replay.c links both fuzz harnesses, each with its entry points renamed
-FUZZ_REPLAY_OBJ := $(BUILD)/obj/tests/fuzz/gguf_replay.o $(BUILD)/obj/tests/fuzz/tokenize_replay.o
+FUZZ_REPLAY_OBJ := $(BUILD)/obj/tests/fuzz/gguf_replay.o $(BUILD)/obj/tests/fuzz/tokenize_replay.o \
+    $(BUILD)/obj/tests/fuzz/chat_parse_replay.o
 $(BUILD)/obj/tests/fuzz/%_replay.o: tests/fuzz/%.c | $(DEPS_OK)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) -DLLVMFuzzerTestOneInput=fuzz_$*_input -DLLVMFuzzerInitialize=fuzz_$*_init -c $< -o $@
@@ -445,14 +446,15 @@ FUZZ_CFLAGS := -std=c11 -Wall -Wextra -Werror -O1 -g -fsanitize=address,undefine
 fuzz:
 	@DEPS_TARGET=fuzz CC=clang sh scripts/deps.sh
 	$(MAKE) lib BUILD=$(FUZZ_BUILD) CC=clang SANITIZE=address,undefined CFLAGS="-O1 -g -fsanitize=fuzzer-no-link"
-	@mkdir -p $(FUZZ_BUILD)/findings $(FUZZ_BUILD)/corpus/gguf $(FUZZ_BUILD)/corpus/tokenize $(FUZZ_BUILD)/seeds
+	@mkdir -p $(FUZZ_BUILD)/findings $(FUZZ_BUILD)/corpus/gguf $(FUZZ_BUILD)/corpus/tokenize $(FUZZ_BUILD)/seeds \
+	    $(FUZZ_BUILD)/corpus/chat_parse
 	@# tokenize seeds: each vocabulary's test inputs behind its index byte (tests/fuzz/tokenize.c's
 	@# list order) and a flags byte (add + parse special)
 	i=0; for v in llama-spm llama-bpe qwen2 gpt-2 falcon deepseek-llm starcoder; do \
 	    printf "\\$$(printf %03o $$i)\\003" > $(FUZZ_BUILD)/seeds/$$v; \
 	    cat $(LLMM_SHARED)/vocab/ggml-vocab-$$v.gguf.inp >> $(FUZZ_BUILD)/seeds/$$v; i=$$((i + 1)); \
 	done
-	for h in gguf tokenize; do \
+	for h in gguf tokenize chat_parse; do \
 	    clang $(FUZZ_CFLAGS) -fsanitize=fuzzer -Iinclude tests/fuzz/$$h.c $(FUZZ_BUILD)/libllmmini.a $(LIBS) \
 	        -pthread -o $(FUZZ_BUILD)/fuzz_$$h || exit 1; \
 	done
@@ -460,6 +462,8 @@ fuzz:
 	    -artifact_prefix=$(FUZZ_BUILD)/findings/gguf- $(FUZZ_BUILD)/corpus/gguf $(LLMM_SHARED)/models
 	$(FUZZ_BUILD)/fuzz_tokenize -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -timeout=30 \
 	    -artifact_prefix=$(FUZZ_BUILD)/findings/tokenize- $(FUZZ_BUILD)/corpus/tokenize $(FUZZ_BUILD)/seeds
+	$(FUZZ_BUILD)/fuzz_chat_parse -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -timeout=30 \
+	    -artifact_prefix=$(FUZZ_BUILD)/findings/chat_parse- $(FUZZ_BUILD)/corpus/chat_parse
 
 # llmmini.pc names PREFIX, so it depends on a stamp holding the PREFIX it was made for: the stamp
 # is rewritten (and the .pc with it) whenever make runs with another PREFIX

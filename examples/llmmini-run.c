@@ -21,6 +21,9 @@ typedef struct options {
     int draft_max, lookup;       /* --draft-max K, --lookup N */
     const char *template_name, *system_prompt;
     const char *grammar_file, *schema_file;
+    int json_ws_free; /* --json-ws free: bounded whitespace between JSON tokens */
+    const char *tools_file, *tool_family; /* --tools: -p is a user message that may call these */
+    int tool_required;                    /* --tool-choice required: the reply must be a call */
     llmm_backend_kind backend;
     llmm_kv_type kv_type;
     llmm_sampler_params sampling;
@@ -40,7 +43,8 @@ static void usage(FILE *out) {
             "usage: llmmini-run -m MODEL -p PROMPT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P]\n"
             "                   [--seed S] [-t THREADS] [-c N_CTX] [--backend B] [--device N] [--kv-type T]\n"
             "                   [--kv-block N] [--no-bos] [--ids] [--draft MODEL [--draft-max K] | --lookup N]\n"
-            "                   [--dump-logits PATH] [--grammar FILE | --json-schema FILE] [--lora FILE[:SCALE]]...\n"
+            "                   [--dump-logits PATH] [--grammar FILE | --json-schema FILE [--json-ws MODE]]\n"
+            "                   [--lora FILE[:SCALE]]...\n"
             "       llmmini-run -m MODEL --chat [--template NAME] [--system TEXT] [-n N] [sampling options]\n"
             "  -n N               tokens to generate (default 128)\n"
             "  --temp T           temperature; 0 is greedy (default 0.8)\n"
@@ -67,6 +71,14 @@ static void usage(FILE *out) {
             "  --kv-block N       positions per KV block, a power of two in 1..1024 (default 16)\n"
             "  --grammar FILE     constrain the output to the GBNF grammar in FILE (start rule root)\n"
             "  --json-schema FILE constrain the output to JSON valid against the schema in FILE\n"
+            "  --json-ws MODE     whitespace between JSON tokens: compact (default, none) or free\n"
+            "                     (a line break and 20 spaces at most in each gap)\n"
+            "  --tools FILE       tool calling: FILE is a JSON array of OpenAI-style tools; -p is the\n"
+            "                     user's message (--system the system's), rendered in the model's tool\n"
+            "                     family; a call the model starts is held to its tool's schema, and\n"
+            "                     each call is printed as 'call: NAME ARGUMENTS' after the reply\n"
+            "  --tool-family NAME the tool family instead of the model's (e.g. qwen2_5, llama3_1)\n"
+            "  --tool-choice C    auto (default: text or a call) or required (a call)\n"
             "  --lora FILE[:SCALE] run with this LoRA adapter at SCALE (default 1); repeat for up\n"
             "                     to 8 adapters, summed\n"
             "  --chat             chat on stdin/stdout: one user message per line, '/reset' starts\n"
@@ -102,8 +114,12 @@ static int check_mode_options(const options *o) {
         fprintf(stderr, "llmmini-run: --lookup and --draft-max must be >= 0\n");
         return 2;
     }
-    if (!o->chat && (o->template_name || o->system_prompt)) {
-        fprintf(stderr, "llmmini-run: --template and --system need --chat\n");
+    if (!o->chat && (o->template_name || (o->system_prompt && !o->tools_file))) {
+        fprintf(stderr, "llmmini-run: --template and --system need --chat (--system also --tools)\n");
+        return 2;
+    }
+    if (o->tools_file && (o->chat || o->grammar_file || o->schema_file || o->draft || o->lookup || o->print_ids)) {
+        fprintf(stderr, "llmmini-run: --tools excludes --chat, --grammar, --json-schema, --draft, --lookup, --ids\n");
         return 2;
     }
     if ((o->grammar_file || o->schema_file) && (o->chat || (o->grammar_file && o->schema_file))) {
@@ -165,6 +181,16 @@ static int attach_adapters(const options *o, const llmm_model *m, llmm_context *
 }
 
 /* Returns 0 on success, 2 on a usage error (message printed). */
+/* An option with two values: *on = 1 for `second`, 0 for `first`; 0 (printed) for anything else. */
+static int two_way(const char *option, const char *value, const char *first, const char *second, int *on) {
+    if (strcmp(value, first) != 0 && strcmp(value, second) != 0) {
+        fprintf(stderr, "llmmini-run: %s must be %s or %s, not '%s'\n", option, first, second, value);
+        return 0;
+    }
+    *on = strcmp(value, second) == 0;
+    return 1;
+}
+
 static int parse_args(int argc, char **argv, options *o) {
     llmm_sampler_params_default(&o->sampling, sizeof o->sampling);
     o->n_predict = 128;
@@ -205,7 +231,15 @@ static int parse_args(int argc, char **argv, options *o) {
         }
         else if (!strcmp(a, "--grammar") && val) o->grammar_file = argv[++i];
         else if (!strcmp(a, "--json-schema") && val) o->schema_file = argv[++i];
+        else if (!strcmp(a, "--json-ws") && val) {
+            if (!two_way(a, argv[++i], "compact", "free", &o->json_ws_free)) return 2;
+        }
         else if (!strcmp(a, "--chat")) o->chat = 1;
+        else if (!strcmp(a, "--tools") && val) o->tools_file = argv[++i];
+        else if (!strcmp(a, "--tool-family") && val) o->tool_family = argv[++i];
+        else if (!strcmp(a, "--tool-choice") && val) {
+            if (!two_way(a, argv[++i], "auto", "required", &o->tool_required)) return 2;
+        }
         else if (!strcmp(a, "--template") && val) o->template_name = argv[++i];
         else if (!strcmp(a, "--system") && val) o->system_prompt = argv[++i];
         else if (!strcmp(a, "--backend") && val) {
@@ -280,10 +314,105 @@ static int load_grammar(const options *o, const llmm_model *m, llmm_grammar **ou
     char *text = cli_read_file("llmmini-run", path, &len), err[512] = "";
     if (!text) return 1;
     llmm_status st = o->grammar_file ? llmm_grammar_create(m, text, len, "root", out, err, sizeof err)
-                                     : llmm_grammar_from_json_schema(m, text, len, out, err, sizeof err);
+                                     : llmm_grammar_from_json_schema_ws(m, text, len,
+                                                                        o->json_ws_free ? LLMM_JSON_WS_FREE
+                                                                                        : LLMM_JSON_WS_COMPACT,
+                                                                        out, err, sizeof err);
     free(text);
     if (st) fprintf(stderr, "llmmini-run: %s: %s (%s)\n", path, err, llmm_status_str(st));
     return st != LLMM_OK;
+}
+
+/* --tools: what the reply streams to (stdout and the call parser) */
+typedef struct tool_reply {
+    llmm_chat_parser *parser;
+    llmm_status st;
+} tool_reply;
+
+static int stream_to_parser(void *user, const char *bytes, size_t n, int complete_utf8) {
+    tool_reply *r = user;
+    stream_to_stdout(NULL, bytes, n, complete_utf8);
+    if (!r->st) r->st = llmm_chat_parser_feed(r->parser, bytes, n);
+    return 0;
+}
+
+/* The request (system, user, tools) rendered in family, malloc'd; NULL (printed) on failure. */
+static char *render_tool_prompt(const options *o, llmm_model *m, const char *family, const llmm_tool *tools,
+                                size_t n_tools) {
+    llmm_chat_turn turns[2] = {{.role = "system", .content = o->system_prompt}, {.role = "user", .content = o->prompt}};
+    llmm_chat_request req;
+    llmm_chat_request_default(&req, sizeof req);
+    req.messages = o->system_prompt ? turns : turns + 1;
+    req.n_messages = o->system_prompt ? 2 : 1;
+    req.tools = tools;
+    req.n_tools = n_tools;
+    size_t need = 0;
+    char err[512] = "", *text = NULL;
+    llmm_status st = llmm_chat_format_request(m, family, &req, NULL, 0, &need);
+    if (st == LLMM_ERR_BUFFER_TOO_SMALL || st == LLMM_OK) {
+        text = malloc(need + 1);
+        st = text ? llmm_chat_format_request(m, family, &req, text, need + 1, &need) : LLMM_ERR_NO_MEMORY;
+    }
+    if (!st) return text;
+    free(text);
+    llmm_model_last_error(m, err, sizeof err);
+    fail("cannot render the tools prompt", st, err);
+    return NULL;
+}
+
+/* After the reply: each call on a line of its own; 0, or 1 when the output was no valid call. */
+static int print_calls(llmm_chat_parser *parser) {
+    llmm_chat_parse_result r = {.size = sizeof r};
+    if (llmm_chat_parser_result(parser, 1, &r)) return fail("parsing the reply", LLMM_ERR_NO_MEMORY, NULL);
+    printf("\n");
+    for (size_t i = 0; i < r.n_calls; i++)
+        printf("call: %s %s%s\n", r.calls[i].name, r.calls[i].arguments, r.calls[i].complete ? "" : " (incomplete)");
+    if (r.malformed) fprintf(stderr, "llmmini-run: the reply holds text that is no call of the family's syntax\n");
+    return r.malformed;
+}
+
+static int run_tools(const options *o, llmm_model *m, llmm_context *ctx) {
+    size_t len = 0;
+    char *json = cli_read_file("llmmini-run", o->tools_file, &len), err[512] = "";
+    if (!json) return 1;
+    llmm_tool_list *list = NULL;
+    llmm_status st = llmm_tool_list_from_json(json, len, &list, err, sizeof err);
+    free(json);
+    if (st) return fail(o->tools_file, st, err);
+    const llmm_tool *tools = NULL;
+    size_t n_tools = 0;
+    const char *family = o->tool_family, *trigger = NULL;
+    llmm_tool_list_get(list, &tools, &n_tools);
+    if (!family && (st = llmm_chat_tool_family_detect(m, &family))) llmm_model_last_error(m, err, sizeof err);
+    char *prompt = st ? NULL : render_tool_prompt(o, m, family, tools, n_tools);
+    llmm_grammar *g = NULL;
+    llmm_chat_parser *parser = NULL;
+    if (prompt && (st = llmm_grammar_from_tools(m, family, tools, n_tools, &g, err, sizeof err)) == LLMM_OK &&
+        (o->tool_required || (st = llmm_chat_tool_trigger(family, &trigger)) == LLMM_OK))
+        st = llmm_chat_parser_create(family, 0, &parser);
+    int rc = prompt ? 0 : 1;
+    if (prompt && st) rc = fail("tools", st, err);
+    if (!rc) {
+        tool_reply reply = {parser, LLMM_OK};
+        llmm_generate_params gp;
+        llmm_generate_params_default(&gp, sizeof gp);
+        gp.max_tokens = o->n_predict;
+        gp.tokenize_flags = LLMM_TOKENIZE_PARSE_SPECIAL | (o->no_bos ? 0 : LLMM_TOKENIZE_ADD_SPECIAL);
+        gp.sampling = &o->sampling;
+        gp.on_bytes = stream_to_parser;
+        gp.user = &reply;
+        gp.grammar = g;
+        gp.grammar_trigger = trigger;
+        llmm_generate_stats stats = {.size = sizeof stats};
+        st = llmm_generate(ctx, prompt, &gp, &stats);
+        if (!st) st = reply.st;
+        rc = st ? fail("generation failed", st, llmm_context_last_error(ctx)) : print_calls(parser);
+    }
+    llmm_chat_parser_free(parser);
+    llmm_grammar_free(g);
+    free(prompt);
+    llmm_tool_list_free(list);
+    return rc;
 }
 
 static int run(const options *o, llmm_model *m, llmm_context *ctx, const llmm_model *draft) {
@@ -696,6 +825,7 @@ int main(int argc, char **argv) {
     llmm_model *draft = NULL;
     if (o.n_lora && attach_adapters(&o, m, ctx)) rc = 1;
     else if (o.draft && (st = llmm_model_load(o.draft, &mp, &draft))) rc = fail("cannot load the draft model", st, err);
+    else if (o.tools_file) rc = run_tools(&o, m, ctx);
     else rc = o.chat ? chat(&o, m, ctx) : run(&o, m, ctx, draft);
     llmm_model_free(draft);
     llmm_context_free(ctx);

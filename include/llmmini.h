@@ -309,6 +309,146 @@ LLMM_API llmm_status llmm_chat_template_detect(const llmm_model *model, const ch
  * Errors: INVALID_ARG (NULL). */
 LLMM_API llmm_status llmm_chat_template_names(const char **names_csv);
 
+/* ---------------------------------------------------------------- tools (function calling)
+ *
+ * A conversation with tool definitions, tool calls and tool results, rendered in the syntax
+ * of the model family's own template (the bytes the reference engine's Jinja rendering of
+ * that template gives), and the model's output parsed back into content, reasoning and
+ * calls. The families are separate from the legacy formats above: llmm_chat_tool_families
+ * lists them; docs/chat.md gives each one's syntax. The element structs below (llmm_tool,
+ * llmm_tool_call, llmm_chat_turn) are laid out in arrays and never grow: a later version
+ * that needs more per element adds a parallel array to llmm_chat_request. */
+
+/* A tool the model may call. name: [A-Za-z0-9_-], 1 to 64 bytes. description: UTF-8 or NULL
+ * (rendered as ""). parameters: the JSON Schema of the arguments, as JSON text (an object),
+ * or NULL for none ({} is rendered). Refused with INVALID_ARG and the reason: a schema that
+ * does not parse, is not an object, is longer than LLMM_TOOL_SCHEMA_MAX_BYTES or nests deeper
+ * than LLMM_TOOL_SCHEMA_MAX_DEPTH. */
+typedef struct llmm_tool {
+    const char *name;
+    const char *description;
+    const char *parameters;
+} llmm_tool;
+
+#define LLMM_TOOL_SCHEMA_MAX_BYTES 65536
+#define LLMM_TOOL_SCHEMA_MAX_DEPTH 16
+#define LLMM_TOOLS_MAX 128
+
+/* One call: id (NULL or a caller's id, e.g. "call12345"), the tool's name, and its arguments
+ * as JSON text (an object; rendered re-serialized in the template's spacing when it parses,
+ * verbatim when it does not). */
+typedef struct llmm_tool_call {
+    const char *id;
+    const char *name;
+    const char *arguments;
+} llmm_tool_call;
+
+/* One message. role: "system", "user", "assistant" or "tool". content: UTF-8, or NULL (the
+ * same as "", as the reference passes an assistant's null content). An assistant message may
+ * carry calls (tool_calls, n_tool_calls) and reasoning (reasoning_content, NULL for none); a
+ * "tool" message is the result of the call whose id is tool_call_id. */
+typedef struct llmm_chat_turn {
+    const char *role;
+    const char *content;
+    const llmm_tool_call *tool_calls;
+    size_t n_tool_calls;
+    const char *tool_call_id;
+    const char *reasoning_content;
+} llmm_chat_turn;
+
+typedef struct llmm_chat_request {
+    uint32_t size;                  /* sizeof(llmm_chat_request), set by llmm_chat_request_default */
+    const llmm_chat_turn *messages; /* n_messages turns, caller-owned */
+    size_t n_messages;
+    const llmm_tool *tools; /* n_tools (at most LLMM_TOOLS_MAX) definitions; NULL/0: none */
+    size_t n_tools;
+    int32_t add_generation_prompt; /* nonzero (default 1): end with the assistant's header */
+    int32_t enable_thinking;       /* -1 (default): the family's default; 0 off; 1 on */
+    const char *date_string;       /* "Today Date" of Llama 3.x prompts; NULL (default): the
+                                      template's own "26 Jul 2024" (the reference writes
+                                      today's date unless the request pins one) */
+} llmm_chat_request;
+
+LLMM_API llmm_status llmm_chat_request_default(llmm_chat_request *request, size_t struct_size);
+
+/* The tool-capable families, comma-separated ("qwen2_5,qwen3,..."), static storage. New names
+ * may be added; none is removed. Errors: INVALID_ARG (NULL). */
+LLMM_API llmm_status llmm_chat_tool_families(const char **names_csv);
+
+/* The tool family of the model's tokenizer.chat_template (*name static storage), from marker
+ * strings as for llmm_chat_template_detect. Thread-safe.
+ * Errors: INVALID_ARG, UNSUPPORTED (no template, or none of a tool family: the message lists
+ * the families). */
+LLMM_API llmm_status llmm_chat_tool_family_detect(const llmm_model *model, const char **name);
+
+/* Render a request in a tool family's syntax: family names one (llmm_chat_tool_families), or
+ * NULL detects it from the model (model may be NULL when family is given). The buffer rule is
+ * llmm_chat_format's (*needed = the length; BUFFER_TOO_SMALL when capacity is smaller; NUL
+ * only when capacity > *needed). Unlike llmm_chat_format the text keeps the template's own
+ * leading BOS text where it prints one (e.g. "<|begin_of_text|>"), as the reference renders
+ * it. Allocates working memory (freed before returning). Thread-safe.
+ * Errors: INVALID_ARG (NULL arguments, a bad role, a malformed tool or call; the reason in
+ * llmm_model_last_error when model is given), UNSUPPORTED (no such family, or the model's
+ * template is of none), BUFFER_TOO_SMALL, NO_MEMORY. */
+LLMM_API llmm_status llmm_chat_format_request(const llmm_model *model, const char *family,
+                                              const llmm_chat_request *request, char *buf,
+                                              size_t capacity, size_t *needed);
+
+/* Tool definitions from JSON as OpenAI-style chat APIs take them: an array of
+ * {"type": "function", "function": {"name", "description", "parameters"}} or of the inner
+ * objects. Each is checked as llmm_chat_format_request checks tools. The list owns its strings.
+ * Errors: INVALID_ARG (the reason in err), NO_MEMORY. */
+typedef struct llmm_tool_list llmm_tool_list;
+LLMM_API llmm_status llmm_tool_list_from_json(const char *json, size_t len, llmm_tool_list **out, char *err,
+                                              size_t err_size);
+/* The list's tools (valid until llmm_tool_list_free). Errors: INVALID_ARG. */
+LLMM_API llmm_status llmm_tool_list_get(const llmm_tool_list *list, const llmm_tool **tools, size_t *n);
+LLMM_API void llmm_tool_list_free(llmm_tool_list *list);
+
+/* The text that opens a call in the family's output ("<tool_call>", "[TOOL_CALLS]", and
+ * "{\"name\"" for Llama 3's bare JSON): the grammar_trigger of a lazy tool-call grammar.
+ * Static storage. Errors: INVALID_ARG, UNSUPPORTED (no such family, or one without calls). */
+LLMM_API llmm_status llmm_chat_tool_trigger(const char *family, const char **trigger);
+
+/* A parser of a model's output in a tool family's syntax: feed it the generated text as it
+ * comes (any split, even inside a UTF-8 character or a marker), read the content, reasoning
+ * and calls so far at any time. A parser is used by one thread at a time. */
+typedef struct llmm_chat_parser llmm_chat_parser;
+
+/* What the text so far holds. Pointers stay valid until the next call on the parser.
+ * While streaming, text that may be the start of a marker is held back from content; a call
+ * whose arguments are still open has complete == 0 and its arguments as written so far. */
+typedef struct llmm_chat_parsed_call {
+    const char *id;        /* the id the model wrote, or NULL */
+    const char *name;      /* the tool's name ("" while it is still being written) */
+    const char *arguments; /* JSON text as the model wrote it */
+    int32_t complete;      /* the call's closing marker (or its end) was seen */
+} llmm_chat_parsed_call;
+
+typedef struct llmm_chat_parse_result {
+    uint32_t size;          /* set to sizeof(llmm_chat_parse_result) before the call */
+    const char *content;    /* NUL-terminated */
+    const char *reasoning;  /* NUL-terminated, "" when none */
+    const llmm_chat_parsed_call *calls;
+    size_t n_calls;
+    int32_t malformed;      /* 1: text after a call's opening marker is no call of the family's
+                               syntax, or text follows the calls (the reference refuses such
+                               output): shown as content when final, held back while streaming */
+} llmm_chat_parse_result;
+
+/* family: a tool family name (NULL is INVALID_ARG). thinking: nonzero when the generation
+ * prompt left the model inside its reasoning block (qwen3_5 opens "<think>\n" itself).
+ * Errors: INVALID_ARG, UNSUPPORTED (no such family), NO_MEMORY. */
+LLMM_API llmm_status llmm_chat_parser_create(const char *family, int thinking, llmm_chat_parser **out);
+LLMM_API void llmm_chat_parser_free(llmm_chat_parser *parser);
+/* Append len bytes of generated text. Errors: INVALID_ARG, NO_MEMORY (the parser keeps
+ * what it had). */
+LLMM_API llmm_status llmm_chat_parser_feed(llmm_chat_parser *parser, const char *text, size_t len);
+/* The parse of the text so far. final != 0: the output has ended (nothing is held back; an
+ * unclosed call is reported with complete == 0). Errors: INVALID_ARG, NO_MEMORY. */
+LLMM_API llmm_status llmm_chat_parser_result(llmm_chat_parser *parser, int final, llmm_chat_parse_result *out);
+LLMM_API const char *llmm_chat_parser_last_error(const llmm_chat_parser *parser);
+
 /* ---------------------------------------------------------------- contexts and memory */
 
 typedef struct llmm_context llmm_context;
@@ -618,7 +758,15 @@ typedef struct llmm_generate_params {
     const char *grammar_text;      /* optional NUL-terminated GBNF, start rule "root", compiled per call */
     const llmm_grammar *grammar;   /* optional, compiled for the context's model; wins over grammar_text.
                                       Not together with spec_draft_model or spec_ngram (INVALID_ARG) */
+    const char *grammar_trigger;   /* optional, with a grammar: a lazy grammar. Output is free until
+                                      it contains this text (1..LLMM_GRAMMAR_TRIGGER_MAX bytes); from
+                                      the trigger's first byte on it must be a sentence of the grammar,
+                                      which therefore starts with the trigger (e.g. "<tool_call>" and
+                                      llmm_grammar_from_tools: free text, then a valid call, and the
+                                      call's end stops generation with LLMM_STOP_GRAMMAR) */
 } llmm_generate_params;
+
+#define LLMM_GRAMMAR_TRIGGER_MAX 64
 
 typedef struct llmm_generate_stats {
     uint32_t size;            /* set to sizeof(llmm_generate_stats) before the call */
@@ -687,9 +835,32 @@ LLMM_API llmm_status llmm_grammar_create(const llmm_model *model, const char *gb
                                          llmm_grammar **out, char *err, size_t err_size);
 /* The same from a JSON Schema (len bytes of JSON), converted to GBNF by the library's schema
  * subset (docs/grammars.md); an unsupported keyword fails with INVALID_ARG and a message naming
- * it. Errors: INVALID_ARG, NO_MEMORY. */
+ * it. The JSON is compact (no whitespace between tokens; before this release it allowed the
+ * bounded whitespace LLMM_JSON_WS_FREE describes). Errors: INVALID_ARG, NO_MEMORY. */
 LLMM_API llmm_status llmm_grammar_from_json_schema(const llmm_model *model, const char *schema, size_t len,
                                                    llmm_grammar **out, char *err, size_t err_size);
+
+/* Whitespace between the tokens of constrained JSON. */
+typedef enum llmm_json_whitespace {
+    LLMM_JSON_WS_COMPACT = 0, /* none: {"a":1,"b":[2,3]}: fewer tokens, nowhere to wander */
+    LLMM_JSON_WS_FREE = 1     /* at most a line break then 20 spaces or tabs in each gap */
+} llmm_json_whitespace;
+
+/* llmm_grammar_from_json_schema with a choice of whitespace.
+ * Errors: INVALID_ARG (also an unknown whitespace value), NO_MEMORY. */
+LLMM_API llmm_status llmm_grammar_from_json_schema_ws(const llmm_model *model, const char *schema, size_t len,
+                                                      llmm_json_whitespace whitespace, llmm_grammar **out,
+                                                      char *err, size_t err_size);
+/* A grammar whose sentences are exactly one tool call in a tool family's syntax (see "tools"
+ * above: llmm_chat_tool_families) to one of n_tools tools, its arguments compact JSON valid
+ * against that tool's parameters schema: the "required" tool choice. family NULL detects it
+ * from the model. The call is framed as the family's template writes calls, e.g.
+ * <tool_call>\n{"name": "get_weather", "arguments": {...}}\n</tool_call> for qwen2_5.
+ * Errors: INVALID_ARG (a tool refused as by llmm_chat_format_request, or its schema refused by
+ * the JSON-Schema subset: the reason in err), UNSUPPORTED (no such family, or one without a
+ * call syntax), NO_MEMORY. */
+LLMM_API llmm_status llmm_grammar_from_tools(const llmm_model *model, const char *family, const llmm_tool *tools,
+                                             size_t n_tools, llmm_grammar **out, char *err, size_t err_size);
 /* Free a grammar; every state made from it must be freed first. NULL is allowed. */
 LLMM_API void llmm_grammar_free(llmm_grammar *grammar);
 

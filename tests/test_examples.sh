@@ -97,5 +97,14 @@ rc=$?
 check "voice_stream with a barge-in timer exits 0 and ends either way" \
     eval '[ $rc -eq 0 ] && grep -q -e "^\[barge-in" -e "^\[answer complete" "$tmp/barge-timer.out"'
 
+# ---- llmmini-run --tools: a spoken command becomes one call valid against its tool's schema
+# (stories260K knows no tools: the required-call grammar makes it one), printed after the reply
+cli=$(dirname "$0")/../llmmini-run
+$run "$cli" -m "$model" --tools examples/grammars/tools.json --tool-family qwen2_5 --tool-choice required \
+    -p "Set a timer for ten minutes" --temp 1 --seed 4 -n 200 -t 1 > "$tmp/tools.out"
+rc=$?
+check "llmmini-run --tools --tool-choice required prints one complete call" \
+    eval '[ $rc -eq 0 ] && [ "$(grep -c "^call: " "$tmp/tools.out")" -eq 1 ] && ! grep -q "(incomplete)" "$tmp/tools.out"'
+
 echo "test_examples: $failures failed"
 [ "$failures" -eq 0 ]

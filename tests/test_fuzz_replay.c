@@ -24,6 +24,8 @@
 
 int fuzz_gguf_input(const uint8_t *data, size_t size);
 int fuzz_tokenize_init(int *argc, char ***argv);
+int fuzz_chat_parse_init(int *argc, char ***argv);
+int fuzz_chat_parse_input(const uint8_t *data, size_t size);
 int fuzz_tokenize_input(const uint8_t *data, size_t size);
 
 static void test_gguf_harness_on_reference_files(void **state) {
@@ -58,6 +60,20 @@ static void test_gguf_harness_on_nan_activations(void **state) {
     }
 }
 
+/* The shared file rel behind two bytes the caller sets (the harnesses' selector bytes). */
+static uint8_t *file_behind_two_bytes(const char *rel, size_t *size) {
+    char path[1024];
+    size_t n = 0;
+    char *text = read_whole_file(shared_path(path, sizeof path, rel), &n);
+    if (!text) fail_msg("cannot read %s", path);
+    uint8_t *input = malloc(n + 2);
+    assert_non_null(input);
+    memcpy(input + 2, text, n);
+    free(text);
+    *size = n + 2;
+    return input;
+}
+
 static void test_tokenize_harness_on_test_inputs(void **state) {
     (void)state;
     fuzz_tokenize_init(NULL, NULL);
@@ -65,30 +81,47 @@ static void test_tokenize_harness_on_test_inputs(void **state) {
     static const char *const vocabs[] = {"llama-spm", "llama-bpe", "qwen2", "gpt-2", "falcon", "deepseek-llm",
                                          "starcoder"};
     for (size_t v = 0; v < ARRAY_LEN(vocabs); v++) {
-        char rel[128], path[1024];
+        char rel[128];
         snprintf(rel, sizeof rel, "vocab/ggml-vocab-%s.gguf.inp", vocabs[v]);
-        size_t n = 0;
-        char *text = read_whole_file(shared_path(path, sizeof path, rel), &n);
-        if (!text) fail_msg("cannot read %s", path);
-        uint8_t *input = malloc(n + 2);
-        assert_non_null(input);
-        memcpy(input + 2, text, n);
+        size_t size = 0;
+        uint8_t *input = file_behind_two_bytes(rel, &size);
         /* every flag combination, a different chat format each */
         for (unsigned flags = 0; flags < 4; flags++) {
             input[0] = (uint8_t)v;
             input[1] = (uint8_t)(flags | (v * 4 + flags) << 2);
-            fuzz_tokenize_input(input, n + 2);
+            fuzz_tokenize_input(input, size);
         }
         free(input);
-        free(text);
     }
     /* found by make fuzz: a size query over pieces that render empty (NULL + 0) */
     static const uint8_t detokenize_null_buffer[] = {0x00, 0x56, 0xb4, 0x5f, 0x1f, 0x67, 0x02, 0x67};
     fuzz_tokenize_input(detokenize_null_buffer, sizeof detokenize_null_buffer);
 }
 
+/* Every reference parse file's raw output, for every family and split, thinking or not. */
+static void test_chat_parse_harness_on_reference_outputs(void **state) {
+    (void)state;
+    fuzz_chat_parse_init(NULL, NULL);
+    static const char *const files[] = {"qwen2_5.4", "qwen3.4", "qwen3.5", "hermes3.3", "granite4.5", "llama3_1.4",
+                                        "llama3_2.5", "mistral_nemo.3", "mistral_nemo.5", "smollm3.2", "qwen3_5.2",
+                                        "gemma4.2", "lfm2_5.2"};
+    for (size_t f = 0; f < ARRAY_LEN(files); f++) {
+        char rel[128];
+        snprintf(rel, sizeof rel, "chat/parse/%s.json", files[f]);
+        size_t size = 0;
+        uint8_t *input = file_behind_two_bytes(rel, &size); /* the whole JSON file as output */
+        for (unsigned pick = 0; pick < 32; pick++) {
+            input[0] = (uint8_t)pick;
+            input[1] = (uint8_t)(pick * 5);
+            fuzz_chat_parse_input(input, size);
+        }
+        free(input);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_chat_parse_harness_on_reference_outputs),
         cmocka_unit_test(test_gguf_harness_on_reference_files),
         cmocka_unit_test(test_gguf_harness_on_nan_activations),
         cmocka_unit_test(test_tokenize_harness_on_test_inputs),

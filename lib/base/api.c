@@ -80,6 +80,13 @@ LLMM_API llmm_status llmm_sampler_params_default(llmm_sampler_params *params, si
     return prepare(params, struct_size, sizeof p, &p, sizeof p) ? LLMM_OK : LLMM_ERR_INVALID_ARG;
 }
 
+LLMM_API llmm_status llmm_chat_request_default(llmm_chat_request *request, size_t struct_size) {
+    llmm_chat_request r = {0};
+    r.add_generation_prompt = 1;
+    r.enable_thinking = -1;
+    return prepare(request, struct_size, sizeof r, &r, sizeof r) ? LLMM_OK : LLMM_ERR_INVALID_ARG;
+}
+
 LLMM_API llmm_status llmm_generate_params_default(llmm_generate_params *params, size_t struct_size) {
     llmm_generate_params p = {0};
     p.max_tokens = 128;

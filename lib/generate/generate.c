@@ -28,6 +28,9 @@ typedef struct gen_run {
     size_t n_chosen;  /* tokens chosen so far, streamed or not */
     llmm_grammar *own_grammar;  /* compiled from params grammar_text */
     llmm_grammar_state *grammar; /* the sequence's position in the grammar, or NULL */
+    const llmm_grammar *lazy;    /* with grammar_trigger: the grammar, until the trigger starts it */
+    char *recent;                /* lazy: the output's last bytes, where the trigger is looked for */
+    size_t n_recent, recent_cap;
     llmm_token *prompt;
     char *piece;
     size_t piece_cap;
@@ -71,8 +74,45 @@ static llmm_status grammar_setup(gen_run *g) {
     if (!grammar) return LLMM_OK;
     if (!llmm__grammar_serves_model(grammar, g->ctx->model))
         return llmm__ctx_fail(g->ctx, LLMM_ERR_INVALID_ARG, "llmm_generate: the grammar was compiled for another model");
+    if (g->p.grammar_trigger) {
+        g->lazy = grammar; /* the state is made when the trigger appears */
+        return LLMM_OK;
+    }
     llmm_status st = llmm_grammar_state_create(grammar, &g->grammar);
     return st ? llmm__ctx_fail(g->ctx, st, "out of memory for the grammar state") : LLMM_OK;
+}
+
+/* Lazy grammar: the output's bytes are watched for the trigger; when it appears (possibly
+ * inside a token, or across two), the grammar starts there and is fed the bytes from the
+ * trigger's first one, which the free sampling already chose. Only the trigger's length less
+ * one byte is kept between tokens. */
+static llmm_status lazy_watch(gen_run *g, const char *piece, size_t n) {
+    const char *trigger = g->p.grammar_trigger;
+    size_t k = strlen(trigger);
+    if (g->n_recent + n > g->recent_cap) {
+        char *grown = llmm__mem_grow(g->ctx->model->alloc, g->recent, g->recent_cap, g->n_recent + n);
+        if (!grown) return llmm__ctx_fail(g->ctx, LLMM_ERR_NO_MEMORY, "out of memory watching for the trigger");
+        g->recent = grown;
+        g->recent_cap = g->n_recent + n;
+    }
+    memcpy(g->recent + g->n_recent, piece, n);
+    g->n_recent += n;
+    for (size_t i = 0; i + k <= g->n_recent; i++) {
+        if (memcmp(g->recent + i, trigger, k) != 0) continue;
+        llmm_status st = llmm_grammar_state_create(g->lazy, &g->grammar);
+        if (st) return llmm__ctx_fail(g->ctx, st, "out of memory for the grammar state");
+        g->lazy = NULL;
+        st = llmm_grammar_state_accept_bytes(g->grammar, g->recent + i, g->n_recent - i);
+        if (st)
+            return llmm__ctx_fail(g->ctx, st, "grammar: the text from the trigger on is no start of a sentence: %s",
+                                  llmm_grammar_state_last_error(g->grammar));
+        return LLMM_OK;
+    }
+    if (g->n_recent >= k) { /* keep the last k - 1 bytes: the trigger may be completed later */
+        memmove(g->recent, g->recent + g->n_recent - (k - 1), k - 1);
+        g->n_recent = k - 1;
+    }
+    return LLMM_OK;
 }
 
 static llmm_status grammar_step(gen_run *g, const float *logits, size_t n_vocab, llmm_token *tok) {
@@ -116,6 +156,7 @@ static llmm_status step(gen_run *g, int is_last) {
     if (g->p.out_tokens && g->s.n_generated < g->p.out_capacity) g->p.out_tokens[g->s.n_generated] = tok;
     g->s.n_generated++;
     if ((st = piece_of(g, tok, &n))) return llmm__ctx_fail(g->ctx, st, "converting token %d to text failed", tok);
+    if (g->lazy && (st = lazy_watch(g, g->piece, n))) return st;
     int stop_index = -1, cancelled = 0;
     st = llmm__text_stream_push(&g->stream, g->piece, n, g->p.on_bytes, g->p.user, &stop_index, &cancelled);
     if (st) return llmm__ctx_fail(g->ctx, st, "out of memory streaming text");
@@ -208,6 +249,10 @@ LLMM_API llmm_status llmm_generate(llmm_context *ctx, const char *prompt, const 
     if ((g.p.grammar || g.p.grammar_text) && (g.p.spec_draft_model || g.p.spec_ngram > 0))
         return llmm__ctx_fail(ctx, LLMM_ERR_INVALID_ARG,
                         "llmm_generate: a grammar and speculative decoding in one call are not supported");
+    if (g.p.grammar_trigger && (!(g.p.grammar || g.p.grammar_text) || !g.p.grammar_trigger[0] ||
+                                strlen(g.p.grammar_trigger) > LLMM_GRAMMAR_TRIGGER_MAX))
+        return llmm__ctx_fail(ctx, LLMM_ERR_INVALID_ARG,
+                              "llmm_generate: grammar_trigger needs a grammar and 1 to %d bytes", LLMM_GRAMMAR_TRIGGER_MAX);
     if (stats && stats->size < GENERATE_STATS_V1_SIZE)
         return llmm__ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_generate: stats->size too small");
     llmm_status st = run(&g, prompt);
@@ -219,6 +264,7 @@ LLMM_API llmm_status llmm_generate(llmm_context *ctx, const char *prompt, const 
     llmm_grammar_free(g.own_grammar);
     llmm__mem_free(a, g.prompt);
     llmm__mem_free(a, g.piece);
+    llmm__mem_free(a, g.recent);
     fill_rates(&g.s, ctx->model);
     g.s.size = sizeof g.s;
     if (stats) llmm__struct_export(stats, &g.s, sizeof g.s, GENERATE_STATS_V1_SIZE);

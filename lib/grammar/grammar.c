@@ -53,19 +53,26 @@ LLMM_API llmm_status llmm_grammar_create(const llmm_model *model, const char *gb
     return LLMM_OK;
 }
 
-LLMM_API llmm_status llmm_grammar_from_json_schema(const llmm_model *model, const char *schema, size_t len,
-                                                   llmm_grammar **out, char *err, size_t err_size) {
-    if (!out || !schema) {
-        if (err && err_size) snprintf(err, err_size, "llmm_grammar_from_json_schema: NULL schema or out");
+LLMM_API llmm_status llmm_grammar_from_json_schema_ws(const llmm_model *model, const char *schema, size_t len,
+                                                      llmm_json_whitespace whitespace, llmm_grammar **out, char *err,
+                                                      size_t err_size) {
+    if (!out || !schema || (whitespace != LLMM_JSON_WS_COMPACT && whitespace != LLMM_JSON_WS_FREE)) {
+        if (err && err_size) snprintf(err, err_size, "llmm_grammar_from_json_schema: NULL schema or out, or bad whitespace");
         return LLMM_ERR_INVALID_ARG;
     }
     *out = NULL;
     char *gbnf = NULL;
-    llmm_status st = llmm__json_schema_to_gbnf(schema, len, &gbnf, err, err_size);
+    llmm_status st =
+        llmm__json_schema_to_gbnf_ws(schema, len, whitespace == LLMM_JSON_WS_COMPACT, &gbnf, err, err_size);
     if (st) return st;
     st = llmm_grammar_create(model, gbnf, strlen(gbnf), "root", out, err, err_size);
     free(gbnf);
     return st;
+}
+
+LLMM_API llmm_status llmm_grammar_from_json_schema(const llmm_model *model, const char *schema, size_t len,
+                                                   llmm_grammar **out, char *err, size_t err_size) {
+    return llmm_grammar_from_json_schema_ws(model, schema, len, LLMM_JSON_WS_COMPACT, out, err, err_size);
 }
 
 int llmm__grammar_serves_model(const llmm_grammar *g, const llmm_model *model) {

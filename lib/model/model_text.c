@@ -4,6 +4,7 @@
 
 #include "model.h"
 #include "text/chat.h"
+#include "text/chat_tools.h"
 #include "text/tokenizer.h"
 
 LLMM_API llmm_status llmm_tokenize(const llmm_model *model, const char *text, size_t text_len,
@@ -133,4 +134,59 @@ LLMM_API llmm_status llmm_chat_template_detect(const llmm_model *model, const ch
     if (st) return llmm__model_fail(model, st, "%s", d.msg);
     *name = llmm__chat_format_name(index);
     return LLMM_OK;
+}
+
+/* The tool family of the model's template, or UNSUPPORTED with the reason in d. */
+static llmm_status model_tool_family(const llmm_model *model, const tool_family_info **family, llmm_diag *d) {
+    const char *text = NULL;
+    llmm_status st = llmm_model_meta_str(model, "tokenizer.chat_template", &text);
+    if (st == LLMM_ERR_NOT_FOUND)
+        return llmm__diag_fail(d, LLMM_ERR_UNSUPPORTED, "the model has no chat template; name a tool family: %s",
+                               llmm__tool_families_csv());
+    if (st) return llmm__diag_fail(d, LLMM_ERR_UNSUPPORTED, "tokenizer.chat_template is not a string");
+    *family = llmm__tool_family_detect(text);
+    if (*family) return LLMM_OK;
+    return llmm__diag_fail(d, LLMM_ERR_UNSUPPORTED,
+                           "the model's chat template is of no tool family llmmini knows; name one of: %s",
+                           llmm__tool_families_csv());
+}
+
+LLMM_API llmm_status llmm_chat_tool_family_detect(const llmm_model *model, const char **name) {
+    if (!model) return LLMM_ERR_INVALID_ARG;
+    if (!name) return llmm__model_fail(model, LLMM_ERR_INVALID_ARG, "llmm_chat_tool_family_detect: name is NULL");
+    *name = NULL;
+    llmm_diag d = {{0}};
+    const tool_family_info *family = NULL;
+    llmm_status st = model_tool_family(model, &family, &d);
+    if (st) return llmm__model_fail(model, st, "%s", d.msg);
+    *name = family->name;
+    return LLMM_OK;
+}
+
+LLMM_API llmm_status llmm_chat_format_request(const llmm_model *model, const char *family_name,
+                                              const llmm_chat_request *request, char *buf, size_t capacity,
+                                              size_t *needed) {
+    if (!model && !family_name) return LLMM_ERR_INVALID_ARG;
+    llmm_diag d = {{0}};
+    llmm_status st = LLMM_OK;
+    llmm_chat_request r;
+    llmm_chat_request_default(&r, sizeof r);
+    if (!needed || (!buf && capacity > 0) || !request)
+        st = llmm__diag_fail(&d, LLMM_ERR_INVALID_ARG,
+                             "llmm_chat_format_request: NULL request or needed, or NULL buf with capacity > 0");
+    else if (!llmm__struct_import(&r, sizeof r, request, sizeof r))
+        st = llmm__diag_fail(&d, LLMM_ERR_INVALID_ARG, "llmm_chat_format_request: request.size too small");
+    if (needed) *needed = 0;
+    const tool_family_info *family = NULL;
+    if (!st && family_name) {
+        family = llmm__tool_family_find(family_name);
+        if (!family)
+            st = llmm__diag_fail(&d, LLMM_ERR_UNSUPPORTED, "no tool family '%.64s'; the names are: %s", family_name,
+                                 llmm__tool_families_csv());
+    } else if (!st) {
+        st = model_tool_family(model, &family, &d);
+    }
+    if (!st) st = llmm__chat_tools_render(family, &r, buf, capacity, needed, &d);
+    if (!st) return LLMM_OK;
+    return model ? llmm__model_fail(model, st, "%s", d.msg) : st;
 }

@@ -16,6 +16,10 @@
  * untrusted: nesting is bounded and nothing recurses without a limit. Thread-safe (no
  * shared state). */
 llmm_status llmm__json_schema_to_gbnf(const char *schema, size_t len, char **gbnf_out, char *err, size_t err_size);
+/* The same with a choice of whitespace between tokens: compact != 0 allows none (ws ::= ""),
+ * 0 the bounded free whitespace above (the reference converter's form). */
+llmm_status llmm__json_schema_to_gbnf_ws(const char *schema, size_t len, int compact, char **gbnf_out, char *err,
+                                         size_t err_size);
 
 /* The built-in grammar for any JSON value (objects, arrays, strings, numbers, true, false,
  * null; whitespace between tokens bounded), as static GBNF text with a `root` rule. */

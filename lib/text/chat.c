@@ -227,16 +227,7 @@ int llmm__chat_detect(const char *template_text, const char **family) {
 
 /* ---------------------------------------------------------------- rendering */
 
-/* Writes into the caller's buffer as far as it reaches and counts every byte, so one pass
- * both fills a large enough buffer and measures the needed size. */
-typedef struct chat_out {
-    char *buf;
-    size_t cap;
-    size_t len;
-    int overflow; /* the length no longer fits in size_t */
-} chat_out;
-
-static void out_bytes(chat_out *o, const char *s, size_t n) {
+void llmm__chat_out_bytes(chat_out *o, const char *s, size_t n) {
     if (o->overflow || n == 0) return;
     if (n > SIZE_MAX - o->len) {
         o->overflow = 1;
@@ -246,8 +237,21 @@ static void out_bytes(chat_out *o, const char *s, size_t n) {
     o->len += n;
 }
 
-static void out_str(chat_out *o, const char *s) {
-    if (s) out_bytes(o, s, strlen(s));
+void llmm__chat_out_str(chat_out *o, const char *s) {
+    if (s) llmm__chat_out_bytes(o, s, strlen(s));
+}
+
+static void out_bytes(chat_out *o, const char *s, size_t n) { llmm__chat_out_bytes(o, s, n); }
+static void out_str(chat_out *o, const char *s) { llmm__chat_out_str(o, s); }
+
+llmm_status llmm__chat_out_finish(const chat_out *o, const char *who, size_t *needed, llmm_diag *d) {
+    if (o->overflow) return llmm__diag_fail(d, LLMM_ERR_INVALID_ARG, "%s: the output exceeds SIZE_MAX", who);
+    *needed = o->len;
+    if (o->len > o->cap)
+        return llmm__diag_fail(d, LLMM_ERR_BUFFER_TOO_SMALL, "%s: %zu bytes needed, capacity %zu", who, o->len,
+                               o->cap);
+    if (o->len < o->cap) o->buf[o->len] = '\0';
+    return LLMM_OK;
 }
 
 /* The C locale's isspace, on bytes: the reference trims with it, and UTF-8 bytes are never
@@ -363,13 +367,7 @@ llmm_status llmm__chat_render(int index, const llmm_chat_message *messages, size
                               char *buf, size_t capacity, size_t *needed, llmm_diag *d) {
     chat_out o = {.buf = buf, .cap = capacity};
     render(&formats[index], messages, n, add_generation_prompt, &o);
-    if (o.overflow) return llmm__diag_fail(d, LLMM_ERR_INVALID_ARG, "llmm_chat_format: the output exceeds SIZE_MAX");
-    *needed = o.len;
-    if (o.len > capacity)
-        return llmm__diag_fail(d, LLMM_ERR_BUFFER_TOO_SMALL, "llmm_chat_format: %zu bytes needed, capacity %zu", o.len,
-                               capacity);
-    if (o.len < capacity) buf[o.len] = '\0';
-    return LLMM_OK;
+    return llmm__chat_out_finish(&o, "llmm_chat_format", needed, d);
 }
 
 LLMM_API llmm_status llmm_chat_template_names(const char **names_csv) {

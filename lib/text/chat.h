@@ -7,6 +7,20 @@
 
 #include "base/common.h"
 
+/* Writes into the caller's buffer as far as it reaches and counts every byte, so one pass
+ * both fills a large enough buffer and measures the needed size. */
+typedef struct chat_out {
+    char *buf;
+    size_t cap;
+    size_t len;
+    int overflow; /* the length no longer fits in size_t */
+} chat_out;
+
+void llmm__chat_out_bytes(chat_out *o, const char *s, size_t n);
+void llmm__chat_out_str(chat_out *o, const char *s); /* NULL writes nothing */
+/* The buffer rule of llmm_chat_format: *needed, BUFFER_TOO_SMALL, the NUL when there is room. */
+llmm_status llmm__chat_out_finish(const chat_out *o, const char *who, size_t *needed, llmm_diag *d);
+
 /* Index of the built-in format named `name` (exact, case-sensitive), or -1. */
 int llmm__chat_format_find(const char *name);
 /* Number of built-in formats, and the name of format i (0 <= i < count), NULL out of range. */

@@ -19,6 +19,7 @@ from .errors import (AbortedError, BackendError, BadFileError, BufferTooSmallErr
                      NotFoundError, UnsupportedError, VocabOnlyError, WrongTypeError)
 from .generate import GenerateStats, Generation
 from .model import Metadata, Model, ModelInfo, chat_template_names
+from .tools import ChatParse, ChatParser, Grammar, ParsedToolCall, parse, tool_families, tool_trigger
 
 __version__ = "0.1.0"
 
@@ -38,6 +39,7 @@ def library_path() -> str:
 __all__ = [
     "Model", "ModelInfo", "Metadata", "Context", "ContextStats", "Generation", "GenerateStats",
     "chat_template_names", "library_version", "library_path", "ABI_VERSION",
+    "Grammar", "ChatParser", "ChatParse", "ParsedToolCall", "parse", "tool_families", "tool_trigger",
     "LlmminiError", "LibraryError", "InvalidArgError", "NoMemoryError", "IoError", "BadFileError",
     "UnsupportedError", "BufferTooSmallError", "NotFoundError", "WrongTypeError", "ContextFullError",
     "AbortedError", "BackendError", "VocabOnlyError", "InternalError",

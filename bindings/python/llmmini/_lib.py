@@ -75,6 +75,22 @@ _PROTOTYPES = {
                                    POINTER(c_size_t)]),
     "llmm_chat_template_detect": (_status, [_p, POINTER(c_char_p)]),
     "llmm_chat_template_names": (_status, [POINTER(c_char_p)]),
+    "llmm_chat_request_default": (_status, [POINTER(S.ChatRequest), c_size_t]),
+    "llmm_chat_tool_families": (_status, [POINTER(c_char_p)]),
+    "llmm_chat_tool_family_detect": (_status, [_p, POINTER(c_char_p)]),
+    "llmm_chat_tool_trigger": (_status, [c_char_p, POINTER(c_char_p)]),
+    "llmm_chat_format_request": (_status, [_p, c_char_p, POINTER(S.ChatRequest), c_void_p, c_size_t,
+                                           POINTER(c_size_t)]),
+    "llmm_chat_parser_create": (_status, [c_char_p, c_int, POINTER(_p)]),
+    "llmm_chat_parser_free": (None, [_p]),
+    "llmm_chat_parser_feed": (_status, [_p, c_char_p, c_size_t]),
+    "llmm_chat_parser_result": (_status, [_p, c_int, POINTER(S.ParseResult)]),
+    "llmm_chat_parser_last_error": (c_char_p, [_p]),
+    "llmm_grammar_create": (_status, [_p, c_char_p, c_size_t, c_char_p, POINTER(_p), c_void_p, c_size_t]),
+    "llmm_grammar_from_json_schema_ws": (_status, [_p, c_char_p, c_size_t, S.c_enum, POINTER(_p), c_void_p,
+                                                   c_size_t]),
+    "llmm_grammar_from_tools": (_status, [_p, c_char_p, POINTER(S.Tool), c_size_t, POINTER(_p), c_void_p, c_size_t]),
+    "llmm_grammar_free": (None, [_p]),
 }
 
 

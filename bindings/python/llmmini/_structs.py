@@ -34,7 +34,7 @@ KV_TYPES = {"f32": 0, "f16": 1, "q8": 2}
 BACKENDS = {"auto": 0, "cpu": 1, "cuda": 2}
 SPECIAL_TOKENS = {"bos": 0, "eos": 1, "unk": 2, "pad": 3, "sep": 4, "eot": 5}
 STOP_REASONS = {0: "none", 1: "max_tokens", 2: "eos", 3: "stop_string", 4: "callback",
-                5: "context_full"}
+                5: "context_full", 6: "grammar"}
 
 
 class ModelParams(Structure):
@@ -159,6 +159,14 @@ class GenerateParams(Structure):
         ("user", c_void_p),
         ("out_tokens", POINTER(llmm_token)),
         ("out_capacity", c_size_t),
+        # since unreleased (ABI 1)
+        ("spec_draft_model", c_void_p),
+        ("spec_max_tokens", c_int32),
+        ("spec_ngram", c_int32),
+        ("spec_min_ngram", c_int32),
+        ("grammar_text", c_char_p),
+        ("grammar", c_void_p),
+        ("grammar_trigger", c_char_p),
     ]
 
 
@@ -181,6 +189,53 @@ class ChatMessage(Structure):
     _fields_ = [("role", c_char_p), ("content", c_char_p)]
 
 
+class Tool(Structure):
+    _fields_ = [("name", c_char_p), ("description", c_char_p), ("parameters", c_char_p)]
+
+
+class ToolCall(Structure):
+    _fields_ = [("id", c_char_p), ("name", c_char_p), ("arguments", c_char_p)]
+
+
+class ChatTurn(Structure):
+    _fields_ = [
+        ("role", c_char_p),
+        ("content", c_char_p),
+        ("tool_calls", POINTER(ToolCall)),
+        ("n_tool_calls", c_size_t),
+        ("tool_call_id", c_char_p),
+        ("reasoning_content", c_char_p),
+    ]
+
+
+class ChatRequest(Structure):
+    _fields_ = [
+        ("size", c_uint32),
+        ("messages", POINTER(ChatTurn)),
+        ("n_messages", c_size_t),
+        ("tools", POINTER(Tool)),
+        ("n_tools", c_size_t),
+        ("add_generation_prompt", c_int32),
+        ("enable_thinking", c_int32),
+        ("date_string", c_char_p),
+    ]
+
+
+class ParsedCall(Structure):
+    _fields_ = [("id", c_char_p), ("name", c_char_p), ("arguments", c_char_p), ("complete", c_int32)]
+
+
+class ParseResult(Structure):
+    _fields_ = [
+        ("size", c_uint32),
+        ("content", c_char_p),
+        ("reasoning", c_char_p),
+        ("calls", POINTER(ParsedCall)),
+        ("n_calls", c_size_t),
+        ("malformed", c_int32),
+    ]
+
+
 # C struct name -> mirror, for the layout test
 STRUCTS = {
     "llmm_model_params": ModelParams,
@@ -191,6 +246,12 @@ STRUCTS = {
     "llmm_generate_params": GenerateParams,
     "llmm_generate_stats": GenerateStatsStruct,
     "llmm_chat_message": ChatMessage,
+    "llmm_tool": Tool,
+    "llmm_tool_call": ToolCall,
+    "llmm_chat_turn": ChatTurn,
+    "llmm_chat_request": ChatRequest,
+    "llmm_chat_parsed_call": ParsedCall,
+    "llmm_chat_parse_result": ParseResult,
 }
 
 

@@ -6,13 +6,14 @@ import os
 import threading
 import weakref
 from dataclasses import dataclass, fields
-from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _lib
 from . import _structs as S
 from ._abort import AbortState
 from ._handle import HandleOwner
 from .errors import LLMM_ERR_BUFFER_TOO_SMALL, LLMM_OK, _token_array, _unsigned, invalid_arg
+from .tools import Grammar, tool_trigger
 from .generate import Generation, start_generation
 from .model import Message, Model
 
@@ -322,7 +323,9 @@ class Context(HandleOwner):
     def generate(self, prompt: Union[str, bytes], *, max_tokens: int = 128, temperature: Optional[float] = None,
                  top_k: Optional[int] = None, top_p: Optional[float] = None, min_p: Optional[float] = None,
                  repeat_penalty: Optional[float] = None, seed: Optional[int] = None, stop: Sequence[str] = (),
-                 seq: int = 0, add_special: bool = True, parse_special: bool = False) -> Generation:
+                 seq: int = 0, add_special: bool = True, parse_special: bool = False,
+                 grammar: Optional[Union[str, Grammar]] = None, json_schema: Optional[Union[str, Mapping]] = None,
+                 json_whitespace: str = "compact", grammar_trigger: Optional[str] = None) -> Generation:
         """Generate text from prompt (``llmm_generate``): an iterator of str pieces, each ending
         on a whole UTF-8 character (bytes the model emits that can never form one decode to
         U+FFFD). Sequence seq is cleared first. Sampling values left None take the library's
@@ -332,18 +335,48 @@ class Context(HandleOwner):
 
         The library runs in a worker thread while the caller iterates; breaking out of the loop
         (or ``close()``) stops it. Ctrl-C while iterating stops it and raises
-        KeyboardInterrupt; the context's abort_event raises AbortedError from the iterator."""
+        KeyboardInterrupt; the context's abort_event raises AbortedError from the iterator.
+
+        grammar (GBNF text or a tools.Grammar) or json_schema (JSON text or a dict; compact JSON
+        unless json_whitespace="free") constrains the output; ``json.loads(gen.text)`` then
+        gives the object. grammar_trigger makes the grammar lazy: free text until the output
+        contains it, the grammar from there on (docs/grammars.md)."""
+        if json_schema is not None:
+            if grammar is not None:
+                raise invalid_arg("grammar and json_schema exclude each other")
+            grammar = Grammar.from_json_schema(self.model, json_schema, json_whitespace)
         return start_generation(self._run_generation, prompt, max_tokens=max_tokens, temperature=temperature,
                                 top_k=top_k, top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty, seed=seed,
-                                stop=stop, seq=_seq(seq), add_special=add_special, parse_special=parse_special)
+                                stop=stop, seq=_seq(seq), add_special=add_special, parse_special=parse_special,
+                                grammar=grammar, grammar_trigger=grammar_trigger)
 
-    def chat(self, messages: Sequence[Message], *, template: Optional[str] = None, **kwargs: Any) -> Generation:
+    def chat(self, messages: Sequence[Message], *, template: Optional[str] = None,
+             tools: Optional[Sequence[Mapping]] = None, tool_choice: str = "auto", tool_family: Optional[str] = None,
+             **kwargs: Any) -> Generation:
         """Generate the assistant's reply to messages: the model's chat format (or the built-in
         one named by template) with the generation prompt, tokenized with special tokens
-        parsed, then generate(prompt, **kwargs)."""
-        prompt = self.model.chat_format(messages, template=template, add_generation_prompt=True)
+        parsed, then generate(prompt, **kwargs).
+
+        With tools (OpenAI-style dicts; messages may then carry tool_calls and tool results),
+        the request is rendered in the model's tool family (or tool_family) and a call the model
+        makes is held to its tool's schema: tool_choice "auto" lets it write text or start a
+        call, "required" makes the reply a call. The generation's ``tool_calls`` are the calls
+        (OpenAI-style dicts) once it has run."""
         kwargs.setdefault("parse_special", True)
-        return self.generate(prompt, **kwargs)
+        if not tools:
+            prompt = self.model.chat_format(messages, template=template, add_generation_prompt=True)
+            return self.generate(prompt, **kwargs)
+        if tool_choice not in ("auto", "required"):
+            raise invalid_arg(f"tool_choice is 'auto' or 'required', not {tool_choice!r}")
+        family = tool_family or self.model.tool_family
+        if family is None:
+            raise invalid_arg("the model's template is of no tool family: pass tool_family")
+        prompt = self.model.chat_format(messages, tools=tools, tool_family=family)
+        grammar = Grammar.from_tools(self.model, tools, family)
+        trigger = tool_trigger(family) if tool_choice == "auto" else None
+        gen = self.generate(prompt, grammar=grammar, grammar_trigger=trigger, **kwargs)
+        gen.tool_family = family
+        return gen
 
     def _run_generation(self, run: Any, call: Callable[[int], int]) -> Tuple[int, str]:
         """Internal: the one way generate.py uses a context (see generate.GenerationHost).

@@ -24,7 +24,8 @@ from .errors import LLMM_ERR_ABORTED, LLMM_OK, _unsigned, invalid_arg
 @dataclass(frozen=True)
 class GenerateStats:
     """What a generation did (``llmm_generate_stats``). stop_reason: "max_tokens", "eos",
-    "stop_string", "callback" (the iterator was closed early) or "context_full"."""
+    "stop_string", "callback" (the iterator was closed early), "context_full" or "grammar" (the
+    grammar's sentence was complete)."""
 
     n_prompt: int
     n_generated: int
@@ -88,6 +89,7 @@ class Generation(Iterator[str]):
         self.tokens: List[int] = []
         self.text = ""
         self.stats: Optional[GenerateStats] = None
+        self.tool_family: Optional[str] = None  # set by Context.chat(tools=...)
         self._finalizer = weakref.finalize(self, _stop, run)
 
     def __iter__(self) -> "Generation":
@@ -122,6 +124,16 @@ class Generation(Iterator[str]):
         if done.status != LLMM_OK and not our_stop:
             _lib.check(done.status, done.message)
 
+    @property
+    def tool_calls(self) -> List[Any]:
+        """With Context.chat(tools=...): the calls in the text so far, as OpenAI-style dicts
+        (``{"id"?, "type": "function", "function": {"name", "arguments"}}``); parse(...) on
+        ``text`` gives content and reasoning too. [] without tools."""
+        if self.tool_family is None:
+            return []
+        from .tools import parse  # tools.py imports nothing of this module
+        return [c.openai() for c in parse(self.tool_family, self.text).tool_calls]
+
     def close(self) -> None:
         """Stop the generation and wait for the worker (idempotent). Pieces not yet taken are
         added to ``text``."""
@@ -153,7 +165,8 @@ status is a failure). Raises InvalidArgError when the context is closed."""
 def start_generation(host: GenerationHost, prompt: Union[str, bytes], *, max_tokens: int,
                      temperature: Optional[float], top_k: Optional[int], top_p: Optional[float],
                      min_p: Optional[float], repeat_penalty: Optional[float], seed: Optional[int],
-                     stop: Sequence[str], seq: int, add_special: bool, parse_special: bool) -> Generation:
+                     stop: Sequence[str], seq: int, add_special: bool, parse_special: bool,
+                     grammar: Any = None, grammar_trigger: Optional[str] = None) -> Generation:
     """Check the arguments, prepare the structs and start the worker (Context.generate)."""
     lib = _lib.lib()
     data = prompt.encode("utf-8") if isinstance(prompt, str) else bytes(prompt)
@@ -195,9 +208,16 @@ def start_generation(host: GenerationHost, prompt: Union[str, bytes], *, max_tok
     out_tokens = (S.llmm_token * max(max_tokens, 1))()
     params.out_tokens = out_tokens
     params.out_capacity = max_tokens
+    # a grammar: GBNF text, or an object with a compiled handle (tools.Grammar)
+    grammar_text = grammar.encode("utf-8") if isinstance(grammar, str) else None
+    if grammar is not None and grammar_text is None:
+        params.grammar = grammar.handle
+    params.grammar_text = grammar_text
+    trigger = grammar_trigger.encode("utf-8") if grammar_trigger is not None else None
+    params.grammar_trigger = trigger
     stats = S.sized(S.GenerateStatsStruct)
     # everything the library reads during the call stays referenced by the worker's closure
-    keep = (data, sampling, stop_bytes, stop_arr, params, out_tokens, stats)
+    keep = (data, sampling, stop_bytes, stop_arr, params, out_tokens, stats, grammar, grammar_text, trigger)
 
     def call(handle: int) -> int:
         return lib.llmm_generate(handle, keep[0], ctypes.byref(params), ctypes.byref(stats))

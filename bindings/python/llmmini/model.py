@@ -258,11 +258,21 @@ class Model(HandleOwner):
     # ------------------------------------------------------------------ chat
 
     def chat_format(self, messages: Sequence[Message], template: Optional[str] = None,
-                    add_generation_prompt: bool = True) -> str:
+                    add_generation_prompt: bool = True, *, tools: Optional[Sequence[Mapping]] = None,
+                    tool_family: Optional[str] = None, enable_thinking: Optional[bool] = None,
+                    date_string: Optional[str] = None) -> str:
         """The prompt text a chat model expects for messages (``llmm_chat_format``), in the
         format of the model's chat template or the built-in one named by template (see
         :func:`chat_template_names`). Tokenize it with ``parse_special=True``.
-        Raises UnsupportedError when the model has no template of a built-in family."""
+        Raises UnsupportedError when the model has no template of a built-in family.
+
+        With tools, or tool_family, messages are OpenAI-style dicts that may carry tool_calls
+        and tool results, rendered as the family's own template does
+        (``llmm_chat_format_request``; tool_family None: the model's, :attr:`tool_family`)."""
+        if tools is not None or tool_family is not None:
+            from .tools import format_request
+            return format_request(self._h(), messages, tools or (), tool_family, add_generation_prompt,
+                                  enable_thinking, date_string, self._last_error_text)
         encoded = [_message(m) for m in messages]
         arr = (S.ChatMessage * max(len(encoded), 1))(*[S.ChatMessage(r, c) for r, c in encoded])
         name = template.encode("utf-8") if template is not None else None
@@ -270,6 +280,21 @@ class Model(HandleOwner):
             self._h(), name, arr, len(encoded), 1 if add_generation_prompt else 0, buf, cap, n),
             sum(len(r) + len(c) for r, c in encoded) + 256)
         return data.decode("utf-8", "replace")
+
+    def _last_error_text(self) -> str:
+        buf = ctypes.create_string_buffer(512)
+        self._lib.llmm_model_last_error(self._h(), buf, len(buf))
+        return buf.value.decode("utf-8", "replace")
+
+    @property
+    def tool_family(self) -> Optional[str]:
+        """The tool family of the model's template (``llmm_chat_tool_family_detect``), or None."""
+        out = ctypes.c_char_p()
+        status = self._lib.llmm_chat_tool_family_detect(self._h(), ctypes.byref(out))
+        if status == LLMM_ERR_UNSUPPORTED:
+            return None
+        self._check(status)
+        return out.value.decode("utf-8") if out.value else None
 
     @property
     def chat_template(self) -> Optional[str]:

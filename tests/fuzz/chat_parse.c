@@ -1,0 +1,70 @@
+/* Fuzz harness for the tool-call parser (llmm_chat_parser_*), which reads a model's output:
+ * text a sampled model may have written anything into. The input's first byte picks a tool
+ * family (from llmm_chat_tool_families) and whether the prompt left the model thinking, the
+ * second how the rest is split into feeds; the rest is the output. After every feed the
+ * streaming result is read, and at the end the final one; the invariants: every string is
+ * NUL-terminated within what the parser owns, content and reasoning never exceed the text fed,
+ * and a call's name and arguments are parts of it. libFuzzer entry point; `make fuzz`. */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "llmmini.h"
+
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+#define MAX_FAMILIES 32
+static char g_names[MAX_FAMILIES][32];
+static size_t g_n_families;
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+    (void)argc;
+    (void)argv;
+    const char *csv = NULL;
+    if (llmm_chat_tool_families(&csv) != LLMM_OK) abort();
+    g_n_families = 0;
+    for (const char *p = csv; *p && g_n_families < MAX_FAMILIES;) {
+        size_t n = strcspn(p, ",");
+        if (n == 0 || n >= sizeof g_names[0]) abort();
+        memcpy(g_names[g_n_families], p, n);
+        g_names[g_n_families++][n] = '\0';
+        p += n + (p[n] == ',');
+    }
+    if (g_n_families == 0) abort();
+    return 0;
+}
+
+static void check(const llmm_chat_parse_result *r, size_t fed) {
+    if (!r->content || !r->reasoning || (r->n_calls && !r->calls)) abort();
+    if (strlen(r->content) > fed || strlen(r->reasoning) > fed) abort();
+    for (size_t i = 0; i < r->n_calls; i++) {
+        if (!r->calls[i].name || !r->calls[i].arguments) abort();
+        if (strlen(r->calls[i].name) + strlen(r->calls[i].arguments) > fed) abort();
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (g_n_families == 0) LLVMFuzzerInitialize(NULL, NULL);
+    if (size < 2) return 0;
+    const char *family = g_names[(data[0] >> 1) % g_n_families];
+    int thinking = data[0] & 1;
+    size_t chunk = (size_t)data[1] % 17 + 1; /* 1..17 bytes a feed */
+    const char *text = (const char *)data + 2;
+    size_t len = size - 2;
+    llmm_chat_parser *p = NULL;
+    if (llmm_chat_parser_create(family, thinking, &p) != LLMM_OK) abort();
+    llmm_chat_parse_result r = {.size = sizeof r};
+    for (size_t at = 0; at < len; at += chunk) {
+        size_t n = len - at < chunk ? len - at : chunk;
+        if (llmm_chat_parser_feed(p, text + at, n) != LLMM_OK) abort();
+        if (llmm_chat_parser_result(p, 0, &r) != LLMM_OK) abort();
+        check(&r, at + n);
+    }
+    if (llmm_chat_parser_result(p, 1, &r) != LLMM_OK) abort();
+    check(&r, len);
+    llmm_chat_parser_free(p);
+    return 0;
+}

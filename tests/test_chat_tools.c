@@ -1,0 +1,702 @@
+/* Tool calling: requests with tools, calls and results rendered per family against the
+ * reference's renderings (../shared/chat/render), model outputs parsed against its parses
+ * (../shared/chat/parse), in one piece and streamed byte by byte; family detection from the
+ * real templates; hostile tool schemas refused with the reason. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/json_value.h"
+#include "base/json_write.h"
+#include "llmmini.h"
+#include "support/fixtures.h"
+#include "support/shared_data.h"
+#include "text/chat_tools.h"
+
+/* The families whose renderings llmmini claims, and those whose output it parses. */
+static const char *const rendered_families[] = {"qwen2_5",  "qwen3",    "granite4",
+                                                "llama3_1", "llama3_2", "mistral_nemo"};
+static const char *const parsed_families[] = {"qwen2_5",  "qwen3",    "hermes3",      "granite4",
+                                              "llama3_1", "llama3_2", "mistral_nemo", "smollm3"};
+static const char *const cases[] = {"plain", "no_system", "tools", "tool_result", "after_tool", "two_calls", "unicode"};
+
+
+
+/* ---------------------------------------------------------------- reading the shared JSON */
+
+typedef struct json_file {
+    char *text;
+    json_doc doc;
+    char *copies[8192]; /* NUL-terminated strings handed out, freed with the file */
+    size_t n_copies;
+} json_file;
+
+static void json_file_load(json_file *f, const char *rel) {
+    char path[1024], err[128];
+    memset(f, 0, sizeof *f);
+    size_t len = 0;
+    f->text = read_whole_file(shared_path(path, sizeof path, rel), &len);
+    assert_non_null(f->text);
+    assert_int_equal(llmm__json_parse(&f->doc, f->text, len, err, sizeof err), LLMM_OK);
+}
+
+static void json_file_free(json_file *f) {
+    for (size_t i = 0; i < f->n_copies; i++) free(f->copies[i]);
+    llmm__json_doc_free(&f->doc);
+    free(f->text);
+}
+
+static char *keep(json_file *f, const char *s, size_t n) {
+    assert_true(f->n_copies < ARRAY_LEN(f->copies));
+    char *c = malloc(n + 1);
+    assert_non_null(c);
+    memcpy(c, s, n);
+    c[n] = '\0';
+    f->copies[f->n_copies++] = c;
+    return c;
+}
+
+static size_t member(const json_file *f, size_t obj, const char *key) { return llmm__json_member(&f->doc, obj, key); }
+
+/* The string member key of obj (NULL when absent or null). */
+static const char *str_member(json_file *f, size_t obj, const char *key) {
+    size_t m = member(f, obj, key);
+    if (m == JSON_NONE || f->doc.nodes[m].kind != JSON_STRING) return NULL;
+    return keep(f, json_str(&f->doc, m), f->doc.nodes[m].str_len);
+}
+
+/* The value's source text (a schema, arguments). */
+static const char *src_member(json_file *f, size_t obj, const char *key) {
+    size_t m = member(f, obj, key);
+    assert_true(m != JSON_NONE);
+    return keep(f, f->doc.src + f->doc.nodes[m].src, f->doc.nodes[m].src_len);
+}
+
+static size_t child(const json_file *f, size_t node, size_t i) {
+    size_t c = f->doc.nodes[node].first;
+    while (i-- > 0) c = f->doc.nodes[c].next;
+    return c;
+}
+
+/* ---------------------------------------------------------------- a case as a request */
+
+typedef struct built_request {
+    llmm_tool tools[8];
+    llmm_chat_turn turns[16];
+    llmm_tool_call calls[16][4];
+    llmm_chat_request request;
+} built_request;
+
+static void build_request(json_file *f, const char *case_name, built_request *b) {
+    memset(b, 0, sizeof *b);
+    llmm_chat_request_default(&b->request, sizeof b->request);
+    size_t all = member(f, 0, "cases"), c = JSON_NONE;
+    for (size_t i = 0; i < f->doc.nodes[all].n_children; i++) {
+        size_t k = child(f, all, i);
+        if (strcmp(str_member(f, k, "name"), case_name) == 0) c = k;
+    }
+    assert_true(c != JSON_NONE);
+    if (f->doc.nodes[member(f, c, "use_tools")].kind == JSON_TRUE) {
+        size_t tools = member(f, 0, "tools");
+        for (size_t i = 0; i < f->doc.nodes[tools].n_children; i++) {
+            size_t fn = member(f, child(f, tools, i), "function");
+            b->tools[i] = (llmm_tool){str_member(f, fn, "name"), str_member(f, fn, "description"),
+                                      src_member(f, fn, "parameters")};
+        }
+        b->request.tools = b->tools;
+        b->request.n_tools = f->doc.nodes[tools].n_children;
+    }
+    size_t msgs = member(f, c, "messages");
+    for (size_t i = 0; i < f->doc.nodes[msgs].n_children; i++) {
+        size_t m = child(f, msgs, i);
+        llmm_chat_turn *t = &b->turns[i];
+        t->role = str_member(f, m, "role");
+        t->content = str_member(f, m, "content");
+        t->tool_call_id = str_member(f, m, "tool_call_id");
+        size_t calls = member(f, m, "tool_calls");
+        for (size_t k = 0; calls != JSON_NONE && k < f->doc.nodes[calls].n_children; k++) {
+            size_t call = child(f, calls, k), fn = member(f, call, "function");
+            b->calls[i][k] = (llmm_tool_call){str_member(f, call, "id"), str_member(f, fn, "name"),
+                                              str_member(f, fn, "arguments")};
+            t->tool_calls = b->calls[i];
+            t->n_tool_calls = k + 1;
+        }
+    }
+    b->request.messages = b->turns;
+    b->request.n_messages = f->doc.nodes[msgs].n_children;
+}
+
+static char *render(const char *family, const llmm_chat_request *r, llmm_status *st) {
+    size_t need = 0;
+    *st = llmm_chat_format_request(NULL, family, r, NULL, 0, &need);
+    if (*st != LLMM_ERR_BUFFER_TOO_SMALL && *st != LLMM_OK) return NULL;
+    char *text = malloc(need + 1);
+    assert_non_null(text);
+    *st = llmm_chat_format_request(NULL, family, r, text, need + 1, &need);
+    assert_int_equal(strlen(text), need);
+    return text;
+}
+
+/* ---------------------------------------------------------------- rendering */
+
+static void test_render_every_claimed_case(void **state) {
+    (void)state;
+    json_file f;
+    json_file_load(&f, "chat/conversations.json");
+    for (size_t fam = 0; fam < ARRAY_LEN(rendered_families); fam++) {
+        for (size_t c = 0; c < ARRAY_LEN(cases); c++) {
+            char rel[256], path[1024];
+            snprintf(rel, sizeof rel, "chat/render/%s.%s.txt", rendered_families[fam], cases[c]);
+            size_t len = 0;
+            char *expected = read_whole_file(shared_path(path, sizeof path, rel), &len);
+            built_request b;
+            build_request(&f, cases[c], &b);
+            llmm_status st;
+            char *got = render(rendered_families[fam], &b.request, &st);
+            if (!expected) { /* the reference's template refuses this case (.error): so does llmmini */
+                snprintf(rel, sizeof rel, "chat/render/%s.%s.error", rendered_families[fam], cases[c]);
+                char *error = read_whole_file(shared_path(path, sizeof path, rel), &len);
+                assert_non_null(error);
+                assert_int_equal(st, LLMM_ERR_INVALID_ARG);
+                free(error);
+                continue;
+            }
+            assert_int_equal(st, LLMM_OK);
+            if (strcmp(got, expected) != 0) print_message("%s differs:\n%s\n---\n%s\n", rel, got, expected);
+            assert_string_equal(got, expected);
+            free(got);
+            free(expected);
+        }
+    }
+    json_file_free(&f);
+}
+
+/* Qwen3 without thinking closes an empty think block in the generation prompt. */
+static void test_qwen3_thinking_off(void **state) {
+    (void)state;
+    llmm_chat_turn user = {.role = "user", .content = "hi"};
+    llmm_chat_request r;
+    llmm_chat_request_default(&r, sizeof r);
+    r.messages = &user;
+    r.n_messages = 1;
+    r.enable_thinking = 0;
+    llmm_status st;
+    char *text = render("qwen3", &r, &st);
+    assert_int_equal(st, LLMM_OK);
+    assert_string_equal(text, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
+    free(text);
+}
+
+/* ---------------------------------------------------------------- detection */
+
+static void test_detect_real_templates(void **state) {
+    (void)state;
+    static const struct {
+        const char *file, *family; /* NULL: no tool family */
+    } rows[] = {
+        {"Qwen-Qwen2.5-7B-Instruct.jinja", "qwen2_5"},
+        {"Qwen-Qwen3-0.6B.jinja", "qwen3"},
+        {"Qwen3.5-4B.jinja", NULL},
+        {"NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja", "hermes3"},
+        {"ibm-granite-granite-4.0.jinja", "granite4"},
+        {"HuggingFaceTB-SmolLM3-3B.jinja", "smollm3"},
+        {"meta-llama-Llama-3.1-8B-Instruct.jinja", "llama3_1"},
+        {"meta-llama-Llama-3.2-3B-Instruct.jinja", "llama3_2"},
+        {"mistralai-Mistral-Nemo-Instruct-2407.jinja", "mistral_nemo"},
+        {"google-gemma-2-2b-it.jinja", NULL},
+        {"microsoft-Phi-3.5-mini-instruct.jinja", NULL},
+        {"LFM2.5-Instruct.jinja", NULL},
+        {"google-gemma-4-31B-it.jinja", NULL},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(rows); i++) {
+        char rel[256], path[1024];
+        snprintf(rel, sizeof rel, "chat/templates/%s", rows[i].file);
+        char *text = read_whole_file(shared_path(path, sizeof path, rel), NULL);
+        assert_non_null(text);
+        const tool_family_info *f = llmm__tool_family_detect(text);
+        if (!rows[i].family) {
+            if (f) print_message("%s detected as %s\n", rows[i].file, f->name);
+            assert_null(f);
+        } else {
+            assert_non_null(f);
+            assert_string_equal(f->name, rows[i].family);
+        }
+        free(text);
+    }
+    const char *csv = NULL;
+    assert_int_equal(llmm_chat_tool_families(&csv), LLMM_OK);
+    for (size_t i = 0; i < ARRAY_LEN(parsed_families); i++) assert_non_null(strstr(csv, parsed_families[i]));
+}
+
+/* ---------------------------------------------------------------- hostile requests */
+
+static llmm_status render_with_schema(const char *schema) {
+    llmm_tool tool = {"probe", "a probe", schema};
+    llmm_chat_turn user = {.role = "user", .content = "hi"};
+    llmm_chat_request r;
+    llmm_chat_request_default(&r, sizeof r);
+    r.messages = &user;
+    r.n_messages = 1;
+    r.tools = &tool;
+    r.n_tools = 1;
+    size_t need = 0;
+    return llmm_chat_format_request(NULL, "qwen2_5", &r, NULL, 0, &need);
+}
+
+static void test_hostile_schemas_refused(void **state) {
+    (void)state;
+    assert_int_equal(render_with_schema("{\"type\": \"object\""), LLMM_ERR_INVALID_ARG);        /* malformed */
+    assert_int_equal(render_with_schema("[1, 2]"), LLMM_ERR_INVALID_ARG);                     /* not an object */
+    char deep[512] = "";
+    for (int i = 0; i < 40; i++) strcat(deep, "{\"a\":");
+    strcat(deep, "1");
+    for (int i = 0; i < 40; i++) strcat(deep, "}");
+    assert_int_equal(render_with_schema(deep), LLMM_ERR_INVALID_ARG);                         /* deep */
+    size_t big = LLMM_TOOL_SCHEMA_MAX_BYTES + 16;
+    char *huge = malloc(big + 1);
+    assert_non_null(huge);
+    memset(huge, ' ', big);
+    memcpy(huge, "{\"type\": \"object\"}", 18);
+    huge[big] = '\0';
+    assert_int_equal(render_with_schema(huge), LLMM_ERR_INVALID_ARG);                         /* huge */
+    free(huge);
+    assert_int_equal(render_with_schema("{\"type\": \"object\"}"), LLMM_ERR_BUFFER_TOO_SMALL); /* fine */
+    assert_int_equal(render_with_schema(NULL), LLMM_ERR_BUFFER_TOO_SMALL);
+
+    llmm_tool bad_name = {"no spaces", NULL, NULL};
+    llmm_chat_request r;
+    llmm_chat_request_default(&r, sizeof r);
+    r.tools = &bad_name;
+    r.n_tools = 1;
+    size_t need;
+    assert_int_equal(llmm_chat_format_request(NULL, "qwen2_5", &r, NULL, 0, &need), LLMM_ERR_INVALID_ARG);
+    llmm_chat_turn odd = {.role = "robot", .content = "x"};
+    r.n_tools = 0;
+    r.messages = &odd;
+    r.n_messages = 1;
+    assert_int_equal(llmm_chat_format_request(NULL, "qwen2_5", &r, NULL, 0, &need), LLMM_ERR_INVALID_ARG);
+    assert_int_equal(llmm_chat_format_request(NULL, "no_such_family", &r, NULL, 0, &need), LLMM_ERR_UNSUPPORTED);
+    assert_int_equal(llmm_chat_format_request(NULL, "hermes3", &r, NULL, 0, &need), LLMM_ERR_UNSUPPORTED);
+    assert_int_equal(llmm_chat_format_request(NULL, NULL, &r, NULL, 0, &need), LLMM_ERR_INVALID_ARG);
+    assert_int_equal(llmm_chat_format_request(NULL, "qwen2_5", NULL, NULL, 0, &need), LLMM_ERR_INVALID_ARG);
+    r.size = 4;
+    assert_int_equal(llmm_chat_format_request(NULL, "qwen2_5", &r, NULL, 0, &need), LLMM_ERR_INVALID_ARG);
+}
+
+/* ---------------------------------------------------------------- parsing */
+
+/* Arguments compare as JSON values (spacing aside, members in order) when both parse, else
+ * byte for byte: a call cut off mid-arguments is compared as the text written so far. */
+typedef struct text_buf {
+    char bytes[4096];
+    size_t len;
+} text_buf;
+
+static void to_buf(void *ctx, const char *s, size_t n) {
+    text_buf *b = ctx;
+    assert_true(b->len + n < sizeof b->bytes);
+    memcpy(b->bytes + b->len, s, n);
+    b->len += n;
+    b->bytes[b->len] = '\0';
+}
+
+static void compact(const char *json, text_buf *out) {
+    json_doc doc;
+    char err[64];
+    out->len = 0;
+    out->bytes[0] = '\0';
+    if (llmm__json_parse(&doc, json, strlen(json), err, sizeof err) != LLMM_OK) {
+        to_buf(out, json, strlen(json));
+        return;
+    }
+    llmm__json_write(&doc, 0, &llmm__json_style_compact, to_buf, out);
+    llmm__json_doc_free(&doc);
+}
+
+static void expect_args(const char *got, const char *want) {
+    text_buf a, b;
+    compact(got, &a);
+    compact(want, &b);
+    assert_string_equal(a.bytes, b.bytes);
+}
+
+/* The parse of the whole text against one of the file's expectations ("final"/"streaming"). */
+static void check_result(json_file *f, const char *which, const llmm_chat_parse_result *r, const char *label) {
+    size_t e = member(f, 0, which);
+    assert_true(e != JSON_NONE);
+    if (f->doc.nodes[member(f, e, "ok")].kind != JSON_TRUE) { /* the reference refuses the output */
+        assert_int_equal(r->malformed, 1);
+        return;
+    }
+    if (strcmp(r->content, str_member(f, e, "content")) != 0)
+        print_message("%s %s content: got [%s] want [%s]\n", label, which, r->content, str_member(f, e, "content"));
+    assert_string_equal(r->content, str_member(f, e, "content"));
+    assert_string_equal(r->reasoning, str_member(f, e, "reasoning_content"));
+    size_t calls = member(f, e, "tool_calls");
+    assert_int_equal(r->n_calls, f->doc.nodes[calls].n_children);
+    for (size_t i = 0; i < r->n_calls; i++) {
+        size_t c = child(f, calls, i);
+        assert_string_equal(r->calls[i].name, str_member(f, c, "name"));
+        expect_args(r->calls[i].arguments, str_member(f, c, "arguments"));
+        const char *id = str_member(f, c, "id");
+        if (id) assert_string_equal(r->calls[i].id, id);
+    }
+}
+
+/* Returns 0 when the family has no file n. */
+static int check_parse_file(const char *family, int n) {
+    char rel[256], path[1024];
+    snprintf(rel, sizeof rel, "chat/parse/%s.%d.json", family, n);
+    FILE *probe = fopen(shared_path(path, sizeof path, rel), "rb");
+    if (!probe) return 0;
+    fclose(probe);
+    json_file f;
+    json_file_load(&f, rel);
+    const char *raw = str_member(&f, 0, "raw");
+    const char *gen = str_member(&f, 0, "generation_prompt");
+    int thinking = strstr(gen, "<think>") != NULL;
+    size_t len = strlen(raw);
+
+    llmm_chat_parser *whole = NULL, *streamed = NULL;
+    assert_int_equal(llmm_chat_parser_create(family, thinking, &whole), LLMM_OK);
+    assert_int_equal(llmm_chat_parser_create(family, thinking, &streamed), LLMM_OK);
+    llmm_chat_parse_result r = {.size = sizeof r};
+    assert_int_equal(llmm_chat_parser_feed(whole, raw, len), LLMM_OK);
+    assert_int_equal(llmm_chat_parser_result(whole, 1, &r), LLMM_OK);
+    check_result(&f, "final", &r, rel);
+
+    /* byte by byte: what is shown only grows, calls only grow, and the end agrees */
+    size_t shown = 0, n_calls = 0;
+    for (size_t i = 0; i < len; i++) {
+        assert_int_equal(llmm_chat_parser_feed(streamed, raw + i, 1), LLMM_OK);
+        assert_int_equal(llmm_chat_parser_result(streamed, 0, &r), LLMM_OK);
+        assert_true(strlen(r.content) >= shown);
+        shown = strlen(r.content);
+        if (r.n_calls < n_calls && !r.malformed) print_message("%s: calls %zu after %zu at byte %zu\n", rel, r.n_calls, n_calls, i);
+        assert_true(r.n_calls >= n_calls || r.malformed);
+        n_calls = r.n_calls;
+    }
+    check_result(&f, "streaming", &r, rel);
+    assert_int_equal(llmm_chat_parser_result(streamed, 1, &r), LLMM_OK);
+    check_result(&f, "final", &r, rel);
+    llmm_chat_parser_free(whole);
+    llmm_chat_parser_free(streamed);
+    json_file_free(&f);
+    return 1;
+}
+
+static void test_parse_every_file(void **state) {
+    (void)state;
+    int checked = 0;
+    for (size_t fam = 0; fam < ARRAY_LEN(parsed_families); fam++)
+        for (int n = 1; n <= 5; n++) checked += check_parse_file(parsed_families[fam], n);
+    assert_int_equal(checked, 7 * 5 + 3); /* every file of these families (smollm3 has 3) */
+}
+
+/* Partial and malformed calls are reported as such. */
+static void test_parse_partial_and_malformed(void **state) {
+    (void)state;
+    llmm_chat_parser *p = NULL;
+    llmm_chat_parse_result r = {.size = sizeof r};
+    assert_int_equal(llmm_chat_parser_create("qwen2_5", 0, &p), LLMM_OK);
+    const char *text = "Sure.\n<tool_c";
+    assert_int_equal(llmm_chat_parser_feed(p, text, strlen(text)), LLMM_OK);
+    assert_int_equal(llmm_chat_parser_result(p, 0, &r), LLMM_OK);
+    assert_string_equal(r.content, "Sure.\n"); /* the marker's start is held back */
+    text = "all>\n{\"name\": \"set_timer\", \"arguments\": {\"minutes\": 1";
+    assert_int_equal(llmm_chat_parser_feed(p, text, strlen(text)), LLMM_OK);
+    assert_int_equal(llmm_chat_parser_result(p, 0, &r), LLMM_OK);
+    assert_int_equal(r.n_calls, 1);
+    assert_string_equal(r.calls[0].name, "set_timer");
+    assert_string_equal(r.calls[0].arguments, "{\"minutes\": 1");
+    assert_int_equal(r.calls[0].complete, 0);
+    text = "0}}\n</tool_call>";
+    assert_int_equal(llmm_chat_parser_feed(p, text, strlen(text)), LLMM_OK);
+    assert_int_equal(llmm_chat_parser_result(p, 1, &r), LLMM_OK);
+    assert_int_equal(r.calls[0].complete, 1);
+    assert_string_equal(r.calls[0].arguments, "{\"minutes\": 10}");
+    assert_int_equal(r.malformed, 0);
+    llmm_chat_parser_free(p);
+
+    assert_int_equal(llmm_chat_parser_create("qwen3", 0, &p), LLMM_OK);
+    text = "<tool_call>\nnot json at all</tool_call>";
+    assert_int_equal(llmm_chat_parser_feed(p, text, strlen(text)), LLMM_OK);
+    assert_int_equal(llmm_chat_parser_result(p, 1, &r), LLMM_OK);
+    assert_int_equal(r.n_calls, 0);
+    assert_int_equal(r.malformed, 1);
+    assert_string_equal(r.content, text);
+    llmm_chat_parser_free(p);
+
+    assert_int_equal(llmm_chat_parser_create("nope", 0, &p), LLMM_ERR_UNSUPPORTED);
+    assert_int_equal(llmm_chat_parser_create(NULL, 0, &p), LLMM_ERR_INVALID_ARG);
+    assert_int_equal(llmm_chat_parser_create("qwen3", 0, NULL), LLMM_ERR_INVALID_ARG);
+    assert_int_equal(llmm_chat_parser_feed(NULL, "x", 1), LLMM_ERR_INVALID_ARG);
+    llmm_chat_parser_free(NULL);
+}
+
+/* Every prefix of hostile text parses without a crash (valgrind and ASan see the reads). */
+static void test_parse_every_prefix_of_odd_text(void **state) {
+    (void)state;
+    static const char *const texts[] = {
+        "<think><tool_call>{\"name\":\"a\",\"arguments\":{\"x\":\"\\\"}\"}}</tool_call></think>",
+        "<tool_call>{\"name\": \"a\", \"arguments\": [}}}]]\"</tool_call><tool_call>",
+        "<tool_call>{\"arguments\": {}, \"name\": \"b\", \"id\": \"abc\"} trailing</tool_call>x<tool_call>",
+        "<tool_call>{\"name\": 5}</tool_call>", "</think>\n\n<tool_call>\n\n\n", "<tool_call>{\"name\":\"\\",
+    };
+    for (size_t f = 0; f < ARRAY_LEN(parsed_families); f++) {
+        for (size_t t = 0; t < ARRAY_LEN(texts); t++) {
+            for (int thinking = 0; thinking < 2; thinking++) {
+                llmm_chat_parser *p = NULL;
+                assert_int_equal(llmm_chat_parser_create(parsed_families[f], thinking, &p), LLMM_OK);
+                for (const char *c = texts[t]; *c; c++) {
+                    llmm_chat_parse_result r = {.size = sizeof r};
+                    assert_int_equal(llmm_chat_parser_feed(p, c, 1), LLMM_OK);
+                    assert_int_equal(llmm_chat_parser_result(p, 0, &r), LLMM_OK);
+                    assert_int_equal(llmm_chat_parser_result(p, 1, &r), LLMM_OK);
+                }
+                llmm_chat_parser_free(p);
+            }
+        }
+    }
+}
+
+
+/* ---------------------------------------------------------------- constrained calls */
+
+static const llmm_tool demo_tools[] = {
+    {"get_weather", "Get the current weather for a location.",
+     "{\"type\": \"object\", \"properties\": {\"location\": {\"type\": \"string\", \"maxLength\": 24}, \"unit\": "
+     "{\"type\": \"string\", \"enum\": [\"celsius\", \"fahrenheit\"]}}, \"required\": [\"location\"]}"},
+    {"set_timer", "Start a countdown timer.",
+     "{\"type\": \"object\", \"properties\": {\"minutes\": {\"type\": \"integer\", \"minimum\": 1, \"maximum\": 120}, "
+     "\"label\": {\"type\": \"string\", \"maxLength\": 16}}, \"required\": [\"minutes\"]}"},
+};
+
+static int str_is(const json_doc *doc, size_t node, const char *s) {
+    return doc->nodes[node].str_len == strlen(s) && memcmp(json_str(doc, node), s, strlen(s)) == 0;
+}
+
+/* The two demo schemas checked by hand (independently of the converter that made the grammar):
+ * required members present, types, the enum, the range, no other members. */
+static int valid_arguments(const char *tool, const char *args, char *why, size_t why_size) {
+    json_doc doc;
+    char err[64];
+    if (llmm__json_parse(&doc, args, strlen(args), err, sizeof err) != LLMM_OK) {
+        snprintf(why, why_size, "not JSON: %.64s", err);
+        return 0;
+    }
+    int ok = doc.nodes[0].kind == JSON_OBJECT;
+    for (size_t m = ok ? doc.nodes[0].first : JSON_NONE; m != JSON_NONE && ok; m = doc.nodes[m].next) {
+        const char *key = json_key(&doc, m);
+        size_t key_len = doc.nodes[m].key_len;
+        json_kind kind = doc.nodes[m].kind;
+        if (!strcmp(tool, "get_weather") && key_len == 8 && !memcmp(key, "location", 8)) ok = kind == JSON_STRING;
+        else if (!strcmp(tool, "get_weather") && key_len == 4 && !memcmp(key, "unit", 4))
+            ok = kind == JSON_STRING && (str_is(&doc, m, "celsius") || str_is(&doc, m, "fahrenheit"));
+        else if (!strcmp(tool, "set_timer") && key_len == 7 && !memcmp(key, "minutes", 7)) {
+            long v = kind == JSON_NUMBER ? strtol(doc.src + doc.nodes[m].src, NULL, 10) : 0;
+            ok = kind == JSON_NUMBER && !memchr(doc.src + doc.nodes[m].src, '.', doc.nodes[m].src_len) && v >= 1 &&
+                 v <= 120;
+        } else if (!strcmp(tool, "set_timer") && key_len == 5 && !memcmp(key, "label", 5)) ok = kind == JSON_STRING;
+        else ok = 0;
+    }
+    const char *required = !strcmp(tool, "get_weather") ? "location" : "minutes";
+    if (ok && llmm__json_member(&doc, 0, required) == JSON_NONE) ok = 0;
+    if (!ok) snprintf(why, why_size, "does not validate");
+    llmm__json_doc_free(&doc);
+    return ok;
+}
+
+typedef struct text_out {
+    char bytes[4096];
+    size_t n;
+} text_out;
+
+static int collect(void *user, const char *bytes, size_t n, int complete_utf8) {
+    (void)complete_utf8;
+    text_out *o = user;
+    if (o->n + n >= sizeof o->bytes) return 1;
+    memcpy(o->bytes + o->n, bytes, n);
+    o->n += n;
+    o->bytes[o->n] = '\0';
+    return 0;
+}
+
+/* 100 calls per tool sampled at temperature 1 under the "required" grammar: every one parses
+ * as exactly one complete call to that tool, and its arguments validate. stories260K knows no
+ * tools: only the constraint makes the calls right. */
+static void sample_calls(llmm_model *m, const char *family, int runs) {
+    llmm_context_params cp;
+    llmm_context_params_default(&cp, sizeof cp);
+    cp.n_ctx = 512;
+    cp.n_threads = 1;
+    llmm_context *ctx = make_context(m, &cp);
+    size_t tokens = 0;
+    for (size_t t = 0; t < ARRAY_LEN(demo_tools); t++) {
+        llmm_grammar *g = NULL;
+        char err[512];
+        if (llmm_grammar_from_tools(m, family, &demo_tools[t], 1, &g, err, sizeof err) != LLMM_OK)
+            fail_msg("%s: %s", family, err);
+        for (int run = 0; run < runs; run++) {
+            llmm_sampler_params sp;
+            llmm_sampler_params_default(&sp, sizeof sp);
+            sp.seed = (uint64_t)run * 131u + t;
+            sp.temperature = 1.0f;
+            sp.top_k = 0;
+            sp.top_p = 1.0f;
+            sp.min_p = 0.0f;
+            text_out out = {.n = 0};
+            llmm_generate_params gp;
+            llmm_generate_params_default(&gp, sizeof gp);
+            gp.max_tokens = 400;
+            gp.sampling = &sp;
+            gp.on_bytes = collect;
+            gp.user = &out;
+            gp.grammar = g;
+            llmm_generate_stats st = {.size = sizeof st};
+            assert_int_equal(llmm_generate(ctx, "Once upon a time", &gp, &st), LLMM_OK);
+            tokens += st.n_generated;
+            llmm_chat_parser *p = NULL;
+            llmm_chat_parse_result r = {.size = sizeof r};
+            assert_int_equal(llmm_chat_parser_create(family, 0, &p), LLMM_OK);
+            assert_int_equal(llmm_chat_parser_feed(p, out.bytes, out.n), LLMM_OK);
+            assert_int_equal(llmm_chat_parser_result(p, 1, &r), LLMM_OK);
+            char why[128] = "";
+            if (r.n_calls != 1 || !r.calls[0].complete || r.malformed || strcmp(r.calls[0].name, demo_tools[t].name) ||
+                !valid_arguments(demo_tools[t].name, r.calls[0].arguments, why, sizeof why))
+                fail_msg("%s run %d: '%s' is not one valid call (%zu calls) %s", family, run, out.bytes, r.n_calls, why);
+            llmm_chat_parser_free(p);
+        }
+        llmm_grammar_free(g);
+    }
+    print_message("%s: %d calls per tool valid, %.1f tokens per call\n", family, runs,
+                  (double)tokens / (double)(runs * (int)ARRAY_LEN(demo_tools)));
+    llmm_context_free(ctx);
+}
+
+static void test_constrained_calls_validate(void **state) {
+    (void)state;
+    llmm_model *m = load_model("models/stories260K.gguf", NULL);
+    int runs = under_emulator() ? 20 : 100;
+    static const char *const families[] = {"qwen2_5", "llama3_1", "mistral_nemo"};
+    for (size_t f = 0; f < ARRAY_LEN(families); f++) sample_calls(m, families[f], runs);
+    llmm_model_free(m);
+}
+
+static void test_tool_grammar_refusals(void **state) {
+    (void)state;
+    llmm_grammar *g = NULL;
+    char err[256];
+    llmm_tool bad = {"x", NULL, "{\"type\": \"object\", \"allOf\": []}"};
+    assert_int_equal(llmm_grammar_from_tools(NULL, "qwen2_5", &bad, 1, &g, err, sizeof err), LLMM_ERR_INVALID_ARG);
+    assert_non_null(strstr(err, "allOf"));
+    llmm_tool deep = {"x", NULL, "{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":"
+                                 "{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":1}}}}}}}}}}}}}}}}}"};
+    assert_int_equal(llmm_grammar_from_tools(NULL, "qwen2_5", &deep, 1, &g, err, sizeof err), LLMM_ERR_INVALID_ARG);
+    assert_non_null(strstr(err, "deeper"));
+    /* a recursive schema is a recursive rule (bounded per step by the matcher), not a refusal;
+     * one that recurses before any object opens is left recursion, refused */
+    llmm_tool loop = {"x", NULL, "{\"$ref\": \"#\"}"};
+    assert_int_equal(llmm_grammar_from_tools(NULL, "qwen2_5", &loop, 1, &g, err, sizeof err), LLMM_ERR_INVALID_ARG);
+    assert_int_equal(llmm_grammar_from_tools(NULL, "smollm3", demo_tools, 1, &g, err, sizeof err), LLMM_ERR_UNSUPPORTED);
+    assert_int_equal(llmm_grammar_from_tools(NULL, "qwen2_5", demo_tools, 0, &g, err, sizeof err), LLMM_ERR_INVALID_ARG);
+    assert_int_equal(llmm_grammar_from_tools(NULL, NULL, demo_tools, 1, &g, err, sizeof err), LLMM_ERR_INVALID_ARG);
+    assert_int_equal(llmm_grammar_from_tools(NULL, "qwen2_5", demo_tools, 2, &g, err, sizeof err), LLMM_OK);
+    /* both tools in one grammar: each call is a sentence, with the template's spacing */
+    llmm_grammar_state *s = NULL;
+    assert_int_equal(llmm_grammar_state_create(g, &s), LLMM_OK);
+    const char *call = "<tool_call>\n{\"name\": \"set_timer\", \"arguments\": {\"minutes\":10}}\n</tool_call>";
+    assert_int_equal(llmm_grammar_state_accept_bytes(s, call, strlen(call)), LLMM_OK);
+    int can_end = 0, must_end = 0;
+    assert_int_equal(llmm_grammar_state_can_end(s, &can_end, &must_end), LLMM_OK);
+    assert_true(can_end);
+    llmm_grammar_state_free(s);
+    llmm_grammar_free(g);
+}
+
+/* A lazy grammar: greedy output is free, exactly as without the grammar, until it contains the
+ * trigger; from there the grammar writes the rest and its end stops generation. The trigger is
+ * a token the free output chose, so greedy decoding reaches it with or without the grammar. */
+static void test_lazy_grammar_starts_at_trigger(void **state) {
+    (void)state;
+    llmm_model *m = load_model("models/stories260K.gguf", NULL);
+    llmm_context_params cp;
+    llmm_context_params_default(&cp, sizeof cp);
+    cp.n_ctx = 256;
+    cp.n_threads = 1;
+    llmm_context *ctx = make_context(m, &cp);
+    llmm_sampler_params sp;
+    llmm_sampler_params_default(&sp, sizeof sp);
+    sp.temperature = 0.0f;
+    text_out free_text = {.n = 0};
+    llmm_token ids[64];
+    llmm_generate_params gp;
+    llmm_generate_params_default(&gp, sizeof gp);
+    gp.max_tokens = 64;
+    gp.sampling = &sp;
+    gp.on_bytes = collect;
+    gp.user = &free_text;
+    gp.out_tokens = ids;
+    gp.out_capacity = 64;
+    llmm_generate_stats st = {.size = sizeof st};
+    assert_int_equal(llmm_generate(ctx, "Once upon a time", &gp, &st), LLMM_OK);
+    /* the first token of 3+ letters whose text has not occurred before it */
+    char trigger[64] = "";
+    size_t start = 0, at = 0;
+    for (size_t j = 0; j < st.n_generated && !trigger[0]; j++) {
+        char piece[64];
+        size_t n = 0;
+        assert_int_equal(llmm_token_to_piece(m, ids[j], 0, piece, sizeof piece - 1, &n), LLMM_OK);
+        piece[n] = '\0';
+        int letters = n >= 3;
+        for (size_t c = 0; c < n; c++) letters &= piece[c] == ' ' || (piece[c] >= 'a' && piece[c] <= 'z');
+        char before[4096];
+        memcpy(before, free_text.bytes, at + n);
+        before[at + n] = '\0';
+        if (letters && strstr(before, piece) == before + at) {
+            snprintf(trigger, sizeof trigger, "%s", piece);
+            start = at;
+        }
+        at += n;
+    }
+    assert_true(trigger[0] != '\0');
+    char gbnf[256];
+    snprintf(gbnf, sizeof gbnf, "root ::= \"%s\" \" and the end.\"", trigger);
+    text_out lazy_text = {.n = 0};
+    gp.user = &lazy_text;
+    gp.grammar_text = gbnf;
+    gp.grammar_trigger = trigger;
+    assert_int_equal(llmm_generate(ctx, "Once upon a time", &gp, &st), LLMM_OK);
+    assert_int_equal(st.stop_reason, LLMM_STOP_GRAMMAR);
+    char want[4096];
+    snprintf(want, sizeof want, "%.*s%s and the end.", (int)start, free_text.bytes, trigger);
+    print_message("trigger [%s]: %s\n", trigger, lazy_text.bytes);
+    assert_string_equal(lazy_text.bytes, want);
+    /* a trigger without a grammar, or too long, is refused */
+    gp.grammar_text = NULL;
+    assert_int_equal(llmm_generate(ctx, "Once upon a time", &gp, &st), LLMM_ERR_INVALID_ARG);
+    llmm_context_free(ctx);
+    llmm_model_free(m);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_render_every_claimed_case),
+        cmocka_unit_test(test_qwen3_thinking_off),
+        cmocka_unit_test(test_detect_real_templates),
+        cmocka_unit_test(test_hostile_schemas_refused),
+        cmocka_unit_test(test_parse_every_file),
+        cmocka_unit_test(test_parse_partial_and_malformed),
+        cmocka_unit_test(test_parse_every_prefix_of_odd_text),
+        cmocka_unit_test(test_tool_grammar_refusals),
+        cmocka_unit_test(test_constrained_calls_validate),
+        cmocka_unit_test(test_lazy_grammar_starts_at_trigger),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -148,8 +148,9 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_SUPPORT_OBJ) $(STATIC_LIB)
 	@mkdir -p $(@D)
 	$(LINK_TEST)
 
-# tests/test_fuzz_replay.c links both fuzz harnesses, each with its entry points renamed
-FUZZ_REPLAY_OBJ := $(BUILD)/obj/tests/fuzz/gguf_replay.o $(BUILD)/obj/tests/fuzz/tokenize_replay.o
+# tests/test_fuzz_replay.c links every fuzz harness, each with its entry points renamed
+FUZZ_REPLAY_OBJ := $(BUILD)/obj/tests/fuzz/gguf_replay.o $(BUILD)/obj/tests/fuzz/tokenize_replay.o \
+    $(BUILD)/obj/tests/fuzz/grammar_replay.o $(BUILD)/obj/tests/fuzz/json_schema_replay.o
 $(BUILD)/obj/tests/fuzz/%_replay.o: tests/fuzz/%.c | $(DEPS_OK)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) -DLLVMFuzzerTestOneInput=fuzz_$*_input -DLLVMFuzzerInitialize=fuzz_$*_init -c $< -o $@
@@ -448,7 +449,7 @@ fuzz:
 	    printf "\\$$(printf %03o $$i)\\003" > $(FUZZ_BUILD)/seeds/$$v; \
 	    cat $(LLMM_SHARED)/vocab/ggml-vocab-$$v.gguf.inp >> $(FUZZ_BUILD)/seeds/$$v; i=$$((i + 1)); \
 	done
-	for h in gguf tokenize; do \
+	for h in gguf tokenize grammar json_schema; do \
 	    clang $(FUZZ_CFLAGS) -fsanitize=fuzzer -Iinclude tests/fuzz/$$h.c $(FUZZ_BUILD)/libllmmini.a $(LIBS) \
 	        -pthread -o $(FUZZ_BUILD)/fuzz_$$h || exit 1; \
 	done
@@ -456,6 +457,11 @@ fuzz:
 	    -artifact_prefix=$(FUZZ_BUILD)/findings/gguf- $(FUZZ_BUILD)/corpus/gguf $(LLMM_SHARED)/models
 	$(FUZZ_BUILD)/fuzz_tokenize -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -timeout=30 \
 	    -artifact_prefix=$(FUZZ_BUILD)/findings/tokenize- $(FUZZ_BUILD)/corpus/tokenize $(FUZZ_BUILD)/seeds
+	@# grammar and json_schema: the committed seeds (tests/fuzz/corpus/, also replayed by make test)
+	for h in grammar json_schema; do mkdir -p $(FUZZ_BUILD)/corpus/$$h; \
+	    $(FUZZ_BUILD)/fuzz_$$h -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -timeout=30 -dict=tests/fuzz/$$h.dict \
+	        -artifact_prefix=$(FUZZ_BUILD)/findings/$$h- $(FUZZ_BUILD)/corpus/$$h tests/fuzz/corpus/$$h || exit 1; \
+	done
 
 # llmmini.pc names PREFIX, so it depends on a stamp holding the PREFIX it was made for: the stamp
 # is rewritten (and the .pc with it) whenever make runs with another PREFIX

@@ -889,6 +889,41 @@ static void test_long_rule_chain(void **state) {
     free(text);
 }
 
+/* A state whose stacks are deeper than a cache key may be long (GLEVEL_KEY_MAX words): its mask
+ * is made without the cache and must still equal checking each token. */
+static void test_mask_of_state_past_key_limit(void **state) {
+    (void)state;
+    llmm_model *m = load_vocab("models/stories260K.gguf");
+    llmm_model_info info = {.size = sizeof info};
+    assert_int_equal(llmm_model_get_info(m, &info), LLMM_OK);
+    const char *gbnf = "root ::= \"(\" root \")\" | [a-z]+";
+    llmm_grammar *g = NULL;
+    assert_int_equal(llmm_grammar_create(m, gbnf, strlen(gbnf), NULL, &g, NULL, 0), LLMM_OK);
+    llmm_grammar_state *s = NULL;
+    assert_int_equal(llmm_grammar_state_create(g, &s), LLMM_OK);
+    size_t depth = GLEVEL_KEY_MAX + 1000;
+    char *open = malloc(depth);
+    assert_non_null(open);
+    memset(open, '(', depth);
+    assert_int_equal(llmm_grammar_state_accept_bytes(s, open, depth), LLMM_OK);
+    free(open);
+    float *mask = malloc(info.n_vocab * sizeof *mask);
+    assert_non_null(mask);
+    mask_of(s, mask, info.n_vocab);
+    size_t n_allowed = 0;
+    for (uint32_t t = 0; t < info.n_vocab; t++) {
+        int allowed = -1;
+        assert_int_equal(llmm_grammar_state_allows(s, (llmm_token)t, &allowed), LLMM_OK);
+        assert_int_equal(allowed, mask[t] == 1.0f);
+        n_allowed += (size_t)allowed;
+    }
+    assert_true(n_allowed > 10 && n_allowed < info.n_vocab);
+    free(mask);
+    llmm_grammar_state_free(s);
+    llmm_grammar_free(g);
+    llmm_model_free(m);
+}
+
 /* Reported by clang's UBSan only: '.' alone has no ranges (an offset applied to NULL), and a
  * grammar that matches only "" has an empty pool that cloning copied from NULL. */
 static void test_empty_tables(void **state) {
@@ -923,6 +958,7 @@ int main(void) {
         cmocka_unit_test(test_many_empty_references),
         cmocka_unit_test(test_long_rule_chain),
         cmocka_unit_test(test_empty_tables),
+        cmocka_unit_test(test_mask_of_state_past_key_limit),
     };
     return cmocka_run_group_tests_name("grammar", tests, NULL, NULL);
 }

@@ -178,6 +178,7 @@ LLMM_API const char *llmm_grammar_state_last_error(const llmm_grammar_state *sta
 static llmm_status advance(llmm_grammar_state *s, const uint8_t *bytes, size_t n) {
     gstacks *gs = &s->stacks;
     glevel cur = s->now, next;
+    size_t kept = gs->n_nodes; /* after the last compaction: deep stacks are not copied per byte */
     for (size_t i = 0; i < n; i++) {
         llmm__gstacks_advance_byte(gs, &cur, bytes[i], &next);
         if (gs->failed || next.n == 0) {
@@ -190,9 +191,10 @@ static llmm_status advance(llmm_grammar_state *s, const uint8_t *bytes, size_t n
         /* a long text keeps only where it started and the level it has reached, so the pool
          * stays bounded; out of memory, the last compaction below reports it */
         glevel both[2] = {s->now, cur};
-        if (gs->n_nodes > 4 * (size_t)GSTACK_STEP_MAX && llmm__gstacks_compact(gs, both, 2)) {
+        if (gs->n_nodes > kept + 4 * (size_t)GSTACK_STEP_MAX && llmm__gstacks_compact(gs, both, 2)) {
             s->now = both[0];
             cur = both[1];
+            kept = gs->n_nodes;
         }
     }
     if (!llmm__gstacks_compact(gs, &cur, 1)) {

@@ -250,16 +250,17 @@ static void walk_tokens(llmm_grammar_state *s) {
 llmm_status llmm__grammar_state_fill_mask(llmm_grammar_state *s) {
     const llmm_grammar *g = s->grammar;
     s->key_len = 0;
-    if (!llmm__glevel_key(&s->stacks, &s->now, &s->key, &s->key_len, &s->key_cap))
-        return llmm__diag_fail(&s->error, LLMM_ERR_NO_MEMORY, "out of memory for a grammar mask");
-    uint64_t hash = hash_key(s->key, s->key_len);
-    if (cache_lookup(g->cache, s->key, s->key_len, hash, s->bits, g->mask_words)) return LLMM_OK;
+    /* without a key (too long, or no memory for it) the mask is made but not cached; the memo
+     * walk then fails too and the plain walk runs */
+    int keyed = llmm__glevel_key(&s->stacks, &s->now, &s->key, &s->key_len, &s->key_cap);
+    uint64_t hash = keyed ? hash_key(s->key, s->key_len) : 0;
+    if (keyed && cache_lookup(g->cache, s->key, s->key_len, hash, s->bits, g->mask_words)) return LLMM_OK;
     memset(s->bits, 0, g->mask_words * sizeof *s->bits);
     walk_tokens(s);
     if (s->stacks.failed) return llmm__gstacks_failure(&s->stacks, &s->error, "making a grammar mask");
     if (llmm__glevel_can_end(&s->stacks, &s->now))
         for (uint32_t i = 0; i < g->trie.n_eos; i++) s->bits[g->trie.eos[i] >> 5] |= 1u << (g->trie.eos[i] & 31);
-    cache_insert(g->cache, g->alloc, s->key, s->key_len, hash, s->bits, g->mask_words);
+    if (keyed) cache_insert(g->cache, g->alloc, s->key, s->key_len, hash, s->bits, g->mask_words);
     return LLMM_OK;
 }
 

@@ -339,6 +339,7 @@ int llmm__glevel_can_continue(const gstacks *gs, const glevel *level) {
 }
 
 static int key_push(const gstacks *gs, uint32_t v, uint32_t **key, size_t *n, size_t *cap) {
+    if (*n >= GLEVEL_KEY_MAX) return 0;
     if (llmm__mem_reserve(gs->alloc, (void **)key, cap, *n + 1, sizeof **key)) return 0;
     (*key)[(*n)++] = v;
     return 1;

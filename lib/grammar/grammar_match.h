@@ -85,8 +85,13 @@ int llmm__gstacks_compact(gstacks *gs, glevel *levels, size_t n_levels);
 int llmm__glevel_can_end(const gstacks *gs, const glevel *level);
 /* Whether some stack may take more input. */
 int llmm__glevel_can_continue(const gstacks *gs, const glevel *level);
+/* Longest key of a level, in words: the stacks of a level may be many and deep, and a key that
+ * long is not worth caching (its walk's cost per byte is bounded anyway). */
+#define GLEVEL_KEY_MAX (1u << 20)
+
 /* The level as a canonical key (each stack's positions top to bottom, UINT32_MAX after each,
- * then the partial character): appended to key[*n..], grown through gs->alloc. 0 on failure. */
+ * then the partial character): appended to key[*n..], grown through gs->alloc. 0 when out of
+ * memory or longer than GLEVEL_KEY_MAX words. */
 int llmm__glevel_key(const gstacks *gs, const glevel *level, uint32_t **key, size_t *n, size_t *cap);
 /* The status of a failed level (gs->failed set) with its message in d, doing naming the call's
  * work ("advancing the grammar"); clears gs->failed. NO_MEMORY, or INVALID_ARG when a level

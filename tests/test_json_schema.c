@@ -885,7 +885,11 @@ static size_t utf8_chars(const char *s, size_t n) {
 static int valid_date(const char *s, size_t n) {
     static const int days[] = {31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
     int y, m, d, used = 0;
-    if (n != 10 || sscanf(s, "%4d-%2d-%2d%n", &y, &m, &d, &used) != 3 || used != 10) return 0;
+    if (n != 10) return 0;
+    char text[11]; /* s is a slice of the instance, not NUL-terminated (valgrind saw sscanf read on) */
+    memcpy(text, s, 10);
+    text[10] = '\0';
+    if (sscanf(text, "%4d-%2d-%2d%n", &y, &m, &d, &used) != 3 || used != 10) return 0;
     int leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
     return m >= 1 && m <= 12 && d >= 1 && d <= days[m - 1] - (m == 2 && !leap);
 }

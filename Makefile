@@ -148,9 +148,10 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_SUPPORT_OBJ) $(STATIC_LIB)
 	@mkdir -p $(@D)
 	$(LINK_TEST)
 
-# tests/test_fuzz_replay.c links both fuzz harnesses, each with its entry points renamed
+# tests/test_fuzz_replay.c links every fuzz harness, each with its entry points renamed
 FUZZ_REPLAY_OBJ := $(BUILD)/obj/tests/fuzz/gguf_replay.o $(BUILD)/obj/tests/fuzz/tokenize_replay.o \
-    $(BUILD)/obj/tests/fuzz/chat_parse_replay.o
+    $(BUILD)/obj/tests/fuzz/chat_parse_replay.o $(BUILD)/obj/tests/fuzz/grammar_replay.o \
+    $(BUILD)/obj/tests/fuzz/json_schema_replay.o
 $(BUILD)/obj/tests/fuzz/%_replay.o: tests/fuzz/%.c | $(DEPS_OK)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) -DLLVMFuzzerTestOneInput=fuzz_$*_input -DLLVMFuzzerInitialize=fuzz_$*_init -c $< -o $@
@@ -454,7 +455,7 @@ fuzz:
 	    printf "\\$$(printf %03o $$i)\\003" > $(FUZZ_BUILD)/seeds/$$v; \
 	    cat $(LLMM_SHARED)/vocab/ggml-vocab-$$v.gguf.inp >> $(FUZZ_BUILD)/seeds/$$v; i=$$((i + 1)); \
 	done
-	for h in gguf tokenize chat_parse; do \
+	for h in gguf tokenize chat_parse grammar json_schema; do \
 	    clang $(FUZZ_CFLAGS) -fsanitize=fuzzer -Iinclude tests/fuzz/$$h.c $(FUZZ_BUILD)/libllmmini.a $(LIBS) \
 	        -pthread -o $(FUZZ_BUILD)/fuzz_$$h || exit 1; \
 	done
@@ -464,6 +465,11 @@ fuzz:
 	    -artifact_prefix=$(FUZZ_BUILD)/findings/tokenize- $(FUZZ_BUILD)/corpus/tokenize $(FUZZ_BUILD)/seeds
 	$(FUZZ_BUILD)/fuzz_chat_parse -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -timeout=30 \
 	    -artifact_prefix=$(FUZZ_BUILD)/findings/chat_parse- $(FUZZ_BUILD)/corpus/chat_parse
+	@# grammar and json_schema: the committed seeds (tests/fuzz/corpus/, also replayed by make test)
+	for h in grammar json_schema; do mkdir -p $(FUZZ_BUILD)/corpus/$$h; \
+	    $(FUZZ_BUILD)/fuzz_$$h -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -timeout=30 -dict=tests/fuzz/$$h.dict \
+	        -artifact_prefix=$(FUZZ_BUILD)/findings/$$h- $(FUZZ_BUILD)/corpus/$$h tests/fuzz/corpus/$$h || exit 1; \
+	done
 
 # llmmini.pc names PREFIX, so it depends on a stamp holding the PREFIX it was made for: the stamp
 # is rewritten (and the .pc with it) whenever make runs with another PREFIX

@@ -1,9 +1,10 @@
 /* The fuzz harnesses (tests/fuzz/) replayed on fixed inputs in every `make test`: the reference
- * files and test inputs they are seeded with, truncations of them, and the inputs that once
- * found bugs. This keeps the harnesses building and their invariants holding in CI, which has
- * no clang to run libFuzzer; `make fuzz` does the searching. Each harness is compiled with its
- * entry points renamed (Makefile) so that both link here; a harness aborts on a broken
- * invariant, which fails this suite. */
+ * files and test inputs they are seeded with, truncations of them, the inputs that once found
+ * bugs, and the committed seed corpora (tests/fuzz/corpus/). This keeps the harnesses building
+ * and their invariants holding in CI, which has no clang to run libFuzzer; `make fuzz` does the
+ * searching. Each harness is compiled with its entry points renamed (Makefile) so that all link
+ * here; a harness aborts on a broken invariant, which fails this suite. */
+#include <dirent.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -27,6 +28,32 @@ int fuzz_tokenize_init(int *argc, char ***argv);
 int fuzz_chat_parse_init(int *argc, char ***argv);
 int fuzz_chat_parse_input(const uint8_t *data, size_t size);
 int fuzz_tokenize_input(const uint8_t *data, size_t size);
+int fuzz_grammar_init(int *argc, char ***argv);
+int fuzz_grammar_input(const uint8_t *data, size_t size);
+int fuzz_json_schema_input(const uint8_t *data, size_t size);
+
+/* Every file of a committed seed corpus (tests/fuzz/corpus/NAME/, which `make fuzz` starts
+ * from): the hand-written hostile cases and past findings live there. Returns how many. */
+static size_t replay_corpus(const char *name, int (*input)(const uint8_t *, size_t)) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "tests/fuzz/corpus/%s", name);
+    DIR *d = opendir(dir);
+    if (!d) fail_msg("cannot open %s (run from the repository root)", dir);
+    size_t n = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (e->d_name[0] == '.') continue;
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        size_t len = 0;
+        uint8_t *data = (uint8_t *)read_whole_file(path, &len);
+        if (!data) fail_msg("cannot read %s", path);
+        input(data, len);
+        free(data);
+        n++;
+    }
+    closedir(d);
+    return n;
+}
 
 static void test_gguf_harness_on_reference_files(void **state) {
     (void)state;
@@ -119,12 +146,25 @@ static void test_chat_parse_harness_on_reference_outputs(void **state) {
     }
 }
 
+static void test_grammar_harness_on_corpus(void **state) {
+    (void)state;
+    fuzz_grammar_init(NULL, NULL);
+    assert_true(replay_corpus("grammar", fuzz_grammar_input) >= 20);
+}
+
+static void test_json_schema_harness_on_corpus(void **state) {
+    (void)state;
+    assert_true(replay_corpus("json_schema", fuzz_json_schema_input) >= 12);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chat_parse_harness_on_reference_outputs),
         cmocka_unit_test(test_gguf_harness_on_reference_files),
         cmocka_unit_test(test_gguf_harness_on_nan_activations),
         cmocka_unit_test(test_tokenize_harness_on_test_inputs),
+        cmocka_unit_test(test_grammar_harness_on_corpus),
+        cmocka_unit_test(test_json_schema_harness_on_corpus),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -14,6 +14,8 @@
 #include <string.h>
 
 #include "llmmini.h"
+#include "grammar/grammar_match.h"
+#include "grammar/grammar_parse.h"
 #include "support/fixtures.h"
 #include "support/rng.h"
 
@@ -752,6 +754,194 @@ static void test_draft_clones_keep_independent_states(void **state) {
     llmm_model_free(m);
 }
 
+/* ---------------------------------------------------------------- hostile grammars */
+
+/* Short grammars whose matching once cost without bound (issue 49): the matcher expanded rule
+ * references by recursion, once per path, so nested optional repetitions overflowed the C
+ * stack or took exponential time, and `x?` repeated n times cost n^3 per byte. Each must now be
+ * matched, or refused with a message, within the per-byte expansion limit. */
+
+/* Compile gbnf; NULL when refused, which must be INVALID_ARG with a message. */
+static llmm_grammar *compile_or_refuse(const char *gbnf, char *err, size_t err_size) {
+    llmm_grammar *g = NULL;
+    llmm_status st = llmm_grammar_create(NULL, gbnf, strlen(gbnf), NULL, &g, err, err_size);
+    if (st) {
+        assert_int_equal(st, LLMM_ERR_INVALID_ARG);
+        assert_null(g);
+        assert_true(err[0] != '\0');
+    }
+    return g;
+}
+
+/* The most expansion steps any position of text took (the matcher's per-byte work), matching it
+ * with the library's own stacks; text must be accepted. */
+static size_t most_steps(const char *gbnf, const char *text) {
+    grammar_rules rules;
+    llmm_diag d = {{0}};
+    assert_int_equal(llmm__grammar_parse(gbnf, strlen(gbnf), NULL, NULL, &rules, &d), LLMM_OK);
+    gstacks gs;
+    llmm__gstacks_init(&gs, &rules, NULL);
+    glevel level;
+    llmm__gstacks_start(&gs, &level);
+    size_t most = gs.step_work;
+    for (const char *c = text; *c; c++) {
+        glevel next;
+        llmm__gstacks_advance_byte(&gs, &level, (uint8_t)*c, &next);
+        assert_int_equal(gs.failed, GSTACKS_OK);
+        assert_true(next.n > 0);
+        most = LLMM_MAX(most, gs.step_work);
+        level = next;
+    }
+    assert_true(llmm__glevel_can_end(&gs, &level));
+    llmm__gstacks_free(&gs);
+    llmm__grammar_rules_free(&rules, NULL);
+    return most;
+}
+
+static char *repeated(const char *unit, size_t n, const char *tail) {
+    size_t u = strlen(unit), t = strlen(tail);
+    char *s = malloc(u * n + t + 1);
+    assert_non_null(s);
+    for (size_t i = 0; i < n; i++) memcpy(s + i * u, unit, u);
+    memcpy(s + u * n, tail, t + 1);
+    return s;
+}
+
+static void test_nested_optional_repetitions(void **state) {
+    (void)state;
+    char err[512] = "";
+    /* 90,000 ways to be at the next "a": a stack overflow at ~175k frames before; now more
+     * steps than the limit at the start, so refused when compiled */
+    llmm_grammar *g = compile_or_refuse("root ::= ((\"a\"?){0,300}){0,300} \"z\"", err, sizeof err);
+    assert_null(g);
+    assert_non_null(strstr(err, "GSTACK_STEP_MAX"));
+    /* 250 stacks: matched */
+    g = compile("root ::= ((\"a\"?){0,25}){0,10} \"z\"");
+    char *a250 = repeated("a", 250, "z"), *a251 = repeated("a", 251, "z");
+    assert_true(accepts(g, a250, strlen(a250)));
+    assert_false(accepts(g, a251, strlen(a251)));
+    free(a250);
+    free(a251);
+    llmm_grammar_free(g);
+    /* exponential before: 17 s to create a state */
+    g = compile("root ::= ((\"a\"?){0,8}){0,8} \"z\"");
+    char *a64 = repeated("a", 64, "z"), *a65 = repeated("a", 65, "z");
+    assert_true(accepts(g, "z", 1));
+    assert_true(accepts(g, "aaaaaaaaaaz", 11));
+    assert_true(accepts(g, a64, strlen(a64)));
+    assert_false(accepts(g, a65, strlen(a65)));
+    assert_false(accepts(g, "aa", 2));
+    /* 64 distinct stacks reach the next "a": a few steps each, not one per path */
+    size_t steps = most_steps("root ::= ((\"a\"?){0,8}){0,8} \"z\"", a64);
+    print_message("(a?){0,8}){0,8}: %zu steps at most per byte\n", steps);
+    assert_true(steps <= 16 * 64);
+    free(a64);
+    free(a65);
+    llmm_grammar_free(g);
+    /* cubic per byte before: 29 s to accept one "a" */
+    g = compile("root ::= (\"a\"?){0,3000} \"z\"");
+    char *a3000 = repeated("a", 3000, "z"), *a3001 = repeated("a", 3001, "z");
+    assert_true(accepts(g, "az", 2));
+    assert_true(accepts(g, a3000, strlen(a3000)));
+    assert_false(accepts(g, a3001, strlen(a3001)));
+    steps = most_steps("root ::= (\"a\"?){0,3000} \"z\"", a3000);
+    print_message("(a?){0,3000}: %zu steps at most per byte\n", steps);
+    assert_true(steps <= 8 * 3000);
+    free(a3000);
+    free(a3001);
+    llmm_grammar_free(g);
+}
+
+static void test_many_empty_references(void **state) {
+    (void)state;
+    /* 2^40 paths through `e` before: 10 GB after 40 s */
+    char *gbnf = repeated("e ", 40, "\"x\" e\ne ::= |\n");
+    char *text = malloc(strlen(gbnf) + 16);
+    assert_non_null(text);
+    snprintf(text, strlen(gbnf) + 16, "root ::= %s", gbnf);
+    llmm_grammar *g = compile(text);
+    assert_true(accepts(g, "x", 1));
+    assert_false(accepts(g, "", 0));
+    assert_false(accepts(g, "xx", 2));
+    size_t steps = most_steps(text, "x");
+    print_message("40 x e: %zu steps at most per byte\n", steps);
+    assert_true(steps <= 8 * 40);
+    llmm_grammar_free(g);
+    free(text);
+    free(gbnf);
+}
+
+static void test_long_rule_chain(void **state) {
+    (void)state;
+    /* r0 ::= r1, ..., r29999 ::= "x": the parser once scanned every rule per reference (2.6 s)
+     * and the matcher recursed once per link */
+    enum { N = 30000 };
+    size_t cap = (size_t)N * 32, n = 0;
+    char *text = malloc(cap);
+    assert_non_null(text);
+    n += (size_t)snprintf(text + n, cap - n, "root ::= r0 \"y\"\n");
+    for (int i = 0; i < N - 1; i++) n += (size_t)snprintf(text + n, cap - n, "r%d ::= r%d\n", i, i + 1);
+    n += (size_t)snprintf(text + n, cap - n, "r%d ::= \"x\"\n", N - 1);
+    llmm_grammar *g = compile(text);
+    assert_true(accepts(g, "xy", 2));
+    assert_false(accepts(g, "x", 1));
+    llmm_grammar_free(g);
+    free(text);
+}
+
+/* A state whose stacks are deeper than a cache key may be long (GLEVEL_KEY_MAX words): its mask
+ * is made without the cache and must still equal checking each token. */
+static void test_mask_of_state_past_key_limit(void **state) {
+    (void)state;
+    llmm_model *m = load_vocab("models/stories260K.gguf");
+    llmm_model_info info = {.size = sizeof info};
+    assert_int_equal(llmm_model_get_info(m, &info), LLMM_OK);
+    const char *gbnf = "root ::= \"(\" root \")\" | [a-z]+";
+    llmm_grammar *g = NULL;
+    assert_int_equal(llmm_grammar_create(m, gbnf, strlen(gbnf), NULL, &g, NULL, 0), LLMM_OK);
+    llmm_grammar_state *s = NULL;
+    assert_int_equal(llmm_grammar_state_create(g, &s), LLMM_OK);
+    size_t depth = GLEVEL_KEY_MAX + 1000;
+    char *open = malloc(depth);
+    assert_non_null(open);
+    memset(open, '(', depth);
+    assert_int_equal(llmm_grammar_state_accept_bytes(s, open, depth), LLMM_OK);
+    free(open);
+    float *mask = malloc(info.n_vocab * sizeof *mask);
+    assert_non_null(mask);
+    mask_of(s, mask, info.n_vocab);
+    size_t n_allowed = 0;
+    for (uint32_t t = 0; t < info.n_vocab; t++) {
+        int allowed = -1;
+        assert_int_equal(llmm_grammar_state_allows(s, (llmm_token)t, &allowed), LLMM_OK);
+        assert_int_equal(allowed, mask[t] == 1.0f);
+        n_allowed += (size_t)allowed;
+    }
+    assert_true(n_allowed > 10 && n_allowed < info.n_vocab);
+    free(mask);
+    llmm_grammar_state_free(s);
+    llmm_grammar_free(g);
+    llmm_model_free(m);
+}
+
+/* Reported by clang's UBSan only: '.' alone has no ranges (an offset applied to NULL), and a
+ * grammar that matches only "" has an empty pool that cloning copied from NULL. */
+static void test_empty_tables(void **state) {
+    (void)state;
+    expect_matches("root ::= .", LIST("a", "\xc3\xa9", "\xf0\x9f\x98\x80"), LIST("", "ab"));
+    llmm_grammar *g = compile("root ::= \"\"");
+    llmm_grammar_state *s = NULL, *copy = NULL;
+    assert_int_equal(llmm_grammar_state_create(g, &s), LLMM_OK);
+    assert_int_equal(llmm_grammar_state_clone(s, &copy), LLMM_OK);
+    int can_end = 0, must_end = 0;
+    assert_int_equal(llmm_grammar_state_can_end(copy, &can_end, &must_end), LLMM_OK);
+    assert_true(can_end && must_end);
+    assert_int_equal(llmm_grammar_state_accept_bytes(copy, "a", 1), LLMM_ERR_INVALID_ARG);
+    llmm_grammar_state_free(copy);
+    llmm_grammar_state_free(s);
+    llmm_grammar_free(g);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_literals_and_escapes),
@@ -764,6 +954,11 @@ int main(void) {
         cmocka_unit_test(test_matcher_agrees_with_backtracking),
         cmocka_unit_test(test_mask_equals_per_token_check),
         cmocka_unit_test(test_draft_clones_keep_independent_states),
+        cmocka_unit_test(test_nested_optional_repetitions),
+        cmocka_unit_test(test_many_empty_references),
+        cmocka_unit_test(test_long_rule_chain),
+        cmocka_unit_test(test_empty_tables),
+        cmocka_unit_test(test_mask_of_state_past_key_limit),
     };
     return cmocka_run_group_tests_name("grammar", tests, NULL, NULL);
 }

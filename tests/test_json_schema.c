@@ -737,6 +737,43 @@ static void test_malformed_json(void **state) {
 
 /* ---------------------------------------------------------------- hostile input */
 
+/* A pattern within the documented limits whose grammar has 10^6 ways to reach the next "a":
+ * the matcher once overflowed the C stack on the first byte accepted after the opening quote.
+ * Now that byte is refused with the expansion limit's message and the state is left as it was. */
+static void test_nested_pattern_repetitions(void **state) {
+    (void)state;
+    static const char schema[] = "{\"type\":\"string\",\"pattern\":\"^((a?){0,1000}){0,1000}$\"}";
+    llmm_grammar *g = NULL;
+    char err[512] = "";
+    llmm_status st = llmm_grammar_from_json_schema(NULL, schema, strlen(schema), &g, err, sizeof err);
+    if (st != LLMM_OK) { /* refusing it whole is as good */
+        assert_int_equal(st, LLMM_ERR_INVALID_ARG);
+        assert_non_null(strstr(err, "GSTACK_STEP_MAX"));
+        return;
+    }
+    llmm_grammar_state *s = NULL;
+    assert_int_equal(llmm_grammar_state_create(g, &s), LLMM_OK);
+    assert_int_equal(llmm_grammar_state_accept_bytes(s, "\"", 1), LLMM_ERR_INVALID_ARG);
+    print_message("refused: %s\n", llmm_grammar_state_last_error(s));
+    assert_non_null(strstr(llmm_grammar_state_last_error(s), "GSTACK_STEP_MAX"));
+    int can_end = 1;
+    assert_int_equal(llmm_grammar_state_can_end(s, &can_end, NULL), LLMM_OK);
+    assert_false(can_end);
+    assert_int_equal(llmm_grammar_state_accept_bytes(s, "a", 1), LLMM_ERR_INVALID_ARG);
+    assert_non_null(strstr(llmm_grammar_state_last_error(s), "does not allow"));
+    llmm_grammar_state_free(s);
+    llmm_grammar_free(g);
+    /* the same shape with small counts is matched */
+    static const char small[] = "{\"type\":\"string\",\"pattern\":\"^((a?){0,10}){0,10}$\"}";
+    assert_int_equal(llmm_grammar_from_json_schema(NULL, small, strlen(small), &g, err, sizeof err), LLMM_OK);
+    assert_int_equal(llmm_grammar_state_create(g, &s), LLMM_OK);
+    assert_int_equal(llmm_grammar_state_accept_bytes(s, "\"aaaaaaaaaaaaaaaaaaaa\"", 22), LLMM_OK);
+    assert_int_equal(llmm_grammar_state_can_end(s, &can_end, NULL), LLMM_OK);
+    assert_true(can_end);
+    llmm_grammar_state_free(s);
+    llmm_grammar_free(g);
+}
+
 static void test_hostile_input(void **state) {
     (void)state;
     char *gbnf = NULL, err[512];
@@ -848,7 +885,11 @@ static size_t utf8_chars(const char *s, size_t n) {
 static int valid_date(const char *s, size_t n) {
     static const int days[] = {31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
     int y, m, d, used = 0;
-    if (n != 10 || sscanf(s, "%4d-%2d-%2d%n", &y, &m, &d, &used) != 3 || used != 10) return 0;
+    if (n != 10) return 0;
+    char text[11]; /* s is a slice of the instance, not NUL-terminated (valgrind saw sscanf read on) */
+    memcpy(text, s, 10);
+    text[10] = '\0';
+    if (sscanf(text, "%4d-%2d-%2d%n", &y, &m, &d, &used) != 3 || used != 10) return 0;
     int leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
     return m >= 1 && m <= 12 && d >= 1 && d <= days[m - 1] - (m == 2 && !leap);
 }
@@ -1099,6 +1140,7 @@ int main(void) {
         cmocka_unit_test(test_refused_schemas),
         cmocka_unit_test(test_malformed_json),
         cmocka_unit_test(test_hostile_input),
+        cmocka_unit_test(test_nested_pattern_repetitions),
         cmocka_unit_test(test_validator_discriminates),
         cmocka_unit_test(test_generation_validates),
     };

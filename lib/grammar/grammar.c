@@ -14,6 +14,18 @@ static void copy_error(const llmm_diag *d, char *err, size_t err_size) {
     if (err && err_size) snprintf(err, err_size, "%s", d->msg);
 }
 
+/* Expand the start state once, so that a grammar whose very start passes GSTACK_STEP_MAX is
+ * refused here rather than by every state made from it. */
+static llmm_status check_start(const llmm_grammar *g, llmm_diag *d) {
+    gstacks gs;
+    glevel start;
+    llmm__gstacks_init(&gs, &g->rules, g->alloc);
+    llmm__gstacks_start(&gs, &start);
+    llmm_status st = gs.failed ? llmm__gstacks_failure(&gs, d, "expanding the grammar's start") : LLMM_OK;
+    llmm__gstacks_free(&gs);
+    return st;
+}
+
 LLMM_API llmm_status llmm_grammar_create(const llmm_model *model, const char *gbnf, size_t len, const char *root,
                                          llmm_grammar **out, char *err, size_t err_size) {
     llmm_diag d = {{0}};
@@ -36,6 +48,7 @@ LLMM_API llmm_status llmm_grammar_create(const llmm_model *model, const char *gb
         g->alloc = &g->alloc_copy;
     }
     llmm_status st = llmm__grammar_parse(gbnf ? gbnf : "", len, root, g->alloc, &g->rules, &d);
+    if (!st) st = check_start(g, &d);
     if (!st && model) {
         st = llmm__token_trie_build(&g->trie, model, g->alloc, &d);
         g->has_vocab = st == LLMM_OK;
@@ -124,7 +137,7 @@ static llmm_status state_alloc(const llmm_grammar *g, llmm_grammar_state **out) 
 static llmm_status state_restart(llmm_grammar_state *s) {
     llmm__gstacks_clear(&s->stacks);
     llmm__gstacks_start(&s->stacks, &s->now);
-    if (s->stacks.failed) return llmm__diag_fail(&s->error, LLMM_ERR_NO_MEMORY, "out of memory for the grammar state");
+    if (s->stacks.failed) return llmm__gstacks_failure(&s->stacks, &s->error, "starting the grammar state");
     return LLMM_OK;
 }
 
@@ -172,19 +185,26 @@ LLMM_API const char *llmm_grammar_state_last_error(const llmm_grammar_state *sta
 static llmm_status advance(llmm_grammar_state *s, const uint8_t *bytes, size_t n) {
     gstacks *gs = &s->stacks;
     glevel cur = s->now, next;
+    size_t kept = gs->n_nodes; /* after the last compaction: deep stacks are not copied per byte */
     for (size_t i = 0; i < n; i++) {
         llmm__gstacks_advance_byte(gs, &cur, bytes[i], &next);
         if (gs->failed || next.n == 0) {
-            int failed = gs->failed;
-            gs->failed = 0;
             llmm__gstacks_truncate(gs, &s->now);
-            if (failed) return llmm__diag_fail(&s->error, LLMM_ERR_NO_MEMORY, "out of memory advancing the grammar");
+            if (gs->failed) return llmm__gstacks_failure(gs, &s->error, "advancing the grammar");
             return llmm__diag_fail(&s->error, LLMM_ERR_INVALID_ARG, "the grammar does not allow byte %zu (0x%02X) here", i,
                              bytes[i]);
         }
         cur = next;
+        /* a long text keeps only where it started and the level it has reached, so the pool
+         * stays bounded; out of memory, the last compaction below reports it */
+        glevel both[2] = {s->now, cur};
+        if (gs->n_nodes > kept + 4 * (size_t)GSTACK_STEP_MAX && llmm__gstacks_compact(gs, both, 2)) {
+            s->now = both[0];
+            cur = both[1];
+            kept = gs->n_nodes;
+        }
     }
-    if (!llmm__gstacks_compact(gs, &cur)) {
+    if (!llmm__gstacks_compact(gs, &cur, 1)) {
         llmm__gstacks_truncate(gs, &s->now);
         return llmm__diag_fail(&s->error, LLMM_ERR_NO_MEMORY, "out of memory advancing the grammar");
     }
@@ -227,10 +247,7 @@ LLMM_API llmm_status llmm_grammar_state_allows(llmm_grammar_state *state, llmm_t
     if (!state || !allowed) return LLMM_ERR_INVALID_ARG;
     llmm_status st = check_token(state, token, "llmm_grammar_state_allows");
     if (st) return st;
-    int ok = llmm__grammar_state_allows(state, token);
-    if (ok < 0) return llmm__diag_fail(&state->error, LLMM_ERR_NO_MEMORY, "out of memory checking a token");
-    *allowed = ok;
-    return LLMM_OK;
+    return llmm__grammar_state_allows(state, token, allowed);
 }
 
 LLMM_API llmm_status llmm_grammar_state_can_end(const llmm_grammar_state *state, int *can_end, int *must_end) {

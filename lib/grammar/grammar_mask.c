@@ -83,6 +83,7 @@ static void cache_insert(mask_cache *c, const llmm_allocator *alloc, const uint3
 #define WALK_DEAD (-1)
 #define WALK_ERROR (-3)   /* out of memory, or more states than WALK_STATES_MAX */
 #define WALK_STATES_MAX 16384 /* 16 MiB of transitions; beyond it the plain walk is used */
+#define WALK_NODES_MAX (1u << 21) /* the memo's states stay in the pool: 2M nodes (32 MiB), then the plain walk */
 
 void llmm__walk_memo_free(walk_memo *m, const llmm_allocator *alloc) {
     llmm__mem_free(alloc, m->rep);
@@ -155,6 +156,7 @@ static int32_t memo_step(llmm_grammar_state *s, int32_t id, uint8_t byte) {
     if (next != WALK_UNKNOWN) return next;
     gstacks *gs = &s->stacks;
     size_t heads_mark = gs->n_heads, nodes_mark = gs->n_nodes;
+    if (nodes_mark > WALK_NODES_MAX) return WALK_ERROR;
     glevel out;
     llmm__gstacks_advance_byte(gs, &s->memo.rep[id], byte, &out);
     if (gs->failed) return WALK_ERROR;
@@ -164,7 +166,7 @@ static int32_t memo_step(llmm_grammar_state *s, int32_t id, uint8_t byte) {
     } else if ((next = memo_intern(s, &out, &added)) < 0) {
         return WALK_ERROR;
     }
-    if (!added) gs->n_heads = heads_mark, gs->n_nodes = nodes_mark;
+    if (!added) llmm__gstacks_truncate_to(gs, heads_mark, nodes_mark);
     s->memo.trans[(size_t)id * 256 + byte] = next;
     return next;
 }
@@ -235,10 +237,10 @@ static void walk_tokens(llmm_grammar_state *s) {
     gstacks *gs = &s->stacks;
     /* the memo's ids per depth live in the plain walk's level array, which is as long */
     int32_t *ids = (int32_t *)(void *)s->levels;
-    int done = walk_tokens_memo(s, ids);
-    gs->failed = 0;
+    int done = walk_tokens_memo(s, ids), why = gs->failed;
+    gs->failed = why == GSTACKS_TOO_COMPLEX ? why : GSTACKS_OK; /* the plain walk would meet it again */
     llmm__gstacks_truncate(gs, &s->now);
-    if (!done) {
+    if (!done && !gs->failed) {
         memset(s->bits, 0, s->grammar->mask_words * sizeof *s->bits);
         walk_tokens_plain(s);
     }
@@ -248,19 +250,17 @@ static void walk_tokens(llmm_grammar_state *s) {
 llmm_status llmm__grammar_state_fill_mask(llmm_grammar_state *s) {
     const llmm_grammar *g = s->grammar;
     s->key_len = 0;
-    if (!llmm__glevel_key(&s->stacks, &s->now, &s->key, &s->key_len, &s->key_cap))
-        return llmm__diag_fail(&s->error, LLMM_ERR_NO_MEMORY, "out of memory for a grammar mask");
-    uint64_t hash = hash_key(s->key, s->key_len);
-    if (cache_lookup(g->cache, s->key, s->key_len, hash, s->bits, g->mask_words)) return LLMM_OK;
+    /* without a key (too long, or no memory for it) the mask is made but not cached; the memo
+     * walk then fails too and the plain walk runs */
+    int keyed = llmm__glevel_key(&s->stacks, &s->now, &s->key, &s->key_len, &s->key_cap);
+    uint64_t hash = keyed ? hash_key(s->key, s->key_len) : 0;
+    if (keyed && cache_lookup(g->cache, s->key, s->key_len, hash, s->bits, g->mask_words)) return LLMM_OK;
     memset(s->bits, 0, g->mask_words * sizeof *s->bits);
     walk_tokens(s);
-    if (s->stacks.failed) {
-        s->stacks.failed = 0;
-        return llmm__diag_fail(&s->error, LLMM_ERR_NO_MEMORY, "out of memory for a grammar mask");
-    }
+    if (s->stacks.failed) return llmm__gstacks_failure(&s->stacks, &s->error, "making a grammar mask");
     if (llmm__glevel_can_end(&s->stacks, &s->now))
         for (uint32_t i = 0; i < g->trie.n_eos; i++) s->bits[g->trie.eos[i] >> 5] |= 1u << (g->trie.eos[i] & 31);
-    cache_insert(g->cache, g->alloc, s->key, s->key_len, hash, s->bits, g->mask_words);
+    if (keyed) cache_insert(g->cache, g->alloc, s->key, s->key_len, hash, s->bits, g->mask_words);
     return LLMM_OK;
 }
 
@@ -322,9 +322,9 @@ static size_t compact_allowed(llmm_grammar_state *s, const float *logits) {
 /* The choice after the sampler's first draw: keep it when allowed, else mask and draw again. */
 static llmm_status check_or_resample(llmm_sampler *sampler, llmm_grammar_state *state, const float *logits,
                                      size_t n_vocab, llmm_token first, llmm_token *out) {
-    llmm_status st;
-    int ok = (size_t)first < state->grammar->trie.n_vocab ? llmm__grammar_state_allows(state, first) : 0;
-    if (ok < 0) return llmm__diag_fail(&state->error, LLMM_ERR_NO_MEMORY, "out of memory checking a token");
+    int ok = 0;
+    llmm_status st = (size_t)first < state->grammar->trie.n_vocab ? llmm__grammar_state_allows(state, first, &ok) : LLMM_OK;
+    if (st) return st;
     if (ok) {
         *out = first;
         return LLMM_OK;
@@ -361,21 +361,26 @@ LLMM_API llmm_status llmm_grammar_sample(llmm_sampler *sampler, llmm_grammar_sta
     return st;
 }
 
-int llmm__grammar_state_allows(llmm_grammar_state *s, llmm_token token) {
+llmm_status llmm__grammar_state_allows(llmm_grammar_state *s, llmm_token token, int *allowed) {
     const token_trie *t = &s->grammar->trie;
-    if (llmm__token_trie_is_eos(t, token)) return llmm__glevel_can_end(&s->stacks, &s->now);
+    *allowed = 0;
+    if (llmm__token_trie_is_eos(t, token)) {
+        *allowed = llmm__glevel_can_end(&s->stacks, &s->now);
+        return LLMM_OK;
+    }
     uint32_t k = t->rank[token];
-    if (k == UINT32_MAX) return 0;
+    if (k == UINT32_MAX) return LLMM_OK;
     gstacks *gs = &s->stacks;
     const uint8_t *b = (const uint8_t *)t->bytes + t->start[k];
     glevel cur = s->now, next;
     int ok = 1;
-    for (uint32_t i = 0; i < t->length[k] && ok; i++) {
+    for (uint32_t i = 0; i < t->length[k] && ok && !gs->failed; i++) {
         llmm__gstacks_advance_byte(gs, &cur, b[i], &next);
-        ok = gs->failed ? -1 : next.n > 0;
+        ok = next.n > 0;
         cur = next;
     }
-    gs->failed = 0;
     llmm__gstacks_truncate(gs, &s->now);
-    return ok;
+    if (gs->failed) return llmm__gstacks_failure(gs, &s->error, "checking a token");
+    *allowed = ok;
+    return LLMM_OK;
 }

@@ -5,9 +5,11 @@
 
 #include "grammar_state.h"
 
-/* Whether the state may take token next (no bounds check on token). -1 when out of memory. */
-int llmm__grammar_state_allows(llmm_grammar_state *s, llmm_token token);
-/* The mask of the tokens allowed next into s->bits. Errors: NO_MEMORY. */
+/* Whether the state may take token next, into *allowed (no bounds check on token). Errors:
+ * NO_MEMORY, INVALID_ARG past GSTACK_STEP_MAX; the message in s->error. */
+llmm_status llmm__grammar_state_allows(llmm_grammar_state *s, llmm_token token, int *allowed);
+/* The mask of the tokens allowed next into s->bits. Errors: NO_MEMORY, INVALID_ARG past
+ * GSTACK_STEP_MAX. */
 llmm_status llmm__grammar_state_fill_mask(llmm_grammar_state *s);
 
 void llmm__walk_memo_free(walk_memo *m, const llmm_allocator *alloc);

@@ -13,6 +13,7 @@
 #define REPEAT_MAX 10000u      /* bound of {m,n}: every count costs elements or a rule */
 #define NESTING_MAX 256        /* parentheses: the parser recurses once per level */
 #define CODEPOINT_MAX 0x10FFFFu
+#define ELEMS_MAX (1u << 22)   /* compiled elements (8 bytes each): repetitions multiply a short text */
 
 typedef struct elem_vec {
     gelem *v;
@@ -42,6 +43,9 @@ typedef struct parser {
     size_t n_ranges, cap_ranges;
     size_t current; /* the named rule being defined */
     int depth;
+    size_t n_elems; /* in every rule's body */
+    uint32_t *name_slots; /* (n_slots) named rules by name hash, open addressing: rule + 1, 0 = empty */
+    size_t n_slots, n_named;
 } parser;
 
 /* ---------------------------------------------------------------- errors */
@@ -83,8 +87,48 @@ static const char *describe(const parser *ps, const char *p, char buf[16]) {
 
 static int push_elem(parser *ps, size_t rule, uint32_t kind, uint32_t arg) {
     elem_vec *b = &ps->rules[rule].body;
+    if (++ps->n_elems > ELEMS_MAX)
+        return fail_at(ps, ps->p, "the grammar compiles to more than %u elements (repetitions count each copy)",
+                       ELEMS_MAX);
     if (llmm__mem_reserve(ps->alloc, (void **)&b->v, &b->cap, b->n + 1, sizeof *b->v)) return fail_memory(ps);
     b->v[b->n++] = (gelem){kind, arg};
+    return 1;
+}
+
+static uint64_t name_hash(const char *name, size_t len) {
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
+    for (size_t i = 0; i < len; i++) h = (h ^ (unsigned char)name[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* The slot of the named rule called name, or the empty slot where it would go. */
+static size_t name_slot(const parser *ps, const char *name, size_t len) {
+    size_t i = (size_t)name_hash(name, len) & (ps->n_slots - 1);
+    for (; ps->name_slots[i]; i = (i + 1) & (ps->n_slots - 1)) {
+        const prule *r = &ps->rules[ps->name_slots[i] - 1];
+        if (r->name_len == len && !memcmp(r->name, name, len)) break;
+    }
+    return i;
+}
+
+/* Index named rule r by its name (which is not yet indexed): the lookups of references stay
+ * constant time however many rules a grammar has. */
+static int index_name(parser *ps, size_t r) {
+    if (2 * (ps->n_named + 1) > ps->n_slots) {
+        size_t old = ps->n_slots, cap = old ? 2 * old : 64;
+        uint32_t *slots = llmm__mem_calloc(ps->alloc, cap, sizeof *slots), *prev = ps->name_slots;
+        if (!slots) return fail_memory(ps);
+        ps->name_slots = slots;
+        ps->n_slots = cap;
+        for (size_t i = 0; i < old; i++)
+            if (prev[i]) {
+                const prule *x = &ps->rules[prev[i] - 1];
+                slots[name_slot(ps, x->name, x->name_len)] = prev[i];
+            }
+        llmm__mem_free(ps->alloc, prev);
+    }
+    ps->name_slots[name_slot(ps, ps->rules[r].name, ps->rules[r].name_len)] = (uint32_t)r + 1;
+    ps->n_named++;
     return 1;
 }
 
@@ -95,6 +139,7 @@ static size_t add_rule(parser *ps, const char *name, size_t name_len, uint32_t s
         return SIZE_MAX;
     }
     ps->rules[ps->n_rules] = (prule){.name = name, .name_len = name_len, .serial = serial, .where = where};
+    if (serial == 0 && !index_name(ps, ps->n_rules)) return SIZE_MAX;
     return ps->n_rules++;
 }
 
@@ -108,11 +153,9 @@ static size_t generated_rule(parser *ps, const char *where) {
 }
 
 static size_t find_rule(const parser *ps, const char *name, size_t len) {
-    for (size_t i = 0; i < ps->n_rules; i++) {
-        const prule *r = &ps->rules[i];
-        if (r->serial == 0 && r->name_len == len && !memcmp(r->name, name, len)) return i;
-    }
-    return SIZE_MAX;
+    if (!ps->n_slots) return SIZE_MAX;
+    uint32_t r = ps->name_slots[name_slot(ps, name, len)];
+    return r ? r - 1 : SIZE_MAX;
 }
 
 static int cmp_ranges(const void *a, const void *b) {
@@ -123,9 +166,9 @@ static int cmp_ranges(const void *a, const void *b) {
 /* Sort and merge ranges[first..) (the ones just added) and make them a set. Returns its index
  * or UINT32_MAX. */
 static uint32_t finish_set(parser *ps, size_t first, int negated) {
-    gchar_range *r = ps->ranges + first;
     size_t n = ps->n_ranges - first, kept = 0;
-    qsort(r, n, sizeof *r, cmp_ranges);
+    gchar_range *r = n ? ps->ranges + first : NULL; /* '.' has none, and may come before any range */
+    if (n) qsort(r, n, sizeof *r, cmp_ranges);
     for (size_t i = 0; i < n; i++) {
         if (kept && r[i].lo <= r[kept - 1].hi + 1) {
             if (r[i].hi > r[kept - 1].hi) r[kept - 1].hi = r[i].hi;
@@ -627,6 +670,7 @@ llmm_status llmm__grammar_parse(const char *text, size_t len, const char *root, 
     if (!ps.st && check_left_recursion(&ps)) lay_out(&ps, r, out);
     for (size_t i = 0; i < ps.n_rules; i++) llmm__mem_free(alloc, ps.rules[i].body.v);
     llmm__mem_free(alloc, ps.rules);
+    llmm__mem_free(alloc, ps.name_slots);
     llmm__mem_free(alloc, ps.sets);
     llmm__mem_free(alloc, ps.ranges);
     if (ps.st) llmm__grammar_rules_free(out, alloc);

@@ -12,6 +12,7 @@ void llmm__grammar_rules_free(grammar_rules *g, const llmm_allocator *alloc) {
 }
 
 int llmm__gcharset_meets(const grammar_rules *g, const gcharset *s, uint32_t lo, uint32_t hi) {
+    if (s->n_ranges == 0) return (int)s->negated;
     const gchar_range *r = g->ranges + s->first_range;
     for (uint32_t i = 0; i < s->n_ranges; i++) {
         if (s->negated && r[i].lo <= lo && r[i].hi >= hi) return 0; /* one merged range covers it all */

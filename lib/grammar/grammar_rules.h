@@ -50,6 +50,7 @@ void llmm__grammar_rules_free(grammar_rules *g, const llmm_allocator *alloc);
 /* Whether code point cp is in the set. */
 static inline int gcharset_has(const grammar_rules *g, const gcharset *s, uint32_t cp) {
     if (cp < 128) return (int)((s->ascii[cp >> 5] >> (cp & 31)) & 1u);
+    if (s->n_ranges == 0) return (int)s->negated; /* '.' alone: a grammar may have no ranges at all */
     const gchar_range *r = g->ranges + s->first_range;
     uint32_t lo = 0, hi = s->n_ranges;
     while (lo < hi) {

@@ -162,18 +162,27 @@ test: all $(TEST_BIN)
 # ThreadSanitizer: `make tsan` builds and runs, in build/tsan, the suites that run threads: the
 # thread contract under load (test_concurrency), the thread pool (test_threadpool), the kernels
 # and packed copies on the pool's threads (test_simd_kernels) and generation with 2-thread
-# contexts and two threads repacking one model (test_generate). `make test
+# contexts and two threads repacking one model (test_generate), and the sequence API's model-based
+# random test on six threads over one model and its adapters (test_api_model). `make test
 # SANITIZE=thread` builds everything with TSan but runs only these: the SIMT emulation switches
 # stacks behind TSan's back (tests/simt/simt_switch.h), so the CUDA emulation suites cannot run
 # under it, and the single-threaded suites have nothing to race. A race fails the suite (TSan's
 # exit code 66); scripts/tsan.supp lists the suppressions, each with why it is a false positive.
-TSAN_TESTS := $(addprefix $(BUILD)/tests/,test_concurrency test_threadpool test_simd_kernels test_generate)
+TSAN_TESTS := $(addprefix $(BUILD)/tests/,test_concurrency test_threadpool test_simd_kernels test_generate test_api_model)
 ifneq ($(filter thread,$(subst $(comma), ,$(SANITIZE))),)
 TEST_RUN := $(TSAN_TESTS)
 export TSAN_OPTIONS ?= suppressions=$(CURDIR)/scripts/tsan.supp halt_on_error=1 second_deadlock_stack=1
 else
 TEST_RUN = $(TEST_BIN) $(TEST_SCRIPTS)
 endif
+# The sequence API's model-based random test (tests/test_api_model.c) at length: SOAK_OPS operations
+# per run under ASan and UBSan, a new seed each time (printed; LLMM_TEST_SEED replays one). Minutes;
+# not in `make test` (which runs a few thousand) or CI.
+SOAK_OPS ?= 1000000
+.PHONY: soak
+soak:
+	$(MAKE) SANITIZE=address,undefined build/sanitize/tests/test_api_model
+	LLMM_TEST_OPS=$(SOAK_OPS) build/sanitize/tests/test_api_model
 .PHONY: tsan tsan-run
 tsan:
 	@DEPS_TARGET=tsan sh scripts/deps.sh

@@ -504,7 +504,8 @@ LLMM_API llmm_status llmm_seq_load_buffer(llmm_context *ctx, llmm_seq_id seq, co
  * chunks of n_batch, writing their K/V. Afterwards llmm_logits(ctx, i) gives the logits of the
  * last position (i = 0) or, with LLMM_PREFILL_ALL_LOGITS, of position i of these n tokens.
  * Errors: INVALID_ARG, CONTEXT_FULL (the sequence would exceed n_ctx; nothing is written),
- * ABORTED (the sequence is restored to its previous length), NO_MEMORY. */
+ * ABORTED (the sequence is restored to its previous length and tokens; a partly filled last block
+ * it shared with a fork may have become its own copy), NO_MEMORY. */
 LLMM_API llmm_status llmm_prefill(llmm_context *ctx, llmm_seq_id seq, const llmm_token *tokens,
                                   size_t n, uint32_t flags);
 

@@ -103,8 +103,10 @@ static llmm_status check_decode_rows(llmm_context *ctx, const llmm_seq_id *seqs,
     return LLMM_OK;
 }
 
-/* Reserve one position in each sequence; on failure undo those reserved. */
+/* Reserve one position in each sequence; on failure undo those reserved. The pool is checked
+ * first, so that a step it cannot hold leaves no copy-on-write block behind. */
 static llmm_status reserve_rows(llmm_context *ctx, const llmm_seq_id *seqs, size_t n) {
+    if (llmm__kv_blocks_needed(&ctx->kv, seqs, n) > llmm__kv_available(&ctx->kv)) return pool_full(ctx, seqs[0], 1);
     for (size_t i = 0; i < n; i++) {
         ctx->pos[i] = (int32_t)ctx->kv.seqs[seqs[i]].len;
         llmm_status st = llmm__kv_reserve(&ctx->kv, (uint32_t)seqs[i], 1);

@@ -148,8 +148,10 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_SUPPORT_OBJ) $(STATIC_LIB)
 	@mkdir -p $(@D)
 	$(LINK_TEST)
 
-# tests/test_fuzz_replay.c links both fuzz harnesses, each with its entry points renamed
-FUZZ_REPLAY_OBJ := $(BUILD)/obj/tests/fuzz/gguf_replay.o $(BUILD)/obj/tests/fuzz/tokenize_replay.o
+# tests/test_fuzz_replay.c links the fuzz harnesses, each with its entry points renamed
+FUZZ_REPLAY_OBJ := $(BUILD)/obj/tests/fuzz/gguf_replay.o $(BUILD)/obj/tests/fuzz/tokenize_replay.o \
+    $(BUILD)/obj/tests/fuzz/saved_state_replay.o $(BUILD)/obj/tests/fuzz/adapter_replay.o \
+    $(BUILD)/obj/tests/fuzz/chat_replay.o
 $(BUILD)/obj/tests/fuzz/%_replay.o: tests/fuzz/%.c | $(DEPS_OK)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) -DLLVMFuzzerTestOneInput=fuzz_$*_input -DLLVMFuzzerInitialize=fuzz_$*_init -c $< -o $@
@@ -190,18 +192,19 @@ tsan:
 tsan-run: $(TSAN_TESTS)
 	@sh scripts/run-tests.sh $(TSAN_TESTS)
 
-# Valgrind's memcheck over the suites that allocate the most: generation, the KV cache and the
-# tokenizers (the normal build; memcheck needs no instrumented objects). Any error or any leak
+# Valgrind's memcheck over the suites that allocate the most: generation, the KV cache, the
+# tokenizers and the sequence API's allocation-failure pass (test_api_model, 200 operations a run
+# under memcheck: about 100 s) (the normal build; memcheck needs no instrumented objects). Any error or any leak
 # (definite, indirect or possible) fails the suite. cmocka runs the tests in its own process
 # (no fork), so memcheck sees them all. Under valgrind the CPU reports no AVX-512, so the AVX2
 # kernels run. VALGRIND_TESTS picks a subset (.ci/run does).
-VALGRIND_TESTS ?= $(addprefix $(BUILD)/tests/,test_generate test_kvcache test_tokenizer_spm test_tokenizer_bpe)
+VALGRIND_TESTS ?= $(addprefix $(BUILD)/tests/,test_generate test_kvcache test_tokenizer_spm test_tokenizer_bpe test_api_model)
 VALGRIND := valgrind --quiet --error-exitcode=99 --leak-check=full --show-leak-kinds=definite,indirect,possible \
             --errors-for-leak-kinds=definite,indirect,possible --fair-sched=yes
 .PHONY: valgrind
 valgrind: $(VALGRIND_TESTS)
 	@DEPS_TARGET=valgrind sh scripts/deps.sh
-	@TEST_RUNNER="$(VALGRIND)" sh scripts/run-tests.sh $(VALGRIND_TESTS)
+	@LLMM_TEST_OPS=200 TEST_RUNNER="$(VALGRIND)" sh scripts/run-tests.sh $(VALGRIND_TESTS)
 
 # The aarch64 build's tests under user-mode emulation (Jetson Orin, phones). Debian:
 # gcc-aarch64-linux-gnu, qemu-user and the arm64 cmocka/zstd packages, installed by
@@ -457,7 +460,7 @@ fuzz:
 	    printf "\\$$(printf %03o $$i)\\003" > $(FUZZ_BUILD)/seeds/$$v; \
 	    cat $(LLMM_SHARED)/vocab/ggml-vocab-$$v.gguf.inp >> $(FUZZ_BUILD)/seeds/$$v; i=$$((i + 1)); \
 	done
-	for h in gguf tokenize; do \
+	for h in gguf tokenize saved_state adapter chat; do \
 	    clang $(FUZZ_CFLAGS) -fsanitize=fuzzer -Iinclude tests/fuzz/$$h.c $(FUZZ_BUILD)/libllmmini.a $(LIBS) \
 	        -pthread -o $(FUZZ_BUILD)/fuzz_$$h || exit 1; \
 	done
@@ -465,6 +468,14 @@ fuzz:
 	    -artifact_prefix=$(FUZZ_BUILD)/findings/gguf- $(FUZZ_BUILD)/corpus/gguf $(LLMM_SHARED)/models
 	$(FUZZ_BUILD)/fuzz_tokenize -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -timeout=30 \
 	    -artifact_prefix=$(FUZZ_BUILD)/findings/tokenize- $(FUZZ_BUILD)/corpus/tokenize $(FUZZ_BUILD)/seeds
+	@# saved states, adapters (also seeded by the shared adapter files) and chat messages: each grows
+	@# its corpus in build/fuzz/corpus/NAME from the committed one, with its dictionary
+	for h in saved_state adapter chat; do \
+	    mkdir -p $(FUZZ_BUILD)/corpus/$$h; \
+	    extra=; [ $$h = adapter ] && extra=$(LLMM_SHARED)/lora; \
+	    $(FUZZ_BUILD)/fuzz_$$h -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=30 -dict=tests/fuzz/$$h.dict \
+	        -artifact_prefix=$(FUZZ_BUILD)/findings/$$h- $(FUZZ_BUILD)/corpus/$$h tests/fuzz/corpus/$$h $$extra || exit 1; \
+	done
 
 # llmmini.pc names PREFIX, so it depends on a stamp holding the PREFIX it was made for: the stamp
 # is rewritten (and the .pc with it) whenever make runs with another PREFIX

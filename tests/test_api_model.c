@@ -192,7 +192,11 @@ typedef struct run {
     uint8_t *state_buf;
     size_t state_cap;
     uint64_t ops_done, logit_checks, full_refusals, prefix_hits_seen, kept_guesses, aborted;
-    llmm_allocator *alloc; /* the allocation-failure pass's, else NULL */
+    /* the allocation-failure pass: ctx's model and adapters (allocating through a failing
+     * allocator; the fresh context keeps w's), and whether the last operation was refused for
+     * memory (a refusal the pass expects: the reference stays as it was) */
+    const shared_world *wc;
+    int alloc_pass, no_memory;
 } run;
 
 static int abort_when_due(void *user) {
@@ -244,13 +248,15 @@ static void run_close(run *r) {
 }
 
 /* Creates the contexts; returns the status of the first call that failed. */
-static llmm_status run_open(run *r, const shared_world *w, int prefix_cache) {
+static llmm_status run_open(run *r, const shared_world *w, const shared_world *wc, int prefix_cache) {
     memset(r, 0, sizeof *r);
     r->w = w;
+    r->wc = wc;
+    r->alloc_pass = w != wc;
     r->prefix_cache = prefix_cache;
     r->abort_countdown = -1;
     llmm_context_params cp = run_params(r, N_SEQ, prefix_cache);
-    llmm_status st = llmm_context_create(w->model, &cp, &r->ctx);
+    llmm_status st = llmm_context_create(wc->model, &cp, &r->ctx);
     llmm_context_params fp = run_params(r, 1, 0);
     if (!st) st = llmm_context_create(w->model, &fp, &r->fresh);
     if (!st) st = llmm_speculator_create(r->ctx, NULL, &r->spec);
@@ -390,6 +396,14 @@ static void random_tokens(const run *r, uint64_t seed, llmm_token *out, uint32_t
     for (uint32_t i = 0; i < n; i++) out[i] = (llmm_token)rng_below(&g, r->w->n_vocab);
 }
 
+/* In the allocation-failure pass, a call refused for memory: the operation ends there and the
+ * reference stays as it was (check_state then checks that the context did too). */
+static int out_of_memory(run *r, llmm_status st) {
+    if (st != LLMM_ERR_NO_MEMORY || !r->alloc_pass) return 0;
+    r->no_memory = 1;
+    return 1;
+}
+
 static int expect_status(run *r, const char *what, llmm_status got, llmm_status want) {
     EXPECT(r, got == want, "%s returned %s, expected %s (%s)", what, llmm_status_str(got), llmm_status_str(want),
            got ? llmm_context_last_error(r->ctx) : "");
@@ -470,6 +484,7 @@ static int do_prefill(run *r, int q, const llmm_token *tok, uint32_t n, int abor
         r->full_refusals++;
         return 1;
     }
+    if (out_of_memory(r, st)) return 1;
     if (!expect_status(r, "llmm_prefill", st, want == -1 ? LLMM_OK : (llmm_status)want)) return 0;
     ref_append(&next.s[q], tok, n);
     r->ref = next;
@@ -502,9 +517,10 @@ static int op_prefix_prefill(run *r, const op *o) {
     /* under the source's adapters, so that its blocks' keys match */
     if (s->cfg != r->ref.s[q].cfg) {
         const adapter_cfg *c = &k_cfgs[s->cfg];
-        llmm_adapter *a[2] = {r->w->adapters[c->which[0]], r->w->adapters[c->which[1]]};
-        if (!expect_status(r, "llmm_seq_set_adapters", llmm_seq_set_adapters(r->ctx, q, a, c->scale, c->n), LLMM_OK))
-            return 0;
+        llmm_adapter *a[2] = {r->wc->adapters[c->which[0]], r->wc->adapters[c->which[1]]};
+        const llmm_status st = llmm_seq_set_adapters(r->ctx, q, a, c->scale, c->n);
+        if (out_of_memory(r, st)) return 1;
+        if (!expect_status(r, "llmm_seq_set_adapters", st, LLMM_OK)) return 0;
         r->ref.s[q].cfg = s->cfg;
     }
     return do_prefill(r, q, tok, keep + tail, 0);
@@ -533,6 +549,7 @@ static int do_decode(run *r, const llmm_seq_id *seqs, size_t rows, uint64_t seed
         r->full_refusals++;
         return 1;
     }
+    if (out_of_memory(r, st)) return 1;
     if (!expect_status(r, "llmm_decode", st, want == -1 ? LLMM_OK : (llmm_status)want)) return 0;
     for (size_t i = 0; i < rows; i++) ref_append(&next.s[seqs[i]], &tok[i], 1);
     r->ref = next;
@@ -558,7 +575,7 @@ static int op_save_load(run *r, const op *o) {
     const int src = (int)(o->a % N_SEQ), dst = (int)(o->b % N_SEQ);
     size_t need = 0;
     llmm_status st = llmm_seq_save_buffer(r->ctx, src, (int32_t)(o->c % 4), NULL, 0, &need);
-    if (st == LLMM_ERR_NO_MEMORY) return 1;
+    if (out_of_memory(r, st)) return 1;
     if (!expect_status(r, "llmm_seq_save_buffer (size)", st, LLMM_ERR_BUFFER_TOO_SMALL)) return 0;
     if (need > r->state_cap) {
         free(r->state_buf);
@@ -567,7 +584,7 @@ static int op_save_load(run *r, const op *o) {
     }
     size_t n = 0;
     st = llmm_seq_save_buffer(r->ctx, src, (int32_t)(o->c % 4), r->state_buf, r->state_cap, &n);
-    if (st == LLMM_ERR_NO_MEMORY) return 1;
+    if (out_of_memory(r, st)) return 1;
     if (!expect_status(r, "llmm_seq_save_buffer", st, LLMM_OK)) return 0;
     /* a state loads where the sequence runs with the adapters it was computed under */
     const ref_seq *s = &r->ref.s[src];
@@ -580,7 +597,7 @@ static int op_save_load(run *r, const op *o) {
         if (!ref_reserve(&next, dst, s->len)) want = r->prefix_cache ? -1 : LLMM_ERR_CONTEXT_FULL;
     }
     st = llmm_seq_load_buffer(r->ctx, dst, r->state_buf, n);
-    if (st == LLMM_ERR_NO_MEMORY) return 1;
+    if (out_of_memory(r, st)) return 1;
     if (st == LLMM_ERR_CONTEXT_FULL && want == -1) {
         r->full_refusals++;
         return 1;
@@ -607,10 +624,10 @@ static int op_adapters(run *r, const op *o) {
         const int32_t ids[2] = {r->cache_ids[c->which[0]], r->cache_ids[c->which[1]]};
         st = llmm_seq_use_adapters(r->ctx, q, ids, c->scale, c->n);
     } else {
-        llmm_adapter *a[2] = {r->w->adapters[c->which[0]], r->w->adapters[c->which[1]]};
+        llmm_adapter *a[2] = {r->wc->adapters[c->which[0]], r->wc->adapters[c->which[1]]};
         st = llmm_seq_set_adapters(r->ctx, q, a, c->scale, c->n);
     }
-    if (st == LLMM_ERR_NO_MEMORY && r->alloc) return 1;
+    if (out_of_memory(r, st)) return 1;
     if (!expect_status(r, "setting adapters", st, LLMM_OK)) return 0;
     r->ref.s[q].cfg = cfg;
     return 1;
@@ -655,6 +672,7 @@ static int op_speculate(run *r, const op *o) {
         r->full_refusals++;
         return 1;
     }
+    if (out_of_memory(r, st)) return 1;
     if (!expect_status(r, "llmm_speculator_verify", st, want == -1 ? LLMM_OK : (llmm_status)want)) return 0;
     for (size_t i = 0; i < n; i++) {
         const int q = items[i].seq;
@@ -683,6 +701,12 @@ static int op_speculate(run *r, const op *o) {
 }
 
 static int apply_op(run *r, const op *o) {
+    r->ref.prefix_avail = -1;
+    if (r->prefix_cache) {
+        llmm_context_stats st = {.size = sizeof st};
+        llmm_context_get_stats(r->ctx, &st);
+        r->ref.prefix_avail = (int64_t)st.blocks_free;
+    }
     switch (o->kind) {
     case OP_CREATE: return op_create(r);
     case OP_FORK: return op_fork(r, o);
@@ -729,15 +753,9 @@ static void trace_op(run *r, const op *o) {
 
 /* Runs ops[0..n) on a new run; the index of the failing operation, or n. */
 static size_t run_ops(run *r, const shared_world *w, int prefix_cache, const op *ops, size_t n) {
-    if (run_open(r, w, prefix_cache)) return 0;
+    if (run_open(r, w, w, prefix_cache)) return 0;
     const int trace = getenv("LLMM_TEST_TRACE") != NULL;
     for (size_t i = 0; i < n; i++) {
-        r->ref.prefix_avail = -1;
-        if (prefix_cache) {
-            llmm_context_stats st = {.size = sizeof st};
-            llmm_context_get_stats(r->ctx, &st);
-            r->ref.prefix_avail = (int64_t)st.blocks_free;
-        }
         const int ok = apply_op(r, &ops[i]) && check_state(r);
         if (trace) trace_op(r, &ops[i]);
         if (!ok) return i;
@@ -791,9 +809,12 @@ static uint64_t env_u64(const char *name, uint64_t fallback) {
 
 static uint64_t g_seed;
 
-static shared_world *world_load(void) {
+static shared_world *world_load(const llmm_allocator *alloc) {
     shared_world *w = xcalloc(1, sizeof *w);
-    w->model = load_model("stories260K.gguf", NULL);
+    llmm_model_params mp;
+    llmm_model_params_default(&mp, sizeof mp);
+    mp.allocator = alloc;
+    w->model = load_model("stories260K.gguf", &mp);
     llmm_model_info info = {.size = sizeof info};
     assert_int_equal(llmm_model_get_info(w->model, &info), LLMM_OK);
     w->n_vocab = info.n_vocab;
@@ -814,7 +835,7 @@ static void world_free(shared_world *w) {
 }
 
 static int setup(void **state) {
-    *state = world_load();
+    *state = world_load(NULL);
     return 0;
 }
 
@@ -903,6 +924,59 @@ static void test_random_operations_threads(void **state) {
                      t[i].seed & 1 ? "on" : "off", t[i].failed_at, t[i].msg);
 }
 
+/* ------------------------------------------------------------------ allocation failures */
+
+/* Every allocation an operation makes fails in turn (the N-th for N = 1, 2, ... until one run of
+ * it reaches no failure): each time the call returns NO_MEMORY, or succeeds having coped, and
+ * the context is as the reference says (unchanged after a refusal) and goes on working. Context
+ * creation too. Under valgrind (`make valgrind`) nothing may leak. */
+static void test_allocation_failures(void **state) {
+    const shared_world *w = *state;
+    failing_alloc fa = {INT32_MAX, 0};
+    const llmm_allocator alloc = failing_allocator(&fa);
+    shared_world *wc = world_load(&alloc);
+    uint64_t mixed = g_seed ^ 0xa11ca7e5ull;
+    test_rng g = rng_seeded(splitmix64_next(&mixed));
+    const size_t n_ops = env_u64("LLMM_TEST_OPS", 3000) / 10;
+    run r;
+    size_t refusals = 0;
+    for (int n = 1;; n++) { /* creation */
+        fa = (failing_alloc){n - 1, 0};
+        const llmm_status st = run_open(&r, w, wc, (int)(g_seed & 1));
+        fa.allowed = INT32_MAX;
+        if (!fa.refused) {
+            assert_int_equal(st, LLMM_OK);
+            break;
+        }
+        if (st != LLMM_ERR_NO_MEMORY) fail_msg("allocation %d failed: creation gave %s", n, llmm_status_str(st));
+        run_close(&r);
+        refusals++;
+    }
+    for (size_t i = 0; i < n_ops; i++) {
+        const op o = random_op(&g);
+        for (int n = 1;; n++) {
+            const ref_state before = r.ref;
+            r.no_memory = 0;
+            fa = (failing_alloc){n - 1, 0};
+            int ok = apply_op(&r, &o);
+            fa.allowed = INT32_MAX;
+            if (ok && r.no_memory) r.ref = before; /* refused: the reference as it was */
+            ok = ok && check_state(&r);
+            if (!ok) {
+                run_close(&r);
+                world_free(wc);
+                fail_msg("seed %llu, operation %zu (%s), allocation %d failed: %s", (unsigned long long)g_seed, i,
+                         k_op_names[o.kind], n, r.msg);
+            }
+            if (!fa.refused || !r.no_memory) break; /* no failure reached, or the call coped */
+            refusals++;
+        }
+    }
+    printf("  %zu operations, %zu refused for memory\n", n_ops, refusals);
+    run_close(&r);
+    world_free(wc);
+}
+
 /* ------------------------------------------------------------------ regressions */
 
 static llmm_context *small_context(const shared_world *w, uint32_t n_ctx_total, int prefix_cache) {
@@ -982,6 +1056,7 @@ int main(void) {
         cmocka_unit_test(test_random_operations),
         cmocka_unit_test(test_random_operations_prefix_cache),
         cmocka_unit_test(test_random_operations_threads),
+        cmocka_unit_test(test_allocation_failures),
         cmocka_unit_test(test_refused_batch_leaves_the_pool_as_it_was),
         cmocka_unit_test(test_loaded_state_is_not_offered_to_the_prefix_cache),
     };

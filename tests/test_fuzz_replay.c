@@ -1,9 +1,10 @@
 /* The fuzz harnesses (tests/fuzz/) replayed on fixed inputs in every `make test`: the reference
- * files and test inputs they are seeded with, truncations of them, and the inputs that once
- * found bugs. This keeps the harnesses building and their invariants holding in CI, which has
+ * files and test inputs they are seeded with, their committed corpora (tests/fuzz/corpus/NAME/),
+ * truncations and bit flips of them, and the inputs that once found bugs. This keeps the harnesses building and their invariants holding in CI, which has
  * no clang to run libFuzzer; `make fuzz` does the searching. Each harness is compiled with its
  * entry points renamed (Makefile) so that both link here; a harness aborts on a broken
  * invariant, which fails this suite. */
+#include <dirent.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -25,6 +26,53 @@
 int fuzz_gguf_input(const uint8_t *data, size_t size);
 int fuzz_tokenize_init(int *argc, char ***argv);
 int fuzz_tokenize_input(const uint8_t *data, size_t size);
+int fuzz_saved_state_init(int *argc, char ***argv);
+int fuzz_saved_state_input(const uint8_t *data, size_t size);
+int fuzz_adapter_init(int *argc, char ***argv);
+int fuzz_adapter_input(const uint8_t *data, size_t size);
+int fuzz_chat_init(int *argc, char ***argv);
+int fuzz_chat_input(const uint8_t *data, size_t size);
+
+typedef int (*fuzz_input_fn)(const uint8_t *data, size_t size);
+
+/* The input whole, then cut at a few lengths and with a byte flipped at a few places: the
+ * damage a harness's checks must survive, on every run. */
+static void replay_damaged(fuzz_input_fn input, const uint8_t *data, size_t n) {
+    input(data, n);
+    const size_t cuts[] = {n - n / 5, n / 2, 97, 33, 16, 1};
+    for (size_t k = 0; k < ARRAY_LEN(cuts); k++)
+        if (cuts[k] < n) input(data, cuts[k]);
+    uint8_t *copy = malloc(n + 1);
+    assert_non_null(copy);
+    for (size_t at = 8; at < n; at = at * 3 + 1) {
+        memcpy(copy, data, n);
+        copy[at] ^= 0x5a;
+        input(copy, n);
+    }
+    free(copy);
+}
+
+/* Every file of a harness's committed corpus (tests/fuzz/corpus/NAME/), whole and damaged. */
+static void replay_corpus(const char *name, fuzz_input_fn input) {
+    char dir[256];
+    snprintf(dir, sizeof dir, "tests/fuzz/corpus/%s", name);
+    DIR *d = opendir(dir);
+    if (!d) fail_msg("cannot open %s (run from the repository root)", dir);
+    size_t files = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        if (e->d_name[0] == '.') continue;
+        char path[512];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        size_t n = 0;
+        uint8_t *data = (uint8_t *)read_whole_file(path, &n);
+        if (!data) fail_msg("cannot read %s", path);
+        replay_damaged(input, data, n);
+        free(data);
+        files++;
+    }
+    closedir(d);
+    assert_true(files > 0);
+}
 
 static void test_gguf_harness_on_reference_files(void **state) {
     (void)state;
@@ -87,11 +135,41 @@ static void test_tokenize_harness_on_test_inputs(void **state) {
     fuzz_tokenize_input(detokenize_null_buffer, sizeof detokenize_null_buffer);
 }
 
+static void test_saved_state_harness_on_corpus(void **state) {
+    (void)state;
+    fuzz_saved_state_init(NULL, NULL);
+    replay_corpus("saved_state", fuzz_saved_state_input);
+}
+
+static void test_adapter_harness_on_corpus_and_shared_adapters(void **state) {
+    (void)state;
+    fuzz_adapter_init(NULL, NULL);
+    replay_corpus("adapter", fuzz_adapter_input);
+    static const char *const files[] = {"lora/stories260K-lora-r8.gguf", "lora/stories260K-lora-r4-attn-f16.gguf"};
+    for (size_t i = 0; i < ARRAY_LEN(files); i++) {
+        char path[1024];
+        size_t n = 0;
+        uint8_t *data = (uint8_t *)read_whole_file(shared_path(path, sizeof path, files[i]), &n);
+        if (!data) fail_msg("cannot read %s", path);
+        replay_damaged(fuzz_adapter_input, data, n);
+        free(data);
+    }
+}
+
+static void test_chat_harness_on_corpus(void **state) {
+    (void)state;
+    fuzz_chat_init(NULL, NULL);
+    replay_corpus("chat", fuzz_chat_input);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gguf_harness_on_reference_files),
         cmocka_unit_test(test_gguf_harness_on_nan_activations),
         cmocka_unit_test(test_tokenize_harness_on_test_inputs),
+        cmocka_unit_test(test_saved_state_harness_on_corpus),
+        cmocka_unit_test(test_adapter_harness_on_corpus_and_shared_adapters),
+        cmocka_unit_test(test_chat_harness_on_corpus),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "llmmini.h"
+#include "stories_model.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -24,16 +25,7 @@ static llmm_model *g_model;
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc;
     (void)argv;
-    const char *shared = getenv("LLMM_SHARED");
-    char path[1024];
-    snprintf(path, sizeof path, "%s/models/stories260K.gguf", shared ? shared : "../shared");
-    llmm_model_params mp;
-    llmm_model_params_default(&mp, sizeof mp);
-    mp.vocab_only = 1;
-    if (llmm_model_load(path, &mp, &g_model) != LLMM_OK) {
-        fprintf(stderr, "fuzz chat: cannot load %s (set LLMM_SHARED)\n", path);
-        abort();
-    }
+    g_model = fuzz_stories_model("chat", 1);
     return 0;
 }
 

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 
 #include "llmmini.h"
+#include "stories_model.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -24,19 +25,8 @@ static llmm_context *g_ctx;
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc;
     (void)argv;
-    const char *shared = getenv("LLMM_SHARED");
-    char path[1024];
-    snprintf(path, sizeof path, "%s/models/stories260K.gguf", shared ? shared : "../shared");
-    llmm_context_params cp;
-    llmm_context_params_default(&cp, sizeof cp);
-    cp.n_ctx = N_CTX;
-    cp.n_seq_max = 2;
-    cp.n_threads = 1;
-    cp.backend = LLMM_BACKEND_CPU;
-    if (llmm_model_load(path, NULL, &g_model) != LLMM_OK || llmm_context_create(g_model, &cp, &g_ctx) != LLMM_OK) {
-        fprintf(stderr, "fuzz saved_state: cannot load %s (set LLMM_SHARED)\n", path);
-        abort();
-    }
+    g_model = fuzz_stories_model("saved_state", 0);
+    g_ctx = fuzz_stories_context(g_model, N_CTX);
     return 0;
 }
 

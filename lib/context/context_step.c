@@ -39,7 +39,9 @@ static llmm_status prefill_chunks(llmm_context *ctx, llmm_seq_id seq, const llmm
     while (done < n) {
         if (done > first_done && ctx->params.abort && ctx->params.abort(ctx->params.abort_user))
             return LLMM_ERR_ABORTED;
-        const size_t m = LLMM_MIN((size_t)ctx->params.n_batch, n - done);
+        /* with every position's logits, a chunk is no longer than the logits rows a step has */
+        const size_t chunk = all ? LLMM_MIN(ctx->params.n_batch, ctx->params.n_outputs_max) : ctx->params.n_batch;
+        const size_t m = LLMM_MIN(chunk, n - done);
         const int last = done + m == n;
         const uint32_t start = kv->seqs[seq].len;
         for (size_t i = 0; i < m; i++) ctx->pos[i] = (int32_t)(start + i);

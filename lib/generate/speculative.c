@@ -208,9 +208,10 @@ static llmm_status check_items(llmm_speculator *s, const llmm_spec_item *items, 
                             it->seq, 1 + it->n_draft, ctx->params.n_ctx);
         *total += 1 + it->n_draft;
     }
-    if (*total > ctx->max_rows)
-        return llmm__ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_speculator_verify: %zu rows, more than one step's %zu", *total,
-                        ctx->max_rows);
+    if (*total > ctx->params.n_outputs_max)
+        return llmm__ctx_fail(ctx, LLMM_ERR_INVALID_ARG,
+                        "llmm_speculator_verify: %zu rows, more than the %u rows of logits a step has (n_outputs_max)",
+                        *total, ctx->params.n_outputs_max);
     return LLMM_OK;
 }
 

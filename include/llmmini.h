@@ -369,8 +369,9 @@ typedef struct llmm_context_params {
                                speculative verify's rows, a prefill chunk's positions with
                                LLMM_PREFILL_ALL_LOGITS (chunks are cut to it). The activations hold
                                this many rows of n_vocab logits, not one per n_batch row. 0 (default):
-                               max(n_seq_max, 1 + LLMM_SPEC_MAX_TOKENS); raised to n_seq_max, capped
-                               at max(n_batch, n_seq_max) */
+                               max(9 x n_seq_max, 1 + LLMM_SPEC_MAX_TOKENS) (a verify of every
+                               sequence with 8 guesses); raised to n_seq_max, capped at
+                               max(n_batch, n_seq_max) */
 } llmm_context_params;
 
 LLMM_API llmm_status llmm_context_params_default(llmm_context_params *params, size_t struct_size);

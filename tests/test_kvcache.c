@@ -685,8 +685,8 @@ static void test_estimate_memory_cpu(void **state) {
 }
 
 /* The activations hold logits for n_outputs_max rows, not for every row of a step: by default
- * max(n_seq_max, 1 + LLMM_SPEC_MAX_TOKENS), so with n_batch 256 the estimate drops by 223 rows of
- * n_vocab floats. A prefill asking for every position's logits is cut into chunks of that many
+ * max(9 x n_seq_max, 1 + LLMM_SPEC_MAX_TOKENS), so with n_seq_max 1 and n_batch 256 the
+ * estimate drops by 223 rows of n_vocab floats. A prefill asking for every position's logits is cut into chunks of that many
  * and gives the same logits; a verify step with more rows is refused. */
 static void test_logits_rows_sized_by_outputs(void **state) {
     (void)state;

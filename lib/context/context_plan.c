@@ -32,7 +32,9 @@ static llmm_status check_params(const llmm_model *m, llmm_context_params *p, llm
         return llmm__diag_fail(d, LLMM_ERR_INVALID_ARG, "device %d not in 0..1023", p->device);
     /* logits rows one step computes: a decode of every sequence at least, a step's rows at most */
     const uint32_t max_rows = LLMM_MAX(p->n_batch, p->n_seq_max);
-    if (p->n_outputs_max == 0) p->n_outputs_max = LLMM_MAX(p->n_seq_max, 1 + LLMM_SPEC_MAX_TOKENS);
+    /* by default a verify step of every sequence with the speculator's default 8 guesses, or one
+     * sequence with the most guesses a round may hold */
+    if (p->n_outputs_max == 0) p->n_outputs_max = LLMM_MAX(p->n_seq_max * (1u + 8u), 1u + LLMM_SPEC_MAX_TOKENS);
     p->n_outputs_max = LLMM_MIN(LLMM_MAX(p->n_outputs_max, p->n_seq_max), max_rows);
     return LLMM_OK;
 }

@@ -151,7 +151,8 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_SUPPORT_OBJ) $(STATIC_LIB)
 # tests/test_fuzz_replay.c links every fuzz harness, each with its entry points renamed
 FUZZ_REPLAY_OBJ := $(BUILD)/obj/tests/fuzz/gguf_replay.o $(BUILD)/obj/tests/fuzz/tokenize_replay.o \
     $(BUILD)/obj/tests/fuzz/chat_parse_replay.o $(BUILD)/obj/tests/fuzz/grammar_replay.o \
-    $(BUILD)/obj/tests/fuzz/json_schema_replay.o
+    $(BUILD)/obj/tests/fuzz/json_schema_replay.o $(BUILD)/obj/tests/fuzz/saved_state_replay.o \
+    $(BUILD)/obj/tests/fuzz/adapter_replay.o $(BUILD)/obj/tests/fuzz/chat_replay.o
 $(BUILD)/obj/tests/fuzz/%_replay.o: tests/fuzz/%.c | $(DEPS_OK)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) -DLLVMFuzzerTestOneInput=fuzz_$*_input -DLLVMFuzzerInitialize=fuzz_$*_init -c $< -o $@
@@ -164,18 +165,27 @@ test: all $(TEST_BIN)
 # ThreadSanitizer: `make tsan` builds and runs, in build/tsan, the suites that run threads: the
 # thread contract under load (test_concurrency), the thread pool (test_threadpool), the kernels
 # and packed copies on the pool's threads (test_simd_kernels) and generation with 2-thread
-# contexts and two threads repacking one model (test_generate). `make test
+# contexts and two threads repacking one model (test_generate), and the sequence API's model-based
+# random test on six threads over one model and its adapters (test_api_model). `make test
 # SANITIZE=thread` builds everything with TSan but runs only these: the SIMT emulation switches
 # stacks behind TSan's back (tests/simt/simt_switch.h), so the CUDA emulation suites cannot run
 # under it, and the single-threaded suites have nothing to race. A race fails the suite (TSan's
 # exit code 66); scripts/tsan.supp lists the suppressions, each with why it is a false positive.
-TSAN_TESTS := $(addprefix $(BUILD)/tests/,test_concurrency test_threadpool test_simd_kernels test_generate)
+TSAN_TESTS := $(addprefix $(BUILD)/tests/,test_concurrency test_threadpool test_simd_kernels test_generate test_api_model)
 ifneq ($(filter thread,$(subst $(comma), ,$(SANITIZE))),)
 TEST_RUN := $(TSAN_TESTS)
 export TSAN_OPTIONS ?= suppressions=$(CURDIR)/scripts/tsan.supp halt_on_error=1 second_deadlock_stack=1
 else
 TEST_RUN = $(TEST_BIN) $(TEST_SCRIPTS)
 endif
+# The sequence API's model-based random test (tests/test_api_model.c) at length: SOAK_OPS operations
+# per run under ASan and UBSan, a new seed each time (printed; LLMM_TEST_SEED replays one). Minutes;
+# not in `make test` (which runs a few thousand) or CI.
+SOAK_OPS ?= 1000000
+.PHONY: soak
+soak:
+	$(MAKE) SANITIZE=address,undefined build/sanitize/tests/test_api_model
+	LLMM_TEST_OPS=$(SOAK_OPS) build/sanitize/tests/test_api_model
 .PHONY: tsan tsan-run
 tsan:
 	@DEPS_TARGET=tsan sh scripts/deps.sh
@@ -183,18 +193,19 @@ tsan:
 tsan-run: $(TSAN_TESTS)
 	@sh scripts/run-tests.sh $(TSAN_TESTS)
 
-# Valgrind's memcheck over the suites that allocate the most: generation, the KV cache and the
-# tokenizers (the normal build; memcheck needs no instrumented objects). Any error or any leak
+# Valgrind's memcheck over the suites that allocate the most: generation, the KV cache, the
+# tokenizers and the sequence API's allocation-failure pass (test_api_model, 200 operations a run
+# under memcheck: about 100 s) (the normal build; memcheck needs no instrumented objects). Any error or any leak
 # (definite, indirect or possible) fails the suite. cmocka runs the tests in its own process
 # (no fork), so memcheck sees them all. Under valgrind the CPU reports no AVX-512, so the AVX2
 # kernels run. VALGRIND_TESTS picks a subset (.ci/run does).
-VALGRIND_TESTS ?= $(addprefix $(BUILD)/tests/,test_generate test_kvcache test_tokenizer_spm test_tokenizer_bpe)
+VALGRIND_TESTS ?= $(addprefix $(BUILD)/tests/,test_generate test_kvcache test_tokenizer_spm test_tokenizer_bpe test_api_model)
 VALGRIND := valgrind --quiet --error-exitcode=99 --leak-check=full --show-leak-kinds=definite,indirect,possible \
             --errors-for-leak-kinds=definite,indirect,possible --fair-sched=yes
 .PHONY: valgrind
 valgrind: $(VALGRIND_TESTS)
 	@DEPS_TARGET=valgrind sh scripts/deps.sh
-	@TEST_RUNNER="$(VALGRIND)" sh scripts/run-tests.sh $(VALGRIND_TESTS)
+	@LLMM_TEST_OPS=200 TEST_RUNNER="$(VALGRIND)" sh scripts/run-tests.sh $(VALGRIND_TESTS)
 
 # The aarch64 build's tests under user-mode emulation (Jetson Orin, phones). Debian:
 # gcc-aarch64-linux-gnu, qemu-user and the arm64 cmocka/zstd packages, installed by
@@ -455,7 +466,7 @@ fuzz:
 	    printf "\\$$(printf %03o $$i)\\003" > $(FUZZ_BUILD)/seeds/$$v; \
 	    cat $(LLMM_SHARED)/vocab/ggml-vocab-$$v.gguf.inp >> $(FUZZ_BUILD)/seeds/$$v; i=$$((i + 1)); \
 	done
-	for h in gguf tokenize chat_parse grammar json_schema; do \
+	for h in gguf tokenize chat_parse grammar json_schema saved_state adapter chat; do \
 	    clang $(FUZZ_CFLAGS) -fsanitize=fuzzer -Iinclude tests/fuzz/$$h.c $(FUZZ_BUILD)/libllmmini.a $(LIBS) \
 	        -pthread -o $(FUZZ_BUILD)/fuzz_$$h || exit 1; \
 	done
@@ -469,6 +480,14 @@ fuzz:
 	for h in grammar json_schema; do mkdir -p $(FUZZ_BUILD)/corpus/$$h; \
 	    $(FUZZ_BUILD)/fuzz_$$h -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -timeout=30 -dict=tests/fuzz/$$h.dict \
 	        -artifact_prefix=$(FUZZ_BUILD)/findings/$$h- $(FUZZ_BUILD)/corpus/$$h tests/fuzz/corpus/$$h || exit 1; \
+	done
+	@# saved states, adapters (also seeded by the shared adapter files) and chat messages: each grows
+	@# its corpus in build/fuzz/corpus/NAME from the committed one, with its dictionary
+	for h in saved_state adapter chat; do \
+	    mkdir -p $(FUZZ_BUILD)/corpus/$$h; \
+	    extra=; [ $$h = adapter ] && extra=$(LLMM_SHARED)/lora; \
+	    $(FUZZ_BUILD)/fuzz_$$h -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=30 -dict=tests/fuzz/$$h.dict \
+	        -artifact_prefix=$(FUZZ_BUILD)/findings/$$h- $(FUZZ_BUILD)/corpus/$$h tests/fuzz/corpus/$$h $$extra || exit 1; \
 	done
 
 # llmmini.pc names PREFIX, so it depends on a stamp holding the PREFIX it was made for: the stamp

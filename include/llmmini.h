@@ -505,6 +505,13 @@ typedef struct llmm_context_params {
                                through it stay loaded up to this many bytes of A and B tensors,
                                least recently used evicted first, never one a sequence runs with;
                                0 = no limit (default) */
+    uint32_t n_outputs_max; /* rows of logits one step computes at most: a decode's rows, a
+                               speculative verify's rows, a prefill chunk's positions with
+                               LLMM_PREFILL_ALL_LOGITS (chunks are cut to it). The activations hold
+                               this many rows of n_vocab logits, not one per n_batch row. 0 (default):
+                               max(9 x n_seq_max, 1 + LLMM_SPEC_MAX_TOKENS) (a verify of every
+                               sequence with 8 guesses); raised to n_seq_max, capped at
+                               max(n_batch, n_seq_max) */
 } llmm_context_params;
 
 LLMM_API llmm_status llmm_context_params_default(llmm_context_params *params, size_t struct_size);
@@ -536,7 +543,8 @@ typedef struct llmm_context_memory {
                                    (on CUDA it is made by a model's first context on a device and
                                    shared by the later ones); 0 on the CPU, where contexts read the
                                    model's file mapping */
-    uint64_t activations_bytes; /* one step's buffers: grow with max(n_batch, n_seq_max) */
+    uint64_t activations_bytes; /* one step's buffers: grow with max(n_batch, n_seq_max), their
+                                   logits with n_outputs_max */
     uint64_t scratch_bytes;     /* the backend's working memory for one step */
     uint64_t other_host_bytes;  /* always host: sequence and block tables, a step's row arrays, the
                                    logits kept for llmm_logits, the context itself */
@@ -646,7 +654,8 @@ LLMM_API llmm_status llmm_seq_load_buffer(llmm_context *ctx, llmm_seq_id seq, co
  * chunks of n_batch, writing their K/V. Afterwards llmm_logits(ctx, i) gives the logits of the
  * last position (i = 0) or, with LLMM_PREFILL_ALL_LOGITS, of position i of these n tokens.
  * Errors: INVALID_ARG, CONTEXT_FULL (the sequence would exceed n_ctx; nothing is written),
- * ABORTED (the sequence is restored to its previous length), NO_MEMORY. */
+ * ABORTED (the sequence is restored to its previous length and tokens; a partly filled last block
+ * it shared with a fork may have become its own copy), NO_MEMORY. */
 LLMM_API llmm_status llmm_prefill(llmm_context *ctx, llmm_seq_id seq, const llmm_token *tokens,
                                   size_t n, uint32_t flags);
 
@@ -1080,8 +1089,8 @@ LLMM_API llmm_status llmm_speculator_propose(llmm_speculator *spec, llmm_seq_id 
 
 /* Append pending and the guesses of each of n items (distinct sequences) and compute every
  * row's logits in one forward step; llmm_logits then reads item i's rows, in item order, each
- * item's 1 + n_draft rows together. Errors: INVALID_ARG (also more rows in all than
- * max(n_batch, n_seq_max)), CONTEXT_FULL (then nothing changes), those of llmm_decode. */
+ * item's 1 + n_draft rows together. Errors: INVALID_ARG (also more rows in all than the
+ * context's n_outputs_max), CONTEXT_FULL (then nothing changes), those of llmm_decode. */
 LLMM_API llmm_status llmm_speculator_verify(llmm_speculator *spec, const llmm_spec_item *items, size_t n);
 
 /* Decide item `item` of the last verify with sampler: out receives the kept guesses and then

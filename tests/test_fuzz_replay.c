@@ -1,9 +1,10 @@
 /* The fuzz harnesses (tests/fuzz/) replayed on fixed inputs in every `make test`: the reference
- * files and test inputs they are seeded with, truncations of them, the inputs that once found
- * bugs, and the committed seed corpora (tests/fuzz/corpus/). This keeps the harnesses building
- * and their invariants holding in CI, which has no clang to run libFuzzer; `make fuzz` does the
- * searching. Each harness is compiled with its entry points renamed (Makefile) so that all link
- * here; a harness aborts on a broken invariant, which fails this suite. */
+ * files and test inputs they are seeded with, their committed corpora (tests/fuzz/corpus/NAME/),
+ * truncations and bit flips of them, and the inputs that once found bugs. This keeps the
+ * harnesses building and their invariants holding in CI, which has no clang to run libFuzzer;
+ * `make fuzz` does the searching. Each harness is compiled with its entry points renamed
+ * (Makefile) so that all link here; a harness aborts on a broken invariant, which fails this
+ * suite. */
 #include <dirent.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -25,34 +26,62 @@
 
 int fuzz_gguf_input(const uint8_t *data, size_t size);
 int fuzz_tokenize_init(int *argc, char ***argv);
+int fuzz_tokenize_input(const uint8_t *data, size_t size);
 int fuzz_chat_parse_init(int *argc, char ***argv);
 int fuzz_chat_parse_input(const uint8_t *data, size_t size);
-int fuzz_tokenize_input(const uint8_t *data, size_t size);
 int fuzz_grammar_init(int *argc, char ***argv);
 int fuzz_grammar_input(const uint8_t *data, size_t size);
 int fuzz_json_schema_input(const uint8_t *data, size_t size);
+int fuzz_saved_state_init(int *argc, char ***argv);
+int fuzz_saved_state_input(const uint8_t *data, size_t size);
+int fuzz_adapter_init(int *argc, char ***argv);
+int fuzz_adapter_input(const uint8_t *data, size_t size);
+int fuzz_chat_init(int *argc, char ***argv);
+int fuzz_chat_input(const uint8_t *data, size_t size);
 
-/* Every file of a committed seed corpus (tests/fuzz/corpus/NAME/, which `make fuzz` starts
- * from): the hand-written hostile cases and past findings live there. Returns how many. */
-static size_t replay_corpus(const char *name, int (*input)(const uint8_t *, size_t)) {
-    char dir[512];
+typedef int (*fuzz_input_fn)(const uint8_t *data, size_t size);
+
+/* The input whole, then cut at a few lengths and with a byte flipped at a few places: the
+ * damage a harness's checks must survive, on every run. */
+static void replay_damaged(fuzz_input_fn input, const uint8_t *data, size_t n) {
+    input(data, n);
+    const size_t cuts[] = {n - n / 5, n / 2, 97, 33, 16, 1};
+    for (size_t k = 0; k < ARRAY_LEN(cuts); k++)
+        if (cuts[k] < n) input(data, cuts[k]);
+    uint8_t *copy = malloc(n + 1);
+    assert_non_null(copy);
+    for (size_t at = 8; at < n; at = at * 3 + 1) {
+        memcpy(copy, data, n);
+        copy[at] ^= 0x5a;
+        input(copy, n);
+    }
+    free(copy);
+}
+
+/* Every file of a harness's committed corpus (tests/fuzz/corpus/NAME/), whole, and damaged too
+ * where the harness is fast enough for it (the grammar corpora hold grammars that spend the
+ * matcher's step limit on every byte). Returns the number of files. */
+static size_t replay_corpus(const char *name, fuzz_input_fn input, int damaged) {
+    char dir[256];
     snprintf(dir, sizeof dir, "tests/fuzz/corpus/%s", name);
     DIR *d = opendir(dir);
     if (!d) fail_msg("cannot open %s (run from the repository root)", dir);
-    size_t n = 0;
-    for (struct dirent *e; (e = readdir(d));) {
+    size_t files = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
         if (e->d_name[0] == '.') continue;
-        char path[1024];
+        char path[512];
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        size_t len = 0;
-        uint8_t *data = (uint8_t *)read_whole_file(path, &len);
+        size_t n = 0;
+        uint8_t *data = (uint8_t *)read_whole_file(path, &n);
         if (!data) fail_msg("cannot read %s", path);
-        input(data, len);
+        if (damaged) replay_damaged(input, data, n);
+        else input(data, n);
         free(data);
-        n++;
+        files++;
     }
     closedir(d);
-    return n;
+    assert_true(files > 0);
+    return files;
 }
 
 static void test_gguf_harness_on_reference_files(void **state) {
@@ -125,6 +154,33 @@ static void test_tokenize_harness_on_test_inputs(void **state) {
     fuzz_tokenize_input(detokenize_null_buffer, sizeof detokenize_null_buffer);
 }
 
+static void test_saved_state_harness_on_corpus(void **state) {
+    (void)state;
+    fuzz_saved_state_init(NULL, NULL);
+    replay_corpus("saved_state", fuzz_saved_state_input, 1);
+}
+
+static void test_adapter_harness_on_corpus_and_shared_adapters(void **state) {
+    (void)state;
+    fuzz_adapter_init(NULL, NULL);
+    replay_corpus("adapter", fuzz_adapter_input, 1);
+    static const char *const files[] = {"lora/stories260K-lora-r8.gguf", "lora/stories260K-lora-r4-attn-f16.gguf"};
+    for (size_t i = 0; i < ARRAY_LEN(files); i++) {
+        char path[1024];
+        size_t n = 0;
+        uint8_t *data = (uint8_t *)read_whole_file(shared_path(path, sizeof path, files[i]), &n);
+        if (!data) fail_msg("cannot read %s", path);
+        replay_damaged(fuzz_adapter_input, data, n);
+        free(data);
+    }
+}
+
+static void test_chat_harness_on_corpus(void **state) {
+    (void)state;
+    fuzz_chat_init(NULL, NULL);
+    replay_corpus("chat", fuzz_chat_input, 1);
+}
+
 /* Every reference parse file's raw output, for every family and split, thinking or not. */
 static void test_chat_parse_harness_on_reference_outputs(void **state) {
     (void)state;
@@ -149,20 +205,23 @@ static void test_chat_parse_harness_on_reference_outputs(void **state) {
 static void test_grammar_harness_on_corpus(void **state) {
     (void)state;
     fuzz_grammar_init(NULL, NULL);
-    assert_true(replay_corpus("grammar", fuzz_grammar_input) >= 20);
+    assert_true(replay_corpus("grammar", fuzz_grammar_input, 0) >= 20);
 }
 
 static void test_json_schema_harness_on_corpus(void **state) {
     (void)state;
-    assert_true(replay_corpus("json_schema", fuzz_json_schema_input) >= 12);
+    assert_true(replay_corpus("json_schema", fuzz_json_schema_input, 0) >= 12);
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_chat_parse_harness_on_reference_outputs),
         cmocka_unit_test(test_gguf_harness_on_reference_files),
         cmocka_unit_test(test_gguf_harness_on_nan_activations),
         cmocka_unit_test(test_tokenize_harness_on_test_inputs),
+        cmocka_unit_test(test_saved_state_harness_on_corpus),
+        cmocka_unit_test(test_adapter_harness_on_corpus_and_shared_adapters),
+        cmocka_unit_test(test_chat_harness_on_corpus),
+        cmocka_unit_test(test_chat_parse_harness_on_reference_outputs),
         cmocka_unit_test(test_grammar_harness_on_corpus),
         cmocka_unit_test(test_json_schema_harness_on_corpus),
     };

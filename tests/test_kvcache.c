@@ -684,6 +684,50 @@ static void test_estimate_memory_cpu(void **state) {
     llmm_model_free(m);
 }
 
+/* The activations hold logits for n_outputs_max rows, not for every row of a step: by default
+ * max(9 x n_seq_max, 1 + LLMM_SPEC_MAX_TOKENS), so with n_seq_max 1 and n_batch 256 the
+ * estimate drops by 223 rows of n_vocab floats. A prefill asking for every position's logits is cut into chunks of that many
+ * and gives the same logits; a verify step with more rows is refused. */
+static void test_logits_rows_sized_by_outputs(void **state) {
+    (void)state;
+    llmm_model *m = load_model("stories260K.gguf", NULL);
+    llmm_model_info info = {.size = sizeof info};
+    assert_int_equal(llmm_model_get_info(m, &info), LLMM_OK);
+    llmm_context_params p = ctx_params(64, 1, LLMM_KV_F32);
+    p.n_batch = 256;
+    llmm_context_memory by_default = {.size = sizeof by_default}, every_row = {.size = sizeof every_row};
+    assert_int_equal(llmm_context_estimate_memory(m, &p, &by_default), LLMM_OK);
+    p.n_outputs_max = 256;
+    assert_int_equal(llmm_context_estimate_memory(m, &p, &every_row), LLMM_OK);
+    assert_int_equal(every_row.activations_bytes - by_default.activations_bytes,
+                     (uint64_t)(256 - (1 + LLMM_SPEC_MAX_TOKENS)) * info.n_vocab * sizeof(float));
+    /* all logits of 10 positions through a context with 4 rows of logits per step */
+    llmm_token tok[10];
+    for (size_t i = 0; i < ARRAY_LEN(tok); i++) tok[i] = (llmm_token)(1 + 37 * i % 500);
+    llmm_context *wide = make_context(m, &p);
+    p.n_outputs_max = 4;
+    llmm_context *narrow = make_context(m, &p);
+    assert_int_equal(llmm_prefill(wide, 0, tok, ARRAY_LEN(tok), LLMM_PREFILL_ALL_LOGITS), LLMM_OK);
+    assert_int_equal(llmm_prefill(narrow, 0, tok, ARRAY_LEN(tok), LLMM_PREFILL_ALL_LOGITS), LLMM_OK);
+    for (size_t i = 0; i < ARRAY_LEN(tok); i++) {
+        const float *a = NULL, *b = NULL;
+        size_t nv = 0;
+        assert_int_equal(llmm_logits(wide, i, &a, &nv), LLMM_OK);
+        assert_int_equal(llmm_logits(narrow, i, &b, &nv), LLMM_OK);
+        for (size_t t = 0; t < nv; t++) assert_true(fabsf(a[t] - b[t]) <= 1e-4f * (1 + fabsf(a[t])));
+    }
+    llmm_speculator *spec = NULL;
+    assert_int_equal(llmm_speculator_create(narrow, NULL, &spec), LLMM_OK);
+    const llmm_spec_item item = {0, 5, tok, 4}; /* 5 rows */
+    assert_int_equal(llmm_speculator_verify(spec, &item, 1), LLMM_ERR_INVALID_ARG);
+    const llmm_spec_item fits = {0, 5, tok, 3};
+    assert_int_equal(llmm_speculator_verify(spec, &fits, 1), LLMM_OK);
+    llmm_speculator_free(spec);
+    llmm_context_free(narrow);
+    llmm_context_free(wide);
+    llmm_model_free(m);
+}
+
 static size_t fake_scratch_bytes(const llmm_step_shape *shape, int n_threads) {
     (void)n_threads;
     return 1000 + shape->max_rows;
@@ -901,6 +945,7 @@ int main(void) {
         cmocka_unit_test(test_pool_exhausted),
         cmocka_unit_test(test_estimate_matches_creation),
         cmocka_unit_test(test_estimate_memory_cpu),
+        cmocka_unit_test(test_logits_rows_sized_by_outputs),
         cmocka_unit_test(test_estimate_device_split),
         cmocka_unit_test(test_prefix_cache),
         cmocka_unit_test(test_sequence_arguments),

@@ -633,7 +633,7 @@ static void test_out_of_memory(void **state) {
     (void)state;
     llmm_sampler_params p = plain_params(1.0f, 1);
     for (int allowed = 0; allowed < 3; allowed++) { /* sampler, window, sorted window */
-        failing_alloc f = {allowed};
+        failing_alloc f = {.allowed = allowed};
         llmm_allocator a = failing_allocator(&f);
         llmm_sampler *s = (llmm_sampler *)&f;
         llmm_diag d = {{0}};
@@ -641,7 +641,7 @@ static void test_out_of_memory(void **state) {
         assert_null(s);
         assert_string_not_equal(d.msg, "");
     }
-    failing_alloc f = {3}; /* created, but no room for the candidates */
+    failing_alloc f = {.allowed = 3}; /* created, but no room for the candidates */
     llmm_allocator a = failing_allocator(&f);
     llmm_sampler *s = NULL;
     assert_int_equal(llmm__sampler_create(&p, &a, &s, NULL), LLMM_OK);
@@ -661,7 +661,7 @@ static void test_out_of_memory(void **state) {
     for (int i = 0; i < N; i++) flat[i] = (float)rng_below(&x, 64) / 64.0f;
     llmm_sampler_params wide = plain_params(1.0f, 77);
     wide.top_p = 0.9f;
-    failing_alloc g = {4}; /* the sampler, its penalty window (two), its candidates; not the sort buffer */
+    failing_alloc g = {.allowed = 4}; /* the sampler, its penalty window (two), its candidates; not the sort buffer */
     llmm_allocator ga = failing_allocator(&g);
     llmm_sampler *starved = NULL, *fed = make(&wide);
     assert_int_equal(llmm__sampler_create(&wide, &ga, &starved, NULL), LLMM_OK);

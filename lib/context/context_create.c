@@ -9,8 +9,8 @@
 #include "format/quant.h"
 #include "model/weights.h"
 
-static llmm_status alloc_rows(llmm_context *ctx, float **buf, size_t width) {
-    return ctx->be->buffer_alloc(ctx->be_state, ctx->max_rows * width * sizeof(float), (void **)buf);
+static llmm_status alloc_rows(llmm_context *ctx, float **buf, size_t rows, size_t width) {
+    return ctx->be->buffer_alloc(ctx->be_state, rows * width * sizeof(float), (void **)buf);
 }
 
 static llmm_status alloc_activations(llmm_context *ctx) {
@@ -18,11 +18,13 @@ static llmm_status alloc_activations(llmm_context *ctx) {
     const size_t q_dim = (size_t)hp->n_head * hp->head_dim, kv_dim = (size_t)hp->n_head_kv * hp->head_dim;
     llmm_activations *a = &ctx->act;
     llmm_status st;
-    if ((st = alloc_rows(ctx, &a->x, hp->n_embd)) || (st = alloc_rows(ctx, &a->xb, LLMM_MAX(hp->n_embd, q_dim))) ||
-        (st = alloc_rows(ctx, &a->q, q_dim)) || (st = alloc_rows(ctx, &a->k, kv_dim)) ||
-        (st = alloc_rows(ctx, &a->v, kv_dim)) || (st = alloc_rows(ctx, &a->att, q_dim)) ||
-        (st = alloc_rows(ctx, &a->gate, hp->n_ff)) || (st = alloc_rows(ctx, &a->up, hp->n_ff)) ||
-        (st = alloc_rows(ctx, &a->logits, ctx->model->vocab.n_tokens)))
+    const size_t r = ctx->max_rows;
+    if ((st = alloc_rows(ctx, &a->x, r, hp->n_embd)) || (st = alloc_rows(ctx, &a->xb, r, LLMM_MAX(hp->n_embd, q_dim))) ||
+        (st = alloc_rows(ctx, &a->q, r, q_dim)) || (st = alloc_rows(ctx, &a->k, r, kv_dim)) ||
+        (st = alloc_rows(ctx, &a->v, r, kv_dim)) || (st = alloc_rows(ctx, &a->att, r, q_dim)) ||
+        (st = alloc_rows(ctx, &a->gate, r, hp->n_ff)) || (st = alloc_rows(ctx, &a->up, r, hp->n_ff)) ||
+        /* only the rows a step asks logits for: n_outputs_max, not max_rows (llmm_context_params) */
+        (st = alloc_rows(ctx, &a->logits, ctx->params.n_outputs_max, ctx->model->vocab.n_tokens)))
         return st;
     if (ctx->model->weights->mixer_floats && (st = alloc_rows(ctx, &a->mix, ctx->model->weights->mixer_floats)))
         return st;

@@ -30,6 +30,12 @@ static llmm_status check_params(const llmm_model *m, llmm_context_params *p, llm
         return llmm__diag_fail(d, LLMM_ERR_INVALID_ARG, "unknown backend %d", p->backend);
     if (p->device < 0 || p->device > 1023)
         return llmm__diag_fail(d, LLMM_ERR_INVALID_ARG, "device %d not in 0..1023", p->device);
+    /* logits rows one step computes: a decode of every sequence at least, a step's rows at most */
+    const uint32_t max_rows = LLMM_MAX(p->n_batch, p->n_seq_max);
+    /* by default a verify step of every sequence with the speculator's default 8 guesses, or one
+     * sequence with the most guesses a round may hold */
+    if (p->n_outputs_max == 0) p->n_outputs_max = LLMM_MAX(p->n_seq_max * (1u + 8u), 1u + LLMM_SPEC_MAX_TOKENS);
+    p->n_outputs_max = LLMM_MIN(LLMM_MAX(p->n_outputs_max, p->n_seq_max), max_rows);
     return LLMM_OK;
 }
 
@@ -62,10 +68,11 @@ static void plan_sizes(const llmm_model *m, const llmm_context_params *p, const 
     const llmm_hparams *hp = &m->hp;
     const size_t q_dim = (size_t)hp->n_head * hp->head_dim, kv_dim = (size_t)hp->n_head_kv * hp->head_dim;
     const size_t n_vocab = m->vocab.n_tokens, rows = pl->shape.max_rows;
-    /* x, xb, q, k, v, att, gate, up, logits: see alloc_activations */
+    /* x, xb, q, k, v, att, gate, up and act.mix per row, and n_outputs_max rows of logits: see
+     * alloc_activations */
     const size_t widths = hp->n_embd + LLMM_MAX(hp->n_embd, q_dim) + 2 * q_dim + 2 * kv_dim + 2 * (size_t)hp->n_ff +
-                          n_vocab + m->weights->mixer_floats; /* the last: act.mix */
-    pl->activations = rows * widths * sizeof(float);
+                          m->weights->mixer_floats;
+    pl->activations = (rows * widths + (size_t)p->n_outputs_max * n_vocab) * sizeof(float);
     /* pos, row_seq, the step descriptor's arrays and llmm_decode_sample's (context.h) */
     pl->step_host = rows * (2 * sizeof(int32_t) + 2 * sizeof(llmm_seq_id) + 2 * sizeof(uint32_t) + sizeof(uint32_t *) +
                            sizeof(llmm_sample_request) + 4 * sizeof(uint64_t));

@@ -39,7 +39,9 @@ static llmm_status prefill_chunks(llmm_context *ctx, llmm_seq_id seq, const llmm
     while (done < n) {
         if (done > first_done && ctx->params.abort && ctx->params.abort(ctx->params.abort_user))
             return LLMM_ERR_ABORTED;
-        const size_t m = LLMM_MIN((size_t)ctx->params.n_batch, n - done);
+        /* with every position's logits, a chunk is no longer than the logits rows a step has */
+        const size_t chunk = all ? LLMM_MIN(ctx->params.n_batch, ctx->params.n_outputs_max) : ctx->params.n_batch;
+        const size_t m = LLMM_MIN(chunk, n - done);
         const int last = done + m == n;
         const uint32_t start = kv->seqs[seq].len;
         for (size_t i = 0; i < m; i++) ctx->pos[i] = (int32_t)(start + i);
@@ -107,8 +109,10 @@ static llmm_status check_decode_rows(llmm_context *ctx, const llmm_seq_id *seqs,
     return LLMM_OK;
 }
 
-/* Reserve one position in each sequence; on failure undo those reserved. */
+/* Reserve one position in each sequence; on failure undo those reserved. The pool is checked
+ * first, so that a step it cannot hold leaves no copy-on-write block behind. */
 static llmm_status reserve_rows(llmm_context *ctx, const llmm_seq_id *seqs, size_t n) {
+    if (llmm__kv_blocks_needed(&ctx->kv, seqs, n) > llmm__kv_available(&ctx->kv)) return pool_full(ctx, seqs[0], 1);
     for (size_t i = 0; i < n; i++) {
         ctx->pos[i] = (int32_t)ctx->kv.seqs[seqs[i]].len;
         llmm_status st = llmm__kv_reserve(&ctx->kv, (uint32_t)seqs[i], 1);

@@ -410,6 +410,9 @@ static llmm_status install(llmm_context *ctx, uint32_t seq, const uint8_t *raw, 
     llmm_status st = read_tokens(ctx, raw, n, tokens, d);
     if (!st) {
         llmm__kv_truncate(kv, seq, 0);
+        /* the state does not say under which adapters each position was computed (the sequence
+         * may have changed them midway), so its blocks are never offered to the prefix cache */
+        kv->seqs[seq].prefix_off = 1;
         st = llmm__kv_reserve(kv, seq, n);
         if (!st) st = move_rows(ctx, kv, &kv->seqs[seq], (uint8_t *)raw + 4 * (size_t)n, n, 1);
         if (!st && recurrent_bytes(ctx))

@@ -214,14 +214,21 @@ static llmm_status check_items(llmm_speculator *s, const llmm_spec_item *items, 
                             it->seq, 1 + it->n_draft, ctx->params.n_ctx);
         *total += 1 + it->n_draft;
     }
-    if (*total > ctx->max_rows)
-        return llmm__ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_speculator_verify: %zu rows, more than one step's %zu", *total,
-                        ctx->max_rows);
+    if (*total > ctx->params.n_outputs_max)
+        return llmm__ctx_fail(ctx, LLMM_ERR_INVALID_ARG,
+                        "llmm_speculator_verify: %zu rows, more than the %u rows of logits a step has (n_outputs_max)",
+                        *total, ctx->params.n_outputs_max);
     return LLMM_OK;
 }
 
 /* Positions for every item's rows, undone on failure. */
 static llmm_status reserve_items(llmm_context *ctx, const llmm_spec_item *items, size_t n) {
+    /* the pool is checked first: running out halfway would leave copy-on-write blocks behind */
+    size_t rows = 0;
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j <= items[i].n_draft; j++) ctx->row_seq[rows++] = items[i].seq;
+    if (llmm__kv_blocks_needed(&ctx->kv, ctx->row_seq, rows) > llmm__kv_available(&ctx->kv))
+        return llmm__ctx_fail(ctx, LLMM_ERR_CONTEXT_FULL, "the KV pool has no room for the %zu rows of this step", rows);
     for (size_t i = 0; i < n; i++) {
         llmm_status st = llmm__kv_reserve(&ctx->kv, (uint32_t)items[i].seq, (uint32_t)(1 + items[i].n_draft));
         if (st) {

@@ -177,6 +177,34 @@ llmm_status llmm__kv_reserve(llmm_kv_store *kv, uint32_t seq, uint32_t n) {
     return LLMM_OK;
 }
 
+/* The partly filled tail block seq would write into, else KV_NO_BLOCK. */
+static uint32_t partial_tail(const llmm_kv_store *kv, uint32_t seq) {
+    const kv_seq *s = &kv->seqs[seq];
+    return (s->len & (kv->cfg.block_size - 1)) ? s->blocks[s->n_blocks - 1] : KV_NO_BLOCK;
+}
+
+uint32_t llmm__kv_blocks_needed(const llmm_kv_store *kv, const llmm_seq_id *rows, size_t n_rows) {
+    uint32_t need = 0;
+    for (size_t i = 0, n; i < n_rows; i += n) {
+        const uint32_t seq = (uint32_t)rows[i];
+        for (n = 1; i + n < n_rows && rows[i + n] == rows[i];) n++;
+        const kv_seq *s = &kv->seqs[seq];
+        const uint32_t want = (s->len + (uint32_t)n + kv->cfg.block_size - 1) >> kv->block_shift;
+        need += want > s->n_blocks ? want - s->n_blocks : 0;
+        const uint32_t tail = partial_tail(kv, seq);
+        if (tail == KV_NO_BLOCK || kv->refcount[tail] < 2) continue;
+        /* this tail's writers in the step, and whether this one is the last of them */
+        uint32_t writers = 0, later = 0;
+        for (size_t j = 0; j < n_rows; j++) {
+            if ((j > 0 && rows[j] == rows[j - 1]) || partial_tail(kv, (uint32_t)rows[j]) != tail) continue;
+            writers++;
+            later += j > i;
+        }
+        need += later > 0 || kv->refcount[tail] > writers; /* the last writer keeps it unless others hold it */
+    }
+    return need;
+}
+
 void llmm__kv_commit(llmm_kv_store *kv, uint32_t seq, const llmm_token *tokens, uint32_t n) {
     kv_seq *s = &kv->seqs[seq];
     const uint32_t first_new_full = s->len >> kv->block_shift;

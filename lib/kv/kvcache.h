@@ -103,6 +103,13 @@ uint32_t llmm__kv_available(const llmm_kv_store *kv);
  * does not move: llmm__kv_commit does that once the step has written the rows. The caller checks
  * len + n <= n_ctx. */
 llmm_status llmm__kv_reserve(llmm_kv_store *kv, uint32_t seq, uint32_t n);
+/* Blocks a step's reservations take from the pool: rows[0..n_rows) name each row's sequence,
+ * the rows of one sequence next to each other (one reservation of that many positions each).
+ * New blocks plus copies of shared tail blocks about to be written; a tail that only these
+ * sequences share needs one copy fewer (the last to write keeps it). A step checks it against
+ * llmm__kv_available() before reserving anything, so that running out of blocks halfway leaves
+ * no copy behind: a refused step leaves the pool as it was. */
+uint32_t llmm__kv_blocks_needed(const llmm_kv_store *kv, const llmm_seq_id *rows, size_t n_rows);
 /* After a step wrote positions [len, len + n): record their tokens and advance len. */
 void llmm__kv_commit(llmm_kv_store *kv, uint32_t seq, const llmm_token *tokens, uint32_t n);
 /* Keep the first n_keep positions; release the blocks beyond them (n_keep <= len, or any

@@ -9,7 +9,10 @@ static void *aligned(size_t size) {
 
 static void *fail_alloc(void *user, size_t size) {
     failing_alloc *f = user;
-    if (f->allowed <= 0) return NULL;
+    if (f->allowed <= 0) {
+        f->refused++;
+        return NULL;
+    }
     f->allowed--;
     return aligned(size);
 }

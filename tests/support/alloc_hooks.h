@@ -8,6 +8,7 @@
 
 typedef struct failing_alloc {
     int allowed; /* allocations that succeed before every later one fails */
+    int refused; /* allocations refused so far: whether a failure was reached */
 } failing_alloc;
 
 typedef struct counting_alloc {

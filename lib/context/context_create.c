@@ -26,7 +26,7 @@ static llmm_status alloc_activations(llmm_context *ctx) {
         /* only the rows a step asks logits for: n_outputs_max, not max_rows (llmm_context_params) */
         (st = alloc_rows(ctx, &a->logits, ctx->params.n_outputs_max, ctx->model->vocab.n_tokens)))
         return st;
-    if (ctx->model->weights->mixer_floats && (st = alloc_rows(ctx, &a->mix, ctx->model->weights->mixer_floats)))
+    if (ctx->model->weights->mixer_floats && (st = alloc_rows(ctx, &a->mix, r, ctx->model->weights->mixer_floats)))
         return st;
     const llmm_allocator *al = ctx->model->alloc;
     ctx->pos = llmm__mem_calloc(al, ctx->max_rows, sizeof *ctx->pos);

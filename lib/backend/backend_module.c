@@ -19,9 +19,9 @@
 /* The modules there are, best first: a data table so that a second accelerator adds a row. */
 static const struct module_kind {
     llmm_backend_kind kind;
-    const char *label, *env, *file;
+    const char *label, *env, *file, *driver;
 } module_kinds[] = {
-    {LLMM_BACKEND_CUDA, "CUDA", LLMM_CUDA_MODULE_ENV, LLMM_CUDA_MODULE_FILE},
+    {LLMM_BACKEND_CUDA, "CUDA", LLMM_CUDA_MODULE_ENV, LLMM_CUDA_MODULE_FILE, LLMM_CUDA_DRIVER_FILE},
 };
 
 _Static_assert(sizeof(llmm_backend_module_fn) == sizeof(void *), "dlsym returns functions as void *");
@@ -97,6 +97,14 @@ static llmm_status open_file(const struct module_kind *mk, void **handle, char *
         return llmm__diag_fail(d, LLMM_ERR_BACKEND, "cannot load the %s module %s=%s: %s", mk->label, mk->env, env,
                          dl_why());
     }
+    /* no driver, no device: the module's runtimes are not worth mapping to find that out */
+    void *driver = dlopen(mk->driver, RTLD_LAZY | RTLD_LOCAL);
+    if (!driver) {
+        snprintf(path, cap, "%s", mk->file);
+        return llmm__diag_fail(d, LLMM_ERR_BACKEND, "no %s driver (%s), so the %s module is not loaded", mk->label, dl_why(),
+                               mk->label);
+    }
+    dlclose(driver);
     char near[MODULE_PATH_MAX];
     const int have_near = path_next_to_core(mk->file, near, sizeof near);
     /* a file next to the core that exists but does not load is the answer, not a reason to

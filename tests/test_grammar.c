@@ -756,7 +756,7 @@ static void test_draft_clones_keep_independent_states(void **state) {
 
 /* ---------------------------------------------------------------- hostile grammars */
 
-/* Short grammars whose matching once cost without bound (issue 49): the matcher expanded rule
+/* Short grammars whose matching once cost without bound: the matcher expanded rule
  * references by recursion, once per path, so nested optional repetitions overflowed the C
  * stack or took exponential time, and `x?` repeated n times cost n^3 per byte. Each must now be
  * matched, or refused with a message, within the per-byte expansion limit. */

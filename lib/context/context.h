@@ -21,14 +21,19 @@ typedef struct llmm_activations {
 } llmm_activations;
 
 /* The recurrent state of the short-convolution (lfm2) or Gated DeltaNet (qwen35) layers, in
- * one backend buffer: for each sequence id, for each recurrent layer, llmm_weights.state_floats
- * (backend.h llmm_conv_batch, llmm_delta_batch). Its second half holds a copy of each sequence's state taken before a
- * step changes it, put back when the step fails, so that a failed call changes nothing. */
+ * one backend buffer of three slots per sequence id, each for every recurrent layer
+ * llmm_weights.state_floats (backend.h llmm_conv_batch, llmm_delta_batch): the live state; a
+ * copy taken before a step changes it, put back when the step fails, so that a failed call
+ * changes nothing; and a checkpoint, the state after the sequence's first checkpoint_len[seq]
+ * tokens, which a speculative verify step takes so that rejected guesses can be dropped
+ * (checkpoint.c). */
+#define LLMM__NO_CHECKPOINT UINT32_MAX
 typedef struct llmm_recurrent {
-    float *states;      /* buffer (2 * n_seq * seq_floats), NULL: the model has no recurrent layers */
+    float *states;      /* buffer (3 * n_seq * seq_floats), NULL: the model has no recurrent layers */
     size_t seq_floats;  /* one sequence id's state, every recurrent layer */
     size_t layer_floats;
     uint32_t n_seq;
+    uint32_t *checkpoint_len; /* (n_seq) the checkpoint's position, or LLMM__NO_CHECKPOINT */
 } llmm_recurrent;
 
 struct llmm_context {
@@ -121,6 +126,19 @@ void llmm__recurrent_free(llmm_context *ctx);
 llmm_status llmm__recurrent_copy(llmm_context *ctx, llmm_seq_id src, llmm_seq_id dst);
 llmm_status llmm__recurrent_save(llmm_context *ctx, const llmm_seq_id *seqs, size_t n);
 void llmm__recurrent_restore(llmm_context *ctx, const llmm_seq_id *seqs, size_t n);
+/* State checkpoints (checkpoint.c), no-ops without recurrent layers: take one of each given
+ * sequence at its current length; forget seq's; put seq's state back to its checkpoint and keep
+ * the tokens before it (0 < checkpoint_len <= len, checked by the caller). */
+llmm_status llmm__checkpoint_take(llmm_context *ctx, const llmm_seq_id *seqs, size_t n);
+void llmm__checkpoint_forget(llmm_context *ctx, llmm_seq_id seq);
+llmm_status llmm__checkpoint_return(llmm_context *ctx, llmm_seq_id seq);
+/* Keep seq's first n_keep tokens, whatever its state: without recurrent layers a truncation;
+ * with them, back to the checkpoint and the tokens from it to n_keep computed again (no logits:
+ * the host's rows of the last step stay readable). UNSUPPORTED (recorded) when no checkpoint
+ * lies in [1, n_keep] or more than LLMM__REWIND_MAX tokens would be recomputed; on a failed
+ * recomputation the sequence is left at its checkpoint (recorded). */
+#define LLMM__REWIND_MAX 64u
+llmm_status llmm__seq_rewind(llmm_context *ctx, llmm_seq_id seq, uint32_t n_keep);
 /* INVALID_ARG (recorded) unless 0 <= seq < n_seq_max. */
 llmm_status llmm__ctx_check_seq(llmm_context *ctx, llmm_seq_id seq);
 

@@ -538,7 +538,8 @@ typedef struct llmm_context_memory {
     uint64_t device_bytes;      /* the accelerator's memory; 0 on the CPU backend */
     uint64_t kv_pool_bytes;     /* the KV pool: n_ctx_total or kv_budget_bytes bound it; for a
                                    model with recurrent layers (lfm2, qwen35) also their state
-                                   slots, three per sequence id (n_seq_max) */
+                                   slots, three per sequence id (n_seq_max), four with
+                                   prefix_cache */
     uint64_t weights_bytes;     /* the backend's own copy of the model's weights, counted in full
                                    (on CUDA it is made by a model's first context on a device and
                                    shared by the later ones); 0 on the CPU, where contexts read the

@@ -2,7 +2,8 @@
  * operation: a prompt
  * fed whole, in chunks or token by token; forks; saved states; batches of sequences at mixed
  * positions; truncation, which the state serves only at a checkpoint; speculative decoding,
- * whose rejected guesses go back to the verify step's checkpoint; the memory estimate. The reference is
+ * whose rejected guesses go back to the verify step's checkpoint; the prefix cache, which
+ * stores the state at a cached prefix's end; the memory estimate. The reference is
  * always the same model run plainly on the same backend, so each case shows that an operation
  * keeps the state exactly as an uninterrupted run would. The suite runs for each model on the
  * CPU, then on the emulated CUDA module when it is built (build/libllmmini-cuda-emu.so, or
@@ -303,29 +304,40 @@ static void test_failed_step_changes_nothing(void **state) {
     free(plain.logits), free(again.logits);
 }
 
-/* With the prefix cache on, a second sequence with the same prompt is computed in full (a
- * cached prefix holds K/V, not the recurrent state at its end): it equals the first. */
-static void test_prefix_cache_not_reused(void **state) {
+/* With the prefix cache on, the first prompt stores the state at the end of its last full
+ * block; the same prompt again and a longer one starting with it then attach the cached blocks
+ * and that state, and each equals a cold run without the cache. */
+static void test_prefix_cache_hit(void **state) {
     (void)state;
-    llmm_token ids[64];
-    const size_t n = prompt_ids("Once upon a time there was a little dog", ids, 64);
+    static const char *const prompts[3] = {"Once upon a time there was a little dog",
+                                           "Once upon a time there was a little dog and a big red ball",
+                                           "Once upon a time there was a little dog"};
     llmm_context_params cp = params_with(512, 2);
     cp.kv_block_size = 4;
     cp.prefix_cache = 1;
     llmm_context *c = make_context(g_model, &cp);
-    run first, second;
-    run_init(&first);
-    run_init(&second);
-    assert_int_equal(llmm_prefill(c, 0, ids, n, 0), LLMM_OK);
-    continue_greedy(c, 0, &first, 0);
-    assert_int_equal(llmm_prefill(c, 1, ids, n, 0), LLMM_OK);
-    continue_greedy(c, 1, &second, 0);
-    llmm_context_stats st = {.size = sizeof st};
-    assert_int_equal(llmm_context_get_stats(c, &st), LLMM_OK);
-    assert_int_equal(st.prefix_hits, 0);
-    assert_same_run(&first, &second, "same prompt, prefix cache on");
+    uint64_t hits_before = 0;
+    for (int i = 0; i < 3; i++) {
+        llmm_token ids[64];
+        const size_t n = prompt_ids(prompts[i], ids, 64);
+        run cold, cached;
+        plain_run(ids, n, &cold);
+        run_init(&cached);
+        const llmm_seq_id seq = i % 2;
+        assert_int_equal(llmm_seq_clear(c, seq), LLMM_OK);
+        assert_int_equal(llmm_prefill(c, seq, ids, n, 0), LLMM_OK);
+        continue_greedy(c, seq, &cached, 0);
+        llmm_context_stats st = {.size = sizeof st};
+        assert_int_equal(llmm_context_get_stats(c, &st), LLMM_OK);
+        print_message("prompt %d: %llu tokens from the prefix cache\n", i,
+                      (unsigned long long)(st.prefix_hits - hits_before));
+        if (i == 0) assert_int_equal(st.prefix_hits, 0);
+        else assert_true(st.prefix_hits >= hits_before + 4);
+        hits_before = st.prefix_hits;
+        assert_same_run(&cold, &cached, i ? "prefix cache hit" : "prefix cache, first prompt");
+        free(cold.logits), free(cached.logits);
+    }
     llmm_context_free(c);
-    free(first.logits), free(second.logits);
 }
 
 /* A prompt run plainly (the reference), and a context holding the prompt in sequence 0 with a
@@ -483,7 +495,7 @@ static void test_speculative_generate_identical(void **state) {
 }
 
 /* The state slots are counted: three per sequence id (live, the copy a failed step restores,
- * the checkpoint), each the model's state (models[]). */
+ * the checkpoint), each the model's state (models[]), and a fourth with the prefix cache. */
 static void test_memory_estimate_counts_state(void **state) {
     (void)state;
     llmm_context_params cp = params_with(512, 1);
@@ -494,6 +506,11 @@ static void test_memory_estimate_counts_state(void **state) {
     cp.n_seq_max = 4;
     assert_int_equal(llmm_context_estimate_memory(g_model, &cp, &four), LLMM_OK);
     assert_int_equal(four.kv_pool_bytes - one.kv_pool_bytes, 3 * g_case->state_bytes);
+    /* the prefix cache adds one slot per sequence id for the cached prefixes' states */
+    llmm_context_memory cached = {.size = sizeof cached};
+    cp.prefix_cache = 1;
+    assert_int_equal(llmm_context_estimate_memory(g_model, &cp, &cached), LLMM_OK);
+    assert_int_equal(cached.kv_pool_bytes - four.kv_pool_bytes, 4 * g_case->state_bytes / 3);
 }
 
 int main(int argc, char **argv) {
@@ -505,7 +522,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_six_sequences_batched),
         cmocka_unit_test(test_truncate_refused),
         cmocka_unit_test(test_failed_step_changes_nothing),
-        cmocka_unit_test(test_prefix_cache_not_reused),
+        cmocka_unit_test(test_prefix_cache_hit),
         cmocka_unit_test(test_verify_rejects_guesses),
         cmocka_unit_test(test_truncate_to_checkpoint),
         cmocka_unit_test(test_speculative_generate_identical),

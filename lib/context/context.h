@@ -26,14 +26,20 @@ typedef struct llmm_activations {
  * copy taken before a step changes it, put back when the step fails, so that a failed call
  * changes nothing; and a checkpoint, the state after the sequence's first checkpoint_len[seq]
  * tokens, which a speculative verify step takes so that rejected guesses can be dropped
- * (checkpoint.c). */
+ * (checkpoint.c); with the prefix cache on, a fourth group of n_seq slots holds the states at
+ * the ends of cached prompt prefixes (prefix_state.c). */
 #define LLMM__NO_CHECKPOINT UINT32_MAX
 typedef struct llmm_recurrent {
-    float *states;      /* buffer (3 * n_seq * seq_floats), NULL: the model has no recurrent layers */
+    float *states;      /* buffer ((3 or 4) * n_seq * seq_floats), NULL: the model has no recurrent layers */
     size_t seq_floats;  /* one sequence id's state, every recurrent layer */
     size_t layer_floats;
     uint32_t n_seq;
     uint32_t *checkpoint_len; /* (n_seq) the checkpoint's position, or LLMM__NO_CHECKPOINT */
+    /* with the prefix cache, n_seq more slots after the checkpoints: states at the end of
+     * cached prompt prefixes (prefix_state.c), by the prefix's cache key (0: empty) */
+    uint64_t *prefix_key;  /* (n_seq), NULL without the prefix cache */
+    uint64_t *prefix_used; /* (n_seq) when each was last stored or used: the oldest goes first */
+    uint64_t prefix_clock;
 } llmm_recurrent;
 
 struct llmm_context {
@@ -120,7 +126,7 @@ llmm_status llmm__ctx_fetch_logits(llmm_context *ctx, size_t dst_row, size_t m);
 /* Recurrent state (recurrent.c): bytes for a model and n_seq sequences; allocation; a
  * sequence's state copied to another (fork); the states of the given sequences saved before a
  * step and put back after a failed one. All no-ops for models without recurrent layers. */
-size_t llmm__recurrent_bytes(const llmm_model *m, uint32_t n_seq);
+size_t llmm__recurrent_bytes(const llmm_model *m, uint32_t n_seq, int prefix_cache);
 llmm_status llmm__recurrent_init(llmm_context *ctx, llmm_diag *d);
 void llmm__recurrent_free(llmm_context *ctx);
 llmm_status llmm__recurrent_copy(llmm_context *ctx, llmm_seq_id src, llmm_seq_id dst);
@@ -139,6 +145,14 @@ llmm_status llmm__checkpoint_return(llmm_context *ctx, llmm_seq_id seq);
  * recomputation the sequence is left at its checkpoint (recorded). */
 #define LLMM__REWIND_MAX 64u
 llmm_status llmm__seq_rewind(llmm_context *ctx, llmm_seq_id seq, uint32_t n_keep);
+/* Prompt prefixes of recurrent models in the prefix cache (prefix_state.c). attach: for an
+ * empty seq, the cached blocks of the longest prefix of tokens[0, n) whose end state is stored,
+ * that state made seq's; returns the tokens attached (0: none, seq stays empty). boundary: where
+ * a prefill of tokens[0, n) into seq from `from` should stop once to store the state at the end
+ * of its last full block (0: nowhere). store: the state after seq's tokens, under their key. */
+uint32_t llmm__prefix_state_attach(llmm_context *ctx, llmm_seq_id seq, const llmm_token *tokens, uint32_t n);
+uint32_t llmm__prefix_state_boundary(const llmm_context *ctx, llmm_seq_id seq, uint32_t from, uint32_t n);
+void llmm__prefix_state_store(llmm_context *ctx, llmm_seq_id seq);
 /* INVALID_ARG (recorded) unless 0 <= seq < n_seq_max. */
 llmm_status llmm__ctx_check_seq(llmm_context *ctx, llmm_seq_id seq);
 

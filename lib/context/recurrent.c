@@ -5,12 +5,12 @@
  * at the sequence's checkpoint (checkpoint.c). */
 #include "context.h"
 
-size_t llmm__recurrent_bytes(const llmm_model *m, uint32_t n_seq) {
+size_t llmm__recurrent_bytes(const llmm_model *m, uint32_t n_seq, int prefix_cache) {
     const llmm_weights *w = m->weights;
     if (!w || !w->n_recurrent) return 0;
     /* the factors are bounded at load (layers, widths, taps, heads) and n_seq by the params;
-     * three slots: live, before the step, checkpoint */
-    return 3 * (size_t)n_seq * w->n_recurrent * w->state_floats * sizeof(float);
+     * slots: live, before the step, checkpoint, and with the prefix cache a cached prefix's */
+    return (prefix_cache ? 4 : 3) * (size_t)n_seq * w->n_recurrent * w->state_floats * sizeof(float);
 }
 
 /* The backend slots the model's layers need, by layer kind. */
@@ -38,7 +38,13 @@ llmm_status llmm__recurrent_init(llmm_context *ctx, llmm_diag *d) {
     rec->checkpoint_len = llmm__mem_alloc(m->alloc, rec->n_seq * sizeof *rec->checkpoint_len);
     if (!rec->checkpoint_len) return llmm__diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for the state checkpoints");
     for (uint32_t s = 0; s < rec->n_seq; s++) rec->checkpoint_len[s] = LLMM__NO_CHECKPOINT;
-    const size_t bytes = llmm__recurrent_bytes(m, rec->n_seq);
+    if (ctx->params.prefix_cache) {
+        rec->prefix_key = llmm__mem_calloc(m->alloc, rec->n_seq, sizeof *rec->prefix_key);
+        rec->prefix_used = llmm__mem_calloc(m->alloc, rec->n_seq, sizeof *rec->prefix_used);
+        if (!rec->prefix_key || !rec->prefix_used)
+            return llmm__diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for the cached prefixes' states");
+    }
+    const size_t bytes = llmm__recurrent_bytes(m, rec->n_seq, ctx->params.prefix_cache);
     if (bytes && ctx->be->buffer_alloc(ctx->be_state, bytes, (void **)&rec->states))
         return llmm__diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for %zu bytes of recurrent state", bytes);
     return LLMM_OK;
@@ -48,7 +54,10 @@ void llmm__recurrent_free(llmm_context *ctx) {
     if (ctx->rec.states) ctx->be->buffer_free(ctx->be_state, ctx->rec.states);
     ctx->rec.states = NULL;
     llmm__mem_free(ctx->model->alloc, ctx->rec.checkpoint_len);
+    llmm__mem_free(ctx->model->alloc, ctx->rec.prefix_key);
+    llmm__mem_free(ctx->model->alloc, ctx->rec.prefix_used);
     ctx->rec.checkpoint_len = NULL;
+    ctx->rec.prefix_key = ctx->rec.prefix_used = NULL;
 }
 
 static float *seq_state(const llmm_recurrent *rec, size_t slot) { return rec->states + slot * rec->seq_floats; }

@@ -117,29 +117,37 @@ static void plain_run(const llmm_token *ids, size_t n, run *r) {
     llmm_context_free(c);
 }
 
+/* A prompt whole, in prefill steps of 3 rows and token by token; the long one spans several
+ * of qwen35's DeltaNet chunks (16 rows) in one step. */
 static void test_chunks_and_single_tokens(void **state) {
     (void)state;
-    llmm_token ids[64];
-    const size_t n = prompt_ids("Once upon a time there was a little dog", ids, 64);
-    run whole, chunks, single;
-    plain_run(ids, n, &whole);
-    run_init(&chunks);
-    llmm_context *c = context_with(3, 1); /* prefill steps of 3 rows */
-    assert_int_equal(llmm_prefill(c, 0, ids, n, 0), LLMM_OK);
-    continue_greedy(c, 0, &chunks, 0);
-    llmm_context_free(c);
-    run_init(&single);
-    c = context_with(512, 1);
-    assert_int_equal(llmm_prefill(c, 0, ids, 1, 0), LLMM_OK);
-    for (size_t i = 1; i < n; i++) {
-        llmm_seq_id s = 0;
-        assert_int_equal(llmm_decode(c, &s, &ids[i], 1), LLMM_OK);
+    static const char *const prompts[] = {
+        "Once upon a time there was a little dog",
+        "Once upon a time there was a little dog named Max. Max liked to run in the park with a big red ball."};
+    for (size_t pi = 0; pi < 2; pi++) {
+        llmm_token ids[100]; /* with N_STEPS more, within n_ctx 128 */
+        const size_t n = prompt_ids(prompts[pi], ids, 100);
+        if (pi) assert_true(n > 32);
+        run whole, chunks, single;
+        plain_run(ids, n, &whole);
+        run_init(&chunks);
+        llmm_context *c = context_with(3, 1); /* prefill steps of 3 rows */
+        assert_int_equal(llmm_prefill(c, 0, ids, n, 0), LLMM_OK);
+        continue_greedy(c, 0, &chunks, 0);
+        llmm_context_free(c);
+        run_init(&single);
+        c = context_with(512, 1);
+        assert_int_equal(llmm_prefill(c, 0, ids, 1, 0), LLMM_OK);
+        for (size_t i = 1; i < n; i++) {
+            llmm_seq_id s = 0;
+            assert_int_equal(llmm_decode(c, &s, &ids[i], 1), LLMM_OK);
+        }
+        continue_greedy(c, 0, &single, 0);
+        llmm_context_free(c);
+        assert_same_run(&whole, &chunks, pi ? "long prompt, prefill in chunks of 3" : "prefill in chunks of 3");
+        assert_same_run(&whole, &single, pi ? "long prompt, token by token" : "prompt token by token");
+        free(whole.logits), free(chunks.logits), free(single.logits);
     }
-    continue_greedy(c, 0, &single, 0);
-    llmm_context_free(c);
-    assert_same_run(&whole, &chunks, "prefill in chunks of 3");
-    assert_same_run(&whole, &single, "prompt token by token");
-    free(whole.logits), free(chunks.logits), free(single.logits);
 }
 
 /* Fork after the prompt, then each branch takes its own next token: each equals a fresh run

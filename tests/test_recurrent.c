@@ -460,46 +460,52 @@ static void test_truncate_to_checkpoint(void **state) {
     free(after.logits);
 }
 
-/* llmm_generate with prompt lookup and with the model as its own draft gives plain decoding's
- * greedy tokens, for several draft lengths, and leaves the sequence as long as plain's. */
+/* llmm_generate with prompt lookup, with the model as its own draft and with the other hybrid
+ * (same vocabulary) as draft gives plain decoding's greedy tokens, for several draft lengths,
+ * and leaves the sequence as long as plain's. The other hybrid's guesses are often wrong, so
+ * the draft's own sequence goes back through its checkpoint too. */
 static void test_speculative_generate_identical(void **state) {
     (void)state;
-    enum { N_GEN = 24 };
+    enum { N_GEN = 24, N_PROPOSERS = 3 };
     static const char *const prompts[] = {"Once upon a time", "The little dog"};
+    static const char *const names[N_PROPOSERS] = {"prompt lookup", "self-draft", "other hybrid as draft"};
+    llmm_model *other = load_model(g_case == &models[0] ? models[1].file : models[0].file, NULL);
+    const llmm_model *drafts[N_PROPOSERS] = {NULL, g_model, other};
     llmm_context *c = context_with(512, 1);
-    uint64_t proposed[2] = {0}, accepted[2] = {0}; /* prompt lookup, self-draft */
+    uint64_t proposed[N_PROPOSERS] = {0}, accepted[N_PROPOSERS] = {0};
     for (size_t pi = 0; pi < 2; pi++) {
         llmm_token plain[N_GEN], spec[N_GEN];
         llmm_generate_stats ps = {.size = sizeof ps};
         const size_t n = generate_greedy(c, prompts[pi], plain, N_GEN, &ps);
         size_t plain_len = 0, spec_len = 0;
         assert_int_equal(llmm_seq_length(c, 0, &plain_len), LLMM_OK);
-        for (int draft = 0; draft < 2; draft++) {
+        for (int pr = 0; pr < N_PROPOSERS; pr++) {
             for (int32_t k = 2; k <= 4; k += 2) {
                 llmm_sampler_params sp;
                 llmm_generate_params gp = greedy_params(&sp, spec, N_GEN);
                 gp.spec_max_tokens = k;
-                if (draft) gp.spec_draft_model = g_model;
-                else gp.spec_ngram = 2;
+                gp.spec_draft_model = drafts[pr];
+                gp.spec_ngram = drafts[pr] ? 0 : 2;
                 llmm_generate_stats ss = {.size = sizeof ss};
                 if (llmm_generate(c, prompts[pi], &gp, &ss)) fail_msg("llmm_generate: %s", llmm_context_last_error(c));
                 assert_int_equal(ss.n_generated, n);
                 for (size_t t = 0; t < n; t++)
                     if (spec[t] != plain[t])
-                        fail_msg("'%s' %s k %d: token %zu is %d, plain %d", prompts[pi], draft ? "self-draft" : "lookup",
-                                 k, t, spec[t], plain[t]);
+                        fail_msg("'%s' %s k %d: token %zu is %d, plain %d", prompts[pi], names[pr], k, t, spec[t], plain[t]);
                 assert_int_equal(llmm_seq_length(c, 0, &spec_len), LLMM_OK);
                 assert_int_equal(spec_len, plain_len);
-                proposed[draft] += ss.spec_proposed;
-                accepted[draft] += ss.spec_accepted;
+                proposed[pr] += ss.spec_proposed;
+                accepted[pr] += ss.spec_accepted;
             }
         }
     }
-    print_message("prompt lookup kept %llu of %llu guesses, self-draft %llu of %llu\n", (unsigned long long)accepted[0],
-                  (unsigned long long)proposed[0], (unsigned long long)accepted[1], (unsigned long long)proposed[1]);
-    /* lookup's guesses are mostly wrong on these tiny models: rejected rounds are exercised */
-    assert_true(proposed[0] > accepted[0] && proposed[1] > 0);
+    for (int pr = 0; pr < N_PROPOSERS; pr++)
+        print_message("%s kept %llu of %llu guesses\n", names[pr], (unsigned long long)accepted[pr],
+                      (unsigned long long)proposed[pr]);
+    /* lookup's and the other model's guesses are mostly wrong: rejected rounds are exercised */
+    assert_true(proposed[0] > accepted[0] && proposed[1] > 0 && proposed[2] > accepted[2]);
     llmm_context_free(c);
+    llmm_model_free(other);
 }
 
 /* The state slots are counted: three per sequence id (live, the copy a failed step restores,

@@ -419,6 +419,53 @@ static void test_verify_rejects_guesses(void **state) {
     free(spec.logits);
 }
 
+/* Two sequences in one verify step, each with a guess spoiled at another place: accepting the
+ * first computes its kept tokens again, which must leave the second's rows of the step as they
+ * were; both then continue as their plain runs. */
+static void test_batch_verify_two_sequences(void **state) {
+    (void)state;
+    enum { K = 3, N = 2 };
+    static const char *const prompts[N] = {"Once upon a time", "The little dog"};
+    llmm_context *c = context_with(512, N);
+    llmm_speculator *s = NULL;
+    assert_int_equal(llmm_speculator_create(c, NULL, &s), LLMM_OK);
+    llmm_sampler *smp = greedy_sampler();
+    run plain[N], spec[N];
+    llmm_token guess[N][K];
+    llmm_spec_item items[N];
+    for (int i = 0; i < N; i++) {
+        llmm_token ids[64];
+        const size_t n = prompt_ids(prompts[i], ids, 64);
+        plain_run(ids, n, &plain[i]);
+        run_init(&spec[i]);
+        assert_int_equal(llmm_prefill(c, i, ids, n, 0), LLMM_OK);
+        for (size_t j = 0; j < K; j++) guess[i][j] = plain[i].tokens[1 + j];
+        guess[i][i] = (guess[i][i] + 1) % (llmm_token)g_vocab; /* item i keeps i guesses */
+        items[i] = (llmm_spec_item){.seq = i, .pending = plain[i].tokens[0], .draft = guess[i], .n_draft = K};
+    }
+    assert_int_equal(llmm_speculator_verify(s, items, N), LLMM_OK);
+    for (int i = 0; i < N; i++) {
+        llmm_token out[K + 1];
+        size_t n_out = 0;
+        assert_int_equal(llmm_speculator_accept(s, (size_t)i, smp, out, K + 1, &n_out), LLMM_OK);
+        assert_int_equal(n_out, (size_t)i + 1);
+        for (size_t j = 0; j < n_out; j++) assert_int_equal(out[j], plain[i].tokens[1 + j]);
+    }
+    for (int i = 0; i < N; i++) {
+        const size_t next = (size_t)i + 1; /* plain[i].tokens[next] is the pending token */
+        llmm_seq_id seq = i;
+        assert_int_equal(llmm_decode(c, &seq, &plain[i].tokens[next], 1), LLMM_OK);
+        continue_greedy(c, i, &spec[i], next + 1);
+        memcpy(spec[i].logits, plain[i].logits, (next + 1) * g_vocab * sizeof *plain[i].logits);
+        memcpy(spec[i].tokens, plain[i].tokens, (next + 1) * sizeof *plain[i].tokens);
+        assert_same_run(&plain[i], &spec[i], prompts[i]);
+        free(plain[i].logits), free(spec[i].logits);
+    }
+    llmm_sampler_free(smp);
+    llmm_speculator_free(s);
+    llmm_context_free(c);
+}
+
 /* A verify step leaves a checkpoint where it began: truncating to it succeeds and the sequence
  * continues as if the round never ran; any other earlier position stays refused. */
 static void test_truncate_to_checkpoint(void **state) {
@@ -538,6 +585,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_failed_step_changes_nothing),
         cmocka_unit_test(test_prefix_cache_hit),
         cmocka_unit_test(test_verify_rejects_guesses),
+        cmocka_unit_test(test_batch_verify_two_sequences),
         cmocka_unit_test(test_truncate_to_checkpoint),
         cmocka_unit_test(test_speculative_generate_identical),
         cmocka_unit_test(test_memory_estimate_counts_state),

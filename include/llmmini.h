@@ -537,8 +537,9 @@ typedef struct llmm_context_memory {
     uint64_t host_bytes;        /* the process's memory; llmm_context_estimate's number on the CPU */
     uint64_t device_bytes;      /* the accelerator's memory; 0 on the CPU backend */
     uint64_t kv_pool_bytes;     /* the KV pool: n_ctx_total or kv_budget_bytes bound it; for a
-                                   model with recurrent layers (lfm2) also their state slots,
-                                   two per sequence id (n_seq_max) */
+                                   model with recurrent layers (lfm2, qwen35) also their state
+                                   slots, three per sequence id (n_seq_max), four with
+                                   prefix_cache */
     uint64_t weights_bytes;     /* the backend's own copy of the model's weights, counted in full
                                    (on CUDA it is made by a model's first context on a device and
                                    shared by the later ones); 0 on the CPU, where contexts read the
@@ -599,7 +600,9 @@ typedef int32_t llmm_seq_id;
  * holder lets go). The id stays in use when it came from llmm_seq_create. */
 LLMM_API llmm_status llmm_seq_clear(llmm_context *ctx, llmm_seq_id seq);
 /* Keep the first n_keep tokens of seq (n_keep <= its length), dropping the rest and releasing
- * blocks that no longer hold any of its positions. Errors: INVALID_ARG. */
+ * blocks that no longer hold any of its positions. Errors: INVALID_ARG; UNSUPPORTED for a model
+ * with recurrent layers when 0 < n_keep < length and n_keep is not the sequence's state
+ * checkpoint (docs/api.md "Recurrent state"; nothing changes then). */
 LLMM_API llmm_status llmm_seq_truncate(llmm_context *ctx, llmm_seq_id seq, size_t n_keep);
 /* Number of tokens seq holds. */
 LLMM_API llmm_status llmm_seq_length(llmm_context *ctx, llmm_seq_id seq, size_t *n);
@@ -1038,7 +1041,8 @@ LLMM_API llmm_status llmm_adapter_cache_get_entry(llmm_context *ctx, int32_t id,
  *   3. llmm_speculator_accept per item: the target keeps the longest acceptable prefix of the
  *      guesses, chooses one more token (the new pending one), and the sequence is truncated
  *      to pending + kept guesses: the blocks of the rejected positions go back to the pool,
- *      nothing is copied. Greedy samplers keep exactly the tokens plain decoding would give;
+ *      nothing is copied (a model with recurrent layers computes pending + kept guesses again
+ *      from the state checkpoint verify took, docs/api.md "Recurrent state"). Greedy samplers keep exactly the tokens plain decoding would give;
  *      sampling ones use rejection sampling (Leviathan et al. / Chen et al. 2023), which keeps
  *      the sampler's distribution exactly. */
 
@@ -1099,7 +1103,9 @@ LLMM_API llmm_status llmm_speculator_verify(llmm_speculator *spec, const llmm_sp
  * token written to out is accepted into sampler (llmm_sampler_accept). RNG: greedy draws
  * nothing; sampling draws one number per guess examined, then one for the next token.
  * Errors: INVALID_ARG (no such item, or it was decided already), BUFFER_TOO_SMALL (capacity <
- * 1 + n_draft; nothing changes), the sampling errors of llmm_sample. */
+ * 1 + n_draft; nothing changes), the sampling errors of llmm_sample; with recurrent layers
+ * also those of llmm_decode from computing the kept tokens again (the sequence is then back
+ * where the verify step began). */
 LLMM_API llmm_status llmm_speculator_accept(llmm_speculator *spec, size_t item, llmm_sampler *sampler,
                                             llmm_token *out, size_t capacity, size_t *n_out);
 

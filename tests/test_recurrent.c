@@ -1,7 +1,9 @@
 /* Recurrent state (lfm2's short convolutions, qwen35's Gated DeltaNet) through every sequence
  * operation: a prompt
  * fed whole, in chunks or token by token; forks; saved states; batches of sequences at mixed
- * positions; truncation, which the state cannot serve; the memory estimate. The reference is
+ * positions; truncation, which the state serves only at a checkpoint; speculative decoding,
+ * whose rejected guesses go back to the verify step's checkpoint; the prefix cache, which
+ * stores the state at a cached prefix's end; the memory estimate. The reference is
  * always the same model run plainly on the same backend, so each case shows that an operation
  * keeps the state exactly as an uninterrupted run would. The suite runs for each model on the
  * CPU, then on the emulated CUDA module when it is built (build/libllmmini-cuda-emu.so, or
@@ -20,15 +22,15 @@
 #include "llmmini.h"
 #include "support/fixtures.h"
 
-/* The models, and one sequence's state in bytes (both slots): lfm2 has 2 short-convolution
+/* The models, and one sequence's state in bytes (all three slots): lfm2 has 2 short-convolution
  * layers of (3 - 1) taps x 64 channels; qwen35 3 DeltaNet layers of (4 - 1) x 128 convolution
  * inputs and 4 heads of 16 x 16. */
 static const struct recurrent_model {
     const char *file;
     uint64_t state_bytes;
 } models[] = {
-    {"golden/arch/tiny-lfm2.gguf", 2ull * 2 * (3 - 1) * 64 * sizeof(float)},
-    {"golden/arch/tiny-qwen35.gguf", 2ull * 3 * ((4 - 1) * 128 + 4 * 16 * 16) * sizeof(float)},
+    {"golden/arch/tiny-lfm2.gguf", 3ull * 2 * (3 - 1) * 64 * sizeof(float)},
+    {"golden/arch/tiny-qwen35.gguf", 3ull * 3 * ((4 - 1) * 128 + 4 * 16 * 16) * sizeof(float)},
 };
 static const struct recurrent_model *g_case;
 #define N_STEPS 12
@@ -115,29 +117,37 @@ static void plain_run(const llmm_token *ids, size_t n, run *r) {
     llmm_context_free(c);
 }
 
+/* A prompt whole, in prefill steps of 3 rows and token by token; the long one spans several
+ * of qwen35's DeltaNet chunks (16 rows) in one step. */
 static void test_chunks_and_single_tokens(void **state) {
     (void)state;
-    llmm_token ids[64];
-    const size_t n = prompt_ids("Once upon a time there was a little dog", ids, 64);
-    run whole, chunks, single;
-    plain_run(ids, n, &whole);
-    run_init(&chunks);
-    llmm_context *c = context_with(3, 1); /* prefill steps of 3 rows */
-    assert_int_equal(llmm_prefill(c, 0, ids, n, 0), LLMM_OK);
-    continue_greedy(c, 0, &chunks, 0);
-    llmm_context_free(c);
-    run_init(&single);
-    c = context_with(512, 1);
-    assert_int_equal(llmm_prefill(c, 0, ids, 1, 0), LLMM_OK);
-    for (size_t i = 1; i < n; i++) {
-        llmm_seq_id s = 0;
-        assert_int_equal(llmm_decode(c, &s, &ids[i], 1), LLMM_OK);
+    static const char *const prompts[] = {
+        "Once upon a time there was a little dog",
+        "Once upon a time there was a little dog named Max. Max liked to run in the park with a big red ball."};
+    for (size_t pi = 0; pi < 2; pi++) {
+        llmm_token ids[100]; /* with N_STEPS more, within n_ctx 128 */
+        const size_t n = prompt_ids(prompts[pi], ids, 100);
+        if (pi) assert_true(n > 32);
+        run whole, chunks, single;
+        plain_run(ids, n, &whole);
+        run_init(&chunks);
+        llmm_context *c = context_with(3, 1); /* prefill steps of 3 rows */
+        assert_int_equal(llmm_prefill(c, 0, ids, n, 0), LLMM_OK);
+        continue_greedy(c, 0, &chunks, 0);
+        llmm_context_free(c);
+        run_init(&single);
+        c = context_with(512, 1);
+        assert_int_equal(llmm_prefill(c, 0, ids, 1, 0), LLMM_OK);
+        for (size_t i = 1; i < n; i++) {
+            llmm_seq_id s = 0;
+            assert_int_equal(llmm_decode(c, &s, &ids[i], 1), LLMM_OK);
+        }
+        continue_greedy(c, 0, &single, 0);
+        llmm_context_free(c);
+        assert_same_run(&whole, &chunks, pi ? "long prompt, prefill in chunks of 3" : "prefill in chunks of 3");
+        assert_same_run(&whole, &single, pi ? "long prompt, token by token" : "prompt token by token");
+        free(whole.logits), free(chunks.logits), free(single.logits);
     }
-    continue_greedy(c, 0, &single, 0);
-    llmm_context_free(c);
-    assert_same_run(&whole, &chunks, "prefill in chunks of 3");
-    assert_same_run(&whole, &single, "prompt token by token");
-    free(whole.logits), free(chunks.logits), free(single.logits);
 }
 
 /* Fork after the prompt, then each branch takes its own next token: each equals a fresh run
@@ -302,47 +312,251 @@ static void test_failed_step_changes_nothing(void **state) {
     free(plain.logits), free(again.logits);
 }
 
-/* With the prefix cache on, a second sequence with the same prompt is computed in full (a
- * cached prefix holds K/V, not the recurrent state at its end): it equals the first. */
-static void test_prefix_cache_not_reused(void **state) {
+/* With the prefix cache on, the first prompt stores the state at the end of its last full
+ * block; the same prompt again and a longer one starting with it then attach the cached blocks
+ * and that state, and each equals a cold run without the cache. */
+static void test_prefix_cache_hit(void **state) {
     (void)state;
-    llmm_token ids[64];
-    const size_t n = prompt_ids("Once upon a time there was a little dog", ids, 64);
+    static const char *const prompts[3] = {"Once upon a time there was a little dog",
+                                           "Once upon a time there was a little dog and a big red ball",
+                                           "Once upon a time there was a little dog"};
     llmm_context_params cp = params_with(512, 2);
     cp.kv_block_size = 4;
     cp.prefix_cache = 1;
     llmm_context *c = make_context(g_model, &cp);
-    run first, second;
-    run_init(&first);
-    run_init(&second);
-    assert_int_equal(llmm_prefill(c, 0, ids, n, 0), LLMM_OK);
-    continue_greedy(c, 0, &first, 0);
-    assert_int_equal(llmm_prefill(c, 1, ids, n, 0), LLMM_OK);
-    continue_greedy(c, 1, &second, 0);
-    llmm_context_stats st = {.size = sizeof st};
-    assert_int_equal(llmm_context_get_stats(c, &st), LLMM_OK);
-    assert_int_equal(st.prefix_hits, 0);
-    assert_same_run(&first, &second, "same prompt, prefix cache on");
+    uint64_t hits_before = 0;
+    for (int i = 0; i < 3; i++) {
+        llmm_token ids[64];
+        const size_t n = prompt_ids(prompts[i], ids, 64);
+        run cold, cached;
+        plain_run(ids, n, &cold);
+        run_init(&cached);
+        const llmm_seq_id seq = i % 2;
+        assert_int_equal(llmm_seq_clear(c, seq), LLMM_OK);
+        assert_int_equal(llmm_prefill(c, seq, ids, n, 0), LLMM_OK);
+        continue_greedy(c, seq, &cached, 0);
+        llmm_context_stats st = {.size = sizeof st};
+        assert_int_equal(llmm_context_get_stats(c, &st), LLMM_OK);
+        print_message("prompt %d: %llu tokens from the prefix cache\n", i,
+                      (unsigned long long)(st.prefix_hits - hits_before));
+        if (i == 0) assert_int_equal(st.prefix_hits, 0);
+        else assert_true(st.prefix_hits >= hits_before + 4);
+        hits_before = st.prefix_hits;
+        assert_same_run(&cold, &cached, i ? "prefix cache hit" : "prefix cache, first prompt");
+        free(cold.logits), free(cached.logits);
+    }
     llmm_context_free(c);
-    free(first.logits), free(second.logits);
 }
 
-/* Speculative decoding would roll rejected guesses back by position: refused for now. */
-static void test_speculator_refused(void **state) {
+/* A prompt run plainly (the reference), and a context holding the prompt in sequence 0 with a
+ * speculator without proposer over it (the test makes the guesses) and a greedy sampler. */
+typedef struct spec_rig {
+    llmm_token ids[64];
+    size_t n;
+    run plain;
+    llmm_context *c;
+    llmm_speculator *s;
+    llmm_sampler *smp;
+} spec_rig;
+
+static void rig_open(spec_rig *r, const char *prompt) {
+    r->n = prompt_ids(prompt, r->ids, 64);
+    plain_run(r->ids, r->n, &r->plain);
+    r->c = context_with(512, 1);
+    assert_int_equal(llmm_speculator_create(r->c, NULL, &r->s), LLMM_OK);
+    r->smp = greedy_sampler();
+    assert_int_equal(llmm_prefill(r->c, 0, r->ids, r->n, 0), LLMM_OK);
+}
+
+static void rig_close(spec_rig *r) {
+    llmm_sampler_free(r->smp);
+    llmm_speculator_free(r->s);
+    llmm_context_free(r->c);
+    free(r->plain.logits);
+}
+
+/* Verify rounds over plain decoding's own tokens with one guess spoiled (a different place each
+ * round, or none): each round keeps exactly the guesses before the spoiled one, and the state
+ * after it is the plain run's, so the step after the last round has the plain run's logits. */
+static void test_verify_rejects_guesses(void **state) {
     (void)state;
-    llmm_context *c = context_with(512, 1);
-    llmm_speculator_params sp;
-    llmm_speculator_params_default(&sp, sizeof sp);
-    sp.ngram = 2;
+    enum { K = 3 };
+    spec_rig rig;
+    rig_open(&rig, "Once upon a time there was");
+    llmm_context *c = rig.c;
+    const run plain = rig.plain;
+    const size_t n = rig.n;
+    run spec;
+    run_init(&spec);
+    size_t i = 0, kept_all = 0, rejected = 0; /* plain.tokens[i] is the pending token */
+    for (size_t round = 0; i + 1 + K < N_STEPS; round++) {
+        const size_t spoil = round % (K + 1); /* K: nothing spoiled */
+        llmm_token guess[K], out[K + 1];
+        for (size_t j = 0; j < K; j++) guess[j] = plain.tokens[i + 1 + j];
+        if (spoil < K) guess[spoil] = (guess[spoil] + 1) % (llmm_token)g_vocab;
+        const llmm_spec_item item = {.seq = 0, .pending = plain.tokens[i], .draft = guess, .n_draft = K};
+        assert_int_equal(llmm_speculator_verify(rig.s, &item, 1), LLMM_OK);
+        size_t n_out = 0;
+        assert_int_equal(llmm_speculator_accept(rig.s, 0, rig.smp, out, K + 1, &n_out), LLMM_OK);
+        assert_int_equal(n_out, spoil + 1);
+        for (size_t j = 0; j < n_out; j++) assert_int_equal(out[j], plain.tokens[i + 1 + j]);
+        i += n_out;
+        size_t len = 0;
+        assert_int_equal(llmm_seq_length(c, 0, &len), LLMM_OK);
+        assert_int_equal(len, n + i);
+        kept_all += spoil == K;
+        rejected += spoil < K;
+    }
+    assert_true(kept_all > 0 && rejected > 0);
+    llmm_seq_id seq = 0;
+    assert_int_equal(llmm_decode(c, &seq, &plain.tokens[i], 1), LLMM_OK);
+    /* the remaining steps decoded plainly; the rounds' steps take the plain run's rows */
+    continue_greedy(c, 0, &spec, i + 1);
+    memcpy(spec.logits, plain.logits, (i + 1) * g_vocab * sizeof *plain.logits);
+    memcpy(spec.tokens, plain.tokens, (i + 1) * sizeof *plain.tokens);
+    assert_same_run(&plain, &spec, "verify rounds, guesses rejected");
+    rig_close(&rig);
+    free(spec.logits);
+}
+
+/* Two sequences in one verify step, each with a guess spoiled at another place: accepting the
+ * first computes its kept tokens again, which must leave the second's rows of the step as they
+ * were; both then continue as their plain runs. */
+static void test_batch_verify_two_sequences(void **state) {
+    (void)state;
+    enum { K = 3, N = 2 };
+    static const char *const prompts[N] = {"Once upon a time", "The little dog"};
+    llmm_context *c = context_with(512, N);
     llmm_speculator *s = NULL;
-    assert_int_equal(llmm_speculator_create(c, &sp, &s), LLMM_ERR_UNSUPPORTED);
-    assert_null(s);
-    assert_non_null(strstr(llmm_context_last_error(c), "recurrent state"));
+    assert_int_equal(llmm_speculator_create(c, NULL, &s), LLMM_OK);
+    llmm_sampler *smp = greedy_sampler();
+    run plain[N], spec[N];
+    llmm_token guess[N][K];
+    llmm_spec_item items[N];
+    for (int i = 0; i < N; i++) {
+        llmm_token ids[64];
+        const size_t n = prompt_ids(prompts[i], ids, 64);
+        plain_run(ids, n, &plain[i]);
+        run_init(&spec[i]);
+        assert_int_equal(llmm_prefill(c, i, ids, n, 0), LLMM_OK);
+        for (size_t j = 0; j < K; j++) guess[i][j] = plain[i].tokens[1 + j];
+        guess[i][i] = (guess[i][i] + 1) % (llmm_token)g_vocab; /* item i keeps i guesses */
+        items[i] = (llmm_spec_item){.seq = i, .pending = plain[i].tokens[0], .draft = guess[i], .n_draft = K};
+    }
+    assert_int_equal(llmm_speculator_verify(s, items, N), LLMM_OK);
+    for (int i = 0; i < N; i++) {
+        llmm_token out[K + 1];
+        size_t n_out = 0;
+        assert_int_equal(llmm_speculator_accept(s, (size_t)i, smp, out, K + 1, &n_out), LLMM_OK);
+        assert_int_equal(n_out, (size_t)i + 1);
+        for (size_t j = 0; j < n_out; j++) assert_int_equal(out[j], plain[i].tokens[1 + j]);
+    }
+    for (int i = 0; i < N; i++) {
+        const size_t next = (size_t)i + 1; /* plain[i].tokens[next] is the pending token */
+        llmm_seq_id seq = i;
+        assert_int_equal(llmm_decode(c, &seq, &plain[i].tokens[next], 1), LLMM_OK);
+        continue_greedy(c, i, &spec[i], next + 1);
+        memcpy(spec[i].logits, plain[i].logits, (next + 1) * g_vocab * sizeof *plain[i].logits);
+        memcpy(spec[i].tokens, plain[i].tokens, (next + 1) * sizeof *plain[i].tokens);
+        assert_same_run(&plain[i], &spec[i], prompts[i]);
+        free(plain[i].logits), free(spec[i].logits);
+    }
+    llmm_sampler_free(smp);
+    llmm_speculator_free(s);
     llmm_context_free(c);
 }
 
-/* The state slots are counted: two per sequence id (live and the copy a failed step restores),
- * each the model's state (models[]). */
+/* A verify step leaves a checkpoint where it began: truncating to it succeeds and the sequence
+ * continues as if the round never ran; any other earlier position stays refused. */
+static void test_truncate_to_checkpoint(void **state) {
+    (void)state;
+    spec_rig rig;
+    rig_open(&rig, "Once upon a time");
+    llmm_context *c = rig.c;
+    const run plain = rig.plain;
+    const size_t n = rig.n;
+    run after;
+    run_init(&after);
+    const llmm_token guess[2] = {plain.tokens[1], plain.tokens[2]};
+    const llmm_spec_item item = {.seq = 0, .pending = plain.tokens[0], .draft = guess, .n_draft = 2};
+    assert_int_equal(llmm_speculator_verify(rig.s, &item, 1), LLMM_OK);
+    llmm_token out[3];
+    size_t n_out = 0;
+    assert_int_equal(llmm_speculator_accept(rig.s, 0, rig.smp, out, 3, &n_out), LLMM_OK);
+    llmm_seq_id seq = 0;
+    assert_int_equal(llmm_decode(c, &seq, &out[n_out - 1], 1), LLMM_OK); /* the checkpoint stays */
+    size_t len = 0;
+    assert_int_equal(llmm_seq_length(c, 0, &len), LLMM_OK);
+    assert_int_equal(len, n + n_out + 1);
+    assert_int_equal(llmm_seq_truncate(c, 0, n + 1), LLMM_ERR_UNSUPPORTED);
+    assert_non_null(strstr(llmm_context_last_error(c), "checkpoint"));
+    assert_int_equal(llmm_seq_truncate(c, 0, n), LLMM_OK);
+    assert_int_equal(llmm_seq_length(c, 0, &len), LLMM_OK);
+    assert_int_equal(len, n);
+    assert_int_equal(llmm_decode(c, &seq, &plain.tokens[0], 1), LLMM_OK);
+    continue_greedy(c, 0, &after, 1);
+    memcpy(after.logits, plain.logits, g_vocab * sizeof *plain.logits);
+    after.tokens[0] = plain.tokens[0];
+    assert_same_run(&plain, &after, "truncated to the checkpoint");
+    /* cleared: the checkpoint is gone with the tokens before it */
+    assert_int_equal(llmm_seq_clear(c, 0), LLMM_OK);
+    assert_int_equal(llmm_prefill(c, 0, rig.ids, n, 0), LLMM_OK);
+    assert_int_equal(llmm_decode(c, &seq, &plain.tokens[0], 1), LLMM_OK);
+    assert_int_equal(llmm_seq_truncate(c, 0, n), LLMM_ERR_UNSUPPORTED);
+    rig_close(&rig);
+    free(after.logits);
+}
+
+/* llmm_generate with prompt lookup, with the model as its own draft and with the other hybrid
+ * (same vocabulary) as draft gives plain decoding's greedy tokens, for several draft lengths,
+ * and leaves the sequence as long as plain's. The other hybrid's guesses are often wrong, so
+ * the draft's own sequence goes back through its checkpoint too. */
+static void test_speculative_generate_identical(void **state) {
+    (void)state;
+    enum { N_GEN = 24, N_PROPOSERS = 3 };
+    static const char *const prompts[] = {"Once upon a time", "The little dog"};
+    static const char *const names[N_PROPOSERS] = {"prompt lookup", "self-draft", "other hybrid as draft"};
+    llmm_model *other = load_model(g_case == &models[0] ? models[1].file : models[0].file, NULL);
+    const llmm_model *drafts[N_PROPOSERS] = {NULL, g_model, other};
+    llmm_context *c = context_with(512, 1);
+    uint64_t proposed[N_PROPOSERS] = {0}, accepted[N_PROPOSERS] = {0};
+    for (size_t pi = 0; pi < 2; pi++) {
+        llmm_token plain[N_GEN], spec[N_GEN];
+        llmm_generate_stats ps = {.size = sizeof ps};
+        const size_t n = generate_greedy(c, prompts[pi], plain, N_GEN, &ps);
+        size_t plain_len = 0, spec_len = 0;
+        assert_int_equal(llmm_seq_length(c, 0, &plain_len), LLMM_OK);
+        for (int pr = 0; pr < N_PROPOSERS; pr++) {
+            for (int32_t k = 2; k <= 4; k += 2) {
+                llmm_sampler_params sp;
+                llmm_generate_params gp = greedy_params(&sp, spec, N_GEN);
+                gp.spec_max_tokens = k;
+                gp.spec_draft_model = drafts[pr];
+                gp.spec_ngram = drafts[pr] ? 0 : 2;
+                llmm_generate_stats ss = {.size = sizeof ss};
+                if (llmm_generate(c, prompts[pi], &gp, &ss)) fail_msg("llmm_generate: %s", llmm_context_last_error(c));
+                assert_int_equal(ss.n_generated, n);
+                for (size_t t = 0; t < n; t++)
+                    if (spec[t] != plain[t])
+                        fail_msg("'%s' %s k %d: token %zu is %d, plain %d", prompts[pi], names[pr], k, t, spec[t], plain[t]);
+                assert_int_equal(llmm_seq_length(c, 0, &spec_len), LLMM_OK);
+                assert_int_equal(spec_len, plain_len);
+                proposed[pr] += ss.spec_proposed;
+                accepted[pr] += ss.spec_accepted;
+            }
+        }
+    }
+    for (int pr = 0; pr < N_PROPOSERS; pr++)
+        print_message("%s kept %llu of %llu guesses\n", names[pr], (unsigned long long)accepted[pr],
+                      (unsigned long long)proposed[pr]);
+    /* lookup's and the other model's guesses are mostly wrong: rejected rounds are exercised */
+    assert_true(proposed[0] > accepted[0] && proposed[1] > 0 && proposed[2] > accepted[2]);
+    llmm_context_free(c);
+    llmm_model_free(other);
+}
+
+/* The state slots are counted: three per sequence id (live, the copy a failed step restores,
+ * the checkpoint), each the model's state (models[]), and a fourth with the prefix cache. */
 static void test_memory_estimate_counts_state(void **state) {
     (void)state;
     llmm_context_params cp = params_with(512, 1);
@@ -353,6 +567,11 @@ static void test_memory_estimate_counts_state(void **state) {
     cp.n_seq_max = 4;
     assert_int_equal(llmm_context_estimate_memory(g_model, &cp, &four), LLMM_OK);
     assert_int_equal(four.kv_pool_bytes - one.kv_pool_bytes, 3 * g_case->state_bytes);
+    /* the prefix cache adds one slot per sequence id for the cached prefixes' states */
+    llmm_context_memory cached = {.size = sizeof cached};
+    cp.prefix_cache = 1;
+    assert_int_equal(llmm_context_estimate_memory(g_model, &cp, &cached), LLMM_OK);
+    assert_int_equal(cached.kv_pool_bytes - four.kv_pool_bytes, 4 * g_case->state_bytes / 3);
 }
 
 int main(int argc, char **argv) {
@@ -364,8 +583,11 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_six_sequences_batched),
         cmocka_unit_test(test_truncate_refused),
         cmocka_unit_test(test_failed_step_changes_nothing),
-        cmocka_unit_test(test_prefix_cache_not_reused),
-        cmocka_unit_test(test_speculator_refused),
+        cmocka_unit_test(test_prefix_cache_hit),
+        cmocka_unit_test(test_verify_rejects_guesses),
+        cmocka_unit_test(test_batch_verify_two_sequences),
+        cmocka_unit_test(test_truncate_to_checkpoint),
+        cmocka_unit_test(test_speculative_generate_identical),
         cmocka_unit_test(test_memory_estimate_counts_state),
     };
     char module[1024];

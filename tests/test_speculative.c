@@ -31,15 +31,6 @@
 static char draft_path[128]; /* the random same-vocabulary draft, made once by llmmini-synth */
 static char synth_tool[1024];
 
-static llmm_sampler *greedy_sampler(void) {
-    llmm_sampler_params sp;
-    llmm_sampler_params_default(&sp, sizeof sp);
-    sp.temperature = 0;
-    llmm_sampler *smp = NULL;
-    assert_int_equal(llmm_sampler_create(&sp, &smp), LLMM_OK);
-    return smp;
-}
-
 static llmm_context *spec_context(llmm_model *m, uint32_t n_seq, uint32_t block_size) {
     llmm_context_params p;
     llmm_context_params_default(&p, sizeof p);

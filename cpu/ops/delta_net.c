@@ -1,7 +1,8 @@
 /* qwen35's Gated DeltaNet layers (backend.h llmm_delta_batch) and the split of its gated query
- * rows. The recurrence runs token by token, the form that equals the chunked one of the
- * reference within float rounding; its cost per token is heads x head_dim^2, small beside the
- * layer's matmuls at these sizes, so it runs on the calling thread. */
+ * rows. A decode row runs the recurrence one token at a time; a sequence's prompt rows run the
+ * chunked form of the delta rule (below), equal within float rounding. Their cost per token is
+ * heads x head_dim^2 (plus chunk x head_dim for the chunked form), small beside the layer's
+ * matmuls at these sizes, so it runs on the calling thread. */
 #include <math.h>
 #include <string.h>
 
@@ -76,25 +77,116 @@ static void delta_head(float *S, const float *q, const float *k, const float *v,
     }
 }
 
-/* Row r after its convolution: normalized q and k, every value head's update, the gated norm. */
+/* Row r's q and k heads L2-normalized in place; its value head j's update rate beta and log
+ * decay g (the state is multiplied by exp(g)). */
+static void normalize_qk(const llmm_delta_batch *b, size_t conv_dim, size_t r) {
+    const size_t d = b->head_dim, G = b->n_k_heads;
+    float *x = b->work + r * conv_dim;
+    for (size_t h = 0; h < 2 * G; h++) l2_normalize(x + h * d, d, b->eps);
+}
+
+static void head_gates(const llmm_delta_batch *b, size_t r, size_t j, float *beta, float *g) {
+    const size_t V = b->n_v_heads;
+    *beta = 1.0f / (1.0f + expf(-b->beta_raw[r * V + j]));
+    *g = softplus(b->alpha_raw[r * V + j] + b->dt_bias[j]) * b->a[j];
+}
+
+/* Row r's head j output: RMS-normalized, scaled by the norm weights and gated by SiLU(z). */
+static void gated_norm(const llmm_delta_batch *b, size_t r, size_t j) {
+    const size_t d = b->head_dim, V = b->n_v_heads;
+    float *o = b->out + r * V * d + j * d;
+    float sum = 0.f;
+    for (size_t i = 0; i < d; i++) sum += o[i] * o[i];
+    const float inv = 1.0f / sqrtf(sum / (float)d + b->eps);
+    const float *z = b->z + r * V * d + j * d;
+    for (size_t i = 0; i < d; i++) o[i] = o[i] * inv * b->norm[i] * silu(z[i]);
+}
+
+/* A decode row: normalized q and k, every value head's update, the gated norm. */
 static void delta_row(const llmm_delta_batch *b, size_t conv_dim, size_t r, float *S) {
     const size_t d = b->head_dim, G = b->n_k_heads, V = b->n_v_heads;
     float *x = b->work + r * conv_dim, *q = x, *k = x + G * d, *v = x + 2 * G * d;
-    for (size_t h = 0; h < G; h++) {
-        l2_normalize(q + h * d, d, b->eps);
-        l2_normalize(k + h * d, d, b->eps);
-    }
+    normalize_qk(b, conv_dim, r);
     for (size_t j = 0; j < V; j++) {
-        const float beta = 1.0f / (1.0f + expf(-b->beta_raw[r * V + j]));
-        const float g = softplus(b->alpha_raw[r * V + j] + b->dt_bias[j]) * b->a[j];
-        float *o = b->out + r * V * d + j * d;
-        delta_head(S + j * d * d, q + (j % G) * d, k + (j % G) * d, v + j * d, beta, expf(g), d, o);
-        float sum = 0.f;
-        for (size_t i = 0; i < d; i++) sum += o[i] * o[i];
-        const float inv = 1.0f / sqrtf(sum / (float)d + b->eps);
-        const float *z = b->z + r * V * d + j * d;
-        for (size_t i = 0; i < d; i++) o[i] = o[i] * inv * b->norm[i] * silu(z[i]);
+        float beta, g;
+        head_gates(b, r, j, &beta, &g);
+        delta_head(S + j * d * d, q + (j % G) * d, k + (j % G) * d, v + j * d, beta, expf(g), d,
+                   b->out + r * V * d + j * d);
+        gated_norm(b, r, j);
     }
+}
+
+/* The chunked form of the delta rule for prompt rows. Over a chunk of C rows starting from
+ * state S0, with G_t the running sum of the log decays, S_t = e^G_t S0 + sum_{s<=t}
+ * e^(G_t - G_s) k_s u_s^T, where the updates u solve the lower-triangular system
+ *   u_t = beta_t (v_t - e^G_t S0^T k_t - sum_{s<t} e^(G_t - G_s) (k_s . k_t) u_s)
+ * and o_t = S_t^T q_t. S0 is read C times for k and q and written once at the chunk's end, not
+ * rewritten per token; the rest is C x C dot products of head_dim. It equals the token-by-token
+ * recurrence within float rounding (tests/test_recurrent.c: a prompt whole, in chunks of 3 and
+ * token by token). */
+#define DELTA_CHUNK 16
+
+static float dot(const float *a, const float *b, size_t n) {
+    float acc = 0.f;
+    for (size_t i = 0; i < n; i++) acc += a[i] * b[i];
+    return acc;
+}
+
+/* (S^T x)[jj] for the d x d matrix S. */
+static void read_out(const float *S, const float *x, size_t d, float *y) {
+    for (size_t jj = 0; jj < d; jj++) y[jj] = 0.f;
+    for (size_t i = 0; i < d; i++)
+        for (size_t jj = 0; jj < d; jj++) y[jj] += S[i * d + jj] * x[i];
+}
+
+/* Value head j over rows [r0, r0 + n), n <= DELTA_CHUNK, their q and k normalized. */
+static void delta_head_chunk(const llmm_delta_batch *b, size_t conv_dim, size_t r0, size_t n, size_t j, float *S) {
+    const size_t d = b->head_dim, G = b->n_k_heads, V = b->n_v_heads;
+    const size_t qo = (j % G) * d, ko = G * d + (j % G) * d, vo = 2 * G * d + j * d;
+    float u[DELTA_CHUNK][LLMM_MAX_SSM_HEAD], cum[DELTA_CHUNK], w[LLMM_MAX_SSM_HEAD];
+    const float scale = 1.0f / sqrtf((float)d);
+    for (size_t t = 0; t < n; t++) {
+        const float *x = b->work + (r0 + t) * conv_dim;
+        float beta, g;
+        head_gates(b, r0 + t, j, &beta, &g);
+        cum[t] = (t ? cum[t - 1] : 0.f) + g;
+        read_out(S, x + ko, d, w);
+        const float e = expf(cum[t]);
+        for (size_t jj = 0; jj < d; jj++) u[t][jj] = x[vo + jj] - e * w[jj];
+        for (size_t s = 0; s < t; s++) {
+            const float c = expf(cum[t] - cum[s]) * dot(b->work + (r0 + s) * conv_dim + ko, x + ko, d);
+            for (size_t jj = 0; jj < d; jj++) u[t][jj] -= c * u[s][jj];
+        }
+        for (size_t jj = 0; jj < d; jj++) u[t][jj] *= beta;
+        float *o = b->out + (r0 + t) * V * d + j * d;
+        read_out(S, x + qo, d, w);
+        for (size_t jj = 0; jj < d; jj++) o[jj] = e * w[jj];
+        for (size_t s = 0; s <= t; s++) {
+            const float c = expf(cum[t] - cum[s]) * dot(b->work + (r0 + s) * conv_dim + ko, x + qo, d);
+            for (size_t jj = 0; jj < d; jj++) o[jj] += c * u[s][jj];
+        }
+        for (size_t jj = 0; jj < d; jj++) o[jj] *= scale;
+    }
+    const float e_end = expf(cum[n - 1]);
+    for (size_t i = 0; i < d * d; i++) S[i] *= e_end;
+    for (size_t s = 0; s < n; s++) {
+        const float *k = b->work + (r0 + s) * conv_dim + ko;
+        const float c = expf(cum[n - 1] - cum[s]);
+        for (size_t i = 0; i < d; i++)
+            for (size_t jj = 0; jj < d; jj++) S[i * d + jj] += c * k[i] * u[s][jj];
+    }
+}
+
+/* Rows [r0, r1) of one sequence's prompt, in chunks. */
+static void delta_prompt_rows(const llmm_delta_batch *b, size_t conv_dim, size_t r0, size_t r1, float *S) {
+    const size_t d = b->head_dim, V = b->n_v_heads;
+    for (size_t r = r0; r < r1; r++) normalize_qk(b, conv_dim, r);
+    for (size_t c0 = r0; c0 < r1; c0 += DELTA_CHUNK) {
+        const size_t n = LLMM_MIN((size_t)DELTA_CHUNK, r1 - c0);
+        for (size_t j = 0; j < V; j++) delta_head_chunk(b, conv_dim, c0, n, j, S + j * d * d);
+    }
+    for (size_t r = r0; r < r1; r++)
+        for (size_t j = 0; j < V; j++) gated_norm(b, r, j);
 }
 
 llmm_status llmm__cpu_gated_delta_net(void *st, const llmm_delta_batch *b) {
@@ -112,7 +204,8 @@ llmm_status llmm__cpu_gated_delta_net(void *st, const llmm_delta_batch *b) {
         float *S = state + (size_t)(b->kernel - 1) * conv_dim;
         /* a sequence starting at position 0 starts from empty matrices, whatever its slot held */
         if (step->pos[r0] == 0) memset(S, 0, (size_t)b->n_v_heads * b->head_dim * b->head_dim * sizeof *S);
-        for (size_t r = r0; r < r1; r++) delta_row(b, conv_dim, r, S);
+        if (r1 - r0 > 1) delta_prompt_rows(b, conv_dim, r0, r1, S);
+        else delta_row(b, conv_dim, r0, S);
         r0 = r1;
     }
     return LLMM_OK;

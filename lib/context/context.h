@@ -21,14 +21,25 @@ typedef struct llmm_activations {
 } llmm_activations;
 
 /* The recurrent state of the short-convolution (lfm2) or Gated DeltaNet (qwen35) layers, in
- * one backend buffer: for each sequence id, for each recurrent layer, llmm_weights.state_floats
- * (backend.h llmm_conv_batch, llmm_delta_batch). Its second half holds a copy of each sequence's state taken before a
- * step changes it, put back when the step fails, so that a failed call changes nothing. */
+ * one backend buffer of three slots per sequence id, each for every recurrent layer
+ * llmm_weights.state_floats (backend.h llmm_conv_batch, llmm_delta_batch): the live state; a
+ * copy taken before a step changes it, put back when the step fails, so that a failed call
+ * changes nothing; and a checkpoint, the state after the sequence's first checkpoint_len[seq]
+ * tokens, which a speculative verify step takes so that rejected guesses can be dropped
+ * (checkpoint.c); with the prefix cache on, a fourth group of n_seq slots holds the states at
+ * the ends of cached prompt prefixes (prefix_state.c). */
+#define LLMM__NO_CHECKPOINT UINT32_MAX
 typedef struct llmm_recurrent {
-    float *states;      /* buffer (2 * n_seq * seq_floats), NULL: the model has no recurrent layers */
+    float *states;      /* buffer ((3 or 4) * n_seq * seq_floats), NULL: the model has no recurrent layers */
     size_t seq_floats;  /* one sequence id's state, every recurrent layer */
     size_t layer_floats;
     uint32_t n_seq;
+    uint32_t *checkpoint_len; /* (n_seq) the checkpoint's position, or LLMM__NO_CHECKPOINT */
+    /* with the prefix cache, n_seq more slots after the checkpoints: states at the end of
+     * cached prompt prefixes (prefix_state.c), by the prefix's cache key (0: empty) */
+    uint64_t *prefix_key;  /* (n_seq), NULL without the prefix cache */
+    uint64_t *prefix_used; /* (n_seq) when each was last stored or used: the oldest goes first */
+    uint64_t prefix_clock;
 } llmm_recurrent;
 
 struct llmm_context {
@@ -115,12 +126,33 @@ llmm_status llmm__ctx_fetch_logits(llmm_context *ctx, size_t dst_row, size_t m);
 /* Recurrent state (recurrent.c): bytes for a model and n_seq sequences; allocation; a
  * sequence's state copied to another (fork); the states of the given sequences saved before a
  * step and put back after a failed one. All no-ops for models without recurrent layers. */
-size_t llmm__recurrent_bytes(const llmm_model *m, uint32_t n_seq);
+size_t llmm__recurrent_bytes(const llmm_model *m, uint32_t n_seq, int prefix_cache);
 llmm_status llmm__recurrent_init(llmm_context *ctx, llmm_diag *d);
 void llmm__recurrent_free(llmm_context *ctx);
 llmm_status llmm__recurrent_copy(llmm_context *ctx, llmm_seq_id src, llmm_seq_id dst);
 llmm_status llmm__recurrent_save(llmm_context *ctx, const llmm_seq_id *seqs, size_t n);
 void llmm__recurrent_restore(llmm_context *ctx, const llmm_seq_id *seqs, size_t n);
+/* State checkpoints (checkpoint.c), no-ops without recurrent layers: take one of each given
+ * sequence at its current length; forget seq's; put seq's state back to its checkpoint and keep
+ * the tokens before it (0 < checkpoint_len <= len, checked by the caller). */
+llmm_status llmm__checkpoint_take(llmm_context *ctx, const llmm_seq_id *seqs, size_t n);
+void llmm__checkpoint_forget(llmm_context *ctx, llmm_seq_id seq);
+llmm_status llmm__checkpoint_return(llmm_context *ctx, llmm_seq_id seq);
+/* Keep seq's first n_keep tokens, whatever its state: without recurrent layers a truncation;
+ * with them, back to the checkpoint and the tokens from it to n_keep computed again (no logits:
+ * the host's rows of the last step stay readable). UNSUPPORTED (recorded) when no checkpoint
+ * lies in [1, n_keep] or more than LLMM__REWIND_MAX tokens would be recomputed; on a failed
+ * recomputation the sequence is left at its checkpoint (recorded). */
+#define LLMM__REWIND_MAX 64u
+llmm_status llmm__seq_rewind(llmm_context *ctx, llmm_seq_id seq, uint32_t n_keep);
+/* Prompt prefixes of recurrent models in the prefix cache (prefix_state.c). attach: for an
+ * empty seq, the cached blocks of the longest prefix of tokens[0, n) whose end state is stored,
+ * that state made seq's; returns the tokens attached (0: none, seq stays empty). boundary: where
+ * a prefill of tokens[0, n) into seq from `from` should stop once to store the state at the end
+ * of its last full block (0: nowhere). store: the state after seq's tokens, under their key. */
+uint32_t llmm__prefix_state_attach(llmm_context *ctx, llmm_seq_id seq, const llmm_token *tokens, uint32_t n);
+uint32_t llmm__prefix_state_boundary(const llmm_context *ctx, llmm_seq_id seq, uint32_t from, uint32_t n);
+void llmm__prefix_state_store(llmm_context *ctx, llmm_seq_id seq);
 /* INVALID_ARG (recorded) unless 0 <= seq < n_seq_max. */
 llmm_status llmm__ctx_check_seq(llmm_context *ctx, llmm_seq_id seq);
 

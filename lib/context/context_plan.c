@@ -85,7 +85,7 @@ static void plan_sizes(const llmm_model *m, const llmm_context_params *p, const 
     /* a backend computing from its own memory holds its copy of the weights, as stored */
     const int on_device = be && (be->flags & LLMM_BACKEND_DEVICE_MEMORY);
     pl->weights = on_device ? llmm__weights_bytes(m->weights, hp->n_layer) : 0;
-    pl->recurrent = llmm__recurrent_bytes(m, p->n_seq_max);
+    pl->recurrent = llmm__recurrent_bytes(m, p->n_seq_max, p->prefix_cache);
     pl->device = on_device ? pl->kv_pool + pl->activations + pl->scratch + pl->weights + pl->recurrent : 0;
     pl->host = llmm__ctx_plan_total(pl) - pl->device;
 }

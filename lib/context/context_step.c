@@ -73,17 +73,25 @@ LLMM_API llmm_status llmm_prefill(llmm_context *ctx, llmm_seq_id seq, const llmm
     const double t0 = llmm__time_now_ms();
     ctx->logits_rows = 0;
     ctx->logits_on_device = 0;
-    /* every position's logits need every position computed: no prefix reuse then; nor with
-     * recurrent layers, whose state a cached prefix does not carry */
-    const int reuse = !all && !ctx->rec.states;
-    const size_t reused = reuse ? llmm__kv_prefix_attach(kv, (uint32_t)seq, tokens, (uint32_t)n) : 0;
+    /* every position's logits need every position computed: no prefix reuse then; with
+     * recurrent layers only up to a prefix whose end state is stored (prefix_state.c) */
+    size_t reused = 0, stop = 0;
     if ((st = llmm__recurrent_save(ctx, &seq, 1))) return step_failed(ctx, st);
+    if (!all && ctx->rec.states) {
+        reused = llmm__prefix_state_attach(ctx, seq, tokens, (uint32_t)n);
+        stop = llmm__prefix_state_boundary(ctx, seq, (uint32_t)reused, (uint32_t)n);
+    } else if (!all) {
+        reused = llmm__kv_prefix_attach(kv, (uint32_t)seq, tokens, (uint32_t)n);
+    }
     st = llmm__kv_reserve(kv, (uint32_t)seq, (uint32_t)(n - reused));
     if (st == LLMM_ERR_CONTEXT_FULL) {
         llmm__kv_truncate(kv, (uint32_t)seq, start);
+        llmm__recurrent_restore(ctx, &seq, 1);
         return pool_full(ctx, seq, n);
     }
-    if (!st) st = prefill_chunks(ctx, seq, tokens, reused, n, all);
+    /* stopping at the prompt's last full block stores the state there for later prompts */
+    if (!st && stop && !(st = prefill_chunks(ctx, seq, tokens, reused, stop, 0))) llmm__prefix_state_store(ctx, seq);
+    if (!st) st = prefill_chunks(ctx, seq, tokens, stop ? stop : reused, n, all);
     ctx->prefill_ms += llmm__time_now_ms() - t0;
     if (st) {
         llmm__kv_truncate(kv, (uint32_t)seq, start);

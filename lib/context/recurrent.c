@@ -1,15 +1,16 @@
 /* The recurrent state of a context's sequences (context.h llmm_recurrent): a fixed-size state
  * per sequence id beside the KV pool, for models with recurrent layers (lfm2, qwen35). Unlike K/V
  * rows, which are kept per position, a state exists only for "after the last token": a fork
- * copies it, a failed step puts it back, and a truncation to an earlier position cannot be
- * served (sequence.c refuses it). */
+ * copies it, a failed step puts it back, and a truncation to an earlier position is served only
+ * at the sequence's checkpoint (checkpoint.c). */
 #include "context.h"
 
-size_t llmm__recurrent_bytes(const llmm_model *m, uint32_t n_seq) {
+size_t llmm__recurrent_bytes(const llmm_model *m, uint32_t n_seq, int prefix_cache) {
     const llmm_weights *w = m->weights;
     if (!w || !w->n_recurrent) return 0;
-    /* the factors are bounded at load (layers, widths, taps, heads) and n_seq by the params */
-    return 2 * (size_t)n_seq * w->n_recurrent * w->state_floats * sizeof(float);
+    /* the factors are bounded at load (layers, widths, taps, heads) and n_seq by the params;
+     * slots: live, before the step, checkpoint, and with the prefix cache a cached prefix's */
+    return (prefix_cache ? 4 : 3) * (size_t)n_seq * w->n_recurrent * w->state_floats * sizeof(float);
 }
 
 /* The backend slots the model's layers need, by layer kind. */
@@ -34,7 +35,16 @@ llmm_status llmm__recurrent_init(llmm_context *ctx, llmm_diag *d) {
     rec->n_seq = ctx->params.n_seq_max;
     rec->layer_floats = m->weights->state_floats;
     rec->seq_floats = rec->layer_floats * m->weights->n_recurrent;
-    const size_t bytes = llmm__recurrent_bytes(m, rec->n_seq);
+    rec->checkpoint_len = llmm__mem_alloc(m->alloc, rec->n_seq * sizeof *rec->checkpoint_len);
+    if (!rec->checkpoint_len) return llmm__diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for the state checkpoints");
+    for (uint32_t s = 0; s < rec->n_seq; s++) rec->checkpoint_len[s] = LLMM__NO_CHECKPOINT;
+    if (ctx->params.prefix_cache) {
+        rec->prefix_key = llmm__mem_calloc(m->alloc, rec->n_seq, sizeof *rec->prefix_key);
+        rec->prefix_used = llmm__mem_calloc(m->alloc, rec->n_seq, sizeof *rec->prefix_used);
+        if (!rec->prefix_key || !rec->prefix_used)
+            return llmm__diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for the cached prefixes' states");
+    }
+    const size_t bytes = llmm__recurrent_bytes(m, rec->n_seq, ctx->params.prefix_cache);
     if (bytes && ctx->be->buffer_alloc(ctx->be_state, bytes, (void **)&rec->states))
         return llmm__diag_fail(d, LLMM_ERR_NO_MEMORY, "out of memory for %zu bytes of recurrent state", bytes);
     return LLMM_OK;
@@ -43,6 +53,11 @@ llmm_status llmm__recurrent_init(llmm_context *ctx, llmm_diag *d) {
 void llmm__recurrent_free(llmm_context *ctx) {
     if (ctx->rec.states) ctx->be->buffer_free(ctx->be_state, ctx->rec.states);
     ctx->rec.states = NULL;
+    llmm__mem_free(ctx->model->alloc, ctx->rec.checkpoint_len);
+    llmm__mem_free(ctx->model->alloc, ctx->rec.prefix_key);
+    llmm__mem_free(ctx->model->alloc, ctx->rec.prefix_used);
+    ctx->rec.checkpoint_len = NULL;
+    ctx->rec.prefix_key = ctx->rec.prefix_used = NULL;
 }
 
 static float *seq_state(const llmm_recurrent *rec, size_t slot) { return rec->states + slot * rec->seq_floats; }

@@ -410,6 +410,7 @@ static llmm_status install(llmm_context *ctx, uint32_t seq, const uint8_t *raw, 
     llmm_status st = read_tokens(ctx, raw, n, tokens, d);
     if (!st) {
         llmm__kv_truncate(kv, seq, 0);
+        llmm__checkpoint_forget(ctx, (llmm_seq_id)seq);
         /* the state does not say under which adapters each position was computed (the sequence
          * may have changed them midway), so its blocks are never offered to the prefix cache */
         kv->seqs[seq].prefix_off = 1;

@@ -12,13 +12,19 @@ LLMM_API llmm_status llmm_seq_truncate(llmm_context *ctx, llmm_seq_id seq, size_
     const uint32_t len = ctx->kv.seqs[seq].len;
     if (n_keep > len)
         return llmm__ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "sequence %d holds %u tokens, cannot keep %zu", seq, len, n_keep);
-    /* a recurrent state is the sequence's history folded into one state: it holds no earlier
-     * position to go back to (a cleared sequence starts from nothing and needs none) */
-    if (ctx->rec.states && n_keep > 0 && n_keep < len)
-        return llmm__ctx_fail(ctx, LLMM_ERR_UNSUPPORTED,
-                              "sequence %d: %s keeps a recurrent state, which cannot go back from %u tokens to %zu "
-                              "(clear the sequence, or fork it before the tokens to drop)",
-                              seq, ctx->model->architecture, len, n_keep);
+    /* a recurrent state is the sequence's history folded into one state: the only earlier
+     * position it can go back to is its checkpoint's (a cleared sequence starts from nothing) */
+    if (ctx->rec.states && n_keep > 0 && n_keep < len) {
+        if (n_keep != ctx->rec.checkpoint_len[seq])
+            return llmm__ctx_fail(ctx, LLMM_ERR_UNSUPPORTED,
+                                  "sequence %d: %s keeps a recurrent state, which cannot go back from %u tokens to %zu "
+                                  "(no state checkpoint there; clear the sequence, or fork it before the tokens to drop)",
+                                  seq, ctx->model->architecture, len, n_keep);
+        if ((st = llmm__checkpoint_return(ctx, seq)))
+            return llmm__ctx_fail(ctx, st, "sequence %d: copying the state checkpoint back failed", seq);
+        return LLMM_OK;
+    }
+    if (n_keep == 0) llmm__checkpoint_forget(ctx, seq);
     llmm__kv_truncate(&ctx->kv, (uint32_t)seq, (uint32_t)n_keep);
     return LLMM_OK;
 }
@@ -56,6 +62,7 @@ LLMM_API llmm_status llmm_seq_free(llmm_context *ctx, llmm_seq_id seq) {
     llmm_status st = llmm__ctx_check_seq(ctx, seq);
     if (st) return st;
     llmm__kv_truncate(&ctx->kv, (uint32_t)seq, 0);
+    llmm__checkpoint_forget(ctx, seq);
     ctx->kv.seqs[seq].created = 0;
     llmm__lora_seq_drop(ctx, seq);
     return LLMM_OK;
@@ -71,6 +78,7 @@ LLMM_API llmm_status llmm_seq_fork(llmm_context *ctx, llmm_seq_id src, llmm_seq_
         ctx->kv.seqs[*dst].created = 0;
         return llmm__ctx_fail(ctx, st, "llmm_seq_fork: copying the recurrent state failed");
     }
+    llmm__checkpoint_forget(ctx, *dst); /* the source's is not copied: forks rarely go back */
     llmm__kv_fork(&ctx->kv, (uint32_t)src, (uint32_t)*dst);
     llmm__lora_seq_copy(ctx, src, *dst); /* its tokens were computed with src's adapters */
     return LLMM_OK;

@@ -191,7 +191,8 @@ static llmm_status step(gen_run *g, int is_last) {
 static llmm_status spec_finish(gen_run *g) {
     size_t len, want = g->s.n_prompt + (g->n_chosen ? g->n_chosen - 1 : 0);
     llmm_status st = llmm_seq_length(g->ctx, g->p.seq, &len);
-    if (!st && len > want) st = llmm_seq_truncate(g->ctx, g->p.seq, want);
+    /* a recurrent state goes back through the last verify step's checkpoint */
+    if (!st && len > want) st = llmm__seq_rewind(g->ctx, g->p.seq, (uint32_t)want);
     llmm__spec_counters(g->spec, &g->s.spec_proposed, &g->s.spec_accepted, &g->s.n_target_steps, &g->s.spec_draft_ms);
     return st;
 }

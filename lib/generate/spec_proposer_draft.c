@@ -37,14 +37,18 @@ static size_t argmax_id(const float *l, size_t n) {
     return best;
 }
 
-/* The draft's seq made to hold history[0, n - 1) and its logits to follow history[n - 1]. */
+/* The draft's seq made to hold history[0, n - 1) and its logits to follow history[n - 1]. A
+ * draft with a recurrent state goes back to the checkpoint taken when it started guessing and
+ * computes the kept guesses again; without a usable one it starts over from nothing. */
 static llmm_status catch_up(draft_proposer *dp, llmm_seq_id seq, const llmm_token *history, size_t n) {
     const kv_seq *held = &dp->ctx->kv.seqs[seq];
     size_t common = 0;
     while (common < held->len && common < n && held->tokens[common] == history[common]) common++;
     if (common == n) common = n - 1; /* the last token's logits are needed again */
-    llmm_status st = llmm_seq_truncate(dp->ctx, seq, common);
-    return st ? st : llmm_prefill(dp->ctx, seq, history + common, n - common, 0);
+    llmm_status st = llmm__seq_rewind(dp->ctx, seq, (uint32_t)common);
+    if (st == LLMM_ERR_UNSUPPORTED) st = llmm__seq_rewind(dp->ctx, seq, (uint32_t)(common = 0));
+    if (!st) st = llmm_prefill(dp->ctx, seq, history + common, n - common, 0);
+    return st ? st : llmm__checkpoint_take(dp->ctx, &seq, 1);
 }
 
 static llmm_status draft_propose(spec_proposer *base, llmm_seq_id seq, const llmm_token *history, size_t n,

@@ -1,6 +1,8 @@
 /* The speculator: guesses from a proposer, one verify step over the guesses of several
  * sequences, and the acceptance that keeps what the target would have produced, with the
- * rejected positions rolled back (llmm_seq_truncate: their blocks go back to the pool). */
+ * rejected positions rolled back (their blocks go back to the pool). A recurrent state cannot be
+ * rolled back by position: the verify step takes a state checkpoint before the guesses, and a
+ * round that rejects some goes back to it and computes the kept tokens again (checkpoint.c). */
 #include <string.h>
 
 #include "context/forward.h"
@@ -110,12 +112,6 @@ LLMM_API llmm_status llmm_speculator_create(llmm_context *ctx, const llmm_specul
         return llmm__ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_speculator_create: params->size too small");
     const char *problem = params_problem(&p);
     if (problem) return llmm__ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_speculator_create: %s", problem);
-    /* rejected guesses are rolled back by position, which a recurrent state cannot follow
-     * (it would need a checkpoint before the verify step) */
-    if (ctx->rec.states)
-        return llmm__ctx_fail(ctx, LLMM_ERR_UNSUPPORTED,
-                              "llmm_speculator_create: %s keeps a recurrent state; speculative decoding on it is "
-                              "not supported yet", ctx->model->architecture);
     const llmm_allocator *a = ctx->model->alloc;
     llmm_speculator *s = llmm__mem_calloc(a, 1, sizeof *s);
     if (!s) return llmm__ctx_fail(ctx, LLMM_ERR_NO_MEMORY, "out of memory for the speculator");
@@ -282,13 +278,19 @@ static llmm_status verify(llmm_speculator *s, const llmm_spec_item *items, size_
     const double t0 = llmm__time_now_ms();
     ctx->logits_rows = 0;
     ctx->logits_on_device = 0;
+    for (size_t i = 0; i < n; i++)
+        if ((st = llmm__checkpoint_take(ctx, &items[i].seq, 1)))
+            return llmm__ctx_fail(ctx, st, "taking the state checkpoint of sequence %d failed", items[i].seq);
     if ((st = reserve_items(ctx, items, n))) return st;
     lay_out_rows(s, items, n);
     st = llmm__forward_step(ctx, LLMM_STEP_PROMPT, s->rows, ctx->row_seq, ctx->pos, total, 0);
     if (!st) st = llmm__ctx_fetch_logits(ctx, 0, total);
     ctx->decode_ms += llmm__time_now_ms() - t0;
     if (st) {
-        for (size_t i = 0; i < n; i++) llmm__kv_truncate(&ctx->kv, (uint32_t)items[i].seq, s->items[i].start_len);
+        /* the checkpoints were just taken at each start_len: the state goes back with the K/V */
+        for (size_t i = 0; i < n; i++)
+            if (!ctx->rec.states || llmm__checkpoint_return(ctx, items[i].seq))
+                llmm__kv_truncate(&ctx->kv, (uint32_t)items[i].seq, s->items[i].start_len);
         if (st == LLMM_ERR_ABORTED) return llmm__ctx_fail(ctx, st, "aborted by the abort callback");
         return llmm__ctx_fail(ctx, st, "the %s backend failed: %s", ctx->be->name, llmm_status_str(st));
     }
@@ -369,9 +371,11 @@ static llmm_status accept(llmm_speculator *s, size_t item, llmm_sampler *sampler
         out[kept++] = v->draft[i];
     }
     v->decided = 1;
-    /* pending and the kept guesses stay; the rejected positions' blocks go back */
-    llmm__kv_truncate(&ctx->kv, (uint32_t)v->seq, v->start_len + 1 + (uint32_t)kept);
+    /* pending and the kept guesses stay; the rejected positions' blocks go back (and a
+     * recurrent state is computed again over the kept tokens from the verify's checkpoint) */
+    llmm_status back = llmm__seq_rewind(ctx, v->seq, v->start_len + 1 + (uint32_t)kept);
     if (st) return llmm__ctx_fail(ctx, st, "llmm_speculator_accept: %s", llmm_sampler_last_error(sampler));
+    if (back) return back; /* recorded: the sequence is back where the verify step began */
     *n_out = kept + 1;
     adapt(s, &s->seqs[v->seq], v->n_draft, kept);
     s->proposed += v->n_draft;

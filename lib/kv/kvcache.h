@@ -129,6 +129,9 @@ void llmm__kv_prefix_free(llmm_kv_store *kv);
 /* Attach to empty seq the cached blocks that hold a prefix of tokens[0, n), leaving at least
  * one token to compute; returns the positions attached (a multiple of block_size). */
 uint32_t llmm__kv_prefix_attach(llmm_kv_store *kv, uint32_t seq, const llmm_token *tokens, uint32_t n);
+/* The key of the prefix tokens[0, n_blocks * block_size) under seq's key seed: the key its last
+ * block has (or would have) in the cache. */
+uint64_t llmm__kv_prefix_key(const llmm_kv_store *kv, uint32_t seq, const llmm_token *tokens, uint32_t n_blocks);
 /* Offer seq's full blocks in [first_block, last full block] to the cache. */
 void llmm__kv_prefix_publish(llmm_kv_store *kv, uint32_t seq, uint32_t first_block);
 /* A block's refcount fell to 1 (only the cache holds it) or 0: the cache's bookkeeping. */

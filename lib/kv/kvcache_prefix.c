@@ -125,6 +125,12 @@ uint32_t llmm__kv_prefix_attach(llmm_kv_store *kv, uint32_t seq, const llmm_toke
     return s->len;
 }
 
+uint64_t llmm__kv_prefix_key(const llmm_kv_store *kv, uint32_t seq, const llmm_token *tokens, uint32_t n_blocks) {
+    uint64_t key = kv->seqs[seq].key_seed;
+    for (uint32_t i = 0; i < n_blocks; i++) key = block_key(key, tokens + (size_t)i * kv->cfg.block_size, kv->cfg.block_size);
+    return key;
+}
+
 void llmm__kv_prefix_publish(llmm_kv_store *kv, uint32_t seq, uint32_t first_block) {
     const kv_seq *s = &kv->seqs[seq];
     const uint32_t bs = kv->cfg.block_size, full = s->len >> kv->block_shift;

@@ -77,6 +77,15 @@ llmm_generate_params greedy_params(llmm_sampler_params *sp, llmm_token *out, siz
     return gp;
 }
 
+llmm_sampler *greedy_sampler(void) {
+    llmm_sampler_params sp;
+    llmm_sampler_params_default(&sp, sizeof sp);
+    sp.temperature = 0;
+    llmm_sampler *smp = NULL;
+    assert_int_equal(llmm_sampler_create(&sp, &smp), LLMM_OK);
+    return smp;
+}
+
 size_t generate_greedy(llmm_context *c, const char *prompt, llmm_token *out, size_t max_tokens,
                        llmm_generate_stats *stats) {
     llmm_sampler_params sp;

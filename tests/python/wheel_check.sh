@@ -5,18 +5,8 @@
 # no LLMMINI_LIB, PYTHONPATH or LD_LIBRARY_PATH, from another folder: the package and the library
 # must both come from the venv. Run by make test from the repository root (LLMM_BUILD).
 set -eu
-build=${LLMM_BUILD:-build}
-lib="$build/libllmmini.so.0"
-if [ -n "${TEST_RUNNER:-}" ]; then
-    echo "python wheel: SKIPPED: a cross build's library cannot load into this machine's python3"
-    exit 0
-fi
-if ldd "$lib" 2>/dev/null | grep -q libasan; then
-    echo "python wheel: SKIPPED: a sanitizer build's library cannot be loaded by an uninstrumented python3"
-    exit 0
-fi
-py=/usr/bin/python3
-[ -x "$py" ] || py=python3
+what="python wheel"
+. tests/python/preflight.sh
 if ! "$py" -c 'import setuptools, wheel, ensurepip' 2>/dev/null; then
     echo "python wheel: SKIPPED: $py lacks setuptools, wheel or venv's ensurepip (Debian: python3-setuptools"
     echo "  python3-wheel python3-venv; make installs them when run as root)"

@@ -20,7 +20,7 @@
 #include "text/chat_tools.h"
 
 /* The families whose renderings llmmini claims, and those whose output it parses. */
-static const char *const rendered_families[] = {"qwen2_5",  "qwen3",    "granite4",
+static const char *const rendered_families[] = {"qwen2_5",  "qwen3",    "hermes3",     "granite4",
                                                 "llama3_1", "llama3_2", "mistral_nemo"};
 static const char *const parsed_families[] = {"qwen2_5",  "qwen3",    "hermes3",      "granite4",
                                               "llama3_1", "llama3_2", "mistral_nemo", "smollm3"};
@@ -282,7 +282,7 @@ static void test_hostile_schemas_refused(void **state) {
     r.n_messages = 1;
     assert_int_equal(llmm_chat_format_request(NULL, "qwen2_5", &r, NULL, 0, &need), LLMM_ERR_INVALID_ARG);
     assert_int_equal(llmm_chat_format_request(NULL, "no_such_family", &r, NULL, 0, &need), LLMM_ERR_UNSUPPORTED);
-    assert_int_equal(llmm_chat_format_request(NULL, "hermes3", &r, NULL, 0, &need), LLMM_ERR_UNSUPPORTED);
+    assert_int_equal(llmm_chat_format_request(NULL, "smollm3", &r, NULL, 0, &need), LLMM_ERR_UNSUPPORTED);
     assert_int_equal(llmm_chat_format_request(NULL, NULL, &r, NULL, 0, &need), LLMM_ERR_INVALID_ARG);
     assert_int_equal(llmm_chat_format_request(NULL, "qwen2_5", NULL, NULL, 0, &need), LLMM_ERR_INVALID_ARG);
     r.size = 4;

@@ -26,7 +26,10 @@ static const family_row families[] = {
      llmm__render_qwen3,
      {"<|im_start|>", "<tool_call>", "<think>"},
      "<function="}, /* Qwen3.5's template has every Qwen3 marker, and XML-style calls */
-    {{"hermes3", TOOL_SYNTAX_TAGGED_JSON, REASONING_NONE}, NULL, {"<|im_start|>", "<tool_call>"}, "<think>"},
+    {{"hermes3", TOOL_SYNTAX_TAGGED_JSON, REASONING_NONE},
+     llmm__render_hermes3,
+     {"<|im_start|>", "<tool_call>"},
+     "<think>"},
     {{"granite4", TOOL_SYNTAX_TAGGED_JSON, REASONING_NONE},
      llmm__render_granite4,
      {"<|start_of_role|>", "<tool_call>"},

@@ -183,6 +183,7 @@ class GenerateParams(Structure):
         ("grammar_text", c_char_p),
         ("grammar", c_void_p),
         ("grammar_trigger", c_char_p),
+        ("tool_parser", c_void_p),
     ]
 
 
@@ -206,6 +207,8 @@ class GenerateStatsStruct(Structure):
         ("spec_draft_ms", c_double),
         ("spec_speedup_estimate", c_double),
         ("grammar_ms", c_double),
+        ("n_tool_calls", c_uint32),
+        ("tool_malformed", c_int32),
     ]
 
 

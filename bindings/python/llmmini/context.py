@@ -16,7 +16,7 @@ from .errors import LLMM_ERR_BUFFER_TOO_SMALL, LLMM_OK, _token_array, _unsigned,
 from .adapter import (MAX_SEQ_ADAPTERS, Adapter, AdapterCacheEntry, AdapterCacheStats, cache_entry,
                       cache_stats)
 from .batch import Batch
-from .tools import Grammar, tool_trigger
+from .tools import ChatParser, Grammar, tool_trigger
 from .generate import Generation, Speculation, start_generation
 from .model import Message, Model
 from .sampler import Sampler
@@ -477,7 +477,8 @@ class Context(HandleOwner):
                  grammar: Optional[Union[str, Grammar]] = None, json_schema: Optional[Union[str, Mapping]] = None,
                  json_whitespace: str = "compact", grammar_trigger: Optional[str] = None,
                  draft_model: Optional[Model] = None, spec_ngram: Optional[int] = None,
-                 spec_max_tokens: Optional[int] = None, spec_min_ngram: Optional[int] = None) -> Generation:
+                 spec_max_tokens: Optional[int] = None, spec_min_ngram: Optional[int] = None,
+                 tool_parser: Optional[ChatParser] = None) -> Generation:
         """Generate text from prompt (``llmm_generate``): an iterator of str pieces, each ending
         on a whole UTF-8 character (bytes the model emits that can never form one decode to
         U+FFFD). Sequence seq is cleared first. Sampling values left None take the library's
@@ -498,7 +499,12 @@ class Context(HandleOwner):
         (prompt lookup: propose what followed the last spec_ngram tokens earlier on, down to
         spec_min_ngram) guesses up to spec_max_tokens tokens a step, verified in one forward
         pass: greedy output is the same as without, sampled output follows the same
-        distribution; ``stats`` tells how many guesses were kept. Not with a grammar."""
+        distribution; ``stats`` tells how many guesses were kept. Not with a grammar.
+
+        tool_parser (a fresh ChatParser of the prompt's tool family) is fed every piece by the
+        library as it streams them (``llmm_generate_params.tool_parser``): afterwards
+        ``tool_parser.result(final=True)`` holds the reply's content, reasoning and calls, and
+        ``stats.n_tool_calls`` counts the complete calls."""
         if json_schema is not None:
             if grammar is not None:
                 raise invalid_arg("grammar and json_schema exclude each other")
@@ -514,7 +520,8 @@ class Context(HandleOwner):
             return start_generation(self._run_generation, prompt, max_tokens=max_tokens, temperature=temperature,
                                     top_k=top_k, top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty, seed=seed,
                                     stop=stop, seq=_seq(seq), add_special=add_special, parse_special=parse_special,
-                                    grammar=grammar, grammar_trigger=grammar_trigger, speculation=speculation)
+                                    grammar=grammar, grammar_trigger=grammar_trigger, speculation=speculation,
+                                    tool_parser=tool_parser)
         except BaseException:
             if speculation is not None:  # no worker started to give the draft back
                 speculation.release()
@@ -550,7 +557,8 @@ class Context(HandleOwner):
         the request is rendered in the model's tool family (or tool_family) and a call the model
         makes is held to its tool's schema: tool_choice "auto" lets it write text or start a
         call, "required" makes the reply a call. The generation's ``tool_calls`` are the calls
-        (OpenAI-style dicts) once it has run."""
+        (OpenAI-style dicts) once it has run, and ``stats.n_tool_calls`` their number as the
+        library's parser counted them."""
         kwargs.setdefault("parse_special", True)
         if not tools:
             prompt = self.model.chat_format(messages, template=template, add_generation_prompt=True)
@@ -563,7 +571,7 @@ class Context(HandleOwner):
         prompt = self.model.chat_format(messages, tools=tools, tool_family=family)
         grammar = Grammar.from_tools(self.model, tools, family)
         trigger = tool_trigger(family) if tool_choice == "auto" else None
-        gen = self.generate(prompt, grammar=grammar, grammar_trigger=trigger, **kwargs)
+        gen = self.generate(prompt, grammar=grammar, grammar_trigger=trigger, tool_parser=ChatParser(family), **kwargs)
         gen.tool_family = family
         return gen
 

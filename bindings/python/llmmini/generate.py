@@ -30,7 +30,9 @@ class GenerateStats:
     spec_proposed guesses, spec_accepted of them kept, spec_acceptance their ratio,
     n_target_steps the target model's steps after the prompt, spec_draft_ms the proposer's
     time, spec_speedup_estimate tokens per target step discounted by the draft's time;
-    grammar_ms is the grammar's share of generate_ms."""
+    grammar_ms is the grammar's share of generate_ms. With a tool parser (Context.chat with
+    tools, or generate(tool_parser=)): n_tool_calls, the complete calls in the reply, and
+    tool_malformed, whether its parse found text that is no call after a call's marker."""
 
     n_prompt: int
     n_generated: int
@@ -48,6 +50,8 @@ class GenerateStats:
     spec_draft_ms: float = 0.0
     spec_speedup_estimate: float = 0.0
     grammar_ms: float = 0.0
+    n_tool_calls: int = 0
+    tool_malformed: bool = False
 
 
 class Speculation:
@@ -152,6 +156,7 @@ class Generation(Iterator[str]):
         s = self._stats_struct
         values = {name: getattr(s, name) for name, _ in S.GenerateStatsStruct._fields_ if name != "size"}
         values["stop_reason"] = S.STOP_REASONS.get(values["stop_reason"], str(values["stop_reason"]))
+        values["tool_malformed"] = bool(values["tool_malformed"])
         self.stats = GenerateStats(**values)
         self.tokens = list(self._out[:min(s.n_generated, len(self._out))])
         if done.error is not None:
@@ -203,7 +208,7 @@ def start_generation(host: GenerationHost, prompt: Union[str, bytes], *, max_tok
                      min_p: Optional[float], repeat_penalty: Optional[float], seed: Optional[int],
                      stop: Sequence[str], seq: int, add_special: bool, parse_special: bool,
                      grammar: Any = None, grammar_trigger: Optional[str] = None,
-                     speculation: Optional["Speculation"] = None) -> Generation:
+                     speculation: Optional["Speculation"] = None, tool_parser: Any = None) -> Generation:
     """Check the arguments, prepare the structs and start the worker (Context.generate)."""
     lib = _lib.lib()
     data = prompt.encode("utf-8") if isinstance(prompt, str) else bytes(prompt)
@@ -240,10 +245,12 @@ def start_generation(host: GenerationHost, prompt: Union[str, bytes], *, max_tok
     params.grammar_trigger = trigger
     if speculation is not None:
         speculation.fill(params)
+    if tool_parser is not None:
+        params.tool_parser = tool_parser.handle
     stats = S.sized(S.GenerateStatsStruct)
     # everything the library reads during the call stays referenced by the worker's closure
     keep = (data, sampling, stop_bytes, stop_arr, params, out_tokens, stats, grammar, grammar_text, trigger,
-            speculation)
+            speculation, tool_parser)
 
     def call(handle: int) -> int:
         return lib.llmm_generate(handle, keep[0], ctypes.byref(params), ctypes.byref(stats))

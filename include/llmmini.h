@@ -421,7 +421,8 @@ typedef struct llmm_chat_parser llmm_chat_parser;
 typedef struct llmm_chat_parsed_call {
     const char *id;        /* the id the model wrote, or NULL */
     const char *name;      /* the tool's name ("" while it is still being written) */
-    const char *arguments; /* JSON text as the model wrote it */
+    const char *arguments; /* JSON text as the model wrote it; a family that writes Python
+                              literals (lfm2_5) gets them rewritten as compact JSON */
     int32_t complete;      /* the call's closing marker (or its end) was seen */
 } llmm_chat_parsed_call;
 

@@ -20,10 +20,10 @@
 #include "text/chat_tools.h"
 
 /* The families whose renderings llmmini claims, and those whose output it parses. */
-static const char *const rendered_families[] = {"qwen2_5",  "qwen3",    "hermes3",     "granite4",
-                                                "llama3_1", "llama3_2", "mistral_nemo"};
-static const char *const parsed_families[] = {"qwen2_5",  "qwen3",    "hermes3",      "granite4",
-                                              "llama3_1", "llama3_2", "mistral_nemo", "smollm3"};
+static const char *const rendered_families[] = {"qwen2_5",  "qwen3",    "hermes3",      "granite4",
+                                                "llama3_1", "llama3_2", "mistral_nemo", "lfm2_5"};
+static const char *const parsed_families[] = {"qwen2_5",  "qwen3",        "hermes3", "granite4", "llama3_1",
+                                              "llama3_2", "mistral_nemo", "lfm2_5",  "smollm3"};
 static const char *const cases[] = {"plain", "no_system", "tools", "tool_result", "after_tool", "two_calls", "unicode"};
 
 
@@ -211,7 +211,7 @@ static void test_detect_real_templates(void **state) {
         {"mistralai-Mistral-Nemo-Instruct-2407.jinja", "mistral_nemo"},
         {"google-gemma-2-2b-it.jinja", NULL},
         {"microsoft-Phi-3.5-mini-instruct.jinja", NULL},
-        {"LFM2.5-Instruct.jinja", NULL},
+        {"LFM2.5-Instruct.jinja", "lfm2_5"},
         {"google-gemma-4-31B-it.jinja", NULL},
     };
     for (size_t i = 0; i < ARRAY_LEN(rows); i++) {
@@ -396,7 +396,7 @@ static void test_parse_every_file(void **state) {
     int checked = 0;
     for (size_t fam = 0; fam < ARRAY_LEN(parsed_families); fam++)
         for (int n = 1; n <= 5; n++) checked += check_parse_file(parsed_families[fam], n);
-    assert_int_equal(checked, 7 * 5 + 3); /* every file of these families (smollm3 has 3) */
+    assert_int_equal(checked, 8 * 5 + 3); /* every file of these families (smollm3 has 3) */
 }
 
 /* Partial and malformed calls are reported as such. */
@@ -432,6 +432,38 @@ static void test_parse_partial_and_malformed(void **state) {
     assert_int_equal(r.malformed, 1);
     assert_string_equal(r.content, text);
     llmm_chat_parser_free(p);
+
+    /* LFM2's Python-style calls: literals become JSON; a call cut off keeps what was converted */
+    static const struct {
+        const char *raw, *name, *arguments;
+        int complete, malformed;
+    } python_calls[] = {
+        {"<|tool_call_start|>[f(a='it''s \\'q\\' \"x\"', b=[1, -2.5e3, True, None], c={'k': False})]<|tool_call_end|>",
+         "f", "{\"a\":\"it\"", 0, 1}, /* 'it''s: two strings side by side are no value */
+        {"<|tool_call_start|>[f(a='\\'q\\' \"x\"', b=[1, -2.5e3, True, None], c={'k': False}, d=\"\")]<|tool_call_end|>",
+         "f", "{\"a\":\"'q' \\\"x\\\"\",\"b\":[1,-2.5e3,true,null],\"c\":{\"k\":false},\"d\":\"\"}", 1, 0},
+        {"<|tool_call_start|>[set_timer()]<|tool_call_end|>", "set_timer", "{}", 1, 0},
+        {"<|tool_call_start|>[set_timer(minutes=1", "set_timer", "{\"minutes\":", 0, 0},
+        {"<|tool_call_start|>[set_timer(minutes=Tru)]<|tool_call_end|>", NULL, NULL, 0, 1},
+        {"<|tool_call_start|>[f(x=1)] trailing", "f", "{\"x\":1}", 0, 1},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(python_calls); i++) {
+        assert_int_equal(llmm_chat_parser_create("lfm2_5", 0, &p), LLMM_OK);
+        text = python_calls[i].raw;
+        assert_int_equal(llmm_chat_parser_feed(p, text, strlen(text)), LLMM_OK);
+        assert_int_equal(llmm_chat_parser_result(p, 1, &r), LLMM_OK);
+        if (python_calls[i].malformed) assert_int_equal(r.malformed, 1);
+        if (!python_calls[i].name || python_calls[i].malformed) {
+            assert_true(r.malformed);
+        } else {
+            assert_int_equal(r.n_calls, 1);
+            assert_string_equal(r.calls[0].name, python_calls[i].name);
+            assert_string_equal(r.calls[0].arguments, python_calls[i].arguments);
+            assert_int_equal(r.calls[0].complete, python_calls[i].complete);
+            assert_int_equal(r.malformed, 0);
+        }
+        llmm_chat_parser_free(p);
+    }
 
     assert_int_equal(llmm_chat_parser_create("nope", 0, &p), LLMM_ERR_UNSUPPORTED);
     assert_int_equal(llmm_chat_parser_create(NULL, 0, &p), LLMM_ERR_INVALID_ARG);

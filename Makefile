@@ -548,9 +548,20 @@ test: $(TEST_MODULES)
 # Suites that are scripts, run by scripts/run-tests.sh after the test binaries: make install into
 # two prefixes in turn (tests/install_check.sh) and the Python package's unittest suite
 # (tests/python/run.sh, with the system python3). They find the build through LLMM_BUILD.
-TEST_SCRIPTS := tests/install_check.sh tests/python/run.sh
+TEST_SCRIPTS := tests/install_check.sh tests/python/run.sh tests/python/wheel_check.sh
 test: export LLMM_BUILD := $(BUILD)
 test: export LLMM_CC := $(CC)
+# make python-wheel: the Python package as a wheel carrying libllmmini.so (and, with CUDA=1, the
+# CUDA module), built offline with Debian's python3-setuptools and python3-wheel (installed by
+# scripts/deps.sh when root), into build/python/. tests/python/wheel_check.sh, in make test,
+# builds one the same way, installs it into a fresh venv and generates through it.
+PYTHON_WHEEL_DIR := $(BUILD)/python
+.PHONY: python-wheel
+python-wheel: $(SHARED) $(if $(filter 1,$(CUDA)),$(CUDA_MODULE))
+	@DEPS_TARGET=python-wheel sh scripts/deps.sh
+	@rm -f $(PYTHON_WHEEL_DIR)/llmmini-*.whl
+	sh scripts/python-wheel.sh $(PYTHON_WHEEL_DIR) $(SHARED) $(if $(filter 1,$(CUDA)),$(CUDA_MODULE))
+
 # ABI baseline (docs/abi.md): abi/llmmini.abi is the ABI of libllmmini.so as abidw dumps it
 # (Debian: abigail-tools, installed by scripts/deps.sh when root). make abi-check fails on any
 # difference, make abi-update rewrites the baseline for an intended change. Needs -g (default).

@@ -421,7 +421,8 @@ typedef struct llmm_chat_parser llmm_chat_parser;
 typedef struct llmm_chat_parsed_call {
     const char *id;        /* the id the model wrote, or NULL */
     const char *name;      /* the tool's name ("" while it is still being written) */
-    const char *arguments; /* JSON text as the model wrote it */
+    const char *arguments; /* JSON text as the model wrote it; a family that writes Python
+                              literals (lfm2_5) gets them rewritten as compact JSON */
     int32_t complete;      /* the call's closing marker (or its end) was seen */
 } llmm_chat_parsed_call;
 
@@ -776,6 +777,12 @@ typedef struct llmm_generate_params {
                                       which therefore starts with the trigger (e.g. "<tool_call>" and
                                       llmm_grammar_from_tools: free text, then a valid call, and the
                                       call's end stops generation with LLMM_STOP_GRAMMAR) */
+    llmm_chat_parser *tool_parser; /* optional (llmm_chat_parser_create with the prompt's tool
+                                      family): every byte on_bytes receives is fed to it as well
+                                      (stop strings excluded), so that after the call
+                                      llmm_chat_parser_result(tool_parser, 1, ...) holds the
+                                      reply's content, reasoning and calls, and stats counts the
+                                      calls. Use a fresh parser per call: it is fed, not reset */
 } llmm_generate_params;
 
 #define LLMM_GRAMMAR_TRIGGER_MAX 64
@@ -804,6 +811,9 @@ typedef struct llmm_generate_stats {
                                  what a one-token step does (memory-bound decode) */
     double grammar_ms;        /* the grammar's share of generate_ms: checking the sampled token,
                                  masking and sampling again when it was refused, advancing the state */
+    uint32_t n_tool_calls;    /* with params->tool_parser: the complete calls in its final parse */
+    int32_t tool_malformed;   /* with params->tool_parser: 1 when its final parse is malformed (text
+                                 after a call's marker that is no call, text after the last call) */
 } llmm_generate_stats;
 
 LLMM_API llmm_status llmm_generate_params_default(llmm_generate_params *params, size_t struct_size);

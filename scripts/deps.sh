@@ -53,6 +53,15 @@ have_header cmocka.h || missing="$missing libcmocka-dev"
 command -v pkg-config >/dev/null 2>&1 || missing="$missing pkg-config"
 # the Python package's tests (tests/python/run.sh), run by make test
 [ -n "${DEPS_TARGET:-}" ] || command -v python3 >/dev/null 2>&1 || missing="$missing python3"
+# make python-wheel, and its test in make test (tests/python/wheel_check.sh): Debian's python3
+# with setuptools, wheel and venv. make python-wheel needs them; make test installs them when
+# root and otherwise skips the wheel test, saying so
+py=/usr/bin/python3
+[ -x "$py" ] || py=python3
+if [ "${DEPS_TARGET:-}" = python-wheel ] || { [ -z "${DEPS_TARGET:-}" ] && [ "$(id -u)" = 0 ]; }; then
+    "$py" -c 'import setuptools, wheel, ensurepip' 2>/dev/null ||
+        missing="$missing python3-setuptools python3-wheel python3-venv"
+fi
 [ -z "$missing" ] && exit 0
 cmd="apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y$missing"
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

@@ -20,10 +20,10 @@
 #include "text/chat_tools.h"
 
 /* The families whose renderings llmmini claims, and those whose output it parses. */
-static const char *const rendered_families[] = {"qwen2_5",  "qwen3",    "granite4",
-                                                "llama3_1", "llama3_2", "mistral_nemo"};
-static const char *const parsed_families[] = {"qwen2_5",  "qwen3",    "hermes3",      "granite4",
-                                              "llama3_1", "llama3_2", "mistral_nemo", "smollm3"};
+static const char *const rendered_families[] = {"qwen2_5",  "qwen3",    "hermes3",      "granite4",
+                                                "llama3_1", "llama3_2", "mistral_nemo", "lfm2_5"};
+static const char *const parsed_families[] = {"qwen2_5",  "qwen3",        "hermes3", "granite4", "llama3_1",
+                                              "llama3_2", "mistral_nemo", "lfm2_5",  "smollm3"};
 static const char *const cases[] = {"plain", "no_system", "tools", "tool_result", "after_tool", "two_calls", "unicode"};
 
 
@@ -211,7 +211,7 @@ static void test_detect_real_templates(void **state) {
         {"mistralai-Mistral-Nemo-Instruct-2407.jinja", "mistral_nemo"},
         {"google-gemma-2-2b-it.jinja", NULL},
         {"microsoft-Phi-3.5-mini-instruct.jinja", NULL},
-        {"LFM2.5-Instruct.jinja", NULL},
+        {"LFM2.5-Instruct.jinja", "lfm2_5"},
         {"google-gemma-4-31B-it.jinja", NULL},
     };
     for (size_t i = 0; i < ARRAY_LEN(rows); i++) {
@@ -282,7 +282,7 @@ static void test_hostile_schemas_refused(void **state) {
     r.n_messages = 1;
     assert_int_equal(llmm_chat_format_request(NULL, "qwen2_5", &r, NULL, 0, &need), LLMM_ERR_INVALID_ARG);
     assert_int_equal(llmm_chat_format_request(NULL, "no_such_family", &r, NULL, 0, &need), LLMM_ERR_UNSUPPORTED);
-    assert_int_equal(llmm_chat_format_request(NULL, "hermes3", &r, NULL, 0, &need), LLMM_ERR_UNSUPPORTED);
+    assert_int_equal(llmm_chat_format_request(NULL, "smollm3", &r, NULL, 0, &need), LLMM_ERR_UNSUPPORTED);
     assert_int_equal(llmm_chat_format_request(NULL, NULL, &r, NULL, 0, &need), LLMM_ERR_INVALID_ARG);
     assert_int_equal(llmm_chat_format_request(NULL, "qwen2_5", NULL, NULL, 0, &need), LLMM_ERR_INVALID_ARG);
     r.size = 4;
@@ -396,7 +396,7 @@ static void test_parse_every_file(void **state) {
     int checked = 0;
     for (size_t fam = 0; fam < ARRAY_LEN(parsed_families); fam++)
         for (int n = 1; n <= 5; n++) checked += check_parse_file(parsed_families[fam], n);
-    assert_int_equal(checked, 7 * 5 + 3); /* every file of these families (smollm3 has 3) */
+    assert_int_equal(checked, 8 * 5 + 3); /* every file of these families (smollm3 has 3) */
 }
 
 /* Partial and malformed calls are reported as such. */
@@ -432,6 +432,38 @@ static void test_parse_partial_and_malformed(void **state) {
     assert_int_equal(r.malformed, 1);
     assert_string_equal(r.content, text);
     llmm_chat_parser_free(p);
+
+    /* LFM2's Python-style calls: literals become JSON; a call cut off keeps what was converted */
+    static const struct {
+        const char *raw, *name, *arguments;
+        int complete, malformed;
+    } python_calls[] = {
+        {"<|tool_call_start|>[f(a='it''s \\'q\\' \"x\"', b=[1, -2.5e3, True, None], c={'k': False})]<|tool_call_end|>",
+         "f", "{\"a\":\"it\"", 0, 1}, /* 'it''s: two strings side by side are no value */
+        {"<|tool_call_start|>[f(a='\\'q\\' \"x\"', b=[1, -2.5e3, True, None], c={'k': False}, d=\"\")]<|tool_call_end|>",
+         "f", "{\"a\":\"'q' \\\"x\\\"\",\"b\":[1,-2.5e3,true,null],\"c\":{\"k\":false},\"d\":\"\"}", 1, 0},
+        {"<|tool_call_start|>[set_timer()]<|tool_call_end|>", "set_timer", "{}", 1, 0},
+        {"<|tool_call_start|>[set_timer(minutes=1", "set_timer", "{\"minutes\":", 0, 0},
+        {"<|tool_call_start|>[set_timer(minutes=Tru)]<|tool_call_end|>", NULL, NULL, 0, 1},
+        {"<|tool_call_start|>[f(x=1)] trailing", "f", "{\"x\":1}", 0, 1},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(python_calls); i++) {
+        assert_int_equal(llmm_chat_parser_create("lfm2_5", 0, &p), LLMM_OK);
+        text = python_calls[i].raw;
+        assert_int_equal(llmm_chat_parser_feed(p, text, strlen(text)), LLMM_OK);
+        assert_int_equal(llmm_chat_parser_result(p, 1, &r), LLMM_OK);
+        if (python_calls[i].malformed) assert_int_equal(r.malformed, 1);
+        if (!python_calls[i].name || python_calls[i].malformed) {
+            assert_true(r.malformed);
+        } else {
+            assert_int_equal(r.n_calls, 1);
+            assert_string_equal(r.calls[0].name, python_calls[i].name);
+            assert_string_equal(r.calls[0].arguments, python_calls[i].arguments);
+            assert_int_equal(r.calls[0].complete, python_calls[i].complete);
+            assert_int_equal(r.malformed, 0);
+        }
+        llmm_chat_parser_free(p);
+    }
 
     assert_int_equal(llmm_chat_parser_create("nope", 0, &p), LLMM_ERR_UNSUPPORTED);
     assert_int_equal(llmm_chat_parser_create(NULL, 0, &p), LLMM_ERR_INVALID_ARG);
@@ -528,6 +560,28 @@ static int collect(void *user, const char *bytes, size_t n, int complete_utf8) {
     return 0;
 }
 
+/* A 256-token, one-thread context: the generation tests' results do not depend on threads. */
+static llmm_context *one_thread_context(llmm_model *m) {
+    llmm_context_params cp;
+    llmm_context_params_default(&cp, sizeof cp);
+    cp.n_ctx = 256;
+    cp.n_threads = 1;
+    return make_context(m, &cp);
+}
+
+/* Generation of up to max_tokens under grammar g (NULL: free), streamed into out. */
+static llmm_generate_params generate_into(text_out *out, const llmm_sampler_params *sp, const llmm_grammar *g,
+                                          int32_t max_tokens) {
+    llmm_generate_params gp;
+    llmm_generate_params_default(&gp, sizeof gp);
+    gp.max_tokens = max_tokens;
+    gp.sampling = sp;
+    gp.on_bytes = collect;
+    gp.user = out;
+    gp.grammar = g;
+    return gp;
+}
+
 /* 100 calls per tool sampled at temperature 1 under the "required" grammar: every one parses
  * as exactly one complete call to that tool, and its arguments validate. stories260K knows no
  * tools: only the constraint makes the calls right. */
@@ -552,13 +606,7 @@ static void sample_calls(llmm_model *m, const char *family, int runs) {
             sp.top_p = 1.0f;
             sp.min_p = 0.0f;
             text_out out = {.n = 0};
-            llmm_generate_params gp;
-            llmm_generate_params_default(&gp, sizeof gp);
-            gp.max_tokens = 400;
-            gp.sampling = &sp;
-            gp.on_bytes = collect;
-            gp.user = &out;
-            gp.grammar = g;
+            llmm_generate_params gp = generate_into(&out, &sp, g, 400);
             llmm_generate_stats st = {.size = sizeof st};
             assert_int_equal(llmm_generate(ctx, "Once upon a time", &gp, &st), LLMM_OK);
             tokens += st.n_generated;
@@ -620,17 +668,63 @@ static void test_tool_grammar_refusals(void **state) {
     llmm_grammar_free(g);
 }
 
+/* llmm_generate feeds params->tool_parser what it streams and counts the calls: a required
+ * call (the tools' grammar, greedy on stories260K), then free text with no call. */
+static void test_generate_returns_calls(void **state) {
+    (void)state;
+    llmm_model *m = load_model("models/stories260K.gguf", NULL);
+    llmm_context *ctx = one_thread_context(m);
+    llmm_grammar *g = NULL;
+    char err[256];
+    assert_int_equal(llmm_grammar_from_tools(m, "qwen2_5", demo_tools, ARRAY_LEN(demo_tools), &g, err, sizeof err),
+                     LLMM_OK);
+    llmm_sampler_params sp;
+    llmm_sampler_params_default(&sp, sizeof sp);
+    sp.temperature = 0.0f;
+    text_out streamed = {.n = 0};
+    llmm_generate_params gp = generate_into(&streamed, &sp, g, 200);
+    assert_int_equal(llmm_chat_parser_create("qwen2_5", 0, &gp.tool_parser), LLMM_OK);
+    llmm_generate_stats st = {.size = sizeof st};
+    assert_int_equal(llmm_generate(ctx, "Once upon a time", &gp, &st), LLMM_OK);
+    assert_int_equal(st.stop_reason, LLMM_STOP_GRAMMAR);
+    assert_int_equal(st.n_tool_calls, 1);
+    assert_int_equal(st.tool_malformed, 0);
+    llmm_chat_parse_result r = {.size = sizeof r};
+    assert_int_equal(llmm_chat_parser_result(gp.tool_parser, 1, &r), LLMM_OK);
+    assert_int_equal(r.n_calls, 1);
+    assert_true(r.calls[0].complete);
+    assert_true(strcmp(r.calls[0].name, "get_weather") == 0 || strcmp(r.calls[0].name, "set_timer") == 0);
+    print_message("call: %s %s (from: %s)\n", r.calls[0].name, r.calls[0].arguments, streamed.bytes);
+    llmm_chat_parser_free(gp.tool_parser);
+    /* free text: the parser holds what was streamed, as content, and no call */
+    streamed.n = 0;
+    gp.grammar = NULL;
+    gp.max_tokens = 24;
+    assert_int_equal(llmm_chat_parser_create("qwen2_5", 0, &gp.tool_parser), LLMM_OK);
+    assert_int_equal(llmm_generate(ctx, "Once upon a time", &gp, &st), LLMM_OK);
+    assert_int_equal(st.n_tool_calls, 0);
+    assert_int_equal(llmm_chat_parser_result(gp.tool_parser, 1, &r), LLMM_OK);
+    assert_int_equal(r.n_calls, 0);
+    assert_int_equal(strlen(r.content), streamed.n);
+    assert_memory_equal(r.content, streamed.bytes, streamed.n);
+    llmm_chat_parser_free(gp.tool_parser);
+    /* without a parser nothing is counted */
+    gp.tool_parser = NULL;
+    st.n_tool_calls = 7;
+    assert_int_equal(llmm_generate(ctx, "Once upon a time", &gp, &st), LLMM_OK);
+    assert_int_equal(st.n_tool_calls, 0);
+    llmm_grammar_free(g);
+    llmm_context_free(ctx);
+    llmm_model_free(m);
+}
+
 /* A lazy grammar: greedy output is free, exactly as without the grammar, until it contains the
  * trigger; from there the grammar writes the rest and its end stops generation. The trigger is
  * a token the free output chose, so greedy decoding reaches it with or without the grammar. */
 static void test_lazy_grammar_starts_at_trigger(void **state) {
     (void)state;
     llmm_model *m = load_model("models/stories260K.gguf", NULL);
-    llmm_context_params cp;
-    llmm_context_params_default(&cp, sizeof cp);
-    cp.n_ctx = 256;
-    cp.n_threads = 1;
-    llmm_context *ctx = make_context(m, &cp);
+    llmm_context *ctx = one_thread_context(m);
     llmm_sampler_params sp;
     llmm_sampler_params_default(&sp, sizeof sp);
     sp.temperature = 0.0f;
@@ -697,6 +791,7 @@ int main(void) {
         cmocka_unit_test(test_tool_grammar_refusals),
         cmocka_unit_test(test_constrained_calls_validate),
         cmocka_unit_test(test_lazy_grammar_starts_at_trigger),
+        cmocka_unit_test(test_generate_returns_calls),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -35,7 +35,31 @@ typedef struct gen_run {
     char *piece;
     size_t piece_cap;
     double t_start;
+    llmm_status tool_feed; /* the tool parser's first failure to take bytes */
 } gen_run;
+
+/* Between the text stream and the app's on_bytes: the tool parser sees what the app sees. */
+static int stream_out(void *user, const char *bytes, size_t n, int complete_utf8) {
+    gen_run *g = user;
+    if (g->p.tool_parser && !g->tool_feed) g->tool_feed = llmm_chat_parser_feed(g->p.tool_parser, bytes, n);
+    if (g->tool_feed) return 1;
+    return g->p.on_bytes ? g->p.on_bytes(g->p.user, bytes, n, complete_utf8) : 0;
+}
+
+/* The calls the tool parser holds once the output has ended. */
+static llmm_status count_tool_calls(gen_run *g) {
+    if (g->tool_feed)
+        return llmm__ctx_fail(g->ctx, g->tool_feed, "llmm_generate: tool_parser: %s",
+                              llmm_chat_parser_last_error(g->p.tool_parser));
+    llmm_chat_parse_result r = {.size = sizeof r};
+    llmm_status st = llmm_chat_parser_result(g->p.tool_parser, 1, &r);
+    if (st)
+        return llmm__ctx_fail(g->ctx, st, "llmm_generate: tool_parser: %s",
+                              llmm_chat_parser_last_error(g->p.tool_parser));
+    for (size_t i = 0; i < r.n_calls; i++) g->s.n_tool_calls += r.calls[i].complete != 0;
+    g->s.tool_malformed = r.malformed;
+    return LLMM_OK;
+}
 
 static llmm_status tokenize_prompt(gen_run *g, const char *text) {
     const llmm_model *m = g->ctx->model;
@@ -158,8 +182,9 @@ static llmm_status step(gen_run *g, int is_last) {
     if ((st = piece_of(g, tok, &n))) return llmm__ctx_fail(g->ctx, st, "converting token %d to text failed", tok);
     if (g->lazy && (st = lazy_watch(g, g->piece, n))) return st;
     int stop_index = -1, cancelled = 0;
-    st = llmm__text_stream_push(&g->stream, g->piece, n, g->p.on_bytes, g->p.user, &stop_index, &cancelled);
+    st = llmm__text_stream_push(&g->stream, g->piece, n, stream_out, g, &stop_index, &cancelled);
     if (st) return llmm__ctx_fail(g->ctx, st, "out of memory streaming text");
+    if (g->tool_feed) return count_tool_calls(g);
     if (stop_index >= 0) g->s.stop_reason = LLMM_STOP_STRING;
     else if (cancelled) g->s.stop_reason = LLMM_STOP_CALLBACK;
     else if (is_last) g->s.stop_reason = LLMM_STOP_MAX_TOKENS;
@@ -220,11 +245,11 @@ static llmm_status run(gen_run *g, const char *prompt) {
     if (g->spec && (st = spec_finish(g))) return st;
     if (g->s.stop_reason != LLMM_STOP_STRING && g->s.stop_reason != LLMM_STOP_CALLBACK) {
         int cancelled = 0;
-        if ((st = llmm__text_stream_finish(&g->stream, g->p.on_bytes, g->p.user, &cancelled)))
+        if ((st = llmm__text_stream_finish(&g->stream, stream_out, g, &cancelled)))
             return llmm__ctx_fail(ctx, st, "out of memory streaming text");
     }
     g->s.generate_ms = llmm__time_now_ms() - t1;
-    return LLMM_OK;
+    return g->p.tool_parser ? count_tool_calls(g) : LLMM_OK;
 }
 
 static void fill_rates(llmm_generate_stats *s, const llmm_model *m) {

@@ -73,6 +73,10 @@ llmm_status llmm__tool_call_gbnf(const tool_family_info *family, const llmm_tool
     *gbnf_out = NULL;
     if (family->syntax == TOOL_SYNTAX_NONE)
         return llmm__diag_fail(d, LLMM_ERR_UNSUPPORTED, "the '%s' family's template has no call syntax", family->name);
+    if (family->syntax == TOOL_SYNTAX_PYTHON_CALL) /* arguments as Python literals: no grammar yet */
+        return llmm__diag_fail(d, LLMM_ERR_UNSUPPORTED,
+                               "the '%s' family writes calls as Python expressions; llmmini has no grammar for them yet",
+                               family->name);
     if (!tools || n_tools == 0 || n_tools > LLMM_TOOLS_MAX)
         return llmm__diag_fail(d, LLMM_ERR_INVALID_ARG, "tool grammar: 1 to %d tools, not %zu", LLMM_TOOLS_MAX,
                                n_tools);

@@ -6,12 +6,16 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/json_value.h"
+
 #define CALL_OPEN "<tool_call>"
 #define CALL_CLOSE "</tool_call>"
 #define THINK_OPEN "<think>"
 #define BARE_CALL_OPEN "{\"name\""
 #define LIST_CALL_OPEN "[TOOL_CALLS]"
 #define THINK_CLOSE "</think>"
+#define PY_CALL_OPEN "<|tool_call_start|>"
+#define PY_CALL_CLOSE "<|tool_call_end|>"
 
 static int is_space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
 
@@ -182,7 +186,7 @@ static llmm_status parse_tagged_json(const char *t, size_t n, size_t pos, int fi
         llmm_status st;
         size_t open = content_until(p, t, n, pos, CALL_OPEN, final, &st);
         if (st || open == n) return st;
-        parsed_call c = {{0, 0}, {0, 0}, {0, 0}, 0, 0};
+        parsed_call c = {.complete = 0};
         size_t body = skip_space(t, n, open + strlen(CALL_OPEN)), obj_end = n;
         int got = scan_call_object(t, n, body, &rules, &c, &obj_end);
         if (got < 0 || (got == 0 && c.name.len == 0 && final)) return not_a_call(p, t, n, open, final);
@@ -207,7 +211,7 @@ static llmm_status parse_bare_json(const char *t, size_t n, size_t pos, int fina
     llmm_status st;
     size_t open = content_until(p, t, n, pos, BARE_CALL_OPEN, final, &st);
     if (st || open == n) return st;
-    parsed_call c = {{0, 0}, {0, 0}, {0, 0}, 0, 0};
+    parsed_call c = {.complete = 0};
     size_t obj_end = n;
     int got = scan_call_object(t, n, open, &rules, &c, &obj_end);
     if (got < 0 || (got == 0 && final && c.name.len == 0)) return not_a_call(p, t, n, open, final);
@@ -231,7 +235,7 @@ static llmm_status parse_list_json(const char *t, size_t n, size_t pos, int fina
     size_t i = skip_space(t, n, open + strlen(LIST_CALL_OPEN));
     if (i < n && t[i] != '[') return not_a_call(p, t, n, open, final);
     for (i++;;) {
-        parsed_call c = {{0, 0}, {0, 0}, {0, 0}, 0, 0};
+        parsed_call c = {.complete = 0};
         size_t obj_end = n;
         int got = scan_call_object(t, n, skip_space(t, n, i), &rules, &c, &obj_end);
         if (got < 0) return not_a_call(p, t, n, open, final);
@@ -251,6 +255,158 @@ static llmm_status parse_list_json(const char *t, size_t n, size_t pos, int fina
         }
         return i < n ? not_a_call(p, t, n, open, final) : LLMM_OK;
     }
+}
+
+/* LFM2: content, then <|tool_call_start|>[name(key=value, ...)]<|tool_call_end|>, the values
+ * Python literals (or JSON) rewritten as compact JSON arguments, {"key":value,...}, as the
+ * reference returns them. One call per list: the reference refuses a second. A call cut off
+ * keeps the arguments converted so far. */
+static llmm_status emit(chat_parse *p, const char *s, size_t n) {
+    if (llmm__mem_reserve(NULL, (void **)&p->converted, &p->cap_converted, p->n_converted + n + 1, 1))
+        return LLMM_ERR_NO_MEMORY;
+    memcpy(p->converted + p->n_converted, s, n);
+    p->n_converted += n;
+    return LLMM_OK;
+}
+
+static int is_word_char(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+           c == '.';
+}
+
+/* One Python or JSON value at t[i] as JSON into p->converted. Returns one past it, n when the
+ * text ends inside it (what was converted so far stays), or (size_t)-1 when it is no value. */
+static size_t convert_value(chat_parse *p, const char *t, size_t n, size_t i, int depth, llmm_status *st);
+
+static size_t convert_string(chat_parse *p, const char *t, size_t n, size_t i, llmm_status *st) {
+    const char quote = t[i];
+    *st = emit(p, "\"", 1);
+    for (i++; i < n && !*st; i++) {
+        if (t[i] == quote) return (*st = emit(p, "\"", 1)), i + 1;
+        if (t[i] == '\\') {
+            if (i + 1 >= n) return n;
+            /* \' needs no escape in JSON */
+            *st = t[i + 1] == '\'' ? emit(p, "'", 1) : emit(p, t + i, 2);
+            i++;
+        } else {
+            *st = t[i] == '"' ? emit(p, "\\\"", 2) : emit(p, t + i, 1);
+        }
+    }
+    return n;
+}
+
+/* [v, ...] or {k: v, ...} */
+static size_t convert_container(chat_parse *p, const char *t, size_t n, size_t i, int depth, llmm_status *st) {
+    const char close = t[i] == '[' ? ']' : '}';
+    int is_dict = close == '}';
+    *st = emit(p, t + i, 1);
+    i = skip_space(t, n, i + 1);
+    if (i < n && t[i] == close) return (*st = emit(p, &close, 1)), i + 1;
+    while (i < n && !*st) {
+        if (is_dict) {
+            if (t[i] != '"' && t[i] != '\'') return (size_t)-1;
+            i = convert_string(p, t, n, i, st);
+            i = skip_space(t, n, i);
+            if (i >= n || *st) return n;
+            if (t[i] != ':') return (size_t)-1;
+            if ((*st = emit(p, ":", 1))) return n;
+            i = skip_space(t, n, i + 1);
+        }
+        i = convert_value(p, t, n, i, depth + 1, st);
+        if (i == (size_t)-1 || i >= n || *st) return i;
+        i = skip_space(t, n, i);
+        if (i >= n) return n;
+        if (t[i] == close) return (*st = emit(p, &close, 1)), i + 1;
+        if (t[i] != ',') return (size_t)-1;
+        if ((*st = emit(p, ",", 1))) return n;
+        i = skip_space(t, n, i + 1);
+    }
+    return n;
+}
+
+static size_t convert_value(chat_parse *p, const char *t, size_t n, size_t i, int depth, llmm_status *st) {
+    static const char *const words[][2] = {{"True", "true"}, {"False", "false"}, {"None", "null"},
+                                           {"true", "true"}, {"false", "false"}, {"null", "null"}};
+    if (i >= n) return n;
+    if (depth > JSON_MAX_DEPTH) return (size_t)-1;
+    if (t[i] == '"' || t[i] == '\'') return convert_string(p, t, n, i, st);
+    if (t[i] == '[' || t[i] == '{') return convert_container(p, t, n, i, depth, st);
+    size_t end = i;
+    while (end < n && (is_word_char(t[end]) || t[end] == '+')) end++;
+    if (end == i) return (size_t)-1;
+    if (end == n) return n; /* a number or word still being written: nothing of it yet */
+    for (size_t w = 0; w < sizeof words / sizeof *words; w++)
+        if (end - i == strlen(words[w][0]) && memcmp(t + i, words[w][0], end - i) == 0)
+            return (*st = emit(p, words[w][1], strlen(words[w][1]))), end;
+    for (size_t k = i; k < end; k++)
+        if (!((t[k] >= '0' && t[k] <= '9') || t[k] == '-' || t[k] == '+' || t[k] == '.' || t[k] == 'e' || t[k] == 'E'))
+            return (size_t)-1;
+    *st = emit(p, t + i, end - i);
+    return end;
+}
+
+/* name(key=value, ...) at t[i] into c, its arguments converted. Returns 1 and the end (one past
+ * ')') when it closed, 0 when the text ended inside it, -1 when it is no call. */
+static int scan_python_call(chat_parse *p, const char *t, size_t n, size_t i, parsed_call *c, size_t *end,
+                            llmm_status *st) {
+    size_t name = i;
+    while (i < n && is_word_char(t[i])) i++;
+    c->name = (text_span){name, i - name};
+    if (i >= n) return c->name.len = 0, 0; /* the name may go on */
+    if (!c->name.len || t[i] != '(') return -1;
+    c->args_converted = 1;
+    c->arguments = (text_span){p->n_converted, 0};
+    if ((*st = emit(p, "{", 1))) return 0;
+    for (i = skip_space(t, n, i + 1); i < n;) {
+        if (t[i] == ')') {
+            if ((*st = emit(p, "}", 1))) return 0;
+            c->arguments.len = p->n_converted - c->arguments.at;
+            *end = i + 1;
+            return 1;
+        }
+        size_t key = i;
+        while (i < n && is_word_char(t[i])) i++;
+        if (i >= n) break;
+        if (i == key || t[i] != '=') return -1;
+        if ((*st = emit(p, "\"", 1)) || (*st = emit(p, t + key, i - key)) || (*st = emit(p, "\":", 2))) return 0;
+        i = convert_value(p, t, n, skip_space(t, n, i + 1), 0, st);
+        if (i == (size_t)-1) return -1;
+        if (*st || i >= n) break;
+        i = skip_space(t, n, i);
+        if (i < n && t[i] == ',') {
+            if ((*st = emit(p, ",", 1))) return 0;
+            i = skip_space(t, n, i + 1);
+        } else if (i < n && t[i] != ')') {
+            return -1;
+        }
+    }
+    c->arguments.len = p->n_converted - c->arguments.at;
+    return 0;
+}
+
+static llmm_status parse_python_call(const char *t, size_t n, size_t pos, int final, chat_parse *p) {
+    llmm_status st;
+    size_t open = content_until(p, t, n, pos, PY_CALL_OPEN, final, &st);
+    if (st || open == n) return st;
+    size_t i = skip_space(t, n, open + strlen(PY_CALL_OPEN));
+    if (i >= n) return final ? not_a_call(p, t, n, open, final) : LLMM_OK;
+    if (t[i] != '[') return not_a_call(p, t, n, open, final);
+    parsed_call c = {.complete = 0};
+    size_t call_end = n;
+    int got = scan_python_call(p, t, n, skip_space(t, n, i + 1), &c, &call_end, &st);
+    if (st) return st;
+    if (got < 0) return not_a_call(p, t, n, open, final);
+    if (got == 0) return c.name.len ? add_call(p, &c) : final ? not_a_call(p, t, n, open, final) : LLMM_OK;
+    i = skip_space(t, n, call_end);
+    if (i < n && t[i] != ']') return not_a_call(p, t, n, open, final); /* a second call, or junk */
+    size_t close = i < n ? skip_space(t, n, i + 1) : n;
+    c.complete = i < n && starts_at(t, n, close, PY_CALL_CLOSE);
+    if (i < n && !c.complete && !prefix_at(t, n, close, PY_CALL_CLOSE)) return not_a_call(p, t, n, open, final);
+    if (add_call(p, &c)) return LLMM_ERR_NO_MEMORY;
+    if (!c.complete) return LLMM_OK;
+    p->call_end = close + strlen(PY_CALL_CLOSE);
+    size_t rest = skip_space(t, n, p->call_end);
+    return rest < n ? not_a_call(p, t, n, rest, final) : LLMM_OK;
 }
 
 /* The reasoning block at the start; returns where the rest starts. */
@@ -283,11 +439,13 @@ llmm_status llmm__chat_parse(const tool_family_info *f, int thinking, const char
     out->reasoning = (text_span){0, 0};
     out->malformed = 0;
     out->call_end = 0;
+    out->n_converted = 0;
     size_t pos = parse_reasoning(f, thinking, text, n, final, out);
     switch (f->syntax) {
     case TOOL_SYNTAX_TAGGED_JSON: return parse_tagged_json(text, n, pos, final, out);
     case TOOL_SYNTAX_BARE_JSON: return parse_bare_json(text, n, pos, final, out);
     case TOOL_SYNTAX_LIST_JSON: return parse_list_json(text, n, pos, final, out);
+    case TOOL_SYNTAX_PYTHON_CALL: return parse_python_call(text, n, pos, final, out);
     case TOOL_SYNTAX_NONE: break;
     }
     return add_content(out, pos, n - pos);
@@ -296,6 +454,7 @@ llmm_status llmm__chat_parse(const tool_family_info *f, int thinking, const char
 void llmm__chat_parse_free(chat_parse *p) {
     llmm__mem_free(NULL, p->content);
     llmm__mem_free(NULL, p->calls);
+    llmm__mem_free(NULL, p->converted);
     memset(p, 0, sizeof *p);
 }
 
@@ -396,7 +555,7 @@ LLMM_API llmm_status llmm_chat_parser_result(llmm_chat_parser *p, int final, llm
     for (size_t i = 0; i < c->n_calls; i++) {
         const parsed_call *pc = &c->calls[i];
         p->calls[i].name = put_span(&w, text, pc->name);
-        p->calls[i].arguments = put_span(&w, text, pc->arguments);
+        p->calls[i].arguments = put_span(&w, pc->args_converted ? c->converted : text, pc->arguments);
         const char *id = put_span(&w, text, pc->id);
         p->calls[i].id = pc->has_id ? id : NULL;
         p->calls[i].complete = pc->complete;

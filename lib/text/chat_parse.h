@@ -16,7 +16,8 @@ typedef struct text_span {
 typedef struct parsed_call {
     text_span name, id, arguments; /* id.len == 0 when the model wrote none */
     int has_id;
-    int complete; /* the closing marker was seen */
+    int complete;       /* the closing marker was seen */
+    int args_converted; /* arguments index chat_parse.converted, not the text (Python-style calls) */
 } parsed_call;
 
 typedef struct chat_parse {
@@ -27,6 +28,8 @@ typedef struct chat_parse {
     size_t n_calls, cap_calls;
     int malformed; /* text after a call's opening marker was not a call */
     size_t call_end; /* where the last complete call's closing marker ends (0: none) */
+    char *converted; /* arguments the parser rewrote as JSON (TOOL_SYNTAX_PYTHON_CALL) */
+    size_t n_converted, cap_converted;
 } chat_parse;
 
 /* Parse text[0..n). final == 0: more text may follow, so a possible start of a marker at the

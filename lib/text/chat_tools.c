@@ -26,7 +26,10 @@ static const family_row families[] = {
      llmm__render_qwen3,
      {"<|im_start|>", "<tool_call>", "<think>"},
      "<function="}, /* Qwen3.5's template has every Qwen3 marker, and XML-style calls */
-    {{"hermes3", TOOL_SYNTAX_TAGGED_JSON, REASONING_NONE}, NULL, {"<|im_start|>", "<tool_call>"}, "<think>"},
+    {{"hermes3", TOOL_SYNTAX_TAGGED_JSON, REASONING_NONE},
+     llmm__render_hermes3,
+     {"<|im_start|>", "<tool_call>"},
+     "<think>"},
     {{"granite4", TOOL_SYNTAX_TAGGED_JSON, REASONING_NONE},
      llmm__render_granite4,
      {"<|start_of_role|>", "<tool_call>"},
@@ -43,12 +46,16 @@ static const family_row families[] = {
      llmm__render_mistral_nemo,
      {"[AVAILABLE_TOOLS]", "[TOOL_CALLS]", "[TOOL_RESULTS]"},
      NULL},
+    {{"lfm2_5", TOOL_SYNTAX_PYTHON_CALL, REASONING_NONE},
+     llmm__render_lfm2,
+     {"<|im_start|>", "List of tools: ["},
+     NULL},
     {{"smollm3", TOOL_SYNTAX_NONE, REASONING_THINK_RAW}, NULL, {"<|im_start|>", "Reasoning Mode"}, "<tool_call>"},
 };
 #define N_FAMILIES (sizeof families / sizeof *families)
 
 /* The names in table order, from the second byte. */
-static const char families_csv[] = ",qwen2_5,qwen3,hermes3,granite4,llama3_1,llama3_2,mistral_nemo,smollm3";
+static const char families_csv[] = ",qwen2_5,qwen3,hermes3,granite4,llama3_1,llama3_2,mistral_nemo,lfm2_5,smollm3";
 
 const tool_family_info *llmm__tool_family_find(const char *name) {
     for (size_t i = 0; name && i < N_FAMILIES; i++)
@@ -101,6 +108,7 @@ LLMM_API llmm_status llmm_chat_tool_trigger(const char *family, const char **tri
         [TOOL_SYNTAX_TAGGED_JSON] = "<tool_call>",
         [TOOL_SYNTAX_BARE_JSON] = "{\"name\"",
         [TOOL_SYNTAX_LIST_JSON] = "[TOOL_CALLS]",
+        [TOOL_SYNTAX_PYTHON_CALL] = "<|tool_call_start|>",
     };
     if (!trigger) return LLMM_ERR_INVALID_ARG;
     *trigger = NULL;

@@ -13,7 +13,9 @@ typedef enum tool_call_syntax {
     TOOL_SYNTAX_NONE,       /* the template declares no tools: everything is content */
     TOOL_SYNTAX_TAGGED_JSON, /* <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call> */
     TOOL_SYNTAX_BARE_JSON,   /* one {"name": ..., "parameters": {...}} ending the message (Llama 3) */
-    TOOL_SYNTAX_LIST_JSON    /* [TOOL_CALLS][{"name", "arguments", "id"}, ...] (Mistral Nemo) */
+    TOOL_SYNTAX_LIST_JSON,   /* [TOOL_CALLS][{"name", "arguments", "id"}, ...] (Mistral Nemo) */
+    TOOL_SYNTAX_PYTHON_CALL  /* <|tool_call_start|>[name(key=value, ...)]<|tool_call_end|> (LFM2):
+                                Python literals, converted to JSON arguments by the parser */
 } tool_call_syntax;
 
 /* How a family's output opens and closes its reasoning. */

@@ -86,6 +86,19 @@ class ConstrainedTest(unittest.TestCase):
                 self.assertEqual(call["name"], "set_timer")
                 self.assertTrue(1 <= json.loads(call["arguments"])["minutes"] <= 120)
                 self.assertEqual(gen.stats.stop_reason, "grammar")
+                self.assertEqual(gen.stats.n_tool_calls, 1)  # the library's own parse, fed as it streamed
+                self.assertFalse(gen.stats.tool_malformed)
+
+    def test_generate_feeds_a_tool_parser(self) -> None:
+        with llmmini.Model(shared_path("models", "stories260K.gguf")) as model, \
+                llmmini.Context(model, n_ctx=512, threads=1) as ctx:
+            parser = llmmini.ChatParser("qwen2_5")
+            gen = ctx.generate("Once upon a time", max_tokens=20, temperature=0, tool_parser=parser)
+            text = "".join(gen)
+            parsed = parser.result(final=True)
+            self.assertEqual(parsed.content, text)
+            self.assertEqual(parsed.tool_calls, [])
+            self.assertEqual(gen.stats.n_tool_calls, 0)
 
     def test_json_schema_generation_parses(self) -> None:
         schema = {"type": "object", "properties": {"days": {"type": "integer", "minimum": 1, "maximum": 7}},

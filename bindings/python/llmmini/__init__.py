@@ -13,12 +13,15 @@ loader (see llmmini._lib); it must have the ABI version this package was written
 from __future__ import annotations
 
 from . import _lib
-from .context import Context, ContextStats
+from .adapter import MAX_SEQ_ADAPTERS, Adapter, AdapterCacheEntry, AdapterCacheStats, AdapterInfo
+from .batch import Batch
+from .context import Context, ContextMemory, ContextStats
 from .errors import (AbortedError, BackendError, BadFileError, BufferTooSmallError, ContextFullError,
                      InternalError, InvalidArgError, IoError, LibraryError, LlmminiError, NoMemoryError,
                      NotFoundError, UnsupportedError, VocabOnlyError, WrongTypeError)
 from .generate import GenerateStats, Generation
 from .model import Metadata, Model, ModelInfo, chat_template_names
+from .sampler import Sampler
 from .tools import ChatParse, ChatParser, Grammar, ParsedToolCall, parse, tool_families, tool_trigger
 
 __version__ = "0.1.0"
@@ -37,7 +40,8 @@ def library_path() -> str:
 
 
 __all__ = [
-    "Model", "ModelInfo", "Metadata", "Context", "ContextStats", "Generation", "GenerateStats",
+    "Model", "ModelInfo", "Metadata", "Context", "ContextStats", "ContextMemory", "Generation", "GenerateStats",
+    "Adapter", "AdapterInfo", "AdapterCacheStats", "AdapterCacheEntry", "MAX_SEQ_ADAPTERS", "Sampler", "Batch",
     "chat_template_names", "library_version", "library_path", "ABI_VERSION",
     "Grammar", "ChatParser", "ChatParse", "ParsedToolCall", "parse", "tool_families", "tool_trigger",
     "LlmminiError", "LibraryError", "InvalidArgError", "NoMemoryError", "IoError", "BadFileError",

@@ -98,6 +98,22 @@ class ContextParams(Structure):
         ("device", c_int32),
         ("progress", PROGRESS_FN),
         ("progress_user", c_void_p),
+        # since unreleased (ABI 1)
+        ("adapter_budget_bytes", c_uint64),
+        ("n_outputs_max", c_uint32),
+    ]
+
+
+class ContextMemory(Structure):
+    _fields_ = [
+        ("size", c_uint32),
+        ("host_bytes", c_uint64),
+        ("device_bytes", c_uint64),
+        ("kv_pool_bytes", c_uint64),
+        ("weights_bytes", c_uint64),
+        ("activations_bytes", c_uint64),
+        ("scratch_bytes", c_uint64),
+        ("other_host_bytes", c_uint64),
     ]
 
 
@@ -167,6 +183,7 @@ class GenerateParams(Structure):
         ("grammar_text", c_char_p),
         ("grammar", c_void_p),
         ("grammar_trigger", c_char_p),
+        ("tool_parser", c_void_p),
     ]
 
 
@@ -182,6 +199,16 @@ class GenerateStatsStruct(Structure):
         ("prompt_tokens_per_s", c_double),
         ("generate_tokens_per_s", c_double),
         ("stop_reason", c_enum),
+        # since unreleased (ABI 1)
+        ("spec_proposed", c_uint64),
+        ("spec_accepted", c_uint64),
+        ("spec_acceptance", c_double),
+        ("n_target_steps", c_uint64),
+        ("spec_draft_ms", c_double),
+        ("spec_speedup_estimate", c_double),
+        ("grammar_ms", c_double),
+        ("n_tool_calls", c_uint32),
+        ("tool_malformed", c_int32),
     ]
 
 
@@ -236,6 +263,44 @@ class ParseResult(Structure):
     ]
 
 
+class AdapterInfo(Structure):
+    _fields_ = [
+        ("size", c_uint32),
+        ("rank", c_uint32),
+        ("alpha", c_float),
+        ("n_tensors", c_uint32),
+        ("bytes", c_uint64),
+        ("fingerprint", c_uint64),
+    ]
+
+
+class AdapterCacheStats(Structure):
+    _fields_ = [
+        ("size", c_uint32),
+        ("n_registered", c_uint32),
+        ("n_loaded", c_uint32),
+        ("bytes", c_uint64),
+        ("budget_bytes", c_uint64),
+        ("hits", c_uint64),
+        ("loads", c_uint64),
+        ("evictions", c_uint64),
+        ("load_ms", c_double),
+    ]
+
+
+class AdapterCacheEntry(Structure):
+    _fields_ = [
+        ("size", c_uint32),
+        ("path", c_char_p),
+        ("loaded", c_int32),
+        ("bytes", c_uint64),
+        ("loads", c_uint64),
+        ("hits", c_uint64),
+        ("load_ms", c_double),
+        ("last_load_ms", c_double),
+    ]
+
+
 # C struct name -> mirror, for the layout test
 STRUCTS = {
     "llmm_model_params": ModelParams,
@@ -252,6 +317,10 @@ STRUCTS = {
     "llmm_chat_request": ChatRequest,
     "llmm_chat_parsed_call": ParsedCall,
     "llmm_chat_parse_result": ParseResult,
+    "llmm_context_memory": ContextMemory,
+    "llmm_adapter_info": AdapterInfo,
+    "llmm_adapter_cache_stats": AdapterCacheStats,
+    "llmm_adapter_cache_entry": AdapterCacheEntry,
 }
 
 

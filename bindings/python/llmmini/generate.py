@@ -19,13 +19,20 @@ from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple, Uni
 from . import _lib
 from . import _structs as S
 from .errors import LLMM_ERR_ABORTED, LLMM_OK, _unsigned, invalid_arg
+from .sampler import sampler_params
 
 
 @dataclass(frozen=True)
 class GenerateStats:
     """What a generation did (``llmm_generate_stats``). stop_reason: "max_tokens", "eos",
     "stop_string", "callback" (the iterator was closed early), "context_full" or "grammar" (the
-    grammar's sentence was complete)."""
+    grammar's sentence was complete). The spec_* fields are 0 without speculative decoding:
+    spec_proposed guesses, spec_accepted of them kept, spec_acceptance their ratio,
+    n_target_steps the target model's steps after the prompt, spec_draft_ms the proposer's
+    time, spec_speedup_estimate tokens per target step discounted by the draft's time;
+    grammar_ms is the grammar's share of generate_ms. With a tool parser (Context.chat with
+    tools, or generate(tool_parser=)): n_tool_calls, the complete calls in the reply, and
+    tool_malformed, whether its parse found text that is no call after a call's marker."""
 
     n_prompt: int
     n_generated: int
@@ -36,6 +43,39 @@ class GenerateStats:
     prompt_tokens_per_s: float
     generate_tokens_per_s: float
     stop_reason: str
+    spec_proposed: int = 0
+    spec_accepted: int = 0
+    spec_acceptance: float = 0.0
+    n_target_steps: int = 0
+    spec_draft_ms: float = 0.0
+    spec_speedup_estimate: float = 0.0
+    grammar_ms: float = 0.0
+    n_tool_calls: int = 0
+    tool_malformed: bool = False
+
+
+class Speculation:
+    """The spec_* fields of one llmm_generate call: a draft model's handle (held for the call:
+    release() gives it back, whoever runs last) or prompt lookup, and their bounds."""
+
+    def __init__(self, draft_handle: Optional[int], release: Callable[[], None], max_tokens: Optional[int],
+                 ngram: Optional[int], min_ngram: Optional[int]) -> None:
+        self.draft_handle = draft_handle
+        self._release = release
+        self.max_tokens = None if max_tokens is None else _unsigned("spec_max_tokens", max_tokens, 31)
+        self.ngram = None if ngram is None else _unsigned("spec_ngram", ngram, 31)
+        self.min_ngram = None if min_ngram is None else _unsigned("spec_min_ngram", min_ngram, 31)
+
+    def fill(self, params: S.GenerateParams) -> None:
+        params.spec_draft_model = self.draft_handle
+        for name in ("max_tokens", "ngram", "min_ngram"):
+            value = getattr(self, name)
+            if value is not None:
+                setattr(params, "spec_" + name, value)
+
+    def release(self) -> None:
+        release, self._release = self._release, (lambda: None)
+        release()
 
 
 class _Done:
@@ -116,6 +156,7 @@ class Generation(Iterator[str]):
         s = self._stats_struct
         values = {name: getattr(s, name) for name, _ in S.GenerateStatsStruct._fields_ if name != "size"}
         values["stop_reason"] = S.STOP_REASONS.get(values["stop_reason"], str(values["stop_reason"]))
+        values["tool_malformed"] = bool(values["tool_malformed"])
         self.stats = GenerateStats(**values)
         self.tokens = list(self._out[:min(s.n_generated, len(self._out))])
         if done.error is not None:
@@ -166,7 +207,8 @@ def start_generation(host: GenerationHost, prompt: Union[str, bytes], *, max_tok
                      temperature: Optional[float], top_k: Optional[int], top_p: Optional[float],
                      min_p: Optional[float], repeat_penalty: Optional[float], seed: Optional[int],
                      stop: Sequence[str], seq: int, add_special: bool, parse_special: bool,
-                     grammar: Any = None, grammar_trigger: Optional[str] = None) -> Generation:
+                     grammar: Any = None, grammar_trigger: Optional[str] = None,
+                     speculation: Optional["Speculation"] = None, tool_parser: Any = None) -> Generation:
     """Check the arguments, prepare the structs and start the worker (Context.generate)."""
     lib = _lib.lib()
     data = prompt.encode("utf-8") if isinstance(prompt, str) else bytes(prompt)
@@ -177,22 +219,8 @@ def start_generation(host: GenerationHost, prompt: Union[str, bytes], *, max_tok
         stop = [stop]  # type: ignore[list-item]
     stop_bytes = [s.encode("utf-8") if isinstance(s, str) else bytes(s) for s in stop]
 
-    sampling = S.sized(S.SamplerParams)
-    _lib.check(lib.llmm_sampler_params_default(ctypes.byref(sampling), ctypes.sizeof(sampling)))
-    for name, value in (("temperature", temperature), ("top_p", top_p), ("min_p", min_p),
-                        ("repeat_penalty", repeat_penalty)):
-        if value is not None:
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise invalid_arg(f"{name} must be a number, not {value!r}")
-            setattr(sampling, name, float(value))
-    if top_k is not None:
-        if isinstance(top_k, bool) or not isinstance(top_k, int) or not 0 <= top_k < (1 << 31):
-            raise invalid_arg(f"top_k must be an int >= 0, not {top_k!r}")
-        sampling.top_k = top_k
-    if seed is not None:
-        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < (1 << 64):
-            raise invalid_arg(f"seed must be an int in 0..2**64-1, not {seed!r}")
-        sampling.seed = seed
+    sampling = sampler_params(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+                              repeat_penalty=repeat_penalty, seed=seed)
 
     run = _Run()
     params = S.sized(S.GenerateParams)
@@ -215,9 +243,14 @@ def start_generation(host: GenerationHost, prompt: Union[str, bytes], *, max_tok
     params.grammar_text = grammar_text
     trigger = grammar_trigger.encode("utf-8") if grammar_trigger is not None else None
     params.grammar_trigger = trigger
+    if speculation is not None:
+        speculation.fill(params)
+    if tool_parser is not None:
+        params.tool_parser = tool_parser.handle
     stats = S.sized(S.GenerateStatsStruct)
     # everything the library reads during the call stays referenced by the worker's closure
-    keep = (data, sampling, stop_bytes, stop_arr, params, out_tokens, stats, grammar, grammar_text, trigger)
+    keep = (data, sampling, stop_bytes, stop_arr, params, out_tokens, stats, grammar, grammar_text, trigger,
+            speculation, tool_parser)
 
     def call(handle: int) -> int:
         return lib.llmm_generate(handle, keep[0], ctypes.byref(params), ctypes.byref(stats))
@@ -228,6 +261,9 @@ def start_generation(host: GenerationHost, prompt: Union[str, bytes], *, max_tok
             run.pieces.put(_Done(status, message))
         except BaseException as e:  # noqa: B902 - delivered to the iterating thread
             run.pieces.put(_Done(LLMM_OK, "", e))
+        finally:
+            if speculation is not None:
+                speculation.release()
 
     worker = threading.Thread(target=work, name="llmmini-generate", daemon=True)
     worker.start()

@@ -171,6 +171,11 @@ class ChatParser:
         self._finalizer = weakref.finalize(self, self._lib.llmm_chat_parser_free, self._handle)
         self.family = family
 
+    @property
+    def handle(self) -> int:
+        """The ``llmm_chat_parser *`` (for ``llmm_generate_params.tool_parser``)."""
+        return self._handle
+
     def feed(self, text: Union[str, bytes]) -> None:
         data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
         _lib.check(self._lib.llmm_chat_parser_feed(self._handle, data, len(data)))

@@ -48,13 +48,18 @@ typedef struct spread {
     double min, median, max;
 } spread;
 
+/* A step-time distribution, as a streaming app watches it. */
+typedef struct latency {
+    double p50, p95, p99, max;
+} latency;
+
 typedef struct results {
     const char *model_file;
     llmm_model_info info;
     int n_threads;
     double load_ms;
     spread prompt_tps, decode_tps, ttft_ms;
-    double decode_ms_p50, decode_ms_p95, decode_ms_p99; /* over every decoded token of every repeat */
+    latency decode_ms;      /* over every decoded token of every repeat */
     double first_decode_ms; /* the first decode step of the first repeat: it starts making packed copies */
     llmm_context_stats stats; /* the context's, after the benchmark: cold start and graph counters */
     uint64_t peak_rss_bytes;
@@ -69,6 +74,7 @@ typedef struct results {
     int output_tied;
     /* --parallel */
     spread aggregate_tps;  /* tokens/s over all sequences */
+    latency parallel_step_ms; /* each step of all S sequences, over every repeat */
     double fork_us;        /* mean time of one fork of the prompt */
     size_t fork_bytes;     /* bytes the library allocated during all the forks */
     /* --save-load */
@@ -556,6 +562,12 @@ static double percentile(const double *sorted, size_t n, double p) {
     return sorted[lo] + (rank - (double)lo) * (sorted[lo + 1] - sorted[lo]);
 }
 
+/* p50/p95/p99/max of n step times (sorts them). */
+static latency latency_of(double *ms, size_t n) {
+    spread_of(ms, n);
+    return (latency){percentile(ms, n, 50), percentile(ms, n, 95), percentile(ms, n, 99), ms[n - 1]};
+}
+
 /* ---------------------------------------------------------------- single sequence */
 
 /* What the single-sequence benchmark records: one figure per repeat, and the time of every
@@ -700,10 +712,7 @@ static void summarize(samples *s, const options *o, results *res) {
     res->ttft_ms = spread_of(s->ttft_ms, n_rep);
     res->decode_tps = spread_of(s->decode_tps, n_rep);
     res->first_decode_ms = s->token_ms[0];
-    spread_of(s->token_ms, n_steps); /* sorts them */
-    res->decode_ms_p50 = percentile(s->token_ms, n_steps, 50);
-    res->decode_ms_p95 = percentile(s->token_ms, n_steps, 95);
-    res->decode_ms_p99 = percentile(s->token_ms, n_steps, 99);
+    res->decode_ms = latency_of(s->token_ms, n_steps);
 }
 
 /* The prompt and decode benchmark on sequence 0; *first receives the greedy token after the
@@ -798,7 +807,7 @@ static llmm_status next_tokens(llmm_context *ctx, int n, llmm_token *toks) {
  * prompt (the forks keep sharing its blocks); row s starts from first + s so that the
  * sequences diverge. */
 static llmm_status bench_parallel_decode(llmm_context *ctx, uint32_t n_vocab, llmm_token first, const options *o,
-                                         const llmm_seq_id *seqs, llmm_token *toks, double *tps) {
+                                         const llmm_seq_id *seqs, llmm_token *toks, double *tps, double *step_ms) {
     const int S = o->parallel;
     llmm_status st = LLMM_OK;
     for (int r = 0; !st && r < o->repeats; r++) {
@@ -806,8 +815,10 @@ static llmm_status bench_parallel_decode(llmm_context *ctx, uint32_t n_vocab, ll
         for (int s = 0; s < S; s++) toks[s] = (llmm_token)(((uint32_t)first + (uint32_t)s) % n_vocab);
         const double t0 = now_ms();
         for (int k = 0; !st && k < o->n_gen; k++) {
+            const double t_step = now_ms();
             st = llmm_decode(ctx, seqs, toks, (size_t)S);
             if (!st) st = next_tokens(ctx, S, toks);
+            step_ms[(size_t)r * (size_t)o->n_gen + (size_t)k] = now_ms() - t_step;
         }
         const double ms = now_ms() - t0;
         if (st) break;
@@ -821,15 +832,19 @@ static llmm_status bench_parallel_decode(llmm_context *ctx, uint32_t n_vocab, ll
 /* After bench_single: cuts seq 0 back to the prompt, forks it and decodes the forks together. */
 static llmm_status bench_parallel(llmm_context *ctx, llmm_token first, const options *o,
                                   const alloc_counter *counter, results *res) {
+    const size_t n_steps = (size_t)o->repeats * (size_t)o->n_gen;
     double *tps = malloc((size_t)o->repeats * sizeof *tps);
+    double *step_ms = malloc(n_steps * sizeof *step_ms);
     llmm_seq_id *seqs = malloc((size_t)o->parallel * sizeof *seqs);
     llmm_token *toks = malloc((size_t)o->parallel * sizeof *toks);
-    llmm_status st = tps && seqs && toks ? LLMM_OK : LLMM_ERR_NO_MEMORY;
+    llmm_status st = tps && step_ms && seqs && toks ? LLMM_OK : LLMM_ERR_NO_MEMORY;
     if (!st) st = llmm_seq_truncate(ctx, 0, (size_t)o->n_prompt);
     if (!st) st = fork_prompt(ctx, o, counter, seqs, res);
-    if (!st) st = bench_parallel_decode(ctx, res->info.n_vocab, first, o, seqs, toks, tps);
+    if (!st) st = bench_parallel_decode(ctx, res->info.n_vocab, first, o, seqs, toks, tps, step_ms);
     if (!st) res->aggregate_tps = spread_of(tps, (size_t)o->repeats);
+    if (!st) res->parallel_step_ms = latency_of(step_ms, n_steps);
     free(tps);
+    free(step_ms);
     free(seqs);
     free(toks);
     return st;
@@ -919,9 +934,10 @@ static void print_speed_table(const results *r) {
     add_cell(&t, "decode tok/s med", "%.1f", r->decode_tps.median);
     add_cell(&t, "decode tok/s min", "%.1f", r->decode_tps.min);
     add_cell(&t, "ms/token", "%.3f", 1e3 / r->decode_tps.max);
-    add_cell(&t, "decode ms p50", "%.3f", r->decode_ms_p50);
-    add_cell(&t, "decode ms p95", "%.3f", r->decode_ms_p95);
-    add_cell(&t, "decode ms p99", "%.3f", r->decode_ms_p99);
+    add_cell(&t, "decode ms p50", "%.3f", r->decode_ms.p50);
+    add_cell(&t, "decode ms p95", "%.3f", r->decode_ms.p95);
+    add_cell(&t, "decode ms p99", "%.3f", r->decode_ms.p99);
+    add_cell(&t, "decode ms max", "%.3f", r->decode_ms.max);
     add_cell(&t, "first decode ms", "%.2f", r->first_decode_ms);
     add_cell(&t, "load ms", "%.1f", r->load_ms);
     add_cell(&t, "peak RSS MiB", "%.1f", r->peak_rss_bytes / MIB);
@@ -950,15 +966,17 @@ static void print_parallel_table(const results *r, const options *o) {
            "for all of them); aggregate = sequences x tokens / time. KV %s, block size %d.\n\n",
            o->parallel, o->n_prompt, kv_type_name(o->kv_type), kv_block_size(o));
     printf("| model | threads | S | prompt tok/s | aggregate tok/s best | aggregate tok/s med | aggregate tok/s min |"
-           " per sequence tok/s | fork us | fork bytes |\n|---|---|---|---|---|---|---|---|---|---|\n");
-    printf("| %s | %d | %d | %.1f | %.1f | %.1f | %.1f | %.2f | %.2f | %zu |\n", base_name(r->model_file),
-           r->n_threads, o->parallel, r->prompt_tps.max, r->aggregate_tps.max, r->aggregate_tps.median,
-           r->aggregate_tps.min, r->aggregate_tps.max / o->parallel, r->fork_us, r->fork_bytes);
+           " per sequence tok/s | step ms p50 | p95 | p99 | max | fork us | fork bytes |\n"
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    printf("| %s | %d | %d | %.1f | %.1f | %.1f | %.1f | %.2f | %.3f | %.3f | %.3f | %.3f | %.2f | %zu |\n",
+           base_name(r->model_file), r->n_threads, o->parallel, r->prompt_tps.max, r->aggregate_tps.max,
+           r->aggregate_tps.median, r->aggregate_tps.min, r->aggregate_tps.max / o->parallel, r->parallel_step_ms.p50,
+           r->parallel_step_ms.p95, r->parallel_step_ms.p99, r->parallel_step_ms.max, r->fork_us, r->fork_bytes);
 }
 
 static void print_tables(const results *r, const options *o) {
     printf("%d-token prompt, then %d tokens decoded one at a time, %d repeats (best/median/min over them);\n"
-           "TTFT = prefill + choosing the first token; decode ms p50/p95/p99 over all %d decode steps.\n"
+           "TTFT = prefill + choosing the first token; decode ms p50/p95/p99/max over all %d decode steps.\n"
            "KV %s, block size %d; packed weights %s. Peak RSS is measured before the bandwidth probes.\n"
            "Backend asked for: %s.\n\n",
            o->n_prompt, o->n_gen, o->repeats, o->repeats * o->n_gen, kv_type_name(o->kv_type), kv_block_size(o),
@@ -1016,9 +1034,10 @@ static void print_json_speed(const results *r) {
     print_json_number("decode_tok_s_min", r->decode_tps.min, 1);
     print_json_number("decode_tok_s_max", r->decode_tps.max, 1);
     print_json_number("ttft_ms", r->ttft_ms.median, 1);
-    print_json_number("decode_ms_p50", r->decode_ms_p50, 1);
-    print_json_number("decode_ms_p95", r->decode_ms_p95, 1);
-    print_json_number("decode_ms_p99", r->decode_ms_p99, 1);
+    print_json_number("decode_ms_p50", r->decode_ms.p50, 1);
+    print_json_number("decode_ms_p95", r->decode_ms.p95, 1);
+    print_json_number("decode_ms_p99", r->decode_ms.p99, 1);
+    print_json_number("decode_ms_max", r->decode_ms.max, 1);
     print_json_number("first_decode_ms", r->first_decode_ms, 1);
     printf(",\"peak_rss_bytes\":%llu", (unsigned long long)r->peak_rss_bytes);
 }
@@ -1049,6 +1068,10 @@ static void print_json_parallel(const results *r, const options *o) {
     print_json_number("aggregate_tok_s_median", r->aggregate_tps.median, 1);
     print_json_number("aggregate_tok_s_min", r->aggregate_tps.min, 1);
     print_json_number("per_sequence_tok_s", r->aggregate_tps.max / o->parallel, 1);
+    print_json_number("parallel_step_ms_p50", r->parallel_step_ms.p50, 1);
+    print_json_number("parallel_step_ms_p95", r->parallel_step_ms.p95, 1);
+    print_json_number("parallel_step_ms_p99", r->parallel_step_ms.p99, 1);
+    print_json_number("parallel_step_ms_max", r->parallel_step_ms.max, 1);
     print_json_number("fork_us", r->fork_us, 1);
     printf(",\"fork_bytes\":%zu", r->fork_bytes);
 }

@@ -136,6 +136,12 @@ static void *microphone(void *user) {
     return NULL;
 }
 
+/* What a listener hears as hesitation: the tail of the gaps between tokens, not their mean. */
+static void print_latency(const llmm_generate_stats *s) {
+    printf("[latency: first token %.2f ms; between tokens p50 %.2f ms, p99 %.2f ms, max %.2f ms]\n", s->first_token_ms,
+           s->inter_token_ms_p50, s->inter_token_ms_p99, s->inter_token_ms_max);
+}
+
 static llmm_status speak_answer(llmm_context *ctx, voice *v, const char *prompt, int max_tokens) {
     llmm_sampler_params sp;
     llmm_sampler_params_default(&sp, sizeof sp);
@@ -147,18 +153,21 @@ static llmm_status speak_answer(llmm_context *ctx, voice *v, const char *prompt,
     gp.on_bytes = on_bytes;
     gp.user = v;
     clock_gettime(CLOCK_MONOTONIC, &v->tts.start);
-    llmm_status st = llmm_generate(ctx, prompt, &gp, NULL);
+    llmm_generate_stats stats = {.size = sizeof stats};
+    llmm_status st = llmm_generate(ctx, prompt, &gp, &stats);
     if (st == LLMM_ERR_ABORTED) {
         printf("[barge-in after %.1f ms, generation stopped %.3f ms later: %d tokens, sentences spoken: %d, "
                "unspoken text dropped: \"%.*s\"]\n",
                ms_between(&v->tts.start, &v->barge_in_at), ms_since(&v->barge_in_at), v->tokens, v->tts.sentences,
                (int)v->len, v->sentence);
+        print_latency(&stats);
         return LLMM_OK;
     }
     if (st == LLMM_OK) {
         tts_speak(&v->tts, v->sentence, v->len); /* the answer's end ends its last sentence */
         printf("[answer complete: %d tokens, %d sentences]\n", v->tokens, v->tts.sentences);
     }
+    if (st == LLMM_OK) print_latency(&stats);
     return st;
 }
 

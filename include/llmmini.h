@@ -814,6 +814,11 @@ typedef struct llmm_generate_stats {
     uint32_t n_tool_calls;    /* with params->tool_parser: the complete calls in its final parse */
     int32_t tool_malformed;   /* with params->tool_parser: 1 when its final parse is malformed (text
                                  after a call's marker that is no call, text after the last call) */
+    /* the time between consecutive generated tokens of this call, as on_bytes receives them
+       (tokens a speculative step accepted together come about 0 ms apart; EOS is not counted),
+       from a fixed-size histogram: within 3.2 % of the true value, max exact; 0 with fewer
+       than two tokens */
+    double inter_token_ms_p50, inter_token_ms_p95, inter_token_ms_p99, inter_token_ms_max;
 } llmm_generate_stats;
 
 LLMM_API llmm_status llmm_generate_params_default(llmm_generate_params *params, size_t struct_size);
@@ -1150,6 +1155,18 @@ typedef struct llmm_context_stats {
     double first_token_ms;      /* the first llmm_prefill or llmm_decode: its whole wall time */
     uint32_t graphs;            /* decode-step graphs the backend holds (one per batch size) */
     uint64_t graph_replays;     /* decode steps run by replaying a graph */
+    /* latency distributions since the context was created, from fixed-size histograms (no
+       allocation per token; percentiles within 3.2 % of the true value, max exact; 0 before the
+       first sample). A request is one llmm_generate call. */
+    uint64_t n_requests;        /* llmm_generate calls that chose a first token */
+    double request_first_token_ms_p50, request_first_token_ms_p95, request_first_token_ms_p99,
+        request_first_token_ms_max; /* from a request's start to its first token */
+    double inter_token_ms_p50, inter_token_ms_p95, inter_token_ms_p99,
+        inter_token_ms_max;     /* between consecutive tokens of one request, over all requests */
+    double step_ms_p50, step_ms_p95, step_ms_p99,
+        step_ms_max;            /* each decode step's wall time (llmm_decode, llmm_decode_sample
+                                   with its sampling, a speculative verify step): what an app that
+                                   decodes by itself waits between tokens */
 } llmm_context_stats;
 
 /* Fill *stats (stats->size must be set) with the KV pool's occupancy, the work done so far and

@@ -82,6 +82,7 @@ check "game_loop's NPC says something" [ "$(wc -c < "$tmp/game.npc")" -gt 300 ]
 $run "$bin/voice_stream" "$model" -n 100 > "$tmp/voice.out"
 check "voice_stream exits 0" [ $? -eq 0 ]
 check "voice_stream completes its answer" grep -q '^\[answer complete: 100 tokens' "$tmp/voice.out"
+check "voice_stream reports its inter-token p99" grep -q '^\[latency: first token [0-9.]* ms; between tokens p50 [0-9.]* ms, p99 [0-9.]* ms' "$tmp/voice.out"
 sed -n 's/^\[tts *[0-9.]* ms\] //p' "$tmp/voice.out" > "$tmp/voice.sentences"
 check "voice_stream speaks sentences that end at punctuation (all but the answer's last)" \
     awk '{ last = $0; if (prev != "" && prev !~ /[.!?]["'"'"')]?$/) bad++; prev = $0 } END { exit !(NR >= 3 && !bad) }' \

@@ -6,11 +6,13 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "llmmini.h"
@@ -496,6 +498,67 @@ static void test_generate_streaming(void **state) {
     llmm_model_free(m);
 }
 
+typedef struct stalled {
+    int calls, stall_at;
+} stalled;
+
+/* The app stalls once, on its stall_at-th piece, for STALL_MS: one long gap between tokens. */
+#define STALL_MS 200
+static int stall_once(void *user, const char *bytes, size_t n, int complete_utf8) {
+    (void)bytes, (void)n, (void)complete_utf8;
+    stalled *s = user;
+    struct timespec left = {0, STALL_MS * 1000000L};
+    if (++s->calls == s->stall_at)
+        while (nanosleep(&left, &left) == -1 && errno == EINTR) continue;
+    return 0;
+}
+
+/* Inter-token percentiles: one stalled gap among 39 is the max and the p99, not the p95; the
+ * context gathers every request's first token and gaps and every decode step. */
+static void test_generate_latency_percentiles(void **state) {
+    (void)state;
+    llmm_model *m = load_model("stories260K.gguf", NULL);
+    llmm_context *c = new_context(m, 256, 1, 64, 2);
+    llmm_sampler_params sp;
+    llmm_token out[64];
+    llmm_generate_params gp = greedy_params(&sp, out, 40);
+    stalled app = {.stall_at = 20};
+    gp.on_bytes = stall_once;
+    gp.user = &app;
+    llmm_generate_stats st = {.size = sizeof st};
+    assert_int_equal(llmm_generate(c, "Once upon a time", &gp, &st), LLMM_OK);
+    assert_int_equal(st.n_generated, 40);
+    assert_true(st.inter_token_ms_max >= STALL_MS);
+    assert_true(st.inter_token_ms_p99 >= STALL_MS * 0.96);
+    assert_true(st.inter_token_ms_p95 < STALL_MS * 0.9);
+    assert_true(st.inter_token_ms_p50 > 0 && st.inter_token_ms_p50 <= st.inter_token_ms_p95);
+
+    app = (stalled){0};
+    llmm_generate_stats second = {.size = sizeof second};
+    assert_int_equal(llmm_generate(c, "Once upon a time", &gp, &second), LLMM_OK);
+    assert_true(second.inter_token_ms_max < STALL_MS); /* per call: the first call's stall is not here */
+
+    llmm_context_stats cs = {.size = sizeof cs};
+    assert_int_equal(llmm_context_get_stats(c, &cs), LLMM_OK);
+    assert_int_equal(cs.n_requests, 2);
+    assert_true(cs.request_first_token_ms_max >= st.first_token_ms * 0.999 &&
+                cs.request_first_token_ms_max >= second.first_token_ms * 0.999);
+    assert_true(cs.inter_token_ms_max >= STALL_MS); /* over both requests: 78 gaps, one stalled */
+    assert_true(cs.inter_token_ms_p95 < STALL_MS * 0.9);
+    /* decode steps: the library's own time, without the app's stall */
+    assert_true(cs.step_ms_p50 > 0 && cs.step_ms_p50 <= cs.step_ms_p99 && cs.step_ms_p99 <= cs.step_ms_max);
+    assert_true(cs.step_ms_max < STALL_MS);
+
+    /* a caller built before the percentiles: its struct ends before them and is not written past */
+    llmm_generate_stats old;
+    memset(&old, 0xee, sizeof old);
+    old.size = (uint32_t)offsetof(llmm_generate_stats, inter_token_ms_p50);
+    assert_int_equal(llmm_generate(c, "Once upon a time", &gp, &old), LLMM_OK);
+    assert_true(old.inter_token_ms_p50 != 0); /* untouched: 0xee bytes */
+    llmm_context_free(c);
+    llmm_model_free(m);
+}
+
 /* Same seed, same text; the sampler is driven through llmm_generate. */
 static void test_generate_seeded_sampling(void **state) {
     (void)state;
@@ -543,6 +606,7 @@ int main(void) {
         cmocka_unit_test(test_multi_sequence_decode),   cmocka_unit_test(test_context_full_and_truncate),
         cmocka_unit_test(test_abort_restores_sequence), cmocka_unit_test(test_context_bad_arguments),
         cmocka_unit_test(test_generate_streaming),      cmocka_unit_test(test_generate_seeded_sampling),
+        cmocka_unit_test(test_generate_latency_percentiles),
         cmocka_unit_test(test_decode_sample),
     };
     return cmocka_run_group_tests_name("generate", tests, NULL, NULL);

@@ -64,6 +64,12 @@ LLMM_API llmm_status llmm_context_get_stats(llmm_context *ctx, llmm_context_stat
         s.graphs = b.graphs;
         s.graph_replays = b.graph_replays;
     }
+    s.n_requests = ctx->request_first_token.n;
+    llmm__latency_export(&ctx->request_first_token, &s.request_first_token_ms_p50, &s.request_first_token_ms_p95,
+                         &s.request_first_token_ms_p99, &s.request_first_token_ms_max);
+    llmm__latency_export(&ctx->inter_token, &s.inter_token_ms_p50, &s.inter_token_ms_p95, &s.inter_token_ms_p99,
+                         &s.inter_token_ms_max);
+    llmm__latency_export(&ctx->step_latency, &s.step_ms_p50, &s.step_ms_p95, &s.step_ms_p99, &s.step_ms_max);
     llmm__struct_export(stats, &s, sizeof s, v1_size);
     return LLMM_OK;
 }

@@ -3,6 +3,7 @@
 #define LLMM_CONTEXT_H
 
 #include "backend/backend.h"
+#include "base/latency_histogram.h"
 #include "kv/kvcache.h"
 #include "model/model.h"
 #include "model/weights.h"
@@ -77,6 +78,8 @@ struct llmm_context {
     double prefill_ms, decode_ms;
     /* cold start (llmm_context_stats): set once, except warmup_ms (summed) */
     double module_load_ms, backend_init_ms, weights_ms, warmup_ms, first_token_ms;
+    /* latency distributions (llmm_context_stats) */
+    llmm_latency_histogram request_first_token, inter_token, step_latency;
     struct llmm__lora_ctx *lora; /* adapters (adapter_ctx.h); NULL until the first llmm_seq_set_adapters */
     struct llmm__adapter_cache *acache; /* adapters by path (adapter_cache.c); NULL until one is registered */
     char last_error[512];

@@ -159,6 +159,11 @@ static llmm_status decode_rows(llmm_context *ctx, const llmm_seq_id *seqs, const
     return LLMM_OK;
 }
 
+/* A decode step the app waited for, from t0: its wall time into the step latencies. */
+static void note_step(llmm_context *ctx, double t0) {
+    if (!ctx->warming) llmm__latency_add(&ctx->step_latency, llmm__time_now_ms() - t0);
+}
+
 static llmm_status check_decode(llmm_context *ctx, const char *fn, const llmm_seq_id *seqs, const llmm_token *tokens,
                                 size_t n) {
     if (!seqs || !tokens || n == 0) return llmm__ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "%s: no tokens", fn);
@@ -171,8 +176,10 @@ static llmm_status check_decode(llmm_context *ctx, const char *fn, const llmm_se
 
 LLMM_API llmm_status llmm_decode(llmm_context *ctx, const llmm_seq_id *seqs, const llmm_token *tokens, size_t n) {
     if (!ctx) return LLMM_ERR_INVALID_ARG;
+    const double t0 = llmm__time_now_ms();
     llmm_status st = check_decode(ctx, "llmm_decode", seqs, tokens, n);
-    return st ? st : decode_rows(ctx, seqs, tokens, n, 1);
+    if (!st && !(st = decode_rows(ctx, seqs, tokens, n, 1))) note_step(ctx, t0);
+    return st;
 }
 
 llmm_status llmm__ctx_settle_logits(llmm_context *ctx) {
@@ -243,10 +250,12 @@ LLMM_API llmm_status llmm_decode_sample(llmm_context *ctx, const llmm_seq_id *se
     for (size_t i = 0; i < n; i++)
         if (!samplers[i]) return llmm__ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_decode_sample: samplers[%zu] is NULL", i);
     const int on_backend = ctx->be->sample != NULL;
+    const double t_step = llmm__time_now_ms();
     if ((st = decode_rows(ctx, seqs, tokens, n, !on_backend))) return st;
     const double t0 = llmm__time_now_ms();
     st = on_backend ? sample_on_backend(ctx, seqs, samplers, n, out) : sample_on_host(ctx, seqs, samplers, n, out);
     ctx->decode_ms += llmm__time_now_ms() - t0;
+    if (!st) note_step(ctx, t_step);
     return st;
 }
 

@@ -35,6 +35,8 @@ typedef struct gen_run {
     char *piece;
     size_t piece_cap;
     double t_start;
+    double t_last_token;         /* when the last streamed token was chosen */
+    llmm_latency_histogram inter_token; /* this call's gaps between streamed tokens */
     llmm_status tool_feed; /* the tool parser's first failure to take bytes */
 } gen_run;
 
@@ -172,11 +174,20 @@ static llmm_status step(gen_run *g, int is_last) {
     if (st)
         return llmm__ctx_fail(g->ctx, st, "sampling (sequence %d, position %zu) failed: %s", (int)g->p.seq,
                         g->s.n_prompt + g->s.n_generated, llmm_sampler_last_error(g->sampler));
-    if (g->s.n_generated == 0) g->s.first_token_ms = llmm__time_now_ms() - g->t_start;
+    const double now = llmm__time_now_ms();
+    if (g->s.n_generated == 0) {
+        g->s.first_token_ms = now - g->t_start;
+        llmm__latency_add(&g->ctx->request_first_token, g->s.first_token_ms);
+    }
     if (g->ctx->model->vocab.attrs[tok] & LLMM_TOKEN_ATTR_EOS) {
         g->s.stop_reason = LLMM_STOP_EOS;
         return LLMM_OK;
     }
+    if (g->s.n_generated > 0) {
+        llmm__latency_add(&g->inter_token, now - g->t_last_token);
+        llmm__latency_add(&g->ctx->inter_token, now - g->t_last_token);
+    }
+    g->t_last_token = now;
     if (g->p.out_tokens && g->s.n_generated < g->p.out_capacity) g->p.out_tokens[g->s.n_generated] = tok;
     g->s.n_generated++;
     if ((st = piece_of(g, tok, &n))) return llmm__ctx_fail(g->ctx, st, "converting token %d to text failed", tok);
@@ -292,6 +303,8 @@ LLMM_API llmm_status llmm_generate(llmm_context *ctx, const char *prompt, const 
     llmm__mem_free(a, g.piece);
     llmm__mem_free(a, g.recent);
     fill_rates(&g.s, ctx->model);
+    llmm__latency_export(&g.inter_token, &g.s.inter_token_ms_p50, &g.s.inter_token_ms_p95, &g.s.inter_token_ms_p99,
+                         &g.s.inter_token_ms_max);
     g.s.size = sizeof g.s;
     if (stats) llmm__struct_export(stats, &g.s, sizeof g.s, GENERATE_STATS_V1_SIZE);
     return st;

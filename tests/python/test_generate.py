@@ -51,6 +51,13 @@ class GenerateTest(ModelTestCase):
             self.assertEqual(list(gen), [])  # exhausted
             again = "".join(ctx.generate("Once upon a time", max_tokens=40, seed=7))
             self.assertEqual(again, gen.text)  # same seed, same text
+            if gen.stats.n_generated >= 2:  # latency percentiles of the call's token gaps
+                st = gen.stats
+                self.assertTrue(0 < st.inter_token_ms_p50 <= st.inter_token_ms_p99 <= st.inter_token_ms_max)
+            cs = ctx.stats
+            self.assertEqual(cs.n_requests, 2)
+            self.assertGreater(cs.request_first_token_ms_max, 0)
+            self.assertLessEqual(cs.step_ms_p50, cs.step_ms_max)
 
     def test_utf8_characters_are_never_split(self) -> None:
         with llmmini.Context(self.model, n_ctx=256) as ctx:

@@ -144,6 +144,19 @@ class ContextStatsStruct(Structure):
         ("first_token_ms", c_double),
         ("graphs", c_uint32),
         ("graph_replays", c_uint64),
+        ("n_requests", c_uint64),
+        ("request_first_token_ms_p50", c_double),
+        ("request_first_token_ms_p95", c_double),
+        ("request_first_token_ms_p99", c_double),
+        ("request_first_token_ms_max", c_double),
+        ("inter_token_ms_p50", c_double),
+        ("inter_token_ms_p95", c_double),
+        ("inter_token_ms_p99", c_double),
+        ("inter_token_ms_max", c_double),
+        ("step_ms_p50", c_double),
+        ("step_ms_p95", c_double),
+        ("step_ms_p99", c_double),
+        ("step_ms_max", c_double),
     ]
 
 
@@ -209,6 +222,10 @@ class GenerateStatsStruct(Structure):
         ("grammar_ms", c_double),
         ("n_tool_calls", c_uint32),
         ("tool_malformed", c_int32),
+        ("inter_token_ms_p50", c_double),
+        ("inter_token_ms_p95", c_double),
+        ("inter_token_ms_p99", c_double),
+        ("inter_token_ms_max", c_double),
     ]
 
 

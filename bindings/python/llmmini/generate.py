@@ -32,7 +32,9 @@ class GenerateStats:
     time, spec_speedup_estimate tokens per target step discounted by the draft's time;
     grammar_ms is the grammar's share of generate_ms. With a tool parser (Context.chat with
     tools, or generate(tool_parser=)): n_tool_calls, the complete calls in the reply, and
-    tool_malformed, whether its parse found text that is no call after a call's marker."""
+    tool_malformed, whether its parse found text that is no call after a call's marker.
+    inter_token_ms_p50/p95/p99/max: the gaps between consecutive tokens of this call (within
+    3.2 %, max exact; tokens a speculative step accepted together come about 0 ms apart)."""
 
     n_prompt: int
     n_generated: int
@@ -52,6 +54,10 @@ class GenerateStats:
     grammar_ms: float = 0.0
     n_tool_calls: int = 0
     tool_malformed: bool = False
+    inter_token_ms_p50: float = 0.0
+    inter_token_ms_p95: float = 0.0
+    inter_token_ms_p99: float = 0.0
+    inter_token_ms_max: float = 0.0
 
 
 class Speculation:

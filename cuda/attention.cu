@@ -27,12 +27,8 @@ namespace {
 // pragma.
 #if SIMT_EMULATED
 #define ATTN_UNROLL
-#define ATTN_UNROLL_2
 #else
 #define ATTN_UNROLL _Pragma("unroll")
-// The position loops, twice unrolled: a warp issues its next row's loads before the current
-// row's shuffles and FMAs, two rows in flight instead of one.
-#define ATTN_UNROLL_2 _Pragma("unroll 2")
 #endif
 
 constexpr unsigned FULL_MASK = 0xffffffffu;
@@ -40,14 +36,6 @@ constexpr int KV_THREADS = 256;
 
 constexpr int ATTN_WARPS = 4;
 constexpr int ATTN_THREADS = 32 * ATTN_WARPS;
-// Positions per split (the split length when the row-split cap below does not bind). Each
-// split re-reads nothing, but writes a partial of (head_dim + 2) floats per query head that the
-// merge reads back: at 256 positions that is under 2% of the split's K/V bytes for a group of 8
-// F16 heads (4 KiB against 256 KiB at head_dim 128), and a single decode row of 4096 positions
-// on 8 K/V heads already makes 128 blocks, about one per SM of an H200 (132 SMs) and eight per
-// SM of an Orin (16). 512 would leave half of an H200 idle on that row. It equals ATTN_CHUNK,
-// so a split of this length is one pass of the softmax: one maximum, one sum, no rescaling.
-constexpr uint32_t ATTN_SPLIT = 256;
 // Positions scored at a time: the block holds one chunk's weights in shared memory whatever
 // the split's length; a longer split merges chunk after chunk by the online softmax.
 constexpr uint32_t ATTN_CHUNK = 256;
@@ -56,9 +44,24 @@ constexpr uint32_t ATTN_CHUNK = 256;
 // with many rows has n_rows * n_head_kv blocks of parallelism already; its splits grow longer.
 constexpr size_t ATTN_MAX_ROW_SPLITS = 1024;
 // Query heads one block computes: q and the output accumulators of each are registers of
-// every lane (ATTN_MAX_GROUP * 8 values each at head_dim 256). Larger groups take several
-// blocks, each reading the K/V rows once.
+// every lane (GP * EPL values each), so at most 8, and at most 4 at head_dim 256 (EPL 8), which
+// keeps q and the accumulators at 64 registers and every variant within 128 (4 blocks of 128
+// threads a SM: __launch_bounds__ below). Larger groups take several blocks, each reading the
+// K/V rows once.
 constexpr uint32_t ATTN_MAX_GROUP = 8;
+constexpr uint32_t ATTN_MAX_GROUP_VALUES = 32; // GP * EPL
+__host__ __device__ constexpr uint32_t attn_max_group(uint32_t epl) {
+    return ATTN_MAX_GROUP_VALUES / epl < ATTN_MAX_GROUP ? ATTN_MAX_GROUP_VALUES / epl : ATTN_MAX_GROUP;
+}
+// Blocks of ATTN_THREADS an SM must be able to hold: 65536 registers / (4 * 128) = 128 a thread.
+constexpr int ATTN_MIN_BLOCKS = 4;
+// K or V rows a warp loads before it uses the first: R rows of EPL values a lane in registers,
+// R * EPL <= 16, or 8 beside the 8 heads' q and accumulators (GP 8), and R between 2 and 8: from
+// 2 at head_dim 256 to 8 at 32. The loads of a batch are in flight together, which is what hides
+// a long context's DRAM latency; more would push the largest variants past 128 registers.
+__host__ __device__ constexpr int attn_rows_in_flight(int gp, int epl) {
+    return (gp >= 8 ? 8 : 16) / epl < 2 ? 2 : (gp >= 8 ? 8 : 16) / epl > 8 ? 8 : (gp >= 8 ? 8 : 16) / epl;
+}
 // Head values per lane at most: 32 lanes cover head_dim up to 256 (Gemma).
 constexpr uint32_t ATTN_MAX_LANE_VALUES = 8;
 constexpr uint32_t ATTN_MAX_HEAD_DIM = 32 * ATTN_MAX_LANE_VALUES;
@@ -216,6 +219,18 @@ __device__ inline void load_row(const uint8_t *row, uint32_t type, uint32_t vw, 
     else load_row_t<2, EPL>(row, vw, lane, n_vec, x);
 }
 
+// The rows of positions p0 + j0 + ATTN_WARPS b (b < R, those before n) of one head's K or V
+// region into x[b]: all R loads issued before any value is used.
+template <int R, int EPL>
+__device__ inline void load_rows(const attn_params &a, const uint8_t *head, const uint32_t *table, uint32_t p0,
+                                 uint32_t j0, uint32_t n, uint32_t lane, float (&x)[R][EPL]) {
+    ATTN_UNROLL
+    for (int b = 0; b < R; b++) {
+        const uint32_t j = j0 + ATTN_WARPS * (uint32_t)b;
+        if (j < n) load_row<EPL>(head + kv_row_in_region(a.kv, table, p0 + j), a.kv.type, a.vw, lane, a.n_vec, x[b]);
+    }
+}
+
 // Halves the C sums a lane carries by exchanging with lane ^ o: the lane with bit o clear keeps
 // the lower C/2 sums, its partner the upper ones, and each adds the other's half of its kept
 // sums. C/2 shuffles instead of C full reductions.
@@ -274,7 +289,8 @@ __host__ __device__ constexpr uint32_t attn_smem_floats(uint32_t gp, uint32_t ep
 // spread over the splits as a full row's do; the grid's last split also takes whatever lies
 // past (a row longer than max_kv).
 //
-// Per chunk of the split's positions: a warp per position scores all GP heads against its K row
+// Per chunk of the split's positions: a warp per position (R positions at a time, their rows
+// loaded before any is used) scores all GP heads against its K row
 // (each lane's slots against the heads' q slots in registers, then one reduce_scatter); the
 // block takes each head's chunk maximum, the running maximum m and the weights e^(s - m), and
 // rescales its running sums l and accumulators by e^(m_old - m_new); then a warp per position
@@ -282,7 +298,9 @@ __host__ __device__ constexpr uint32_t attn_smem_floats(uint32_t gp, uint32_t ep
 // accumulators add up without rescaling at the end. The block then leaves (m, l, acc) per head
 // in scratch, or acc / l in out when the row has this one split.
 template <int GP, int EPL>
-__global__ void __launch_bounds__(ATTN_THREADS) attention_split_kernel(attn_params a) {
+__global__ void __launch_bounds__(ATTN_THREADS, ATTN_MIN_BLOCKS) attention_split_kernel(attn_params a) {
+    static_assert(GP * EPL <= (int)ATTN_MAX_GROUP_VALUES, "q and the accumulators must fit in 128 registers");
+    constexpr int R = attn_rows_in_flight(GP, EPL);
     SIMT_DYNAMIC_SHARED(float, smem);
     const uint32_t r = blockIdx.x, kvh = blockIdx.y / a.n_hg, run = blockIdx.y % a.n_hg, split = blockIdx.z;
     const uint32_t n_kv = (uint32_t)a.pos[r] + 1, start = a.window > 0 && a.window < n_kv ? n_kv - a.window : 0;
@@ -323,18 +341,23 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_split_kernel(attn_para
     const uint8_t *k_head = kv_region(a.kv, 0, a.layer, kvh), *v_head = kv_region(a.kv, 1, a.layer, kvh);
     for (uint32_t p0 = p_begin; p0 < p_end; p0 += ATTN_CHUNK) {
         const uint32_t n = min(ATTN_CHUNK, p_end - p0);
-        ATTN_UNROLL_2
-        for (uint32_t j = warp; j < n; j += ATTN_WARPS) {
-            float x[EPL], dot[GP];
-            load_row<EPL>(k_head + kv_row_in_region(a.kv, table, p0 + j), a.kv.type, a.vw, lane, a.n_vec, x);
+        for (uint32_t j0 = warp; j0 < n; j0 += ATTN_WARPS * R) {
+            float x[R][EPL];
+            load_rows<R, EPL>(a, k_head, table, p0, j0, n, lane, x);
             ATTN_UNROLL
-            for (int g = 0; g < GP; g++) {
-                dot[g] = 0;
+            for (int b = 0; b < R; b++) {
+                const uint32_t j = j0 + ATTN_WARPS * (uint32_t)b;
+                if (j >= n) break; // the warp agrees
+                float dot[GP];
                 ATTN_UNROLL
-                for (int s = 0; s < EPL; s++) dot[g] += qr[g][s] * x[s];
+                for (int g = 0; g < GP; g++) {
+                    dot[g] = 0;
+                    ATTN_UNROLL
+                    for (int s = 0; s < EPL; s++) dot[g] += qr[g][s] * x[b][s];
+                }
+                const float total = reduce_scatter<GP>(dot, lane);
+                if (lane % (32 / GP) == 0) w[j * GP + lane / (32 / GP)] = sm_score(total, a.scale, a.softcap);
             }
-            const float total = reduce_scatter<GP>(dot, lane);
-            if (lane % (32 / GP) == 0) w[j * GP + lane / (32 / GP)] = sm_score(total, a.scale, a.softcap);
         }
         __syncthreads();
         // thread t visits entries t, t + ATTN_THREADS, ...: all of head t % GP, GP dividing it
@@ -370,15 +393,20 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_split_kernel(attn_para
             ATTN_UNROLL
             for (int s = 0; s < EPL; s++) acc[g][s] *= corr[g];
         }
-        ATTN_UNROLL_2
-        for (uint32_t j = warp; j < n; j += ATTN_WARPS) {
-            float x[EPL], wt[GP];
-            load_row<EPL>(v_head + kv_row_in_region(a.kv, table, p0 + j), a.kv.type, a.vw, lane, a.n_vec, x);
-            load_weights<GP>(w + j * GP, wt);
+        for (uint32_t j0 = warp; j0 < n; j0 += ATTN_WARPS * R) {
+            float x[R][EPL];
+            load_rows<R, EPL>(a, v_head, table, p0, j0, n, lane, x);
             ATTN_UNROLL
-            for (int g = 0; g < GP; g++) {
+            for (int b = 0; b < R; b++) {
+                const uint32_t j = j0 + ATTN_WARPS * (uint32_t)b;
+                if (j >= n) break;
+                float wt[GP];
+                load_weights<GP>(w + j * GP, wt);
                 ATTN_UNROLL
-                for (int s = 0; s < EPL; s++) acc[g][s] += wt[g] * x[s];
+                for (int g = 0; g < GP; g++) {
+                    ATTN_UNROLL
+                    for (int s = 0; s < EPL; s++) acc[g][s] += wt[g] * x[b][s];
+                }
             }
         }
         __syncthreads(); // the next chunk's scores, or the accumulators below, overwrite w
@@ -436,22 +464,47 @@ __global__ void __launch_bounds__(MERGE_THREADS) attention_merge_kernel(attn_par
 
 // ---------------------------------------------------------------- launch geometry (host)
 
-// Splits per row and their length: functions of the row count and max_kv alone. Up to
-// ATTN_SPLIT positions a split while n_rows * splits stays within ATTN_MAX_ROW_SPLITS, the
-// splits of equal length for a row of max_kv positions; past the cap, fewer and longer splits.
+// Splits per row and their length: functions of the row count, the blocks a row's split
+// makes (K/V heads times runs of query heads), max_kv and the device's SM count alone, never of
+// positions. Enough splits for ATTN_WAVES blocks per SM over the step (fewer blocks leave SMs
+// idle on a long row; more only add partials for the merge to read), none shorter than
+// ATTN_MIN_SPLIT positions, n_rows * splits within ATTN_MAX_ROW_SPLITS; the splits of equal
+// length for a row of max_kv positions. A split longer than ATTN_CHUNK runs chunk after chunk.
 struct attn_splits {
     uint32_t n, len;
 };
+
+constexpr uint32_t ATTN_WAVES = 2;
+constexpr uint32_t ATTN_MIN_SPLIT = 64;
+constexpr uint32_t ATTN_DEFAULT_SMS = 132; // an H100 SXM, for a device that does not answer
 
 size_t attn_kv_clamped(size_t max_kv) {
     const size_t most = (size_t)1 << 31; // positions are int32
     return max_kv == 0 ? 1 : max_kv > most ? most : max_kv;
 }
 
-attn_splits attn_splits_for(size_t n_rows, size_t max_kv) {
-    const size_t kv = attn_kv_clamped(max_kv), full = (kv + ATTN_SPLIT - 1) / ATTN_SPLIT;
+uint32_t attn_device_sms() {
+    int device = 0, sms = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || sms <= 0) {
+        (void)cudaGetLastError(); // a geometry, not a failure of the step
+        return ATTN_DEFAULT_SMS;
+    }
+    return (uint32_t)sms;
+}
+
+// Splits of a row at most, whatever the device: none under ATTN_MIN_SPLIT positions, and
+// n_rows * splits within ATTN_MAX_ROW_SPLITS.
+size_t attn_most_splits(size_t n_rows, size_t max_kv) {
+    const size_t kv = attn_kv_clamped(max_kv), shortest = (kv + ATTN_MIN_SPLIT - 1) / ATTN_MIN_SPLIT;
     const size_t cap = n_rows >= ATTN_MAX_ROW_SPLITS ? 1 : ATTN_MAX_ROW_SPLITS / n_rows;
-    const size_t n = full < cap ? full : cap;
+    return shortest < cap ? shortest : cap;
+}
+
+attn_splits attn_splits_for(size_t n_rows, size_t blocks_per_row, size_t max_kv, uint32_t sms) {
+    const size_t kv = attn_kv_clamped(max_kv), blocks = n_rows * blocks_per_row;
+    const size_t fill = ((size_t)ATTN_WAVES * sms + blocks - 1) / blocks, most = attn_most_splits(n_rows, max_kv);
+    const size_t n = fill < most ? fill : most;
     return attn_splits{(uint32_t)n, (uint32_t)((kv + n - 1) / n)};
 }
 
@@ -495,7 +548,9 @@ template <int GP> attn_kernel_fn attn_kernel_epl(uint32_t epl) {
     case 1: return &attention_split_kernel<GP, 1>;
     case 2: return &attention_split_kernel<GP, 2>;
     case 4: return &attention_split_kernel<GP, 4>;
-    default: return &attention_split_kernel<GP, 8>;
+    default:
+        if constexpr (GP * 8 <= (int)ATTN_MAX_GROUP_VALUES) return &attention_split_kernel<GP, 8>;
+        return NULL; // never asked: attn_max_group(8) heads at most
     }
 }
 
@@ -522,11 +577,16 @@ int llmm__cu_kv_write(cudaStream_t stream, const cu_kv *kv, const cu_step *step,
 }
 
 size_t llmm__cu_attention_scratch_bytes(size_t n_rows, uint32_t n_head, uint32_t head_dim, size_t max_kv) {
-    const size_t full = (attn_kv_clamped(max_kv) + ATTN_SPLIT - 1) / ATTN_SPLIT;
-    if (n_rows == 0 || full <= 1) return 0;
-    // a launch of n <= n_rows rows with more than one split makes n * splits <= n * full and
-    // n * splits <= ATTN_MAX_ROW_SPLITS partials per query head (attn_splits_for)
-    const size_t pairs = n_rows > ATTN_MAX_ROW_SPLITS / full ? ATTN_MAX_ROW_SPLITS : n_rows * full;
+    const uint32_t sms = attn_device_sms();
+    if (n_rows == 0 || attn_most_splits(1, max_kv) <= 1) return 0;
+    // a launch of n <= n_rows rows makes n * splits partials per query head, splits at most
+    // attn_most_splits(n) (so n * splits <= ATTN_MAX_ROW_SPLITS and <= n * the shortest-split
+    // count) and at most ceil(ATTN_WAVES * sms / n) (attn_splits_for with one block a row), so
+    // n * splits < ATTN_WAVES * sms + n: each bound grows with n
+    const size_t shortest = attn_most_splits(1, max_kv), waves = (size_t)ATTN_WAVES * sms + n_rows;
+    size_t pairs = n_rows * shortest;
+    if (pairs > ATTN_MAX_ROW_SPLITS) pairs = ATTN_MAX_ROW_SPLITS;
+    if (pairs > waves) pairs = waves;
     return pairs * n_head * ((size_t)head_dim + 2) * sizeof(float);
 }
 
@@ -538,7 +598,9 @@ int llmm__cu_attention(cudaStream_t stream, const cu_kv *kv, const cu_step *step
         return (int)cudaErrorInvalidValue;
     if (step->n_rows == 0 || n_head == 0) return 0;
     const uint32_t hd = kv->head_dim, group = n_head / kv->n_head_kv;
-    const attn_splits sp = attn_splits_for(step->n_rows, max_kv);
+    const uint32_t epl = pow2_ceil((hd + 31) / 32), max_group = attn_max_group(epl);
+    const uint32_t n_hg = (group + max_group - 1) / max_group;
+    const attn_splits sp = attn_splits_for(step->n_rows, (size_t)kv->n_head_kv * n_hg, max_kv, attn_device_sms());
     const size_t partials = sp.n > 1 ? (size_t)step->n_rows * n_head * sp.n : 0;
     if (partials * ((size_t)hd + 2) * sizeof(float) > scratch_bytes || (partials && !scratch))
         return (int)cudaErrorInvalidValue;
@@ -553,14 +615,14 @@ int llmm__cu_attention(cudaStream_t stream, const cu_kv *kv, const cu_step *step
     a.out = out;
     a.n_head = n_head;
     a.group = group;
-    a.n_hg = (group + ATTN_MAX_GROUP - 1) / ATTN_MAX_GROUP;
+    a.n_hg = n_hg;
     a.head_run = (group + a.n_hg - 1) / a.n_hg;
     a.window = window;
     a.scale = scale;
     a.softcap = softcap;
     a.n_splits = sp.n;
     a.split_len = sp.len;
-    const uint32_t gp = pow2_ceil(a.head_run), epl = pow2_ceil((hd + 31) / 32);
+    const uint32_t gp = pow2_ceil(a.head_run);
     a.vw = attn_vector_width(*kv, epl);
     a.vw_shift = log2_exact(a.vw);
     a.n_vec = hd / a.vw;

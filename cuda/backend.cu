@@ -80,6 +80,8 @@ enum op_kind : uint32_t {
     OP_GEMM,
     OP_GEMM_INT8,
     OP_PREFILL_ATTENTION,
+    OP_LORA_PROJECT,
+    OP_LORA_EXPAND,
     /* last of every decode record: the buffers the launches read besides their arguments, so
      * that a graph is never replayed after one of them moved */
     OP_STEP_BUFFERS,
@@ -230,6 +232,12 @@ int run_op(cu_state *s, const cu_op *op) {
     case OP_PREFILL_ATTENTION: /* as OP_ATTENTION, n1 row_begin, n2 row_end (no max_kv, no scratch) */
         return llmm__cu_prefill_attention(s->stream, &s->kv, &s->step, op->u[0], (const float *)op->p[0], (float *)op->p[1],
                                     op->u[1], op->u[2], op->f[0], op->f[1], op->n[1], op->n[2]);
+    case OP_LORA_PROJECT: /* p0 A, u0 A is F16, n0 n_in, n1 rank, p1 x, p2 rows, p3 scales, n2 count, p4 t */
+        return llmm__cu_lora_project(s->stream, op->p[0], op->u[0], op->n[0], op->n[1], (const float *)op->p[1],
+                                     (const uint32_t *)op->p[2], (const float *)op->p[3], op->n[2], (float *)op->p[4]);
+    case OP_LORA_EXPAND: /* p0 B^T, u0 B^T is F16, n0 n_out, n1 rank, p1 t, p2 rows, n2 count, p3 out */
+        return llmm__cu_lora_expand(s->stream, op->p[0], op->u[0], op->n[0], op->n[1], (const float *)op->p[1],
+                                    (const uint32_t *)op->p[2], op->n[2], (float *)op->p[3]);
     case OP_STEP_BUFFERS: return 0;
     }
     return (int)cudaErrorInvalidValue;
@@ -946,15 +954,20 @@ llmm_status lora_staging_room(cu_state *s, size_t bytes) {
 int lora_operand_ok(const llmm_tensor *t) { return t->type == LLMM_TYPE_F32 || t->type == LLMM_TYPE_F16; }
 
 /* The lora_delta slot: every group's rows and scales staged in one upload, then per group its
- * projection and expansion (kernels.h, lora.cu). The ops the step recorded so far are launched
- * first and the rest of the step launches as it comes: the deltas' rows and scales change from
- * step to step, which a captured graph cannot follow, so a decode step with adapters runs
- * without one. */
+ * projection and expansion (kernels.h, lora.cu), recorded in a decode step like any op. What
+ * changes from step to step, which rows take which adapter and with what scale, is data: the
+ * upload goes on the stream at once (ahead of the step's graph, which runs at step_end), to a
+ * place in the staging that depends only on the call's order in the step and the rows' count
+ * (lora_used starts from 0 every step), and the recorded launches name that place, the adapter's
+ * device tensors and the counts. So a decode step whose adapters and group sizes are those of
+ * the step a graph was captured from replays it, whichever rows are in each group; another
+ * adapter set is another record, captured anew. Growing the staging moves it: the ops recorded
+ * so far are launched first and this step runs without a graph. */
 llmm_status cu_lora_delta_op(void *state, const float *x, size_t n_in, const llmm_lora_part *parts, size_t n_parts,
                              float *t) {
     cu_state *s = (cu_state *)state;
     if (!x || !t || (n_parts && !parts)) return refuse(s, LLMM_ERR_INVALID_ARG);
-    size_t n = 0;
+    size_t n = 0, n_ops = 0;
     for (size_t pi = 0; pi < n_parts; pi++)
         for (size_t gi = 0; gi < parts[pi].n_groups; gi++) {
             const llmm_lora_group *g = &parts[pi].groups[gi];
@@ -963,13 +976,16 @@ llmm_status cu_lora_delta_op(void *state, const float *x, size_t n_in, const llm
                 g->a->ne1 != g->bt->ne1 || g->a->ne1 <= 0 || g->a->ne1 > 65535 || g->count > 65535)
                 return refuse(s, LLMM_ERR_INVALID_ARG);
             n += g->count;
+            n_ops += 2;
         }
     if (n == 0) return LLMM_OK;
     llmm_status st = cu_status(use_device(s));
-    if (!st) st = cu_status(flush_record(s));
     const size_t bytes = n * (sizeof(uint32_t) + sizeof(float));
+    const int fits = s->lora_used + bytes <= s->lora_host_bytes && s->lora_used + bytes <= s->lora_dev_bytes;
+    if (!st && !fits) st = cu_status(flush_record(s));
     if (!st) st = lora_staging_room(s, bytes);
-    if (st) return st;
+    if (!st && s->recording) st = ops_room(s, n_ops);
+    if (st) return refuse(s, st);
     uint8_t *host = s->lora_host + s->lora_used;
     uint8_t *dev = (uint8_t *)s->lora_dev + s->lora_used;
     size_t off = 0;
@@ -980,28 +996,34 @@ llmm_status cu_lora_delta_op(void *state, const float *x, size_t n_in, const llm
             memcpy(host + n * sizeof(uint32_t) + off * sizeof(float), g->scales, g->count * sizeof(float));
             off += g->count;
         }
-    int err = cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, s->stream);
+    const int err = cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, s->stream);
     s->lora_used += (bytes + 255) / 256 * 256;
+    if (err) return refuse(s, cu_status(err));
     const uint32_t *rows = (const uint32_t *)dev;
     const float *scales = (const float *)(dev + n * sizeof(uint32_t));
     /* pass 0: all projections (each group's t rows its own); pass 1: the expansions in group order */
-    for (int pass = 0; pass < 2 && !err; pass++) {
+    for (int pass = 0; pass < 2 && !st; pass++) {
         float *tg = t;
         off = 0;
-        for (size_t pi = 0; !err && pi < n_parts; pi++)
-            for (size_t gi = 0; !err && gi < parts[pi].n_groups; gi++) {
+        for (size_t pi = 0; !st && pi < n_parts; pi++)
+            for (size_t gi = 0; !st && gi < parts[pi].n_groups; gi++) {
                 const llmm_lora_group *g = &parts[pi].groups[gi];
                 const size_t rank = (size_t)g->a->ne1;
-                const uint32_t a_f16 = g->a->type == LLMM_TYPE_F16, bt_f16 = g->bt->type == LLMM_TYPE_F16;
-                err = pass == 0 ? llmm__cu_lora_project(s->stream, g->a->data, a_f16, n_in, rank, x, rows + off,
-                                                        scales + off, g->count, tg)
-                                : llmm__cu_lora_expand(s->stream, g->bt->data, bt_f16, parts[pi].n_out, rank, tg,
-                                                       rows + off, g->count, parts[pi].out);
+                cu_op op = cu_op_zero(pass == 0 ? OP_LORA_PROJECT : OP_LORA_EXPAND);
+                op.p[0] = pass == 0 ? g->a->data : g->bt->data;
+                op.u[0] = (pass == 0 ? g->a->type : g->bt->type) == LLMM_TYPE_F16;
+                op.n[0] = pass == 0 ? n_in : parts[pi].n_out;
+                op.n[1] = rank;
+                op.n[2] = g->count;
+                op.p[2] = rows + off;
+                if (pass == 0) op.p[1] = x, op.p[3] = scales + off, op.p[4] = tg;
+                else op.p[1] = tg, op.p[3] = parts[pi].out;
+                st = submit(s, op);
                 tg += g->count * rank;
                 off += g->count;
             }
     }
-    return cu_status(err);
+    return st;
 }
 
 /* The recurrent layers' ops (short_conv.cu, delta_net.cu) read each row's sequence id, staged

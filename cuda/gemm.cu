@@ -24,6 +24,7 @@
 #include "quant_blocks.cuh"
 
 #define GEMM_TILE_BYTES ((size_t)16 << 20) /* one dequantized tile of F16 weights, at most */
+#define GEMM_TILE_L2_SHARE 2               /* ... and at most this fraction of the device's L2 */
 #define GEMM_TILE_ALIGN 128                /* tile rows: a multiple of cuBLASLt's CTA tile height */
 #define GEMM_SCRATCH_ALIGN 256             /* the tile's offset in scratch keeps cudaMalloc's alignment */
 #define GEMM_THREADS 256
@@ -478,8 +479,24 @@ static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 /* F32, F16, BF16: weights cuBLASLt reads as they are, no dequantized tile. */
 static bool in_place_type(uint32_t type) { return llmm_type_family(type) == LLMM_FAMILY_FLOAT; }
 
+/* The tile is written by the dequantization and read back by the GEMM: to be read from the L2
+ * and not from DRAM a second time it must stay there beside the GEMM's other operands, so at
+ * most half the L2 (an Orin's 4 MiB: 2 MiB tiles), and no more than 16 MiB where the L2 is large
+ * (H100/H200: 50 MiB), past which larger tiles gain nothing: each is already hundreds of
+ * cuBLASLt CTAs. A device that does not answer gets the 16 MiB. */
+static size_t gemm_tile_bytes(void) {
+    int device = 0, l2 = 0;
+    if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device) != cudaSuccess ||
+        l2 <= 0) {
+        (void)cudaGetLastError(); /* the answer is a size, not a failure of the step */
+        return GEMM_TILE_BYTES;
+    }
+    const size_t share = (size_t)l2 / GEMM_TILE_L2_SHARE;
+    return share < GEMM_TILE_BYTES ? share : GEMM_TILE_BYTES;
+}
+
 extern "C" size_t llmm__cu_gemm_tile_rows(size_t ne0) {
-    const size_t rows = ne0 ? GEMM_TILE_BYTES / (2 * ne0) / GEMM_TILE_ALIGN * GEMM_TILE_ALIGN : 0;
+    const size_t rows = ne0 ? gemm_tile_bytes() / (2 * ne0) / GEMM_TILE_ALIGN * GEMM_TILE_ALIGN : 0;
     return rows > GEMM_TILE_ALIGN ? rows : GEMM_TILE_ALIGN;
 }
 

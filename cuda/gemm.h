@@ -120,9 +120,10 @@ int llmm__cu_gemm(cu_lt *lt, cudaStream_t stream, const void *w, uint32_t type, 
 /* ---------------------------------------------------------------- llmm__cu_gemm's parts, for tests */
 
 /* Rows of w in one dequantized tile: a multiple of 128 (cuBLASLt's usual CTA tile height in
- * m, so tiles other than the last have no ragged CTA row), as many as fit 16 MiB of F16 (a
- * tile written by the dequantization stays in the L2 for the GEMM that reads it next: 50 MiB
- * on H100/H200), at least 128. */
+ * m, so tiles other than the last have no ragged CTA row), as many as fit in the smaller of
+ * 16 MiB and half the current device's L2 (cudaDevAttrL2CacheSize) of F16, so that a tile
+ * written by the dequantization stays in the L2 for the GEMM that reads it next (H100/H200:
+ * 50 MiB, 16 MiB tiles; Orin: 4 MiB, 2 MiB tiles), at least 128. */
 size_t llmm__cu_gemm_tile_rows(size_t ne0);
 
 /* llmm__cu_gemm_scratch_bytes and llmm__cu_gemm with tiles of tile_rows (>= 1) rows instead of

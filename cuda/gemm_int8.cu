@@ -14,14 +14,23 @@
  * 2 x 2, each 32 x 32 (2 mma m-tiles of 16 weight rows by 4 n-tiles of 8 activation rows): per
  * block of k a warp loads 8 A and 8 B fragment words from shared memory for 8 mmas, so each
  * fragment serves 2 or 4 products, and a staged weight tile serves 64 activation rows (half the
- * global and L2 reads of a 64 x 32 tile). Per stage the block decodes GI_KB = 4 blocks of k of its
- * 64 weight rows and 64 activation rows to int8 in shared memory, with their scales: 2 x 64 x 144
- * + 2 x 64 x 16 bytes, 20 KiB, so registers (32 float accumulators a lane), not shared memory,
- * limit the blocks an SM holds. Rows are padded from 32 to 36 words so that a fragment load
- * (8 groups at 8 rows, 4 lanes along k) hits 32 different banks (HOPPER.md, "Banks"). Weight
- * blocks are read byte by byte (GGUF aligns tensors, not blocks: an 18-byte Q4_0 block is only
- * 2-byte aligned); 4 lanes read one row's 4 consecutive blocks of a stage. An m- or n-tile wholly
- * past the last row is skipped (warp-uniform), so a short prompt costs its own rows only.
+ * global and L2 reads of a 64 x 32 tile). Per stage the block copies GI_KB = 4 blocks of k of its
+ * 64 weight rows and 64 activation rows, as stored, to shared memory with cp.async (fetch_tile:
+ * each row's 4 blocks are one contiguous run of 72 to 136 bytes, copied 8 or 4 bytes a thread,
+ * consecutive threads along the run), two stages in turn: stage s + 1's copies are in flight
+ * while stage s is decoded to int8 words with their scales (decode_tile) and multiplied, so no
+ * thread waits on global memory between one stage's math and the next (reading each block's
+ * bytes from global memory cost 52 ld.global.u8 per row and block, all exposed). GGUF aligns tensors, not blocks (an
+ * 18-byte Q4_0 block is only 2-byte aligned), so the copy width is what the tensor's address and
+ * row length allow: 8 bytes when a row has a multiple of 4 blocks (every model's widths), 4 for
+ * an even count, else plain 2-byte loads. Shared memory: two raw stages (64 x 4 x (18 to 34)
+ * bytes of weights and 64 x 4 x 34 of activations) and the decoded 2 x 64 x 144 + 2 x 64 x 16
+ * bytes: 46 KiB for Q4_0, 54 KiB for Q8_0 weights (dynamic, over the default 48 KiB), so 4
+ * blocks an SM on sm_90 (228 KiB), 2 or 3 on sm_87 (164 KiB). Rows are padded from 32 to 36
+ * words so that a fragment load (8 groups at 8 rows, 4 lanes along k) hits 32 different banks
+ * (HOPPER.md, "Banks"), and decode_tile orders each lane's 8 word stores so that the warp's stores
+ * hit 32 banks too. An m- or n-tile wholly past the last row is skipped (warp-uniform), so a
+ * short prompt costs its own rows only.
  *
  * What bounds it on paper: per output and block the tensor core does 32 multiply-adds and the
  * lane 4 float operations (the conversion, d_w * d_x, the product, the sum; not fused, to round
@@ -30,10 +39,11 @@
  * epilogue, not the tensor core, is the likely ceiling, about 500 TOPS on an H200. So the
  * int8 path wins where cuBLASLt's F16 path pays more for its dequantized tiles, its F16
  * activations and its twice larger operands than it gains in rate. Which shapes those are, and
- * how much the unpipelined stages (no cp.async, one barrier pair a stage) and the
- * staging cost, only a GPU shows: scripts/gpu-check.sh's prefill table (LLMM_CUDA_GEMM). The
- * emulation checks the sums, the fragment layout (mma_s8.cuh) and the edges (rows and blocks
- * past the ends stage as zero and are never written). */
+ * what the decoding from shared memory (still byte by byte, two barriers a stage) costs, only a
+ * GPU shows: scripts/gpu-check.sh's prefill table (LLMM_CUDA_GEMM). The emulation checks the
+ * sums, the fragment layout (mma_s8.cuh), cp.async's visibility (tests/simt/simt_async.h: a
+ * destination is garbage until its wait) and the edges (rows and blocks past the ends stage as
+ * zero and are never written). */
 #include "portable.h"
 
 #include "gemm_int8.h"
@@ -84,37 +94,77 @@ template <uint32_t T> __device__ __forceinline__ int block_q(const uint8_t *b, i
     else return iq4_value(qb_nibble32(b + 2, j)); /* IQ4_NL */
 }
 
-/* A block of type T (Q8_0 for the activations) into 8 words of 4 int8 each, k ascending from the
- * low byte, as the mma fragments take them; returns its scale d (the f16 in the first 2 bytes of
- * every one of these types). */
-template <uint32_t T> __device__ __forceinline__ float stage_block(const uint8_t *b, uint32_t *dst) {
+/* Word wi (weights 4 wi .. 4 wi + 3, k ascending from the low byte, as the mma fragments take
+ * them) of a block of type T (Q8_0 for the activations). */
+template <uint32_t T> __device__ __forceinline__ uint32_t block_word(const uint8_t *b, unsigned wi) {
+    uint32_t word = 0;
 GI_UNROLL
-    for (int wi = 0; wi < 8; wi++) {
-        uint32_t word = 0;
-GI_UNROLL
-        for (int e = 0; e < 4; e++) word |= (uint32_t)(uint8_t)(int8_t)block_q<T>(b, 4 * wi + e) << (8 * e);
-        dst[wi] = word;
-    }
-    return qb_f16_at(b);
+    for (unsigned e = 0; e < 4; e++) word |= (uint32_t)(uint8_t)(int8_t)block_q<T>(b, (int)(4 * wi + e)) << (8 * e);
+    return word;
 }
 
-/* Rows [row0, row0 + rows) by blocks [blk0, blk0 + GI_KB) of a matrix of blocks of type T into
- * shared memory, one (row, block) a thread at a time; zeros (scale 0) past n_rows or nb. */
+/* Bytes of one stage of a matrix in raw shared memory: GI_KB blocks of each of `rows` rows. */
+template <uint32_t T> constexpr unsigned raw_row_bytes = GI_KB * qb_type<T>::block_bytes;
+
+/* Rows [row0, row0 + rows) by blocks [blk0, blk0 + kbn) of a matrix of blocks of type T, as the
+ * file stores them, into raw (row r at r * raw_row_bytes<T>): each row's kbn blocks are one
+ * contiguous run, copied in units of `unit` bytes by consecutive threads (so a warp's copies are
+ * consecutive runs of global memory). Units of 8 or 4 bytes are cp.async: issued now, visible
+ * after the wait for their commit group, while the block computes on the previous stage; where
+ * the rows are only 2-byte aligned (an odd count of blocks a row, or an odd tensor address)
+ * plain loads copy them at once. Rows past n_rows are not read (decode_tile zeros them). */
 template <uint32_t T>
-__device__ __forceinline__ void stage_tile(const uint8_t *src, size_t row_bytes, size_t row0, size_t n_rows,
-                                           size_t blk0, size_t nb, unsigned rows, uint32_t *q, float *d) {
-    for (unsigned p = threadIdx.x; p < rows * GI_KB; p += blockDim.x) {
-        const unsigned r = p / GI_KB, kb = p % GI_KB;
-        uint32_t *dst = q + r * GI_ROW_WORDS + kb * 8;
-        const size_t row = row0 + r, blk = blk0 + kb;
-        if (row < n_rows && blk < nb) {
-            d[r * GI_KB + kb] = stage_block<T>(src + row * row_bytes + blk * qb_type<T>::block_bytes, dst);
-        } else {
-            for (int wi = 0; wi < 8; wi++) dst[wi] = 0;
-            d[r * GI_KB + kb] = 0.f;
-        }
+__device__ __forceinline__ void fetch_tile(const uint8_t *src, size_t row_bytes, size_t row0, size_t n_rows,
+                                           size_t blk0, unsigned kbn, unsigned rows, unsigned unit, uint8_t *raw) {
+    constexpr unsigned bb = qb_type<T>::block_bytes;
+    const unsigned run_units = kbn * bb / unit;
+    const unsigned present = n_rows > row0 ? (n_rows - row0 < rows ? (unsigned)(n_rows - row0) : rows) : 0;
+    const uint8_t *first = src + row0 * row_bytes + blk0 * bb;
+    for (unsigned p = threadIdx.x; p < present * run_units; p += blockDim.x) {
+        const unsigned r = p / run_units, offset = p % run_units * unit;
+        const uint8_t *from = first + r * row_bytes + offset;
+        uint8_t *to = raw + r * raw_row_bytes<T> + offset;
+        if (unit == 8) __pipeline_memcpy_async(to, from, 8);
+        else if (unit == 4) __pipeline_memcpy_async(to, from, 4);
+        else if (unit == 2) *(uint16_t *)to = *(const uint16_t *)from;
+        else *to = *from;
     }
 }
+
+/* The raw stage of `rows` rows into shared int8 words and scales for the mma loop, one
+ * (row, block) a thread; zeros (scale 0) past n_rows or kbn. Thread p takes row p / GI_KB and
+ * block kb = p % GI_KB, so a warp's 32 lanes store to 8 rows (4 banks apart: rows are 36 words)
+ * by 4 blocks (8 words apart): at the same word index that is only 8 banks, so each lane starts
+ * at word kb and goes round its 8 words, which puts the warp's 32 stores of each step on 32
+ * different banks (4 row + 8 kb + (i + kb) % 8 is distinct mod 32 for row < 8, kb < 4). */
+template <uint32_t T>
+__device__ __forceinline__ void decode_tile(const uint8_t *raw, size_t row0, size_t n_rows, unsigned kbn,
+                                            unsigned rows, uint32_t *q, float *d) {
+    for (unsigned p = threadIdx.x; p < rows * GI_KB; p += blockDim.x) {
+        const unsigned r = p / GI_KB, kb = p % GI_KB;
+        const bool present = row0 + r < n_rows && kb < kbn;
+        const uint8_t *b = raw + r * raw_row_bytes<T> + kb * qb_type<T>::block_bytes;
+        uint32_t *dst = q + r * GI_ROW_WORDS + kb * 8;
+GI_UNROLL
+        for (unsigned i = 0; i < 8; i++) {
+            const unsigned wi = (i + kb) % 8;
+            dst[wi] = present ? block_word<T>(b, wi) : 0u;
+        }
+        d[r * GI_KB + kb] = present ? qb_f16_at(b) : 0.f;
+    }
+}
+
+/* Dynamic shared memory of the kernel for weight type T: two raw stages (weights then
+ * activations, each 16-byte aligned), then the decoded words and scales the mma loop reads. */
+template <uint32_t T> struct gi_shared {
+    static constexpr unsigned w_raw = GI_M * raw_row_bytes<T>;
+    static constexpr unsigned stage = (w_raw + GI_N * raw_row_bytes<LLMM_TYPE_Q8_0> + 15) / 16 * 16;
+    static constexpr unsigned words = 2 * stage;
+    static constexpr unsigned scales = words + (GI_M + GI_N) * GI_ROW_WORDS * 4;
+    static constexpr unsigned bytes = scales + (GI_M + GI_N) * GI_KB * 4;
+    static_assert(raw_row_bytes<T> % 8 == 0 && raw_row_bytes<LLMM_TYPE_Q8_0> % 8 == 0,
+                  "a stage's rows must keep 8-byte copies aligned");
+};
 
 /* (float)s for a block's integer sum (|s| <= 32 * 128 * 128 = 2^19), exactly, with an integer
  * add and a float subtract instead of the conversion unit (16 results a clock per SM on sm_80 and
@@ -128,14 +178,16 @@ __device__ __forceinline__ float block_sum_to_float(int32_t s) {
 
 template <uint32_t T>
 __global__ void __launch_bounds__(32 * GI_WARPS)
-    gemm_int8_kernel(const uint8_t *w, size_t w_row_bytes, size_t nb, size_t ne1, const uint8_t *xq, size_t n_rows,
-                     float *out) {
+    gemm_int8_kernel(const uint8_t *w, size_t w_row_bytes, unsigned w_unit, size_t nb, size_t ne1, const uint8_t *xq,
+                     unsigned x_unit, size_t n_rows, float *out) {
     static_assert(qb_type<T>::block_size == 32 && qb_type<T>::operand_type == LLMM_TYPE_Q8_0,
                   "gemm_int8_kernel: a block is one k = 32 step against a Q8_0 operand block");
-    __shared__ uint32_t wq[GI_M * GI_ROW_WORDS];
-    __shared__ uint32_t xs[GI_N * GI_ROW_WORDS];
-    __shared__ float wd[GI_M * GI_KB];
-    __shared__ float xd[GI_N * GI_KB];
+    typedef gi_shared<T> layout;
+    SIMT_DYNAMIC_SHARED(uint8_t, shared);
+    /* raw stage s % 2 at shared + (s % 2) * layout::stage (an array of the two pointers indexed
+     * at run time would live in local memory) */
+    uint32_t *const wq = (uint32_t *)(shared + layout::words), *const xs = wq + GI_M * GI_ROW_WORDS;
+    float *const wd = (float *)(shared + layout::scales), *const xd = wd + GI_M * GI_KB;
     const unsigned lane = threadIdx.x % 32, warp = threadIdx.x / 32, group = lane / 4, t = lane % 4;
     const unsigned wm = (warp % 2) * GI_WARP_M, wn = (warp / 2) * GI_WARP_N; /* the warp's tile in the block's */
     const size_t m0 = (size_t)blockIdx.x * GI_M, n0 = (size_t)blockIdx.y * GI_N;
@@ -152,11 +204,31 @@ GI_UNROLL
 GI_UNROLL
             for (int i = 0; i < 4; i++) acc[mt][nt][i] = 0.f;
 
-    for (size_t k0 = 0; k0 < nb; k0 += GI_KB) {
-        stage_tile<T>(w, w_row_bytes, m0, ne1, k0, nb, GI_M, wq, wd);
-        stage_tile<LLMM_TYPE_Q8_0>(xq, nb * sizeof(block_q8_0), n0, n_rows, k0, nb, GI_N, xs, xd);
+    /* Stage s + 1's copies are issued before stage s is decoded and multiplied, so its global
+     * reads overlap that work; one commit group a stage (empty past the last), and waiting for
+     * all but the newest group is waiting for stage s. Raw stage s % 2 is next overwritten by
+     * stage s + 2's copies, issued after the barrier that follows its decoding. */
+    const size_t stages = (nb + GI_KB - 1) / GI_KB, x_row_bytes = nb * sizeof(block_q8_0);
+    auto stage_blocks = [nb](size_t s) { return nb - s * GI_KB < GI_KB ? (unsigned)(nb - s * GI_KB) : GI_KB; };
+    fetch_tile<T>(w, w_row_bytes, m0, ne1, 0, stage_blocks(0), GI_M, w_unit, shared);
+    fetch_tile<LLMM_TYPE_Q8_0>(xq, x_row_bytes, n0, n_rows, 0, stage_blocks(0), GI_N, x_unit, shared + layout::w_raw);
+    __pipeline_commit();
+    for (size_t s = 0; s < stages; s++) {
+        if (s + 1 < stages) {
+            uint8_t *next = shared + (s + 1) % 2 * layout::stage;
+            const unsigned kbn = stage_blocks(s + 1);
+            fetch_tile<T>(w, w_row_bytes, m0, ne1, (s + 1) * GI_KB, kbn, GI_M, w_unit, next);
+            fetch_tile<LLMM_TYPE_Q8_0>(xq, x_row_bytes, n0, n_rows, (s + 1) * GI_KB, kbn, GI_N, x_unit,
+                                       next + layout::w_raw);
+        }
+        __pipeline_commit();
+        __pipeline_wait_prior(1);
         __syncthreads();
-        const unsigned kb_end = nb - k0 < GI_KB ? (unsigned)(nb - k0) : GI_KB;
+        const unsigned kb_end = stage_blocks(s);
+        const uint8_t *current = shared + s % 2 * layout::stage;
+        decode_tile<T>(current, m0, ne1, kb_end, GI_M, wq, wd);
+        decode_tile<LLMM_TYPE_Q8_0>(current + layout::w_raw, n0, n_rows, kb_end, GI_N, xs, xd);
+        __syncthreads();
         for (unsigned kb = 0; kb < kb_end; kb++) {
             uint32_t a[2][4], b[4][2];
             float dw[2][2], dx[4][2];
@@ -188,7 +260,6 @@ GI_UNROLL
                     }
                 }
         }
-        __syncthreads();
     }
 GI_UNROLL
     for (int mt = 0; mt < 2; mt++)
@@ -203,32 +274,54 @@ GI_UNROLL
 
 } // namespace
 
-typedef void (*gemm_int8_fn)(const uint8_t *, size_t, size_t, size_t, const uint8_t *, size_t, float *);
+typedef void (*gemm_int8_fn)(const uint8_t *, size_t, unsigned, size_t, size_t, const uint8_t *, unsigned, size_t,
+                             float *);
+
+struct gemm_int8_variant {
+    gemm_int8_fn kernel;
+    unsigned shared_bytes;
+};
 
 /* The one kernel per weight type: the types whose weights are d * q (block_q above). */
-static gemm_int8_fn gemm_int8_for(uint32_t type) {
+static gemm_int8_variant gemm_int8_for(uint32_t type) {
     switch (type) {
-    case LLMM_TYPE_Q4_0: return &gemm_int8_kernel<LLMM_TYPE_Q4_0>;
-    case LLMM_TYPE_Q5_0: return &gemm_int8_kernel<LLMM_TYPE_Q5_0>;
-    case LLMM_TYPE_Q8_0: return &gemm_int8_kernel<LLMM_TYPE_Q8_0>;
-    case LLMM_TYPE_IQ4_NL: return &gemm_int8_kernel<LLMM_TYPE_IQ4_NL>;
+    case LLMM_TYPE_Q4_0: return {&gemm_int8_kernel<LLMM_TYPE_Q4_0>, gi_shared<LLMM_TYPE_Q4_0>::bytes};
+    case LLMM_TYPE_Q5_0: return {&gemm_int8_kernel<LLMM_TYPE_Q5_0>, gi_shared<LLMM_TYPE_Q5_0>::bytes};
+    case LLMM_TYPE_Q8_0: return {&gemm_int8_kernel<LLMM_TYPE_Q8_0>, gi_shared<LLMM_TYPE_Q8_0>::bytes};
+    case LLMM_TYPE_IQ4_NL: return {&gemm_int8_kernel<LLMM_TYPE_IQ4_NL>, gi_shared<LLMM_TYPE_IQ4_NL>::bytes};
     }
-    return NULL;
+    return {NULL, 0};
 }
 
-extern "C" int llmm__cu_gemm_int8_supports(uint32_t type) { return gemm_int8_for(type) != NULL; }
+/* The widest copy (8, 4, 2 or 1 bytes) that keeps every copy of fetch_tile aligned: the matrix's
+ * address, its row length, and the run of a last stage of fewer than GI_KB blocks (a full
+ * stage's run is a multiple of 8 bytes: gi_shared). */
+static unsigned copy_unit(const void *matrix, size_t row_bytes, size_t last_run_bytes) {
+    const uintptr_t all = (uintptr_t)matrix | (uintptr_t)row_bytes | (uintptr_t)last_run_bytes;
+    return all % 8 == 0 ? 8u : all % 4 == 0 ? 4u : all % 2 == 0 ? 2u : 1u;
+}
+
+extern "C" int llmm__cu_gemm_int8_supports(uint32_t type) { return gemm_int8_for(type).kernel != NULL; }
 
 extern "C" int llmm__cu_gemm_int8(cudaStream_t stream, const void *w, uint32_t type, size_t ne0, size_t ne1,
                             const void *x_q8, size_t n_rows, float *out) {
-    const gemm_int8_fn kernel = gemm_int8_for(type);
+    const gemm_int8_variant variant = gemm_int8_for(type);
+    const gemm_int8_fn kernel = variant.kernel;
     if (!kernel || ne0 == 0 || ne0 % QK8_0 != 0) return cudaErrorInvalidValue;
     if (n_rows == 0 || ne1 == 0) return 0;
     const size_t m_blocks = (ne1 + GI_M - 1) / GI_M, n_blocks = (n_rows + GI_N - 1) / GI_N;
     if (m_blocks > 0x7fffffffu || n_blocks > 65535) return cudaErrorInvalidValue; /* grid limits */
-    const size_t nb = ne0 / QK8_0, row_bytes = nb * llmm_type_block_bytes(type);
+    const size_t nb = ne0 / QK8_0, block_bytes = llmm_type_block_bytes(type), row_bytes = nb * block_bytes;
+    const unsigned w_unit = copy_unit(w, row_bytes, nb % GI_KB * block_bytes);
+    const unsigned x_unit = copy_unit(x_q8, nb * sizeof(block_q8_0), nb % GI_KB * sizeof(block_q8_0));
+    /* more than the 48 KiB a launch gets without asking for Q8_0 weights (54 KiB) */
+    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           (int)variant.shared_bytes);
+    if (err != cudaSuccess) return (int)err;
     const dim3 grid((unsigned)m_blocks, (unsigned)n_blocks);
     const uint8_t *wb = (const uint8_t *)w, *xb = (const uint8_t *)x_q8;
-    SIMT_LAUNCH(kernel, grid, 32 * GI_WARPS, 0, stream, wb, row_bytes, nb, ne1, xb, n_rows, out);
+    SIMT_LAUNCH(kernel, grid, 32 * GI_WARPS, variant.shared_bytes, stream, wb, row_bytes, w_unit, nb, ne1, xb, x_unit,
+                n_rows, out);
     return (int)cudaGetLastError();
 }
 

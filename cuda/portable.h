@@ -27,6 +27,7 @@
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
+#include <cuda_pipeline.h> /* cp.async: __pipeline_memcpy_async, commit, wait_prior */
 
 #define SIMT_LAUNCH(kernel, grid, block, shmem_bytes, stream, ...) \
     kernel<<<(grid), (block), (shmem_bytes), (stream)>>>(__VA_ARGS__)

@@ -31,6 +31,17 @@
  * (llmm__cu_sample_pack) so that min-p's threshold is the CPU's bit for bit; exp in double may differ
  * from the host's libm by an ulp on a GPU, which is rounding of the same kind.
  *
+ * Why the weights stay in double on sm_87 too, where FP64 runs at 1/64 of the float rate: the
+ * draw promises llmm_sample's token for the same seed, except within double rounding of a
+ * boundary (docs/api.md, llmm_decode_sample); float weights would move the sums by about 1e-7 of
+ * their total, a boundary case a billion times likelier. The FP64 work is one subtraction,
+ * division, exp and add per candidate per sum or walk: 2 n for temperature alone or min-p alone
+ * (n the vocabulary: 303,872 exps on Qwen2.5's 151,936), n plus the sorted prefix's walks for
+ * top-p alone, about 4 k for top-k (k = 40: 160, nothing against the radix passes). At ~20
+ * double instructions an exp, an Orin (16 SMs, 2 FP64 lanes each, 1.3 GHz) spends about 0.2 ms
+ * a row on the 2 n case, an estimate from the documented rates, not a measurement: a tenth of a
+ * 0.5B Q4_0 decode step's weight reads there, nothing with top-k.
+ *
  * Greedy reads the row twice (copy, argmax), temperature-only and min-p-only three times more
  * (two walks and the copy); top-k 40 and top-p 0.95 add a few radix passes and sort at most a
  * few hundred keys, never the vocabulary (only a top_k or a top-p cut near n_vocab does that).

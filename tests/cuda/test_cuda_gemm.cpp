@@ -580,6 +580,50 @@ static void test_gemm_scratch(void **state) {
     llmm__cu_lt_free(lt);
 }
 
+// The dequantized tile follows the device's L2 (cudaDevAttrL2CacheSize): at most half of it, at
+// most 16 MiB, at least 128 rows; and llmm__cu_gemm's result does not depend on the tiling. The
+// emulated device is told its L2 size (simt_device.h); a GPU answers its own, so there only the
+// rule is checked against the answer.
+static void test_tile_follows_l2(void **state) {
+    (void)state;
+    const size_t ne0 = 256, ne1 = 300, n_rows = 9; // 512 bytes a row of F16
+#if SIMT_EMULATED
+    std::vector<float> outputs[2];
+    const int l2_sizes[2] = {50 << 20, 256 << 10};      // an H100's; a small one: 2 tiles (256, 44)
+    const size_t want_rows[2] = {(size_t)16 << 20 >> 9, 256};
+    const std::vector<uint8_t> w = random_weights(LLMM_TYPE_Q4_0, ne0, ne1);
+    std::vector<float> x(n_rows * ne0);
+    for (float &v : x) v = uniform(-2.0f, 2.0f);
+    for (int i = 0; i < 2; i++) {
+        simt::set_device_attribute(cudaDevAttrL2CacheSize, l2_sizes[i]);
+        assert_int_equal(llmm__cu_gemm_tile_rows(ne0), want_rows[i]);
+        assert_int_equal(llmm__cu_gemm_tile_rows(1 << 20), 128); // the floor
+        cu_lt *lt = new_lt();
+        uint8_t *w_dev = to_device(w);
+        float *x_dev = to_device(x), *out_dev = nullptr;
+        assert_int_equal(cudaMalloc(&out_dev, n_rows * ne1 * sizeof(float)), cudaSuccess);
+        const size_t scratch_bytes = llmm__cu_gemm_scratch_bytes(LLMM_TYPE_Q4_0, ne0, ne1, n_rows);
+        void *scratch = nullptr;
+        assert_int_equal(cudaMalloc(&scratch, scratch_bytes), cudaSuccess);
+        assert_int_equal(llmm__cu_gemm(lt, nullptr, w_dev, LLMM_TYPE_Q4_0, ne0, ne1, x_dev, n_rows, out_dev, scratch,
+                                       scratch_bytes), 0);
+        outputs[i] = from_device(out_dev, n_rows * ne1);
+        cudaFree(w_dev), cudaFree(x_dev), cudaFree(out_dev), cudaFree(scratch);
+        llmm__cu_lt_free(lt);
+    }
+    simt::set_device_attribute(cudaDevAttrL2CacheSize, l2_sizes[0]);
+    for (size_t i = 0; i < outputs[0].size(); i++) assert_int_equal(bits_of_f32(outputs[0][i]), bits_of_f32(outputs[1][i]));
+#else
+    int device = 0, l2 = 0;
+    assert_int_equal(cudaGetDevice(&device), cudaSuccess);
+    assert_int_equal(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device), cudaSuccess);
+    const size_t tile = (size_t)l2 / 2 < ((size_t)16 << 20) ? (size_t)l2 / 2 : (size_t)16 << 20;
+    const size_t rows = tile / (2 * ne0) / 128 * 128;
+    assert_int_equal(llmm__cu_gemm_tile_rows(ne0), rows > 128 ? rows : 128);
+    (void)ne1, (void)n_rows;
+#endif
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lt_matmul),
@@ -604,6 +648,7 @@ int main(void) {
         cmocka_unit_test(test_gemm<LLMM_TYPE_IQ4_XS>),
         cmocka_unit_test(test_convert_f16_scaled),
         cmocka_unit_test(test_gemm_scratch),
+        cmocka_unit_test(test_tile_follows_l2),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -6,12 +6,14 @@
 // - llmm__cu_gemm_int8_f32 equals the CPU's scalar dot (the type's vec_dot, format/quant.h, of
 //   the weight row with the CPU-quantized Q8_0 operand row) bit for bit, for Q4_0, Q5_0, Q8_0 and IQ4_NL, with row
 //   counts and widths that are not multiples of the 64 x 64 tile (1, 17, 64 and 130 activation
-//   rows; 37 and 130 weight rows; 96 and 352 values: a last stage of 3 blocks), and llmm__cu_matmul
+//   rows; 37 and 130 weight rows; 96 and 352 values: a last stage of 3 blocks, 256: two full
+//   stages), and llmm__cu_matmul
 //   (gemv_quant.cu) on the same inputs agrees within the tolerance its own test holds it to,
 //   (ne0 / 32 + 4) * 2^-23 * sum_j |w_j x_j|;
 // - llmm__cu_gemm_int8 on operand bytes given directly, with the extremes a file and the quantizer
 //   allow (weights -128 and 127, operand -127 and 127: block sums near 2^19), is the CPU's bit
-//   for bit;
+//   for bit, with every copy width of the staged tiles (8- and 4-byte cp.async, 2-byte loads of
+//   rows or tensors only 2-byte aligned);
 // - types without int8 weights and widths that are not whole blocks are refused.
 // Every output is poisoned with NaN before each launch, so an unwritten element fails.
 #include <cmath>
@@ -170,7 +172,9 @@ static void check_gemm(uint32_t type, size_t ne0, size_t ne1, size_t n_rows) {
 
 template <uint32_t T> static void test_gemm(void **state) {
     (void)state;
-    static const size_t ne0s[] = {96, 352}, ne1s[] = {37, 130}, rows[] = {1, 17, 64, 130};
+    /* 96 and 352: an odd count of blocks a row (2-byte copies, a last stage of 3 blocks); 256:
+     * 8 blocks (8-byte cp.async, two full stages) */
+    static const size_t ne0s[] = {96, 256, 352}, ne1s[] = {37, 130}, rows[] = {1, 17, 64, 130};
     for (size_t ne0 : ne0s)
         for (size_t ne1 : ne1s)
             for (size_t n_rows : rows) check_gemm(T, ne0, ne1, n_rows);
@@ -190,18 +194,21 @@ static std::vector<uint8_t> raw_blocks(size_t n_blocks, size_t block_bytes, bool
     return v;
 }
 
-static void check_raw(uint32_t type, size_t ne0, size_t ne1, size_t n_rows, bool extreme) {
+// w_offset: the weights start that many bytes into their allocation (a tensor only 2-byte aligned)
+static void check_raw(uint32_t type, size_t ne0, size_t ne1, size_t n_rows, bool extreme, size_t w_offset = 0) {
     const llmm_type_traits *dot = llmm__type_get(type);
     const size_t nb = ne0 / 32, w_row = llmm__row_bytes(type, ne0), x_row = llmm__row_bytes(LLMM_TYPE_Q8_0, ne0);
     const std::vector<uint8_t> w = raw_blocks(ne1 * nb, w_row / nb, extreme, type == LLMM_TYPE_Q8_0 ? 0x80 : 0x00);
     std::vector<uint8_t> xq = raw_blocks(n_rows * nb, x_row / nb, extreme, 0x7f);
     for (size_t r = 1; extreme && r < n_rows; r += 2) // odd rows -127: sums of both signs
         for (size_t b = 0; b < nb; b++) std::memset(&xq[r * x_row + b * 34 + 2], 0x81, 32);
-    uint8_t *w_dev = to_device(w), *xq_dev = to_device(xq);
+    std::vector<uint8_t> w_placed(w_offset, 0xee);
+    w_placed.insert(w_placed.end(), w.begin(), w.end());
+    uint8_t *w_dev = to_device(w_placed), *xq_dev = to_device(xq);
     float *out_dev = nullptr;
     assert_int_equal(cudaMalloc(&out_dev, n_rows * ne1 * sizeof(float)), cudaSuccess);
     poison(out_dev, n_rows * ne1);
-    assert_int_equal(llmm__cu_gemm_int8(nullptr, w_dev, type, ne0, ne1, xq_dev, n_rows, out_dev), 0);
+    assert_int_equal(llmm__cu_gemm_int8(nullptr, w_dev + w_offset, type, ne0, ne1, xq_dev, n_rows, out_dev), 0);
     assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
     const std::vector<float> got = from_device(out_dev, n_rows * ne1);
     for (size_t r = 0; r < n_rows; r++)
@@ -218,6 +225,13 @@ static void test_raw_blocks(void **state) {
     (void)state;
     for (uint32_t type : {LLMM_TYPE_Q8_0, LLMM_TYPE_Q4_0})
         for (bool extreme : {false, true}) check_raw(type, 160, 19, 11, extreme);
+    /* the copy widths of gemm_int8.cu's fetch_tile: 8 blocks a row (8 bytes), 6 (4 bytes: a last
+     * stage of 2 blocks), 8 at an address 2 bytes past alignment (2 bytes), 5 (odd rows) */
+    for (uint32_t type : {LLMM_TYPE_Q8_0, LLMM_TYPE_Q4_0, LLMM_TYPE_Q5_0, LLMM_TYPE_IQ4_NL}) {
+        check_raw(type, 256, 70, 66, false);
+        check_raw(type, 192, 19, 11, false);
+        check_raw(type, 256, 19, 11, false, 2);
+    }
 }
 
 static void test_refused(void **state) {

@@ -870,6 +870,61 @@ static llmm_adapter *load_lora(const llmm_model *m, const char *rel) {
     return a;
 }
 
+/* A CPU context (ctx[0]) and a CUDA one (ctx[1]) of one model decoding the same sequences, and
+ * room for a row of logits of each. */
+typedef struct lora_pair {
+    llmm_context *ctx[2];
+    llmm_seq_id seqs[4];
+    llmm_token next[4];
+    size_t n_seq, nv;
+    float *rows;
+} lora_pair;
+
+/* Both contexts of m, each of whose n_seq sequences takes n_ads[s] of ads[s] with scales[s] and
+ * is prefilled with the same prompt. */
+static void lora_open(lora_pair *lp, llmm_model *m, size_t n_seq, llmm_adapter *const ads[][2],
+                      const float scales[][2], const size_t *n_ads) {
+    assert_true(n_seq <= 4);
+    llmm_context_params p = context_params(LLMM_BACKEND_CPU, 64, n_seq, 32, LLMM_KV_F32);
+    lp->ctx[0] = make_context(m, &p);
+    p.backend = LLMM_BACKEND_CUDA;
+    lp->ctx[1] = make_context(m, &p);
+    llmm_token ids[MAX_IDS];
+    const size_t n = tokenize(m, "Once upon a time", ids, MAX_IDS);
+    for (int c = 0; c < 2; c++)
+        for (size_t s = 0; s < n_seq; s++) {
+            assert_int_equal(llmm_seq_set_adapters(lp->ctx[c], (llmm_seq_id)s, ads[s], scales[s], n_ads[s]), LLMM_OK);
+            assert_int_equal(llmm_prefill(lp->ctx[c], (llmm_seq_id)s, ids, n, 0), LLMM_OK);
+        }
+    for (size_t s = 0; s < n_seq; s++) {
+        lp->seqs[s] = (llmm_seq_id)s;
+        lp->next[s] = (llmm_token)(40 + s);
+    }
+    lp->n_seq = n_seq;
+    lp->nv = vocab_size(m);
+    lp->rows = malloc(2 * lp->nv * sizeof *lp->rows);
+    assert_non_null(lp->rows);
+}
+
+static void lora_close(lora_pair *lp) {
+    free(lp->rows);
+    for (int c = 0; c < 2; c++) llmm_context_free(lp->ctx[c]);
+}
+
+/* One decode step of the sequences on both contexts; next becomes the CPU's argmax of each row.
+ * Returns the largest |logit difference|. */
+static double lora_step(lora_pair *lp) {
+    double worst = 0;
+    for (int c = 0; c < 2; c++) assert_int_equal(llmm_decode(lp->ctx[c], lp->seqs, lp->next, lp->n_seq), LLMM_OK);
+    for (size_t s = 0; s < lp->n_seq; s++) {
+        copy_row(lp->ctx[0], s, lp->rows, lp->nv);
+        copy_row(lp->ctx[1], s, lp->rows + lp->nv, lp->nv);
+        worst = fmax(worst, max_abs_diff(lp->rows, lp->rows + lp->nv, lp->nv));
+        lp->next[s] = argmax(lp->rows, lp->nv);
+    }
+    return worst;
+}
+
 /* LoRA adapters on the device (lora.cu through the lora_delta slot, operands copied per context)
  * against the CPU: four sequences with different adapters (one with two, one with none), each
  * prefilled and then decoded together, and a swap between steps; logits within 1e-3 (the
@@ -883,41 +938,16 @@ static void test_lora_matches_cpu(void **state) {
     llmm_adapter *const ads[N_SEQ][2] = {{r8, NULL}, {r4, NULL}, {NULL, NULL}, {r8, r4}};
     const float scales[N_SEQ][2] = {{1.f, 0.f}, {1.5f, 0.f}, {0.f, 0.f}, {0.5f, 1.f}};
     const size_t n_ads[N_SEQ] = {1, 1, 0, 2};
-    llmm_context_params p = context_params(LLMM_BACKEND_CPU, 64, N_SEQ, 32, LLMM_KV_F32);
-    llmm_context *ctx[2];
-    ctx[0] = make_context(m, &p);
-    p.backend = LLMM_BACKEND_CUDA;
-    ctx[1] = make_context(m, &p);
-    llmm_token ids[MAX_IDS];
-    const size_t n = tokenize(m, "Once upon a time", ids, MAX_IDS);
-    const size_t nv = vocab_size(m);
-    float *rows = malloc(2 * nv * sizeof *rows);
-    assert_non_null(rows);
-    llmm_seq_id seqs[N_SEQ];
-    llmm_token next[N_SEQ];
-    for (int c = 0; c < 2; c++)
-        for (int s = 0; s < N_SEQ; s++) {
-            assert_int_equal(llmm_seq_set_adapters(ctx[c], s, ads[s], scales[s], n_ads[s]), LLMM_OK);
-            assert_int_equal(llmm_prefill(ctx[c], s, ids, n, 0), LLMM_OK);
-        }
+    lora_pair lp;
+    lora_open(&lp, m, N_SEQ, ads, scales, n_ads);
     double worst = 0;
-    for (int s = 0; s < N_SEQ; s++) {
-        seqs[s] = s;
-        next[s] = (llmm_token)(40 + s);
-    }
     for (int step = 0; step < STEPS; step++) {
         if (step == 2) /* sequence 2 takes r4, sequence 1 drops it: the device copy stays (r4 is held) */
             for (int c = 0; c < 2; c++) {
-                assert_int_equal(llmm_seq_set_adapters(ctx[c], 2, &r4, NULL, 1), LLMM_OK);
-                assert_int_equal(llmm_seq_set_adapters(ctx[c], 1, NULL, NULL, 0), LLMM_OK);
+                assert_int_equal(llmm_seq_set_adapters(lp.ctx[c], 2, &r4, NULL, 1), LLMM_OK);
+                assert_int_equal(llmm_seq_set_adapters(lp.ctx[c], 1, NULL, NULL, 0), LLMM_OK);
             }
-        for (int c = 0; c < 2; c++) assert_int_equal(llmm_decode(ctx[c], seqs, next, N_SEQ), LLMM_OK);
-        for (int s = 0; s < N_SEQ; s++) {
-            copy_row(ctx[0], (size_t)s, rows, nv);
-            copy_row(ctx[1], (size_t)s, rows + nv, nv);
-            worst = fmax(worst, max_abs_diff(rows, rows + nv, nv));
-            next[s] = argmax(rows, nv);
-        }
+        worst = fmax(worst, lora_step(&lp));
     }
     print_message("LoRA on the emulated CUDA module vs the CPU (4 sequences, 3 adapter sets, a swap): max |logit "
                   "diff| %.2e\n",
@@ -926,12 +956,48 @@ static void test_lora_matches_cpu(void **state) {
     /* the app drops its handles while sequences still run with them; the context keeps them */
     llmm_adapter_free(r8);
     llmm_adapter_free(r4);
-    for (int c = 0; c < 2; c++) assert_int_equal(llmm_decode(ctx[c], seqs, next, N_SEQ), LLMM_OK);
-    copy_row(ctx[0], 3, rows, nv);
-    copy_row(ctx[1], 3, rows + nv, nv);
-    assert_true(max_abs_diff(rows, rows + nv, nv) <= 1e-3);
-    free(rows);
-    for (int c = 0; c < 2; c++) llmm_context_free(ctx[c]);
+    assert_true(lora_step(&lp) <= 1e-3);
+    lora_close(&lp);
+    llmm_model_free(m);
+}
+
+/* A decode batch of rows with adapter A, adapter B and none replays one graph: the rows'
+ * adapters and scales reach the device as data (cuda/backend.cu cu_lora_delta_op), so the steps
+ * are one record: captured once, then replayed, with logits within 1e-3 of the CPU's. The first
+ * decode step may still grow the LoRA staging (the prompts' steps made fewer calls at a time),
+ * which runs it without a graph. Then sequence 2 takes B too: another record, captured at the
+ * next step and replayed at every one after it. */
+static void test_lora_decode_replays_one_graph(void **state) {
+    (void)state;
+    enum { N_SEQ = 3, STEPS = 5 };
+    llmm_model *m = load_model("stories260K.gguf", NULL);
+    llmm_adapter *a = load_lora(m, "lora/stories260K-lora-r8.gguf");
+    llmm_adapter *b = load_lora(m, "lora/stories260K-lora-r4-attn-f16.gguf");
+    llmm_adapter *const ads[N_SEQ][2] = {{a, NULL}, {b, NULL}, {NULL, NULL}};
+    const float scales[N_SEQ][2] = {{1.f, 0.f}, {1.5f, 0.f}, {0.f, 0.f}};
+    const size_t n_ads[N_SEQ] = {1, 1, 0};
+    lora_pair lp;
+    lora_open(&lp, m, N_SEQ, ads, scales, n_ads);
+    double worst = 0;
+    for (int round = 0; round < 2; round++) {
+        if (round == 1)
+            for (int c = 0; c < 2; c++) assert_int_equal(llmm_seq_set_adapters(lp.ctx[c], 2, &b, NULL, 1), LLMM_OK);
+        worst = fmax(worst, lora_step(&lp));
+        const llmm_context_stats before = stats_of(lp.ctx[1]); /* after the step that may grow the staging */
+        for (int step = 1; step < STEPS; step++) worst = fmax(worst, lora_step(&lp));
+        const llmm_context_stats after = stats_of(lp.ctx[1]);
+        const unsigned long long replays = after.graph_replays - before.graph_replays;
+        print_message("LoRA decode, rows with adapters %s, on the emulated CUDA module: %llu replays in the %d steps "
+                      "after the first, max |logit diff| %.2e\n",
+                      round == 0 ? "A, B and none" : "A, B and B", replays, STEPS - 1, worst);
+        /* step 1 replays (round 1) or captures (round 0, after a step without a graph) */
+        assert_true(replays >= STEPS - 2 && after.graphs - before.graphs <= 1);
+        if (round == 1) assert_int_equal(replays, STEPS - 1);
+    }
+    assert_true(worst <= 1e-3);
+    lora_close(&lp);
+    llmm_adapter_free(a);
+    llmm_adapter_free(b);
     llmm_model_free(m);
 }
 
@@ -1346,6 +1412,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_decode_sample),
         cmocka_unit_test(test_numerical_errors),
         cmocka_unit_test(test_lora_matches_cpu),
+        cmocka_unit_test(test_lora_decode_replays_one_graph),
         cmocka_unit_test(test_missing_device),
         cmocka_unit_test(test_auto_without_device),
     };

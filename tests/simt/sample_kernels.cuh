@@ -274,3 +274,37 @@ inline int sample_big_shared(const unsigned *host_in, unsigned *host_out, bool s
     cudaFree(d_out);
     return (int)cudaGetLastError();
 }
+
+// ---- cp.async (__pipeline_memcpy_async): each thread copies 8 bytes of two stages of a tile
+// into shared memory as two commit groups, then reads both back into out: before any wait
+// (wait_groups 2: nothing guaranteed), after waiting for the first stage (1), or after both (0).
+// The reads are those of a kernel that forgot its wait: on a GPU their values are unspecified,
+// in the emulation they are garbage, so only wait_groups 0 may equal the input.
+__global__ void async_copy_two_stages(const unsigned long long *in, unsigned long long *out, int wait_groups) {
+    __shared__ unsigned long long stage[2][128];
+    const unsigned tid = threadIdx.x;
+    for (int s = 0; s < 2; s++) {
+        __pipeline_memcpy_async(&stage[s][tid], &in[s * blockDim.x + tid], sizeof(unsigned long long));
+        __pipeline_commit();
+    }
+    if (wait_groups <= 1)
+        __pipeline_wait_prior(wait_groups == 1 ? 1 : 0);
+    __syncthreads();
+    for (int s = 0; s < 2; s++)
+        out[s * blockDim.x + tid] = stage[s][(tid + 1) % blockDim.x]; // a neighbour's copy
+    __pipeline_wait_prior(0);
+}
+
+inline int sample_async_copy(const unsigned long long *host_in, unsigned long long *host_out, int threads,
+                             int wait_groups) {
+    unsigned long long *d_in = nullptr, *d_out = nullptr;
+    const size_t bytes = 2 * (size_t)threads * sizeof(unsigned long long);
+    cudaMalloc(&d_in, bytes);
+    cudaMalloc(&d_out, bytes);
+    cudaMemcpy(d_in, host_in, bytes, cudaMemcpyHostToDevice);
+    SIMT_LAUNCH(async_copy_two_stages, 1, threads, 0, 0, d_in, d_out, wait_groups);
+    cudaMemcpy(host_out, d_out, bytes, cudaMemcpyDeviceToHost);
+    cudaFree(d_in);
+    cudaFree(d_out);
+    return (int)cudaGetLastError();
+}

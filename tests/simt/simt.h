@@ -91,6 +91,8 @@
 #include "simt_fp16.h"    // __half, __nv_bfloat16
 #include "simt_runtime.h" // cudaMalloc, cudaMemcpy, devices, errors
 #include "simt_graph.h"   // streams, stream capture, graphs
+#include "simt_async.h"   // cp.async: __pipeline_memcpy_async, commit and wait groups
+#include "simt_device.h"  // cudaDeviceGetAttribute: SM count, L2 size
 
 #endif
 #endif

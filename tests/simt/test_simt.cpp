@@ -946,6 +946,63 @@ static void test_stack_overflow_faults(void **state) {
     expect_in(err, "thread stack overflow");
 }
 
+// cp.async (simt_async.h): a copy's destination holds its bytes only after the wait that
+// completes its commit group, not after a barrier alone; waiting for all but the newest group
+// completes the older one only.
+static void test_async_copy_visible_only_after_its_wait(void **state) {
+    (void)state;
+    const int threads = 128;
+    std::vector<unsigned long long> in(2 * threads), out(2 * threads);
+    for (unsigned long long &v : in)
+        v = (unsigned long long)rng() << 32 | rng();
+    auto stage_equal = [&](int s) {
+        for (int i = 0; i < threads; i++)
+            if (out[s * threads + i] != in[s * threads + (i + 1) % threads])
+                return false;
+        return true;
+    };
+    assert_int_equal(sample_async_copy(in.data(), out.data(), threads, 2), cudaSuccess);
+    assert_false(stage_equal(0)); // read before the wait: garbage
+    assert_false(stage_equal(1));
+    assert_int_equal(sample_async_copy(in.data(), out.data(), threads, 1), cudaSuccess);
+    assert_true(stage_equal(0)); // the older group completed
+    assert_false(stage_equal(1)); // the newest one may still be in flight
+    assert_int_equal(sample_async_copy(in.data(), out.data(), threads, 0), cudaSuccess);
+    assert_true(stage_equal(0));
+    assert_true(stage_equal(1));
+}
+
+__global__ void async_copy_misaligned(const unsigned long long *in) {
+    __shared__ unsigned long long dst[2];
+    __pipeline_memcpy_async(dst, (const char *)in + 4, 8); // 8 bytes need 8-byte alignment
+    __pipeline_commit();
+    __pipeline_wait_prior(0);
+}
+
+__global__ void async_copy_never_waited(const unsigned long long *in) {
+    __shared__ unsigned long long dst[1];
+    __pipeline_memcpy_async(dst, in, 8);
+    __pipeline_commit();
+}
+
+static void run_misaligned_async_copy() {
+    std::vector<unsigned long long> in(4, 1);
+    unsigned long long *d_in = device_copy(in);
+    SIMT_LAUNCH(async_copy_misaligned, 1, 1, 0, 0, d_in);
+}
+
+static void run_async_copy_never_waited() {
+    std::vector<unsigned long long> in(4, 1);
+    unsigned long long *d_in = device_copy(in);
+    SIMT_LAUNCH(async_copy_never_waited, 2, 1, 0, 0, d_in);
+}
+
+static void test_async_copy_misuse_aborts(void **state) {
+    (void)state;
+    expect_abort(run_misaligned_async_copy, "async_copy_misaligned", "must be aligned to the size");
+    expect_abort(run_async_copy_never_waited, "async_copy_never_waited", "never waited for");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_block_sum_needs_its_barriers),
@@ -977,6 +1034,8 @@ int main(void) {
         cmocka_unit_test(test_divergent_barrier_aborts),
         cmocka_unit_test(test_warp_primitive_with_exited_lane_aborts),
         cmocka_unit_test(test_stack_overflow_faults),
+        cmocka_unit_test(test_async_copy_visible_only_after_its_wait),
+        cmocka_unit_test(test_async_copy_misuse_aborts),
     };
     return cmocka_run_group_tests_name("simt", tests, NULL, NULL);
 }

@@ -632,7 +632,7 @@ static void test_constrained_calls_validate(void **state) {
     (void)state;
     llmm_model *m = load_model("models/stories260K.gguf", NULL);
     int runs = under_emulator() ? 20 : 100;
-    static const char *const families[] = {"qwen2_5", "llama3_1", "mistral_nemo"};
+    static const char *const families[] = {"qwen2_5", "llama3_1", "mistral_nemo", "lfm2_5"};
     for (size_t f = 0; f < ARRAY_LEN(families); f++) sample_calls(m, families[f], runs);
     llmm_model_free(m);
 }
@@ -666,6 +666,60 @@ static void test_tool_grammar_refusals(void **state) {
     assert_true(can_end);
     llmm_grammar_state_free(s);
     llmm_grammar_free(g);
+}
+
+/* lfm2_5's calls are Python expressions: the arguments are keyword arguments with JSON values,
+ * written as its template writes calls; schemas that cannot be keyword arguments are refused. */
+static void test_lfm2_call_grammar(void **state) {
+    (void)state;
+    llmm_grammar *g = NULL;
+    char err[256];
+    assert_int_equal(llmm_grammar_from_tools(NULL, "lfm2_5", demo_tools, 2, &g, err, sizeof err), LLMM_OK);
+    static const struct {
+        const char *text;
+        int sentence;
+    } texts[] = {
+        {"<|tool_call_start|>[set_timer(minutes=10, label=\"tea\")]<|tool_call_end|>", 1},
+        {"<|tool_call_start|>[get_weather(location=\"Paris\", unit=\"celsius\")]<|tool_call_end|>", 1},
+        {"<|tool_call_start|>[get_weather(unit=\"celsius\", location=\"Paris\")]<|tool_call_end|>", 0}, /* order */
+        {"<|tool_call_start|>[set_timer(label=\"tea\")]<|tool_call_end|>", 0},      /* minutes is required */
+        {"<|tool_call_start|>[set_timer(minutes=121)]<|tool_call_end|>", 0},          /* above the maximum */
+        {"<|tool_call_start|>[set_timer(minutes=10,label=\"tea\")]<|tool_call_end|>", 0}, /* the template's ", " */
+        {"<|tool_call_start|>[set_timer(minutes=10, other=1)]<|tool_call_end|>", 0},
+        {"<|tool_call_start|>[get_weather(location='Paris')]<|tool_call_end|>", 0}, /* values are JSON */
+    };
+    for (size_t i = 0; i < ARRAY_LEN(texts); i++) {
+        llmm_grammar_state *s = NULL;
+        assert_int_equal(llmm_grammar_state_create(g, &s), LLMM_OK);
+        int can_end = 0, must_end = 0;
+        llmm_status st = llmm_grammar_state_accept_bytes(s, texts[i].text, strlen(texts[i].text));
+        if (st == LLMM_OK) assert_int_equal(llmm_grammar_state_can_end(s, &can_end, &must_end), LLMM_OK);
+        if ((st == LLMM_OK && can_end) != texts[i].sentence) fail_msg("case %zu: %s", i, texts[i].text);
+        llmm_grammar_state_free(s);
+    }
+    llmm_grammar_free(g);
+    /* no arguments declared: name() */
+    llmm_tool bare = {"stop", NULL, "{\"type\": \"object\"}"};
+    assert_int_equal(llmm_grammar_from_tools(NULL, "lfm2_5", &bare, 1, &g, err, sizeof err), LLMM_OK);
+    llmm_grammar_state *s = NULL;
+    assert_int_equal(llmm_grammar_state_create(g, &s), LLMM_OK);
+    const char *call = "<|tool_call_start|>[stop()]<|tool_call_end|>";
+    assert_int_equal(llmm_grammar_state_accept_bytes(s, call, strlen(call)), LLMM_OK);
+    llmm_grammar_state_free(s);
+    llmm_grammar_free(g);
+    static const struct {
+        const char *schema, *reason;
+    } refused[] = {
+        {"{\"type\": \"object\", \"properties\": {\"a-b\": {\"type\": \"string\"}}}", "keyword argument"},
+        {"{\"type\": \"array\"}", "object schema"},
+        {"{\"anyOf\": [{\"type\": \"object\"}, {\"type\": \"null\"}]}", "anyOf"},
+        {"{\"type\": \"object\", \"properties\": {\"next\": {\"$ref\": \"#\"}}}", "themselves"},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(refused); i++) {
+        llmm_tool t = {"x", NULL, refused[i].schema};
+        assert_int_equal(llmm_grammar_from_tools(NULL, "lfm2_5", &t, 1, &g, err, sizeof err), LLMM_ERR_INVALID_ARG);
+        if (!strstr(err, refused[i].reason)) fail_msg("refusal %zu: '%s'", i, err);
+    }
 }
 
 /* llmm_generate feeds params->tool_parser what it streams and counts the calls: a required
@@ -784,6 +838,7 @@ int main(void) {
         cmocka_unit_test(test_render_every_claimed_case),
         cmocka_unit_test(test_qwen3_thinking_off),
         cmocka_unit_test(test_detect_real_templates),
+        cmocka_unit_test(test_lfm2_call_grammar),
         cmocka_unit_test(test_hostile_schemas_refused),
         cmocka_unit_test(test_parse_every_file),
         cmocka_unit_test(test_parse_partial_and_malformed),

@@ -882,9 +882,12 @@ LLMM_API llmm_status llmm_grammar_from_json_schema_ws(const llmm_model *model, c
  * above: llmm_chat_tool_families) to one of n_tools tools, its arguments compact JSON valid
  * against that tool's parameters schema: the "required" tool choice. family NULL detects it
  * from the model. The call is framed as the family's template writes calls, e.g.
- * <tool_call>\n{"name": "get_weather", "arguments": {...}}\n</tool_call> for qwen2_5.
+ * <tool_call>\n{"name": "get_weather", "arguments": {...}}\n</tool_call> for qwen2_5; for
+ * lfm2_5, <|tool_call_start|>[get_weather(location="Paris")]<|tool_call_end|>: keyword
+ * arguments whose values are compact JSON (docs/chat.md).
  * Errors: INVALID_ARG (a tool refused as by llmm_chat_format_request, or its schema refused by
- * the JSON-Schema subset: the reason in err), UNSUPPORTED (no such family, or one without a
+ * the JSON-Schema subset, or for lfm2_5 a schema that cannot be keyword arguments: the reason
+ * in err), UNSUPPORTED (no such family, or one without a
  * call syntax), NO_MEMORY. */
 LLMM_API llmm_status llmm_grammar_from_tools(const llmm_model *model, const char *family, const llmm_tool *tools,
                                              size_t n_tools, llmm_grammar **out, char *err, size_t err_size);

@@ -107,5 +107,29 @@ rc=$?
 check "llmmini-run --tools --tool-choice required prints one complete call" \
     eval '[ $rc -eq 0 ] && [ "$(grep -c "^call: " "$tmp/tools.out")" -eq 1 ] && ! grep -q "(incomplete)" "$tmp/tools.out"'
 
+# ---- assistant: the command (argument or stdin) becomes one line of JSON, a call to one of the
+# tools whose arguments the grammar held to its schema (whatever stories260K picks)
+call_re='^{"name": "(get_weather|set_timer)", "arguments": {.*}}$'
+for family in qwen2_5 lfm2_5; do
+    $run "$bin/assistant" "$model" examples/grammars/tools.json "Set a timer for ten minutes" --family $family \
+        > "$tmp/assistant.$family" 2> "$tmp/assistant.$family.err"
+    rc=$?
+    check "assistant --family $family prints one call as JSON" \
+        eval '[ $rc -eq 0 ] && [ "$(wc -l < "$tmp/assistant.$family")" -eq 1 ] && grep -Eq "$call_re" "$tmp/assistant.$family"'
+done
+echo "what is the weather in Paris" | $run "$bin/assistant" "$model" examples/grammars/tools.json --family lfm2_5 \
+    --temp 1 --seed 3 > "$tmp/assistant.stdin" 2> /dev/null
+rc=$?
+check "assistant reads the command from stdin" eval '[ $rc -eq 0 ] && grep -Eq "$call_re" "$tmp/assistant.stdin"'
+$run "$bin/assistant" "$model" examples/grammars/tools.json "Set a timer" --family qwen2_5 -n 3 \
+    > "$tmp/assistant.short" 2> "$tmp/assistant.short.err"
+rc=$?
+check "assistant with too few tokens for a call exits 1 and prints nothing" \
+    eval '[ $rc -eq 1 ] && [ ! -s "$tmp/assistant.short" ] && grep -q "no complete call" "$tmp/assistant.short.err"'
+$run "$bin/assistant" "$model" examples/grammars/tools.json "Set a timer" > /dev/null 2> "$tmp/assistant.nofamily"
+rc=$?
+check "assistant on a model without a tool template asks for --family" \
+    eval '[ $rc -eq 1 ] && grep -q -- "--family" "$tmp/assistant.nofamily"'
+
 echo "test_examples: $failures failed"
 [ "$failures" -eq 0 ]

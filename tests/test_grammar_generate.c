@@ -13,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "llmmini.h"
@@ -355,13 +354,8 @@ static char qwen_model_path[128];
 static void test_random_qwen2_vocab_generations_parse(void **state) {
     (void)state;
     snprintf(qwen_model_path, sizeof qwen_model_path, "/tmp/llmm-grammar-qwen-%ld.gguf", (long)getpid());
-    char vocab[1024], cmd[4096];
-    shared_path(vocab, sizeof vocab, "vocab/ggml-vocab-qwen2.gguf");
-    const char *runner = getenv("TEST_RUNNER");
-    snprintf(cmd, sizeof cmd, "%s '%s' -o '%s' --preset tiny --type q8_0 --dim 32 --layers 1 --heads 2 --kv-heads 1 "
-             "--ff 64 --vocab '%s' 2>/dev/null", runner ? runner : "", synth_tool, qwen_model_path, vocab);
-    int rc = system(cmd);
-    assert_true(rc != -1 && WIFEXITED(rc) && WEXITSTATUS(rc) == 0);
+    synth_model(synth_tool, qwen_model_path, "--preset tiny --type q8_0 --dim 32 --layers 1 --heads 2 --kv-heads 1 --ff 64",
+                "vocab/ggml-vocab-qwen2.gguf");
     llmm_model *m = load_model(qwen_model_path, NULL);
     unlink(qwen_model_path);
     /* Under an emulator (make test-arm, qemu) each sampled token's softmax over the 151,936-token
@@ -479,12 +473,7 @@ static void test_forks_keep_independent_states(void **state) {
 
 int main(int argc, char **argv) {
     (void)argc;
-    char dir[900];
-    snprintf(dir, sizeof dir, "%s", argv[0]);
-    char *slash = strrchr(dir, '/');
-    if (slash) *slash = '\0';
-    else snprintf(dir, sizeof dir, "build/tests");
-    snprintf(synth_tool, sizeof synth_tool, "%s/../llmmini-synth", dir);
+    build_tool_path(argv[0], "llmmini-synth", synth_tool, sizeof synth_tool);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stories260k_generations_parse),
         cmocka_unit_test(test_random_qwen2_vocab_generations_parse),

@@ -158,6 +158,7 @@ typedef struct converter {
     size_t err_size;
     llmm_status status;
     int compact; /* no whitespace between tokens: the ws rule matches nothing */
+    int kwargs;  /* the root object written as Python keyword arguments (key=value, ...) */
 } converter;
 
 static int fail(converter *cv, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -605,11 +606,20 @@ static int emit_array(converter *cv, size_t node, const char *hint, gbnf_text *o
     return text_ok(cv, out);
 }
 
+/* How an object's members are written: as JSON, or (the root of a kwargs conversion) as
+ * Python keyword arguments, `location="Paris", days=2`, with the spacing LFM2's template uses. */
+typedef struct member_syntax {
+    const char *open, *kv_sep, *after_value, *member_sep, *close, *empty;
+} member_syntax;
+static const member_syntax json_members = {"\"{\" ws ", " ws \":\" ws ", " ws", "\",\" ws ", " \"}\"", "\"{\" ws \"}\""};
+static const member_syntax kwargs_members = {"", " \"=\" ", "", "\", \" ", "", "\"\""};
+
 /* Members in the order of "properties", each optional one skippable: the first member
  * present is one of the leading optional ones or the first required one, and each later one
- * is preceded by ","; additional members (extra_kv, NULL when none) follow the declared ones. */
-static int emit_object_members(converter *cv, char (*kv)[RULE_NAME_MAX], const unsigned char *required, size_t n,
-                               const char *extra_kv, gbnf_text *out) {
+ * is preceded by the separator; additional members (extra_kv, NULL when none) follow the
+ * declared ones. */
+static int emit_object_members(converter *cv, const member_syntax *syn, char (*kv)[RULE_NAME_MAX],
+                               const unsigned char *required, size_t n, const char *extra_kv, gbnf_text *out) {
     int any_required = 0;
     for (size_t i = 0; i < n; i++) any_required |= required[i];
     llmm__gbnf_text_str(out, "(");
@@ -617,11 +627,12 @@ static int emit_object_members(converter *cv, char (*kv)[RULE_NAME_MAX], const u
         if (first) llmm__gbnf_text_str(out, " | ");
         llmm__gbnf_text_str(out, kv[first]);
         for (size_t k = first + 1; k < n; k++)
-            llmm__gbnf_text_fmt(out, required[k] ? " \",\" ws %s" : " (\",\" ws %s)?", kv[k]);
-        if (extra_kv) llmm__gbnf_text_fmt(out, " (\",\" ws %s)*", extra_kv);
+            llmm__gbnf_text_fmt(out, required[k] ? " %s%s" : " (%s%s)?", syn->member_sep, kv[k]);
+        if (extra_kv) llmm__gbnf_text_fmt(out, " (%s%s)*", syn->member_sep, extra_kv);
         if (required[first]) break;
     }
-    if (extra_kv && !any_required) llmm__gbnf_text_fmt(out, "%s%s (\",\" ws %s)*", n ? " | " : "", extra_kv, extra_kv);
+    if (extra_kv && !any_required)
+        llmm__gbnf_text_fmt(out, "%s%s (%s%s)*", n ? " | " : "", extra_kv, syn->member_sep, extra_kv);
     llmm__gbnf_text_str(out, any_required ? ")" : ")?");
     return text_ok(cv, out);
 }
@@ -715,21 +726,35 @@ static int extra_member_rule(converter *cv, size_t extra, size_t props, const ch
     return ok;
 }
 
-static int object_member_rule(converter *cv, size_t prop, const char *hint, char *kv_name) {
+/* A Python identifier: what a keyword argument's name must be. */
+static int is_identifier(const char *s, size_t n) {
+    if (n == 0 || (s[0] >= '0' && s[0] <= '9')) return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '_'))
+            return 0;
+    return 1;
+}
+
+static int object_member_rule(converter *cv, const member_syntax *syn, size_t prop, const char *hint, char *kv_name) {
     const json_node *p = node_at(cv, prop);
+    const char *key_text = json_key(&cv->doc, prop);
     char prop_hint[RULE_NAME_MAX];
-    child_hint(prop_hint, sizeof prop_hint, hint, json_key(&cv->doc, prop), p->key_len);
-    size_t old = path_push(cv, json_key(&cv->doc, prop), p->key_len);
+    child_hint(prop_hint, sizeof prop_hint, hint, key_text, p->key_len);
+    size_t old = path_push(cv, key_text, p->key_len);
     gbnf_text key = {0}, body = {0}, name = {0};
-    write_json_string(&key, json_key(&cv->doc, prop), p->key_len);
-    int ok = text_ok(cv, &key);
+    int ok = 1;
+    if (syn == &kwargs_members && !is_identifier(key_text, p->key_len))
+        ok = fail(cv, "property '%.*s' cannot be a Python keyword argument", (int)LLMM_MIN(p->key_len, 40), key_text);
+    else if (syn == &kwargs_members) llmm__gbnf_text_bytes(&key, key_text, p->key_len);
+    else write_json_string(&key, key_text, p->key_len);
+    if (ok) ok = text_ok(cv, &key);
     if (ok) {
         llmm__gbnf_text_literal(&body, key.data, key.len);
-        llmm__gbnf_text_str(&body, " ws \":\" ws ");
+        llmm__gbnf_text_str(&body, syn->kv_sep);
         ok = schema_rule(cv, prop, prop_hint, &body);
     }
     if (ok) {
-        llmm__gbnf_text_str(&body, " ws");
+        llmm__gbnf_text_str(&body, syn->after_value);
         char kv_hint[RULE_NAME_MAX + 4];
         snprintf(kv_hint, sizeof kv_hint, "%s-kv", prop_hint);
         ok = add_rule(cv, kv_hint, &body, &name);
@@ -756,11 +781,16 @@ static int mark_required(converter *cv, size_t props, size_t req, unsigned char 
 }
 
 static int emit_object(converter *cv, size_t node, const char *hint, gbnf_text *out) {
+    /* a kwargs conversion's root is its only object written as keyword arguments: a "$ref"
+     * to "#" is refused (ref_expr), so node 0 is reached only as the root */
+    const member_syntax *syn = cv->kwargs && node == 0 ? &kwargs_members : &json_members;
     size_t props = member(cv, node, "properties"), req = member(cv, node, "required");
     size_t extra = member(cv, node, "additionalProperties");
     if (props != JSON_NONE && node_at(cv, props)->kind != JSON_OBJECT) return fail(cv, "'properties' must be an object");
     size_t n = props == JSON_NONE ? 0 : node_at(cv, props)->n_children;
-    int extras = extra != JSON_NONE && node_at(cv, extra)->kind != JSON_FALSE;
+    /* keyword arguments beyond the declared ones are never produced (the schema allows them,
+     * a call needs none) */
+    int extras = extra != JSON_NONE && node_at(cv, extra)->kind != JSON_FALSE && syn == &json_members;
     if (!use_primitive(cv, "ws", NULL)) return 0;
     unsigned char *required = llmm__mem_calloc(NULL, n ? n : 1, 1);
     char (*kv)[RULE_NAME_MAX] = llmm__mem_calloc(NULL, n ? n : 1, RULE_NAME_MAX);
@@ -769,13 +799,15 @@ static int emit_object(converter *cv, size_t node, const char *hint, gbnf_text *
     cv->open_depth++;
     size_t old = path_push(cv, "properties", 10), i = 0;
     for (size_t p = n ? node_at(cv, props)->first : JSON_NONE; ok && p != JSON_NONE; p = node_at(cv, p)->next, i++)
-        ok = object_member_rule(cv, p, hint, kv[i]);
+        ok = object_member_rule(cv, syn, p, hint, kv[i]);
     path_pop(cv, old);
     if (ok && extras) ok = extra_member_rule(cv, extra, props, hint, &extra_kv);
-    if (ok) {
-        llmm__gbnf_text_str(out, "\"{\" ws ");
-        if (n || extras) ok = emit_object_members(cv, kv, required, n, extras ? extra_kv.data : NULL, out);
-        llmm__gbnf_text_str(out, n || extras ? " \"}\"" : "\"}\"");
+    if (ok && (n || extras)) {
+        llmm__gbnf_text_str(out, syn->open);
+        ok = emit_object_members(cv, syn, kv, required, n, extras ? extra_kv.data : NULL, out);
+        llmm__gbnf_text_str(out, syn->close);
+    } else if (ok) {
+        llmm__gbnf_text_str(out, syn->empty);
     }
     cv->open_depth--;
     llmm__gbnf_text_free(&extra_kv);
@@ -1085,6 +1117,7 @@ static int ref_expr(converter *cv, size_t ref, gbnf_text *out) {
         return fail(cv, "'$ref' '%.*s': only references within the document (#/...) are supported", shown, s);
     size_t node = pointer_target(cv, s, r->str_len);
     if (node == JSON_NONE) return fail(cv, "'$ref' '%.*s' points to nothing in the document", shown, s);
+    if (node == 0 && cv->kwargs) return fail(cv, "'$ref' '#': keyword arguments cannot contain themselves");
     while (last > s && last[-1] != '/') last--; /* the rule is named after the last segment */
     char hint[RULE_NAME_MAX];
     snprintf(hint, sizeof hint, "%.*s", (int)LLMM_MIN((size_t)(s + r->str_len - last), 40), last);
@@ -1127,9 +1160,23 @@ static int target_rule(converter *cv, size_t target, const char *pointer, size_t
     return out ? text_ok(cv, out) : 1;
 }
 
+/* The root of a kwargs conversion: an object schema (or one that constrains nothing: no
+ * arguments), written as keyword arguments. */
+static int kwargs_root_expr(converter *cv, size_t node, unsigned types, const char *hint, gbnf_text *out) {
+    static const char *const alone[] = {"$ref", "anyOf", "oneOf", "enum", "const"};
+    for (size_t i = 0; i < sizeof alone / sizeof *alone; i++)
+        if (member(cv, node, alone[i]) != JSON_NONE)
+            return fail(cv, "keyword arguments need an object schema, not '%s'", alone[i]);
+    if (types & ~(unsigned)T_OBJECT) return fail(cv, "keyword arguments need an object schema ('type' \"object\")");
+    if (types != 0) return emit_object(cv, node, hint, out);
+    llmm__gbnf_text_str(out, kwargs_members.empty);
+    return text_ok(cv, out);
+}
+
 static int schema_object_expr(converter *cv, size_t node, const char *hint, gbnf_text *out) {
     unsigned types = 0;
     if (!check_keywords(cv, node, &types)) return 0;
+    if (cv->kwargs && node == 0) return kwargs_root_expr(cv, node, types, hint, out);
     size_t ref = member(cv, node, "$ref"), any = member(cv, node, "anyOf"), one = member(cv, node, "oneOf");
     if (ref != JSON_NONE) return ref_expr(cv, ref, out);
     if (any != JSON_NONE) return alternatives_expr(cv, any, "anyOf", hint, out);
@@ -1176,8 +1223,21 @@ llmm_status llmm__json_schema_to_gbnf(const char *schema, size_t len, char **gbn
     return llmm__json_schema_to_gbnf_ws(schema, len, 0, gbnf_out, err, err_size);
 }
 
+static llmm_status convert(const char *schema, size_t len, int compact, int kwargs, char **gbnf_out, char *err,
+                           size_t err_size);
+
 llmm_status llmm__json_schema_to_gbnf_ws(const char *schema, size_t len, int compact, char **gbnf_out, char *err,
                                          size_t err_size) {
+    return convert(schema, len, compact, 0, gbnf_out, err, err_size);
+}
+
+llmm_status llmm__json_schema_to_kwargs_gbnf(const char *schema, size_t len, char **gbnf_out, char *err,
+                                             size_t err_size) {
+    return convert(schema, len, 1, 1, gbnf_out, err, err_size);
+}
+
+static llmm_status convert(const char *schema, size_t len, int compact, int kwargs, char **gbnf_out, char *err,
+                           size_t err_size) {
     if (err && err_size) err[0] = '\0';
     if (!gbnf_out) return LLMM_ERR_INVALID_ARG;
     *gbnf_out = NULL;
@@ -1185,7 +1245,8 @@ llmm_status llmm__json_schema_to_gbnf_ws(const char *schema, size_t len, int com
         if (err && err_size) snprintf(err, err_size, "no schema");
         return LLMM_ERR_INVALID_ARG;
     }
-    converter cv = {.err = err, .err_size = err_size, .path = "#", .path_len = 1, .compact = compact != 0};
+    converter cv = {.err = err, .err_size = err_size, .path = "#", .path_len = 1, .compact = compact != 0,
+                    .kwargs = kwargs != 0};
     cv.status = llmm__json_parse(&cv.doc, schema, len, err, err_size);
     if (cv.status != LLMM_OK) return cv.status;
     cv.ref_rule = llmm__mem_alloc(NULL, cv.doc.n_nodes * sizeof *cv.ref_rule);

@@ -21,6 +21,14 @@ llmm_status llmm__json_schema_to_gbnf(const char *schema, size_t len, char **gbn
 llmm_status llmm__json_schema_to_gbnf_ws(const char *schema, size_t len, int compact, char **gbnf_out, char *err,
                                          size_t err_size);
 
+/* The same, compact, with the root written as Python keyword arguments instead of a JSON
+ * object: `location="Paris", days=2` (the inside of an LFM2 call's parentheses); the values
+ * stay JSON, which Python-literal parsers read too (true/false/null as the parser allows).
+ * INVALID_ARG beyond the above for a root that is no object schema, a property name that is no
+ * Python identifier, and a "$ref" to the root. */
+llmm_status llmm__json_schema_to_kwargs_gbnf(const char *schema, size_t len, char **gbnf_out, char *err,
+                                             size_t err_size);
+
 /* The built-in grammar for any JSON value (objects, arrays, strings, numbers, true, false,
  * null; whitespace between tokens bounded), as static GBNF text with a `root` rule. */
 const char *llmm__json_any_value_gbnf(void);

@@ -1,7 +1,9 @@
 /* GBNF for one tool call in a family's syntax (see tool_gbnf.h). Each tool's schema is
  * converted on its own (compact JSON) and its rules renamed with a per-tool prefix, so the
  * tools' grammars share one text without their rule names meeting. The call's frame is written
- * as the family's template writes calls (the spacing the model was trained on). */
+ * as the family's template writes calls (the spacing the model was trained on); a family whose
+ * calls are Python expressions (LFM2) gets its arguments as keyword arguments whose values are
+ * JSON, which its call parser reads as the Python literals they resemble. */
 #include "schema/tool_gbnf.h"
 
 #include <stdio.h>
@@ -47,6 +49,11 @@ static void append_renamed(gbnf_text *out, const char *gbnf, const char *prefix)
 
 /* The frame of one call to tool k, whose arguments are rule tK-root. */
 static void append_call(gbnf_text *out, tool_call_syntax syntax, const char *name, size_t k) {
+    if (syntax == TOOL_SYNTAX_PYTHON_CALL) { /* name(key=value, ...) */
+        llmm__gbnf_text_literal(out, name, strlen(name));
+        llmm__gbnf_text_fmt(out, " \"(\" t%zu-root \")\"", k);
+        return;
+    }
     char head[160];
     snprintf(head, sizeof head, "{\"name\": \"%s\", \"%s\": ", name,
              syntax == TOOL_SYNTAX_BARE_JSON ? "parameters" : "arguments");
@@ -61,11 +68,13 @@ static const char *const frame_open[] = {
     [TOOL_SYNTAX_TAGGED_JSON] = "\"<tool_call>\\n\"",
     [TOOL_SYNTAX_BARE_JSON] = "",
     [TOOL_SYNTAX_LIST_JSON] = "\"[TOOL_CALLS][\"",
+    [TOOL_SYNTAX_PYTHON_CALL] = "\"<|tool_call_start|>[\"",
 };
 static const char *const frame_close[] = {
     [TOOL_SYNTAX_TAGGED_JSON] = "\"\\n</tool_call>\"",
     [TOOL_SYNTAX_BARE_JSON] = "",
     [TOOL_SYNTAX_LIST_JSON] = "\"]\"",
+    [TOOL_SYNTAX_PYTHON_CALL] = "\"]<|tool_call_end|>\"",
 };
 
 llmm_status llmm__tool_call_gbnf(const tool_family_info *family, const llmm_tool *tools, size_t n_tools,
@@ -73,10 +82,6 @@ llmm_status llmm__tool_call_gbnf(const tool_family_info *family, const llmm_tool
     *gbnf_out = NULL;
     if (family->syntax == TOOL_SYNTAX_NONE)
         return llmm__diag_fail(d, LLMM_ERR_UNSUPPORTED, "the '%s' family's template has no call syntax", family->name);
-    if (family->syntax == TOOL_SYNTAX_PYTHON_CALL) /* arguments as Python literals: no grammar yet */
-        return llmm__diag_fail(d, LLMM_ERR_UNSUPPORTED,
-                               "the '%s' family writes calls as Python expressions; llmmini has no grammar for them yet",
-                               family->name);
     if (!tools || n_tools == 0 || n_tools > LLMM_TOOLS_MAX)
         return llmm__diag_fail(d, LLMM_ERR_INVALID_ARG, "tool grammar: 1 to %d tools, not %zu", LLMM_TOOLS_MAX,
                                n_tools);
@@ -88,7 +93,9 @@ llmm_status llmm__tool_call_gbnf(const tool_family_info *family, const llmm_tool
         if (st) break;
         const char *schema = tools[k].parameters ? tools[k].parameters : "{\"type\": \"object\"}";
         char *gbnf = NULL, err[256] = "";
-        st = llmm__json_schema_to_gbnf_ws(schema, strlen(schema), 1, &gbnf, err, sizeof err);
+        st = family->syntax == TOOL_SYNTAX_PYTHON_CALL
+                 ? llmm__json_schema_to_kwargs_gbnf(schema, strlen(schema), &gbnf, err, sizeof err)
+                 : llmm__json_schema_to_gbnf_ws(schema, strlen(schema), 1, &gbnf, err, sizeof err);
         if (st) {
             llmm__diag_fail(d, st, "tool '%s': %s", tools[k].name, err);
             break;

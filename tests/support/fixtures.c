@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 #include <stdlib.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "support/shared_data.h"
@@ -113,6 +114,22 @@ int emulated_cuda_module(const char *argv0, char *path, size_t cap) {
         snprintf(path, cap, "%.*s/../libllmmini-cuda-emu.so", slash ? (int)(slash - argv0) : 1, slash ? argv0 : ".");
     }
     return access(path, R_OK) == 0;
+}
+
+void build_tool_path(const char *argv0, const char *tool, char *path, size_t cap) {
+    const char *slash = strrchr(argv0, '/');
+    if (slash) snprintf(path, cap, "%.*s/../%s", (int)(slash - argv0), argv0, tool);
+    else snprintf(path, cap, "build/tests/../%s", tool);
+}
+
+void synth_model(const char *synth_tool, const char *out_path, const char *options, const char *vocab_rel) {
+    char vocab[1024], cmd[4096];
+    shared_path(vocab, sizeof vocab, vocab_rel);
+    const char *runner = getenv("TEST_RUNNER");
+    snprintf(cmd, sizeof cmd, "%s '%s' -o '%s' %s --vocab '%s' 2>/dev/null", runner ? runner : "", synth_tool, out_path,
+             options, vocab);
+    int rc = system(cmd);
+    assert_true(rc != -1 && WIFEXITED(rc) && WEXITSTATUS(rc) == 0);
 }
 
 double now_s(void) {

@@ -53,6 +53,15 @@ llmm_token argmax(const float *v, size_t n);
  * Returns 1 when that file is readable. */
 int emulated_cuda_module(const char *argv0, char *path, size_t cap);
 
+/* The build's program `tool` (llmmini-synth) for a suite at argv0: ../tool from the suite's
+ * folder (build/tests when argv0 names no folder), into path. */
+void build_tool_path(const char *argv0, const char *tool, char *path, size_t cap);
+
+/* Run llmmini-synth (synth_tool, under $TEST_RUNNER) to write out_path with options (shell
+ * words, quoted as needed) and the shared vocabulary vocab_rel (a path under ../shared) as its
+ * --vocab; fails the test when it does not exit 0. */
+void synth_model(const char *synth_tool, const char *out_path, const char *options, const char *vocab_rel);
+
 /* Seconds on the monotonic clock, for durations. */
 double now_s(void);
 

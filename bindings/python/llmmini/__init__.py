@@ -22,6 +22,7 @@ from .errors import (AbortedError, BackendError, BadFileError, BufferTooSmallErr
 from .generate import GenerateStats, Generation
 from .model import Metadata, Model, ModelInfo, chat_template_names
 from .sampler import Sampler
+from .speculator import Speculator
 from .tools import ChatParse, ChatParser, Grammar, ParsedToolCall, parse, tool_families, tool_trigger
 
 __version__ = "0.1.0"
@@ -41,7 +42,7 @@ def library_path() -> str:
 
 __all__ = [
     "Model", "ModelInfo", "Metadata", "Context", "ContextStats", "ContextMemory", "Generation", "GenerateStats",
-    "Adapter", "AdapterInfo", "AdapterCacheStats", "AdapterCacheEntry", "MAX_SEQ_ADAPTERS", "Sampler", "Batch",
+    "Adapter", "AdapterInfo", "AdapterCacheStats", "AdapterCacheEntry", "MAX_SEQ_ADAPTERS", "Sampler", "Batch", "Speculator",
     "chat_template_names", "library_version", "library_path", "ABI_VERSION",
     "Grammar", "ChatParser", "ChatParse", "ParsedToolCall", "parse", "tool_families", "tool_trigger",
     "LlmminiError", "LibraryError", "InvalidArgError", "NoMemoryError", "IoError", "BadFileError",

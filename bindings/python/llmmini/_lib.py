@@ -110,6 +110,12 @@ _PROTOTYPES = {
     "llmm_seq_use_adapters": (_status, [_p, S.llmm_seq_id, POINTER(c_int32), POINTER(ctypes.c_float), c_size_t]),
     "llmm_adapter_cache_get_stats": (_status, [_p, POINTER(S.AdapterCacheStats)]),
     "llmm_adapter_cache_get_entry": (_status, [_p, c_int32, POINTER(S.AdapterCacheEntry)]),
+    "llmm_speculator_params_default": (_status, [POINTER(S.SpeculatorParams), c_size_t]),
+    "llmm_speculator_create": (_status, [_p, POINTER(S.SpeculatorParams), POINTER(_p)]),
+    "llmm_speculator_free": (None, [_p]),
+    "llmm_speculator_propose": (_status, [_p, S.llmm_seq_id, S.llmm_token, _tok_p, c_size_t, POINTER(c_size_t)]),
+    "llmm_speculator_verify": (_status, [_p, POINTER(S.SpecItem), c_size_t]),
+    "llmm_speculator_accept": (_status, [_p, c_size_t, _p, _tok_p, c_size_t, POINTER(c_size_t)]),
 }
 
 

@@ -318,6 +318,29 @@ class AdapterCacheEntry(Structure):
     ]
 
 
+class SpeculatorParams(Structure):
+    _fields_ = [
+        ("size", c_uint32),
+        ("draft_model", c_void_p),
+        ("max_tokens", c_int32),
+        ("ngram", c_int32),
+        ("min_ngram", c_int32),
+        ("sampling", POINTER(SamplerParams)),
+    ]
+
+
+class SpecItem(Structure):
+    _fields_ = [
+        ("seq", llmm_seq_id),
+        ("pending", llmm_token),
+        ("draft", POINTER(llmm_token)),
+        ("n_draft", c_size_t),
+    ]
+
+
+SPEC_MAX_TOKENS = 32  # LLMM_SPEC_MAX_TOKENS: guesses per sequence and round, at most
+
+
 # C struct name -> mirror, for the layout test
 STRUCTS = {
     "llmm_model_params": ModelParams,
@@ -338,6 +361,8 @@ STRUCTS = {
     "llmm_adapter_info": AdapterInfo,
     "llmm_adapter_cache_stats": AdapterCacheStats,
     "llmm_adapter_cache_entry": AdapterCacheEntry,
+    "llmm_speculator_params": SpeculatorParams,
+    "llmm_spec_item": SpecItem,
 }
 
 

@@ -169,6 +169,8 @@ class Context(HandleOwner):
         self.model = model
         self._views: List["weakref.ref[memoryview]"] = []
         self._attached: Dict[int, Adapter] = {}  # handle -> the Adapter given to set_adapters
+        # open Speculators over this context: freed before it, as the library requires
+        self._speculators: "weakref.WeakSet[Any]" = weakref.WeakSet()
         self._finalizer = weakref.finalize(self, _free_context, self._lib, self._handle, model)
 
     # ------------------------------------------------------------------ memory
@@ -219,6 +221,8 @@ class Context(HandleOwner):
         with self._lock:
             if self._closed:
                 return
+            for spec in list(self._speculators):
+                spec.close()
             self._closed = True
             self._release_views()
             self._finalizer()

@@ -20,10 +20,10 @@
 #include "text/chat_tools.h"
 
 /* The families whose renderings llmmini claims, and those whose output it parses. */
-static const char *const rendered_families[] = {"qwen2_5",  "qwen3",    "hermes3",      "granite4",
-                                                "llama3_1", "llama3_2", "mistral_nemo", "lfm2_5"};
+static const char *const rendered_families[] = {"qwen2_5",  "qwen3",    "hermes3",      "granite4", "llama3_1",
+                                                "llama3_2", "mistral_nemo", "lfm2_5", "qwen3_5"};
 static const char *const parsed_families[] = {"qwen2_5",  "qwen3",        "hermes3", "granite4", "llama3_1",
-                                              "llama3_2", "mistral_nemo", "lfm2_5",  "smollm3"};
+                                              "llama3_2", "mistral_nemo", "lfm2_5",  "smollm3", "qwen3_5"};
 static const char *const cases[] = {"plain", "no_system", "tools", "tool_result", "after_tool", "two_calls", "unicode"};
 
 
@@ -202,7 +202,7 @@ static void test_detect_real_templates(void **state) {
     } rows[] = {
         {"Qwen-Qwen2.5-7B-Instruct.jinja", "qwen2_5"},
         {"Qwen-Qwen3-0.6B.jinja", "qwen3"},
-        {"Qwen3.5-4B.jinja", NULL},
+        {"Qwen3.5-4B.jinja", "qwen3_5"},
         {"NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja", "hermes3"},
         {"ibm-granite-granite-4.0.jinja", "granite4"},
         {"HuggingFaceTB-SmolLM3-3B.jinja", "smollm3"},
@@ -396,7 +396,7 @@ static void test_parse_every_file(void **state) {
     int checked = 0;
     for (size_t fam = 0; fam < ARRAY_LEN(parsed_families); fam++)
         for (int n = 1; n <= 5; n++) checked += check_parse_file(parsed_families[fam], n);
-    assert_int_equal(checked, 8 * 5 + 3); /* every file of these families (smollm3 has 3) */
+    assert_int_equal(checked, 9 * 5 + 3); /* every file of these families (smollm3 has 3) */
 }
 
 /* Partial and malformed calls are reported as such. */

@@ -5,8 +5,22 @@
 
 #include "text/chat_request.h"
 
+/* A piece of a message, not NUL-terminated. */
+typedef struct chat_span {
+    const char *s;
+    size_t n;
+} chat_span;
+
+/* Qwen's split of an assistant message's content c into reasoning and answer: reasoning_content
+ * when given, else what a "</think>" in c separates (the templates' own string surgery: the
+ * reasoning after the last "<think>" before the first "</think>", the answer after the last
+ * "</think>", newlines next to the markers dropped). */
+void llmm__chat_split_reasoning(const llmm_chat_turn *m, chat_span c, chat_span *reasoning, chat_span *content);
+
 llmm_status llmm__render_qwen2_5(const llmm_chat_request *r, const parsed_request *p, chat_out *o, llmm_diag *d);
 llmm_status llmm__render_qwen3(const llmm_chat_request *r, const parsed_request *p, chat_out *o, llmm_diag *d);
+/* Qwen3.5: the tool list first in the system turn, XML-style calls, contents trimmed. */
+llmm_status llmm__render_qwen3_5(const llmm_chat_request *r, const parsed_request *p, chat_out *o, llmm_diag *d);
 llmm_status llmm__render_granite4(const llmm_chat_request *r, const parsed_request *p, chat_out *o, llmm_diag *d);
 /* Hermes 3: tools restated as Python signatures in a fixed system turn, ChatML turns. */
 llmm_status llmm__render_hermes3(const llmm_chat_request *r, const parsed_request *p, chat_out *o, llmm_diag *d);

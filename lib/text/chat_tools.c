@@ -22,6 +22,10 @@ static const family_row families[] = {
      llmm__render_qwen2_5,
      {"<|im_start|>", "<tool_call>", "You are Qwen, created by Alibaba Cloud"},
      NULL},
+    {{"qwen3_5", TOOL_SYNTAX_XML_CALL, REASONING_THINK_TRIMMED},
+     llmm__render_qwen3_5,
+     {"<|im_start|>", "<tool_call>", "<function="},
+     NULL},
     {{"qwen3", TOOL_SYNTAX_TAGGED_JSON, REASONING_THINK_TRIMMED},
      llmm__render_qwen3,
      {"<|im_start|>", "<tool_call>", "<think>"},
@@ -55,7 +59,7 @@ static const family_row families[] = {
 #define N_FAMILIES (sizeof families / sizeof *families)
 
 /* The names in table order, from the second byte. */
-static const char families_csv[] = ",qwen2_5,qwen3,hermes3,granite4,llama3_1,llama3_2,mistral_nemo,lfm2_5,smollm3";
+static const char families_csv[] = ",qwen2_5,qwen3_5,qwen3,hermes3,granite4,llama3_1,llama3_2,mistral_nemo,lfm2_5,smollm3";
 
 const tool_family_info *llmm__tool_family_find(const char *name) {
     for (size_t i = 0; name && i < N_FAMILIES; i++)
@@ -109,6 +113,7 @@ LLMM_API llmm_status llmm_chat_tool_trigger(const char *family, const char **tri
         [TOOL_SYNTAX_BARE_JSON] = "{\"name\"",
         [TOOL_SYNTAX_LIST_JSON] = "[TOOL_CALLS]",
         [TOOL_SYNTAX_PYTHON_CALL] = "<|tool_call_start|>",
+        [TOOL_SYNTAX_XML_CALL] = "<tool_call>",
     };
     if (!trigger) return LLMM_ERR_INVALID_ARG;
     *trigger = NULL;

@@ -21,7 +21,8 @@
 
 /* The families whose renderings llmmini claims, and those whose output it parses. */
 static const char *const rendered_families[] = {"qwen2_5",  "qwen3",    "hermes3",      "granite4", "llama3_1",
-                                                "llama3_2", "mistral_nemo", "lfm2_5", "qwen3_5"};
+                                                "llama3_2", "mistral_nemo", "lfm2_5", "qwen3_5", "phi3_5",
+                                                "gemma2",   "smollm3"};
 static const char *const parsed_families[] = {"qwen2_5",  "qwen3",        "hermes3", "granite4", "llama3_1",
                                               "llama3_2", "mistral_nemo", "lfm2_5",  "smollm3", "qwen3_5"};
 static const char *const cases[] = {"plain", "no_system", "tools", "tool_result", "after_tool", "two_calls", "unicode"};
@@ -193,6 +194,52 @@ static void test_qwen3_thinking_off(void **state) {
     free(text);
 }
 
+/* What the templates do outside the reference's cases: their own refusals and switches. */
+static void expect_render(const char *family, const llmm_chat_turn *msgs, size_t n, int gen, const char *want) {
+    llmm_chat_request r;
+    llmm_chat_request_default(&r, sizeof r);
+    r.messages = msgs;
+    r.n_messages = n;
+    r.add_generation_prompt = gen;
+    llmm_status st;
+    char *text = render(family, &r, &st);
+    if (!want) {
+        assert_int_equal(st, LLMM_ERR_INVALID_ARG);
+        return;
+    }
+    assert_int_equal(st, LLMM_OK);
+    assert_string_equal(text, want);
+    free(text);
+}
+
+static void test_template_rules_beyond_the_cases(void **state) {
+    (void)state;
+    llmm_chat_turn sys = {.role = "system", .content = "  Be brief. /no_think "};
+    llmm_chat_turn user = {.role = "user", .content = " hi\n"};
+    llmm_chat_turn responses = {.role = "user", .content = "<tool_response>\nx\n</tool_response>"};
+    llmm_chat_turn two[] = {user, sys};
+    /* Qwen3.5 refuses a late system message and a chat with no real query; trims contents */
+    expect_render("qwen3_5", two, 2, 1, NULL);
+    expect_render("qwen3_5", &responses, 1, 1, NULL);
+    expect_render("qwen3_5", &user, 1, 1, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n");
+    /* SmolLM3: /no_think in the system text switches reasoning off and is removed */
+    llmm_chat_turn smol[] = {sys, user};
+    expect_render("smollm3", smol, 2, 1,
+                  "<|im_start|>system\n## Metadata\n\nKnowledge Cutoff Date: June 2025\nReasoning Mode: /no_think\n\n"
+                  "## Custom Instructions\n\n  Be brief.\n\n<|im_end|>\n<|im_start|>user\n hi\n<|im_end|>\n"
+                  "<|im_start|>assistant\n<think>\n\n</think>\n");
+    /* Gemma 2: the system text folds into the user turn, trimmed as one; a system text with no
+     * user after it is a user turn of its own; two user turns in a row are refused */
+    expect_render("gemma2", smol, 2, 0, "<bos><start_of_turn>user\nBe brief. /no_think \n hi<end_of_turn>\n");
+    expect_render("gemma2", &sys, 1, 1, "<bos><start_of_turn>user\nBe brief. /no_think<end_of_turn>\n<start_of_turn>model\n");
+    llmm_chat_turn users[] = {user, user};
+    expect_render("gemma2", users, 2, 1, NULL);
+    /* Phi-3.5 without a generation prompt ends with its eos text; an empty system turn is skipped */
+    llmm_chat_turn empty_sys = {.role = "system", .content = ""};
+    llmm_chat_turn phi[] = {empty_sys, user};
+    expect_render("phi3_5", phi, 2, 0, "<|user|>\n hi\n<|end|>\n<|endoftext|>");
+}
+
 /* ---------------------------------------------------------------- detection */
 
 static void test_detect_real_templates(void **state) {
@@ -209,8 +256,8 @@ static void test_detect_real_templates(void **state) {
         {"meta-llama-Llama-3.1-8B-Instruct.jinja", "llama3_1"},
         {"meta-llama-Llama-3.2-3B-Instruct.jinja", "llama3_2"},
         {"mistralai-Mistral-Nemo-Instruct-2407.jinja", "mistral_nemo"},
-        {"google-gemma-2-2b-it.jinja", NULL},
-        {"microsoft-Phi-3.5-mini-instruct.jinja", NULL},
+        {"google-gemma-2-2b-it.jinja", "gemma2"},
+        {"microsoft-Phi-3.5-mini-instruct.jinja", "phi3_5"},
         {"LFM2.5-Instruct.jinja", "lfm2_5"},
         {"google-gemma-4-31B-it.jinja", NULL},
     };
@@ -282,7 +329,7 @@ static void test_hostile_schemas_refused(void **state) {
     r.n_messages = 1;
     assert_int_equal(llmm_chat_format_request(NULL, "qwen2_5", &r, NULL, 0, &need), LLMM_ERR_INVALID_ARG);
     assert_int_equal(llmm_chat_format_request(NULL, "no_such_family", &r, NULL, 0, &need), LLMM_ERR_UNSUPPORTED);
-    assert_int_equal(llmm_chat_format_request(NULL, "smollm3", &r, NULL, 0, &need), LLMM_ERR_UNSUPPORTED);
+    assert_int_equal(llmm_chat_format_request(NULL, "smollm3", &r, NULL, 0, &need), LLMM_ERR_INVALID_ARG);
     assert_int_equal(llmm_chat_format_request(NULL, NULL, &r, NULL, 0, &need), LLMM_ERR_INVALID_ARG);
     assert_int_equal(llmm_chat_format_request(NULL, "qwen2_5", NULL, NULL, 0, &need), LLMM_ERR_INVALID_ARG);
     r.size = 4;
@@ -782,6 +829,7 @@ static void test_lazy_grammar_starts_at_trigger(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_render_every_claimed_case),
+        cmocka_unit_test(test_template_rules_beyond_the_cases),
         cmocka_unit_test(test_qwen3_thinking_off),
         cmocka_unit_test(test_detect_real_templates),
         cmocka_unit_test(test_hostile_schemas_refused),

@@ -519,6 +519,44 @@ static void test_parse_partial_and_malformed(void **state) {
     llmm_chat_parser_free(NULL);
 }
 
+/* Qwen3.5's XML-style calls: values that are JSON stay JSON, others become strings (escaped);
+ * a value cut off is an open string; text that is no <function=...> block is malformed. */
+static void test_parse_xml_calls(void **state) {
+    (void)state;
+    static const struct {
+        const char *raw, *arguments;
+        size_t n_calls;
+        int complete, malformed;
+    } xml_calls[] = {
+        {"<tool_call>\n<function=f>\n<parameter=n>\n-2.5e3\n</parameter>\n<parameter=o>\n{\"a\": [1, true]}\n"
+         "</parameter>\n<parameter=s>\nsay \"hi\"\ntwice\n</parameter>\n<parameter=b>\nfalse\n</parameter>\n"
+         "<parameter=w>\nnope\n</parameter>\n</function>\n</tool_call>",
+         "{\"n\":-2.5e3,\"o\":{\"a\":[1,true]},\"s\":\"say \\\"hi\\\"\\ntwice\",\"b\":false,\"w\":\"nope\"}", 1, 1, 0},
+        {"<tool_call>\n<function=f>\n</function>\n</tool_call>", "{}", 1, 1, 0},
+        {"<tool_call>\n<function=f>\n<parameter=n>\n12", "{\"n\":12", 1, 0, 0},
+        {"<tool_call>\n<function=f>\n<parameter=n>\n</tool_call>", "{\"n\":\"</tool_call>", 1, 0, 0},
+        {"<tool_call>\n<function=f>\n</function>\n</tool_call> trailing", "{}", 1, 1, 1},
+        {"<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>", NULL, 0, 0, 1},
+        {"<tool_call>\n<function=f g>\n</function>\n</tool_call>", NULL, 0, 0, 1},
+        {"<tool_call>\n<function=f>\nstray\n</function>\n</tool_call>", NULL, 0, 0, 1},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(xml_calls); i++) {
+        llmm_chat_parser *p = NULL;
+        llmm_chat_parse_result r = {.size = sizeof r};
+        assert_int_equal(llmm_chat_parser_create("qwen3_5", 0, &p), LLMM_OK);
+        assert_int_equal(llmm_chat_parser_feed(p, xml_calls[i].raw, strlen(xml_calls[i].raw)), LLMM_OK);
+        assert_int_equal(llmm_chat_parser_result(p, 1, &r), LLMM_OK);
+        assert_int_equal(r.malformed, xml_calls[i].malformed);
+        assert_int_equal(r.n_calls, xml_calls[i].n_calls);
+        if (r.n_calls) {
+            assert_string_equal(r.calls[0].name, "f");
+            assert_string_equal(r.calls[0].arguments, xml_calls[i].arguments);
+            assert_int_equal(r.calls[0].complete, xml_calls[i].complete);
+        }
+        llmm_chat_parser_free(p);
+    }
+}
+
 /* Every prefix of hostile text parses without a crash (valgrind and ASan see the reads). */
 static void test_parse_every_prefix_of_odd_text(void **state) {
     (void)state;
@@ -836,6 +874,7 @@ int main(void) {
         cmocka_unit_test(test_parse_every_file),
         cmocka_unit_test(test_parse_partial_and_malformed),
         cmocka_unit_test(test_parse_every_prefix_of_odd_text),
+        cmocka_unit_test(test_parse_xml_calls),
         cmocka_unit_test(test_tool_grammar_refusals),
         cmocka_unit_test(test_constrained_calls_validate),
         cmocka_unit_test(test_lazy_grammar_starts_at_trigger),

@@ -22,9 +22,9 @@
 /* The families whose renderings llmmini claims, and those whose output it parses. */
 static const char *const rendered_families[] = {"qwen2_5",  "qwen3",    "hermes3",      "granite4", "llama3_1",
                                                 "llama3_2", "mistral_nemo", "lfm2_5", "qwen3_5", "phi3_5",
-                                                "gemma2",   "smollm3"};
+                                                "gemma2",   "smollm3",  "gemma4"};
 static const char *const parsed_families[] = {"qwen2_5",  "qwen3",        "hermes3", "granite4", "llama3_1",
-                                              "llama3_2", "mistral_nemo", "lfm2_5",  "smollm3", "qwen3_5"};
+                                              "llama3_2", "mistral_nemo", "lfm2_5",  "smollm3", "qwen3_5", "gemma4"};
 static const char *const cases[] = {"plain", "no_system", "tools", "tool_result", "after_tool", "two_calls", "unicode"};
 
 
@@ -238,6 +238,27 @@ static void test_template_rules_beyond_the_cases(void **state) {
     llmm_chat_turn empty_sys = {.role = "system", .content = ""};
     llmm_chat_turn phi[] = {empty_sys, user};
     expect_render("phi3_5", phi, 2, 0, "<|user|>\n hi\n<|end|>\n<|endoftext|>");
+    /* Gemma 4: thinking off adds no system turn and closes an empty thought channel; a call
+     * without its result waits on <|tool_response>; a reasoning channel in the model's content
+     * is stripped */
+    llmm_chat_request r;
+    llmm_chat_request_default(&r, sizeof r);
+    llmm_tool_call call = {"id1", "f", "{\"b\": {\"y\": null, \"X\": [1.5, \"s\"]}, \"a\": true}"};
+    llmm_chat_turn g4[] = {user, {.role = "assistant", .content = "<|channel>thought\nx<channel|> ok ",
+                                  .tool_calls = &call, .n_tool_calls = 1, .reasoning_content = "why"}};
+    r.messages = g4;
+    r.n_messages = 2;
+    r.enable_thinking = 0;
+    llmm_status st;
+    char *text = render("gemma4", &r, &st);
+    assert_int_equal(st, LLMM_OK);
+    assert_string_equal(text, "<bos><|turn>user\nhi<turn|>\n<|turn>model\n<|channel>thought\nwhy\n<channel|>"
+                              "<|tool_call>call:f{a:true,b:{X:[1.5,<|\"|>s<|\"|>],y:None}}<tool_call|>ok<|tool_response>");
+    free(text);
+    r.n_messages = 1;
+    text = render("gemma4", &r, &st);
+    assert_string_equal(text, "<bos><|turn>user\nhi<turn|>\n<|turn>model\n<|channel>thought\n<channel|>");
+    free(text);
 }
 
 /* ---------------------------------------------------------------- detection */
@@ -259,7 +280,7 @@ static void test_detect_real_templates(void **state) {
         {"google-gemma-2-2b-it.jinja", "gemma2"},
         {"microsoft-Phi-3.5-mini-instruct.jinja", "phi3_5"},
         {"LFM2.5-Instruct.jinja", "lfm2_5"},
-        {"google-gemma-4-31B-it.jinja", NULL},
+        {"google-gemma-4-31B-it.jinja", "gemma4"},
     };
     for (size_t i = 0; i < ARRAY_LEN(rows); i++) {
         char rel[256], path[1024];
@@ -443,7 +464,7 @@ static void test_parse_every_file(void **state) {
     int checked = 0;
     for (size_t fam = 0; fam < ARRAY_LEN(parsed_families); fam++)
         for (int n = 1; n <= 5; n++) checked += check_parse_file(parsed_families[fam], n);
-    assert_int_equal(checked, 9 * 5 + 3); /* every file of these families (smollm3 has 3) */
+    assert_int_equal(checked, 10 * 5 + 3); /* every file of these families (smollm3 has 3) */
 }
 
 /* Partial and malformed calls are reported as such. */
@@ -519,42 +540,61 @@ static void test_parse_partial_and_malformed(void **state) {
     llmm_chat_parser_free(NULL);
 }
 
-/* Qwen3.5's XML-style calls: values that are JSON stay JSON, others become strings (escaped);
- * a value cut off is an open string; text that is no <function=...> block is malformed. */
-static void test_parse_xml_calls(void **state) {
-    (void)state;
-    static const struct {
-        const char *raw, *arguments;
-        size_t n_calls;
-        int complete, malformed;
-    } xml_calls[] = {
-        {"<tool_call>\n<function=f>\n<parameter=n>\n-2.5e3\n</parameter>\n<parameter=o>\n{\"a\": [1, true]}\n"
-         "</parameter>\n<parameter=s>\nsay \"hi\"\ntwice\n</parameter>\n<parameter=b>\nfalse\n</parameter>\n"
-         "<parameter=w>\nnope\n</parameter>\n</function>\n</tool_call>",
-         "{\"n\":-2.5e3,\"o\":{\"a\":[1,true]},\"s\":\"say \\\"hi\\\"\\ntwice\",\"b\":false,\"w\":\"nope\"}", 1, 1, 0},
-        {"<tool_call>\n<function=f>\n</function>\n</tool_call>", "{}", 1, 1, 0},
-        {"<tool_call>\n<function=f>\n<parameter=n>\n12", "{\"n\":12", 1, 0, 0},
-        {"<tool_call>\n<function=f>\n<parameter=n>\n</tool_call>", "{\"n\":\"</tool_call>", 1, 0, 0},
-        {"<tool_call>\n<function=f>\n</function>\n</tool_call> trailing", "{}", 1, 1, 1},
-        {"<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>", NULL, 0, 0, 1},
-        {"<tool_call>\n<function=f g>\n</function>\n</tool_call>", NULL, 0, 0, 1},
-        {"<tool_call>\n<function=f>\nstray\n</function>\n</tool_call>", NULL, 0, 0, 1},
-    };
-    for (size_t i = 0; i < ARRAY_LEN(xml_calls); i++) {
-        llmm_chat_parser *p = NULL;
-        llmm_chat_parse_result r = {.size = sizeof r};
-        assert_int_equal(llmm_chat_parser_create("qwen3_5", 0, &p), LLMM_OK);
-        assert_int_equal(llmm_chat_parser_feed(p, xml_calls[i].raw, strlen(xml_calls[i].raw)), LLMM_OK);
-        assert_int_equal(llmm_chat_parser_result(p, 1, &r), LLMM_OK);
-        assert_int_equal(r.malformed, xml_calls[i].malformed);
-        assert_int_equal(r.n_calls, xml_calls[i].n_calls);
-        if (r.n_calls) {
-            assert_string_equal(r.calls[0].name, "f");
-            assert_string_equal(r.calls[0].arguments, xml_calls[i].arguments);
-            assert_int_equal(r.calls[0].complete, xml_calls[i].complete);
-        }
-        llmm_chat_parser_free(p);
+/* One output with at most one call, parsed whole and final, against what it should give. */
+typedef struct one_call_case {
+    const char *family, *raw, *reasoning, *arguments; /* arguments of the call named "f" */
+    size_t n_calls;
+    int complete, malformed;
+} one_call_case;
+
+static void check_one_call(const one_call_case *c) {
+    llmm_chat_parser *p = NULL;
+    llmm_chat_parse_result r = {.size = sizeof r};
+    assert_int_equal(llmm_chat_parser_create(c->family, 0, &p), LLMM_OK);
+    assert_int_equal(llmm_chat_parser_feed(p, c->raw, strlen(c->raw)), LLMM_OK);
+    assert_int_equal(llmm_chat_parser_result(p, 1, &r), LLMM_OK);
+    assert_int_equal(r.malformed, c->malformed);
+    assert_int_equal(r.n_calls, c->n_calls);
+    assert_string_equal(r.reasoning, c->reasoning);
+    if (r.n_calls) {
+        assert_string_equal(r.calls[0].name, "f");
+        assert_string_equal(r.calls[0].arguments, c->arguments);
+        assert_int_equal(r.calls[0].complete, c->complete);
     }
+    llmm_chat_parser_free(p);
+}
+
+/* The calls that are not JSON. Qwen3.5's XML-style blocks: values that are JSON stay JSON,
+ * others become strings (escaped); a value cut off is an open string; text that is no
+ * <function=...> block is malformed. Gemma 4's value dialect: <|"|> strings (JSON-escaped on the
+ * way out), bare or quoted keys, nested objects and arrays, numbers and keywords, a reasoning
+ * channel before the call. */
+static void test_parse_calls_that_are_not_json(void **state) {
+    (void)state;
+    static const one_call_case outputs[] = {
+        {"qwen3_5", "<tool_call>\n<function=f>\n<parameter=n>\n-2.5e3\n</parameter>\n<parameter=o>\n{\"a\": [1, true]}\n"
+         "</parameter>\n<parameter=s>\nsay \"hi\"\ntwice\n</parameter>\n<parameter=b>\nfalse\n</parameter>\n"
+         "<parameter=w>\nnope\n</parameter>\n</function>\n</tool_call>", "",
+         "{\"n\":-2.5e3,\"o\":{\"a\":[1,true]},\"s\":\"say \\\"hi\\\"\\ntwice\",\"b\":false,\"w\":\"nope\"}", 1, 1, 0},
+        {"qwen3_5", "<tool_call>\n<function=f>\n</function>\n</tool_call>", "", "{}", 1, 1, 0},
+        {"qwen3_5", "<tool_call>\n<function=f>\n<parameter=n>\n12", "", "{\"n\":12", 1, 0, 0},
+        {"qwen3_5", "<tool_call>\n<function=f>\n<parameter=n>\n</tool_call>", "", "{\"n\":\"</tool_call>", 1, 0, 0},
+        {"qwen3_5", "<tool_call>\n<function=f>\n</function>\n</tool_call> trailing", "", "{}", 1, 1, 1},
+        {"qwen3_5", "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>", "", NULL, 0, 0, 1},
+        {"qwen3_5", "<tool_call>\n<function=f g>\n</function>\n</tool_call>", "", NULL, 0, 0, 1},
+        {"qwen3_5", "<tool_call>\n<function=f>\nstray\n</function>\n</tool_call>", "", NULL, 0, 0, 1},
+
+        {"gemma4", "<|channel>thought\nhm<channel|><|tool_call>call:f{a:<|\"|>say \"hi\"\n<|\"|>,b:[1,-2.5,true,None],"
+         "c:{<|\"|>k<|\"|>:false,n:{}}}<tool_call|>",
+         "hm", "{\"a\":\"say \\\"hi\\\"\\n\",\"b\":[1,-2.5,true,null],\"c\":{\"k\":false,\"n\":{}}}", 1, 1, 0},
+        {"gemma4", "<|tool_call>call:f{}<tool_call|>", "", "{}", 1, 1, 0},
+        {"gemma4", "<|tool_call>call:f{n:12", "", "{\"n\":12", 1, 0, 0},
+        {"gemma4", "<|tool_call>call:f{a:<|\"|>x<|\"|>}<tool_call|> after", "", "{\"a\":\"x\"}", 1, 1, 1},
+        {"gemma4", "<|tool_call>call:f(a=1)<tool_call|>", "", NULL, 0, 0, 1},
+        {"gemma4", "<|tool_call>call:f{a:?}<tool_call|>", "", NULL, 0, 0, 1},
+        {"gemma4", "<|tool_call>{\"name\": \"f\"}<tool_call|>", "", NULL, 0, 0, 1},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(outputs); i++) check_one_call(&outputs[i]);
 }
 
 /* Every prefix of hostile text parses without a crash (valgrind and ASan see the reads). */
@@ -874,7 +914,7 @@ int main(void) {
         cmocka_unit_test(test_parse_every_file),
         cmocka_unit_test(test_parse_partial_and_malformed),
         cmocka_unit_test(test_parse_every_prefix_of_odd_text),
-        cmocka_unit_test(test_parse_xml_calls),
+        cmocka_unit_test(test_parse_calls_that_are_not_json),
         cmocka_unit_test(test_tool_grammar_refusals),
         cmocka_unit_test(test_constrained_calls_validate),
         cmocka_unit_test(test_lazy_grammar_starts_at_trigger),

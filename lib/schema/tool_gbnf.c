@@ -77,9 +77,9 @@ llmm_status llmm__tool_call_gbnf(const tool_family_info *family, const llmm_tool
         return llmm__diag_fail(d, LLMM_ERR_UNSUPPORTED,
                                "the '%s' family writes calls as Python expressions; llmmini has no grammar for them yet",
                                family->name);
-    if (family->syntax == TOOL_SYNTAX_XML_CALL) /* raw-text values between tags: no grammar yet */
-        return llmm__diag_fail(d, LLMM_ERR_UNSUPPORTED,
-                               "the '%s' family writes arguments as <parameter> blocks; llmmini has no grammar for them yet",
+    if (family->syntax == TOOL_SYNTAX_XML_CALL || family->syntax == TOOL_SYNTAX_GEMMA4_CALL)
+        return llmm__diag_fail(d, LLMM_ERR_UNSUPPORTED, /* arguments that are not JSON: no grammar yet */
+                               "the '%s' family does not write arguments as JSON; llmmini has no grammar for them yet",
                                family->name);
     if (!tools || n_tools == 0 || n_tools > LLMM_TOOLS_MAX)
         return llmm__diag_fail(d, LLMM_ERR_INVALID_ARG, "tool grammar: 1 to %d tools, not %zu", LLMM_TOOLS_MAX,

@@ -17,6 +17,9 @@
 #define THINK_CLOSE "</think>"
 #define PY_CALL_OPEN "<|tool_call_start|>"
 #define PY_CALL_CLOSE "<|tool_call_end|>"
+#define G4_CALL_OPEN "<|tool_call>call:"
+#define G4_CALL_CLOSE "<tool_call|>"
+#define G4_QUOTE "<|\"|>"
 #define XML_FUNCTION_OPEN "<function="
 #define XML_FUNCTION_CLOSE "</function>"
 #define XML_PARAM_OPEN "<parameter="
@@ -329,17 +332,15 @@ static size_t convert_container(chat_parse *p, const char *t, size_t n, size_t i
     return n;
 }
 
-static size_t convert_value(chat_parse *p, const char *t, size_t n, size_t i, int depth, llmm_status *st) {
+/* A number or keyword (Python's or JSON's) at t[i] as JSON. When it reaches the end of the text
+ * and more may come (!final), nothing of it is emitted yet. */
+static size_t convert_scalar(chat_parse *p, const char *t, size_t n, size_t i, int final, llmm_status *st) {
     static const char *const words[][2] = {{"True", "true"}, {"False", "false"}, {"None", "null"},
                                            {"true", "true"}, {"false", "false"}, {"null", "null"}};
-    if (i >= n) return n;
-    if (depth > JSON_MAX_DEPTH) return (size_t)-1;
-    if (t[i] == '"' || t[i] == '\'') return convert_string(p, t, n, i, st);
-    if (t[i] == '[' || t[i] == '{') return convert_container(p, t, n, i, depth, st);
     size_t end = i;
     while (end < n && (is_word_char(t[end]) || t[end] == '+')) end++;
     if (end == i) return (size_t)-1;
-    if (end == n) return n; /* a number or word still being written: nothing of it yet */
+    if (end == n && !final) return n;
     for (size_t w = 0; w < sizeof words / sizeof *words; w++)
         if (end - i == strlen(words[w][0]) && memcmp(t + i, words[w][0], end - i) == 0)
             return (*st = emit(p, words[w][1], strlen(words[w][1]))), end;
@@ -348,6 +349,14 @@ static size_t convert_value(chat_parse *p, const char *t, size_t n, size_t i, in
             return (size_t)-1;
     *st = emit(p, t + i, end - i);
     return end;
+}
+
+static size_t convert_value(chat_parse *p, const char *t, size_t n, size_t i, int depth, llmm_status *st) {
+    if (i >= n) return n;
+    if (depth > JSON_MAX_DEPTH) return (size_t)-1;
+    if (t[i] == '"' || t[i] == '\'') return convert_string(p, t, n, i, st);
+    if (t[i] == '[' || t[i] == '{') return convert_container(p, t, n, i, depth, st);
+    return convert_scalar(p, t, n, i, 0, st);
 }
 
 /* name(key=value, ...) at t[i] into c, its arguments converted. Returns 1 and the end (one past
@@ -530,27 +539,137 @@ static llmm_status parse_xml_call(const char *t, size_t n, size_t pos, int final
     }
 }
 
+/* Gemma 4: content, then <|tool_call>call:NAME{key:value,...}<tool_call|> blocks back to back,
+ * the values in the template's dialect (strings between <|"|> marks, unescaped; bare keys;
+ * numbers, true, false), rewritten as compact JSON ({"location":"Paris"}). A string cut off is
+ * left open ({"location":"Par); a number or word cut off is left out until it ends. */
+static size_t g4_value(chat_parse *p, const char *t, size_t n, size_t i, int depth, int final, llmm_status *st);
+
+static size_t g4_string(chat_parse *p, const char *t, size_t n, size_t i, int final, llmm_status *st) {
+    size_t start = i + strlen(G4_QUOTE), close = find(t, n, start, G4_QUOTE);
+    size_t end = close < n ? close : n - (final ? 0 : partial_marker(t, n, start, G4_QUOTE));
+    emit_sink sink = {p, LLMM_OK};
+    llmm__json_write_string(t + start, end - start, sink_emit, &sink);
+    *st = sink.st;
+    if (close == n) {
+        if (!*st) p->n_converted--; /* the string is still open */
+        return n;
+    }
+    return close + strlen(G4_QUOTE);
+}
+
+/* A key (bare or quoted) and its ':' at t[i], emitted as "key": ; n when the text ends first. */
+static size_t g4_key(chat_parse *p, const char *t, size_t n, size_t i, llmm_status *st) {
+    size_t key = i, key_end;
+    int quoted = starts_at(t, n, i, G4_QUOTE);
+    if (quoted) {
+        key = i + strlen(G4_QUOTE);
+        key_end = find(t, n, key, G4_QUOTE);
+        i = key_end + strlen(G4_QUOTE);
+    } else {
+        for (key_end = i; key_end < n && is_word_char(t[key_end]);) key_end++;
+        if (key_end == key && key_end < n && !prefix_at(t, n, key_end, G4_QUOTE)) return (size_t)-1;
+        i = key_end;
+    }
+    if (i >= n) return n;
+    if (t[i] != ':') return (size_t)-1;
+    emit_sink sink = {p, LLMM_OK};
+    llmm__json_write_string(t + key, key_end - key, sink_emit, &sink);
+    if (!sink.st) sink.st = emit(p, ":", 1);
+    *st = sink.st;
+    return i + 1;
+}
+
+/* {key:value,...} or [value,...] at t[i]. */
+static size_t g4_container(chat_parse *p, const char *t, size_t n, size_t i, int depth, int final, llmm_status *st) {
+    const char close = t[i] == '[' ? ']' : '}';
+    if ((*st = emit(p, t + i, 1))) return n;
+    for (i++; i < n && !*st;) {
+        if (t[i] == close) return (*st = emit(p, &close, 1)), i + 1;
+        if (close == '}') {
+            i = g4_key(p, t, n, i, st);
+            if (i == (size_t)-1 || i >= n || *st) return i;
+        }
+        i = g4_value(p, t, n, i, depth + 1, final, st);
+        if (i == (size_t)-1 || i >= n || *st) return i;
+        if (t[i] == ',') {
+            if ((*st = emit(p, ",", 1))) return n;
+            i++;
+        } else if (t[i] != close) {
+            return (size_t)-1;
+        }
+    }
+    return n;
+}
+
+static size_t g4_value(chat_parse *p, const char *t, size_t n, size_t i, int depth, int final, llmm_status *st) {
+    if (i >= n) return n;
+    if (depth > JSON_MAX_DEPTH) return (size_t)-1;
+    if (starts_at(t, n, i, G4_QUOTE)) return g4_string(p, t, n, i, final, st);
+    if (prefix_at(t, n, i, G4_QUOTE)) return n;
+    if (t[i] == '{' || t[i] == '[') return g4_container(p, t, n, i, depth, final, st);
+    return convert_scalar(p, t, n, i, final, st);
+}
+
+static llmm_status parse_gemma4_call(const char *t, size_t n, size_t pos, int final, chat_parse *p) {
+    for (;;) {
+        llmm_status st;
+        size_t open = content_until(p, t, n, pos, "<|tool_call>", final, &st);
+        if (st || open == n) return st;
+        if (!starts_at(t, n, open, G4_CALL_OPEN))
+            return prefix_at(t, n, open, G4_CALL_OPEN) && !final ? LLMM_OK : not_a_call(p, t, n, open, final);
+        size_t name = open + strlen(G4_CALL_OPEN), brace = name;
+        while (brace < n && is_word_char(t[brace])) brace++;
+        if (brace == n) return final ? not_a_call(p, t, n, open, final) : LLMM_OK; /* the name goes on */
+        if (brace == name || t[brace] != '{') return not_a_call(p, t, n, open, final);
+        parsed_call c = {.name = {name, brace - name}, .args_converted = 1};
+        c.arguments.at = p->n_converted;
+        size_t end = g4_container(p, t, n, brace, 0, final, &st);
+        if (st) return st;
+        if (end == (size_t)-1) return not_a_call(p, t, n, open, final);
+        c.arguments.len = p->n_converted - c.arguments.at;
+        c.complete = end < n && starts_at(t, n, end, G4_CALL_CLOSE);
+        if (end < n && !c.complete && !prefix_at(t, n, end, G4_CALL_CLOSE)) return not_a_call(p, t, n, open, final);
+        if (add_call(p, &c)) return LLMM_ERR_NO_MEMORY;
+        if (!c.complete) return LLMM_OK;
+        p->call_end = end + strlen(G4_CALL_CLOSE);
+        pos = skip_space(t, n, p->call_end);
+        if (pos == n || starts_at(t, n, pos, "<|tool_call>")) continue;
+        if (!final && prefix_at(t, n, pos, "<|tool_call>")) return LLMM_OK;
+        p->malformed = 1; /* the reference refuses text after a call; kept here as content */
+        return add_content(p, pos, n - pos);
+    }
+}
+
 /* The reasoning block at the start; returns where the rest starts. */
 static size_t parse_reasoning(const tool_family_info *f, int thinking, const char *t, size_t n, int final,
                               chat_parse *p) {
+    static const struct {
+        const char *open, *close;
+    } markers[] = {
+        [REASONING_THINK_TRIMMED] = {THINK_OPEN, THINK_CLOSE},
+        [REASONING_THINK_RAW] = {THINK_OPEN, THINK_CLOSE},
+        [REASONING_CHANNEL] = {"<|channel>thought\n", "<channel|>"},
+    };
     if (f->reasoning == REASONING_NONE) return 0;
+    const char *open = markers[f->reasoning].open, *close_marker = markers[f->reasoning].close;
     size_t start = 0;
     if (!thinking) {
-        size_t k = strlen(THINK_OPEN);
-        if (n < k) return (!final && memcmp(t, THINK_OPEN, n) == 0) ? n : 0; /* may become <think> */
-        if (memcmp(t, THINK_OPEN, k) != 0) return 0;
+        size_t k = strlen(open);
+        if (n < k) return (!final && memcmp(t, open, n) == 0) ? n : 0; /* may become the opening marker */
+        if (memcmp(t, open, k) != 0) return 0;
         start = k;
     }
     int trimmed = f->reasoning == REASONING_THINK_TRIMMED;
     if (trimmed && start < n && t[start] == '\n') start++;
-    size_t close = find(t, n, start, THINK_CLOSE);
+    size_t close = find(t, n, start, close_marker);
     if (close == n) {
-        size_t held = final ? 0 : partial_marker(t, n, start, THINK_CLOSE);
+        size_t held = final ? 0 : partial_marker(t, n, start, close_marker);
         p->reasoning = (text_span){start, n - start - held};
         return n;
     }
     p->reasoning = (text_span){start, close - start};
-    size_t rest = close + strlen(THINK_CLOSE);
+    size_t rest = close + strlen(close_marker);
     return trimmed ? skip_space(t, n, rest) : rest;
 }
 
@@ -568,6 +687,7 @@ llmm_status llmm__chat_parse(const tool_family_info *f, int thinking, const char
     case TOOL_SYNTAX_LIST_JSON: return parse_list_json(text, n, pos, final, out);
     case TOOL_SYNTAX_PYTHON_CALL: return parse_python_call(text, n, pos, final, out);
     case TOOL_SYNTAX_XML_CALL: return parse_xml_call(text, n, pos, final, out);
+    case TOOL_SYNTAX_GEMMA4_CALL: return parse_gemma4_call(text, n, pos, final, out);
     case TOOL_SYNTAX_NONE: break;
     }
     return add_content(out, pos, n - pos);

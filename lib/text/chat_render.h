@@ -31,6 +31,9 @@ llmm_status llmm__render_llama3(const llmm_chat_request *r, const parsed_request
 /* Mistral Nemo: [AVAILABLE_TOOLS] before the last user message, [TOOL_CALLS], [TOOL_RESULTS]. */
 llmm_status llmm__render_mistral_nemo(const llmm_chat_request *r, const parsed_request *p, chat_out *o,
                                       llmm_diag *d);
+/* Gemma 4: its own turn markup, tools and calls in a <|"|>-quoted dialect, results inside the
+ * model's turn. */
+llmm_status llmm__render_gemma4(const llmm_chat_request *r, const parsed_request *p, chat_out *o, llmm_diag *d);
 /* The templates without tools: tool definitions dropped, calls rendered as empty turns. */
 llmm_status llmm__render_phi3_5(const llmm_chat_request *r, const parsed_request *p, chat_out *o, llmm_diag *d);
 /* Gemma 2: system texts folded into the next user message, roles that must alternate. */

@@ -58,6 +58,10 @@ static const family_row families[] = {
      llmm__render_smollm3,
      {"<|im_start|>", "Reasoning Mode"},
      "<tool_call>"},
+    {{"gemma4", TOOL_SYNTAX_GEMMA4_CALL, REASONING_CHANNEL},
+     llmm__render_gemma4,
+     {"<|turn>", "<|tool_call>", "<|tool>"},
+     NULL},
     {{"phi3_5", TOOL_SYNTAX_NONE, REASONING_NONE}, llmm__render_phi3_5, {"<|system|>", "<|assistant|>", "<|end|>"}, NULL},
     {{"gemma2", TOOL_SYNTAX_NONE, REASONING_NONE},
      llmm__render_gemma2,
@@ -67,7 +71,7 @@ static const family_row families[] = {
 #define N_FAMILIES (sizeof families / sizeof *families)
 
 /* The names in table order, from the second byte. */
-static const char families_csv[] = ",qwen2_5,qwen3_5,qwen3,hermes3,granite4,llama3_1,llama3_2,mistral_nemo,lfm2_5,smollm3,phi3_5,gemma2";
+static const char families_csv[] = ",qwen2_5,qwen3_5,qwen3,hermes3,granite4,llama3_1,llama3_2,mistral_nemo,lfm2_5,smollm3,gemma4,phi3_5,gemma2";
 
 const tool_family_info *llmm__tool_family_find(const char *name) {
     for (size_t i = 0; name && i < N_FAMILIES; i++)
@@ -118,6 +122,7 @@ LLMM_API llmm_status llmm_chat_tool_trigger(const char *family, const char **tri
         [TOOL_SYNTAX_LIST_JSON] = "[TOOL_CALLS]",
         [TOOL_SYNTAX_PYTHON_CALL] = "<|tool_call_start|>",
         [TOOL_SYNTAX_XML_CALL] = "<tool_call>",
+        [TOOL_SYNTAX_GEMMA4_CALL] = "<|tool_call>",
     };
     if (!trigger) return LLMM_ERR_INVALID_ARG;
     *trigger = NULL;

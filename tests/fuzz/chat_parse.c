@@ -6,7 +6,7 @@
  * NUL-terminated within what the parser owns, content and reasoning never exceed the text fed,
  * a call's name is part of it, and its arguments are too or, where the family writes Python
  * literals (lfm2_5), their JSON rewrite: at most two bytes per byte fed (a quote gains an escape)
- * and the braces; where it writes raw parameter values (qwen3_5), at most six (a control byte
+ * and the braces; where it writes raw text values (qwen3_5, gemma4), at most six (a control byte
  * becomes \u00XX). libFuzzer entry point; `make fuzz`. */
 #include <stddef.h>
 #include <stdint.h>
@@ -54,7 +54,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 2) return 0;
     const char *family = g_names[(data[0] >> 1) % g_n_families];
     int thinking = data[0] & 1;
-    size_t growth = strcmp(family, "qwen3_5") == 0 ? 6 : 2;
+    size_t growth = strcmp(family, "qwen3_5") == 0 || strcmp(family, "gemma4") == 0 ? 6 : 2;
     size_t chunk = (size_t)data[1] % 17 + 1; /* 1..17 bytes a feed */
     const char *text = (const char *)data + 2;
     size_t len = size - 2;

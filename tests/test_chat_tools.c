@@ -650,6 +650,15 @@ static void test_parse_calls_that_are_not_json(void **state) {
         {"gemma4", "<|tool_call>{\"name\": \"f\"}<tool_call|>", "", NULL, 0, 0, 1},
     };
     for (size_t i = 0; i < ARRAY_LEN(outputs); i++) check_one_call(&outputs[i]);
+    /* Gemma 4's model opens its thought channel itself, thinking or not */
+    llmm_chat_parser *p = NULL;
+    llmm_chat_parse_result r = {.size = sizeof r};
+    assert_int_equal(llmm_chat_parser_create("gemma4", 1, &p), LLMM_OK);
+    assert_int_equal(llmm_chat_parser_feed(p, "<|channel>thought\nhm<channel|>ok", 32), LLMM_OK);
+    assert_int_equal(llmm_chat_parser_result(p, 1, &r), LLMM_OK);
+    assert_string_equal(r.reasoning, "hm");
+    assert_string_equal(r.content, "ok");
+    llmm_chat_parser_free(p);
 }
 
 /* Every prefix of hostile text parses without a crash (valgrind and ASan see the reads). */

@@ -654,7 +654,8 @@ static size_t parse_reasoning(const tool_family_info *f, int thinking, const cha
     if (f->reasoning == REASONING_NONE) return 0;
     const char *open = markers[f->reasoning].open, *close_marker = markers[f->reasoning].close;
     size_t start = 0;
-    if (!thinking) {
+    /* Gemma 4's prompt never opens the channel (thinking on or off), so the model writes it */
+    if (!thinking || f->reasoning == REASONING_CHANNEL) {
         size_t k = strlen(open);
         if (n < k) return (!final && memcmp(t, open, n) == 0) ? n : 0; /* may become the opening marker */
         if (memcmp(t, open, k) != 0) return 0;

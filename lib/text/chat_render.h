@@ -11,6 +11,9 @@ typedef struct chat_span {
     size_t n;
 } chat_span;
 
+/* t without leading and trailing whitespace (Jinja's trim, ASCII whitespace here). */
+chat_span llmm__chat_trim(chat_span t);
+
 /* Qwen's split of an assistant message's content c into reasoning and answer: reasoning_content
  * when given, else what a "</think>" in c separates (the templates' own string surgery: the
  * reasoning after the last "<think>" before the first "</think>", the answer after the last

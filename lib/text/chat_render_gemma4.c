@@ -275,12 +275,9 @@ static void out_declaration(chat_out *o, const json_doc *doc) {
 
 /* ---------------------------------------------------------------- turns */
 
-static int is_trim_space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r' || c == '\f' || c == '\v'; }
-
-static void out_trimmed(chat_out *o, const char *s, size_t n) {
-    while (n && is_trim_space(*s)) s++, n--;
-    while (n && is_trim_space(s[n - 1])) n--;
-    llmm__chat_out_bytes(o, s, n);
+static void out_trimmed(chat_out *o, const char *s) {
+    chat_span t = llmm__chat_trim((chat_span){s, strlen(s)});
+    llmm__chat_out_bytes(o, t.s, t.n);
 }
 
 /* The template's strip_thinking: every "<|channel>...<channel|>" span removed, then the rest
@@ -301,7 +298,7 @@ static void out_stripped(chat_out *o, const char *c) {
     const char *lo = NULL, *hi = NULL;
     for (kept_piece k = kept_from(c);; k = kept_from(k.next)) {
         for (const char *s = k.at; s < k.stop; s++)
-            if (!is_trim_space(*s)) {
+            if (!llmm__chat_is_trim_space(*s)) {
                 if (!lo) lo = s;
                 hi = s + 1;
             }
@@ -380,7 +377,7 @@ static last_written out_message(chat_out *o, const llmm_chat_request *r, const p
     if (results) last = WROTE_RESULT;
     const char *c = llmm__chat_text(m->content);
     if (model) out_stripped(o, c);
-    else out_trimmed(o, c, strlen(c));
+    else out_trimmed(o, c);
     if (last == WROTE_CALL) llmm__chat_out_str(o, "<|tool_response>"); /* the model's cue to await the result */
     else if (!(results && !*c)) llmm__chat_out_str(o, "<turn|>\n");
     return last;
@@ -395,7 +392,7 @@ llmm_status llmm__render_gemma4(const llmm_chat_request *r, const parsed_request
         llmm__chat_out_str(o, thinking ? "<|turn>system\n<|think|>\n" : "<|turn>system\n");
         if (first) {
             const char *s = llmm__chat_text(r->messages[0].content);
-            out_trimmed(o, s, strlen(s));
+            out_trimmed(o, s);
         }
         for (size_t t = 0; t < r->n_tools; t++) out_declaration(o, &p->tools[t]);
         llmm__chat_out_str(o, "<turn|>\n");

@@ -18,16 +18,7 @@
     "there is no function call available, answer the question like normal with your current knowledge and "  \
     "do not tell the user about function calls\n</IMPORTANT>"
 
-static int is_trim_space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r' || c == '\f' || c == '\v'; }
-
-/* Jinja's trim (ASCII whitespace here). */
-static chat_span trim_span(chat_span t) {
-    while (t.n && is_trim_space(*t.s)) t.s++, t.n--;
-    while (t.n && is_trim_space(t.s[t.n - 1])) t.n--;
-    return t;
-}
-
-static chat_span trimmed(const char *s) { return trim_span((chat_span){s, strlen(s)}); }
+static chat_span trimmed(const char *s) { return llmm__chat_trim((chat_span){s, strlen(s)}); }
 
 static int span_starts(chat_span t, const char *prefix) {
     size_t k = strlen(prefix);
@@ -123,11 +114,11 @@ static llmm_status out_assistant(chat_out *o, const llmm_chat_request *r, const 
     llmm__chat_out_str(o, "<|im_start|>assistant\n");
     if (i > last_query) {
         llmm__chat_out_str(o, "<think>\n");
-        out_span(o, trim_span(reasoning));
+        out_span(o, llmm__chat_trim(reasoning));
         llmm__chat_out_str(o, "\n</think>\n\n");
     }
     out_span(o, content);
-    llmm_status st = out_calls(o, m, p->args[i], trim_span(content).n > 0, i, d);
+    llmm_status st = out_calls(o, m, p->args[i], llmm__chat_trim(content).n > 0, i, d);
     llmm__chat_out_str(o, "<|im_end|>\n");
     return st;
 }

@@ -119,6 +119,12 @@ static const char *last_occurrence(const char *s, size_t n, const char *needle) 
     return found;
 }
 
+chat_span llmm__chat_trim(chat_span t) {
+    while (t.n && llmm__chat_is_trim_space(*t.s)) t.s++, t.n--;
+    while (t.n && llmm__chat_is_trim_space(t.s[t.n - 1])) t.n--;
+    return t;
+}
+
 void llmm__chat_split_reasoning(const llmm_chat_turn *m, chat_span c, chat_span *reasoning, chat_span *content) {
     *content = c;
     *reasoning = (chat_span){"", 0};

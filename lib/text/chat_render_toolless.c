@@ -6,8 +6,6 @@
 
 #include <string.h>
 
-static int is_trim_space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r' || c == '\f' || c == '\v'; }
-
 /* ---------------------------------------------------------------- Phi-3.5 */
 
 llmm_status llmm__render_phi3_5(const llmm_chat_request *r, const parsed_request *p, chat_out *o, llmm_diag *d) {
@@ -29,10 +27,6 @@ llmm_status llmm__render_phi3_5(const llmm_chat_request *r, const parsed_request
 
 /* ---------------------------------------------------------------- Gemma 2 */
 
-/* The template refuses a system role, so the reference first folds system texts into the next
- * user message (joined by "\n"; a system text with no user message after it becomes one). The
- * roles must then alternate user, model, user, ...: a tool result breaks that, and the template
- * refuses it. */
 /* Byte i of the pieces read as one text. */
 static char joined_at(const char *const *pieces, const size_t *lens, size_t i) {
     size_t k = 0;
@@ -40,13 +34,14 @@ static char joined_at(const char *const *pieces, const size_t *lens, size_t i) {
     return pieces[k][i];
 }
 
-/* The pieces written as one text, trimmed as one (the fold happens before the template's trim). */
+/* The pieces (at most 3) written as one text, trimmed as one (the fold happens before the
+ * template's trim). */
 static void out_trimmed_join(chat_out *o, const char *const *pieces, size_t n) {
     size_t lens[3], total = 0;
     for (size_t k = 0; k < n; k++) total += lens[k] = strlen(pieces[k]);
     size_t lo = 0, hi = total;
-    while (lo < hi && is_trim_space(joined_at(pieces, lens, lo))) lo++;
-    while (hi > lo && is_trim_space(joined_at(pieces, lens, hi - 1))) hi--;
+    while (lo < hi && llmm__chat_is_trim_space(joined_at(pieces, lens, lo))) lo++;
+    while (hi > lo && llmm__chat_is_trim_space(joined_at(pieces, lens, hi - 1))) hi--;
     for (size_t k = 0, at = 0; k < n; at += lens[k], k++) {
         size_t start = lo > at ? lo - at : 0, end = hi - at < lens[k] ? hi - at : lens[k];
         if (hi > at && start < end) llmm__chat_out_bytes(o, pieces[k] + start, end - start);
@@ -63,6 +58,10 @@ static void out_gemma_turn(chat_out *o, const char *role, const char *system, co
     llmm__chat_out_str(o, "<end_of_turn>\n");
 }
 
+/* The template refuses a system role, so the reference first folds system texts into the next
+ * user message (joined by "\n"; a system text with no user message after it becomes one). The
+ * roles must then alternate user, model, user, ...: a tool result breaks that, and the template
+ * refuses it. */
 llmm_status llmm__render_gemma2(const llmm_chat_request *r, const parsed_request *p, chat_out *o, llmm_diag *d) {
     (void)p;
     llmm__chat_out_str(o, "<bos>");
@@ -131,7 +130,7 @@ static llmm_status smollm3_instructions(const char *system, char **out, llmm_dia
     remove_all(system, "/no_think", buf + n + 1);
     remove_all(buf + n + 1, "/think", buf);
     size_t len = strlen(buf);
-    while (len && is_trim_space(buf[len - 1])) buf[--len] = '\0';
+    while (len && llmm__chat_is_trim_space(buf[len - 1])) buf[--len] = '\0';
     *out = buf;
     return LLMM_OK;
 }

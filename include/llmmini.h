@@ -438,7 +438,8 @@ typedef struct llmm_chat_parse_result {
 } llmm_chat_parse_result;
 
 /* family: a tool family name (NULL is INVALID_ARG). thinking: nonzero when the generation
- * prompt left the model inside its reasoning block (qwen3_5 opens "<think>\n" itself).
+ * prompt left the model inside its reasoning block (qwen3_5 opens "<think>\n" itself; ignored
+ * for gemma4, whose prompt never opens its thought channel).
  * Errors: INVALID_ARG, UNSUPPORTED (no such family), NO_MEMORY. */
 LLMM_API llmm_status llmm_chat_parser_create(const char *family, int thinking, llmm_chat_parser **out);
 LLMM_API void llmm_chat_parser_free(llmm_chat_parser *parser);

@@ -284,6 +284,13 @@ typedef struct detect_case {
 
 /* Templates in the shape of the models' own (shortened to the parts that matter). */
 static const detect_case detect_cases[] = {
+    /* Gemma 3: the system text as first_user_prefix (+ "\n\n") of the first turn, as the gemma
+     * format writes it */
+    {"{{ bos_token }}{%- if messages[0]['role'] == 'system' -%}{%- set first_user_prefix = messages[0]['content'] + "
+     "'\n\n' -%}{%- endif -%}{{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else \"\") }}"
+     "{{ message['content'] | trim }}{{ '<end_of_turn>\n' }}{%- if add_generation_prompt -%}"
+     "{{'<start_of_turn>model\n'}}{%- endif -%}",
+     "gemma", "gemma"},
     {"{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + "
      "'\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}",
      "chatml", "chatml"},

@@ -495,6 +495,26 @@ static void test_pretokenizer_splits(void **state) {
     assert_split("deepseek-llm", "ab   \x01  ", "ab|   \x01|  ");
 }
 
+/* The names the reference converter writes for the newer families: LFM2 and SmolLM3
+ * ("smaug-bpe") split as Llama 3 (digits in threes, contractions in either case, whitespace runs
+ * leaving one space for the next word); Qwen3.5 as Qwen2 (single digits) except that combining
+ * marks stay inside a word. Gemma 3 is an SPM vocabulary and has no pre-tokenizer. */
+static void test_pretokenizer_newer_families(void **state) {
+    (void)state;
+    static const char *const llama3_like[] = {"lfm2", "smaug-bpe", "llama-bpe"};
+    for (size_t i = 0; i < ARRAY_LEN(llama3_like); i++) {
+        assert_split(llama3_like[i], "I'LL 12345 ok!!\n", "I|'LL| |123|45| ok|!!\n");
+        assert_split(llama3_like[i], "a   b\t\n\n c", "a|  | b|\t\n\n| c");
+        assert_split(llama3_like[i], "cafe\xcc\x81 d\xc3\xa9j\xc3\xa0", "cafe|\xcc\x81| d\xc3\xa9j\xc3\xa0");
+    }
+    const pretok_family *lfm2 = llmm__pretok_family_find("lfm2", 4);
+    assert_non_null(lfm2);
+    assert_true(lfm2->add_bos && lfm2->ignore_merges); /* as the reference sets for "lfm2" */
+    assert_split("qwen35", "cafe\xcc\x81 don't 2024\n\n  x", "cafe\xcc\x81| don|'t| |2|0|2|4|\n\n| | x");
+    assert_split("qwen2", "cafe\xcc\x81 don't 2024\n\n  x", "cafe|\xcc\x81| don|'t| |2|0|2|4|\n\n| | x");
+    assert_split("qwen35", "\xcc\x81x +\xcc\x81!", "\xcc\x81x| +|\xcc\x81|!");
+}
+
 /* Every family compiles, and its words always put the text back together. */
 static void test_pretokenizer_families_are_lossless(void **state) {
     (void)state;
@@ -528,6 +548,7 @@ int main(void) {
         cmocka_unit_test(test_loader_errors),
         cmocka_unit_test(test_out_of_memory),
         cmocka_unit_test(test_pretokenizer_splits),
+        cmocka_unit_test(test_pretokenizer_newer_families),
         cmocka_unit_test(test_pretokenizer_families_are_lossless),
     };
     return cmocka_run_group_tests_name("tokenizer_bpe", tests, NULL, NULL);

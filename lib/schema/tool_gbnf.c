@@ -82,6 +82,10 @@ llmm_status llmm__tool_call_gbnf(const tool_family_info *family, const llmm_tool
     *gbnf_out = NULL;
     if (family->syntax == TOOL_SYNTAX_NONE)
         return llmm__diag_fail(d, LLMM_ERR_UNSUPPORTED, "the '%s' family's template has no call syntax", family->name);
+    if (family->syntax == TOOL_SYNTAX_XML_CALL || family->syntax == TOOL_SYNTAX_GEMMA4_CALL)
+        return llmm__diag_fail(d, LLMM_ERR_UNSUPPORTED, /* arguments that are not JSON: no grammar yet */
+                               "the '%s' family does not write arguments as JSON; llmmini has no grammar for them yet",
+                               family->name);
     if (!tools || n_tools == 0 || n_tools > LLMM_TOOLS_MAX)
         return llmm__diag_fail(d, LLMM_ERR_INVALID_ARG, "tool grammar: 1 to %d tools, not %zu", LLMM_TOOLS_MAX,
                                n_tools);

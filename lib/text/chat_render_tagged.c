@@ -98,15 +98,17 @@ static size_t last_query_index(const llmm_chat_request *r) {
     return r->n_messages - 1;
 }
 
-typedef struct span {
-    const char *s;
-    size_t n;
-} span;
-
-static span strip_newlines(span t, int front, int back) {
+static chat_span strip_newlines(chat_span t, int front, int back) {
     while (front && t.n && t.s[0] == '\n') t.s++, t.n--;
     while (back && t.n && t.s[t.n - 1] == '\n') t.n--;
     return t;
+}
+
+static const char *first_occurrence(const char *s, size_t n, const char *needle) {
+    size_t k = strlen(needle);
+    for (size_t i = 0; i + k <= n; i++)
+        if (memcmp(s + i, needle, k) == 0) return s + i;
+    return NULL;
 }
 
 static const char *last_occurrence(const char *s, size_t n, const char *needle) {
@@ -117,35 +119,38 @@ static const char *last_occurrence(const char *s, size_t n, const char *needle) 
     return found;
 }
 
-/* Qwen3's split of an assistant message into reasoning and answer: reasoning_content when
- * given, else what a "</think>" in the content separates (the template's own string surgery). */
-static void split_reasoning(const llmm_chat_turn *m, span *reasoning, span *content) {
-    const char *c = llmm__chat_text(m->content);
-    *content = (span){c, strlen(c)};
-    *reasoning = (span){"", 0};
+chat_span llmm__chat_trim(chat_span t) {
+    while (t.n && llmm__chat_is_trim_space(*t.s)) t.s++, t.n--;
+    while (t.n && llmm__chat_is_trim_space(t.s[t.n - 1])) t.n--;
+    return t;
+}
+
+void llmm__chat_split_reasoning(const llmm_chat_turn *m, chat_span c, chat_span *reasoning, chat_span *content) {
+    *content = c;
+    *reasoning = (chat_span){"", 0};
     if (m->reasoning_content) {
-        *reasoning = (span){m->reasoning_content, strlen(m->reasoning_content)};
+        *reasoning = (chat_span){m->reasoning_content, strlen(m->reasoning_content)};
         return;
     }
-    const char *first_end = strstr(c, "</think>");
+    const char *first_end = first_occurrence(c.s, c.n, "</think>");
     if (!first_end) return;
-    const char *last_end = last_occurrence(c, content->n, "</think>");
-    *content = strip_newlines((span){last_end + 8, strlen(last_end + 8)}, 1, 0);
-    span before = strip_newlines((span){c, (size_t)(first_end - c)}, 0, 1);
+    const char *last_end = last_occurrence(c.s, c.n, "</think>");
+    *content = strip_newlines((chat_span){last_end + 8, (size_t)(c.s + c.n - (last_end + 8))}, 1, 0);
+    chat_span before = strip_newlines((chat_span){c.s, (size_t)(first_end - c.s)}, 0, 1);
     const char *open = last_occurrence(before.s, before.n, "<think>");
-    if (open) before = (span){open + 7, before.n - (size_t)(open + 7 - before.s)};
+    if (open) before = (chat_span){open + 7, before.n - (size_t)(open + 7 - before.s)};
     *reasoning = strip_newlines(before, 1, 0);
 }
 
 static void out_assistant(chat_out *o, const tagged_format *f, const llmm_chat_request *r, const parsed_request *p,
                           size_t i) {
     const llmm_chat_turn *m = &r->messages[i];
-    span reasoning = {"", 0}, content = {llmm__chat_text(m->content), strlen(llmm__chat_text(m->content))};
+    chat_span reasoning = {"", 0}, content = {llmm__chat_text(m->content), strlen(llmm__chat_text(m->content))};
     out_turn_open(o, f, "assistant");
     if (f->think_history) {
-        split_reasoning(m, &reasoning, &content);
+        llmm__chat_split_reasoning(m, content, &reasoning, &content);
         if (i > last_query_index(r) && (i + 1 == r->n_messages || reasoning.n)) {
-            span inner = strip_newlines(reasoning, 1, 1);
+            chat_span inner = strip_newlines(reasoning, 1, 1);
             llmm__chat_out_str(o, "<think>\n");
             llmm__chat_out_bytes(o, inner.s, inner.n);
             llmm__chat_out_str(o, "\n</think>\n\n");

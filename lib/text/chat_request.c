@@ -153,6 +153,8 @@ llmm_status llmm__chat_request_parse(const llmm_chat_request *r, parsed_request 
 
 const char *llmm__chat_text(const char *s) { return s ? s : ""; }
 
+int llmm__chat_is_trim_space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r' || c == '\f' || c == '\v'; }
+
 int llmm__chat_is_role(const llmm_chat_turn *m, const char *role) { return strcmp(m->role, role) == 0; }
 
 void llmm__chat_out_json(chat_out *o, const json_doc *doc, size_t node, const json_style *style) {

@@ -34,6 +34,9 @@ typedef llmm_status (*chat_render_fn)(const llmm_chat_request *r, const parsed_r
                                       llmm_diag *d);
 
 const char *llmm__chat_text(const char *s); /* s, or "" for NULL */
+/* What the renderers' trim removes: the C locale's whitespace (Jinja's trim also strips
+ * Unicode spaces, which no reference case holds). */
+int llmm__chat_is_trim_space(char c);
 int llmm__chat_is_role(const llmm_chat_turn *m, const char *role);
 void llmm__chat_out_json_string(chat_out *o, const char *s);
 /* node of doc as JSON text in style. */

@@ -10,7 +10,7 @@
 
 typedef struct family_row {
     tool_family_info info;
-    chat_render_fn render; /* NULL: not rendered (parsing only) */
+    chat_render_fn render;
     const char *markers[3];      /* all occur in the family's template text */
     const char *absent;          /* and this does not (NULL: no condition) */
 } family_row;
@@ -21,6 +21,10 @@ static const family_row families[] = {
     {{"qwen2_5", TOOL_SYNTAX_TAGGED_JSON, REASONING_NONE},
      llmm__render_qwen2_5,
      {"<|im_start|>", "<tool_call>", "You are Qwen, created by Alibaba Cloud"},
+     NULL},
+    {{"qwen3_5", TOOL_SYNTAX_XML_CALL, REASONING_THINK_TRIMMED},
+     llmm__render_qwen3_5,
+     {"<|im_start|>", "<tool_call>", "<function="},
      NULL},
     {{"qwen3", TOOL_SYNTAX_TAGGED_JSON, REASONING_THINK_TRIMMED},
      llmm__render_qwen3,
@@ -50,12 +54,24 @@ static const family_row families[] = {
      llmm__render_lfm2,
      {"<|im_start|>", "List of tools: ["},
      NULL},
-    {{"smollm3", TOOL_SYNTAX_NONE, REASONING_THINK_RAW}, NULL, {"<|im_start|>", "Reasoning Mode"}, "<tool_call>"},
+    {{"smollm3", TOOL_SYNTAX_NONE, REASONING_THINK_RAW},
+     llmm__render_smollm3,
+     {"<|im_start|>", "Reasoning Mode"},
+     "<tool_call>"},
+    {{"gemma4", TOOL_SYNTAX_GEMMA4_CALL, REASONING_CHANNEL},
+     llmm__render_gemma4,
+     {"<|turn>", "<|tool_call>", "<|tool>"},
+     NULL},
+    {{"phi3_5", TOOL_SYNTAX_NONE, REASONING_NONE}, llmm__render_phi3_5, {"<|system|>", "<|assistant|>", "<|end|>"}, NULL},
+    {{"gemma2", TOOL_SYNTAX_NONE, REASONING_NONE},
+     llmm__render_gemma2,
+     {"<start_of_turn>", "System role not supported"},
+     NULL},
 };
 #define N_FAMILIES (sizeof families / sizeof *families)
 
 /* The names in table order, from the second byte. */
-static const char families_csv[] = ",qwen2_5,qwen3,hermes3,granite4,llama3_1,llama3_2,mistral_nemo,lfm2_5,smollm3";
+static const char families_csv[] = ",qwen2_5,qwen3_5,qwen3,hermes3,granite4,llama3_1,llama3_2,mistral_nemo,lfm2_5,smollm3,gemma4,phi3_5,gemma2";
 
 const tool_family_info *llmm__tool_family_find(const char *name) {
     for (size_t i = 0; name && i < N_FAMILIES; i++)
@@ -83,10 +99,6 @@ static const family_row *row_of(const tool_family_info *f) {
 llmm_status llmm__chat_tools_render(const tool_family_info *f, const llmm_chat_request *request, char *buf,
                                     size_t capacity, size_t *needed, llmm_diag *d) {
     const family_row *row = row_of(f);
-    if (!row->render)
-        return llmm__diag_fail(d, LLMM_ERR_UNSUPPORTED,
-                               "the '%s' family's output can be parsed, but llmmini does not render its template yet",
-                               f->name);
     parsed_request p = {0};
     llmm_status st = llmm__chat_request_parse(request, &p, d);
     chat_out o = {.buf = buf, .cap = capacity};
@@ -109,6 +121,8 @@ LLMM_API llmm_status llmm_chat_tool_trigger(const char *family, const char **tri
         [TOOL_SYNTAX_BARE_JSON] = "{\"name\"",
         [TOOL_SYNTAX_LIST_JSON] = "[TOOL_CALLS]",
         [TOOL_SYNTAX_PYTHON_CALL] = "<|tool_call_start|>",
+        [TOOL_SYNTAX_XML_CALL] = "<tool_call>",
+        [TOOL_SYNTAX_GEMMA4_CALL] = "<|tool_call>",
     };
     if (!trigger) return LLMM_ERR_INVALID_ARG;
     *trigger = NULL;

@@ -14,8 +14,11 @@ typedef enum tool_call_syntax {
     TOOL_SYNTAX_TAGGED_JSON, /* <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call> */
     TOOL_SYNTAX_BARE_JSON,   /* one {"name": ..., "parameters": {...}} ending the message (Llama 3) */
     TOOL_SYNTAX_LIST_JSON,   /* [TOOL_CALLS][{"name", "arguments", "id"}, ...] (Mistral Nemo) */
-    TOOL_SYNTAX_PYTHON_CALL  /* <|tool_call_start|>[name(key=value, ...)]<|tool_call_end|> (LFM2):
+    TOOL_SYNTAX_PYTHON_CALL, /* <|tool_call_start|>[name(key=value, ...)]<|tool_call_end|> (LFM2):
                                 Python literals, converted to JSON arguments by the parser */
+    TOOL_SYNTAX_XML_CALL,    /* <tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>\n
+                                </function>\n</tool_call> (Qwen3.5): values as raw text */
+    TOOL_SYNTAX_GEMMA4_CALL  /* <|tool_call>call:NAME{key:<|"|>text<|"|>,n:10}<tool_call|> (Gemma 4) */
 } tool_call_syntax;
 
 /* How a family's output opens and closes its reasoning. */
@@ -23,7 +26,8 @@ typedef enum reasoning_style {
     REASONING_NONE,
     REASONING_THINK_TRIMMED, /* <think>\n...</think>: the newline after <think> and the
                                 whitespace after </think> are markup (Qwen) */
-    REASONING_THINK_RAW      /* <think>...</think>, every byte kept (SmolLM3) */
+    REASONING_THINK_RAW,     /* <think>...</think>, every byte kept (SmolLM3) */
+    REASONING_CHANNEL        /* <|channel>thought\n...<channel|> (Gemma 4), every byte kept */
 } reasoning_style;
 
 typedef struct tool_family_info {

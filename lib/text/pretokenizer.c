@@ -15,6 +15,11 @@
 #define RE_LLAMA3_TAIL "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 #define RE_LLAMA3 "(?:" RE_CONTRACTIONS ")|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}" RE_LLAMA3_TAIL
 #define RE_QWEN2 "(?:" RE_CONTRACTIONS ")|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}" RE_LLAMA3_TAIL
+/* Qwen3.5 keeps combining marks (\p{M}) inside words, so a decomposed "e" + U+0301 is one word
+ * rather than a word and a punctuation run */
+#define RE_QWEN35                                                                    \
+    "(?:" RE_CONTRACTIONS ")|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}"                     \
+    "| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 /* "a letter that is not a-z" and "not A-Z": the reference's rewrite of \p{Lu}..\p{Ll} classes,
  * which (as it runs) counts every non-ASCII letter as both upper and lower case */
 #define RE_UPPER "((?=[\\p{L}])([^a-z]))"
@@ -57,9 +62,10 @@ static const pretok_family families[] = {
     {LIST("gpt-2", "phi-2", "mpt", "gpt-neox", "olmo", "jais", "jina-es", "jina-de", "jina-v2-es", "jina-v2-de",
           "gigachat"),
      LIST(RE_GPT2), 0, 0},
-    {LIST("llama3", "llama-v3", "llama-bpe", "falcon3", "pixtral"), LIST(RE_LLAMA3), 1, 1},
+    {LIST("llama3", "llama-v3", "llama-bpe", "falcon3", "pixtral", "lfm2"), LIST(RE_LLAMA3), 1, 1},
     {LIST("dbrx", "smaug-bpe"), LIST(RE_LLAMA3), 0, 0},
     {LIST("qwen2", "deepseek-r1-qwen", "megrez", "stablelm2"), LIST(RE_QWEN2), 0, 0},
+    {LIST("qwen35"), LIST(RE_QWEN35), 0, 0},
     {LIST("deepseek-llm"),
      LIST("[\\r\\n]", "\\s?[" RE_DEEPSEEK_LETTERS "]+", "\\s?[" RE_DEEPSEEK_PUNCT "]+", "\\s+$", RE_CJK, "\\p{N}+"),
      0, 0},

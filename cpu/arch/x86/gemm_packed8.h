@@ -786,8 +786,8 @@ SIMD_ALWAYS_INLINE size_t pk_fly_min_rows(pk_kind k) {
     static const uint8_t rows[] = {[PK_Q4_0] = 8,  [PK_Q5_0] = 24, [PK_Q4_1] = 8, [PK_Q5_1] = 24, [PK_Q8_0] = 12,
                                    [PK_IQ4_NL] = 8, [PK_Q4_K] = 4, [PK_Q5_K] = 4, [PK_Q6_K] = 8, [PK_IQ4_XS] = 4};
 #else
-    static const uint8_t rows[] = {[PK_Q4_0] = 16,  [PK_Q5_0] = 48, [PK_Q4_1] = 16, [PK_Q5_1] = 48, [PK_Q8_0] = 64,
-                                   [PK_IQ4_NL] = 16, [PK_Q4_K] = 12, [PK_Q5_K] = 12, [PK_Q6_K] = 32, [PK_IQ4_XS] = 4};
+    static const uint8_t rows[] = {[PK_Q4_0] = 24,  [PK_Q5_0] = 48, [PK_Q4_1] = 24, [PK_Q5_1] = 48, [PK_Q8_0] = 64,
+                                   [PK_IQ4_NL] = 24, [PK_Q4_K] = 12, [PK_Q5_K] = 12, [PK_Q6_K] = 32, [PK_IQ4_XS] = 4};
 #endif
     return rows[k];
 }

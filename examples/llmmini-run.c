@@ -822,6 +822,11 @@ int main(int argc, char **argv) {
         llmm_model_free(m);
         return fail("cannot create context", st, err);
     }
+    /* one-time costs (packed weight copies, graph captures, the first multi-row step) now, so
+     * that the figures printed after the reply are steady-state */
+    if ((st = llmm_context_warmup(ctx)))
+        fprintf(stderr, "llmmini-run: no warm-up (%s): the figures below include one-time costs\n",
+                llmm_context_last_error(ctx));
     llmm_model *draft = NULL;
     if (o.n_lora && attach_adapters(&o, m, ctx)) rc = 1;
     else if (o.draft && (st = llmm_model_load(o.draft, &mp, &draft))) rc = fail("cannot load the draft model", st, err);

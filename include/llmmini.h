@@ -578,10 +578,11 @@ LLMM_API void llmm_context_free(llmm_context *ctx);
 LLMM_API const char *llmm_context_last_error(const llmm_context *ctx);
 
 /* Pay a context's one-time costs now rather than in the first request: runs dummy decode steps
- * of 1, 2, ... up to min(n_seq_max, 8) rows on sequence ids not in use, so that the CUDA backend
- * captures its decode graph for each of those batch sizes and loads every kernel, and the CPU
- * backend makes all its packed weight copies (normal decode steps make them a bounded share at
- * a time). The dummy rows' K/V go to free blocks that are given
+ * of 1, 2, ... up to min(n_seq_max, 8) rows on sequence ids not in use, then one prompt step of up
+ * to 16 positions with every row's logits (a speculative verify step's shape), so that the CUDA
+ * backend captures its decode graph for each of those batch sizes and loads every kernel, and the
+ * CPU backend makes all its packed weight copies (normal decode steps make them a bounded share
+ * at a time) and touches the buffers of a many-row step. The dummy rows' K/V go to free blocks that are given
  * back afterwards; no sequence in use, no logits readable with llmm_logits and no stats other
  * than warmup_ms and the graph fields change. Call it once after llmm_context_create, from the
  * thread that uses the context; calling it again is cheap. Errors: INVALID_ARG, CONTEXT_FULL

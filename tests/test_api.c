@@ -451,6 +451,46 @@ static void test_warmup_and_cold_start_stats(void **state) {
     llmm_model_free(m);
 }
 
+/* The logits of a 3-token prompt and of 4 greedy tokens after it on sequence 0 of c (5 rows
+ * of *nv, allocated). */
+static float *prompt_and_decode(llmm_context *c, size_t *nv) {
+    const llmm_token prompt[3] = {1, 403, 407};
+    assert_int_equal(llmm_prefill(c, 0, prompt, 3, 0), LLMM_OK);
+    float *out = NULL;
+    for (size_t i = 0; i < 5; i++) {
+        const float *l = NULL;
+        assert_int_equal(llmm_logits(c, 0, &l, nv), LLMM_OK);
+        if (!out) out = xmalloc(5 * *nv * sizeof *out);
+        memcpy(out + i * *nv, l, *nv * sizeof *out);
+        llmm_token next = argmax(l, *nv);
+        llmm_seq_id seq = 0;
+        if (i < 4) assert_int_equal(llmm_decode(c, &seq, &next, 1), LLMM_OK);
+    }
+    return out;
+}
+
+/* With one sequence id, the warm-up's steps (one decode row, then a prompt step of 16
+ * positions with every row's logits) run on the id the request then uses: its results are the
+ * cold context's, bit for bit. */
+static void test_warmup_then_same_results(void **state) {
+    (void)state;
+    llmm_model *m = load_model("stories260K.gguf", NULL);
+    const llmm_context_params p = cpu_params(32, 1);
+    llmm_context *cold = NULL, *warm = NULL;
+    assert_int_equal(llmm_context_create(m, &p, &cold), LLMM_OK);
+    assert_int_equal(llmm_context_create(m, &p, &warm), LLMM_OK);
+    assert_int_equal(llmm_context_warmup(warm), LLMM_OK);
+    size_t nv = 0, nv_warm = 0;
+    float *a = prompt_and_decode(cold, &nv), *b = prompt_and_decode(warm, &nv_warm);
+    assert_int_equal(nv, nv_warm);
+    assert_memory_equal(a, b, 5 * nv * sizeof *a);
+    free(a);
+    free(b);
+    llmm_context_free(cold);
+    llmm_context_free(warm);
+    llmm_model_free(m);
+}
+
 typedef struct progress_seen {
     int calls, cancel_at;
     float last;
@@ -512,6 +552,7 @@ int main(void) {
         cmocka_unit_test(test_damaged_files_fail_cleanly),
         cmocka_unit_test(test_unsupported_weight_type_fails_at_context),
         cmocka_unit_test(test_warmup_and_cold_start_stats),
+        cmocka_unit_test(test_warmup_then_same_results),
         cmocka_unit_test(test_backend_register_checks),
         cmocka_unit_test(test_context_progress),
     };

@@ -573,6 +573,16 @@ static void check_gemm_case(const cpu_kernels *k, const mm_case *c, mm_stats *st
     free(again);
 }
 
+/* Steps of 2-16 operand rows (speculative verification, a few sequences decoded together, a
+ * short prompt chunk): each count alone, across the tables' switch between the 8-row kernels
+ * and the tiles packed on the fly, over two whole 16-row tiles and a rest. */
+static void check_small_batches(const cpu_kernels *k, uint32_t type, size_t ne0, mm_stats *st) {
+    for (size_t n_rows = 2; n_rows <= 16; n_rows++) {
+        const mm_case mc = {type, ne0, 37, n_rows};
+        check_gemm_case(k, &mc, st);
+    }
+}
+
 static void check_gemm_type(uint32_t type, uint64_t seed) {
     const size_t ne0_float[] = {1, 7, 33, 173, 896}, ne0_block[] = {32, 96, 224, 736};
     const int blocked = llmm__type_get(type)->block_size > 1;
@@ -601,6 +611,7 @@ static void check_gemm_type(uint32_t type, uint64_t seed) {
         /* more than the AMX tiles' 128 operand rows per packed segment, with a rest past the 16s */
         const mm_case more_rows = {type, blocked ? 32 * 23 : 173, 21, 157};
         check_gemm_case(k, &more_rows, &st);
+        check_small_batches(k, type, blocked ? 32 * 28 : 896, &st);
         print_message("%s %s gemm: %zu outputs, %zu bit-identical to vec_dot\n", k->name, llmm__type_get(type)->name,
                       st.outputs, st.bit_equal);
     }
@@ -627,6 +638,7 @@ static void check_gemm_kquant(uint32_t type, uint64_t seed) {
          * operand rows than share one (64), whole and moved-back tiles */
         const mm_case many_rows = {type, 256 * 9, 37, 70};
         check_gemm_case(k, &many_rows, &st);
+        check_small_batches(k, type, 512, &st);
         print_message("%s %s gemm: %zu outputs, %zu bit-identical to vec_dot\n", k->name, llmm__type_get(type)->name,
                       st.outputs, st.bit_equal);
     }
@@ -1416,8 +1428,8 @@ static void test_backend_matmul_all_tables(void **state) {
  * multiples of 256). The weights (2-5 MB) stay in the L2/L3 caches between calls, so decode
  * figures are the kernels' compute, not DRAM streaming. Timing is slow and noisy, so it runs
  * only when LLMM_BENCH_KERNELS is set: `LLMM_BENCH_KERNELS=1 build/tests/test_simd_kernels` (or =q4_k,q6_k for some types,
- * =attention, =threads, =packed or =q8k for bench_attention, bench_matmul_threads,
- * bench_packed_decode and bench_quantize_q8k below). */
+ * =attention, =threads, =packed, =q8k or =smallbatch for bench_attention, bench_matmul_threads,
+ * bench_packed_decode, bench_quantize_q8k and bench_small_batches below). */
 static double matmul_seconds(void *st, const llmm_tensor *wt, const float *x, size_t n_rows, float *out) {
     double t0 = now_s();
     assert_int_equal(llmm__cpu_backend.matmul(st, wt, x, n_rows, out), LLMM_OK);
@@ -1436,6 +1448,7 @@ static void bench_attention(void);
 static void bench_matmul_threads(void);
 static void bench_packed_decode(void);
 static void bench_quantize_q8k(void);
+static void bench_small_batches(void);
 
 static void test_bench_kernels(void **state) {
     (void)state;
@@ -1448,6 +1461,7 @@ static void test_bench_kernels(void **state) {
     if (strcmp(only, "1") == 0 || strstr(only, "threads")) bench_matmul_threads();
     if (strcmp(only, "1") == 0 || strstr(only, "packed")) bench_packed_decode();
     if (strcmp(only, "1") == 0 || strstr(only, "q8k")) bench_quantize_q8k();
+    if (strcmp(only, "1") == 0 || strstr(only, "smallbatch")) bench_small_batches();
     const uint32_t types[] = {LLMM_TYPE_Q4_0, LLMM_TYPE_Q8_0, LLMM_TYPE_Q4_K, LLMM_TYPE_Q6_K,
                               LLMM_TYPE_Q5_K, LLMM_TYPE_Q3_K, LLMM_TYPE_Q2_K, LLMM_TYPE_Q5_0,
                               LLMM_TYPE_Q4_1, LLMM_TYPE_Q5_1, LLMM_TYPE_IQ4_NL, LLMM_TYPE_IQ4_XS,
@@ -1655,6 +1669,38 @@ static void bench_packed_decode(void) {
     }
 }
 
+/* Steps of 2-16 rows: the time of a matmul of n operand rows over the 0.5B model's FFN matrix
+ * (896 x 4864, K-quants 4864 x 896, copies streamed from memory, about 300 MB) against one row,
+ * 2 threads, per table and type, weights as stored (a prompt before the packed copies exist)
+ * and from the copies. The ideal is 1.0: the weights read once, each row costing only its
+ * arithmetic. With LLMM_BENCH_KERNELS=smallbatch (or =1). */
+static void bench_small_batches(void) {
+    const uint32_t types[] = {LLMM_TYPE_Q4_0, LLMM_TYPE_Q8_0, LLMM_TYPE_Q5_0, LLMM_TYPE_Q4_K, LLMM_TYPE_Q6_K};
+    const cpu_isa isas[] = {CPU_ISA_AVX2, CPU_ISA_AVX_VNNI, CPU_ISA_AVX512, CPU_ISA_AMX};
+    const size_t rows[] = {2, 4, 8, 16};
+    for (size_t ii = 0; ii < ARRAY_LEN(isas); ii++) {
+        if (!llmm__cpu_kernels_get(isas[ii])) continue;
+        print_message("step of n rows / step of 1 row, 2 threads, streamed (%s): as stored | packed copy\n"
+                      "type    n=2    4      8      16    |  2      4      8      16\n",
+                      k_isa_names[isas[ii]]);
+        for (size_t ti = 0; ti < ARRAY_LEN(types); ti++) {
+            const int k_quant = llmm__type_get(types[ti])->block_size == QK_K;
+            const size_t ne0 = k_quant ? 4864 : 896, ne1 = k_quant ? 896 : 4864;
+            char line[160];
+            int n = snprintf(line, sizeof line, "%-6s", llmm__type_get(types[ti])->name);
+            for (int packed = 0; packed < 2; packed++) {
+                const double one = packed_decode_gbs(isas[ii], types[ti], ne0, ne1, 300u << 20, 2, 1, packed);
+                for (size_t ri = 0; ri < ARRAY_LEN(rows); ri++) {
+                    const double g = packed_decode_gbs(isas[ii], types[ti], ne0, ne1, 300u << 20, 2, rows[ri], packed);
+                    n += snprintf(line + n, sizeof line - (size_t)n, " %5.2f ", one / g);
+                }
+                if (!packed) n += snprintf(line + n, sizeof line - (size_t)n, "|");
+            }
+            print_message("%s\n", line);
+        }
+    }
+}
+
 /* Activation rows to Q8_K (the K-quant matmuls' operand), the 0.5B model's FFN row lengths
  * (896 and 4864 rounded to multiples of 256): ns per value of the type table's quantizer (the
  * scalar path, which cpu/ops/matmul.c also copies into the split fields) and of each table's
@@ -1731,7 +1777,7 @@ static void *map_as_file(const void *bytes, size_t n) {
  * bit, for 1, 3 and 37 operand rows. from_file: the weight is a file mapping the backend may
  * drop pages of, whose bytes must read back unchanged afterwards. */
 static void check_packed_copy(cpu_isa isa, uint32_t type, size_t ne0, size_t ne1, int threads, int from_file) {
-    const size_t rb = llmm__row_bytes(type, ne0), counts[] = {37, 1, 1, 3, 37};
+    const size_t rb = llmm__row_bytes(type, ne0), counts[] = {37, 1, 1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 15, 16, 37};
     float *wf = rng_floats(&rng, ne0 * ne1, -2.0f, 2.0f), *x = rng_floats(&rng, ne0 * 37, -2.0f, 2.0f);
     uint8_t *w = xmalloc(rb * ne1);
     for (size_t j = 0; j < ne1; j++) encode_row(type, wf + j * ne0, w + j * rb, ne0);

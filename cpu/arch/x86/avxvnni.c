@@ -56,7 +56,7 @@ AVX2_MATMUL(avx2_q4_K, LLMM_TYPE_Q4_K)
 AVX2_MATMUL(avx2_q5_K, LLMM_TYPE_Q5_K)
 AVX2_MATMUL(avx2_q6_K, LLMM_TYPE_Q6_K)
 
-/* Weights as stored: the AVX2 table's 8-row kernels below PK_FLY_MIN_ROWS operand rows (it
+/* Weights as stored: the AVX2 table's 8-row kernels below pk_fly_min_rows operand rows (it
  * answers them so), the tiles packed on the fly from there. */
 PK_GEMM_AS_STORED(vnni_q4_0, avx2_q4_0, PK_Q4_0)
 PK_GEMM_AS_STORED(vnni_q5_0, avx2_q5_0, PK_Q5_0)

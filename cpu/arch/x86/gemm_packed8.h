@@ -761,8 +761,6 @@ static void pack_tiles_packed8(const llmm_tensor *w, size_t t0, size_t t1, uint8
  * share of a prompt). */
 #define PK_FLY_ROWS 128
 #define PK_FLY_BYTES 8192
-/* fewer operand rows than this keep the 8-row kernels (a few sequences decoded together) */
-#define PK_FLY_MIN_ROWS 4
 
 SIMD_ALWAYS_INLINE uint32_t pk_type(pk_kind k) {
     static const uint32_t types[] = {
@@ -773,6 +771,26 @@ SIMD_ALWAYS_INLINE uint32_t pk_type(pk_kind k) {
     return types[k];
 }
 SIMD_ALWAYS_INLINE size_t pk_block_bytes(pk_kind k) { return llmm_type_block_bytes(pk_type(k)); }
+
+/* Fewer operand rows than this keep the 8-row kernels (a speculative verify step, a few sequences
+ * decoded together, a short prompt chunk). Packing a tile on the fly costs a fixed amount per
+ * call (Q5_0 and Q5_1 the most: their 5th bits are regrouped lane by lane), and the packed tiles
+ * save a little per operand row, so the switch pays only from the row count where the savings
+ * cover the packing: for the K-quants at once (their 8-row kernels are the slowest per row),
+ * for the 32-quant blocks only from a prompt's worth. With one switch at 4 rows for every kind,
+ * steps of 4-15 rows cost up to 4x the instructions of steps through the 8-row kernels (Q5_0),
+ * and a 4-row step more than four 1-row steps. Measured per kind on the 0.5B model's shapes,
+ * docs/performance.md ("Steps of 2-16 rows"). */
+SIMD_ALWAYS_INLINE size_t pk_fly_min_rows(pk_kind k) {
+#if PK_VNNI
+    static const uint8_t rows[] = {[PK_Q4_0] = 8,  [PK_Q5_0] = 24, [PK_Q4_1] = 8, [PK_Q5_1] = 24, [PK_Q8_0] = 12,
+                                   [PK_IQ4_NL] = 8, [PK_Q4_K] = 4, [PK_Q5_K] = 4, [PK_Q6_K] = 8, [PK_IQ4_XS] = 4};
+#else
+    static const uint8_t rows[] = {[PK_Q4_0] = 24,  [PK_Q5_0] = 48, [PK_Q4_1] = 24, [PK_Q5_1] = 48, [PK_Q8_0] = 64,
+                                   [PK_IQ4_NL] = 24, [PK_Q4_K] = 12, [PK_Q5_K] = 12, [PK_Q6_K] = 32, [PK_IQ4_XS] = 4};
+#endif
+    return rows[k];
+}
 
 /* All operand rows against the 16 weight rows base + i * rb as stored: each segment of the
  * tile's blocks packed into a buffer (llmm__packed_tiles_pack_groups), once per PK_FLY_ROWS operand
@@ -833,11 +851,11 @@ SIMD_ALWAYS_INLINE void gemm_pk_fly(pk_kind kind, const llmm_tensor *w, size_t j
 }
 
 /* The AVX2 table's matmul for a packable type: ROWS8 (its 8-row kernel) for fewer than
- * PK_FLY_MIN_ROWS operand rows, gemm_pk_fly for more; both bit for bit the type table's. */
+ * pk_fly_min_rows(KIND) operand rows, gemm_pk_fly for more; both bit for bit the type table's. */
 #define PK_GEMM_AS_STORED(NAME, ROWS8, KIND)                                                                 \
     static void NAME(const llmm_tensor *w, size_t j0, size_t j1, const cpu_operand *x, size_t n_rows,         \
                      float *out, size_t ldo) {                                                              \
-        if (n_rows < PK_FLY_MIN_ROWS) ROWS8(w, j0, j1, x, n_rows, out, ldo);                                 \
+        if (n_rows < pk_fly_min_rows(KIND)) ROWS8(w, j0, j1, x, n_rows, out, ldo);                           \
         else gemm_pk_fly(KIND, w, j0, j1, x, n_rows, out, ldo);                                              \
     }
 

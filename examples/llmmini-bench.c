@@ -528,9 +528,19 @@ static double kv_row_bytes(llmm_kv_type type, uint32_t head_dim) {
 static double mean_decode_position(const options *o) { return o->n_prompt + (o->n_gen + 1) / 2.0; }
 
 /* K/V bytes one decode step reads at the mean position: every layer's K and V rows of every
- * position attended to (n_layer x 2 x n_head_kv x head_dim x bytes per value x positions). */
+ * position attended to (n_layer x 2 x n_head_kv x head_dim x bytes per value x positions).
+ * Once a context exists, kv_bytes_per_position replaces the per-position part by the pool's:
+ * a hybrid model's recurrent layers keep no K/V. */
 static double kv_bytes_per_token(const llmm_model_info *i, const options *o) {
     return i->n_layer * 2.0 * i->n_head_kv * kv_row_bytes(o->kv_type, i->head_dim) * mean_decode_position(o);
+}
+
+/* K and V bytes of one position in every layer that has them: a KV block's bytes (the
+ * context's stats) over its positions; 0 when the stats have no block. */
+static double kv_bytes_per_position(llmm_context *ctx) {
+    llmm_context_stats s = {.size = sizeof s};
+    if (llmm_context_get_stats(ctx, &s) != LLMM_OK || !s.block_size) return 0;
+    return (double)s.block_bytes / s.block_size;
 }
 
 /* ---------------------------------------------------------------- statistics */
@@ -1154,6 +1164,8 @@ static int run(const options *o, llmm_model *m, const alloc_counter *counter, re
         llmm_model_last_error(m, err, sizeof err);
         return fail("cannot create context", st, err);
     }
+    const double kv_position = kv_bytes_per_position(ctx);
+    if (kv_position > 0) res->kv_bytes_per_token = kv_position * res->kv_mean_position;
     st = bench_all(ctx, m, o, counter, res);
     res->stats.size = sizeof res->stats;
     if (!st) st = llmm_context_get_stats(ctx, &res->stats);

@@ -659,10 +659,12 @@ static llmm_status bench_prefill(llmm_context *ctx, const llmm_token *prompt, co
 
 /* Decodes o->n_gen tokens after the prompt, feeding back the argmax, o->repeats times; every
  * repeat starts from the same state (prompt only, same first token), so all do the same work.
- * Each step (decode and argmax) is timed on its own for the latency percentiles. */
+ * Each repeat runs on a fork of sequence 0, which keeps the prompt: a hybrid model's recurrent
+ * state cannot be cut back to the prompt after decoding, a fork copies it (and shares the
+ * prompt's K/V blocks; its first step copies the partly filled tail block). Each step (decode
+ * and argmax) is timed on its own for the latency percentiles. */
 static llmm_status bench_decode(llmm_context *ctx, llmm_token first, const options *o, int triad_threads,
                                 samples *s) {
-    const llmm_seq_id seq = 0;
     llmm_status st = LLMM_OK;
     for (int r = 0; !st && r < o->repeats; r++) {
         s->triad_gbs[r] = 0;
@@ -672,7 +674,8 @@ static llmm_status bench_decode(llmm_context *ctx, llmm_token first, const optio
         }
         double *step_ms = s->token_ms + (size_t)r * (size_t)o->n_gen;
         llmm_token tok = first;
-        st = llmm_seq_truncate(ctx, seq, (size_t)o->n_prompt);
+        llmm_seq_id seq = -1;
+        st = llmm_seq_fork(ctx, 0, &seq);
         const double t_run = now_ms();
         for (int k = 0; !st && k < o->n_gen; k++) {
             const double t0 = now_ms();
@@ -681,6 +684,10 @@ static llmm_status bench_decode(llmm_context *ctx, llmm_token first, const optio
             step_ms[k] = now_ms() - t0;
         }
         const double ms = now_ms() - t_run;
+        if (seq >= 0) {
+            const llmm_status freed = llmm_seq_free(ctx, seq);
+            if (!st) st = freed;
+        }
         if (st) break;
         s->decode_tps[r] = o->n_gen / (ms * 1e-3);
         fprintf(stderr, "decode %d/%d: %d tokens in %.2f ms, %.1f tok/s, %.3f ms/token", r + 1, o->repeats, o->n_gen,
@@ -1124,7 +1131,12 @@ static llmm_status create_context(const llmm_model *m, const options *o, int n_t
     cp.backend = o->backend;
     cp.device = o->device;
     if (o->block_size) cp.kv_block_size = (uint32_t)o->block_size;
-    if (o->parallel) cp.n_seq_max = (uint32_t)o->parallel;
+    if (o->parallel > 1) {
+        cp.n_seq_max = (uint32_t)o->parallel;
+    } else { /* the prompt and bench_decode's fork: one sequence's blocks, the fork's new ones and a copy */
+        cp.n_seq_max = 2;
+        cp.n_ctx_total = cp.n_ctx + (uint32_t)o->n_gen + 2 * cp.kv_block_size;
+    }
     return llmm_context_create(m, &cp, ctx);
 }
 

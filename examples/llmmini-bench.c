@@ -534,9 +534,19 @@ static double kv_row_bytes(llmm_kv_type type, uint32_t head_dim) {
 static double mean_decode_position(const options *o) { return o->n_prompt + (o->n_gen + 1) / 2.0; }
 
 /* K/V bytes one decode step reads at the mean position: every layer's K and V rows of every
- * position attended to (n_layer x 2 x n_head_kv x head_dim x bytes per value x positions). */
+ * position attended to (n_layer x 2 x n_head_kv x head_dim x bytes per value x positions).
+ * Once a context exists, kv_bytes_per_position replaces the per-position part by the pool's:
+ * a hybrid model's recurrent layers keep no K/V. */
 static double kv_bytes_per_token(const llmm_model_info *i, const options *o) {
     return i->n_layer * 2.0 * i->n_head_kv * kv_row_bytes(o->kv_type, i->head_dim) * mean_decode_position(o);
+}
+
+/* K and V bytes of one position in every layer that has them: a KV block's bytes (the
+ * context's stats) over its positions; 0 when the stats have no block. */
+static double kv_bytes_per_position(llmm_context *ctx) {
+    llmm_context_stats s = {.size = sizeof s};
+    if (llmm_context_get_stats(ctx, &s) != LLMM_OK || !s.block_size) return 0;
+    return (double)s.block_bytes / s.block_size;
 }
 
 /* ---------------------------------------------------------------- statistics */
@@ -661,10 +671,12 @@ static llmm_status bench_prefill(llmm_context *ctx, const llmm_token *prompt, co
 
 /* Decodes o->n_gen tokens after the prompt, feeding back the argmax, o->repeats times; every
  * repeat starts from the same state (prompt only, same first token), so all do the same work.
- * Each step (decode and argmax) is timed on its own for the latency percentiles. */
+ * Each repeat runs on a fork of sequence 0, which keeps the prompt: a hybrid model's recurrent
+ * state cannot be cut back to the prompt after decoding, a fork copies it (and shares the
+ * prompt's K/V blocks; its first step copies the partly filled tail block). Each step (decode
+ * and argmax) is timed on its own for the latency percentiles. */
 static llmm_status bench_decode(llmm_context *ctx, llmm_token first, const options *o, int triad_threads,
                                 samples *s) {
-    const llmm_seq_id seq = 0;
     llmm_status st = LLMM_OK;
     for (int r = 0; !st && r < o->repeats; r++) {
         s->triad_gbs[r] = 0;
@@ -674,7 +686,8 @@ static llmm_status bench_decode(llmm_context *ctx, llmm_token first, const optio
         }
         double *step_ms = s->token_ms + (size_t)r * (size_t)o->n_gen;
         llmm_token tok = first;
-        st = llmm_seq_truncate(ctx, seq, (size_t)o->n_prompt);
+        llmm_seq_id seq = -1;
+        st = llmm_seq_fork(ctx, 0, &seq);
         const double t_run = now_ms();
         for (int k = 0; !st && k < o->n_gen; k++) {
             const double t0 = now_ms();
@@ -683,6 +696,10 @@ static llmm_status bench_decode(llmm_context *ctx, llmm_token first, const optio
             step_ms[k] = now_ms() - t0;
         }
         const double ms = now_ms() - t_run;
+        if (seq >= 0) {
+            const llmm_status freed = llmm_seq_free(ctx, seq);
+            if (!st) st = freed;
+        }
         if (st) break;
         s->decode_tps[r] = o->n_gen / (ms * 1e-3);
         fprintf(stderr, "decode %d/%d: %d tokens in %.2f ms, %.1f tok/s, %.3f ms/token", r + 1, o->repeats, o->n_gen,
@@ -1137,7 +1154,12 @@ static llmm_status create_context(const llmm_model *m, const options *o, int n_t
     cp.backend = o->backend;
     cp.device = o->device;
     if (o->block_size) cp.kv_block_size = (uint32_t)o->block_size;
-    if (o->parallel) cp.n_seq_max = (uint32_t)o->parallel;
+    if (o->parallel > 1) {
+        cp.n_seq_max = (uint32_t)o->parallel;
+    } else { /* the prompt and bench_decode's fork: one sequence's blocks, the fork's new ones and a copy */
+        cp.n_seq_max = 2;
+        cp.n_ctx_total = cp.n_ctx + (uint32_t)o->n_gen + 2 * cp.kv_block_size;
+    }
     return llmm_context_create(m, &cp, ctx);
 }
 
@@ -1177,6 +1199,8 @@ static int run(const options *o, llmm_model *m, const alloc_counter *counter, re
         llmm_model_last_error(m, err, sizeof err);
         return fail("cannot create context", st, err);
     }
+    const double kv_position = kv_bytes_per_position(ctx);
+    if (kv_position > 0) res->kv_bytes_per_token = kv_position * res->kv_mean_position;
     st = bench_all(ctx, m, o, counter, res);
     res->stats.size = sizeof res->stats;
     if (!st) st = llmm_context_get_stats(ctx, &res->stats);

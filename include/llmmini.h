@@ -1142,7 +1142,7 @@ typedef struct llmm_context_stats {
     uint64_t blocks_shared;     /* held by more than one sequence */
     uint64_t blocks_cached;     /* prefix-cache blocks held by no sequence (evictable) */
     uint64_t kv_bytes;          /* bytes of the KV pool */
-    uint64_t block_bytes;       /* bytes of one block (all layers, K and V) */
+    uint64_t block_bytes;       /* bytes of one block (the attention layers, K and V) */
     double fragmentation;       /* unused slots in partly filled blocks / slots of used blocks */
     uint64_t tokens_prefilled;  /* since the context was created */
     uint64_t tokens_decoded;

@@ -1,7 +1,8 @@
 #!/bin/sh
 # The standard benchmark behind `make bench`: a Qwen2.5-0.5B-shaped model (synthesized once
 # into $BUILD/bench/ with the real Qwen2 tokenizer when $LLMM_SHARED has it) in F16 and three
-# quantizations, each benchmarked with every core, plus a cold-start run; the results replace
+# quantizations, and one hybrid (the LFM2-1.2B shape in Q4_0: short convolutions beside
+# attention), each benchmarked with every core, plus a cold-start run; the results replace
 # the block between `<!-- bench:begin -->` and `<!-- bench:end -->` of docs/performance.md.
 #
 # Environment: BUILD (build), LLMM_SHARED (../shared), BENCH_THREADS (all online CPUs),
@@ -25,6 +26,7 @@ else
     DOC=${BENCH_DOC:-docs/performance.md}
 fi
 PRESET=qwen2.5-0.5b
+HYBRID=lfm2-1.2b
 VOCAB=$SHARED/vocab/ggml-vocab-qwen2.gguf
 TYPES="f16 q4_0 q8_0 q4_k_m"
 COLD_ARGS="-p 12 -n 1 -r 1 --no-bandwidth"
@@ -93,6 +95,14 @@ for t in $TYPES; do
         echo "$BUILD/llmmini-quantize $F16 $out $t (cached from an earlier run)" >> "$COMMANDS"
     fi
 done
+HYBRID_Q4=$DIR/$HYBRID-q4_0.gguf
+if [ ! -f "$HYBRID_Q4" ]; then
+    partial=$HYBRID_Q4
+    run "$BUILD/llmmini-synth" -o "$HYBRID_Q4" --preset $HYBRID --type q4_0
+    partial=""
+else
+    echo "$BUILD/llmmini-synth -o $HYBRID_Q4 --preset $HYBRID --type q4_0 (cached from an earlier run)" >> "$COMMANDS"
+fi
 
 # Seconds the bench would take with the given -p/-n/-r at the probe's speeds.
 estimate_s() { # probe.json args...
@@ -110,8 +120,9 @@ estimate_s() { # probe.json args...
 }
 
 : > "$DIR/reduced.txt"
-for t in $TYPES; do
-    model=$DIR/$PRESET-$t.gguf
+bench_model() { # model tag: result-<tag>.json, shortened (and listed) when the probe says it is slow
+    model=$1
+    t=$2
     args=$ARGS
     if [ "$QUICK" != 1 ]; then
         # shellcheck disable=SC2086
@@ -126,7 +137,12 @@ for t in $TYPES; do
     fi
     # shellcheck disable=SC2086
     run "$BUILD/llmmini-bench" -m "$model" -t "$THREADS" $args --json > "$DIR/result-$t.json"
+}
+for t in $TYPES; do
+    bench_model "$DIR/$PRESET-$t.gguf" "$t"
 done
+bench_model "$HYBRID_Q4" "$HYBRID-q4_0"
+
 start=$(now_ms)
 # shellcheck disable=SC2086
 run "$BUILD/llmmini-bench" -m "$DIR/$PRESET-q4_0.gguf" -t "$THREADS" $COLD_ARGS --json > "$DIR/result-cold.json"
@@ -169,7 +185,9 @@ BLOCK=$DIR/block.md
     echo "$load_start at the start, $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown) at the end."
     [ "$QUICK" = 1 ] && echo "QUICK RUN (BENCH_QUICK=1): few tokens and one repeat; a pipeline check, not a measurement."
     echo "Model: the Qwen2.5-0.5B shape (\`llmmini-synth --preset $PRESET\`: 896 x 24, 14/2 heads, ff 4864,"
-    echo "tied embeddings) with seeded random weights and $vocab_note."
+    echo "tied embeddings) with seeded random weights and $vocab_note. The hybrid row: the LFM2-1.2B"
+    echo "shape (\`--preset $HYBRID\`: 2048 x 16, 6 attention layers and 10 gated short convolutions, 65536"
+    echo "synthetic vocabulary), Q4_0 from llmmini-synth directly."
     echo
     echo "| model | type | file MiB | threads | prefill tok/s | decode tok/s | decode bandwidth GB/s | paired STREAM GB/s | bandwidth fraction | STREAM after GB/s | fraction of it | read GB/s | fraction of read | load ms | TTFT ms | peak RSS / file |"
     echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
@@ -178,6 +196,9 @@ BLOCK=$DIR/block.md
         grep -q "^$t " "$DIR/reduced.txt" && label="$label, shorter run (see below)"
         row "$label" "$(echo "$t" | tr '[:lower:]' '[:upper:]')" "$DIR/result-$t.json"
     done
+    label="LFM2-1.2B shape (hybrid)"
+    grep -q "^$HYBRID-q4_0 " "$DIR/reduced.txt" && label="$label, shorter run (see below)"
+    row "$label" "Q4_0" "$DIR/result-$HYBRID-q4_0.json"
     row "cold start, 12-token prompt" "Q4_0" "$DIR/result-cold.json" 1
     echo
     echo "Prefill and decode tok/s are medians over the repeats; TTFT is the prefill of the whole prompt"

@@ -536,6 +536,33 @@ static void test_corrupted_states_refused(void **state) {
     llmm_model_free(m);
 }
 
+/* A version-2 state (from before the format carried recurrent state), written by that release
+ * for stories260K: the saved-state fuzz seed with ten tokens, F16 K/V. It still loads into this
+ * attention-only model, and the next token's logits equal those of the same ten tokens
+ * prefilled here, within 1e-5 relative (kernels may round otherwise than that release's did). */
+static void test_loads_format2_state(void **state) {
+    (void)state;
+    static const llmm_token k_saved[10] = {1, 403, 261, 29, 7, 300, 12, 99, 42, 5};
+    static const char path[] = "tests/fuzz/corpus/saved_state/tokens-10";
+    llmm_model *m = load_model("stories260K.gguf", NULL);
+    llmm_context_params p = ctx_params(64, 2, LLMM_KV_F16);
+    llmm_context *c = make_context(m, &p);
+    if (llmm_seq_load(c, 0, path) != LLMM_OK) fail_msg("%s: %s", path, llmm_context_last_error(c));
+    size_t len = 0;
+    assert_int_equal(llmm_seq_length(c, 0, &len), LLMM_OK);
+    assert_int_equal(len, 10);
+    assert_int_equal(llmm_prefill(c, 1, k_saved, 10, 0), LLMM_OK);
+    float loaded[N_VOCAB];
+    decode_one(c, 0, 77);
+    copy_logits(c, 0, loaded, N_VOCAB);
+    decode_one(c, 1, 77);
+    const double worst = worst_relative_difference(loaded, logits_row(c, 0), N_VOCAB);
+    print_message("format 2 state vs prefilled: worst relative logit difference %.2e\n", worst);
+    assert_true(worst <= 1e-5);
+    llmm_context_free(c);
+    llmm_model_free(m);
+}
+
 /* ------------------------------------------------------------------ pool limits */
 
 /* A pool of 2 blocks of 16: a second sequence does not fit, decode stops at 32 positions,
@@ -942,6 +969,7 @@ int main(void) {
         cmocka_unit_test(test_256_sequences),
         cmocka_unit_test(test_save_load_round_trip),
         cmocka_unit_test(test_corrupted_states_refused),
+        cmocka_unit_test(test_loads_format2_state),
         cmocka_unit_test(test_pool_exhausted),
         cmocka_unit_test(test_estimate_matches_creation),
         cmocka_unit_test(test_estimate_memory_cpu),

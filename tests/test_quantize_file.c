@@ -161,6 +161,27 @@ static void test_recipe_fallbacks(void **state) {
     llmm__gguf_close(f);
 }
 
+/* The recurrent layers' convolution taps stay as they are (F32, which the loader requires) under
+ * every recipe: lfm2's shortconv.conv and qwen35's ssm_conv1d, 2-D weights of 3 and 4 taps. */
+static void test_convolution_taps_kept(void **state) {
+    (void)state;
+    static const char *const files[] = {"golden/arch/tiny-lfm2.gguf", "golden/arch/tiny-qwen35.gguf"};
+    static const char *const taps[] = {"blk.0.shortconv.conv.weight", "blk.0.ssm_conv1d.weight"};
+    static const char *const recipes[] = {"q4_k_m", "q4_0", "q8_0", "f16"};
+    for (size_t i = 0; i < ARRAY_LEN(files); i++) {
+        gguf_file *f = open_shared_model(files[i]);
+        if (!f) skip();
+        const gguf_tensor *t = llmm__gguf_find_tensor(f, taps[i]);
+        assert_non_null(t);
+        assert_int_equal(t->type, LLMM_TYPE_F32);
+        for (size_t r = 0; r < ARRAY_LEN(recipes); r++) {
+            const llmm_quant_choice c = llmm__quant_choose(llmm__quant_recipe_find(recipes[r]), f, t);
+            if (c.type != LLMM_TYPE_F32 || c.fell_back) fail_msg("%s %s: type %u", recipes[r], taps[i], c.type);
+        }
+        llmm__gguf_close(f);
+    }
+}
+
 /* ================================================================== whole models */
 
 /* Greedy continuation of "Once upon a time"; returns the number of tokens. */
@@ -408,6 +429,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_recipe_mixes),
         cmocka_unit_test(test_recipe_fallbacks),
+        cmocka_unit_test(test_convolution_taps_kept),
         cmocka_unit_test(test_reference_encoding),
         cmocka_unit_test(test_stories_greedy_agreement),
         cmocka_unit_test(test_padded_stories_greedy_agreement),

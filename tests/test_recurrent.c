@@ -22,15 +22,21 @@
 #include "llmmini.h"
 #include "support/fixtures.h"
 
-/* The models, and one sequence's state in bytes (all three slots): lfm2 has 2 short-convolution
+/* The models; one sequence's state in bytes (all three slots): lfm2 has 2 short-convolution
  * layers of (3 - 1) taps x 64 channels; qwen35 3 DeltaNet layers of (4 - 1) x 128 convolution
- * inputs and 4 heads of 16 x 16. */
+ * inputs and 4 heads of 16 x 16; the K and V of one position, F32, in the attention layers
+ * alone (lfm2: 2 of 2 heads x 16, qwen35: 1 of 2 x 32); and a state of "Once upon a time"
+ * saved by the library before the KV pool left out the recurrent layers (format 3, F32 KV). */
 static const struct recurrent_model {
     const char *file;
     uint64_t state_bytes;
+    uint64_t kv_position_bytes;
+    const char *state_v3;
 } models[] = {
-    {"golden/arch/tiny-lfm2.gguf", 3ull * 2 * (3 - 1) * 64 * sizeof(float)},
-    {"golden/arch/tiny-qwen35.gguf", 3ull * 3 * ((4 - 1) * 128 + 4 * 16 * 16) * sizeof(float)},
+    {"golden/arch/tiny-lfm2.gguf", 3ull * 2 * (3 - 1) * 64 * sizeof(float), 2ull * 2 * 2 * 16 * sizeof(float),
+     "tests/data/saved_state/tiny-lfm2.once.v3"},
+    {"golden/arch/tiny-qwen35.gguf", 3ull * 3 * ((4 - 1) * 128 + 4 * 16 * 16) * sizeof(float),
+     2ull * 1 * 2 * 32 * sizeof(float), "tests/data/saved_state/tiny-qwen35.once.v3"},
 };
 static const struct recurrent_model *g_case;
 #define N_STEPS 12
@@ -184,6 +190,20 @@ static void test_fork_mid_sequence(void **state) {
     }
 }
 
+/* Continue seq of c, just loaded with the n tokens of plain's prompt, into restored. A loaded
+ * state has no logits: plain's first greedy token is fed, so that both runs go on from the
+ * same point (restored's step 0 is plain's). */
+static void continue_loaded(llmm_context *c, llmm_seq_id seq, size_t n, const run *plain, run *restored) {
+    run_init(restored);
+    size_t len = 0;
+    assert_int_equal(llmm_seq_length(c, seq, &len), LLMM_OK);
+    assert_int_equal(len, n);
+    assert_int_equal(llmm_decode(c, &seq, &plain->tokens[0], 1), LLMM_OK);
+    continue_greedy(c, seq, restored, 1);
+    memcpy(restored->logits, plain->logits, g_vocab * sizeof *plain->logits);
+    restored->tokens[0] = plain->tokens[0];
+}
+
 /* Saved after the prompt, loaded into another context, continued: as if never interrupted. */
 static void test_save_restore(void **state) {
     (void)state;
@@ -201,21 +221,45 @@ static void test_save_restore(void **state) {
     llmm_context_free(c);
     c = context_with(512, 2);
     assert_int_equal(llmm_seq_load_buffer(c, 1, buf, used), LLMM_OK);
-    /* the loaded state has no logits: feed the prompt's last token again from a copy that
-     * stops one short, so both runs start from the same logits */
-    run_init(&restored);
-    size_t len = 0;
-    assert_int_equal(llmm_seq_length(c, 1, &len), LLMM_OK);
-    assert_int_equal(len, n);
-    llmm_seq_id s = 1;
-    assert_int_equal(llmm_decode(c, &s, &plain.tokens[0], 1), LLMM_OK);
-    continue_greedy(c, 1, &restored, 1);
-    memcpy(restored.logits, plain.logits, g_vocab * sizeof *plain.logits);
-    restored.tokens[0] = plain.tokens[0];
+    continue_loaded(c, 1, n, &plain, &restored);
     assert_same_run(&plain, &restored, "saved, loaded, continued");
     llmm_context_free(c);
     free(buf);
     free(plain.logits), free(restored.logits);
+}
+
+/* A state saved before the KV pool kept rows for the attention layers alone (its payload has
+ * zero rows for the recurrent layers, as the format still has) loads and continues as the
+ * uninterrupted run. */
+static void test_loads_state_saved_before(void **state) {
+    (void)state;
+    llmm_token ids[64];
+    const size_t n = prompt_ids("Once upon a time", ids, 64);
+    run plain, restored;
+    plain_run(ids, n, &plain);
+    llmm_context *c = context_with(512, 2);
+    const llmm_status st = llmm_seq_load(c, 1, g_case->state_v3);
+    if (st != LLMM_OK) fail_msg("%s: %s", g_case->state_v3, llmm_context_last_error(c));
+    continue_loaded(c, 1, n, &plain, &restored);
+    assert_same_run(&plain, &restored, "format 3 file loaded, continued");
+    llmm_context_free(c);
+    free(plain.logits), free(restored.logits);
+}
+
+/* The KV pool holds rows for the attention layers only: its size per position, and the
+ * context's block size, are those of the attention layers' K and V. */
+static void test_kv_pool_attention_layers_only(void **state) {
+    (void)state;
+    llmm_context_params cp = params_with(512, 1);
+    cp.n_ctx_total = 256;
+    llmm_context_memory mem = {.size = sizeof mem};
+    assert_int_equal(llmm_context_estimate_memory(g_model, &cp, &mem), LLMM_OK);
+    assert_int_equal(mem.kv_pool_bytes - g_case->state_bytes, 256 * g_case->kv_position_bytes);
+    llmm_context *c = make_context(g_model, &cp);
+    llmm_context_stats stats = {.size = sizeof stats};
+    assert_int_equal(llmm_context_get_stats(c, &stats), LLMM_OK);
+    assert_int_equal(stats.block_bytes, (uint64_t)stats.block_size * g_case->kv_position_bytes);
+    llmm_context_free(c);
 }
 
 /* Six sequences of different prompt lengths decoded in one batch per step: each row equals
@@ -580,6 +624,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_chunks_and_single_tokens),
         cmocka_unit_test(test_fork_mid_sequence),
         cmocka_unit_test(test_save_restore),
+        cmocka_unit_test(test_loads_state_saved_before),
+        cmocka_unit_test(test_kv_pool_attention_layers_only),
         cmocka_unit_test(test_six_sequences_batched),
         cmocka_unit_test(test_truncate_refused),
         cmocka_unit_test(test_failed_step_changes_nothing),

@@ -225,6 +225,60 @@ static void test_lfm2_preset(void **state) {
                        2 + 2 * 11 + 4 * 8);
 }
 
+/* Qwen3.5 0.8B narrowed to 4 layers, with the Qwen2 tokenizer: Gated DeltaNet in layers 0-2
+ * (norms, attn_qkv, attn_gate, F32 convolution taps, ssm_dt.bias, ssm_a, ssm_beta, ssm_alpha,
+ * ssm_norm, ssm_out, the FFN), gated full attention in layer 3 (Q twice as wide, Q/K norms),
+ * tied output; it loads as qwen35 and generates. */
+static void test_qwen35_preset(void **state) {
+    (void)state;
+    check_copied_vocab("ggml-vocab-qwen2.gguf",
+                       "--preset qwen3.5-0.8b --dim 128 --heads 2 --kv-heads 1 --ff 256 --layers 4 --type f16",
+                       2 + 3 * 14 + 11);
+}
+
+static gguf_file *open_gguf(const char *path) {
+    gguf_file *f = NULL;
+    llmm_diag d = {""};
+    if (llmm__gguf_open_file(path, 1, NULL, &f, &d)) fail_msg("open %s: %s", path, d.msg);
+    return f;
+}
+
+/* The qwen35 file has the reference converter's layout: tensor names in the order of
+ * golden/arch/tiny-qwen35 (4 layers; less its output.weight, as the preset ties the output)
+ * and every qwen35.* key of it, of the same type. */
+static void test_qwen35_preset_matches_converter_layout(void **state) {
+    (void)state;
+    temp_files t;
+    temp_names(&t);
+    assert_int_equal(run_synth(&t, "--preset qwen3.5-0.8b --dim 64 --heads 4 --kv-heads 2 --ff 160 --layers 4 "
+                                   "--n-vocab 512 --type f32"),
+                     0);
+    char ref_path[1024];
+    shared_path(ref_path, sizeof ref_path, "golden/arch/tiny-qwen35.gguf");
+    gguf_file *ref = open_gguf(ref_path), *got = open_gguf(t.model);
+    uint64_t j = 0;
+    for (uint64_t i = 0; i < ref->n_tensors; i++) {
+        const gguf_str name = ref->tensors[i].name;
+        if (llmm__gguf_str_eq(name, "output.weight")) continue;
+        if (j == got->n_tensors || name.len != got->tensors[j].name.len ||
+            memcmp(name.ptr, got->tensors[j].name.ptr, (size_t)name.len))
+            fail_msg("tensor %llu: the converter writes %.*s here", (unsigned long long)j, (int)name.len, name.ptr);
+        j++;
+    }
+    assert_int_equal(j, got->n_tensors);
+    for (uint64_t i = 0; i < ref->n_kv; i++) {
+        const gguf_kv *kv = &ref->kv[i];
+        if (kv->key.len < 7 || memcmp(kv->key.ptr, "qwen35.", 7)) continue;
+        char key[128];
+        snprintf(key, sizeof key, "%.*s", (int)kv->key.len, kv->key.ptr);
+        const gguf_kv *mine = llmm__gguf_find_kv(got, key);
+        if (!mine || mine->type != kv->type) fail_msg("%s missing or of another type", key);
+    }
+    llmm__gguf_close(ref);
+    llmm__gguf_close(got);
+    temp_remove(&t);
+}
+
 /* The SentencePiece vocabulary of Llama 2, into an F32 model. */
 static void test_spm_vocab_f32(void **state) {
     (void)state;
@@ -401,13 +455,6 @@ static void test_quantized_synthetic_logits(void **state) {
 }
 
 /* ------------------------------------------------------------------------ LoRA adapters */
-
-static gguf_file *open_gguf(const char *path) {
-    gguf_file *f = NULL;
-    llmm_diag d = {""};
-    if (llmm__gguf_open_file(path, 1, NULL, &f, &d)) fail_msg("open %s: %s", path, d.msg);
-    return f;
-}
 
 static void assert_kv_str(const gguf_file *f, const char *key, const char *want) {
     const gguf_kv *kv = llmm__gguf_find_kv(f, key);
@@ -743,6 +790,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_gemma3_preset),
         cmocka_unit_test(test_smollm3_preset),
         cmocka_unit_test(test_lfm2_preset),
+        cmocka_unit_test(test_qwen35_preset),
+        cmocka_unit_test(test_qwen35_preset_matches_converter_layout),
         cmocka_unit_test(test_spm_vocab_f32),
         cmocka_unit_test(test_missing_vocab_file),
         cmocka_unit_test(test_vocab_file_without_tokens),

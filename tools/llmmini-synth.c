@@ -59,6 +59,12 @@ static const shape presets[] = {
      * (2/3, rounded up to a multiple of 256) */
     {"lfm2-350m", "lfm2", 1024, 16, 16, 8, 4608, 65536, 128000, 0, 1000000.f, 1e-5f, 1, NO_LLAMA3},
     {"lfm2-1.2b", "lfm2", 2048, 16, 32, 8, 8192, 65536, 128000, 0, 1000000.f, 1e-5f, 1, NO_LLAMA3},
+    /* Qwen3.5-0.8B's text model: hidden 1024, 24 layers, 8 heads / 2 KV heads of 256,
+     * intermediate 3584, vocabulary 248320, 262144 positions, rope_theta 1e7 (model card and
+     * published spec pages). Its config.json was not at hand: rms_norm_eps 1e-6 and tied
+     * embeddings are the family's (Qwen3.5 configs seen: 1e-6, tie_word_embeddings true for the
+     * small ones), assumed here; the DeltaNet widths are in the qwen35 layout below. */
+    {"qwen3.5-0.8b", "qwen35", 1024, 24, 8, 2, 3584, 248320, 262144, 256, 10000000.f, 1e-6f, 1, NO_LLAMA3},
 };
 
 /* What each architecture adds to the llama layout (see lib/model/arch.c). */
@@ -70,26 +76,50 @@ typedef struct arch_layout {
      * short convolutions of conv_kernel taps; 0: every layer attention */
     uint64_t attn_layers;
     uint32_t conv_kernel;
+    const struct delta_net_layout *delta_net; /* Gated DeltaNet hybrids (qwen35); NULL: none */
 } arch_layout;
+
+/* A Gated DeltaNet hybrid: layer il is gated full attention (queries with their gates, attn_q
+ * twice as wide) when (il + 1) % full_attn_interval == 0, else a DeltaNet of ssm_k_heads
+ * query/key heads and ssm_v_heads value heads of ssm_state dims, whose q/k/v pass a causal
+ * convolution of ssm_conv_kernel taps; RoPE on rope_dims of each head, in M-RoPE sections
+ * (text positions: plain partial RoPE). */
+typedef struct delta_net_layout {
+    uint32_t full_attn_interval;
+    uint32_t ssm_state, ssm_k_heads, ssm_v_heads, ssm_conv_kernel, rope_dims;
+    uint32_t rope_sections[4];
+} delta_net_layout;
+
+/* Qwen3.5-0.8B's linear_num_key_heads 16, linear_num_value_heads 16, linear_key/value_head_dim
+ * 128, linear_conv_kernel_dim 4, partial_rotary_factor 0.25 (64 of 256 dims) and
+ * full_attention_interval 4, as a config derived from it (Qwen3.5-0.65B-Base-Rearchitected,
+ * same widths) states them; mrope_section [11, 11, 10] as Qwen3-VL's for 64 rotated dims */
+static const delta_net_layout qwen35_0_8b = {4, 128, 16, 16, 4, 64, {11, 11, 10, 0}};
 
 #define LFM2_ATTN_LAYERS ((1ull << 2) | (1ull << 5) | (1ull << 8) | (1ull << 10) | (1ull << 12) | (1ull << 14))
 
 static const arch_layout layouts[] = {
-    {"llama", 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"qwen2", 1, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"qwen3", 0, 1, 0, 0, 0, 0, 0, 0, 0},
-    {"phi3", 0, 0, 1, 1, 0, 0, 0, 0, 0},
-    {"gemma2", 0, 0, 0, 0, 1, 1, 4096, 0, 0},
+    {"llama", 0, 0, 0, 0, 0, 0, 0, 0, 0, NULL},
+    {"qwen2", 1, 0, 0, 0, 0, 0, 0, 0, 0, NULL},
+    {"qwen3", 0, 1, 0, 0, 0, 0, 0, 0, 0, NULL},
+    {"phi3", 0, 0, 1, 1, 0, 0, 0, 0, 0, NULL},
+    {"gemma2", 0, 0, 0, 0, 1, 1, 4096, 0, 0, NULL},
     /* local layers' rope base: the reference's default 10000, as the converter writes no key */
-    {"gemma3", 0, 1, 0, 0, 1, 0, 512, 0, 0},
-    {"smollm3", 0, 0, 0, 0, 0, 0, 0, 0, 0}, /* NoPE layers: fixed by the architecture, no key */
+    {"gemma3", 0, 1, 0, 0, 1, 0, 512, 0, 0, NULL},
+    {"smollm3", 0, 0, 0, 0, 0, 0, 0, 0, 0, NULL}, /* NoPE layers: fixed by the architecture, no key */
     /* full_attn_idxs of LFM2 350M and 1.2B; head size n_embd / n_head, no key for it */
-    {"lfm2", 0, 1, 0, 0, 0, 0, 0, LFM2_ATTN_LAYERS, 3},
+    {"lfm2", 0, 1, 0, 0, 0, 0, 0, LFM2_ATTN_LAYERS, 3, NULL},
+    {"qwen35", 0, 1, 0, 0, 0, 0, 0, 0, 0, &qwen35_0_8b},
 };
 
 /* Layer il of a short-convolution hybrid is a convolution. */
 static int is_conv_layer(const arch_layout *a, uint32_t il) {
     return a->conv_kernel && !(il < 64 && (a->attn_layers >> il & 1));
+}
+
+/* Layer il of a DeltaNet hybrid is a Gated DeltaNet (else gated full attention). */
+static int is_delta_layer(const arch_layout *a, uint32_t il) {
+    return a->delta_net && (il + 1) % a->delta_net->full_attn_interval != 0;
 }
 
 static const arch_layout *layout_of(const char *arch) {
@@ -260,6 +290,23 @@ static void write_synthetic_vocab(writer *w, uint32_t n_vocab) {
 
 static uint32_t head_dim_of(const shape *s) { return s->head_dim ? s->head_dim : s->n_embd / s->n_head; }
 
+/* qwen35's keys beyond the attention ones, as the converter names them. */
+static void write_delta_net_metadata(writer *w, const shape *s, const delta_net_layout *a) {
+    char key[128];
+    arch_kv_u32(w, s->arch, "attention.value_length", head_dim_of(s));
+    snprintf(key, sizeof key, "%s.rope.dimension_sections", s->arch);
+    kv_head(w, key, GGUF_TYPE_ARRAY);
+    put_u32(w, GGUF_TYPE_I32);
+    put_u64(w, 4);
+    for (int i = 0; i < 4; i++) put_u32(w, a->rope_sections[i]);
+    arch_kv_u32(w, s->arch, "ssm.conv_kernel", a->ssm_conv_kernel);
+    arch_kv_u32(w, s->arch, "ssm.state_size", a->ssm_state);
+    arch_kv_u32(w, s->arch, "ssm.group_count", a->ssm_k_heads);
+    arch_kv_u32(w, s->arch, "ssm.time_step_rank", a->ssm_v_heads);
+    arch_kv_u32(w, s->arch, "ssm.inner_size", a->ssm_v_heads * a->ssm_state);
+    arch_kv_u32(w, s->arch, "full_attention_interval", a->full_attn_interval);
+}
+
 static void write_metadata(writer *w, const shape *s, const arch_layout *layout, const gguf_file *vocab) {
     kv_str(w, "general.architecture", s->arch);
     kv_str(w, "general.name", "llmmini-synth");
@@ -281,8 +328,10 @@ static void write_metadata(writer *w, const shape *s, const arch_layout *layout,
     } else {
         arch_kv_u32(w, s->arch, "attention.head_count_kv", s->n_head_kv);
         arch_kv_u32(w, s->arch, "attention.key_length", head_dim_of(s));
-        arch_kv_u32(w, s->arch, "rope.dimension_count", head_dim_of(s));
+        arch_kv_u32(w, s->arch, "rope.dimension_count",
+                    layout->delta_net ? layout->delta_net->rope_dims : head_dim_of(s));
     }
+    if (layout->delta_net) write_delta_net_metadata(w, s, layout->delta_net);
     arch_kv_f32(w, s->arch, "attention.layer_norm_rms_epsilon", s->norm_eps);
     arch_kv_f32(w, s->arch, "rope.freq_base", s->rope_base);
     if (layout->softcaps) {
@@ -296,7 +345,7 @@ static void write_metadata(writer *w, const shape *s, const arch_layout *layout,
 
 /* What a tensor's rows hold: scaled noise (matrices), ones (norms, biases), or the Llama 3
  * rope frequency factors the model's rope_scaling defines. */
-enum fill { FILL_NOISE, FILL_ONES, FILL_LLAMA3_ROPE };
+enum fill { FILL_NOISE, FILL_ONES, FILL_MINUS_ONES, FILL_LLAMA3_ROPE };
 
 typedef struct tensor_spec {
     char name[64];
@@ -306,6 +355,29 @@ typedef struct tensor_spec {
     uint64_t offset, bytes;
 } tensor_spec;
 
+/* A qwen35 layer's tensors after attn_norm: the tensor the converter names post_attention_norm
+ * is the FFN's pre-norm (there is no ffn_norm), then the mixer, then the FFN. */
+static size_t qwen35_layer_tensors(const shape *s, const arch_layout *a, uint32_t il, const char **names,
+                                   uint64_t (*dims)[2]) {
+    const uint64_t E = s->n_embd, hd = head_dim_of(s), Q = hd * s->n_head, KV = hd * s->n_head_kv, F = s->n_ff;
+    const delta_net_layout *dn = a->delta_net;
+    const uint64_t V = dn->ssm_v_heads, inner = V * dn->ssm_state, conv = 2 * (uint64_t)dn->ssm_k_heads * dn->ssm_state + inner;
+    size_t n = 0;
+#define T(nm, a0, a1) (names[n] = nm, dims[n][0] = a0, dims[n][1] = a1, n++)
+    T("post_attention_norm.weight", E, 1);
+    if (is_delta_layer(a, il)) {
+        T("attn_qkv.weight", E, conv), T("attn_gate.weight", E, inner), T("ssm_conv1d.weight", dn->ssm_conv_kernel, conv);
+        T("ssm_dt.bias", V, 1), T("ssm_a", V, 1), T("ssm_beta.weight", E, V), T("ssm_alpha.weight", E, V);
+        T("ssm_norm.weight", dn->ssm_state, 1), T("ssm_out.weight", inner, E);
+    } else {
+        T("attn_q.weight", E, 2 * Q), T("attn_k.weight", E, KV), T("attn_v.weight", E, KV);
+        T("attn_q_norm.weight", hd, 1), T("attn_k_norm.weight", hd, 1), T("attn_output.weight", Q, E);
+    }
+    T("ffn_gate.weight", E, F), T("ffn_up.weight", E, F), T("ffn_down.weight", F, E);
+#undef T
+    return n;
+}
+
 /* One layer's tensors in the architecture's layout: {suffix, ne0, ne1}; ne1 == 1 is a
  * vector (f32). */
 static size_t layer_tensors(const shape *s, const arch_layout *a, uint32_t il, const char *names[20],
@@ -314,6 +386,7 @@ static size_t layer_tensors(const shape *s, const arch_layout *a, uint32_t il, c
     size_t n = 0;
 #define T(nm, a0, a1) (names[n] = nm, dims[n][0] = a0, dims[n][1] = a1, n++)
     T("attn_norm.weight", E, 1);
+    if (a->delta_net) return n + qwen35_layer_tensors(s, a, il, names + n, dims + n);
     if (is_conv_layer(a, il)) {
         T("shortconv.in_proj.weight", E, 3 * E), T("shortconv.conv.weight", a->conv_kernel, E);
         T("shortconv.out_proj.weight", E, E);
@@ -352,8 +425,11 @@ static size_t build_tensor_list(const shape *s, const arch_layout *a, uint32_t w
         for (size_t k = 0; k < k_n; k++) {
             char nm[64];
             snprintf(nm, sizeof nm, "blk.%u.%s", l, names[k]);
-            if (dims[k][1] == 1) ADD(nm, dims[k][0], 1, LLMM_TYPE_F32, FILL_ONES);
-            else if (!strcmp(names[k], "shortconv.conv.weight")) /* taps: F32, as the engine reads them */
+            /* ssm_a holds -exp(A_log): negative, so that each step decays the DeltaNet state */
+            if (!strcmp(names[k], "ssm_a")) ADD(nm, dims[k][0], 1, LLMM_TYPE_F32, FILL_MINUS_ONES);
+            else if (dims[k][1] == 1) ADD(nm, dims[k][0], 1, LLMM_TYPE_F32, FILL_ONES);
+            else if (!strcmp(names[k], "shortconv.conv.weight") || !strcmp(names[k], "ssm_conv1d.weight"))
+                /* taps: F32, as the engine reads them */
                 ADD(nm, dims[k][0], dims[k][1], LLMM_TYPE_F32, FILL_NOISE);
             else ADD(nm, dims[k][0], dims[k][1], wtype, FILL_NOISE);
         }
@@ -398,7 +474,8 @@ static void write_tensor_data(writer *w, const shape *s, const tensor_spec *t, u
     for (uint64_t r = 0; r < t->ne1 && !w->failed; r++) {
         if (t->fill == FILL_LLAMA3_ROPE) llama3_rope_factors(s, row, t->ne0);
         else
-            for (uint64_t i = 0; i < t->ne0; i++) row[i] = t->fill == FILL_ONES ? 1.0f : next_float(rng) * scale;
+            for (uint64_t i = 0; i < t->ne0; i++)
+                row[i] = t->fill == FILL_ONES ? 1.0f : t->fill == FILL_MINUS_ONES ? -1.0f : next_float(rng) * scale;
         tt->from_float(row, qrow, t->ne0);
         put(w, qrow, llmm__row_bytes(t->type, t->ne0));
     }
@@ -696,7 +773,8 @@ static int usage(int rc) {
             "                     [--dim N] [--layers N] [--heads N] [--kv-heads N] [--ff N] [--n-vocab N] [--seed S]\n"
             "Writes a GGUF with seeded random weights (default preset 0.5b, type q4_0). Presets:\n"
             "  real models: tinyllama-1.1b, llama-3.2-1b, smollm2-135m, qwen2.5-0.5b, qwen3-0.6b,\n"
-            "               phi3-mini, gemma2-2b, gemma3-270m, gemma3-1b, smollm3-3b, lfm2-350m, lfm2-1.2b\n"
+            "               phi3-mini, gemma2-2b, gemma3-270m, gemma3-1b, smollm3-3b, lfm2-350m, lfm2-1.2b,\n"
+            "               qwen3.5-0.8b\n"
             "  sizes (llama, 32000 vocab): tiny, 0.5b, 1b, 3b, 8b\n"
             "  --vocab FILE  copy every tokenizer.* key of FILE (a model or vocabulary-only GGUF); its token\n"
             "                count sets the vocabulary size (--n-vocab is then ignored)\n"
@@ -836,6 +914,8 @@ static int write_model(const options *o, const arch_layout *layout, const gguf_f
     tensor_spec *t = calloc(4 + 20 * (size_t)s->n_layer, sizeof *t);
     size_t widest = s->n_ff > s->n_embd ? s->n_ff : s->n_embd;
     if ((size_t)head_dim_of(s) * s->n_head > widest) widest = (size_t)head_dim_of(s) * s->n_head;
+    const delta_net_layout *dn = layout->delta_net; /* ssm_out's rows: its inner width, not --dim's */
+    if (dn && (size_t)dn->ssm_v_heads * dn->ssm_state > widest) widest = (size_t)dn->ssm_v_heads * dn->ssm_state;
     float *row = malloc(sizeof(float) * widest);
     void *qrow = malloc(sizeof(float) * widest);
     writer w = {fopen(o->out, "wb"), 0, 0, 0};

@@ -52,7 +52,8 @@ typedef struct llmm_backend_stats {
 } llmm_backend_stats;
 
 /* The KV pool as the core lays it out (kvcache.h), handed to the backend in each step
- * descriptor. Position p of a sequence lives in block blocks[p / block_size], slot
+ * descriptor; n_layer counts the layers with K/V (the attention layers of a hybrid model).
+ * Position p of a sequence lives in block blocks[p / block_size], slot
  * p % block_size; the K row of layer l, K/V head h there starts at
  *     pool + ((0 * n_layer + l) * n_head_kv + h) * head_stride + block * block_stride + slot * row_bytes
  * (bytes), its V row at the same offset with 1 in place of 0, and holds head_dim values. Row
@@ -338,10 +339,12 @@ typedef struct llmm_backend_ops {
     llmm_status (*scale)(void *state, float *x, size_t n, float s);
     /* x = cap * tanh(x / cap) over n values (logit soft-capping) */
     llmm_status (*softcap)(void *state, float *x, size_t n, float cap);
-    /* store the step's K and V rows (n_rows, n_head_kv * head_dim, head after head) in layer
-     * `layer` at their rows' positions, converted to the pool's element type */
+    /* store the step's K and V rows (n_rows, n_head_kv * head_dim, head after head) in the
+     * pool's layer `layer` (an attention layer's place among the attention layers, the pool
+     * having none for recurrent ones) at their rows' positions, in the pool's element type */
     llmm_status (*kv_write)(void *state, uint32_t layer, const float *k, const float *v);
-    /* attention of the step's rows over layer `layer` of their sequences */
+    /* attention of the step's rows over the pool's layer `layer` (as kv_write's) of their
+     * sequences */
     llmm_status (*attention)(void *state, uint32_t layer, const llmm_attn_batch *batch);
 
     /* copy bytes between two buffers (a shared KV block being written: copy-on-write) */

@@ -110,7 +110,7 @@ llmm_status llmm__ctx_plan_for(const llmm_model *m, llmm_context_params *p, cons
     if (st) return st;
     const llmm_hparams *hp = &m->hp;
     *pl = (ctx_plan){0};
-    pl->kv = (kv_config){.n_layer = hp->n_layer, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim, .n_seq = p->n_seq_max,
+    pl->kv = (kv_config){.n_layer = m->weights->n_kv_layers, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim, .n_seq = p->n_seq_max,
                          .n_ctx = p->n_ctx, .block_size = p->kv_block_size, .type = (uint32_t)p->kv_type,
                          .prefix_cache = p->prefix_cache};
     if ((st = pool_blocks(p, &pl->kv, d))) return st;

@@ -83,13 +83,13 @@ static llmm_status attention_block(llmm_context *ctx, const llmm_layer_weights *
 
     TRY(be->rms_norm(s, a->x, l->attn_norm.data, a->xb, n, hp->n_embd, hp->norm_eps));
     TRY(qkv_projections(ctx, l, il, n));
-    TRY(be->kv_write(s, il, a->k, a->v));
+    TRY(be->kv_write(s, l->kv_index, a->k, a->v));
     const llmm_attn_batch batch = {
         .q = a->q, .out = a->att, .n_rows = n,
         .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim,
         .window = l->sliding_window, .scale = 1.0f / sqrtf((float)hp->head_dim), .softcap = hp->attn_softcap,
     };
-    TRY(be->attention(s, il, &batch));
+    TRY(be->attention(s, l->kv_index, &batch));
     const size_t q_dim = (size_t)hp->n_head * hp->head_dim;
     if (l->gated_q) /* att *= sigmoid(gate), the gates where qkv_projections split them to */
         TRY(be->glu(s, a->mix + ctx->max_rows * 2 * q_dim, a->att, n * q_dim, LLMM_ACT_SIGMOID));

@@ -193,9 +193,13 @@ static llmm_status check_fingerprint(const llmm_context *ctx, llmm_seq_id seq, c
 
 /* ---------------------------------------------------------------- payload */
 
-static size_t raw_bytes_for(const llmm_kv_store *kv, uint32_t n_tokens) {
+/* The payload keeps rows for every layer of the model, zeros for the recurrent ones, as version
+ * 3 always did: the pool has rows for the attention layers alone (kvcache.h) since after
+ * version 3 came out, and keeping the payload's layout lets the files saved before load. */
+static size_t raw_bytes_for(const llmm_context *ctx, uint32_t n_tokens) {
+    const llmm_kv_store *kv = &ctx->kv;
     return (size_t)n_tokens * sizeof(int32_t) +
-           2 * (size_t)kv->cfg.n_layer * kv->cfg.n_head_kv * n_tokens * kv->row_bytes;
+           2 * (size_t)ctx->model->hp.n_layer * kv->cfg.n_head_kv * n_tokens * kv->row_bytes;
 }
 
 /* Bytes of a sequence's recurrent state in a payload: 0 for attention-only models. */
@@ -211,16 +215,17 @@ static llmm_status move_rows(const llmm_context *ctx, llmm_kv_store *kv, const k
                              int to_pool) {
     const uint32_t bs = kv->cfg.block_size;
     for (int which = 0; which < 2; which++)
-        for (uint32_t l = 0; l < kv->cfg.n_layer; l++)
+        for (uint32_t l = 0; l < ctx->model->hp.n_layer; l++)
             for (uint32_t h = 0; h < kv->cfg.n_head_kv; h++)
                 for (uint32_t i = 0; i * bs < n; i++) {
                     const size_t bytes = (size_t)LLMM_MIN(bs, n - i * bs) * kv->row_bytes;
-                    uint8_t *pool_rows = llmm__kv_segment(kv, which, l, h, s->blocks[i]);
+                    const llmm_layer_weights *layer = &ctx->w.layers[l];
                     llmm_status st = LLMM_OK;
-                    /* a recurrent layer never writes its rows of the pool: zeros stand for them */
-                    if (ctx->w.layers[l].recurrent) {
+                    /* a recurrent layer has no rows in the pool: zeros stand for them */
+                    if (layer->recurrent) {
                         if (!to_pool) memset(rows, 0, bytes);
                     } else {
+                        uint8_t *pool_rows = llmm__kv_segment(kv, which, layer->kv_index, h, s->blocks[i]);
                         st = to_pool ? kv->be->upload(kv->be_state, pool_rows, rows, bytes)
                                      : kv->be->download(kv->be_state, rows, pool_rows, bytes);
                     }
@@ -275,7 +280,7 @@ static llmm_status save_into(llmm_context *ctx, llmm_seq_id seq, int level, uint
     llmm_kv_store *kv = &ctx->kv;
     state_header h = fingerprint(ctx, seq);
     h.n_tokens = kv->seqs[seq].len;
-    const uint64_t kv_bytes = raw_bytes_for(kv, h.n_tokens);
+    const uint64_t kv_bytes = raw_bytes_for(ctx, h.n_tokens);
     h.raw_bytes = kv_bytes + recurrent_bytes(ctx);
     const size_t bound = STATE_HEADER_BYTES + ZSTD_compressBound((size_t)h.raw_bytes);
     if (cap <= STATE_HEADER_BYTES) {
@@ -353,7 +358,7 @@ static llmm_status check_state(llmm_context *ctx, uint32_t seq, const uint8_t *b
     if (h->version == 2 && recurrent_bytes(ctx))
         return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "saved state version 2 has no recurrent state, which %s needs",
                                ctx->model->architecture);
-    if (h->raw_bytes != raw_bytes_for(&ctx->kv, h->n_tokens) + recurrent_bytes(ctx))
+    if (h->raw_bytes != raw_bytes_for(ctx, h->n_tokens) + recurrent_bytes(ctx))
         return llmm__diag_fail(d, LLMM_ERR_BAD_FILE, "saved state payload size %llu does not fit %u tokens",
                          (unsigned long long)h->raw_bytes, h->n_tokens);
     if (h->payload_bytes != n - STATE_HEADER_BYTES)
@@ -417,7 +422,7 @@ static llmm_status install(llmm_context *ctx, uint32_t seq, const uint8_t *raw, 
         st = llmm__kv_reserve(kv, seq, n);
         if (!st) st = move_rows(ctx, kv, &kv->seqs[seq], (uint8_t *)raw + 4 * (size_t)n, n, 1);
         if (!st && recurrent_bytes(ctx))
-            st = ctx->be->upload(ctx->be_state, recurrent_slot(ctx, seq), raw + raw_bytes_for(kv, n), recurrent_bytes(ctx));
+            st = ctx->be->upload(ctx->be_state, recurrent_slot(ctx, seq), raw + raw_bytes_for(ctx, n), recurrent_bytes(ctx));
         if (!st) llmm__kv_commit(kv, seq, tokens, n);
     }
     if (st && !d->msg[0]) {
@@ -462,7 +467,7 @@ static llmm_status read_file(llmm_context *ctx, const char *path, uint8_t **out,
         return llmm__ctx_fail(ctx, LLMM_ERR_IO, "cannot read %s: %s", path, strerror(errno));
     }
     /* no valid state of this context is larger: refuse before reading a huge file */
-    const size_t largest = STATE_HEADER_BYTES + ZSTD_compressBound(raw_bytes_for(&ctx->kv, ctx->params.n_ctx));
+    const size_t largest = STATE_HEADER_BYTES + ZSTD_compressBound(raw_bytes_for(ctx, ctx->params.n_ctx));
     if ((unsigned long)size > largest) {
         fclose(f);
         return llmm__ctx_fail(ctx, LLMM_ERR_BAD_FILE, "%s: %ld bytes, larger than any saved state of this context (%zu)",

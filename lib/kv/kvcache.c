@@ -69,7 +69,7 @@ llmm_status llmm__kv_init(llmm_kv_store *kv, const llmm_backend_ops *be, void *b
     kv->max_blocks = blocks_per_seq(cfg);
     kv->row_bytes = kv_row_bytes(cfg->type, cfg->head_dim);
     size_t pool_bytes;
-    if (!kv->row_bytes || cfg->n_head_kv == 0 || cfg->n_blocks == 0 || cfg->n_blocks >= KV_NO_BLOCK ||
+    if (!kv->row_bytes || cfg->n_layer == 0 || cfg->n_head_kv == 0 || cfg->n_blocks == 0 || cfg->n_blocks >= KV_NO_BLOCK ||
         !llmm__kv_pool_bytes(cfg, &pool_bytes))
         return llmm__diag_fail(d, LLMM_ERR_INVALID_ARG, "KV pool of %u blocks is invalid or overflows", cfg->n_blocks);
     kv->segment_bytes = kv->row_bytes * cfg->block_size;

@@ -5,7 +5,10 @@
  * Pool layout (one backend buffer): one region per (K or V, layer, K/V head), each holding
  * that head's rows of every block, block after block:
  *     ({K, V}, n_layer, n_head_kv, n_blocks, block_size, row_bytes)
- * with row_bytes one head row (kv_row_bytes of head_dim values). Attention over one head of a
+ * with row_bytes one head row (kv_row_bytes of head_dim values) and n_layer the model's
+ * attention layers only (llmm_layer_weights.kv_index maps a layer to its slot): a hybrid's
+ * recurrent layers keep no K/V, and reserving rows for them would more than double LFM2's
+ * pool. Attention over one head of a
  * sequence whose blocks were handed out in order therefore reads one dense stream, where a
  * block-major layout (all layers and heads of a block together) would read part of every row
  * and jump to another page every few positions, several times slower. A block is thus
@@ -23,7 +26,8 @@
 #define KV_NO_BLOCK UINT32_MAX
 
 typedef struct kv_config {
-    uint32_t n_layer, n_head_kv, head_dim;
+    uint32_t n_layer;       /* layers with K/V: the attention layers */
+    uint32_t n_head_kv, head_dim;
     uint32_t n_seq, n_ctx;  /* sequence ids, positions per sequence */
     uint32_t block_size;    /* positions per block, a power of two */
     uint32_t type;          /* enum llmm_kv_type */

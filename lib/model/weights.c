@@ -394,6 +394,7 @@ llmm_status llmm__weights_bind(const llmm_weights_source *src, llmm_weights **ou
     for (uint32_t il = 0; il < m->hp->n_layer; il++) {
         if ((st = bind_layer(m, il, &w->layers[il], d))) return st;
         if (w->layers[il].recurrent) w->layers[il].state_index = w->n_recurrent++;
+        else w->layers[il].kv_index = w->n_kv_layers++;
     }
     size_mixers(m->hp, w);
     return LLMM_OK;

@@ -50,6 +50,8 @@ typedef struct llmm_layer_weights {
     int recurrent;              /* 1: a layer with a recurrent state (kind is not attention) */
     int gated_q;                /* LLMM_ARCH_GATED_Q: wq is (n_embd -> 2 * n_head * head_dim) */
     uint32_t state_index;       /* recurrent layers: this layer's place among them */
+    uint32_t kv_index;          /* attention layers: this layer's place among them, its K/V
+                                   slot in the pool (kvcache.h), which has no room for the others */
     uint32_t sliding_window;    /* 0: full attention in this layer */
     int rope_off;               /* 1: this layer applies no RoPE (a NoPE layer) */
     float rope_base;            /* this layer's RoPE base and linear frequency scale */
@@ -65,6 +67,7 @@ typedef struct llmm_weights {
     llmm_tensor rope_factors_short, rope_factors_long; /* optional (n_rot / 2): LongRoPE */
     llmm_layer_weights *layers; /* (n_layer) */
     uint32_t n_recurrent;       /* layers with a recurrent state per sequence */
+    uint32_t n_kv_layers;       /* attention layers: the KV pool's layers */
     size_t state_floats;        /* one such layer's state of one sequence (backend.h llmm_conv_batch,
                                    llmm_delta_batch) */
     size_t mixer_floats;        /* per row: the mixer scratch those layers and gated queries need */

@@ -64,9 +64,10 @@ static int str_contains(gguf_str s, const char *needle) {
     return 0;
 }
 
-/* Weights the reference never quantizes although they are named *weight. */
+/* Weights the reference never quantizes although they are named *weight; the convolution
+ * taps of qwen35 (ssm_conv1d) and lfm2 (shortconv.conv) are read as F32 (model/weights.c). */
 static const char *const keep_as_is[] = {"_norm.weight", "ffn_gate_inp.weight", "pos_embd", "token_types",
-                                         "ssm_conv1d", "attn_rel_b.weight"};
+                                         "ssm_conv1d", "shortconv.conv.weight", "attn_rel_b.weight"};
 
 static int is_vector(const gguf_tensor *t) { return t->ne[1] == 1 && t->ne[2] == 1 && t->ne[3] == 1; }
 

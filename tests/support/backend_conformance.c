@@ -948,16 +948,21 @@ static void check_rope(const conformance_target *t) {
 
 static const size_t k_elem_sizes[] = {1, 7, 31, 33, 173, 1001, 70001}; /* the last: the CPU's threads */
 
-/* silu(g) * up = g / (1 + e^-g) * up: tolerance 8u |ref|. gelu_tanh(g) * up = 0.5 g (1 +
+static const char *const k_act_names[] = {"silu", "gelu_tanh", "sigmoid"};
+
+/* silu(g) * up = g / (1 + e^-g) * up and sigmoid(g) * up = up / (1 + e^-g) (e^-g within a few
+ * ulps, then three roundings): tolerance 8u |ref|. gelu_tanh(g) * up = 0.5 g (1 +
  * tanh(z)) up, z = sqrt(2/pi) (g + 0.044715 g^3): z carries ~5 roundings and 1 + tanh(z)
- * cancels for negative g, so |err| <= 0.5 |g up| (5u |z| + 4u) + 6u |ref|. */
+ * cancels for negative g, so |err| <= 0.5 |g up| (5u |z| + 4u) + 6u |ref|. Sigmoid only where
+ * the backend has the gated_delta_net slot (tensor.h: only those meet it). */
 static void check_glu(const conformance_target *t) {
     rng_seed(&rng, 71);
+    const int n_acts = t->be->gated_delta_net ? 3 : 2;
     for (size_t ti = 0; ti < ARRAY_LEN(k_threads); ti++) {
         cf c;
         cf_open(&c, t, k_threads[ti], 0);
         cf_simple sp = {0};
-        for (int act = 0; act < 2; act++)
+        for (int act = 0; act < n_acts; act++)
             for (size_t si = 0; si < ARRAY_LEN(k_elem_sizes); si++) {
                 const size_t n = k_elem_sizes[si];
                 const float range = si % 2 ? 8.0f : 2.0f; /* [-8, 8] saturates */
@@ -965,7 +970,7 @@ static void check_glu(const conformance_target *t) {
                 float *got = xmalloc(n * sizeof *got);
                 float *gb = cf_put(&c, g, n * sizeof *g);
                 const float *ub = cf_put(&c, up, n * sizeof *up);
-                cf_case(&c, "glu", "%s, %zu values", act ? "gelu_tanh" : "silu", n);
+                cf_case(&c, "glu", "%s, %zu values", k_act_names[act], n);
                 cf_simple_begin(&c, &sp, 1, NULL, NULL, 1);
                 cf_ok(&c, t->be->glu(c.st, gb, ub, n, (llmm_activation)act), "glu");
                 cf_end(&c);
@@ -973,8 +978,8 @@ static void check_glu(const conformance_target *t) {
                 for (size_t i = 0; i < n; i++) {
                     const double gd = g[i], ud = up[i];
                     double ref, tol;
-                    if (act == LLMM_ACT_SILU) {
-                        ref = gd / (1.0 + exp(-gd)) * ud;
+                    if (act == LLMM_ACT_SILU || act == LLMM_ACT_SIGMOID) {
+                        ref = (act == LLMM_ACT_SILU ? gd : 1.0) / (1.0 + exp(-gd)) * ud;
                         tol = 8 * U_F32 * fabs(ref);
                     } else {
                         const double z = 0.79788456080286535588 * (gd + 0.044715 * gd * gd * gd);
@@ -1064,6 +1069,332 @@ static void check_elementwise(const conformance_target *t) {
             }
         cf_close(&c);
     }
+}
+
+/* split_halves: rows of 2 * width values into their first halves (a) and second halves (b),
+ * moved exactly; the optional slot of the backends that run qwen35. */
+static void check_split_halves(const conformance_target *t) {
+    if (!t->be->split_halves) return;
+    rng_seed(&rng, 73);
+    const size_t widths[] = {1, 16, 33, 128}, groups[] = {1, 5, 64};
+    for (size_t ti = 0; ti < ARRAY_LEN(k_threads); ti++) {
+        cf c;
+        cf_open(&c, t, k_threads[ti], 0);
+        cf_simple sp = {0};
+        for (size_t wi = 0; wi < ARRAY_LEN(widths); wi++)
+            for (size_t gi = 0; gi < ARRAY_LEN(groups); gi++) {
+                const size_t width = widths[wi], n_groups = groups[gi], n = n_groups * width;
+                float *src = rng_floats(&rng, 2 * n, -4.0f, 4.0f);
+                float *got_a = xmalloc(n * sizeof *got_a), *got_b = xmalloc(n * sizeof *got_b);
+                const float *sb = cf_put(&c, src, 2 * n * sizeof *src);
+                float *ab = cf_alloc(&c, n * sizeof *ab), *bb = cf_alloc(&c, n * sizeof *bb);
+                cf_case(&c, "split_halves", "%zu groups of 2 x %zu", n_groups, width);
+                cf_simple_begin(&c, &sp, 1, NULL, NULL, 1);
+                cf_ok(&c, t->be->split_halves(c.st, sb, ab, bb, n_groups, width), "split_halves");
+                cf_end(&c);
+                cf_get(&c, got_a, ab, n * sizeof *got_a);
+                cf_get(&c, got_b, bb, n * sizeof *got_b);
+                for (size_t g = 0; g < n_groups; g++)
+                    for (size_t i = 0; i < width; i++)
+                        if (got_a[g * width + i] != src[2 * g * width + i] ||
+                            got_b[g * width + i] != src[2 * g * width + width + i])
+                            cf_fail(&c, "group %zu value %zu: a %.9g b %.9g want %.9g %.9g", g, i,
+                                    (double)got_a[g * width + i], (double)got_b[g * width + i],
+                                    (double)src[2 * g * width + i], (double)src[2 * g * width + width + i]);
+                free(src);
+                free(got_a);
+                free(got_b);
+            }
+        cf_close(&c);
+    }
+}
+
+/* ------------------------------------------------------------------ recurrent layers */
+
+/* The sequences of a recurrent op's step: n_rows[i] consecutive rows of sequence i from
+ * position first[i] on; one sequence makes a prompt step (id 7), several a decode step (ids
+ * 100 + i), as the core's prompt, decode and speculative verify steps are. */
+typedef struct cf_rec_case {
+    size_t n_seqs;
+    uint32_t first[4];
+    uint32_t n_rows[4];
+} cf_rec_case;
+
+static const cf_rec_case k_rec_cases[] = {
+    {1, {0}, {1}}, {1, {0}, {9}}, {1, {1}, {4}}, {1, {5}, {7}}, {1, {3}, {21}}, /* prompt steps, from a state at 1, 3, 5 */
+    {3, {0, 2, 7}, {1, 1, 1}},                                       /* a decode step at mixed positions */
+    {3, {3, 0, 1}, {2, 4, 3}},                                       /* a verify step of three sequences */
+};
+
+/* The step of case rc over cf_simple's pool, and in seq_ids the sequence id of each sequence;
+ * returns the rows. */
+static size_t cf_rec_begin(cf *c, cf_simple *sp, const cf_rec_case *rc, llmm_seq_id *seq_ids) {
+    cf_simple_pool(c, sp);
+    cf_step *s = &sp->step;
+    memset(s, 0, sizeof *s);
+    size_t r = 0;
+    for (size_t q = 0; q < rc->n_seqs; q++) {
+        seq_ids[q] = rc->n_seqs == 1 ? 7 : (llmm_seq_id)(100 + q);
+        s->seq_ids[q] = seq_ids[q];
+        s->tables[q] = k_identity16;
+        s->n_blocks[q] = 16;
+        for (uint32_t i = 0; i < rc->n_rows[q]; i++, r++) {
+            s->tokens[r] = (llmm_token)r;
+            s->pos[r] = (int32_t)(rc->first[q] + i);
+            s->row_seq[r] = (uint32_t)q;
+        }
+    }
+    s->s = (llmm_step){.kind = rc->n_seqs == 1 ? LLMM_STEP_PROMPT : LLMM_STEP_DECODE, .n_rows = r,
+                       .tokens = s->tokens, .pos = s->pos, .row_seq = s->row_seq, .n_seqs = (uint32_t)rc->n_seqs,
+                       .seq_ids = s->seq_ids, .block_tables = s->tables, .n_blocks = s->n_blocks, .kv = &sp->kv};
+    cf_begin(c, s);
+    return r;
+}
+
+/* Floats of the state slots for sequence ids up to 103 (the cases' ids), seq_stride apart. */
+#define CF_REC_SEQ_IDS 104
+
+/* short_conv against a double reference of backend.h's llmm_conv_batch: u = B * X (one
+ * rounding: within u |u|), y[c] = sum over the kernel's taps of tap * u, out = C * y: the sum
+ * of kernel products and two more products carry at most (kernel + 3) roundings of
+ * sum |C tap u|, doubled for margin. The state after the call: each sequence's last
+ * kernel - 1 u rows (those at positions >= 0) within u |u|; the other sequences' slots as
+ * they were. */
+static void check_short_conv(const conformance_target *t) {
+    if (!t->be->short_conv) return;
+    rng_seed(&rng, 74);
+    const uint32_t dims[] = {1, 33, 64}, kernels[] = {1, 3, 4};
+    /* one backend start per shape: its cases' weights stay within CF_WEIGHTS */
+    for (size_t ti = 0; ti < ARRAY_LEN(k_threads); ti++)
+        for (size_t di = 0; di < ARRAY_LEN(dims); di++)
+            for (size_t ki = 0; ki < ARRAY_LEN(kernels); ki++) {
+                cf c;
+                cf_open(&c, t, k_threads[ti], 0);
+                cf_simple sp = {0};
+                for (size_t ci = 0; ci < ARRAY_LEN(k_rec_cases); ci++) {
+                    const cf_rec_case *rc = &k_rec_cases[ci];
+                    const uint32_t dim = dims[di], kernel = kernels[ki];
+                    const size_t stride = (size_t)(kernel - 1) * dim + 1; /* + 1: slots not packed */
+                    const size_t state_n = stride * CF_REC_SEQ_IDS;
+                    size_t n_rows = 0;
+                    for (size_t q = 0; q < rc->n_seqs; q++) n_rows += rc->n_rows[q];
+                    float *bcx = rng_floats(&rng, n_rows * 3 * dim, -2.0f, 2.0f);
+                    float *taps = rng_floats(&rng, (size_t)dim * kernel, -1.0f, 1.0f);
+                    float *states = rng_floats(&rng, state_n, -2.0f, 2.0f);
+                    float *got = xmalloc(n_rows * dim * sizeof *got), *got_states = xmalloc(state_n * sizeof *got_states);
+                    const float *bb = cf_put(&c, bcx, n_rows * 3 * dim * sizeof *bcx);
+                    float *ob = cf_alloc(&c, n_rows * dim * sizeof *ob);
+                    float *stb = cf_put(&c, states, state_n * sizeof *states);
+                    const float *tv = cf_vector(&c, taps, (size_t)dim * kernel);
+                    cf_case(&c, "short_conv", "dim %u, kernel %u, case %zu", dim, kernel, ci);
+                    llmm_seq_id ids[4];
+                    cf_rec_begin(&c, &sp, rc, ids);
+                    const llmm_conv_batch b = {.bcx = bb, .out = ob, .taps = tv, .states = stb, .seq_stride = stride,
+                                               .n_rows = n_rows, .dim = dim, .kernel = kernel};
+                    cf_ok(&c, t->be->short_conv(c.st, &b), "short_conv");
+                    cf_end(&c);
+                    cf_get(&c, got, ob, n_rows * dim * sizeof *got);
+                    cf_get(&c, got_states, stb, state_n * sizeof *got_states);
+                    /* u of a sequence's positions first - (kernel - 1) .. last, zero below 0 */
+                    double *u = xmalloc((kernel - 1 + CF_ROWS) * (size_t)dim * sizeof *u);
+                    char *is_seq = calloc(CF_REC_SEQ_IDS, 1);
+                    for (size_t q = 0, r0 = 0; q < rc->n_seqs; r0 += rc->n_rows[q], q++) {
+                        const float *slot = states + (size_t)ids[q] * stride;
+                        is_seq[ids[q]] = 1;
+                        for (uint32_t h = 0; h < kernel - 1; h++) /* history row h: position first - (kernel - 1) + h */
+                            for (uint32_t ch = 0; ch < dim; ch++) {
+                                const int64_t p = (int64_t)rc->first[q] - (kernel - 1) + h;
+                                u[(size_t)h * dim + ch] = p < 0 ? 0.0 : slot[(size_t)h * dim + ch];
+                            }
+                        for (uint32_t i = 0; i < rc->n_rows[q]; i++) {
+                            const float *row = bcx + (r0 + i) * 3 * dim;
+                            for (uint32_t ch = 0; ch < dim; ch++)
+                                u[(size_t)(kernel - 1 + i) * dim + ch] = (double)row[ch] * row[2 * dim + ch];
+                            for (uint32_t ch = 0; ch < dim; ch++) {
+                                double y = 0, mag = 0;
+                                for (uint32_t j = 0; j < kernel; j++) {
+                                    const double term = (double)taps[(size_t)ch * kernel + j] * u[(size_t)(i + j) * dim + ch];
+                                    y += term;
+                                    mag += fabs(term);
+                                }
+                                const double cval = row[dim + ch];
+                                cf_close_to(&c, got[(r0 + i) * dim + ch], cval * y,
+                                            2 * (kernel + 3) * U_F32 * fabs(cval) * mag + 1e-30,
+                                            "seq %zu row %u channel %u", q, i, ch);
+                            }
+                        }
+                        const uint32_t last = rc->first[q] + rc->n_rows[q] - 1;
+                        const float *got_slot = got_states + (size_t)ids[q] * stride;
+                        for (uint32_t h = 0; h < kernel - 1; h++) {
+                            const int64_t p = (int64_t)last - (kernel - 2) + h;
+                            if (p < 0) continue;
+                            const size_t ui = (size_t)(p - ((int64_t)rc->first[q] - (kernel - 1)));
+                            for (uint32_t ch = 0; ch < dim; ch++) {
+                                const double ref = u[ui * dim + ch];
+                                cf_close_to(&c, got_slot[(size_t)h * dim + ch], ref, U_F32 * fabs(ref),
+                                            "seq %zu state row %u (position %lld) channel %u", q, h, (long long)p, ch);
+                            }
+                        }
+                    }
+                    for (size_t id = 0; id < CF_REC_SEQ_IDS; id++)
+                        if (!is_seq[id] && memcmp(got_states + id * stride, states + id * stride, stride * sizeof *states))
+                            cf_fail(&c, "the state slot of sequence id %zu, not in the step, changed", id);
+                    free(u);
+                    free(is_seq);
+                    free(bcx);
+                    free(taps);
+                    free(states);
+                    free(got);
+                    free(got_states);
+                }
+                cf_close(&c);
+            }
+}
+
+/* One sequence of a gated_delta_net case in doubles, per backend.h's llmm_delta_batch: its rows
+ * r0 .. r0 + n - 1 from the state slot (conv inputs, then the matrices; both zero from
+ * position 0), the outputs into out and the state it leaves into slot_out. */
+typedef struct delta_shape {
+    uint32_t nk, nv, hd, kernel;
+} delta_shape;
+
+static double sigmoid_d(double x) { return 1.0 / (1.0 + exp(-x)); }
+
+static void delta_reference(const delta_shape *sh, const llmm_delta_batch *hb, size_t r0, uint32_t n, uint32_t first,
+                            const float *slot, double *out, double *slot_out) {
+    const size_t hd = sh->hd, C = (2 * (size_t)sh->nk + sh->nv) * hd, hist = sh->kernel - 1, V = sh->nv;
+    double *in = xmalloc((hist + n) * C * sizeof *in), *S = xmalloc(V * hd * hd * sizeof *S);
+    double *x = xmalloc(C * sizeof *x), *o = xmalloc(hd * sizeof *o), *d = xmalloc(hd * sizeof *d);
+    for (size_t i = 0; i < hist * C; i++) in[i] = first >= hist - i / C ? slot[i] : 0.0;
+    for (size_t i = 0; i < V * hd * hd; i++) S[i] = first ? slot[hist * C + i] : 0.0;
+    for (uint32_t t = 0; t < n; t++) {
+        const size_t r = r0 + t;
+        for (size_t ch = 0; ch < C; ch++) in[(hist + t) * C + ch] = hb->qkv[r * C + ch];
+        for (size_t ch = 0; ch < C; ch++) {
+            double y = 0;
+            for (uint32_t j = 0; j < sh->kernel; j++) y += (double)hb->taps[ch * sh->kernel + j] * in[(t + j) * C + ch];
+            x[ch] = y * sigmoid_d(y);
+        }
+        for (size_t h = 0; h < 2 * (size_t)sh->nk; h++) { /* query heads, then key heads */
+            double sum = 0;
+            for (size_t i = 0; i < hd; i++) sum += x[h * hd + i] * x[h * hd + i];
+            const double scale = 1.0 / fmax(sqrt(sum), hb->eps);
+            for (size_t i = 0; i < hd; i++) x[h * hd + i] *= scale;
+        }
+        for (size_t j = 0; j < V; j++) {
+            const double *q = x + (j % sh->nk) * hd, *k = x + (sh->nk + j % sh->nk) * hd;
+            const double *v = x + 2 * (size_t)sh->nk * hd + j * hd;
+            const double beta = sigmoid_d(hb->beta_raw[r * V + j]);
+            const double sp_in = (double)hb->alpha_raw[r * V + j] + hb->dt_bias[j];
+            const double g = (sp_in > 20 ? sp_in : log1p(exp(sp_in))) * hb->a[j];
+            double *Sj = S + j * hd * hd;
+            for (size_t i = 0; i < hd * hd; i++) Sj[i] *= exp(g);
+            for (size_t c = 0; c < hd; c++) {
+                double sk = 0;
+                for (size_t i = 0; i < hd; i++) sk += Sj[i * hd + c] * k[i];
+                d[c] = beta * (v[c] - sk);
+            }
+            for (size_t i = 0; i < hd; i++)
+                for (size_t c = 0; c < hd; c++) Sj[i * hd + c] += k[i] * d[c];
+            double ms = 0;
+            for (size_t c = 0; c < hd; c++) {
+                double sq = 0;
+                for (size_t i = 0; i < hd; i++) sq += Sj[i * hd + c] * q[i];
+                o[c] = sq / sqrt((double)hd);
+                ms += o[c] * o[c];
+            }
+            const double inv = 1.0 / sqrt(ms / (double)hd + hb->eps);
+            for (size_t c = 0; c < hd; c++) {
+                const double z = hb->z[r * V * hd + j * hd + c];
+                out[t * V * hd + j * hd + c] = o[c] * inv * hb->norm[c] * z * sigmoid_d(z);
+            }
+        }
+    }
+    for (size_t i = 0; i < hist * C; i++) slot_out[i] = in[n * C + i];
+    memcpy(slot_out + hist * C, S, V * hd * hd * sizeof *S);
+    free(in), free(S), free(x), free(o), free(d);
+}
+
+/* gated_delta_net against delta_reference. The chunked form a backend may use for prompt rows
+ * and the step-by-step recurrence round differently; both are held to what the model suites hold
+ * them to (test_recurrent: chunked and token-by-token logits within 1e-4): each output and
+ * state matrix value within 1e-4 (1 + |ref|). The state's convolution inputs are copies: exact
+ * (those of positions below 0 are not compared). Other sequences' slots unchanged. */
+static void check_gated_delta_net(const conformance_target *t) {
+    if (!t->be->gated_delta_net) return;
+    rng_seed(&rng, 75);
+    static const delta_shape shapes[] = {{2, 4, 16, 4}, {1, 3, 8, 2}, {2, 2, 32, 1}};
+    for (size_t ti = 0; ti < ARRAY_LEN(k_threads); ti++)
+        for (size_t si = 0; si < ARRAY_LEN(shapes); si++) {
+            cf c;
+            cf_open(&c, t, k_threads[ti], 0); /* per shape: its cases' weights stay within CF_WEIGHTS */
+            cf_simple sp = {0};
+            for (size_t ci = 0; ci < ARRAY_LEN(k_rec_cases); ci++) {
+                const delta_shape *sh = &shapes[si];
+                const cf_rec_case *rc = &k_rec_cases[ci];
+                const size_t hd = sh->hd, V = sh->nv, C = (2 * (size_t)sh->nk + V) * hd, hist = sh->kernel - 1;
+                const size_t slot_n = hist * C + V * hd * hd, stride = slot_n + 3, state_n = stride * CF_REC_SEQ_IDS;
+                size_t n_rows = 0;
+                for (size_t q = 0; q < rc->n_seqs; q++) n_rows += rc->n_rows[q];
+                float *qkv = rng_floats(&rng, n_rows * C, -2.0f, 2.0f), *z = rng_floats(&rng, n_rows * V * hd, -3.0f, 3.0f);
+                float *beta = rng_floats(&rng, n_rows * V, -3.0f, 3.0f), *alpha = rng_floats(&rng, n_rows * V, -3.0f, 3.0f);
+                float *taps = rng_floats(&rng, C * sh->kernel, -1.0f, 1.0f), *dt = rng_floats(&rng, V, -1.0f, 1.0f);
+                float *a = rng_floats(&rng, V, -1.5f, -0.1f), *norm = rng_floats(&rng, hd, 0.5f, 1.5f);
+                float *states = rng_floats(&rng, state_n, -0.5f, 0.5f);
+                float *got = xmalloc(n_rows * V * hd * sizeof *got), *got_states = xmalloc(state_n * sizeof *got_states);
+                const llmm_delta_batch host = {.qkv = qkv, .z = z, .beta_raw = beta, .alpha_raw = alpha, .taps = taps,
+                                               .dt_bias = dt, .a = a, .norm = norm, .n_k_heads = sh->nk,
+                                               .n_v_heads = sh->nv, .head_dim = sh->hd, .kernel = sh->kernel, .eps = 1e-6f};
+                llmm_delta_batch b = host;
+                b.qkv = cf_put(&c, qkv, n_rows * C * sizeof *qkv);
+                b.work = cf_alloc(&c, n_rows * C * sizeof *b.work);
+                b.z = cf_put(&c, z, n_rows * V * hd * sizeof *z);
+                b.beta_raw = cf_put(&c, beta, n_rows * V * sizeof *beta);
+                b.alpha_raw = cf_put(&c, alpha, n_rows * V * sizeof *alpha);
+                b.taps = cf_vector(&c, taps, C * sh->kernel);
+                b.dt_bias = cf_vector(&c, dt, V);
+                b.a = cf_vector(&c, a, V);
+                b.norm = cf_vector(&c, norm, hd);
+                b.out = cf_alloc(&c, n_rows * V * hd * sizeof *b.out);
+                b.states = cf_put(&c, states, state_n * sizeof *states);
+                b.seq_stride = stride;
+                b.n_rows = n_rows;
+                cf_case(&c, "gated_delta_net", "%u key heads, %u value heads of %u, kernel %u, case %zu", sh->nk, sh->nv,
+                        sh->hd, sh->kernel, ci);
+                llmm_seq_id ids[4];
+                cf_rec_begin(&c, &sp, rc, ids);
+                cf_ok(&c, t->be->gated_delta_net(c.st, &b), "gated_delta_net");
+                cf_end(&c);
+                cf_get(&c, got, b.out, n_rows * V * hd * sizeof *got);
+                cf_get(&c, got_states, b.states, state_n * sizeof *got_states);
+                double *ref = xmalloc(CF_ROWS * V * hd * sizeof *ref), *ref_slot = xmalloc(slot_n * sizeof *ref_slot);
+                char *is_seq = calloc(CF_REC_SEQ_IDS, 1);
+                for (size_t q = 0, r0 = 0; q < rc->n_seqs; r0 += rc->n_rows[q], q++) {
+                    is_seq[ids[q]] = 1;
+                    delta_reference(sh, &host, r0, rc->n_rows[q], rc->first[q], states + (size_t)ids[q] * stride, ref,
+                                    ref_slot);
+                    for (size_t i = 0; i < rc->n_rows[q] * V * hd; i++)
+                        cf_close_to(&c, got[r0 * V * hd + i], ref[i], 1e-4 * (1 + fabs(ref[i])),
+                                    "seq %zu row %zu value head %zu dim %zu", q, i / (V * hd), i / hd % V, i % hd);
+                    const float *gs = got_states + (size_t)ids[q] * stride;
+                    const uint32_t last = rc->first[q] + rc->n_rows[q] - 1;
+                    for (size_t i = 0; i < hist * C; i++)
+                        if (last + 1 >= hist - i / C && gs[i] != ref_slot[i])
+                            cf_fail(&c, "seq %zu state convolution input row %zu channel %zu: %.9g want %.9g", q, i / C,
+                                    i % C, (double)gs[i], ref_slot[i]);
+                    for (size_t i = hist * C; i < slot_n; i++)
+                        cf_close_to(&c, gs[i], ref_slot[i], 1e-4 * (1 + fabs(ref_slot[i])), "seq %zu state value %zu",
+                                    q, i - hist * C);
+                }
+                for (size_t id = 0; id < CF_REC_SEQ_IDS; id++)
+                    if (!is_seq[id] && memcmp(got_states + id * stride, states + id * stride, stride * sizeof *states))
+                        cf_fail(&c, "the state slot of sequence id %zu, not in the step, changed", id);
+                free(ref), free(ref_slot), free(is_seq);
+                free(qkv), free(z), free(beta), free(alpha), free(taps), free(dt), free(a), free(norm), free(states);
+                free(got), free(got_states);
+            }
+            cf_close(&c);
+        }
 }
 
 /* ------------------------------------------------------------------ kv_write */
@@ -1497,6 +1828,9 @@ void conformance_run(const conformance_target *t) {
     check_rope(t);
     check_glu(t);
     check_elementwise(t);
+    check_split_halves(t);
+    check_short_conv(t);
+    check_gated_delta_net(t);
     check_kv_write(t);
     check_attention(t);
     check_lora_delta(t);

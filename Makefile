@@ -461,7 +461,7 @@ fuzz:
 	@mkdir -p $(FUZZ_BUILD)/findings $(FUZZ_BUILD)/corpus/gguf $(FUZZ_BUILD)/corpus/tokenize $(FUZZ_BUILD)/seeds \
 	    $(FUZZ_BUILD)/corpus/chat_parse
 	@# tokenize seeds: each vocabulary's test inputs behind its index byte (tests/fuzz/tokenize.c's
-	@# list order) and a flags byte (add + parse special)
+	@# list order) and a flags byte (add + parse special), and the committed short texts
 	i=0; for v in llama-spm llama-bpe qwen2 gpt-2 falcon deepseek-llm starcoder; do \
 	    printf "\\$$(printf %03o $$i)\\003" > $(FUZZ_BUILD)/seeds/$$v; \
 	    cat $(LLMM_SHARED)/vocab/ggml-vocab-$$v.gguf.inp >> $(FUZZ_BUILD)/seeds/$$v; i=$$((i + 1)); \
@@ -471,13 +471,14 @@ fuzz:
 	        -pthread -o $(FUZZ_BUILD)/fuzz_$$h || exit 1; \
 	done
 	$(FUZZ_BUILD)/fuzz_gguf -max_total_time=$(FUZZ_SECONDS) -max_len=2000000 -timeout=30 \
-	    -artifact_prefix=$(FUZZ_BUILD)/findings/gguf- $(FUZZ_BUILD)/corpus/gguf $(LLMM_SHARED)/models
+	    -artifact_prefix=$(FUZZ_BUILD)/findings/gguf- $(FUZZ_BUILD)/corpus/gguf $(LLMM_SHARED)/models \
+	    tests/fuzz/corpus/gguf
 	$(FUZZ_BUILD)/fuzz_tokenize -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -timeout=30 \
-	    -artifact_prefix=$(FUZZ_BUILD)/findings/tokenize- $(FUZZ_BUILD)/corpus/tokenize $(FUZZ_BUILD)/seeds
-	$(FUZZ_BUILD)/fuzz_chat_parse -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -timeout=30 \
-	    -artifact_prefix=$(FUZZ_BUILD)/findings/chat_parse- $(FUZZ_BUILD)/corpus/chat_parse
-	@# grammar and json_schema: the committed seeds (tests/fuzz/corpus/, also replayed by make test)
-	for h in grammar json_schema; do mkdir -p $(FUZZ_BUILD)/corpus/$$h; \
+	    -artifact_prefix=$(FUZZ_BUILD)/findings/tokenize- $(FUZZ_BUILD)/corpus/tokenize $(FUZZ_BUILD)/seeds \
+	    tests/fuzz/corpus/tokenize
+	@# chat_parse, grammar and json_schema: the committed seeds (tests/fuzz/corpus/, also replayed by
+	@# make test) and dictionaries
+	for h in chat_parse grammar json_schema; do mkdir -p $(FUZZ_BUILD)/corpus/$$h; \
 	    $(FUZZ_BUILD)/fuzz_$$h -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -timeout=30 -dict=tests/fuzz/$$h.dict \
 	        -artifact_prefix=$(FUZZ_BUILD)/findings/$$h- $(FUZZ_BUILD)/corpus/$$h tests/fuzz/corpus/$$h || exit 1; \
 	done

@@ -189,8 +189,9 @@ else
 TEST_RUN = $(TEST_BIN) $(TEST_SCRIPTS)
 endif
 # The sequence API's model-based random test (tests/test_api_model.c) at length: SOAK_OPS operations
-# per run under ASan and UBSan, a new seed each time (printed; LLMM_TEST_SEED replays one). Minutes;
-# not in `make test` (which runs a few thousand) or CI. CC=clang builds it in build/sanitize-clang.
+# per run under ASan and UBSan, a new seed each time (printed; LLMM_TEST_SEED replays one). Hours
+# of CPU at the default (docs/security.md has a measured run); not in `make test` (which runs a
+# few thousand) or CI. CC=clang builds it in build/sanitize-clang.
 SOAK_OPS ?= 1000000
 .PHONY: soak soak-run
 soak:

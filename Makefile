@@ -11,6 +11,17 @@ PREFIX ?= /usr/local
 LLMM_SHARED ?= ../shared
 export LLMM_SHARED
 
+comma := ,
+CC_IS_CLANG := $(shell $(CC) --version 2>/dev/null | grep -c clang)
+# clang's ASan/UBSan objects in a folder of their own (its UBSan has checks gcc's lacks; clang
+# names the host x86_64-pc-linux-gnu, which the cross check below would take for a target)
+ifneq ($(SANITIZE),)
+ifeq ($(filter thread,$(subst $(comma), ,$(SANITIZE))),)
+ifneq ($(CC_IS_CLANG),0)
+BUILD ?= build/sanitize-clang
+endif
+endif
+endif
 # A cross compiler builds into its own folder, so native and target objects never mix.
 TARGET_TRIPLE := $(shell $(CC) -dumpmachine 2>/dev/null)
 HOST_TRIPLE := $(shell cc -dumpmachine 2>/dev/null)
@@ -19,7 +30,6 @@ BUILD ?= build/$(TARGET_TRIPLE)
 endif
 
 # ThreadSanitizer cannot share objects with the other sanitizers: its own folder
-comma := ,
 ifneq ($(filter thread,$(subst $(comma), ,$(SANITIZE))),)
 BUILD ?= build/tsan
 endif
@@ -87,7 +97,7 @@ $(X86_OBJ)/avx2.o: ALL_CFLAGS += $(SIMD_AVX2_FLAGS)
 $(X86_OBJ)/avxvnni.o: ALL_CFLAGS += $(SIMD_AVX2_FLAGS) -mavxvnni
 # the EVEX copy of the AVX-VNNI table keeps to AVX2's 16 vector registers, so that it spills
 # (and is timed) as the VEX code on a CPU with AVX-VNNI would (GCC only: clang lacks the flag)
-ifeq ($(shell $(CC) --version 2>/dev/null | grep -c clang),0)
+ifeq ($(CC_IS_CLANG),0)
 AVX2_REGISTERS_ONLY := $(foreach r,$(shell seq 16 31),-ffixed-xmm$(r))
 endif
 $(X86_OBJ)/avxvnni_evex.o: ALL_CFLAGS += $(SIMD_AVX512_FLAGS) $(AVX2_REGISTERS_ONLY)
@@ -179,13 +189,15 @@ else
 TEST_RUN = $(TEST_BIN) $(TEST_SCRIPTS)
 endif
 # The sequence API's model-based random test (tests/test_api_model.c) at length: SOAK_OPS operations
-# per run under ASan and UBSan, a new seed each time (printed; LLMM_TEST_SEED replays one). Minutes;
-# not in `make test` (which runs a few thousand) or CI.
+# per run under ASan and UBSan, a new seed each time (printed; LLMM_TEST_SEED replays one). Hours
+# of CPU at the default (docs/security.md has a measured run); not in `make test` (which runs a
+# few thousand) or CI. CC=clang builds it in build/sanitize-clang.
 SOAK_OPS ?= 1000000
-.PHONY: soak
+.PHONY: soak soak-run
 soak:
-	$(MAKE) SANITIZE=address,undefined build/sanitize/tests/test_api_model
-	LLMM_TEST_OPS=$(SOAK_OPS) build/sanitize/tests/test_api_model
+	$(MAKE) SANITIZE=address,undefined soak-run
+soak-run: $(BUILD)/tests/test_api_model
+	LLMM_TEST_OPS=$(SOAK_OPS) $<
 .PHONY: tsan tsan-run
 tsan:
 	@DEPS_TARGET=tsan sh scripts/deps.sh
@@ -331,8 +343,10 @@ $(BUILD)/tests/test_cuda_gemm_int8: $(BUILD)/obj/cuda-emu/gemm_int8.o $(BUILD)/o
 #    the first load now stays, and later ones only count.
 CUDA_MODULE_EMU := $(BUILD)/libllmmini-cuda-emu.so
 CUDA_EMU_OBJ := $(CUDA_SRC:cuda/%.cu=$(BUILD)/obj/cuda-emu/%.o)
+# -z defs, except that clang leaves a sanitized module's runtime symbols to the executable
+EMU_MODULE_DEFS := $(if $(and $(SAN_FLAGS),$(filter-out 0,$(CC_IS_CLANG))),,-Wl$(comma)-z$(comma)defs)
 $(CUDA_MODULE_EMU): $(CUDA_EMU_OBJ) tests/simt/module-emu.map
-	$(CXX) -shared -Wl,--version-script=tests/simt/module-emu.map -Wl,-z,defs -Wl,-z,nodelete -pthread $(SAN_FLAGS) \
+	$(CXX) -shared -Wl,--version-script=tests/simt/module-emu.map $(EMU_MODULE_DEFS) -Wl,-z,nodelete -pthread $(SAN_FLAGS) \
 	    $(LDFLAGS) -o $@ $(CUDA_EMU_OBJ)
 .PHONY: cuda-emu
 cuda-emu: $(CUDA_MODULE_EMU)
@@ -461,7 +475,7 @@ fuzz:
 	@mkdir -p $(FUZZ_BUILD)/findings $(FUZZ_BUILD)/corpus/gguf $(FUZZ_BUILD)/corpus/tokenize $(FUZZ_BUILD)/seeds \
 	    $(FUZZ_BUILD)/corpus/chat_parse
 	@# tokenize seeds: each vocabulary's test inputs behind its index byte (tests/fuzz/tokenize.c's
-	@# list order) and a flags byte (add + parse special)
+	@# list order) and a flags byte (add + parse special), and the committed short texts
 	i=0; for v in llama-spm llama-bpe qwen2 gpt-2 falcon deepseek-llm starcoder; do \
 	    printf "\\$$(printf %03o $$i)\\003" > $(FUZZ_BUILD)/seeds/$$v; \
 	    cat $(LLMM_SHARED)/vocab/ggml-vocab-$$v.gguf.inp >> $(FUZZ_BUILD)/seeds/$$v; i=$$((i + 1)); \
@@ -471,13 +485,14 @@ fuzz:
 	        -pthread -o $(FUZZ_BUILD)/fuzz_$$h || exit 1; \
 	done
 	$(FUZZ_BUILD)/fuzz_gguf -max_total_time=$(FUZZ_SECONDS) -max_len=2000000 -timeout=30 \
-	    -artifact_prefix=$(FUZZ_BUILD)/findings/gguf- $(FUZZ_BUILD)/corpus/gguf $(LLMM_SHARED)/models
+	    -artifact_prefix=$(FUZZ_BUILD)/findings/gguf- $(FUZZ_BUILD)/corpus/gguf $(LLMM_SHARED)/models \
+	    tests/fuzz/corpus/gguf
 	$(FUZZ_BUILD)/fuzz_tokenize -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -timeout=30 \
-	    -artifact_prefix=$(FUZZ_BUILD)/findings/tokenize- $(FUZZ_BUILD)/corpus/tokenize $(FUZZ_BUILD)/seeds
-	$(FUZZ_BUILD)/fuzz_chat_parse -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -timeout=30 \
-	    -artifact_prefix=$(FUZZ_BUILD)/findings/chat_parse- $(FUZZ_BUILD)/corpus/chat_parse
-	@# grammar and json_schema: the committed seeds (tests/fuzz/corpus/, also replayed by make test)
-	for h in grammar json_schema; do mkdir -p $(FUZZ_BUILD)/corpus/$$h; \
+	    -artifact_prefix=$(FUZZ_BUILD)/findings/tokenize- $(FUZZ_BUILD)/corpus/tokenize $(FUZZ_BUILD)/seeds \
+	    tests/fuzz/corpus/tokenize
+	@# chat_parse, grammar and json_schema: the committed seeds (tests/fuzz/corpus/, also replayed by
+	@# make test) and dictionaries
+	for h in chat_parse grammar json_schema; do mkdir -p $(FUZZ_BUILD)/corpus/$$h; \
 	    $(FUZZ_BUILD)/fuzz_$$h -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -timeout=30 -dict=tests/fuzz/$$h.dict \
 	        -artifact_prefix=$(FUZZ_BUILD)/findings/$$h- $(FUZZ_BUILD)/corpus/$$h tests/fuzz/corpus/$$h || exit 1; \
 	done

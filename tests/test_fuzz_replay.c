@@ -99,6 +99,7 @@ static void test_gguf_harness_on_reference_files(void **state) {
         for (size_t k = 0; k < ARRAY_LEN(lengths); k++) fuzz_gguf_input(data, lengths[k] < n ? lengths[k] : n);
         free(data);
     }
+    replay_corpus("gguf", fuzz_gguf_input, 1);
 }
 
 /* A model with some final norm weights NaN, so some operands of the output matmul are. The AVX2
@@ -152,6 +153,7 @@ static void test_tokenize_harness_on_test_inputs(void **state) {
     /* found by make fuzz: a size query over pieces that render empty (NULL + 0) */
     static const uint8_t detokenize_null_buffer[] = {0x00, 0x56, 0xb4, 0x5f, 0x1f, 0x67, 0x02, 0x67};
     fuzz_tokenize_input(detokenize_null_buffer, sizeof detokenize_null_buffer);
+    assert_true(replay_corpus("tokenize", fuzz_tokenize_input, 1) >= 8);
 }
 
 static void test_saved_state_harness_on_corpus(void **state) {
@@ -175,13 +177,39 @@ static void test_adapter_harness_on_corpus_and_shared_adapters(void **state) {
     }
 }
 
+/* The fused-layout seed must stay an adapter tiny-phi3 loads (and stories260K refuses), or the
+ * harness's fused path would go unreplayed and unseeded without anyone noticing. */
+static void test_adapter_harness_seed_fits_the_fused_model(void **state) {
+    (void)state;
+    size_t n = 0;
+    char *data = read_whole_file("tests/fuzz/corpus/adapter/phi3-fused-qkv-gate-up-rank2.gguf", &n);
+    if (!data) fail_msg("cannot read the phi3 adapter seed (run from the repository root)");
+    llmm_model *phi3 = load_model("golden/arch/tiny-phi3.gguf", NULL), *stories = load_model("stories260K.gguf", NULL);
+    llmm_adapter *a = NULL;
+    assert_int_equal(llmm_adapter_load_memory(phi3, data, n, &a), LLMM_OK);
+    llmm_adapter_info info = {.size = sizeof info};
+    assert_int_equal(llmm_adapter_get_info(a, &info), LLMM_OK);
+    assert_int_equal(info.n_tensors, 2);
+    assert_int_equal(info.rank, 2);
+    llmm_adapter_free(a);
+    a = NULL;
+    assert_int_equal(llmm_adapter_load_memory(stories, data, n, &a), LLMM_ERR_BAD_FILE);
+    assert_null(a);
+    fuzz_adapter_init(NULL, NULL);
+    replay_damaged(fuzz_adapter_input, (const uint8_t *)data, n);
+    llmm_model_free(phi3);
+    llmm_model_free(stories);
+    free(data);
+}
+
 static void test_chat_harness_on_corpus(void **state) {
     (void)state;
     fuzz_chat_init(NULL, NULL);
     replay_corpus("chat", fuzz_chat_input, 1);
 }
 
-/* Every reference parse file's raw output, for every family and split, thinking or not. */
+/* Every reference parse file's raw output, for every family and split, thinking or not; then the
+ * committed corpus. */
 static void test_chat_parse_harness_on_reference_outputs(void **state) {
     (void)state;
     fuzz_chat_parse_init(NULL, NULL);
@@ -200,6 +228,7 @@ static void test_chat_parse_harness_on_reference_outputs(void **state) {
         }
         free(input);
     }
+    assert_true(replay_corpus("chat_parse", fuzz_chat_parse_input, 1) >= 7);
 }
 
 static void test_grammar_harness_on_corpus(void **state) {
@@ -220,6 +249,7 @@ int main(void) {
         cmocka_unit_test(test_tokenize_harness_on_test_inputs),
         cmocka_unit_test(test_saved_state_harness_on_corpus),
         cmocka_unit_test(test_adapter_harness_on_corpus_and_shared_adapters),
+        cmocka_unit_test(test_adapter_harness_seed_fits_the_fused_model),
         cmocka_unit_test(test_chat_harness_on_corpus),
         cmocka_unit_test(test_chat_parse_harness_on_reference_outputs),
         cmocka_unit_test(test_grammar_harness_on_corpus),

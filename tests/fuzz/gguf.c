@@ -3,7 +3,8 @@
  * vocabulary and then whole, and a model that loads must also tokenize, format a chat with the
  * file's template, prefill, decode and generate (sampling, stop strings) a few tokens. Errors
  * are expected; crashes, leaks and undefined behaviour are the findings. libFuzzer entry
- * point; `make fuzz` builds and runs it (seeds: $LLMM_SHARED/models). */
+ * point; `make fuzz` builds and runs it (seeds: $LLMM_SHARED/models, and a
+ * 579-byte vocabulary in tests/fuzz/corpus/gguf/ whose metadata most mutations reach). */
 #define _POSIX_C_SOURCE 200809L /* mkstemp, ftruncate, pwrite */
 #include <stddef.h>
 #include <stdint.h>

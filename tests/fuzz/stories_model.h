@@ -1,6 +1,7 @@
-/* The harnesses' model: stories260K from the shared test data ($LLMM_SHARED, else ../shared),
- * loaded once per process, and a small CPU context on it. Harnesses build alone (-Iinclude, no
- * support code), so this is a header; a failure aborts, since no input can run without it. */
+/* The harnesses' models: stories260K (or another file) from the shared test data ($LLMM_SHARED,
+ * else ../shared), loaded once per process, and a small CPU context on one. Harnesses build
+ * alone (-Iinclude, no support code), so this is a header; a failure aborts, since no input can
+ * run without it. */
 #ifndef LLMM_FUZZ_STORIES_MODEL_H
 #define LLMM_FUZZ_STORIES_MODEL_H
 
@@ -9,10 +10,11 @@
 
 #include "llmmini.h"
 
-static inline llmm_model *fuzz_stories_model(const char *harness, int vocab_only) {
+/* rel: a file of the shared test data ("models/stories260K.gguf") */
+static inline llmm_model *fuzz_shared_model(const char *harness, const char *rel, int vocab_only) {
     const char *shared = getenv("LLMM_SHARED");
     char path[1024];
-    snprintf(path, sizeof path, "%s/models/stories260K.gguf", shared ? shared : "../shared");
+    snprintf(path, sizeof path, "%s/%s", shared ? shared : "../shared", rel);
     llmm_model_params mp;
     llmm_model_params_default(&mp, sizeof mp);
     mp.vocab_only = vocab_only;
@@ -22,6 +24,10 @@ static inline llmm_model *fuzz_stories_model(const char *harness, int vocab_only
         abort();
     }
     return m;
+}
+
+static inline llmm_model *fuzz_stories_model(const char *harness, int vocab_only) {
+    return fuzz_shared_model(harness, "models/stories260K.gguf", vocab_only);
 }
 
 /* n_seq_max 2, one thread: the sizes the harnesses' seeds were made with */

@@ -243,6 +243,32 @@ $(SIMT_TEST): $(BUILD)/obj/tests/simt/test_simt.o
 	@mkdir -p $(@D)
 	$(CXX) $(SIMT_CXXFLAGS) -o $@ $< -lcmocka
 test: $(SIMT_TEST)
+# Memory-transaction counters (tests/simt/simt_profile.h): kernels compiled by clang with its
+# load/store callbacks (-fsanitize-coverage=trace-loads,trace-stores, clang 14 or later) and
+# SIMT_PROFILE, linked with simt_profile.cpp (not instrumented), which counts sectors, requests
+# and bank conflicts. Its test is part of make test where clang++ targets the machine the tests
+# run on (not under test-arm's cross compiler, nor the sanitizer builds, which it would bypass).
+PROFILE_CXX ?= clang++
+PROFILE_FLAGS := -DSIMT_PROFILE -fsanitize-coverage=func,trace-loads,trace-stores -fno-vectorize \
+                 -fno-slp-vectorize -Wno-missing-field-initializers
+PROFILE_CXXFLAGS := $(filter-out $(SAN_FLAGS),$(SIMT_CXXFLAGS))
+$(BUILD)/obj/profile/simt_profile.o: tests/simt/simt_profile.cpp | $(DEPS_OK)
+	@mkdir -p $(@D)
+	$(PROFILE_CXX) $(PROFILE_CXXFLAGS) -DSIMT_PROFILE -Wno-missing-field-initializers -fPIC -c $< -o $@
+$(BUILD)/obj/profile/tests/%.o: tests/simt/%.cpp | $(DEPS_OK)
+	@mkdir -p $(@D)
+	$(PROFILE_CXX) $(PROFILE_CXXFLAGS) $(PROFILE_FLAGS) -c $< -o $@
+SIMT_PROFILE_TEST := $(BUILD)/tests/test_simt_profile
+$(SIMT_PROFILE_TEST): $(BUILD)/obj/profile/tests/test_simt_profile.o $(BUILD)/obj/profile/simt_profile.o
+	@mkdir -p $(@D)
+	$(PROFILE_CXX) $(PROFILE_CXXFLAGS) -o $@ $^ -ldl -lcmocka
+ifeq ($(SAN_FLAGS)$(filter aarch64% arm%,$(CC)),)
+ifneq ($(shell command -v $(PROFILE_CXX)),)
+TEST_BIN += $(SIMT_PROFILE_TEST)
+test: $(SIMT_PROFILE_TEST)
+endif
+endif
+-include $(wildcard $(BUILD)/obj/profile/*.d $(BUILD)/obj/profile/*/*.d)
 ifeq ($(CUDA),1)
 CUDA_HOME ?= /usr/local/cuda
 # Jetson Orin (sm_87), H100/H200 (sm_90), and PTX for later GPUs

@@ -362,6 +362,28 @@ $(CUDA_MODULE_EMU): $(CUDA_EMU_OBJ) tests/simt/module-emu.map
 	    $(LDFLAGS) -o $@ $(CUDA_EMU_OBJ)
 .PHONY: cuda-emu
 cuda-emu: $(CUDA_MODULE_EMU)
+# The profiled module (make cuda-profile): the emulated module with the memory-transaction
+# counters (tests/simt/simt_profile.h), every symbol exported so that the counters' kernel
+# addresses resolve to names (scripts/cuda-profile.py reads them with nm).
+CUDA_MODULE_PROF := $(BUILD)/libllmmini-cuda-prof.so
+CUDA_PROF_OBJ := $(CUDA_SRC:cuda/%.cu=$(BUILD)/obj/cuda-prof/%.o)
+$(BUILD)/obj/cuda-prof/%.o: cuda/%.cu | $(DEPS_OK)
+	@mkdir -p $(@D)
+	$(PROFILE_CXX) $(filter-out $(SAN_FLAGS),$(CUDA_EMU_CXXFLAGS)) $(PROFILE_FLAGS) -x c++ -c $< -o $@
+$(CUDA_MODULE_PROF): $(CUDA_PROF_OBJ) $(BUILD)/obj/profile/simt_profile.o
+	$(PROFILE_CXX) -shared -Wl,-z,defs -Wl,-z,nodelete -pthread $(LDFLAGS) -o $@ $^ -ldl
+-include $(wildcard $(BUILD)/obj/cuda-prof/*.d)
+# make cuda-profile: counters of a decode step and a 512-token prompt of the Qwen2.5-0.5B and
+# Llama-3.2-1B shapes on the profiled module, registers and shared memory from ptxas -v (nvcc
+# for sm_90 and sm_87, no GPU needed), and the roofline estimate (scripts/cuda-profile.py,
+# docs/performance.md "CUDA roofline estimate"); writes $(BUILD)/cuda-profile.json. Not in make
+# test: a few minutes of emulation.
+$(BUILD)/tests/profile_step: $(BUILD)/obj/tests/cuda/profile_step.o $(STATIC_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_LDFLAGS) -o $@ $< $(STATIC_LIB) $(LIBS) -ldl
+.PHONY: cuda-profile
+cuda-profile: $(CUDA_MODULE_PROF) $(BUILD)/tests/profile_step $(BUILD)/llmmini-synth $(BUILD)/llmmini-quantize
+	python3 scripts/cuda-profile.py --build $(BUILD)
 $(BUILD)/tests/test_cuda_module: $(CUDA_MODULE_EMU) $(BUILD)/llmmini-synth
 test: $(CUDA_MODULE_EMU)
 # The static archives (libllmmini-cuda-emu.a here, libllmmini-cuda.a below) add

@@ -2,9 +2,9 @@
 // request is formed: simt_profile.h). Linked into the profiled build only, and compiled WITHOUT
 // the coverage instrumentation, so that its own accesses are not counted.
 //
-// Per kernel (aggregated over the launches of one function, per process) the counters are
-// written as JSON lines to the file named by SIMT_PROFILE_OUT when the process exits; tests read
-// them in process through simt_profile_counters().
+// Per kernel (aggregated over the launches of one function since the last reset) the counters
+// are read in process through simt_profile_counters(), or written as JSON lines by
+// simt_profile_write() (tests/cuda/profile_step.c, through the profiled module).
 #include <dlfcn.h>
 #include <link.h>
 
@@ -244,6 +244,7 @@ void write_counters(FILE *f) {
         std::fprintf(f,
                      "{\"launch_name\": \"%s\", \"object\": \"%s\", \"offset\": %llu, "
                      "\"launches\": %llu, \"blocks\": %llu, \"warps\": %llu, "
+                     "\"threads_per_block\": %u, \"dynamic_shared_max\": %llu, "
                      "\"global_load_requests\": %llu, \"global_load_sectors\": %llu, "
                      "\"global_load_bytes\": %llu, \"global_store_requests\": %llu, "
                      "\"global_store_sectors\": %llu, \"global_store_bytes\": %llu, "
@@ -252,7 +253,7 @@ void write_counters(FILE *f) {
                      "\"shared_store_requests\": %llu, \"shared_store_wavefronts\": %llu, "
                      "\"cp_async_requests\": %llu, \"cp_async_bytes\": %llu, \"cp_async_sectors\": %llu}\n",
                      c.launch_name, object, (unsigned long long)offset, c.launches, c.blocks,
-                     c.warps, c.global_load_requests, c.global_load_sectors, c.global_load_bytes,
+                     c.warps, c.threads_per_block, c.dynamic_shared_max, c.global_load_requests, c.global_load_sectors, c.global_load_bytes,
                      c.global_store_requests, c.global_store_sectors, c.global_store_bytes,
                      c.global_load_requests_by_width[0], c.global_load_requests_by_width[1],
                      c.global_load_requests_by_width[2], c.global_load_requests_by_width[3],
@@ -262,21 +263,13 @@ void write_counters(FILE *f) {
     }
 }
 
-struct ReportAtExit {
-    ~ReportAtExit() {
-        const char *path = std::getenv("SIMT_PROFILE_OUT");
-        if (!path || !*path)
-            return;
-        FILE *f = std::fopen(path, "a");
-        if (!f) {
-            std::fprintf(stderr, "simt profile: cannot write %s\n", path);
-            return;
-        }
-        write_counters(f);
-        std::fclose(f);
-    }
-};
-ReportAtExit report_at_exit;
+int write_counters_to(const char *path) {
+    FILE *f = std::fopen(path, "w");
+    if (!f)
+        return -1;
+    write_counters(f);
+    return std::fclose(f) == 0 ? 0 : -1;
+}
 
 } // namespace
 
@@ -299,6 +292,8 @@ void launch_begin(const char *name, const void *kernel, dim3 grid, dim3 block,
     unsigned long long threads = (unsigned long long)block.x * block.y * block.z;
     unsigned long long blocks = (unsigned long long)grid.x * grid.y * grid.z;
     c.launches++;
+    c.threads_per_block = (unsigned)threads;
+    c.dynamic_shared_max = std::max(c.dynamic_shared_max, (unsigned long long)shmem_bytes);
     c.blocks += blocks;
     c.warps += blocks * ((threads + 31) / 32);
     p.current = &c;
@@ -357,6 +352,10 @@ extern "C" const simt_kernel_counters *simt_profile_counters(const void *kernel)
     simt::profile::Profiler &p = simt::profile::profiler();
     auto it = p.kernels.find(kernel);
     return it == p.kernels.end() ? nullptr : &it->second;
+}
+
+extern "C" int simt_profile_write(const char *path) {
+    return simt::profile::write_counters_to(path);
 }
 
 extern "C" void simt_profile_reset(void) {

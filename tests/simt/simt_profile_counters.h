@@ -12,6 +12,8 @@ typedef struct simt_kernel_counters {
     const void *kernel;      /* the kernel function */
     const char *launch_name; /* as SIMT_LAUNCH spelled it */
     unsigned long long launches, blocks, warps;
+    unsigned threads_per_block;             /* of its last launch */
+    unsigned long long dynamic_shared_max;  /* bytes, the most any launch asked for */
     /* warp-level requests; sectors: distinct 32-byte sectors per request, summed; bytes:
      * distinct bytes per request (a broadcast counts once), summed */
     unsigned long long global_load_requests, global_load_sectors, global_load_bytes;
@@ -26,6 +28,9 @@ typedef struct simt_kernel_counters {
 /* The counters of `kernel` since the start (or the last reset), NULL if it never ran. */
 const simt_kernel_counters *simt_profile_counters(const void *kernel);
 void simt_profile_reset(void);
+/* Every kernel's counters as JSON lines (one object per kernel, in the order of their first
+ * launch; the kernel as its object file and offset, for nm) to path; 0 or -1. */
+int simt_profile_write(const char *path);
 
 #ifdef __cplusplus
 }

@@ -15,6 +15,7 @@
 #include <map>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "simt.h"
@@ -71,6 +72,9 @@ struct Profiler {
     // per thread: its last counted accesses, which a vector type's copy merges into one
     std::vector<std::vector<Access>> recent;
     std::unordered_map<RequestKey, Request, RequestKeyHash> requests;
+    // the distinct global sectors of the launch in progress: its traffic when caches keep
+    // whatever one launch reads more than once
+    std::unordered_set<uintptr_t> launch_sectors;
     std::map<const void *, simt_kernel_counters> kernels;
     std::vector<const void *> order; // kernels in the order of their first launch
 };
@@ -113,7 +117,7 @@ bool in_device(const Profiler &p, uintptr_t a) {
     return it != p.device.begin() && a < (it - 1)->second;
 }
 
-void count_global(simt_kernel_counters &c, const Request &r) {
+void count_global(Profiler &p, simt_kernel_counters &c, const Request &r) {
     std::vector<uintptr_t> sectors, bytes;
     for (unsigned i = 0; i < r.lanes; i++) {
         for (uintptr_t s = r.address[i] / 32; s <= (r.address[i] + r.width - 1) / 32; s++)
@@ -124,6 +128,7 @@ void count_global(simt_kernel_counters &c, const Request &r) {
     std::sort(sectors.begin(), sectors.end());
     std::sort(bytes.begin(), bytes.end());
     unsigned long long n_sectors = std::unique(sectors.begin(), sectors.end()) - sectors.begin();
+    p.launch_sectors.insert(sectors.begin(), sectors.begin() + (ptrdiff_t)n_sectors);
     unsigned long long n_bytes = std::unique(bytes.begin(), bytes.end()) - bytes.begin();
     if (r.store) {
         c.global_store_requests++;
@@ -251,7 +256,8 @@ void write_counters(FILE *f) {
                      "\"global_load_requests_by_width\": [%llu, %llu, %llu, %llu, %llu], "
                      "\"shared_load_requests\": %llu, \"shared_load_wavefronts\": %llu, "
                      "\"shared_store_requests\": %llu, \"shared_store_wavefronts\": %llu, "
-                     "\"cp_async_requests\": %llu, \"cp_async_bytes\": %llu, \"cp_async_sectors\": %llu}\n",
+                     "\"cp_async_requests\": %llu, \"cp_async_bytes\": %llu, \"cp_async_sectors\": %llu, "
+                     "\"global_launch_sectors\": %llu}\n",
                      c.launch_name, object, (unsigned long long)offset, c.launches, c.blocks,
                      c.warps, c.threads_per_block, c.dynamic_shared_max, c.global_load_requests, c.global_load_sectors, c.global_load_bytes,
                      c.global_store_requests, c.global_store_sectors, c.global_store_bytes,
@@ -259,7 +265,7 @@ void write_counters(FILE *f) {
                      c.global_load_requests_by_width[2], c.global_load_requests_by_width[3],
                      c.global_load_requests_by_width[4], c.shared_load_requests,
                      c.shared_load_wavefronts, c.shared_store_requests, c.shared_store_wavefronts,
-                     c.cp_async_requests, c.cp_async_bytes, c.cp_async_sectors);
+                     c.cp_async_requests, c.cp_async_bytes, c.cp_async_sectors, c.global_launch_sectors);
     }
 }
 
@@ -309,7 +315,7 @@ void block_end() {
         return;
     for (const auto &kv : p.requests) {
         if (kv.second.space == space_global)
-            count_global(*p.current, kv.second);
+            count_global(p, *p.current, kv.second);
         else
             count_shared(*p.current, kv.second);
     }
@@ -322,6 +328,9 @@ void block_end() {
 
 void launch_end() {
     Profiler &p = profiler();
+    if (p.current)
+        p.current->global_launch_sectors += p.launch_sectors.size();
+    p.launch_sectors.clear();
     p.active = false;
     p.current = nullptr;
 }

@@ -23,6 +23,9 @@ typedef struct simt_kernel_counters {
     unsigned long long shared_load_requests, shared_load_wavefronts;
     unsigned long long shared_store_requests, shared_store_wavefronts;
     unsigned long long cp_async_requests, cp_async_bytes, cp_async_sectors; /* global side */
+    /* the distinct global sectors (loads, stores, cp.async) of each launch, summed over its
+     * launches: the launch's traffic when the caches keep what it reads or writes twice */
+    unsigned long long global_launch_sectors;
 } simt_kernel_counters;
 
 /* The counters of `kernel` since the start (or the last reset), NULL if it never ran. */

@@ -47,6 +47,15 @@ __global__ void shared_vector16(float4 *y) {
     y[threadIdx.x] = tile[threadIdx.x];
 }
 
+// Each lane reads its own 18-byte block byte by byte (lanes 18 bytes apart, as a GEMV that gives
+// a lane a whole Q4_0 block): every request spans 18 sectors, the launch touches 18 in all.
+__global__ void load_blocks_bytewise(unsigned *y, const unsigned char *blocks) {
+    unsigned sum = 0;
+    for (int j = 0; j < 18; j++)
+        sum += blocks[18 * threadIdx.x + j];
+    y[threadIdx.x] = sum;
+}
+
 template <class T> static T *device_buffer(size_t count) {
     void *p = nullptr;
     assert_int_equal(cudaMalloc(&p, count * sizeof(T)), cudaSuccess);
@@ -71,6 +80,7 @@ static void test_coalesced_loads_touch_four_sectors(void **) {
     assert_int_equal(c.global_load_requests_by_width[2], 1);
     assert_int_equal(c.global_store_requests, 1);
     assert_int_equal(c.global_store_sectors, 4);
+    assert_int_equal(c.global_launch_sectors, 8);
     cudaFree(x), cudaFree(y);
 }
 
@@ -83,6 +93,20 @@ static void test_stride34_loads_touch_a_sector_per_lane(void **) {
     assert_int_equal(c.global_load_sectors, lanes);
     assert_int_equal(c.global_load_bytes, 2 * lanes); // 64 useful bytes of 1024 moved
     assert_int_equal(c.global_store_sectors, 2);       // the 2-byte stores are coalesced
+    cudaFree(x), cudaFree(y);
+}
+
+static void test_bytewise_blocks_repeat_their_sectors(void **) {
+    unsigned char *x = device_buffer<unsigned char>(18 * lanes);
+    unsigned *y = device_buffer<unsigned>(lanes);
+    SIMT_LAUNCH(load_blocks_bytewise, 1, lanes, 0, nullptr, y, x);
+    const simt_kernel_counters &c = counters((const void *)&load_blocks_bytewise);
+    assert_int_equal(c.global_load_requests, 18);
+    assert_int_equal(c.global_load_bytes, 18 * lanes);
+    // request j reads byte j of each block: 32 bytes 18 apart, in 18 sectors (or 19 where a
+    // block offset crosses a sector boundary first), 576 bytes in 18 sectors for the launch
+    assert_in_range(c.global_load_sectors, 18 * 18, 18 * 19);
+    assert_int_equal(c.global_launch_sectors, 18 + 4); // and the 128-byte store
     cudaFree(x), cudaFree(y);
 }
 
@@ -161,6 +185,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_coalesced_loads_touch_four_sectors),
         cmocka_unit_test(test_stride34_loads_touch_a_sector_per_lane),
+        cmocka_unit_test(test_bytewise_blocks_repeat_their_sectors),
         cmocka_unit_test(test_broadcast_load_is_one_sector),
         cmocka_unit_test(test_vector_load_is_one_request),
         cmocka_unit_test(test_shared_bank_conflicts),

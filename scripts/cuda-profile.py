@@ -300,9 +300,16 @@ def main():
     ap.add_argument("--only", default=None,
                     help="model:type:phase (e.g. qwen2.5-0.5b:Q4_0:decode1) to run that step alone; the "
                          "report covers every step whose counters are there")
+    ap.add_argument("--model", default=None,
+                    help="profile this GGUF alone, as it is (no depth scaling), and print its table")
+    ap.add_argument("--rows", type=int, default=1, help="with --model: decode rows, or 0 with --prompt")
+    ap.add_argument("--prompt", type=int, default=0, help="with --model: a prompt of this many tokens")
     args = ap.parse_args()
     build = os.path.join(ROOT, args.build) if not os.path.isabs(args.build) else args.build
     module = os.path.join(build, "libllmmini-cuda-prof.so")
+    if args.model:
+        profile_one(args, build, module)
+        return
     models_dir = args.models_dir or os.path.join(build, "cuda-profile-models")
     work = os.path.join(build, "cuda-profile-counters")
     os.makedirs(models_dir, exist_ok=True)
@@ -334,9 +341,26 @@ def main():
     print("wrote %s" % out)
 
 
+def profile_one(args, build, module):
+    """--model: one step of one file, its counters as they are."""
+    names = kernel_names(module)
+    resources = ptxas_resources(build)
+    rows = args.prompt if args.prompt else args.rows
+    out = os.path.join(build, "cuda-profile-counters", "one-%s-%d.jsonl" % (os.path.basename(args.model), rows))
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    if os.path.exists(out):
+        os.remove(out)
+    c = profile_step(build, module, os.path.abspath(args.model), rows, out)
+    full = full_depth(c, c, names, 1)
+    shape = {"model": os.path.basename(args.model), "layers": 1}
+    report(shape, "as stored", "prefill%d" % rows if args.prompt else "decode", rows, full, resources,
+           gguf_tensor_bytes(args.model), [], [])
+
+
 def report(shape, type_name, phase, rows, full, resources, weight_bytes, kernels_json, models_json):
-    print("\n== %s %s %s, %d row%s (%d layers; counters of 1 and 2 layers scaled exactly)" %
-          (shape["model"], type_name, phase, rows, "" if rows == 1 else "s", shape["layers"]))
+    print("\n== %s %s %s, %d row%s (%d layers%s)" %
+          (shape["model"], type_name, phase, rows, "" if rows == 1 else "s", shape["layers"],
+           "; counters of 1 and 2 layers scaled exactly" if shape["layers"] > 1 else ""))
     print("%-52s %6s %7s %6s %6s %6s %6s %6s %9s %5s %9s %9s" % ("kernel", "launch", "sect/rq", "eff%", "ld/16B",
           "shwf/r", "occ90", "occ87", "H100 us", "bound", "H200 us", "Orin us"))
     totals = {d: 0.0 for d in DEVICES}

@@ -190,9 +190,11 @@ def full_depth(c1, c2, names, n_layer):
         for off, k in c.items():
             name = names.get(off, k["launch_name"])
             e = d.setdefault(name, dict({f: 0 for f in COUNTERS}, threads_per_block=k["threads_per_block"],
-                                        dynamic_shared_max=0))
+                                        dynamic_shared_max=0, global_load_requests_by_width=[0] * 5))
             for f in COUNTERS:
                 e[f] += k[f]
+            e["global_load_requests_by_width"] = [a + b for a, b in zip(e["global_load_requests_by_width"],
+                                                                         k["global_load_requests_by_width"])]
             e["dynamic_shared_max"] = max(e["dynamic_shared_max"], k["dynamic_shared_max"])
         return d
     a, b = by_name(c1), by_name(c2)
@@ -201,6 +203,9 @@ def full_depth(c1, c2, names, n_layer):
         ea, eb = a.get(name), b.get(name)
         base = ea or eb
         e = dict(base)
+        wa = ea["global_load_requests_by_width"] if ea else [0] * 5
+        wb = eb["global_load_requests_by_width"] if eb else [0] * 5
+        e["global_load_requests_by_width"] = [a + (n_layer - 1) * (b - a) for a, b in zip(wa, wb)]
         for f in COUNTERS:
             va, vb = ea[f] if ea else 0, eb[f] if eb else 0
             e[f] = va + (n_layer - 1) * (vb - va)
@@ -368,7 +373,10 @@ def report(shape, type_name, phase, rows, full, resources, weight_bytes, kernels
         ld_req, ld_sec, ld_bytes = e["global_load_requests"], e["global_load_sectors"], e["global_load_bytes"]
         sectors_per_request = ld_sec / ld_req if ld_req else 0.0
         efficiency = ld_bytes / (32.0 * ld_sec) if ld_sec else 1.0
-        loads_per_16 = ld_req / (ld_bytes / 16.0) if ld_bytes else 0.0
+        # load instructions a lane executes per 16 bytes it loads: 16 / the mean access width
+        widths = e["global_load_requests_by_width"]
+        width_sum = sum(n * w for n, w in zip(widths, (1, 2, 4, 8, 16)))
+        loads_per_16 = 16.0 * sum(widths) / width_sum if width_sum else 0.0
         sh_req = e["shared_load_requests"] + e["shared_store_requests"]
         sh_wf = (e["shared_load_wavefronts"] + e["shared_store_wavefronts"]) / sh_req if sh_req else 0.0
         occ = {}

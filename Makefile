@@ -255,6 +255,32 @@ $(SIMT_TEST): $(BUILD)/obj/tests/simt/test_simt.o
 	@mkdir -p $(@D)
 	$(CXX) $(SIMT_CXXFLAGS) -o $@ $< -lcmocka
 test: $(SIMT_TEST)
+# Memory-transaction counters (tests/simt/simt_profile.h): kernels compiled by clang with its
+# load/store callbacks (-fsanitize-coverage=trace-loads,trace-stores, clang 14 or later) and
+# SIMT_PROFILE, linked with simt_profile.cpp (not instrumented), which counts sectors, requests
+# and bank conflicts. Its test is part of make test where clang++ targets the machine the tests
+# run on (not under test-arm's cross compiler, nor the sanitizer builds, which it would bypass).
+PROFILE_CXX ?= clang++
+PROFILE_FLAGS := -DSIMT_PROFILE -fsanitize-coverage=func,trace-loads,trace-stores -fno-vectorize \
+                 -fno-slp-vectorize -Wno-missing-field-initializers
+PROFILE_CXXFLAGS := $(filter-out $(SAN_FLAGS),$(SIMT_CXXFLAGS))
+$(BUILD)/obj/profile/simt_profile.o: tests/simt/simt_profile.cpp | $(DEPS_OK)
+	@mkdir -p $(@D)
+	$(PROFILE_CXX) $(PROFILE_CXXFLAGS) -DSIMT_PROFILE -Wno-missing-field-initializers -fPIC -c $< -o $@
+$(BUILD)/obj/profile/tests/%.o: tests/simt/%.cpp | $(DEPS_OK)
+	@mkdir -p $(@D)
+	$(PROFILE_CXX) $(PROFILE_CXXFLAGS) $(PROFILE_FLAGS) -c $< -o $@
+SIMT_PROFILE_TEST := $(BUILD)/tests/test_simt_profile
+$(SIMT_PROFILE_TEST): $(BUILD)/obj/profile/tests/test_simt_profile.o $(BUILD)/obj/profile/simt_profile.o
+	@mkdir -p $(@D)
+	$(PROFILE_CXX) $(PROFILE_CXXFLAGS) -o $@ $^ -ldl -lcmocka
+ifeq ($(SAN_FLAGS)$(filter aarch64% arm%,$(CC)),)
+ifneq ($(shell command -v $(PROFILE_CXX)),)
+TEST_BIN += $(SIMT_PROFILE_TEST)
+test: $(SIMT_PROFILE_TEST)
+endif
+endif
+-include $(wildcard $(BUILD)/obj/profile/*.d $(BUILD)/obj/profile/*/*.d)
 ifeq ($(CUDA),1)
 CUDA_HOME ?= /usr/local/cuda
 # Jetson Orin (sm_87), H100/H200 (sm_90), and PTX for later GPUs
@@ -350,6 +376,28 @@ $(CUDA_MODULE_EMU): $(CUDA_EMU_OBJ) tests/simt/module-emu.map
 	    $(LDFLAGS) -o $@ $(CUDA_EMU_OBJ)
 .PHONY: cuda-emu
 cuda-emu: $(CUDA_MODULE_EMU)
+# The profiled module (make cuda-profile): the emulated module with the memory-transaction
+# counters (tests/simt/simt_profile.h), every symbol exported so that the counters' kernel
+# addresses resolve to names (scripts/cuda-profile.py reads them with nm).
+CUDA_MODULE_PROF := $(BUILD)/libllmmini-cuda-prof.so
+CUDA_PROF_OBJ := $(CUDA_SRC:cuda/%.cu=$(BUILD)/obj/cuda-prof/%.o)
+$(BUILD)/obj/cuda-prof/%.o: cuda/%.cu | $(DEPS_OK)
+	@mkdir -p $(@D)
+	$(PROFILE_CXX) $(filter-out $(SAN_FLAGS),$(CUDA_EMU_CXXFLAGS)) $(PROFILE_FLAGS) -x c++ -c $< -o $@
+$(CUDA_MODULE_PROF): $(CUDA_PROF_OBJ) $(BUILD)/obj/profile/simt_profile.o
+	$(PROFILE_CXX) -shared -Wl,-z,defs -Wl,-z,nodelete -pthread $(LDFLAGS) -o $@ $^ -ldl
+-include $(wildcard $(BUILD)/obj/cuda-prof/*.d)
+# make cuda-profile: counters of a decode step and a 512-token prompt of the Qwen2.5-0.5B and
+# Llama-3.2-1B shapes on the profiled module, registers and shared memory from ptxas -v (nvcc
+# for sm_90 and sm_87, no GPU needed), and the roofline estimate (scripts/cuda-profile.py,
+# docs/performance.md "CUDA roofline estimate"); writes $(BUILD)/cuda-profile.json. Not in make
+# test: a few minutes of emulation.
+$(BUILD)/tests/profile_step: $(BUILD)/obj/tests/cuda/profile_step.o $(STATIC_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_LDFLAGS) -o $@ $< $(STATIC_LIB) $(LIBS) -ldl
+.PHONY: cuda-profile
+cuda-profile: $(CUDA_MODULE_PROF) $(BUILD)/tests/profile_step $(BUILD)/llmmini-synth $(BUILD)/llmmini-quantize
+	python3 scripts/cuda-profile.py --build $(BUILD)
 $(BUILD)/tests/test_cuda_module: $(CUDA_MODULE_EMU) $(BUILD)/llmmini-synth
 test: $(CUDA_MODULE_EMU)
 # The static archives (libllmmini-cuda-emu.a here, libllmmini-cuda.a below) add

@@ -547,12 +547,29 @@ bench_error() {
     { grep -m1 '^llmmini-bench:' "$1" || tail -n 1 "$1"; } 2>/dev/null | sed 's/^llmmini-bench: //' | cut -c1-80
 }
 
+# The roofline estimate of a model on this device (make cuda-profile, kept in
+# docs/cuda-roofline.json; docs/performance.md "CUDA roofline estimate"): decode ms/token or the
+# 512-token prompt's ms, from the H200 or Orin column when the device's name says so, else H100's;
+# "-" where the file has no such model (the dry run's tiny shape).
+ESTIMATES=$ROOT/docs/cuda-roofline.json
+estimate_of() { # preset type phase(decode|prefill512)
+    python3 - "$ESTIMATES" "$1" "$2" "$3" "${DEVICE:-}" 2>/dev/null <<'EOF' || echo -
+import json, sys
+path, model, weight_type, phase, device = sys.argv[1:6]
+column = "est_ms_h200" if "H200" in device else "est_ms_orin" if "Orin" in device else "est_ms_h100"
+rows = [m for m in json.load(open(path))["models"]
+        if m["model"] == model and m["type"].lower() == weight_type.lower() and m["phase"] == phase]
+print("%.3f" % rows[0][column] if rows else "-")
+EOF
+}
+
 # One row of the benchmark table from the graph and the eager run of one model.
 bench_row() { # preset type backend
     local preset=$1 type=$2 backend=$3 g e
     g=$LOGS/bench-$preset-$type-$backend-default.json
     e=$LOGS/bench-$preset-$type-$backend-eager.json
     awk -v preset="$preset" -v type="$type" -v backend="$backend" -v target="$(target_of "$preset" "$type")" \
+        -v est="$(estimate_of "$preset" "$type" decode)" \
         -v gd="$(jget "$g" decode_tok_s)" -v ed="$(jget "$e" decode_tok_s)" -v tt="$(jget "$g" ttft_ms)" \
         -v w="$(jget "$g" bytes_per_token_estimate)" -v wk="$(jget "$g" decode_bytes_per_token)" \
         -v bw="$COPY_GBS" -v gerr="$(bench_error "${g%.json}.log")" -v rep="$(jget "$g" graph_replays)" 'BEGIN {
@@ -562,10 +579,10 @@ bench_row() { # preset type backend
         ems = (ed ~ num && ed > 0) ? 1000 / ed : 0
         printf "| %s | %s | %s | ", preset, toupper(type), backend
         if (!ok) {
-            printf "FAILED: %s | - | - | - | - | - | - | %s |\n", gerr, (target != "" ? "<= " target : "-")
+            printf "FAILED: %s | %s | - | - | - | - | - | - | %s |\n", gerr, est, (target != "" ? "<= " target : "-")
             exit
         }
-        printf "%.3f | %s | ", ms, (ems > 0 ? sprintf("%.3f", ems) : "-")
+        printf "%.3f | %s | %s | ", ms, est, (ems > 0 ? sprintf("%.3f", ems) : "-")
         printf "%s | %s | ", (ems > 0 ? sprintf("%.2fx", ems / ms) : "-"), (rep ~ num ? rep : "-")
         printf "%.2f | %.1f (%.1f) | ", tt, w / 1048576, wk / 1048576
         printf "%s | ", (bw ~ num && bw > 0 ? sprintf("%.1f %%", 100 * wk / (ms * 1e-3) / (bw * 1e9)) : "n/a")
@@ -684,6 +701,7 @@ prefill_row() { # preset type
     many=$(jget "$LOGS/parallel-$preset-$type-s$s.json" aggregate_tok_s)
     row+=" $(awk -v a="$many" -v b="$one" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.1fx", a / b; else printf "-" }') |"
     for path in $GEMM_PATHS; do row+=" $(jnum "$LOGS/gemm-$preset-$type-$path.json" prefill_tok_s 0) |"; done
+    row+=" $(estimate_of "$preset" "$type" prefill512) |"
     echo "$row"
 }
 
@@ -694,6 +712,8 @@ prefill_table() {
     head+=" $(echo "$PARALLEL_SEQS" | awk '{print $NF}') / 1 |"
     sep+="---|"
     for path in $GEMM_PATHS; do head+=" $path |"; sep+="---|"; done
+    head+=" estimate ms (512) |"
+    sep+="---|"
     echo "$head"
     echo "$sep"
     printf '%s\n' "${PREFILL_ROWS[@]}"
@@ -703,7 +723,8 @@ prefill_table() {
     echo "prompt (1: the single-sequence decode); gemv / lt (cuBLASLt) / int8: prompt tok/s of the middle prompt with"
     echo "LLMM_CUDA_GEMM forcing that path for every prompt matmul (default: the rule in docs/performance.md)."
     echo "Targets on an H200: 512-token prefill >= 20,000 tok/s (0.5B Q4_0), TTFT(512) <= 30 ms (1B Q4_K_M),"
-    echo "64 sequences >= 10x one."
+    echo "64 sequences >= 10x one. estimate ms (512): the roofline model's 512-token prompt (make cuda-profile,"
+    echo "docs/cuda-roofline.json), beside the measured TTFT of the same prompt length."
 }
 
 # ---------------------------------------------------------------- summary
@@ -727,9 +748,9 @@ write_summary() {
         done
         if [ ${#BENCH_ROWS[@]} -gt 0 ]; then
             echo
-            echo "| shape | type | backend | decode ms/token | eager ms/token | graph gain | graph replays" \
+            echo "| shape | type | backend | decode ms/token | estimate ms/token | eager ms/token | graph gain | graph replays" \
                 "| TTFT ms ($PROMPT_TOKENS) | MiB/token weights (+KV) | of measured bandwidth | target ms/token |"
-            echo "|---|---|---|---|---|---|---|---|---|---|---|"
+            echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
             printf '%s\n' "${BENCH_ROWS[@]}"
             echo
             echo "llmmini-bench ${BENCH_ARGS[*]} --backend B --json per row. decode ms/token = 1000 / the median"
@@ -738,7 +759,9 @@ write_summary() {
             echo "graphs; graph replays: decode steps the graph run replayed (0: graphs never used). TTFT: prefill of the whole prompt plus the first token (median). MiB/token: the bench's"
             echo "estimate of the weight bytes one decode step reads, and with the K/V read at the mean position; of"
             echo "measured bandwidth = those bytes / decode time / the copy bandwidth above. Targets are benchmarks"
-            echo "for an H200, not pass/fail."
+            echo "for an H200, not pass/fail. estimate: the roofline model of make cuda-profile (docs/cuda-roofline.json,"
+            echo "a decode step at position 0 from emulator counters; docs/performance.md \"CUDA roofline estimate\"): the"
+            echo "first GPU run calibrates it."
         fi
         if [ ${#PREFILL_ROWS[@]} -gt 0 ]; then
             echo

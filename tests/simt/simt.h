@@ -48,6 +48,7 @@
 // - Dynamic shared memory is a malloc of exactly the launch's size (ASan catches overruns),
 //   filled with garbage at the start of every block (0xff bytes: NaN/-1; 0x7f on odd blocks).
 //   More than 48 KiB needs cudaFuncSetAttribute(MaxDynamicSharedMemorySize), as on a GPU.
+// - cudaMalloc returns 256-byte aligned memory, as CUDA documents (sectors and vector loads).
 // - A launch the GPU would refuse (0 or > 1024 threads a block, block z > 64, an empty grid,
 //   grid y/z > 65535, too much dynamic shared memory) aborts with the reason instead of setting
 //   an error that the caller might not check.
@@ -62,8 +63,9 @@
 // - Static __shared__ is a function-local static: zero at the first launch, then it keeps the
 //   previous block's values instead of garbage. Each block still sees its own writes after its
 //   barrier; only a read-before-write of static shared memory goes unnoticed.
-// - Timing, occupancy, register limits, the static shared memory limit, concurrency between
-//   streams (every call is synchronous; stream capture and graphs are emulated: simt_graph.h),
+// - Timing, occupancy, register limits (the profiled build counts a kernel's memory requests
+//   instead: simt_profile.h, make cuda-profile), the static shared memory limit, concurrency
+//   between streams (every call is synchronous; stream capture and graphs are emulated: simt_graph.h),
 //   cooperative groups, dynamic parallelism, textures, __CUDA_ARCH__ (undefined
 //   here, as in host code: use SIMT_EMULATED to tell the builds apart).
 // - Tensor cores (mma/wgmma inline PTX) and cuBLASLt: they must sit behind a narrow interface

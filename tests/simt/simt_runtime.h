@@ -119,7 +119,8 @@ inline cudaError_t cudaMalloc(void **ptr, size_t size) {
         *ptr = nullptr;
         return simt::detail::record(cudaErrorStreamCaptureUnsupported);
     }
-    *ptr = std::malloc(size ? size : 1);
+    // 256-byte aligned, as cudaMalloc documents: sector and vector-load alignment as on a GPU
+    *ptr = std::aligned_alloc(256, ((size ? size : 1) + 255) / 256 * 256);
     if (*ptr)
         simt::detail::remember(&simt::detail::memory_registry::device, *ptr, size);
     return simt::detail::record(*ptr ? cudaSuccess : cudaErrorMemoryAllocation);

@@ -41,6 +41,7 @@
 #include <sanitizer/common_interface_defs.h>
 #endif
 
+#include "simt_profile.h"
 #include "simt_switch.h"
 #include "simt_types.h"
 
@@ -430,6 +431,7 @@ inline void run_launch(const char *name, const void *kernel, dim3 grid, dim3 blo
     L.threads.resize(L.nthreads);
     stacks().reserve(L.nthreads);
     g_launch = &L;
+    profile::launch_begin(name, kernel, grid, block, L.shmem, shmem);
     unsigned block_linear = 0;
     for (unsigned z = 0; z < grid.z; z++)
         for (unsigned y = 0; y < grid.y; y++)
@@ -437,7 +439,9 @@ inline void run_launch(const char *name, const void *kernel, dim3 grid, dim3 blo
                 L.block_idx = uint3{x, y, z};
                 fill_garbage(L, block_linear++);
                 run_block(L);
+                profile::block_end();
             }
+    profile::launch_end();
     g_launch = nullptr;
     std::free(L.shmem);
 }

@@ -15,9 +15,34 @@ struct dim3 {
     constexpr operator uint3() const { return uint3{x, y, z}; }
 };
 
+#ifdef SIMT_PROFILE
+// The profiled build (simt_profile.h) must see a vector type's copy as the one wide access the
+// GPU makes, where clang splits it into its components: an empty last member, at the object's
+// own address, whose copy tells the profiler to merge the component accesses just made into one
+// access of the whole width, at the copy's call site (noinline: its return address names it).
+namespace simt {
+namespace profile {
+void vector_copy(const void *src, const void *dst, unsigned bytes, const void *site);
+template <unsigned Bytes> struct VectorCopy {
+    VectorCopy() = default;
+    __attribute__((noinline)) VectorCopy(const VectorCopy &o) {
+        vector_copy(&o, this, Bytes, __builtin_return_address(0));
+    }
+    __attribute__((noinline)) VectorCopy &operator=(const VectorCopy &o) {
+        vector_copy(&o, this, Bytes, __builtin_return_address(0));
+        return *this;
+    }
+};
+} // namespace profile
+} // namespace simt
+#define SIMT_VECTOR_COPY(bytes) [[no_unique_address]] ::simt::profile::VectorCopy<bytes> simt_copy;
+#else
+#define SIMT_VECTOR_COPY(bytes)
+#endif
+
 #define SIMT_VECTOR_TYPES(name, T, align)                                                   \
-    struct alignas(align * 1) name##2 { T x, y; };                                          \
-    struct alignas(align * 2) name##4 { T x, y, z, w; };                                    \
+    struct alignas(align * 1) name##2 { T x, y; SIMT_VECTOR_COPY(align * 1) };              \
+    struct alignas(align * 2) name##4 { T x, y, z, w; SIMT_VECTOR_COPY(align * 2) };        \
     inline name##2 make_##name##2(T x, T y) { return name##2{x, y}; }                       \
     inline name##4 make_##name##4(T x, T y, T z, T w) { return name##4{x, y, z, w}; }
 SIMT_VECTOR_TYPES(float, float, 8)
@@ -28,5 +53,6 @@ SIMT_VECTOR_TYPES(ushort, unsigned short, 4)
 SIMT_VECTOR_TYPES(char, signed char, 2)
 SIMT_VECTOR_TYPES(uchar, unsigned char, 2)
 #undef SIMT_VECTOR_TYPES
+#undef SIMT_VECTOR_COPY
 
 #endif

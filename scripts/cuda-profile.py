@@ -1,0 +1,411 @@
+#!/usr/bin/env python3
+"""make cuda-profile: a roofline estimate of the CUDA kernels from the emulator's counters.
+
+For each model shape (Qwen2.5-0.5B, Llama-3.2-1B) and weight type (Q4_0, Q4_K_M, Q8_0, F16):
+  1. synthesizes the shape with 1 and with 2 layers (llmmini-synth, llmmini-quantize);
+  2. runs one step of each phase on the profiled module (build/libllmmini-cuda-prof.so, through
+     tests/cuda/profile_step.c): a decode step of 1 row, one of 8 rows, and a 512-token prompt;
+  3. scales to the real depth exactly: every layer of these models runs the same launches on the
+     same shapes, so the full model's counters are C(1) + (n_layer - 1) * (C(2) - C(1));
+  4. reads registers and shared memory per kernel from ptxas -v (nvcc for sm_90 and sm_87; no
+     GPU needed), and computes occupancy with the documented per-SM limits;
+  5. prints per kernel and per model the estimated time on H100, H200 and Orin, against the
+     floor (weight bytes / bandwidth), and writes build/cuda-profile.json.
+The model behind the numbers, and what it leaves out, is docs/performance.md "CUDA roofline
+estimate". A model, not a measurement: scripts/gpu-check.sh prints it beside the real figures.
+"""
+import argparse
+import json
+import os
+import re
+import struct
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Devices: bandwidth (bytes/s), SMs and clock (Hz) for the issue bound. H100 and H200 SXM at
+# their boost clock (1.98 GHz, 132 SMs); Jetson AGX Orin 64GB: 16 SMs (2048 CUDA cores) at its
+# top GPU clock, 1.3 GHz.
+DEVICES = {
+    "h100": {"bandwidth": 3.35e12, "sms": 132, "clock": 1.98e9},
+    "h200": {"bandwidth": 4.8e12, "sms": 132, "clock": 1.98e9},
+    "orin": {"bandwidth": 204.8e9, "sms": 16, "clock": 1.3e9},
+}
+
+# Per-SM limits (CUDA C++ Programming Guide, "Technical Specifications per Compute Capability")
+# and the allocation rules of the CUDA occupancy calculator (cuda_occupancy.h in the toolkit:
+# registers allocated per warp in units of 256, over 4 sub-partitions; shared memory in units of
+# 128 bytes, plus 1 KiB the driver reserves per block).
+ARCHS = {
+    "sm_90": {"regs": 65536, "warps": 64, "blocks": 32, "smem": 228 * 1024},
+    "sm_87": {"regs": 65536, "warps": 48, "blocks": 16, "smem": 164 * 1024},
+}
+REG_UNIT, SUB_PARTITIONS, SMEM_UNIT, SMEM_RESERVED = 256, 4, 128, 1024
+
+MODELS = [
+    {"model": "qwen2.5-0.5b", "preset": "qwen2.5-0.5b", "layers": 24},
+    {"model": "llama-3.2-1b", "preset": "llama-3.2-1b", "layers": 16},
+]
+TYPES = [("Q4_0", "q4_0"), ("Q4_K_M", "q4_k_m"), ("Q8_0", "q8_0"), ("F16", "f16")]
+PHASES = [("decode", 1), ("decode", 8), ("prefill512", 512)]
+COUNTERS = ["launches", "blocks", "warps", "global_load_requests", "global_load_sectors",
+            "global_load_bytes", "global_store_requests", "global_store_sectors",
+            "global_store_bytes", "shared_load_requests", "shared_load_wavefronts",
+            "shared_store_requests", "shared_store_wavefronts", "cp_async_requests",
+            "cp_async_bytes", "cp_async_sectors", "global_launch_sectors"]
+L1_BYTES_PER_CLOCK = 128  # per SM: 4 sectors a cycle through L1 (sm_80 and later)
+
+
+def run(cmd, **kw):
+    r = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+    if r.returncode != 0:
+        sys.exit("cuda-profile: %s failed:\n%s" % (" ".join(cmd), r.stdout[-4000:]))
+    return r.stdout
+
+
+def synthesize(build, models_dir, shape, gguf_type, layers):
+    """The shape with `layers` layers in the type, made once (kept in models_dir)."""
+    path = os.path.join(models_dir, "%s-%s-L%d.gguf" % (shape["model"], gguf_type, layers))
+    if os.path.exists(path):
+        return path
+    synth = [os.path.join(build, "llmmini-synth"), "--preset", shape["preset"], "--layers", str(layers)]
+    if gguf_type == "q4_k_m":
+        f16 = path + ".f16.tmp"
+        run(synth + ["--type", "f16", "-o", f16])
+        run([os.path.join(build, "llmmini-quantize"), f16, path + ".tmp", "q4_k_m"])
+        os.remove(f16)
+    else:
+        run(synth + ["--type", gguf_type, "-o", path + ".tmp"])
+    os.rename(path + ".tmp", path)
+    return path
+
+
+def gguf_tensor_bytes(path):
+    """Bytes of every tensor of a GGUF file, from the tensor offsets (no type table needed)."""
+    with open(path, "rb") as f:
+        data = f.read(64 << 20)
+        size = os.fstat(f.fileno()).st_size
+    pos = 4
+    version, n_tensors, n_kv = struct.unpack_from("<IQQ", data, pos)
+    pos += 20
+    scalar = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+
+    def skip_value(t, pos):
+        if t in scalar:
+            return pos + scalar[t]
+        if t == 8:
+            (n,) = struct.unpack_from("<Q", data, pos)
+            return pos + 8 + n
+        if t == 9:
+            et, n = struct.unpack_from("<IQ", data, pos)
+            pos += 12
+            if et in scalar:
+                return pos + n * scalar[et]
+            for _ in range(n):
+                pos = skip_value(et, pos)
+            return pos
+        sys.exit("cuda-profile: %s: GGUF value type %d" % (path, t))
+
+    alignment = 32
+    for _ in range(n_kv):
+        (n,) = struct.unpack_from("<Q", data, pos)
+        key = data[pos + 8:pos + 8 + n].decode()
+        pos += 8 + n
+        (t,) = struct.unpack_from("<I", data, pos)
+        pos += 4
+        if key == "general.alignment":
+            (alignment,) = struct.unpack_from("<I", data, pos)
+        pos = skip_value(t, pos)
+    offsets = []
+    for _ in range(n_tensors):
+        (n,) = struct.unpack_from("<Q", data, pos)
+        pos += 8 + n
+        (nd,) = struct.unpack_from("<I", data, pos)
+        pos += 4 + 8 * nd + 4
+        (off,) = struct.unpack_from("<Q", data, pos)
+        pos += 8
+        offsets.append(off)
+    start = (pos + alignment - 1) // alignment * alignment
+    offsets.sort()
+    ends = offsets[1:] + [size - start]
+    return sum(e - o for o, e in zip(offsets, ends))
+
+
+def kernel_names(module):
+    """Offset in the profiled module -> demangled kernel name without its parameter list."""
+    names = {}
+    for line in run(["nm", "-C", "--defined-only", module]).splitlines():
+        parts = line.split(" ", 2)
+        if len(parts) == 3 and parts[1] in "tTwW":
+            names[int(parts[0], 16)] = strip_params(parts[2])
+    return names
+
+
+def strip_params(name):
+    """`void f<A, B>(int, float)` -> `f<A, B>`: the two compilers spell parameter lists apart."""
+    depth, cut = 0, len(name)
+    for i in range(len(name) - 1, -1, -1):
+        c = name[i]
+        if c == ")":
+            depth += 1
+        elif c == "(":
+            depth -= 1
+            if depth == 0:
+                cut = i
+                break
+    name = name[:cut]
+    if name.startswith("void "):
+        name = name[5:]
+    return name.replace("(anonymous namespace)::", "")
+
+
+def profile_step(build, module, model, rows, out):
+    """The counters of one step, run once: a file already there is read back (rm -r
+    BUILD/cuda-profile-counters after changing a kernel)."""
+    if not os.path.exists(out):
+        run_step(build, module, model, rows, out)
+    counters = {}
+    for line in open(out):
+        k = json.loads(line)
+        counters[k["offset"]] = k
+    return counters
+
+
+def run_step(build, module, model, rows, out):
+    env = dict(os.environ, LLMM_CUDA_MODULE=module)
+    args = [os.path.join(build, "tests", "profile_step"), model]
+    args += ["0", str(rows)] if rows > 8 else [str(rows), "0"]
+    r = subprocess.run(args + [out + ".tmp"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True)
+    if r.returncode != 0:
+        sys.exit("cuda-profile: %s failed:\n%s" % (" ".join(args), r.stdout[-4000:]))
+    os.rename(out + ".tmp", out)
+
+
+def full_depth(c1, c2, names, n_layer):
+    """Per kernel name: C(1) + (n_layer - 1) * (C(2) - C(1)), and its launch shape."""
+    def by_name(c):
+        d = {}
+        for off, k in c.items():
+            name = names.get(off, k["launch_name"])
+            e = d.setdefault(name, dict({f: 0 for f in COUNTERS}, threads_per_block=k["threads_per_block"],
+                                        dynamic_shared_max=0, global_load_requests_by_width=[0] * 5))
+            for f in COUNTERS:
+                e[f] += k[f]
+            e["global_load_requests_by_width"] = [a + b for a, b in zip(e["global_load_requests_by_width"],
+                                                                         k["global_load_requests_by_width"])]
+            e["dynamic_shared_max"] = max(e["dynamic_shared_max"], k["dynamic_shared_max"])
+        return d
+    a, b = by_name(c1), by_name(c2)
+    out = {}
+    for name in set(a) | set(b):
+        ea, eb = a.get(name), b.get(name)
+        base = ea or eb
+        e = dict(base)
+        wa = ea["global_load_requests_by_width"] if ea else [0] * 5
+        wb = eb["global_load_requests_by_width"] if eb else [0] * 5
+        e["global_load_requests_by_width"] = [a + (n_layer - 1) * (b - a) for a, b in zip(wa, wb)]
+        for f in COUNTERS:
+            va, vb = ea[f] if ea else 0, eb[f] if eb else 0
+            e[f] = va + (n_layer - 1) * (vb - va)
+            if e[f] < 0:
+                sys.exit("cuda-profile: %s: %s fell with depth (%d at 1 layer, %d at 2): layers differ"
+                         % (name, f, va, vb))
+        out[name] = e
+    return out
+
+
+def ptxas_resources(build):
+    """Registers and static shared memory per kernel and arch, from nvcc -Xptxas -v (cached)."""
+    nvcc = os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc")
+    folder = os.path.join(build, "cuda-ptxas")
+    os.makedirs(folder, exist_ok=True)
+    res = {arch: {} for arch in ARCHS}
+    if not os.path.exists(nvcc):
+        print("cuda-profile: no nvcc (%s): occupancy left out" % nvcc)
+        return res
+    for src in sorted(os.listdir(os.path.join(ROOT, "cuda"))):
+        if not src.endswith(".cu"):
+            continue
+        for arch in ARCHS:
+            log = os.path.join(folder, "%s-%s.log" % (arch, src[:-3]))
+            if not os.path.exists(log) or os.path.getmtime(log) < os.path.getmtime(os.path.join(ROOT, "cuda", src)):
+                text = run([nvcc, "-ccbin", os.environ.get("CXX", "g++"), "-fmad=false", "-std=c++17",
+                            "-arch=" + arch, "-Xptxas", "-v", "-Icuda", "-Iinclude", "-Ilib", "-c",
+                            "cuda/" + src, "-o", os.devnull])
+                with open(log, "w") as f:
+                    f.write(text)
+            parse_ptxas(open(log).read(), res[arch])
+    return res
+
+
+def parse_ptxas(text, out):
+    mangled, entries = None, []
+    for line in text.splitlines():
+        m = re.search(r"Compiling entry function '([^']+)'", line)
+        if m:
+            mangled = m.group(1)
+            continue
+        m = re.search(r"Used (\d+) registers", line)
+        if m and mangled:
+            smem = re.search(r"(\d+) bytes smem", line)
+            entries.append((mangled, int(m.group(1)), int(smem.group(1)) if smem else 0))
+            mangled = None
+    if not entries:
+        return
+    demangled = subprocess.run(["c++filt"], input="\n".join(e[0] for e in entries), stdout=subprocess.PIPE,
+                               text=True).stdout.splitlines()
+    for (mg, regs, smem), name in zip(entries, demangled):
+        out[strip_params(name)] = {"regs": regs, "smem": smem}
+
+
+def occupancy(arch, regs, static_smem, dynamic_smem, threads):
+    """Resident warps / the SM's maximum, as the CUDA occupancy calculator computes it."""
+    lim = ARCHS[arch]
+    warps = -(-threads // 32)
+    by_warps = lim["warps"] // warps
+    regs_per_warp = -(-regs * 32 // REG_UNIT) * REG_UNIT
+    by_regs = (lim["regs"] // SUB_PARTITIONS // regs_per_warp) * SUB_PARTITIONS // warps if regs else by_warps
+    smem = static_smem + dynamic_smem + SMEM_RESERVED
+    smem = -(-smem // SMEM_UNIT) * SMEM_UNIT
+    by_smem = lim["smem"] // smem
+    blocks = min(by_warps, by_regs, by_smem, lim["blocks"])
+    return blocks * warps / lim["warps"]
+
+
+def estimate_us(e, dev):
+    """max(DRAM sectors x 32 B / bandwidth, request sectors x 32 B / L1 rate, memory instructions
+    / issue rate), in microseconds. DRAM sectors: each distinct sector once per launch."""
+    d = DEVICES[dev]
+    dram_s = e["global_launch_sectors"] * 32 / d["bandwidth"]
+    request_sectors = e["global_load_sectors"] + e["global_store_sectors"] + e["cp_async_sectors"]
+    l1_s = request_sectors * 32 / (d["sms"] * d["clock"] * L1_BYTES_PER_CLOCK)
+    issued = (e["global_load_requests"] + e["global_store_requests"] + e["cp_async_requests"] +
+              e["shared_load_wavefronts"] + e["shared_store_wavefronts"])
+    issue_s = issued / (d["sms"] * d["clock"])
+    return max(dram_s, l1_s, issue_s) * 1e6
+
+
+def bound_of(e, dev):
+    """Which term of estimate_us decides: dram, l1 or issue."""
+    d = DEVICES[dev]
+    terms = {"dram": e["global_launch_sectors"] * 32 / d["bandwidth"],
+             "l1": (e["global_load_sectors"] + e["global_store_sectors"] + e["cp_async_sectors"]) * 32 /
+                   (d["sms"] * d["clock"] * L1_BYTES_PER_CLOCK),
+             "issue": (e["global_load_requests"] + e["global_store_requests"] + e["cp_async_requests"] +
+                       e["shared_load_wavefronts"] + e["shared_store_wavefronts"]) / (d["sms"] * d["clock"])}
+    return max(terms, key=terms.get)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--models-dir", default=None, help="where the synthetic models go (default BUILD/cuda-profile-models)")
+    ap.add_argument("--only", default=None,
+                    help="model:type:phase (e.g. qwen2.5-0.5b:Q4_0:decode1) to run that step alone; the "
+                         "report covers every step whose counters are there")
+    ap.add_argument("--model", default=None,
+                    help="profile this GGUF alone, as it is (no depth scaling), and print its table")
+    ap.add_argument("--rows", type=int, default=1, help="with --model: decode rows, or 0 with --prompt")
+    ap.add_argument("--prompt", type=int, default=0, help="with --model: a prompt of this many tokens")
+    args = ap.parse_args()
+    build = os.path.join(ROOT, args.build) if not os.path.isabs(args.build) else args.build
+    module = os.path.join(build, "libllmmini-cuda-prof.so")
+    if args.model:
+        profile_one(args, build, module)
+        return
+    models_dir = args.models_dir or os.path.join(build, "cuda-profile-models")
+    work = os.path.join(build, "cuda-profile-counters")
+    os.makedirs(models_dir, exist_ok=True)
+    os.makedirs(work, exist_ok=True)
+    names = kernel_names(module)
+    resources = ptxas_resources(build)
+    kernels_json, models_json = [], []
+    for shape in MODELS:
+        for type_name, gguf_type in TYPES:
+            steps = []
+            for phase, rows in PHASES:
+                key = "%s:%s:%s" % (shape["model"], type_name, phase + ("" if phase == "prefill512" else str(rows)))
+                tag = "%s-%s-%s-%d" % (shape["model"], type_name, phase, rows)
+                outs = [os.path.join(work, "%s-L%d.jsonl" % (tag, n)) for n in (1, 2)]
+                if (args.only is None or args.only == key) or all(os.path.exists(o) for o in outs):
+                    steps.append((phase, rows, outs))
+            if not steps:
+                continue
+            paths = [synthesize(build, models_dir, shape, gguf_type, n) for n in (1, 2)]
+            b1, b2 = gguf_tensor_bytes(paths[0]), gguf_tensor_bytes(paths[1])
+            weight_bytes = b1 + (shape["layers"] - 1) * (b2 - b1)
+            for phase, rows, outs in steps:
+                c = [profile_step(build, module, p, rows, o) for p, o in zip(paths, outs)]
+                full = full_depth(c[0], c[1], names, shape["layers"])
+                report(shape, type_name, phase, rows, full, resources, weight_bytes, kernels_json, models_json)
+    out = os.path.join(build, "cuda-profile.json")
+    with open(out, "w") as f:
+        json.dump({"kernels": kernels_json, "models": models_json}, f, indent=1)
+    print("wrote %s" % out)
+
+
+def profile_one(args, build, module):
+    """--model: one step of one file, its counters as they are."""
+    names = kernel_names(module)
+    resources = ptxas_resources(build)
+    rows = args.prompt if args.prompt else args.rows
+    out = os.path.join(build, "cuda-profile-counters", "one-%s-%d.jsonl" % (os.path.basename(args.model), rows))
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    if os.path.exists(out):
+        os.remove(out)
+    c = profile_step(build, module, os.path.abspath(args.model), rows, out)
+    full = full_depth(c, c, names, 1)
+    shape = {"model": os.path.basename(args.model), "layers": 1}
+    report(shape, "as stored", "prefill%d" % rows if args.prompt else "decode", rows, full, resources,
+           gguf_tensor_bytes(args.model), [], [])
+
+
+def report(shape, type_name, phase, rows, full, resources, weight_bytes, kernels_json, models_json):
+    print("\n== %s %s %s, %d row%s (%d layers%s)" %
+          (shape["model"], type_name, phase, rows, "" if rows == 1 else "s", shape["layers"],
+           "; counters of 1 and 2 layers scaled exactly" if shape["layers"] > 1 else ""))
+    print("%-52s %6s %7s %6s %6s %6s %6s %6s %9s %5s %9s %9s" % ("kernel", "launch", "sect/rq", "eff%", "ld/16B",
+          "shwf/r", "occ90", "occ87", "H100 us", "bound", "H200 us", "Orin us"))
+    totals = {d: 0.0 for d in DEVICES}
+    for name, e in sorted(full.items(), key=lambda kv: -estimate_us(kv[1], "h100")):
+        ld_req, ld_sec, ld_bytes = e["global_load_requests"], e["global_load_sectors"], e["global_load_bytes"]
+        sectors_per_request = ld_sec / ld_req if ld_req else 0.0
+        efficiency = ld_bytes / (32.0 * ld_sec) if ld_sec else 1.0
+        # load instructions a lane executes per 16 bytes it loads: 16 / the mean access width
+        widths = e["global_load_requests_by_width"]
+        width_sum = sum(n * w for n, w in zip(widths, (1, 2, 4, 8, 16)))
+        loads_per_16 = 16.0 * sum(widths) / width_sum if width_sum else 0.0
+        sh_req = e["shared_load_requests"] + e["shared_store_requests"]
+        sh_wf = (e["shared_load_wavefronts"] + e["shared_store_wavefronts"]) / sh_req if sh_req else 0.0
+        occ = {}
+        for arch in ARCHS:
+            r = resources[arch].get(name)
+            occ[arch] = occupancy(arch, r["regs"], r["smem"], e["dynamic_shared_max"], e["threads_per_block"]) if r else None
+        us = {d: estimate_us(e, d) for d in DEVICES}
+        modelled = not name.startswith("reference_gemm_kernel")  # cuBLASLt's stand-in: not modelled
+        for d in DEVICES:
+            totals[d] += us[d] if modelled else 0.0
+        print("%-52s %6d %7.2f %6.1f %6.2f %6.2f %6s %6s %9.2f %5s %9.2f %9.2f%s" % (
+            name[:52], e["launches"], sectors_per_request, 100 * efficiency, loads_per_16, sh_wf,
+            "-" if occ["sm_90"] is None else "%.0f%%" % (100 * occ["sm_90"]),
+            "-" if occ["sm_87"] is None else "%.0f%%" % (100 * occ["sm_87"]), us["h100"], bound_of(e, "h100"),
+            us["h200"], us["orin"], "" if modelled else "  (cuBLASLt on a GPU: not in the sum)"))
+        kernels_json.append({"model": shape["model"], "type": type_name, "phase": phase, "rows": rows,
+                             "kernel": name, "sector_efficiency": round(efficiency, 4),
+                             "loads_per_16B": round(loads_per_16, 4),
+                             "occupancy_sm90": None if occ["sm_90"] is None else round(occ["sm_90"], 4),
+                             "est_us_h100": round(us["h100"], 3)})
+    floor = {d: weight_bytes / DEVICES[d]["bandwidth"] * 1e3 for d in DEVICES}
+    print("sum: H100 %.3f ms, H200 %.3f ms, Orin %.3f ms; floor (%.1f MB of weights / bandwidth): "
+          "H100 %.3f ms, H200 %.3f ms, Orin %.3f ms" % (totals["h100"] / 1e3, totals["h200"] / 1e3,
+          totals["orin"] / 1e3, weight_bytes / 1e6, floor["h100"], floor["h200"], floor["orin"]))
+    if rows != 8:  # the models list: per decode token (1 row) and per 512-token prompt
+        models_json.append({"model": shape["model"], "type": type_name, "phase": phase,
+                            "est_ms_h100": round(totals["h100"] / 1e3, 4), "est_ms_h200": round(totals["h200"] / 1e3, 4),
+                            "est_ms_orin": round(totals["orin"] / 1e3, 4), "floor_ms_h100": round(floor["h100"], 4)})
+
+
+if __name__ == "__main__":
+    main()

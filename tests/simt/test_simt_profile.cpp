@@ -1,0 +1,196 @@
+// test_simt_profile: the emulator's memory-transaction counters (simt_profile.h) on kernels whose
+// answers are known from the GPU's rules: 32-byte sectors of global memory, 32 banks of 4 bytes
+// of shared memory with broadcast. Built like the profiled module (clang, coverage callbacks,
+// SIMT_PROFILE), so what is checked here is what make cuda-profile counts.
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+extern "C" {
+#include <cmocka.h>
+}
+
+#include "simt.h"
+#include "simt_profile_counters.h"
+
+// One warp of 32 lanes, so that every access of a kernel below is one warp-level request.
+constexpr unsigned lanes = 32;
+
+__global__ void copy_coalesced(float *y, const float *x) { y[threadIdx.x] = x[threadIdx.x]; }
+
+// 2-byte loads 34 bytes apart: every lane in its own sector
+__global__ void load_stride34(uint16_t *y, const unsigned char *x) {
+    y[threadIdx.x] = *reinterpret_cast<const uint16_t *>(x + 34 * threadIdx.x);
+}
+
+__global__ void load_broadcast(float *y, const float *x) { y[threadIdx.x] = x[5]; }
+
+__global__ void load_vector16(float4 *y, const float4 *x) {
+    const float4 v = x[threadIdx.x];
+    y[threadIdx.x] = v;
+}
+
+// Shared memory read at a stride of `stride` words (2: two lanes per bank; 32: one bank) or all
+// lanes at word 0 (stride 0: a broadcast), after a conflict-free store of the whole tile.
+__global__ void shared_stride(float *y, unsigned stride) {
+    __shared__ float tile[32 * 32];
+    for (unsigned i = threadIdx.x; i < 32 * 32; i += 32)
+        tile[i] = (float)i;
+    __syncthreads();
+    y[threadIdx.x] = tile[threadIdx.x * stride];
+}
+
+__global__ void shared_vector16(float4 *y) {
+    SIMT_DYNAMIC_SHARED(float4, tile);
+    tile[threadIdx.x] = make_float4(1.f, 2.f, 3.f, (float)threadIdx.x);
+    __syncthreads();
+    y[threadIdx.x] = tile[threadIdx.x];
+}
+
+// Each lane reads its own 18-byte block byte by byte (lanes 18 bytes apart, as a GEMV that gives
+// a lane a whole Q4_0 block): every request spans 18 sectors, the launch touches 18 in all.
+__global__ void load_blocks_bytewise(unsigned *y, const unsigned char *blocks) {
+    unsigned sum = 0;
+    for (int j = 0; j < 18; j++)
+        sum += blocks[18 * threadIdx.x + j];
+    y[threadIdx.x] = sum;
+}
+
+template <class T> static T *device_buffer(size_t count) {
+    void *p = nullptr;
+    assert_int_equal(cudaMalloc(&p, count * sizeof(T)), cudaSuccess);
+    assert_int_equal(cudaMemset(p, 0, count * sizeof(T)), cudaSuccess);
+    return static_cast<T *>(p);
+}
+
+static const simt_kernel_counters &counters(const void *kernel) {
+    const simt_kernel_counters *c = simt_profile_counters(kernel);
+    assert_non_null(c);
+    return *c;
+}
+
+static void test_coalesced_loads_touch_four_sectors(void **) {
+    float *x = device_buffer<float>(lanes), *y = device_buffer<float>(lanes);
+    SIMT_LAUNCH(copy_coalesced, 1, lanes, 0, nullptr, y, x);
+    const simt_kernel_counters &c = counters((const void *)&copy_coalesced);
+    assert_int_equal(c.launches, 1);
+    assert_int_equal(c.global_load_requests, 1);
+    assert_int_equal(c.global_load_sectors, 4);
+    assert_int_equal(c.global_load_bytes, 128);
+    assert_int_equal(c.global_load_requests_by_width[2], 1);
+    assert_int_equal(c.global_store_requests, 1);
+    assert_int_equal(c.global_store_sectors, 4);
+    assert_int_equal(c.global_launch_sectors, 8);
+    cudaFree(x), cudaFree(y);
+}
+
+static void test_stride34_loads_touch_a_sector_per_lane(void **) {
+    unsigned char *x = device_buffer<unsigned char>(34 * lanes);
+    uint16_t *y = device_buffer<uint16_t>(lanes);
+    SIMT_LAUNCH(load_stride34, 1, lanes, 0, nullptr, y, x);
+    const simt_kernel_counters &c = counters((const void *)&load_stride34);
+    assert_int_equal(c.global_load_requests, 1);
+    assert_int_equal(c.global_load_sectors, lanes);
+    assert_int_equal(c.global_load_bytes, 2 * lanes); // 64 useful bytes of 1024 moved
+    assert_int_equal(c.global_store_sectors, 2);       // the 2-byte stores are coalesced
+    cudaFree(x), cudaFree(y);
+}
+
+static void test_bytewise_blocks_repeat_their_sectors(void **) {
+    unsigned char *x = device_buffer<unsigned char>(18 * lanes);
+    unsigned *y = device_buffer<unsigned>(lanes);
+    SIMT_LAUNCH(load_blocks_bytewise, 1, lanes, 0, nullptr, y, x);
+    const simt_kernel_counters &c = counters((const void *)&load_blocks_bytewise);
+    assert_int_equal(c.global_load_requests, 18);
+    assert_int_equal(c.global_load_bytes, 18 * lanes);
+    // request j reads byte j of each block: 32 bytes 18 apart, in 18 sectors (or 19 where a
+    // block offset crosses a sector boundary first), 576 bytes in 18 sectors for the launch
+    assert_in_range(c.global_load_sectors, 18 * 18, 18 * 19);
+    assert_int_equal(c.global_launch_sectors, 18 + 4); // and the 128-byte store
+    cudaFree(x), cudaFree(y);
+}
+
+static void test_broadcast_load_is_one_sector(void **) {
+    float *x = device_buffer<float>(lanes), *y = device_buffer<float>(lanes);
+    SIMT_LAUNCH(load_broadcast, 1, lanes, 0, nullptr, y, x);
+    const simt_kernel_counters &c = counters((const void *)&load_broadcast);
+    assert_int_equal(c.global_load_requests, 1);
+    assert_int_equal(c.global_load_sectors, 1);
+    assert_int_equal(c.global_load_bytes, 4);
+    cudaFree(x), cudaFree(y);
+}
+
+static void test_vector_load_is_one_request(void **) {
+    float4 *x = device_buffer<float4>(lanes), *y = device_buffer<float4>(lanes);
+    SIMT_LAUNCH(load_vector16, 1, lanes, 0, nullptr, y, x);
+    const simt_kernel_counters &c = counters((const void *)&load_vector16);
+    assert_int_equal(c.global_load_requests, 1);
+    assert_int_equal(c.global_load_requests_by_width[4], 1);
+    assert_int_equal(c.global_load_sectors, 16);
+    assert_int_equal(c.global_load_bytes, 16 * lanes);
+    assert_int_equal(c.global_store_requests, 1);
+    assert_int_equal(c.global_store_sectors, 16);
+    cudaFree(x), cudaFree(y);
+}
+
+static void test_shared_bank_conflicts(void **) {
+    float *y = device_buffer<float>(lanes);
+    const void *k = (const void *)&shared_stride;
+    struct { unsigned stride; unsigned long long wavefronts; } cases[] = {
+        {1, 1},   // consecutive words: conflict-free
+        {2, 2},   // lanes l and l + 16 share a bank: 2-way
+        {32, 32}, // every lane in bank 0: 32-way
+        {0, 1},   // one word for all: a broadcast
+    };
+    unsigned long long stores = 0, loads = 0, store_wavefronts = 0, load_wavefronts = 0;
+    for (const auto &t : cases) {
+        SIMT_LAUNCH(shared_stride, 1, lanes, 0, nullptr, y, t.stride);
+        const simt_kernel_counters &c = counters(k);
+        assert_int_equal(c.shared_load_requests - loads, 1);
+        assert_int_equal(c.shared_load_wavefronts - load_wavefronts, t.wavefronts);
+        assert_int_equal(c.shared_store_requests - stores, 32); // the fill: 32 requests,
+        assert_int_equal(c.shared_store_wavefronts - store_wavefronts, 32); // 1 each
+        loads = c.shared_load_requests, load_wavefronts = c.shared_load_wavefronts;
+        stores = c.shared_store_requests, store_wavefronts = c.shared_store_wavefronts;
+    }
+    cudaFree(y);
+}
+
+// 16-byte accesses are served a quarter warp (8 lanes, 128 bytes) at a time: 4 wavefronts
+static void test_shared_vector_access_takes_four_wavefronts(void **) {
+    float4 *y = device_buffer<float4>(lanes);
+    SIMT_LAUNCH(shared_vector16, 1, lanes, lanes * sizeof(float4), nullptr, y);
+    const simt_kernel_counters &c = counters((const void *)&shared_vector16);
+    assert_int_equal(c.shared_store_requests, 1);
+    assert_int_equal(c.shared_store_wavefronts, 4);
+    assert_int_equal(c.shared_load_requests, 1);
+    assert_int_equal(c.shared_load_wavefronts, 4);
+    assert_int_equal(c.global_store_requests, 1);
+    cudaFree(y);
+}
+
+// Two warps: requests are per warp, never merged across warps
+static void test_requests_are_per_warp(void **) {
+    float *x = device_buffer<float>(2 * lanes), *y = device_buffer<float>(2 * lanes);
+    simt_profile_reset();
+    SIMT_LAUNCH(copy_coalesced, 1, 2 * lanes, 0, nullptr, y, x);
+    const simt_kernel_counters &c = counters((const void *)&copy_coalesced);
+    assert_int_equal(c.warps, 2);
+    assert_int_equal(c.global_load_requests, 2);
+    assert_int_equal(c.global_load_sectors, 8);
+    cudaFree(x), cudaFree(y);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_coalesced_loads_touch_four_sectors),
+        cmocka_unit_test(test_stride34_loads_touch_a_sector_per_lane),
+        cmocka_unit_test(test_bytewise_blocks_repeat_their_sectors),
+        cmocka_unit_test(test_broadcast_load_is_one_sector),
+        cmocka_unit_test(test_vector_load_is_one_request),
+        cmocka_unit_test(test_shared_bank_conflicts),
+        cmocka_unit_test(test_shared_vector_access_takes_four_wavefronts),
+        cmocka_unit_test(test_requests_are_per_warp),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -25,6 +25,7 @@
 #include <deque>
 #include <vector>
 
+#include "simt_profile.h"
 #include "simt_sched.h"
 
 namespace simt {
@@ -99,6 +100,7 @@ inline void __pipeline_memcpy_async(void *dst_shared, const void *src_global, si
             "the size", size_and_align, src_global, dst_shared);
     if (zfill > size_and_align)
         die("__pipeline_memcpy_async: zfill %zu is more than the %zu bytes copied", zfill, size_and_align);
+    simt::profile::cp_async(dst_shared, src_global, (unsigned)size_and_align); /* make cuda-profile's count */
     std::memset(dst_shared, 0xa5, size_and_align);
     t.uncommitted.push_back(AsyncCopy{dst_shared, src_global, size_and_align, zfill});
 }

@@ -21,7 +21,7 @@
 //           broadcast, and the wavefronts of a request are the most distinct words any bank must
 //           deliver; 8- and 16-byte accesses are split in half- and quarter-warp phases, whose
 //           wavefronts add up.
-// cp.async has no C++ spelling to instrument: the emulator's cp.async (when it has one) calls
+// cp.async has no C++ spelling to instrument: the emulator's cp.async (simt_async.h) calls
 // simt::profile::cp_async with its operands, counted as cp.async requests beside the loads.
 // The counts are those of the C++ source as clang compiles it for x86 without vectorization
 // (-fno-vectorize -fno-slp-vectorize), which follows the source's accesses one to one; nvcc

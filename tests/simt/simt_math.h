@@ -62,9 +62,7 @@ inline void __threadfence() {}
 inline void __threadfence_block() {}
 inline void __threadfence_system() {}
 
-// ---- loads and bit reinterpretation
-
-template <class T> inline T __ldg(const T *p) { return *p; }
+// ---- bit reinterpretation (__ldg: simt_loads.h)
 
 inline int __float_as_int(float f) {
     int i;

@@ -239,10 +239,23 @@ template <class V> __device__ __forceinline__ void gq_shared_store(uint8_t *p, V
 #endif
 }
 
-/* Bytes p[0..3] of shared memory as a little-endian word; A: the alignment p is known to have. */
-template <int A> __device__ __forceinline__ uint32_t gq_word(const uint8_t *p) {
-    if constexpr (A % 4 == 0) return gq_shared_load<uint32_t>(p);
-    else return (uint32_t)gq_shared_load<uint16_t>(p) | (uint32_t)gq_shared_load<uint16_t>(p + 2) << 16;
+/* N consecutive words from p: with 4-byte alignment (A) loads of them, else N + 1 aligned words
+ * and each of ours from two of them (p is 2-byte aligned: at offset 0 or 2 of its word), half the
+ * loads of 16-bit halves. The last aligned word may lie past the bytes wanted, inside the staging
+ * buffer (its 16 spare bytes), and is then not used. */
+template <int A, int N> __device__ __forceinline__ void gq_words(const uint8_t *p, uint32_t w[N]) {
+    if constexpr (A % 4 == 0) {
+        for (int k = 0; k < N; k++) w[k] = gq_shared_load<uint32_t>(p + 4 * k);
+    } else {
+        const uint8_t *base = p - ((uintptr_t)p & 3); /* arithmetic on p: the compiler keeps it in shared space */
+        const uint32_t select = (uintptr_t)p & 2 ? 0x5432u : 0x3210u;
+        uint32_t prev = gq_shared_load<uint32_t>(base);
+        for (int k = 0; k < N; k++) {
+            const uint32_t next = gq_shared_load<uint32_t>(base + 4 * k + 4);
+            w[k] = __byte_perm(prev, next, select);
+            prev = next;
+        }
+    }
 }
 
 __device__ __forceinline__ float gq_shared_f16(const uint8_t *p) { return qb_half_to_float(gq_shared_load<uint16_t>(p)); }
@@ -303,16 +316,18 @@ __device__ __forceinline__ void unpack_block32(const uint8_t *b, uint32_t q[8], 
     *m = 0.f;
     if constexpr (qb_type<T>::operand_type == LLMM_TYPE_Q8_1) *m = gq_shared_f16(b + 2);
     if constexpr (T == LLMM_TYPE_Q8_0) {
-        for (int k = 0; k < 8; k++) q[k] = gq_word<A>(b + 2 + 4 * k);
+        gq_words<A, 8>(b + 2, q);
         return;
     }
     /* the quants' offset, and where the 5th bits are (Q5_0, Q5_1) */
     constexpr int qs = T == LLMM_TYPE_Q4_1 ? 4 : T == LLMM_TYPE_Q5_0 ? 6 : T == LLMM_TYPE_Q5_1 ? 8 : 2;
     constexpr bool five = T == LLMM_TYPE_Q5_0 || T == LLMM_TYPE_Q5_1;
-    const uint32_t qh = five ? gq_word<A>(b + qs - 4) : 0;
+    uint32_t qh = 0;
+    if constexpr (five) gq_words<A, 1>(b + qs - 4, &qh);
+    uint32_t s[4];
+    gq_words<A, 4>(b + qs, s);
     for (int k = 0; k < 4; k++) {
-        const uint32_t s = gq_word<A>(b + qs + 4 * k);
-        uint32_t lo = s & 0x0f0f0f0fu, hi = s >> 4 & 0x0f0f0f0fu;
+        uint32_t lo = s[k] & 0x0f0f0f0fu, hi = s[k] >> 4 & 0x0f0f0f0fu;
         if constexpr (five) {
             lo |= gq_spread_bit4(qh >> 4 * k);
             hi |= gq_spread_bit4(qh >> (16 + 4 * k));
@@ -340,42 +355,45 @@ __device__ __forceinline__ void unpack_chunk16(const uint8_t *b, int c, uint32_t
         *dmin = gq_shared_f16(b + 82);
         *scale = b[c] & 15;
         *min = b[c] >> 4;
-        for (int k = 0; k < 4; k++)
-            q[k] = gq_word<A>(b + 16 + 32 * (c / 8) + 16 * (c % 2) + 4 * k) >> 2 * (c % 8 / 2) & 0x03030303u;
+        gq_words<A, 4>(b + 16 + 32 * (c / 8) + 16 * (c % 2), q);
+        for (int k = 0; k < 4; k++) q[k] = q[k] >> 2 * (c % 8 / 2) & 0x03030303u;
     } else if constexpr (T == LLMM_TYPE_Q3_K) {
         const uint8_t *sc = b + 96;
         *d = gq_shared_f16(b + 108);
         const int lo = c < 8 ? sc[c] & 15 : sc[c - 8] >> 4, hi = (sc[8 + c % 4] >> (2 * (c / 4))) & 3;
         *scale = (lo | hi << 4) - 32;
-        for (int k = 0; k < 4; k++) {
-            const uint32_t two = gq_word<A>(b + 32 + 32 * (c / 8) + 16 * (c % 2) + 4 * k) >> 2 * (c % 8 / 2) & 0x03030303u;
-            const uint32_t high = gq_word<A>(b + 16 * (c % 2) + 4 * k) >> c / 2 & 0x01010101u;
-            q[k] = gq_less<4>(two | high << 2);
-        }
+        uint32_t two[4], high[4];
+        gq_words<A, 4>(b + 32 + 32 * (c / 8) + 16 * (c % 2), two);
+        gq_words<A, 4>(b + 16 * (c % 2), high);
+        for (int k = 0; k < 4; k++)
+            q[k] = gq_less<4>((two[k] >> 2 * (c % 8 / 2) & 0x03030303u) | (high[k] >> c / 2 & 0x01010101u) << 2);
     } else if constexpr (T == LLMM_TYPE_Q4_K || T == LLMM_TYPE_Q5_K) {
         *d = gq_shared_f16(b);
         *dmin = gq_shared_f16(b + 2);
         qb_k4_scale_min(b + 4, c / 2, scale, min);
         constexpr int qs = T == LLMM_TYPE_Q4_K ? 16 : 48;
+        uint32_t high[4];
+        gq_words<A, 4>(b + qs + 32 * (c / 4) + 16 * (c % 2), q);
+        if constexpr (T == LLMM_TYPE_Q5_K) gq_words<A, 4>(b + 16 + 16 * (c % 2), high);
         for (int k = 0; k < 4; k++) {
-            q[k] = gq_word<A>(b + qs + 32 * (c / 4) + 16 * (c % 2) + 4 * k) >> 4 * (c / 2 % 2) & 0x0f0f0f0fu;
-            if constexpr (T == LLMM_TYPE_Q5_K) q[k] |= (gq_word<A>(b + 16 + 16 * (c % 2) + 4 * k) >> c / 2 & 0x01010101u) << 4;
+            q[k] = q[k] >> 4 * (c / 2 % 2) & 0x0f0f0f0fu;
+            if constexpr (T == LLMM_TYPE_Q5_K) q[k] |= (high[k] >> c / 2 & 0x01010101u) << 4;
         }
     } else if constexpr (T == LLMM_TYPE_Q6_K) {
         *d = gq_shared_f16(b + 208);
         *scale = (int8_t)b[192 + c];
         const int half = c / 8;
-        for (int k = 0; k < 4; k++) {
-            const uint32_t lo = gq_word<A>(b + 64 * half + 16 * (c % 4) + 4 * k) >> 4 * (c % 8 / 4) & 0x0f0f0f0fu;
-            const uint32_t hi = gq_word<A>(b + 128 + 32 * half + 16 * (c % 2) + 4 * k) >> 2 * (c % 8 / 2) & 0x03030303u;
-            q[k] = gq_less<32>(lo | hi << 4);
-        }
+        uint32_t lo[4], hi[4];
+        gq_words<A, 4>(b + 64 * half + 16 * (c % 4), lo);
+        gq_words<A, 4>(b + 128 + 32 * half + 16 * (c % 2), hi);
+        for (int k = 0; k < 4; k++)
+            q[k] = gq_less<32>((lo[k] >> 4 * (c % 8 / 4) & 0x0f0f0f0fu) | (hi[k] >> 2 * (c % 8 / 2) & 0x03030303u) << 4);
     } else { /* IQ4_XS */
         const int ib = c / 2;
         *d = gq_shared_f16(b);
         *scale = llmm_iq4_xs_scale(b, ib) - 32;
-        for (int k = 0; k < 4; k++)
-            q[k] = gq_iq4_values(gq_word<A>(b + 8 + 16 * ib + 4 * k) >> 4 * (c % 2) & 0x0f0f0f0fu);
+        gq_words<A, 4>(b + 8 + 16 * ib, q);
+        for (int k = 0; k < 4; k++) q[k] = gq_iq4_values(q[k] >> 4 * (c % 2) & 0x0f0f0f0fu);
     }
 }
 
@@ -472,8 +490,10 @@ GQ_UNROLL
                 const uintptr_t xs = (uintptr_t)(xq + r * xq_row_bytes + b0 * xb_bytes);
                 const uint8_t *y = (const uint8_t *)x_stage[r] + (xs & 15) + lane * xb_bytes;
                 const uint8_t *ys = y + (offset_type ? 4 : 2);
+                uint32_t yq[8];
+                gq_words<xa, 8>(ys, yq);
                 int isum = 0;
-                for (int k = 0; k < 8; k++) isum = __dp4a((int)q[k], (int)gq_word<xa>(ys + 4 * k), isum);
+                for (int k = 0; k < 8; k++) isum = __dp4a((int)q[k], (int)yq[k], isum);
                 /* llmm_vec_dot_*: isum * (d * dy), plus m * s for the offset types */
                 float c = qb_mul((float)isum, qb_mul(d, gq_shared_f16(y)));
                 if constexpr (offset_type) c = qb_add(c, qb_mul(m, gq_shared_f16(y + 2)));
@@ -500,8 +520,10 @@ GQ_UNROLL
                     const uint8_t *y = (const uint8_t *)x_stage[r] + (xs & 15) + bi * xb_bytes;
                     int sum_q = 0, sum_m = 0;
                     if (valid) {
+                        uint32_t yq[4];
+                        gq_words<xa, 4>(y + 4 + 16 * c, yq);
                         int dot = 0;
-                        for (int k = 0; k < 4; k++) dot = __dp4a((int)q[k], (int)gq_word<xa>(y + 4 + 16 * c + 4 * k), dot);
+                        for (int k = 0; k < 4; k++) dot = __dp4a((int)q[k], (int)yq[k], dot);
                         sum_q = scale * dot;
                         sum_m = min * (int16_t)gq_shared_load<uint16_t>(y + 260 + 2 * c);
                     }

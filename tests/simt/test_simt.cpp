@@ -578,6 +578,9 @@ static void test_intrinsics(void **state) {
     assert_int_equal(__dp4a((int)0x01ff02feu, (int)0x7f80ff01u, 10), 10 - 2 - 2 + 128 + 127);
     assert_int_equal(__dp4a(0x01ff02feu, 0x7f80ff01u, 10u),
                      10u + 0xfe * 1 + 2 * 0xff + 0xff * 0x80 + 1 * 0x7f);
+    // the 32-bit accumulation wraps, both ways
+    assert_int_equal(__dp4a(0x7f7f7f7f, 0x7f7f7f7f, INT_MAX), (int)(0x7fffffffu + 4u * 127 * 127));
+    assert_int_equal(__dp4a((int)0x80808080u, 0x7f7f7f7f, INT_MIN), (int)(0x80000000u - 4u * 128 * 127));
     const float in[] = {2.5f, 3.5f, -2.5f, -0.5f, 1e10f, -1e10f, NAN};
     const int rn[] = {2, 4, -2, 0, INT_MAX, INT_MIN, 0};
     for (int i = 0; i < 7; i++)

@@ -6,17 +6,23 @@
  *    Q8_K; F32 weights take the float rows as they are) into the caller's scratch, byte for
  *    byte what the CPU's from_float writes: the same float operations in the same order, and
  *    block maxima by warp reductions, which give the same value in any order.
- * 2. One warp per output row, lanes striding over the row's blocks, every activation row of a
- *    pass (up to GQ_MAX_ROWS) against the same weight bytes, so decode steps read each weight
- *    once. A block's contribution is the CPU's formula (lib/quant*.c llmm_vec_dot_*: an exact
- *    integer dot times the scales, rounded in the same order); only the sum over blocks runs
- *    in another order (per lane, then a shuffle tree), which the tests bound.
+ * 2. One warp per output row, every activation row of a pass (up to GQ_MAX_ROWS) against the
+ *    same weight bytes, so decode steps read each weight once. The warp stages a chunk of its
+ *    weight row into shared memory (and the thread block's warps together the chunk of each
+ *    activation row) with 16-byte loads, lanes on consecutive addresses, then unpacks each
+ *    block to int8 words and takes the integer dot with __dp4a: a lane per 32-weight block, a
+ *    half-warp per 256-weight block. A block's contribution is the CPU's formula (lib/quant*.c
+ *    llmm_vec_dot_*: an exact integer dot times the scales, rounded in the same order); only
+ *    the sum over blocks runs in another order (per lane, then a shuffle tree), which the tests
+ *    bound.
  * Prompts (more rows) loop over row tiles of the same kernel: weights are read once per tile,
  * which cuBLASLt over dequantized tiles (gemm.cu, part 2) will replace.
  *
- * Weight blocks are read byte by byte: GGUF aligns a tensor, not its blocks (an 18-byte Q4_0
- * block is only 2-byte aligned), so wider loads would need a repacked device layout (blocks
- * padded to 4 or 16 bytes, or scales split from quants), which the loader does not make yet. */
+ * GGUF aligns a tensor, not its blocks: an 18-byte Q4_0 block is only 2-byte aligned in a row,
+ * and so are the 34-byte Q8_0 operand blocks. Staging copies a chunk to the same offset within
+ * 16 bytes in shared memory, so the aligned middle moves in 16-byte loads and only the ends in
+ * 2-byte loads, whatever the block size; the device copies are per-tensor allocations (256-byte
+ * aligned), which llmm__cu_matmul checks to 4 bytes. */
 #include <math.h>
 
 #include "portable.h"
@@ -79,10 +85,6 @@ __device__ __forceinline__ void gq_store_u16(uint8_t *p, uint16_t v) {
 __device__ __forceinline__ void gq_store_f32(uint8_t *p, float f) {
     const uint32_t u = __float_as_uint(f);
     for (int k = 0; k < 4; k++) p[k] = (uint8_t)(u >> 8 * k);
-}
-
-__device__ __forceinline__ float gq_f32_at(const uint8_t *p) {
-    return __uint_as_float((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
 }
 
 __device__ __forceinline__ int gq_warp_sum(int v) {
@@ -200,66 +202,198 @@ extern "C" int llmm__cu_quantize_operand(cudaStream_t stream, const float *x, ui
 
 /* ---------------------------------------------------------------- 2. the dot */
 
-/* A 32-weight block as integers: w_j = d * q_j (+ m for the offset types, Q4_1 and Q5_1: those
- * whose operand, Q8_1, carries each block's sum for the m term), quant_legacy.c's unpacking. */
-template <uint32_t T>
-__device__ __forceinline__ void decode_block32(const uint8_t *b, int q[32], float *d, float *m) {
-    *d = qb_f16_at(b);
-    *m = 0.f;
-    for (int j = 0; j < 32; j++) {
-        if constexpr (T == LLMM_TYPE_Q4_0) q[j] = qb_nibble32(b + 2, j) - 8;
-        else if constexpr (T == LLMM_TYPE_Q4_1) q[j] = qb_nibble32(b + 4, j);
-        else if constexpr (T == LLMM_TYPE_Q5_0) q[j] = (qb_nibble32(b + 6, j) | qb_high_bit32(b + 2, j) << 4) - 16;
-        else if constexpr (T == LLMM_TYPE_Q5_1) q[j] = qb_nibble32(b + 8, j) | qb_high_bit32(b + 4, j) << 4;
-        else if constexpr (T == LLMM_TYPE_Q8_0) q[j] = (int8_t)b[2 + j];
-        else q[j] = qb_iq4_value(qb_nibble32(b + 2, j)); /* IQ4_NL */
-    }
-    if constexpr (qb_type<T>::operand_type == LLMM_TYPE_Q8_1) *m = qb_f16_at(b + 2);
+/* Memory layout of the dot (issue 45): a warp stages a chunk of its weight row, and the warps of
+ * a thread block the same chunk of each activation row, into shared memory with wide loads on
+ * consecutive addresses (gq_stage), then every lane unpacks its own weights from there into
+ * 32-bit words of four int8 values and multiplies them by the activations' with __dp4a. Blocks
+ * of 18, 22, 34, 110 or 210 bytes are only 2-byte aligned in a row, so reading them in place
+ * would take byte or 16-bit loads at a block's stride (a warp request touching five to nine
+ * 32-byte sectors for 32 useful bytes); staged, a warp request covers consecutive bytes, 16 a
+ * lane. Which lane takes which block is the layout the kernel had before, so every lane sums
+ * its blocks in the same order and the results are the same bits. */
+
+/* Blocks per chunk: 32 of the 32-weight types (a lane per block), 4 of the 256-weight ones (a
+ * half-warp per block, two passes). */
+template <uint32_t T> struct gq_chunk {
+    static constexpr uint32_t blocks = qb_type<T>::kernel_family == LLMM_FAMILY_BLOCK32 ? 32 : 4;
+    /* the chunk, plus the 0 to 14 bytes that keep its address's offset within 16 bytes */
+    static constexpr uint32_t w_bytes = (blocks * qb_type<T>::block_bytes + 16 + 15) / 16 * 16;
+    static constexpr uint32_t x_bytes = (blocks * qb_type<qb_type<T>::operand_type>::block_bytes + 16 + 15) / 16 * 16;
+};
+
+/* Shared memory as a V at p, aligned to V (the emulated build copies, as C++ aliasing rules
+ * want, and checks the alignment the device requires). */
+template <class V> __device__ __forceinline__ V gq_shared_load(const uint8_t *p) {
+#if SIMT_EMULATED
+    return simt::detail::aligned_load((const V *)p, "shared load");
+#else
+    return *(const V *)p;
+#endif
 }
 
-/* Weights 16c..16c+15 of a 256-weight block as integers, with their sub-block's integer scale
- * and min and the block's d and dmin (quant_k.c decode_*; IQ4_XS: its 6-bit scale less 32 as
- * the scale, no min). */
-template <uint32_t T>
-__device__ __forceinline__ void decode_chunk16(const uint8_t *b, int c, int q[16], int *scale, int *min, float *d,
+template <class V> __device__ __forceinline__ void gq_shared_store(uint8_t *p, V v) {
+#if SIMT_EMULATED
+    simt::detail::aligned_store((V *)p, v, "shared store");
+#else
+    *(V *)p = v;
+#endif
+}
+
+/* N consecutive words from p: with 4-byte alignment (A) loads of them, else N + 1 aligned words
+ * and each of ours from two of them (p is 2-byte aligned: at offset 0 or 2 of its word), half the
+ * loads of 16-bit halves. The last aligned word may lie past the bytes wanted, inside the staging
+ * buffer (its 16 spare bytes), and is then not used. */
+template <int A, int N> __device__ __forceinline__ void gq_words(const uint8_t *p, uint32_t w[N]) {
+    if constexpr (A % 4 == 0) {
+        for (int k = 0; k < N; k++) w[k] = gq_shared_load<uint32_t>(p + 4 * k);
+    } else {
+        const uint8_t *base = p - ((uintptr_t)p & 3); /* arithmetic on p: the compiler keeps it in shared space */
+        const uint32_t select = (uintptr_t)p & 2 ? 0x5432u : 0x3210u;
+        uint32_t prev = gq_shared_load<uint32_t>(base);
+        for (int k = 0; k < N; k++) {
+            const uint32_t next = gq_shared_load<uint32_t>(base + 4 * k + 4);
+            w[k] = __byte_perm(prev, next, select);
+            prev = next;
+        }
+    }
+}
+
+__device__ __forceinline__ float gq_shared_f16(const uint8_t *p) { return qb_half_to_float(gq_shared_load<uint16_t>(p)); }
+
+/* Copies n bytes (n even) of global memory at src (2-byte aligned) into the warp's shared buffer
+ * dst (16-byte aligned, n + 14 bytes at least) at offset src % 16, so that both sides have the
+ * same alignment: the 16-byte aligned middle moves in 16-byte loads, lane i on the i-th 16
+ * bytes, and the ends (up to 14 bytes each) in one 2-byte load per lane. Returns where the bytes
+ * begin in dst. The caller synchronizes before reading them. */
+__device__ __forceinline__ const uint8_t *gq_stage(uint8_t *dst, const uint8_t *src, size_t n, int lane) {
+    const uintptr_t s = (uintptr_t)src, end = s + n;
+    uint8_t *out = dst + (s & 15);
+    const uintptr_t up = (s + 15) & ~(uintptr_t)15;
+    const uintptr_t mid_lo = up < end ? up : end;
+    const uintptr_t down = end & ~(uintptr_t)15;
+    const uintptr_t mid_hi = down > mid_lo ? down : mid_lo;
+    const size_t head_halves = (mid_lo - s) / 2, ends = head_halves + (end - mid_hi) / 2;
+    if ((size_t)lane < ends) {
+        const size_t at = (size_t)lane < head_halves ? 2 * (size_t)lane : (mid_hi - s) + 2 * ((size_t)lane - head_halves);
+        gq_shared_store<uint16_t>(out + at, __ldg((const uint16_t *)(src + at)));
+    }
+    const size_t n16 = (mid_hi - mid_lo) / 16, mid = mid_lo - s;
+    for (size_t i = lane; i < n16; i += 32)
+        gq_shared_store<uint4>(out + mid + 16 * i, __ldg((const uint4 *)(src + mid) + i));
+    return out;
+}
+
+/* Four bytes of values 0..2k-1 less k, as int8s: v + (128 - k) does not carry out of a byte, and
+ * flipping the top bit takes 128 back off in two's complement. */
+template <uint32_t K> __device__ __forceinline__ uint32_t gq_less(uint32_t v) {
+    return (v + (128u - K) * 0x01010101u) ^ 0x80808080u;
+}
+
+/* Bits 0..3 of h as bit 4 of bytes 0..3 (the products do not overlap). */
+__device__ __forceinline__ uint32_t gq_spread_bit4(uint32_t h) { return ((h & 15u) * 0x00204081u & 0x01010101u) << 4; }
+
+/* The IQ4 codebook for four codes (bytes of 0..15) at once, from registers: __byte_perm picks
+ * byte code & 7 of the low or high half of the table, bit 3 of the code chooses the half. No
+ * table in memory, so no local stack frame. */
+__device__ __forceinline__ uint32_t gq_iq4_values(uint32_t codes) {
+    constexpr int8_t v[16] = LLMM_IQ4_VALUES;
+#define GQ_PACK4(i) ((uint32_t)(uint8_t)v[i] | (uint32_t)(uint8_t)v[i + 1] << 8 | (uint32_t)(uint8_t)v[i + 2] << 16 | \
+                     (uint32_t)(uint8_t)v[i + 3] << 24)
+    constexpr uint32_t t0 = GQ_PACK4(0), t1 = GQ_PACK4(4), t2 = GQ_PACK4(8), t3 = GQ_PACK4(12);
+#undef GQ_PACK4
+    const uint32_t low3 = codes & 0x07070707u;
+    const uint32_t sel = ((low3 | low3 >> 4) & 0xffu) | ((low3 >> 16 | low3 >> 20) & 0xffu) << 8;
+    const uint32_t high = ((codes & 0x08080808u) >> 3) * 0xffu;
+    return (__byte_perm(t0, t1, sel) & ~high) | (__byte_perm(t2, t3, sel) & high);
+}
+
+/* A 32-weight block at b (shared memory, alignment A) as 8 words of four int8 weights, word k
+ * weights 4k..4k+3 (w_j = d * q_j, + m for the offset types Q4_1 and Q5_1: those whose operand,
+ * Q8_1, carries each block's sum for the m term), quant_legacy.c's unpacking. */
+template <uint32_t T, int A>
+__device__ __forceinline__ void unpack_block32(const uint8_t *b, uint32_t q[8], float *d, float *m) {
+    *d = gq_shared_f16(b);
+    *m = 0.f;
+    if constexpr (qb_type<T>::operand_type == LLMM_TYPE_Q8_1) *m = gq_shared_f16(b + 2);
+    if constexpr (T == LLMM_TYPE_Q8_0) {
+        gq_words<A, 8>(b + 2, q);
+        return;
+    }
+    /* the quants' offset, and where the 5th bits are (Q5_0, Q5_1) */
+    constexpr int qs = T == LLMM_TYPE_Q4_1 ? 4 : T == LLMM_TYPE_Q5_0 ? 6 : T == LLMM_TYPE_Q5_1 ? 8 : 2;
+    constexpr bool five = T == LLMM_TYPE_Q5_0 || T == LLMM_TYPE_Q5_1;
+    uint32_t qh = 0;
+    if constexpr (five) gq_words<A, 1>(b + qs - 4, &qh);
+    uint32_t s[4];
+    gq_words<A, 4>(b + qs, s);
+    for (int k = 0; k < 4; k++) {
+        uint32_t lo = s[k] & 0x0f0f0f0fu, hi = s[k] >> 4 & 0x0f0f0f0fu;
+        if constexpr (five) {
+            lo |= gq_spread_bit4(qh >> 4 * k);
+            hi |= gq_spread_bit4(qh >> (16 + 4 * k));
+        }
+        if constexpr (T == LLMM_TYPE_Q4_0) lo = gq_less<8>(lo), hi = gq_less<8>(hi);
+        else if constexpr (T == LLMM_TYPE_Q5_0) lo = gq_less<16>(lo), hi = gq_less<16>(hi);
+        else if constexpr (T == LLMM_TYPE_IQ4_NL) lo = gq_iq4_values(lo), hi = gq_iq4_values(hi);
+        q[k] = lo;
+        q[4 + k] = hi;
+    }
+}
+
+/* Weights 16c..16c+15 of a 256-weight block at b (shared memory, alignment A) as 4 words of four
+ * int8 weights, with their sub-block's integer scale and min and the block's d and dmin
+ * (quant_k.c decode_*, quant_blocks.cuh's per-weight functions: the byte and shift of weight
+ * 16c + k depend on c alone, so the 16 are 16 consecutive bytes under one shift; IQ4_XS: its
+ * 6-bit scale less 32 as the scale, no min). */
+template <uint32_t T, int A>
+__device__ __forceinline__ void unpack_chunk16(const uint8_t *b, int c, uint32_t q[4], int *scale, int *min, float *d,
                                                float *dmin) {
     *min = 0;
     *dmin = 0.f;
     if constexpr (T == LLMM_TYPE_Q2_K) {
-        *d = qb_f16_at(b + 80);
-        *dmin = qb_f16_at(b + 82);
+        *d = gq_shared_f16(b + 80);
+        *dmin = gq_shared_f16(b + 82);
         *scale = b[c] & 15;
         *min = b[c] >> 4;
-        for (int k = 0; k < 16; k++) q[k] = qb_2bit(b + 16, 16 * c + k);
+        gq_words<A, 4>(b + 16 + 32 * (c / 8) + 16 * (c % 2), q);
+        for (int k = 0; k < 4; k++) q[k] = q[k] >> 2 * (c % 8 / 2) & 0x03030303u;
     } else if constexpr (T == LLMM_TYPE_Q3_K) {
         const uint8_t *sc = b + 96;
-        *d = qb_f16_at(b + 108);
+        *d = gq_shared_f16(b + 108);
         const int lo = c < 8 ? sc[c] & 15 : sc[c - 8] >> 4, hi = (sc[8 + c % 4] >> (2 * (c / 4))) & 3;
         *scale = (lo | hi << 4) - 32;
-        for (int k = 0; k < 16; k++) q[k] = qb_2bit(b + 32, 16 * c + k) + 4 * qb_k_high_bit(b, 16 * c + k) - 4;
+        uint32_t two[4], high[4];
+        gq_words<A, 4>(b + 32 + 32 * (c / 8) + 16 * (c % 2), two);
+        gq_words<A, 4>(b + 16 * (c % 2), high);
+        for (int k = 0; k < 4; k++)
+            q[k] = gq_less<4>((two[k] >> 2 * (c % 8 / 2) & 0x03030303u) | (high[k] >> c / 2 & 0x01010101u) << 2);
     } else if constexpr (T == LLMM_TYPE_Q4_K || T == LLMM_TYPE_Q5_K) {
-        *d = qb_f16_at(b);
-        *dmin = qb_f16_at(b + 2);
+        *d = gq_shared_f16(b);
+        *dmin = gq_shared_f16(b + 2);
         qb_k4_scale_min(b + 4, c / 2, scale, min);
-        for (int k = 0; k < 16; k++) {
-            const int i = 16 * c + k;
-            if constexpr (T == LLMM_TYPE_Q4_K) q[k] = qb_k_nibble(b + 16, i);
-            else q[k] = qb_k_nibble(b + 48, i) + 16 * qb_k_high_bit(b + 16, i);
+        constexpr int qs = T == LLMM_TYPE_Q4_K ? 16 : 48;
+        uint32_t high[4];
+        gq_words<A, 4>(b + qs + 32 * (c / 4) + 16 * (c % 2), q);
+        if constexpr (T == LLMM_TYPE_Q5_K) gq_words<A, 4>(b + 16 + 16 * (c % 2), high);
+        for (int k = 0; k < 4; k++) {
+            q[k] = q[k] >> 4 * (c / 2 % 2) & 0x0f0f0f0fu;
+            if constexpr (T == LLMM_TYPE_Q5_K) q[k] |= (high[k] >> c / 2 & 0x01010101u) << 4;
         }
     } else if constexpr (T == LLMM_TYPE_Q6_K) {
-        *d = qb_f16_at(b + 208);
+        *d = gq_shared_f16(b + 208);
         *scale = (int8_t)b[192 + c];
-        for (int k = 0; k < 16; k++) {
-            const int i = 16 * c + k, half = i / 128, r = i % 128;
-            const int lo = (b[64 * half + r % 64] >> (r < 64 ? 0 : 4)) & 15;
-            const int hi = (b[128 + 32 * half + r % 32] >> (2 * (r / 32))) & 3;
-            q[k] = (lo | hi << 4) - 32;
-        }
+        const int half = c / 8;
+        uint32_t lo[4], hi[4];
+        gq_words<A, 4>(b + 64 * half + 16 * (c % 4), lo);
+        gq_words<A, 4>(b + 128 + 32 * half + 16 * (c % 2), hi);
+        for (int k = 0; k < 4; k++)
+            q[k] = gq_less<32>((lo[k] >> 4 * (c % 8 / 4) & 0x0f0f0f0fu) | (hi[k] >> 2 * (c % 8 / 2) & 0x03030303u) << 4);
     } else { /* IQ4_XS */
         const int ib = c / 2;
-        *d = qb_f16_at(b);
+        *d = gq_shared_f16(b);
         *scale = llmm_iq4_xs_scale(b, ib) - 32;
-        for (int k = 0; k < 16; k++) q[k] = qb_iq4_value(qb_nibble32(b + 8 + 16 * ib, 16 * (c % 2) + k));
+        gq_words<A, 4>(b + 8 + 16 * ib, q);
+        for (int k = 0; k < 4; k++) q[k] = gq_iq4_values(q[k] >> 4 * (c % 2) & 0x0f0f0f0fu);
     }
 }
 
@@ -275,11 +409,14 @@ GQ_UNROLL
     }
 }
 
-/* out[r * ne1 + o] for r < nr (<= GQ_MAX_ROWS): weight row o of nb blocks of type T (row_bytes
- * each) against operand rows xq + r * xq_row_bytes. One warp per o. */
+/* Float weights (F32, F16, BF16): out[r * ne1 + o] for r < nr (<= GQ_MAX_ROWS), weight row o of
+ * nb elements against operand rows xq + r * xq_row_bytes, one warp per o. Element rows are
+ * naturally aligned (GGUF aligns the tensor, rows are whole elements), so these load whole
+ * values; lanes take consecutive elements, so a warp request is 64 or 128 consecutive bytes. The
+ * products of two halves are exact, as in the CPU's half_dot. */
 template <uint32_t T>
-__global__ void gemv_kernel(const uint8_t *w, size_t row_bytes, size_t nb, size_t ne1, const uint8_t *xq,
-                            size_t xq_row_bytes, int nr, float *out) {
+__global__ void gemv_float_kernel(const uint8_t *w, size_t row_bytes, size_t nb, size_t ne1, const uint8_t *xq,
+                                  size_t xq_row_bytes, int nr, float *out) {
     const int lane = threadIdx.x % 32;
     const size_t o = (size_t)blockIdx.x * GQ_WARPS + threadIdx.x / 32;
     if (o >= ne1) return; /* the whole warp: no block-wide barrier follows */
@@ -287,91 +424,127 @@ __global__ void gemv_kernel(const uint8_t *w, size_t row_bytes, size_t nb, size_
     float acc[GQ_MAX_ROWS];
 GQ_UNROLL
     for (int r = 0; r < GQ_MAX_ROWS; r++) acc[r] = 0.f;
-
-    if constexpr (qb_type<T>::kernel_family == LLMM_FAMILY_FLOAT) {
-        /* Element rows are naturally aligned (GGUF aligns the tensor, rows are whole elements),
-         * so these load whole values; lanes take consecutive elements for coalescing. The
-         * products of two halves are exact, as in the CPU's half_dot. */
-        for (size_t i = lane; i < nb; i += 32) {
-            float wv;
-            if constexpr (T == LLMM_TYPE_F32) wv = ((const float *)wrow)[i];
-            else if constexpr (T == LLMM_TYPE_F16) wv = qb_half_to_float(((const uint16_t *)wrow)[i]);
-            else wv = qb_bf16_to_float(((const uint16_t *)wrow)[i]);
+    for (size_t i = lane; i < nb; i += 32) {
+        float wv;
+        if constexpr (T == LLMM_TYPE_F32) wv = ((const float *)wrow)[i];
+        else if constexpr (T == LLMM_TYPE_F16) wv = qb_half_to_float(((const uint16_t *)wrow)[i]);
+        else wv = qb_bf16_to_float(((const uint16_t *)wrow)[i]);
 GQ_UNROLL
-            for (int r = 0; r < GQ_MAX_ROWS; r++) {
-                if (r >= nr) break;
-                const uint8_t *xr = xq + r * xq_row_bytes;
-                float xv;
-                if constexpr (T == LLMM_TYPE_F32) xv = ((const float *)xr)[i];
-                else if constexpr (T == LLMM_TYPE_F16) xv = qb_half_to_float(((const uint16_t *)xr)[i]);
-                else xv = qb_bf16_to_float(((const uint16_t *)xr)[i]);
-                acc[r] = qb_add(acc[r], qb_mul(wv, xv));
-            }
+        for (int r = 0; r < GQ_MAX_ROWS; r++) {
+            if (r >= nr) break;
+            const uint8_t *xr = xq + r * xq_row_bytes;
+            float xv;
+            if constexpr (T == LLMM_TYPE_F32) xv = ((const float *)xr)[i];
+            else if constexpr (T == LLMM_TYPE_F16) xv = qb_half_to_float(((const uint16_t *)xr)[i]);
+            else xv = qb_bf16_to_float(((const uint16_t *)xr)[i]);
+            acc[r] = qb_add(acc[r], qb_mul(wv, xv));
         }
-    } else if constexpr (qb_type<T>::kernel_family == LLMM_FAMILY_BLOCK32) {
-        /* A lane per block: the whole block's integer dot needs no cross-lane step. */
-        constexpr bool offset_type = qb_type<T>::operand_type == LLMM_TYPE_Q8_1;
-        constexpr size_t xb_bytes = qb_type<qb_type<T>::operand_type>::block_bytes;
-        for (size_t b = lane; b < nb; b += 32) {
-            int q[32];
+    }
+    write_sums(acc, nr, lane, out, ne1, o);
+}
+
+/* Quantized weights: out[r * ne1 + o] as gemv_float_kernel, for the block types. The warps of a
+ * thread block walk the same chunks (they share the staged activations), so a warp past ne1
+ * stays for the barriers and only skips the arithmetic. Alignment: w and xq at 4 bytes at least
+ * (device allocations are at 256), so a block whose size is a multiple of 4 starts at a multiple
+ * of 4 in global and (same offset within 16 bytes) shared memory. */
+/* At most 64 registers, so 8 blocks of 128 threads fit an SM's 64K registers (32 warps: half of
+ * sm_90's 64, two thirds of sm_87's 48; their shared memory, 8 x 14 KiB, fits both): unbounded,
+ * the K-quants' unpacking takes up to 88 on sm_87 (ptxas -v shows no spills at 64). */
+template <uint32_t T>
+__global__ void __launch_bounds__(32 * GQ_WARPS, 8) gemv_block_kernel(const uint8_t *w, size_t row_bytes, size_t nb, size_t ne1, const uint8_t *xq,
+                                  size_t xq_row_bytes, int nr, float *out) {
+    using chunk = gq_chunk<T>;
+    constexpr uint32_t wb_bytes = qb_type<T>::block_bytes;
+    constexpr uint32_t xb_bytes = qb_type<qb_type<T>::operand_type>::block_bytes;
+    constexpr int wa = wb_bytes % 4 == 0 ? 4 : 2, xa = xb_bytes % 4 == 0 ? 4 : 2;
+    /* uint4: 16-byte aligned */
+    __shared__ uint4 w_stage[GQ_WARPS][chunk::w_bytes / 16];
+    __shared__ uint4 x_stage[GQ_MAX_ROWS][chunk::x_bytes / 16];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const size_t o = (size_t)blockIdx.x * GQ_WARPS + warp;
+    const bool active = o < ne1;
+    const uint8_t *wrow = w + (active ? o : 0) * row_bytes;
+    float acc[GQ_MAX_ROWS];
+GQ_UNROLL
+    for (int r = 0; r < GQ_MAX_ROWS; r++) acc[r] = 0.f;
+
+    for (size_t b0 = 0; b0 < nb; b0 += chunk::blocks) {
+        const size_t n = nb - b0 < chunk::blocks ? nb - b0 : chunk::blocks;
+        __syncthreads(); /* every warp is done with the previous chunk */
+        for (int r = warp; r < nr; r += GQ_WARPS)
+            gq_stage((uint8_t *)x_stage[r], xq + r * xq_row_bytes + b0 * xb_bytes, n * xb_bytes, lane);
+        const uint8_t *wc = active ? gq_stage((uint8_t *)w_stage[warp], wrow + b0 * wb_bytes, n * wb_bytes, lane) : NULL;
+        __syncthreads();
+        if (!active) continue;
+        if constexpr (qb_type<T>::kernel_family == LLMM_FAMILY_BLOCK32) {
+            /* a lane per block: the whole block's integer dot needs no cross-lane step */
+            constexpr bool offset_type = qb_type<T>::operand_type == LLMM_TYPE_Q8_1;
+            if ((size_t)lane >= n) continue;
+            uint32_t q[8];
             float d, m;
-            decode_block32<T>(wrow + b * qb_type<T>::block_bytes, q, &d, &m);
+            unpack_block32<T, wa>(wc + lane * wb_bytes, q, &d, &m);
 GQ_UNROLL
             for (int r = 0; r < GQ_MAX_ROWS; r++) {
                 if (r >= nr) break;
-                const uint8_t *y = xq + r * xq_row_bytes + b * xb_bytes;
-                const int8_t *ys = (const int8_t *)(y + (offset_type ? 4 : 2));
+                const uintptr_t xs = (uintptr_t)(xq + r * xq_row_bytes + b0 * xb_bytes);
+                const uint8_t *y = (const uint8_t *)x_stage[r] + (xs & 15) + lane * xb_bytes;
+                const uint8_t *ys = y + (offset_type ? 4 : 2);
+                uint32_t yq[8];
+                gq_words<xa, 8>(ys, yq);
                 int isum = 0;
-                for (int j = 0; j < 32; j++) isum += q[j] * ys[j];
+                for (int k = 0; k < 8; k++) isum = __dp4a((int)q[k], (int)yq[k], isum);
                 /* llmm_vec_dot_*: isum * (d * dy), plus m * s for the offset types */
-                float c = qb_mul((float)isum, qb_mul(d, qb_f16_at(y)));
-                if constexpr (offset_type) c = qb_add(c, qb_mul(m, qb_f16_at(y + 2)));
+                float c = qb_mul((float)isum, qb_mul(d, gq_shared_f16(y)));
+                if constexpr (offset_type) c = qb_add(c, qb_mul(m, gq_shared_f16(y + 2)));
                 acc[r] = qb_add(acc[r], c);
             }
-        }
-    } else {
-        static_assert(qb_type<T>::kernel_family == LLMM_FAMILY_BLOCK256, "gemv_kernel: a type of no kernel family");
-        constexpr size_t xb_bytes = qb_type<qb_type<T>::operand_type>::block_bytes;
-        /* 256-weight blocks: a half-warp per block, lane c of it on weights 16c..16c+15 (one
-         * Q8_K bsum each), so a block's integer sums are whole after a 16-lane reduction and
-         * its float contribution is the CPU's. The loop bound is the warp's, not the lane's:
-         * every lane takes part in the shuffles, a lane past the end with zeros. */
-        const int c = lane % 16;
-        for (size_t base = 0; base < nb; base += 2) {
-            const size_t b = base + lane / 16;
-            const bool valid = b < nb;
-            int q[16] = {0}, scale = 0, min = 0;
-            float d = 0.f, dmin = 0.f;
-            if (valid) decode_chunk16<T>(wrow + b * qb_type<T>::block_bytes, c, q, &scale, &min, &d, &dmin);
+        } else {
+            static_assert(qb_type<T>::kernel_family == LLMM_FAMILY_BLOCK256, "gemv_block_kernel: a type of no kernel family");
+            /* 256-weight blocks: a half-warp per block, lane c of it on weights 16c..16c+15 (one
+             * Q8_K bsum each), so a block's integer sums are whole after a 16-lane reduction and
+             * its float contribution is the CPU's. Every lane takes part in the shuffles, a lane
+             * past the end with zeros. */
+            const int c = lane % 16;
+            for (size_t pass = 0; pass < n; pass += 2) {
+                const size_t bi = pass + lane / 16;
+                const bool valid = bi < n;
+                uint32_t q[4] = {0, 0, 0, 0};
+                int scale = 0, min = 0;
+                float d = 0.f, dmin = 0.f;
+                if (valid) unpack_chunk16<T, wa>(wc + bi * wb_bytes, c, q, &scale, &min, &d, &dmin);
 GQ_UNROLL
-            for (int r = 0; r < GQ_MAX_ROWS; r++) {
-                if (r >= nr) break;
-                const uint8_t *y = xq + r * xq_row_bytes + b * xb_bytes;
-                int sum_q = 0, sum_m = 0;
-                if (valid) {
-                    const int8_t *ys = (const int8_t *)(y + 4 + 16 * c);
-                    int dot = 0;
-                    for (int k = 0; k < 16; k++) dot += q[k] * ys[k];
-                    sum_q = scale * dot;
-                    sum_m = min * (int16_t)qb_u16(y + 260 + 2 * c);
-                }
-                for (int offset = 8; offset > 0; offset /= 2) {
-                    sum_q += __shfl_xor_sync(GQ_FULL_MASK, sum_q, offset);
-                    sum_m += __shfl_xor_sync(GQ_FULL_MASK, sum_m, offset);
-                }
-                if (valid && c == 0) {
-                    const float yd = gq_f32_at(y);
-                    float contrib;
-                    if constexpr (T == LLMM_TYPE_IQ4_XS) /* llmm__vec_dot_iq4_xs_q8_K */
-                        contrib = qb_mul((float)sum_q, qb_mul(d, yd));
-                    else /* quant_k.c kq_block_dot */
-                        contrib = qb_mul(yd, qb_sub(qb_mul(d, (float)sum_q), qb_mul(dmin, (float)sum_m)));
-                    acc[r] = qb_add(acc[r], contrib);
+                for (int r = 0; r < GQ_MAX_ROWS; r++) {
+                    if (r >= nr) break;
+                    const uintptr_t xs = (uintptr_t)(xq + r * xq_row_bytes + b0 * xb_bytes);
+                    const uint8_t *y = (const uint8_t *)x_stage[r] + (xs & 15) + bi * xb_bytes;
+                    int sum_q = 0, sum_m = 0;
+                    if (valid) {
+                        uint32_t yq[4];
+                        gq_words<xa, 4>(y + 4 + 16 * c, yq);
+                        int dot = 0;
+                        for (int k = 0; k < 4; k++) dot = __dp4a((int)q[k], (int)yq[k], dot);
+                        sum_q = scale * dot;
+                        sum_m = min * (int16_t)gq_shared_load<uint16_t>(y + 260 + 2 * c);
+                    }
+                    for (int offset = 8; offset > 0; offset /= 2) {
+                        sum_q += __shfl_xor_sync(GQ_FULL_MASK, sum_q, offset);
+                        sum_m += __shfl_xor_sync(GQ_FULL_MASK, sum_m, offset);
+                    }
+                    if (valid && c == 0) {
+                        const float yd = __uint_as_float(gq_shared_load<uint32_t>(y));
+                        float contrib;
+                        if constexpr (T == LLMM_TYPE_IQ4_XS) /* llmm__vec_dot_iq4_xs_q8_K */
+                            contrib = qb_mul((float)sum_q, qb_mul(d, yd));
+                        else /* quant_k.c kq_block_dot */
+                            contrib = qb_mul(yd, qb_sub(qb_mul(d, (float)sum_q), qb_mul(dmin, (float)sum_m)));
+                        acc[r] = qb_add(acc[r], contrib);
+                    }
                 }
             }
         }
     }
-    write_sums(acc, nr, lane, out, ne1, o);
+    if (active) write_sums(acc, nr, lane, out, ne1, o);
 }
 
 typedef void (*gemv_fn)(const uint8_t *, size_t, size_t, size_t, const uint8_t *, size_t, int, float *);
@@ -380,21 +553,21 @@ typedef void (*gemv_fn)(const uint8_t *, size_t, size_t, size_t, const uint8_t *
  * type is comes from its row, format/blocks.h). */
 static gemv_fn gemv_for(uint32_t type) {
     switch (type) {
-    case LLMM_TYPE_F32: return &gemv_kernel<LLMM_TYPE_F32>;
-    case LLMM_TYPE_F16: return &gemv_kernel<LLMM_TYPE_F16>;
-    case LLMM_TYPE_BF16: return &gemv_kernel<LLMM_TYPE_BF16>;
-    case LLMM_TYPE_Q4_0: return &gemv_kernel<LLMM_TYPE_Q4_0>;
-    case LLMM_TYPE_Q4_1: return &gemv_kernel<LLMM_TYPE_Q4_1>;
-    case LLMM_TYPE_Q5_0: return &gemv_kernel<LLMM_TYPE_Q5_0>;
-    case LLMM_TYPE_Q5_1: return &gemv_kernel<LLMM_TYPE_Q5_1>;
-    case LLMM_TYPE_Q8_0: return &gemv_kernel<LLMM_TYPE_Q8_0>;
-    case LLMM_TYPE_IQ4_NL: return &gemv_kernel<LLMM_TYPE_IQ4_NL>;
-    case LLMM_TYPE_Q2_K: return &gemv_kernel<LLMM_TYPE_Q2_K>;
-    case LLMM_TYPE_Q3_K: return &gemv_kernel<LLMM_TYPE_Q3_K>;
-    case LLMM_TYPE_Q4_K: return &gemv_kernel<LLMM_TYPE_Q4_K>;
-    case LLMM_TYPE_Q5_K: return &gemv_kernel<LLMM_TYPE_Q5_K>;
-    case LLMM_TYPE_Q6_K: return &gemv_kernel<LLMM_TYPE_Q6_K>;
-    case LLMM_TYPE_IQ4_XS: return &gemv_kernel<LLMM_TYPE_IQ4_XS>;
+    case LLMM_TYPE_F32: return &gemv_float_kernel<LLMM_TYPE_F32>;
+    case LLMM_TYPE_F16: return &gemv_float_kernel<LLMM_TYPE_F16>;
+    case LLMM_TYPE_BF16: return &gemv_float_kernel<LLMM_TYPE_BF16>;
+    case LLMM_TYPE_Q4_0: return &gemv_block_kernel<LLMM_TYPE_Q4_0>;
+    case LLMM_TYPE_Q4_1: return &gemv_block_kernel<LLMM_TYPE_Q4_1>;
+    case LLMM_TYPE_Q5_0: return &gemv_block_kernel<LLMM_TYPE_Q5_0>;
+    case LLMM_TYPE_Q5_1: return &gemv_block_kernel<LLMM_TYPE_Q5_1>;
+    case LLMM_TYPE_Q8_0: return &gemv_block_kernel<LLMM_TYPE_Q8_0>;
+    case LLMM_TYPE_IQ4_NL: return &gemv_block_kernel<LLMM_TYPE_IQ4_NL>;
+    case LLMM_TYPE_Q2_K: return &gemv_block_kernel<LLMM_TYPE_Q2_K>;
+    case LLMM_TYPE_Q3_K: return &gemv_block_kernel<LLMM_TYPE_Q3_K>;
+    case LLMM_TYPE_Q4_K: return &gemv_block_kernel<LLMM_TYPE_Q4_K>;
+    case LLMM_TYPE_Q5_K: return &gemv_block_kernel<LLMM_TYPE_Q5_K>;
+    case LLMM_TYPE_Q6_K: return &gemv_block_kernel<LLMM_TYPE_Q6_K>;
+    case LLMM_TYPE_IQ4_XS: return &gemv_block_kernel<LLMM_TYPE_IQ4_XS>;
     }
     return NULL;
 }
@@ -419,6 +592,8 @@ extern "C" int llmm__cu_matmul(cudaStream_t stream, const void *w, uint32_t type
     if (n_rows == 0 || ne1 == 0 || ne0 == 0) return 0;
     const uint32_t operand = llmm__cu_matmul_operand_type(type);
     const uint8_t *xq = (const uint8_t *)x;
+    /* gemv_block_kernel's alignment (device allocations are at 256 bytes) */
+    if ((uintptr_t)w % 4 != 0 || (uintptr_t)scratch % 4 != 0) return cudaErrorInvalidValue;
     if (operand != LLMM_TYPE_F32) {
         const int err = llmm__cu_quantize_operand(stream, x, operand, ne0, n_rows, scratch);
         if (err) return err;

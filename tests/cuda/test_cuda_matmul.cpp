@@ -11,8 +11,9 @@
 // - llmm__cu_embed is bit for bit the type's dequant_row, with NaN rows and the flag for tokens
 //   outside the table.
 // Shapes are odd on purpose: ne0 a multiple of the block but not of 256 where the block
-// allows, ne1 not a multiple of the warps per thread block, n_rows 1, 3, 8 and 17 (two full
-// row tiles and a partial one).
+// allows, rows of several staged chunks of gemv_block_kernel and a partial one, ne1 not a
+// multiple of the warps per thread block, n_rows 1, 3, 8 and 17 (two full row tiles and a
+// partial one).
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -40,13 +41,15 @@ static float uniform(float lo, float hi) { return rng_float(&rng_state, lo, hi);
 
 static size_t row_bytes(uint32_t type, size_t ne0) { return llmm__row_bytes(type, ne0); }
 
-// Three ne0 per type: multiples of the block, not of 256 where the block is smaller.
+// Four ne0 per type: multiples of the block, not of 256 where the block is smaller.
 static size_t ne0_of(uint32_t type, int shape) {
-    static const size_t elems[3] = {96, 136, 520}, legacy[3] = {96, 352, 160}, k[3] = {512, 768, 256};
+    // the last: several of gemv_block_kernel's chunks (32 legacy or 4 K blocks) and a partial one
+    static const size_t elems[4] = {96, 136, 520, 200}, legacy[4] = {96, 352, 160, 32 * 70},
+                        k[4] = {512, 768, 256, 256 * 9};
     const uint32_t bs = llmm__type_get(type)->block_size;
     return bs == 1 ? elems[shape] : bs == 32 ? legacy[shape] : k[shape];
 }
-static const size_t ne1_of[3] = {37, 5, 130};
+static const size_t ne1_of[4] = {37, 5, 130, 6};
 
 // Random weights of a type, as a file would hold them (the core's reference quantizer).
 static std::vector<uint8_t> random_weights(uint32_t type, size_t ne0, size_t ne1) {
@@ -163,7 +166,7 @@ static void check_matmul(uint32_t type, size_t ne0, size_t ne1, size_t n_rows) {
 template <uint32_t T> static void test_matmul(void **state) {
     (void)state;
     static const size_t row_counts[4] = {1, 3, 8, 17};
-    for (int shape = 0; shape < 3; shape++)
+    for (int shape = 0; shape < 4; shape++)
         for (size_t n_rows : row_counts) check_matmul(T, ne0_of(T, shape), ne1_of[shape], n_rows);
 }
 

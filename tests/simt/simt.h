@@ -54,6 +54,9 @@
 //   an error that the caller might not check.
 // - An ASan report or a segfault (a thread stack overflow hits the guard page) inside a kernel
 //   ends with the kernel, block and thread it happened in.
+// - A load through __ldg (every width: 2, 4, 8, 16 bytes, CUDA's vector types) at an address
+//   that is not a multiple of its width aborts, naming the kernel, as the device faults
+//   (simt_loads.h; a plain dereference of a cast pointer is not checked: load wide with __ldg).
 // - __float2half / __float2bfloat16 round to nearest even with IEEE subnormals, inf and NaN
 //   (NaN becomes 0x7fff, as CUDA's host conversion does).
 // Not emulated:
@@ -90,6 +93,7 @@
 #include "simt_sched.h"
 #include "simt_warp.h"    // __shfl_*_sync, votes, __reduce_*_sync, __match_*_sync
 #include "simt_math.h"    // atomics, intrinsics, min/max
+#include "simt_loads.h"   // __ldg, with the device's alignment faults
 #include "simt_fp16.h"    // __half, __nv_bfloat16
 #include "simt_runtime.h" // cudaMalloc, cudaMemcpy, devices, errors
 #include "simt_graph.h"   // streams, stream capture, graphs

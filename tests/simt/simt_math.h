@@ -62,9 +62,7 @@ inline void __threadfence() {}
 inline void __threadfence_block() {}
 inline void __threadfence_system() {}
 
-// ---- loads and bit reinterpretation
-
-template <class T> inline T __ldg(const T *p) { return *p; }
+// ---- bit reinterpretation (__ldg: simt_loads.h)
 
 inline int __float_as_int(float f) {
     int i;
@@ -224,10 +222,12 @@ inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
     return r;
 }
 // Four-way byte dot product with 32-bit accumulate (dp4a.s32.s32 / dp4a.u32.u32).
+// The accumulation wraps modulo 2^32 as the instruction's does (no signed overflow here).
 inline int __dp4a(int a, int b, int c) {
+    unsigned sum = (unsigned)c;
     for (int i = 0; i < 4; i++)
-        c += (int)(int8_t)(a >> (8 * i)) * (int)(int8_t)(b >> (8 * i));
-    return c;
+        sum += (unsigned)((int)(int8_t)(a >> (8 * i)) * (int)(int8_t)(b >> (8 * i)));
+    return (int)sum;
 }
 inline unsigned __dp4a(unsigned a, unsigned b, unsigned c) {
     for (int i = 0; i < 4; i++)

@@ -578,6 +578,9 @@ static void test_intrinsics(void **state) {
     assert_int_equal(__dp4a((int)0x01ff02feu, (int)0x7f80ff01u, 10), 10 - 2 - 2 + 128 + 127);
     assert_int_equal(__dp4a(0x01ff02feu, 0x7f80ff01u, 10u),
                      10u + 0xfe * 1 + 2 * 0xff + 0xff * 0x80 + 1 * 0x7f);
+    // the 32-bit accumulation wraps, both ways
+    assert_int_equal(__dp4a(0x7f7f7f7f, 0x7f7f7f7f, INT_MAX), (int)(0x7fffffffu + 4u * 127 * 127));
+    assert_int_equal(__dp4a((int)0x80808080u, 0x7f7f7f7f, INT_MIN), (int)(0x80000000u - 4u * 128 * 127));
     const float in[] = {2.5f, 3.5f, -2.5f, -0.5f, 1e10f, -1e10f, NAN};
     const int rn[] = {2, 4, -2, 0, INT_MAX, INT_MIN, 0};
     for (int i = 0; i < 7; i++)
@@ -604,6 +607,68 @@ static void test_intrinsics(void **state) {
     assert_int_equal(counter, 9u);
     assert_true(__frsqrt_rn(4.0f) == 0.5f);
     assert_true(__saturatef(1.5f) == 1.0f && __saturatef(-1.0f) == 0.0f);
+}
+
+// ---- global loads of every width (simt_loads.h)
+
+// Thread i loads 2, 4, 8 and 16 bytes at offset 16 i of a byte buffer and stores them as read.
+__global__ void wide_loads(const uint8_t *src, uint8_t *dst) {
+    const size_t at = 16 * (size_t)threadIdx.x;
+    const unsigned short h = __ldg((const unsigned short *)(src + at));
+    const unsigned w = __ldg((const unsigned *)(src + at + 4));
+    const uint2 d = __ldg((const uint2 *)(src + at + 8));
+    const uint4 q = __ldg((const uint4 *)(src + at + 256));
+    std::memcpy(dst + at, &h, 2);
+    std::memcpy(dst + at + 4, &w, 4);
+    std::memcpy(dst + at + 8, &d, 8);
+    std::memcpy(dst + at + 256, &q, 16);
+}
+
+// Every width returns the bytes at its address, little-endian, as the device's loads do.
+static void test_loads_of_every_width(void **state) {
+    (void)state;
+    std::vector<uint8_t> bytes(512), expect(512, 0);
+    for (auto &b : bytes)
+        b = (uint8_t)rng();
+    for (size_t t = 0; t < 16; t++) {
+        std::memcpy(&expect[16 * t], &bytes[16 * t], 2);
+        std::memcpy(&expect[16 * t + 4], &bytes[16 * t + 4], 12);
+        std::memcpy(&expect[16 * t + 256], &bytes[16 * t + 256], 16);
+    }
+    uint8_t *src = device_copy(bytes), *dst = device_copy(std::vector<uint8_t>(512, 0));
+    SIMT_LAUNCH(wide_loads, 1, 16, 0, 0, src, dst);
+    assert_memory_equal(host_copy(dst, 512).data(), expect.data(), 512);
+    cudaFree(src);
+    cudaFree(dst);
+}
+
+// A 16-byte load at a 2-byte aligned address (an 18-byte block's quants, read as if aligned):
+// the device faults, so the emulation aborts instead of reading it.
+__global__ void misaligned_vector_load(const uint8_t *src, uint4 *dst) {
+    dst[threadIdx.x] = __ldg((const uint4 *)(src + 18 * threadIdx.x + 2));
+}
+static void run_misaligned_vector_load() {
+    uint8_t *src = nullptr;
+    uint4 *dst = nullptr;
+    cudaMalloc(&src, 64 * 18);
+    cudaMalloc(&dst, 64 * sizeof(uint4));
+    SIMT_LAUNCH(misaligned_vector_load, 1, 32, 0, 0, src, dst);
+}
+__global__ void misaligned_word_load(const uint8_t *src, unsigned *dst) {
+    dst[threadIdx.x] = __ldg((const unsigned *)(src + 4 * threadIdx.x + 2));
+}
+static void run_misaligned_word_load() {
+    uint8_t *src = nullptr;
+    unsigned *dst = nullptr;
+    cudaMalloc(&src, 256);
+    cudaMalloc(&dst, 64 * sizeof(unsigned));
+    SIMT_LAUNCH(misaligned_word_load, 1, 32, 0, 0, src, dst);
+}
+static void test_misaligned_loads_abort(void **state) {
+    (void)state;
+    expect_abort(run_misaligned_vector_load, "kernel misaligned_vector_load, block (0,0,0), thread (0,0,0)",
+                 "misaligned 16-byte load");
+    expect_abort(run_misaligned_word_load, "kernel misaligned_word_load", "misaligned 4-byte load");
 }
 
 // ---- device rounding
@@ -1022,6 +1087,8 @@ int main(void) {
         cmocka_unit_test(test_bfloat16_conversions),
         cmocka_unit_test(test_conversions_in_a_kernel),
         cmocka_unit_test(test_intrinsics),
+        cmocka_unit_test(test_loads_of_every_width),
+        cmocka_unit_test(test_misaligned_loads_abort),
         cmocka_unit_test(test_transcendentals_move_within_cuda_ulps),
         cmocka_unit_test(test_fma_only_when_written),
         cmocka_unit_test(test_template_kernel_and_big_shared),

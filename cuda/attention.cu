@@ -54,7 +54,7 @@ __host__ __device__ constexpr uint32_t attn_max_group(uint32_t epl) {
     return ATTN_MAX_GROUP_VALUES / epl < ATTN_MAX_GROUP ? ATTN_MAX_GROUP_VALUES / epl : ATTN_MAX_GROUP;
 }
 // Blocks of ATTN_THREADS an SM must be able to hold: 65536 registers / (4 * 128) = 128 a thread.
-constexpr int ATTN_MIN_BLOCKS = 4;
+[[maybe_unused]] constexpr int ATTN_MIN_BLOCKS = 4; /* read only by nvcc (__launch_bounds__) */
 // K or V rows a warp loads before it uses the first: R rows of EPL values a lane in registers,
 // R * EPL <= 16, or 8 beside the 8 heads' q and accumulators (GP 8), and R between 2 and 8: from
 // 2 at head_dim 256 to 8 at 32. The loads of a batch are in flight together, which is what hides

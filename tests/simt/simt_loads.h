@@ -15,17 +15,27 @@
 #include <cstring>
 
 #include "simt_sched.h"
+#include "simt_types.h"
 
 namespace simt {
 namespace detail {
 // Also what a kernel's emulated build uses for a wide access to shared memory through a byte
 // buffer (ld.shared/st.shared have the same rule; memcpy keeps C++'s aliasing rules).
-template <class T> inline T aligned_load(const T *p, const char *what) {
+// make cuda-profile: clang traces a memcpy of up to 8 bytes as the load it becomes, but not a
+// wider one, so a wide load reports itself; the caller's file and line stand for its instruction.
+template <class T>
+inline T aligned_load(const T *p, const char *what, const char *file = __builtin_FILE(),
+                      unsigned line = __builtin_LINE()) {
     if (reinterpret_cast<uintptr_t>(p) % alignof(T) != 0)
         die("%s: misaligned %zu-byte load at %p (the device faults: an access must be aligned to its width)",
             what, alignof(T), static_cast<const void *>(p));
     T v;
     std::memcpy(&v, p, sizeof v);
+#ifdef SIMT_PROFILE
+    if (sizeof v > 8) simt::profile::vector_copy(p, &v, sizeof v, file + line);
+#else
+    (void)file, (void)line;
+#endif
     return v;
 }
 template <class T> inline void aligned_store(T *p, const T &v, const char *what) {
@@ -37,6 +47,8 @@ template <class T> inline void aligned_store(T *p, const T &v, const char *what)
 } // namespace detail
 } // namespace simt
 
-template <class T> inline T __ldg(const T *p) { return simt::detail::aligned_load(p, "__ldg"); }
+template <class T> inline T __ldg(const T *p, const char *file = __builtin_FILE(), unsigned line = __builtin_LINE()) {
+    return simt::detail::aligned_load(p, "__ldg", file, line);
+}
 
 #endif

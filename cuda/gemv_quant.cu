@@ -202,7 +202,7 @@ extern "C" int llmm__cu_quantize_operand(cudaStream_t stream, const float *x, ui
 
 /* ---------------------------------------------------------------- 2. the dot */
 
-/* Memory layout of the dot (issue 45): a warp stages a chunk of its weight row, and the warps of
+/* Memory layout of the dot: a warp stages a chunk of its weight row, and the warps of
  * a thread block the same chunk of each activation row, into shared memory with wide loads on
  * consecutive addresses (gq_stage), then every lane unpacks its own weights from there into
  * 32-bit words of four int8 values and multiplies them by the activations' with __dp4a. Blocks

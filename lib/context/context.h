@@ -126,6 +126,9 @@ llmm_status llmm__ctx_settle_logits(llmm_context *ctx);
 llmm_status llmm__ctx_ensure_logit_rows(llmm_context *ctx, size_t rows);
 /* Copy logits rows [0, m) of the step just run to host rows starting at dst_row. */
 llmm_status llmm__ctx_fetch_logits(llmm_context *ctx, size_t dst_row, size_t m);
+/* A decode or verify step the app waited for, begun at t0 (llmm__time_now_ms): its wall time
+ * into the step latencies of llmm_context_stats, unless it is a warm-up step. */
+void llmm__ctx_note_step(llmm_context *ctx, double t0);
 /* Recurrent state (recurrent.c): bytes for a model and n_seq sequences; allocation; a
  * sequence's state copied to another (fork); the states of the given sequences saved before a
  * step and put back after a failed one. All no-ops for models without recurrent layers. */

@@ -159,8 +159,7 @@ static llmm_status decode_rows(llmm_context *ctx, const llmm_seq_id *seqs, const
     return LLMM_OK;
 }
 
-/* A decode step the app waited for, from t0: its wall time into the step latencies. */
-static void note_step(llmm_context *ctx, double t0) {
+void llmm__ctx_note_step(llmm_context *ctx, double t0) {
     if (!ctx->warming) llmm__latency_add(&ctx->step_latency, llmm__time_now_ms() - t0);
 }
 
@@ -178,7 +177,7 @@ LLMM_API llmm_status llmm_decode(llmm_context *ctx, const llmm_seq_id *seqs, con
     if (!ctx) return LLMM_ERR_INVALID_ARG;
     const double t0 = llmm__time_now_ms();
     llmm_status st = check_decode(ctx, "llmm_decode", seqs, tokens, n);
-    if (!st && !(st = decode_rows(ctx, seqs, tokens, n, 1))) note_step(ctx, t0);
+    if (!st && !(st = decode_rows(ctx, seqs, tokens, n, 1))) llmm__ctx_note_step(ctx, t0);
     return st;
 }
 
@@ -255,7 +254,7 @@ LLMM_API llmm_status llmm_decode_sample(llmm_context *ctx, const llmm_seq_id *se
     const double t0 = llmm__time_now_ms();
     st = on_backend ? sample_on_backend(ctx, seqs, samplers, n, out) : sample_on_host(ctx, seqs, samplers, n, out);
     ctx->decode_ms += llmm__time_now_ms() - t0;
-    if (!st) note_step(ctx, t_step);
+    if (!st) llmm__ctx_note_step(ctx, t_step);
     return st;
 }
 

@@ -295,7 +295,7 @@ static llmm_status verify(llmm_speculator *s, const llmm_spec_item *items, size_
         return llmm__ctx_fail(ctx, st, "the %s backend failed: %s", ctx->be->name, llmm_status_str(st));
     }
     commit_items(s, n);
-    llmm__latency_add(&ctx->step_latency, llmm__time_now_ms() - t0);
+    llmm__ctx_note_step(ctx, t0);
     ctx->logits_rows = total;
     ctx->tokens_decoded += total;
     s->n_items = n;

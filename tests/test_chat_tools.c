@@ -779,23 +779,13 @@ typedef struct call_costs {
     double generate_ms, grammar_ms, parser_ms, free_generate_ms;
 } call_costs;
 
-static llmm_sampler_params hot_sampling(uint64_t seed) {
-    llmm_sampler_params sp;
-    llmm_sampler_params_default(&sp, sizeof sp);
-    sp.seed = seed;
-    sp.temperature = 1.0f;
-    sp.top_k = 0;
-    sp.top_p = 1.0f;
-    sp.min_p = 0.0f;
-    return sp;
-}
 
 /* One call sampled under g, fed to a parser by llmm_generate; it must be one complete call to
  * tool t whose arguments validate. Every tenth run then generates as many tokens again without
  * the grammar, for the step's cost free. */
 static void sample_one_call(llmm_context *ctx, const char *family, size_t t, int run, const llmm_grammar *g,
                             call_costs *c) {
-    llmm_sampler_params sp = hot_sampling((uint64_t)run * 131u + t);
+    llmm_sampler_params sp = plain_sampling(1.0f, (uint64_t)run * 131u + t);
     text_out out = {.n = 0};
     llmm_generate_params gp = generate_into(&out, &sp, g, 400);
     llmm_chat_parser *p = NULL;

@@ -17,17 +17,6 @@
 #include "support/rng.h"
 #include "sampling/sampler.h"
 
-/* Sampling with nothing cut off and no penalties: only temperature and the draw. */
-static llmm_sampler_params plain_params(float temperature, uint64_t seed) {
-    llmm_sampler_params p;
-    llmm_sampler_params_default(&p, sizeof p);
-    p.temperature = temperature;
-    p.top_k = 0;
-    p.top_p = 1.0f;
-    p.min_p = 0.0f;
-    p.seed = seed;
-    return p;
-}
 
 static llmm_sampler *make(const llmm_sampler_params *p) {
     llmm_sampler *s = NULL;
@@ -67,7 +56,7 @@ static const float FIXED8[8] = {0.5f, -1.25f, 2.0f, 1.0f, 0.0f, -0.5f, 1.5f, 0.2
 
 static void test_greedy_is_argmax_lowest_id(void **state) {
     (void)state;
-    llmm_sampler_params p = plain_params(0, 0);
+    llmm_sampler_params p = plain_sampling(0, 0);
     const float ties[] = {1.0f, 3.0f, -2.0f, 3.0f, 2.9f};
     assert_int_equal(greedy_of(&p, ties, ARRAY_LEN(ties), NULL, 0), 1);
     const float masked[] = {-INFINITY, 1.0f, -INFINITY, 1.5f, -INFINITY};
@@ -110,10 +99,10 @@ static void test_top_k_1_is_greedy(void **state) {
     for (int round = 0; round < 20; round++) {
         /* coarse values make ties common, so the lowest-id rule is exercised too */
         for (size_t i = 0; i < ARRAY_LEN(logits); i++) logits[i] = (float)rng_below(&x, 16);
-        llmm_sampler_params g = plain_params(0, 0);
+        llmm_sampler_params g = plain_sampling(0, 0);
         llmm_token want = greedy_of(&g, logits, ARRAY_LEN(logits), NULL, 0);
         for (size_t t = 0; t < ARRAY_LEN(temps); t++) {
-            llmm_sampler_params p = plain_params(temps[t], (uint64_t)round);
+            llmm_sampler_params p = plain_sampling(temps[t], (uint64_t)round);
             p.top_k = 1;
             llmm_sampler *s = make(&p);
             for (int i = 0; i < 5; i++) assert_int_equal(sample_one(s, logits, ARRAY_LEN(logits)), want);
@@ -142,7 +131,7 @@ static void test_top_p_excludes_tail(void **state) {
     float logits[4];
     int counts[4];
     logits_from_probs(probs, 4, logits);
-    llmm_sampler_params p = plain_params(1.0f, 3);
+    llmm_sampler_params p = plain_sampling(1.0f, 3);
     p.top_p = 0.7f; /* sorted: 0.5 (id 1) < 0.7, 0.5 + 0.3 (id 0) >= 0.7: keep ids 1, 0 */
     histogram(&p, logits, 4, 3000, counts);
     assert_true(counts[0] > 0 && counts[1] > 0);
@@ -163,7 +152,7 @@ static void test_min_p_excludes_unlikely(void **state) {
     float logits[4];
     int counts[4];
     logits_from_probs(probs, 4, logits);
-    llmm_sampler_params p = plain_params(1.0f, 4);
+    llmm_sampler_params p = plain_sampling(1.0f, 4);
     p.min_p = 0.35f; /* threshold 0.175: keep 0.5 and 0.3 */
     histogram(&p, logits, 4, 3000, counts);
     assert_true(counts[1] > 0 && counts[3] > 0);
@@ -182,7 +171,7 @@ static void test_top_k_keeps_lowest_ids_on_ties(void **state) {
     (void)state;
     const float logits[] = {1.0f, 5.0f, 5.0f, 5.0f, 0.0f, 4.0f};
     int counts[6];
-    llmm_sampler_params p = plain_params(1.0f, 5);
+    llmm_sampler_params p = plain_sampling(1.0f, 5);
     p.top_k = 2;
     histogram(&p, logits, 6, 2000, counts);
     assert_true(counts[1] > 0 && counts[2] > 0);
@@ -217,7 +206,7 @@ static void test_top_k_large_vocab_matches_full_sort(void **state) {
     }
     sort_logits = logits;
     qsort(order, N, sizeof *order, cmp_by_sort_logits);
-    llmm_sampler_params p = plain_params(1e6f, 8); /* near-uniform over the kept ones */
+    llmm_sampler_params p = plain_sampling(1e6f, 8); /* near-uniform over the kept ones */
     p.top_k = K;
     llmm_sampler *s = make(&p);
     for (int i = 0; i < 1000; i++) drawn[sample_one(s, logits, N)] = 1;
@@ -254,7 +243,7 @@ static void test_top_p_wide_selection_matches_full_sort(void **state) {
     int kept = 0;
     while (cum / sum < 0.9) cum += exp((double)logits[order[kept++]] - logits[order[0]]);
     assert_true(kept > 256);
-    llmm_sampler_params p = plain_params(1e6f, 9); /* truncation uses T = 1, the draw is flat */
+    llmm_sampler_params p = plain_sampling(1e6f, 9); /* truncation uses T = 1, the draw is flat */
     p.top_p = 0.9f;
     llmm_sampler *s = make(&p);
     for (int i = 0; i < 8000; i++) drawn[sample_one(s, logits, N)] = 1;
@@ -272,7 +261,7 @@ static void test_top_p_wide_selection_matches_full_sort(void **state) {
 
 static void test_repeat_penalty(void **state) {
     (void)state;
-    llmm_sampler_params p = plain_params(0, 0);
+    llmm_sampler_params p = plain_sampling(0, 0);
     p.repeat_penalty = 1.5f;
     const float pos[] = {2.0f, 1.5f, -1.0f};
     const llmm_token zero[] = {0};
@@ -293,17 +282,17 @@ static void test_frequency_and_presence_penalties(void **state) {
     (void)state;
     const float logits[] = {3.0f, 2.5f};
     const llmm_token once[] = {0}, twice[] = {0, 0}, thrice[] = {0, 0, 0};
-    llmm_sampler_params p = plain_params(0, 0);
+    llmm_sampler_params p = plain_sampling(0, 0);
     p.frequency_penalty = 0.3f;
     assert_int_equal(greedy_of(&p, logits, 2, once, 1), 0);  /* 3 - 0.3 = 2.7 */
     assert_int_equal(greedy_of(&p, logits, 2, twice, 2), 1); /* 3 - 0.6 = 2.4 */
-    p = plain_params(0, 0);
+    p = plain_sampling(0, 0);
     p.presence_penalty = 0.4f;
     assert_int_equal(greedy_of(&p, logits, 2, thrice, 3), 0); /* 2.6, whatever the count */
     p.presence_penalty = 0.6f;
     assert_int_equal(greedy_of(&p, logits, 2, once, 1), 1); /* 2.4 */
     /* all three together: 3 / 1.1 - 2 * 0.1 - 0.1 = 2.427 < 2.5 */
-    p = plain_params(0, 0);
+    p = plain_sampling(0, 0);
     p.repeat_penalty = 1.1f;
     p.frequency_penalty = 0.1f;
     p.presence_penalty = 0.1f;
@@ -314,7 +303,7 @@ static void test_frequency_and_presence_penalties(void **state) {
 static void test_penalty_window_and_out_of_range(void **state) {
     (void)state;
     const float logits[] = {3.0f, 2.5f, 0.0f};
-    llmm_sampler_params p = plain_params(0, 0);
+    llmm_sampler_params p = plain_sampling(0, 0);
     p.presence_penalty = 1.0f;
     p.penalty_last_n = 2;
     const llmm_token pushed_out[] = {0, 2, 2}; /* 0 left the two-token window */
@@ -330,7 +319,7 @@ static void test_penalty_window_and_out_of_range(void **state) {
 static void test_reset_clears_penalties(void **state) {
     (void)state;
     const float logits[] = {3.0f, 2.5f};
-    llmm_sampler_params p = plain_params(0, 0);
+    llmm_sampler_params p = plain_sampling(0, 0);
     p.presence_penalty = 1.0f;
     llmm_sampler *s = make(&p);
     assert_int_equal(llmm_sampler_accept(s, 0), LLMM_OK);
@@ -350,7 +339,7 @@ static void test_same_seed_same_sequence(void **state) {
     (void)state;
     enum { N = 1000 };
     static llmm_token a[N], b[N], c[N];
-    llmm_sampler_params p = plain_params(1.0f, 1234);
+    llmm_sampler_params p = plain_sampling(1.0f, 1234);
     llmm_sampler *sa = make(&p), *sb = make(&p);
     p.seed = 1235;
     llmm_sampler *sc = make(&p);
@@ -391,7 +380,7 @@ static void check_frequencies(float temperature, uint64_t seed) {
     enum { DRAWS = 20000 };
     int counts[8];
     double probs[8];
-    llmm_sampler_params p = plain_params(temperature, seed);
+    llmm_sampler_params p = plain_sampling(temperature, seed);
     histogram(&p, FIXED8, 8, DRAWS, counts);
     softmax(FIXED8, 8, temperature, probs);
     for (int i = 0; i < 8; i++) assert_true(fabs((double)counts[i] / DRAWS - probs[i]) < 0.01);
@@ -433,7 +422,7 @@ static void test_seed_42_golden_draws(void **state) {
     (void)state;
     /* recorded once from this implementation; a change here breaks reproducibility */
     static const llmm_token golden[16] = {0, 2, 5, 6, 7, 6, 6, 6, 6, 3, 5, 2, 6, 2, 6, 6};
-    llmm_sampler_params p = plain_params(1.0f, 42);
+    llmm_sampler_params p = plain_sampling(1.0f, 42);
     llmm_sampler *s = make(&p);
     llmm_token got[16];
     draws(s, FIXED8, 8, got, 16);
@@ -485,7 +474,7 @@ static void test_wide_truncation_draws_in_rank_order(void **state) {
     sort_logits = logits;
     qsort(order, N, sizeof *order, cmp_by_sort_logits);
     for (int variant = 0; variant < 2; variant++) {
-        llmm_sampler_params p = plain_params(1.0f, 1234 + (uint64_t)variant);
+        llmm_sampler_params p = plain_sampling(1.0f, 1234 + (uint64_t)variant);
         p.top_p = 0.95f;
         p.top_k = variant ? 4000 : 0; /* past the heap's range: every candidate sorted */
         llmm_sampler *s = make(&p);
@@ -551,7 +540,7 @@ static void test_non_finite_logits_are_an_error(void **state) {
     const float bad[] = {NAN, INFINITY, -NAN};
     const size_t where[] = {0, 150, 299};
     for (int greedy = 0; greedy < 2; greedy++) {
-        llmm_sampler_params p = plain_params(greedy ? 0.0f : 1.0f, 9);
+        llmm_sampler_params p = plain_sampling(greedy ? 0.0f : 1.0f, 9);
         p.top_k = 40;
         p.top_p = 0.9f;
         llmm_sampler *s = make(&p), *fresh = make(&p);
@@ -587,7 +576,7 @@ static void test_softmax_of_huge_logits(void **state) {
         const float temperatures[] = {0.01f, 1.0f, 100.0f};
         for (size_t ti = 0; ti < ARRAY_LEN(temperatures); ti++) {
             for (int trunc = 0; trunc < 2; trunc++) {
-                llmm_sampler_params p = plain_params(temperatures[ti], 3 + ti);
+                llmm_sampler_params p = plain_sampling(temperatures[ti], 3 + ti);
                 if (trunc) p.top_k = 5, p.top_p = 0.95f, p.min_p = 0.05f;
                 llmm_sampler *s = make(&p);
                 int count[8] = {0};
@@ -600,7 +589,7 @@ static void test_softmax_of_huge_logits(void **state) {
                              (double)temperatures[ti], trunc, count[1]);
             }
         }
-        llmm_sampler_params g = plain_params(0.0f, 0);
+        llmm_sampler_params g = plain_sampling(0.0f, 0);
         assert_int_equal(greedy_of(&g, row, 8, NULL, 0), 1);
     }
 }
@@ -631,7 +620,7 @@ static void test_invalid_calls(void **state) {
 
 static void test_out_of_memory(void **state) {
     (void)state;
-    llmm_sampler_params p = plain_params(1.0f, 1);
+    llmm_sampler_params p = plain_sampling(1.0f, 1);
     for (int allowed = 0; allowed < 3; allowed++) { /* sampler, window, sorted window */
         failing_alloc f = {.allowed = allowed};
         llmm_allocator a = failing_allocator(&f);
@@ -659,7 +648,7 @@ static void test_out_of_memory(void **state) {
     assert_non_null(flat);
     test_rng x = rng_seeded(5);
     for (int i = 0; i < N; i++) flat[i] = (float)rng_below(&x, 64) / 64.0f;
-    llmm_sampler_params wide = plain_params(1.0f, 77);
+    llmm_sampler_params wide = plain_sampling(1.0f, 77);
     wide.top_p = 0.9f;
     failing_alloc g = {.allowed = 4}; /* the sampler, its penalty window (two), its candidates; not the sort buffer */
     llmm_allocator ga = failing_allocator(&g);

@@ -66,6 +66,17 @@ size_t tokenize(const llmm_model *m, const char *text, llmm_token *ids, size_t c
     return tokenize_flags(m, text, strlen(text), LLMM_TOKENIZE_ADD_SPECIAL, ids, cap);
 }
 
+llmm_sampler_params plain_sampling(float temperature, uint64_t seed) {
+    llmm_sampler_params p;
+    llmm_sampler_params_default(&p, sizeof p);
+    p.temperature = temperature;
+    p.top_k = 0;
+    p.top_p = 1.0f;
+    p.min_p = 0.0f;
+    p.seed = seed;
+    return p;
+}
+
 llmm_generate_params greedy_params(llmm_sampler_params *sp, llmm_token *out, size_t max_tokens) {
     llmm_sampler_params_default(sp, sizeof *sp);
     sp->temperature = 0;

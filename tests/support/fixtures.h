@@ -38,6 +38,8 @@ size_t tokenize_flags(const llmm_model *m, const char *text, size_t len, uint32_
  * defaults) as the sampling, at most max_tokens tokens into out (room for max_tokens), every
  * other field its default. Asserts nothing, so a test's own threads may use it too. */
 llmm_generate_params greedy_params(llmm_sampler_params *sp, llmm_token *out, size_t max_tokens);
+/* Sampling with nothing cut off and no penalties: only the temperature and the seeded draw. */
+llmm_sampler_params plain_sampling(float temperature, uint64_t seed);
 /* A greedy sampler (temperature 0, the rest its defaults), asserted created. */
 llmm_sampler *greedy_sampler(void);
 /* llmm_generate with greedy_params after prompt; the run's figures into *stats unless stats is

@@ -443,14 +443,41 @@ static int collect(void *user, const char *bytes, size_t n, int complete_utf8) {
     return c->stop_after && c->calls >= c->stop_after;
 }
 
-static void test_generate_streaming(void **state) {
-    (void)state;
-    llmm_model *m = load_model("stories260K.gguf", NULL);
-    llmm_context *c = new_context(m, 256, 1, 64, 2);
+/* stories260K, a 256-position context on two threads and greedy parameters for 40 tokens:
+ * what the streaming and latency tests start from (cmocka setup and teardown). */
+typedef struct stream_run {
+    llmm_model *m;
+    llmm_context *c;
     llmm_sampler_params sp;
     llmm_token out[64];
-    llmm_generate_params gp = greedy_params(&sp, out, 40);
-    gp.out_capacity = 64;
+    llmm_generate_params gp;
+} stream_run;
+
+static int stream_run_setup(void **state) {
+    stream_run *r = calloc(1, sizeof *r);
+    if (!r) return -1;
+    r->m = load_model("stories260K.gguf", NULL);
+    r->c = new_context(r->m, 256, 1, 64, 2);
+    r->gp = greedy_params(&r->sp, r->out, 40);
+    r->gp.out_capacity = ARRAY_LEN(r->out);
+    *state = r;
+    return 0;
+}
+
+static int stream_run_teardown(void **state) {
+    stream_run *r = *state;
+    llmm_context_free(r->c);
+    llmm_model_free(r->m);
+    free(r);
+    return 0;
+}
+
+static void test_generate_streaming(void **state) {
+    stream_run *r = *state;
+    llmm_model *m = r->m;
+    llmm_context *c = r->c;
+    llmm_token *out = r->out;
+    llmm_generate_params gp = r->gp;
     collected col = {0};
     gp.on_bytes = collect;
     gp.user = &col;
@@ -494,8 +521,6 @@ static void test_generate_streaming(void **state) {
     assert_int_equal(st.stop_reason, LLMM_STOP_CONTEXT_FULL);
     assert_int_equal(st.n_generated, 6);
     llmm_context_free(small);
-    llmm_context_free(c);
-    llmm_model_free(m);
 }
 
 typedef struct stalled {
@@ -516,12 +541,9 @@ static int stall_once(void *user, const char *bytes, size_t n, int complete_utf8
 /* Inter-token percentiles: one stalled gap among 39 is the max and the p99, not the p95; the
  * context gathers every request's first token and gaps and every decode step. */
 static void test_generate_latency_percentiles(void **state) {
-    (void)state;
-    llmm_model *m = load_model("stories260K.gguf", NULL);
-    llmm_context *c = new_context(m, 256, 1, 64, 2);
-    llmm_sampler_params sp;
-    llmm_token out[64];
-    llmm_generate_params gp = greedy_params(&sp, out, 40);
+    stream_run *r = *state;
+    llmm_context *c = r->c;
+    llmm_generate_params gp = r->gp;
     stalled app = {.stall_at = 20};
     gp.on_bytes = stall_once;
     gp.user = &app;
@@ -555,8 +577,6 @@ static void test_generate_latency_percentiles(void **state) {
     old.size = (uint32_t)offsetof(llmm_generate_stats, inter_token_ms_p50);
     assert_int_equal(llmm_generate(c, "Once upon a time", &gp, &old), LLMM_OK);
     assert_true(old.inter_token_ms_p50 != 0); /* untouched: 0xee bytes */
-    llmm_context_free(c);
-    llmm_model_free(m);
 }
 
 /* Same seed, same text; the sampler is driven through llmm_generate. */
@@ -605,8 +625,9 @@ int main(void) {
         cmocka_unit_test(test_repacking_from_two_threads),
         cmocka_unit_test(test_multi_sequence_decode),   cmocka_unit_test(test_context_full_and_truncate),
         cmocka_unit_test(test_abort_restores_sequence), cmocka_unit_test(test_context_bad_arguments),
-        cmocka_unit_test(test_generate_streaming),      cmocka_unit_test(test_generate_seeded_sampling),
-        cmocka_unit_test(test_generate_latency_percentiles),
+        cmocka_unit_test_setup_teardown(test_generate_streaming, stream_run_setup, stream_run_teardown),
+        cmocka_unit_test(test_generate_seeded_sampling),
+        cmocka_unit_test_setup_teardown(test_generate_latency_percentiles, stream_run_setup, stream_run_teardown),
         cmocka_unit_test(test_decode_sample),
     };
     return cmocka_run_group_tests_name("generate", tests, NULL, NULL);

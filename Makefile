@@ -169,6 +169,11 @@ $(BUILD)/obj/tests/fuzz/%_replay.o: tests/fuzz/%.c | $(DEPS_OK)
 $(BUILD)/tests/test_fuzz_replay: TEST_EXTRA_OBJ := $(FUZZ_REPLAY_OBJ)
 $(BUILD)/tests/test_fuzz_replay: $(FUZZ_REPLAY_OBJ)
 
+# scripts/run-tests.sh runs the suites TEST_JOBS at a time (default: the online CPUs), the slowest
+# (natively and under qemu, as its summary reports them) first.
+TEST_FIRST := test_cuda_module test_recurrent test_simd_kernels test_grammar_generate test_api_model \
+    test_fidelity test_chat_tools test_cuda_sample test_cuda_ops
+export TEST_FIRST
 test: all $(TEST_BIN)
 	@TEST_RUNNER="$(TEST_RUNNER)" sh scripts/run-tests.sh $(TEST_RUN)
 

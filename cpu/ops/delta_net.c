@@ -1,8 +1,8 @@
 /* qwen35's Gated DeltaNet layers (backend.h llmm_delta_batch) and the split of its gated query
  * rows. A decode row runs the recurrence one token at a time; a sequence's prompt rows run the
- * chunked form of the delta rule (below), equal within float rounding. Their cost per token is
- * heads x head_dim^2 (plus chunk x head_dim for the chunked form), small beside the layer's
- * matmuls at these sizes, so it runs on the calling thread. */
+ * chunked form of the delta rule (below), equal within float rounding. The state matrices'
+ * arithmetic is the kernel table's (delta_step, delta_read, delta_update: SIMD in every SIMD
+ * table, bit for bit the scalar table's); the value heads go to the context's threads. */
 #include <math.h>
 #include <string.h>
 
@@ -56,27 +56,6 @@ static void l2_normalize(float *x, size_t n, float eps) {
     for (size_t i = 0; i < n; i++) x[i] *= scale;
 }
 
-/* One value head of one row: the state matrix S (d x d) decays, takes the delta-rule update
- * and is read out with q; o gets the head's d outputs before the norm. */
-static void delta_head(float *S, const float *q, const float *k, const float *v, float beta, float decay, size_t d,
-                       float *o) {
-    float delta[LLMM_MAX_SSM_HEAD];
-    for (size_t i = 0; i < d * d; i++) S[i] *= decay;
-    for (size_t j = 0; j < d; j++) {
-        float kv = 0.f; /* (S^T k)[j] */
-        for (size_t i = 0; i < d; i++) kv += S[i * d + j] * k[i];
-        delta[j] = beta * (v[j] - kv);
-    }
-    for (size_t i = 0; i < d; i++)
-        for (size_t j = 0; j < d; j++) S[i * d + j] += k[i] * delta[j];
-    const float scale = 1.0f / sqrtf((float)d);
-    for (size_t j = 0; j < d; j++) {
-        float acc = 0.f;
-        for (size_t i = 0; i < d; i++) acc += S[i * d + j] * q[i];
-        o[j] = acc * scale;
-    }
-}
-
 /* Row r's q and k heads L2-normalized in place; its value head j's update rate beta and log
  * decay g (the state is multiplied by exp(g)). */
 static void normalize_qk(const llmm_delta_batch *b, size_t conv_dim, size_t r) {
@@ -102,13 +81,19 @@ static void gated_norm(const llmm_delta_batch *b, size_t r, size_t j) {
     for (size_t i = 0; i < d; i++) o[i] = o[i] * inv * b->norm[i] * silu(z[i]);
 }
 
-/* Value head j of a decode row (q and k normalized): its update and gated norm. */
-static void delta_row_head(const llmm_delta_batch *b, size_t conv_dim, size_t r, size_t j, float *S) {
+/* Value head j of a decode row (q and k normalized): its update, read out with q, and its gated
+ * norm. The state is read once (kernel_table.h delta_step): o = S_new^T q is taken as
+ * decay S^T q + (k . q) delta, both parts from the one pass that also gives S^T k. */
+static void delta_row_head(const cpu_kernels *kern, const llmm_delta_batch *b, size_t conv_dim, size_t r, size_t j,
+                           float *S) {
     const size_t d = b->head_dim, G = b->n_k_heads, V = b->n_v_heads;
-    float *x = b->work + r * conv_dim, *q = x, *k = x + G * d, *v = x + 2 * G * d;
+    const float *x = b->work + r * conv_dim, *q = x + (j % G) * d, *k = x + G * d + (j % G) * d;
     float beta, g;
     head_gates(b, r, j, &beta, &g);
-    delta_head(S + j * d * d, q + (j % G) * d, k + (j % G) * d, v + j * d, beta, expf(g), d, b->out + r * V * d + j * d);
+    float *o = b->out + r * V * d + j * d;
+    kern->delta_step(S + j * d * d, d, k, q, x + 2 * G * d + j * d, beta, expf(g), kern->dot_f32(k, q, d), o);
+    const float scale = 1.0f / sqrtf((float)d);
+    for (size_t jj = 0; jj < d; jj++) o[jj] *= scale;
     gated_norm(b, r, j);
 }
 
@@ -116,68 +101,56 @@ static void delta_row_head(const llmm_delta_batch *b, size_t conv_dim, size_t r,
  * state S0, with G_t the running sum of the log decays, S_t = e^G_t S0 + sum_{s<=t}
  * e^(G_t - G_s) k_s u_s^T, where the updates u solve the lower-triangular system
  *   u_t = beta_t (v_t - e^G_t S0^T k_t - sum_{s<t} e^(G_t - G_s) (k_s . k_t) u_s)
- * and o_t = S_t^T q_t. S0 is read C times for k and q and written once at the chunk's end, not
- * rewritten per token; the rest is C x C dot products of head_dim. It equals the token-by-token
- * recurrence within float rounding (tests/test_recurrent.c: a prompt whole, in chunks of 3 and
- * token by token). */
+ * and o_t = S_t^T q_t. S0 is read once per chunk for all C keys and queries (delta_read) and
+ * updated once at its end (delta_update, a rank-C update), not rewritten per token; the rest
+ * is C x C dot products of head_dim. It equals the token-by-token recurrence within float
+ * rounding (tests/test_recurrent.c: a prompt whole, in chunks of 3 and token by token). The
+ * per-head buffers (y, u: 3 C head_dim floats, 48 KiB at the largest head) are on the stack. */
 #define DELTA_CHUNK 16
 
-static float dot(const float *a, const float *b, size_t n) {
-    float acc = 0.f;
-    for (size_t i = 0; i < n; i++) acc += a[i] * b[i];
-    return acc;
-}
-
-/* (S^T x)[jj] for the d x d matrix S. */
-static void read_out(const float *S, const float *x, size_t d, float *y) {
-    for (size_t jj = 0; jj < d; jj++) y[jj] = 0.f;
-    for (size_t i = 0; i < d; i++)
-        for (size_t jj = 0; jj < d; jj++) y[jj] += S[i * d + jj] * x[i];
-}
-
 /* Value head j over rows [r0, r0 + n), n <= DELTA_CHUNK, their q and k normalized. */
-static void delta_head_chunk(const llmm_delta_batch *b, size_t conv_dim, size_t r0, size_t n, size_t j, float *S) {
+static void delta_head_chunk(const cpu_kernels *kern, const llmm_delta_batch *b, size_t conv_dim, size_t r0, size_t n,
+                             size_t j, float *S) {
     const size_t d = b->head_dim, G = b->n_k_heads, V = b->n_v_heads;
     const size_t qo = (j % G) * d, ko = G * d + (j % G) * d, vo = 2 * G * d + j * d;
-    float u[DELTA_CHUNK][LLMM_MAX_SSM_HEAD], cum[DELTA_CHUNK], w[LLMM_MAX_SSM_HEAD];
+    /* y: S0^T k_t in rows [0, n), S0^T q_t in rows [n, 2n); then the scaled keys of the update */
+    float y[2 * DELTA_CHUNK * LLMM_MAX_SSM_HEAD], u[DELTA_CHUNK * LLMM_MAX_SSM_HEAD], cum[DELTA_CHUNK];
+    const float *kq_rows[2 * DELTA_CHUNK];
+    for (size_t t = 0; t < n; t++) {
+        kq_rows[t] = b->work + (r0 + t) * conv_dim + ko;
+        kq_rows[n + t] = b->work + (r0 + t) * conv_dim + qo;
+    }
+    kern->delta_read(S, d, kq_rows, 2 * n, y);
     const float scale = 1.0f / sqrtf((float)d);
     for (size_t t = 0; t < n; t++) {
         const float *x = b->work + (r0 + t) * conv_dim;
-        float beta, g;
+        float beta, g, *ut = u + t * d;
         head_gates(b, r0 + t, j, &beta, &g);
         cum[t] = (t ? cum[t - 1] : 0.f) + g;
-        read_out(S, x + ko, d, w);
         const float e = expf(cum[t]);
-        for (size_t jj = 0; jj < d; jj++) u[t][jj] = x[vo + jj] - e * w[jj];
-        for (size_t s = 0; s < t; s++) {
-            const float c = expf(cum[t] - cum[s]) * dot(b->work + (r0 + s) * conv_dim + ko, x + ko, d);
-            for (size_t jj = 0; jj < d; jj++) u[t][jj] -= c * u[s][jj];
-        }
-        for (size_t jj = 0; jj < d; jj++) u[t][jj] *= beta;
+        for (size_t jj = 0; jj < d; jj++) ut[jj] = x[vo + jj] - e * y[t * d + jj];
+        for (size_t s = 0; s < t; s++)
+            kern->axpy(ut, -expf(cum[t] - cum[s]) * kern->dot_f32(kq_rows[s], kq_rows[t], d), u + s * d, d);
+        for (size_t jj = 0; jj < d; jj++) ut[jj] *= beta;
         float *o = b->out + (r0 + t) * V * d + j * d;
-        read_out(S, x + qo, d, w);
-        for (size_t jj = 0; jj < d; jj++) o[jj] = e * w[jj];
-        for (size_t s = 0; s <= t; s++) {
-            const float c = expf(cum[t] - cum[s]) * dot(b->work + (r0 + s) * conv_dim + ko, x + qo, d);
-            for (size_t jj = 0; jj < d; jj++) o[jj] += c * u[s][jj];
-        }
+        for (size_t jj = 0; jj < d; jj++) o[jj] = e * y[(n + t) * d + jj];
+        for (size_t s = 0; s <= t; s++)
+            kern->axpy(o, expf(cum[t] - cum[s]) * kern->dot_f32(kq_rows[s], kq_rows[n + t], d), u + s * d, d);
         for (size_t jj = 0; jj < d; jj++) o[jj] *= scale;
     }
-    const float e_end = expf(cum[n - 1]);
-    for (size_t i = 0; i < d * d; i++) S[i] *= e_end;
     for (size_t s = 0; s < n; s++) {
-        const float *k = b->work + (r0 + s) * conv_dim + ko;
         const float c = expf(cum[n - 1] - cum[s]);
-        for (size_t i = 0; i < d; i++)
-            for (size_t jj = 0; jj < d; jj++) S[i * d + jj] += c * k[i] * u[s][jj];
+        for (size_t i = 0; i < d; i++) y[s * d + i] = c * kq_rows[s][i];
     }
+    kern->delta_update(S, d, expf(cum[n - 1]), y, u, n);
 }
 
 /* Value head j over rows [r0, r1) of one sequence's prompt (q and k normalized), in chunks. */
-static void delta_prompt_head(const llmm_delta_batch *b, size_t conv_dim, size_t r0, size_t r1, size_t j, float *S) {
+static void delta_prompt_head(const cpu_kernels *kern, const llmm_delta_batch *b, size_t conv_dim, size_t r0,
+                              size_t r1, size_t j, float *S) {
     const size_t d = b->head_dim;
     for (size_t c0 = r0; c0 < r1; c0 += DELTA_CHUNK)
-        delta_head_chunk(b, conv_dim, c0, LLMM_MIN((size_t)DELTA_CHUNK, r1 - c0), j, S + j * d * d);
+        delta_head_chunk(kern, b, conv_dim, c0, LLMM_MIN((size_t)DELTA_CHUNK, r1 - c0), j, S + j * d * d);
     for (size_t r = r0; r < r1; r++) gated_norm(b, r, j);
 }
 
@@ -187,6 +160,7 @@ static void delta_prompt_head(const llmm_delta_batch *b, size_t conv_dim, size_t
  * whatever the thread count. The mixer was 43 % of a Qwen3.5 0.8B Q4_0 run's cycles on one
  * thread of two (perf, -p 64 -n 8). */
 typedef struct delta_heads_task {
+    const cpu_kernels *kern;
     const llmm_delta_batch *b;
     size_t conv_dim, r0, r1;
     float *S;
@@ -195,8 +169,8 @@ typedef struct delta_heads_task {
 static void delta_heads_range(void *arg, size_t j0, size_t j1) {
     const delta_heads_task *t = arg;
     for (size_t j = j0; j < j1; j++) {
-        if (t->r1 - t->r0 > 1) delta_prompt_head(t->b, t->conv_dim, t->r0, t->r1, j, t->S);
-        else delta_row_head(t->b, t->conv_dim, t->r0, j, t->S);
+        if (t->r1 - t->r0 > 1) delta_prompt_head(t->kern, t->b, t->conv_dim, t->r0, t->r1, j, t->S);
+        else delta_row_head(t->kern, t->b, t->conv_dim, t->r0, j, t->S);
     }
 }
 
@@ -216,7 +190,7 @@ llmm_status llmm__cpu_gated_delta_net(void *st, const llmm_delta_batch *b) {
         /* a sequence starting at position 0 starts from empty matrices, whatever its slot held */
         if (step->pos[r0] == 0) memset(S, 0, (size_t)b->n_v_heads * b->head_dim * b->head_dim * sizeof *S);
         for (size_t r = r0; r < r1; r++) normalize_qk(b, conv_dim, r);
-        delta_heads_task t = {b, conv_dim, r0, r1, S};
+        delta_heads_task t = {s->k, b, conv_dim, r0, r1, S};
         llmm__cpu_parallel_range(s, b->n_v_heads, 1, 2, delta_heads_range, &t);
         r0 = r1;
     }

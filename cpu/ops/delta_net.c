@@ -20,33 +20,43 @@ llmm_status llmm__cpu_split_halves(void *state, const float *src, float *a, floa
 static float silu(float x) { return x / (1.0f + expf(-x)); }
 static float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
-/* The convolution input of position q, channel c: rows of the step from p0 on, the state
- * (kernel - 1 rows, ending at p0 - 1) before, zero before position 0. */
-static float conv_in(const llmm_delta_batch *b, size_t conv_dim, const float *state, size_t r0, int64_t p0,
-                     int64_t q, size_t c) {
-    if (q < 0) return 0.f;
-    if (q >= p0) return b->qkv[(r0 + (size_t)(q - p0)) * conv_dim + c];
-    return state[(size_t)((int64_t)b->kernel - 1 - (p0 - q)) * conv_dim + c];
+/* The convolution input row of position q (conv_dim values): a row of the step from p0 on, a
+ * state row (kernel - 1 of them, ending at p0 - 1) before; NULL (zeros) before position 0. */
+static const float *conv_row(const llmm_delta_batch *b, size_t conv_dim, const float *state, size_t r0, int64_t p0,
+                             int64_t q) {
+    if (q < 0) return NULL;
+    if (q >= p0) return b->qkv + (r0 + (size_t)(q - p0)) * conv_dim;
+    return state + (size_t)((int64_t)b->kernel - 1 - (p0 - q)) * conv_dim;
 }
 
 /* Rows [r0, r1) of one sequence through the convolution and SiLU into work; then its
- * convolution state moves to the last row (ascending: a row still needed sits higher). */
+ * convolution state moves to the last row (ascending: a row still needed sits higher). Each
+ * output sums its taps' products in tap order from 0; the input rows are found once per row,
+ * not per channel, and the channel loops are plain streams. */
 static void conv_rows(const llmm_delta_batch *b, size_t conv_dim, const int32_t *pos, size_t r0, size_t r1,
                       float *state) {
     const size_t K = b->kernel;
     const int64_t p0 = pos[r0];
-    for (size_t r = r0; r < r1; r++)
-        for (size_t c = 0; c < conv_dim; c++) {
-            float y = 0.f;
-            for (size_t j = 0; j < K; j++)
-                y += conv_in(b, conv_dim, state, r0, p0, (int64_t)pos[r] - (int64_t)K + 1 + (int64_t)j, c) *
-                     b->taps[c * K + j];
-            b->work[r * conv_dim + c] = silu(y);
+    for (size_t r = r0; r < r1; r++) {
+        float *y = b->work + r * conv_dim;
+        for (size_t c = 0; c < conv_dim; c++) y[c] = 0.f;
+        for (size_t j = 0; j < K; j++) {
+            const float *in = conv_row(b, conv_dim, state, r0, p0, (int64_t)pos[r] - (int64_t)K + 1 + (int64_t)j);
+            const float *taps = b->taps + j;
+            if (in)
+                for (size_t c = 0; c < conv_dim; c++) y[c] += in[c] * taps[c * K];
+            else /* as a zero input would: 0 x an infinite tap is still NaN */
+                for (size_t c = 0; c < conv_dim; c++) y[c] += 0.f * taps[c * K];
         }
+        for (size_t c = 0; c < conv_dim; c++) y[c] = silu(y[c]);
+    }
     const int64_t p_last = pos[r1 - 1];
-    for (size_t i = 0; i + 1 < K; i++)
-        for (size_t c = 0; c < conv_dim; c++)
-            state[i * conv_dim + c] = conv_in(b, conv_dim, state, r0, p0, p_last - (int64_t)K + 2 + (int64_t)i, c);
+    for (size_t i = 0; i + 1 < K; i++) {
+        const float *in = conv_row(b, conv_dim, state, r0, p0, p_last - (int64_t)K + 2 + (int64_t)i);
+        float *dst = state + i * conv_dim;
+        if (!in) memset(dst, 0, conv_dim * sizeof *dst);
+        else if (in != dst) memmove(dst, in, conv_dim * sizeof *dst);
+    }
 }
 
 static void l2_normalize(float *x, size_t n, float eps) {

@@ -26,6 +26,7 @@ static void silu_inplace(const cpu_kernels *kern, float *x, size_t n) {
     for (size_t i = 0; i < SILU_PIECE; i++) ones[i] = 1.0f;
     for (size_t i = 0; i < n; i += SILU_PIECE) kern->silu_mul(x + i, ones, LLMM_MIN((size_t)SILU_PIECE, n - i));
 }
+
 static float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
 /* The convolution input row of position q (conv_dim values): a row of the step from p0 on, a

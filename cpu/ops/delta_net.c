@@ -180,7 +180,7 @@ static void delta_prompt_head(const cpu_kernels *kern, const llmm_delta_batch *b
  * share them out, and every head is computed as a single thread would: the same results
  * whatever the thread count. The mixer was 43 % of a Qwen3.5 0.8B Q4_0 run's cycles on one
  * thread of two (perf, -p 64 -n 8) in scalar loops; the table's kernels cut its instructions
- * 7-9x (docs/performance.md, "The DeltaNet mixer in SIMD"). */
+ * 10-12x (docs/performance.md, "The DeltaNet mixer in SIMD"). */
 typedef struct delta_heads_task {
     const cpu_kernels *kern;
     const llmm_delta_batch *b;

@@ -22,6 +22,9 @@
  *  - softmax and SiLU: bit for bit the scalar table's, through one exp (kernels/exp_poly.h, within 2 ulp
  *    of expf; the vector exps take the same steps) and the same order of the softmax sum.
  *  - RMSNorm: bit for bit (squares in float, summed in double).
+ *  - Gated DeltaNet's state (delta_step, delta_read, delta_update): bit for bit, one fused
+ *    multiply-add chain per value in a fixed order, vector lanes across columns
+ *    (kernels/delta_rule.h, kernels/delta_tiles.h).
  * So every table, x86 or ARM, gives the same logits (tests/test_fidelity checks it).
  * The table holds only const data and function pointers: there is no mutable global. */
 #ifndef LLMM_CPU_KERNEL_TABLE_H

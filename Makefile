@@ -102,6 +102,8 @@ AVX2_REGISTERS_ONLY := $(foreach r,$(shell seq 16 31),-ffixed-xmm$(r))
 endif
 $(X86_OBJ)/avxvnni_evex.o: ALL_CFLAGS += $(SIMD_AVX512_FLAGS) $(AVX2_REGISTERS_ONLY)
 $(X86_OBJ)/avx512.o: ALL_CFLAGS += $(SIMD_AVX512_FLAGS) -mamx-tile -mamx-int8
+$(X86_OBJ)/delta_avx2.o: ALL_CFLAGS += $(SIMD_AVX2_FLAGS)
+$(X86_OBJ)/delta_avx512.o: ALL_CFLAGS += $(SIMD_AVX512_FLAGS)
 endif
 
 # aarch64 NEON kernels (cpu/arch/arm/): Advanced SIMD is baseline, so neon.c needs no target
@@ -112,6 +114,7 @@ ARM_OBJ := $(BUILD)/obj/cpu/arch/arm
 ifneq ($(filter aarch64%,$(shell $(CC) -dumpmachine)),)
 $(ARM_OBJ)/neon.o: ALL_CFLAGS += -ffp-contract=off
 $(ARM_OBJ)/dotprod.o: ALL_CFLAGS += -march=armv8.2-a+dotprod -ffp-contract=off
+$(ARM_OBJ)/delta_neon.o: ALL_CFLAGS += -ffp-contract=off
 endif
 
 $(STATIC_LIB): $(LIB_OBJ)

@@ -3,6 +3,7 @@
  * hardware capabilities on aarch64 Linux. */
 #define _DEFAULT_SOURCE /* syscall */
 #include "kernel_table.h"
+#include "kernels/delta_rule.h"
 #include "kernels/exp_poly.h"
 
 #include <math.h>
@@ -70,6 +71,20 @@ static void axpy_scalar(float *y, float a, const float *x, size_t n) {
     for (size_t i = 0; i < n; i++) y[i] = fmaf(a, x[i], y[i]);
 }
 
+/* Gated DeltaNet's state kernels: kernels/delta_rule.h over every column. */
+static void delta_step_scalar(float *S, size_t d, const float *k, const float *q, const float *v, float beta,
+                              float decay, float kq, float *o) {
+    delta_step_cols(S, d, 0, d, k, q, v, beta, decay, kq, o);
+}
+
+static void delta_read_scalar(const float *S, size_t d, const float *const *x, size_t n, float *y) {
+    delta_read_cols(S, d, 0, d, x, n, y);
+}
+
+static void delta_update_scalar(float *S, size_t d, float decay, const float *a, const float *u, size_t n) {
+    delta_update_cols(S, d, 0, d, decay, a, u, n);
+}
+
 /* No matmul kernels: every type takes the generic path through the type table. */
 const cpu_kernels llmm__cpu_kernels_scalar = {
     .name = "scalar",
@@ -79,6 +94,9 @@ const cpu_kernels llmm__cpu_kernels_scalar = {
     .dot_f32 = dot_f32_scalar,
     .exp_sub_sum = exp_sub_sum_scalar,
     .axpy = axpy_scalar,
+    .delta_step = delta_step_scalar,
+    .delta_read = delta_read_scalar,
+    .delta_update = delta_update_scalar,
 };
 
 #if defined(__x86_64__)

@@ -22,6 +22,9 @@
  *  - softmax and SiLU: bit for bit the scalar table's, through one exp (kernels/exp_poly.h, within 2 ulp
  *    of expf; the vector exps take the same steps) and the same order of the softmax sum.
  *  - RMSNorm: bit for bit (squares in float, summed in double).
+ *  - Gated DeltaNet's state (delta_step, delta_read, delta_update): bit for bit, one fused
+ *    multiply-add chain per value in a fixed order, vector lanes across columns
+ *    (kernels/delta_rule.h, kernels/delta_tiles.h).
  * So every table, x86 or ARM, gives the same logits (tests/test_fidelity checks it).
  * The table holds only const data and function pointers: there is no mutable global. */
 #ifndef LLMM_CPU_KERNEL_TABLE_H
@@ -151,6 +154,18 @@ typedef struct cpu_kernels {
     /* attn_values over F16 rows likewise: bit for bit attn_values on the widened rows. */
     void (*attn_values_f16)(float *out, size_t nh, size_t hd, const float *w, size_t ld, const uint16_t *rows,
                             size_t row_stride, size_t n);
+    /* Gated DeltaNet's state S (one value head: d x d, row i the key dimension), bit for bit
+     * the scalar table's in every table (kernels/delta_rule.h: one fused multiply-add chain per
+     * value, lanes are columns). delta_step is one decode token, S read once:
+     *   kv = S^T k, sq = S^T q, delta = beta (v - decay kv), o = kq delta + decay sq,
+     *   S = decay S + k delta^T   (kq = k . q; o before the output scale) */
+    void (*delta_step)(float *S, size_t d, const float *k, const float *q, const float *v, float beta, float decay,
+                       float kq, float *o);
+    /* y[c * d + j] = (S^T x[c])[j] for the n vectors x[c] of d values (a prompt chunk's keys
+     * and queries, S read once for all of them) */
+    void (*delta_read)(const float *S, size_t d, const float *const *x, size_t n, float *y);
+    /* S = decay S + sum over s < n of a_s u_s^T (a, u: n rows of d values), in s order */
+    void (*delta_update)(float *S, size_t d, float decay, const float *a, const float *u, size_t n);
 } cpu_kernels;
 
 /* The best table this CPU and build support, no better than cap (a test or the

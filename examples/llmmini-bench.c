@@ -794,22 +794,26 @@ static llmm_status bench_state(llmm_context *ctx, const llmm_model *m, const opt
 
 /* ---------------------------------------------------------------- parallel sequences */
 
-/* Forks seq 0 (holding the prompt) into S - 1 new sequences; times them and counts the bytes
- * the library allocated meanwhile (a fork shares blocks: no K/V is copied). */
+/* Forks seq 0 (holding the prompt) into the S sequences of a run. With counter, times the forks
+ * and counts the bytes the library allocated meanwhile (a fork shares blocks: no K/V is copied;
+ * a hybrid model's fork copies the recurrent state). */
 static llmm_status fork_prompt(llmm_context *ctx, const options *o, const alloc_counter *counter, llmm_seq_id *seqs,
                                results *res) {
-    seqs[0] = 0;
-    const size_t bytes0 = counter->bytes;
+    const size_t bytes0 = counter ? counter->bytes : 0;
     const double t0 = now_ms();
-    for (int s = 1; s < o->parallel; s++) {
+    for (int s = 0; s < o->parallel; s++) {
         llmm_status st = llmm_seq_fork(ctx, 0, &seqs[s]);
-        if (st) return st;
+        if (st) {
+            while (s-- > 0) llmm_seq_free(ctx, seqs[s]);
+            return st;
+        }
     }
+    if (!counter) return LLMM_OK;
     const double ms = now_ms() - t0;
-    res->fork_us = o->parallel > 1 ? ms * 1e3 / (o->parallel - 1) : 0;
+    res->fork_us = ms * 1e3 / o->parallel;
     res->fork_bytes = counter->bytes - bytes0;
     fprintf(stderr, "forked a %d-token sequence %d times: %.2f us each, %zu bytes allocated\n", o->n_prompt,
-            o->parallel - 1, res->fork_us, res->fork_bytes);
+            o->parallel, res->fork_us, res->fork_bytes);
     return LLMM_OK;
 }
 
@@ -820,15 +824,18 @@ static llmm_status next_tokens(llmm_context *ctx, int n, llmm_token *toks) {
     return st;
 }
 
-/* o->repeats runs of o->n_gen steps that decode all S sequences together, each run from the
- * prompt (the forks keep sharing its blocks); row s starts from first + s so that the
- * sequences diverge. */
+/* o->repeats runs of o->n_gen steps that decode all S sequences together, each run on new forks
+ * of the prompt (seq 0), freed after it: the runs start alike without cutting a sequence back,
+ * which a model with recurrent state refuses (llmm_seq_truncate: no checkpoint there). Row s
+ * starts from first + s so that the sequences diverge; the first run's forks are timed. */
 static llmm_status bench_parallel_decode(llmm_context *ctx, uint32_t n_vocab, llmm_token first, const options *o,
-                                         const llmm_seq_id *seqs, llmm_token *toks, double *tps, double *step_ms) {
+                                         const alloc_counter *counter, llmm_seq_id *seqs, llmm_token *toks,
+                                         double *tps, double *step_ms, results *res) {
     const int S = o->parallel;
     llmm_status st = LLMM_OK;
     for (int r = 0; !st && r < o->repeats; r++) {
-        for (int s = 0; !st && s < S; s++) st = llmm_seq_truncate(ctx, seqs[s], (size_t)o->n_prompt);
+        st = fork_prompt(ctx, o, r == 0 ? counter : NULL, seqs, res);
+        if (st) break;
         for (int s = 0; s < S; s++) toks[s] = (llmm_token)(((uint32_t)first + (uint32_t)s) % n_vocab);
         const double t0 = now_ms();
         for (int k = 0; !st && k < o->n_gen; k++) {
@@ -838,6 +845,10 @@ static llmm_status bench_parallel_decode(llmm_context *ctx, uint32_t n_vocab, ll
             step_ms[(size_t)r * (size_t)o->n_gen + (size_t)k] = now_ms() - t_step;
         }
         const double ms = now_ms() - t0;
+        for (int s = 0; s < S; s++) {
+            const llmm_status freed = llmm_seq_free(ctx, seqs[s]);
+            if (!st) st = freed;
+        }
         if (st) break;
         tps[r] = (double)S * o->n_gen / (ms * 1e-3);
         fprintf(stderr, "parallel decode %d/%d: %d sequences x %d tokens in %.1f ms, %.1f tok/s aggregate\n", r + 1,
@@ -846,7 +857,7 @@ static llmm_status bench_parallel_decode(llmm_context *ctx, uint32_t n_vocab, ll
     return st;
 }
 
-/* After bench_single: cuts seq 0 back to the prompt, forks it and decodes the forks together. */
+/* After bench_single (seq 0 holds the prompt): decodes S forks of it together. */
 static llmm_status bench_parallel(llmm_context *ctx, llmm_token first, const options *o,
                                   const alloc_counter *counter, results *res) {
     const size_t n_steps = (size_t)o->repeats * (size_t)o->n_gen;
@@ -855,9 +866,7 @@ static llmm_status bench_parallel(llmm_context *ctx, llmm_token first, const opt
     llmm_seq_id *seqs = malloc((size_t)o->parallel * sizeof *seqs);
     llmm_token *toks = malloc((size_t)o->parallel * sizeof *toks);
     llmm_status st = tps && step_ms && seqs && toks ? LLMM_OK : LLMM_ERR_NO_MEMORY;
-    if (!st) st = llmm_seq_truncate(ctx, 0, (size_t)o->n_prompt);
-    if (!st) st = fork_prompt(ctx, o, counter, seqs, res);
-    if (!st) st = bench_parallel_decode(ctx, res->info.n_vocab, first, o, seqs, toks, tps, step_ms);
+    if (!st) st = bench_parallel_decode(ctx, res->info.n_vocab, first, o, counter, seqs, toks, tps, step_ms, res);
     if (!st) res->aggregate_tps = spread_of(tps, (size_t)o->repeats);
     if (!st) res->parallel_step_ms = latency_of(step_ms, n_steps);
     free(tps);
@@ -1154,8 +1163,8 @@ static llmm_status create_context(const llmm_model *m, const options *o, int n_t
     cp.backend = o->backend;
     cp.device = o->device;
     if (o->block_size) cp.kv_block_size = (uint32_t)o->block_size;
-    if (o->parallel > 1) {
-        cp.n_seq_max = (uint32_t)o->parallel;
+    if (o->parallel > 1) { /* the prompt and its S forks */
+        cp.n_seq_max = (uint32_t)o->parallel + 1;
     } else { /* the prompt and bench_decode's fork: one sequence's blocks, the fork's new ones and a copy */
         cp.n_seq_max = 2;
         cp.n_ctx_total = cp.n_ctx + (uint32_t)o->n_gen + 2 * cp.kv_block_size;

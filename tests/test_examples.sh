@@ -131,5 +131,15 @@ rc=$?
 check "assistant on a model without a tool template asks for --family" \
     eval '[ $rc -eq 1 ] && grep -q -- "--family" "$tmp/assistant.nofamily"'
 
+# ---- llmmini-bench --parallel on the hybrids: its runs start from forks of the prompt, since a
+# sequence with recurrent state cannot be cut back to it
+for arch in qwen35 lfm2; do
+    $run "$bin/../llmmini-bench" -m "$shared/golden/arch/tiny-$arch.gguf" -t 1 -p 8 -n 4 -r 2 --parallel 3 \
+        --no-bandwidth --json > "$tmp/bench.$arch" 2> "$tmp/bench.$arch.err"
+    rc=$?
+    check "llmmini-bench --parallel 3 on tiny-$arch exits 0 with its aggregate" \
+        eval '[ $rc -eq 0 ] && grep -q "\"parallel\":3" "$tmp/bench.$arch" && grep -q "aggregate" "$tmp/bench.$arch.err"'
+done
+
 echo "test_examples: $failures failed"
 [ "$failures" -eq 0 ]

@@ -35,6 +35,8 @@
  *    scalar table's (also for magnitudes spread over 2^40).
  *  - exp_sub_sum's returned sum: (n + 4) 2u relative, against float64; its values and sum bit
  *    for bit the scalar table's (lengths with and without a tail of each vector width).
+ *  - delta_step, delta_read, delta_update (Gated DeltaNet's state): the scalar table's within
+ *    4 (d + 4) u of its terms' magnitudes against float64, every SIMD table's bit for bit it.
  * Results must not depend on tiling: each matmul is also run as single-row calls over odd
  * row ranges and must give the same bits. */
 #include <stdarg.h>
@@ -1189,6 +1191,101 @@ static size_t first_diff(const float *got, const float *want, size_t n) {
     return n;
 }
 
+/* Gated DeltaNet's state kernels: the scalar table's against float64 (each value within
+ * 4 (d + 4) u of the sum of its terms' magnitudes: chains of d fused multiply-adds, then a few
+ * roundings), and every SIMD table's bit for bit the scalar table's (lanes are columns, one
+ * chain per value in the same order: kernels/delta_rule.h). Head sizes below one vector, with
+ * and without a column tail, across several column blocks; S is d x d, row i the key dim. */
+static void delta_step_reference(const float *S, size_t d, const float *k, const float *q, const float *v, float beta,
+                                 float decay, float kq, size_t j, double *o, double *o_tol, double *S_col,
+                                 double *S_tol) {
+    double kv = 0, sq = 0, mkv = 0, msq = 0;
+    for (size_t i = 0; i < d; i++) {
+        kv += (double)k[i] * S[i * d + j], mkv += fabs((double)k[i] * S[i * d + j]);
+        sq += (double)q[i] * S[i * d + j], msq += fabs((double)q[i] * S[i * d + j]);
+    }
+    const double delta = beta * (v[j] - decay * kv), mdelta = beta * (fabs(v[j]) + decay * mkv);
+    const double u = 4.0 * ((double)d + 4) * U_F32;
+    *o = kq * delta + decay * sq;
+    *o_tol = u * (fabs(kq) * mdelta + decay * msq);
+    for (size_t i = 0; i < d; i++) {
+        S_col[i] = decay * S[i * d + j] + k[i] * delta;
+        S_tol[i] = u * (decay * fabs(S[i * d + j]) + fabs(k[i]) * mdelta);
+    }
+}
+
+static void check_delta_step(const cpu_kernels *k, size_t d) {
+    float *S0 = rng_floats(&rng, d * d, -0.5f, 0.5f), *kk = rng_floats(&rng, d, -0.3f, 0.3f);
+    float *q = rng_floats(&rng, d, -0.3f, 0.3f), *v = rng_floats(&rng, d, -2.0f, 2.0f);
+    float *S1 = xmalloc(d * d * sizeof *S1), *S2 = xmalloc(d * d * sizeof *S2);
+    float *o1 = xmalloc(d * sizeof *o1), *o2 = xmalloc(d * sizeof *o2);
+    double *S_col = xmalloc(d * sizeof *S_col), *S_tol = xmalloc(d * sizeof *S_tol);
+    const float beta = 0.7f, decay = 0.9f, kq = k->dot_f32(kk, q, d);
+    memcpy(S1, S0, d * d * sizeof *S0), memcpy(S2, S0, d * d * sizeof *S0);
+    llmm__cpu_kernels_scalar.delta_step(S1, d, kk, q, v, beta, decay, kq, o1);
+    k->delta_step(S2, d, kk, q, v, beta, decay, kq, o2);
+    for (size_t j = 0; j < d; j++) {
+        double o, o_tol;
+        delta_step_reference(S0, d, kk, q, v, beta, decay, kq, j, &o, &o_tol, S_col, S_tol);
+        CHECK_CLOSE(o1[j], o, o_tol, "scalar delta_step d=%zu o[%zu]", d, j);
+        for (size_t i = 0; i < d; i++) CHECK_CLOSE(S1[i * d + j], S_col[i], S_tol[i], "scalar delta_step d=%zu S", d);
+    }
+    size_t at = first_diff(o2, o1, d);
+    if (at < d) fail_msg("%s delta_step d=%zu: o[%zu] %a, the scalar table's %a", k->name, d, at, o2[at], o1[at]);
+    if ((at = first_diff(S2, S1, d * d)) < d * d)
+        fail_msg("%s delta_step d=%zu: S[%zu] %a, the scalar table's %a", k->name, d, at, S2[at], S1[at]);
+    free(S0), free(kk), free(q), free(v), free(S1), free(S2), free(o1), free(o2), free(S_col), free(S_tol);
+}
+
+static void check_delta_read_update(const cpu_kernels *k, size_t d, size_t n) {
+    float *S = rng_floats(&rng, d * d, -0.5f, 0.5f), *x = rng_floats(&rng, n * d, -0.3f, 0.3f);
+    float *u = rng_floats(&rng, n * d, -1.0f, 1.0f);
+    float *y1 = xmalloc(n * d * sizeof *y1), *y2 = xmalloc(n * d * sizeof *y2);
+    float *S1 = xmalloc(d * d * sizeof *S1), *S2 = xmalloc(d * d * sizeof *S2);
+    const float **rows = xmalloc(n * sizeof *rows);
+    for (size_t c = 0; c < n; c++) rows[c] = x + c * d;
+    llmm__cpu_kernels_scalar.delta_read(S, d, rows, n, y1);
+    k->delta_read(S, d, rows, n, y2);
+    const double tol_u = 4.0 * ((double)d + 4) * U_F32;
+    for (size_t c = 0; c < n; c++)
+        for (size_t j = 0; j < d; j++) {
+            double ref = 0, mag = 0;
+            for (size_t i = 0; i < d; i++) ref += (double)x[c * d + i] * S[i * d + j], mag += fabs((double)x[c * d + i] * S[i * d + j]);
+            CHECK_CLOSE(y1[c * d + j], ref, tol_u * mag, "scalar delta_read d=%zu n=%zu y[%zu][%zu]", d, n, c, j);
+        }
+    size_t at = first_diff(y2, y1, n * d);
+    if (at < n * d) fail_msg("%s delta_read d=%zu n=%zu: y[%zu] %a, the scalar table's %a", k->name, d, n, at, y2[at], y1[at]);
+    const float decay = 0.85f;
+    memcpy(S1, S, d * d * sizeof *S), memcpy(S2, S, d * d * sizeof *S);
+    llmm__cpu_kernels_scalar.delta_update(S1, d, decay, x, u, n);
+    k->delta_update(S2, d, decay, x, u, n);
+    for (size_t i = 0; i < d; i++)
+        for (size_t j = 0; j < d; j++) {
+            double ref = decay * (double)S[i * d + j], mag = fabs(ref);
+            for (size_t c = 0; c < n; c++) ref += (double)x[c * d + i] * u[c * d + j], mag += fabs((double)x[c * d + i] * u[c * d + j]);
+            CHECK_CLOSE(S1[i * d + j], ref, 4.0 * ((double)n + 4) * U_F32 * mag, "scalar delta_update d=%zu n=%zu", d, n);
+        }
+    if ((at = first_diff(S2, S1, d * d)) < d * d)
+        fail_msg("%s delta_update d=%zu n=%zu: S[%zu] %a, the scalar table's %a", k->name, d, n, at, S2[at], S1[at]);
+    free(S), free(x), free(u), free(y1), free(y2), free(S1), free(S2), free(rows);
+}
+
+static void test_delta_kernels(void **state) {
+    (void)state;
+    const size_t dims[] = {3, 8, 24, 40, 128};
+    const size_t counts[] = {1, 5, 32};
+    for (size_t ii = 0; ii < ARRAY_LEN(k_simd_isas); ii++) {
+        const cpu_kernels *k = simd_table(k_simd_isas[ii]);
+        if (!k) continue;
+        rng_seed(&rng, 4601);
+        for (size_t di = 0; di < ARRAY_LEN(dims); di++) {
+            check_delta_step(k, dims[di]);
+            for (size_t ni = 0; ni < ARRAY_LEN(counts); ni++) check_delta_read_update(k, dims[di], counts[ni]);
+        }
+        print_message("%s delta_step, delta_read, delta_update: bit-identical to the scalar table's\n", k->name);
+    }
+}
+
 /* One attention chunk: nh heads of hd values against n rows (a permutation of separate,
  * unaligned rows, as the pool's pointers are), scores and weights at stride ld > n. */
 static void check_attn_case(const cpu_kernels *k, size_t nh, size_t hd, size_t n) {
@@ -1996,6 +2093,7 @@ int main(void) {
         cmocka_unit_test(test_silu_mul),
         cmocka_unit_test(test_rms_norm_row),
         cmocka_unit_test(test_dot_axpy),
+        cmocka_unit_test(test_delta_kernels),
         cmocka_unit_test(test_f16_to_f32),
         cmocka_unit_test(test_attn_chunk),
         cmocka_unit_test(test_attn_chunk_f16),

@@ -222,7 +222,7 @@ static llmm_status move_rows(const llmm_context *ctx, llmm_kv_store *kv, const k
                     const llmm_layer_weights *layer = &ctx->w.layers[l];
                     llmm_status st = LLMM_OK;
                     /* a recurrent layer has no rows in the pool: zeros stand for them */
-                    if (layer->recurrent) {
+                    if (llmm_layer_recurrent(layer)) {
                         if (!to_pool) memset(rows, 0, bytes);
                     } else {
                         uint8_t *pool_rows = llmm__kv_segment(kv, which, layer->kv_index, h, s->blocks[i]);

@@ -180,7 +180,6 @@ static llmm_status bind_short_conv(const bind_ctx *m, uint32_t il, llmm_layer_we
     llmm_status st = bind_layer_specs(m, il, spec, sizeof spec / sizeof *spec, d);
     if (!st) st = bind_ffn(m, il, l, d);
     l->kind = LLMM_LAYER_SHORT_CONV;
-    l->recurrent = 1;
     return st;
 }
 
@@ -204,7 +203,6 @@ static llmm_status bind_delta_net(const bind_ctx *m, uint32_t il, llmm_layer_wei
     llmm_status st = bind_layer_specs(m, il, spec, sizeof spec / sizeof *spec, d);
     if (!st) st = bind_ffn(m, il, l, d);
     l->kind = LLMM_LAYER_DELTA_NET;
-    l->recurrent = 1;
     return st;
 }
 
@@ -393,7 +391,7 @@ llmm_status llmm__weights_bind(const llmm_weights_source *src, llmm_weights **ou
     if (!w->output.data) w->output = w->tok_embd; /* tied embeddings */
     for (uint32_t il = 0; il < m->hp->n_layer; il++) {
         if ((st = bind_layer(m, il, &w->layers[il], d))) return st;
-        if (w->layers[il].recurrent) w->layers[il].state_index = w->n_recurrent++;
+        if (llmm_layer_recurrent(&w->layers[il])) w->layers[il].state_index = w->n_recurrent++;
         else w->layers[il].kv_index = w->n_kv_layers++;
     }
     size_mixers(m->hp, w);

@@ -46,8 +46,7 @@ typedef struct llmm_layer_weights {
     llmm_tensor ssm_a;          /* (ssm_v_heads): -exp(A_log) */
     llmm_tensor ssm_norm;       /* (ssm_state) */
     llmm_tensor ssm_out;        /* (ssm_inner -> n_embd) */
-    llmm_layer_kind kind;
-    int recurrent;              /* 1: a layer with a recurrent state (kind is not attention) */
+    llmm_layer_kind kind;       /* every kind but attention keeps a recurrent state: llmm_layer_recurrent */
     int gated_q;                /* LLMM_ARCH_GATED_Q: wq is (n_embd -> 2 * n_head * head_dim) */
     uint32_t state_index;       /* recurrent layers: this layer's place among them */
     uint32_t kv_index;          /* attention layers: this layer's place among them, its K/V
@@ -57,6 +56,10 @@ typedef struct llmm_layer_weights {
     float rope_base;            /* this layer's RoPE base and linear frequency scale */
     float rope_freq_scale;
 } llmm_layer_weights;
+
+/* Whether layer l keeps a recurrent state per sequence (its place: state_index) rather than K/V
+ * rows in the pool (kv_index): derived from the kind, so the two indexes cannot disagree. */
+static inline int llmm_layer_recurrent(const llmm_layer_weights *l) { return l->kind != LLMM_LAYER_ATTENTION; }
 
 typedef struct llmm_weights {
     const llmm_arch *arch;

@@ -36,6 +36,7 @@ const cpu_kernels llmm__cpu_kernels_neon_dotprod = {
     NEON_MATMUL_KERNELS,
     NEON_ROW_KERNELS,
     NEON_ATTENTION_KERNELS,
+    NEON_DELTA_KERNELS,
 };
 
 #endif

@@ -525,6 +525,7 @@ const cpu_kernels llmm__cpu_kernels_neon = {
     NEON_MATMUL_KERNELS,
     NEON_ROW_KERNELS,
     NEON_ATTENTION_KERNELS,
+    NEON_DELTA_KERNELS,
 };
 
 #endif

@@ -64,6 +64,13 @@ void llmm__neon_attn_values_f16(float *out, size_t nh, size_t hd, const float *w
 #define NEON_ATTENTION_KERNELS                                                                                  \
     .attn_scores = llmm__neon_attn_scores, .attn_values = llmm__neon_attn_values,                                   \
     .attn_scores_f16 = llmm__neon_attn_scores_f16, .attn_values_f16 = llmm__neon_attn_values_f16
+/* Gated DeltaNet's state kernels (delta_neon.c) */
+void llmm__neon_delta_step(float *S, size_t d, const float *k, const float *q, const float *v, float beta, float decay,
+                           float kq, float *o);
+void llmm__neon_delta_read(const float *S, size_t d, const float *const *x, size_t n, float *y);
+void llmm__neon_delta_update(float *S, size_t d, float decay, const float *a, const float *u, size_t n);
+#define NEON_DELTA_KERNELS                                                                                      \
+    .delta_step = llmm__neon_delta_step, .delta_read = llmm__neon_delta_read, .delta_update = llmm__neon_delta_update
 #endif
 
 #endif

@@ -546,6 +546,7 @@ const cpu_kernels llmm__cpu_kernels_avx2 = {
     PK_PACKED8_ENTRIES,
     AVX2_ROW_KERNELS,
     AVX2_ATTENTION_KERNELS,
+    AVX2_DELTA_KERNELS,
 };
 
 #endif

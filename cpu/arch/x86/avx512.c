@@ -173,6 +173,7 @@ static void avx512_attn_values_f16(float *out, size_t nh, size_t hd, const float
         .attn_values = avx512_attn_values,                                                               \
         .attn_scores_f16 = avx512_attn_scores_f16,                                                       \
         .attn_values_f16 = avx512_attn_values_f16,                                                       \
+        AVX512_DELTA_KERNELS,                                                                            \
     }
 
 const cpu_kernels llmm__cpu_kernels_avx512 = AVX512_TABLE("avx512", CPU_ISA_AVX512, gemm_q4_0_avx512, gemm_q8_0_avx512,

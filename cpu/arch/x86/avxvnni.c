@@ -91,6 +91,7 @@ const cpu_kernels AVXVNNI_TABLE = {
     PK_PACKED8_ENTRIES,
     AVX2_ROW_KERNELS,
     AVX2_ATTENTION_KERNELS,
+    AVX2_DELTA_KERNELS,
 };
 
 #endif

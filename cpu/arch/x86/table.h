@@ -38,6 +38,15 @@ void llmm__avx2_attn_scores_f16(const float *q, size_t nh, size_t hd, const uint
                           float *scores, size_t ld);
 void llmm__avx2_attn_values_f16(float *out, size_t nh, size_t hd, const float *w, size_t ld, const uint16_t *rows,
                           size_t row_stride, size_t n);
+void llmm__avx2_delta_step(float *S, size_t d, const float *k, const float *q, const float *v, float beta, float decay,
+                           float kq, float *o);
+void llmm__avx2_delta_read(const float *S, size_t d, const float *const *x, size_t n, float *y);
+void llmm__avx2_delta_update(float *S, size_t d, float decay, const float *a, const float *u, size_t n);
+/* defined in delta_avx512.c; callers must have checked llmm__cpu_kernels_get(CPU_ISA_AVX512) */
+void llmm__avx512_delta_step(float *S, size_t d, const float *k, const float *q, const float *v, float beta,
+                             float decay, float kq, float *o);
+void llmm__avx512_delta_read(const float *S, size_t d, const float *const *x, size_t n, float *y);
+void llmm__avx512_delta_update(float *S, size_t d, float decay, const float *a, const float *u, size_t n);
 
 /* The float matmuls of the AVX2 and AVX-VNNI tables: elements of a .matmul initializer. */
 #define AVX2_FLOAT_MATMULS                                                                                      \
@@ -52,6 +61,12 @@ void llmm__avx2_attn_values_f16(float *out, size_t nh, size_t hd, const float *w
 #define AVX2_ATTENTION_KERNELS                                                                              \
     .attn_scores = llmm__avx2_attn_scores, .attn_values = llmm__avx2_attn_values, .attn_scores_f16 = llmm__avx2_attn_scores_f16, \
     .attn_values_f16 = llmm__avx2_attn_values_f16
+/* Gated DeltaNet's state kernels (delta_avx2.c, delta_avx512.c) */
+#define AVX2_DELTA_KERNELS                                                                                   \
+    .delta_step = llmm__avx2_delta_step, .delta_read = llmm__avx2_delta_read, .delta_update = llmm__avx2_delta_update
+#define AVX512_DELTA_KERNELS                                                                                 \
+    .delta_step = llmm__avx512_delta_step, .delta_read = llmm__avx512_delta_read,                           \
+    .delta_update = llmm__avx512_delta_update
 #endif
 
 #endif

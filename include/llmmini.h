@@ -450,6 +450,13 @@ LLMM_API llmm_status llmm_chat_parser_feed(llmm_chat_parser *parser, const char 
  * unclosed call is reported with complete == 0). Errors: INVALID_ARG, NO_MEMORY. */
 LLMM_API llmm_status llmm_chat_parser_result(llmm_chat_parser *parser, int final, llmm_chat_parse_result *out);
 LLMM_API const char *llmm_chat_parser_last_error(const llmm_chat_parser *parser);
+/* The tools the prompt offered (NULL/0 forgets them), for families whose calls carry no types:
+ * a qwen3_5 parameter whose schema says string ("type": "string", or an enum or const of
+ * strings) stays a string ("10" stays "10"); without tools, a value that reads as JSON is
+ * taken as JSON. The parser keeps what it needs; other families ignore the tools.
+ * Errors: INVALID_ARG (a tool llmm_chat_format would refuse), NO_MEMORY (the parser keeps the
+ * tools it had). */
+LLMM_API llmm_status llmm_chat_parser_set_tools(llmm_chat_parser *parser, const llmm_tool *tools, size_t n_tools);
 
 /* ---------------------------------------------------------------- contexts and memory */
 

@@ -8,6 +8,7 @@
 
 #include "base/json_value.h"
 #include "base/json_write.h"
+#include "text/chat_request.h"
 
 #define CALL_OPEN "<tool_call>"
 #define CALL_CLOSE "</tool_call>"
@@ -425,7 +426,8 @@ static llmm_status parse_python_call(const char *t, size_t n, size_t pos, int fi
 
 /* Qwen3.5: content, then <tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>\n...
  * </function>\n</tool_call> blocks, the values raw text. The reference converts each value with
- * the tool's schema; this parser has no schema, so a value that is JSON (10, true, {...}) is
+ * the tool's schema: a parameter the schema types as string stays a string ("10" stays "10")
+ * when the tools are known (string_params); any other value that is JSON (10, true, {...}) is
  * taken as JSON and anything else as a string, and the arguments come back as compact JSON
  * ({"location":"Paris","minutes":10}). A value cut off is a string left open ({"location":"Par),
  * or the literal so far when it starts like a number, object, array or keyword. */
@@ -443,11 +445,23 @@ static int looks_like_json_literal(char c) {
     return (c >= '0' && c <= '9') || c == '-' || c == '{' || c == '[' || c == 't' || c == 'f' || c == 'n';
 }
 
-static llmm_status emit_xml_value(chat_parse *p, const char *v, size_t n, int closed) {
+/* Whether the tools known say tool's parameter param is a string. */
+static int is_string_param(const chat_parse *p, const char *tool, size_t tool_len, const char *param, size_t param_len) {
+    for (const char *r = p->string_params, *end = r + p->n_string_params; r && r < end;) {
+        const char *r_param = r + strlen(r) + 1, *next = r_param + strlen(r_param) + 1;
+        if (strlen(r) == tool_len && !memcmp(r, tool, tool_len) && strlen(r_param) == param_len &&
+            !memcmp(r_param, param, param_len))
+            return 1;
+        r = next;
+    }
+    return 0;
+}
+
+static llmm_status emit_xml_value(chat_parse *p, const char *v, size_t n, int closed, int is_string) {
     emit_sink sink = {p, LLMM_OK};
     json_doc doc;
     char err[64];
-    if (closed && n && looks_like_json_literal(v[0])) {
+    if (!is_string && closed && n && looks_like_json_literal(v[0])) {
         llmm_status st = llmm__json_parse(&doc, v, n, err, sizeof err);
         if (st == LLMM_ERR_NO_MEMORY) return st;
         if (!st) {
@@ -456,7 +470,7 @@ static llmm_status emit_xml_value(chat_parse *p, const char *v, size_t n, int cl
             return sink.st;
         }
     }
-    if (!closed && n && looks_like_json_literal(v[0]) && v[0] != 't' && v[0] != 'f' && v[0] != 'n')
+    if (!is_string && !closed && n && looks_like_json_literal(v[0]) && v[0] != 't' && v[0] != 'f' && v[0] != 'n')
         return emit(p, v, n);
     llmm__json_write_string(v, n, sink_emit, &sink);
     if (!closed && !sink.st) p->n_converted--; /* the string is still open */
@@ -474,8 +488,8 @@ static size_t xml_name_end(const char *t, size_t n, size_t i) {
 /* The <parameter=...> blocks of a function from t[i] up to </function>, as a JSON object in
  * p->converted. Returns 1 and the end (one past </function>), 0 when the text ended first, -1
  * when it is no parameter list. */
-static int scan_xml_parameters(chat_parse *p, const char *t, size_t n, size_t i, int final, size_t *end,
-                               llmm_status *st) {
+static int scan_xml_parameters(chat_parse *p, const char *t, size_t n, text_span name, size_t i, int final,
+                               size_t *end, llmm_status *st) {
     int first = 1;
     for (;;) {
         i = skip_space(t, n, i);
@@ -493,15 +507,16 @@ static int scan_xml_parameters(chat_parse *p, const char *t, size_t n, size_t i,
             return 0;
         first = 0;
         size_t v = key_end + 1;
+        int is_string = is_string_param(p, t + name.at, name.len, t + key, key_end - key);
         if (v < n && t[v] == '\n') v++;
         size_t close = find(t, n, v, XML_PARAM_CLOSE);
         if (close == n) {
             size_t held = final ? 0 : partial_marker(t, n, v, "\n" XML_PARAM_CLOSE);
-            *st = emit_xml_value(p, t + v, n - v - held, 0);
+            *st = emit_xml_value(p, t + v, n - v - held, 0, is_string);
             return 0;
         }
         size_t v_end = close > v && t[close - 1] == '\n' ? close - 1 : close;
-        if ((*st = emit_xml_value(p, t + v, v_end - v, 1))) return 0;
+        if ((*st = emit_xml_value(p, t + v, v_end - v, 1, is_string))) return 0;
         i = close + strlen(XML_PARAM_CLOSE);
     }
 }
@@ -521,7 +536,7 @@ static llmm_status parse_xml_call(const char *t, size_t n, size_t pos, int final
         c.arguments.at = p->n_converted;
         if ((st = emit(p, "{", 1))) return st;
         size_t fn_end = n;
-        int got = scan_xml_parameters(p, t, n, name_end + 1, final, &fn_end, &st);
+        int got = scan_xml_parameters(p, t, n, c.name, name_end + 1, final, &fn_end, &st);
         if (st) return st;
         if (got < 0) return not_a_call(p, t, n, open, final);
         c.arguments.len = p->n_converted - c.arguments.at;
@@ -641,6 +656,58 @@ static llmm_status parse_gemma4_call(const char *t, size_t n, size_t pos, int fi
     }
 }
 
+/* A schema that says string: "type" "string", or an enum or const of strings only. */
+static int schema_is_string(const json_doc *doc, size_t schema) {
+    if (doc->nodes[schema].kind != JSON_OBJECT) return 0;
+    size_t type = llmm__json_member(doc, schema, "type"), list = llmm__json_member(doc, schema, "enum");
+    size_t single = llmm__json_member(doc, schema, "const");
+    if (type != JSON_NONE)
+        return doc->nodes[type].kind == JSON_STRING && doc->nodes[type].str_len == 6 && !memcmp(json_str(doc, type), "string", 6);
+    if (single != JSON_NONE) return doc->nodes[single].kind == JSON_STRING;
+    if (list == JSON_NONE || doc->nodes[list].kind != JSON_ARRAY || !doc->nodes[list].n_children) return 0;
+    for (size_t v = doc->nodes[list].first; v != JSON_NONE; v = doc->nodes[v].next)
+        if (doc->nodes[v].kind != JSON_STRING) return 0;
+    return 1;
+}
+
+static llmm_status append_record(char **out, size_t *n, size_t *cap, const char *s, size_t len) {
+    if (llmm__mem_reserve(NULL, (void **)out, cap, *n + len + 1, 1)) return LLMM_ERR_NO_MEMORY;
+    memcpy(*out + *n, s, len);
+    (*out)[*n + len] = '\0';
+    *n += len + 1;
+    return LLMM_OK;
+}
+
+llmm_status llmm__chat_string_params(const llmm_tool *tools, size_t n_tools, char **out, size_t *n_out, llmm_diag *d) {
+    size_t cap = 0;
+    *out = NULL;
+    *n_out = 0;
+    llmm_status st = LLMM_OK;
+    for (size_t k = 0; k < n_tools && !st; k++) {
+        st = llmm__chat_tool_check(&tools[k], k, d);
+        if (st || !tools[k].parameters) continue;
+        json_doc doc;
+        char err[64];
+        st = llmm__json_parse(&doc, tools[k].parameters, strlen(tools[k].parameters), err, sizeof err);
+        if (st) break; /* checked above: only NO_MEMORY */
+        size_t props = llmm__json_member(&doc, 0, "properties");
+        for (size_t m = props != JSON_NONE && doc.nodes[props].kind == JSON_OBJECT ? doc.nodes[props].first : JSON_NONE;
+             m != JSON_NONE && !st; m = doc.nodes[m].next) {
+            if (!schema_is_string(&doc, m) || memchr(json_key(&doc, m), '\0', doc.nodes[m].key_len)) continue;
+            st = append_record(out, n_out, &cap, tools[k].name, strlen(tools[k].name));
+            if (!st) st = append_record(out, n_out, &cap, json_key(&doc, m), doc.nodes[m].key_len);
+        }
+        llmm__json_doc_free(&doc);
+        if (st == LLMM_ERR_NO_MEMORY) llmm__diag_fail(d, st, "out of memory");
+    }
+    if (st) {
+        llmm__mem_free(NULL, *out);
+        *out = NULL;
+        *n_out = 0;
+    }
+    return st;
+}
+
 /* The reasoning block at the start; returns where the rest starts. */
 static size_t parse_reasoning(const tool_family_info *f, int thinking, const char *t, size_t n, int final,
                               chat_parse *p) {
@@ -713,7 +780,8 @@ struct llmm_chat_parser {
     size_t strings_cap;
     llmm_chat_parsed_call *calls;
     size_t calls_cap;
-    char error[256];
+    char *string_params; /* parse.string_params, owned */
+    char error[sizeof ((llmm_diag *)0)->msg];
 };
 
 static llmm_status parser_fail(llmm_chat_parser *p, llmm_status st, const char *msg) {
@@ -741,7 +809,24 @@ LLMM_API void llmm_chat_parser_free(llmm_chat_parser *p) {
     llmm__chat_parse_free(&p->parse);
     llmm__mem_free(NULL, p->strings);
     llmm__mem_free(NULL, p->calls);
+    llmm__mem_free(NULL, p->string_params);
     llmm__mem_free(NULL, p);
+}
+
+LLMM_API llmm_status llmm_chat_parser_set_tools(llmm_chat_parser *p, const llmm_tool *tools, size_t n_tools) {
+    if (!p) return LLMM_ERR_INVALID_ARG;
+    if ((!tools && n_tools) || n_tools > LLMM_TOOLS_MAX)
+        return parser_fail(p, LLMM_ERR_INVALID_ARG, "llmm_chat_parser_set_tools: NULL tools, or more than LLMM_TOOLS_MAX");
+    llmm_diag d = {{0}};
+    char *records = NULL;
+    size_t n_records = 0;
+    llmm_status st = llmm__chat_string_params(tools, n_tools, &records, &n_records, &d);
+    if (st) return parser_fail(p, st, d.msg);
+    llmm__mem_free(NULL, p->string_params);
+    p->string_params = records;
+    p->parse.string_params = records;
+    p->parse.n_string_params = n_records;
+    return LLMM_OK;
 }
 
 LLMM_API const char *llmm_chat_parser_last_error(const llmm_chat_parser *p) { return p ? p->error : ""; }

@@ -954,9 +954,11 @@ static void test_constrained_calls_qwen2_vocab(void **state) {
         int full = !strcmp(call_families[f], "qwen2_5") || !strcmp(call_families[f], "lfm2_5");
         int frame = !strcmp(call_families[f], "llama3_1") || !strcmp(call_families[f], "mistral_nemo");
         int runs = full ? 100 : frame ? 25 : 10;
-        if (under_emulator()) runs = full ? 5 : 2; /* qemu draws over 151,936 tokens slowly */
+        /* qemu draws over 151,936 tokens slowly, and compiles each grammar's token table
+         * slowly too: qwen3_5 and gemma4 are left to stories260K there */
+        if (under_emulator()) runs = full ? 5 : frame ? 2 : 0;
         if (runs_env) runs = atoi(runs_env);
-        if (!only || !strcmp(only, call_families[f])) sample_calls(m, call_families[f], runs, given ? 2 : 1);
+        if (runs > 0 && (!only || !strcmp(only, call_families[f]))) sample_calls(m, call_families[f], runs, given ? 2 : 1);
     }
     llmm_model_free(m);
 }

@@ -118,6 +118,8 @@ static int call_tool(const options *o, llmm_model *model, llmm_context *ctx, con
     char err[512] = "";
     llmm_status st = llmm_grammar_from_tools(model, family, tools, n_tools, &grammar, err, sizeof err);
     if (st == LLMM_OK) st = llmm_chat_parser_create(family, 0, &parser);
+    /* qwen3_5's values carry no types: the tools' schemas say which stay strings */
+    if (st == LLMM_OK) st = llmm_chat_parser_set_tools(parser, tools, n_tools);
     if (st != LLMM_OK) {
         fprintf(stderr, "assistant: %s: %s (%s)\n", family, err, llmm_status_str(st));
         llmm_grammar_free(grammar);

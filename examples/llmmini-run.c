@@ -388,8 +388,9 @@ static int run_tools(const options *o, llmm_model *m, llmm_context *ctx) {
     llmm_grammar *g = NULL;
     llmm_chat_parser *parser = NULL;
     if (prompt && (st = llmm_grammar_from_tools(m, family, tools, n_tools, &g, err, sizeof err)) == LLMM_OK &&
-        (o->tool_required || (st = llmm_chat_tool_trigger(family, &trigger)) == LLMM_OK))
-        st = llmm_chat_parser_create(family, 0, &parser);
+        (o->tool_required || (st = llmm_chat_tool_trigger(family, &trigger)) == LLMM_OK) &&
+        (st = llmm_chat_parser_create(family, 0, &parser)) == LLMM_OK)
+        st = llmm_chat_parser_set_tools(parser, tools, n_tools); /* qwen3_5's values are typed by the schemas */
     int rc = prompt ? 0 : 1;
     if (prompt && st) rc = fail("tools", st, err);
     if (!rc) {

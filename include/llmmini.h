@@ -421,8 +421,9 @@ typedef struct llmm_chat_parser llmm_chat_parser;
 typedef struct llmm_chat_parsed_call {
     const char *id;        /* the id the model wrote, or NULL */
     const char *name;      /* the tool's name ("" while it is still being written) */
-    const char *arguments; /* JSON text as the model wrote it; a family that writes Python
-                              literals (lfm2_5) gets them rewritten as compact JSON */
+    const char *arguments; /* JSON text as the model wrote it; a family that writes arguments
+                              otherwise (lfm2_5, qwen3_5, gemma4) gets them rewritten as
+                              compact JSON */
     int32_t complete;      /* the call's closing marker (or its end) was seen */
 } llmm_chat_parsed_call;
 
@@ -450,6 +451,13 @@ LLMM_API llmm_status llmm_chat_parser_feed(llmm_chat_parser *parser, const char 
  * unclosed call is reported with complete == 0). Errors: INVALID_ARG, NO_MEMORY. */
 LLMM_API llmm_status llmm_chat_parser_result(llmm_chat_parser *parser, int final, llmm_chat_parse_result *out);
 LLMM_API const char *llmm_chat_parser_last_error(const llmm_chat_parser *parser);
+/* The tools the prompt offered (NULL/0 forgets them), for families whose calls carry no types:
+ * a qwen3_5 parameter whose schema says string ("type": "string", or an enum or const of
+ * strings) stays a string ("10" stays "10"); without tools, a value that reads as JSON is
+ * taken as JSON. The parser keeps what it needs; other families ignore the tools.
+ * Errors: INVALID_ARG (a tool llmm_chat_format would refuse), NO_MEMORY (the parser keeps the
+ * tools it had). */
+LLMM_API llmm_status llmm_chat_parser_set_tools(llmm_chat_parser *parser, const llmm_tool *tools, size_t n_tools);
 
 /* ---------------------------------------------------------------- contexts and memory */
 
@@ -886,11 +894,13 @@ LLMM_API llmm_status llmm_grammar_from_json_schema_ws(const llmm_model *model, c
  * from the model. The call is framed as the family's template writes calls, e.g.
  * <tool_call>\n{"name": "get_weather", "arguments": {...}}\n</tool_call> for qwen2_5; for
  * lfm2_5, <|tool_call_start|>[get_weather(location="Paris")]<|tool_call_end|>: keyword
- * arguments whose values are compact JSON (docs/chat.md).
+ * arguments whose values are compact JSON; for qwen3_5, <parameter=KEY> blocks, a string value
+ * raw (no '<'), others compact JSON; for gemma4, call:NAME{key:value} in its dialect (bare keys,
+ * <|"|> strings) (docs/chat.md).
  * Errors: INVALID_ARG (a tool refused as by llmm_chat_format_request, or its schema refused by
- * the JSON-Schema subset, or for lfm2_5 a schema that cannot be keyword arguments: the reason
- * in err), UNSUPPORTED (no such family, or one without a
- * call syntax), NO_MEMORY. */
+ * the JSON-Schema subset, or a schema the family's syntax cannot express, e.g. a qwen3_5
+ * parameter that may be a string or another type: the reason in err), UNSUPPORTED (no such
+ * family, or one without a call syntax), NO_MEMORY. */
 LLMM_API llmm_status llmm_grammar_from_tools(const llmm_model *model, const char *family, const llmm_tool *tools,
                                              size_t n_tools, llmm_grammar **out, char *err, size_t err_size);
 /* Free a grammar; every state made from it must be freed first. NULL is allowed. */

@@ -52,6 +52,15 @@
 #define TIME_BODY                                                                         \
     "([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" [0-5] [0-9] (\".\" [0-9]{1,9})? " \
     "(\"Z\" | (\"+\" | \"-\") ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9])"
+/* Strings that families write without escapes (Qwen3.5's parameter values, Gemma 4's <|"|>
+ * strings): '<' never appears in them, so neither family's closing marker can */
+#define RAW_CHAR_BODY "[^<]"
+#define RAW_STRING_BODY "raw-char*"
+#define G4_STRING_BODY "\"<|\\\"|>\" raw-char* \"<|\\\"|>\""
+#define G4_KEY_BODY "[a-zA-Z0-9_.-]+"
+#define G4_VALUE_BODY "g4-object | g4-array | g4-string | number | boolean | null"
+#define G4_OBJECT_BODY "\"{\" (g4-key \":\" g4-value (\",\" g4-key \":\" g4-value)*)? \"}\""
+#define G4_ARRAY_BODY "\"[\" (g4-value (\",\" g4-value)*)? \"]\""
 #define UUID_BODY \
     "[0-9a-fA-F]{8} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{12}"
 
@@ -74,6 +83,13 @@ static const primitive primitives[] = {
     {"date", DATE_BODY, {0}},
     {"time", TIME_BODY, {0}},
     {"uuid", UUID_BODY, {0}},
+    {"raw-char", RAW_CHAR_BODY, {0}},
+    {"raw-string", RAW_STRING_BODY, {"raw-char"}},
+    {"g4-string", G4_STRING_BODY, {"raw-char"}},
+    {"g4-key", G4_KEY_BODY, {0}},
+    {"g4-value", G4_VALUE_BODY, {"g4-object", "g4-array", "g4-string", "number", "boolean", "null"}},
+    {"g4-object", G4_OBJECT_BODY, {"g4-key", "g4-value"}},
+    {"g4-array", G4_ARRAY_BODY, {"g4-value"}},
 };
 #define N_PRIMITIVES (sizeof primitives / sizeof *primitives)
 
@@ -144,6 +160,16 @@ typedef struct rule {
     char *body; /* NULL while a $ref target's rule is being built */
 } rule;
 
+/* How values are written: JSON, or the call syntax of a tool family whose arguments are not
+ * (only) JSON. */
+typedef enum value_dialect {
+    DIALECT_JSON,
+    DIALECT_KWARGS,     /* LFM2: the root object as Python keyword arguments, the values JSON */
+    DIALECT_XML_PARAMS, /* Qwen3.5: the root object as <parameter=KEY> blocks, a string value its raw
+                           text, any other value JSON */
+    DIALECT_GEMMA4,     /* Gemma 4: objects with bare keys, strings between <|"|> marks, unescaped */
+} value_dialect;
+
 typedef struct converter {
     json_doc doc;
     rule *rules; /* rules[0] is root */
@@ -158,8 +184,14 @@ typedef struct converter {
     size_t err_size;
     llmm_status status;
     int compact; /* no whitespace between tokens: the ws rule matches nothing */
-    int kwargs;  /* the root object written as Python keyword arguments (key=value, ...) */
+    value_dialect dialect;
+    int raw_strings; /* converting a Qwen3.5 parameter whose value is a string: its raw text */
 } converter;
+
+/* The root is no value of its own but the inside of a call (keyword arguments, parameter blocks). */
+static int root_is_call_inside(const converter *cv) {
+    return cv->dialect == DIALECT_KWARGS || cv->dialect == DIALECT_XML_PARAMS;
+}
 
 static int fail(converter *cv, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int fail(converter *cv, const char *fmt, ...) {
@@ -272,7 +304,7 @@ static int add_rule(converter *cv, const char *hint, gbnf_text *body, gbnf_text 
 
 /* Names a primitive rule in out, adding it and what it refers to. The table's dependencies
  * end at rules already added, so the recursion is bounded by the table's size. */
-static int use_primitive(converter *cv, const char *name, gbnf_text *out) {
+static int add_primitive(converter *cv, const char *name, gbnf_text *out) {
     const primitive *p = NULL;
     for (size_t i = 0; i < N_PRIMITIVES && !p; i++)
         if (strcmp(primitives[i].name, name) == 0) p = &primitives[i];
@@ -289,8 +321,24 @@ static int use_primitive(converter *cv, const char *name, gbnf_text *out) {
     if (!r->body) return out_of_memory(cv);
     cv->n_rules++;
     for (size_t i = 0; i < sizeof p->deps / sizeof *p->deps && p->deps[i]; i++)
-        if (!use_primitive(cv, p->deps[i], NULL)) return 0;
+        if (!add_primitive(cv, p->deps[i], NULL)) return 0;
     return out ? text_ok(cv, out) : 1;
+}
+
+/* The primitive that stands for a JSON one in the dialect being written. */
+static const char *dialect_primitive(const converter *cv, const char *name) {
+    static const char *const raw[][2] = {{"string", "raw-string"}, {"char", "raw-char"}};
+    static const char *const gemma4[][2] = {
+        {"string", "g4-string"}, {"char", "raw-char"}, {"value", "g4-value"}, {"object", "g4-object"}, {"array", "g4-array"}};
+    const char *const(*map)[2] = cv->raw_strings ? raw : cv->dialect == DIALECT_GEMMA4 ? gemma4 : NULL;
+    size_t n = cv->raw_strings ? sizeof raw / sizeof *raw : sizeof gemma4 / sizeof *gemma4;
+    for (size_t i = 0; map && i < n; i++)
+        if (strcmp(map[i][0], name) == 0) return map[i][1];
+    return name;
+}
+
+static int use_primitive(converter *cv, const char *name, gbnf_text *out) {
+    return add_primitive(cv, dialect_primitive(cv, name), out);
 }
 
 static int is_rule_name(const char *s) {
@@ -340,26 +388,59 @@ static void write_json_string(gbnf_text *t, const char *s, size_t n) {
     llmm__gbnf_text_str(t, "\"");
 }
 
-/* The value in compact JSON (no spaces, strings in their shortest escapes, numbers as
- * written). Depth is bounded by the reader's JSON_MAX_DEPTH. */
-static void write_json(const converter *cv, size_t v, gbnf_text *t) {
-    const json_node *n = node_at(cv, v);
-    if (n->kind == JSON_STRING) {
-        write_json_string(t, json_str(&cv->doc, v), n->str_len);
-    } else if (n->kind == JSON_ARRAY || n->kind == JSON_OBJECT) {
-        llmm__gbnf_text_str(t, n->kind == JSON_ARRAY ? "[" : "{");
-        for (size_t c = n->first; c != JSON_NONE; c = node_at(cv, c)->next) {
-            if (c != n->first) llmm__gbnf_text_str(t, ",");
-            if (n->kind == JSON_OBJECT) {
-                write_json_string(t, json_key(&cv->doc, c), node_at(cv, c)->key_len);
-                llmm__gbnf_text_str(t, ":");
-            }
-            write_json(cv, c, t);
-        }
-        llmm__gbnf_text_str(t, n->kind == JSON_ARRAY ? "]" : "}");
+/* A Gemma 4 bare key, and a Qwen3.5 parameter name: what those parsers read as a name. */
+static int is_word_name(const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= '0' && s[i] <= '9') ||
+              s[i] == '_' || s[i] == '-' || s[i] == '.'))
+            return 0;
+    return n > 0;
+}
+
+/* A string as the dialect writes it; 0 when it cannot be written there. */
+static int write_string(const converter *cv, gbnf_text *t, const char *s, size_t n) {
+    if (cv->raw_strings) { /* up to "</parameter>", as the parser reads it */
+        for (size_t i = 0; i + 12 <= n; i++)
+            if (memcmp(s + i, "</parameter>", 12) == 0) return 0;
+        llmm__gbnf_text_bytes(t, s, n);
+    } else if (cv->dialect == DIALECT_GEMMA4) { /* up to the next <|"|> */
+        for (size_t i = 0; i + 5 <= n; i++)
+            if (memcmp(s + i, "<|\"|>", 5) == 0) return 0;
+        llmm__gbnf_text_str(t, "<|\"|>");
+        llmm__gbnf_text_bytes(t, s, n);
+        llmm__gbnf_text_str(t, "<|\"|>");
     } else {
-        llmm__gbnf_text_bytes(t, cv->doc.src + n->src, n->src_len);
+        write_json_string(t, s, n);
     }
+    return 1;
+}
+
+/* The value as the dialect writes it: compact JSON (no spaces, strings in their shortest
+ * escapes, numbers as written), or Gemma 4's form of it (bare keys, <|"|> strings). 0 when a
+ * string or key cannot be written in the dialect. Depth is bounded by the reader's
+ * JSON_MAX_DEPTH. */
+static int write_value(const converter *cv, size_t v, gbnf_text *t) {
+    const json_node *n = node_at(cv, v);
+    if (n->kind == JSON_STRING) return write_string(cv, t, json_str(&cv->doc, v), n->str_len);
+    if (n->kind != JSON_ARRAY && n->kind != JSON_OBJECT) {
+        llmm__gbnf_text_bytes(t, cv->doc.src + n->src, n->src_len);
+        return 1;
+    }
+    llmm__gbnf_text_str(t, n->kind == JSON_ARRAY ? "[" : "{");
+    for (size_t c = n->first; c != JSON_NONE; c = node_at(cv, c)->next) {
+        if (c != n->first) llmm__gbnf_text_str(t, ",");
+        if (n->kind == JSON_OBJECT) {
+            const char *key = json_key(&cv->doc, c);
+            size_t key_len = node_at(cv, c)->key_len;
+            if (cv->dialect != DIALECT_GEMMA4) write_json_string(t, key, key_len);
+            else if (is_word_name(key, key_len)) llmm__gbnf_text_bytes(t, key, key_len);
+            else return 0;
+            llmm__gbnf_text_str(t, ":");
+        }
+        if (!write_value(cv, c, t)) return 0;
+    }
+    llmm__gbnf_text_str(t, n->kind == JSON_ARRAY ? "]" : "}");
+    return 1;
 }
 
 static unsigned value_type(const converter *cv, size_t v) {
@@ -531,8 +612,15 @@ static const string_format string_formats[] = {
     {"uuid", "uuid", {"uuid"}},
 };
 
+/* The GBNF literal around a string: JSON's quotes, Gemma 4's <|"|> marks, or nothing (Qwen3.5's
+ * raw parameter text). */
+static const char *string_quote(const converter *cv) {
+    return cv->raw_strings ? "\"\"" : cv->dialect == DIALECT_GEMMA4 ? "\"<|\\\"|>\"" : "\"\\\"\"";
+}
+
 static int emit_string(converter *cv, size_t node, const char *hint, gbnf_text *out) {
     LLMM_UNUSED(hint);
+    const char *quote = string_quote(cv);
     size_t pattern = member(cv, node, "pattern"), format = member(cv, node, "format");
     int has_length = member(cv, node, "minLength") != JSON_NONE || member(cv, node, "maxLength") != JSON_NONE;
     if (pattern != JSON_NONE && (format != JSON_NONE || has_length))
@@ -540,6 +628,10 @@ static int emit_string(converter *cv, size_t node, const char *hint, gbnf_text *
     if (format != JSON_NONE && has_length) return fail(cv, "'minLength/maxLength' alongside 'format' is not supported");
     if (pattern != JSON_NONE) {
         if (node_at(cv, pattern)->kind != JSON_STRING) return fail(cv, "'pattern' must be a string");
+        /* the pattern's grammar writes JSON's escapes, which these strings do not have */
+        if (cv->raw_strings || cv->dialect == DIALECT_GEMMA4)
+            return fail(cv, "'pattern' is not supported where strings are written without JSON escapes (%s)",
+                        cv->raw_strings ? "qwen3_5 parameters" : "gemma4 strings");
         char why[200];
         llmm__gbnf_text_str(out, "\"\\\"\" ");
         if (!llmm__gbnf_from_pattern(out, json_str(&cv->doc, pattern), node_at(cv, pattern)->str_len, why, sizeof why))
@@ -556,7 +648,7 @@ static int emit_string(converter *cv, size_t node, const char *hint, gbnf_text *
             if (strlen(sf->name) != f_len || memcmp(sf->name, f, f_len) != 0) continue;
             for (size_t k = 0; k < 2 && sf->uses[k]; k++)
                 if (!use_primitive(cv, sf->uses[k], NULL)) return 0;
-            llmm__gbnf_text_fmt(out, "\"\\\"\" %s \"\\\"\"", sf->expr);
+            llmm__gbnf_text_fmt(out, "%s %s %s", quote, sf->expr, quote);
             return text_ok(cv, out);
         }
         return fail(cv, "unsupported format '%.*s'", (int)LLMM_MIN(f_len, 40), f);
@@ -565,9 +657,9 @@ static int emit_string(converter *cv, size_t node, const char *hint, gbnf_text *
     if (!read_count(cv, node, "minLength", &min) || !read_count(cv, node, "maxLength", &max)) return 0;
     if (!has_length) return use_primitive(cv, "string", out);
     if (max >= 0 && min > max) return fail(cv, "'minLength' above 'maxLength' admits no value");
-    llmm__gbnf_text_str(out, "\"\\\"\" char");
+    llmm__gbnf_text_fmt(out, "%s %s", quote, dialect_primitive(cv, "char"));
     put_repeat(out, min, max);
-    llmm__gbnf_text_str(out, " \"\\\"\"");
+    llmm__gbnf_text_fmt(out, " %s", quote);
     return use_primitive(cv, "char", NULL) && text_ok(cv, out);
 }
 
@@ -606,13 +698,27 @@ static int emit_array(converter *cv, size_t node, const char *hint, gbnf_text *o
     return text_ok(cv, out);
 }
 
-/* How an object's members are written: as JSON, or (the root of a kwargs conversion) as
- * Python keyword arguments, `location="Paris", days=2`, with the spacing LFM2's template uses. */
+/* How an object's members are written: as JSON; at the root of a call, as LFM2's Python keyword
+ * arguments (`location="Paris", days=2`, its template's spacing) or Qwen3.5's parameter blocks;
+ * or as Gemma 4's objects ({location:<|"|>Paris<|"|>}). Keys other than JSON's are written as
+ * they are, between key_prefix and key_suffix, and must pass key_ok. */
 typedef struct member_syntax {
-    const char *open, *kv_sep, *after_value, *member_sep, *close, *empty;
+    const char *open, *kv_sep, *after_value, *member_sep, *close, *empty; /* GBNF */
+    const char *key_prefix, *key_suffix; /* text; NULL: the key is a JSON string */
+    int (*key_ok)(const char *key, size_t len);
+    const char *key_refused; /* why a key failing key_ok cannot be written */
 } member_syntax;
-static const member_syntax json_members = {"\"{\" ws ", " ws \":\" ws ", " ws", "\",\" ws ", " \"}\"", "\"{\" ws \"}\""};
-static const member_syntax kwargs_members = {"", " \"=\" ", "", "\", \" ", "", "\"\""};
+
+static int is_identifier(const char *s, size_t n);
+
+static const member_syntax json_members = {"\"{\" ws ", " ws \":\" ws ", " ws", "\",\" ws ", " \"}\"", "\"{\" ws \"}\"",
+                                           NULL, NULL, NULL, NULL};
+static const member_syntax kwargs_members = {"", " \"=\" ", "", "\", \" ", "", "\"\"",
+                                             "", "", is_identifier, "cannot be a Python keyword argument"};
+static const member_syntax xml_members = {"", " ", " \"\\n</parameter>\\n\"", "", "", "\"\"",
+                                          "<parameter=", ">\n", is_word_name, "cannot be a qwen3_5 <parameter=NAME>"};
+static const member_syntax gemma4_members = {"\"{\" ", " \":\" ", "", "\",\" ", " \"}\"", "\"{}\"",
+                                             "", "", is_word_name, "cannot be a bare gemma4 key"};
 
 /* Members in the order of "properties", each optional one skippable: the first member
  * present is one of the leading optional ones or the first required one, and each later one
@@ -735,6 +841,42 @@ static int is_identifier(const char *s, size_t n) {
     return 1;
 }
 
+/* Whether a schema constrains nothing: true, or only annotations. */
+static int constrains_nothing(const converter *cv, size_t node) {
+    const json_node *n = node_at(cv, node);
+    if (n->kind == JSON_TRUE) return 1;
+    if (n->kind != JSON_OBJECT) return 0;
+    for (size_t m = n->first; m != JSON_NONE; m = node_at(cv, m)->next)
+        if (!in_list(annotation_keywords, sizeof annotation_keywords / sizeof *annotation_keywords, json_key(&cv->doc, m),
+                     node_at(cv, m)->key_len))
+            return 0;
+    return 1;
+}
+
+static size_t follow_refs(const converter *cv, size_t node);
+static unsigned admitted_types(const converter *cv, size_t node);
+
+/* A Qwen3.5 parameter's value. Its template writes a string as its raw text and anything else
+ * as JSON, and the parser reads a value as JSON unless the tool's schema says string; so a
+ * parameter whose schema admits only strings is raw text (no '<', so no closing marker), one
+ * that admits no string is compact JSON, one that constrains nothing is raw text (whatever it
+ * reads as is valid), and one that admits a string and something else is refused: its raw text
+ * could not be told apart. */
+static int parameter_value_rule(converter *cv, size_t prop, const char *hint, gbnf_text *out) {
+    if (constrains_nothing(cv, prop)) return use_primitive(cv, "raw-string", out);
+    size_t target = follow_refs(cv, prop);
+    if (target == JSON_NONE) return schema_rule(cv, prop, hint, out); /* its own refusal, if any */
+    unsigned types = admitted_types(cv, target);
+    if (types && !(types & T_STRING)) return schema_rule(cv, prop, hint, out);
+    if (types != T_STRING)
+        return fail(cv, "qwen3_5 writes a string parameter as raw text, so a parameter that may be a string or "
+                        "another type cannot be read back; give it one type");
+    cv->raw_strings = 1; /* the target's own rule: a $ref elsewhere to it stays JSON */
+    int ok = schema_rule(cv, target, hint, out);
+    cv->raw_strings = 0;
+    return ok;
+}
+
 static int object_member_rule(converter *cv, const member_syntax *syn, size_t prop, const char *hint, char *kv_name) {
     const json_node *p = node_at(cv, prop);
     const char *key_text = json_key(&cv->doc, prop);
@@ -743,15 +885,16 @@ static int object_member_rule(converter *cv, const member_syntax *syn, size_t pr
     size_t old = path_push(cv, key_text, p->key_len);
     gbnf_text key = {0}, body = {0}, name = {0};
     int ok = 1;
-    if (syn == &kwargs_members && !is_identifier(key_text, p->key_len))
-        ok = fail(cv, "property '%.*s' cannot be a Python keyword argument", (int)LLMM_MIN(p->key_len, 40), key_text);
-    else if (syn == &kwargs_members) llmm__gbnf_text_bytes(&key, key_text, p->key_len);
+    if (syn->key_ok && !syn->key_ok(key_text, p->key_len))
+        ok = fail(cv, "property '%.*s' %s", (int)LLMM_MIN(p->key_len, 40), key_text, syn->key_refused);
+    else if (syn->key_prefix) llmm__gbnf_text_fmt(&key, "%s%.*s%s", syn->key_prefix, (int)p->key_len, key_text, syn->key_suffix);
     else write_json_string(&key, key_text, p->key_len);
     if (ok) ok = text_ok(cv, &key);
     if (ok) {
         llmm__gbnf_text_literal(&body, key.data, key.len);
         llmm__gbnf_text_str(&body, syn->kv_sep);
-        ok = schema_rule(cv, prop, prop_hint, &body);
+        ok = syn == &xml_members ? parameter_value_rule(cv, prop, prop_hint, &body)
+                                 : schema_rule(cv, prop, prop_hint, &body);
     }
     if (ok) {
         llmm__gbnf_text_str(&body, syn->after_value);
@@ -781,15 +924,17 @@ static int mark_required(converter *cv, size_t props, size_t req, unsigned char 
 }
 
 static int emit_object(converter *cv, size_t node, const char *hint, gbnf_text *out) {
-    /* a kwargs conversion's root is its only object written as keyword arguments: a "$ref"
-     * to "#" is refused (ref_expr), so node 0 is reached only as the root */
-    const member_syntax *syn = cv->kwargs && node == 0 ? &kwargs_members : &json_members;
+    /* where the root is the inside of a call, it is the only object written so: a "$ref" to
+     * "#" is refused there (ref_expr), so node 0 is reached only as the root */
+    const member_syntax *syn = root_is_call_inside(cv) && node == 0
+                                   ? (cv->dialect == DIALECT_KWARGS ? &kwargs_members : &xml_members)
+                                   : cv->dialect == DIALECT_GEMMA4 ? &gemma4_members : &json_members;
     size_t props = member(cv, node, "properties"), req = member(cv, node, "required");
     size_t extra = member(cv, node, "additionalProperties");
     if (props != JSON_NONE && node_at(cv, props)->kind != JSON_OBJECT) return fail(cv, "'properties' must be an object");
     size_t n = props == JSON_NONE ? 0 : node_at(cv, props)->n_children;
-    /* keyword arguments beyond the declared ones are never produced (the schema allows them,
-     * a call needs none) */
+    /* members beyond the declared ones are written only in JSON (the schema allows them, a call
+     * needs none) */
     int extras = extra != JSON_NONE && node_at(cv, extra)->kind != JSON_FALSE && syn == &json_members;
     if (!use_primitive(cv, "ws", NULL)) return 0;
     unsigned char *required = llmm__mem_calloc(NULL, n ? n : 1, 1);
@@ -907,7 +1052,11 @@ static int enum_expr(converter *cv, size_t node, unsigned types, gbnf_text *out)
     for (size_t v = first; v != JSON_NONE; v = list != JSON_NONE ? node_at(cv, v)->next : JSON_NONE) {
         if (types && !(value_type(cv, v) & types)) continue;
         gbnf_text lit = {0};
-        write_json(cv, v, &lit);
+        if (!write_value(cv, v, &lit)) {
+            llmm__gbnf_text_free(&lit);
+            return fail(cv, "'%s' value %zu cannot be written in this call syntax (a closing marker or a key that "
+                            "is no bare name)", list != JSON_NONE ? "enum" : "const", k);
+        }
         if (!text_ok(cv, &lit)) return 0;
         if (k++) llmm__gbnf_text_str(out, " | ");
         llmm__gbnf_text_literal(out, lit.data, lit.len);
@@ -1117,7 +1266,7 @@ static int ref_expr(converter *cv, size_t ref, gbnf_text *out) {
         return fail(cv, "'$ref' '%.*s': only references within the document (#/...) are supported", shown, s);
     size_t node = pointer_target(cv, s, r->str_len);
     if (node == JSON_NONE) return fail(cv, "'$ref' '%.*s' points to nothing in the document", shown, s);
-    if (node == 0 && cv->kwargs) return fail(cv, "'$ref' '#': keyword arguments cannot contain themselves");
+    if (node == 0 && root_is_call_inside(cv)) return fail(cv, "'$ref' '#': a call's arguments cannot contain themselves");
     while (last > s && last[-1] != '/') last--; /* the rule is named after the last segment */
     char hint[RULE_NAME_MAX];
     snprintf(hint, sizeof hint, "%.*s", (int)LLMM_MIN((size_t)(s + r->str_len - last), 40), last);
@@ -1160,23 +1309,25 @@ static int target_rule(converter *cv, size_t target, const char *pointer, size_t
     return out ? text_ok(cv, out) : 1;
 }
 
-/* The root of a kwargs conversion: an object schema (or one that constrains nothing: no
- * arguments), written as keyword arguments. */
-static int kwargs_root_expr(converter *cv, size_t node, unsigned types, const char *hint, gbnf_text *out) {
+/* The root of a call's arguments outside JSON: an object schema (or one that constrains
+ * nothing: no arguments). */
+static int call_root_expr(converter *cv, size_t node, unsigned types, const char *hint, gbnf_text *out) {
     static const char *const alone[] = {"$ref", "anyOf", "oneOf", "enum", "const"};
     for (size_t i = 0; i < sizeof alone / sizeof *alone; i++)
         if (member(cv, node, alone[i]) != JSON_NONE)
-            return fail(cv, "keyword arguments need an object schema, not '%s'", alone[i]);
-    if (types & ~(unsigned)T_OBJECT) return fail(cv, "keyword arguments need an object schema ('type' \"object\")");
+            return fail(cv, "a call's arguments need an object schema, not '%s'", alone[i]);
+    if (types & ~(unsigned)T_OBJECT) return fail(cv, "a call's arguments need an object schema ('type' \"object\")");
     if (types != 0) return emit_object(cv, node, hint, out);
-    llmm__gbnf_text_str(out, kwargs_members.empty);
+    llmm__gbnf_text_str(out, cv->dialect == DIALECT_KWARGS       ? kwargs_members.empty
+                             : cv->dialect == DIALECT_XML_PARAMS ? xml_members.empty
+                                                                 : gemma4_members.empty);
     return text_ok(cv, out);
 }
 
 static int schema_object_expr(converter *cv, size_t node, const char *hint, gbnf_text *out) {
     unsigned types = 0;
     if (!check_keywords(cv, node, &types)) return 0;
-    if (cv->kwargs && node == 0) return kwargs_root_expr(cv, node, types, hint, out);
+    if (cv->dialect != DIALECT_JSON && node == 0) return call_root_expr(cv, node, types, hint, out);
     size_t ref = member(cv, node, "$ref"), any = member(cv, node, "anyOf"), one = member(cv, node, "oneOf");
     if (ref != JSON_NONE) return ref_expr(cv, ref, out);
     if (any != JSON_NONE) return alternatives_expr(cv, any, "anyOf", hint, out);
@@ -1223,21 +1374,30 @@ llmm_status llmm__json_schema_to_gbnf(const char *schema, size_t len, char **gbn
     return llmm__json_schema_to_gbnf_ws(schema, len, 0, gbnf_out, err, err_size);
 }
 
-static llmm_status convert(const char *schema, size_t len, int compact, int kwargs, char **gbnf_out, char *err,
-                           size_t err_size);
+static llmm_status convert(const char *schema, size_t len, int compact, value_dialect dialect, char **gbnf_out,
+                           char *err, size_t err_size);
 
 llmm_status llmm__json_schema_to_gbnf_ws(const char *schema, size_t len, int compact, char **gbnf_out, char *err,
                                          size_t err_size) {
-    return convert(schema, len, compact, 0, gbnf_out, err, err_size);
+    return convert(schema, len, compact, DIALECT_JSON, gbnf_out, err, err_size);
 }
 
-llmm_status llmm__json_schema_to_kwargs_gbnf(const char *schema, size_t len, char **gbnf_out, char *err,
-                                             size_t err_size) {
-    return convert(schema, len, 1, 1, gbnf_out, err, err_size);
+llmm_status llmm__json_schema_to_call_gbnf(const char *schema, size_t len, schema_call_syntax syntax, char **gbnf_out,
+                                           char *err, size_t err_size) {
+    static const value_dialect dialects[] = {
+        [SCHEMA_CALL_KWARGS] = DIALECT_KWARGS,
+        [SCHEMA_CALL_XML_PARAMS] = DIALECT_XML_PARAMS,
+        [SCHEMA_CALL_GEMMA4] = DIALECT_GEMMA4,
+    };
+    if ((unsigned)syntax >= sizeof dialects / sizeof *dialects) {
+        if (err && err_size) snprintf(err, err_size, "unknown call syntax");
+        return LLMM_ERR_INVALID_ARG;
+    }
+    return convert(schema, len, 1, dialects[syntax], gbnf_out, err, err_size);
 }
 
-static llmm_status convert(const char *schema, size_t len, int compact, int kwargs, char **gbnf_out, char *err,
-                           size_t err_size) {
+static llmm_status convert(const char *schema, size_t len, int compact, value_dialect dialect, char **gbnf_out,
+                           char *err, size_t err_size) {
     if (err && err_size) err[0] = '\0';
     if (!gbnf_out) return LLMM_ERR_INVALID_ARG;
     *gbnf_out = NULL;
@@ -1246,7 +1406,7 @@ static llmm_status convert(const char *schema, size_t len, int compact, int kwar
         return LLMM_ERR_INVALID_ARG;
     }
     converter cv = {.err = err, .err_size = err_size, .path = "#", .path_len = 1, .compact = compact != 0,
-                    .kwargs = kwargs != 0};
+                    .dialect = dialect};
     cv.status = llmm__json_parse(&cv.doc, schema, len, err, err_size);
     if (cv.status != LLMM_OK) return cv.status;
     cv.ref_rule = llmm__mem_alloc(NULL, cv.doc.n_nodes * sizeof *cv.ref_rule);

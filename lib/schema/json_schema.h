@@ -21,13 +21,26 @@ llmm_status llmm__json_schema_to_gbnf(const char *schema, size_t len, char **gbn
 llmm_status llmm__json_schema_to_gbnf_ws(const char *schema, size_t len, int compact, char **gbnf_out, char *err,
                                          size_t err_size);
 
-/* The same, compact, with the root written as Python keyword arguments instead of a JSON
- * object: `location="Paris", days=2` (the inside of an LFM2 call's parentheses); the values
- * stay JSON, which Python-literal parsers read too (true/false/null as the parser allows).
- * INVALID_ARG beyond the above for a root that is no object schema, a property name that is no
- * Python identifier, and a "$ref" to the root. */
-llmm_status llmm__json_schema_to_kwargs_gbnf(const char *schema, size_t len, char **gbnf_out, char *err,
-                                             size_t err_size);
+/* How a call syntax writes its arguments, for llmm__json_schema_to_call_gbnf. */
+typedef enum schema_call_syntax {
+    /* LFM2: Python keyword arguments, `location="Paris", days=2` (the inside of the call's
+     * parentheses); the values stay JSON, which Python-literal parsers read too */
+    SCHEMA_CALL_KWARGS,
+    /* Qwen3.5: `<parameter=KEY>\nVALUE\n</parameter>\n` per argument; a string value its raw text
+     * (no '<'), any other value compact JSON */
+    SCHEMA_CALL_XML_PARAMS,
+    /* Gemma 4: `{key:value,...}` with bare keys, strings between <|"|> marks and unescaped (no
+     * '<' inside), numbers, true, false, null as JSON */
+    SCHEMA_CALL_GEMMA4,
+} schema_call_syntax;
+
+/* The same, compact, with the root written as a call syntax writes its arguments. INVALID_ARG
+ * beyond the above for a root that is no object schema, a property name the syntax cannot
+ * write, a "$ref" to the root where the root is no value of its own (keyword arguments,
+ * parameter blocks), a "pattern" on a string written without escapes, and a Qwen3.5 parameter
+ * that may be a string or another type. */
+llmm_status llmm__json_schema_to_call_gbnf(const char *schema, size_t len, schema_call_syntax syntax, char **gbnf_out,
+                                           char *err, size_t err_size);
 
 /* The built-in grammar for any JSON value (objects, arrays, strings, numbers, true, false,
  * null; whitespace between tokens bounded), as static GBNF text with a `root` rule. */

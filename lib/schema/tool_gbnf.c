@@ -3,7 +3,9 @@
  * tools' grammars share one text without their rule names meeting. The call's frame is written
  * as the family's template writes calls (the spacing the model was trained on); a family whose
  * calls are Python expressions (LFM2) gets its arguments as keyword arguments whose values are
- * JSON, which its call parser reads as the Python literals they resemble. */
+ * JSON, which its call parser reads as the Python literals they resemble; Qwen3.5 its parameter
+ * blocks (a string raw, other values JSON) and Gemma 4 its own value dialect, each as the
+ * converter writes them (json_schema.h). */
 #include "schema/tool_gbnf.h"
 
 #include <stdio.h>
@@ -49,9 +51,15 @@ static void append_renamed(gbnf_text *out, const char *gbnf, const char *prefix)
 
 /* The frame of one call to tool k, whose arguments are rule tK-root. */
 static void append_call(gbnf_text *out, tool_call_syntax syntax, const char *name, size_t k) {
-    if (syntax == TOOL_SYNTAX_PYTHON_CALL) { /* name(key=value, ...) */
+    if (syntax == TOOL_SYNTAX_PYTHON_CALL || syntax == TOOL_SYNTAX_GEMMA4_CALL) { /* name(...), name{...} */
         llmm__gbnf_text_literal(out, name, strlen(name));
-        llmm__gbnf_text_fmt(out, " \"(\" t%zu-root \")\"", k);
+        llmm__gbnf_text_fmt(out, syntax == TOOL_SYNTAX_PYTHON_CALL ? " \"(\" t%zu-root \")\"" : " t%zu-root", k);
+        return;
+    }
+    if (syntax == TOOL_SYNTAX_XML_CALL) { /* <function=name>\n parameters </function> */
+        llmm__gbnf_text_str(out, "\"<function=\" ");
+        llmm__gbnf_text_literal(out, name, strlen(name));
+        llmm__gbnf_text_fmt(out, " \">\\n\" t%zu-root \"</function>\"", k);
         return;
     }
     char head[160];
@@ -69,12 +77,27 @@ static const char *const frame_open[] = {
     [TOOL_SYNTAX_BARE_JSON] = "",
     [TOOL_SYNTAX_LIST_JSON] = "\"[TOOL_CALLS][\"",
     [TOOL_SYNTAX_PYTHON_CALL] = "\"<|tool_call_start|>[\"",
+    [TOOL_SYNTAX_XML_CALL] = "\"<tool_call>\\n\"",
+    [TOOL_SYNTAX_GEMMA4_CALL] = "\"<|tool_call>call:\"",
 };
 static const char *const frame_close[] = {
     [TOOL_SYNTAX_TAGGED_JSON] = "\"\\n</tool_call>\"",
     [TOOL_SYNTAX_BARE_JSON] = "",
     [TOOL_SYNTAX_LIST_JSON] = "\"]\"",
     [TOOL_SYNTAX_PYTHON_CALL] = "\"]<|tool_call_end|>\"",
+    [TOOL_SYNTAX_XML_CALL] = "\"\\n</tool_call>\"",
+    [TOOL_SYNTAX_GEMMA4_CALL] = "\"<tool_call|>\"",
+};
+
+/* The converter's syntax for each family whose arguments are not a JSON object (-1: JSON). */
+static const int argument_syntax[] = {
+    [TOOL_SYNTAX_NONE] = -1,
+    [TOOL_SYNTAX_TAGGED_JSON] = -1,
+    [TOOL_SYNTAX_BARE_JSON] = -1,
+    [TOOL_SYNTAX_LIST_JSON] = -1,
+    [TOOL_SYNTAX_PYTHON_CALL] = SCHEMA_CALL_KWARGS,
+    [TOOL_SYNTAX_XML_CALL] = SCHEMA_CALL_XML_PARAMS,
+    [TOOL_SYNTAX_GEMMA4_CALL] = SCHEMA_CALL_GEMMA4,
 };
 
 llmm_status llmm__tool_call_gbnf(const tool_family_info *family, const llmm_tool *tools, size_t n_tools,
@@ -82,10 +105,6 @@ llmm_status llmm__tool_call_gbnf(const tool_family_info *family, const llmm_tool
     *gbnf_out = NULL;
     if (family->syntax == TOOL_SYNTAX_NONE)
         return llmm__diag_fail(d, LLMM_ERR_UNSUPPORTED, "the '%s' family's template has no call syntax", family->name);
-    if (family->syntax == TOOL_SYNTAX_XML_CALL || family->syntax == TOOL_SYNTAX_GEMMA4_CALL)
-        return llmm__diag_fail(d, LLMM_ERR_UNSUPPORTED, /* arguments that are not JSON: no grammar yet */
-                               "the '%s' family does not write arguments as JSON; llmmini has no grammar for them yet",
-                               family->name);
     if (!tools || n_tools == 0 || n_tools > LLMM_TOOLS_MAX)
         return llmm__diag_fail(d, LLMM_ERR_INVALID_ARG, "tool grammar: 1 to %d tools, not %zu", LLMM_TOOLS_MAX,
                                n_tools);
@@ -97,9 +116,10 @@ llmm_status llmm__tool_call_gbnf(const tool_family_info *family, const llmm_tool
         if (st) break;
         const char *schema = tools[k].parameters ? tools[k].parameters : "{\"type\": \"object\"}";
         char *gbnf = NULL, err[256] = "";
-        st = family->syntax == TOOL_SYNTAX_PYTHON_CALL
-                 ? llmm__json_schema_to_kwargs_gbnf(schema, strlen(schema), &gbnf, err, sizeof err)
-                 : llmm__json_schema_to_gbnf_ws(schema, strlen(schema), 1, &gbnf, err, sizeof err);
+        int syntax = argument_syntax[family->syntax];
+        st = syntax >= 0 ? llmm__json_schema_to_call_gbnf(schema, strlen(schema), (schema_call_syntax)syntax, &gbnf, err,
+                                                          sizeof err)
+                         : llmm__json_schema_to_gbnf_ws(schema, strlen(schema), 1, &gbnf, err, sizeof err);
         if (st) {
             llmm__diag_fail(d, st, "tool '%s': %s", tools[k].name, err);
             break;

@@ -7,30 +7,8 @@
 #include <stddef.h>
 
 #include "base/common.h"
+#include "text/chat_parsed.h"
 #include "text/chat_tools.h"
-
-typedef struct text_span {
-    size_t at, len; /* bytes of the parsed text */
-} text_span;
-
-typedef struct parsed_call {
-    text_span name, id, arguments; /* id.len == 0 when the model wrote none */
-    int has_id;
-    int complete;       /* the closing marker was seen */
-    int args_converted; /* arguments index chat_parse.converted, not the text (Python-style calls) */
-} parsed_call;
-
-typedef struct chat_parse {
-    text_span *content; /* pieces of content, in order */
-    size_t n_content, cap_content;
-    text_span reasoning;
-    parsed_call *calls;
-    size_t n_calls, cap_calls;
-    int malformed; /* text after a call's opening marker was not a call */
-    size_t call_end; /* where the last complete call's closing marker ends (0: none) */
-    char *converted; /* arguments the parser rewrote as JSON (TOOL_SYNTAX_PYTHON_CALL) */
-    size_t n_converted, cap_converted;
-} chat_parse;
 
 /* Parse text[0..n). final == 0: more text may follow, so a possible start of a marker at the
  * end is held back. thinking: the prompt left the model inside its reasoning. The arrays of

@@ -1,7 +1,8 @@
 /* Fuzz harness for the tool-call parser (llmm_chat_parser_*), which reads a model's output:
  * text a sampled model may have written anything into. The input's first byte picks a tool
  * family (from llmm_chat_tool_families) and whether the prompt left the model thinking, the
- * second how the rest is split into feeds; the rest is the output. After every feed the
+ * second how the rest is split into feeds (and, from 0x80 on, that the parser is given tools,
+ * which type qwen3_5's values); the rest is the output. After every feed the
  * streaming result is read, and at the end the final one; the invariants: every string is
  * NUL-terminated within what the parser owns, content and reasoning never exceed the text fed,
  * a call's name is part of it, and its arguments are too or, where the family writes Python
@@ -40,6 +41,13 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     return 0;
 }
 
+/* Parameters named as the calls in the corpus name theirs, strings and not. */
+static const llmm_tool g_tools[] = {
+    {"f", NULL, "{\"type\": \"object\", \"properties\": {\"s\": {\"type\": \"string\"}, \"n\": {\"type\": \"integer\"}}}"},
+    {"get_weather", NULL, "{\"type\": \"object\", \"properties\": {\"location\": {\"type\": \"string\"}, \"unit\": "
+                          "{\"enum\": [\"celsius\", \"fahrenheit\"]}}}"},
+};
+
 static void check(const llmm_chat_parse_result *r, size_t fed, size_t growth) {
     if (!r->content || !r->reasoning || (r->n_calls && !r->calls)) abort();
     if (strlen(r->content) > fed || strlen(r->reasoning) > fed) abort();
@@ -60,6 +68,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t len = size - 2;
     llmm_chat_parser *p = NULL;
     if (llmm_chat_parser_create(family, thinking, &p) != LLMM_OK) abort();
+    if (data[1] >= 0x80 && llmm_chat_parser_set_tools(p, g_tools, sizeof g_tools / sizeof *g_tools) != LLMM_OK) abort();
     llmm_chat_parse_result r = {.size = sizeof r};
     for (size_t at = 0; at < len; at += chunk) {
         size_t n = len - at < chunk ? len - at : chunk;

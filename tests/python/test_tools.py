@@ -56,6 +56,15 @@ class ParseTest(unittest.TestCase):
             self.assertEqual([c.json() for c in got.tool_calls],
                              [json.loads(c["arguments"]) for c in want["tool_calls"]])
 
+    def test_qwen3_5_values_typed_by_the_tools(self) -> None:
+        raw = "<tool_call>\n<function=set_timer>\n<parameter=minutes>\n10\n</parameter>\n<parameter=label>\n10\n" \
+              "</parameter>\n</function>\n</tool_call>"
+        _, tools = case("tools")
+        self.assertEqual(llmmini.parse("qwen3_5", raw, tools=tools).tool_calls[0].json(), {"minutes": 10, "label": "10"})
+        self.assertEqual(llmmini.parse("qwen3_5", raw).tool_calls[0].json(), {"minutes": 10, "label": 10})
+        with self.assertRaises(llmmini.InvalidArgError):
+            llmmini.ChatParser("qwen3_5", tools=[{"type": "function", "function": {"name": "bad name"}}])
+
     def test_streaming(self) -> None:
         p = llmmini.ChatParser("qwen2_5")
         p.feed("Sure.\n<tool_c")
@@ -88,6 +97,16 @@ class ConstrainedTest(unittest.TestCase):
                 self.assertEqual(gen.stats.stop_reason, "grammar")
                 self.assertEqual(gen.stats.n_tool_calls, 1)  # the library's own parse, fed as it streamed
                 self.assertFalse(gen.stats.tool_malformed)
+
+    def test_required_calls_in_every_argument_syntax(self) -> None:
+        with llmmini.Model(shared_path("models", "stories260K.gguf")) as model, \
+                llmmini.Context(model, n_ctx=1024, threads=1) as ctx:
+            for family in ("lfm2_5", "qwen3_5", "gemma4"):
+                gen = ctx.chat([{"role": "user", "content": "Set a timer for ten minutes"}], tools=self.TOOLS,
+                               tool_choice="required", tool_family=family, temperature=1.0, seed=3, max_tokens=200)
+                text = "".join(gen)
+                self.assertEqual(len(gen.tool_calls), 1, text)
+                self.assertTrue(1 <= json.loads(gen.tool_calls[0]["function"]["arguments"])["minutes"] <= 120)
 
     def test_generate_feeds_a_tool_parser(self) -> None:
         with llmmini.Model(shared_path("models", "stories260K.gguf")) as model, \

@@ -86,6 +86,7 @@ _PROTOTYPES = {
     "llmm_chat_parser_feed": (_status, [_p, c_char_p, c_size_t]),
     "llmm_chat_parser_result": (_status, [_p, c_int, POINTER(S.ParseResult)]),
     "llmm_chat_parser_last_error": (c_char_p, [_p]),
+    "llmm_chat_parser_set_tools": (_status, [_p, POINTER(S.Tool), c_size_t]),
     "llmm_grammar_create": (_status, [_p, c_char_p, c_size_t, c_char_p, POINTER(_p), c_void_p, c_size_t]),
     "llmm_grammar_from_json_schema_ws": (_status, [_p, c_char_p, c_size_t, S.c_enum, POINTER(_p), c_void_p,
                                                    c_size_t]),

@@ -591,7 +591,8 @@ class Context(HandleOwner):
         prompt = self.model.chat_format(messages, tools=tools, tool_family=family)
         grammar = Grammar.from_tools(self.model, tools, family)
         trigger = tool_trigger(family) if tool_choice == "auto" else None
-        gen = self.generate(prompt, grammar=grammar, grammar_trigger=trigger, tool_parser=ChatParser(family), **kwargs)
+        gen = self.generate(prompt, grammar=grammar, grammar_trigger=trigger, tool_parser=ChatParser(family, tools=tools),
+                            **kwargs)
         gen.tool_family = family
         return gen
 

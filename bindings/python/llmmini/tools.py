@@ -160,9 +160,11 @@ class ChatParse:
 
 class ChatParser:
     """A streaming parser of a model's output in a tool family's syntax
-    (``llmm_chat_parser_*``): feed text as it comes, read the parse so far at any time."""
+    (``llmm_chat_parser_*``): feed text as it comes, read the parse so far at any time.
+    tools (OpenAI-style dicts, those the prompt offered) type qwen3_5's values: a parameter whose
+    schema says string stays a string ("10" stays "10")."""
 
-    def __init__(self, family: str, thinking: bool = False) -> None:
+    def __init__(self, family: str, thinking: bool = False, tools: Optional[Sequence[ToolSpec]] = None) -> None:
         self._lib = _lib.lib()
         h = ctypes.c_void_p()
         _lib.check(self._lib.llmm_chat_parser_create(family.encode("utf-8"), 1 if thinking else 0,
@@ -170,6 +172,14 @@ class ChatParser:
         self._handle = h.value
         self._finalizer = weakref.finalize(self, self._lib.llmm_chat_parser_free, self._handle)
         self.family = family
+        if tools:
+            self.set_tools(tools)
+
+    def set_tools(self, tools: Sequence[ToolSpec]) -> None:
+        """The tools the prompt offered (``llmm_chat_parser_set_tools``; empty forgets them)."""
+        arr = encode_tools(tools)
+        st = self._lib.llmm_chat_parser_set_tools(self._handle, arr, len(tools))
+        _lib.check(st, self._lib.llmm_chat_parser_last_error(self._handle).decode("utf-8", "replace"))
 
     @property
     def handle(self) -> int:
@@ -194,9 +204,10 @@ class ChatParser:
         self._finalizer()
 
 
-def parse(family: str, text: Union[str, bytes], thinking: bool = False) -> ChatParse:
-    """The final parse of a whole output."""
-    p = ChatParser(family, thinking)
+def parse(family: str, text: Union[str, bytes], thinking: bool = False,
+          tools: Optional[Sequence[ToolSpec]] = None) -> ChatParse:
+    """The final parse of a whole output (tools: see ChatParser)."""
+    p = ChatParser(family, thinking, tools)
     try:
         p.feed(text)
         return p.result(final=True)

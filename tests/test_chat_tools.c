@@ -945,17 +945,14 @@ static void test_constrained_calls_qwen2_vocab(void **state) {
     if (!given) unlink(path);
     const char *runs_env = getenv("LLMM_TOOL_CALLS_RUNS"), *only = getenv("LLMM_TOOL_CALLS_FAMILY");
     for (size_t f = 0; f < ARRAY_LEN(call_families); f++) {
-        /* 100 per tool for two argument syntaxes (qwen2_5's JSON object, lfm2_5's keyword
-         * arguments); llama3_1 and mistral_nemo frame the same JSON object differently, and 25
-         * cover their frames; qwen3_5's parameter blocks and gemma4's dialect get 10 (100 each
-         * on stories260K above, and LLMM_TOOL_CALLS_RUNS=100 passes here too): each sampled
-         * token costs about 1.4 ms of CPU here (the logits and the draw over 151,936 tokens),
-         * and make test shares two cores (docs/grammars.md, "Cost per token with tools") */
+        /* 100 calls per tool for every family: each sampled token costs about 1.4 ms of CPU
+         * here (the logits and the draw over 151,936 tokens), about 80 s for the six families
+         * (docs/grammars.md, "Cost per token with tools"). qemu draws over 151,936 tokens
+         * slowly, and compiles each grammar's token table slowly too: there a few calls of the
+         * JSON frames only, qwen3_5 and gemma4 being left to stories260K */
         int full = !strcmp(call_families[f], "qwen2_5") || !strcmp(call_families[f], "lfm2_5");
         int frame = !strcmp(call_families[f], "llama3_1") || !strcmp(call_families[f], "mistral_nemo");
-        int runs = full ? 100 : frame ? 25 : 10;
-        /* qemu draws over 151,936 tokens slowly, and compiles each grammar's token table
-         * slowly too: qwen3_5 and gemma4 are left to stories260K there */
+        int runs = 100;
         if (under_emulator()) runs = full ? 5 : frame ? 2 : 0;
         if (runs_env) runs = atoi(runs_env);
         if (runs > 0 && (!only || !strcmp(only, call_families[f]))) sample_calls(m, call_families[f], runs, given ? 2 : 1);

@@ -120,7 +120,7 @@ static void delta_row_head(const llmm_delta_batch *b, size_t conv_dim, size_t r,
  * rewritten per token; the rest is C x C dot products of head_dim. It equals the token-by-token
  * recurrence within float rounding (tests/test_recurrent.c: a prompt whole, in chunks of 3 and
  * token by token). */
-#define DELTA_CHUNK 16
+#define DELTA_CHUNK LLMM_DELTA_CHUNK
 
 static float dot(const float *a, const float *b, size_t n) {
     float acc = 0.f;

@@ -837,6 +837,63 @@ static void test_graphs_and_warmup(void **state) {
     llmm_model_free(m);
 }
 
+/* Decode steps of the hybrid models (lfm2's short convolutions, qwen35's Gated DeltaNet and
+ * gated attention) as graphs: each row's recurrent state slot is step data (cuda/backend.cu
+ * stage_state_slots), so three sequences at different positions decoded in a changing row order,
+ * then two others of them, replay one graph per row count (two captured in all), and every
+ * step's logits equal those of launching each op as it comes (LLMM_CUDA_GRAPHS=0) bit for bit. */
+static void hybrid_decode(llmm_model *m, const llmm_token (*prompts)[4], int steps, float *rows, size_t nv,
+                          uint64_t *captured, uint64_t *replays) {
+    llmm_context *c = cuda_context(m, 64, 3, 16, LLMM_KV_F32);
+    for (llmm_seq_id s = 0; s < 3; s++) assert_int_equal(llmm_prefill(c, s, prompts[s], 2 + (size_t)s, 0), LLMM_OK);
+    static const llmm_seq_id orders[4][3] = {{2, 0, 1}, {0, 1, 2}, {1, 2, 0}, {2, 1, 0}};
+    llmm_token next[3] = {5, 6, 7};
+    const llmm_context_stats before = stats_of(c);
+    for (int i = 0; i < steps; i++) {
+        const size_t n = i < steps / 2 ? 3 : 2; /* then the first two of each order */
+        llmm_token fed[3];
+        for (size_t r = 0; r < n; r++) fed[r] = next[orders[i % 4][r]];
+        assert_int_equal(llmm_decode(c, orders[i % 4], fed, n), LLMM_OK);
+        for (size_t r = 0; r < 3; r++) {
+            float *row = rows + ((size_t)i * 3 + r) * nv;
+            if (r < n) copy_row(c, r, row, nv), next[orders[i % 4][r]] = argmax(row, nv);
+            else memset(row, 0, nv * sizeof *row);
+        }
+    }
+    const llmm_context_stats after = stats_of(c);
+    *captured = after.graphs - before.graphs;
+    *replays = after.graph_replays - before.graph_replays;
+    llmm_context_free(c);
+}
+
+static void test_hybrid_decode_graphs(void **state) {
+    (void)state;
+    enum { STEPS = 8 };
+    static const char *const files[] = {"golden/arch/tiny-lfm2.gguf", "golden/arch/tiny-qwen35.gguf"};
+    static const llmm_token prompts[3][4] = {{1, 2, 3, 4}, {9, 8, 7, 6}, {3, 1, 4, 1}};
+    for (size_t f = 0; f < ARRAY_LEN(files); f++) {
+        llmm_model *m = load_model(files[f], NULL);
+        const size_t nv = vocab_size(m), n = (size_t)STEPS * 3 * nv;
+        float *graphed = calloc(n, sizeof *graphed), *eager = calloc(n, sizeof *eager);
+        assert_true(graphed && eager);
+        uint64_t captured, replays, eager_captured, eager_replays;
+        hybrid_decode(m, prompts, STEPS, graphed, nv, &captured, &replays);
+        setenv("LLMM_CUDA_GRAPHS", "0", 1);
+        hybrid_decode(m, prompts, STEPS, eager, nv, &eager_captured, &eager_replays);
+        unsetenv("LLMM_CUDA_GRAPHS");
+        print_message("%s on the emulated CUDA module: %d decode steps of 3, then 2 rows: %llu graphs captured, %llu "
+                      "replays; logits equal to launching op by op: %s\n",
+                      files[f], STEPS, (unsigned long long)captured, (unsigned long long)replays,
+                      memcmp(graphed, eager, n * sizeof *graphed) ? "no" : "yes");
+        assert_true(captured == 2 && replays == STEPS - 2);
+        assert_true(eager_captured == 0 && eager_replays == 0);
+        assert_memory_equal(graphed, eager, n * sizeof *graphed);
+        free(graphed);
+        free(eager);
+        llmm_model_free(m);
+    }
+}
+
 /* llmm_decode_sample on the CUDA module: sampled on the device (the module's sample slot), the
  * tokens and RNG streams of llmm_sample over the same logits on the host, three rows with
  * different sampler settings decoded together; the logits copied back when llmm_logits asks. */
@@ -1408,6 +1465,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_batched_decode),
         cmocka_unit_test(test_sixteen_sequences),
         cmocka_unit_test(test_graphs_and_warmup),
+        cmocka_unit_test(test_hybrid_decode_graphs),
         cmocka_unit_test(test_four_threads_capture_and_load),
         cmocka_unit_test(test_decode_sample),
         cmocka_unit_test(test_numerical_errors),

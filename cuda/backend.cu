@@ -15,7 +15,8 @@
  * Steps. step_begin validates the descriptor as the CPU backend does, then packs the step's
  * tokens, positions, each row's block table start and recurrent state slot and the concatenated
  * block tables into one host staging array laid out as the device buffer (fixed offsets from
- * the reserved row capacity) and uploads it with one cudaMemcpyAsync; the kernels read them through cu_step.
+ * the reserved row capacity) and uploads it with one cudaMemcpyAsync; the kernels read them
+ * through cu_step.
  * The buffer is sized at reserve() for shape->max_rows rows and max_rows * ceil(max_kv / 16)
  * table entries, and grows in step_begin only for a step beyond that (the conformance suite
  * never calls reserve).
@@ -192,8 +193,9 @@ size_t matmul_scratch_bytes(uint32_t kind, const llmm_tensor *w, size_t n_rows) 
 }
 
 /* A gated_delta_net call as a record: its 11 buffers in p[]; n0 rows, n1 seq_stride, n2
- * n_v_heads; u0 head_dim, u1 kernel, u2 n_k_heads, u3 the chunk (delta_chunk); f0 eps; and back. The record names
- * no state slot: the kernels read each row's from the step buffer (cu_step.state_slot). */
+ * n_v_heads; u0 head_dim, u1 kernel, u2 n_k_heads, u3 the chunk (delta_chunk); f0 eps; and
+ * back. The record names no state slot: the kernels read each row's from the step buffer
+ * (cu_step.state_slot). */
 cu_op delta_op(const llmm_delta_batch *b, size_t rows, uint32_t chunk) {
     cu_op op = cu_op_zero(OP_GATED_DELTA_NET);
     const void *p[CU_OP_POINTERS] = {b->qkv,     b->work, b->z,    b->beta_raw, b->alpha_raw, b->taps,
@@ -665,7 +667,8 @@ llmm_status cu_step_begin(void *state, const llmm_step *step) {
     }
     /* one copy: everything up to the end of the tables (the unused row slots ride along) */
     const int err =
-        cudaMemcpyAsync(s->step_dev, h, (STEP_ROW_ARRAYS * cap + tables) * sizeof *h, cudaMemcpyHostToDevice, s->stream);
+        cudaMemcpyAsync(s->step_dev, h, (STEP_ROW_ARRAYS * cap + tables) * sizeof *h, cudaMemcpyHostToDevice,
+                        s->stream);
     if (err) return cu_status(err);
 
     const llmm_kv_layout *kv = step->kv;
@@ -697,18 +700,19 @@ llmm_status cu_step_end(void *state) {
     return cu_status(err ? err : sync);
 }
 
-/* Rows an op over n_rows rows launches: the step's bucket when the op covers the step's rows
- * (rows are independent everywhere but in kv_write and attention, which skip padding rows). */
-size_t launch_rows(const cu_state *s, size_t n_rows) {
-    return s->in_step && n_rows == s->desc.n_rows ? s->step_rows : n_rows;
-}
-
 /* Values an element-wise op over n values launches: scaled to the bucket when n is whole rows
  * of the step's. */
 size_t launch_values(const cu_state *s, size_t n) {
     if (!s->in_step || s->step_rows == s->desc.n_rows || n % s->desc.n_rows) return n;
     return n / s->desc.n_rows * s->step_rows;
 }
+
+/* Rows an op over n_rows rows launches: the step's bucket when the op covers the step's rows,
+ * k buckets when it covers k rows of each (the per-head Q/K norms: the step's rows times the
+ * heads, row after row), so that the record of a step does not depend on its row count within
+ * the bucket (rows are independent everywhere but in kv_write and attention, which skip padding
+ * rows). */
+size_t launch_rows(const cu_state *s, size_t n_rows) { return launch_values(s, n_rows); }
 
 /* Each op: its arguments checked now (a failure is the op's, as on the CPU), then submitted. */
 
@@ -953,7 +957,8 @@ size_t shape_ops(const llmm_step_shape *shape) { return 3 * shape->n_weights + 1
 size_t cu_working_bytes(const llmm_step_shape *shape, int n_threads) {
     (void)n_threads;
     return shape_matmul_scratch(shape) + shape_attn_scratch(shape) + CU_LT_WORKSPACE_BYTES +
-           (STEP_ROW_ARRAYS * shape->max_rows + shape_tables(shape)) * sizeof(uint32_t) * 2 + sizeof(int) + sizeof(cu_state) +
+           (STEP_ROW_ARRAYS * shape->max_rows + shape_tables(shape)) * sizeof(uint32_t) * 2 + sizeof(int) +
+           sizeof(cu_state) +
            shape->n_weights * 2 * sizeof(void *) + (1 + CU_GRAPHS_MAX) * shape_ops(shape) * sizeof(cu_op);
 }
 

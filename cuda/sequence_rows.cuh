@@ -47,7 +47,8 @@ __device__ inline void causal_conv_channel(const sequence_rows &sr, const int32_
         emit(r, y);
     }
     const int64_t p_last = pos[sr.r1 - 1];
-    for (uint32_t i = 0; i + 1 < kernel; i++) state[(size_t)i * state_stride] = at(p_last - (int64_t)kernel + 2 + (int64_t)i);
+    for (uint32_t i = 0; i + 1 < kernel; i++)
+        state[(size_t)i * state_stride] = at(p_last - (int64_t)kernel + 2 + (int64_t)i);
 }
 
 #endif

@@ -839,25 +839,41 @@ static void test_graphs_and_warmup(void **state) {
 
 /* Decode steps of the hybrid models (lfm2's short convolutions, qwen35's Gated DeltaNet and
  * gated attention) as graphs: each row's recurrent state slot is step data (cuda/backend.cu
- * stage_state_slots), so three sequences at different positions decoded in a changing row order,
- * then two others of them, replay one graph per row count (two captured in all), and every
- * step's logits equal those of launching each op as it comes (LLMM_CUDA_GRAPHS=0) bit for bit. */
-static void hybrid_decode(llmm_model *m, const llmm_token (*prompts)[4], int steps, float *rows, size_t nv,
-                          uint64_t *captured, uint64_t *replays) {
-    llmm_context *c = cuda_context(m, 64, 3, 16, LLMM_KV_F32);
-    for (llmm_seq_id s = 0; s < 3; s++) assert_int_equal(llmm_prefill(c, s, prompts[s], 2 + (size_t)s, 0), LLMM_OK);
-    static const llmm_seq_id orders[4][3] = {{2, 0, 1}, {0, 1, 2}, {1, 2, 0}, {2, 1, 0}};
-    llmm_token next[3] = {5, 6, 7};
+ * stage_state_slots), so sequences at different positions decoded in a changing row order, then
+ * fewer of them, replay one graph per row count: 3 rows, then 2 (two graphs); 12 rows, then 10
+ * (one graph, for the bucket of 16, whose padding rows the recurrent kernels skip). Every step's
+ * logits equal those of launching each op as it comes (LLMM_CUDA_GRAPHS=0) bit for bit. */
+typedef struct hybrid_batches {
+    uint32_t n_seq, rows_first, rows_then, graphs;
+} hybrid_batches;
+
+enum { HYBRID_STEPS = 6, HYBRID_MAX_SEQ = 12 };
+
+/* HYBRID_STEPS decode steps of b's sequences, rows (HYBRID_STEPS, n_seq, nv) their logits (a
+ * row left out of a step zero); the context's graph counters over the steps. */
+static void hybrid_decode(llmm_model *m, const hybrid_batches *b, float *rows, size_t nv, uint64_t *captured,
+                          uint64_t *replays) {
+    llmm_context *c = cuda_context(m, 64, b->n_seq, 16, LLMM_KV_F32);
+    llmm_token next[HYBRID_MAX_SEQ];
+    for (uint32_t s = 0; s < b->n_seq; s++) {
+        const llmm_token prompt[4] = {(llmm_token)(1 + s), (llmm_token)(9 - s % 7), 3, (llmm_token)(4 + s % 5)};
+        assert_int_equal(llmm_prefill(c, (llmm_seq_id)s, prompt, 2 + s % 3, 0), LLMM_OK);
+        next[s] = (llmm_token)(5 + s);
+    }
     const llmm_context_stats before = stats_of(c);
-    for (int i = 0; i < steps; i++) {
-        const size_t n = i < steps / 2 ? 3 : 2; /* then the first two of each order */
-        llmm_token fed[3];
-        for (size_t r = 0; r < n; r++) fed[r] = next[orders[i % 4][r]];
-        assert_int_equal(llmm_decode(c, orders[i % 4], fed, n), LLMM_OK);
-        for (size_t r = 0; r < 3; r++) {
-            float *row = rows + ((size_t)i * 3 + r) * nv;
-            if (r < n) copy_row(c, r, row, nv), next[orders[i % 4][r]] = argmax(row, nv);
-            else memset(row, 0, nv * sizeof *row);
+    for (uint32_t i = 0; i < HYBRID_STEPS; i++) {
+        const uint32_t n = i < HYBRID_STEPS / 2 ? b->rows_first : b->rows_then;
+        llmm_seq_id seqs[HYBRID_MAX_SEQ];
+        llmm_token fed[HYBRID_MAX_SEQ];
+        for (uint32_t r = 0; r < n; r++) { /* rotated: rows and sequences change every step */
+            seqs[r] = (llmm_seq_id)((r + i) % b->n_seq);
+            fed[r] = next[seqs[r]];
+        }
+        assert_int_equal(llmm_decode(c, seqs, fed, n), LLMM_OK);
+        for (uint32_t r = 0; r < n; r++) {
+            float *row = rows + ((size_t)i * b->n_seq + (size_t)seqs[r]) * nv;
+            copy_row(c, r, row, nv);
+            next[seqs[r]] = argmax(row, nv);
         }
     }
     const llmm_context_stats after = stats_of(c);
@@ -868,28 +884,34 @@ static void hybrid_decode(llmm_model *m, const llmm_token (*prompts)[4], int ste
 
 static void test_hybrid_decode_graphs(void **state) {
     (void)state;
-    enum { STEPS = 8 };
     static const char *const files[] = {"golden/arch/tiny-lfm2.gguf", "golden/arch/tiny-qwen35.gguf"};
-    static const llmm_token prompts[3][4] = {{1, 2, 3, 4}, {9, 8, 7, 6}, {3, 1, 4, 1}};
+    static const hybrid_batches batches[] = {{3, 3, 2, 2}, {HYBRID_MAX_SEQ, 12, 10, 1}};
     for (size_t f = 0; f < ARRAY_LEN(files); f++) {
         llmm_model *m = load_model(files[f], NULL);
-        const size_t nv = vocab_size(m), n = (size_t)STEPS * 3 * nv;
-        float *graphed = calloc(n, sizeof *graphed), *eager = calloc(n, sizeof *eager);
-        assert_true(graphed && eager);
-        uint64_t captured, replays, eager_captured, eager_replays;
-        hybrid_decode(m, prompts, STEPS, graphed, nv, &captured, &replays);
-        setenv("LLMM_CUDA_GRAPHS", "0", 1);
-        hybrid_decode(m, prompts, STEPS, eager, nv, &eager_captured, &eager_replays);
-        unsetenv("LLMM_CUDA_GRAPHS");
-        print_message("%s on the emulated CUDA module: %d decode steps of 3, then 2 rows: %llu graphs captured, %llu "
-                      "replays; logits equal to launching op by op: %s\n",
-                      files[f], STEPS, (unsigned long long)captured, (unsigned long long)replays,
-                      memcmp(graphed, eager, n * sizeof *graphed) ? "no" : "yes");
-        assert_true(captured == 2 && replays == STEPS - 2);
-        assert_true(eager_captured == 0 && eager_replays == 0);
-        assert_memory_equal(graphed, eager, n * sizeof *graphed);
-        free(graphed);
-        free(eager);
+        for (size_t bi = 0; bi < ARRAY_LEN(batches); bi++) {
+            const hybrid_batches *b = &batches[bi];
+            const size_t nv = vocab_size(m), n = (size_t)HYBRID_STEPS * b->n_seq * nv;
+            float *graphed = calloc(n, sizeof *graphed), *eager = calloc(n, sizeof *eager);
+            assert_true(graphed && eager);
+            uint64_t captured, replays, eager_captured, eager_replays;
+            hybrid_decode(m, b, graphed, nv, &captured, &replays);
+            /* a recorded step of more than 8 rows runs its matmuls on the decode GEMV (backend.cu
+             * choose_gemm): so does the eager one here */
+            setenv("LLMM_CUDA_GRAPHS", "0", 1);
+            setenv("LLMM_CUDA_GEMM", "gemv", 1);
+            hybrid_decode(m, b, eager, nv, &eager_captured, &eager_replays);
+            unsetenv("LLMM_CUDA_GRAPHS");
+            unsetenv("LLMM_CUDA_GEMM");
+            print_message("%s on the emulated CUDA module: %d decode steps of %u, then %u rows: %llu graph(s) "
+                          "captured, %llu replays; logits equal to launching op by op: %s\n",
+                          files[f], HYBRID_STEPS, b->rows_first, b->rows_then, (unsigned long long)captured,
+                          (unsigned long long)replays, memcmp(graphed, eager, n * sizeof *graphed) ? "no" : "yes");
+            assert_true(captured == b->graphs && replays == HYBRID_STEPS - b->graphs);
+            assert_true(eager_captured == 0 && eager_replays == 0);
+            assert_memory_equal(graphed, eager, n * sizeof *graphed);
+            free(graphed);
+            free(eager);
+        }
         llmm_model_free(m);
     }
 }

@@ -891,11 +891,13 @@ static void test_hybrid_decode_graphs(void **state) {
     (void)state;
     static const char *const files[] = {"golden/arch/tiny-lfm2.gguf", "golden/arch/tiny-qwen35.gguf"};
     static const hybrid_batches batches[] = {{3, 3, 2, 4, 2}, {HYBRID_MAX_SEQ, 12, 10, 2, 0}};
-    /* under qemu (make test-arm) the small batches alone: the bucket's 16 rows cost minutes there */
-    const size_t n_batches = under_emulator() ? 1 : ARRAY_LEN(batches);
+    if (under_emulator()) { /* qemu (make test-arm): tens of seconds there for what the host build shows */
+        print_message("hybrid decode graphs: skipped under the emulator\n");
+        skip();
+    }
     for (size_t f = 0; f < ARRAY_LEN(files); f++) {
         llmm_model *m = load_model(files[f], NULL);
-        for (size_t bi = 0; bi < n_batches; bi++) {
+        for (size_t bi = 0; bi < ARRAY_LEN(batches); bi++) {
             const hybrid_batches *b = &batches[bi];
             const size_t nv = vocab_size(m), n = (size_t)b->steps * b->n_seq * nv;
             float *graphed = calloc(n, sizeof *graphed), *eager = calloc(n, sizeof *eager);

@@ -360,6 +360,7 @@ $(BUILD)/tests/test_cuda_sample: $(BUILD)/obj/cuda-emu/sample.o
 $(BUILD)/tests/test_cuda_prefill_attention: $(BUILD)/obj/cuda-emu/prefill_attention.o $(BUILD)/obj/cuda-emu/attention.o
 $(BUILD)/tests/test_cuda_gemm: $(BUILD)/obj/cuda-emu/gemm.o
 $(BUILD)/tests/test_cuda_gemm_int8: $(BUILD)/obj/cuda-emu/gemm_int8.o $(BUILD)/obj/cuda-emu/gemv_quant.o
+$(BUILD)/tests/test_cuda_delta_net: $(BUILD)/obj/cuda-emu/delta_net.o
 
 # CUDA module (cuda/backend.cu)
 # The backend table and its entry point (lib/backend/backend_module.h) with every kernel file, as the

@@ -13,9 +13,10 @@
  * Weights are the model's per device (device_weights.h).
  *
  * Steps. step_begin validates the descriptor as the CPU backend does, then packs the step's
- * tokens, positions, each row's block table start and the concatenated block tables into one
- * host staging array laid out as the device buffer (fixed offsets from the reserved row
- * capacity) and uploads it with one cudaMemcpyAsync; the kernels read them through cu_step.
+ * tokens, positions, each row's block table start and recurrent state slot and the concatenated
+ * block tables into one host staging array laid out as the device buffer (fixed offsets from
+ * the reserved row capacity) and uploads it with one cudaMemcpyAsync; the kernels read them
+ * through cu_step.
  * The buffer is sized at reserve() for shape->max_rows rows and max_rows * ceil(max_kv / 16)
  * table entries, and grows in step_begin only for a step beyond that (the conformance suite
  * never calls reserve).
@@ -47,6 +48,9 @@
 #include "sample.h"
 
 namespace {
+
+/* Arrays of one word per row in the step buffer: tokens, pos, table_start, state_slot. */
+const size_t STEP_ROW_ARRAYS = 4;
 
 /* Minimum block size the table capacity is reserved for (positions per block). */
 const size_t k_min_block = 16;
@@ -82,6 +86,9 @@ enum op_kind : uint32_t {
     OP_PREFILL_ATTENTION,
     OP_LORA_PROJECT,
     OP_LORA_EXPAND,
+    OP_SHORT_CONV,
+    OP_GATED_DELTA_NET,
+    OP_SPLIT_HALVES,
     /* last of every decode record: the buffers the launches read besides their arguments, so
      * that a graph is never replayed after one of them moved */
     OP_STEP_BUFFERS,
@@ -100,7 +107,8 @@ struct cu_state {
 
     /* step inputs: device buffer and pinned host staging of the same layout, in uint32 words:
      * tokens [0, rows_cap), pos [rows_cap, 2 rows_cap), table_start [2 rows_cap, 3 rows_cap),
-     * tables [3 rows_cap, 3 rows_cap + tables_cap) */
+     * state_slot [3 rows_cap, 4 rows_cap), tables [4 rows_cap, 4 rows_cap + tables_cap)
+     * (STEP_ROW_ARRAYS arrays of a word per row, then the tables) */
     uint32_t *step_dev;
     uint32_t *step_host;
     size_t rows_cap, tables_cap;
@@ -184,6 +192,50 @@ size_t matmul_scratch_bytes(uint32_t kind, const llmm_tensor *w, size_t n_rows) 
     return gemm > fallback ? gemm : fallback;
 }
 
+/* A gated_delta_net call as a record: its 11 buffers in p[]; n0 rows, n1 seq_stride, n2
+ * n_v_heads; u0 head_dim, u1 kernel, u2 n_k_heads, u3 the chunk (delta_chunk); f0 eps; and
+ * back. The record names no state slot: the kernels read each row's from the step buffer
+ * (cu_step.state_slot). */
+cu_op delta_op(const llmm_delta_batch *b, size_t rows, uint32_t chunk) {
+    cu_op op = cu_op_zero(OP_GATED_DELTA_NET);
+    const void *p[CU_OP_POINTERS] = {b->qkv,     b->work, b->z,    b->beta_raw, b->alpha_raw, b->taps,
+                                     b->dt_bias, b->a,    b->norm, b->out,      b->states};
+    memcpy(op.p, p, sizeof p);
+    op.n[0] = rows;
+    op.n[1] = b->seq_stride;
+    op.n[2] = b->n_v_heads;
+    op.u[0] = b->head_dim;
+    op.u[1] = b->kernel;
+    op.u[2] = b->n_k_heads;
+    op.u[3] = chunk;
+    op.f[0] = b->eps;
+    return op;
+}
+
+llmm_delta_batch delta_batch_of(const cu_op *op) {
+    llmm_delta_batch b;
+    memset(&b, 0, sizeof b);
+    b.qkv = (const float *)op->p[0];
+    b.work = (float *)op->p[1];
+    b.z = (const float *)op->p[2];
+    b.beta_raw = (const float *)op->p[3];
+    b.alpha_raw = (const float *)op->p[4];
+    b.taps = (const float *)op->p[5];
+    b.dt_bias = (const float *)op->p[6];
+    b.a = (const float *)op->p[7];
+    b.norm = (const float *)op->p[8];
+    b.out = (float *)op->p[9];
+    b.states = (float *)op->p[10];
+    b.n_rows = op->n[0];
+    b.seq_stride = op->n[1];
+    b.n_k_heads = op->u[2];
+    b.n_v_heads = (uint32_t)op->n[2];
+    b.head_dim = op->u[0];
+    b.kernel = op->u[1];
+    b.eps = op->f[0];
+    return b;
+}
+
 /* Launch one op (the fields of cu_op by kind are set by the op functions below). */
 int run_op(cu_state *s, const cu_op *op) {
     switch (op->kind) {
@@ -201,6 +253,8 @@ int run_op(cu_state *s, const cu_op *op) {
         return llmm__cu_rope(s->stream, (float *)op->p[0], op->n[0], op->n[1], op->n[2], s->step.pos, op->u[0], op->f[0],
                        op->f[1], op->f[2], op->u[1], (const float *)op->p[1]);
     case OP_GLU: /* p0 gate, p1 up, n0 n, u0 act */
+        if (op->u[0] == LLMM_ACT_SIGMOID) /* qwen35's attention gate (delta_net.cu) */
+            return llmm__cu_sigmoid_mul(s->stream, (float *)op->p[0], (const float *)op->p[1], op->n[0]);
         return llmm__cu_glu(s->stream, (float *)op->p[0], (const float *)op->p[1], op->n[0], op->u[0]);
     case OP_ADD: /* p0 dst, p1 src, n0 n */
         return llmm__cu_add(s->stream, (float *)op->p[0], (const float *)op->p[1], op->n[0]);
@@ -238,6 +292,17 @@ int run_op(cu_state *s, const cu_op *op) {
     case OP_LORA_EXPAND: /* p0 B^T, u0 B^T is F16, n0 n_out, n1 rank, p1 t, p2 rows, n2 count, p3 out */
         return llmm__cu_lora_expand(s->stream, op->p[0], op->u[0], op->n[0], op->n[1], (const float *)op->p[1],
                                     (const uint32_t *)op->p[2], op->n[2], (float *)op->p[3]);
+    case OP_SHORT_CONV: /* p0 bcx, p1 out, p2 taps, p3 states, n0 seq_stride, n1 rows, u0 dim, u1 kernel */
+        return llmm__cu_short_conv(s->stream, (const float *)op->p[0], (float *)op->p[1], (const float *)op->p[2],
+                                   (float *)op->p[3], op->n[0], (uint32_t)op->n[1], op->u[0], op->u[1], s->step.pos,
+                                   s->step.state_slot);
+    case OP_GATED_DELTA_NET: { /* delta_op's fields, u3 chunk */
+        const llmm_delta_batch b = delta_batch_of(op);
+        return llmm__cu_gated_delta_net(s->stream, &b, s->step.pos, s->step.state_slot, op->u[3]);
+    }
+    case OP_SPLIT_HALVES: /* p0 src, p1 a, p2 b, n0 n_groups, n1 width */
+        return llmm__cu_split_halves(s->stream, (const float *)op->p[0], (float *)op->p[1], (float *)op->p[2],
+                                     op->n[0], op->n[1]);
     case OP_STEP_BUFFERS: return 0;
     }
     return (int)cudaErrorInvalidValue;
@@ -485,7 +550,7 @@ llmm_status reserve_step(cu_state *s, size_t rows, size_t tables) {
     if (rows <= s->rows_cap && tables <= s->tables_cap) return LLMM_OK;
     rows = rows > s->rows_cap ? rows : s->rows_cap;
     tables = tables > s->tables_cap ? tables : s->tables_cap;
-    const size_t words = 3 * rows + tables;
+    const size_t words = STEP_ROW_ARRAYS * rows + tables;
     if (words > SIZE_MAX / sizeof(uint32_t)) return LLMM_ERR_NO_MEMORY;
     uint32_t *host = (uint32_t *)cu_pinned_alloc(words * sizeof *host);
     if (!host) return LLMM_ERR_NO_MEMORY;
@@ -537,6 +602,14 @@ size_t bucket_rows(size_t n, size_t cap) {
     return b < cap ? b : cap;
 }
 
+/* Each row's recurrent state slot: its sequence id, whose state the core keeps at states +
+ * id * seq_stride of every recurrent layer for the context's life (lib/context/recurrent.c).
+ * Data of the step, like its positions, so the recurrent layers' launches name no sequence and
+ * a decode step of a hybrid model replays its graph whichever sequences it holds. */
+void stage_state_slots(const llmm_step *step, uint32_t *slots) {
+    for (size_t r = 0; r < step->n_rows; r++) slots[r] = (uint32_t)step->seq_ids[step->row_seq[r]];
+}
+
 llmm_status cu_step_begin(void *state, const llmm_step *step) {
     cu_state *s = (cu_state *)state;
     if (use_device(s)) return LLMM_ERR_BACKEND;
@@ -566,7 +639,7 @@ llmm_status cu_step_begin(void *state, const llmm_step *step) {
      * asynchronous: the previous step's copy from it is done, since step_end synchronized */
     const size_t n = step->n_rows, cap = s->rows_cap;
     uint32_t *h = s->step_host;
-    uint32_t *starts = h + 2 * cap, *tab = h + 3 * cap;
+    uint32_t *starts = h + 2 * cap, *slots = h + 3 * cap, *tab = h + STEP_ROW_ARRAYS * cap;
     size_t at = 0;
     for (uint32_t q = 0; q < step->n_seqs; q++) {
         memcpy(tab + at, step->block_tables[q], step->n_blocks[q] * sizeof *tab);
@@ -583,23 +656,26 @@ llmm_status cu_step_begin(void *state, const llmm_step *step) {
     }
     memcpy(h, step->tokens, n * sizeof *h);
     memcpy(h + cap, step->pos, n * sizeof *h);
+    stage_state_slots(step, slots);
     const int recording = step->kind == LLMM_STEP_DECODE && cu_graphs_usable(s->graphs);
     const size_t rows = recording ? bucket_rows(n, s->pad_cap) : n;
     for (size_t r = n; r < rows; r++) { /* padding rows: token 0, no position, any table */
         h[r] = 0;
         h[cap + r] = UINT32_MAX; /* pos -1 */
         starts[r] = 0;
+        slots[r] = UINT32_MAX;
     }
     /* one copy: everything up to the end of the tables (the unused row slots ride along) */
     const int err =
-        cudaMemcpyAsync(s->step_dev, h, (3 * cap + tables) * sizeof *h, cudaMemcpyHostToDevice, s->stream);
+        cudaMemcpyAsync(s->step_dev, h, (STEP_ROW_ARRAYS * cap + tables) * sizeof *h, cudaMemcpyHostToDevice,
+                        s->stream);
     if (err) return cu_status(err);
 
     const llmm_kv_layout *kv = step->kv;
     s->kv = cu_kv{(uint8_t *)kv->pool, kv->n_layer, kv->n_head_kv, kv->head_dim, kv->type,
                   kv->block_shift, kv->row_bytes, kv->block_stride, kv->head_stride};
     s->step = cu_step{(uint32_t)rows, (const int32_t *)s->step_dev, (const int32_t *)(s->step_dev + cap),
-                      s->step_dev + 2 * cap, s->step_dev + 3 * cap};
+                      s->step_dev + 2 * cap, s->step_dev + STEP_ROW_ARRAYS * cap, s->step_dev + 3 * cap};
     s->desc = *step;
     s->step_rows = rows;
     s->in_step = 1;
@@ -624,18 +700,19 @@ llmm_status cu_step_end(void *state) {
     return cu_status(err ? err : sync);
 }
 
-/* Rows an op over n_rows rows launches: the step's bucket when the op covers the step's rows
- * (rows are independent everywhere but in kv_write and attention, which skip padding rows). */
-size_t launch_rows(const cu_state *s, size_t n_rows) {
-    return s->in_step && n_rows == s->desc.n_rows ? s->step_rows : n_rows;
-}
-
 /* Values an element-wise op over n values launches: scaled to the bucket when n is whole rows
  * of the step's. */
 size_t launch_values(const cu_state *s, size_t n) {
     if (!s->in_step || s->step_rows == s->desc.n_rows || n % s->desc.n_rows) return n;
     return n / s->desc.n_rows * s->step_rows;
 }
+
+/* Rows an op over n_rows rows launches: the step's bucket when the op covers the step's rows,
+ * k buckets when it covers k rows of each (the per-head Q/K norms: the step's rows times the
+ * heads, row after row), so that the record of a step does not depend on its row count within
+ * the bucket (rows are independent everywhere but in kv_write and attention, which skip padding
+ * rows). */
+size_t launch_rows(const cu_state *s, size_t n_rows) { return launch_values(s, n_rows); }
 
 /* Each op: its arguments checked now (a failure is the op's, as on the CPU), then submitted. */
 
@@ -721,12 +798,9 @@ llmm_status cu_rope_op(void *state, float *x, size_t n_heads, size_t head_dim, c
 
 llmm_status cu_glu_op(void *state, float *gate, const float *up, size_t n, llmm_activation act) {
     cu_state *s = (cu_state *)state;
-    if (act == LLMM_ACT_SIGMOID) { /* qwen35's attention gate (delta_net.cu), as split_halves */
-        llmm_status st = cu_status(use_device(s));
-        if (!st) st = cu_status(flush_record(s));
-        return st ? st : cu_status(llmm__cu_sigmoid_mul(s->stream, gate, up, n));
-    }
-    if (act != LLMM_ACT_SILU && act != LLMM_ACT_GELU_TANH) return refuse(s, LLMM_ERR_INVALID_ARG); /* norm_rope_act.cu's */
+    /* norm_rope_act.cu's, and qwen35's attention gate (delta_net.cu) */
+    if (act != LLMM_ACT_SILU && act != LLMM_ACT_GELU_TANH && act != LLMM_ACT_SIGMOID)
+        return refuse(s, LLMM_ERR_INVALID_ARG);
     if (!n) return LLMM_OK;
     cu_op op = cu_op_zero(OP_GLU);
     op.p[0] = gate;
@@ -883,7 +957,8 @@ size_t shape_ops(const llmm_step_shape *shape) { return 3 * shape->n_weights + 1
 size_t cu_working_bytes(const llmm_step_shape *shape, int n_threads) {
     (void)n_threads;
     return shape_matmul_scratch(shape) + shape_attn_scratch(shape) + CU_LT_WORKSPACE_BYTES +
-           (3 * shape->max_rows + shape_tables(shape)) * sizeof(uint32_t) * 2 + sizeof(int) + sizeof(cu_state) +
+           (STEP_ROW_ARRAYS * shape->max_rows + shape_tables(shape)) * sizeof(uint32_t) * 2 + sizeof(int) +
+           sizeof(cu_state) +
            shape->n_weights * 2 * sizeof(void *) + (1 + CU_GRAPHS_MAX) * shape_ops(shape) * sizeof(cu_op);
 }
 
@@ -1026,57 +1101,52 @@ llmm_status cu_lora_delta_op(void *state, const float *x, size_t n_in, const llm
     return st;
 }
 
-/* The recurrent layers' ops (short_conv.cu, delta_net.cu) read each row's sequence id, staged
- * here with the LoRA rows' staging into *seq (device); as there, the step is launched as it
- * comes from here on: the states the rows read change with the step's sequences, which a
- * captured graph cannot follow, so a decode step of a model with such layers runs without one. */
-llmm_status stage_row_seqs(cu_state *s, size_t n, const uint32_t **seq) {
-    const size_t bytes = n * sizeof(uint32_t);
-    llmm_status st = cu_status(use_device(s));
-    if (!st) st = cu_status(flush_record(s));
-    if (!st) st = lora_staging_room(s, bytes);
-    if (st) return st;
-    uint32_t *host = (uint32_t *)(s->lora_host + s->lora_used);
-    uint8_t *dev = (uint8_t *)s->lora_dev + s->lora_used;
-    for (size_t r = 0; r < n; r++) host[r] = (uint32_t)s->desc.seq_ids[s->desc.row_seq[r]];
-    const int err = cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, s->stream);
-    s->lora_used += (bytes + 255) / 256 * 256;
-    *seq = (const uint32_t *)dev;
-    return cu_status(err);
-}
-
-/* The short_conv slot (kernels.h, short_conv.cu). */
+/* The recurrent layers' ops (short_conv.cu, delta_net.cu): recorded in a decode step like any
+ * op, over the step's rows (its bucket, whose padding rows the kernels skip); each row's state
+ * slot and position are the step buffer's (stage_state_slots). */
 llmm_status cu_short_conv_op(void *state, const llmm_conv_batch *b) {
     cu_state *s = (cu_state *)state;
     if (!s->in_step || !b || b->n_rows != s->desc.n_rows || b->kernel == 0 || b->n_rows > UINT32_MAX)
         return refuse(s, LLMM_ERR_INVALID_ARG);
-    if (b->n_rows == 0) return LLMM_OK;
-    const uint32_t *seq = NULL;
-    llmm_status st = stage_row_seqs(s, b->n_rows, &seq);
-    if (st) return st;
-    return cu_status(llmm__cu_short_conv(s->stream, b->bcx, b->out, b->taps, b->states, b->seq_stride,
-                                         (uint32_t)b->n_rows, b->dim, b->kernel, s->step.pos, seq));
+    if (b->n_rows == 0 || b->dim == 0) return LLMM_OK;
+    cu_op op = cu_op_zero(OP_SHORT_CONV);
+    op.p[0] = b->bcx;
+    op.p[1] = b->out;
+    op.p[2] = b->taps;
+    op.p[3] = b->states;
+    op.n[0] = b->seq_stride;
+    op.n[1] = s->step_rows;
+    op.u[0] = b->dim;
+    op.u[1] = b->kernel;
+    return submit(s, op);
 }
 
-/* The gated_delta_net slot (kernels.h, delta_net.cu). */
+/* The chunk of a gated_delta_net call: a step with sequences of several rows (a prompt, a
+ * verify step) runs them in the CPU's chunks; a step of one row per sequence needs none. */
+uint32_t delta_chunk(const cu_state *s) { return s->desc.n_seqs < s->desc.n_rows ? LLMM_DELTA_CHUNK : 0; }
+
 llmm_status cu_gated_delta_net_op(void *state, const llmm_delta_batch *b) {
     cu_state *s = (cu_state *)state;
-    if (!s->in_step || !b || b->n_rows != s->desc.n_rows || b->n_rows > UINT32_MAX)
-        return refuse(s, LLMM_ERR_INVALID_ARG);
+    if (!s->in_step || !b || b->n_rows != s->desc.n_rows) return refuse(s, LLMM_ERR_INVALID_ARG);
     if (b->n_rows == 0) return LLMM_OK;
-    const uint32_t *seq = NULL;
-    llmm_status st = stage_row_seqs(s, b->n_rows, &seq);
-    if (st) return st;
-    return cu_status(llmm__cu_gated_delta_net(s->stream, b, s->step.pos, seq));
+    const cu_op op = delta_op(b, s->step_rows, delta_chunk(s));
+    const llmm_delta_batch launched = delta_batch_of(&op);
+    if (llmm__cu_gated_delta_net_check(&launched, op.u[3])) return refuse(s, LLMM_ERR_INVALID_ARG);
+    return submit(s, op);
 }
 
-/* split_halves: launched at once, after what the step recorded (it is rare: qwen35's attention
- * layers, in steps that run without a graph anyway). */
+/* split_halves: qwen35's gated query rows (n_groups: the step's rows times the heads). */
 llmm_status cu_split_halves_op(void *state, const float *src, float *a, float *b, size_t n_groups, size_t width) {
     cu_state *s = (cu_state *)state;
-    llmm_status st = cu_status(use_device(s));
-    if (!st) st = cu_status(flush_record(s));
-    return st ? st : cu_status(llmm__cu_split_halves(s->stream, src, a, b, n_groups, width));
+    if (!src || !a || !b) return refuse(s, LLMM_ERR_INVALID_ARG);
+    if (!n_groups || !width) return LLMM_OK;
+    cu_op op = cu_op_zero(OP_SPLIT_HALVES);
+    op.p[0] = src;
+    op.p[1] = a;
+    op.p[2] = b;
+    op.n[0] = launch_values(s, n_groups);
+    op.n[1] = width;
+    return submit(s, op);
 }
 
 void cu_stats(void *state, llmm_backend_stats *out) {

@@ -64,7 +64,7 @@ bool op_equal(const cu_op &a, const cu_op &b) {
         if (a.u[i] != b.u[i]) return false;
     for (int i = 0; i < 3; i++)
         if (a.n[i] != b.n[i]) return false;
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < CU_OP_POINTERS; i++)
         if (a.p[i] != b.p[i]) return false;
     return memcmp(a.f, b.f, sizeof a.f) == 0; /* an array of floats: no padding */
 }

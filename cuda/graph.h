@@ -28,11 +28,14 @@
  * their bits: graph.cu op_equal, so padding bytes never matter), so every record starts with
  * every field zero (cu_op_zero) and holds values only, never host pointers whose target may
  * change: what each field means per kind is the glue's (backend.cu run_op). */
+/* The most buffers one op names: gated_delta_net's llmm_delta_batch. */
+#define CU_OP_POINTERS 11
+
 typedef struct cu_op {
     uint32_t kind;
     uint32_t u[4];
     size_t n[3];
-    const void *p[5];
+    const void *p[CU_OP_POINTERS];
     float f[4];
 } cu_op;
 

@@ -33,13 +33,16 @@ typedef struct cu_kv {
  * is token tokens[r] at position pos[r]; its sequence's block table starts at
  * tables + table_start[r]. A row with pos[r] < 0 pads a decode step to its batch bucket
  * (backend.cu): llmm__cu_kv_write stores nothing for it and llmm__cu_attention leaves its output rows
- * unwritten; the other kernels compute it like any row, and nobody reads the result. */
+ * unwritten; the recurrent layers' kernels skip it; the other kernels compute it like any row,
+ * and nobody reads the result. */
 typedef struct cu_step {
     uint32_t n_rows;
     const int32_t *tokens;      /* device (n_rows) */
     const int32_t *pos;         /* device (n_rows) */
     const uint32_t *table_start; /* device (n_rows) */
     const uint32_t *tables;     /* device: the step's block tables, one after another */
+    const uint32_t *state_slot; /* device (n_rows): each row's recurrent state slot, its sequence
+                                   id (lib/context/recurrent.c); UINT32_MAX for a padding row */
 } cu_step;
 
 /* ---------------------------------------------------------------- gemv_quant.cu */
@@ -114,11 +117,13 @@ int llmm__cu_lora_expand(cudaStream_t stream, const void *bt, uint32_t bt_f16, s
 
 /* The gated short convolution of one recurrent layer (lib/backend/backend.h llmm_conv_batch)
  * over n_rows rows: bcx (n_rows, 3 * dim), out (n_rows, dim), taps (dim rows of kernel), the
- * layer's state of sequence id 0 at states and seq_stride floats per id; row r is at position
- * pos[r] of sequence id seq[r] (device arrays), a sequence's rows consecutive and in order. */
+ * layer's state of slot 0 at states and seq_stride floats per slot; row r is at position pos[r]
+ * of the sequence whose state is slot slot[r] (device arrays: cu_step's pos and state_slot), a
+ * sequence's rows consecutive and in order; rows at a position below 0 (a decode step's
+ * padding) are skipped. */
 int llmm__cu_short_conv(cudaStream_t stream, const float *bcx, float *out, const float *taps, float *states,
                         size_t seq_stride, uint32_t n_rows, uint32_t dim, uint32_t kernel, const int32_t *pos,
-                        const uint32_t *seq);
+                        const uint32_t *slot);
 
 /* ---------------------------------------------------------------- delta_net.cu */
 
@@ -127,10 +132,18 @@ int llmm__cu_split_halves(cudaStream_t stream, const float *src, float *a, float
 /* gate = up * sigmoid(gate) over n values (glu's LLMM_ACT_SIGMOID) */
 int llmm__cu_sigmoid_mul(cudaStream_t stream, float *gate, const float *up, size_t n);
 /* The Gated DeltaNet mixer of lib/backend/backend.h llmm_delta_batch (its pointers device
- * memory) over its rows; row r at position pos[r] of sequence id seq[r] (device arrays). */
+ * memory) over its rows; row r at position pos[r] of the sequence whose state is slot slot[r]
+ * (device arrays, as llmm__cu_short_conv's; padding rows skipped). A sequence of one row runs
+ * the token-by-token recurrence; a longer one the chunked form of the delta rule in chunks of
+ * `chunk` rows (the CPU's LLMM_DELTA_CHUNK, so the two backends round alike), or the recurrence
+ * too when chunk is 0. chunk is at most 64 and its shared memory, 4 (2 chunk head_dim + 2 chunk^2)
+ * bytes, at most LLMM_CU_DELTA_SHARED_MAX: else cudaErrorInvalidValue. */
+#define LLMM_CU_DELTA_SHARED_MAX 49152 /* the dynamic shared memory a block gets without opting in */
 struct llmm_delta_batch;
 int llmm__cu_gated_delta_net(cudaStream_t stream, const struct llmm_delta_batch *b, const int32_t *pos,
-                             const uint32_t *seq);
+                             const uint32_t *slot, uint32_t chunk);
+/* 0 when llmm__cu_gated_delta_net takes b's shape and this chunk, else cudaErrorInvalidValue. */
+int llmm__cu_gated_delta_net_check(const struct llmm_delta_batch *b, uint32_t chunk);
 
 #ifdef __cplusplus
 }

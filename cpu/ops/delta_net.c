@@ -127,7 +127,7 @@ static void delta_row_head(const cpu_kernels *kern, const llmm_delta_batch *b, s
  * is C x C dot products of head_dim. It equals the token-by-token recurrence within float
  * rounding (tests/test_recurrent.c: a prompt whole, in chunks of 3 and token by token). The
  * per-head buffers (y, u: 3 C head_dim floats, 48 KiB at the largest head) are on the stack. */
-#define DELTA_CHUNK 16
+#define DELTA_CHUNK LLMM_DELTA_CHUNK /* the CUDA module chunks the same rows (backend.h) */
 
 /* Value head j over rows [r0, r0 + n), n <= DELTA_CHUNK, their q and k normalized. */
 static void delta_head_chunk(const cpu_kernels *kern, const llmm_delta_batch *b, size_t conv_dim, size_t r0, size_t n,

@@ -195,6 +195,10 @@ typedef struct llmm_conv_batch {
  * at position 0 (the slot's content is then ignored); the call leaves the state at the
  * sequence's last row. */
 #define LLMM_MAX_SSM_HEAD 256 /* the largest head_dim of a llmm_delta_batch */
+/* A backend's rows per chunk when it runs a sequence's several rows in a call through the
+ * chunked form of the delta rule (its rounding differs from the recurrence's): one value for
+ * the CPU and CUDA, so that their results on a prompt differ only by their transcendentals. */
+#define LLMM_DELTA_CHUNK 16
 typedef struct llmm_delta_batch {
     const float *qkv;       /* buffer (n_rows, conv_dim) before the convolution */
     float *work;            /* buffer (n_rows, conv_dim): the backend's scratch */

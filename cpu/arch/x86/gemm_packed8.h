@@ -60,8 +60,8 @@
 /* From PK_LEGACY_TILE_X + 1 to PK_BATCH_X operand rows (a verify step, a few sequences), the
  * legacy tiles take all of them in one pass per half: each half block's weight vectors made once
  * per step, the rows' sums in memory. One matmul of 896 x 4864 from a copy, AVX2 (callgrind,
- * millions of instructions, 8 / 16 rows): Q4_0 6.57 / 13.08 -> 6.25 / 11.49, Q8_0 11.98 /
- * 23.85 -> 11.85 / 21.87, Q5_0 8.38 / 16.68 -> 7.48 / 13.06. Up to 4 rows the registers hold
+ * millions of instructions, 8 / 16 rows): Q4_0 6.57 / 13.08 -> 6.19 / 11.46, Q8_0 11.98 /
+ * 23.85 -> 11.27 / 21.15, Q5_0 8.38 / 16.67 -> 7.23 / 12.77. Up to 4 rows the registers hold
  * the sums, and one pass with them in memory counted 9-14 % more. */
 #define PK_BATCH_X 16
 /* accumulators of a K-quant tile call: PK_TILE_X rows of one half, or one row of both */

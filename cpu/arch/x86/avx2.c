@@ -43,6 +43,15 @@ static inline __m256i dot_q8_0(__m256i w, __m256i x) {
 #define Q8_0_OFFSET 0
 /* 8 prepared weight blocks and their 8 products fill the 16 registers already */
 #define Q_TILE_X 2
+/* Steps of 3-16 operand rows take one pass over the blocks instead of one per Q_TILE_X rows:
+ * each block's 8 weight rows unpacked once and applied to every operand row, their
+ * accumulators in L1 rather than registers. Unpacking is a fixed cost per block and pass, so
+ * this pays most where it is dear (Q5_0's 5th bits). One matmul of 896 x 4864 (callgrind,
+ * millions of instructions, 4 / 8 / 16 rows): Q4_0 4.20 / 7.81 / 15.03 -> 3.98 / 6.41 / 11.27,
+ * Q8_0 5.10 / 9.57 / 18.50 -> 4.83 / 8.00 / 14.36. The K-quant kernels keep their two rows
+ * per pass: their unpacked super-block does not stay in registers, and counted 1.0-1.4x the
+ * instructions with all rows in one pass. */
+#define Q_BATCH_X 16
 
 #include "gemm_int8.h"
 #include "gemm_iq4_xs.h"

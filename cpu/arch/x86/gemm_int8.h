@@ -11,6 +11,8 @@
  *   __m256i dot_q8_0(__m256i prepared, __m256i x)   this dot (whose result is off by
  *   Q8_0_OFFSET times the operand block's quant sum, subtracted afterwards)
  *   Q_TILE_X           operand rows per tile (registers permitting)
+ *   Q_BATCH_X          (optional) up to how many operand rows one pass takes them all, the
+ *                      accumulators then in memory (default Q_TILE_X: never)
  * and gets gemm_q4_0, gemm_q8_0 and gemm_iq4_nl (cpu_gemm_fn). IQ4_NL is Q4_0's layout with
  * each nibble an index into a codebook of int8 values: one shuffle per vector looks them up,
  * and the products go through prep_q8_0 / dot_q8_0 as Q8_0's quants do.
@@ -33,6 +35,9 @@
 #include "kernels/gemm_tiles.h"
 
 #define Q_ROWS 8 /* weight rows per tile: one per float lane */
+#ifndef Q_BATCH_X
+#define Q_BATCH_X Q_TILE_X
+#endif
 
 /* The quants of one IQ4_NL block of rows a and b laid out as prep_q4_0_pair's ([a | b],
  * weights 0-15 in lo, 16-31 in hi), looked up in the codebook and prepared for dot_q8_0. */
@@ -111,7 +116,7 @@ SIMD_ALWAYS_INLINE void gather_scales(const uint8_t *base, size_t rb, size_t blo
  * r0 .. r0+nx-1. kind and nx are constants at every call site, so the branches on them fold. */
 SIMD_ALWAYS_INLINE void q_tile_seg(const uint8_t *base, size_t rb, const uint8_t *next, size_t nb, size_t b0,
                                    size_t n, const uint16_t dws[SCALE_SEG][Q_ROWS], const cpu_operand *x, size_t r0,
-                                   size_t nx, q_kind kind, __m256 acc[Q_TILE_X]) {
+                                   size_t nx, q_kind kind, __m256 *acc) {
     const size_t block_bytes = q_block_bytes(kind);
     const int32_t offset = kind == Q_Q4_0 ? 8 : Q8_0_OFFSET;
     for (size_t b = b0; b < b0 + n; b++) {
@@ -156,7 +161,7 @@ SIMD_ALWAYS_INLINE void q_tile_seg(const uint8_t *base, size_t rb, const uint8_t
 SIMD_ALWAYS_INLINE void q_tile(const uint8_t *base, size_t rb, const uint8_t *next, size_t nb,
                                uint16_t dws[SCALE_SEG][Q_ROWS],
                                int have_scales, const cpu_operand *x, size_t r0, size_t nx, q_kind kind,
-                               __m256 acc[Q_TILE_X]) {
+                               __m256 *acc) {
     const size_t block_bytes = q_block_bytes(kind);
     for (size_t r = 0; r < nx; r++) acc[r] = _mm256_setzero_ps();
     for (size_t b0 = 0; b0 < nb; b0 += SCALE_SEG) {
@@ -175,6 +180,12 @@ SIMD_ALWAYS_INLINE void q_rows(const uint8_t *base, size_t rb, const uint8_t *ne
     const int one_seg = nb <= SCALE_SEG;
     uint16_t dws[SCALE_SEG][Q_ROWS];
     if (one_seg) gather_scales(base, rb, q_block_bytes(kind), 0, nb, dws);
+    if (n_rows > Q_TILE_X && n_rows <= Q_BATCH_X) {
+        __m256 acc[Q_BATCH_X];
+        q_tile(base, rb, next, nb, dws, one_seg, x, 0, n_rows, kind, acc);
+        for (size_t r = 0; r < n_rows; r++) store_lanes(out + r * ldo + j, acc[r], l0, nl);
+        return;
+    }
     for (size_t r0 = 0; r0 < n_rows; r0 += Q_TILE_X) {
         __m256 acc[Q_TILE_X];
         const size_t nx = LLMM_MIN((size_t)Q_TILE_X, n_rows - r0);

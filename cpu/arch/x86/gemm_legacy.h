@@ -44,7 +44,7 @@ SIMD_ALWAYS_INLINE void lq_prep_pair(lq_kind kind, const uint8_t *a, const uint8
 SIMD_ALWAYS_INLINE void lq_tile_seg(lq_kind kind, const uint8_t *base, size_t rb, const uint8_t *next, size_t nb,
                                     size_t b0, size_t n, const uint16_t dws[SCALE_SEG][Q_ROWS],
                                     const uint16_t mws[SCALE_SEG][Q_ROWS], const cpu_operand *x, size_t r0, size_t nx,
-                                    __m256 acc[Q_TILE_X]) {
+                                    __m256 *acc) {
     const size_t bb = lq_block_bytes(kind);
     for (size_t b = b0; b < b0 + n; b++) {
         if (next && r0 == 0) prefetch_next(next, b, bb);
@@ -77,7 +77,7 @@ SIMD_ALWAYS_INLINE void lq_tile_seg(lq_kind kind, const uint8_t *base, size_t rb
 
 SIMD_ALWAYS_INLINE void lq_tile(lq_kind kind, const uint8_t *base, size_t rb, const uint8_t *next, size_t nb,
                                 uint16_t dws[SCALE_SEG][Q_ROWS], uint16_t mws[SCALE_SEG][Q_ROWS], int have_scales,
-                                const cpu_operand *x, size_t r0, size_t nx, __m256 acc[Q_TILE_X]) {
+                                const cpu_operand *x, size_t r0, size_t nx, __m256 *acc) {
     const size_t bb = lq_block_bytes(kind);
     for (size_t r = 0; r < nx; r++) acc[r] = _mm256_setzero_ps();
     for (size_t b0 = 0; b0 < nb; b0 += SCALE_SEG) {
@@ -100,6 +100,12 @@ SIMD_ALWAYS_INLINE void lq_rows(lq_kind kind, const uint8_t *base, size_t rb, co
     if (one_seg) {
         gather_scales(base, rb, bb, 0, nb, dws);
         if (kind != LQ_Q5_0) gather_scales(base + offsetof(block_q4_1, m), rb, bb, 0, nb, mws);
+    }
+    if (n_rows > Q_TILE_X && n_rows <= Q_BATCH_X) { /* a small batch: as in q_rows */
+        __m256 acc[Q_BATCH_X];
+        lq_tile(kind, base, rb, next, nb, dws, mws, one_seg, x, 0, n_rows, acc);
+        for (size_t r = 0; r < n_rows; r++) store_lanes(out + r * ldo + j, acc[r], l0, nl);
+        return;
     }
     for (size_t r0 = 0; r0 < n_rows; r0 += Q_TILE_X) {
         __m256 acc[Q_TILE_X];

@@ -983,7 +983,8 @@ static unsigned long long lora_steps(lora_pair *lp, int steps, double *worst) {
  * captures; logits within 1e-3 of the CPU's throughout. */
 static void test_lora_decode_replays_one_graph(void **state) {
     (void)state;
-    enum { N_SEQ = 3, STEPS = 4 };
+    enum { N_SEQ = 3 };
+    const int STEPS = under_emulator() ? 2 : 4; /* qemu (make test-arm): fewer steps */
     llmm_model *m = load_model("stories260K.gguf", NULL);
     llmm_adapter *a = load_lora(m, "lora/stories260K-lora-r8.gguf");
     llmm_adapter *b = load_lora(m, "lora/stories260K-lora-r4-attn-f16.gguf");
@@ -1076,7 +1077,7 @@ static void test_lora_table_full(void **state) {
     double worst = 0;
     for (int i = 0; i <= N_HELD; i++) {
         lora_set(&lp, 0, &held[i % N_HELD], NULL, 1); /* the last: held[0] again, evicted before */
-        lora_steps(&lp, 1, &worst);
+        if (!under_emulator() || i >= 15) lora_steps(&lp, 1, &worst); /* qemu: the evicting steps */
     }
     print_message("LoRA with %d adapters through a table of 16 entries: max |logit diff| %.2e\n", N_HELD, worst);
     assert_true(worst <= 1e-3);

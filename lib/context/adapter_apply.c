@@ -8,7 +8,10 @@
  * through A and B as two small matmuls, scaled and added back; the embedding table's deltas
  * are always composed so (embed of A's rows, matmul by B). A and B are host memory (the file,
  * or the copies made at load); a backend with device memory gets the operands copied into its
- * own buffers per context (adapter_device.c) and must have lora_delta. */
+ * own buffers per context (adapter_device.c) and must have lora_delta or a table of resident
+ * adapters (backend.h lora_table_*): then each row names its adapters as entries of that table
+ * in the step's descriptor, and one lora_rows call per group of matmuls serves every row,
+ * whatever adapters the rows take, so the step's calls do not follow the rows' choices. */
 #include <math.h>
 #include <string.h>
 

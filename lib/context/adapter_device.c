@@ -157,7 +157,8 @@ static llmm_status table_set(llmm_context *ctx, llmm__lora_dev *d) {
     llmm_lora_operands *ops = llmm__mem_calloc(ctx->model->alloc, a->n_slots, sizeof *ops);
     if (!ops) return LLMM_ERR_NO_MEMORY;
     for (size_t s = 0; s < a->n_slots; s++)
-        if (device_slot(a, s)) ops[s] = (llmm_lora_operands){.a = &d->slots[s].a_rows, .bt = &d->slots[s].bt, .alpha = a->alpha};
+        if (device_slot(a, s))
+            ops[s] = (llmm_lora_operands){.a = &d->slots[s].a_rows, .bt = &d->slots[s].bt, .alpha = a->alpha};
     llmm_status st = ctx->be->lora_table_set(ctx->be_state, d->entry, ops);
     llmm__mem_free(ctx->model->alloc, ops);
     if (st) return st;

@@ -1830,7 +1830,8 @@ static void lora_rows_case(const conformance_target *t, cf *c, const ld_layout *
         llmm_lora_operands slots[LD_PARTS] = {{0}};
         for (size_t pi = 0; pi < LD_PARTS; pi++)
             if (pi != 0 || a != LD_ADAPTERS - 1)
-                slots[pi] = (llmm_lora_operands){.a = &k->ops[pi][a].ta, .bt = &k->ops[pi][a].tbt, .alpha = ld_alpha(a)};
+                slots[pi] =
+                    (llmm_lora_operands){.a = &k->ops[pi][a].ta, .bt = &k->ops[pi][a].tbt, .alpha = ld_alpha(a)};
         cf_ok(c, t->be->lora_table_set(c->st, ld_entry(a), slots), "lora_table_set");
     }
     float mult[LD_ADAPTERS * LD_ROWS];

@@ -84,8 +84,8 @@ enum op_kind : uint32_t {
     OP_GEMM,
     OP_GEMM_INT8,
     OP_PREFILL_ATTENTION,
-    OP_LORA_PROJECT,
-    OP_LORA_EXPAND,
+    OP_LORA_ROWS_PROJECT,
+    OP_LORA_ROWS_EXPAND,
     OP_SHORT_CONV,
     OP_GATED_DELTA_NET,
     OP_SPLIT_HALVES,
@@ -129,12 +129,15 @@ struct cu_state {
     void *sample_packed, *sample_scratch, *sample_ids;
     size_t sample_packed_bytes, sample_scratch_bytes, sample_ids_bytes;
 
-    /* LoRA deltas (cu_lora_delta_op): the groups' rows and scales, appended call after call in
-     * a step to the host staging and its device copy (step_end's synchronisation frees both for
-     * the next step); grown at the first steps, kept */
-    uint8_t *lora_host;
-    void *lora_dev;
-    size_t lora_host_bytes, lora_dev_bytes, lora_used;
+    /* the table of resident adapters (cu_lora_table_*): one device buffer, the table
+     * (lora_table_cap entries of lora_n_slots cu_lora_operand) and then the step's per-row uses
+     * (entries, then scales, lora_rows_cap * LLMM_LORA_MAX_USES each), and a pinned host mirror
+     * of the same layout that the table's entries and each step's uses are copied from; made by
+     * lora_table_reserve, never inside a step */
+    uint8_t *lora_table_dev, *lora_table_host;
+    uint32_t lora_table_cap, lora_n_slots, lora_max_rank;
+    size_t lora_rows_cap, lora_uses_offset; /* bytes from the buffer's start to the entries */
+    uint32_t lora_uses;                     /* this step's uses per row (0: none) */
 
     int in_step;
     llmm_step desc;
@@ -236,6 +239,20 @@ llmm_delta_batch delta_batch_of(const cu_op *op) {
     return b;
 }
 
+/* The table and the step's uses as a recorded LoRA op names them: all at fixed places of the
+ * table buffer (op->p[3]), which step_begin refills, so a replay reads the step's own uses. */
+cu_lora_uses lora_uses_of(const cu_state *s, const cu_op *op) {
+    const uint8_t *buffer = (const uint8_t *)op->p[3];
+    const size_t uses_cap = s->lora_rows_cap * LLMM_LORA_MAX_USES;
+    cu_lora_uses lu;
+    lu.table = (const cu_lora_operand *)buffer;
+    lu.n_slots = op->u[3];
+    lu.uses = op->u[1];
+    lu.entry = (const uint32_t *)(buffer + s->lora_uses_offset);
+    lu.scale = (const float *)(buffer + s->lora_uses_offset + uses_cap * sizeof(uint32_t));
+    return lu;
+}
+
 /* Launch one op (the fields of cu_op by kind are set by the op functions below). */
 int run_op(cu_state *s, const cu_op *op) {
     switch (op->kind) {
@@ -286,12 +303,13 @@ int run_op(cu_state *s, const cu_op *op) {
     case OP_PREFILL_ATTENTION: /* as OP_ATTENTION, n1 row_begin, n2 row_end (no max_kv, no scratch) */
         return llmm__cu_prefill_attention(s->stream, &s->kv, &s->step, op->u[0], (const float *)op->p[0], (float *)op->p[1],
                                     op->u[1], op->u[2], op->f[0], op->f[1], op->n[1], op->n[2]);
-    case OP_LORA_PROJECT: /* p0 A, u0 A is F16, n0 n_in, n1 rank, p1 x, p2 rows, p3 scales, n2 count, p4 t */
-        return llmm__cu_lora_project(s->stream, op->p[0], op->u[0], op->n[0], op->n[1], (const float *)op->p[1],
-                                     (const uint32_t *)op->p[2], (const float *)op->p[3], op->n[2], (float *)op->p[4]);
-    case OP_LORA_EXPAND: /* p0 B^T, u0 B^T is F16, n0 n_out, n1 rank, p1 t, p2 rows, n2 count, p3 out */
-        return llmm__cu_lora_expand(s->stream, op->p[0], op->u[0], op->n[0], op->n[1], (const float *)op->p[1],
-                                    (const uint32_t *)op->p[2], op->n[2], (float *)op->p[3]);
+    case OP_LORA_ROWS_PROJECT: /* u0 slot, u1 uses, n0 row0, n1 rows, p0 x, n2 n_in, p1 t, p3 table buffer,
+                                  f: none; t_stride in u2, n_slots in u3 */
+        return llmm__cu_lora_rows_project(s->stream, lora_uses_of(s, op), op->u[0], op->n[0], op->n[1],
+                                          (const float *)op->p[0], op->n[2], (float *)op->p[1], op->u[2]);
+    case OP_LORA_ROWS_EXPAND: /* as OP_LORA_ROWS_PROJECT, p0 out, n2 n_out */
+        return llmm__cu_lora_rows_expand(s->stream, lora_uses_of(s, op), op->u[0], op->n[0], op->n[1],
+                                         (const float *)op->p[1], op->u[2], (float *)op->p[0], op->n[2]);
     case OP_SHORT_CONV: /* p0 bcx, p1 out, p2 taps, p3 states, n0 seq_stride, n1 rows, u0 dim, u1 kernel */
         return llmm__cu_short_conv(s->stream, (const float *)op->p[0], (float *)op->p[1], (const float *)op->p[2],
                                    (float *)op->p[3], op->n[0], (uint32_t)op->n[1], op->u[0], op->u[1], s->step.pos,
@@ -465,8 +483,8 @@ void cu_shutdown(void *state) {
     cudaFree(s->sample_scratch);
     cudaFree(s->sample_ids);
     cu_pinned_free(s->sample_host);
-    cudaFree(s->lora_dev);
-    cu_pinned_free(s->lora_host);
+    cudaFree(s->lora_table_dev);
+    cu_pinned_free(s->lora_table_host);
     cu_host_free(s->alloc, s->ops);
     if (s->stream) cudaStreamDestroy(s->stream);
     cu_host_free(s->alloc, s);
@@ -610,6 +628,34 @@ void stage_state_slots(const llmm_step *step, uint32_t *slots) {
     for (size_t r = 0; r < step->n_rows; r++) slots[r] = (uint32_t)step->seq_ids[step->row_seq[r]];
 }
 
+/* The step's LoRA uses name entries of the table, for rows it has room for. */
+int lora_uses_ok(const cu_state *s, const llmm_step *step) {
+    if (!step->lora_uses) return 1;
+    if (!s->lora_table_dev || step->lora_uses > LLMM_LORA_MAX_USES || step->n_rows > s->lora_rows_cap ||
+        !step->lora_entry || !step->lora_scale)
+        return 0;
+    for (size_t i = 0; i < step->n_rows * step->lora_uses; i++)
+        if (step->lora_entry[i] != LLMM_LORA_NO_ENTRY && step->lora_entry[i] >= s->lora_table_cap) return 0;
+    return 1;
+}
+
+/* The step's LoRA uses (rows padded to the bucket with no adapter) into their fixed place of
+ * the table buffer: one copy from the pinned mirror, queued ahead of the step's launches. */
+int stage_lora_uses(cu_state *s, const llmm_step *step, size_t rows) {
+    if (rows > s->lora_rows_cap) return (int)cudaErrorInvalidValue;
+    const size_t uses = step->lora_uses, used = step->n_rows * uses, uses_cap = s->lora_rows_cap * LLMM_LORA_MAX_USES;
+    uint32_t *entry = (uint32_t *)(s->lora_table_host + s->lora_uses_offset);
+    float *scale = (float *)(entry + uses_cap);
+    memcpy(entry, step->lora_entry, used * sizeof *entry);
+    memcpy(scale, step->lora_scale, used * sizeof *scale);
+    for (size_t i = used; i < rows * uses; i++) {
+        entry[i] = LLMM_LORA_NO_ENTRY;
+        scale[i] = 0.f;
+    }
+    const size_t bytes = (uses_cap + rows * uses) * sizeof(uint32_t); /* the entries, then the scales used */
+    return cudaMemcpyAsync(s->lora_table_dev + s->lora_uses_offset, entry, bytes, cudaMemcpyHostToDevice, s->stream);
+}
+
 llmm_status cu_step_begin(void *state, const llmm_step *step) {
     cu_state *s = (cu_state *)state;
     if (use_device(s)) return LLMM_ERR_BACKEND;
@@ -627,7 +673,7 @@ llmm_status cu_step_begin(void *state, const llmm_step *step) {
             if (step->block_tables[q][i] >= step->kv->n_blocks) return LLMM_ERR_INVALID_ARG;
         tables += step->n_blocks[q];
     }
-    if (tables > UINT32_MAX) return LLMM_ERR_INVALID_ARG;
+    if (tables > UINT32_MAX || !lora_uses_ok(s, step)) return LLMM_ERR_INVALID_ARG;
     llmm_status st = reserve_step(s, step->n_rows, tables);
     if (st) return st;
     if (s->upload_pinned) { /* the weights are on the device: their staging is not needed */
@@ -666,9 +712,9 @@ llmm_status cu_step_begin(void *state, const llmm_step *step) {
         slots[r] = UINT32_MAX;
     }
     /* one copy: everything up to the end of the tables (the unused row slots ride along) */
-    const int err =
-        cudaMemcpyAsync(s->step_dev, h, (STEP_ROW_ARRAYS * cap + tables) * sizeof *h, cudaMemcpyHostToDevice,
-                        s->stream);
+    int err = cudaMemcpyAsync(s->step_dev, h, (STEP_ROW_ARRAYS * cap + tables) * sizeof *h, cudaMemcpyHostToDevice,
+                              s->stream);
+    if (!err && step->lora_uses) err = stage_lora_uses(s, step, rows);
     if (err) return cu_status(err);
 
     const llmm_kv_layout *kv = step->kv;
@@ -677,6 +723,7 @@ llmm_status cu_step_begin(void *state, const llmm_step *step) {
     s->step = cu_step{(uint32_t)rows, (const int32_t *)s->step_dev, (const int32_t *)(s->step_dev + cap),
                       s->step_dev + 2 * cap, s->step_dev + STEP_ROW_ARRAYS * cap, s->step_dev + 3 * cap};
     s->desc = *step;
+    s->lora_uses = step->lora_uses;
     s->step_rows = rows;
     s->in_step = 1;
     s->recording = recording;
@@ -695,7 +742,6 @@ llmm_status cu_step_end(void *state) {
     s->in_step = 0;
     s->desc = llmm_step{};
     s->step_rows = 0;
-    s->lora_used = 0;
     const int sync = cudaStreamSynchronize(s->stream);
     return cu_status(err ? err : sync);
 }
@@ -1009,95 +1055,116 @@ llmm_status cu_sample_op(void *state, const float *logits, size_t n_rows, size_t
     return cu_status(err ? err : sync);
 }
 
-/* Room for bytes more of LoRA rows and scales in the step's staging: when the buffers must
- * grow, the stream is drained first (earlier calls' copies and launches read the old ones). */
-llmm_status lora_staging_room(cu_state *s, size_t bytes) {
-    if (s->lora_used + bytes <= s->lora_host_bytes && s->lora_used + bytes <= s->lora_dev_bytes) return LLMM_OK;
-    if (cudaStreamSynchronize(s->stream) != cudaSuccess) return LLMM_ERR_BACKEND;
-    const size_t want = 2 * (s->lora_used + bytes);
-    s->lora_used = 0;
-    if (want > s->lora_host_bytes) {
-        uint8_t *h = (uint8_t *)cu_pinned_alloc(want);
-        if (!h) return LLMM_ERR_NO_MEMORY;
-        cu_pinned_free(s->lora_host);
-        s->lora_host = h;
-        s->lora_host_bytes = want;
-    }
-    return grow_device_buffer(s, &s->lora_dev, &s->lora_dev_bytes, want);
+int lora_operand_ok(const llmm_tensor *t) {
+    return t && t->data && (t->type == LLMM_TYPE_F32 || t->type == LLMM_TYPE_F16);
 }
 
-int lora_operand_ok(const llmm_tensor *t) { return t->type == LLMM_TYPE_F32 || t->type == LLMM_TYPE_F16; }
-
-/* The lora_delta slot: every group's rows and scales staged in one upload, then per group its
- * projection and expansion (kernels.h, lora.cu), recorded in a decode step like any op. What
- * changes from step to step, which rows take which adapter and with what scale, is data: the
- * upload goes on the stream at once (ahead of the step's graph, which runs at step_end), to a
- * place in the staging that depends only on the call's order in the step and the rows' count
- * (lora_used starts from 0 every step), and the recorded launches name that place, the adapter's
- * device tensors and the counts. So a decode step whose adapters and group sizes are those of
- * the step a graph was captured from replays it, whichever rows are in each group; another
- * adapter set is another record, captured anew. Growing the staging moves it: the ops recorded
- * so far are launched first and this step runs without a graph. */
-llmm_status cu_lora_delta_op(void *state, const float *x, size_t n_in, const llmm_lora_part *parts, size_t n_parts,
-                             float *t) {
+/* The table of resident adapters and the room for steps' uses of it (lora_table_reserve): one
+ * device buffer and its pinned mirror, made now, so that no step allocates for them. */
+llmm_status cu_lora_table_reserve(void *state, uint32_t capacity, size_t n_slots, size_t max_rows) {
     cu_state *s = (cu_state *)state;
-    if (!x || !t || (n_parts && !parts)) return refuse(s, LLMM_ERR_INVALID_ARG);
-    size_t n = 0, n_ops = 0;
-    for (size_t pi = 0; pi < n_parts; pi++)
-        for (size_t gi = 0; gi < parts[pi].n_groups; gi++) {
-            const llmm_lora_group *g = &parts[pi].groups[gi];
-            if (!parts[pi].out || !g->a || !g->bt || !g->rows || !g->scales || !lora_operand_ok(g->a) ||
-                !lora_operand_ok(g->bt) || (size_t)g->a->ne0 != n_in || (size_t)g->bt->ne0 != parts[pi].n_out ||
-                g->a->ne1 != g->bt->ne1 || g->a->ne1 <= 0 || g->a->ne1 > 65535 || g->count > 65535)
-                return refuse(s, LLMM_ERR_INVALID_ARG);
-            n += g->count;
-            n_ops += 2;
-        }
-    if (n == 0) return LLMM_OK;
+    if (s->in_step || capacity == 0 || n_slots == 0 || n_slots > UINT32_MAX || max_rows == 0 ||
+        capacity > SIZE_MAX / sizeof(cu_lora_operand) / n_slots || max_rows > SIZE_MAX / 64 / LLMM_LORA_MAX_USES)
+        return LLMM_ERR_INVALID_ARG;
+    const size_t table = (size_t)capacity * n_slots * sizeof(cu_lora_operand);
+    const size_t offset = (table + 255) / 256 * 256;
+    const size_t bytes = offset + max_rows * LLMM_LORA_MAX_USES * (sizeof(uint32_t) + sizeof(float));
     llmm_status st = cu_status(use_device(s));
-    const size_t bytes = n * (sizeof(uint32_t) + sizeof(float));
-    const int fits = s->lora_used + bytes <= s->lora_host_bytes && s->lora_used + bytes <= s->lora_dev_bytes;
-    if (!st && !fits) st = cu_status(flush_record(s));
-    if (!st) st = lora_staging_room(s, bytes);
-    if (!st && s->recording) st = ops_room(s, n_ops);
-    if (st) return refuse(s, st);
-    uint8_t *host = s->lora_host + s->lora_used;
-    uint8_t *dev = (uint8_t *)s->lora_dev + s->lora_used;
-    size_t off = 0;
-    for (size_t pi = 0; pi < n_parts; pi++)
-        for (size_t gi = 0; gi < parts[pi].n_groups; gi++) {
-            const llmm_lora_group *g = &parts[pi].groups[gi];
-            memcpy(host + off * sizeof(uint32_t), g->rows, g->count * sizeof(uint32_t));
-            memcpy(host + n * sizeof(uint32_t) + off * sizeof(float), g->scales, g->count * sizeof(float));
-            off += g->count;
-        }
-    const int err = cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, s->stream);
-    s->lora_used += (bytes + 255) / 256 * 256;
-    if (err) return refuse(s, cu_status(err));
-    const uint32_t *rows = (const uint32_t *)dev;
-    const float *scales = (const float *)(dev + n * sizeof(uint32_t));
-    /* pass 0: all projections (each group's t rows its own); pass 1: the expansions in group order */
-    for (int pass = 0; pass < 2 && !st; pass++) {
-        float *tg = t;
-        off = 0;
-        for (size_t pi = 0; !st && pi < n_parts; pi++)
-            for (size_t gi = 0; !st && gi < parts[pi].n_groups; gi++) {
-                const llmm_lora_group *g = &parts[pi].groups[gi];
-                const size_t rank = (size_t)g->a->ne1;
-                cu_op op = cu_op_zero(pass == 0 ? OP_LORA_PROJECT : OP_LORA_EXPAND);
-                op.p[0] = pass == 0 ? g->a->data : g->bt->data;
-                op.u[0] = (pass == 0 ? g->a->type : g->bt->type) == LLMM_TYPE_F16;
-                op.n[0] = pass == 0 ? n_in : parts[pi].n_out;
-                op.n[1] = rank;
-                op.n[2] = g->count;
-                op.p[2] = rows + off;
-                if (pass == 0) op.p[1] = x, op.p[3] = scales + off, op.p[4] = tg;
-                else op.p[1] = tg, op.p[3] = parts[pi].out;
-                st = submit(s, op);
-                tg += g->count * rank;
-                off += g->count;
-            }
+    if (st) return st;
+    uint8_t *host = (uint8_t *)cu_pinned_alloc(bytes), *dev = NULL;
+    if (!host || cudaMalloc((void **)&dev, bytes) != cudaSuccess) {
+        cu_pinned_free(host);
+        return LLMM_ERR_NO_MEMORY;
     }
+    memset(host, 0, bytes); /* every entry empty: a NULL a */
+    int err = cudaMemcpyAsync(dev, host, offset, cudaMemcpyHostToDevice, s->stream);
+    if (!err) err = cudaStreamSynchronize(s->stream); /* also: nothing queued uses the old table */
+    if (err) {
+        cudaFree(dev);
+        cu_pinned_free(host);
+        return cu_status(err);
+    }
+    cudaFree(s->lora_table_dev);
+    cu_pinned_free(s->lora_table_host);
+    s->lora_table_dev = dev;
+    s->lora_table_host = host;
+    s->lora_table_cap = capacity;
+    s->lora_n_slots = (uint32_t)n_slots;
+    s->lora_rows_cap = max_rows;
+    s->lora_uses_offset = offset;
+    s->lora_max_rank = 0;
+    return LLMM_OK;
+}
+
+/* One slot's operands as the kernels read them; 0 when they are not a valid pair. */
+int lora_operand_from(const llmm_lora_operands *in, cu_lora_operand *out) {
+    *out = cu_lora_operand{};
+    if (!in->a) return 1;
+    if (!lora_operand_ok(in->a) || !lora_operand_ok(in->bt) || in->a->ne1 != in->bt->ne1 || in->a->ne1 <= 0 ||
+        in->a->ne1 > 65535 || in->a->ne0 <= 0 || in->bt->ne0 <= 0)
+        return 0;
+    *out = cu_lora_operand{in->a->data, in->bt->data, (uint32_t)in->a->ne1, in->a->type == LLMM_TYPE_F16,
+                           in->bt->type == LLMM_TYPE_F16, in->alpha};
+    return 1;
+}
+
+/* An entry of the table filled (or emptied) outside a step: its stretch of the mirror copied,
+ * and waited for, so that the mirror is free for the next call and no step sees half of it. */
+llmm_status cu_lora_table_set(void *state, uint32_t entry, const llmm_lora_operands *slots) {
+    cu_state *s = (cu_state *)state;
+    if (s->in_step || !s->lora_table_dev || entry >= s->lora_table_cap) return LLMM_ERR_INVALID_ARG;
+    const size_t n = s->lora_n_slots, off = (size_t)entry * n * sizeof(cu_lora_operand);
+    cu_lora_operand *mirror = (cu_lora_operand *)(s->lora_table_host + off);
+    uint32_t rank = 0;
+    for (size_t i = 0; i < n; i++) {
+        cu_lora_operand op{};
+        if (slots && !lora_operand_from(&slots[i], &op)) return LLMM_ERR_INVALID_ARG;
+        rank = op.rank > rank ? op.rank : rank;
+    }
+    const llmm_lora_operands empty = {};
+    for (size_t i = 0; i < n; i++) lora_operand_from(slots ? &slots[i] : &empty, &mirror[i]);
+    s->lora_max_rank = rank > s->lora_max_rank ? rank : s->lora_max_rank;
+    llmm_status st = cu_status(use_device(s));
+    int err = st ? 0 : cudaMemcpyAsync(s->lora_table_dev + off, mirror, n * sizeof *mirror, cudaMemcpyHostToDevice,
+                                       s->stream);
+    if (!st && !err) err = cudaStreamSynchronize(s->stream);
+    return st ? st : cu_status(err);
+}
+
+/* The lora_rows slot: per part its projection and expansion (kernels.h, lora.cu) over the
+ * step's rows, recorded in a decode step like any op. The launches name the slot, the sizes,
+ * the table buffer and the step's uses per row, never which adapter a row runs with: that is
+ * the step's data (stage_lora_uses), so a decode step replays its graph whichever resident
+ * adapters its rows take. */
+llmm_status cu_lora_rows_op(void *state, const float *x, size_t n_in, const llmm_lora_slot_part *parts,
+                            size_t n_parts, size_t row0, float *t, size_t t_stride) {
+    cu_state *s = (cu_state *)state;
+    if (!s->in_step || !x || !t || (n_parts && !parts) || row0 > s->desc.n_rows || n_in == 0 ||
+        t_stride < s->lora_max_rank || t_stride > UINT32_MAX)
+        return refuse(s, LLMM_ERR_INVALID_ARG);
+    for (size_t pi = 0; pi < n_parts; pi++)
+        if (!parts[pi].out || parts[pi].slot >= s->lora_n_slots || parts[pi].n_out == 0)
+            return refuse(s, LLMM_ERR_INVALID_ARG);
+    if (!s->lora_uses || row0 == s->desc.n_rows || n_parts == 0) return LLMM_OK;
+    const size_t rows = row0 == 0 ? launch_rows(s, s->desc.n_rows) : s->desc.n_rows - row0;
+    const size_t part_t = s->lora_rows_cap * LLMM_LORA_MAX_USES * t_stride; /* floats of one part's t */
+    llmm_status st = LLMM_OK;
+    /* pass 0: every part's projection (its own t); pass 1: the expansions */
+    for (int pass = 0; pass < 2 && !st; pass++)
+        for (size_t pi = 0; pi < n_parts && !st; pi++) {
+            cu_op op = cu_op_zero(pass == 0 ? OP_LORA_ROWS_PROJECT : OP_LORA_ROWS_EXPAND);
+            op.u[0] = parts[pi].slot;
+            op.u[1] = s->lora_uses;
+            op.u[2] = (uint32_t)t_stride;
+            op.u[3] = s->lora_n_slots;
+            op.n[0] = row0;
+            op.n[1] = rows;
+            op.n[2] = pass == 0 ? n_in : parts[pi].n_out;
+            op.p[0] = pass == 0 ? (void *)x : (void *)parts[pi].out;
+            op.p[1] = t + pi * part_t;
+            op.p[3] = s->lora_table_dev;
+            st = submit(s, op);
+        }
     return st;
 }
 
@@ -1195,10 +1262,13 @@ llmm_backend_ops make_table() {
     t.reserve = cu_reserve;
     t.stats = cu_stats;
     t.sample = cu_sample_op;
-    t.lora_delta = cu_lora_delta_op;
+    t.lora_delta = NULL; /* lora_rows: the table of resident adapters */
     t.short_conv = cu_short_conv_op;
     t.split_halves = cu_split_halves_op;
     t.gated_delta_net = cu_gated_delta_net_op;
+    t.lora_table_reserve = cu_lora_table_reserve;
+    t.lora_table_set = cu_lora_table_set;
+    t.lora_rows = cu_lora_rows_op;
     return t;
 }
 

@@ -103,15 +103,39 @@ int llmm__cu_attention(cudaStream_t stream, const cu_kv *kv, const cu_step *step
 
 /* ---------------------------------------------------------------- lora.cu */
 
-/* One adapter group of lora_delta (lib/backend/backend.h). Projection: t[i * rank + r] = scales[i] *
- * (A row r . x row rows[i]) for i < count, A rank rows of n_in values (F16 when a_f16, else
- * F32). Expansion: out row rows[i] (n_out values) += t row i times B transposed (rank rows of
- * n_out in LLMM_LORA_PANEL-column panels, F16 when bt_f16), rank products in order. rows and
- * scales are device arrays; count and rank at most 65535. */
-int llmm__cu_lora_project(cudaStream_t stream, const void *a, uint32_t a_f16, size_t n_in, size_t rank,
-                          const float *x, const uint32_t *rows, const float *scales, size_t count, float *t);
-int llmm__cu_lora_expand(cudaStream_t stream, const void *bt, uint32_t bt_f16, size_t n_out, size_t rank,
-                         const float *t, const uint32_t *rows, size_t count, float *out);
+/* The table of resident adapters (lib/backend/backend.h lora_table_*) on the device: entry e's
+ * operands of weight slot s at table[e * n_slots + s], a NULL a where the adapter leaves the
+ * slot alone. A is rank rows of n_in values, B transposed rank rows of n_out in
+ * LLMM_LORA_PANEL-column panels, each F16 when its flag says so, else F32. */
+typedef struct cu_lora_operand {
+    const void *a;
+    const void *bt;
+    uint32_t rank, a_f16, bt_f16;
+    float alpha; /* the multiplier of a use at user scale u: u * alpha / rank, or u when alpha is 0 */
+} cu_lora_operand;
+
+/* The table and a step's per-row uses of it (device arrays): row r's use k is entry[r * uses +
+ * k] at user scale scale[r * uses + k]; an entry of CU_LORA_NO_ENTRY is no adapter. */
+#define CU_LORA_NO_ENTRY 0xffffffffu
+typedef struct cu_lora_uses {
+    const cu_lora_operand *table;
+    uint32_t n_slots;
+    uint32_t uses;
+    const uint32_t *entry;
+    const float *scale;
+} cu_lora_uses;
+
+/* The deltas of one weight slot for the step's rows row0 .. row0 + rows - 1, whatever adapter
+ * each runs with (none included). Projection: t[(i * uses + k) * t_stride + r] = multiplier *
+ * (A row r . x row i) of row row0 + i's use k, for r below that entry's rank (t_stride at least
+ * the table's largest rank). Expansion: out row i (n_out values) += each use's t row times its
+ * B transposed, uses in order and each one's rank products in order with fused multiply-adds.
+ * The launches depend on rows, uses, the slot and the sizes only, so a graph replays them for any
+ * assignment of adapters to rows. rows at most 65535. */
+int llmm__cu_lora_rows_project(cudaStream_t stream, cu_lora_uses lu, uint32_t slot, size_t row0, size_t rows,
+                               const float *x, size_t n_in, float *t, size_t t_stride);
+int llmm__cu_lora_rows_expand(cudaStream_t stream, cu_lora_uses lu, uint32_t slot, size_t row0, size_t rows,
+                              const float *t, size_t t_stride, float *out, size_t n_out);
 
 /* ---------------------------------------------------------------- short_conv.cu */
 

@@ -956,8 +956,8 @@ LLMM_API llmm_status llmm_grammar_sample(llmm_sampler *sampler, llmm_grammar_sta
  * Like a model, an adapter is immutable once loaded: any number of contexts on any threads may
  * attach it; it must not outlive its model. Sequences of one context may run with different
  * adapters (or none) in the same llmm_decode: the base weights are read once for all rows.
- * Adapters need a backend that computes from host memory: the CPU backend (on CUDA
- * llmm_seq_set_adapters fails with LLMM_ERR_UNSUPPORTED for now). */
+ * The CPU and CUDA backends run adapters (on CUDA every adapted matmul but token_embd:
+ * docs/api.md "LoRA adapters"). */
 typedef struct llmm_adapter llmm_adapter;
 
 /* Load and validate an adapter file for model. Tensors stay in the file's mapping (read with
@@ -1003,8 +1003,9 @@ LLMM_API llmm_status llmm_adapter_get_info(const llmm_adapter *adapter, llmm_ada
  * Errors: INVALID_ARG (bad seq, n > LLMM_MAX_SEQ_ADAPTERS, NULL or repeated adapter, an
  * adapter of another model, a non-finite scale), UNSUPPORTED (the context's backend cannot
  * run adapters, or on a GPU an adapter of token_embd), NO_MEMORY (also: the adapter's copy
- * in device memory, made at its first attach in a GPU context). On error seq's adapters are
- * unchanged. */
+ * in device memory, made at its first attach in a GPU context), CONTEXT_FULL (a GPU context's
+ * table of resident adapters, (n_seq_max + 1) x 8 entries and at most 256, is all run with by
+ * its sequences). On error seq's adapters are unchanged. */
 LLMM_API llmm_status llmm_seq_set_adapters(llmm_context *ctx, llmm_seq_id seq, llmm_adapter *const *adapters,
                                            const float *scales, size_t n);
 /* seq's adapters and scales: up to capacity of each into adapters and scales (either may be

@@ -18,7 +18,7 @@
 
 #include "tensor.h"
 
-#define LLMM_BACKEND_API_VERSION 12
+#define LLMM_BACKEND_API_VERSION 13
 
 /* llmm_backend_ops.flags */
 #define LLMM_BACKEND_DEVICE_MEMORY (1u << 0) /* buffers live in device memory, not the host's */
@@ -146,6 +146,14 @@ typedef struct llmm_step {
     const llmm_kv_layout *kv;            /* the context's KV pool */
     int warmup;                          /* a dummy step of llmm_context_warmup: do all one-time
                                             work now (the CPU's packed copies), unbounded */
+    /* LoRA on a backend with a table of resident adapters (lora_table_set): row r's use u of
+     * an adapter is lora_entry[r * lora_uses + u], an entry of the table or LLMM_LORA_NO_ENTRY,
+     * at the user scale lora_scale[r * lora_uses + u]; uses in the order the row's sequence
+     * lists its adapters. lora_uses is 0 when the context has no resident adapter (the arrays
+     * are then NULL); it only grows in a context, so a step's shape does not follow it. */
+    uint32_t lora_uses;
+    const uint32_t *lora_entry;          /* host (n_rows * lora_uses) */
+    const float *lora_scale;             /* host (n_rows * lora_uses) */
 } llmm_step;
 
 /* Attention of the step's rows in one layer: row r's query heads see positions
@@ -282,6 +290,29 @@ typedef struct llmm_lora_part {
     size_t n_groups;
 } llmm_lora_part;
 
+/* The table of resident adapters (llmm_backend_ops.lora_table_*): the per-row alternative to
+ * lora_delta's groups, for a backend that runs steps as graphs. An adapter made resident gets an
+ * entry of the table (0 .. capacity - 1) holding, per adaptable weight slot, its operands; a
+ * step names each row's entries in its descriptor (llmm_step.lora_entry), so the launches of a
+ * step depend on its rows only, never on which adapter each row runs with. */
+#define LLMM_LORA_NO_ENTRY UINT32_MAX
+/* Adapters one row runs with at most (the core's LLMM__MAX_SEQ_ADAPTERS). */
+#define LLMM_LORA_MAX_USES 8
+
+/* One adapter's operands of one weight slot, as lora_delta's groups hold them. */
+typedef struct llmm_lora_operands {
+    const llmm_tensor *a;  /* A: rank rows of n_in values, F32 or F16; NULL: the slot is not adapted */
+    const llmm_tensor *bt; /* B transposed (ne0 = n_out, ne1 = rank), F32 or F16, in panels */
+    float alpha;           /* a row's multiplier is scale * alpha / rank, or its scale when alpha is 0 */
+} llmm_lora_operands;
+
+/* One output of a lora_rows call: the weight slot whose deltas are added, and where. */
+typedef struct llmm_lora_slot_part {
+    uint32_t slot; /* 0 .. n_slots - 1 of lora_table_reserve */
+    float *out;    /* buffer (rows, n_out) */
+    size_t n_out;
+} llmm_lora_slot_part;
+
 typedef struct llmm_backend_ops {
     uint32_t api_version; /* LLMM_BACKEND_API_VERSION of the table's build */
     const char *name;
@@ -383,6 +414,20 @@ typedef struct llmm_backend_ops {
     /* optional: the Gated DeltaNet mixer (llmm_delta_batch), with glu's LLMM_ACT_SIGMOID. NULL:
      * the backend cannot run qwen35 (context creation says so). */
     llmm_status (*gated_delta_net)(void *state, const llmm_delta_batch *b);
+    /* optional, all three or none: the table of resident adapters (LLMM_LORA_NO_ENTRY above).
+     * lora_table_reserve makes a table of capacity entries of n_slots slots and the room for
+     * steps of up to max_rows rows of LLMM_LORA_MAX_USES uses (outside a step; again: a new,
+     * empty table). lora_table_set fills entry (slots: n_slots operands, device buffers the core
+     * keeps until it clears the entry) or clears it (slots NULL), outside a step. lora_rows adds
+     * to each part's out rows [0, n_rows - row0) the deltas of its slot for the step's rows
+     * [row0, n_rows) from x (those rows, n_in wide): for each use of the row, in order,
+     * multiplier * B (A x) of the entry's operands of the slot, where it has them. t is core
+     * scratch of n_parts * max_rows * LLMM_LORA_MAX_USES * t_stride floats, t_stride at least
+     * the largest rank of a resident adapter. A row's result must not depend on other rows. */
+    llmm_status (*lora_table_reserve)(void *state, uint32_t capacity, size_t n_slots, size_t max_rows);
+    llmm_status (*lora_table_set)(void *state, uint32_t entry, const llmm_lora_operands *slots);
+    llmm_status (*lora_rows)(void *state, const float *x, size_t n_in, const llmm_lora_slot_part *parts,
+                             size_t n_parts, size_t row0, float *t, size_t t_stride);
 } llmm_backend_ops;
 
 /* The CPU backend, always present. */

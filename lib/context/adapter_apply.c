@@ -8,7 +8,10 @@
  * through A and B as two small matmuls, scaled and added back; the embedding table's deltas
  * are always composed so (embed of A's rows, matmul by B). A and B are host memory (the file,
  * or the copies made at load); a backend with device memory gets the operands copied into its
- * own buffers per context (adapter_device.c) and must have lora_delta. */
+ * own buffers per context (adapter_device.c) and must have lora_delta or a table of resident
+ * adapters (backend.h lora_table_*): then each row names its adapters as entries of that table
+ * in the step's descriptor, and one lora_rows call per group of matmuls serves every row,
+ * whatever adapters the rows take, so the step's calls do not follow the rows' choices. */
 #include <math.h>
 #include <string.h>
 
@@ -55,6 +58,7 @@ static llmm_status lora_ctx_create(llmm_context *ctx) {
     L->y_cols = composed ? model_max_out(ctx->model) : ctx->model->hp.n_embd;
     llmm_status st = ctx->be->buffer_alloc(ctx->be_state, ctx->max_rows * L->x_cols * sizeof(float), (void **)&L->xg);
     if (!st) st = ctx->be->buffer_alloc(ctx->be_state, ctx->max_rows * L->y_cols * sizeof(float), (void **)&L->yg);
+    if (!st) st = llmm__lora_table_create(ctx);
     return st;
 }
 
@@ -78,6 +82,9 @@ void llmm__lora_free(llmm_context *ctx) {
     llmm__mem_free(al, L->groups);
     llmm__mem_free(al, L->call_rows);
     llmm__mem_free(al, L->call_scale);
+    llmm__mem_free(al, L->slot_users);
+    llmm__mem_free(al, L->step_entry);
+    llmm__mem_free(al, L->step_scale);
     llmm__mem_free(al, L);
     ctx->lora = NULL;
 }
@@ -103,11 +110,11 @@ static llmm_status check_adapter(llmm_context *ctx, const llmm_adapter *a, size_
     if (a->model != ctx->model)
         return llmm__ctx_fail(ctx, LLMM_ERR_INVALID_ARG, "llmm_seq_set_adapters: adapters[%zu] is of another model", i);
     if (ctx->be->flags & LLMM_BACKEND_DEVICE_MEMORY) {
-        /* the device runs the deltas through lora_delta only; the embedding's are composed on
-         * the host's A rows */
-        if (!ctx->be->lora_delta)
-            return llmm__ctx_fail(ctx, LLMM_ERR_UNSUPPORTED, "the %s backend cannot run LoRA adapters (no lora_delta)",
-                                  ctx->be->name);
+        /* the device runs the deltas through lora_rows or lora_delta only; the embedding's are
+         * composed on the host's A rows */
+        if (!ctx->be->lora_delta && !ctx->be->lora_rows)
+            return llmm__ctx_fail(ctx, LLMM_ERR_UNSUPPORTED,
+                                  "the %s backend cannot run LoRA adapters (no lora_rows or lora_delta)", ctx->be->name);
         if (a->slots[llmm__lora_global_slot(a, LLMM__LORA_EMBD)].a.data)
             return llmm__ctx_fail(ctx, LLMM_ERR_UNSUPPORTED,
                                   "llmm_seq_set_adapters: adapters[%zu] adapts token_embd, which the %s backend "
@@ -171,9 +178,11 @@ LLMM_API llmm_status llmm_seq_set_adapters(llmm_context *ctx, llmm_seq_id seq, l
     uint32_t rank = 0;
     for (size_t i = 0; i < n; i++) rank = LLMM_MAX(rank, adapters[i]->rank);
     if ((st = reserve_rank(ctx, rank))) return llmm__ctx_fail(ctx, st, "out of memory for adapter working buffers");
-    for (size_t i = 0; (ctx->be->flags & LLMM_BACKEND_DEVICE_MEMORY) && i < n; i++)
-        if ((st = llmm__lora_dev_attach(ctx, adapters[i])))
-            return llmm__ctx_fail(ctx, st, "cannot copy adapter %zu to the %s backend's memory", i, ctx->be->name);
+    if ((ctx->be->flags & LLMM_BACKEND_DEVICE_MEMORY) && (st = llmm__lora_dev_attach(ctx, adapters, n))) {
+        if (st == LLMM_ERR_CONTEXT_FULL) return st; /* the table's message stands */
+        return llmm__ctx_fail(ctx, st, "cannot copy the adapters to the %s backend's memory", ctx->be->name);
+    }
+    ctx->lora->uses = LLMM_MAX(ctx->lora->uses, (uint32_t)n);
     llmm__seq_adapters *sa = &ctx->lora->seqs[seq];
     set_prefix_seed(ctx, seq, adapters, scales, n);
     /* take the new references before dropping the old: an adapter may be in both */
@@ -236,9 +245,28 @@ static uint32_t use_index(llmm__lora_ctx *L, llmm_adapter *a) {
     return L->n_used++;
 }
 
-void llmm__lora_plan(llmm_context *ctx, const llmm_seq_id *seqs, size_t n) {
+/* Each row's uses as entries of the table of resident adapters, in its sequence's order, every
+ * row with the context's uses (the rest LLMM_LORA_NO_ENTRY): the step names them as data. */
+static void describe_uses(const llmm__lora_ctx *L, const llmm_context *ctx, const llmm_seq_id *seqs, size_t n,
+                          llmm_step *step) {
+    const uint32_t uses = L->uses;
+    for (size_t r = 0; r < n; r++) {
+        const llmm__seq_adapters *sa = &L->seqs[seqs[r]];
+        for (uint32_t u = 0; u < uses; u++) {
+            const int runs = u < sa->n && sa->scale[u] != 0.f;
+            L->step_entry[r * uses + u] = runs ? llmm__lora_dev_entry(ctx, sa->a[u]) : LLMM_LORA_NO_ENTRY;
+            L->step_scale[r * uses + u] = runs ? sa->scale[u] : 0.f;
+        }
+    }
+    step->lora_uses = uses;
+    step->lora_entry = L->step_entry;
+    step->lora_scale = L->step_scale;
+}
+
+void llmm__lora_plan(llmm_context *ctx, const llmm_seq_id *seqs, size_t n, llmm_step *step) {
     llmm__lora_ctx *L = ctx->lora;
     if (!L) return;
+    if (L->table_cap && L->n_dev && L->uses) describe_uses(L, ctx, seqs, n, step);
     L->n_used = 0;
     for (size_t r = 0; r < n; r++) {
         const llmm__seq_adapters *sa = &L->seqs[seqs[r]];
@@ -377,9 +405,26 @@ static llmm_status apply_composed(llmm_context *ctx, size_t slot, const float *x
     return LLMM_OK;
 }
 
+/* Every row's deltas of the slots that some resident adapter adapts, in one lora_rows call. It
+ * is made whether or not the step's rows run with adapters, so that a decode step's launches
+ * depend on its rows and on the resident set only: the rows' choices are the step's data. */
+static llmm_status apply_table(llmm_context *ctx, const llmm__lora_out *outs, size_t n_outs, const float *x,
+                               size_t n_in, size_t row0) {
+    llmm__lora_ctx *L = ctx->lora;
+    llmm_lora_slot_part parts[LLMM__LORA_MAX_PARTS];
+    size_t n_parts = 0;
+    for (size_t i = 0; i < n_outs; i++)
+        if (L->slot_users[outs[i].slot])
+            parts[n_parts++] =
+                (llmm_lora_slot_part){.slot = (uint32_t)outs[i].slot, .out = outs[i].out, .n_out = outs[i].n_out};
+    if (n_parts == 0) return LLMM_OK;
+    return ctx->be->lora_rows(ctx->be_state, x, n_in, parts, n_parts, row0, L->tg, L->t_cols);
+}
+
 llmm_status llmm__lora_apply_outs(llmm_context *ctx, const llmm__lora_out *outs, size_t n_outs, const float *x,
                                   size_t n_in, size_t row0, size_t n) {
     llmm__lora_ctx *L = ctx->lora;
+    if (L && L->table_cap) return L->n_dev && L->uses ? apply_table(ctx, outs, n_outs, x, n_in, row0) : LLMM_OK;
     if (!L || !L->n_used) return LLMM_OK;
     if (ctx->be->lora_delta) return apply_delta(ctx, outs, n_outs, x, n_in, row0);
     for (size_t i = 0; i < n_outs; i++)

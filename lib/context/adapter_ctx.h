@@ -51,6 +51,16 @@ typedef struct llmm__lora_ctx {
     /* a backend with device memory: the adapters' operands there (adapter_device.c) */
     llmm__lora_dev *dev;
     size_t n_dev, dev_cap;
+    /* a backend with a table of resident adapters (backend.h lora_table_*; adapter_device.c):
+     * each device copy holds an entry of table_cap; slot_users counts, per weight slot, the
+     * resident adapters that adapt it (the slots a step calls lora_rows for); each step row's
+     * uses, as llmm_step.lora_entry and lora_scale, (max_rows * LLMM__MAX_SEQ_ADAPTERS) */
+    uint32_t table_cap;       /* 0: no table (lora_delta's groups) */
+    uint32_t *slot_users;     /* (n_slots) */
+    size_t n_slots;
+    uint32_t uses;            /* adapters of one sequence at most so far: the step's lora_uses */
+    uint32_t *step_entry;
+    float *step_scale;
 } llmm__lora_ctx;
 
 /* The adapter cache (adapter_cache.c) and its release. */
@@ -65,16 +75,25 @@ const llmm__seq_adapters *llmm__lora_seq(const llmm_context *ctx, llmm_seq_id se
 void llmm__lora_seq_drop(llmm_context *ctx, llmm_seq_id seq);
 void llmm__lora_seq_copy(llmm_context *ctx, llmm_seq_id src, llmm_seq_id dst);
 
-/* Device copies (backends with LLMM_BACKEND_DEVICE_MEMORY): made for a at its first attach in
- * the context (no-op when present); the slots of a's copy, NULL when there is none; copies whose
+/* Device copies (backends with LLMM_BACKEND_DEVICE_MEMORY): made for each of adapters[0..n) at
+ * its first attach in the context (no-op when present; with a table of resident adapters an
+ * entry is set, made free as adapter_device.c says); the slots of a's copy, NULL when there is none; copies whose
  * adapter nobody but the context holds any more released; all released (llmm__lora_free). */
-llmm_status llmm__lora_dev_attach(llmm_context *ctx, llmm_adapter *a);
+llmm_status llmm__lora_dev_attach(llmm_context *ctx, llmm_adapter *const *adapters, size_t n);
+/* a's entry in the backend's table of resident adapters, LLMM_LORA_NO_ENTRY when it has none. */
+uint32_t llmm__lora_dev_entry(const llmm_context *ctx, const llmm_adapter *a);
 const llmm__lora_pair *llmm__lora_dev_slots(const llmm_context *ctx, const llmm_adapter *a);
 void llmm__lora_dev_sweep(llmm_context *ctx);
 void llmm__lora_dev_free(llmm_context *ctx);
 
-/* Group the rows of the step about to run (row r of sequence seqs[r]) by adapter. */
-void llmm__lora_plan(llmm_context *ctx, const llmm_seq_id *seqs, size_t n);
+/* The table of resident adapters, made with the adapter state when the backend has one: as
+ * many entries as the context's sequences can run with, plus one sequence's worth for a swap
+ * (llmm_seq_set_adapters attaches the new adapters before it drops the old). */
+llmm_status llmm__lora_table_create(llmm_context *ctx);
+
+/* Group the rows of the step about to run (row r of sequence seqs[r]) by adapter, and name
+ * each row's table entries in its descriptor (a backend with a table). */
+void llmm__lora_plan(llmm_context *ctx, const llmm_seq_id *seqs, size_t n, llmm_step *step);
 /* out (rows [row0, n) of the step, n_out wide) += each row's adapters' deltas of the weight in
  * slot, from x (the same rows, n_in wide) */
 llmm_status llmm__lora_apply(llmm_context *ctx, size_t slot, const float *x, size_t n_in, float *out, size_t n_out,

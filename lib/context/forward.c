@@ -228,8 +228,8 @@ static llmm_status run_step(llmm_context *ctx, size_t n, size_t first_logit_row)
  * backend capturing the step must end its capture. */
 llmm_status llmm__forward_step(llmm_context *ctx, llmm_step_kind kind, const llmm_token *tokens, const llmm_seq_id *seqs,
                          const int32_t *pos, size_t n, size_t first_logit_row) {
-    const llmm_step step = describe_step(ctx, kind, tokens, seqs, pos, n);
-    llmm__lora_plan(ctx, seqs, n);
+    llmm_step step = describe_step(ctx, kind, tokens, seqs, pos, n);
+    llmm__lora_plan(ctx, seqs, n, &step);
     TRY(ctx->be->step_begin(ctx->be_state, &step));
     const llmm_status st = run_step(ctx, n, first_logit_row);
     const llmm_status end = ctx->be->step_end(ctx->be_state);

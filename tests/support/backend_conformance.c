@@ -1690,99 +1690,193 @@ static size_t ld_groups(const ld_layout *lay, ld_operands ops[LD_PARTS][LD_ADAPT
     return n;
 }
 
-/* lora_delta against a double reference of s B (A x) added in group order, and each row's
- * result bit for bit the same when the call holds that row alone (the slot's contract). */
-static void check_lora_delta(const conformance_target *t) {
-    if (!t->be->lora_delta) return;
+/* One case of the LoRA checks: operands of every part and adapter, a scale per (adapter, row of
+ * the layout), the input rows and two copies of random output rows (out for the whole batch,
+ * alone for each row on its own). */
+typedef struct ld_case {
+    ld_operands ops[LD_PARTS][LD_ADAPTERS];
+    float scales[LD_ADAPTERS * LD_ROWS];
+    float *x;
+    const float *xb;
+    float *y0[LD_PARTS], *out[LD_PARTS], *alone[LD_PARTS];
+} ld_case;
+
+static const size_t k_ld_outs[LD_PARTS] = {200, 24}, k_ld_ranks[LD_ADAPTERS] = {12, 4, 8};
+
+static void ld_case_make(cf *c, ld_case *k, uint32_t type, size_t n_in) {
+    for (size_t pi = 0; pi < LD_PARTS; pi++)
+        for (size_t a = 0; a < LD_ADAPTERS; a++) ld_make(c, &k->ops[pi][a], type, n_in, k_ld_outs[pi], k_ld_ranks[a]);
+    for (size_t i = 0; i < ARRAY_LEN(k->scales); i++) k->scales[i] = rng_float(&rng, -2.0f, 2.0f);
+    k->x = rng_floats(&rng, LD_ROWS * n_in, -1.0f, 1.0f);
+    k->xb = cf_put(c, k->x, LD_ROWS * n_in * sizeof *k->x);
+    for (size_t pi = 0; pi < LD_PARTS; pi++) {
+        k->y0[pi] = rng_floats(&rng, LD_ROWS * k_ld_outs[pi], -1.0f, 1.0f);
+        k->out[pi] = cf_put(c, k->y0[pi], LD_ROWS * k_ld_outs[pi] * sizeof(float));
+        k->alone[pi] = cf_put(c, k->y0[pi], LD_ROWS * k_ld_outs[pi] * sizeof(float));
+    }
+}
+
+/* Each part's rows (out, as the batch left them) against a double reference of y0 + m B (A x)
+ * summed over the row's adapters in the layout, m the use's multiplier (mult[a * LD_ROWS + i]
+ * for adapter a's row i; the first part skips the last adapter), and each row bit for bit the
+ * same as in alone, where that row was the call's only one; then the case is freed. */
+static void ld_verify(cf *c, const ld_layout *lay, ld_case *k, const float *mult, size_t n_in) {
+    for (size_t pi = 0; pi < LD_PARTS; pi++) {
+        const size_t n_out = k_ld_outs[pi], n = LD_ROWS * n_out;
+        float *got = xmalloc(n * sizeof *got), *one = xmalloc(n * sizeof *one);
+        cf_get(c, got, k->out[pi], n * sizeof *got);
+        cf_get(c, one, k->alone[pi], n * sizeof *one);
+        for (size_t r = 0; r < LD_ROWS; r++) {
+            double ref[256] = {0}, mag[256] = {0};
+            for (size_t a = 0; a < (pi == 0 ? LD_ADAPTERS - 1 : LD_ADAPTERS); a++)
+                for (size_t i = 0; i < lay->count[a]; i++) {
+                    if (lay->rows[a][i] != r) continue;
+                    const ld_operands *o = &k->ops[pi][a];
+                    const double m = mult[a * LD_ROWS + i];
+                    const size_t rank = k_ld_ranks[a];
+                    for (size_t q = 0; q < rank; q++) {
+                        double tq = 0, tm = 0;
+                        for (size_t d = 0; d < n_in; d++) {
+                            tq += o->a[q * n_in + d] * k->x[r * n_in + d];
+                            tm += fabs(o->a[q * n_in + d] * k->x[r * n_in + d]);
+                        }
+                        for (size_t j = 0; j < n_out; j++) {
+                            ref[j] += m * tq * o->b[j * rank + q];
+                            mag[j] += fabs(m * o->b[j * rank + q]) * tm;
+                        }
+                    }
+                }
+            for (size_t j = 0; j < n_out; j++) {
+                const double want = k->y0[pi][r * n_out + j] + ref[j];
+                const double tol = 2.4e-7 * ((double)n_in + LD_MAX_RANK) * (mag[j] + 1) + 1e-6;
+                cf_close_to(c, got[r * n_out + j], want, tol, "part %zu row %zu column %zu", pi, r, j);
+                if (bits_of_f32(got[r * n_out + j]) != bits_of_f32(one[r * n_out + j]))
+                    cf_fail(c, "part %zu row %zu column %zu: %.9g in the batch, %.9g alone", pi, r, j,
+                            (double)got[r * n_out + j], (double)one[r * n_out + j]);
+            }
+        }
+        free(got);
+        free(one);
+        free(k->y0[pi]);
+    }
+    for (size_t pi = 0; pi < LD_PARTS; pi++)
+        for (size_t a = 0; a < LD_ADAPTERS; a++) free(k->ops[pi][a].a), free(k->ops[pi][a].b);
+    free(k->x);
+}
+
+/* The cases of the LoRA checks: thread counts, operand types, input widths and layouts. */
+typedef void (*ld_check_fn)(const conformance_target *t, cf *c, const ld_layout *lay, ld_case *k, size_t n_in);
+
+static void ld_for_each_case(const conformance_target *t, const char *op, ld_check_fn check) {
     rng_seed(&rng, 17);
-    const size_t n_ins[] = {40, 1100}, n_outs[LD_PARTS] = {200, 24}, ranks[LD_ADAPTERS] = {12, 4, 8};
+    const size_t n_ins[] = {40, 1100};
     const uint32_t types[] = {LLMM_TYPE_F32, LLMM_TYPE_F16};
     for (size_t ti = 0; ti < ARRAY_LEN(k_threads); ti++)
         for (size_t ty = 0; ty < ARRAY_LEN(types); ty++)
             for (size_t ii = 0; ii < ARRAY_LEN(n_ins); ii++)
                 for (size_t li = 0; li < ARRAY_LEN(k_ld_layouts); li++) {
-                    const ld_layout *lay = &k_ld_layouts[li];
-                    const size_t n_in = n_ins[ii];
                     cf c;
                     cf_open(&c, t, k_threads[ti], 0);
-                    cf_simple sp = {0};
-                    ld_operands ops[LD_PARTS][LD_ADAPTERS];
-                    for (size_t pi = 0; pi < LD_PARTS; pi++)
-                        for (size_t a = 0; a < LD_ADAPTERS; a++)
-                            ld_make(&c, &ops[pi][a], types[ty], n_in, n_outs[pi], ranks[a]);
-                    float scales[LD_ADAPTERS * LD_ROWS];
-                    for (size_t i = 0; i < ARRAY_LEN(scales); i++) scales[i] = rng_float(&rng, -2.0f, 2.0f);
-                    float *x = rng_floats(&rng, LD_ROWS * n_in, -1.0f, 1.0f);
-                    const float *xb = cf_put(&c, x, LD_ROWS * n_in * sizeof *x);
-                    float *y0[LD_PARTS], *out[LD_PARTS], *alone[LD_PARTS];
-                    for (size_t pi = 0; pi < LD_PARTS; pi++) {
-                        y0[pi] = rng_floats(&rng, LD_ROWS * n_outs[pi], -1.0f, 1.0f);
-                        out[pi] = cf_put(&c, y0[pi], LD_ROWS * n_outs[pi] * sizeof(float));
-                        alone[pi] = cf_put(&c, y0[pi], LD_ROWS * n_outs[pi] * sizeof(float));
-                    }
-                    float *tb = cf_alloc(&c, LD_ROWS * LD_ADAPTERS * LD_MAX_RANK * sizeof(float));
-                    cf_case(&c, "lora_delta", "%s, n_in %zu, %s operands", lay->name, n_in,
+                    ld_case k;
+                    ld_case_make(&c, &k, types[ty], n_ins[ii]);
+                    cf_case(&c, op, "%s, n_in %zu, %s operands", k_ld_layouts[li].name, n_ins[ii],
                             llmm__type_get(types[ty])->name);
-                    for (size_t only = 0; only <= LD_ROWS; only++) { /* each row alone, then all together */
-                        uint32_t rows[LD_PARTS][LD_ADAPTERS][LD_ROWS];
-                        float sc[LD_PARTS][LD_ADAPTERS][LD_ROWS];
-                        llmm_lora_group g[LD_PARTS][LD_ADAPTERS];
-                        llmm_lora_part parts[LD_PARTS];
-                        size_t n_parts = 0;
-                        for (size_t pi = 0; pi < LD_PARTS; pi++) {
-                            const size_t n_groups = ld_groups(lay, ops, pi, scales, only, rows[pi], sc[pi], g[pi]);
-                            if (n_groups)
-                                parts[n_parts++] = (llmm_lora_part){.out = only == LD_ROWS ? out[pi] : alone[pi],
-                                                                    .n_out = n_outs[pi], .groups = g[pi],
-                                                                    .n_groups = n_groups};
-                        }
-                        if (!n_parts) continue;
-                        cf_simple_begin(&c, &sp, LD_ROWS, NULL, NULL, 0);
-                        cf_ok(&c, t->be->lora_delta(c.st, xb, n_in, parts, n_parts, tb), "lora_delta");
-                        cf_end(&c);
-                    }
-                    for (size_t pi = 0; pi < LD_PARTS; pi++) {
-                        const size_t n_out = n_outs[pi], n = LD_ROWS * n_out;
-                        float *got = xmalloc(n * sizeof *got), *one = xmalloc(n * sizeof *one);
-                        cf_get(&c, got, out[pi], n * sizeof *got);
-                        cf_get(&c, one, alone[pi], n * sizeof *one);
-                        for (size_t r = 0; r < LD_ROWS; r++) {
-                            double ref[256] = {0}, mag[256] = {0};
-                            for (size_t a = 0; a < (pi == 0 ? LD_ADAPTERS - 1 : LD_ADAPTERS); a++)
-                                for (size_t i = 0; i < lay->count[a]; i++) {
-                                    if (lay->rows[a][i] != r) continue;
-                                    const ld_operands *o = &ops[pi][a];
-                                    const double s = scales[a * LD_ROWS + i];
-                                    for (size_t k = 0; k < ranks[a]; k++) {
-                                        double tk = 0, tm = 0;
-                                        for (size_t d = 0; d < n_in; d++) {
-                                            tk += o->a[k * n_in + d] * x[r * n_in + d];
-                                            tm += fabs(o->a[k * n_in + d] * x[r * n_in + d]);
-                                        }
-                                        for (size_t j = 0; j < n_out; j++) {
-                                            ref[j] += s * tk * o->b[j * ranks[a] + k];
-                                            mag[j] += fabs(s * o->b[j * ranks[a] + k]) * tm;
-                                        }
-                                    }
-                                }
-                            for (size_t j = 0; j < n_out; j++) {
-                                const double want = y0[pi][r * n_out + j] + ref[j];
-                                const double tol = 2.4e-7 * ((double)n_in + LD_MAX_RANK) * (mag[j] + 1) + 1e-6;
-                                cf_close_to(&c, got[r * n_out + j], want, tol, "part %zu row %zu column %zu", pi, r, j);
-                                if (bits_of_f32(got[r * n_out + j]) != bits_of_f32(one[r * n_out + j]))
-                                    cf_fail(&c, "part %zu row %zu column %zu: %.9g in the batch, %.9g alone", pi, r, j,
-                                            (double)got[r * n_out + j], (double)one[r * n_out + j]);
-                            }
-                        }
-                        free(got);
-                        free(one);
-                        free(y0[pi]);
-                    }
-                    for (size_t pi = 0; pi < LD_PARTS; pi++)
-                        for (size_t a = 0; a < LD_ADAPTERS; a++) free(ops[pi][a].a), free(ops[pi][a].b);
-                    free(x);
+                    check(t, &c, &k_ld_layouts[li], &k, n_ins[ii]);
                     cf_close(&c);
                 }
+}
+
+/* lora_delta against a double reference of s B (A x) added in group order, and each row's
+ * result bit for bit the same when the call holds that row alone (the slot's contract). */
+static void lora_delta_case(const conformance_target *t, cf *c, const ld_layout *lay, ld_case *k, size_t n_in) {
+    cf_simple sp = {0};
+    float *tb = cf_alloc(c, LD_ROWS * LD_ADAPTERS * LD_MAX_RANK * sizeof(float));
+    for (size_t only = 0; only <= LD_ROWS; only++) { /* each row alone, then all together */
+        uint32_t rows[LD_PARTS][LD_ADAPTERS][LD_ROWS];
+        float sc[LD_PARTS][LD_ADAPTERS][LD_ROWS];
+        llmm_lora_group g[LD_PARTS][LD_ADAPTERS];
+        llmm_lora_part parts[LD_PARTS];
+        size_t n_parts = 0;
+        for (size_t pi = 0; pi < LD_PARTS; pi++) {
+            const size_t n_groups = ld_groups(lay, k->ops, pi, k->scales, only, rows[pi], sc[pi], g[pi]);
+            if (n_groups)
+                parts[n_parts++] = (llmm_lora_part){.out = only == LD_ROWS ? k->out[pi] : k->alone[pi],
+                                                    .n_out = k_ld_outs[pi], .groups = g[pi], .n_groups = n_groups};
+        }
+        if (!n_parts) continue;
+        cf_simple_begin(c, &sp, LD_ROWS, NULL, NULL, 0);
+        cf_ok(c, t->be->lora_delta(c->st, k->xb, n_in, parts, n_parts, tb), "lora_delta");
+        cf_end(c);
+    }
+    ld_verify(c, lay, k, k->scales, n_in);
+}
+
+static void check_lora_delta(const conformance_target *t) {
+    if (t->be->lora_delta) ld_for_each_case(t, "lora_delta", lora_delta_case);
+}
+
+/* The table entry of adapter a: reversed, and entry 0 left empty, so that a kernel reading the
+ * adapter's index or entry 0 in place of the step's entry shows. */
+static uint32_t ld_entry(size_t a) { return (uint32_t)(LD_ADAPTERS - a); }
+/* Adapter 0 has an alpha (its multiplier is scale * alpha / rank), the others none. */
+static float ld_alpha(size_t a) { return a == 0 ? 6.0f : 0.0f; }
+
+/* lora_rows: the adapters made resident in a table, each row's uses (its adapters in layout
+ * order) in a decode step's descriptor; the same reference and row independence as
+ * lora_delta's (rows alone: every other row without adapters), the multiplier the host's. */
+static void lora_rows_case(const conformance_target *t, cf *c, const ld_layout *lay, ld_case *k, size_t n_in) {
+    enum { USES = 2 }; /* the layouts put a row in two adapters at most */
+    cf_ok(c, t->be->lora_table_reserve(c->st, LD_ADAPTERS + 1, LD_PARTS, LD_ROWS), "lora_table_reserve");
+    for (size_t a = 0; a < LD_ADAPTERS; a++) {
+        llmm_lora_operands slots[LD_PARTS] = {{0}};
+        for (size_t pi = 0; pi < LD_PARTS; pi++)
+            if (pi != 0 || a != LD_ADAPTERS - 1)
+                slots[pi] =
+                    (llmm_lora_operands){.a = &k->ops[pi][a].ta, .bt = &k->ops[pi][a].tbt, .alpha = ld_alpha(a)};
+        cf_ok(c, t->be->lora_table_set(c->st, ld_entry(a), slots), "lora_table_set");
+    }
+    float mult[LD_ADAPTERS * LD_ROWS];
+    for (size_t a = 0; a < LD_ADAPTERS; a++)
+        for (size_t i = 0; i < LD_ROWS; i++) /* as the host's llmm__lora_scale, in float */
+            mult[a * LD_ROWS + i] = ld_alpha(a) != 0.f ? k->scales[a * LD_ROWS + i] * ld_alpha(a) / (float)k_ld_ranks[a]
+                                                       : k->scales[a * LD_ROWS + i];
+    float *tb = cf_alloc(c, LD_PARTS * LD_ROWS * LLMM_LORA_MAX_USES * LD_MAX_RANK * sizeof(float));
+    cf_simple sp = {0};
+    cf_simple_pool(c, &sp);
+    int32_t pos[LD_ROWS] = {0};
+    const uint32_t *tables[LD_ROWS];
+    uint32_t n_blocks[LD_ROWS];
+    for (size_t i = 0; i < LD_ROWS; i++) tables[i] = k_identity16, n_blocks[i] = 16;
+    for (size_t only = 0; only <= LD_ROWS; only++) { /* each row alone, then all together */
+        uint32_t entry[LD_ROWS * USES];
+        float scale[LD_ROWS * USES];
+        for (size_t i = 0; i < LD_ROWS * USES; i++) entry[i] = LLMM_LORA_NO_ENTRY, scale[i] = 0.f;
+        for (size_t a = 0; a < LD_ADAPTERS; a++)
+            for (size_t i = 0; i < lay->count[a]; i++) {
+                const uint32_t r = lay->rows[a][i];
+                if (only != LD_ROWS && r != only) continue;
+                size_t u = 0;
+                while (entry[r * USES + u] != LLMM_LORA_NO_ENTRY) u++;
+                entry[r * USES + u] = ld_entry(a);
+                scale[r * USES + u] = k->scales[a * LD_ROWS + i];
+            }
+        llmm_lora_slot_part parts[LD_PARTS];
+        for (size_t pi = 0; pi < LD_PARTS; pi++)
+            parts[pi] = (llmm_lora_slot_part){.slot = (uint32_t)pi, .out = only == LD_ROWS ? k->out[pi] : k->alone[pi],
+                                              .n_out = k_ld_outs[pi]};
+        step_decode(&sp.step, &sp.kv, LD_ROWS, NULL, pos, tables, n_blocks);
+        sp.step.s.lora_uses = USES;
+        sp.step.s.lora_entry = entry;
+        sp.step.s.lora_scale = scale;
+        cf_begin(c, &sp.step);
+        cf_ok(c, t->be->lora_rows(c->st, k->xb, n_in, parts, LD_PARTS, 0, tb, LD_MAX_RANK), "lora_rows");
+        cf_end(c);
+    }
+    ld_verify(c, lay, k, mult, n_in);
+}
+
+static void check_lora_rows(const conformance_target *t) {
+    if (t->be->lora_rows) ld_for_each_case(t, "lora_rows", lora_rows_case);
 }
 
 /* ------------------------------------------------------------------ the step's rules */
@@ -1835,6 +1929,7 @@ void conformance_run(const conformance_target *t) {
     check_kv_write(t);
     check_attention(t);
     check_lora_delta(t);
+    check_lora_rows(t);
     int n_types = 0;
     for (uint32_t type = 0; type < LLMM_TYPE_COUNT; type++) n_types += t->be->supports_type(type);
     print_message("[%s] %lu cases passed, %d weight types\n", t->label, n_cases, n_types);

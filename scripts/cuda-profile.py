@@ -33,10 +33,16 @@ DEVICES = {
     "orin": {"bandwidth": 204.8e9, "sms": 16, "clock": 1.3e9},
 }
 
-# Per-SM limits (CUDA C++ Programming Guide, "Technical Specifications per Compute Capability")
-# and the allocation rules of the CUDA occupancy calculator (cuda_occupancy.h in the toolkit:
-# registers allocated per warp in units of 256, over 4 sub-partitions; shared memory in units of
-# 128 bytes, plus 1 KiB the driver reserves per block).
+# Per-SM limits (CUDA C++ Programming Guide, "Compute Capabilities", docs.nvidia.com/cuda/
+# cuda-programming-guide/05-appendices/compute-capabilities.html) and the allocation rules of the
+# CUDA occupancy calculator (cuda_occupancy.h in the toolkit: registers allocated per warp in
+# units of 256, over 4 sub-partitions; shared memory in units of 128 bytes, plus 1 KiB the driver
+# reserves per block). Checked 2026-12-07 against what the search tool could reach (the guide's
+# table itself was not among its excerpts): sm_90's 64 warps, 32 blocks, 65536 registers and
+# 228 KB as Modal's GPU glossary quotes them for H100 (modal.com/gpu-glossary/perf/occupancy);
+# sm_87's 1536 threads (48 warps), 164 KiB (167936 bytes) of shared memory and 65536 registers
+# as deviceQuery prints them on an Orin (gist.github.com/atinfinity/8cede915acda05d0ff427c09604735dd);
+# sm_87's 16 blocks is the guide's figure for 8.6 and 8.7 as remembered, not confirmed there.
 ARCHS = {
     "sm_90": {"regs": 65536, "warps": 64, "blocks": 32, "smem": 228 * 1024},
     "sm_87": {"regs": 65536, "warps": 48, "blocks": 16, "smem": 164 * 1024},
@@ -437,8 +443,8 @@ def report(shape, type_name, phase, rows, full, resources, weight_bytes, kernels
     print("\n== %s %s %s, %d row%s (%d layers%s)" %
           (shape["model"], type_name, phase, rows, "" if rows == 1 else "s", shape["layers"],
            "; counters of 1 and 2 layers scaled exactly" if shape["layers"] > 1 else ""))
-    print("%-52s %6s %7s %6s %6s %6s %6s %6s %6s %9s %5s %9s %9s" % ("kernel", "launch", "sect/rq", "eff%",
-          "ld/16B", "stwf/r", "ldwf/r", "occ90", "occ87", "H100 us", "bound", "H200 us", "Orin us"))
+    print("%-52s %6s %7s %6s %6s %6s %6s %6s %6s %6s %9s %5s %9s %9s" % ("kernel", "launch", "sect/rq", "eff%",
+          "ld/16B", "sh/16B", "stwf/r", "ldwf/r", "occ90", "occ87", "H100 us", "bound", "H200 us", "Orin us"))
     totals = {d: 0.0 for d in DEVICES}
     for name, e in sorted(full.items(), key=lambda kv: -estimate_us(kv[1], "h100")):
         ld_req, ld_sec, ld_bytes = e["global_load_requests"], e["global_load_sectors"], e["global_load_bytes"]
@@ -448,6 +454,9 @@ def report(shape, type_name, phase, rows, full, resources, weight_bytes, kernels
         widths = e["global_load_requests_by_width"]
         width_sum = sum(n * w for n, w in zip(widths, (1, 2, 4, 8, 16)))
         loads_per_16 = 16.0 * sum(widths) / width_sum if width_sum else 0.0
+        # the shared-memory reads that unpack what the global loads brought (a GEMV's staged
+        # chunks), per 16 of those bytes: apart, so that neither hides the other
+        shared_per_16 = 16.0 * e["shared_load_requests"] / width_sum if width_sum else 0.0
         # shared-memory wavefronts per request, stores and loads apart (1: no bank conflicts for
         # accesses of up to 4 bytes a lane)
         st_wf = e["shared_store_wavefronts"] / e["shared_store_requests"] if e["shared_store_requests"] else 0.0
@@ -460,8 +469,8 @@ def report(shape, type_name, phase, rows, full, resources, weight_bytes, kernels
         modelled = not name.startswith("reference_gemm_kernel")  # cuBLASLt's stand-in: not modelled
         for d in DEVICES:
             totals[d] += us[d] if modelled else 0.0
-        print("%-52s %6d %7.2f %6.1f %6.2f %6.2f %6.2f %6s %6s %9.2f %5s %9.2f %9.2f%s" % (
-            name[:52], e["launches"], sectors_per_request, 100 * efficiency, loads_per_16, st_wf, ld_wf,
+        print("%-52s %6d %7.2f %6.1f %6.2f %6.2f %6.2f %6.2f %6s %6s %9.2f %5s %9.2f %9.2f%s" % (
+            name[:52], e["launches"], sectors_per_request, 100 * efficiency, loads_per_16, shared_per_16, st_wf, ld_wf,
             "-" if occ["sm_90"] is None else "%.0f%%" % (100 * occ["sm_90"]),
             "-" if occ["sm_87"] is None else "%.0f%%" % (100 * occ["sm_87"]), us["h100"], bound_of(e, "h100"),
             us["h200"], us["orin"], "" if modelled else "  (cuBLASLt on a GPU: not in the sum)"))
@@ -478,6 +487,7 @@ def report(shape, type_name, phase, rows, full, resources, weight_bytes, kernels
         kernels_json.append({"model": shape["model"], "type": type_name, "phase": phase, "rows": rows,
                              "kernel": name, "sector_efficiency": round(efficiency, 4),
                              "loads_per_16B": round(loads_per_16, 4),
+                             "shared_loads_per_16B": round(shared_per_16, 4),
                              "occupancy_sm90": None if occ["sm_90"] is None else round(occ["sm_90"], 4),
                              "est_us_h100": round(us["h100"], 3),
                              "shared_store_wavefronts_per_request": round(st_wf, 4),

@@ -39,7 +39,8 @@
  * epilogue, not the tensor core, is the likely ceiling, about 500 TOPS on an H200. So the
  * int8 path wins where cuBLASLt's F16 path pays more for its dequantized tiles, its F16
  * activations and its twice larger operands than it gains in rate. Which shapes those are, and
- * what the decoding from shared memory (still byte by byte, two barriers a stage) costs, only a
+ * what the decoding from shared memory (16-bit reads for Q4_0 and Q8_0, bytes for Q5_0 and
+ * IQ4_NL, two barriers a stage) costs, only a
  * GPU shows: scripts/gpu-check.sh's prefill table (LLMM_CUDA_GEMM). The emulation checks the
  * sums, the fragment layout (mma_s8.cuh), cp.async's visibility (tests/simt/simt_async.h: a
  * destination is garbage until its wait) and the edges (rows and blocks past the ends stage as

@@ -162,7 +162,10 @@ class SiteLines:
             r = subprocess.run(["addr2line", "-e", self.module, "%x" % (offset - 1)], stdout=subprocess.PIPE,
                                stderr=subprocess.DEVNULL, text=True)
             line = r.stdout.strip().splitlines()[0] if r.returncode == 0 and r.stdout.strip() else "??"
-            self.cache[offset] = "site 0x%x" % offset if line.startswith("??") else re.sub(r"^.*?/(cuda|tests)/", r"\1/", line).split(" ")[0]
+            if line.startswith("??"):
+                self.cache[offset] = "site 0x%x" % offset
+            else:  # repository-relative, without addr2line's "(discriminator N)"
+                self.cache[offset] = re.sub(r"^.*?/(cuda|tests)/", r"\1/", line).split(" ")[0]
         return self.cache[offset]
 
 

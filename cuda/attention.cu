@@ -58,9 +58,15 @@ __host__ __device__ constexpr uint32_t attn_max_group(uint32_t epl) {
 // K or V rows a warp loads before it uses the first: R rows of EPL values a lane in registers,
 // R * EPL <= 16, or 8 beside the 8 heads' q and accumulators (GP 8), and R between 2 and 8: from
 // 2 at head_dim 256 to 8 at 32. The loads of a batch are in flight together, which is what hides
-// a long context's DRAM latency; more would push the largest variants past 128 registers.
+// a long context's DRAM latency; more would push the largest variants past 128 registers. Those
+// two, GP * EPL = 32 (<8, 4> and <4, 8>: q and the accumulators alone take 64 registers), load one
+// row at a time: with two, ptxas spilled 20 bytes (<4, 8>, sm_90), 16 (<4, 8>) and 44 (<8, 4>) on
+// sm_87 to stay within 128; their 16 warps a SM keep 16 rows in flight.
 __host__ __device__ constexpr int attn_rows_in_flight(int gp, int epl) {
-    return (gp >= 8 ? 8 : 16) / epl < 2 ? 2 : (gp >= 8 ? 8 : 16) / epl > 8 ? 8 : (gp >= 8 ? 8 : 16) / epl;
+    return gp * epl >= (int)ATTN_MAX_GROUP_VALUES ? 1
+           : (gp >= 8 ? 8 : 16) / epl < 2     ? 2
+           : (gp >= 8 ? 8 : 16) / epl > 8     ? 8
+                                              : (gp >= 8 ? 8 : 16) / epl;
 }
 // Head values per lane at most: 32 lanes cover head_dim up to 256 (Gemma).
 constexpr uint32_t ATTN_MAX_LANE_VALUES = 8;

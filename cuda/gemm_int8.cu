@@ -39,7 +39,8 @@
  * epilogue, not the tensor core, is the likely ceiling, about 500 TOPS on an H200. So the
  * int8 path wins where cuBLASLt's F16 path pays more for its dequantized tiles, its F16
  * activations and its twice larger operands than it gains in rate. Which shapes those are, and
- * what the decoding from shared memory (still byte by byte, two barriers a stage) costs, only a
+ * what the decoding from shared memory (16-bit reads for Q4_0 and Q8_0, bytes for Q5_0 and
+ * IQ4_NL, two barriers a stage) costs, only a
  * GPU shows: scripts/gpu-check.sh's prefill table (LLMM_CUDA_GEMM). The emulation checks the
  * sums, the fragment layout (mma_s8.cuh), cp.async's visibility (tests/simt/simt_async.h: a
  * destination is garbage until its wait) and the edges (rows and blocks past the ends stage as
@@ -94,9 +95,25 @@ template <uint32_t T> __device__ __forceinline__ int block_q(const uint8_t *b, i
     else return iq4_value(qb_nibble32(b + 2, j)); /* IQ4_NL */
 }
 
+/* Four bytes of a raw stage at p, which is only 2-byte aligned (a block's offset in its row is
+ * a multiple of its 18 or 34 bytes): two 16-bit shared loads, where reading byte by byte took
+ * four, each at up to 2 wavefronts (the warp's lanes sit 18 or 34 bytes apart). */
+__device__ __forceinline__ uint32_t raw_u32_at(const uint8_t *p) {
+    const uint16_t *h = (const uint16_t *)p;
+    return (uint32_t)h[0] | (uint32_t)h[1] << 16;
+}
+
 /* Word wi (weights 4 wi .. 4 wi + 3, k ascending from the low byte, as the mma fragments take
- * them) of a block of type T (Q8_0 for the activations). */
+ * them) of a block of type T (Q8_0 for the activations). Q8_0's word is its 4 bytes as stored;
+ * Q4_0's is 4 nibbles of qs[4 (wi % 4) ..], low ones for wi < 4, each less 8 with no borrow
+ * between bytes (n | 0x80 less 8 stays >= 0x78; the xor takes the 0x80 back: n - 8 mod 256). */
 template <uint32_t T> __device__ __forceinline__ uint32_t block_word(const uint8_t *b, unsigned wi) {
+    if constexpr (T == LLMM_TYPE_Q8_0) return raw_u32_at(b + 2 + 4 * wi);
+    else if constexpr (T == LLMM_TYPE_Q4_0) {
+        const uint32_t q = raw_u32_at(b + 2 + 4 * (wi % 4));
+        const uint32_t nibbles = (wi < 4 ? q : q >> 4) & 0x0f0f0f0fu;
+        return ((nibbles | 0x80808080u) - 0x08080808u) ^ 0x80808080u;
+    }
     uint32_t word = 0;
 GI_UNROLL
     for (unsigned e = 0; e < 4; e++) word |= (uint32_t)(uint8_t)(int8_t)block_q<T>(b, (int)(4 * wi + e)) << (8 * e);
@@ -150,7 +167,7 @@ GI_UNROLL
             const unsigned wi = (i + kb) % 8;
             dst[wi] = present ? block_word<T>(b, wi) : 0u;
         }
-        d[r * GI_KB + kb] = present ? qb_f16_at(b) : 0.f;
+        d[r * GI_KB + kb] = present ? qb_half_to_float(*(const uint16_t *)b) : 0.f;
     }
 }
 

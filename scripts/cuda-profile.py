@@ -33,10 +33,16 @@ DEVICES = {
     "orin": {"bandwidth": 204.8e9, "sms": 16, "clock": 1.3e9},
 }
 
-# Per-SM limits (CUDA C++ Programming Guide, "Technical Specifications per Compute Capability")
-# and the allocation rules of the CUDA occupancy calculator (cuda_occupancy.h in the toolkit:
-# registers allocated per warp in units of 256, over 4 sub-partitions; shared memory in units of
-# 128 bytes, plus 1 KiB the driver reserves per block).
+# Per-SM limits (CUDA C++ Programming Guide, "Compute Capabilities", docs.nvidia.com/cuda/
+# cuda-programming-guide/05-appendices/compute-capabilities.html) and the allocation rules of the
+# CUDA occupancy calculator (cuda_occupancy.h in the toolkit: registers allocated per warp in
+# units of 256, over 4 sub-partitions; shared memory in units of 128 bytes, plus 1 KiB the driver
+# reserves per block). Checked 2026-12-07 against what the search tool could reach (the guide's
+# table itself was not among its excerpts): sm_90's 64 warps, 32 blocks, 65536 registers and
+# 228 KB as Modal's GPU glossary quotes them for H100 (modal.com/gpu-glossary/perf/occupancy);
+# sm_87's 1536 threads (48 warps), 164 KiB (167936 bytes) of shared memory and 65536 registers
+# as deviceQuery prints them on an Orin (gist.github.com/atinfinity/8cede915acda05d0ff427c09604735dd);
+# sm_87's 16 blocks is the guide's figure for 8.6 and 8.7 as remembered, not confirmed there.
 ARCHS = {
     "sm_90": {"regs": 65536, "warps": 64, "blocks": 32, "smem": 228 * 1024},
     "sm_87": {"regs": 65536, "warps": 48, "blocks": 16, "smem": 164 * 1024},
@@ -54,6 +60,7 @@ COUNTERS = ["launches", "blocks", "warps", "global_load_requests", "global_load_
             "global_store_bytes", "shared_load_requests", "shared_load_wavefronts",
             "shared_store_requests", "shared_store_wavefronts", "cp_async_requests",
             "cp_async_bytes", "cp_async_sectors", "global_launch_sectors"]
+SITE_COUNTERS = ["requests", "sectors", "bytes", "wavefronts", "ideal_wavefronts"]
 L1_BYTES_PER_CLOCK = 128  # per SM: 4 sectors a cycle through L1 (sm_80 and later)
 
 
@@ -142,6 +149,53 @@ def kernel_names(module):
     return names
 
 
+class SiteLines:
+    """An access site's offset in the profiled module -> its source line, as addr2line reads the
+    debug information (the offset is the callback's return address: the call is the byte before).
+    A wide __ldg's site is its caller's file and line, not code: it stays unnamed."""
+
+    def __init__(self, module):
+        self.module, self.cache = module, {}
+
+    def __call__(self, offset):
+        if offset not in self.cache:
+            r = subprocess.run(["addr2line", "-e", self.module, "%x" % (offset - 1)], stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, text=True)
+            line = r.stdout.strip().splitlines()[0] if r.returncode == 0 and r.stdout.strip() else "??"
+            if line.startswith("??"):
+                self.cache[offset] = "site 0x%x" % offset
+            else:  # repository-relative, without addr2line's "(discriminator N)"
+                self.cache[offset] = re.sub(r"^.*?/(cuda|tests)/", r"\1/", line).split(" ")[0]
+        return self.cache[offset]
+
+
+def site_summary(sites, lines, every):
+    """The shared stores (and the cp.async writes into shared memory) of a kernel, or with
+    `every` all its sites: where each one is, and its wavefronts per request against the fewest
+    its words could take. Sites of one source line (an inlined helper called twice) add up."""
+    out = {}
+    for t in sites.values():
+        if not t["requests"] or not (every or (t["space"] == "shared" and t["store"])):
+            continue
+        kind = ("cp.async->shared" if t["cp_async"] and t["space"] == "shared" else
+                "cp.async" if t["cp_async"] else "%s %s" % (t["space"], "store" if t["store"] else "load"))
+        key = (lines(t["offset"]), kind, t["width"])
+        o = out.setdefault(key, {f: 0 for f in SITE_COUNTERS})
+        for f in SITE_COUNTERS:
+            o[f] += t[f]
+    rows = []
+    for (line, kind, width), o in sorted(out.items()):
+        row = {"site": line, "kind": kind, "width": width, "requests": o["requests"]}
+        if kind.startswith("shared") or kind == "cp.async->shared":
+            row["wavefronts_per_request"] = round(o["wavefronts"] / o["requests"], 4)
+            row["ideal_per_request"] = round(o["ideal_wavefronts"] / o["requests"], 4)
+        else:
+            row["sectors_per_request"] = round(o["sectors"] / o["requests"], 4)
+            row["efficiency"] = round(o["bytes"] / (32.0 * o["sectors"]), 4) if o["sectors"] else 1.0
+        rows.append(row)
+    return rows
+
+
 def strip_params(name):
     """`void f<A, B>(int, float)` -> `f<A, B>`: the two compilers spell parameter lists apart."""
     depth, cut = 0, len(name)
@@ -196,6 +250,11 @@ def full_depth(c1, c2, names, n_layer):
             e["global_load_requests_by_width"] = [a + b for a, b in zip(e["global_load_requests_by_width"],
                                                                          k["global_load_requests_by_width"])]
             e["dynamic_shared_max"] = max(e["dynamic_shared_max"], k["dynamic_shared_max"])
+            sites = e.setdefault("sites", {})
+            for site in k.get("sites", []):
+                t = sites.setdefault(site["offset"], dict(site, **{f: 0 for f in SITE_COUNTERS}))
+                for f in SITE_COUNTERS:
+                    t[f] += site[f]
         return d
     a, b = by_name(c1), by_name(c2)
     out = {}
@@ -206,6 +265,15 @@ def full_depth(c1, c2, names, n_layer):
         wa = ea["global_load_requests_by_width"] if ea else [0] * 5
         wb = eb["global_load_requests_by_width"] if eb else [0] * 5
         e["global_load_requests_by_width"] = [a + (n_layer - 1) * (b - a) for a, b in zip(wa, wb)]
+        sa, sb = ea.get("sites", {}) if ea else {}, eb.get("sites", {}) if eb else {}
+        e["sites"] = {}
+        for off in set(sa) | set(sb):
+            ta, tb = sa.get(off), sb.get(off)
+            t = dict(ta or tb)
+            for f in SITE_COUNTERS:
+                va, vb = ta[f] if ta else 0, tb[f] if tb else 0
+                t[f] = va + (n_layer - 1) * (vb - va)
+            e["sites"][off] = t
         for f in COUNTERS:
             va, vb = ea[f] if ea else 0, eb[f] if eb else 0
             e[f] = va + (n_layer - 1) * (vb - va)
@@ -309,17 +377,26 @@ def main():
                     help="profile this GGUF alone, as it is (no depth scaling), and print its table")
     ap.add_argument("--rows", type=int, default=1, help="with --model: decode rows, or 0 with --prompt")
     ap.add_argument("--prompt", type=int, default=0, help="with --model: a prompt of this many tokens")
+    ap.add_argument("--module", default=None,
+                    help="the profiled module (default BUILD/libllmmini-cuda-prof.so): another build of it, such "
+                         "as one with an earlier kernel, counted the same way (its counters cached apart)")
+    ap.add_argument("--sites", action="store_true",
+                    help="print every shared-memory and global access site of each kernel, not only the shared "
+                         "stores")
     args = ap.parse_args()
     build = os.path.join(ROOT, args.build) if not os.path.isabs(args.build) else args.build
-    module = os.path.join(build, "libllmmini-cuda-prof.so")
+    module = os.path.abspath(args.module) if args.module else os.path.join(build, "libllmmini-cuda-prof.so")
     if args.model:
         profile_one(args, build, module)
         return
     models_dir = args.models_dir or os.path.join(build, "cuda-profile-models")
     work = os.path.join(build, "cuda-profile-counters")
+    if args.module:
+        work += "-" + os.path.basename(module)
     os.makedirs(models_dir, exist_ok=True)
     os.makedirs(work, exist_ok=True)
     names = kernel_names(module)
+    lines = SiteLines(module)
     resources = ptxas_resources(build)
     kernels_json, models_json = [], []
     for shape in MODELS:
@@ -339,7 +416,8 @@ def main():
             for phase, rows, outs in steps:
                 c = [profile_step(build, module, p, rows, o) for p, o in zip(paths, outs)]
                 full = full_depth(c[0], c[1], names, shape["layers"])
-                report(shape, type_name, phase, rows, full, resources, weight_bytes, kernels_json, models_json)
+                report(shape, type_name, phase, rows, full, resources, weight_bytes, kernels_json, models_json,
+                       lines, args.sites)
     out = os.path.join(build, "cuda-profile.json")
     with open(out, "w") as f:
         json.dump({"kernels": kernels_json, "models": models_json}, f, indent=1)
@@ -351,7 +429,8 @@ def profile_one(args, build, module):
     names = kernel_names(module)
     resources = ptxas_resources(build)
     rows = args.prompt if args.prompt else args.rows
-    out = os.path.join(build, "cuda-profile-counters", "one-%s-%d.jsonl" % (os.path.basename(args.model), rows))
+    out = os.path.join(build, "cuda-profile-counters", "one-%s-%s-%d.jsonl" % (os.path.basename(module),
+                       os.path.basename(args.model), rows))
     os.makedirs(os.path.dirname(out), exist_ok=True)
     if os.path.exists(out):
         os.remove(out)
@@ -359,15 +438,16 @@ def profile_one(args, build, module):
     full = full_depth(c, c, names, 1)
     shape = {"model": os.path.basename(args.model), "layers": 1}
     report(shape, "as stored", "prefill%d" % rows if args.prompt else "decode", rows, full, resources,
-           gguf_tensor_bytes(args.model), [], [])
+           gguf_tensor_bytes(args.model), [], [], SiteLines(module), args.sites)
 
 
-def report(shape, type_name, phase, rows, full, resources, weight_bytes, kernels_json, models_json):
+def report(shape, type_name, phase, rows, full, resources, weight_bytes, kernels_json, models_json, lines,
+           every_site):
     print("\n== %s %s %s, %d row%s (%d layers%s)" %
           (shape["model"], type_name, phase, rows, "" if rows == 1 else "s", shape["layers"],
            "; counters of 1 and 2 layers scaled exactly" if shape["layers"] > 1 else ""))
-    print("%-52s %6s %7s %6s %6s %6s %6s %6s %9s %5s %9s %9s" % ("kernel", "launch", "sect/rq", "eff%", "ld/16B",
-          "shwf/r", "occ90", "occ87", "H100 us", "bound", "H200 us", "Orin us"))
+    print("%-52s %6s %7s %6s %6s %6s %6s %6s %6s %6s %9s %5s %9s %9s" % ("kernel", "launch", "sect/rq", "eff%",
+          "ld/16B", "sh/16B", "stwf/r", "ldwf/r", "occ90", "occ87", "H100 us", "bound", "H200 us", "Orin us"))
     totals = {d: 0.0 for d in DEVICES}
     for name, e in sorted(full.items(), key=lambda kv: -estimate_us(kv[1], "h100")):
         ld_req, ld_sec, ld_bytes = e["global_load_requests"], e["global_load_sectors"], e["global_load_bytes"]
@@ -377,8 +457,13 @@ def report(shape, type_name, phase, rows, full, resources, weight_bytes, kernels
         widths = e["global_load_requests_by_width"]
         width_sum = sum(n * w for n, w in zip(widths, (1, 2, 4, 8, 16)))
         loads_per_16 = 16.0 * sum(widths) / width_sum if width_sum else 0.0
-        sh_req = e["shared_load_requests"] + e["shared_store_requests"]
-        sh_wf = (e["shared_load_wavefronts"] + e["shared_store_wavefronts"]) / sh_req if sh_req else 0.0
+        # the shared-memory reads that unpack what the global loads brought (a GEMV's staged
+        # chunks), per 16 of those bytes: apart, so that neither hides the other
+        shared_per_16 = 16.0 * e["shared_load_requests"] / width_sum if width_sum else 0.0
+        # shared-memory wavefronts per request, stores and loads apart (1: no bank conflicts for
+        # accesses of up to 4 bytes a lane)
+        st_wf = e["shared_store_wavefronts"] / e["shared_store_requests"] if e["shared_store_requests"] else 0.0
+        ld_wf = e["shared_load_wavefronts"] / e["shared_load_requests"] if e["shared_load_requests"] else 0.0
         occ = {}
         for arch in ARCHS:
             r = resources[arch].get(name)
@@ -387,16 +472,30 @@ def report(shape, type_name, phase, rows, full, resources, weight_bytes, kernels
         modelled = not name.startswith("reference_gemm_kernel")  # cuBLASLt's stand-in: not modelled
         for d in DEVICES:
             totals[d] += us[d] if modelled else 0.0
-        print("%-52s %6d %7.2f %6.1f %6.2f %6.2f %6s %6s %9.2f %5s %9.2f %9.2f%s" % (
-            name[:52], e["launches"], sectors_per_request, 100 * efficiency, loads_per_16, sh_wf,
+        print("%-52s %6d %7.2f %6.1f %6.2f %6.2f %6.2f %6.2f %6s %6s %9.2f %5s %9.2f %9.2f%s" % (
+            name[:52], e["launches"], sectors_per_request, 100 * efficiency, loads_per_16, shared_per_16, st_wf, ld_wf,
             "-" if occ["sm_90"] is None else "%.0f%%" % (100 * occ["sm_90"]),
             "-" if occ["sm_87"] is None else "%.0f%%" % (100 * occ["sm_87"]), us["h100"], bound_of(e, "h100"),
             us["h200"], us["orin"], "" if modelled else "  (cuBLASLt on a GPU: not in the sum)"))
+        sites = site_summary(e.get("sites", {}), lines, every_site)
+        for t in sites:
+            if "wavefronts_per_request" in t:
+                print("    %-44s %-17s %2d B %10d rq  %5.2f wavefronts/rq (fewest %.2f)" % (
+                    t["site"][-44:], t["kind"], t["width"], t["requests"], t["wavefronts_per_request"],
+                    t["ideal_per_request"]))
+            else:
+                print("    %-44s %-17s %2d B %10d rq  %5.2f sectors/rq, %.1f %% useful" % (
+                    t["site"][-44:], t["kind"], t["width"], t["requests"], t["sectors_per_request"],
+                    100 * t["efficiency"]))
         kernels_json.append({"model": shape["model"], "type": type_name, "phase": phase, "rows": rows,
                              "kernel": name, "sector_efficiency": round(efficiency, 4),
                              "loads_per_16B": round(loads_per_16, 4),
+                             "shared_loads_per_16B": round(shared_per_16, 4),
                              "occupancy_sm90": None if occ["sm_90"] is None else round(occ["sm_90"], 4),
-                             "est_us_h100": round(us["h100"], 3)})
+                             "est_us_h100": round(us["h100"], 3),
+                             "shared_store_wavefronts_per_request": round(st_wf, 4),
+                             "shared_load_wavefronts_per_request": round(ld_wf, 4),
+                             "shared_store_sites": [t for t in sites if "wavefronts_per_request" in t]})
     floor = {d: weight_bytes / DEVICES[d]["bandwidth"] * 1e3 for d in DEVICES}
     print("sum: H100 %.3f ms, H200 %.3f ms, Orin %.3f ms; floor (%.1f MB of weights / bandwidth): "
           "H100 %.3f ms, H200 %.3f ms, Orin %.3f ms" % (totals["h100"] / 1e3, totals["h200"] / 1e3,

@@ -100,8 +100,10 @@ inline void __pipeline_memcpy_async(void *dst_shared, const void *src_global, si
             "the size", size_and_align, src_global, dst_shared);
     if (zfill > size_and_align)
         die("__pipeline_memcpy_async: zfill %zu is more than the %zu bytes copied", zfill, size_and_align);
-    simt::profile::cp_async(dst_shared, src_global, (unsigned)size_and_align); /* make cuda-profile's count */
     std::memset(dst_shared, 0xa5, size_and_align);
+    /* make cuda-profile's count, after the poison, which is the emulator's and no store of the
+     * kernel: the counters take it back */
+    simt::profile::cp_async(dst_shared, src_global, (unsigned)size_and_align);
     t.uncommitted.push_back(AsyncCopy{dst_shared, src_global, size_and_align, zfill});
 }
 

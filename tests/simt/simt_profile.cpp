@@ -76,6 +76,9 @@ struct Profiler {
     // whatever one launch reads more than once
     std::unordered_set<uintptr_t> launch_sectors;
     std::map<const void *, simt_kernel_counters> kernels;
+    // per kernel: its access sites, and where each pc is among them
+    std::map<const void *, std::vector<simt_site_counters>> sites;
+    std::map<const void *, std::unordered_map<uintptr_t, size_t>> site_index;
     std::vector<const void *> order; // kernels in the order of their first launch
 };
 
@@ -117,7 +120,23 @@ bool in_device(const Profiler &p, uintptr_t a) {
     return it != p.device.begin() && a < (it - 1)->second;
 }
 
-void count_global(Profiler &p, simt_kernel_counters &c, const Request &r) {
+simt_site_counters &site_of(Profiler &p, uintptr_t pc, const Request &r) {
+    const void *k = p.current->kernel;
+    std::vector<simt_site_counters> &sites = p.sites[k];
+    auto found = p.site_index[k].emplace(pc, sites.size());
+    if (found.second) {
+        simt_site_counters s{};
+        s.pc = reinterpret_cast<const void *>(pc);
+        s.shared = r.space == space_shared;
+        s.store = r.store;
+        s.cp_async = r.cp_async;
+        s.width = r.width;
+        sites.push_back(s);
+    }
+    return sites[found.first->second];
+}
+
+void count_global(Profiler &p, simt_kernel_counters &c, const Request &r, simt_site_counters &site) {
     std::vector<uintptr_t> sectors, bytes;
     for (unsigned i = 0; i < r.lanes; i++) {
         for (uintptr_t s = r.address[i] / 32; s <= (r.address[i] + r.width - 1) / 32; s++)
@@ -130,6 +149,9 @@ void count_global(Profiler &p, simt_kernel_counters &c, const Request &r) {
     unsigned long long n_sectors = std::unique(sectors.begin(), sectors.end()) - sectors.begin();
     p.launch_sectors.insert(sectors.begin(), sectors.begin() + (ptrdiff_t)n_sectors);
     unsigned long long n_bytes = std::unique(bytes.begin(), bytes.end()) - bytes.begin();
+    site.requests++;
+    site.sectors += n_sectors;
+    site.bytes += n_bytes;
     if (r.store) {
         c.global_store_requests++;
         c.global_store_sectors += n_sectors;
@@ -147,12 +169,17 @@ void count_global(Profiler &p, simt_kernel_counters &c, const Request &r) {
     }
 }
 
+struct Wavefronts {
+    unsigned long long taken, ideal;
+};
+
 // Distinct 4-byte words per bank, the largest over the banks, summed over the phases a wide
-// access is split into (8 bytes: half warps, 16 bytes: quarter warps).
-unsigned long long shared_wavefronts(const Request &r) {
+// access is split into (8 bytes: half warps, 16 bytes: quarter warps); ideal: what the phases'
+// distinct words would take with no two in one bank, ceil(words / 32) each.
+Wavefronts shared_wavefronts(const Request &r) {
     unsigned lanes_per_phase = r.width >= 16 ? 8 : r.width >= 8 ? 16 : 32;
     std::vector<std::pair<unsigned, uintptr_t>> bank_words;
-    unsigned long long total = 0;
+    Wavefronts total{0, 0};
     for (unsigned first = 0; first < r.lanes; first += lanes_per_phase) {
         bank_words.clear();
         for (unsigned i = first; i < r.lanes && i < first + lanes_per_phase; i++)
@@ -165,19 +192,27 @@ unsigned long long shared_wavefronts(const Request &r) {
             run = i && bank_words[i].first == bank_words[i - 1].first ? run + 1 : 1;
             most = std::max(most, run);
         }
-        total += most;
+        total.taken += most;
+        total.ideal += (bank_words.size() + 31) / 32;
     }
     return total;
 }
 
-void count_shared(simt_kernel_counters &c, const Request &r) {
-    unsigned long long wavefronts = shared_wavefronts(r);
+// A cp.async's write into shared memory is no load/store instruction of its own: its
+// wavefronts are kept at its site only, out of the kernel's shared-memory store counts.
+void count_shared(simt_kernel_counters &c, const Request &r, simt_site_counters &site) {
+    const Wavefronts w = shared_wavefronts(r);
+    site.requests++;
+    site.wavefronts += w.taken;
+    site.ideal_wavefronts += w.ideal;
+    if (r.cp_async)
+        return;
     if (r.store) {
         c.shared_store_requests++;
-        c.shared_store_wavefronts += wavefronts;
+        c.shared_store_wavefronts += w.taken;
     } else {
         c.shared_load_requests++;
-        c.shared_load_wavefronts += wavefronts;
+        c.shared_load_wavefronts += w.taken;
     }
 }
 
@@ -235,6 +270,29 @@ void unrecord(Profiler &p, unsigned tid, uintptr_t lo, unsigned bytes, bool stor
     }
 }
 
+// A site as its object file and offset, for addr2line.
+void write_sites(FILE *f, const std::vector<simt_site_counters> &sites) {
+    std::fprintf(f, "\"sites\": [");
+    for (size_t i = 0; i < sites.size(); i++) {
+        const simt_site_counters &s = sites[i];
+        Dl_info info;
+        uintptr_t offset = reinterpret_cast<uintptr_t>(s.pc);
+        const char *object = "";
+        if (dladdr(s.pc, &info) && info.dli_fname) {
+            offset -= reinterpret_cast<uintptr_t>(info.dli_fbase);
+            object = info.dli_fname;
+        }
+        std::fprintf(f,
+                     "%s{\"object\": \"%s\", \"offset\": %llu, \"space\": \"%s\", \"store\": %d, "
+                     "\"cp_async\": %d, \"width\": %u, \"requests\": %llu, \"sectors\": %llu, "
+                     "\"bytes\": %llu, \"wavefronts\": %llu, \"ideal_wavefronts\": %llu}",
+                     i ? ", " : "", object, (unsigned long long)offset, s.shared ? "shared" : "global",
+                     s.store, s.cp_async, s.width, s.requests, s.sectors, s.bytes, s.wavefronts,
+                     s.ideal_wavefronts);
+    }
+    std::fprintf(f, "]}\n");
+}
+
 void write_counters(FILE *f) {
     Profiler &p = profiler();
     for (const void *k : p.order) {
@@ -257,7 +315,7 @@ void write_counters(FILE *f) {
                      "\"shared_load_requests\": %llu, \"shared_load_wavefronts\": %llu, "
                      "\"shared_store_requests\": %llu, \"shared_store_wavefronts\": %llu, "
                      "\"cp_async_requests\": %llu, \"cp_async_bytes\": %llu, \"cp_async_sectors\": %llu, "
-                     "\"global_launch_sectors\": %llu}\n",
+                     "\"global_launch_sectors\": %llu, ",
                      c.launch_name, object, (unsigned long long)offset, c.launches, c.blocks,
                      c.warps, c.threads_per_block, c.dynamic_shared_max, c.global_load_requests, c.global_load_sectors, c.global_load_bytes,
                      c.global_store_requests, c.global_store_sectors, c.global_store_bytes,
@@ -266,6 +324,7 @@ void write_counters(FILE *f) {
                      c.global_load_requests_by_width[4], c.shared_load_requests,
                      c.shared_load_wavefronts, c.shared_store_requests, c.shared_store_wavefronts,
                      c.cp_async_requests, c.cp_async_bytes, c.cp_async_sectors, c.global_launch_sectors);
+        write_sites(f, p.sites[k]);
     }
 }
 
@@ -314,10 +373,11 @@ void block_end() {
     if (!p.active)
         return;
     for (const auto &kv : p.requests) {
+        simt_site_counters &site = site_of(p, kv.first.pc, kv.second);
         if (kv.second.space == space_global)
-            count_global(p, *p.current, kv.second);
+            count_global(p, *p.current, kv.second, site);
         else
-            count_shared(*p.current, kv.second);
+            count_shared(*p.current, kv.second, site);
     }
     p.requests.clear();
     for (auto &m : p.occurrences)
@@ -349,9 +409,16 @@ void vector_copy(const void *src, const void *dst, unsigned bytes, const void *s
 }
 
 void cp_async(void *shared_dst, const void *global_src, unsigned bytes) {
-    (void)shared_dst;
-    record(reinterpret_cast<uintptr_t>(global_src), bytes, false,
-           reinterpret_cast<uintptr_t>(__builtin_return_address(0)), true);
+    Profiler &p = profiler();
+    detail::Launch *L = detail::g_launch;
+    if (!p.active || !L || !L->current)
+        return;
+    const uintptr_t site = reinterpret_cast<uintptr_t>(__builtin_return_address(0));
+    // the emulator's poison of the destination (simt_async.h) is traced as the thread's store
+    unrecord(p, (unsigned)(L->current - L->threads.data()), reinterpret_cast<uintptr_t>(shared_dst), bytes,
+             true);
+    record(reinterpret_cast<uintptr_t>(global_src), bytes, false, site, true);
+    record(reinterpret_cast<uintptr_t>(shared_dst), bytes, true, site + 1, true); // its own request
 }
 
 } // namespace profile
@@ -363,6 +430,13 @@ extern "C" const simt_kernel_counters *simt_profile_counters(const void *kernel)
     return it == p.kernels.end() ? nullptr : &it->second;
 }
 
+extern "C" const simt_site_counters *simt_profile_sites(const void *kernel, size_t *count) {
+    simt::profile::Profiler &p = simt::profile::profiler();
+    auto it = p.sites.find(kernel);
+    *count = it == p.sites.end() ? 0 : it->second.size();
+    return *count ? it->second.data() : nullptr;
+}
+
 extern "C" int simt_profile_write(const char *path) {
     return simt::profile::write_counters_to(path);
 }
@@ -370,6 +444,8 @@ extern "C" int simt_profile_write(const char *path) {
 extern "C" void simt_profile_reset(void) {
     simt::profile::profiler().kernels.clear();
     simt::profile::profiler().order.clear();
+    simt::profile::profiler().sites.clear();
+    simt::profile::profiler().site_index.clear();
 }
 
 // The compiler's callbacks (clang -fsanitize-coverage=trace-loads,trace-stores): the address,

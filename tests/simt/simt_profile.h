@@ -22,7 +22,11 @@
 //           deliver; 8- and 16-byte accesses are split in half- and quarter-warp phases, whose
 //           wavefronts add up.
 // cp.async has no C++ spelling to instrument: the emulator's cp.async (simt_async.h) calls
-// simt::profile::cp_async with its operands, counted as cp.async requests beside the loads.
+// simt::profile::cp_async with its operands, counted as cp.async requests beside the loads; its
+// write into shared memory is a site of its own (below), out of the shared store counts.
+// Each instruction is also a site (simt_profile_sites): the same counts per instruction, so that
+// a kernel's staging stores can be told from its other shared accesses (make cuda-profile
+// names each site's source line with addr2line).
 // The counts are those of the C++ source as clang compiles it for x86 without vectorization
 // (-fno-vectorize -fno-slp-vectorize), which follows the source's accesses one to one; nvcc
 // may keep a value in a register where clang reloads it, or the reverse (docs/performance.md).

@@ -4,6 +4,8 @@
 #ifndef LLMMINI_SIMT_PROFILE_COUNTERS_H
 #define LLMMINI_SIMT_PROFILE_COUNTERS_H
 
+#include <stddef.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -28,11 +30,29 @@ typedef struct simt_kernel_counters {
     unsigned long long global_launch_sectors;
 } simt_kernel_counters;
 
+/* One access site (instruction) of a kernel, summed over its warp-level requests: which site of a
+ * kernel's shared memory conflicts, or which global load wastes its sectors. A cp.async is two
+ * sites: its global read (global, cp_async) and its write into shared memory (shared, store,
+ * cp_async), whose bank conflicts cost as a store's do. */
+typedef struct simt_site_counters {
+    const void *pc; /* the instruction: its callback's return address (a wide __ldg: its line) */
+    unsigned char shared, store, cp_async, width;
+    unsigned long long requests;
+    unsigned long long sectors, bytes; /* global: distinct sectors and bytes per request, summed */
+    /* shared: wavefronts per request, summed, and the fewest its words could take (a phase of
+     * n distinct words needs ceil(n / 32)): equal when the site is free of bank conflicts */
+    unsigned long long wavefronts, ideal_wavefronts;
+} simt_site_counters;
+
 /* The counters of `kernel` since the start (or the last reset), NULL if it never ran. */
 const simt_kernel_counters *simt_profile_counters(const void *kernel);
+/* The access sites of `kernel` in the order of their first request; *count of them (0, NULL if
+ * it never ran). */
+const simt_site_counters *simt_profile_sites(const void *kernel, size_t *count);
 void simt_profile_reset(void);
 /* Every kernel's counters as JSON lines (one object per kernel, in the order of their first
- * launch; the kernel as its object file and offset, for nm) to path; 0 or -1. */
+ * launch; the kernel and its sites as object file and offset, for nm and addr2line) to path;
+ * 0 or -1. */
 int simt_profile_write(const char *path);
 
 #ifdef __cplusplus

@@ -56,6 +56,23 @@ __global__ void load_blocks_bytewise(unsigned *y, const unsigned char *blocks) {
     y[threadIdx.x] = sum;
 }
 
+// Two shared store sites in one kernel: word l (conflict-free) and word 2 l (lanes l and l + 16
+// in one bank: 2 wavefronts), then a cp.async of 8 bytes a lane into consecutive shared words
+// (2 half-warp phases of 32 words: 2 wavefronts, the ideal) and one 64 bytes apart (each lane's
+// two words in banks 0-1 or 16-17: 8 words a bank, 8 wavefronts a phase); per site.
+__global__ void shared_store_sites(float *y, const unsigned long long *x) {
+    SIMT_DYNAMIC_SHARED(unsigned char, tile);
+    float *words = reinterpret_cast<float *>(tile);
+    words[threadIdx.x] = 1.f;
+    words[64 + 2 * threadIdx.x] = 2.f;
+    __pipeline_memcpy_async(tile + 512 + 8 * threadIdx.x, x + threadIdx.x, 8);
+    __pipeline_memcpy_async(tile + 1024 + 64 * threadIdx.x, x + threadIdx.x, 8);
+    __pipeline_commit();
+    __pipeline_wait_prior(0);
+    __syncthreads();
+    y[threadIdx.x] = words[threadIdx.x] + words[64 + 2 * threadIdx.x];
+}
+
 template <class T> static T *device_buffer(size_t count) {
     void *p = nullptr;
     assert_int_equal(cudaMalloc(&p, count * sizeof(T)), cudaSuccess);
@@ -169,6 +186,52 @@ static void test_shared_vector_access_takes_four_wavefronts(void **) {
     cudaFree(y);
 }
 
+static void test_shared_sites_are_counted_apart(void **) {
+    float *y = device_buffer<float>(lanes);
+    unsigned long long *x = device_buffer<unsigned long long>(lanes);
+    const void *k = (const void *)&shared_store_sites;
+    SIMT_LAUNCH(shared_store_sites, 1, lanes, 1024 + 64 * lanes, nullptr, y, x);
+    size_t n = 0;
+    const simt_site_counters *sites = simt_profile_sites(k, &n);
+    assert_non_null(sites);
+    // in the order of their first request within the block: the requests are kept in a hash
+    // table until the block ends, so find each site by what it is
+    const simt_site_counters *stores[2] = {nullptr, nullptr}, *async_writes[2] = {nullptr, nullptr};
+    unsigned n_loads = 0, n_async_reads = 0;
+    for (size_t i = 0; i < n; i++) {
+        const simt_site_counters &s = sites[i];
+        assert_int_equal(s.requests, 1);
+        if (s.shared && s.store && !s.cp_async)
+            stores[s.wavefronts == 1 ? 0 : 1] = &s;
+        else if (s.shared && s.store && s.cp_async)
+            async_writes[s.wavefronts == 2 ? 0 : 1] = &s;
+        else if (s.shared)
+            n_loads++;
+        else if (s.cp_async)
+            n_async_reads++;
+    }
+    assert_non_null(stores[0]);
+    assert_non_null(stores[1]);
+    assert_int_equal(stores[0]->ideal_wavefronts, 1);
+    assert_int_equal(stores[1]->wavefronts, 2);
+    assert_int_equal(stores[1]->ideal_wavefronts, 1);
+    assert_non_null(async_writes[0]);
+    assert_non_null(async_writes[1]);
+    assert_int_equal(async_writes[0]->width, 8);
+    assert_int_equal(async_writes[0]->ideal_wavefronts, 2);
+    assert_int_equal(async_writes[1]->wavefronts, 16);
+    assert_int_equal(async_writes[1]->ideal_wavefronts, 2);
+    assert_int_equal(n_loads, 2);
+    assert_int_equal(n_async_reads, 2);
+    // the kernel's shared-store counts hold its two store instructions, not the cp.async writes
+    // nor the emulator's poison of their destinations (2 more stores before it was taken back)
+    const simt_kernel_counters &c = counters(k);
+    assert_int_equal(c.shared_store_requests, 2);
+    assert_int_equal(c.shared_store_wavefronts, 3);
+    assert_int_equal(c.cp_async_requests, 2);
+    cudaFree(y), cudaFree(x);
+}
+
 // Two warps: requests are per warp, never merged across warps
 static void test_requests_are_per_warp(void **) {
     float *x = device_buffer<float>(2 * lanes), *y = device_buffer<float>(2 * lanes);
@@ -191,6 +254,7 @@ int main(void) {
         cmocka_unit_test(test_shared_bank_conflicts),
         cmocka_unit_test(test_shared_vector_access_takes_four_wavefronts),
         cmocka_unit_test(test_requests_are_per_warp),
+        cmocka_unit_test(test_shared_sites_are_counted_apart),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

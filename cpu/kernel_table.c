@@ -5,6 +5,7 @@
 #include "kernel_table.h"
 #include "kernels/delta_rule.h"
 #include "kernels/exp_poly.h"
+#include "kernels/gelu_poly.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -31,6 +32,10 @@ static void rms_norm_row_scalar(const float *x, const float *w, float *out, size
 
 static void silu_mul_scalar(float *gate, const float *up, size_t n) {
     for (size_t i = 0; i < n; i++) gate[i] = gate[i] / (1.0f + llmm_exp_poly(-gate[i])) * up[i];
+}
+
+static void gelu_mul_scalar(float *gate, const float *up, size_t n) {
+    for (size_t i = 0; i < n; i++) gate[i] = llmm_gelu_poly(gate[i]) * up[i];
 }
 
 /* Attention's q.k as every SIMD table computes it: eight lanes of fused multiply-adds over the
@@ -91,6 +96,7 @@ const cpu_kernels llmm__cpu_kernels_scalar = {
     .isa = CPU_ISA_SCALAR,
     .rms_norm_row = rms_norm_row_scalar,
     .silu_mul = silu_mul_scalar,
+    .gelu_mul = gelu_mul_scalar,
     .dot_f32 = dot_f32_scalar,
     .exp_sub_sum = exp_sub_sum_scalar,
     .axpy = axpy_scalar,

@@ -19,7 +19,7 @@
  *    in 16 float lanes, the lanes added pairwise, then the tail in order; lib/format/quant.c).
  *  - attention's q.k (dot_f32, attn_scores): bit for bit the scalar table's: eight lanes of
  *    fused multiply-adds, a tree, the tail; the value sums one fmaf per value.
- *  - softmax and SiLU: bit for bit the scalar table's, through one exp (kernels/exp_poly.h, within 2 ulp
+ *  - softmax, SiLU and GELU: bit for bit the scalar table's, through one exp (kernels/exp_poly.h, within 2 ulp
  *    of expf; the vector exps take the same steps) and the same order of the softmax sum.
  *  - RMSNorm: bit for bit (squares in float, summed in double).
  *  - Gated DeltaNet's state (delta_step, delta_read, delta_update): bit for bit, one fused
@@ -128,6 +128,8 @@ typedef struct cpu_kernels {
     void (*rms_norm_row)(const float *x, const float *w, float *out, size_t dim, float eps);
     /* gate = gate / (1 + e^-gate) * up */
     void (*silu_mul)(float *gate, const float *up, size_t n);
+    /* gate = gelu_tanh(gate) * up, as gate / (1 + e^(-2u)) (kernels/gelu_poly.h) */
+    void (*gelu_mul)(float *gate, const float *up, size_t n);
     /* a . b in float (attention's q.k), bit for bit in every table: eight lanes of fused
      * multiply-adds, the lanes added as a tree, the n % 8 tail in order (kernel_table.c) */
     float (*dot_f32)(const float *a, const float *b, size_t n);

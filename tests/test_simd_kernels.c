@@ -31,6 +31,9 @@
  *    [-103, 88.7], 0 below the subnormal range, +inf above FLT_MAX's logarithm.
  *  - silu_mul: 12u |ref| against float64 (8u plus 2 ulp = 4u for the polynomial exp), and
  *    bit for bit the scalar table's.
+ *  - gelu_mul (the scalar table's too): (4|z| + 12) u |ref| against float64's
+ *    0.5 x (1 + tanh(u)) = x / (1 + e^z), z = -2u the exp's argument (its rounding grows with |z|), and bit for
+ *    bit the scalar table's.
  *  - rms_norm_row: 10u |ref| against float64, as for the scalar kernel, and bit for bit the
  *    scalar table's (also for magnitudes spread over 2^40).
  *  - exp_sub_sum's returned sum: (n + 4) 2u relative, against float64; its values and sum bit
@@ -1049,35 +1052,74 @@ static void test_exp_sub_sum(void **state) {
     }
 }
 
+/* A gated activation kernel of a table (gate = act(gate) * up), its float64 value and bound */
+typedef struct gate_kernel {
+    const char *name;
+    void (*of)(const cpu_kernels *k, float *gate, const float *up, size_t n);
+    double (*reference)(double x, double up, double *tolerance);
+    uint64_t seed;
+} gate_kernel;
+
+static void run_silu(const cpu_kernels *k, float *gate, const float *up, size_t n) { k->silu_mul(gate, up, n); }
+static void run_gelu(const cpu_kernels *k, float *gate, const float *up, size_t n) { k->gelu_mul(gate, up, n); }
+
+static double silu_reference(double x, double up, double *tolerance) {
+    const double ref = x / (1.0 + exp(-x)) * up;
+    *tolerance = 12 * U_F32 * fabs(ref);
+    return ref;
+}
+
+/* 0.5 x (1 + tanh(u)) as x / (1 + e^(-2u)), which keeps its digits where tanh(u) nears -1 */
+static double gelu_reference(double x, double up, double *tolerance) {
+    const double u = 0.79788456080286535587989211986876 * x * (1.0 + 0.044715 * x * x);
+    const double ref = x / (1.0 + exp(-2.0 * u)) * up;
+    *tolerance = (4.0 * fabs(2.0 * u) + 12.0) * U_F32 * fabs(ref) + 1e-30;
+    return ref;
+}
+
+static void check_gate_kernel(const cpu_kernels *k, const gate_kernel *gk) {
+    const size_t sizes[] = {1, 7, 31, 33, 173, 1001};
+    rng_seed(&rng, gk->seed);
+    for (size_t si = 0; si < ARRAY_LEN(sizes); si++) {
+        const size_t n = sizes[si];
+        const float range = si % 2 ? 20.0f : 3.0f;
+        float *g = rng_floats(&rng, n, -range, range), *up = rng_floats(&rng, n, -2.0f, 2.0f);
+        float *out = xmalloc(n * sizeof *out);
+        memcpy(out, g, n * sizeof *out);
+        gk->of(k, out, up, n);
+        for (size_t i = 0; i < n; i++) {
+            double tolerance;
+            const double ref = gk->reference(g[i], up[i], &tolerance);
+            CHECK_CLOSE(out[i], ref, tolerance, "%s %s n=%zu i=%zu g=%.9g", k->name, gk->name, n, i, (double)g[i]);
+        }
+        gk->of(&llmm__cpu_kernels_scalar, g, up, n); /* the scalar table's bits */
+        assert_memory_equal(out, g, n * sizeof *out);
+        free(g);
+        free(up);
+        free(out);
+    }
+    /* saturation: large negative gates give (minus) zero, large positive ones the gate */
+    float g[3] = {-200.0f, 200.0f, -90.0f}, up[3] = {1.5f, 1.5f, 2.0f};
+    gk->of(k, g, up, 3);
+    assert_true(g[0] == 0.0f && g[1] == 300.0f && fabsf(g[2]) < 1e-30f);
+}
+
 static void test_silu_mul(void **state) {
     (void)state;
-    const size_t sizes[] = {1, 7, 31, 33, 173, 1001};
+    const gate_kernel silu = {"silu", run_silu, silu_reference, 3002};
     for (size_t ii = 0; ii < ARRAY_LEN(k_simd_isas); ii++) {
         const cpu_kernels *k = simd_table(k_simd_isas[ii]);
-        if (!k) continue;
-        rng_seed(&rng, 3002);
-        for (size_t si = 0; si < ARRAY_LEN(sizes); si++) {
-            const size_t n = sizes[si];
-            const float range = si % 2 ? 20.0f : 3.0f;
-            float *g = rng_floats(&rng, n, -range, range), *up = rng_floats(&rng, n, -2.0f, 2.0f);
-            float *out = xmalloc(n * sizeof *out);
-            memcpy(out, g, n * sizeof *out);
-            k->silu_mul(out, up, n);
-            for (size_t i = 0; i < n; i++) {
-                const double ref = (double)g[i] / (1.0 + exp(-(double)g[i])) * up[i];
-                CHECK_CLOSE(out[i], ref, 12 * U_F32 * fabs(ref), "%s silu n=%zu i=%zu g=%.9g", k->name, n, i,
-                            (double)g[i]);
-            }
-            llmm__cpu_kernels_scalar.silu_mul(g, up, n); /* the scalar table's bits */
-            assert_memory_equal(out, g, n * sizeof *out);
-            free(g);
-            free(up);
-            free(out);
-        }
-        /* saturation: large negative gates give (minus) zero, large positive ones the gate */
-        float g[3] = {-200.0f, 200.0f, -90.0f}, up[3] = {1.5f, 1.5f, 2.0f};
-        k->silu_mul(g, up, 3);
-        assert_true(g[0] == 0.0f && g[1] == 300.0f && fabsf(g[2]) < 1e-30f);
+        if (k) check_gate_kernel(k, &silu);
+    }
+}
+
+static void test_gelu_mul(void **state) {
+    (void)state;
+    const gate_kernel gelu = {"gelu", run_gelu, gelu_reference, 3004};
+    check_gate_kernel(&llmm__cpu_kernels_scalar, &gelu);
+    for (size_t ii = 0; ii < ARRAY_LEN(k_simd_isas); ii++) {
+        const cpu_kernels *k = simd_table(k_simd_isas[ii]);
+        if (k) check_gate_kernel(k, &gelu);
     }
 }
 
@@ -2091,6 +2133,7 @@ int main(void) {
         cmocka_unit_test(test_exp_accuracy),
         cmocka_unit_test(test_exp_sub_sum),
         cmocka_unit_test(test_silu_mul),
+        cmocka_unit_test(test_gelu_mul),
         cmocka_unit_test(test_rms_norm_row),
         cmocka_unit_test(test_dot_axpy),
         cmocka_unit_test(test_delta_kernels),

@@ -126,11 +126,6 @@ llmm_status llmm__cpu_rope_rows(float *x, size_t n_rows, size_t n_heads, size_t 
     return LLMM_OK;
 }
 
-static float gelu_tanh(float x) {
-    const float k = 0.79788456080286535587989211986876f; /* sqrt(2/pi) */
-    return 0.5f * x * (1.0f + tanhf(k * x * (1.0f + 0.044715f * x * x)));
-}
-
 /* Element-wise ops over a prompt's rows go to the threads from this many values on (16 rows
  * of a 4096-wide FFN), so that a prompt's SwiGLU does not run on the calling thread while the
  * others wait. A decode step's few thousand values stay on the caller.
@@ -151,8 +146,7 @@ static void glu_range(void *arg, size_t i0, size_t i1) {
     if (t->act == LLMM_ACT_SILU) t->k->silu_mul(t->gate + i0, t->up + i0, i1 - i0);
     else if (t->act == LLMM_ACT_SIGMOID)
         for (size_t i = i0; i < i1; i++) t->gate[i] = t->up[i] * (1.0f / (1.0f + expf(-t->gate[i])));
-    else
-        for (size_t i = i0; i < i1; i++) t->gate[i] = gelu_tanh(t->gate[i]) * t->up[i];
+    else t->k->gelu_mul(t->gate + i0, t->up + i0, i1 - i0);
 }
 
 llmm_status llmm__cpu_glu(void *state, float *gate, const float *up, size_t n, llmm_activation act) {

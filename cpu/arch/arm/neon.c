@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "kernels/exp_poly.h"
+#include "kernels/gelu_poly.h"
 #include "table.h"
 #include "simd.h"
 
@@ -340,6 +341,21 @@ void llmm__neon_silu_mul(float *gate, const float *up, size_t n) {
         vst1q_f32(gate + i, vmulq_f32(s, vld1q_f32(up + i)));
     }
     for (; i < n; i++) gate[i] = gate[i] / (1.0f + llmm_exp_poly(-gate[i])) * up[i];
+}
+
+/* gelu_tanh(gate) * up, in kernels/gelu_poly.h's steps. */
+void llmm__neon_gelu_mul(float *gate, const float *up, size_t n) {
+    const float32x4_t one = vdupq_n_f32(1.0f), minus_two_k = vdupq_n_f32(LLMM_GELU_MINUS_TWO_K);
+    const float32x4_t cubic = vdupq_n_f32(LLMM_GELU_CUBIC);
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        const float32x4_t g = vld1q_f32(gate + i);
+        const float32x4_t inner = vaddq_f32(one, vmulq_f32(cubic, vmulq_f32(g, g)));
+        const float32x4_t z = vmulq_f32(vmulq_f32(g, minus_two_k), inner);
+        const float32x4_t s = vdivq_f32(g, vaddq_f32(one, exp_f32x4(z)));
+        vst1q_f32(gate + i, vmulq_f32(s, vld1q_f32(up + i)));
+    }
+    for (; i < n; i++) gate[i] = llmm_gelu_poly(gate[i]) * up[i];
 }
 
 /* Attention's q.k, bit for bit the scalar table's (kernel_table.c): two FMA accumulators (eight

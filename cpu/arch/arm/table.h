@@ -22,6 +22,7 @@ void llmm__neon_quantize_q8k(const float *x, int8_t *qs, float *d, int16_t *bsum
 void llmm__neon_round_f16(const float *x, float *out, size_t n);
 void llmm__neon_rms_norm_row(const float *x, const float *w, float *out, size_t dim, float eps);
 void llmm__neon_silu_mul(float *gate, const float *up, size_t n);
+void llmm__neon_gelu_mul(float *gate, const float *up, size_t n);
 float llmm__neon_dot_f32(const float *a, const float *b, size_t n);
 double llmm__neon_exp_sub_sum(float *s, size_t n, float max);
 void llmm__neon_axpy(float *y, float a, const float *x, size_t n);
@@ -59,6 +60,7 @@ void llmm__neon_attn_values_f16(float *out, size_t nh, size_t hd, const float *w
 #define NEON_ROW_KERNELS                                                                                        \
     .quantize_q8 = llmm__neon_quantize_q8, .quantize_q8k = llmm__neon_quantize_q8k, .round_f16 = llmm__neon_round_f16, \
     .rms_norm_row = llmm__neon_rms_norm_row, .silu_mul = llmm__neon_silu_mul, .dot_f32 = llmm__neon_dot_f32,            \
+    .gelu_mul = llmm__neon_gelu_mul,                                                                            \
     .exp_sub_sum = llmm__neon_exp_sub_sum, .axpy = llmm__neon_axpy, .f16_to_f32 = llmm__neon_f16_to_f32
 /* The attention tiles of neon.c. */
 #define NEON_ATTENTION_KERNELS                                                                                  \

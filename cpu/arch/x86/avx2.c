@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "kernels/exp_poly.h"
+#include "kernels/gelu_poly.h"
 #include "table.h"
 #include "simd.h"
 
@@ -464,6 +465,21 @@ void llmm__avx2_silu_mul(float *gate, const float *up, size_t n) {
         _mm256_storeu_ps(gate + i, _mm256_mul_ps(s, _mm256_loadu_ps(up + i)));
     }
     for (; i < n; i++) gate[i] = gate[i] / (1.0f + llmm_exp_poly(-gate[i])) * up[i];
+}
+
+/* gelu_tanh(gate) * up, in kernels/gelu_poly.h's steps. */
+void llmm__avx2_gelu_mul(float *gate, const float *up, size_t n) {
+    const __m256 one = _mm256_set1_ps(1.0f), minus_two_k = _mm256_set1_ps(LLMM_GELU_MINUS_TWO_K);
+    const __m256 cubic = _mm256_set1_ps(LLMM_GELU_CUBIC);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 g = _mm256_loadu_ps(gate + i);
+        const __m256 inner = _mm256_add_ps(one, _mm256_mul_ps(cubic, _mm256_mul_ps(g, g)));
+        const __m256 z = _mm256_mul_ps(_mm256_mul_ps(g, minus_two_k), inner);
+        const __m256 s = _mm256_div_ps(g, _mm256_add_ps(one, exp256_ps(z)));
+        _mm256_storeu_ps(gate + i, _mm256_mul_ps(s, _mm256_loadu_ps(up + i)));
+    }
+    for (; i < n; i++) gate[i] = llmm_gelu_poly(gate[i]) * up[i];
 }
 
 double llmm__avx2_exp_sub_sum(float *s, size_t n, float max) {

@@ -26,6 +26,7 @@ void llmm__avx2_quantize_q8k(const float *x, int8_t *qs, float *d, int16_t *bsum
 void llmm__avx2_round_f16(const float *x, float *out, size_t n);
 void llmm__avx2_rms_norm_row(const float *x, const float *w, float *out, size_t dim, float eps);
 void llmm__avx2_silu_mul(float *gate, const float *up, size_t n);
+void llmm__avx2_gelu_mul(float *gate, const float *up, size_t n);
 float llmm__avx2_dot_f32(const float *a, const float *b, size_t n);
 double llmm__avx2_exp_sub_sum(float *s, size_t n, float max);
 void llmm__avx2_axpy(float *y, float a, const float *x, size_t n);
@@ -56,7 +57,7 @@ void llmm__avx512_delta_update(float *S, size_t d, float decay, const float *a, 
 #define AVX2_ROW_KERNELS                                                                                    \
     .quantize_q8 = llmm__avx2_quantize_q8, .quantize_q8_1 = llmm__avx2_quantize_q8_1, .quantize_q8k = llmm__avx2_quantize_q8k, \
     .round_f16 = llmm__avx2_round_f16, .rms_norm_row = llmm__avx2_rms_norm_row, .silu_mul = llmm__avx2_silu_mul,              \
-    .dot_f32 = llmm__avx2_dot_f32, .exp_sub_sum = llmm__avx2_exp_sub_sum, .axpy = llmm__avx2_axpy, .f16_to_f32 = llmm__avx2_f16_to_f32
+    .gelu_mul = llmm__avx2_gelu_mul, .dot_f32 = llmm__avx2_dot_f32, .exp_sub_sum = llmm__avx2_exp_sub_sum, .axpy = llmm__avx2_axpy, .f16_to_f32 = llmm__avx2_f16_to_f32
 /* the AVX2 attention tiles (the AVX-512 table has wider ones) */
 #define AVX2_ATTENTION_KERNELS                                                                              \
     .attn_scores = llmm__avx2_attn_scores, .attn_values = llmm__avx2_attn_values, .attn_scores_f16 = llmm__avx2_attn_scores_f16, \

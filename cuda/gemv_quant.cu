@@ -20,10 +20,11 @@
  *
  * GGUF aligns a tensor, not its blocks: an 18-byte Q4_0 block is only 2-byte aligned in a row.
  * The operand is ours to lay out: the GEMV pads Q8_0 blocks to 36 bytes and Q8_K ones to 304
- * (quantize_operand), so that lanes read the staged activations without bank conflicts. Staging copies a chunk to the same offset within
- * 16 bytes in shared memory, so the aligned middle moves in 16-byte loads and only the ends in
- * 2-byte loads, whatever the block size; the device copies are per-tensor allocations (256-byte
- * aligned), which llmm__cu_matmul checks to 4 bytes. */
+ * (quantize_operand), so that lanes read the staged activations without bank conflicts.
+ * Staging copies a chunk to the same offset within 16 bytes in shared memory, so the aligned
+ * middle moves in 16-byte loads and only the ends in 2-byte loads, whatever the block size; the
+ * device copies are per-tensor allocations (256-byte aligned), which llmm__cu_matmul checks to 4
+ * bytes (16 for the operand's scratch). */
 #include <math.h>
 
 #include "portable.h"
@@ -201,7 +202,7 @@ static size_t gemv_operand_row_bytes(uint32_t operand, size_t ne0) {
     return ne0 / llmm_type_block_size(operand) * gemv_operand_block_bytes(operand);
 }
 
-/* PADDED: Q8_0 in the GEMV's layout, else every type byte for byte the CPU's. */
+/* padded: Q8_0 and Q8_K in the GEMV's layouts, else every type byte for byte the CPU's. */
 static int quantize_operand(cudaStream_t stream, const float *x, uint32_t operand_type, size_t ne0, size_t n_rows,
                             void *dst, bool padded) {
     if (!has_quantizer(operand_type)) return cudaErrorInvalidValue;

@@ -18,11 +18,13 @@
  * Prompts (more rows) loop over row tiles of the same kernel: weights are read once per tile,
  * which cuBLASLt over dequantized tiles (gemm.cu, part 2) will replace.
  *
- * GGUF aligns a tensor, not its blocks: an 18-byte Q4_0 block is only 2-byte aligned in a row,
- * and so are the 34-byte Q8_0 operand blocks. Staging copies a chunk to the same offset within
- * 16 bytes in shared memory, so the aligned middle moves in 16-byte loads and only the ends in
- * 2-byte loads, whatever the block size; the device copies are per-tensor allocations (256-byte
- * aligned), which llmm__cu_matmul checks to 4 bytes. */
+ * GGUF aligns a tensor, not its blocks: an 18-byte Q4_0 block is only 2-byte aligned in a row.
+ * The operand is ours to lay out: the GEMV pads Q8_0 blocks to 36 bytes and Q8_K ones to 304
+ * (quantize_operand), so that lanes read the staged activations without bank conflicts.
+ * Staging copies a chunk to the same offset within 16 bytes in shared memory, so the aligned
+ * middle moves in 16-byte loads and only the ends in 2-byte loads, whatever the block size; the
+ * device copies are per-tensor allocations (256-byte aligned), which llmm__cu_matmul checks to 4
+ * bytes (16 for the operand's scratch). */
 #include <math.h>
 
 #include "portable.h"
@@ -96,8 +98,9 @@ __device__ __forceinline__ int gq_warp_sum(int v) {
 
 /* Q8_0 and Q8_1 (lib/format/quant.c llmm__quantize_row_q8_0, quant_legacy.c llmm__quantize_row_q8_1):
  * one warp per 32-value block, lane j quantizes value j. The rows are back to back and ne0 is
- * a multiple of 32, so block b of the whole batch is x + 32 b. */
-template <bool WITH_SUM>
+ * a multiple of 32, so block b of the whole batch is x + 32 b. PADDED writes Q8_0 in Q8_1's
+ * 36-byte layout with a zero sum: the GEMV's operand (GQ_PADDED_Q8_0_BYTES). */
+template <bool WITH_SUM, bool PADDED>
 __global__ void quantize_q8_32_kernel(const float *x, uint8_t *dst) {
     const size_t b = blockIdx.x;
     const int j = threadIdx.x;
@@ -108,19 +111,27 @@ __global__ void quantize_q8_32_kernel(const float *x, uint8_t *dst) {
     const float d = amax / 127.f;
     const float id = amax != 0.f ? 127.f / amax : 0.f;
     const int q = gq_round_clamp(qb_mul(v, id), -127, 127);
-    uint8_t *y = dst + (WITH_SUM ? sizeof(block_q8_1) : sizeof(block_q8_0)) * b;
-    y[(WITH_SUM ? 4 : 2) + j] = (uint8_t)(int8_t)q;
+    constexpr bool wide = WITH_SUM || PADDED;
+    uint8_t *y = dst + (wide ? sizeof(block_q8_1) : sizeof(block_q8_0)) * b;
+    y[(wide ? 4 : 2) + j] = (uint8_t)(int8_t)q;
     const int sum = WITH_SUM ? gq_warp_sum(q) : 0;
     if (j == 0) {
         gq_store_u16(y, gq_f32_to_f16(d));
         if (WITH_SUM) gq_store_u16(y + 2, gq_f32_to_f16(qb_mul((float)sum, d)));
+        else if (PADDED) gq_store_u16(y + 2, 0);
     }
 }
+
+/* The GEMV's Q8_K operand (PADDED): the scale, 12 zero bytes, the quants at byte 16 and the bsums
+ * after them, 304 bytes, so that a lane's 16 quants are one aligned 16-byte shared load. */
+#define GQ_PADDED_Q8_K_BYTES 304
+#define GQ_PADDED_Q8_K_QS 16
 
 /* Q8_K (lib/format/quant_k.c llmm__quantize_row_q8_K): one warp per 256-value block, lane l takes
  * values 8l..8l+7, so lane pairs make up the 16-value bsums. The scale comes from the signed
  * value of largest magnitude, the first such in order on ties (llmm_signed_absmax), hence the
  * index carried through the reduction. */
+template <bool PADDED>
 __global__ void quantize_q8_k_kernel(const float *x, uint8_t *dst) {
     const size_t b = blockIdx.x;
     const int lane = threadIdx.x;
@@ -145,7 +156,8 @@ __global__ void quantize_q8_k_kernel(const float *x, uint8_t *dst) {
             first = o_first;
         }
     }
-    uint8_t *y = dst + sizeof(block_q8_K) * b;
+    constexpr size_t qs = PADDED ? GQ_PADDED_Q8_K_QS : 4;
+    uint8_t *y = dst + (PADDED ? GQ_PADDED_Q8_K_BYTES : sizeof(block_q8_K)) * b;
     int q[8] = {0}, bsum = 0;
     const float iscale = amax != 0.f ? -127.f / max : 0.f;
     if (amax != 0.f)
@@ -153,10 +165,11 @@ __global__ void quantize_q8_k_kernel(const float *x, uint8_t *dst) {
             q[k] = gq_round_clamp(qb_mul(iscale, v[k]), -128, 127);
             bsum += q[k];
         }
-    for (int k = 0; k < 8; k++) y[4 + 8 * lane + k] = (uint8_t)(int8_t)q[k];
+    for (int k = 0; k < 8; k++) y[qs + 8 * lane + k] = (uint8_t)(int8_t)q[k];
     bsum += __shfl_xor_sync(GQ_FULL_MASK, bsum, 1);
-    if (lane % 2 == 0) gq_store_u16(y + 260 + lane, (uint16_t)(int16_t)bsum);
+    if (lane % 2 == 0) gq_store_u16(y + qs + QK_K + lane, (uint16_t)(int16_t)bsum);
     if (lane == 0) gq_store_f32(y, amax != 0.f ? 1 / iscale : 0.f);
+    if (PADDED && lane >= 4 && lane < GQ_PADDED_Q8_K_QS) y[lane] = 0;
 }
 
 /* F16 and BF16 operands: one value per thread. */
@@ -166,19 +179,32 @@ __global__ void quantize_half_kernel(const float *x, uint16_t *dst, size_t n) {
     if (i < n) dst[i] = BF16 ? gq_f32_to_bf16(x[i]) : gq_f32_to_f16(x[i]);
 }
 
-/* Bytes of a row of ne0 values of an operand type (a multiple of its block size). */
-static size_t operand_row_bytes(uint32_t operand, size_t ne0) {
-    return ne0 / llmm_type_block_size(operand) * llmm_type_block_bytes(operand);
-}
-
 /* The operand types the kernels above write. */
 static bool has_quantizer(uint32_t type) {
     return type == LLMM_TYPE_F16 || type == LLMM_TYPE_BF16 || type == LLMM_TYPE_Q8_0 || type == LLMM_TYPE_Q8_1 ||
            type == LLMM_TYPE_Q8_K;
 }
 
-extern "C" int llmm__cu_quantize_operand(cudaStream_t stream, const float *x, uint32_t operand_type, size_t ne0,
-                                   size_t n_rows, void *dst) {
+/* The operand as the GEMV stages it: Q8_0 blocks padded to 36 bytes (scale, 2 zero bytes, 32
+ * quants), so that the quants are 4-byte aligned and lanes' blocks lie 9 words apart in shared
+ * memory, an odd stride: one lane per bank on each word load (at 34 bytes, 8.5 words, pairs of
+ * lanes met in a bank on every load: 2 wavefronts). The integer dot reads the same values. */
+#define GQ_PADDED_Q8_0_BYTES 36
+
+static size_t gemv_operand_block_bytes(uint32_t operand) {
+    if (operand == LLMM_TYPE_Q8_0) return GQ_PADDED_Q8_0_BYTES;
+    if (operand == LLMM_TYPE_Q8_K) return GQ_PADDED_Q8_K_BYTES;
+    return llmm_type_block_bytes(operand);
+}
+
+/* Bytes of a row of ne0 values of the GEMV's operand (ne0 a multiple of its block size). */
+static size_t gemv_operand_row_bytes(uint32_t operand, size_t ne0) {
+    return ne0 / llmm_type_block_size(operand) * gemv_operand_block_bytes(operand);
+}
+
+/* padded: Q8_0 and Q8_K in the GEMV's layouts, else every type byte for byte the CPU's. */
+static int quantize_operand(cudaStream_t stream, const float *x, uint32_t operand_type, size_t ne0, size_t n_rows,
+                            void *dst, bool padded) {
     if (!has_quantizer(operand_type)) return cudaErrorInvalidValue;
     const size_t qk = llmm_type_block_size(operand_type), n = ne0 * n_rows;
     if (ne0 % qk != 0) return cudaErrorInvalidValue;
@@ -186,18 +212,24 @@ extern "C" int llmm__cu_quantize_operand(cudaStream_t stream, const float *x, ui
     uint8_t *y = (uint8_t *)dst;
     const unsigned blocks = (unsigned)(n / qk);
     if (operand_type == LLMM_TYPE_Q8_0) {
-        auto *k = &quantize_q8_32_kernel<false>;
+        auto *k = padded ? &quantize_q8_32_kernel<false, true> : &quantize_q8_32_kernel<false, false>;
         SIMT_LAUNCH(k, blocks, 32, 0, stream, x, y);
     } else if (operand_type == LLMM_TYPE_Q8_1) {
-        auto *k = &quantize_q8_32_kernel<true>;
+        auto *k = &quantize_q8_32_kernel<true, false>;
         SIMT_LAUNCH(k, blocks, 32, 0, stream, x, y);
     } else if (operand_type == LLMM_TYPE_Q8_K) {
-        SIMT_LAUNCH(quantize_q8_k_kernel, blocks, 32, 0, stream, x, y);
+        auto *k = padded ? &quantize_q8_k_kernel<true> : &quantize_q8_k_kernel<false>;
+        SIMT_LAUNCH(k, blocks, 32, 0, stream, x, y);
     } else {
         auto *k = operand_type == LLMM_TYPE_BF16 ? &quantize_half_kernel<true> : &quantize_half_kernel<false>;
         SIMT_LAUNCH(k, (unsigned)((n + 255) / 256), 256, 0, stream, x, (uint16_t *)dst, n);
     }
     return (int)cudaGetLastError();
+}
+
+extern "C" int llmm__cu_quantize_operand(cudaStream_t stream, const float *x, uint32_t operand_type, size_t ne0,
+                                   size_t n_rows, void *dst) {
+    return quantize_operand(stream, x, operand_type, ne0, n_rows, dst, false);
 }
 
 /* ---------------------------------------------------------------- 2. the dot */
@@ -216,9 +248,13 @@ extern "C" int llmm__cu_quantize_operand(cudaStream_t stream, const float *x, ui
  * half-warp per block, two passes). */
 template <uint32_t T> struct gq_chunk {
     static constexpr uint32_t blocks = qb_type<T>::kernel_family == LLMM_FAMILY_BLOCK32 ? 32 : 4;
+    /* an operand block as the GEMV lays it out (gemv_operand_block_bytes) */
+    static constexpr uint32_t x_block_bytes = qb_type<T>::operand_type == LLMM_TYPE_Q8_0   ? GQ_PADDED_Q8_0_BYTES
+                                              : qb_type<T>::operand_type == LLMM_TYPE_Q8_K ? GQ_PADDED_Q8_K_BYTES
+                                                                                          : qb_type<qb_type<T>::operand_type>::block_bytes;
     /* the chunk, plus the 0 to 14 bytes that keep its address's offset within 16 bytes */
     static constexpr uint32_t w_bytes = (blocks * qb_type<T>::block_bytes + 16 + 15) / 16 * 16;
-    static constexpr uint32_t x_bytes = (blocks * qb_type<qb_type<T>::operand_type>::block_bytes + 16 + 15) / 16 * 16;
+    static constexpr uint32_t x_bytes = (blocks * x_block_bytes + 16 + 15) / 16 * 16;
 };
 
 /* Shared memory as a V at p, aligned to V (the emulated build copies, as C++ aliasing rules
@@ -456,8 +492,9 @@ __global__ void __launch_bounds__(32 * GQ_WARPS, 8) gemv_block_kernel(const uint
                                   size_t xq_row_bytes, int nr, float *out) {
     using chunk = gq_chunk<T>;
     constexpr uint32_t wb_bytes = qb_type<T>::block_bytes;
-    constexpr uint32_t xb_bytes = qb_type<qb_type<T>::operand_type>::block_bytes;
-    constexpr int wa = wb_bytes % 4 == 0 ? 4 : 2, xa = xb_bytes % 4 == 0 ? 4 : 2;
+    constexpr uint32_t xb_bytes = chunk::x_block_bytes;
+    constexpr int wa = wb_bytes % 4 == 0 ? 4 : 2;
+    static_assert(xb_bytes % 4 == 0, "gemv_block_kernel: the operand layouts keep quants 4-byte aligned");
     /* uint4: 16-byte aligned */
     __shared__ uint4 w_stage[GQ_WARPS][chunk::w_bytes / 16];
     __shared__ uint4 x_stage[GQ_MAX_ROWS][chunk::x_bytes / 16];
@@ -489,9 +526,9 @@ GQ_UNROLL
                 if (r >= nr) break;
                 const uintptr_t xs = (uintptr_t)(xq + r * xq_row_bytes + b0 * xb_bytes);
                 const uint8_t *y = (const uint8_t *)x_stage[r] + (xs & 15) + lane * xb_bytes;
-                const uint8_t *ys = y + (offset_type ? 4 : 2);
+                const uint8_t *ys = y + 4; /* Q8_1, and Q8_0 padded to its layout */
                 uint32_t yq[8];
-                gq_words<xa, 8>(ys, yq);
+                gq_words<4, 8>(ys, yq);
                 int isum = 0;
                 for (int k = 0; k < 8; k++) isum = __dp4a((int)q[k], (int)yq[k], isum);
                 /* llmm_vec_dot_*: isum * (d * dy), plus m * s for the offset types */
@@ -520,12 +557,14 @@ GQ_UNROLL
                     const uint8_t *y = (const uint8_t *)x_stage[r] + (xs & 15) + bi * xb_bytes;
                     int sum_q = 0, sum_m = 0;
                     if (valid) {
-                        uint32_t yq[4];
-                        gq_words<xa, 4>(y + 4 + 16 * c, yq);
-                        int dot = 0;
-                        for (int k = 0; k < 4; k++) dot = __dp4a((int)q[k], (int)yq[k], dot);
+                        /* one 16-byte load: the padded operand's quants are 16-byte aligned */
+                        const uint4 yq = gq_shared_load<uint4>(y + GQ_PADDED_Q8_K_QS + 16 * c);
+                        int dot = __dp4a((int)q[0], (int)yq.x, 0);
+                        dot = __dp4a((int)q[1], (int)yq.y, dot);
+                        dot = __dp4a((int)q[2], (int)yq.z, dot);
+                        dot = __dp4a((int)q[3], (int)yq.w, dot);
                         sum_q = scale * dot;
-                        sum_m = min * (int16_t)gq_shared_load<uint16_t>(y + 260 + 2 * c);
+                        sum_m = min * (int16_t)gq_shared_load<uint16_t>(y + GQ_PADDED_Q8_K_QS + QK_K + 2 * c);
                     }
                     for (int offset = 8; offset > 0; offset /= 2) {
                         sum_q += __shfl_xor_sync(GQ_FULL_MASK, sum_q, offset);
@@ -582,7 +621,7 @@ extern "C" uint32_t llmm__cu_matmul_operand_type(uint32_t weight_type) {
 extern "C" size_t llmm__cu_matmul_scratch_bytes(uint32_t type, size_t ne0, size_t n_rows) {
     const uint32_t operand = llmm__cu_matmul_operand_type(type);
     if (operand == UINT32_MAX || operand == LLMM_TYPE_F32) return 0; /* F32 multiplies the rows as given */
-    return n_rows * operand_row_bytes(operand, ne0);
+    return n_rows * gemv_operand_row_bytes(operand, ne0);
 }
 
 extern "C" int llmm__cu_matmul(cudaStream_t stream, const void *w, uint32_t type, size_t ne0, size_t ne1, const float *x,
@@ -592,15 +631,16 @@ extern "C" int llmm__cu_matmul(cudaStream_t stream, const void *w, uint32_t type
     if (n_rows == 0 || ne1 == 0 || ne0 == 0) return 0;
     const uint32_t operand = llmm__cu_matmul_operand_type(type);
     const uint8_t *xq = (const uint8_t *)x;
-    /* gemv_block_kernel's alignment (device allocations are at 256 bytes) */
-    if ((uintptr_t)w % 4 != 0 || (uintptr_t)scratch % 4 != 0) return cudaErrorInvalidValue;
+    /* gemv_block_kernel's alignment (device allocations are at 256 bytes): the padded Q8_K
+     * operand's 16-byte loads want its rows (multiples of 16 bytes) at 16 */
+    if ((uintptr_t)w % 4 != 0 || (uintptr_t)scratch % 16 != 0) return cudaErrorInvalidValue;
     if (operand != LLMM_TYPE_F32) {
-        const int err = llmm__cu_quantize_operand(stream, x, operand, ne0, n_rows, scratch);
+        const int err = quantize_operand(stream, x, operand, ne0, n_rows, scratch, true);
         if (err) return err;
         xq = (const uint8_t *)scratch;
     }
     const size_t nb = ne0 / llmm_type_block_size(type), row_bytes = nb * llmm_type_block_bytes(type);
-    const size_t xq_row_bytes = operand_row_bytes(operand, ne0);
+    const size_t xq_row_bytes = gemv_operand_row_bytes(operand, ne0);
     const unsigned grid = (unsigned)((ne1 + GQ_WARPS - 1) / GQ_WARPS);
     for (size_t r0 = 0; r0 < n_rows; r0 += GQ_MAX_ROWS) {
         const int nr = (int)(n_rows - r0 < GQ_MAX_ROWS ? n_rows - r0 : GQ_MAX_ROWS);

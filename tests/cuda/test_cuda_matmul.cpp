@@ -129,7 +129,10 @@ static void check_matmul(uint32_t type, size_t ne0, size_t ne1, size_t n_rows) {
     float *x_dev = to_device(x), *out_dev = nullptr;
     assert_int_equal(cudaMalloc(&out_dev, n_rows * ne1 * sizeof(float)), cudaSuccess);
     const size_t scratch_bytes = llmm__cu_matmul_scratch_bytes(type, ne0, n_rows);
-    assert_int_equal(scratch_bytes, op == LLMM_TYPE_F32 ? 0 : n_rows * op_row);
+    /* the GEMV pads Q8_0 operand blocks to 36 bytes and Q8_K ones to 304 (gemv_quant.cu
+     * GQ_PADDED_Q8_0_BYTES, GQ_PADDED_Q8_K_BYTES) */
+    const size_t padded_row = op == LLMM_TYPE_Q8_0 ? ne0 / 32 * 36 : op == LLMM_TYPE_Q8_K ? ne0 / 256 * 304 : op_row;
+    assert_int_equal(scratch_bytes, op == LLMM_TYPE_F32 ? 0 : n_rows * padded_row);
     void *scratch = nullptr;
     assert_int_equal(cudaMalloc(&scratch, scratch_bytes + 1), cudaSuccess);
 
@@ -143,6 +146,24 @@ static void check_matmul(uint32_t type, size_t ne0, size_t ne1, size_t n_rows) {
     }
 
     assert_int_equal(llmm__cu_matmul(nullptr, w_dev, type, ne0, ne1, x_dev, n_rows, out_dev, scratch), 0);
+    if (op == LLMM_TYPE_Q8_0) { /* the padded operand: the CPU's scale, 2 zero bytes, its 32 quants */
+        const std::vector<uint8_t> padded = from_device((const uint8_t *)scratch, n_rows * padded_row);
+        for (size_t b = 0; b < n_rows * ne0 / 32; b++) {
+            const uint8_t *cpu = &xq[b * 34], *gpu = &padded[b * 36];
+            uint8_t want[36] = {cpu[0], cpu[1], 0, 0};
+            std::memcpy(want + 4, cpu + 2, 32);
+            if (std::memcmp(gpu, want, 36) != 0) fail_msg("%s: padded Q8_0 operand block %zu differs from the CPU's", name, b);
+        }
+    }
+    if (op == LLMM_TYPE_Q8_K) { /* the CPU's scale, 12 zero bytes, its quants and bsums */
+        const std::vector<uint8_t> padded = from_device((const uint8_t *)scratch, n_rows * padded_row);
+        for (size_t b = 0; b < n_rows * ne0 / 256; b++) {
+            const uint8_t *cpu = &xq[b * 292], *gpu = &padded[b * 304];
+            uint8_t want[304] = {cpu[0], cpu[1], cpu[2], cpu[3]};
+            std::memcpy(want + 16, cpu + 4, 288);
+            if (std::memcmp(gpu, want, 304) != 0) fail_msg("%s: padded Q8_K operand block %zu differs from the CPU's", name, b);
+        }
+    }
     const std::vector<float> got = from_device(out_dev, n_rows * ne1);
     std::vector<float> w_deq(ne0);
     for (size_t r = 0; r < n_rows; r++) {

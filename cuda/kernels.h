@@ -55,7 +55,8 @@ int llmm__cu_matmul_supports(uint32_t type);
  * says: the operand type of its row in lib/format/blocks.h). */
 size_t llmm__cu_matmul_scratch_bytes(uint32_t type, size_t ne0, size_t n_rows);
 /* out (n_rows, ne1) = x (n_rows, ne0) times w (ne1 rows of ne0 values of type, as stored in
- * the GGUF file) transposed. scratch: llmm__cu_matmul_scratch_bytes of device memory. */
+ * the GGUF file) transposed. scratch: llmm__cu_matmul_scratch_bytes of device memory, 16-byte aligned
+ * (the GEMV reads its padded activation blocks 16 bytes at a time). */
 int llmm__cu_matmul(cudaStream_t stream, const void *w, uint32_t type, size_t ne0, size_t ne1, const float *x,
               size_t n_rows, float *out, void *scratch);
 /* out (n, ne0) = rows tokens[i] of table (ne1 rows of type), dequantized; a token outside

@@ -126,17 +126,18 @@ static void delta_row_head(const cpu_kernels *kern, const llmm_delta_batch *b, s
  * updated once at its end (delta_update, a rank-C update), not rewritten per token; the rest
  * is C x C dot products of head_dim. It equals the token-by-token recurrence within float
  * rounding (tests/test_recurrent.c: a prompt whole, in chunks of 3 and token by token). The
- * per-head buffers (y, u: 3 C head_dim floats, 48 KiB at the largest head) are on the stack. */
-#define DELTA_CHUNK LLMM_DELTA_CHUNK /* the CUDA module chunks the same rows (backend.h) */
+ * per-head buffers (y, u: 3 C head_dim floats, 48 KiB at the largest head) are on the stack.
+ * C is LLMM_DELTA_CHUNK (backend.h), the rows the CUDA module chunks too. */
 
-/* Value head j over rows [r0, r0 + n), n <= DELTA_CHUNK, their q and k normalized. */
+/* Value head j over rows [r0, r0 + n), n <= LLMM_DELTA_CHUNK, their q and k normalized. */
 static void delta_head_chunk(const cpu_kernels *kern, const llmm_delta_batch *b, size_t conv_dim, size_t r0, size_t n,
                              size_t j, float *S) {
     const size_t d = b->head_dim, G = b->n_k_heads, V = b->n_v_heads;
     const size_t qo = (j % G) * d, ko = G * d + (j % G) * d, vo = 2 * G * d + j * d;
     /* y: S0^T k_t in rows [0, n), S0^T q_t in rows [n, 2n); then the scaled keys of the update */
-    float y[2 * DELTA_CHUNK * LLMM_MAX_SSM_HEAD], u[DELTA_CHUNK * LLMM_MAX_SSM_HEAD], cum[DELTA_CHUNK];
-    const float *kq_rows[2 * DELTA_CHUNK];
+    float y[2 * LLMM_DELTA_CHUNK * LLMM_MAX_SSM_HEAD], u[LLMM_DELTA_CHUNK * LLMM_MAX_SSM_HEAD];
+    float cum[LLMM_DELTA_CHUNK];
+    const float *kq_rows[2 * LLMM_DELTA_CHUNK];
     for (size_t t = 0; t < n; t++) {
         kq_rows[t] = b->work + (r0 + t) * conv_dim + ko;
         kq_rows[n + t] = b->work + (r0 + t) * conv_dim + qo;
@@ -170,8 +171,8 @@ static void delta_head_chunk(const cpu_kernels *kern, const llmm_delta_batch *b,
 static void delta_prompt_head(const cpu_kernels *kern, const llmm_delta_batch *b, size_t conv_dim, size_t r0,
                               size_t r1, size_t j, float *S) {
     const size_t d = b->head_dim;
-    for (size_t c0 = r0; c0 < r1; c0 += DELTA_CHUNK)
-        delta_head_chunk(kern, b, conv_dim, c0, LLMM_MIN((size_t)DELTA_CHUNK, r1 - c0), j, S + j * d * d);
+    for (size_t c0 = r0; c0 < r1; c0 += LLMM_DELTA_CHUNK)
+        delta_head_chunk(kern, b, conv_dim, c0, LLMM_MIN((size_t)LLMM_DELTA_CHUNK, r1 - c0), j, S + j * d * d);
     for (size_t r = r0; r < r1; r++) gated_norm(kern, b, r, j);
 }
 

@@ -120,7 +120,8 @@ llmm_status cu_weights_get(llmm_backend_shared *shared, cu_weight_set *set, size
     if (slot->dev && slot->bytes != bytes) st = LLMM_ERR_INVALID_ARG; /* another weight at this index */
     if (!st && !slot->dev) {
         void *p = NULL;
-        int err = cudaMalloc(&p, bytes ? bytes : 1);
+        /* whole 16-byte units: the GEMV reads the one that holds a row's last byte whole */
+        int err = cudaMalloc(&p, bytes ? (bytes + 15) / 16 * 16 : 16);
         if (!err) err = upload(p, host, bytes, staging);
         if (err) {
             cudaFree(p);

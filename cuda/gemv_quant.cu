@@ -21,10 +21,10 @@
  * GGUF aligns a tensor, not its blocks: an 18-byte Q4_0 block is only 2-byte aligned in a row.
  * The operand is ours to lay out: the GEMV pads Q8_0 blocks to 36 bytes and Q8_K ones to 304
  * (quantize_operand), so that lanes read the staged activations without bank conflicts.
- * Staging copies a chunk to the same offset within 16 bytes in shared memory, so the aligned
- * middle moves in 16-byte loads and only the ends in 2-byte loads, whatever the block size; the
- * device copies are per-tensor allocations (256-byte aligned), which llmm__cu_matmul checks to 4
- * bytes (16 for the operand's scratch). */
+ * Staging copies a chunk to the same offset within 16 bytes in shared memory in whole aligned
+ * 16-byte units, the chunk's unaligned ends with the unit around each, whatever the block size;
+ * the device copies are per-tensor allocations (256-byte aligned, sizes rounded up to 16 bytes),
+ * which llmm__cu_matmul checks to 4 bytes (16 for the operand's scratch). */
 #include <math.h>
 
 #include "portable.h"
@@ -252,7 +252,8 @@ template <uint32_t T> struct gq_chunk {
     static constexpr uint32_t x_block_bytes = qb_type<T>::operand_type == LLMM_TYPE_Q8_0   ? GQ_PADDED_Q8_0_BYTES
                                               : qb_type<T>::operand_type == LLMM_TYPE_Q8_K ? GQ_PADDED_Q8_K_BYTES
                                                                                           : qb_type<qb_type<T>::operand_type>::block_bytes;
-    /* the chunk, plus the 0 to 14 bytes that keep its address's offset within 16 bytes */
+    /* the chunk in whole 16-byte units from the one that holds its first byte (gq_stage), and
+     * past its end the word that gq_words may read without using it: 16 more bytes at most */
     static constexpr uint32_t w_bytes = (blocks * qb_type<T>::block_bytes + 16 + 15) / 16 * 16;
     static constexpr uint32_t x_bytes = (blocks * x_block_bytes + 16 + 15) / 16 * 16;
 };
@@ -296,27 +297,23 @@ template <int A, int N> __device__ __forceinline__ void gq_words(const uint8_t *
 
 __device__ __forceinline__ float gq_shared_f16(const uint8_t *p) { return qb_half_to_float(gq_shared_load<uint16_t>(p)); }
 
-/* Copies n bytes (n even) of global memory at src (2-byte aligned) into the warp's shared buffer
- * dst (16-byte aligned, n + 14 bytes at least) at offset src % 16, so that both sides have the
- * same alignment: the 16-byte aligned middle moves in 16-byte loads, lane i on the i-th 16
- * bytes, and the ends (up to 14 bytes each) in one 2-byte load per lane. Returns where the bytes
- * begin in dst. The caller synchronizes before reading them. */
+/* Copies n bytes of global memory at src into the warp's shared buffer dst (16-byte aligned) at
+ * offset src % 16, so that both sides have the same alignment: lane i copies the i-th aligned
+ * 16-byte unit of those that hold the n bytes, one 16-byte load each, the unaligned ends
+ * included (a chunk of 2-byte aligned blocks rarely starts or ends on 16 bytes; loading just
+ * the end bytes took one 2-byte load per lane and 2 bytes, 30 % of the load instructions for
+ * 2 % of the bytes). The bytes of the first and last unit outside [src, src + n) are copied
+ * and never read. Those units stay inside the allocation that holds src: device memory is
+ * allocated at 256-byte aligned addresses in sizes rounded up to 16 bytes (cu_weights_get,
+ * llmm__cu_matmul_scratch_bytes), so the unit of any byte of it is all in it. dst needs room for
+ * src % 16 + n bytes rounded up to 16 (gq_chunk's sizes). Returns where the bytes begin in dst. The caller
+ * synchronizes before reading them. */
 __device__ __forceinline__ const uint8_t *gq_stage(uint8_t *dst, const uint8_t *src, size_t n, int lane) {
-    const uintptr_t s = (uintptr_t)src, end = s + n;
-    uint8_t *out = dst + (s & 15);
-    const uintptr_t up = (s + 15) & ~(uintptr_t)15;
-    const uintptr_t mid_lo = up < end ? up : end;
-    const uintptr_t down = end & ~(uintptr_t)15;
-    const uintptr_t mid_hi = down > mid_lo ? down : mid_lo;
-    const size_t head_halves = (mid_lo - s) / 2, ends = head_halves + (end - mid_hi) / 2;
-    if ((size_t)lane < ends) {
-        const size_t at = (size_t)lane < head_halves ? 2 * (size_t)lane : (mid_hi - s) + 2 * ((size_t)lane - head_halves);
-        gq_shared_store<uint16_t>(out + at, __ldg((const uint16_t *)(src + at)));
-    }
-    const size_t n16 = (mid_hi - mid_lo) / 16, mid = mid_lo - s;
-    for (size_t i = lane; i < n16; i += 32)
-        gq_shared_store<uint4>(out + mid + 16 * i, __ldg((const uint4 *)(src + mid) + i));
-    return out;
+    const uintptr_t s = (uintptr_t)src, first = s & ~(uintptr_t)15, last = (s + n + 15) & ~(uintptr_t)15;
+    const uint4 *units = (const uint4 *)first;
+    const size_t n_units = (last - first) / 16;
+    for (size_t i = lane; i < n_units; i += 32) gq_shared_store<uint4>(dst + 16 * i, __ldg(units + i));
+    return dst + (s & 15);
 }
 
 /* Four bytes of values 0..2k-1 less k, as int8s: v + (128 - k) does not carry out of a byte, and
@@ -621,7 +618,8 @@ extern "C" uint32_t llmm__cu_matmul_operand_type(uint32_t weight_type) {
 extern "C" size_t llmm__cu_matmul_scratch_bytes(uint32_t type, size_t ne0, size_t n_rows) {
     const uint32_t operand = llmm__cu_matmul_operand_type(type);
     if (operand == UINT32_MAX || operand == LLMM_TYPE_F32) return 0; /* F32 multiplies the rows as given */
-    return n_rows * gemv_operand_row_bytes(operand, ne0);
+    /* whole 16-byte units: gq_stage reads the unit that holds the operand's last byte */
+    return (n_rows * gemv_operand_row_bytes(operand, ne0) + 15) / 16 * 16;
 }
 
 extern "C" int llmm__cu_matmul(cudaStream_t stream, const void *w, uint32_t type, size_t ne0, size_t ne1, const float *x,

@@ -6,9 +6,10 @@
  *    Q8_K; F32 weights take the float rows as they are) into the caller's scratch, byte for
  *    byte what the CPU's from_float writes: the same float operations in the same order, and
  *    block maxima by warp reductions, which give the same value in any order.
- * 2. One warp per output row, every activation row of a pass (up to GQ_MAX_ROWS) against the
- *    same weight bytes, so decode steps read each weight once. The warp stages a chunk of its
- *    weight row into shared memory (and the thread block's warps together the chunk of each
+ * 2. One warp per output row (two for the 32-weight blocks, so that each activation word read
+ *    from shared memory serves two), every activation row of a pass (up to GQ_MAX_ROWS) against
+ *    the same weight bytes, so decode steps read each weight once. The warp stages a chunk of its
+ *    weight rows into shared memory (and the thread block's warps together the chunk of each
  *    activation row) with 16-byte loads, lanes on consecutive addresses, then unpacks each
  *    block to int8 words and takes the integer dot with __dp4a: a lane per 32-weight block, a
  *    half-warp per 256-weight block. A block's contribution is the CPU's formula (lib/quant*.c
@@ -33,7 +34,8 @@
 #include "kernels.h"
 #include "quant_blocks.cuh"
 
-#define GQ_WARPS 4    /* warps per thread block, one output row each */
+#define GQ_WARPS 4    /* warps per thread block */
+#define GQ_OUTS_PER_WARP 2 /* weight rows (outputs) a warp of gemv_block_kernel takes (32-weight blocks) */
 #define GQ_MAX_ROWS 8 /* activation rows per pass over the weights: the decode batch sizes */
 #define GQ_FULL_MASK 0xffffffffu
 
@@ -258,6 +260,13 @@ template <uint32_t T> struct gq_chunk {
     static constexpr uint32_t x_bytes = (blocks * x_block_bytes + 16 + 15) / 16 * 16;
 };
 
+/* Outputs (weight rows) a warp of gemv_block_kernel takes: GQ_OUTS_PER_WARP for the 32-weight
+ * blocks, one for the 256-weight ones, whose two rows' scales, mins and sums took more than 64
+ * registers (ptxas -v: 24 to 80 bytes of spills for Q2_K..IQ4_XS on sm_87 and sm_90). */
+template <uint32_t T> __host__ __device__ constexpr int gq_outs_per_warp() {
+    return qb_type<T>::kernel_family == LLMM_FAMILY_BLOCK32 ? GQ_OUTS_PER_WARP : 1;
+}
+
 /* Shared memory as a V at p, aligned to V (the emulated build copies, as C++ aliasing rules
  * want, and checks the alignment the device requires). */
 template <class V> __device__ __forceinline__ V gq_shared_load(const uint8_t *p) {
@@ -476,48 +485,65 @@ GQ_UNROLL
     write_sums(acc, nr, lane, out, ne1, o);
 }
 
-/* Quantized weights: out[r * ne1 + o] as gemv_float_kernel, for the block types. The warps of a
+/* Quantized weights: out[r * ne1 + o] as gemv_float_kernel, for the block types, GQ_OUTS_PER_WARP
+ * weight rows (outputs o) a warp: every activation word a lane reads from shared memory serves
+ * each of them, and those reads, 9 words per block and activation row, are most of what the
+ * kernel issues at 8 rows (one output a warp was bound by issue at 2.3x its DRAM time). A lane
+ * takes the same block of each of its warp's weight rows, in the same order as with one row a
+ * warp, so every output is the same integer dots summed in the same float order. The warps of a
  * thread block walk the same chunks (they share the staged activations), so a warp past ne1
- * stays for the barriers and only skips the arithmetic. Alignment: w and xq at 4 bytes at least
- * (device allocations are at 256), so a block whose size is a multiple of 4 starts at a multiple
- * of 4 in global and (same offset within 16 bytes) shared memory. */
+ * stays for the barriers and only skips the arithmetic; a warp's row past ne1 reads its first
+ * row again and is not written. Alignment: w and xq at 4 bytes at least (device allocations are
+ * at 256), so a block whose size is a multiple of 4 starts at a multiple of 4 in global and
+ * (same offset within 16 bytes) shared memory. */
 /* At most 64 registers, so 8 blocks of 128 threads fit an SM's 64K registers (32 warps: half of
- * sm_90's 64, two thirds of sm_87's 48; their shared memory, 8 x 14 KiB, fits both): unbounded,
- * the K-quants' unpacking takes up to 88 on sm_87 (ptxas -v shows no spills at 64). */
+ * sm_90's 64, two thirds of sm_87's 48; their shared memory, 8 x 18 KiB at most (Q8_0), fits
+ * both): unbounded, the K-quants' unpacking took up to 88 on sm_87 (ptxas -v shows no spills at
+ * 64). */
 template <uint32_t T>
 __global__ void __launch_bounds__(32 * GQ_WARPS, 8) gemv_block_kernel(const uint8_t *w, size_t row_bytes, size_t nb, size_t ne1, const uint8_t *xq,
                                   size_t xq_row_bytes, int nr, float *out) {
     using chunk = gq_chunk<T>;
+    constexpr int R = gq_outs_per_warp<T>();
     constexpr uint32_t wb_bytes = qb_type<T>::block_bytes;
     constexpr uint32_t xb_bytes = chunk::x_block_bytes;
     constexpr int wa = wb_bytes % 4 == 0 ? 4 : 2;
     static_assert(xb_bytes % 4 == 0, "gemv_block_kernel: the operand layouts keep quants 4-byte aligned");
     /* uint4: 16-byte aligned */
-    __shared__ uint4 w_stage[GQ_WARPS][chunk::w_bytes / 16];
+    __shared__ uint4 w_stage[GQ_WARPS][R][chunk::w_bytes / 16];
     __shared__ uint4 x_stage[GQ_MAX_ROWS][chunk::x_bytes / 16];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const size_t o = (size_t)blockIdx.x * GQ_WARPS + warp;
-    const bool active = o < ne1;
-    const uint8_t *wrow = w + (active ? o : 0) * row_bytes;
-    float acc[GQ_MAX_ROWS];
+    const size_t o0 = ((size_t)blockIdx.x * GQ_WARPS + warp) * R; /* the warp's first output */
+    const int n_out = o0 >= ne1 ? 0 : ne1 - o0 < (size_t)R ? (int)(ne1 - o0) : R;
+    const bool active = n_out > 0;
+    const uint8_t *wrow[R];
 GQ_UNROLL
-    for (int r = 0; r < GQ_MAX_ROWS; r++) acc[r] = 0.f;
+    for (int j = 0; j < R; j++) wrow[j] = w + (active ? o0 + (j < n_out ? j : 0) : 0) * row_bytes;
+    float acc[R][GQ_MAX_ROWS];
+GQ_UNROLL
+    for (int j = 0; j < R; j++)
+GQ_UNROLL
+        for (int r = 0; r < GQ_MAX_ROWS; r++) acc[j][r] = 0.f;
 
     for (size_t b0 = 0; b0 < nb; b0 += chunk::blocks) {
         const size_t n = nb - b0 < chunk::blocks ? nb - b0 : chunk::blocks;
         __syncthreads(); /* every warp is done with the previous chunk */
         for (int r = warp; r < nr; r += GQ_WARPS)
             gq_stage((uint8_t *)x_stage[r], xq + r * xq_row_bytes + b0 * xb_bytes, n * xb_bytes, lane);
-        const uint8_t *wc = active ? gq_stage((uint8_t *)w_stage[warp], wrow + b0 * wb_bytes, n * wb_bytes, lane) : NULL;
+        const uint8_t *wc[R];
+GQ_UNROLL
+        for (int j = 0; j < R; j++)
+            wc[j] = active ? gq_stage((uint8_t *)w_stage[warp][j], wrow[j] + b0 * wb_bytes, n * wb_bytes, lane) : NULL;
         __syncthreads();
         if (!active) continue;
         if constexpr (qb_type<T>::kernel_family == LLMM_FAMILY_BLOCK32) {
             /* a lane per block: the whole block's integer dot needs no cross-lane step */
             constexpr bool offset_type = qb_type<T>::operand_type == LLMM_TYPE_Q8_1;
             if ((size_t)lane >= n) continue;
-            uint32_t q[8];
-            float d, m;
-            unpack_block32<T, wa>(wc + lane * wb_bytes, q, &d, &m);
+            uint32_t q[R][8];
+            float d[R], m[R];
+GQ_UNROLL
+            for (int j = 0; j < R; j++) unpack_block32<T, wa>(wc[j] + lane * wb_bytes, q[j], &d[j], &m[j]);
 GQ_UNROLL
             for (int r = 0; r < GQ_MAX_ROWS; r++) {
                 if (r >= nr) break;
@@ -526,12 +552,16 @@ GQ_UNROLL
                 const uint8_t *ys = y + 4; /* Q8_1, and Q8_0 padded to its layout */
                 uint32_t yq[8];
                 gq_words<4, 8>(ys, yq);
-                int isum = 0;
-                for (int k = 0; k < 8; k++) isum = __dp4a((int)q[k], (int)yq[k], isum);
-                /* llmm_vec_dot_*: isum * (d * dy), plus m * s for the offset types */
-                float c = qb_mul((float)isum, qb_mul(d, gq_shared_f16(y)));
-                if constexpr (offset_type) c = qb_add(c, qb_mul(m, gq_shared_f16(y + 2)));
-                acc[r] = qb_add(acc[r], c);
+                const float dy = gq_shared_f16(y), sy = offset_type ? gq_shared_f16(y + 2) : 0.f;
+GQ_UNROLL
+                for (int j = 0; j < R; j++) {
+                    int isum = 0;
+                    for (int k = 0; k < 8; k++) isum = __dp4a((int)q[j][k], (int)yq[k], isum);
+                    /* llmm_vec_dot_*: isum * (d * dy), plus m * s for the offset types */
+                    float c = qb_mul((float)isum, qb_mul(d[j], dy));
+                    if constexpr (offset_type) c = qb_add(c, qb_mul(m[j], sy));
+                    acc[j][r] = qb_add(acc[j][r], c);
+                }
             }
         } else {
             static_assert(qb_type<T>::kernel_family == LLMM_FAMILY_BLOCK256, "gemv_block_kernel: a type of no kernel family");
@@ -543,76 +573,104 @@ GQ_UNROLL
             for (size_t pass = 0; pass < n; pass += 2) {
                 const size_t bi = pass + lane / 16;
                 const bool valid = bi < n;
-                uint32_t q[4] = {0, 0, 0, 0};
-                int scale = 0, min = 0;
-                float d = 0.f, dmin = 0.f;
-                if (valid) unpack_chunk16<T, wa>(wc + bi * wb_bytes, c, q, &scale, &min, &d, &dmin);
+                uint32_t q[R][4];
+                int scale[R], min[R];
+                float d[R], dmin[R];
+GQ_UNROLL
+                for (int j = 0; j < R; j++) {
+                    q[j][0] = q[j][1] = q[j][2] = q[j][3] = 0;
+                    scale[j] = min[j] = 0;
+                    d[j] = dmin[j] = 0.f;
+                    if (valid) unpack_chunk16<T, wa>(wc[j] + bi * wb_bytes, c, q[j], &scale[j], &min[j], &d[j], &dmin[j]);
+                }
 GQ_UNROLL
                 for (int r = 0; r < GQ_MAX_ROWS; r++) {
                     if (r >= nr) break;
                     const uintptr_t xs = (uintptr_t)(xq + r * xq_row_bytes + b0 * xb_bytes);
                     const uint8_t *y = (const uint8_t *)x_stage[r] + (xs & 15) + bi * xb_bytes;
-                    int sum_q = 0, sum_m = 0;
+                    int sum_q[R], sum_m[R];
+GQ_UNROLL
+                    for (int j = 0; j < R; j++) sum_q[j] = sum_m[j] = 0;
                     if (valid) {
                         /* one 16-byte load: the padded operand's quants are 16-byte aligned */
                         const uint4 yq = gq_shared_load<uint4>(y + GQ_PADDED_Q8_K_QS + 16 * c);
-                        int dot = __dp4a((int)q[0], (int)yq.x, 0);
-                        dot = __dp4a((int)q[1], (int)yq.y, dot);
-                        dot = __dp4a((int)q[2], (int)yq.z, dot);
-                        dot = __dp4a((int)q[3], (int)yq.w, dot);
-                        sum_q = scale * dot;
-                        sum_m = min * (int16_t)gq_shared_load<uint16_t>(y + GQ_PADDED_Q8_K_QS + QK_K + 2 * c);
+                        const int bsum = (int16_t)gq_shared_load<uint16_t>(y + GQ_PADDED_Q8_K_QS + QK_K + 2 * c);
+GQ_UNROLL
+                        for (int j = 0; j < R; j++) {
+                            int dot = __dp4a((int)q[j][0], (int)yq.x, 0);
+                            dot = __dp4a((int)q[j][1], (int)yq.y, dot);
+                            dot = __dp4a((int)q[j][2], (int)yq.z, dot);
+                            dot = __dp4a((int)q[j][3], (int)yq.w, dot);
+                            sum_q[j] = scale[j] * dot;
+                            sum_m[j] = min[j] * bsum;
+                        }
                     }
-                    for (int offset = 8; offset > 0; offset /= 2) {
-                        sum_q += __shfl_xor_sync(GQ_FULL_MASK, sum_q, offset);
-                        sum_m += __shfl_xor_sync(GQ_FULL_MASK, sum_m, offset);
-                    }
+                    for (int offset = 8; offset > 0; offset /= 2)
+GQ_UNROLL
+                        for (int j = 0; j < R; j++) {
+                            sum_q[j] += __shfl_xor_sync(GQ_FULL_MASK, sum_q[j], offset);
+                            sum_m[j] += __shfl_xor_sync(GQ_FULL_MASK, sum_m[j], offset);
+                        }
                     if (valid && c == 0) {
                         const float yd = __uint_as_float(gq_shared_load<uint32_t>(y));
-                        float contrib;
-                        if constexpr (T == LLMM_TYPE_IQ4_XS) /* llmm__vec_dot_iq4_xs_q8_K */
-                            contrib = qb_mul((float)sum_q, qb_mul(d, yd));
-                        else /* quant_k.c kq_block_dot */
-                            contrib = qb_mul(yd, qb_sub(qb_mul(d, (float)sum_q), qb_mul(dmin, (float)sum_m)));
-                        acc[r] = qb_add(acc[r], contrib);
+GQ_UNROLL
+                        for (int j = 0; j < R; j++) {
+                            float contrib;
+                            if constexpr (T == LLMM_TYPE_IQ4_XS) /* llmm__vec_dot_iq4_xs_q8_K */
+                                contrib = qb_mul((float)sum_q[j], qb_mul(d[j], yd));
+                            else /* quant_k.c kq_block_dot */
+                                contrib = qb_mul(yd, qb_sub(qb_mul(d[j], (float)sum_q[j]), qb_mul(dmin[j], (float)sum_m[j])));
+                            acc[j][r] = qb_add(acc[j][r], contrib);
+                        }
                     }
                 }
             }
         }
     }
-    if (active) write_sums(acc, nr, lane, out, ne1, o);
+GQ_UNROLL
+    for (int j = 0; j < R; j++) /* j constant: acc stays in registers */
+        if (j < n_out) write_sums(acc[j], nr, lane, out, ne1, o0 + j);
 }
 
 typedef void (*gemv_fn)(const uint8_t *, size_t, size_t, size_t, const uint8_t *, size_t, int, float *);
 
+/* A type's kernel and the outputs each of its warps takes (the grid follows from them). */
+struct gemv_kernel {
+    gemv_fn fn;
+    int outs_per_warp;
+};
+
+template <uint32_t T> static gemv_kernel float_kernel() { return {&gemv_float_kernel<T>, 1}; }
+template <uint32_t T> static gemv_kernel block_kernel() { return {&gemv_block_kernel<T>, gq_outs_per_warp<T>()}; }
+
 /* The one kernel per weight type: which types the backend multiplies by (the rest of what a
  * type is comes from its row, format/blocks.h). */
-static gemv_fn gemv_for(uint32_t type) {
+static gemv_kernel gemv_for(uint32_t type) {
     switch (type) {
-    case LLMM_TYPE_F32: return &gemv_float_kernel<LLMM_TYPE_F32>;
-    case LLMM_TYPE_F16: return &gemv_float_kernel<LLMM_TYPE_F16>;
-    case LLMM_TYPE_BF16: return &gemv_float_kernel<LLMM_TYPE_BF16>;
-    case LLMM_TYPE_Q4_0: return &gemv_block_kernel<LLMM_TYPE_Q4_0>;
-    case LLMM_TYPE_Q4_1: return &gemv_block_kernel<LLMM_TYPE_Q4_1>;
-    case LLMM_TYPE_Q5_0: return &gemv_block_kernel<LLMM_TYPE_Q5_0>;
-    case LLMM_TYPE_Q5_1: return &gemv_block_kernel<LLMM_TYPE_Q5_1>;
-    case LLMM_TYPE_Q8_0: return &gemv_block_kernel<LLMM_TYPE_Q8_0>;
-    case LLMM_TYPE_IQ4_NL: return &gemv_block_kernel<LLMM_TYPE_IQ4_NL>;
-    case LLMM_TYPE_Q2_K: return &gemv_block_kernel<LLMM_TYPE_Q2_K>;
-    case LLMM_TYPE_Q3_K: return &gemv_block_kernel<LLMM_TYPE_Q3_K>;
-    case LLMM_TYPE_Q4_K: return &gemv_block_kernel<LLMM_TYPE_Q4_K>;
-    case LLMM_TYPE_Q5_K: return &gemv_block_kernel<LLMM_TYPE_Q5_K>;
-    case LLMM_TYPE_Q6_K: return &gemv_block_kernel<LLMM_TYPE_Q6_K>;
-    case LLMM_TYPE_IQ4_XS: return &gemv_block_kernel<LLMM_TYPE_IQ4_XS>;
+    case LLMM_TYPE_F32: return float_kernel<LLMM_TYPE_F32>();
+    case LLMM_TYPE_F16: return float_kernel<LLMM_TYPE_F16>();
+    case LLMM_TYPE_BF16: return float_kernel<LLMM_TYPE_BF16>();
+    case LLMM_TYPE_Q4_0: return block_kernel<LLMM_TYPE_Q4_0>();
+    case LLMM_TYPE_Q4_1: return block_kernel<LLMM_TYPE_Q4_1>();
+    case LLMM_TYPE_Q5_0: return block_kernel<LLMM_TYPE_Q5_0>();
+    case LLMM_TYPE_Q5_1: return block_kernel<LLMM_TYPE_Q5_1>();
+    case LLMM_TYPE_Q8_0: return block_kernel<LLMM_TYPE_Q8_0>();
+    case LLMM_TYPE_IQ4_NL: return block_kernel<LLMM_TYPE_IQ4_NL>();
+    case LLMM_TYPE_Q2_K: return block_kernel<LLMM_TYPE_Q2_K>();
+    case LLMM_TYPE_Q3_K: return block_kernel<LLMM_TYPE_Q3_K>();
+    case LLMM_TYPE_Q4_K: return block_kernel<LLMM_TYPE_Q4_K>();
+    case LLMM_TYPE_Q5_K: return block_kernel<LLMM_TYPE_Q5_K>();
+    case LLMM_TYPE_Q6_K: return block_kernel<LLMM_TYPE_Q6_K>();
+    case LLMM_TYPE_IQ4_XS: return block_kernel<LLMM_TYPE_IQ4_XS>();
     }
-    return NULL;
+    return {NULL, 0};
 }
 
-extern "C" int llmm__cu_matmul_supports(uint32_t type) { return gemv_for(type) != NULL; }
+extern "C" int llmm__cu_matmul_supports(uint32_t type) { return gemv_for(type).fn != NULL; }
 
 /* The operand of the type's row (F32, F16 and BF16 are their own). */
 extern "C" uint32_t llmm__cu_matmul_operand_type(uint32_t weight_type) {
-    return gemv_for(weight_type) ? llmm_type_operand(weight_type) : UINT32_MAX;
+    return gemv_for(weight_type).fn ? llmm_type_operand(weight_type) : UINT32_MAX;
 }
 
 extern "C" size_t llmm__cu_matmul_scratch_bytes(uint32_t type, size_t ne0, size_t n_rows) {
@@ -624,8 +682,8 @@ extern "C" size_t llmm__cu_matmul_scratch_bytes(uint32_t type, size_t ne0, size_
 
 extern "C" int llmm__cu_matmul(cudaStream_t stream, const void *w, uint32_t type, size_t ne0, size_t ne1, const float *x,
                          size_t n_rows, float *out, void *scratch) {
-    const gemv_fn kernel = gemv_for(type);
-    if (!kernel || ne0 % llmm_type_block_size(type) != 0) return cudaErrorInvalidValue;
+    const gemv_kernel kernel = gemv_for(type);
+    if (!kernel.fn || ne0 % llmm_type_block_size(type) != 0) return cudaErrorInvalidValue;
     if (n_rows == 0 || ne1 == 0 || ne0 == 0) return 0;
     const uint32_t operand = llmm__cu_matmul_operand_type(type);
     const uint8_t *xq = (const uint8_t *)x;
@@ -639,10 +697,11 @@ extern "C" int llmm__cu_matmul(cudaStream_t stream, const void *w, uint32_t type
     }
     const size_t nb = ne0 / llmm_type_block_size(type), row_bytes = nb * llmm_type_block_bytes(type);
     const size_t xq_row_bytes = gemv_operand_row_bytes(operand, ne0);
-    const unsigned grid = (unsigned)((ne1 + GQ_WARPS - 1) / GQ_WARPS);
+    const size_t outs_per_block = (size_t)GQ_WARPS * kernel.outs_per_warp;
+    const unsigned grid = (unsigned)((ne1 + outs_per_block - 1) / outs_per_block);
     for (size_t r0 = 0; r0 < n_rows; r0 += GQ_MAX_ROWS) {
         const int nr = (int)(n_rows - r0 < GQ_MAX_ROWS ? n_rows - r0 : GQ_MAX_ROWS);
-        SIMT_LAUNCH(kernel, grid, 32 * GQ_WARPS, 0, stream, (const uint8_t *)w, row_bytes, nb, ne1,
+        SIMT_LAUNCH(kernel.fn, grid, 32 * GQ_WARPS, 0, stream, (const uint8_t *)w, row_bytes, nb, ne1,
                     xq + r0 * xq_row_bytes, xq_row_bytes, nr, out + r0 * ne1);
     }
     return (int)cudaGetLastError();
@@ -669,7 +728,7 @@ __global__ void embed_kernel(const uint8_t *table, uint32_t type, size_t ne0, si
 
 extern "C" int llmm__cu_embed(cudaStream_t stream, const void *table, uint32_t type, size_t ne0, size_t ne1,
                         const int32_t *tokens, size_t n, float *out, int *bad) {
-    if (!gemv_for(type) || ne0 % llmm_type_block_size(type) != 0) return cudaErrorInvalidValue;
+    if (!gemv_for(type).fn || ne0 % llmm_type_block_size(type) != 0) return cudaErrorInvalidValue;
     if (n == 0 || ne0 == 0) return 0;
     const size_t row_bytes = ne0 / llmm_type_block_size(type) * llmm_type_block_bytes(type);
     SIMT_LAUNCH(embed_kernel, (unsigned)n, 256, 0, stream, (const uint8_t *)table, type, ne0, ne1, row_bytes, tokens,

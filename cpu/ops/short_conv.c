@@ -2,6 +2,8 @@
  * depthwise causal convolution over the last few positions, its history per sequence kept in
  * a state the core owns. The work is rows x dim x taps multiply-adds, small beside the layer's
  * two matmuls, so it runs on the calling thread. */
+#include <string.h>
+
 #include "cpu_backend.h"
 
 /* u = B * X of the step's row r, channel c */
@@ -52,4 +54,25 @@ llmm_status llmm__cpu_short_conv(void *st, const llmm_conv_batch *b) {
         r0 = r1;
     }
     return LLMM_OK;
+}
+
+void llmm__cpu_conv_window(const float *rows, const float *state, size_t dim, size_t kernel, const int32_t *pos,
+                           size_t r0, size_t r1, const float **window) {
+    const int64_t p0 = pos[r0];
+    for (size_t i = 0; i < r1 - r0 + kernel - 1; i++) {
+        const int64_t q = p0 - (int64_t)(kernel - 1) + (int64_t)i;
+        if (q < 0) window[i] = NULL;
+        else if (q >= p0) window[i] = rows + (r0 + (size_t)(q - p0)) * dim;
+        else window[i] = state + (size_t)((int64_t)kernel - 1 - (p0 - q)) * dim;
+    }
+}
+
+/* Ascending: a state row still to be read sits at a higher index than the one written. */
+void llmm__cpu_conv_state_shift(float *state, size_t dim, size_t kernel, const float *const *window, size_t n_out) {
+    for (size_t i = 0; i + 1 < kernel; i++) {
+        const float *in = window[n_out + i];
+        float *dst = state + i * dim;
+        if (!in) memset(dst, 0, dim * sizeof *dst);
+        else if (in != dst) memmove(dst, in, dim * sizeof *dst);
+    }
 }

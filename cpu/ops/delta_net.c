@@ -27,17 +27,48 @@ static void silu_inplace(const cpu_kernels *kern, float *x, size_t n) {
     for (size_t i = 0; i < n; i += SILU_PIECE) kern->silu_mul(x + i, ones, LLMM_MIN((size_t)SILU_PIECE, n - i));
 }
 
-static float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
-
-/* The sum of squares through the table's dot_f32 (eight lanes, the same bits in every table),
- * the scaling in blocks of eight that GCC vectorizes: as one chain of scalar adds, the norms
- * were a quarter of the mixer's own (non-kernel) time in a prompt. */
-static void l2_normalize(const cpu_kernels *kern, float *x, size_t n, float eps) {
-    const float scale = 1.0f / fmaxf(sqrtf(kern->dot_f32(x, x, n)), eps);
+/* The per-head vector loops below, in blocks of eight that GCC vectorizes at -O2 (plain loops
+ * of unknown length stay scalar; restrict spares it the overlap check): per value the same
+ * one or two operations as one at a time, so the same bits. Written plainly they were a third
+ * of a prompt's mixer instructions once the state kernels and the convolution were SIMD. */
+static void scale_inplace(float *x, float a, size_t n) {
     size_t i = 0;
     for (; i + 8 <= n; i += 8)
-        for (size_t k = 0; k < 8; k++) x[i + k] *= scale;
-    for (; i < n; i++) x[i] *= scale;
+        for (size_t k = 0; k < 8; k++) x[i + k] *= a;
+    for (; i < n; i++) x[i] *= a;
+}
+
+/* dst = a src */
+static void scale_into(float *restrict dst, float a, const float *restrict src, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (size_t k = 0; k < 8; k++) dst[i + k] = a * src[i + k];
+    for (; i < n; i++) dst[i] = a * src[i];
+}
+
+/* dst = v - a w */
+static void sub_scaled(float *restrict dst, const float *restrict v, float a, const float *restrict w, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (size_t k = 0; k < 8; k++) dst[i + k] = v[i + k] - a * w[i + k];
+    for (; i < n; i++) dst[i] = v[i] - a * w[i];
+}
+
+/* x = x a w, left to right */
+static void scale_weighted(float *restrict x, float a, const float *restrict w, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (size_t k = 0; k < 8; k++) x[i + k] = x[i + k] * a * w[i + k];
+    for (; i < n; i++) x[i] = x[i] * a * w[i];
+}
+
+static float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+/* The sum of squares through the table's dot_f32 (eight lanes, the same bits in every table):
+ * as one chain of scalar adds, the norms were a quarter of the mixer's own (non-kernel) time
+ * in a prompt. */
+static void l2_normalize(const cpu_kernels *kern, float *x, size_t n, float eps) {
+    scale_inplace(x, 1.0f / fmaxf(sqrtf(kern->dot_f32(x, x, n)), eps), n);
 }
 
 /* Row r's q and k heads L2-normalized in place; its value head j's update rate beta and log
@@ -94,11 +125,9 @@ static void head_gates(const llmm_delta_batch *b, size_t r, size_t j, float *bet
 static void gated_norm(const cpu_kernels *kern, const llmm_delta_batch *b, size_t r, size_t j) {
     const size_t d = b->head_dim, V = b->n_v_heads;
     float *o = b->out + r * V * d + j * d, gate[LLMM_MAX_SSM_HEAD];
-    float sum = 0.f;
-    for (size_t i = 0; i < d; i++) sum += o[i] * o[i];
-    const float inv = 1.0f / sqrtf(sum / (float)d + b->eps);
+    const float inv = 1.0f / sqrtf(kern->dot_f32(o, o, d) / (float)d + b->eps);
     memcpy(gate, b->z + r * V * d + j * d, d * sizeof *gate);
-    for (size_t i = 0; i < d; i++) o[i] = o[i] * inv * b->norm[i];
+    scale_weighted(o, inv, b->norm, d);
     kern->silu_mul(gate, o, d);
     memcpy(o, gate, d * sizeof *o);
 }
@@ -114,8 +143,7 @@ static void delta_row_head(const cpu_kernels *kern, const llmm_delta_batch *b, s
     head_gates(b, r, j, &beta, &g);
     float *o = b->out + r * V * d + j * d;
     kern->delta_step(S + j * d * d, d, k, q, x + 2 * G * d + j * d, beta, expf(g), kern->dot_f32(k, q, d), o);
-    const float scale = 1.0f / sqrtf((float)d);
-    for (size_t jj = 0; jj < d; jj++) o[jj] *= scale;
+    scale_inplace(o, 1.0f / sqrtf((float)d), d);
     gated_norm(kern, b, r, j);
 }
 
@@ -151,20 +179,17 @@ static void delta_head_chunk(const cpu_kernels *kern, const llmm_delta_batch *b,
         head_gates(b, r0 + t, j, &beta, &g);
         cum[t] = (t ? cum[t - 1] : 0.f) + g;
         const float e = expf(cum[t]);
-        for (size_t jj = 0; jj < d; jj++) ut[jj] = x[vo + jj] - e * y[t * d + jj];
+        sub_scaled(ut, x + vo, e, y + t * d, d);
         for (size_t s = 0; s < t; s++)
             kern->axpy(ut, -expf(cum[t] - cum[s]) * kern->dot_f32(kq_rows[s], kq_rows[t], d), u + s * d, d);
-        for (size_t jj = 0; jj < d; jj++) ut[jj] *= beta;
+        scale_inplace(ut, beta, d);
         float *o = b->out + (r0 + t) * V * d + j * d;
-        for (size_t jj = 0; jj < d; jj++) o[jj] = e * y[(n + t) * d + jj];
+        scale_into(o, e, y + (n + t) * d, d);
         for (size_t s = 0; s <= t; s++)
             kern->axpy(o, expf(cum[t] - cum[s]) * kern->dot_f32(kq_rows[s], kq_rows[n + t], d), u + s * d, d);
-        for (size_t jj = 0; jj < d; jj++) o[jj] *= scale;
+        scale_inplace(o, scale, d);
     }
-    for (size_t s = 0; s < n; s++) {
-        const float c = expf(cum[n - 1] - cum[s]);
-        for (size_t i = 0; i < d; i++) y[s * d + i] = c * kq_rows[s][i];
-    }
+    for (size_t s = 0; s < n; s++) scale_into(y + s * d, expf(cum[n - 1] - cum[s]), kq_rows[s], d);
     kern->delta_update(S, d, expf(cum[n - 1]), y, u, n);
 }
 

@@ -69,6 +69,12 @@ typedef struct cpu_state {
  * 1 without this cut-off). */
 #define CPU_PARALLEL_MIN_WORK 32768
 
+/* A sequence's rows from which a short convolution (LFM2's, Gated DeltaNet's on q, k and v)
+ * hands them to the threads: a row of the real shapes is 6k-25k multiply-adds (and for the
+ * DeltaNet its SiLU and q/k norms), so a few rows pay for the hand-off; from 4 on, so that the
+ * tiny test models' and the conformance cases' prompts take the threaded path as well. */
+#define CPU_CONV_PARALLEL_MIN_ROWS 4
+
 /* Chunks per thread when an op's rows are handed out dynamically: enough that a thread that
  * lost its CPU leaves little behind, few enough that claiming them costs nothing measurable. */
 #define CPU_CHUNKS_PER_THREAD 4

@@ -2,7 +2,9 @@
  * rows. A decode row runs the recurrence one token at a time; a sequence's prompt rows run the
  * chunked form of the delta rule (below), equal within float rounding. The state matrices'
  * arithmetic is the kernel table's (delta_step, delta_read, delta_update: SIMD in every SIMD
- * table, bit for bit the scalar table's); the value heads go to the context's threads. */
+ * table, bit for bit the scalar table's), the convolution on q, k and v the table's conv_rows;
+ * a prompt's rows (convolution, SiLU, q/k norms) and then the value heads go to the context's
+ * threads. */
 #include <math.h>
 #include <string.h>
 
@@ -110,7 +112,7 @@ static llmm_status conv_sequence(cpu_state *s, const llmm_delta_batch *b, size_t
     if (!window) return LLMM_ERR_NO_MEMORY;
     llmm__cpu_conv_window(b->qkv, state, conv_dim, K, s->desc.pos, r0, r1, window);
     conv_rows_task t = {s->k, b, conv_dim, r0, window};
-    llmm__cpu_parallel_range(s, n, 1, CPU_PARALLEL_MIN_WORK / (conv_dim * K) + 1, conv_rows_range, &t);
+    llmm__cpu_parallel_range(s, n, 1, CPU_CONV_PARALLEL_MIN_ROWS, conv_rows_range, &t);
     llmm__cpu_conv_state_shift(state, conv_dim, K, window, n);
     return LLMM_OK;
 }

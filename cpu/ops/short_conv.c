@@ -58,18 +58,18 @@ llmm_status llmm__cpu_short_conv(void *st, const llmm_conv_batch *b) {
     cpu_state *s = st;
     if (s->step == CPU_STEP_NONE || b->n_rows != s->desc.n_rows || b->kernel == 0) return LLMM_ERR_INVALID_ARG;
     const llmm_step *step = &s->desc;
-    const size_t dim = b->dim, K = b->kernel, min_rows = CPU_PARALLEL_MIN_WORK / (dim * K + 1) + 1;
+    const size_t dim = b->dim, K = b->kernel;
     const float **window = llmm__cpu_scratch(s, (b->n_rows + K - 1) * sizeof *window + b->n_rows * dim * sizeof(float));
     if (!window) return LLMM_ERR_NO_MEMORY;
     conv_task t = {s->k, b, (float *)(void *)(window + b->n_rows + K - 1), window, 0};
-    llmm__cpu_parallel_range(s, b->n_rows, 1, min_rows, gate_products_range, &t);
+    llmm__cpu_parallel_range(s, b->n_rows, 1, CPU_CONV_PARALLEL_MIN_ROWS, gate_products_range, &t);
     for (size_t r0 = 0; r0 < b->n_rows;) {
         size_t r1 = r0 + 1;
         while (r1 < b->n_rows && step->row_seq[r1] == step->row_seq[r0]) r1++;
         float *state = b->states + (size_t)step->seq_ids[step->row_seq[r0]] * b->seq_stride;
         llmm__cpu_conv_window(t.u, state, dim, K, step->pos, r0, r1, window);
         t.r0 = r0;
-        llmm__cpu_parallel_range(s, r1 - r0, 1, min_rows, conv_out_range, &t);
+        llmm__cpu_parallel_range(s, r1 - r0, 1, CPU_CONV_PARALLEL_MIN_ROWS, conv_out_range, &t);
         llmm__cpu_conv_state_shift(state, dim, K, window, r1 - r0);
         r0 = r1;
     }

@@ -104,6 +104,8 @@ $(X86_OBJ)/avxvnni_evex.o: ALL_CFLAGS += $(SIMD_AVX512_FLAGS) $(AVX2_REGISTERS_O
 $(X86_OBJ)/avx512.o: ALL_CFLAGS += $(SIMD_AVX512_FLAGS) -mamx-tile -mamx-int8
 $(X86_OBJ)/delta_avx2.o: ALL_CFLAGS += $(SIMD_AVX2_FLAGS)
 $(X86_OBJ)/delta_avx512.o: ALL_CFLAGS += $(SIMD_AVX512_FLAGS)
+$(X86_OBJ)/conv_avx2.o: ALL_CFLAGS += $(SIMD_AVX2_FLAGS)
+$(X86_OBJ)/conv_avx512.o: ALL_CFLAGS += $(SIMD_AVX512_FLAGS)
 endif
 
 # aarch64 NEON kernels (cpu/arch/arm/): Advanced SIMD is baseline, so neon.c needs no target
@@ -115,6 +117,7 @@ ifneq ($(filter aarch64%,$(shell $(CC) -dumpmachine)),)
 $(ARM_OBJ)/neon.o: ALL_CFLAGS += -ffp-contract=off
 $(ARM_OBJ)/dotprod.o: ALL_CFLAGS += -march=armv8.2-a+dotprod -ffp-contract=off
 $(ARM_OBJ)/delta_neon.o: ALL_CFLAGS += -ffp-contract=off
+$(ARM_OBJ)/conv_neon.o: ALL_CFLAGS += -ffp-contract=off
 endif
 
 $(STATIC_LIB): $(LIB_OBJ)

@@ -69,6 +69,12 @@ typedef struct cpu_state {
  * 1 without this cut-off). */
 #define CPU_PARALLEL_MIN_WORK 32768
 
+/* A sequence's rows from which a short convolution (LFM2's, Gated DeltaNet's on q, k and v)
+ * hands them to the threads: a row of the real shapes is 6k-25k multiply-adds (and for the
+ * DeltaNet its SiLU and q/k norms), so a few rows pay for the hand-off; from 4 on, so that the
+ * tiny test models' and the conformance cases' prompts take the threaded path as well. */
+#define CPU_CONV_PARALLEL_MIN_ROWS 4
+
 /* Chunks per thread when an op's rows are handed out dynamically: enough that a thread that
  * lost its CPU leaves little behind, few enough that claiming them costs nothing measurable. */
 #define CPU_CHUNKS_PER_THREAD 4
@@ -145,6 +151,14 @@ llmm_status llmm__cpu_glu(void *state, float *gate, const float *up, size_t n, l
 llmm_status llmm__cpu_add(void *state, float *dst, const float *src, size_t n);
 llmm_status llmm__cpu_kv_write(void *state, uint32_t layer, const float *k, const float *v);
 llmm_status llmm__cpu_short_conv(void *state, const llmm_conv_batch *b);
+/* A causal convolution's input rows for one sequence's rows [r0, r1) (consecutive positions
+ * from pos[r0]), in position order from pos[r0] - (kernel - 1), as the kernel table's
+ * conv_rows reads them: the state's kernel - 1 rows of dim values (ending at pos[r0] - 1),
+ * then the step's (rows + r * dim); NULL before position 0. window: r1 - r0 + kernel - 1. */
+void llmm__cpu_conv_window(const float *rows, const float *state, size_t dim, size_t kernel, const int32_t *pos,
+                           size_t r0, size_t r1, const float **window);
+/* The state moved to the sequence's last row: its rows become the window's last kernel - 1 */
+void llmm__cpu_conv_state_shift(float *state, size_t dim, size_t kernel, const float *const *window, size_t n_out);
 llmm_status llmm__cpu_split_halves(void *state, const float *src, float *a, float *b, size_t n_groups, size_t width);
 llmm_status llmm__cpu_gated_delta_net(void *state, const llmm_delta_batch *b);
 /* The kernel table's attn_scores / attn_values over float rows, or without them its dot_f32 /

@@ -3,6 +3,7 @@
  * hardware capabilities on aarch64 Linux. */
 #define _DEFAULT_SOURCE /* syscall */
 #include "kernel_table.h"
+#include "kernels/conv_rule.h"
 #include "kernels/delta_rule.h"
 #include "kernels/exp_poly.h"
 #include "kernels/gelu_poly.h"
@@ -90,6 +91,11 @@ static void delta_update_scalar(float *S, size_t d, float decay, const float *a,
     delta_update_cols(S, d, 0, d, decay, a, u, n);
 }
 
+static void conv_rows_scalar(float *y, size_t ldy, const float *const *x, size_t n_out, const float *taps,
+                             size_t n_taps, size_t c0, size_t c1) {
+    conv_rows_cols(y, ldy, x, n_out, taps, n_taps, c0, c1);
+}
+
 /* No matmul kernels: every type takes the generic path through the type table. */
 const cpu_kernels llmm__cpu_kernels_scalar = {
     .name = "scalar",
@@ -103,6 +109,7 @@ const cpu_kernels llmm__cpu_kernels_scalar = {
     .delta_step = delta_step_scalar,
     .delta_read = delta_read_scalar,
     .delta_update = delta_update_scalar,
+    .conv_rows = conv_rows_scalar,
 };
 
 #if defined(__x86_64__)

@@ -25,6 +25,8 @@
  *  - Gated DeltaNet's state (delta_step, delta_read, delta_update): bit for bit, one fused
  *    multiply-add chain per value in a fixed order, vector lanes across columns
  *    (kernels/delta_rule.h, kernels/delta_tiles.h).
+ *  - the short convolution (conv_rows): bit for bit, products added in tap order from 0, no
+ *    FMA, vector lanes across channels (kernels/conv_rule.h, kernels/conv_tiles.h).
  * So every table, x86 or ARM, gives the same logits (tests/test_fidelity checks it).
  * The table holds only const data and function pointers: there is no mutable global. */
 #ifndef LLMM_CPU_KERNEL_TABLE_H
@@ -168,6 +170,13 @@ typedef struct cpu_kernels {
     void (*delta_read)(const float *S, size_t d, const float *const *x, size_t n, float *y);
     /* S = decay S + sum over s < n of a_s u_s^T (a, u: n rows of d values), in s order */
     void (*delta_update)(float *S, size_t d, float decay, const float *a, const float *u, size_t n);
+    /* The depthwise causal convolution of LFM2's and Gated DeltaNet's layers, channels
+     * [c0, c1) of n_out outputs: y[t * ldy + c] = sum over j < n_taps of
+     * x[t + j][c] * taps[c * n_taps + j], x the n_out + n_taps - 1 input rows in position
+     * order (NULL: a zero row); from 0, products rounded then added in tap order, bit for bit
+     * the scalar table's in every table (kernels/conv_rule.h, kernels/conv_tiles.h) */
+    void (*conv_rows)(float *y, size_t ldy, const float *const *x, size_t n_out, const float *taps, size_t n_taps,
+                      size_t c0, size_t c1);
 } cpu_kernels;
 
 /* The best table this CPU and build support, no better than cap (a test or the

@@ -40,6 +40,8 @@
  *    for bit the scalar table's (lengths with and without a tail of each vector width).
  *  - delta_step, delta_read, delta_update (Gated DeltaNet's state): the scalar table's within
  *    4 (d + 4) u of its terms' magnitudes against float64, every SIMD table's bit for bit it.
+ *  - conv_rows (the short convolution): the scalar table's within (taps + 1) u of its
+ *    products' magnitudes against float64, every SIMD table's bit for bit it.
  * Results must not depend on tiling: each matmul is also run as single-row calls over odd
  * row ranges and must give the same bits. */
 #include <stdarg.h>
@@ -1328,6 +1330,56 @@ static void test_delta_kernels(void **state) {
     }
 }
 
+/* The short convolution (conv_rows): the scalar table's against float64 (each output within
+ * (n_taps + 1) u of its products' magnitudes: a product rounded, then added, per tap), and
+ * every SIMD table's bit for bit the scalar table's, over channel ranges that start and end
+ * off a vector (tails), kernel sizes past one tap group (kernels/conv_tiles.h), missing
+ * (zero) input rows, and an infinite tap under a missing row (0 x inf: NaN in every table). */
+static void check_conv_rows(const cpu_kernels *k, size_t dim, size_t n_taps, size_t n_out, size_t c0, size_t c1) {
+    const size_t n_in = n_out + n_taps - 1, ldy = dim + 3;
+    float *x = rng_floats(&rng, n_in * dim, -2.0f, 2.0f), *taps = rng_floats(&rng, dim * n_taps, -1.0f, 1.0f);
+    float *y1 = rng_floats(&rng, n_out * ldy, -1.0f, 1.0f), *y2 = xmalloc(n_out * ldy * sizeof *y2);
+    const float **rows = xmalloc(n_in * sizeof *rows);
+    for (size_t i = 0; i < n_in; i++) rows[i] = i < n_taps / 2 ? NULL : x + i * dim;
+    if (n_taps > 1 && c1 > c0) taps[c0 * n_taps] = INFINITY; /* read against row 0, a missing one */
+    memcpy(y2, y1, n_out * ldy * sizeof *y1);
+    llmm__cpu_kernels_scalar.conv_rows(y1, ldy, rows, n_out, taps, n_taps, c0, c1);
+    k->conv_rows(y2, ldy, rows, n_out, taps, n_taps, c0, c1);
+    for (size_t t = 0; t < n_out; t++)
+        for (size_t c = c0; c < c1; c++) {
+            double ref = 0, mag = 0;
+            for (size_t j = 0; j < n_taps; j++) {
+                const double p = (rows[t + j] ? (double)rows[t + j][c] : 0.0) * taps[c * n_taps + j];
+                ref += p, mag += fabs(p);
+            }
+            if (!isfinite(ref)) assert_true(isnan(ref) ? isnan(y1[t * ldy + c]) : y1[t * ldy + c] == ref);
+            else CHECK_CLOSE(y1[t * ldy + c], ref, ((double)n_taps + 1) * U_F32 * mag, "scalar conv_rows [%zu][%zu]", t, c);
+        }
+    /* outside [c0, c1) nothing is written (threads own disjoint channel ranges) */
+    size_t at = first_diff(y2, y1, n_out * ldy);
+    if (at < n_out * ldy)
+        fail_msg("%s conv_rows dim=%zu taps=%zu rows=%zu [%zu, %zu): y[%zu] %a, the scalar table's %a", k->name, dim,
+                 n_taps, n_out, c0, c1, at, y2[at], y1[at]);
+    free(x), free(taps), free(y1), free(y2), free(rows);
+}
+
+static void test_conv_rows(void **state) {
+    (void)state;
+    static const size_t cases[][5] = {
+        /* dim, taps, outputs, c0, c1 */
+        {6144, 4, 5, 0, 6144}, {2048, 3, 1, 0, 2048}, {40, 4, 7, 3, 37}, {24, 10, 3, 0, 24}, {17, 1, 2, 1, 17},
+        {64, 19, 4, 16, 64},
+    };
+    for (size_t ii = 0; ii < ARRAY_LEN(k_simd_isas); ii++) {
+        const cpu_kernels *k = simd_table(k_simd_isas[ii]);
+        if (!k) continue;
+        rng_seed(&rng, 4602);
+        for (size_t i = 0; i < ARRAY_LEN(cases); i++)
+            check_conv_rows(k, cases[i][0], cases[i][1], cases[i][2], cases[i][3], cases[i][4]);
+        print_message("%s conv_rows: bit-identical to the scalar table's\n", k->name);
+    }
+}
+
 /* One attention chunk: nh heads of hd values against n rows (a permutation of separate,
  * unaligned rows, as the pool's pointers are), scores and weights at stride ld > n. */
 static void check_attn_case(const cpu_kernels *k, size_t nh, size_t hd, size_t n) {
@@ -2137,6 +2189,7 @@ int main(void) {
         cmocka_unit_test(test_rms_norm_row),
         cmocka_unit_test(test_dot_axpy),
         cmocka_unit_test(test_delta_kernels),
+        cmocka_unit_test(test_conv_rows),
         cmocka_unit_test(test_f16_to_f32),
         cmocka_unit_test(test_attn_chunk),
         cmocka_unit_test(test_attn_chunk_f16),

@@ -194,10 +194,27 @@ llmm_status llmm__cpu_kv_store_rows(const llmm_kv_view *views, const int32_t *po
     return LLMM_OK;
 }
 
+typedef struct rope_task {
+    float *x;
+    size_t n_heads, head_dim;
+    const int32_t *pos;
+    const llmm_rope_params *rp;
+} rope_task;
+
+static void rope_range(void *arg, size_t r0, size_t r1) {
+    const rope_task *t = arg;
+    llmm__cpu_rope_rows(t->x + r0 * t->n_heads * t->head_dim, r1 - r0, t->n_heads, t->head_dim, t->pos + r0, t->rp);
+}
+
+/* A prompt's rows go to the threads as the norms' do: each row's angles (a cosf and a sinf per
+ * pair) and rotations are its own, and on the calling thread alone they left the others
+ * waiting for two calls per attention layer. */
 llmm_status llmm__cpu_rope(void *state, float *x, size_t n_heads, size_t head_dim, const llmm_rope_params *rp) {
     cpu_state *s = state;
     if (s->step == CPU_STEP_NONE) return LLMM_ERR_INVALID_ARG;
-    return llmm__cpu_rope_rows(x, s->desc.n_rows, n_heads, head_dim, s->desc.pos, rp);
+    rope_task t = {x, n_heads, head_dim, s->desc.pos, rp};
+    llmm__cpu_parallel_range(s, s->desc.n_rows, 1, ROWWISE_PARALLEL_MIN_ROWS, rope_range, &t);
+    return LLMM_OK;
 }
 
 llmm_status llmm__cpu_kv_write(void *state, uint32_t layer, const float *k, const float *v) {

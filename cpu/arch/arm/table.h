@@ -71,8 +71,12 @@ void llmm__neon_delta_step(float *S, size_t d, const float *k, const float *q, c
                            float kq, float *o);
 void llmm__neon_delta_read(const float *S, size_t d, const float *const *x, size_t n, float *y);
 void llmm__neon_delta_update(float *S, size_t d, float decay, const float *a, const float *u, size_t n);
+/* the short convolution (conv_neon.c) */
+void llmm__neon_conv_rows(float *y, size_t ldy, const float *const *x, size_t n_out, const float *taps, size_t n_taps,
+                          size_t c0, size_t c1);
 #define NEON_DELTA_KERNELS                                                                                      \
-    .delta_step = llmm__neon_delta_step, .delta_read = llmm__neon_delta_read, .delta_update = llmm__neon_delta_update
+    .delta_step = llmm__neon_delta_step, .delta_read = llmm__neon_delta_read, .delta_update = llmm__neon_delta_update, \
+    .conv_rows = llmm__neon_conv_rows
 #endif
 
 #endif

@@ -48,6 +48,11 @@ void llmm__avx512_delta_step(float *S, size_t d, const float *k, const float *q,
                              float decay, float kq, float *o);
 void llmm__avx512_delta_read(const float *S, size_t d, const float *const *x, size_t n, float *y);
 void llmm__avx512_delta_update(float *S, size_t d, float decay, const float *a, const float *u, size_t n);
+/* defined in conv_avx2.c and conv_avx512.c, under the same checks */
+void llmm__avx2_conv_rows(float *y, size_t ldy, const float *const *x, size_t n_out, const float *taps, size_t n_taps,
+                          size_t c0, size_t c1);
+void llmm__avx512_conv_rows(float *y, size_t ldy, const float *const *x, size_t n_out, const float *taps,
+                            size_t n_taps, size_t c0, size_t c1);
 
 /* The float matmuls of the AVX2 and AVX-VNNI tables: elements of a .matmul initializer. */
 #define AVX2_FLOAT_MATMULS                                                                                      \
@@ -62,12 +67,13 @@ void llmm__avx512_delta_update(float *S, size_t d, float decay, const float *a, 
 #define AVX2_ATTENTION_KERNELS                                                                              \
     .attn_scores = llmm__avx2_attn_scores, .attn_values = llmm__avx2_attn_values, .attn_scores_f16 = llmm__avx2_attn_scores_f16, \
     .attn_values_f16 = llmm__avx2_attn_values_f16
-/* Gated DeltaNet's state kernels (delta_avx2.c, delta_avx512.c) */
+/* Gated DeltaNet's state kernels (delta_avx2.c, delta_avx512.c) and the short convolution (conv_avx2.c, conv_avx512.c) */
 #define AVX2_DELTA_KERNELS                                                                                   \
-    .delta_step = llmm__avx2_delta_step, .delta_read = llmm__avx2_delta_read, .delta_update = llmm__avx2_delta_update
+    .delta_step = llmm__avx2_delta_step, .delta_read = llmm__avx2_delta_read, .delta_update = llmm__avx2_delta_update, \
+    .conv_rows = llmm__avx2_conv_rows
 #define AVX512_DELTA_KERNELS                                                                                 \
     .delta_step = llmm__avx512_delta_step, .delta_read = llmm__avx512_delta_read,                           \
-    .delta_update = llmm__avx512_delta_update
+    .delta_update = llmm__avx512_delta_update, .conv_rows = llmm__avx512_conv_rows
 #endif
 
 #endif

@@ -39,6 +39,7 @@
 #ifndef LLMM_GEMM_PACKED8_X86_H
 #define LLMM_GEMM_PACKED8_X86_H
 
+#include <stdint.h>
 #include <string.h>
 
 #include "kernel_table.h"
@@ -791,21 +792,26 @@ SIMD_ALWAYS_INLINE uint32_t pk_type(pk_kind k) {
 SIMD_ALWAYS_INLINE size_t pk_block_bytes(pk_kind k) { return llmm_type_block_bytes(pk_type(k)); }
 
 /* Fewer operand rows than this keep the 8-row kernels (a speculative verify step, a few sequences
- * decoded together, a short prompt chunk). Packing a tile on the fly costs a fixed amount per
- * call (Q5_0 and Q5_1 the most: their 5th bits are regrouped lane by lane), and the packed tiles
- * save a little per operand row, so the switch pays only from the row count where the savings
- * cover the packing: for the K-quants at once (their 8-row kernels are the slowest per row),
- * for the 32-quant blocks only from a prompt's worth. With one switch at 4 rows for every kind,
- * steps of 4-15 rows cost up to 4x the instructions of steps through the 8-row kernels (Q5_0),
- * and a 4-row step more than four 1-row steps. Measured per kind on the 0.5B model's shapes,
- * docs/performance.md ("Steps of 2-16 rows"). */
+ * decoded together, a prompt). Packing a tile on the fly costs a fixed amount per call (Q5_0
+ * and Q5_1 the most: their 5th bits are regrouped lane by lane), and the packed tiles save a
+ * little per operand row, so the switch pays only from the row count where the savings cover
+ * the packing: for the K-quants at once (their 8-row kernels are the slowest per row), for Q4_0
+ * from a prompt's worth. On the AVX2 table the other 32-quant kinds never switch: their 8-row
+ * kernels take a prompt in batches of up to 16 rows per pass (q_batch_rows), which counted
+ * 0.5-0.8x the instructions of the tiles packed on the fly at 16 to 128 rows (Q8_0 0.55, Q5_0
+ * 0.56, Q5_1 0.55, IQ4_NL 0.63, Q4_1 0.77 at 128 rows; Q4_0 0.82, yet timed 4-8 % slower, so it
+ * keeps its switch). Measured per kind on the 0.5B model's shapes, docs/performance.md ("Steps
+ * of 2-16 rows", "AVX2 prompts"). */
+#define PK_FLY_NEVER SIZE_MAX
 SIMD_ALWAYS_INLINE size_t pk_fly_min_rows(pk_kind k) {
 #if PK_VNNI
-    static const uint8_t rows[] = {[PK_Q4_0] = 8,  [PK_Q5_0] = 24, [PK_Q4_1] = 8, [PK_Q5_1] = 24, [PK_Q8_0] = 12,
-                                   [PK_IQ4_NL] = 8, [PK_Q4_K] = 4, [PK_Q5_K] = 4, [PK_Q6_K] = 8, [PK_IQ4_XS] = 4};
+    static const size_t rows[] = {[PK_Q4_0] = 8,  [PK_Q5_0] = 24, [PK_Q4_1] = 8, [PK_Q5_1] = 24, [PK_Q8_0] = 12,
+                                  [PK_IQ4_NL] = 8, [PK_Q4_K] = 4, [PK_Q5_K] = 4, [PK_Q6_K] = 8, [PK_IQ4_XS] = 4};
 #else
-    static const uint8_t rows[] = {[PK_Q4_0] = 24,  [PK_Q5_0] = 48, [PK_Q4_1] = 24, [PK_Q5_1] = 48, [PK_Q8_0] = 64,
-                                   [PK_IQ4_NL] = 24, [PK_Q4_K] = 12, [PK_Q5_K] = 12, [PK_Q6_K] = 32, [PK_IQ4_XS] = 4};
+    static const size_t rows[] = {[PK_Q4_0] = 24,           [PK_Q5_0] = PK_FLY_NEVER, [PK_Q4_1] = PK_FLY_NEVER,
+                                  [PK_Q5_1] = PK_FLY_NEVER, [PK_Q8_0] = PK_FLY_NEVER, [PK_IQ4_NL] = PK_FLY_NEVER,
+                                  [PK_Q4_K] = 12,           [PK_Q5_K] = 12,           [PK_Q6_K] = 32,
+                                  [PK_IQ4_XS] = 4};
 #endif
     return rows[k];
 }

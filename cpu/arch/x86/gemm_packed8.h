@@ -305,6 +305,26 @@ SIMD_ALWAYS_INLINE __m256i pk_signed_dot(__m256i acc, pk_signed_vec w, __m256i x
 }
 #endif
 
+/* Block b of half h (group g) against operand rows r0 .. r0+nx-1 into acc[r], as pk_legacy_rows:
+ * the half block's weight vectors made once for all the rows, each row's int32 sum in a
+ * register over the block. Summing into an array indexed by row and half instead counted
+ * 0.5x more instructions per row (Q8_0 from a copy, 16 rows: 21.2 million for 896 x 4864). */
+SIMD_ALWAYS_INLINE void pk_signed_rows(r16_kind kind, const uint8_t *g, int h, size_t b, size_t nb,
+                                       const cpu_operand *x, size_t r0, size_t nx, __m256 *acc) {
+    pk_signed_vec lo[4], up[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) pk_signed_weights(kind, g + 2 * PK_ROWS, h, j, &lo[j], &up[j]);
+    for (size_t r = 0; r < nx; r++) {
+        const size_t xb = (r0 + r) * nb + b;
+        const int8_t *xq = x->qs + xb * QK8_0;
+        __m256i sum = _mm256_setzero_si256();
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++)
+            sum = pk_signed_dot(pk_signed_dot(sum, lo[j], pk_bcast32(xq + 4 * j)), up[j], pk_bcast32(xq + 16 + 4 * j));
+        acc[r] = pk_legacy_fold(kind, g, h, xb, x, sum, acc[r]);
+    }
+}
+
 /* As pk_legacy_tile, for Q8_0 and IQ4_NL: each half's weight vectors made once for all the
  * operand rows, their int32 sums folded per block. */
 SIMD_ALWAYS_INLINE void pk_signed_tile(r16_kind kind, const uint8_t *g, const uint8_t *next, size_t nb, size_t b0,
@@ -313,6 +333,10 @@ SIMD_ALWAYS_INLINE void pk_signed_tile(r16_kind kind, const uint8_t *g, const ui
     const size_t gb = PK_ROWS * r16_block_bytes(kind), head = 2 * PK_ROWS, na = nx * (size_t)nh;
     for (size_t b = b0; b < b1; b++, g += gb) {
         if (next && r0 == 0 && h0 == 0) prefetch_span((uintptr_t)next + b * gb, gb, 1);
+        if (nh == 1) { /* several rows of one half */
+            pk_signed_rows(kind, g, h0, b, nb, x, r0, nx, acc);
+            continue;
+        }
         __m256i sum[PK_BATCH_X];
         for (size_t i = 0; i < na; i++) sum[i] = _mm256_setzero_si256();
 #pragma GCC unroll 4

@@ -171,6 +171,15 @@ SIMD_ALWAYS_INLINE void q_tile(const uint8_t *base, size_t rb, const uint8_t *ne
     }
 }
 
+/* Operand rows of a prompt (more than Q_BATCH_X) in batches of one pass each, the next from r0:
+ * equal batches of at most Q_BATCH_X rows, so that none is left with one or two. Each weight
+ * block is unpacked once per batch, where passes of Q_TILE_X rows unpacked it once per pass (and
+ * the 16-row tiles packed on the fly, gemm_packed8.h, counted more instructions still for Q8_0). */
+SIMD_ALWAYS_INLINE size_t q_batch_rows(size_t n_rows, size_t r0) {
+    const size_t left = n_rows - r0, batches = (left + Q_BATCH_X - 1) / Q_BATCH_X;
+    return (left + batches - 1) / batches;
+}
+
 /* All operand rows against the 8 weight rows base + i * rb; lanes [l0, l0 + nl) go to out
  * columns j ... Rows of up to SCALE_SEG blocks (8192 values) have their scales gathered once
  * for all operand tiles. */
@@ -180,10 +189,20 @@ SIMD_ALWAYS_INLINE void q_rows(const uint8_t *base, size_t rb, const uint8_t *ne
     const int one_seg = nb <= SCALE_SEG;
     uint16_t dws[SCALE_SEG][Q_ROWS];
     if (one_seg) gather_scales(base, rb, q_block_bytes(kind), 0, nb, dws);
+    /* one batch has a call of its own: folded into the loop below, it counted 4 % more at 4 rows */
     if (n_rows > Q_TILE_X && n_rows <= Q_BATCH_X) {
         __m256 acc[Q_BATCH_X];
         q_tile(base, rb, next, nb, dws, one_seg, x, 0, n_rows, kind, acc);
         for (size_t r = 0; r < n_rows; r++) store_lanes(out + r * ldo + j, acc[r], l0, nl);
+        return;
+    }
+    if (Q_BATCH_X > Q_TILE_X && n_rows > Q_TILE_X) {
+        for (size_t r0 = 0, nx; r0 < n_rows; r0 += nx) {
+            nx = q_batch_rows(n_rows, r0);
+            __m256 acc[Q_BATCH_X];
+            q_tile(base, rb, next, nb, dws, one_seg, x, r0, nx, kind, acc);
+            for (size_t r = 0; r < nx; r++) store_lanes(out + (r0 + r) * ldo + j, acc[r], l0, nl);
+        }
         return;
     }
     for (size_t r0 = 0; r0 < n_rows; r0 += Q_TILE_X) {

@@ -107,6 +107,15 @@ SIMD_ALWAYS_INLINE void lq_rows(lq_kind kind, const uint8_t *base, size_t rb, co
         for (size_t r = 0; r < n_rows; r++) store_lanes(out + r * ldo + j, acc[r], l0, nl);
         return;
     }
+    if (Q_BATCH_X > Q_TILE_X && n_rows > Q_TILE_X) { /* a prompt: batches, as in q_rows */
+        for (size_t r0 = 0, nx; r0 < n_rows; r0 += nx) {
+            nx = q_batch_rows(n_rows, r0);
+            __m256 acc[Q_BATCH_X];
+            lq_tile(kind, base, rb, next, nb, dws, mws, one_seg, x, r0, nx, acc);
+            for (size_t r = 0; r < nx; r++) store_lanes(out + (r0 + r) * ldo + j, acc[r], l0, nl);
+        }
+        return;
+    }
     for (size_t r0 = 0; r0 < n_rows; r0 += Q_TILE_X) {
         __m256 acc[Q_TILE_X];
         const size_t nx = LLMM_MIN((size_t)Q_TILE_X, n_rows - r0);

@@ -39,6 +39,7 @@
 #ifndef LLMM_GEMM_PACKED8_X86_H
 #define LLMM_GEMM_PACKED8_X86_H
 
+#include <stdint.h>
 #include <string.h>
 
 #include "kernel_table.h"
@@ -304,6 +305,26 @@ SIMD_ALWAYS_INLINE __m256i pk_signed_dot(__m256i acc, pk_signed_vec w, __m256i x
 }
 #endif
 
+/* Block b of half h (group g) against operand rows r0 .. r0+nx-1 into acc[r], as pk_legacy_rows:
+ * the half block's weight vectors made once for all the rows, each row's int32 sum in a
+ * register over the block. Summing into an array indexed by row and half instead counted
+ * 1.4x the instructions (Q8_0 from a copy, 896 x 4864, 16 rows: 21.2 against 15.3 million). */
+SIMD_ALWAYS_INLINE void pk_signed_rows(r16_kind kind, const uint8_t *g, int h, size_t b, size_t nb,
+                                       const cpu_operand *x, size_t r0, size_t nx, __m256 *acc) {
+    pk_signed_vec lo[4], up[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) pk_signed_weights(kind, g + 2 * PK_ROWS, h, j, &lo[j], &up[j]);
+    for (size_t r = 0; r < nx; r++) {
+        const size_t xb = (r0 + r) * nb + b;
+        const int8_t *xq = x->qs + xb * QK8_0;
+        __m256i sum = _mm256_setzero_si256();
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++)
+            sum = pk_signed_dot(pk_signed_dot(sum, lo[j], pk_bcast32(xq + 4 * j)), up[j], pk_bcast32(xq + 16 + 4 * j));
+        acc[r] = pk_legacy_fold(kind, g, h, xb, x, sum, acc[r]);
+    }
+}
+
 /* As pk_legacy_tile, for Q8_0 and IQ4_NL: each half's weight vectors made once for all the
  * operand rows, their int32 sums folded per block. */
 SIMD_ALWAYS_INLINE void pk_signed_tile(r16_kind kind, const uint8_t *g, const uint8_t *next, size_t nb, size_t b0,
@@ -312,6 +333,10 @@ SIMD_ALWAYS_INLINE void pk_signed_tile(r16_kind kind, const uint8_t *g, const ui
     const size_t gb = PK_ROWS * r16_block_bytes(kind), head = 2 * PK_ROWS, na = nx * (size_t)nh;
     for (size_t b = b0; b < b1; b++, g += gb) {
         if (next && r0 == 0 && h0 == 0) prefetch_span((uintptr_t)next + b * gb, gb, 1);
+        if (nh == 1) { /* several rows of one half */
+            pk_signed_rows(kind, g, h0, b, nb, x, r0, nx, acc);
+            continue;
+        }
         __m256i sum[PK_BATCH_X];
         for (size_t i = 0; i < na; i++) sum[i] = _mm256_setzero_si256();
 #pragma GCC unroll 4
@@ -791,21 +816,26 @@ SIMD_ALWAYS_INLINE uint32_t pk_type(pk_kind k) {
 SIMD_ALWAYS_INLINE size_t pk_block_bytes(pk_kind k) { return llmm_type_block_bytes(pk_type(k)); }
 
 /* Fewer operand rows than this keep the 8-row kernels (a speculative verify step, a few sequences
- * decoded together, a short prompt chunk). Packing a tile on the fly costs a fixed amount per
- * call (Q5_0 and Q5_1 the most: their 5th bits are regrouped lane by lane), and the packed tiles
- * save a little per operand row, so the switch pays only from the row count where the savings
- * cover the packing: for the K-quants at once (their 8-row kernels are the slowest per row),
- * for the 32-quant blocks only from a prompt's worth. With one switch at 4 rows for every kind,
- * steps of 4-15 rows cost up to 4x the instructions of steps through the 8-row kernels (Q5_0),
- * and a 4-row step more than four 1-row steps. Measured per kind on the 0.5B model's shapes,
- * docs/performance.md ("Steps of 2-16 rows"). */
+ * decoded together, a prompt). Packing a tile on the fly costs a fixed amount per call (Q5_0
+ * and Q5_1 the most: their 5th bits are regrouped lane by lane), and the packed tiles save a
+ * little per operand row, so the switch pays only from the row count where the savings cover
+ * the packing: for the K-quants at once (their 8-row kernels are the slowest per row), for Q4_0
+ * from a prompt's worth. On the AVX2 table the other 32-quant kinds never switch: their 8-row
+ * kernels take a prompt in batches of up to 16 rows per pass (q_batch_rows), which counted
+ * 0.5-0.8x the instructions of the tiles packed on the fly at 16 to 128 rows (Q8_0 0.55, Q5_0
+ * 0.56, Q5_1 0.55, IQ4_NL 0.63, Q4_1 0.77 at 128 rows; Q4_0 0.82, yet timed 4-8 % slower, so it
+ * keeps its switch). Measured per kind on the 0.5B model's shapes, docs/performance.md ("Steps
+ * of 2-16 rows", "AVX2 prompts"). */
+#define PK_FLY_NEVER SIZE_MAX
 SIMD_ALWAYS_INLINE size_t pk_fly_min_rows(pk_kind k) {
 #if PK_VNNI
-    static const uint8_t rows[] = {[PK_Q4_0] = 8,  [PK_Q5_0] = 24, [PK_Q4_1] = 8, [PK_Q5_1] = 24, [PK_Q8_0] = 12,
-                                   [PK_IQ4_NL] = 8, [PK_Q4_K] = 4, [PK_Q5_K] = 4, [PK_Q6_K] = 8, [PK_IQ4_XS] = 4};
+    static const size_t rows[] = {[PK_Q4_0] = 8,  [PK_Q5_0] = 24, [PK_Q4_1] = 8, [PK_Q5_1] = 24, [PK_Q8_0] = 12,
+                                  [PK_IQ4_NL] = 8, [PK_Q4_K] = 4, [PK_Q5_K] = 4, [PK_Q6_K] = 8, [PK_IQ4_XS] = 4};
 #else
-    static const uint8_t rows[] = {[PK_Q4_0] = 24,  [PK_Q5_0] = 48, [PK_Q4_1] = 24, [PK_Q5_1] = 48, [PK_Q8_0] = 64,
-                                   [PK_IQ4_NL] = 24, [PK_Q4_K] = 12, [PK_Q5_K] = 12, [PK_Q6_K] = 32, [PK_IQ4_XS] = 4};
+    static const size_t rows[] = {[PK_Q4_0] = 24,           [PK_Q5_0] = PK_FLY_NEVER, [PK_Q4_1] = PK_FLY_NEVER,
+                                  [PK_Q5_1] = PK_FLY_NEVER, [PK_Q8_0] = PK_FLY_NEVER, [PK_IQ4_NL] = PK_FLY_NEVER,
+                                  [PK_Q4_K] = 12,           [PK_Q5_K] = 12,           [PK_Q6_K] = 32,
+                                  [PK_IQ4_XS] = 4};
 #endif
     return rows[k];
 }

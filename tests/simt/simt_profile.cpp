@@ -9,13 +9,14 @@
 #include <link.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <string>
+#include <tuple>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "simt.h"
@@ -60,6 +61,41 @@ struct Access {
 };
 constexpr size_t recent_accesses = 32;
 
+// Block sampling (simt_profile_set_block_sampling): a launch of many blocks runs a fixed subset
+// of them, chosen per grid dimension so that the blocks whose role differs run: the first and
+// the last index of each dimension (a partial tile, a causal mask's ends) always, the indices
+// between them every `stride`-th, centred in each stride so that counts growing linearly along
+// the dimension (a causal prompt's tiles) average out. A sampled block stands for itself on the
+// edges and for (interior indices / sampled interior indices) blocks inside, per dimension; its
+// weight is the product. The grid is a product of per-dimension choices, so that blocks differing
+// in one coordinate only are there to tell which coordinates an access site depends on.
+struct Sampling {
+    unsigned stride = 1;   // about one block in `stride` runs; 1: all
+    bool active = false;   // the launch in progress is sampled
+    unsigned grid[3] = {1, 1, 1};
+    std::vector<unsigned char> chosen[3]; // per dimension and index: whether it runs
+    double interior_weight[3] = {1, 1, 1};
+};
+// A launch of fewer blocks than this many strides runs whole: small launches are cheap, and a
+// handful of blocks is too few to stand for the others.
+constexpr unsigned sampled_launch_min_strides = 4;
+
+// The counts of one class of sampled blocks (which dimensions' indices are interior: bit d), to
+// be weighted at the launch's end; unsampled launches have one class of weight 1.
+struct Tally {
+    simt_kernel_counters c{};
+    std::vector<simt_site_counters> sites; // indexed as the kernel's sites
+};
+constexpr unsigned weight_classes = 8;
+
+// A distinct global sector of the launch: the first block that touched it and the site, and the
+// dimensions in which another block touching it differs from that one.
+struct SectorNote {
+    unsigned block[3];
+    size_t site;
+    unsigned char shared_across;
+};
+
 struct Profiler {
     // where a kernel's accesses count: sorted [start, end) ranges
     std::vector<std::pair<uintptr_t, uintptr_t>> device;
@@ -74,7 +110,12 @@ struct Profiler {
     std::unordered_map<RequestKey, Request, RequestKeyHash> requests;
     // the distinct global sectors of the launch in progress: its traffic when caches keep
     // whatever one launch reads more than once
-    std::unordered_set<uintptr_t> launch_sectors;
+    std::unordered_map<uintptr_t, SectorNote> launch_sectors;
+    Sampling sampling;
+    Tally tallies[weight_classes];
+    unsigned block_class = 0; // of the block in progress
+    // per sampled block of the launch: a fingerprint of the sectors each global site touched
+    std::vector<std::pair<uint3, std::unordered_map<size_t, uint64_t>>> block_prints;
     std::map<const void *, simt_kernel_counters> kernels;
     // per kernel: its access sites, and where each pc is among them
     std::map<const void *, std::vector<simt_site_counters>> sites;
@@ -120,7 +161,7 @@ bool in_device(const Profiler &p, uintptr_t a) {
     return it != p.device.begin() && a < (it - 1)->second;
 }
 
-simt_site_counters &site_of(Profiler &p, uintptr_t pc, const Request &r) {
+size_t site_of(Profiler &p, uintptr_t pc, const Request &r) {
     const void *k = p.current->kernel;
     std::vector<simt_site_counters> &sites = p.sites[k];
     auto found = p.site_index[k].emplace(pc, sites.size());
@@ -133,10 +174,39 @@ simt_site_counters &site_of(Profiler &p, uintptr_t pc, const Request &r) {
         s.width = r.width;
         sites.push_back(s);
     }
-    return sites[found.first->second];
+    return found.first->second;
 }
 
-void count_global(Profiler &p, simt_kernel_counters &c, const Request &r, simt_site_counters &site) {
+// The tally's copy of the kernel's site `index`, its counts from zero.
+simt_site_counters &tally_site(Profiler &p, Tally &t, size_t index) {
+    const std::vector<simt_site_counters> &sites = p.sites[p.current->kernel];
+    while (t.sites.size() <= index) {
+        simt_site_counters s = sites[t.sites.size()];
+        s.requests = s.sectors = s.bytes = s.wavefronts = s.ideal_wavefronts = 0;
+        t.sites.push_back(s);
+    }
+    return t.sites[index];
+}
+
+uint64_t mix64(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+void note_sector(Profiler &p, uintptr_t sector, size_t site, const uint3 &block) {
+    const unsigned at[3] = {block.x, block.y, block.z};
+    auto found = p.launch_sectors.emplace(sector, SectorNote{{at[0], at[1], at[2]}, site, 0});
+    if (found.second)
+        return;
+    for (unsigned d = 0; d < 3; d++)
+        if (found.first->second.block[d] != at[d])
+            found.first->second.shared_across |= (unsigned char)(1u << d);
+}
+
+void count_global(Profiler &p, simt_kernel_counters &c, const Request &r, simt_site_counters &site,
+                  size_t site_index, const uint3 &block, uint64_t &print) {
     std::vector<uintptr_t> sectors, bytes;
     for (unsigned i = 0; i < r.lanes; i++) {
         for (uintptr_t s = r.address[i] / 32; s <= (r.address[i] + r.width - 1) / 32; s++)
@@ -147,7 +217,10 @@ void count_global(Profiler &p, simt_kernel_counters &c, const Request &r, simt_s
     std::sort(sectors.begin(), sectors.end());
     std::sort(bytes.begin(), bytes.end());
     unsigned long long n_sectors = std::unique(sectors.begin(), sectors.end()) - sectors.begin();
-    p.launch_sectors.insert(sectors.begin(), sectors.begin() + (ptrdiff_t)n_sectors);
+    for (unsigned long long i = 0; i < n_sectors; i++) {
+        note_sector(p, sectors[i], site_index, block);
+        print += mix64(sectors[i]);
+    }
     unsigned long long n_bytes = std::unique(bytes.begin(), bytes.end()) - bytes.begin();
     site.requests++;
     site.sectors += n_sectors;
@@ -306,7 +379,7 @@ void write_counters(FILE *f) {
         }
         std::fprintf(f,
                      "{\"launch_name\": \"%s\", \"object\": \"%s\", \"offset\": %llu, "
-                     "\"launches\": %llu, \"blocks\": %llu, \"warps\": %llu, "
+                     "\"launches\": %llu, \"blocks\": %llu, \"blocks_run\": %llu, \"warps\": %llu, "
                      "\"threads_per_block\": %u, \"dynamic_shared_max\": %llu, "
                      "\"global_load_requests\": %llu, \"global_load_sectors\": %llu, "
                      "\"global_load_bytes\": %llu, \"global_store_requests\": %llu, "
@@ -317,7 +390,7 @@ void write_counters(FILE *f) {
                      "\"cp_async_requests\": %llu, \"cp_async_bytes\": %llu, \"cp_async_sectors\": %llu, "
                      "\"global_launch_sectors\": %llu, ",
                      c.launch_name, object, (unsigned long long)offset, c.launches, c.blocks,
-                     c.warps, c.threads_per_block, c.dynamic_shared_max, c.global_load_requests, c.global_load_sectors, c.global_load_bytes,
+                     c.blocks_run, c.warps, c.threads_per_block, c.dynamic_shared_max, c.global_load_requests, c.global_load_sectors, c.global_load_bytes,
                      c.global_store_requests, c.global_store_sectors, c.global_store_bytes,
                      c.global_load_requests_by_width[0], c.global_load_requests_by_width[1],
                      c.global_load_requests_by_width[2], c.global_load_requests_by_width[3],
@@ -334,6 +407,131 @@ int write_counters_to(const char *path) {
         return -1;
     write_counters(f);
     return std::fclose(f) == 0 ? 0 : -1;
+}
+
+// One dimension's plan: every index when the dimension has no interior or no stride, else the
+// first, the last, and every `stride`-th between them, centred; returns the blocks it stands for
+// per block it runs.
+double plan_dimension(unsigned size, unsigned stride, std::vector<unsigned char> &chosen, double &interior_weight) {
+    chosen.assign(size, 1);
+    interior_weight = 1;
+    if (size <= 2 || stride <= 1)
+        return 1;
+    const unsigned interior = size - 2;
+    std::fill(chosen.begin() + 1, chosen.end() - 1, 0);
+    unsigned picked = 0;
+    if (stride >= interior) {
+        chosen[1 + (interior - 1) / 2] = 1, picked = 1;
+    } else {
+        for (unsigned i = 1 + (stride - 1) / 2; i < size - 1; i += stride)
+            chosen[i] = 1, picked++;
+    }
+    interior_weight = (double)interior / picked;
+    return (double)size / (2 + picked);
+}
+
+// Which blocks of the launch run: the largest dimension takes the stride, and whatever part of
+// it the edges leave unreached goes to the next.
+void plan_sampling(Sampling &s, dim3 grid) {
+    s.grid[0] = grid.x, s.grid[1] = grid.y, s.grid[2] = grid.z;
+    const unsigned long long blocks = (unsigned long long)grid.x * grid.y * grid.z;
+    s.active = s.stride > 1 && blocks >= (unsigned long long)sampled_launch_min_strides * s.stride;
+    unsigned dims[3] = {0, 1, 2};
+    std::stable_sort(dims, dims + 3, [&](unsigned a, unsigned b) { return s.grid[a] > s.grid[b]; });
+    double left = s.active ? s.stride : 1;
+    for (unsigned d : dims)
+        left /= plan_dimension(s.grid[d], left >= 2 ? (unsigned)left : 1, s.chosen[d], s.interior_weight[d]);
+}
+
+unsigned class_of(const Sampling &s, const uint3 &block) {
+    const unsigned at[3] = {block.x, block.y, block.z};
+    unsigned c = 0;
+    for (unsigned d = 0; d < 3; d++)
+        if (s.interior_weight[d] != 1 && at[d] > 0 && at[d] + 1 < s.grid[d])
+            c |= 1u << d;
+    return c;
+}
+
+double class_weight(const Sampling &s, unsigned c) {
+    double w = 1;
+    for (unsigned d = 0; d < 3; d++)
+        if (c & (1u << d))
+            w *= s.interior_weight[d];
+    return w;
+}
+
+unsigned long long scaled(unsigned long long count, double weight) {
+    return (unsigned long long)std::llround((double)count * weight);
+}
+
+void add_scaled(simt_kernel_counters &to, const simt_kernel_counters &from, double w) {
+    static unsigned long long simt_kernel_counters::*const fields[] = {
+        &simt_kernel_counters::global_load_requests,  &simt_kernel_counters::global_load_sectors,
+        &simt_kernel_counters::global_load_bytes,     &simt_kernel_counters::global_store_requests,
+        &simt_kernel_counters::global_store_sectors,  &simt_kernel_counters::global_store_bytes,
+        &simt_kernel_counters::shared_load_requests,  &simt_kernel_counters::shared_load_wavefronts,
+        &simt_kernel_counters::shared_store_requests, &simt_kernel_counters::shared_store_wavefronts,
+        &simt_kernel_counters::cp_async_requests,     &simt_kernel_counters::cp_async_bytes,
+        &simt_kernel_counters::cp_async_sectors,
+    };
+    for (auto f : fields)
+        to.*f += scaled(from.*f, w);
+    for (unsigned i = 0; i < 5; i++)
+        to.global_load_requests_by_width[i] += scaled(from.global_load_requests_by_width[i], w);
+}
+
+void add_scaled(simt_site_counters &to, const simt_site_counters &from, double w) {
+    to.requests += scaled(from.requests, w);
+    to.sectors += scaled(from.sectors, w);
+    to.bytes += scaled(from.bytes, w);
+    to.wavefronts += scaled(from.wavefronts, w);
+    to.ideal_wavefronts += scaled(from.ideal_wavefronts, w);
+}
+
+// The dimensions each global site's sectors depend on: those along which two sampled blocks
+// equal in the other coordinates touched different sectors (by their fingerprints; a site a
+// block never reached counts as an empty set).
+std::vector<unsigned char> site_dimensions(const Profiler &p, size_t n_sites) {
+    std::vector<unsigned char> dims(n_sites, 0);
+    for (unsigned d = 0; d < 3; d++) {
+        if (p.sampling.interior_weight[d] == 1)
+            continue;
+        std::map<std::tuple<size_t, unsigned, unsigned>, uint64_t> seen;
+        for (const auto &b : p.block_prints) {
+            const unsigned at[3] = {b.first.x, b.first.y, b.first.z};
+            const unsigned o1 = at[(d + 1) % 3], o2 = at[(d + 2) % 3];
+            for (size_t site = 0; site < n_sites; site++) {
+                auto it = b.second.find(site);
+                const uint64_t print = it == b.second.end() ? 0 : it->second;
+                auto found = seen.emplace(std::make_tuple(site, o1, o2), print);
+                if (!found.second && found.first->second != print)
+                    dims[site] |= (unsigned char)(1u << d);
+            }
+        }
+    }
+    return dims;
+}
+
+// The launch's distinct sectors. Unsampled, the count of them. Sampled, each sector the sampled
+// blocks touched stands for the blocks its site's address varies with that did not run: the
+// interior weight of each dimension the site depends on, unless blocks differing in that
+// dimension touched it too (then it is shared along it, as a causal prompt's early keys are).
+double launch_sectors(const Profiler &p) {
+    if (!p.sampling.active)
+        return (double)p.launch_sectors.size();
+    const std::vector<unsigned char> dims = site_dimensions(p, p.sites.at(p.current->kernel).size());
+    double total = 0;
+    for (const auto &kv : p.launch_sectors) {
+        const SectorNote &n = kv.second;
+        double w = 1;
+        for (unsigned d = 0; d < 3; d++) {
+            const bool interior = n.block[d] > 0 && n.block[d] + 1 < p.sampling.grid[d];
+            if (interior && (dims[n.site] & ~n.shared_across & (1u << d)))
+                w *= p.sampling.interior_weight[d];
+        }
+        total += w;
+    }
+    return total;
 }
 
 } // namespace
@@ -365,20 +563,36 @@ void launch_begin(const char *name, const void *kernel, dim3 grid, dim3 block,
     p.occurrences.assign(threads, {});
     p.recent.assign(threads, {});
     p.requests.clear();
+    plan_sampling(p.sampling, grid);
+    for (Tally &t : p.tallies)
+        t = Tally{};
+    p.block_prints.clear();
     p.active = true;
+}
+
+bool block_runs(uint3 block) {
+    const Sampling &s = profiler().sampling;
+    return !s.active || (s.chosen[0][block.x] && s.chosen[1][block.y] && s.chosen[2][block.z]);
 }
 
 void block_end() {
     Profiler &p = profiler();
     if (!p.active)
         return;
+    const uint3 block = detail::g_launch->block_idx;
+    Tally &t = p.tallies[class_of(p.sampling, block)];
+    std::unordered_map<size_t, uint64_t> prints;
     for (const auto &kv : p.requests) {
-        simt_site_counters &site = site_of(p, kv.first.pc, kv.second);
+        const size_t index = site_of(p, kv.first.pc, kv.second);
+        simt_site_counters &site = tally_site(p, t, index);
         if (kv.second.space == space_global)
-            count_global(p, *p.current, kv.second, site);
+            count_global(p, t.c, kv.second, site, index, block, prints[index]);
         else
-            count_shared(*p.current, kv.second, site);
+            count_shared(t.c, kv.second, site);
     }
+    if (p.sampling.active)
+        p.block_prints.emplace_back(block, std::move(prints));
+    p.current->blocks_run++;
     p.requests.clear();
     for (auto &m : p.occurrences)
         m.clear();
@@ -388,9 +602,18 @@ void block_end() {
 
 void launch_end() {
     Profiler &p = profiler();
-    if (p.current)
-        p.current->global_launch_sectors += p.launch_sectors.size();
+    if (p.current) {
+        std::vector<simt_site_counters> &sites = p.sites[p.current->kernel];
+        for (unsigned c = 0; c < weight_classes; c++) {
+            const double w = class_weight(p.sampling, c);
+            add_scaled(*p.current, p.tallies[c].c, w);
+            for (size_t i = 0; i < p.tallies[c].sites.size(); i++)
+                add_scaled(sites[i], p.tallies[c].sites[i], w);
+        }
+        p.current->global_launch_sectors += (unsigned long long)std::llround(launch_sectors(p));
+    }
     p.launch_sectors.clear();
+    p.block_prints.clear();
     p.active = false;
     p.current = nullptr;
 }
@@ -439,6 +662,10 @@ extern "C" const simt_site_counters *simt_profile_sites(const void *kernel, size
 
 extern "C" int simt_profile_write(const char *path) {
     return simt::profile::write_counters_to(path);
+}
+
+extern "C" void simt_profile_set_block_sampling(unsigned stride) {
+    simt::profile::profiler().sampling.stride = stride ? stride : 1;
 }
 
 extern "C" void simt_profile_reset(void) {

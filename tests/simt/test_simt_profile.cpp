@@ -73,6 +73,13 @@ __global__ void shared_store_sites(float *y, const unsigned long long *x) {
     y[threadIdx.x] = words[threadIdx.x] + words[64 + 2 * threadIdx.x];
 }
 
+// Block (x, y) of a tiled product: reads row tile y of a (every x reads it), column tile x of b
+// (every y reads it), writes its own tile of c; one float a lane of each, 4 sectors a request.
+__global__ void tile_product(float *c, const float *a, const float *b) {
+    const unsigned tile = blockIdx.y * gridDim.x + blockIdx.x;
+    c[32 * tile + threadIdx.x] = a[32 * blockIdx.y + threadIdx.x] * b[32 * blockIdx.x + threadIdx.x];
+}
+
 template <class T> static T *device_buffer(size_t count) {
     void *p = nullptr;
     assert_int_equal(cudaMalloc(&p, count * sizeof(T)), cudaSuccess);
@@ -244,6 +251,56 @@ static void test_requests_are_per_warp(void **) {
     cudaFree(x), cudaFree(y);
 }
 
+// A launch whose blocks all do the same (copy_coalesced ignores blockIdx: every block copies the
+// same 32 floats): the sampled counts, scaled, are the whole launch's, and the sectors every block
+// touches count once
+static void test_sampled_uniform_launch_scales_exactly(void **) {
+    const unsigned blocks = 256;
+    float *x = device_buffer<float>(lanes), *y = device_buffer<float>(lanes);
+    const void *k = (const void *)&copy_coalesced;
+    simt_profile_reset();
+    SIMT_LAUNCH(copy_coalesced, blocks, lanes, 0, nullptr, y, x);
+    const simt_kernel_counters whole = counters(k);
+    simt_profile_reset();
+    simt_profile_set_block_sampling(8);
+    SIMT_LAUNCH(copy_coalesced, blocks, lanes, 0, nullptr, y, x);
+    simt_profile_set_block_sampling(1);
+    const simt_kernel_counters &c = counters(k);
+    assert_int_equal(whole.blocks_run, blocks);
+    assert_int_equal(c.blocks, blocks);
+    assert_in_range(c.blocks_run, blocks / 8, blocks / 8 + 2); // edges, and 1 in 8 between
+    assert_int_equal(c.global_load_requests, whole.global_load_requests);
+    assert_int_equal(c.global_load_sectors, whole.global_load_sectors);
+    assert_int_equal(c.global_store_bytes, whole.global_store_bytes);
+    assert_int_equal(c.global_launch_sectors, whole.global_launch_sectors);
+    assert_int_equal(c.global_launch_sectors, 8);
+    size_t n = 0;
+    const simt_site_counters *sites = simt_profile_sites(k, &n);
+    assert_int_equal(n, 2);
+    assert_int_equal(sites[0].requests + sites[1].requests, 2 * blocks);
+    cudaFree(x), cudaFree(y);
+}
+
+// Sampled along x only (40 tiles, 3 rows of them): a's tiles are read by every x, so its sectors
+// count once; b's and c's vary with x, so the sampled tiles' sectors stand for the skipped ones.
+static void test_sampled_tiles_count_shared_operands_once(void **) {
+    const unsigned gx = 40, gy = 3;
+    float *a = device_buffer<float>(gy * lanes), *b = device_buffer<float>(gx * lanes);
+    float *c = device_buffer<float>(gx * gy * lanes);
+    simt_profile_reset();
+    simt_profile_set_block_sampling(8);
+    SIMT_LAUNCH(tile_product, dim3(gx, gy), lanes, 0, nullptr, c, a, b);
+    simt_profile_set_block_sampling(1);
+    const simt_kernel_counters &k = counters((const void *)&tile_product);
+    assert_true(k.blocks_run < gx * gy / 4);
+    assert_int_equal(k.global_load_requests, 2 * gx * gy);
+    assert_int_equal(k.global_store_sectors, 4 * gx * gy);
+    // a: 3 tiles, b: 40, c: 120, 4 sectors each (the whole launch's, exactly: the tiles do not
+    // overlap, and every x tile sampled stands for the same number of skipped ones)
+    assert_int_equal(k.global_launch_sectors, 4 * (gy + gx + gx * gy));
+    cudaFree(a), cudaFree(b), cudaFree(c);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_coalesced_loads_touch_four_sectors),
@@ -255,6 +312,8 @@ int main(void) {
         cmocka_unit_test(test_shared_vector_access_takes_four_wavefronts),
         cmocka_unit_test(test_requests_are_per_warp),
         cmocka_unit_test(test_shared_sites_are_counted_apart),
+        cmocka_unit_test(test_sampled_uniform_launch_scales_exactly),
+        cmocka_unit_test(test_sampled_tiles_count_shared_operands_once),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,8 +5,9 @@
  * and writes the counters of that step alone to OUT (JSON lines, tests/simt/simt_profile.cpp):
  * the counters are reset after loading, so weight upload and context creation do not count.
  * SAMPLE > 1 emulates about one block in SAMPLE of each large launch and scales its counters
- * (simt_profile_set_block_sampling: estimates of steps too large to emulate whole).
- *   usage: profile_step MODEL ROWS PROMPT OUT [SAMPLE] */
+ * (simt_profile_set_block_sampling: estimates of steps too large to emulate whole), except the
+ * launches WHOLE names (comma-separated launch names: kernels whose addresses depend on data).
+ *   usage: profile_step MODEL ROWS PROMPT OUT [SAMPLE [WHOLE]] */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,11 +16,11 @@
 
 typedef void (*reset_fn)(void);
 typedef int (*write_fn)(const char *path);
-typedef void (*sampling_fn)(unsigned stride);
+typedef void (*sampling_fn)(unsigned stride, const char *whole_kernels);
 
 int main(int argc, char **argv) {
-    if (argc != 5 && argc != 6) return fprintf(stderr, "usage: profile_step MODEL ROWS PROMPT OUT [SAMPLE]\n"), 2;
-    const int rows = atoi(argv[2]), prompt = atoi(argv[3]), sample = argc == 6 ? atoi(argv[5]) : 1;
+    if (argc < 5 || argc > 7) return fprintf(stderr, "usage: profile_step MODEL ROWS PROMPT OUT [SAMPLE [WHOLE]]\n"), 2;
+    const int rows = atoi(argv[2]), prompt = atoi(argv[3]), sample = argc >= 6 ? atoi(argv[5]) : 1;
     const char *module = getenv("LLMM_CUDA_MODULE");
     if (rows < 0 || rows > 64 || prompt < 0 || prompt > 4096 || (rows == 0) == (prompt == 0) || !module ||
         sample < 1)
@@ -45,7 +46,7 @@ int main(int argc, char **argv) {
     }
     if (st == LLMM_OK) {
         reset();
-        sampling((unsigned)sample);
+        sampling((unsigned)sample, argc == 7 ? argv[6] : NULL);
         llmm_token tokens[4096];
         llmm_seq_id seqs[64];
         for (int i = 0; i < 4096; i++) tokens[i] = (llmm_token)(1 + i % 97);

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <string>
 #include <tuple>
@@ -62,23 +63,32 @@ struct Access {
 constexpr size_t recent_accesses = 32;
 
 // Block sampling (simt_profile_set_block_sampling): a launch of many blocks runs a fixed subset
-// of them, chosen per grid dimension so that the blocks whose role differs run: the first and
-// the last index of each dimension (a partial tile, a causal mask's ends) always, the indices
-// between them every `stride`-th, centred in each stride so that counts growing linearly along
-// the dimension (a causal prompt's tiles) average out. A sampled block stands for itself on the
-// edges and for (interior indices / sampled interior indices) blocks inside, per dimension; its
-// weight is the product. The grid is a product of per-dimension choices, so that blocks differing
-// in one coordinate only are there to tell which coordinates an access site depends on.
+// of them, chosen per grid dimension (plan_dimension): the first and the last index of each
+// dimension (a partial tile, a causal mask's ends) always, and between them pairs of neighbours,
+// about one index in `stride`. The grid is the product of the dimensions' choices, so that
+// blocks differing in one coordinate only are there to tell which coordinates an access site
+// depends on. Each index has two weights, multiplied over the dimensions:
+//   counts  (requests, sectors and bytes per request, wavefronts) what the block's counts stand
+//           for: 1 on the edges, (interior indices / pair indices run) inside;
+//   launch sectors  the distinct sectors the block adds to those of its predecessor along the
+//           dimension: the launch's distinct sectors are those of index 0 plus, for each index
+//           after it, the ones its predecessor did not touch, when every sector is touched by a
+//           run of consecutive indices (tiles sharing the sector at their boundary, a causal
+//           prompt's keys, operands every block reads). The second index of a pair measures that
+//           (weight: interior indices / pairs), the first is only its predecessor (weight 0).
 struct Sampling {
     unsigned stride = 1;   // about one block in `stride` runs; 1: all
+    // launch names (as SIMT_LAUNCH spelled them) that always run whole: kernels whose addresses
+    // depend on data (an embedding's gather by token), which no subset of blocks stands for
+    std::vector<std::string> whole;
     bool active = false;   // the launch in progress is sampled
+    bool sampled[3] = {false, false, false}; // per dimension
     unsigned grid[3] = {1, 1, 1};
     std::vector<unsigned char> chosen[3]; // per dimension and index: whether it runs
-    double interior_weight[3] = {1, 1, 1};
+    std::vector<double> count_weight[3], sector_weight[3];
 };
-// A launch of fewer blocks than this many strides runs whole: small launches are cheap, and a
-// handful of blocks is too few to stand for the others.
-constexpr unsigned sampled_launch_min_strides = 4;
+// A launch of fewer blocks than this many strides runs whole: it would gain little.
+constexpr unsigned sampled_launch_min_strides = 2;
 
 // The counts of one class of sampled blocks (which dimensions' indices are interior: bit d), to
 // be weighted at the launch's end; unsampled launches have one class of weight 1.
@@ -88,12 +98,11 @@ struct Tally {
 };
 constexpr unsigned weight_classes = 8;
 
-// A distinct global sector of the launch: the first block that touched it and the site, and the
-// dimensions in which another block touching it differs from that one.
+// A distinct global sector of the launch: the first block that touched it (blocks run in the
+// order of their linear index), and the site.
 struct SectorNote {
     unsigned block[3];
     size_t site;
-    unsigned char shared_across;
 };
 
 struct Profiler {
@@ -112,7 +121,7 @@ struct Profiler {
     // whatever one launch reads more than once
     std::unordered_map<uintptr_t, SectorNote> launch_sectors;
     Sampling sampling;
-    Tally tallies[weight_classes];
+    Tally tallies[weight_classes + 1]; // the last: blocks whose counts weigh 0
     unsigned block_class = 0; // of the block in progress
     // per sampled block of the launch: a fingerprint of the sectors each global site touched
     std::vector<std::pair<uint3, std::unordered_map<size_t, uint64_t>>> block_prints;
@@ -196,13 +205,7 @@ uint64_t mix64(uint64_t x) {
 }
 
 void note_sector(Profiler &p, uintptr_t sector, size_t site, const uint3 &block) {
-    const unsigned at[3] = {block.x, block.y, block.z};
-    auto found = p.launch_sectors.emplace(sector, SectorNote{{at[0], at[1], at[2]}, site, 0});
-    if (found.second)
-        return;
-    for (unsigned d = 0; d < 3; d++)
-        if (found.first->second.block[d] != at[d])
-            found.first->second.shared_across |= (unsigned char)(1u << d);
+    p.launch_sectors.emplace(sector, SectorNote{{block.x, block.y, block.z}, site});
 }
 
 void count_global(Profiler &p, simt_kernel_counters &c, const Request &r, simt_site_counters &site,
@@ -409,54 +412,104 @@ int write_counters_to(const char *path) {
     return std::fclose(f) == 0 ? 0 : -1;
 }
 
-// One dimension's plan: every index when the dimension has no interior or no stride, else the
-// first, the last, and every `stride`-th between them, centred; returns the blocks it stands for
-// per block it runs.
-double plan_dimension(unsigned size, unsigned stride, std::vector<unsigned char> &chosen, double &interior_weight) {
+// Van der Corput's radical inverse of k in base 2: offsets spread evenly over [0, 1).
+double radical_inverse(unsigned k) {
+    double v = 0, f = 0.5;
+    for (; k; k >>= 1, f *= 0.5)
+        v += (k & 1) * f;
+    return v;
+}
+
+// One dimension's plan (struct Sampling): every index when the dimension has no interior or no
+// stride; else the edges, and pairs at the centres of equal runs of the interior, moved by
+// offsets of opposite signs in turn (radical_inverse), which cancel in the mean, so that counts
+// growing linearly along the dimension average out, but differ, so that the pairs do not all
+// meet one phase of a pattern that repeats along the dimension (34-byte blocks meeting 32-byte
+// sectors every 16 indices). The index before the last runs too, as its predecessor. Returns the
+// blocks the dimension stands for per block it runs.
+double plan_dimension(unsigned size, unsigned stride, std::vector<unsigned char> &chosen,
+                      std::vector<double> &count_weight, std::vector<double> &sector_weight) {
     chosen.assign(size, 1);
-    interior_weight = 1;
-    if (size <= 2 || stride <= 1)
-        return 1;
+    count_weight.assign(size, 1);
+    sector_weight.assign(size, 1);
+    if (size <= 4 || stride <= 1)
+        return 0;
     const unsigned interior = size - 2;
+    const unsigned pairs = std::max(1u, (unsigned)std::lround((double)interior / (2.0 * stride)));
+    const double run = (double)interior / pairs;
+    std::vector<unsigned char> second(size, 0);
     std::fill(chosen.begin() + 1, chosen.end() - 1, 0);
-    unsigned picked = 0;
-    if (stride >= interior) {
-        chosen[1 + (interior - 1) / 2] = 1, picked = 1;
-    } else {
-        for (unsigned i = 1 + (stride - 1) / 2; i < size - 1; i += stride)
-            chosen[i] = 1, picked++;
+    for (unsigned j = 0; j < pairs; j++) {
+        const bool cancelled = pairs % 2 == 1 && j == pairs - 1; // the odd one out stays centred
+        const double offset = cancelled ? 0 : (j % 2 ? -1 : 1) * radical_inverse(j / 2 + 1) * (run / 2 - 1);
+        const double centre = (j + 0.5) * run - 0.5 + offset;
+        // interior positions 0 .. interior - 1 are indices 1 .. size - 2
+        const unsigned first = (unsigned)std::min((double)interior - 2, std::max(0.0, std::floor(centre)));
+        chosen[1 + first] = chosen[2 + first] = 1;
+        second[2 + first] = 1;
     }
-    interior_weight = (double)interior / picked;
-    return (double)size / (2 + picked);
+    unsigned picked = 0, seconds = 0;
+    for (unsigned i = 1; i + 1 < size; i++)
+        picked += chosen[i], seconds += second[i];
+    for (unsigned i = 1; i + 1 < size; i++) {
+        count_weight[i] = chosen[i] ? (double)interior / picked : 0;
+        sector_weight[i] = second[i] ? (double)interior / seconds : 0;
+    }
+    if (!chosen[size - 2]) // the last index's predecessor, run for its sectors alone
+        chosen[size - 2] = 1, count_weight[size - 2] = 0, sector_weight[size - 2] = 0;
+    unsigned runs = 0;
+    for (unsigned char c : chosen)
+        runs += c;
+    return (double)size / runs;
 }
 
 // Which blocks of the launch run: the largest dimension takes the stride, and whatever part of
 // it the edges leave unreached goes to the next.
-void plan_sampling(Sampling &s, dim3 grid) {
+void plan_sampling(Sampling &s, const char *name, dim3 grid) {
     s.grid[0] = grid.x, s.grid[1] = grid.y, s.grid[2] = grid.z;
     const unsigned long long blocks = (unsigned long long)grid.x * grid.y * grid.z;
-    s.active = s.stride > 1 && blocks >= (unsigned long long)sampled_launch_min_strides * s.stride;
+    s.active = s.stride > 1 && blocks >= (unsigned long long)sampled_launch_min_strides * s.stride &&
+               std::find(s.whole.begin(), s.whole.end(), name) == s.whole.end();
     unsigned dims[3] = {0, 1, 2};
     std::stable_sort(dims, dims + 3, [&](unsigned a, unsigned b) { return s.grid[a] > s.grid[b]; });
     double left = s.active ? s.stride : 1;
-    for (unsigned d : dims)
-        left /= plan_dimension(s.grid[d], left >= 2 ? (unsigned)left : 1, s.chosen[d], s.interior_weight[d]);
+    for (unsigned d : dims) {
+        const double ratio = plan_dimension(s.grid[d], left >= 2 ? (unsigned)left : 1, s.chosen[d],
+                                            s.count_weight[d], s.sector_weight[d]);
+        s.sampled[d] = ratio > 0;
+        if (ratio > 0)
+            left /= ratio;
+    }
 }
 
-unsigned class_of(const Sampling &s, const uint3 &block) {
+// The weight of a block's counts, and its class: which dimensions' weights are not 1 (bit d), or
+// weight_classes when it is 0 (a predecessor run for its sectors alone).
+double count_weight_of(const Sampling &s, const uint3 &block, unsigned &weight_class) {
     const unsigned at[3] = {block.x, block.y, block.z};
-    unsigned c = 0;
-    for (unsigned d = 0; d < 3; d++)
-        if (s.interior_weight[d] != 1 && at[d] > 0 && at[d] + 1 < s.grid[d])
-            c |= 1u << d;
-    return c;
+    double w = 1;
+    weight_class = 0;
+    for (unsigned d = 0; d < 3; d++) {
+        if (!s.sampled[d] || s.count_weight[d][at[d]] == 1)
+            continue;
+        w *= s.count_weight[d][at[d]];
+        weight_class |= 1u << d;
+    }
+    if (w == 0)
+        weight_class = weight_classes;
+    return w;
 }
 
 double class_weight(const Sampling &s, unsigned c) {
+    // every block of a class has the same weight: dimension d's interior one where bit d is set
     double w = 1;
     for (unsigned d = 0; d < 3; d++)
-        if (c & (1u << d))
-            w *= s.interior_weight[d];
+        if (c & (1u << d)) {
+            for (size_t i = 1; i + 1 < s.count_weight[d].size(); i++)
+                if (s.count_weight[d][i] != 0) {
+                    w *= s.count_weight[d][i];
+                    break;
+                }
+        }
     return w;
 }
 
@@ -494,7 +547,7 @@ void add_scaled(simt_site_counters &to, const simt_site_counters &from, double w
 std::vector<unsigned char> site_dimensions(const Profiler &p, size_t n_sites) {
     std::vector<unsigned char> dims(n_sites, 0);
     for (unsigned d = 0; d < 3; d++) {
-        if (p.sampling.interior_weight[d] == 1)
+        if (!p.sampling.sampled[d])
             continue;
         std::map<std::tuple<size_t, unsigned, unsigned>, uint64_t> seen;
         for (const auto &b : p.block_prints) {
@@ -512,10 +565,9 @@ std::vector<unsigned char> site_dimensions(const Profiler &p, size_t n_sites) {
     return dims;
 }
 
-// The launch's distinct sectors. Unsampled, the count of them. Sampled, each sector the sampled
-// blocks touched stands for the blocks its site's address varies with that did not run: the
-// interior weight of each dimension the site depends on, unless blocks differing in that
-// dimension touched it too (then it is shared along it, as a causal prompt's early keys are).
+// The launch's distinct sectors. Unsampled, the count of them. Sampled, each sector the blocks
+// that ran touched counts by its first block's sector weights (struct Sampling) along the
+// dimensions its site's addresses vary with; along the others it is the same for every index.
 double launch_sectors(const Profiler &p) {
     if (!p.sampling.active)
         return (double)p.launch_sectors.size();
@@ -524,11 +576,9 @@ double launch_sectors(const Profiler &p) {
     for (const auto &kv : p.launch_sectors) {
         const SectorNote &n = kv.second;
         double w = 1;
-        for (unsigned d = 0; d < 3; d++) {
-            const bool interior = n.block[d] > 0 && n.block[d] + 1 < p.sampling.grid[d];
-            if (interior && (dims[n.site] & ~n.shared_across & (1u << d)))
-                w *= p.sampling.interior_weight[d];
-        }
+        for (unsigned d = 0; d < 3; d++)
+            if (p.sampling.sampled[d] && (dims[n.site] & (1u << d)))
+                w *= p.sampling.sector_weight[d][n.block[d]];
         total += w;
     }
     return total;
@@ -563,7 +613,7 @@ void launch_begin(const char *name, const void *kernel, dim3 grid, dim3 block,
     p.occurrences.assign(threads, {});
     p.recent.assign(threads, {});
     p.requests.clear();
-    plan_sampling(p.sampling, grid);
+    plan_sampling(p.sampling, name, grid);
     for (Tally &t : p.tallies)
         t = Tally{};
     p.block_prints.clear();
@@ -580,7 +630,9 @@ void block_end() {
     if (!p.active)
         return;
     const uint3 block = detail::g_launch->block_idx;
-    Tally &t = p.tallies[class_of(p.sampling, block)];
+    unsigned weight_class = 0;
+    count_weight_of(p.sampling, block, weight_class);
+    Tally &t = p.tallies[weight_class];
     std::unordered_map<size_t, uint64_t> prints;
     for (const auto &kv : p.requests) {
         const size_t index = site_of(p, kv.first.pc, kv.second);
@@ -664,8 +716,15 @@ extern "C" int simt_profile_write(const char *path) {
     return simt::profile::write_counters_to(path);
 }
 
-extern "C" void simt_profile_set_block_sampling(unsigned stride) {
-    simt::profile::profiler().sampling.stride = stride ? stride : 1;
+extern "C" void simt_profile_set_block_sampling(unsigned stride, const char *whole_kernels) {
+    simt::profile::Sampling &s = simt::profile::profiler().sampling;
+    s.stride = stride ? stride : 1;
+    s.whole.clear();
+    for (const char *at = whole_kernels ? whole_kernels : ""; *at;) {
+        const char *end = std::strchr(at, ',');
+        s.whole.emplace_back(at, end ? (size_t)(end - at) : std::strlen(at));
+        at = end ? end + 1 : at + std::strlen(at);
+    }
 }
 
 extern "C" void simt_profile_reset(void) {

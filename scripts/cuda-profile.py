@@ -432,6 +432,8 @@ def main():
             for phase, rows in PHASES:
                 key = "%s:%s:%s" % (shape["model"], type_name, phase + ("" if phase == "prefill512" else str(rows)))
                 sample = 1 if rows == 1 else max(1, args.sample)
+                if args.only is None or args.only != key:  # the step as it was run, at any stride
+                    sample = cached_stride(work, shape["model"], type_name, phase, rows, sample)
                 tag = "%s-%s-%s-%d%s" % (shape["model"], type_name, phase, rows, "-s%d" % sample if sample > 1 else "")
                 outs = [os.path.join(work, "%s-L%d.jsonl" % (tag, n)) for n in (1, 2)]
                 if (args.only is None or args.only == key) or all(os.path.exists(o) for o in outs):
@@ -452,6 +454,18 @@ def main():
     with open(out, "w") as f:
         json.dump({"kernels": kernels_json, "models": models_json}, f, indent=1)
     print("wrote %s" % out)
+
+
+def cached_stride(work, model, type_name, phase, rows, sample):
+    """The sampling stride of the step's cached counters: `sample` where both depths are there at
+    it, else another stride both are there at (the finest), else `sample`."""
+    strides = []
+    for n in [1] + [int(m.group(1)) for m in (re.match(r"%s-s(\d+)-L1\.jsonl$" % re.escape(
+            "%s-%s-%s-%d" % (model, type_name, phase, rows)), f) for f in os.listdir(work)) if m]:
+        tag = "%s-%s-%s-%d%s" % (model, type_name, phase, rows, "-s%d" % n if n > 1 else "")
+        if all(os.path.exists(os.path.join(work, "%s-L%d.jsonl" % (tag, d))) for d in (1, 2)):
+            strides.append(n)
+    return sample if sample in strides or not strides else min(strides)
 
 
 def merge_earlier(path, kernels_json, models_json):

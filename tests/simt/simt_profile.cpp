@@ -87,8 +87,9 @@ struct Sampling {
     std::vector<unsigned char> chosen[3]; // per dimension and index: whether it runs
     std::vector<double> count_weight[3], sector_weight[3];
 };
-// A launch of fewer blocks than this many strides runs whole: it would gain little.
-constexpr unsigned sampled_launch_min_strides = 2;
+// A launch of fewer blocks runs whole: it would gain little (a sampled dimension runs at least
+// its edges, a pair and the last index's predecessor).
+constexpr unsigned long long sampled_launch_min_blocks = 32;
 
 // The counts of one class of sampled blocks (which dimensions' indices are interior: bit d), to
 // be weighted at the launch's end; unsampled launches have one class of weight 1.
@@ -468,7 +469,7 @@ double plan_dimension(unsigned size, unsigned stride, std::vector<unsigned char>
 void plan_sampling(Sampling &s, const char *name, dim3 grid) {
     s.grid[0] = grid.x, s.grid[1] = grid.y, s.grid[2] = grid.z;
     const unsigned long long blocks = (unsigned long long)grid.x * grid.y * grid.z;
-    s.active = s.stride > 1 && blocks >= (unsigned long long)sampled_launch_min_strides * s.stride &&
+    s.active = s.stride > 1 && blocks >= sampled_launch_min_blocks &&
                std::find(s.whole.begin(), s.whole.end(), name) == s.whole.end();
     unsigned dims[3] = {0, 1, 2};
     std::stable_sort(dims, dims + 3, [&](unsigned a, unsigned b) { return s.grid[a] > s.grid[b]; });

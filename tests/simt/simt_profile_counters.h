@@ -54,8 +54,8 @@ const simt_kernel_counters *simt_profile_counters(const void *kernel);
 const simt_site_counters *simt_profile_sites(const void *kernel, size_t *count);
 void simt_profile_reset(void);
 /* Block sampling, for estimates of launches too large to emulate whole (never for a kernel's
- * correctness: the blocks left out write nothing). With stride > 1, a launch of at least 2 x
- * stride blocks runs about one block in `stride`: per grid dimension the first and last index and
+ * correctness: the blocks left out write nothing). With stride > 1, a launch of at least 32
+ * blocks runs about one block in `stride`: per grid dimension the first and last index and
  * pairs of neighbours between (tests/simt/simt_profile.cpp says how they are chosen and
  * weighted), and its counters are those blocks' scaled to the grid. 0 or 1: every block (the
  * default). whole_kernels: launch names, as SIMT_LAUNCH spelled them, separated by commas, that

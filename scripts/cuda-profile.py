@@ -397,6 +397,8 @@ def main():
                     help="block sampling stride of the 8-row decode step and the prompt (default %d; 1: every "
                          "block; counters cached apart per stride); with --model, of its step (default 1)"
                          % DEFAULT_SAMPLE)
+    ap.add_argument("--cached", action="store_true",
+                    help="run nothing: report the steps whose counters are there")
     ap.add_argument("--merge", default=None,
                     help="a cuda-profile.json of an earlier run (docs/cuda-roofline.json): its entries for the "
                          "combinations this run lacks are kept in the file written")
@@ -432,11 +434,12 @@ def main():
             for phase, rows in PHASES:
                 key = "%s:%s:%s" % (shape["model"], type_name, phase + ("" if phase == "prefill512" else str(rows)))
                 sample = 1 if rows == 1 else max(1, args.sample)
-                if args.only is None or args.only != key:  # the step as it was run, at any stride
+                if args.cached or args.only != key:  # the step as it was run, at any stride
                     sample = cached_stride(work, shape["model"], type_name, phase, rows, sample)
                 tag = "%s-%s-%s-%d%s" % (shape["model"], type_name, phase, rows, "-s%d" % sample if sample > 1 else "")
                 outs = [os.path.join(work, "%s-L%d.jsonl" % (tag, n)) for n in (1, 2)]
-                if (args.only is None or args.only == key) or all(os.path.exists(o) for o in outs):
+                wanted = not args.cached and (args.only is None or args.only == key)
+                if wanted or all(os.path.exists(o) for o in outs):
                     steps.append((phase, rows, sample, outs))
             if not steps:
                 continue
@@ -518,8 +521,10 @@ def check_sampling(args, build, module):
         n = prompt or rows
         steps = {}
         for sample in (1, args.sample):
-            out = os.path.join(work, "%s-%s-%d-s%d.jsonl" % (os.path.basename(module), gguf_type, n, sample))
-            if os.path.exists(out):  # a check runs the module as it is now
+            # the module as it is now: the whole run kept for this build of it alone
+            out = os.path.join(work, "%s-%d-%s-%d-s%d.jsonl" % (os.path.basename(module), int(os.path.getmtime(module)),
+                                                             gguf_type, n, sample))
+            if sample > 1 and os.path.exists(out):
                 os.remove(out)
             steps[sample] = full_depth(profile_step(build, module, model, n, out, sample),
                                        profile_step(build, module, model, n, out, sample), names, 1)

@@ -533,8 +533,12 @@ def check_sampling(args, build, module):
               (gguf_type, "%d-token prompt" % prompt if prompt else "decode %d rows" % rows, args.sample))
         print("%-48s %9s %9s %-24s %8s %9s %9s" % ("kernel", "blocks", "run", "worst counter", "diff %",
                                                    "H100 us", "sampled"))
+        step = {"whole": 0.0, "sampled": 0.0}
         for name in sorted(whole, key=lambda k: -estimate_us(whole[k], "h100")):
             w, t = whole[name], sampled.get(name)
+            if t is not None and not name.startswith("reference_gemm_kernel"):
+                step["whole"] += estimate_us(w, "h100")
+                step["sampled"] += estimate_us(t, "h100")
             if t is None:
                 print("%-48s missing from the sampled run" % name[:48])
                 failed += 1
@@ -553,6 +557,8 @@ def check_sampling(args, build, module):
                 name[:48], w["blocks"], t["blocks_run"], worst or "-", 100 * worst_diff, estimate_us(w, "h100"),
                 estimate_us(t, "h100"), "  OVER THE BOUND" if bad else
                 "" if modelled else "  (cuBLASLt's stand-in, out of the estimates: not held to the bound)"))
+        print("the step's H100 estimate (modelled kernels): whole %.3f us, sampled %.3f us (%+.2f %%)" % (
+            step["whole"], step["sampled"], 100 * (step["sampled"] / step["whole"] - 1) if step["whole"] else 0.0))
     print("\n%s: every counter of every kernel within %.0f %% (or the rounding of one count per launch and "
           "weight class)" % ("FAILED" if failed else "ok", 100 * SAMPLING_BOUND))
     return 1 if failed else 0
@@ -624,7 +630,7 @@ def report(shape, type_name, phase, rows, full, resources, weight_bytes, kernels
                     t["site"][-44:], t["kind"], t["width"], t["requests"], t["sectors_per_request"],
                     100 * t["efficiency"]))
         kernels_json.append({"model": shape["model"], "type": type_name, "phase": phase, "rows": rows,
-                             "kernel": name, "sector_efficiency": round(efficiency, 4),
+                             "block_sample": sample, "kernel": name, "sector_efficiency": round(efficiency, 4),
                              "loads_per_16B": round(loads_per_16, 4),
                              "shared_loads_per_16B": round(shared_per_16, 4),
                              "occupancy_sm90": None if occ["sm_90"] is None else round(occ["sm_90"], 4),

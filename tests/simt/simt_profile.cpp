@@ -76,6 +76,8 @@ constexpr size_t recent_accesses = 32;
 //           run of consecutive indices (tiles sharing the sector at their boundary, a causal
 //           prompt's keys, operands every block reads). The second index of a pair measures that
 //           (weight: interior indices / pairs), the first is only its predecessor (weight 0).
+// The index before the last runs too, as the last one's predecessor; where no pair holds it, its
+// counts weigh 0 (it would stand off-centre for the interior).
 struct Sampling {
     unsigned stride = 1;   // about one block in `stride` runs; 1: all
     // launch names (as SIMT_LAUNCH spelled them) that always run whole: kernels whose addresses

@@ -407,9 +407,12 @@ $(CUDA_MODULE_PROF): $(CUDA_PROF_OBJ) $(BUILD)/obj/profile/simt_profile.o
 $(BUILD)/tests/profile_step: $(BUILD)/obj/tests/cuda/profile_step.o $(STATIC_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_LDFLAGS) -o $@ $< $(STATIC_LIB) $(LIBS) -ldl
-.PHONY: cuda-profile
+.PHONY: cuda-profile cuda-profile-check-sampling
 cuda-profile: $(CUDA_MODULE_PROF) $(BUILD)/tests/profile_step $(BUILD)/llmmini-synth $(BUILD)/llmmini-quantize
 	python3 scripts/cuda-profile.py --build $(BUILD)
+# the block sampling the large steps use, against whole emulation on small shapes (minutes)
+cuda-profile-check-sampling: $(CUDA_MODULE_PROF) $(BUILD)/tests/profile_step $(BUILD)/llmmini-synth
+	python3 scripts/cuda-profile.py --build $(BUILD) --check-sampling
 $(BUILD)/tests/test_cuda_module: $(CUDA_MODULE_EMU) $(BUILD)/llmmini-synth
 test: $(CUDA_MODULE_EMU)
 # The static archives (libllmmini-cuda-emu.a here, libllmmini-cuda.a below) add

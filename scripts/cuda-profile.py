@@ -5,6 +5,10 @@ For each model shape (Qwen2.5-0.5B, Llama-3.2-1B) and weight type (Q4_0, Q4_K_M,
   1. synthesizes the shape with 1 and with 2 layers (llmmini-synth, llmmini-quantize);
   2. runs one step of each phase on the profiled module (build/libllmmini-cuda-prof.so, through
      tests/cuda/profile_step.c): a decode step of 1 row, one of 8 rows, and a 512-token prompt;
+     The 8-row decode step and the prompt emulate about one block in SAMPLE of each large launch
+     (--sample, block sampling: tests/simt/simt_profile_counters.h) and scale its counters to the
+     grid; --check-sampling measures what that costs in accuracy on a shape small enough to
+     emulate whole;
   3. scales to the real depth exactly: every layer of these models runs the same launches on the
      same shapes, so the full model's counters are C(1) + (n_layer - 1) * (C(2) - C(1));
   4. reads registers and shared memory per kernel from ptxas -v (nvcc for sm_90 and sm_87; no
@@ -55,7 +59,16 @@ MODELS = [
 ]
 TYPES = [("Q4_0", "q4_0"), ("Q4_K_M", "q4_k_m"), ("Q8_0", "q8_0"), ("F16", "f16")]
 PHASES = [("decode", 1), ("decode", 8), ("prefill512", 512)]
-COUNTERS = ["launches", "blocks", "warps", "global_load_requests", "global_load_sectors",
+# block sampling stride of the large phases (the 1-row step runs whole: minutes, and its GEMV
+# launches are what the decode bars are about); --sample overrides it
+DEFAULT_SAMPLE = 16
+# launches that run whole under block sampling: the embedding's gather (its rows are the tokens,
+# so which blocks share sectors depends on the prompt, not on where the blocks lie)
+WHOLE_KERNELS = ["embed_kernel"]
+# --check-sampling: the most a sampled counter of a kernel may differ from the whole launch's,
+# relative, beyond one count per launch and weight class for the rounding of the scaled counts
+SAMPLING_BOUND = 0.02
+COUNTERS = ["launches", "blocks", "blocks_run", "warps", "global_load_requests", "global_load_sectors",
             "global_load_bytes", "global_store_requests", "global_store_sectors",
             "global_store_bytes", "shared_load_requests", "shared_load_wavefronts",
             "shared_store_requests", "shared_store_wavefronts", "cp_async_requests",
@@ -214,11 +227,11 @@ def strip_params(name):
     return name.replace("(anonymous namespace)::", "")
 
 
-def profile_step(build, module, model, rows, out):
+def profile_step(build, module, model, rows, out, sample=1):
     """The counters of one step, run once: a file already there is read back (rm -r
     BUILD/cuda-profile-counters after changing a kernel)."""
     if not os.path.exists(out):
-        run_step(build, module, model, rows, out)
+        run_step(build, module, model, rows, out, sample)
     counters = {}
     for line in open(out):
         k = json.loads(line)
@@ -226,11 +239,11 @@ def profile_step(build, module, model, rows, out):
     return counters
 
 
-def run_step(build, module, model, rows, out):
+def run_step(build, module, model, rows, out, sample=1):
     env = dict(os.environ, LLMM_CUDA_MODULE=module)
     args = [os.path.join(build, "tests", "profile_step"), model]
     args += ["0", str(rows)] if rows > 8 else [str(rows), "0"]
-    r = subprocess.run(args + [out + ".tmp"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+    r = subprocess.run(args + [out + ".tmp", str(sample), ",".join(WHOLE_KERNELS)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, text=True)
     if r.returncode != 0:
         sys.exit("cuda-profile: %s failed:\n%s" % (" ".join(args), r.stdout[-4000:]))
@@ -245,8 +258,8 @@ def full_depth(c1, c2, names, n_layer):
             name = names.get(off, k["launch_name"])
             e = d.setdefault(name, dict({f: 0 for f in COUNTERS}, threads_per_block=k["threads_per_block"],
                                         dynamic_shared_max=0, global_load_requests_by_width=[0] * 5))
-            for f in COUNTERS:
-                e[f] += k[f]
+            for f in COUNTERS:  # blocks_run: counters written before block sampling ran every block
+                e[f] += k.get(f, k["blocks"]) if f == "blocks_run" else k[f]
             e["global_load_requests_by_width"] = [a + b for a, b in zip(e["global_load_requests_by_width"],
                                                                          k["global_load_requests_by_width"])]
             e["dynamic_shared_max"] = max(e["dynamic_shared_max"], k["dynamic_shared_max"])
@@ -380,6 +393,18 @@ def main():
     ap.add_argument("--module", default=None,
                     help="the profiled module (default BUILD/libllmmini-cuda-prof.so): another build of it, such "
                          "as one with an earlier kernel, counted the same way (its counters cached apart)")
+    ap.add_argument("--sample", type=int, default=None,
+                    help="block sampling stride of the 8-row decode step and the prompt (default %d; 1: every "
+                         "block; counters cached apart per stride); with --model, of its step (default 1)"
+                         % DEFAULT_SAMPLE)
+    ap.add_argument("--cached", action="store_true",
+                    help="run nothing: report the steps whose counters are there")
+    ap.add_argument("--merge", default=None,
+                    help="a cuda-profile.json of an earlier run (docs/cuda-roofline.json): its entries for the "
+                         "combinations this run lacks are kept in the file written")
+    ap.add_argument("--check-sampling", action="store_true",
+                    help="emulate small shapes whole and sampled (--sample) and compare every kernel's counters; "
+                         "exit 1 if one differs by more than %d %%" % round(100 * SAMPLING_BOUND))
     ap.add_argument("--sites", action="store_true",
                     help="print every shared-memory and global access site of each kernel, not only the shared "
                          "stores")
@@ -389,6 +414,10 @@ def main():
     if args.model:
         profile_one(args, build, module)
         return
+    if args.sample is None:
+        args.sample = DEFAULT_SAMPLE
+    if args.check_sampling:
+        sys.exit(check_sampling(args, build, module))
     models_dir = args.models_dir or os.path.join(build, "cuda-profile-models")
     work = os.path.join(build, "cuda-profile-counters")
     if args.module:
@@ -404,24 +433,135 @@ def main():
             steps = []
             for phase, rows in PHASES:
                 key = "%s:%s:%s" % (shape["model"], type_name, phase + ("" if phase == "prefill512" else str(rows)))
-                tag = "%s-%s-%s-%d" % (shape["model"], type_name, phase, rows)
+                sample = 1 if rows == 1 else max(1, args.sample)
+                if args.cached or args.only != key:  # the step as it was run, at any stride
+                    sample = cached_stride(work, shape["model"], type_name, phase, rows, sample)
+                tag = "%s-%s-%s-%d%s" % (shape["model"], type_name, phase, rows, "-s%d" % sample if sample > 1 else "")
                 outs = [os.path.join(work, "%s-L%d.jsonl" % (tag, n)) for n in (1, 2)]
-                if (args.only is None or args.only == key) or all(os.path.exists(o) for o in outs):
-                    steps.append((phase, rows, outs))
+                wanted = not args.cached and (args.only is None or args.only == key)
+                if wanted or all(os.path.exists(o) for o in outs):
+                    steps.append((phase, rows, sample, outs))
             if not steps:
                 continue
             paths = [synthesize(build, models_dir, shape, gguf_type, n) for n in (1, 2)]
             b1, b2 = gguf_tensor_bytes(paths[0]), gguf_tensor_bytes(paths[1])
             weight_bytes = b1 + (shape["layers"] - 1) * (b2 - b1)
-            for phase, rows, outs in steps:
-                c = [profile_step(build, module, p, rows, o) for p, o in zip(paths, outs)]
+            for phase, rows, sample, outs in steps:
+                c = [profile_step(build, module, p, rows, o, sample) for p, o in zip(paths, outs)]
                 full = full_depth(c[0], c[1], names, shape["layers"])
                 report(shape, type_name, phase, rows, full, resources, weight_bytes, kernels_json, models_json,
-                       lines, args.sites)
+                       lines, args.sites, sample)
+    if args.merge:
+        merge_earlier(args.merge, kernels_json, models_json)
     out = os.path.join(build, "cuda-profile.json")
     with open(out, "w") as f:
         json.dump({"kernels": kernels_json, "models": models_json}, f, indent=1)
     print("wrote %s" % out)
+
+
+def cached_stride(work, model, type_name, phase, rows, sample):
+    """The sampling stride of the step's cached counters: `sample` where both depths are there at
+    it, else another stride both are there at (the finest), else `sample`."""
+    strides = []
+    for n in [1] + [int(m.group(1)) for m in (re.match(r"%s-s(\d+)-L1\.jsonl$" % re.escape(
+            "%s-%s-%s-%d" % (model, type_name, phase, rows)), f) for f in os.listdir(work)) if m]:
+        tag = "%s-%s-%s-%d%s" % (model, type_name, phase, rows, "-s%d" % n if n > 1 else "")
+        if all(os.path.exists(os.path.join(work, "%s-L%d.jsonl" % (tag, d))) for d in (1, 2)):
+            strides.append(n)
+    return sample if sample in strides or not strides else min(strides)
+
+
+def merge_earlier(path, kernels_json, models_json):
+    """Entries of an earlier run's file for the combinations (model, type, phase, rows) this run
+    has none of, appended as they were."""
+    with open(path) as f:
+        earlier = json.load(f)
+    have = {(k["model"], k["type"], k["phase"], k["rows"]) for k in kernels_json}
+    have_models = {(m["model"], m["type"], m["phase"]) for m in models_json}
+    kept = set()
+    for k in earlier.get("kernels", []):
+        combo = (k["model"], k["type"], k["phase"], k["rows"])
+        if combo not in have:
+            kernels_json.append(k)
+            kept.add(combo)
+    for m in earlier.get("models", []):
+        if (m["model"], m["type"], m["phase"]) not in have_models:
+            models_json.append(m)
+    for combo in sorted(kept):
+        print("kept from %s: %s %s %s %d rows" % ((path,) + combo))
+
+
+COUNTED = ["global_load_requests", "global_load_sectors", "global_load_bytes", "global_store_requests",
+           "global_store_sectors", "global_store_bytes", "shared_load_requests", "shared_load_wavefronts",
+           "shared_store_requests", "shared_store_wavefronts", "cp_async_requests", "cp_async_bytes",
+           "cp_async_sectors", "global_launch_sectors"]
+
+# --check-sampling's shapes: narrowed so that a step emulates whole in a minute or two, wide
+# enough that the matmuls', attention's and row kernels' launches have the 4 x SAMPLE blocks
+# sampling needs; each type's prompt path (int8 GEMM; dequantization and the reference GEMM)
+# and the 8-row GEMV
+CHECK_SHAPE = ["--preset", "tiny", "--dim", "256", "--ff", "1024", "--heads", "4", "--kv-heads", "2",
+               "--layers", "1", "--n-vocab", "512"]
+CHECK_STEPS = [("q4_0", 0, 256), ("q4_0", 8, 0), ("f16", 0, 256)]
+
+
+def check_sampling(args, build, module):
+    """Every kernel's counters of small steps, sampled at --sample against whole: the largest
+    relative difference per counter, and exit status 1 past SAMPLING_BOUND."""
+    names = kernel_names(module)
+    resources = ptxas_resources(build)
+    work = os.path.join(build, "cuda-profile-counters", "check-sampling")
+    os.makedirs(work, exist_ok=True)
+    failed = 0
+    for gguf_type, rows, prompt in CHECK_STEPS:
+        model = os.path.join(work, "check-%s.gguf" % gguf_type)
+        if not os.path.exists(model):
+            run([os.path.join(build, "llmmini-synth")] + CHECK_SHAPE + ["--type", gguf_type, "-o", model + ".tmp"])
+            os.rename(model + ".tmp", model)
+        n = prompt or rows
+        steps = {}
+        for sample in (1, args.sample):
+            # the module as it is now: the whole run kept for this build of it alone
+            out = os.path.join(work, "%s-%d-%s-%d-s%d.jsonl" % (os.path.basename(module), int(os.path.getmtime(module)),
+                                                             gguf_type, n, sample))
+            if sample > 1 and os.path.exists(out):
+                os.remove(out)
+            steps[sample] = full_depth(profile_step(build, module, model, n, out, sample),
+                                       profile_step(build, module, model, n, out, sample), names, 1)
+        whole, sampled = steps[1], steps[args.sample]
+        print("\n== %s, %s: sampled 1 block in %d against whole" %
+              (gguf_type, "%d-token prompt" % prompt if prompt else "decode %d rows" % rows, args.sample))
+        print("%-48s %9s %9s %-24s %8s %9s %9s" % ("kernel", "blocks", "run", "worst counter", "diff %",
+                                                   "H100 us", "sampled"))
+        step = {"whole": 0.0, "sampled": 0.0}
+        for name in sorted(whole, key=lambda k: -estimate_us(whole[k], "h100")):
+            w, t = whole[name], sampled.get(name)
+            if t is not None and not name.startswith("reference_gemm_kernel"):
+                step["whole"] += estimate_us(w, "h100")
+                step["sampled"] += estimate_us(t, "h100")
+            if t is None:
+                print("%-48s missing from the sampled run" % name[:48])
+                failed += 1
+                continue
+            worst, worst_diff = None, 0.0
+            for f in COUNTED:
+                slack = w["launches"] * 8  # a count per weight class and launch: rounding
+                diff = abs(t[f] - w[f])
+                rel = diff / w[f] if w[f] else (0.0 if diff == 0 else 1.0)
+                if diff > slack and rel > worst_diff:
+                    worst, worst_diff = f, rel
+            modelled = not name.startswith("reference_gemm_kernel")
+            bad = modelled and worst_diff > SAMPLING_BOUND
+            failed += bad
+            print("%-48s %9d %9d %-24s %8.3f %9.3f %9.3f%s" % (
+                name[:48], w["blocks"], t["blocks_run"], worst or "-", 100 * worst_diff, estimate_us(w, "h100"),
+                estimate_us(t, "h100"), "  OVER THE BOUND" if bad else
+                "" if modelled else "  (cuBLASLt's stand-in, out of the estimates: not held to the bound)"))
+        print("the step's H100 estimate (modelled kernels): whole %.3f us, sampled %.3f us (%+.2f %%)" % (
+            step["whole"], step["sampled"], 100 * (step["sampled"] / step["whole"] - 1) if step["whole"] else 0.0))
+    print("\n%s: every counter of every kernel within %.0f %% (or the rounding of one count per launch and "
+          "weight class)" % ("FAILED" if failed else "ok", 100 * SAMPLING_BOUND))
+    return 1 if failed else 0
 
 
 def profile_one(args, build, module):
@@ -434,18 +574,20 @@ def profile_one(args, build, module):
     os.makedirs(os.path.dirname(out), exist_ok=True)
     if os.path.exists(out):
         os.remove(out)
-    c = profile_step(build, module, os.path.abspath(args.model), rows, out)
+    sample = args.sample or 1
+    c = profile_step(build, module, os.path.abspath(args.model), rows, out, sample)
     full = full_depth(c, c, names, 1)
     shape = {"model": os.path.basename(args.model), "layers": 1}
     report(shape, "as stored", "prefill%d" % rows if args.prompt else "decode", rows, full, resources,
-           gguf_tensor_bytes(args.model), [], [], SiteLines(module), args.sites)
+           gguf_tensor_bytes(args.model), [], [], SiteLines(module), args.sites, sample)
 
 
 def report(shape, type_name, phase, rows, full, resources, weight_bytes, kernels_json, models_json, lines,
-           every_site):
-    print("\n== %s %s %s, %d row%s (%d layers%s)" %
+           every_site, sample=1):
+    print("\n== %s %s %s, %d row%s (%d layers%s%s)" %
           (shape["model"], type_name, phase, rows, "" if rows == 1 else "s", shape["layers"],
-           "; counters of 1 and 2 layers scaled exactly" if shape["layers"] > 1 else ""))
+           "; counters of 1 and 2 layers scaled exactly" if shape["layers"] > 1 else "",
+           "; large launches sampled, 1 block in %d" % sample if sample > 1 else ""))
     print("%-52s %6s %7s %6s %6s %6s %6s %6s %6s %6s %9s %5s %9s %9s" % ("kernel", "launch", "sect/rq", "eff%",
           "ld/16B", "sh/16B", "stwf/r", "ldwf/r", "occ90", "occ87", "H100 us", "bound", "H200 us", "Orin us"))
     totals = {d: 0.0 for d in DEVICES}
@@ -488,7 +630,7 @@ def report(shape, type_name, phase, rows, full, resources, weight_bytes, kernels
                     t["site"][-44:], t["kind"], t["width"], t["requests"], t["sectors_per_request"],
                     100 * t["efficiency"]))
         kernels_json.append({"model": shape["model"], "type": type_name, "phase": phase, "rows": rows,
-                             "kernel": name, "sector_efficiency": round(efficiency, 4),
+                             "block_sample": sample, "kernel": name, "sector_efficiency": round(efficiency, 4),
                              "loads_per_16B": round(loads_per_16, 4),
                              "shared_loads_per_16B": round(shared_per_16, 4),
                              "occupancy_sm90": None if occ["sm_90"] is None else round(occ["sm_90"], 4),
@@ -501,7 +643,7 @@ def report(shape, type_name, phase, rows, full, resources, weight_bytes, kernels
           "H100 %.3f ms, H200 %.3f ms, Orin %.3f ms" % (totals["h100"] / 1e3, totals["h200"] / 1e3,
           totals["orin"] / 1e3, weight_bytes / 1e6, floor["h100"], floor["h200"], floor["orin"]))
     if rows != 8:  # the models list: per decode token (1 row) and per 512-token prompt
-        models_json.append({"model": shape["model"], "type": type_name, "phase": phase,
+        models_json.append({"model": shape["model"], "type": type_name, "phase": phase, "block_sample": sample,
                             "est_ms_h100": round(totals["h100"] / 1e3, 4), "est_ms_h200": round(totals["h200"] / 1e3, 4),
                             "est_ms_orin": round(totals["orin"] / 1e3, 4), "floor_ms_h100": round(floor["h100"], 4)})
 

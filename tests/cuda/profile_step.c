@@ -4,7 +4,10 @@
  * step: ROWS rows through the GEMV) or, with ROWS = 0, a prompt of PROMPT tokens in one chunk,
  * and writes the counters of that step alone to OUT (JSON lines, tests/simt/simt_profile.cpp):
  * the counters are reset after loading, so weight upload and context creation do not count.
- *   usage: profile_step MODEL ROWS PROMPT OUT */
+ * SAMPLE > 1 emulates about one block in SAMPLE of each large launch and scales its counters
+ * (simt_profile_set_block_sampling: estimates of steps too large to emulate whole), except the
+ * launches WHOLE names (comma-separated launch names: kernels whose addresses depend on data).
+ *   usage: profile_step MODEL ROWS PROMPT OUT [SAMPLE [WHOLE]] */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,13 +16,15 @@
 
 typedef void (*reset_fn)(void);
 typedef int (*write_fn)(const char *path);
+typedef void (*sampling_fn)(unsigned stride, const char *whole_kernels);
 
 int main(int argc, char **argv) {
-    if (argc != 5) return fprintf(stderr, "usage: profile_step MODEL ROWS PROMPT OUT\n"), 2;
-    const int rows = atoi(argv[2]), prompt = atoi(argv[3]);
+    if (argc < 5 || argc > 7) return fprintf(stderr, "usage: profile_step MODEL ROWS PROMPT OUT [SAMPLE [WHOLE]]\n"), 2;
+    const int rows = atoi(argv[2]), prompt = atoi(argv[3]), sample = argc >= 6 ? atoi(argv[5]) : 1;
     const char *module = getenv("LLMM_CUDA_MODULE");
-    if (rows < 0 || rows > 64 || prompt < 0 || prompt > 4096 || (rows == 0) == (prompt == 0) || !module)
-        return fprintf(stderr, "profile_step: ROWS 1-64 or PROMPT 1-4096, and LLMM_CUDA_MODULE\n"), 2;
+    if (rows < 0 || rows > 64 || prompt < 0 || prompt > 4096 || (rows == 0) == (prompt == 0) || !module ||
+        sample < 1)
+        return fprintf(stderr, "profile_step: ROWS 1-64 or PROMPT 1-4096, SAMPLE 1 or more, and LLMM_CUDA_MODULE\n"), 2;
     llmm_model *model = NULL;
     llmm_context *ctx = NULL;
     llmm_status st = llmm_model_load(argv[1], NULL, &model);
@@ -34,12 +39,14 @@ int main(int argc, char **argv) {
     void *self = dlopen(module, RTLD_NOW | RTLD_NOLOAD);
     reset_fn reset = self ? (reset_fn)(size_t)dlsym(self, "simt_profile_reset") : NULL;
     write_fn write = self ? (write_fn)(size_t)dlsym(self, "simt_profile_write") : NULL;
-    if (st == LLMM_OK && (!reset || !write)) {
+    sampling_fn sampling = self ? (sampling_fn)(size_t)dlsym(self, "simt_profile_set_block_sampling") : NULL;
+    if (st == LLMM_OK && (!reset || !write || !sampling)) {
         fprintf(stderr, "profile_step: %s is not the profiled module\n", module);
         st = LLMM_ERR_BACKEND;
     }
     if (st == LLMM_OK) {
         reset();
+        sampling((unsigned)sample, argc == 7 ? argv[6] : NULL);
         llmm_token tokens[4096];
         llmm_seq_id seqs[64];
         for (int i = 0; i < 4096; i++) tokens[i] = (llmm_token)(1 + i % 97);

@@ -9,13 +9,15 @@
 #include <link.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <string>
+#include <tuple>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "simt.h"
@@ -60,6 +62,52 @@ struct Access {
 };
 constexpr size_t recent_accesses = 32;
 
+// Block sampling (simt_profile_set_block_sampling): a launch of many blocks runs a fixed subset
+// of them, chosen per grid dimension (plan_dimension): the first and the last index of each
+// dimension (a partial tile, a causal mask's ends) always, and between them pairs of neighbours,
+// about one index in `stride`. The grid is the product of the dimensions' choices, so that
+// blocks differing in one coordinate only are there to tell which coordinates an access site
+// depends on. Each index has two weights, multiplied over the dimensions:
+//   counts  (requests, sectors and bytes per request, wavefronts) what the block's counts stand
+//           for: 1 on the edges, (interior indices / pair indices run) inside;
+//   launch sectors  the distinct sectors the block adds to those of its predecessor along the
+//           dimension: the launch's distinct sectors are those of index 0 plus, for each index
+//           after it, the ones its predecessor did not touch, when every sector is touched by a
+//           run of consecutive indices (tiles sharing the sector at their boundary, a causal
+//           prompt's keys, operands every block reads). The second index of a pair measures that
+//           (weight: interior indices / pairs), the first is only its predecessor (weight 0).
+// The index before the last runs too, as the last one's predecessor; where no pair holds it, its
+// counts weigh 0 (it would stand off-centre for the interior).
+struct Sampling {
+    unsigned stride = 1;   // about one block in `stride` runs; 1: all
+    // launch names (as SIMT_LAUNCH spelled them) that always run whole: kernels whose addresses
+    // depend on data (an embedding's gather by token), which no subset of blocks stands for
+    std::vector<std::string> whole;
+    bool active = false;   // the launch in progress is sampled
+    bool sampled[3] = {false, false, false}; // per dimension
+    unsigned grid[3] = {1, 1, 1};
+    std::vector<unsigned char> chosen[3]; // per dimension and index: whether it runs
+    std::vector<double> count_weight[3], sector_weight[3];
+};
+// A launch of fewer blocks runs whole: it would gain little (a sampled dimension runs at least
+// its edges, a pair and the last index's predecessor).
+constexpr unsigned long long sampled_launch_min_blocks = 32;
+
+// The counts of one class of sampled blocks (which dimensions' indices are interior: bit d), to
+// be weighted at the launch's end; unsampled launches have one class of weight 1.
+struct Tally {
+    simt_kernel_counters c{};
+    std::vector<simt_site_counters> sites; // indexed as the kernel's sites
+};
+constexpr unsigned weight_classes = 8;
+
+// A distinct global sector of the launch: the first block that touched it (blocks run in the
+// order of their linear index), and the site.
+struct SectorNote {
+    unsigned block[3];
+    size_t site;
+};
+
 struct Profiler {
     // where a kernel's accesses count: sorted [start, end) ranges
     std::vector<std::pair<uintptr_t, uintptr_t>> device;
@@ -74,7 +122,12 @@ struct Profiler {
     std::unordered_map<RequestKey, Request, RequestKeyHash> requests;
     // the distinct global sectors of the launch in progress: its traffic when caches keep
     // whatever one launch reads more than once
-    std::unordered_set<uintptr_t> launch_sectors;
+    std::unordered_map<uintptr_t, SectorNote> launch_sectors;
+    Sampling sampling;
+    Tally tallies[weight_classes + 1]; // the last: blocks whose counts weigh 0
+    unsigned block_class = 0; // of the block in progress
+    // per sampled block of the launch: a fingerprint of the sectors each global site touched
+    std::vector<std::pair<uint3, std::unordered_map<size_t, uint64_t>>> block_prints;
     std::map<const void *, simt_kernel_counters> kernels;
     // per kernel: its access sites, and where each pc is among them
     std::map<const void *, std::vector<simt_site_counters>> sites;
@@ -120,7 +173,7 @@ bool in_device(const Profiler &p, uintptr_t a) {
     return it != p.device.begin() && a < (it - 1)->second;
 }
 
-simt_site_counters &site_of(Profiler &p, uintptr_t pc, const Request &r) {
+size_t site_of(Profiler &p, uintptr_t pc, const Request &r) {
     const void *k = p.current->kernel;
     std::vector<simt_site_counters> &sites = p.sites[k];
     auto found = p.site_index[k].emplace(pc, sites.size());
@@ -133,10 +186,33 @@ simt_site_counters &site_of(Profiler &p, uintptr_t pc, const Request &r) {
         s.width = r.width;
         sites.push_back(s);
     }
-    return sites[found.first->second];
+    return found.first->second;
 }
 
-void count_global(Profiler &p, simt_kernel_counters &c, const Request &r, simt_site_counters &site) {
+// The tally's copy of the kernel's site `index`, its counts from zero.
+simt_site_counters &tally_site(Profiler &p, Tally &t, size_t index) {
+    const std::vector<simt_site_counters> &sites = p.sites[p.current->kernel];
+    while (t.sites.size() <= index) {
+        simt_site_counters s = sites[t.sites.size()];
+        s.requests = s.sectors = s.bytes = s.wavefronts = s.ideal_wavefronts = 0;
+        t.sites.push_back(s);
+    }
+    return t.sites[index];
+}
+
+uint64_t mix64(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+void note_sector(Profiler &p, uintptr_t sector, size_t site, const uint3 &block) {
+    p.launch_sectors.emplace(sector, SectorNote{{block.x, block.y, block.z}, site});
+}
+
+void count_global(Profiler &p, simt_kernel_counters &c, const Request &r, simt_site_counters &site,
+                  size_t site_index, const uint3 &block, uint64_t &print) {
     std::vector<uintptr_t> sectors, bytes;
     for (unsigned i = 0; i < r.lanes; i++) {
         for (uintptr_t s = r.address[i] / 32; s <= (r.address[i] + r.width - 1) / 32; s++)
@@ -147,7 +223,10 @@ void count_global(Profiler &p, simt_kernel_counters &c, const Request &r, simt_s
     std::sort(sectors.begin(), sectors.end());
     std::sort(bytes.begin(), bytes.end());
     unsigned long long n_sectors = std::unique(sectors.begin(), sectors.end()) - sectors.begin();
-    p.launch_sectors.insert(sectors.begin(), sectors.begin() + (ptrdiff_t)n_sectors);
+    for (unsigned long long i = 0; i < n_sectors; i++) {
+        note_sector(p, sectors[i], site_index, block);
+        print += mix64(sectors[i]);
+    }
     unsigned long long n_bytes = std::unique(bytes.begin(), bytes.end()) - bytes.begin();
     site.requests++;
     site.sectors += n_sectors;
@@ -306,7 +385,7 @@ void write_counters(FILE *f) {
         }
         std::fprintf(f,
                      "{\"launch_name\": \"%s\", \"object\": \"%s\", \"offset\": %llu, "
-                     "\"launches\": %llu, \"blocks\": %llu, \"warps\": %llu, "
+                     "\"launches\": %llu, \"blocks\": %llu, \"blocks_run\": %llu, \"warps\": %llu, "
                      "\"threads_per_block\": %u, \"dynamic_shared_max\": %llu, "
                      "\"global_load_requests\": %llu, \"global_load_sectors\": %llu, "
                      "\"global_load_bytes\": %llu, \"global_store_requests\": %llu, "
@@ -317,7 +396,7 @@ void write_counters(FILE *f) {
                      "\"cp_async_requests\": %llu, \"cp_async_bytes\": %llu, \"cp_async_sectors\": %llu, "
                      "\"global_launch_sectors\": %llu, ",
                      c.launch_name, object, (unsigned long long)offset, c.launches, c.blocks,
-                     c.warps, c.threads_per_block, c.dynamic_shared_max, c.global_load_requests, c.global_load_sectors, c.global_load_bytes,
+                     c.blocks_run, c.warps, c.threads_per_block, c.dynamic_shared_max, c.global_load_requests, c.global_load_sectors, c.global_load_bytes,
                      c.global_store_requests, c.global_store_sectors, c.global_store_bytes,
                      c.global_load_requests_by_width[0], c.global_load_requests_by_width[1],
                      c.global_load_requests_by_width[2], c.global_load_requests_by_width[3],
@@ -334,6 +413,178 @@ int write_counters_to(const char *path) {
         return -1;
     write_counters(f);
     return std::fclose(f) == 0 ? 0 : -1;
+}
+
+// Van der Corput's radical inverse of k in base 2: offsets spread evenly over [0, 1).
+double radical_inverse(unsigned k) {
+    double v = 0, f = 0.5;
+    for (; k; k >>= 1, f *= 0.5)
+        v += (k & 1) * f;
+    return v;
+}
+
+// One dimension's plan (struct Sampling): every index when the dimension has no interior or no
+// stride; else the edges, and pairs at the centres of equal runs of the interior, moved by
+// offsets of opposite signs in turn (radical_inverse), which cancel in the mean, so that counts
+// growing linearly along the dimension average out, but differ, so that the pairs do not all
+// meet one phase of a pattern that repeats along the dimension (34-byte blocks meeting 32-byte
+// sectors every 16 indices). The index before the last runs too, as its predecessor. Returns the
+// blocks the dimension stands for per block it runs.
+double plan_dimension(unsigned size, unsigned stride, std::vector<unsigned char> &chosen,
+                      std::vector<double> &count_weight, std::vector<double> &sector_weight) {
+    chosen.assign(size, 1);
+    count_weight.assign(size, 1);
+    sector_weight.assign(size, 1);
+    if (size <= 4 || stride <= 1)
+        return 0;
+    const unsigned interior = size - 2;
+    const unsigned pairs = std::max(1u, (unsigned)std::lround((double)interior / (2.0 * stride)));
+    const double run = (double)interior / pairs;
+    std::vector<unsigned char> second(size, 0);
+    std::fill(chosen.begin() + 1, chosen.end() - 1, 0);
+    for (unsigned j = 0; j < pairs; j++) {
+        const bool cancelled = pairs % 2 == 1 && j == pairs - 1; // the odd one out stays centred
+        const double offset = cancelled ? 0 : (j % 2 ? -1 : 1) * radical_inverse(j / 2 + 1) * (run / 2 - 1);
+        const double centre = (j + 0.5) * run - 0.5 + offset;
+        // interior positions 0 .. interior - 1 are indices 1 .. size - 2
+        const unsigned first = (unsigned)std::min((double)interior - 2, std::max(0.0, std::floor(centre)));
+        chosen[1 + first] = chosen[2 + first] = 1;
+        second[2 + first] = 1;
+    }
+    unsigned picked = 0, seconds = 0;
+    for (unsigned i = 1; i + 1 < size; i++)
+        picked += chosen[i], seconds += second[i];
+    for (unsigned i = 1; i + 1 < size; i++) {
+        count_weight[i] = chosen[i] ? (double)interior / picked : 0;
+        sector_weight[i] = second[i] ? (double)interior / seconds : 0;
+    }
+    if (!chosen[size - 2]) // the last index's predecessor, run for its sectors alone
+        chosen[size - 2] = 1, count_weight[size - 2] = 0, sector_weight[size - 2] = 0;
+    unsigned runs = 0;
+    for (unsigned char c : chosen)
+        runs += c;
+    return (double)size / runs;
+}
+
+// Which blocks of the launch run: the largest dimension takes the stride, and whatever part of
+// it the edges leave unreached goes to the next.
+void plan_sampling(Sampling &s, const char *name, dim3 grid) {
+    s.grid[0] = grid.x, s.grid[1] = grid.y, s.grid[2] = grid.z;
+    const unsigned long long blocks = (unsigned long long)grid.x * grid.y * grid.z;
+    s.active = s.stride > 1 && blocks >= sampled_launch_min_blocks &&
+               std::find(s.whole.begin(), s.whole.end(), name) == s.whole.end();
+    unsigned dims[3] = {0, 1, 2};
+    std::stable_sort(dims, dims + 3, [&](unsigned a, unsigned b) { return s.grid[a] > s.grid[b]; });
+    double left = s.active ? s.stride : 1;
+    for (unsigned d : dims) {
+        const double ratio = plan_dimension(s.grid[d], left >= 2 ? (unsigned)left : 1, s.chosen[d],
+                                            s.count_weight[d], s.sector_weight[d]);
+        s.sampled[d] = ratio > 0;
+        if (ratio > 0)
+            left /= ratio;
+    }
+}
+
+// The weight of a block's counts, and its class: which dimensions' weights are not 1 (bit d), or
+// weight_classes when it is 0 (a predecessor run for its sectors alone).
+double count_weight_of(const Sampling &s, const uint3 &block, unsigned &weight_class) {
+    const unsigned at[3] = {block.x, block.y, block.z};
+    double w = 1;
+    weight_class = 0;
+    for (unsigned d = 0; d < 3; d++) {
+        if (!s.sampled[d] || s.count_weight[d][at[d]] == 1)
+            continue;
+        w *= s.count_weight[d][at[d]];
+        weight_class |= 1u << d;
+    }
+    if (w == 0)
+        weight_class = weight_classes;
+    return w;
+}
+
+double class_weight(const Sampling &s, unsigned c) {
+    // every block of a class has the same weight: dimension d's interior one where bit d is set
+    double w = 1;
+    for (unsigned d = 0; d < 3; d++)
+        if (c & (1u << d)) {
+            for (size_t i = 1; i + 1 < s.count_weight[d].size(); i++)
+                if (s.count_weight[d][i] != 0) {
+                    w *= s.count_weight[d][i];
+                    break;
+                }
+        }
+    return w;
+}
+
+unsigned long long scaled(unsigned long long count, double weight) {
+    return (unsigned long long)std::llround((double)count * weight);
+}
+
+void add_scaled(simt_kernel_counters &to, const simt_kernel_counters &from, double w) {
+    static unsigned long long simt_kernel_counters::*const fields[] = {
+        &simt_kernel_counters::global_load_requests,  &simt_kernel_counters::global_load_sectors,
+        &simt_kernel_counters::global_load_bytes,     &simt_kernel_counters::global_store_requests,
+        &simt_kernel_counters::global_store_sectors,  &simt_kernel_counters::global_store_bytes,
+        &simt_kernel_counters::shared_load_requests,  &simt_kernel_counters::shared_load_wavefronts,
+        &simt_kernel_counters::shared_store_requests, &simt_kernel_counters::shared_store_wavefronts,
+        &simt_kernel_counters::cp_async_requests,     &simt_kernel_counters::cp_async_bytes,
+        &simt_kernel_counters::cp_async_sectors,
+    };
+    for (auto f : fields)
+        to.*f += scaled(from.*f, w);
+    for (unsigned i = 0; i < 5; i++)
+        to.global_load_requests_by_width[i] += scaled(from.global_load_requests_by_width[i], w);
+}
+
+void add_scaled(simt_site_counters &to, const simt_site_counters &from, double w) {
+    to.requests += scaled(from.requests, w);
+    to.sectors += scaled(from.sectors, w);
+    to.bytes += scaled(from.bytes, w);
+    to.wavefronts += scaled(from.wavefronts, w);
+    to.ideal_wavefronts += scaled(from.ideal_wavefronts, w);
+}
+
+// The dimensions each global site's sectors depend on: those along which two sampled blocks
+// equal in the other coordinates touched different sectors (by their fingerprints; a site a
+// block never reached counts as an empty set).
+std::vector<unsigned char> site_dimensions(const Profiler &p, size_t n_sites) {
+    std::vector<unsigned char> dims(n_sites, 0);
+    for (unsigned d = 0; d < 3; d++) {
+        if (!p.sampling.sampled[d])
+            continue;
+        std::map<std::tuple<size_t, unsigned, unsigned>, uint64_t> seen;
+        for (const auto &b : p.block_prints) {
+            const unsigned at[3] = {b.first.x, b.first.y, b.first.z};
+            const unsigned o1 = at[(d + 1) % 3], o2 = at[(d + 2) % 3];
+            for (size_t site = 0; site < n_sites; site++) {
+                auto it = b.second.find(site);
+                const uint64_t print = it == b.second.end() ? 0 : it->second;
+                auto found = seen.emplace(std::make_tuple(site, o1, o2), print);
+                if (!found.second && found.first->second != print)
+                    dims[site] |= (unsigned char)(1u << d);
+            }
+        }
+    }
+    return dims;
+}
+
+// The launch's distinct sectors. Unsampled, the count of them. Sampled, each sector the blocks
+// that ran touched counts by its first block's sector weights (struct Sampling) along the
+// dimensions its site's addresses vary with; along the others it is the same for every index.
+double launch_sectors(const Profiler &p) {
+    if (!p.sampling.active)
+        return (double)p.launch_sectors.size();
+    const std::vector<unsigned char> dims = site_dimensions(p, p.sites.at(p.current->kernel).size());
+    double total = 0;
+    for (const auto &kv : p.launch_sectors) {
+        const SectorNote &n = kv.second;
+        double w = 1;
+        for (unsigned d = 0; d < 3; d++)
+            if (p.sampling.sampled[d] && (dims[n.site] & (1u << d)))
+                w *= p.sampling.sector_weight[d][n.block[d]];
+        total += w;
+    }
+    return total;
 }
 
 } // namespace
@@ -365,20 +616,38 @@ void launch_begin(const char *name, const void *kernel, dim3 grid, dim3 block,
     p.occurrences.assign(threads, {});
     p.recent.assign(threads, {});
     p.requests.clear();
+    plan_sampling(p.sampling, name, grid);
+    for (Tally &t : p.tallies)
+        t = Tally{};
+    p.block_prints.clear();
     p.active = true;
+}
+
+bool block_runs(uint3 block) {
+    const Sampling &s = profiler().sampling;
+    return !s.active || (s.chosen[0][block.x] && s.chosen[1][block.y] && s.chosen[2][block.z]);
 }
 
 void block_end() {
     Profiler &p = profiler();
     if (!p.active)
         return;
+    const uint3 block = detail::g_launch->block_idx;
+    unsigned weight_class = 0;
+    count_weight_of(p.sampling, block, weight_class);
+    Tally &t = p.tallies[weight_class];
+    std::unordered_map<size_t, uint64_t> prints;
     for (const auto &kv : p.requests) {
-        simt_site_counters &site = site_of(p, kv.first.pc, kv.second);
+        const size_t index = site_of(p, kv.first.pc, kv.second);
+        simt_site_counters &site = tally_site(p, t, index);
         if (kv.second.space == space_global)
-            count_global(p, *p.current, kv.second, site);
+            count_global(p, t.c, kv.second, site, index, block, prints[index]);
         else
-            count_shared(*p.current, kv.second, site);
+            count_shared(t.c, kv.second, site);
     }
+    if (p.sampling.active)
+        p.block_prints.emplace_back(block, std::move(prints));
+    p.current->blocks_run++;
     p.requests.clear();
     for (auto &m : p.occurrences)
         m.clear();
@@ -388,9 +657,18 @@ void block_end() {
 
 void launch_end() {
     Profiler &p = profiler();
-    if (p.current)
-        p.current->global_launch_sectors += p.launch_sectors.size();
+    if (p.current) {
+        std::vector<simt_site_counters> &sites = p.sites[p.current->kernel];
+        for (unsigned c = 0; c < weight_classes; c++) {
+            const double w = class_weight(p.sampling, c);
+            add_scaled(*p.current, p.tallies[c].c, w);
+            for (size_t i = 0; i < p.tallies[c].sites.size(); i++)
+                add_scaled(sites[i], p.tallies[c].sites[i], w);
+        }
+        p.current->global_launch_sectors += (unsigned long long)std::llround(launch_sectors(p));
+    }
     p.launch_sectors.clear();
+    p.block_prints.clear();
     p.active = false;
     p.current = nullptr;
 }
@@ -439,6 +717,17 @@ extern "C" const simt_site_counters *simt_profile_sites(const void *kernel, size
 
 extern "C" int simt_profile_write(const char *path) {
     return simt::profile::write_counters_to(path);
+}
+
+extern "C" void simt_profile_set_block_sampling(unsigned stride, const char *whole_kernels) {
+    simt::profile::Sampling &s = simt::profile::profiler().sampling;
+    s.stride = stride ? stride : 1;
+    s.whole.clear();
+    for (const char *at = whole_kernels ? whole_kernels : ""; *at;) {
+        const char *end = std::strchr(at, ',');
+        s.whole.emplace_back(at, end ? (size_t)(end - at) : std::strlen(at));
+        at = end ? end + 1 : at + std::strlen(at);
+    }
 }
 
 extern "C" void simt_profile_reset(void) {

@@ -24,6 +24,9 @@
 // cp.async has no C++ spelling to instrument: the emulator's cp.async (simt_async.h) calls
 // simt::profile::cp_async with its operands, counted as cp.async requests beside the loads; its
 // write into shared memory is a site of its own (below), out of the shared store counts.
+// Block sampling (simt_profile_set_block_sampling, for make cuda-profile's large steps): the
+// scheduler asks block_runs before each block and skips the others, whose counts are estimated
+// from the blocks that ran.
 // Each instruction is also a site (simt_profile_sites): the same counts per instruction, so that
 // a kernel's staging stores can be told from its other shared accesses (make cuda-profile
 // names each site's source line with addr2line).
@@ -45,11 +48,14 @@ void launch_begin(const char *name, const void *kernel, dim3 grid, dim3 block,
 void block_end();
 void launch_end();
 void cp_async(void *shared_dst, const void *global_src, unsigned bytes);
+// whether the launch in progress runs this block (block sampling: simt_profile_counters.h)
+bool block_runs(uint3 block);
 #else
 inline void launch_begin(const char *, const void *, dim3, dim3, const unsigned char *, size_t) {}
 inline void block_end() {}
 inline void launch_end() {}
 inline void cp_async(void *, const void *, unsigned) {}
+inline bool block_runs(uint3) { return true; }
 #endif
 } // namespace profile
 } // namespace simt

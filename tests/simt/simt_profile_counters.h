@@ -28,6 +28,9 @@ typedef struct simt_kernel_counters {
     /* the distinct global sectors (loads, stores, cp.async) of each launch, summed over its
      * launches: the launch's traffic when the caches keep what it reads or writes twice */
     unsigned long long global_launch_sectors;
+    /* the blocks emulated: fewer than `blocks` under block sampling, whose counts above are the
+     * sampled blocks' scaled to the whole grid (simt_profile_set_block_sampling) */
+    unsigned long long blocks_run;
 } simt_kernel_counters;
 
 /* One access site (instruction) of a kernel, summed over its warp-level requests: which site of a
@@ -50,6 +53,14 @@ const simt_kernel_counters *simt_profile_counters(const void *kernel);
  * it never ran). */
 const simt_site_counters *simt_profile_sites(const void *kernel, size_t *count);
 void simt_profile_reset(void);
+/* Block sampling, for estimates of launches too large to emulate whole (never for a kernel's
+ * correctness: the blocks left out write nothing). With stride > 1, a launch of at least 32
+ * blocks runs about one block in `stride`: per grid dimension the first and last index and
+ * pairs of neighbours between (tests/simt/simt_profile.cpp says how they are chosen and
+ * weighted), and its counters are those blocks' scaled to the grid. 0 or 1: every block (the
+ * default). whole_kernels: launch names, as SIMT_LAUNCH spelled them, separated by commas, that
+ * always run whole (kernels whose addresses depend on data); NULL for none. */
+void simt_profile_set_block_sampling(unsigned stride, const char *whole_kernels);
 /* Every kernel's counters as JSON lines (one object per kernel, in the order of their first
  * launch; the kernel and its sites as object file and offset, for nm and addr2line) to path;
  * 0 or -1. */

@@ -73,6 +73,23 @@ __global__ void shared_store_sites(float *y, const unsigned long long *x) {
     y[threadIdx.x] = words[threadIdx.x] + words[64 + 2 * threadIdx.x];
 }
 
+// Block (x, y) of a tiled product: reads row tile y of a (every x reads it), column tile x of b
+// (every y reads it), writes its own tile of c; one float a lane of each, 4 sectors a request.
+__global__ void tile_product(float *c, const float *a, const float *b) {
+    const unsigned tile = blockIdx.y * gridDim.x + blockIdx.x;
+    c[32 * tile + threadIdx.x] = a[32 * blockIdx.y + threadIdx.x] * b[32 * blockIdx.x + threadIdx.x];
+}
+
+// As an operand's quantization: block b reads its 32 floats and writes a 34-byte block, bytes
+// [34 b, 34 b + 34), so that neighbouring blocks share the sector at their boundary but every
+// 16th boundary falls between sectors
+__global__ void quantize_blocks34(unsigned char *y, const float *x) {
+    const float v = x[32 * blockIdx.x + threadIdx.x];
+    y[34 * blockIdx.x + 2 + threadIdx.x] = (unsigned char)v;
+    if (threadIdx.x == 0)
+        y[34 * blockIdx.x] = 2;
+}
+
 template <class T> static T *device_buffer(size_t count) {
     void *p = nullptr;
     assert_int_equal(cudaMalloc(&p, count * sizeof(T)), cudaSuccess);
@@ -244,6 +261,81 @@ static void test_requests_are_per_warp(void **) {
     cudaFree(x), cudaFree(y);
 }
 
+// A launch whose blocks all do the same (copy_coalesced ignores blockIdx: every block copies the
+// same 32 floats): the sampled counts, scaled, are the whole launch's, and the sectors every block
+// touches count once
+static void test_sampled_uniform_launch_scales_exactly(void **) {
+    const unsigned blocks = 256;
+    float *x = device_buffer<float>(lanes), *y = device_buffer<float>(lanes);
+    const void *k = (const void *)&copy_coalesced;
+    simt_profile_reset();
+    SIMT_LAUNCH(copy_coalesced, blocks, lanes, 0, nullptr, y, x);
+    const simt_kernel_counters whole = counters(k);
+    simt_profile_reset();
+    simt_profile_set_block_sampling(8, nullptr);
+    SIMT_LAUNCH(copy_coalesced, blocks, lanes, 0, nullptr, y, x);
+    simt_profile_set_block_sampling(1, nullptr);
+    const simt_kernel_counters &c = counters(k);
+    assert_int_equal(whole.blocks_run, blocks);
+    assert_int_equal(c.blocks, blocks);
+    assert_in_range(c.blocks_run, blocks / 8, blocks / 8 + 3); // edges, and 1 in 8 between
+    assert_int_equal(c.global_load_requests, whole.global_load_requests);
+    assert_int_equal(c.global_load_sectors, whole.global_load_sectors);
+    assert_int_equal(c.global_store_bytes, whole.global_store_bytes);
+    assert_int_equal(c.global_launch_sectors, whole.global_launch_sectors);
+    assert_int_equal(c.global_launch_sectors, 8);
+    size_t n = 0;
+    const simt_site_counters *sites = simt_profile_sites(k, &n);
+    assert_int_equal(n, 2);
+    assert_int_equal(sites[0].requests + sites[1].requests, 2 * blocks);
+    cudaFree(x), cudaFree(y);
+}
+
+// Sampled along x only (40 tiles, 3 rows of them): a's tiles are read by every x, so its sectors
+// count once; b's and c's vary with x, so the sampled tiles' sectors stand for the skipped ones.
+static void test_sampled_tiles_count_shared_operands_once(void **) {
+    const unsigned gx = 40, gy = 3;
+    float *a = device_buffer<float>(gy * lanes), *b = device_buffer<float>(gx * lanes);
+    float *c = device_buffer<float>(gx * gy * lanes);
+    simt_profile_reset();
+    simt_profile_set_block_sampling(8, nullptr);
+    SIMT_LAUNCH(tile_product, dim3(gx, gy), lanes, 0, nullptr, c, a, b);
+    simt_profile_set_block_sampling(1, nullptr);
+    const simt_kernel_counters &k = counters((const void *)&tile_product);
+    assert_true(k.blocks_run < gx * gy / 4);
+    assert_int_equal(k.global_load_requests, 2 * gx * gy);
+    assert_int_equal(k.global_store_sectors, 4 * gx * gy);
+    // a: 3 tiles, b: 40, c: 120, 4 sectors each (the whole launch's, exactly: the tiles do not
+    // overlap, and every x tile sampled stands for the same number of skipped ones)
+    assert_int_equal(k.global_launch_sectors, 4 * (gy + gx + gx * gy));
+    cudaFree(a), cudaFree(b), cudaFree(c);
+}
+
+// Sectors shared at block boundaries count once, not once per block they are sampled in: the
+// launch's distinct sectors sampled within 1 % of the whole launch's (4 read and 34/32 written a
+// block); the counts of requests exactly
+static void test_sampled_boundaries_count_once(void **) {
+    const unsigned blocks = 2048;
+    unsigned char *y = device_buffer<unsigned char>(34 * blocks);
+    float *x = device_buffer<float>(32 * blocks);
+    const void *k = (const void *)&quantize_blocks34;
+    simt_profile_reset();
+    SIMT_LAUNCH(quantize_blocks34, blocks, lanes, 0, nullptr, y, x);
+    const simt_kernel_counters whole = counters(k);
+    assert_int_equal(whole.global_launch_sectors, 4 * blocks + 34 * blocks / 32);
+    simt_profile_reset();
+    simt_profile_set_block_sampling(16, nullptr);
+    SIMT_LAUNCH(quantize_blocks34, blocks, lanes, 0, nullptr, y, x);
+    simt_profile_set_block_sampling(1, nullptr);
+    const simt_kernel_counters &c = counters(k);
+    assert_true(c.blocks_run < blocks / 8);
+    assert_int_equal(c.global_load_requests, whole.global_load_requests);
+    assert_int_equal(c.global_store_requests, whole.global_store_requests);
+    assert_in_range(c.global_launch_sectors, whole.global_launch_sectors * 99 / 100,
+                    whole.global_launch_sectors * 101 / 100);
+    cudaFree(y), cudaFree(x);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_coalesced_loads_touch_four_sectors),
@@ -255,6 +347,9 @@ int main(void) {
         cmocka_unit_test(test_shared_vector_access_takes_four_wavefronts),
         cmocka_unit_test(test_requests_are_per_warp),
         cmocka_unit_test(test_shared_sites_are_counted_apart),
+        cmocka_unit_test(test_sampled_uniform_launch_scales_exactly),
+        cmocka_unit_test(test_sampled_tiles_count_shared_operands_once),
+        cmocka_unit_test(test_sampled_boundaries_count_once),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

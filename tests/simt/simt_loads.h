@@ -21,8 +21,9 @@ namespace simt {
 namespace detail {
 // Also what a kernel's emulated build uses for a wide access to shared memory through a byte
 // buffer (ld.shared/st.shared have the same rule; memcpy keeps C++'s aliasing rules).
-// make cuda-profile: clang traces a memcpy of up to 8 bytes as the load it becomes, but not a
-// wider one, so a wide load reports itself; the caller's file and line stand for its instruction.
+// make cuda-profile: clang traces a memcpy of up to 8 bytes as the access it becomes, but not a
+// wider one, so a wide load or store reports itself; the caller's file and line stand for its
+// instruction.
 template <class T>
 inline T aligned_load(const T *p, const char *what, const char *file = __builtin_FILE(),
                       unsigned line = __builtin_LINE()) {
@@ -38,11 +39,18 @@ inline T aligned_load(const T *p, const char *what, const char *file = __builtin
 #endif
     return v;
 }
-template <class T> inline void aligned_store(T *p, const T &v, const char *what) {
+template <class T>
+inline void aligned_store(T *p, const T &v, const char *what, const char *file = __builtin_FILE(),
+                          unsigned line = __builtin_LINE()) {
     if (reinterpret_cast<uintptr_t>(p) % alignof(T) != 0)
         die("%s: misaligned %zu-byte store at %p (the device faults: an access must be aligned to its width)",
             what, alignof(T), static_cast<void *>(p));
     std::memcpy(p, &v, sizeof v);
+#ifdef SIMT_PROFILE
+    if (sizeof v > 8) simt::profile::vector_copy(&v, p, sizeof v, file + line);
+#else
+    (void)file, (void)line;
+#endif
 }
 } // namespace detail
 } // namespace simt

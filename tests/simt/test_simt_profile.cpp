@@ -73,6 +73,17 @@ __global__ void shared_store_sites(float *y, const unsigned long long *x) {
     y[threadIdx.x] = words[threadIdx.x] + words[64 + 2 * threadIdx.x];
 }
 
+// A 16-byte store and load of shared memory through a byte buffer, as a kernel that stages
+// quantized blocks does (simt::detail::aligned_store / aligned_load): one request each
+__global__ void shared_bytes16(uint4 *y) {
+    SIMT_DYNAMIC_SHARED(unsigned char, tile);
+    simt::detail::aligned_store(reinterpret_cast<uint4 *>(tile + 16 * threadIdx.x),
+                                make_uint4(1u, 2u, 3u, threadIdx.x), "shared store");
+    __syncthreads();
+    y[threadIdx.x] = simt::detail::aligned_load(reinterpret_cast<const uint4 *>(tile + 16 * threadIdx.x),
+                                                "shared load");
+}
+
 // Block (x, y) of a tiled product: reads row tile y of a (every x reads it), column tile x of b
 // (every y reads it), writes its own tile of c; one float a lane of each, 4 sectors a request.
 __global__ void tile_product(float *c, const float *a, const float *b) {
@@ -200,6 +211,17 @@ static void test_shared_vector_access_takes_four_wavefronts(void **) {
     assert_int_equal(c.shared_load_requests, 1);
     assert_int_equal(c.shared_load_wavefronts, 4);
     assert_int_equal(c.global_store_requests, 1);
+    cudaFree(y);
+}
+
+static void test_shared_byte_buffer_access_takes_four_wavefronts(void **) {
+    uint4 *y = device_buffer<uint4>(lanes);
+    SIMT_LAUNCH(shared_bytes16, 1, lanes, lanes * 16, nullptr, y);
+    const simt_kernel_counters &c = counters((const void *)&shared_bytes16);
+    assert_int_equal(c.shared_store_requests, 1);
+    assert_int_equal(c.shared_store_wavefronts, 4);
+    assert_int_equal(c.shared_load_requests, 1);
+    assert_int_equal(c.shared_load_wavefronts, 4);
     cudaFree(y);
 }
 
@@ -345,6 +367,7 @@ int main(void) {
         cmocka_unit_test(test_vector_load_is_one_request),
         cmocka_unit_test(test_shared_bank_conflicts),
         cmocka_unit_test(test_shared_vector_access_takes_four_wavefronts),
+        cmocka_unit_test(test_shared_byte_buffer_access_takes_four_wavefronts),
         cmocka_unit_test(test_requests_are_per_warp),
         cmocka_unit_test(test_shared_sites_are_counted_apart),
         cmocka_unit_test(test_sampled_uniform_launch_scales_exactly),

@@ -6,11 +6,6 @@
 
 #include "cpu_backend.h"
 
-/* The step's rows through the convolution in two passes over the threads: u = B * X for every
- * row (the convolution's input, which the state keeps), then per sequence its outputs, the
- * table's conv_rows over the sequence's window of u rows times C; each output row reads only u
- * and writes only itself. The loop this replaces read each tap at a stride of the kernel size
- * and found each input per channel and tap, on the calling thread while the others waited. */
 /* dst = a * b and dst = c * dst, in blocks of eight, which GCC vectorizes at -O2 (the products
  * round as one at a time) */
 static void products(float *restrict dst, const float *restrict a, const float *restrict b, size_t n) {
@@ -54,6 +49,10 @@ static void conv_out_range(void *arg, size_t t0, size_t t1) {
         gate_inplace(b->out + r * dim, b->bcx + r * 3 * dim + dim, dim);
 }
 
+/* The step's rows through the convolution in two passes over the threads: u = B * X for every
+ * row (the convolution's input, which the state keeps), then per sequence its outputs, the
+ * table's conv_rows over the sequence's window of u rows times C; each output row reads only u
+ * and writes only itself. Neither pass runs on the calling thread alone. */
 llmm_status llmm__cpu_short_conv(void *st, const llmm_conv_batch *b) {
     cpu_state *s = st;
     if (s->step == CPU_STEP_NONE || b->n_rows != s->desc.n_rows || b->kernel == 0) return LLMM_ERR_INVALID_ARG;
